@@ -1,0 +1,136 @@
+//! Observation: the [`Observer`] trait for programmatic hooks, and the
+//! `tracing` spans every run emits.
+//!
+//! Spans (usable with any `tracing` subscriber, OpenTelemetry included):
+//! - `harness.run` with `agent`, `run_id`, `session_id`, around a run (and
+//!   again around each resume);
+//! - `harness.step` with `step` and `index`, around each step's `run`.
+//!
+//! Observers are attached to a harness with
+//! [`HarnessBuilder::observer`](crate::HarnessBuilder::observer) and see every
+//! run of every agent created from it. Two observers compose into one with
+//! [`Observer::and`].
+
+use crate::run::{Interrupt, RunError, RunInfo, StepInfo};
+use crate::signal::Signal;
+use crate::state::HarnessState;
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Hooks called as a run goes. Every method has an empty default.
+///
+/// Hooks are awaited in line with the run, so a slow observer slows the run:
+/// hand heavy work to a channel.
+///
+/// ```
+/// use harness::observe::Observer;
+/// use harness::{HarnessState, RunInfo, StepInfo};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
+///
+/// #[derive(Default)]
+/// struct CountSteps(AtomicU64);
+///
+/// #[async_trait::async_trait]
+/// impl<S: HarnessState> Observer<S> for CountSteps {
+///     async fn step_finished(&self, _: &RunInfo, _: &StepInfo, _: &S::Update, _: Duration) {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Observer<S: HarnessState>: Send + Sync {
+    /// A run started, or resumed after an interrupt.
+    async fn run_started(&self, run: &RunInfo) {
+        let _ = run;
+    }
+
+    /// A step is about to run.
+    async fn step_started(&self, run: &RunInfo, step: &StepInfo) {
+        let _ = (run, step);
+    }
+
+    /// A step's `run` returned `update`, which is about to be merged.
+    /// Route-only steps have no update and are not reported here.
+    async fn step_finished(&self, run: &RunInfo, step: &StepInfo, update: &S::Update, elapsed: Duration) {
+        let _ = (run, step, update, elapsed);
+    }
+
+    /// The run paused for a human.
+    async fn interrupted(&self, run: &RunInfo, interrupt: &Interrupt) {
+        let _ = (run, interrupt);
+    }
+
+    /// The run ended with `signal` after `steps` steps.
+    async fn run_finished(&self, run: &RunInfo, signal: &Signal, steps: u64) {
+        let _ = (run, signal, steps);
+    }
+
+    /// The run failed.
+    async fn run_failed(&self, run: &RunInfo, error: &RunError) {
+        let _ = (run, error);
+    }
+
+    /// This observer, then `other`.
+    fn and<O: Observer<S>>(self, other: O) -> Both<Self, O>
+    where
+        Self: Sized,
+    {
+        Both(self, other)
+    }
+}
+
+/// Two observers in one, called in order; see [`Observer::and`].
+#[derive(Debug, Clone)]
+pub struct Both<A, B>(pub A, pub B);
+
+#[async_trait]
+impl<S: HarnessState, A: Observer<S>, B: Observer<S>> Observer<S> for Both<A, B> {
+    async fn run_started(&self, run: &RunInfo) {
+        self.0.run_started(run).await;
+        self.1.run_started(run).await;
+    }
+    async fn step_started(&self, run: &RunInfo, step: &StepInfo) {
+        self.0.step_started(run, step).await;
+        self.1.step_started(run, step).await;
+    }
+    async fn step_finished(&self, run: &RunInfo, step: &StepInfo, update: &S::Update, elapsed: Duration) {
+        self.0.step_finished(run, step, update, elapsed).await;
+        self.1.step_finished(run, step, update, elapsed).await;
+    }
+    async fn interrupted(&self, run: &RunInfo, interrupt: &Interrupt) {
+        self.0.interrupted(run, interrupt).await;
+        self.1.interrupted(run, interrupt).await;
+    }
+    async fn run_finished(&self, run: &RunInfo, signal: &Signal, steps: u64) {
+        self.0.run_finished(run, signal, steps).await;
+        self.1.run_finished(run, signal, steps).await;
+    }
+    async fn run_failed(&self, run: &RunInfo, error: &RunError) {
+        self.0.run_failed(run, error).await;
+        self.1.run_failed(run, error).await;
+    }
+}
+
+#[async_trait]
+impl<S: HarnessState, O: Observer<S> + ?Sized> Observer<S> for Arc<O> {
+    async fn run_started(&self, run: &RunInfo) {
+        (**self).run_started(run).await;
+    }
+    async fn step_started(&self, run: &RunInfo, step: &StepInfo) {
+        (**self).step_started(run, step).await;
+    }
+    async fn step_finished(&self, run: &RunInfo, step: &StepInfo, update: &S::Update, elapsed: Duration) {
+        (**self).step_finished(run, step, update, elapsed).await;
+    }
+    async fn interrupted(&self, run: &RunInfo, interrupt: &Interrupt) {
+        (**self).interrupted(run, interrupt).await;
+    }
+    async fn run_finished(&self, run: &RunInfo, signal: &Signal, steps: u64) {
+        (**self).run_finished(run, signal, steps).await;
+    }
+    async fn run_failed(&self, run: &RunInfo, error: &RunError) {
+        (**self).run_failed(run, error).await;
+    }
+}

@@ -1,0 +1,238 @@
+//! [`Cx`]: what a step's `run` gets besides the state.
+
+use super::{Interrupt, StepError};
+use crate::ids::{InterruptId, RunId, SessionId};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What a step has recorded during its current visit: the answers to its
+/// interrupts (by order) and the results of its `cx.once` calls (by key).
+///
+/// It survives retries and resumes of the step and is cleared when the step
+/// completes, so re-entering a step never repeats what it already did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepJournal {
+    /// Answers to the step's interrupts, in the order the step asked.
+    pub responses: Vec<Value>,
+    /// Results of `cx.once(key, ..)`, by key.
+    pub once: BTreeMap<String, Value>,
+}
+
+pub(crate) struct CxShared {
+    pub(crate) run_id: RunId,
+    pub(crate) session_id: SessionId,
+    pub(crate) step: Arc<str>,
+    pub(crate) index: u64,
+    pub(crate) attempt: u32,
+    journal: Mutex<StepJournal>,
+    next_interrupt: AtomicUsize,
+    pending: Mutex<Option<Interrupt>>,
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked:
+/// every critical section here is a single insert or take.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl CxShared {
+    pub(crate) fn new(
+        run_id: RunId,
+        session_id: SessionId,
+        step: Arc<str>,
+        index: u64,
+        attempt: u32,
+        journal: StepJournal,
+    ) -> Self {
+        Self {
+            run_id,
+            session_id,
+            step,
+            index,
+            attempt,
+            journal: Mutex::new(journal),
+            next_interrupt: AtomicUsize::new(0),
+            pending: Mutex::new(None),
+        }
+    }
+
+    /// The journal and the interrupt the step asked for, if any.
+    pub(crate) fn finish(&self) -> (StepJournal, Option<Interrupt>) {
+        (
+            std::mem::take(&mut *lock(&self.journal)),
+            lock(&self.pending).take(),
+        )
+    }
+}
+
+/// A step's handle on its run: the slots (through `Deref` to the context),
+/// interrupts, and journaled side effects.
+///
+/// Cheap to clone; clones share the same step visit.
+pub struct Cx<C> {
+    pub(crate) ctx: Arc<C>,
+    pub(crate) shared: Arc<CxShared>,
+}
+
+impl<C> Clone for Cx<C> {
+    fn clone(&self) -> Self {
+        Self {
+            ctx: Arc::clone(&self.ctx),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<C> fmt::Debug for Cx<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cx")
+            .field("run_id", &self.shared.run_id)
+            .field("session_id", &self.shared.session_id)
+            .field("step", &self.shared.step)
+            .field("index", &self.shared.index)
+            .field("attempt", &self.shared.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> Deref for Cx<C> {
+    type Target = C;
+
+    /// The context: steps read slots as its fields (`cx.model`).
+    fn deref(&self) -> &C {
+        &self.ctx
+    }
+}
+
+impl<C> Cx<C> {
+    /// The context, also reachable through `Deref`.
+    pub fn context(&self) -> &C {
+        &self.ctx
+    }
+
+    /// The run this step belongs to.
+    pub fn run_id(&self) -> &RunId {
+        &self.shared.run_id
+    }
+
+    /// The session this run belongs to.
+    pub fn session_id(&self) -> &SessionId {
+        &self.shared.session_id
+    }
+
+    /// The step's name.
+    pub fn step(&self) -> &str {
+        &self.shared.step
+    }
+
+    /// How many steps the run completed before this one.
+    pub fn index(&self) -> u64 {
+        self.shared.index
+    }
+
+    /// The attempt number of this step visit (1 unless retried).
+    pub fn attempt(&self) -> u32 {
+        self.shared.attempt
+    }
+
+    /// Pauses the run for a human.
+    ///
+    /// The first time, this returns an error that the step should return with
+    /// `?`: the run settles with the signal `$interrupt`, `payload` and a new
+    /// interrupt id. When the run is resumed with a response, the step is run
+    /// again from its start, and this same call (matched by order: the first
+    /// `interrupt` call of the step gets the first response) returns the
+    /// response, deserialized as `R`.
+    ///
+    /// Work done before the call is repeated when the step re-runs; wrap side
+    /// effects in [`once`](Self::once).
+    ///
+    /// A step that swallows the error and returns `Ok` is still interrupted:
+    /// its update is discarded and the run pauses.
+    pub fn interrupt<P: Serialize, R: DeserializeOwned>(&self, payload: P) -> Result<R, StepError> {
+        let k = self.shared.next_interrupt.fetch_add(1, Ordering::SeqCst);
+        let answered = lock(&self.shared.journal).responses.get(k).cloned();
+        if let Some(response) = answered {
+            return serde_json::from_value(response).map_err(|e| {
+                StepError::msg(format!(
+                    "the response to interrupt #{} of step `{}` does not have the expected shape ({}): {e}",
+                    k + 1,
+                    self.shared.step,
+                    std::any::type_name::<R>()
+                ))
+            });
+        }
+        let payload = serde_json::to_value(payload).map_err(|e| {
+            StepError::msg(format!(
+                "the payload of an interrupt in step `{}` cannot be serialized: {e}",
+                self.shared.step
+            ))
+        })?;
+        let mut pending = lock(&self.shared.pending);
+        if pending.is_none() {
+            *pending = Some(Interrupt {
+                id: InterruptId::random(),
+                step: self.shared.step.to_string(),
+                payload,
+            });
+        }
+        Err(StepError::interrupted())
+    }
+
+    /// Runs the side effect `effect` once per step visit and records its
+    /// result under `key`; if the step is re-entered (after an interrupt is
+    /// answered, or on retry) the recorded result is returned and `effect` is
+    /// not polled.
+    ///
+    /// ```
+    /// # use harness::{Cx, StepError};
+    /// # async fn f(cx: Cx<()>) -> Result<(), StepError> {
+    /// let receipt: String = cx.once("charge", async { "charged 10 EUR".to_string() }).await?;
+    /// let approved: bool = cx.interrupt(format!("{receipt}; ship it?"))?;
+    /// # let _ = approved; Ok(()) }
+    /// ```
+    pub async fn once<T, F>(&self, key: &str, effect: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: Future<Output = T>,
+    {
+        self.try_once(key, async { Ok::<T, StepError>(effect.await) })
+            .await
+    }
+
+    /// Like [`once`](Self::once) for a fallible side effect: only a success is
+    /// recorded, so a failed attempt runs again on retry.
+    pub async fn try_once<T, E, F>(&self, key: &str, effect: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Into<StepError>,
+        F: Future<Output = Result<T, E>>,
+    {
+        let recorded = lock(&self.shared.journal).once.get(key).cloned();
+        if let Some(value) = recorded {
+            return serde_json::from_value(value).map_err(|e| {
+                StepError::msg(format!(
+                    "the recorded result of once(\"{key}\") in step `{}` is not a {}: {e}",
+                    self.shared.step,
+                    std::any::type_name::<T>()
+                ))
+            });
+        }
+        let value = effect.await.map_err(Into::into)?;
+        let json = serde_json::to_value(&value).map_err(|e| {
+            StepError::msg(format!(
+                "the result of once(\"{key}\") in step `{}` cannot be recorded: {e}",
+                self.shared.step
+            ))
+        })?;
+        lock(&self.shared.journal).once.insert(key.to_string(), json);
+        Ok(value)
+    }
+}

@@ -1,0 +1,147 @@
+//! A live stream of a run's events.
+
+use super::Interrupt;
+use crate::ids::{RunId, SessionId};
+use crate::signal::Signal;
+use crate::state::HarnessState;
+use futures::Stream;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Something that happened in a run, as seen by [`Run::events`](crate::Run::events).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum RunEvent<S: HarnessState> {
+    /// The run started, or resumed after an interrupt.
+    Started {
+        /// The run.
+        run_id: RunId,
+        /// Its session.
+        session_id: SessionId,
+    },
+    /// A step is about to run.
+    StepStarted {
+        /// The step's name.
+        step: Arc<str>,
+        /// How many steps the run completed before it.
+        index: u64,
+    },
+    /// A step completed; its update has been applied.
+    StepFinished {
+        /// The step's name.
+        step: Arc<str>,
+        /// How many steps the run completed before it.
+        index: u64,
+        /// Time spent in the step, retries included.
+        elapsed: Duration,
+        /// The update the step returned (empty for a route-only step).
+        update: S::Update,
+        /// The signal its route returned, if it has a route.
+        signal: Option<Signal>,
+    },
+    /// An attempt of a step failed.
+    StepFailed {
+        /// The step's name.
+        step: Arc<str>,
+        /// Which attempt failed.
+        attempt: u32,
+        /// The error, rendered.
+        error: String,
+        /// Whether the step will be tried again.
+        will_retry: bool,
+    },
+    /// The run paused for a human.
+    Interrupted(Interrupt),
+    /// The run ended with this signal.
+    Finished {
+        /// The final signal (`$stopped` when stopped).
+        signal: Signal,
+        /// Steps taken in all.
+        steps: u64,
+    },
+    /// The run failed.
+    Failed {
+        /// The error, rendered.
+        error: String,
+    },
+}
+
+/// The subscribers of one run; sending costs nothing while there are none.
+pub(crate) struct EventHub<S: HarnessState> {
+    count: AtomicUsize,
+    senders: Mutex<Vec<mpsc::UnboundedSender<RunEvent<S>>>>,
+}
+
+impl<S: HarnessState> EventHub<S> {
+    pub(crate) fn new() -> Self {
+        Self {
+            count: AtomicUsize::new(0),
+            senders: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> RunEvents<S> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut senders = self
+            .senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        senders.push(tx);
+        self.count.store(senders.len(), Ordering::Release);
+        RunEvents { rx }
+    }
+
+    /// Whether anyone listens; check before building an expensive event.
+    pub(crate) fn active(&self) -> bool {
+        self.count.load(Ordering::Acquire) > 0
+    }
+
+    pub(crate) fn send(&self, event: RunEvent<S>) {
+        if !self.active() {
+            return;
+        }
+        let mut senders = self
+            .senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        senders.retain(|tx| tx.send(event.clone()).is_ok());
+        self.count.store(senders.len(), Ordering::Release);
+    }
+}
+
+/// The events of one run, as a [`Stream`]. It ends when the run's handle is
+/// dropped; events are buffered until read.
+pub struct RunEvents<S: HarnessState> {
+    rx: mpsc::UnboundedReceiver<RunEvent<S>>,
+}
+
+impl<S: HarnessState> fmt::Debug for RunEvents<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunEvents").finish_non_exhaustive()
+    }
+}
+
+impl<S: HarnessState> RunEvents<S> {
+    /// The next event, or `None` once the run's handle is gone.
+    pub async fn recv(&mut self) -> Option<RunEvent<S>> {
+        self.rx.recv().await
+    }
+
+    /// The next event if one is buffered now.
+    pub fn try_recv(&mut self) -> Option<RunEvent<S>> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl<S: HarnessState> Stream for RunEvents<S> {
+    type Item = RunEvent<S>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}

@@ -1,0 +1,326 @@
+//! Runs: executing a loop on tokio, stopping it, watching it, and pausing it
+//! for a human.
+//!
+//! [`Agent::run`](crate::Agent::run) returns a [`Run`]. Like any Rust future it
+//! does nothing until polled: await it (or `tokio::spawn` it) for an
+//! [`Outcome`]. Before that, [`Run::events`] subscribes to its live events and
+//! [`Run::stop_handle`] gives a handle that stops it from elsewhere.
+//!
+//! A step that calls [`Cx::interrupt`] makes the run settle with the signal
+//! `$interrupt`; [`Run::resume`] gives the answer, and awaiting the run again
+//! continues it: the interrupted step runs again, and its `interrupt` call now
+//! returns the answer.
+
+mod cx;
+mod engine;
+mod error;
+mod events;
+
+pub use cx::{Cx, StepJournal};
+pub use error::{BoxError, NoInterrupt, RunError, StepError, StepResult};
+pub use events::{RunEvent, RunEvents};
+
+use crate::agent::AgentInner;
+use crate::ids::{InterruptId, RunId, SessionId};
+use crate::signal::Signal;
+use crate::slots::Context;
+use crate::state::HarnessState;
+use engine::{Driven, Execution, Settle};
+use events::EventHub;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{self, Poll};
+
+/// A pause for a human, asked for by a step with [`Cx::interrupt`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// The id a resume must give.
+    pub id: InterruptId,
+    /// The step that asked.
+    pub step: String,
+    /// What the step asked, as JSON.
+    pub payload: Value,
+}
+
+/// How a run settled.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Outcome<S> {
+    /// The final signal: the one whose `.on(..).end()` ended the run, or
+    /// [`Signal::INTERRUPT`], or [`Signal::STOPPED`].
+    pub signal: Signal,
+    /// The state when the run settled.
+    pub state: S,
+    /// The run.
+    pub run_id: RunId,
+    /// Its session.
+    pub session_id: SessionId,
+    /// Steps completed, in all.
+    pub steps: u64,
+    /// The pending interrupt when the signal is `$interrupt`.
+    pub interrupt: Option<Interrupt>,
+}
+
+impl<S> Outcome<S> {
+    /// Whether the run is paused for a human.
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupt.is_some()
+    }
+}
+
+/// Identifies a run to observers and spans.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    /// The agent running it.
+    pub agent_id: Arc<str>,
+    /// The run.
+    pub run_id: RunId,
+    /// Its session.
+    pub session_id: SessionId,
+}
+
+/// Identifies a step visit to observers.
+#[derive(Clone, Debug)]
+pub struct StepInfo {
+    /// The step's name.
+    pub name: Arc<str>,
+    /// How many steps the run completed before this one.
+    pub index: u64,
+}
+
+/// Stops a run at its next step boundary; see [`Run::stop_handle`].
+#[derive(Clone, Debug)]
+pub struct StopHandle {
+    flag: Arc<AtomicBool>,
+}
+
+impl StopHandle {
+    /// Asks the run to stop before its next step; the step running now is
+    /// not cancelled. The outcome's signal is `$stopped`.
+    pub fn stop(&self) {
+        self.flag.store(true, Ordering::Release);
+    }
+}
+
+pub(crate) struct RunControl<S: HarnessState> {
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) events: EventHub<S>,
+}
+
+enum RunPhase<S: HarnessState> {
+    Ready(Execution<S>),
+    Running(BoxFuture<'static, Driven<S>>),
+    Paused(Execution<S>, Interrupt),
+    Failed(Execution<S>),
+    Done,
+}
+
+/// A run of an agent. Await it for its [`Outcome`].
+///
+/// `Run` is a future: it does nothing until polled, and `(&mut run).await`
+/// keeps the handle for a later [`resume`](Run::resume).
+pub struct Run<S: HarnessState, C: Context> {
+    agent: Arc<AgentInner<S, C>>,
+    ctx: Arc<C>,
+    control: Arc<RunControl<S>>,
+    info: RunInfo,
+    phase: RunPhase<S>,
+}
+
+impl<S: HarnessState, C: Context> fmt::Debug for Run<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = match &self.phase {
+            RunPhase::Ready(_) => "ready",
+            RunPhase::Running(_) => "running",
+            RunPhase::Paused(..) => "paused",
+            RunPhase::Failed(_) => "failed",
+            RunPhase::Done => "done",
+        };
+        f.debug_struct("Run")
+            .field("agent_id", &self.info.agent_id)
+            .field("run_id", &self.info.run_id)
+            .field("session_id", &self.info.session_id)
+            .field("phase", &phase)
+            .finish()
+    }
+}
+
+impl<S: HarnessState, C: Context> Run<S, C> {
+    pub(crate) fn new(agent: Arc<AgentInner<S, C>>, ctx: C, state: S, session_id: SessionId) -> Self {
+        let start = agent.harness.start;
+        let info = RunInfo {
+            agent_id: Arc::clone(&agent.id),
+            run_id: RunId::random(),
+            session_id,
+        };
+        Self {
+            agent,
+            ctx: Arc::new(ctx),
+            control: Arc::new(RunControl {
+                stop: Arc::new(AtomicBool::new(false)),
+                events: EventHub::new(),
+            }),
+            info,
+            phase: RunPhase::Ready(Execution::new(state, start)),
+        }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.info.run_id
+    }
+
+    /// The run's session.
+    pub fn session_id(&self) -> &SessionId {
+        &self.info.session_id
+    }
+
+    /// Subscribes to the run's events from now on. Subscribe before awaiting
+    /// to see every event.
+    pub fn events(&self) -> RunEvents<S> {
+        self.control.events.subscribe()
+    }
+
+    /// Stops the run at its next step boundary (see [`StopHandle::stop`]).
+    pub fn stop(&self) {
+        self.stop_handle().stop();
+    }
+
+    /// A handle that stops the run from another task.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle {
+            flag: Arc::clone(&self.control.stop),
+        }
+    }
+
+    /// The interrupt the run is paused on, if it is.
+    pub fn pending_interrupt(&self) -> Option<&Interrupt> {
+        match &self.phase {
+            RunPhase::Paused(_, i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// The state after the last completed step, when the run is not running:
+    /// before it starts, while paused, and after it failed.
+    pub fn state(&self) -> Option<&S> {
+        match &self.phase {
+            RunPhase::Ready(e) | RunPhase::Paused(e, _) | RunPhase::Failed(e) => Some(&e.state),
+            RunPhase::Running(_) | RunPhase::Done => None,
+        }
+    }
+
+    /// Answers the interrupt `id` with `response`. Await the run again to
+    /// continue it: the interrupted step runs again and its `interrupt` call
+    /// returns `response`.
+    pub fn resume(&mut self, response: impl Into<Value>, id: &InterruptId) -> Result<(), NoInterrupt> {
+        match std::mem::replace(&mut self.phase, RunPhase::Done) {
+            RunPhase::Paused(mut exec, interrupt) if interrupt.id == *id => {
+                exec.journal.responses.push(response.into());
+                self.phase = RunPhase::Ready(exec);
+                Ok(())
+            }
+            RunPhase::Paused(exec, interrupt) => {
+                let pending = Some(interrupt.id.clone());
+                self.phase = RunPhase::Paused(exec, interrupt);
+                Err(NoInterrupt {
+                    given: id.clone(),
+                    pending,
+                })
+            }
+            other => {
+                self.phase = other;
+                Err(NoInterrupt {
+                    given: id.clone(),
+                    pending: None,
+                })
+            }
+        }
+    }
+
+    /// Waits for the run to settle; the same as `(&mut run).await`.
+    pub async fn outcome(&mut self) -> Result<Outcome<S>, RunError> {
+        self.await
+    }
+
+    fn settle(&mut self, driven: Driven<S>) -> Result<Outcome<S>, RunError> {
+        let Driven { exec, result } = driven;
+        let outcome = |signal, state, interrupt| Outcome {
+            signal,
+            state,
+            run_id: self.info.run_id.clone(),
+            session_id: self.info.session_id.clone(),
+            steps: exec.steps,
+            interrupt,
+        };
+        match result {
+            Ok(Settle::Ended(signal)) => {
+                let state = Arc::unwrap_or_clone(Arc::clone(&exec.state));
+                let out = outcome(signal, state, None);
+                self.phase = RunPhase::Done;
+                Ok(out)
+            }
+            Ok(Settle::Stopped) => {
+                let state = Arc::unwrap_or_clone(Arc::clone(&exec.state));
+                let out = outcome(Signal::STOPPED, state, None);
+                self.phase = RunPhase::Done;
+                Ok(out)
+            }
+            Ok(Settle::Interrupted(interrupt)) => {
+                let out = outcome(Signal::INTERRUPT, (*exec.state).clone(), Some(interrupt.clone()));
+                self.phase = RunPhase::Paused(exec, interrupt);
+                Ok(out)
+            }
+            Err(e) => {
+                self.phase = RunPhase::Failed(exec);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<S: HarnessState, C: Context> Future for Run<S, C> {
+    type Output = Result<Outcome<S>, RunError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match std::mem::replace(&mut this.phase, RunPhase::Done) {
+                RunPhase::Ready(exec) => {
+                    this.phase = RunPhase::Running(engine::start(
+                        Arc::clone(&this.agent),
+                        Arc::clone(&this.ctx),
+                        Arc::clone(&this.control),
+                        this.info.clone(),
+                        exec,
+                    ));
+                }
+                RunPhase::Running(mut fut) => {
+                    return match fut.as_mut().poll(cx) {
+                        Poll::Pending => {
+                            this.phase = RunPhase::Running(fut);
+                            Poll::Pending
+                        }
+                        Poll::Ready(driven) => Poll::Ready(this.settle(driven)),
+                    };
+                }
+                RunPhase::Paused(exec, interrupt) => {
+                    let id = interrupt.id.clone();
+                    this.phase = RunPhase::Paused(exec, interrupt);
+                    return Poll::Ready(Err(RunError::Paused { interrupt: id }));
+                }
+                RunPhase::Failed(exec) => {
+                    this.phase = RunPhase::Failed(exec);
+                    return Poll::Ready(Err(RunError::Settled));
+                }
+                RunPhase::Done => return Poll::Ready(Err(RunError::Settled)),
+            }
+        }
+    }
+}
