@@ -97,7 +97,8 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     let setters = parsed.iter().map(|f| {
         let ident = &f.ident;
         let ty = &f.ty;
-        let doc = format!("Sets `{ident}` in this update; the field's reducer merges it into the state.");
+        let doc =
+            format!("Sets `{ident}` in this update; the field's reducer merges it into the state.");
         if is_string(ty) {
             quote! {
                 #[doc = #doc]
@@ -124,7 +125,9 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         let ty = &f.ty;
         match &f.default {
             Some(expr) => quote_spanned!(expr.span()=> #ident: #expr,),
-            None => quote_spanned!(ty.span()=> #ident: <#ty as ::core::default::Default>::default(),),
+            None => {
+                quote_spanned!(ty.span()=> #ident: <#ty as ::core::default::Default>::default(),)
+            }
         }
     });
 
@@ -252,9 +255,8 @@ fn parse_field(field: &syn::Field) -> syn::Result<StateField> {
                 reducer = parse_reducer(path)?;
                 Ok(())
             } else {
-                Err(meta.error(
-                    "unknown field option; expected `default = EXPR` or `reduce = REDUCER`",
-                ))
+                Err(meta
+                    .error("unknown field option; expected `default = EXPR` or `reduce = REDUCER`"))
             }
         })?;
     }
@@ -320,4 +322,3 @@ fn edit_distance(a: &str, b: &str) -> usize {
     }
     prev[b.len()]
 }
-

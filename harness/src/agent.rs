@@ -49,7 +49,8 @@ pub fn create_agent<S: HarnessState, C: Context>(
     slots: Slots,
 ) -> Result<Agent<S, C>, SlotError> {
     let none = Slots::new();
-    SlotSource::new(&harness.inner.fixed, &slots, &none).check::<C>(&[Phase::Fixed, Phase::Agent])?;
+    SlotSource::new(&harness.inner.fixed, &slots, &none)
+        .check::<C>(&[Phase::Fixed, Phase::Agent])?;
     Ok(Agent {
         inner: Arc::new(AgentInner {
             id: Arc::from(id.into()),
@@ -74,7 +75,12 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     }
 
     /// Starts a run in the session `session_id`.
-    pub fn run_in(&self, session_id: SessionId, state: S, slots: Slots) -> Result<Run<S, C>, SlotError> {
+    pub fn run_in(
+        &self,
+        session_id: SessionId,
+        state: S,
+        slots: Slots,
+    ) -> Result<Run<S, C>, SlotError> {
         let inner = &self.inner;
         let source = SlotSource::new(&inner.harness.fixed, &inner.slots, &slots);
         source.check::<C>(&[Phase::Run])?;

@@ -53,7 +53,13 @@ pub trait Observer<S: HarnessState>: Send + Sync {
 
     /// A step's `run` returned `update`, which is about to be merged.
     /// Route-only steps have no update and are not reported here.
-    async fn step_finished(&self, run: &RunInfo, step: &StepInfo, update: &S::Update, elapsed: Duration) {
+    async fn step_finished(
+        &self,
+        run: &RunInfo,
+        step: &StepInfo,
+        update: &S::Update,
+        elapsed: Duration,
+    ) {
         let _ = (run, step, update, elapsed);
     }
 
@@ -95,7 +101,13 @@ impl<S: HarnessState, A: Observer<S>, B: Observer<S>> Observer<S> for Both<A, B>
         self.0.step_started(run, step).await;
         self.1.step_started(run, step).await;
     }
-    async fn step_finished(&self, run: &RunInfo, step: &StepInfo, update: &S::Update, elapsed: Duration) {
+    async fn step_finished(
+        &self,
+        run: &RunInfo,
+        step: &StepInfo,
+        update: &S::Update,
+        elapsed: Duration,
+    ) {
         self.0.step_finished(run, step, update, elapsed).await;
         self.1.step_finished(run, step, update, elapsed).await;
     }
@@ -121,7 +133,13 @@ impl<S: HarnessState, O: Observer<S> + ?Sized> Observer<S> for Arc<O> {
     async fn step_started(&self, run: &RunInfo, step: &StepInfo) {
         (**self).step_started(run, step).await;
     }
-    async fn step_finished(&self, run: &RunInfo, step: &StepInfo, update: &S::Update, elapsed: Duration) {
+    async fn step_finished(
+        &self,
+        run: &RunInfo,
+        step: &StepInfo,
+        update: &S::Update,
+        elapsed: Duration,
+    ) {
         (**self).step_finished(run, step, update, elapsed).await;
     }
     async fn interrupted(&self, run: &RunInfo, interrupt: &Interrupt) {

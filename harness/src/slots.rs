@@ -145,7 +145,11 @@ impl Slots {
     /// Gives slot `name` the value `value`. The value's type must be the
     /// slot's field type exactly (`String`, not `&str`).
     #[must_use]
-    pub fn with<T: Clone + Send + Sync + 'static>(mut self, name: impl Into<String>, value: T) -> Self {
+    pub fn with<T: Clone + Send + Sync + 'static>(
+        mut self,
+        name: impl Into<String>,
+        value: T,
+    ) -> Self {
         self.insert(name, value);
         self
     }
@@ -248,7 +252,10 @@ impl fmt::Display for SlotProblem {
                 name,
                 expected,
                 found,
-            } => write!(f, "slot `{name}` expects a `{expected}` but was given a `{found}`"),
+            } => write!(
+                f,
+                "slot `{name}` expects a `{expected}` but was given a `{found}`"
+            ),
         }
     }
 }
@@ -300,7 +307,11 @@ pub struct SlotSource<'a> {
 impl<'a> SlotSource<'a> {
     pub(crate) fn new(fixed: &'a Slots, agent: &'a Slots, run: &'a Slots) -> Self {
         Self {
-            phases: [(Phase::Fixed, fixed), (Phase::Agent, agent), (Phase::Run, run)],
+            phases: [
+                (Phase::Fixed, fixed),
+                (Phase::Agent, agent),
+                (Phase::Run, run),
+            ],
         }
     }
 
@@ -365,7 +376,10 @@ impl<'a> SlotSource<'a> {
     }
 
     /// The value of slot `name`, cloned. Called by `#[derive(Context)]`.
-    pub fn get<T: Clone + Send + Sync + 'static>(&self, name: &'static str) -> Result<T, SlotError> {
+    pub fn get<T: Clone + Send + Sync + 'static>(
+        &self,
+        name: &'static str,
+    ) -> Result<T, SlotError> {
         for (_, slots) in &self.phases {
             if let Some(v) = slots.values.get(name) {
                 return match v.value.downcast_ref::<T>() {

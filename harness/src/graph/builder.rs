@@ -1,13 +1,13 @@
 //! The fluent loop builder.
 
 use super::{CompiledStep, Exits, HarnessInner, RouteFn, RunFn, Target, validate};
+use crate::Cx;
 use crate::graph::{Harness, LoopValidationError};
 use crate::observe::Observer;
 use crate::run::StepError;
 use crate::signal::Signal;
 use crate::slots::{Context, Slots};
 use crate::state::HarnessState;
-use crate::Cx;
 use futures::FutureExt;
 use std::fmt;
 use std::future::Future;
@@ -112,7 +112,10 @@ pub struct HarnessBuilder<S: HarnessState, C: Context = ()> {
 impl<S: HarnessState, C: Context> fmt::Debug for HarnessBuilder<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HarnessBuilder")
-            .field("steps", &self.steps.iter().map(|s| &s.name).collect::<Vec<_>>())
+            .field(
+                "steps",
+                &self.steps.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
             .field("start", &self.start)
             .finish_non_exhaustive()
     }
@@ -192,17 +195,16 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
             .iter()
             .map(|s| {
                 let next = s.next.as_deref().map(index);
-                let on = s
-                    .on
-                    .iter()
-                    .map(|(sig, dest)| {
-                        let t = match dest {
-                            Dest::Step(name) => Target::Step(index(name)),
-                            Dest::End => Target::End,
-                        };
-                        (sig.clone(), t)
-                    })
-                    .collect();
+                let on =
+                    s.on.iter()
+                        .map(|(sig, dest)| {
+                            let t = match dest {
+                                Dest::Step(name) => Target::Step(index(name)),
+                                Dest::End => Target::End,
+                            };
+                            (sig.clone(), t)
+                        })
+                        .collect();
                 (next, on)
             })
             .collect();
@@ -364,7 +366,10 @@ impl<S: HarnessState, C: Context> fmt::Debug for OnBuilder<S, C> {
 impl<S: HarnessState, C: Context> OnBuilder<S, C> {
     /// On this signal, continue at `step`.
     pub fn to(mut self, step: impl Into<String>) -> StepBuilder<S, C> {
-        self.step.step.on.push((self.signal, Dest::Step(step.into())));
+        self.step
+            .step
+            .on
+            .push((self.signal, Dest::Step(step.into())));
         self.step
     }
 

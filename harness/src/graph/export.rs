@@ -30,8 +30,18 @@ pub(super) fn mermaid<S: HarnessState, C>(steps: &[CompiledStep<S, C>], start: u
     let _ = writeln!(out, "    start__([start])");
     let _ = writeln!(out, "    end__([end])");
     for (i, s) in steps.iter().enumerate() {
-        let shape = if s.run.is_none() { ("{\"", "\"}") } else { ("[\"", "\"]") };
-        let _ = writeln!(out, "    s{i}{}{}{}", shape.0, mermaid_text(&s.name), shape.1);
+        let shape = if s.run.is_none() {
+            ("{\"", "\"}")
+        } else {
+            ("[\"", "\"]")
+        };
+        let _ = writeln!(
+            out,
+            "    s{i}{}{}{}",
+            shape.0,
+            mermaid_text(&s.name),
+            shape.1
+        );
     }
     let _ = writeln!(out, "    start__ --> s{start}");
     for (from, label, to) in edges(steps) {
@@ -63,7 +73,11 @@ pub(super) fn dot<S: HarnessState, C>(steps: &[CompiledStep<S, C>], start: usize
         let shape = if s.run.is_none() { "diamond" } else { "box" };
         let _ = writeln!(out, "    \"{}\" [shape={shape}];", dot_text(&s.name));
     }
-    let _ = writeln!(out, "    \"$start\" -> \"{}\";", dot_text(&steps[start].name));
+    let _ = writeln!(
+        out,
+        "    \"$start\" -> \"{}\";",
+        dot_text(&steps[start].name)
+    );
     for (from, label, to) in edges(steps) {
         let to = match to {
             Target::Step(t) => dot_text(&steps[t].name),
@@ -72,7 +86,11 @@ pub(super) fn dot<S: HarnessState, C>(steps: &[CompiledStep<S, C>], start: usize
         let from = dot_text(&steps[from].name);
         match label {
             Some(l) => {
-                let _ = writeln!(out, "    \"{from}\" -> \"{to}\" [label=\"{}\"];", dot_text(&l));
+                let _ = writeln!(
+                    out,
+                    "    \"{from}\" -> \"{to}\" [label=\"{}\"];",
+                    dot_text(&l)
+                );
             }
             None => {
                 let _ = writeln!(out, "    \"{from}\" -> \"{to}\";");

@@ -20,10 +20,10 @@ pub use builder::{DEFAULT_STEP_LIMIT, HarnessBuilder, OnBuilder, RetryPolicy, St
 pub use validate::{LoopValidationError, Violation};
 
 use crate::observe::Observer;
+use crate::run::StepError;
 use crate::signal::Signal;
 use crate::slots::{Context, Slots};
 use crate::state::HarnessState;
-use crate::run::StepError;
 use futures::future::BoxFuture;
 use std::fmt;
 use std::sync::Arc;
@@ -31,7 +31,10 @@ use std::time::Duration;
 
 /// The async half of a step, boxed.
 pub(crate) type RunFn<S, C> = Arc<
-    dyn Fn(Arc<S>, crate::Cx<C>) -> BoxFuture<'static, Result<<S as HarnessState>::Update, StepError>>
+    dyn Fn(
+            Arc<S>,
+            crate::Cx<C>,
+        ) -> BoxFuture<'static, Result<<S as HarnessState>::Update, StepError>>
         + Send
         + Sync,
 >;

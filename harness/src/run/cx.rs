@@ -232,7 +232,9 @@ impl<C> Cx<C> {
                 self.shared.step
             ))
         })?;
-        lock(&self.shared.journal).once.insert(key.to_string(), json);
+        lock(&self.shared.journal)
+            .once
+            .insert(key.to_string(), json);
         Ok(value)
     }
 }

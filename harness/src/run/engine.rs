@@ -2,12 +2,12 @@
 
 use super::cx::{CxShared, StepJournal};
 use super::{Interrupt, RunControl, RunError, RunEvent, RunInfo, StepError, StepInfo};
+use crate::Cx;
 use crate::agent::AgentInner;
 use crate::graph::{CompiledStep, Exits, RunFn, Target};
 use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
-use crate::Cx;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -121,8 +121,12 @@ async fn drive<S: HarnessState, C: Context>(
 
         let update = match &step.run {
             Some(run) => {
-                let span = tracing::info_span!("harness.step", step = %step.name, index = exec.steps);
-                match run_step(run, step, ctx, control, info, exec).instrument(span).await {
+                let span =
+                    tracing::info_span!("harness.step", step = %step.name, index = exec.steps);
+                match run_step(run, step, ctx, control, info, exec)
+                    .instrument(span)
+                    .await
+                {
                     Ok(update) => Some(update),
                     Err(Halt::Interrupt(interrupt)) => break Ok(Settle::Interrupted(interrupt)),
                     Err(Halt::Error(e)) => break Err(e),
@@ -134,7 +138,8 @@ async fn drive<S: HarnessState, C: Context>(
             // Observers see the update before it is merged, by reference, so
             // observing costs no copy of it.
             for o in observers {
-                o.step_finished(info, &step_info, update, began.elapsed()).await;
+                o.step_finished(info, &step_info, update, began.elapsed())
+                    .await;
             }
         }
         let event_update = if control.events.active() {
@@ -184,9 +189,7 @@ async fn drive<S: HarnessState, C: Context>(
         match next {
             Target::Step(i) => exec.at = i,
             Target::End => {
-                break Ok(Settle::Ended(
-                    signal.unwrap_or_else(|| Signal::new("$end")),
-                ));
+                break Ok(Settle::Ended(signal.unwrap_or_else(|| Signal::new("$end"))));
             }
         }
     };
@@ -202,7 +205,9 @@ async fn drive<S: HarnessState, C: Context>(
             for o in observers {
                 o.interrupted(info, interrupt).await;
             }
-            control.events.send(RunEvent::Interrupted(interrupt.clone()));
+            control
+                .events
+                .send(RunEvent::Interrupted(interrupt.clone()));
         }
         Err(e) => {
             tracing::warn!(error = %e, "run failed");

@@ -152,7 +152,12 @@ impl<S: HarnessState, C: Context> fmt::Debug for Run<S, C> {
 }
 
 impl<S: HarnessState, C: Context> Run<S, C> {
-    pub(crate) fn new(agent: Arc<AgentInner<S, C>>, ctx: C, state: S, session_id: SessionId) -> Self {
+    pub(crate) fn new(
+        agent: Arc<AgentInner<S, C>>,
+        ctx: C,
+        state: S,
+        session_id: SessionId,
+    ) -> Self {
         let start = agent.harness.start;
         let info = RunInfo {
             agent_id: Arc::clone(&agent.id),
@@ -219,7 +224,11 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     /// Answers the interrupt `id` with `response`. Await the run again to
     /// continue it: the interrupted step runs again and its `interrupt` call
     /// returns `response`.
-    pub fn resume(&mut self, response: impl Into<Value>, id: &InterruptId) -> Result<(), NoInterrupt> {
+    pub fn resume(
+        &mut self,
+        response: impl Into<Value>,
+        id: &InterruptId,
+    ) -> Result<(), NoInterrupt> {
         match std::mem::replace(&mut self.phase, RunPhase::Done) {
             RunPhase::Paused(mut exec, interrupt) if interrupt.id == *id => {
                 exec.journal.responses.push(response.into());
@@ -273,7 +282,11 @@ impl<S: HarnessState, C: Context> Run<S, C> {
                 Ok(out)
             }
             Ok(Settle::Interrupted(interrupt)) => {
-                let out = outcome(Signal::INTERRUPT, (*exec.state).clone(), Some(interrupt.clone()));
+                let out = outcome(
+                    Signal::INTERRUPT,
+                    (*exec.state).clone(),
+                    Some(interrupt.clone()),
+                );
                 self.phase = RunPhase::Paused(exec, interrupt);
                 Ok(out)
             }

@@ -1,0 +1,286 @@
+//! Loop validation and export.
+
+use harness::{Cx, Harness, HarnessState, StepResult, Violation};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct S {
+    #[field(reduce = add)]
+    n: u32,
+}
+
+async fn inc(_: Arc<S>, _: Cx<()>) -> StepResult<SUpdate> {
+    Ok(SUpdate::new().n(1))
+}
+
+fn done_when_three(s: &S) -> &'static str {
+    if s.n >= 3 { "done" } else { "again" }
+}
+
+#[test]
+fn every_violation_is_reported_at_once() {
+    let err = Harness::<S>::builder()
+        // unknown target
+        .step("a")
+        .run(inc)
+        .next("nowhere")
+        // duplicate name
+        .step("b")
+        .run(inc)
+        .next("a")
+        .step("b")
+        .run(inc)
+        .next("a")
+        // reserved name
+        .step("$interrupt")
+        .run(inc)
+        .next("a")
+        // neither run nor route
+        .step("empty")
+        // route without on
+        .step("router")
+        .route(done_when_three)
+        // next with on
+        .step("both")
+        .run(inc)
+        .route(done_when_three)
+        .next("a")
+        .on("done")
+        .end()
+        // a cycle with no way out, unreachable too
+        .step("x")
+        .run(inc)
+        .next("y")
+        .step("y")
+        .run(inc)
+        .next("x")
+        // a reserved signal
+        .step("sig")
+        .route(done_when_three)
+        .on("$stopped")
+        .end()
+        .on("again")
+        .to("sig")
+        .start("a")
+        .build()
+        .unwrap_err();
+    let v = &err.violations;
+    let has = |want: &Violation| v.contains(want);
+    assert!(
+        has(&Violation::UnknownTarget {
+            from: "a".into(),
+            via: "next".into(),
+            target: "nowhere".into()
+        }),
+        "{err}"
+    );
+    assert!(has(&Violation::DuplicateStep { step: "b".into() }), "{err}");
+    assert!(
+        v.iter()
+            .any(|x| matches!(x, Violation::ReservedName { name, .. } if name == "$interrupt")),
+        "{err}"
+    );
+    assert!(
+        v.iter()
+            .any(|x| matches!(x, Violation::ReservedName { name, .. } if name == "$stopped")),
+        "{err}"
+    );
+    assert!(
+        has(&Violation::NoBehaviour {
+            step: "empty".into()
+        }),
+        "{err}"
+    );
+    assert!(
+        has(&Violation::RouteWithoutOn {
+            step: "router".into()
+        }),
+        "{err}"
+    );
+    assert!(
+        has(&Violation::NextWithOn {
+            step: "both".into()
+        }),
+        "{err}"
+    );
+    assert!(
+        has(&Violation::NoWayOut {
+            steps: vec!["x".into(), "y".into()]
+        }),
+        "{err}"
+    );
+    assert!(has(&Violation::Unreachable { step: "x".into() }), "{err}");
+    assert!(v.len() >= 9, "{err}");
+    // The message lists each violation on its own line.
+    assert_eq!(err.to_string().lines().count(), v.len() + 1, "{err}");
+}
+
+#[test]
+fn missing_start_is_reported() {
+    let err = Harness::<S>::builder()
+        .step("a")
+        .run(inc)
+        .next("a")
+        .build()
+        .unwrap_err();
+    assert!(err.violations.contains(&Violation::NoStart), "{err}");
+    let err = Harness::<S>::builder()
+        .step("a")
+        .route(done_when_three)
+        .on("done")
+        .end()
+        .on("again")
+        .to("a")
+        .start("b")
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.violations,
+        vec![Violation::UnknownStart { step: "b".into() }]
+    );
+}
+
+#[test]
+fn step_with_run_only_and_no_transition_is_reported() {
+    let err = Harness::<S>::builder()
+        .step("a")
+        .run(inc)
+        .start("a")
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.violations,
+        vec![Violation::NoTransition { step: "a".into() }]
+    );
+}
+
+#[test]
+fn on_without_route_and_duplicate_signal_are_reported() {
+    let err = Harness::<S>::builder()
+        .step("a")
+        .run(inc)
+        .on("done")
+        .end()
+        .step("b")
+        .route(done_when_three)
+        .on("done")
+        .end()
+        .on("done")
+        .to("a")
+        .start("b")
+        .build()
+        .unwrap_err();
+    assert!(
+        err.violations
+            .contains(&Violation::OnWithoutRoute { step: "a".into() }),
+        "{err}"
+    );
+    assert!(
+        err.violations.contains(&Violation::DuplicateSignal {
+            step: "b".into(),
+            signal: "done".into()
+        }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_step_that_only_leads_into_a_closed_cycle_has_no_way_out() {
+    let err = Harness::<S>::builder()
+        .step("start")
+        .route(done_when_three)
+        .on("again")
+        .to("spin")
+        .on("done")
+        .end()
+        .step("spin")
+        .run(inc)
+        .next("spin")
+        .start("start")
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.violations,
+        vec![Violation::NoWayOut {
+            steps: vec!["spin".into()]
+        }]
+    );
+}
+
+fn valid() -> Harness<S> {
+    Harness::<S>::builder()
+        .step("work")
+        .run(inc)
+        .next("check")
+        .step("check")
+        .route(done_when_three)
+        .on("again")
+        .to("work")
+        .on("done")
+        .end()
+        .start("work")
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn valid_loop_builds_and_keeps_declaration_order() {
+    let h = valid();
+    assert_eq!(h.step_names().collect::<Vec<_>>(), ["work", "check"]);
+    assert_eq!(h.start(), "work");
+}
+
+#[test]
+fn mermaid_export_has_every_edge() {
+    let m = valid().to_mermaid();
+    assert!(m.starts_with("flowchart TD\n"), "{m}");
+    assert!(m.contains("s0[\"work\"]"), "{m}");
+    assert!(
+        m.contains("s1{\"check\"}"),
+        "route-only step is a decision: {m}"
+    );
+    assert!(m.contains("start__ --> s0"), "{m}");
+    assert!(m.contains("s0 --> s1"), "{m}");
+    assert!(m.contains("s1 -->|\"again\"| s0"), "{m}");
+    assert!(m.contains("s1 -->|\"done\"| end__"), "{m}");
+}
+
+#[test]
+fn dot_export_has_every_edge() {
+    let d = valid().to_dot();
+    assert!(d.starts_with("digraph harness {"), "{d}");
+    assert!(d.contains("\"$start\" -> \"work\";"), "{d}");
+    assert!(d.contains("\"work\" -> \"check\";"), "{d}");
+    assert!(
+        d.contains("\"check\" -> \"work\" [label=\"again\"];"),
+        "{d}"
+    );
+    assert!(d.contains("\"check\" -> \"$end\" [label=\"done\"];"), "{d}");
+    assert!(d.contains("\"check\" [shape=diamond];"), "{d}");
+    assert!(d.trim_end().ends_with('}'));
+}
+
+#[test]
+fn dot_export_escapes_quotes_in_names() {
+    let h = Harness::<S>::builder()
+        .step("say \"hi\"")
+        .route(done_when_three)
+        .on("done")
+        .end()
+        .on("again")
+        .to("say \"hi\"")
+        .start("say \"hi\"")
+        .build()
+        .unwrap();
+    assert!(
+        h.to_dot().contains("\"say \\\"hi\\\"\" [shape=diamond];"),
+        "{}",
+        h.to_dot()
+    );
+    assert!(
+        h.to_mermaid().contains("say #quot;hi#quot;"),
+        "{}",
+        h.to_mermaid()
+    );
+}

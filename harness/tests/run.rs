@@ -1,0 +1,519 @@
+//! Runs: outcomes, stop, limits, timeouts, retries, interrupts, journals,
+//! events and observers.
+
+use futures::StreamExt;
+use harness::observe::Observer;
+use harness::{
+    Context, Cx, Harness, HarnessState, InterruptId, RetryPolicy, RunError, RunEvent, RunInfo,
+    Signal, Slots, StepError, StepInfo, StepResult, create_agent,
+};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Counter {
+    #[field(reduce = add)]
+    count: u32,
+    #[field(reduce = append)]
+    seen: Vec<u32>,
+    #[field(default = 3)]
+    until: u32,
+}
+
+async fn bump(s: Arc<Counter>, _: Cx<()>) -> StepResult<CounterUpdate> {
+    Ok(CounterUpdate::new().count(1).seen(vec![s.count + 1]))
+}
+
+fn counter_loop() -> Harness<Counter> {
+    Harness::<Counter>::builder()
+        .step("bump")
+        .run(bump)
+        .next("check")
+        .step("check")
+        .route(|s: &Counter| if s.count < s.until { "again" } else { "done" })
+        .on("again")
+        .to("bump")
+        .on("done")
+        .end()
+        .start("bump")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn run_applies_updates_through_reducers_and_ends_on_the_signal() {
+    let agent = create_agent("counter", &counter_loop(), Slots::new()).unwrap();
+    let run = agent.run(Counter::default(), Slots::new()).unwrap();
+    let run_id = run.run_id().clone();
+    let out = run.await.unwrap();
+    assert_eq!(out.signal, "done");
+    assert_eq!(out.state.count, 3);
+    assert_eq!(out.state.seen, [1, 2, 3]);
+    assert_eq!(out.steps, 6, "three bumps and three checks");
+    assert_eq!(out.run_id, run_id);
+    assert!(out.interrupt.is_none());
+}
+
+#[tokio::test]
+async fn step_limit_ends_a_runaway_loop() {
+    let h = Harness::<Counter>::builder()
+        .step("bump")
+        .run(bump)
+        .route(|_: &Counter| "again")
+        .on("again")
+        .to("bump")
+        .on("never")
+        .end()
+        .start("bump")
+        .step_limit(50)
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let mut run = agent.run(Counter::default(), Slots::new()).unwrap();
+    let err = (&mut run).await.unwrap_err();
+    assert!(
+        matches!(err, RunError::StepLimit { limit: 50, ref step } if step == "bump"),
+        "{err}"
+    );
+    assert_eq!(
+        run.state().unwrap().count,
+        50,
+        "the state of the completed steps is kept"
+    );
+}
+
+#[tokio::test]
+async fn undeclared_signal_is_a_typed_error_naming_step_and_signal() {
+    let h = Harness::<Counter>::builder()
+        .step("bump")
+        .run(bump)
+        .route(|_: &Counter| Signal::from("sideways".to_string()))
+        .on("done")
+        .end()
+        .start("bump")
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let err = agent
+        .run(Counter::default(), Slots::new())
+        .unwrap()
+        .await
+        .unwrap_err();
+    match &err {
+        RunError::UndeclaredSignal {
+            step,
+            signal,
+            declared,
+        } => {
+            assert_eq!(step, "bump");
+            assert_eq!(signal, "sideways");
+            assert_eq!(declared, &[Signal::from("done")]);
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert!(err.to_string().contains("`sideways`"), "{err}");
+}
+
+#[tokio::test]
+async fn stop_settles_at_the_next_step_boundary() {
+    #[derive(Context)]
+    struct Gate {
+        #[slot(run)]
+        entered: Arc<tokio::sync::Notify>,
+        #[slot(run)]
+        release: Arc<tokio::sync::Notify>,
+    }
+    async fn wait(_: Arc<Counter>, cx: Cx<Gate>) -> StepResult<CounterUpdate> {
+        cx.entered.notify_one();
+        cx.release.notified().await;
+        Ok(CounterUpdate::new().count(1))
+    }
+    let h = Harness::<Counter, Gate>::builder()
+        .step("wait")
+        .run(wait)
+        .route(|_: &Counter| "again")
+        .on("again")
+        .to("wait")
+        .on("done")
+        .end()
+        .start("wait")
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let run = agent
+        .run(
+            Counter::default(),
+            Slots::new()
+                .with("entered", entered.clone())
+                .with("release", release.clone()),
+        )
+        .unwrap();
+    let stop = run.stop_handle();
+    let task = tokio::spawn(run);
+    entered.notified().await;
+    stop.stop();
+    release.notify_one();
+    let out = task.await.unwrap().unwrap();
+    assert_eq!(out.signal, Signal::STOPPED);
+    assert_eq!(out.state.count, 1, "the step that was running completed");
+    assert_eq!(out.steps, 1);
+}
+
+#[tokio::test]
+async fn timeout_and_retry_are_per_step() {
+    #[derive(Context)]
+    struct Calls {
+        #[slot(agent)]
+        calls: Arc<AtomicU32>,
+    }
+    async fn slow_then_fast(_: Arc<Counter>, cx: Cx<Calls>) -> StepResult<CounterUpdate> {
+        if cx.calls.fetch_add(1, Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok(CounterUpdate::new().count(1))
+    }
+    let calls = Arc::new(AtomicU32::new(0));
+    let build = |attempts| {
+        Harness::<Counter, Calls>::builder()
+            .step("s")
+            .run(slow_then_fast)
+            .timeout(Duration::from_millis(20))
+            .retry(RetryPolicy::attempts(attempts).backoff(Duration::from_millis(1)))
+            .route(|_: &Counter| "done")
+            .on("done")
+            .end()
+            .start("s")
+            .build()
+            .unwrap()
+    };
+    let agent = create_agent("a", &build(2), Slots::new().with("calls", calls.clone())).unwrap();
+    let err = agent
+        .run(Counter::default(), Slots::new())
+        .unwrap()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RunError::Timeout { attempts: 2, .. }),
+        "{err}"
+    );
+
+    calls.store(0, Ordering::SeqCst);
+    let agent = create_agent("a", &build(3), Slots::new().with("calls", calls.clone())).unwrap();
+    let out = agent
+        .run(Counter::default(), Slots::new())
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(out.state.count, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn failing_step_reports_the_step_and_its_error_as_source() {
+    async fn fail(_: Arc<Counter>, _: Cx<()>) -> StepResult<CounterUpdate> {
+        let n: u32 = "not a number".parse()?;
+        Ok(CounterUpdate::new().count(n))
+    }
+    let h = Harness::<Counter>::builder()
+        .step("parse")
+        .run(fail)
+        .retry(RetryPolicy::attempts(2))
+        .route(|_: &Counter| "done")
+        .on("done")
+        .end()
+        .start("parse")
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let err = agent
+        .run(Counter::default(), Slots::new())
+        .unwrap()
+        .await
+        .unwrap_err();
+    let RunError::Step {
+        step,
+        attempts,
+        source,
+    } = &err
+    else {
+        panic!("{err}")
+    };
+    assert_eq!((step.as_str(), *attempts), ("parse", 2));
+    assert!(source.downcast_ref::<std::num::ParseIntError>().is_some());
+    assert!(std::error::Error::source(&err).is_some());
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Order {
+    #[field(reduce = append)]
+    log: Vec<String>,
+}
+
+#[derive(Context)]
+struct Shop {
+    #[slot(agent)]
+    charges: Arc<AtomicU32>,
+}
+
+async fn checkout(_: Arc<Order>, cx: Cx<Shop>) -> StepResult<OrderUpdate> {
+    let receipt: String = cx
+        .once("charge", async {
+            let n = cx.charges.fetch_add(1, Ordering::SeqCst) + 1;
+            format!("charge #{n}")
+        })
+        .await?;
+    let address: String =
+        cx.interrupt(serde_json::json!({"ask": "address?", "receipt": receipt}))?;
+    let approved: bool = cx.interrupt("ship it?")?;
+    Ok(OrderUpdate::new().log(vec![receipt, address, approved.to_string()]))
+}
+
+fn shop() -> Harness<Order, Shop> {
+    Harness::<Order, Shop>::builder()
+        .step("checkout")
+        .run(checkout)
+        .route(|_: &Order| "shipped")
+        .on("shipped")
+        .end()
+        .start("checkout")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn interrupt_resume_runs_the_journaled_side_effect_exactly_once() {
+    let charges = Arc::new(AtomicU32::new(0));
+    let agent = create_agent(
+        "shop",
+        &shop(),
+        Slots::new().with("charges", charges.clone()),
+    )
+    .unwrap();
+    let mut run = agent.run(Order::default(), Slots::new()).unwrap();
+
+    let first = (&mut run).await.unwrap();
+    assert_eq!(first.signal, Signal::INTERRUPT);
+    let asked = first.interrupt.clone().unwrap();
+    assert_eq!(asked.step, "checkout");
+    assert_eq!(asked.payload["receipt"], "charge #1");
+    assert!(
+        first.state.log.is_empty(),
+        "the interrupted step's update is not applied"
+    );
+
+    run.resume("1 Main St", &asked.id).unwrap();
+    let second = (&mut run).await.unwrap();
+    let asked2 = second.interrupt.clone().unwrap();
+    assert_ne!(asked2.id, asked.id, "each pause has its own id");
+    assert_eq!(asked2.payload, "ship it?");
+
+    run.resume(true, &asked2.id).unwrap();
+    let done = (&mut run).await.unwrap();
+    assert_eq!(done.signal, "shipped");
+    assert_eq!(done.state.log, ["charge #1", "1 Main St", "true"]);
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        1,
+        "the side effect ran exactly once"
+    );
+}
+
+#[tokio::test]
+async fn resume_with_wrong_interrupt_id_is_rejected() {
+    let agent = create_agent(
+        "shop",
+        &shop(),
+        Slots::new().with("charges", Arc::new(AtomicU32::new(0))),
+    )
+    .unwrap();
+    let mut run = agent.run(Order::default(), Slots::new()).unwrap();
+    let out = (&mut run).await.unwrap();
+    let real = out.interrupt.unwrap().id;
+    let wrong = InterruptId::from("not-the-id");
+    let err = run.resume("x", &wrong).unwrap_err();
+    assert_eq!(err.given, wrong);
+    assert_eq!(err.pending.as_ref(), Some(&real));
+    assert!(err.to_string().contains("not-the-id"), "{err}");
+    // Still paused on the real one, which still works.
+    assert_eq!(run.pending_interrupt().map(|i| &i.id), Some(&real));
+    let again = (&mut run).await.unwrap_err();
+    assert!(matches!(again, RunError::Paused { .. }), "{again}");
+    run.resume("1 Main St", &real).unwrap();
+    let next = (&mut run).await.unwrap();
+    assert!(next.is_interrupted());
+}
+
+#[tokio::test]
+async fn resume_of_a_run_that_is_not_paused_is_rejected() {
+    let agent = create_agent("counter", &counter_loop(), Slots::new()).unwrap();
+    let mut run = agent.run(Counter::default(), Slots::new()).unwrap();
+    (&mut run).await.unwrap();
+    let err = run.resume("x", &InterruptId::from("any")).unwrap_err();
+    assert_eq!(err.pending, None);
+    assert!(matches!((&mut run).await, Err(RunError::Settled)));
+}
+
+#[tokio::test]
+async fn swallowed_interrupt_still_pauses_the_run() {
+    async fn sneaky(_: Arc<Order>, cx: Cx<()>) -> StepResult<OrderUpdate> {
+        let answer: Result<String, StepError> = cx.interrupt("ok?");
+        Ok(OrderUpdate::new().log(vec![answer.unwrap_or_else(|_| "ignored".into())]))
+    }
+    let h = Harness::<Order>::builder()
+        .step("s")
+        .run(sneaky)
+        .route(|_: &Order| "done")
+        .on("done")
+        .end()
+        .start("s")
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let mut run = agent.run(Order::default(), Slots::new()).unwrap();
+    let out = (&mut run).await.unwrap();
+    assert!(out.is_interrupted());
+    assert!(out.state.log.is_empty());
+    run.resume("yes", &out.interrupt.unwrap().id).unwrap();
+    assert_eq!((&mut run).await.unwrap().state.log, ["yes"]);
+}
+
+#[tokio::test]
+async fn events_stream_reports_each_step_live() {
+    let agent = create_agent("counter", &counter_loop(), Slots::new()).unwrap();
+    let run = agent
+        .run(
+            Counter {
+                until: 2,
+                ..Counter::default()
+            },
+            Slots::new(),
+        )
+        .unwrap();
+    let events = run.events();
+    let out = run.await.unwrap();
+    let events: Vec<_> = events.collect().await;
+    assert!(matches!(events.first(), Some(RunEvent::Started { .. })));
+    let finished: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::StepFinished {
+                step,
+                update,
+                signal,
+                ..
+            } => Some((step.to_string(), update.count, signal.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        finished,
+        [
+            ("bump".to_string(), Some(1), None),
+            ("check".to_string(), None, Some(Signal::from("again"))),
+            ("bump".to_string(), Some(1), None),
+            ("check".to_string(), None, Some(Signal::from("done"))),
+        ]
+    );
+    assert!(matches!(
+        events.last(),
+        Some(RunEvent::Finished { steps: 4, .. })
+    ));
+    assert_eq!(out.steps, 4);
+}
+
+#[derive(Default)]
+struct Tally {
+    started: AtomicU32,
+    steps: AtomicU32,
+    added: AtomicU32,
+    finished: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Observer<Counter> for Tally {
+    async fn run_started(&self, _: &RunInfo) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+    }
+    async fn step_started(&self, _: &RunInfo, _: &StepInfo) {
+        self.steps.fetch_add(1, Ordering::SeqCst);
+    }
+    async fn step_finished(&self, _: &RunInfo, _: &StepInfo, update: &CounterUpdate, _: Duration) {
+        self.added
+            .fetch_add(update.count.unwrap_or(0), Ordering::SeqCst);
+    }
+    async fn run_finished(&self, _: &RunInfo, signal: &Signal, _: u64) {
+        assert_eq!(signal, "done");
+        self.finished.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn composed_observers_each_see_every_hook() {
+    let a = Arc::new(Tally::default());
+    let b = Arc::new(Tally::default());
+    let h = Harness::<Counter>::builder()
+        .step("bump")
+        .run(bump)
+        .next("check")
+        .step("check")
+        .route(|s: &Counter| if s.count < 3 { "again" } else { "done" })
+        .on("again")
+        .to("bump")
+        .on("done")
+        .end()
+        .start("bump")
+        .observer(a.clone().and(b.clone()))
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    agent
+        .run(Counter::default(), Slots::new())
+        .unwrap()
+        .await
+        .unwrap();
+    for t in [&a, &b] {
+        assert_eq!(t.started.load(Ordering::SeqCst), 1);
+        assert_eq!(t.steps.load(Ordering::SeqCst), 6);
+        assert_eq!(t.added.load(Ordering::SeqCst), 3);
+        assert_eq!(t.finished.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_step_keeping_the_state_does_not_see_later_updates() {
+    // Copy-on-write: a step that holds on to its state snapshot keeps it.
+    let kept: Arc<std::sync::Mutex<Vec<Arc<Counter>>>> = Arc::default();
+    #[derive(Context)]
+    struct Keep {
+        #[slot(run)]
+        kept: Arc<std::sync::Mutex<Vec<Arc<Counter>>>>,
+    }
+    async fn keep(s: Arc<Counter>, cx: Cx<Keep>) -> StepResult<CounterUpdate> {
+        cx.kept.lock().unwrap().push(s);
+        Ok(CounterUpdate::new().count(1))
+    }
+    let h = Harness::<Counter, Keep>::builder()
+        .step("keep")
+        .run(keep)
+        .route(|s: &Counter| if s.count < 2 { "again" } else { "done" })
+        .on("again")
+        .to("keep")
+        .on("done")
+        .end()
+        .start("keep")
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let out = agent
+        .run(Counter::default(), Slots::new().with("kept", kept.clone()))
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(out.state.count, 2);
+    let counts: Vec<u32> = kept.lock().unwrap().iter().map(|s| s.count).collect();
+    assert_eq!(counts, [0, 1]);
+}

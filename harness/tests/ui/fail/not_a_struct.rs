@@ -1,0 +1,9 @@
+use harness::HarnessState;
+
+#[derive(HarnessState)]
+enum State {
+    A,
+    B,
+}
+
+fn main() {}
