@@ -8,6 +8,7 @@ extern crate self as harness;
 pub mod agent;
 pub mod graph;
 pub mod ids;
+pub mod llm;
 pub mod observe;
 pub mod run;
 pub mod signal;

@@ -1,0 +1,191 @@
+//! The typed error every model call returns.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a call to a [`LanguageModel`](crate::llm::LanguageModel) failed.
+///
+/// Each variant says what went wrong and its message says what to do about it.
+/// [`ModelError::is_retryable`] tells the transient failures (rate limits,
+/// overload, timeouts, dropped connections) from the ones a retry cannot fix.
+///
+/// The type is plain data (`Clone`, `PartialEq`, serde) so that scripted and
+/// replayed models can hand back the exact error a test expects; causes from
+/// lower layers are folded into the `message` text.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The provider rejected the credentials (HTTP 401 or 403): the API key is
+    /// wrong, revoked, or lacks access to the model.
+    #[error("authentication failed: {message}; check the API key and that it may use this model")]
+    Auth {
+        /// What the provider said.
+        message: String,
+    },
+
+    /// The provider is rate limiting this key (HTTP 429, or a quota error).
+    #[error("rate limited: {message}{}", retry_hint(*retry_after))]
+    RateLimited {
+        /// How long the provider asked us to wait (`Retry-After`), if it said.
+        retry_after: Option<Duration>,
+        /// What the provider said.
+        message: String,
+    },
+
+    /// The provider is overloaded or failed internally (HTTP 5xx, Anthropic's
+    /// 529, or an overload error event inside a stream). Usually transient.
+    #[error("provider unavailable{}: {message}; retry later", status_hint(*status))]
+    Overloaded {
+        /// The HTTP status, when the failure came with one.
+        status: Option<u16>,
+        /// What the provider said.
+        message: String,
+    },
+
+    /// No answer (or no further stream chunk) arrived in time.
+    #[error("the model did not answer within {after:?}; retry, or raise the timeout")]
+    Timeout {
+        /// The time limit that ran out.
+        after: Duration,
+    },
+
+    /// The provider refused the request as malformed (HTTP 400, 404, 413, 422):
+    /// unknown model, context too long, a bad tool schema, and the like.
+    /// Retrying the same request will fail again.
+    #[error("invalid request{}: {message}; fix the request before retrying", status_hint(*status))]
+    InvalidRequest {
+        /// The HTTP status, when the failure came with one.
+        status: Option<u16>,
+        /// What the provider said.
+        message: String,
+    },
+
+    /// The provider answered with something this crate cannot parse: a body
+    /// that is not the documented JSON, a stream cut off before its end, tool
+    /// arguments that are not JSON.
+    #[error("malformed response from the provider: {message}")]
+    MalformedResponse {
+        /// What could not be parsed, and where.
+        message: String,
+    },
+
+    /// The provider withheld the answer because of its content policy.
+    #[error("the provider filtered the content ({reason}); rephrase the request")]
+    ContentFiltered {
+        /// The provider's reason, e.g. `content_filter` or `SAFETY`.
+        reason: String,
+    },
+
+    /// The connection failed: DNS, TLS, refused or reset connection, or the
+    /// body stopped mid-way. Usually transient.
+    #[error("transport error: {message}; check the base URL and the network")]
+    Transport {
+        /// The failure, with its causes.
+        message: String,
+    },
+
+    /// The model is configured wrongly: no API key, an unparsable base URL.
+    #[error("configuration error: {message}")]
+    Configuration {
+        /// What is missing or wrong and how to set it.
+        message: String,
+    },
+
+    /// A [`ScriptedModel`](crate::llm::ScriptedModel) got a request its script
+    /// did not expect: one past the end of the script, or one that fails the
+    /// turn's expectation.
+    #[error("scripted model, turn {turn}: {message}")]
+    ScriptMismatch {
+        /// Which request it was, counting from 1.
+        turn: usize,
+        /// What was expected and what came instead.
+        message: String,
+    },
+
+    /// A [`Replay`](crate::llm::Replay) got a request that differs from the
+    /// recorded one, or more requests than were recorded.
+    #[error("replay, turn {turn}: {message}; re-record the recording if the change is intended")]
+    ReplayMismatch {
+        /// Which request it was, counting from 1.
+        turn: usize,
+        /// Where the request differs from the recording.
+        message: String,
+    },
+
+    /// Reading or writing a recording file failed: a
+    /// [`Recorded`](crate::llm::Recorded) model could not save an exchange, or
+    /// a [`Replay`](crate::llm::Replay) could not load its file.
+    #[error("recording file {}: {message}", path.display())]
+    Recording {
+        /// The recording file.
+        path: PathBuf,
+        /// The I/O or serialization failure.
+        message: String,
+    },
+
+    /// Any other failure, from a custom [`LanguageModel`](crate::llm::LanguageModel).
+    #[error("{message}")]
+    Other {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn retry_hint(retry_after: Option<Duration>) -> String {
+    match retry_after {
+        Some(wait) => format!("; retry after {wait:?}"),
+        None => "; retry later".to_owned(),
+    }
+}
+
+fn status_hint(status: Option<u16>) -> String {
+    match status {
+        Some(code) => format!(" (HTTP {code})"),
+        None => String::new(),
+    }
+}
+
+impl ModelError {
+    /// Whether retrying the same request later may succeed: rate limits,
+    /// overload, timeouts and transport failures.
+    ///
+    /// ```
+    /// use harness::llm::ModelError;
+    /// assert!(ModelError::Overloaded { status: Some(503), message: "busy".into() }.is_retryable());
+    /// assert!(!ModelError::Auth { message: "bad key".into() }.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::RateLimited { .. }
+                | Self::Overloaded { .. }
+                | Self::Timeout { .. }
+                | Self::Transport { .. }
+        )
+    }
+
+    /// How long the provider asked to wait before retrying, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A [`ModelError::MalformedResponse`] with the given message.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::MalformedResponse {
+            message: message.into(),
+        }
+    }
+
+    /// A [`ModelError::Other`] with the given message.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::Other {
+            message: message.into(),
+        }
+    }
+}

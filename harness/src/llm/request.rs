@@ -1,0 +1,180 @@
+//! What is sent to a model.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::llm::message::Message;
+use crate::llm::tool::ToolSpec;
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", content = "name", rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    #[default]
+    Auto,
+    /// The model must not call tools.
+    None,
+    /// The model must call some tool.
+    Required,
+    /// The model must call the named tool.
+    Tool(String),
+}
+
+/// A request to a model: the conversation so far, the tools on offer and
+/// sampling settings. Build one with [`ModelRequest::builder`] or
+/// [`ModelRequest::new`].
+///
+/// The model's name is not part of the request: it belongs to the provider's
+/// configuration, so the same loop runs unchanged against any provider.
+///
+/// ```
+/// use harness::llm::{Message, ModelRequest};
+///
+/// let request = ModelRequest::builder()
+///     .system("You are terse.")
+///     .message(Message::user("Hi"))
+///     .temperature(0.2)
+///     .max_tokens(256)
+///     .build();
+/// assert_eq!(request.messages.len(), 2);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ModelRequest {
+    /// The conversation, oldest first. System messages may appear anywhere;
+    /// providers with a separate system field collect them there.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// Whether and which tool the model must call.
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub tool_choice: ToolChoice,
+    /// Sampling temperature; `None` keeps the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Nucleus sampling mass; `None` keeps the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    /// Upper bound on generated tokens; `None` keeps the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Sequences that end generation when produced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_sequences: Vec<String>,
+    /// Provider-specific fields merged into the top level of the JSON body
+    /// (e.g. `{"seed": 7}`); overrides fields the provider would set.
+    /// Using it ties the request to one provider's API.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
+}
+
+fn is_auto(choice: &ToolChoice) -> bool {
+    *choice == ToolChoice::Auto
+}
+
+impl ModelRequest {
+    /// A request with the given messages and default settings.
+    pub fn new(messages: impl IntoIterator<Item = Message>) -> Self {
+        Self {
+            messages: messages.into_iter().collect(),
+            ..Self::default()
+        }
+    }
+
+    /// A builder for a request.
+    pub fn builder() -> ModelRequestBuilder {
+        ModelRequestBuilder::default()
+    }
+
+    /// The last message, if any.
+    pub fn last_message(&self) -> Option<&Message> {
+        self.messages.last()
+    }
+}
+
+/// Builds a [`ModelRequest`]; see there for an example.
+#[derive(Debug, Clone, Default)]
+pub struct ModelRequestBuilder {
+    request: ModelRequest,
+}
+
+impl ModelRequestBuilder {
+    /// Appends a system message.
+    pub fn system(mut self, text: impl Into<String>) -> Self {
+        self.request.messages.push(Message::system(text));
+        self
+    }
+
+    /// Appends a user message with the given text.
+    pub fn user(mut self, text: impl Into<String>) -> Self {
+        self.request.messages.push(Message::user(text));
+        self
+    }
+
+    /// Appends a message.
+    pub fn message(mut self, message: Message) -> Self {
+        self.request.messages.push(message);
+        self
+    }
+
+    /// Appends messages.
+    pub fn messages(mut self, messages: impl IntoIterator<Item = Message>) -> Self {
+        self.request.messages.extend(messages);
+        self
+    }
+
+    /// Offers a tool.
+    pub fn tool(mut self, tool: ToolSpec) -> Self {
+        self.request.tools.push(tool);
+        self
+    }
+
+    /// Offers tools, e.g. `ToolSet::specs()`.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = ToolSpec>) -> Self {
+        self.request.tools.extend(tools);
+        self
+    }
+
+    /// Sets whether and which tool the model must call.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.request.tool_choice = choice;
+        self
+    }
+
+    /// Sets the sampling temperature.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.request.temperature = Some(temperature);
+        self
+    }
+
+    /// Sets the nucleus sampling mass.
+    pub fn top_p(mut self, top_p: f32) -> Self {
+        self.request.top_p = Some(top_p);
+        self
+    }
+
+    /// Sets the upper bound on generated tokens.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.request.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Adds a stop sequence.
+    pub fn stop_sequence(mut self, stop: impl Into<String>) -> Self {
+        self.request.stop_sequences.push(stop.into());
+        self
+    }
+
+    /// Sets a provider-specific top-level body field; see [`ModelRequest::extra`].
+    pub fn extra(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.request.extra.insert(key.into(), value);
+        self
+    }
+
+    /// The finished request.
+    pub fn build(self) -> ModelRequest {
+        self.request
+    }
+}

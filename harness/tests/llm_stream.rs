@@ -1,0 +1,184 @@
+//! Streaming events, collection into a response, and tool-call assembly.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use harness::llm::{
+    ContentPart, ModelError, ModelResponse, PartialToolCalls, StopReason, StreamCollector,
+    StreamEvent, ToolCall, Usage, collect_stream,
+};
+use serde_json::json;
+
+fn items(events: Vec<StreamEvent>) -> impl futures::Stream<Item = Result<StreamEvent, ModelError>> {
+    futures::stream::iter(events.into_iter().map(Ok))
+}
+
+#[tokio::test]
+async fn text_deltas_merge_and_tool_calls_keep_their_place() {
+    let call = ToolCall::new("c1", "search", json!({"q": "rust"}));
+    let events = vec![
+        StreamEvent::text("Let me "),
+        StreamEvent::text("search."),
+        StreamEvent::ToolCallStart {
+            index: 0,
+            id: "c1".into(),
+            name: "search".into(),
+        },
+        StreamEvent::text("Meanwhile"),
+        StreamEvent::ToolCallDelta {
+            index: 0,
+            arguments: "{\"q\":".into(),
+        },
+        StreamEvent::ToolCallDelta {
+            index: 0,
+            arguments: "\"rust\"}".into(),
+        },
+        StreamEvent::ToolCallEnd {
+            index: 0,
+            call: call.clone(),
+        },
+        StreamEvent::Usage(Usage::new(10, 1)),
+        StreamEvent::Usage(Usage::new(10, 5)),
+        StreamEvent::finish(StopReason::ToolUse),
+    ];
+    let response = collect_stream(items(events)).await.unwrap();
+    assert_eq!(
+        response.content,
+        vec![
+            ContentPart::text("Let me search."),
+            ContentPart::ToolCall(call),
+            ContentPart::text("Meanwhile"),
+        ]
+    );
+    assert_eq!(response.usage, Usage::new(10, 5));
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+}
+
+#[tokio::test]
+async fn response_to_events_and_back_is_identity() {
+    let response = ModelResponse::new(
+        vec![
+            ContentPart::text("thinking"),
+            ContentPart::ToolCall(ToolCall::new("a", "x", json!({"n": 1}))),
+            ContentPart::ToolCall(ToolCall::new("b", "y", json!({}))),
+        ],
+        Usage::new(7, 8),
+        StopReason::ToolUse,
+    );
+    assert_eq!(
+        collect_stream(response.clone().into_stream())
+            .await
+            .unwrap(),
+        response
+    );
+}
+
+#[tokio::test]
+async fn a_stream_without_finish_was_cut_off() {
+    let error = collect_stream(items(vec![StreamEvent::text("partial")]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ModelError::MalformedResponse { message } if message.contains("without a finish")),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_ending_inside_a_tool_call_was_cut_off() {
+    let error = collect_stream(items(vec![
+        StreamEvent::ToolCallStart {
+            index: 0,
+            id: "c".into(),
+            name: "t".into(),
+        },
+        StreamEvent::finish(StopReason::ToolUse),
+    ]))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error, ModelError::MalformedResponse { message } if message.contains("still open")),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn the_first_error_ends_collection() {
+    let stream = futures::stream::iter(vec![
+        Ok(StreamEvent::text("a")),
+        Err(ModelError::Timeout {
+            after: std::time::Duration::from_millis(5),
+        }),
+        Ok(StreamEvent::finish(StopReason::EndTurn)),
+    ]);
+    assert!(matches!(
+        collect_stream(stream).await,
+        Err(ModelError::Timeout { .. })
+    ));
+}
+
+#[test]
+fn contradictory_events_are_rejected() {
+    let mut collector = StreamCollector::new();
+    let delta = StreamEvent::ToolCallDelta {
+        index: 3,
+        arguments: "{}".into(),
+    };
+    assert!(collector.push(delta).is_err());
+    let start = StreamEvent::ToolCallStart {
+        index: 0,
+        id: "c".into(),
+        name: "t".into(),
+    };
+    collector.push(start.clone()).unwrap();
+    assert!(collector.push(start).is_err());
+}
+
+#[test]
+fn partial_tool_calls_assemble_fragments_by_index() {
+    let mut calls = PartialToolCalls::new();
+    assert!(calls.start(1, "b", "second"));
+    assert!(calls.start(0, "a", "first"));
+    assert!(!calls.start(0, "a", "first"), "a call starts once");
+    assert!(calls.append(0, "{\"x\":"));
+    assert!(calls.append(1, ""));
+    assert!(calls.append(0, " 1}"));
+    assert!(!calls.append(7, "{}"));
+    let first = calls.finish(0).unwrap().unwrap();
+    assert_eq!(first, ToolCall::new("a", "first", json!({"x": 1})));
+    assert!(calls.finish(0).is_none());
+    let rest = calls.finish_all();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].0, 1);
+    assert_eq!(
+        rest[0].1.as_ref().unwrap().arguments,
+        json!({}),
+        "empty arguments are {{}}"
+    );
+}
+
+#[test]
+fn partial_tool_call_with_broken_json_is_malformed() {
+    let mut calls = PartialToolCalls::new();
+    calls.start(0, "a", "f");
+    calls.append(0, "{\"x\": ");
+    let error = calls.finish(0).unwrap().unwrap_err();
+    assert!(
+        matches!(&error, ModelError::MalformedResponse { message } if message.contains("`f`")),
+        "{error}"
+    );
+}
+
+#[test]
+fn stream_events_serialize_with_an_event_tag() {
+    assert_eq!(
+        serde_json::to_value(StreamEvent::text("hi")).unwrap(),
+        json!({"event": "text_delta", "text": "hi"})
+    );
+    assert_eq!(
+        serde_json::to_value(StreamEvent::Usage(Usage::new(1, 2))).unwrap(),
+        json!({"event": "usage", "input_tokens": 1, "output_tokens": 2})
+    );
+    assert_eq!(
+        serde_json::to_value(StreamEvent::finish(StopReason::Other("weird".into()))).unwrap(),
+        json!({"event": "finish", "stop_reason": {"reason": "other", "detail": "weird"}})
+    );
+}

@@ -1,0 +1,168 @@
+//! Typed tools and ToolSet dispatch.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use async_trait::async_trait;
+use harness::llm::{Tool, ToolCall, ToolError, ToolSet};
+use serde_json::json;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct AddArgs {
+    a: i64,
+    b: i64,
+}
+
+struct Add;
+
+#[async_trait]
+impl Tool for Add {
+    type Args = AddArgs;
+    type Output = i64;
+    type Error = String;
+    fn name(&self) -> &str {
+        "add"
+    }
+    fn description(&self) -> &str {
+        "Adds two integers"
+    }
+    async fn call(&self, args: AddArgs) -> Result<i64, String> {
+        args.a
+            .checked_add(args.b)
+            .ok_or_else(|| "overflow".to_owned())
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct EchoArgs {
+    text: String,
+}
+
+#[derive(serde::Serialize)]
+struct Echoed {
+    echoed: String,
+}
+
+struct Echo(&'static str);
+
+#[async_trait]
+impl Tool for Echo {
+    type Args = EchoArgs;
+    type Output = serde_json::Value;
+    type Error = std::convert::Infallible;
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn description(&self) -> &str {
+        "Echoes"
+    }
+    async fn call(&self, args: EchoArgs) -> Result<serde_json::Value, Self::Error> {
+        Ok(if self.0 == "echo_struct" {
+            serde_json::to_value(Echoed { echoed: args.text }).unwrap()
+        } else {
+            serde_json::Value::String(args.text)
+        })
+    }
+}
+
+fn tools() -> ToolSet {
+    ToolSet::new()
+        .with(Add)
+        .with(Echo("echo"))
+        .with(Echo("echo_struct"))
+}
+
+#[tokio::test]
+async fn dispatches_to_the_named_tool() {
+    let result = tools()
+        .dispatch(&ToolCall::new("c1", "add", json!({"a": 2, "b": 40})))
+        .await
+        .unwrap();
+    assert_eq!(result.content, "42");
+    assert_eq!(result.call_id, "c1");
+    assert_eq!(result.name, "add");
+    assert!(!result.is_error);
+}
+
+#[tokio::test]
+async fn string_output_is_sent_as_is_and_structs_as_json() {
+    let set = tools();
+    let plain = set
+        .dispatch(&ToolCall::new("c", "echo", json!({"text": "hi"})))
+        .await
+        .unwrap();
+    assert_eq!(plain.content, "hi");
+    let structured = set
+        .dispatch(&ToolCall::new("c", "echo_struct", json!({"text": "hi"})))
+        .await
+        .unwrap();
+    assert_eq!(structured.content, r#"{"echoed":"hi"}"#);
+}
+
+#[tokio::test]
+async fn unknown_tool_is_a_typed_error_listing_the_tools() {
+    let error = tools()
+        .dispatch(&ToolCall::new("c1", "multiply", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        ToolError::UnknownTool {
+            name: "multiply".into(),
+            available: vec!["add".into(), "echo".into(), "echo_struct".into()]
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "unknown tool `multiply`; the available tools are: add, echo, echo_struct"
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_are_a_typed_error() {
+    let error = tools()
+        .dispatch(&ToolCall::new("c1", "add", json!({"a": "two", "b": 1})))
+        .await
+        .unwrap_err();
+    match &error {
+        ToolError::InvalidArguments { tool, message } => {
+            assert_eq!(tool, "add");
+            assert!(message.contains("invalid type"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tool_failure_is_reported_to_the_model() {
+    let set = tools();
+    let call = ToolCall::new("c9", "add", json!({"a": i64::MAX, "b": 1}));
+    let error = set.dispatch(&call).await.unwrap_err();
+    assert_eq!(
+        error,
+        ToolError::Failed {
+            tool: "add".into(),
+            message: "overflow".into()
+        }
+    );
+    let reported = set.dispatch_or_report(&call).await;
+    assert!(reported.is_error);
+    assert_eq!(reported.call_id, "c9");
+    assert_eq!(reported.content, "tool `add` failed: overflow");
+}
+
+#[test]
+fn specs_follow_registration_order_and_replacing_keeps_the_place() {
+    let mut set = tools();
+    set.register(Add);
+    let names: Vec<_> = set.specs().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["add", "echo", "echo_struct"]);
+    assert_eq!(set.len(), 3);
+    assert!(set.contains("echo"));
+    assert!(!set.is_empty());
+    let spec = &set.specs()[0];
+    assert_eq!(spec.description, "Adds two integers");
+    assert_eq!(spec.parameters["required"], json!(["a", "b"]));
+    assert_eq!(
+        format!("{set:?}"),
+        r#"ToolSet { tools: ["add", "echo", "echo_struct"] }"#
+    );
+}
