@@ -137,14 +137,13 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         let merge = match &f.reducer {
             Reducer::Replace => quote!(self.#ident = value;),
             Reducer::BuiltIn(r) => {
-                let call = match r.to_string().as_str() {
+                match r.to_string().as_str() {
                     "append" => quote_spanned!(r.span()=> <#ty as #krate::state::reduce::Appendable>::append_from(&mut self.#ident, value);),
                     "extend" => quote_spanned!(r.span()=> <#ty as #krate::state::reduce::Extendable>::extend_from(&mut self.#ident, value);),
                     "add" => quote_spanned!(r.span()=> <#ty as #krate::state::reduce::Addable>::add_from(&mut self.#ident, value);),
                     "max" => quote_spanned!(r.span()=> <#ty as #krate::state::reduce::Comparable>::keep_max(&mut self.#ident, value);),
                     _ => quote_spanned!(r.span()=> <#ty as #krate::state::reduce::Comparable>::keep_min(&mut self.#ident, value);),
-                };
-                call
+                }
             }
             Reducer::Custom(path) => quote_spanned! {path.span()=>
                 let reduce: fn(&mut #ty, #ty) = #path;

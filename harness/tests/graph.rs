@@ -1,5 +1,7 @@
 //! Loop validation and export.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 use harness::{Cx, Harness, HarnessState, StepResult, Violation};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

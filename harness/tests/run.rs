@@ -1,6 +1,8 @@
 //! Runs: outcomes, stop, limits, timeouts, retries, interrupts, journals,
 //! events and observers.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 use futures::StreamExt;
 use harness::observe::Observer;
 use harness::{

@@ -1,5 +1,7 @@
 //! Slots: every problem reported at once, by name and phase.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 use harness::slots::{Phase, SlotProblem};
 use harness::{Context, Cx, Harness, HarnessState, Slots, StepResult, create_agent};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,7 @@
 //! `#[derive(HarnessState)]`: defaults, reducers, updates, serde and schema.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 use harness::HarnessState;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -190,12 +190,12 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 .position(|s| s.name == name)
                 .unwrap_or_default()
         };
-        let targets: Vec<(Option<usize>, Vec<(Signal, Target)>)> = self
+        let exits: Vec<Exits> = self
             .steps
             .iter()
-            .map(|s| {
-                let next = s.next.as_deref().map(index);
-                let on =
+            .map(|s| match s.next.as_deref() {
+                Some(next) => Exits::Next(index(next)),
+                None => Exits::On(
                     s.on.iter()
                         .map(|(sig, dest)| {
                             let t = match dest {
@@ -204,22 +204,19 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                             };
                             (sig.clone(), t)
                         })
-                        .collect();
-                (next, on)
+                        .collect(),
+                ),
             })
             .collect();
         let steps = self
             .steps
             .into_iter()
-            .zip(targets)
-            .map(|(s, (next, on))| CompiledStep {
+            .zip(exits)
+            .map(|(s, exits)| CompiledStep {
                 name: Arc::from(s.name),
                 run: s.run,
                 route: s.route,
-                exits: match next {
-                    Some(i) => Exits::Next(i),
-                    None => Exits::On(on),
-                },
+                exits,
                 timeout: s.timeout,
                 retry: s.retry,
             })

@@ -1,0 +1,106 @@
+//! Fixtures shared by the cross-crate tests: a tool-calling chat loop over
+//! any [`LanguageModel`].
+
+use harness::llm::{LanguageModel, Message, ModelRequest, Tool, ToolSet};
+use harness::{Context, Cx, Harness, HarnessState, RetryPolicy, StepResult};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A conversation.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+pub struct Chat {
+    /// Every message so far.
+    #[field(reduce = append)]
+    pub messages: Vec<Message>,
+}
+
+/// The chat loop's dependencies.
+#[allow(missing_debug_implementations)] // models and tool sets need not be Debug
+#[derive(Context)]
+pub struct Deps {
+    /// The tools.
+    #[slot(fixed)]
+    pub tools: Arc<ToolSet>,
+    /// The model.
+    #[slot(agent)]
+    pub model: Arc<dyn LanguageModel>,
+}
+
+async fn think(chat: Arc<Chat>, cx: Cx<Deps>) -> StepResult<ChatUpdate> {
+    let request = ModelRequest::builder()
+        .messages(chat.messages.iter().cloned())
+        .tools(cx.tools.specs())
+        .build();
+    let answer = cx.model.complete(&request).await?;
+    Ok(ChatUpdate::new().messages(vec![answer.into_message()]))
+}
+
+async fn call_tools(chat: Arc<Chat>, cx: Cx<Deps>) -> StepResult<ChatUpdate> {
+    let mut results = Vec::new();
+    for call in chat
+        .messages
+        .last()
+        .into_iter()
+        .flat_map(Message::tool_calls)
+    {
+        results.push(cx.tools.dispatch_or_report(call).await);
+    }
+    Ok(ChatUpdate::new().messages(vec![Message::tool_results(results)]))
+}
+
+/// think → call_tools → think → … → complete.
+pub fn chat_loop(tools: ToolSet) -> harness::HarnessBuilder<Chat, Deps> {
+    chat_loop_with(tools, RetryPolicy::default())
+}
+
+/// [`chat_loop`] with a retry policy on the model call.
+pub fn chat_loop_with(tools: ToolSet, retry: RetryPolicy) -> harness::HarnessBuilder<Chat, Deps> {
+    Harness::<Chat, Deps>::builder()
+        .step("think")
+        .run(think)
+        .retry(retry)
+        .route(|c: &Chat| match c.messages.last() {
+            Some(m) if m.tool_calls().next().is_some() => "call_tools",
+            _ => "complete",
+        })
+        .on("call_tools")
+        .to("call_tools")
+        .on("complete")
+        .end()
+        .step("call_tools")
+        .run(call_tools)
+        .next("think")
+        .start("think")
+        .slots(harness::Slots::new().with("tools", Arc::new(tools)))
+}
+
+/// Arguments of [`Counter`].
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct CounterArgs {
+    /// How much to add.
+    pub by: u32,
+}
+
+/// A tool with a side effect: adds to a shared counter and returns the total.
+#[derive(Clone, Debug, Default)]
+pub struct Counter(pub Arc<AtomicU32>);
+
+#[async_trait::async_trait]
+impl Tool for Counter {
+    type Args = CounterArgs;
+    type Output = u32;
+    type Error = String;
+
+    fn name(&self) -> &str {
+        "count"
+    }
+
+    fn description(&self) -> &str {
+        "Adds `by` to a counter and returns the new total."
+    }
+
+    async fn call(&self, args: CounterArgs) -> Result<u32, String> {
+        Ok(self.0.fetch_add(args.by, Ordering::SeqCst) + args.by)
+    }
+}
