@@ -1,10 +1,16 @@
-//! Agents: a harness with its agent slots, ready to run.
+//! Agents: a harness with its agent slots, ready to run, and the operations
+//! on its stored sessions (resume, continue, recover, time travel).
 
 use crate::graph::{Harness, HarnessInner};
-use crate::ids::SessionId;
-use crate::run::Run;
+use crate::ids::{InterruptId, RunId, SessionId};
+use crate::run::{Execution, NoInterrupt, Run, SessionLink, StepJournal};
+use crate::session::{
+    CheckpointInfo, CheckpointKind, NoSession, SessionCursor, SessionError,
+    SessionPendingInterrupt, SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun, rebuild,
+};
 use crate::slots::{Context, Phase, SlotError, SlotSource, Slots};
 use crate::state::HarnessState;
+use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 
@@ -69,22 +75,344 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     /// Starts a run from `state` with the run slots, in a new session.
     ///
     /// Returns the [`Run`]; await it for the outcome. The run slots are
-    /// checked here, all problems reported together.
+    /// checked here, all problems reported together. With a session store,
+    /// the session is created when the run starts.
     pub fn run(&self, state: S, slots: Slots) -> Result<Run<S, C>, SlotError> {
         self.run_in(SessionId::random(), state, slots)
     }
 
-    /// Starts a run in the session `session_id`.
+    /// Starts a run from `state` in a new session named `session_id`.
     pub fn run_in(
         &self,
         session_id: SessionId,
         state: S,
         slots: Slots,
     ) -> Result<Run<S, C>, SlotError> {
+        let ctx = self.context(&slots)?;
+        let harness = &self.inner.harness;
+        let link = match &harness.store {
+            Some(store) => SessionLink::New(Arc::clone(store), harness.session_config.clone()),
+            None => SessionLink::Detached,
+        };
+        let exec = Execution::new(state, harness.start, StepJournal::default(), link);
+        Ok(Run::new(
+            Arc::clone(&self.inner),
+            ctx,
+            exec,
+            RunId::random(),
+            session_id,
+        ))
+    }
+
+    fn context(&self, slots: &Slots) -> Result<C, SlotError> {
         let inner = &self.inner;
-        let source = SlotSource::new(&inner.harness.fixed, &inner.slots, &slots);
+        let source = SlotSource::new(&inner.harness.fixed, &inner.slots, slots);
         source.check::<C>(&[Phase::Run])?;
-        let ctx = C::from_slots(&source)?;
-        Ok(Run::new(Arc::clone(inner), ctx, state, session_id))
+        C::from_slots(&source)
+    }
+
+    fn store(&self) -> Result<&Arc<dyn SessionStore>, SessionError> {
+        self.inner
+            .harness
+            .store
+            .as_ref()
+            .ok_or(SessionError::NoStore)
+    }
+
+    /// The head of a stored session of this agent.
+    pub async fn session(&self, session_id: &SessionId) -> Result<StoredRun, SessionError> {
+        let head = self
+            .store()?
+            .load(session_id)
+            .await?
+            .ok_or_else(|| NoSession {
+                session: session_id.clone(),
+            })?;
+        if head.agent_id != *self.inner.id {
+            return Err(StoreLoad {
+                session: session_id.clone(),
+                record: "head".into(),
+                reason: format!(
+                    "the session belongs to agent `{}`, not `{}`",
+                    head.agent_id, self.inner.id
+                ),
+            }
+            .into());
+        }
+        Ok(head)
+    }
+
+    fn step_at(&self, head: &StoredRun) -> Result<usize, SessionError> {
+        let name = head.next_step.as_deref().unwrap_or_default();
+        self.inner.harness.step_index(name).ok_or_else(|| {
+            StoreLoad {
+                session: head.session_id.clone(),
+                record: "head".into(),
+                reason: format!("its next step `{name}` is not a step of this loop"),
+            }
+            .into()
+        })
+    }
+
+    async fn attached_run(
+        &self,
+        head: StoredRun,
+        slots: Slots,
+        run_id: Option<RunId>,
+        at: usize,
+        journal: StepJournal,
+        input: Option<Value>,
+    ) -> Result<Run<S, C>, SessionError> {
+        let ctx = self.context(&slots)?;
+        let store = Arc::clone(self.store()?);
+        let mut state: S = rebuild(&*store, &head, None).await?;
+        let input_update = match &input {
+            Some(v) => Some(serde_json::from_value::<S::Update>(v.clone()).map_err(|e| {
+                SessionError::Store(StoreError::backend(format!(
+                    "the input cannot be read back: {e}"
+                )))
+            })?),
+            None => None,
+        };
+        let session_id = head.session_id.clone();
+        let next_step = Some(self.inner.harness.steps[at].name.to_string());
+        let run_id_used = run_id.clone().unwrap_or_else(|| head.run_id.clone());
+        let cursor = SessionCursor::acquire(
+            Arc::clone(&store),
+            self.inner.harness.session_config.clone(),
+            head,
+            run_id,
+            next_step,
+            journal.clone(),
+            input,
+        )
+        .await
+        .map_err(|e| match e {
+            crate::session::AcquireError::InFlight(f) => SessionError::InFlight(f),
+            crate::session::AcquireError::Store(s) => SessionError::from(s),
+        })?;
+        if let Some(u) = input_update {
+            state.apply(u);
+        }
+        let exec = Execution::new(
+            state,
+            at,
+            journal,
+            SessionLink::Attached {
+                cursor: Arc::new(cursor),
+                leased: true,
+            },
+        );
+        Ok(Run::new(
+            Arc::clone(&self.inner),
+            ctx,
+            exec,
+            run_id_used,
+            session_id,
+        ))
+    }
+
+    /// Answers the interrupt `interrupt_id` of a stored session — from this
+    /// process or another — and returns the continued run: the interrupted
+    /// step runs again and its `cx.interrupt` call returns `response`.
+    ///
+    /// Fails with [`NoInterrupt`] if the session is not paused on that
+    /// interrupt, with `SessionInFlight` if another run holds it.
+    pub async fn resume(
+        &self,
+        response: impl Into<Value>,
+        session_id: &SessionId,
+        interrupt_id: &InterruptId,
+        slots: Slots,
+    ) -> Result<Run<S, C>, SessionError> {
+        let head = self.session(session_id).await?;
+        let pending = match &head.phase {
+            SessionPhase::Interrupted { interrupt } => Some(interrupt.id.clone()),
+            _ => None,
+        };
+        if pending.as_ref() != Some(interrupt_id) {
+            return Err(NoInterrupt {
+                given: interrupt_id.clone(),
+                pending,
+            }
+            .into());
+        }
+        let at = self.step_at(&head)?;
+        let mut journal = head.journal.clone();
+        journal.responses.push(response.into());
+        self.attached_run(head, slots, None, at, journal, None)
+            .await
+    }
+
+    /// Starts a new run on an existing session (a chat thread): its stored
+    /// state with `input` merged through the reducers, from the start step.
+    /// A session that does not exist yet is created from `S::default()`.
+    ///
+    /// Fails with `SessionPendingInterrupt` if the session waits for an
+    /// answer, `SessionInFlight` if another run holds it, and
+    /// `SessionError::Unfinished` if a run died mid-way (see [`recover`](Self::recover)).
+    pub async fn continue_session(
+        &self,
+        session_id: &SessionId,
+        input: S::Update,
+        slots: Slots,
+    ) -> Result<Run<S, C>, SessionError> {
+        let store = self.store()?;
+        let Some(_) = store.load(session_id).await? else {
+            let mut state = S::default();
+            state.apply(input);
+            return Ok(self.run_in(session_id.clone(), state, slots)?);
+        };
+        let head = self.session(session_id).await?;
+        match &head.phase {
+            SessionPhase::Interrupted { interrupt } => {
+                return Err(SessionPendingInterrupt {
+                    session: session_id.clone(),
+                    interrupt: interrupt.id.clone(),
+                }
+                .into());
+            }
+            SessionPhase::Running if head.lease.is_none() => {
+                return Err(SessionError::Unfinished {
+                    session: session_id.clone(),
+                });
+            }
+            SessionPhase::Running => {
+                let now = crate::session::now_millis();
+                if head.lease.as_ref().is_some_and(|l| !l.is_live(now)) {
+                    return Err(SessionError::Unfinished {
+                        session: session_id.clone(),
+                    });
+                }
+            }
+            SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {}
+        }
+        let input = serde_json::to_value(&input).map_err(|e| {
+            SessionError::Store(StoreError::backend(format!(
+                "the input cannot be serialized: {e}"
+            )))
+        })?;
+        let at = self.inner.harness.start;
+        self.attached_run(
+            head,
+            slots,
+            Some(RunId::random()),
+            at,
+            StepJournal::default(),
+            Some(input),
+        )
+        .await
+    }
+
+    /// Continues a session whose run did not finish: a process that died
+    /// mid-run (its lease expired), a stopped run, or a failed one. The run
+    /// goes on from the step after the last checkpoint, with that step's
+    /// journal, so completed steps are neither lost nor repeated.
+    pub async fn recover(
+        &self,
+        session_id: &SessionId,
+        slots: Slots,
+    ) -> Result<Run<S, C>, SessionError> {
+        let head = self.session(session_id).await?;
+        let why = match &head.phase {
+            SessionPhase::Running | SessionPhase::Failed { .. } => None,
+            SessionPhase::Completed { signal } if *signal == crate::Signal::STOPPED => None,
+            SessionPhase::Completed { signal } => Some(format!("it completed with `{signal}`")),
+            SessionPhase::Interrupted { interrupt } => Some(format!(
+                "it waits for an answer to interrupt {}",
+                interrupt.id
+            )),
+        };
+        if let Some(why) = why {
+            return Err(SessionError::NothingToRecover {
+                session: session_id.clone(),
+                why,
+            });
+        }
+        let at = self.step_at(&head)?;
+        let journal = head.journal.clone();
+        self.attached_run(head, slots, None, at, journal, None)
+            .await
+    }
+
+    /// The checkpoints of a session: one per completed step, plus the start.
+    pub async fn history(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Vec<CheckpointInfo>, SessionError> {
+        let head = self.session(session_id).await?;
+        let log = self.store()?.checkpoints(&head.session_id, 0).await?;
+        Ok(log
+            .into_iter()
+            .filter(|cp| cp.seq == 0 || matches!(cp.kind, CheckpointKind::Update(_)))
+            .map(|cp| CheckpointInfo {
+                index: cp.index,
+                step: cp.step,
+                time: cp.time,
+            })
+            .collect())
+    }
+
+    /// The state of a session after `index` steps; the latest when `None`.
+    pub async fn state_at(
+        &self,
+        session_id: &SessionId,
+        index: Option<u64>,
+    ) -> Result<S, SessionError> {
+        let head = self.session(session_id).await?;
+        if let Some(i) = index {
+            if i > head.steps {
+                return Err(SessionError::NoCheckpoint {
+                    session: session_id.clone(),
+                    index: i,
+                    last: head.steps,
+                });
+            }
+        }
+        Ok(rebuild(&**self.store()?, &head, index).await?)
+    }
+
+    /// Creates a new session whose state is `session_id`'s after `index`
+    /// steps, with `update` merged in through the reducers. The fork is
+    /// completed (not running): continue it with
+    /// [`continue_session`](Self::continue_session).
+    pub async fn fork(
+        &self,
+        session_id: &SessionId,
+        index: u64,
+        update: Option<S::Update>,
+    ) -> Result<SessionId, SessionError> {
+        let mut state = self.state_at(session_id, Some(index)).await?;
+        if let Some(u) = update {
+            state.apply(u);
+        }
+        let store = Arc::clone(self.store()?);
+        let fork = SessionId::random();
+        let state_json = serde_json::to_value(&state).map_err(|e| {
+            SessionError::Store(StoreError::backend(format!(
+                "the state cannot be serialized: {e}"
+            )))
+        })?;
+        let start = &self.inner.harness.steps[self.inner.harness.start].name;
+        let cursor = SessionCursor::create(
+            store,
+            self.inner.harness.session_config.clone(),
+            &self.inner.id,
+            RunId::random(),
+            fork.clone(),
+            state_json,
+            start,
+        )
+        .await?;
+        cursor
+            .settle(
+                SessionPhase::Completed {
+                    signal: crate::Signal::new(format!("$fork:{session_id}@{index}")),
+                },
+                None,
+                StepJournal::default(),
+            )
+            .await?;
+        Ok(fork)
     }
 }

@@ -11,6 +11,7 @@ pub mod ids;
 pub mod llm;
 pub mod observe;
 pub mod run;
+pub mod session;
 pub mod signal;
 pub mod slots;
 pub mod state;

@@ -5,6 +5,7 @@ use crate::Cx;
 use crate::graph::{Harness, LoopValidationError};
 use crate::observe::Observer;
 use crate::run::StepError;
+use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
 use crate::slots::{Context, Slots};
 use crate::state::HarnessState;
@@ -107,6 +108,8 @@ pub struct HarnessBuilder<S: HarnessState, C: Context = ()> {
     fixed: Slots,
     observers: Vec<Arc<dyn Observer<S>>>,
     step_limit: u64,
+    store: Option<Arc<dyn SessionStore>>,
+    session_config: SessionConfig,
 }
 
 impl<S: HarnessState, C: Context> fmt::Debug for HarnessBuilder<S, C> {
@@ -132,6 +135,8 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
             fixed: Slots::new(),
             observers: Vec::new(),
             step_limit: DEFAULT_STEP_LIMIT,
+            store: None,
+            session_config: SessionConfig::default(),
         }
     }
 
@@ -178,6 +183,22 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
     #[must_use]
     pub fn step_limit(mut self, limit: u64) -> Self {
         self.step_limit = limit;
+        self
+    }
+
+    /// Persists every run in `store`: a checkpoint at every step boundary,
+    /// so a run can be resumed in another process. The store can be shared
+    /// by several harnesses and agents.
+    #[must_use]
+    pub fn store(mut self, store: impl SessionStore + 'static) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// How runs are persisted: durability, snapshot interval, lease length.
+    #[must_use]
+    pub fn session_config(mut self, config: SessionConfig) -> Self {
+        self.session_config = config;
         self
     }
 
@@ -228,6 +249,8 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 fixed: self.fixed,
                 observers: self.observers,
                 step_limit: self.step_limit,
+                store: self.store,
+                session_config: self.session_config,
             }),
         })
     }
@@ -337,6 +360,18 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     #[must_use]
     pub fn step_limit(self, limit: u64) -> HarnessBuilder<S, C> {
         self.finish().step_limit(limit)
+    }
+
+    /// Ends this step; see [`HarnessBuilder::store`].
+    #[must_use]
+    pub fn store(self, store: impl SessionStore + 'static) -> HarnessBuilder<S, C> {
+        self.finish().store(store)
+    }
+
+    /// Ends this step; see [`HarnessBuilder::session_config`].
+    #[must_use]
+    pub fn session_config(self, config: SessionConfig) -> HarnessBuilder<S, C> {
+        self.finish().session_config(config)
     }
 
     /// Ends this step; see [`HarnessBuilder::build`].

@@ -21,6 +21,7 @@ pub use validate::{LoopValidationError, Violation};
 
 use crate::observe::Observer;
 use crate::run::StepError;
+use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
 use crate::slots::{Context, Slots};
 use crate::state::HarnessState;
@@ -72,6 +73,15 @@ pub(crate) struct HarnessInner<S: HarnessState, C> {
     pub(crate) fixed: Slots,
     pub(crate) observers: Vec<Arc<dyn Observer<S>>>,
     pub(crate) step_limit: u64,
+    pub(crate) store: Option<Arc<dyn SessionStore>>,
+    pub(crate) session_config: SessionConfig,
+}
+
+impl<S: HarnessState, C> HarnessInner<S, C> {
+    /// The index of the step named `name`.
+    pub(crate) fn step_index(&self, name: &str) -> Option<usize> {
+        self.steps.iter().position(|s| &*s.name == name)
+    }
 }
 
 /// A validated loop with its fixed slots: what agents are created from.

@@ -5,6 +5,7 @@ use super::{Interrupt, RunControl, RunError, RunEvent, RunInfo, StepError, StepI
 use crate::Cx;
 use crate::agent::AgentInner;
 use crate::graph::{CompiledStep, Exits, RunFn, Target};
+use crate::session::{SessionConfig, SessionCursor, SessionPhase, SessionStore, StoreError};
 use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
@@ -14,6 +15,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
+
+/// How a run is tied to a session store.
+pub(crate) enum SessionLink {
+    /// No store: the run lives in memory only.
+    Detached,
+    /// A new session, created when the run starts.
+    New(Arc<dyn SessionStore>, SessionConfig),
+    /// An existing session; `leased` says whether this run holds its lease.
+    Attached {
+        cursor: Arc<SessionCursor>,
+        leased: bool,
+    },
+}
 
 /// Where a run is: what survives a pause.
 pub(crate) struct Execution<S> {
@@ -26,15 +40,18 @@ pub(crate) struct Execution<S> {
     pub(crate) steps: u64,
     /// The current step's journal.
     pub(crate) journal: StepJournal,
+    /// The session store, if any.
+    pub(crate) session: SessionLink,
 }
 
 impl<S> Execution<S> {
-    pub(crate) fn new(state: S, start: usize) -> Self {
+    pub(crate) fn new(state: S, at: usize, journal: StepJournal, session: SessionLink) -> Self {
         Self {
             state: Arc::new(state),
-            at: start,
+            at,
             steps: 0,
-            journal: StepJournal::default(),
+            journal,
+            session,
         }
     }
 }
@@ -72,11 +89,142 @@ pub(crate) fn start<S: HarnessState, C: Context>(
         session_id = %info.session_id,
     );
     async move {
-        let result = drive(&agent, &ctx, &control, &info, &mut exec).await;
+        let result = match attach(&agent, &info, &mut exec).await {
+            Ok(cursor) => {
+                // Keep the lease alive while a long step runs.
+                let renewer = cursor.clone().map(|c| {
+                    let every = c.config.lease_ttl / 3;
+                    AbortOnDrop(tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(every).await;
+                            if c.renew().await.is_err() {
+                                break;
+                            }
+                        }
+                    }))
+                });
+                let result =
+                    drive(&agent, &ctx, &control, &info, &mut exec, cursor.as_deref()).await;
+                drop(renewer);
+                match cursor {
+                    Some(c) => persist_settle(&agent, &c, &mut exec, result).await,
+                    None => result,
+                }
+            }
+            Err(e) => Err(e),
+        };
         Driven { exec, result }
     }
     .instrument(span)
     .boxed()
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Creates or re-leases the run's session, if it has a store.
+async fn attach<S: HarnessState, C: Context>(
+    agent: &AgentInner<S, C>,
+    info: &RunInfo,
+    exec: &mut Execution<S>,
+) -> Result<Option<Arc<SessionCursor>>, RunError> {
+    let link = std::mem::replace(&mut exec.session, SessionLink::Detached);
+    let cursor = match link {
+        SessionLink::Detached => return Ok(None),
+        SessionLink::New(store, config) => {
+            let state = serde_json::to_value(&*exec.state).map_err(|e| {
+                RunError::Store(StoreError::backend(format!(
+                    "the state cannot be serialized: {e}"
+                )))
+            })?;
+            let next = &agent.harness.steps[exec.at].name;
+            Arc::new(
+                SessionCursor::create(
+                    store,
+                    config,
+                    &agent.id,
+                    info.run_id.clone(),
+                    info.session_id.clone(),
+                    state,
+                    next,
+                )
+                .await
+                .map_err(RunError::Store)?,
+            )
+        }
+        SessionLink::Attached { cursor, leased } => {
+            if !leased {
+                if let Err(e) = cursor.reacquire(exec.journal.clone()).await {
+                    exec.session = SessionLink::Attached {
+                        cursor,
+                        leased: false,
+                    };
+                    return Err(RunError::Store(e));
+                }
+            }
+            cursor
+        }
+    };
+    exec.session = SessionLink::Attached {
+        cursor: Arc::clone(&cursor),
+        leased: true,
+    };
+    Ok(Some(cursor))
+}
+
+/// Records how the run settled in its session and releases the lease.
+async fn persist_settle<S: HarnessState, C: Context>(
+    agent: &AgentInner<S, C>,
+    cursor: &SessionCursor,
+    exec: &mut Execution<S>,
+    result: Result<Settle, RunError>,
+) -> Result<Settle, RunError> {
+    let here = agent.harness.steps.get(exec.at).map(|s| &*s.name);
+    let (phase, next, journal) = match &result {
+        Ok(Settle::Ended(signal)) => (
+            SessionPhase::Completed {
+                signal: signal.clone(),
+            },
+            None,
+            StepJournal::default(),
+        ),
+        Ok(Settle::Stopped) => (
+            SessionPhase::Completed {
+                signal: Signal::STOPPED,
+            },
+            here,
+            exec.journal.clone(),
+        ),
+        Ok(Settle::Interrupted(interrupt)) => (
+            SessionPhase::Interrupted {
+                interrupt: interrupt.clone(),
+            },
+            here,
+            exec.journal.clone(),
+        ),
+        // The session is no longer ours to write.
+        Err(RunError::Store(_)) => return result,
+        Err(e) => (
+            SessionPhase::Failed {
+                error: e.to_string(),
+            },
+            here,
+            exec.journal.clone(),
+        ),
+    };
+    if let SessionLink::Attached { leased, .. } = &mut exec.session {
+        *leased = false;
+    }
+    match cursor.settle(phase, next, journal).await {
+        Ok(()) => result,
+        Err(e) => Err(RunError::Store(e)),
+    }
 }
 
 async fn drive<S: HarnessState, C: Context>(
@@ -85,6 +233,7 @@ async fn drive<S: HarnessState, C: Context>(
     control: &RunControl<S>,
     info: &RunInfo,
     exec: &mut Execution<S>,
+    cursor: Option<&SessionCursor>,
 ) -> Result<Settle, RunError> {
     let harness = &*agent.harness;
     let observers = &harness.observers;
@@ -147,6 +296,22 @@ async fn drive<S: HarnessState, C: Context>(
         } else {
             None
         };
+        // Serialized before it is merged: the stored update is the step's own.
+        let stored_update = match cursor {
+            Some(_) => Some(match &update {
+                Some(u) => match serde_json::to_value(u) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        break Err(RunError::Store(StoreError::backend(format!(
+                            "the update of step `{}` cannot be serialized: {e}",
+                            step.name
+                        ))));
+                    }
+                },
+                None => serde_json::Value::Object(serde_json::Map::new()),
+            }),
+            None => None,
+        };
         if let Some(update) = update {
             Arc::make_mut(&mut exec.state).apply(update);
         }
@@ -177,6 +342,24 @@ async fn drive<S: HarnessState, C: Context>(
         };
         exec.steps += 1;
         exec.journal = StepJournal::default();
+        if let (Some(cursor), Some(stored)) = (cursor, stored_update) {
+            let next_name = match next {
+                Target::Step(i) => Some(&*harness.steps[i].name),
+                Target::End => None,
+            };
+            let state = &exec.state;
+            let snapshot = || {
+                serde_json::to_value(&**state).map_err(|e| {
+                    StoreError::backend(format!("the state cannot be serialized: {e}"))
+                })
+            };
+            if let Err(e) = cursor
+                .step_done(&step.name, stored, next_name, snapshot, exec.steps)
+                .await
+            {
+                break Err(RunError::Store(e));
+            }
+        }
         if control.events.active() {
             control.events.send(RunEvent::StepFinished {
                 step: Arc::clone(&step.name),

@@ -152,6 +152,9 @@ pub enum RunError {
         /// The pending interrupt.
         interrupt: InterruptId,
     },
+    /// The session store failed, or another run took the session over.
+    #[error(transparent)]
+    Store(#[from] crate::session::StoreError),
     /// The run already settled; it cannot be awaited again.
     #[error("the run has already settled; start a new run")]
     Settled,

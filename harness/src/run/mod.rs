@@ -25,7 +25,8 @@ use crate::ids::{InterruptId, RunId, SessionId};
 use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
-use engine::{Driven, Execution, Settle};
+use engine::{Driven, Settle};
+pub(crate) use engine::{Execution, SessionLink};
 use events::EventHub;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -155,13 +156,13 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     pub(crate) fn new(
         agent: Arc<AgentInner<S, C>>,
         ctx: C,
-        state: S,
+        exec: Execution<S>,
+        run_id: RunId,
         session_id: SessionId,
     ) -> Self {
-        let start = agent.harness.start;
         let info = RunInfo {
             agent_id: Arc::clone(&agent.id),
-            run_id: RunId::random(),
+            run_id,
             session_id,
         };
         Self {
@@ -172,7 +173,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
                 events: EventHub::new(),
             }),
             info,
-            phase: RunPhase::Ready(Execution::new(state, start)),
+            phase: RunPhase::Ready(exec),
         }
     }
 

@@ -1,0 +1,261 @@
+//! Sessions: a run's progress kept in a [`SessionStore`] so that it survives
+//! the process.
+//!
+//! A session is a head ([`StoredRun`]: who runs it, its phase, the next step,
+//! the current step's journal, a version and a lease) plus an append-only log
+//! of [`Checkpoint`]s: one state snapshot when the session starts, one update
+//! per completed step, and a fresh snapshot every K steps (which supersedes
+//! the previous one, so storage grows with the data, not with steps × data).
+//! The state at any step is the nearest snapshot before it plus the updates
+//! after it, merged through the reducers.
+//!
+//! Stores only need two guarantees, which every store in `harness-stores`
+//! provides and its conformance suite checks:
+//! - [`SessionStore::commit`] is atomic and compare-and-set on the head's
+//!   version, so two writers of one session cannot both succeed;
+//! - a commit with `durable = true` is on disk when it returns.
+//!
+//! One run per session is a lease in the head (owner + expiry), taken and
+//! renewed by compare-and-set; an expired lease (a crashed process) can be
+//! taken over.
+
+mod error;
+mod replay;
+
+pub use error::{
+    NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError, StoreLoad,
+};
+pub(crate) use replay::{AcquireError, SessionCursor, rebuild};
+
+use crate::ids::{RunId, SessionId};
+use crate::run::{Interrupt, StepJournal};
+use crate::signal::Signal;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt::Debug;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The version of the stored format; a record of another version is refused
+/// with [`StoreLoad`] rather than misread.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Where a session's latest run is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum SessionPhase {
+    /// A run is going (or its process died; see the lease).
+    Running,
+    /// Paused for a human.
+    Interrupted {
+        /// What was asked, and the id a resume must give.
+        interrupt: Interrupt,
+    },
+    /// The run ended with this signal (`$stopped` when stopped).
+    Completed {
+        /// The final signal.
+        signal: Signal,
+    },
+    /// The run failed.
+    Failed {
+        /// The error, rendered.
+        error: String,
+    },
+}
+
+/// Who runs a session, until when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The owner: one per run attempt.
+    pub owner: String,
+    /// When the lease ends, in ms since the epoch, unless renewed.
+    pub expires_at: u64,
+}
+
+impl Lease {
+    /// Whether the lease still holds at `now` (ms since the epoch).
+    pub fn is_live(&self, now: u64) -> bool {
+        self.expires_at > now
+    }
+}
+
+/// The head of a session: everything but the checkpoint log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredRun {
+    /// [`SCHEMA_VERSION`] when written.
+    pub schema_version: u32,
+    /// The session.
+    pub session_id: SessionId,
+    /// The agent whose loop it runs.
+    pub agent_id: String,
+    /// Its latest run.
+    pub run_id: RunId,
+    /// Where that run is.
+    pub phase: SessionPhase,
+    /// The step to run next (the interrupted step, when interrupted).
+    pub next_step: Option<String>,
+    /// Steps completed in the session (the index of the last checkpoint).
+    pub steps: u64,
+    /// The current step's journal: interrupt answers and `once` results.
+    pub journal: StepJournal,
+    /// Incremented by every commit; commits are compare-and-set on it.
+    pub version: u64,
+    /// The run holding the session, if any.
+    pub lease: Option<Lease>,
+    /// The sequence number of the latest snapshot.
+    pub snapshot_seq: u64,
+    /// The step index of the latest snapshot.
+    pub snapshot_index: u64,
+    /// The sequence number of the latest checkpoint.
+    pub last_seq: u64,
+    /// When the session was created (ms since the epoch).
+    pub created_at: u64,
+    /// When the head was last written (ms since the epoch).
+    pub updated_at: u64,
+}
+
+/// What a checkpoint holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// The whole state.
+    Snapshot(Value),
+    /// A step's update, to merge through the reducers.
+    Update(Value),
+}
+
+/// One record of a session's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Position in the log, from 0; unique per session.
+    pub seq: u64,
+    /// Steps completed once this record applies: a snapshot is the state
+    /// after `index` steps, an update is step number `index`.
+    pub index: u64,
+    /// The step that produced it (`$input` for a run's input, `$start` for
+    /// the first snapshot).
+    pub step: String,
+    /// When it was written (ms since the epoch).
+    pub time: u64,
+    /// The snapshot or the update.
+    pub kind: CheckpointKind,
+}
+
+/// An atomic change to a session: the new head, checkpoints to append and
+/// superseded snapshots to drop.
+#[derive(Clone, Debug)]
+pub struct Commit {
+    /// The new head; its `version` is one more than `expected_version`'s.
+    pub head: StoredRun,
+    /// The version the stored head must have, or `None` if the session must
+    /// not exist yet.
+    pub expected_version: Option<u64>,
+    /// Checkpoints to append.
+    pub append: Vec<Checkpoint>,
+    /// Sequence numbers of checkpoints to delete (superseded snapshots).
+    pub remove: Vec<u64>,
+    /// Whether the commit must be on disk before `commit` returns.
+    pub durable: bool,
+}
+
+/// A session store: heads and checkpoint logs, with atomic compare-and-set
+/// commits. See the [module docs](self) for the guarantees.
+#[async_trait]
+pub trait SessionStore: Send + Sync + Debug {
+    /// The head of `session`, or `None` if there is no such session.
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError>;
+
+    /// Applies `commit` atomically if the stored head's version is
+    /// `commit.expected_version`; otherwise fails with
+    /// [`StoreError::Conflict`] and changes nothing.
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError>;
+
+    /// The checkpoints of `session` with `seq >= from_seq`, in order.
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError>;
+
+    /// Every session in the store.
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError>;
+
+    /// Makes every earlier commit durable.
+    async fn flush(&self) -> Result<(), StoreError>;
+}
+
+#[async_trait]
+impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        (**self).load(session).await
+    }
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        (**self).commit(commit).await
+    }
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        (**self).checkpoints(session, from_seq).await
+    }
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        (**self).sessions().await
+    }
+    async fn flush(&self) -> Result<(), StoreError> {
+        (**self).flush().await
+    }
+}
+
+/// When checkpoints reach the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every step's checkpoint is flushed before the next step starts.
+    #[default]
+    EveryStep,
+    /// Every n-th step's checkpoint is flushed (and every pause and end);
+    /// a crash can lose up to n-1 steps, which then run again.
+    EveryN(u32),
+    /// Only pauses and the end of a run are flushed.
+    AtExit,
+}
+
+/// How a harness persists its runs; see [`HarnessBuilder::store`](crate::HarnessBuilder::store).
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// When checkpoints reach the disk (default: every step).
+    pub durability: Durability,
+    /// A full snapshot every this many steps (default 50).
+    pub snapshot_every: u64,
+    /// How long a run's lease lasts unless renewed (default 30 s); it is
+    /// renewed at every checkpoint and every third of this while a step runs.
+    pub lease_ttl: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            durability: Durability::EveryStep,
+            snapshot_every: 50,
+            lease_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One entry of a session's history: the state after step `index`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    /// Steps completed at this point.
+    pub index: u64,
+    /// The step that completed (`$start`, `$input` for a run's input).
+    pub step: String,
+    /// When (ms since the epoch).
+    pub time: u64,
+}

@@ -1,0 +1,377 @@
+//! The engine's side of persistence: a cursor on one session that commits
+//! checkpoints, holds the lease, and rebuilds state from the log.
+
+use super::{
+    Checkpoint, CheckpointKind, Commit, Durability, Lease, SCHEMA_VERSION, SessionConfig,
+    SessionInFlight, SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun, now_millis,
+};
+use crate::ids::{RunId, SessionId};
+use crate::run::StepJournal;
+use crate::state::HarnessState;
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// The step name of a session's first snapshot.
+pub(crate) const START: &str = "$start";
+/// The step name of a run's input merged into an existing session.
+pub(crate) const INPUT: &str = "$input";
+
+/// A run's handle on its session. Shared with the lease renewer.
+pub(crate) struct SessionCursor {
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) config: SessionConfig,
+    pub(crate) owner: String,
+    pub(crate) head: Mutex<StoredRun>,
+}
+
+impl std::fmt::Debug for SessionCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCursor")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lease(owner: &str, config: &SessionConfig) -> Lease {
+    let ttl = u64::try_from(config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+    Lease {
+        owner: owner.to_string(),
+        expires_at: now_millis().saturating_add(ttl),
+    }
+}
+
+fn owner_id() -> String {
+    format!("{}-{}", std::process::id(), uuid::Uuid::new_v4())
+}
+
+impl SessionCursor {
+    /// Creates a session whose state is `state`, leased to this run.
+    pub(crate) async fn create(
+        store: Arc<dyn SessionStore>,
+        config: SessionConfig,
+        agent_id: &str,
+        run_id: RunId,
+        session_id: SessionId,
+        state: Value,
+        next_step: &str,
+    ) -> Result<Self, StoreError> {
+        let owner = owner_id();
+        let now = now_millis();
+        let head = StoredRun {
+            schema_version: SCHEMA_VERSION,
+            session_id,
+            agent_id: agent_id.to_string(),
+            run_id,
+            phase: SessionPhase::Running,
+            next_step: Some(next_step.to_string()),
+            steps: 0,
+            journal: StepJournal::default(),
+            version: 1,
+            lease: Some(lease(&owner, &config)),
+            snapshot_seq: 0,
+            snapshot_index: 0,
+            last_seq: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        store
+            .commit(Commit {
+                head: head.clone(),
+                expected_version: None,
+                append: vec![Checkpoint {
+                    seq: 0,
+                    index: 0,
+                    step: START.into(),
+                    time: now,
+                    kind: CheckpointKind::Snapshot(state),
+                }],
+                remove: Vec::new(),
+                durable: config.durability == Durability::EveryStep,
+            })
+            .await?;
+        Ok(Self {
+            store,
+            config,
+            owner,
+            head: Mutex::new(head),
+        })
+    }
+
+    /// Takes the lease of an existing session for a new run (`run_id`),
+    /// optionally appending the run's input as a checkpoint.
+    pub(crate) async fn acquire(
+        store: Arc<dyn SessionStore>,
+        config: SessionConfig,
+        mut head: StoredRun,
+        run_id: Option<RunId>,
+        next_step: Option<String>,
+        journal: StepJournal,
+        input: Option<Value>,
+    ) -> Result<Self, AcquireError> {
+        let now = now_millis();
+        if let Some(l) = &head.lease {
+            if l.is_live(now) {
+                return Err(AcquireError::InFlight(SessionInFlight {
+                    session: head.session_id.clone(),
+                    owner: l.owner.clone(),
+                    expires_at: l.expires_at,
+                }));
+            }
+        }
+        let owner = owner_id();
+        let expected = head.version;
+        head.version += 1;
+        head.lease = Some(lease(&owner, &config));
+        head.phase = SessionPhase::Running;
+        if let Some(run_id) = run_id {
+            head.run_id = run_id;
+        }
+        head.next_step = next_step;
+        head.journal = journal;
+        head.updated_at = now;
+        let mut append = Vec::new();
+        if let Some(input) = input {
+            head.last_seq += 1;
+            head.steps += 1;
+            append.push(Checkpoint {
+                seq: head.last_seq,
+                index: head.steps,
+                step: INPUT.into(),
+                time: now,
+                kind: CheckpointKind::Update(input),
+            });
+        }
+        let session = head.session_id.clone();
+        match store
+            .commit(Commit {
+                head: head.clone(),
+                expected_version: Some(expected),
+                append,
+                remove: Vec::new(),
+                durable: true,
+            })
+            .await
+        {
+            Ok(()) => Ok(Self {
+                store,
+                config,
+                owner,
+                head: Mutex::new(head),
+            }),
+            // Someone else took it between our read and our write.
+            Err(StoreError::Conflict { .. }) => Err(AcquireError::InFlight(SessionInFlight {
+                session,
+                owner: "another run".into(),
+                expires_at: now,
+            })),
+            Err(e) => Err(AcquireError::Store(e)),
+        }
+    }
+
+    /// Takes the lease again for an in-process resume of a paused run.
+    pub(crate) async fn reacquire(&self, journal: StepJournal) -> Result<(), StoreError> {
+        let mut head = self.head.lock().await;
+        let mut next = head.clone();
+        next.version += 1;
+        next.lease = Some(lease(&self.owner, &self.config));
+        next.phase = SessionPhase::Running;
+        next.journal = journal;
+        next.updated_at = now_millis();
+        self.store
+            .commit(Commit {
+                head: next.clone(),
+                expected_version: Some(head.version),
+                append: Vec::new(),
+                remove: Vec::new(),
+                durable: true,
+            })
+            .await?;
+        *head = next;
+        Ok(())
+    }
+
+    /// Records a completed step: its update, the step to run next, and every
+    /// K steps a snapshot of the state.
+    pub(crate) async fn step_done(
+        &self,
+        step: &str,
+        update: Value,
+        next_step: Option<&str>,
+        state: impl FnOnce() -> Result<Value, StoreError>,
+        steps_this_run: u64,
+    ) -> Result<(), StoreError> {
+        let mut head = self.head.lock().await;
+        let now = now_millis();
+        let mut next = head.clone();
+        next.version += 1;
+        next.steps += 1;
+        next.last_seq += 1;
+        next.next_step = next_step.map(str::to_string);
+        next.journal = StepJournal::default();
+        next.updated_at = now;
+        next.lease = Some(lease(&self.owner, &self.config));
+        let mut append = vec![Checkpoint {
+            seq: next.last_seq,
+            index: next.steps,
+            step: step.to_string(),
+            time: now,
+            kind: CheckpointKind::Update(update),
+        }];
+        let mut remove = Vec::new();
+        if self.config.snapshot_every > 0
+            && next.steps >= head.snapshot_index + self.config.snapshot_every
+        {
+            next.last_seq += 1;
+            append.push(Checkpoint {
+                seq: next.last_seq,
+                index: next.steps,
+                step: step.to_string(),
+                time: now,
+                kind: CheckpointKind::Snapshot(state()?),
+            });
+            // The first snapshot stays for time travel; a later one is only a
+            // shortcut, superseded by this one.
+            if head.snapshot_seq != 0 {
+                remove.push(head.snapshot_seq);
+            }
+            next.snapshot_seq = next.last_seq;
+            next.snapshot_index = next.steps;
+        }
+        let durable = match self.config.durability {
+            Durability::EveryStep => true,
+            Durability::EveryN(n) => n <= 1 || steps_this_run % u64::from(n) == 0,
+            Durability::AtExit => false,
+        };
+        self.store
+            .commit(Commit {
+                head: next.clone(),
+                expected_version: Some(head.version),
+                append,
+                remove,
+                durable,
+            })
+            .await?;
+        *head = next;
+        Ok(())
+    }
+
+    /// Records how the run settled and releases the lease.
+    pub(crate) async fn settle(
+        &self,
+        phase: SessionPhase,
+        next_step: Option<&str>,
+        journal: StepJournal,
+    ) -> Result<(), StoreError> {
+        let mut head = self.head.lock().await;
+        let mut next = head.clone();
+        next.version += 1;
+        next.phase = phase;
+        next.next_step = next_step.map(str::to_string);
+        next.journal = journal;
+        next.lease = None;
+        next.updated_at = now_millis();
+        self.store
+            .commit(Commit {
+                head: next.clone(),
+                expected_version: Some(head.version),
+                append: Vec::new(),
+                remove: Vec::new(),
+                durable: true,
+            })
+            .await?;
+        *head = next;
+        Ok(())
+    }
+
+    /// Extends the lease if a third of it has passed. Called while a step runs.
+    pub(crate) async fn renew(&self) -> Result<(), StoreError> {
+        let mut head = self.head.lock().await;
+        let ttl = u64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+        let due = head
+            .lease
+            .as_ref()
+            .is_none_or(|l| l.expires_at.saturating_sub(now_millis()) < ttl / 3 * 2);
+        if !due || head.lease.is_none() {
+            return Ok(());
+        }
+        let mut next = head.clone();
+        next.version += 1;
+        next.lease = Some(lease(&self.owner, &self.config));
+        next.updated_at = now_millis();
+        self.store
+            .commit(Commit {
+                head: next.clone(),
+                expected_version: Some(head.version),
+                append: Vec::new(),
+                remove: Vec::new(),
+                durable: false,
+            })
+            .await?;
+        *head = next;
+        Ok(())
+    }
+}
+
+/// Why a run could not take a session.
+#[derive(Debug)]
+pub(crate) enum AcquireError {
+    InFlight(SessionInFlight),
+    Store(StoreError),
+}
+
+/// The state of `session` after `index` steps (the latest when `None`):
+/// the nearest snapshot at or before it, then the updates after it.
+pub(crate) async fn rebuild<S: HarnessState>(
+    store: &dyn SessionStore,
+    head: &StoredRun,
+    index: Option<u64>,
+) -> Result<S, StoreError> {
+    let target = index.unwrap_or(head.steps);
+    let from = if target >= head.snapshot_index {
+        head.snapshot_seq
+    } else {
+        0
+    };
+    let session = &head.session_id;
+    let log = store.checkpoints(session, from).await?;
+    let bad = |cp: &Checkpoint, reason: String| {
+        StoreError::Load(StoreLoad {
+            session: session.clone(),
+            record: format!("checkpoint {} (step {} `{}`)", cp.seq, cp.index, cp.step),
+            reason,
+        })
+    };
+    let mut iter = log.iter();
+    let mut state: S = match iter.next() {
+        Some(cp) if cp.seq == from => match &cp.kind {
+            CheckpointKind::Snapshot(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                bad(
+                    cp,
+                    format!("the snapshot does not fit this state type: {e}"),
+                )
+            })?,
+            CheckpointKind::Update(_) => {
+                return Err(bad(cp, "expected a snapshot, found an update".into()));
+            }
+        },
+        _ => {
+            return Err(StoreError::Load(StoreLoad {
+                session: session.clone(),
+                record: format!("checkpoint {from}"),
+                reason: "the snapshot is missing".into(),
+            }));
+        }
+    };
+    for cp in iter {
+        if cp.index > target {
+            break;
+        }
+        if let CheckpointKind::Update(v) = &cp.kind {
+            let update: S::Update = serde_json::from_value(v.clone())
+                .map_err(|e| bad(cp, format!("the update does not fit this state type: {e}")))?;
+            state.apply(update);
+        }
+    }
+    Ok(state)
+}

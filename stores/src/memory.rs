@@ -1,0 +1,92 @@
+//! The in-memory store.
+
+use async_trait::async_trait;
+use harness::SessionId;
+use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+#[derive(Debug, Default)]
+struct Session {
+    head: Option<StoredRun>,
+    log: BTreeMap<u64, Checkpoint>,
+}
+
+/// Sessions in memory: gone with the process. Every commit is atomic and
+/// compare-and-set like in the durable stores, so tests on it mean the same.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<BTreeMap<SessionId, Session>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, Session>> {
+        // A panic elsewhere cannot leave a half-applied commit: commits are
+        // applied after all checks, without a panic point in between.
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        Ok(self.lock().get(session).and_then(|s| s.head.clone()))
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let mut sessions = self.lock();
+        let id = commit.head.session_id.clone();
+        let found = sessions
+            .get(&id)
+            .and_then(|s| s.head.as_ref())
+            .map(|h| h.version);
+        if found != commit.expected_version {
+            return Err(StoreError::Conflict {
+                session: id,
+                expected: commit.expected_version,
+                found,
+            });
+        }
+        let session = sessions.entry(id).or_default();
+        for seq in &commit.remove {
+            session.log.remove(seq);
+        }
+        for cp in commit.append {
+            session.log.insert(cp.seq, cp);
+        }
+        session.head = Some(commit.head);
+        Ok(())
+    }
+
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(self
+            .lock()
+            .get(session)
+            .map(|s| s.log.range(from_seq..).map(|(_, cp)| cp.clone()).collect())
+            .unwrap_or_default())
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        Ok(self
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.head.is_some())
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
