@@ -5,7 +5,7 @@ use crate::graph::{Harness, HarnessInner};
 use crate::ids::{InterruptId, RunId, SessionId};
 use crate::run::{Execution, NoInterrupt, Run, SessionLink, StepJournal};
 use crate::session::{
-    CheckpointInfo, CheckpointKind, NoSession, SessionCursor, SessionError,
+    CheckpointInfo, CheckpointKind, NoSession, SessionCursor, SessionError, SessionInFlight,
     SessionPendingInterrupt, SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun, rebuild,
 };
 use crate::slots::{Context, Phase, SlotError, SlotSource, Slots};
@@ -142,6 +142,19 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         Ok(head)
     }
 
+    /// A session whose lease is live belongs to another run.
+    fn check_not_in_flight(head: &StoredRun) -> Result<(), SessionError> {
+        match &head.lease {
+            Some(l) if l.is_live(crate::session::now_millis()) => Err(SessionInFlight {
+                session: head.session_id.clone(),
+                owner: l.owner.clone(),
+                expires_at: l.expires_at,
+            }
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
     fn step_at(&self, head: &StoredRun) -> Result<usize, SessionError> {
         let name = head.next_step.as_deref().unwrap_or_default();
         self.inner.harness.step_index(name).ok_or_else(|| {
@@ -226,6 +239,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         slots: Slots,
     ) -> Result<Run<S, C>, SessionError> {
         let head = self.session(session_id).await?;
+        Self::check_not_in_flight(&head)?;
         let pending = match &head.phase {
             SessionPhase::Interrupted { interrupt } => Some(interrupt.id.clone()),
             _ => None,
@@ -264,6 +278,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             return Ok(self.run_in(session_id.clone(), state, slots)?);
         };
         let head = self.session(session_id).await?;
+        Self::check_not_in_flight(&head)?;
         match &head.phase {
             SessionPhase::Interrupted { interrupt } => {
                 return Err(SessionPendingInterrupt {
@@ -272,18 +287,11 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                 }
                 .into());
             }
-            SessionPhase::Running if head.lease.is_none() => {
+            // Not in flight, yet running: its run died mid-way.
+            SessionPhase::Running => {
                 return Err(SessionError::Unfinished {
                     session: session_id.clone(),
                 });
-            }
-            SessionPhase::Running => {
-                let now = crate::session::now_millis();
-                if head.lease.as_ref().is_some_and(|l| !l.is_live(now)) {
-                    return Err(SessionError::Unfinished {
-                        session: session_id.clone(),
-                    });
-                }
             }
             SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {}
         }
@@ -314,6 +322,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         slots: Slots,
     ) -> Result<Run<S, C>, SessionError> {
         let head = self.session(session_id).await?;
+        Self::check_not_in_flight(&head)?;
         let why = match &head.phase {
             SessionPhase::Running | SessionPhase::Failed { .. } => None,
             SessionPhase::Completed { signal } if *signal == crate::Signal::STOPPED => None,

@@ -1,0 +1,536 @@
+//! Sessions end to end on the in-memory store: checkpoints, resume from a
+//! fresh agent, the named errors, time travel, recovery and storage growth.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use harness::session::{SessionConfig, SessionError, SessionPhase, SessionStore};
+use harness::{
+    Context, Cx, Harness, HarnessState, InterruptId, RunError, SessionId, Signal, Slots,
+    StepResult, create_agent,
+};
+use harness_stores::MemoryStore;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Tally {
+    #[field(reduce = add)]
+    count: u32,
+    #[field(reduce = append)]
+    log: Vec<String>,
+    #[field(default = 3)]
+    until: u32,
+}
+
+#[derive(Context)]
+struct Effects {
+    #[slot(agent)]
+    side_effects: Arc<AtomicU32>,
+}
+
+async fn work(s: Arc<Tally>, _: Cx<Effects>) -> StepResult<TallyUpdate> {
+    Ok(TallyUpdate::new()
+        .count(1)
+        .log(vec![format!("work {}", s.count + 1)]))
+}
+
+async fn approve(s: Arc<Tally>, cx: Cx<Effects>) -> StepResult<TallyUpdate> {
+    let receipt: u32 = cx
+        .once("effect", async {
+            cx.side_effects.fetch_add(1, Ordering::SeqCst) + 1
+        })
+        .await?;
+    let ok: bool = cx.interrupt(serde_json::json!({"count": s.count, "receipt": receipt}))?;
+    Ok(TallyUpdate::new().log(vec![format!("approved={ok} receipt={receipt}")]))
+}
+
+fn harness(store: Arc<MemoryStore>, config: SessionConfig) -> Harness<Tally, Effects> {
+    Harness::<Tally, Effects>::builder()
+        .step("work")
+        .run(work)
+        .route(|s: &Tally| if s.count < s.until { "again" } else { "enough" })
+        .on("again")
+        .to("work")
+        .on("enough")
+        .to("approve")
+        .step("approve")
+        .run(approve)
+        .route(|_: &Tally| "done")
+        .on("done")
+        .end()
+        .start("work")
+        .store(store)
+        .session_config(config)
+        .build()
+        .unwrap()
+}
+
+fn agent(store: &Arc<MemoryStore>, effects: &Arc<AtomicU32>) -> harness::Agent<Tally, Effects> {
+    create_agent(
+        "tally",
+        &harness(store.clone(), SessionConfig::default()),
+        Slots::new().with("side_effects", effects.clone()),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn every_step_is_checkpointed_and_any_checkpoint_can_be_read_back() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let out = run.await.unwrap();
+    assert_eq!(out.signal, Signal::INTERRUPT);
+
+    let head = agent.session(&session).await.unwrap();
+    assert!(matches!(head.phase, SessionPhase::Interrupted { .. }));
+    assert_eq!(head.next_step.as_deref(), Some("approve"));
+    assert_eq!(head.steps, 3);
+    assert!(head.lease.is_none(), "a paused session holds no lease");
+
+    let history = agent.history(&session).await.unwrap();
+    let steps: Vec<_> = history.iter().map(|c| (c.index, c.step.as_str())).collect();
+    assert_eq!(
+        steps,
+        [(0, "$start"), (1, "work"), (2, "work"), (3, "work")]
+    );
+    for i in 0..=3 {
+        let s = agent.state_at(&session, Some(i)).await.unwrap();
+        assert_eq!(s.count as u64, i);
+    }
+    let err = agent.state_at(&session, Some(9)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::NoCheckpoint {
+                index: 9,
+                last: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_fresh_agent_resumes_a_stored_interrupt_and_the_side_effect_runs_once() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let (session, interrupt) = {
+        let agent = agent(&store, &effects);
+        let run = agent.run(Tally::default(), Slots::new()).unwrap();
+        let session = run.session_id().clone();
+        let out = run.await.unwrap();
+        assert_eq!(out.interrupt.as_ref().unwrap().payload["receipt"], 1);
+        (session, out.interrupt.unwrap().id)
+    };
+    // Everything in memory is gone but the store: a new harness and agent.
+    let agent = agent(&store, &effects);
+    let run = agent
+        .resume(true, &session, &interrupt, Slots::new())
+        .await
+        .unwrap();
+    let out = run.await.unwrap();
+    assert_eq!(out.signal, "done");
+    assert_eq!(out.state.count, 3);
+    assert_eq!(out.state.log.last().unwrap(), "approved=true receipt=1");
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "the journaled side effect ran once"
+    );
+    let head = agent.session(&session).await.unwrap();
+    assert_eq!(
+        head.phase,
+        SessionPhase::Completed {
+            signal: "done".into()
+        }
+    );
+    assert_eq!(head.steps, 4);
+}
+
+#[tokio::test]
+async fn resume_with_the_wrong_interrupt_id_is_no_interrupt() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let real = run.await.unwrap().interrupt.unwrap().id;
+    let err = agent
+        .resume(true, &session, &InterruptId::from("wrong"), Slots::new())
+        .await
+        .unwrap_err();
+    match err {
+        SessionError::NoInterrupt(e) => assert_eq!(e.pending, Some(real)),
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_new_run_on_a_session_waiting_for_an_answer_is_refused() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let interrupt = run.await.unwrap().interrupt.unwrap().id;
+    let err = agent
+        .continue_session(&session, TallyUpdate::new(), Slots::new())
+        .await
+        .unwrap_err();
+    match err {
+        SessionError::PendingInterrupt(e) => assert_eq!(e.interrupt, interrupt),
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn two_resumes_of_one_session_cannot_both_proceed() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let interrupt = run.await.unwrap().interrupt.unwrap().id;
+    let first = agent
+        .resume(true, &session, &interrupt, Slots::new())
+        .await
+        .unwrap();
+    // The first resume holds the lease: the second is refused by name.
+    let second = agent
+        .resume(false, &session, &interrupt, Slots::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(second, SessionError::InFlight(_)), "{second}");
+    let out = first.await.unwrap();
+    assert_eq!(out.state.log.last().unwrap(), "approved=true receipt=1");
+    // Now the session is completed, so the interrupt is gone.
+    let third = agent
+        .resume(true, &session, &interrupt, Slots::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(third, SessionError::NoInterrupt(_)), "{third}");
+}
+
+#[tokio::test]
+async fn racing_resumes_from_many_tasks_let_exactly_one_through() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let interrupt = run.await.unwrap().interrupt.unwrap().id;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (agent, session, interrupt) = (agent.clone(), session.clone(), interrupt.clone());
+        tasks.push(tokio::spawn(async move {
+            match agent
+                .resume(i == 0, &session, &interrupt, Slots::new())
+                .await
+            {
+                Ok(run) => Some(run.await.unwrap()),
+                Err(SessionError::InFlight(_) | SessionError::NoInterrupt(_)) => None,
+                Err(other) => panic!("{other}"),
+            }
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        winners += usize::from(t.await.unwrap().is_some());
+    }
+    assert_eq!(winners, 1);
+    let state = agent.state_at(&session, None).await.unwrap();
+    assert_eq!(
+        state
+            .log
+            .iter()
+            .filter(|l| l.starts_with("approved"))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_session_of_another_agent_is_a_store_load_error() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let run = agent(&store, &effects)
+        .run(Tally::default(), Slots::new())
+        .unwrap();
+    let session = run.session_id().clone();
+    run.await.unwrap();
+    let other = create_agent(
+        "someone-else",
+        &harness(store.clone(), SessionConfig::default()),
+        Slots::new().with("side_effects", effects.clone()),
+    )
+    .unwrap();
+    let err = other.state_at(&session, None).await.unwrap_err();
+    assert!(
+        matches!(err, SessionError::Load(ref l) if l.reason.contains("tally")),
+        "{err}"
+    );
+    let err = other
+        .state_at(&SessionId::from("nope"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SessionError::NoSession(_)), "{err}");
+}
+
+#[tokio::test]
+async fn a_chat_thread_continues_from_the_stored_state_with_the_input_merged() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let session = SessionId::from("thread-1");
+    // A session that does not exist yet is created.
+    let first = agent
+        .continue_session(
+            &session,
+            TallyUpdate::new().until(1).log(vec!["hello".into()]),
+            Slots::new(),
+        )
+        .await
+        .unwrap();
+    let out = first.await.unwrap();
+    let interrupt = out.interrupt.unwrap().id;
+    agent
+        .resume(true, &session, &interrupt, Slots::new())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let second = agent
+        .continue_session(
+            &session,
+            TallyUpdate::new().until(2).log(vec!["again".into()]),
+            Slots::new(),
+        )
+        .await
+        .unwrap();
+    let out = second.await.unwrap();
+    assert!(out.is_interrupted());
+    assert_eq!(out.state.count, 2, "continued from the stored count");
+    assert_eq!(
+        out.state.log,
+        [
+            "hello",
+            "work 1",
+            "approved=true receipt=1",
+            "again",
+            "work 2"
+        ]
+    );
+    let history = agent.history(&session).await.unwrap();
+    assert!(history.iter().any(|c| c.step == "$input"), "{history:?}");
+}
+
+#[tokio::test]
+async fn fork_starts_a_new_session_from_any_checkpoint_with_an_update() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    run.await.unwrap();
+    let fork = agent
+        .fork(
+            &session,
+            1,
+            Some(TallyUpdate::new().until(2).log(vec!["forked".into()])),
+        )
+        .await
+        .unwrap();
+    assert_ne!(fork, session);
+    let forked = agent.state_at(&fork, None).await.unwrap();
+    assert_eq!((forked.count, forked.until), (1, 2));
+    assert_eq!(forked.log, ["work 1", "forked"]);
+    let out = agent
+        .continue_session(&fork, TallyUpdate::new(), Slots::new())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(out.is_interrupted());
+    assert_eq!(out.state.count, 2);
+    // The original is untouched.
+    assert_eq!(agent.state_at(&session, None).await.unwrap().count, 3);
+}
+
+#[tokio::test]
+async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let config = SessionConfig {
+        lease_ttl: Duration::from_millis(300),
+        ..SessionConfig::default()
+    };
+
+    #[derive(Context)]
+    struct Gate {
+        #[slot(run)]
+        hang_at: u32,
+    }
+    async fn step(s: Arc<Tally>, cx: Cx<Gate>) -> StepResult<TallyUpdate> {
+        if s.count == cx.hang_at {
+            std::future::pending::<()>().await;
+        }
+        Ok(TallyUpdate::new()
+            .count(1)
+            .log(vec![format!("step {}", s.count + 1)]))
+    }
+    let build = || {
+        Harness::<Tally, Gate>::builder()
+            .step("step")
+            .run(step)
+            .route(|s: &Tally| if s.count < 5 { "again" } else { "done" })
+            .on("again")
+            .to("step")
+            .on("done")
+            .end()
+            .start("step")
+            .store(store.clone())
+            .session_config(config.clone())
+            .build()
+            .unwrap()
+    };
+    let _ = &effects;
+    let agent = create_agent("crashy", &build(), Slots::new()).unwrap();
+    let run = agent
+        .run(Tally::default(), Slots::new().with("hang_at", 2_u32))
+        .unwrap();
+    let session = run.session_id().clone();
+    // The "process" dies while step 3 runs: the run future is dropped.
+    let _ = tokio::time::timeout(Duration::from_millis(50), run).await;
+    let head = store.load(&session).await.unwrap().unwrap();
+    assert_eq!(head.phase, SessionPhase::Running);
+    assert_eq!(head.steps, 2);
+
+    let fresh = create_agent("crashy", &build(), Slots::new()).unwrap();
+    let early = fresh
+        .recover(&session, Slots::new().with("hang_at", 99_u32))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(early, SessionError::InFlight(_)),
+        "lease still live: {early}"
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let out = fresh
+        .recover(&session, Slots::new().with("hang_at", 99_u32))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(out.signal, "done");
+    assert_eq!(
+        out.state.log,
+        ["step 1", "step 2", "step 3", "step 4", "step 5"],
+        "no step lost, none applied twice"
+    );
+}
+
+#[tokio::test]
+async fn in_process_resume_reacquires_the_session_and_persists() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let mut run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let paused = (&mut run).await.unwrap();
+    run.resume(false, &paused.interrupt.unwrap().id).unwrap();
+    let done = (&mut run).await.unwrap();
+    assert_eq!(done.state.log.last().unwrap(), "approved=false receipt=1");
+    let head = agent.session(&session).await.unwrap();
+    assert_eq!(
+        head.phase,
+        SessionPhase::Completed {
+            signal: "done".into()
+        }
+    );
+    assert_eq!(agent.state_at(&session, None).await.unwrap(), done.state);
+}
+
+#[tokio::test]
+async fn storage_grows_with_the_data_not_with_steps_times_data() {
+    #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+    struct Long {
+        #[field(reduce = append)]
+        chunks: Vec<String>,
+    }
+    async fn add_kib(_: Arc<Long>, _: Cx<()>) -> StepResult<LongUpdate> {
+        Ok(LongUpdate::new().chunks(vec!["x".repeat(1024)]))
+    }
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::<Long>::builder()
+        .step("add")
+        .run(add_kib)
+        .route(|s: &Long| {
+            if s.chunks.len() < 500 {
+                "again"
+            } else {
+                "done"
+            }
+        })
+        .on("again")
+        .to("add")
+        .on("done")
+        .end()
+        .start("add")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let agent = create_agent("long", &h, Slots::new()).unwrap();
+    let run = agent.run(Long { chunks: vec![] }, Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let out = run.await.unwrap();
+    let final_size = serde_json::to_vec(&out.state).unwrap().len();
+    let log = store.checkpoints(&session, 0).await.unwrap();
+    let stored: usize = log
+        .iter()
+        .map(|cp| serde_json::to_vec(cp).unwrap().len())
+        .sum::<usize>()
+        + serde_json::to_vec(&store.load(&session).await.unwrap().unwrap())
+            .unwrap()
+            .len();
+    let ratio = stored as f64 / final_size as f64;
+    println!(
+        "500 steps x 1 KiB: stored {stored} bytes, final state {final_size} bytes, ratio {ratio:.2}"
+    );
+    assert!(ratio < 3.0, "ratio {ratio}");
+    // And the state read back equals the state the run ended with.
+    assert_eq!(
+        agent.state_at(&session, None).await.unwrap().chunks.len(),
+        500
+    );
+}
+
+#[tokio::test]
+async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let mut run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    let paused = (&mut run).await.unwrap();
+    let id = paused.interrupt.unwrap().id;
+    // Another process answers first…
+    agent
+        .resume(true, &session, &id, Slots::new())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // …so this process's in-memory resume must not write over it.
+    run.resume(false, &id).unwrap();
+    let err = (&mut run).await.unwrap_err();
+    assert!(matches!(err, RunError::Store(_)), "{err}");
+    let state = agent.state_at(&session, None).await.unwrap();
+    assert_eq!(state.log.last().unwrap(), "approved=true receipt=1");
+}
