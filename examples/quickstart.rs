@@ -137,7 +137,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     println!("The loop:\n{}", harness.to_mermaid());
 
-    let model = harness_examples::model_from_env(script())?;
+    // HARNESS_PROVIDER=openai|anthropic|gemini runs the same loop on a real model.
+    let model = harness_examples::providers_select::model_from_env(script())?;
     let agent = create_agent("quickstart", &harness, Slots::new().with("model", model))?;
 
     let question = "Is it warmer in Paris or in Oslo right now?";

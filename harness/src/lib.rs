@@ -31,11 +31,6 @@ pub use signal::Signal;
 pub use slots::{Context, SlotError, Slots};
 pub use state::HarnessState;
 
-// The README's snippets compile as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
 /// Re-exports for the derive macros' generated code; not a public API.
 #[doc(hidden)]
 pub mod __private {

@@ -1,0 +1,223 @@
+//! Requests and responses: harness types to the Messages API and back.
+
+use async_trait::async_trait;
+use harness::llm::{
+    ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
+    ModelStream, Role, StopReason, ToolCall, ToolChoice, Usage,
+};
+use harness_provider_http::{decode_events, endpoint, merge_extra};
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::streaming::EventDecoder;
+use crate::wire;
+
+/// `max_tokens` when the request sets none (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// An Anthropic model; implements [`LanguageModel`].
+///
+/// Made by [`Client::completion_model`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct CompletionModel {
+    client: Client,
+    model: String,
+    default_max_tokens: u32,
+}
+
+impl CompletionModel {
+    pub(crate) fn new(client: Client, model: String) -> Self {
+        Self {
+            client,
+            model,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+        }
+    }
+
+    /// `max_tokens` for requests that set none (default [`DEFAULT_MAX_TOKENS`]).
+    pub fn default_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.default_max_tokens = max_tokens;
+        self
+    }
+
+    fn body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ModelError> {
+        let tools: Vec<wire::ToolOut> = request
+            .tools
+            .iter()
+            .map(|tool| wire::ToolOut {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                input_schema: input_schema(&tool.parameters),
+            })
+            .collect();
+        let tool_choice = (!tools.is_empty()).then(|| tool_choice(&request.tool_choice));
+        let (system, messages) = conversation(&request.messages);
+        let wire = wire::MessagesRequest {
+            model: &self.model,
+            max_tokens: request.max_tokens.unwrap_or(self.default_max_tokens),
+            system,
+            messages,
+            tools,
+            tool_choice,
+            temperature: request.temperature,
+            top_p: request.top_p,
+            stop_sequences: request.stop_sequences.clone(),
+            stream,
+        };
+        let mut body = serde_json::to_value(&wire).map_err(|e| ModelError::InvalidRequest {
+            status: None,
+            message: format!("cannot serialize the request: {e}"),
+        })?;
+        merge_extra(&mut body, &request.extra);
+        Ok(body)
+    }
+
+    fn url(&self) -> String {
+        endpoint(&self.client.inner.base_url, "v1/messages")
+    }
+}
+
+/// The schema without the meta-schema URI; the API wants an object schema.
+fn input_schema(parameters: &Value) -> Value {
+    let mut schema = parameters.clone();
+    if let Value::Object(map) = &mut schema {
+        map.remove("$schema");
+        map.entry("type").or_insert_with(|| json!("object"));
+    }
+    schema
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => json!({ "type": "none" }),
+        ToolChoice::Required => json!({ "type": "any" }),
+        ToolChoice::Tool(name) => json!({ "type": "tool", "name": name }),
+        _ => json!({ "type": "auto" }),
+    }
+}
+
+/// The system text and the alternating user/assistant turns.
+fn conversation(messages: &[Message]) -> (Option<String>, Vec<wire::MessageOut>) {
+    let mut system = Vec::new();
+    let mut turns: Vec<wire::MessageOut> = Vec::new();
+    for message in messages {
+        if message.role == Role::System {
+            system.push(message.text());
+            continue;
+        }
+        let role = if message.role == Role::Assistant {
+            "assistant"
+        } else {
+            "user"
+        };
+        let blocks: Vec<wire::BlockOut> = message.content.iter().filter_map(block).collect();
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => turns.push(wire::MessageOut {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    let system = system.join("\n\n");
+    ((!system.is_empty()).then_some(system), turns)
+}
+
+fn block(part: &ContentPart) -> Option<wire::BlockOut> {
+    Some(match part {
+        // The API rejects empty text blocks.
+        ContentPart::Text { text } if text.is_empty() => return None,
+        ContentPart::Text { text } => wire::BlockOut::Text { text: text.clone() },
+        ContentPart::Image(ImageSource::Url { url }) => wire::BlockOut::Image {
+            source: wire::ImageSourceOut::Url { url: url.clone() },
+        },
+        ContentPart::Image(ImageSource::Base64 { media_type, data }) => wire::BlockOut::Image {
+            source: wire::ImageSourceOut::Base64 {
+                media_type: media_type.clone(),
+                data: data.clone(),
+            },
+        },
+        ContentPart::ToolCall(call) => wire::BlockOut::ToolUse {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            input: call.arguments.clone(),
+        },
+        ContentPart::ToolResult(result) => wire::BlockOut::ToolResult {
+            tool_use_id: result.call_id.clone(),
+            content: result.content.clone(),
+            is_error: result.is_error,
+        },
+        _ => return None,
+    })
+}
+
+/// The stop reason for a `stop_reason`; a refusal is an error.
+pub(crate) fn stop_reason(reason: Option<&str>) -> Result<StopReason, ModelError> {
+    Ok(match reason {
+        Some("end_turn") | None => StopReason::EndTurn,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::MaxTokens,
+        Some("stop_sequence") => StopReason::StopSequence,
+        Some("refusal") => {
+            return Err(ModelError::ContentFiltered {
+                reason: "refusal".to_owned(),
+            });
+        }
+        Some(other) => StopReason::Other(other.to_owned()),
+    })
+}
+
+fn response(wire: wire::MessageResponse) -> Result<ModelResponse, ModelError> {
+    let stop_reason = stop_reason(wire.stop_reason.as_deref())?;
+    let content = wire
+        .content
+        .into_iter()
+        .filter_map(|block| match block {
+            wire::BlockIn::Text { text } => Some(ContentPart::text(text)),
+            wire::BlockIn::ToolUse { id, name, input } => {
+                let input = if input.is_null() { json!({}) } else { input };
+                Some(ContentPart::ToolCall(ToolCall::new(id, name, input)))
+            }
+            wire::BlockIn::Other => None,
+        })
+        .collect();
+    let usage = Usage::new(
+        wire.usage.input().unwrap_or(0),
+        wire.usage.output_tokens.unwrap_or(0),
+    );
+    Ok(ModelResponse::new(content, usage, stop_reason))
+}
+
+#[async_trait]
+impl LanguageModel for CompletionModel {
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request, false)?;
+        let inner = &self.client.inner;
+        let wire: wire::MessageResponse = inner
+            .transport
+            .post_json(&self.model, &self.url(), &inner.headers, &body)
+            .await?;
+        response(wire)
+    }
+
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
+        let body = self.body(request, true)?;
+        let inner = &self.client.inner;
+        let events = inner
+            .transport
+            .post_sse(&self.model, &self.url(), &inner.headers, &body)
+            .await?;
+        Ok(decode_events(events, EventDecoder::default()))
+    }
+
+    fn provider(&self) -> &str {
+        "anthropic"
+    }
+
+    fn model_name(&self) -> &str {
+        &self.model
+    }
+}

@@ -1,0 +1,149 @@
+//! Streamed messages: `message_start`, content blocks with their deltas,
+//! `message_delta`, `message_stop`.
+
+use harness::llm::{ModelError, PartialToolCalls, StreamEvent, Usage};
+use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body};
+
+use crate::completion::stop_reason;
+use crate::wire::{self, StreamEventIn};
+
+/// Follows the content blocks of one streamed message. Tool-use blocks are
+/// numbered apart from text blocks, so tool call indexes count from 0.
+#[derive(Debug, Default)]
+pub(crate) struct EventDecoder {
+    calls: PartialToolCalls,
+    /// `(content block index, tool call index)` of tool-use blocks.
+    tool_blocks: Vec<(usize, usize)>,
+    input_tokens: u64,
+    output_tokens: u64,
+    stop_reason: Option<String>,
+}
+
+impl EventDecoder {
+    fn tool_index(&self, block: usize) -> Option<usize> {
+        self.tool_blocks
+            .iter()
+            .find(|(b, _)| *b == block)
+            .map(|(_, tool)| *tool)
+    }
+
+    fn add_usage(&mut self, usage: &wire::UsageIn) {
+        if let Some(input) = usage.input() {
+            self.input_tokens = input;
+        }
+        if let Some(output) = usage.output_tokens {
+            self.output_tokens = output;
+        }
+    }
+}
+
+impl SseDecoder for EventDecoder {
+    fn decode(&mut self, event: SseEvent, out: &mut Vec<StreamEvent>) -> Result<Flow, ModelError> {
+        let parsed: StreamEventIn = serde_json::from_str(&event.data).map_err(|e| {
+            ModelError::malformed(format!(
+                "a stream event is not the expected JSON ({e}): {:?}",
+                event.data
+            ))
+        })?;
+        match parsed {
+            StreamEventIn::MessageStart { message } => self.add_usage(&message.usage),
+            StreamEventIn::ContentBlockStart {
+                index,
+                content_block,
+            } => match content_block {
+                wire::BlockStartIn::Text { text } => {
+                    if !text.is_empty() {
+                        out.push(StreamEvent::text(text));
+                    }
+                }
+                wire::BlockStartIn::ToolUse { id, name, input } => {
+                    let tool = self.tool_blocks.len();
+                    self.tool_blocks.push((index, tool));
+                    self.calls.start(tool, id.clone(), name.clone());
+                    out.push(StreamEvent::ToolCallStart {
+                        index: tool,
+                        id,
+                        name,
+                    });
+                    // The API starts with `{}` and streams the input; a proxy
+                    // may send it whole here instead.
+                    if input.as_object().is_some_and(|o| !o.is_empty()) {
+                        let arguments = input.to_string();
+                        self.calls.append(tool, &arguments);
+                        out.push(StreamEvent::ToolCallDelta {
+                            index: tool,
+                            arguments,
+                        });
+                    }
+                }
+                wire::BlockStartIn::Other => {}
+            },
+            StreamEventIn::ContentBlockDelta { index, delta } => match delta {
+                wire::DeltaIn::TextDelta { text } => {
+                    if !text.is_empty() {
+                        out.push(StreamEvent::text(text));
+                    }
+                }
+                wire::DeltaIn::InputJsonDelta { partial_json } => {
+                    let tool = self.tool_index(index).ok_or_else(|| {
+                        ModelError::malformed(format!(
+                            "input_json_delta for content block {index}, which is not a tool_use block"
+                        ))
+                    })?;
+                    if !partial_json.is_empty() {
+                        self.calls.append(tool, &partial_json);
+                        out.push(StreamEvent::ToolCallDelta {
+                            index: tool,
+                            arguments: partial_json,
+                        });
+                    }
+                }
+                wire::DeltaIn::Other => {}
+            },
+            StreamEventIn::ContentBlockStop { index } => {
+                if let Some(tool) = self.tool_index(index)
+                    && let Some(call) = self.calls.finish(tool)
+                {
+                    out.push(StreamEvent::ToolCallEnd {
+                        index: tool,
+                        call: call?,
+                    });
+                }
+            }
+            StreamEventIn::MessageDelta { delta, usage } => {
+                if let Some(reason) = delta.stop_reason {
+                    self.stop_reason = Some(reason);
+                }
+                if let Some(usage) = usage {
+                    self.add_usage(&usage);
+                }
+            }
+            StreamEventIn::MessageStop => {
+                for (tool, call) in self.calls.finish_all() {
+                    out.push(StreamEvent::ToolCallEnd {
+                        index: tool,
+                        call: call?,
+                    });
+                }
+                let reason = stop_reason(self.stop_reason.as_deref())?;
+                out.push(StreamEvent::Usage(Usage::new(
+                    self.input_tokens,
+                    self.output_tokens,
+                )));
+                out.push(StreamEvent::finish(reason));
+                return Ok(Flow::Done);
+            }
+            StreamEventIn::Error { error } => {
+                return Err(error_from_body(&error.kind, error.message));
+            }
+            StreamEventIn::Ping | StreamEventIn::Unknown => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(&mut self, _out: &mut Vec<StreamEvent>) -> Result<(), ModelError> {
+        Err(ModelError::malformed(
+            "the stream ended before `message_stop`; it was cut off",
+        ))
+    }
+}

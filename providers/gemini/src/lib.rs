@@ -1,0 +1,38 @@
+//! Google Gemini models for harness, over the Gemini API
+//! (`generateContent`, `streamGenerateContent?alt=sse`).
+//!
+//! ```no_run
+//! use harness::llm::{LanguageModel, ModelRequest};
+//!
+//! # async fn demo() -> Result<(), harness::llm::ModelError> {
+//! // Key from GEMINI_API_KEY, else GOOGLE_API_KEY.
+//! let model = harness_gemini::Client::from_env()?.completion_model("gemini-2.5-flash");
+//! let answer = model.complete(&ModelRequest::builder().user("Hello!").build()).await?;
+//! println!("{}", answer.text());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Notes on the mapping:
+//! - System messages become `systemInstruction`; tool results become
+//!   `functionResponse` parts in user turns, matched by tool name.
+//! - Gemini gives function calls no id unless it wants one back; this crate
+//!   then makes one up (`gemini_call_N`) and does not send it back.
+//! - Gemini 3 requires each function call's `thoughtSignature` to be sent
+//!   back with the conversation. The signature rides in the
+//!   [`ToolCall::id`](harness::llm::ToolCall::id) after
+//!   [`SIGNATURE_SEPARATOR`], so a loop that keeps the assistant's message
+//!   unchanged sends it back without knowing about it.
+//! - Tool schemas are reduced to the subset Gemini accepts, see
+//!   [`gemini_schema`].
+
+mod client;
+mod completion;
+mod schema;
+mod streaming;
+mod wire;
+
+pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
+pub use completion::{CompletionModel, SIGNATURE_SEPARATOR};
+pub use harness_provider_http::{ApiKey, HttpOptions, RetryPolicy};
+pub use schema::gemini_schema;

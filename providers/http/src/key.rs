@@ -1,0 +1,68 @@
+//! API keys that stay out of logs.
+
+use std::fmt;
+
+use harness::llm::ModelError;
+use reqwest::header::HeaderValue;
+
+/// A provider API key. Its `Debug` output is redacted, it has no `Display`,
+/// and the header made from it is marked sensitive, so it is never logged.
+///
+/// ```
+/// use harness_provider_http::ApiKey;
+/// let key = ApiKey::new("sk-secret");
+/// assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl ApiKey {
+    /// A key with the given value.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key from the first of `variables` that is set and not empty.
+    ///
+    /// The error, a [`ModelError::Configuration`], names the variables.
+    pub fn from_env(variables: &[&str]) -> Result<Self, ModelError> {
+        variables
+            .iter()
+            .find_map(|name| {
+                std::env::var(name)
+                    .ok()
+                    .map(|value| value.trim().to_owned())
+                    .filter(|value| !value.is_empty())
+            })
+            .map(Self)
+            .ok_or_else(|| ModelError::Configuration {
+                message: format!(
+                    "no API key: set {} in the environment, or pass a key to the client builder",
+                    variables.join(" or ")
+                ),
+            })
+    }
+
+    /// The secret itself. Do not log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A sensitive header value `{prefix}{key}`, e.g. with prefix `"Bearer "`.
+    pub fn header_value(&self, prefix: &str) -> Result<HeaderValue, ModelError> {
+        let mut value = HeaderValue::from_str(&format!("{prefix}{}", self.0)).map_err(|_| {
+            ModelError::Configuration {
+                message: "the API key contains characters that cannot go in an HTTP header"
+                    .to_owned(),
+            }
+        })?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}

@@ -1,0 +1,167 @@
+//! Timeouts and the retry policy.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use harness::llm::ModelError;
+
+/// When and how long to wait before retrying a failed request.
+///
+/// Only retryable failures ([`ModelError::is_retryable`]: rate limits,
+/// overload, timeouts, transport errors) are retried, at most
+/// `max_attempts - 1` times. The wait is the provider's `Retry-After` when it
+/// sent one, else exponential backoff (`initial_backoff`, doubling, capped at
+/// `max_backoff`) with jitter: a random wait between half and all of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included; 1 disables retries.
+    pub max_attempts: u32,
+    /// The backoff before the first retry.
+    pub initial_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+    /// The longest `Retry-After` to honour; a provider asking for more gets
+    /// its error returned instead, carrying the wait it asked for.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// How long to wait before the next attempt, after attempt number
+    /// `attempt` (from 1) failed with `error`; `None` means give up.
+    /// `retry_after` is what the provider asked for, if anything.
+    pub fn delay_before_retry(
+        &self,
+        attempt: u32,
+        error: &ModelError,
+        retry_after: Option<Duration>,
+    ) -> Option<Duration> {
+        if !error.is_retryable() || attempt >= self.max_attempts {
+            return None;
+        }
+        if let Some(wait) = retry_after.or(error.retry_after()) {
+            return (wait <= self.max_retry_after).then_some(wait);
+        }
+        let doubling = 2u32.saturating_pow(attempt.saturating_sub(1));
+        let backoff = self
+            .initial_backoff
+            .saturating_mul(doubling)
+            .min(self.max_backoff);
+        Some(backoff.mul_f64(0.5 + 0.5 * random_fraction()))
+    }
+}
+
+/// A random number in `[0, 1)`; the standard library's per-instance random
+/// hash keys are enough for jitter.
+fn random_fraction() -> f64 {
+    let bits = RandomState::new().build_hasher().finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Timeouts and retries for a provider client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpOptions {
+    /// Limit for one attempt: connecting, sending and receiving the whole
+    /// answer, or, when streaming, the response headers.
+    pub timeout: Duration,
+    /// Limit for the gap between two chunks of a stream.
+    pub stream_idle_timeout: Duration,
+    /// Limit for establishing a connection.
+    pub connect_timeout: Duration,
+    /// Retries of failed attempts.
+    pub retry: RetryPolicy,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(300),
+            stream_idle_timeout: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(15),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overloaded() -> ModelError {
+        ModelError::Overloaded {
+            status: Some(503),
+            message: "busy".into(),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        let policy = RetryPolicy {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(350),
+            ..RetryPolicy::default()
+        };
+        for (attempt, full) in [(1, 100), (2, 200), (3, 350), (6, 350)] {
+            let delay = policy
+                .delay_before_retry(attempt, &overloaded(), None)
+                .expect("retryable");
+            let full = Duration::from_millis(full);
+            assert!(delay >= full / 2 && delay <= full, "{attempt}: {delay:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_wins_within_its_cap() {
+        let policy = RetryPolicy::default();
+        let limited = ModelError::RateLimited {
+            retry_after: Some(Duration::from_secs(2)),
+            message: "slow".into(),
+        };
+        assert_eq!(
+            policy.delay_before_retry(1, &limited, None),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            policy.delay_before_retry(1, &overloaded(), Some(Duration::from_secs(3))),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            policy.delay_before_retry(1, &overloaded(), Some(Duration::from_secs(600))),
+            None
+        );
+    }
+
+    #[test]
+    fn gives_up_on_permanent_errors_and_after_the_last_attempt() {
+        let policy = RetryPolicy::default();
+        let auth = ModelError::Auth {
+            message: "no".into(),
+        };
+        assert_eq!(policy.delay_before_retry(1, &auth, None), None);
+        assert_eq!(policy.delay_before_retry(3, &overloaded(), None), None);
+        assert_eq!(
+            RetryPolicy::none().delay_before_retry(1, &overloaded(), None),
+            None
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! HTTP statuses and vendor error bodies as typed errors.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use harness::llm::ModelError;
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+/// The longest provider message kept in an error.
+const MESSAGE_LIMIT: usize = 600;
+
+/// The typed error for a failed HTTP response, and how long the provider
+/// asked to wait before retrying.
+///
+/// The three vendors all put a message at `error.message`; servers that
+/// speak OpenAI's dialect sometimes send `{"error": "text"}` instead. Both
+/// are read; any other body is quoted (shortened).
+///
+/// | status | error |
+/// | --- | --- |
+/// | 400, 404, 409, 413, 422, other 4xx | `InvalidRequest` |
+/// | 401, 403; Gemini's 400 `API_KEY_INVALID` | `Auth` |
+/// | 408 | `Timeout` (with `timeout`) |
+/// | 429 | `RateLimited` (OpenAI's `insufficient_quota`: `Auth`) |
+/// | 5xx, 529 | `Overloaded` |
+pub fn error_from_response(
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    timeout: Duration,
+) -> (ModelError, Option<Duration>) {
+    let json: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let message = error_message(&json, body, status);
+    let retry_after = parse_retry_after(headers, &json);
+    let error = match status {
+        401 | 403 => ModelError::Auth { message },
+        // Gemini answers a bad key with 400 INVALID_ARGUMENT.
+        400 if has_detail_reason(&json, "API_KEY_INVALID") => ModelError::Auth { message },
+        408 => ModelError::Timeout { after: timeout },
+        429 if error_code(&json) == Some("insufficient_quota") => ModelError::Auth {
+            message: format!(
+                "{message} (insufficient_quota: check the account's plan and billing)"
+            ),
+        },
+        429 => ModelError::RateLimited {
+            retry_after,
+            message,
+        },
+        500..=599 => ModelError::Overloaded {
+            status: Some(status),
+            message,
+        },
+        _ => ModelError::InvalidRequest {
+            status: Some(status),
+            message,
+        },
+    };
+    (error, retry_after)
+}
+
+/// The typed error for an error reported inside a stream or a 200 body,
+/// from the vendor's error type (`overloaded_error`, `rate_limit_exceeded`,
+/// `RESOURCE_EXHAUSTED`, …) and message.
+pub fn error_from_body(kind: &str, message: impl Into<String>) -> ModelError {
+    let message = message.into();
+    match kind {
+        "authentication_error"
+        | "permission_error"
+        | "invalid_api_key"
+        | "UNAUTHENTICATED"
+        | "PERMISSION_DENIED" => ModelError::Auth { message },
+        "rate_limit_error" | "rate_limit_exceeded" | "RESOURCE_EXHAUSTED" => {
+            ModelError::RateLimited {
+                retry_after: None,
+                message,
+            }
+        }
+        "overloaded_error" | "api_error" | "server_error" | "UNAVAILABLE" | "INTERNAL" => {
+            ModelError::Overloaded {
+                status: None,
+                message,
+            }
+        }
+        "invalid_request_error"
+        | "not_found_error"
+        | "request_too_large"
+        | "INVALID_ARGUMENT"
+        | "NOT_FOUND"
+        | "FAILED_PRECONDITION" => ModelError::InvalidRequest {
+            status: None,
+            message,
+        },
+        "" => ModelError::other(message),
+        other => ModelError::other(format!("{other}: {message}")),
+    }
+}
+
+fn error_message(json: &Value, body: &str, status: u16) -> String {
+    let found = match json.get("error") {
+        Some(Value::String(text)) => Some(text.as_str()),
+        Some(error) => error.get("message").and_then(Value::as_str),
+        None => json.get("message").and_then(Value::as_str),
+    };
+    let text = found.unwrap_or(body).trim();
+    if text.is_empty() {
+        return format!("HTTP {status} with an empty body");
+    }
+    match text.char_indices().nth(MESSAGE_LIMIT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+fn has_detail_reason(json: &Value, reason: &str) -> bool {
+    json.pointer("/error/details")
+        .and_then(Value::as_array)
+        .is_some_and(|details| {
+            details
+                .iter()
+                .any(|d| d.get("reason").and_then(Value::as_str) == Some(reason))
+        })
+}
+
+fn error_code(json: &Value) -> Option<&str> {
+    let error = json.get("error")?;
+    error
+        .get("code")
+        .and_then(Value::as_str)
+        .or_else(|| error.get("type").and_then(Value::as_str))
+}
+
+/// How long the provider asked to wait: `retry-after-ms` (OpenAI),
+/// `retry-after` in seconds or as an HTTP date, or Google's
+/// `error.details[].retryDelay` (`"1.5s"`).
+pub fn parse_retry_after(headers: &HeaderMap, body: &Value) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return seconds(ms / 1000.0);
+    }
+    if let Some(value) = header("retry-after") {
+        if let Ok(secs) = value.parse::<f64>() {
+            return seconds(secs);
+        }
+        if let Some(at) = parse_http_date(value) {
+            return Some(
+                at.duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO),
+            );
+        }
+    }
+    body.pointer("/error/details")
+        .and_then(Value::as_array)?
+        .iter()
+        .filter_map(|detail| detail.get("retryDelay").and_then(Value::as_str))
+        .find_map(|delay| delay.strip_suffix('s')?.parse::<f64>().ok())
+        .and_then(seconds)
+}
+
+fn seconds(secs: f64) -> Option<Duration> {
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
+}
+
+/// Parses an IMF-fixdate such as `Sun, 06 Nov 1994 08:49:37 GMT`.
+fn parse_http_date(text: &str) -> Option<SystemTime> {
+    let mut fields = text.split_whitespace();
+    let _weekday = fields.next()?;
+    let day: u64 = fields.next()?.parse().ok()?;
+    let month = match fields.next()? {
+        "Jan" => 1,
+        "Feb" => 2,
+        "Mar" => 3,
+        "Apr" => 4,
+        "May" => 5,
+        "Jun" => 6,
+        "Jul" => 7,
+        "Aug" => 8,
+        "Sep" => 9,
+        "Oct" => 10,
+        "Nov" => 11,
+        "Dec" => 12,
+        _ => return None,
+    };
+    let year: u64 = fields.next()?.parse().ok()?;
+    let mut clock = fields.next()?.split(':').map(|n| n.parse::<u64>().ok());
+    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
+    if fields.next()? != "GMT" || year < 1970 || !(1..=31).contains(&day) {
+        return None;
+    }
+    let days = days_since_epoch(year, month, day);
+    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + hour * 3600 + minute * 60 + second))
+}
+
+/// Days from 1970-01-01 to the given civil date (proleptic Gregorian).
+fn days_since_epoch(year: u64, month: u64, day: u64) -> u64 {
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y / 400;
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * m + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use reqwest::header::HeaderValue;
+    use serde_json::json;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn http_dates_parse() {
+        let at = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        assert_eq!(
+            at.duration_since(UNIX_EPOCH).unwrap().as_secs(),
+            784_111_777
+        );
+        assert!(parse_http_date("yesterday").is_none());
+    }
+
+    #[test]
+    fn retry_after_sources() {
+        let none = Value::Null;
+        assert_eq!(
+            parse_retry_after(&headers(&[("retry-after-ms", "250")]), &none),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_retry_after(&headers(&[("retry-after", "3")]), &none),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            parse_retry_after(
+                &headers(&[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]),
+                &none
+            ),
+            Some(Duration::ZERO),
+            "a date in the past means now"
+        );
+        let google = json!({"error": {"details": [
+            {"@type": "type.googleapis.com/google.rpc.Help"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}
+        ]}});
+        assert_eq!(
+            parse_retry_after(&HeaderMap::new(), &google),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(parse_retry_after(&HeaderMap::new(), &none), None);
+    }
+
+    #[test]
+    fn statuses_map_to_typed_errors() {
+        let t = Duration::from_secs(1);
+        let none = HeaderMap::new();
+        let body = r#"{"error": {"message": "bad key", "type": "invalid_request_error"}}"#;
+        assert_eq!(
+            error_from_response(401, &none, body, t).0,
+            ModelError::Auth {
+                message: "bad key".into()
+            }
+        );
+        let (limited, wait) = error_from_response(429, &headers(&[("retry-after", "2")]), "{}", t);
+        assert_eq!(wait, Some(Duration::from_secs(2)));
+        assert!(matches!(
+            limited,
+            ModelError::RateLimited {
+                retry_after: Some(_),
+                ..
+            }
+        ));
+        let quota = r#"{"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}"#;
+        assert!(matches!(
+            error_from_response(429, &none, quota, t).0,
+            ModelError::Auth { .. }
+        ));
+        assert_eq!(
+            error_from_response(529, &none, "", t).0,
+            ModelError::Overloaded {
+                status: Some(529),
+                message: "HTTP 529 with an empty body".into()
+            }
+        );
+        assert_eq!(
+            error_from_response(404, &none, r#"{"error": "model 'x' not found"}"#, t).0,
+            ModelError::InvalidRequest {
+                status: Some(404),
+                message: "model 'x' not found".into()
+            }
+        );
+        assert_eq!(
+            error_from_response(408, &none, "", t).0,
+            ModelError::Timeout { after: t }
+        );
+    }
+
+    #[test]
+    fn body_error_kinds_map_to_typed_errors() {
+        assert!(matches!(
+            error_from_body("overloaded_error", "Overloaded"),
+            ModelError::Overloaded { status: None, .. }
+        ));
+        assert!(matches!(
+            error_from_body("RESOURCE_EXHAUSTED", "quota"),
+            ModelError::RateLimited { .. }
+        ));
+        assert_eq!(
+            error_from_body("mystery", "m"),
+            ModelError::other("mystery: m")
+        );
+    }
+}

@@ -1,0 +1,282 @@
+//! Requests and responses: harness types to chat-completions and back.
+
+use async_trait::async_trait;
+use harness::llm::{
+    ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
+    ModelStream, Role, StopReason, ToolCall, ToolChoice, Usage,
+};
+use harness_provider_http::{decode_events, endpoint, merge_extra};
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::schema::strict_schema;
+use crate::streaming::ChunkDecoder;
+use crate::wire;
+
+/// An OpenAI chat-completions model; implements [`LanguageModel`].
+///
+/// Made by [`Client::completion_model`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct CompletionModel {
+    client: Client,
+    model: String,
+    strict_tools: bool,
+}
+
+impl CompletionModel {
+    pub(crate) fn new(client: Client, model: String) -> Self {
+        Self {
+            client,
+            model,
+            strict_tools: false,
+        }
+    }
+
+    /// Sends tools in strict mode: arguments are then guaranteed to match
+    /// the schema, which is adapted with [`strict_schema`]. OpenAI supports
+    /// it; many compatible servers do not, so it is off by default.
+    pub fn strict_tools(mut self, strict: bool) -> Self {
+        self.strict_tools = strict;
+        self
+    }
+
+    /// The JSON body for `request`.
+    fn body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ModelError> {
+        let inner = &self.client.inner;
+        let tools: Vec<wire::ToolDefinition> = request
+            .tools
+            .iter()
+            .map(|tool| wire::ToolDefinition {
+                kind: "function",
+                function: wire::FunctionDefinition {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    parameters: if self.strict_tools {
+                        strict_schema(&tool.parameters)
+                    } else {
+                        tool.parameters.clone()
+                    },
+                    strict: self.strict_tools.then_some(true),
+                },
+            })
+            .collect();
+        let tool_choice = (!tools.is_empty() || request.tool_choice != ToolChoice::Auto)
+            .then(|| tool_choice(&request.tool_choice));
+        let (max_tokens, max_completion_tokens) = if inner.legacy_max_tokens {
+            (request.max_tokens, None)
+        } else {
+            (None, request.max_tokens)
+        };
+        let wire = wire::ChatRequest {
+            model: &self.model,
+            messages: messages(&request.messages)?,
+            tools,
+            tool_choice,
+            temperature: request.temperature,
+            top_p: request.top_p,
+            max_tokens,
+            max_completion_tokens,
+            stop: request.stop_sequences.clone(),
+            stream,
+            stream_options: stream.then_some(wire::StreamOptions {
+                include_usage: true,
+            }),
+        };
+        let mut body = serde_json::to_value(&wire).map_err(|e| ModelError::InvalidRequest {
+            status: None,
+            message: format!("cannot serialize the request: {e}"),
+        })?;
+        merge_extra(&mut body, &request.extra);
+        Ok(body)
+    }
+
+    fn url(&self) -> String {
+        endpoint(&self.client.inner.base_url, "chat/completions")
+    }
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Tool(name) => json!({ "type": "function", "function": { "name": name } }),
+        _ => json!("auto"),
+    }
+}
+
+/// The conversation in chat-completions form. Tool results become `tool`
+/// messages, one per result, as the API requires.
+fn messages(conversation: &[Message]) -> Result<Vec<wire::ChatMessage>, ModelError> {
+    let mut out = Vec::new();
+    for message in conversation {
+        let mut parts = Vec::new();
+        let mut calls = Vec::new();
+        for part in &message.content {
+            match part {
+                ContentPart::Text { text } => {
+                    parts.push(wire::PartOut::Text { text: text.clone() })
+                }
+                ContentPart::Image(source) => {
+                    if message.role != Role::User {
+                        return Err(ModelError::InvalidRequest {
+                            status: None,
+                            message: "OpenAI accepts images only in user messages".to_owned(),
+                        });
+                    }
+                    parts.push(wire::PartOut::ImageUrl {
+                        image_url: wire::ImageUrl {
+                            url: image_url(source),
+                        },
+                    });
+                }
+                ContentPart::ToolCall(call) => calls.push(wire::ToolCallOut {
+                    id: call.id.clone(),
+                    kind: "function",
+                    function: wire::FunctionOut {
+                        name: call.name.clone(),
+                        arguments: call.arguments.to_string(),
+                    },
+                }),
+                ContentPart::ToolResult(result) => out.push(wire::ChatMessage {
+                    role: "tool",
+                    content: Some(wire::MessageContent::Text(result.content.clone())),
+                    tool_calls: Vec::new(),
+                    tool_call_id: Some(result.call_id.clone()),
+                }),
+                _ => {}
+            }
+        }
+        let role = match message.role {
+            Role::System => "system",
+            Role::Assistant => "assistant",
+            // Stray text in a tool message is shown to the model as the user's.
+            Role::User | Role::Tool => "user",
+        };
+        if parts.is_empty() && calls.is_empty() {
+            continue;
+        }
+        let content = if parts.is_empty() {
+            None
+        } else if parts
+            .iter()
+            .all(|p| matches!(p, wire::PartOut::Text { .. }))
+        {
+            Some(wire::MessageContent::Text(message.text()))
+        } else {
+            Some(wire::MessageContent::Parts(parts))
+        };
+        out.push(wire::ChatMessage {
+            role,
+            content,
+            tool_calls: calls,
+            tool_call_id: None,
+        });
+    }
+    Ok(out)
+}
+
+fn image_url(source: &ImageSource) -> String {
+    match source {
+        ImageSource::Url { url } => url.clone(),
+        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+    }
+}
+
+/// The stop reason for a `finish_reason`; a content filter is an error.
+pub(crate) fn stop_reason(finish: Option<&str>, has_calls: bool) -> Result<StopReason, ModelError> {
+    Ok(match finish {
+        Some("length") => StopReason::MaxTokens,
+        Some("tool_calls" | "function_call") => StopReason::ToolUse,
+        Some("content_filter") => {
+            return Err(ModelError::ContentFiltered {
+                reason: "content_filter".to_owned(),
+            });
+        }
+        // Some compatible servers say "stop" after tool calls.
+        Some("stop") | None if has_calls => StopReason::ToolUse,
+        Some("stop") | None => StopReason::EndTurn,
+        Some(other) => StopReason::Other(other.to_owned()),
+    })
+}
+
+pub(crate) fn usage(usage: Option<wire::UsageIn>) -> Usage {
+    usage
+        .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens))
+        .unwrap_or_default()
+}
+
+fn response(wire: wire::ChatResponse) -> Result<ModelResponse, ModelError> {
+    let choice = wire
+        .choices
+        .into_iter()
+        .next()
+        .ok_or_else(|| ModelError::malformed("the response has no choices"))?;
+    let message = choice.message;
+    if let Some(refusal) = message.refusal.filter(|r| !r.is_empty()) {
+        return Err(ModelError::ContentFiltered { reason: refusal });
+    }
+    let mut content = Vec::new();
+    if let Some(text) = message.content.filter(|t| !t.is_empty()) {
+        content.push(ContentPart::text(text));
+    }
+    for (index, call) in message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        let arguments = match call.function.arguments {
+            Value::String(text) if text.trim().is_empty() => json!({}),
+            Value::String(text) => serde_json::from_str(&text).map_err(|e| {
+                ModelError::malformed(format!(
+                    "the arguments of tool call `{}` are not valid JSON: {e}",
+                    call.function.name
+                ))
+            })?,
+            Value::Null => json!({}),
+            object => object,
+        };
+        let id = call.id.unwrap_or_else(|| format!("call_{index}"));
+        content.push(ContentPart::ToolCall(ToolCall::new(
+            id,
+            call.function.name,
+            arguments,
+        )));
+    }
+    let has_calls = content
+        .iter()
+        .any(|p| matches!(p, ContentPart::ToolCall(_)));
+    let stop_reason = stop_reason(choice.finish_reason.as_deref(), has_calls)?;
+    Ok(ModelResponse::new(content, usage(wire.usage), stop_reason))
+}
+
+#[async_trait]
+impl LanguageModel for CompletionModel {
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request, false)?;
+        let inner = &self.client.inner;
+        let wire: wire::ChatResponse = inner
+            .transport
+            .post_json(&self.model, &self.url(), &inner.headers, &body)
+            .await?;
+        response(wire)
+    }
+
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
+        let body = self.body(request, true)?;
+        let inner = &self.client.inner;
+        let events = inner
+            .transport
+            .post_sse(&self.model, &self.url(), &inner.headers, &body)
+            .await?;
+        Ok(decode_events(events, ChunkDecoder::default()))
+    }
+
+    fn provider(&self) -> &str {
+        "openai"
+    }
+
+    fn model_name(&self) -> &str {
+        &self.model
+    }
+}

@@ -1,0 +1,623 @@
+//! harness-openai against a local mock of the chat-completions API.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use harness::llm::{
+    ContentPart, LanguageModel, Message, ModelError, ModelRequest, StopReason, StreamEvent,
+    ToolCall, ToolResult, ToolSpec, Usage, collect_stream,
+};
+use harness_openai::{Client, CompletionModel, RetryPolicy};
+use serde_json::{Value, json};
+use wiremock::matchers::{body_partial_json, header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const KEY: &str = "sk-test-secret-1234";
+
+fn model(server: &MockServer) -> CompletionModel {
+    Client::builder()
+        .api_key(KEY)
+        .base_url(format!("{}/v1", server.uri()))
+        .timeout(Duration::from_millis(300))
+        .stream_idle_timeout(Duration::from_millis(300))
+        .retry_policy(RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(20),
+            max_retry_after: Duration::from_secs(2),
+        })
+        .build()
+        .unwrap()
+        .completion_model("gpt-test")
+}
+
+fn ask(text: &str) -> ModelRequest {
+    ModelRequest::builder()
+        .system("Be brief.")
+        .user(text)
+        .temperature(0.0)
+        .max_tokens(64)
+        .build()
+}
+
+fn completion(message: Value, finish_reason: &str) -> Value {
+    json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "gpt-test",
+        "choices": [{ "index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason }],
+        "usage": { "prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17 }
+    })
+}
+
+fn sse(chunks: &[Value], done: bool) -> String {
+    let mut body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    if done {
+        body.push_str("data: [DONE]\n\n");
+    }
+    body
+}
+
+fn chunk(delta: Value, finish_reason: Value) -> Value {
+    json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": "gpt-test",
+        "choices": [{ "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason }]
+    })
+}
+
+fn usage_chunk() -> Value {
+    json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": "gpt-test",
+        "choices": [], "usage": { "prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12 }
+    })
+}
+
+async fn requests(server: &MockServer) -> Vec<Value> {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.body_json::<Value>().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn plain_answer() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "Hello there!", "refusal": null }),
+            "stop",
+        )))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let response = model(&server).complete(&ask("Hi")).await.unwrap();
+    assert_eq!(response.text(), "Hello there!");
+    assert_eq!(response.stop_reason, StopReason::EndTurn);
+    assert_eq!(response.usage, Usage::new(12, 5));
+    let body = &requests(&server).await[0];
+    assert_eq!(
+        body,
+        &json!({
+            "model": "gpt-test",
+            "messages": [
+                { "role": "system", "content": "Be brief." },
+                { "role": "user", "content": "Hi" }
+            ],
+            "temperature": 0.0,
+            "max_tokens": 64
+        })
+    );
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct WeatherArgs {
+    /// City name.
+    city: String,
+    /// Days ahead.
+    days: Option<u8>,
+}
+
+#[tokio::test]
+async fn tool_call_and_tool_result_round_trip() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({
+                "role": "assistant",
+                "content": null,
+                "tool_calls": [{
+                    "id": "call_abc",
+                    "type": "function",
+                    "function": { "name": "get_weather", "arguments": "{\"city\":\"Paris\"}" }
+                }]
+            }),
+            "tool_calls",
+        )))
+        .mount(&server)
+        .await;
+    let spec = ToolSpec::from_args::<WeatherArgs>("get_weather", "Weather in a city");
+    let mut request = ModelRequest::builder()
+        .user("Weather in Paris?")
+        .tool(spec)
+        .build();
+    let model = model(&server).strict_tools(true);
+    let response = model.complete(&request).await.unwrap();
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    let call = response.tool_calls().next().unwrap().clone();
+    assert_eq!(call.id, "call_abc");
+    let args: WeatherArgs = call.parse_arguments().unwrap();
+    assert_eq!(args.city, "Paris");
+    assert_eq!(args.days, None);
+
+    // Second turn: the assistant's call and the tool's result go back.
+    request.messages.push(response.into_message());
+    request
+        .messages
+        .push(Message::tool_result(ToolResult::success(&call, "18°C")));
+    model.complete(&request).await.unwrap();
+
+    let bodies = requests(&server).await;
+    let tool = &bodies[0]["tools"][0];
+    assert_eq!(tool["type"], "function");
+    assert_eq!(tool["function"]["name"], "get_weather");
+    assert_eq!(tool["function"]["strict"], true);
+    let parameters = &tool["function"]["parameters"];
+    assert_eq!(parameters["additionalProperties"], false);
+    assert_eq!(
+        parameters["properties"]["days"]["type"],
+        json!(["integer", "null"])
+    );
+    assert!(parameters["properties"]["days"].get("format").is_none());
+    assert_eq!(bodies[0]["tool_choice"], "auto");
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[1],
+        json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{ "id": "call_abc", "type": "function",
+                             "function": { "name": "get_weather", "arguments": "{\"city\":\"Paris\"}" } }]
+        })
+    );
+    assert_eq!(
+        messages[2],
+        json!({ "role": "tool", "content": "18°C", "tool_call_id": "call_abc" })
+    );
+}
+
+#[tokio::test]
+async fn images_go_as_content_parts() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "A cat." }),
+            "stop",
+        )))
+        .mount(&server)
+        .await;
+    let request = ModelRequest::new([
+        Message::user("What is it?").with(ContentPart::image_base64("image/png", "iVBOR"))
+    ]);
+    model(&server).complete(&request).await.unwrap();
+    assert_eq!(
+        requests(&server).await[0]["messages"][0]["content"],
+        json!([
+            { "type": "text", "text": "What is it?" },
+            { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBOR" } }
+        ])
+    );
+}
+
+#[tokio::test]
+async fn streamed_answer() {
+    let server = MockServer::start().await;
+    let body = sse(
+        &[
+            chunk(json!({ "role": "assistant", "content": "" }), Value::Null),
+            chunk(json!({ "content": "Hel" }), Value::Null),
+            chunk(json!({ "content": "lo!" }), Value::Null),
+            chunk(json!({}), json!("stop")),
+            usage_chunk(),
+        ],
+        true,
+    );
+    Mock::given(method("POST"))
+        .and(body_partial_json(
+            json!({ "stream": true, "stream_options": { "include_usage": true } }),
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let events: Vec<_> = model(&server)
+        .stream(&ask("Hi"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(
+        events,
+        vec![
+            Ok(StreamEvent::text("Hel")),
+            Ok(StreamEvent::text("lo!")),
+            Ok(StreamEvent::Usage(Usage::new(9, 3))),
+            Ok(StreamEvent::finish(StopReason::EndTurn)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn streamed_parallel_tool_calls_are_assembled_by_index() {
+    let server = MockServer::start().await;
+    let call = |index: usize, id: &str, name: &str| {
+        json!({ "tool_calls": [{ "index": index, "id": id, "type": "function",
+                                 "function": { "name": name, "arguments": "" } }] })
+    };
+    let args = |index: usize, fragment: &str| json!({ "tool_calls": [{ "index": index, "function": { "arguments": fragment } }] });
+    let body = sse(
+        &[
+            chunk(json!({ "role": "assistant", "content": null }), Value::Null),
+            chunk(call(0, "call_a", "get_weather"), Value::Null),
+            chunk(args(0, "{\"ci"), Value::Null),
+            chunk(call(1, "call_b", "get_time"), Value::Null),
+            chunk(args(0, "ty\": \"Paris\"}"), Value::Null),
+            chunk(args(1, "{\"tz\": \"CET\"}"), Value::Null),
+            chunk(json!({}), json!("tool_calls")),
+            usage_chunk(),
+        ],
+        true,
+    );
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let stream = model(&server)
+        .stream(&ask("Weather and time?"))
+        .await
+        .unwrap();
+    let response = collect_stream(stream).await.unwrap();
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(
+        response.tool_calls().cloned().collect::<Vec<_>>(),
+        vec![
+            ToolCall::new("call_a", "get_weather", json!({ "city": "Paris" })),
+            ToolCall::new("call_b", "get_time", json!({ "tz": "CET" })),
+        ]
+    );
+    assert_eq!(response.usage, Usage::new(9, 3));
+}
+
+#[tokio::test]
+async fn unauthorized_is_an_auth_error_without_retries() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(json!({
+            "error": { "message": "Incorrect API key provided: sk-test***1234.", "type": "invalid_request_error",
+                       "param": null, "code": "invalid_api_key" }
+        })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+    assert_eq!(
+        error,
+        ModelError::Auth {
+            message: "Incorrect API key provided: sk-test***1234.".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn rate_limit_honours_retry_after_then_succeeds() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(429)
+                .insert_header("retry-after-ms", "250")
+                .set_body_json(json!({ "error": { "message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded" } })),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "ok" }),
+            "stop",
+        )))
+        .mount(&server)
+        .await;
+    let started = Instant::now();
+    let response = model(&server).complete(&ask("Hi")).await.unwrap();
+    assert_eq!(response.text(), "ok");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(requests(&server).await.len(), 2);
+}
+
+#[tokio::test]
+async fn server_error_is_retried_then_succeeds() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(500)
+                .set_body_json(json!({ "error": { "message": "boom", "type": "server_error" } })),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "recovered" }),
+            "stop",
+        )))
+        .mount(&server)
+        .await;
+    assert_eq!(
+        model(&server).complete(&ask("Hi")).await.unwrap().text(),
+        "recovered"
+    );
+    assert_eq!(requests(&server).await.len(), 2);
+}
+
+#[tokio::test]
+async fn persistent_server_errors_give_up_after_the_last_attempt() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_body_string("upstream down"))
+        .expect(3)
+        .mount(&server)
+        .await;
+    let error = model(&server).stream(&ask("Hi")).await.err().unwrap();
+    assert_eq!(
+        error,
+        ModelError::Overloaded {
+            status: Some(503),
+            message: "upstream down".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn slow_answers_time_out() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_delay(Duration::from_millis(600))
+                .set_body_json(completion(
+                    json!({ "role": "assistant", "content": "late" }),
+                    "stop",
+                )),
+        )
+        .mount(&server)
+        .await;
+    let model = Client::builder()
+        .api_key(KEY)
+        .base_url(format!("{}/v1", server.uri()))
+        .timeout(Duration::from_millis(100))
+        .max_attempts(1)
+        .build()
+        .unwrap()
+        .completion_model("gpt-test");
+    let started = Instant::now();
+    let error = model.complete(&ask("Hi")).await.unwrap_err();
+    assert_eq!(
+        error,
+        ModelError::Timeout {
+            after: Duration::from_millis(100)
+        }
+    );
+    assert!(started.elapsed() < Duration::from_millis(500));
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_typed_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_raw("{\"choices\": [", "application/json"),
+        )
+        .mount(&server)
+        .await;
+    let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+    assert!(
+        matches!(&error, ModelError::MalformedResponse { message } if message.contains("not the expected JSON")),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn truncated_stream_is_a_typed_error() {
+    let server = MockServer::start().await;
+    let body = sse(
+        &[
+            chunk(json!({ "content": "Hel" }), Value::Null),
+            chunk(
+                json!({ "tool_calls": [{ "index": 0, "id": "c", "function": { "name": "f", "arguments": "{\"a\"" } }] }),
+                Value::Null,
+            ),
+        ],
+        false,
+    );
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let mut stream = model(&server).stream(&ask("Hi")).await.unwrap();
+    assert_eq!(stream.next().await, Some(Ok(StreamEvent::text("Hel"))));
+    let mut last = None;
+    while let Some(item) = stream.next().await {
+        last = Some(item);
+    }
+    assert!(
+        matches!(&last, Some(Err(ModelError::MalformedResponse { message })) if message.contains("cut off")),
+        "{last:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_chunk_mid_stream_is_typed() {
+    let server = MockServer::start().await;
+    let body = sse(
+        &[
+            chunk(json!({ "content": "Hel" }), Value::Null),
+            json!({ "error": { "message": "The server had an error", "type": "server_error" } }),
+        ],
+        false,
+    );
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let error = collect_stream(model(&server).stream(&ask("Hi")).await.unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ModelError::Overloaded { status: None, .. }),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn content_filter_is_a_typed_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "" }),
+            "content_filter",
+        )))
+        .mount(&server)
+        .await;
+    let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+    assert_eq!(
+        error,
+        ModelError::ContentFiltered {
+            reason: "content_filter".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn the_key_never_shows_in_debug_output_or_errors() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(400).set_body_json(json!({ "error": { "message": "bad" } })),
+        )
+        .mount(&server)
+        .await;
+    let client = Client::builder()
+        .api_key(KEY)
+        .base_url(server.uri())
+        .build()
+        .unwrap();
+    let model = client.completion_model("gpt-test");
+    let builder = Client::builder().api_key(KEY);
+    for text in [
+        format!("{client:?}"),
+        format!("{client:#?}"),
+        format!("{model:?}"),
+        format!("{builder:?}"),
+        model.complete(&ask("Hi")).await.unwrap_err().to_string(),
+    ] {
+        assert!(!text.contains(KEY), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+    assert!(format!("{client:?}").contains("<redacted>"));
+}
+
+#[tokio::test]
+async fn a_local_server_needs_no_key() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "local" }),
+            "stop",
+        )))
+        .mount(&server)
+        .await;
+    // Whatever OPENAI_API_KEY holds, an explicit local URL works without one.
+    let model = Client::builder()
+        .base_url(format!("{}/v1/", server.uri()))
+        .build()
+        .unwrap()
+        .completion_model("llama3.2");
+    assert_eq!(model.complete(&ask("Hi")).await.unwrap().text(), "local");
+    assert_eq!(model.provider(), "openai");
+    assert_eq!(model.model_name(), "llama3.2");
+}
+
+#[test]
+fn an_invalid_base_url_is_a_configuration_error() {
+    let error = Client::builder()
+        .base_url("localhost:8000")
+        .build()
+        .unwrap_err();
+    assert!(matches!(error, ModelError::Configuration { .. }), "{error}");
+}
+
+/// Runs this test binary again with `vars` set, executing only `test`.
+fn run_child(test: &str, vars: &[(&str, &str)]) -> std::process::Output {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("HARNESS_TEST_CHILD", "1");
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+#[test]
+fn environment_supplies_key_and_base_url() {
+    let output = run_child(
+        "child_reads_the_environment",
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let output = run_child("child_without_a_key_for_openai_fails", &[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+#[test]
+fn child_reads_the_environment() {
+    if std::env::var_os("HARNESS_TEST_CHILD").is_none() {
+        return;
+    }
+    let client = Client::from_env().unwrap();
+    assert_eq!(client.base_url(), "http://127.0.0.1:9/v1");
+    assert!(format!("{client:?}").contains("<redacted>"));
+}
+
+#[test]
+fn child_without_a_key_for_openai_fails() {
+    if std::env::var_os("HARNESS_TEST_CHILD").is_none() {
+        return;
+    }
+    let error = Client::from_env().unwrap_err();
+    assert!(error.to_string().contains("OPENAI_API_KEY"), "{error}");
+}
