@@ -369,14 +369,14 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         index: Option<u64>,
     ) -> Result<S, SessionError> {
         let head = self.session(session_id).await?;
-        if let Some(i) = index {
-            if i > head.steps {
-                return Err(SessionError::NoCheckpoint {
-                    session: session_id.clone(),
-                    index: i,
-                    last: head.steps,
-                });
-            }
+        if let Some(i) = index
+            && i > head.steps
+        {
+            return Err(SessionError::NoCheckpoint {
+                session: session_id.clone(),
+                index: i,
+                last: head.steps,
+            });
         }
         Ok(rebuild(&**self.store()?, &head, index).await?)
     }

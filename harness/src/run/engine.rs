@@ -159,14 +159,12 @@ async fn attach<S: HarnessState, C: Context>(
             )
         }
         SessionLink::Attached { cursor, leased } => {
-            if !leased {
-                if let Err(e) = cursor.reacquire(exec.journal.clone()).await {
-                    exec.session = SessionLink::Attached {
-                        cursor,
-                        leased: false,
-                    };
-                    return Err(RunError::Store(e));
-                }
+            if !leased && let Err(e) = cursor.reacquire(exec.journal.clone()).await {
+                exec.session = SessionLink::Attached {
+                    cursor,
+                    leased: false,
+                };
+                return Err(RunError::Store(e));
             }
             cursor
         }

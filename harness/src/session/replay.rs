@@ -110,14 +110,14 @@ impl SessionCursor {
         input: Option<Value>,
     ) -> Result<Self, AcquireError> {
         let now = now_millis();
-        if let Some(l) = &head.lease {
-            if l.is_live(now) {
-                return Err(AcquireError::InFlight(SessionInFlight {
-                    session: head.session_id.clone(),
-                    owner: l.owner.clone(),
-                    expires_at: l.expires_at,
-                }));
-            }
+        if let Some(l) = &head.lease
+            && l.is_live(now)
+        {
+            return Err(AcquireError::InFlight(SessionInFlight {
+                session: head.session_id.clone(),
+                owner: l.owner.clone(),
+                expires_at: l.expires_at,
+            }));
         }
         let owner = owner_id();
         let expected = head.version;
@@ -240,7 +240,7 @@ impl SessionCursor {
         }
         let durable = match self.config.durability {
             Durability::EveryStep => true,
-            Durability::EveryN(n) => n <= 1 || steps_this_run % u64::from(n) == 0,
+            Durability::EveryN(n) => n <= 1 || steps_this_run.is_multiple_of(u64::from(n)),
             Durability::AtExit => false,
         };
         self.store
