@@ -7,7 +7,7 @@
 //! Runs offline on a scripted model: `cargo run -p harness-examples --example quickstart`.
 
 use harness::llm::{
-    Expect, LanguageModel, Message, ModelRequest, ModelResponse, Role, ScriptedModel, Tool,
+    ContentPart, Expect, LanguageModel, Message, ModelRequest, ModelResponse, Role, ScriptedModel, Tool,
     ToolCall, ToolSet,
 };
 use harness::{Context, Cx, Harness, HarnessState, RunEvent, Slots, StepResult, create_agent};
@@ -120,7 +120,14 @@ fn script() -> ScriptedModel {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let harness = Harness::<Chat, Deps>::builder()
         .step("think")
         .run(think)
@@ -164,6 +171,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 for m in update.messages.unwrap_or_default() {
                     for call in m.tool_calls() {
                         println!("  [{step}] model calls {}({})", call.name, call.arguments);
+                    }
+                    for part in &m.content {
+                        if let ContentPart::ToolResult(r) = part {
+                            println!("  [{step}] {} returns {}", r.name, r.content);
+                        }
                     }
                     let text = m.text();
                     if !text.is_empty() {
