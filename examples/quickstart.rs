@@ -7,8 +7,8 @@
 //! Runs offline on a scripted model: `cargo run -p harness-examples --example quickstart`.
 
 use harness::llm::{
-    ContentPart, Expect, LanguageModel, Message, ModelRequest, ModelResponse, Role, ScriptedModel, Tool,
-    ToolCall, ToolSet,
+    ContentPart, Expect, LanguageModel, Message, ModelRequest, ModelResponse, Role, ScriptedModel,
+    Tool, ToolCall, ToolSet,
 };
 use harness::{Context, Cx, Harness, HarnessState, RunEvent, Slots, StepResult, create_agent};
 use serde::{Deserialize, Serialize};
