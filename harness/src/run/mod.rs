@@ -261,24 +261,25 @@ impl<S: HarnessState, C: Context> Run<S, C> {
 
     fn settle(&mut self, driven: Driven<S>) -> Result<Outcome<S>, RunError> {
         let Driven { exec, result } = driven;
+        let steps = exec.steps;
         let outcome = |signal, state, interrupt| Outcome {
             signal,
             state,
             run_id: self.info.run_id.clone(),
             session_id: self.info.session_id.clone(),
-            steps: exec.steps,
+            steps,
             interrupt,
         };
         match result {
+            // A finished run gives its state away: no copy unless a step
+            // kept a reference to it.
             Ok(Settle::Ended(signal)) => {
-                let state = Arc::unwrap_or_clone(Arc::clone(&exec.state));
-                let out = outcome(signal, state, None);
+                let out = outcome(signal, Arc::unwrap_or_clone(exec.state), None);
                 self.phase = RunPhase::Done;
                 Ok(out)
             }
             Ok(Settle::Stopped) => {
-                let state = Arc::unwrap_or_clone(Arc::clone(&exec.state));
-                let out = outcome(Signal::STOPPED, state, None);
+                let out = outcome(Signal::STOPPED, Arc::unwrap_or_clone(exec.state), None);
                 self.phase = RunPhase::Done;
                 Ok(out)
             }
