@@ -87,8 +87,14 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         let ident = &f.ident;
         let ty = &f.ty;
         let docs = &f.docs;
+        let fallback = format!("A new value for `{ident}`, merged by its reducer.");
+        let docs = if docs.is_empty() {
+            quote!(#[doc = #fallback])
+        } else {
+            quote!(#(#docs)*)
+        };
         quote! {
-            #(#docs)*
+            #docs
             #[serde(default, skip_serializing_if = "::core::option::Option::is_none")]
             pub #ident: ::core::option::Option<#ty>,
         }

@@ -2,13 +2,35 @@
 //! they survive the process.
 //!
 //! - [`MemoryStore`]: in memory, for tests and short-lived processes;
-//! - `FileStore`: one directory per session, atomic writes;
+//! - [`FileStore`]: one directory per session, atomic writes, shareable by
+//!   several processes;
 //! - `SledStore` (feature `sled`, on by default): the embedded default, a
 //!   sled database flushed before a checkpoint counts as durable.
 //!
 //! [`conformance`] is a suite any [`SessionStore`](harness::session::SessionStore)
 //! can run against itself.
+//!
+//! ```
+//! use harness::session::SessionStore;
+//! use harness_stores::FileStore;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dir = std::env::temp_dir().join(format!("harness-doc-{}", std::process::id()));
+//! let store = FileStore::open(&dir)?;
+//! assert!(store.sessions().await?.is_empty());
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), harness::session::StoreError>(())
+//! # }).unwrap();
+//! ```
 
+pub mod conformance;
+mod file;
 mod memory;
+mod record;
+#[cfg(feature = "sled")]
+mod sled;
 
+pub use file::FileStore;
 pub use memory::MemoryStore;
+#[cfg(feature = "sled")]
+pub use sled::SledStore;

@@ -1,5 +1,6 @@
 //! The in-memory store.
 
+use crate::record::check_head;
 use async_trait::async_trait;
 use harness::SessionId;
 use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
@@ -13,7 +14,19 @@ struct Session {
 }
 
 /// Sessions in memory: gone with the process. Every commit is atomic and
-/// compare-and-set like in the durable stores, so tests on it mean the same.
+/// compare-and-set like in the durable stores, and a head of another
+/// [`SCHEMA_VERSION`](harness::session::SCHEMA_VERSION) is refused with
+/// [`StoreError::Load`] like there, so tests on it mean the same.
+///
+/// ```
+/// use harness_stores::MemoryStore;
+/// use harness::session::SessionStore;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let store = MemoryStore::new();
+/// assert!(store.sessions().await.unwrap().is_empty());
+/// # });
+/// ```
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<BTreeMap<SessionId, Session>>,
@@ -37,16 +50,22 @@ impl MemoryStore {
 #[async_trait]
 impl SessionStore for MemoryStore {
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
-        Ok(self.lock().get(session).and_then(|s| s.head.clone()))
+        let head = self.lock().get(session).and_then(|s| s.head.clone());
+        if let Some(head) = &head {
+            check_head(session, head)?;
+        }
+        Ok(head)
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let mut sessions = self.lock();
         let id = commit.head.session_id.clone();
-        let found = sessions
-            .get(&id)
-            .and_then(|s| s.head.as_ref())
-            .map(|h| h.version);
+        let stored = sessions.get(&id).and_then(|s| s.head.as_ref());
+        if let Some(head) = stored {
+            // A head this build cannot read is not overwritten either.
+            check_head(&id, head)?;
+        }
+        let found = stored.map(|h| h.version);
         if found != commit.expected_version {
             return Err(StoreError::Conflict {
                 session: id,

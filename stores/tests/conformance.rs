@@ -1,0 +1,563 @@
+//! The conformance suite against every store, and store-specific tests:
+//! permissions, reopening, crash leftovers, ids that try to escape.
+
+#![allow(clippy::unwrap_used)]
+
+use harness::SessionId;
+use harness::session::{SessionStore, StoreError};
+#[cfg(feature = "sled")]
+use harness_stores::SledStore;
+use harness_stores::conformance::{
+    self, Record, RoundRobin, advance, create, head, snapshot, update,
+};
+use harness_stores::{FileStore, MemoryStore};
+use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const GARBAGE: &[u8] = b"\x00garbage{\"not\": json";
+
+fn id(s: &str) -> SessionId {
+    SessionId::from(s)
+}
+
+/// Fresh stores in numbered subdirectories of `base`.
+fn file_stores(base: &Path) -> impl Fn() -> FileStore + '_ {
+    let n = AtomicUsize::new(0);
+    move || FileStore::open(base.join(n.fetch_add(1, Ordering::Relaxed).to_string())).unwrap()
+}
+
+fn corrupt_file(store: &FileStore, session: &SessionId, record: Record) {
+    let path = match record {
+        Record::Head => store.head_path(session).unwrap(),
+        Record::Checkpoint(seq) => store.checkpoint_path(session, seq).unwrap(),
+    };
+    assert!(path.exists(), "no record to corrupt at {}", path.display());
+    std::fs::write(path, GARBAGE).unwrap();
+}
+
+#[cfg(feature = "sled")]
+fn corrupt_sled(store: &SledStore, session: &SessionId, record: Record) {
+    let previous = match record {
+        Record::Head => store
+            .heads_tree()
+            .insert(SledStore::head_key(session), GARBAGE)
+            .unwrap(),
+        Record::Checkpoint(seq) => store
+            .checkpoints_tree()
+            .insert(SledStore::checkpoint_key(session, seq), GARBAGE)
+            .unwrap(),
+    };
+    assert!(
+        previous.is_some(),
+        "no record to corrupt: {session:?} {record:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The suite.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_store_conforms() {
+    conformance::run_all(MemoryStore::new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn file_store_conforms() {
+    let base = tempfile::tempdir().unwrap();
+    conformance::run_all_with(file_stores(base.path()), Some(&corrupt_file)).await;
+}
+
+/// Two handles on one root, as two processes would have: each call goes to
+/// the other handle, so only the lock files keep commits apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_file_stores_on_one_root_conform() {
+    let base = tempfile::tempdir().unwrap();
+    let n = AtomicUsize::new(0);
+    let make = || {
+        let root = base
+            .path()
+            .join(n.fetch_add(1, Ordering::Relaxed).to_string());
+        RoundRobin::new(vec![
+            FileStore::open(&root).unwrap(),
+            FileStore::open(&root).unwrap(),
+        ])
+    };
+    let corrupt = |rr: &RoundRobin<FileStore>, s: &SessionId, r: Record| {
+        corrupt_file(&rr.stores()[0], s, r);
+    };
+    conformance::run_all_with(make, Some(&corrupt)).await;
+}
+
+#[cfg(feature = "sled")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn temporary_sled_store_conforms() {
+    conformance::run_all_with(|| SledStore::temporary().unwrap(), Some(&corrupt_sled)).await;
+}
+
+#[cfg(feature = "sled")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_disk_sled_store_conforms() {
+    let base = tempfile::tempdir().unwrap();
+    let n = AtomicUsize::new(0);
+    let make = || {
+        SledStore::open(
+            base.path()
+                .join(n.fetch_add(1, Ordering::Relaxed).to_string()),
+        )
+        .unwrap()
+    };
+    conformance::run_all_with(make, Some(&corrupt_sled)).await;
+}
+
+/// The suite notices a store that breaks the contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_store_without_compare_and_set() {
+    #[derive(Debug, Default)]
+    struct Careless(MemoryStore);
+    #[async_trait::async_trait]
+    impl SessionStore for Careless {
+        async fn load(
+            &self,
+            s: &SessionId,
+        ) -> Result<Option<harness::session::StoredRun>, StoreError> {
+            self.0.load(s).await
+        }
+        async fn commit(&self, mut c: harness::session::Commit) -> Result<(), StoreError> {
+            // Last writer wins.
+            c.expected_version = self.0.load(&c.head.session_id).await?.map(|h| h.version);
+            self.0.commit(c).await
+        }
+        async fn checkpoints(
+            &self,
+            s: &SessionId,
+            from: u64,
+        ) -> Result<Vec<harness::session::Checkpoint>, StoreError> {
+            self.0.checkpoints(s, from).await
+        }
+        async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+            self.0.sessions().await
+        }
+        async fn flush(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+    let failures = conformance::check_all(Careless::default, None).await;
+    let names: Vec<&str> = failures.iter().map(|f| f.check).collect();
+    for check in [
+        "create_conflict",
+        "stale_version",
+        "takeover_race",
+        "concurrent_create",
+    ] {
+        assert!(
+            names.contains(&check),
+            "{check} not reported: {failures:#?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The file store.
+
+async fn create_sample(
+    store: &dyn SessionStore,
+    session: &str,
+    updates: u64,
+) -> harness::session::Commit {
+    let mut append = vec![snapshot(0, 0, json!({"n": 0}))];
+    append.extend((1..=updates).map(|i| update(i, i, "think", json!({"n": i}))));
+    let commit = create(head(session), append);
+    store.commit(commit.clone()).await.unwrap();
+    commit
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn file_store_creates_private_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("a/b/root");
+    let store = FileStore::open(&root).unwrap();
+    let c = create_sample(&store, "perm", 2).await;
+    let mut next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
+    next.durable = false;
+    store.commit(next).await.unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for dir in [
+        base.path().join("a"),
+        root.clone(),
+        store.session_dir(&id("perm")).unwrap(),
+    ] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+    let dir = store.session_dir(&id("perm")).unwrap();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+        files += 1;
+    }
+    // head, lock, four checkpoints.
+    assert_eq!(files, 6);
+}
+
+#[tokio::test]
+async fn file_store_reopened_sees_commits() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    let c = create_sample(&store, "kept", 3).await;
+    let mut next = advance(&c.head, vec![update(4, 4, "x", json!(4))], vec![2]);
+    next.durable = false;
+    store.commit(next.clone()).await.unwrap();
+    store.flush().await.unwrap();
+    let log = store.checkpoints(&id("kept"), 0).await.unwrap();
+    drop(store);
+
+    let store = FileStore::open(base.path()).unwrap();
+    assert_eq!(
+        store.load(&id("kept")).await.unwrap(),
+        Some(next.head.clone())
+    );
+    assert_eq!(store.checkpoints(&id("kept"), 0).await.unwrap(), log);
+    assert_eq!(
+        log.iter().map(|cp| cp.seq).collect::<Vec<_>>(),
+        vec![0, 1, 3, 4]
+    );
+    assert_eq!(store.sessions().await.unwrap(), vec![id("kept")]);
+    // And it goes on from there.
+    store
+        .commit(advance(
+            &next.head,
+            vec![update(5, 5, "x", json!(5))],
+            vec![],
+        ))
+        .await
+        .unwrap();
+}
+
+/// A crash between writing checkpoints and writing the head leaves files
+/// beyond the head's `last_seq`: readers ignore them, the next commit
+/// overwrites them.
+#[tokio::test]
+async fn file_store_ignores_checkpoints_beyond_the_head() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    let c = create_sample(&store, "crash", 2).await;
+    let before = store.checkpoints(&id("crash"), 0).await.unwrap();
+    // A complete leftover, a torn one, and a temp file.
+    std::fs::write(
+        store.checkpoint_path(&id("crash"), 3).unwrap(),
+        serde_json::to_vec(&update(3, 3, "lost", json!("lost"))).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        store.checkpoint_path(&id("crash"), 4).unwrap(),
+        b"{\"seq\": 4, \"ind",
+    )
+    .unwrap();
+    let dir = store.session_dir(&id("crash")).unwrap();
+    std::fs::write(dir.join(".head.json.tmp"), GARBAGE).unwrap();
+
+    assert_eq!(store.checkpoints(&id("crash"), 0).await.unwrap(), before);
+    assert_eq!(store.checkpoints(&id("crash"), 3).await.unwrap(), vec![]);
+    assert_eq!(
+        store.load(&id("crash")).await.unwrap(),
+        Some(c.head.clone())
+    );
+
+    // The retried step writes seq 3 again; the torn 4 stays invisible.
+    let cp3 = update(3, 3, "retried", json!("retried"));
+    let next = advance(&c.head, vec![cp3.clone()], vec![]);
+    store.commit(next.clone()).await.unwrap();
+    let mut want = before.clone();
+    want.push(cp3);
+    assert_eq!(store.checkpoints(&id("crash"), 0).await.unwrap(), want);
+
+    // A commit that moves last_seq past the torn file without writing it
+    // (the engine never does) must not expose it.
+    let mut jump = advance(&next.head, vec![update(5, 5, "x", json!(5))], vec![]);
+    jump.head.last_seq = 5;
+    store.commit(jump).await.unwrap();
+    let seqs: Vec<u64> = store
+        .checkpoints(&id("crash"), 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|cp| cp.seq)
+        .collect();
+    assert_eq!(seqs, vec![0, 1, 2, 3, 5]);
+}
+
+/// A crash after writing the head but before deleting removed checkpoints:
+/// the head lists them, so readers skip them, and the next commit deletes
+/// them.
+#[tokio::test]
+async fn file_store_skips_removed_checkpoints_left_by_a_crash() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    let c = create_sample(&store, "rm", 3).await;
+    let path2 = store.checkpoint_path(&id("rm"), 2).unwrap();
+    let bytes2 = std::fs::read(&path2).unwrap();
+    let next = advance(&c.head, vec![update(4, 4, "x", json!(4))], vec![2]);
+    store.commit(next.clone()).await.unwrap();
+    assert!(!path2.exists());
+    std::fs::write(&path2, &bytes2).unwrap();
+    let seqs =
+        |log: Vec<harness::session::Checkpoint>| log.iter().map(|cp| cp.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(store.checkpoints(&id("rm"), 0).await.unwrap()),
+        vec![0, 1, 3, 4]
+    );
+    store
+        .commit(advance(&next.head, vec![], vec![]))
+        .await
+        .unwrap();
+    assert!(!path2.exists(), "the next commit deletes the leftover");
+    assert_eq!(
+        seqs(store.checkpoints(&id("rm"), 0).await.unwrap()),
+        vec![0, 1, 3, 4]
+    );
+}
+
+#[tokio::test]
+async fn file_store_keeps_every_id_inside_its_root() {
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("root");
+    let store = FileStore::open(&root).unwrap();
+    let ids = [
+        "../x",
+        "../../etc/passwd",
+        "..",
+        ".",
+        "a/b",
+        "/abs",
+        "a\\b",
+        "",
+        "~",
+        "a/../..",
+        "C:\\x",
+        "nul",
+        "x\0y",
+    ];
+    for s in ids {
+        create_sample(&store, s, 1).await;
+        let dir = store.session_dir(&id(s)).unwrap();
+        assert_eq!(
+            dir.parent(),
+            Some(root.as_path()),
+            "{s:?} → {}",
+            dir.display()
+        );
+    }
+    // Nothing was written next to the root.
+    let beside: Vec<_> = std::fs::read_dir(base.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(beside, vec![std::ffi::OsString::from("root")]);
+    // Every entry of the root is a session directory, one per id.
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), ids.len());
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let entry = entry.unwrap();
+        assert!(entry.file_type().unwrap().is_dir());
+        assert!(entry.file_name().to_str().unwrap().starts_with("s-"));
+    }
+    let mut listed = store.sessions().await.unwrap();
+    listed.sort();
+    let mut want: Vec<SessionId> = ids.iter().map(|s| id(s)).collect();
+    want.sort();
+    assert_eq!(listed, want);
+}
+
+#[tokio::test]
+async fn file_store_refuses_ids_too_long_for_a_file_name() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    let long = "x".repeat(300);
+    let err = store
+        .commit(create(head(&long), vec![snapshot(0, 0, json!(0))]))
+        .await;
+    assert!(matches!(err, Err(StoreError::Backend { .. })), "{err:?}");
+    assert!(matches!(
+        store.load(&id(&long)).await,
+        Err(StoreError::Backend { .. })
+    ));
+    // Short enough once encoded.
+    create_sample(&store, &"x".repeat(250), 0).await;
+}
+
+/// A truncated or garbled record is reported, and left as it is.
+#[tokio::test]
+async fn file_store_reports_and_keeps_unreadable_records() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    let c = create_sample(&store, "torn", 2).await;
+    let head_path = store.head_path(&id("torn")).unwrap();
+    let full = std::fs::read(&head_path).unwrap();
+    let torn = &full[..full.len() / 2];
+    std::fs::write(&head_path, torn).unwrap();
+    for _ in 0..2 {
+        match store.load(&id("torn")).await {
+            Err(StoreError::Load(l)) => {
+                assert_eq!(l.session, id("torn"));
+                assert_eq!(l.record, "head");
+                assert!(l.reason.contains("JSON"), "{}", l.reason);
+            }
+            other => panic!("expected a load error, got {other:?}"),
+        }
+        let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
+        assert!(matches!(store.commit(next).await, Err(StoreError::Load(_))));
+        assert!(matches!(
+            store.checkpoints(&id("torn"), 0).await,
+            Err(StoreError::Load(_))
+        ));
+    }
+    assert_eq!(
+        std::fs::read(&head_path).unwrap(),
+        torn,
+        "the torn head is left as it is"
+    );
+    assert!(!store.checkpoint_path(&id("torn"), 3).unwrap().exists());
+
+    // An empty checkpoint file (torn write) names its record.
+    let c = create_sample(&store, "torn-log", 2).await;
+    let cp1 = store.checkpoint_path(&id("torn-log"), 1).unwrap();
+    std::fs::write(&cp1, b"").unwrap();
+    match store.checkpoints(&id("torn-log"), 0).await {
+        Err(StoreError::Load(l)) => assert_eq!(l.record, "checkpoint 1"),
+        other => panic!("expected a load error, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&cp1).unwrap(), b"");
+    // A checkpoint stored under the wrong seq.
+    std::fs::write(
+        &cp1,
+        serde_json::to_vec(&update(7, 1, "x", json!(1))).unwrap(),
+    )
+    .unwrap();
+    match store.checkpoints(&id("torn-log"), 0).await {
+        Err(StoreError::Load(l)) => assert!(l.reason.contains("seq 7"), "{}", l.reason),
+        other => panic!("expected a load error, got {other:?}"),
+    }
+    assert_eq!(store.load(&id("torn-log")).await.unwrap(), Some(c.head));
+}
+
+/// Commits whose appended seqs the file store cannot make atomic are
+/// refused before anything is written.
+#[tokio::test]
+async fn file_store_refuses_commits_that_rewrite_the_log() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    let c = create_sample(&store, "inv", 2).await;
+    let before = store.checkpoints(&id("inv"), 0).await.unwrap();
+    // Rewrites a committed checkpoint.
+    let rewrite = advance(&c.head, vec![update(2, 2, "again", json!("again"))], vec![]);
+    // Appends beyond the new head's last_seq.
+    let mut beyond = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
+    beyond.head.last_seq = 2;
+    for commit in [rewrite, beyond] {
+        match store.commit(commit).await {
+            Err(StoreError::Backend { message }) => {
+                assert!(message.contains("invalid commit"), "{message}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(store.load(&id("inv")).await.unwrap(), Some(c.head));
+    assert_eq!(store.checkpoints(&id("inv"), 0).await.unwrap(), before);
+    assert!(!store.checkpoint_path(&id("inv"), 3).unwrap().exists());
+}
+
+/// Files and directories the store did not make are not sessions.
+#[tokio::test]
+async fn file_store_lists_only_its_sessions() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    create_sample(&store, "real", 0).await;
+    std::fs::write(base.path().join("notes.txt"), b"hi").unwrap();
+    std::fs::create_dir(base.path().join("s-%zz")).unwrap();
+    std::fs::create_dir(base.path().join("s-Upper")).unwrap();
+    // A first commit that crashed before its head: not a session yet.
+    std::fs::create_dir(base.path().join("s-half")).unwrap();
+    std::fs::write(
+        base.path().join("s-half/cp-00000000000000000000.json"),
+        b"{}",
+    )
+    .unwrap();
+    assert_eq!(store.sessions().await.unwrap(), vec![id("real")]);
+    assert_eq!(store.load(&id("half")).await.unwrap(), None);
+    assert_eq!(store.checkpoints(&id("half"), 0).await.unwrap(), vec![]);
+    // And it can be created over the leftover.
+    let c = create_sample(&store, "half", 0).await;
+    assert_eq!(store.checkpoints(&id("half"), 0).await.unwrap(), c.append);
+}
+
+// ---------------------------------------------------------------------------
+// The sled store.
+
+#[cfg(feature = "sled")]
+#[tokio::test]
+async fn sled_store_reopened_sees_commits() {
+    let base = tempfile::tempdir().unwrap();
+    let path = base.path().join("db");
+    let store = SledStore::open(&path).unwrap();
+    let c = create_sample(&store, "kept", 3).await;
+    let mut next = advance(&c.head, vec![update(4, 4, "x", json!(4))], vec![2]);
+    next.durable = false;
+    store.commit(next.clone()).await.unwrap();
+    create_sample(&store, "kept-too", 0).await;
+    store.flush().await.unwrap();
+    let log = store.checkpoints(&id("kept"), 0).await.unwrap();
+    drop(store);
+
+    let store = reopen_sled(&path).await;
+    assert_eq!(
+        store.load(&id("kept")).await.unwrap(),
+        Some(next.head.clone())
+    );
+    assert_eq!(store.checkpoints(&id("kept"), 0).await.unwrap(), log);
+    assert_eq!(
+        log.iter().map(|cp| cp.seq).collect::<Vec<_>>(),
+        vec![0, 1, 3, 4]
+    );
+    let mut listed = store.sessions().await.unwrap();
+    listed.sort();
+    assert_eq!(listed, vec![id("kept"), id("kept-too")]);
+    store
+        .commit(advance(
+            &next.head,
+            vec![update(5, 5, "x", json!(5))],
+            vec![],
+        ))
+        .await
+        .unwrap();
+}
+
+#[cfg(feature = "sled")]
+/// Sled releases its lock when its last handle (some held by its own
+/// threads) is gone; retry briefly.
+async fn reopen_sled(path: &Path) -> SledStore {
+    let mut last = None;
+    for _ in 0..50 {
+        match SledStore::open(path) {
+            Ok(store) => return store,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("cannot reopen the sled store: {last:?}");
+}
+
+#[cfg(feature = "sled")]
+/// One session's records never show in another's whose id prefixes it,
+/// also at the key level.
+#[test]
+fn sled_keys_keep_sessions_apart() {
+    let a = SledStore::checkpoint_key(&id("a"), u64::MAX);
+    let ab = SledStore::checkpoint_key(&id("ab"), 0);
+    assert!(!ab.starts_with(&a[..a.len() - 8]));
+    let a0 = SledStore::checkpoint_key(&id("a"), 0);
+    let a1 = SledStore::checkpoint_key(&id("a"), 1);
+    let a256 = SledStore::checkpoint_key(&id("a"), 256);
+    assert!(a0 < a1 && a1 < a256 && a256 < a);
+}

@@ -1,0 +1,92 @@
+//! A worker process for the crash test: runs a long loop on a sled store and
+//! reports each step once its checkpoint is durable.
+//!
+//! `crash_worker start|recover STORE_DIR SESSION STEPS LEASE_MS`
+
+use futures::StreamExt;
+use harness::session::{SessionConfig, SessionError};
+use harness::{Cx, Harness, HarnessState, RunEvent, SessionId, Slots, StepResult, create_agent};
+use harness_stores::SledStore;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Each tick records its number and the process that ran it.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Ticks {
+    #[field(reduce = append)]
+    ticks: Vec<(u64, u32)>,
+    steps: u64,
+}
+
+async fn tick(s: Arc<Ticks>, _: Cx<()>) -> StepResult<TicksUpdate> {
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    Ok(TicksUpdate::new().ticks(vec![(s.ticks.len() as u64 + 1, std::process::id())]))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, mode, dir, session, steps, lease_ms] = args.as_slice() else {
+        return Err("usage: crash_worker start|recover STORE_DIR SESSION STEPS LEASE_MS".into());
+    };
+    let steps: u64 = steps.parse()?;
+    let config = SessionConfig {
+        lease_ttl: Duration::from_millis(lease_ms.parse()?),
+        ..SessionConfig::default()
+    };
+    let harness = Harness::<Ticks>::builder()
+        .step("tick")
+        .run(tick)
+        .route(|s: &Ticks| {
+            if (s.ticks.len() as u64) < s.steps {
+                "again"
+            } else {
+                "done"
+            }
+        })
+        .on("again")
+        .to("tick")
+        .on("done")
+        .end()
+        .start("tick")
+        .store(SledStore::open(dir)?)
+        .session_config(config)
+        .build()?;
+    let agent = create_agent("crash", &harness, Slots::new())?;
+    let session = SessionId::from(session.as_str());
+    let run = match mode.as_str() {
+        "start" => agent.run_in(
+            session,
+            Ticks {
+                ticks: vec![],
+                steps,
+            },
+            Slots::new(),
+        )?,
+        "recover" => loop {
+            match agent.recover(&session, Slots::new()).await {
+                Ok(run) => break run,
+                // The killed worker's lease has not expired yet.
+                Err(SessionError::InFlight(_)) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => return Err(e.into()),
+            }
+        },
+        other => return Err(format!("unknown mode {other}").into()),
+    };
+    let mut events = run.events();
+    let printer = tokio::spawn(async move {
+        while let Some(e) = events.next().await {
+            if let RunEvent::StepFinished { index, .. } = e {
+                // Sent after the step's checkpoint was flushed.
+                println!("durable {}", index + 1);
+            }
+        }
+    });
+    let outcome = run.await?;
+    printer.await?;
+    println!("final {}", serde_json::to_string(&outcome.state.ticks)?);
+    Ok(())
+}
