@@ -11,11 +11,14 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
+/// A span's name and its fields, rendered.
+type SeenSpan = (String, Vec<(String, String)>);
+
 /// Records every span's name and fields.
 #[derive(Default)]
 struct Spans {
     next: AtomicU64,
-    seen: Mutex<Vec<(String, Vec<(String, String)>)>>,
+    seen: Mutex<Vec<SeenSpan>>,
 }
 
 struct Fields(Vec<(String, String)>);
