@@ -457,17 +457,21 @@ async fn in_process_resume_reacquires_the_session_and_persists() {
     assert_eq!(agent.state_at(&session, None).await.unwrap(), done.state);
 }
 
-#[tokio::test]
-async fn storage_grows_with_the_data_not_with_steps_times_data() {
-    #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
-    struct Long {
-        #[field(reduce = append)]
-        chunks: Vec<String>,
-    }
-    async fn add_kib(_: Arc<Long>, _: Cx<()>) -> StepResult<LongUpdate> {
-        Ok(LongUpdate::new().chunks(vec!["x".repeat(1024)]))
-    }
-    let store = Arc::new(MemoryStore::new());
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Long {
+    #[field(reduce = append)]
+    chunks: Vec<String>,
+}
+
+async fn add_kib(_: Arc<Long>, _: Cx<()>) -> StepResult<LongUpdate> {
+    Ok(LongUpdate::new().chunks(vec!["x".repeat(1024)]))
+}
+
+/// Runs 500 steps that each append 1 KiB; returns the session and the final
+/// state's size in bytes.
+async fn long_session(
+    store: impl SessionStore + 'static,
+) -> (harness::Agent<Long>, SessionId, usize) {
     let h = Harness::<Long>::builder()
         .step("add")
         .run(add_kib)
@@ -483,14 +487,40 @@ async fn storage_grows_with_the_data_not_with_steps_times_data() {
         .on("done")
         .end()
         .start("add")
-        .store(store.clone())
+        .store(store)
         .build()
         .unwrap();
     let agent = create_agent("long", &h, Slots::new()).unwrap();
     let run = agent.run(Long { chunks: vec![] }, Slots::new()).unwrap();
     let session = run.session_id().clone();
     let out = run.await.unwrap();
-    let final_size = serde_json::to_vec(&out.state).unwrap().len();
+    let size = serde_json::to_vec(&out.state).unwrap().len();
+    assert_eq!(
+        agent.state_at(&session, None).await.unwrap().chunks,
+        out.state.chunks
+    );
+    (agent, session, size)
+}
+
+fn dir_size(path: &std::path::Path) -> u64 {
+    std::fs::read_dir(path)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                dir_size(&e.path())
+            } else {
+                meta.len()
+            }
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn storage_grows_with_the_data_not_with_steps_times_data() {
+    let store = Arc::new(MemoryStore::new());
+    let (_, session, final_size) = long_session(store.clone()).await;
     let log = store.checkpoints(&session, 0).await.unwrap();
     let stored: usize = log
         .iter()
@@ -501,13 +531,30 @@ async fn storage_grows_with_the_data_not_with_steps_times_data() {
             .len();
     let ratio = stored as f64 / final_size as f64;
     println!(
-        "500 steps x 1 KiB: stored {stored} bytes, final state {final_size} bytes, ratio {ratio:.2}"
+        "memory: 500 steps x 1 KiB: stored {stored} bytes, final state {final_size} bytes, ratio {ratio:.2}"
     );
     assert!(ratio < 3.0, "ratio {ratio}");
-    // And the state read back equals the state the run ended with.
-    assert_eq!(
-        agent.state_at(&session, None).await.unwrap().chunks.len(),
-        500
+}
+
+#[tokio::test]
+async fn on_disk_a_500_step_session_stays_under_three_times_its_final_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, final_size) =
+        long_session(harness_stores::FileStore::open(dir.path()).unwrap()).await;
+    let on_disk = dir_size(dir.path());
+    let ratio = on_disk as f64 / final_size as f64;
+    println!(
+        "file store: {on_disk} bytes on disk, final state {final_size} bytes, ratio {ratio:.2}"
+    );
+    assert!(ratio < 3.0, "ratio {ratio}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = harness_stores::SledStore::open(dir.path()).unwrap();
+    let (_, _, final_size) = long_session(store).await;
+    let on_disk = dir_size(dir.path());
+    println!(
+        "sled store: {on_disk} bytes on disk, final state {final_size} bytes, ratio {:.2}",
+        on_disk as f64 / final_size as f64
     );
 }
 
