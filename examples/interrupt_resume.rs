@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Sessions live in a sled database (`--store DIR`, default
-//! `.harness/sessions`). The side effect before the question (notifying a
+//! `.harness/sessions`). `interrupt_resume sessions list|show ID|resume ID
+//! ANSWER` is a command-line view of them. The side effect before the question (notifying a
 //! manager) is journaled with `cx.once`, so resuming does not repeat it.
 
 use harness::session::SessionPhase;
@@ -71,7 +72,7 @@ async fn pay(claim: Arc<Claim>, _: Cx<Deps>) -> StepResult<ClaimUpdate> {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: interrupt_resume [--store DIR]\n       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]"
+        "usage: interrupt_resume [--store DIR]\n       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]\n       interrupt_resume [--store DIR] sessions list | show SESSION | resume SESSION ANSWER"
     );
     std::process::exit(2)
 }
@@ -87,8 +88,13 @@ async fn main() {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut store_dir = ".harness/sessions".to_string();
     let (mut resume, mut answer, mut interrupt) = (None, None, None);
+    let mut sessions_args = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
+        if arg == "sessions" {
+            sessions_args = Some(args.by_ref().collect::<Vec<_>>());
+            break;
+        }
         let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
             "--store" => store_dir = value(),
@@ -129,6 +135,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .store(store)
         .build()?;
     let agent = create_agent("expenses", &harness, Slots::new())?;
+
+    if let Some(args) = sessions_args {
+        print!(
+            "{}",
+            harness::session::cli::sessions_command(&agent, &args, Slots::new).await?
+        );
+        return Ok(());
+    }
 
     let outcome = match (resume, answer) {
         (None, None) => {

@@ -581,3 +581,49 @@ async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
     let state = agent.state_at(&session, None).await.unwrap();
     assert_eq!(state.log.last().unwrap(), "approved=true receipt=1");
 }
+
+#[tokio::test]
+async fn the_sessions_command_lists_shows_and_resumes() {
+    use harness::session::cli::sessions_command;
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = agent(&store, &effects);
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().to_string();
+    run.await.unwrap();
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    let list = sessions_command(&agent, &args(&["list"]), Slots::new)
+        .await
+        .unwrap();
+    assert!(
+        list.contains(&session) && list.contains("interrupted at `approve`"),
+        "{list}"
+    );
+    let show = sessions_command(&agent, &args(&["show", &session]), Slots::new)
+        .await
+        .unwrap();
+    assert!(show.contains("next step: approve"), "{show}");
+    assert!(show.contains("\"count\": 3"), "state as JSON: {show}");
+    assert!(
+        show.contains("$start") && show.contains("work"),
+        "history: {show}"
+    );
+    let resumed = sessions_command(&agent, &args(&["resume", &session, "true"]), Slots::new)
+        .await
+        .unwrap();
+    assert!(resumed.contains("done after 1 steps"), "{resumed}");
+    let state = agent
+        .state_at(&SessionId::from(session.as_str()), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        state.log.last().unwrap(),
+        "approved=true receipt=1",
+        "the answer was read as JSON"
+    );
+    let usage = sessions_command(&agent, &args(&["bogus"]), Slots::new)
+        .await
+        .unwrap();
+    assert!(usage.starts_with("usage:"));
+}

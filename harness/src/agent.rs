@@ -119,6 +119,20 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             .ok_or(SessionError::NoStore)
     }
 
+    /// The heads of this agent's sessions in the store.
+    pub async fn sessions(&self) -> Result<Vec<StoredRun>, SessionError> {
+        let store = self.store()?;
+        let mut heads = Vec::new();
+        for id in store.sessions().await? {
+            if let Some(head) = store.load(&id).await?
+                && head.agent_id == *self.inner.id
+            {
+                heads.push(head);
+            }
+        }
+        Ok(heads)
+    }
+
     /// The head of a stored session of this agent.
     pub async fn session(&self, session_id: &SessionId) -> Result<StoredRun, SessionError> {
         let head = self

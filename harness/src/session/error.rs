@@ -130,6 +130,9 @@ pub enum SessionError {
         /// The session.
         session: SessionId,
     },
+    /// The resumed run failed.
+    #[error(transparent)]
+    Run(Box<crate::RunError>),
     /// The harness has no session store.
     #[error("this harness has no session store: attach one with Harness::builder().store(..)")]
     NoStore,

@@ -19,6 +19,7 @@
 //! renewed by compare-and-set; an expired lease (a crashed process) can be
 //! taken over.
 
+pub mod cli;
 mod error;
 mod replay;
 
