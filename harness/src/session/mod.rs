@@ -190,6 +190,28 @@ pub trait SessionStore: Send + Sync + Debug {
 
     /// Makes every earlier commit durable.
     async fn flush(&self) -> Result<(), StoreError>;
+
+    /// Up to `limit` sessions a worker could run now (at `now`, ms since the
+    /// epoch): phase `Running` with no lease or an expired one — submitted
+    /// runs, and runs whose process died. Oldest `updated_at` first.
+    ///
+    /// Taking one is still a compare-and-set on its head
+    /// ([`Agent::recover`](crate::Agent::recover)); a store may hide sessions
+    /// other workers are taking at the same moment (PostgreSQL's
+    /// `FOR UPDATE SKIP LOCKED`). The default scans every session.
+    async fn runnable(&self, now: u64, limit: usize) -> Result<Vec<SessionId>, StoreError> {
+        let mut found = Vec::new();
+        for id in self.sessions().await? {
+            if let Some(head) = self.load(&id).await?
+                && head.phase == SessionPhase::Running
+                && head.lease.as_ref().is_none_or(|l| !l.is_live(now))
+            {
+                found.push((head.updated_at, id));
+            }
+        }
+        found.sort();
+        Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
 }
 
 #[async_trait]
@@ -212,6 +234,9 @@ impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
     }
     async fn flush(&self) -> Result<(), StoreError> {
         (**self).flush().await
+    }
+    async fn runnable(&self, now: u64, limit: usize) -> Result<Vec<SessionId>, StoreError> {
+        (**self).runnable(now, limit).await
     }
 }
 
