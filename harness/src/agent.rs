@@ -44,6 +44,28 @@ impl<S: HarnessState, C: Context> fmt::Debug for Agent<S, C> {
     }
 }
 
+/// What to do with a run submitted to a session that is busy (running, or
+/// runnable and waiting for a worker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// Refuse it with [`SessionError::InFlight`].
+    Reject,
+    /// Queue it: it starts when the runs before it complete.
+    Queue,
+}
+
+/// Where a submitted run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Waiting for a worker to take it.
+    Runnable,
+    /// Queued behind the session's current run, at this position (1 = next).
+    Queued {
+        /// Its place in the queue.
+        position: usize,
+    },
+}
+
 /// Creates an agent named `id` from `harness`, with its agent slots.
 ///
 /// The fixed slots (given to the harness) and the agent slots are checked
@@ -111,12 +133,157 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         C::from_slots(&source)
     }
 
+    pub(crate) fn store_handle(&self) -> Option<Arc<dyn SessionStore>> {
+        self.inner.harness.store.clone()
+    }
+
     fn store(&self) -> Result<&Arc<dyn SessionStore>, SessionError> {
         self.inner
             .harness
             .store
             .as_ref()
             .ok_or(SessionError::NoStore)
+    }
+
+    /// Submits a run from `state` in a new session, for a
+    /// [`Worker`](crate::worker::Worker) to take; returns the session.
+    pub async fn submit(&self, state: S) -> Result<SessionId, SessionError> {
+        let session = SessionId::random();
+        self.create_runnable(session.clone(), state).await?;
+        Ok(session)
+    }
+
+    async fn create_runnable(&self, session: SessionId, state: S) -> Result<(), SessionError> {
+        let harness = &self.inner.harness;
+        let state = serde_json::to_value(&state).map_err(|e| {
+            SessionError::Store(StoreError::backend(format!(
+                "the state cannot be serialized: {e}"
+            )))
+        })?;
+        SessionCursor::create(
+            Arc::clone(self.store()?),
+            harness.session_config.clone(),
+            &self.inner.id,
+            RunId::random(),
+            session,
+            state,
+            &harness.steps[harness.start].name,
+            false,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Submits a new run on `session_id` with `input` merged into its state
+    /// (a session that does not exist is created from `S::default()`), for a
+    /// [`Worker`](crate::worker::Worker) to take. If the session is busy,
+    /// `busy` says whether to refuse the run or queue it behind the current
+    /// one.
+    pub async fn submit_input(
+        &self,
+        session_id: &SessionId,
+        input: S::Update,
+        busy: Busy,
+    ) -> Result<Submitted, SessionError> {
+        let store = Arc::clone(self.store()?);
+        let input_json = serde_json::to_value(&input).map_err(|e| {
+            SessionError::Store(StoreError::backend(format!(
+                "the input cannot be serialized: {e}"
+            )))
+        })?;
+        // Compare-and-set can lose to a worker settling the session at the
+        // same moment; read again and decide again.
+        for _ in 0..16 {
+            let Some(head) = store.load(session_id).await? else {
+                let mut state = S::default();
+                state.apply(input);
+                return match self.create_runnable(session_id.clone(), state).await {
+                    Ok(()) => Ok(Submitted::Runnable),
+                    Err(SessionError::Store(StoreError::Conflict { .. })) => {
+                        Err(SessionError::Store(StoreError::Conflict {
+                            session: session_id.clone(),
+                            expected: None,
+                            found: None,
+                        }))
+                    }
+                    Err(e) => Err(e),
+                };
+            };
+            let head = self.session(&head.session_id).await?;
+            let mut next = head.clone();
+            next.version += 1;
+            next.updated_at = crate::session::now_millis();
+            let mut append = Vec::new();
+            let submitted = match &head.phase {
+                SessionPhase::Interrupted { interrupt } => {
+                    return Err(SessionPendingInterrupt {
+                        session: session_id.clone(),
+                        interrupt: interrupt.id.clone(),
+                    }
+                    .into());
+                }
+                SessionPhase::Running => match busy {
+                    Busy::Reject => {
+                        let (owner, expires_at) = head
+                            .lease
+                            .as_ref()
+                            .map_or(("a waiting run".to_string(), 0), |l| {
+                                (l.owner.clone(), l.expires_at)
+                            });
+                        return Err(SessionInFlight {
+                            session: session_id.clone(),
+                            owner,
+                            expires_at,
+                        }
+                        .into());
+                    }
+                    Busy::Queue => {
+                        next.queued.push(input_json.clone());
+                        Submitted::Queued {
+                            position: next.queued.len(),
+                        }
+                    }
+                },
+                SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {
+                    next.last_seq += 1;
+                    next.steps += 1;
+                    append.push(crate::session::Checkpoint {
+                        seq: next.last_seq,
+                        index: next.steps,
+                        step: "$input".into(),
+                        time: next.updated_at,
+                        kind: CheckpointKind::Update(input_json.clone()),
+                    });
+                    next.phase = SessionPhase::Running;
+                    next.lease = None;
+                    next.run_id = RunId::random();
+                    next.journal = StepJournal::default();
+                    next.next_step = Some(
+                        self.inner.harness.steps[self.inner.harness.start]
+                            .name
+                            .to_string(),
+                    );
+                    Submitted::Runnable
+                }
+            };
+            match store
+                .commit(crate::session::Commit {
+                    head: next,
+                    expected_version: Some(head.version),
+                    append,
+                    remove: Vec::new(),
+                    durable: true,
+                })
+                .await
+            {
+                Ok(()) => return Ok(submitted),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SessionError::Store(StoreError::backend(format!(
+            "session {session_id} kept changing while a run was submitted to it"
+        ))))
     }
 
     /// The heads of this agent's sessions in the store.
@@ -425,6 +592,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             fork.clone(),
             state_json,
             start,
+            true,
         )
         .await?;
         cursor
@@ -434,6 +602,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                 },
                 None,
                 StepJournal::default(),
+                start,
             )
             .await?;
         Ok(fork)

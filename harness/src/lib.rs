@@ -15,8 +15,9 @@ pub mod session;
 pub mod signal;
 pub mod slots;
 pub mod state;
+pub mod worker;
 
-pub use agent::{Agent, create_agent};
+pub use agent::{Agent, Busy, Submitted, create_agent};
 pub use graph::{
     Harness, HarnessBuilder, LoopValidationError, OnBuilder, RetryPolicy, StepBuilder, Violation,
 };

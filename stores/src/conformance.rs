@@ -149,6 +149,7 @@ pub fn head(session: &str) -> StoredRun {
         last_seq: 0,
         created_at: T0,
         updated_at: T0,
+        queued: Vec::new(),
     }
 }
 

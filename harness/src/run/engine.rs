@@ -153,6 +153,7 @@ async fn attach<S: HarnessState, C: Context>(
                     info.session_id.clone(),
                     state,
                     next,
+                    true,
                 )
                 .await
                 .map_err(RunError::Store)?,
@@ -219,7 +220,8 @@ async fn persist_settle<S: HarnessState, C: Context>(
     if let SessionLink::Attached { leased, .. } = &mut exec.session {
         *leased = false;
     }
-    match cursor.settle(phase, next, journal).await {
+    let start = &agent.harness.steps[agent.harness.start].name;
+    match cursor.settle(phase, next, journal, start).await {
         Ok(()) => result,
         Err(e) => Err(RunError::Store(e)),
     }

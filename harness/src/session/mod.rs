@@ -120,6 +120,10 @@ pub struct StoredRun {
     pub created_at: u64,
     /// When the head was last written (ms since the epoch).
     pub updated_at: u64,
+    /// Inputs of runs submitted while the session was busy, in order; each
+    /// starts a run when the one before it completes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<Value>,
 }
 
 /// What a checkpoint holds.

@@ -55,6 +55,7 @@ impl SessionCursor {
         session_id: SessionId,
         state: Value,
         next_step: &str,
+        leased: bool,
     ) -> Result<Self, StoreError> {
         let owner = owner_id();
         let now = now_millis();
@@ -68,12 +69,13 @@ impl SessionCursor {
             steps: 0,
             journal: StepJournal::default(),
             version: 1,
-            lease: Some(lease(&owner, &config)),
+            lease: leased.then(|| lease(&owner, &config)),
             snapshot_seq: 0,
             snapshot_index: 0,
             last_seq: 0,
             created_at: now,
             updated_at: now,
+            queued: Vec::new(),
         };
         store
             .commit(Commit {
@@ -256,26 +258,47 @@ impl SessionCursor {
         Ok(())
     }
 
-    /// Records how the run settled and releases the lease.
+    /// Records how the run settled and releases the lease. When the run
+    /// completed and another run is queued on the session, that run's input
+    /// is merged and the session becomes runnable again at `start`.
     pub(crate) async fn settle(
         &self,
         phase: SessionPhase,
         next_step: Option<&str>,
         journal: StepJournal,
+        start: &str,
     ) -> Result<(), StoreError> {
         let mut head = self.head.lock().await;
         let mut next = head.clone();
+        let now = now_millis();
         next.version += 1;
-        next.phase = phase;
         next.next_step = next_step.map(str::to_string);
         next.journal = journal;
         next.lease = None;
-        next.updated_at = now_millis();
+        next.updated_at = now;
+        let mut append = Vec::new();
+        if matches!(phase, SessionPhase::Completed { .. }) && !next.queued.is_empty() {
+            let input = next.queued.remove(0);
+            next.last_seq += 1;
+            next.steps += 1;
+            append.push(Checkpoint {
+                seq: next.last_seq,
+                index: next.steps,
+                step: INPUT.into(),
+                time: now,
+                kind: CheckpointKind::Update(input),
+            });
+            next.phase = SessionPhase::Running;
+            next.next_step = Some(start.to_string());
+            next.run_id = RunId::random();
+        } else {
+            next.phase = phase;
+        }
         self.store
             .commit(Commit {
                 head: next.clone(),
                 expected_version: Some(head.version),
-                append: Vec::new(),
+                append,
                 remove: Vec::new(),
                 durable: true,
             })
