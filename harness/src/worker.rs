@@ -8,9 +8,9 @@
 //! again for the others, continuing from its last checkpoint.
 //!
 //! ```no_run
-//! # async fn f(agent: harness::Agent<MyState>) -> Result<(), harness::session::SessionError> {
 //! # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState)]
 //! # struct MyState { n: u32 }
+//! # async fn f(agent: harness::Agent<MyState>) -> Result<(), harness::session::SessionError> {
 //! use harness::worker::Worker;
 //! let worker = Worker::new(agent, harness::Slots::new);
 //! let shutdown = tokio::time::sleep(std::time::Duration::from_secs(3600));

@@ -8,9 +8,9 @@
 //! ```
 //!
 //! ```no_run
-//! # async fn f(agent: harness::Agent<MyState>) {
 //! # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState)]
 //! # struct MyState { n: u32 }
+//! # async fn f(agent: harness::Agent<MyState>) {
 //! let args: Vec<String> = std::env::args().skip(2).collect(); // after `sessions`
 //! match harness::session::cli::sessions_command(&agent, &args, harness::Slots::new).await {
 //!     Ok(text) => println!("{text}"),

@@ -46,7 +46,9 @@ fn owner_id() -> String {
 }
 
 impl SessionCursor {
-    /// Creates a session whose state is `state`, leased to this run.
+    /// Creates a session whose state is `state`, leased to this run unless
+    /// `leased` is false (a submitted run, for a worker to take).
+    #[allow(clippy::too_many_arguments)] // one call site each; a struct would only rename them
     pub(crate) async fn create(
         store: Arc<dyn SessionStore>,
         config: SessionConfig,
