@@ -33,7 +33,7 @@ fn agent(store: Arc<MemoryStore>, lease: Duration) -> Agent<Job> {
         .step("work")
         .run(work)
         .route(|s: &Job| {
-            if s.steps % s.per_run != 0 {
+            if !s.steps.is_multiple_of(s.per_run) {
                 "again"
             } else {
                 "done"
