@@ -4,8 +4,9 @@
 //! A session is a head ([`StoredRun`]: who runs it, its phase, the next step,
 //! the current step's journal, a version and a lease) plus an append-only log
 //! of [`Checkpoint`]s: one state snapshot when the session starts, one update
-//! per completed step, and a fresh snapshot every K steps (which supersedes
-//! the previous one, so storage grows with the data, not with steps × data).
+//! per completed step, and now and then a fresh snapshot which supersedes the
+//! previous one (see [`SessionConfig`]), so storage grows with the data, not
+//! with steps × data.
 //! The state at any step is the nearest snapshot before it plus the updates
 //! after it, merged through the reducers.
 //!
@@ -114,6 +115,12 @@ pub struct StoredRun {
     pub snapshot_seq: u64,
     /// The step index of the latest snapshot.
     pub snapshot_index: u64,
+    /// The size in bytes of the latest snapshot.
+    #[serde(default)]
+    pub snapshot_bytes: u64,
+    /// The bytes of updates written since the latest snapshot.
+    #[serde(default)]
+    pub bytes_since_snapshot: u64,
     /// The sequence number of the latest checkpoint.
     pub last_seq: u64,
     /// When the session was created (ms since the epoch).
@@ -262,8 +269,14 @@ pub enum Durability {
 pub struct SessionConfig {
     /// When checkpoints reach the disk (default: every step).
     pub durability: Durability,
-    /// A full snapshot every this many steps (default 50).
+    /// A full snapshot at least every this many steps (default 1000), so
+    /// rebuilding never merges more updates than this.
     pub snapshot_every: u64,
+    /// A full snapshot once the updates since the last one add up to twice
+    /// its size, and at least this many bytes (default 64 KiB). Snapshots then
+    /// grow geometrically: all of them together stay within about twice the
+    /// final state, however many steps the session takes.
+    pub snapshot_min_bytes: u64,
     /// How long a run's lease lasts unless renewed (default 30 s); it is
     /// renewed at every checkpoint and every third of this while a step runs.
     pub lease_ttl: Duration,
@@ -273,7 +286,8 @@ impl Default for SessionConfig {
     fn default() -> Self {
         Self {
             durability: Durability::EveryStep,
-            snapshot_every: 50,
+            snapshot_every: 1000,
+            snapshot_min_bytes: 64 * 1024,
             lease_ttl: Duration::from_secs(30),
         }
     }

@@ -61,6 +61,7 @@ impl SessionCursor {
     ) -> Result<Self, StoreError> {
         let owner = owner_id();
         let now = now_millis();
+        let snapshot_bytes = json_len(&state);
         let head = StoredRun {
             schema_version: SCHEMA_VERSION,
             session_id,
@@ -74,6 +75,8 @@ impl SessionCursor {
             lease: leased.then(|| lease(&owner, &config)),
             snapshot_seq: 0,
             snapshot_index: 0,
+            snapshot_bytes,
+            bytes_since_snapshot: 0,
             last_seq: 0,
             created_at: now,
             updated_at: now,
@@ -215,6 +218,11 @@ impl SessionCursor {
         next.journal = StepJournal::default();
         next.updated_at = now;
         next.lease = Some(lease(&self.owner, &self.config));
+        next.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&update));
+        let by_steps = self.config.snapshot_every > 0
+            && next.steps >= head.snapshot_index + self.config.snapshot_every;
+        let by_bytes = next.bytes_since_snapshot
+            >= 2 * head.snapshot_bytes.max(self.config.snapshot_min_bytes);
         let mut append = vec![Checkpoint {
             seq: next.last_seq,
             index: next.steps,
@@ -223,16 +231,17 @@ impl SessionCursor {
             kind: CheckpointKind::Update(update),
         }];
         let mut remove = Vec::new();
-        if self.config.snapshot_every > 0
-            && next.steps >= head.snapshot_index + self.config.snapshot_every
-        {
+        if by_steps || by_bytes {
+            let snapshot = state()?;
+            next.snapshot_bytes = json_len(&snapshot);
+            next.bytes_since_snapshot = 0;
             next.last_seq += 1;
             append.push(Checkpoint {
                 seq: next.last_seq,
                 index: next.steps,
                 step: step.to_string(),
                 time: now,
-                kind: CheckpointKind::Snapshot(state()?),
+                kind: CheckpointKind::Snapshot(snapshot),
             });
             // The first snapshot stays for time travel; a later one is only a
             // shortcut, superseded by this one.
@@ -336,6 +345,11 @@ impl SessionCursor {
         *head = next;
         Ok(())
     }
+}
+
+/// The size of `value` as stored (compact JSON).
+fn json_len(value: &Value) -> u64 {
+    serde_json::to_vec(value).map_or(0, |v| v.len() as u64)
 }
 
 /// Why a run could not take a session.
