@@ -104,3 +104,5 @@ impl Tool for Counter {
         Ok(self.0.fetch_add(args.by, Ordering::SeqCst) + args.by)
     }
 }
+
+pub mod pool;

@@ -70,7 +70,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
             agent,
             slots: Arc::new(slots),
             poll: Duration::from_millis(100),
-            batch: 16,
+            batch: 1,
         }
     }
 
@@ -81,7 +81,10 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         self
     }
 
-    /// How many runnable sessions to ask the store for at once (default 16).
+    /// How many runnable sessions to ask the store for at once (default 1).
+    /// Stores that claim what they return (PostgreSQL, Redis) hide those
+    /// sessions from other workers for a while, so a worker should not ask
+    /// for more than it runs next.
     #[must_use]
     pub fn batch(mut self, n: usize) -> Self {
         self.batch = n.max(1);

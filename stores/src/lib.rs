@@ -5,7 +5,11 @@
 //! - [`FileStore`]: one directory per session, atomic writes, shareable by
 //!   several processes;
 //! - `SledStore` (feature `sled`, on by default): the embedded default, a
-//!   sled database flushed before a checkpoint counts as durable.
+//!   sled database flushed before a checkpoint counts as durable;
+//! - `PostgresStore` (feature `postgres`): sessions in PostgreSQL, shared by
+//!   any number of processes and machines, with versioned migrations;
+//! - `RedisStore` (feature `redis`): sessions in Redis, each commit one Lua
+//!   script; as durable as the server's persistence settings.
 //!
 //! [`conformance`] is a suite any [`SessionStore`](harness::session::SessionStore)
 //! can run against itself.
@@ -26,11 +30,19 @@
 pub mod conformance;
 mod file;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
+#[cfg(feature = "redis")]
+mod redis;
 #[cfg(feature = "sled")]
 mod sled;
 
 pub use file::FileStore;
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOptions, PostgresStore};
+#[cfg(feature = "redis")]
+pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sled")]
 pub use sled::SledStore;

@@ -1,0 +1,657 @@
+//! The Redis store.
+
+use crate::record::{
+    checkpoint_from_slice, checkpoint_to_vec, head_from_slice, head_to_vec, load_error,
+};
+use async_trait::async_trait;
+use harness::SessionId;
+use harness::session::{
+    Checkpoint, Commit, SCHEMA_VERSION, SessionPhase, SessionStore, StoreError, StoredRun,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::{self, Display};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The key prefix unless told otherwise.
+const DEFAULT_PREFIX: &str = "harness";
+/// How long [`runnable`](SessionStore::runnable) hides the sessions it
+/// returns from other callers, unless told otherwise.
+const DEFAULT_CLAIM_TTL: Duration = Duration::from_secs(10);
+/// How much longer than its head a finished session's log lives, so that a
+/// reader who saw the head can still read the log.
+const LOG_TTL_MARGIN_MS: u64 = 1_000;
+/// Checkpoint fields read per `HMGET` in the log script.
+const HMGET_CHUNK: usize = 500;
+
+/// The commit: checks the stored head (readable, this schema version, this
+/// session, the expected version) and applies head, removals, appends and
+/// the indexes at once. Replies `{'ok'}`, `{'conflict', found}` (found: the
+/// stored version, '' for none) or `{'unreadable', stored head}`.
+///
+/// KEYS: head, checkpoints, seqs, sessions, running, leases, claims.
+/// ARGV: id, expected ('' for none), head JSON, schema version, running
+/// ('1'/'0'), updated_at, lease expiry ('' for none), head TTL ms ('0' for
+/// none), log TTL ms, number of removals, the removed fields, then pairs of
+/// appended field and checkpoint JSON.
+const COMMIT_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+local found = ''
+if cur then
+  local ok, doc = pcall(cjson.decode, cur)
+  if not ok or type(doc) ~= 'table' or doc.schema_version ~= tonumber(ARGV[4])
+      or doc.session_id ~= ARGV[1] or type(doc.version) ~= 'number' then
+    return {'unreadable', cur}
+  end
+  found = string.format('%.0f', doc.version)
+end
+if found ~= ARGV[2] then
+  return {'conflict', found}
+end
+local i = 11
+for _ = 1, tonumber(ARGV[10]) do
+  redis.call('HDEL', KEYS[2], ARGV[i])
+  redis.call('ZREM', KEYS[3], ARGV[i])
+  i = i + 1
+end
+while i < #ARGV do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[3], 0, ARGV[i])
+  i = i + 2
+end
+redis.call('SET', KEYS[1], ARGV[3])
+redis.call('SADD', KEYS[4], ARGV[1])
+if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
+else
+  redis.call('ZREM', KEYS[5], ARGV[1])
+end
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[6], ARGV[1], ARGV[7])
+else
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
+redis.call('HDEL', KEYS[7], ARGV[1])
+if ARGV[8] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  redis.call('PEXPIRE', KEYS[2], ARGV[9])
+  redis.call('PEXPIRE', KEYS[3], ARGV[9])
+else
+  redis.call('PERSIST', KEYS[2])
+  redis.call('PERSIST', KEYS[3])
+end
+return {'ok'}
+";
+
+/// The log from a seq: pairs of field and checkpoint JSON, in seq order
+/// ('' for a field the index lists and the hash lacks).
+///
+/// KEYS: checkpoints, seqs. ARGV: the first field, the chunk size.
+const CHECKPOINTS_LUA: &str = r"
+local fields = redis.call('ZRANGEBYLEX', KEYS[2], '[' .. ARGV[1], '+')
+local out = {}
+local chunk = tonumber(ARGV[2])
+for i = 1, #fields, chunk do
+  local part = {}
+  for j = i, math.min(i + chunk - 1, #fields) do
+    part[#part + 1] = fields[j]
+  end
+  local docs = redis.call('HMGET', KEYS[1], unpack(part))
+  for k = 1, #part do
+    out[#out + 1] = part[k]
+    out[#out + 1] = docs[k] or ''
+  end
+end
+return out
+";
+
+/// The sessions whose head exists; forgets the ids of expired ones.
+///
+/// KEYS: sessions. ARGV: the prefix.
+const SESSIONS_LUA: &str = r"
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', ARGV[1] .. ':{' .. id .. '}:head') == 1 then
+    out[#out + 1] = id
+  else
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+return out
+";
+
+/// Up to `limit` running sessions with no live lease nor claim, oldest
+/// `updated_at` first; claims them until ARGV[3] unless it is '0'.
+///
+/// KEYS: running, leases, claims. ARGV: now, limit, claim until.
+const RUNNABLE_LUA: &str = r"
+local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local out = {}
+local start = 0
+local page = 256
+while #out < limit do
+  local ids = redis.call('ZRANGE', KEYS[1], start, start + page - 1)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local lease = redis.call('HGET', KEYS[2], id)
+    local claim = redis.call('HGET', KEYS[3], id)
+    if (not lease or tonumber(lease) <= now) and (not claim or tonumber(claim) <= now) then
+      out[#out + 1] = id
+      if ARGV[3] ~= '0' then
+        redis.call('HSET', KEYS[3], id, ARGV[3])
+      end
+      if #out >= limit then break end
+    end
+  end
+  start = start + page
+end
+return out
+";
+
+#[derive(Debug)]
+struct Scripts {
+    commit: Script,
+    checkpoints: Script,
+    sessions: Script,
+    runnable: Script,
+}
+
+/// How a [`RedisStore`] names its keys and expires finished sessions.
+///
+/// ```
+/// use harness_stores::RedisOptions;
+/// use std::time::Duration;
+///
+/// let options = RedisOptions::default()
+///     .prefix("agents")
+///     .finished_ttl(Duration::from_secs(7 * 24 * 3600));
+/// assert_eq!(options.prefix_name(), "agents");
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    prefix: String,
+    finished_ttl: Option<Duration>,
+    claim_ttl: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.into(),
+            finished_ttl: None,
+            claim_ttl: DEFAULT_CLAIM_TTL,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The prefix of every key (default `harness`); it must not be empty nor
+    /// contain `{` or `}`. Stores with different prefixes share nothing.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Expire the keys of a session this long after a commit leaves it
+    /// completed or failed (default: never). See
+    /// [`RedisStore::with_finished_ttl`].
+    pub fn finished_ttl(mut self, ttl: Duration) -> Self {
+        self.finished_ttl = Some(ttl);
+        self
+    }
+
+    /// How long [`runnable`](SessionStore::runnable) hides the sessions it
+    /// returns from other callers (default 10 s); zero makes it a plain
+    /// read.
+    pub fn claim_ttl(mut self, ttl: Duration) -> Self {
+        self.claim_ttl = ttl;
+        self
+    }
+
+    /// The prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
+    }
+}
+
+/// Sessions in Redis, shared by any number of processes.
+///
+/// Built on the `redis` crate's tokio [`ConnectionManager`] (one
+/// multiplexed connection, reconnecting by itself).
+///
+/// # Keys
+///
+/// With the prefix `P` (`harness` by default, see [`RedisOptions::prefix`]):
+///
+/// - `P:{id}:head`: the head ([`StoredRun`]) as JSON, exactly as serialized;
+/// - `P:{id}:cp`: a hash, field = the seq as 20 zero-padded digits, value =
+///   the [`Checkpoint`] as JSON;
+/// - `P:{id}:seqs`: a sorted set of the same fields, all with score 0, so
+///   that `ZRANGEBYLEX` reads the log in seq order (scores are doubles and
+///   would not tell `u64::MAX - 1` from `u64::MAX`);
+/// - `P:sessions`: the set of session ids;
+/// - `P:running`: a sorted set of the running sessions, scored by
+///   `updated_at`;
+/// - `P:leases`: a hash, id → lease expiry (ms since the epoch), of the
+///   running sessions with a lease;
+/// - `P:claims`: a hash, id → claim expiry (see "Finding work").
+///
+/// The braces make `{id}` the hash tag of a session's own keys, but a
+/// commit also updates the shared indexes, so the store needs a single
+/// Redis (or a primary with replicas), not Redis Cluster.
+///
+/// # Commits
+///
+/// A commit is one Lua script (`EVALSHA`, loaded again after a server
+/// restart): it decodes the stored head, refuses it when it is unreadable,
+/// of another schema version or another session's (reported as
+/// [`StoreError::Load`]; nothing is written), compares its version with the
+/// expected one (else [`StoreError::Conflict`] with the version found), and
+/// only then writes the head, the removals and appends, and the indexes.
+/// Redis runs a script alone, so a commit is atomic for every reader.
+/// Leases need nothing more: they are in the head, taken by compare-and-set.
+///
+/// # Durability
+///
+/// Redis acknowledges a write once it is in memory; whether it survives a
+/// crash of the server depends on the server's persistence settings, which
+/// this store cannot change and does not check. With `appendonly yes` and
+/// `appendfsync always`, every commit is on disk before its reply, so every
+/// commit is durable, `durable` or not. With `appendfsync everysec` (Redis's
+/// default when AOF is on) a server crash can lose about the last second of
+/// commits; with RDB snapshots only, or no persistence, much more. The
+/// store issues nothing extra for a `durable` commit, and
+/// [`flush`](SessionStore::flush) does nothing: choose the persistence
+/// settings for the durability you need (replicas add availability, not
+/// durability, unless you also wait for them).
+///
+/// # Finding work
+///
+/// [`runnable`](SessionStore::runnable) is a script that walks `P:running`
+/// from the oldest `updated_at`, skipping sessions with a live lease or
+/// claim, and claims what it returns for
+/// [`claim_ttl`](RedisOptions::claim_ttl) (default 10 s), so that
+/// concurrent workers get different sessions (the same design as
+/// `PostgresStore`'s). Any commit clears the claim;
+/// taking a session is still the compare-and-set on its head. Its cost grows
+/// with the number of live-leased running sessions it skips.
+///
+/// # Finished sessions
+///
+/// With [`with_finished_ttl`](Self::with_finished_ttl), a commit that leaves
+/// a session completed or failed expires its keys: the head after the TTL,
+/// its log a second later (so a reader who saw the head can read the log).
+/// A later commit of the session (a continued run) makes them permanent
+/// again. Once expired, the session is gone: `load` finds nothing and
+/// `sessions` no longer lists it.
+///
+/// ```no_run
+/// use harness_stores::RedisStore;
+/// use std::time::Duration;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/")
+///     .await?
+///     .with_finished_ttl(Duration::from_secs(30 * 24 * 3600));
+/// # Ok::<(), harness::session::StoreError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    con: ConnectionManager,
+    prefix: String,
+    finished_ttl: Option<Duration>,
+    claim_ttl: Duration,
+    scripts: Arc<Scripts>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .field("finished_ttl", &self.finished_ttl)
+            .field("claim_ttl", &self.claim_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A backend error: what failed, and Redis's own message (never the URL).
+fn redis_error(what: impl Display, e: &redis::RedisError) -> StoreError {
+    StoreError::backend(format!("redis store: cannot {what}: {e}"))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A reply of an unexpected shape.
+fn bad_reply(what: impl Display, reply: impl fmt::Debug) -> StoreError {
+    StoreError::backend(format!("redis store: {what}: unexpected reply {reply:?}"))
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://[:password@]host:port/db`, `rediss://`
+    /// needs the redis crate's TLS features) with the default
+    /// [`RedisOptions`].
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects to `url` with `options`. An unreachable server is retried
+    /// with backoff for several seconds before this fails; once connected,
+    /// the connection is re-established by itself after a drop.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(|e| {
+            StoreError::backend(format!("redis store: the URL cannot be used: {e}"))
+        })?;
+        let addr = client.get_connection_info().addr().to_string();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)))
+            // A commit whose reply times out may still have been applied:
+            // wait long enough that only a sick server does that.
+            .set_response_timeout(Some(Duration::from_secs(30)));
+        let con = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| redis_error(format_args!("connect to {addr}"), &e))?;
+        Self::from_manager(con, options)
+    }
+
+    /// A store on an existing connection manager.
+    pub fn from_manager(con: ConnectionManager, options: RedisOptions) -> Result<Self, StoreError> {
+        let prefix = options.prefix;
+        if prefix.is_empty() || prefix.contains(['{', '}']) {
+            return Err(StoreError::backend(format!(
+                "redis store: invalid key prefix {prefix:?}: it must not be empty nor contain {{ or }}"
+            )));
+        }
+        Ok(Self {
+            con,
+            prefix,
+            finished_ttl: options.finished_ttl,
+            claim_ttl: options.claim_ttl,
+            scripts: Arc::new(Scripts {
+                commit: Script::new(COMMIT_LUA),
+                checkpoints: Script::new(CHECKPOINTS_LUA),
+                sessions: Script::new(SESSIONS_LUA),
+                runnable: Script::new(RUNNABLE_LUA),
+            }),
+        })
+    }
+
+    /// Expire the keys of a session `ttl` after a commit leaves it completed
+    /// or failed (see "Finished sessions").
+    pub fn with_finished_ttl(mut self, ttl: Duration) -> Self {
+        self.finished_ttl = Some(ttl);
+        self
+    }
+
+    /// The connection, for inspection and repair tools.
+    pub fn connection(&self) -> ConnectionManager {
+        self.con.clone()
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The key of `session`'s head.
+    pub fn head_key(&self, session: &SessionId) -> String {
+        format!("{}:{{{session}}}:head", self.prefix)
+    }
+
+    /// The key of `session`'s checkpoint hash.
+    pub fn checkpoints_key(&self, session: &SessionId) -> String {
+        format!("{}:{{{session}}}:cp", self.prefix)
+    }
+
+    /// The key of `session`'s sorted set of checkpoint fields.
+    pub fn seqs_key(&self, session: &SessionId) -> String {
+        format!("{}:{{{session}}}:seqs", self.prefix)
+    }
+
+    /// The field of checkpoint `seq` in the checkpoint hash.
+    pub fn checkpoint_field(seq: u64) -> String {
+        format!("{seq:020}")
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.prefix)
+    }
+
+    fn con(&self) -> ConnectionManager {
+        self.con.clone()
+    }
+
+    async fn commit_inner(&self, commit: Commit) -> Result<(), StoreError> {
+        let head = &commit.head;
+        let session = &head.session_id;
+        let what = format!("commit session {session}");
+        let doc = head_to_vec(head)?;
+        let running = head.phase == SessionPhase::Running;
+        let finished = matches!(
+            head.phase,
+            SessionPhase::Completed { .. } | SessionPhase::Failed { .. }
+        );
+        let (head_ttl, log_ttl) = match self.finished_ttl {
+            Some(ttl) if finished => {
+                let ms = millis(ttl).max(1);
+                (ms, ms.saturating_add(LOG_TTL_MARGIN_MS))
+            }
+            _ => (0, 0),
+        };
+        // Appends overwrite, last one wins; a seq both removed and appended
+        // ends appended, as when the removal is applied first.
+        let mut append: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for cp in &commit.append {
+            append.insert(cp.seq, checkpoint_to_vec(session, cp)?);
+        }
+        let remove: BTreeSet<u64> = commit
+            .remove
+            .iter()
+            .copied()
+            .filter(|seq| !append.contains_key(seq))
+            .collect();
+
+        let mut call = self.scripts.commit.prepare_invoke();
+        call.key(self.head_key(session))
+            .key(self.checkpoints_key(session))
+            .key(self.seqs_key(session))
+            .key(self.key("sessions"))
+            .key(self.key("running"))
+            .key(self.key("leases"))
+            .key(self.key("claims"))
+            .arg(session.as_str())
+            .arg(
+                commit
+                    .expected_version
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(doc)
+            .arg(SCHEMA_VERSION)
+            .arg(if running { "1" } else { "0" })
+            .arg(head.updated_at)
+            .arg(
+                head.lease
+                    .as_ref()
+                    .map(|l| l.expires_at.to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(head_ttl)
+            .arg(log_ttl)
+            .arg(remove.len());
+        for seq in &remove {
+            call.arg(Self::checkpoint_field(*seq));
+        }
+        for (seq, json) in append {
+            call.arg(Self::checkpoint_field(seq)).arg(json);
+        }
+        let reply: Vec<Vec<u8>> = call
+            .invoke_async(&mut self.con())
+            .await
+            .map_err(|e| redis_error(&what, &e))?;
+        match reply.first().map(Vec::as_slice) {
+            Some(b"ok") => Ok(()),
+            Some(b"conflict") => {
+                let found = match reply.get(1).map(Vec::as_slice) {
+                    None | Some(b"") => None,
+                    Some(v) => Some(
+                        std::str::from_utf8(v)
+                            .ok()
+                            .and_then(|s| s.parse::<u64>().ok())
+                            .ok_or_else(|| bad_reply(&what, &reply))?,
+                    ),
+                };
+                Err(StoreError::Conflict {
+                    session: session.clone(),
+                    expected: commit.expected_version,
+                    found,
+                })
+            }
+            Some(b"unreadable") => {
+                let stored = reply.get(1).map(Vec::as_slice).unwrap_or_default();
+                // The precise reason, as `load` gives it.
+                match head_from_slice(session, stored) {
+                    Err(e) => Err(e),
+                    Ok(_) => Err(load_error(
+                        session,
+                        "head",
+                        "the commit script cannot read the stored head",
+                    )),
+                }
+            }
+            _ => Err(bad_reply(&what, &reply)),
+        }
+    }
+}
+
+#[async_trait]
+impl SessionStore for RedisStore {
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        let bytes: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(self.head_key(session))
+            .query_async(&mut self.con())
+            .await
+            .map_err(|e| redis_error(format_args!("read the head of session {session}"), &e))?;
+        bytes.map(|b| head_from_slice(session, &b)).transpose()
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        self.commit_inner(commit).await
+    }
+
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        let what = format!("read the log of session {session}");
+        let reply: Vec<Vec<u8>> = self
+            .scripts
+            .checkpoints
+            .key(self.checkpoints_key(session))
+            .key(self.seqs_key(session))
+            .arg(Self::checkpoint_field(from_seq))
+            .arg(HMGET_CHUNK)
+            .invoke_async(&mut self.con())
+            .await
+            .map_err(|e| redis_error(&what, &e))?;
+        if !reply.len().is_multiple_of(2) {
+            return Err(bad_reply(&what, reply.len()));
+        }
+        let mut out = Vec::with_capacity(reply.len() / 2);
+        for pair in reply.chunks_exact(2) {
+            let seq = std::str::from_utf8(&pair[0])
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    load_error(
+                        session,
+                        "checkpoint field",
+                        format!("{:?} is not a seq", String::from_utf8_lossy(&pair[0])),
+                    )
+                })?;
+            if pair[1].is_empty() {
+                return Err(load_error(
+                    session,
+                    format!("checkpoint {seq}"),
+                    "listed in the log's index but missing from its hash",
+                ));
+            }
+            out.push(checkpoint_from_slice(session, seq, &pair[1])?);
+        }
+        Ok(out)
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        let reply: Vec<Vec<u8>> = self
+            .scripts
+            .sessions
+            .key(self.key("sessions"))
+            .arg(&self.prefix)
+            .invoke_async(&mut self.con())
+            .await
+            .map_err(|e| redis_error("list the sessions", &e))?;
+        let mut out = Vec::with_capacity(reply.len());
+        for id in reply {
+            match String::from_utf8(id) {
+                Ok(id) => out.push(SessionId::from(id)),
+                Err(e) => {
+                    let lossy = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                    return Err(load_error(
+                        &SessionId::from(lossy),
+                        "session id",
+                        format!("the id is not UTF-8: {}", e.utf8_error()),
+                    ));
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        // Durability is the server's persistence settings (see the docs).
+        Ok(())
+    }
+
+    async fn runnable(&self, now: u64, limit: usize) -> Result<Vec<SessionId>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let claim = millis(self.claim_ttl);
+        let until = if claim == 0 {
+            0
+        } else {
+            now.saturating_add(claim)
+        };
+        let reply: Vec<Vec<u8>> = self
+            .scripts
+            .runnable
+            .key(self.key("running"))
+            .key(self.key("leases"))
+            .key(self.key("claims"))
+            .arg(now)
+            .arg(limit)
+            .arg(until)
+            .invoke_async(&mut self.con())
+            .await
+            .map_err(|e| redis_error("find runnable sessions", &e))?;
+        reply
+            .into_iter()
+            .map(|id| {
+                String::from_utf8(id).map(SessionId::from).map_err(|e| {
+                    load_error(
+                        &SessionId::from(String::from_utf8_lossy(e.as_bytes()).into_owned()),
+                        "session id",
+                        format!("the id is not UTF-8: {}", e.utf8_error()),
+                    )
+                })
+            })
+            .collect()
+    }
+}
