@@ -106,3 +106,9 @@ impl Tool for Counter {
 }
 
 pub mod pool;
+
+// The README's snippets compile (and run, unless marked `no_run`) as doctests
+// of this crate, which depends on every crate they use.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
