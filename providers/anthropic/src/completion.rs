@@ -5,7 +5,7 @@ use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
     ModelStream, Role, StopReason, ToolCall, ToolChoice, Usage,
 };
-use harness_provider_http::{decode_events, endpoint, merge_extra};
+use harness_provider_http::{endpoint, merged_turns, request_body};
 use serde_json::{Value, json};
 
 use crate::client::Client;
@@ -64,16 +64,11 @@ impl CompletionModel {
             stop_sequences: request.stop_sequences.clone(),
             stream,
         };
-        let mut body = serde_json::to_value(&wire).map_err(|e| ModelError::InvalidRequest {
-            status: None,
-            message: format!("cannot serialize the request: {e}"),
-        })?;
-        merge_extra(&mut body, &request.extra);
-        Ok(body)
+        request_body(&wire, request)
     }
 
     fn url(&self) -> String {
-        endpoint(&self.client.inner.base_url, "v1/messages")
+        endpoint(self.client.base_url(), "v1/messages")
     }
 }
 
@@ -98,30 +93,15 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 
 /// The system text and the alternating user/assistant turns.
 fn conversation(messages: &[Message]) -> (Option<String>, Vec<wire::MessageOut>) {
-    let mut system = Vec::new();
-    let mut turns: Vec<wire::MessageOut> = Vec::new();
-    for message in messages {
-        if message.role == Role::System {
-            system.push(message.text());
-            continue;
-        }
-        let role = if message.role == Role::Assistant {
-            "assistant"
-        } else {
-            "user"
-        };
-        let blocks: Vec<wire::BlockOut> = message.content.iter().filter_map(block).collect();
-        if blocks.is_empty() {
-            continue;
-        }
-        match turns.last_mut() {
-            Some(last) if last.role == role => last.content.extend(blocks),
-            _ => turns.push(wire::MessageOut {
-                role,
-                content: blocks,
-            }),
-        }
-    }
+    let system: Vec<String> = messages
+        .iter()
+        .filter(|message| message.role == Role::System)
+        .map(Message::text)
+        .collect();
+    let turns = merged_turns(messages, "assistant", block)
+        .into_iter()
+        .map(|(role, content)| wire::MessageOut { role, content })
+        .collect();
     let system = system.join("\n\n");
     ((!system.is_empty()).then_some(system), turns)
 }
@@ -195,22 +175,20 @@ fn response(wire: wire::MessageResponse) -> Result<ModelResponse, ModelError> {
 impl LanguageModel for CompletionModel {
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         let body = self.body(request, false)?;
-        let inner = &self.client.inner;
-        let wire: wire::MessageResponse = inner
-            .transport
-            .post_json(&self.model, &self.url(), &inner.headers, &body)
+        let wire: wire::MessageResponse = self
+            .client
+            .inner
+            .post_json(&self.model, &self.url(), &body)
             .await?;
         response(wire)
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.body(request, true)?;
-        let inner = &self.client.inner;
-        let events = inner
-            .transport
-            .post_sse(&self.model, &self.url(), &inner.headers, &body)
-            .await?;
-        Ok(decode_events(events, EventDecoder::default()))
+        self.client
+            .inner
+            .post_stream(&self.model, &self.url(), &body, EventDecoder::default())
+            .await
     }
 
     fn provider(&self) -> &str {

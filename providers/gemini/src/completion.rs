@@ -5,7 +5,7 @@ use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
     ModelStream, Role, StopReason, ToolCall, ToolChoice, ToolResult, Usage,
 };
-use harness_provider_http::{decode_events, endpoint, merge_extra};
+use harness_provider_http::{endpoint, merged_turns, request_body};
 use serde_json::{Value, json};
 
 use crate::client::Client;
@@ -77,17 +77,12 @@ impl CompletionModel {
             tool_config,
             generation_config: (!is_default).then_some(generation_config),
         };
-        let mut body = serde_json::to_value(&wire).map_err(|e| ModelError::InvalidRequest {
-            status: None,
-            message: format!("cannot serialize the request: {e}"),
-        })?;
-        merge_extra(&mut body, &request.extra);
-        Ok(body)
+        request_body(&wire, request)
     }
 
     fn url(&self, method: &str) -> String {
         endpoint(
-            &self.client.inner.base_url,
+            self.client.base_url(),
             &format!("models/{}:{method}", self.model),
         )
     }
@@ -118,36 +113,23 @@ fn tool_config(choice: &ToolChoice) -> Option<Value> {
 /// The system instruction and the user/model turns, consecutive turns of
 /// one role merged.
 fn contents(messages: &[Message]) -> (Option<wire::ContentOut>, Vec<wire::ContentOut>) {
-    let mut system = Vec::new();
-    let mut turns: Vec<wire::ContentOut> = Vec::new();
-    for message in messages {
-        if message.role == Role::System {
-            let text = message.text();
-            if !text.is_empty() {
-                system.push(wire::PartOut {
-                    text: Some(text),
-                    ..Default::default()
-                });
-            }
-            continue;
-        }
-        let role = if message.role == Role::Assistant {
-            "model"
-        } else {
-            "user"
-        };
-        let parts: Vec<wire::PartOut> = message.content.iter().filter_map(part).collect();
-        if parts.is_empty() {
-            continue;
-        }
-        match turns.last_mut() {
-            Some(last) if last.role == Some(role) => last.parts.extend(parts),
-            _ => turns.push(wire::ContentOut {
-                role: Some(role),
-                parts,
-            }),
-        }
-    }
+    let system: Vec<wire::PartOut> = messages
+        .iter()
+        .filter(|message| message.role == Role::System)
+        .map(Message::text)
+        .filter(|text| !text.is_empty())
+        .map(|text| wire::PartOut {
+            text: Some(text),
+            ..Default::default()
+        })
+        .collect();
+    let turns = merged_turns(messages, "model", part)
+        .into_iter()
+        .map(|(role, parts)| wire::ContentOut {
+            role: Some(role),
+            parts,
+        })
+        .collect();
     let system = (!system.is_empty()).then_some(wire::ContentOut {
         role: None,
         parts: system,
@@ -310,32 +292,21 @@ fn response(wire: wire::GenerateResponse) -> Result<ModelResponse, ModelError> {
 impl LanguageModel for CompletionModel {
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         let body = self.body(request)?;
-        let inner = &self.client.inner;
-        let wire: wire::GenerateResponse = inner
-            .transport
-            .post_json(
-                &self.model,
-                &self.url("generateContent"),
-                &inner.headers,
-                &body,
-            )
+        let wire: wire::GenerateResponse = self
+            .client
+            .inner
+            .post_json(&self.model, &self.url("generateContent"), &body)
             .await?;
         response(wire)
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.body(request)?;
-        let inner = &self.client.inner;
-        let events = inner
-            .transport
-            .post_sse(
-                &self.model,
-                &self.url("streamGenerateContent?alt=sse"),
-                &inner.headers,
-                &body,
-            )
-            .await?;
-        Ok(decode_events(events, ChunkDecoder::default()))
+        let url = self.url("streamGenerateContent?alt=sse");
+        self.client
+            .inner
+            .post_stream(&self.model, &url, &body, ChunkDecoder::default())
+            .await
     }
 
     fn provider(&self) -> &str {

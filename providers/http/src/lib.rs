@@ -10,23 +10,54 @@
 //! - [`ApiKey`]: a secret that never shows in `Debug` output or logs.
 //! - [`SseDecoder`] and [`decode_events`]: turn a provider's SSE events into
 //!   a [`ModelStream`](harness::llm::ModelStream).
+//! - [`ClientBuilder`], [`Connection`] and [`provider_client!`]: the builder
+//!   options, the built client state and the client API every provider
+//!   shares.
+//! - [`request_body`] and [`merged_turns`]: request conversions that are the
+//!   same across providers.
 //!
 //! Applications do not use this crate directly; they use a provider crate.
 
+mod client;
 mod key;
 mod retry;
 mod sse;
 mod status;
 mod transport;
+mod turns;
 
+pub use client::{ClientBuilder, Connection};
 pub use key::ApiKey;
 pub use retry::{HttpOptions, RetryPolicy};
 pub use sse::{Flow, SseDecoder, SseEvent, SseEvents, decode_events};
 pub use status::{error_from_body, error_from_response, parse_retry_after};
 pub use transport::{HttpTransport, endpoint};
+pub use turns::merged_turns;
+
+/// What [`provider_client!`] expands to names; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use harness::llm::ModelError;
+}
 
 /// Re-exported so providers name header types without their own reqwest dependency.
 pub use reqwest::header;
+
+/// The JSON body for a provider's `wire` request, with
+/// [`ModelRequest::extra`](harness::llm::ModelRequest::extra) merged in (see
+/// [`merge_extra`]).
+pub fn request_body(
+    wire: &impl serde::Serialize,
+    request: &harness::llm::ModelRequest,
+) -> Result<serde_json::Value, harness::llm::ModelError> {
+    let mut body =
+        serde_json::to_value(wire).map_err(|e| harness::llm::ModelError::InvalidRequest {
+            status: None,
+            message: format!("cannot serialize the request: {e}"),
+        })?;
+    merge_extra(&mut body, &request.extra);
+    Ok(body)
+}
 
 /// Merges [`ModelRequest::extra`](harness::llm::ModelRequest::extra) into
 /// the top level of a provider's JSON body; its fields win.

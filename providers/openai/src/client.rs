@@ -1,12 +1,10 @@
 //! The client: credentials, base URL, HTTP options.
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use harness::llm::ModelError;
+use harness_provider_http::Connection;
 use harness_provider_http::header::{AUTHORIZATION, HeaderMap};
-use harness_provider_http::{ApiKey, HttpOptions, HttpTransport, RetryPolicy};
 
 use crate::completion::CompletionModel;
 
@@ -22,54 +20,10 @@ pub struct Client {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) base_url: String,
-    pub(crate) headers: HeaderMap,
-    pub(crate) transport: HttpTransport,
+    pub(crate) connection: Connection,
     /// OpenAI itself wants `max_completion_tokens`; compatible servers
     /// mostly know only `max_tokens`.
     pub(crate) legacy_max_tokens: bool,
-    has_key: bool,
-}
-
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("base_url", &self.inner.base_url)
-            .field(
-                "api_key",
-                &if self.inner.has_key {
-                    "<redacted>"
-                } else {
-                    "<none>"
-                },
-            )
-            .field("options", self.inner.transport.options())
-            .finish()
-    }
-}
-
-impl Client {
-    /// A client configured from the environment: the key from
-    /// `OPENAI_API_KEY`, the base URL from `OPENAI_BASE_URL` (else
-    /// [`DEFAULT_BASE_URL`]). A key is required only for OpenAI's own URL.
-    pub fn from_env() -> Result<Self, ModelError> {
-        Self::builder().build()
-    }
-
-    /// A builder; what it is not told it reads as [`Client::from_env`] does.
-    pub fn builder() -> ClientBuilder {
-        ClientBuilder::default()
-    }
-
-    /// A model of this client, e.g. `"gpt-4o-mini"`.
-    pub fn completion_model(&self, model: impl Into<String>) -> CompletionModel {
-        CompletionModel::new(self.clone(), model.into())
-    }
-
-    /// The API root requests go to.
-    pub fn base_url(&self) -> &str {
-        &self.inner.base_url
-    }
 }
 
 /// Configures a [`Client`]. The key and base URL default to the environment
@@ -88,77 +42,40 @@ impl Client {
 /// assert!(!format!("{client:?}").contains("sk-test"));
 /// # Ok::<(), harness::llm::ModelError>(())
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ClientBuilder {
-    api_key: Option<ApiKey>,
-    base_url: Option<String>,
-    options: HttpOptions,
+    core: harness_provider_http::ClientBuilder,
+}
+
+harness_provider_http::provider_client! {
+    Client { inner.connection },
+    ClientBuilder { core },
+    /// A client configured from the environment: the key from
+    /// `OPENAI_API_KEY`, the base URL from `OPENAI_BASE_URL` (else
+    /// [`DEFAULT_BASE_URL`]). A key is required only for OpenAI's own URL.
+    from_env,
+    /// A model of this client, e.g. `"gpt-4o-mini"`.
+    completion_model -> CompletionModel,
+    /// Uses this API key instead of `OPENAI_API_KEY`.
+    api_key,
+    /// Sends requests to this API root (e.g. `http://localhost:11434/v1`)
+    /// instead of `OPENAI_BASE_URL` or [`DEFAULT_BASE_URL`].
+    base_url,
 }
 
 impl ClientBuilder {
-    /// Uses this API key instead of `OPENAI_API_KEY`.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(ApiKey::new(key));
-        self
-    }
-
-    /// Sends requests to this API root (e.g. `http://localhost:11434/v1`)
-    /// instead of `OPENAI_BASE_URL` or [`DEFAULT_BASE_URL`].
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = Some(url.into());
-        self
-    }
-
-    /// Time limit for one attempt (for a stream: until its headers arrive).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.options.timeout = timeout;
-        self
-    }
-
-    /// Time limit for the gap between two chunks of a stream.
-    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.options.stream_idle_timeout = timeout;
-        self
-    }
-
-    /// Attempts in all for a request, the first included (1: no retries).
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.options.retry.max_attempts = attempts.max(1);
-        self
-    }
-
-    /// Replaces the retry policy.
-    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.options.retry = policy;
-        self
-    }
-
-    /// Replaces all timeouts and the retry policy.
-    pub fn http_options(mut self, options: HttpOptions) -> Self {
-        self.options = options;
-        self
-    }
-
     /// The client. Fails with [`ModelError::Configuration`] for an invalid
     /// base URL, or a missing key when talking to OpenAI itself.
     pub fn build(self) -> Result<Client, ModelError> {
-        let base_url = match self.base_url {
-            Some(url) => url,
-            None => std::env::var("OPENAI_BASE_URL")
-                .ok()
-                .filter(|url| !url.trim().is_empty())
-                .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned()),
-        };
-        let base_url = HttpTransport::check_base_url(base_url.trim())?;
+        let base_url = self
+            .core
+            .resolve_base_url(Some("OPENAI_BASE_URL"), DEFAULT_BASE_URL)?;
         let is_openai = base_url.starts_with("https://api.openai.com");
-        let api_key = match self.api_key {
-            Some(key) => Some(key),
-            None => match ApiKey::from_env(&["OPENAI_API_KEY"]) {
-                Ok(key) => Some(key),
-                Err(error) if is_openai => return Err(error),
-                // Local OpenAI-compatible servers usually need no key.
-                Err(_) => None,
-            },
+        let api_key = match self.core.api_key_or_env(&["OPENAI_API_KEY"]) {
+            Ok(key) => Some(key),
+            Err(error) if is_openai => return Err(error),
+            // Local OpenAI-compatible servers usually need no key.
+            Err(_) => None,
         };
         let mut headers = HeaderMap::new();
         if let Some(key) = &api_key {
@@ -166,11 +83,8 @@ impl ClientBuilder {
         }
         Ok(Client {
             inner: Arc::new(ClientInner {
-                base_url,
-                headers,
-                transport: HttpTransport::new("openai", self.options)?,
+                connection: self.core.connect("openai", base_url, headers)?,
                 legacy_max_tokens: !is_openai,
-                has_key: api_key.is_some(),
             }),
         })
     }

@@ -5,7 +5,7 @@ use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
     ModelStream, Role, StopReason, ToolCall, ToolChoice, Usage,
 };
-use harness_provider_http::{decode_events, endpoint, merge_extra};
+use harness_provider_http::{endpoint, request_body};
 use serde_json::{Value, json};
 
 use crate::client::Client;
@@ -42,7 +42,6 @@ impl CompletionModel {
 
     /// The JSON body for `request`.
     fn body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ModelError> {
-        let inner = &self.client.inner;
         let tools: Vec<wire::ToolDefinition> = request
             .tools
             .iter()
@@ -62,7 +61,7 @@ impl CompletionModel {
             .collect();
         let tool_choice = (!tools.is_empty() || request.tool_choice != ToolChoice::Auto)
             .then(|| tool_choice(&request.tool_choice));
-        let (max_tokens, max_completion_tokens) = if inner.legacy_max_tokens {
+        let (max_tokens, max_completion_tokens) = if self.client.inner.legacy_max_tokens {
             (request.max_tokens, None)
         } else {
             (None, request.max_tokens)
@@ -82,16 +81,11 @@ impl CompletionModel {
                 include_usage: true,
             }),
         };
-        let mut body = serde_json::to_value(&wire).map_err(|e| ModelError::InvalidRequest {
-            status: None,
-            message: format!("cannot serialize the request: {e}"),
-        })?;
-        merge_extra(&mut body, &request.extra);
-        Ok(body)
+        request_body(&wire, request)
     }
 
     fn url(&self) -> String {
-        endpoint(&self.client.inner.base_url, "chat/completions")
+        endpoint(self.client.base_url(), "chat/completions")
     }
 }
 
@@ -254,22 +248,22 @@ fn response(wire: wire::ChatResponse) -> Result<ModelResponse, ModelError> {
 impl LanguageModel for CompletionModel {
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         let body = self.body(request, false)?;
-        let inner = &self.client.inner;
-        let wire: wire::ChatResponse = inner
-            .transport
-            .post_json(&self.model, &self.url(), &inner.headers, &body)
+        let wire: wire::ChatResponse = self
+            .client
+            .inner
+            .connection
+            .post_json(&self.model, &self.url(), &body)
             .await?;
         response(wire)
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.body(request, true)?;
-        let inner = &self.client.inner;
-        let events = inner
-            .transport
-            .post_sse(&self.model, &self.url(), &inner.headers, &body)
-            .await?;
-        Ok(decode_events(events, ChunkDecoder::default()))
+        self.client
+            .inner
+            .connection
+            .post_stream(&self.model, &self.url(), &body, ChunkDecoder::default())
+            .await
     }
 
     fn provider(&self) -> &str {
