@@ -176,6 +176,29 @@ impl SessionCursor {
         }
     }
 
+    /// Commits `next` over `head` (compare-and-set on its version) and makes
+    /// it the cursor's head.
+    async fn write(
+        &self,
+        head: &mut StoredRun,
+        next: StoredRun,
+        append: Vec<Checkpoint>,
+        remove: Vec<u64>,
+        durable: bool,
+    ) -> Result<(), StoreError> {
+        self.store
+            .commit(Commit {
+                head: next.clone(),
+                expected_version: Some(head.version),
+                append,
+                remove,
+                durable,
+            })
+            .await?;
+        *head = next;
+        Ok(())
+    }
+
     /// Takes the lease again for an in-process resume of a paused run.
     pub(crate) async fn reacquire(&self, journal: StepJournal) -> Result<(), StoreError> {
         let mut head = self.head.lock().await;
@@ -185,17 +208,7 @@ impl SessionCursor {
         next.phase = SessionPhase::Running;
         next.journal = journal;
         next.updated_at = now_millis();
-        self.store
-            .commit(Commit {
-                head: next.clone(),
-                expected_version: Some(head.version),
-                append: Vec::new(),
-                remove: Vec::new(),
-                durable: true,
-            })
-            .await?;
-        *head = next;
-        Ok(())
+        self.write(&mut head, next, Vec::new(), Vec::new(), true).await
     }
 
     /// Records a completed step: its update, the step to run next, and every
@@ -256,17 +269,7 @@ impl SessionCursor {
             Durability::EveryN(n) => n <= 1 || steps_this_run.is_multiple_of(u64::from(n)),
             Durability::AtExit => false,
         };
-        self.store
-            .commit(Commit {
-                head: next.clone(),
-                expected_version: Some(head.version),
-                append,
-                remove,
-                durable,
-            })
-            .await?;
-        *head = next;
-        Ok(())
+        self.write(&mut head, next, append, remove, durable).await
     }
 
     /// Records how the run settled and releases the lease. When the run
@@ -305,17 +308,7 @@ impl SessionCursor {
         } else {
             next.phase = phase;
         }
-        self.store
-            .commit(Commit {
-                head: next.clone(),
-                expected_version: Some(head.version),
-                append,
-                remove: Vec::new(),
-                durable: true,
-            })
-            .await?;
-        *head = next;
-        Ok(())
+        self.write(&mut head, next, append, Vec::new(), true).await
     }
 
     /// Extends the lease if a third of it has passed. Called while a step runs.
@@ -333,17 +326,7 @@ impl SessionCursor {
         next.version += 1;
         next.lease = Some(lease(&self.owner, &self.config));
         next.updated_at = now_millis();
-        self.store
-            .commit(Commit {
-                head: next.clone(),
-                expected_version: Some(head.version),
-                append: Vec::new(),
-                remove: Vec::new(),
-                durable: false,
-            })
-            .await?;
-        *head = next;
-        Ok(())
+        self.write(&mut head, next, Vec::new(), Vec::new(), false).await
     }
 }
 
