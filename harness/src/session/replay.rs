@@ -208,7 +208,8 @@ impl SessionCursor {
         next.phase = SessionPhase::Running;
         next.journal = journal;
         next.updated_at = now_millis();
-        self.write(&mut head, next, Vec::new(), Vec::new(), true).await
+        self.write(&mut head, next, Vec::new(), Vec::new(), true)
+            .await
     }
 
     /// Records a completed step: its update, the step to run next, and every
@@ -326,7 +327,8 @@ impl SessionCursor {
         next.version += 1;
         next.lease = Some(lease(&self.owner, &self.config));
         next.updated_at = now_millis();
-        self.write(&mut head, next, Vec::new(), Vec::new(), false).await
+        self.write(&mut head, next, Vec::new(), Vec::new(), false)
+            .await
     }
 }
 
