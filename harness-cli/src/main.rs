@@ -6,6 +6,7 @@
 
 mod analyze;
 mod bench;
+mod run;
 
 use std::process::ExitCode;
 
@@ -30,6 +31,10 @@ enum Command {
     /// (.ipynb), and print each step's reads, writes, mutations, imports,
     /// definitions, flags and dependencies as JSON.
     Analyze(analyze::Args),
+    /// Run a `# %%` script or a notebook in a Python kernel, keeping the
+    /// code session in `.harness/code/<file stem>/`; later runs execute only
+    /// the cells affected by edits and reuse the rest.
+    Run(run::Args),
     /// Measure analysis throughput over a list of files (used by
     /// benchmarks/analyze_throughput.py).
     #[command(hide = true)]
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Analyze(args) => analyze::run(&args),
+        Command::Run(args) => run::run(&args),
         Command::BenchAnalyze(args) => bench::run(&args),
     }
 }

@@ -377,6 +377,11 @@ impl ExecutionStateGraph {
         }
     }
 
+    /// The options steps are analysed with.
+    pub fn options(&self) -> AnalysisOptions {
+        self.options
+    }
+
     /// Number of steps.
     pub fn len(&self) -> usize {
         self.graph.node_count()
@@ -709,6 +714,44 @@ impl ExecutionStateGraph {
             let excess = node.runs.len() - MAX_RUN_HISTORY;
             node.runs.drain(..excess);
         }
+        let mut staled = Vec::new();
+        for id in self.downstream_set(step) {
+            if id != step && self.graph[id.node()].status == StepStatus::Ok {
+                self.set_stale(id);
+                staled.push(id);
+            }
+        }
+        Ok(staled)
+    }
+
+    /// Records that `step` is up to date without running it: an executor
+    /// reused the outputs of an earlier run with the same code and inputs
+    /// (a cache hit). Like [`record_run`](Self::record_run) with a success,
+    /// except that the run count and timings do not change. Steps
+    /// downstream that were up to date become stale; they are returned.
+    ///
+    /// ```
+    /// use harness::code::{ExecutionStateGraph, OutputSummary, Provenance, StepStatus};
+    ///
+    /// let mut graph = ExecutionStateGraph::new();
+    /// let a = graph.add_step("x = 1", Provenance::now("user", "x")).unwrap();
+    /// graph.record_reuse(a, OutputSummary::default()).unwrap();
+    /// assert_eq!(graph.step(a).unwrap().status(), StepStatus::Ok);
+    /// assert_eq!(graph.step(a).unwrap().run_count(), 0);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
+    pub fn record_reuse(
+        &mut self,
+        step: StepId,
+        outputs: OutputSummary,
+    ) -> Result<Vec<StepId>, GraphError> {
+        let node = self.step_mut(step)?;
+        node.status = StepStatus::Ok;
+        node.error = None;
+        node.outputs = Some(outputs);
         let mut staled = Vec::new();
         for id in self.downstream_set(step) {
             if id != step && self.graph[id.node()].status == StepStatus::Ok {

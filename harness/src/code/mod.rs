@@ -91,11 +91,29 @@
 //! bind it are producers too but the walk goes on past them. Redefining a
 //! name in a later step is normal: readers after it depend on the new
 //! definition only.
+//!
+//! # Running steps
+//!
+//! [`kernel::Kernel`] is a persistent `python3` subprocess (standard library
+//! only) spoken to over JSON lines on private pipes, with per-step timeouts,
+//! a memory limit, a scrubbed environment and an optional sandbox prefix.
+//! [`session::CodeSession`] ties the graph, a kernel and a content-addressed
+//! [`blobs::BlobStore`] together: the values each step writes are pickled by
+//! hash, a step gets back only the inputs it needs (recomputing unpicklable
+//! ones by re-running their producers), and sessions are saved to a
+//! directory or a [`SessionStore`](crate::session::SessionStore) and
+//! reopened in another process. [`replay`] re-executes exactly the stale
+//! subgraph after an edit, reusing cached runs whose code and input hashes
+//! are unchanged. `harness run FILE` does this for a script or notebook.
 
 mod analyze;
+pub mod blobs;
 mod cells;
 mod error;
 mod graph;
+pub mod kernel;
+pub mod replay;
+pub mod session;
 
 pub use analyze::{
     AnalysisOptions, Definition, DefinitionKind, DynamicFeature, DynamicUse, Import, IpythonEscape,

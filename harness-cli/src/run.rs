@@ -1,0 +1,329 @@
+//! `harness run FILE`: run a `# %%` script or a notebook in a Python kernel,
+//! re-executing only the cells affected since the last run.
+//!
+//! The code session (graph, step records, cached runs and blobs) is kept in
+//! `.harness/code/<file stem>/` next to the file, so a later invocation, in a
+//! new process, compares the file with what ran before, runs the changed
+//! cells and those whose inputs changed, and reuses the rest.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use harness::code::kernel::KernelConfig;
+use harness::code::replay::{ReplayAction, ReplayEntry, ReplayOptions, ReplayReason};
+use harness::code::session::CodeSession;
+use harness::code::{
+    AnalysisOptions, CodeCell, Provenance, StepId, notebook_code_cells, split_percent_script,
+};
+
+/// Arguments of `harness run`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook.
+    file: PathBuf,
+    /// Where the code session is kept (default: `.harness/code/<file stem>`
+    /// next to the file).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Per-cell time limit in seconds; a cell over it is killed (the kernel
+    /// restarts and later cells restore what they need).
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Memory limit of the kernel in MiB (RLIMIT_AS).
+    #[arg(long)]
+    memory_mb: Option<u64>,
+    /// The Python interpreter.
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
+    /// A command to run the kernel under (split at spaces), e.g.
+    /// `--prefix "bwrap --ro-bind / / --dev /dev --"`.
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Run every stale cell even if a cached run with the same code and
+    /// inputs exists.
+    #[arg(long)]
+    no_cache: bool,
+    /// Forget the stored session and run everything.
+    #[arg(long)]
+    fresh: bool,
+    /// Do not print the cells' output.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print the replay report as JSON instead.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: &Args) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("harness: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(run_async(args))
+}
+
+fn cells_of(file: &Path) -> Result<(Vec<CodeCell>, bool), String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+    let is_notebook = file
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("ipynb"));
+    let cells = if is_notebook {
+        notebook_code_cells(&text).map_err(|error| format!("{}: {error}", file.display()))?
+    } else {
+        split_percent_script(&text)
+    };
+    Ok((
+        cells.into_iter().filter(|c| !c.skipped).collect(),
+        is_notebook,
+    ))
+}
+
+async fn run_async(args: &Args) -> ExitCode {
+    let (cells, _) = match cells_of(&args.file) {
+        Ok(found) => found,
+        Err(message) => {
+            eprintln!("harness: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let file = std::path::absolute(&args.file).unwrap_or_else(|_| args.file.clone());
+    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "script".to_owned());
+    let state = args
+        .state
+        .clone()
+        .unwrap_or_else(|| base.join(".harness").join("code").join(&stem));
+    if args.fresh
+        && state.exists()
+        && let Err(error) = std::fs::remove_dir_all(&state)
+    {
+        eprintln!("harness: cannot remove {}: {error}", state.display());
+        return ExitCode::from(2);
+    }
+    let config = KernelConfig {
+        python: args.python.clone(),
+        timeout: (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout)),
+        memory_limit: args.memory_mb.map(|mb| mb << 20),
+        working_dir: Some(base.clone()),
+        command_prefix: args
+            .prefix
+            .as_deref()
+            .map(|p| p.split_whitespace().map(Into::into).collect())
+            .unwrap_or_default(),
+        ..KernelConfig::default()
+    };
+    let opened = if CodeSession::exists(&state) {
+        CodeSession::open(&state, config)
+    } else {
+        CodeSession::create_with(&state, config, AnalysisOptions { ipython: true })
+    };
+    let mut session = match opened {
+        Ok(session) => session,
+        Err(error) => {
+            eprintln!("harness: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let sources: Vec<String> = cells.iter().map(|c| c.source.clone()).collect();
+    let sync = session.sync_sources(&sources, |index| {
+        let cell = cells.get(index).map_or(index, |c| c.index);
+        Provenance::now("harness run", format!("cell {cell} of {}", file.display()))
+    });
+    if let Err(error) = sync {
+        eprintln!("harness: {}: {error}", args.file.display());
+        return ExitCode::from(1);
+    }
+    let options = ReplayOptions {
+        from: None,
+        use_cache: !args.no_cache,
+    };
+    let report = match session.replay_with(options).await {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("harness: {error}");
+            session.shutdown().await;
+            return ExitCode::from(2);
+        }
+    };
+    session.shutdown().await;
+    if let Err(error) = session.save() {
+        eprintln!("harness: cannot save the session: {error}");
+    }
+
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(error) => eprintln!("harness: cannot serialise the report: {error}"),
+        }
+    } else {
+        let rel_state = state.strip_prefix(&base).unwrap_or(&state);
+        println!(
+            "harness run {} ({} cells, session in {})",
+            args.file.display(),
+            cells.len(),
+            rel_state.display()
+        );
+        let cell_of: BTreeMap<StepId, &CodeCell> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (StepId::new(u32::try_from(i).unwrap_or(u32::MAX)), c))
+            .collect();
+        for entry in &report.entries {
+            print_entry(&session, entry, &cell_of, args.quiet);
+        }
+        let count = |action| report.entries.iter().filter(|e| e.action == action).count();
+        let up_to_date = report
+            .entries
+            .iter()
+            .filter(|e| e.reason == ReplayReason::UpToDate)
+            .count();
+        let blocked = count(ReplayAction::Skipped) - up_to_date;
+        let mut summary = format!(
+            "{} executed, {} reused ({up_to_date} up to date, {} from the cache)",
+            count(ReplayAction::Executed),
+            up_to_date + count(ReplayAction::Reused),
+            count(ReplayAction::Reused),
+        );
+        if blocked > 0 {
+            summary.push_str(&format!(", {blocked} not run"));
+        }
+        summary.push_str(&format!(
+            ", {} failed; {:.1} ms",
+            report.failed().len(),
+            report.duration_us as f64 / 1000.0
+        ));
+        if report.kernel_start_us > 0 {
+            summary.push_str(&format!(
+                " (kernel start {:.1} ms)",
+                report.kernel_start_us as f64 / 1000.0
+            ));
+        }
+        println!("{summary}");
+    }
+    if report.succeeded() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn cell_name(cell_of: &BTreeMap<StepId, &CodeCell>, step: StepId) -> String {
+    cell_of
+        .get(&step)
+        .map_or_else(|| format!("step {step}"), |c| format!("cell {}", c.index))
+}
+
+fn reason_text(reason: &ReplayReason, cell_of: &BTreeMap<StepId, &CodeCell>) -> String {
+    match reason {
+        ReplayReason::InputsChanged { changes } => {
+            let parts: Vec<String> = changes
+                .iter()
+                .map(|change| match change.producer {
+                    Some(step) => format!("{} (from {})", change.name, cell_name(cell_of, step)),
+                    None => format!("{} (no longer produced)", change.name),
+                })
+                .collect();
+            format!("input changed: {}", parts.join(", "))
+        }
+        ReplayReason::UpstreamNotOk { step, status } => format!(
+            "not run: depends on {}, which is {status:?}",
+            cell_name(cell_of, *step)
+        )
+        .to_lowercase(),
+        ReplayReason::UpToDate => "code and inputs unchanged since it last ran".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn print_entry(
+    session: &CodeSession,
+    entry: &ReplayEntry,
+    cell_of: &BTreeMap<StepId, &CodeCell>,
+    quiet: bool,
+) {
+    let (index, line) = cell_of
+        .get(&entry.step)
+        .map_or((0, 0), |c| (c.index, c.line));
+    let action = match (entry.action, &entry.reason) {
+        (ReplayAction::Skipped, ReplayReason::UpToDate) => "reused",
+        (ReplayAction::Skipped, _) => "skipped",
+        (ReplayAction::Executed, _) if entry.error.is_some() => "FAILED",
+        (action, _) => match action {
+            ReplayAction::Executed => "executed",
+            ReplayAction::Reused => "reused",
+            ReplayAction::Skipped => "skipped",
+        },
+    };
+    let timing = if entry.action == ReplayAction::Executed {
+        format!("  [{:.1} ms]", entry.duration_us as f64 / 1000.0)
+    } else {
+        String::new()
+    };
+    println!(
+        "cell {index:<3} line {line:<4} {action:<9} {}{timing}",
+        reason_text(&entry.reason, cell_of)
+    );
+    if !entry.restored.is_empty() || !entry.recomputed.is_empty() {
+        let mut parts = Vec::new();
+        if !entry.restored.is_empty() {
+            parts.push(format!("restored {}", entry.restored.join(", ")));
+        }
+        if !entry.recomputed.is_empty() {
+            let cells: Vec<String> = entry
+                .recomputed
+                .iter()
+                .map(|s| cell_name(cell_of, *s))
+                .collect();
+            parts.push(format!("re-ran {} to recompute inputs", cells.join(", ")));
+        }
+        println!("                    ({})", parts.join("; "));
+    }
+    if entry.action != ReplayAction::Executed {
+        return;
+    }
+    let Some(record) = session.record(entry.step) else {
+        return;
+    };
+    if let Some(check) = &record.read_check
+        && !check.is_consistent()
+    {
+        let names: Vec<&str> = check.unexpected.iter().map(String::as_str).collect();
+        println!(
+            "                    note: read {} that the static analysis did not predict; now a dependency",
+            names.join(", ")
+        );
+    }
+    if quiet {
+        return;
+    }
+    let mut shown = String::new();
+    shown.push_str(&record.stdout.to_string());
+    shown.push_str(&record.stderr.to_string());
+    if let Some(display) = &record.display {
+        if !shown.is_empty() && !shown.ends_with('\n') {
+            shown.push('\n');
+        }
+        shown.push_str(display);
+    }
+    if let Some(error) = &entry.error {
+        if !shown.is_empty() && !shown.ends_with('\n') {
+            shown.push('\n');
+        }
+        shown.push_str(error);
+    }
+    for text_line in shown.lines() {
+        println!("    | {text_line}");
+    }
+}

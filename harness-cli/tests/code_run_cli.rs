@@ -1,0 +1,144 @@
+//! End-to-end tests of `harness run` (needs `python3`): each invocation is a
+//! new process that reopens the code session kept next to the file.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const SCRIPT: &str = r#"# %% Load the data
+import statistics
+rows = [{"city": c, "temp": t} for c, t in
+        [("Oslo", 4.5), ("Lima", 19.0), ("Cairo", 22.5), ("Perth", 18.2), ("Quito", 14.1)]]
+
+# %% Threshold
+threshold = 15.0
+
+# %% Fahrenheit
+fahrenheit = {r["city"]: r["temp"] * 9 / 5 + 32 for r in rows}
+
+# %% Warm cities
+warm = sorted(r["city"] for r in rows if r["temp"] > threshold)
+
+# %% Mean temperature
+mean_temp = statistics.mean(r["temp"] for r in rows)
+
+# %% A helper
+def label(city):
+    return f"{city} ({fahrenheit[city]:.0f}F)"
+
+# %% Report
+report = [label(c) for c in warm]
+print(report)
+"#;
+
+fn workdir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `harness run --json FILE`; returns (steps by action, exit code).
+fn run(file: &Path) -> (Value, Option<i32>) {
+    let output = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["run", "--json", "--quiet", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (report, output.status.code())
+}
+
+fn steps_with(report: &Value, action: &str) -> Vec<u64> {
+    report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == action)
+        .map(|e| e["step"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn second_run_executes_only_affected_cells() {
+    let dir = workdir("run-weather");
+    let file = dir.join("weather.py");
+    std::fs::write(&file, SCRIPT).unwrap();
+
+    let (first, code) = run(&file);
+    assert_eq!(code, Some(0), "{first}");
+    assert_eq!(steps_with(&first, "executed"), [0, 1, 2, 3, 4, 5, 6]);
+    assert!(dir.join(".harness/code/weather/session.json").is_file());
+
+    // Edit the threshold cell: it, the cell reading it and the report run.
+    std::fs::write(
+        &file,
+        SCRIPT.replace("threshold = 15.0", "threshold = 18.5"),
+    )
+    .unwrap();
+    let (second, code) = run(&file);
+    assert_eq!(code, Some(0), "{second}");
+    assert_eq!(steps_with(&second, "executed"), [1, 3, 6]);
+    assert_eq!(steps_with(&second, "skipped"), [0, 2, 4, 5]);
+    let reason = &second["entries"][3]["reason"];
+    assert_eq!(reason["reason"], "inputs_changed");
+    assert_eq!(reason["changes"][0]["name"], "threshold");
+    // The report needs the helper function, which has no blob: its cell is
+    // re-run (after restoring `fahrenheit`) instead of the whole script.
+    assert_eq!(second["entries"][6]["recomputed"], serde_json::json!([5]));
+
+    // An edit that does not change which cities are warm: the report cell's
+    // inputs hash the same, so its cached run is reused.
+    std::fs::write(
+        &file,
+        SCRIPT.replace("threshold = 15.0", "threshold = 18.6"),
+    )
+    .unwrap();
+    let (third, _) = run(&file);
+    assert_eq!(steps_with(&third, "executed"), [1, 3]);
+    assert_eq!(steps_with(&third, "reused"), [6]);
+
+    // Nothing changed: nothing runs.
+    let (fourth, _) = run(&file);
+    assert_eq!(steps_with(&fourth, "executed"), Vec::<u64>::new());
+}
+
+#[test]
+fn notebook_with_ipython_commands_runs() {
+    let dir = workdir("run-notebook");
+    let file = dir.join("nb.ipynb");
+    let notebook = serde_json::json!({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": null,
+             "source": ["%matplotlib inline\n", "x = 20"]},
+            {"cell_type": "markdown", "metadata": {}, "source": ["# notes"]},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": null,
+             "source": ["y = x + 1\n", "y"]},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": null,
+             "source": ["z = 1 / 0"]}
+        ]
+    });
+    std::fs::write(&file, notebook.to_string()).unwrap();
+    let (report, code) = run(&file);
+    assert_eq!(code, Some(1), "a failing cell fails the run: {report}");
+    assert_eq!(steps_with(&report, "executed"), [0, 1, 2]);
+    assert!(
+        report["entries"][2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("ZeroDivisionError")
+    );
+    let session: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(".harness/code/nb/session.json")).unwrap())
+            .unwrap();
+    assert_eq!(session["records"]["1"]["display"], "21");
+}
