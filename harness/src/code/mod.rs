@@ -94,8 +94,10 @@
 
 mod analyze;
 mod cells;
+pub mod diagnose;
 mod error;
 mod graph;
+pub mod patch;
 
 pub use analyze::{
     AnalysisOptions, Definition, DefinitionKind, DynamicFeature, DynamicUse, Import, IpythonEscape,
