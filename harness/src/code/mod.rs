@@ -109,9 +109,11 @@
 mod analyze;
 pub mod blobs;
 mod cells;
+pub mod diagnose;
 mod error;
 mod graph;
 pub mod kernel;
+pub mod patch;
 pub mod replay;
 pub mod session;
 
