@@ -105,7 +105,15 @@
 //! reopened in another process. [`replay`] re-executes exactly the stale
 //! subgraph after an edit, reusing cached runs whose code and input hashes
 //! are unchanged. `harness run FILE` does this for a script or notebook.
+//!
+//! # Agents
+//!
+//! [`diagnose`] explains a failed step and [`patch`] proposes and applies a
+//! fix; [`agent`] wires them with a model and a session into a loop (ready
+//! steps, and the [`CodeAgent`](agent::CodeAgent) recipe) that proposes,
+//! runs, diagnoses, patches and replays steps until a check passes.
 
+pub mod agent;
 mod analyze;
 pub mod blobs;
 mod cells;

@@ -626,6 +626,34 @@ impl CodeSession {
         Ok(self.graph.replace_code(step, source, provenance)?)
     }
 
+    /// Applies a patch to the session's graph with
+    /// [`apply_patch`](crate::code::patch::apply_patch): the patch becomes
+    /// the step's new version and the step and its downstream become
+    /// stale, ready for [`replay`](Self::replay).
+    ///
+    /// # Errors
+    ///
+    /// As [`apply_patch`](crate::code::patch::apply_patch).
+    pub fn apply_patch(
+        &mut self,
+        patch: &crate::code::patch::Patch,
+    ) -> Result<crate::code::patch::AppliedPatch, crate::code::patch::PatchError> {
+        crate::code::patch::apply_patch(&mut self.graph, patch)
+    }
+
+    /// Rolls back a patch applied with [`apply_patch`](Self::apply_patch)
+    /// (see [`rollback_patch`](crate::code::patch::rollback_patch)).
+    ///
+    /// # Errors
+    ///
+    /// As [`rollback_patch`](crate::code::patch::rollback_patch).
+    pub fn rollback_patch(
+        &mut self,
+        applied: &crate::code::patch::AppliedPatch,
+    ) -> Result<Vec<StepId>, crate::code::patch::PatchError> {
+        crate::code::patch::rollback_patch(&mut self.graph, applied)
+    }
+
     /// Makes the steps' code equal to `sources` (e.g. the cells of a file
     /// edited outside): changed steps get a new version, extra sources are
     /// appended. If there are fewer sources than steps the graph is rebuilt;

@@ -33,6 +33,7 @@
 //! ```
 
 mod classify;
+mod convert;
 pub(crate) mod pysrc;
 mod tables;
 
