@@ -194,22 +194,14 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         // Compare-and-set can lose to a worker settling the session at the
         // same moment; read again and decide again.
         for _ in 0..16 {
-            let Some(head) = store.load(session_id).await? else {
+            let Some(head) = self.find_session(session_id).await? else {
                 let mut state = S::default();
                 state.apply(input);
-                return match self.create_runnable(session_id.clone(), state).await {
-                    Ok(()) => Ok(Submitted::Runnable),
-                    Err(SessionError::Store(StoreError::Conflict { .. })) => {
-                        Err(SessionError::Store(StoreError::Conflict {
-                            session: session_id.clone(),
-                            expected: None,
-                            found: None,
-                        }))
-                    }
-                    Err(e) => Err(e),
-                };
+                return self
+                    .create_runnable(session_id.clone(), state)
+                    .await
+                    .map(|()| Submitted::Runnable);
             };
-            let head = self.session(&head.session_id).await?;
             let mut next = head.clone();
             next.version += 1;
             next.updated_at = crate::session::now_millis();
@@ -302,13 +294,22 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
 
     /// The head of a stored session of this agent.
     pub async fn session(&self, session_id: &SessionId) -> Result<StoredRun, SessionError> {
-        let head = self
-            .store()?
-            .load(session_id)
-            .await?
-            .ok_or_else(|| NoSession {
+        self.find_session(session_id).await?.ok_or_else(|| {
+            NoSession {
                 session: session_id.clone(),
-            })?;
+            }
+            .into()
+        })
+    }
+
+    /// The head of `session_id` if it exists, checked to be this agent's.
+    async fn find_session(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Option<StoredRun>, SessionError> {
+        let Some(head) = self.store()?.load(session_id).await? else {
+            return Ok(None);
+        };
         if head.agent_id != *self.inner.id {
             return Err(StoreLoad {
                 session: session_id.clone(),
@@ -320,7 +321,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             }
             .into());
         }
-        Ok(head)
+        Ok(Some(head))
     }
 
     /// A session whose lease is live belongs to another run.
@@ -452,13 +453,11 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         input: S::Update,
         slots: Slots,
     ) -> Result<Run<S, C>, SessionError> {
-        let store = self.store()?;
-        let Some(_) = store.load(session_id).await? else {
+        let Some(head) = self.find_session(session_id).await? else {
             let mut state = S::default();
             state.apply(input);
             return Ok(self.run_in(session_id.clone(), state, slots)?);
         };
-        let head = self.session(session_id).await?;
         Self::check_not_in_flight(&head)?;
         match &head.phase {
             SessionPhase::Interrupted { interrupt } => {

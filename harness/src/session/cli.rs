@@ -94,11 +94,12 @@ pub async fn sessions_command<S: HarnessState, C: Context>(
             let id = crate::SessionId::from(*id);
             let head = agent.session(&id).await?;
             let SessionPhase::Interrupted { interrupt } = head.phase else {
-                return Err(crate::NoInterrupt {
-                    given: crate::InterruptId::from("(any)"),
-                    pending: None,
-                }
-                .into());
+                let _ = writeln!(
+                    out,
+                    "session {id} is not waiting for an answer: {}",
+                    phase(&head)
+                );
+                return Ok(out);
             };
             let response = serde_json::from_str(answer)
                 .unwrap_or_else(|_| serde_json::Value::String((*answer).to_string()));
