@@ -5,7 +5,7 @@ in memory and with a durable checkpoint at every step.
 The loop: `work` increments a counter and appends to a list through reducers,
 `check` routes back to `work` until the counter reaches N, then ends.
 
-Usage: python3 benchmarks/langgraph_loop.py
+Usage: python3 benchmarks/langgraph_loop.py [--memory-only | --durable-only]
 Installs LangGraph into benchmarks/.venv on first use, then in one run:
 1. in memory: the criterion benchmark `step_overhead` of the harness crate
    and the LangGraph loop without a checkpointer;
@@ -169,15 +169,22 @@ def main():
         print(f"{us} {ver}")
         return
     ensure_venv()
+    if "--durable-only" not in sys.argv:
+        memory()
+    if "--memory-only" not in sys.argv:
+        durable()
+
+
+def memory():
     print(f"loop: 2 steps x {N} iterations per run")
     ours = harness_per_step_us()
     print(f"harness:   {ours * 1000:10.1f} ns per step (criterion, release)")
     theirs, ver = run_langgraph(durable=False)
     print(f"langgraph: {theirs * 1000:10.1f} ns per step (langgraph {ver}, no checkpointer, median of {RUNS})")
     print(f"ratio:     {theirs / ours:10.0f}x less overhead per step in harness")
-    if "--memory-only" in sys.argv:
-        return
 
+
+def durable():
     print(f"\ndurable: 2 steps x {DURABLE_N} iterations per run, a synchronous checkpoint per step")
     fsync = fsync_latency_us()
     print(f"fsync:     {fsync:10.1f} us (4 KiB write + fsync, median, this disk)")

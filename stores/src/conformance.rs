@@ -146,7 +146,7 @@ pub fn head(session: &str) -> StoredRun {
         lease: None,
         snapshot_seq: 0,
         snapshot_index: 0,
-        snapshot_bytes: 0,
+        state_bytes: 0,
         bytes_since_snapshot: 0,
         last_seq: 0,
         created_at: T0,

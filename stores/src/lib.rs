@@ -36,8 +36,11 @@ mod record;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "sled")]
-mod sled;
+mod sled_store;
 
+/// The sled crate this store is built on, for [`SledStore::with_config`].
+#[cfg(feature = "sled")]
+pub use ::sled;
 pub use file::FileStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
@@ -45,4 +48,4 @@ pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sled")]
-pub use sled::SledStore;
+pub use sled_store::{SEGMENT_SIZE as SLED_SEGMENT_SIZE, SledStore};

@@ -43,10 +43,16 @@ fn corrupt_sled(store: &SledStore, session: &SessionId, record: Record) {
             .heads_tree()
             .insert(SledStore::head_key(session), GARBAGE)
             .unwrap(),
-        Record::Checkpoint(seq) => store
-            .checkpoints_tree()
-            .insert(SledStore::checkpoint_key(session, seq), GARBAGE)
-            .unwrap(),
+        Record::Checkpoint(seq) => {
+            // Snapshots and updates live in trees of their own.
+            let key = SledStore::checkpoint_key(session, seq);
+            let tree = if store.snapshots_tree().contains_key(&key).unwrap() {
+                store.snapshots_tree()
+            } else {
+                store.checkpoints_tree()
+            };
+            tree.insert(key, GARBAGE).unwrap()
+        }
     };
     assert!(
         previous.is_some(),
@@ -546,6 +552,79 @@ async fn reopen_sled(path: &Path) -> SledStore {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     panic!("cannot reopen the sled store: {last:?}");
+}
+
+#[cfg(feature = "sled")]
+#[tokio::test]
+async fn sled_store_keeps_snapshots_apart_and_merges_them_in_order() {
+    let store = SledStore::temporary().unwrap();
+    let c = create_sample(&store, "s", 2).await;
+    let next = advance(
+        &c.head,
+        vec![
+            update(3, 3, "x", json!(3)),
+            snapshot(4, 3, json!({"n": 3})),
+            update(5, 4, "x", json!(4)),
+        ],
+        vec![],
+    );
+    store.commit(next).await.unwrap();
+    let key = |seq| SledStore::checkpoint_key(&id("s"), seq);
+    assert!(store.snapshots_tree().contains_key(key(0)).unwrap());
+    assert!(store.snapshots_tree().contains_key(key(4)).unwrap());
+    assert!(!store.checkpoints_tree().contains_key(key(4)).unwrap());
+    assert!(store.checkpoints_tree().contains_key(key(3)).unwrap());
+    let seqs =
+        |log: Vec<harness::session::Checkpoint>| log.iter().map(|cp| cp.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(store.checkpoints(&id("s"), 0).await.unwrap()),
+        vec![0, 1, 2, 3, 4, 5]
+    );
+    assert_eq!(
+        seqs(store.checkpoints(&id("s"), 4).await.unwrap()),
+        vec![4, 5]
+    );
+
+    // A seq stored in both trees is corrupt, not read twice.
+    let update_3 = store.checkpoints_tree().get(key(3)).unwrap().unwrap();
+    store.snapshots_tree().insert(key(3), update_3).unwrap();
+    match store.checkpoints(&id("s"), 0).await {
+        Err(StoreError::Load(e)) => {
+            assert_eq!(e.record, "checkpoint 3");
+            assert!(e.reason.contains("both"), "{e}");
+        }
+        other => panic!("expected a load error, got {other:?}"),
+    }
+}
+
+#[cfg(feature = "sled")]
+#[tokio::test]
+async fn sled_store_opens_a_database_made_with_another_segment_size() {
+    let base = tempfile::tempdir().unwrap();
+    let fresh = base.path().join("fresh");
+    drop(SledStore::open(&fresh).unwrap());
+    let conf = String::from_utf8_lossy(&std::fs::read(fresh.join("conf")).unwrap()).into_owned();
+    assert!(
+        conf.contains(&format!(
+            "segment_size: {}",
+            harness_stores::SLED_SEGMENT_SIZE
+        )),
+        "{conf}"
+    );
+
+    // A database made with sled's own default of 512 KiB.
+    let old = base.path().join("old");
+    let config = harness_stores::sled::Config::new().path(&old);
+    let store = SledStore::with_config(&config).unwrap();
+    let c = create_sample(&store, "kept", 2).await;
+    store.flush().await.unwrap();
+    drop(store);
+    drop(config);
+    let conf = String::from_utf8_lossy(&std::fs::read(old.join("conf")).unwrap()).into_owned();
+    assert!(conf.contains("segment_size: 524288"), "{conf}");
+    let store = reopen_sled(&old).await;
+    assert_eq!(store.load(&id("kept")).await.unwrap(), Some(c.head));
+    assert_eq!(store.checkpoints(&id("kept"), 0).await.unwrap().len(), 3);
 }
 
 #[cfg(feature = "sled")]

@@ -501,7 +501,7 @@ impl CodeSession {
             lease: None,
             snapshot_seq: seq,
             snapshot_index: steps,
-            snapshot_bytes: 0,
+            state_bytes: 0,
             bytes_since_snapshot: 0,
             last_seq: seq,
             created_at,

@@ -115,9 +115,11 @@ pub struct StoredRun {
     pub snapshot_seq: u64,
     /// The step index of the latest snapshot.
     pub snapshot_index: u64,
-    /// The size in bytes of the latest snapshot.
-    #[serde(default)]
-    pub snapshot_bytes: u64,
+    /// The state's size in bytes (as JSON) when last measured: at the
+    /// latest snapshot, or when the harness last checked whether one was
+    /// due.
+    #[serde(default, alias = "snapshot_bytes")]
+    pub state_bytes: u64,
     /// The bytes of updates written since the latest snapshot.
     #[serde(default)]
     pub bytes_since_snapshot: u64,
@@ -269,13 +271,19 @@ pub enum Durability {
 pub struct SessionConfig {
     /// When checkpoints reach the disk (default: every step).
     pub durability: Durability,
-    /// A full snapshot at least every this many steps (default 1000), so
-    /// rebuilding never merges more updates than this.
+    /// Every this many steps (default 1000; 0 for never) the harness checks
+    /// whether a full snapshot pays, and takes one if it does: when the
+    /// updates since the last snapshot add up to at least twice the state's
+    /// size, that is when steps overwrite what earlier steps wrote. A session
+    /// whose steps only add to its state gains nothing from a snapshot (its
+    /// updates are its state) and is stored once, not twice.
     pub snapshot_every: u64,
-    /// A full snapshot once the updates since the last one add up to twice
-    /// its size, and at least this many bytes (default 64 KiB). Snapshots then
-    /// grow geometrically: all of them together stay within about twice the
-    /// final state, however many steps the session takes.
+    /// The same check, made whenever the updates since the last snapshot
+    /// reach twice the state's size as last measured, and at least this many
+    /// bytes (default 64 KiB). Rebuilding a session therefore reads its
+    /// latest snapshot and less than twice the larger of its state (as last
+    /// measured) and this of updates; measuring costs one serialization of
+    /// the state per doubling of the updates.
     pub snapshot_min_bytes: u64,
     /// How long a run's lease lasts unless renewed (default 30 s); it is
     /// renewed at every checkpoint and every third of this while a step runs.

@@ -61,7 +61,7 @@ impl SessionCursor {
     ) -> Result<Self, StoreError> {
         let owner = owner_id();
         let now = now_millis();
-        let snapshot_bytes = json_len(&state);
+        let state_bytes = json_len(&state);
         let head = StoredRun {
             schema_version: SCHEMA_VERSION,
             session_id,
@@ -75,7 +75,7 @@ impl SessionCursor {
             lease: leased.then(|| lease(&owner, &config)),
             snapshot_seq: 0,
             snapshot_index: 0,
-            snapshot_bytes,
+            state_bytes,
             bytes_since_snapshot: 0,
             last_seq: 0,
             created_at: now,
@@ -233,10 +233,18 @@ impl SessionCursor {
         next.updated_at = now;
         next.lease = Some(lease(&self.owner, &self.config));
         next.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&update));
+        // Every K steps, and whenever the updates since the last snapshot
+        // reach twice the state's size as last measured, the state is
+        // measured again. A snapshot pays only when replaying those updates
+        // reads at least twice the bytes of reading the state: when steps
+        // overwrite what earlier steps wrote. A session whose steps only add
+        // to its state gains nothing from one, since its updates are its
+        // state, and is stored once rather than twice.
+        let since = next.bytes_since_snapshot;
         let by_steps = self.config.snapshot_every > 0
-            && next.steps >= head.snapshot_index + self.config.snapshot_every;
-        let by_bytes = next.bytes_since_snapshot
-            >= 2 * head.snapshot_bytes.max(self.config.snapshot_min_bytes);
+            && next.steps >= head.snapshot_index + self.config.snapshot_every
+            && next.steps.is_multiple_of(self.config.snapshot_every);
+        let by_bytes = since >= 2 * head.state_bytes.max(self.config.snapshot_min_bytes);
         let mut append = vec![Checkpoint {
             seq: next.last_seq,
             index: next.steps,
@@ -247,23 +255,25 @@ impl SessionCursor {
         let mut remove = Vec::new();
         if by_steps || by_bytes {
             let snapshot = state()?;
-            next.snapshot_bytes = json_len(&snapshot);
-            next.bytes_since_snapshot = 0;
-            next.last_seq += 1;
-            append.push(Checkpoint {
-                seq: next.last_seq,
-                index: next.steps,
-                step: step.to_string(),
-                time: now,
-                kind: CheckpointKind::Snapshot(snapshot),
-            });
-            // The first snapshot stays for time travel; a later one is only a
-            // shortcut, superseded by this one.
-            if head.snapshot_seq != 0 {
-                remove.push(head.snapshot_seq);
+            next.state_bytes = json_len(&snapshot);
+            if since >= 2 * next.state_bytes {
+                next.bytes_since_snapshot = 0;
+                next.last_seq += 1;
+                append.push(Checkpoint {
+                    seq: next.last_seq,
+                    index: next.steps,
+                    step: step.to_string(),
+                    time: now,
+                    kind: CheckpointKind::Snapshot(snapshot),
+                });
+                // The first snapshot stays for time travel; a later one is
+                // only a shortcut, superseded by this one.
+                if head.snapshot_seq != 0 {
+                    remove.push(head.snapshot_seq);
+                }
+                next.snapshot_seq = next.last_seq;
+                next.snapshot_index = next.steps;
             }
-            next.snapshot_seq = next.last_seq;
-            next.snapshot_index = next.steps;
         }
         let durable = match self.config.durability {
             Durability::EveryStep => true,
@@ -333,8 +343,22 @@ impl SessionCursor {
 }
 
 /// The size of `value` as stored (compact JSON).
+/// The length of `value` as JSON, counted without building the text.
 fn json_len(value: &Value) -> u64 {
-    serde_json::to_vec(value).map_or(0, |v| v.len() as u64)
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a sink that cannot fail cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// Why a run could not take a session.

@@ -5,27 +5,47 @@ use crate::record::{
 };
 use async_trait::async_trait;
 use harness::SessionId;
-use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
+use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreError, StoredRun};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::{IVec, Tree};
 use std::path::{Path, PathBuf};
 
 /// The tree of heads.
 const HEADS: &str = "heads";
-/// The tree of checkpoints.
+/// The tree of update checkpoints.
 const CHECKPOINTS: &str = "checkpoints";
+/// The tree of snapshot checkpoints.
+const SNAPSHOTS: &str = "snapshots";
+
+/// sled's segment size (the unit of its log and of its write buffer) for
+/// new databases: 128 KiB rather than sled's 512 KiB.
+///
+/// sled keeps a value's old versions until it cleans a segment, and cleans
+/// only once several segments are mostly dead, so a small database takes a
+/// few segments whatever it holds. With 512 KiB segments a 500-step session
+/// of 1 KiB steps (513 KB of state) took 4.8 times its state on disk; with
+/// 128 KiB, 2.6 times (`tests/sessions.rs`). sled runs its own test suite
+/// with far smaller segments. The size is fixed when a database is created:
+/// an existing database opens with the size it was made with.
+pub const SEGMENT_SIZE: usize = 128 * 1024;
 
 /// Sessions in a [sled](https://docs.rs/sled) database: the embedded default.
 ///
-/// Two trees:
+/// Three trees:
 /// - `heads`: the session id's UTF-8 bytes → the head as JSON;
 /// - `checkpoints`: [`SledStore::checkpoint_key`] (the id's length as 8
-///   big-endian bytes, the id, the seq as 8 big-endian bytes) → the
+///   big-endian bytes, the id, the seq as 8 big-endian bytes) → an update
 ///   checkpoint as JSON. The length prefix keeps one session's records
 ///   apart from another's whose id it prefixes (`a` and `ab`), and the
-///   big-endian seq keeps a session's log in order.
+///   big-endian seq keeps a session's log in order;
+/// - `snapshots`: the same keys → a snapshot checkpoint as JSON.
 ///
-/// A commit is one sled transaction over both trees, so it is all or
+/// Snapshots live apart from updates because sled rewrites a whole tree
+/// node when it consolidates one (every ten changes to it): a large snapshot
+/// sharing a node with the small updates appended after it would be
+/// rewritten every few steps. Apart, it is written about once.
+///
+/// A commit is one sled transaction over the three trees, so it is all or
 /// nothing, also across a crash; a `durable` commit flushes the database
 /// before it returns. One process at a time can open a database (sled
 /// locks it).
@@ -41,6 +61,7 @@ pub struct SledStore {
     db: sled::Db,
     heads: Tree,
     checkpoints: Tree,
+    snapshots: Tree,
     path: Option<PathBuf>,
 }
 
@@ -62,8 +83,10 @@ impl SledStore {
     /// `spawn_blocking`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
+        let segment_size = stored_segment_size(path).unwrap_or(SEGMENT_SIZE);
         let db = sled::Config::new()
             .path(path)
+            .segment_size(segment_size)
             .open()
             .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
         Self::with_db(db, Some(path.to_path_buf()))
@@ -74,9 +97,21 @@ impl SledStore {
     pub fn temporary() -> Result<Self, StoreError> {
         let db = sled::Config::new()
             .temporary(true)
+            .segment_size(SEGMENT_SIZE)
             .open()
             .map_err(|e| sled_error("open a temporary database", &e))?;
         Self::with_db(db, None)
+    }
+
+    /// Opens a database from a sled configuration of your own (cache
+    /// size, path, ...), used as it is: sled's own segment size unless you
+    /// set one (see [`SLED_SEGMENT_SIZE`](crate::SLED_SEGMENT_SIZE)). Blocks like [`SledStore::open`].
+    pub fn with_config(config: &sled::Config) -> Result<Self, StoreError> {
+        let db = config
+            .open()
+            .map_err(|e| sled_error("open the configured database", &e))?;
+        let path = (!config.temporary).then(|| config.path.clone());
+        Self::with_db(db, path)
     }
 
     fn with_db(db: sled::Db, path: Option<PathBuf>) -> Result<Self, StoreError> {
@@ -86,10 +121,14 @@ impl SledStore {
         let checkpoints = db
             .open_tree(CHECKPOINTS)
             .map_err(|e| sled_error("open the checkpoints tree", &e))?;
+        let snapshots = db
+            .open_tree(SNAPSHOTS)
+            .map_err(|e| sled_error("open the snapshots tree", &e))?;
         Ok(Self {
             db,
             heads,
             checkpoints,
+            snapshots,
             path,
         })
     }
@@ -104,9 +143,14 @@ impl SledStore {
         &self.heads
     }
 
-    /// The `checkpoints` tree.
+    /// The `checkpoints` tree (updates).
     pub fn checkpoints_tree(&self) -> &Tree {
         &self.checkpoints
+    }
+
+    /// The `snapshots` tree.
+    pub fn snapshots_tree(&self) -> &Tree {
+        &self.snapshots
     }
 
     /// The key of `session`'s head in the `heads` tree.
@@ -114,7 +158,8 @@ impl SledStore {
         session.as_str().as_bytes().to_vec()
     }
 
-    /// The key of checkpoint `seq` of `session` in the `checkpoints` tree.
+    /// The key of checkpoint `seq` of `session` in the `checkpoints` and
+    /// `snapshots` trees.
     pub fn checkpoint_key(session: &SessionId, seq: u64) -> Vec<u8> {
         let mut key = checkpoint_prefix(session);
         key.extend_from_slice(&seq.to_be_bytes());
@@ -136,11 +181,13 @@ impl SledStore {
         let session = &commit.head.session_id;
         let head_key = Self::head_key(session);
         let head = IVec::from(head_to_vec(&commit.head)?);
-        let append: Vec<(Vec<u8>, IVec)> = commit
+        // (is a snapshot, key, record)
+        let append: Vec<(bool, Vec<u8>, IVec)> = commit
             .append
             .iter()
             .map(|cp| {
                 Ok((
+                    matches!(cp.kind, CheckpointKind::Snapshot(_)),
                     Self::checkpoint_key(session, cp.seq),
                     IVec::from(checkpoint_to_vec(session, cp)?),
                 ))
@@ -152,7 +199,8 @@ impl SledStore {
             .map(|&seq| Self::checkpoint_key(session, seq))
             .collect();
         let expected = commit.expected_version;
-        let result = (&self.heads, &self.checkpoints).transaction(|(heads, cps)| {
+        let trees = (&self.heads, &self.checkpoints, &self.snapshots);
+        let result = trees.transaction(|(heads, cps, snaps)| {
             let found = match heads.get(&head_key)? {
                 None => None,
                 Some(bytes) => Some(
@@ -170,9 +218,11 @@ impl SledStore {
             }
             for key in &remove {
                 cps.remove(key.as_slice())?;
+                snaps.remove(key.as_slice())?;
             }
-            for (key, value) in &append {
-                cps.insert(key.as_slice(), value.clone())?;
+            for (snapshot, key, value) in &append {
+                let tree = if *snapshot { snaps } else { cps };
+                tree.insert(key.as_slice(), value.clone())?;
             }
             heads.insert(head_key.as_slice(), head.clone())?;
             Ok(())
@@ -199,14 +249,41 @@ impl SledStore {
     ) -> Result<Vec<Checkpoint>, StoreError> {
         let start = Self::checkpoint_key(session, from_seq);
         let end = Self::checkpoint_key(session, u64::MAX);
-        let mut out = Vec::new();
-        for item in self.checkpoints.range(start..=end) {
-            let (key, value) =
-                item.map_err(|e| sled_error(&format!("read the log of session {session}"), &e))?;
-            let seq = seq_of_key(&key).ok_or_else(|| {
-                load_error(session, "checkpoint key", format!("malformed key {key:?}"))
-            })?;
-            out.push(checkpoint_from_slice(session, seq, &value)?);
+        let read = |tree: &Tree| -> Result<Vec<Checkpoint>, StoreError> {
+            let mut out = Vec::new();
+            for item in tree.range(start.as_slice()..=end.as_slice()) {
+                let (key, value) = item
+                    .map_err(|e| sled_error(&format!("read the log of session {session}"), &e))?;
+                let seq = seq_of_key(&key).ok_or_else(|| {
+                    load_error(session, "checkpoint key", format!("malformed key {key:?}"))
+                })?;
+                out.push(checkpoint_from_slice(session, seq, &value)?);
+            }
+            Ok(out)
+        };
+        let updates = read(&self.checkpoints)?;
+        let snapshots = read(&self.snapshots)?;
+        // Both are in seq order: merge them.
+        let mut out = Vec::with_capacity(updates.len() + snapshots.len());
+        let (mut u, mut s) = (
+            updates.into_iter().peekable(),
+            snapshots.into_iter().peekable(),
+        );
+        loop {
+            let next = match (u.peek(), s.peek()) {
+                (Some(a), Some(b)) if a.seq == b.seq => {
+                    return Err(load_error(
+                        session,
+                        format!("checkpoint {}", a.seq),
+                        "stored both as an update and as a snapshot",
+                    ));
+                }
+                (Some(a), Some(b)) if a.seq < b.seq => u.next(),
+                (Some(_), Some(_)) | (None, Some(_)) => s.next(),
+                (Some(_), None) => u.next(),
+                (None, None) => break,
+            };
+            out.extend(next);
         }
         Ok(out)
     }
@@ -228,6 +305,17 @@ impl SledStore {
         }
         Ok(out)
     }
+}
+
+/// The segment size an existing database at `path` was created with, from
+/// the `conf` file sled keeps beside it (`segment_size: N` on a line, the
+/// lines followed by a binary checksum).
+fn stored_segment_size(path: &Path) -> Option<usize> {
+    let conf = std::fs::read(path.join("conf")).ok()?;
+    String::from_utf8_lossy(&conf)
+        .lines()
+        .find_map(|line| line.strip_prefix("segment_size:"))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 fn checkpoint_prefix(session: &SessionId) -> Vec<u8> {
