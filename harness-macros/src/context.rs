@@ -120,7 +120,10 @@ fn impl_context(input: &DeriveInput, slots: &[Slot]) -> TokenStream {
         let ident = &s.ident;
         let key = ident.to_string();
         let ty = &s.ty;
-        quote_spanned! {ty.span()=> #ident: source.get::<#ty>(#key)?, }
+        let phase = &s.phase;
+        quote_spanned! {ty.span()=>
+            #ident: source.get::<#ty>(#key, ::harness::slots::Phase::#phase)?,
+        }
     });
     let body = if slots.is_empty() {
         quote!(let _ = source; ::core::result::Result::Ok(Self {}))

@@ -375,31 +375,28 @@ impl<'a> SlotSource<'a> {
             .map_or(self.phases[0].1, |(_, s)| s)
     }
 
-    /// The value of slot `name`, cloned. Called by `#[derive(Context)]`.
+    /// The value of slot `name`, declared in `phase`, cloned. Called by
+    /// `#[derive(Context)]`.
     pub fn get<T: Clone + Send + Sync + 'static>(
         &self,
         name: &'static str,
+        phase: Phase,
     ) -> Result<T, SlotError> {
-        for (_, slots) in &self.phases {
-            if let Some(v) = slots.values.get(name) {
-                return match v.value.downcast_ref::<T>() {
-                    Some(t) => Ok(t.clone()),
-                    None => Err(SlotError {
-                        problems: vec![SlotProblem::WrongType {
-                            name: name.to_string(),
-                            expected: std::any::type_name::<T>(),
-                            found: v.type_name,
-                        }],
-                    }),
-                };
-            }
+        let Some(v) = self.slots(phase).values.get(name) else {
+            // Not after `check`; a hand-written context may still ask.
+            return Err(SlotError {
+                problems: vec![SlotProblem::Missing { name, phase }],
+            });
+        };
+        match v.value.downcast_ref::<T>() {
+            Some(t) => Ok(t.clone()),
+            None => Err(SlotError {
+                problems: vec![SlotProblem::WrongType {
+                    name: name.to_string(),
+                    expected: std::any::type_name::<T>(),
+                    found: v.type_name,
+                }],
+            }),
         }
-        // Unreachable after `check`, but a wrong context impl must not panic.
-        Err(SlotError {
-            problems: vec![SlotProblem::Unknown {
-                name: name.to_string(),
-                given: Phase::Run,
-            }],
-        })
     }
 }

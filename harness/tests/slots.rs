@@ -138,3 +138,42 @@ fn slots_debug_shows_types_not_values() {
         "{shown}"
     );
 }
+
+/// A hand-written context that reads a slot it did not declare.
+struct Undeclared {
+    _db: String,
+}
+
+impl Context for Undeclared {
+    fn slots() -> &'static [harness::slots::SlotSpec] {
+        &[]
+    }
+
+    fn from_slots(source: &harness::slots::SlotSource<'_>) -> Result<Self, harness::SlotError> {
+        Ok(Self {
+            _db: source.get("db", Phase::Run)?,
+        })
+    }
+}
+
+#[test]
+fn a_context_reading_a_slot_nobody_gave_gets_missing_with_its_phase() {
+    let h = Harness::<S, Undeclared>::builder()
+        .step("noop")
+        .run(|_: Arc<S>, _: Cx<Undeclared>| async { Ok(SUpdate::new()) })
+        .route(|_: &S| "done")
+        .on("done")
+        .end()
+        .start("noop")
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let err = agent.run(S::default(), Slots::new()).unwrap_err();
+    assert_eq!(
+        err.problems,
+        vec![SlotProblem::Missing {
+            name: "db",
+            phase: Phase::Run
+        }]
+    );
+}
