@@ -453,3 +453,144 @@ async fn records_module_level_reads() {
     let reads: Vec<_> = result.reads.unwrap().into_iter().collect();
     assert_eq!(reads, ["a", "helper"]);
 }
+
+/// Starts `sleep 300` from a step and returns its pid, checking it runs.
+#[cfg(target_os = "linux")]
+async fn start_sleeper(kernel: &mut Kernel, step: u32) -> u32 {
+    let result = kernel
+        .execute(
+            step,
+            "import subprocess\nsleeper = subprocess.Popen(['sleep', '300'])\nprint(sleeper.pid)",
+        )
+        .await
+        .unwrap();
+    assert!(result.is_ok(), "{:?}", result.error);
+    let pid = result.stdout.text.trim().parse().unwrap();
+    assert!(!process_gone(pid), "the sleeper {pid} did not start");
+    pid
+}
+
+/// Whether process `pid` is gone: no `/proc/<pid>`, or only its zombie
+/// (it was killed; whoever it was reparented to has not reaped it yet).
+#[cfg(target_os = "linux")]
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // `pid (comm) S ...`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Waits up to 5 s for `pid` to be gone. If it is not, kills it (a failing
+/// test leaves nothing behind) and fails.
+#[cfg(target_os = "linux")]
+async fn assert_gone(pid: u32, after: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !process_gone(pid) {
+        if Instant::now() > deadline {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("process {pid}, started by a step, outlived the kernel after {after}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn timeout_kills_what_the_step_started() {
+    let mut kernel = Kernel::spawn(KernelConfig {
+        timeout: Some(Duration::from_secs(2)),
+        ..config()
+    })
+    .await
+    .unwrap();
+    let sleeper = start_sleeper(&mut kernel, 0).await;
+    let error = kernel.execute(1, "while True: pass").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            KernelError::Timeout {
+                during: Activity::Step(1),
+                restarted: true,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let next = kernel.execute(2, "print('alive')").await.unwrap();
+    assert_eq!(next.stdout.text, "alive\n");
+    assert_gone(sleeper, "a timeout").await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn dropping_the_kernel_kills_what_its_steps_started() {
+    let mut kernel = kernel().await;
+    let sleeper = start_sleeper(&mut kernel, 0).await;
+    drop(kernel);
+    assert_gone(sleeper, "being dropped").await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn shutdown_kills_what_the_steps_started() {
+    let mut kernel = kernel().await;
+    let sleeper = start_sleeper(&mut kernel, 0).await;
+    kernel.shutdown().await.unwrap();
+    assert_gone(sleeper, "shutdown").await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn restart_kills_what_the_steps_started() {
+    let mut kernel = kernel().await;
+    let sleeper = start_sleeper(&mut kernel, 0).await;
+    kernel.restart().await.unwrap();
+    assert_gone(sleeper, "a restart").await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_kernel_that_dies_with_a_forked_child_is_reported_at_once() {
+    let mut kernel = kernel().await;
+    // The forked child holds the protocol pipes open.
+    let forked = kernel
+        .execute(
+            0,
+            "import os, time\n\
+             child = os.fork()\n\
+             if child == 0:\n    time.sleep(300)\n    os._exit(0)\n\
+             print(child)",
+        )
+        .await
+        .unwrap();
+    let child: u32 = forked.stdout.text.trim().parse().unwrap();
+    assert!(!process_gone(child));
+    let started = Instant::now();
+    let error = kernel
+        .execute(1, "import os\nos._exit(3)")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            KernelError::Died {
+                code: Some(3),
+                restarted: true,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    // Not by the 20 s step timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_gone(child, "dying").await;
+}

@@ -3,9 +3,12 @@
 //!
 //! Layout: `ROOT/sha256/ab/abcdef…` (the first two hex digits name a
 //! subdirectory) and `ROOT/tmp/` for files being written, which are renamed
-//! into place so a blob is either whole or absent. The Python kernel writes
-//! blobs into the same layout directly (no copy through the protocol pipe);
-//! the Rust side reads, checks and collects them.
+//! into place so a blob is either whole or absent. [`BlobStore::put`] is
+//! durable: the file is fsynced before the rename and its directory after,
+//! so a blob it stored survives a crash. The Python kernel writes blobs into
+//! the same layout directly (no copy through the protocol pipe) without
+//! fsyncing them; the Rust side reads, checks (every read is verified
+//! against the hash) and collects them.
 //!
 //! ```
 //! use harness::code::blobs::BlobStore;
@@ -29,8 +32,10 @@ use sha2::{Digest, Sha256};
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {
     /// A file or directory of the store could not be read or written.
-    #[error("blob store I/O failed at {path}: {source}")]
+    #[error("blob store: cannot {action} {path}: {source}")]
     Io {
+        /// What was being done, e.g. `fsync` or `rename into place`.
+        action: &'static str,
         /// The file or directory.
         path: PathBuf,
         /// The underlying error.
@@ -109,7 +114,7 @@ impl BlobStore {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, BlobError> {
         let root = root.into();
         for dir in [root.join("sha256"), root.join("tmp")] {
-            fs::create_dir_all(&dir).map_err(|source| BlobError::Io { path: dir, source })?;
+            create_dir_durable(&dir)?;
         }
         Ok(Self { root })
     }
@@ -136,41 +141,56 @@ impl BlobStore {
         self.path(hash).is_ok_and(|path| path.is_file())
     }
 
-    /// Stores `bytes` and returns their hash; storing the same bytes twice
-    /// writes once.
+    /// Stores `bytes` durably and returns their hash: when `put` returns,
+    /// the blob survives a crash. A blob already stored with the right size
+    /// is not written again (one of the wrong size, e.g. truncated by a
+    /// crash, is replaced).
+    ///
+    /// The bytes go to a file in `ROOT/tmp/` (the same file system), which
+    /// is fsynced and renamed into place; then the blob's directory is
+    /// fsynced so that the new name is on disk too.
     ///
     /// # Errors
     ///
-    /// [`BlobError::Io`] if the blob cannot be written.
+    /// [`BlobError::Io`] if the blob cannot be written; no temporary file is
+    /// left behind.
     pub fn put(&self, bytes: &[u8]) -> Result<String, BlobError> {
         let hash = sha256_hex(bytes);
         let path = self.path(&hash)?;
-        if path.is_file() {
+        if fs::metadata(&path).is_ok_and(|meta| meta.is_file() && meta.len() == bytes.len() as u64)
+        {
             return Ok(hash);
         }
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| BlobError::Io { path, source }
-        };
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(io(parent))?;
-        }
+        let shard = path.parent().unwrap_or(&self.root);
+        create_dir_durable(shard)?;
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let tmp = self.root.join("tmp").join(format!(
             "{hash}.{}.{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let written = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .and_then(|mut file| file.write_all(bytes))
-            .and_then(|()| fs::rename(&tmp, &path));
-        if let Err(source) = written {
+        let written = (|| {
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(|e| ("create", tmp.as_path(), e))?;
+            file.write_all(bytes)
+                .map_err(|e| ("write", tmp.as_path(), e))?;
+            file.sync_all().map_err(|e| ("fsync", tmp.as_path(), e))?;
+            drop(file);
+            fs::rename(&tmp, &path).map_err(|e| ("rename into place", path.as_path(), e))
+        })();
+        if let Err((action, at, source)) = written {
+            let path = at.to_path_buf();
             let _ = fs::remove_file(&tmp);
-            return Err(BlobError::Io { path, source });
+            return Err(BlobError::Io {
+                action,
+                path,
+                source,
+            });
         }
+        sync_dir(shard)?;
         Ok(hash)
     }
 
@@ -186,7 +206,11 @@ impl BlobStore {
             if source.kind() == std::io::ErrorKind::NotFound {
                 BlobError::Missing(hash.to_owned())
             } else {
-                BlobError::Io { path, source }
+                BlobError::Io {
+                    action: "read",
+                    path,
+                    source,
+                }
             }
         })?;
         let actual = sha256_hex(&bytes);
@@ -209,12 +233,14 @@ impl BlobStore {
         let base = self.root.join("sha256");
         let read = |path: &Path| {
             fs::read_dir(path).map_err(|source| BlobError::Io {
+                action: "list",
                 path: path.to_path_buf(),
                 source,
             })
         };
         for shard in read(&base)? {
             let shard = shard.map_err(|source| BlobError::Io {
+                action: "list",
                 path: base.clone(),
                 source,
             })?;
@@ -223,6 +249,7 @@ impl BlobStore {
             }
             for entry in read(&shard.path())? {
                 let entry = entry.map_err(|source| BlobError::Io {
+                    action: "list",
                     path: shard.path(),
                     source,
                 })?;
@@ -247,7 +274,11 @@ impl BlobStore {
         for hash in self.list()? {
             if !keep.contains(&hash) {
                 let path = self.path(&hash)?;
-                fs::remove_file(&path).map_err(|source| BlobError::Io { path, source })?;
+                fs::remove_file(&path).map_err(|source| BlobError::Io {
+                    action: "remove",
+                    path,
+                    source,
+                })?;
                 removed += 1;
             }
         }
@@ -260,5 +291,52 @@ impl BlobStore {
             }
         }
         Ok(removed)
+    }
+}
+
+/// Creates `dir` and its missing ancestors, fsyncing the parent of each
+/// directory created so that it survives a crash.
+fn create_dir_durable(dir: &Path) -> Result<(), BlobError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    create_dir_durable(parent)?;
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        // Created by another writer, which may not have fsynced the parent
+        // yet: do it here too.
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        Err(source) => {
+            return Err(BlobError::Io {
+                action: "create the directory",
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    }
+    sync_dir(parent)
+}
+
+/// Fsyncs a directory, making the names in it durable. A no-op where
+/// directories cannot be opened as files (Windows).
+fn sync_dir(dir: &Path) -> Result<(), BlobError> {
+    #[cfg(unix)]
+    {
+        fs::File::open(dir)
+            .and_then(|file| file.sync_all())
+            .map_err(|source| BlobError::Io {
+                action: "fsync the directory",
+                path: dir.to_path_buf(),
+                source,
+            })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
     }
 }

@@ -28,6 +28,23 @@
 //! ([`KernelConfig::scrub_patterns`]); [`KernelConfig::command_prefix`] runs
 //! it under a sandbox such as `bwrap` or `nsjail`.
 //!
+//! On Unix the kernel leads a process group of its own, and wherever it is
+//! killed (timeout, protocol error, death, [`Kernel::restart`], a
+//! [`Kernel::shutdown`] whatever its outcome, dropping the [`Kernel`]) the
+//! whole group is killed with `SIGKILL`: processes a step started
+//! (`subprocess.Popen`, `os.fork`, a `multiprocessing` pool) and everything
+//! the [`command_prefix`](KernelConfig::command_prefix) started go with it.
+//! A kernel that dies while a forked child still holds its pipes is reported
+//! as [`KernelError::Died`] at once, not when the timeout expires. The group
+//! is a boundary only for processes that stay in it: a step can leave it
+//! (`os.setsid()` or `os.setpgrp()` in a child, `subprocess.Popen(...,
+//! start_new_session=True)` or `process_group=0`, a daemonising tool), and
+//! so can a prefix that starts a new session (`setsid`, `bwrap
+//! --new-session`). Such processes survive the kernel. To contain them, run
+//! the kernel in a PID namespace that dies with it, e.g. a prefix of `bwrap
+//! --unshare-pid --die-with-parent ...`. Elsewhere than Unix only the
+//! kernel process itself is killed.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), harness::code::kernel::KernelError> {
 //! use harness::code::kernel::{Kernel, KernelConfig};
@@ -240,6 +257,7 @@ pub struct ExecuteOptions {
 
 struct Process {
     child: Child,
+    group: ProcessGroup,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     diag: Arc<Mutex<Vec<u8>>>,
@@ -247,11 +265,61 @@ struct Process {
     in_flight: bool,
 }
 
+impl Drop for Process {
+    // `kill_on_drop` kills only the kernel process; whatever a step started
+    // is in its group.
+    fn drop(&mut self) {
+        self.group.kill();
+    }
+}
+
+/// The process group the kernel leads (Unix), killed once: by [`reap`] or,
+/// failing that, when the [`Process`] is dropped.
+#[derive(Debug)]
+struct ProcessGroup {
+    /// The group id (the kernel's pid) while the group has not been killed.
+    id: Option<u32>,
+}
+
+impl ProcessGroup {
+    /// Sends `SIGKILL` to every process in the group, the first time only.
+    ///
+    /// Called before the kernel process is reaped, or after it while the
+    /// group may still have members. A group id stays allocated while any
+    /// member lives, so until then it names no other group. Once the group
+    /// is empty the signal finds no one, unless in the moments since the
+    /// kernel process was reaped the system gave its pid to a new process
+    /// that also made itself a group leader; Linux hands pids out
+    /// cyclically, so that takes a wrap-around of the pid space and does not
+    /// happen in practice.
+    fn kill(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        #[cfg(unix)]
+        {
+            let group = i32::try_from(id)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw);
+            if let Some(group) = group
+                && let Err(error) =
+                    rustix::process::kill_process_group(group, rustix::process::Signal::KILL)
+                && error != rustix::io::Errno::SRCH
+            {
+                tracing::warn!(group = id, "kernel: cannot kill the process group: {error}");
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = id;
+    }
+}
+
 /// A running Python kernel. See the [module docs](self).
 ///
 /// One request at a time (`&mut self`). Dropping the kernel kills the
-/// process. If a request future is dropped before it completes, the next
-/// request restarts the kernel, since the reply stream is out of step.
+/// process and, on Unix, its process group. If a request future is dropped
+/// before it completes, the next request restarts the kernel, since the
+/// reply stream is out of step.
 pub struct Kernel {
     config: KernelConfig,
     config_json: String,
@@ -372,6 +440,10 @@ impl Kernel {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // A group of its own, so that killing the group kills what the
+        // steps (and the command prefix) started, and nothing else.
+        #[cfg(unix)]
+        command.process_group(0);
         if let Some(dir) = &config.working_dir {
             std::fs::create_dir_all(dir).map_err(|source| KernelError::WorkingDir {
                 path: dir.clone(),
@@ -383,9 +455,11 @@ impl Kernel {
             program: program.to_string_lossy().into_owned(),
             source,
         })?;
+        let mut group = ProcessGroup { id: child.id() };
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
+            group.kill();
             let _ = child.start_kill();
             return Err(KernelError::Startup {
                 detail: "the process has no stdio pipes".to_owned(),
@@ -396,6 +470,7 @@ impl Kernel {
         let diag_task = tokio::spawn(drain_tail(stderr, Arc::clone(&diag)));
         let mut process = Process {
             child,
+            group,
             stdin,
             stdout: BufReader::new(stdout),
             diag,
@@ -452,7 +527,8 @@ impl Kernel {
     }
 
     /// Asks the kernel to exit and waits for it (killing it if it does not
-    /// exit within a second).
+    /// exit within a second); then kills what remains of its process group
+    /// (Unix), the processes its steps started.
     ///
     /// # Errors
     ///
@@ -621,10 +697,25 @@ impl Kernel {
             return Err(KernelError::Closed);
         };
         process.in_flight = true;
+        let Process {
+            child,
+            stdin,
+            stdout,
+            ..
+        } = process;
         let exchange = async {
-            process.stdin.write_all(&line).await?;
-            process.stdin.flush().await?;
-            read_line(&mut process.stdout, max).await
+            let reply = async {
+                stdin.write_all(&line).await?;
+                stdin.flush().await?;
+                read_line(stdout, max).await
+            };
+            // A process the kernel forked keeps the pipes open after the
+            // kernel dies, so the end of the pipe cannot be waited for.
+            tokio::select! {
+                biased;
+                reply = reply => reply,
+                _ = child.wait() => Ok(None),
+            }
         };
         let outcome = match timeout {
             Some(limit) => tokio::time::timeout(limit, exchange).await.ok(),
@@ -763,8 +854,8 @@ struct ExitInfo {
     signal: Option<i32>,
 }
 
-/// Kills the process if it still runs, waits for it, and returns its exit
-/// status and the end of its stderr.
+/// Kills the process if it still runs, waits for it, kills its process
+/// group, and returns its exit status and the end of its stderr.
 async fn reap(mut process: Process) -> (ExitInfo, String) {
     let status = match process.child.try_wait() {
         Ok(Some(status)) => Some(status),
@@ -774,6 +865,7 @@ async fn reap(mut process: Process) -> (ExitInfo, String) {
             match tokio::time::timeout(Duration::from_millis(50), process.child.wait()).await {
                 Ok(Ok(status)) => Some(status),
                 _ => {
+                    process.group.kill();
                     let _ = process.child.start_kill();
                     tokio::time::timeout(Duration::from_secs(5), process.child.wait())
                         .await
@@ -783,6 +875,9 @@ async fn reap(mut process: Process) -> (ExitInfo, String) {
             }
         }
     };
+    // What the kernel started dies with it; until then it may hold the
+    // stderr pipe open.
+    process.group.kill();
     // The stderr pipe closes when the process is gone; wait briefly for the
     // drain task to see the last bytes.
     let _ = tokio::time::timeout(Duration::from_millis(200), &mut process.diag_task).await;
