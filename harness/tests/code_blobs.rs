@@ -84,3 +84,20 @@ fn a_failed_put_names_the_path_and_leaves_no_temporary_file() {
     );
     assert!(names(&store.root().join("tmp")).is_empty());
 }
+
+#[test]
+fn sync_fsyncs_what_exists_skips_what_does_not_and_refuses_bad_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    // Written the way the kernel writes: straight into place, no fsync.
+    let path = store.path(HELLO).unwrap();
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(&path, b"hello").unwrap();
+    let absent = "0".repeat(64);
+    store.sync([HELLO, absent.as_str()]).unwrap();
+    assert_eq!(store.get(HELLO).unwrap(), b"hello");
+    assert!(matches!(
+        store.sync(["../../etc/passwd"]),
+        Err(BlobError::InvalidHash(_))
+    ));
+}

@@ -194,6 +194,50 @@ impl BlobStore {
         Ok(hash)
     }
 
+    /// Makes blobs written by someone else (the kernel writes its snapshots
+    /// itself, without fsync) durable: fsyncs each blob of `hashes` that
+    /// exists, then each directory holding them and the directories above
+    /// up to the store's root (the kernel may have created them). Blobs that do not exist are
+    /// skipped: a value whose blob is missing is recomputed, not read.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::InvalidHash`] for a malformed hash, [`BlobError::Io`]
+    /// if a blob or directory cannot be fsynced.
+    pub fn sync<'a>(&self, hashes: impl IntoIterator<Item = &'a str>) -> Result<(), BlobError> {
+        let mut dirs = BTreeSet::new();
+        for hash in hashes {
+            let path = self.path(hash)?;
+            let file = match fs::File::open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(BlobError::Io {
+                        action: "open",
+                        path,
+                        source,
+                    });
+                }
+            };
+            file.sync_all().map_err(|source| BlobError::Io {
+                action: "fsync",
+                path: path.clone(),
+                source,
+            })?;
+            if let Some(dir) = path.parent() {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        if !dirs.is_empty() {
+            dirs.insert(self.root.join("sha256"));
+            dirs.insert(self.root.clone());
+        }
+        for dir in &dirs {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
     /// The bytes of blob `hash`, checked against the hash.
     ///
     /// # Errors

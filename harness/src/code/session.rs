@@ -306,6 +306,9 @@ pub struct CodeSession {
     live_generation: u64,
     /// Blobs the kernel failed to load; their values are recomputed instead.
     bad_blobs: BTreeSet<String>,
+    /// Blobs known to be on disk for good: those of the saved session this
+    /// one was opened from, and those fsynced by a save since.
+    synced: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for CodeSession {
@@ -375,6 +378,7 @@ impl CodeSession {
             live: BTreeMap::new(),
             live_generation: 0,
             bad_blobs: BTreeSet::new(),
+            synced: std::sync::Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -394,7 +398,40 @@ impl CodeSession {
             source,
         })?;
         let saved = decode(&bytes, &path.display().to_string())?;
-        Self::assemble(dir, config, saved.graph, saved.records, saved.cache)
+        let session = Self::assemble(dir, config, saved.graph, saved.records, saved.cache)?;
+        // A save fsynced these before it wrote the file just read.
+        *session.synced_guard() = session.referenced_blobs();
+        Ok(session)
+    }
+
+    fn synced_guard(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The blobs the records and cached runs refer to.
+    fn referenced_blobs(&self) -> BTreeSet<String> {
+        self.records
+            .values()
+            .chain(self.cache.values())
+            .flat_map(|r| r.blobs().map(str::to_owned))
+            .collect()
+    }
+
+    /// Fsyncs the blobs the session refers to that no save has fsynced yet
+    /// (the kernel writes them without fsync, to keep steps fast).
+    fn sync_blobs(&self) -> Result<(), CodeSessionError> {
+        let referenced = self.referenced_blobs();
+        let mut synced = self.synced_guard();
+        let new: Vec<&str> = referenced
+            .iter()
+            .filter(|h| !synced.contains(*h))
+            .map(String::as_str)
+            .collect();
+        self.blobs.sync(new)?;
+        *synced = referenced;
+        Ok(())
     }
 
     /// Whether `dir` holds a session saved with [`save`](Self::save).
@@ -421,13 +458,18 @@ impl CodeSession {
     }
 
     /// Writes the session (graph, records, cached runs) to
-    /// `DIR/session.json`, atomically. Blobs are already in `DIR/blobs`.
+    /// `DIR/session.json`, atomically and durably: the blobs it refers to
+    /// (in `DIR/blobs`) are fsynced first, then the file is written to a
+    /// temporary name, fsynced, renamed into place and the directory
+    /// fsynced. When `save` returns, the session survives a crash.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Io`] if the file cannot be written.
+    /// [`CodeSessionError::Io`] if the file cannot be written,
+    /// [`CodeSessionError::Blob`] if a blob cannot be fsynced.
     pub fn save(&self) -> Result<(), CodeSessionError> {
         let bytes = self.encode()?;
+        self.sync_blobs()?;
         let path = self.dir.join(SESSION_FILE);
         let tmp = self.dir.join(format!("{SESSION_FILE}.tmp"));
         let io = |path: &Path| {
@@ -435,8 +477,18 @@ impl CodeSession {
             move |source| CodeSessionError::Io { path, source }
         };
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
-        std::fs::write(&tmp, &bytes).map_err(io(&tmp))?;
+        let write = || -> std::io::Result<()> {
+            use std::io::Write as _;
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()
+        };
+        write().map_err(io(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        #[cfg(unix)]
+        std::fs::File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io(&self.dir))?;
         Ok(())
     }
 
@@ -467,6 +519,8 @@ impl CodeSession {
         store: &dyn SessionStore,
         id: &SessionId,
     ) -> Result<(), CodeSessionError> {
+        // The store refers to the blobs by hash: they must be on disk first.
+        self.sync_blobs()?;
         let value: serde_json::Value =
             serde_json::from_slice(&self.encode()?).map_err(|error| CodeSessionError::Format {
                 location: format!("store session {id}"),
@@ -715,13 +769,7 @@ impl CodeSession {
     ///
     /// [`CodeSessionError::Blob`].
     pub fn collect_garbage(&self) -> Result<usize, CodeSessionError> {
-        let keep: BTreeSet<String> = self
-            .records
-            .values()
-            .chain(self.cache.values())
-            .flat_map(|r| r.blobs().map(str::to_owned))
-            .collect();
-        Ok(self.blobs.retain(&keep)?)
+        Ok(self.blobs.retain(&self.referenced_blobs())?)
     }
 
     /// Stops the kernel (it restarts with the next step that runs).
