@@ -237,15 +237,12 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                     }
                 },
                 SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {
-                    next.last_seq += 1;
-                    next.steps += 1;
-                    append.push(crate::session::Checkpoint {
-                        seq: next.last_seq,
-                        index: next.steps,
-                        step: "$input".into(),
-                        time: next.updated_at,
-                        kind: CheckpointKind::Update(input_json.clone()),
-                    });
+                    let time = next.updated_at;
+                    append.push(crate::session::push_input(
+                        &mut next,
+                        input_json.clone(),
+                        time,
+                    ));
                     next.phase = SessionPhase::Running;
                     next.lease = None;
                     next.run_id = RunId::random();

@@ -148,6 +148,7 @@ pub fn head(session: &str) -> StoredRun {
         snapshot_index: 0,
         state_bytes: 0,
         bytes_since_snapshot: 0,
+        measured_index: 0,
         last_seq: 0,
         created_at: T0,
         updated_at: T0,

@@ -104,8 +104,14 @@ impl SledStore {
     }
 
     /// Opens a database from a sled configuration of your own (cache
-    /// size, path, ...), used as it is: sled's own segment size unless you
-    /// set one (see [`SLED_SEGMENT_SIZE`](crate::SLED_SEGMENT_SIZE)). Blocks like [`SledStore::open`].
+    /// size, path, ...), used as it is: sled's own segment size (512 KiB)
+    /// unless you set one. sled refuses to open a database with a segment
+    /// size other than the one it was created with, so for a database made
+    /// by [`SledStore::open`] set
+    /// `.segment_size(`[`SLED_SEGMENT_SIZE`](crate::SLED_SEGMENT_SIZE)`)`
+    /// (sled marks that setting as meant for tests; this crate relies on it
+    /// for the reason given at [`SLED_SEGMENT_SIZE`](crate::SLED_SEGMENT_SIZE)).
+    /// Blocks like [`SledStore::open`].
     pub fn with_config(config: &sled::Config) -> Result<Self, StoreError> {
         let db = config
             .open()
@@ -261,8 +267,12 @@ impl SledStore {
             }
             Ok(out)
         };
-        let updates = read(&self.checkpoints)?;
+        // Snapshots first: a commit may remove a snapshot (superseded by a
+        // newer one, written with the updates before it) but never an
+        // update, so a reader that raced such a commit still finds every
+        // update after the snapshot it found.
         let snapshots = read(&self.snapshots)?;
+        let updates = read(&self.checkpoints)?;
         // Both are in seq order: merge them.
         let mut out = Vec::with_capacity(updates.len() + snapshots.len());
         let (mut u, mut s) = (

@@ -557,6 +557,7 @@ impl CodeSession {
             snapshot_index: steps,
             state_bytes: 0,
             bytes_since_snapshot: 0,
+            measured_index: 0,
             last_seq: seq,
             created_at,
             updated_at: now,

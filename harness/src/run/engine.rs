@@ -348,13 +348,14 @@ async fn drive<S: HarnessState, C: Context>(
                 Target::End => None,
             };
             let state = &exec.state;
+            let measure = || crate::session::json_len(&**state);
             let snapshot = || {
                 serde_json::to_value(&**state).map_err(|e| {
                     StoreError::backend(format!("the state cannot be serialized: {e}"))
                 })
             };
             if let Err(e) = cursor
-                .step_done(&step.name, stored, next_name, snapshot, exec.steps)
+                .step_done(&step.name, stored, next_name, measure, snapshot, exec.steps)
                 .await
             {
                 break Err(RunError::Store(e));

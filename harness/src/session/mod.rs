@@ -27,7 +27,7 @@ mod replay;
 pub use error::{
     NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError, StoreLoad,
 };
-pub(crate) use replay::{AcquireError, SessionCursor, rebuild};
+pub(crate) use replay::{AcquireError, SessionCursor, json_len, push_input, rebuild};
 
 use crate::ids::{RunId, SessionId};
 use crate::run::{Interrupt, StepJournal};
@@ -120,9 +120,14 @@ pub struct StoredRun {
     /// due.
     #[serde(default, alias = "snapshot_bytes")]
     pub state_bytes: u64,
-    /// The bytes of updates written since the latest snapshot.
+    /// The bytes of updates (step updates and run inputs) written since the
+    /// latest snapshot.
     #[serde(default)]
     pub bytes_since_snapshot: u64,
+    /// The step index at which the state's size was last measured (to decide
+    /// whether a snapshot pays).
+    #[serde(default)]
+    pub measured_index: u64,
     /// The sequence number of the latest checkpoint.
     pub last_seq: u64,
     /// When the session was created (ms since the epoch).
@@ -271,19 +276,21 @@ pub enum Durability {
 pub struct SessionConfig {
     /// When checkpoints reach the disk (default: every step).
     pub durability: Durability,
-    /// Every this many steps (default 1000; 0 for never) the harness checks
-    /// whether a full snapshot pays, and takes one if it does: when the
-    /// updates since the last snapshot add up to at least twice the state's
-    /// size, that is when steps overwrite what earlier steps wrote. A session
-    /// whose steps only add to its state gains nothing from a snapshot (its
-    /// updates are its state) and is stored once, not twice.
+    /// When this many steps (default 1000; 0 for never) have passed since
+    /// the state's size was last measured, the harness measures it and
+    /// takes a full snapshot if it pays: when the updates since the last
+    /// snapshot (step updates and run inputs) add up to at least twice the
+    /// state's size, that is when steps overwrite what earlier steps wrote.
+    /// A session whose steps only add to its state gains nothing from a
+    /// snapshot (its updates are its state) and is stored once, not twice.
     pub snapshot_every: u64,
-    /// The same check, made whenever the updates since the last snapshot
-    /// reach twice the state's size as last measured, and at least this many
-    /// bytes (default 64 KiB). Rebuilding a session therefore reads its
-    /// latest snapshot and less than twice the larger of its state (as last
-    /// measured) and this of updates; measuring costs one serialization of
-    /// the state per doubling of the updates.
+    /// The same measure and decision, made whenever the updates since the
+    /// last snapshot reach twice the state's size as last measured, and at
+    /// least twice this many bytes (default 64 KiB). After any step,
+    /// rebuilding a session therefore reads its latest snapshot and less than twice the larger of
+    /// this and the state's size as last measured of updates; measuring
+    /// costs one serialization of the state per doubling of the updates
+    /// and one per `snapshot_every` steps.
     pub snapshot_min_bytes: u64,
     /// How long a run's lease lasts unless renewed (default 30 s); it is
     /// renewed at every checkpoint and every third of this while a step runs.

@@ -77,6 +77,7 @@ impl SessionCursor {
             snapshot_index: 0,
             state_bytes,
             bytes_since_snapshot: 0,
+            measured_index: 0,
             last_seq: 0,
             created_at: now,
             updated_at: now,
@@ -139,15 +140,7 @@ impl SessionCursor {
         head.updated_at = now;
         let mut append = Vec::new();
         if let Some(input) = input {
-            head.last_seq += 1;
-            head.steps += 1;
-            append.push(Checkpoint {
-                seq: head.last_seq,
-                index: head.steps,
-                step: INPUT.into(),
-                time: now,
-                kind: CheckpointKind::Update(input),
-            });
+            append.push(push_input(&mut head, input, now));
         }
         let session = head.session_id.clone();
         match store
@@ -212,14 +205,16 @@ impl SessionCursor {
             .await
     }
 
-    /// Records a completed step: its update, the step to run next, and every
-    /// K steps a snapshot of the state.
+    /// Records a completed step: its update, the step to run next, and a
+    /// snapshot of the state when one pays (see [`SessionConfig`]).
+    /// `measure` gives the state's size as JSON, `snapshot` the state.
     pub(crate) async fn step_done(
         &self,
         step: &str,
         update: Value,
         next_step: Option<&str>,
-        state: impl FnOnce() -> Result<Value, StoreError>,
+        measure: impl FnOnce() -> u64,
+        snapshot: impl FnOnce() -> Result<Value, StoreError>,
         steps_this_run: u64,
     ) -> Result<(), StoreError> {
         let mut head = self.head.lock().await;
@@ -233,18 +228,22 @@ impl SessionCursor {
         next.updated_at = now;
         next.lease = Some(lease(&self.owner, &self.config));
         next.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&update));
-        // Every K steps, and whenever the updates since the last snapshot
-        // reach twice the state's size as last measured, the state is
-        // measured again. A snapshot pays only when replaying those updates
-        // reads at least twice the bytes of reading the state: when steps
-        // overwrite what earlier steps wrote. A session whose steps only add
-        // to its state gains nothing from one, since its updates are its
-        // state, and is stored once rather than twice.
+        // Every K steps since the last measure, and whenever the updates
+        // since the last snapshot reach twice the state's size as last
+        // measured, the state is measured again. A snapshot pays only when
+        // replaying those updates reads at least twice the bytes of reading
+        // the state: when steps overwrite what earlier steps wrote. A
+        // session whose steps only add to its state gains nothing from one,
+        // since its updates are its state, and is stored once, not twice.
         let since = next.bytes_since_snapshot;
-        let by_steps = self.config.snapshot_every > 0
-            && next.steps >= head.snapshot_index + self.config.snapshot_every
-            && next.steps.is_multiple_of(self.config.snapshot_every);
-        let by_bytes = since >= 2 * head.state_bytes.max(self.config.snapshot_min_bytes);
+        let every = self.config.snapshot_every;
+        let last_measure = head.snapshot_index.max(head.measured_index);
+        let by_steps = every > 0 && next.steps >= last_measure.saturating_add(every);
+        let by_bytes = since
+            >= head
+                .state_bytes
+                .max(self.config.snapshot_min_bytes)
+                .saturating_mul(2);
         let mut append = vec![Checkpoint {
             seq: next.last_seq,
             index: next.steps,
@@ -254,9 +253,9 @@ impl SessionCursor {
         }];
         let mut remove = Vec::new();
         if by_steps || by_bytes {
-            let snapshot = state()?;
-            next.state_bytes = json_len(&snapshot);
-            if since >= 2 * next.state_bytes {
+            next.state_bytes = measure();
+            next.measured_index = next.steps;
+            if since >= next.state_bytes.saturating_mul(2) {
                 next.bytes_since_snapshot = 0;
                 next.last_seq += 1;
                 append.push(Checkpoint {
@@ -264,7 +263,7 @@ impl SessionCursor {
                     index: next.steps,
                     step: step.to_string(),
                     time: now,
-                    kind: CheckpointKind::Snapshot(snapshot),
+                    kind: CheckpointKind::Snapshot(snapshot()?),
                 });
                 // The first snapshot stays for time travel; a later one is
                 // only a shortcut, superseded by this one.
@@ -304,15 +303,7 @@ impl SessionCursor {
         let mut append = Vec::new();
         if matches!(phase, SessionPhase::Completed { .. }) && !next.queued.is_empty() {
             let input = next.queued.remove(0);
-            next.last_seq += 1;
-            next.steps += 1;
-            append.push(Checkpoint {
-                seq: next.last_seq,
-                index: next.steps,
-                step: INPUT.into(),
-                time: now,
-                kind: CheckpointKind::Update(input),
-            });
+            append.push(push_input(&mut next, input, now));
             next.phase = SessionPhase::Running;
             next.next_step = Some(start.to_string());
             next.run_id = RunId::random();
@@ -342,9 +333,25 @@ impl SessionCursor {
     }
 }
 
-/// The size of `value` as stored (compact JSON).
-/// The length of `value` as JSON, counted without building the text.
-fn json_len(value: &Value) -> u64 {
+/// Appends `input` (a run's input, merged through the reducers) to `head`'s
+/// log as an `$input` update, counted like any update; returns the
+/// checkpoint to commit with the head.
+pub(crate) fn push_input(head: &mut StoredRun, input: Value, time: u64) -> Checkpoint {
+    head.last_seq += 1;
+    head.steps += 1;
+    head.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&input));
+    Checkpoint {
+        seq: head.last_seq,
+        index: head.steps,
+        step: INPUT.into(),
+        time,
+        kind: CheckpointKind::Update(input),
+    }
+}
+
+/// The size of `value` as stored (compact JSON), counted without building
+/// the text.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -356,7 +363,8 @@ fn json_len(value: &Value) -> u64 {
         }
     }
     let mut count = Count(0);
-    // Writing a `Value` to a sink that cannot fail cannot fail.
+    // The sink cannot fail; a value that cannot be serialized counts what
+    // was written before the error (callers serialize it for real anyway).
     let _ = serde_json::to_writer(&mut count, value);
     count.0
 }
