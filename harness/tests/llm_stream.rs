@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use harness::llm::{
-    ContentPart, ModelError, ModelResponse, PartialToolCalls, StopReason, StreamCollector,
-    StreamEvent, ToolCall, Usage, collect_stream,
+    ContentPart, ModelError, ModelResponse, PartialToolCalls, Reasoning, StopReason,
+    StreamCollector, StreamEvent, ToolCall, Usage, collect_stream,
 };
 use serde_json::json;
 
@@ -53,11 +53,51 @@ async fn text_deltas_merge_and_tool_calls_keep_their_place() {
 }
 
 #[tokio::test]
+async fn reasoning_ends_become_parts_where_they_end() {
+    let thinking = Reasoning::new("anthropic", "Let me think.").with_signature("EqQB");
+    let signature = Reasoning::new("gemini", "").with_signature("c2ln");
+    let events = vec![
+        StreamEvent::ReasoningDelta {
+            text: "Let me ".into(),
+        },
+        StreamEvent::ReasoningDelta {
+            text: "think.".into(),
+        },
+        StreamEvent::ReasoningEnd {
+            reasoning: thinking.clone(),
+        },
+        StreamEvent::text("Sun"),
+        StreamEvent::text("ny."),
+        StreamEvent::ReasoningEnd {
+            reasoning: signature.clone(),
+        },
+        StreamEvent::text("More."),
+        StreamEvent::finish(StopReason::EndTurn),
+    ];
+    let response = collect_stream(items(events)).await.unwrap();
+    assert_eq!(
+        response.content,
+        vec![
+            ContentPart::Reasoning(thinking),
+            ContentPart::text("Sunny."),
+            ContentPart::Reasoning(signature),
+            ContentPart::text("More."),
+        ],
+        "a reasoning part ends the text before it"
+    );
+    assert_eq!(response.text(), "Sunny.More.");
+}
+
+#[tokio::test]
 async fn response_to_events_and_back_is_identity() {
     let response = ModelResponse::new(
         vec![
+            ContentPart::Reasoning(Reasoning::new("anthropic", "hmm").with_signature("sig")),
+            ContentPart::Reasoning(Reasoning::redacted("anthropic", "data")),
             ContentPart::text("thinking"),
-            ContentPart::ToolCall(ToolCall::new("a", "x", json!({"n": 1}))),
+            ContentPart::ToolCall(
+                ToolCall::new("a", "x", json!({"n": 1})).with_signature("gemini", "s"),
+            ),
             ContentPart::ToolCall(ToolCall::new("b", "y", json!({}))),
         ],
         Usage::new(7, 8),

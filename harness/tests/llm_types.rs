@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use harness::llm::{
-    ContentPart, ImageSource, Message, ModelError, ModelRequest, ModelResponse, Role, StopReason,
-    ToolCall, ToolChoice, ToolError, ToolResult, ToolSpec, Usage,
+    ContentPart, ImageSource, Message, ModelError, ModelRequest, ModelResponse, ProviderSignature,
+    Reasoning, Role, StopReason, ToolCall, ToolChoice, ToolError, ToolResult, ToolSpec, Usage,
 };
 use serde_json::json;
 
@@ -108,6 +108,70 @@ fn content_serializes_with_explicit_tags() {
         ContentPart::Image(ImageSource::Url {
             url: "https://x/y.png".into()
         })
+    );
+}
+
+#[test]
+fn reasoning_is_kept_in_order_but_is_not_text() {
+    let thinking = Reasoning::new("anthropic", "The user wants 1 + 1.").with_signature("EqQB");
+    let m = Message::new(
+        Role::Assistant,
+        [
+            ContentPart::Reasoning(thinking.clone()),
+            ContentPart::text("Adding."),
+            ContentPart::Reasoning(Reasoning::redacted("anthropic", "EmwK")),
+        ],
+    );
+    assert_eq!(m.text(), "Adding.");
+    assert_eq!(
+        m.reasoning().collect::<Vec<_>>(),
+        vec![&thinking, &Reasoning::redacted("anthropic", "EmwK")]
+    );
+    let response = ModelResponse::new(m.content.clone(), Usage::default(), StopReason::EndTurn);
+    assert_eq!(response.text(), "Adding.");
+    assert_eq!(response.reasoning().count(), 2);
+    assert!(thinking.is_from("anthropic") && !thinking.is_from("gemini"));
+}
+
+#[test]
+fn reasoning_and_signatures_serialize_with_explicit_tags() {
+    let call = ToolCall::new("c1", "now", json!({})).with_signature("gemini", "Cq8B");
+    assert_eq!(
+        call.signature,
+        Some(ProviderSignature {
+            provider: "gemini".into(),
+            value: "Cq8B".into()
+        })
+    );
+    let m = Message::new(
+        Role::Assistant,
+        [
+            ContentPart::Reasoning(Reasoning::new("gemini", "Plan.").with_signature("c2ln")),
+            ContentPart::ToolCall(call),
+        ],
+    );
+    let value = serde_json::to_value(&m).unwrap();
+    assert_eq!(
+        value,
+        json!({
+            "role": "assistant",
+            "content": [
+                {"type": "reasoning", "provider": "gemini", "text": "Plan.", "signature": "c2ln"},
+                {"type": "tool_call", "id": "c1", "name": "now", "arguments": {},
+                 "signature": {"provider": "gemini", "value": "Cq8B"}}
+            ]
+        })
+    );
+    assert_eq!(serde_json::from_value::<Message>(value).unwrap(), m);
+    // Calls stored before signatures existed read back unsigned.
+    let unsigned: ToolCall =
+        serde_json::from_value(json!({"id": "c2", "name": "now", "arguments": {}})).unwrap();
+    assert_eq!(unsigned, ToolCall::new("c2", "now", json!({})));
+    assert!(
+        serde_json::to_value(&unsigned)
+            .unwrap()
+            .get("signature")
+            .is_none()
     );
 }
 

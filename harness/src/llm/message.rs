@@ -61,16 +61,48 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments, as the JSON object the model produced.
     pub arguments: Value,
+    /// An opaque signature the provider attached to this call and wants
+    /// back with it (Gemini's `thoughtSignature`). Only the provider that
+    /// signed the call sends it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<ProviderSignature>,
 }
 
 impl ToolCall {
-    /// A tool call with the given id, tool name and arguments.
+    /// A tool call with the given id, tool name and arguments, unsigned.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
         Self {
             id: id.into(),
             name: name.into(),
             arguments,
+            signature: None,
         }
+    }
+
+    /// Attaches `provider`'s opaque `value` to the call, builder-style.
+    ///
+    /// ```
+    /// use harness::llm::ToolCall;
+    /// use serde_json::json;
+    ///
+    /// let call = ToolCall::new("c1", "now", json!({})).with_signature("gemini", "Cq8B");
+    /// assert_eq!(call.signature_for("gemini"), Some("Cq8B"));
+    /// assert_eq!(call.signature_for("anthropic"), None);
+    /// ```
+    pub fn with_signature(mut self, provider: impl Into<String>, value: impl Into<String>) -> Self {
+        self.signature = Some(ProviderSignature {
+            provider: provider.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// The signature's value if `provider` signed this call.
+    pub fn signature_for(&self, provider: &str) -> Option<&str> {
+        self.signature
+            .as_ref()
+            .filter(|signature| signature.provider == provider)
+            .map(|signature| signature.value.as_str())
     }
 
     /// Parses the arguments into `T`.
@@ -82,6 +114,94 @@ impl ToolCall {
             tool: self.name.clone(),
             message: e.to_string(),
         })
+    }
+}
+
+/// An opaque value a provider attached to part of its answer, tagged with
+/// the provider's name so that no other provider is sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProviderSignature {
+    /// The provider that produced it, as its
+    /// [`LanguageModel::provider`](crate::llm::LanguageModel::provider)
+    /// names itself (e.g. `"gemini"`).
+    pub provider: String,
+    /// The value, exactly as received.
+    pub value: String,
+}
+
+/// A model's reasoning, kept in the conversation so that it can go back to
+/// the provider that produced it.
+///
+/// Models that think before they answer return their reasoning (or a
+/// summary of it) with the answer, often signed, and some providers require
+/// it back unchanged in the next request: Anthropic rejects a conversation
+/// whose tool use lost the thinking before it. A loop that appends the
+/// model's answer to the conversation as it is (for example with
+/// [`ModelResponse::into_message`](crate::llm::ModelResponse::into_message))
+/// does that without knowing about it.
+///
+/// Reasoning is opaque to other providers: each provider sends back only the
+/// reasoning whose `provider` is its own name and drops the rest, so a
+/// conversation can switch providers midway. It is not part of the answer's
+/// text ([`Message::text`] leaves it out).
+///
+/// ```
+/// use harness::llm::{ContentPart, Message, Reasoning, Role};
+///
+/// let answer = Message::new(Role::Assistant, [
+///     ContentPart::Reasoning(Reasoning::new("anthropic", "The user wants…").with_signature("EqQB…")),
+///     ContentPart::text("Paris."),
+/// ]);
+/// assert_eq!(answer.text(), "Paris.");
+/// assert_eq!(answer.reasoning().next().unwrap().signature.as_deref(), Some("EqQB…"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Reasoning {
+    /// The provider that produced it, as its
+    /// [`LanguageModel::provider`](crate::llm::LanguageModel::provider)
+    /// names itself (`"anthropic"`, `"gemini"`).
+    pub provider: String,
+    /// The reasoning text (or the provider's summary of it). Empty when the
+    /// provider sent only a signature or redacted data.
+    #[serde(default)]
+    pub text: String,
+    /// The provider's signature over the reasoning, sent back with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Reasoning the provider withheld, as the encrypted data it sent in its
+    /// place (Anthropic's `redacted_thinking`), sent back with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+}
+
+impl Reasoning {
+    /// Reasoning `text` from `provider`, unsigned.
+    pub fn new(provider: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            provider: provider.into(),
+            text: text.into(),
+            signature: None,
+            redacted: None,
+        }
+    }
+
+    /// Reasoning `provider` withheld, as the opaque `data` it sent instead.
+    pub fn redacted(provider: impl Into<String>, data: impl Into<String>) -> Self {
+        Self {
+            redacted: Some(data.into()),
+            ..Self::new(provider, "")
+        }
+    }
+
+    /// Sets the signature, builder-style.
+    pub fn with_signature(mut self, signature: impl Into<String>) -> Self {
+        self.signature = Some(signature.into());
+        self
+    }
+
+    /// Whether `provider` produced this reasoning (and so may be sent it).
+    pub fn is_from(&self, provider: &str) -> bool {
+        self.provider == provider
     }
 }
 
@@ -137,6 +257,9 @@ pub enum ContentPart {
     ToolCall(ToolCall),
     /// A tool's outcome (tool messages).
     ToolResult(ToolResult),
+    /// The model's reasoning (assistant messages), sent back only to the
+    /// provider that produced it; see [`Reasoning`].
+    Reasoning(Reasoning),
 }
 
 impl ContentPart {
@@ -162,6 +285,14 @@ impl ContentPart {
     pub fn as_text(&self) -> Option<&str> {
         match self {
             Self::Text { text } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The reasoning, if this is a reasoning part.
+    pub fn as_reasoning(&self) -> Option<&Reasoning> {
+        match self {
+            Self::Reasoning(reasoning) => Some(reasoning),
             _ => None,
         }
     }
@@ -232,7 +363,8 @@ impl Message {
         self
     }
 
-    /// The text parts joined together (no separator), ignoring other parts.
+    /// The text parts joined together (no separator); other parts, reasoning
+    /// among them, are left out.
     pub fn text(&self) -> String {
         self.content
             .iter()
@@ -246,5 +378,10 @@ impl Message {
             ContentPart::ToolCall(call) => Some(call),
             _ => None,
         })
+    }
+
+    /// The reasoning parts in this message, in order.
+    pub fn reasoning(&self) -> impl Iterator<Item = &Reasoning> {
+        self.content.iter().filter_map(ContentPart::as_reasoning)
     }
 }

@@ -6,7 +6,8 @@
 //!   `harness-anthropic`, `harness-gemini`) implement it; so do
 //!   [`ScriptedModel`] and [`Replay`], which need no network.
 //! - [`Message`], [`ContentPart`], [`ToolCall`], [`ToolResult`]: the
-//!   conversation.
+//!   conversation; [`Reasoning`] and [`ProviderSignature`] carry a model's
+//!   reasoning back to the provider that produced it, and to no other.
 //! - [`Tool`] and [`ToolSet`]: typed tools whose argument schema comes from
 //!   schemars, and dispatch of the model's calls to them.
 //! - [`ModelError`]: every failure, typed.
@@ -37,7 +38,9 @@ mod stream;
 mod tool;
 
 pub use error::ModelError;
-pub use message::{ContentPart, ImageSource, Message, Role, ToolCall, ToolResult};
+pub use message::{
+    ContentPart, ImageSource, Message, ProviderSignature, Reasoning, Role, ToolCall, ToolResult,
+};
 pub use record::{Exchange, Outcome, Recorded, Recording, Replay};
 pub use request::{ModelRequest, ModelRequestBuilder, ToolChoice};
 pub use response::{ModelResponse, StopReason, Usage};

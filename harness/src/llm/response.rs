@@ -4,7 +4,7 @@ use std::ops::{Add, AddAssign};
 
 use serde::{Deserialize, Serialize};
 
-use crate::llm::message::{ContentPart, Message, Role, ToolCall};
+use crate::llm::message::{ContentPart, Message, Reasoning, Role, ToolCall};
 
 /// Tokens spent on one call (or, summed, on many).
 ///
@@ -88,7 +88,7 @@ pub enum StopReason {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelResponse {
-    /// Text and tool calls, in the order the model produced them.
+    /// Text, reasoning and tool calls, in the order the model produced them.
     pub content: Vec<ContentPart>,
     /// Tokens spent.
     #[serde(default)]
@@ -137,7 +137,7 @@ impl ModelResponse {
         self
     }
 
-    /// The text parts joined together (no separator).
+    /// The text parts joined together (no separator); reasoning is left out.
     pub fn text(&self) -> String {
         self.content
             .iter()
@@ -151,6 +151,11 @@ impl ModelResponse {
             ContentPart::ToolCall(call) => Some(call),
             _ => None,
         })
+    }
+
+    /// The reasoning parts, in order (see [`Reasoning`]).
+    pub fn reasoning(&self) -> impl Iterator<Item = &Reasoning> {
+        self.content.iter().filter_map(ContentPart::as_reasoning)
     }
 
     /// Whether the model asked for any tool to run.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::error::ModelError;
-use crate::llm::message::{ContentPart, ToolCall};
+use crate::llm::message::{ContentPart, Reasoning, ToolCall};
 use crate::llm::response::{ModelResponse, StopReason, Usage};
 
 /// The stream [`LanguageModel::stream`](crate::llm::LanguageModel::stream)
@@ -17,12 +17,14 @@ pub type ModelStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ModelError>
 
 /// One step of a streamed answer.
 ///
-/// A well-formed stream has any number of text and tool-call events, at most
-/// one (cumulative) [`StreamEvent::Usage`] per update, and ends with
-/// [`StreamEvent::Finish`]. Each tool call is a `ToolCallStart`, any number of
-/// `ToolCallDelta`s and a `ToolCallEnd`, all with the same `index`; the end
-/// event carries the complete, parsed call, so consumers that do not render
-/// arguments as they arrive can ignore the deltas.
+/// A well-formed stream has any number of text, reasoning and tool-call
+/// events, at most one (cumulative) [`StreamEvent::Usage`] per update, and
+/// ends with [`StreamEvent::Finish`]. Each tool call is a `ToolCallStart`, any
+/// number of `ToolCallDelta`s and a `ToolCallEnd`, all with the same `index`;
+/// the end event carries the complete, parsed call, so consumers that do not
+/// render arguments as they arrive can ignore the deltas. Likewise each
+/// reasoning part is any number of `ReasoningDelta`s (its text, to show as it
+/// comes) and a `ReasoningEnd` that carries the whole [`Reasoning`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -54,6 +56,17 @@ pub enum StreamEvent {
         index: usize,
         /// The whole call, with parsed arguments.
         call: ToolCall,
+    },
+    /// More of the model's reasoning text, to show as it arrives; the
+    /// whole part follows in a [`StreamEvent::ReasoningEnd`].
+    ReasoningDelta {
+        /// The new reasoning text.
+        text: String,
+    },
+    /// A reasoning part is complete, where it stands in the answer.
+    ReasoningEnd {
+        /// The whole part, with its signature (see [`Reasoning`]).
+        reasoning: Reasoning,
     },
     /// Tokens spent so far (cumulative: a later event replaces an earlier one).
     Usage(Usage),
@@ -156,6 +169,12 @@ impl StreamCollector {
                     }
                 }
             }
+            // The end event carries the whole part.
+            StreamEvent::ReasoningDelta { .. } => {}
+            StreamEvent::ReasoningEnd { reasoning } => {
+                self.content.push(ContentPart::Reasoning(reasoning));
+                self.text_open = false;
+            }
             StreamEvent::Usage(usage) => self.usage = usage,
             StreamEvent::Finish { stop_reason } => self.stop_reason = Some(stop_reason),
         }
@@ -227,6 +246,16 @@ impl ModelResponse {
                         call: call.clone(),
                     });
                     index += 1;
+                }
+                ContentPart::Reasoning(reasoning) => {
+                    if !reasoning.text.is_empty() {
+                        events.push(StreamEvent::ReasoningDelta {
+                            text: reasoning.text.clone(),
+                        });
+                    }
+                    events.push(StreamEvent::ReasoningEnd {
+                        reasoning: reasoning.clone(),
+                    });
                 }
                 // Images and tool results do not occur in model answers.
                 _ => {}

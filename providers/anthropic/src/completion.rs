@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
-    ModelStream, Role, StopReason, ToolCall, ToolChoice, Usage,
+    ModelStream, Reasoning, Role, StopReason, ToolCall, ToolChoice, Usage,
 };
 use harness_provider_http::{endpoint, merged_turns, request_body};
 use serde_json::{Value, json};
@@ -11,6 +11,11 @@ use serde_json::{Value, json};
 use crate::client::Client;
 use crate::streaming::EventDecoder;
 use crate::wire;
+
+/// This provider's name: [`LanguageModel::provider`] of its models, and the
+/// [`Reasoning::provider`] of the thinking they return. Only reasoning
+/// tagged with it is sent to Anthropic.
+pub const PROVIDER: &str = "anthropic";
 
 /// `max_tokens` when the request sets none (the API requires one).
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -130,8 +135,33 @@ fn block(part: &ContentPart) -> Option<wire::BlockOut> {
             content: result.content.clone(),
             is_error: result.is_error,
         },
+        ContentPart::Reasoning(reasoning) => return thinking_block(reasoning),
         _ => return None,
     })
+}
+
+/// A thinking block to send back unchanged. Other providers' reasoning is
+/// not for Anthropic, and the API rejects thinking without its signature
+/// (e.g. from a stream cut off mid-block), so both are left out.
+fn thinking_block(reasoning: &Reasoning) -> Option<wire::BlockOut> {
+    if !reasoning.is_from(PROVIDER) {
+        return None;
+    }
+    if let Some(data) = &reasoning.redacted {
+        return Some(wire::BlockOut::RedactedThinking { data: data.clone() });
+    }
+    Some(wire::BlockOut::Thinking {
+        thinking: reasoning.text.clone(),
+        signature: reasoning.signature.clone()?,
+    })
+}
+
+/// The reasoning part for a `thinking` block.
+pub(crate) fn thinking(text: String, signature: Option<String>) -> Reasoning {
+    Reasoning {
+        signature: signature.filter(|s| !s.is_empty()),
+        ..Reasoning::new(PROVIDER, text)
+    }
 }
 
 /// The stop reason for a `stop_reason`; a refusal is an error.
@@ -160,6 +190,13 @@ fn response(wire: wire::MessageResponse) -> Result<ModelResponse, ModelError> {
             wire::BlockIn::ToolUse { id, name, input } => {
                 let input = if input.is_null() { json!({}) } else { input };
                 Some(ContentPart::ToolCall(ToolCall::new(id, name, input)))
+            }
+            wire::BlockIn::Thinking {
+                thinking: text,
+                signature,
+            } => Some(ContentPart::Reasoning(thinking(text, signature))),
+            wire::BlockIn::RedactedThinking { data } => {
+                Some(ContentPart::Reasoning(Reasoning::redacted(PROVIDER, data)))
             }
             wire::BlockIn::Other => None,
         })
@@ -192,7 +229,7 @@ impl LanguageModel for CompletionModel {
     }
 
     fn provider(&self) -> &str {
-        "anthropic"
+        PROVIDER
     }
 
     fn model_name(&self) -> &str {

@@ -16,6 +16,16 @@
 //! `system` text; tool results travel in user turns, and consecutive turns of
 //! one role are merged, as the API requires. Usage counts cached prompt
 //! tokens (written or read) as input tokens.
+//!
+//! Extended thinking (turn it on with
+//! [`ModelRequest::extra`](harness::llm::ModelRequest::extra), e.g.
+//! `{"thinking": {"type": "enabled", "budget_tokens": 2048}}`): `thinking`
+//! and `redacted_thinking` blocks, streamed or not, become
+//! [`Reasoning`](harness::llm::Reasoning) parts tagged [`PROVIDER`], in the
+//! order they came, with their signature or redacted data. They are sent
+//! back as the same blocks, unchanged, as the API requires when the turn
+//! used tools; reasoning from other providers, and thinking that lost its
+//! signature, is left out.
 
 mod client;
 mod completion;
@@ -23,5 +33,5 @@ mod streaming;
 mod wire;
 
 pub use client::{ANTHROPIC_VERSION, Client, ClientBuilder, DEFAULT_BASE_URL};
-pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS};
+pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS, PROVIDER};
 pub use harness_provider_http::{ApiKey, HttpOptions, RetryPolicy};

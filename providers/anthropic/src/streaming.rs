@@ -1,19 +1,23 @@
 //! Streamed messages: `message_start`, content blocks with their deltas,
 //! `message_delta`, `message_stop`.
 
-use harness::llm::{ModelError, PartialToolCalls, StreamEvent, Usage};
+use harness::llm::{ModelError, PartialToolCalls, Reasoning, StreamEvent, Usage};
 use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body};
 
-use crate::completion::stop_reason;
+use crate::completion::{PROVIDER, stop_reason, thinking};
 use crate::wire::{self, StreamEventIn};
 
 /// Follows the content blocks of one streamed message. Tool-use blocks are
 /// numbered apart from text blocks, so tool call indexes count from 0.
+/// Thinking blocks are gathered until they stop, since their signature
+/// comes last.
 #[derive(Debug, Default)]
 pub(crate) struct EventDecoder {
     calls: PartialToolCalls,
     /// `(content block index, tool call index)` of tool-use blocks.
     tool_blocks: Vec<(usize, usize)>,
+    /// `(content block index, reasoning so far)` of open thinking blocks.
+    thinking_blocks: Vec<(usize, Reasoning)>,
     input_tokens: u64,
     output_tokens: u64,
     stop_reason: Option<String>,
@@ -25,6 +29,30 @@ impl EventDecoder {
             .iter()
             .find(|(b, _)| *b == block)
             .map(|(_, tool)| *tool)
+    }
+
+    fn thinking_block(&mut self, block: usize, delta: &str) -> Result<&mut Reasoning, ModelError> {
+        self.thinking_blocks
+            .iter_mut()
+            .find(|(b, _)| *b == block)
+            .map(|(_, reasoning)| reasoning)
+            .ok_or_else(|| {
+                ModelError::malformed(format!(
+                    "{delta} for content block {block}, which is not a thinking block"
+                ))
+            })
+    }
+
+    /// Ends thinking block `block` (all of them if `None`), in order.
+    fn end_thinking(&mut self, block: Option<usize>, out: &mut Vec<StreamEvent>) {
+        let (ended, open) = std::mem::take(&mut self.thinking_blocks)
+            .into_iter()
+            .partition(|(b, _)| block.is_none_or(|block| *b == block));
+        self.thinking_blocks = open;
+        for (_, mut reasoning) in ended {
+            reasoning.signature = reasoning.signature.filter(|s| !s.is_empty());
+            out.push(StreamEvent::ReasoningEnd { reasoning });
+        }
     }
 
     fn add_usage(&mut self, usage: &wire::UsageIn) {
@@ -76,6 +104,19 @@ impl SseDecoder for EventDecoder {
                         });
                     }
                 }
+                wire::BlockStartIn::Thinking {
+                    thinking: text,
+                    signature,
+                } => {
+                    if !text.is_empty() {
+                        out.push(StreamEvent::ReasoningDelta { text: text.clone() });
+                    }
+                    self.thinking_blocks
+                        .push((index, thinking(text, signature)));
+                }
+                wire::BlockStartIn::RedactedThinking { data } => self
+                    .thinking_blocks
+                    .push((index, Reasoning::redacted(PROVIDER, data))),
                 wire::BlockStartIn::Other => {}
             },
             StreamEventIn::ContentBlockDelta { index, delta } => match delta {
@@ -98,9 +139,22 @@ impl SseDecoder for EventDecoder {
                         });
                     }
                 }
+                wire::DeltaIn::ThinkingDelta { thinking: text } => {
+                    let reasoning = self.thinking_block(index, "thinking_delta")?;
+                    if !text.is_empty() {
+                        reasoning.text.push_str(&text);
+                        out.push(StreamEvent::ReasoningDelta { text });
+                    }
+                }
+                wire::DeltaIn::SignatureDelta { signature } => self
+                    .thinking_block(index, "signature_delta")?
+                    .signature
+                    .get_or_insert_default()
+                    .push_str(&signature),
                 wire::DeltaIn::Other => {}
             },
             StreamEventIn::ContentBlockStop { index } => {
+                self.end_thinking(Some(index), out);
                 if let Some(tool) = self.tool_index(index)
                     && let Some(call) = self.calls.finish(tool)
                 {
@@ -119,6 +173,7 @@ impl SseDecoder for EventDecoder {
                 }
             }
             StreamEventIn::MessageStop => {
+                self.end_thinking(None, out);
                 for (tool, call) in self.calls.finish_all() {
                     out.push(StreamEvent::ToolCallEnd {
                         index: tool,

@@ -50,6 +50,13 @@ pub(crate) enum BlockOut {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -88,7 +95,16 @@ pub(crate) enum BlockIn {
         #[serde(default)]
         input: Value,
     },
-    /// Thinking and server-tool blocks, which this crate does not surface.
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+        #[serde(default)]
+        signature: Option<String>,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    /// Server-tool and other blocks, which this crate does not surface.
     #[serde(other)]
     Other,
 }
@@ -170,6 +186,15 @@ pub(crate) enum BlockStartIn {
         #[serde(default)]
         input: Value,
     },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+        #[serde(default)]
+        signature: Option<String>,
+    },
+    RedactedThinking {
+        data: String,
+    },
     #[serde(other)]
     Other,
 }
@@ -182,6 +207,12 @@ pub(crate) enum DeltaIn {
     },
     InputJsonDelta {
         partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
     },
     #[serde(other)]
     Other,

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use harness::llm::{
-    ContentPart, LanguageModel, Message, ModelError, ModelRequest, StopReason, StreamEvent,
-    ToolCall, ToolChoice, ToolResult, ToolSpec, Usage, collect_stream,
+    ContentPart, LanguageModel, Message, ModelError, ModelRequest, Reasoning, StopReason,
+    StreamEvent, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage, collect_stream,
 };
 use harness_anthropic::{Client, CompletionModel, RetryPolicy};
 use serde_json::{Value, json};
@@ -522,4 +522,277 @@ async fn the_key_never_shows_in_debug_output_or_errors() {
         assert!(!text.contains(KEY), "{text}");
         assert!(!text.contains("secret"), "{text}");
     }
+}
+
+/// A signature as the API sends them: long base64 with `+`, `/` and `=`.
+const SIGNATURE: &str = "EqQBCkgIARABGAIiQL+0eZ/ozMBs3K8x1yJZp+3rq7Z0iT9T4gXWb9r1/hYw==";
+
+fn thinking_request() -> ModelRequest {
+    ModelRequest::builder()
+        .user("Weather in Paris?")
+        .tool(ToolSpec::from_args::<WeatherArgs>(
+            "get_weather",
+            "Weather in a city",
+        ))
+        .max_tokens(3000)
+        .extra(
+            "thinking",
+            json!({ "type": "enabled", "budget_tokens": 2048 }),
+        )
+        .build()
+}
+
+#[tokio::test]
+async fn thinking_before_tool_use_is_kept_in_order_and_sent_back_signed() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ok(message(
+            json!([
+                { "type": "thinking", "thinking": "The user wants the weather.", "signature": SIGNATURE },
+                { "type": "text", "text": "Let me check." },
+                { "type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": { "city": "Paris" } },
+                { "type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {} }
+            ]),
+            "tool_use",
+        )))
+        .mount(&server)
+        .await;
+    let mut request = thinking_request();
+    let model = model(&server);
+    let response = model.complete(&request).await.unwrap();
+    let call = ToolCall::new("toolu_01", "get_weather", json!({ "city": "Paris" }));
+    assert_eq!(
+        response.content,
+        vec![
+            ContentPart::Reasoning(
+                Reasoning::new("anthropic", "The user wants the weather.")
+                    .with_signature(SIGNATURE)
+            ),
+            ContentPart::text("Let me check."),
+            ContentPart::ToolCall(call.clone()),
+        ],
+        "thinking first, unknown blocks ignored"
+    );
+    assert_eq!(response.text(), "Let me check.");
+
+    request.messages.push(response.into_message());
+    request
+        .messages
+        .push(Message::tool_result(ToolResult::success(&call, "18°C")));
+    model.complete(&request).await.unwrap();
+
+    let bodies = requests(&server).await;
+    assert_eq!(
+        bodies[0]["thinking"],
+        json!({ "type": "enabled", "budget_tokens": 2048 })
+    );
+    assert_eq!(
+        bodies[1]["messages"][1],
+        json!({ "role": "assistant", "content": [
+            { "type": "thinking", "thinking": "The user wants the weather.", "signature": SIGNATURE },
+            { "type": "text", "text": "Let me check." },
+            { "type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": { "city": "Paris" } }
+        ] })
+    );
+    let raw = String::from_utf8(server.received_requests().await.unwrap()[1].body.clone()).unwrap();
+    assert!(
+        raw.contains(&format!("\"signature\":\"{SIGNATURE}\"")),
+        "the signature goes back byte for byte: {raw}"
+    );
+}
+
+#[tokio::test]
+async fn redacted_thinking_round_trips_as_its_data() {
+    let server = MockServer::start().await;
+    let data = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP";
+    Mock::given(method("POST"))
+        .respond_with(ok(message(
+            json!([
+                { "type": "redacted_thinking", "data": data },
+                { "type": "thinking", "thinking": "", "signature": SIGNATURE },
+                { "type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": { "city": "Oslo" } }
+            ]),
+            "tool_use",
+        )))
+        .mount(&server)
+        .await;
+    let mut request = thinking_request();
+    let model = model(&server);
+    let response = model.complete(&request).await.unwrap();
+    assert_eq!(
+        response.reasoning().cloned().collect::<Vec<_>>(),
+        vec![
+            Reasoning::redacted("anthropic", data),
+            Reasoning::new("anthropic", "").with_signature(SIGNATURE),
+        ]
+    );
+    let call = response.tool_calls().next().unwrap().clone();
+    request.messages.push(response.into_message());
+    request
+        .messages
+        .push(Message::tool_result(ToolResult::success(&call, "2°C")));
+    model.complete(&request).await.unwrap();
+    assert_eq!(
+        requests(&server).await[1]["messages"][1]["content"],
+        json!([
+            { "type": "redacted_thinking", "data": data },
+            { "type": "thinking", "thinking": "", "signature": SIGNATURE },
+            { "type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": { "city": "Oslo" } }
+        ])
+    );
+}
+
+#[tokio::test]
+async fn streamed_thinking_gathers_its_deltas_and_signature() {
+    let server = MockServer::start().await;
+    let [delta, stop] = message_end("tool_use");
+    let block_delta = |index: usize, delta: Value| json!({ "type": "content_block_delta", "index": index, "delta": delta });
+    let (first, second) = SIGNATURE.split_at(20);
+    Mock::given(method("POST"))
+        .respond_with(stream_of(&[
+            message_start(),
+            json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "thinking", "thinking": "" } }),
+            block_delta(0, json!({ "type": "thinking_delta", "thinking": "The user " })),
+            block_delta(0, json!({ "type": "thinking_delta", "thinking": "wants the weather." })),
+            block_delta(0, json!({ "type": "signature_delta", "signature": first })),
+            block_delta(0, json!({ "type": "signature_delta", "signature": second })),
+            json!({ "type": "content_block_stop", "index": 0 }),
+            json!({ "type": "content_block_start", "index": 1, "content_block": { "type": "redacted_thinking", "data": "EmwK" } }),
+            json!({ "type": "content_block_stop", "index": 1 }),
+            json!({ "type": "content_block_start", "index": 2, "content_block": { "type": "text", "text": "" } }),
+            block_delta(2, json!({ "type": "text_delta", "text": "Checking." })),
+            json!({ "type": "content_block_stop", "index": 2 }),
+            json!({ "type": "content_block_start", "index": 3, "content_block":
+                    { "type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {} } }),
+            block_delta(3, json!({ "type": "input_json_delta", "partial_json": "{\"city\": \"Paris\"}" })),
+            json!({ "type": "content_block_stop", "index": 3 }),
+            delta,
+            stop,
+        ]))
+        .mount(&server)
+        .await;
+    let model = model(&server);
+    let mut request = thinking_request();
+    let events: Vec<StreamEvent> = model
+        .stream(&request)
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    let thinking =
+        Reasoning::new("anthropic", "The user wants the weather.").with_signature(SIGNATURE);
+    assert_eq!(
+        events[..5],
+        [
+            StreamEvent::ReasoningDelta {
+                text: "The user ".into()
+            },
+            StreamEvent::ReasoningDelta {
+                text: "wants the weather.".into()
+            },
+            StreamEvent::ReasoningEnd {
+                reasoning: thinking.clone()
+            },
+            StreamEvent::ReasoningEnd {
+                reasoning: Reasoning::redacted("anthropic", "EmwK")
+            },
+            StreamEvent::text("Checking."),
+        ]
+    );
+    let response = collect_stream(futures::stream::iter(events.into_iter().map(Ok)))
+        .await
+        .unwrap();
+    let call = ToolCall::new("toolu_01", "get_weather", json!({ "city": "Paris" }));
+    assert_eq!(
+        response.content,
+        vec![
+            ContentPart::Reasoning(thinking),
+            ContentPart::Reasoning(Reasoning::redacted("anthropic", "EmwK")),
+            ContentPart::text("Checking."),
+            ContentPart::ToolCall(call.clone()),
+        ]
+    );
+
+    // The collected answer goes back like a non-streamed one.
+    Mock::given(method("POST"))
+        .respond_with(ok(message(
+            json!([{ "type": "text", "text": "18°C." }]),
+            "end_turn",
+        )))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    request.messages.push(response.into_message());
+    request
+        .messages
+        .push(Message::tool_result(ToolResult::success(&call, "18°C")));
+    model.complete(&request).await.unwrap();
+    assert_eq!(
+        requests(&server).await[1]["messages"][1]["content"]
+            .as_array()
+            .unwrap()[..2],
+        [
+            json!({ "type": "thinking", "thinking": "The user wants the weather.", "signature": SIGNATURE }),
+            json!({ "type": "redacted_thinking", "data": "EmwK" }),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_signature_delta_outside_a_thinking_block_is_malformed() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(stream_of(&[
+            message_start(),
+            json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+            json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "signature_delta", "signature": "x" } }),
+        ]))
+        .mount(&server)
+        .await;
+    let error = collect_stream(model(&server).stream(&ask("Hi")).await.unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ModelError::MalformedResponse { message } if message.contains("signature_delta for content block 0")),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn only_signed_anthropic_reasoning_is_sent() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ok(message(
+            json!([{ "type": "text", "text": "ok" }]),
+            "end_turn",
+        )))
+        .mount(&server)
+        .await;
+    let request = ModelRequest::new([
+        Message::user("Hi"),
+        Message::new(
+            harness::llm::Role::Assistant,
+            [
+                ContentPart::Reasoning(
+                    Reasoning::new("gemini", "Gemini's thought").with_signature("Z2Vt"),
+                ),
+                ContentPart::Reasoning(Reasoning::new("anthropic", "cut off before its signature")),
+                ContentPart::Reasoning(
+                    Reasoning::new("anthropic", "kept").with_signature(SIGNATURE),
+                ),
+                ContentPart::ToolCall(
+                    ToolCall::new("toolu_01", "now", json!({})).with_signature("gemini", "Z2Vt"),
+                ),
+            ],
+        ),
+    ]);
+    model(&server).complete(&request).await.unwrap();
+    assert_eq!(
+        requests(&server).await[0]["messages"][1]["content"],
+        json!([
+            { "type": "thinking", "thinking": "kept", "signature": SIGNATURE },
+            { "type": "tool_use", "id": "toolu_01", "name": "now", "input": {} }
+        ])
+    );
 }

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
-    ModelStream, Role, StopReason, ToolCall, ToolChoice, ToolResult, Usage,
+    ModelStream, Reasoning, Role, StopReason, ToolCall, ToolChoice, ToolResult, Usage,
 };
 use harness_provider_http::{endpoint, merged_turns, request_body};
 use serde_json::{Value, json};
@@ -13,9 +13,11 @@ use crate::schema::gemini_schema;
 use crate::streaming::ChunkDecoder;
 use crate::wire;
 
-/// Separates a function call's id from its Gemini thought signature inside
-/// [`ToolCall::id`], e.g. `gemini_call_0#thought_signature=Cq8B…`.
-pub const SIGNATURE_SEPARATOR: &str = "#thought_signature=";
+/// This provider's name: [`LanguageModel::provider`] of its models, the
+/// [`Reasoning::provider`] of the thoughts and signatures they return, and
+/// the provider of their [`ToolCall::signature`]s. Only reasoning and
+/// signatures tagged with it are sent to Gemini.
+pub const PROVIDER: &str = "gemini";
 
 /// Prefix of ids this crate makes up for calls Gemini gave none.
 const MADE_UP_ID: &str = "gemini_call_";
@@ -127,7 +129,7 @@ fn contents(messages: &[Message]) -> (Option<wire::ContentOut>, Vec<wire::Conten
         .into_iter()
         .map(|(role, parts)| wire::ContentOut {
             role: Some(role),
-            parts,
+            parts: with_text_signatures(parts),
         })
         .collect();
     let system = (!system.is_empty()).then_some(wire::ContentOut {
@@ -154,24 +156,68 @@ fn part(content: &ContentPart) -> Option<wire::PartOut> {
             });
         }
         ContentPart::ToolCall(call) => {
-            let (id, signature) = split_id(&call.id);
             part.function_call = Some(wire::FunctionCallOut {
-                id,
+                id: sent_id(&call.id),
                 name: call.name.clone(),
                 args: call.arguments.clone(),
             });
-            part.thought_signature = signature;
+            part.thought_signature = call.signature_for(PROVIDER).map(str::to_owned);
         }
         ContentPart::ToolResult(result) => {
             part.function_response = Some(wire::FunctionResponseOut {
-                id: split_id(&result.call_id).0,
+                id: sent_id(&result.call_id),
                 name: result.name.clone(),
                 response: response_object(result),
             });
         }
+        ContentPart::Reasoning(reasoning) => return thought_part(reasoning),
         _ => return None,
     }
     Some(part)
+}
+
+/// A thought goes back as a thought part; a bare signature (see
+/// [`bare_signature`]) as a part with empty text, which
+/// [`with_text_signatures`] puts back on the text it followed. Other
+/// providers' reasoning is not for Gemini.
+fn thought_part(reasoning: &Reasoning) -> Option<wire::PartOut> {
+    if !reasoning.is_from(PROVIDER) || (reasoning.text.is_empty() && reasoning.signature.is_none())
+    {
+        return None;
+    }
+    Some(wire::PartOut {
+        text: Some(reasoning.text.clone()),
+        thought: (!reasoning.text.is_empty()).then_some(true),
+        thought_signature: reasoning.signature.clone(),
+        ..Default::default()
+    })
+}
+
+/// Moves each bare signature onto the unsigned text part right before it,
+/// where Gemini sent it; one that follows no such part stays a part of its
+/// own with empty text, as Gemini streams a signature that comes last.
+fn with_text_signatures(parts: Vec<wire::PartOut>) -> Vec<wire::PartOut> {
+    let mut out: Vec<wire::PartOut> = Vec::with_capacity(parts.len());
+    for part in parts {
+        let bare = part.text.as_deref() == Some("")
+            && part.thought.is_none()
+            && part.thought_signature.is_some();
+        match out.last_mut() {
+            Some(previous)
+                if bare
+                    && previous
+                        .text
+                        .as_deref()
+                        .is_some_and(|text| !text.is_empty())
+                    && previous.thought.is_none()
+                    && previous.thought_signature.is_none() =>
+            {
+                previous.thought_signature = part.thought_signature;
+            }
+            _ => out.push(part),
+        }
+    }
+    out
 }
 
 /// `functionResponse.response` must be an object: JSON object output goes
@@ -186,29 +232,13 @@ fn response_object(result: &ToolResult) -> Value {
     }
 }
 
-/// The id to send back (Gemini's own ids only) and the thought signature.
-fn split_id(id: &str) -> (Option<String>, Option<String>) {
-    let (base, signature) = match id.split_once(SIGNATURE_SEPARATOR) {
-        Some((base, signature)) => (base, Some(signature.to_owned())),
-        None => (id, None),
-    };
-    let send = (!base.is_empty() && !base.starts_with(MADE_UP_ID)).then(|| base.to_owned());
-    (send, signature)
+/// The id to send back: Gemini's own ids only, not the ones made up here.
+fn sent_id(id: &str) -> Option<String> {
+    (!id.is_empty() && !id.starts_with(MADE_UP_ID)).then(|| id.to_owned())
 }
 
-/// The [`ToolCall::id`] for a function call: Gemini's id or a made-up one,
-/// with the thought signature appended.
-pub(crate) fn call_id(id: Option<String>, index: usize, signature: Option<String>) -> String {
-    let base = id
-        .filter(|id| !id.is_empty())
-        .unwrap_or_else(|| format!("{MADE_UP_ID}{index}"));
-    match signature {
-        Some(signature) => format!("{base}{SIGNATURE_SEPARATOR}{signature}"),
-        None => base,
-    }
-}
-
-/// The tool call for a `functionCall` part.
+/// The tool call for a `functionCall` part: Gemini's id or a made-up one,
+/// and the part's thought signature.
 pub(crate) fn tool_call(
     call: wire::FunctionCallIn,
     index: usize,
@@ -219,7 +249,30 @@ pub(crate) fn tool_call(
     } else {
         call.args
     };
-    ToolCall::new(call_id(call.id, index, signature), call.name, arguments)
+    let id = call
+        .id
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| format!("{MADE_UP_ID}{index}"));
+    let call = ToolCall::new(id, call.name, arguments);
+    match signature {
+        Some(signature) => call.with_signature(PROVIDER, signature),
+        None => call,
+    }
+}
+
+/// The reasoning part for a thought (`"thought": true`) part.
+pub(crate) fn thought(text: String, signature: Option<String>) -> Reasoning {
+    Reasoning {
+        signature,
+        ..Reasoning::new(PROVIDER, text)
+    }
+}
+
+/// A `thoughtSignature` on a part that is neither a thought nor a function
+/// call (usually text): a reasoning part without text, placed right after
+/// that part's text.
+pub(crate) fn bare_signature(signature: String) -> Reasoning {
+    Reasoning::new(PROVIDER, "").with_signature(signature)
 }
 
 /// The stop reason for a `finishReason`; safety stops are errors.
@@ -277,11 +330,21 @@ fn response(wire: wire::GenerateResponse) -> Result<ModelResponse, ModelError> {
                 part.thought_signature,
             )));
             calls += 1;
-        } else if let Some(text) = part.text
-            && part.thought != Some(true)
-            && !text.is_empty()
-        {
-            content.push(ContentPart::text(text));
+        } else if part.thought == Some(true) {
+            let text = part.text.unwrap_or_default();
+            if !text.is_empty() || part.thought_signature.is_some() {
+                content.push(ContentPart::Reasoning(thought(
+                    text,
+                    part.thought_signature,
+                )));
+            }
+        } else {
+            if let Some(text) = part.text.filter(|text| !text.is_empty()) {
+                content.push(ContentPart::text(text));
+            }
+            if let Some(signature) = part.thought_signature {
+                content.push(ContentPart::Reasoning(bare_signature(signature)));
+            }
         }
     }
     let stop_reason = stop_reason(candidate.finish_reason.as_deref(), calls > 0)?;
@@ -310,7 +373,7 @@ impl LanguageModel for CompletionModel {
     }
 
     fn provider(&self) -> &str {
-        "gemini"
+        PROVIDER
     }
 
     fn model_name(&self) -> &str {

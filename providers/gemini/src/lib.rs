@@ -19,10 +19,20 @@
 //! - Gemini gives function calls no id unless it wants one back; this crate
 //!   then makes one up (`gemini_call_N`) and does not send it back.
 //! - Gemini 3 requires each function call's `thoughtSignature` to be sent
-//!   back with the conversation. The signature rides in the
-//!   [`ToolCall::id`](harness::llm::ToolCall::id) after
-//!   [`SIGNATURE_SEPARATOR`], so a loop that keeps the assistant's message
-//!   unchanged sends it back without knowing about it.
+//!   back with the conversation. It becomes the call's
+//!   [`ToolCall::signature`](harness::llm::ToolCall::signature), tagged
+//!   [`PROVIDER`], so a loop that keeps the assistant's message unchanged
+//!   sends it back without knowing about it; the id stays Gemini's own.
+//! - Thought summaries (`"thought": true` parts, asked for with
+//!   `{"generationConfig": {"thinkingConfig": {"includeThoughts": true}}}`
+//!   in [`ModelRequest::extra`](harness::llm::ModelRequest::extra), which
+//!   then replaces the `generationConfig` made from the request) become
+//!   [`Reasoning`](harness::llm::Reasoning) parts with their text and
+//!   signature; a streamed thought's pieces are joined into one part. A
+//!   `thoughtSignature` on a text part becomes a `Reasoning` part with no
+//!   text right after that text. Both go back where they came from; a
+//!   signature that followed no text goes back as a part with empty text.
+//!   Reasoning and signatures from other providers are not sent.
 //! - Tool schemas are reduced to the subset Gemini accepts, see
 //!   [`gemini_schema`].
 
@@ -33,6 +43,6 @@ mod streaming;
 mod wire;
 
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
-pub use completion::{CompletionModel, SIGNATURE_SEPARATOR};
+pub use completion::{CompletionModel, PROVIDER};
 pub use harness_provider_http::{ApiKey, HttpOptions, RetryPolicy};
 pub use schema::gemini_schema;

@@ -30,6 +30,9 @@ pub(crate) struct ContentOut {
 pub(crate) struct PartOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) text: Option<String>,
+    /// Set on thought-summary parts sent back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) thought: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) inline_data: Option<Blob>,
     #[serde(skip_serializing_if = "Option::is_none")]

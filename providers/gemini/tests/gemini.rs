@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use harness::llm::{
-    ContentPart, LanguageModel, Message, ModelError, ModelRequest, StopReason, StreamEvent,
-    ToolCall, ToolChoice, ToolResult, ToolSpec, Usage, collect_stream,
+    ContentPart, LanguageModel, Message, ModelError, ModelRequest, Reasoning, StopReason,
+    StreamEvent, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage, collect_stream,
 };
 use harness_gemini::{Client, CompletionModel, RetryPolicy};
 use serde_json::{Value, json};
@@ -142,7 +142,11 @@ async fn tool_call_with_thought_signature_round_trips() {
     let call = response.tool_calls().next().unwrap().clone();
     assert_eq!(call.name, "get_weather");
     assert_eq!(call.arguments, json!({ "city": "Paris" }));
-    assert_eq!(call.id, "gemini_call_0#thought_signature=c2lnbmF0dXJl");
+    assert_eq!(
+        call.id, "gemini_call_0",
+        "the signature stays out of the id"
+    );
+    assert_eq!(call.signature_for("gemini"), Some("c2lnbmF0dXJl"));
 
     request.messages.push(response.into_message());
     request.messages.push(Message::tool_results([
@@ -232,11 +236,190 @@ async fn streamed_answer() {
         events,
         vec![
             Ok(StreamEvent::text("Hel")),
+            Ok(StreamEvent::ReasoningDelta {
+                text: "thinking…".into()
+            }),
+            Ok(StreamEvent::ReasoningEnd {
+                reasoning: Reasoning::new("gemini", "thinking…")
+            }),
             Ok(StreamEvent::text("lo")),
             Ok(StreamEvent::text("!")),
             Ok(StreamEvent::Usage(Usage::new(11, 7))),
             Ok(StreamEvent::finish(StopReason::EndTurn)),
         ]
+    );
+}
+
+#[tokio::test]
+async fn parallel_calls_keep_gemini_ids_and_the_first_call_signature() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(GENERATE))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer(
+            json!([
+                { "functionCall": { "id": "fc_1", "name": "get_weather", "args": { "city": "Paris" } },
+                  "thoughtSignature": "Cq8BAdHtim9+/z==" },
+                { "functionCall": { "id": "fc_2", "name": "get_weather", "args": { "city": "Rome" } } }
+            ]),
+            "STOP",
+        )))
+        .mount(&server)
+        .await;
+    let model = model(&server);
+    let mut request = ask("Weather in Paris and Rome?");
+    let response = model.complete(&request).await.unwrap();
+    let calls: Vec<ToolCall> = response.tool_calls().cloned().collect();
+    assert_eq!(
+        calls,
+        vec![
+            ToolCall::new("fc_1", "get_weather", json!({ "city": "Paris" }))
+                .with_signature("gemini", "Cq8BAdHtim9+/z=="),
+            ToolCall::new("fc_2", "get_weather", json!({ "city": "Rome" })),
+        ]
+    );
+    request.messages.push(response.into_message());
+    request.messages.push(Message::tool_results([
+        ToolResult::success(&calls[0], "18"),
+        ToolResult::success(&calls[1], "24"),
+    ]));
+    model.complete(&request).await.unwrap();
+    let bodies = requests(&server).await;
+    assert_eq!(
+        bodies[1]["contents"][1],
+        json!({ "role": "model", "parts": [
+            { "functionCall": { "id": "fc_1", "name": "get_weather", "args": { "city": "Paris" } },
+              "thoughtSignature": "Cq8BAdHtim9+/z==" },
+            { "functionCall": { "id": "fc_2", "name": "get_weather", "args": { "city": "Rome" } } }
+        ] })
+    );
+    assert_eq!(
+        bodies[1]["contents"][2]["parts"][0]["functionResponse"]["id"],
+        "fc_1"
+    );
+}
+
+#[tokio::test]
+async fn thoughts_and_text_signatures_go_back_where_they_came_from() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(GENERATE))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer(
+            json!([
+                { "text": "**Planning** the answer.", "thought": true },
+                { "text": "It is sunny.", "thoughtSignature": "dGV4dA==" }
+            ]),
+            "STOP",
+        )))
+        .mount(&server)
+        .await;
+    let model = model(&server);
+    let mut request = ask("Weather?");
+    let response = model.complete(&request).await.unwrap();
+    assert_eq!(
+        response.content,
+        vec![
+            ContentPart::Reasoning(Reasoning::new("gemini", "**Planning** the answer.")),
+            ContentPart::text("It is sunny."),
+            ContentPart::Reasoning(Reasoning::new("gemini", "").with_signature("dGV4dA==")),
+        ]
+    );
+    assert_eq!(response.text(), "It is sunny.");
+    request.messages.push(response.into_message());
+    request.messages.push(Message::user("Thanks."));
+    model.complete(&request).await.unwrap();
+    assert_eq!(
+        requests(&server).await[1]["contents"][1],
+        json!({ "role": "model", "parts": [
+            { "text": "**Planning** the answer.", "thought": true },
+            { "text": "It is sunny.", "thoughtSignature": "dGV4dA==" }
+        ] })
+    );
+}
+
+#[tokio::test]
+async fn streamed_thoughts_are_joined_and_signatures_kept() {
+    let server = MockServer::start().await;
+    let chunk = |parts: Value| json!({ "candidates": [{ "content": { "role": "model", "parts": parts }, "index": 0 }] });
+    Mock::given(method("POST"))
+        .and(path(STREAM))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            sse(&[
+                chunk(json!([{ "text": "Plan", "thought": true }])),
+                chunk(json!([{ "text": "ning.", "thought": true, "thoughtSignature": "c2ln" }])),
+                chunk(json!([{ "text": "Sun" }])),
+                chunk(json!([{ "text": "ny." }])),
+                answer(
+                    json!([{ "text": "", "thoughtSignature": "dGV4dA==" }]),
+                    "STOP",
+                ),
+            ]),
+            "text/event-stream",
+        ))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(GENERATE))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(answer(json!([{ "text": "ok" }]), "STOP")),
+        )
+        .mount(&server)
+        .await;
+    let model = model(&server);
+    let mut request = ask("Weather?");
+    let response = collect_stream(model.stream(&request).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        response.content,
+        vec![
+            ContentPart::Reasoning(Reasoning::new("gemini", "Planning.").with_signature("c2ln")),
+            ContentPart::text("Sunny."),
+            ContentPart::Reasoning(Reasoning::new("gemini", "").with_signature("dGV4dA==")),
+        ]
+    );
+    request.messages.push(response.into_message());
+    request.messages.push(Message::user("Thanks."));
+    model.complete(&request).await.unwrap();
+    assert_eq!(
+        requests(&server).await[1]["contents"][1]["parts"],
+        json!([
+            { "text": "Planning.", "thought": true, "thoughtSignature": "c2ln" },
+            { "text": "Sunny.", "thoughtSignature": "dGV4dA==" }
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_signature_after_no_text_goes_back_alone_and_others_reasoning_not_at_all() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(answer(json!([{ "text": "ok" }]), "STOP")),
+        )
+        .mount(&server)
+        .await;
+    let request = ModelRequest::new([
+        Message::user("Hi"),
+        Message::new(
+            harness::llm::Role::Assistant,
+            [
+                ContentPart::Reasoning(
+                    Reasoning::new("anthropic", "Claude's thinking").with_signature("EqQB"),
+                ),
+                ContentPart::ToolCall(
+                    ToolCall::new("toolu_01", "now", json!({})).with_signature("anthropic", "EqQB"),
+                ),
+                ContentPart::Reasoning(Reasoning::new("gemini", "").with_signature("c2ln")),
+            ],
+        ),
+    ]);
+    model(&server).complete(&request).await.unwrap();
+    assert_eq!(
+        requests(&server).await[0]["contents"][1],
+        json!({ "role": "model", "parts": [
+            { "functionCall": { "id": "toolu_01", "name": "now", "args": {} } },
+            { "text": "", "thoughtSignature": "c2ln" }
+        ] })
     );
 }
 

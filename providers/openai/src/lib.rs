@@ -22,6 +22,11 @@
 //!     .completion_model("llama3.2");
 //! # Ok::<(), harness::llm::ModelError>(())
 //! ```
+//!
+//! Chat completions neither return reasoning nor take it back:
+//! [`Reasoning`](harness::llm::Reasoning) parts and tool-call
+//! [`signature`](harness::llm::ToolCall::signature)s from other providers are
+//! never sent, so a conversation begun elsewhere continues here.
 
 mod client;
 mod completion;
