@@ -895,3 +895,135 @@ async fn the_sessions_command_lists_shows_and_resumes() {
         .unwrap();
     assert!(usage.starts_with("usage:"));
 }
+
+/// A memory store whose commits that record a completed run fail while
+/// `fail_end` is set: a process that dies between a run's last checkpoint
+/// and the record of its end.
+#[derive(Debug)]
+struct LosesTheEnd {
+    inner: MemoryStore,
+    fail_end: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for LosesTheEnd {
+    async fn load(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<harness::session::StoredRun>, harness::session::StoreError> {
+        self.inner.load(session).await
+    }
+    async fn commit(
+        &self,
+        commit: harness::session::Commit,
+    ) -> Result<(), harness::session::StoreError> {
+        if matches!(commit.head.phase, SessionPhase::Completed { .. })
+            && self.fail_end.load(Ordering::SeqCst)
+        {
+            return Err(harness::session::StoreError::backend("the process died"));
+        }
+        self.inner.commit(commit).await
+    }
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<harness::session::Checkpoint>, harness::session::StoreError> {
+        self.inner.checkpoints(session, from_seq).await
+    }
+    async fn sessions(&self) -> Result<Vec<SessionId>, harness::session::StoreError> {
+        self.inner.sessions().await
+    }
+    async fn flush(&self) -> Result<(), harness::session::StoreError> {
+        self.inner.flush().await
+    }
+}
+
+#[tokio::test]
+async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
+    let store = Arc::new(LosesTheEnd {
+        inner: MemoryStore::new(),
+        fail_end: true.into(),
+    });
+    let h = Harness::<Draft>::builder()
+        .step("rewrite")
+        .run(|s: Arc<Draft>, _: Cx<()>| async move {
+            Ok(DraftUpdate::new().text(draft_text(s.steps + 1, 8)).steps(1))
+        })
+        .route(|s: &Draft| if s.steps < 3 { "again" } else { "enough" })
+        .on("again")
+        .to("rewrite")
+        .on("enough")
+        .end()
+        .start("rewrite")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let agent = create_agent("draft", &h, Slots::new()).unwrap();
+    let run = agent
+        .run(
+            Draft {
+                text: String::new(),
+                steps: 0,
+            },
+            Slots::new(),
+        )
+        .unwrap();
+    let session = run.session_id().clone();
+    assert!(matches!(run.await, Err(RunError::Store(_))));
+    let head = store.load(&session).await.unwrap().unwrap();
+    assert_eq!(head.phase, SessionPhase::Running);
+    assert_eq!((head.steps, head.next_step.as_deref()), (3, None));
+    // A later run of this session is queued behind the lost end.
+    agent
+        .submit_input(
+            &session,
+            DraftUpdate::new().text(String::from("queued")),
+            harness::Busy::Queue,
+        )
+        .await
+        .unwrap();
+
+    // The process is gone; its lease runs out, and a worker recovers.
+    store.fail_end.store(false, Ordering::SeqCst);
+    let mut head = store.load(&session).await.unwrap().unwrap();
+    let expected = head.version;
+    head.version += 1;
+    head.lease = None;
+    store
+        .commit(harness::session::Commit {
+            head,
+            expected_version: Some(expected),
+            append: vec![],
+            remove: vec![],
+            durable: true,
+        })
+        .await
+        .unwrap();
+    match agent.recover(&session, Slots::new()).await {
+        Err(SessionError::NothingToRecover { why, .. }) => {
+            assert!(why.contains("`enough`"), "{why}");
+        }
+        Err(e) => panic!("expected NothingToRecover, got {e}"),
+        Ok(_) => panic!("expected NothingToRecover, got a run"),
+    }
+    // The end is recorded, and the queued run has started in its place.
+    let head = store.load(&session).await.unwrap().unwrap();
+    assert_eq!(head.phase, SessionPhase::Running);
+    assert_eq!(head.next_step.as_deref(), Some("rewrite"));
+    assert!(head.queued.is_empty());
+    let history = agent.history(&session).await.unwrap();
+    assert_eq!(
+        history.iter().map(|c| c.step.as_str()).collect::<Vec<_>>(),
+        ["$start", "rewrite", "rewrite", "rewrite", "$input"]
+    );
+    // And it runs.
+    let out = agent
+        .recover(&session, Slots::new())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(out.signal.as_str(), "enough");
+    assert_eq!(out.state.steps, 4);
+}

@@ -515,10 +515,56 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                 why,
             });
         }
+        if head.phase == SessionPhase::Running && head.next_step.is_none() {
+            return Err(self.record_lost_end(head).await?);
+        }
         let at = self.step_at(&head)?;
         let journal = head.journal.clone();
         self.attached_run(head, slots, None, at, journal, None)
             .await
+    }
+
+    /// A run's last step was checkpointed but its process died before it
+    /// recorded the end: records it now (and starts the next queued run,
+    /// if any, as the run would have), and says so.
+    async fn record_lost_end(&self, head: StoredRun) -> Result<SessionError, SessionError> {
+        let session = head.session_id.clone();
+        let signal = head
+            .ended_with
+            .clone()
+            .unwrap_or_else(|| crate::Signal::new(crate::session::END));
+        let cursor = SessionCursor::acquire(
+            Arc::clone(self.store()?),
+            self.inner.harness.session_config.clone(),
+            head,
+            None,
+            None,
+            StepJournal::default(),
+            None,
+        )
+        .await
+        .map_err(|e| match e {
+            crate::session::AcquireError::InFlight(f) => SessionError::InFlight(f),
+            crate::session::AcquireError::Store(s) => SessionError::from(s),
+        })?;
+        let start = &self.inner.harness.steps[self.inner.harness.start].name;
+        cursor
+            .settle(
+                SessionPhase::Completed {
+                    signal: signal.clone(),
+                },
+                None,
+                StepJournal::default(),
+                start,
+            )
+            .await?;
+        Ok(SessionError::NothingToRecover {
+            session,
+            why: format!(
+                "its run had completed with `{signal}` before its process stopped; \
+                 the end is now recorded"
+            ),
+        })
     }
 
     /// The checkpoints of a session: one per completed step, plus the start.

@@ -140,6 +140,7 @@ pub fn head(session: &str) -> StoredRun {
         run_id: RunId::from(format!("run-{session}")),
         phase: SessionPhase::Running,
         next_step: Some("think".into()),
+        ended_with: None,
         steps: 0,
         journal: Default::default(),
         version: 1,

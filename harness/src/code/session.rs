@@ -549,6 +549,7 @@ impl CodeSession {
                 signal: Signal::new("$saved"),
             },
             next_step: None,
+            ended_with: None,
             steps,
             journal: Default::default(),
             version: expected.map_or(1, |v| v + 1),

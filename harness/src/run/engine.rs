@@ -355,7 +355,15 @@ async fn drive<S: HarnessState, C: Context>(
                 })
             };
             if let Err(e) = cursor
-                .step_done(&step.name, stored, next_name, measure, snapshot, exec.steps)
+                .step_done(
+                    &step.name,
+                    stored,
+                    next_name,
+                    signal.as_ref(),
+                    measure,
+                    snapshot,
+                    exec.steps,
+                )
                 .await
             {
                 break Err(RunError::Store(e));
@@ -373,7 +381,9 @@ async fn drive<S: HarnessState, C: Context>(
         match next {
             Target::Step(i) => exec.at = i,
             Target::End => {
-                break Ok(Settle::Ended(signal.unwrap_or_else(|| Signal::new("$end"))));
+                break Ok(Settle::Ended(
+                    signal.unwrap_or_else(|| Signal::new(crate::session::END)),
+                ));
             }
         }
     };

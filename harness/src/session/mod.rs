@@ -27,7 +27,7 @@ mod replay;
 pub use error::{
     NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError, StoreLoad,
 };
-pub(crate) use replay::{AcquireError, SessionCursor, json_len, push_input, rebuild};
+pub(crate) use replay::{AcquireError, END, SessionCursor, json_len, push_input, rebuild};
 
 use crate::ids::{RunId, SessionId};
 use crate::run::{Interrupt, StepJournal};
@@ -103,6 +103,12 @@ pub struct StoredRun {
     pub phase: SessionPhase,
     /// The step to run next (the interrupted step, when interrupted).
     pub next_step: Option<String>,
+    /// The signal the run's last step ended it with, stored with that step's
+    /// checkpoint (`next_step` is then `None`) until the run records its end:
+    /// if its process dies in between, [`Agent::recover`](crate::Agent::recover)
+    /// records the end with this signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_with: Option<crate::Signal>,
     /// Steps completed in the session (the index of the last checkpoint).
     pub steps: u64,
     /// The current step's journal: interrupt answers and `once` results.

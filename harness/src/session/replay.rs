@@ -16,6 +16,9 @@ use tokio::sync::Mutex;
 pub(crate) const START: &str = "$start";
 /// The step name of a run's input merged into an existing session.
 pub(crate) const INPUT: &str = "$input";
+/// The signal of a run whose last step ends it without one (`.next` to the
+/// end, or `.end()` without a route).
+pub(crate) const END: &str = "$end";
 
 /// A run's handle on its session. Shared with the lease renewer.
 pub(crate) struct SessionCursor {
@@ -69,6 +72,7 @@ impl SessionCursor {
             run_id,
             phase: SessionPhase::Running,
             next_step: Some(next_step.to_string()),
+            ended_with: None,
             steps: 0,
             journal: StepJournal::default(),
             version: 1,
@@ -213,6 +217,7 @@ impl SessionCursor {
         step: &str,
         update: Value,
         next_step: Option<&str>,
+        signal: Option<&crate::Signal>,
         measure: impl FnOnce() -> u64,
         snapshot: impl FnOnce() -> Result<Value, StoreError>,
         steps_this_run: u64,
@@ -224,6 +229,12 @@ impl SessionCursor {
         next.steps += 1;
         next.last_seq += 1;
         next.next_step = next_step.map(str::to_string);
+        // The last step: its signal, for `recover` should the process die
+        // before `settle` records the end.
+        next.ended_with = match next_step {
+            None => Some(signal.cloned().unwrap_or_else(|| crate::Signal::new(END))),
+            Some(_) => None,
+        };
         next.journal = StepJournal::default();
         next.updated_at = now;
         next.lease = Some(lease(&self.owner, &self.config));
@@ -297,6 +308,7 @@ impl SessionCursor {
         let now = now_millis();
         next.version += 1;
         next.next_step = next_step.map(str::to_string);
+        next.ended_with = None;
         next.journal = journal;
         next.lease = None;
         next.updated_at = now;
