@@ -356,13 +356,15 @@ async fn drive<S: HarnessState, C: Context>(
             };
             if let Err(e) = cursor
                 .step_done(
-                    &step.name,
-                    stored,
-                    next_name,
-                    signal.as_ref(),
+                    crate::session::StepDone {
+                        step: &step.name,
+                        update: stored,
+                        next_step: next_name,
+                        signal: signal.as_ref(),
+                        steps_this_run: exec.steps,
+                    },
                     measure,
                     snapshot,
-                    exec.steps,
                 )
                 .await
             {

@@ -27,7 +27,9 @@ mod replay;
 pub use error::{
     NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError, StoreLoad,
 };
-pub(crate) use replay::{AcquireError, END, SessionCursor, json_len, push_input, rebuild};
+pub(crate) use replay::{
+    AcquireError, END, SessionCursor, StepDone, json_len, push_input, rebuild,
+};
 
 use crate::ids::{RunId, SessionId};
 use crate::run::{Interrupt, StepJournal};

@@ -214,14 +214,17 @@ impl SessionCursor {
     /// `measure` gives the state's size as JSON, `snapshot` the state.
     pub(crate) async fn step_done(
         &self,
-        step: &str,
-        update: Value,
-        next_step: Option<&str>,
-        signal: Option<&crate::Signal>,
+        done: StepDone<'_>,
         measure: impl FnOnce() -> u64,
         snapshot: impl FnOnce() -> Result<Value, StoreError>,
-        steps_this_run: u64,
     ) -> Result<(), StoreError> {
+        let StepDone {
+            step,
+            update,
+            next_step,
+            signal,
+            steps_this_run,
+        } = done;
         let mut head = self.head.lock().await;
         let now = now_millis();
         let mut next = head.clone();
@@ -343,6 +346,20 @@ impl SessionCursor {
         self.write(&mut head, next, Vec::new(), Vec::new(), false)
             .await
     }
+}
+
+/// A completed step, as [`SessionCursor::step_done`] records it.
+pub(crate) struct StepDone<'a> {
+    /// The step's name.
+    pub step: &'a str,
+    /// Its update, as stored.
+    pub update: Value,
+    /// The step to run next; `None` when the run ends.
+    pub next_step: Option<&'a str>,
+    /// The signal the step's route gave, if it has one.
+    pub signal: Option<&'a crate::Signal>,
+    /// Steps completed by this run so far (for `Durability::EveryN`).
+    pub steps_this_run: u64,
 }
 
 /// Appends `input` (a run's input, merged through the reducers) to `head`'s
