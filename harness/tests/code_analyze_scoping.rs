@@ -748,3 +748,43 @@ fn function_binders_without_walrus_in_the_step() {
     assert_eq!(with.reads, without.reads);
     assert_eq!(with.builtins, without.builtins);
 }
+
+// --------------------------------------------------------------- aliases
+
+#[test]
+fn mutation_through_an_alias_made_in_the_step_is_a_mutation_of_the_original() {
+    check("ys = xs\nys.append(1)", &["xs"], &["ys"], &["xs"]);
+    check("ys = xs\nys[0] = 1", &["xs"], &["ys"], &["xs"]);
+    check("a = b = xs\nb.sort()", &["xs"], &["a", "b"], &["xs"]);
+    // Chains lead back to the first name.
+    check(
+        "ys = xs\nzs = ys\nzs.clear()",
+        &["xs"],
+        &["ys", "zs"],
+        &["xs"],
+    );
+    check(
+        "df2 = df\ndf2.drop(columns=['a'], inplace=True)",
+        &["df"],
+        &["df2"],
+        &["df"],
+    );
+}
+
+#[test]
+fn a_rebound_alias_no_longer_leads_to_the_original() {
+    check("ys = xs\nys = []\nys.append(1)", &["xs"], &["ys"], &[]);
+    check("ys = xs\nys += [1]", &["xs"], &["ys"], &[]);
+    // An alias of something the step made itself changes nothing outside.
+    check("xs = []\nys = xs\nys.append(1)", &[], &["xs", "ys"], &[]);
+}
+
+#[test]
+fn an_alias_made_in_a_branch_still_counts() {
+    check(
+        "if flag:\n    ys = xs\nelse:\n    ys = []\nys.append(1)",
+        &["flag", "xs"],
+        &["ys"],
+        &["xs"],
+    );
+}

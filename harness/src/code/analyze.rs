@@ -1141,6 +1141,13 @@ struct Analyzer<'a> {
     builtins: NameSet<'a>,
     deferred_loads: NameSet<'a>,
     deferred_mutations: NameSet<'a>,
+    /// Module-level names bound by this step to the object of another
+    /// name (`ys = xs`): name → the name whose object it holds, so that a
+    /// change in place through `ys` is recorded on `xs`.
+    aliases: std::collections::HashMap<&'a str, &'a str>,
+    /// How many conditional blocks (branches, loops, `try`) enclose the
+    /// statement being walked.
+    branches: usize,
     imports: Vec<Import>,
     definitions: Vec<Definition>,
     dynamic: Vec<DynamicUse>,
@@ -1163,6 +1170,8 @@ impl<'a> Analyzer<'a> {
             builtins: NameSet::default(),
             deferred_loads: NameSet::default(),
             deferred_mutations: NameSet::default(),
+            aliases: std::collections::HashMap::new(),
+            branches: 0,
             imports: Vec::new(),
             definitions: Vec::new(),
             dynamic: Vec::new(),
@@ -1314,6 +1323,11 @@ impl<'a> Analyzer<'a> {
             ScopeKind::Module => {
                 scope.definite.insert(name);
                 self.writes.insert(name);
+                // Rebound: whatever it held before is no longer its object,
+                // unless the rebinding may not happen (in a branch or loop).
+                if self.branches == 0 {
+                    self.aliases.remove(name);
+                }
             }
             ScopeKind::Class => {
                 if holds(&scope.globals, name) {
@@ -1388,8 +1402,38 @@ impl<'a> Analyzer<'a> {
                     .call_mutations
                     .insert(name.to_owned());
             }
-        } else if !holds(&self.scopes[0].definite, name) && !is_builtin(name) {
-            self.mutations.insert(name);
+        } else {
+            if !holds(&self.scopes[0].definite, name) && !is_builtin(name) {
+                self.mutations.insert(name);
+            }
+            // `ys = xs; ys.append(1)`: the object changed is `xs`'s.
+            if let Some(&held) = self.aliases.get(name)
+                && !holds(&self.scopes[0].definite, held)
+                && !is_builtin(held)
+            {
+                self.mutations.insert(held);
+            }
+        }
+    }
+
+    /// After a module-level `target = source` between plain names, records
+    /// that `target` holds `source`'s object (or the object `source` itself
+    /// holds as an alias).
+    fn note_alias(&mut self, assign: &'a ast::StmtAssign) {
+        if self.scopes.len() != 1 {
+            return;
+        }
+        let Expr::Name(source) = &*assign.value else {
+            return;
+        };
+        let source = source.id.as_str();
+        let held = self.aliases.get(source).copied().unwrap_or(source);
+        for target in &assign.targets {
+            if let Expr::Name(target) = target
+                && target.id.as_str() != held
+            {
+                self.aliases.insert(target.id.as_str(), held);
+            }
         }
     }
 
@@ -1791,17 +1835,28 @@ impl<'a> Visitor<'a> for Analyzer<'a> {
             Stmt::For(for_stmt) => {
                 self.visit_expr(&for_stmt.iter);
                 let before = self.snapshot();
+                self.branches += 1;
                 self.visit_expr(&for_stmt.target);
                 self.loop_body(&for_stmt.body, &for_stmt.orelse);
+                self.branches -= 1;
                 self.restore(before);
             }
             Stmt::While(while_stmt) => {
                 self.visit_expr(&while_stmt.test);
+                self.branches += 1;
                 self.loop_body(&while_stmt.body, &while_stmt.orelse);
+                self.branches -= 1;
             }
-            Stmt::If(if_stmt) => self.if_stmt(if_stmt),
-            Stmt::Try(try_stmt) => self.try_stmt(try_stmt),
-            Stmt::Match(match_stmt) => self.match_stmt(match_stmt),
+            Stmt::If(_) | Stmt::Try(_) | Stmt::Match(_) => {
+                self.branches += 1;
+                match stmt {
+                    Stmt::If(if_stmt) => self.if_stmt(if_stmt),
+                    Stmt::Try(try_stmt) => self.try_stmt(try_stmt),
+                    Stmt::Match(match_stmt) => self.match_stmt(match_stmt),
+                    _ => {}
+                }
+                self.branches -= 1;
+            }
             Stmt::Import(import) => self.import(import),
             Stmt::ImportFrom(import) => self.import_from(import),
             Stmt::Global(global) => {
@@ -1820,6 +1875,10 @@ impl<'a> Visitor<'a> for Analyzer<'a> {
             }
             Stmt::TypeAlias(alias) => self.type_alias(alias),
             Stmt::IpyEscapeCommand(command) => self.escape(command.range),
+            Stmt::Assign(assign) => {
+                visitor::walk_stmt(self, stmt);
+                self.note_alias(assign);
+            }
             _ => visitor::walk_stmt(self, stmt),
         }
     }

@@ -76,6 +76,12 @@
 //! inside function bodies are recorded as [`Definition::call_mutations`]:
 //! a later step that reads the function's name inherits them.
 //!
+//! Aliases made at module level within the step are followed: after
+//! `ys = xs` (or `a = b = xs`, or `zs = ys` after it), changing `ys` in
+//! place in the same step is a mutation of `xs`. A rebinding of `ys` outside
+//! any branch, loop or `try` ends the alias; one inside keeps it, since it
+//! may not happen. Aliases made in an earlier step are not known here.
+//!
 //! # Features that defeat analysis
 //!
 //! `exec`, `eval`, `globals`, module-level `locals()` and `vars()`, and
