@@ -576,13 +576,14 @@ fn draft_text(n: u64, len: usize) -> String {
     format!("{n:0>len$}")
 }
 
-/// Runs `steps` steps that each rewrite a `len`-byte text.
-async fn rewriting_session(
-    store: Arc<MemoryStore>,
+/// An agent whose step rewrites a `len`-byte text until `steps` steps
+/// have run, then ends with `enough`.
+fn draft_agent(
+    store: impl SessionStore + 'static,
     config: SessionConfig,
     steps: u64,
     len: usize,
-) -> (harness::Agent<Draft>, SessionId, Draft) {
+) -> harness::Agent<Draft> {
     let h = Harness::<Draft>::builder()
         .step("rewrite")
         .run(move |s: Arc<Draft>, _: Cx<()>| async move {
@@ -590,26 +591,28 @@ async fn rewriting_session(
                 .text(draft_text(s.steps + 1, len))
                 .steps(1))
         })
-        .route(move |s: &Draft| if s.steps < steps { "again" } else { "done" })
+        .route(move |s: &Draft| if s.steps < steps { "again" } else { "enough" })
         .on("again")
         .to("rewrite")
-        .on("done")
+        .on("enough")
         .end()
         .start("rewrite")
         .store(store)
         .session_config(config)
         .build()
         .unwrap();
-    let agent = create_agent("draft", &h, Slots::new()).unwrap();
-    let run = agent
-        .run(
-            Draft {
-                text: String::new(),
-                steps: 0,
-            },
-            Slots::new(),
-        )
-        .unwrap();
+    create_agent("draft", &h, Slots::new()).unwrap()
+}
+
+/// Runs `steps` steps that each rewrite a `len`-byte text.
+async fn rewriting_session(
+    store: Arc<MemoryStore>,
+    config: SessionConfig,
+    steps: u64,
+    len: usize,
+) -> (harness::Agent<Draft>, SessionId, Draft) {
+    let agent = draft_agent(store, config, steps, len);
+    let run = agent.run(Draft::default(), Slots::new()).unwrap();
     let session = run.session_id().clone();
     let out = run.await.unwrap();
     (agent, session, out.state)
@@ -945,30 +948,8 @@ async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
         inner: MemoryStore::new(),
         fail_end: true.into(),
     });
-    let h = Harness::<Draft>::builder()
-        .step("rewrite")
-        .run(|s: Arc<Draft>, _: Cx<()>| async move {
-            Ok(DraftUpdate::new().text(draft_text(s.steps + 1, 8)).steps(1))
-        })
-        .route(|s: &Draft| if s.steps < 3 { "again" } else { "enough" })
-        .on("again")
-        .to("rewrite")
-        .on("enough")
-        .end()
-        .start("rewrite")
-        .store(store.clone())
-        .build()
-        .unwrap();
-    let agent = create_agent("draft", &h, Slots::new()).unwrap();
-    let run = agent
-        .run(
-            Draft {
-                text: String::new(),
-                steps: 0,
-            },
-            Slots::new(),
-        )
-        .unwrap();
+    let agent = draft_agent(store.clone(), SessionConfig::default(), 3, 8);
+    let run = agent.run(Draft::default(), Slots::new()).unwrap();
     let session = run.session_id().clone();
     assert!(matches!(run.await, Err(RunError::Store(_))));
     let head = store.load(&session).await.unwrap().unwrap();

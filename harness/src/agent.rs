@@ -378,11 +378,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             journal.clone(),
             input,
         )
-        .await
-        .map_err(|e| match e {
-            crate::session::AcquireError::InFlight(f) => SessionError::InFlight(f),
-            crate::session::AcquireError::Store(s) => SessionError::from(s),
-        })?;
+        .await?;
         if let Some(u) = input_update {
             state.apply(u);
         }
@@ -542,11 +538,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             StepJournal::default(),
             None,
         )
-        .await
-        .map_err(|e| match e {
-            crate::session::AcquireError::InFlight(f) => SessionError::InFlight(f),
-            crate::session::AcquireError::Store(s) => SessionError::from(s),
-        })?;
+        .await?;
         let start = &self.inner.harness.steps[self.inner.harness.start].name;
         cursor
             .settle(

@@ -27,9 +27,7 @@ mod replay;
 pub use error::{
     NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError, StoreLoad,
 };
-pub(crate) use replay::{
-    AcquireError, END, SessionCursor, StepDone, json_len, push_input, rebuild,
-};
+pub(crate) use replay::{END, SessionCursor, StepDone, json_len, push_input, rebuild};
 
 use crate::ids::{RunId, SessionId};
 use crate::run::{Interrupt, StepJournal};

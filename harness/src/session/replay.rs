@@ -405,6 +405,15 @@ pub(crate) enum AcquireError {
     Store(StoreError),
 }
 
+impl From<AcquireError> for super::SessionError {
+    fn from(e: AcquireError) -> Self {
+        match e {
+            AcquireError::InFlight(f) => Self::InFlight(f),
+            AcquireError::Store(s) => Self::from(s),
+        }
+    }
+}
+
 /// The state of `session` after `index` steps (the latest when `None`):
 /// the nearest snapshot at or before it, then the updates after it.
 pub(crate) async fn rebuild<S: HarnessState>(
