@@ -63,9 +63,12 @@ pub struct ModelRequest {
     /// Sequences that end generation when produced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop_sequences: Vec<String>,
-    /// Provider-specific fields merged into the top level of the JSON body
-    /// (e.g. `{"seed": 7}`); overrides fields the provider would set.
-    /// Using it ties the request to one provider's API.
+    /// Provider-specific fields merged into the JSON body as a JSON merge
+    /// patch (RFC 7386: objects merge field by field, `null` removes a
+    /// field, anything else replaces it), e.g. `{"seed": 7}` or, for Gemini,
+    /// `{"generationConfig": {"thinkingConfig": {"includeThoughts": true}}}`
+    /// alongside the `generationConfig` made from the request. Using it ties
+    /// the request to one provider's API.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub extra: Map<String, Value>,
 }

@@ -25,8 +25,8 @@
 //!   sends it back without knowing about it; the id stays Gemini's own.
 //! - Thought summaries (`"thought": true` parts, asked for with
 //!   `{"generationConfig": {"thinkingConfig": {"includeThoughts": true}}}`
-//!   in [`ModelRequest::extra`](harness::llm::ModelRequest::extra), which
-//!   then replaces the `generationConfig` made from the request) become
+//!   in [`ModelRequest::extra`](harness::llm::ModelRequest::extra), merged
+//!   into the `generationConfig` made from the request) become
 //!   [`Reasoning`](harness::llm::Reasoning) parts with their text and
 //!   signature; a streamed thought's pieces are joined into one part. A
 //!   `thoughtSignature` on a text part becomes a `Reasoning` part with no

@@ -712,3 +712,28 @@ async fn the_key_never_shows_in_debug_output_or_errors() {
         assert!(!text.contains(KEY), "{text}");
     }
 }
+
+#[tokio::test]
+async fn extra_fields_merge_into_the_generation_config_made_from_the_request() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(GENERATE))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(answer(json!([{ "text": "ok" }]), "STOP")),
+        )
+        .mount(&server)
+        .await;
+    let mut request = ask("Hi");
+    request.max_tokens = Some(64);
+    request.extra.insert(
+        "generationConfig".into(),
+        json!({ "thinkingConfig": { "includeThoughts": true }, "maxOutputTokens": null }),
+    );
+    model(&server).complete(&request).await.unwrap();
+    let config = &requests(&server).await[0]["generationConfig"];
+    // The request's temperature stays; the patch adds thinking and removes
+    // the token limit.
+    assert_eq!(config["temperature"], json!(0.5));
+    assert_eq!(config["thinkingConfig"], json!({ "includeThoughts": true }));
+    assert!(config.get("maxOutputTokens").is_none(), "{config}");
+}

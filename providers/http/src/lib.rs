@@ -59,15 +59,44 @@ pub fn request_body(
     Ok(body)
 }
 
-/// Merges [`ModelRequest::extra`](harness::llm::ModelRequest::extra) into
-/// the top level of a provider's JSON body; its fields win.
+/// Merges [`ModelRequest::extra`](harness::llm::ModelRequest::extra) into a
+/// provider's JSON body as a JSON merge patch (RFC 7386): an object merges
+/// into the body's object of the same name field by field, so
+/// `{"generationConfig": {"seed": 7}}` keeps the temperature the request
+/// set there; `null` removes a field; anything else replaces it.
+///
+/// ```
+/// use serde_json::json;
+///
+/// let mut body = json!({"model": "m", "config": {"temperature": 0.2, "topK": 4}});
+/// let extra = json!({"config": {"seed": 7, "topK": null}, "stream": true});
+/// harness_provider_http::merge_extra(&mut body, extra.as_object().unwrap());
+/// assert_eq!(
+///     body,
+///     json!({"model": "m", "config": {"temperature": 0.2, "seed": 7}, "stream": true})
+/// );
+/// ```
 pub fn merge_extra(
     body: &mut serde_json::Value,
     extra: &serde_json::Map<String, serde_json::Value>,
 ) {
+    if !body.is_object() {
+        *body = serde_json::Value::Object(serde_json::Map::new());
+    }
     if let serde_json::Value::Object(fields) = body {
-        for (key, value) in extra {
-            fields.insert(key.clone(), value.clone());
+        for (key, patch) in extra {
+            match patch {
+                serde_json::Value::Null => {
+                    fields.remove(key);
+                }
+                serde_json::Value::Object(inner) => merge_extra(
+                    fields.entry(key.clone()).or_insert(serde_json::Value::Null),
+                    inner,
+                ),
+                other => {
+                    fields.insert(key.clone(), other.clone());
+                }
+            }
         }
     }
 }
