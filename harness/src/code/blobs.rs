@@ -7,7 +7,8 @@
 //! durable: the file is fsynced before the rename and its directory after,
 //! so a blob it stored survives a crash. The Python kernel writes blobs into
 //! the same layout directly (no copy through the protocol pipe) without
-//! fsyncing them; the Rust side reads, checks (every read is verified
+//! fsyncing them ([`BlobStore::sync`] does, in one batch, when a session is
+//! saved); the Rust side reads, checks (every read is verified
 //! against the hash) and collects them.
 //!
 //! ```
@@ -197,8 +198,10 @@ impl BlobStore {
     /// Makes blobs written by someone else (the kernel writes its snapshots
     /// itself, without fsync) durable: fsyncs each blob of `hashes` that
     /// exists, then each directory holding them and the directories above
-    /// up to the store's root (the kernel may have created them). Blobs that do not exist are
-    /// skipped: a value whose blob is missing is recomputed, not read.
+    /// up to the store's root (the kernel may have created them). Blobs
+    /// that do not exist are skipped: a value whose blob is missing is
+    /// recomputed, not read. [`CodeSession::save`](crate::code::session::CodeSession::save)
+    /// calls it for the blobs the session refers to.
     ///
     /// # Errors
     ///
