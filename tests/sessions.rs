@@ -67,6 +67,18 @@ fn harness(store: Arc<MemoryStore>, config: SessionConfig) -> Harness<Tally, Eff
         .unwrap()
 }
 
+/// A tally agent on a memory store and a counter of its own.
+fn fresh_agent() -> harness::Agent<Tally, Effects> {
+    agent(&Arc::new(MemoryStore::new()), &Arc::new(AtomicU32::new(0)))
+}
+
+/// Runs a new session of `agent` until it pauses for approval.
+async fn paused(agent: &harness::Agent<Tally, Effects>) -> (SessionId, InterruptId) {
+    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let session = run.session_id().clone();
+    (session, run.await.unwrap().interrupt.unwrap().id)
+}
+
 fn agent(store: &Arc<MemoryStore>, effects: &Arc<AtomicU32>) -> harness::Agent<Tally, Effects> {
     create_agent(
         "tally",
@@ -78,9 +90,7 @@ fn agent(store: &Arc<MemoryStore>, effects: &Arc<AtomicU32>) -> harness::Agent<T
 
 #[tokio::test]
 async fn every_step_is_checkpointed_and_any_checkpoint_can_be_read_back() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
+    let agent = fresh_agent();
     let run = agent.run(Tally::default(), Slots::new()).unwrap();
     let session = run.session_id().clone();
     let out = run.await.unwrap();
@@ -155,12 +165,8 @@ async fn a_fresh_agent_resumes_a_stored_interrupt_and_the_side_effect_runs_once(
 
 #[tokio::test]
 async fn resume_with_the_wrong_interrupt_id_is_no_interrupt() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
-    let session = run.session_id().clone();
-    let real = run.await.unwrap().interrupt.unwrap().id;
+    let agent = fresh_agent();
+    let (session, real) = paused(&agent).await;
     let err = agent
         .resume(true, &session, &InterruptId::from("wrong"), Slots::new())
         .await
@@ -173,12 +179,8 @@ async fn resume_with_the_wrong_interrupt_id_is_no_interrupt() {
 
 #[tokio::test]
 async fn a_new_run_on_a_session_waiting_for_an_answer_is_refused() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
-    let session = run.session_id().clone();
-    let interrupt = run.await.unwrap().interrupt.unwrap().id;
+    let agent = fresh_agent();
+    let (session, interrupt) = paused(&agent).await;
     let err = agent
         .continue_session(&session, TallyUpdate::new(), Slots::new())
         .await
@@ -191,12 +193,8 @@ async fn a_new_run_on_a_session_waiting_for_an_answer_is_refused() {
 
 #[tokio::test]
 async fn two_resumes_of_one_session_cannot_both_proceed() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
-    let session = run.session_id().clone();
-    let interrupt = run.await.unwrap().interrupt.unwrap().id;
+    let agent = fresh_agent();
+    let (session, interrupt) = paused(&agent).await;
     let first = agent
         .resume(true, &session, &interrupt, Slots::new())
         .await
@@ -219,12 +217,8 @@ async fn two_resumes_of_one_session_cannot_both_proceed() {
 
 #[tokio::test]
 async fn racing_resumes_from_many_tasks_let_exactly_one_through() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
-    let session = run.session_id().clone();
-    let interrupt = run.await.unwrap().interrupt.unwrap().id;
+    let agent = fresh_agent();
+    let (session, interrupt) = paused(&agent).await;
     let mut tasks = Vec::new();
     for i in 0..8 {
         let (agent, session, interrupt) = (agent.clone(), session.clone(), interrupt.clone());
@@ -284,9 +278,7 @@ async fn a_session_of_another_agent_is_a_store_load_error() {
 
 #[tokio::test]
 async fn a_chat_thread_continues_from_the_stored_state_with_the_input_merged() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
+    let agent = fresh_agent();
     let session = SessionId::from("thread-1");
     // A session that does not exist yet is created.
     let first = agent
@@ -333,9 +325,7 @@ async fn a_chat_thread_continues_from_the_stored_state_with_the_input_merged() {
 
 #[tokio::test]
 async fn fork_starts_a_new_session_from_any_checkpoint_with_an_update() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
+    let agent = fresh_agent();
     let run = agent.run(Tally::default(), Slots::new()).unwrap();
     let session = run.session_id().clone();
     run.await.unwrap();
@@ -438,9 +428,7 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
 
 #[tokio::test]
 async fn in_process_resume_reacquires_the_session_and_persists() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
+    let agent = fresh_agent();
     let mut run = agent.run(Tally::default(), Slots::new()).unwrap();
     let session = run.session_id().clone();
     let paused = (&mut run).await.unwrap();
@@ -831,9 +819,7 @@ async fn on_disk_a_500_step_session_stays_under_three_times_its_final_state() {
 
 #[tokio::test]
 async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
+    let agent = fresh_agent();
     let mut run = agent.run(Tally::default(), Slots::new()).unwrap();
     let session = run.session_id().clone();
     let paused = (&mut run).await.unwrap();
@@ -856,9 +842,7 @@ async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
 #[tokio::test]
 async fn the_sessions_command_lists_shows_and_resumes() {
     use harness::session::cli::sessions_command;
-    let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
-    let agent = agent(&store, &effects);
+    let agent = fresh_agent();
     let run = agent.run(Tally::default(), Slots::new()).unwrap();
     let session = run.session_id().to_string();
     run.await.unwrap();
