@@ -4,31 +4,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+use support::graph_of;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::code::diagnose::{
     ContextRole, Diagnosis, ErrorClass, FailureKind, StepFailure, Suggestion, diagnose,
 };
-use harness::code::{
-    ExecutionStateGraph, OutputSummary, Provenance, RunOutcome, RunRecord, StepId, Timestamp,
-};
-
-fn graph_of(steps: &[&str]) -> (ExecutionStateGraph, Vec<StepId>) {
-    let mut graph = ExecutionStateGraph::new();
-    let ids = steps
-        .iter()
-        .map(|source| {
-            graph
-                .add_step(
-                    *source,
-                    Provenance::new("model", "step", Timestamp::from_millis(0)),
-                )
-                .unwrap()
-        })
-        .collect();
-    (graph, ids)
-}
+use harness::code::{OutputSummary, RunOutcome, RunRecord, StepId, Timestamp};
 
 fn ok_with(values: &[(&str, &str)]) -> RunRecord {
     RunRecord {

@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+use support::{graph_of, run_all};
+
 use std::collections::BTreeMap;
 
 use harness::code::{
@@ -12,15 +15,6 @@ use harness::code::{
 
 fn at(ms: u64) -> Provenance {
     Provenance::new("test", "step", Timestamp::from_millis(ms))
-}
-
-fn graph_of(steps: &[&str]) -> (ExecutionStateGraph, Vec<StepId>) {
-    let mut graph = ExecutionStateGraph::new();
-    let ids = steps
-        .iter()
-        .map(|source| graph.add_step(*source, at(0)).unwrap())
-        .collect();
-    (graph, ids)
 }
 
 /// `consumer`'s dependencies as (producer, names).
@@ -35,14 +29,6 @@ fn deps(graph: &ExecutionStateGraph, consumer: StepId) -> Vec<(u32, Vec<String>)
 
 fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|n| (*n).to_owned()).collect()
-}
-
-fn run_all(graph: &mut ExecutionStateGraph) {
-    for step in graph.stale_order() {
-        graph
-            .record_run(step, RunRecord::ok(Timestamp::from_millis(1), 5))
-            .unwrap();
-    }
 }
 
 fn ids(list: &[u32]) -> Vec<StepId> {

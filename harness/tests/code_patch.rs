@@ -4,40 +4,18 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+use support::{graph_of, run_all};
+
 use harness::code::diagnose::{Diagnosis, StepFailure, Suggestion, diagnose};
 use harness::code::patch::{
     AnswerError, DiffError, ModelPatcher, PatchError, Patcher, RulePatcher, apply_patch,
     apply_unified_diff, parse_answer, rollback_patch,
 };
 use harness::code::{
-    AnalysisError, AnalysisOptions, ExecutionStateGraph, Provenance, RunRecord, StepId, StepStatus,
-    Timestamp,
+    AnalysisError, AnalysisOptions, ExecutionStateGraph, RunRecord, StepId, StepStatus, Timestamp,
 };
 use harness::llm::{Expect, ModelError, ModelResponse, ScriptedModel, Usage};
-
-fn graph_of(steps: &[&str]) -> (ExecutionStateGraph, Vec<StepId>) {
-    let mut graph = ExecutionStateGraph::new();
-    let ids = steps
-        .iter()
-        .map(|source| {
-            graph
-                .add_step(
-                    *source,
-                    Provenance::new("model", "step", Timestamp::from_millis(0)),
-                )
-                .unwrap()
-        })
-        .collect();
-    (graph, ids)
-}
-
-fn run_all(graph: &mut ExecutionStateGraph) {
-    for step in graph.stale_order() {
-        graph
-            .record_run(step, RunRecord::ok(Timestamp::from_millis(1), 2))
-            .unwrap();
-    }
-}
 
 /// A session whose step 2 misspells `total`, with a consumer after it.
 const SALES: [&str; 4] = [
