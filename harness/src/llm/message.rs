@@ -289,6 +289,14 @@ impl ContentPart {
         }
     }
 
+    /// The tool call, if this is a tool call part.
+    pub fn as_tool_call(&self) -> Option<&ToolCall> {
+        match self {
+            Self::ToolCall(call) => Some(call),
+            _ => None,
+        }
+    }
+
     /// The reasoning, if this is a reasoning part.
     pub fn as_reasoning(&self) -> Option<&Reasoning> {
         match self {
@@ -374,10 +382,7 @@ impl Message {
 
     /// The tool calls in this message, in order.
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
-        self.content.iter().filter_map(|part| match part {
-            ContentPart::ToolCall(call) => Some(call),
-            _ => None,
-        })
+        self.content.iter().filter_map(ContentPart::as_tool_call)
     }
 
     /// The reasoning parts in this message, in order.

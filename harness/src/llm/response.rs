@@ -147,10 +147,7 @@ impl ModelResponse {
 
     /// The tool calls, in order.
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
-        self.content.iter().filter_map(|part| match part {
-            ContentPart::ToolCall(call) => Some(call),
-            _ => None,
-        })
+        self.content.iter().filter_map(ContentPart::as_tool_call)
     }
 
     /// The reasoning parts, in order (see [`Reasoning`]).
