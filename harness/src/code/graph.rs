@@ -714,6 +714,12 @@ impl ExecutionStateGraph {
             let excess = node.runs.len() - MAX_RUN_HISTORY;
             node.runs.drain(..excess);
         }
+        Ok(self.stale_up_to_date_downstream(step))
+    }
+
+    /// Marks the up-to-date steps downstream of `step` stale (its outputs
+    /// may have changed) and returns them.
+    fn stale_up_to_date_downstream(&mut self, step: StepId) -> Vec<StepId> {
         let mut staled = Vec::new();
         for id in self.downstream_set(step) {
             if id != step && self.graph[id.node()].status == StepStatus::Ok {
@@ -721,7 +727,7 @@ impl ExecutionStateGraph {
                 staled.push(id);
             }
         }
-        Ok(staled)
+        staled
     }
 
     /// Records that `step` is up to date without running it: an executor
@@ -752,14 +758,7 @@ impl ExecutionStateGraph {
         node.status = StepStatus::Ok;
         node.error = None;
         node.outputs = Some(outputs);
-        let mut staled = Vec::new();
-        for id in self.downstream_set(step) {
-            if id != step && self.graph[id.node()].status == StepStatus::Ok {
-                self.set_stale(id);
-                staled.push(id);
-            }
-        }
-        Ok(staled)
+        Ok(self.stale_up_to_date_downstream(step))
     }
 
     /// Replaces the code of `step`, keeping the old version with its
