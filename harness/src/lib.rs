@@ -7,6 +7,7 @@ extern crate self as harness;
 
 pub mod agent;
 pub mod code;
+pub mod durable;
 pub mod graph;
 pub mod ids;
 pub mod llm;

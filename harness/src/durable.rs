@@ -1,0 +1,205 @@
+//! Files that survive a crash: the one way this workspace replaces a file.
+//!
+//! [`write_atomic`] writes the new bytes to a temporary file with a unique
+//! name beside the target, fsyncs it, renames it over the target and fsyncs
+//! the directory, so that after a crash a reader finds either the old file
+//! or the new one, whole, never a mix or an empty file. Every writer of the
+//! workspace uses it: model transcripts, the file session store, code
+//! notebooks and their blobs.
+//!
+//! ```
+//! use harness::durable::{Sync, write_atomic};
+//! let dir = std::env::temp_dir().join(format!("harness-durable-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let path = dir.join("state.json");
+//! write_atomic(&path, b"{\"n\":1}", Sync::FileAndDir)?;
+//! write_atomic(&path, b"{\"n\":2}", Sync::FileAndDir)?;
+//! assert_eq!(std::fs::read(&path)?, b"{\"n\":2}");
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// How much of an atomic write must reach the disk before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sync {
+    /// Rename only: atomic for readers, but a crash may lose the write (and,
+    /// on some file systems, leave the file empty). For data that is
+    /// fsynced later as a batch.
+    None,
+    /// The file's content is fsynced before the rename; the rename itself
+    /// is durable once the caller fsyncs the directory ([`sync_dir`]),
+    /// which lets several writes to one directory share that fsync.
+    File,
+    /// The file is fsynced, renamed, and its directory fsynced: the write
+    /// is durable when this returns.
+    FileAndDir,
+}
+
+/// An atomic write that failed: what it was doing, and to which path. The
+/// target is untouched and the temporary file removed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {action} {}: {source}", path.display())]
+pub struct WriteError {
+    /// What failed: `create`, `write`, `fsync`, `rename into place`,
+    /// `fsync the directory`.
+    pub action: &'static str,
+    /// The file or directory it failed on.
+    pub path: PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub source: io::Error,
+}
+
+/// Replaces `path` with `bytes` atomically: a temporary file with a unique
+/// name in the same directory (so that two writers never share one), fsynced
+/// as `sync` says, renamed over `path`. The directory must exist.
+///
+/// # Errors
+///
+/// [`WriteError`] naming the step and the path that failed.
+pub fn write_atomic(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), WriteError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let fail = |action: &'static str, at: &Path| {
+        let at = at.to_path_buf();
+        move |source| WriteError {
+            action,
+            path: at,
+            source,
+        }
+    };
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(fail("create", &tmp))?;
+        file.write_all(bytes).map_err(fail("write", &tmp))?;
+        if sync != Sync::None {
+            file.sync_all().map_err(fail("fsync", &tmp))?;
+        }
+        drop(file);
+        fs::rename(&tmp, path).map_err(fail("rename into place", path))
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if sync == Sync::FileAndDir {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Fsyncs a directory, making the names created, renamed or removed in it
+/// durable. A no-op where directories cannot be opened as files (Windows).
+///
+/// # Errors
+///
+/// [`WriteError`] with the action `fsync the directory`.
+pub fn sync_dir(dir: &Path) -> Result<(), WriteError> {
+    #[cfg(unix)]
+    {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| WriteError {
+                action: "fsync the directory",
+                path: dir.to_path_buf(),
+                source,
+            })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "harness-durable-{tag}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    #[test]
+    fn replaces_the_file_and_leaves_no_temporary_behind() {
+        let dir = temp_dir("replace");
+        let path = dir.join("a.json");
+        for (i, sync) in [Sync::None, Sync::File, Sync::FileAndDir]
+            .into_iter()
+            .enumerate()
+        {
+            write_atomic(&path, format!("v{i}").as_bytes(), sync).expect("write");
+            assert_eq!(fs::read_to_string(&path).expect("read"), format!("v{i}"));
+        }
+        let names: Vec<_> = fs::read_dir(&dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["a.json"]);
+        fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    #[test]
+    fn a_failed_write_names_the_path_and_keeps_the_old_file() {
+        let dir = temp_dir("fail");
+        let path = dir.join("kept.json");
+        write_atomic(&path, b"old", Sync::FileAndDir).expect("write");
+        // Renaming a file over a directory fails: the old content survives.
+        let blocked = dir.join("blocked");
+        fs::create_dir_all(blocked.join("inside")).expect("dir");
+        let err = write_atomic(&blocked, b"new", Sync::FileAndDir).expect_err("over a directory");
+        assert_eq!(err.action, "rename into place");
+        assert!(err.to_string().contains("blocked"), "{err}");
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        let missing = dir.join("no-such-dir").join("x.json");
+        let err = write_atomic(&missing, b"x", Sync::None).expect_err("no directory");
+        assert_eq!(err.action, "create");
+        let leftovers = fs::read_dir(&dir)
+            .expect("list")
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            })
+            .count();
+        assert_eq!(leftovers, 0);
+        fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_file_never_collide() {
+        let dir = temp_dir("race");
+        let path = dir.join("shared.json");
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let path = &path;
+                s.spawn(move || {
+                    for i in 0..25 {
+                        write_atomic(path, format!("{t}:{i}").as_bytes(), Sync::File)
+                            .expect("every writer succeeds");
+                    }
+                });
+            }
+        });
+        let last = fs::read_to_string(&path).expect("read");
+        assert!(last.ends_with(":24"), "{last}");
+        fs::remove_dir_all(&dir).expect("clean");
+    }
+}
