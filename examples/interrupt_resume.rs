@@ -14,14 +14,15 @@
 
 use harness::session::SessionPhase;
 use harness::{
-    Context, Cx, Harness, HarnessState, SessionId, Signal, Slots, StepResult, create_agent,
+    Context, Cx, Harness, HarnessState, JsonSchema, SessionId, Signal, StepResult, create_agent,
+    schemars,
 };
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// An expense claim going through approval.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
 struct Claim {
     employee: String,
     amount_cents: u64,
@@ -37,7 +38,7 @@ struct Deps {
     notify: Arc<dyn Fn(&str) + Send + Sync>,
 }
 
-async fn review(claim: Arc<Claim>, _: Cx<Deps>) -> StepResult<ClaimUpdate> {
+async fn review(claim: Arc<Claim>) -> StepResult<ClaimUpdate> {
     let note = format!(
         "{} claims {}.{:02} EUR",
         claim.employee,
@@ -66,7 +67,7 @@ async fn approve(claim: Arc<Claim>, cx: Cx<Deps>) -> StepResult<ClaimUpdate> {
         .log(vec![format!("manager answered {answer} on {ticket}")]))
 }
 
-async fn pay(claim: Arc<Claim>, _: Cx<Deps>) -> StepResult<ClaimUpdate> {
+async fn pay(claim: Arc<Claim>) -> StepResult<ClaimUpdate> {
     Ok(ClaimUpdate::new().log(vec![format!("paid {} cents", claim.amount_cents)]))
 }
 
@@ -108,7 +109,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let store = SledStore::open(&store_dir)?;
     let notify: Arc<dyn Fn(&str) + Send + Sync> =
         Arc::new(|m: &str| println!("  side effect: {m}"));
-    let harness = Harness::<Claim, Deps>::builder()
+    let harness = Harness::<Claim, Deps>::builder_with(DepsFixed { notify })
         .step("review")
         .run(review)
         .next("approve")
@@ -127,19 +128,16 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .end()
         .step("pay")
         .run(pay)
-        .route(|_: &Claim| "paid")
-        .on("paid")
         .end()
         .start("review")
-        .slots(Slots::new().with("notify", notify))
         .store(store)
         .build()?;
-    let agent = create_agent("expenses", &harness, Slots::new())?;
+    let agent = create_agent("expenses", &harness);
 
     if let Some(args) = sessions_args {
         print!(
             "{}",
-            harness::session::cli::sessions_command(&agent, &args, Slots::new).await?
+            harness::session::cli::sessions_command(&agent, &args, || ()).await?
         );
         return Ok(());
     }
@@ -152,7 +150,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 log: vec![],
                 approved: None,
             };
-            agent.run(claim, Slots::new())?.await?
+            agent.run(claim).await?
         }
         (Some(session), Some(answer)) => {
             let id = match interrupt {
@@ -167,7 +165,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             };
             println!("resuming session {session} with answer {answer:?}");
             agent
-                .resume(answer, &session, &id, Slots::new())
+                .resume(answer, &session, &id)
                 .await?
                 .await?
         }

@@ -10,13 +10,16 @@ use harness::llm::{
     ContentPart, Expect, LanguageModel, Message, ModelRequest, ModelResponse, Role, ScriptedModel,
     Tool, ToolCall, ToolSet,
 };
-use harness::{Context, Cx, Harness, HarnessState, RunEvent, Slots, StepResult, create_agent};
+use harness::{
+    Context, Cx, Harness, HarnessState, JsonSchema, RunEvent, StepResult, create_agent_with,
+    schemars,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::Arc;
 
 /// The conversation: each step's messages are appended.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
 struct Chat {
     #[field(reduce = append)]
     messages: Vec<Message>,
@@ -67,7 +70,7 @@ async fn call_tools(chat: Arc<Chat>, cx: Cx<Deps>) -> StepResult<ChatUpdate> {
     Ok(ChatUpdate::new().messages(vec![Message::tool_results(results)]))
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 struct WeatherArgs {
     /// The city, e.g. "Paris".
     city: String,
@@ -128,7 +131,8 @@ async fn main() {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let harness = Harness::<Chat, Deps>::builder()
+    let tools = Arc::new(ToolSet::new().with(Weather));
+    let harness = Harness::<Chat, Deps>::builder_with(DepsFixed { tools })
         .step("think")
         .run(think)
         .route(after_think)
@@ -140,23 +144,19 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .run(call_tools)
         .next("think")
         .start("think")
-        .slots(Slots::new().with("tools", Arc::new(ToolSet::new().with(Weather))))
         .build()?;
     println!("The loop:\n{}", harness.to_mermaid());
 
     // HARNESS_PROVIDER=openai|anthropic|gemini runs the same loop on a real model.
     let model = harness_examples::providers_select::model_from_env(script())?;
-    let agent = create_agent("quickstart", &harness, Slots::new().with("model", model))?;
+    let agent = create_agent_with("quickstart", &harness, DepsAgent { model });
 
     let question = "Is it warmer in Paris or in Oslo right now?";
     println!("user: {question}");
-    let run = agent.run(
-        Chat {
-            messages: vec![Message::user(question)],
-            model_calls: 0,
-        },
-        Slots::new(),
-    )?;
+    let run = agent.run(Chat {
+        messages: vec![Message::user(question)],
+        model_calls: 0,
+    });
     let mut events = run.events();
     let printer = tokio::spawn(async move {
         while let Some(event) = events.recv().await {

@@ -5,7 +5,7 @@
 
 use futures::StreamExt;
 use harness::session::{SessionConfig, SessionError};
-use harness::{Cx, Harness, HarnessState, RunEvent, SessionId, Slots, StepResult, create_agent};
+use harness::{Harness, HarnessState, RunEvent, SessionId, StepResult, create_agent};
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ struct Ticks {
     steps: u64,
 }
 
-async fn tick(s: Arc<Ticks>, _: Cx<()>) -> StepResult<TicksUpdate> {
+async fn tick(s: Arc<Ticks>) -> StepResult<TicksUpdate> {
     tokio::time::sleep(Duration::from_millis(2)).await;
     Ok(TicksUpdate::new().ticks(vec![(s.ticks.len() as u64 + 1, std::process::id())]))
 }
@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .store(SledStore::open(dir)?)
         .session_config(config)
         .build()?;
-    let agent = create_agent("crash", &harness, Slots::new())?;
+    let agent = create_agent("crash", &harness);
     let session = SessionId::from(session.as_str());
     let run = match mode.as_str() {
         "start" => agent.run_in(
@@ -62,10 +62,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ticks: vec![],
                 steps,
             },
-            Slots::new(),
-        )?,
+        ),
         "recover" => loop {
-            match agent.recover(&session, Slots::new()).await {
+            match agent.recover(&session).await {
                 Ok(run) => break run,
                 // The killed worker's lease has not expired yet.
                 Err(SessionError::InFlight(_)) => {

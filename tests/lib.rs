@@ -56,7 +56,10 @@ pub fn chat_loop(tools: ToolSet) -> harness::HarnessBuilder<Chat, Deps> {
 
 /// [`chat_loop`] with a retry policy on the model call.
 pub fn chat_loop_with(tools: ToolSet, retry: RetryPolicy) -> harness::HarnessBuilder<Chat, Deps> {
-    Harness::<Chat, Deps>::builder()
+    let fixed = DepsFixed {
+        tools: Arc::new(tools),
+    };
+    Harness::<Chat, Deps>::builder_with(fixed)
         .step("think")
         .run(think)
         .retry(retry)
@@ -72,7 +75,6 @@ pub fn chat_loop_with(tools: ToolSet, retry: RetryPolicy) -> harness::HarnessBui
         .run(call_tools)
         .next("think")
         .start("think")
-        .slots(harness::Slots::new().with("tools", Arc::new(tools)))
 }
 
 /// Arguments of [`Counter`].
@@ -112,3 +114,15 @@ pub mod pool;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// Guide chapters whose examples use the stores and providers, which the core
+// crate cannot depend on: they are doctested here (see `harness::guide`).
+#[cfg(doctest)]
+#[doc = include_str!("../harness/src/docs/guide/sessions.md")]
+struct GuideSessions;
+#[cfg(doctest)]
+#[doc = include_str!("../harness/src/docs/guide/distributed.md")]
+struct GuideDistributed;
+#[cfg(doctest)]
+#[doc = include_str!("../harness/src/docs/guide/models.md")]
+struct GuideModels;

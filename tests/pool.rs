@@ -2,7 +2,7 @@
 //! which process ran it.
 
 use harness::session::{SessionConfig, SessionStore, StoreError};
-use harness::{Agent, Cx, Harness, HarnessState, Slots, StepResult, create_agent};
+use harness::{Agent, Cx, Harness, HarnessState, StepResult, create_agent};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub fn agent_on(
     config: SessionConfig,
     announce: bool,
 ) -> Result<Agent<Job, Announce>, Box<dyn std::error::Error>> {
-    let harness = Harness::<Job, Announce>::builder()
+    let harness = Harness::<Job, Announce>::builder_with(AnnounceFixed { announce })
         .step("tick")
         .run(tick)
         .route(|s: &Job| {
@@ -59,11 +59,10 @@ pub fn agent_on(
         .on("done")
         .end()
         .start("tick")
-        .slots(Slots::new().with("announce", announce))
         .store(store)
         .session_config(config)
         .build()?;
-    Ok(create_agent("pool", &harness, Slots::new())?)
+    Ok(create_agent("pool", &harness))
 }
 
 /// Connects to the `backend` (`postgres` or `redis`) store at `url`, in

@@ -20,7 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..SessionConfig::default()
     };
     let agent = agent_on(store, config, true)?;
-    Worker::new(agent, harness::Slots::new)
+    Worker::new(agent)
         .poll_interval(Duration::from_millis(20))
         .run_until(std::future::pending())
         .await?;

@@ -29,7 +29,10 @@ pub fn derive_harness_state(input: TokenStream) -> TokenStream {
 /// Derives `harness::Context` for a struct whose fields are slots.
 ///
 /// Every field carries `#[slot(fixed)]`, `#[slot(agent)]` or `#[slot(run)]`.
-#[proc_macro_derive(Context, attributes(slot))]
+/// For each phase with slots the derive generates a struct of that phase's
+/// slots (`<Name>Fixed`, `<Name>Agent`, `<Name>Run`; rename them with
+/// `#[context(fixed = A, agent = B, run = C)]`), which is how they are given.
+#[proc_macro_derive(Context, attributes(slot, context))]
 pub fn derive_context(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     context::expand(&input)

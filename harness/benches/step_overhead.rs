@@ -5,7 +5,7 @@
 //! this benchmark too and prints the ratio.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use harness::{Agent, Cx, Harness, HarnessState, Slots, StepResult, create_agent};
+use harness::{Agent, Cx, Harness, HarnessState, StepResult, create_agent};
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ fn agent() -> Agent<Loop> {
         .step_limit(10 * N)
         .build()
         .expect("the benchmark loop is valid");
-    create_agent("bench", &harness, Slots::new()).expect("no slots needed")
+    create_agent("bench", &harness)
 }
 
 fn step_overhead(c: &mut Criterion) {
@@ -62,9 +62,7 @@ fn step_overhead(c: &mut Criterion) {
             rt.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    let run = agent
-                        .run(Loop::default(), Slots::new())
-                        .expect("no slots needed");
+                    let run = agent.run(Loop::default());
                     let out = run.await.expect("the loop ends");
                     assert_eq!(out.steps, 2 * N);
                     black_box(out);

@@ -1,28 +1,35 @@
 //! Agents: a harness with its agent slots, ready to run, and the operations
 //! on its stored sessions (resume, continue, recover, time travel).
 
+use crate::error::{NoInterrupt, NoSession, SessionError, SessionPendingInterrupt, StoreError};
 use crate::graph::{Harness, HarnessInner};
 use crate::ids::{InterruptId, RunId, SessionId};
-use crate::run::{Execution, NoInterrupt, Run, SessionLink, StepJournal};
+use crate::run::{Execution, Run, SessionLink};
+use crate::session::head::{self, check_owner};
 use crate::session::{
-    CheckpointInfo, CheckpointKind, NoSession, SessionCursor, SessionError, SessionInFlight,
-    SessionPendingInterrupt, SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun, rebuild,
+    Busy, CheckpointInfo, CheckpointKind, Holder, SessionCursor, SessionPhase, SessionStore,
+    StoredRun, Submitted, now_millis, rebuild,
 };
-use crate::slots::{Context, Phase, SlotError, SlotSource, Slots};
+use crate::signal::Signal;
+use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
+use crate::step::StepJournal;
 use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 
-pub(crate) struct AgentInner<S: HarnessState, C> {
-    pub(crate) id: Arc<str>,
-    pub(crate) harness: Arc<HarnessInner<S, C>>,
-    pub(crate) slots: Slots,
+struct AgentInner<S: HarnessState, C: Context> {
+    id: Arc<str>,
+    harness: Arc<HarnessInner<S, C>>,
+    slots: C::Agent,
 }
 
 /// A harness with its agent slots: runs are started from it.
 ///
-/// Cheap to clone (shared).
+/// Cheap to clone (shared). The operations that start or continue a run
+/// (`run`, `run_in`, `resume`, `continue_session`, `recover`) are here when
+/// the context has no run slots; otherwise give them first with
+/// [`with`](Agent::with), which has the same operations.
 pub struct Agent<S: HarnessState, C: Context = ()> {
     inner: Arc<AgentInner<S, C>>,
 }
@@ -39,53 +46,39 @@ impl<S: HarnessState, C: Context> fmt::Debug for Agent<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Agent")
             .field("id", &self.inner.id)
-            .field("slots", &self.inner.slots)
             .finish_non_exhaustive()
     }
 }
 
-/// What to do with a run submitted to a session that is busy (running, or
-/// runnable and waiting for a worker).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Busy {
-    /// Refuse it with [`SessionError::InFlight`].
-    Reject,
-    /// Queue it: it starts when the runs before it complete.
-    Queue,
-}
-
-/// Where a submitted run is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Submitted {
-    /// Waiting for a worker to take it.
-    Runnable,
-    /// Queued behind the session's current run, at this position (1 = next).
-    Queued {
-        /// Its place in the queue.
-        position: usize,
-    },
-}
-
-/// Creates an agent named `id` from `harness`, with its agent slots.
+/// Creates an agent named `id` from `harness`, whose context has no agent
+/// slots (give those with [`create_agent_with`]).
 ///
-/// The fixed slots (given to the harness) and the agent slots are checked
-/// here: every missing, misplaced, unknown or mistyped slot is reported in one
-/// [`SlotError`].
+/// The id names the agent's sessions in a store: an agent refuses sessions
+/// of another id.
 pub fn create_agent<S: HarnessState, C: Context>(
     id: impl Into<String>,
     harness: &Harness<S, C>,
-    slots: Slots,
-) -> Result<Agent<S, C>, SlotError> {
-    let none = Slots::new();
-    SlotSource::new(&harness.inner.fixed, &slots, &none)
-        .check::<C>(&[Phase::Fixed, Phase::Agent])?;
-    Ok(Agent {
+) -> Agent<S, C>
+where
+    C::Agent: NoSlots,
+{
+    create_agent_with(id, harness, C::Agent::none())
+}
+
+/// Creates an agent named `id` from `harness`, with the context's agent
+/// slots, shared by the agent's runs.
+pub fn create_agent_with<S: HarnessState, C: Context>(
+    id: impl Into<String>,
+    harness: &Harness<S, C>,
+    slots: C::Agent,
+) -> Agent<S, C> {
+    Agent {
         inner: Arc::new(AgentInner {
             id: Arc::from(id.into()),
             harness: Arc::clone(&harness.inner),
             slots,
         }),
-    })
+    }
 }
 
 impl<S: HarnessState, C: Context> Agent<S, C> {
@@ -94,43 +87,59 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         &self.inner.id
     }
 
-    /// Starts a run from `state` with the run slots, in a new session.
+    /// Gives the run slots of the next operation: `agent.with(run_slots)`
+    /// then `.run(state)`, `.resume(..)`, `.continue_session(..)` or
+    /// `.recover(..)`.
+    pub fn with(&self, slots: C::Run) -> AgentWith<'_, S, C> {
+        AgentWith { agent: self, slots }
+    }
+
+    /// Starts a run from `state` in a new session.
     ///
-    /// Returns the [`Run`]; await it for the outcome. The run slots are
-    /// checked here, all problems reported together. With a session store,
+    /// Returns the [`Run`]; await it for the outcome. With a session store,
     /// the session is created when the run starts.
-    pub fn run(&self, state: S, slots: Slots) -> Result<Run<S, C>, SlotError> {
-        self.run_in(SessionId::random(), state, slots)
+    pub fn run(&self, state: S) -> Run<S, C>
+    where
+        C::Run: NoSlots,
+    {
+        self.with(C::Run::none()).run(state)
     }
 
     /// Starts a run from `state` in a new session named `session_id`.
-    pub fn run_in(
-        &self,
-        session_id: SessionId,
-        state: S,
-        slots: Slots,
-    ) -> Result<Run<S, C>, SlotError> {
-        let ctx = self.context(&slots)?;
+    pub fn run_in(&self, session_id: SessionId, state: S) -> Run<S, C>
+    where
+        C::Run: NoSlots,
+    {
+        self.with(C::Run::none()).run_in(session_id, state)
+    }
+
+    fn start_run(&self, session_id: SessionId, state: S, slots: C::Run) -> Run<S, C> {
         let harness = &self.inner.harness;
         let link = match &harness.store {
             Some(store) => SessionLink::New(Arc::clone(store), harness.session_config.clone()),
             None => SessionLink::Detached,
         };
         let exec = Execution::new(state, harness.start, StepJournal::default(), link);
-        Ok(Run::new(
-            Arc::clone(&self.inner),
-            ctx,
-            exec,
-            RunId::random(),
-            session_id,
-        ))
+        self.new_run(slots, exec, RunId::random(), session_id)
     }
 
-    fn context(&self, slots: &Slots) -> Result<C, SlotError> {
+    fn new_run(
+        &self,
+        slots: C::Run,
+        exec: Execution<S>,
+        run_id: RunId,
+        session_id: SessionId,
+    ) -> Run<S, C> {
         let inner = &self.inner;
-        let source = SlotSource::new(&inner.harness.fixed, &inner.slots, slots);
-        source.check::<C>(&[Phase::Run])?;
-        C::from_slots(&source)
+        let ctx = C::assemble(&inner.harness.fixed, &inner.slots, slots);
+        Run::new(
+            Arc::clone(&inner.harness),
+            Arc::clone(&inner.id),
+            ctx,
+            exec,
+            run_id,
+            session_id,
+        )
     }
 
     pub(crate) fn store_handle(&self) -> Option<Arc<dyn SessionStore>> {
@@ -155,20 +164,15 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
 
     async fn create_runnable(&self, session: SessionId, state: S) -> Result<(), SessionError> {
         let harness = &self.inner.harness;
-        let state = serde_json::to_value(&state).map_err(|e| {
-            SessionError::Store(StoreError::backend(format!(
-                "the state cannot be serialized: {e}"
-            )))
-        })?;
         SessionCursor::create(
             Arc::clone(self.store()?),
             harness.session_config.clone(),
             &self.inner.id,
             RunId::random(),
             session,
-            state,
-            &harness.steps[harness.start].name,
-            false,
+            to_json(&state, "state")?,
+            harness.start_name(),
+            Holder::AWorker,
         )
         .await?;
         Ok(())
@@ -186,93 +190,33 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         busy: Busy,
     ) -> Result<Submitted, SessionError> {
         let store = Arc::clone(self.store()?);
-        let input_json = serde_json::to_value(&input).map_err(|e| {
-            SessionError::Store(StoreError::backend(format!(
-                "the input cannot be serialized: {e}"
-            )))
-        })?;
+        let input_json = to_json(&input, "input")?;
+        let harness = &self.inner.harness;
         // Compare-and-set can lose to a worker settling the session at the
-        // same moment; read again and decide again.
-        for _ in 0..16 {
-            let Some(head) = self.find_session(session_id).await? else {
-                let mut state = S::default();
-                state.apply(input);
-                return self
-                    .create_runnable(session_id.clone(), state)
-                    .await
-                    .map(|()| Submitted::Runnable);
-            };
-            let mut next = head.clone();
-            next.version += 1;
-            next.updated_at = crate::session::now_millis();
-            let mut append = Vec::new();
-            let submitted = match &head.phase {
-                SessionPhase::Interrupted { interrupt } => {
-                    return Err(SessionPendingInterrupt {
-                        session: session_id.clone(),
-                        interrupt: interrupt.id.clone(),
-                    }
-                    .into());
-                }
-                SessionPhase::Running => match busy {
-                    Busy::Reject => {
-                        let (owner, expires_at) = head
-                            .lease
-                            .as_ref()
-                            .map_or(("a waiting run".to_string(), 0), |l| {
-                                (l.owner.clone(), l.expires_at)
-                            });
-                        return Err(SessionInFlight {
-                            session: session_id.clone(),
-                            owner,
-                            expires_at,
-                        }
-                        .into());
-                    }
-                    Busy::Queue => {
-                        next.queued.push(input_json.clone());
-                        Submitted::Queued {
-                            position: next.queued.len(),
-                        }
-                    }
-                },
-                SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {
-                    let time = next.updated_at;
-                    append.push(crate::session::push_input(
-                        &mut next,
-                        input_json.clone(),
-                        time,
-                    ));
-                    next.phase = SessionPhase::Running;
-                    next.lease = None;
-                    next.run_id = RunId::random();
-                    next.journal = StepJournal::default();
-                    next.next_step = Some(
-                        self.inner.harness.steps[self.inner.harness.start]
-                            .name
-                            .to_string(),
-                    );
-                    Submitted::Runnable
-                }
-            };
-            match store
-                .commit(crate::session::Commit {
-                    head: next,
-                    expected_version: Some(head.version),
-                    append,
-                    remove: Vec::new(),
-                    durable: true,
-                })
-                .await
-            {
-                Ok(()) => return Ok(submitted),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+        // same moment, or to another submitter creating it: decide again.
+        head::commit_with_retry(&*store, session_id, |current| match current {
+            Some(current) => {
+                check_owner(current, &self.inner.id)?;
+                head::submit(current, &input_json, busy, harness.start_name())
             }
-        }
-        Err(SessionError::Store(StoreError::backend(format!(
-            "session {session_id} kept changing while a run was submitted to it"
-        ))))
+            None => {
+                let mut state = S::default();
+                state.apply(input.clone());
+                let commit = head::create(
+                    head::NewSession {
+                        agent_id: &self.inner.id,
+                        run_id: RunId::random(),
+                        session_id: session_id.clone(),
+                        state: to_json(&state, "state")?,
+                        next_step: harness.start_name(),
+                        lease: None,
+                    },
+                    &harness.session_config,
+                );
+                Ok((commit, Submitted::Runnable))
+            }
+        })
+        .await
     }
 
     /// The heads of this agent's sessions in the store.
@@ -307,37 +251,22 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let Some(head) = self.store()?.load(session_id).await? else {
             return Ok(None);
         };
-        if head.agent_id != *self.inner.id {
-            return Err(StoreLoad {
-                session: session_id.clone(),
-                record: "head".into(),
-                reason: format!(
-                    "the session belongs to agent `{}`, not `{}`",
-                    head.agent_id, self.inner.id
-                ),
-            }
-            .into());
-        }
+        check_owner(&head, &self.inner.id)?;
         Ok(Some(head))
     }
 
     /// A session whose lease is live belongs to another run.
     fn check_not_in_flight(head: &StoredRun) -> Result<(), SessionError> {
-        match &head.lease {
-            Some(l) if l.is_live(crate::session::now_millis()) => Err(SessionInFlight {
-                session: head.session_id.clone(),
-                owner: l.owner.clone(),
-                expires_at: l.expires_at,
-            }
-            .into()),
-            _ => Ok(()),
+        match head::in_flight(head, now_millis()) {
+            Some(held) => Err(held.into()),
+            None => Ok(()),
         }
     }
 
     fn step_at(&self, head: &StoredRun) -> Result<usize, SessionError> {
         let name = head.next_step.as_deref().unwrap_or_default();
         self.inner.harness.step_index(name).ok_or_else(|| {
-            StoreLoad {
+            crate::error::StoreLoad {
                 session: head.session_id.clone(),
                 record: "head".into(),
                 reason: format!("its next step `{name}` is not a step of this loop"),
@@ -349,13 +278,12 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     async fn attached_run(
         &self,
         head: StoredRun,
-        slots: Slots,
+        slots: C::Run,
         run_id: Option<RunId>,
         at: usize,
         journal: StepJournal,
         input: Option<Value>,
     ) -> Result<Run<S, C>, SessionError> {
-        let ctx = self.context(&slots)?;
         let store = Arc::clone(self.store()?);
         let mut state: S = rebuild(&*store, &head, None).await?;
         let input_update = match &input {
@@ -391,13 +319,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                 leased: true,
             },
         );
-        Ok(Run::new(
-            Arc::clone(&self.inner),
-            ctx,
-            exec,
-            run_id_used,
-            session_id,
-        ))
+        Ok(self.new_run(slots, exec, run_id_used, session_id))
     }
 
     /// Answers the interrupt `interrupt_id` of a stored session — from this
@@ -406,12 +328,12 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     ///
     /// Fails with [`NoInterrupt`] if the session is not paused on that
     /// interrupt, with `SessionInFlight` if another run holds it.
-    pub async fn resume(
+    async fn resume_with(
         &self,
-        response: impl Into<Value>,
+        response: Value,
         session_id: &SessionId,
         interrupt_id: &InterruptId,
-        slots: Slots,
+        slots: C::Run,
     ) -> Result<Run<S, C>, SessionError> {
         let head = self.session(session_id).await?;
         Self::check_not_in_flight(&head)?;
@@ -428,7 +350,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         }
         let at = self.step_at(&head)?;
         let mut journal = head.journal.clone();
-        journal.responses.push(response.into());
+        journal.responses.push(response);
         self.attached_run(head, slots, None, at, journal, None)
             .await
     }
@@ -440,16 +362,16 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     /// Fails with `SessionPendingInterrupt` if the session waits for an
     /// answer, `SessionInFlight` if another run holds it, and
     /// `SessionError::Unfinished` if a run died mid-way (see [`recover`](Self::recover)).
-    pub async fn continue_session(
+    async fn continue_with(
         &self,
         session_id: &SessionId,
         input: S::Update,
-        slots: Slots,
+        slots: C::Run,
     ) -> Result<Run<S, C>, SessionError> {
         let Some(head) = self.find_session(session_id).await? else {
             let mut state = S::default();
             state.apply(input);
-            return Ok(self.run_in(session_id.clone(), state, slots)?);
+            return Ok(self.start_run(session_id.clone(), state, slots));
         };
         Self::check_not_in_flight(&head)?;
         match &head.phase {
@@ -468,11 +390,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             }
             SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {}
         }
-        let input = serde_json::to_value(&input).map_err(|e| {
-            SessionError::Store(StoreError::backend(format!(
-                "the input cannot be serialized: {e}"
-            )))
-        })?;
+        let input = to_json(&input, "input")?;
         let at = self.inner.harness.start;
         self.attached_run(
             head,
@@ -489,16 +407,16 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     /// mid-run (its lease expired), a stopped run, or a failed one. The run
     /// goes on from the step after the last checkpoint, with that step's
     /// journal, so completed steps are neither lost nor repeated.
-    pub async fn recover(
+    async fn recover_with(
         &self,
         session_id: &SessionId,
-        slots: Slots,
+        slots: C::Run,
     ) -> Result<Run<S, C>, SessionError> {
         let head = self.session(session_id).await?;
         Self::check_not_in_flight(&head)?;
         let why = match &head.phase {
             SessionPhase::Running | SessionPhase::Failed { .. } => None,
-            SessionPhase::Completed { signal } if *signal == crate::Signal::STOPPED => None,
+            SessionPhase::Completed { signal } if *signal == Signal::STOPPED => None,
             SessionPhase::Completed { signal } => Some(format!("it completed with `{signal}`")),
             SessionPhase::Interrupted { interrupt } => Some(format!(
                 "it waits for an answer to interrupt {}",
@@ -525,10 +443,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     /// if any, as the run would have), and says so.
     async fn record_lost_end(&self, head: StoredRun) -> Result<SessionError, SessionError> {
         let session = head.session_id.clone();
-        let signal = head
-            .ended_with
-            .clone()
-            .unwrap_or_else(|| crate::Signal::new(crate::session::END));
+        let signal = head.ended_with.clone().unwrap_or(Signal::END);
         let cursor = SessionCursor::acquire(
             Arc::clone(self.store()?),
             self.inner.harness.session_config.clone(),
@@ -539,7 +454,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             None,
         )
         .await?;
-        let start = &self.inner.harness.steps[self.inner.harness.start].name;
+        let start = self.inner.harness.start_name();
         cursor
             .settle(
                 SessionPhase::Completed {
@@ -557,6 +472,57 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                  the end is now recorded"
             ),
         })
+    }
+
+    /// Answers the interrupt `interrupt_id` of a stored session — from this
+    /// process or another — and returns the continued run: the interrupted
+    /// step runs again and its `cx.interrupt` call returns `response`.
+    ///
+    /// Fails with [`NoInterrupt`] if the session is not paused on that
+    /// interrupt, with `SessionInFlight` if another run holds it.
+    pub async fn resume(
+        &self,
+        response: impl Into<Value>,
+        session_id: &SessionId,
+        interrupt_id: &InterruptId,
+    ) -> Result<Run<S, C>, SessionError>
+    where
+        C::Run: NoSlots,
+    {
+        self.with(C::Run::none())
+            .resume(response, session_id, interrupt_id)
+            .await
+    }
+
+    /// Starts a new run on an existing session (a chat thread): its stored
+    /// state with `input` merged through the reducers, from the start step.
+    /// A session that does not exist yet is created from `S::default()`.
+    ///
+    /// Fails with `SessionPendingInterrupt` if the session waits for an
+    /// answer, `SessionInFlight` if another run holds it, and
+    /// `SessionError::Unfinished` if a run died mid-way (see [`recover`](Self::recover)).
+    pub async fn continue_session(
+        &self,
+        session_id: &SessionId,
+        input: S::Update,
+    ) -> Result<Run<S, C>, SessionError>
+    where
+        C::Run: NoSlots,
+    {
+        self.with(C::Run::none())
+            .continue_session(session_id, input)
+            .await
+    }
+
+    /// Continues a session whose run did not finish: a process that died
+    /// mid-run (its lease expired), a stopped run, or a failed one. The run
+    /// goes on from the step after the last checkpoint, with that step's
+    /// journal, so completed steps are neither lost nor repeated.
+    pub async fn recover(&self, session_id: &SessionId) -> Result<Run<S, C>, SessionError>
+    where
+        C::Run: NoSlots,
+    {
+        self.with(C::Run::none()).recover(session_id).await
     }
 
     /// The checkpoints of a session: one per completed step, plus the start.
@@ -612,12 +578,8 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         }
         let store = Arc::clone(self.store()?);
         let fork = SessionId::random();
-        let state_json = serde_json::to_value(&state).map_err(|e| {
-            SessionError::Store(StoreError::backend(format!(
-                "the state cannot be serialized: {e}"
-            )))
-        })?;
-        let start = &self.inner.harness.steps[self.inner.harness.start].name;
+        let state_json = to_json(&state, "state")?;
+        let start = self.inner.harness.start_name();
         let cursor = SessionCursor::create(
             store,
             self.inner.harness.session_config.clone(),
@@ -626,13 +588,13 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             fork.clone(),
             state_json,
             start,
-            true,
+            Holder::ThisRun,
         )
         .await?;
         cursor
             .settle(
                 SessionPhase::Completed {
-                    signal: crate::Signal::new(format!("$fork:{session_id}@{index}")),
+                    signal: Signal::new(format!("$fork:{session_id}@{index}")),
                 },
                 None,
                 StepJournal::default(),
@@ -640,5 +602,72 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             )
             .await?;
         Ok(fork)
+    }
+}
+
+/// `value` as stored JSON, or a typed error saying what could not be
+/// serialized.
+fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<Value, SessionError> {
+    serde_json::to_value(value).map_err(|e| {
+        SessionError::Store(StoreError::backend(format!(
+            "the {what} cannot be serialized: {e}"
+        )))
+    })
+}
+
+/// An agent with the run slots of its next operation; see [`Agent::with`].
+///
+/// Each operation consumes it: the run slots go to that run's context.
+pub struct AgentWith<'a, S: HarnessState, C: Context> {
+    agent: &'a Agent<S, C>,
+    slots: C::Run,
+}
+
+impl<S: HarnessState, C: Context> fmt::Debug for AgentWith<'_, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentWith")
+            .field("agent", &self.agent.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: HarnessState, C: Context> AgentWith<'_, S, C> {
+    /// Starts a run from `state` in a new session; see [`Agent::run`].
+    pub fn run(self, state: S) -> Run<S, C> {
+        self.agent.start_run(SessionId::random(), state, self.slots)
+    }
+
+    /// Starts a run from `state` in a new session named `session_id`.
+    pub fn run_in(self, session_id: SessionId, state: S) -> Run<S, C> {
+        self.agent.start_run(session_id, state, self.slots)
+    }
+
+    /// Answers an interrupt of a stored session; see [`Agent::resume`].
+    pub async fn resume(
+        self,
+        response: impl Into<Value>,
+        session_id: &SessionId,
+        interrupt_id: &InterruptId,
+    ) -> Result<Run<S, C>, SessionError> {
+        self.agent
+            .resume_with(response.into(), session_id, interrupt_id, self.slots)
+            .await
+    }
+
+    /// Starts a new run on an existing session; see
+    /// [`Agent::continue_session`].
+    pub async fn continue_session(
+        self,
+        session_id: &SessionId,
+        input: S::Update,
+    ) -> Result<Run<S, C>, SessionError> {
+        self.agent
+            .continue_with(session_id, input, self.slots)
+            .await
+    }
+
+    /// Continues a session whose run did not finish; see [`Agent::recover`].
+    pub async fn recover(self, session_id: &SessionId) -> Result<Run<S, C>, SessionError> {
+        self.agent.recover_with(session_id, self.slots).await
     }
 }

@@ -5,34 +5,101 @@
 #[allow(unused_extern_crates)]
 extern crate self as harness;
 
-pub mod agent;
-pub mod code;
-pub mod durable;
-pub mod graph;
+// The modules, in the order they depend on each other: each uses only the
+// ones above it (checked by the `module_order` test). `llm` and `durable`
+// are leaves that use none of the others. One layer per group, so that
+// rustfmt keeps the order.
+
+// Names.
 pub mod ids;
-pub mod llm;
-pub mod observe;
-pub mod run;
-pub mod session;
 pub mod signal;
-pub mod slots;
+
+// What a loop is made of.
 pub mod state;
+
+pub mod slots;
+
+// Run-time types and errors.
+pub mod error;
+
+pub mod step;
+
+// Durable runs.
+pub mod session;
+
+// Hooks.
+pub mod observe;
+
+// The loop.
+pub mod graph;
+
+// Executing it.
+pub mod run;
+
+// Agents and their sessions.
+pub mod agent;
+
+// Pools of workers.
 pub mod worker;
 
-pub use agent::{Agent, Busy, Submitted, create_agent};
+// Leaves.
+pub mod durable;
+pub mod llm;
+
+// Docs only: the guide's chapters, each an empty module.
+#[doc = include_str!("docs/guide.md")]
+pub mod guide {
+    // The examples of `sessions`, `distributed` and the provider half of
+    // `models` use crates that depend on this one (`harness-stores`, the
+    // provider crates), so they cannot be doctests here: `cfg(doctest)`
+    // leaves them out, and `harness-tests`, which depends on every crate,
+    // runs them.
+
+    #[doc = include_str!("docs/guide/state.md")]
+    pub mod state {}
+
+    #[doc = include_str!("docs/guide/loops.md")]
+    pub mod loops {}
+
+    #[doc = include_str!("docs/guide/slots.md")]
+    pub mod slots {}
+
+    #[doc = include_str!("docs/guide/runs.md")]
+    pub mod runs {}
+
+    #[doc = include_str!("docs/guide/observation.md")]
+    pub mod observation {}
+
+    #[cfg_attr(not(doctest), doc = include_str!("docs/guide/sessions.md"))]
+    #[cfg_attr(doctest, doc = "Sessions (doctested by `harness-tests`).")]
+    pub mod sessions {}
+
+    #[cfg_attr(not(doctest), doc = include_str!("docs/guide/distributed.md"))]
+    #[cfg_attr(doctest, doc = "Beyond one machine (doctested by `harness-tests`).")]
+    pub mod distributed {}
+
+    #[cfg_attr(not(doctest), doc = include_str!("docs/guide/models.md"))]
+    #[doc = include_str!("docs/guide/models_offline.md")]
+    pub mod models {}
+
+    #[doc = include_str!("docs/guide/performance.md")]
+    pub mod performance {}
+}
+
+pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
 pub use graph::{
     Harness, HarnessBuilder, LoopValidationError, OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
 pub use harness_macros::{Context, HarnessState};
 pub use ids::{InterruptId, RunId, SessionId};
 pub use observe::Observer;
-pub use run::{
-    Cx, Interrupt, NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, RunInfo, StepError,
-    StepInfo, StepResult, StopHandle,
-};
+pub use run::{NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle};
+pub use schemars::{self, JsonSchema};
+pub use session::{Busy, Submitted};
 pub use signal::Signal;
-pub use slots::{Context, SlotError, Slots};
+pub use slots::Context;
 pub use state::HarnessState;
+pub use step::{Cx, Interrupt, RunInfo, StepError, StepFn, StepInfo, StepResult};
 
 /// Re-exports for the derive macros' generated code; not a public API.
 #[doc(hidden)]

@@ -11,9 +11,10 @@
 //! run of every agent created from it. Two observers compose into one with
 //! [`Observer::and`].
 
-use crate::run::{Interrupt, RunError, RunInfo, StepInfo};
+use crate::error::RunError;
 use crate::signal::Signal;
 use crate::state::HarnessState;
+use crate::step::{Interrupt, RunInfo, StepInfo};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,7 @@ use std::fmt;
 /// final signal of a run's [`Outcome`](crate::Outcome).
 ///
 /// Names beginning with `$` are reserved for the harness itself:
-/// [`Signal::INTERRUPT`] and [`Signal::STOPPED`].
+/// [`Signal::INTERRUPT`], [`Signal::STOPPED`] and [`Signal::END`].
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Signal(Cow<'static, str>);
@@ -18,6 +18,9 @@ impl Signal {
     pub const INTERRUPT: Signal = Signal(Cow::Borrowed("$interrupt"));
     /// The signal of a run stopped by [`Run::stop`](crate::Run::stop): `$stopped`.
     pub const STOPPED: Signal = Signal(Cow::Borrowed("$stopped"));
+    /// The signal of a run whose last step ends it without a signal of its
+    /// own (`.end()`, or `.next` into the end): `$end`.
+    pub const END: Signal = Signal(Cow::Borrowed("$end"));
 
     /// A signal with this name.
     pub fn new(name: impl Into<Cow<'static, str>>) -> Self {

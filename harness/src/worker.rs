@@ -8,11 +8,12 @@
 //! again for the others, continuing from its last checkpoint.
 //!
 //! ```no_run
-//! # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState)]
+//! # use harness::schemars;
+//! # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, harness::JsonSchema, harness::HarnessState)]
 //! # struct MyState { n: u32 }
 //! # async fn f(agent: harness::Agent<MyState>) -> Result<(), harness::session::SessionError> {
 //! use harness::worker::Worker;
-//! let worker = Worker::new(agent, harness::Slots::new);
+//! let worker = Worker::new(agent);
 //! let shutdown = tokio::time::sleep(std::time::Duration::from_secs(3600));
 //! let report = worker.run_until(shutdown).await?;
 //! println!("{} runs completed", report.completed);
@@ -22,7 +23,7 @@
 use crate::agent::Agent;
 use crate::session::{SessionError, now_millis};
 use crate::signal::Signal;
-use crate::slots::{Context, Slots};
+use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
 use std::fmt;
 use std::future::Future;
@@ -48,7 +49,7 @@ pub struct WorkerReport {
 /// a time. Start several (in one process or many) for a pool.
 pub struct Worker<S: HarnessState, C: Context> {
     agent: Agent<S, C>,
-    slots: Arc<dyn Fn() -> Slots + Send + Sync>,
+    slots: Arc<dyn Fn() -> C::Run + Send + Sync>,
     poll: Duration,
     batch: usize,
 }
@@ -64,8 +65,19 @@ impl<S: HarnessState, C: Context> fmt::Debug for Worker<S, C> {
 }
 
 impl<S: HarnessState, C: Context> Worker<S, C> {
-    /// A worker for `agent`; `slots` gives each run its run slots.
-    pub fn new(agent: Agent<S, C>, slots: impl Fn() -> Slots + Send + Sync + 'static) -> Self {
+    /// A worker for `agent`, whose context has no run slots.
+    pub fn new(agent: Agent<S, C>) -> Self
+    where
+        C::Run: NoSlots,
+    {
+        Self::with_run_slots(agent, C::Run::none)
+    }
+
+    /// A worker for `agent`; `slots` gives each run it takes its run slots.
+    pub fn with_run_slots(
+        agent: Agent<S, C>,
+        slots: impl Fn() -> C::Run + Send + Sync + 'static,
+    ) -> Self {
         Self {
             agent,
             slots: Arc::new(slots),
@@ -96,7 +108,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         let store = self.agent.store_handle().ok_or(SessionError::NoStore)?;
         let mut taken = 0;
         for session in store.runnable(now_millis(), self.batch).await? {
-            let run = match self.agent.recover(&session, (self.slots)()).await {
+            let run = match self.agent.with((self.slots)()).recover(&session).await {
                 Ok(run) => run,
                 // Another worker was faster, or the session moved on.
                 Err(SessionError::InFlight(_) | SessionError::NothingToRecover { .. }) => {

@@ -6,7 +6,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use harness::session::{Durability, SessionConfig};
-use harness::{Agent, Cx, Harness, HarnessState, Slots, StepResult, create_agent};
+use harness::{Agent, Cx, Harness, HarnessState, StepResult, create_agent};
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
@@ -47,7 +47,7 @@ fn agent(store: SledStore) -> Agent<Loop> {
         })
         .build()
         .expect("the benchmark loop is valid");
-    create_agent("bench", &harness, Slots::new()).expect("no slots needed")
+    create_agent("bench", &harness)
 }
 
 fn durable_step(c: &mut Criterion) {
@@ -68,15 +68,10 @@ fn durable_step(c: &mut Criterion) {
             rt.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    let run = agent
-                        .run(
-                            Loop {
-                                count: 0,
-                                items: vec![],
-                            },
-                            Slots::new(),
-                        )
-                        .expect("no slots needed");
+                    let run = agent.run(Loop {
+                        count: 0,
+                        items: vec![],
+                    });
                     let out = run.await.expect("the loop ends");
                     assert_eq!(out.steps, 2 * N);
                     black_box(out);

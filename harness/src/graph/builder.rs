@@ -1,111 +1,69 @@
 //! The fluent loop builder.
 
-use super::{CompiledStep, Exits, HarnessInner, RouteFn, RunFn, Target, validate};
-use crate::Cx;
-use crate::graph::{Harness, LoopValidationError};
+use super::compiled::{CompiledStep, Exits, HarnessInner, Target};
+use super::def::{Dest, RetryPolicy, StepDef};
+use super::harness::Harness;
+use super::validate::{self, LoopValidationError};
 use crate::observe::Observer;
-use crate::run::StepError;
 use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
-use crate::slots::{Context, Slots};
+use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
-use futures::FutureExt;
+use crate::step::StepFn;
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often a failing step is tried, and how long to wait in between.
-///
-/// The wait doubles after each failure, from `backoff` up to `max_backoff`.
-/// Interrupts are never retried; a step's `cx.once` results are kept across
-/// attempts, so a retry does not repeat a side effect that already happened.
-///
-/// ```
-/// use harness::RetryPolicy;
-/// use std::time::Duration;
-/// let p = RetryPolicy::attempts(3).backoff(Duration::from_millis(50));
-/// assert_eq!(p.delay_before(2), Duration::from_millis(50));
-/// assert_eq!(p.delay_before(3), Duration::from_millis(100));
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    attempts: u32,
-    backoff: Duration,
-    max_backoff: Duration,
-}
+impl<S: HarnessState, C: Context> Harness<S, C> {
+    /// Starts building a loop over state `S` with context `C`, whose
+    /// context has no fixed slots (give those with
+    /// [`builder_with`](Self::builder_with)).
+    pub fn builder() -> HarnessBuilder<S, C>
+    where
+        C::Fixed: NoSlots,
+    {
+        HarnessBuilder::new(C::Fixed::none())
+    }
 
-impl Default for RetryPolicy {
-    /// One attempt: no retry.
-    fn default() -> Self {
-        Self::attempts(1)
+    /// Starts building a loop over state `S` with context `C`, with the
+    /// context's fixed slots, shared by every agent created from it.
+    ///
+    /// ```
+    /// use harness::{Context, Cx, Harness, HarnessState, JsonSchema, StepResult, schemars};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+    /// struct Reply {
+    ///     text: String,
+    /// }
+    ///
+    /// #[derive(Context)]
+    /// struct Deps {
+    ///     #[slot(fixed)]
+    ///     greeting: String,
+    /// }
+    ///
+    /// async fn greet(cx: Cx<Deps>) -> StepResult<ReplyUpdate> {
+    ///     Ok(ReplyUpdate::new().text(cx.greeting.clone()))
+    /// }
+    ///
+    /// let harness = Harness::<Reply, Deps>::builder_with(DepsFixed { greeting: "hi".into() })
+    ///     .step("greet").run(greet).end()
+    ///     .start("greet")
+    ///     .build()?;
+    /// # Ok::<(), harness::LoopValidationError>(())
+    /// ```
+    pub fn builder_with(fixed: C::Fixed) -> HarnessBuilder<S, C> {
+        HarnessBuilder::new(fixed)
     }
 }
 
-impl RetryPolicy {
-    /// Up to `attempts` tries in all (at least 1), with no wait in between.
-    pub fn attempts(attempts: u32) -> Self {
-        Self {
-            attempts: attempts.max(1),
-            backoff: Duration::ZERO,
-            max_backoff: Duration::from_secs(30),
-        }
-    }
-
-    /// Waits `initial` before the second attempt, doubling each time after.
-    #[must_use]
-    pub fn backoff(mut self, initial: Duration) -> Self {
-        self.backoff = initial;
-        self
-    }
-
-    /// Caps the wait between attempts (default 30 s).
-    #[must_use]
-    pub fn max_backoff(mut self, max: Duration) -> Self {
-        self.max_backoff = max;
-        self
-    }
-
-    /// The number of attempts in all.
-    pub fn max_attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    /// The wait before attempt number `attempt` (1-based; attempt 1 has none).
-    pub fn delay_before(&self, attempt: u32) -> Duration {
-        if attempt <= 1 || self.backoff.is_zero() {
-            return Duration::ZERO;
-        }
-        let doublings = (attempt - 2).min(31);
-        self.backoff
-            .saturating_mul(1_u32 << doublings)
-            .min(self.max_backoff)
-    }
-}
-
-/// Where a declared transition leads, by name, before validation.
-pub(super) enum Dest {
-    Step(String),
-    End,
-}
-
-/// A step as declared, before validation.
-pub(super) struct StepDef<S: HarnessState, C> {
-    pub(super) name: String,
-    pub(super) run: Option<RunFn<S, C>>,
-    pub(super) route: Option<RouteFn<S>>,
-    pub(super) on: Vec<(Signal, Dest)>,
-    pub(super) next: Option<String>,
-    pub(super) timeout: Option<Duration>,
-    pub(super) retry: RetryPolicy,
-}
-
-/// Builds a [`Harness`]: declare steps, transitions, the start step and the
-/// fixed slots, then [`build`](HarnessBuilder::build) it.
+/// Builds a [`Harness`]: declare steps, transitions and the start step,
+/// then [`build`](HarnessBuilder::build) it. Start one with
+/// [`Harness::builder`] or [`Harness::builder_with`].
 pub struct HarnessBuilder<S: HarnessState, C: Context = ()> {
     steps: Vec<StepDef<S, C>>,
     start: Option<String>,
-    fixed: Slots,
+    fixed: C::Fixed,
     observers: Vec<Arc<dyn Observer<S>>>,
     step_limit: u64,
     store: Option<Arc<dyn SessionStore>>,
@@ -128,11 +86,11 @@ impl<S: HarnessState, C: Context> fmt::Debug for HarnessBuilder<S, C> {
 pub const DEFAULT_STEP_LIMIT: u64 = 10_000;
 
 impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
-    pub(super) fn new() -> Self {
+    fn new(fixed: C::Fixed) -> Self {
         Self {
             steps: Vec::new(),
             start: None,
-            fixed: Slots::new(),
+            fixed,
             observers: Vec::new(),
             step_limit: DEFAULT_STEP_LIMIT,
             store: None,
@@ -160,13 +118,6 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
     #[must_use]
     pub fn start(mut self, name: impl Into<String>) -> Self {
         self.start = Some(name.into());
-        self
-    }
-
-    /// The fixed slots, shared by every agent created from this harness.
-    #[must_use]
-    pub fn slots(mut self, fixed: Slots) -> Self {
-        self.fixed = fixed;
         self
     }
 
@@ -205,26 +156,23 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
     /// Validates the loop and builds it. Every violation is reported at once.
     pub fn build(self) -> Result<Harness<S, C>, LoopValidationError> {
         let start = validate::validate(&self.steps, self.start.as_deref())?;
-        let index = |name: &str| {
-            self.steps
-                .iter()
-                .position(|s| s.name == name)
-                .unwrap_or_default()
+        let target = |dest: &Dest| match dest {
+            Dest::Step(name) => Target::Step(
+                self.steps
+                    .iter()
+                    .position(|s| s.name == *name)
+                    .unwrap_or_default(),
+            ),
+            Dest::End => Target::End,
         };
         let exits: Vec<Exits> = self
             .steps
             .iter()
-            .map(|s| match s.next.as_deref() {
-                Some(next) => Exits::Next(index(next)),
+            .map(|s| match &s.next {
+                Some(next) => Exits::Next(target(next)),
                 None => Exits::On(
                     s.on.iter()
-                        .map(|(sig, dest)| {
-                            let t = match dest {
-                                Dest::Step(name) => Target::Step(index(name)),
-                                Dest::End => Target::End,
-                            };
-                            (sig.clone(), t)
-                        })
+                        .map(|(sig, dest)| (sig.clone(), target(dest)))
                         .collect(),
                 ),
             })
@@ -275,15 +223,11 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     /// The step's async body: reads the state and the context, returns a
     /// partial update. This is the only place the state changes.
     ///
-    /// `f` is an `async fn(Arc<S>, Cx<C>) -> StepResult<S::Update>` or a
-    /// closure of that shape.
+    /// `f` is an async fn (or a closure returning a future) taking the
+    /// state, the context, both or nothing: see [`StepFn`] for the shapes.
     #[must_use]
-    pub fn run<F, Fut>(mut self, f: F) -> Self
-    where
-        F: Fn(Arc<S>, Cx<C>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<S::Update, StepError>> + Send + 'static,
-    {
-        self.step.run = Some(Arc::new(move |s, cx| f(s, cx).boxed()));
+    pub fn run<Args, F: StepFn<S, C, Args>>(mut self, f: F) -> Self {
+        self.step.run = Some(Arc::new(move |s, cx| f.call(s, cx)));
         self
     }
 
@@ -310,7 +254,15 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     /// After `run`, always continue at `step` (no `route`, no `on`).
     #[must_use]
     pub fn next(mut self, step: impl Into<String>) -> Self {
-        self.step.next = Some(step.into());
+        self.step.next = Some(Dest::Step(step.into()));
+        self
+    }
+
+    /// After `run`, always end the run (no `route`, no `on`); its outcome's
+    /// signal is [`Signal::END`].
+    #[must_use]
+    pub fn end(mut self) -> Self {
+        self.step.next = Some(Dest::End);
         self
     }
 
@@ -342,12 +294,6 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     #[must_use]
     pub fn start(self, name: impl Into<String>) -> HarnessBuilder<S, C> {
         self.finish().start(name)
-    }
-
-    /// Ends this step; see [`HarnessBuilder::slots`].
-    #[must_use]
-    pub fn slots(self, fixed: Slots) -> HarnessBuilder<S, C> {
-        self.finish().slots(fixed)
     }
 
     /// Ends this step; see [`HarnessBuilder::observer`].

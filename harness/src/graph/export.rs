@@ -1,6 +1,6 @@
 //! Mermaid and Graphviz DOT renderings of a validated loop.
 
-use super::{CompiledStep, Exits, Target};
+use super::compiled::{CompiledStep, Exits, Target};
 use crate::state::HarnessState;
 use std::fmt::Write;
 
@@ -9,7 +9,7 @@ fn edges<S: HarnessState, C>(steps: &[CompiledStep<S, C>]) -> Vec<(usize, Option
     let mut out = Vec::new();
     for (i, s) in steps.iter().enumerate() {
         match &s.exits {
-            Exits::Next(t) => out.push((i, None, Target::Step(*t))),
+            Exits::Next(t) => out.push((i, None, *t)),
             Exits::On(on) => {
                 for (sig, t) in on {
                     out.push((i, Some(sig.to_string()), *t));

@@ -1,6 +1,6 @@
 //! Loop validation: every violation, reported at once.
 
-use super::builder::{Dest, StepDef};
+use super::def::{Dest, StepDef};
 use crate::signal::is_reserved;
 use crate::state::HarnessState;
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -70,7 +70,7 @@ pub enum Violation {
         /// The step.
         step: String,
     },
-    /// A step has both `.next(...)` and `.on(...)`.
+    /// A step has both `.next(...)` (or `.end()`) and `.on(...)`.
     NextWithOn {
         /// The step.
         step: String,
@@ -136,11 +136,11 @@ impl fmt::Display for Violation {
             ),
             Violation::NextWithOn { step } => write!(
                 f,
-                "step `{step}` has both .next(..) and .on(..): use one or the other"
+                "step `{step}` has both .next(..) or .end() and .on(..): use one or the other"
             ),
             Violation::NoTransition { step } => write!(
                 f,
-                "step `{step}` has no transition out: add .next(step), or .route(..) with .on(signal)"
+                "step `{step}` has no transition out: add .next(step), .end(), or .route(..) with .on(signal)"
             ),
             Violation::DuplicateSignal { step, signal } => {
                 write!(f, "step `{step}` declares signal `{signal}` more than once")
@@ -270,8 +270,12 @@ pub(super) fn validate<S: HarnessState, C>(
                 },
             }
         }
-        if let Some(target) = &s.next {
-            match index.get(target.as_str()) {
+        match &s.next {
+            None => {}
+            Some(Dest::End) => {
+                graph.add_edge(nodes[i], end, ());
+            }
+            Some(Dest::Step(target)) => match index.get(target.as_str()) {
                 Some(t) => {
                     graph.add_edge(nodes[i], nodes[*t], ());
                 }
@@ -280,7 +284,7 @@ pub(super) fn validate<S: HarnessState, C>(
                     via: "next".into(),
                     target: target.clone(),
                 }),
-            }
+            },
         }
     }
 

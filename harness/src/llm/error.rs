@@ -189,3 +189,39 @@ impl ModelError {
         }
     }
 }
+
+/// Why a tool call could not be answered.
+///
+/// The messages are addressed to the model: a loop can send
+/// `error.to_string()` back as a failed [`ToolResult`](crate::llm::ToolResult) (see
+/// [`ToolSet::dispatch_or_report`](crate::llm::ToolSet::dispatch_or_report)) and the model can correct itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The model called a tool that is not in the set.
+    #[error("unknown tool `{name}`; the available tools are: {}", available.join(", "))]
+    UnknownTool {
+        /// The name the model used.
+        name: String,
+        /// The names it could have used.
+        available: Vec<String>,
+    },
+    /// The arguments do not match the tool's schema.
+    #[error(
+        "invalid arguments for tool `{tool}`: {message}; call it again with arguments matching its schema"
+    )]
+    InvalidArguments {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong with them.
+        message: String,
+    },
+    /// The tool ran and failed.
+    #[error("tool `{tool}` failed: {message}")]
+    Failed {
+        /// The tool's name.
+        tool: String,
+        /// The tool's own error message.
+        message: String,
+    },
+}

@@ -37,7 +37,7 @@ mod scripted;
 mod stream;
 mod tool;
 
-pub use error::ModelError;
+pub use error::{ModelError, ToolError};
 pub use message::{
     ContentPart, ImageSource, Message, ProviderSignature, Reasoning, Role, ToolCall, ToolResult,
 };
@@ -46,7 +46,7 @@ pub use request::{ModelRequest, ModelRequestBuilder, ToolChoice};
 pub use response::{ModelResponse, StopReason, Usage};
 pub use scripted::{Expect, ScriptedModel, Turn};
 pub use stream::{ModelStream, PartialToolCalls, StreamCollector, StreamEvent, collect_stream};
-pub use tool::{Tool, ToolError, ToolSet, ToolSpec};
+pub use tool::{Tool, ToolSet, ToolSpec};
 
 /// A language model: answers a [`ModelRequest`] whole or as a stream.
 ///

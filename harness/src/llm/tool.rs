@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::llm::error::ToolError;
 use crate::llm::message::{ToolCall, ToolResult};
 
 /// A tool as offered to the model: its name, what it does, and the JSON
@@ -71,42 +72,6 @@ fn args_schema<A: JsonSchema>() -> Value {
         map.remove("title");
     }
     schema
-}
-
-/// Why a tool call could not be answered.
-///
-/// The messages are addressed to the model: a loop can send
-/// `error.to_string()` back as a failed [`ToolResult`] (see
-/// [`ToolSet::dispatch_or_report`]) and the model can correct itself.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ToolError {
-    /// The model called a tool that is not in the set.
-    #[error("unknown tool `{name}`; the available tools are: {}", available.join(", "))]
-    UnknownTool {
-        /// The name the model used.
-        name: String,
-        /// The names it could have used.
-        available: Vec<String>,
-    },
-    /// The arguments do not match the tool's schema.
-    #[error(
-        "invalid arguments for tool `{tool}`: {message}; call it again with arguments matching its schema"
-    )]
-    InvalidArguments {
-        /// The tool's name.
-        tool: String,
-        /// What is wrong with them.
-        message: String,
-    },
-    /// The tool ran and failed.
-    #[error("tool `{tool}` failed: {message}")]
-    Failed {
-        /// The tool's name.
-        tool: String,
-        /// The tool's own error message.
-        message: String,
-    },
 }
 
 /// A typed tool the model can call.

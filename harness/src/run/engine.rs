@@ -1,14 +1,17 @@
 //! The loop's interpreter: one step after another until a signal ends it.
 
-use super::cx::{CxShared, StepJournal};
-use super::{Interrupt, RunControl, RunError, RunEvent, RunInfo, StepError, StepInfo};
-use crate::Cx;
-use crate::agent::AgentInner;
-use crate::graph::{CompiledStep, Exits, RunFn, Target};
-use crate::session::{SessionConfig, SessionCursor, SessionPhase, SessionStore, StoreError};
+use super::control::RunControl;
+use super::events::RunEvent;
+use crate::error::RunError;
+use crate::graph::{CompiledStep, Exits, HarnessInner, Target};
+use crate::session::head::StepDone;
+use crate::session::{
+    Holder, SessionConfig, SessionCursor, SessionPhase, SessionStore, StoreError,
+};
 use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
+use crate::step::{Cx, CxShared, Interrupt, RunInfo, StepError, StepInfo, StepJournal};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -76,12 +79,12 @@ enum Halt {
 }
 
 pub(crate) fn start<S: HarnessState, C: Context>(
-    agent: Arc<AgentInner<S, C>>,
+    harness: Arc<HarnessInner<S, C>>,
     ctx: Arc<C>,
     control: Arc<RunControl<S>>,
     info: RunInfo,
     mut exec: Execution<S>,
-) -> BoxFuture<'static, super::engine::Driven<S>> {
+) -> BoxFuture<'static, Driven<S>> {
     let span = tracing::info_span!(
         "harness.run",
         agent = %info.agent_id,
@@ -89,7 +92,7 @@ pub(crate) fn start<S: HarnessState, C: Context>(
         session_id = %info.session_id,
     );
     async move {
-        let result = match attach(&agent, &info, &mut exec).await {
+        let result = match attach(&harness, &info, &mut exec).await {
             Ok(cursor) => {
                 // Keep the lease alive while a long step runs.
                 let renewer = cursor.clone().map(|c| {
@@ -103,11 +106,18 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                         }
                     }))
                 });
-                let result =
-                    drive(&agent, &ctx, &control, &info, &mut exec, cursor.as_deref()).await;
+                let result = drive(
+                    &harness,
+                    &ctx,
+                    &control,
+                    &info,
+                    &mut exec,
+                    cursor.as_deref(),
+                )
+                .await;
                 drop(renewer);
                 match cursor {
-                    Some(c) => persist_settle(&agent, &c, &mut exec, result).await,
+                    Some(c) => persist_settle(&harness, &c, &mut exec, result).await,
                     None => result,
                 }
             }
@@ -130,7 +140,7 @@ impl Drop for AbortOnDrop {
 
 /// Creates or re-leases the run's session, if it has a store.
 async fn attach<S: HarnessState, C: Context>(
-    agent: &AgentInner<S, C>,
+    harness: &HarnessInner<S, C>,
     info: &RunInfo,
     exec: &mut Execution<S>,
 ) -> Result<Option<Arc<SessionCursor>>, RunError> {
@@ -143,17 +153,17 @@ async fn attach<S: HarnessState, C: Context>(
                     "the state cannot be serialized: {e}"
                 )))
             })?;
-            let next = &agent.harness.steps[exec.at].name;
+            let next = &harness.steps[exec.at].name;
             Arc::new(
                 SessionCursor::create(
                     store,
                     config,
-                    &agent.id,
+                    &info.agent_id,
                     info.run_id.clone(),
                     info.session_id.clone(),
                     state,
                     next,
-                    true,
+                    Holder::ThisRun,
                 )
                 .await
                 .map_err(RunError::Store)?,
@@ -179,12 +189,12 @@ async fn attach<S: HarnessState, C: Context>(
 
 /// Records how the run settled in its session and releases the lease.
 async fn persist_settle<S: HarnessState, C: Context>(
-    agent: &AgentInner<S, C>,
+    harness: &HarnessInner<S, C>,
     cursor: &SessionCursor,
     exec: &mut Execution<S>,
     result: Result<Settle, RunError>,
 ) -> Result<Settle, RunError> {
-    let here = agent.harness.steps.get(exec.at).map(|s| &*s.name);
+    let here = harness.steps.get(exec.at).map(|s| &*s.name);
     let (phase, next, journal) = match &result {
         Ok(Settle::Ended(signal)) => (
             SessionPhase::Completed {
@@ -220,22 +230,23 @@ async fn persist_settle<S: HarnessState, C: Context>(
     if let SessionLink::Attached { leased, .. } = &mut exec.session {
         *leased = false;
     }
-    let start = &agent.harness.steps[agent.harness.start].name;
-    match cursor.settle(phase, next, journal, start).await {
+    match cursor
+        .settle(phase, next, journal, harness.start_name())
+        .await
+    {
         Ok(()) => result,
         Err(e) => Err(RunError::Store(e)),
     }
 }
 
 async fn drive<S: HarnessState, C: Context>(
-    agent: &AgentInner<S, C>,
+    harness: &HarnessInner<S, C>,
     ctx: &Arc<C>,
     control: &RunControl<S>,
     info: &RunInfo,
     exec: &mut Execution<S>,
     cursor: Option<&SessionCursor>,
 ) -> Result<Settle, RunError> {
-    let harness = &*agent.harness;
     let observers = &harness.observers;
     for o in observers {
         o.run_started(info).await;
@@ -317,7 +328,7 @@ async fn drive<S: HarnessState, C: Context>(
         }
 
         let (next, signal) = match &step.exits {
-            Exits::Next(i) => (Target::Step(*i), None),
+            Exits::Next(t) => (*t, None),
             Exits::On(on) => {
                 let Some(route) = &step.route else {
                     // Validation guarantees a route wherever there is `.on`.
@@ -348,7 +359,7 @@ async fn drive<S: HarnessState, C: Context>(
                 Target::End => None,
             };
             let state = &exec.state;
-            let measure = || crate::session::json_len(&**state);
+            let measure = || crate::session::head::json_len(&**state);
             let snapshot = || {
                 serde_json::to_value(&**state).map_err(|e| {
                     StoreError::backend(format!("the state cannot be serialized: {e}"))
@@ -356,7 +367,7 @@ async fn drive<S: HarnessState, C: Context>(
             };
             if let Err(e) = cursor
                 .step_done(
-                    crate::session::StepDone {
+                    StepDone {
                         step: &step.name,
                         update: stored,
                         next_step: next_name,
@@ -383,9 +394,7 @@ async fn drive<S: HarnessState, C: Context>(
         match next {
             Target::Step(i) => exec.at = i,
             Target::End => {
-                break Ok(Settle::Ended(
-                    signal.unwrap_or_else(|| Signal::new(crate::session::END)),
-                ));
+                break Ok(Settle::Ended(signal.unwrap_or(Signal::END)));
             }
         }
     };
@@ -441,7 +450,7 @@ enum Failure {
 
 /// Runs a step's `run`, with its timeout and retry policy.
 async fn run_step<S: HarnessState, C: Context>(
-    run: &RunFn<S, C>,
+    run: &crate::graph::RunFn<S, C>,
     step: &CompiledStep<S, C>,
     ctx: &Arc<C>,
     control: &RunControl<S>,

@@ -1,9 +1,9 @@
 //! A live stream of a run's events.
 
-use super::Interrupt;
 use crate::ids::{RunId, SessionId};
 use crate::signal::Signal;
 use crate::state::HarnessState;
+use crate::step::Interrupt;
 use futures::Stream;
 use std::fmt;
 use std::pin::Pin;

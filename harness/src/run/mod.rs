@@ -6,113 +6,39 @@
 //! [`Outcome`]. Before that, [`Run::events`] subscribes to its live events and
 //! [`Run::stop_handle`] gives a handle that stops it from elsewhere.
 //!
-//! A step that calls [`Cx::interrupt`] makes the run settle with the signal
+//! A step that calls [`Cx::interrupt`](crate::Cx::interrupt) makes the run settle with the signal
 //! `$interrupt`; [`Run::resume`] gives the answer, and awaiting the run again
 //! continues it: the interrupted step runs again, and its `interrupt` call now
 //! returns the answer.
 
-mod cx;
+mod control;
 mod engine;
-mod error;
 mod events;
+mod outcome;
 
-pub use cx::{Cx, StepJournal};
-pub use error::{BoxError, NoInterrupt, RunError, StepError, StepResult};
+pub use crate::error::{NoInterrupt, RunError};
+pub use control::StopHandle;
+pub(crate) use engine::{Execution, SessionLink};
 pub use events::{RunEvent, RunEvents};
+pub use outcome::Outcome;
 
-use crate::agent::AgentInner;
+use crate::graph::HarnessInner;
 use crate::ids::{InterruptId, RunId, SessionId};
 use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
+use crate::step::{Interrupt, RunInfo};
+use control::RunControl;
 use engine::{Driven, Settle};
-pub(crate) use engine::{Execution, SessionLink};
 use events::EventHub;
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::task::{self, Poll};
-
-/// A pause for a human, asked for by a step with [`Cx::interrupt`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Interrupt {
-    /// The id a resume must give.
-    pub id: InterruptId,
-    /// The step that asked.
-    pub step: String,
-    /// What the step asked, as JSON.
-    pub payload: Value,
-}
-
-/// How a run settled.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct Outcome<S> {
-    /// The final signal: the one whose `.on(..).end()` ended the run, or
-    /// [`Signal::INTERRUPT`], or [`Signal::STOPPED`].
-    pub signal: Signal,
-    /// The state when the run settled.
-    pub state: S,
-    /// The run.
-    pub run_id: RunId,
-    /// Its session.
-    pub session_id: SessionId,
-    /// Steps completed, in all.
-    pub steps: u64,
-    /// The pending interrupt when the signal is `$interrupt`.
-    pub interrupt: Option<Interrupt>,
-}
-
-impl<S> Outcome<S> {
-    /// Whether the run is paused for a human.
-    pub fn is_interrupted(&self) -> bool {
-        self.interrupt.is_some()
-    }
-}
-
-/// Identifies a run to observers and spans.
-#[derive(Clone, Debug)]
-pub struct RunInfo {
-    /// The agent running it.
-    pub agent_id: Arc<str>,
-    /// The run.
-    pub run_id: RunId,
-    /// Its session.
-    pub session_id: SessionId,
-}
-
-/// Identifies a step visit to observers.
-#[derive(Clone, Debug)]
-pub struct StepInfo {
-    /// The step's name.
-    pub name: Arc<str>,
-    /// How many steps the run completed before this one.
-    pub index: u64,
-}
-
-/// Stops a run at its next step boundary; see [`Run::stop_handle`].
-#[derive(Clone, Debug)]
-pub struct StopHandle {
-    flag: Arc<AtomicBool>,
-}
-
-impl StopHandle {
-    /// Asks the run to stop before its next step; the step running now is
-    /// not cancelled. The outcome's signal is `$stopped`.
-    pub fn stop(&self) {
-        self.flag.store(true, Ordering::Release);
-    }
-}
-
-pub(crate) struct RunControl<S: HarnessState> {
-    pub(crate) stop: Arc<AtomicBool>,
-    pub(crate) events: EventHub<S>,
-}
 
 enum RunPhase<S: HarnessState> {
     Ready(Execution<S>),
@@ -127,7 +53,7 @@ enum RunPhase<S: HarnessState> {
 /// `Run` is a future: it does nothing until polled, and `(&mut run).await`
 /// keeps the handle for a later [`resume`](Run::resume).
 pub struct Run<S: HarnessState, C: Context> {
-    agent: Arc<AgentInner<S, C>>,
+    harness: Arc<HarnessInner<S, C>>,
     ctx: Arc<C>,
     control: Arc<RunControl<S>>,
     info: RunInfo,
@@ -154,19 +80,20 @@ impl<S: HarnessState, C: Context> fmt::Debug for Run<S, C> {
 
 impl<S: HarnessState, C: Context> Run<S, C> {
     pub(crate) fn new(
-        agent: Arc<AgentInner<S, C>>,
+        harness: Arc<HarnessInner<S, C>>,
+        agent_id: Arc<str>,
         ctx: C,
         exec: Execution<S>,
         run_id: RunId,
         session_id: SessionId,
     ) -> Self {
         let info = RunInfo {
-            agent_id: Arc::clone(&agent.id),
+            agent_id,
             run_id,
             session_id,
         };
         Self {
-            agent,
+            harness,
             ctx: Arc::new(ctx),
             control: Arc::new(RunControl {
                 stop: Arc::new(AtomicBool::new(false)),
@@ -309,7 +236,7 @@ impl<S: HarnessState, C: Context> Future for Run<S, C> {
             match std::mem::replace(&mut this.phase, RunPhase::Done) {
                 RunPhase::Ready(exec) => {
                     this.phase = RunPhase::Running(engine::start(
-                        Arc::clone(&this.agent),
+                        Arc::clone(&this.harness),
                         Arc::clone(&this.ctx),
                         Arc::clone(&this.control),
                         this.info.clone(),

@@ -12,7 +12,7 @@
 //! # struct MyState { n: u32 }
 //! # async fn f(agent: harness::Agent<MyState>) {
 //! let args: Vec<String> = std::env::args().skip(2).collect(); // after `sessions`
-//! match harness::session::cli::sessions_command(&agent, &args, harness::Slots::new).await {
+//! match harness::session::cli::sessions_command(&agent, &args, || ()).await {
 //!     Ok(text) => println!("{text}"),
 //!     Err(e) => eprintln!("error: {e}"),
 //! }
@@ -21,7 +21,7 @@
 
 use super::{SessionError, SessionPhase, StoredRun};
 use crate::agent::Agent;
-use crate::slots::{Context, Slots};
+use crate::slots::Context;
 use crate::state::HarnessState;
 use std::fmt::Write;
 
@@ -48,7 +48,7 @@ fn phase(head: &StoredRun) -> String {
 pub async fn sessions_command<S: HarnessState, C: Context>(
     agent: &Agent<S, C>,
     args: &[String],
-    slots: impl Fn() -> Slots,
+    slots: impl Fn() -> C::Run,
 ) -> Result<String, SessionError> {
     let mut out = String::new();
     match args
@@ -104,7 +104,8 @@ pub async fn sessions_command<S: HarnessState, C: Context>(
             let response = serde_json::from_str(answer)
                 .unwrap_or_else(|_| serde_json::Value::String((*answer).to_string()));
             let outcome = agent
-                .resume(response, &id, &interrupt.id, slots())
+                .with(slots())
+                .resume(response, &id, &interrupt.id)
                 .await?
                 .await
                 .map_err(|e| SessionError::Run(Box::new(e)))?;

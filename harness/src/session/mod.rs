@@ -21,17 +21,20 @@
 //! taken over.
 
 pub mod cli;
-mod error;
-mod replay;
+mod cursor;
+pub(crate) mod head;
+mod rebuild;
 
-pub use error::{
+pub use crate::error::{
     NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError, StoreLoad,
 };
-pub(crate) use replay::{END, SessionCursor, StepDone, json_len, push_input, rebuild};
+pub(crate) use cursor::{Holder, SessionCursor};
+pub use head::{Busy, Submitted, load_value, save_value};
+pub(crate) use rebuild::rebuild;
 
 use crate::ids::{RunId, SessionId};
-use crate::run::{Interrupt, StepJournal};
 use crate::signal::Signal;
+use crate::step::{Interrupt, StepJournal};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -108,7 +111,7 @@ pub struct StoredRun {
     /// if its process dies in between, [`Agent::recover`](crate::Agent::recover)
     /// records the end with this signal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ended_with: Option<crate::Signal>,
+    pub ended_with: Option<Signal>,
     /// Steps completed in the session (the index of the last checkpoint).
     pub steps: u64,
     /// The current step's journal: interrupt answers and `once` results.

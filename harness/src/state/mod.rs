@@ -57,7 +57,7 @@ use std::fmt::Debug;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a harness state",
     label = "not a state",
-    note = "derive it: #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]"
+    note = "derive it: #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)] (with `use harness::{{JsonSchema, schemars}};`)"
 )]
 pub trait HarnessState:
     Clone + Debug + Default + Send + Sync + Serialize + DeserializeOwned + JsonSchema + 'static

@@ -46,6 +46,11 @@ fn main() {
     let mut s = State::default();
     harness::HarnessState::apply(&mut s, StateUpdate::new().text("a").first(Some("x".into())));
     assert_eq!(s.text, ">a");
-    let _ = <Deps as harness::Context>::slots();
-    let _ = <Nothing as harness::Context>::slots();
+    let deps = <Deps as harness::Context>::assemble(
+        &DepsFixed { prompt: "p".into() },
+        &DepsAgent { client: Arc::from("c") },
+        DepsRun { user: 7 },
+    );
+    assert_eq!((deps.prompt.as_str(), &*deps.client, deps.user), ("p", "c", 7));
+    let _: Nothing = <Nothing as harness::Context>::assemble(&(), &(), ());
 }

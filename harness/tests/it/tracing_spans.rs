@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-use harness::{Cx, Harness, HarnessState, Slots, StepResult, create_agent};
+use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,12 +83,8 @@ fn run_and_step_spans_carry_ids_and_names() {
                 .start("inc")
                 .build()
                 .unwrap();
-            let agent = create_agent("traced", &h, Slots::new()).unwrap();
-            agent
-                .run(N::default(), Slots::new())
-                .unwrap()
-                .await
-                .unwrap()
+            let agent = create_agent("traced", &h);
+            agent.run(N::default()).await.unwrap()
         })
     });
     let seen = spans.seen.lock().unwrap();

@@ -7,8 +7,8 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use harness::llm::{LanguageModel, Message, ModelRequest, ToolResult, ToolSet};
-use harness::{Outcome, Slots, create_agent};
-use harness_tests::{Chat, Counter, chat_loop};
+use harness::{Outcome, create_agent_with};
+use harness_tests::{Chat, Counter, DepsAgent, chat_loop};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,11 +20,11 @@ async fn run_loop(model: Arc<dyn LanguageModel>) -> (Outcome<Chat>, u32) {
     let harness = chat_loop(ToolSet::new().with(counter.clone()))
         .build()
         .unwrap();
-    let agent = create_agent("swap", &harness, Slots::new().with("model", model)).unwrap();
+    let agent = create_agent_with("swap", &harness, DepsAgent { model });
     let chat = Chat {
         messages: vec![Message::user("Add 5 to the counter and tell me the total.")],
     };
-    let out = agent.run(chat, Slots::new()).unwrap().await.unwrap();
+    let out = agent.run(chat).await.unwrap();
     (out, counter.0.load(Ordering::SeqCst))
 }
 

@@ -5,7 +5,7 @@
 
 use harness::session::{SessionConfig, SessionError, SessionPhase};
 use harness::worker::{Worker, WorkerReport};
-use harness::{Agent, Busy, Cx, Harness, HarnessState, Slots, StepResult, Submitted, create_agent};
+use harness::{Agent, Busy, Harness, HarnessState, StepResult, Submitted, create_agent};
 use harness_stores::MemoryStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ struct Job {
     per_run: u32,
 }
 
-async fn work(s: Arc<Job>, _: Cx<()>) -> StepResult<JobUpdate> {
+async fn work(s: Arc<Job>) -> StepResult<JobUpdate> {
     tokio::time::sleep(Duration::from_millis(1)).await;
     Ok(JobUpdate::new()
         .steps(1)
@@ -51,7 +51,7 @@ fn agent(store: Arc<MemoryStore>, lease: Duration) -> Agent<Job> {
         })
         .build()
         .unwrap();
-    create_agent("jobs", &h, Slots::new()).unwrap()
+    create_agent("jobs", &h)
 }
 
 fn job() -> Job {
@@ -67,8 +67,7 @@ async fn drain(workers: usize, agent: &Agent<Job>, until_done: usize) -> Vec<Wor
     for _ in 0..workers {
         let agent = agent.clone();
         tasks.push(tokio::spawn(async move {
-            let worker =
-                Worker::new(agent.clone(), Slots::new).poll_interval(Duration::from_millis(5));
+            let worker = Worker::new(agent.clone()).poll_interval(Duration::from_millis(5));
             let finished = async {
                 loop {
                     let heads = agent.sessions().await.unwrap();
@@ -172,11 +171,7 @@ async fn a_dead_workers_session_is_finished_by_another_without_repeating_steps()
     // The first worker dies mid-run: its task is aborted.
     let doomed = {
         let agent = agent.clone();
-        tokio::spawn(async move {
-            Worker::new(agent, Slots::new)
-                .run_until(std::future::pending())
-                .await
-        })
+        tokio::spawn(async move { Worker::new(agent).run_until(std::future::pending()).await })
     };
     tokio::time::sleep(Duration::from_millis(30)).await;
     doomed.abort();

@@ -1,8 +1,18 @@
-//! Errors of session stores and of session operations.
+//! The named errors of runs, session stores and session operations.
+//!
+//! They live in one module below everything that returns them, so that the
+//! step, session, observation and run modules can all name them without
+//! importing each other. Each is re-exported where it is used:
+//! [`RunError`] and [`NoInterrupt`] from [`run`](crate::run), the store and
+//! session errors from [`session`](crate::session).
 
 use crate::ids::{InterruptId, SessionId};
-use crate::run::NoInterrupt;
-use crate::slots::SlotError;
+use crate::signal::Signal;
+use std::error::Error;
+use std::time::Duration;
+
+/// A boxed error from user code.
+pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 
 /// A stored record that cannot be read: corrupt, of another schema version,
 /// or not this agent's. Nothing is changed in the store.
@@ -17,7 +27,7 @@ pub struct StoreLoad {
     pub reason: String,
 }
 
-/// An error of a [`SessionStore`](super::SessionStore).
+/// An error of a [`SessionStore`](crate::session::SessionStore).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -110,9 +120,6 @@ pub enum SessionError {
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
-    /// The run slots do not fit the context.
-    #[error(transparent)]
-    Slots(#[from] SlotError),
     /// The session has nothing to recover: it is not unfinished.
     #[error("session {session} has nothing to recover: {why}")]
     NothingToRecover {
@@ -132,7 +139,7 @@ pub enum SessionError {
     },
     /// The resumed run failed.
     #[error(transparent)]
-    Run(Box<crate::RunError>),
+    Run(Box<RunError>),
     /// The harness has no session store.
     #[error("this harness has no session store: attach one with Harness::builder().store(..)")]
     NoStore,
@@ -155,4 +162,89 @@ impl From<StoreError> for SessionError {
             other => SessionError::Store(other),
         }
     }
+}
+
+/// Why a run ended without an outcome.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A step's `run` failed on its last attempt.
+    #[error("step `{step}` failed after {attempts} attempt(s): {source}")]
+    Step {
+        /// The step.
+        step: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The step's error.
+        source: BoxError,
+    },
+    /// A step's `run` took longer than its timeout on its last attempt.
+    #[error("step `{step}` timed out after {limit:?} on each of {attempts} attempt(s)")]
+    Timeout {
+        /// The step.
+        step: String,
+        /// The step's timeout.
+        limit: Duration,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// A step's `route` returned a signal the step does not declare.
+    #[error(
+        "step `{step}` routed to signal `{signal}`, which it does not declare (declared: {})",
+        fmt_signals(.declared)
+    )]
+    UndeclaredSignal {
+        /// The step.
+        step: String,
+        /// The signal returned.
+        signal: Signal,
+        /// The signals the step declares with `.on(..)`.
+        declared: Vec<Signal>,
+    },
+    /// The run took as many steps as its limit allows.
+    #[error(
+        "the run reached its limit of {limit} steps before step `{step}`; \
+         raise it with .step_limit(n) if the loop is meant to run that long"
+    )]
+    StepLimit {
+        /// The limit.
+        limit: u64,
+        /// The step that would have run next.
+        step: String,
+    },
+    /// The run is paused on an interrupt and was awaited again without a resume.
+    #[error("the run is paused on interrupt {interrupt}; call run.resume(response, id) first")]
+    Paused {
+        /// The pending interrupt.
+        interrupt: InterruptId,
+    },
+    /// The session store failed, or another run took the session over.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The run already settled; it cannot be awaited again.
+    #[error("the run has already settled; start a new run")]
+    Settled,
+}
+
+fn fmt_signals(s: &[Signal]) -> String {
+    if s.is_empty() {
+        return "none".into();
+    }
+    s.iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A resume that names an interrupt the run is not paused on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", match .pending {
+    Some(p) => format!("the run is not paused on interrupt {given}: it is paused on {p}"),
+    None => format!("the run is not paused on interrupt {given}: it is not paused at all"),
+})]
+pub struct NoInterrupt {
+    /// The interrupt id given to resume.
+    pub given: InterruptId,
+    /// The interrupt the run is paused on, if any.
+    pub pending: Option<InterruptId>,
 }

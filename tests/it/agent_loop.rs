@@ -5,8 +5,8 @@
 
 use harness::llm::LanguageModel;
 use harness::llm::{Expect, ModelError, ModelResponse, Role, ScriptedModel, ToolCall, ToolSet};
-use harness::{RetryPolicy, RunError, Slots, create_agent};
-use harness_tests::{Chat, Counter, chat_loop, chat_loop_with};
+use harness::{RetryPolicy, RunError, create_agent_with};
+use harness_tests::{Chat, Counter, DepsAgent, chat_loop, chat_loop_with};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -37,17 +37,14 @@ async fn model_calls_a_tool_then_answers_with_its_result() {
     let harness = chat_loop(ToolSet::new().with(counter.clone()))
         .build()
         .unwrap();
-    let agent = create_agent(
+    let agent = create_agent_with(
         "a",
         &harness,
-        Slots::new().with("model", model.clone() as Arc<dyn LanguageModel>),
-    )
-    .unwrap();
-    let out = agent
-        .run(chat("count to 5"), Slots::new())
-        .unwrap()
-        .await
-        .unwrap();
+        DepsAgent {
+            model: model.clone(),
+        },
+    );
+    let out = agent.run(chat("count to 5")).await.unwrap();
     assert_eq!(out.signal, "complete");
     assert_eq!(out.steps, 3);
     assert_eq!(counter.0.load(Ordering::SeqCst), 5);
@@ -73,13 +70,8 @@ async fn unknown_tool_and_bad_arguments_are_reported_to_the_model() {
     let harness = chat_loop(ToolSet::new().with(counter.clone()))
         .build()
         .unwrap();
-    let agent = create_agent(
-        "a",
-        &harness,
-        Slots::new().with("model", model as Arc<dyn LanguageModel>),
-    )
-    .unwrap();
-    let out = agent.run(chat("go"), Slots::new()).unwrap().await.unwrap();
+    let agent = create_agent_with("a", &harness, DepsAgent { model });
+    let out = agent.run(chat("go")).await.unwrap();
     let tool_message = &out.state.messages[2];
     assert_eq!(tool_message.role, Role::Tool);
     let results: Vec<_> = tool_message
@@ -121,8 +113,8 @@ async fn a_rate_limited_model_call_is_retried_by_the_step_policy() {
     )
     .build()
     .unwrap();
-    let agent = create_agent("a", &harness, Slots::new().with("model", model_dyn)).unwrap();
-    let out = agent.run(chat("hi"), Slots::new()).unwrap().await.unwrap();
+    let agent = create_agent_with("a", &harness, DepsAgent { model: model_dyn });
+    let out = agent.run(chat("hi")).await.unwrap();
     assert_eq!(out.state.messages.last().unwrap().text(), "hello");
     assert_eq!(model.requests().len(), 2);
 }
@@ -134,12 +126,8 @@ async fn a_model_error_without_retry_fails_the_run_with_the_typed_error() {
             message: "bad key".into(),
         })]));
     let harness = chat_loop(ToolSet::new()).build().unwrap();
-    let agent = create_agent("a", &harness, Slots::new().with("model", model)).unwrap();
-    let err = agent
-        .run(chat("hi"), Slots::new())
-        .unwrap()
-        .await
-        .unwrap_err();
+    let agent = create_agent_with("a", &harness, DepsAgent { model });
+    let err = agent.run(chat("hi")).await.unwrap_err();
     let RunError::Step { step, source, .. } = &err else {
         panic!("{err}")
     };

@@ -1,6 +1,7 @@
 //! [`Cx`]: what a step's `run` gets besides the state.
 
-use super::{Interrupt, StepError};
+use super::Interrupt;
+use super::error::StepError;
 use crate::ids::{InterruptId, RunId, SessionId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

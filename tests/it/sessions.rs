@@ -5,8 +5,8 @@
 
 use harness::session::{CheckpointKind, SessionConfig, SessionError, SessionPhase, SessionStore};
 use harness::{
-    Context, Cx, Harness, HarnessState, InterruptId, RunError, SessionId, Signal, Slots,
-    StepResult, create_agent,
+    Context, Cx, Harness, HarnessState, InterruptId, RunError, SessionId, Signal, StepResult,
+    create_agent, create_agent_with,
 };
 use harness_stores::MemoryStore;
 use serde::{Deserialize, Serialize};
@@ -30,7 +30,7 @@ struct Effects {
     side_effects: Arc<AtomicU32>,
 }
 
-async fn work(s: Arc<Tally>, _: Cx<Effects>) -> StepResult<TallyUpdate> {
+async fn work(s: Arc<Tally>) -> StepResult<TallyUpdate> {
     Ok(TallyUpdate::new()
         .count(1)
         .log(vec![format!("work {}", s.count + 1)]))
@@ -74,24 +74,25 @@ fn fresh_agent() -> harness::Agent<Tally, Effects> {
 
 /// Runs a new session of `agent` until it pauses for approval.
 async fn paused(agent: &harness::Agent<Tally, Effects>) -> (SessionId, InterruptId) {
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let run = agent.run(Tally::default());
     let session = run.session_id().clone();
     (session, run.await.unwrap().interrupt.unwrap().id)
 }
 
 fn agent(store: &Arc<MemoryStore>, effects: &Arc<AtomicU32>) -> harness::Agent<Tally, Effects> {
-    create_agent(
+    create_agent_with(
         "tally",
         &harness(store.clone(), SessionConfig::default()),
-        Slots::new().with("side_effects", effects.clone()),
+        EffectsAgent {
+            side_effects: effects.clone(),
+        },
     )
-    .unwrap()
 }
 
 #[tokio::test]
 async fn every_step_is_checkpointed_and_any_checkpoint_can_be_read_back() {
     let agent = fresh_agent();
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let run = agent.run(Tally::default());
     let session = run.session_id().clone();
     let out = run.await.unwrap();
     assert_eq!(out.signal, Signal::INTERRUPT);
@@ -132,7 +133,7 @@ async fn a_fresh_agent_resumes_a_stored_interrupt_and_the_side_effect_runs_once(
     let effects = Arc::new(AtomicU32::new(0));
     let (session, interrupt) = {
         let agent = agent(&store, &effects);
-        let run = agent.run(Tally::default(), Slots::new()).unwrap();
+        let run = agent.run(Tally::default());
         let session = run.session_id().clone();
         let out = run.await.unwrap();
         assert_eq!(out.interrupt.as_ref().unwrap().payload["receipt"], 1);
@@ -140,10 +141,7 @@ async fn a_fresh_agent_resumes_a_stored_interrupt_and_the_side_effect_runs_once(
     };
     // Everything in memory is gone but the store: a new harness and agent.
     let agent = agent(&store, &effects);
-    let run = agent
-        .resume(true, &session, &interrupt, Slots::new())
-        .await
-        .unwrap();
+    let run = agent.resume(true, &session, &interrupt).await.unwrap();
     let out = run.await.unwrap();
     assert_eq!(out.signal, "done");
     assert_eq!(out.state.count, 3);
@@ -168,7 +166,7 @@ async fn resume_with_the_wrong_interrupt_id_is_no_interrupt() {
     let agent = fresh_agent();
     let (session, real) = paused(&agent).await;
     let err = agent
-        .resume(true, &session, &InterruptId::from("wrong"), Slots::new())
+        .resume(true, &session, &InterruptId::from("wrong"))
         .await
         .unwrap_err();
     match err {
@@ -182,7 +180,7 @@ async fn a_new_run_on_a_session_waiting_for_an_answer_is_refused() {
     let agent = fresh_agent();
     let (session, interrupt) = paused(&agent).await;
     let err = agent
-        .continue_session(&session, TallyUpdate::new(), Slots::new())
+        .continue_session(&session, TallyUpdate::new())
         .await
         .unwrap_err();
     match err {
@@ -195,23 +193,14 @@ async fn a_new_run_on_a_session_waiting_for_an_answer_is_refused() {
 async fn two_resumes_of_one_session_cannot_both_proceed() {
     let agent = fresh_agent();
     let (session, interrupt) = paused(&agent).await;
-    let first = agent
-        .resume(true, &session, &interrupt, Slots::new())
-        .await
-        .unwrap();
+    let first = agent.resume(true, &session, &interrupt).await.unwrap();
     // The first resume holds the lease: the second is refused by name.
-    let second = agent
-        .resume(false, &session, &interrupt, Slots::new())
-        .await
-        .unwrap_err();
+    let second = agent.resume(false, &session, &interrupt).await.unwrap_err();
     assert!(matches!(second, SessionError::InFlight(_)), "{second}");
     let out = first.await.unwrap();
     assert_eq!(out.state.log.last().unwrap(), "approved=true receipt=1");
     // Now the session is completed, so the interrupt is gone.
-    let third = agent
-        .resume(true, &session, &interrupt, Slots::new())
-        .await
-        .unwrap_err();
+    let third = agent.resume(true, &session, &interrupt).await.unwrap_err();
     assert!(matches!(third, SessionError::NoInterrupt(_)), "{third}");
 }
 
@@ -223,10 +212,7 @@ async fn racing_resumes_from_many_tasks_let_exactly_one_through() {
     for i in 0..8 {
         let (agent, session, interrupt) = (agent.clone(), session.clone(), interrupt.clone());
         tasks.push(tokio::spawn(async move {
-            match agent
-                .resume(i == 0, &session, &interrupt, Slots::new())
-                .await
-            {
+            match agent.resume(i == 0, &session, &interrupt).await {
                 Ok(run) => Some(run.await.unwrap()),
                 Err(SessionError::InFlight(_) | SessionError::NoInterrupt(_)) => None,
                 Err(other) => panic!("{other}"),
@@ -253,17 +239,16 @@ async fn racing_resumes_from_many_tasks_let_exactly_one_through() {
 async fn a_session_of_another_agent_is_a_store_load_error() {
     let store = Arc::new(MemoryStore::new());
     let effects = Arc::new(AtomicU32::new(0));
-    let run = agent(&store, &effects)
-        .run(Tally::default(), Slots::new())
-        .unwrap();
+    let run = agent(&store, &effects).run(Tally::default());
     let session = run.session_id().clone();
     run.await.unwrap();
-    let other = create_agent(
+    let other = create_agent_with(
         "someone-else",
         &harness(store.clone(), SessionConfig::default()),
-        Slots::new().with("side_effects", effects.clone()),
-    )
-    .unwrap();
+        EffectsAgent {
+            side_effects: effects.clone(),
+        },
+    );
     let err = other.state_at(&session, None).await.unwrap_err();
     assert!(
         matches!(err, SessionError::Load(ref l) if l.reason.contains("tally")),
@@ -285,14 +270,13 @@ async fn a_chat_thread_continues_from_the_stored_state_with_the_input_merged() {
         .continue_session(
             &session,
             TallyUpdate::new().until(1).log(vec!["hello".into()]),
-            Slots::new(),
         )
         .await
         .unwrap();
     let out = first.await.unwrap();
     let interrupt = out.interrupt.unwrap().id;
     agent
-        .resume(true, &session, &interrupt, Slots::new())
+        .resume(true, &session, &interrupt)
         .await
         .unwrap()
         .await
@@ -302,7 +286,6 @@ async fn a_chat_thread_continues_from_the_stored_state_with_the_input_merged() {
         .continue_session(
             &session,
             TallyUpdate::new().until(2).log(vec!["again".into()]),
-            Slots::new(),
         )
         .await
         .unwrap();
@@ -326,7 +309,7 @@ async fn a_chat_thread_continues_from_the_stored_state_with_the_input_merged() {
 #[tokio::test]
 async fn fork_starts_a_new_session_from_any_checkpoint_with_an_update() {
     let agent = fresh_agent();
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let run = agent.run(Tally::default());
     let session = run.session_id().clone();
     run.await.unwrap();
     let fork = agent
@@ -342,7 +325,7 @@ async fn fork_starts_a_new_session_from_any_checkpoint_with_an_update() {
     assert_eq!((forked.count, forked.until), (1, 2));
     assert_eq!(forked.log, ["work 1", "forked"]);
     let out = agent
-        .continue_session(&fork, TallyUpdate::new(), Slots::new())
+        .continue_session(&fork, TallyUpdate::new())
         .await
         .unwrap()
         .await
@@ -356,7 +339,6 @@ async fn fork_starts_a_new_session_from_any_checkpoint_with_an_update() {
 #[tokio::test]
 async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps() {
     let store = Arc::new(MemoryStore::new());
-    let effects = Arc::new(AtomicU32::new(0));
     let config = SessionConfig {
         lease_ttl: Duration::from_millis(300),
         ..SessionConfig::default()
@@ -390,11 +372,8 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
             .build()
             .unwrap()
     };
-    let _ = &effects;
-    let agent = create_agent("crashy", &build(), Slots::new()).unwrap();
-    let run = agent
-        .run(Tally::default(), Slots::new().with("hang_at", 2_u32))
-        .unwrap();
+    let agent = create_agent("crashy", &build());
+    let run = agent.with(GateRun { hang_at: 2 }).run(Tally::default());
     let session = run.session_id().clone();
     // The "process" dies while step 3 runs: the run future is dropped.
     let _ = tokio::time::timeout(Duration::from_millis(50), run).await;
@@ -402,9 +381,10 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
     assert_eq!(head.phase, SessionPhase::Running);
     assert_eq!(head.steps, 2);
 
-    let fresh = create_agent("crashy", &build(), Slots::new()).unwrap();
+    let fresh = create_agent("crashy", &build());
     let early = fresh
-        .recover(&session, Slots::new().with("hang_at", 99_u32))
+        .with(GateRun { hang_at: 99 })
+        .recover(&session)
         .await
         .unwrap_err();
     assert!(
@@ -413,7 +393,8 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
     );
     tokio::time::sleep(Duration::from_millis(350)).await;
     let out = fresh
-        .recover(&session, Slots::new().with("hang_at", 99_u32))
+        .with(GateRun { hang_at: 99 })
+        .recover(&session)
         .await
         .unwrap()
         .await
@@ -429,7 +410,7 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
 #[tokio::test]
 async fn in_process_resume_reacquires_the_session_and_persists() {
     let agent = fresh_agent();
-    let mut run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let mut run = agent.run(Tally::default());
     let session = run.session_id().clone();
     let paused = (&mut run).await.unwrap();
     run.resume(false, &paused.interrupt.unwrap().id).unwrap();
@@ -451,7 +432,7 @@ struct Long {
     chunks: Vec<String>,
 }
 
-async fn add_kib(_: Arc<Long>, _: Cx<()>) -> StepResult<LongUpdate> {
+async fn add_kib() -> StepResult<LongUpdate> {
     Ok(LongUpdate::new().chunks(vec!["x".repeat(1024)]))
 }
 
@@ -478,8 +459,8 @@ async fn long_session(
         .store(store)
         .build()
         .unwrap();
-    let agent = create_agent("long", &h, Slots::new()).unwrap();
-    let run = agent.run(Long { chunks: vec![] }, Slots::new()).unwrap();
+    let agent = create_agent("long", &h);
+    let run = agent.run(Long { chunks: vec![] });
     let session = run.session_id().clone();
     let out = run.await.unwrap();
     let size = serde_json::to_vec(&out.state).unwrap().len();
@@ -574,7 +555,7 @@ fn draft_agent(
 ) -> harness::Agent<Draft> {
     let h = Harness::<Draft>::builder()
         .step("rewrite")
-        .run(move |s: Arc<Draft>, _: Cx<()>| async move {
+        .run(move |s: Arc<Draft>| async move {
             Ok(DraftUpdate::new()
                 .text(draft_text(s.steps + 1, len))
                 .steps(1))
@@ -589,7 +570,7 @@ fn draft_agent(
         .session_config(config)
         .build()
         .unwrap();
-    create_agent("draft", &h, Slots::new()).unwrap()
+    create_agent("draft", &h)
 }
 
 /// Runs `steps` steps that each rewrite a `len`-byte text.
@@ -600,7 +581,7 @@ async fn rewriting_session(
     len: usize,
 ) -> (harness::Agent<Draft>, SessionId, Draft) {
     let agent = draft_agent(store, config, steps, len);
-    let run = agent.run(Draft::default(), Slots::new()).unwrap();
+    let run = agent.run(Draft::default());
     let session = run.session_id().clone();
     let out = run.await.unwrap();
     (agent, session, out.state)
@@ -677,9 +658,7 @@ async fn the_state_is_measured_once_per_doubling_not_per_step() {
     let store = Arc::new(MemoryStore::new());
     let h = Harness::<Pile>::builder()
         .step("add")
-        .run(|_: Arc<Pile>, _: Cx<()>| async {
-            Ok(PileUpdate::new().items(vec![Counted("x".repeat(1024))]))
-        })
+        .run(|| async { Ok(PileUpdate::new().items(vec![Counted("x".repeat(1024))])) })
         .route(|s: &Pile| if s.items.len() < 500 { "again" } else { "done" })
         .on("again")
         .to("add")
@@ -689,8 +668,8 @@ async fn the_state_is_measured_once_per_doubling_not_per_step() {
         .store(store.clone())
         .build()
         .unwrap();
-    let agent = create_agent("pile", &h, Slots::new()).unwrap();
-    let run = agent.run(Pile { items: vec![] }, Slots::new()).unwrap();
+    let agent = create_agent("pile", &h);
+    let run = agent.run(Pile { items: vec![] });
     let session = run.session_id().clone();
     run.await.unwrap();
     // Each update is serialized a few times (stored, counted); the state,
@@ -721,9 +700,7 @@ async fn run_inputs_count_toward_snapshots() {
     let store = Arc::new(MemoryStore::new());
     let h = Harness::<Chat>::builder()
         .step("reply")
-        .run(|_: Arc<Chat>, _: Cx<()>| async { Ok(ChatUpdate::new().replies(1)) })
-        .route(|_: &Chat| "done")
-        .on("done")
+        .run(|| async { Ok(ChatUpdate::new().replies(1)) })
         .end()
         .start("reply")
         .store(store.clone())
@@ -733,12 +710,12 @@ async fn run_inputs_count_toward_snapshots() {
         })
         .build()
         .unwrap();
-    let agent = create_agent("chat", &h, Slots::new()).unwrap();
+    let agent = create_agent("chat", &h);
     let session = SessionId::from("chat-1");
     for turn in 1..=60u64 {
         let input = ChatUpdate::new().doc(draft_text(turn, 20 * 1024));
         let out = agent
-            .continue_session(&session, input, Slots::new())
+            .continue_session(&session, input)
             .await
             .unwrap()
             .await
@@ -786,8 +763,8 @@ async fn every_k_steps_a_snapshot_is_taken_when_it_pays() {
         .session_config(config)
         .build()
         .unwrap();
-    let agent = create_agent("long", &h, Slots::new()).unwrap();
-    let run = agent.run(Long { chunks: vec![] }, Slots::new()).unwrap();
+    let agent = create_agent("long", &h);
+    let run = agent.run(Long { chunks: vec![] });
     let session = run.session_id().clone();
     run.await.unwrap();
     assert_eq!(snapshots(store.as_ref(), &session).await, vec![(0, 0)]);
@@ -820,13 +797,13 @@ async fn on_disk_a_500_step_session_stays_under_three_times_its_final_state() {
 #[tokio::test]
 async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
     let agent = fresh_agent();
-    let mut run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let mut run = agent.run(Tally::default());
     let session = run.session_id().clone();
     let paused = (&mut run).await.unwrap();
     let id = paused.interrupt.unwrap().id;
     // Another process answers first…
     agent
-        .resume(true, &session, &id, Slots::new())
+        .resume(true, &session, &id)
         .await
         .unwrap()
         .await
@@ -843,19 +820,19 @@ async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
 async fn the_sessions_command_lists_shows_and_resumes() {
     use harness::session::cli::sessions_command;
     let agent = fresh_agent();
-    let run = agent.run(Tally::default(), Slots::new()).unwrap();
+    let run = agent.run(Tally::default());
     let session = run.session_id().to_string();
     run.await.unwrap();
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 
-    let list = sessions_command(&agent, &args(&["list"]), Slots::new)
+    let list = sessions_command(&agent, &args(&["list"]), || ())
         .await
         .unwrap();
     assert!(
         list.contains(&session) && list.contains("interrupted at `approve`"),
         "{list}"
     );
-    let show = sessions_command(&agent, &args(&["show", &session]), Slots::new)
+    let show = sessions_command(&agent, &args(&["show", &session]), || ())
         .await
         .unwrap();
     assert!(show.contains("next step: approve"), "{show}");
@@ -864,7 +841,7 @@ async fn the_sessions_command_lists_shows_and_resumes() {
         show.contains("$start") && show.contains("work"),
         "history: {show}"
     );
-    let resumed = sessions_command(&agent, &args(&["resume", &session, "true"]), Slots::new)
+    let resumed = sessions_command(&agent, &args(&["resume", &session, "true"]), || ())
         .await
         .unwrap();
     assert!(resumed.contains("done after 1 steps"), "{resumed}");
@@ -877,7 +854,7 @@ async fn the_sessions_command_lists_shows_and_resumes() {
         "approved=true receipt=1",
         "the answer was read as JSON"
     );
-    let usage = sessions_command(&agent, &args(&["bogus"]), Slots::new)
+    let usage = sessions_command(&agent, &args(&["bogus"]), || ())
         .await
         .unwrap();
     assert!(usage.starts_with("usage:"));
@@ -933,7 +910,7 @@ async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
         fail_end: true.into(),
     });
     let agent = draft_agent(store.clone(), SessionConfig::default(), 3, 8);
-    let run = agent.run(Draft::default(), Slots::new()).unwrap();
+    let run = agent.run(Draft::default());
     let session = run.session_id().clone();
     assert!(matches!(run.await, Err(RunError::Store(_))));
     let head = store.load(&session).await.unwrap().unwrap();
@@ -965,7 +942,7 @@ async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
         })
         .await
         .unwrap();
-    match agent.recover(&session, Slots::new()).await {
+    match agent.recover(&session).await {
         Err(SessionError::NothingToRecover { why, .. }) => {
             assert!(why.contains("`enough`"), "{why}");
         }
@@ -983,12 +960,7 @@ async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
         ["$start", "rewrite", "rewrite", "rewrite", "$input"]
     );
     // And it runs.
-    let out = agent
-        .recover(&session, Slots::new())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    let out = agent.recover(&session).await.unwrap().await.unwrap();
     assert_eq!(out.signal.as_str(), "enough");
     assert_eq!(out.state.steps, 4);
 }

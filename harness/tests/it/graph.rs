@@ -286,3 +286,48 @@ fn dot_export_escapes_quotes_in_names() {
         h.to_mermaid()
     );
 }
+
+#[tokio::test]
+async fn a_run_only_step_can_end_the_run_without_a_route() {
+    let h = Harness::<S>::builder()
+        .step("first")
+        .run(inc)
+        .next("last")
+        .step("last")
+        .run(inc)
+        .end()
+        .start("first")
+        .build()
+        .unwrap();
+    assert!(
+        h.to_mermaid().contains("s1 --> end__"),
+        "{}",
+        h.to_mermaid()
+    );
+    let out = harness::create_agent("a", &h)
+        .run(S::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.signal, out.state.n, out.steps),
+        (harness::Signal::END, 2, 2)
+    );
+}
+
+#[test]
+fn end_with_on_is_a_violation_like_next_with_on() {
+    let err = Harness::<S>::builder()
+        .step("a")
+        .run(inc)
+        .route(done_when_three)
+        .end()
+        .on("done")
+        .end()
+        .on("again")
+        .to("a")
+        .start("a")
+        .build()
+        .unwrap_err();
+    assert_eq!(err.violations, [Violation::NextWithOn { step: "a".into() }]);
+    assert!(err.to_string().contains(".end()"), "{err}");
+}

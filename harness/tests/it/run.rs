@@ -7,7 +7,7 @@ use futures::StreamExt;
 use harness::observe::Observer;
 use harness::{
     Context, Cx, Harness, HarnessState, InterruptId, RetryPolicy, RunError, RunEvent, RunInfo,
-    Signal, Slots, StepError, StepInfo, StepResult, create_agent,
+    Signal, StepError, StepInfo, StepResult, create_agent, create_agent_with,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -46,8 +46,8 @@ fn counter_loop() -> Harness<Counter> {
 
 #[tokio::test]
 async fn run_applies_updates_through_reducers_and_ends_on_the_signal() {
-    let agent = create_agent("counter", &counter_loop(), Slots::new()).unwrap();
-    let run = agent.run(Counter::default(), Slots::new()).unwrap();
+    let agent = create_agent("counter", &counter_loop());
+    let run = agent.run(Counter::default());
     let run_id = run.run_id().clone();
     let out = run.await.unwrap();
     assert_eq!(out.signal, "done");
@@ -72,8 +72,8 @@ async fn step_limit_ends_a_runaway_loop() {
         .step_limit(50)
         .build()
         .unwrap();
-    let agent = create_agent("a", &h, Slots::new()).unwrap();
-    let mut run = agent.run(Counter::default(), Slots::new()).unwrap();
+    let agent = create_agent("a", &h);
+    let mut run = agent.run(Counter::default());
     let err = (&mut run).await.unwrap_err();
     assert!(
         matches!(err, RunError::StepLimit { limit: 50, ref step } if step == "bump"),
@@ -97,12 +97,8 @@ async fn undeclared_signal_is_a_typed_error_naming_step_and_signal() {
         .start("bump")
         .build()
         .unwrap();
-    let agent = create_agent("a", &h, Slots::new()).unwrap();
-    let err = agent
-        .run(Counter::default(), Slots::new())
-        .unwrap()
-        .await
-        .unwrap_err();
+    let agent = create_agent("a", &h);
+    let err = agent.run(Counter::default()).await.unwrap_err();
     match &err {
         RunError::UndeclaredSignal {
             step,
@@ -143,17 +139,15 @@ async fn stop_settles_at_the_next_step_boundary() {
         .start("wait")
         .build()
         .unwrap();
-    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let agent = create_agent("a", &h);
     let entered = Arc::new(tokio::sync::Notify::new());
     let release = Arc::new(tokio::sync::Notify::new());
     let run = agent
-        .run(
-            Counter::default(),
-            Slots::new()
-                .with("entered", entered.clone())
-                .with("release", release.clone()),
-        )
-        .unwrap();
+        .with(GateRun {
+            entered: entered.clone(),
+            release: release.clone(),
+        })
+        .run(Counter::default());
     let stop = run.stop_handle();
     let task = tokio::spawn(run);
     entered.notified().await;
@@ -192,24 +186,28 @@ async fn timeout_and_retry_are_per_step() {
             .build()
             .unwrap()
     };
-    let agent = create_agent("a", &build(2), Slots::new().with("calls", calls.clone())).unwrap();
-    let err = agent
-        .run(Counter::default(), Slots::new())
-        .unwrap()
-        .await
-        .unwrap_err();
+    let agent = create_agent_with(
+        "a",
+        &build(2),
+        CallsAgent {
+            calls: calls.clone(),
+        },
+    );
+    let err = agent.run(Counter::default()).await.unwrap_err();
     assert!(
         matches!(err, RunError::Timeout { attempts: 2, .. }),
         "{err}"
     );
 
     calls.store(0, Ordering::SeqCst);
-    let agent = create_agent("a", &build(3), Slots::new().with("calls", calls.clone())).unwrap();
-    let out = agent
-        .run(Counter::default(), Slots::new())
-        .unwrap()
-        .await
-        .unwrap();
+    let agent = create_agent_with(
+        "a",
+        &build(3),
+        CallsAgent {
+            calls: calls.clone(),
+        },
+    );
+    let out = agent.run(Counter::default()).await.unwrap();
     assert_eq!(out.state.count, 1);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
@@ -230,12 +228,8 @@ async fn failing_step_reports_the_step_and_its_error_as_source() {
         .start("parse")
         .build()
         .unwrap();
-    let agent = create_agent("a", &h, Slots::new()).unwrap();
-    let err = agent
-        .run(Counter::default(), Slots::new())
-        .unwrap()
-        .await
-        .unwrap_err();
+    let agent = create_agent("a", &h);
+    let err = agent.run(Counter::default()).await.unwrap_err();
     let RunError::Step {
         step,
         attempts,
@@ -289,13 +283,14 @@ fn shop() -> Harness<Order, Shop> {
 #[tokio::test]
 async fn interrupt_resume_runs_the_journaled_side_effect_exactly_once() {
     let charges = Arc::new(AtomicU32::new(0));
-    let agent = create_agent(
+    let agent = create_agent_with(
         "shop",
         &shop(),
-        Slots::new().with("charges", charges.clone()),
-    )
-    .unwrap();
-    let mut run = agent.run(Order::default(), Slots::new()).unwrap();
+        ShopAgent {
+            charges: charges.clone(),
+        },
+    );
+    let mut run = agent.run(Order::default());
 
     let first = (&mut run).await.unwrap();
     assert_eq!(first.signal, Signal::INTERRUPT);
@@ -326,13 +321,14 @@ async fn interrupt_resume_runs_the_journaled_side_effect_exactly_once() {
 
 #[tokio::test]
 async fn resume_with_wrong_interrupt_id_is_rejected() {
-    let agent = create_agent(
+    let agent = create_agent_with(
         "shop",
         &shop(),
-        Slots::new().with("charges", Arc::new(AtomicU32::new(0))),
-    )
-    .unwrap();
-    let mut run = agent.run(Order::default(), Slots::new()).unwrap();
+        ShopAgent {
+            charges: Arc::new(AtomicU32::new(0)),
+        },
+    );
+    let mut run = agent.run(Order::default());
     let out = (&mut run).await.unwrap();
     let real = out.interrupt.unwrap().id;
     let wrong = InterruptId::from("not-the-id");
@@ -351,8 +347,8 @@ async fn resume_with_wrong_interrupt_id_is_rejected() {
 
 #[tokio::test]
 async fn resume_of_a_run_that_is_not_paused_is_rejected() {
-    let agent = create_agent("counter", &counter_loop(), Slots::new()).unwrap();
-    let mut run = agent.run(Counter::default(), Slots::new()).unwrap();
+    let agent = create_agent("counter", &counter_loop());
+    let mut run = agent.run(Counter::default());
     (&mut run).await.unwrap();
     let err = run.resume("x", &InterruptId::from("any")).unwrap_err();
     assert_eq!(err.pending, None);
@@ -374,8 +370,8 @@ async fn swallowed_interrupt_still_pauses_the_run() {
         .start("s")
         .build()
         .unwrap();
-    let agent = create_agent("a", &h, Slots::new()).unwrap();
-    let mut run = agent.run(Order::default(), Slots::new()).unwrap();
+    let agent = create_agent("a", &h);
+    let mut run = agent.run(Order::default());
     let out = (&mut run).await.unwrap();
     assert!(out.is_interrupted());
     assert!(out.state.log.is_empty());
@@ -385,16 +381,11 @@ async fn swallowed_interrupt_still_pauses_the_run() {
 
 #[tokio::test]
 async fn events_stream_reports_each_step_live() {
-    let agent = create_agent("counter", &counter_loop(), Slots::new()).unwrap();
-    let run = agent
-        .run(
-            Counter {
-                until: 2,
-                ..Counter::default()
-            },
-            Slots::new(),
-        )
-        .unwrap();
+    let agent = create_agent("counter", &counter_loop());
+    let run = agent.run(Counter {
+        until: 2,
+        ..Counter::default()
+    });
     let events = run.events();
     let out = run.await.unwrap();
     let events: Vec<_> = events.collect().await;
@@ -471,12 +462,8 @@ async fn composed_observers_each_see_every_hook() {
         .observer(a.clone().and(b.clone()))
         .build()
         .unwrap();
-    let agent = create_agent("a", &h, Slots::new()).unwrap();
-    agent
-        .run(Counter::default(), Slots::new())
-        .unwrap()
-        .await
-        .unwrap();
+    let agent = create_agent("a", &h);
+    agent.run(Counter::default()).await.unwrap();
     for t in [&a, &b] {
         assert_eq!(t.started.load(Ordering::SeqCst), 1);
         assert_eq!(t.steps.load(Ordering::SeqCst), 6);
@@ -509,13 +496,61 @@ async fn a_step_keeping_the_state_does_not_see_later_updates() {
         .start("keep")
         .build()
         .unwrap();
-    let agent = create_agent("a", &h, Slots::new()).unwrap();
+    let agent = create_agent("a", &h);
     let out = agent
-        .run(Counter::default(), Slots::new().with("kept", kept.clone()))
-        .unwrap()
+        .with(KeepRun { kept: kept.clone() })
+        .run(Counter::default())
         .await
         .unwrap();
     assert_eq!(out.state.count, 2);
     let counts: Vec<u32> = kept.lock().unwrap().iter().map(|s| s.count).collect();
     assert_eq!(counts, [0, 1]);
+}
+
+#[tokio::test]
+async fn a_step_function_takes_only_what_it_uses() {
+    #[derive(Context)]
+    struct Step {
+        #[slot(run)]
+        by: u32,
+    }
+    async fn both(s: Arc<Counter>, cx: Cx<Step>) -> StepResult<CounterUpdate> {
+        Ok(CounterUpdate::new().count(s.count + cx.by))
+    }
+    async fn state_only(s: Arc<Counter>) -> StepResult<CounterUpdate> {
+        Ok(CounterUpdate::new().count(s.count))
+    }
+    async fn context_only(cx: Cx<Step>) -> StepResult<CounterUpdate> {
+        Ok(CounterUpdate::new().count(cx.by))
+    }
+    async fn nothing() -> StepResult<CounterUpdate> {
+        Ok(CounterUpdate::new().count(1))
+    }
+    let h = Harness::<Counter, Step>::builder()
+        .step("both")
+        .run(both)
+        .next("state")
+        .step("state")
+        .run(state_only)
+        .next("context")
+        .step("context")
+        .run(context_only)
+        .next("nothing")
+        .step("nothing")
+        .run(nothing)
+        .next("closure")
+        .step("closure")
+        .run(|s: Arc<Counter>| async move { Ok(CounterUpdate::new().count(s.count)) })
+        .end()
+        .start("both")
+        .build()
+        .unwrap();
+    let out = create_agent("a", &h)
+        .with(StepRun { by: 5 })
+        .run(Counter::default())
+        .await
+        .unwrap();
+    // count is added: 0+5 → 5, +5 → 10, +5 → 15, +1 → 16, +16 → 32.
+    assert_eq!(out.state.count, 32);
+    assert_eq!(out.signal, Signal::END);
 }

@@ -1,0 +1,565 @@
+//! Every change to a session's head, in one place.
+//!
+//! Each function here takes the stored head and returns the [`Commit`] that
+//! moves it on: the next head (its version one higher), the checkpoints to
+//! append and the snapshots to drop. Nothing else in the crate builds a
+//! head, so the rules a head obeys (versions, leases, the snapshot policy,
+//! the run queue) can be read in this file. [`commit_with_retry`] is the one
+//! compare-and-set loop, for transitions that may be decided again when
+//! another writer wins the race; a run's own transitions go through its
+//! [`SessionCursor`](super::SessionCursor), which holds the lease and never
+//! needs to retry.
+
+use super::{
+    Checkpoint, CheckpointKind, Commit, Durability, Lease, SCHEMA_VERSION, SessionConfig,
+    SessionError, SessionInFlight, SessionPendingInterrupt, SessionPhase, SessionStore, StoreError,
+    StoredRun, now_millis,
+};
+use crate::ids::{RunId, SessionId};
+use crate::signal::Signal;
+use crate::step::StepJournal;
+use serde_json::Value;
+
+/// The step name of a session's first snapshot.
+pub(crate) const START: &str = "$start";
+/// The step name of a run's input merged into an existing session.
+pub(crate) const INPUT: &str = "$input";
+/// The step name of a value saved outside any run ([`save_value`]).
+pub(crate) const SAVED: &str = "$saved";
+
+/// A lease for `owner` from now until the configured time to live.
+pub(crate) fn lease(owner: &str, config: &SessionConfig) -> Lease {
+    let ttl = u64::try_from(config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+    Lease {
+        owner: owner.to_string(),
+        expires_at: now_millis().saturating_add(ttl),
+    }
+}
+
+/// A new owner id: one per run attempt.
+pub(crate) fn owner_id() -> String {
+    format!("{}-{}", std::process::id(), uuid::Uuid::new_v4())
+}
+
+/// The error for a session whose lease is live at `now`, if it is.
+pub(crate) fn in_flight(head: &StoredRun, now: u64) -> Option<SessionInFlight> {
+    head.lease
+        .as_ref()
+        .filter(|l| l.is_live(now))
+        .map(|l| SessionInFlight {
+            session: head.session_id.clone(),
+            owner: l.owner.clone(),
+            expires_at: l.expires_at,
+        })
+}
+
+/// The next version of `head`, written at `now`.
+fn next_of(head: &StoredRun, now: u64) -> StoredRun {
+    let mut next = head.clone();
+    next.version += 1;
+    next.updated_at = now;
+    next
+}
+
+fn commit(
+    head: StoredRun,
+    expected: Option<u64>,
+    append: Vec<Checkpoint>,
+    remove: Vec<u64>,
+    durable: bool,
+) -> Commit {
+    Commit {
+        head,
+        expected_version: expected,
+        append,
+        remove,
+        durable,
+    }
+}
+
+/// What a new session starts with.
+pub(crate) struct NewSession<'a> {
+    /// The agent whose loop it runs.
+    pub agent_id: &'a str,
+    /// Its first run.
+    pub run_id: RunId,
+    /// Its id.
+    pub session_id: SessionId,
+    /// The whole initial state.
+    pub state: Value,
+    /// The step its run starts at.
+    pub next_step: &'a str,
+    /// The run holding it from the start; `None` for a submitted run that a
+    /// worker takes.
+    pub lease: Option<Lease>,
+}
+
+/// A new session: its head and first snapshot. Fails on commit if the
+/// session exists.
+pub(crate) fn create(new: NewSession<'_>, config: &SessionConfig) -> Commit {
+    let now = now_millis();
+    let head = StoredRun {
+        schema_version: SCHEMA_VERSION,
+        session_id: new.session_id,
+        agent_id: new.agent_id.to_string(),
+        run_id: new.run_id,
+        phase: SessionPhase::Running,
+        next_step: Some(new.next_step.to_string()),
+        ended_with: None,
+        steps: 0,
+        journal: StepJournal::default(),
+        version: 1,
+        lease: new.lease,
+        snapshot_seq: 0,
+        snapshot_index: 0,
+        state_bytes: json_len(&new.state),
+        bytes_since_snapshot: 0,
+        measured_index: 0,
+        last_seq: 0,
+        created_at: now,
+        updated_at: now,
+        queued: Vec::new(),
+    };
+    let first = Checkpoint {
+        seq: 0,
+        index: 0,
+        step: START.into(),
+        time: now,
+        kind: CheckpointKind::Snapshot(new.state),
+    };
+    commit(
+        head,
+        None,
+        vec![first],
+        Vec::new(),
+        config.durability == Durability::EveryStep,
+    )
+}
+
+/// A new run takes the lease of an existing session, at `next_step` with
+/// `journal`, optionally under a new run id and with its input merged.
+/// The caller checks that no live lease is held.
+pub(crate) fn acquire(
+    head: &StoredRun,
+    lease: Lease,
+    run_id: Option<RunId>,
+    next_step: Option<String>,
+    journal: StepJournal,
+    input: Option<Value>,
+) -> Commit {
+    let now = now_millis();
+    let mut next = next_of(head, now);
+    next.lease = Some(lease);
+    next.phase = SessionPhase::Running;
+    if let Some(run_id) = run_id {
+        next.run_id = run_id;
+    }
+    next.next_step = next_step;
+    next.journal = journal;
+    let append = input
+        .map(|input| vec![push_input(&mut next, input, now)])
+        .unwrap_or_default();
+    commit(next, Some(head.version), append, Vec::new(), true)
+}
+
+/// A paused run resumed in its own process takes its lease again.
+pub(crate) fn reacquire(head: &StoredRun, lease: Lease, journal: StepJournal) -> Commit {
+    let mut next = next_of(head, now_millis());
+    next.lease = Some(lease);
+    next.phase = SessionPhase::Running;
+    next.journal = journal;
+    commit(next, Some(head.version), Vec::new(), Vec::new(), true)
+}
+
+/// A completed step, as [`step_done`] records it.
+pub(crate) struct StepDone<'a> {
+    /// The step's name.
+    pub step: &'a str,
+    /// Its update, as stored.
+    pub update: Value,
+    /// The step to run next; `None` when the run ends.
+    pub next_step: Option<&'a str>,
+    /// The signal the step's route gave, if it has one.
+    pub signal: Option<&'a Signal>,
+    /// Steps completed by this run so far (for `Durability::EveryN`).
+    pub steps_this_run: u64,
+}
+
+/// A completed step: its update, the step to run next, the lease renewed,
+/// and a snapshot of the state when one pays (see [`SessionConfig`]).
+/// `measure` gives the state's size as JSON, `snapshot` the state.
+pub(crate) fn step_done(
+    head: &StoredRun,
+    done: StepDone<'_>,
+    lease: Lease,
+    config: &SessionConfig,
+    measure: impl FnOnce() -> u64,
+    snapshot: impl FnOnce() -> Result<Value, StoreError>,
+) -> Result<Commit, StoreError> {
+    let StepDone {
+        step,
+        update,
+        next_step,
+        signal,
+        steps_this_run,
+    } = done;
+    let now = now_millis();
+    let mut next = next_of(head, now);
+    next.steps += 1;
+    next.last_seq += 1;
+    next.next_step = next_step.map(str::to_string);
+    // The last step: its signal, for `recover` should the process die
+    // before `settle` records the end.
+    next.ended_with = match next_step {
+        None => Some(signal.cloned().unwrap_or(Signal::END)),
+        Some(_) => None,
+    };
+    next.journal = StepJournal::default();
+    next.lease = Some(lease);
+    next.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&update));
+    // Every K steps since the last measure, and whenever the updates since
+    // the last snapshot reach twice the state's size as last measured, the
+    // state is measured again. A snapshot pays only when replaying those
+    // updates reads at least twice the bytes of reading the state: when
+    // steps overwrite what earlier steps wrote. A session whose steps only
+    // add to its state gains nothing from one, since its updates are its
+    // state, and is stored once, not twice.
+    let since = next.bytes_since_snapshot;
+    let every = config.snapshot_every;
+    let last_measure = head.snapshot_index.max(head.measured_index);
+    let by_steps = every > 0 && next.steps >= last_measure.saturating_add(every);
+    let by_bytes = since
+        >= head
+            .state_bytes
+            .max(config.snapshot_min_bytes)
+            .saturating_mul(2);
+    let mut append = vec![Checkpoint {
+        seq: next.last_seq,
+        index: next.steps,
+        step: step.to_string(),
+        time: now,
+        kind: CheckpointKind::Update(update),
+    }];
+    let mut remove = Vec::new();
+    if by_steps || by_bytes {
+        next.state_bytes = measure();
+        next.measured_index = next.steps;
+        if since >= next.state_bytes.saturating_mul(2) {
+            next.bytes_since_snapshot = 0;
+            next.last_seq += 1;
+            append.push(Checkpoint {
+                seq: next.last_seq,
+                index: next.steps,
+                step: step.to_string(),
+                time: now,
+                kind: CheckpointKind::Snapshot(snapshot()?),
+            });
+            // The first snapshot stays for time travel; a later one is
+            // only a shortcut, superseded by this one.
+            if head.snapshot_seq != 0 {
+                remove.push(head.snapshot_seq);
+            }
+            next.snapshot_seq = next.last_seq;
+            next.snapshot_index = next.steps;
+        }
+    }
+    let durable = match config.durability {
+        Durability::EveryStep => true,
+        Durability::EveryN(n) => n <= 1 || steps_this_run.is_multiple_of(u64::from(n)),
+        Durability::AtExit => false,
+    };
+    Ok(commit(next, Some(head.version), append, remove, durable))
+}
+
+/// How the run settled, with the lease released. When the run completed
+/// and another run is queued on the session, that run's input is merged
+/// and the session becomes runnable again at `start`.
+pub(crate) fn settle(
+    head: &StoredRun,
+    phase: SessionPhase,
+    next_step: Option<&str>,
+    journal: StepJournal,
+    start: &str,
+) -> Commit {
+    let now = now_millis();
+    let mut next = next_of(head, now);
+    next.next_step = next_step.map(str::to_string);
+    next.ended_with = None;
+    next.journal = journal;
+    next.lease = None;
+    let mut append = Vec::new();
+    if matches!(phase, SessionPhase::Completed { .. }) && !next.queued.is_empty() {
+        let input = next.queued.remove(0);
+        append.push(push_input(&mut next, input, now));
+        next.phase = SessionPhase::Running;
+        next.next_step = Some(start.to_string());
+        next.run_id = RunId::random();
+    } else {
+        next.phase = phase;
+    }
+    commit(next, Some(head.version), append, Vec::new(), true)
+}
+
+/// The lease extended, if a third of it has passed; `None` if not due.
+pub(crate) fn renew(head: &StoredRun, lease: Lease, config: &SessionConfig) -> Option<Commit> {
+    let ttl = u64::try_from(config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+    let held = head.lease.as_ref()?;
+    if held.expires_at.saturating_sub(now_millis()) >= ttl / 3 * 2 {
+        return None;
+    }
+    let mut next = next_of(head, now_millis());
+    next.lease = Some(lease);
+    Some(commit(
+        next,
+        Some(head.version),
+        Vec::new(),
+        Vec::new(),
+        false,
+    ))
+}
+
+/// What to do with a run submitted to a session that is busy (running, or
+/// runnable and waiting for a worker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// Refuse it with [`SessionError::InFlight`].
+    Reject,
+    /// Queue it: it starts when the runs before it complete.
+    Queue,
+}
+
+/// Where a submitted run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Waiting for a worker to take it.
+    Runnable,
+    /// Queued behind the session's current run, at this position (1 = next).
+    Queued {
+        /// Its place in the queue.
+        position: usize,
+    },
+}
+
+/// A new run submitted on an existing session with `input` to merge: made
+/// runnable at `start` if the session is idle, queued or refused if busy.
+pub(crate) fn submit(
+    head: &StoredRun,
+    input: &Value,
+    busy: Busy,
+    start: &str,
+) -> Result<(Commit, Submitted), SessionError> {
+    let now = now_millis();
+    let mut next = next_of(head, now);
+    let mut append = Vec::new();
+    let submitted = match &head.phase {
+        SessionPhase::Interrupted { interrupt } => {
+            return Err(SessionPendingInterrupt {
+                session: head.session_id.clone(),
+                interrupt: interrupt.id.clone(),
+            }
+            .into());
+        }
+        SessionPhase::Running => match busy {
+            Busy::Reject => {
+                let (owner, expires_at) = head
+                    .lease
+                    .as_ref()
+                    .map_or(("a waiting run".to_string(), 0), |l| {
+                        (l.owner.clone(), l.expires_at)
+                    });
+                return Err(SessionInFlight {
+                    session: head.session_id.clone(),
+                    owner,
+                    expires_at,
+                }
+                .into());
+            }
+            Busy::Queue => {
+                next.queued.push(input.clone());
+                Submitted::Queued {
+                    position: next.queued.len(),
+                }
+            }
+        },
+        SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {
+            append.push(push_input(&mut next, input.clone(), now));
+            next.phase = SessionPhase::Running;
+            next.lease = None;
+            next.run_id = RunId::random();
+            next.journal = StepJournal::default();
+            next.next_step = Some(start.to_string());
+            Submitted::Runnable
+        }
+    };
+    Ok((
+        commit(next, Some(head.version), append, Vec::new(), true),
+        submitted,
+    ))
+}
+
+/// Commits what `decide` makes of the session's current head (`None` if
+/// there is no such session), deciding again from the new head each time
+/// another writer wins the compare-and-set, up to 16 times.
+pub(crate) async fn commit_with_retry<T>(
+    store: &dyn SessionStore,
+    session: &SessionId,
+    mut decide: impl FnMut(Option<&StoredRun>) -> Result<(Commit, T), SessionError>,
+) -> Result<T, SessionError> {
+    for _ in 0..16 {
+        let head = store.load(session).await?;
+        let (commit, value) = decide(head.as_ref())?;
+        match store.commit(commit).await {
+            Ok(()) => return Ok(value),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(SessionError::Store(StoreError::backend(format!(
+        "session {session} kept changing while it was being written"
+    ))))
+}
+
+/// Saves `value` as the whole state of session `session` of `owner`,
+/// outside any run: a completed session whose one snapshot holds the value,
+/// replacing the previous one. For data that is kept in a session store but
+/// is not a loop's state (a code notebook, say); [`load_value`] reads it
+/// back. Workers never take such a session, since it is not running.
+///
+/// # Errors
+///
+/// [`SessionError::Load`] if `session` exists and belongs to another owner
+/// (nothing is written), or the store's error.
+pub async fn save_value(
+    store: &dyn SessionStore,
+    owner: &str,
+    session: &SessionId,
+    value: Value,
+) -> Result<(), SessionError> {
+    commit_with_retry(store, session, |head| {
+        let now = now_millis();
+        if let Some(head) = head {
+            check_owner(head, owner)?;
+        }
+        let seq = head.map_or(0, |h| h.last_seq + 1);
+        let next = StoredRun {
+            schema_version: SCHEMA_VERSION,
+            session_id: session.clone(),
+            agent_id: owner.to_string(),
+            run_id: head.map_or_else(RunId::random, |h| h.run_id.clone()),
+            phase: SessionPhase::Completed {
+                signal: Signal::new(SAVED),
+            },
+            next_step: None,
+            ended_with: None,
+            steps: 0,
+            journal: StepJournal::default(),
+            version: head.map_or(1, |h| h.version + 1),
+            lease: None,
+            snapshot_seq: seq,
+            snapshot_index: 0,
+            state_bytes: json_len(&value),
+            bytes_since_snapshot: 0,
+            measured_index: 0,
+            last_seq: seq,
+            created_at: head.map_or(now, |h| h.created_at),
+            updated_at: now,
+            queued: Vec::new(),
+        };
+        let saved = Checkpoint {
+            seq,
+            index: 0,
+            step: SAVED.into(),
+            time: now,
+            kind: CheckpointKind::Snapshot(value.clone()),
+        };
+        let remove = head.map(|h| vec![h.snapshot_seq]).unwrap_or_default();
+        let expected = head.map(|h| h.version);
+        Ok((commit(next, expected, vec![saved], remove, true), ()))
+    })
+    .await
+}
+
+/// The value saved with [`save_value`] as session `session` of `owner`;
+/// `None` if there is no such session.
+///
+/// # Errors
+///
+/// [`SessionError::Load`] if the session belongs to another owner or its
+/// snapshot is missing; the store's error.
+pub async fn load_value(
+    store: &dyn SessionStore,
+    owner: &str,
+    session: &SessionId,
+) -> Result<Option<Value>, SessionError> {
+    let Some(head) = store.load(session).await? else {
+        return Ok(None);
+    };
+    check_owner(&head, owner)?;
+    let snapshot = store
+        .checkpoints(session, head.snapshot_seq)
+        .await?
+        .into_iter()
+        .find(|c| c.seq == head.snapshot_seq);
+    match snapshot {
+        Some(Checkpoint {
+            kind: CheckpointKind::Snapshot(value),
+            ..
+        }) => Ok(Some(value)),
+        _ => Err(super::StoreLoad {
+            session: session.clone(),
+            record: format!("checkpoint {}", head.snapshot_seq),
+            reason: "the saved value's snapshot is missing".into(),
+        }
+        .into()),
+    }
+}
+
+/// A session of another owner is refused by name, before anything is read
+/// or written.
+pub(crate) fn check_owner(head: &StoredRun, owner: &str) -> Result<(), SessionError> {
+    if head.agent_id == owner {
+        return Ok(());
+    }
+    Err(super::StoreLoad {
+        session: head.session_id.clone(),
+        record: "head".into(),
+        reason: format!("the session belongs to `{}`, not `{owner}`", head.agent_id),
+    }
+    .into())
+}
+
+/// Appends `input` (a run's input, merged through the reducers) to `head`'s
+/// log as an `$input` update, counted like any update; returns the
+/// checkpoint to commit with the head.
+fn push_input(head: &mut StoredRun, input: Value, time: u64) -> Checkpoint {
+    head.last_seq += 1;
+    head.steps += 1;
+    head.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&input));
+    Checkpoint {
+        seq: head.last_seq,
+        index: head.steps,
+        step: INPUT.into(),
+        time,
+        kind: CheckpointKind::Update(input),
+    }
+}
+
+/// The size of `value` as stored (compact JSON), counted without building
+/// the text.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // The sink cannot fail; a value that cannot be serialized counts what
+    // was written before the error (callers serialize it for real anyway).
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}

@@ -1,0 +1,75 @@
+//! What a step works with: the [`Cx`] handle it gets besides the state
+//! (slots, interrupts, journaled side effects), the [`StepError`] it fails
+//! with, the shapes its `run` function may take ([`StepFn`]), and the
+//! [`Interrupt`] it pauses a run with.
+//!
+//! A step's `run` is an async function (or a closure returning a future)
+//! taking what it uses — the state, the context, both, or nothing — and
+//! returning a [`StepResult`] of the state's update:
+//!
+//! ```
+//! use harness::{Cx, HarnessState, JsonSchema, StepResult, schemars};
+//! use std::sync::Arc;
+//! # use serde::{Deserialize, Serialize};
+//! #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+//! struct Count {
+//!     #[field(reduce = add)]
+//!     n: u32,
+//! }
+//!
+//! async fn from_state(s: Arc<Count>) -> StepResult<CountUpdate> {
+//!     Ok(CountUpdate::new().n(s.n + 1))
+//! }
+//! async fn from_context(cx: Cx<()>) -> StepResult<CountUpdate> {
+//!     Ok(CountUpdate::new().n(u32::try_from(cx.index())?))
+//! }
+//! async fn from_both(s: Arc<Count>, cx: Cx<()>) -> StepResult<CountUpdate> {
+//!     let _ = (s, cx);
+//!     Ok(CountUpdate::new())
+//! }
+//! ```
+
+mod cx;
+mod error;
+mod func;
+
+pub(crate) use cx::CxShared;
+pub use cx::{Cx, StepJournal};
+pub use error::{StepError, StepResult};
+pub use func::StepFn;
+
+use crate::ids::{InterruptId, RunId, SessionId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// A pause for a human, asked for by a step with [`Cx::interrupt`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// The id a resume must give.
+    pub id: InterruptId,
+    /// The step that asked.
+    pub step: String,
+    /// What the step asked, as JSON.
+    pub payload: Value,
+}
+
+/// Identifies a run to observers and spans.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    /// The agent running it.
+    pub agent_id: Arc<str>,
+    /// The run.
+    pub run_id: RunId,
+    /// Its session.
+    pub session_id: SessionId,
+}
+
+/// Identifies a step visit to observers.
+#[derive(Clone, Debug)]
+pub struct StepInfo {
+    /// The step's name.
+    pub name: Arc<str>,
+    /// How many steps the run completed before this one.
+    pub index: u64,
+}

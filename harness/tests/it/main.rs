@@ -1,0 +1,14 @@
+//! The core crate's integration tests, one binary: each module is one area.
+
+mod derive_ui;
+mod graph;
+mod llm_record;
+mod llm_scripted;
+mod llm_stream;
+mod llm_tools;
+mod llm_types;
+mod module_order;
+mod run;
+mod slots;
+mod state;
+mod tracing_spans;

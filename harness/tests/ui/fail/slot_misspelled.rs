@@ -1,0 +1,11 @@
+use harness::Context;
+
+#[derive(Context)]
+struct Deps {
+    #[slot(run)]
+    punctuation: char,
+}
+
+fn main() {
+    let _ = DepsRun { punctuatoin: '!' };
+}

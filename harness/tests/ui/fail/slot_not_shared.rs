@@ -1,0 +1,11 @@
+use harness::Context;
+
+struct Connection;
+
+#[derive(Context)]
+struct Deps {
+    #[slot(agent)]
+    db: Connection,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+//! The cross-crate integration tests, one binary: each module is one area.
+//! The helper processes some of them start (`crash_worker`, `pool_worker`)
+//! are this package's binaries.
+
+mod agent_loop;
+mod contention;
+mod crash;
+mod provider_swap;
+mod sessions;
+mod workers;
