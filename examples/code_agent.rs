@@ -16,10 +16,10 @@
 
 use std::sync::Arc;
 
-use harness::code::agent::{AgentEvent, Check, CodeAgent, CodeAgentError, latest_value};
-use harness::code::kernel::KernelConfig;
-use harness::code::session::CodeSession;
 use harness::llm::{Expect, ModelResponse, ScriptedModel};
+use harness_code::agent::{AgentEvent, Check, CodeAgent, CodeAgentError, latest_value};
+use harness_code::kernel::KernelConfig;
+use harness_code::session::CodeSession;
 use harness_examples::providers_select::model_from_env;
 
 const TASK: &str = "The CSV text below lists sales per region and product. Parse it into `rows` \

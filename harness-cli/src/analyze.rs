@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use harness::code::{
+use harness_code::{
     AnalysisError, AnalysisOptions, CodeCell, ExecutionStateGraph, GraphError, Provenance,
     StepAnalysis, StepId, notebook_code_cells, split_percent_script,
 };

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use harness::code::{AnalysisOptions, analyze_step, check_syntax};
+use harness_code::{AnalysisOptions, analyze_step, check_syntax};
 
 /// Arguments of `harness bench-analyze`.
 #[derive(Debug, clap::Args)]

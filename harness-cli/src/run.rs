@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use harness::code::kernel::KernelConfig;
-use harness::code::replay::{ReplayAction, ReplayEntry, ReplayOptions, ReplayReason};
-use harness::code::session::CodeSession;
-use harness::code::{
+use harness_code::kernel::KernelConfig;
+use harness_code::replay::{ReplayAction, ReplayEntry, ReplayOptions, ReplayReason};
+use harness_code::session::CodeSession;
+use harness_code::{
     AnalysisOptions, CodeCell, Provenance, StepId, notebook_code_cells, split_percent_script,
 };
 

@@ -6,7 +6,6 @@
 extern crate self as harness;
 
 pub mod agent;
-pub mod code;
 pub mod durable;
 pub mod graph;
 pub mod ids;

@@ -1,0 +1,1477 @@
+//! A code session: the execution-state graph, a Python kernel and a blob
+//! store, kept consistent.
+//!
+//! [`CodeSession`] runs steps in a [`Kernel`]. After each step the values it
+//! wrote are pickled into the [`BlobStore`] and summarised in a
+//! [`StepRecord`]. Before a step runs, only the names it needs (its
+//! dependencies in the graph) are put back into the kernel, and only those
+//! the kernel does not already hold with the right content:
+//!
+//! - a value with a blob is loaded from it, a module is imported;
+//! - a value that cannot be pickled (a function or class defined in a step,
+//!   a generator, a value over the size limit) is recomputed by re-running
+//!   the step that produced it, after restoring *that* step's inputs the
+//!   same way — the minimal set of steps, found by simulating the namespace.
+//!
+//! This is what makes a kernel restart (after a timeout or crash) cheap, and
+//! what lets a session saved in one process ([`save`](CodeSession::save),
+//! [`save_to_store`](CodeSession::save_to_store)) be reopened in another
+//! with nothing re-run up front.
+//!
+//! Each run has a *cache key*: the SHA-256 of the step's code and of the
+//! identities of the values it reads (blob hashes; for an unpicklable value,
+//! the key of the run that produced it and the name). Runs are cached by
+//! key, so [`replay`](CodeSession::replay) can reuse a step whose code and
+//! inputs are unchanged instead of running it, as a build system would.
+//!
+//! # Limits
+//!
+//! Reuse and restore assume steps are deterministic functions of their code
+//! and the names they read: reading files, the clock or the network is not
+//! seen (declare such a dependency with
+//! [`ExecutionStateGraph::add_edge`], or the step reruns only when its code
+//! or inputs change). Mutations are known from the static analysis'
+//! heuristics; an object changed in place through a call the analysis does
+//! not see (`helper(df)` mutating `df`) keeps the hash it had. Names are
+//! pickled one by one, so two names bound to the same object are restored
+//! as two objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::blobs::{BlobError, BlobStore, Hasher, sha256_hex};
+use crate::graph::{
+    ExecutionStateGraph, OutputSummary, Provenance, RunOutcome, RunRecord, StepId, StepStatus,
+    Timestamp,
+};
+use crate::kernel::{
+    CapturedOutput, ExecuteOptions, Kernel, KernelConfig, KernelError, PythonError, RestoreValue,
+    StepResult, Stored, ValueSummary,
+};
+use crate::{AnalysisOptions, GraphError};
+use harness::ids::{RunId, SessionId};
+use harness::session::{
+    Checkpoint, CheckpointKind, Commit, SCHEMA_VERSION, SessionPhase, SessionStore, StoreError,
+    StoredRun,
+};
+use harness::signal::Signal;
+
+/// Version of the saved session format.
+const FORMAT_VERSION: u32 = 1;
+/// The session file in a session directory.
+const SESSION_FILE: &str = "session.json";
+/// The agent id under which code sessions are kept in a [`SessionStore`].
+pub const STORE_AGENT_ID: &str = "$code-session";
+/// Characters of printed output kept in the graph's [`OutputSummary`].
+const SUMMARY_TEXT: usize = 2000;
+
+/// Why a code session operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CodeSessionError {
+    /// A graph operation failed (unknown step, code that does not parse).
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The kernel failed while running or preparing a step (timeout, crash,
+    /// cannot start). The step is recorded as failed; the kernel has been
+    /// restarted and later steps restore what they need.
+    #[error("{}: {source}", step.map_or_else(|| "kernel".to_owned(), |s| format!("step {s}")))]
+    Kernel {
+        /// The step that was running or being prepared.
+        step: Option<StepId>,
+        /// What the kernel reported.
+        #[source]
+        source: KernelError,
+    },
+    /// An input of a step could not be restored: re-running the step that
+    /// produced it raised.
+    #[error("cannot restore the inputs of step {step}: re-running step {producer} raised {error}")]
+    Restore {
+        /// The step being prepared.
+        step: StepId,
+        /// The step that was re-run.
+        producer: StepId,
+        /// What it raised.
+        error: Box<PythonError>,
+    },
+    /// The blob store failed.
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+    /// A session file could not be read or written.
+    #[error("session file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A saved session is corrupt or of another format version.
+    #[error("saved session {location} cannot be read: {detail}")]
+    Format {
+        /// The file or store record.
+        location: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The session store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The session store has no code session with this id.
+    #[error("no code session {0} in the store")]
+    NoSession(SessionId),
+}
+
+/// The dynamic check of a step's static analysis: names its own code read
+/// from the namespace (before binding them) compared with
+/// [`StepAnalysis::reads`](crate::StepAnalysis::reads).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadCheck {
+    /// Names the step's code was seen reading.
+    pub observed: BTreeSet<String>,
+    /// Read but not predicted by the analysis: a dependency the graph
+    /// misses. The session adds them to the step's inputs from then on.
+    pub unexpected: BTreeSet<String>,
+    /// Predicted but not seen (normal for branches not taken and function
+    /// bodies not called; only reported when the step succeeded).
+    pub unobserved: BTreeSet<String>,
+}
+
+impl ReadCheck {
+    /// Whether the analysis missed no read.
+    pub fn is_consistent(&self) -> bool {
+        self.unexpected.is_empty()
+    }
+}
+
+/// The last run of a step (or the cached run it reused).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The code version that ran.
+    pub version: u32,
+    /// SHA-256 of the source that ran.
+    pub source_hash: String,
+    /// The cache key: code plus the identities of the inputs.
+    pub cache_key: String,
+    /// The inputs: name → identity (`blob:HASH`, `module:NAME`,
+    /// `derived:HASH`, `deleted`).
+    pub inputs: BTreeMap<String, String>,
+    /// What the step bound or changed.
+    pub outputs: BTreeMap<String, ValueSummary>,
+    /// Names it deleted.
+    pub deleted: BTreeSet<String>,
+    /// The exception or kernel failure, rendered; `None` if it succeeded.
+    pub error: Option<String>,
+    /// Captured stdout.
+    pub stdout: CapturedOutput,
+    /// Captured stderr.
+    pub stderr: CapturedOutput,
+    /// The last expression's repr.
+    pub display: Option<String>,
+    /// The dynamic check of the analysis.
+    pub read_check: Option<ReadCheck>,
+    /// Time in the kernel, in microseconds.
+    pub duration_us: u64,
+    /// When it ran.
+    pub ran_at: Timestamp,
+}
+
+impl StepRecord {
+    /// Whether the run succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The identity of output `name`, as later steps' cache keys see it.
+    pub fn identity(&self, name: &str) -> Option<String> {
+        if self.deleted.contains(name) {
+            return Some(DELETED.to_owned());
+        }
+        let summary = self.outputs.get(name)?;
+        Some(match &summary.stored {
+            Stored::Blob { hash, .. } => format!("blob:{hash}"),
+            Stored::Module { name } => format!("module:{name}"),
+            Stored::Unrestorable { .. } if self.is_ok() => {
+                let mut hasher = Hasher::default();
+                hasher.part(self.cache_key.as_bytes()).part(name.as_bytes());
+                format!("derived:{}", hasher.finish())
+            }
+            Stored::Unrestorable { .. } => {
+                let mut hasher = Hasher::default();
+                hasher
+                    .part(self.cache_key.as_bytes())
+                    .part(name.as_bytes())
+                    .part(&self.ran_at.as_millis().to_le_bytes());
+                format!("partial:{}", hasher.finish())
+            }
+        })
+    }
+
+    /// Blob hashes this record refers to.
+    pub fn blobs(&self) -> impl Iterator<Item = &str> {
+        self.outputs.values().filter_map(|v| v.stored.hash())
+    }
+}
+
+const DELETED: &str = "deleted";
+
+/// What [`CodeSession::run_step`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRun {
+    /// The step.
+    pub step: StepId,
+    /// What the kernel reported.
+    pub result: StepResult,
+    /// Steps re-run first to recompute inputs that have no blob, in order.
+    pub recomputed: Vec<StepId>,
+    /// Names put back into the kernel before the step (loaded, imported or
+    /// deleted).
+    pub restored: Vec<String>,
+    /// The dynamic check of the analysis, if read checking is on.
+    pub read_check: Option<ReadCheck>,
+}
+
+/// Where a value a step needs comes from.
+#[derive(Debug, Clone)]
+pub(crate) struct Source {
+    pub(crate) producer: StepId,
+    pub(crate) identity: String,
+    restore: Restore,
+}
+
+#[derive(Debug, Clone)]
+enum Restore {
+    Load(RestoreValue),
+    Delete,
+    Rerun,
+}
+
+/// What the kernel had to be given before a step.
+#[derive(Debug, Default)]
+struct Prepared {
+    recomputed: Vec<StepId>,
+    restored: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    format: u32,
+    graph: ExecutionStateGraph,
+    records: BTreeMap<StepId, StepRecord>,
+    cache: BTreeMap<String, StepRecord>,
+}
+
+/// What [`CodeSession::sync_sources`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Steps whose code was replaced.
+    pub changed: Vec<StepId>,
+    /// Steps appended.
+    pub added: Vec<StepId>,
+    /// Whether the graph was rebuilt (steps were removed); cached runs are
+    /// kept, so unchanged steps are still reused.
+    pub rebuilt: bool,
+}
+
+/// A code session: graph + kernel + blob store. See the [module docs](self).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), harness_code::session::CodeSessionError> {
+/// use harness_code::Provenance;
+/// use harness_code::kernel::KernelConfig;
+/// use harness_code::session::CodeSession;
+///
+/// let mut session = CodeSession::open_or_create(".harness/code/demo", KernelConfig::default())?;
+/// let load = session.add_step("xs = list(range(10))", Provenance::now("user", "load"))?;
+/// let total = session.add_step("total = sum(xs)", Provenance::now("user", "sum"))?;
+/// session.replay().await?;
+/// session.replace_step(load, "xs = list(range(20))", Provenance::now("user", "more"))?;
+/// let report = session.replay().await?;
+/// assert_eq!(report.executed(), [load, total]);
+/// session.save()?;
+/// # Ok(()) }
+/// ```
+pub struct CodeSession {
+    dir: PathBuf,
+    graph: ExecutionStateGraph,
+    records: BTreeMap<StepId, StepRecord>,
+    cache: BTreeMap<String, StepRecord>,
+    blobs: BlobStore,
+    config: KernelConfig,
+    kernel: Option<Kernel>,
+    /// What the kernel's namespace holds: name → identity.
+    live: BTreeMap<String, String>,
+    live_generation: u64,
+    /// Blobs the kernel failed to load; their values are recomputed instead.
+    bad_blobs: BTreeSet<String>,
+    /// Blobs known to be on disk for good: those of the saved session this
+    /// one was opened from, and those fsynced by a save since.
+    synced: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for CodeSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeSession")
+            .field("dir", &self.dir)
+            .field("steps", &self.graph.len())
+            .field("cached_runs", &self.cache.len())
+            .field("kernel", &self.kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CodeSession {
+    /// A new, empty session kept in `dir` (blobs in `dir/blobs`, the kernel
+    /// working in `dir/work` unless `config.working_dir` says otherwise).
+    /// Steps are analysed as plain Python. The kernel starts with the first
+    /// step that runs.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Blob`] if the blob store cannot be created.
+    pub fn create(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, CodeSessionError> {
+        Self::create_with(dir, config, AnalysisOptions::default())
+    }
+
+    /// [`create`](Self::create) with analysis options (IPython syntax for
+    /// notebook cells).
+    ///
+    /// # Errors
+    ///
+    /// As [`create`](Self::create).
+    pub fn create_with(
+        dir: impl Into<PathBuf>,
+        config: KernelConfig,
+        options: AnalysisOptions,
+    ) -> Result<Self, CodeSessionError> {
+        Self::assemble(
+            dir.into(),
+            config,
+            ExecutionStateGraph::with_options(options),
+            BTreeMap::new(),
+            BTreeMap::new(),
+        )
+    }
+
+    fn assemble(
+        dir: PathBuf,
+        mut config: KernelConfig,
+        graph: ExecutionStateGraph,
+        records: BTreeMap<StepId, StepRecord>,
+        cache: BTreeMap<String, StepRecord>,
+    ) -> Result<Self, CodeSessionError> {
+        let blobs = BlobStore::open(dir.join("blobs"))?;
+        config.blob_dir = Some(blobs.root().to_path_buf());
+        if config.working_dir.is_none() {
+            config.working_dir = Some(dir.join("work"));
+        }
+        Ok(Self {
+            dir,
+            graph,
+            records,
+            cache,
+            blobs,
+            config,
+            kernel: None,
+            live: BTreeMap::new(),
+            live_generation: 0,
+            bad_blobs: BTreeSet::new(),
+            synced: std::sync::Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    /// Reopens the session saved in `dir` by [`save`](Self::save), in this
+    /// or another process. Nothing runs until a step does; then only what
+    /// that step needs is restored.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Io`] if there is no readable session file,
+    /// [`CodeSessionError::Format`] if it is corrupt.
+    pub fn open(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, CodeSessionError> {
+        let dir = dir.into();
+        let path = dir.join(SESSION_FILE);
+        let bytes = std::fs::read(&path).map_err(|source| CodeSessionError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let saved = decode(&bytes, &path.display().to_string())?;
+        let session = Self::assemble(dir, config, saved.graph, saved.records, saved.cache)?;
+        // A save fsynced these before it wrote the file just read.
+        *session.synced_guard() = session.referenced_blobs();
+        Ok(session)
+    }
+
+    fn synced_guard(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The blobs the records and cached runs refer to.
+    fn referenced_blobs(&self) -> BTreeSet<String> {
+        self.records
+            .values()
+            .chain(self.cache.values())
+            .flat_map(|r| r.blobs().map(str::to_owned))
+            .collect()
+    }
+
+    /// Fsyncs the blobs the session refers to that no save has fsynced yet
+    /// (the kernel writes them without fsync, to keep steps fast).
+    fn sync_blobs(&self) -> Result<(), CodeSessionError> {
+        let referenced = self.referenced_blobs();
+        let mut synced = self.synced_guard();
+        let new: Vec<&str> = referenced
+            .iter()
+            .filter(|h| !synced.contains(*h))
+            .map(String::as_str)
+            .collect();
+        self.blobs.sync(new)?;
+        *synced = referenced;
+        Ok(())
+    }
+
+    /// Whether `dir` holds a session saved with [`save`](Self::save).
+    pub fn exists(dir: impl AsRef<Path>) -> bool {
+        dir.as_ref().join(SESSION_FILE).is_file()
+    }
+
+    /// [`open`](Self::open) if `dir` holds a saved session, else
+    /// [`create`](Self::create).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open) and [`create`](Self::create).
+    pub fn open_or_create(
+        dir: impl Into<PathBuf>,
+        config: KernelConfig,
+    ) -> Result<Self, CodeSessionError> {
+        let dir = dir.into();
+        if Self::exists(&dir) {
+            Self::open(dir, config)
+        } else {
+            Self::create(dir, config)
+        }
+    }
+
+    /// Writes the session (graph, records, cached runs) to
+    /// `DIR/session.json`, atomically and durably: the blobs it refers to
+    /// (in `DIR/blobs`) are fsynced first, then the file is written to a
+    /// temporary name, fsynced, renamed into place and the directory
+    /// fsynced. When `save` returns, the session survives a crash.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Io`] if the file cannot be written,
+    /// [`CodeSessionError::Blob`] if a blob cannot be fsynced.
+    pub fn save(&self) -> Result<(), CodeSessionError> {
+        let bytes = self.encode()?;
+        self.sync_blobs()?;
+        let path = self.dir.join(SESSION_FILE);
+        let tmp = self.dir.join(format!("{SESSION_FILE}.tmp"));
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CodeSessionError::Io { path, source }
+        };
+        std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
+        let write = || -> std::io::Result<()> {
+            use std::io::Write as _;
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()
+        };
+        write().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        #[cfg(unix)]
+        std::fs::File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io(&self.dir))?;
+        Ok(())
+    }
+
+    fn encode(&self) -> Result<Vec<u8>, CodeSessionError> {
+        let saved = SavedRef {
+            format: FORMAT_VERSION,
+            graph: &self.graph,
+            records: &self.records,
+            cache: &self.cache,
+        };
+        serde_json::to_vec(&saved).map_err(|error| CodeSessionError::Format {
+            location: self.dir.display().to_string(),
+            detail: format!("cannot encode: {error}"),
+        })
+    }
+
+    /// Saves the session into a [`SessionStore`] as session `id`: the graph,
+    /// records and cached runs go in one snapshot checkpoint (replacing the
+    /// previous one); blobs stay in this session's directory and are
+    /// referred to by hash. The head's phase is `Completed`, so workers
+    /// never pick it up as a run.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Store`] (e.g. a conflict with another writer).
+    pub async fn save_to_store(
+        &self,
+        store: &dyn SessionStore,
+        id: &SessionId,
+    ) -> Result<(), CodeSessionError> {
+        // The store refers to the blobs by hash: they must be on disk first.
+        self.sync_blobs()?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&self.encode()?).map_err(|error| CodeSessionError::Format {
+                location: format!("store session {id}"),
+                detail: error.to_string(),
+            })?;
+        let now = harness::session::now_millis();
+        let existing = store.load(id).await?;
+        let (seq, expected, created_at, remove) = match &existing {
+            Some(head) => (
+                head.last_seq + 1,
+                Some(head.version),
+                head.created_at,
+                vec![head.snapshot_seq],
+            ),
+            None => (0, None, now, Vec::new()),
+        };
+        let steps = self.graph.len() as u64;
+        let head = StoredRun {
+            schema_version: SCHEMA_VERSION,
+            session_id: id.clone(),
+            agent_id: STORE_AGENT_ID.to_owned(),
+            run_id: existing
+                .as_ref()
+                .map_or_else(RunId::random, |h| h.run_id.clone()),
+            phase: SessionPhase::Completed {
+                signal: Signal::new("$saved"),
+            },
+            next_step: None,
+            ended_with: None,
+            steps,
+            journal: Default::default(),
+            version: expected.map_or(1, |v| v + 1),
+            lease: None,
+            snapshot_seq: seq,
+            snapshot_index: steps,
+            state_bytes: 0,
+            bytes_since_snapshot: 0,
+            measured_index: 0,
+            last_seq: seq,
+            created_at,
+            updated_at: now,
+            queued: Vec::new(),
+        };
+        store
+            .commit(Commit {
+                head,
+                expected_version: expected,
+                append: vec![Checkpoint {
+                    seq,
+                    index: steps,
+                    step: "$code".to_owned(),
+                    time: now,
+                    kind: CheckpointKind::Snapshot(value),
+                }],
+                remove,
+                durable: true,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Reopens a session saved with [`save_to_store`](Self::save_to_store)
+    /// whose blobs are in `dir/blobs`.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::NoSession`], [`CodeSessionError::Store`] or
+    /// [`CodeSessionError::Format`].
+    pub async fn open_from_store(
+        store: &dyn SessionStore,
+        id: &SessionId,
+        dir: impl Into<PathBuf>,
+        config: KernelConfig,
+    ) -> Result<Self, CodeSessionError> {
+        let head = store
+            .load(id)
+            .await?
+            .filter(|head| head.agent_id == STORE_AGENT_ID)
+            .ok_or_else(|| CodeSessionError::NoSession(id.clone()))?;
+        let location = format!("store session {id}, checkpoint {}", head.snapshot_seq);
+        let checkpoint = store
+            .checkpoints(id, head.snapshot_seq)
+            .await?
+            .into_iter()
+            .find(|c| c.seq == head.snapshot_seq)
+            .ok_or_else(|| CodeSessionError::Format {
+                location: location.clone(),
+                detail: "the snapshot checkpoint is missing".to_owned(),
+            })?;
+        let CheckpointKind::Snapshot(value) = checkpoint.kind else {
+            return Err(CodeSessionError::Format {
+                location,
+                detail: "the checkpoint is not a snapshot".to_owned(),
+            });
+        };
+        let bytes = serde_json::to_vec(&value).map_err(|error| CodeSessionError::Format {
+            location: location.clone(),
+            detail: error.to_string(),
+        })?;
+        let saved = decode(&bytes, &location)?;
+        Self::assemble(dir.into(), config, saved.graph, saved.records, saved.cache)
+    }
+
+    /// The session's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The graph of steps.
+    pub fn graph(&self) -> &ExecutionStateGraph {
+        &self.graph
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
+    }
+
+    /// The last run (or reused run) of `step`.
+    pub fn record(&self, step: StepId) -> Option<&StepRecord> {
+        self.records.get(&step)
+    }
+
+    /// How many runs are cached for reuse.
+    pub fn cached_runs(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The running kernel, if it has started.
+    pub fn kernel(&self) -> Option<&Kernel> {
+        self.kernel.as_ref()
+    }
+
+    /// Appends a step (see [`ExecutionStateGraph::add_step`]); it does not run.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Graph`] if the code does not parse.
+    pub fn add_step(
+        &mut self,
+        source: impl Into<String>,
+        provenance: Provenance,
+    ) -> Result<StepId, CodeSessionError> {
+        Ok(self.graph.add_step(source, provenance)?)
+    }
+
+    /// Replaces a step's code (a new version); the step and its downstream
+    /// become stale. Returns them.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Graph`].
+    pub fn replace_step(
+        &mut self,
+        step: StepId,
+        source: impl Into<String>,
+        provenance: Provenance,
+    ) -> Result<Vec<StepId>, CodeSessionError> {
+        Ok(self.graph.replace_code(step, source, provenance)?)
+    }
+
+    /// Applies a patch to the session's graph with
+    /// [`apply_patch`](crate::patch::apply_patch): the patch becomes
+    /// the step's new version and the step and its downstream become
+    /// stale, ready for [`replay`](Self::replay).
+    ///
+    /// # Errors
+    ///
+    /// As [`apply_patch`](crate::patch::apply_patch).
+    pub fn apply_patch(
+        &mut self,
+        patch: &crate::patch::Patch,
+    ) -> Result<crate::patch::AppliedPatch, crate::patch::PatchError> {
+        crate::patch::apply_patch(&mut self.graph, patch)
+    }
+
+    /// Rolls back a patch applied with [`apply_patch`](Self::apply_patch)
+    /// (see [`rollback_patch`](crate::patch::rollback_patch)).
+    ///
+    /// # Errors
+    ///
+    /// As [`rollback_patch`](crate::patch::rollback_patch).
+    pub fn rollback_patch(
+        &mut self,
+        applied: &crate::patch::AppliedPatch,
+    ) -> Result<Vec<StepId>, crate::patch::PatchError> {
+        crate::patch::rollback_patch(&mut self.graph, applied)
+    }
+
+    /// Makes the steps' code equal to `sources` (e.g. the cells of a file
+    /// edited outside): changed steps get a new version, extra sources are
+    /// appended. If there are fewer sources than steps the graph is rebuilt;
+    /// cached runs survive, so unchanged steps are still reused by
+    /// [`replay`](Self::replay).
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Graph`] if a source does not parse (the session
+    /// may then be partly updated).
+    pub fn sync_sources(
+        &mut self,
+        sources: &[String],
+        provenance: impl Fn(usize) -> Provenance,
+    ) -> Result<SyncReport, CodeSessionError> {
+        let mut report = SyncReport::default();
+        if sources.len() < self.graph.len() {
+            let mut graph = ExecutionStateGraph::with_options(self.graph.options());
+            for (index, source) in sources.iter().enumerate() {
+                graph.add_step(source.clone(), provenance(index))?;
+            }
+            // Keep records as "previous runs" of steps with the same code, so
+            // that replay can say why a step runs.
+            let mut old: Vec<StepRecord> =
+                std::mem::take(&mut self.records).into_values().collect();
+            for (index, source) in sources.iter().enumerate() {
+                let hash = sha256_hex(source.as_bytes());
+                if let Some(at) = old.iter().position(|r| r.source_hash == hash) {
+                    let id = StepId::new(u32::try_from(index).unwrap_or(u32::MAX));
+                    self.records.insert(id, old.swap_remove(at));
+                }
+            }
+            self.graph = graph;
+            report.rebuilt = true;
+            report.added = self.graph.steps().map(|s| s.id()).collect();
+            return Ok(report);
+        }
+        for (index, source) in sources.iter().enumerate() {
+            let id = StepId::new(u32::try_from(index).unwrap_or(u32::MAX));
+            if index < self.graph.len() {
+                if self.graph.step(id)?.source() != source {
+                    self.graph
+                        .replace_code(id, source.clone(), provenance(index))?;
+                    report.changed.push(id);
+                }
+            } else {
+                report
+                    .added
+                    .push(self.graph.add_step(source.clone(), provenance(index))?);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Deletes blobs no record or cached run refers to; returns how many.
+    /// Call it while no kernel of this session is writing.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Blob`].
+    pub fn collect_garbage(&self) -> Result<usize, CodeSessionError> {
+        Ok(self.blobs.retain(&self.referenced_blobs())?)
+    }
+
+    /// Stops the kernel (it restarts with the next step that runs).
+    pub async fn shutdown(&mut self) {
+        if let Some(kernel) = self.kernel.take() {
+            let _ = kernel.shutdown().await;
+        }
+        self.live.clear();
+    }
+
+    /// Runs `step` now, whatever its status: restores what it needs, runs it,
+    /// records the run (in the graph, the step's record and the cache).
+    ///
+    /// A Python exception is a normal result (see
+    /// [`StepResult::error`]); the step is then recorded as failed.
+    ///
+    /// # Errors
+    ///
+    /// [`CodeSessionError::Kernel`] if the kernel timed out or died (the step
+    /// is recorded as failed, the kernel restarted),
+    /// [`CodeSessionError::Restore`] if an input could not be recomputed,
+    /// [`CodeSessionError::Graph`] for an unknown step.
+    pub async fn run_step(&mut self, step: StepId) -> Result<StepRun, CodeSessionError> {
+        let sources = self.sources(step)?;
+        let key = self.cache_key(step, &sources)?;
+        self.run_prepared(step, &sources, key).await
+    }
+
+    /// Appends `source` as a step and runs it (what an agent does with each
+    /// piece of code it writes).
+    ///
+    /// # Errors
+    ///
+    /// As [`add_step`](Self::add_step) and [`run_step`](Self::run_step).
+    pub async fn execute(
+        &mut self,
+        source: impl Into<String>,
+        provenance: Provenance,
+    ) -> Result<StepRun, CodeSessionError> {
+        let step = self.add_step(source, provenance)?;
+        self.run_step(step).await
+    }
+
+    // -- inputs and keys ------------------------------------------------------
+
+    /// The names `step` needs: those on its dependency edges, all names of
+    /// producers on edges without names (explicit or conservative), every
+    /// name if the step defeats analysis, and reads the kernel saw that the
+    /// analysis missed in an earlier run of the same code.
+    fn needed_names(&self, step: StepId) -> Result<BTreeSet<String>, CodeSessionError> {
+        let node = self.graph.step(step)?;
+        let mut names = BTreeSet::new();
+        if node.effects().opaque {
+            for (_, record) in self.records.range(..step) {
+                names.extend(record.outputs.keys().cloned());
+                names.extend(record.deleted.iter().cloned());
+            }
+            return Ok(names);
+        }
+        for (producer, dependency) in self.graph.dependencies(step)? {
+            if dependency.names.is_empty() {
+                if let Some(record) = self.records.get(&producer) {
+                    names.extend(record.outputs.keys().cloned());
+                    names.extend(record.deleted.iter().cloned());
+                }
+            } else {
+                names.extend(dependency.names.iter().cloned());
+            }
+        }
+        if let Some(record) = self.records.get(&step)
+            && record.source_hash == sha256_hex(node.source().as_bytes())
+            && let Some(check) = &record.read_check
+        {
+            names.extend(check.unexpected.iter().cloned());
+        }
+        Ok(names)
+    }
+
+    /// For each needed name, the latest earlier step whose record wrote or
+    /// deleted it, and how to restore it.
+    pub(crate) fn sources(
+        &self,
+        step: StepId,
+    ) -> Result<BTreeMap<String, Source>, CodeSessionError> {
+        let mut wanted = self.needed_names(step)?;
+        let mut found = BTreeMap::new();
+        for (&producer, record) in self.records.range(..step).rev() {
+            if wanted.is_empty() {
+                break;
+            }
+            wanted.retain(|name| {
+                let Some(identity) = record.identity(name) else {
+                    return true;
+                };
+                let restore = if identity == DELETED {
+                    Restore::Delete
+                } else {
+                    match record.outputs.get(name).map(|v| &v.stored) {
+                        Some(Stored::Blob { hash, .. })
+                            if !self.bad_blobs.contains(hash) && self.blobs.contains(hash) =>
+                        {
+                            Restore::Load(RestoreValue::Blob {
+                                name: name.clone(),
+                                blob: hash.clone(),
+                            })
+                        }
+                        Some(Stored::Module { name: module }) => {
+                            Restore::Load(RestoreValue::Module {
+                                name: name.clone(),
+                                module: module.clone(),
+                            })
+                        }
+                        _ => Restore::Rerun,
+                    }
+                };
+                found.insert(
+                    name.clone(),
+                    Source {
+                        producer,
+                        identity,
+                        restore,
+                    },
+                );
+                false
+            });
+        }
+        Ok(found)
+    }
+
+    /// SHA-256 of the step's code and its inputs' identities.
+    pub(crate) fn cache_key(
+        &self,
+        step: StepId,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<String, CodeSessionError> {
+        let node = self.graph.step(step)?;
+        let mut hasher = Hasher::default();
+        hasher
+            .part(b"harness code step v1")
+            .part(node.source().as_bytes());
+        for (name, source) in sources {
+            hasher
+                .part(name.as_bytes())
+                .part(source.identity.as_bytes());
+        }
+        Ok(hasher.finish())
+    }
+
+    pub(crate) fn cached(&self, key: &str) -> Option<&StepRecord> {
+        self.cache.get(key).filter(|record| record.is_ok())
+    }
+
+    pub(crate) fn previous_record(&self, step: StepId) -> Option<&StepRecord> {
+        self.records.get(&step)
+    }
+
+    /// Marks `step` as reusing the cached run `key`.
+    pub(crate) fn reuse(&mut self, step: StepId, key: &str) -> Result<(), CodeSessionError> {
+        let Some(mut record) = self.cached(key).cloned() else {
+            return Ok(());
+        };
+        let node = self.graph.step(step)?;
+        record.version = node.current_version().number;
+        let summary = output_summary(&record);
+        self.graph.record_reuse(step, summary)?;
+        self.records.insert(step, record);
+        Ok(())
+    }
+
+    // -- running ----------------------------------------------------------
+
+    pub(crate) async fn ensure_kernel(&mut self) -> Result<(), CodeSessionError> {
+        if self.kernel.is_none() {
+            let kernel = Kernel::spawn(self.config.clone())
+                .await
+                .map_err(|source| CodeSessionError::Kernel { step: None, source })?;
+            self.kernel = Some(kernel);
+        }
+        self.sync_generation();
+        Ok(())
+    }
+
+    fn sync_generation(&mut self) {
+        let generation = self.kernel.as_ref().map_or(0, Kernel::generation);
+        if generation != self.live_generation {
+            self.live.clear();
+            self.live_generation = generation;
+        }
+    }
+
+    /// The step's source as the kernel runs it: IPython escape lines (which
+    /// the analysis skipped) become `pass`.
+    fn kernel_source(&self, step: StepId) -> Result<String, CodeSessionError> {
+        let node = self.graph.step(step)?;
+        let escapes = &node.analysis().ipython_escapes;
+        if escapes.is_empty() {
+            return Ok(node.source().to_owned());
+        }
+        let lines: BTreeSet<u32> = escapes.iter().map(|e| e.line).collect();
+        let mut out = String::with_capacity(node.source().len());
+        for (index, line) in node.source().lines().enumerate() {
+            let number = u32::try_from(index + 1).unwrap_or(u32::MAX);
+            if lines.contains(&number) {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                out.push_str(indent);
+                out.push_str("pass  # harness: IPython command skipped");
+            } else {
+                out.push_str(line);
+            }
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    fn declared(&self, step: StepId) -> Result<Vec<String>, CodeSessionError> {
+        let node = self.graph.step(step)?;
+        let analysis = node.analysis();
+        let effects = node.effects();
+        let names: BTreeSet<&String> = analysis
+            .writes
+            .iter()
+            .chain(&analysis.mutations)
+            .chain(&effects.produces)
+            .chain(&effects.may_produce)
+            .collect();
+        Ok(names.into_iter().cloned().collect())
+    }
+
+    async fn kernel_run(
+        &mut self,
+        step: StepId,
+        snapshot: bool,
+    ) -> Result<StepResult, KernelError> {
+        // Callers have checked that the step exists; an unknown one runs as
+        // an empty step rather than failing here.
+        let (source, declared) = match (self.kernel_source(step), self.declared(step)) {
+            (Ok(source), Ok(declared)) => (source, declared),
+            _ => (String::new(), Vec::new()),
+        };
+        let options = ExecuteOptions { declared, snapshot };
+        let Some(kernel) = self.kernel.as_mut() else {
+            return Err(KernelError::Closed);
+        };
+        let result = kernel.execute_with(step.get(), &source, &options).await;
+        self.sync_generation();
+        result
+    }
+
+    /// The steps to re-run (ascending, each with its sources) so that every
+    /// source of `step` can be loaded: simulates the namespace, adding the
+    /// producer of each value that is neither live nor loadable.
+    #[allow(clippy::type_complexity)]
+    fn plan(
+        &self,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<Vec<(StepId, BTreeMap<String, Source>)>, CodeSessionError> {
+        let mut reruns: BTreeSet<StepId> = BTreeSet::new();
+        loop {
+            let mut live = self.live.clone();
+            let mut missing = BTreeSet::new();
+            let mut plan = Vec::new();
+            for &rerun in &reruns {
+                let rerun_sources = self.sources(rerun)?;
+                simulate(&mut live, &rerun_sources, &mut missing);
+                if let Some(record) = self.records.get(&rerun) {
+                    apply_record(&mut live, record);
+                }
+                plan.push((rerun, rerun_sources));
+            }
+            simulate(&mut live, sources, &mut missing);
+            missing.retain(|step| !reruns.contains(step));
+            if missing.is_empty() {
+                return Ok(plan);
+            }
+            reruns.extend(missing);
+        }
+    }
+
+    /// Loads, imports or deletes the sources the kernel does not hold.
+    /// Returns the names put back and the sources that failed to load.
+    async fn load(
+        &mut self,
+        step: StepId,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<(Vec<String>, Vec<String>), CodeSessionError> {
+        let mut values = Vec::new();
+        for (name, source) in sources {
+            if self.live.get(name) == Some(&source.identity) {
+                continue;
+            }
+            match &source.restore {
+                Restore::Load(value) => values.push(value.clone()),
+                Restore::Delete if self.live.contains_key(name) => {
+                    values.push(RestoreValue::Delete {
+                        name: name.clone(),
+                        delete: true,
+                    });
+                }
+                Restore::Delete | Restore::Rerun => {}
+            }
+        }
+        if values.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let Some(kernel) = self.kernel.as_mut() else {
+            return Err(CodeSessionError::Kernel {
+                step: Some(step),
+                source: KernelError::Closed,
+            });
+        };
+        let report = kernel.restore(&values).await;
+        self.sync_generation();
+        let report = report.map_err(|source| CodeSessionError::Kernel {
+            step: Some(step),
+            source,
+        })?;
+        for name in &report.restored {
+            if let Some(source) = sources.get(name) {
+                if source.identity == DELETED {
+                    self.live.remove(name);
+                } else {
+                    self.live.insert(name.clone(), source.identity.clone());
+                }
+            }
+        }
+        let mut failed = Vec::new();
+        for failure in report.failed {
+            tracing::warn!(
+                step = step.get(),
+                name = failure.name,
+                "cannot load a stored value, recomputing it: {}",
+                failure.reason
+            );
+            self.live.remove(&failure.name);
+            if let Some(Source {
+                restore: Restore::Load(RestoreValue::Blob { blob, .. }),
+                ..
+            }) = sources.get(&failure.name)
+            {
+                self.bad_blobs.insert(blob.clone());
+            }
+            failed.push(failure.name);
+        }
+        Ok((report.restored, failed))
+    }
+
+    /// Puts into the kernel what `step` needs, re-running producers of
+    /// values that have no blob.
+    async fn prepare(
+        &mut self,
+        step: StepId,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<Prepared, CodeSessionError> {
+        let mut prepared = Prepared::default();
+        let mut sources = sources.clone();
+        // A blob that fails to load is marked bad and the plan is made again
+        // (its producer is re-run instead); bounded, as each round marks one.
+        for _ in 0..8 {
+            let plan = self.plan(&sources)?;
+            let mut retry = false;
+            for (rerun, rerun_sources) in plan {
+                let (restored, failed) = self.load(rerun, &rerun_sources).await?;
+                prepared.restored.extend(restored);
+                if !failed.is_empty() {
+                    retry = true;
+                    break;
+                }
+                let result = self.kernel_run(rerun, false).await.map_err(|source| {
+                    CodeSessionError::Kernel {
+                        step: Some(step),
+                        source,
+                    }
+                })?;
+                if let Some(error) = result.error {
+                    return Err(CodeSessionError::Restore {
+                        step,
+                        producer: rerun,
+                        error: Box::new(error),
+                    });
+                }
+                prepared.recomputed.push(rerun);
+                let record = self.records.get(&rerun).cloned();
+                for name in result.outputs.keys() {
+                    match record.as_ref().and_then(|r| r.identity(name)) {
+                        Some(identity) => self.live.insert(name.clone(), identity),
+                        None => self.live.remove(name),
+                    };
+                }
+                for name in &result.deleted {
+                    self.live.remove(name);
+                }
+            }
+            if retry {
+                sources = self.sources(step)?;
+                continue;
+            }
+            let (restored, failed) = self.load(step, &sources).await?;
+            prepared.restored.extend(restored);
+            if failed.is_empty() {
+                return Ok(prepared);
+            }
+            sources = self.sources(step)?;
+        }
+        Err(CodeSessionError::Format {
+            location: self.dir.display().to_string(),
+            detail: format!("the inputs of step {step} could not be restored after 8 attempts"),
+        })
+    }
+
+    pub(crate) async fn run_prepared(
+        &mut self,
+        step: StepId,
+        sources: &BTreeMap<String, Source>,
+        key: String,
+    ) -> Result<StepRun, CodeSessionError> {
+        let node = self.graph.step(step)?;
+        let version = node.current_version().number;
+        let source_hash = sha256_hex(node.source().as_bytes());
+        let inputs: BTreeMap<String, String> = sources
+            .iter()
+            .map(|(name, source)| (name.clone(), source.identity.clone()))
+            .collect();
+        let started_at = Timestamp::now();
+        let clock = Instant::now();
+        let failed_record = |error: String| StepRecord {
+            version,
+            source_hash: source_hash.clone(),
+            cache_key: key.clone(),
+            inputs: inputs.clone(),
+            outputs: BTreeMap::new(),
+            deleted: BTreeSet::new(),
+            error: Some(error),
+            stdout: CapturedOutput::default(),
+            stderr: CapturedOutput::default(),
+            display: None,
+            read_check: None,
+            duration_us: 0,
+            ran_at: started_at,
+        };
+
+        let outcome = match self.ensure_kernel().await {
+            Ok(()) => self.prepare(step, sources).await,
+            Err(error) => Err(error),
+        };
+        let prepared = match outcome {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                let message = format!("could not prepare the step: {error}");
+                self.fail(step, failed_record(message), started_at, clock)?;
+                return Err(error);
+            }
+        };
+        let result = match self.kernel_run(step, true).await {
+            Ok(result) => result,
+            Err(source) => {
+                self.fail(step, failed_record(source.to_string()), started_at, clock)?;
+                return Err(CodeSessionError::Kernel {
+                    step: Some(step),
+                    source,
+                });
+            }
+        };
+        let read_check = result.reads.as_ref().map(|observed| {
+            let analysis = self.graph.step(step).map(|n| n.analysis().clone());
+            read_check(observed, analysis.ok().as_ref(), result.is_ok())
+        });
+        if let Some(check) = &read_check
+            && !check.is_consistent()
+        {
+            tracing::info!(
+                step = step.get(),
+                unexpected = ?check.unexpected,
+                "the step read names its static analysis did not predict"
+            );
+            // Correct the graph: the producers of those names become explicit
+            // dependencies, so that changing them makes this step stale.
+            for name in &check.unexpected {
+                let producer = self
+                    .records
+                    .range(..step)
+                    .rev()
+                    .find(|(_, record)| record.identity(name).is_some())
+                    .map(|(&id, _)| id);
+                if let Some(producer) = producer {
+                    self.graph.add_edge(producer, step)?;
+                }
+            }
+        }
+        let record = StepRecord {
+            version,
+            source_hash,
+            cache_key: key.clone(),
+            inputs,
+            outputs: result.outputs.clone(),
+            deleted: result.deleted.clone(),
+            error: result.error.as_ref().map(ToString::to_string),
+            stdout: result.stdout.clone(),
+            stderr: result.stderr.clone(),
+            display: result.display.clone(),
+            read_check: read_check.clone(),
+            duration_us: result.duration_us,
+            ran_at: started_at,
+        };
+        apply_record(&mut self.live, &record);
+        let run = RunRecord {
+            outcome: match &record.error {
+                None => RunOutcome::Ok,
+                Some(error) => RunOutcome::Failed {
+                    error: error.clone(),
+                },
+            },
+            started_at,
+            duration_ms: millis(clock),
+            outputs: output_summary(&record),
+        };
+        self.graph.record_run(step, run)?;
+        if record.is_ok() {
+            self.cache.insert(key, record.clone());
+            self.trim_cache();
+        }
+        self.records.insert(step, record);
+        Ok(StepRun {
+            step,
+            result,
+            recomputed: prepared.recomputed,
+            restored: prepared.restored,
+            read_check,
+        })
+    }
+
+    fn fail(
+        &mut self,
+        step: StepId,
+        record: StepRecord,
+        started_at: Timestamp,
+        clock: Instant,
+    ) -> Result<(), CodeSessionError> {
+        let run = RunRecord {
+            outcome: RunOutcome::Failed {
+                error: record.error.clone().unwrap_or_default(),
+            },
+            started_at,
+            duration_ms: millis(clock),
+            outputs: OutputSummary::default(),
+        };
+        self.graph.record_run(step, run)?;
+        self.records.insert(step, record);
+        Ok(())
+    }
+
+    /// Keeps at most max(256, 4 × steps) cached runs, dropping the oldest.
+    fn trim_cache(&mut self) {
+        let limit = (self.graph.len() * 4).max(256);
+        if self.cache.len() <= limit {
+            return;
+        }
+        let mut by_age: Vec<(Timestamp, String)> = self
+            .cache
+            .iter()
+            .map(|(key, record)| (record.ran_at, key.clone()))
+            .collect();
+        by_age.sort();
+        let excess = self.cache.len() - limit;
+        for (_, key) in by_age.into_iter().take(excess) {
+            self.cache.remove(&key);
+        }
+    }
+
+    /// The status of `step` in the graph.
+    pub(crate) fn status(&self, step: StepId) -> Result<StepStatus, CodeSessionError> {
+        Ok(self.graph.step(step)?.status())
+    }
+}
+
+#[derive(Serialize)]
+struct SavedRef<'a> {
+    format: u32,
+    graph: &'a ExecutionStateGraph,
+    records: &'a BTreeMap<StepId, StepRecord>,
+    cache: &'a BTreeMap<String, StepRecord>,
+}
+
+fn decode(bytes: &[u8], location: &str) -> Result<Saved, CodeSessionError> {
+    #[derive(Deserialize)]
+    struct Version {
+        format: u32,
+    }
+    let version: Version =
+        serde_json::from_slice(bytes).map_err(|error| CodeSessionError::Format {
+            location: location.to_owned(),
+            detail: error.to_string(),
+        })?;
+    if version.format != FORMAT_VERSION {
+        return Err(CodeSessionError::Format {
+            location: location.to_owned(),
+            detail: format!(
+                "format version {} (this build reads {FORMAT_VERSION})",
+                version.format
+            ),
+        });
+    }
+    let saved: Saved = serde_json::from_slice(bytes).map_err(|error| CodeSessionError::Format {
+        location: location.to_owned(),
+        detail: error.to_string(),
+    })?;
+    for record in saved.records.values().chain(saved.cache.values()) {
+        if let Some(bad) = record.blobs().find(|h| !crate::blobs::is_valid_hash(h)) {
+            return Err(CodeSessionError::Format {
+                location: location.to_owned(),
+                detail: format!("invalid blob hash {bad:?}"),
+            });
+        }
+    }
+    Ok(saved)
+}
+
+/// Applies `sources` to a simulated namespace; producers of values that are
+/// neither live nor loadable go to `missing`.
+fn simulate(
+    live: &mut BTreeMap<String, String>,
+    sources: &BTreeMap<String, Source>,
+    missing: &mut BTreeSet<StepId>,
+) {
+    for (name, source) in sources {
+        if live.get(name) == Some(&source.identity) {
+            continue;
+        }
+        match source.restore {
+            Restore::Load(_) => {
+                live.insert(name.clone(), source.identity.clone());
+            }
+            Restore::Delete => {
+                live.remove(name);
+            }
+            Restore::Rerun => {
+                missing.insert(source.producer);
+            }
+        }
+    }
+}
+
+/// Updates a namespace model with what a run wrote and deleted.
+fn apply_record(live: &mut BTreeMap<String, String>, record: &StepRecord) {
+    for name in record.outputs.keys() {
+        match record.identity(name) {
+            Some(identity) => live.insert(name.clone(), identity),
+            None => live.remove(name),
+        };
+    }
+    for name in &record.deleted {
+        live.remove(name);
+    }
+}
+
+fn read_check(
+    observed: &BTreeSet<String>,
+    analysis: Option<&crate::StepAnalysis>,
+    succeeded: bool,
+) -> ReadCheck {
+    let Some(analysis) = analysis else {
+        return ReadCheck {
+            observed: observed.clone(),
+            ..ReadCheck::default()
+        };
+    };
+    let unexpected = observed
+        .iter()
+        .filter(|name| !analysis.reads.contains(*name) && !analysis.builtins.contains(*name))
+        .cloned()
+        .collect();
+    let unobserved = if succeeded {
+        analysis.reads.difference(observed).cloned().collect()
+    } else {
+        BTreeSet::new()
+    };
+    ReadCheck {
+        observed: observed.clone(),
+        unexpected,
+        unobserved,
+    }
+}
+
+fn output_summary(record: &StepRecord) -> OutputSummary {
+    let mut text: String = record.stdout.text.chars().take(SUMMARY_TEXT).collect();
+    if let Some(display) = &record.display {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(display);
+    }
+    OutputSummary {
+        text,
+        values: record
+            .outputs
+            .iter()
+            .map(|(name, value)| (name.clone(), value.short()))
+            .collect(),
+    }
+}
+
+fn millis(clock: Instant) -> u64 {
+    u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
