@@ -2,10 +2,12 @@
 //! code steps wrote, keyed by the SHA-256 of their bytes.
 //!
 //! Layout: `ROOT/sha256/ab/abcdef…` (the first two hex digits name a
-//! subdirectory) and `ROOT/tmp/` for files being written, which are renamed
-//! into place so a blob is either whole or absent. [`BlobStore::put`] is
-//! durable: the file is fsynced before the rename and its directory after,
-//! so a blob it stored survives a crash. The Python kernel writes blobs into
+//! subdirectory) and `ROOT/tmp/` for the files the kernel is writing. Every
+//! blob is renamed into place, so it is either whole or absent.
+//! [`BlobStore::put`] is durable: it writes with
+//! [`harness::durable::write_atomic`], which fsyncs the file before the
+//! rename and its directory after, so a blob it stored survives a crash.
+//! The Python kernel writes blobs into
 //! the same layout directly (no copy through the protocol pipe) without
 //! fsyncing them ([`BlobStore::sync`] does, in one batch, when a session is
 //! saved); the Rust side reads, checks (every read is verified
@@ -23,10 +25,9 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use harness::durable::{self, WriteError};
 use sha2::{Digest, Sha256};
 
 /// Why a blob store operation failed.
@@ -57,6 +58,16 @@ pub enum BlobError {
         /// What its bytes hash to.
         actual: String,
     },
+}
+
+impl From<WriteError> for BlobError {
+    fn from(error: WriteError) -> Self {
+        Self::Io {
+            action: error.action,
+            path: error.path,
+            source: error.source,
+        }
+    }
 }
 
 /// The lowercase hex SHA-256 of `bytes`.
@@ -147,9 +158,10 @@ impl BlobStore {
     /// is not written again (one of the wrong size, e.g. truncated by a
     /// crash, is replaced).
     ///
-    /// The bytes go to a file in `ROOT/tmp/` (the same file system), which
-    /// is fsynced and renamed into place; then the blob's directory is
-    /// fsynced so that the new name is on disk too.
+    /// The bytes go to a temporary file beside the blob, which is fsynced
+    /// and renamed into place; then the blob's directory is fsynced so that
+    /// the new name is on disk too ([`durable::write_atomic`] with
+    /// [`durable::Sync::FileAndDir`]).
     ///
     /// # Errors
     ///
@@ -164,34 +176,7 @@ impl BlobStore {
         }
         let shard = path.parent().unwrap_or(&self.root);
         create_dir_durable(shard)?;
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let tmp = self.root.join("tmp").join(format!(
-            "{hash}.{}.{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = (|| {
-            let mut file = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(|e| ("create", tmp.as_path(), e))?;
-            file.write_all(bytes)
-                .map_err(|e| ("write", tmp.as_path(), e))?;
-            file.sync_all().map_err(|e| ("fsync", tmp.as_path(), e))?;
-            drop(file);
-            fs::rename(&tmp, &path).map_err(|e| ("rename into place", path.as_path(), e))
-        })();
-        if let Err((action, at, source)) = written {
-            let path = at.to_path_buf();
-            let _ = fs::remove_file(&tmp);
-            return Err(BlobError::Io {
-                action,
-                path,
-                source,
-            });
-        }
-        sync_dir(shard)?;
+        durable::write_atomic(&path, bytes, durable::Sync::FileAndDir)?;
         Ok(hash)
     }
 
@@ -310,8 +295,9 @@ impl BlobStore {
         Ok(found)
     }
 
-    /// Deletes every blob not in `keep`, and leftover temporary files.
-    /// Returns how many blobs were deleted.
+    /// Deletes every blob not in `keep`, and leftover temporary files (of
+    /// the kernel in `ROOT/tmp/`, of an interrupted [`put`](Self::put) in a
+    /// blob directory). Returns how many blobs were deleted.
     ///
     /// # Errors
     ///
@@ -329,12 +315,24 @@ impl BlobStore {
                 removed += 1;
             }
         }
-        let tmp = self.root.join("tmp");
-        if let Ok(entries) = fs::read_dir(&tmp) {
+        // Best effort: a file another writer is still filling may already
+        // be gone.
+        if let Ok(entries) = fs::read_dir(self.root.join("tmp")) {
             for entry in entries.flatten() {
-                // Best effort: a file another writer is still filling may
-                // already be gone.
                 let _ = fs::remove_file(entry.path());
+            }
+        }
+        if let Ok(shards) = fs::read_dir(self.root.join("sha256")) {
+            let shards = shards
+                .flatten()
+                .flat_map(|shard| fs::read_dir(shard.path()));
+            for entry in shards.flatten().flatten() {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                // The temporary names of `durable::write_atomic`.
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    let _ = fs::remove_file(entry.path());
+                }
             }
         }
         Ok(removed)
@@ -368,22 +366,8 @@ fn create_dir_durable(dir: &Path) -> Result<(), BlobError> {
     sync_dir(parent)
 }
 
-/// Fsyncs a directory, making the names in it durable. A no-op where
-/// directories cannot be opened as files (Windows).
+/// Fsyncs a directory ([`durable::sync_dir`]), making the names in it
+/// durable.
 fn sync_dir(dir: &Path) -> Result<(), BlobError> {
-    #[cfg(unix)]
-    {
-        fs::File::open(dir)
-            .and_then(|file| file.sync_all())
-            .map_err(|source| BlobError::Io {
-                action: "fsync the directory",
-                path: dir.to_path_buf(),
-                source,
-            })
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        Ok(())
-    }
+    Ok(durable::sync_dir(dir)?)
 }

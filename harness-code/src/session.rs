@@ -52,6 +52,7 @@ use crate::kernel::{
     StepResult, Stored, ValueSummary,
 };
 use crate::{AnalysisOptions, GraphError};
+use harness::durable::{self, WriteError, write_atomic};
 use harness::ids::{RunId, SessionId};
 use harness::session::{
     Checkpoint, CheckpointKind, Commit, SCHEMA_VERSION, SessionPhase, SessionStore, StoreError,
@@ -99,10 +100,12 @@ pub enum CodeSessionError {
     /// The blob store failed.
     #[error(transparent)]
     Blob(#[from] BlobError),
-    /// A session file could not be read or written.
-    #[error("session file {path}: {source}")]
+    /// A session file or directory could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
     Io {
-        /// The file.
+        /// What failed, e.g. `read`, `fsync` or `rename into place`.
+        action: &'static str,
+        /// The file or directory.
         path: PathBuf,
         /// The operating system's error.
         #[source]
@@ -122,6 +125,16 @@ pub enum CodeSessionError {
     /// The session store has no code session with this id.
     #[error("no code session {0} in the store")]
     NoSession(SessionId),
+}
+
+impl From<WriteError> for CodeSessionError {
+    fn from(error: WriteError) -> Self {
+        Self::Io {
+            action: error.action,
+            path: error.path,
+            source: error.source,
+        }
+    }
 }
 
 /// The dynamic check of a step's static analysis: names its own code read
@@ -394,6 +407,7 @@ impl CodeSession {
         let dir = dir.into();
         let path = dir.join(SESSION_FILE);
         let bytes = std::fs::read(&path).map_err(|source| CodeSessionError::Io {
+            action: "read",
             path: path.clone(),
             source,
         })?;
@@ -459,9 +473,10 @@ impl CodeSession {
 
     /// Writes the session (graph, records, cached runs) to
     /// `DIR/session.json`, atomically and durably: the blobs it refers to
-    /// (in `DIR/blobs`) are fsynced first, then the file is written to a
-    /// temporary name, fsynced, renamed into place and the directory
-    /// fsynced. When `save` returns, the session survives a crash.
+    /// (in `DIR/blobs`) are fsynced first, then the file is written with
+    /// [`write_atomic`] (a temporary name, fsynced, renamed into place, the
+    /// directory fsynced). When `save` returns, the session survives a
+    /// crash.
     ///
     /// # Errors
     ///
@@ -470,25 +485,16 @@ impl CodeSession {
     pub fn save(&self) -> Result<(), CodeSessionError> {
         let bytes = self.encode()?;
         self.sync_blobs()?;
-        let path = self.dir.join(SESSION_FILE);
-        let tmp = self.dir.join(format!("{SESSION_FILE}.tmp"));
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| CodeSessionError::Io { path, source }
-        };
-        std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
-        let write = || -> std::io::Result<()> {
-            use std::io::Write as _;
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&bytes)?;
-            file.sync_all()
-        };
-        write().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        #[cfg(unix)]
-        std::fs::File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(io(&self.dir))?;
+        std::fs::create_dir_all(&self.dir).map_err(|source| CodeSessionError::Io {
+            action: "create the directory",
+            path: self.dir.clone(),
+            source,
+        })?;
+        write_atomic(
+            &self.dir.join(SESSION_FILE),
+            &bytes,
+            durable::Sync::FileAndDir,
+        )?;
         Ok(())
     }
 

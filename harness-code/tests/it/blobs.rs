@@ -101,3 +101,20 @@ fn sync_fsyncs_what_exists_skips_what_does_not_and_refuses_bad_names() {
         Err(BlobError::InvalidHash(_))
     ));
 }
+
+#[test]
+fn retain_removes_unreferenced_blobs_and_leftover_temporary_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    let kept = store.put(b"hello").unwrap();
+    let dropped = store.put(b"bye").unwrap();
+    // What a crash in the middle of a put or of a kernel snapshot leaves.
+    let shard = store.root().join("sha256/2c");
+    fs::write(shard.join(format!(".{HELLO}.0123.tmp")), b"he").unwrap();
+    fs::write(store.root().join("tmp/snapshot"), b"by").unwrap();
+    let removed = store.retain(&[kept.clone()].into()).unwrap();
+    assert_eq!(removed, 1);
+    assert!(!store.contains(&dropped));
+    assert_eq!(names(&shard), [HELLO]);
+    assert!(names(&store.root().join("tmp")).is_empty());
+}
