@@ -1,11 +1,11 @@
 //! Python kernel and selective replay (needs `python3`).
 //!
-//! - `kernel/ping` and `kernel/trivial_step`: one protocol round trip, and
-//!   one step `x = 1` through the whole path a session uses (capture, read
+//! - `kernel/ping` and `kernel/trivial_cell`: one protocol round trip, and
+//!   one cell `x = 1` through the whole path a notebook uses (capture, read
 //!   tracking, summary, pickle + SHA-256 + blob write).
 //! - `replay50/*`: a 50-cell script (6 branches of 8 cells over 20 000-float
 //!   lists, plus a setup cell and a final aggregate). After a one-cell edit,
-//!   `selective_*` is the session's replay (restore, cache keys, snapshots
+//!   `selective_*` is the notebook's replay (restore, cache keys, snapshots
 //!   included); `run_all` is running all 50 cells again in a fresh namespace
 //!   of an already started kernel ("restart and run all" without the
 //!   restart). Compare the two for the ratio.
@@ -15,10 +15,10 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use harness_code::CellId;
 use harness_code::Provenance;
-use harness_code::StepId;
 use harness_code::kernel::{ExecuteOptions, Kernel, KernelConfig};
-use harness_code::session::CodeSession;
+use harness_code::notebook::Notebook;
 use tokio::runtime::Runtime;
 
 const BRANCHES: usize = 6;
@@ -83,7 +83,7 @@ fn kernel_benches(c: &mut Criterion) {
     group.bench_function("ping", |b| {
         b.iter(|| rt.block_on(kernel.ping()).unwrap_or_else(|e| panic!("{e}")))
     });
-    group.bench_function("trivial_step", |b| {
+    group.bench_function("trivial_cell", |b| {
         b.iter(|| {
             rt.block_on(kernel.execute_with(0, "x = 1", &options))
                 .unwrap_or_else(|e| panic!("{e}"))
@@ -109,9 +109,9 @@ fn replay_benches(c: &mut Criterion) {
             rt.block_on(async {
                 kernel.reset().await.unwrap_or_else(|e| panic!("{e}"));
                 for (i, cell) in cells.iter().enumerate() {
-                    let step = u32::try_from(i).unwrap_or(0);
+                    let id = u32::try_from(i).unwrap_or(0);
                     let result = kernel
-                        .execute_with(step, cell, &plain)
+                        .execute_with(id, cell, &plain)
                         .await
                         .unwrap_or_else(|e| panic!("{e}"));
                     assert!(result.is_ok(), "{:?}", result.error);
@@ -125,18 +125,18 @@ fn replay_benches(c: &mut Criterion) {
         ("selective_branch_head", 3, 1),
     ] {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let mut session = CodeSession::create(dir.path(), KernelConfig::default())
-            .unwrap_or_else(|e| panic!("session: {e}"));
+        let mut notebook = Notebook::create(dir.path(), KernelConfig::default())
+            .unwrap_or_else(|e| panic!("notebook: {e}"));
         for cell in script(None) {
-            session
-                .add_step(cell, Provenance::now("bench", "cell"))
+            notebook
+                .add_cell(cell, Provenance::now("bench", "cell"))
                 .unwrap_or_else(|e| panic!("{e}"));
         }
         let first = rt
-            .block_on(session.replay())
+            .block_on(notebook.replay())
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(first.succeeded());
-        let step = StepId::new(cell_index(branch, depth));
+        let cell = CellId::new(cell_index(branch, depth));
         let mut bump = 0;
         let mut executed = 0;
         group.bench_function(name, |b| {
@@ -144,13 +144,13 @@ fn replay_benches(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iterations {
                     bump += 1;
-                    let source = script(Some((branch, depth, bump)))[step.get() as usize].clone();
+                    let source = script(Some((branch, depth, bump)))[cell.get() as usize].clone();
                     let started = Instant::now();
-                    session
-                        .replace_step(step, source, Provenance::now("bench", "edit"))
+                    notebook
+                        .replace_cell(cell, source, Provenance::now("bench", "edit"))
                         .unwrap_or_else(|e| panic!("{e}"));
                     let report = rt
-                        .block_on(session.replay())
+                        .block_on(notebook.replay())
                         .unwrap_or_else(|e| panic!("{e}"));
                     total += started.elapsed();
                     assert!(report.succeeded());

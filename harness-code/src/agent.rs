@@ -1,5 +1,5 @@
-//! A code agent as a typed loop: a model writes Python one step at a time,
-//! failures are diagnosed and patched, and the session is replayed until a
+//! A code agent as a typed loop: a model writes Python one cell at a time,
+//! failures are diagnosed and patched, and the notebook is replayed until a
 //! check passes.
 //!
 //! The pieces are ordinary loop steps over [`CodeAgentState`] with their
@@ -8,12 +8,12 @@
 //!
 //! | step | does | routes to |
 //! | --- | --- | --- |
-//! | [`propose`] | asks the model for the next step (task, the code so far, its last outputs, feedback) and adds it to the session | `execute`, `propose` (unusable answer), `out_of_steps` |
-//! | [`execute`] | runs the new step; a failure becomes a [`StepFailure`] | `check`, `diagnose` |
+//! | [`propose`] | asks the model for the next cell (task, the code so far, its last outputs, feedback) and adds it to the notebook | `execute`, `propose` (unusable answer), `out_of_proposals` |
+//! | [`execute`] | runs the new cell; a failure becomes a [`CellFailure`] | `check`, `diagnose` |
 //! | [`diagnose`] | [`diagnose`](crate::diagnose::diagnose)s the pending failure against the graph | `patch` |
-//! | [`patch`] | asks the [`Patcher`] for a patch and applies it ([`CodeSession::apply_patch`]) | `replay`, `patch` (no patch), `unfixed` |
-//! | [`replay`] | [`CodeSession::replay`]s: only the patched step and its dependents run, unchanged steps are reused | `check`, `diagnose`, `unfixed` |
-//! | [`check`] | evaluates the task's [`Check`] | `solved`, `propose`, `out_of_steps` |
+//! | [`patch`] | asks the [`Patcher`] for a patch and applies it ([`Notebook::apply_patch`]) | `replay`, `patch` (no patch), `unfixed` |
+//! | [`replay`] | [`Notebook::replay`]s: only the patched cell and its dependents run, unchanged cells are reused | `check`, `diagnose`, `unfixed` |
+//! | [`check`] | evaluates the task's [`Check`] | `solved`, `propose`, `out_of_proposals` |
 //!
 //! [`code_agent_harness`] wires them (with a `resume` router first, so a
 //! saved state resumes where it stopped) and [`CodeAgent`] runs that loop.
@@ -22,19 +22,19 @@
 //!
 //! A [`Check`] says when the task is done. It is either a Python
 //! expression ([`Check::python`]), evaluated in a separate short-lived
-//! kernel into which the names it reads are loaded from the session's blob
-//! store (the latest values steps wrote; a value that cannot be pickled,
+//! kernel into which the names it reads are loaded from the notebook's blob
+//! store (the latest values cells wrote; a value that cannot be pickled,
 //! such as a function, cannot be checked this way), or a Rust closure over
-//! the [`CodeSession`] ([`Check::rust`]), which can read the recorded value
+//! the [`Notebook`] ([`Check::rust`]), which can read the recorded value
 //! summaries with [`latest_value`].
 //!
 //! # Budgets and persistence
 //!
-//! [`CodeAgentState::max_steps`] bounds the model's proposals (usable or
+//! [`CodeAgentState::max_proposals`] bounds the model's proposals (usable or
 //! not); [`CodeAgentState::max_patch_attempts`] bounds the patches tried for
 //! one failure (a patcher error counts as an attempt). The state is serde
-//! data: save it with the session ([`CodeSession::save`] after each step is
-//! done by the steps themselves), reopen both later and call
+//! data: save it with the notebook (the loop steps [`Notebook::save`] it
+//! after each change they make), reopen both later and call
 //! [`CodeAgent::resume`].
 
 use std::fmt;
@@ -44,43 +44,43 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use crate::diagnose::{self as diag, Diagnosis, StepFailure};
+use crate::diagnose::{self as diag, CellFailure, Diagnosis};
 use crate::kernel::{Kernel, KernelConfig, RestoreValue, Stored, ValueSummary};
+use crate::notebook::Notebook;
 use crate::patch::{ModelPatcher, Patcher};
 use crate::replay::ReplayReport;
-use crate::session::CodeSession;
-use crate::{Provenance, StepId, StepStatus, analyze_step};
+use crate::{CellId, CellStatus, Provenance, analyze_cell};
 use harness::llm::{LanguageModel, ModelRequest};
 use harness::{
     Context, Cx, Harness, HarnessState, LoopValidationError, RunError, SlotError, Slots, StepError,
     create_agent,
 };
 
-/// A code session shared by the steps of a loop.
-pub type SharedSession = Arc<Mutex<CodeSession>>;
+/// A notebook shared by the steps of a loop.
+pub type SharedNotebook = Arc<Mutex<Notebook>>;
 
 /// Result of a loop step of this module.
 type Step = Result<CodeAgentStateUpdate, StepError>;
 
-/// Characters of a step's printed output shown to the model.
+/// Characters of a cell's printed output shown to the model.
 const OUTPUT_CHARS: usize = 600;
-/// Value summaries per step shown to the model.
+/// Value summaries per cell shown to the model.
 const VALUES_SHOWN: usize = 12;
-/// The kernel step label of a check.
+/// The kernel cell label of a check.
 const CHECK_LABEL: u32 = u32::MAX;
 /// The name a Python check binds.
 const CHECK_NAME: &str = "__harness_check__";
 
-const SYSTEM_PROMPT: &str = "You solve a data task by writing Python, one step at a time, in a \
-notebook-like session. Steps share one namespace and run in order; a step sees the names earlier \
-steps bound. Only the Python standard library is available. Answer with the next step only, as \
-the complete code of that step in a single ```python fenced block. Do not repeat earlier steps.";
+const SYSTEM_PROMPT: &str = "You solve a data task by writing Python, one cell at a time, in a \
+notebook. Cells share one namespace and run in order; a cell sees the names earlier \
+cells bound. Only the Python standard library is available. Answer with the next cell only, as \
+the complete code of that cell in a single ```python fenced block. Do not repeat earlier cells.";
 
 /// A check written in Rust: `Ok(())` when the task is done, else why not.
-pub type RustCheck = Arc<dyn Fn(&CodeSession) -> Result<(), String> + Send + Sync>;
+pub type RustCheck = Arc<dyn Fn(&Notebook) -> Result<(), String> + Send + Sync>;
 
 /// When a task is done: a Python expression or a Rust closure over the
-/// session. See the [module docs](self#the-check).
+/// notebook. See the [module docs](self#the-check).
 #[derive(Clone)]
 pub enum Check {
     /// A Python expression that must be true.
@@ -119,10 +119,10 @@ impl Check {
         Self::Python(expression.into())
     }
 
-    /// A check by a closure over the session.
+    /// A check by a closure over the notebook.
     pub fn rust(
         description: impl Into<String>,
-        check: impl Fn(&CodeSession) -> Result<(), String> + Send + Sync + 'static,
+        check: impl Fn(&Notebook) -> Result<(), String> + Send + Sync + 'static,
     ) -> Self {
         Self::Rust {
             description: description.into(),
@@ -138,16 +138,16 @@ impl Check {
         }
     }
 
-    /// Evaluates the check against the session's current values.
+    /// Evaluates the check against the notebook's current values.
     ///
     /// # Errors
     ///
     /// For a Python check: the expression does not parse, or the check
     /// kernel cannot start. A false expression, one that raises, or a name
     /// that cannot be loaded is a failed [`CheckOutcome`], not an error.
-    pub async fn evaluate(&self, session: &CodeSession) -> Result<CheckOutcome, CodeAgentError> {
+    pub async fn evaluate(&self, notebook: &Notebook) -> Result<CheckOutcome, CodeAgentError> {
         match self {
-            Self::Rust { check, description } => Ok(match check(session) {
+            Self::Rust { check, description } => Ok(match check(notebook) {
                 Ok(()) => CheckOutcome {
                     passed: true,
                     message: format!("passed: {description}"),
@@ -157,18 +157,18 @@ impl Check {
                     message: format!("not yet: {description}: {why}"),
                 },
             }),
-            Self::Python(expression) => python_check(expression, session).await,
+            Self::Python(expression) => python_check(expression, notebook).await,
         }
     }
 }
 
-/// The summary of the latest recorded value of `name`: from the last step,
-/// in step order, whose recorded run wrote it (`None` if no step did, or
+/// The summary of the latest recorded value of `name`: from the last cell,
+/// in cell order, whose recorded run wrote it (`None` if no cell did, or
 /// the last one to touch it deleted it).
-pub fn latest_value<'s>(session: &'s CodeSession, name: &str) -> Option<&'s ValueSummary> {
-    let ids: Vec<StepId> = session.graph().steps().map(|s| s.id()).collect();
+pub fn latest_value<'s>(notebook: &'s Notebook, name: &str) -> Option<&'s ValueSummary> {
+    let ids: Vec<CellId> = notebook.graph().cells().map(|s| s.id()).collect();
     for id in ids.into_iter().rev() {
-        let Some(record) = session.record(id) else {
+        let Some(record) = notebook.record(id) else {
             continue;
         };
         if let Some(value) = record.outputs.get(name) {
@@ -183,10 +183,10 @@ pub fn latest_value<'s>(session: &'s CodeSession, name: &str) -> Option<&'s Valu
 
 async fn python_check(
     expression: &str,
-    session: &CodeSession,
+    notebook: &Notebook,
 ) -> Result<CheckOutcome, CodeAgentError> {
     let source = format!("{CHECK_NAME} = bool({expression})");
-    let analysis = analyze_step(&source).map_err(|e| CodeAgentError::Check(e.to_string()))?;
+    let analysis = analyze_cell(&source).map_err(|e| CodeAgentError::Check(e.to_string()))?;
     let fail = |message: String| CheckOutcome {
         passed: false,
         message,
@@ -194,14 +194,14 @@ async fn python_check(
     let mut restore = Vec::new();
     let mut shown = Vec::new();
     for name in &analysis.reads {
-        let Some(value) = latest_value(session, name) else {
+        let Some(value) = latest_value(notebook, name) else {
             return Ok(fail(format!(
-                "not yet: `{expression}`: no step has defined `{name}`"
+                "not yet: `{expression}`: no cell has defined `{name}`"
             )));
         };
         shown.push(format!("{name} = {}", value.short()));
         match &value.stored {
-            Stored::Blob { hash, .. } if session.blobs().contains(hash) => {
+            Stored::Blob { hash, .. } if notebook.blobs().contains(hash) => {
                 restore.push(RestoreValue::Blob {
                     name: name.clone(),
                     blob: hash.clone(),
@@ -219,12 +219,12 @@ async fn python_check(
             }
         }
     }
-    let mut config = session
+    let mut config = notebook
         .kernel()
         .map_or_else(KernelConfig::default, |k| k.config().clone());
-    config.blob_dir = Some(session.blobs().root().to_path_buf());
+    config.blob_dir = Some(notebook.blobs().root().to_path_buf());
     if config.working_dir.is_none() {
-        config.working_dir = Some(session.dir().join("work"));
+        config.working_dir = Some(notebook.dir().join("work"));
     }
     let mut kernel = Kernel::spawn(config)
         .await
@@ -265,18 +265,18 @@ pub enum AgentStatus {
     Solved,
     /// A failure was not fixed within the patch attempts.
     Unfixed,
-    /// The step budget ended before the check passed.
-    OutOfSteps,
+    /// The proposal budget ended before the check passed.
+    OutOfProposals,
 }
 
 /// One thing the agent did, for the log in [`CodeAgentState::events`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum AgentEvent {
-    /// The model proposed a step, now in the session.
+    /// The model proposed a cell, now in the notebook.
     Proposed {
-        /// The step.
-        step: u32,
+        /// The cell.
+        cell: u32,
         /// Its code.
         source: String,
     },
@@ -285,24 +285,24 @@ pub enum AgentEvent {
         /// Why.
         reason: String,
     },
-    /// A step ran successfully.
+    /// A cell ran successfully.
     Ran {
-        /// The step.
-        step: u32,
+        /// The cell.
+        cell: u32,
         /// What it printed and the values it wrote, shortened.
         output: String,
     },
-    /// A step failed.
+    /// A cell failed.
     Failed {
-        /// The step.
-        step: u32,
+        /// The cell.
+        cell: u32,
         /// The error.
         error: String,
     },
     /// A failure was diagnosed.
     Diagnosed {
-        /// The failing step.
-        step: u32,
+        /// The failing cell.
+        cell: u32,
         /// The top culprit.
         culprit: Option<u32>,
         /// One line.
@@ -312,8 +312,8 @@ pub enum AgentEvent {
     },
     /// A patch was applied.
     Patched {
-        /// The patched step.
-        step: u32,
+        /// The patched cell.
+        cell: u32,
         /// The new version.
         version: u32,
         /// The patcher.
@@ -325,20 +325,20 @@ pub enum AgentEvent {
     },
     /// The patcher gave no patch.
     PatchFailed {
-        /// The step to patch.
-        step: u32,
+        /// The cell to patch.
+        cell: u32,
         /// Why.
         error: String,
     },
-    /// The session was replayed after a patch.
+    /// The notebook was replayed after a patch.
     Replayed {
-        /// Steps executed.
+        /// Cells executed.
         executed: Vec<u32>,
-        /// Steps whose cached run was reused.
+        /// Cells whose cached run was reused.
         reused: Vec<u32>,
-        /// Steps that failed.
+        /// Cells that failed.
         failed: Vec<u32>,
-        /// One line per step: action and reason.
+        /// One line per cell: action and reason.
         entries: Vec<String>,
     },
     /// The check was evaluated.
@@ -353,30 +353,30 @@ pub enum AgentEvent {
 impl fmt::Display for AgentEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Proposed { step, source } => {
-                write!(f, "proposed step {step}:")?;
+            Self::Proposed { cell, source } => {
+                write!(f, "proposed cell {cell}:")?;
                 for line in source.lines() {
                     write!(f, "\n    {line}")?;
                 }
                 Ok(())
             }
             Self::Rejected { reason } => write!(f, "answer rejected: {reason}"),
-            Self::Ran { step, output } => write!(f, "step {step} ok: {output}"),
-            Self::Failed { step, error } => write!(f, "step {step} FAILED: {error}"),
+            Self::Ran { cell, output } => write!(f, "cell {cell} ok: {output}"),
+            Self::Failed { cell, error } => write!(f, "cell {cell} FAILED: {error}"),
             Self::Diagnosed {
-                step,
+                cell,
                 culprit,
                 summary,
                 ..
             } => {
-                write!(f, "diagnosis of step {step}: {summary}")?;
+                write!(f, "diagnosis of cell {cell}: {summary}")?;
                 if let Some(culprit) = culprit {
-                    write!(f, " (culprit: step {culprit})")?;
+                    write!(f, " (culprit: cell {culprit})")?;
                 }
                 Ok(())
             }
             Self::Patched {
-                step,
+                cell,
                 version,
                 patcher,
                 description,
@@ -384,11 +384,11 @@ impl fmt::Display for AgentEvent {
             } => {
                 write!(
                     f,
-                    "patch by {patcher} -> step {step} v{version}: {description}\n{}",
+                    "patch by {patcher} -> cell {cell} v{version}: {description}\n{}",
                     diff.trim_end()
                 )
             }
-            Self::PatchFailed { step, error } => write!(f, "no patch for step {step}: {error}"),
+            Self::PatchFailed { cell, error } => write!(f, "no patch for cell {cell}: {error}"),
             Self::Replayed {
                 executed,
                 reused,
@@ -414,12 +414,12 @@ impl fmt::Display for AgentEvent {
 pub struct PendingFailure {
     /// The failure.
     #[schemars(with = "serde_json::Value")]
-    pub failure: StepFailure,
+    pub failure: CellFailure,
     /// Its diagnosis, once made.
     #[schemars(with = "Option<serde_json::Value>")]
     pub diagnosis: Option<Diagnosis>,
     /// Patches tried for this failure (the failure may move to a dependent
-    /// step after a patch; the count goes on).
+    /// cell after a patch; the count goes on).
     pub attempts: u32,
     /// Whether a patch was applied and awaits replay.
     pub patched: bool,
@@ -432,7 +432,7 @@ pub struct CodeAgentState {
     pub task: String,
     /// The most proposals the model may make.
     #[field(default = 8)]
-    pub max_steps: u32,
+    pub max_proposals: u32,
     /// The most patches tried for one failure.
     #[field(default = 3)]
     pub max_patch_attempts: u32,
@@ -442,7 +442,7 @@ pub struct CodeAgentState {
     /// What happened, in order.
     #[field(reduce = append)]
     pub events: Vec<AgentEvent>,
-    /// The step proposed and not yet run.
+    /// The cell proposed and not yet run.
     pub proposed: Option<u32>,
     /// The failure being fixed.
     pub pending: Option<PendingFailure>,
@@ -466,13 +466,13 @@ impl CodeAgentState {
 /// The slots of the code agent's steps (all given to `create_agent`).
 #[derive(Context)]
 pub struct CodeAgentDeps {
-    /// The code session that runs the steps.
+    /// The notebook that runs the cells.
     #[slot(agent)]
-    pub session: SharedSession,
-    /// The model that proposes steps.
+    pub notebook: SharedNotebook,
+    /// The model that proposes cells.
     #[slot(agent)]
     pub model: Arc<dyn LanguageModel>,
-    /// The patcher of failed steps.
+    /// The patcher of failed cells.
     #[slot(agent)]
     pub patcher: Arc<dyn Patcher>,
     /// When the task is done.
@@ -494,15 +494,15 @@ fn step_error(error: impl fmt::Display) -> StepError {
     StepError::msg(error)
 }
 
-fn save(session: &CodeSession) -> Result<(), StepError> {
-    session.save().map_err(step_error)
+fn save(notebook: &Notebook) -> Result<(), StepError> {
+    notebook.save().map_err(step_error)
 }
 
-/// The prompt for the next step: the task, the check, every step with its
+/// The prompt for the next cell: the task, the check, every cell with its
 /// status and last outputs, and the feedback.
 pub fn proposal_request(
     state: &CodeAgentState,
-    session: &CodeSession,
+    notebook: &Notebook,
     check: &Check,
 ) -> ModelRequest {
     let mut prompt = format!(
@@ -511,18 +511,18 @@ pub fn proposal_request(
         check.description()
     );
     let mut any = false;
-    for node in session.graph().steps() {
+    for node in notebook.graph().cells() {
         any = true;
         let status = match node.status() {
-            StepStatus::Ok => "ok".to_owned(),
+            CellStatus::Ok => "ok".to_owned(),
             other => format!("{other:?}").to_lowercase(),
         };
         prompt.push_str(&format!(
-            "Step {} ({status}):\n```python\n{}\n```\n",
+            "Cell {} ({status}):\n```python\n{}\n```\n",
             node.id(),
             node.source().trim_end()
         ));
-        if let Some(record) = session.record(node.id()) {
+        if let Some(record) = notebook.record(node.id()) {
             let text = record.stdout.text.trim();
             if !text.is_empty() {
                 prompt.push_str(&format!("printed: {}\n", shorten(text, OUTPUT_CHARS)));
@@ -537,12 +537,12 @@ pub fn proposal_request(
         prompt.push('\n');
     }
     if !any {
-        prompt.push_str("No steps yet.\n\n");
+        prompt.push_str("No cells yet.\n\n");
     }
     if let Some(feedback) = &state.feedback {
         prompt.push_str(&format!("Feedback: {feedback}\n\n"));
     }
-    prompt.push_str("Write the next step.");
+    prompt.push_str("Write the next cell.");
     ModelRequest::builder()
         .system(SYSTEM_PROMPT)
         .user(prompt)
@@ -558,35 +558,35 @@ fn shorten(text: &str, chars: usize) -> String {
     }
 }
 
-/// Loop step: asks the model for the next step and adds it to the session.
+/// Loop step: asks the model for the next cell and adds it to the notebook.
 ///
 /// # Errors
 ///
-/// The model call failed, or the session rejected the step.
+/// The model call failed, or the notebook rejected the cell.
 pub async fn propose(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
     let update = CodeAgentStateUpdate::new();
-    if state.proposals >= state.max_steps {
-        return Ok(update.status(AgentStatus::OutOfSteps));
+    if state.proposals >= state.max_proposals {
+        return Ok(update.status(AgentStatus::OutOfProposals));
     }
-    let mut session = cx.session.lock().await;
-    let request = proposal_request(&state, &session, &cx.check);
+    let mut notebook = cx.notebook.lock().await;
+    let request = proposal_request(&state, &notebook, &cx.check);
     let response = cx.model.complete(&request).await.map_err(step_error)?;
     let update = update.proposals(1);
-    match crate::patch::parse_answer(&response.text(), "", session.graph().options()) {
+    match crate::patch::parse_answer(&response.text(), "", notebook.graph().options()) {
         Ok(source) => {
             let author = format!("model:{}", cx.model.model_name());
-            let step = session
-                .add_step(
+            let cell = notebook
+                .add_cell(
                     source.clone(),
                     Provenance::now(author, "proposed for the task"),
                 )
                 .map_err(step_error)?;
-            save(&session)?;
+            save(&notebook)?;
             Ok(update
-                .proposed(Some(step.get()))
+                .proposed(Some(cell.get()))
                 .feedback(None)
                 .events(vec![AgentEvent::Proposed {
-                    step: step.get(),
+                    cell: cell.get(),
                     source,
                 }]))
         }
@@ -601,10 +601,10 @@ pub async fn propose(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step 
     }
 }
 
-/// Route of [`propose`]: `execute`, `propose` or `out_of_steps`.
+/// Route of [`propose`]: `execute`, `propose` or `out_of_proposals`.
 pub fn route_propose(state: &CodeAgentState) -> &'static str {
-    if state.status == AgentStatus::OutOfSteps {
-        "out_of_steps"
+    if state.status == AgentStatus::OutOfProposals {
+        "out_of_proposals"
     } else if state.proposed.is_some() {
         "execute"
     } else {
@@ -612,37 +612,37 @@ pub fn route_propose(state: &CodeAgentState) -> &'static str {
     }
 }
 
-/// Loop step: runs the proposed step; a failure becomes the pending
+/// Loop step: runs the proposed cell; a failure becomes the pending
 /// failure.
 ///
 /// # Errors
 ///
-/// No step is proposed, or the session failed outside the step (graph,
+/// No cell is proposed, or the notebook failed outside the cell (graph,
 /// blob store, a kernel that cannot start).
 pub async fn execute(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
-    let step = state
+    let cell = state
         .proposed
-        .map(StepId::new)
-        .ok_or_else(|| StepError::msg("no proposed step to execute"))?;
-    let mut session = cx.session.lock().await;
-    let failure = match session.run_step(step).await {
-        Ok(run) => match StepFailure::from_run(&run) {
+        .map(CellId::new)
+        .ok_or_else(|| StepError::msg("no proposed cell to execute"))?;
+    let mut notebook = cx.notebook.lock().await;
+    let failure = match notebook.run_cell(cell).await {
+        Ok(run) => match CellFailure::from_run(&run) {
             None => {
-                save(&session)?;
-                let output = run_output(&session, step);
+                save(&notebook)?;
+                let output = run_output(&notebook, cell);
                 return Ok(CodeAgentStateUpdate::new().proposed(None).events(vec![
                     AgentEvent::Ran {
-                        step: step.get(),
+                        cell: cell.get(),
                         output,
                     },
                 ]));
             }
             Some(failure) => failure,
         },
-        Err(error) => StepFailure::from_session_error(&error).ok_or_else(|| step_error(error))?,
+        Err(error) => CellFailure::from_notebook_error(&error).ok_or_else(|| step_error(error))?,
     };
-    save(&session)?;
-    let failure = failure.with_input_values(&session);
+    save(&notebook)?;
+    let failure = failure.with_input_values(&notebook);
     let error = failure_text(&failure);
     Ok(CodeAgentStateUpdate::new()
         .proposed(None)
@@ -653,7 +653,7 @@ pub async fn execute(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step 
             patched: false,
         }))
         .events(vec![AgentEvent::Failed {
-            step: step.get(),
+            cell: cell.get(),
             error,
         }]))
 }
@@ -667,7 +667,7 @@ pub fn route_execute(state: &CodeAgentState) -> &'static str {
     }
 }
 
-fn failure_text(failure: &StepFailure) -> String {
+fn failure_text(failure: &CellFailure) -> String {
     let mut text = match failure.exception_type() {
         Some(exception) => format!("{exception}: {}", failure.message()),
         None => failure.message(),
@@ -678,8 +678,8 @@ fn failure_text(failure: &StepFailure) -> String {
     text
 }
 
-fn run_output(session: &CodeSession, step: StepId) -> String {
-    let Some(record) = session.record(step) else {
+fn run_output(notebook: &Notebook, cell: CellId) -> String {
+    let Some(record) = notebook.record(cell) else {
         return String::new();
     };
     let mut parts = Vec::new();
@@ -711,11 +711,11 @@ pub async fn diagnose(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step
         .pending
         .clone()
         .ok_or_else(|| StepError::msg("no failure to diagnose"))?;
-    let session = cx.session.lock().await;
-    let diagnosis = diag::diagnose(&pending.failure, session.graph());
+    let notebook = cx.notebook.lock().await;
+    let diagnosis = diag::diagnose(&pending.failure, notebook.graph());
     let event = AgentEvent::Diagnosed {
-        step: diagnosis.step.get(),
-        culprit: diagnosis.top_culprit().map(|c| c.step.get()),
+        cell: diagnosis.cell.get(),
+        culprit: diagnosis.top_culprit().map(|c| c.cell.get()),
         summary: diagnosis.summary(),
         report: diagnosis.report(),
     };
@@ -727,11 +727,11 @@ pub async fn diagnose(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step
 }
 
 /// Loop step: asks the patcher for a patch of the diagnosed failure and
-/// applies it to the session. A patcher error counts as an attempt.
+/// applies it to the notebook. A patcher error counts as an attempt.
 ///
 /// # Errors
 ///
-/// There is no diagnosed failure, or the session cannot be saved.
+/// There is no diagnosed failure, or the notebook cannot be saved.
 pub async fn patch(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
     let mut pending = state
         .pending
@@ -741,20 +741,20 @@ pub async fn patch(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
         .diagnosis
         .clone()
         .ok_or_else(|| StepError::msg("the failure has no diagnosis"))?;
-    let mut session = cx.session.lock().await;
+    let mut notebook = cx.notebook.lock().await;
     pending.attempts += 1;
-    let proposed = cx.patcher.propose(&diagnosis, session.graph()).await;
+    let proposed = cx.patcher.propose(&diagnosis, notebook.graph()).await;
     let applied = proposed.and_then(|patch| {
-        let applied = session.apply_patch(&patch)?;
+        let applied = notebook.apply_patch(&patch)?;
         Ok((patch, applied))
     });
     let mut update = CodeAgentStateUpdate::new();
     let event = match applied {
         Ok((patch, applied)) => {
-            save(&session)?;
+            save(&notebook)?;
             pending.patched = true;
             AgentEvent::Patched {
-                step: patch.step.get(),
+                cell: patch.cell.get(),
                 version: applied.version,
                 patcher: patch.provenance.patcher.clone(),
                 description: patch.provenance.description.clone(),
@@ -766,9 +766,9 @@ pub async fn patch(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
                 update = update.status(AgentStatus::Unfixed);
             }
             AgentEvent::PatchFailed {
-                step: diagnosis
+                cell: diagnosis
                     .top_culprit()
-                    .map_or(diagnosis.step, |c| c.step)
+                    .map_or(diagnosis.cell, |c| c.cell)
                     .get(),
                 error: error.to_string(),
             }
@@ -787,7 +787,7 @@ pub fn route_patch(state: &CodeAgentState) -> &'static str {
 }
 
 fn replay_event(report: &ReplayReport) -> AgentEvent {
-    let ids = |steps: Vec<StepId>| steps.into_iter().map(StepId::get).collect::<Vec<_>>();
+    let ids = |cells: Vec<CellId>| cells.into_iter().map(CellId::get).collect::<Vec<_>>();
     AgentEvent::Replayed {
         executed: ids(report.executed()),
         reused: ids(report.reused()),
@@ -796,7 +796,7 @@ fn replay_event(report: &ReplayReport) -> AgentEvent {
             .entries
             .iter()
             .map(|e| {
-                let mut line = format!("step {}: {} ({})", e.step, e.action, e.reason);
+                let mut line = format!("cell {}: {} ({})", e.cell, e.action, e.reason);
                 if let Some(error) = &e.error {
                     line.push_str(&format!(": {error}"));
                 }
@@ -806,17 +806,17 @@ fn replay_event(report: &ReplayReport) -> AgentEvent {
     }
 }
 
-/// Loop step: replays the session after a patch (only stale steps run;
-/// unchanged ones are reused). A step that still fails becomes the pending
+/// Loop step: replays the notebook after a patch (only stale cells run;
+/// unchanged ones are reused). A cell that still fails becomes the pending
 /// failure, with the attempts counted so far.
 ///
 /// # Errors
 ///
-/// The replay failed outside a step.
+/// The replay failed outside a cell.
 pub async fn replay(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
-    let mut session = cx.session.lock().await;
-    let report = session.replay().await.map_err(step_error)?;
-    save(&session)?;
+    let mut notebook = cx.notebook.lock().await;
+    let report = notebook.replay().await.map_err(step_error)?;
+    save(&notebook)?;
     let mut events = vec![replay_event(&report)];
     let update = CodeAgentStateUpdate::new();
     if report.succeeded() {
@@ -826,11 +826,11 @@ pub async fn replay(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
     let failure = report
         .entries
         .iter()
-        .find_map(StepFailure::from_replay_entry)
-        .ok_or_else(|| StepError::msg("the replay left steps out of date without a failure"))?
-        .with_input_values(&session);
+        .find_map(CellFailure::from_replay_entry)
+        .ok_or_else(|| StepError::msg("the replay left cells out of date without a failure"))?
+        .with_input_values(&notebook);
     events.push(AgentEvent::Failed {
-        step: failure.step.get(),
+        cell: failure.cell.get(),
         error: failure_text(&failure),
     });
     let update = if attempts >= state.max_patch_attempts {
@@ -865,28 +865,28 @@ pub fn route_replay(state: &CodeAgentState) -> &'static str {
 ///
 /// The check could not be evaluated ([`Check::evaluate`]).
 pub async fn check(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
-    let session = cx.session.lock().await;
-    let outcome = cx.check.evaluate(&session).await.map_err(step_error)?;
+    let notebook = cx.notebook.lock().await;
+    let outcome = cx.check.evaluate(&notebook).await.map_err(step_error)?;
     let update = CodeAgentStateUpdate::new().events(vec![AgentEvent::Checked {
         passed: outcome.passed,
         message: outcome.message.clone(),
     }]);
     Ok(if outcome.passed {
         update.status(AgentStatus::Solved).feedback(None)
-    } else if state.proposals >= state.max_steps {
+    } else if state.proposals >= state.max_proposals {
         update
-            .status(AgentStatus::OutOfSteps)
+            .status(AgentStatus::OutOfProposals)
             .feedback(Some(outcome.message))
     } else {
         update.feedback(Some(outcome.message))
     })
 }
 
-/// Route of [`check`]: `solved`, `propose` or `out_of_steps`.
+/// Route of [`check`]: `solved`, `propose` or `out_of_proposals`.
 pub fn route_check(state: &CodeAgentState) -> &'static str {
     match state.status {
         AgentStatus::Solved => "solved",
-        AgentStatus::OutOfSteps => "out_of_steps",
+        AgentStatus::OutOfProposals => "out_of_proposals",
         _ => "propose",
     }
 }
@@ -896,7 +896,7 @@ pub fn route_resume(state: &CodeAgentState) -> &'static str {
     match state.status {
         AgentStatus::Solved => "solved",
         AgentStatus::Unfixed => "unfixed",
-        AgentStatus::OutOfSteps => "out_of_steps",
+        AgentStatus::OutOfProposals => "out_of_proposals",
         AgentStatus::Working => match &state.pending {
             Some(pending) if pending.patched => "replay",
             Some(pending) if pending.diagnosis.is_some() => "patch",
@@ -910,7 +910,7 @@ pub fn route_resume(state: &CodeAgentState) -> &'static str {
 
 /// The code agent loop: `resume` → `propose` → `execute` → (`diagnose` →
 /// `patch` → `replay`)* → `check` → …, ending with the signal `solved`,
-/// `unfixed` or `out_of_steps`.
+/// `unfixed` or `out_of_proposals`.
 ///
 /// # Errors
 ///
@@ -935,7 +935,7 @@ pub fn code_agent_harness() -> Result<Harness<CodeAgentState, CodeAgentDeps>, Lo
         .end()
         .on("unfixed")
         .end()
-        .on("out_of_steps")
+        .on("out_of_proposals")
         .end()
         .step("propose")
         .run(propose)
@@ -944,7 +944,7 @@ pub fn code_agent_harness() -> Result<Harness<CodeAgentState, CodeAgentDeps>, Lo
         .to("execute")
         .on("propose")
         .to("propose")
-        .on("out_of_steps")
+        .on("out_of_proposals")
         .end()
         .step("execute")
         .run(execute)
@@ -981,7 +981,7 @@ pub fn code_agent_harness() -> Result<Harness<CodeAgentState, CodeAgentDeps>, Lo
         .end()
         .on("propose")
         .to("propose")
-        .on("out_of_steps")
+        .on("out_of_proposals")
         .end()
         .start("resume")
         .build()
@@ -991,10 +991,10 @@ pub fn code_agent_harness() -> Result<Harness<CodeAgentState, CodeAgentDeps>, Lo
 #[derive(Debug, thiserror::Error)]
 pub enum CodeAgentError {
     /// A failure was not fixed within the patch attempts.
-    #[error("step {step} still fails after {attempts} patch attempt(s): {error}")]
+    #[error("cell {cell} still fails after {attempts} patch attempt(s): {error}")]
     Unfixed {
-        /// The failing step.
-        step: StepId,
+        /// The failing cell.
+        cell: CellId,
         /// Patches tried.
         attempts: u32,
         /// The last error.
@@ -1004,7 +1004,7 @@ pub enum CodeAgentError {
     },
     /// The proposals ran out before the check passed.
     #[error("the check did not pass within {proposals} proposal(s){}", last_check.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
-    OutOfSteps {
+    OutOfProposals {
         /// Proposals made.
         proposals: u32,
         /// What the last check said.
@@ -1015,7 +1015,7 @@ pub enum CodeAgentError {
     /// A check could not be evaluated.
     #[error("the check could not be evaluated: {0}")]
     Check(String),
-    /// The loop failed (a model call, the session).
+    /// The loop failed (a model call, the notebook).
     #[error(transparent)]
     Run(#[from] RunError),
     /// The slots were refused.
@@ -1042,12 +1042,12 @@ pub struct CodeAgentOutcome {
 /// use std::sync::Arc;
 /// use harness_code::agent::{Check, CodeAgent};
 /// use harness_code::kernel::KernelConfig;
-/// use harness_code::session::CodeSession;
+/// use harness_code::notebook::Notebook;
 /// use harness::llm::ScriptedModel;
 ///
-/// let session = CodeSession::open_or_create(".harness/code/totals", KernelConfig::default())?;
+/// let notebook = Notebook::open_or_create(".harness/code/totals", KernelConfig::default())?;
 /// let agent = CodeAgent::new(
-///     Arc::new(tokio::sync::Mutex::new(session)),
+///     Arc::new(tokio::sync::Mutex::new(notebook)),
 ///     Arc::new(ScriptedModel::new([])),
 ///     Check::python("totals == {'north': 30}"),
 /// );
@@ -1059,11 +1059,11 @@ pub struct CodeAgentOutcome {
 /// ```
 #[derive(Clone)]
 pub struct CodeAgent {
-    session: SharedSession,
+    notebook: SharedNotebook,
     model: Arc<dyn LanguageModel>,
     patcher: Arc<dyn Patcher>,
     check: Arc<Check>,
-    max_steps: u32,
+    max_proposals: u32,
     max_patch_attempts: u32,
 }
 
@@ -1072,24 +1072,24 @@ impl fmt::Debug for CodeAgent {
         f.debug_struct("CodeAgent")
             .field("patcher", &self.patcher.name())
             .field("check", &self.check)
-            .field("max_steps", &self.max_steps)
+            .field("max_proposals", &self.max_proposals)
             .field("max_patch_attempts", &self.max_patch_attempts)
             .finish_non_exhaustive()
     }
 }
 
 impl CodeAgent {
-    /// An agent over `session` with `model`, done when `check` passes.
+    /// An agent over `notebook` with `model`, done when `check` passes.
     /// Failures are patched by a [`ModelPatcher`] over the same model
     /// unless [`with_patcher`](Self::with_patcher) says otherwise.
-    pub fn new(session: SharedSession, model: Arc<dyn LanguageModel>, check: Check) -> Self {
+    pub fn new(notebook: SharedNotebook, model: Arc<dyn LanguageModel>, check: Check) -> Self {
         let defaults = CodeAgentState::default();
         Self {
             patcher: Arc::new(ModelPatcher::new(model.clone())),
-            session,
+            notebook,
             model,
             check: Arc::new(check),
-            max_steps: defaults.max_steps,
+            max_proposals: defaults.max_proposals,
             max_patch_attempts: defaults.max_patch_attempts,
         }
     }
@@ -1101,10 +1101,10 @@ impl CodeAgent {
         self
     }
 
-    /// At most `steps` proposals per run.
+    /// At most `proposals` proposals per run.
     #[must_use]
-    pub fn with_max_steps(mut self, steps: u32) -> Self {
-        self.max_steps = steps;
+    pub fn with_max_proposals(mut self, proposals: u32) -> Self {
+        self.max_proposals = proposals;
         self
     }
 
@@ -1115,15 +1115,15 @@ impl CodeAgent {
         self
     }
 
-    /// The shared session.
-    pub fn session(&self) -> &SharedSession {
-        &self.session
+    /// The shared notebook.
+    pub fn notebook(&self) -> &SharedNotebook {
+        &self.notebook
     }
 
     /// The slots of [`CodeAgentDeps`] for `create_agent`.
     pub fn slots(&self) -> Slots {
         Slots::new()
-            .with("session", self.session.clone())
+            .with("notebook", self.notebook.clone())
             .with("model", self.model.clone())
             .with("patcher", self.patcher.clone())
             .with("check", self.check.clone())
@@ -1133,17 +1133,17 @@ impl CodeAgent {
     ///
     /// # Errors
     ///
-    /// [`CodeAgentError::Unfixed`], [`CodeAgentError::OutOfSteps`], or the
+    /// [`CodeAgentError::Unfixed`], [`CodeAgentError::OutOfProposals`], or the
     /// loop's own failure.
     pub async fn run(&self, task: impl Into<String>) -> Result<CodeAgentOutcome, CodeAgentError> {
         let mut state = CodeAgentState::new(task);
-        state.max_steps = self.max_steps;
+        state.max_proposals = self.max_proposals;
         state.max_patch_attempts = self.max_patch_attempts;
         self.resume(state).await
     }
 
     /// Goes on from a saved state (its own budgets apply), e.g. after the
-    /// process stopped: the session is reopened from its directory and the
+    /// process stopped: the notebook is reopened from its directory and the
     /// state deserialised.
     ///
     /// # Errors
@@ -1160,22 +1160,24 @@ impl CodeAgent {
                 loop_steps: outcome.steps,
             }),
             AgentStatus::Unfixed => {
-                let (step, attempts, error) = state.pending.as_ref().map_or_else(
-                    || (StepId::new(0), 0, String::new()),
-                    |p| (p.failure.step, p.attempts, failure_text(&p.failure)),
+                let (cell, attempts, error) = state.pending.as_ref().map_or_else(
+                    || (CellId::new(0), 0, String::new()),
+                    |p| (p.failure.cell, p.attempts, failure_text(&p.failure)),
                 );
                 Err(CodeAgentError::Unfixed {
-                    step,
+                    cell,
                     attempts,
                     error,
                     state: Box::new(state),
                 })
             }
-            AgentStatus::OutOfSteps | AgentStatus::Working => Err(CodeAgentError::OutOfSteps {
-                proposals: state.proposals,
-                last_check: state.feedback.clone(),
-                state: Box::new(state),
-            }),
+            AgentStatus::OutOfProposals | AgentStatus::Working => {
+                Err(CodeAgentError::OutOfProposals {
+                    proposals: state.proposals,
+                    last_check: state.feedback.clone(),
+                    state: Box::new(state),
+                })
+            }
         }
     }
 }

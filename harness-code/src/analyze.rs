@@ -1,4 +1,4 @@
-//! Static analysis of one Python step: which namespace names it reads, writes,
+//! Static analysis of one Python cell: which namespace names it reads, writes,
 //! deletes and mutates, what it imports and defines, and whether it uses a
 //! feature that defeats static analysis.
 //!
@@ -60,45 +60,45 @@ impl Hasher for NameHasher {
     }
 }
 
-/// What one Python step does to the shared namespace.
+/// What one Python cell does to the shared namespace.
 ///
 /// All name sets are ordered so that JSON output and comparisons are stable.
 /// Every name in [`mutations`](Self::mutations) is also in
 /// [`reads`](Self::reads): mutating an object first loads it.
 ///
 /// ```
-/// use harness_code::analyze_step;
+/// use harness_code::analyze_cell;
 ///
-/// let analysis = analyze_step("df['total'] = df.a + offset\nn = len(df)").unwrap();
+/// let analysis = analyze_cell("df['total'] = df.a + offset\nn = len(df)").unwrap();
 /// assert_eq!(analysis.reads.iter().collect::<Vec<_>>(), ["df", "offset"]);
 /// assert_eq!(analysis.writes.iter().collect::<Vec<_>>(), ["n"]);
 /// assert_eq!(analysis.mutations.iter().collect::<Vec<_>>(), ["df"]);
 /// assert_eq!(analysis.builtins.iter().collect::<Vec<_>>(), ["len"]);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepAnalysis {
-    /// Names the step loads from the namespace before (or without) binding
+pub struct CellAnalysis {
+    /// Names the cell loads from the namespace before (or without) binding
     /// them itself; builtins are listed in [`builtins`](Self::builtins) instead.
     pub reads: BTreeSet<String>,
-    /// Names the step binds in the namespace (assignment, `def`, `class`,
+    /// Names the cell binds in the namespace (assignment, `def`, `class`,
     /// `import`, `for` targets, `with ... as`, walrus, `match` captures,
     /// `except ... as`, `global` assignments inside functions).
     pub writes: BTreeSet<String>,
     /// The subset of [`writes`](Self::writes) that may not be bound when the
-    /// step ends (bound in only some branches, in a loop body, in a function
+    /// cell ends (bound in only some branches, in a loop body, in a function
     /// body through `global`, or unbound again like `except ... as e`).
     pub conditional_writes: BTreeSet<String>,
-    /// Names the step removes with `del name`.
+    /// Names the cell removes with `del name`.
     pub deletes: BTreeSet<String>,
-    /// Names whose object the step changes in place without rebinding the
+    /// Names whose object the cell changes in place without rebinding the
     /// name (`df["a"] = 1`, `obj.x = 2`, `xs.append(3)`, `del xs[0]`, ...).
     pub mutations: BTreeSet<String>,
-    /// Builtin names the step uses (`print`, `len`, ...). They are not reads
-    /// of other steps unless an earlier step rebound them.
+    /// Builtin names the cell uses (`print`, `len`, ...). They are not reads
+    /// of other cells unless an earlier cell rebound them.
     pub builtins: BTreeSet<String>,
     /// Import statements, in source order.
     pub imports: Vec<Import>,
-    /// Functions and classes defined at the top level of the step, in source order.
+    /// Functions and classes defined at the top level of the cell, in source order.
     pub definitions: Vec<Definition>,
     /// Uses of features that defeat static analysis, in source order.
     pub dynamic: Vec<DynamicUse>,
@@ -108,14 +108,14 @@ pub struct StepAnalysis {
     pub ipython_escapes: Vec<IpythonEscape>,
 }
 
-impl StepAnalysis {
-    /// Whether the step uses `exec`, `eval`, `globals()`, a star import or
+impl CellAnalysis {
+    /// Whether the cell uses `exec`, `eval`, `globals()`, a star import or
     /// another feature that makes its reads and writes unknowable statically.
     pub fn defeats_analysis(&self) -> bool {
         !self.dynamic.is_empty()
     }
 
-    /// Names the step binds for certain (writes that are not conditional).
+    /// Names the cell binds for certain (writes that are not conditional).
     pub fn definite_writes(&self) -> impl Iterator<Item = &str> {
         self.writes
             .iter()
@@ -123,12 +123,12 @@ impl StepAnalysis {
             .map(String::as_str)
     }
 
-    /// The top-level definition with this name, if the step has one.
+    /// The top-level definition with this name, if the cell has one.
     pub fn definition(&self, name: &str) -> Option<&Definition> {
         self.definitions.iter().rev().find(|d| d.name == name)
     }
 
-    /// Whether `name` is bound by a top-level import of this step.
+    /// Whether `name` is bound by a top-level import of this cell.
     pub fn imports_name(&self, name: &str) -> bool {
         self.imports
             .iter()
@@ -166,11 +166,11 @@ pub enum DefinitionKind {
     Class,
 }
 
-/// A function or class defined at the top level of a step.
+/// A function or class defined at the top level of a cell.
 ///
 /// `call_writes` and `call_mutations` are the effects on the namespace that
 /// happen when the function (or a method of the class) is *called*, which
-/// may be in a later step.
+/// may be in a later cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Definition {
     /// The bound name.
@@ -205,7 +205,7 @@ pub enum DynamicFeature {
     StarImport,
 }
 
-/// Where a step uses a [`DynamicFeature`].
+/// Where a cell uses a [`DynamicFeature`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DynamicUse {
     /// The feature.
@@ -226,24 +226,24 @@ pub struct IpythonEscape {
     pub command: String,
 }
 
-/// Options for [`analyze_step_with`].
+/// Options for [`analyze_cell_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnalysisOptions {
     /// Accept IPython syntax (`%magic`, `!shell`, `x = !cmd`): escape
-    /// commands are skipped and listed in [`StepAnalysis::ipython_escapes`].
+    /// commands are skipped and listed in [`CellAnalysis::ipython_escapes`].
     pub ipython: bool,
 }
 
-/// Analyses one step of plain Python.
+/// Analyses one cell of plain Python.
 ///
 /// ```
-/// use harness_code::analyze_step;
+/// use harness_code::analyze_cell;
 ///
-/// let analysis = analyze_step("import numpy as np\narr = np.zeros(n)").unwrap();
+/// let analysis = analyze_cell("import numpy as np\narr = np.zeros(n)").unwrap();
 /// assert_eq!(analysis.reads.iter().collect::<Vec<_>>(), ["n"]);
 /// assert_eq!(analysis.writes.iter().collect::<Vec<_>>(), ["arr", "np"]);
 ///
-/// let error = analyze_step("x = (1,\ny = 2").unwrap_err();
+/// let error = analyze_cell("x = (1,\ny = 2").unwrap_err();
 /// assert!(error.to_string().starts_with("syntax error at line"));
 /// ```
 ///
@@ -252,17 +252,17 @@ pub struct AnalysisOptions {
 /// [`AnalysisError::Syntax`] with the line and column of the first syntax
 /// error, or [`AnalysisError::TooDeeplyNested`] for code nested deeper than
 /// CPython accepts.
-pub fn analyze_step(source: &str) -> Result<StepAnalysis, AnalysisError> {
-    analyze_step_with(source, AnalysisOptions::default())
+pub fn analyze_cell(source: &str) -> Result<CellAnalysis, AnalysisError> {
+    analyze_cell_with(source, AnalysisOptions::default())
 }
 
-/// Analyses one step with explicit [`AnalysisOptions`].
+/// Analyses one cell with explicit [`AnalysisOptions`].
 ///
 /// ```
-/// use harness_code::{AnalysisOptions, analyze_step_with};
+/// use harness_code::{AnalysisOptions, analyze_cell_with};
 ///
 /// let options = AnalysisOptions { ipython: true };
-/// let analysis = analyze_step_with("%matplotlib inline\nplot(data)", options).unwrap();
+/// let analysis = analyze_cell_with("%matplotlib inline\nplot(data)", options).unwrap();
 /// assert_eq!(analysis.reads.iter().collect::<Vec<_>>(), ["data", "plot"]);
 /// assert_eq!(analysis.ipython_escapes[0].command, "%matplotlib inline");
 /// ```
@@ -272,10 +272,10 @@ pub fn analyze_step(source: &str) -> Result<StepAnalysis, AnalysisError> {
 /// [`AnalysisError::Syntax`] with the line and column of the first syntax
 /// error, or [`AnalysisError::TooDeeplyNested`] for code nested deeper than
 /// CPython accepts.
-pub fn analyze_step_with(
+pub fn analyze_cell_with(
     source: &str,
     options: AnalysisOptions,
-) -> Result<StepAnalysis, AnalysisError> {
+) -> Result<CellAnalysis, AnalysisError> {
     let module = parse(source, options)?;
     let mut analyzer = Analyzer::new(source);
     analyzer.visit_body(&module.body);
@@ -833,7 +833,7 @@ enum ScopeKind {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Binding {
-    /// Resolved in a function, comprehension or class scope of the step.
+    /// Resolved in a function, comprehension or class scope of the cell.
     Local,
     /// Resolved in the module namespace (or builtins).
     Global,
@@ -842,8 +842,8 @@ enum Binding {
 #[derive(Debug)]
 struct Scope<'a> {
     kind: ScopeKind,
-    /// Whether code in this scope runs later than the step (function and
-    /// lambda bodies), so its global names are resolved against the whole step.
+    /// Whether code in this scope runs later than the cell (function and
+    /// lambda bodies), so its global names are resolved against the whole cell.
     deferred: bool,
     /// Function and comprehension scopes: every name bound anywhere in them.
     locals: NameSet<'a>,
@@ -895,7 +895,7 @@ struct BindingCollector<'a> {
     locals: NameSet<'a>,
     globals: NameSet<'a>,
     nonlocals: NameSet<'a>,
-    /// Whether the step contains `:=` at all; without it only assignment
+    /// Whether the cell contains `:=` at all; without it only assignment
     /// targets can bind, and expressions need not be walked.
     walrus_possible: bool,
 }
@@ -1141,7 +1141,7 @@ struct Analyzer<'a> {
     builtins: NameSet<'a>,
     deferred_loads: NameSet<'a>,
     deferred_mutations: NameSet<'a>,
-    /// Module-level names bound by this step to the object of another
+    /// Module-level names bound by this cell to the object of another
     /// name (`ys = xs`): name → the name whose object it holds, so that a
     /// change in place through `ys` is recorded on `xs`.
     aliases: std::collections::HashMap<&'a str, &'a str>,
@@ -1179,9 +1179,9 @@ impl<'a> Analyzer<'a> {
         }
     }
 
-    fn finish(mut self) -> StepAnalysis {
-        // Function bodies run after the step, so their free names are reads
-        // only if the step does not bind them itself by its end.
+    fn finish(mut self) -> CellAnalysis {
+        // Function bodies run after the cell, so their free names are reads
+        // only if the cell does not bind them itself by its end.
         let module = std::mem::replace(&mut self.scopes[0], Scope::new(ScopeKind::Module, false));
         let definite = module.definite;
         for name in std::mem::take(&mut self.deferred_loads) {
@@ -1206,7 +1206,7 @@ impl<'a> Analyzer<'a> {
             .filter(|name| !definite.contains(*name))
             .map(|name| (*name).to_owned())
             .collect();
-        StepAnalysis {
+        CellAnalysis {
             reads: sorted(self.reads),
             writes: sorted(self.writes),
             conditional_writes,

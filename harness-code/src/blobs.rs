@@ -1,5 +1,5 @@
 //! A content-addressed blob store in a directory: the pickled values that
-//! code steps wrote, keyed by the SHA-256 of their bytes.
+//! code cells wrote, keyed by the SHA-256 of their bytes.
 //!
 //! Layout: `ROOT/sha256/ab/abcdef…` (the first two hex digits name a
 //! subdirectory) and `ROOT/tmp/` for the files the kernel is writing. Every
@@ -9,7 +9,7 @@
 //! rename and its directory after, so a blob it stored survives a crash.
 //! The Python kernel writes blobs into
 //! the same layout directly (no copy through the protocol pipe) without
-//! fsyncing them ([`BlobStore::sync`] does, in one batch, when a session is
+//! fsyncing them ([`BlobStore::sync`] does, in one batch, when a notebook is
 //! saved); the Rust side reads, checks (every read is verified
 //! against the hash) and collects them.
 //!
@@ -44,7 +44,7 @@ pub enum BlobError {
         #[source]
         source: std::io::Error,
     },
-    /// A blob hash is not 64 lowercase hex digits (e.g. a corrupt session file).
+    /// A blob hash is not 64 lowercase hex digits (e.g. a corrupt notebook file).
     #[error("invalid blob hash {0:?}: expected 64 lowercase hex digits")]
     InvalidHash(String),
     /// No blob with this hash is stored.
@@ -185,8 +185,8 @@ impl BlobStore {
     /// exists, then each directory holding them and the directories above
     /// up to the store's root (the kernel may have created them). Blobs
     /// that do not exist are skipped: a value whose blob is missing is
-    /// recomputed, not read. [`CodeSession::save`](crate::session::CodeSession::save)
-    /// calls it for the blobs the session refers to.
+    /// recomputed, not read. [`Notebook::save`](crate::notebook::Notebook::save)
+    /// calls it for the blobs the notebook refers to.
     ///
     /// # Errors
     ///

@@ -1,9 +1,9 @@
 //! Splitting a notebook (`.ipynb`) or a percent-format script (`# %%`
-//! markers, as written by Jupytext and VS Code) into code cells, one step each.
+//! markers, as written by Jupytext and VS Code) into code cells.
 
 use serde_json::Value;
 
-use crate::error::NotebookError;
+use crate::error::IpynbError;
 
 /// Cell magics whose body is ordinary Python that runs in the notebook
 /// namespace; the magic line is dropped and the body analysed.
@@ -20,7 +20,7 @@ pub struct CodeCell {
     pub line: usize,
     /// The code to analyse (empty if the cell is skipped).
     pub source: String,
-    /// The cell is not Python (e.g. `%%bash`) and has no step.
+    /// The cell is not Python (e.g. `%%bash`) and is not added to the graph.
     pub skipped: bool,
     /// What was changed or skipped, for the user.
     pub notes: Vec<String>,
@@ -144,9 +144,9 @@ pub fn split_percent_script(text: &str) -> Vec<CodeCell> {
 ///
 /// # Errors
 ///
-/// [`NotebookError::InvalidJson`] or [`NotebookError::NotANotebook`].
-pub fn notebook_code_cells(json: &str) -> Result<Vec<CodeCell>, NotebookError> {
-    let value: Value = serde_json::from_str(json).map_err(|e| NotebookError::InvalidJson {
+/// [`IpynbError::InvalidJson`] or [`IpynbError::NotANotebook`].
+pub fn notebook_code_cells(json: &str) -> Result<Vec<CodeCell>, IpynbError> {
+    let value: Value = serde_json::from_str(json).map_err(|e| IpynbError::InvalidJson {
         line: e.line(),
         column: e.column(),
         message: e.to_string(),
@@ -154,12 +154,12 @@ pub fn notebook_code_cells(json: &str) -> Result<Vec<CodeCell>, NotebookError> {
     match value.get("nbformat").and_then(Value::as_u64) {
         Some(4) => {}
         Some(other) => {
-            return Err(NotebookError::NotANotebook(format!(
+            return Err(IpynbError::NotANotebook(format!(
                 "nbformat is {other}; only version 4 is supported"
             )));
         }
         None => {
-            return Err(NotebookError::NotANotebook(
+            return Err(IpynbError::NotANotebook(
                 "missing the integer field `nbformat`".to_owned(),
             ));
         }
@@ -167,7 +167,7 @@ pub fn notebook_code_cells(json: &str) -> Result<Vec<CodeCell>, NotebookError> {
     let cells = value
         .get("cells")
         .and_then(Value::as_array)
-        .ok_or_else(|| NotebookError::NotANotebook("missing the array `cells`".to_owned()))?;
+        .ok_or_else(|| IpynbError::NotANotebook("missing the array `cells`".to_owned()))?;
     let mut out = Vec::new();
     for (index, cell) in cells.iter().enumerate() {
         if cell.get("cell_type").and_then(Value::as_str) != Some("code") {
@@ -179,7 +179,7 @@ pub fn notebook_code_cells(json: &str) -> Result<Vec<CodeCell>, NotebookError> {
                 let mut text = String::new();
                 for part in parts {
                     let part = part.as_str().ok_or_else(|| {
-                        NotebookError::NotANotebook(format!(
+                        IpynbError::NotANotebook(format!(
                             "cell {index}: `source` array holds a non-string"
                         ))
                     })?;
@@ -188,7 +188,7 @@ pub fn notebook_code_cells(json: &str) -> Result<Vec<CodeCell>, NotebookError> {
                 text
             }
             _ => {
-                return Err(NotebookError::NotANotebook(format!(
+                return Err(IpynbError::NotANotebook(format!(
                     "cell {index}: `source` must be a string or an array of strings"
                 )));
             }
@@ -222,8 +222,8 @@ mod tests {
     #[test]
     fn rejects_other_nbformat() {
         let error = notebook_code_cells(r#"{"nbformat": 3, "worksheets": []}"#).unwrap_err();
-        assert!(matches!(error, NotebookError::NotANotebook(_)));
+        assert!(matches!(error, IpynbError::NotANotebook(_)));
         let error = notebook_code_cells("{").unwrap_err();
-        assert!(matches!(error, NotebookError::InvalidJson { line: 1, .. }));
+        assert!(matches!(error, IpynbError::InvalidJson { line: 1, .. }));
     }
 }

@@ -2,13 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::graph::StepId;
+use crate::graph::CellId;
 
-/// Why a Python step could not be analysed.
+/// Why a Python cell could not be analysed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AnalysisError {
-    /// The step is not valid Python; `line` and `column` are 1-based and point at
+    /// The cell is not valid Python; `line` and `column` are 1-based and point at
     /// the first offending character.
     #[error("syntax error at line {line}, column {column}: {message}")]
     Syntax {
@@ -57,45 +57,45 @@ impl std::fmt::Display for NestingKind {
 /// Why an operation on an [`ExecutionStateGraph`](crate::ExecutionStateGraph) failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GraphError {
-    /// The step id does not belong to this graph.
-    #[error("step {0} does not exist in this graph")]
-    UnknownStep(StepId),
-    /// The new code of a step could not be analysed, so nothing was changed.
-    #[error("could not analyse the code of {}: {source}", step.map_or_else(|| "the new step".to_owned(), |s| format!("step {s}")))]
+    /// The cell id does not belong to this graph.
+    #[error("cell {0} does not exist in this graph")]
+    UnknownCell(CellId),
+    /// The new code of a cell could not be analysed, so nothing was changed.
+    #[error("could not analyse the code of {}: {source}", cell.map_or_else(|| "the new cell".to_owned(), |s| format!("cell {s}")))]
     Analysis {
-        /// The step whose code was being replaced, `None` for a new step.
-        step: Option<StepId>,
+        /// The cell whose code was being replaced, `None` for a new cell.
+        cell: Option<CellId>,
         /// What was wrong with the code.
         #[source]
         source: AnalysisError,
     },
-    /// Explicit edges must point from an earlier step to a later one, so that
-    /// the step order stays a valid execution order.
-    #[error("an edge from step {from} to step {to} would point backwards: {from} runs after {to}")]
+    /// Explicit edges must point from an earlier cell to a later one, so that
+    /// the cell order stays a valid execution order.
+    #[error("an edge from cell {from} to cell {to} would point backwards: {from} runs after {to}")]
     BackwardEdge {
-        /// The producing step.
-        from: StepId,
-        /// The consuming step.
-        to: StepId,
+        /// The producing cell.
+        from: CellId,
+        /// The consuming cell.
+        to: CellId,
     },
-    /// A step cannot depend on itself.
-    #[error("step {0} cannot depend on itself")]
-    SelfEdge(StepId),
-    /// The step has no version with this number.
-    #[error("step {step} has no version {version} (it has {available})")]
+    /// A cell cannot depend on itself.
+    #[error("cell {0} cannot depend on itself")]
+    SelfEdge(CellId),
+    /// The cell has no version with this number.
+    #[error("cell {cell} has no version {version} (it has {available})")]
     UnknownVersion {
-        /// The step asked about.
-        step: StepId,
+        /// The cell asked about.
+        cell: CellId,
         /// The version number that was asked for.
         version: u32,
-        /// How many versions the step has.
+        /// How many versions the cell has.
         available: u32,
     },
 }
 
-/// Why a notebook or percent-format script could not be split into steps.
+/// Why a notebook or percent-format script could not be split into cells.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NotebookError {
+pub enum IpynbError {
     /// The `.ipynb` file is not valid JSON.
     #[error("notebook is not valid JSON at line {line}, column {column}: {message}")]
     InvalidJson {

@@ -1,4 +1,4 @@
-//! The execution-state graph: steps of a session, the dependencies between
+//! The execution-state graph: cells of a notebook, the dependencies between
 //! them, their run status and the history of their code.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -10,25 +10,25 @@ use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::{AnalysisOptions, StepAnalysis, analyze_step_with};
+use crate::analyze::{AnalysisOptions, CellAnalysis, analyze_cell_with};
 use crate::error::GraphError;
 
-/// How many run timings a step keeps; older ones are dropped.
+/// How many run timings a cell keeps; older ones are dropped.
 pub const MAX_RUN_HISTORY: usize = 32;
 
-/// Identifies a step of an [`ExecutionStateGraph`]. Ids are given in the
-/// order steps are added, starting at 0, so they are also the step order.
+/// Identifies a cell of an [`ExecutionStateGraph`]. Ids are given in the
+/// order cells are added, starting at 0, so they are also the cell order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct StepId(u32);
+pub struct CellId(u32);
 
-impl StepId {
-    /// The id of the step added at position `index` (0-based).
+impl CellId {
+    /// The id of the cell added at position `index` (0-based).
     pub const fn new(index: u32) -> Self {
         Self(index)
     }
 
-    /// The 0-based position of the step.
+    /// The 0-based position of the cell.
     pub const fn get(self) -> u32 {
         self.0
     }
@@ -46,7 +46,7 @@ impl StepId {
     }
 }
 
-impl fmt::Display for StepId {
+impl fmt::Display for CellId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }
@@ -84,7 +84,7 @@ impl Timestamp {
     }
 }
 
-/// Who or what produced a version of a step's code, why, and when.
+/// Who or what produced a version of a cell's code, why, and when.
 ///
 /// ```
 /// use harness_code::{Provenance, Timestamp};
@@ -118,23 +118,23 @@ impl Provenance {
     }
 }
 
-/// One version of a step's code.
+/// One version of a cell's code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepVersion {
-    /// 1-based version number; the step's first code is version 1.
+pub struct CellVersion {
+    /// 1-based version number; the cell's first code is version 1.
     pub number: u32,
     /// The Python source.
     pub source: String,
     /// The analysis of `source`.
-    pub analysis: StepAnalysis,
+    pub analysis: CellAnalysis,
     /// Who produced this version, why and when.
     pub provenance: Provenance,
 }
 
-/// Run status of a step.
+/// Run status of a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StepStatus {
+pub enum CellStatus {
     /// Never run.
     Pending,
     /// Last run succeeded and nothing it depends on changed since.
@@ -145,20 +145,20 @@ pub enum StepStatus {
     Stale,
 }
 
-impl StepStatus {
-    /// Whether the step must run (again) for the session to be up to date.
+impl CellStatus {
+    /// Whether the cell must run (again) for the notebook to be up to date.
     pub const fn needs_run(self) -> bool {
         !matches!(self, Self::Ok)
     }
 }
 
-/// Outcome of one run of a step.
+/// Outcome of one run of a cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum RunOutcome {
-    /// The step ran to completion.
+pub enum CellOutcome {
+    /// The cell ran to completion.
     Ok,
-    /// The step raised an error.
+    /// The cell raised an error.
     Failed {
         /// The error as reported by the executor.
         error: String,
@@ -170,16 +170,16 @@ pub enum RunOutcome {
 pub struct OutputSummary {
     /// Printed output or the displayed result, possibly truncated.
     pub text: String,
-    /// Per name bound or changed by the step, a short description such as
+    /// Per name bound or changed by the cell, a short description such as
     /// `DataFrame(100x3)`.
     pub values: BTreeMap<String, String>,
 }
 
-/// What an executor reports after running a step.
+/// What an executor reports after running a cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRecord {
+pub struct CellRun {
     /// Success or failure.
-    pub outcome: RunOutcome,
+    pub outcome: CellOutcome,
     /// When the run started.
     pub started_at: Timestamp,
     /// How long the run took.
@@ -188,11 +188,11 @@ pub struct RunRecord {
     pub outputs: OutputSummary,
 }
 
-impl RunRecord {
+impl CellRun {
     /// A successful run with no output summary.
     pub fn ok(started_at: Timestamp, duration_ms: u64) -> Self {
         Self {
-            outcome: RunOutcome::Ok,
+            outcome: CellOutcome::Ok,
             started_at,
             duration_ms,
             outputs: OutputSummary::default(),
@@ -202,7 +202,7 @@ impl RunRecord {
 
 /// Timing of one past run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunTiming {
+pub struct CellTiming {
     /// The code version that ran.
     pub version: u32,
     /// When the run started.
@@ -213,71 +213,71 @@ pub struct RunTiming {
     pub succeeded: bool,
 }
 
-/// The namespace effects of a step as the graph sees them: the step's own
-/// analysis plus effects of functions from earlier steps that it calls.
+/// The namespace effects of a cell as the graph sees them: the cell's own
+/// analysis plus effects of functions from earlier cells that it calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Effects {
-    /// Names the step certainly rebinds, deletes or mutates; a later reader
-    /// needs this step and nothing before it for these names.
+    /// Names the cell certainly rebinds, deletes or mutates; a later reader
+    /// needs this cell and nothing before it for these names.
     pub produces: BTreeSet<String>,
-    /// Names the step may rebind; a later reader needs this step *and* the
+    /// Names the cell may rebind; a later reader needs this cell *and* the
     /// producer before it.
     pub may_produce: BTreeSet<String>,
-    /// Names changed by calling functions defined in earlier steps (already
+    /// Names changed by calling functions defined in earlier cells (already
     /// included in `produces`/`may_produce`).
     pub via_calls: BTreeSet<String>,
-    /// The step defeats static analysis and may change any name.
+    /// The cell defeats static analysis and may change any name.
     pub opaque: bool,
 }
 
-/// Why one step depends on another.
+/// Why one cell depends on another.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dependency {
     /// Names the consumer needs from the producer.
     pub names: BTreeSet<String>,
     /// Added with [`ExecutionStateGraph::add_edge`].
     pub explicit: bool,
-    /// Added because one of the two steps defeats static analysis.
+    /// Added because one of the two cells defeats static analysis.
     pub conservative: bool,
 }
 
 /// An edge of the graph, from producer to consumer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DependencyEdge {
-    /// The producing (earlier) step.
-    pub from: StepId,
-    /// The consuming (later) step.
-    pub to: StepId,
+    /// The producing (earlier) cell.
+    pub from: CellId,
+    /// The consuming (later) cell.
+    pub to: CellId,
     /// Why.
     pub dependency: Dependency,
 }
 
-/// A set of steps and the edges among them, steps in execution order.
+/// A set of cells and the edges among them, cells in execution order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepSubgraph {
-    /// The steps, in a topological (execution) order.
-    pub steps: Vec<StepId>,
-    /// Edges whose both ends are in `steps`.
+pub struct CellSubgraph {
+    /// The cells, in a topological (execution) order.
+    pub cells: Vec<CellId>,
+    /// Edges whose both ends are in `cells`.
     pub edges: Vec<DependencyEdge>,
 }
 
-/// A step of the graph: its code (current and past versions) and run state.
+/// A cell of the graph: its code (current and past versions) and run state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepNode {
-    id: StepId,
-    current: StepVersion,
-    previous: Vec<StepVersion>,
-    status: StepStatus,
+pub struct CellNode {
+    id: CellId,
+    current: CellVersion,
+    previous: Vec<CellVersion>,
+    status: CellStatus,
     effects: Effects,
     outputs: Option<OutputSummary>,
     error: Option<String>,
     run_count: u32,
-    runs: Vec<RunTiming>,
+    runs: Vec<CellTiming>,
 }
 
-impl StepNode {
-    /// The step's id.
-    pub fn id(&self) -> StepId {
+impl CellNode {
+    /// The cell's id.
+    pub fn id(&self) -> CellId {
         self.id
     }
 
@@ -287,26 +287,26 @@ impl StepNode {
     }
 
     /// The analysis of the current source.
-    pub fn analysis(&self) -> &StepAnalysis {
+    pub fn analysis(&self) -> &CellAnalysis {
         &self.current.analysis
     }
 
     /// The current version.
-    pub fn current_version(&self) -> &StepVersion {
+    pub fn current_version(&self) -> &CellVersion {
         &self.current
     }
 
     /// All versions, oldest first; the last one is current.
-    pub fn versions(&self) -> impl Iterator<Item = &StepVersion> {
+    pub fn versions(&self) -> impl Iterator<Item = &CellVersion> {
         self.previous.iter().chain(std::iter::once(&self.current))
     }
 
     /// The run status.
-    pub fn status(&self) -> StepStatus {
+    pub fn status(&self) -> CellStatus {
         self.status
     }
 
-    /// The effects the graph uses to infer edges to later steps.
+    /// The effects the graph uses to infer edges to later cells.
     pub fn effects(&self) -> &Effects {
         &self.effects
     }
@@ -321,54 +321,54 @@ impl StepNode {
         self.error.as_deref()
     }
 
-    /// How many times the step has run (any version).
+    /// How many times the cell has run (any version).
     pub fn run_count(&self) -> u32 {
         self.run_count
     }
 
     /// Timings of the most recent runs (at most [`MAX_RUN_HISTORY`]), oldest first.
-    pub fn timings(&self) -> &[RunTiming] {
+    pub fn timings(&self) -> &[CellTiming] {
         &self.runs
     }
 }
 
-/// The steps of a session and the dependencies between them.
+/// The cells of a notebook and the dependencies between them.
 ///
-/// Steps are appended in execution order; each read of a name depends on the
-/// last earlier step that wrote or mutated it (see the [module
+/// Cells are appended in execution order; each read of a name depends on the
+/// last earlier cell that wrote or mutated it (see the [module
 /// docs](crate) for the precise rules). The graph is serde
-/// round-trippable so it can be stored with a session.
+/// round-trippable so it can be stored with a notebook.
 ///
 /// ```
-/// use harness_code::{ExecutionStateGraph, Provenance, RunRecord, StepStatus, Timestamp};
+/// use harness_code::{ExecutionStateGraph, Provenance, CellRun, CellStatus, Timestamp};
 ///
 /// let mut graph = ExecutionStateGraph::new();
 /// let at = Timestamp::from_millis(0);
-/// let load = graph.add_step("import pandas as pd\ndf = pd.read_csv('x.csv')", Provenance::new("user", "load", at)).unwrap();
-/// let clean = graph.add_step("df = df.dropna()", Provenance::new("user", "clean", at)).unwrap();
-/// let plot = graph.add_step("df.plot()", Provenance::new("user", "plot", at)).unwrap();
+/// let load = graph.add_cell("import pandas as pd\ndf = pd.read_csv('x.csv')", Provenance::new("user", "load", at)).unwrap();
+/// let clean = graph.add_cell("df = df.dropna()", Provenance::new("user", "clean", at)).unwrap();
+/// let plot = graph.add_cell("df.plot()", Provenance::new("user", "plot", at)).unwrap();
 /// assert_eq!(graph.ancestors(plot, None).unwrap(), [load, clean]);
 ///
-/// for step in graph.stale_order() {
-///     graph.record_run(step, RunRecord::ok(at, 1)).unwrap();
+/// for cell in graph.stale_order() {
+///     graph.record_run(cell, CellRun::ok(at, 1)).unwrap();
 /// }
 /// graph.mark_stale(clean).unwrap();
 /// assert_eq!(graph.stale_order(), [clean, plot]);
-/// assert_eq!(graph.step(load).unwrap().status(), StepStatus::Ok);
+/// assert_eq!(graph.cell(load).unwrap().status(), CellStatus::Ok);
 /// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ExecutionStateGraph {
-    graph: StableDiGraph<StepNode, Dependency>,
+    graph: StableDiGraph<CellNode, Dependency>,
     options: AnalysisOptions,
 }
 
 impl ExecutionStateGraph {
-    /// An empty graph that analyses steps as plain Python.
+    /// An empty graph that analyses cells as plain Python.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// An empty graph that analyses steps with the given options (e.g.
+    /// An empty graph that analyses cells with the given options (e.g.
     /// IPython syntax for notebook cells).
     pub fn with_options(options: AnalysisOptions) -> Self {
         Self {
@@ -377,73 +377,73 @@ impl ExecutionStateGraph {
         }
     }
 
-    /// The options steps are analysed with.
+    /// The options cells are analysed with.
     pub fn options(&self) -> AnalysisOptions {
         self.options
     }
 
-    /// Number of steps.
+    /// Number of cells.
     pub fn len(&self) -> usize {
         self.graph.node_count()
     }
 
-    /// Whether the graph has no step.
+    /// Whether the graph has no cell.
     pub fn is_empty(&self) -> bool {
         self.graph.node_count() == 0
     }
 
-    /// All steps, in execution order.
-    pub fn steps(&self) -> impl Iterator<Item = &StepNode> {
+    /// All cells, in execution order.
+    pub fn cells(&self) -> impl Iterator<Item = &CellNode> {
         self.graph.node_weights()
     }
 
-    /// A step's details: source, analysis, status, outputs, run count, timings, versions.
+    /// A cell's details: source, analysis, status, outputs, run count, timings, versions.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
-    pub fn step(&self, step: StepId) -> Result<&StepNode, GraphError> {
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn cell(&self, cell: CellId) -> Result<&CellNode, GraphError> {
         self.graph
-            .node_weight(step.node())
-            .ok_or(GraphError::UnknownStep(step))
+            .node_weight(cell.node())
+            .ok_or(GraphError::UnknownCell(cell))
     }
 
-    fn step_mut(&mut self, step: StepId) -> Result<&mut StepNode, GraphError> {
+    fn cell_mut(&mut self, cell: CellId) -> Result<&mut CellNode, GraphError> {
         self.graph
-            .node_weight_mut(step.node())
-            .ok_or(GraphError::UnknownStep(step))
+            .node_weight_mut(cell.node())
+            .ok_or(GraphError::UnknownCell(cell))
     }
 
-    fn check(&self, step: StepId) -> Result<(), GraphError> {
-        self.step(step).map(|_| ())
+    fn check(&self, cell: CellId) -> Result<(), GraphError> {
+        self.cell(cell).map(|_| ())
     }
 
-    /// Appends a step: analyses `source`, infers its dependencies on earlier
-    /// steps, and returns its id. The step starts as [`StepStatus::Pending`].
+    /// Appends a cell: analyses `source`, infers its dependencies on earlier
+    /// cells, and returns its id. The cell starts as [`CellStatus::Pending`].
     ///
     /// # Errors
     ///
     /// [`GraphError::Analysis`] if the source is not valid Python; the graph
     /// is unchanged.
-    pub fn add_step(
+    pub fn add_cell(
         &mut self,
         source: impl Into<String>,
         provenance: Provenance,
-    ) -> Result<StepId, GraphError> {
+    ) -> Result<CellId, GraphError> {
         let source = source.into();
-        let analysis = analyze_step_with(&source, self.options)
-            .map_err(|source| GraphError::Analysis { step: None, source })?;
-        let id = StepId::from_node(NodeIndex::new(self.graph.node_count()));
-        let node = StepNode {
+        let analysis = analyze_cell_with(&source, self.options)
+            .map_err(|source| GraphError::Analysis { cell: None, source })?;
+        let id = CellId::from_node(NodeIndex::new(self.graph.node_count()));
+        let node = CellNode {
             id,
-            current: StepVersion {
+            current: CellVersion {
                 number: 1,
                 source,
                 analysis,
                 provenance,
             },
             previous: Vec::new(),
-            status: StepStatus::Pending,
+            status: CellStatus::Pending,
             effects: Effects::default(),
             outputs: None,
             error: None,
@@ -462,9 +462,9 @@ impl ExecutionStateGraph {
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`], [`GraphError::SelfEdge`], or
+    /// [`GraphError::UnknownCell`], [`GraphError::SelfEdge`], or
     /// [`GraphError::BackwardEdge`] when `from` comes after `to`.
-    pub fn add_edge(&mut self, from: StepId, to: StepId) -> Result<(), GraphError> {
+    pub fn add_edge(&mut self, from: CellId, to: CellId) -> Result<(), GraphError> {
         self.check(from)?;
         self.check(to)?;
         if from == to {
@@ -490,68 +490,68 @@ impl ExecutionStateGraph {
                 );
             }
         }
-        if self.step(from)?.status.needs_run() {
+        if self.cell(from)?.status.needs_run() {
             self.mark_stale(to)?;
         }
         Ok(())
     }
 
-    /// Direct dependencies of a step: (producer, why), in step order.
+    /// Direct dependencies of a cell: (producer, why), in cell order.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
-    pub fn dependencies(&self, step: StepId) -> Result<Vec<(StepId, &Dependency)>, GraphError> {
-        self.check(step)?;
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn dependencies(&self, cell: CellId) -> Result<Vec<(CellId, &Dependency)>, GraphError> {
+        self.check(cell)?;
         let mut out: Vec<_> = self
             .graph
-            .edges_directed(step.node(), Direction::Incoming)
-            .map(|edge| (StepId::from_node(edge.source()), edge.weight()))
+            .edges_directed(cell.node(), Direction::Incoming)
+            .map(|edge| (CellId::from_node(edge.source()), edge.weight()))
             .collect();
         out.sort_by_key(|(id, _)| *id);
         Ok(out)
     }
 
-    /// Direct dependents of a step: (consumer, why), in step order.
+    /// Direct dependents of a cell: (consumer, why), in cell order.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
-    pub fn dependents(&self, step: StepId) -> Result<Vec<(StepId, &Dependency)>, GraphError> {
-        self.check(step)?;
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn dependents(&self, cell: CellId) -> Result<Vec<(CellId, &Dependency)>, GraphError> {
+        self.check(cell)?;
         let mut out: Vec<_> = self
             .graph
-            .edges_directed(step.node(), Direction::Outgoing)
-            .map(|edge| (StepId::from_node(edge.target()), edge.weight()))
+            .edges_directed(cell.node(), Direction::Outgoing)
+            .map(|edge| (CellId::from_node(edge.target()), edge.weight()))
             .collect();
         out.sort_by_key(|(id, _)| *id);
         Ok(out)
     }
 
-    /// All steps `step` depends on, directly or not, in step order.
+    /// All cells `cell` depends on, directly or not, in cell order.
     ///
     /// With `names`, only the producers of those names are followed from
-    /// `step` (and then everything those producers depend on).
+    /// `cell` (and then everything those producers depend on).
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
     pub fn ancestors(
         &self,
-        step: StepId,
+        cell: CellId,
         names: Option<&[&str]>,
-    ) -> Result<Vec<StepId>, GraphError> {
-        self.check(step)?;
+    ) -> Result<Vec<CellId>, GraphError> {
+        self.check(cell)?;
         let start: Vec<NodeIndex> = self
             .graph
-            .edges_directed(step.node(), Direction::Incoming)
+            .edges_directed(cell.node(), Direction::Incoming)
             .filter(|edge| {
                 names.is_none_or(|names| names.iter().any(|n| edge.weight().names.contains(*n)))
             })
             .map(|edge| edge.source())
             .collect();
         let found = self.reachable(start, Direction::Incoming);
-        Ok(found.into_iter().map(StepId::from_node).collect())
+        Ok(found.into_iter().map(CellId::from_node).collect())
     }
 
     fn reachable(&self, start: Vec<NodeIndex>, direction: Direction) -> BTreeSet<NodeIndex> {
@@ -567,30 +567,30 @@ impl ExecutionStateGraph {
         seen
     }
 
-    fn downstream_set(&self, step: StepId) -> BTreeSet<StepId> {
-        self.reachable(vec![step.node()], Direction::Outgoing)
+    fn downstream_set(&self, cell: CellId) -> BTreeSet<CellId> {
+        self.reachable(vec![cell.node()], Direction::Outgoing)
             .into_iter()
-            .map(StepId::from_node)
+            .map(CellId::from_node)
             .collect()
     }
 
-    /// `step` and every step that depends on it, directly or not, with the
+    /// `cell` and every cell that depends on it, directly or not, with the
     /// edges among them.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
-    pub fn downstream(&self, step: StepId) -> Result<StepSubgraph, GraphError> {
-        self.check(step)?;
-        Ok(self.subgraph(&self.downstream_set(step)))
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn downstream(&self, cell: CellId) -> Result<CellSubgraph, GraphError> {
+        self.check(cell)?;
+        Ok(self.subgraph(&self.downstream_set(cell)))
     }
 
-    fn subgraph(&self, steps: &BTreeSet<StepId>) -> StepSubgraph {
+    fn subgraph(&self, cells: &BTreeSet<CellId>) -> CellSubgraph {
         let mut edges = Vec::new();
-        for &from in steps {
+        for &from in cells {
             for edge in self.graph.edges_directed(from.node(), Direction::Outgoing) {
-                let to = StepId::from_node(edge.target());
-                if steps.contains(&to) {
+                let to = CellId::from_node(edge.target());
+                if cells.contains(&to) {
                     edges.push(DependencyEdge {
                         from,
                         to,
@@ -600,45 +600,45 @@ impl ExecutionStateGraph {
             }
         }
         edges.sort_by_key(|edge| (edge.from, edge.to));
-        StepSubgraph {
-            steps: steps.iter().copied().collect(),
+        CellSubgraph {
+            cells: cells.iter().copied().collect(),
             edges,
         }
     }
 
-    /// Marks `step` and everything downstream of it as stale (steps that
-    /// never ran stay [`StepStatus::Pending`]). Returns the affected steps.
+    /// Marks `cell` and everything downstream of it as stale (cells that
+    /// never ran stay [`CellStatus::Pending`]). Returns the affected cells.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
-    pub fn mark_stale(&mut self, step: StepId) -> Result<Vec<StepId>, GraphError> {
-        self.check(step)?;
-        let affected = self.downstream_set(step);
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn mark_stale(&mut self, cell: CellId) -> Result<Vec<CellId>, GraphError> {
+        self.check(cell)?;
+        let affected = self.downstream_set(cell);
         for &id in &affected {
             self.set_stale(id);
         }
         Ok(affected.into_iter().collect())
     }
 
-    fn set_stale(&mut self, step: StepId) {
-        if let Some(node) = self.graph.node_weight_mut(step.node())
-            && node.status != StepStatus::Pending
+    fn set_stale(&mut self, cell: CellId) {
+        if let Some(node) = self.graph.node_weight_mut(cell.node())
+            && node.status != CellStatus::Pending
         {
-            node.status = StepStatus::Stale;
+            node.status = CellStatus::Stale;
         }
     }
 
-    /// All steps that need to run, in an order that respects every
-    /// dependency: steps that are pending, failed or stale, and every step
-    /// downstream of one of those (a step that ran while something upstream
+    /// All cells that need to run, in an order that respects every
+    /// dependency: cells that are pending, failed or stale, and every cell
+    /// downstream of one of those (a cell that ran while something upstream
     /// was out of date must run again). Running them in this order and
     /// recording each run brings the whole graph up to date.
-    pub fn stale_order(&self) -> Vec<StepId> {
+    pub fn stale_order(&self) -> Vec<CellId> {
         let mut dirty = vec![false; self.graph.node_count()];
         let mut order = Vec::new();
         // Edges always point forward, so id order visits producers first.
-        for node in self.steps() {
+        for node in self.cells() {
             let index = node.id.index();
             let upstream_dirty = self
                 .graph
@@ -652,16 +652,16 @@ impl ExecutionStateGraph {
         order
     }
 
-    /// The minimal replay from `step`: `step`, everything downstream of it,
-    /// and the upstream steps they need that are not up to date (with the
-    /// steps between those and the replay set), in execution order.
+    /// The minimal replay from `cell`: `cell`, everything downstream of it,
+    /// and the upstream cells they need that are not up to date (with the
+    /// cells between those and the replay set), in execution order.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
-    pub fn replay_order(&self, step: StepId) -> Result<Vec<StepId>, GraphError> {
-        self.check(step)?;
-        let mut replay = self.downstream_set(step);
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn replay_order(&self, cell: CellId) -> Result<Vec<CellId>, GraphError> {
+        self.check(cell)?;
+        let mut replay = self.downstream_set(cell);
         let upstream = self.reachable(
             replay.iter().map(|id| id.node()).collect(),
             Direction::Incoming,
@@ -670,41 +670,41 @@ impl ExecutionStateGraph {
             .iter()
             .copied()
             .filter(|node| {
-                !replay.contains(&StepId::from_node(*node)) && self.graph[*node].status.needs_run()
+                !replay.contains(&CellId::from_node(*node)) && self.graph[*node].status.needs_run()
             })
             .collect();
-        // Steps between an out-of-date ancestor and the replay set see new
+        // Cells between an out-of-date ancestor and the replay set see new
         // inputs once that ancestor reruns, so they rerun too.
         for node in self.reachable(not_ok, Direction::Outgoing) {
             if upstream.contains(&node) {
-                replay.insert(StepId::from_node(node));
+                replay.insert(CellId::from_node(node));
             }
         }
         Ok(replay.into_iter().collect())
     }
 
-    /// Records a run of `step` reported by an executor: sets its status,
-    /// outputs, run count and timings. Steps downstream that were up to date
+    /// Records a run of `cell` reported by an executor: sets its status,
+    /// outputs, run count and timings. Cells downstream that were up to date
     /// become stale, since their inputs may have changed; they are returned.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
-    pub fn record_run(&mut self, step: StepId, run: RunRecord) -> Result<Vec<StepId>, GraphError> {
-        let node = self.step_mut(step)?;
-        let succeeded = run.outcome == RunOutcome::Ok;
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn record_run(&mut self, cell: CellId, run: CellRun) -> Result<Vec<CellId>, GraphError> {
+        let node = self.cell_mut(cell)?;
+        let succeeded = run.outcome == CellOutcome::Ok;
         node.status = if succeeded {
-            StepStatus::Ok
+            CellStatus::Ok
         } else {
-            StepStatus::Failed
+            CellStatus::Failed
         };
         node.error = match run.outcome {
-            RunOutcome::Ok => None,
-            RunOutcome::Failed { error } => Some(error),
+            CellOutcome::Ok => None,
+            CellOutcome::Failed { error } => Some(error),
         };
         node.outputs = Some(run.outputs);
         node.run_count = node.run_count.saturating_add(1);
-        node.runs.push(RunTiming {
+        node.runs.push(CellTiming {
             version: node.current.number,
             started_at: run.started_at,
             duration_ms: run.duration_ms,
@@ -714,15 +714,15 @@ impl ExecutionStateGraph {
             let excess = node.runs.len() - MAX_RUN_HISTORY;
             node.runs.drain(..excess);
         }
-        Ok(self.stale_up_to_date_downstream(step))
+        Ok(self.stale_up_to_date_downstream(cell))
     }
 
-    /// Marks the up-to-date steps downstream of `step` stale (its outputs
+    /// Marks the up-to-date cells downstream of `cell` stale (its outputs
     /// may have changed) and returns them.
-    fn stale_up_to_date_downstream(&mut self, step: StepId) -> Vec<StepId> {
+    fn stale_up_to_date_downstream(&mut self, cell: CellId) -> Vec<CellId> {
         let mut staled = Vec::new();
-        for id in self.downstream_set(step) {
-            if id != step && self.graph[id.node()].status == StepStatus::Ok {
+        for id in self.downstream_set(cell) {
+            if id != cell && self.graph[id.node()].status == CellStatus::Ok {
                 self.set_stale(id);
                 staled.push(id);
             }
@@ -730,78 +730,78 @@ impl ExecutionStateGraph {
         staled
     }
 
-    /// Records that `step` is up to date without running it: an executor
+    /// Records that `cell` is up to date without running it: an executor
     /// reused the outputs of an earlier run with the same code and inputs
     /// (a cache hit). Like [`record_run`](Self::record_run) with a success,
-    /// except that the run count and timings do not change. Steps
+    /// except that the run count and timings do not change. Cells
     /// downstream that were up to date become stale; they are returned.
     ///
     /// ```
-    /// use harness_code::{ExecutionStateGraph, OutputSummary, Provenance, StepStatus};
+    /// use harness_code::{ExecutionStateGraph, OutputSummary, Provenance, CellStatus};
     ///
     /// let mut graph = ExecutionStateGraph::new();
-    /// let a = graph.add_step("x = 1", Provenance::now("user", "x")).unwrap();
+    /// let a = graph.add_cell("x = 1", Provenance::now("user", "x")).unwrap();
     /// graph.record_reuse(a, OutputSummary::default()).unwrap();
-    /// assert_eq!(graph.step(a).unwrap().status(), StepStatus::Ok);
-    /// assert_eq!(graph.step(a).unwrap().run_count(), 0);
+    /// assert_eq!(graph.cell(a).unwrap().status(), CellStatus::Ok);
+    /// assert_eq!(graph.cell(a).unwrap().run_count(), 0);
     /// ```
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
     pub fn record_reuse(
         &mut self,
-        step: StepId,
+        cell: CellId,
         outputs: OutputSummary,
-    ) -> Result<Vec<StepId>, GraphError> {
-        let node = self.step_mut(step)?;
-        node.status = StepStatus::Ok;
+    ) -> Result<Vec<CellId>, GraphError> {
+        let node = self.cell_mut(cell)?;
+        node.status = CellStatus::Ok;
         node.error = None;
         node.outputs = Some(outputs);
-        Ok(self.stale_up_to_date_downstream(step))
+        Ok(self.stale_up_to_date_downstream(cell))
     }
 
-    /// Replaces the code of `step`, keeping the old version with its
-    /// provenance. Dependencies of this and later steps are inferred again;
-    /// the step, what depended on it before and what depends on it now
-    /// become stale. Returns those steps.
+    /// Replaces the code of `cell`, keeping the old version with its
+    /// provenance. Dependencies of this and later cells are inferred again;
+    /// the cell, what depended on it before and what depends on it now
+    /// become stale. Returns those cells.
     ///
     /// ```
     /// use harness_code::{ExecutionStateGraph, Provenance, Timestamp};
     ///
     /// let mut graph = ExecutionStateGraph::new();
     /// let t = Timestamp::from_millis;
-    /// let a = graph.add_step("x = 1", Provenance::new("user", "start", t(10))).unwrap();
+    /// let a = graph.add_cell("x = 1", Provenance::new("user", "start", t(10))).unwrap();
     /// graph.replace_code(a, "x = 2", Provenance::new("model:m", "tweak", t(20))).unwrap();
     /// assert_eq!(graph.version_at(a, t(15)).unwrap().unwrap().source, "x = 1");
     /// graph.rollback(a, 1, Provenance::new("user", "undo", t(30))).unwrap();
-    /// assert_eq!(graph.step(a).unwrap().source(), "x = 1");
-    /// assert_eq!(graph.step(a).unwrap().versions().count(), 3);
+    /// assert_eq!(graph.cell(a).unwrap().source(), "x = 1");
+    /// assert_eq!(graph.cell(a).unwrap().versions().count(), 3);
     /// ```
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`], or [`GraphError::Analysis`] if the new
+    /// [`GraphError::UnknownCell`], or [`GraphError::Analysis`] if the new
     /// source is not valid Python (the graph is then unchanged).
     pub fn replace_code(
         &mut self,
-        step: StepId,
+        cell: CellId,
         source: impl Into<String>,
         provenance: Provenance,
-    ) -> Result<Vec<StepId>, GraphError> {
-        self.check(step)?;
+    ) -> Result<Vec<CellId>, GraphError> {
+        self.check(cell)?;
         let source = source.into();
         let analysis =
-            analyze_step_with(&source, self.options).map_err(|source| GraphError::Analysis {
-                step: Some(step),
+            analyze_cell_with(&source, self.options).map_err(|source| GraphError::Analysis {
+                cell: Some(cell),
                 source,
             })?;
-        let mut affected = self.downstream_set(step);
-        let node = self.step_mut(step)?;
+        let mut affected = self.downstream_set(cell);
+        let node = self.cell_mut(cell)?;
         let number = node.current.number.saturating_add(1);
         let old = std::mem::replace(
             &mut node.current,
-            StepVersion {
+            CellVersion {
                 number,
                 source,
                 analysis,
@@ -809,81 +809,81 @@ impl ExecutionStateGraph {
             },
         );
         node.previous.push(old);
-        for index in step.index()..self.graph.node_count() {
-            self.reinfer(StepId::from_node(NodeIndex::new(index)));
+        for index in cell.index()..self.graph.node_count() {
+            self.reinfer(CellId::from_node(NodeIndex::new(index)));
         }
-        affected.extend(self.downstream_set(step));
+        affected.extend(self.downstream_set(cell));
         for &id in &affected {
             self.set_stale(id);
         }
         Ok(affected.into_iter().collect())
     }
 
-    /// Restores the code of version `version` of `step` as a new version
-    /// (history is never rewritten). Returns the steps that became stale.
+    /// Restores the code of version `version` of `cell` as a new version
+    /// (history is never rewritten). Returns the cells that became stale.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] or [`GraphError::UnknownVersion`].
+    /// [`GraphError::UnknownCell`] or [`GraphError::UnknownVersion`].
     pub fn rollback(
         &mut self,
-        step: StepId,
+        cell: CellId,
         version: u32,
         provenance: Provenance,
-    ) -> Result<Vec<StepId>, GraphError> {
-        let node = self.step(step)?;
+    ) -> Result<Vec<CellId>, GraphError> {
+        let node = self.cell(cell)?;
         let source = node
             .versions()
             .find(|v| v.number == version)
             .map(|v| v.source.clone())
             .ok_or(GraphError::UnknownVersion {
-                step,
+                cell,
                 version,
                 available: node.current.number,
             })?;
-        self.replace_code(step, source, provenance)
+        self.replace_code(cell, source, provenance)
     }
 
-    /// The version of `step` that was current at time `at`: the latest one
-    /// produced at or before `at`, or `None` if the step had no code yet.
+    /// The version of `cell` that was current at time `at`: the latest one
+    /// produced at or before `at`, or `None` if the cell had no code yet.
     ///
     /// # Errors
     ///
-    /// [`GraphError::UnknownStep`] if `step` is not in the graph.
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
     pub fn version_at(
         &self,
-        step: StepId,
+        cell: CellId,
         at: Timestamp,
-    ) -> Result<Option<&StepVersion>, GraphError> {
+    ) -> Result<Option<&CellVersion>, GraphError> {
         Ok(self
-            .step(step)?
+            .cell(cell)?
             .versions()
             .filter(|v| v.provenance.at <= at)
             .max_by_key(|v| (v.provenance.at, v.number)))
     }
 
-    /// The steps a new step appended now would depend on for `name`, latest
-    /// first: every later step that may bind it, then the last step that
+    /// The cells a new cell appended now would depend on for `name`, latest
+    /// first: every later cell that may bind it, then the last cell that
     /// certainly binds, deletes or mutates it.
     ///
     /// ```
-    /// use harness_code::{ExecutionStateGraph, Provenance, StepId};
+    /// use harness_code::{ExecutionStateGraph, Provenance, CellId};
     ///
     /// let mut graph = ExecutionStateGraph::new();
     /// for source in ["x = 1", "x = 2", "if flag:\n    x = 3", "y = 0"] {
-    ///     graph.add_step(source, Provenance::now("user", "demo")).unwrap();
+    ///     graph.add_cell(source, Provenance::now("user", "demo")).unwrap();
     /// }
-    /// assert_eq!(graph.producers_of("x"), [StepId::new(2), StepId::new(1)]);
+    /// assert_eq!(graph.producers_of("x"), [CellId::new(2), CellId::new(1)]);
     /// assert_eq!(graph.producers_of("nothing"), []);
     /// ```
-    pub fn producers_of(&self, name: &str) -> Vec<StepId> {
+    pub fn producers_of(&self, name: &str) -> Vec<CellId> {
         self.producers(self.graph.node_count(), name)
             .into_iter()
-            .map(|index| StepId::from_node(NodeIndex::new(index)))
+            .map(|index| CellId::from_node(NodeIndex::new(index)))
             .collect()
     }
 
-    /// Steps before `before` that produce `name`, latest first: those that
+    /// Cells before `before` that produce `name`, latest first: those that
     /// may produce it, up to and including the last one that certainly does.
     fn producers(&self, before: usize, name: &str) -> Vec<usize> {
         let mut found = Vec::new();
@@ -911,11 +911,11 @@ impl ExecutionStateGraph {
         })
     }
 
-    /// Recomputes the effects and incoming inferred edges of `step` from the
-    /// effects of the steps before it.
-    fn reinfer(&mut self, step: StepId) {
-        let index = step.index();
-        let node = &self.graph[step.node()];
+    /// Recomputes the effects and incoming inferred edges of `cell` from the
+    /// effects of the cells before it.
+    fn reinfer(&mut self, cell: CellId) {
+        let index = cell.index();
+        let node = &self.graph[cell.node()];
         let analysis = &node.current.analysis;
         let opaque = analysis.defeats_analysis();
 
@@ -944,7 +944,7 @@ impl ExecutionStateGraph {
             .cloned()
             .collect();
         let own_definite: BTreeSet<&str> = analysis.definite_writes().collect();
-        // Calling (or passing along) a function from an earlier step runs its
+        // Calling (or passing along) a function from an earlier cell runs its
         // body now, with its effects on globals.
         for name in analysis.reads.iter().chain(&analysis.builtins) {
             for producer in self.producers(index, name) {
@@ -961,7 +961,7 @@ impl ExecutionStateGraph {
                     }
                     effects.produces.insert(mutated.clone());
                     effects.via_calls.insert(mutated.clone());
-                    // Mutating an object the step bound itself needs nothing earlier.
+                    // Mutating an object the cell bound itself needs nothing earlier.
                     if !own_definite.contains(mutated.as_str()) {
                         needed.insert(mutated.clone());
                     }
@@ -997,7 +997,7 @@ impl ExecutionStateGraph {
 
         let incoming: Vec<_> = self
             .graph
-            .edges_directed(step.node(), Direction::Incoming)
+            .edges_directed(cell.node(), Direction::Incoming)
             .map(|edge| (edge.id(), edge.source().index(), edge.weight().explicit))
             .collect();
         let mut explicit = BTreeSet::new();
@@ -1012,12 +1012,12 @@ impl ExecutionStateGraph {
         }
         for (producer, dependency) in inferred {
             self.graph
-                .add_edge(NodeIndex::new(producer), step.node(), dependency);
+                .add_edge(NodeIndex::new(producer), cell.node(), dependency);
         }
-        self.graph[step.node()].effects = effects;
+        self.graph[cell.node()].effects = effects;
     }
 
-    /// The graph in Graphviz DOT format, labelling each step with its id and
+    /// The graph in Graphviz DOT format, labelling each cell with its id and
     /// first line of code.
     pub fn to_dot(&self) -> String {
         self.to_dot_with_labels(|node| {
@@ -1026,17 +1026,17 @@ impl ExecutionStateGraph {
                 .lines()
                 .find(|line| !line.trim().is_empty())
                 .unwrap_or("");
-            format!("step {}: {}", node.id(), first_line.trim())
+            format!("cell {}: {}", node.id(), first_line.trim())
         })
     }
 
-    /// The graph in Graphviz DOT format with custom step labels. Edges are
+    /// The graph in Graphviz DOT format with custom cell labels. Edges are
     /// labelled with the names they carry; explicit edges are bold and
     /// conservative ones dashed.
-    pub fn to_dot_with_labels(&self, label: impl Fn(&StepNode) -> String) -> String {
+    pub fn to_dot_with_labels(&self, label: impl Fn(&CellNode) -> String) -> String {
         let mut dot =
-            String::from("digraph steps {\n  node [shape=box, fontname=\"monospace\"];\n");
-        for node in self.steps() {
+            String::from("digraph cells {\n  node [shape=box, fontname=\"monospace\"];\n");
+        for node in self.cells() {
             dot.push_str(&format!(
                 "  s{} [label=\"{}\"];\n",
                 node.id(),

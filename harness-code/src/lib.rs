@@ -8,18 +8,18 @@ pub mod diagnose;
 mod error;
 mod graph;
 pub mod kernel;
+pub mod notebook;
 pub mod patch;
 pub mod replay;
-pub mod session;
 
 pub use analyze::{
-    AnalysisOptions, Definition, DefinitionKind, DynamicFeature, DynamicUse, Import, IpythonEscape,
-    StepAnalysis, analyze_step, analyze_step_with, check_syntax, is_builtin, is_mutating_method,
+    AnalysisOptions, CellAnalysis, Definition, DefinitionKind, DynamicFeature, DynamicUse, Import,
+    IpythonEscape, analyze_cell, analyze_cell_with, check_syntax, is_builtin, is_mutating_method,
 };
 pub use cells::{CodeCell, notebook_code_cells, split_percent_script};
-pub use error::{AnalysisError, GraphError, NestingKind, NotebookError};
+pub use error::{AnalysisError, GraphError, IpynbError, NestingKind};
 pub use graph::{
+    CellId, CellNode, CellOutcome, CellRun, CellStatus, CellSubgraph, CellTiming, CellVersion,
     Dependency, DependencyEdge, Effects, ExecutionStateGraph, MAX_RUN_HISTORY, OutputSummary,
-    Provenance, RunOutcome, RunRecord, RunTiming, StepId, StepNode, StepStatus, StepSubgraph,
-    StepVersion, Timestamp,
+    Provenance, Timestamp,
 };

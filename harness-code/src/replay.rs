@@ -1,19 +1,19 @@
-//! Selective replay: bring a [`CodeSession`] up to date by running exactly
-//! the stale part of its graph, reusing cached runs where a step's code and
+//! Selective replay: bring a [`Notebook`] up to date by running exactly
+//! the stale part of its graph, reusing cached runs where a cell's code and
 //! inputs are unchanged.
 //!
-//! [`CodeSession::replay`] walks the steps in execution (topological) order.
-//! A step that is up to date is skipped. A stale or pending step gets its
+//! [`Notebook::replay`] walks the cells in execution (topological) order.
+//! A cell that is up to date is skipped. A stale or pending cell gets its
 //! cache key (its code plus the content hashes of the values it reads, from
-//! the records of their producing steps, which were brought up to date
+//! the records of their producing cells, which were brought up to date
 //! first); if a successful run with that key is cached, its outputs are
-//! reused and the step does not run. Otherwise it runs, its inputs restored
-//! lazily. So after an edit, only steps whose inputs actually changed run: a
-//! step downstream of the edit whose inputs hash the same as before (the
+//! reused and the cell does not run. Otherwise it runs, its inputs restored
+//! lazily. So after an edit, only cells whose inputs actually changed run: a
+//! cell downstream of the edit whose inputs hash the same as before (the
 //! edit did not change what it reads) is reused — the early cut-off of a
-//! build system. A step whose producer failed is skipped.
+//! build system. A cell whose producer failed is skipped.
 //!
-//! The [`ReplayReport`] says for every step what happened and why.
+//! The [`ReplayReport`] says for every cell what happened and why.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,16 +22,16 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::blobs::sha256_hex;
-use crate::graph::{StepId, StepStatus};
-use crate::session::{CodeSession, CodeSessionError, Source};
+use crate::graph::{CellId, CellStatus};
+use crate::notebook::{Notebook, NotebookError, Source};
 
-/// What replay did with a step.
+/// What replay did with a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplayAction {
-    /// The step ran in the kernel.
+    /// The cell ran in the kernel.
     Executed,
-    /// A cached run with the same code and inputs was reused; the step did
+    /// A cached run with the same code and inputs was reused; the cell did
     /// not run.
     Reused,
     /// Nothing was done (up to date, or cannot run).
@@ -53,15 +53,15 @@ impl fmt::Display for ReplayAction {
 pub struct InputChange {
     /// The name.
     pub name: String,
-    /// The step that produces it now (`None`: no earlier step does any more).
-    pub producer: Option<StepId>,
+    /// The cell that produces it now (`None`: no earlier cell does any more).
+    pub producer: Option<CellId>,
 }
 
-/// Why replay did what it did with a step.
+/// Why replay did what it did with a cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum ReplayReason {
-    /// Executed: the step never ran.
+    /// Executed: the cell never ran.
     NeverRan,
     /// Executed: its code changed since its last run.
     CodeChanged {
@@ -85,15 +85,15 @@ pub enum ReplayReason {
         /// The cache key (SHA-256 of code and input hashes).
         key: String,
     },
-    /// Skipped: the step is up to date.
+    /// Skipped: the cell is up to date.
     UpToDate,
-    /// Skipped: a step it depends on is not up to date after this replay
+    /// Skipped: a cell it depends on is not up to date after this replay
     /// (it failed, or was skipped itself).
     UpstreamNotOk {
-        /// The step it depends on.
-        step: StepId,
-        /// That step's status.
-        status: StepStatus,
+        /// The cell it depends on.
+        cell: CellId,
+        /// That cell's status.
+        status: CellStatus,
     },
     /// Skipped: not part of the requested replay.
     NotRequested,
@@ -114,7 +114,7 @@ impl fmt::Display for ReplayReason {
                         f.write_str(", ")?;
                     }
                     match change.producer {
-                        Some(step) => write!(f, "{} (from step {step})", change.name)?,
+                        Some(cell) => write!(f, "{} (from cell {cell})", change.name)?,
                         None => write!(f, "{} (no longer produced)", change.name)?,
                     }
                 }
@@ -128,84 +128,84 @@ impl fmt::Display for ReplayReason {
                 &key[..key.len().min(12)]
             ),
             Self::UpToDate => f.write_str("up to date"),
-            Self::UpstreamNotOk { step, status } => {
-                write!(f, "depends on step {step}, which is {status:?}")
+            Self::UpstreamNotOk { cell, status } => {
+                write!(f, "depends on cell {cell}, which is {status:?}")
             }
             Self::NotRequested => f.write_str("not part of this replay"),
         }
     }
 }
 
-/// One step of a [`ReplayReport`].
+/// One cell of a [`ReplayReport`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayEntry {
-    /// The step.
-    pub step: StepId,
+    /// The cell.
+    pub cell: CellId,
     /// Executed, reused or skipped.
     pub action: ReplayAction,
     /// Why.
     pub reason: ReplayReason,
-    /// For an executed step that failed: the exception or kernel error.
+    /// For an executed cell that failed: the exception or kernel error.
     pub error: Option<String>,
-    /// Steps re-run first to recompute inputs without a blob.
-    pub recomputed: Vec<StepId>,
-    /// Names restored into the kernel before the step.
+    /// Cells re-run first to recompute inputs without a blob.
+    pub recomputed: Vec<CellId>,
+    /// Names restored into the kernel before the cell.
     pub restored: Vec<String>,
-    /// Wall time spent on the step (restore and run), in microseconds.
+    /// Wall time spent on the cell (restore and run), in microseconds.
     pub duration_us: u64,
 }
 
-/// What a replay did, step by step in execution order.
+/// What a replay did, cell by cell in execution order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayReport {
-    /// One entry per step of the graph.
+    /// One entry per cell of the graph.
     pub entries: Vec<ReplayEntry>,
     /// Wall time of the whole replay, in microseconds.
     pub duration_us: u64,
     /// Part of it spent starting the kernel (0 if it was running or no
-    /// step had to run), in microseconds.
+    /// cell had to run), in microseconds.
     pub kernel_start_us: u64,
 }
 
 impl ReplayReport {
-    fn with(&self, action: ReplayAction) -> Vec<StepId> {
+    fn with(&self, action: ReplayAction) -> Vec<CellId> {
         self.entries
             .iter()
             .filter(|e| e.action == action)
-            .map(|e| e.step)
+            .map(|e| e.cell)
             .collect()
     }
 
-    /// Steps that ran, in order.
-    pub fn executed(&self) -> Vec<StepId> {
+    /// Cells that ran, in order.
+    pub fn executed(&self) -> Vec<CellId> {
         self.with(ReplayAction::Executed)
     }
 
-    /// Steps whose cached run was reused.
-    pub fn reused(&self) -> Vec<StepId> {
+    /// Cells whose cached run was reused.
+    pub fn reused(&self) -> Vec<CellId> {
         self.with(ReplayAction::Reused)
     }
 
-    /// Steps skipped (up to date or blocked).
-    pub fn skipped(&self) -> Vec<StepId> {
+    /// Cells skipped (up to date or blocked).
+    pub fn skipped(&self) -> Vec<CellId> {
         self.with(ReplayAction::Skipped)
     }
 
-    /// Executed steps that failed.
-    pub fn failed(&self) -> Vec<StepId> {
+    /// Executed cells that failed.
+    pub fn failed(&self) -> Vec<CellId> {
         self.entries
             .iter()
             .filter(|e| e.error.is_some())
-            .map(|e| e.step)
+            .map(|e| e.cell)
             .collect()
     }
 
-    /// The entry of `step`.
-    pub fn entry(&self, step: StepId) -> Option<&ReplayEntry> {
-        self.entries.iter().find(|e| e.step == step)
+    /// The entry of `cell`.
+    pub fn entry(&self, cell: CellId) -> Option<&ReplayEntry> {
+        self.entries.iter().find(|e| e.cell == cell)
     }
 
-    /// Whether every step is up to date after the replay.
+    /// Whether every cell is up to date after the replay.
     pub fn succeeded(&self) -> bool {
         self.entries.iter().all(|e| {
             e.error.is_none()
@@ -217,16 +217,16 @@ impl ReplayReport {
     }
 }
 
-/// Options of [`CodeSession::replay_with`].
+/// Options of [`Notebook::replay_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayOptions {
-    /// Replay only from this step ([`ExecutionStateGraph::replay_order`]:
-    /// the step, its downstream, and the out-of-date steps they need);
-    /// `None`: every stale, failed or pending step.
+    /// Replay only from this cell ([`ExecutionStateGraph::replay_order`]:
+    /// the cell, its downstream, and the out-of-date cells they need);
+    /// `None`: every stale, failed or pending cell.
     ///
     /// [`ExecutionStateGraph::replay_order`]: crate::ExecutionStateGraph::replay_order
-    pub from: Option<StepId>,
-    /// Reuse cached runs (default true); false runs every step in the set.
+    pub from: Option<CellId>,
+    /// Reuse cached runs (default true); false runs every cell in the set.
     pub use_cache: bool,
 }
 
@@ -239,18 +239,18 @@ impl Default for ReplayOptions {
     }
 }
 
-impl CodeSession {
-    /// Brings every step up to date: runs the stale subgraph in execution
+impl Notebook {
+    /// Brings every cell up to date: runs the stale subgraph in execution
     /// order, reusing cached runs whose code and inputs are unchanged. See
     /// the [module docs](crate::replay).
     ///
     /// # Errors
     ///
-    /// Only failures outside a step: an unknown step, the blob store, a
-    /// kernel that cannot be started. A step that raises, times out or
+    /// Only failures outside a cell: an unknown cell, the blob store, a
+    /// kernel that cannot be started. A cell that raises, times out or
     /// crashes the kernel is reported in its entry; the replay goes on with
-    /// the steps that do not depend on it.
-    pub async fn replay(&mut self) -> Result<ReplayReport, CodeSessionError> {
+    /// the cells that do not depend on it.
+    pub async fn replay(&mut self) -> Result<ReplayReport, NotebookError> {
         self.replay_with(ReplayOptions::default()).await
     }
 
@@ -262,20 +262,20 @@ impl CodeSession {
     pub async fn replay_with(
         &mut self,
         options: ReplayOptions,
-    ) -> Result<ReplayReport, CodeSessionError> {
+    ) -> Result<ReplayReport, NotebookError> {
         let clock = Instant::now();
-        let order: std::collections::BTreeSet<StepId> = match options.from {
-            Some(step) => self.graph().replay_order(step)?,
+        let order: std::collections::BTreeSet<CellId> = match options.from {
+            Some(cell) => self.graph().replay_order(cell)?,
             None => self.graph().stale_order(),
         }
         .into_iter()
         .collect();
-        let steps: Vec<StepId> = self.graph().steps().map(|s| s.id()).collect();
+        let cells: Vec<CellId> = self.graph().cells().map(|s| s.id()).collect();
         let mut report = ReplayReport::default();
-        for step in steps {
+        for cell in cells {
             let started = Instant::now();
             let mut entry = ReplayEntry {
-                step,
+                cell,
                 action: ReplayAction::Skipped,
                 reason: ReplayReason::UpToDate,
                 error: None,
@@ -283,25 +283,25 @@ impl CodeSession {
                 restored: Vec::new(),
                 duration_us: 0,
             };
-            if !order.contains(&step) {
-                if self.status(step)?.needs_run() {
+            if !order.contains(&cell) {
+                if self.status(cell)?.needs_run() {
                     entry.reason = ReplayReason::NotRequested;
                 }
                 report.entries.push(entry);
                 continue;
             }
-            if let Some((producer, status)) = self.blocking_producer(step)? {
+            if let Some((producer, status)) = self.blocking_producer(cell)? {
                 entry.reason = ReplayReason::UpstreamNotOk {
-                    step: producer,
+                    cell: producer,
                     status,
                 };
                 report.entries.push(entry);
                 continue;
             }
-            let sources = self.sources(step)?;
-            let key = self.cache_key(step, &sources)?;
+            let sources = self.sources(cell)?;
+            let key = self.cache_key(cell, &sources)?;
             if options.use_cache && self.cached(&key).is_some() {
-                self.reuse(step, &key)?;
+                self.reuse(cell, &key)?;
                 entry.action = ReplayAction::Reused;
                 entry.reason = ReplayReason::CacheHit { key };
                 entry.duration_us = micros(started.elapsed());
@@ -309,21 +309,21 @@ impl CodeSession {
                 continue;
             }
             entry.action = ReplayAction::Executed;
-            entry.reason = self.why(step, &sources)?;
+            entry.reason = self.why(cell, &sources)?;
             if self.kernel().is_none() {
                 let starting = Instant::now();
                 self.ensure_kernel().await?;
                 report.kernel_start_us += micros(starting.elapsed());
             }
             let started = Instant::now();
-            match self.run_prepared(step, &sources, key).await {
+            match self.run_prepared(cell, &sources, key).await {
                 Ok(run) => {
                     entry.error = run.result.error.as_ref().map(ToString::to_string);
                     entry.recomputed = run.recomputed;
                     entry.restored = run.restored;
                 }
-                Err(error @ CodeSessionError::Kernel { step: Some(_), .. })
-                | Err(error @ CodeSessionError::Restore { .. }) => {
+                Err(error @ NotebookError::Kernel { cell: Some(_), .. })
+                | Err(error @ NotebookError::Restore { .. }) => {
                     entry.error = Some(error.to_string());
                 }
                 Err(error) => return Err(error),
@@ -335,28 +335,28 @@ impl CodeSession {
         Ok(report)
     }
 
-    /// The first step `step` depends on that is not up to date.
+    /// The first cell `cell` depends on that is not up to date.
     fn blocking_producer(
         &self,
-        step: StepId,
-    ) -> Result<Option<(StepId, StepStatus)>, CodeSessionError> {
-        for (producer, _) in self.graph().dependencies(step)? {
+        cell: CellId,
+    ) -> Result<Option<(CellId, CellStatus)>, NotebookError> {
+        for (producer, _) in self.graph().dependencies(cell)? {
             let status = self.status(producer)?;
-            if status != StepStatus::Ok {
+            if status != CellStatus::Ok {
                 return Ok(Some((producer, status)));
             }
         }
         Ok(None)
     }
 
-    /// Why `step` must run, compared with its previous run.
+    /// Why `cell` must run, compared with its previous run.
     fn why(
         &self,
-        step: StepId,
+        cell: CellId,
         sources: &BTreeMap<String, Source>,
-    ) -> Result<ReplayReason, CodeSessionError> {
-        let node = self.graph().step(step)?;
-        let Some(previous) = self.previous_record(step) else {
+    ) -> Result<ReplayReason, NotebookError> {
+        let node = self.graph().cell(cell)?;
+        let Some(previous) = self.previous_record(cell) else {
             return Ok(ReplayReason::NeverRan);
         };
         if previous.source_hash != sha256_hex(node.source().as_bytes()) {

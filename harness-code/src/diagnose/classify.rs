@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The kind of a step failure, from the exception type.
+/// The kind of a cell failure, from the exception type.
 ///
 /// Subclasses map to their family: `ModuleNotFoundError` is
 /// [`Import`](Self::Import), `UnboundLocalError` is [`Name`](Self::Name),
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
-    /// `SyntaxError` and its subclasses: the step did not compile.
+    /// `SyntaxError` and its subclasses: the cell did not compile.
     Syntax,
     /// `NameError`, `UnboundLocalError`: a name is not bound.
     Name,
@@ -43,9 +43,9 @@ pub enum ErrorClass {
     Import,
     /// `AssertionError`.
     Assertion,
-    /// The step ran longer than allowed and was interrupted.
+    /// The cell ran longer than allowed and was interrupted.
     Timeout,
-    /// The kernel died while running the step.
+    /// The kernel died while running the cell.
     Crash,
     /// Any other exception (`OSError`, `RuntimeError`, library errors, ...).
     Other,

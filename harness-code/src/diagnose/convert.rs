@@ -1,16 +1,16 @@
-//! Turning what a code session reports into a [`StepFailure`].
+//! Turning what a notebook reports into a [`CellFailure`].
 
-use crate::StepId;
-use crate::diagnose::StepFailure;
-use crate::kernel::{KernelError, PythonError, StepResult};
+use crate::CellId;
+use crate::diagnose::CellFailure;
+use crate::kernel::{CellResult, KernelError, PythonError};
+use crate::notebook::{CellExecution, Notebook, NotebookError};
 use crate::replay::ReplayEntry;
-use crate::session::{CodeSession, CodeSessionError, StepRun};
 
-impl StepFailure {
-    /// A failure from the exception the kernel reported for `step`: type,
-    /// message, line within the step and formatted traceback.
-    pub fn from_python_error(step: StepId, error: &PythonError) -> Self {
-        let mut failure = Self::exception(step, error.type_name.clone(), error.message.clone());
+impl CellFailure {
+    /// A failure from the exception the kernel reported for `cell`: type,
+    /// message, line within the cell and formatted traceback.
+    pub fn from_python_error(cell: CellId, error: &PythonError) -> Self {
+        let mut failure = Self::exception(cell, error.type_name.clone(), error.message.clone());
         failure.line = error.line;
         if !error.traceback.is_empty() {
             failure.traceback = Some(error.traceback.clone());
@@ -18,13 +18,13 @@ impl StepFailure {
         failure
     }
 
-    /// The failure of a kernel result, `None` if the step succeeded. The
-    /// values the step bound before it raised are added as short reprs
+    /// The failure of a kernel result, `None` if the cell succeeded. The
+    /// values the cell bound before it raised are added as short reprs
     /// ([`ValueSummary::short`](crate::kernel::ValueSummary::short)).
-    pub fn from_result(step: StepId, result: &StepResult) -> Option<Self> {
+    pub fn from_result(cell: CellId, result: &CellResult) -> Option<Self> {
         let error = result.error.as_ref()?;
         Some(
-            Self::from_python_error(step, error).with_values(
+            Self::from_python_error(cell, error).with_values(
                 result
                     .outputs
                     .iter()
@@ -33,32 +33,32 @@ impl StepFailure {
         )
     }
 
-    /// The failure of [`CodeSession::run_step`]'s result, `None` if the
-    /// step succeeded. See [`from_result`](Self::from_result).
-    pub fn from_run(run: &StepRun) -> Option<Self> {
-        Self::from_result(run.step, &run.result)
+    /// The failure of [`Notebook::run_cell`]'s result, `None` if the
+    /// cell succeeded. See [`from_result`](Self::from_result).
+    pub fn from_run(run: &CellExecution) -> Option<Self> {
+        Self::from_result(run.cell, &run.result)
     }
 
-    /// The failure a session error stands for: a step that timed out
+    /// The failure a notebook error stands for: a cell that timed out
     /// ([`FailureKind::Timeout`](super::FailureKind::Timeout)), a kernel
     /// that died or broke the protocol
     /// ([`FailureKind::Crash`](super::FailureKind::Crash)), an input that
     /// could not be recomputed (the exception of the producer, which is
-    /// the failing step). `None` for errors that are not a step's failure
+    /// the failing cell). `None` for errors that are not a cell's failure
     /// (graph, blob store, files, a kernel that cannot start).
-    pub fn from_session_error(error: &CodeSessionError) -> Option<Self> {
+    pub fn from_notebook_error(error: &NotebookError) -> Option<Self> {
         match error {
-            CodeSessionError::Kernel {
-                step: Some(step),
+            NotebookError::Kernel {
+                cell: Some(cell),
                 source,
             } => match source {
-                KernelError::Timeout { after, .. } => Some(Self::timeout(*step, *after)),
+                KernelError::Timeout { after, .. } => Some(Self::timeout(*cell, *after)),
                 KernelError::Died { .. } | KernelError::Protocol { .. } => {
-                    Some(Self::crash(*step, source.to_string()))
+                    Some(Self::crash(*cell, source.to_string()))
                 }
                 _ => None,
             },
-            CodeSessionError::Restore {
+            NotebookError::Restore {
                 producer, error, ..
             } => Some(Self::from_python_error(*producer, error)),
             _ => None,
@@ -66,19 +66,19 @@ impl StepFailure {
     }
 
     /// The failure of a [`replay`](crate::replay) entry, `None` if
-    /// the step did not fail. A replay keeps only the error's text
+    /// the cell did not fail. A replay keeps only the error's text
     /// (`Type: message (line N)`, or the kernel's error), so the failure
     /// has no traceback: the exception type, message and line are read
     /// back from the text; a timeout or a dead kernel is recognised by its
     /// wording (the timeout's length is not known and is given as zero).
     pub fn from_replay_entry(entry: &ReplayEntry) -> Option<Self> {
         let error = entry.error.as_deref()?;
-        let step = entry.step;
+        let cell = entry.cell;
         if error.contains(" timed out after ") {
-            return Some(Self::timeout(step, std::time::Duration::ZERO));
+            return Some(Self::timeout(cell, std::time::Duration::ZERO));
         }
         if error.contains("the kernel died") || error.contains("broke the protocol") {
-            return Some(Self::crash(step, error));
+            return Some(Self::crash(cell, error));
         }
         let (text, line) = match error.rsplit_once(" (line ") {
             Some((text, rest)) => match rest.strip_suffix(')').and_then(|n| n.parse().ok()) {
@@ -92,20 +92,20 @@ impl StepFailure {
             _ if is_exception_name(text) => (text, ""),
             _ => ("Exception", text),
         };
-        let mut failure = Self::exception(step, exception, message);
+        let mut failure = Self::exception(cell, exception, message);
         failure.line = line;
         Some(failure)
     }
 
-    /// Adds short reprs of the values the failing step reads, as the
-    /// session recorded them when their producers ran (names the failure
+    /// Adds short reprs of the values the failing cell reads, as the
+    /// notebook recorded them when their producers ran (names the failure
     /// already has are kept).
-    pub fn with_input_values(mut self, session: &CodeSession) -> Self {
-        let Ok(dependencies) = session.graph().dependencies(self.step) else {
+    pub fn with_input_values(mut self, notebook: &Notebook) -> Self {
+        let Ok(dependencies) = notebook.graph().dependencies(self.cell) else {
             return self;
         };
         for (producer, dependency) in dependencies {
-            let Some(record) = session.record(producer) else {
+            let Some(record) = notebook.record(producer) else {
                 continue;
             };
             for name in &dependency.names {

@@ -1,32 +1,32 @@
-//! Diagnosis of a failed step: what kind of error it is, which step is to
+//! Diagnosis of a failed cell: what kind of error it is, which cell is to
 //! blame, the least a model needs to see to fix it, and cheap suggestions.
 //!
-//! An executor reports a failure as a [`StepFailure`]; [`diagnose`] reads it
+//! An executor reports a failure as a [`CellFailure`]; [`diagnose`] reads it
 //! against the [`ExecutionStateGraph`] and returns a [`Diagnosis`]:
 //!
 //! - the [`ErrorClass`], message and line;
-//! - **culprits**, ranked, each with reasons: the step that produced the
+//! - **culprits**, ranked, each with reasons: the cell that produced the
 //!   value the failing line choked on (found through the names the line
-//!   uses and the graph's dependency edges), the step that should have
-//!   bound a missing name, the failing step itself for a misspelling or a
+//!   uses and the graph's dependency edges), the cell that should have
+//!   bound a missing name, the failing cell itself for a misspelling or a
 //!   bad import;
-//! - a **minimal context**: the failing step, the steps that produced the
+//! - a **minimal context**: the failing cell, the cells that produced the
 //!   names involved, and short reprs of those values when known;
 //! - **suggestions** from cheap rules: a close name that exists, a missing
 //!   import of a well-known module, a misspelled module, key or attribute.
 //!
 //! ```
-//! use harness_code::diagnose::{ErrorClass, StepFailure, Suggestion, diagnose};
+//! use harness_code::diagnose::{ErrorClass, CellFailure, Suggestion, diagnose};
 //! use harness_code::{ExecutionStateGraph, Provenance};
 //!
 //! let mut graph = ExecutionStateGraph::new();
-//! let data = graph.add_step("prices = [3, 4]", Provenance::now("model", "data")).unwrap();
-//! let sum = graph.add_step("total = sum(prices)\nprint(totl)", Provenance::now("model", "sum")).unwrap();
-//! let failure = StepFailure::exception(sum, "NameError", "name 'totl' is not defined").at_line(2);
+//! let data = graph.add_cell("prices = [3, 4]", Provenance::now("model", "data")).unwrap();
+//! let sum = graph.add_cell("total = sum(prices)\nprint(totl)", Provenance::now("model", "sum")).unwrap();
+//! let failure = CellFailure::exception(sum, "NameError", "name 'totl' is not defined").at_line(2);
 //!
 //! let diagnosis = diagnose(&failure, &graph);
 //! assert_eq!(diagnosis.class, ErrorClass::Name);
-//! assert_eq!(diagnosis.culprits[0].step, sum);
+//! assert_eq!(diagnosis.culprits[0].cell, sum);
 //! assert!(matches!(&diagnosis.suggestions[0],
 //!     Suggestion::RenameName { from, to, .. } if from == "totl" && to == "total"));
 //! # let _ = data;
@@ -46,44 +46,44 @@ use serde::{Deserialize, Serialize};
 
 pub use classify::ErrorClass;
 
-use crate::{ExecutionStateGraph, StepId, StepNode, StepStatus, is_builtin, is_mutating_method};
+use crate::{CellId, CellNode, CellStatus, ExecutionStateGraph, is_builtin, is_mutating_method};
 use classify::{AttrOwner, KeyRepr, TypeShape, ValueShape};
-use pysrc::{Base, Facts, Key, StepSource};
+use pysrc::{Base, CellSource, Facts, Key};
 
-/// Longest step source, in bytes, that a [`Diagnosis`] context carries;
+/// Longest cell source, in bytes, that a [`Diagnosis`] context carries;
 /// longer sources are cut at a line break and marked truncated.
 pub const MAX_CONTEXT_SOURCE: usize = 4_000;
 
-/// A failed run of a step, as an executor reports it.
+/// A failed run of a cell, as an executor reports it.
 ///
 /// Built from a kernel's result: the exception type and message (`ename`
-/// and `evalue` in Jupyter terms), the line within the step, the formatted
+/// and `evalue` in Jupyter terms), the line within the cell, the formatted
 /// traceback, and short reprs of the names the kernel can see.
 ///
 /// ```
 /// use std::time::Duration;
-/// use harness_code::StepId;
-/// use harness_code::diagnose::{FailureKind, StepFailure};
+/// use harness_code::CellId;
+/// use harness_code::diagnose::{FailureKind, CellFailure};
 ///
-/// let failure = StepFailure::exception(StepId::new(3), "KeyError", "'region'")
+/// let failure = CellFailure::exception(CellId::new(3), "KeyError", "'region'")
 ///     .at_line(2)
 ///     .with_value("row", "dict(name='north', sales=10)");
 /// assert_eq!(failure.exception_type(), Some("KeyError"));
 ///
-/// let timeout = StepFailure::timeout(StepId::new(1), Duration::from_secs(30));
+/// let timeout = CellFailure::timeout(CellId::new(1), Duration::from_secs(30));
 /// assert!(matches!(timeout.kind, FailureKind::Timeout { after_ms: 30_000 }));
 ///
-/// let parsed = StepFailure::from_traceback(StepId::new(0), "Traceback (most recent call last):\n  File \"<step 0>\", line 3, in <module>\nZeroDivisionError: division by zero");
+/// let parsed = CellFailure::from_traceback(CellId::new(0), "Traceback (most recent call last):\n  File \"<cell 0>\", line 3, in <module>\nZeroDivisionError: division by zero");
 /// assert_eq!(parsed.exception_type(), Some("ZeroDivisionError"));
 /// assert_eq!(parsed.line, Some(3));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepFailure {
-    /// The step that failed.
-    pub step: StepId,
+pub struct CellFailure {
+    /// The cell that failed.
+    pub cell: CellId,
     /// What happened.
     pub kind: FailureKind,
-    /// 1-based line within the step's source where it failed, if known.
+    /// 1-based line within the cell's source where it failed, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
     /// The formatted traceback, if any.
@@ -95,38 +95,38 @@ pub struct StepFailure {
     pub values: BTreeMap<String, String>,
 }
 
-/// How a step failed.
+/// How a cell failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FailureKind {
-    /// The step raised an exception.
+    /// The cell raised an exception.
     Exception {
         /// The exception type, e.g. `NameError` or `json.decoder.JSONDecodeError`.
         exception: String,
         /// The exception message (`str(exc)`), e.g. `name 'x' is not defined`.
         message: String,
     },
-    /// The step ran longer than allowed and was interrupted.
+    /// The cell ran longer than allowed and was interrupted.
     Timeout {
         /// The time limit it exceeded, in milliseconds.
         after_ms: u64,
     },
-    /// The kernel process died while running the step.
+    /// The kernel process died while running the cell.
     Crash {
         /// What is known: exit status, signal, last output.
         detail: String,
     },
 }
 
-impl StepFailure {
+impl CellFailure {
     /// A failure by exception.
     pub fn exception(
-        step: StepId,
+        cell: CellId,
         exception: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
         Self::new(
-            step,
+            cell,
             FailureKind::Exception {
                 exception: exception.into(),
                 message: message.into(),
@@ -135,9 +135,9 @@ impl StepFailure {
     }
 
     /// A failure by exceeding the time limit `after`.
-    pub fn timeout(step: StepId, after: Duration) -> Self {
+    pub fn timeout(cell: CellId, after: Duration) -> Self {
         Self::new(
-            step,
+            cell,
             FailureKind::Timeout {
                 after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
             },
@@ -145,9 +145,9 @@ impl StepFailure {
     }
 
     /// A failure by the kernel dying.
-    pub fn crash(step: StepId, detail: impl Into<String>) -> Self {
+    pub fn crash(cell: CellId, detail: impl Into<String>) -> Self {
         Self::new(
-            step,
+            cell,
             FailureKind::Crash {
                 detail: detail.into(),
             },
@@ -156,21 +156,21 @@ impl StepFailure {
 
     /// A failure read from a formatted CPython traceback: the exception
     /// and message from its last line, the line from the innermost frame of
-    /// the step's top-level code (`in <module>`). A traceback whose last
+    /// the cell's top-level code (`in <module>`). A traceback whose last
     /// line names no exception gives an `Exception` of type `Exception`.
-    pub fn from_traceback(step: StepId, traceback: impl Into<String>) -> Self {
+    pub fn from_traceback(cell: CellId, traceback: impl Into<String>) -> Self {
         let traceback = traceback.into();
         let (exception, message) = classify::exception_line(&traceback)
             .unwrap_or_else(|| ("Exception".to_owned(), String::new()));
-        let mut failure = Self::exception(step, exception, message);
+        let mut failure = Self::exception(cell, exception, message);
         failure.line = module_frame_line(&traceback);
         failure.traceback = Some(traceback);
         failure
     }
 
-    fn new(step: StepId, kind: FailureKind) -> Self {
+    fn new(cell: CellId, kind: FailureKind) -> Self {
         Self {
-            step,
+            cell,
             kind,
             line: None,
             traceback: None,
@@ -178,7 +178,7 @@ impl StepFailure {
         }
     }
 
-    /// Sets the 1-based line within the step.
+    /// Sets the 1-based line within the cell.
     pub fn at_line(mut self, line: u32) -> Self {
         self.line = Some(line);
         self
@@ -259,18 +259,18 @@ fn format_millis(millis: u64) -> String {
     }
 }
 
-/// A step that may be to blame, with why.
+/// A cell that may be to blame, with why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Culprit {
-    /// The step.
-    pub step: StepId,
-    /// The line of that step that matters, when known.
+    /// The cell.
+    pub cell: CellId,
+    /// The line of that cell that matters, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
-    /// The names through which the step is involved.
+    /// The names through which the cell is involved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
-    /// Why the step is suspected, most telling first.
+    /// Why the cell is suspected, most telling first.
     pub reasons: Vec<String>,
 }
 
@@ -279,19 +279,19 @@ pub struct Culprit {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Suggestion {
-    /// Rename a misspelled module-level name in a step.
+    /// Rename a misspelled module-level name in a cell.
     RenameName {
-        /// The step to change.
-        step: StepId,
+        /// The cell to change.
+        cell: CellId,
         /// The name as written.
         from: String,
         /// The name it should be.
         to: String,
     },
-    /// Add an import of a well-known module or member to a step.
+    /// Add an import of a well-known module or member to a cell.
     AddImport {
-        /// The step to change.
-        step: StepId,
+        /// The cell to change.
+        cell: CellId,
         /// The name the import binds.
         name: String,
         /// The import statement, e.g. `import pandas as pd`.
@@ -299,8 +299,8 @@ pub enum Suggestion {
     },
     /// Fix a misspelled module in an import statement.
     FixImport {
-        /// The step to change.
-        step: StepId,
+        /// The cell to change.
+        cell: CellId,
         /// The line of the import.
         line: u32,
         /// The module as written.
@@ -310,22 +310,22 @@ pub enum Suggestion {
     },
     /// Use a close key that exists in the data instead of a missing one.
     RenameKey {
-        /// The step to change.
-        step: StepId,
+        /// The cell to change.
+        cell: CellId,
         /// The line of the subscript, when known.
         line: Option<u32>,
         /// The missing key.
         from: String,
         /// The close key.
         to: String,
-        /// Where the close key was seen: a step's source, or the value of
+        /// Where the close key was seen: a cell's source, or the value of
         /// the subscripted name.
         seen_in: String,
     },
     /// Use a close attribute of the value's type instead of a missing one.
     RenameAttribute {
-        /// The step to change.
-        step: StepId,
+        /// The cell to change.
+        cell: CellId,
         /// The line of the attribute access, when known.
         line: Option<u32>,
         /// The missing attribute.
@@ -340,32 +340,32 @@ pub enum Suggestion {
         /// The package to install, e.g. `scikit-learn` for `sklearn`.
         package: String,
     },
-    /// A name is bound only by a step that runs later (advice only).
+    /// A name is bound only by a cell that runs later (advice only).
     DefinedLater {
         /// The name.
         name: String,
-        /// The later step that binds it.
-        step: StepId,
+        /// The later cell that binds it.
+        cell: CellId,
     },
-    /// A step rebinds a builtin that a later step still uses as the
+    /// A cell rebinds a builtin that a later cell still uses as the
     /// builtin (advice only).
     ShadowedBuiltin {
         /// The builtin's name.
         name: String,
-        /// The step that rebinds it.
-        step: StepId,
+        /// The cell that rebinds it.
+        cell: CellId,
     },
 }
 
 impl Suggestion {
-    /// The step whose code the suggestion changes, for those that change code.
-    pub fn target(&self) -> Option<StepId> {
+    /// The cell whose code the suggestion changes, for those that change code.
+    pub fn target(&self) -> Option<CellId> {
         match self {
-            Self::RenameName { step, .. }
-            | Self::AddImport { step, .. }
-            | Self::FixImport { step, .. }
-            | Self::RenameKey { step, .. }
-            | Self::RenameAttribute { step, .. } => Some(*step),
+            Self::RenameName { cell, .. }
+            | Self::AddImport { cell, .. }
+            | Self::FixImport { cell, .. }
+            | Self::RenameKey { cell, .. }
+            | Self::RenameAttribute { cell, .. } => Some(*cell),
             Self::InstallPackage { .. }
             | Self::DefinedLater { .. }
             | Self::ShadowedBuiltin { .. } => None,
@@ -376,33 +376,33 @@ impl Suggestion {
 impl fmt::Display for Suggestion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::RenameName { step, from, to } => {
-                write!(f, "rename `{from}` to `{to}` in step {step}")
+            Self::RenameName { cell, from, to } => {
+                write!(f, "rename `{from}` to `{to}` in cell {cell}")
             }
             Self::AddImport {
-                step, statement, ..
-            } => write!(f, "add `{statement}` to step {step}"),
+                cell, statement, ..
+            } => write!(f, "add `{statement}` to cell {cell}"),
             Self::FixImport {
-                step,
+                cell,
                 line,
                 from,
                 to,
             } => write!(
                 f,
-                "import `{to}` instead of `{from}` (step {step}, line {line})"
+                "import `{to}` instead of `{from}` (cell {cell}, line {line})"
             ),
             Self::RenameKey {
-                step,
+                cell,
                 from,
                 to,
                 seen_in,
                 ..
             } => write!(
                 f,
-                "use key '{to}' instead of '{from}' in step {step} ('{to}' appears in {seen_in})"
+                "use key '{to}' instead of '{from}' in cell {cell} ('{to}' appears in {seen_in})"
             ),
-            Self::RenameAttribute { step, from, to, .. } => {
-                write!(f, "use attribute `{to}` instead of `{from}` in step {step}")
+            Self::RenameAttribute { cell, from, to, .. } => {
+                write!(f, "use attribute `{to}` instead of `{from}` in cell {cell}")
             }
             Self::InstallPackage { module, package } => {
                 write!(
@@ -410,35 +410,35 @@ impl fmt::Display for Suggestion {
                     "install the `{package}` package, which provides `{module}`"
                 )
             }
-            Self::DefinedLater { name, step } => write!(
+            Self::DefinedLater { name, cell } => write!(
                 f,
-                "`{name}` is bound only in step {step}, which runs later: run or move it earlier"
+                "`{name}` is bound only in cell {cell}, which runs later: run or move it earlier"
             ),
-            Self::ShadowedBuiltin { name, step } => write!(
+            Self::ShadowedBuiltin { name, cell } => write!(
                 f,
-                "step {step} rebinds the builtin `{name}`: rename that variable"
+                "cell {cell} rebinds the builtin `{name}`: rename that variable"
             ),
         }
     }
 }
 
-/// Why a step is part of a diagnosis' context.
+/// Why a cell is part of a diagnosis' context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ContextRole {
-    /// The step that failed.
+    /// The cell that failed.
     Failing,
-    /// A step that produced a value the failure involves.
+    /// A cell that produced a value the failure involves.
     Producer,
-    /// Another suspected step.
+    /// Another suspected cell.
     Suspect,
 }
 
-/// One step shown in a diagnosis' context.
+/// One cell shown in a diagnosis' context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContextStep {
-    /// The step.
-    pub step: StepId,
+pub struct ContextCell {
+    /// The cell.
+    pub cell: CellId,
     /// Why it is shown.
     pub role: ContextRole,
     /// Involved names it produces.
@@ -454,9 +454,9 @@ pub struct ContextStep {
 /// The least a model needs to see to fix a failure.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiagnosisContext {
-    /// The failing step, its suspects and the producers of the names
-    /// involved, in step order.
-    pub steps: Vec<ContextStep>,
+    /// The failing cell, its suspects and the producers of the names
+    /// involved, in cell order.
+    pub cells: Vec<ContextCell>,
     /// Short reprs of the involved names' values, where known (from the
     /// failure, else from the producer's last run).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -466,10 +466,10 @@ pub struct DiagnosisContext {
 /// What [`diagnose`] found out about a failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnosis {
-    /// The failing step.
-    pub step: StepId,
-    /// The version of the failing step's code that was diagnosed (`None`
-    /// if the step is not in the graph).
+    /// The failing cell.
+    pub cell: CellId,
+    /// The version of the failing cell's code that was diagnosed (`None`
+    /// if the cell is not in the graph).
     pub version: Option<u32>,
     /// The error class.
     pub class: ErrorClass,
@@ -478,7 +478,7 @@ pub struct Diagnosis {
     pub exception: Option<String>,
     /// The exception message, or a description of a timeout or crash.
     pub message: String,
-    /// The failing line within the step, when known.
+    /// The failing line within the cell, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
     /// The text of the failing line, when known.
@@ -487,8 +487,8 @@ pub struct Diagnosis {
     /// The namespace names the failure involves.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
-    /// Steps to blame, most likely first; never empty for a step of the
-    /// graph (the failing step is the fallback).
+    /// Cells to blame, most likely first; never empty for a cell of the
+    /// graph (the failing cell is the fallback).
     pub culprits: Vec<Culprit>,
     /// What a model needs to see.
     pub context: DiagnosisContext,
@@ -503,7 +503,7 @@ impl Diagnosis {
         self.culprits.first()
     }
 
-    /// One line: error, step, line and message.
+    /// One line: error, cell, line and message.
     pub fn summary(&self) -> String {
         let what = self
             .exception
@@ -513,11 +513,11 @@ impl Diagnosis {
             .line
             .map(|line| format!(", line {line}"))
             .unwrap_or_default();
-        format!("{what} in step {}{line}: {}", self.step, self.message)
+        format!("{what} in cell {}{line}: {}", self.cell, self.message)
     }
 
     /// The diagnosis as plain text for a model or a person: the error,
-    /// culprits with reasons, suggestions, and the context steps with their
+    /// culprits with reasons, suggestions, and the context cells with their
     /// sources and the known values.
     pub fn report(&self) -> String {
         let mut out = String::new();
@@ -530,9 +530,9 @@ impl Diagnosis {
             for (rank, culprit) in self.culprits.iter().enumerate() {
                 let _ = writeln!(
                     out,
-                    "{}. step {}: {}",
+                    "{}. cell {}: {}",
                     rank + 1,
-                    culprit.step,
+                    culprit.cell,
                     culprit.reasons.join("; ")
                 );
             }
@@ -549,39 +549,39 @@ impl Diagnosis {
                 let _ = writeln!(out, "- {name} = {value}");
             }
         }
-        for step in &self.context.steps {
-            let role = match step.role {
-                ContextRole::Failing => "failing step".to_owned(),
-                ContextRole::Producer if !step.provides.is_empty() => {
-                    format!("produces {}", step.provides.join(", "))
+        for cell in &self.context.cells {
+            let role = match cell.role {
+                ContextRole::Failing => "failing cell".to_owned(),
+                ContextRole::Producer if !cell.provides.is_empty() => {
+                    format!("produces {}", cell.provides.join(", "))
                 }
                 ContextRole::Producer => "producer".to_owned(),
                 ContextRole::Suspect => "suspect".to_owned(),
             };
-            let cut = if step.truncated { " (truncated)" } else { "" };
+            let cut = if cell.truncated { " (truncated)" } else { "" };
             let _ = writeln!(
                 out,
-                "\nStep {} ({role}){cut}:\n```python\n{}\n```",
-                step.step,
-                step.source.trim_end()
+                "\nCell {} ({role}){cut}:\n```python\n{}\n```",
+                cell.cell,
+                cell.source.trim_end()
             );
         }
         out
     }
 }
 
-/// Diagnoses `failure` against `graph`: classifies it, ranks the steps to
+/// Diagnoses `failure` against `graph`: classifies it, ranks the cells to
 /// blame with reasons, gathers the minimal context and cheap suggestions.
 ///
-/// A failing step that is not in the graph gets a diagnosis from the
-/// message alone, blaming that step, with an empty context.
-pub fn diagnose(failure: &StepFailure, graph: &ExecutionStateGraph) -> Diagnosis {
+/// A failing cell that is not in the graph gets a diagnosis from the
+/// message alone, blaming that cell, with an empty context.
+pub fn diagnose(failure: &CellFailure, graph: &ExecutionStateGraph) -> Diagnosis {
     let class = failure.class();
     let message = failure.message();
     let line = failure.effective_line();
-    let Ok(node) = graph.step(failure.step) else {
+    let Ok(node) = graph.cell(failure.cell) else {
         return Diagnosis {
-            step: failure.step,
+            cell: failure.cell,
             version: None,
             class,
             exception: failure.exception_type().map(str::to_owned),
@@ -590,19 +590,19 @@ pub fn diagnose(failure: &StepFailure, graph: &ExecutionStateGraph) -> Diagnosis
             line_text: None,
             names: Vec::new(),
             culprits: vec![Culprit {
-                step: failure.step,
+                cell: failure.cell,
                 line,
                 names: Vec::new(),
                 reasons: vec![format!(
-                    "step {} failed; it is not in the graph, so nothing else is known",
-                    failure.step
+                    "cell {} failed; it is not in the graph, so nothing else is known",
+                    failure.cell
                 )],
             }],
             context: DiagnosisContext::default(),
             suggestions: Vec::new(),
         };
     };
-    let source = StepSource::parse(node.source());
+    let source = CellSource::parse(node.source());
     let line = line.filter(|&l| l >= 1 && l <= source.line_count());
     let facts = source.facts();
     let mut diagnoser = Diagnoser {
@@ -623,9 +623,9 @@ pub fn diagnose(failure: &StepFailure, graph: &ExecutionStateGraph) -> Diagnosis
 
 struct Diagnoser<'g> {
     graph: &'g ExecutionStateGraph,
-    failure: &'g StepFailure,
-    node: &'g StepNode,
-    source: StepSource<'g>,
+    failure: &'g CellFailure,
+    node: &'g CellNode,
+    source: CellSource<'g>,
     facts: Facts,
     line: Option<u32>,
     culprits: Vec<Culprit>,
@@ -655,19 +655,19 @@ fn returns_none(method: &str) -> bool {
 }
 
 impl<'g> Diagnoser<'g> {
-    fn failing(&self) -> StepId {
+    fn failing(&self) -> CellId {
         self.node.id()
     }
 
     fn at_line(&self) -> String {
         match self.line {
-            Some(line) => format!("line {line} of step {}", self.failing()),
-            None => format!("step {}", self.failing()),
+            Some(line) => format!("line {line} of cell {}", self.failing()),
+            None => format!("cell {}", self.failing()),
         }
     }
 
-    fn blame(&mut self, step: StepId, line: Option<u32>, names: &[&str], reason: String) {
-        if let Some(existing) = self.culprits.iter_mut().find(|c| c.step == step) {
+    fn blame(&mut self, cell: CellId, line: Option<u32>, names: &[&str], reason: String) {
+        if let Some(existing) = self.culprits.iter_mut().find(|c| c.cell == cell) {
             if !existing.reasons.contains(&reason) {
                 existing.reasons.push(reason);
             }
@@ -682,7 +682,7 @@ impl<'g> Diagnoser<'g> {
             return;
         }
         self.culprits.push(Culprit {
-            step,
+            cell,
             line,
             names: names.iter().map(|n| (*n).to_owned()).collect(),
             reasons: vec![reason],
@@ -707,11 +707,11 @@ impl<'g> Diagnoser<'g> {
             .is_some_and(|line| self.source.line_of(range.start()) < line)
     }
 
-    /// The steps whose value of `name` the failing line saw, most likely
-    /// first: the failing step if it bound `name` before that line (or
+    /// The cells whose value of `name` the failing line saw, most likely
+    /// first: the failing cell if it bound `name` before that line (or
     /// binds it without reading it), then the producers the graph links
-    /// the failing step to for `name`, latest first.
-    fn value_sources(&self, name: &str) -> Vec<StepId> {
+    /// the failing cell to for `name`, latest first.
+    fn value_sources(&self, name: &str) -> Vec<CellId> {
         let analysis = self.node.analysis();
         let own = self
             .facts
@@ -731,7 +731,7 @@ impl<'g> Diagnoser<'g> {
                     .iter()
                     .rev()
                     .filter(|(_, dependency)| dependency.names.contains(name))
-                    .map(|(step, _)| *step),
+                    .map(|(cell, _)| *cell),
             );
         }
         out
@@ -740,14 +740,14 @@ impl<'g> Diagnoser<'g> {
     /// Whether `name` is a module bound by an import, where the failing
     /// line sees it.
     fn is_module(&self, name: &str) -> bool {
-        self.value_sources(name).first().is_some_and(|&step| {
+        self.value_sources(name).first().is_some_and(|&cell| {
             self.graph
-                .step(step)
+                .cell(cell)
                 .is_ok_and(|node| node.analysis().imports_name(name))
         })
     }
 
-    /// Whether `name` is a builtin that no earlier step rebinds.
+    /// Whether `name` is a builtin that no earlier cell rebinds.
     fn is_plain_builtin(&self, name: &str) -> bool {
         is_builtin(name) && self.value_sources(name).is_empty()
     }
@@ -757,9 +757,9 @@ impl<'g> Diagnoser<'g> {
         if let Some(value) = self.failure.values.get(name) {
             return Some(value.clone());
         }
-        self.value_sources(name).into_iter().find_map(|step| {
+        self.value_sources(name).into_iter().find_map(|cell| {
             self.graph
-                .step(step)
+                .cell(cell)
                 .ok()?
                 .outputs()?
                 .values
@@ -772,7 +772,7 @@ impl<'g> Diagnoser<'g> {
         self.source.on_line(range, self.line)
     }
 
-    /// Names loaded on the failing line (the whole step without a line),
+    /// Names loaded on the failing line (the whole cell without a line),
     /// without plain builtins and modules.
     fn names_on_line(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
@@ -790,7 +790,7 @@ impl<'g> Diagnoser<'g> {
     }
 
     /// Blames the sources of `name`'s value, with `why` describing the
-    /// value's role; the failing step is described as binding it itself.
+    /// value's role; the failing cell is described as binding it itself.
     fn blame_sources(&mut self, name: &str, why: &str, none_hint: bool) {
         if self.is_plain_builtin(name) || self.is_module(name) {
             return;
@@ -800,17 +800,17 @@ impl<'g> Diagnoser<'g> {
             .value_of(name)
             .map(|v| format!(" (value: {v})"))
             .unwrap_or_default();
-        for step in self.value_sources(name) {
-            let Ok(node) = self.graph.step(step) else {
+        for cell in self.value_sources(name) {
+            let Ok(node) = self.graph.cell(cell) else {
                 continue;
             };
             let mut line = None;
-            let mut reason = if step == self.failing() {
-                format!("step {step} binds `{name}` itself{value}, {why}")
+            let mut reason = if cell == self.failing() {
+                format!("cell {cell} binds `{name}` itself{value}, {why}")
             } else {
-                format!("step {step} produced `{name}`{value}, {why}")
+                format!("cell {cell} produced `{name}`{value}, {why}")
             };
-            let producer = StepSource::parse(node.source());
+            let producer = CellSource::parse(node.source());
             if let Some(assign) = producer.call_assignments(name).pop() {
                 line = Some(assign.line);
                 if none_hint && let Some(hint) = self.none_hint(&assign) {
@@ -823,10 +823,10 @@ impl<'g> Diagnoser<'g> {
                     "; it binds `{name}` only conditionally, so an older value may remain"
                 );
             }
-            if node.status() != StepStatus::Ok && step != self.failing() {
+            if node.status() != CellStatus::Ok && cell != self.failing() {
                 let _ = write!(reason, " (status: {})", status_name(node.status()));
             }
-            self.blame(step, line, &[name], reason);
+            self.blame(cell, line, &[name], reason);
         }
     }
 
@@ -855,14 +855,14 @@ impl<'g> Diagnoser<'g> {
         let function = &assign.callee;
         let defining = self.graph.producers_of(function).into_iter().find(|&s| {
             self.graph
-                .step(s)
+                .cell(s)
                 .is_ok_and(|n| n.analysis().definition(function).is_some())
         })?;
-        let node = self.graph.step(defining).ok()?;
-        let returns = StepSource::parse(node.source()).function_returns_value(function)?;
+        let node = self.graph.cell(defining).ok()?;
+        let returns = CellSource::parse(node.source()).function_returns_value(function)?;
         (!returns).then(|| {
             format!(
-                "line {} assigns the result of `{function}(...)`, and `{function}` (step {defining}) never returns a value",
+                "line {} assigns the result of `{function}(...)`, and `{function}` (cell {defining}) never returns a value",
                 assign.line
             )
         })
@@ -885,23 +885,23 @@ impl<'g> Diagnoser<'g> {
             }
             ErrorClass::Syntax | ErrorClass::Timeout | ErrorClass::Crash | ErrorClass::Other => {}
         }
-        self.blame_failing_step(class, message);
+        self.blame_failing_cell(class, message);
     }
 
-    /// The failing step is always a candidate; it comes first when no rule
-    /// blamed another step.
-    fn blame_failing_step(&mut self, class: ErrorClass, message: &str) {
+    /// The failing cell is always a candidate; it comes first when no rule
+    /// blamed another cell.
+    fn blame_failing_cell(&mut self, class: ErrorClass, message: &str) {
         let at = self.at_line();
         let reason = match class {
-            ErrorClass::Syntax => format!("step {} does not compile: {message}", self.failing()),
+            ErrorClass::Syntax => format!("cell {} does not compile: {message}", self.failing()),
             ErrorClass::Timeout => {
-                let mut reason = format!("step {} {message} and was interrupted", self.failing());
+                let mut reason = format!("cell {} {message} and was interrupted", self.failing());
                 if let Some(text) = self.line.and_then(|l| self.source.line(l)) {
                     let _ = write!(reason, " while on {at}: `{}`", text.trim());
                 }
                 reason
             }
-            ErrorClass::Crash => format!("{message} while running step {}", self.failing()),
+            ErrorClass::Crash => format!("{message} while running cell {}", self.failing()),
             _ => format!("the error was raised on {at}"),
         };
         let names: Vec<String> = if matches!(class, ErrorClass::Other) {
@@ -910,9 +910,9 @@ impl<'g> Diagnoser<'g> {
             Vec::new()
         };
         let line = self.import_line.or(self.line);
-        let step = self.failing();
-        self.blame(step, line, &[], reason);
-        // For other errors, the values on the line come after the step itself.
+        let cell = self.failing();
+        self.blame(cell, line, &[], reason);
+        // For other errors, the values on the line come after the cell itself.
         for name in names {
             let why = format!("used on {}", self.at_line());
             self.blame_sources(&name, &why, false);
@@ -933,63 +933,63 @@ impl<'g> Diagnoser<'g> {
             return;
         }
 
-        // Earlier steps that should have bound it.
+        // Earlier cells that should have bound it.
         let mut bound_earlier = false;
-        for step in self.value_sources(&name) {
-            if step == failing {
+        for cell in self.value_sources(&name) {
+            if cell == failing {
                 continue;
             }
-            let Ok(node) = self.graph.step(step) else {
+            let Ok(node) = self.graph.cell(cell) else {
                 continue;
             };
             bound_earlier = true;
             let analysis = node.analysis();
             let reason = if analysis.deletes.contains(&name) {
-                format!("step {step} deletes `{name}` (`del {name}`)")
+                format!("cell {cell} deletes `{name}` (`del {name}`)")
             } else if analysis.conditional_writes.contains(&name) {
                 format!(
-                    "step {step} binds `{name}` only conditionally (in a branch, loop or `try`), and the path that binds it did not run"
+                    "cell {cell} binds `{name}` only conditionally (in a branch, loop or `try`), and the path that binds it did not run"
                 )
             } else if node.effects().via_calls.contains(&name) {
                 format!(
-                    "step {step} binds `{name}` only through a function call that may not have run"
+                    "cell {cell} binds `{name}` only through a function call that may not have run"
                 )
             } else if node.effects().opaque {
                 format!(
-                    "step {step} uses exec/eval or a star import and was expected to bind `{name}`"
+                    "cell {cell} uses exec/eval or a star import and was expected to bind `{name}`"
                 )
-            } else if node.status() != StepStatus::Ok {
+            } else if node.status() != CellStatus::Ok {
                 format!(
-                    "step {step} binds `{name}` but has not run successfully (status: {})",
+                    "cell {cell} binds `{name}` but has not run successfully (status: {})",
                     status_name(node.status())
                 )
             } else {
                 format!(
-                    "step {step} binds `{name}`, but the kernel no longer has it (restarted, or the step ran before a change)"
+                    "cell {cell} binds `{name}`, but the kernel no longer has it (restarted, or the cell ran before a change)"
                 )
             };
-            self.blame(step, None, &[&name], reason);
+            self.blame(cell, None, &[&name], reason);
         }
 
-        // Later steps that bind it.
-        let later: Vec<StepId> = self
+        // Later cells that bind it.
+        let later: Vec<CellId> = self
             .graph
-            .steps()
+            .cells()
             .filter(|n| n.id() > failing && n.analysis().writes.contains(&name))
-            .map(StepNode::id)
+            .map(CellNode::id)
             .collect();
-        for &step in &later {
+        for &cell in &later {
             self.blame(
-                step,
+                cell,
                 None,
                 &[&name],
-                format!("step {step} binds `{name}` but runs after step {failing}"),
+                format!("cell {cell} binds `{name}` but runs after cell {failing}"),
             );
         }
-        if let Some(&step) = later.first() {
+        if let Some(&cell) = later.first() {
             self.suggest(Suggestion::DefinedLater {
                 name: name.clone(),
-                step,
+                cell,
             });
         }
 
@@ -1013,11 +1013,11 @@ impl<'g> Diagnoser<'g> {
                 self.line,
                 &[&name],
                 format!(
-                    "step {failing} uses `{name}` without importing it; no step imports it (`{statement}`)"
+                    "cell {failing} uses `{name}` without importing it; no cell imports it (`{statement}`)"
                 ),
             );
             self.suggest(Suggestion::AddImport {
-                step: failing,
+                cell: failing,
                 name: name.clone(),
                 statement: statement.clone(),
             });
@@ -1029,13 +1029,13 @@ impl<'g> Diagnoser<'g> {
         }
 
         if self.culprits.is_empty() {
-            let reason = format!("step {failing} reads `{name}`, which no step binds");
+            let reason = format!("cell {failing} reads `{name}`, which no cell binds");
             self.blame(failing, self.line, &[&name], reason);
         }
     }
 
     /// `UnboundLocalError`: a function assigns the name somewhere, making
-    /// it local, and reads it before. Blame the step defining the function
+    /// it local, and reads it before. Blame the cell defining the function
     /// named by the traceback's innermost frame.
     fn unbound_local(&mut self, name: &str) {
         let frames = self
@@ -1058,23 +1058,23 @@ impl<'g> Diagnoser<'g> {
         } else {
             self.value_sources(function).into_iter().find(|&s| {
                 self.graph
-                    .step(s)
+                    .cell(s)
                     .is_ok_and(|n| n.analysis().definition(function).is_some())
             })
         };
-        if let Some(step) = defining {
+        if let Some(cell) = defining {
             let line = self
                 .graph
-                .step(step)
+                .cell(cell)
                 .ok()
                 .and_then(|n| n.analysis().definition(function))
                 .map(|d| d.line);
             self.blame(
-                step,
+                cell,
                 line,
                 &[name, function],
                 format!(
-                    "function `{function}` (step {step}) assigns `{name}` in its body, which makes `{name}` local to it, and reads it before that assignment (declare `global {name}` or pass it in)"
+                    "function `{function}` (cell {cell}) assigns `{name}` in its body, which makes `{name}` local to it, and reads it before that assignment (declare `global {name}` or pass it in)"
                 ),
             );
         }
@@ -1082,17 +1082,17 @@ impl<'g> Diagnoser<'g> {
 
     fn close_names(&mut self, name: &str, hint: Option<&str>) {
         let failing = self.failing();
-        // (candidate, defining step or None for builtins and kernel names)
-        let mut candidates: Vec<(String, Option<StepId>)> = Vec::new();
-        let mut push = |candidate: &str, step: Option<StepId>| {
+        // (candidate, defining cell or None for builtins and kernel names)
+        let mut candidates: Vec<(String, Option<CellId>)> = Vec::new();
+        let mut push = |candidate: &str, cell: Option<CellId>| {
             if !candidates.iter().any(|(c, _)| c == candidate) {
-                candidates.push((candidate.to_owned(), step));
+                candidates.push((candidate.to_owned(), cell));
             }
         };
         for written in &self.node.analysis().writes {
             push(written, Some(failing));
         }
-        let earlier: Vec<&StepNode> = self.graph.steps().filter(|n| n.id() < failing).collect();
+        let earlier: Vec<&CellNode> = self.graph.cells().filter(|n| n.id() < failing).collect();
         for node in earlier.iter().rev() {
             for written in &node.analysis().writes {
                 push(written, Some(node.id()));
@@ -1104,26 +1104,26 @@ impl<'g> Diagnoser<'g> {
         for builtin in tables::COMMON_BUILTINS {
             push(builtin, None);
         }
-        let mut close: Vec<(usize, usize, String, Option<StepId>)> = candidates
+        let mut close: Vec<(usize, usize, String, Option<CellId>)> = candidates
             .into_iter()
             .enumerate()
-            .filter_map(|(order, (candidate, step))| {
+            .filter_map(|(order, (candidate, cell))| {
                 let distance = if hint == Some(candidate.as_str()) {
                     Some(0)
                 } else {
                     tables::closeness(name, &candidate)
                 }?;
-                Some((distance, order, candidate, step))
+                Some((distance, order, candidate, cell))
             })
             .collect();
         close.sort();
         close.truncate(3);
-        // Close names for the failing step's reason, and the definers to
+        // Close names for the failing cell's reason, and the definers to
         // blame after it.
         let mut mentions: Vec<String> = Vec::new();
-        let mut definers: Vec<(StepId, String)> = Vec::new();
-        for (rank, (_, _, candidate, step)) in close.into_iter().enumerate() {
-            match step {
+        let mut definers: Vec<(CellId, String)> = Vec::new();
+        for (rank, (_, _, candidate, cell)) in close.into_iter().enumerate() {
+            match cell {
                 Some(definer) if definer != failing => {
                     if rank == 0 && self.definition_is_typo(name, &candidate, definer) {
                         self.blame(
@@ -1131,21 +1131,21 @@ impl<'g> Diagnoser<'g> {
                             None,
                             &[&candidate, name],
                             format!(
-                                "step {definer} binds `{candidate}`, which no step reads, probably a misspelling of `{name}` that other steps read"
+                                "cell {definer} binds `{candidate}`, which no cell reads, probably a misspelling of `{name}` that other cells read"
                             ),
                         );
                         self.suggest(Suggestion::RenameName {
-                            step: definer,
+                            cell: definer,
                             from: candidate.clone(),
                             to: name.to_owned(),
                         });
                         continue;
                     }
-                    mentions.push(format!("`{candidate}` (bound by step {definer})"));
+                    mentions.push(format!("`{candidate}` (bound by cell {definer})"));
                     definers.push((definer, candidate.clone()));
                 }
                 Some(_) => {
-                    mentions.push(format!("`{candidate}` (bound earlier in step {failing})"))
+                    mentions.push(format!("`{candidate}` (bound earlier in cell {failing})"))
                 }
                 None if is_builtin(&candidate) => {
                     mentions.push(format!("`{candidate}` (a builtin)"))
@@ -1153,12 +1153,12 @@ impl<'g> Diagnoser<'g> {
                 None => mentions.push(format!("`{candidate}` (in the kernel's namespace)")),
             }
             self.suggest(Suggestion::RenameName {
-                step: failing,
+                cell: failing,
                 from: name.to_owned(),
                 to: candidate,
             });
         }
-        let mut reason = format!("step {failing} reads `{name}`, which no step binds");
+        let mut reason = format!("cell {failing} reads `{name}`, which no cell binds");
         if !mentions.is_empty() {
             let _ = write!(reason, "; close names: {}", mentions.join(", "));
         }
@@ -1168,22 +1168,22 @@ impl<'g> Diagnoser<'g> {
                 definer,
                 None,
                 &[&candidate],
-                format!("step {definer} binds `{candidate}`, close to the missing `{name}`"),
+                format!("cell {definer} binds `{candidate}`, close to the missing `{name}`"),
             );
         }
     }
 
     /// Whether `definer`'s `candidate` is the misspelling rather than the
-    /// failing step's `missing`: nobody reads `candidate`, and another step
+    /// failing cell's `missing`: nobody reads `candidate`, and another cell
     /// besides the failing one reads `missing` too.
-    fn definition_is_typo(&self, missing: &str, candidate: &str, definer: StepId) -> bool {
+    fn definition_is_typo(&self, missing: &str, candidate: &str, definer: CellId) -> bool {
         let failing = self.failing();
-        let candidate_read = self.graph.steps().any(|n| {
+        let candidate_read = self.graph.cells().any(|n| {
             n.id() != definer && n.id() > definer && n.analysis().reads.contains(candidate)
         });
         let missing_read_elsewhere = self
             .graph
-            .steps()
+            .cells()
             .any(|n| n.id() != failing && n.id() > definer && n.analysis().reads.contains(missing));
         !candidate_read && missing_read_elsewhere
     }
@@ -1219,11 +1219,11 @@ impl<'g> Diagnoser<'g> {
                     failing,
                     line,
                     &[],
-                    format!("step {failing} reads `{attr}` of module `{module}`, which has no such attribute"),
+                    format!("cell {failing} reads `{attr}` of module `{module}`, which has no such attribute"),
                 );
             }
             AttrOwner::Object(type_name) | AttrOwner::Type(type_name) => {
-                // A misspelled attribute of a well-known type: the failing step.
+                // A misspelled attribute of a well-known type: the failing cell.
                 let close = tables::known_attributes(type_name)
                     .iter()
                     .filter_map(|known| Some((tables::closeness(&attr, known)?, *known)))
@@ -1234,11 +1234,11 @@ impl<'g> Diagnoser<'g> {
                         line,
                         &[],
                         format!(
-                            "step {failing} reads `.{attr}` of a {type_name}, which has no such attribute; `{known}` is close"
+                            "cell {failing} reads `.{attr}` of a {type_name}, which has no such attribute; `{known}` is close"
                         ),
                     );
                     self.suggest(Suggestion::RenameAttribute {
-                        step: failing,
+                        cell: failing,
                         line,
                         from: attr.clone(),
                         to: known.to_owned(),
@@ -1349,25 +1349,25 @@ impl<'g> Diagnoser<'g> {
                         continue;
                     };
                     if is_builtin(&root) && call.callee == root {
-                        let shadowing: Vec<StepId> = self
+                        let shadowing: Vec<CellId> = self
                             .value_sources(&root)
                             .into_iter()
                             .filter(|&s| s != failing)
                             .collect();
-                        for step in shadowing {
+                        for cell in shadowing {
                             self.involve(&root);
                             self.blame(
-                                step,
+                                cell,
                                 None,
                                 &[&root],
                                 format!(
-                                    "step {step} rebinds the builtin `{root}` to a {type_name}, so `{root}(...)` on {} calls that {type_name}",
+                                    "cell {cell} rebinds the builtin `{root}` to a {type_name}, so `{root}(...)` on {} calls that {type_name}",
                                     self.at_line()
                                 ),
                             );
                             self.suggest(Suggestion::ShadowedBuiltin {
                                 name: root.clone(),
-                                step,
+                                cell,
                             });
                         }
                         continue;
@@ -1419,27 +1419,27 @@ impl<'g> Diagnoser<'g> {
                         "the call of `{function}` on {at} does not match its signature: {message}"
                     ),
                 );
-                let defining: Vec<StepId> = self
+                let defining: Vec<CellId> = self
                     .value_sources(&function)
                     .into_iter()
                     .filter(|&s| {
                         self.graph
-                            .step(s)
+                            .cell(s)
                             .is_ok_and(|n| n.analysis().definition(&function).is_some())
                     })
                     .collect();
-                for step in defining {
+                for cell in defining {
                     let line = self
                         .graph
-                        .step(step)
+                        .cell(cell)
                         .ok()
                         .and_then(|n| n.analysis().definition(&function))
                         .map(|d| d.line);
                     self.blame(
-                        step,
+                        cell,
                         line,
                         &[&function],
-                        format!("step {step} defines `{function}` with the signature the call does not match"),
+                        format!("cell {cell} defines `{function}` with the signature the call does not match"),
                     );
                 }
             }
@@ -1539,7 +1539,7 @@ impl<'g> Diagnoser<'g> {
         if chosen.is_empty()
             && let Some(KeyRepr::Str(k)) = &key
         {
-            // The line may be off; look for the literal key anywhere in the step.
+            // The line may be off; look for the literal key anywhere in the cell.
             chosen = self
                 .facts
                 .subscripts
@@ -1571,10 +1571,10 @@ impl<'g> Diagnoser<'g> {
                 failing,
                 line,
                 &[],
-                format!("step {failing} uses the key '{from}'; '{to}' exists in {seen_in}"),
+                format!("cell {failing} uses the key '{from}'; '{to}' exists in {seen_in}"),
             );
             self.suggest(Suggestion::RenameKey {
-                step: failing,
+                cell: failing,
                 line,
                 from: from.clone(),
                 to: to.clone(),
@@ -1617,12 +1617,12 @@ impl<'g> Diagnoser<'g> {
             }
         }
         for root in roots {
-            for step in self.value_sources(root) {
-                let Ok(node) = self.graph.step(step) else {
+            for cell in self.value_sources(root) {
+                let Ok(node) = self.graph.cell(cell) else {
                     continue;
                 };
-                for candidate in StepSource::parse(node.source()).facts().strings {
-                    consider(&candidate, format!("step {step}"));
+                for candidate in CellSource::parse(node.source()).facts().strings {
+                    consider(&candidate, format!("cell {cell}"));
                 }
             }
         }
@@ -1647,10 +1647,10 @@ impl<'g> Diagnoser<'g> {
         };
         let reason = match &member {
             Some(member) => format!(
-                "step {failing} imports `{member}` from `{module}` {at}, which does not provide it"
+                "cell {failing} imports `{member}` from `{module}` {at}, which does not provide it"
             ),
             None => format!(
-                "step {failing} imports `{module}` {at}, and no module of that name is installed"
+                "cell {failing} imports `{module}` {at}, and no module of that name is installed"
             ),
         };
         self.blame(failing, line, &[], reason);
@@ -1664,7 +1664,7 @@ impl<'g> Diagnoser<'g> {
             && let Some(line) = line
         {
             self.suggest(Suggestion::FixImport {
-                step: failing,
+                cell: failing,
                 line,
                 from: top.clone(),
                 to: known.to_owned(),
@@ -1679,18 +1679,18 @@ impl<'g> Diagnoser<'g> {
 
     fn finish(self, class: ErrorClass, message: String) -> Diagnosis {
         let failing = self.failing();
-        let mut roles: BTreeMap<StepId, (ContextRole, BTreeSet<String>)> = BTreeMap::new();
+        let mut roles: BTreeMap<CellId, (ContextRole, BTreeSet<String>)> = BTreeMap::new();
         roles.insert(failing, (ContextRole::Failing, BTreeSet::new()));
         for culprit in &self.culprits {
             roles
-                .entry(culprit.step)
+                .entry(culprit.cell)
                 .or_insert((ContextRole::Suspect, BTreeSet::new()));
         }
         let mut values = BTreeMap::new();
         for name in &self.names {
-            for step in self.value_sources(name) {
+            for cell in self.value_sources(name) {
                 let entry = roles
-                    .entry(step)
+                    .entry(cell)
                     .or_insert((ContextRole::Producer, BTreeSet::new()));
                 if entry.0 == ContextRole::Suspect {
                     entry.0 = ContextRole::Producer;
@@ -1701,13 +1701,13 @@ impl<'g> Diagnoser<'g> {
                 values.insert(name.clone(), value);
             }
         }
-        let steps = roles
+        let cells = roles
             .into_iter()
-            .filter_map(|(step, (role, provides))| {
-                let node = self.graph.step(step).ok()?;
+            .filter_map(|(cell, (role, provides))| {
+                let node = self.graph.cell(cell).ok()?;
                 let (source, truncated) = truncate(node.source());
-                Some(ContextStep {
-                    step,
+                Some(ContextCell {
+                    cell,
                     role,
                     provides: provides.into_iter().collect(),
                     source,
@@ -1717,7 +1717,7 @@ impl<'g> Diagnoser<'g> {
             .collect();
         let line = self.import_line.or(self.line);
         Diagnosis {
-            step: failing,
+            cell: failing,
             version: Some(self.node.current_version().number),
             class,
             exception: self.failure.exception_type().map(str::to_owned),
@@ -1726,18 +1726,18 @@ impl<'g> Diagnoser<'g> {
             line_text: line.and_then(|l| self.source.line(l)).map(str::to_owned),
             names: self.names,
             culprits: self.culprits,
-            context: DiagnosisContext { steps, values },
+            context: DiagnosisContext { cells, values },
             suggestions: self.suggestions,
         }
     }
 }
 
-fn status_name(status: StepStatus) -> &'static str {
+fn status_name(status: CellStatus) -> &'static str {
     match status {
-        StepStatus::Pending => "pending",
-        StepStatus::Ok => "ok",
-        StepStatus::Failed => "failed",
-        StepStatus::Stale => "stale",
+        CellStatus::Pending => "pending",
+        CellStatus::Ok => "ok",
+        CellStatus::Failed => "failed",
+        CellStatus::Stale => "stale",
     }
 }
 

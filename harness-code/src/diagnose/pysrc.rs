@@ -1,5 +1,5 @@
 //! Source helpers shared by diagnosis and patches: a lenient parse of one
-//! step, line lookup, the expressions that matter for a failure, and the
+//! cell, line lookup, the expressions that matter for a failure, and the
 //! spots to edit for a rename.
 
 use rustpython_ruff_python_ast::visitor::{self, Visitor};
@@ -109,15 +109,15 @@ pub(crate) struct CallAssign {
     pub(crate) line: u32,
 }
 
-/// A parsed step.
+/// A parsed cell.
 #[derive(Debug)]
-pub(crate) struct StepSource<'a> {
+pub(crate) struct CellSource<'a> {
     text: &'a str,
     line_starts: Vec<usize>,
     module: Option<ast::ModModule>,
 }
 
-impl<'a> StepSource<'a> {
+impl<'a> CellSource<'a> {
     /// Parses `text` leniently (IPython escapes allowed); code that does not
     /// parse gives a source without syntax tree.
     pub(crate) fn parse(text: &'a str) -> Self {
@@ -305,7 +305,7 @@ impl<'a> StepSource<'a> {
         out
     }
 
-    /// Byte offset where an import added to the step belongs: after a
+    /// Byte offset where an import added to the cell belongs: after a
     /// module docstring and `from __future__` imports.
     pub(crate) fn import_insertion_offset(&self) -> usize {
         let mut offset = 0;
@@ -328,7 +328,7 @@ impl<'a> StepSource<'a> {
     }
 }
 
-/// The failure-relevant expressions of a step.
+/// The failure-relevant expressions of a cell.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Facts {
     pub(crate) names: Vec<NameUse>,

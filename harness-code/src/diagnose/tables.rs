@@ -117,7 +117,7 @@ const KNOWN_IMPORTS: &[(&str, &str)] = &[
     ("sqrt", "from math import sqrt"),
 ];
 
-/// Attributes of `datetime.datetime` that code calls on the class; a step
+/// Attributes of `datetime.datetime` that code calls on the class; a cell
 /// that uses `datetime.now()` wants `from datetime import datetime`.
 const DATETIME_CLASS_ATTRIBUTES: &[&str] = &[
     "combine",
@@ -131,7 +131,7 @@ const DATETIME_CLASS_ATTRIBUTES: &[&str] = &[
 ];
 
 /// The import that binds `name`, if `name` is a well-known module, alias or
-/// member. `attributes` are the attributes the step reads on `name`; they
+/// member. `attributes` are the attributes the cell reads on `name`; they
 /// decide between `import datetime` and `from datetime import datetime`
 /// (and the same for `pprint`).
 pub(crate) fn known_import(name: &str, attributes: &[&str], called: bool) -> Option<String> {

@@ -39,13 +39,13 @@ pub const DEFAULT_SCRUB_PATTERNS: &[&str] = &[
 pub struct KernelConfig {
     /// The interpreter (default `python3`, looked up on `PATH`).
     pub python: PathBuf,
-    /// Wall-clock limit per step; on expiry the kernel is killed and
+    /// Wall-clock limit per cell; on expiry the kernel is killed and
     /// restarted (default 60 s; `None`: no limit).
     pub timeout: Option<Duration>,
     /// How long the kernel may take to start and greet (default 20 s).
     pub startup_timeout: Duration,
     /// Address-space limit in bytes, set with `RLIMIT_AS` by the kernel
-    /// before it runs any step (default none).
+    /// before it runs any cell (default none).
     pub memory_limit: Option<u64>,
     /// The kernel's working directory (default: the caller's).
     pub working_dir: Option<PathBuf>,
@@ -53,7 +53,7 @@ pub struct KernelConfig {
     /// "/", "/", "--"]` or `["prlimit", "--nproc=64"]`; the interpreter and
     /// its arguments are appended.
     pub command_prefix: Vec<OsString>,
-    /// Bytes of each of stdout and stderr kept per step (default 64 KiB);
+    /// Bytes of each of stdout and stderr kept per cell (default 64 KiB);
     /// the rest is counted and dropped.
     pub output_cap: usize,
     /// Whether the kernel inherits this process's environment (minus the
@@ -70,11 +70,11 @@ pub struct KernelConfig {
     /// are hashed but not stored.
     pub blob_dir: Option<PathBuf>,
     /// Values whose pickle is larger than this are not stored (marked
-    /// unrestorable; restored by re-running their step). Default 256 MiB.
+    /// unrestorable; restored by re-running their cell). Default 256 MiB.
     pub max_blob_bytes: u64,
-    /// Record which names each step reads at its own level, to check the
+    /// Record which names each cell reads at its own level, to check the
     /// static analysis (default true; costs a Python-level call per global
-    /// lookup while steps run).
+    /// lookup while cells run).
     pub check_reads: bool,
     /// Longest protocol line accepted from the kernel (default 64 MiB).
     pub max_message_bytes: usize,

@@ -1,10 +1,10 @@
-# The harness Python kernel: runs the steps of one code session in a
+# The harness Python kernel: runs the cells of one notebook in a
 # persistent namespace. Started by harness_code::kernel::Kernel as
 # `python3 -s -u -c <this file> <config json>`; needs only the standard library.
 #
 # Protocol: one JSON object per line. At start the kernel moves the pipes it
 # was given on fds 0 and 1 to private descriptors and speaks only there; fd 0
-# becomes /dev/null and fds 1 and 2 become per-step capture files, so nothing
+# becomes /dev/null and fds 1 and 2 become per-cell capture files, so nothing
 # user code prints (from Python or C) can reach the protocol channel. The
 # original fd 2 is kept for diagnostics (faulthandler on a crash).
 
@@ -53,7 +53,7 @@ class Capture:
         os.lseek(self.fd, 0, os.SEEK_SET)
 
     def trim(self):
-        # Keeps disk use bounded while a step prints without end: the head we
+        # Keeps disk use bounded while a cell prints without end: the head we
         # report stays, the rest becomes a hole (the offset keeps counting).
         try:
             if os.fstat(self.fd).st_size > 4 * self.cap + (1 << 20):
@@ -77,7 +77,7 @@ class Capture:
 
 
 class Tracker:
-    """What the running step reads from the namespace at its own level."""
+    """What the running cell reads from the namespace at its own level."""
 
     def __init__(self):
         self.filename = None
@@ -95,7 +95,7 @@ _MISSING = object()
 
 
 class Namespace(dict):
-    """The session namespace; records module-level reads of the running step."""
+    """The notebook namespace; records module-level reads of the running cell."""
 
     __slots__ = ()
 
@@ -192,12 +192,12 @@ class Kernel:
         if self.blob_dir:
             os.makedirs(os.path.join(self.blob_dir, "tmp"), exist_ok=True)
         threading.Thread(target=self.watch_output, daemon=True).start()
-        # Like Jupyter: modules next to the session's files are importable.
+        # Like Jupyter: modules next to the notebook's files are importable.
         if "" not in sys.path:
             sys.path.insert(0, "")
 
     def reset_streams(self):
-        # New wrappers if a step closed ours; they never own the descriptors.
+        # New wrappers if a cell closed ours; they never own the descriptors.
         if self.stdin is None or self.stdin.closed:
             self.stdin = open(0, "r", closefd=False)
         if self.stdout is None or self.stdout.closed:
@@ -258,7 +258,7 @@ class Kernel:
                     os._exit(0)
                 else:
                     reply = {"kernel_error": "unknown op %r" % (op,)}
-            except BaseException as error:  # the kernel's own failure, not the step's
+            except BaseException as error:  # the kernel's own failure, not the cell's
                 reply = {"kernel_error": bounded("".join(
                     traceback.format_exception(type(error), error, error.__traceback__)),
                     TRACEBACK_LIMIT)}
@@ -268,11 +268,11 @@ class Kernel:
     # -- execute -----------------------------------------------------------
 
     def execute(self, request):
-        step = request["step"]
+        cell = request["cell"]
         source = request["source"]
         declared = request.get("declared") or []
         snapshot = bool(request.get("snapshot", True))
-        filename = "<step %s>" % step
+        filename = "<cell %s>" % cell
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         ns = self.ns
         before = dict(ns)
@@ -347,7 +347,7 @@ class Kernel:
         for item in stacks:
             frames = list(item.stack)
             # The outermost frames are the kernel's (and, for a syntax error,
-            # the compiler's); the step's own frame comes first after them.
+            # the compiler's); the cell's own frame comes first after them.
             if any(frame.filename == filename for frame in frames):
                 while frames and frames[0].filename != filename:
                     frames.pop(0)
@@ -361,9 +361,9 @@ class Kernel:
         for frame in te.stack:
             entry = {"file": frame.filename, "line": frame.lineno, "function": frame.name,
                      "text": (frame.line or "")}
-            if frame.filename.startswith("<step ") and frame.filename.endswith(">"):
+            if frame.filename.startswith("<cell ") and frame.filename.endswith(">"):
                 try:
-                    entry["step"] = int(frame.filename[6:-1])
+                    entry["cell"] = int(frame.filename[6:-1])
                 except ValueError:
                     pass
             if frame.filename == filename:
@@ -446,7 +446,7 @@ class Kernel:
         if module == "__main__":
             what = "class" if isinstance(value, type) else "function"
             return {"kind": "unrestorable",
-                    "reason": "%s defined in a step: restored by running that step" % what}
+                    "reason": "%s defined in a cell: restored by running that cell" % what}
         sink = Sink(os.path.join(self.blob_dir, "tmp") if (snapshot and self.blob_dir) else None,
                     self.max_blob)
         try:

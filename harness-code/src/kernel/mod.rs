@@ -1,29 +1,29 @@
-//! A persistent Python kernel: one `python3` subprocess that runs the steps
-//! of a code session in one namespace, spoken to over JSON lines.
+//! A persistent Python kernel: one `python3` subprocess that runs the cells
+//! of a notebook in one namespace, spoken to over JSON lines.
 //!
 //! The kernel (`kernel.py`, embedded in this crate) needs only the standard
 //! library. At start it moves the pipes on its fds 0 and 1 to private
 //! descriptors and speaks the protocol only there: fd 0 becomes `/dev/null`
-//! and fds 1 and 2 become per-step capture files, so whatever a step prints,
-//! from Python or from C, never reaches the protocol. Each step's output is
+//! and fds 1 and 2 become per-cell capture files, so whatever a cell prints,
+//! from Python or from C, never reaches the protocol. Each cell's output is
 //! read back up to [`KernelConfig::output_cap`] bytes (the rest is counted,
-//! and trimmed from disk while the step runs), so a step that prints
+//! and trimmed from disk while the cell runs), so a cell that prints
 //! gigabytes costs neither memory nor disk.
 //!
-//! Per step the kernel reports ([`StepResult`]): the exception with its
-//! traceback (frames of step code are in the file `<step N>` with the step's
+//! Per cell the kernel reports ([`CellResult`]): the exception with its
+//! traceback (frames of cell code are in the file `<cell N>` with the cell's
 //! own line numbers; the kernel's frames are dropped), captured stdout and
 //! stderr, the last expression's repr, a [`ValueSummary`] of each name the
-//! step bound or changed (type, short repr, length or shape, and the SHA-256
+//! cell bound or changed (type, short repr, length or shape, and the SHA-256
 //! of its protocol-5 pickle, which is also written to the blob directory),
-//! and which names the step's own code read from the namespace.
+//! and which names the cell's own code read from the namespace.
 //!
 //! Faults are typed [`KernelError`]s, after which the kernel has already
-//! been restarted (with an empty namespace): a step running past
-//! [`KernelConfig::timeout`] is killed ([`KernelError::Timeout`]); a step
+//! been restarted (with an empty namespace): a cell running past
+//! [`KernelConfig::timeout`] is killed ([`KernelError::Timeout`]); a cell
 //! that calls `os._exit`, crashes the interpreter or closes the protocol
 //! pipes gives [`KernelError::Died`]. A memory limit is applied with
-//! `RLIMIT_AS` by the kernel itself before any step runs (a step over it gets
+//! `RLIMIT_AS` by the kernel itself before any cell runs (a cell over it gets
 //! a `MemoryError`); secrets are scrubbed from its environment
 //! ([`KernelConfig::scrub_patterns`]); [`KernelConfig::command_prefix`] runs
 //! it under a sandbox such as `bwrap` or `nsjail`.
@@ -31,12 +31,12 @@
 //! On Unix the kernel leads a process group of its own, and wherever it is
 //! killed (timeout, protocol error, death, [`Kernel::restart`], a
 //! [`Kernel::shutdown`] whatever its outcome, dropping the [`Kernel`]) the
-//! whole group is killed with `SIGKILL`: processes a step started
+//! whole group is killed with `SIGKILL`: processes a cell started
 //! (`subprocess.Popen`, `os.fork`, a `multiprocessing` pool) and everything
 //! the [`command_prefix`](KernelConfig::command_prefix) started go with it.
 //! A kernel that dies while a forked child still holds its pipes is reported
 //! as [`KernelError::Died`] at once, not when the timeout expires. The group
-//! is a boundary only for processes that stay in it: a step can leave it
+//! is a boundary only for processes that stay in it: a cell can leave it
 //! (`os.setsid()` or `os.setpgrp()` in a child, `subprocess.Popen(...,
 //! start_new_session=True)` or `process_group=0`, a daemonising tool), and
 //! so can a prefix that starts a new session (`setsid`, `bwrap
@@ -74,7 +74,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{DEFAULT_SCRUB_PATTERNS, KernelConfig};
 pub use result::{
-    CapturedOutput, PythonError, RestoreFailure, RestoreReport, RestoreValue, StepResult, Stored,
+    CapturedOutput, CellResult, PythonError, RestoreFailure, RestoreReport, RestoreValue, Stored,
     TraceFrame, ValueSummary,
 };
 
@@ -89,8 +89,8 @@ const DIAG_TAIL: usize = 8 * 1024;
 pub enum Activity {
     /// Starting up.
     Startup,
-    /// Running a step.
-    Step(u32),
+    /// Running a cell.
+    Cell(u32),
     /// Restoring values into the namespace.
     Restore,
     /// Another request (`ping`, `reset`, `shutdown`).
@@ -98,10 +98,10 @@ pub enum Activity {
 }
 
 impl Activity {
-    /// The step, when running one.
-    pub fn step(&self) -> Option<u32> {
+    /// The cell, when running one.
+    pub fn cell(&self) -> Option<u32> {
         match self {
-            Self::Step(step) => Some(*step),
+            Self::Cell(cell) => Some(*cell),
             _ => None,
         }
     }
@@ -111,7 +111,7 @@ impl fmt::Display for Activity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Startup => f.write_str("startup"),
-            Self::Step(step) => write!(f, "step {step}"),
+            Self::Cell(cell) => write!(f, "cell {cell}"),
             Self::Restore => f.write_str("restoring values"),
             Self::Control(op) => write!(f, "`{op}`"),
         }
@@ -190,7 +190,7 @@ pub enum KernelError {
         /// Whether a fresh kernel is running now.
         restarted: bool,
     },
-    /// The kernel's own code failed on a request (a bug, not a step error);
+    /// The kernel's own code failed on a request (a bug, not a cell error);
     /// the kernel is still running.
     #[error("the kernel failed internally during {during}: {detail}")]
     Internal {
@@ -246,7 +246,7 @@ pub struct KernelInfo {
 /// Options of one [`Kernel::execute_with`].
 #[derive(Debug, Clone, Default)]
 pub struct ExecuteOptions {
-    /// Names to summarise even if the step did not rebind them: what the
+    /// Names to summarise even if the cell did not rebind them: what the
     /// static analysis says it writes or mutates (rebound and new names are
     /// found by the kernel itself).
     pub declared: Vec<String>,
@@ -266,7 +266,7 @@ struct Process {
 }
 
 impl Drop for Process {
-    // `kill_on_drop` kills only the kernel process; whatever a step started
+    // `kill_on_drop` kills only the kernel process; whatever a cell started
     // is in its group.
     fn drop(&mut self) {
         self.group.kill();
@@ -319,7 +319,7 @@ impl ProcessGroup {
 /// One request at a time (`&mut self`). Dropping the kernel kills the
 /// process and, on Unix, its process group. If a request future is dropped
 /// before it completes, the next request restarts the kernel, since the
-/// reply stream is out of step.
+/// reply stream is out of sync.
 pub struct Kernel {
     config: KernelConfig,
     config_json: String,
@@ -441,7 +441,7 @@ impl Kernel {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         // A group of its own, so that killing the group kills what the
-        // steps (and the command prefix) started, and nothing else.
+        // cells (and the command prefix) started, and nothing else.
         #[cfg(unix)]
         command.process_group(0);
         if let Some(dir) = &config.working_dir {
@@ -528,7 +528,7 @@ impl Kernel {
 
     /// Asks the kernel to exit and waits for it (killing it if it does not
     /// exit within a second); then kills what remains of its process group
-    /// (Unix), the processes its steps started.
+    /// (Unix), the processes its cells started.
     ///
     /// # Errors
     ///
@@ -552,10 +552,10 @@ impl Kernel {
         Ok(())
     }
 
-    /// Runs `source` as step `step` (its traceback file is `<step N>`),
+    /// Runs `source` as cell `cell` (its traceback file is `<cell N>`),
     /// snapshotting outputs if the kernel has a blob directory.
     ///
-    /// A Python exception is a normal result ([`StepResult::error`]); an
+    /// A Python exception is a normal result ([`CellResult::error`]); an
     /// `Err` means the kernel itself failed (timeout, death).
     ///
     /// # Errors
@@ -563,12 +563,12 @@ impl Kernel {
     /// [`KernelError::Timeout`], [`KernelError::Died`],
     /// [`KernelError::Protocol`], [`KernelError::Internal`], or a start
     /// error if the kernel had to be started.
-    pub async fn execute(&mut self, step: u32, source: &str) -> Result<StepResult, KernelError> {
+    pub async fn execute(&mut self, cell: u32, source: &str) -> Result<CellResult, KernelError> {
         let options = ExecuteOptions {
             declared: Vec::new(),
             snapshot: true,
         };
-        self.execute_with(step, source, &options).await
+        self.execute_with(cell, source, &options).await
     }
 
     /// [`execute`](Self::execute) with options.
@@ -578,17 +578,17 @@ impl Kernel {
     /// As [`execute`](Self::execute).
     pub async fn execute_with(
         &mut self,
-        step: u32,
+        cell: u32,
         source: &str,
         options: &ExecuteOptions,
-    ) -> Result<StepResult, KernelError> {
+    ) -> Result<CellResult, KernelError> {
         let mut message = Map::new();
         message.insert("op".into(), "execute".into());
-        message.insert("step".into(), step.into());
+        message.insert("cell".into(), cell.into());
         message.insert("source".into(), source.into());
         message.insert("declared".into(), json!(options.declared));
         message.insert("snapshot".into(), options.snapshot.into());
-        let during = Activity::Step(step);
+        let during = Activity::Cell(cell);
         let reply = self
             .request(message, during.clone(), self.config.timeout)
             .await?;
@@ -609,8 +609,8 @@ impl Kernel {
                 traceback: String::new(),
             }),
         };
-        Ok(StepResult {
-            step,
+        Ok(CellResult {
+            cell,
             error,
             stdout: reply.stdout,
             stderr: reply.stderr,

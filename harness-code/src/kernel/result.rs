@@ -1,11 +1,11 @@
-//! What the kernel reports: step results, value summaries, errors.
+//! What the kernel reports: cell results, value summaries, errors.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// Output a step printed to one stream, bounded by
+/// Output a cell printed to one stream, bounded by
 /// [`KernelConfig::output_cap`](super::KernelConfig::output_cap).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapturedOutput {
@@ -32,7 +32,7 @@ impl fmt::Display for CapturedOutput {
     }
 }
 
-/// How a value written by a step is kept for restoring it later.
+/// How a value written by a cell is kept for restoring it later.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Stored {
@@ -43,7 +43,7 @@ pub enum Stored {
         /// Size of the pickle.
         bytes: u64,
         /// Whether the blob was written to the store (false when the kernel
-        /// has no blob directory or snapshots were off for the step).
+        /// has no blob directory or snapshots were off for the cell).
         #[serde(default)]
         written: bool,
     },
@@ -53,8 +53,8 @@ pub enum Stored {
         name: String,
     },
     /// Cannot be restored from a blob (a function or class defined in a
-    /// step, an unpicklable or too large value): restored by re-running the
-    /// step that produced it.
+    /// cell, an unpicklable or too large value): restored by re-running the
+    /// cell that produced it.
     Unrestorable {
         /// Why, e.g. `cannot pickle: TypeError: cannot pickle 'generator' object`.
         reason: String,
@@ -71,7 +71,7 @@ impl Stored {
     }
 }
 
-/// A summary of one name a step bound or changed.
+/// A summary of one name a cell bound or changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ValueSummary {
     /// The value's type, `module.QualName` outside builtins (`int`, `pandas.core.frame.DataFrame`).
@@ -108,20 +108,20 @@ impl ValueSummary {
 /// One frame of a Python traceback.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceFrame {
-    /// The file: `<step N>` for step code, a path for library code.
+    /// The file: `<cell N>` for cell code, a path for library code.
     pub file: String,
-    /// 1-based line in `file` (in the step's own source for step code).
+    /// 1-based line in `file` (in the cell's own source for cell code).
     pub line: Option<u32>,
-    /// The function, `<module>` for a step's top level.
+    /// The function, `<module>` for a cell's top level.
     pub function: String,
     /// The source line, stripped.
     pub text: String,
-    /// The step whose code the frame runs, if any.
+    /// The cell whose code the frame runs, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<u32>,
+    pub cell: Option<u32>,
 }
 
-/// An exception raised by a step.
+/// An exception raised by a cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PythonError {
     /// The exception type (`ZeroDivisionError`, `json.decoder.JSONDecodeError`).
@@ -129,8 +129,8 @@ pub struct PythonError {
     pub type_name: String,
     /// `str(exception)`, bounded.
     pub message: String,
-    /// The line of the step where it was raised (the innermost frame of the
-    /// step's own code), 1-based in the step's source.
+    /// The line of the cell where it was raised (the innermost frame of the
+    /// cell's own code), 1-based in the cell's source.
     pub line: Option<u32>,
     /// Frames, outermost first, the kernel's own frames removed.
     pub frames: Vec<TraceFrame>,
@@ -152,12 +152,12 @@ impl fmt::Display for PythonError {
     }
 }
 
-/// What one step did in the kernel.
+/// What one cell did in the kernel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepResult {
-    /// The step label the code ran under (its traceback file is `<step N>`).
-    pub step: u32,
-    /// The exception, if the step raised one.
+pub struct CellResult {
+    /// The cell label the code ran under (its traceback file is `<cell N>`).
+    pub cell: u32,
+    /// The exception, if the cell raised one.
     pub error: Option<PythonError>,
     /// Captured stdout (Python and C level).
     pub stdout: CapturedOutput,
@@ -165,20 +165,20 @@ pub struct StepResult {
     pub stderr: CapturedOutput,
     /// The repr of the last expression's value, notebook style, if not `None`.
     pub display: Option<String>,
-    /// Names the step bound or changed (new, rebound, or declared written or
+    /// Names the cell bound or changed (new, rebound, or declared written or
     /// mutated by the analysis), with summaries.
     pub outputs: BTreeMap<String, ValueSummary>,
-    /// Names the step removed from the namespace.
+    /// Names the cell removed from the namespace.
     pub deleted: BTreeSet<String>,
-    /// Names the step's own code read from the namespace before binding
+    /// Names the cell's own code read from the namespace before binding
     /// them (`None` when read checking is off).
     pub reads: Option<BTreeSet<String>>,
     /// Time spent running the code in the kernel, in microseconds.
     pub duration_us: u64,
 }
 
-impl StepResult {
-    /// Whether the step ran without raising.
+impl CellResult {
+    /// Whether the cell ran without raising.
     pub fn is_ok(&self) -> bool {
         self.error.is_none()
     }

@@ -36,7 +36,7 @@ pub enum DiffError {
 /// the header `a/{label}` / `b/{label}`; empty when they are equal.
 ///
 /// ```
-/// let diff = harness_code::patch::unified_diff("x = 1\ny = 2\n", "x = 1\ny = 3\n", "step-0");
+/// let diff = harness_code::patch::unified_diff("x = 1\ny = 2\n", "x = 1\ny = 3\n", "cell-0");
 /// assert!(diff.contains("-y = 2\n+y = 3\n"));
 /// ```
 pub fn unified_diff(old: &str, new: &str, label: &str) -> String {

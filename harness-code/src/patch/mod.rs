@@ -1,25 +1,25 @@
-//! Patches for failed steps: proposing a new version of one step from a
+//! Patches for failed cells: proposing a new version of one cell from a
 //! [`Diagnosis`], applying it to the graph, and rolling it back.
 //!
 //! A [`Patcher`] proposes a [`Patch`]: [`RulePatcher`] applies the cheap
 //! suggestions of the diagnosis (rename a misspelled name, add a missing
-//! import, ...); [`ModelPatcher`] asks a language model to rewrite the step,
+//! import, ...); [`ModelPatcher`] asks a language model to rewrite the cell,
 //! accepting a fenced code block, bare code or a unified diff, and retries
 //! within a budget when the answer is unusable. [`apply_patch`] makes the
-//! patch a new version of the step (with provenance) and reports which steps
+//! patch a new version of the cell (with provenance) and reports which cells
 //! are stale; [`rollback_patch`] restores the version before it.
 //!
 //! ```
-//! use harness_code::diagnose::{StepFailure, diagnose};
+//! use harness_code::diagnose::{CellFailure, diagnose};
 //! use harness_code::patch::{Patcher, RulePatcher, apply_patch, rollback_patch};
 //! use harness_code::{ExecutionStateGraph, Provenance};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! let mut graph = ExecutionStateGraph::new();
-//! let load = graph.add_step("rows = [1, 2, 3]", Provenance::now("model", "load")).unwrap();
-//! let mean = graph.add_step("avg = statistics.mean(rows)", Provenance::now("model", "mean")).unwrap();
-//! let failure = StepFailure::exception(mean, "NameError", "name 'statistics' is not defined");
+//! let load = graph.add_cell("rows = [1, 2, 3]", Provenance::now("model", "load")).unwrap();
+//! let mean = graph.add_cell("avg = statistics.mean(rows)", Provenance::now("model", "mean")).unwrap();
+//! let failure = CellFailure::exception(mean, "NameError", "name 'statistics' is not defined");
 //! let diagnosis = diagnose(&failure, &graph);
 //!
 //! let patch = RulePatcher::new().propose(&diagnosis, &graph).await.unwrap();
@@ -27,7 +27,7 @@
 //! let applied = apply_patch(&mut graph, &patch).unwrap();
 //! assert_eq!(applied.stale, [mean]);
 //! rollback_patch(&mut graph, &applied).unwrap();
-//! assert_eq!(graph.step(mean).unwrap().source(), "avg = statistics.mean(rows)");
+//! assert_eq!(graph.cell(mean).unwrap().source(), "avg = statistics.mean(rows)");
 //! # let _ = load;
 //! # }
 //! ```
@@ -44,7 +44,7 @@ pub use model::{AnswerError, DEFAULT_MAX_ATTEMPTS, ModelPatcher, parse_answer};
 pub use rules::RulePatcher;
 
 use crate::diagnose::{Diagnosis, ErrorClass};
-use crate::{AnalysisError, ExecutionStateGraph, GraphError, Provenance, StepId, Timestamp};
+use crate::{AnalysisError, CellId, ExecutionStateGraph, GraphError, Provenance, Timestamp};
 use harness::llm::{ModelError, Usage};
 
 /// Who wrote a patch, from what, and when.
@@ -76,14 +76,14 @@ pub struct PatchProvenance {
     pub at: Timestamp,
 }
 
-/// A proposed new version of one step.
+/// A proposed new version of one cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Patch {
-    /// The step to change.
-    pub step: StepId,
-    /// The version of the step the patch was made against.
+    /// The cell to change.
+    pub cell: CellId,
+    /// The version of the cell the patch was made against.
     pub base_version: u32,
-    /// The step's source at `base_version`.
+    /// The cell's source at `base_version`.
     pub old_source: String,
     /// The proposed source.
     pub new_source: String,
@@ -94,10 +94,10 @@ pub struct Patch {
 }
 
 impl Patch {
-    /// A patch of `step` from `old_source` (version `base_version`) to
+    /// A patch of `cell` from `old_source` (version `base_version`) to
     /// `new_source`; the diff is computed.
     pub fn new(
-        step: StepId,
+        cell: CellId,
         base_version: u32,
         old_source: impl Into<String>,
         new_source: impl Into<String>,
@@ -105,9 +105,9 @@ impl Patch {
     ) -> Self {
         let old_source = old_source.into();
         let new_source = new_source.into();
-        let diff = unified_diff(&old_source, &new_source, &format!("step-{step}"));
+        let diff = unified_diff(&old_source, &new_source, &format!("cell-{cell}"));
         Self {
-            step,
+            cell,
             base_version,
             old_source,
             new_source,
@@ -116,7 +116,7 @@ impl Patch {
         }
     }
 
-    /// The [`Provenance`] of the step version the patch creates: the model
+    /// The [`Provenance`] of the cell version the patch creates: the model
     /// (`model:NAME`) or the patcher (`patcher:NAME`) as author, and as
     /// reason the description, the diagnosis and the call id.
     pub fn graph_provenance(&self) -> Provenance {
@@ -136,23 +136,23 @@ impl Patch {
 /// Why no patch could be proposed, applied or rolled back.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PatchError {
-    /// The step is not in the graph.
-    #[error("step {0} is not in the graph")]
-    UnknownStep(StepId),
+    /// The cell is not in the graph.
+    #[error("cell {0} is not in the graph")]
+    UnknownCell(CellId),
     /// None of the diagnosis' suggestions is a rule the [`RulePatcher`]
     /// can apply to the code.
-    #[error("no cheap rule fixes the {class} error in step {step}")]
+    #[error("no cheap rule fixes the {class} error in cell {cell}")]
     NoRule {
-        /// The failing step.
-        step: StepId,
+        /// The failing cell.
+        cell: CellId,
         /// The error class of the diagnosis.
         class: ErrorClass,
     },
     /// A rule produced code that does not parse (a bug in the rule).
-    #[error("the rule '{rule}' produced invalid code for step {step}: {source}")]
+    #[error("the rule '{rule}' produced invalid code for cell {cell}: {source}")]
     InvalidRuleOutput {
-        /// The step.
-        step: StepId,
+        /// The cell.
+        cell: CellId,
         /// The rule's description.
         rule: String,
         /// The syntax error.
@@ -160,44 +160,44 @@ pub enum PatchError {
         source: AnalysisError,
     },
     /// The model call itself failed.
-    #[error("the model call for a patch of step {step} failed: {source}")]
+    #[error("the model call for a patch of cell {cell} failed: {source}")]
     Model {
-        /// The step to patch.
-        step: StepId,
+        /// The cell to patch.
+        cell: CellId,
         /// The model's error.
         #[source]
         source: ModelError,
     },
     /// Every answer within the budget was unusable.
     #[error(
-        "the model gave no usable new code for step {step} in {attempts} attempts; the last answer: {last}"
+        "the model gave no usable new code for cell {cell} in {attempts} attempts; the last answer: {last}"
     )]
     BudgetExhausted {
-        /// The step to patch.
-        step: StepId,
+        /// The cell to patch.
+        cell: CellId,
         /// Calls made.
         attempts: u32,
         /// What was wrong with the last answer.
         #[source]
         last: AnswerError,
     },
-    /// The step changed since the patch was made, or since it was applied.
+    /// The cell changed since the patch was made, or since it was applied.
     #[error(
-        "step {step} is at version {found}, but the operation expects version {expected}; it changed in between"
+        "cell {cell} is at version {found}, but the operation expects version {expected}; it changed in between"
     )]
     Conflict {
-        /// The step.
-        step: StepId,
+        /// The cell.
+        cell: CellId,
         /// The version the patch or rollback expects.
         expected: u32,
-        /// The step's current version.
+        /// The cell's current version.
         found: u32,
     },
     /// The graph refused the change.
-    #[error("the graph rejected the change of step {step}: {source}")]
+    #[error("the graph rejected the change of cell {cell}: {source}")]
     Graph {
-        /// The step.
-        step: StepId,
+        /// The cell.
+        cell: CellId,
         /// The graph's error.
         #[source]
         source: GraphError,
@@ -211,7 +211,7 @@ pub trait Patcher: Send + Sync {
     /// The patcher's name, recorded in [`PatchProvenance::patcher`].
     fn name(&self) -> &str;
 
-    /// Proposes a new version of one step that fixes `diagnosis`.
+    /// Proposes a new version of one cell that fixes `diagnosis`.
     ///
     /// # Errors
     ///
@@ -226,63 +226,63 @@ pub trait Patcher: Send + Sync {
 /// The result of [`apply_patch`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppliedPatch {
-    /// The patched step.
-    pub step: StepId,
+    /// The patched cell.
+    pub cell: CellId,
     /// The version before the patch.
     pub previous_version: u32,
     /// The version the patch created.
     pub version: u32,
-    /// The steps that became stale (the step and what depends on it before
+    /// The cells that became stale (the cell and what depends on it before
     /// or after the change), in execution order.
-    pub stale: Vec<StepId>,
+    pub stale: Vec<CellId>,
     /// The minimal replay after the patch ([`ExecutionStateGraph::replay_order`]
-    /// of the step): the stale steps plus out-of-date steps they need.
-    pub replay: Vec<StepId>,
+    /// of the cell): the stale cells plus out-of-date cells they need.
+    pub replay: Vec<CellId>,
 }
 
-/// Makes `patch` the new version of its step, with provenance from the
-/// patch, and marks the step and its downstream stale.
+/// Makes `patch` the new version of its cell, with provenance from the
+/// patch, and marks the cell and its downstream stale.
 ///
 /// # Errors
 ///
-/// [`PatchError::UnknownStep`]; [`PatchError::Conflict`] if the step is no
+/// [`PatchError::UnknownCell`]; [`PatchError::Conflict`] if the cell is no
 /// longer at the patch's base version; [`PatchError::Graph`] if the graph
 /// rejects the new source (it does not parse with the graph's options).
 pub fn apply_patch(
     graph: &mut ExecutionStateGraph,
     patch: &Patch,
 ) -> Result<AppliedPatch, PatchError> {
-    let step = patch.step;
+    let cell = patch.cell;
     let node = graph
-        .step(step)
-        .map_err(|_| PatchError::UnknownStep(step))?;
+        .cell(cell)
+        .map_err(|_| PatchError::UnknownCell(cell))?;
     let previous_version = node.current_version().number;
     if previous_version != patch.base_version {
         return Err(PatchError::Conflict {
-            step,
+            cell,
             expected: patch.base_version,
             found: previous_version,
         });
     }
     let stale = graph
-        .replace_code(step, patch.new_source.clone(), patch.graph_provenance())
-        .map_err(|source| PatchError::Graph { step, source })?;
+        .replace_code(cell, patch.new_source.clone(), patch.graph_provenance())
+        .map_err(|source| PatchError::Graph { cell, source })?;
     let replay = graph
-        .replay_order(step)
-        .map_err(|source| PatchError::Graph { step, source })?;
+        .replay_order(cell)
+        .map_err(|source| PatchError::Graph { cell, source })?;
     let version = graph
-        .step(step)
-        .map_err(|_| PatchError::UnknownStep(step))?
+        .cell(cell)
+        .map_err(|_| PatchError::UnknownCell(cell))?
         .current_version()
         .number;
     tracing::debug!(
-        step = step.get(),
+        cell = cell.get(),
         version,
         stale = stale.len(),
         "applied patch"
     );
     Ok(AppliedPatch {
-        step,
+        cell,
         previous_version,
         version,
         stale,
@@ -290,27 +290,27 @@ pub fn apply_patch(
     })
 }
 
-/// Restores the code the step had before `applied`, as a new version (the
-/// graph never rewrites history). Returns the steps that became stale, in
+/// Restores the code the cell had before `applied`, as a new version (the
+/// graph never rewrites history). Returns the cells that became stale, in
 /// execution order.
 ///
 /// # Errors
 ///
-/// [`PatchError::UnknownStep`]; [`PatchError::Conflict`] if the step
+/// [`PatchError::UnknownCell`]; [`PatchError::Conflict`] if the cell
 /// changed after the patch was applied; [`PatchError::Graph`].
 pub fn rollback_patch(
     graph: &mut ExecutionStateGraph,
     applied: &AppliedPatch,
-) -> Result<Vec<StepId>, PatchError> {
-    let step = applied.step;
+) -> Result<Vec<CellId>, PatchError> {
+    let cell = applied.cell;
     let current = graph
-        .step(step)
-        .map_err(|_| PatchError::UnknownStep(step))?
+        .cell(cell)
+        .map_err(|_| PatchError::UnknownCell(cell))?
         .current_version()
         .number;
     if current != applied.version {
         return Err(PatchError::Conflict {
-            step,
+            cell,
             expected: applied.version,
             found: current,
         });
@@ -323,6 +323,6 @@ pub fn rollback_patch(
         ),
     );
     graph
-        .rollback(step, applied.previous_version, provenance)
-        .map_err(|source| PatchError::Graph { step, source })
+        .rollback(cell, applied.previous_version, provenance)
+        .map_err(|source| PatchError::Graph { cell, source })
 }

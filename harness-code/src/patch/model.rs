@@ -1,11 +1,11 @@
-//! The model patcher: asks a language model to rewrite one step.
+//! The model patcher: asks a language model to rewrite one cell.
 
 use async_trait::async_trait;
 
 use crate::diagnose::Diagnosis;
 use crate::patch::diff::{DiffError, apply_unified_diff, looks_like_diff};
 use crate::patch::{Patch, PatchError, PatchProvenance, Patcher};
-use crate::{AnalysisError, AnalysisOptions, ExecutionStateGraph, StepId, Timestamp, check_syntax};
+use crate::{AnalysisError, AnalysisOptions, CellId, ExecutionStateGraph, Timestamp, check_syntax};
 use harness::llm::{LanguageModel, Message, ModelRequest, Usage};
 
 /// Model calls a [`ModelPatcher`] makes for one patch unless told otherwise.
@@ -18,30 +18,30 @@ pub enum AnswerError {
     /// The answer has no text (e.g. only tool calls, or nothing).
     #[error("the answer is empty")]
     Empty,
-    /// The answer is a unified diff that does not apply to the step.
-    #[error("the diff does not apply to the step's current source: {0}")]
+    /// The answer is a unified diff that does not apply to the cell.
+    #[error("the diff does not apply to the cell's current source: {0}")]
     Diff(#[source] DiffError),
     /// The new code is not valid Python.
     #[error("the code is not valid Python: {0}")]
     Syntax(#[source] AnalysisError),
-    /// The new code is the step's current code.
-    #[error("the code is identical to the step's current source")]
+    /// The new code is the cell's current code.
+    #[error("the code is identical to the cell's current source")]
     Unchanged,
 }
 
-const SYSTEM_PROMPT: &str = "You fix Python code that runs as numbered steps of a \
-notebook-like session. Steps share one namespace and run in order; a step sees the names \
-earlier steps bound. You get a diagnosis of a failed step and rewrite exactly one step so that \
-it works. Keep what the step is meant to do, and do not copy code that belongs to other steps. \
-Answer with the complete new source of the step in a single ```python fenced block, or with a \
+const SYSTEM_PROMPT: &str = "You fix Python code that runs as numbered cells of a \
+notebook. Cells share one namespace and run in order; a cell sees the names \
+earlier cells bound. You get a diagnosis of a failed cell and rewrite exactly one cell so that \
+it works. Keep what the cell is meant to do, and do not copy code that belongs to other cells. \
+Answer with the complete new source of the cell in a single ```python fenced block, or with a \
 unified diff against its current source in a single ```diff block.";
 
-/// Asks a [`LanguageModel`] for a new version of the top culprit step of a
-/// diagnosis (or of a given step, with [`propose_for`](Self::propose_for)).
+/// Asks a [`LanguageModel`] for a new version of the top culprit cell of a
+/// diagnosis (or of a given cell, with [`propose_for`](Self::propose_for)).
 ///
 /// The prompt is the diagnosis' [`report`](Diagnosis::report) (error,
 /// ranked culprits, suggestions, known values, the sources of the context
-/// steps) and the step's current source. The answer is read with
+/// cells) and the cell's current source. The answer is read with
 /// [`parse_answer`]; an unusable answer is sent back to the model with the
 /// reason, up to [`max_attempts`](Self::with_max_attempts) calls in all
 /// ([`DEFAULT_MAX_ATTEMPTS`] by default).
@@ -93,7 +93,7 @@ impl<M: LanguageModel> ModelPatcher<M> {
     }
 
     /// Sets the syntax the answers are checked against. By default, IPython
-    /// syntax is accepted when some step of the graph uses it.
+    /// syntax is accepted when some cell of the graph uses it.
     pub fn with_analysis_options(mut self, options: AnalysisOptions) -> Self {
         self.options = Some(options);
         self
@@ -109,23 +109,23 @@ impl<M: LanguageModel> ModelPatcher<M> {
         &self.model
     }
 
-    /// The first request sent for a patch of `step`.
+    /// The first request sent for a patch of `cell`.
     ///
     /// # Errors
     ///
-    /// [`PatchError::UnknownStep`] if `step` is not in the graph.
+    /// [`PatchError::UnknownCell`] if `cell` is not in the graph.
     pub fn request(
         &self,
         diagnosis: &Diagnosis,
         graph: &ExecutionStateGraph,
-        step: StepId,
+        cell: CellId,
     ) -> Result<ModelRequest, PatchError> {
         let node = graph
-            .step(step)
-            .map_err(|_| PatchError::UnknownStep(step))?;
+            .cell(cell)
+            .map_err(|_| PatchError::UnknownCell(cell))?;
         let version = node.current_version().number;
         let prompt = format!(
-            "{}\nRewrite step {step} to fix the error. Its current source (version {version}):\n```python\n{}\n```",
+            "{}\nRewrite cell {cell} to fix the error. Its current source (version {version}):\n```python\n{}\n```",
             diagnosis.report(),
             node.source().trim_end()
         );
@@ -139,36 +139,36 @@ impl<M: LanguageModel> ModelPatcher<M> {
         Ok(builder.build())
     }
 
-    /// Asks for a new version of `step` (which need not be the top culprit).
+    /// Asks for a new version of `cell` (which need not be the top culprit).
     ///
     /// # Errors
     ///
-    /// [`PatchError::UnknownStep`]; [`PatchError::Model`] when a call
+    /// [`PatchError::UnknownCell`]; [`PatchError::Model`] when a call
     /// fails; [`PatchError::BudgetExhausted`] when no answer was usable.
     pub async fn propose_for(
         &self,
         diagnosis: &Diagnosis,
         graph: &ExecutionStateGraph,
-        step: StepId,
+        cell: CellId,
     ) -> Result<Patch, PatchError> {
         let node = graph
-            .step(step)
-            .map_err(|_| PatchError::UnknownStep(step))?;
+            .cell(cell)
+            .map_err(|_| PatchError::UnknownCell(cell))?;
         let old = node.source();
         let base_version = node.current_version().number;
         let options = self.options.unwrap_or_else(|| AnalysisOptions {
             ipython: graph
-                .steps()
+                .cells()
                 .any(|n| !n.analysis().ipython_escapes.is_empty()),
         });
-        let mut request = self.request(diagnosis, graph, step)?;
+        let mut request = self.request(diagnosis, graph, cell)?;
         let mut usage = Usage::default();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let call_id = uuid::Uuid::new_v4().to_string();
             tracing::debug!(
-                step = step.get(),
+                cell = cell.get(),
                 attempt,
                 call_id = call_id.as_str(),
                 model = self.model.model_name(),
@@ -178,19 +178,19 @@ impl<M: LanguageModel> ModelPatcher<M> {
                 .model
                 .complete(&request)
                 .await
-                .map_err(|source| PatchError::Model { step, source })?;
+                .map_err(|source| PatchError::Model { cell, source })?;
             usage += response.usage;
             let text = response.text();
             match parse_answer(&text, old, options) {
                 Ok(new) => {
                     return Ok(Patch::new(
-                        step,
+                        cell,
                         base_version,
                         old,
                         new,
                         PatchProvenance {
                             patcher: self.name().to_owned(),
-                            description: format!("model rewrite of step {step}"),
+                            description: format!("model rewrite of cell {cell}"),
                             model: Some(self.model.model_name().to_owned()),
                             provider: Some(self.model.provider().to_owned()),
                             call_id: Some(call_id),
@@ -203,7 +203,7 @@ impl<M: LanguageModel> ModelPatcher<M> {
                 }
                 Err(error) => {
                     tracing::debug!(
-                        step = step.get(),
+                        cell = cell.get(),
                         attempt,
                         call_id = call_id.as_str(),
                         %error,
@@ -211,7 +211,7 @@ impl<M: LanguageModel> ModelPatcher<M> {
                     );
                     if attempt >= self.max_attempts {
                         return Err(PatchError::BudgetExhausted {
-                            step,
+                            cell,
                             attempts: attempt,
                             last: error,
                         });
@@ -219,7 +219,7 @@ impl<M: LanguageModel> ModelPatcher<M> {
                     request.messages.push(response.to_message());
                     request.messages.push(Message::user(format!(
                         "Your answer could not be used: {error}. Answer again with the complete \
-                         new source of step {step} in one ```python block."
+                         new source of cell {cell} in one ```python block."
                     )));
                 }
             }
@@ -238,10 +238,10 @@ impl<M: LanguageModel> Patcher for ModelPatcher<M> {
         diagnosis: &Diagnosis,
         graph: &ExecutionStateGraph,
     ) -> Result<Patch, PatchError> {
-        let step = diagnosis
+        let cell = diagnosis
             .top_culprit()
-            .map_or(diagnosis.step, |culprit| culprit.step);
-        self.propose_for(diagnosis, graph, step).await
+            .map_or(diagnosis.cell, |culprit| culprit.cell);
+        self.propose_for(diagnosis, graph, cell).await
     }
 }
 
@@ -316,7 +316,7 @@ fn is_diff(info: &str) -> bool {
     )
 }
 
-/// Reads a model's answer as the new source of a step whose current source
+/// Reads a model's answer as the new source of a cell whose current source
 /// is `old`:
 ///
 /// - fenced blocks: the last one tagged `python` (or `py`, `ipython`); else

@@ -2,28 +2,28 @@
 
 use async_trait::async_trait;
 
-use crate::diagnose::pysrc::{Key, StepSource, apply_edits};
+use crate::diagnose::pysrc::{CellSource, Key, apply_edits};
 use crate::diagnose::{Diagnosis, Suggestion};
 use crate::patch::{Patch, PatchError, PatchProvenance, Patcher};
-use crate::{AnalysisOptions, ExecutionStateGraph, Timestamp, analyze_step_with};
+use crate::{AnalysisOptions, ExecutionStateGraph, Timestamp, analyze_cell_with};
 
 /// Applies the first suggestion of a [`Diagnosis`] that changes code and
 /// yields valid Python that no longer has the problem:
 ///
 /// - [`Suggestion::RenameName`]: renames the module-level name at every
-///   load, store and `global` of it in the step, but not inside functions,
+///   load, store and `global` of it in the cell, but not inside functions,
 ///   lambdas or comprehensions where the name is local, nor attributes,
 ///   keywords or strings;
-/// - [`Suggestion::AddImport`]: inserts the import at the top of the step
+/// - [`Suggestion::AddImport`]: inserts the import at the top of the cell
 ///   (after a docstring and `from __future__` imports);
 /// - [`Suggestion::FixImport`]: replaces the module name in the import
 ///   statement on the given line;
 /// - [`Suggestion::RenameKey`]: replaces a string-literal subscript key
-///   (on the given line, or anywhere in the step without one);
+///   (on the given line, or anywhere in the cell without one);
 /// - [`Suggestion::RenameAttribute`]: replaces the attribute name on the
-///   given line (or anywhere in the step without one).
+///   given line (or anywhere in the cell without one).
 ///
-/// Advice-only suggestions (install a package, a step that runs later, a
+/// Advice-only suggestions (install a package, a cell that runs later, a
 /// shadowed builtin) are skipped.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RulePatcher;
@@ -34,14 +34,14 @@ impl RulePatcher {
         Self
     }
 
-    /// The new source of the suggestion's step with the suggestion applied,
+    /// The new source of the suggestion's cell with the suggestion applied,
     /// and a description of the change; `None` if the suggestion changes no
-    /// code, does not apply to the step's current source, or the result
+    /// code, does not apply to the cell's current source, or the result
     /// would still have the problem.
     ///
     /// # Errors
     ///
-    /// [`PatchError::UnknownStep`] for a suggestion about a step that is not
+    /// [`PatchError::UnknownCell`] for a suggestion about a cell that is not
     /// in the graph; [`PatchError::InvalidRuleOutput`] if the edit produced
     /// code that does not parse.
     pub fn apply(
@@ -49,14 +49,14 @@ impl RulePatcher {
         suggestion: &Suggestion,
         graph: &ExecutionStateGraph,
     ) -> Result<Option<(String, String)>, PatchError> {
-        let Some(step) = suggestion.target() else {
+        let Some(cell) = suggestion.target() else {
             return Ok(None);
         };
         let node = graph
-            .step(step)
-            .map_err(|_| PatchError::UnknownStep(step))?;
+            .cell(cell)
+            .map_err(|_| PatchError::UnknownCell(cell))?;
         let old = node.source();
-        let source = StepSource::parse(old);
+        let source = CellSource::parse(old);
         let edited = match suggestion {
             Suggestion::RenameName { from, to, .. } => {
                 let spots = source.global_name_spots(from);
@@ -125,9 +125,9 @@ impl RulePatcher {
             return Ok(None);
         };
         let analysis =
-            analyze_step_with(&new, AnalysisOptions { ipython: true }).map_err(|source| {
+            analyze_cell_with(&new, AnalysisOptions { ipython: true }).map_err(|source| {
                 PatchError::InvalidRuleOutput {
-                    step,
+                    cell,
                     rule: description.clone(),
                     source,
                 }
@@ -164,17 +164,17 @@ impl Patcher for RulePatcher {
         graph: &ExecutionStateGraph,
     ) -> Result<Patch, PatchError> {
         for suggestion in &diagnosis.suggestions {
-            let Some(step) = suggestion.target() else {
+            let Some(cell) = suggestion.target() else {
                 continue;
             };
             let Some((new, description)) = self.apply(suggestion, graph)? else {
                 continue;
             };
             let node = graph
-                .step(step)
-                .map_err(|_| PatchError::UnknownStep(step))?;
+                .cell(cell)
+                .map_err(|_| PatchError::UnknownCell(cell))?;
             return Ok(Patch::new(
-                step,
+                cell,
                 node.current_version().number,
                 node.source(),
                 new,
@@ -192,7 +192,7 @@ impl Patcher for RulePatcher {
             ));
         }
         Err(PatchError::NoRule {
-            step: diagnosis.step,
+            cell: diagnosis.cell,
             class: diagnosis.class,
         })
     }

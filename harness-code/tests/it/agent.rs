@@ -1,4 +1,4 @@
-//! The code agent with a real `python3`: real step failures converted and
+//! The code agent with a real `python3`: real cell failures converted and
 //! diagnosed, a patch replaying exactly its dependents, and the
 //! `CodeAgent` loop on a scripted model.
 
@@ -11,11 +11,11 @@ use harness::llm::{Expect, ModelResponse, ScriptedModel};
 use harness_code::agent::{
     AgentEvent, AgentStatus, Check, CodeAgent, CodeAgentError, CodeAgentState, latest_value,
 };
-use harness_code::diagnose::{Diagnosis, ErrorClass, FailureKind, StepFailure, diagnose};
+use harness_code::diagnose::{CellFailure, Diagnosis, ErrorClass, FailureKind, diagnose};
 use harness_code::kernel::KernelConfig;
+use harness_code::notebook::Notebook;
 use harness_code::patch::{Patch, PatchProvenance, RulePatcher};
-use harness_code::session::CodeSession;
-use harness_code::{Provenance, StepId, Timestamp};
+use harness_code::{CellId, Provenance, Timestamp};
 use tokio::sync::Mutex;
 
 fn config() -> KernelConfig {
@@ -26,41 +26,41 @@ fn config() -> KernelConfig {
 }
 
 fn user() -> Provenance {
-    Provenance::now("test", "step")
+    Provenance::now("test", "cell")
 }
 
-/// Runs `steps` in a fresh session (each must succeed but the last), turns
-/// the last one's failure into a `StepFailure` and diagnoses it.
+/// Runs `cells` in a fresh notebook (each must succeed but the last), turns
+/// the last one's failure into a `CellFailure` and diagnoses it.
 async fn diagnose_last(
-    steps: &[&str],
+    cells: &[&str],
     config: KernelConfig,
-) -> (StepFailure, Diagnosis, tempfile::TempDir) {
+) -> (CellFailure, Diagnosis, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = CodeSession::create(dir.path(), config).unwrap();
-    let (last, earlier) = steps.split_last().unwrap();
+    let mut notebook = Notebook::create(dir.path(), config).unwrap();
+    let (last, earlier) = cells.split_last().unwrap();
     for source in earlier {
-        let run = session.execute(*source, user()).await.unwrap();
+        let run = notebook.execute(*source, user()).await.unwrap();
         assert!(run.result.is_ok(), "{source}: {:?}", run.result.error);
     }
-    let failure = match session.execute(*last, user()).await {
-        Ok(run) => StepFailure::from_run(&run).expect("the last step fails"),
-        Err(error) => StepFailure::from_session_error(&error).expect("a step failure"),
+    let failure = match notebook.execute(*last, user()).await {
+        Ok(run) => CellFailure::from_run(&run).expect("the last cell fails"),
+        Err(error) => CellFailure::from_notebook_error(&error).expect("a cell failure"),
     }
-    .with_input_values(&session);
-    let diagnosis = diagnose(&failure, session.graph());
-    session.shutdown().await;
+    .with_input_values(&notebook);
+    let diagnosis = diagnose(&failure, notebook.graph());
+    notebook.shutdown().await;
     (failure, diagnosis, dir)
 }
 
 fn culprit(diagnosis: &Diagnosis) -> u32 {
-    diagnosis.top_culprit().expect("a culprit").step.get()
+    diagnosis.top_culprit().expect("a culprit").cell.get()
 }
 
 #[tokio::test]
-async fn real_failures_are_converted_and_blamed_on_the_right_step() {
-    // (error class, steps, culprit step)
+async fn real_failures_are_converted_and_blamed_on_the_right_cell() {
+    // (error class, cells, culprit cell)
     let cases: &[(ErrorClass, &[&str], u32)] = &[
-        // a misspelled name: the failing step itself
+        // a misspelled name: the failing cell itself
         (ErrorClass::Name, &["total = 5", "print(totl)"], 1),
         // `None` from upstream has no attribute `strip`
         (
@@ -96,15 +96,15 @@ async fn real_failures_are_converted_and_blamed_on_the_right_step() {
         (ErrorClass::Syntax, &["n = 1", "value = eval('n +')"], 1),
         (ErrorClass::Syntax, &["n = 1", "if n:\n    break"], 1),
     ];
-    for (class, steps, expected) in cases {
-        let (failure, diagnosis, _dir) = diagnose_last(steps, config()).await;
-        assert_eq!(failure.step, StepId::new(steps.len() as u32 - 1));
-        assert!(failure.traceback.is_some(), "{steps:?}: traceback kept");
-        assert_eq!(diagnosis.class, *class, "{steps:?}: {}", diagnosis.report());
+    for (class, cells, expected) in cases {
+        let (failure, diagnosis, _dir) = diagnose_last(cells, config()).await;
+        assert_eq!(failure.cell, CellId::new(cells.len() as u32 - 1));
+        assert!(failure.traceback.is_some(), "{cells:?}: traceback kept");
+        assert_eq!(diagnosis.class, *class, "{cells:?}: {}", diagnosis.report());
         assert_eq!(
             culprit(&diagnosis),
             *expected,
-            "{steps:?}: {}",
+            "{cells:?}: {}",
             diagnosis.report()
         );
     }
@@ -130,7 +130,7 @@ async fn a_real_failure_carries_line_and_value_summaries() {
 }
 
 #[tokio::test]
-async fn a_timeout_is_a_failure_of_the_running_step() {
+async fn a_timeout_is_a_failure_of_the_running_cell() {
     let config = KernelConfig {
         timeout: Some(Duration::from_secs(1)),
         ..KernelConfig::default()
@@ -160,62 +160,62 @@ fn provenance(description: &str) -> PatchProvenance {
 }
 
 #[tokio::test]
-async fn a_patch_to_an_early_step_replays_exactly_its_dependents() {
+async fn a_patch_to_an_early_cell_replays_exactly_its_dependents() {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = CodeSession::create(dir.path(), config()).unwrap();
-    let steps = [
+    let mut notebook = Notebook::create(dir.path(), config()).unwrap();
+    let cells = [
         "factor = '2'",
         "rows = [('north', 10), ('south', 5), ('north', 15)]",
         "totals = {}\nfor region, sales in rows:\n    totals[region] = totals.get(region, 0) + sales",
         "scaled = sum(totals.values()) / factor",
         "label = f'{scaled:.1f}'",
     ];
-    for source in steps {
-        session.add_step(source, user()).unwrap();
+    for source in cells {
+        notebook.add_cell(source, user()).unwrap();
     }
-    let first = session.replay().await.unwrap();
-    assert_eq!(first.failed(), [StepId::new(3)]);
+    let first = notebook.replay().await.unwrap();
+    assert_eq!(first.failed(), [CellId::new(3)]);
 
-    // The failure, converted from the replay, is blamed on the step that
+    // The failure, converted from the replay, is blamed on the cell that
     // produced the string.
-    let entry = first.entry(StepId::new(3)).unwrap();
-    let failure = StepFailure::from_replay_entry(entry)
+    let entry = first.entry(CellId::new(3)).unwrap();
+    let failure = CellFailure::from_replay_entry(entry)
         .unwrap()
-        .with_input_values(&session);
+        .with_input_values(&notebook);
     assert_eq!(failure.exception_type(), Some("TypeError"));
     assert_eq!(failure.line, Some(1));
-    let diagnosis = diagnose(&failure, session.graph());
+    let diagnosis = diagnose(&failure, notebook.graph());
     assert_eq!(culprit(&diagnosis), 0, "{}", diagnosis.report());
 
     let patch = Patch::new(
-        StepId::new(0),
+        CellId::new(0),
         1,
-        steps[0],
+        cells[0],
         "factor = 2",
         provenance("a number"),
     );
-    let applied = session.apply_patch(&patch).unwrap();
+    let applied = notebook.apply_patch(&patch).unwrap();
     assert_eq!(applied.version, 2);
-    let report = session.replay().await.unwrap();
-    let ids = |list: &[u32]| list.iter().map(|&i| StepId::new(i)).collect::<Vec<_>>();
+    let report = notebook.replay().await.unwrap();
+    let ids = |list: &[u32]| list.iter().map(|&i| CellId::new(i)).collect::<Vec<_>>();
     assert_eq!(report.executed(), ids(&[0, 3, 4]));
     assert!(report.succeeded());
 
     let check = Check::python("scaled == 15.0 and label == '15.0'");
-    let outcome = check.evaluate(&session).await.unwrap();
+    let outcome = check.evaluate(&notebook).await.unwrap();
     assert!(outcome.passed, "{}", outcome.message);
     let wrong = Check::python("totals == {'north': 31, 'south': 5}")
-        .evaluate(&session)
+        .evaluate(&notebook)
         .await
         .unwrap();
     assert!(!wrong.passed);
     assert!(wrong.message.contains("totals = dict"), "{}", wrong.message);
-    session.shutdown().await;
+    notebook.shutdown().await;
 }
 
 fn answer(code: &str) -> harness::llm::Turn {
     Expect::any().reply(ModelResponse::from_text(format!(
-        "Here is the step:\n```python\n{code}\n```"
+        "Here is the cell:\n```python\n{code}\n```"
     )))
 }
 
@@ -226,14 +226,14 @@ const RIGHT: &str =
     "totals = {}\nfor region, sales in rows:\n    totals[region] = totals.get(region, 0) + sales";
 const CHECK: &str = "totals == {'north': 30, 'south': 5, 'east': 7}";
 
-fn shared(dir: &std::path::Path) -> Arc<Mutex<CodeSession>> {
-    Arc::new(Mutex::new(CodeSession::create(dir, config()).unwrap()))
+fn shared(dir: &std::path::Path) -> Arc<Mutex<Notebook>> {
+    Arc::new(Mutex::new(Notebook::create(dir, config()).unwrap()))
 }
 
 #[tokio::test]
 async fn the_code_agent_patches_one_failure_and_reaches_the_check() {
     let dir = tempfile::tempdir().unwrap();
-    let session = shared(dir.path());
+    let notebook = shared(dir.path());
     let model = Arc::new(ScriptedModel::new([
         answer(LOAD),
         Expect::any()
@@ -244,7 +244,7 @@ async fn the_code_agent_patches_one_failure_and_reaches_the_check() {
             .last_message_contains("NameError")
             .reply(ModelResponse::from_text(format!("```python\n{RIGHT}\n```"))),
     ]));
-    let agent = CodeAgent::new(session.clone(), model.clone(), Check::python(CHECK));
+    let agent = CodeAgent::new(notebook.clone(), model.clone(), Check::python(CHECK));
     let outcome = agent
         .run("Total the sales per region into `totals`.")
         .await
@@ -262,13 +262,13 @@ async fn the_code_agent_patches_one_failure_and_reaches_the_check() {
     assert!(events.iter().any(|e| matches!(
         e,
         AgentEvent::Diagnosed {
-            step: 1,
+            cell: 1,
             culprit: Some(1),
             ..
         }
     )));
     assert!(events.iter().any(|e| matches!(e,
-        AgentEvent::Patched { step: 1, version: 2, diff, .. } if diff.contains("+    totals[region] = totals.get(region, 0) + sales"))));
+        AgentEvent::Patched { cell: 1, version: 2, diff, .. } if diff.contains("+    totals[region] = totals.get(region, 0) + sales"))));
     assert!(events.iter().any(|e| matches!(e,
         AgentEvent::Replayed { executed, reused, .. } if executed == &[1] && reused.is_empty())));
     assert!(matches!(
@@ -276,9 +276,9 @@ async fn the_code_agent_patches_one_failure_and_reaches_the_check() {
         Some(AgentEvent::Checked { passed: true, .. })
     ));
 
-    let session = session.lock().await;
+    let notebook = notebook.lock().await;
     assert_eq!(
-        latest_value(&session, "totals").unwrap().repr,
+        latest_value(&notebook, "totals").unwrap().repr,
         "{'east': 7, 'north': 30, 'south': 5}"
     );
     // The state is serde data.
@@ -290,9 +290,9 @@ async fn the_code_agent_patches_one_failure_and_reaches_the_check() {
 #[tokio::test]
 async fn the_code_agent_fixes_a_misspelling_with_the_rule_patcher() {
     let dir = tempfile::tempdir().unwrap();
-    let session = shared(dir.path());
+    let notebook = shared(dir.path());
     let model = Arc::new(ScriptedModel::new([answer(LOAD), answer(WRONG)]));
-    let agent = CodeAgent::new(session, model.clone(), Check::python(CHECK))
+    let agent = CodeAgent::new(notebook, model.clone(), Check::python(CHECK))
         .with_patcher(Arc::new(RulePatcher::new()));
     let outcome = agent.run("Total the sales per region.").await.unwrap();
     assert_eq!(outcome.state.status, AgentStatus::Solved);
@@ -303,7 +303,7 @@ async fn the_code_agent_fixes_a_misspelling_with_the_rule_patcher() {
 #[tokio::test]
 async fn bounded_patch_attempts_end_with_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
-    let session = shared(dir.path());
+    let notebook = shared(dir.path());
     let model = Arc::new(ScriptedModel::new([
         answer(LOAD),
         answer(WRONG),
@@ -316,16 +316,16 @@ async fn bounded_patch_attempts_end_with_a_typed_error() {
         ),
     ]));
     let agent =
-        CodeAgent::new(session, model.clone(), Check::python(CHECK)).with_max_patch_attempts(2);
+        CodeAgent::new(notebook, model.clone(), Check::python(CHECK)).with_max_patch_attempts(2);
     let error = agent.run("Total the sales per region.").await.unwrap_err();
     match error {
         CodeAgentError::Unfixed {
-            step,
+            cell,
             attempts,
             error,
             state,
         } => {
-            assert_eq!(step, StepId::new(1));
+            assert_eq!(cell, CellId::new(1));
             assert_eq!(attempts, 2);
             assert!(error.contains("sale3"), "{error}");
             assert_eq!(state.status, AgentStatus::Unfixed);
@@ -336,29 +336,29 @@ async fn bounded_patch_attempts_end_with_a_typed_error() {
 }
 
 #[tokio::test]
-async fn a_stopped_agent_resumes_from_its_saved_state_and_session() {
+async fn a_stopped_agent_resumes_from_its_saved_state_and_notebook() {
     let dir = tempfile::tempdir().unwrap();
-    let session = shared(dir.path());
+    let notebook = shared(dir.path());
     let model = Arc::new(ScriptedModel::new([answer(LOAD)]));
-    let agent = CodeAgent::new(session.clone(), model, Check::python(CHECK)).with_max_steps(1);
+    let agent = CodeAgent::new(notebook.clone(), model, Check::python(CHECK)).with_max_proposals(1);
     let error = agent.run("Total the sales per region.").await.unwrap_err();
-    let CodeAgentError::OutOfSteps {
+    let CodeAgentError::OutOfProposals {
         state, last_check, ..
     } = error
     else {
-        panic!("expected OutOfSteps");
+        panic!("expected OutOfProposals");
     };
-    assert!(last_check.unwrap().contains("no step has defined `totals`"));
+    assert!(last_check.unwrap().contains("no cell has defined `totals`"));
     let saved = serde_json::to_string(&state).unwrap();
-    session.lock().await.shutdown().await;
+    notebook.lock().await.shutdown().await;
     drop(agent);
-    drop(session);
+    drop(notebook);
 
-    // Another process: reopen the session and the state, raise the budget.
-    let reopened = Arc::new(Mutex::new(CodeSession::open(dir.path(), config()).unwrap()));
+    // Another process: reopen the notebook and the state, raise the budget.
+    let reopened = Arc::new(Mutex::new(Notebook::open(dir.path(), config()).unwrap()));
     let mut state: CodeAgentState = serde_json::from_str(&saved).unwrap();
     state.status = AgentStatus::Working;
-    state.max_steps = 2;
+    state.max_proposals = 2;
     let model = Arc::new(ScriptedModel::new([answer(RIGHT)]));
     let agent = CodeAgent::new(reopened.clone(), model, Check::python(CHECK));
     let outcome = agent.resume(state).await.unwrap();
@@ -370,16 +370,16 @@ async fn a_stopped_agent_resumes_from_its_saved_state_and_session() {
 #[tokio::test]
 async fn a_rust_check_reads_the_recorded_values() {
     let dir = tempfile::tempdir().unwrap();
-    let session = shared(dir.path());
+    let notebook = shared(dir.path());
     let model = Arc::new(ScriptedModel::new([answer(LOAD), answer(RIGHT)]));
-    let check = Check::rust("`totals` has three regions", |session| {
-        match latest_value(session, "totals") {
-            Some(value) if value.len == Some(3) => Ok(()),
-            Some(value) => Err(format!("totals is {}", value.short())),
-            None => Err("no `totals` yet".into()),
-        }
+    let check = Check::rust("`totals` has three regions", |notebook| match latest_value(
+        notebook, "totals",
+    ) {
+        Some(value) if value.len == Some(3) => Ok(()),
+        Some(value) => Err(format!("totals is {}", value.short())),
+        None => Err("no `totals` yet".into()),
     });
-    let agent = CodeAgent::new(session, model, check);
+    let agent = CodeAgent::new(notebook, model, check);
     let outcome = agent.run("Total the sales per region.").await.unwrap();
     assert_eq!(outcome.state.status, AgentStatus::Solved);
     assert!(outcome.state.events.iter().any(|e| matches!(e,

@@ -1,20 +1,20 @@
-//! Scoping and mutation cases of `analyze_step`, each asserting exact sets.
+//! Scoping and mutation cases of `analyze_cell`, each asserting exact sets.
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
 
 use harness_code::{
-    AnalysisError, AnalysisOptions, DefinitionKind, DynamicFeature, Import, NestingKind,
-    StepAnalysis, analyze_step, analyze_step_with,
+    AnalysisError, AnalysisOptions, CellAnalysis, DefinitionKind, DynamicFeature, Import,
+    NestingKind, analyze_cell, analyze_cell_with,
 };
 
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|n| (*n).to_owned()).collect()
 }
 
-fn analyze(source: &str) -> StepAnalysis {
-    match analyze_step(source) {
+fn analyze(source: &str) -> CellAnalysis {
+    match analyze_cell(source) {
         Ok(analysis) => analysis,
         Err(error) => panic!("analysis of {source:?} failed: {error}"),
     }
@@ -22,7 +22,7 @@ fn analyze(source: &str) -> StepAnalysis {
 
 /// Asserts reads, writes and mutations exactly, and that nothing is deleted.
 #[track_caller]
-fn check(source: &str, reads: &[&str], writes: &[&str], mutations: &[&str]) -> StepAnalysis {
+fn check(source: &str, reads: &[&str], writes: &[&str], mutations: &[&str]) -> CellAnalysis {
     let analysis = analyze(source);
     assert_eq!(analysis.reads, set(reads), "reads of {source:?}");
     assert_eq!(analysis.writes, set(writes), "writes of {source:?}");
@@ -270,7 +270,7 @@ fn exec_inside_function_still_defeats_analysis() {
 // ---------------------------------------------------------- functions
 
 #[test]
-fn function_free_variables_are_reads_of_defining_step() {
+fn function_free_variables_are_reads_of_defining_cell() {
     let a = check(
         "def f(a, b=default):\n    c = a + g\n    return helper(c)",
         &["default", "g", "helper"],
@@ -294,7 +294,7 @@ fn decorators_are_evaluated_at_definition() {
 }
 
 #[test]
-fn function_free_variable_bound_later_in_step_is_not_a_read() {
+fn function_free_variable_bound_later_in_cell_is_not_a_read() {
     check("def f():\n    return y\ny = 1", &[], &["f", "y"], &[]);
 }
 
@@ -660,14 +660,14 @@ fn module_level_global_statement_is_harmless() {
 
 #[test]
 fn syntax_error_reports_line_and_column() {
-    let error = analyze_step("x = 1\ny = (2,\nz = 3\n").unwrap_err();
+    let error = analyze_cell("x = 1\ny = (2,\nz = 3\n").unwrap_err();
     let AnalysisError::Syntax { line, column, .. } = &error else {
         panic!("{error:?}");
     };
     assert!(*line >= 2, "{error}");
     assert!(*column >= 1);
 
-    let error = analyze_step("a = 1\nprint 'hello'\n").unwrap_err();
+    let error = analyze_cell("a = 1\nprint 'hello'\n").unwrap_err();
     let AnalysisError::Syntax {
         line,
         column,
@@ -687,7 +687,7 @@ fn syntax_error_reports_line_and_column() {
 #[test]
 fn nesting_deeper_than_cpython_accepts_is_a_typed_error() {
     let source = format!("ok = 1\nx = {}a{}", "[".repeat(5000), "]".repeat(5000));
-    let error = analyze_step(&source).unwrap_err();
+    let error = analyze_cell(&source).unwrap_err();
     assert_eq!(
         error,
         AnalysisError::TooDeeplyNested {
@@ -705,8 +705,8 @@ fn nesting_deeper_than_cpython_accepts_is_a_typed_error() {
 
 #[test]
 fn ipython_escapes_are_skipped_with_a_note() {
-    assert!(analyze_step("%matplotlib inline\nx = 1").is_err());
-    let a = analyze_step_with(
+    assert!(analyze_cell("%matplotlib inline\nx = 1").is_err());
+    let a = analyze_cell_with(
         "%matplotlib inline\n!pip install foo\nfiles = !ls\nplot(files, data)",
         AnalysisOptions { ipython: true },
     )
@@ -732,12 +732,12 @@ fn ipython_escapes_are_skipped_with_a_note() {
 fn analysis_round_trips_through_json() {
     let a = analyze("import os\ndef f():\n    global g\n    g = os.sep\nxs.append(1)\nexec('')");
     let json = serde_json::to_string(&a).unwrap();
-    let back: StepAnalysis = serde_json::from_str(&json).unwrap();
+    let back: CellAnalysis = serde_json::from_str(&json).unwrap();
     assert_eq!(a, back);
 }
 
 #[test]
-fn function_binders_without_walrus_in_the_step() {
+fn function_binders_without_walrus_in_the_cell() {
     // No `:=` anywhere: the binding pre-pass only looks at targets and blocks.
     let body = "def f(p, *args, k=dflt, **kw):\n    a = 1\n    b, *c = p\n    d += 1\n    e: int = 2\n    for g in args:\n        h = g\n    while a:\n        i = 0\n    if p:\n        j = 0\n    elif k:\n        j2 = 0\n    else:\n        j3 = 0\n    with p as (l, m):\n        pass\n    try:\n        import os.path\n        from q import r as s\n    except E as t:\n        pass\n    else:\n        u = 0\n    finally:\n        v = 0\n    match p:\n        case [w, *x] if y:\n            pass\n        case {'k': z, **rest}:\n            pass\n    del a\n    def inner():\n        pass\n    class Inner:\n        pass\n    return (a, b, c, d, e, g, h, i, j, j2, j3, l, m, os, s, t, u, v, w, x, z, rest, inner, Inner, kw)";
     let without = check(body, &["E", "dflt", "y"], &["f"], &[]);
@@ -752,7 +752,7 @@ fn function_binders_without_walrus_in_the_step() {
 // --------------------------------------------------------------- aliases
 
 #[test]
-fn mutation_through_an_alias_made_in_the_step_is_a_mutation_of_the_original() {
+fn mutation_through_an_alias_made_in_the_cell_is_a_mutation_of_the_original() {
     check("ys = xs\nys.append(1)", &["xs"], &["ys"], &["xs"]);
     check("ys = xs\nys[0] = 1", &["xs"], &["ys"], &["xs"]);
     check("a = b = xs\nb.sort()", &["xs"], &["a", "b"], &["xs"]);
@@ -775,7 +775,7 @@ fn mutation_through_an_alias_made_in_the_step_is_a_mutation_of_the_original() {
 fn a_rebound_alias_no_longer_leads_to_the_original() {
     check("ys = xs\nys = []\nys.append(1)", &["xs"], &["ys"], &[]);
     check("ys = xs\nys += [1]", &["xs"], &["ys"], &[]);
-    // An alias of something the step made itself changes nothing outside.
+    // An alias of something the cell made itself changes nothing outside.
     check("xs = []\nys = xs\nys.append(1)", &[], &["xs", "ys"], &[]);
 }
 

@@ -8,16 +8,16 @@ use crate::support::{graph_of, run_all};
 use std::collections::BTreeMap;
 
 use harness_code::{
-    AnalysisError, ExecutionStateGraph, GraphError, MAX_RUN_HISTORY, OutputSummary, Provenance,
-    RunOutcome, RunRecord, StepId, StepStatus, Timestamp,
+    AnalysisError, CellId, CellOutcome, CellRun, CellStatus, ExecutionStateGraph, GraphError,
+    MAX_RUN_HISTORY, OutputSummary, Provenance, Timestamp,
 };
 
 fn at(ms: u64) -> Provenance {
-    Provenance::new("test", "step", Timestamp::from_millis(ms))
+    Provenance::new("test", "cell", Timestamp::from_millis(ms))
 }
 
 /// `consumer`'s dependencies as (producer, names).
-fn deps(graph: &ExecutionStateGraph, consumer: StepId) -> Vec<(u32, Vec<String>)> {
+fn deps(graph: &ExecutionStateGraph, consumer: CellId) -> Vec<(u32, Vec<String>)> {
     graph
         .dependencies(consumer)
         .unwrap()
@@ -30,8 +30,8 @@ fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|n| (*n).to_owned()).collect()
 }
 
-fn ids(list: &[u32]) -> Vec<StepId> {
-    list.iter().copied().map(StepId::new).collect()
+fn ids(list: &[u32]) -> Vec<CellId> {
+    list.iter().copied().map(CellId::new).collect()
 }
 
 #[test]
@@ -52,7 +52,7 @@ fn reads_depend_on_last_writer() {
 }
 
 #[test]
-fn redefinition_in_a_later_step_is_normal() {
+fn redefinition_in_a_later_cell_is_normal() {
     let (graph, s) = graph_of(&["x = 1", "x = 2", "y = x"]);
     assert_eq!(deps(&graph, s[1]), []);
     assert_eq!(deps(&graph, s[2]), [(1, names(&["x"]))]);
@@ -73,7 +73,7 @@ fn conditional_writer_keeps_earlier_producer() {
 }
 
 #[test]
-fn builtins_depend_only_on_steps_that_shadow_them() {
+fn builtins_depend_only_on_cells_that_shadow_them() {
     let (graph, s) = graph_of(&["a = 1", "print(len([a]))"]);
     assert_eq!(deps(&graph, s[1]), [(0, names(&["a"]))]);
     let (graph, s) = graph_of(&["len = 3", "print(len)"]);
@@ -102,12 +102,12 @@ fn calling_a_function_inherits_its_effects() {
     assert_eq!(deps(&graph, s[2]), [(1, names(&["add", "log"]))]);
     assert_eq!(deps(&graph, s[3]), [(2, names(&["log"]))]);
     assert_eq!(graph.ancestors(s[3], None).unwrap(), ids(&[0, 1, 2]));
-    let effects = graph.step(s[2]).unwrap().effects();
+    let effects = graph.cell(s[2]).unwrap().effects();
     assert!(effects.via_calls.contains("log"));
 }
 
 #[test]
-fn step_that_defeats_analysis_depends_on_everything_and_may_produce_anything() {
+fn cell_that_defeats_analysis_depends_on_everything_and_may_produce_anything() {
     let (graph, s) = graph_of(&["a = 1", "b = 2", "exec(code)", "print(a)"]);
     let dependencies = graph.dependencies(s[2]).unwrap();
     assert_eq!(dependencies.len(), 2);
@@ -117,7 +117,7 @@ fn step_that_defeats_analysis_depends_on_everything_and_may_produce_anything() {
         deps(&graph, s[3]),
         [(0, names(&["a"])), (2, names(&["a", "print"]))]
     );
-    assert!(graph.step(s[2]).unwrap().effects().opaque);
+    assert!(graph.cell(s[2]).unwrap().effects().opaque);
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn ancestors_restricted_to_producers_of_names() {
 fn downstream_subgraph() {
     let (graph, s) = graph_of(&["a = 1", "b = a", "c = 1", "d = b + c"]);
     let sub = graph.downstream(s[0]).unwrap();
-    assert_eq!(sub.steps, ids(&[0, 1, 3]));
+    assert_eq!(sub.cells, ids(&[0, 1, 3]));
     let edges: Vec<_> = sub
         .edges
         .iter()
@@ -153,8 +153,8 @@ fn stale_marking_and_replay_order() {
     run_all(&mut graph);
     assert_eq!(graph.stale_order(), []);
     assert_eq!(graph.mark_stale(s[1]).unwrap(), ids(&[1, 3]));
-    assert_eq!(graph.step(s[0]).unwrap().status(), StepStatus::Ok);
-    assert_eq!(graph.step(s[1]).unwrap().status(), StepStatus::Stale);
+    assert_eq!(graph.cell(s[0]).unwrap().status(), CellStatus::Ok);
+    assert_eq!(graph.cell(s[1]).unwrap().status(), CellStatus::Stale);
     assert_eq!(graph.stale_order(), ids(&[1, 3]));
     assert_eq!(graph.replay_order(s[1]).unwrap(), ids(&[1, 3]));
     run_all(&mut graph);
@@ -165,8 +165,8 @@ fn stale_marking_and_replay_order() {
 fn replay_order_pulls_in_out_of_date_ancestors() {
     let (mut graph, s) = graph_of(&["a = 1", "b = a", "c = b", "x = 0"]);
     run_all(&mut graph);
-    let failed = RunRecord {
-        outcome: RunOutcome::Failed {
+    let failed = CellRun {
+        outcome: CellOutcome::Failed {
             error: "ZeroDivisionError".into(),
         },
         started_at: Timestamp::from_millis(2),
@@ -175,11 +175,11 @@ fn replay_order_pulls_in_out_of_date_ancestors() {
     };
     // Re-running `a` and failing makes `b` and `c` stale.
     assert_eq!(graph.record_run(s[0], failed).unwrap(), ids(&[1, 2]));
-    assert_eq!(graph.step(s[0]).unwrap().error(), Some("ZeroDivisionError"));
+    assert_eq!(graph.cell(s[0]).unwrap().error(), Some("ZeroDivisionError"));
     assert_eq!(graph.replay_order(s[2]).unwrap(), ids(&[0, 1, 2]));
-    // A step that ran while its input was out of date still needs a rerun.
+    // A cell that ran while its input was out of date still needs a rerun.
     graph
-        .record_run(s[2], RunRecord::ok(Timestamp::from_millis(3), 1))
+        .record_run(s[2], CellRun::ok(Timestamp::from_millis(3), 1))
         .unwrap();
     assert_eq!(graph.stale_order(), ids(&[0, 1, 2]));
 }
@@ -189,8 +189,8 @@ fn record_run_tracks_count_timings_and_outputs() {
     let (mut graph, s) = graph_of(&["a = 1"]);
     let mut values = BTreeMap::new();
     values.insert("a".to_owned(), "int".to_owned());
-    let run = RunRecord {
-        outcome: RunOutcome::Ok,
+    let run = CellRun {
+        outcome: CellOutcome::Ok,
         started_at: Timestamp::from_millis(100),
         duration_ms: 7,
         outputs: OutputSummary {
@@ -201,7 +201,7 @@ fn record_run_tracks_count_timings_and_outputs() {
     for _ in 0..MAX_RUN_HISTORY + 3 {
         graph.record_run(s[0], run.clone()).unwrap();
     }
-    let node = graph.step(s[0]).unwrap();
+    let node = graph.cell(s[0]).unwrap();
     assert_eq!(
         node.run_count(),
         u32::try_from(MAX_RUN_HISTORY + 3).unwrap()
@@ -210,7 +210,7 @@ fn record_run_tracks_count_timings_and_outputs() {
     assert_eq!(node.timings()[0].duration_ms, 7);
     assert_eq!(node.timings()[0].version, 1);
     assert_eq!(node.outputs().unwrap().text, "done");
-    assert_eq!(node.status(), StepStatus::Ok);
+    assert_eq!(node.status(), CellStatus::Ok);
 }
 
 #[test]
@@ -234,18 +234,18 @@ fn explicit_edges() {
     );
     assert_eq!(graph.add_edge(s[1], s[1]), Err(GraphError::SelfEdge(s[1])));
     assert_eq!(
-        graph.add_edge(s[0], StepId::new(9)),
-        Err(GraphError::UnknownStep(StepId::new(9)))
+        graph.add_edge(s[0], CellId::new(9)),
+        Err(GraphError::UnknownCell(CellId::new(9)))
     );
     // Explicit edges survive re-inference.
     graph.replace_code(s[1], "y = 2", at(5)).unwrap();
     assert!(graph.dependencies(s[2]).unwrap()[0].1.explicit);
-    // An edge from a step that needs to run makes the consumer stale.
+    // An edge from a cell that needs to run makes the consumer stale.
     graph.mark_stale(s[1]).unwrap();
     run_all(&mut graph);
     graph.mark_stale(s[1]).unwrap();
     graph.add_edge(s[1], s[2]).unwrap();
-    assert_eq!(graph.step(s[2]).unwrap().status(), StepStatus::Stale);
+    assert_eq!(graph.cell(s[2]).unwrap().status(), CellStatus::Stale);
 }
 
 #[test]
@@ -261,9 +261,9 @@ fn replacing_code_keeps_versions_and_rewires() {
         .unwrap();
     assert_eq!(stale, ids(&[1, 2]));
     assert_eq!(deps(&graph, s[2]), [(1, names(&["x"]))]);
-    assert_eq!(graph.step(s[0]).unwrap().status(), StepStatus::Ok);
+    assert_eq!(graph.cell(s[0]).unwrap().status(), CellStatus::Ok);
 
-    let node = graph.step(s[1]).unwrap();
+    let node = graph.cell(s[1]).unwrap();
     assert_eq!(node.current_version().number, 2);
     assert_eq!(node.current_version().provenance.author, "model:m");
     let sources: Vec<_> = node.versions().map(|v| v.source.as_str()).collect();
@@ -279,7 +279,7 @@ fn replacing_code_keeps_versions_and_rewires() {
         .unwrap();
     assert_eq!(stale, ids(&[1, 2]));
     assert_eq!(deps(&graph, s[2]), [(0, names(&["x"]))]);
-    let node = graph.step(s[1]).unwrap();
+    let node = graph.cell(s[1]).unwrap();
     assert_eq!(node.source(), "y = 2");
     assert_eq!(node.current_version().number, 3);
     assert_eq!(node.current_version().provenance.reason, "revert");
@@ -287,7 +287,7 @@ fn replacing_code_keeps_versions_and_rewires() {
     assert_eq!(
         graph.rollback(s[1], 7, at(70)),
         Err(GraphError::UnknownVersion {
-            step: s[1],
+            cell: s[1],
             version: 7,
             available: 3
         })
@@ -297,14 +297,14 @@ fn replacing_code_keeps_versions_and_rewires() {
 #[test]
 fn version_before_creation_is_none() {
     let mut graph = ExecutionStateGraph::new();
-    let step = graph
-        .add_step(
+    let cell = graph
+        .add_cell(
             "x = 1",
             Provenance::new("u", "r", Timestamp::from_millis(100)),
         )
         .unwrap();
     assert_eq!(
-        graph.version_at(step, Timestamp::from_millis(99)).unwrap(),
+        graph.version_at(cell, Timestamp::from_millis(99)).unwrap(),
         None
     );
 }
@@ -316,15 +316,15 @@ fn invalid_code_is_rejected_and_graph_unchanged() {
     assert!(matches!(
         error,
         GraphError::Analysis {
-            step: Some(_),
+            cell: Some(_),
             source: AnalysisError::Syntax { line: 1, .. }
         }
     ));
-    assert_eq!(graph.step(s[0]).unwrap().source(), "x = 1");
-    assert_eq!(graph.step(s[0]).unwrap().versions().count(), 1);
-    assert!(graph.add_step("def", at(1)).is_err());
+    assert_eq!(graph.cell(s[0]).unwrap().source(), "x = 1");
+    assert_eq!(graph.cell(s[0]).unwrap().versions().count(), 1);
+    assert!(graph.add_cell("def", at(1)).is_err());
     assert_eq!(graph.len(), 1);
-    assert!(graph.step(StepId::new(3)).is_err());
+    assert!(graph.cell(CellId::new(3)).is_err());
 }
 
 #[test]
@@ -347,7 +347,7 @@ fn graph_round_trips_through_json() {
         back.ancestors(s[4], None).unwrap(),
         graph.ancestors(s[4], None).unwrap()
     );
-    for (a, b) in graph.steps().zip(back.steps()) {
+    for (a, b) in graph.cells().zip(back.cells()) {
         assert_eq!(a, b);
     }
 }
@@ -356,8 +356,8 @@ fn graph_round_trips_through_json() {
 fn dot_output() {
     let (graph, _) = graph_of(&["a = \"q\"", "b = a", "exec('')"]);
     let dot = graph.to_dot();
-    assert!(dot.starts_with("digraph steps {"));
-    assert!(dot.contains(r#"s0 [label="step 0: a = \"q\""];"#), "{dot}");
+    assert!(dot.starts_with("digraph cells {"));
+    assert!(dot.contains(r#"s0 [label="cell 0: a = \"q\""];"#), "{dot}");
     assert!(dot.contains(r#"s0 -> s1 [label="a"];"#), "{dot}");
     assert!(
         dot.contains(r#"s1 -> s2 [label="", style=dashed];"#),

@@ -1,4 +1,4 @@
-//! Property tests of `ExecutionStateGraph` over random step sequences and
+//! Property tests of `ExecutionStateGraph` over random cell sequences and
 //! random operations.
 
 #![allow(clippy::unwrap_used)]
@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use harness_code::{
-    ExecutionStateGraph, OutputSummary, Provenance, RunOutcome, RunRecord, StepId, StepStatus,
+    CellId, CellOutcome, CellRun, CellStatus, ExecutionStateGraph, OutputSummary, Provenance,
     Timestamp,
 };
 use proptest::collection::vec;
@@ -15,7 +15,7 @@ use proptest::prelude::*;
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 
 #[derive(Debug, Clone)]
-struct StepSpec {
+struct CellSpec {
     reads: Vec<usize>,
     mutations: Vec<usize>,
     writes: Vec<usize>,
@@ -23,7 +23,7 @@ struct StepSpec {
     dynamic: bool,
 }
 
-impl StepSpec {
+impl CellSpec {
     fn source(&self) -> String {
         let mut lines = Vec::new();
         lines.extend(self.reads.iter().map(|&i| format!("sink({})", NAMES[i])));
@@ -48,7 +48,7 @@ impl StepSpec {
     }
 }
 
-fn step_spec() -> impl Strategy<Value = StepSpec> {
+fn cell_spec() -> impl Strategy<Value = CellSpec> {
     (
         vec(0..NAMES.len(), 0..3),
         vec(0..NAMES.len(), 0..2),
@@ -57,7 +57,7 @@ fn step_spec() -> impl Strategy<Value = StepSpec> {
         prop::bool::weighted(0.08),
     )
         .prop_map(
-            |(reads, mutations, writes, conditional, dynamic)| StepSpec {
+            |(reads, mutations, writes, conditional, dynamic)| CellSpec {
                 reads,
                 mutations,
                 writes,
@@ -72,7 +72,7 @@ enum Op {
     MarkStale(usize),
     RunOk(usize),
     RunFailed(usize),
-    Replace(usize, StepSpec),
+    Replace(usize, CellSpec),
     AddEdge(usize, usize),
     ReplayAll,
 }
@@ -82,7 +82,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(Op::MarkStale),
         3 => any::<usize>().prop_map(Op::RunOk),
         1 => any::<usize>().prop_map(Op::RunFailed),
-        2 => (any::<usize>(), step_spec()).prop_map(|(i, s)| Op::Replace(i, s)),
+        2 => (any::<usize>(), cell_spec()).prop_map(|(i, s)| Op::Replace(i, s)),
         1 => (any::<usize>(), any::<usize>()).prop_map(|(i, j)| Op::AddEdge(i, j)),
         1 => Just(Op::ReplayAll),
     ]
@@ -92,21 +92,21 @@ fn provenance(t: u64) -> Provenance {
     Provenance::new("proptest", "generated", Timestamp::from_millis(t))
 }
 
-fn ok_run() -> RunRecord {
-    RunRecord::ok(Timestamp::from_millis(1), 1)
+fn ok_run() -> CellRun {
+    CellRun::ok(Timestamp::from_millis(1), 1)
 }
 
-fn build(specs: &[StepSpec]) -> ExecutionStateGraph {
+fn build(specs: &[CellSpec]) -> ExecutionStateGraph {
     let mut graph = ExecutionStateGraph::new();
     for spec in specs {
-        graph.add_step(spec.source(), provenance(0)).unwrap();
+        graph.add_cell(spec.source(), provenance(0)).unwrap();
     }
     graph
 }
 
 fn apply(graph: &mut ExecutionStateGraph, op: &Op, time: u64) {
     let n = graph.len();
-    let id = |i: usize| StepId::new(u32::try_from(i % n).unwrap());
+    let id = |i: usize| CellId::new(u32::try_from(i % n).unwrap());
     match op {
         Op::MarkStale(i) => {
             graph.mark_stale(id(*i)).unwrap();
@@ -115,8 +115,8 @@ fn apply(graph: &mut ExecutionStateGraph, op: &Op, time: u64) {
             graph.record_run(id(*i), ok_run()).unwrap();
         }
         Op::RunFailed(i) => {
-            let run = RunRecord {
-                outcome: RunOutcome::Failed {
+            let run = CellRun {
+                outcome: CellOutcome::Failed {
                     error: "boom".into(),
                 },
                 started_at: Timestamp::from_millis(1),
@@ -143,14 +143,14 @@ fn apply(graph: &mut ExecutionStateGraph, op: &Op, time: u64) {
 }
 
 fn replay(graph: &mut ExecutionStateGraph) {
-    for step in graph.stale_order() {
-        graph.record_run(step, ok_run()).unwrap();
+    for cell in graph.stale_order() {
+        graph.record_run(cell, ok_run()).unwrap();
     }
 }
 
-fn edges(graph: &ExecutionStateGraph) -> Vec<(StepId, StepId)> {
+fn edges(graph: &ExecutionStateGraph) -> Vec<(CellId, CellId)> {
     graph
-        .steps()
+        .cells()
         .flat_map(|node| {
             graph
                 .dependents(node.id())
@@ -161,12 +161,12 @@ fn edges(graph: &ExecutionStateGraph) -> Vec<(StepId, StepId)> {
         .collect()
 }
 
-fn downstream(graph: &ExecutionStateGraph, step: StepId) -> BTreeSet<StepId> {
-    graph.downstream(step).unwrap().steps.into_iter().collect()
+fn downstream(graph: &ExecutionStateGraph, cell: CellId) -> BTreeSet<CellId> {
+    graph.downstream(cell).unwrap().cells.into_iter().collect()
 }
 
-fn is_topological(graph: &ExecutionStateGraph, order: &[StepId]) -> bool {
-    let position: BTreeMap<StepId, usize> =
+fn is_topological(graph: &ExecutionStateGraph, order: &[CellId]) -> bool {
+    let position: BTreeMap<CellId, usize> =
         order.iter().enumerate().map(|(i, s)| (*s, i)).collect();
     edges(graph)
         .iter()
@@ -179,19 +179,19 @@ fn is_topological(graph: &ExecutionStateGraph, order: &[StepId]) -> bool {
 /// The producers of each needed name, computed naively from the analyses.
 fn expected_dependencies(
     graph: &ExecutionStateGraph,
-    step: StepId,
-) -> BTreeMap<StepId, BTreeSet<String>> {
-    let nodes: Vec<_> = graph.steps().collect();
-    let analysis = nodes[step.get() as usize].analysis();
+    cell: CellId,
+) -> BTreeMap<CellId, BTreeSet<String>> {
+    let nodes: Vec<_> = graph.cells().collect();
+    let analysis = nodes[cell.get() as usize].analysis();
     let needed: BTreeSet<&String> = analysis
         .reads
         .iter()
         .chain(&analysis.builtins)
         .chain(&analysis.mutations)
         .collect();
-    let mut expected: BTreeMap<StepId, BTreeSet<String>> = BTreeMap::new();
+    let mut expected: BTreeMap<CellId, BTreeSet<String>> = BTreeMap::new();
     for name in needed {
-        for earlier in nodes[..step.get() as usize].iter().rev() {
+        for earlier in nodes[..cell.get() as usize].iter().rev() {
             let a = earlier.analysis();
             let certain = a.definite_writes().any(|w| w == name)
                 || a.deletes.contains(name)
@@ -216,7 +216,7 @@ proptest! {
 
     #[test]
     fn graph_invariants_hold_under_random_operations(
-        specs in vec(step_spec(), 1..10),
+        specs in vec(cell_spec(), 1..10),
         ops in vec(op(), 0..25),
         probe in any::<usize>(),
     ) {
@@ -224,17 +224,17 @@ proptest! {
         for (t, op) in ops.iter().enumerate() {
             apply(&mut graph, op, t as u64 + 1);
 
-            // Edges always point forward, so step order is an execution order.
+            // Edges always point forward, so cell order is an execution order.
             for (from, to) in edges(&graph) {
                 prop_assert!(from < to);
             }
 
-            // The stale order is a topological order of exactly the steps that
+            // The stale order is a topological order of exactly the cells that
             // need to run and everything downstream of them.
             let order = graph.stale_order();
             prop_assert!(is_topological(&graph, &order));
             let mut expected = BTreeSet::new();
-            for node in graph.steps() {
+            for node in graph.cells() {
                 if node.status().needs_run() {
                     expected.extend(downstream(&graph, node.id()));
                 }
@@ -243,7 +243,7 @@ proptest! {
         }
 
         // Inferred edges match the naive last-writer rule.
-        for node in graph.steps() {
+        for node in graph.cells() {
             let expected = expected_dependencies(&graph, node.id());
             let opaque = node.analysis().defeats_analysis();
             for (producer, dependency) in graph.dependencies(node.id()).unwrap() {
@@ -251,7 +251,7 @@ proptest! {
                 prop_assert_eq!(&dependency.names, &names);
                 prop_assert!(!names.is_empty() || opaque || dependency.explicit);
             }
-            let actual: BTreeSet<StepId> = graph
+            let actual: BTreeSet<CellId> = graph
                 .dependencies(node.id()).unwrap().into_iter().map(|(p, _)| p).collect();
             for producer in expected.keys() {
                 prop_assert!(actual.contains(producer));
@@ -261,32 +261,32 @@ proptest! {
         // One replay pass reaches a fixed point.
         replay(&mut graph);
         prop_assert!(graph.stale_order().is_empty());
-        prop_assert!(graph.steps().all(|n| n.status() == StepStatus::Ok));
+        prop_assert!(graph.cells().all(|n| n.status() == CellStatus::Ok));
 
-        // Marking a step stale makes exactly it and its downstream stale;
+        // Marking a cell stale makes exactly it and its downstream stale;
         // replaying them returns to the fixed point, repeatably.
-        let step = StepId::new(u32::try_from(probe % graph.len()).unwrap());
-        let down = downstream(&graph, step);
+        let cell = CellId::new(u32::try_from(probe % graph.len()).unwrap());
+        let down = downstream(&graph, cell);
         for _ in 0..2 {
-            let marked: BTreeSet<StepId> = graph.mark_stale(step).unwrap().into_iter().collect();
+            let marked: BTreeSet<CellId> = graph.mark_stale(cell).unwrap().into_iter().collect();
             prop_assert_eq!(&marked, &down);
             let order = graph.stale_order();
             prop_assert_eq!(order.iter().copied().collect::<BTreeSet<_>>(), down.clone());
             prop_assert!(is_topological(&graph, &order));
-            prop_assert_eq!(graph.replay_order(step).unwrap(), order.clone());
-            let counts: Vec<u32> = graph.steps().map(|n| n.run_count()).collect();
+            prop_assert_eq!(graph.replay_order(cell).unwrap(), order.clone());
+            let counts: Vec<u32> = graph.cells().map(|n| n.run_count()).collect();
             replay(&mut graph);
             prop_assert!(graph.stale_order().is_empty());
-            for (node, before) in graph.steps().zip(counts) {
+            for (node, before) in graph.cells().zip(counts) {
                 let reran = u32::from(down.contains(&node.id()));
                 prop_assert_eq!(node.run_count(), before + reran);
             }
         }
 
-        // The replay from any step covers its downstream, is topological, and
+        // The replay from any cell covers its downstream, is topological, and
         // adds nothing when everything else is up to date.
         prop_assert_eq!(
-            graph.replay_order(step).unwrap().into_iter().collect::<BTreeSet<_>>(),
+            graph.replay_order(cell).unwrap().into_iter().collect::<BTreeSet<_>>(),
             down
         );
 
@@ -298,7 +298,7 @@ proptest! {
 
     #[test]
     fn replay_order_is_minimal_and_topological(
-        specs in vec(step_spec(), 1..10),
+        specs in vec(cell_spec(), 1..10),
         ops in vec(op(), 0..20),
         probe in any::<usize>(),
     ) {
@@ -306,16 +306,16 @@ proptest! {
         for (t, op) in ops.iter().enumerate() {
             apply(&mut graph, op, t as u64 + 1);
         }
-        let step = StepId::new(u32::try_from(probe % graph.len()).unwrap());
-        let order = graph.replay_order(step).unwrap();
+        let cell = CellId::new(u32::try_from(probe % graph.len()).unwrap());
+        let order = graph.replay_order(cell).unwrap();
         prop_assert!(is_topological(&graph, &order));
         prop_assert!(order.windows(2).all(|w| w[0] < w[1]));
-        let set: BTreeSet<StepId> = order.iter().copied().collect();
-        let down = downstream(&graph, step);
+        let set: BTreeSet<CellId> = order.iter().copied().collect();
+        let down = downstream(&graph, cell);
         prop_assert!(set.is_superset(&down));
         // Anything else in the replay is upstream of the downstream set and
-        // either out of date itself or downstream of an out-of-date step.
-        let dirty: BTreeSet<StepId> = graph.stale_order().into_iter().collect();
+        // either out of date itself or downstream of an out-of-date cell.
+        let dirty: BTreeSet<CellId> = graph.stale_order().into_iter().collect();
         for extra in set.difference(&down) {
             prop_assert!(dirty.contains(extra));
             let reaches_down = downstream(&graph, *extra).iter().any(|s| down.contains(s));
@@ -324,7 +324,7 @@ proptest! {
         // Every out-of-date ancestor of the downstream set is included.
         for member in &down {
             for ancestor in graph.ancestors(*member, None).unwrap() {
-                if graph.step(ancestor).unwrap().status().needs_run() {
+                if graph.cell(ancestor).unwrap().status().needs_run() {
                     prop_assert!(set.contains(&ancestor));
                 }
             }

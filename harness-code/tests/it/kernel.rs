@@ -23,7 +23,7 @@ async fn kernel() -> Kernel {
 }
 
 #[tokio::test]
-async fn runs_steps_in_one_namespace() {
+async fn runs_cells_in_one_namespace() {
     let mut kernel = kernel().await;
     let first = kernel
         .execute(0, "xs = [1, 2, 3]\nprint('sum', sum(xs))\nxs")
@@ -75,10 +75,10 @@ async fn user_output_never_reaches_the_protocol() {
     assert!(result.is_ok(), "{:?}", result.error);
     assert_eq!(result.stdout.text, "{\"id\": 999}\nraw fd 1\ndunder\n");
     assert_eq!(result.stderr.text, "raw fd 2\nerr\n");
-    // The next step starts with empty buffers.
+    // The next cell starts with empty buffers.
     let next = kernel.execute(1, "print('next')").await.unwrap();
     assert_eq!(next.stdout.text, "next\n");
-    // A step that closes the streams or points fd 1 elsewhere does not
+    // A cell that closes the streams or points fd 1 elsewhere does not
     // break the next one.
     kernel
         .execute(
@@ -92,7 +92,7 @@ async fn user_output_never_reaches_the_protocol() {
 }
 
 #[tokio::test]
-async fn tracebacks_point_at_step_lines() {
+async fn tracebacks_point_at_cell_lines() {
     let mut kernel = kernel().await;
     kernel
         .execute(3, "def scale(x):\n    factor = 0\n    return x / factor\n")
@@ -106,13 +106,13 @@ async fn tracebacks_point_at_step_lines() {
     let frames: Vec<_> = error
         .frames
         .iter()
-        .map(|f| (f.step, f.line, f.function.as_str()))
+        .map(|f| (f.cell, f.line, f.function.as_str()))
         .collect();
     assert_eq!(
         frames,
         [(Some(7), Some(2), "<module>"), (Some(3), Some(3), "scale")]
     );
-    assert!(error.traceback.contains("File \"<step 7>\", line 2"));
+    assert!(error.traceback.contains("File \"<cell 7>\", line 2"));
     assert!(error.traceback.contains("return x / factor"));
     assert!(!error.traceback.contains("<string>"), "{}", error.traceback);
     // `a` was bound before the error.
@@ -242,13 +242,13 @@ async fn timeout_kills_and_restarts() {
             after,
             restarted,
         } => {
-            assert_eq!(*during, Activity::Step(1));
+            assert_eq!(*during, Activity::Cell(1));
             assert_eq!(*after, Duration::from_millis(700));
             assert!(restarted);
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
-    assert!(error.to_string().contains("step 1 timed out"), "{error}");
+    assert!(error.to_string().contains("cell 1 timed out"), "{error}");
     assert!(kernel.generation() > generation);
     // A fresh namespace: `x` is gone, but the kernel runs.
     let next = kernel
@@ -265,7 +265,7 @@ async fn assert_died(source: &str, check: impl Fn(&KernelError)) {
         KernelError::Died {
             during, restarted, ..
         } => {
-            assert_eq!(*during, Activity::Step(4));
+            assert_eq!(*during, Activity::Cell(4));
             assert!(restarted);
         }
         other => panic!("{source}: expected the kernel to die, got {other:?}"),
@@ -449,17 +449,17 @@ async fn records_module_level_reads() {
         .await
         .unwrap();
     // `b` is rebound before it is read; `c` is read by helper's body, which
-    // belongs to step 0, and by a branch that never runs.
+    // belongs to cell 0, and by a branch that never runs.
     let reads: Vec<_> = result.reads.unwrap().into_iter().collect();
     assert_eq!(reads, ["a", "helper"]);
 }
 
-/// Starts `sleep 300` from a step and returns its pid, checking it runs.
+/// Starts `sleep 300` from a cell and returns its pid, checking it runs.
 #[cfg(target_os = "linux")]
-async fn start_sleeper(kernel: &mut Kernel, step: u32) -> u32 {
+async fn start_sleeper(kernel: &mut Kernel, cell: u32) -> u32 {
     let result = kernel
         .execute(
-            step,
+            cell,
             "import subprocess\nsleeper = subprocess.Popen(['sleep', '300'])\nprint(sleeper.pid)",
         )
         .await
@@ -493,7 +493,7 @@ async fn assert_gone(pid: u32, after: &str) {
             let _ = std::process::Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
-            panic!("process {pid}, started by a step, outlived the kernel after {after}");
+            panic!("process {pid}, started by a cell, outlived the kernel after {after}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -501,7 +501,7 @@ async fn assert_gone(pid: u32, after: &str) {
 
 #[cfg(target_os = "linux")]
 #[tokio::test]
-async fn timeout_kills_what_the_step_started() {
+async fn timeout_kills_what_the_cell_started() {
     let mut kernel = Kernel::spawn(KernelConfig {
         timeout: Some(Duration::from_secs(2)),
         ..config()
@@ -514,7 +514,7 @@ async fn timeout_kills_what_the_step_started() {
         matches!(
             error,
             KernelError::Timeout {
-                during: Activity::Step(1),
+                during: Activity::Cell(1),
                 restarted: true,
                 ..
             }
@@ -528,7 +528,7 @@ async fn timeout_kills_what_the_step_started() {
 
 #[cfg(target_os = "linux")]
 #[tokio::test]
-async fn dropping_the_kernel_kills_what_its_steps_started() {
+async fn dropping_the_kernel_kills_what_its_cells_started() {
     let mut kernel = kernel().await;
     let sleeper = start_sleeper(&mut kernel, 0).await;
     drop(kernel);
@@ -537,7 +537,7 @@ async fn dropping_the_kernel_kills_what_its_steps_started() {
 
 #[cfg(target_os = "linux")]
 #[tokio::test]
-async fn shutdown_kills_what_the_steps_started() {
+async fn shutdown_kills_what_the_cells_started() {
     let mut kernel = kernel().await;
     let sleeper = start_sleeper(&mut kernel, 0).await;
     kernel.shutdown().await.unwrap();
@@ -546,7 +546,7 @@ async fn shutdown_kills_what_the_steps_started() {
 
 #[cfg(target_os = "linux")]
 #[tokio::test]
-async fn restart_kills_what_the_steps_started() {
+async fn restart_kills_what_the_cells_started() {
     let mut kernel = kernel().await;
     let sleeper = start_sleeper(&mut kernel, 0).await;
     kernel.restart().await.unwrap();
@@ -586,7 +586,7 @@ async fn a_kernel_that_dies_with_a_forked_child_is_reported_at_once() {
         ),
         "{error:?}"
     );
-    // Not by the 20 s step timeout.
+    // Not by the 20 s cell timeout.
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",

@@ -1,4 +1,4 @@
-//! Patches for failed steps: the rule patcher, the model patcher with a
+//! Patches for failed cells: the rule patcher, the model patcher with a
 //! scripted model (fenced code, unified diff, retries, budget), applying a
 //! patch to the graph and rolling it back.
 
@@ -7,16 +7,16 @@
 use crate::support::{graph_of, run_all};
 
 use harness::llm::{Expect, ModelError, ModelResponse, ScriptedModel, Usage};
-use harness_code::diagnose::{Diagnosis, StepFailure, Suggestion, diagnose};
+use harness_code::diagnose::{CellFailure, Diagnosis, Suggestion, diagnose};
 use harness_code::patch::{
     AnswerError, DiffError, ModelPatcher, PatchError, Patcher, RulePatcher, apply_patch,
     apply_unified_diff, parse_answer, rollback_patch,
 };
 use harness_code::{
-    AnalysisError, AnalysisOptions, ExecutionStateGraph, RunRecord, StepId, StepStatus, Timestamp,
+    AnalysisError, AnalysisOptions, CellId, CellRun, CellStatus, ExecutionStateGraph, Timestamp,
 };
 
-/// A session whose step 2 misspells `total`, with a consumer after it.
+/// A notebook whose cell 2 misspells `total`, with a consumer after it.
 const SALES: [&str; 4] = [
     "rows = [{'amount': '3.5'}, {'amount': '4'}]",
     "total = 0\nfor row in rows:\n    total += float(row['amount'])",
@@ -24,13 +24,13 @@ const SALES: [&str; 4] = [
     "report = {'average': average, 'n': len(rows)}",
 ];
 
-const FIXED_STEP_2: &str = "average = total / len(rows)\nprint(f'average: {average:.2f}')";
+const FIXED_CELL_2: &str = "average = total / len(rows)\nprint(f'average: {average:.2f}')";
 
-fn sales_diagnosis() -> (ExecutionStateGraph, Vec<StepId>, Diagnosis) {
+fn sales_diagnosis() -> (ExecutionStateGraph, Vec<CellId>, Diagnosis) {
     let (mut graph, s) = graph_of(&SALES);
     run_all(&mut graph);
     let failure =
-        StepFailure::exception(s[2], "NameError", "name 'totl' is not defined").at_line(1);
+        CellFailure::exception(s[2], "NameError", "name 'totl' is not defined").at_line(1);
     let d = diagnose(&failure, &graph);
     (graph, s, d)
 }
@@ -41,10 +41,10 @@ fn sales_diagnosis() -> (ExecutionStateGraph, Vec<StepId>, Diagnosis) {
 async fn rule_patcher_renames_the_misspelled_name() {
     let (graph, s, d) = sales_diagnosis();
     let patch = RulePatcher::new().propose(&d, &graph).await.unwrap();
-    assert_eq!(patch.step, s[2]);
+    assert_eq!(patch.cell, s[2]);
     assert_eq!(patch.base_version, 1);
     assert_eq!(patch.old_source, SALES[2]);
-    assert_eq!(patch.new_source, FIXED_STEP_2);
+    assert_eq!(patch.new_source, FIXED_CELL_2);
     assert!(
         patch
             .diff
@@ -57,7 +57,7 @@ async fn rule_patcher_renames_the_misspelled_name() {
         patch
             .provenance
             .diagnosis
-            .starts_with("NameError in step 2, line 1")
+            .starts_with("NameError in cell 2, line 1")
     );
 }
 
@@ -66,7 +66,7 @@ async fn rule_rename_respects_scopes_strings_and_attributes() {
     let failing = "label = 'totl'\nprint(f'{label}: {totl}', stats.totl)\nhalves = [totl / 2 for _ in range(2)]\ndef fmt(totl):\n    return totl * 2\ndef show():\n    print(totl)\nsquares = [totl * totl for totl in range(3)]";
     let (graph, s) = graph_of(&["total = 10\nstats = None", failing]);
     let failure =
-        StepFailure::exception(s[1], "NameError", "name 'totl' is not defined").at_line(2);
+        CellFailure::exception(s[1], "NameError", "name 'totl' is not defined").at_line(2);
     let d = diagnose(&failure, &graph);
     let patch = RulePatcher::new().propose(&d, &graph).await.unwrap();
     assert_eq!(
@@ -83,10 +83,10 @@ async fn rule_patcher_renames_a_misspelled_definition() {
         "print(threshold * 2)",
     ]);
     let failure =
-        StepFailure::exception(s[1], "NameError", "name 'threshold' is not defined").at_line(1);
+        CellFailure::exception(s[1], "NameError", "name 'threshold' is not defined").at_line(1);
     let d = diagnose(&failure, &graph);
     let patch = RulePatcher::new().propose(&d, &graph).await.unwrap();
-    assert_eq!(patch.step, s[0]);
+    assert_eq!(patch.cell, s[0]);
     assert_eq!(patch.new_source, "threshold = 3");
 }
 
@@ -96,7 +96,7 @@ async fn rule_patcher_adds_the_missing_import_after_docstring_and_future() {
         "data = [3, 1, 2]",
         "\"\"\"Summary statistics.\"\"\"\nfrom __future__ import annotations\narr = np.array(data)\nprint(arr.mean())\n",
     ]);
-    let failure = StepFailure::exception(s[1], "NameError", "name 'np' is not defined").at_line(3);
+    let failure = CellFailure::exception(s[1], "NameError", "name 'np' is not defined").at_line(3);
     let d = diagnose(&failure, &graph);
     let patch = RulePatcher::new().propose(&d, &graph).await.unwrap();
     assert_eq!(
@@ -109,7 +109,7 @@ async fn rule_patcher_adds_the_missing_import_after_docstring_and_future() {
 #[tokio::test]
 async fn rule_patcher_fixes_a_misspelled_module() {
     let (graph, s) = graph_of(&["import json\nimport pandsa as pd\ndf = pd.DataFrame({'a': [1]})"]);
-    let failure = StepFailure::exception(s[0], "ModuleNotFoundError", "No module named 'pandsa'");
+    let failure = CellFailure::exception(s[0], "ModuleNotFoundError", "No module named 'pandsa'");
     let d = diagnose(&failure, &graph);
     let patch = RulePatcher::new().propose(&d, &graph).await.unwrap();
     assert_eq!(
@@ -124,7 +124,7 @@ async fn rule_patcher_fixes_a_key_and_an_attribute() {
         "row = {'Region': 'north', 'sales': 10}",
         "print(row['region'], row['sales'])\nother = {'region': 1}['region']",
     ]);
-    let failure = StepFailure::exception(s[1], "KeyError", "'region'")
+    let failure = CellFailure::exception(s[1], "KeyError", "'region'")
         .at_line(1)
         .with_value("row", "{'Region': 'north', 'sales': 10}");
     let d = diagnose(&failure, &graph);
@@ -138,7 +138,7 @@ async fn rule_patcher_fixes_a_key_and_an_attribute() {
         "import pandas as pd\ndf = pd.DataFrame({'a': [1]})",
         "names = list(df.colums)",
     ]);
-    let failure = StepFailure::exception(
+    let failure = CellFailure::exception(
         s[1],
         "AttributeError",
         "'DataFrame' object has no attribute 'colums'",
@@ -152,18 +152,18 @@ async fn rule_patcher_fixes_a_key_and_an_attribute() {
 #[tokio::test]
 async fn rule_patcher_without_an_applicable_rule_is_a_typed_error() {
     let (graph, s) = graph_of(&["while True:\n    pass"]);
-    let failure = StepFailure::timeout(s[0], std::time::Duration::from_secs(5));
+    let failure = CellFailure::timeout(s[0], std::time::Duration::from_secs(5));
     let d = diagnose(&failure, &graph);
     let error = RulePatcher::new().propose(&d, &graph).await.unwrap_err();
-    assert!(matches!(error, PatchError::NoRule { step, .. } if step == s[0]));
+    assert!(matches!(error, PatchError::NoRule { cell, .. } if cell == s[0]));
     assert_eq!(
         error.to_string(),
-        "no cheap rule fixes the timeout error in step 0"
+        "no cheap rule fixes the timeout error in cell 0"
     );
 
     // Advice-only suggestions are not rules either.
     let (graph, s) = graph_of(&["from sklearn.linear_model import LinearRegression"]);
-    let failure = StepFailure::exception(s[0], "ModuleNotFoundError", "No module named 'sklearn'");
+    let failure = CellFailure::exception(s[0], "ModuleNotFoundError", "No module named 'sklearn'");
     let d = diagnose(&failure, &graph);
     assert!(matches!(
         d.suggestions[0],
@@ -182,18 +182,18 @@ async fn model_patcher_reads_a_fenced_code_answer() {
     let (graph, s, d) = sales_diagnosis();
     let model = ScriptedModel::new([Expect::any()
         .last_message_contains("name 'totl' is not defined")
-        .last_message_contains("Rewrite step 2")
-        .last_message_contains("close names: `total` (bound by step 1)")
+        .last_message_contains("Rewrite cell 2")
+        .last_message_contains("close names: `total` (bound by cell 1)")
         .reply(
             ModelResponse::from_text(format!(
-                "The variable is misspelled. Here is the fixed step:\n\n```python\n{FIXED_STEP_2}\n```\n"
+                "The variable is misspelled. Here is the fixed cell:\n\n```python\n{FIXED_CELL_2}\n```\n"
             ))
             .with_usage(Usage::new(120, 30)),
         )]);
     let patcher = ModelPatcher::new(model);
     let patch = patcher.propose(&d, &graph).await.unwrap();
-    assert_eq!(patch.step, s[2]);
-    assert_eq!(patch.new_source, FIXED_STEP_2);
+    assert_eq!(patch.cell, s[2]);
+    assert_eq!(patch.new_source, FIXED_CELL_2);
     assert!(patch.diff.contains("+average = total / len(rows)"));
     let p = &patch.provenance;
     assert_eq!(p.patcher, "model");
@@ -205,22 +205,22 @@ async fn model_patcher_reads_a_fenced_code_answer() {
     assert_eq!(patch.graph_provenance().author, "model:scripted");
     assert_eq!(patcher.model().remaining(), 0);
 
-    // The prompt carries the minimal context: the failing step and the producer of `totl`'s neighbour.
+    // The prompt carries the minimal context: the failing cell and the producer of `totl`'s neighbour.
     let request = &patcher.model().requests()[0];
     let prompt = request.messages[1].text();
-    assert!(prompt.contains("Step 1 (suspect)"), "{prompt}");
-    assert!(prompt.contains("Step 2 (failing step)"), "{prompt}");
-    assert!(!prompt.contains("Step 3"), "{prompt}");
+    assert!(prompt.contains("Cell 1 (suspect)"), "{prompt}");
+    assert!(prompt.contains("Cell 2 (failing cell)"), "{prompt}");
+    assert!(!prompt.contains("Cell 3"), "{prompt}");
 }
 
 #[tokio::test]
 async fn model_patcher_applies_a_unified_diff_answer() {
     let (graph, s, d) = sales_diagnosis();
-    let answer = "```diff\n--- a/step-2\n+++ b/step-2\n@@ -1,2 +1,2 @@\n-average = totl / len(rows)\n+average = total / len(rows)\n print(f'average: {average:.2f}')\n```";
+    let answer = "```diff\n--- a/cell-2\n+++ b/cell-2\n@@ -1,2 +1,2 @@\n-average = totl / len(rows)\n+average = total / len(rows)\n print(f'average: {average:.2f}')\n```";
     let model = ScriptedModel::new([Expect::any().reply(ModelResponse::from_text(answer))]);
     let patch = ModelPatcher::new(model).propose(&d, &graph).await.unwrap();
-    assert_eq!(patch.step, s[2]);
-    assert_eq!(patch.new_source, FIXED_STEP_2);
+    assert_eq!(patch.cell, s[2]);
+    assert_eq!(patch.new_source, FIXED_CELL_2);
 }
 
 #[tokio::test]
@@ -233,12 +233,12 @@ async fn model_patcher_retries_after_garbage_within_budget() {
         Expect::any()
             .last_message_contains("Your answer could not be used: the code is not valid Python")
             .reply(ModelResponse::from_text(format!(
-                "```python\n{FIXED_STEP_2}\n```"
+                "```python\n{FIXED_CELL_2}\n```"
             ))),
     ]);
     let patcher = ModelPatcher::new(model).with_max_attempts(3);
     let patch = patcher.propose(&d, &graph).await.unwrap();
-    assert_eq!(patch.new_source, FIXED_STEP_2);
+    assert_eq!(patch.new_source, FIXED_CELL_2);
     assert_eq!(patch.provenance.attempts, 2);
     // The retry keeps the conversation: system, prompt, bad answer, feedback.
     assert_eq!(patcher.model().requests()[1].messages.len(), 4);
@@ -256,18 +256,18 @@ async fn model_patcher_gives_up_after_the_budget_with_a_typed_error() {
             "```python\ndef broken(:\n    pass\n```",
         )),
         Expect::any().reply(ModelResponse::from_text(format!(
-            "```python\n{FIXED_STEP_2}\n```"
+            "```python\n{FIXED_CELL_2}\n```"
         ))),
     ]);
     let patcher = ModelPatcher::new(model).with_max_attempts(3);
     let error = patcher.propose(&d, &graph).await.unwrap_err();
     match &error {
         PatchError::BudgetExhausted {
-            step,
+            cell,
             attempts,
             last,
         } => {
-            assert_eq!(*step, s[2]);
+            assert_eq!(*cell, s[2]);
             assert_eq!(*attempts, 3);
             assert!(matches!(
                 last,
@@ -308,7 +308,7 @@ async fn patchers_are_dyn_compatible_and_chain() {
     }
     let (name, patch) = proposed.unwrap();
     assert_eq!(name, "rules");
-    assert_eq!(patch.new_source, FIXED_STEP_2);
+    assert_eq!(patch.new_source, FIXED_CELL_2);
 }
 
 #[test]
@@ -382,35 +382,35 @@ async fn apply_creates_a_version_marks_stale_and_rollback_restores() {
     graph
         .record_run(
             s[2],
-            RunRecord {
-                outcome: harness_code::RunOutcome::Failed {
+            CellRun {
+                outcome: harness_code::CellOutcome::Failed {
                     error: "NameError".into(),
                 },
-                ..RunRecord::ok(Timestamp::from_millis(2), 1)
+                ..CellRun::ok(Timestamp::from_millis(2), 1)
             },
         )
         .unwrap();
     let patch = RulePatcher::new().propose(&d, &graph).await.unwrap();
     let applied = apply_patch(&mut graph, &patch).unwrap();
 
-    assert_eq!(applied.step, s[2]);
+    assert_eq!(applied.cell, s[2]);
     assert_eq!((applied.previous_version, applied.version), (1, 2));
-    // The patched step and its consumer; the producers stay up to date.
+    // The patched cell and its consumer; the producers stay up to date.
     assert_eq!(applied.stale, [s[2], s[3]]);
     assert_eq!(applied.replay, [s[2], s[3]]);
     assert_eq!(graph.stale_order(), [s[2], s[3]]);
-    assert_eq!(graph.step(s[1]).unwrap().status(), StepStatus::Ok);
-    assert_eq!(graph.step(s[3]).unwrap().status(), StepStatus::Stale);
-    let node = graph.step(s[2]).unwrap();
-    assert_eq!(node.source(), FIXED_STEP_2);
+    assert_eq!(graph.cell(s[1]).unwrap().status(), CellStatus::Ok);
+    assert_eq!(graph.cell(s[3]).unwrap().status(), CellStatus::Stale);
+    let node = graph.cell(s[2]).unwrap();
+    assert_eq!(node.source(), FIXED_CELL_2);
     let provenance = &node.current_version().provenance;
     assert_eq!(provenance.author, "patcher:rules");
     assert!(provenance.reason.contains("rename `totl` to `total`"));
-    assert!(provenance.reason.contains("fixes NameError in step 2"));
-    // The fixed step now depends on the step that binds `total`.
+    assert!(provenance.reason.contains("fixes NameError in cell 2"));
+    // The fixed cell now depends on the cell that binds `total`.
     assert_eq!(graph.dependencies(s[2]).unwrap()[1].0, s[1]);
 
-    // Applying the same patch again conflicts: the step moved on.
+    // Applying the same patch again conflicts: the cell moved on.
     assert!(matches!(
         apply_patch(&mut graph, &patch),
         Err(PatchError::Conflict {
@@ -423,11 +423,11 @@ async fn apply_creates_a_version_marks_stale_and_rollback_restores() {
     run_all(&mut graph);
     let stale = rollback_patch(&mut graph, &applied).unwrap();
     assert_eq!(stale, [s[2], s[3]]);
-    let node = graph.step(s[2]).unwrap();
+    let node = graph.cell(s[2]).unwrap();
     assert_eq!(node.source(), SALES[2]);
     assert_eq!(node.versions().count(), 3);
     assert_eq!(node.current_version().provenance.author, "patcher:rollback");
-    assert_eq!(graph.step(s[3]).unwrap().status(), StepStatus::Stale);
+    assert_eq!(graph.cell(s[3]).unwrap().status(), CellStatus::Stale);
     // Rolling back twice conflicts too.
     assert!(matches!(
         rollback_patch(&mut graph, &applied),
@@ -439,12 +439,12 @@ async fn apply_creates_a_version_marks_stale_and_rollback_restores() {
 async fn a_model_patch_applies_with_model_provenance() {
     let (mut graph, s, d) = sales_diagnosis();
     let model = ScriptedModel::new([Expect::any().reply(ModelResponse::from_text(format!(
-        "```python\n{FIXED_STEP_2}\n```"
+        "```python\n{FIXED_CELL_2}\n```"
     )))]);
     let patch = ModelPatcher::new(model).propose(&d, &graph).await.unwrap();
     let call_id = patch.provenance.call_id.clone().unwrap();
     apply_patch(&mut graph, &patch).unwrap();
-    let provenance = &graph.step(s[2]).unwrap().current_version().provenance;
+    let provenance = &graph.cell(s[2]).unwrap().current_version().provenance;
     assert_eq!(provenance.author, "model:scripted");
     assert!(provenance.reason.contains(&call_id));
 }
@@ -452,7 +452,7 @@ async fn a_model_patch_applies_with_model_provenance() {
 #[test]
 fn apply_rejects_a_patch_the_graph_cannot_parse() {
     let (mut graph, s) = graph_of(&["x = 1"]);
-    let d = diagnose(&StepFailure::exception(s[0], "ValueError", "bad"), &graph);
+    let d = diagnose(&CellFailure::exception(s[0], "ValueError", "bad"), &graph);
     let patch = harness_code::patch::Patch::new(
         s[0],
         1,
@@ -474,5 +474,5 @@ fn apply_rejects_a_patch_the_graph_cannot_parse() {
         apply_patch(&mut graph, &patch),
         Err(PatchError::Graph { .. })
     ));
-    assert_eq!(graph.step(s[0]).unwrap().versions().count(), 1);
+    assert_eq!(graph.cell(s[0]).unwrap().versions().count(), 1);
 }

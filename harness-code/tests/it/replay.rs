@@ -1,4 +1,4 @@
-//! Code sessions with a real `python3`: selective replay with cached
+//! Notebooks with a real `python3`: selective replay with cached
 //! outputs, lazy restore after kernel faults, resume in a new kernel from a
 //! directory or a session store, and the dynamic check of the analysis.
 
@@ -12,9 +12,9 @@ use async_trait::async_trait;
 use harness::SessionId;
 use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
 use harness_code::kernel::{KernelConfig, KernelError};
+use harness_code::notebook::{Notebook, NotebookError};
 use harness_code::replay::{ReplayAction, ReplayReason};
-use harness_code::session::{CodeSession, CodeSessionError};
-use harness_code::{Provenance, StepId, StepStatus};
+use harness_code::{CellId, CellStatus, Provenance};
 
 fn config() -> KernelConfig {
     KernelConfig {
@@ -24,20 +24,20 @@ fn config() -> KernelConfig {
 }
 
 fn user() -> Provenance {
-    Provenance::now("test", "step")
+    Provenance::now("test", "cell")
 }
 
-fn ids(list: &[u32]) -> Vec<StepId> {
-    list.iter().map(|&i| StepId::new(i)).collect()
+fn ids(list: &[u32]) -> Vec<CellId> {
+    list.iter().map(|&i| CellId::new(i)).collect()
 }
 
-fn repr(session: &CodeSession, step: u32, name: &str) -> String {
-    session.record(StepId::new(step)).unwrap().outputs[name]
+fn repr(notebook: &Notebook, cell: u32, name: &str) -> String {
+    notebook.record(CellId::new(cell)).unwrap().outputs[name]
         .repr
         .clone()
 }
 
-/// A 30-step pipeline with branches. Step 12 writes `p` and `q`; the edit
+/// A 30-cell pipeline with branches. Cell 12 writes `p` and `q`; the edit
 /// changes `p` only, so of its downstream {13..19, 26, 28, 29} the `q`
 /// branch (14, 16, 18) sees unchanged inputs.
 const PIPELINE: [&str; 30] = [
@@ -74,34 +74,34 @@ const PIPELINE: [&str; 30] = [
 ];
 const EDIT_12: &str = "p, q = sc * 3, len(base)";
 
-async fn run_pipeline(dir: &std::path::Path, sources: &[&str]) -> CodeSession {
-    let mut session = CodeSession::create(dir, config()).unwrap();
+async fn run_pipeline(dir: &std::path::Path, sources: &[&str]) -> Notebook {
+    let mut notebook = Notebook::create(dir, config()).unwrap();
     for source in sources {
-        session.add_step(*source, user()).unwrap();
+        notebook.add_cell(*source, user()).unwrap();
     }
-    let report = session.replay().await.unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.executed().len(), sources.len(), "{report:#?}");
     assert!(report.succeeded());
-    session
+    notebook
 }
 
 #[tokio::test]
-async fn thirty_step_pipeline_replays_exactly_the_affected_steps() {
+async fn thirty_cell_pipeline_replays_exactly_the_affected_cells() {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = run_pipeline(dir.path(), &PIPELINE).await;
-    let original_summary = repr(&session, 29, "summary");
-    session.save().unwrap();
-    session.shutdown().await;
-    drop(session);
+    let mut notebook = run_pipeline(dir.path(), &PIPELINE).await;
+    let original_summary = repr(&notebook, 29, "summary");
+    notebook.save().unwrap();
+    notebook.shutdown().await;
+    drop(notebook);
 
-    // Reopen (a new kernel with an empty namespace), edit step 12, replay.
-    let mut session = CodeSession::open(dir.path(), config()).unwrap();
-    let twelve = StepId::new(12);
-    let downstream: BTreeSet<StepId> = session
+    // Reopen (a new kernel with an empty namespace), edit cell 12, replay.
+    let mut notebook = Notebook::open(dir.path(), config()).unwrap();
+    let twelve = CellId::new(12);
+    let downstream: BTreeSet<CellId> = notebook
         .graph()
         .downstream(twelve)
         .unwrap()
-        .steps
+        .cells
         .into_iter()
         .collect();
     assert_eq!(
@@ -110,23 +110,23 @@ async fn thirty_step_pipeline_replays_exactly_the_affected_steps() {
             .into_iter()
             .collect()
     );
-    session.replace_step(twelve, EDIT_12, user()).unwrap();
-    let report = session.replay().await.unwrap();
+    notebook.replace_cell(twelve, EDIT_12, user()).unwrap();
+    let report = notebook.replay().await.unwrap();
     assert!(report.succeeded(), "{report:#?}");
 
-    // Exactly the downstream steps whose inputs changed ran; the rest of the
+    // Exactly the downstream cells whose inputs changed ran; the rest of the
     // downstream was reused from the cache; everything else was up to date.
     let affected = ids(&[12, 13, 15, 17, 19, 26, 28, 29]);
     assert_eq!(report.executed(), affected);
     assert_eq!(report.reused(), ids(&[14, 16, 18]));
-    let executed_or_reused: BTreeSet<StepId> = report
+    let executed_or_reused: BTreeSet<CellId> = report
         .executed()
         .into_iter()
         .chain(report.reused())
         .collect();
     assert_eq!(executed_or_reused, downstream);
     for entry in &report.entries {
-        if !downstream.contains(&entry.step) {
+        if !downstream.contains(&entry.cell) {
             assert_eq!(entry.action, ReplayAction::Skipped);
             assert_eq!(entry.reason, ReplayReason::UpToDate);
         }
@@ -138,24 +138,24 @@ async fn thirty_step_pipeline_replays_exactly_the_affected_steps() {
             to_version: 2
         }
     );
-    let ReplayReason::InputsChanged { changes } = &report.entry(StepId::new(13)).unwrap().reason
+    let ReplayReason::InputsChanged { changes } = &report.entry(CellId::new(13)).unwrap().reason
     else {
-        panic!("step 13 should run for its input");
+        panic!("cell 13 should run for its input");
     };
     assert_eq!(changes[0].name, "p");
     assert_eq!(changes[0].producer, Some(twelve));
     assert!(matches!(
-        report.entry(StepId::new(14)).unwrap().reason,
+        report.entry(CellId::new(14)).unwrap().reason,
         ReplayReason::CacheHit { .. }
     ));
 
-    // Only what each executed step needed was restored into the new kernel,
+    // Only what each executed cell needed was restored into the new kernel,
     // and nothing had to be recomputed.
     let restored: BTreeMap<u32, Vec<String>> = report
         .entries
         .iter()
         .filter(|e| e.action == ReplayAction::Executed)
-        .map(|e| (e.step.get(), e.restored.clone()))
+        .map(|e| (e.cell.get(), e.restored.clone()))
         .collect();
     let expected: BTreeMap<u32, Vec<String>> = [
         (12, vec!["base", "sc"]),
@@ -178,27 +178,27 @@ async fn thirty_step_pipeline_replays_exactly_the_affected_steps() {
     edited[12] = EDIT_12;
     let fresh_dir = tempfile::tempdir().unwrap();
     let fresh = run_pipeline(fresh_dir.path(), &edited).await;
-    for (step, name) in [(29, "summary"), (26, "report"), (18, "s"), (27, "final")] {
+    for (cell, name) in [(29, "summary"), (26, "report"), (18, "s"), (27, "final")] {
         assert_eq!(
-            repr(&session, step, name),
-            repr(&fresh, step, name),
+            repr(&notebook, cell, name),
+            repr(&fresh, cell, name),
             "{name}"
         );
     }
-    assert!(session.graph().stale_order().is_empty());
+    assert!(notebook.graph().stale_order().is_empty());
 
     // Reverting the edit reuses the first version's runs: nothing executes.
-    session.replace_step(twelve, PIPELINE[12], user()).unwrap();
-    let report = session.replay().await.unwrap();
+    notebook.replace_cell(twelve, PIPELINE[12], user()).unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.executed(), []);
     assert_eq!(report.reused(), downstream.into_iter().collect::<Vec<_>>());
-    assert_eq!(repr(&session, 29, "summary"), original_summary);
+    assert_eq!(repr(&notebook, 29, "summary"), original_summary);
 }
 
 #[tokio::test]
-async fn timeout_then_next_step_runs_in_a_restored_namespace() {
+async fn timeout_then_next_cell_runs_in_a_restored_namespace() {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = CodeSession::create(
+    let mut notebook = Notebook::create(
         dir.path(),
         KernelConfig {
             timeout: Some(Duration::from_millis(800)),
@@ -206,27 +206,27 @@ async fn timeout_then_next_step_runs_in_a_restored_namespace() {
         },
     )
     .unwrap();
-    let data = session
+    let data = notebook
         .execute("data = [1, 2, 3]", user())
         .await
         .unwrap()
-        .step;
-    let define = session
+        .cell;
+    let define = notebook
         .execute("def f(x):\n    return x * 10", user())
         .await
         .unwrap()
-        .step;
-    session
+        .cell;
+    notebook
         .execute("unrelated = 'x' * 10", user())
         .await
         .unwrap();
 
-    let error = session
+    let error = notebook
         .execute("while True: pass", user())
         .await
         .unwrap_err();
-    let CodeSessionError::Kernel {
-        step: Some(hung),
+    let NotebookError::Kernel {
+        cell: Some(hung),
         source: KernelError::Timeout { restarted, .. },
     } = &error
     else {
@@ -235,13 +235,13 @@ async fn timeout_then_next_step_runs_in_a_restored_namespace() {
     assert!(restarted);
     assert!(error.to_string().contains("timed out"), "{error}");
     assert_eq!(
-        session.graph().step(*hung).unwrap().status(),
-        StepStatus::Failed
+        notebook.graph().cell(*hung).unwrap().status(),
+        CellStatus::Failed
     );
 
-    // The next step needs `data` (loaded from its blob) and `f` (a function:
-    // recomputed by re-running only the step that defined it).
-    let run = session
+    // The next cell needs `data` (loaded from its blob) and `f` (a function:
+    // recomputed by re-running only the cell that defined it).
+    let run = notebook
         .execute("result = f(sum(data))\nprint(result)", user())
         .await
         .unwrap();
@@ -255,19 +255,19 @@ async fn timeout_then_next_step_runs_in_a_restored_namespace() {
 #[tokio::test]
 async fn os_exit_gives_a_typed_error_and_state_is_recovered() {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = CodeSession::create(dir.path(), config()).unwrap();
-    session
+    let mut notebook = Notebook::create(dir.path(), config()).unwrap();
+    notebook
         .execute("import json\ncfg = {'k': [1, 2]}", user())
         .await
         .unwrap();
-    let error = session
+    let error = notebook
         .execute("import os\nos._exit(1)", user())
         .await
         .unwrap_err();
     assert!(
         matches!(
             error,
-            CodeSessionError::Kernel {
+            NotebookError::Kernel {
                 source: KernelError::Died {
                     code: Some(1),
                     restarted: true,
@@ -278,7 +278,7 @@ async fn os_exit_gives_a_typed_error_and_state_is_recovered() {
         ),
         "{error:?}"
     );
-    let run = session
+    let run = notebook
         .execute("print(json.dumps(cfg))", user())
         .await
         .unwrap();
@@ -291,31 +291,31 @@ async fn os_exit_gives_a_typed_error_and_state_is_recovered() {
 #[tokio::test]
 async fn replay_restores_mutated_values_instead_of_mutating_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = CodeSession::create(dir.path(), config()).unwrap();
-    let s0 = session.add_step("xs = [1]", user()).unwrap();
-    let s1 = session.add_step("xs.append(2)", user()).unwrap();
-    let s2 = session.add_step("n = len(xs) * 10", user()).unwrap();
-    session.replay().await.unwrap();
-    assert_eq!(repr(&session, 2, "n"), "20");
+    let mut notebook = Notebook::create(dir.path(), config()).unwrap();
+    let s0 = notebook.add_cell("xs = [1]", user()).unwrap();
+    let s1 = notebook.add_cell("xs.append(2)", user()).unwrap();
+    let s2 = notebook.add_cell("n = len(xs) * 10", user()).unwrap();
+    notebook.replay().await.unwrap();
+    assert_eq!(repr(&notebook, 2, "n"), "20");
 
-    session.replace_step(s1, "xs.append(3)", user()).unwrap();
-    let report = session.replay().await.unwrap();
+    notebook.replace_cell(s1, "xs.append(3)", user()).unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.executed(), [s1, s2]);
     assert_eq!(report.entry(s1).unwrap().restored, ["xs"]);
-    assert_eq!(repr(&session, 1, "xs"), "[1, 3]");
-    assert_eq!(repr(&session, 2, "n"), "20");
+    assert_eq!(repr(&notebook, 1, "xs"), "[1, 3]");
+    assert_eq!(repr(&notebook, 2, "n"), "20");
     let _ = s0;
 }
 
 #[tokio::test]
-async fn failed_step_blocks_its_downstream_only() {
+async fn failed_cell_blocks_its_downstream_only() {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = CodeSession::create(dir.path(), config()).unwrap();
-    let a = session.add_step("a = 1", user()).unwrap();
-    let bad = session.add_step("b = a / 0", user()).unwrap();
-    let uses_b = session.add_step("c = b + 1", user()).unwrap();
-    let independent = session.add_step("d = a + 1", user()).unwrap();
-    let report = session.replay().await.unwrap();
+    let mut notebook = Notebook::create(dir.path(), config()).unwrap();
+    let a = notebook.add_cell("a = 1", user()).unwrap();
+    let bad = notebook.add_cell("b = a / 0", user()).unwrap();
+    let uses_b = notebook.add_cell("c = b + 1", user()).unwrap();
+    let independent = notebook.add_cell("d = a + 1", user()).unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.executed(), [a, bad, independent]);
     assert!(
         report
@@ -328,49 +328,49 @@ async fn failed_step_blocks_its_downstream_only() {
     );
     assert!(matches!(
         report.entry(uses_b).unwrap().reason,
-        ReplayReason::UpstreamNotOk { step, status: StepStatus::Failed } if step == bad
+        ReplayReason::UpstreamNotOk { cell, status: CellStatus::Failed } if cell == bad
     ));
     assert!(!report.succeeded());
 
-    session.replace_step(bad, "b = a / 2", user()).unwrap();
-    let report = session.replay().await.unwrap();
+    notebook.replace_cell(bad, "b = a / 2", user()).unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.executed(), [bad, uses_b]);
     assert!(report.succeeded());
-    assert_eq!(repr(&session, 2, "c"), "1.5");
+    assert_eq!(repr(&notebook, 2, "c"), "1.5");
 }
 
 #[tokio::test]
 async fn dynamic_read_check_reports_and_corrects_missed_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let mut session = CodeSession::create(dir.path(), config()).unwrap();
-    let threshold = session.add_step("threshold = 5", user()).unwrap();
+    let mut notebook = Notebook::create(dir.path(), config()).unwrap();
+    let threshold = notebook.add_cell("threshold = 5", user()).unwrap();
     // The analysis cannot see a read through `builtins.globals()`.
-    let sneaky = session
-        .add_step(
+    let sneaky = notebook
+        .add_cell(
             "import builtins\nlimit = builtins.globals()['threshold'] * 2\nif False:\n    print(never)",
             user(),
         )
         .unwrap();
-    assert!(session.graph().dependencies(sneaky).unwrap().is_empty());
-    session.replay().await.unwrap();
-    let check = session.record(sneaky).unwrap().read_check.clone().unwrap();
+    assert!(notebook.graph().dependencies(sneaky).unwrap().is_empty());
+    notebook.replay().await.unwrap();
+    let check = notebook.record(sneaky).unwrap().read_check.clone().unwrap();
     assert_eq!(check.unexpected.iter().collect::<Vec<_>>(), ["threshold"]);
     assert_eq!(check.unobserved.iter().collect::<Vec<_>>(), ["never"]);
     assert!(!check.is_consistent());
 
     // The mismatch corrected the graph: an explicit edge from the producer.
-    let deps = session.graph().dependencies(sneaky).unwrap();
+    let deps = notebook.graph().dependencies(sneaky).unwrap();
     assert_eq!(deps[0].0, threshold);
     assert!(deps[0].1.explicit);
-    session
-        .replace_step(threshold, "threshold = 7", user())
+    notebook
+        .replace_cell(threshold, "threshold = 7", user())
         .unwrap();
-    let report = session.replay().await.unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.executed(), [threshold, sneaky]);
-    assert_eq!(repr(&session, 1, "limit"), "14");
+    assert_eq!(repr(&notebook, 1, "limit"), "14");
 
-    // A step the analysis gets right is consistent.
-    let run = session
+    // A cell the analysis gets right is consistent.
+    let run = notebook
         .execute("total = threshold + limit", user())
         .await
         .unwrap();
@@ -378,7 +378,7 @@ async fn dynamic_read_check_reports_and_corrects_missed_reads() {
 }
 
 /// A minimal in-memory [`SessionStore`] (the real ones live in
-/// `harness-stores`, which depends on this crate).
+/// `harness-stores`).
 #[derive(Debug, Default)]
 struct MemoryStore {
     heads: Mutex<BTreeMap<SessionId, StoredRun>>,
@@ -434,12 +434,12 @@ impl SessionStore for MemoryStore {
 }
 
 #[tokio::test]
-async fn resume_from_a_session_store_restores_only_what_the_next_step_needs() {
+async fn resume_from_a_session_store_restores_only_what_the_next_cell_needs() {
     let dir = tempfile::tempdir().unwrap();
     let store = MemoryStore::default();
     let id = SessionId::from("analysis-1");
     {
-        let mut session = CodeSession::create(dir.path(), config()).unwrap();
+        let mut notebook = Notebook::create(dir.path(), config()).unwrap();
         for source in [
             "import statistics",
             "raw = [3, 1, 4, 1, 5, 9, 2, 6]",
@@ -448,56 +448,55 @@ async fn resume_from_a_session_store_restores_only_what_the_next_step_needs() {
             "mean = statistics.mean(clean)",
             "big = [i * i for i in range(10_000)]",
         ] {
-            session.add_step(source, user()).unwrap();
+            notebook.add_cell(source, user()).unwrap();
         }
-        assert!(session.replay().await.unwrap().succeeded());
-        session.save_to_store(&store, &id).await.unwrap();
+        assert!(notebook.replay().await.unwrap().succeeded());
+        notebook.save_to_store(&store, &id).await.unwrap();
         // Saving again replaces the snapshot (compare-and-set on the head).
-        session.save_to_store(&store, &id).await.unwrap();
-        session.shutdown().await;
+        notebook.save_to_store(&store, &id).await.unwrap();
+        notebook.shutdown().await;
     }
     assert_eq!(store.checkpoints(&id, 0).await.unwrap().len(), 1);
 
-    let mut session = CodeSession::open_from_store(&store, &id, dir.path(), config())
+    let mut notebook = Notebook::open_from_store(&store, &id, dir.path(), config())
         .await
         .unwrap();
-    assert!(session.graph().stale_order().is_empty());
+    assert!(notebook.graph().stale_order().is_empty());
     // Needs only `mean`: one blob loaded, nothing re-run, `big` untouched.
-    let run = session
+    let run = notebook
         .execute("print(round(mean, 3))", user())
         .await
         .unwrap();
     assert_eq!(run.result.stdout.text, "4.286\n");
     assert_eq!(run.restored, ["mean"]);
     assert!(run.recomputed.is_empty());
-    // Needs a function (recomputed from its step alone) and `clean`.
-    let run = session
+    // Needs a function (recomputed from its cell alone) and `clean`.
+    let run = notebook
         .execute("scaled = normalise(clean)\nprint(scaled[-1])", user())
         .await
         .unwrap();
     assert_eq!(run.result.stdout.text, "1.0\n");
-    assert_eq!(run.recomputed, [StepId::new(2)]);
+    assert_eq!(run.recomputed, [CellId::new(2)]);
     assert_eq!(run.restored, ["clean"]);
 
-    let missing =
-        CodeSession::open_from_store(&store, &SessionId::from("nope"), dir.path(), config())
-            .await
-            .unwrap_err();
-    assert!(matches!(missing, CodeSessionError::NoSession(_)));
+    let missing = Notebook::open_from_store(&store, &SessionId::from("nope"), dir.path(), config())
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, NotebookError::NoNotebook(_)));
 }
 
 #[tokio::test]
 async fn sync_sources_follows_an_edited_file() {
     let dir = tempfile::tempdir().unwrap();
     let cells = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    let mut session = CodeSession::create(dir.path(), config()).unwrap();
-    session
+    let mut notebook = Notebook::create(dir.path(), config()).unwrap();
+    notebook
         .sync_sources(&cells(&["a = 1", "b = a + 1", "c = b * 2"]), |_| user())
         .unwrap();
-    session.replay().await.unwrap();
+    notebook.replay().await.unwrap();
 
     // Edit the middle cell and append one.
-    let sync = session
+    let sync = notebook
         .sync_sources(
             &cells(&["a = 1", "b = a + 2", "c = b * 2", "d = c"]),
             |_| user(),
@@ -505,17 +504,17 @@ async fn sync_sources_follows_an_edited_file() {
         .unwrap();
     assert_eq!(sync.changed, ids(&[1]));
     assert_eq!(sync.added, ids(&[3]));
-    let report = session.replay().await.unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.executed(), ids(&[1, 2, 3]));
     assert_eq!(report.skipped(), ids(&[0]));
 
     // Remove a cell: the graph is rebuilt, unchanged cells are reused.
-    let sync = session
+    let sync = notebook
         .sync_sources(&cells(&["a = 1", "b = a + 2", "d = b"]), |_| user())
         .unwrap();
     assert!(sync.rebuilt);
-    let report = session.replay().await.unwrap();
+    let report = notebook.replay().await.unwrap();
     assert_eq!(report.reused(), ids(&[0, 1]));
     assert_eq!(report.executed(), ids(&[2]));
-    assert_eq!(repr(&session, 2, "d"), "3");
+    assert_eq!(repr(&notebook, 2, "d"), "3");
 }

@@ -11,7 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use harness_code::analyze_step;
+use harness_code::analyze_cell;
 
 /// Python that reads file paths on stdin and prints those CPython compiles.
 const COMPILE_CHECK: &str = r#"
@@ -106,7 +106,7 @@ fn every_stdlib_file_analyses_without_panic_and_compilable_ones_parse() {
             not_utf8 += 1;
             continue;
         };
-        match catch_unwind(AssertUnwindSafe(|| analyze_step(&source))) {
+        match catch_unwind(AssertUnwindSafe(|| analyze_cell(&source))) {
             Err(_) => panics.push(path.clone()),
             Ok(Err(error)) if compilable.contains(path) => {
                 wrong_errors.push(format!("{}: {error}", path.display()));

@@ -2,18 +2,18 @@
 
 #![allow(dead_code, clippy::unwrap_used)] // each file uses what it needs
 
-use harness_code::{ExecutionStateGraph, Provenance, RunRecord, StepId, Timestamp};
+use harness_code::{CellId, CellRun, ExecutionStateGraph, Provenance, Timestamp};
 
-/// A graph of `steps`, added in order, and their ids.
-pub(crate) fn graph_of(steps: &[&str]) -> (ExecutionStateGraph, Vec<StepId>) {
+/// A graph of `cells`, added in order, and their ids.
+pub(crate) fn graph_of(cells: &[&str]) -> (ExecutionStateGraph, Vec<CellId>) {
     let mut graph = ExecutionStateGraph::new();
-    let ids = steps
+    let ids = cells
         .iter()
         .map(|source| {
             graph
-                .add_step(
+                .add_cell(
                     *source,
-                    Provenance::new("test", "step", Timestamp::from_millis(0)),
+                    Provenance::new("test", "cell", Timestamp::from_millis(0)),
                 )
                 .unwrap()
         })
@@ -21,11 +21,11 @@ pub(crate) fn graph_of(steps: &[&str]) -> (ExecutionStateGraph, Vec<StepId>) {
     (graph, ids)
 }
 
-/// Records a successful run of every stale step, in replay order.
+/// Records a successful run of every stale cell, in replay order.
 pub(crate) fn run_all(graph: &mut ExecutionStateGraph) {
-    for step in graph.stale_order() {
+    for cell in graph.stale_order() {
         graph
-            .record_run(step, RunRecord::ok(Timestamp::from_millis(1), 5))
+            .record_run(cell, CellRun::ok(Timestamp::from_millis(1), 5))
             .unwrap();
     }
 }

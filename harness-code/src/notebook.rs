@@ -1,35 +1,35 @@
-//! A code session: the execution-state graph, a Python kernel and a blob
+//! A notebook: the execution-state graph, a Python kernel and a blob
 //! store, kept consistent.
 //!
-//! [`CodeSession`] runs steps in a [`Kernel`]. After each step the values it
+//! [`Notebook`] runs cells in a [`Kernel`]. After each cell the values it
 //! wrote are pickled into the [`BlobStore`] and summarised in a
-//! [`StepRecord`]. Before a step runs, only the names it needs (its
+//! [`CellRecord`]. Before a cell runs, only the names it needs (its
 //! dependencies in the graph) are put back into the kernel, and only those
 //! the kernel does not already hold with the right content:
 //!
 //! - a value with a blob is loaded from it, a module is imported;
-//! - a value that cannot be pickled (a function or class defined in a step,
+//! - a value that cannot be pickled (a function or class defined in a cell,
 //!   a generator, a value over the size limit) is recomputed by re-running
-//!   the step that produced it, after restoring *that* step's inputs the
-//!   same way — the minimal set of steps, found by simulating the namespace.
+//!   the cell that produced it, after restoring *that* cell's inputs the
+//!   same way — the minimal set of cells, found by simulating the namespace.
 //!
 //! This is what makes a kernel restart (after a timeout or crash) cheap, and
-//! what lets a session saved in one process ([`save`](CodeSession::save),
-//! [`save_to_store`](CodeSession::save_to_store)) be reopened in another
+//! what lets a notebook saved in one process ([`save`](Notebook::save),
+//! [`save_to_store`](Notebook::save_to_store)) be reopened in another
 //! with nothing re-run up front.
 //!
-//! Each run has a *cache key*: the SHA-256 of the step's code and of the
+//! Each run has a *cache key*: the SHA-256 of the cell's code and of the
 //! identities of the values it reads (blob hashes; for an unpicklable value,
 //! the key of the run that produced it and the name). Runs are cached by
-//! key, so [`replay`](CodeSession::replay) can reuse a step whose code and
+//! key, so [`replay`](Notebook::replay) can reuse a cell whose code and
 //! inputs are unchanged instead of running it, as a build system would.
 //!
 //! # Limits
 //!
-//! Reuse and restore assume steps are deterministic functions of their code
+//! Reuse and restore assume cells are deterministic functions of their code
 //! and the names they read: reading files, the clock or the network is not
 //! seen (declare such a dependency with
-//! [`ExecutionStateGraph::add_edge`], or the step reruns only when its code
+//! [`ExecutionStateGraph::add_edge`], or the cell reruns only when its code
 //! or inputs change). Mutations are known from the static analysis'
 //! heuristics; an object changed in place through a call the analysis does
 //! not see (`helper(df)` mutating `df`) keeps the hash it had. Names are
@@ -44,12 +44,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::blobs::{BlobError, BlobStore, Hasher, sha256_hex};
 use crate::graph::{
-    ExecutionStateGraph, OutputSummary, Provenance, RunOutcome, RunRecord, StepId, StepStatus,
+    CellId, CellOutcome, CellRun, CellStatus, ExecutionStateGraph, OutputSummary, Provenance,
     Timestamp,
 };
 use crate::kernel::{
-    CapturedOutput, ExecuteOptions, Kernel, KernelConfig, KernelError, PythonError, RestoreValue,
-    StepResult, Stored, ValueSummary,
+    CapturedOutput, CellResult, ExecuteOptions, Kernel, KernelConfig, KernelError, PythonError,
+    RestoreValue, Stored, ValueSummary,
 };
 use crate::{AnalysisOptions, GraphError};
 use harness::durable::{self, WriteError, write_atomic};
@@ -60,47 +60,48 @@ use harness::session::{
 };
 use harness::signal::Signal;
 
-/// Version of the saved session format.
+/// Version of the saved notebook format.
 const FORMAT_VERSION: u32 = 1;
-/// The session file in a session directory.
-const SESSION_FILE: &str = "session.json";
-/// The agent id under which code sessions are kept in a [`SessionStore`].
+/// The notebook file in a notebook directory (the name it had when notebooks
+/// were called code sessions, so that those directories still open).
+const NOTEBOOK_FILE: &str = "session.json";
+/// The agent id under which notebooks are kept in a [`SessionStore`].
 pub const STORE_AGENT_ID: &str = "$code-session";
 /// Characters of printed output kept in the graph's [`OutputSummary`].
 const SUMMARY_TEXT: usize = 2000;
 
-/// Why a code session operation failed.
+/// Why a notebook operation failed.
 #[derive(Debug, thiserror::Error)]
-pub enum CodeSessionError {
-    /// A graph operation failed (unknown step, code that does not parse).
+pub enum NotebookError {
+    /// A graph operation failed (unknown cell, code that does not parse).
     #[error(transparent)]
     Graph(#[from] GraphError),
-    /// The kernel failed while running or preparing a step (timeout, crash,
-    /// cannot start). The step is recorded as failed; the kernel has been
-    /// restarted and later steps restore what they need.
-    #[error("{}: {source}", step.map_or_else(|| "kernel".to_owned(), |s| format!("step {s}")))]
+    /// The kernel failed while running or preparing a cell (timeout, crash,
+    /// cannot start). The cell is recorded as failed; the kernel has been
+    /// restarted and later cells restore what they need.
+    #[error("{}: {source}", cell.map_or_else(|| "kernel".to_owned(), |s| format!("cell {s}")))]
     Kernel {
-        /// The step that was running or being prepared.
-        step: Option<StepId>,
+        /// The cell that was running or being prepared.
+        cell: Option<CellId>,
         /// What the kernel reported.
         #[source]
         source: KernelError,
     },
-    /// An input of a step could not be restored: re-running the step that
+    /// An input of a cell could not be restored: re-running the cell that
     /// produced it raised.
-    #[error("cannot restore the inputs of step {step}: re-running step {producer} raised {error}")]
+    #[error("cannot restore the inputs of cell {cell}: re-running cell {producer} raised {error}")]
     Restore {
-        /// The step being prepared.
-        step: StepId,
-        /// The step that was re-run.
-        producer: StepId,
+        /// The cell being prepared.
+        cell: CellId,
+        /// The cell that was re-run.
+        producer: CellId,
         /// What it raised.
         error: Box<PythonError>,
     },
     /// The blob store failed.
     #[error(transparent)]
     Blob(#[from] BlobError),
-    /// A session file or directory could not be read or written.
+    /// A notebook file or directory could not be read or written.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
         /// What failed, e.g. `read`, `fsync` or `rename into place`.
@@ -111,8 +112,8 @@ pub enum CodeSessionError {
         #[source]
         source: std::io::Error,
     },
-    /// A saved session is corrupt or of another format version.
-    #[error("saved session {location} cannot be read: {detail}")]
+    /// A saved notebook is corrupt or of another format version.
+    #[error("saved notebook {location} cannot be read: {detail}")]
     Format {
         /// The file or store record.
         location: String,
@@ -122,12 +123,12 @@ pub enum CodeSessionError {
     /// The session store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The session store has no code session with this id.
-    #[error("no code session {0} in the store")]
-    NoSession(SessionId),
+    /// The session store has no notebook with this id.
+    #[error("no notebook {0} in the store")]
+    NoNotebook(SessionId),
 }
 
-impl From<WriteError> for CodeSessionError {
+impl From<WriteError> for NotebookError {
     fn from(error: WriteError) -> Self {
         Self::Io {
             action: error.action,
@@ -137,18 +138,18 @@ impl From<WriteError> for CodeSessionError {
     }
 }
 
-/// The dynamic check of a step's static analysis: names its own code read
+/// The dynamic check of a cell's static analysis: names its own code read
 /// from the namespace (before binding them) compared with
-/// [`StepAnalysis::reads`](crate::StepAnalysis::reads).
+/// [`CellAnalysis::reads`](crate::CellAnalysis::reads).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadCheck {
-    /// Names the step's code was seen reading.
+    /// Names the cell's code was seen reading.
     pub observed: BTreeSet<String>,
     /// Read but not predicted by the analysis: a dependency the graph
-    /// misses. The session adds them to the step's inputs from then on.
+    /// misses. The notebook adds them to the cell's inputs from then on.
     pub unexpected: BTreeSet<String>,
     /// Predicted but not seen (normal for branches not taken and function
-    /// bodies not called; only reported when the step succeeded).
+    /// bodies not called; only reported when the cell succeeded).
     pub unobserved: BTreeSet<String>,
 }
 
@@ -159,9 +160,9 @@ impl ReadCheck {
     }
 }
 
-/// The last run of a step (or the cached run it reused).
+/// The last run of a cell (or the cached run it reused).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepRecord {
+pub struct CellRecord {
     /// The code version that ran.
     pub version: u32,
     /// SHA-256 of the source that ran.
@@ -171,7 +172,7 @@ pub struct StepRecord {
     /// The inputs: name → identity (`blob:HASH`, `module:NAME`,
     /// `derived:HASH`, `deleted`).
     pub inputs: BTreeMap<String, String>,
-    /// What the step bound or changed.
+    /// What the cell bound or changed.
     pub outputs: BTreeMap<String, ValueSummary>,
     /// Names it deleted.
     pub deleted: BTreeSet<String>,
@@ -191,13 +192,13 @@ pub struct StepRecord {
     pub ran_at: Timestamp,
 }
 
-impl StepRecord {
+impl CellRecord {
     /// Whether the run succeeded.
     pub fn is_ok(&self) -> bool {
         self.error.is_none()
     }
 
-    /// The identity of output `name`, as later steps' cache keys see it.
+    /// The identity of output `name`, as later cells' cache keys see it.
     pub fn identity(&self, name: &str) -> Option<String> {
         if self.deleted.contains(name) {
             return Some(DELETED.to_owned());
@@ -230,26 +231,26 @@ impl StepRecord {
 
 const DELETED: &str = "deleted";
 
-/// What [`CodeSession::run_step`] did.
+/// What [`Notebook::run_cell`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepRun {
-    /// The step.
-    pub step: StepId,
+pub struct CellExecution {
+    /// The cell.
+    pub cell: CellId,
     /// What the kernel reported.
-    pub result: StepResult,
-    /// Steps re-run first to recompute inputs that have no blob, in order.
-    pub recomputed: Vec<StepId>,
-    /// Names put back into the kernel before the step (loaded, imported or
+    pub result: CellResult,
+    /// Cells re-run first to recompute inputs that have no blob, in order.
+    pub recomputed: Vec<CellId>,
+    /// Names put back into the kernel before the cell (loaded, imported or
     /// deleted).
     pub restored: Vec<String>,
     /// The dynamic check of the analysis, if read checking is on.
     pub read_check: Option<ReadCheck>,
 }
 
-/// Where a value a step needs comes from.
+/// Where a value a cell needs comes from.
 #[derive(Debug, Clone)]
 pub(crate) struct Source {
-    pub(crate) producer: StepId,
+    pub(crate) producer: CellId,
     pub(crate) identity: String,
     restore: Restore,
 }
@@ -261,10 +262,10 @@ enum Restore {
     Rerun,
 }
 
-/// What the kernel had to be given before a step.
+/// What the kernel had to be given before a cell.
 #[derive(Debug, Default)]
 struct Prepared {
-    recomputed: Vec<StepId>,
+    recomputed: Vec<CellId>,
     restored: Vec<String>,
 }
 
@@ -272,45 +273,45 @@ struct Prepared {
 struct Saved {
     format: u32,
     graph: ExecutionStateGraph,
-    records: BTreeMap<StepId, StepRecord>,
-    cache: BTreeMap<String, StepRecord>,
+    records: BTreeMap<CellId, CellRecord>,
+    cache: BTreeMap<String, CellRecord>,
 }
 
-/// What [`CodeSession::sync_sources`] changed.
+/// What [`Notebook::sync_sources`] changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SyncReport {
-    /// Steps whose code was replaced.
-    pub changed: Vec<StepId>,
-    /// Steps appended.
-    pub added: Vec<StepId>,
-    /// Whether the graph was rebuilt (steps were removed); cached runs are
-    /// kept, so unchanged steps are still reused.
+    /// Cells whose code was replaced.
+    pub changed: Vec<CellId>,
+    /// Cells appended.
+    pub added: Vec<CellId>,
+    /// Whether the graph was rebuilt (cells were removed); cached runs are
+    /// kept, so unchanged cells are still reused.
     pub rebuilt: bool,
 }
 
-/// A code session: graph + kernel + blob store. See the [module docs](self).
+/// A notebook: graph + kernel + blob store. See the [module docs](self).
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), harness_code::session::CodeSessionError> {
+/// # async fn demo() -> Result<(), harness_code::notebook::NotebookError> {
 /// use harness_code::Provenance;
 /// use harness_code::kernel::KernelConfig;
-/// use harness_code::session::CodeSession;
+/// use harness_code::notebook::Notebook;
 ///
-/// let mut session = CodeSession::open_or_create(".harness/code/demo", KernelConfig::default())?;
-/// let load = session.add_step("xs = list(range(10))", Provenance::now("user", "load"))?;
-/// let total = session.add_step("total = sum(xs)", Provenance::now("user", "sum"))?;
-/// session.replay().await?;
-/// session.replace_step(load, "xs = list(range(20))", Provenance::now("user", "more"))?;
-/// let report = session.replay().await?;
+/// let mut notebook = Notebook::open_or_create(".harness/code/demo", KernelConfig::default())?;
+/// let load = notebook.add_cell("xs = list(range(10))", Provenance::now("user", "load"))?;
+/// let total = notebook.add_cell("total = sum(xs)", Provenance::now("user", "sum"))?;
+/// notebook.replay().await?;
+/// notebook.replace_cell(load, "xs = list(range(20))", Provenance::now("user", "more"))?;
+/// let report = notebook.replay().await?;
 /// assert_eq!(report.executed(), [load, total]);
-/// session.save()?;
+/// notebook.save()?;
 /// # Ok(()) }
 /// ```
-pub struct CodeSession {
+pub struct Notebook {
     dir: PathBuf,
     graph: ExecutionStateGraph,
-    records: BTreeMap<StepId, StepRecord>,
-    cache: BTreeMap<String, StepRecord>,
+    records: BTreeMap<CellId, CellRecord>,
+    cache: BTreeMap<String, CellRecord>,
     blobs: BlobStore,
     config: KernelConfig,
     kernel: Option<Kernel>,
@@ -319,32 +320,32 @@ pub struct CodeSession {
     live_generation: u64,
     /// Blobs the kernel failed to load; their values are recomputed instead.
     bad_blobs: BTreeSet<String>,
-    /// Blobs known to be on disk for good: those of the saved session this
+    /// Blobs known to be on disk for good: those of the saved notebook this
     /// one was opened from, and those fsynced by a save since.
     synced: std::sync::Mutex<BTreeSet<String>>,
 }
 
-impl std::fmt::Debug for CodeSession {
+impl std::fmt::Debug for Notebook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CodeSession")
+        f.debug_struct("Notebook")
             .field("dir", &self.dir)
-            .field("steps", &self.graph.len())
+            .field("cells", &self.graph.len())
             .field("cached_runs", &self.cache.len())
             .field("kernel", &self.kernel)
             .finish_non_exhaustive()
     }
 }
 
-impl CodeSession {
-    /// A new, empty session kept in `dir` (blobs in `dir/blobs`, the kernel
+impl Notebook {
+    /// A new, empty notebook kept in `dir` (blobs in `dir/blobs`, the kernel
     /// working in `dir/work` unless `config.working_dir` says otherwise).
-    /// Steps are analysed as plain Python. The kernel starts with the first
-    /// step that runs.
+    /// Cells are analysed as plain Python. The kernel starts with the first
+    /// cell that runs.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Blob`] if the blob store cannot be created.
-    pub fn create(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, CodeSessionError> {
+    /// [`NotebookError::Blob`] if the blob store cannot be created.
+    pub fn create(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, NotebookError> {
         Self::create_with(dir, config, AnalysisOptions::default())
     }
 
@@ -358,7 +359,7 @@ impl CodeSession {
         dir: impl Into<PathBuf>,
         config: KernelConfig,
         options: AnalysisOptions,
-    ) -> Result<Self, CodeSessionError> {
+    ) -> Result<Self, NotebookError> {
         Self::assemble(
             dir.into(),
             config,
@@ -372,9 +373,9 @@ impl CodeSession {
         dir: PathBuf,
         mut config: KernelConfig,
         graph: ExecutionStateGraph,
-        records: BTreeMap<StepId, StepRecord>,
-        cache: BTreeMap<String, StepRecord>,
-    ) -> Result<Self, CodeSessionError> {
+        records: BTreeMap<CellId, CellRecord>,
+        cache: BTreeMap<String, CellRecord>,
+    ) -> Result<Self, NotebookError> {
         let blobs = BlobStore::open(dir.join("blobs"))?;
         config.blob_dir = Some(blobs.root().to_path_buf());
         if config.working_dir.is_none() {
@@ -395,27 +396,27 @@ impl CodeSession {
         })
     }
 
-    /// Reopens the session saved in `dir` by [`save`](Self::save), in this
-    /// or another process. Nothing runs until a step does; then only what
-    /// that step needs is restored.
+    /// Reopens the notebook saved in `dir` by [`save`](Self::save), in this
+    /// or another process. Nothing runs until a cell does; then only what
+    /// that cell needs is restored.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Io`] if there is no readable session file,
-    /// [`CodeSessionError::Format`] if it is corrupt.
-    pub fn open(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, CodeSessionError> {
+    /// [`NotebookError::Io`] if there is no readable notebook file,
+    /// [`NotebookError::Format`] if it is corrupt.
+    pub fn open(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, NotebookError> {
         let dir = dir.into();
-        let path = dir.join(SESSION_FILE);
-        let bytes = std::fs::read(&path).map_err(|source| CodeSessionError::Io {
+        let path = dir.join(NOTEBOOK_FILE);
+        let bytes = std::fs::read(&path).map_err(|source| NotebookError::Io {
             action: "read",
             path: path.clone(),
             source,
         })?;
         let saved = decode(&bytes, &path.display().to_string())?;
-        let session = Self::assemble(dir, config, saved.graph, saved.records, saved.cache)?;
+        let notebook = Self::assemble(dir, config, saved.graph, saved.records, saved.cache)?;
         // A save fsynced these before it wrote the file just read.
-        *session.synced_guard() = session.referenced_blobs();
-        Ok(session)
+        *notebook.synced_guard() = notebook.referenced_blobs();
+        Ok(notebook)
     }
 
     fn synced_guard(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
@@ -433,9 +434,9 @@ impl CodeSession {
             .collect()
     }
 
-    /// Fsyncs the blobs the session refers to that no save has fsynced yet
-    /// (the kernel writes them without fsync, to keep steps fast).
-    fn sync_blobs(&self) -> Result<(), CodeSessionError> {
+    /// Fsyncs the blobs the notebook refers to that no save has fsynced yet
+    /// (the kernel writes them without fsync, to keep cells fast).
+    fn sync_blobs(&self) -> Result<(), NotebookError> {
         let referenced = self.referenced_blobs();
         let mut synced = self.synced_guard();
         let new: Vec<&str> = referenced
@@ -448,12 +449,12 @@ impl CodeSession {
         Ok(())
     }
 
-    /// Whether `dir` holds a session saved with [`save`](Self::save).
+    /// Whether `dir` holds a notebook saved with [`save`](Self::save).
     pub fn exists(dir: impl AsRef<Path>) -> bool {
-        dir.as_ref().join(SESSION_FILE).is_file()
+        dir.as_ref().join(NOTEBOOK_FILE).is_file()
     }
 
-    /// [`open`](Self::open) if `dir` holds a saved session, else
+    /// [`open`](Self::open) if `dir` holds a saved notebook, else
     /// [`create`](Self::create).
     ///
     /// # Errors
@@ -462,7 +463,7 @@ impl CodeSession {
     pub fn open_or_create(
         dir: impl Into<PathBuf>,
         config: KernelConfig,
-    ) -> Result<Self, CodeSessionError> {
+    ) -> Result<Self, NotebookError> {
         let dir = dir.into();
         if Self::exists(&dir) {
             Self::open(dir, config)
@@ -471,64 +472,64 @@ impl CodeSession {
         }
     }
 
-    /// Writes the session (graph, records, cached runs) to
+    /// Writes the notebook (graph, records, cached runs) to
     /// `DIR/session.json`, atomically and durably: the blobs it refers to
     /// (in `DIR/blobs`) are fsynced first, then the file is written with
     /// [`write_atomic`] (a temporary name, fsynced, renamed into place, the
-    /// directory fsynced). When `save` returns, the session survives a
+    /// directory fsynced). When `save` returns, the notebook survives a
     /// crash.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Io`] if the file cannot be written,
-    /// [`CodeSessionError::Blob`] if a blob cannot be fsynced.
-    pub fn save(&self) -> Result<(), CodeSessionError> {
+    /// [`NotebookError::Io`] if the file cannot be written,
+    /// [`NotebookError::Blob`] if a blob cannot be fsynced.
+    pub fn save(&self) -> Result<(), NotebookError> {
         let bytes = self.encode()?;
         self.sync_blobs()?;
-        std::fs::create_dir_all(&self.dir).map_err(|source| CodeSessionError::Io {
+        std::fs::create_dir_all(&self.dir).map_err(|source| NotebookError::Io {
             action: "create the directory",
             path: self.dir.clone(),
             source,
         })?;
         write_atomic(
-            &self.dir.join(SESSION_FILE),
+            &self.dir.join(NOTEBOOK_FILE),
             &bytes,
             durable::Sync::FileAndDir,
         )?;
         Ok(())
     }
 
-    fn encode(&self) -> Result<Vec<u8>, CodeSessionError> {
+    fn encode(&self) -> Result<Vec<u8>, NotebookError> {
         let saved = SavedRef {
             format: FORMAT_VERSION,
             graph: &self.graph,
             records: &self.records,
             cache: &self.cache,
         };
-        serde_json::to_vec(&saved).map_err(|error| CodeSessionError::Format {
+        serde_json::to_vec(&saved).map_err(|error| NotebookError::Format {
             location: self.dir.display().to_string(),
             detail: format!("cannot encode: {error}"),
         })
     }
 
-    /// Saves the session into a [`SessionStore`] as session `id`: the graph,
+    /// Saves the notebook into a [`SessionStore`] as session `id`: the graph,
     /// records and cached runs go in one snapshot checkpoint (replacing the
-    /// previous one); blobs stay in this session's directory and are
+    /// previous one); blobs stay in this notebook's directory and are
     /// referred to by hash. The head's phase is `Completed`, so workers
     /// never pick it up as a run.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Store`] (e.g. a conflict with another writer).
+    /// [`NotebookError::Store`] (e.g. a conflict with another writer).
     pub async fn save_to_store(
         &self,
         store: &dyn SessionStore,
         id: &SessionId,
-    ) -> Result<(), CodeSessionError> {
+    ) -> Result<(), NotebookError> {
         // The store refers to the blobs by hash: they must be on disk first.
         self.sync_blobs()?;
         let value: serde_json::Value =
-            serde_json::from_slice(&self.encode()?).map_err(|error| CodeSessionError::Format {
+            serde_json::from_slice(&self.encode()?).map_err(|error| NotebookError::Format {
                 location: format!("store session {id}"),
                 detail: error.to_string(),
             })?;
@@ -543,7 +544,7 @@ impl CodeSession {
             ),
             None => (0, None, now, Vec::new()),
         };
-        let steps = self.graph.len() as u64;
+        let cells = self.graph.len() as u64;
         let head = StoredRun {
             schema_version: SCHEMA_VERSION,
             session_id: id.clone(),
@@ -556,12 +557,12 @@ impl CodeSession {
             },
             next_step: None,
             ended_with: None,
-            steps,
+            steps: cells,
             journal: Default::default(),
             version: expected.map_or(1, |v| v + 1),
             lease: None,
             snapshot_seq: seq,
-            snapshot_index: steps,
+            snapshot_index: cells,
             state_bytes: 0,
             bytes_since_snapshot: 0,
             measured_index: 0,
@@ -576,7 +577,7 @@ impl CodeSession {
                 expected_version: expected,
                 append: vec![Checkpoint {
                     seq,
-                    index: steps,
+                    index: cells,
                     step: "$code".to_owned(),
                     time: now,
                     kind: CheckpointKind::Snapshot(value),
@@ -588,41 +589,41 @@ impl CodeSession {
         Ok(())
     }
 
-    /// Reopens a session saved with [`save_to_store`](Self::save_to_store)
+    /// Reopens a notebook saved with [`save_to_store`](Self::save_to_store)
     /// whose blobs are in `dir/blobs`.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::NoSession`], [`CodeSessionError::Store`] or
-    /// [`CodeSessionError::Format`].
+    /// [`NotebookError::NoNotebook`], [`NotebookError::Store`] or
+    /// [`NotebookError::Format`].
     pub async fn open_from_store(
         store: &dyn SessionStore,
         id: &SessionId,
         dir: impl Into<PathBuf>,
         config: KernelConfig,
-    ) -> Result<Self, CodeSessionError> {
+    ) -> Result<Self, NotebookError> {
         let head = store
             .load(id)
             .await?
             .filter(|head| head.agent_id == STORE_AGENT_ID)
-            .ok_or_else(|| CodeSessionError::NoSession(id.clone()))?;
+            .ok_or_else(|| NotebookError::NoNotebook(id.clone()))?;
         let location = format!("store session {id}, checkpoint {}", head.snapshot_seq);
         let checkpoint = store
             .checkpoints(id, head.snapshot_seq)
             .await?
             .into_iter()
             .find(|c| c.seq == head.snapshot_seq)
-            .ok_or_else(|| CodeSessionError::Format {
+            .ok_or_else(|| NotebookError::Format {
                 location: location.clone(),
                 detail: "the snapshot checkpoint is missing".to_owned(),
             })?;
         let CheckpointKind::Snapshot(value) = checkpoint.kind else {
-            return Err(CodeSessionError::Format {
+            return Err(NotebookError::Format {
                 location,
                 detail: "the checkpoint is not a snapshot".to_owned(),
             });
         };
-        let bytes = serde_json::to_vec(&value).map_err(|error| CodeSessionError::Format {
+        let bytes = serde_json::to_vec(&value).map_err(|error| NotebookError::Format {
             location: location.clone(),
             detail: error.to_string(),
         })?;
@@ -630,12 +631,12 @@ impl CodeSession {
         Self::assemble(dir.into(), config, saved.graph, saved.records, saved.cache)
     }
 
-    /// The session's directory.
+    /// The notebook's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// The graph of steps.
+    /// The graph of cells.
     pub fn graph(&self) -> &ExecutionStateGraph {
         &self.graph
     }
@@ -645,9 +646,9 @@ impl CodeSession {
         &self.blobs
     }
 
-    /// The last run (or reused run) of `step`.
-    pub fn record(&self, step: StepId) -> Option<&StepRecord> {
-        self.records.get(&step)
+    /// The last run (or reused run) of `cell`.
+    pub fn record(&self, cell: CellId) -> Option<&CellRecord> {
+        self.records.get(&cell)
     }
 
     /// How many runs are cached for reuse.
@@ -660,37 +661,37 @@ impl CodeSession {
         self.kernel.as_ref()
     }
 
-    /// Appends a step (see [`ExecutionStateGraph::add_step`]); it does not run.
+    /// Appends a cell (see [`ExecutionStateGraph::add_cell`]); it does not run.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Graph`] if the code does not parse.
-    pub fn add_step(
+    /// [`NotebookError::Graph`] if the code does not parse.
+    pub fn add_cell(
         &mut self,
         source: impl Into<String>,
         provenance: Provenance,
-    ) -> Result<StepId, CodeSessionError> {
-        Ok(self.graph.add_step(source, provenance)?)
+    ) -> Result<CellId, NotebookError> {
+        Ok(self.graph.add_cell(source, provenance)?)
     }
 
-    /// Replaces a step's code (a new version); the step and its downstream
+    /// Replaces a cell's code (a new version); the cell and its downstream
     /// become stale. Returns them.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Graph`].
-    pub fn replace_step(
+    /// [`NotebookError::Graph`].
+    pub fn replace_cell(
         &mut self,
-        step: StepId,
+        cell: CellId,
         source: impl Into<String>,
         provenance: Provenance,
-    ) -> Result<Vec<StepId>, CodeSessionError> {
-        Ok(self.graph.replace_code(step, source, provenance)?)
+    ) -> Result<Vec<CellId>, NotebookError> {
+        Ok(self.graph.replace_code(cell, source, provenance)?)
     }
 
-    /// Applies a patch to the session's graph with
+    /// Applies a patch to the notebook's graph with
     /// [`apply_patch`](crate::patch::apply_patch): the patch becomes
-    /// the step's new version and the step and its downstream become
+    /// the cell's new version and the cell and its downstream become
     /// stale, ready for [`replay`](Self::replay).
     ///
     /// # Errors
@@ -712,51 +713,51 @@ impl CodeSession {
     pub fn rollback_patch(
         &mut self,
         applied: &crate::patch::AppliedPatch,
-    ) -> Result<Vec<StepId>, crate::patch::PatchError> {
+    ) -> Result<Vec<CellId>, crate::patch::PatchError> {
         crate::patch::rollback_patch(&mut self.graph, applied)
     }
 
-    /// Makes the steps' code equal to `sources` (e.g. the cells of a file
-    /// edited outside): changed steps get a new version, extra sources are
-    /// appended. If there are fewer sources than steps the graph is rebuilt;
-    /// cached runs survive, so unchanged steps are still reused by
+    /// Makes the cells' code equal to `sources` (e.g. the cells of a file
+    /// edited outside): changed cells get a new version, extra sources are
+    /// appended. If there are fewer sources than cells the graph is rebuilt;
+    /// cached runs survive, so unchanged cells are still reused by
     /// [`replay`](Self::replay).
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Graph`] if a source does not parse (the session
+    /// [`NotebookError::Graph`] if a source does not parse (the notebook
     /// may then be partly updated).
     pub fn sync_sources(
         &mut self,
         sources: &[String],
         provenance: impl Fn(usize) -> Provenance,
-    ) -> Result<SyncReport, CodeSessionError> {
+    ) -> Result<SyncReport, NotebookError> {
         let mut report = SyncReport::default();
         if sources.len() < self.graph.len() {
             let mut graph = ExecutionStateGraph::with_options(self.graph.options());
             for (index, source) in sources.iter().enumerate() {
-                graph.add_step(source.clone(), provenance(index))?;
+                graph.add_cell(source.clone(), provenance(index))?;
             }
-            // Keep records as "previous runs" of steps with the same code, so
-            // that replay can say why a step runs.
-            let mut old: Vec<StepRecord> =
+            // Keep records as "previous runs" of cells with the same code, so
+            // that replay can say why a cell runs.
+            let mut old: Vec<CellRecord> =
                 std::mem::take(&mut self.records).into_values().collect();
             for (index, source) in sources.iter().enumerate() {
                 let hash = sha256_hex(source.as_bytes());
                 if let Some(at) = old.iter().position(|r| r.source_hash == hash) {
-                    let id = StepId::new(u32::try_from(index).unwrap_or(u32::MAX));
+                    let id = CellId::new(u32::try_from(index).unwrap_or(u32::MAX));
                     self.records.insert(id, old.swap_remove(at));
                 }
             }
             self.graph = graph;
             report.rebuilt = true;
-            report.added = self.graph.steps().map(|s| s.id()).collect();
+            report.added = self.graph.cells().map(|s| s.id()).collect();
             return Ok(report);
         }
         for (index, source) in sources.iter().enumerate() {
-            let id = StepId::new(u32::try_from(index).unwrap_or(u32::MAX));
+            let id = CellId::new(u32::try_from(index).unwrap_or(u32::MAX));
             if index < self.graph.len() {
-                if self.graph.step(id)?.source() != source {
+                if self.graph.cell(id)?.source() != source {
                     self.graph
                         .replace_code(id, source.clone(), provenance(index))?;
                     report.changed.push(id);
@@ -764,23 +765,23 @@ impl CodeSession {
             } else {
                 report
                     .added
-                    .push(self.graph.add_step(source.clone(), provenance(index))?);
+                    .push(self.graph.add_cell(source.clone(), provenance(index))?);
             }
         }
         Ok(report)
     }
 
     /// Deletes blobs no record or cached run refers to; returns how many.
-    /// Call it while no kernel of this session is writing.
+    /// Call it while no kernel of this notebook is writing.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Blob`].
-    pub fn collect_garbage(&self) -> Result<usize, CodeSessionError> {
+    /// [`NotebookError::Blob`].
+    pub fn collect_garbage(&self) -> Result<usize, NotebookError> {
         Ok(self.blobs.retain(&self.referenced_blobs())?)
     }
 
-    /// Stops the kernel (it restarts with the next step that runs).
+    /// Stops the kernel (it restarts with the next cell that runs).
     pub async fn shutdown(&mut self) {
         if let Some(kernel) = self.kernel.take() {
             let _ = kernel.shutdown().await;
@@ -788,56 +789,56 @@ impl CodeSession {
         self.live.clear();
     }
 
-    /// Runs `step` now, whatever its status: restores what it needs, runs it,
-    /// records the run (in the graph, the step's record and the cache).
+    /// Runs `cell` now, whatever its status: restores what it needs, runs it,
+    /// records the run (in the graph, the cell's record and the cache).
     ///
     /// A Python exception is a normal result (see
-    /// [`StepResult::error`]); the step is then recorded as failed.
+    /// [`CellResult::error`]); the cell is then recorded as failed.
     ///
     /// # Errors
     ///
-    /// [`CodeSessionError::Kernel`] if the kernel timed out or died (the step
+    /// [`NotebookError::Kernel`] if the kernel timed out or died (the cell
     /// is recorded as failed, the kernel restarted),
-    /// [`CodeSessionError::Restore`] if an input could not be recomputed,
-    /// [`CodeSessionError::Graph`] for an unknown step.
-    pub async fn run_step(&mut self, step: StepId) -> Result<StepRun, CodeSessionError> {
-        let sources = self.sources(step)?;
-        let key = self.cache_key(step, &sources)?;
-        self.run_prepared(step, &sources, key).await
+    /// [`NotebookError::Restore`] if an input could not be recomputed,
+    /// [`NotebookError::Graph`] for an unknown cell.
+    pub async fn run_cell(&mut self, cell: CellId) -> Result<CellExecution, NotebookError> {
+        let sources = self.sources(cell)?;
+        let key = self.cache_key(cell, &sources)?;
+        self.run_prepared(cell, &sources, key).await
     }
 
-    /// Appends `source` as a step and runs it (what an agent does with each
+    /// Appends `source` as a cell and runs it (what an agent does with each
     /// piece of code it writes).
     ///
     /// # Errors
     ///
-    /// As [`add_step`](Self::add_step) and [`run_step`](Self::run_step).
+    /// As [`add_cell`](Self::add_cell) and [`run_cell`](Self::run_cell).
     pub async fn execute(
         &mut self,
         source: impl Into<String>,
         provenance: Provenance,
-    ) -> Result<StepRun, CodeSessionError> {
-        let step = self.add_step(source, provenance)?;
-        self.run_step(step).await
+    ) -> Result<CellExecution, NotebookError> {
+        let cell = self.add_cell(source, provenance)?;
+        self.run_cell(cell).await
     }
 
     // -- inputs and keys ------------------------------------------------------
 
-    /// The names `step` needs: those on its dependency edges, all names of
+    /// The names `cell` needs: those on its dependency edges, all names of
     /// producers on edges without names (explicit or conservative), every
-    /// name if the step defeats analysis, and reads the kernel saw that the
+    /// name if the cell defeats analysis, and reads the kernel saw that the
     /// analysis missed in an earlier run of the same code.
-    fn needed_names(&self, step: StepId) -> Result<BTreeSet<String>, CodeSessionError> {
-        let node = self.graph.step(step)?;
+    fn needed_names(&self, cell: CellId) -> Result<BTreeSet<String>, NotebookError> {
+        let node = self.graph.cell(cell)?;
         let mut names = BTreeSet::new();
         if node.effects().opaque {
-            for (_, record) in self.records.range(..step) {
+            for (_, record) in self.records.range(..cell) {
                 names.extend(record.outputs.keys().cloned());
                 names.extend(record.deleted.iter().cloned());
             }
             return Ok(names);
         }
-        for (producer, dependency) in self.graph.dependencies(step)? {
+        for (producer, dependency) in self.graph.dependencies(cell)? {
             if dependency.names.is_empty() {
                 if let Some(record) = self.records.get(&producer) {
                     names.extend(record.outputs.keys().cloned());
@@ -847,7 +848,7 @@ impl CodeSession {
                 names.extend(dependency.names.iter().cloned());
             }
         }
-        if let Some(record) = self.records.get(&step)
+        if let Some(record) = self.records.get(&cell)
             && record.source_hash == sha256_hex(node.source().as_bytes())
             && let Some(check) = &record.read_check
         {
@@ -856,15 +857,12 @@ impl CodeSession {
         Ok(names)
     }
 
-    /// For each needed name, the latest earlier step whose record wrote or
+    /// For each needed name, the latest earlier cell whose record wrote or
     /// deleted it, and how to restore it.
-    pub(crate) fn sources(
-        &self,
-        step: StepId,
-    ) -> Result<BTreeMap<String, Source>, CodeSessionError> {
-        let mut wanted = self.needed_names(step)?;
+    pub(crate) fn sources(&self, cell: CellId) -> Result<BTreeMap<String, Source>, NotebookError> {
+        let mut wanted = self.needed_names(cell)?;
         let mut found = BTreeMap::new();
-        for (&producer, record) in self.records.range(..step).rev() {
+        for (&producer, record) in self.records.range(..cell).rev() {
             if wanted.is_empty() {
                 break;
             }
@@ -907,14 +905,16 @@ impl CodeSession {
         Ok(found)
     }
 
-    /// SHA-256 of the step's code and its inputs' identities.
+    /// SHA-256 of the cell's code and its inputs' identities.
     pub(crate) fn cache_key(
         &self,
-        step: StepId,
+        cell: CellId,
         sources: &BTreeMap<String, Source>,
-    ) -> Result<String, CodeSessionError> {
-        let node = self.graph.step(step)?;
+    ) -> Result<String, NotebookError> {
+        let node = self.graph.cell(cell)?;
         let mut hasher = Hasher::default();
+        // The domain keeps the bytes it had when cells were called steps, so
+        // that notebooks saved before the rename keep their cached runs.
         hasher
             .part(b"harness code step v1")
             .part(node.source().as_bytes());
@@ -926,34 +926,34 @@ impl CodeSession {
         Ok(hasher.finish())
     }
 
-    pub(crate) fn cached(&self, key: &str) -> Option<&StepRecord> {
+    pub(crate) fn cached(&self, key: &str) -> Option<&CellRecord> {
         self.cache.get(key).filter(|record| record.is_ok())
     }
 
-    pub(crate) fn previous_record(&self, step: StepId) -> Option<&StepRecord> {
-        self.records.get(&step)
+    pub(crate) fn previous_record(&self, cell: CellId) -> Option<&CellRecord> {
+        self.records.get(&cell)
     }
 
-    /// Marks `step` as reusing the cached run `key`.
-    pub(crate) fn reuse(&mut self, step: StepId, key: &str) -> Result<(), CodeSessionError> {
+    /// Marks `cell` as reusing the cached run `key`.
+    pub(crate) fn reuse(&mut self, cell: CellId, key: &str) -> Result<(), NotebookError> {
         let Some(mut record) = self.cached(key).cloned() else {
             return Ok(());
         };
-        let node = self.graph.step(step)?;
+        let node = self.graph.cell(cell)?;
         record.version = node.current_version().number;
         let summary = output_summary(&record);
-        self.graph.record_reuse(step, summary)?;
-        self.records.insert(step, record);
+        self.graph.record_reuse(cell, summary)?;
+        self.records.insert(cell, record);
         Ok(())
     }
 
     // -- running ----------------------------------------------------------
 
-    pub(crate) async fn ensure_kernel(&mut self) -> Result<(), CodeSessionError> {
+    pub(crate) async fn ensure_kernel(&mut self) -> Result<(), NotebookError> {
         if self.kernel.is_none() {
             let kernel = Kernel::spawn(self.config.clone())
                 .await
-                .map_err(|source| CodeSessionError::Kernel { step: None, source })?;
+                .map_err(|source| NotebookError::Kernel { cell: None, source })?;
             self.kernel = Some(kernel);
         }
         self.sync_generation();
@@ -968,10 +968,10 @@ impl CodeSession {
         }
     }
 
-    /// The step's source as the kernel runs it: IPython escape lines (which
+    /// The cell's source as the kernel runs it: IPython escape lines (which
     /// the analysis skipped) become `pass`.
-    fn kernel_source(&self, step: StepId) -> Result<String, CodeSessionError> {
-        let node = self.graph.step(step)?;
+    fn kernel_source(&self, cell: CellId) -> Result<String, NotebookError> {
+        let node = self.graph.cell(cell)?;
         let escapes = &node.analysis().ipython_escapes;
         if escapes.is_empty() {
             return Ok(node.source().to_owned());
@@ -992,8 +992,8 @@ impl CodeSession {
         Ok(out)
     }
 
-    fn declared(&self, step: StepId) -> Result<Vec<String>, CodeSessionError> {
-        let node = self.graph.step(step)?;
+    fn declared(&self, cell: CellId) -> Result<Vec<String>, NotebookError> {
+        let node = self.graph.cell(cell)?;
         let analysis = node.analysis();
         let effects = node.effects();
         let names: BTreeSet<&String> = analysis
@@ -1008,12 +1008,12 @@ impl CodeSession {
 
     async fn kernel_run(
         &mut self,
-        step: StepId,
+        cell: CellId,
         snapshot: bool,
-    ) -> Result<StepResult, KernelError> {
-        // Callers have checked that the step exists; an unknown one runs as
-        // an empty step rather than failing here.
-        let (source, declared) = match (self.kernel_source(step), self.declared(step)) {
+    ) -> Result<CellResult, KernelError> {
+        // Callers have checked that the cell exists; an unknown one runs as
+        // an empty cell rather than failing here.
+        let (source, declared) = match (self.kernel_source(cell), self.declared(cell)) {
             (Ok(source), Ok(declared)) => (source, declared),
             _ => (String::new(), Vec::new()),
         };
@@ -1021,20 +1021,20 @@ impl CodeSession {
         let Some(kernel) = self.kernel.as_mut() else {
             return Err(KernelError::Closed);
         };
-        let result = kernel.execute_with(step.get(), &source, &options).await;
+        let result = kernel.execute_with(cell.get(), &source, &options).await;
         self.sync_generation();
         result
     }
 
-    /// The steps to re-run (ascending, each with its sources) so that every
-    /// source of `step` can be loaded: simulates the namespace, adding the
+    /// The cells to re-run (ascending, each with its sources) so that every
+    /// source of `cell` can be loaded: simulates the namespace, adding the
     /// producer of each value that is neither live nor loadable.
     #[allow(clippy::type_complexity)]
     fn plan(
         &self,
         sources: &BTreeMap<String, Source>,
-    ) -> Result<Vec<(StepId, BTreeMap<String, Source>)>, CodeSessionError> {
-        let mut reruns: BTreeSet<StepId> = BTreeSet::new();
+    ) -> Result<Vec<(CellId, BTreeMap<String, Source>)>, NotebookError> {
+        let mut reruns: BTreeSet<CellId> = BTreeSet::new();
         loop {
             let mut live = self.live.clone();
             let mut missing = BTreeSet::new();
@@ -1048,7 +1048,7 @@ impl CodeSession {
                 plan.push((rerun, rerun_sources));
             }
             simulate(&mut live, sources, &mut missing);
-            missing.retain(|step| !reruns.contains(step));
+            missing.retain(|cell| !reruns.contains(cell));
             if missing.is_empty() {
                 return Ok(plan);
             }
@@ -1060,9 +1060,9 @@ impl CodeSession {
     /// Returns the names put back and the sources that failed to load.
     async fn load(
         &mut self,
-        step: StepId,
+        cell: CellId,
         sources: &BTreeMap<String, Source>,
-    ) -> Result<(Vec<String>, Vec<String>), CodeSessionError> {
+    ) -> Result<(Vec<String>, Vec<String>), NotebookError> {
         let mut values = Vec::new();
         for (name, source) in sources {
             if self.live.get(name) == Some(&source.identity) {
@@ -1083,15 +1083,15 @@ impl CodeSession {
             return Ok((Vec::new(), Vec::new()));
         }
         let Some(kernel) = self.kernel.as_mut() else {
-            return Err(CodeSessionError::Kernel {
-                step: Some(step),
+            return Err(NotebookError::Kernel {
+                cell: Some(cell),
                 source: KernelError::Closed,
             });
         };
         let report = kernel.restore(&values).await;
         self.sync_generation();
-        let report = report.map_err(|source| CodeSessionError::Kernel {
-            step: Some(step),
+        let report = report.map_err(|source| NotebookError::Kernel {
+            cell: Some(cell),
             source,
         })?;
         for name in &report.restored {
@@ -1106,7 +1106,7 @@ impl CodeSession {
         let mut failed = Vec::new();
         for failure in report.failed {
             tracing::warn!(
-                step = step.get(),
+                cell = cell.get(),
                 name = failure.name,
                 "cannot load a stored value, recomputing it: {}",
                 failure.reason
@@ -1124,13 +1124,13 @@ impl CodeSession {
         Ok((report.restored, failed))
     }
 
-    /// Puts into the kernel what `step` needs, re-running producers of
+    /// Puts into the kernel what `cell` needs, re-running producers of
     /// values that have no blob.
     async fn prepare(
         &mut self,
-        step: StepId,
+        cell: CellId,
         sources: &BTreeMap<String, Source>,
-    ) -> Result<Prepared, CodeSessionError> {
+    ) -> Result<Prepared, NotebookError> {
         let mut prepared = Prepared::default();
         let mut sources = sources.clone();
         // A blob that fails to load is marked bad and the plan is made again
@@ -1146,14 +1146,14 @@ impl CodeSession {
                     break;
                 }
                 let result = self.kernel_run(rerun, false).await.map_err(|source| {
-                    CodeSessionError::Kernel {
-                        step: Some(step),
+                    NotebookError::Kernel {
+                        cell: Some(cell),
                         source,
                     }
                 })?;
                 if let Some(error) = result.error {
-                    return Err(CodeSessionError::Restore {
-                        step,
+                    return Err(NotebookError::Restore {
+                        cell,
                         producer: rerun,
                         error: Box::new(error),
                     });
@@ -1171,29 +1171,29 @@ impl CodeSession {
                 }
             }
             if retry {
-                sources = self.sources(step)?;
+                sources = self.sources(cell)?;
                 continue;
             }
-            let (restored, failed) = self.load(step, &sources).await?;
+            let (restored, failed) = self.load(cell, &sources).await?;
             prepared.restored.extend(restored);
             if failed.is_empty() {
                 return Ok(prepared);
             }
-            sources = self.sources(step)?;
+            sources = self.sources(cell)?;
         }
-        Err(CodeSessionError::Format {
+        Err(NotebookError::Format {
             location: self.dir.display().to_string(),
-            detail: format!("the inputs of step {step} could not be restored after 8 attempts"),
+            detail: format!("the inputs of cell {cell} could not be restored after 8 attempts"),
         })
     }
 
     pub(crate) async fn run_prepared(
         &mut self,
-        step: StepId,
+        cell: CellId,
         sources: &BTreeMap<String, Source>,
         key: String,
-    ) -> Result<StepRun, CodeSessionError> {
-        let node = self.graph.step(step)?;
+    ) -> Result<CellExecution, NotebookError> {
+        let node = self.graph.cell(cell)?;
         let version = node.current_version().number;
         let source_hash = sha256_hex(node.source().as_bytes());
         let inputs: BTreeMap<String, String> = sources
@@ -1202,7 +1202,7 @@ impl CodeSession {
             .collect();
         let started_at = Timestamp::now();
         let clock = Instant::now();
-        let failed_record = |error: String| StepRecord {
+        let failed_record = |error: String| CellRecord {
             version,
             source_hash: source_hash.clone(),
             cache_key: key.clone(),
@@ -1219,54 +1219,54 @@ impl CodeSession {
         };
 
         let outcome = match self.ensure_kernel().await {
-            Ok(()) => self.prepare(step, sources).await,
+            Ok(()) => self.prepare(cell, sources).await,
             Err(error) => Err(error),
         };
         let prepared = match outcome {
             Ok(prepared) => prepared,
             Err(error) => {
-                let message = format!("could not prepare the step: {error}");
-                self.fail(step, failed_record(message), started_at, clock)?;
+                let message = format!("could not prepare the cell: {error}");
+                self.fail(cell, failed_record(message), started_at, clock)?;
                 return Err(error);
             }
         };
-        let result = match self.kernel_run(step, true).await {
+        let result = match self.kernel_run(cell, true).await {
             Ok(result) => result,
             Err(source) => {
-                self.fail(step, failed_record(source.to_string()), started_at, clock)?;
-                return Err(CodeSessionError::Kernel {
-                    step: Some(step),
+                self.fail(cell, failed_record(source.to_string()), started_at, clock)?;
+                return Err(NotebookError::Kernel {
+                    cell: Some(cell),
                     source,
                 });
             }
         };
         let read_check = result.reads.as_ref().map(|observed| {
-            let analysis = self.graph.step(step).map(|n| n.analysis().clone());
+            let analysis = self.graph.cell(cell).map(|n| n.analysis().clone());
             read_check(observed, analysis.ok().as_ref(), result.is_ok())
         });
         if let Some(check) = &read_check
             && !check.is_consistent()
         {
             tracing::info!(
-                step = step.get(),
+                cell = cell.get(),
                 unexpected = ?check.unexpected,
-                "the step read names its static analysis did not predict"
+                "the cell read names its static analysis did not predict"
             );
             // Correct the graph: the producers of those names become explicit
-            // dependencies, so that changing them makes this step stale.
+            // dependencies, so that changing them makes this cell stale.
             for name in &check.unexpected {
                 let producer = self
                     .records
-                    .range(..step)
+                    .range(..cell)
                     .rev()
                     .find(|(_, record)| record.identity(name).is_some())
                     .map(|(&id, _)| id);
                 if let Some(producer) = producer {
-                    self.graph.add_edge(producer, step)?;
+                    self.graph.add_edge(producer, cell)?;
                 }
             }
         }
-        let record = StepRecord {
+        let record = CellRecord {
             version,
             source_hash,
             cache_key: key.clone(),
@@ -1282,10 +1282,10 @@ impl CodeSession {
             ran_at: started_at,
         };
         apply_record(&mut self.live, &record);
-        let run = RunRecord {
+        let run = CellRun {
             outcome: match &record.error {
-                None => RunOutcome::Ok,
-                Some(error) => RunOutcome::Failed {
+                None => CellOutcome::Ok,
+                Some(error) => CellOutcome::Failed {
                     error: error.clone(),
                 },
             },
@@ -1293,14 +1293,14 @@ impl CodeSession {
             duration_ms: millis(clock),
             outputs: output_summary(&record),
         };
-        self.graph.record_run(step, run)?;
+        self.graph.record_run(cell, run)?;
         if record.is_ok() {
             self.cache.insert(key, record.clone());
             self.trim_cache();
         }
-        self.records.insert(step, record);
-        Ok(StepRun {
-            step,
+        self.records.insert(cell, record);
+        Ok(CellExecution {
+            cell,
             result,
             recomputed: prepared.recomputed,
             restored: prepared.restored,
@@ -1310,25 +1310,25 @@ impl CodeSession {
 
     fn fail(
         &mut self,
-        step: StepId,
-        record: StepRecord,
+        cell: CellId,
+        record: CellRecord,
         started_at: Timestamp,
         clock: Instant,
-    ) -> Result<(), CodeSessionError> {
-        let run = RunRecord {
-            outcome: RunOutcome::Failed {
+    ) -> Result<(), NotebookError> {
+        let run = CellRun {
+            outcome: CellOutcome::Failed {
                 error: record.error.clone().unwrap_or_default(),
             },
             started_at,
             duration_ms: millis(clock),
             outputs: OutputSummary::default(),
         };
-        self.graph.record_run(step, run)?;
-        self.records.insert(step, record);
+        self.graph.record_run(cell, run)?;
+        self.records.insert(cell, record);
         Ok(())
     }
 
-    /// Keeps at most max(256, 4 × steps) cached runs, dropping the oldest.
+    /// Keeps at most max(256, 4 × cells) cached runs, dropping the oldest.
     fn trim_cache(&mut self) {
         let limit = (self.graph.len() * 4).max(256);
         if self.cache.len() <= limit {
@@ -1346,9 +1346,9 @@ impl CodeSession {
         }
     }
 
-    /// The status of `step` in the graph.
-    pub(crate) fn status(&self, step: StepId) -> Result<StepStatus, CodeSessionError> {
-        Ok(self.graph.step(step)?.status())
+    /// The status of `cell` in the graph.
+    pub(crate) fn status(&self, cell: CellId) -> Result<CellStatus, NotebookError> {
+        Ok(self.graph.cell(cell)?.status())
     }
 }
 
@@ -1356,22 +1356,22 @@ impl CodeSession {
 struct SavedRef<'a> {
     format: u32,
     graph: &'a ExecutionStateGraph,
-    records: &'a BTreeMap<StepId, StepRecord>,
-    cache: &'a BTreeMap<String, StepRecord>,
+    records: &'a BTreeMap<CellId, CellRecord>,
+    cache: &'a BTreeMap<String, CellRecord>,
 }
 
-fn decode(bytes: &[u8], location: &str) -> Result<Saved, CodeSessionError> {
+fn decode(bytes: &[u8], location: &str) -> Result<Saved, NotebookError> {
     #[derive(Deserialize)]
     struct Version {
         format: u32,
     }
     let version: Version =
-        serde_json::from_slice(bytes).map_err(|error| CodeSessionError::Format {
+        serde_json::from_slice(bytes).map_err(|error| NotebookError::Format {
             location: location.to_owned(),
             detail: error.to_string(),
         })?;
     if version.format != FORMAT_VERSION {
-        return Err(CodeSessionError::Format {
+        return Err(NotebookError::Format {
             location: location.to_owned(),
             detail: format!(
                 "format version {} (this build reads {FORMAT_VERSION})",
@@ -1379,13 +1379,13 @@ fn decode(bytes: &[u8], location: &str) -> Result<Saved, CodeSessionError> {
             ),
         });
     }
-    let saved: Saved = serde_json::from_slice(bytes).map_err(|error| CodeSessionError::Format {
+    let saved: Saved = serde_json::from_slice(bytes).map_err(|error| NotebookError::Format {
         location: location.to_owned(),
         detail: error.to_string(),
     })?;
     for record in saved.records.values().chain(saved.cache.values()) {
         if let Some(bad) = record.blobs().find(|h| !crate::blobs::is_valid_hash(h)) {
-            return Err(CodeSessionError::Format {
+            return Err(NotebookError::Format {
                 location: location.to_owned(),
                 detail: format!("invalid blob hash {bad:?}"),
             });
@@ -1399,7 +1399,7 @@ fn decode(bytes: &[u8], location: &str) -> Result<Saved, CodeSessionError> {
 fn simulate(
     live: &mut BTreeMap<String, String>,
     sources: &BTreeMap<String, Source>,
-    missing: &mut BTreeSet<StepId>,
+    missing: &mut BTreeSet<CellId>,
 ) {
     for (name, source) in sources {
         if live.get(name) == Some(&source.identity) {
@@ -1420,7 +1420,7 @@ fn simulate(
 }
 
 /// Updates a namespace model with what a run wrote and deleted.
-fn apply_record(live: &mut BTreeMap<String, String>, record: &StepRecord) {
+fn apply_record(live: &mut BTreeMap<String, String>, record: &CellRecord) {
     for name in record.outputs.keys() {
         match record.identity(name) {
             Some(identity) => live.insert(name.clone(), identity),
@@ -1434,7 +1434,7 @@ fn apply_record(live: &mut BTreeMap<String, String>, record: &StepRecord) {
 
 fn read_check(
     observed: &BTreeSet<String>,
-    analysis: Option<&crate::StepAnalysis>,
+    analysis: Option<&crate::CellAnalysis>,
     succeeded: bool,
 ) -> ReadCheck {
     let Some(analysis) = analysis else {
@@ -1460,7 +1460,7 @@ fn read_check(
     }
 }
 
-fn output_summary(record: &StepRecord) -> OutputSummary {
+fn output_summary(record: &CellRecord) -> OutputSummary {
     let mut text: String = record.stdout.text.chars().take(SUMMARY_TEXT).collect();
     if let Some(display) = &record.display {
         if !text.is_empty() && !text.ends_with('\n') {
