@@ -1,5 +1,5 @@
-//! A code agent: the model writes Python one step at a time for a small data
-//! task; a failing step is diagnosed, patched and replayed (only the steps
+//! A code agent: the model writes Python one cell at a time for a small data
+//! task; a failing cell is diagnosed, patched and replayed (only the cells
 //! the patch affects run again) until the task's check passes.
 //!
 //! ```text
@@ -10,16 +10,16 @@
 //!              └────────────────────────────────────────┘
 //! ```
 //!
-//! Offline, on a scripted transcript (one wrong step: a misspelled key):
+//! Offline, on a scripted transcript (one wrong cell: a misspelled key):
 //! `cargo run -p harness-examples --example code_agent`. Against a real
 //! model: `HARNESS_PROVIDER=openai|anthropic|gemini` (see `providers_select`).
 
 use std::sync::Arc;
 
-use harness::code::agent::{AgentEvent, Check, CodeAgent, CodeAgentError, latest_value};
-use harness::code::kernel::KernelConfig;
-use harness::code::session::CodeSession;
 use harness::llm::{Expect, ModelResponse, ScriptedModel};
+use harness_code::agent::{AgentEvent, Check, CodeAgent, CodeAgentError, latest_value};
+use harness_code::kernel::KernelConfig;
+use harness_code::notebook::Notebook;
 use harness_examples::providers_select::model_from_env;
 
 const TASK: &str = "The CSV text below lists sales per region and product. Parse it into `rows` \
@@ -30,7 +30,7 @@ region,product,sales\nnorth,apples,10\nsouth,pears,5\nnorth,pears,20\neast,apple
 const CHECK: &str = "totals == {'north': 30, 'south': 8, 'east': 7} \
 and report == 'east: 7\\nnorth: 30\\nsouth: 8'";
 
-/// What a model answered, in order: three steps (the second reads a key
+/// What a model answered, in order: three cells (the second reads a key
 /// that does not exist) and the fix the model patcher gets back.
 fn transcript() -> ScriptedModel {
     let code = |text: &str| {
@@ -93,17 +93,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = model_from_env(transcript())?;
     println!("model: {} ({})", model.model_name(), model.provider());
     let dir = std::env::temp_dir().join(format!("harness-code-agent-{}", std::process::id()));
-    let session = CodeSession::create(&dir, KernelConfig::default())?;
-    let session = Arc::new(tokio::sync::Mutex::new(session));
+    let notebook = Notebook::create(&dir, KernelConfig::default())?;
+    let notebook = Arc::new(tokio::sync::Mutex::new(notebook));
 
-    let agent = CodeAgent::new(session.clone(), model, Check::python(CHECK))
-        .with_max_steps(6)
+    let agent = CodeAgent::new(notebook.clone(), model, Check::python(CHECK))
+        .with_max_proposals(6)
         .with_max_patch_attempts(2);
     println!("check: {CHECK}\n");
     let result = agent.run(TASK).await;
     let (state, outcome) = match result {
         Ok(outcome) => (outcome.state, Ok(outcome.loop_steps)),
-        Err(CodeAgentError::Unfixed { state, .. } | CodeAgentError::OutOfSteps { state, .. }) => {
+        Err(
+            CodeAgentError::Unfixed { state, .. } | CodeAgentError::OutOfProposals { state, .. },
+        ) => {
             let status = state.status;
             (*state, Err(format!("{status:?}")))
         }
@@ -113,27 +115,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         show(index, event);
     }
 
-    let mut session = session.lock().await;
+    let mut notebook = notebook.lock().await;
     println!();
     match outcome {
         Ok(steps) => println!(
             "solved in {steps} loop steps, {} model proposals; totals = {}",
             state.proposals,
-            latest_value(&session, "totals").map_or_else(String::new, |v| v.repr.clone())
+            latest_value(&notebook, "totals").map_or_else(String::new, |v| v.repr.clone())
         ),
         Err(status) => println!("not solved: {status}"),
     }
-    for node in session.graph().steps() {
+    for node in notebook.graph().cells() {
         println!(
-            "step {} v{} ({:?}): {}",
+            "cell {} v{} ({:?}): {}",
             node.id(),
             node.current_version().number,
             node.status(),
             node.source().lines().next().unwrap_or_default()
         );
     }
-    session.shutdown().await;
-    drop(session);
+    notebook.shutdown().await;
+    drop(notebook);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

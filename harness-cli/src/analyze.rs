@@ -3,18 +3,18 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use harness::code::{
-    AnalysisError, AnalysisOptions, CodeCell, ExecutionStateGraph, GraphError, Provenance,
-    StepAnalysis, StepId, notebook_code_cells, split_percent_script,
+use harness_code::{
+    AnalysisError, AnalysisOptions, CellAnalysis, CellId, CodeCell, ExecutionStateGraph,
+    GraphError, Provenance, notebook_code_cells, split_percent_script,
 };
 use serde::Serialize;
 
 /// Arguments of `harness analyze`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A `.py` file (split into steps at `# %%` lines) or a `.ipynb` notebook.
+    /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook.
     file: PathBuf,
-    /// Print the step graph in Graphviz DOT format instead of JSON.
+    /// Print the cell graph in Graphviz DOT format instead of JSON.
     #[arg(long)]
     dot: bool,
 }
@@ -23,7 +23,7 @@ pub(crate) struct Args {
 struct Report<'a> {
     file: String,
     format: &'static str,
-    steps: Vec<CellReport<'a>>,
+    cells: Vec<CellReport<'a>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -32,8 +32,9 @@ struct CellReport<'a> {
     cell: usize,
     /// 1-based line of the file where the cell's code starts.
     line: usize,
+    /// The cell's id in the graph; parsed cells only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    step: Option<StepId>,
+    id: Option<CellId>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     skipped: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -41,7 +42,7 @@ struct CellReport<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     notes: Vec<String>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    analysis: Option<&'a StepAnalysis>,
+    analysis: Option<&'a CellAnalysis>,
     #[serde(skip_serializing_if = "Option::is_none")]
     defeats_analysis: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,7 +52,7 @@ struct CellReport<'a> {
 #[derive(Debug, Serialize)]
 struct DependsOn {
     cell: usize,
-    step: StepId,
+    id: CellId,
     names: Vec<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     explicit: bool,
@@ -84,35 +85,32 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     };
 
     let mut graph = ExecutionStateGraph::with_options(AnalysisOptions { ipython: true });
-    // Step ids are assigned to parsed cells only; map them back to cells.
-    let mut step_cells: Vec<usize> = Vec::new();
-    let mut cell_steps: Vec<Result<Option<StepId>, AnalysisError>> = Vec::new();
+    // Graph ids are assigned to parsed cells only; map them back to cells.
+    let mut index_of: Vec<usize> = Vec::new();
+    let mut ids: Vec<Result<Option<CellId>, AnalysisError>> = Vec::new();
     for cell in &cells {
         if cell.skipped {
-            cell_steps.push(Ok(None));
+            ids.push(Ok(None));
             continue;
         }
         let provenance = Provenance::now("harness analyze", format!("cell {}", cell.index));
-        match graph.add_step(cell.source.clone(), provenance) {
-            Ok(step) => {
-                step_cells.push(cell.index);
-                cell_steps.push(Ok(Some(step)));
+        match graph.add_cell(cell.source.clone(), provenance) {
+            Ok(id) => {
+                index_of.push(cell.index);
+                ids.push(Ok(Some(id)));
             }
-            Err(GraphError::Analysis { source, .. }) => cell_steps.push(Err(source)),
+            Err(GraphError::Analysis { source, .. }) => ids.push(Err(source)),
             Err(error) => {
                 eprintln!("harness: internal error: {error}");
                 return ExitCode::from(2);
             }
         }
     }
-    let had_errors = cell_steps.iter().any(Result::is_err);
+    let had_errors = ids.iter().any(Result::is_err);
 
     if args.dot {
         let dot = graph.to_dot_with_labels(|node| {
-            let cell = step_cells
-                .get(node.id().get() as usize)
-                .copied()
-                .unwrap_or(0);
+            let cell = index_of.get(node.id().get() as usize).copied().unwrap_or(0);
             let first_line = node
                 .source()
                 .lines()
@@ -123,15 +121,15 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         });
         print!("{dot}");
     } else {
-        let steps = cells
+        let reports = cells
             .iter()
-            .zip(cell_steps)
-            .map(|(cell, step)| cell_report(&graph, &step_cells, cell, step))
+            .zip(ids)
+            .map(|(cell, id)| cell_report(&graph, &index_of, cell, id))
             .collect();
         let report = Report {
             file: args.file.display().to_string(),
             format: if is_notebook { "ipynb" } else { "percent" },
-            steps,
+            cells: reports,
         };
         match serde_json::to_string_pretty(&report) {
             Ok(json) => println!("{json}"),
@@ -150,14 +148,14 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 
 fn cell_report<'a>(
     graph: &'a ExecutionStateGraph,
-    step_cells: &[usize],
+    index_of: &[usize],
     cell: &CodeCell,
-    step: Result<Option<StepId>, AnalysisError>,
+    id: Result<Option<CellId>, AnalysisError>,
 ) -> CellReport<'a> {
     let mut report = CellReport {
         cell: cell.index,
         line: cell.line,
-        step: None,
+        id: None,
         skipped: cell.skipped,
         error: None,
         notes: cell.notes.clone(),
@@ -165,15 +163,15 @@ fn cell_report<'a>(
         defeats_analysis: None,
         depends_on: None,
     };
-    let step = match step {
-        Ok(Some(step)) => step,
+    let id = match id {
+        Ok(Some(id)) => id,
         Ok(None) => return report,
         Err(error) => {
             report.error = Some(error);
             return report;
         }
     };
-    let (Ok(node), Ok(dependencies)) = (graph.step(step), graph.dependencies(step)) else {
+    let (Ok(node), Ok(dependencies)) = (graph.cell(id), graph.dependencies(id)) else {
         return report;
     };
     let analysis = node.analysis();
@@ -186,28 +184,25 @@ fn cell_report<'a>(
     if analysis.defeats_analysis() {
         report
             .notes
-            .push("defeats static analysis: depends on every earlier step".to_owned());
+            .push("defeats static analysis: depends on every earlier cell".to_owned());
     }
     let via_calls = &node.effects().via_calls;
     if !via_calls.is_empty() {
         let names: Vec<&str> = via_calls.iter().map(String::as_str).collect();
         report.notes.push(format!(
-            "calls functions from earlier steps that change: {}",
+            "calls functions from earlier cells that change: {}",
             names.join(", ")
         ));
     }
-    report.step = Some(step);
+    report.id = Some(id);
     report.analysis = Some(analysis);
     report.defeats_analysis = Some(analysis.defeats_analysis());
     report.depends_on = Some(
         dependencies
             .into_iter()
             .map(|(producer, dependency)| DependsOn {
-                cell: step_cells
-                    .get(producer.get() as usize)
-                    .copied()
-                    .unwrap_or(0),
-                step: producer,
+                cell: index_of.get(producer.get() as usize).copied().unwrap_or(0),
+                id: producer,
                 names: dependency.names.iter().cloned().collect(),
                 explicit: dependency.explicit,
                 conservative: dependency.conservative,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use harness::code::{AnalysisOptions, analyze_step, check_syntax};
+use harness_code::{AnalysisOptions, analyze_cell, check_syntax};
 
 /// Arguments of `harness bench-analyze`.
 #[derive(Debug, clap::Args)]
@@ -50,7 +50,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
                 }
                 continue;
             }
-            match analyze_step(source) {
+            match analyze_cell(source) {
                 Ok(analysis) => {
                     std::hint::black_box(analysis);
                 }

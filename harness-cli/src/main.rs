@@ -28,11 +28,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Analyse a Python script split at `# %%` markers, or a notebook
-    /// (.ipynb), and print each step's reads, writes, mutations, imports,
+    /// (.ipynb), and print each cell's reads, writes, mutations, imports,
     /// definitions, flags and dependencies as JSON.
     Analyze(analyze::Args),
     /// Run a `# %%` script or a notebook in a Python kernel, keeping the
-    /// code session in `.harness/code/<file stem>/`; later runs execute only
+    /// notebook in `.harness/code/<file stem>/`; later runs execute only
     /// the cells affected by edits and reuse the rest.
     Run(run::Args),
     /// Measure analysis throughput over a list of files (used by

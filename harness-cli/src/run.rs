@@ -1,7 +1,7 @@
 //! `harness run FILE`: run a `# %%` script or a notebook in a Python kernel,
 //! re-executing only the cells affected since the last run.
 //!
-//! The code session (graph, step records, cached runs and blobs) is kept in
+//! The notebook (graph, cell records, cached runs and blobs) is kept in
 //! `.harness/code/<file stem>/` next to the file, so a later invocation, in a
 //! new process, compares the file with what ran before, runs the changed
 //! cells and those whose inputs changed, and reuses the rest.
@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use harness::code::kernel::KernelConfig;
-use harness::code::replay::{ReplayAction, ReplayEntry, ReplayOptions, ReplayReason};
-use harness::code::session::CodeSession;
-use harness::code::{
-    AnalysisOptions, CodeCell, Provenance, StepId, notebook_code_cells, split_percent_script,
+use harness_code::kernel::KernelConfig;
+use harness_code::notebook::Notebook;
+use harness_code::replay::{ReplayAction, ReplayEntry, ReplayOptions, ReplayReason};
+use harness_code::{
+    AnalysisOptions, CellId, CodeCell, Provenance, notebook_code_cells, split_percent_script,
 };
 
 /// Arguments of `harness run`.
@@ -23,7 +23,7 @@ use harness::code::{
 pub(crate) struct Args {
     /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook.
     file: PathBuf,
-    /// Where the code session is kept (default: `.harness/code/<file stem>`
+    /// Where the notebook is kept (default: `.harness/code/<file stem>`
     /// next to the file).
     #[arg(long)]
     state: Option<PathBuf>,
@@ -45,7 +45,7 @@ pub(crate) struct Args {
     /// inputs exists.
     #[arg(long)]
     no_cache: bool,
-    /// Forget the stored session and run everything.
+    /// Forget the stored notebook and run everything.
     #[arg(long)]
     fresh: bool,
     /// Do not print the cells' output.
@@ -124,20 +124,20 @@ async fn run_async(args: &Args) -> ExitCode {
             .unwrap_or_default(),
         ..KernelConfig::default()
     };
-    let opened = if CodeSession::exists(&state) {
-        CodeSession::open(&state, config)
+    let opened = if Notebook::exists(&state) {
+        Notebook::open(&state, config)
     } else {
-        CodeSession::create_with(&state, config, AnalysisOptions { ipython: true })
+        Notebook::create_with(&state, config, AnalysisOptions { ipython: true })
     };
-    let mut session = match opened {
-        Ok(session) => session,
+    let mut notebook = match opened {
+        Ok(notebook) => notebook,
         Err(error) => {
             eprintln!("harness: {error}");
             return ExitCode::from(2);
         }
     };
     let sources: Vec<String> = cells.iter().map(|c| c.source.clone()).collect();
-    let sync = session.sync_sources(&sources, |index| {
+    let sync = notebook.sync_sources(&sources, |index| {
         let cell = cells.get(index).map_or(index, |c| c.index);
         Provenance::now("harness run", format!("cell {cell} of {}", file.display()))
     });
@@ -149,17 +149,17 @@ async fn run_async(args: &Args) -> ExitCode {
         from: None,
         use_cache: !args.no_cache,
     };
-    let report = match session.replay_with(options).await {
+    let report = match notebook.replay_with(options).await {
         Ok(report) => report,
         Err(error) => {
             eprintln!("harness: {error}");
-            session.shutdown().await;
+            notebook.shutdown().await;
             return ExitCode::from(2);
         }
     };
-    session.shutdown().await;
-    if let Err(error) = session.save() {
-        eprintln!("harness: cannot save the session: {error}");
+    notebook.shutdown().await;
+    if let Err(error) = notebook.save() {
+        eprintln!("harness: cannot save the notebook: {error}");
     }
 
     if args.json {
@@ -170,18 +170,18 @@ async fn run_async(args: &Args) -> ExitCode {
     } else {
         let rel_state = state.strip_prefix(&base).unwrap_or(&state);
         println!(
-            "harness run {} ({} cells, session in {})",
+            "harness run {} ({} cells, notebook in {})",
             args.file.display(),
             cells.len(),
             rel_state.display()
         );
-        let cell_of: BTreeMap<StepId, &CodeCell> = cells
+        let cell_of: BTreeMap<CellId, &CodeCell> = cells
             .iter()
             .enumerate()
-            .map(|(i, c)| (StepId::new(u32::try_from(i).unwrap_or(u32::MAX)), c))
+            .map(|(i, c)| (CellId::new(u32::try_from(i).unwrap_or(u32::MAX)), c))
             .collect();
         for entry in &report.entries {
-            print_entry(&session, entry, &cell_of, args.quiet);
+            print_entry(&notebook, entry, &cell_of, args.quiet);
         }
         let count = |action| report.entries.iter().filter(|e| e.action == action).count();
         let up_to_date = report
@@ -219,27 +219,27 @@ async fn run_async(args: &Args) -> ExitCode {
     }
 }
 
-fn cell_name(cell_of: &BTreeMap<StepId, &CodeCell>, step: StepId) -> String {
+fn cell_name(cell_of: &BTreeMap<CellId, &CodeCell>, cell: CellId) -> String {
     cell_of
-        .get(&step)
-        .map_or_else(|| format!("step {step}"), |c| format!("cell {}", c.index))
+        .get(&cell)
+        .map_or_else(|| format!("cell {cell}"), |c| format!("cell {}", c.index))
 }
 
-fn reason_text(reason: &ReplayReason, cell_of: &BTreeMap<StepId, &CodeCell>) -> String {
+fn reason_text(reason: &ReplayReason, cell_of: &BTreeMap<CellId, &CodeCell>) -> String {
     match reason {
         ReplayReason::InputsChanged { changes } => {
             let parts: Vec<String> = changes
                 .iter()
                 .map(|change| match change.producer {
-                    Some(step) => format!("{} (from {})", change.name, cell_name(cell_of, step)),
+                    Some(cell) => format!("{} (from {})", change.name, cell_name(cell_of, cell)),
                     None => format!("{} (no longer produced)", change.name),
                 })
                 .collect();
             format!("input changed: {}", parts.join(", "))
         }
-        ReplayReason::UpstreamNotOk { step, status } => format!(
+        ReplayReason::UpstreamNotOk { cell, status } => format!(
             "not run: depends on {}, which is {status:?}",
-            cell_name(cell_of, *step)
+            cell_name(cell_of, *cell)
         )
         .to_lowercase(),
         ReplayReason::UpToDate => "code and inputs unchanged since it last ran".to_owned(),
@@ -248,13 +248,13 @@ fn reason_text(reason: &ReplayReason, cell_of: &BTreeMap<StepId, &CodeCell>) -> 
 }
 
 fn print_entry(
-    session: &CodeSession,
+    notebook: &Notebook,
     entry: &ReplayEntry,
-    cell_of: &BTreeMap<StepId, &CodeCell>,
+    cell_of: &BTreeMap<CellId, &CodeCell>,
     quiet: bool,
 ) {
     let (index, line) = cell_of
-        .get(&entry.step)
+        .get(&entry.cell)
         .map_or((0, 0), |c| (c.index, c.line));
     let action = match (entry.action, &entry.reason) {
         (ReplayAction::Skipped, ReplayReason::UpToDate) => "reused",
@@ -293,7 +293,7 @@ fn print_entry(
     if entry.action != ReplayAction::Executed {
         return;
     }
-    let Some(record) = session.record(entry.step) else {
+    let Some(record) = notebook.record(entry.cell) else {
         return;
     };
     if let Some(check) = &record.read_check

@@ -28,10 +28,10 @@ fn analyze_json(path: &Path) -> (Value, Option<i32>) {
     (value, output.status.code())
 }
 
-/// The fields of a step that the tests compare.
-fn summary(step: &Value) -> Value {
-    let pick = |key: &str| step.get(key).cloned().unwrap_or(Value::Null);
-    let depends: Vec<Value> = step["depends_on"]
+/// The fields of a cell that the tests compare.
+fn summary(cell: &Value) -> Value {
+    let pick = |key: &str| cell.get(key).cloned().unwrap_or(Value::Null);
+    let depends: Vec<Value> = cell["depends_on"]
         .as_array()
         .map(|deps| {
             deps.iter()
@@ -53,8 +53,8 @@ fn notebook_prints_reads_writes_mutations_and_dependencies() {
     let (report, code) = analyze_json(&fixture("sales.ipynb"));
     assert_eq!(code, Some(0));
     assert_eq!(report["format"], "ipynb");
-    let steps = report["steps"].as_array().unwrap();
-    let summaries: Vec<Value> = steps.iter().map(summary).collect();
+    let cells = report["cells"].as_array().unwrap();
+    let summaries: Vec<Value> = cells.iter().map(summary).collect();
     assert_eq!(
         summaries,
         [
@@ -74,41 +74,41 @@ fn notebook_prints_reads_writes_mutations_and_dependencies() {
     );
     // Magics and shell lines are skipped with a note; `%%bash` cells entirely.
     assert_eq!(
-        steps[0]["notes"][0],
+        cells[0]["notes"][0],
         "skipped IPython command on line 1: %matplotlib inline"
     );
     assert_eq!(
-        steps[0]["imports"][0],
+        cells[0]["imports"][0],
         json!({"module": "pandas", "bound": "pd", "line": 2, "top_level": true})
     );
-    assert_eq!(steps[3]["definitions"][0]["call_mutations"], json!(["log"]));
-    assert_eq!(steps[5]["builtins"], json!(["len", "print"]));
-    assert_eq!(steps[6]["skipped"], true);
-    assert!(steps[6]["notes"][0].as_str().unwrap().contains("%%bash"));
-    assert!(steps.iter().all(|s| s.get("error").is_none()));
+    assert_eq!(cells[3]["definitions"][0]["call_mutations"], json!(["log"]));
+    assert_eq!(cells[5]["builtins"], json!(["len", "print"]));
+    assert_eq!(cells[6]["skipped"], true);
+    assert!(cells[6]["notes"][0].as_str().unwrap().contains("%%bash"));
+    assert!(cells.iter().all(|s| s.get("error").is_none()));
 }
 
 #[test]
 fn percent_script_and_dot_output() {
-    let (report, code) = analyze_json(&fixture("steps.py"));
+    let (report, code) = analyze_json(&fixture("cells.py"));
     assert_eq!(code, Some(0));
     assert_eq!(report["format"], "percent");
-    let steps = report["steps"].as_array().unwrap();
-    let cells: Vec<(i64, i64)> = steps
+    let cells = report["cells"].as_array().unwrap();
+    let positions: Vec<(i64, i64)> = cells
         .iter()
         .map(|s| (s["cell"].as_i64().unwrap(), s["line"].as_i64().unwrap()))
         .collect();
-    assert_eq!(cells, [(0, 2), (2, 9), (3, 12), (4, 17)]);
-    assert_eq!(steps[2]["conditional_writes"], json!(["label"]));
-    assert_eq!(steps[3]["defeats_analysis"], true);
-    assert_eq!(steps[3]["dynamic"][0]["feature"], "exec");
-    assert_eq!(steps[3]["depends_on"].as_array().unwrap().len(), 3);
-    assert_eq!(steps[3]["depends_on"][0]["conservative"], true);
+    assert_eq!(positions, [(0, 2), (2, 9), (3, 12), (4, 17)]);
+    assert_eq!(cells[2]["conditional_writes"], json!(["label"]));
+    assert_eq!(cells[3]["defeats_analysis"], true);
+    assert_eq!(cells[3]["dynamic"][0]["feature"], "exec");
+    assert_eq!(cells[3]["depends_on"].as_array().unwrap().len(), 3);
+    assert_eq!(cells[3]["depends_on"][0]["conservative"], true);
 
-    let output = harness(&["analyze", fixture("steps.py").to_str().unwrap(), "--dot"]);
+    let output = harness(&["analyze", fixture("cells.py").to_str().unwrap(), "--dot"]);
     assert!(output.status.success());
     let dot = String::from_utf8(output.stdout).unwrap();
-    assert!(dot.starts_with("digraph steps {"), "{dot}");
+    assert!(dot.starts_with("digraph cells {"), "{dot}");
     assert!(dot.contains("s0 -> s1 [label=\"math, radius\"];"), "{dot}");
     assert!(dot.contains("s0 [label=\"cell 0: import math\"];"), "{dot}");
 }
@@ -116,17 +116,17 @@ fn percent_script_and_dot_output() {
 #[test]
 fn syntax_error_cell_is_reported_and_exit_code_is_one() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let path = dir.join("broken_steps.py");
+    let path = dir.join("broken_cells.py");
     std::fs::write(&path, "# %%\nx = 1\n# %%\ny = (x,\n# %%\nz = x\n").unwrap();
     let (report, code) = analyze_json(&path);
     assert_eq!(code, Some(1));
-    let steps = report["steps"].as_array().unwrap();
-    assert_eq!(steps[1]["error"]["kind"], "syntax");
-    assert_eq!(steps[1]["error"]["line"], 1);
-    assert!(steps[1].get("step").is_none());
+    let cells = report["cells"].as_array().unwrap();
+    assert_eq!(cells[1]["error"]["kind"], "syntax");
+    assert_eq!(cells[1]["error"]["line"], 1);
+    assert!(cells[1].get("id").is_none());
     assert_eq!(
-        steps[2]["depends_on"],
-        json!([{"cell": 0, "step": 0, "names": ["x"]}])
+        cells[2]["depends_on"],
+        json!([{"cell": 0, "id": 0, "names": ["x"]}])
     );
 }
 

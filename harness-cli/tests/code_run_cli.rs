@@ -1,5 +1,5 @@
 //! End-to-end tests of `harness run` (needs `python3`): each invocation is a
-//! new process that reopens the code session kept next to the file.
+//! new process that reopens the notebook kept next to the file.
 
 #![allow(clippy::unwrap_used)]
 
@@ -41,7 +41,7 @@ fn workdir(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `harness run --json FILE`; returns (steps by action, exit code).
+/// Runs `harness run --json FILE`; returns (the report, exit code).
 fn run(file: &Path) -> (Value, Option<i32>) {
     let output = Command::new(env!("CARGO_BIN_EXE_harness"))
         .args(["run", "--json", "--quiet", file.to_str().unwrap()])
@@ -57,13 +57,13 @@ fn run(file: &Path) -> (Value, Option<i32>) {
     (report, output.status.code())
 }
 
-fn steps_with(report: &Value, action: &str) -> Vec<u64> {
+fn cells_with(report: &Value, action: &str) -> Vec<u64> {
     report["entries"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|e| e["action"] == action)
-        .map(|e| e["step"].as_u64().unwrap())
+        .map(|e| e["cell"].as_u64().unwrap())
         .collect()
 }
 
@@ -75,7 +75,7 @@ fn second_run_executes_only_affected_cells() {
 
     let (first, code) = run(&file);
     assert_eq!(code, Some(0), "{first}");
-    assert_eq!(steps_with(&first, "executed"), [0, 1, 2, 3, 4, 5, 6]);
+    assert_eq!(cells_with(&first, "executed"), [0, 1, 2, 3, 4, 5, 6]);
     assert!(dir.join(".harness/code/weather/session.json").is_file());
 
     // Edit the threshold cell: it, the cell reading it and the report run.
@@ -86,8 +86,8 @@ fn second_run_executes_only_affected_cells() {
     .unwrap();
     let (second, code) = run(&file);
     assert_eq!(code, Some(0), "{second}");
-    assert_eq!(steps_with(&second, "executed"), [1, 3, 6]);
-    assert_eq!(steps_with(&second, "skipped"), [0, 2, 4, 5]);
+    assert_eq!(cells_with(&second, "executed"), [1, 3, 6]);
+    assert_eq!(cells_with(&second, "skipped"), [0, 2, 4, 5]);
     let reason = &second["entries"][3]["reason"];
     assert_eq!(reason["reason"], "inputs_changed");
     assert_eq!(reason["changes"][0]["name"], "threshold");
@@ -103,12 +103,12 @@ fn second_run_executes_only_affected_cells() {
     )
     .unwrap();
     let (third, _) = run(&file);
-    assert_eq!(steps_with(&third, "executed"), [1, 3]);
-    assert_eq!(steps_with(&third, "reused"), [6]);
+    assert_eq!(cells_with(&third, "executed"), [1, 3]);
+    assert_eq!(cells_with(&third, "reused"), [6]);
 
     // Nothing changed: nothing runs.
     let (fourth, _) = run(&file);
-    assert_eq!(steps_with(&fourth, "executed"), Vec::<u64>::new());
+    assert_eq!(cells_with(&fourth, "executed"), Vec::<u64>::new());
 }
 
 #[test]
@@ -130,15 +130,15 @@ fn notebook_with_ipython_commands_runs() {
     std::fs::write(&file, notebook.to_string()).unwrap();
     let (report, code) = run(&file);
     assert_eq!(code, Some(1), "a failing cell fails the run: {report}");
-    assert_eq!(steps_with(&report, "executed"), [0, 1, 2]);
+    assert_eq!(cells_with(&report, "executed"), [0, 1, 2]);
     assert!(
         report["entries"][2]["error"]
             .as_str()
             .unwrap()
             .contains("ZeroDivisionError")
     );
-    let session: Value =
+    let saved: Value =
         serde_json::from_slice(&std::fs::read(dir.join(".harness/code/nb/session.json")).unwrap())
             .unwrap();
-    assert_eq!(session["records"]["1"]["display"], "21");
+    assert_eq!(saved["records"]["1"]["display"], "21");
 }

@@ -1,0 +1,373 @@
+//! A content-addressed blob store in a directory: the pickled values that
+//! code cells wrote, keyed by the SHA-256 of their bytes.
+//!
+//! Layout: `ROOT/sha256/ab/abcdef…` (the first two hex digits name a
+//! subdirectory) and `ROOT/tmp/` for the files the kernel is writing. Every
+//! blob is renamed into place, so it is either whole or absent.
+//! [`BlobStore::put`] is durable: it writes with
+//! [`harness::durable::write_atomic`], which fsyncs the file before the
+//! rename and its directory after, so a blob it stored survives a crash.
+//! The Python kernel writes blobs into
+//! the same layout directly (no copy through the protocol pipe) without
+//! fsyncing them ([`BlobStore::sync`] does, in one batch, when a notebook is
+//! saved); the Rust side reads, checks (every read is verified
+//! against the hash) and collects them.
+//!
+//! ```
+//! use harness_code::blobs::BlobStore;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = BlobStore::open(dir.path()).unwrap();
+//! let hash = store.put(b"hello").unwrap();
+//! assert_eq!(hash, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+//! assert_eq!(store.get(&hash).unwrap(), b"hello");
+//! ```
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use harness::durable::{self, WriteError};
+use sha2::{Digest, Sha256};
+
+/// Why a blob store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// A file or directory of the store could not be read or written.
+    #[error("blob store: cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. `fsync` or `rename into place`.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A blob hash is not 64 lowercase hex digits (e.g. a corrupt notebook file).
+    #[error("invalid blob hash {0:?}: expected 64 lowercase hex digits")]
+    InvalidHash(String),
+    /// No blob with this hash is stored.
+    #[error("blob {0} is not in the store")]
+    Missing(String),
+    /// The stored bytes do not hash to the blob's name.
+    #[error("blob {hash} is corrupt: its bytes hash to {actual}")]
+    Corrupt {
+        /// The blob's name.
+        hash: String,
+        /// What its bytes hash to.
+        actual: String,
+    },
+}
+
+impl From<WriteError> for BlobError {
+    fn from(error: WriteError) -> Self {
+        Self::Io {
+            action: error.action,
+            path: error.path,
+            source: error.source,
+        }
+    }
+}
+
+/// The lowercase hex SHA-256 of `bytes`.
+///
+/// ```
+/// assert_eq!(&harness_code::blobs::sha256_hex(b"")[..8], "e3b0c442");
+/// ```
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Incremental SHA-256 for keys built from several parts.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Hasher(Sha256);
+
+impl Hasher {
+    /// Adds a length-prefixed part, so that part boundaries are unambiguous.
+    pub(crate) fn part(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.update((bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    pub(crate) fn finish(self) -> String {
+        hex(&self.0.finalize())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    out
+}
+
+/// Whether `hash` is a well-formed blob name (64 lowercase hex digits).
+pub fn is_valid_hash(hash: &str) -> bool {
+    hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A content-addressed store of blobs in a directory.
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    root: PathBuf,
+}
+
+impl BlobStore {
+    /// Opens (creating if needed) the store rooted at `root`.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::Io`] if the directories cannot be created.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, BlobError> {
+        let root = root.into();
+        for dir in [root.join("sha256"), root.join("tmp")] {
+            create_dir_durable(&dir)?;
+        }
+        Ok(Self { root })
+    }
+
+    /// The store's directory (what the kernel is given as `blob_dir`).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the blob `hash` is (or would be) stored.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::InvalidHash`] if `hash` is not a blob name.
+    pub fn path(&self, hash: &str) -> Result<PathBuf, BlobError> {
+        if !is_valid_hash(hash) {
+            return Err(BlobError::InvalidHash(hash.to_owned()));
+        }
+        Ok(self.root.join("sha256").join(&hash[..2]).join(hash))
+    }
+
+    /// Whether the blob `hash` is stored (false for a malformed hash).
+    pub fn contains(&self, hash: &str) -> bool {
+        self.path(hash).is_ok_and(|path| path.is_file())
+    }
+
+    /// Stores `bytes` durably and returns their hash: when `put` returns,
+    /// the blob survives a crash. A blob already stored with the right size
+    /// is not written again (one of the wrong size, e.g. truncated by a
+    /// crash, is replaced).
+    ///
+    /// The bytes go to a temporary file beside the blob, which is fsynced
+    /// and renamed into place; then the blob's directory is fsynced so that
+    /// the new name is on disk too ([`durable::write_atomic`] with
+    /// [`durable::Sync::FileAndDir`]).
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::Io`] if the blob cannot be written; no temporary file is
+    /// left behind.
+    pub fn put(&self, bytes: &[u8]) -> Result<String, BlobError> {
+        let hash = sha256_hex(bytes);
+        let path = self.path(&hash)?;
+        if fs::metadata(&path).is_ok_and(|meta| meta.is_file() && meta.len() == bytes.len() as u64)
+        {
+            return Ok(hash);
+        }
+        let shard = path.parent().unwrap_or(&self.root);
+        create_dir_durable(shard)?;
+        durable::write_atomic(&path, bytes, durable::Sync::FileAndDir)?;
+        Ok(hash)
+    }
+
+    /// Makes blobs written by someone else (the kernel writes its snapshots
+    /// itself, without fsync) durable: fsyncs each blob of `hashes` that
+    /// exists, then each directory holding them and the directories above
+    /// up to the store's root (the kernel may have created them). Blobs
+    /// that do not exist are skipped: a value whose blob is missing is
+    /// recomputed, not read. [`Notebook::save`](crate::notebook::Notebook::save)
+    /// calls it for the blobs the notebook refers to.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::InvalidHash`] for a malformed hash, [`BlobError::Io`]
+    /// if a blob or directory cannot be fsynced.
+    pub fn sync<'a>(&self, hashes: impl IntoIterator<Item = &'a str>) -> Result<(), BlobError> {
+        let mut dirs = BTreeSet::new();
+        for hash in hashes {
+            let path = self.path(hash)?;
+            let file = match fs::File::open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(BlobError::Io {
+                        action: "open",
+                        path,
+                        source,
+                    });
+                }
+            };
+            file.sync_all().map_err(|source| BlobError::Io {
+                action: "fsync",
+                path: path.clone(),
+                source,
+            })?;
+            if let Some(dir) = path.parent() {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        if !dirs.is_empty() {
+            dirs.insert(self.root.join("sha256"));
+            dirs.insert(self.root.clone());
+        }
+        for dir in &dirs {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// The bytes of blob `hash`, checked against the hash.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::Missing`], [`BlobError::Corrupt`], [`BlobError::InvalidHash`]
+    /// or [`BlobError::Io`].
+    pub fn get(&self, hash: &str) -> Result<Vec<u8>, BlobError> {
+        let path = self.path(hash)?;
+        let bytes = fs::read(&path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                BlobError::Missing(hash.to_owned())
+            } else {
+                BlobError::Io {
+                    action: "read",
+                    path,
+                    source,
+                }
+            }
+        })?;
+        let actual = sha256_hex(&bytes);
+        if actual != hash {
+            return Err(BlobError::Corrupt {
+                hash: hash.to_owned(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Every stored blob's hash.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::Io`] if the store cannot be listed.
+    pub fn list(&self) -> Result<BTreeSet<String>, BlobError> {
+        let mut found = BTreeSet::new();
+        let base = self.root.join("sha256");
+        let read = |path: &Path| {
+            fs::read_dir(path).map_err(|source| BlobError::Io {
+                action: "list",
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        for shard in read(&base)? {
+            let shard = shard.map_err(|source| BlobError::Io {
+                action: "list",
+                path: base.clone(),
+                source,
+            })?;
+            if !shard.path().is_dir() {
+                continue;
+            }
+            for entry in read(&shard.path())? {
+                let entry = entry.map_err(|source| BlobError::Io {
+                    action: "list",
+                    path: shard.path(),
+                    source,
+                })?;
+                if let Some(name) = entry.file_name().to_str()
+                    && is_valid_hash(name)
+                {
+                    found.insert(name.to_owned());
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Deletes every blob not in `keep`, and leftover temporary files (of
+    /// the kernel in `ROOT/tmp/`, of an interrupted [`put`](Self::put) in a
+    /// blob directory). Returns how many blobs were deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`BlobError::Io`] if the store cannot be listed or a file removed.
+    pub fn retain(&self, keep: &BTreeSet<String>) -> Result<usize, BlobError> {
+        let mut removed = 0;
+        for hash in self.list()? {
+            if !keep.contains(&hash) {
+                let path = self.path(&hash)?;
+                fs::remove_file(&path).map_err(|source| BlobError::Io {
+                    action: "remove",
+                    path,
+                    source,
+                })?;
+                removed += 1;
+            }
+        }
+        // Best effort: a file another writer is still filling may already
+        // be gone.
+        if let Ok(entries) = fs::read_dir(self.root.join("tmp")) {
+            for entry in entries.flatten() {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        if let Ok(shards) = fs::read_dir(self.root.join("sha256")) {
+            let shards = shards
+                .flatten()
+                .flat_map(|shard| fs::read_dir(shard.path()));
+            for entry in shards.flatten().flatten() {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                // The temporary names of `durable::write_atomic`.
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Creates `dir` and its missing ancestors, fsyncing the parent of each
+/// directory created so that it survives a crash.
+fn create_dir_durable(dir: &Path) -> Result<(), BlobError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    create_dir_durable(parent)?;
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        // Created by another writer, which may not have fsynced the parent
+        // yet: do it here too.
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        Err(source) => {
+            return Err(BlobError::Io {
+                action: "create the directory",
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    }
+    sync_dir(parent)
+}
+
+/// Fsyncs a directory ([`durable::sync_dir`]), making the names in it
+/// durable.
+fn sync_dir(dir: &Path) -> Result<(), BlobError> {
+    Ok(durable::sync_dir(dir)?)
+}

@@ -1,0 +1,25 @@
+#![doc = include_str!("docs/crate.md")]
+
+pub mod agent;
+mod analyze;
+pub mod blobs;
+mod cells;
+pub mod diagnose;
+mod error;
+mod graph;
+pub mod kernel;
+pub mod notebook;
+pub mod patch;
+pub mod replay;
+
+pub use analyze::{
+    AnalysisOptions, CellAnalysis, Definition, DefinitionKind, DynamicFeature, DynamicUse, Import,
+    IpythonEscape, analyze_cell, analyze_cell_with, check_syntax, is_builtin, is_mutating_method,
+};
+pub use cells::{CodeCell, notebook_code_cells, split_percent_script};
+pub use error::{AnalysisError, GraphError, IpynbError, NestingKind};
+pub use graph::{
+    CellId, CellNode, CellOutcome, CellRun, CellStatus, CellSubgraph, CellTiming, CellVersion,
+    Dependency, DependencyEdge, Effects, ExecutionStateGraph, MAX_RUN_HISTORY, OutputSummary,
+    Provenance, Timestamp,
+};

@@ -1,0 +1,1415 @@
+//! A notebook: the execution-state graph, a Python kernel and a blob
+//! store, kept consistent.
+//!
+//! [`Notebook`] runs cells in a [`Kernel`]. After each cell the values it
+//! wrote are pickled into the [`BlobStore`] and summarised in a
+//! [`CellRecord`]. Before a cell runs, only the names it needs (its
+//! dependencies in the graph) are put back into the kernel, and only those
+//! the kernel does not already hold with the right content:
+//!
+//! - a value with a blob is loaded from it, a module is imported;
+//! - a value that cannot be pickled (a function or class defined in a cell,
+//!   a generator, a value over the size limit) is recomputed by re-running
+//!   the cell that produced it, after restoring *that* cell's inputs the
+//!   same way — the minimal set of cells, found by simulating the namespace.
+//!
+//! This is what makes a kernel restart (after a timeout or crash) cheap, and
+//! what lets a notebook saved in one process ([`save`](Notebook::save),
+//! [`save_to_store`](Notebook::save_to_store)) be reopened in another
+//! with nothing re-run up front.
+//!
+//! Each run has a *cache key*: the SHA-256 of the cell's code and of the
+//! identities of the values it reads (blob hashes; for an unpicklable value,
+//! the key of the run that produced it and the name). Runs are cached by
+//! key, so [`replay`](Notebook::replay) can reuse a cell whose code and
+//! inputs are unchanged instead of running it, as a build system would.
+//!
+//! # Limits
+//!
+//! Reuse and restore assume cells are deterministic functions of their code
+//! and the names they read: reading files, the clock or the network is not
+//! seen (declare such a dependency with
+//! [`ExecutionStateGraph::add_edge`], or the cell reruns only when its code
+//! or inputs change). Mutations are known from the static analysis'
+//! heuristics; an object changed in place through a call the analysis does
+//! not see (`helper(df)` mutating `df`) keeps the hash it had. Names are
+//! pickled one by one, so two names bound to the same object are restored
+//! as two objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::blobs::{BlobError, BlobStore, Hasher, sha256_hex};
+use crate::graph::{
+    CellId, CellOutcome, CellRun, CellStatus, ExecutionStateGraph, OutputSummary, Provenance,
+    Timestamp,
+};
+use crate::kernel::{
+    CapturedOutput, CellResult, ExecuteOptions, Kernel, KernelConfig, KernelError, PythonError,
+    RestoreValue, Stored, ValueSummary,
+};
+use crate::{AnalysisOptions, GraphError};
+use harness::durable::{self, WriteError, write_atomic};
+use harness::ids::SessionId;
+use harness::session::{SessionError, SessionStore, load_value, save_value};
+
+/// Version of the saved notebook format.
+const FORMAT_VERSION: u32 = 1;
+/// The notebook file in a notebook directory (the name it had when notebooks
+/// were called code sessions, so that those directories still open).
+const NOTEBOOK_FILE: &str = "session.json";
+/// The owner of the sessions that hold notebooks in a [`SessionStore`]
+/// (see [`harness::session::save_value`]).
+pub const STORE_OWNER: &str = "harness-code/notebook";
+/// Characters of printed output kept in the graph's [`OutputSummary`].
+const SUMMARY_TEXT: usize = 2000;
+
+/// Why a notebook operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NotebookError {
+    /// A graph operation failed (unknown cell, code that does not parse).
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The kernel failed while running or preparing a cell (timeout, crash,
+    /// cannot start). The cell is recorded as failed; the kernel has been
+    /// restarted and later cells restore what they need.
+    #[error("{}: {source}", cell.map_or_else(|| "kernel".to_owned(), |s| format!("cell {s}")))]
+    Kernel {
+        /// The cell that was running or being prepared.
+        cell: Option<CellId>,
+        /// What the kernel reported.
+        #[source]
+        source: KernelError,
+    },
+    /// An input of a cell could not be restored: re-running the cell that
+    /// produced it raised.
+    #[error("cannot restore the inputs of cell {cell}: re-running cell {producer} raised {error}")]
+    Restore {
+        /// The cell being prepared.
+        cell: CellId,
+        /// The cell that was re-run.
+        producer: CellId,
+        /// What it raised.
+        error: Box<PythonError>,
+    },
+    /// The blob store failed.
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+    /// A notebook file or directory could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What failed, e.g. `read`, `fsync` or `rename into place`.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A saved notebook is corrupt or of another format version.
+    #[error("saved notebook {location} cannot be read: {detail}")]
+    Format {
+        /// The file or store record.
+        location: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The session store failed, or its session `id` is not a notebook
+    /// (it belongs to another owner: nothing was read or written).
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The session store has no notebook with this id.
+    #[error("no notebook {0} in the store")]
+    NoNotebook(SessionId),
+}
+
+impl From<WriteError> for NotebookError {
+    fn from(error: WriteError) -> Self {
+        Self::Io {
+            action: error.action,
+            path: error.path,
+            source: error.source,
+        }
+    }
+}
+
+/// The dynamic check of a cell's static analysis: names its own code read
+/// from the namespace (before binding them) compared with
+/// [`CellAnalysis::reads`](crate::CellAnalysis::reads).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadCheck {
+    /// Names the cell's code was seen reading.
+    pub observed: BTreeSet<String>,
+    /// Read but not predicted by the analysis: a dependency the graph
+    /// misses. The notebook adds them to the cell's inputs from then on.
+    pub unexpected: BTreeSet<String>,
+    /// Predicted but not seen (normal for branches not taken and function
+    /// bodies not called; only reported when the cell succeeded).
+    pub unobserved: BTreeSet<String>,
+}
+
+impl ReadCheck {
+    /// Whether the analysis missed no read.
+    pub fn is_consistent(&self) -> bool {
+        self.unexpected.is_empty()
+    }
+}
+
+/// The last run of a cell (or the cached run it reused).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellRecord {
+    /// The code version that ran.
+    pub version: u32,
+    /// SHA-256 of the source that ran.
+    pub source_hash: String,
+    /// The cache key: code plus the identities of the inputs.
+    pub cache_key: String,
+    /// The inputs: name → identity (`blob:HASH`, `module:NAME`,
+    /// `derived:HASH`, `deleted`).
+    pub inputs: BTreeMap<String, String>,
+    /// What the cell bound or changed.
+    pub outputs: BTreeMap<String, ValueSummary>,
+    /// Names it deleted.
+    pub deleted: BTreeSet<String>,
+    /// The exception or kernel failure, rendered; `None` if it succeeded.
+    pub error: Option<String>,
+    /// Captured stdout.
+    pub stdout: CapturedOutput,
+    /// Captured stderr.
+    pub stderr: CapturedOutput,
+    /// The last expression's repr.
+    pub display: Option<String>,
+    /// The dynamic check of the analysis.
+    pub read_check: Option<ReadCheck>,
+    /// Time in the kernel, in microseconds.
+    pub duration_us: u64,
+    /// When it ran.
+    pub ran_at: Timestamp,
+}
+
+impl CellRecord {
+    /// Whether the run succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The identity of output `name`, as later cells' cache keys see it.
+    pub fn identity(&self, name: &str) -> Option<String> {
+        if self.deleted.contains(name) {
+            return Some(DELETED.to_owned());
+        }
+        let summary = self.outputs.get(name)?;
+        Some(match &summary.stored {
+            Stored::Blob { hash, .. } => format!("blob:{hash}"),
+            Stored::Module { name } => format!("module:{name}"),
+            Stored::Unrestorable { .. } if self.is_ok() => {
+                let mut hasher = Hasher::default();
+                hasher.part(self.cache_key.as_bytes()).part(name.as_bytes());
+                format!("derived:{}", hasher.finish())
+            }
+            Stored::Unrestorable { .. } => {
+                let mut hasher = Hasher::default();
+                hasher
+                    .part(self.cache_key.as_bytes())
+                    .part(name.as_bytes())
+                    .part(&self.ran_at.as_millis().to_le_bytes());
+                format!("partial:{}", hasher.finish())
+            }
+        })
+    }
+
+    /// Blob hashes this record refers to.
+    pub fn blobs(&self) -> impl Iterator<Item = &str> {
+        self.outputs.values().filter_map(|v| v.stored.hash())
+    }
+}
+
+const DELETED: &str = "deleted";
+
+/// What [`Notebook::run_cell`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellExecution {
+    /// The cell.
+    pub cell: CellId,
+    /// What the kernel reported.
+    pub result: CellResult,
+    /// Cells re-run first to recompute inputs that have no blob, in order.
+    pub recomputed: Vec<CellId>,
+    /// Names put back into the kernel before the cell (loaded, imported or
+    /// deleted).
+    pub restored: Vec<String>,
+    /// The dynamic check of the analysis, if read checking is on.
+    pub read_check: Option<ReadCheck>,
+}
+
+/// Where a value a cell needs comes from.
+#[derive(Debug, Clone)]
+pub(crate) struct Source {
+    pub(crate) producer: CellId,
+    pub(crate) identity: String,
+    restore: Restore,
+}
+
+#[derive(Debug, Clone)]
+enum Restore {
+    Load(RestoreValue),
+    Delete,
+    Rerun,
+}
+
+/// What the kernel had to be given before a cell.
+#[derive(Debug, Default)]
+struct Prepared {
+    recomputed: Vec<CellId>,
+    restored: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    format: u32,
+    graph: ExecutionStateGraph,
+    records: BTreeMap<CellId, CellRecord>,
+    cache: BTreeMap<String, CellRecord>,
+}
+
+/// What [`Notebook::sync_sources`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Cells whose code was replaced.
+    pub changed: Vec<CellId>,
+    /// Cells appended.
+    pub added: Vec<CellId>,
+    /// Whether the graph was rebuilt (cells were removed); cached runs are
+    /// kept, so unchanged cells are still reused.
+    pub rebuilt: bool,
+}
+
+/// A notebook: graph + kernel + blob store. See the [module docs](self).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), harness_code::notebook::NotebookError> {
+/// use harness_code::Provenance;
+/// use harness_code::kernel::KernelConfig;
+/// use harness_code::notebook::Notebook;
+///
+/// let mut notebook = Notebook::open_or_create(".harness/code/demo", KernelConfig::default())?;
+/// let load = notebook.add_cell("xs = list(range(10))", Provenance::now("user", "load"))?;
+/// let total = notebook.add_cell("total = sum(xs)", Provenance::now("user", "sum"))?;
+/// notebook.replay().await?;
+/// notebook.replace_cell(load, "xs = list(range(20))", Provenance::now("user", "more"))?;
+/// let report = notebook.replay().await?;
+/// assert_eq!(report.executed(), [load, total]);
+/// notebook.save()?;
+/// # Ok(()) }
+/// ```
+pub struct Notebook {
+    dir: PathBuf,
+    graph: ExecutionStateGraph,
+    records: BTreeMap<CellId, CellRecord>,
+    cache: BTreeMap<String, CellRecord>,
+    blobs: BlobStore,
+    config: KernelConfig,
+    kernel: Option<Kernel>,
+    /// What the kernel's namespace holds: name → identity.
+    live: BTreeMap<String, String>,
+    live_generation: u64,
+    /// Blobs the kernel failed to load; their values are recomputed instead.
+    bad_blobs: BTreeSet<String>,
+    /// Blobs known to be on disk for good: those of the saved notebook this
+    /// one was opened from, and those fsynced by a save since.
+    synced: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for Notebook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notebook")
+            .field("dir", &self.dir)
+            .field("cells", &self.graph.len())
+            .field("cached_runs", &self.cache.len())
+            .field("kernel", &self.kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Notebook {
+    /// A new, empty notebook kept in `dir` (blobs in `dir/blobs`, the kernel
+    /// working in `dir/work` unless `config.working_dir` says otherwise).
+    /// Cells are analysed as plain Python. The kernel starts with the first
+    /// cell that runs.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Blob`] if the blob store cannot be created.
+    pub fn create(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, NotebookError> {
+        Self::create_with(dir, config, AnalysisOptions::default())
+    }
+
+    /// [`create`](Self::create) with analysis options (IPython syntax for
+    /// notebook cells).
+    ///
+    /// # Errors
+    ///
+    /// As [`create`](Self::create).
+    pub fn create_with(
+        dir: impl Into<PathBuf>,
+        config: KernelConfig,
+        options: AnalysisOptions,
+    ) -> Result<Self, NotebookError> {
+        Self::assemble(
+            dir.into(),
+            config,
+            ExecutionStateGraph::with_options(options),
+            BTreeMap::new(),
+            BTreeMap::new(),
+        )
+    }
+
+    fn assemble(
+        dir: PathBuf,
+        mut config: KernelConfig,
+        graph: ExecutionStateGraph,
+        records: BTreeMap<CellId, CellRecord>,
+        cache: BTreeMap<String, CellRecord>,
+    ) -> Result<Self, NotebookError> {
+        let blobs = BlobStore::open(dir.join("blobs"))?;
+        config.blob_dir = Some(blobs.root().to_path_buf());
+        if config.working_dir.is_none() {
+            config.working_dir = Some(dir.join("work"));
+        }
+        Ok(Self {
+            dir,
+            graph,
+            records,
+            cache,
+            blobs,
+            config,
+            kernel: None,
+            live: BTreeMap::new(),
+            live_generation: 0,
+            bad_blobs: BTreeSet::new(),
+            synced: std::sync::Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    /// Reopens the notebook saved in `dir` by [`save`](Self::save), in this
+    /// or another process. Nothing runs until a cell does; then only what
+    /// that cell needs is restored.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Io`] if there is no readable notebook file,
+    /// [`NotebookError::Format`] if it is corrupt.
+    pub fn open(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, NotebookError> {
+        let dir = dir.into();
+        let path = dir.join(NOTEBOOK_FILE);
+        let bytes = std::fs::read(&path).map_err(|source| NotebookError::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        })?;
+        let saved = decode(&bytes, &path.display().to_string())?;
+        let notebook = Self::assemble(dir, config, saved.graph, saved.records, saved.cache)?;
+        // A save fsynced these before it wrote the file just read.
+        *notebook.synced_guard() = notebook.referenced_blobs();
+        Ok(notebook)
+    }
+
+    fn synced_guard(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.synced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The blobs the records and cached runs refer to.
+    fn referenced_blobs(&self) -> BTreeSet<String> {
+        self.records
+            .values()
+            .chain(self.cache.values())
+            .flat_map(|r| r.blobs().map(str::to_owned))
+            .collect()
+    }
+
+    /// Fsyncs the blobs the notebook refers to that no save has fsynced yet
+    /// (the kernel writes them without fsync, to keep cells fast).
+    fn sync_blobs(&self) -> Result<(), NotebookError> {
+        let referenced = self.referenced_blobs();
+        let mut synced = self.synced_guard();
+        let new: Vec<&str> = referenced
+            .iter()
+            .filter(|h| !synced.contains(*h))
+            .map(String::as_str)
+            .collect();
+        self.blobs.sync(new)?;
+        *synced = referenced;
+        Ok(())
+    }
+
+    /// Whether `dir` holds a notebook saved with [`save`](Self::save).
+    pub fn exists(dir: impl AsRef<Path>) -> bool {
+        dir.as_ref().join(NOTEBOOK_FILE).is_file()
+    }
+
+    /// [`open`](Self::open) if `dir` holds a saved notebook, else
+    /// [`create`](Self::create).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open) and [`create`](Self::create).
+    pub fn open_or_create(
+        dir: impl Into<PathBuf>,
+        config: KernelConfig,
+    ) -> Result<Self, NotebookError> {
+        let dir = dir.into();
+        if Self::exists(&dir) {
+            Self::open(dir, config)
+        } else {
+            Self::create(dir, config)
+        }
+    }
+
+    /// Writes the notebook (graph, records, cached runs) to
+    /// `DIR/session.json`, atomically and durably: the blobs it refers to
+    /// (in `DIR/blobs`) are fsynced first, then the file is written with
+    /// [`write_atomic`] (a temporary name, fsynced, renamed into place, the
+    /// directory fsynced). When `save` returns, the notebook survives a
+    /// crash.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Io`] if the file cannot be written,
+    /// [`NotebookError::Blob`] if a blob cannot be fsynced.
+    pub fn save(&self) -> Result<(), NotebookError> {
+        let bytes = self.encode()?;
+        self.sync_blobs()?;
+        std::fs::create_dir_all(&self.dir).map_err(|source| NotebookError::Io {
+            action: "create the directory",
+            path: self.dir.clone(),
+            source,
+        })?;
+        write_atomic(
+            &self.dir.join(NOTEBOOK_FILE),
+            &bytes,
+            durable::Sync::FileAndDir,
+        )?;
+        Ok(())
+    }
+
+    fn encode(&self) -> Result<Vec<u8>, NotebookError> {
+        let saved = SavedRef {
+            format: FORMAT_VERSION,
+            graph: &self.graph,
+            records: &self.records,
+            cache: &self.cache,
+        };
+        serde_json::to_vec(&saved).map_err(|error| NotebookError::Format {
+            location: self.dir.display().to_string(),
+            detail: format!("cannot encode: {error}"),
+        })
+    }
+
+    /// Saves the notebook into a [`SessionStore`] as session `id`, with
+    /// [`harness::session::save_value`]: the graph, records and cached runs
+    /// are one value, replacing the previous one, owned by
+    /// [`STORE_OWNER`]; blobs stay in this notebook's directory and are
+    /// referred to by hash. Workers never take such a session: it is not a
+    /// run.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Session`]: the session belongs to someone else (an
+    /// agent's run), or the store failed.
+    pub async fn save_to_store(
+        &self,
+        store: &dyn SessionStore,
+        id: &SessionId,
+    ) -> Result<(), NotebookError> {
+        // The store refers to the blobs by hash: they must be on disk first.
+        self.sync_blobs()?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&self.encode()?).map_err(|error| NotebookError::Format {
+                location: format!("store session {id}"),
+                detail: error.to_string(),
+            })?;
+        save_value(store, STORE_OWNER, id, value).await?;
+        Ok(())
+    }
+
+    /// Reopens a notebook saved with [`save_to_store`](Self::save_to_store)
+    /// whose blobs are in `dir/blobs`.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::NoNotebook`], [`NotebookError::Session`] (the
+    /// session is not a notebook, or the store failed) or
+    /// [`NotebookError::Format`].
+    pub async fn open_from_store(
+        store: &dyn SessionStore,
+        id: &SessionId,
+        dir: impl Into<PathBuf>,
+        config: KernelConfig,
+    ) -> Result<Self, NotebookError> {
+        let value = load_value(store, STORE_OWNER, id)
+            .await?
+            .ok_or_else(|| NotebookError::NoNotebook(id.clone()))?;
+        let location = format!("store session {id}");
+        let bytes = serde_json::to_vec(&value).map_err(|error| NotebookError::Format {
+            location: location.clone(),
+            detail: error.to_string(),
+        })?;
+        let saved = decode(&bytes, &location)?;
+        Self::assemble(dir.into(), config, saved.graph, saved.records, saved.cache)
+    }
+
+    /// The notebook's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The graph of cells.
+    pub fn graph(&self) -> &ExecutionStateGraph {
+        &self.graph
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
+    }
+
+    /// The last run (or reused run) of `cell`.
+    pub fn record(&self, cell: CellId) -> Option<&CellRecord> {
+        self.records.get(&cell)
+    }
+
+    /// How many runs are cached for reuse.
+    pub fn cached_runs(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The running kernel, if it has started.
+    pub fn kernel(&self) -> Option<&Kernel> {
+        self.kernel.as_ref()
+    }
+
+    /// Appends a cell (see [`ExecutionStateGraph::add_cell`]); it does not run.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Graph`] if the code does not parse.
+    pub fn add_cell(
+        &mut self,
+        source: impl Into<String>,
+        provenance: Provenance,
+    ) -> Result<CellId, NotebookError> {
+        Ok(self.graph.add_cell(source, provenance)?)
+    }
+
+    /// Replaces a cell's code (a new version); the cell and its downstream
+    /// become stale. Returns them.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Graph`].
+    pub fn replace_cell(
+        &mut self,
+        cell: CellId,
+        source: impl Into<String>,
+        provenance: Provenance,
+    ) -> Result<Vec<CellId>, NotebookError> {
+        Ok(self.graph.replace_code(cell, source, provenance)?)
+    }
+
+    /// Applies a patch to the notebook's graph with
+    /// [`apply_patch`](crate::patch::apply_patch): the patch becomes
+    /// the cell's new version and the cell and its downstream become
+    /// stale, ready for [`replay`](Self::replay).
+    ///
+    /// # Errors
+    ///
+    /// As [`apply_patch`](crate::patch::apply_patch).
+    pub fn apply_patch(
+        &mut self,
+        patch: &crate::patch::Patch,
+    ) -> Result<crate::patch::AppliedPatch, crate::patch::PatchError> {
+        crate::patch::apply_patch(&mut self.graph, patch)
+    }
+
+    /// Rolls back a patch applied with [`apply_patch`](Self::apply_patch)
+    /// (see [`rollback_patch`](crate::patch::rollback_patch)).
+    ///
+    /// # Errors
+    ///
+    /// As [`rollback_patch`](crate::patch::rollback_patch).
+    pub fn rollback_patch(
+        &mut self,
+        applied: &crate::patch::AppliedPatch,
+    ) -> Result<Vec<CellId>, crate::patch::PatchError> {
+        crate::patch::rollback_patch(&mut self.graph, applied)
+    }
+
+    /// Makes the cells' code equal to `sources` (e.g. the cells of a file
+    /// edited outside): changed cells get a new version, extra sources are
+    /// appended. If there are fewer sources than cells the graph is rebuilt;
+    /// cached runs survive, so unchanged cells are still reused by
+    /// [`replay`](Self::replay).
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Graph`] if a source does not parse (the notebook
+    /// may then be partly updated).
+    pub fn sync_sources(
+        &mut self,
+        sources: &[String],
+        provenance: impl Fn(usize) -> Provenance,
+    ) -> Result<SyncReport, NotebookError> {
+        let mut report = SyncReport::default();
+        if sources.len() < self.graph.len() {
+            let mut graph = ExecutionStateGraph::with_options(self.graph.options());
+            for (index, source) in sources.iter().enumerate() {
+                graph.add_cell(source.clone(), provenance(index))?;
+            }
+            // Keep records as "previous runs" of cells with the same code, so
+            // that replay can say why a cell runs.
+            let mut old: Vec<CellRecord> =
+                std::mem::take(&mut self.records).into_values().collect();
+            for (index, source) in sources.iter().enumerate() {
+                let hash = sha256_hex(source.as_bytes());
+                if let Some(at) = old.iter().position(|r| r.source_hash == hash) {
+                    let id = CellId::new(u32::try_from(index).unwrap_or(u32::MAX));
+                    self.records.insert(id, old.swap_remove(at));
+                }
+            }
+            self.graph = graph;
+            report.rebuilt = true;
+            report.added = self.graph.cells().map(|s| s.id()).collect();
+            return Ok(report);
+        }
+        for (index, source) in sources.iter().enumerate() {
+            let id = CellId::new(u32::try_from(index).unwrap_or(u32::MAX));
+            if index < self.graph.len() {
+                if self.graph.cell(id)?.source() != source {
+                    self.graph
+                        .replace_code(id, source.clone(), provenance(index))?;
+                    report.changed.push(id);
+                }
+            } else {
+                report
+                    .added
+                    .push(self.graph.add_cell(source.clone(), provenance(index))?);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Deletes blobs no record or cached run refers to; returns how many.
+    /// Call it while no kernel of this notebook is writing.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Blob`].
+    pub fn collect_garbage(&self) -> Result<usize, NotebookError> {
+        Ok(self.blobs.retain(&self.referenced_blobs())?)
+    }
+
+    /// Stops the kernel (it restarts with the next cell that runs).
+    pub async fn shutdown(&mut self) {
+        if let Some(kernel) = self.kernel.take() {
+            let _ = kernel.shutdown().await;
+        }
+        self.live.clear();
+    }
+
+    /// Runs `cell` now, whatever its status: restores what it needs, runs it,
+    /// records the run (in the graph, the cell's record and the cache).
+    ///
+    /// A Python exception is a normal result (see
+    /// [`CellResult::error`]); the cell is then recorded as failed.
+    ///
+    /// # Errors
+    ///
+    /// [`NotebookError::Kernel`] if the kernel timed out or died (the cell
+    /// is recorded as failed, the kernel restarted),
+    /// [`NotebookError::Restore`] if an input could not be recomputed,
+    /// [`NotebookError::Graph`] for an unknown cell.
+    pub async fn run_cell(&mut self, cell: CellId) -> Result<CellExecution, NotebookError> {
+        let sources = self.sources(cell)?;
+        let key = self.cache_key(cell, &sources)?;
+        self.run_prepared(cell, &sources, key).await
+    }
+
+    /// Appends `source` as a cell and runs it (what an agent does with each
+    /// piece of code it writes).
+    ///
+    /// # Errors
+    ///
+    /// As [`add_cell`](Self::add_cell) and [`run_cell`](Self::run_cell).
+    pub async fn execute(
+        &mut self,
+        source: impl Into<String>,
+        provenance: Provenance,
+    ) -> Result<CellExecution, NotebookError> {
+        let cell = self.add_cell(source, provenance)?;
+        self.run_cell(cell).await
+    }
+
+    // -- inputs and keys ------------------------------------------------------
+
+    /// The names `cell` needs: those on its dependency edges, all names of
+    /// producers on edges without names (explicit or conservative), every
+    /// name if the cell defeats analysis, and reads the kernel saw that the
+    /// analysis missed in an earlier run of the same code.
+    fn needed_names(&self, cell: CellId) -> Result<BTreeSet<String>, NotebookError> {
+        let node = self.graph.cell(cell)?;
+        let mut names = BTreeSet::new();
+        if node.effects().opaque {
+            for (_, record) in self.records.range(..cell) {
+                names.extend(record.outputs.keys().cloned());
+                names.extend(record.deleted.iter().cloned());
+            }
+            return Ok(names);
+        }
+        for (producer, dependency) in self.graph.dependencies(cell)? {
+            if dependency.names.is_empty() {
+                if let Some(record) = self.records.get(&producer) {
+                    names.extend(record.outputs.keys().cloned());
+                    names.extend(record.deleted.iter().cloned());
+                }
+            } else {
+                names.extend(dependency.names.iter().cloned());
+            }
+        }
+        if let Some(record) = self.records.get(&cell)
+            && record.source_hash == sha256_hex(node.source().as_bytes())
+            && let Some(check) = &record.read_check
+        {
+            names.extend(check.unexpected.iter().cloned());
+        }
+        Ok(names)
+    }
+
+    /// For each needed name, the latest earlier cell whose record wrote or
+    /// deleted it, and how to restore it.
+    pub(crate) fn sources(&self, cell: CellId) -> Result<BTreeMap<String, Source>, NotebookError> {
+        let mut wanted = self.needed_names(cell)?;
+        let mut found = BTreeMap::new();
+        for (&producer, record) in self.records.range(..cell).rev() {
+            if wanted.is_empty() {
+                break;
+            }
+            wanted.retain(|name| {
+                let Some(identity) = record.identity(name) else {
+                    return true;
+                };
+                let restore = if identity == DELETED {
+                    Restore::Delete
+                } else {
+                    match record.outputs.get(name).map(|v| &v.stored) {
+                        Some(Stored::Blob { hash, .. })
+                            if !self.bad_blobs.contains(hash) && self.blobs.contains(hash) =>
+                        {
+                            Restore::Load(RestoreValue::Blob {
+                                name: name.clone(),
+                                blob: hash.clone(),
+                            })
+                        }
+                        Some(Stored::Module { name: module }) => {
+                            Restore::Load(RestoreValue::Module {
+                                name: name.clone(),
+                                module: module.clone(),
+                            })
+                        }
+                        _ => Restore::Rerun,
+                    }
+                };
+                found.insert(
+                    name.clone(),
+                    Source {
+                        producer,
+                        identity,
+                        restore,
+                    },
+                );
+                false
+            });
+        }
+        Ok(found)
+    }
+
+    /// SHA-256 of the cell's code and its inputs' identities.
+    pub(crate) fn cache_key(
+        &self,
+        cell: CellId,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<String, NotebookError> {
+        let node = self.graph.cell(cell)?;
+        let mut hasher = Hasher::default();
+        // The domain keeps the bytes it had when cells were called steps, so
+        // that notebooks saved before the rename keep their cached runs.
+        hasher
+            .part(b"harness code step v1")
+            .part(node.source().as_bytes());
+        for (name, source) in sources {
+            hasher
+                .part(name.as_bytes())
+                .part(source.identity.as_bytes());
+        }
+        Ok(hasher.finish())
+    }
+
+    pub(crate) fn cached(&self, key: &str) -> Option<&CellRecord> {
+        self.cache.get(key).filter(|record| record.is_ok())
+    }
+
+    pub(crate) fn previous_record(&self, cell: CellId) -> Option<&CellRecord> {
+        self.records.get(&cell)
+    }
+
+    /// Marks `cell` as reusing the cached run `key`.
+    pub(crate) fn reuse(&mut self, cell: CellId, key: &str) -> Result<(), NotebookError> {
+        let Some(mut record) = self.cached(key).cloned() else {
+            return Ok(());
+        };
+        let node = self.graph.cell(cell)?;
+        record.version = node.current_version().number;
+        let summary = output_summary(&record);
+        self.graph.record_reuse(cell, summary)?;
+        self.records.insert(cell, record);
+        Ok(())
+    }
+
+    // -- running ----------------------------------------------------------
+
+    pub(crate) async fn ensure_kernel(&mut self) -> Result<(), NotebookError> {
+        if self.kernel.is_none() {
+            let kernel = Kernel::spawn(self.config.clone())
+                .await
+                .map_err(|source| NotebookError::Kernel { cell: None, source })?;
+            self.kernel = Some(kernel);
+        }
+        self.sync_generation();
+        Ok(())
+    }
+
+    fn sync_generation(&mut self) {
+        let generation = self.kernel.as_ref().map_or(0, Kernel::generation);
+        if generation != self.live_generation {
+            self.live.clear();
+            self.live_generation = generation;
+        }
+    }
+
+    /// The cell's source as the kernel runs it: IPython escape lines (which
+    /// the analysis skipped) become `pass`.
+    fn kernel_source(&self, cell: CellId) -> Result<String, NotebookError> {
+        let node = self.graph.cell(cell)?;
+        let escapes = &node.analysis().ipython_escapes;
+        if escapes.is_empty() {
+            return Ok(node.source().to_owned());
+        }
+        let lines: BTreeSet<u32> = escapes.iter().map(|e| e.line).collect();
+        let mut out = String::with_capacity(node.source().len());
+        for (index, line) in node.source().lines().enumerate() {
+            let number = u32::try_from(index + 1).unwrap_or(u32::MAX);
+            if lines.contains(&number) {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                out.push_str(indent);
+                out.push_str("pass  # harness: IPython command skipped");
+            } else {
+                out.push_str(line);
+            }
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    fn declared(&self, cell: CellId) -> Result<Vec<String>, NotebookError> {
+        let node = self.graph.cell(cell)?;
+        let analysis = node.analysis();
+        let effects = node.effects();
+        let names: BTreeSet<&String> = analysis
+            .writes
+            .iter()
+            .chain(&analysis.mutations)
+            .chain(&effects.produces)
+            .chain(&effects.may_produce)
+            .collect();
+        Ok(names.into_iter().cloned().collect())
+    }
+
+    async fn kernel_run(
+        &mut self,
+        cell: CellId,
+        snapshot: bool,
+    ) -> Result<CellResult, KernelError> {
+        // Callers have checked that the cell exists; an unknown one runs as
+        // an empty cell rather than failing here.
+        let (source, declared) = match (self.kernel_source(cell), self.declared(cell)) {
+            (Ok(source), Ok(declared)) => (source, declared),
+            _ => (String::new(), Vec::new()),
+        };
+        let options = ExecuteOptions { declared, snapshot };
+        let Some(kernel) = self.kernel.as_mut() else {
+            return Err(KernelError::Closed);
+        };
+        let result = kernel.execute_with(cell.get(), &source, &options).await;
+        self.sync_generation();
+        result
+    }
+
+    /// The cells to re-run (ascending, each with its sources) so that every
+    /// source of `cell` can be loaded: simulates the namespace, adding the
+    /// producer of each value that is neither live nor loadable.
+    #[allow(clippy::type_complexity)]
+    fn plan(
+        &self,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<Vec<(CellId, BTreeMap<String, Source>)>, NotebookError> {
+        let mut reruns: BTreeSet<CellId> = BTreeSet::new();
+        loop {
+            let mut live = self.live.clone();
+            let mut missing = BTreeSet::new();
+            let mut plan = Vec::new();
+            for &rerun in &reruns {
+                let rerun_sources = self.sources(rerun)?;
+                simulate(&mut live, &rerun_sources, &mut missing);
+                if let Some(record) = self.records.get(&rerun) {
+                    apply_record(&mut live, record);
+                }
+                plan.push((rerun, rerun_sources));
+            }
+            simulate(&mut live, sources, &mut missing);
+            missing.retain(|cell| !reruns.contains(cell));
+            if missing.is_empty() {
+                return Ok(plan);
+            }
+            reruns.extend(missing);
+        }
+    }
+
+    /// Loads, imports or deletes the sources the kernel does not hold.
+    /// Returns the names put back and the sources that failed to load.
+    async fn load(
+        &mut self,
+        cell: CellId,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<(Vec<String>, Vec<String>), NotebookError> {
+        let mut values = Vec::new();
+        for (name, source) in sources {
+            if self.live.get(name) == Some(&source.identity) {
+                continue;
+            }
+            match &source.restore {
+                Restore::Load(value) => values.push(value.clone()),
+                Restore::Delete if self.live.contains_key(name) => {
+                    values.push(RestoreValue::Delete {
+                        name: name.clone(),
+                        delete: true,
+                    });
+                }
+                Restore::Delete | Restore::Rerun => {}
+            }
+        }
+        if values.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let Some(kernel) = self.kernel.as_mut() else {
+            return Err(NotebookError::Kernel {
+                cell: Some(cell),
+                source: KernelError::Closed,
+            });
+        };
+        let report = kernel.restore(&values).await;
+        self.sync_generation();
+        let report = report.map_err(|source| NotebookError::Kernel {
+            cell: Some(cell),
+            source,
+        })?;
+        for name in &report.restored {
+            if let Some(source) = sources.get(name) {
+                if source.identity == DELETED {
+                    self.live.remove(name);
+                } else {
+                    self.live.insert(name.clone(), source.identity.clone());
+                }
+            }
+        }
+        let mut failed = Vec::new();
+        for failure in report.failed {
+            tracing::warn!(
+                cell = cell.get(),
+                name = failure.name,
+                "cannot load a stored value, recomputing it: {}",
+                failure.reason
+            );
+            self.live.remove(&failure.name);
+            if let Some(Source {
+                restore: Restore::Load(RestoreValue::Blob { blob, .. }),
+                ..
+            }) = sources.get(&failure.name)
+            {
+                self.bad_blobs.insert(blob.clone());
+            }
+            failed.push(failure.name);
+        }
+        Ok((report.restored, failed))
+    }
+
+    /// Puts into the kernel what `cell` needs, re-running producers of
+    /// values that have no blob.
+    async fn prepare(
+        &mut self,
+        cell: CellId,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<Prepared, NotebookError> {
+        let mut prepared = Prepared::default();
+        let mut sources = sources.clone();
+        // A blob that fails to load is marked bad and the plan is made again
+        // (its producer is re-run instead); bounded, as each round marks one.
+        for _ in 0..8 {
+            let plan = self.plan(&sources)?;
+            let mut retry = false;
+            for (rerun, rerun_sources) in plan {
+                let (restored, failed) = self.load(rerun, &rerun_sources).await?;
+                prepared.restored.extend(restored);
+                if !failed.is_empty() {
+                    retry = true;
+                    break;
+                }
+                let result = self.kernel_run(rerun, false).await.map_err(|source| {
+                    NotebookError::Kernel {
+                        cell: Some(cell),
+                        source,
+                    }
+                })?;
+                if let Some(error) = result.error {
+                    return Err(NotebookError::Restore {
+                        cell,
+                        producer: rerun,
+                        error: Box::new(error),
+                    });
+                }
+                prepared.recomputed.push(rerun);
+                let record = self.records.get(&rerun).cloned();
+                for name in result.outputs.keys() {
+                    match record.as_ref().and_then(|r| r.identity(name)) {
+                        Some(identity) => self.live.insert(name.clone(), identity),
+                        None => self.live.remove(name),
+                    };
+                }
+                for name in &result.deleted {
+                    self.live.remove(name);
+                }
+            }
+            if retry {
+                sources = self.sources(cell)?;
+                continue;
+            }
+            let (restored, failed) = self.load(cell, &sources).await?;
+            prepared.restored.extend(restored);
+            if failed.is_empty() {
+                return Ok(prepared);
+            }
+            sources = self.sources(cell)?;
+        }
+        Err(NotebookError::Format {
+            location: self.dir.display().to_string(),
+            detail: format!("the inputs of cell {cell} could not be restored after 8 attempts"),
+        })
+    }
+
+    pub(crate) async fn run_prepared(
+        &mut self,
+        cell: CellId,
+        sources: &BTreeMap<String, Source>,
+        key: String,
+    ) -> Result<CellExecution, NotebookError> {
+        let node = self.graph.cell(cell)?;
+        let version = node.current_version().number;
+        let source_hash = sha256_hex(node.source().as_bytes());
+        let inputs: BTreeMap<String, String> = sources
+            .iter()
+            .map(|(name, source)| (name.clone(), source.identity.clone()))
+            .collect();
+        let started_at = Timestamp::now();
+        let clock = Instant::now();
+        let failed_record = |error: String| CellRecord {
+            version,
+            source_hash: source_hash.clone(),
+            cache_key: key.clone(),
+            inputs: inputs.clone(),
+            outputs: BTreeMap::new(),
+            deleted: BTreeSet::new(),
+            error: Some(error),
+            stdout: CapturedOutput::default(),
+            stderr: CapturedOutput::default(),
+            display: None,
+            read_check: None,
+            duration_us: 0,
+            ran_at: started_at,
+        };
+
+        let outcome = match self.ensure_kernel().await {
+            Ok(()) => self.prepare(cell, sources).await,
+            Err(error) => Err(error),
+        };
+        let prepared = match outcome {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                let message = format!("could not prepare the cell: {error}");
+                self.fail(cell, failed_record(message), started_at, clock)?;
+                return Err(error);
+            }
+        };
+        let result = match self.kernel_run(cell, true).await {
+            Ok(result) => result,
+            Err(source) => {
+                self.fail(cell, failed_record(source.to_string()), started_at, clock)?;
+                return Err(NotebookError::Kernel {
+                    cell: Some(cell),
+                    source,
+                });
+            }
+        };
+        let read_check = result.reads.as_ref().map(|observed| {
+            let analysis = self.graph.cell(cell).map(|n| n.analysis().clone());
+            read_check(observed, analysis.ok().as_ref(), result.is_ok())
+        });
+        if let Some(check) = &read_check
+            && !check.is_consistent()
+        {
+            tracing::info!(
+                cell = cell.get(),
+                unexpected = ?check.unexpected,
+                "the cell read names its static analysis did not predict"
+            );
+            // Correct the graph: the producers of those names become explicit
+            // dependencies, so that changing them makes this cell stale.
+            for name in &check.unexpected {
+                let producer = self
+                    .records
+                    .range(..cell)
+                    .rev()
+                    .find(|(_, record)| record.identity(name).is_some())
+                    .map(|(&id, _)| id);
+                if let Some(producer) = producer {
+                    self.graph.add_edge(producer, cell)?;
+                }
+            }
+        }
+        let record = CellRecord {
+            version,
+            source_hash,
+            cache_key: key.clone(),
+            inputs,
+            outputs: result.outputs.clone(),
+            deleted: result.deleted.clone(),
+            error: result.error.as_ref().map(ToString::to_string),
+            stdout: result.stdout.clone(),
+            stderr: result.stderr.clone(),
+            display: result.display.clone(),
+            read_check: read_check.clone(),
+            duration_us: result.duration_us,
+            ran_at: started_at,
+        };
+        apply_record(&mut self.live, &record);
+        let run = CellRun {
+            outcome: match &record.error {
+                None => CellOutcome::Ok,
+                Some(error) => CellOutcome::Failed {
+                    error: error.clone(),
+                },
+            },
+            started_at,
+            duration_ms: millis(clock),
+            outputs: output_summary(&record),
+        };
+        self.graph.record_run(cell, run)?;
+        if record.is_ok() {
+            self.cache.insert(key, record.clone());
+            self.trim_cache();
+        }
+        self.records.insert(cell, record);
+        Ok(CellExecution {
+            cell,
+            result,
+            recomputed: prepared.recomputed,
+            restored: prepared.restored,
+            read_check,
+        })
+    }
+
+    fn fail(
+        &mut self,
+        cell: CellId,
+        record: CellRecord,
+        started_at: Timestamp,
+        clock: Instant,
+    ) -> Result<(), NotebookError> {
+        let run = CellRun {
+            outcome: CellOutcome::Failed {
+                error: record.error.clone().unwrap_or_default(),
+            },
+            started_at,
+            duration_ms: millis(clock),
+            outputs: OutputSummary::default(),
+        };
+        self.graph.record_run(cell, run)?;
+        self.records.insert(cell, record);
+        Ok(())
+    }
+
+    /// Keeps at most max(256, 4 × cells) cached runs, dropping the oldest.
+    fn trim_cache(&mut self) {
+        let limit = (self.graph.len() * 4).max(256);
+        if self.cache.len() <= limit {
+            return;
+        }
+        let mut by_age: Vec<(Timestamp, String)> = self
+            .cache
+            .iter()
+            .map(|(key, record)| (record.ran_at, key.clone()))
+            .collect();
+        by_age.sort();
+        let excess = self.cache.len() - limit;
+        for (_, key) in by_age.into_iter().take(excess) {
+            self.cache.remove(&key);
+        }
+    }
+
+    /// The status of `cell` in the graph.
+    pub(crate) fn status(&self, cell: CellId) -> Result<CellStatus, NotebookError> {
+        Ok(self.graph.cell(cell)?.status())
+    }
+}
+
+#[derive(Serialize)]
+struct SavedRef<'a> {
+    format: u32,
+    graph: &'a ExecutionStateGraph,
+    records: &'a BTreeMap<CellId, CellRecord>,
+    cache: &'a BTreeMap<String, CellRecord>,
+}
+
+fn decode(bytes: &[u8], location: &str) -> Result<Saved, NotebookError> {
+    #[derive(Deserialize)]
+    struct Version {
+        format: u32,
+    }
+    let version: Version =
+        serde_json::from_slice(bytes).map_err(|error| NotebookError::Format {
+            location: location.to_owned(),
+            detail: error.to_string(),
+        })?;
+    if version.format != FORMAT_VERSION {
+        return Err(NotebookError::Format {
+            location: location.to_owned(),
+            detail: format!(
+                "format version {} (this build reads {FORMAT_VERSION})",
+                version.format
+            ),
+        });
+    }
+    let saved: Saved = serde_json::from_slice(bytes).map_err(|error| NotebookError::Format {
+        location: location.to_owned(),
+        detail: error.to_string(),
+    })?;
+    for record in saved.records.values().chain(saved.cache.values()) {
+        if let Some(bad) = record.blobs().find(|h| !crate::blobs::is_valid_hash(h)) {
+            return Err(NotebookError::Format {
+                location: location.to_owned(),
+                detail: format!("invalid blob hash {bad:?}"),
+            });
+        }
+    }
+    Ok(saved)
+}
+
+/// Applies `sources` to a simulated namespace; producers of values that are
+/// neither live nor loadable go to `missing`.
+fn simulate(
+    live: &mut BTreeMap<String, String>,
+    sources: &BTreeMap<String, Source>,
+    missing: &mut BTreeSet<CellId>,
+) {
+    for (name, source) in sources {
+        if live.get(name) == Some(&source.identity) {
+            continue;
+        }
+        match source.restore {
+            Restore::Load(_) => {
+                live.insert(name.clone(), source.identity.clone());
+            }
+            Restore::Delete => {
+                live.remove(name);
+            }
+            Restore::Rerun => {
+                missing.insert(source.producer);
+            }
+        }
+    }
+}
+
+/// Updates a namespace model with what a run wrote and deleted.
+fn apply_record(live: &mut BTreeMap<String, String>, record: &CellRecord) {
+    for name in record.outputs.keys() {
+        match record.identity(name) {
+            Some(identity) => live.insert(name.clone(), identity),
+            None => live.remove(name),
+        };
+    }
+    for name in &record.deleted {
+        live.remove(name);
+    }
+}
+
+fn read_check(
+    observed: &BTreeSet<String>,
+    analysis: Option<&crate::CellAnalysis>,
+    succeeded: bool,
+) -> ReadCheck {
+    let Some(analysis) = analysis else {
+        return ReadCheck {
+            observed: observed.clone(),
+            ..ReadCheck::default()
+        };
+    };
+    let unexpected = observed
+        .iter()
+        .filter(|name| !analysis.reads.contains(*name) && !analysis.builtins.contains(*name))
+        .cloned()
+        .collect();
+    let unobserved = if succeeded {
+        analysis.reads.difference(observed).cloned().collect()
+    } else {
+        BTreeSet::new()
+    };
+    ReadCheck {
+        observed: observed.clone(),
+        unexpected,
+        unobserved,
+    }
+}
+
+fn output_summary(record: &CellRecord) -> OutputSummary {
+    let mut text: String = record.stdout.text.chars().take(SUMMARY_TEXT).collect();
+    if let Some(display) = &record.display {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(display);
+    }
+    OutputSummary {
+        text,
+        values: record
+            .outputs
+            .iter()
+            .map(|(name, value)| (name.clone(), value.short()))
+            .collect(),
+    }
+}
+
+fn millis(clock: Instant) -> u64 {
+    u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX)
+}

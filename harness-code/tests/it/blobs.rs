@@ -1,0 +1,120 @@
+//! The content-addressed blob store: durable writes through a temporary
+//! file, reads checked against the hash, typed errors naming the path.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+
+use harness_code::blobs::{BlobError, BlobStore};
+
+const HELLO: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn put_leaves_only_the_blob_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path().join("a/new/root")).unwrap();
+    let hash = store.put(b"hello").unwrap();
+    assert_eq!(hash, HELLO);
+    assert_eq!(store.put(b"hello").unwrap(), HELLO);
+    assert_eq!(names(&store.root().join("sha256/2c")), [HELLO]);
+    assert!(names(&store.root().join("tmp")).is_empty());
+    assert_eq!(store.get(HELLO).unwrap(), b"hello");
+}
+
+#[test]
+fn put_replaces_a_blob_of_the_wrong_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    store.put(b"hello").unwrap();
+    // What a crash can leave of a write that was not durable: the name
+    // without the data.
+    let path = store.path(HELLO).unwrap();
+    fs::write(&path, b"").unwrap();
+    assert!(matches!(store.get(HELLO), Err(BlobError::Corrupt { .. })));
+    store.put(b"hello").unwrap();
+    assert_eq!(store.get(HELLO).unwrap(), b"hello");
+    assert!(names(&store.root().join("tmp")).is_empty());
+}
+
+#[test]
+fn reads_are_checked_against_the_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    store.put(b"hello").unwrap();
+    fs::write(store.path(HELLO).unwrap(), b"jello").unwrap();
+    match store.get(HELLO) {
+        Err(BlobError::Corrupt { hash, actual }) => {
+            assert_eq!(hash, HELLO);
+            assert_ne!(actual, HELLO);
+        }
+        other => panic!("expected a corrupt blob, got {other:?}"),
+    }
+    let absent = "0".repeat(64);
+    assert!(matches!(store.get(&absent), Err(BlobError::Missing(h)) if h == absent));
+    assert!(matches!(
+        store.get("not-a-hash"),
+        Err(BlobError::InvalidHash(_))
+    ));
+}
+
+#[test]
+fn a_failed_put_names_the_path_and_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    // A file where the blob's directory should be.
+    let shard = store.root().join("sha256/2c");
+    fs::write(&shard, b"").unwrap();
+    let error = store.put(b"hello").unwrap_err();
+    let BlobError::Io { path, .. } = &error else {
+        panic!("expected an I/O error, got {error:?}");
+    };
+    assert!(path.starts_with(&shard), "{path:?}");
+    assert!(
+        error.to_string().contains(&shard.display().to_string()),
+        "{error}"
+    );
+    assert!(names(&store.root().join("tmp")).is_empty());
+}
+
+#[test]
+fn sync_fsyncs_what_exists_skips_what_does_not_and_refuses_bad_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    // Written the way the kernel writes: straight into place, no fsync.
+    let path = store.path(HELLO).unwrap();
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(&path, b"hello").unwrap();
+    let absent = "0".repeat(64);
+    store.sync([HELLO, absent.as_str()]).unwrap();
+    assert_eq!(store.get(HELLO).unwrap(), b"hello");
+    assert!(matches!(
+        store.sync(["../../etc/passwd"]),
+        Err(BlobError::InvalidHash(_))
+    ));
+}
+
+#[test]
+fn retain_removes_unreferenced_blobs_and_leftover_temporary_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    let kept = store.put(b"hello").unwrap();
+    let dropped = store.put(b"bye").unwrap();
+    // What a crash in the middle of a put or of a kernel snapshot leaves.
+    let shard = store.root().join("sha256/2c");
+    fs::write(shard.join(format!(".{HELLO}.0123.tmp")), b"he").unwrap();
+    fs::write(store.root().join("tmp/snapshot"), b"by").unwrap();
+    let removed = store.retain(&[kept.clone()].into()).unwrap();
+    assert_eq!(removed, 1);
+    assert!(!store.contains(&dropped));
+    assert_eq!(names(&shard), [HELLO]);
+    assert!(names(&store.root().join("tmp")).is_empty());
+}

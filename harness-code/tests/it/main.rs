@@ -1,0 +1,14 @@
+//! The integration tests of `harness-code`, one binary: a module per
+//! subject. The kernel, replay and agent tests need `python3` on PATH.
+
+mod agent;
+mod analyze_scoping;
+mod blobs;
+mod diagnose;
+mod graph;
+mod graph_properties;
+mod kernel;
+mod patch;
+mod replay;
+mod stdlib_sweep;
+mod support;

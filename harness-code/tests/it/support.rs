@@ -1,0 +1,31 @@
+//! Helpers shared by the graph, diagnosis and patch tests.
+
+#![allow(dead_code, clippy::unwrap_used)] // each file uses what it needs
+
+use harness_code::{CellId, CellRun, ExecutionStateGraph, Provenance, Timestamp};
+
+/// A graph of `cells`, added in order, and their ids.
+pub(crate) fn graph_of(cells: &[&str]) -> (ExecutionStateGraph, Vec<CellId>) {
+    let mut graph = ExecutionStateGraph::new();
+    let ids = cells
+        .iter()
+        .map(|source| {
+            graph
+                .add_cell(
+                    *source,
+                    Provenance::new("test", "cell", Timestamp::from_millis(0)),
+                )
+                .unwrap()
+        })
+        .collect();
+    (graph, ids)
+}
+
+/// Records a successful run of every stale cell, in replay order.
+pub(crate) fn run_all(graph: &mut ExecutionStateGraph) {
+    for cell in graph.stale_order() {
+        graph
+            .record_run(cell, CellRun::ok(Timestamp::from_millis(1), 5))
+            .unwrap();
+    }
+}
