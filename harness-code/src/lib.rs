@@ -1,4 +1,8 @@
 #![doc = include_str!("docs/crate.md")]
+#![doc = include_str!("docs/analyze.md")]
+#![doc = include_str!("docs/running.md")]
+#![doc = include_str!("docs/agents.md")]
+#![doc = include_str!("docs/testing.md")]
 
 pub mod agent;
 mod analyze;

@@ -5,12 +5,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use harness::SessionId;
-use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
+use harness::session::SessionStore;
+use harness_stores::MemoryStore;
 use harness_code::kernel::{KernelConfig, KernelError};
 use harness_code::notebook::{Notebook, NotebookError};
 use harness_code::replay::{ReplayAction, ReplayReason};
@@ -377,66 +376,10 @@ async fn dynamic_read_check_reports_and_corrects_missed_reads() {
     assert!(run.read_check.unwrap().is_consistent());
 }
 
-/// A minimal in-memory [`SessionStore`] (the real ones live in
-/// `harness-stores`).
-#[derive(Debug, Default)]
-struct MemoryStore {
-    heads: Mutex<BTreeMap<SessionId, StoredRun>>,
-    logs: Mutex<BTreeMap<SessionId, BTreeMap<u64, Checkpoint>>>,
-}
-
-#[async_trait]
-impl SessionStore for MemoryStore {
-    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
-        Ok(self.heads.lock().unwrap().get(session).cloned())
-    }
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        let id = commit.head.session_id.clone();
-        let mut heads = self.heads.lock().unwrap();
-        let found = heads.get(&id).map(|h| h.version);
-        if found != commit.expected_version {
-            return Err(StoreError::Conflict {
-                session: id,
-                expected: commit.expected_version,
-                found,
-            });
-        }
-        let mut logs = self.logs.lock().unwrap();
-        let log = logs.entry(id.clone()).or_default();
-        for seq in commit.remove {
-            log.remove(&seq);
-        }
-        for checkpoint in commit.append {
-            log.insert(checkpoint.seq, checkpoint);
-        }
-        heads.insert(id, commit.head);
-        Ok(())
-    }
-    async fn checkpoints(
-        &self,
-        session: &SessionId,
-        from_seq: u64,
-    ) -> Result<Vec<Checkpoint>, StoreError> {
-        Ok(self
-            .logs
-            .lock()
-            .unwrap()
-            .get(session)
-            .map(|log| log.range(from_seq..).map(|(_, c)| c.clone()).collect())
-            .unwrap_or_default())
-    }
-    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
-        Ok(self.heads.lock().unwrap().keys().cloned().collect())
-    }
-    async fn flush(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn resume_from_a_session_store_restores_only_what_the_next_cell_needs() {
     let dir = tempfile::tempdir().unwrap();
-    let store = MemoryStore::default();
+    let store = MemoryStore::new();
     let id = SessionId::from("analysis-1");
     {
         let mut notebook = Notebook::create(dir.path(), config()).unwrap();
