@@ -164,10 +164,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 },
             };
             println!("resuming session {session} with answer {answer:?}");
-            agent
-                .resume(answer, &session, &id)
-                .await?
-                .await?
+            agent.resume(answer, &session, &id).await?.await?
         }
         _ => usage(),
     };

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use harness::SessionId;
 use harness::session::SessionStore;
-use harness_stores::MemoryStore;
 use harness_code::kernel::{KernelConfig, KernelError};
 use harness_code::notebook::{Notebook, NotebookError};
 use harness_code::replay::{ReplayAction, ReplayReason};
 use harness_code::{CellId, CellStatus, Provenance};
+use harness_stores::MemoryStore;
 
 fn config() -> KernelConfig {
     KernelConfig {
