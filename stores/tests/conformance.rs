@@ -262,8 +262,19 @@ async fn file_store_ignores_checkpoints_beyond_the_head() {
         b"{\"seq\": 4, \"ind",
     )
     .unwrap();
+    // Temporary files of interrupted writes: the unique names of
+    // `harness::durable`, the fixed ones of earlier versions; and a file
+    // that only looks like one, which is not the store's to delete.
     let dir = store.session_dir(&id("crash")).unwrap();
-    std::fs::write(dir.join(".head.json.tmp"), GARBAGE).unwrap();
+    let leftovers = [
+        ".head.json.0123456789abcdef0123456789abcdef.tmp",
+        ".cp-00000000000000000003.json.fedcba9876543210fedcba9876543210.tmp",
+        ".head.json.tmp",
+    ];
+    for name in leftovers {
+        std::fs::write(dir.join(name), GARBAGE).unwrap();
+    }
+    std::fs::write(dir.join(".notes.tmp"), b"mine").unwrap();
 
     assert_eq!(store.checkpoints(&id("crash"), 0).await.unwrap(), before);
     assert_eq!(store.checkpoints(&id("crash"), 3).await.unwrap(), vec![]);
@@ -272,10 +283,16 @@ async fn file_store_ignores_checkpoints_beyond_the_head() {
         Some(c.head.clone())
     );
 
-    // The retried step writes seq 3 again; the torn 4 stays invisible.
+    // The restarted process retries the step, writing seq 3 again; the
+    // torn 4 stays invisible, the leftovers are gone.
+    let store = FileStore::open(base.path()).unwrap();
     let cp3 = update(3, 3, "retried", json!("retried"));
     let next = advance(&c.head, vec![cp3.clone()], vec![]);
     store.commit(next.clone()).await.unwrap();
+    for name in leftovers {
+        assert!(!dir.join(name).exists(), "{name} is left");
+    }
+    assert_eq!(std::fs::read(dir.join(".notes.tmp")).unwrap(), b"mine");
     let mut want = before.clone();
     want.push(cp3);
     assert_eq!(store.checkpoints(&id("crash"), 0).await.unwrap(), want);
