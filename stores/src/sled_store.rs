@@ -385,3 +385,23 @@ impl SessionStore for SledStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One session's records never show in another's whose id prefixes it,
+    /// also at the key level, and a session's keys sort by seq.
+    #[test]
+    fn keys_keep_sessions_apart_and_in_order() {
+        let id = SessionId::from;
+        let a = SledStore::checkpoint_key(&id("a"), u64::MAX);
+        let ab = SledStore::checkpoint_key(&id("ab"), 0);
+        assert!(!ab.starts_with(&a[..a.len() - 8]));
+        let a0 = SledStore::checkpoint_key(&id("a"), 0);
+        let a1 = SledStore::checkpoint_key(&id("a"), 1);
+        let a256 = SledStore::checkpoint_key(&id("a"), 256);
+        assert!(a0 < a1 && a1 < a256 && a256 < a);
+        assert_eq!(seq_of_key(&a256), Some(256));
+    }
+}
