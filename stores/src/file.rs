@@ -125,22 +125,6 @@ impl FileStore {
         &self.inner.root
     }
 
-    /// The directory of `session` (which may not exist yet). Fails if the
-    /// id's encoded name is longer than 255 bytes.
-    pub fn session_dir(&self, session: &SessionId) -> Result<PathBuf, StoreError> {
-        session_dir(&self.inner.root, session)
-    }
-
-    /// The head file of `session`.
-    pub fn head_path(&self, session: &SessionId) -> Result<PathBuf, StoreError> {
-        Ok(self.session_dir(session)?.join(HEAD_FILE))
-    }
-
-    /// The file of checkpoint `seq` of `session`.
-    pub fn checkpoint_path(&self, session: &SessionId, seq: u64) -> Result<PathBuf, StoreError> {
-        Ok(self.session_dir(session)?.join(checkpoint_name(seq)))
-    }
-
     fn session_lock(&self, session: &SessionId) -> Arc<tokio::sync::Mutex<()>> {
         guard(&self.inner.locks)
             .entry(session.clone())

@@ -50,4 +50,4 @@ pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sled")]
-pub use sled_store::{SEGMENT_SIZE as SLED_SEGMENT_SIZE, SledStore};
+pub use sled_store::SledStore;

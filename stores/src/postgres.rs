@@ -206,8 +206,7 @@ impl Sql {
 /// given. Cast to `jsonb` to query inside (`head::jsonb -> 'journal'`; the
 /// cast fails on a document holding `\u0000`).
 /// Session ids are stored as they are, except that `%` is stored as `%25`
-/// and the NUL character (which PostgreSQL text cannot hold) as `%00`; see
-/// [`stored_id`](Self::stored_id).
+/// and the NUL character (which PostgreSQL text cannot hold) as `%00`.
 ///
 /// # Commits
 ///
@@ -482,7 +481,7 @@ impl PostgresStore {
 
     /// The value of the `id` columns for `session`: the id itself, with `%`
     /// written `%25` and NUL written `%00`.
-    pub fn stored_id(session: &SessionId) -> String {
+    fn stored_id(session: &SessionId) -> String {
         let id = session.as_str();
         if !id.contains(['%', '\0']) {
             return id.to_owned();

@@ -399,22 +399,22 @@ impl RedisStore {
     }
 
     /// The key of `session`'s head.
-    pub fn head_key(&self, session: &SessionId) -> String {
+    fn head_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:head", self.prefix)
     }
 
     /// The key of `session`'s checkpoint hash.
-    pub fn checkpoints_key(&self, session: &SessionId) -> String {
+    fn checkpoints_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:cp", self.prefix)
     }
 
     /// The key of `session`'s sorted set of checkpoint fields.
-    pub fn seqs_key(&self, session: &SessionId) -> String {
+    fn seqs_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:seqs", self.prefix)
     }
 
     /// The field of checkpoint `seq` in the checkpoint hash.
-    pub fn checkpoint_field(seq: u64) -> String {
+    fn checkpoint_field(seq: u64) -> String {
         format!("{seq:020}")
     }
 

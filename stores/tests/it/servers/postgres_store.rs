@@ -244,6 +244,14 @@ async fn postgres_migrations_are_idempotent_and_safe_concurrently() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(tables, ["checkpoints", "schema_migrations", "sessions"]);
+    // And the SQL the store prints for them says so.
+    let sql = again.schema();
+    for table in tables {
+        assert!(
+            sql.contains(&format!("CREATE TABLE \"{schema}\".{table}")),
+            "{sql}"
+        );
+    }
     // A migration this build does not know: refused.
     client
         .execute(
