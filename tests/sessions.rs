@@ -841,30 +841,34 @@ async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
 
 #[tokio::test]
 async fn the_sessions_command_lists_shows_and_resumes() {
-    use harness::session::cli::sessions_command;
+    use harness::cli::{CommandError, sessions_command};
     let agent = fresh_agent();
     let run = agent.run(Tally::default(), Slots::new()).unwrap();
     let session = run.session_id().to_string();
     run.await.unwrap();
-    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 
-    let list = sessions_command(&agent, &args(&["list"]), Slots::new)
+    let list = sessions_command(&agent, ["list"], Slots::new)
         .await
         .unwrap();
     assert!(
         list.contains(&session) && list.contains("interrupted at `approve`"),
         "{list}"
     );
-    let show = sessions_command(&agent, &args(&["show", &session]), Slots::new)
+    let show = sessions_command(&agent, ["show", &session], Slots::new)
         .await
         .unwrap();
     assert!(show.contains("next step: approve"), "{show}");
     assert!(show.contains("\"count\": 3"), "state as JSON: {show}");
-    assert!(
-        show.contains("$start") && show.contains("work"),
-        "history: {show}"
-    );
-    let resumed = sessions_command(&agent, &args(&["resume", &session, "true"]), Slots::new)
+    let history = sessions_command(&agent, ["history", &session], Slots::new)
+        .await
+        .unwrap();
+    let steps: Vec<&str> = history
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert_eq!(steps, ["$start", "work", "work", "work"], "{history}");
+    let resumed = sessions_command(&agent, ["resume", &session, "true"], Slots::new)
         .await
         .unwrap();
     assert!(resumed.contains("done after 1 steps"), "{resumed}");
@@ -877,10 +881,28 @@ async fn the_sessions_command_lists_shows_and_resumes() {
         "approved=true receipt=1",
         "the answer was read as JSON"
     );
-    let usage = sessions_command(&agent, &args(&["bogus"]), Slots::new)
-        .await
-        .unwrap();
-    assert!(usage.starts_with("usage:"));
+    // Answered: nothing to resume any more.
+    match sessions_command(&agent, ["resume", &session, "true"], Slots::new).await {
+        Err(CommandError::NotWaiting { session: s, phase }) => {
+            assert_eq!(s.as_str(), session);
+            assert!(phase.contains("completed"), "{phase}");
+        }
+        other => panic!("expected NotWaiting, got {other:?}"),
+    }
+    match sessions_command(&agent, ["show", "no-such-session"], Slots::new).await {
+        Err(CommandError::Session(SessionError::NoSession(e))) => {
+            assert_eq!(e.session.as_str(), "no-such-session")
+        }
+        other => panic!("expected NoSession, got {other:?}"),
+    }
+    for bad in [&["bogus"][..], &["show"], &["resume", &session]] {
+        match sessions_command(&agent, bad, Slots::new).await {
+            Err(CommandError::Usage(e)) => {
+                assert!(e.to_string().contains("Usage: sessions"), "{e}")
+            }
+            other => panic!("{bad:?}: expected a usage error, got {other:?}"),
+        }
+    }
 }
 
 /// A memory store whose commits that record a completed run fail while

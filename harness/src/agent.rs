@@ -5,7 +5,7 @@ use crate::graph::{Harness, HarnessInner};
 use crate::ids::{InterruptId, RunId, SessionId};
 use crate::run::{Execution, NoInterrupt, Run, SessionLink, StepJournal};
 use crate::session::{
-    CheckpointInfo, CheckpointKind, NoSession, SessionCursor, SessionError, SessionInFlight,
+    CheckpointInfo, NoSession, SessionCursor, SessionError, SessionInFlight,
     SessionPendingInterrupt, SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun, rebuild,
 };
 use crate::slots::{Context, Phase, SlotError, SlotSource, Slots};
@@ -566,15 +566,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     ) -> Result<Vec<CheckpointInfo>, SessionError> {
         let head = self.session(session_id).await?;
         let log = self.store()?.checkpoints(&head.session_id, 0).await?;
-        Ok(log
-            .into_iter()
-            .filter(|cp| cp.seq == 0 || matches!(cp.kind, CheckpointKind::Update(_)))
-            .map(|cp| CheckpointInfo {
-                index: cp.index,
-                step: cp.step,
-                time: cp.time,
-            })
-            .collect())
+        Ok(CheckpointInfo::history(log))
     }
 
     /// The state of a session after `index` steps; the latest when `None`.

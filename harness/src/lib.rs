@@ -6,6 +6,8 @@
 extern crate self as harness;
 
 pub mod agent;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod code;
 pub mod durable;
 pub mod graph;
