@@ -7,7 +7,7 @@ use super::{
 };
 use crate::id;
 use harness::SessionId;
-use harness::session::{Lease, SessionStore, StoreError};
+use harness::session::{Lease, SessionStore, StoreError, now_millis};
 use harness_stores::conformance::{
     self, Record, RoundRobin, advance, create, head, snapshot, update,
 };
@@ -420,4 +420,69 @@ async fn postgres_connection_errors_hide_the_password() {
             "{bad:?}: {err:?}"
         );
     }
+}
+
+/// A read-only store reads what a writable one wrote and writes nothing:
+/// not a commit, not a claim, not even through its own pool, and not the
+/// schema it is pointed at by mistake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_read_only_store_reads_and_never_writes() {
+    let Some(pg) = Pg::new() else { return };
+    let schema = pg.fresh_schema("ro");
+    let writer = pg.connect(&schema, PostgresOptions::default()).await;
+    let c = crate::create_sample(&writer, "r", 2).await;
+    let reader = pg
+        .connect(&schema, PostgresOptions::default().read_only(true))
+        .await;
+    assert_eq!(reader.load(&id("r")).await.unwrap(), Some(c.head.clone()));
+    assert_eq!(reader.checkpoints(&id("r"), 0).await.unwrap(), c.append);
+    assert_eq!(reader.sessions().await.unwrap(), vec![id("r")]);
+    // Finding work claims nothing: the writer still finds it after.
+    for _ in 0..2 {
+        assert_eq!(
+            reader.runnable(now_millis(), 10).await.unwrap(),
+            vec![id("r")]
+        );
+    }
+    assert_eq!(
+        writer.runnable(now_millis(), 10).await.unwrap(),
+        vec![id("r")]
+    );
+    let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
+    match reader.commit(next).await {
+        Err(StoreError::Backend { message }) => {
+            assert!(message.contains("read-only"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    reader.flush().await.unwrap();
+    assert_eq!(writer.load(&id("r")).await.unwrap(), Some(c.head));
+    // The server refuses writes on the reader's connections too.
+    let client = reader.pool().get().await.unwrap();
+    let err = client
+        .batch_execute(&format!("DELETE FROM \"{schema}\".checkpoints"))
+        .await
+        .expect_err("a write in a read-only transaction");
+    assert!(format!("{err:?}").contains("read-only"), "{err:?}");
+    assert_eq!(writer.checkpoints(&id("r"), 0).await.unwrap().len(), 3);
+    // A schema without sessions is refused, and left uncreated.
+    let missing = pg.fresh_schema("ro_missing");
+    let options = PostgresOptions::default().schema(&missing).read_only(true);
+    match PostgresStore::connect_with(&pg.url, options).await {
+        Err(StoreError::Backend { message }) => {
+            assert!(message.contains("holds no sessions"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let created: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&missing],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!created, "the read-only store created schema {missing}");
+    drop(client);
+    pg.cleanup().await;
 }

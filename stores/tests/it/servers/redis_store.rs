@@ -7,7 +7,7 @@ use super::{
 };
 use crate::id;
 use harness::SessionId;
-use harness::session::{Lease, SessionPhase, SessionStore, StoreError};
+use harness::session::{Lease, SessionPhase, SessionStore, StoreError, now_millis};
 use harness_stores::conformance::{
     self, Record, RoundRobin, advance, create, head, snapshot, update,
 };
@@ -386,4 +386,62 @@ async fn redis_connection_errors_hide_the_password() {
             "{bad:?}: {err:?}"
         );
     }
+}
+
+/// A read-only store reads what a writable one wrote and writes nothing:
+/// not a commit, not a claim, not the index of session ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_read_only_store_reads_and_never_writes() {
+    let Some(rd) = Rd::new() else { return };
+    let prefix = rd.fresh_prefix("ro");
+    let writer = rd.connect(&prefix, RedisOptions::default()).await;
+    let c = crate::create_sample(&writer, "r", 2).await;
+    let reader = rd
+        .connect(&prefix, RedisOptions::default().read_only(true))
+        .await;
+    assert_eq!(reader.load(&id("r")).await.unwrap(), Some(c.head.clone()));
+    assert_eq!(reader.checkpoints(&id("r"), 0).await.unwrap(), c.append);
+    for _ in 0..2 {
+        assert_eq!(
+            reader.runnable(now_millis(), 10).await.unwrap(),
+            vec![id("r")]
+        );
+    }
+    assert_eq!(
+        writer.runnable(now_millis(), 10).await.unwrap(),
+        vec![id("r")]
+    );
+    let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
+    match reader.commit(next).await {
+        Err(StoreError::Backend { message }) => {
+            assert!(message.contains("read-only"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(writer.load(&id("r")).await.unwrap(), Some(c.head));
+    // A session whose head is gone (expired): neither lists it, and only
+    // the writer forgets its id.
+    crate::create_sample(&writer, "gone", 0).await;
+    let mut con = reader.connection();
+    let _: i64 = redis::cmd("DEL")
+        .arg(session_key(&reader, &id("gone"), "head"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let members = || {
+        let mut con = con.clone();
+        let key = format!("{prefix}:sessions");
+        async move {
+            redis::cmd("SMEMBERS")
+                .arg(key)
+                .query_async::<BTreeSet<String>>(&mut con)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(reader.sessions().await.unwrap(), vec![id("r")]);
+    assert!(members().await.contains("gone"), "the reader forgot an id");
+    assert_eq!(writer.sessions().await.unwrap(), vec![id("r")]);
+    assert!(!members().await.contains("gone"));
+    rd.cleanup().await;
 }
