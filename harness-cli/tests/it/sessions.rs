@@ -1,9 +1,6 @@
-//! End-to-end tests of `harness sessions`: the real binary on real stores
-//! (a sled database, a file store; PostgreSQL and Redis when built with
-//! those features) holding sessions of a real agent, one completed and one
-//! paused on an interrupt.
-
-#![allow(clippy::unwrap_used)]
+//! `harness sessions`: the real binary on real stores (a sled database, a
+//! file store; PostgreSQL and Redis when built with those features) holding
+//! sessions of a real agent, one completed and one paused on an interrupt.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,6 @@
+//! End-to-end tests of the `harness` binary, one module per subcommand,
+//! in one test binary.
+
+#![allow(clippy::unwrap_used)]
+
+mod sessions;
