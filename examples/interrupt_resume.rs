@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Sessions live in a sled database (`--store DIR`, default
-//! `.harness/sessions`). `interrupt_resume sessions list|show ID|resume ID
-//! ANSWER` is a command-line view of them. The side effect before the question (notifying a
+//! `.harness/sessions`). `interrupt_resume sessions list|show ID|history
+//! ID|resume ID ANSWER` is a command-line view of them (`harness::cli`,
+//! feature `cli`). The side effect before the question (notifying a
 //! manager) is journaled with `cx.once`, so resuming does not repeat it.
 
 use harness::session::SessionPhase;
@@ -73,7 +74,7 @@ async fn pay(claim: Arc<Claim>) -> StepResult<ClaimUpdate> {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: interrupt_resume [--store DIR]\n       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]\n       interrupt_resume [--store DIR] sessions list | show SESSION | resume SESSION ANSWER"
+        "usage: interrupt_resume [--store DIR]\n       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]\n       interrupt_resume [--store DIR] sessions list | show SESSION | history SESSION | resume SESSION ANSWER"
     );
     std::process::exit(2)
 }
@@ -135,10 +136,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let agent = create_agent("expenses", &harness);
 
     if let Some(args) = sessions_args {
-        print!(
-            "{}",
-            harness::session::cli::sessions_command(&agent, &args, || ()).await?
-        );
+        match harness::cli::sessions_command(&agent, args, || ()).await {
+            Ok(text) => print!("{text}"),
+            // The usage, or the help; exits 2 (0 for --help).
+            Err(harness::cli::CommandError::Usage(e)) => e.exit(),
+            Err(e) => return Err(e.into()),
+        }
         return Ok(());
     }
 

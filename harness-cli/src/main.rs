@@ -7,6 +7,7 @@
 mod analyze;
 mod bench;
 mod run;
+mod sessions;
 
 use std::process::ExitCode;
 
@@ -35,6 +36,9 @@ enum Command {
     /// notebook in `.harness/code/<file stem>/`; later runs execute only
     /// the cells affected by edits and reuse the rest.
     Run(run::Args),
+    /// Inspect the sessions of any store, read-only: `list`, `show SESSION`
+    /// (the head, and the state as stored), `history SESSION`.
+    Sessions(sessions::Args),
     /// Measure analysis throughput over a list of files (used by
     /// benchmarks/analyze_throughput.py).
     #[command(hide = true)]
@@ -46,6 +50,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Analyze(args) => analyze::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Sessions(args) => sessions::run(args),
         Command::BenchAnalyze(args) => bench::run(&args),
     }
 }

@@ -7,8 +7,8 @@ use crate::ids::{InterruptId, RunId, SessionId};
 use crate::run::{Execution, Run, SessionLink};
 use crate::session::head::{self, check_owner};
 use crate::session::{
-    Busy, CheckpointInfo, CheckpointKind, Holder, SessionCursor, SessionPhase, SessionStore,
-    StoredRun, Submitted, now_millis, rebuild,
+    Busy, CheckpointInfo, Holder, SessionCursor, SessionPhase, SessionStore, StoredRun, Submitted,
+    now_millis, rebuild,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
@@ -532,15 +532,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     ) -> Result<Vec<CheckpointInfo>, SessionError> {
         let head = self.session(session_id).await?;
         let log = self.store()?.checkpoints(&head.session_id, 0).await?;
-        Ok(log
-            .into_iter()
-            .filter(|cp| cp.seq == 0 || matches!(cp.kind, CheckpointKind::Update(_)))
-            .map(|cp| CheckpointInfo {
-                index: cp.index,
-                step: cp.step,
-                time: cp.time,
-            })
-            .collect())
+        Ok(CheckpointInfo::history(log))
     }
 
     /// The state of a session after `index` steps; the latest when `None`.

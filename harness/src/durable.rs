@@ -62,6 +62,22 @@ pub struct WriteError {
 ///
 /// [`WriteError`] naming the step and the path that failed.
 pub fn write_atomic(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), WriteError> {
+    write(path, bytes, sync, false)
+}
+
+/// [`write_atomic`] for data only its owner may read: on Unix the file is
+/// created `0600` (the temporary file already, so the bytes are never
+/// readable by others, not even for a moment); elsewhere, as
+/// [`write_atomic`].
+///
+/// # Errors
+///
+/// [`WriteError`] naming the step and the path that failed.
+pub fn write_atomic_private(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), WriteError> {
+    write(path, bytes, sync, true)
+}
+
+fn write(path: &Path, bytes: &[u8], sync: Sync, private: bool) -> Result<(), WriteError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -79,11 +95,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), WriteEr
         }
     };
     let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(fail("create", &tmp))?;
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        if private {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        #[cfg(not(unix))]
+        let _ = private;
+        let mut file = options.open(&tmp).map_err(fail("create", &tmp))?;
         file.write_all(bytes).map_err(fail("write", &tmp))?;
         if sync != Sync::None {
             file.sync_all().map_err(fail("fsync", &tmp))?;
@@ -180,6 +201,25 @@ mod tests {
             })
             .count();
         assert_eq!(leftovers, 0);
+        fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_private_write_is_readable_by_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("private");
+        let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        let private = dir.join("private.json");
+        write_atomic_private(&private, b"secret", Sync::File).expect("write");
+        assert_eq!(mode(&private), 0o600);
+        // Replacing a shared file with a private one makes it private.
+        let shared = dir.join("shared.json");
+        fs::write(&shared, b"x").expect("write");
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o644)).expect("chmod");
+        write_atomic_private(&shared, b"y", Sync::None).expect("write");
+        assert_eq!(mode(&shared), 0o600);
+        assert_eq!(fs::read(&shared).expect("read"), b"y");
         fs::remove_dir_all(&dir).expect("clean");
     }
 

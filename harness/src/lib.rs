@@ -42,6 +42,10 @@ pub mod agent;
 // Pools of workers.
 pub mod worker;
 
+// The sessions command line.
+#[cfg(feature = "cli")]
+pub mod cli;
+
 // Leaves.
 pub mod durable;
 pub mod llm;

@@ -1,4 +1,7 @@
-//! A conformance suite any [`SessionStore`] can run against itself.
+//! A conformance suite any [`SessionStore`] can run against itself
+//! (feature `conformance`: enable it for your store's tests, e.g. as a
+//! dev-dependency `harness-stores = { version = "…", features =
+//! ["conformance"] }`).
 //!
 //! [`run_all`] runs every check, each on a fresh store from a factory, and
 //! panics naming each check that failed; [`run_all_with`] also runs the

@@ -5,11 +5,12 @@ use crate::record::{
 };
 use async_trait::async_trait;
 use harness::SessionId;
+use harness::durable::{self, WriteError};
 use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -21,6 +22,10 @@ const LOCK_FILE: &str = "lock";
 const DIR_PREFIX: &str = "s-";
 /// The longest file name most file systems take.
 const NAME_MAX: usize = 255;
+/// How many sessions a store remembers having cleaned of a crash's
+/// temporary files; past this it forgets them all, and cleans each once
+/// more (one directory listing) when it next commits to it.
+const CLEANED_MAX: usize = 1 << 16;
 
 /// Sessions as files: one directory per session under a root directory.
 ///
@@ -30,8 +35,9 @@ const NAME_MAX: usize = 255;
 ///   `a/b` or `A` cannot leave the root nor collide on a case-insensitive
 ///   file system). The name must fit in 255 bytes: longer ids are refused.
 /// - `s-{id}/head.json`: `{"head": <StoredRun>, "removed": [seq…],
-///   "synced_seq": n|null}`, replaced atomically (temp file, fsync, rename,
-///   fsync of the directory);
+///   "synced_seq": n|null}`, replaced atomically with
+///   [`harness::durable`] (a temporary file with a unique name, fsync,
+///   rename, fsync of the directory);
 /// - `s-{id}/cp-{seq:020}.json`: one checkpoint, written the same way;
 /// - `s-{id}/lock`: taken exclusively by commits and shared by log reads, so
 ///   that several processes can share a root.
@@ -40,7 +46,10 @@ const NAME_MAX: usize = 255;
 /// mid-commit leaves the previous head, which ignores the new files (their
 /// seqs are beyond its `last_seq`; the next commit overwrites them). Removed
 /// checkpoints are listed in the new head and deleted after it is written,
-/// so readers never see a half-applied removal either.
+/// so readers never see a half-applied removal either. The temporary files
+/// of a write the crash interrupted (`.head.json.*.tmp`, `.cp-*.json.*.tmp`)
+/// are never read, and the first commit to the session from each store
+/// handle deletes them.
 ///
 /// On unix, files are created `0600` and directories `0700`.
 ///
@@ -69,6 +78,9 @@ struct Inner {
     locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions this process committed without fsync since the last flush.
     unsynced: Mutex<BTreeSet<SessionId>>,
+    /// Sessions whose directory this handle has cleaned of temporary files
+    /// left by a crash (see [`CLEANED_MAX`]).
+    cleaned: Mutex<HashSet<SessionId>>,
 }
 
 impl std::fmt::Debug for FileStore {
@@ -103,6 +115,7 @@ impl FileStore {
                 root,
                 locks: Mutex::default(),
                 unsynced: Mutex::default(),
+                cleaned: Mutex::default(),
             }),
         })
     }
@@ -110,22 +123,6 @@ impl FileStore {
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.inner.root
-    }
-
-    /// The directory of `session` (which may not exist yet). Fails if the
-    /// id's encoded name is longer than 255 bytes.
-    pub fn session_dir(&self, session: &SessionId) -> Result<PathBuf, StoreError> {
-        session_dir(&self.inner.root, session)
-    }
-
-    /// The head file of `session`.
-    pub fn head_path(&self, session: &SessionId) -> Result<PathBuf, StoreError> {
-        Ok(self.session_dir(session)?.join(HEAD_FILE))
-    }
-
-    /// The file of checkpoint `seq` of `session`.
-    pub fn checkpoint_path(&self, session: &SessionId, seq: u64) -> Result<PathBuf, StoreError> {
-        Ok(self.session_dir(session)?.join(checkpoint_name(seq)))
     }
 
     fn session_lock(&self, session: &SessionId) -> Arc<tokio::sync::Mutex<()>> {
@@ -252,6 +249,7 @@ impl Inner {
             Err(e) => return Err(fail("create the session directory", &dir, e)),
         }
         let _lock = lock_exclusive(session, &dir)?;
+        self.clean_once(session, &dir)?;
 
         // Compare.
         let old = read_head(session, &dir)?;
@@ -292,15 +290,21 @@ impl Inner {
             }
         }
         dir_changed |= remove_uncovered(session, &dir, &commit, old_last)?;
+        // Each file is fsynced on its own and the directory once for all.
+        let sync = if durable {
+            durable::Sync::File
+        } else {
+            durable::Sync::None
+        };
         for (seq, bytes) in &encoded {
-            write_atomic(session, &dir, &checkpoint_name(*seq), bytes, durable)?;
+            write_file(session, &dir.join(checkpoint_name(*seq)), bytes, sync)?;
             dir_changed = true;
         }
         if durable && dir_changed {
             // The checkpoints' names must be on disk before the head's.
             sync_dir(session, &dir)?;
         }
-        write_atomic(session, &dir, HEAD_FILE, &head_bytes, durable)?;
+        write_file(session, &dir.join(HEAD_FILE), &head_bytes, sync)?;
         if durable {
             sync_dir(session, &dir)?;
             if old.as_ref().is_none_or(|h| h.synced_seq.is_none()) {
@@ -314,6 +318,28 @@ impl Inner {
         for &seq in &commit.remove {
             let _ = fs::remove_file(dir.join(checkpoint_name(seq)));
         }
+        Ok(())
+    }
+
+    /// Deletes the temporary files a crash left in `dir`, once per session
+    /// and handle. Runs under the session's exclusive lock: every write of
+    /// the session does too, so none of them is in progress.
+    fn clean_once(&self, session: &SessionId, dir: &Path) -> Result<(), StoreError> {
+        if guard(&self.cleaned).contains(session) {
+            return Ok(());
+        }
+        let entries = fs::read_dir(dir).map_err(|e| io_error(Some(session), "list", dir, &e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(Some(session), "list", dir, &e))?;
+            if entry.file_name().to_str().is_some_and(is_temporary_name) {
+                remove_if_exists(session, &entry.path())?;
+            }
+        }
+        let mut cleaned = guard(&self.cleaned);
+        if cleaned.len() >= CLEANED_MAX {
+            cleaned.clear();
+        }
+        cleaned.insert(session.clone());
         Ok(())
     }
 
@@ -563,37 +589,39 @@ fn parse_checkpoint_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Writes `dir/name` atomically: a temp file in `dir`, optionally fsynced,
-/// renamed over. The caller fsyncs `dir` when the rename must be durable.
-fn write_atomic(
+/// Whether `name` is the temporary file of one of the store's own writes:
+/// `.NAME.HEX.tmp` ([`harness::durable`]'s unique names) or `.NAME.tmp`
+/// (earlier versions of this store), where NAME is the head's or a
+/// checkpoint's file name. Nothing else is ever deleted as one.
+fn is_temporary_name(name: &str) -> bool {
+    let Some(inner) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
+        return false;
+    };
+    let target = match inner.rsplit_once('.') {
+        Some((target, unique))
+            if unique.len() == 32 && unique.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            target
+        }
+        _ => inner,
+    };
+    target == HEAD_FILE || parse_checkpoint_name(target).is_some()
+}
+
+/// Replaces the file at `path` atomically with `bytes` (owner-only), fsynced
+/// as `sync` says; the caller fsyncs the directory when the rename must be
+/// durable.
+fn write_file(
     session: &SessionId,
-    dir: &Path,
-    name: &str,
+    path: &Path,
     bytes: &[u8],
-    sync: bool,
+    sync: durable::Sync,
 ) -> Result<(), StoreError> {
-    // Commits to a session are exclusive (lock file), so one temp name per
-    // target is enough, and a crash's leftover is reused.
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let target = dir.join(name);
-    let result = (|| {
-        match fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(("remove the stale temp file", e)),
-        }
-        let mut file = new_file(&tmp).map_err(|e| ("create", e))?;
-        file.write_all(bytes).map_err(|e| ("write", e))?;
-        if sync {
-            file.sync_all().map_err(|e| ("fsync", e))?;
-        }
-        drop(file);
-        fs::rename(&tmp, &target).map_err(|e| ("rename into place", e))
-    })();
-    result.map_err(|(what, e)| {
-        let _ = fs::remove_file(&tmp);
-        io_error(Some(session), what, &tmp, &e)
-    })
+    durable::write_atomic_private(path, bytes, sync).map_err(|e| write_error(session, &e))
+}
+
+fn write_error(session: &SessionId, e: &WriteError) -> StoreError {
+    StoreError::backend(format!("file store, session {session}: {e}"))
 }
 
 fn remove_if_exists(session: &SessionId, path: &Path) -> Result<bool, StoreError> {
@@ -615,20 +643,9 @@ fn sync_file(session: &SessionId, path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Fsyncs a directory, making the names in it durable. A no-op where
-/// directories cannot be opened as files (Windows).
+/// Fsyncs a directory, making the names in it durable.
 fn sync_dir(session: &SessionId, dir: &Path) -> Result<(), StoreError> {
-    #[cfg(unix)]
-    {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io_error(Some(session), "fsync the directory", dir, &e))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (session, dir);
-        Ok(())
-    }
+    durable::sync_dir(dir).map_err(|e| write_error(session, &e))
 }
 
 /// Takes `dir/lock` exclusively, creating it; released when dropped.
@@ -656,13 +673,6 @@ fn lock_shared(session: &SessionId, dir: &Path) -> Result<Option<File>, StoreErr
     file.lock_shared()
         .map_err(|e| io_error(Some(session), "lock", &path, &e))?;
     Ok(Some(file))
-}
-
-fn new_file(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    set_file_mode(&mut options);
-    options.open(path)
 }
 
 fn set_file_mode(options: &mut OpenOptions) {
@@ -828,6 +838,32 @@ mod tests {
             "cp-99999999999999999999.json",
         ] {
             assert_eq!(parse_checkpoint_name(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_the_stores_own_temporary_files_count_as_leftovers() {
+        let unique = "0123456789abcdef0123456789ABCDEF";
+        for name in [
+            format!(".head.json.{unique}.tmp"),
+            format!(".cp-00000000000000000007.json.{unique}.tmp"),
+            ".head.json.tmp".to_owned(),
+            ".cp-00000000000000000007.json.tmp".to_owned(),
+        ] {
+            assert!(is_temporary_name(&name), "{name}");
+        }
+        for name in [
+            "head.json",
+            "cp-00000000000000000007.json",
+            "lock",
+            ".notes.tmp",
+            ".head.json",
+            "head.json.tmp",
+            ".head.json.abc.tmp",
+            ".cp-1.json.tmp",
+            &format!(".notes.{unique}.tmp"),
+        ] {
+            assert!(!is_temporary_name(name), "{name}");
         }
     }
 }

@@ -11,8 +11,9 @@
 //! - `RedisStore` (feature `redis`): sessions in Redis, each commit one Lua
 //!   script; as durable as the server's persistence settings.
 //!
-//! [`conformance`] is a suite any [`SessionStore`](harness::session::SessionStore)
-//! can run against itself.
+//! With the `conformance` feature, `harness_stores::conformance` is a
+//! suite any [`SessionStore`](harness::session::SessionStore) can run
+//! against itself in its tests.
 //!
 //! ```
 //! use harness::session::SessionStore;
@@ -27,6 +28,7 @@
 //! # }).unwrap();
 //! ```
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 mod file;
 mod memory;
@@ -48,4 +50,4 @@ pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sled")]
-pub use sled_store::{SEGMENT_SIZE as SLED_SEGMENT_SIZE, SledStore};
+pub use sled_store::SledStore;

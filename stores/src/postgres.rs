@@ -64,6 +64,7 @@ pub struct PostgresOptions {
     schema: String,
     pool_size: usize,
     claim_ttl: Duration,
+    read_only: bool,
 }
 
 impl Default for PostgresOptions {
@@ -72,6 +73,7 @@ impl Default for PostgresOptions {
             schema: DEFAULT_SCHEMA.into(),
             pool_size: DEFAULT_POOL_SIZE,
             claim_ttl: DEFAULT_CLAIM_TTL,
+            read_only: false,
         }
     }
 }
@@ -96,6 +98,18 @@ impl PostgresOptions {
     /// read. See [`PostgresStore`], "Finding work".
     pub fn claim_ttl(mut self, ttl: Duration) -> Self {
         self.claim_ttl = ttl;
+        self
+    }
+
+    /// Opens the store for reading only (default: no), for inspection
+    /// tools: connecting creates and migrates nothing (a schema without
+    /// this build's tables is refused), every transaction of
+    /// [`connect_with`](PostgresStore::connect_with)'s connections is
+    /// read-only on the server (`default_transaction_read_only`), commits
+    /// are refused before they reach it, [`runnable`](SessionStore::runnable)
+    /// claims nothing and [`flush`](SessionStore::flush) does nothing.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
@@ -206,8 +220,7 @@ impl Sql {
 /// given. Cast to `jsonb` to query inside (`head::jsonb -> 'journal'`; the
 /// cast fails on a document holding `\u0000`).
 /// Session ids are stored as they are, except that `%` is stored as `%25`
-/// and the NUL character (which PostgreSQL text cannot hold) as `%00`; see
-/// [`stored_id`](Self::stored_id).
+/// and the NUL character (which PostgreSQL text cannot hold) as `%00`.
 ///
 /// # Commits
 ///
@@ -261,7 +274,8 @@ impl Sql {
 /// the schema's name, so several processes can start at once: one migrates,
 /// the others wait for it and find nothing left to do. A database migrated
 /// by a newer build (a version this build does not know) is refused rather
-/// than misused.
+/// than misused. A store opened [read-only](PostgresOptions::read_only)
+/// migrates nothing and refuses a schema that is not up to date.
 ///
 /// Connections are made without TLS; for TLS, build a `deadpool_postgres`
 /// pool with a TLS connector and use [`from_pool`](Self::from_pool).
@@ -282,6 +296,8 @@ pub struct PostgresStore {
     claim_ttl: Duration,
     /// The server's `synchronous_commit` is `off`: durable commits set it.
     force_sync: bool,
+    /// Opened with [`PostgresOptions::read_only`].
+    read_only: bool,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -289,6 +305,7 @@ impl fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("schema", &self.schema)
             .field("claim_ttl", &self.claim_ttl)
+            .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
 }
@@ -400,12 +417,21 @@ impl PostgresStore {
 
     /// Connects to `url` with `options` and brings the schema up to date.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
-        let config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::backend(format!(
                 "postgres store: the connection string cannot be parsed: {}",
                 describe(&e)
             ))
         })?;
+        if options.read_only {
+            // The server refuses every write of these connections.
+            let read_only = "-c default_transaction_read_only=on";
+            let merged = match config.get_options() {
+                Some(given) if !given.trim().is_empty() => format!("{given} {read_only}"),
+                _ => read_only.to_owned(),
+            };
+            config.options(&merged);
+        }
         let where_ = target(&config);
         let manager = Manager::from_config(
             config,
@@ -448,7 +474,11 @@ impl PostgresStore {
             .get()
             .await
             .map_err(|e| pool_error(format_args!("connect to {where_}"), &e))?;
-        migrate(&mut client, &schema, &quoted).await?;
+        if options.read_only {
+            check_migrated(&client, &schema, &quoted).await?;
+        } else {
+            migrate(&mut client, &schema, &quoted).await?;
+        }
         let sync: String = client
             .query_one("SELECT current_setting('synchronous_commit')", &[])
             .await
@@ -459,8 +489,13 @@ impl PostgresStore {
             pool,
             sql: Arc::new(Sql::new(&quoted)),
             schema,
-            claim_ttl: options.claim_ttl,
+            claim_ttl: if options.read_only {
+                Duration::ZERO
+            } else {
+                options.claim_ttl
+            },
             force_sync: sync == "off",
+            read_only: options.read_only,
         })
     }
 
@@ -482,7 +517,7 @@ impl PostgresStore {
 
     /// The value of the `id` columns for `session`: the id itself, with `%`
     /// written `%25` and NUL written `%00`.
-    pub fn stored_id(session: &SessionId) -> String {
+    fn stored_id(session: &SessionId) -> String {
         let id = session.as_str();
         if !id.contains(['%', '\0']) {
             return id.to_owned();
@@ -723,6 +758,53 @@ fn schema_sql(s: &str) -> String {
     out
 }
 
+/// Refuses a schema migrated by a newer build (a migration this build does
+/// not know).
+fn refuse_newer(schema: &str, applied: &BTreeSet<i32>) -> Result<(), StoreError> {
+    let known = MIGRATIONS.iter().map(|m| m.0).max().unwrap_or(0);
+    match applied.iter().next_back() {
+        Some(&newest) if newest > known => Err(StoreError::backend(format!(
+            "postgres store: schema {schema:?} has migration {newest} applied, and this build knows \
+             migrations up to {known} only: it was migrated by a newer build; upgrade this one"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// For a read-only store: the schema must have every migration this build
+/// knows, and none it does not; nothing is created.
+async fn check_migrated(client: &Object, schema: &str, quoted: &str) -> Result<(), StoreError> {
+    let what = |op: &str| format!("{op} (migrations of schema {schema:?})");
+    let table = format!("{quoted}.schema_migrations");
+    let table_exists = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .and_then(|row| row.try_get::<_, bool>(0))
+        .map_err(|e| pg_error(what("look for schema_migrations"), &e))?;
+    if !table_exists {
+        return Err(StoreError::backend(format!(
+            "postgres store: schema {schema:?} holds no sessions (it has no schema_migrations \
+             table); a store opened read-only creates nothing"
+        )));
+    }
+    let applied: BTreeSet<i32> = client
+        .query(&format!("SELECT version FROM {table}"), &[])
+        .await
+        .map_err(|e| pg_error(what("read schema_migrations"), &e))?
+        .iter()
+        .map(|row| row.try_get::<_, i32>(0))
+        .collect::<Result<_, _>>()
+        .map_err(|e| pg_error(what("read schema_migrations"), &e))?;
+    refuse_newer(schema, &applied)?;
+    if let Some((version, name, _)) = MIGRATIONS.iter().find(|m| !applied.contains(&m.0)) {
+        return Err(StoreError::backend(format!(
+            "postgres store: schema {schema:?} lacks migration {version} ({name}); a store \
+             opened read-only does not migrate: connect once without read_only"
+        )));
+    }
+    Ok(())
+}
+
 /// Brings the schema up to date, in one transaction under an advisory lock.
 async fn migrate(client: &mut Object, schema: &str, quoted: &str) -> Result<(), StoreError> {
     let what = |op: &str| format!("{op} (migrations of schema {schema:?})");
@@ -767,15 +849,7 @@ async fn migrate(client: &mut Object, schema: &str, quoted: &str) -> Result<(), 
         .map(|row| row.try_get::<_, i32>(0))
         .collect::<Result<_, _>>()
         .map_err(|e| pg_error(what("read schema_migrations"), &e))?;
-    let known = MIGRATIONS.iter().map(|m| m.0).max().unwrap_or(0);
-    if let Some(&newest) = applied.iter().next_back()
-        && newest > known
-    {
-        return Err(StoreError::backend(format!(
-            "postgres store: schema {schema:?} has migration {newest} applied, and this build knows \
-             migrations up to {known} only: it was migrated by a newer build; upgrade this one"
-        )));
-    }
+    refuse_newer(schema, &applied)?;
     for (version, name, sql) in MIGRATIONS {
         if applied.contains(version) {
             continue;
@@ -816,6 +890,12 @@ impl SessionStore for PostgresStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::backend(format!(
+                "postgres store (schema {:?}): opened read-only, it refuses the commit of session {}",
+                self.schema, commit.head.session_id
+            )));
+        }
         self.commit_inner(commit).await
     }
 
@@ -862,6 +942,10 @@ impl SessionStore for PostgresStore {
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            // Nothing was written.
+            return Ok(());
+        }
         // A synchronous commit that writes WAL (a transaction id) flushes
         // the WAL up to it, so every earlier asynchronous commit too.
         let what = "flush";

@@ -107,15 +107,16 @@ end
 return out
 ";
 
-/// The sessions whose head exists; forgets the ids of expired ones.
+/// The sessions whose head exists; forgets the ids of expired ones unless
+/// ARGV[2] is '0'.
 ///
-/// KEYS: sessions. ARGV: the prefix.
+/// KEYS: sessions. ARGV: the prefix, forget ('1'/'0').
 const SESSIONS_LUA: &str = r"
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if redis.call('EXISTS', ARGV[1] .. ':{' .. id .. '}:head') == 1 then
     out[#out + 1] = id
-  else
+  elseif ARGV[2] == '1' then
     redis.call('SREM', KEYS[1], id)
   end
 end
@@ -175,6 +176,7 @@ pub struct RedisOptions {
     prefix: String,
     finished_ttl: Option<Duration>,
     claim_ttl: Duration,
+    read_only: bool,
 }
 
 impl Default for RedisOptions {
@@ -183,6 +185,7 @@ impl Default for RedisOptions {
             prefix: DEFAULT_PREFIX.into(),
             finished_ttl: None,
             claim_ttl: DEFAULT_CLAIM_TTL,
+            read_only: false,
         }
     }
 }
@@ -208,6 +211,18 @@ impl RedisOptions {
     /// read.
     pub fn claim_ttl(mut self, ttl: Duration) -> Self {
         self.claim_ttl = ttl;
+        self
+    }
+
+    /// Opens the store for reading only (default: no), for inspection
+    /// tools: commits are refused before they reach the server,
+    /// [`runnable`](SessionStore::runnable) claims nothing, and
+    /// [`sessions`](SessionStore::sessions) leaves the ids of expired
+    /// sessions in the index instead of forgetting them. (Redis has no
+    /// read-only connection; give the store a user whose ACL allows reads
+    /// only to have the server enforce it.)
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
@@ -305,6 +320,8 @@ pub struct RedisStore {
     prefix: String,
     finished_ttl: Option<Duration>,
     claim_ttl: Duration,
+    /// Opened with [`RedisOptions::read_only`].
+    read_only: bool,
     scripts: Arc<Scripts>,
 }
 
@@ -314,6 +331,7 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .field("finished_ttl", &self.finished_ttl)
             .field("claim_ttl", &self.claim_ttl)
+            .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
 }
@@ -371,7 +389,12 @@ impl RedisStore {
             con,
             prefix,
             finished_ttl: options.finished_ttl,
-            claim_ttl: options.claim_ttl,
+            claim_ttl: if options.read_only {
+                Duration::ZERO
+            } else {
+                options.claim_ttl
+            },
+            read_only: options.read_only,
             scripts: Arc::new(Scripts {
                 commit: Script::new(COMMIT_LUA),
                 checkpoints: Script::new(CHECKPOINTS_LUA),
@@ -399,22 +422,22 @@ impl RedisStore {
     }
 
     /// The key of `session`'s head.
-    pub fn head_key(&self, session: &SessionId) -> String {
+    fn head_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:head", self.prefix)
     }
 
     /// The key of `session`'s checkpoint hash.
-    pub fn checkpoints_key(&self, session: &SessionId) -> String {
+    fn checkpoints_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:cp", self.prefix)
     }
 
     /// The key of `session`'s sorted set of checkpoint fields.
-    pub fn seqs_key(&self, session: &SessionId) -> String {
+    fn seqs_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:seqs", self.prefix)
     }
 
     /// The field of checkpoint `seq` in the checkpoint hash.
-    pub fn checkpoint_field(seq: u64) -> String {
+    fn checkpoint_field(seq: u64) -> String {
         format!("{seq:020}")
     }
 
@@ -541,6 +564,12 @@ impl SessionStore for RedisStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::backend(format!(
+                "redis store (prefix {:?}): opened read-only, it refuses the commit of session {}",
+                self.prefix, commit.head.session_id
+            )));
+        }
         self.commit_inner(commit).await
     }
 
@@ -593,6 +622,7 @@ impl SessionStore for RedisStore {
             .sessions
             .key(self.key("sessions"))
             .arg(&self.prefix)
+            .arg(if self.read_only { "0" } else { "1" })
             .invoke_async(&mut self.con())
             .await
             .map_err(|e| redis_error("list the sessions", &e))?;

@@ -818,30 +818,32 @@ async fn a_stale_writer_fails_with_a_store_error_instead_of_overwriting() {
 
 #[tokio::test]
 async fn the_sessions_command_lists_shows_and_resumes() {
-    use harness::session::cli::sessions_command;
+    use harness::cli::{CommandError, sessions_command};
     let agent = fresh_agent();
     let run = agent.run(Tally::default());
     let session = run.session_id().to_string();
     run.await.unwrap();
-    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
 
-    let list = sessions_command(&agent, &args(&["list"]), || ())
-        .await
-        .unwrap();
+    let list = sessions_command(&agent, ["list"], || ()).await.unwrap();
     assert!(
         list.contains(&session) && list.contains("interrupted at `approve`"),
         "{list}"
     );
-    let show = sessions_command(&agent, &args(&["show", &session]), || ())
+    let show = sessions_command(&agent, ["show", &session], || ())
         .await
         .unwrap();
     assert!(show.contains("next step: approve"), "{show}");
     assert!(show.contains("\"count\": 3"), "state as JSON: {show}");
-    assert!(
-        show.contains("$start") && show.contains("work"),
-        "history: {show}"
-    );
-    let resumed = sessions_command(&agent, &args(&["resume", &session, "true"]), || ())
+    let history = sessions_command(&agent, ["history", &session], || ())
+        .await
+        .unwrap();
+    let steps: Vec<&str> = history
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert_eq!(steps, ["$start", "work", "work", "work"], "{history}");
+    let resumed = sessions_command(&agent, ["resume", &session, "true"], || ())
         .await
         .unwrap();
     assert!(resumed.contains("done after 1 steps"), "{resumed}");
@@ -854,10 +856,28 @@ async fn the_sessions_command_lists_shows_and_resumes() {
         "approved=true receipt=1",
         "the answer was read as JSON"
     );
-    let usage = sessions_command(&agent, &args(&["bogus"]), || ())
-        .await
-        .unwrap();
-    assert!(usage.starts_with("usage:"));
+    // Answered: nothing to resume any more.
+    match sessions_command(&agent, ["resume", &session, "true"], || ()).await {
+        Err(CommandError::NotWaiting { session: s, phase }) => {
+            assert_eq!(s.as_str(), session);
+            assert!(phase.contains("completed"), "{phase}");
+        }
+        other => panic!("expected NotWaiting, got {other:?}"),
+    }
+    match sessions_command(&agent, ["show", "no-such-session"], || ()).await {
+        Err(CommandError::Session(SessionError::NoSession(e))) => {
+            assert_eq!(e.session.as_str(), "no-such-session")
+        }
+        other => panic!("expected NoSession, got {other:?}"),
+    }
+    for bad in [&["bogus"][..], &["show"], &["resume", &session]] {
+        match sessions_command(&agent, bad, || ()).await {
+            Err(CommandError::Usage(e)) => {
+                assert!(e.to_string().contains("Usage: sessions"), "{e}")
+            }
+            other => panic!("{bad:?}: expected a usage error, got {other:?}"),
+        }
+    }
 }
 
 /// A memory store whose commits that record a completed run fail while

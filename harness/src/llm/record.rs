@@ -12,6 +12,7 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::durable::{self, write_atomic};
 use crate::llm::LanguageModel;
 use crate::llm::error::ModelError;
 use crate::llm::request::ModelRequest;
@@ -101,12 +102,9 @@ impl Recording {
             message,
         };
         let text = serde_json::to_string_pretty(self).map_err(|e| failure(e.to_string()))?;
-        // Write beside the target and rename, so a crash never leaves half a file.
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(".tmp");
-        let temporary = PathBuf::from(temporary);
-        fs::write(&temporary, text + "\n").map_err(|e| failure(e.to_string()))?;
-        fs::rename(&temporary, path).map_err(|e| failure(e.to_string()))
+        // A crash leaves the previous recording or this one, whole.
+        write_atomic(path, (text + "\n").as_bytes(), durable::Sync::FileAndDir)
+            .map_err(|e| failure(e.to_string()))
     }
 }
 

@@ -20,7 +20,6 @@
 //! renewed by compare-and-set; an expired lease (a crashed process) can be
 //! taken over.
 
-pub mod cli;
 mod cursor;
 pub(crate) mod head;
 mod rebuild;
@@ -326,4 +325,20 @@ pub struct CheckpointInfo {
     pub step: String,
     /// When (ms since the epoch).
     pub time: u64,
+}
+
+impl CheckpointInfo {
+    /// A session's history from its log: the first snapshot (`$start`) and
+    /// every update, in order. Later snapshots restate the updates before
+    /// them, so they are not steps of their own.
+    pub(crate) fn history(log: Vec<Checkpoint>) -> Vec<CheckpointInfo> {
+        log.into_iter()
+            .filter(|cp| cp.seq == 0 || matches!(cp.kind, CheckpointKind::Update(_)))
+            .map(|cp| CheckpointInfo {
+                index: cp.index,
+                step: cp.step,
+                time: cp.time,
+            })
+            .collect()
+    }
 }

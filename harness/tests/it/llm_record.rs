@@ -157,3 +157,18 @@ fn loading_a_broken_file_is_a_typed_error() {
     let future = Replay::from_file(&path).unwrap_err();
     assert!(future.to_string().contains("version 99"), "{future}");
 }
+
+#[test]
+fn saving_replaces_the_file_whole_and_leaves_nothing_beside_it() {
+    let dir = temp_file("save-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("r.json");
+    Recording::new("p", "first").save(&path).unwrap();
+    Recording::new("p", "second").save(&path).unwrap();
+    assert_eq!(Recording::load(&path).unwrap().model, "second");
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["r.json"], "no temporary file is left");
+}

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 /// The modules in dependency order: each may use only those before it.
 const ORDER: &[&str] = &[
     "ids", "signal", "state", "slots", "error", "step", "session", "observe", "graph", "run",
-    "agent", "worker",
+    "agent", "worker", "cli",
 ];
 /// Modules that use no other module of the crate.
 const LEAVES: &[&str] = &["durable", "llm"];

@@ -34,4 +34,4 @@ mod wire;
 
 pub use client::{ANTHROPIC_VERSION, Client, ClientBuilder, DEFAULT_BASE_URL};
 pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS, PROVIDER};
-pub use harness_provider_http::{ApiKey, HttpOptions, RetryPolicy};
+pub use harness_provider_http::{ApiKey, HttpOptions, HttpRetryPolicy};

@@ -8,7 +8,7 @@ use harness::llm::{
     ContentPart, LanguageModel, Message, ModelError, ModelRequest, Reasoning, StopReason,
     StreamEvent, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage, collect_stream,
 };
-use harness_anthropic::{Client, CompletionModel, RetryPolicy};
+use harness_anthropic::{Client, CompletionModel, HttpRetryPolicy};
 use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -21,7 +21,7 @@ fn model(server: &MockServer) -> CompletionModel {
         .base_url(server.uri())
         .timeout(Duration::from_millis(300))
         .stream_idle_timeout(Duration::from_millis(300))
-        .retry_policy(RetryPolicy {
+        .retry_policy(HttpRetryPolicy {
             max_attempts: 3,
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),

@@ -8,7 +8,7 @@ use harness::llm::{
     ContentPart, LanguageModel, Message, ModelError, ModelRequest, Reasoning, StopReason,
     StreamEvent, ToolCall, ToolChoice, ToolResult, ToolSpec, Usage, collect_stream,
 };
-use harness_gemini::{Client, CompletionModel, RetryPolicy};
+use harness_gemini::{Client, CompletionModel, HttpRetryPolicy};
 use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -23,7 +23,7 @@ fn model(server: &MockServer) -> CompletionModel {
         .base_url(format!("{}/v1beta", server.uri()))
         .timeout(Duration::from_millis(300))
         .stream_idle_timeout(Duration::from_millis(300))
-        .retry_policy(RetryPolicy {
+        .retry_policy(HttpRetryPolicy {
             max_attempts: 3,
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),
@@ -559,10 +559,10 @@ async fn slow_answers_time_out() {
         .base_url(format!("{}/v1beta", server.uri()))
         .timeout(Duration::from_millis(100))
         .max_attempts(2)
-        .retry_policy(RetryPolicy {
+        .retry_policy(HttpRetryPolicy {
             max_attempts: 2,
             initial_backoff: Duration::from_millis(1),
-            ..RetryPolicy::default()
+            ..HttpRetryPolicy::default()
         })
         .build()
         .unwrap()

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::key::ApiKey;
-use crate::retry::{HttpOptions, RetryPolicy};
+use crate::retry::{HttpOptions, HttpRetryPolicy};
 use crate::sse::{SseDecoder, decode_events};
 use crate::transport::HttpTransport;
 
@@ -68,7 +68,7 @@ impl ClientBuilder {
     }
 
     /// Replaces the retry policy.
-    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+    pub fn retry_policy(mut self, policy: HttpRetryPolicy) -> Self {
         self.options.retry = policy;
         self
     }
@@ -286,7 +286,7 @@ macro_rules! provider_client {
             }
 
             /// Replaces the retry policy.
-            pub fn retry_policy(mut self, policy: $crate::RetryPolicy) -> Self {
+            pub fn retry_policy(mut self, policy: $crate::HttpRetryPolicy) -> Self {
                 self.$core = self.$core.retry_policy(policy);
                 self
             }

@@ -3,7 +3,7 @@
 //!
 //! - [`HttpTransport`]: JSON POSTs and server-sent-event streams over reqwest
 //!   (rustls with the `ring` provider), with timeouts and bounded retries.
-//! - [`RetryPolicy`]: exponential backoff with jitter that honours the
+//! - [`HttpRetryPolicy`]: exponential backoff with jitter that honours the
 //!   provider's `Retry-After`.
 //! - [`error_from_response`]: HTTP status and vendor error bodies to typed
 //!   [`ModelError`](harness::llm::ModelError)s.
@@ -28,7 +28,7 @@ mod turns;
 
 pub use client::{ClientBuilder, Connection};
 pub use key::ApiKey;
-pub use retry::{HttpOptions, RetryPolicy};
+pub use retry::{HttpOptions, HttpRetryPolicy};
 pub use sse::{Flow, SseDecoder, SseEvent, SseEvents, decode_events};
 pub use status::{error_from_body, error_from_response, parse_retry_after};
 pub use transport::{HttpTransport, endpoint};

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use harness::llm::ModelError;
 
-/// When and how long to wait before retrying a failed request.
+/// When and how long to wait before retrying a failed HTTP request to a
+/// model provider. (Not [`harness::RetryPolicy`], which retries a loop
+/// step.)
 ///
 /// Only retryable failures ([`ModelError::is_retryable`]: rate limits,
 /// overload, timeouts, transport errors) are retried, at most
@@ -14,7 +16,7 @@ use harness::llm::ModelError;
 /// sent one, else exponential backoff (`initial_backoff`, doubling, capped at
 /// `max_backoff`) with jitter: a random wait between half and all of it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RetryPolicy {
+pub struct HttpRetryPolicy {
     /// Attempts in all, the first included; 1 disables retries.
     pub max_attempts: u32,
     /// The backoff before the first retry.
@@ -26,7 +28,7 @@ pub struct RetryPolicy {
     pub max_retry_after: Duration,
 }
 
-impl Default for RetryPolicy {
+impl Default for HttpRetryPolicy {
     fn default() -> Self {
         Self {
             max_attempts: 3,
@@ -37,7 +39,7 @@ impl Default for RetryPolicy {
     }
 }
 
-impl RetryPolicy {
+impl HttpRetryPolicy {
     /// A policy that never retries.
     pub fn none() -> Self {
         Self {
@@ -88,7 +90,7 @@ pub struct HttpOptions {
     /// Limit for establishing a connection.
     pub connect_timeout: Duration,
     /// Retries of failed attempts.
-    pub retry: RetryPolicy,
+    pub retry: HttpRetryPolicy,
 }
 
 impl Default for HttpOptions {
@@ -97,7 +99,7 @@ impl Default for HttpOptions {
             timeout: Duration::from_secs(300),
             stream_idle_timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(15),
-            retry: RetryPolicy::default(),
+            retry: HttpRetryPolicy::default(),
         }
     }
 }
@@ -115,11 +117,11 @@ mod tests {
 
     #[test]
     fn backoff_doubles_with_jitter_and_is_capped() {
-        let policy = RetryPolicy {
+        let policy = HttpRetryPolicy {
             max_attempts: 10,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_millis(350),
-            ..RetryPolicy::default()
+            ..HttpRetryPolicy::default()
         };
         for (attempt, full) in [(1, 100), (2, 200), (3, 350), (6, 350)] {
             let delay = policy
@@ -132,7 +134,7 @@ mod tests {
 
     #[test]
     fn retry_after_wins_within_its_cap() {
-        let policy = RetryPolicy::default();
+        let policy = HttpRetryPolicy::default();
         let limited = ModelError::RateLimited {
             retry_after: Some(Duration::from_secs(2)),
             message: "slow".into(),
@@ -153,14 +155,14 @@ mod tests {
 
     #[test]
     fn gives_up_on_permanent_errors_and_after_the_last_attempt() {
-        let policy = RetryPolicy::default();
+        let policy = HttpRetryPolicy::default();
         let auth = ModelError::Auth {
             message: "no".into(),
         };
         assert_eq!(policy.delay_before_retry(1, &auth, None), None);
         assert_eq!(policy.delay_before_retry(3, &overloaded(), None), None);
         assert_eq!(
-            RetryPolicy::none().delay_before_retry(1, &overloaded(), None),
+            HttpRetryPolicy::none().delay_before_retry(1, &overloaded(), None),
             None
         );
     }

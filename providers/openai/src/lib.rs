@@ -36,5 +36,5 @@ mod wire;
 
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
 pub use completion::CompletionModel;
-pub use harness_provider_http::{ApiKey, HttpOptions, RetryPolicy};
+pub use harness_provider_http::{ApiKey, HttpOptions, HttpRetryPolicy};
 pub use schema::strict_schema;

@@ -8,7 +8,7 @@ use harness::llm::{
     ContentPart, LanguageModel, Message, ModelError, ModelRequest, StopReason, StreamEvent,
     ToolCall, ToolResult, ToolSpec, Usage, collect_stream,
 };
-use harness_openai::{Client, CompletionModel, RetryPolicy};
+use harness_openai::{Client, CompletionModel, HttpRetryPolicy};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -21,7 +21,7 @@ fn model(server: &MockServer) -> CompletionModel {
         .base_url(format!("{}/v1", server.uri()))
         .timeout(Duration::from_millis(300))
         .stream_idle_timeout(Duration::from_millis(300))
-        .retry_policy(RetryPolicy {
+        .retry_policy(HttpRetryPolicy {
             max_attempts: 3,
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),

@@ -1,0 +1,348 @@
+//! `harness sessions list|show|history --store PATH|URL`: the read-only
+//! inspector of [`harness::cli`] on any session store, without the
+//! application's state type.
+//!
+//! The store is a sled database directory or a file-store directory (told
+//! apart by what is on disk), or, when built with the `postgres` or `redis`
+//! feature, a `postgres://` or `redis://` URL. It is only read: the server
+//! stores are opened read-only and nothing is ever committed. (sled has no
+//! read-only mode: opening a database may replay its log, and fails while an
+//! application has it open.)
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::CommandFactory;
+use clap::error::ErrorKind;
+use harness::cli::{CommandError, InspectCommand};
+use harness::session::{SessionStore, StoreError};
+
+/// Arguments of `harness sessions`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The store: a sled database directory, a file-store directory, or a
+    /// `postgres://…` or `redis://…` URL (when built with the `postgres` or
+    /// `redis` feature).
+    #[arg(long, global = true, value_name = "PATH|URL")]
+    store: Option<String>,
+    /// The PostgreSQL schema holding the sessions (default `harness`).
+    #[arg(long, global = true, value_name = "NAME")]
+    schema: Option<String>,
+    /// The Redis key prefix of the sessions (default `harness`).
+    #[arg(long, global = true, value_name = "NAME")]
+    prefix: Option<String>,
+    #[command(subcommand)]
+    command: InspectCommand,
+}
+
+/// Why `harness sessions` failed; every message names the store, and the
+/// session when there is one.
+#[derive(Debug, thiserror::Error)]
+enum SessionsError {
+    /// The path is neither kind of store.
+    #[error("{}: not a session store: {why}", path.display())]
+    NotAStore {
+        /// The path given.
+        path: PathBuf,
+        /// What is there instead.
+        why: String,
+    },
+    /// The store cannot be opened.
+    #[error("store {store}: cannot open it: {source}")]
+    Open {
+        /// The store as given (a URL without its password).
+        store: Shown,
+        /// The store's error.
+        source: StoreError,
+    },
+    /// A URL of a store this build cannot open.
+    #[cfg_attr(all(feature = "postgres", feature = "redis"), allow(dead_code))]
+    #[error(
+        "store {store}: this harness was built without the {feature} store; rebuild it with \
+         `cargo install harness-cli --features {feature}` (or `cargo run -p harness-cli \
+         --features {feature}`)"
+    )]
+    Unsupported {
+        /// The store as given (a URL without its password).
+        store: Shown,
+        /// The feature it needs.
+        feature: &'static str,
+    },
+    /// An option that does not fit the store.
+    #[error("store {store}: {option} applies to {applies_to} stores only")]
+    Option {
+        /// The store as given.
+        store: Shown,
+        /// The option.
+        option: &'static str,
+        /// The kind of store it is for.
+        applies_to: &'static str,
+    },
+    /// The command failed on the store (the error names the session).
+    #[error("store {store}: {source}")]
+    Command {
+        /// The store as given.
+        store: Shown,
+        /// What failed.
+        source: CommandError,
+    },
+}
+
+/// A store's path or URL as shown in messages: a URL loses its password.
+#[derive(Debug)]
+struct Shown(String);
+
+impl Shown {
+    fn new(store: &str) -> Self {
+        Shown(without_password(store))
+    }
+}
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `scheme://user:password@host…` → `scheme://user@host…`.
+fn without_password(store: &str) -> String {
+    let Some((scheme, rest)) = store.split_once("://") else {
+        return store.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let user = if user.is_empty() { "" } else { user };
+            let at = if user.is_empty() { "" } else { "@" };
+            format!("{scheme}://{user}{at}{host}{tail}")
+        }
+        None => store.to_owned(),
+    }
+}
+
+pub(crate) fn run(args: Args) -> ExitCode {
+    let Some(store) = args.store.clone() else {
+        let mut cli = crate::Cli::command();
+        cli.build();
+        let message = "the store to read was not given: --store <PATH|URL> (a sled database \
+                       directory, a file-store directory, or a postgres:// or redis:// URL)";
+        let error = match cli.find_subcommand_mut("sessions") {
+            Some(sessions) => sessions.error(ErrorKind::MissingRequiredArgument, message),
+            None => cli.error(ErrorKind::MissingRequiredArgument, message),
+        };
+        error.exit()
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(inspect(&store, args)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn inspect(store: &str, args: Args) -> Result<String, SessionsError> {
+    let opened = open(store, &args).await?;
+    args.command
+        .run(&*opened)
+        .await
+        .map_err(|source| SessionsError::Command {
+            store: Shown::new(store),
+            source,
+        })
+}
+
+/// Opens `store` for reading.
+async fn open(store: &str, args: &Args) -> Result<Box<dyn SessionStore>, SessionsError> {
+    let is_postgres = store.starts_with("postgres://") || store.starts_with("postgresql://");
+    let is_redis = store.starts_with("redis://") || store.starts_with("rediss://");
+    let misplaced = |option, applies_to| SessionsError::Option {
+        store: Shown::new(store),
+        option,
+        applies_to,
+    };
+    if args.schema.is_some() && !is_postgres {
+        return Err(misplaced("--schema", "PostgreSQL"));
+    }
+    if args.prefix.is_some() && !is_redis {
+        return Err(misplaced("--prefix", "Redis"));
+    }
+    if is_postgres {
+        return open_postgres(store, args.schema.as_deref()).await;
+    }
+    if is_redis {
+        return open_redis(store, args.prefix.as_deref()).await;
+    }
+    open_path(Path::new(store))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    url: &str,
+    schema: Option<&str>,
+) -> Result<Box<dyn SessionStore>, SessionsError> {
+    use harness_stores::{PostgresOptions, PostgresStore};
+    let mut options = PostgresOptions::default().read_only(true).pool_size(2);
+    if let Some(schema) = schema {
+        options = options.schema(schema);
+    }
+    match PostgresStore::connect_with(url, options).await {
+        Ok(store) => Ok(Box::new(store)),
+        Err(source) => Err(SessionsError::Open {
+            store: Shown::new(url),
+            source,
+        }),
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(
+    url: &str,
+    _schema: Option<&str>,
+) -> Result<Box<dyn SessionStore>, SessionsError> {
+    Err(SessionsError::Unsupported {
+        store: Shown::new(url),
+        feature: "postgres",
+    })
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(
+    url: &str,
+    prefix: Option<&str>,
+) -> Result<Box<dyn SessionStore>, SessionsError> {
+    use harness_stores::{RedisOptions, RedisStore};
+    let mut options = RedisOptions::default().read_only(true);
+    if let Some(prefix) = prefix {
+        options = options.prefix(prefix);
+    }
+    match RedisStore::connect_with(url, options).await {
+        Ok(store) => Ok(Box::new(store)),
+        Err(source) => Err(SessionsError::Open {
+            store: Shown::new(url),
+            source,
+        }),
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis(
+    url: &str,
+    _prefix: Option<&str>,
+) -> Result<Box<dyn SessionStore>, SessionsError> {
+    Err(SessionsError::Unsupported {
+        store: Shown::new(url),
+        feature: "redis",
+    })
+}
+
+/// What kind of store a directory holds.
+#[derive(Debug, PartialEq, Eq)]
+enum OnDisk {
+    /// sled's `conf` and `db` files.
+    Sled,
+    /// `s-…` session directories, or nothing yet.
+    Files,
+}
+
+/// Tells a sled database from a file store by what is on disk.
+fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
+    let not_a_store = |why: String| SessionsError::NotAStore {
+        path: path.to_path_buf(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| not_a_store(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(not_a_store(
+            "a file; a store is a sled database directory or a file-store directory".into(),
+        ));
+    }
+    if path.join("conf").is_file() && path.join("db").is_file() {
+        return Ok(OnDisk::Sled);
+    }
+    let mut entries = 0;
+    for entry in std::fs::read_dir(path).map_err(|e| not_a_store(e.to_string()))? {
+        let entry = entry.map_err(|e| not_a_store(e.to_string()))?;
+        entries += 1;
+        let is_session = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with("s-"))
+            && entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_session {
+            return Ok(OnDisk::Files);
+        }
+    }
+    if entries == 0 {
+        // What `FileStore::open` leaves before the first session.
+        return Ok(OnDisk::Files);
+    }
+    Err(not_a_store(
+        "neither a sled database (no `conf` and `db` files) nor a file store (no `s-…` session \
+         directories)"
+            .into(),
+    ))
+}
+
+fn open_path(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
+    let opened = match on_disk(path)? {
+        OnDisk::Sled => open_sled(path),
+        // The directory exists, so opening creates nothing; reading a file
+        // store writes nothing.
+        OnDisk::Files => {
+            harness_stores::FileStore::open(path).map(|s| Box::new(s) as Box<dyn SessionStore>)
+        }
+    };
+    opened.map_err(|source| SessionsError::Open {
+        store: Shown(path.display().to_string()),
+        source,
+    })
+}
+
+fn open_sled(path: &Path) -> Result<Box<dyn SessionStore>, StoreError> {
+    harness_stores::SledStore::open(path)
+        .map(|s| Box::new(s) as Box<dyn SessionStore>)
+        .map_err(|e| match e {
+            StoreError::Backend { message } if message.contains("lock") => StoreError::backend(
+                format!("{message} (another process, e.g. the application, has it open)"),
+            ),
+            other => other,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_in_messages_lose_their_password() {
+        for (given, shown) in [
+            (
+                "postgres://ada:s3cret@db:5432/agents?sslmode=disable",
+                "postgres://ada@db:5432/agents?sslmode=disable",
+            ),
+            ("redis://:s3cret@cache:6379/0", "redis://cache:6379/0"),
+            ("redis://cache:6379/", "redis://cache:6379/"),
+            ("postgres://ada@db/x", "postgres://ada@db/x"),
+            ("/var/lib/sessions", "/var/lib/sessions"),
+        ] {
+            assert_eq!(without_password(given), shown);
+        }
+    }
+}

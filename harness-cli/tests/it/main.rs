@@ -1,0 +1,8 @@
+//! End-to-end tests of the `harness` binary, one module per subcommand,
+//! in one test binary.
+
+#![allow(clippy::unwrap_used)]
+
+mod analyze;
+mod run;
+mod sessions;

@@ -1,0 +1,524 @@
+//! `harness sessions`: the real binary on real stores (a sled database, a
+//! file store; PostgreSQL and Redis when built with those features) holding
+//! sessions of a real agent, one completed and one paused on an interrupt.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use harness::session::SessionStore;
+use harness::{Cx, Harness, HarnessState, Signal, StepResult, create_agent};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Ticket {
+    #[field(reduce = append)]
+    notes: Vec<String>,
+    #[field(reduce = add)]
+    turns: u32,
+}
+
+async fn triage(_: Arc<Ticket>, _: Cx<()>) -> StepResult<TicketUpdate> {
+    Ok(TicketUpdate::new().notes(vec!["triaged".into()]).turns(1))
+}
+
+async fn ask(_: Arc<Ticket>, cx: Cx<()>) -> StepResult<TicketUpdate> {
+    let close: bool = cx.interrupt(json!({"question": "close the ticket?"}))?;
+    Ok(TicketUpdate::new()
+        .notes(vec![format!("close: {close}")])
+        .turns(1))
+}
+
+fn opened() -> Ticket {
+    Ticket {
+        notes: vec!["opened".into()],
+        turns: 0,
+    }
+}
+
+/// The two sessions a real agent leaves in a store.
+struct Sessions {
+    paused: String,
+    interrupt: String,
+    completed: String,
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runs the agent on `store` twice, on `runtime` (the one the store was
+/// opened on, which drives its connections): once until it asks, once to
+/// the end.
+fn create_sessions(
+    runtime: &tokio::runtime::Runtime,
+    store: impl SessionStore + 'static,
+) -> Sessions {
+    runtime.block_on(async {
+        let harness = Harness::<Ticket>::builder()
+            .step("triage")
+            .run(triage)
+            .next("ask")
+            .step("ask")
+            .run(ask)
+            .route(|_: &Ticket| "done")
+            .on("done")
+            .end()
+            .start("triage")
+            .store(store)
+            .build()
+            .unwrap();
+        let agent = create_agent("tickets", &harness);
+        let paused = agent.run(opened()).await.unwrap();
+        assert_eq!(paused.signal, Signal::INTERRUPT);
+        let mut run = agent.run(opened());
+        let asked = (&mut run).await.unwrap();
+        run.resume(true, &asked.interrupt.unwrap().id).unwrap();
+        let completed = (&mut run).await.unwrap();
+        assert_eq!(completed.signal.as_str(), "done");
+        Sessions {
+            paused: paused.session_id.to_string(),
+            interrupt: paused.interrupt.unwrap().id.to_string(),
+            completed: completed.session_id.to_string(),
+        }
+    })
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn harness(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs `harness sessions ARGS… --store STORE`, which must succeed.
+fn sessions(store: &str, args: &[&str]) -> String {
+    let mut all = vec!["sessions"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--store", store]);
+    let out = harness(&all);
+    assert!(
+        out.status.success(),
+        "harness {all:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `harness ARGS…`, which must fail with `code`; returns its stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let out = harness(args);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(code), "harness {args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "nothing on stdout: {args:?}");
+    stderr
+}
+
+/// The value of `name:` in `show`'s head lines.
+fn field<'a>(show: &'a str, name: &str) -> &'a str {
+    show.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {show}"))
+        .trim()
+}
+
+/// The snapshot `show` prints (pretty JSON) and its header line.
+fn snapshot(show: &str) -> (String, Value) {
+    let mut lines = show
+        .lines()
+        .skip_while(|l| !l.starts_with("snapshot after"));
+    let header = lines
+        .next()
+        .unwrap_or_else(|| panic!("no snapshot: {show}"));
+    let json: Vec<&str> = lines
+        .take_while(|l| !l.starts_with("updates after the snapshot"))
+        .collect();
+    (
+        header.to_owned(),
+        serde_json::from_str(&json.join("\n")).unwrap(),
+    )
+}
+
+/// The updates `show` prints: (index, step, JSON) each.
+fn updates(show: &str) -> Vec<(u64, String, Value)> {
+    show.lines()
+        .filter_map(|l| l.strip_prefix("update of step "))
+        .map(|l| {
+            let (index, rest) = l.split_once(" (`").unwrap();
+            let (step, rest) = rest.split_once("`, checkpoint ").unwrap();
+            let (_, json) = rest.split_once("): ").unwrap();
+            (
+                index.parse().unwrap(),
+                step.to_owned(),
+                serde_json::from_str(json).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn update(update: TicketUpdate) -> Value {
+    serde_json::to_value(update).unwrap()
+}
+
+/// `list`, `show` and `history` on a store holding [`create_sessions`]'s.
+fn check_store(store: &str, s: &Sessions) {
+    let list = sessions(store, &["list"]);
+    let line = |id: &str| {
+        list.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} not listed: {list}"))
+            .to_owned()
+    };
+    assert_eq!(list.lines().count(), 2, "{list}");
+    let paused = line(&s.paused);
+    assert!(paused.contains("agent tickets"), "{paused}");
+    assert!(paused.contains("1 steps"), "{paused}");
+    assert!(paused.contains("interrupted at `ask`"), "{paused}");
+    assert!(paused.contains(&s.interrupt), "{paused}");
+    let completed = line(&s.completed);
+    assert!(completed.contains("2 steps"), "{completed}");
+    assert!(completed.contains("completed with `done`"), "{completed}");
+
+    let show = sessions(store, &["show", &s.paused]);
+    assert_eq!(field(&show, "session"), s.paused);
+    assert_eq!(field(&show, "agent"), "tickets");
+    assert_eq!(
+        field(&show, "phase"),
+        format!("interrupted at `ask` ({})", s.interrupt)
+    );
+    let asks: Value = serde_json::from_str(field(&show, "asks")).unwrap();
+    assert_eq!(asks, json!({"question": "close the ticket?"}));
+    assert_eq!(field(&show, "next step"), "ask");
+    assert_eq!(field(&show, "steps"), "1");
+    assert!(show.contains("as stored, not merged"), "{show}");
+    let (header, state) = snapshot(&show);
+    assert_eq!(header, "snapshot after step 0 (`$start`, checkpoint 0):");
+    assert_eq!(state, serde_json::to_value(opened()).unwrap());
+    assert_eq!(
+        updates(&show),
+        [(
+            1,
+            "triage".to_owned(),
+            update(TicketUpdate::new().notes(vec!["triaged".into()]).turns(1))
+        )]
+    );
+    assert!(show.contains("updates after the snapshot: 1"), "{show}");
+
+    let show = sessions(store, &["show", &s.completed]);
+    assert_eq!(field(&show, "phase"), "completed with `done`");
+    assert_eq!(field(&show, "next step"), "(none)");
+    assert!(!show.contains("asks:"), "{show}");
+    assert_eq!(snapshot(&show).1, serde_json::to_value(opened()).unwrap());
+    assert_eq!(
+        updates(&show),
+        [
+            (
+                1,
+                "triage".to_owned(),
+                update(TicketUpdate::new().notes(vec!["triaged".into()]).turns(1))
+            ),
+            (
+                2,
+                "ask".to_owned(),
+                update(
+                    TicketUpdate::new()
+                        .notes(vec!["close: true".into()])
+                        .turns(1)
+                )
+            ),
+        ]
+    );
+
+    let history = sessions(store, &["history", &s.completed]);
+    let steps: Vec<(&str, &str)> = history
+        .lines()
+        .skip(2)
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols[0], cols[2])
+        })
+        .collect();
+    assert_eq!(steps, [("0", "$start"), ("1", "triage"), ("2", "ask")]);
+}
+
+/// Every file under `dir`, with its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                out.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn file_store(dir: &Path) -> Sessions {
+    create_sessions(&runtime(), harness_stores::FileStore::open(dir).unwrap())
+}
+
+/// A sled database without a flusher thread, so that dropping the store
+/// releases the database's lock at once for the binary to take.
+fn sled_store(dir: &Path) -> Sessions {
+    let config = harness_stores::sled::Config::new()
+        .path(dir)
+        .segment_size(128 * 1024)
+        .flush_every_ms(None);
+    let store = harness_stores::SledStore::with_config(&config).unwrap();
+    create_sessions(&runtime(), store)
+}
+
+#[test]
+fn lists_shows_and_histories_the_sessions_of_a_sled_database() {
+    let dir = workdir("sessions-sled").join("db");
+    let s = sled_store(&dir);
+    check_store(dir.to_str().unwrap(), &s);
+}
+
+#[test]
+fn lists_shows_and_histories_the_sessions_of_a_file_store_without_writing() {
+    let dir = workdir("sessions-files").join("store");
+    let s = file_store(&dir);
+    let before = tree(&dir);
+    check_store(dir.to_str().unwrap(), &s);
+    assert_eq!(tree(&dir), before, "the inspector changed the store");
+}
+
+#[test]
+fn an_empty_file_store_has_no_sessions() {
+    let dir = workdir("sessions-empty");
+    harness_stores::FileStore::open(&dir).unwrap();
+    assert_eq!(sessions(dir.to_str().unwrap(), &["list"]), "no sessions\n");
+}
+
+#[test]
+fn a_path_that_is_no_store_is_refused_by_name() {
+    let dir = workdir("sessions-nostore");
+    std::fs::write(dir.join("notes.txt"), "not a store").unwrap();
+    let missing = dir.join("missing");
+    let file = dir.join("notes.txt");
+    for path in [&dir, &missing, &file] {
+        let p = path.to_str().unwrap();
+        let stderr = fails(&["sessions", "list", "--store", p], 1);
+        assert!(
+            stderr.contains(&format!("{p}: not a session store")),
+            "{stderr}"
+        );
+    }
+    assert!(!missing.exists(), "the inspector created {missing:?}");
+}
+
+#[test]
+fn an_unknown_session_is_an_error_naming_the_store_and_the_session() {
+    let dir = workdir("sessions-unknown").join("store");
+    file_store(&dir);
+    let store = dir.to_str().unwrap();
+    for sub in ["show", "history"] {
+        let stderr = fails(&["sessions", sub, "no-such-session", "--store", store], 1);
+        assert!(
+            stderr.contains(&format!("store {store}: no session no-such-session")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_record_is_an_error_naming_the_session_and_the_record() {
+    let dir = workdir("sessions-corrupt").join("store");
+    let s = file_store(&dir);
+    let store = dir.to_str().unwrap();
+    // The documented layout of the file store: `s-{id}/head.json`,
+    // `s-{id}/cp-{seq:020}.json`.
+    std::fs::write(
+        dir.join(format!("s-{}", s.completed))
+            .join(format!("cp-{:020}.json", 1)),
+        b"{\"seq\": 1, \"torn",
+    )
+    .unwrap();
+    for sub in ["show", "history"] {
+        let stderr = fails(&["sessions", sub, &s.completed, "--store", store], 1);
+        assert!(
+            stderr.contains(&format!(
+                "store {store}: cannot load session {}: checkpoint 1",
+                s.completed
+            )),
+            "{stderr}"
+        );
+    }
+    std::fs::write(
+        dir.join(format!("s-{}", s.paused)).join("head.json"),
+        b"\0garbage",
+    )
+    .unwrap();
+    let head_error = format!("store {store}: cannot load session {}: head", s.paused);
+    for args in [vec!["show", s.paused.as_str()], vec!["list"]] {
+        let mut all = vec!["sessions"];
+        all.extend(args);
+        all.extend(["--store", store]);
+        let stderr = fails(&all, 1);
+        assert!(stderr.contains(&head_error), "{stderr}");
+    }
+}
+
+#[test]
+fn a_bad_command_line_is_a_usage_error() {
+    let dir = workdir("sessions-usage");
+    let store = dir.to_str().unwrap();
+    let stderr = fails(&["sessions", "list"], 2);
+    assert!(stderr.contains("--store <PATH|URL>"), "{stderr}");
+    assert!(stderr.contains("Usage: harness sessions"), "{stderr}");
+    for args in [
+        &["sessions", "bogus", "--store", store][..],
+        &["sessions", "show", "--store", store],
+        // The inspector only reads: resuming needs the application.
+        &["sessions", "resume", "s", "yes", "--store", store],
+    ] {
+        let stderr = fails(args, 2);
+        assert!(
+            stderr.contains("Usage: harness sessions"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let stderr = fails(&["sessions", "list", "--store", store, "--schema", "x"], 1);
+    assert!(
+        stderr.contains("--schema applies to PostgreSQL stores only"),
+        "{stderr}"
+    );
+}
+
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn a_postgres_url_needs_the_postgres_feature_and_its_password_stays_hidden() {
+    let stderr = fails(
+        &[
+            "sessions",
+            "list",
+            "--store",
+            "postgres://ada:s3cret@db/agents",
+        ],
+        1,
+    );
+    assert!(
+        stderr.contains(
+            "store postgres://ada@db/agents: this harness was built without the postgres store"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+}
+
+/// The server's URL from `var` (see `scripts/services`); `None` only when
+/// `HARNESS_SKIP_SERVER_TESTS=1`.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("HARNESS_SKIP_SERVER_TESTS").as_deref() == Ok("1") => None,
+        _ => panic!(
+            "{var} is not set: start the test servers with `eval \"$(scripts/services)\"` \
+             (or set HARNESS_SKIP_SERVER_TESTS=1 to skip the server tests)"
+        ),
+    }
+}
+
+/// A schema or prefix no other run uses.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn unique(tag: &str) -> String {
+    let random = harness::SessionId::random().as_str().replace('-', "");
+    format!("t_cli_{tag}_{}", &random[..16])
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn lists_shows_and_histories_the_sessions_of_a_postgres_store() {
+    use harness_stores::{PostgresOptions, PostgresStore};
+    let Some(url) = server_url("HARNESS_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let schema = unique("pg");
+    let runtime = runtime();
+    let connect = |options: PostgresOptions| {
+        runtime
+            .block_on(PostgresStore::connect_with(&url, options.schema(&schema)))
+            .unwrap()
+    };
+    let s = create_sessions(&runtime, connect(PostgresOptions::default()));
+    let store = url.as_str();
+    let list = sessions(store, &["list", "--schema", &schema]);
+    assert!(
+        list.contains(&s.paused) && list.contains(&s.completed),
+        "{list}"
+    );
+    let show = sessions(store, &["show", &s.paused, "--schema", &schema]);
+    assert_eq!(field(&show, "next step"), "ask");
+    assert_eq!(snapshot(&show).1, serde_json::to_value(opened()).unwrap());
+    // A schema without sessions: refused, and not created.
+    let missing = unique("pg_missing");
+    let stderr = fails(
+        &["sessions", "list", "--store", store, "--schema", &missing],
+        1,
+    );
+    assert!(stderr.contains("holds no sessions"), "{stderr}");
+    let probe = connect(PostgresOptions::default());
+    runtime.block_on(async {
+        let client = probe.pool().get().await.unwrap();
+        let created: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                &[&missing],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!created, "the inspector created schema {missing}");
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+    });
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn lists_shows_and_histories_the_sessions_of_a_redis_store() {
+    use harness_stores::{RedisOptions, RedisStore};
+    let Some(url) = server_url("HARNESS_TEST_REDIS_URL") else {
+        return;
+    };
+    let prefix = unique("rd");
+    let runtime = runtime();
+    let store = runtime
+        .block_on(RedisStore::connect_with(
+            &url,
+            RedisOptions::default().prefix(&prefix),
+        ))
+        .unwrap();
+    let s = create_sessions(&runtime, store);
+    let list = sessions(&url, &["list", "--prefix", &prefix]);
+    assert!(
+        list.contains(&s.paused) && list.contains(&s.completed),
+        "{list}"
+    );
+    let show = sessions(&url, &["show", &s.completed, "--prefix", &prefix]);
+    assert_eq!(field(&show, "phase"), "completed with `done`");
+    assert_eq!(updates(&show).len(), 2, "{show}");
+    // The keys stay under their unique prefix: the test Redis keeps
+    // nothing on disk (`scripts/services`).
+}

@@ -1,0 +1,137 @@
+//! The read-only commands on any store, without the state type.
+
+use super::render;
+use super::{CommandError, InspectCommand};
+use crate::ids::SessionId;
+use crate::session::{
+    CheckpointInfo, CheckpointKind, NoSession, SessionError, SessionStore, StoreLoad, StoredRun,
+};
+use std::fmt::Write;
+
+impl InspectCommand {
+    /// Runs the command on `store` and returns what to print. It only reads
+    /// (`sessions`, `load`, `checkpoints`): it never commits.
+    ///
+    /// Without the state type the reducers cannot be applied, so `show`
+    /// prints the state as stored, and says so: the latest snapshot, and
+    /// the updates written after it, each with its step and index. It never
+    /// prints a merged state, which could be wrong.
+    ///
+    /// ```
+    /// # async fn f(store: &dyn harness::session::SessionStore) -> Result<(), harness::cli::CommandError> {
+    /// use harness::cli::InspectCommand;
+    ///
+    /// let text = InspectCommand::Show { session: "2e406897".into() }.run(store).await?;
+    /// print!("{text}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`CommandError::Session`]: [`SessionError::NoSession`] for an unknown
+    /// id, [`SessionError::Load`] for a record that cannot be read (naming
+    /// the session and the record), [`SessionError::Store`] when the store
+    /// fails.
+    pub async fn run(self, store: &dyn SessionStore) -> Result<String, CommandError> {
+        let mut out = String::new();
+        match self {
+            InspectCommand::List => {
+                let mut heads = Vec::new();
+                for id in store.sessions().await.map_err(SessionError::from)? {
+                    // Listed, then gone (finished and expired, or removed):
+                    // not a session any more.
+                    if let Some(head) = store.load(&id).await.map_err(SessionError::from)? {
+                        heads.push(head);
+                    }
+                }
+                render::list(&mut out, heads);
+            }
+            InspectCommand::Show { session } => {
+                let head = load(store, &SessionId::from(session)).await?;
+                render::head(&mut out, &head);
+                stored_state(&mut out, store, &head).await?;
+            }
+            InspectCommand::History { session } => {
+                let head = load(store, &SessionId::from(session)).await?;
+                let log = store
+                    .checkpoints(&head.session_id, 0)
+                    .await
+                    .map_err(SessionError::from)?;
+                render::history(&mut out, &head.session_id, &CheckpointInfo::history(log));
+            }
+        }
+        Ok(out)
+    }
+}
+
+async fn load(store: &dyn SessionStore, id: &SessionId) -> Result<StoredRun, SessionError> {
+    store.load(id).await?.ok_or_else(|| {
+        NoSession {
+            session: id.clone(),
+        }
+        .into()
+    })
+}
+
+/// The latest snapshot, pretty, then each later checkpoint on a line.
+async fn stored_state(
+    out: &mut String,
+    store: &dyn SessionStore,
+    head: &StoredRun,
+) -> Result<(), SessionError> {
+    let session = &head.session_id;
+    let from = head.snapshot_seq;
+    let log = store.checkpoints(session, from).await?;
+    let mut log = log.into_iter();
+    let snapshot = match log.next() {
+        Some(cp) if cp.seq == from => match cp.kind {
+            CheckpointKind::Snapshot(state) => (cp.index, cp.step, state),
+            CheckpointKind::Update(_) => {
+                return Err(StoreLoad {
+                    session: session.clone(),
+                    record: format!("checkpoint {from}"),
+                    reason: "the head names it as the latest snapshot, but it is an update".into(),
+                }
+                .into());
+            }
+        },
+        _ => {
+            return Err(StoreLoad {
+                session: session.clone(),
+                record: format!("checkpoint {from}"),
+                reason: "the head names it as the latest snapshot, but it is missing".into(),
+            }
+            .into());
+        }
+    };
+    let later: Vec<_> = log.collect();
+    let _ = writeln!(
+        out,
+        "state: as stored, not merged (merging the updates into the snapshot takes the \
+         application's state type and reducers; `sessions show` in its own binary prints \
+         the merged state)"
+    );
+    let (index, step, state) = snapshot;
+    let _ = writeln!(
+        out,
+        "snapshot after step {index} (`{step}`, checkpoint {from}):"
+    );
+    let _ = writeln!(out, "{}", render::pretty(&state));
+    let _ = writeln!(out, "updates after the snapshot: {}", later.len());
+    for cp in later {
+        let (kind, value) = match &cp.kind {
+            CheckpointKind::Update(v) => ("update", v),
+            // A later snapshot would be the latest; print it for what it is.
+            CheckpointKind::Snapshot(v) => ("snapshot", v),
+        };
+        let _ = writeln!(
+            out,
+            "{kind} of step {} (`{}`, checkpoint {}): {}",
+            cp.index,
+            cp.step,
+            cp.seq,
+            render::compact(value)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,295 @@
+//! The `sessions` command line (feature `cli`), declared once with clap and
+//! run two ways:
+//!
+//! - **typed**, in the application's own binary, which knows the state type
+//!   and the steps: [`sessions_command`] (or [`SessionsCommand::run`] when
+//!   the application embeds [`SessionsCommand`] in its own clap parser)
+//!   lists, shows and lists the history of the agent's sessions, with the
+//!   state merged through the reducers, and resumes a session waiting for an
+//!   answer;
+//! - **untyped and read-only**, on any
+//!   [`SessionStore`](crate::session::SessionStore):
+//!   [`InspectCommand::run`], which the `harness` binary runs as
+//!   `harness sessions list|show|history --store …`. Without the state type
+//!   the reducers cannot be applied, so `show` prints what is stored: the
+//!   latest snapshot and the updates after it.
+//!
+//! ```text
+//! my-agent sessions list
+//! my-agent sessions show SESSION          # phase, next step, the question asked, the state
+//! my-agent sessions history SESSION       # the checkpoints: the state after each step
+//! my-agent sessions resume SESSION ANSWER
+//! ```
+//!
+//! ```no_run
+//! # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState)]
+//! # struct MyState { n: u32 }
+//! # async fn f(agent: harness::Agent<MyState>) {
+//! use harness::cli::{CommandError, sessions_command};
+//!
+//! let args = std::env::args_os().skip(2); // after `my-agent sessions`
+//! match sessions_command(&agent, args, || ()).await {
+//!     Ok(text) => print!("{text}"),
+//!     // Prints the usage (or the help) and exits with clap's status.
+//!     Err(CommandError::Usage(e)) => e.exit(),
+//!     Err(e) => {
+//!         eprintln!("error: {e}");
+//!         std::process::exit(1);
+//!     }
+//! }
+//! # }
+//! ```
+
+mod inspect;
+mod render;
+
+use crate::agent::Agent;
+use crate::ids::SessionId;
+use crate::session::{SessionError, SessionPhase};
+use crate::slots::Context;
+use crate::state::HarnessState;
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::fmt::Write;
+
+/// The subcommands that only read, which any store can answer: the `harness`
+/// binary runs them on a store given by path or URL ([`InspectCommand::run`]);
+/// an application's binary runs them as part of [`SessionsCommand`].
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum InspectCommand {
+    /// List the sessions: id, agent, steps taken, phase.
+    List,
+    /// Show a session: its phase, next step, the question it waits on, and
+    /// its state as JSON.
+    Show {
+        /// The session's id.
+        session: String,
+    },
+    /// List a session's checkpoints: the state after each step, with the
+    /// step and when it was written.
+    History {
+        /// The session's id.
+        session: String,
+    },
+}
+
+/// The `sessions` command line of an application's binary: the read-only
+/// subcommands of [`InspectCommand`], and `resume`.
+///
+/// Embed it in your own clap parser (`#[command(subcommand)]`) and call
+/// [`run`](Self::run), or hand the raw arguments to [`sessions_command`].
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum SessionsCommand {
+    /// `list`, `show SESSION`, `history SESSION`.
+    #[command(flatten)]
+    Inspect(InspectCommand),
+    /// Answer the question a session waits on, and run it on until it ends
+    /// or asks again.
+    Resume {
+        /// The session's id.
+        session: String,
+        /// The answer: read as JSON when it parses as JSON (`true`, `3`,
+        /// `{"a":1}`), else as a string.
+        answer: String,
+    },
+}
+
+/// `sessions SUBCOMMAND …`: the parser of [`sessions_command`].
+#[derive(Debug, Parser)]
+#[command(name = "sessions", bin_name = "sessions", no_binary_name = true)]
+struct SessionsArgs {
+    #[command(subcommand)]
+    command: SessionsCommand,
+}
+
+/// Why a `sessions` command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// The command line is wrong (or asks for `--help`): clap's error, which
+    /// renders with the usage. [`clap::Error::exit`] prints it and exits
+    /// with status 2 (0 for `--help`).
+    #[error("{0}")]
+    Usage(#[from] clap::Error),
+    /// Reading or running the session failed: no such session, a stored
+    /// record that cannot be read, the store failed, the resumed run failed.
+    /// Each names the session.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// `resume` of a session that waits for no answer.
+    #[error("session {session} is not waiting for an answer: it is {phase}")]
+    NotWaiting {
+        /// The session.
+        session: SessionId,
+        /// Its phase, described.
+        phase: String,
+    },
+}
+
+impl SessionsCommand {
+    /// Parses the arguments after `sessions` (no program name).
+    ///
+    /// # Errors
+    ///
+    /// [`CommandError::Usage`] for an unknown subcommand, a missing or
+    /// extra argument, or `--help`.
+    pub fn parse_args<I, T>(args: I) -> Result<Self, CommandError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        Ok(SessionsArgs::try_parse_from(args)?.command)
+    }
+
+    /// Runs the command for `agent` and returns what to print. `slots` gives
+    /// the run slots a resumed run needs.
+    ///
+    /// `list` lists the agent's sessions only, and `show`, `history` and
+    /// `resume` refuse another agent's session; `show` prints the state
+    /// merged through the reducers.
+    ///
+    /// # Errors
+    ///
+    /// [`CommandError::Session`] when the session cannot be read or the
+    /// resumed run fails; [`CommandError::NotWaiting`] for `resume` of a
+    /// session that asked nothing.
+    pub async fn run<S: HarnessState, C: Context>(
+        self,
+        agent: &Agent<S, C>,
+        slots: impl Fn() -> C::Run,
+    ) -> Result<String, CommandError> {
+        let mut out = String::new();
+        match self {
+            SessionsCommand::Inspect(InspectCommand::List) => {
+                render::list(&mut out, agent.sessions().await?);
+            }
+            SessionsCommand::Inspect(InspectCommand::Show { session }) => {
+                let id = SessionId::from(session);
+                let head = agent.session(&id).await?;
+                let state = agent.state_at(&id, Some(head.steps)).await?;
+                render::head(&mut out, &head);
+                let _ = writeln!(out, "state:\n{}", render::pretty(&state));
+            }
+            SessionsCommand::Inspect(InspectCommand::History { session }) => {
+                let id = SessionId::from(session);
+                render::history(&mut out, &id, &agent.history(&id).await?);
+            }
+            SessionsCommand::Resume { session, answer } => {
+                let id = SessionId::from(session);
+                let head = agent.session(&id).await?;
+                let SessionPhase::Interrupted { interrupt } = &head.phase else {
+                    return Err(CommandError::NotWaiting {
+                        phase: render::phase(&head),
+                        session: id,
+                    });
+                };
+                let response =
+                    serde_json::from_str(&answer).unwrap_or(serde_json::Value::String(answer));
+                let outcome = agent
+                    .with(slots())
+                    .resume(response, &id, &interrupt.id)
+                    .await?
+                    .await
+                    .map_err(|e| SessionError::Run(Box::new(e)))?;
+                let _ = writeln!(
+                    out,
+                    "session {id}: {} after {} steps",
+                    outcome.signal, outcome.steps
+                );
+                if let Some(i) = outcome.interrupt {
+                    let _ = writeln!(out, "asks again: {} ({})", i.payload, i.id);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Parses `args` (the arguments after `sessions`, without a program name)
+/// and runs the command for `agent`: [`SessionsCommand::parse_args`] then
+/// [`SessionsCommand::run`]. Returns what to print.
+///
+/// # Errors
+///
+/// [`CommandError::Usage`] for a bad command line (print it, or call
+/// `exit()` on it), and the errors of [`SessionsCommand::run`].
+pub async fn sessions_command<S, C, I, T>(
+    agent: &Agent<S, C>,
+    args: I,
+    slots: impl Fn() -> C::Run,
+) -> Result<String, CommandError>
+where
+    S: HarnessState,
+    C: Context,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    SessionsCommand::parse_args(args)?.run(agent, slots).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<SessionsCommand, clap::Error> {
+        match SessionsCommand::parse_args(args) {
+            Ok(c) => Ok(c),
+            Err(CommandError::Usage(e)) => Err(e),
+            Err(other) => panic!("not a usage error: {other}"),
+        }
+    }
+
+    #[test]
+    fn every_subcommand_parses() {
+        assert_eq!(
+            parse(&["list"]).ok(),
+            Some(SessionsCommand::Inspect(InspectCommand::List))
+        );
+        assert_eq!(
+            parse(&["show", "s-1"]).ok(),
+            Some(SessionsCommand::Inspect(InspectCommand::Show {
+                session: "s-1".into()
+            }))
+        );
+        assert_eq!(
+            parse(&["history", "s-1"]).ok(),
+            Some(SessionsCommand::Inspect(InspectCommand::History {
+                session: "s-1".into()
+            }))
+        );
+        assert_eq!(
+            parse(&["resume", "s-1", "{\"a\":1}"]).ok(),
+            Some(SessionsCommand::Resume {
+                session: "s-1".into(),
+                answer: "{\"a\":1}".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_bad_command_line_is_a_usage_error_that_shows_the_usage() {
+        let cases: [(&[&str], ErrorKind); 5] = [
+            (&["bogus"], ErrorKind::InvalidSubcommand),
+            (&["show"], ErrorKind::MissingRequiredArgument),
+            (&["resume", "s-1"], ErrorKind::MissingRequiredArgument),
+            (&["list", "extra"], ErrorKind::UnknownArgument),
+            (&[], ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand),
+        ];
+        for (args, kind) in cases {
+            let err = parse(args).expect_err("a usage error");
+            assert_eq!(err.kind(), kind, "{args:?}: {err}");
+            let text = err.to_string();
+            assert!(text.contains("sessions"), "{args:?}: {text}");
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+        let missing = parse(&["show"]).expect_err("usage").to_string();
+        assert!(missing.contains("<SESSION>"), "{missing}");
+        let help = parse(&["--help"]).expect_err("help");
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        assert_eq!(help.exit_code(), 0);
+        for sub in ["list", "show", "history", "resume"] {
+            assert!(help.to_string().contains(sub), "{sub} in {help}");
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! The tests of harness-stores, in one binary: the conformance suite
+//! against every store, and what each store promises beyond it (its layout,
+//! crash leftovers, permissions, migrations, finding work).
+//!
+//! The layout tests read and damage records through each store's documented
+//! layout (its rustdoc), not through the crate's internals: they pin the
+//! stored format that existing data depends on.
+//!
+//! The PostgreSQL and Redis tests (features `postgres` and `redis`) take the
+//! servers' URLs from `HARNESS_TEST_POSTGRES_URL` and
+//! `HARNESS_TEST_REDIS_URL`, which `scripts/services` starts and prints:
+//!
+//! ```text
+//! eval "$(scripts/services)"
+//! cargo test -p harness-stores --features postgres,redis
+//! ```
+//!
+//! A server test whose variable is unset fails, unless
+//! `HARNESS_SKIP_SERVER_TESTS=1` (for machines without the servers; CI never
+//! sets it). Every store gets a schema or key prefix of its own, random per
+//! run, dropped at the end.
+
+#![allow(clippy::unwrap_used)]
+
+mod file;
+mod memory;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod servers;
+#[cfg(feature = "sled")]
+mod sled_store;
+
+use harness::SessionId;
+use harness::session::{Commit, SessionStore};
+use harness_stores::conformance::{create, head, snapshot, update};
+use serde_json::json;
+
+/// What the corruption hooks write: not JSON.
+const GARBAGE: &[u8] = b"\x00garbage{\"not\": json";
+
+fn id(s: &str) -> SessionId {
+    SessionId::from(s)
+}
+
+/// Creates `session` with a snapshot and `updates` updates.
+async fn create_sample(store: &dyn SessionStore, session: &str, updates: u64) -> Commit {
+    let mut append = vec![snapshot(0, 0, json!({"n": 0}))];
+    append.extend((1..=updates).map(|i| update(i, i, "think", json!({"n": i}))));
+    let commit = create(head(session), append);
+    store.commit(commit.clone()).await.unwrap();
+    commit
+}

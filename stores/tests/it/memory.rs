@@ -1,0 +1,59 @@
+//! The suite against the memory store, and the suite itself: it notices a
+//! store that breaks the contract.
+
+use harness::SessionId;
+use harness::session::{SessionStore, StoreError};
+use harness_stores::MemoryStore;
+use harness_stores::conformance;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_store_conforms() {
+    conformance::run_all(MemoryStore::new).await;
+}
+
+/// The suite notices a store that breaks the contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_suite_catches_a_store_without_compare_and_set() {
+    #[derive(Debug, Default)]
+    struct Careless(MemoryStore);
+    #[async_trait::async_trait]
+    impl SessionStore for Careless {
+        async fn load(
+            &self,
+            s: &SessionId,
+        ) -> Result<Option<harness::session::StoredRun>, StoreError> {
+            self.0.load(s).await
+        }
+        async fn commit(&self, mut c: harness::session::Commit) -> Result<(), StoreError> {
+            // Last writer wins.
+            c.expected_version = self.0.load(&c.head.session_id).await?.map(|h| h.version);
+            self.0.commit(c).await
+        }
+        async fn checkpoints(
+            &self,
+            s: &SessionId,
+            from: u64,
+        ) -> Result<Vec<harness::session::Checkpoint>, StoreError> {
+            self.0.checkpoints(s, from).await
+        }
+        async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+            self.0.sessions().await
+        }
+        async fn flush(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+    let failures = conformance::check_all(Careless::default, None).await;
+    let names: Vec<&str> = failures.iter().map(|f| f.check).collect();
+    for check in [
+        "create_conflict",
+        "stale_version",
+        "takeover_race",
+        "concurrent_create",
+    ] {
+        assert!(
+            names.contains(&check),
+            "{check} not reported: {failures:#?}"
+        );
+    }
+}

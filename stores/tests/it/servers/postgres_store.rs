@@ -1,0 +1,488 @@
+//! The PostgreSQL store against a real server: the suite, migrations,
+//! the columns beside the head, finding work.
+
+use super::{
+    block_on, interrupted, odd_ids_go_on, runnable_claims, runnable_reads, server_url, unique,
+    workers_take_each_session_once,
+};
+use crate::id;
+use harness::SessionId;
+use harness::session::{Lease, SessionStore, StoreError, now_millis};
+use harness_stores::conformance::{
+    self, Record, RoundRobin, advance, create, head, snapshot, update,
+};
+use harness_stores::{PostgresOptions, PostgresStore};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the corruption hook writes: not JSON. PostgreSQL text cannot hold a
+/// NUL byte, so it starts with another control character.
+const PG_GARBAGE: &str = "\u{1}garbage{\"not\": json";
+
+/// The value of the `id` columns for a session, as [`PostgresStore`]
+/// documents it: the id itself, with `%` written `%25` and NUL `%00`.
+fn stored_id(session: &SessionId) -> String {
+    session.as_str().replace('%', "%25").replace('\0', "%00")
+}
+
+/// Stores on fresh schemas of the test database, dropped by `cleanup`.
+struct Pg {
+    url: String,
+    schemas: Mutex<Vec<String>>,
+}
+
+impl Pg {
+    fn new() -> Option<Self> {
+        Some(Self {
+            url: server_url("HARNESS_TEST_POSTGRES_URL")?,
+            schemas: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn fresh_schema(&self, tag: &str) -> String {
+        let schema = unique(tag);
+        self.schemas.lock().unwrap().push(schema.clone());
+        schema
+    }
+
+    async fn connect(&self, schema: &str, options: PostgresOptions) -> PostgresStore {
+        PostgresStore::connect_with(&self.url, options.schema(schema))
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to the test PostgreSQL: {e}"))
+    }
+
+    async fn store(&self, tag: &str) -> PostgresStore {
+        let schema = self.fresh_schema(tag);
+        self.connect(&schema, PostgresOptions::default()).await
+    }
+
+    async fn cleanup(&self) {
+        let schemas = std::mem::take(&mut *self.schemas.lock().unwrap());
+        let store = self
+            .connect(&unique("cleanup"), PostgresOptions::default())
+            .await;
+        let client = store.pool().get().await.unwrap();
+        for schema in schemas
+            .iter()
+            .chain([store.schema_name().to_owned()].iter())
+        {
+            client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+fn corrupt_pg(store: &PostgresStore, session: &SessionId, record: Record) {
+    block_on(async {
+        let client = store.pool().get().await.unwrap();
+        let s = store.schema_name();
+        let stored = stored_id(session);
+        let changed = match record {
+            Record::Head => client
+                .execute(
+                    &format!("UPDATE \"{s}\".sessions SET head = $2 WHERE id = $1"),
+                    &[&stored, &PG_GARBAGE],
+                )
+                .await
+                .unwrap(),
+            Record::Checkpoint(seq) => client
+                .execute(
+                    &format!(
+                        "UPDATE \"{s}\".checkpoints SET checkpoint = $3 \
+                         WHERE session_id = $1 AND seq = $2::text::numeric"
+                    ),
+                    &[&stored, &seq.to_string(), &PG_GARBAGE],
+                )
+                .await
+                .unwrap(),
+        };
+        assert_eq!(changed, 1, "no record to corrupt: {session:?} {record:?}");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_odd_ids_go_on() {
+    let Some(pg) = Pg::new() else { return };
+    odd_ids_go_on(&pg.store("ids").await).await;
+    pg.cleanup().await;
+}
+
+/// On a server (here: a session) with `synchronous_commit = off`, durable
+/// commits set it back on; everything still reads the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_on_an_asynchronous_server_conforms() {
+    let Some(pg) = Pg::new() else { return };
+    let sep = if pg.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}options=-c%20synchronous_commit%3Doff", pg.url);
+    let make = || {
+        block_on(async {
+            let schema = pg.fresh_schema("async");
+            PostgresStore::connect_with(&url, PostgresOptions::default().schema(schema))
+                .await
+                .unwrap()
+        })
+    };
+    let probe = make();
+    let client = probe.pool().get().await.unwrap();
+    let setting: String = client
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(setting, "off", "the connection string's options apply");
+    drop(client);
+    for check in [
+        conformance::round_trip(&make()).await,
+        conformance::durability(&make()).await,
+        conformance::stale_version(&make()).await,
+    ] {
+        check.unwrap();
+    }
+    pg.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_conforms() {
+    let Some(pg) = Pg::new() else { return };
+    let make = || block_on(pg.store("conf"));
+    conformance::run_all_with(make, Some(&corrupt_pg)).await;
+    pg.cleanup().await;
+}
+
+/// Two stores (two pools) on one schema, as two processes would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_postgres_stores_on_one_schema_conform() {
+    let Some(pg) = Pg::new() else { return };
+    let make = || {
+        block_on(async {
+            let schema = pg.fresh_schema("rr");
+            RoundRobin::new(vec![
+                pg.connect(&schema, PostgresOptions::default().pool_size(4))
+                    .await,
+                pg.connect(&schema, PostgresOptions::default().pool_size(4))
+                    .await,
+            ])
+        })
+    };
+    let corrupt = |rr: &RoundRobin<PostgresStore>, s: &SessionId, r: Record| {
+        corrupt_pg(&rr.stores()[0], s, r);
+    };
+    conformance::run_all_with(make, Some(&corrupt)).await;
+    pg.cleanup().await;
+}
+
+/// Migrations: several processes connecting at once to a new schema all
+/// succeed and apply each migration once; connecting again changes nothing;
+/// a schema migrated by a newer build is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_migrations_are_idempotent_and_safe_concurrently() {
+    let Some(pg) = Pg::new() else { return };
+    let pg = Arc::new(pg);
+    let schema = pg.fresh_schema("mig");
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (pg, schema) = (Arc::clone(&pg), schema.clone());
+        tasks.push(tokio::spawn(async move {
+            PostgresStore::connect_with(&pg.url, PostgresOptions::default().schema(&schema)).await
+        }));
+    }
+    let mut stores = Vec::new();
+    for task in tasks {
+        stores.push(
+            task.await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("a concurrent connect failed: {e}")),
+        );
+    }
+    let migrations = |store: PostgresStore| async move {
+        let client = store.pool().get().await.unwrap();
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT version, name FROM \"{}\".schema_migrations ORDER BY version",
+                    store.schema_name()
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| (r.get::<_, i32>(0), r.get::<_, String>(1)))
+            .collect::<Vec<_>>()
+    };
+    let applied = migrations(stores[0].clone()).await;
+    assert_eq!(
+        applied.iter().map(|m| m.0).collect::<Vec<_>>(),
+        (1..=applied.len() as i32).collect::<Vec<_>>(),
+        "each migration once, in order: {applied:?}"
+    );
+    assert!(!applied.is_empty());
+    // The stores work, and see each other's sessions.
+    stores[1]
+        .commit(create(head("m"), vec![snapshot(0, 0, json!(0))]))
+        .await
+        .unwrap();
+    assert_eq!(stores[3].sessions().await.unwrap(), vec![id("m")]);
+    // Again, sequentially: nothing changes, no data is lost.
+    let again = pg.connect(&schema, PostgresOptions::default()).await;
+    assert_eq!(migrations(again.clone()).await, applied);
+    assert_eq!(again.sessions().await.unwrap(), vec![id("m")]);
+    // The documented tables are what was created.
+    let client = again.pool().get().await.unwrap();
+    let tables: Vec<String> = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = $1 ORDER BY table_name",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(tables, ["checkpoints", "schema_migrations", "sessions"]);
+    // And the SQL the store prints for them says so.
+    let sql = again.schema();
+    for table in tables {
+        assert!(
+            sql.contains(&format!("CREATE TABLE \"{schema}\".{table}")),
+            "{sql}"
+        );
+    }
+    // A migration this build does not know: refused.
+    client
+        .execute(
+            &format!(
+                "INSERT INTO \"{schema}\".schema_migrations (version, name) VALUES (999, 'future')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    match PostgresStore::connect_with(&pg.url, PostgresOptions::default().schema(&schema)).await {
+        Err(StoreError::Backend { message }) => {
+            assert!(
+                message.contains("migration 999") && message.contains("newer build"),
+                "{message}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    drop(client);
+    pg.cleanup().await;
+}
+
+/// The extracted columns follow the head at every commit; ids are stored
+/// as they are but for `%` and NUL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_columns_follow_the_head() {
+    let Some(pg) = Pg::new() else { return };
+    let store = pg.store("cols").await;
+    let columns = |name: &'static str| {
+        let store = store.clone();
+        async move {
+            let client = store.pool().get().await.unwrap();
+            let row = client
+                .query_one(
+                    &format!(
+                        "SELECT version, phase, lease_owner, lease_expires_at, updated_at, \
+                         head::jsonb ->> 'agent_id' FROM \"{}\".sessions WHERE id = $1",
+                        store.schema_name()
+                    ),
+                    &[&stored_id(&id(name))],
+                )
+                .await
+                .unwrap();
+            (
+                row.get::<_, i64>(0),
+                row.get::<_, String>(1),
+                row.get::<_, Option<String>>(2),
+                row.get::<_, Option<i64>>(3),
+                row.get::<_, i64>(4),
+                row.get::<_, String>(5),
+            )
+        }
+    };
+    let mut c = create(head("c%1"), vec![snapshot(0, 0, json!(0))]);
+    c.head.lease = Some(Lease {
+        owner: "w1".into(),
+        expires_at: u64::MAX,
+    });
+    store.commit(c.clone()).await.unwrap();
+    assert_eq!(
+        columns("c%1").await,
+        (
+            1,
+            "running".into(),
+            Some("w1".into()),
+            Some(i64::MAX),
+            c.head.updated_at as i64,
+            "conformance".into()
+        )
+    );
+    let mut next = advance(&c.head, vec![update(1, 1, "x", json!(1))], vec![]);
+    next.head.phase = interrupted();
+    next.head.lease = None;
+    store.commit(next.clone()).await.unwrap();
+    assert_eq!(
+        columns("c%1").await,
+        (
+            2,
+            "interrupted".into(),
+            None,
+            None,
+            next.head.updated_at as i64,
+            "conformance".into()
+        )
+    );
+    let client = store.pool().get().await.unwrap();
+    let ids: Vec<String> = client
+        .query(
+            &format!("SELECT id FROM \"{}\".sessions", store.schema_name()),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, vec!["c%251".to_owned()]);
+    drop(client);
+    pg.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_runnable_returns_sessions_without_a_live_lease() {
+    let Some(pg) = Pg::new() else { return };
+    let schema = pg.fresh_schema("run");
+    let store = pg
+        .connect(
+            &schema,
+            PostgresOptions::default().claim_ttl(Duration::ZERO),
+        )
+        .await;
+    runnable_reads(&store).await;
+    let store = pg
+        .connect(
+            &pg.fresh_schema("claim"),
+            PostgresOptions::default().claim_ttl(Duration::from_secs(30)),
+        )
+        .await;
+    runnable_claims(&store, 30_000).await;
+    pg.cleanup().await;
+}
+
+/// 4 workers × 50 sessions: with claims, each session is taken exactly once
+/// and no worker ever loses a race; without claims, still exactly once (the
+/// compare-and-set), at the cost of conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_workers_take_each_session_once() {
+    let Some(pg) = Pg::new() else { return };
+    for claim in [Duration::from_secs(60), Duration::ZERO] {
+        let schema = pg.fresh_schema("work");
+        let mut stores: Vec<Arc<dyn SessionStore>> = Vec::new();
+        for _ in 0..4 {
+            let options = PostgresOptions::default().pool_size(2).claim_ttl(claim);
+            stores.push(Arc::new(pg.connect(&schema, options).await));
+        }
+        let conflicts = workers_take_each_session_once(stores, 200).await;
+        if !claim.is_zero() {
+            assert_eq!(conflicts, 0, "with claims, workers get disjoint sessions");
+        }
+    }
+    pg.cleanup().await;
+}
+
+/// Connection errors say where and what, never the password; bad schema
+/// names are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_connection_errors_hide_the_password() {
+    let pg =
+        PostgresStore::connect("postgres://someone:s3cret-pw@127.0.0.1:1/db?connect_timeout=5")
+            .await;
+    match pg {
+        Err(StoreError::Backend { message }) => {
+            assert!(!message.contains("s3cret"), "{message}");
+            assert!(message.contains("127.0.0.1"), "{message}");
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    let Some(pg) = Pg::new() else { return };
+    let long = "s".repeat(64);
+    for bad in ["", "x\0y", long.as_str()] {
+        let err =
+            PostgresStore::connect_with(&pg.url, PostgresOptions::default().schema(bad)).await;
+        assert!(
+            matches!(err, Err(StoreError::Backend { .. })),
+            "{bad:?}: {err:?}"
+        );
+    }
+}
+
+/// A read-only store reads what a writable one wrote and writes nothing:
+/// not a commit, not a claim, not even through its own pool, and not the
+/// schema it is pointed at by mistake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_read_only_store_reads_and_never_writes() {
+    let Some(pg) = Pg::new() else { return };
+    let schema = pg.fresh_schema("ro");
+    let writer = pg.connect(&schema, PostgresOptions::default()).await;
+    let c = crate::create_sample(&writer, "r", 2).await;
+    let reader = pg
+        .connect(&schema, PostgresOptions::default().read_only(true))
+        .await;
+    assert_eq!(reader.load(&id("r")).await.unwrap(), Some(c.head.clone()));
+    assert_eq!(reader.checkpoints(&id("r"), 0).await.unwrap(), c.append);
+    assert_eq!(reader.sessions().await.unwrap(), vec![id("r")]);
+    // Finding work claims nothing: the writer still finds it after.
+    for _ in 0..2 {
+        assert_eq!(
+            reader.runnable(now_millis(), 10).await.unwrap(),
+            vec![id("r")]
+        );
+    }
+    assert_eq!(
+        writer.runnable(now_millis(), 10).await.unwrap(),
+        vec![id("r")]
+    );
+    let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
+    match reader.commit(next).await {
+        Err(StoreError::Backend { message }) => {
+            assert!(message.contains("read-only"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    reader.flush().await.unwrap();
+    assert_eq!(writer.load(&id("r")).await.unwrap(), Some(c.head));
+    // The server refuses writes on the reader's connections too.
+    let client = reader.pool().get().await.unwrap();
+    let err = client
+        .batch_execute(&format!("DELETE FROM \"{schema}\".checkpoints"))
+        .await
+        .expect_err("a write in a read-only transaction");
+    assert!(format!("{err:?}").contains("read-only"), "{err:?}");
+    assert_eq!(writer.checkpoints(&id("r"), 0).await.unwrap().len(), 3);
+    // A schema without sessions is refused, and left uncreated.
+    let missing = pg.fresh_schema("ro_missing");
+    let options = PostgresOptions::default().schema(&missing).read_only(true);
+    match PostgresStore::connect_with(&pg.url, options).await {
+        Err(StoreError::Backend { message }) => {
+            assert!(message.contains("holds no sessions"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let created: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&missing],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!created, "the read-only store created schema {missing}");
+    drop(client);
+    pg.cleanup().await;
+}

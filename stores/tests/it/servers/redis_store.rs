@@ -1,0 +1,447 @@
+//! The Redis store against a real server: the suite, its documented keys,
+//! finding work, finished sessions that expire.
+
+use super::{
+    block_on, completed, odd_ids_go_on, runnable_claims, runnable_reads, server_url, unique,
+    workers_take_each_session_once,
+};
+use crate::id;
+use harness::SessionId;
+use harness::session::{Lease, SessionPhase, SessionStore, StoreError, now_millis};
+use harness_stores::conformance::{
+    self, Record, RoundRobin, advance, create, head, snapshot, update,
+};
+use harness_stores::{RedisOptions, RedisStore};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the corruption hook writes: not JSON.
+const REDIS_GARBAGE: &[u8] = crate::GARBAGE;
+
+/// A key of `session`, as [`RedisStore`] documents them: `P:{id}:head`,
+/// `P:{id}:cp`, `P:{id}:seqs`.
+fn session_key(store: &RedisStore, session: &SessionId, name: &str) -> String {
+    format!("{}:{{{session}}}:{name}", store.prefix())
+}
+
+/// The field of checkpoint `seq` in `P:{id}:cp` and `P:{id}:seqs`: the seq
+/// as 20 zero-padded digits.
+fn checkpoint_field(seq: u64) -> String {
+    format!("{seq:020}")
+}
+
+/// Stores under fresh key prefixes, whose keys `cleanup` deletes.
+struct Rd {
+    url: String,
+    prefixes: Mutex<Vec<String>>,
+}
+
+impl Rd {
+    fn new() -> Option<Self> {
+        Some(Self {
+            url: server_url("HARNESS_TEST_REDIS_URL")?,
+            prefixes: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn fresh_prefix(&self, tag: &str) -> String {
+        let prefix = unique(tag);
+        self.prefixes.lock().unwrap().push(prefix.clone());
+        prefix
+    }
+
+    async fn connect(&self, prefix: &str, options: RedisOptions) -> RedisStore {
+        RedisStore::connect_with(&self.url, options.prefix(prefix))
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to the test Redis: {e}"))
+    }
+
+    async fn store(&self, tag: &str) -> RedisStore {
+        let prefix = self.fresh_prefix(tag);
+        self.connect(&prefix, RedisOptions::default()).await
+    }
+
+    async fn cleanup(&self) {
+        let prefixes = std::mem::take(&mut *self.prefixes.lock().unwrap());
+        let store = self.connect("cleanup", RedisOptions::default()).await;
+        let mut con = store.connection();
+        for prefix in prefixes {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{prefix}:*"))
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                if !keys.is_empty() {
+                    let _: i64 = redis::cmd("DEL")
+                        .arg(&keys)
+                        .query_async(&mut con)
+                        .await
+                        .unwrap();
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+    }
+}
+
+fn corrupt_redis(store: &RedisStore, session: &SessionId, record: Record) {
+    block_on(async {
+        let mut con = store.connection();
+        match record {
+            Record::Head => {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(session_key(store, session, "head"))
+                    .arg(REDIS_GARBAGE)
+                    .arg("XX")
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                assert!(set.is_some(), "no head to corrupt: {session:?}");
+            }
+            Record::Checkpoint(seq) => {
+                let key = session_key(store, session, "cp");
+                let field = checkpoint_field(seq);
+                let existed: bool = redis::cmd("HEXISTS")
+                    .arg(&key)
+                    .arg(&field)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                assert!(existed, "no checkpoint to corrupt: {session:?} {seq}");
+                let _: i64 = redis::cmd("HSET")
+                    .arg(&key)
+                    .arg(&field)
+                    .arg(REDIS_GARBAGE)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_store_conforms() {
+    let Some(rd) = Rd::new() else { return };
+    let make = || block_on(rd.store("conf"));
+    conformance::run_all_with(make, Some(&corrupt_redis)).await;
+    rd.cleanup().await;
+}
+
+/// Two stores (two connections) on one prefix, as two processes would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_redis_stores_on_one_prefix_conform() {
+    let Some(rd) = Rd::new() else { return };
+    let make = || {
+        block_on(async {
+            let prefix = rd.fresh_prefix("rr");
+            RoundRobin::new(vec![
+                rd.connect(&prefix, RedisOptions::default()).await,
+                rd.connect(&prefix, RedisOptions::default()).await,
+            ])
+        })
+    };
+    let corrupt = |rr: &RoundRobin<RedisStore>, s: &SessionId, r: Record| {
+        corrupt_redis(&rr.stores()[0], s, r);
+    };
+    conformance::run_all_with(make, Some(&corrupt)).await;
+    rd.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_runnable_returns_sessions_without_a_live_lease() {
+    let Some(rd) = Rd::new() else { return };
+    let store = rd
+        .connect(
+            &rd.fresh_prefix("run"),
+            RedisOptions::default().claim_ttl(Duration::ZERO),
+        )
+        .await;
+    runnable_reads(&store).await;
+    let store = rd
+        .connect(
+            &rd.fresh_prefix("claim"),
+            RedisOptions::default().claim_ttl(Duration::from_secs(30)),
+        )
+        .await;
+    runnable_claims(&store, 30_000).await;
+    rd.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_workers_take_each_session_once() {
+    let Some(rd) = Rd::new() else { return };
+    for claim in [Duration::from_secs(60), Duration::ZERO] {
+        let prefix = rd.fresh_prefix("work");
+        let mut stores: Vec<Arc<dyn SessionStore>> = Vec::new();
+        for _ in 0..4 {
+            stores.push(Arc::new(
+                rd.connect(&prefix, RedisOptions::default().claim_ttl(claim))
+                    .await,
+            ));
+        }
+        let conflicts = workers_take_each_session_once(stores, 200).await;
+        if !claim.is_zero() {
+            assert_eq!(conflicts, 0, "with claims, workers get disjoint sessions");
+        }
+    }
+    rd.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_odd_ids_go_on() {
+    let Some(rd) = Rd::new() else { return };
+    odd_ids_go_on(&rd.store("ids").await).await;
+    rd.cleanup().await;
+}
+
+/// The indexes follow the head: the session set, the running set scored by
+/// `updated_at`, the leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_keys_follow_the_head() {
+    let Some(rd) = Rd::new() else { return };
+    let store = rd.store("keys").await;
+    let p = store.prefix().to_owned();
+    let mut con = store.connection();
+    let mut c = create(
+        head("k"),
+        vec![snapshot(0, 0, json!(0)), update(1, 1, "x", json!(1))],
+    );
+    c.head.lease = Some(Lease {
+        owner: "w".into(),
+        expires_at: 1234,
+    });
+    c.head.updated_at = 777;
+    store.commit(c.clone()).await.unwrap();
+    let members: BTreeSet<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{p}:sessions"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(members, BTreeSet::from(["k".to_owned()]));
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("{p}:running"))
+        .arg("k")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(score, Some(777.0));
+    let lease: Option<String> = redis::cmd("HGET")
+        .arg(format!("{p}:leases"))
+        .arg("k")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(lease.as_deref(), Some("1234"));
+    let fields: Vec<String> = redis::cmd("ZRANGE")
+        .arg(session_key(&store, &id("k"), "seqs"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(fields, vec![checkpoint_field(0), checkpoint_field(1)]);
+    assert_eq!(checkpoint_field(u64::MAX), "18446744073709551615");
+
+    let mut done = advance(&c.head, vec![], vec![0]);
+    done.head.phase = completed();
+    done.head.lease = None;
+    store.commit(done).await.unwrap();
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("{p}:running"))
+        .arg("k")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(score, None);
+    let lease: Option<String> = redis::cmd("HGET")
+        .arg(format!("{p}:leases"))
+        .arg("k")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(lease, None);
+    let fields: Vec<String> = redis::cmd("ZRANGE")
+        .arg(session_key(&store, &id("k"), "seqs"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(fields, vec![checkpoint_field(1)]);
+    rd.cleanup().await;
+}
+
+/// With a finished TTL, a completed or failed session's keys expire (the
+/// log a little after the head); a continued session's keys are permanent
+/// again; an expired session is gone from `load` and `sessions`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_finished_sessions_expire() {
+    let Some(rd) = Rd::new() else { return };
+    let ttl = Duration::from_millis(400);
+    let store = rd.store("ttl").await.with_finished_ttl(ttl);
+    let mut con = store.connection();
+    let pttl = |key: String| {
+        let mut con = con.clone();
+        async move {
+            redis::cmd("PTTL")
+                .arg(key)
+                .query_async::<i64>(&mut con)
+                .await
+                .unwrap()
+        }
+    };
+    let alive = create(head("alive"), vec![snapshot(0, 0, json!(0))]);
+    store.commit(alive).await.unwrap();
+    let c = create(
+        head("done"),
+        vec![snapshot(0, 0, json!(0)), update(1, 1, "x", json!(1))],
+    );
+    store.commit(c.clone()).await.unwrap();
+    let done = id("done");
+    for key in [
+        session_key(&store, &done, "head"),
+        session_key(&store, &done, "cp"),
+        session_key(&store, &done, "seqs"),
+    ] {
+        assert_eq!(pttl(key).await, -1, "a running session does not expire");
+    }
+    let mut finish = advance(&c.head, vec![], vec![]);
+    finish.head.phase = completed();
+    store.commit(finish.clone()).await.unwrap();
+    let head_ttl = pttl(session_key(&store, &done, "head")).await;
+    assert!(head_ttl > 0 && head_ttl <= 400, "{head_ttl}");
+    for key in [
+        session_key(&store, &done, "cp"),
+        session_key(&store, &done, "seqs"),
+    ] {
+        let log_ttl = pttl(key).await;
+        assert!(log_ttl > 400 && log_ttl <= 1_400, "{log_ttl}");
+    }
+    // Continued: permanent again.
+    let mut resume = advance(&finish.head, vec![update(2, 2, "y", json!(2))], vec![]);
+    resume.head.phase = SessionPhase::Running;
+    store.commit(resume.clone()).await.unwrap();
+    for key in [
+        session_key(&store, &done, "head"),
+        session_key(&store, &done, "cp"),
+        session_key(&store, &done, "seqs"),
+    ] {
+        assert_eq!(pttl(key).await, -1, "a continued session does not expire");
+    }
+    // Failed this time, and left to expire.
+    let mut fail = advance(&resume.head, vec![], vec![]);
+    fail.head.phase = SessionPhase::Failed { error: "x".into() };
+    store.commit(fail).await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(1_300)).await;
+    assert_eq!(store.load(&done).await.unwrap(), None);
+    assert_eq!(store.checkpoints(&done, 0).await.unwrap(), vec![]);
+    assert_eq!(store.sessions().await.unwrap(), vec![id("alive")]);
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(format!("{}:sessions", store.prefix()))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        members,
+        vec!["alive".to_owned()],
+        "the expired id is forgotten"
+    );
+    // And the id can be used again.
+    store
+        .commit(create(head("done"), vec![snapshot(0, 0, json!("again"))]))
+        .await
+        .unwrap();
+    rd.cleanup().await;
+}
+
+/// Connection errors say where and what, never the password; bad key
+/// prefixes are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_connection_errors_hide_the_password() {
+    let rd = RedisStore::connect("redis://someone:s3cret-pw@127.0.0.1:1/").await;
+    match rd {
+        Err(StoreError::Backend { message }) => {
+            assert!(!message.contains("s3cret"), "{message}");
+            assert!(message.contains("127.0.0.1"), "{message}");
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    let Some(rd) = Rd::new() else { return };
+    for bad in ["", "a{b", "a}"] {
+        let err = RedisStore::connect_with(&rd.url, RedisOptions::default().prefix(bad)).await;
+        assert!(
+            matches!(err, Err(StoreError::Backend { .. })),
+            "{bad:?}: {err:?}"
+        );
+    }
+}
+
+/// A read-only store reads what a writable one wrote and writes nothing:
+/// not a commit, not a claim, not the index of session ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_read_only_store_reads_and_never_writes() {
+    let Some(rd) = Rd::new() else { return };
+    let prefix = rd.fresh_prefix("ro");
+    let writer = rd.connect(&prefix, RedisOptions::default()).await;
+    let c = crate::create_sample(&writer, "r", 2).await;
+    let reader = rd
+        .connect(&prefix, RedisOptions::default().read_only(true))
+        .await;
+    assert_eq!(reader.load(&id("r")).await.unwrap(), Some(c.head.clone()));
+    assert_eq!(reader.checkpoints(&id("r"), 0).await.unwrap(), c.append);
+    for _ in 0..2 {
+        assert_eq!(
+            reader.runnable(now_millis(), 10).await.unwrap(),
+            vec![id("r")]
+        );
+    }
+    assert_eq!(
+        writer.runnable(now_millis(), 10).await.unwrap(),
+        vec![id("r")]
+    );
+    let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
+    match reader.commit(next).await {
+        Err(StoreError::Backend { message }) => {
+            assert!(message.contains("read-only"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(writer.load(&id("r")).await.unwrap(), Some(c.head));
+    // A session whose head is gone (expired): neither lists it, and only
+    // the writer forgets its id.
+    crate::create_sample(&writer, "gone", 0).await;
+    let mut con = reader.connection();
+    let _: i64 = redis::cmd("DEL")
+        .arg(session_key(&reader, &id("gone"), "head"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let members = || {
+        let mut con = con.clone();
+        let key = format!("{prefix}:sessions");
+        async move {
+            redis::cmd("SMEMBERS")
+                .arg(key)
+                .query_async::<BTreeSet<String>>(&mut con)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(reader.sessions().await.unwrap(), vec![id("r")]);
+    assert!(members().await.contains("gone"), "the reader forgot an id");
+    assert_eq!(writer.sessions().await.unwrap(), vec![id("r")]);
+    assert!(!members().await.contains("gone"));
+    rd.cleanup().await;
+}

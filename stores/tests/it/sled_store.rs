@@ -1,0 +1,197 @@
+//! The sled store: the suite, its documented layout (three trees; keys of
+//! the id's length, the id and the seq), reopening, segment sizes.
+
+use crate::{GARBAGE, create_sample, id};
+use harness::SessionId;
+use harness::session::{SessionStore, StoreError};
+use harness_stores::SledStore;
+use harness_stores::conformance::{self, Record, advance, snapshot, update};
+use harness_stores::sled::Tree;
+use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The segment size [`SledStore`] documents for the databases it creates.
+const SEGMENT_SIZE: usize = 128 * 1024;
+
+/// One of the store's trees, by its documented name.
+fn tree(store: &SledStore, name: &str) -> Tree {
+    store.db().open_tree(name).unwrap()
+}
+
+/// A head's key in `heads`: the id's UTF-8 bytes.
+fn head_key(session: &SessionId) -> Vec<u8> {
+    session.as_str().as_bytes().to_vec()
+}
+
+/// A checkpoint's key in `checkpoints` and `snapshots`: the id's length as
+/// 8 big-endian bytes, the id, the seq as 8 big-endian bytes.
+fn checkpoint_key(session: &SessionId, seq: u64) -> Vec<u8> {
+    let id = session.as_str().as_bytes();
+    let mut key = (id.len() as u64).to_be_bytes().to_vec();
+    key.extend_from_slice(id);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn corrupt_sled(store: &SledStore, session: &SessionId, record: Record) {
+    let previous = match record {
+        Record::Head => tree(store, "heads")
+            .insert(head_key(session), GARBAGE)
+            .unwrap(),
+        Record::Checkpoint(seq) => {
+            // Snapshots and updates live in trees of their own.
+            let key = checkpoint_key(session, seq);
+            let snapshots = tree(store, "snapshots");
+            let tree = if snapshots.contains_key(&key).unwrap() {
+                snapshots
+            } else {
+                tree(store, "checkpoints")
+            };
+            tree.insert(key, GARBAGE).unwrap()
+        }
+    };
+    assert!(
+        previous.is_some(),
+        "no record to corrupt: {session:?} {record:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn temporary_sled_store_conforms() {
+    conformance::run_all_with(|| SledStore::temporary().unwrap(), Some(&corrupt_sled)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_disk_sled_store_conforms() {
+    let base = tempfile::tempdir().unwrap();
+    let n = AtomicUsize::new(0);
+    let make = || {
+        SledStore::open(
+            base.path()
+                .join(n.fetch_add(1, Ordering::Relaxed).to_string()),
+        )
+        .unwrap()
+    };
+    conformance::run_all_with(make, Some(&corrupt_sled)).await;
+}
+
+#[tokio::test]
+async fn sled_store_reopened_sees_commits() {
+    let base = tempfile::tempdir().unwrap();
+    let path = base.path().join("db");
+    let store = SledStore::open(&path).unwrap();
+    let c = create_sample(&store, "kept", 3).await;
+    let mut next = advance(&c.head, vec![update(4, 4, "x", json!(4))], vec![2]);
+    next.durable = false;
+    store.commit(next.clone()).await.unwrap();
+    create_sample(&store, "kept-too", 0).await;
+    store.flush().await.unwrap();
+    let log = store.checkpoints(&id("kept"), 0).await.unwrap();
+    drop(store);
+
+    let store = reopen_sled(&path).await;
+    assert_eq!(
+        store.load(&id("kept")).await.unwrap(),
+        Some(next.head.clone())
+    );
+    assert_eq!(store.checkpoints(&id("kept"), 0).await.unwrap(), log);
+    assert_eq!(
+        log.iter().map(|cp| cp.seq).collect::<Vec<_>>(),
+        vec![0, 1, 3, 4]
+    );
+    let mut listed = store.sessions().await.unwrap();
+    listed.sort();
+    assert_eq!(listed, vec![id("kept"), id("kept-too")]);
+    store
+        .commit(advance(
+            &next.head,
+            vec![update(5, 5, "x", json!(5))],
+            vec![],
+        ))
+        .await
+        .unwrap();
+}
+
+/// Sled releases its lock when its last handle (some held by its own
+/// threads) is gone; retry briefly.
+async fn reopen_sled(path: &Path) -> SledStore {
+    let mut last = None;
+    for _ in 0..50 {
+        match SledStore::open(path) {
+            Ok(store) => return store,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("cannot reopen the sled store: {last:?}");
+}
+
+#[tokio::test]
+async fn sled_store_keeps_snapshots_apart_and_merges_them_in_order() {
+    let store = SledStore::temporary().unwrap();
+    let c = create_sample(&store, "s", 2).await;
+    let next = advance(
+        &c.head,
+        vec![
+            update(3, 3, "x", json!(3)),
+            snapshot(4, 3, json!({"n": 3})),
+            update(5, 4, "x", json!(4)),
+        ],
+        vec![],
+    );
+    store.commit(next).await.unwrap();
+    let key = |seq| checkpoint_key(&id("s"), seq);
+    let (snapshots, checkpoints) = (tree(&store, "snapshots"), tree(&store, "checkpoints"));
+    assert!(snapshots.contains_key(key(0)).unwrap());
+    assert!(snapshots.contains_key(key(4)).unwrap());
+    assert!(!checkpoints.contains_key(key(4)).unwrap());
+    assert!(checkpoints.contains_key(key(3)).unwrap());
+    let seqs =
+        |log: Vec<harness::session::Checkpoint>| log.iter().map(|cp| cp.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(store.checkpoints(&id("s"), 0).await.unwrap()),
+        vec![0, 1, 2, 3, 4, 5]
+    );
+    assert_eq!(
+        seqs(store.checkpoints(&id("s"), 4).await.unwrap()),
+        vec![4, 5]
+    );
+
+    // A seq stored in both trees is corrupt, not read twice.
+    let update_3 = checkpoints.get(key(3)).unwrap().unwrap();
+    snapshots.insert(key(3), update_3).unwrap();
+    match store.checkpoints(&id("s"), 0).await {
+        Err(StoreError::Load(e)) => {
+            assert_eq!(e.record, "checkpoint 3");
+            assert!(e.reason.contains("both"), "{e}");
+        }
+        other => panic!("expected a load error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn sled_store_opens_a_database_made_with_another_segment_size() {
+    let base = tempfile::tempdir().unwrap();
+    let fresh = base.path().join("fresh");
+    drop(SledStore::open(&fresh).unwrap());
+    let conf = String::from_utf8_lossy(&std::fs::read(fresh.join("conf")).unwrap()).into_owned();
+    assert!(
+        conf.contains(&format!("segment_size: {SEGMENT_SIZE}")),
+        "{conf}"
+    );
+
+    // A database made with sled's own default of 512 KiB.
+    let old = base.path().join("old");
+    let config = harness_stores::sled::Config::new().path(&old);
+    let store = SledStore::with_config(&config).unwrap();
+    let c = create_sample(&store, "kept", 2).await;
+    store.flush().await.unwrap();
+    drop(store);
+    drop(config);
+    let conf = String::from_utf8_lossy(&std::fs::read(old.join("conf")).unwrap()).into_owned();
+    assert!(conf.contains("segment_size: 524288"), "{conf}");
+    let store = reopen_sled(&old).await;
+    assert_eq!(store.load(&id("kept")).await.unwrap(), Some(c.head));
+    assert_eq!(store.checkpoints(&id("kept"), 0).await.unwrap().len(), 3);
+}
