@@ -13,7 +13,7 @@ use crate::session::{
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
-use crate::step::StepJournal;
+use crate::step::{Interrupt, StepJournal};
 use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
@@ -279,11 +279,15 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         &self,
         head: StoredRun,
         slots: C::Run,
-        run_id: Option<RunId>,
-        at: usize,
-        journal: StepJournal,
-        input: Option<Value>,
+        from: Continuation,
     ) -> Result<Run<S, C>, SessionError> {
+        let Continuation {
+            run_id,
+            at,
+            journal,
+            input,
+            answering,
+        } = from;
         let store = Arc::clone(self.store()?);
         let mut state: S = rebuild(&*store, &head, None).await?;
         let input_update = match &input {
@@ -310,7 +314,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         if let Some(u) = input_update {
             state.apply(u);
         }
-        let exec = Execution::new(
+        let mut exec = Execution::new(
             state,
             at,
             journal,
@@ -319,6 +323,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                 leased: true,
             },
         );
+        exec.answering = answering;
         Ok(self.new_run(slots, exec, run_id_used, session_id))
     }
 
@@ -338,21 +343,30 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let head = self.session(session_id).await?;
         Self::check_not_in_flight(&head)?;
         let pending = match &head.phase {
-            SessionPhase::Interrupted { interrupt } => Some(interrupt.id.clone()),
+            SessionPhase::Interrupted { interrupt } => Some(interrupt.clone()),
             _ => None,
         };
-        if pending.as_ref() != Some(interrupt_id) {
+        let Some(pending) = pending.filter(|p| p.id == *interrupt_id) else {
             return Err(NoInterrupt {
                 given: interrupt_id.clone(),
-                pending,
+                pending: match &head.phase {
+                    SessionPhase::Interrupted { interrupt } => Some(interrupt.id.clone()),
+                    _ => None,
+                },
             }
             .into());
-        }
+        };
         let at = self.step_at(&head)?;
         let mut journal = head.journal.clone();
         journal.responses.push(response);
-        self.attached_run(head, slots, None, at, journal, None)
-            .await
+        let from = Continuation {
+            run_id: None,
+            at,
+            journal,
+            input: None,
+            answering: Some(pending),
+        };
+        self.attached_run(head, slots, from).await
     }
 
     /// Starts a new run on an existing session (a chat thread): its stored
@@ -392,15 +406,14 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         }
         let input = to_json(&input, "input")?;
         let at = self.inner.harness.start;
-        self.attached_run(
-            head,
-            slots,
-            Some(RunId::random()),
+        let from = Continuation {
+            run_id: Some(RunId::random()),
             at,
-            StepJournal::default(),
-            Some(input),
-        )
-        .await
+            journal: StepJournal::default(),
+            input: Some(input),
+            answering: None,
+        };
+        self.attached_run(head, slots, from).await
     }
 
     /// Continues a session whose run did not finish: a process that died
@@ -434,8 +447,14 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         }
         let at = self.step_at(&head)?;
         let journal = head.journal.clone();
-        self.attached_run(head, slots, None, at, journal, None)
-            .await
+        let from = Continuation {
+            run_id: None,
+            at,
+            journal,
+            input: None,
+            answering: None,
+        };
+        self.attached_run(head, slots, from).await
     }
 
     /// A run's last step was checkpointed but its process died before it
@@ -595,6 +614,20 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             .await?;
         Ok(fork)
     }
+}
+
+/// Where a run on a stored session goes on from.
+struct Continuation {
+    /// A new run id, or the session's current run's.
+    run_id: Option<RunId>,
+    /// The step to run.
+    at: usize,
+    /// That step's journal.
+    journal: StepJournal,
+    /// A run input to merge first (a continued chat thread).
+    input: Option<Value>,
+    /// The interrupt the journal's last answer answers, if it does.
+    answering: Option<Interrupt>,
 }
 
 /// `value` as stored JSON, or a typed error saying what could not be

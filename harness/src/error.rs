@@ -212,6 +212,18 @@ pub enum RunError {
         /// The step that would have run next.
         step: String,
     },
+    /// The answer given to an interrupt does not have the shape the step
+    /// reads it as. It was not kept: the run is paused on the same
+    /// interrupt, and a resume with a well-formed answer continues it.
+    #[error(
+        "the answer to interrupt {interrupt} was rejected ({reason}); the run still waits on that interrupt: resume it with an answer of the expected shape"
+    )]
+    AnswerRejected {
+        /// The interrupt, still pending.
+        interrupt: InterruptId,
+        /// What is wrong with the answer, and the type the step expects.
+        reason: String,
+    },
     /// The run is paused on an interrupt and was awaited again without a resume.
     #[error("the run is paused on interrupt {interrupt}; call run.resume(response, id) first")]
     Paused {

@@ -24,7 +24,7 @@ const SNAPSHOTS: &str = "snapshots";
 /// only once several segments are mostly dead, so a small database takes a
 /// few segments whatever it holds. With 512 KiB segments a 500-step session
 /// of 1 KiB steps (513 KB of state) took 4.8 times its state on disk; with
-/// 128 KiB, 2.6 times (`tests/sessions.rs`). sled runs its own test suite
+/// 128 KiB, 2.6 times (`tests/it/sessions.rs`). sled runs its own test suite
 /// with far smaller segments. The size is fixed when a database is created:
 /// an existing database opens with the size it was made with.
 const SEGMENT_SIZE: usize = 128 * 1024;

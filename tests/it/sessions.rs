@@ -984,3 +984,66 @@ async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
     assert_eq!(out.signal.as_str(), "enough");
     assert_eq!(out.state.steps, 4);
 }
+
+/// Asks how many to add: the answer must be a number.
+async fn ask_amount(_: Arc<Tally>, cx: Cx<()>) -> StepResult<TallyUpdate> {
+    let amount: u32 = cx.interrupt("how many?")?;
+    Ok(TallyUpdate::new().count(amount))
+}
+
+#[tokio::test]
+async fn a_stored_session_refuses_a_wrongly_shaped_answer_and_keeps_waiting() {
+    let store = Arc::new(MemoryStore::new());
+    let build = || {
+        let h = Harness::<Tally>::builder()
+            .step("ask")
+            .run(ask_amount)
+            .end()
+            .start("ask")
+            .store(store.clone())
+            .build()
+            .unwrap();
+        create_agent("amounts", &h)
+    };
+    let paused = build().run(Tally::default()).await.unwrap();
+    let (session, asked) = (paused.session_id, paused.interrupt.unwrap());
+    // Each wrong answer comes from a fresh agent, as from another process.
+    for bad in [
+        serde_json::json!("three"),
+        serde_json::json!(-1),
+        serde_json::json!(2.5),
+        serde_json::json!({"amount": 3}),
+        serde_json::json!(null),
+    ] {
+        let agent = build();
+        let err = agent
+            .resume(bad.clone(), &session, &asked.id)
+            .await
+            .unwrap()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, RunError::AnswerRejected { interrupt, .. } if *interrupt == asked.id),
+            "{bad}: {err}"
+        );
+        // Stored: still waiting on the same interrupt, the answer not kept.
+        let head = agent.session(&session).await.unwrap();
+        match &head.phase {
+            SessionPhase::Interrupted { interrupt } => assert_eq!(interrupt.id, asked.id, "{bad}"),
+            other => panic!("{bad}: the session is {other:?}"),
+        }
+        assert!(
+            head.journal.responses.is_empty(),
+            "{bad}: {:?}",
+            head.journal
+        );
+        assert!(head.lease.is_none(), "{bad}: the lease is released");
+    }
+    let done = build()
+        .resume(3, &session, &asked.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!((done.signal, done.state.count), (Signal::END, 3));
+}

@@ -43,6 +43,9 @@ pub(crate) struct Execution<S> {
     pub(crate) steps: u64,
     /// The current step's journal.
     pub(crate) journal: StepJournal,
+    /// The interrupt whose answer was just given (the last one in the
+    /// journal): the run waits on it again if the answer is rejected.
+    pub(crate) answering: Option<Interrupt>,
     /// The session store, if any.
     pub(crate) session: SessionLink,
 }
@@ -54,6 +57,7 @@ impl<S> Execution<S> {
             at,
             steps: 0,
             journal,
+            answering: None,
             session,
         }
     }
@@ -64,6 +68,9 @@ pub(crate) enum Settle {
     Ended(Signal),
     Stopped,
     Interrupted(Interrupt),
+    /// Paused again on the interrupt it was answered on, whose answer the
+    /// step could not read (the reason).
+    Rejected(Interrupt, String),
 }
 
 /// A finished drive: where the run got to, and how it settled.
@@ -75,6 +82,7 @@ pub(crate) struct Driven<S> {
 /// Why a step did not produce an update.
 enum Halt {
     Interrupt(Interrupt),
+    Rejected(Interrupt, String),
     Error(RunError),
 }
 
@@ -210,7 +218,7 @@ async fn persist_settle<S: HarnessState, C: Context>(
             here,
             exec.journal.clone(),
         ),
-        Ok(Settle::Interrupted(interrupt)) => (
+        Ok(Settle::Interrupted(interrupt) | Settle::Rejected(interrupt, _)) => (
             SessionPhase::Interrupted {
                 interrupt: interrupt.clone(),
             },
@@ -289,6 +297,9 @@ async fn drive<S: HarnessState, C: Context>(
                 {
                     Ok(update) => Some(update),
                     Err(Halt::Interrupt(interrupt)) => break Ok(Settle::Interrupted(interrupt)),
+                    Err(Halt::Rejected(interrupt, reason)) => {
+                        break Ok(Settle::Rejected(interrupt, reason));
+                    }
                     Err(Halt::Error(e)) => break Err(e),
                 }
             }
@@ -353,6 +364,7 @@ async fn drive<S: HarnessState, C: Context>(
         };
         exec.steps += 1;
         exec.journal = StepJournal::default();
+        exec.answering = None;
         if let (Some(cursor), Some(stored)) = (cursor, stored_update) {
             let next_name = match next {
                 Target::Step(i) => Some(&*harness.steps[i].name),
@@ -406,7 +418,7 @@ async fn drive<S: HarnessState, C: Context>(
         Ok(Settle::Stopped) => {
             finished(observers, control, info, &Signal::STOPPED, exec.steps).await;
         }
-        Ok(Settle::Interrupted(interrupt)) => {
+        Ok(Settle::Interrupted(interrupt) | Settle::Rejected(interrupt, _)) => {
             for o in observers {
                 o.interrupted(info, interrupt).await;
             }
@@ -480,11 +492,25 @@ async fn run_step<S: HarnessState, C: Context>(
                 Err(_) => Err(Failure::Timeout(limit)),
             },
         };
-        let (journal, pending) = shared.finish();
-        exec.journal = journal;
+        let visit = shared.finish();
+        exec.journal = visit.journal;
+        if let Some(rejected) = visit.rejected {
+            // The unreadable answer is dropped, never replayed, and the run
+            // waits on the interrupt it answered. Without that interrupt (a
+            // journal written before answers were checked), the step runs
+            // again without the answer and asks anew.
+            exec.journal.responses.truncate(rejected.index);
+            match exec.answering.take() {
+                Some(interrupt) => return Err(Halt::Rejected(interrupt, rejected.reason)),
+                None => {
+                    attempt -= 1;
+                    continue;
+                }
+            }
+        }
         // An interrupt wins over the step's own result: the step asked to
         // pause, even if it swallowed the error.
-        if let Some(interrupt) = pending {
+        if let Some(interrupt) = visit.pending {
             return Err(Halt::Interrupt(interrupt));
         }
         let failure = match result {

@@ -160,6 +160,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
         match std::mem::replace(&mut self.phase, RunPhase::Done) {
             RunPhase::Paused(mut exec, interrupt) if interrupt.id == *id => {
                 exec.journal.responses.push(response.into());
+                exec.answering = Some(interrupt);
                 self.phase = RunPhase::Ready(exec);
                 Ok(())
             }
@@ -209,6 +210,14 @@ impl<S: HarnessState, C: Context> Run<S, C> {
                 let out = outcome(Signal::STOPPED, Arc::unwrap_or_clone(exec.state), None);
                 self.phase = RunPhase::Done;
                 Ok(out)
+            }
+            Ok(Settle::Rejected(interrupt, reason)) => {
+                let error = RunError::AnswerRejected {
+                    interrupt: interrupt.id.clone(),
+                    reason,
+                };
+                self.phase = RunPhase::Paused(exec, interrupt);
+                Err(error)
             }
             Ok(Settle::Interrupted(interrupt)) => {
                 let out = outcome(

@@ -35,6 +35,27 @@ pub(crate) struct CxShared {
     journal: Mutex<StepJournal>,
     next_interrupt: AtomicUsize,
     pending: Mutex<Option<Interrupt>>,
+    rejected: Mutex<Option<RejectedAnswer>>,
+}
+
+/// An answer to an interrupt that does not have the shape the step asked
+/// for: which answer (by order) and why.
+#[derive(Debug)]
+pub(crate) struct RejectedAnswer {
+    /// Its position among the step's answers.
+    pub(crate) index: usize,
+    /// What is wrong with it.
+    pub(crate) reason: String,
+}
+
+/// How a step visit ended, besides its own result.
+pub(crate) struct Visit {
+    /// The journal, to keep if the step is re-entered.
+    pub(crate) journal: StepJournal,
+    /// The interrupt the step asked for, if any.
+    pub(crate) pending: Option<Interrupt>,
+    /// An answer the step could not read, if any.
+    pub(crate) rejected: Option<RejectedAnswer>,
 }
 
 /// Locks a mutex whose data stays consistent even if a holder panicked:
@@ -61,15 +82,18 @@ impl CxShared {
             journal: Mutex::new(journal),
             next_interrupt: AtomicUsize::new(0),
             pending: Mutex::new(None),
+            rejected: Mutex::new(None),
         }
     }
 
-    /// The journal and the interrupt the step asked for, if any.
-    pub(crate) fn finish(&self) -> (StepJournal, Option<Interrupt>) {
-        (
-            std::mem::take(&mut *lock(&self.journal)),
-            lock(&self.pending).take(),
-        )
+    /// What the visit left: the journal, the interrupt the step asked for,
+    /// an answer it could not read.
+    pub(crate) fn finish(&self) -> Visit {
+        Visit {
+            journal: std::mem::take(&mut *lock(&self.journal)),
+            pending: lock(&self.pending).take(),
+            rejected: lock(&self.rejected).take(),
+        }
     }
 }
 
@@ -157,18 +181,34 @@ impl<C> Cx<C> {
     ///
     /// A step that swallows the error and returns `Ok` is still interrupted:
     /// its update is discarded and the run pauses.
+    ///
+    /// An answer that cannot be read as `R` is refused, not kept: the run
+    /// settles with [`RunError::AnswerRejected`](crate::RunError::AnswerRejected)
+    /// and waits on the same interrupt, whose next answer is read instead.
     pub fn interrupt<P: Serialize, R: DeserializeOwned>(&self, payload: P) -> Result<R, StepError> {
         let k = self.shared.next_interrupt.fetch_add(1, Ordering::SeqCst);
         let answered = lock(&self.shared.journal).responses.get(k).cloned();
         if let Some(response) = answered {
-            return serde_json::from_value(response).map_err(|e| {
-                StepError::msg(format!(
-                    "the response to interrupt #{} of step `{}` does not have the expected shape ({}): {e}",
-                    k + 1,
-                    self.shared.step,
-                    std::any::type_name::<R>()
-                ))
-            });
+            return match serde_json::from_value(response) {
+                Ok(answer) => Ok(answer),
+                Err(e) => {
+                    // The answer is refused, not the run: the engine drops
+                    // it and the run waits on the same interrupt again.
+                    let mut rejected = lock(&self.shared.rejected);
+                    if rejected.is_none() {
+                        *rejected = Some(RejectedAnswer {
+                            index: k,
+                            reason: format!(
+                                "interrupt #{} of step `{}` expects {}: {e}",
+                                k + 1,
+                                self.shared.step,
+                                std::any::type_name::<R>()
+                            ),
+                        });
+                    }
+                    Err(StepError::interrupted())
+                }
+            };
         }
         let payload = serde_json::to_value(payload).map_err(|e| {
             StepError::msg(format!(

@@ -554,3 +554,76 @@ async fn a_step_function_takes_only_what_it_uses() {
     assert_eq!(out.state.count, 32);
     assert_eq!(out.signal, Signal::END);
 }
+
+#[derive(Debug, serde::Deserialize)]
+struct Approval {
+    approve: bool,
+    note: String,
+}
+
+/// Asks a name (a string), then an approval (a struct); logs both.
+async fn two_questions(_: Arc<Order>, cx: Cx<()>) -> StepResult<OrderUpdate> {
+    let name: String = cx.interrupt("name?")?;
+    let approval: Approval = cx.interrupt(format!("approve {name}?"))?;
+    Ok(OrderUpdate::new().log(vec![
+        name,
+        format!("{}: {}", approval.approve, approval.note),
+    ]))
+}
+
+#[tokio::test]
+async fn an_answer_of_the_wrong_shape_is_rejected_and_the_run_waits_on_the_same_interrupt() {
+    let h = Harness::<Order>::builder()
+        .step("ask")
+        .run(two_questions)
+        .end()
+        .start("ask")
+        .build()
+        .unwrap();
+    let agent = create_agent("a", &h);
+    let mut run = agent.run(Order::default());
+    let first = (&mut run).await.unwrap().interrupt.unwrap();
+    // Not a string, each way a model or a form can get it wrong.
+    for bad in [
+        serde_json::json!(true),
+        serde_json::json!(3),
+        serde_json::json!(null),
+        serde_json::json!({"name": "Ada"}),
+        serde_json::json!(["Ada"]),
+    ] {
+        run.resume(bad.clone(), &first.id).unwrap();
+        let err = (&mut run).await.unwrap_err();
+        match &err {
+            RunError::AnswerRejected { interrupt, reason } => {
+                assert_eq!(*interrupt, first.id, "{bad}");
+                assert!(reason.contains("String"), "{bad}: {reason}");
+            }
+            other => panic!("{bad}: expected AnswerRejected, got {other}"),
+        }
+        assert_eq!(run.pending_interrupt().unwrap().id, first.id, "{bad}");
+    }
+    run.resume("Ada", &first.id).unwrap();
+    let second = (&mut run).await.unwrap().interrupt.unwrap();
+    assert_ne!(second.id, first.id);
+    assert_eq!(second.payload, "approve Ada?");
+    // The second answer is checked as well; the first stays accepted.
+    for bad in [
+        serde_json::json!({"approve": "yes", "note": "ok"}),
+        serde_json::json!({"note": "missing approve"}),
+        serde_json::json!("approve"),
+    ] {
+        run.resume(bad.clone(), &second.id).unwrap();
+        let err = (&mut run).await.unwrap_err();
+        assert!(
+            matches!(&err, RunError::AnswerRejected { interrupt, .. } if *interrupt == second.id),
+            "{bad}: {err}"
+        );
+    }
+    run.resume(
+        serde_json::json!({"approve": true, "note": "fine"}),
+        &second.id,
+    )
+    .unwrap();
+    let done = (&mut run).await.unwrap();
+    assert_eq!(done.state.log, ["Ada", "true: fine"]);
+}
