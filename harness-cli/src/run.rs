@@ -27,12 +27,12 @@ pub(crate) struct Args {
     /// next to the file).
     #[arg(long)]
     state: Option<PathBuf>,
-    /// Per-cell time limit in seconds; a cell over it is killed (the kernel
-    /// restarts and later cells restore what they need).
-    #[arg(long, default_value_t = 600.0)]
+    /// Per-cell time limit in seconds (0: none); a cell over it is killed
+    /// (the kernel restarts and later cells restore what they need).
+    #[arg(long, default_value_t = 600.0, value_parser = parse_timeout)]
     timeout: f64,
-    /// Memory limit of the kernel in MiB (RLIMIT_AS).
-    #[arg(long)]
+    /// Memory limit of the kernel in MiB (RLIMIT_AS), from 1 MiB.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MEMORY_MB))]
     memory_mb: Option<u64>,
     /// The Python interpreter.
     #[arg(long, default_value = "python3")]
@@ -54,6 +54,27 @@ pub(crate) struct Args {
     /// Print the replay report as JSON instead.
     #[arg(long)]
     json: bool,
+}
+
+/// The largest memory limit in MiB whose size in bytes fits a `u64`.
+const MAX_MEMORY_MB: u64 = u64::MAX >> 20;
+
+/// The longest per-cell time limit: a year. Longer is surely a typo, and
+/// `inf` or `NaN` is no number of seconds.
+const MAX_TIMEOUT_SECS: f64 = 365.0 * 86_400.0;
+
+/// `--timeout`: a finite number of seconds from 0 (no limit) to a year.
+fn parse_timeout(text: &str) -> Result<f64, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !secs.is_finite() || !(0.0..=MAX_TIMEOUT_SECS).contains(&secs) {
+        return Err(format!(
+            "`{text}` is out of range: give seconds from 0 (no limit) to {MAX_TIMEOUT_SECS}"
+        ));
+    }
+    Ok(secs)
 }
 
 pub(crate) fn run(args: &Args) -> ExitCode {
@@ -115,7 +136,8 @@ async fn run_async(args: &Args) -> ExitCode {
     let config = KernelConfig {
         python: args.python.clone(),
         timeout: (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout)),
-        memory_limit: args.memory_mb.map(|mb| mb << 20),
+        // The parser bounds it, so the product fits.
+        memory_limit: args.memory_mb.map(|mb| mb.saturating_mul(1 << 20)),
         working_dir: Some(base.clone()),
         command_prefix: args
             .prefix

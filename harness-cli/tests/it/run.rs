@@ -142,3 +142,59 @@ fn notebook_with_ipython_commands_runs() {
             .unwrap();
     assert_eq!(saved["records"]["1"]["display"], "21");
 }
+
+#[test]
+fn numeric_options_out_of_range_are_usage_errors_that_name_the_option() {
+    let dir = workdir("run_bad_numbers");
+    let file = dir.join("cells.py");
+    std::fs::write(&file, "x = 1\n").unwrap();
+    let cases: &[(&str, &str)] = &[
+        ("--timeout", "inf"),
+        ("--timeout", "NaN"),
+        ("--timeout", "-1"),
+        ("--timeout", "1e400"),
+        ("--timeout", "1e12"),
+        ("--timeout", "ten"),
+        ("--memory-mb", "0"),
+        ("--memory-mb", "-5"),
+        ("--memory-mb", "17592186044416"),
+        ("--memory-mb", "18446744073709551615"),
+        ("--memory-mb", "lots"),
+    ];
+    for (option, value) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args([
+                "run",
+                "--quiet",
+                &format!("{option}={value}"),
+                file.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{option} {value}: {stderr}");
+        assert!(stderr.contains(option), "{option} {value}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{option} {value}: {stderr}");
+    }
+    // Nothing ran: no notebook was created for the script.
+    assert!(!dir.join(".harness").exists());
+    // The largest values in range are accepted.
+    let output = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args([
+            "run",
+            "--quiet",
+            "--timeout",
+            "31536000",
+            "--memory-mb",
+            "4096",
+            file.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -147,9 +147,12 @@ pub fn parse_retry_after(headers: &HeaderMap, body: &Value) -> Option<Duration> 
             return seconds(secs);
         }
         if let Some(at) = parse_http_date(value) {
+            // A date in the past means now; one years away is capped like
+            // a number of seconds is.
             return Some(
                 at.duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO),
+                    .unwrap_or(Duration::ZERO)
+                    .min(Duration::from_secs(MAX_RETRY_AFTER_SECS)),
             );
         }
     }
@@ -161,8 +164,13 @@ pub fn parse_retry_after(headers: &HeaderMap, body: &Value) -> Option<Duration> 
         .and_then(seconds)
 }
 
+/// The longest wait a provider's hint is read as (a day); the retry policy
+/// caps it further (`HttpRetryPolicy::max_retry_after`).
+const MAX_RETRY_AFTER_SECS: u64 = 86_400;
+
 fn seconds(secs: f64) -> Option<Duration> {
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
+    (secs.is_finite() && secs >= 0.0)
+        .then(|| Duration::from_secs_f64(secs.min(MAX_RETRY_AFTER_SECS as f64)))
 }
 
 /// Parses an IMF-fixdate such as `Sun, 06 Nov 1994 08:49:37 GMT`.
@@ -188,11 +196,21 @@ fn parse_http_date(text: &str) -> Option<SystemTime> {
     let year: u64 = fields.next()?.parse().ok()?;
     let mut clock = fields.next()?.split(':').map(|n| n.parse::<u64>().ok());
     let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
-    if fields.next()? != "GMT" || year < 1970 || !(1..=31).contains(&day) {
+    // Fields out of range are not a date: a server that sends one gets its
+    // hint ignored, never an overflow (years are four digits in the format).
+    if fields.next()? != "GMT"
+        || !(1970..=9999).contains(&year)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
         return None;
     }
-    let days = days_since_epoch(year, month, day);
-    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + hour * 3600 + minute * 60 + second))
+    let secs = days_since_epoch(year, month, day)
+        .checked_mul(86_400)?
+        .checked_add(hour * 3600 + minute * 60 + second)?;
+    UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
 /// Days from 1970-01-01 to the given civil date (proleptic Gregorian).
@@ -263,6 +281,48 @@ mod tests {
             Some(Duration::from_millis(1500))
         );
         assert_eq!(parse_retry_after(&HeaderMap::new(), &none), None);
+        // Dates far ahead are capped at a day; impossible ones are ignored;
+        // none of them overflows.
+        for far in [
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+            "Mon, 01 Jan 5000 00:00:00 GMT",
+        ] {
+            assert_eq!(
+                parse_retry_after(&headers(&[("retry-after", far)]), &none),
+                Some(Duration::from_secs(86_400)),
+                "{far}"
+            );
+        }
+        for bad in [
+            "Sun, 06 Nov 18446744073709551615 08:49:37 GMT",
+            "Sun, 06 Nov 99999 08:49:37 GMT",
+            "Sun, 06 Nov 2030 99:99:99 GMT",
+            "Sun, 06 Nov 2030 24:00:00 GMT",
+            "Sun, 32 Nov 2030 08:49:37 GMT",
+            "Sun, 00 Nov 2030 08:49:37 GMT",
+            "Sun, 06 Nov 1969 08:49:37 GMT",
+            "Sun, 06 Foo 2030 08:49:37 GMT",
+            "Sun, 06 Nov 2030 08:49:37 UTC",
+            "Sun, 06 Nov 2030 8:49",
+        ] {
+            assert_eq!(
+                parse_retry_after(&headers(&[("retry-after", bad)]), &none),
+                None,
+                "{bad}"
+            );
+        }
+        for huge in ["1e308", "inf", "NaN", "-5", "18446744073709551616"] {
+            let got = parse_retry_after(&headers(&[("retry-after", huge)]), &none);
+            assert!(
+                got.is_none_or(|d| d <= Duration::from_secs(86_400)),
+                "{huge}: {got:?}"
+            );
+            let got = parse_retry_after(&headers(&[("retry-after-ms", huge)]), &none);
+            assert!(
+                got.is_none_or(|d| d <= Duration::from_secs(86_400)),
+                "{huge}: {got:?}"
+            );
+        }
     }
 
     #[test]
