@@ -343,18 +343,19 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let head = self.session(session_id).await?;
         Self::check_not_in_flight(&head)?;
         let pending = match &head.phase {
-            SessionPhase::Interrupted { interrupt } => Some(interrupt.clone()),
-            _ => None,
-        };
-        let Some(pending) = pending.filter(|p| p.id == *interrupt_id) else {
-            return Err(NoInterrupt {
-                given: interrupt_id.clone(),
-                pending: match &head.phase {
-                    SessionPhase::Interrupted { interrupt } => Some(interrupt.id.clone()),
-                    _ => None,
-                },
+            SessionPhase::Interrupted { interrupt } if interrupt.id == *interrupt_id => {
+                interrupt.clone()
             }
-            .into());
+            other => {
+                return Err(NoInterrupt {
+                    given: interrupt_id.clone(),
+                    pending: match other {
+                        SessionPhase::Interrupted { interrupt } => Some(interrupt.id.clone()),
+                        _ => None,
+                    },
+                }
+                .into());
+            }
         };
         let at = self.step_at(&head)?;
         let mut journal = head.journal.clone();

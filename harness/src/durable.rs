@@ -60,7 +60,7 @@ pub struct WriteError {
 ///
 /// # Errors
 ///
-/// [`WriteError`] naming the step and the path that failed.
+/// [`WriteError`] naming the action and the path that failed.
 pub fn write_atomic(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), WriteError> {
     write(path, bytes, sync, false)
 }
@@ -72,7 +72,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), WriteEr
 ///
 /// # Errors
 ///
-/// [`WriteError`] naming the step and the path that failed.
+/// [`WriteError`] naming the action and the path that failed.
 pub fn write_atomic_private(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), WriteError> {
     write(path, bytes, sync, true)
 }

@@ -1047,3 +1047,66 @@ async fn a_stored_session_refuses_a_wrongly_shaped_answer_and_keeps_waiting() {
         .unwrap();
     assert_eq!((done.signal, done.state.count), (Signal::END, 3));
 }
+
+#[tokio::test]
+async fn recover_drops_an_unreadable_answer_left_in_an_old_journal_and_asks_again() {
+    // Before answers were checked, a bad answer failed the run and stayed in
+    // the journal; such a session must not stay bricked.
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::<Tally>::builder()
+        .step("ask")
+        .run(ask_amount)
+        .end()
+        .start("ask")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let agent = create_agent("amounts", &h);
+    let paused = agent.run(Tally::default()).await.unwrap();
+    let (session, asked) = (paused.session_id, paused.interrupt.unwrap());
+    for bad in [serde_json::json!("three"), serde_json::json!({"n": 3})] {
+        let head = agent.session(&session).await.unwrap();
+        let mut broken = head.clone();
+        broken.version += 1;
+        broken.phase = SessionPhase::Failed {
+            error: "step `ask` failed: the response does not have the expected shape".into(),
+        };
+        broken.journal.responses = vec![bad.clone()];
+        store
+            .commit(harness::session::Commit {
+                head: broken,
+                expected_version: Some(head.version),
+                append: vec![],
+                remove: vec![],
+                durable: true,
+            })
+            .await
+            .unwrap();
+        let again = agent
+            .recover(&session)
+            .await
+            .unwrap()
+            .await
+            .unwrap_or_else(|e| panic!("{bad}: {e}"));
+        let asks = again.interrupt.expect("asks again");
+        assert_eq!(asks.payload, "how many?", "{bad}");
+        assert_ne!(asks.id, asked.id, "{bad}: a new question, not the lost one");
+        let head = agent.session(&session).await.unwrap();
+        assert!(
+            head.journal.responses.is_empty(),
+            "{bad}: {:?}",
+            head.journal
+        );
+    }
+    let paused = agent.session(&session).await.unwrap();
+    let SessionPhase::Interrupted { interrupt } = paused.phase else {
+        panic!("not waiting: {:?}", paused.phase)
+    };
+    let done = agent
+        .resume(4, &session, &interrupt.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(done.state.count, 4);
+}

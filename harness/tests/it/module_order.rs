@@ -273,22 +273,19 @@ fn the_files_of_each_module_use_each_other_without_a_circle() {
                 .map(|p| p[1..].to_vec())
                 .collect();
             if file == "mod" {
-                // mod.rs names its files directly (`engine::start`).
-                for f in &files {
-                    if code.contains(&format!("{f}::")) && f != "mod" {
-                        for statement in code.split(';').filter(|s| !is_reexport(s)) {
-                            if statement.contains(&format!("{f}::"))
-                                && !statement.contains(&format!("mod {f}"))
-                            {
-                                uses.push(vec![f.clone()]);
-                            }
-                        }
+                // mod.rs names its files directly (`engine::start`), outside
+                // its `mod` declarations and re-exports.
+                for f in files.iter().filter(|f| *f != "mod") {
+                    let named = code
+                        .split(';')
+                        .filter(|s| !is_reexport(s))
+                        .any(|s| s.contains(&format!("{f}::")) && !s.contains(&format!("mod {f}")));
+                    if named {
+                        uses.push(vec![f.clone()]);
                     }
                 }
             } else {
                 uses.extend(paths_after(&code, "super"));
-                // A sibling named directly through `use super::f::..` is
-                // covered above; `self::` paths stay in the file.
             }
             for segs in uses {
                 if let Some(to) = home(&segs)
