@@ -8,7 +8,7 @@ use crate::run::{Execution, Run, SessionLink};
 use crate::session::head::{self, check_owner};
 use crate::session::{
     Busy, CheckpointInfo, Holder, SessionCursor, SessionPhase, SessionStore, StoredRun, Submitted,
-    now_millis, rebuild,
+    rebuild,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
@@ -256,11 +256,37 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     }
 
     /// A session whose lease is live belongs to another run.
-    fn check_not_in_flight(head: &StoredRun) -> Result<(), SessionError> {
-        match head::in_flight(head, now_millis()) {
+    fn check_not_in_flight(&self, head: &StoredRun) -> Result<(), SessionError> {
+        match head::in_flight(head, self.store()?.now()) {
             Some(held) => Err(held.into()),
             None => Ok(()),
         }
+    }
+
+    /// Marks `session` failed with `reason` if it still waits for a worker;
+    /// whether it did. For a worker that cannot run it (see
+    /// [`Worker`](crate::worker::Worker)).
+    pub(crate) async fn quarantine(
+        &self,
+        session: &SessionId,
+        reason: &str,
+    ) -> Result<bool, SessionError> {
+        let store = self.store()?;
+        for _ in 0..16 {
+            let Some(current) = store.load(session).await? else {
+                return Ok(false);
+            };
+            let Some(commit) = head::quarantine(&current, &self.inner.id, reason, store.now())
+            else {
+                return Ok(false);
+            };
+            match store.commit(commit).await {
+                Ok(()) => return Ok(true),
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(false)
     }
 
     fn step_at(&self, head: &StoredRun) -> Result<usize, SessionError> {
@@ -341,7 +367,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         slots: C::Run,
     ) -> Result<Run<S, C>, SessionError> {
         let head = self.session(session_id).await?;
-        Self::check_not_in_flight(&head)?;
+        self.check_not_in_flight(&head)?;
         let pending = match &head.phase {
             SessionPhase::Interrupted { interrupt } if interrupt.id == *interrupt_id => {
                 interrupt.clone()
@@ -388,7 +414,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             state.apply(input);
             return Ok(self.start_run(session_id.clone(), state, slots));
         };
-        Self::check_not_in_flight(&head)?;
+        self.check_not_in_flight(&head)?;
         match &head.phase {
             SessionPhase::Interrupted { interrupt } => {
                 return Err(SessionPendingInterrupt {
@@ -427,7 +453,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         slots: C::Run,
     ) -> Result<Run<S, C>, SessionError> {
         let head = self.session(session_id).await?;
-        Self::check_not_in_flight(&head)?;
+        self.check_not_in_flight(&head)?;
         let why = match &head.phase {
             SessionPhase::Running | SessionPhase::Failed { .. } => None,
             SessionPhase::Completed { signal } if *signal == Signal::STOPPED => None,

@@ -224,6 +224,19 @@ pub enum RunError {
         /// What is wrong with the answer, and the type the step expects.
         reason: String,
     },
+    /// The run's lease on its session was lost: it could not be renewed
+    /// before it expired (the store was unreachable), or another run took
+    /// the session over. The step in progress was cancelled before it could
+    /// commit; the session is left for a worker (or
+    /// [`Agent::recover`](crate::Agent::recover)) to continue from its last
+    /// checkpoint.
+    #[error("the run's lease on session {session} was lost ({reason}); the step in progress was cancelled and nothing of it was committed")]
+    LeaseLost {
+        /// The session.
+        session: SessionId,
+        /// Why: the renewals' last error, or the run that took over.
+        reason: String,
+    },
     /// The run is paused on an interrupt and was awaited again without a resume.
     #[error("the run is paused on interrupt {interrupt}; call run.resume(response, id) first")]
     Paused {

@@ -21,14 +21,17 @@
 //! ```
 
 use crate::agent::Agent;
-use crate::session::{SessionError, now_millis};
+use crate::error::RunError;
+use crate::ids::SessionId;
+use crate::session::SessionError;
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// What a worker did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,17 +44,53 @@ pub struct WorkerReport {
     pub interrupted: u64,
     /// Runs that failed (recorded as failed in their session).
     pub failed: u64,
+    /// Runs stopped because their lease was lost (the session stays
+    /// runnable, and a worker continues it from its last checkpoint).
+    pub leases_lost: u64,
     /// Sessions another worker took first.
     pub lost_races: u64,
+    /// Sessions that could not be taken because the store failed; each is
+    /// tried again after a backoff.
+    pub retries: u64,
+    /// Sessions that cannot be loaded (a corrupt record, a state of another
+    /// schema), or that failed to load on every attempt: marked failed, with
+    /// the reason, so that the other sessions keep flowing.
+    pub quarantined: u64,
+    /// Times the store failed to list runnable sessions; the worker backs off
+    /// and asks again.
+    pub store_errors: u64,
+}
+
+/// A session the worker failed to take: how often, and when to try again.
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    failures: u32,
+    until: Instant,
 }
 
 /// Takes runnable sessions of one agent from its store and runs them, one at
 /// a time. Start several (in one process or many) for a pool.
+///
+/// A worker only takes sessions of its own agent, so agents can share a
+/// store. What cannot stop it:
+/// - a session that cannot be loaded (a corrupt record, a state of another
+///   schema) is **quarantined**: marked failed with the reason, visible in
+///   `harness sessions show`, and recoverable with
+///   [`Agent::recover`](crate::Agent::recover) once the cause is fixed;
+/// - a store error while taking a session is retried with exponential
+///   backoff, other sessions going first meanwhile; after
+///   [`max_attempts`](Self::max_attempts) failures in a row the session is
+///   quarantined;
+/// - a store error while listing sessions makes
+///   [`run_until`](Self::run_until) back off and ask again.
 pub struct Worker<S: HarnessState, C: Context> {
     agent: Agent<S, C>,
     slots: Arc<dyn Fn() -> C::Run + Send + Sync>,
     poll: Duration,
     batch: usize,
+    max_attempts: u32,
+    max_backoff: Duration,
+    backoff: Mutex<HashMap<SessionId, Backoff>>,
 }
 
 impl<S: HarnessState, C: Context> fmt::Debug for Worker<S, C> {
@@ -60,6 +99,8 @@ impl<S: HarnessState, C: Context> fmt::Debug for Worker<S, C> {
             .field("agent", &self.agent.id())
             .field("poll", &self.poll)
             .field("batch", &self.batch)
+            .field("max_attempts", &self.max_attempts)
+            .field("max_backoff", &self.max_backoff)
             .finish_non_exhaustive()
     }
 }
@@ -83,10 +124,14 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
             slots: Arc::new(slots),
             poll: Duration::from_millis(100),
             batch: 1,
+            max_attempts: 5,
+            max_backoff: Duration::from_secs(30),
+            backoff: Mutex::new(HashMap::new()),
         }
     }
 
-    /// How long to wait when nothing is runnable (default 100 ms).
+    /// How long to wait when nothing is runnable (default 100 ms); also the
+    /// first backoff after a store error, doubled at each error in a row.
     #[must_use]
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll = every;
@@ -103,11 +148,53 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         self
     }
 
+    /// How many times in a row taking one session may fail with a store
+    /// error before the session is quarantined (default 5, at least 1).
+    #[must_use]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// The longest backoff after store errors (default 30 s).
+    #[must_use]
+    pub fn max_backoff(mut self, max: Duration) -> Self {
+        self.max_backoff = max;
+        self
+    }
+
+    /// The backoff after `failures` errors in a row: the poll interval,
+    /// doubled at each, up to the maximum.
+    fn backoff_after(&self, failures: u32) -> Duration {
+        let factor = 1u32 << failures.saturating_sub(1).min(16);
+        self.poll.saturating_mul(factor).min(self.max_backoff)
+    }
+
+    fn backoffs(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Backoff>> {
+        self.backoff.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Takes and runs what is runnable now; returns how many runs it took.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::NoStore`] if the agent has no store; the store's
+    /// error if it cannot list runnable sessions. A session that cannot be
+    /// taken is not an error of this call: see the [type docs](Self).
     pub async fn run_once(&self, report: &mut WorkerReport) -> Result<usize, SessionError> {
         let store = self.agent.store_handle().ok_or(SessionError::NoStore)?;
+        let now = Instant::now();
+        let waiting: HashSet<SessionId> = self
+            .backoffs()
+            .iter()
+            .filter(|(_, b)| b.until > now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        // Ask for enough that sessions in backoff cannot hide the others.
+        let ask = self.batch.saturating_add(waiting.len());
+        let found = store.runnable(self.agent.id(), store.now(), ask).await?;
         let mut taken = 0;
-        for session in store.runnable(now_millis(), self.batch).await? {
+        for session in found.into_iter().filter(|s| !waiting.contains(s)) {
             let run = match self.agent.with((self.slots)()).recover(&session).await {
                 Ok(run) => run,
                 // Another worker was faster, or the session moved on.
@@ -115,13 +202,27 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                     report.lost_races += 1;
                     continue;
                 }
-                Err(e) => return Err(e),
+                // It can never be loaded as it is: set it aside.
+                Err(SessionError::Load(e)) => {
+                    self.backoffs().remove(&session);
+                    self.quarantine(&session, &e.to_string(), report).await;
+                    continue;
+                }
+                Err(e) => {
+                    self.failed_to_take(&session, &e, report).await;
+                    continue;
+                }
             };
+            self.backoffs().remove(&session);
             taken += 1;
             report.runs += 1;
             match run.await {
                 Ok(outcome) if outcome.signal == Signal::INTERRUPT => report.interrupted += 1,
                 Ok(_) => report.completed += 1,
+                Err(RunError::LeaseLost { .. }) => {
+                    tracing::warn!(session = %session, "run stopped: its lease was lost");
+                    report.leases_lost += 1;
+                }
                 Err(e) => {
                     tracing::warn!(session = %session, error = %e, "run failed");
                     report.failed += 1;
@@ -131,25 +232,93 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         Ok(taken)
     }
 
+    /// A store error while taking `session`: back off from it, or
+    /// quarantine it after too many in a row.
+    async fn failed_to_take(&self, session: &SessionId, e: &SessionError, report: &mut WorkerReport) {
+        report.retries += 1;
+        let failures = {
+            let mut backoffs = self.backoffs();
+            let entry = backoffs.entry(session.clone()).or_insert(Backoff {
+                failures: 0,
+                until: Instant::now(),
+            });
+            entry.failures += 1;
+            entry.until = Instant::now() + self.backoff_after(entry.failures);
+            entry.failures
+        };
+        tracing::warn!(session = %session, error = %e, failures, "cannot take session; backing off");
+        if failures >= self.max_attempts {
+            self.backoffs().remove(session);
+            let reason = format!("taking it failed {failures} times in a row; the last error: {e}");
+            self.quarantine(session, &reason, report).await;
+        }
+    }
+
+    /// Marks `session` failed with `reason`, unless another run has taken it
+    /// meanwhile.
+    async fn quarantine(&self, session: &SessionId, reason: &str, report: &mut WorkerReport) {
+        match self.agent.quarantine(session, reason).await {
+            Ok(true) => {
+                tracing::error!(session = %session, reason, "session quarantined");
+                report.quarantined += 1;
+            }
+            Ok(false) => report.lost_races += 1,
+            Err(e) => {
+                // Not even the head can be written: try again later.
+                tracing::warn!(session = %session, error = %e, "cannot quarantine session");
+                let mut backoffs = self.backoffs();
+                let entry = backoffs.entry(session.clone()).or_insert(Backoff {
+                    failures: 0,
+                    until: Instant::now(),
+                });
+                entry.failures = entry.failures.saturating_add(1);
+                entry.until = Instant::now() + self.backoff_after(entry.failures);
+            }
+        }
+    }
+
     /// Runs sessions until `shutdown` completes, then finishes the run in
-    /// progress and returns what it did.
+    /// progress and returns what it did. A store that fails to list
+    /// runnable sessions is asked again after a backoff (see
+    /// [`max_backoff`](Self::max_backoff)); it does not end the loop.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::NoStore`] if the agent has no store.
     pub async fn run_until(
         &self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<WorkerReport, SessionError> {
         let mut report = WorkerReport::default();
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut errors = 0u32;
         loop {
             let taken = tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(report),
-                taken = self.run_once(&mut report) => taken?,
+                taken = self.run_once(&mut report) => taken,
             };
-            if taken == 0 {
-                tokio::select! {
-                    () = &mut shutdown => return Ok(report),
-                    () = tokio::time::sleep(self.poll) => {}
+            let pause = match taken {
+                Ok(0) => {
+                    errors = 0;
+                    self.poll
                 }
+                Ok(_) => {
+                    errors = 0;
+                    continue;
+                }
+                Err(SessionError::NoStore) => return Err(SessionError::NoStore),
+                Err(e) => {
+                    errors = errors.saturating_add(1);
+                    report.store_errors += 1;
+                    let pause = self.backoff_after(errors);
+                    tracing::warn!(error = %e, ?pause, "cannot list runnable sessions; backing off");
+                    pause
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => return Ok(report),
+                () = tokio::time::sleep(pause) => {}
             }
         }
     }

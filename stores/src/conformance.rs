@@ -116,6 +116,7 @@ where
     results.push(durability(&make()).await);
     results.push(schema_version(&make()).await);
     results.push(lease_is_data(&make()).await);
+    results.push(runnable_by_agent(&make()).await);
     results.push(takeover_race(Arc::new(make())).await);
     results.push(concurrent_create(Arc::new(make())).await);
     results.push(concurrent_increments(Arc::new(make())).await);
@@ -946,6 +947,60 @@ pub async fn lease_is_data(store: &dyn SessionStore) -> Result<(), Failure> {
             load_some(store, "leased").await?,
             release.head,
             "the head after a release"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// `runnable` returns the sessions of the agent asked for, and never
+/// another agent's: workers of several agents share one store.
+pub async fn runnable_by_agent(store: &dyn SessionStore) -> Result<(), Failure> {
+    run("runnable_by_agent", async {
+        let agents = [
+            ("a-1", "alpha", 1),
+            ("b-1", "beta", 2),
+            ("a-2", "alpha", 3),
+            ("g-1", "alpha-2", 4),
+            ("b-2", "beta", 5),
+            ("a-3", "alpha", 6),
+        ];
+        for (name, agent, t) in agents {
+            let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": t}))]);
+            c.head.agent_id = agent.into();
+            c.head.updated_at = T0 + t;
+            commit_ok(store, c).await?;
+        }
+        let now = T0 + 1_000;
+        let found = |ids: Vec<SessionId>| {
+            ids.iter()
+                .map(|id| id.as_str().to_string())
+                .collect::<Vec<_>>()
+        };
+        ensure_eq!(
+            found(store.runnable("alpha", now, 10).await.ctx("runnable alpha")?),
+            ["a-1", "a-2", "a-3"],
+            "alpha's runnable sessions, oldest first"
+        );
+        ensure_eq!(
+            found(store.runnable("beta", now, 1).await.ctx("runnable beta")?),
+            ["b-1"],
+            "beta's oldest runnable session"
+        );
+        ensure_eq!(
+            found(store.runnable("alpha-2", now, 10).await.ctx("runnable alpha-2")?),
+            ["g-1"],
+            "an agent whose id extends another's"
+        );
+        ensure_eq!(
+            found(store.runnable("gamma", now, 10).await.ctx("runnable gamma")?),
+            Vec::<String>::new(),
+            "an agent with no session"
+        );
+        ensure_eq!(
+            found(store.runnable("", now, 10).await.ctx("runnable of the empty id")?),
+            Vec::<String>::new(),
+            "the empty agent id"
         );
         Ok(())
     })

@@ -28,6 +28,8 @@
 //! # }).unwrap();
 //! ```
 
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod file;

@@ -1,5 +1,6 @@
 //! The PostgreSQL store.
 
+use crate::clock::ServerClock;
 use crate::record::{checkpoint_from_slice, checkpoint_to_vec, head_from_slice, load_error};
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -25,9 +26,10 @@ const DEFAULT_CLAIM_TTL: Duration = Duration::from_secs(10);
 /// quoted schema. A migration is applied once, in the transaction that
 /// records it in `schema_migrations`; never edit one that has shipped, add
 /// the next instead.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "sessions and checkpoints",
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "sessions and checkpoints",
     r"CREATE TABLE {s}.sessions (
     id               text PRIMARY KEY,
     head             text NOT NULL,
@@ -45,7 +47,28 @@ CREATE TABLE {s}.checkpoints (
     checkpoint text NOT NULL,
     PRIMARY KEY (session_id, seq)
 );",
-)];
+    ),
+    (
+        2,
+        "the agent of each session, for workers",
+        r"ALTER TABLE {s}.sessions ADD COLUMN agent_id text;
+DO $migrate$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT id, head FROM {s}.sessions LOOP
+    BEGIN
+      UPDATE {s}.sessions SET agent_id = (r.head::jsonb) ->> 'agent_id' WHERE id = r.id;
+    EXCEPTION WHEN others THEN
+      -- An unreadable head: no agent, so no worker takes it.
+      NULL;
+    END;
+  END LOOP;
+END
+$migrate$;
+DROP INDEX {s}.sessions_runnable;
+CREATE INDEX sessions_runnable ON {s}.sessions (agent_id, updated_at, id) WHERE phase = 'running';",
+    ),
+];
 
 /// How a [`PostgresStore`] connects: its schema, pool size and claim time.
 ///
@@ -143,12 +166,13 @@ impl Sql {
             ),
             insert_session: format!(
                 "INSERT INTO {s}.sessions \
-                 (id, head, version, phase, lease_owner, lease_expires_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING"
+                 (id, head, version, phase, lease_owner, lease_expires_at, updated_at, agent_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING"
             ),
             update_session: format!(
                 "UPDATE {s}.sessions SET head = $2, version = $3, phase = $4, lease_owner = $5, \
-                 lease_expires_at = $6, updated_at = $7, claimed_until = NULL WHERE id = $1"
+                 lease_expires_at = $6, updated_at = $7, claimed_until = NULL, agent_id = $8 \
+                 WHERE id = $1"
             ),
             delete_checkpoints: format!(
                 "DELETE FROM {s}.checkpoints \
@@ -166,7 +190,7 @@ impl Sql {
             select_sessions: format!("SELECT id FROM {s}.sessions ORDER BY id"),
             runnable_read: format!(
                 "SELECT id, updated_at FROM {s}.sessions \
-                 WHERE phase = 'running' \
+                 WHERE phase = 'running' AND agent_id = $3 \
                    AND (lease_expires_at IS NULL OR lease_expires_at <= $1) \
                    AND (claimed_until IS NULL OR claimed_until <= $1) \
                  ORDER BY updated_at, id LIMIT $2"
@@ -174,7 +198,7 @@ impl Sql {
             runnable_claim: format!(
                 "WITH picked AS (\
                    SELECT id FROM {s}.sessions \
-                   WHERE phase = 'running' \
+                   WHERE phase = 'running' AND agent_id = $4 \
                      AND (lease_expires_at IS NULL OR lease_expires_at <= $1) \
                      AND (claimed_until IS NULL OR claimed_until <= $1) \
                    ORDER BY updated_at, id LIMIT $2 \
@@ -298,6 +322,8 @@ pub struct PostgresStore {
     force_sync: bool,
     /// Opened with [`PostgresOptions::read_only`].
     read_only: bool,
+    /// The server's clock, by which leases are judged.
+    clock: Arc<ServerClock>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -484,8 +510,11 @@ impl PostgresStore {
             .await
             .and_then(|row| row.try_get(0))
             .map_err(|e| pg_error("read synchronous_commit", &e))?;
+        let clock = Arc::new(ServerClock::default());
+        refresh_clock(&clock, &client).await;
         drop(client);
         Ok(Self {
+            clock,
             pool,
             sql: Arc::new(Sql::new(&quoted)),
             schema,
@@ -611,6 +640,9 @@ impl PostgresStore {
         let remove_seqs: Vec<String> = remove.into_iter().map(seq_text).collect();
 
         let mut client = self.client(what("connect")).await?;
+        if self.clock.is_stale() {
+            refresh_clock(&self.clock, &client).await;
+        }
         let sync = if !commit.durable {
             Some("SET LOCAL synchronous_commit TO off")
         } else if self.force_sync {
@@ -645,6 +677,7 @@ impl PostgresStore {
                             &lease_owner,
                             &lease_expires,
                             &updated,
+                            &head.agent_id,
                         ],
                     )
                     .await
@@ -710,6 +743,7 @@ impl PostgresStore {
                         &lease_owner,
                         &lease_expires,
                         &updated,
+                        &head.agent_id,
                     ],
                 )
                 .await
@@ -867,8 +901,31 @@ async fn migrate(client: &mut Object, schema: &str, quoted: &str) -> Result<(), 
     tx.commit().await.map_err(|e| pg_error(what("commit"), &e))
 }
 
+/// Measures the server's clock against this machine's. A failure keeps the
+/// last estimate (this machine's clock before the first): the clock is
+/// measured again at the next chance.
+async fn refresh_clock(clock: &ServerClock, client: &Object) {
+    let before = harness::session::now_millis();
+    let read = client
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            &[],
+        )
+        .await
+        .and_then(|row| row.try_get::<_, i64>(0));
+    let after = harness::session::now_millis();
+    match read {
+        Ok(server) => clock.record(before, u64::try_from(server).unwrap_or(0), after),
+        Err(e) => tracing::warn!(error = %describe(&e), "postgres store: cannot read the server's clock"),
+    }
+}
+
 #[async_trait]
 impl SessionStore for PostgresStore {
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
         let what = format!("read the head of session {session}");
         let client = self.client(&what).await?;
@@ -958,12 +1015,20 @@ impl SessionStore for PostgresStore {
             .map_err(|e| pg_error(what, &e))
     }
 
-    async fn runnable(&self, now: u64, limit: usize) -> Result<Vec<SessionId>, StoreError> {
+    async fn runnable(
+        &self,
+        agent: &str,
+        now: u64,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         let what = "find runnable sessions";
         let client = self.client(what).await?;
+        if self.clock.is_stale() {
+            refresh_clock(&self.clock, &client).await;
+        }
         let now_i = clamp(now);
         let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
         let claim_ms = u64::try_from(self.claim_ttl.as_millis()).unwrap_or(u64::MAX);
@@ -972,14 +1037,16 @@ impl SessionStore for PostgresStore {
                 .prepare_cached(&self.sql.runnable_read)
                 .await
                 .map_err(|e| pg_error(what, &e))?;
-            client.query(&stmt, &[&now_i, &limit_i]).await
+            client.query(&stmt, &[&now_i, &limit_i, &agent]).await
         } else {
             let until = clamp(now.saturating_add(claim_ms));
             let stmt = client
                 .prepare_cached(&self.sql.runnable_claim)
                 .await
                 .map_err(|e| pg_error(what, &e))?;
-            client.query(&stmt, &[&now_i, &limit_i, &until]).await
+            client
+                .query(&stmt, &[&now_i, &limit_i, &until, &agent])
+                .await
         }
         .map_err(|e| pg_error(what, &e))?;
         let mut found = Vec::with_capacity(rows.len());

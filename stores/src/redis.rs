@@ -1,5 +1,6 @@
 //! The Redis store.
 
+use crate::clock::ServerClock;
 use crate::record::{
     checkpoint_from_slice, checkpoint_to_vec, head_from_slice, head_to_vec, load_error,
 };
@@ -31,11 +32,11 @@ const HMGET_CHUNK: usize = 500;
 /// the indexes at once. Replies `{'ok'}`, `{'conflict', found}` (found: the
 /// stored version, '' for none) or `{'unreadable', stored head}`.
 ///
-/// KEYS: head, checkpoints, seqs, sessions, running, leases, claims.
+/// KEYS: head, checkpoints, seqs, sessions, running, leases, claims, agents.
 /// ARGV: id, expected ('' for none), head JSON, schema version, running
 /// ('1'/'0'), updated_at, lease expiry ('' for none), head TTL ms ('0' for
-/// none), log TTL ms, number of removals, the removed fields, then pairs of
-/// appended field and checkpoint JSON.
+/// none), log TTL ms, number of removals, the agent, the removed fields,
+/// then pairs of appended field and checkpoint JSON.
 const COMMIT_LUA: &str = r"
 local cur = redis.call('GET', KEYS[1])
 local found = ''
@@ -50,7 +51,7 @@ end
 if found ~= ARGV[2] then
   return {'conflict', found}
 end
-local i = 11
+local i = 12
 for _ = 1, tonumber(ARGV[10]) do
   redis.call('HDEL', KEYS[2], ARGV[i])
   redis.call('ZREM', KEYS[3], ARGV[i])
@@ -65,8 +66,10 @@ redis.call('SET', KEYS[1], ARGV[3])
 redis.call('SADD', KEYS[4], ARGV[1])
 if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
+  redis.call('HSET', KEYS[8], ARGV[1], ARGV[11])
 else
   redis.call('ZREM', KEYS[5], ARGV[1])
+  redis.call('HDEL', KEYS[8], ARGV[1])
 end
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[7])
@@ -123,10 +126,14 @@ end
 return out
 ";
 
-/// Up to `limit` running sessions with no live lease nor claim, oldest
-/// `updated_at` first; claims them until ARGV[3] unless it is '0'.
+/// Up to `limit` running sessions of one agent with no live lease nor
+/// claim, oldest `updated_at` first; claims them until ARGV[3] unless it is
+/// '0'. A running session missing from the agents hash (written before it
+/// existed) has its agent read from its head; a head that cannot be read
+/// belongs to no agent.
 ///
-/// KEYS: running, leases, claims. ARGV: now, limit, claim until.
+/// KEYS: running, leases, claims, agents. ARGV: now, limit, claim until,
+/// agent, key prefix.
 const RUNNABLE_LUA: &str = r"
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
@@ -137,14 +144,27 @@ while #out < limit do
   local ids = redis.call('ZRANGE', KEYS[1], start, start + page - 1)
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
-    local lease = redis.call('HGET', KEYS[2], id)
-    local claim = redis.call('HGET', KEYS[3], id)
-    if (not lease or tonumber(lease) <= now) and (not claim or tonumber(claim) <= now) then
-      out[#out + 1] = id
-      if ARGV[3] ~= '0' then
-        redis.call('HSET', KEYS[3], id, ARGV[3])
+    local agent = redis.call('HGET', KEYS[4], id)
+    if not agent then
+      agent = ''
+      local head = redis.call('GET', ARGV[5] .. ':{' .. id .. '}:head')
+      if head then
+        local ok, doc = pcall(cjson.decode, head)
+        if ok and type(doc) == 'table' and type(doc.agent_id) == 'string' then
+          agent = doc.agent_id
+        end
       end
-      if #out >= limit then break end
+    end
+    if agent == ARGV[4] then
+      local lease = redis.call('HGET', KEYS[2], id)
+      local claim = redis.call('HGET', KEYS[3], id)
+      if (not lease or tonumber(lease) <= now) and (not claim or tonumber(claim) <= now) then
+        out[#out + 1] = id
+        if ARGV[3] ~= '0' then
+          redis.call('HSET', KEYS[3], id, ARGV[3])
+        end
+        if #out >= limit then break end
+      end
     end
   end
   start = start + page
@@ -252,7 +272,9 @@ impl RedisOptions {
 ///   `updated_at`;
 /// - `P:leases`: a hash, id → lease expiry (ms since the epoch), of the
 ///   running sessions with a lease;
-/// - `P:claims`: a hash, id → claim expiry (see "Finding work").
+/// - `P:claims`: a hash, id → claim expiry (see "Finding work");
+/// - `P:agents`: a hash, id → agent id, of the running sessions, so that a
+///   worker finds its own agent's sessions only.
 ///
 /// The braces make `{id}` the hash tag of a session's own keys, but a
 /// commit also updates the shared indexes, so the store needs a single
@@ -286,7 +308,8 @@ impl RedisOptions {
 /// # Finding work
 ///
 /// [`runnable`](SessionStore::runnable) is a script that walks `P:running`
-/// from the oldest `updated_at`, skipping sessions with a live lease or
+/// from the oldest `updated_at`, skipping other agents' sessions and
+/// sessions with a live lease or
 /// claim, and claims what it returns for
 /// [`claim_ttl`](RedisOptions::claim_ttl) (default 10 s), so that
 /// concurrent workers get different sessions (the same design as
@@ -323,6 +346,8 @@ pub struct RedisStore {
     /// Opened with [`RedisOptions::read_only`].
     read_only: bool,
     scripts: Arc<Scripts>,
+    /// The server's clock, by which leases are judged.
+    clock: Arc<ServerClock>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -374,7 +399,9 @@ impl RedisStore {
         let con = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| redis_error(format_args!("connect to {addr}"), &e))?;
-        Self::from_manager(con, options)
+        let store = Self::from_manager(con, options)?;
+        store.refresh_clock_if_stale().await;
+        Ok(store)
     }
 
     /// A store on an existing connection manager.
@@ -386,6 +413,7 @@ impl RedisStore {
             )));
         }
         Ok(Self {
+            clock: Arc::new(ServerClock::default()),
             con,
             prefix,
             finished_ttl: options.finished_ttl,
@@ -441,6 +469,25 @@ impl RedisStore {
         format!("{seq:020}")
     }
 
+    /// Measures the server's clock (`TIME`) against this machine's if the
+    /// last measure is old; a failure keeps the last estimate.
+    async fn refresh_clock_if_stale(&self) {
+        if !self.clock.is_stale() {
+            return;
+        }
+        let before = harness::session::now_millis();
+        let read: Result<(u64, u64), _> = redis::cmd("TIME").query_async(&mut self.con()).await;
+        let after = harness::session::now_millis();
+        match read {
+            Ok((secs, micros)) => self.clock.record(
+                before,
+                secs.saturating_mul(1000).saturating_add(micros / 1000),
+                after,
+            ),
+            Err(e) => tracing::warn!(error = %e, "redis store: cannot read the server's clock"),
+        }
+    }
+
     fn key(&self, name: &str) -> String {
         format!("{}:{name}", self.prefix)
     }
@@ -450,6 +497,7 @@ impl RedisStore {
     }
 
     async fn commit_inner(&self, commit: Commit) -> Result<(), StoreError> {
+        self.refresh_clock_if_stale().await;
         let head = &commit.head;
         let session = &head.session_id;
         let what = format!("commit session {session}");
@@ -487,6 +535,7 @@ impl RedisStore {
             .key(self.key("running"))
             .key(self.key("leases"))
             .key(self.key("claims"))
+            .key(self.key("agents"))
             .arg(session.as_str())
             .arg(
                 commit
@@ -506,7 +555,8 @@ impl RedisStore {
             )
             .arg(head_ttl)
             .arg(log_ttl)
-            .arg(remove.len());
+            .arg(remove.len())
+            .arg(head.agent_id.as_str());
         for seq in &remove {
             call.arg(Self::checkpoint_field(*seq));
         }
@@ -649,10 +699,20 @@ impl SessionStore for RedisStore {
         Ok(())
     }
 
-    async fn runnable(&self, now: u64, limit: usize) -> Result<Vec<SessionId>, StoreError> {
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    async fn runnable(
+        &self,
+        agent: &str,
+        now: u64,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        self.refresh_clock_if_stale().await;
         let claim = millis(self.claim_ttl);
         let until = if claim == 0 {
             0
@@ -665,9 +725,12 @@ impl SessionStore for RedisStore {
             .key(self.key("running"))
             .key(self.key("leases"))
             .key(self.key("claims"))
+            .key(self.key("agents"))
             .arg(now)
             .arg(limit)
             .arg(until)
+            .arg(agent)
+            .arg(&self.prefix)
             .invoke_async(&mut self.con())
             .await
             .map_err(|e| redis_error("find runnable sessions", &e))?;

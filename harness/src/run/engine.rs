@@ -102,27 +102,33 @@ pub(crate) fn start<S: HarnessState, C: Context>(
     async move {
         let result = match attach(&harness, &info, &mut exec).await {
             Ok(cursor) => {
-                // Keep the lease alive while a long step runs.
-                let renewer = cursor.clone().map(|c| {
-                    let every = c.config.lease_ttl / 3;
-                    AbortOnDrop(tokio::spawn(async move {
-                        loop {
-                            tokio::time::sleep(every).await;
-                            if c.renew().await.is_err() {
-                                break;
-                            }
-                        }
-                    }))
-                });
-                let result = drive(
+                // Keep the lease alive while a long step runs; if it is
+                // lost, the step is cancelled (its future dropped) before it
+                // can commit anything.
+                let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
+                let renewer = cursor
+                    .clone()
+                    .map(|c| AbortOnDrop(tokio::spawn(keep_lease(c, lost_tx))));
+                let driving = drive(
                     &harness,
                     &ctx,
                     &control,
                     &info,
                     &mut exec,
                     cursor.as_deref(),
-                )
-                .await;
+                );
+                let result = if renewer.is_some() {
+                    tokio::select! {
+                        biased;
+                        Ok(reason) = lost_rx => Err(RunError::LeaseLost {
+                            session: info.session_id.clone(),
+                            reason,
+                        }),
+                        result = driving => result,
+                    }
+                } else {
+                    driving.await
+                };
                 drop(renewer);
                 match cursor {
                     Some(c) => persist_settle(&harness, &c, &mut exec, result).await,
@@ -135,6 +141,53 @@ pub(crate) fn start<S: HarnessState, C: Context>(
     }
     .instrument(span)
     .boxed()
+}
+
+/// Renews the run's lease every third of its time to live, until the run
+/// ends (the task is aborted) or the lease is lost, which it reports on
+/// `lost`: another run took the session over, or renewals failed (the store
+/// unreachable) until the lease was about to expire. Failed renewals are
+/// retried with backoff; the lease is given up a tenth of its time to live
+/// before it expires by the store's clock, so that the step is cancelled
+/// before any other worker may take the session.
+async fn keep_lease(cursor: Arc<SessionCursor>, lost: tokio::sync::oneshot::Sender<String>) {
+    let ttl = cursor.config.lease_ttl;
+    let every = ttl / 3;
+    let margin = ttl / 10;
+    let margin_ms = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
+    let first_retry = (ttl / 30).max(Duration::from_millis(5));
+    let reason = 'renewing: loop {
+        tokio::time::sleep(every).await;
+        let mut retry = first_retry;
+        let mut last = String::new();
+        loop {
+            // How long until the lease must be given up.
+            let left = cursor
+                .lease_expires_at()
+                .saturating_sub(margin_ms)
+                .saturating_sub(cursor.store.now());
+            if left == 0 {
+                break 'renewing format!(
+                    "its renewals failed until it was about to expire; the last error: {last}"
+                );
+            }
+            let left = Duration::from_millis(left);
+            let error = match tokio::time::timeout(left, cursor.renew()).await {
+                Ok(Ok(())) => continue 'renewing,
+                Ok(Err(StoreError::Conflict { .. })) => {
+                    break 'renewing "another run took the session over".to_string();
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "renewing it did not finish before it was about to expire".into(),
+            };
+            tracing::warn!(error = %error, "cannot renew the run's lease; retrying");
+            last = error;
+            tokio::time::sleep(retry.min(left)).await;
+            retry = (retry * 2).min(every);
+        }
+    };
+    tracing::error!(reason = %reason, "the run's lease is lost; cancelling the step");
+    let _ = lost.send(reason);
 }
 
 /// Aborts a background task when dropped.
@@ -226,7 +279,7 @@ async fn persist_settle<S: HarnessState, C: Context>(
             exec.journal.clone(),
         ),
         // The session is no longer ours to write.
-        Err(RunError::Store(_)) => return result,
+        Err(RunError::Store(_) | RunError::LeaseLost { .. }) => return result,
         Err(e) => (
             SessionPhase::Failed {
                 error: e.to_string(),
@@ -391,7 +444,13 @@ async fn drive<S: HarnessState, C: Context>(
                 )
                 .await
             {
-                break Err(RunError::Store(e));
+                break Err(match e {
+                    StoreError::Conflict { .. } => RunError::LeaseLost {
+                        session: info.session_id.clone(),
+                        reason: "another run took the session over".into(),
+                    },
+                    e => RunError::Store(e),
+                });
             }
         }
         if control.events.active() {

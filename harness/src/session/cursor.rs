@@ -4,12 +4,13 @@
 use super::head::{self, NewSession, StepDone};
 use super::{
     Commit, Lease, SessionConfig, SessionError, SessionInFlight, SessionPhase, SessionStore,
-    StoreError, StoredRun, now_millis,
+    StoreError, StoredRun,
 };
 use crate::ids::{RunId, SessionId};
 use crate::step::StepJournal;
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Mutex;
 
 /// A run's handle on its session. Shared with the lease renewer.
@@ -18,6 +19,9 @@ pub(crate) struct SessionCursor {
     pub(crate) config: SessionConfig,
     owner: String,
     head: Mutex<StoredRun>,
+    /// When the lease last written ends (the store's clock; 0 for none):
+    /// readable while a commit holds `head`.
+    expires_at: AtomicU64,
 }
 
 impl std::fmt::Debug for SessionCursor {
@@ -57,18 +61,13 @@ impl SessionCursor {
                 session_id,
                 state,
                 next_step,
-                lease: (holder == Holder::ThisRun).then(|| head::lease(&owner, &config)),
+                lease: (holder == Holder::ThisRun).then(|| head::lease(&owner, &config, store.now())),
             },
             &config,
         );
         let first = commit.head.clone();
         store.commit(commit).await?;
-        Ok(Self {
-            store,
-            config,
-            owner,
-            head: Mutex::new(first),
-        })
+        Ok(Self::holding(store, config, owner, first))
     }
 
     /// Takes the lease of an existing session for a new run (`run_id`),
@@ -82,21 +81,16 @@ impl SessionCursor {
         journal: StepJournal,
         input: Option<Value>,
     ) -> Result<Self, SessionError> {
-        let now = now_millis();
+        let now = store.now();
         if let Some(held) = head::in_flight(&current, now) {
             return Err(held.into());
         }
         let owner = head::owner_id();
-        let lease = head::lease(&owner, &config);
+        let lease = head::lease(&owner, &config, now);
         let commit = head::acquire(&current, lease, run_id, next_step, journal, input);
         let next = commit.head.clone();
         match store.commit(commit).await {
-            Ok(()) => Ok(Self {
-                store,
-                config,
-                owner,
-                head: Mutex::new(next),
-            }),
+            Ok(()) => Ok(Self::holding(store, config, owner, next)),
             // Someone else took it between our read and our write.
             Err(StoreError::Conflict { .. }) => Err(SessionInFlight {
                 session: current.session_id,
@@ -108,42 +102,101 @@ impl SessionCursor {
         }
     }
 
-    /// Commits `commit` (made from `head`) and makes its head the cursor's.
-    async fn write(&self, head: &mut StoredRun, commit: Commit) -> Result<(), StoreError> {
-        let next = commit.head.clone();
-        self.store.commit(commit).await?;
-        *head = next;
-        Ok(())
+    fn holding(
+        store: Arc<dyn SessionStore>,
+        config: SessionConfig,
+        owner: String,
+        head: StoredRun,
+    ) -> Self {
+        let expires_at = head.lease.as_ref().map_or(0, |l| l.expires_at);
+        Self {
+            store,
+            config,
+            owner,
+            head: Mutex::new(head),
+            expires_at: AtomicU64::new(expires_at),
+        }
+    }
+
+    /// Commits what `make` makes of the head (nothing if it makes nothing).
+    ///
+    /// While this run holds the lease, the only other writer of the head is
+    /// a run queued behind it ([`Busy::Queue`](super::Busy::Queue)); when
+    /// one wins the compare-and-set, the commit is made again from the new
+    /// head. When the lease is no longer this run's (another run took the
+    /// session over), it fails with [`StoreError::Conflict`].
+    async fn write_with(
+        &self,
+        make: impl Fn(&StoredRun) -> Result<Option<Commit>, StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut current = self.head.lock().await;
+        loop {
+            let Some(commit) = make(&current)? else {
+                return Ok(());
+            };
+            let next = commit.head.clone();
+            match self.store.commit(commit).await {
+                Ok(()) => {
+                    let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
+                    self.expires_at.store(expires_at, Ordering::SeqCst);
+                    *current = next;
+                    return Ok(());
+                }
+                Err(conflict @ StoreError::Conflict { .. }) => {
+                    let held = |h: &StoredRun| h.lease.as_ref().is_some_and(|l| l.owner == self.owner);
+                    match self.store.load(&current.session_id).await? {
+                        Some(fresh) if held(&current) && held(&fresh) && fresh.version > current.version => {
+                            *current = fresh;
+                        }
+                        _ => return Err(conflict),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// When the lease ends (the store's clock), as last written; 0 if this
+    /// run holds none.
+    pub(crate) fn lease_expires_at(&self) -> u64 {
+        self.expires_at.load(Ordering::SeqCst)
     }
 
     fn lease(&self) -> Lease {
-        head::lease(&self.owner, &self.config)
+        head::lease(&self.owner, &self.config, self.store.now())
     }
 
     /// Takes the lease again for an in-process resume of a paused run.
     pub(crate) async fn reacquire(&self, journal: StepJournal) -> Result<(), StoreError> {
-        let mut current = self.head.lock().await;
-        let commit = head::reacquire(&current, self.lease(), journal);
-        self.write(&mut current, commit).await
+        self.write_with(|current| {
+            Ok(Some(head::reacquire(
+                current,
+                self.lease(),
+                journal.clone(),
+            )))
+        })
+        .await
     }
 
     /// Records a completed step (see [`head::step_done`]).
     pub(crate) async fn step_done(
         &self,
         done: StepDone<'_>,
-        measure: impl FnOnce() -> u64,
-        snapshot: impl FnOnce() -> Result<Value, StoreError>,
+        measure: impl Fn() -> u64,
+        snapshot: impl Fn() -> Result<Value, StoreError>,
     ) -> Result<(), StoreError> {
-        let mut current = self.head.lock().await;
-        let commit = head::step_done(
-            &current,
-            done,
-            self.lease(),
-            &self.config,
-            measure,
-            snapshot,
-        )?;
-        self.write(&mut current, commit).await
+        self.write_with(|current| {
+            head::step_done(
+                current,
+                done.clone(),
+                self.lease(),
+                &self.config,
+                &measure,
+                &snapshot,
+            )
+            .map(Some)
+        })
+        .await
     }
 
     /// Records how the run settled and releases the lease (see
@@ -155,17 +208,25 @@ impl SessionCursor {
         journal: StepJournal,
         start: &str,
     ) -> Result<(), StoreError> {
-        let mut current = self.head.lock().await;
-        let commit = head::settle(&current, phase, next_step, journal, start);
-        self.write(&mut current, commit).await
+        self.write_with(|current| {
+            Ok(Some(head::settle(
+                current,
+                phase.clone(),
+                next_step,
+                journal.clone(),
+                start,
+            )))
+        })
+        .await
     }
 
     /// Extends the lease if a third of it has passed. Called while a step runs.
     pub(crate) async fn renew(&self) -> Result<(), StoreError> {
-        let mut current = self.head.lock().await;
-        match head::renew(&current, self.lease(), &self.config) {
-            Some(commit) => self.write(&mut current, commit).await,
-            None => Ok(()),
-        }
+        self.write_with(|current| {
+            let now = self.store.now();
+            let lease = head::lease(&self.owner, &self.config, now);
+            Ok(head::renew(current, lease, &self.config, now))
+        })
+        .await
     }
 }

@@ -27,13 +27,18 @@ pub(crate) const INPUT: &str = "$input";
 /// The step name of a value saved outside any run ([`save_value`]).
 pub(crate) const SAVED: &str = "$saved";
 
-/// A lease for `owner` from now until the configured time to live.
-pub(crate) fn lease(owner: &str, config: &SessionConfig) -> Lease {
-    let ttl = u64::try_from(config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+/// A lease for `owner` from `now` (the store's clock, see
+/// [`SessionStore::now`]) until the configured time to live.
+pub(crate) fn lease(owner: &str, config: &SessionConfig, now: u64) -> Lease {
     Lease {
         owner: owner.to_string(),
-        expires_at: now_millis().saturating_add(ttl),
+        expires_at: now.saturating_add(ttl_millis(config)),
     }
+}
+
+/// The lease's time to live in ms.
+pub(crate) fn ttl_millis(config: &SessionConfig) -> u64 {
+    u64::try_from(config.lease_ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A new owner id: one per run attempt.
@@ -172,6 +177,7 @@ pub(crate) fn reacquire(head: &StoredRun, lease: Lease, journal: StepJournal) ->
 }
 
 /// A completed step, as [`step_done`] records it.
+#[derive(Clone)]
 pub(crate) struct StepDone<'a> {
     /// The step's name.
     pub step: &'a str,
@@ -300,11 +306,16 @@ pub(crate) fn settle(
     commit(next, Some(head.version), append, Vec::new(), true)
 }
 
-/// The lease extended, if a third of it has passed; `None` if not due.
-pub(crate) fn renew(head: &StoredRun, lease: Lease, config: &SessionConfig) -> Option<Commit> {
-    let ttl = u64::try_from(config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+/// The lease extended, if a third of it has passed at `now` (the store's
+/// clock, as `lease` was made); `None` if not due.
+pub(crate) fn renew(
+    head: &StoredRun,
+    lease: Lease,
+    config: &SessionConfig,
+    now: u64,
+) -> Option<Commit> {
     let held = head.lease.as_ref()?;
-    if held.expires_at.saturating_sub(now_millis()) >= ttl / 3 * 2 {
+    if held.expires_at.saturating_sub(now) >= ttl_millis(config) / 3 * 2 {
         return None;
     }
     let mut next = next_of(head, now_millis());
@@ -316,6 +327,24 @@ pub(crate) fn renew(head: &StoredRun, lease: Lease, config: &SessionConfig) -> O
         Vec::new(),
         false,
     ))
+}
+
+/// A session a worker sets aside because it cannot be run as it is: marked
+/// failed with `reason` and its lease released; `None` if it is not `agent`'s
+/// or is no longer waiting for a worker at `now` (the store's clock).
+pub(crate) fn quarantine(head: &StoredRun, agent: &str, reason: &str, now: u64) -> Option<Commit> {
+    if head.agent_id != agent
+        || head.phase != SessionPhase::Running
+        || in_flight(head, now).is_some()
+    {
+        return None;
+    }
+    let mut next = next_of(head, now_millis());
+    next.phase = SessionPhase::Failed {
+        error: format!("quarantined by a worker: {reason}"),
+    };
+    next.lease = None;
+    Some(commit(next, Some(head.version), Vec::new(), Vec::new(), true))
 }
 
 /// What to do with a run submitted to a session that is busy (running, or

@@ -217,18 +217,36 @@ pub trait SessionStore: Send + Sync + Debug {
     /// Makes every earlier commit durable.
     async fn flush(&self) -> Result<(), StoreError>;
 
-    /// Up to `limit` sessions a worker could run now (at `now`, ms since the
-    /// epoch): phase `Running` with no lease or an expired one — submitted
-    /// runs, and runs whose process died. Oldest `updated_at` first.
+    /// Up to `limit` sessions of agent `agent` that a worker could run now
+    /// (at `now`, ms since the epoch, by [`now`](Self::now)): phase
+    /// `Running` with no lease or an expired one — submitted runs, and runs
+    /// whose process died. Oldest `updated_at` first. Sessions of other
+    /// agents sharing the store are never returned.
     ///
     /// Taking one is still a compare-and-set on its head
     /// ([`Agent::recover`](crate::Agent::recover)); a store may hide sessions
     /// other workers are taking at the same moment (PostgreSQL's
-    /// `FOR UPDATE SKIP LOCKED`). The default scans every session.
-    async fn runnable(&self, now: u64, limit: usize) -> Result<Vec<SessionId>, StoreError> {
+    /// `FOR UPDATE SKIP LOCKED`). The default scans every session and skips
+    /// heads it cannot read (with a warning): one corrupt record must not
+    /// hide every other session from the workers.
+    async fn runnable(
+        &self,
+        agent: &str,
+        now: u64,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
         let mut found = Vec::new();
         for id in self.sessions().await? {
-            if let Some(head) = self.load(&id).await?
+            let head = match self.load(&id).await {
+                Ok(Some(head)) => head,
+                Ok(None) => continue,
+                Err(StoreError::Load(e)) => {
+                    tracing::warn!(session = %id, error = %e, "skipping an unreadable session");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if head.agent_id == agent
                 && head.phase == SessionPhase::Running
                 && head.lease.as_ref().is_none_or(|l| !l.is_live(now))
             {
@@ -237,6 +255,18 @@ pub trait SessionStore: Send + Sync + Debug {
         }
         found.sort();
         Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
+
+    /// The time by which leases are judged, in ms since the epoch.
+    ///
+    /// Every process sharing a store must judge a lease by the same clock,
+    /// or a worker whose clock runs ahead takes over a run that is still
+    /// going. A store on a server (PostgreSQL, Redis) returns the server's
+    /// clock, estimated from this machine's clock and an offset it measures
+    /// against the server now and then; the default is this machine's
+    /// clock, which is the one clock of a store that only one machine opens.
+    fn now(&self) -> u64 {
+        now_millis()
     }
 }
 
@@ -261,8 +291,16 @@ impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
     async fn flush(&self) -> Result<(), StoreError> {
         (**self).flush().await
     }
-    async fn runnable(&self, now: u64, limit: usize) -> Result<Vec<SessionId>, StoreError> {
-        (**self).runnable(now, limit).await
+    async fn runnable(
+        &self,
+        agent: &str,
+        now: u64,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        (**self).runnable(agent, now, limit).await
+    }
+    fn now(&self) -> u64 {
+        (**self).now()
     }
 }
 

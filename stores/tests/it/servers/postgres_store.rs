@@ -440,12 +440,12 @@ async fn postgres_read_only_store_reads_and_never_writes() {
     // Finding work claims nothing: the writer still finds it after.
     for _ in 0..2 {
         assert_eq!(
-            reader.runnable(now_millis(), 10).await.unwrap(),
+            reader.runnable("conformance", now_millis(), 10).await.unwrap(),
             vec![id("r")]
         );
     }
     assert_eq!(
-        writer.runnable(now_millis(), 10).await.unwrap(),
+        writer.runnable("conformance", now_millis(), 10).await.unwrap(),
         vec![id("r")]
     );
     let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
