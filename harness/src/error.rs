@@ -230,7 +230,9 @@ pub enum RunError {
     /// commit; the session is left for a worker (or
     /// [`Agent::recover`](crate::Agent::recover)) to continue from its last
     /// checkpoint.
-    #[error("the run's lease on session {session} was lost ({reason}); the step in progress was cancelled and nothing of it was committed")]
+    #[error(
+        "the run's lease on session {session} was lost ({reason}); the step in progress was cancelled and nothing of it was committed"
+    )]
     LeaseLost {
         /// The session.
         session: SessionId,

@@ -234,7 +234,12 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
 
     /// A store error while taking `session`: back off from it, or
     /// quarantine it after too many in a row.
-    async fn failed_to_take(&self, session: &SessionId, e: &SessionError, report: &mut WorkerReport) {
+    async fn failed_to_take(
+        &self,
+        session: &SessionId,
+        e: &SessionError,
+        report: &mut WorkerReport,
+    ) {
         report.retries += 1;
         let failures = {
             let mut backoffs = self.backoffs();

@@ -61,7 +61,10 @@ mod tests {
             assert!(!clock.is_stale());
             let estimate = clock.now();
             let expected = now_millis().saturating_add_signed(offset);
-            assert!(estimate.abs_diff(expected) < 1_000, "{estimate} vs {expected}");
+            assert!(
+                estimate.abs_diff(expected) < 1_000,
+                "{estimate} vs {expected}"
+            );
         }
         // Absurd readings saturate rather than wrap.
         clock.record(u64::MAX, 0, u64::MAX);

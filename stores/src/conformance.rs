@@ -978,7 +978,12 @@ pub async fn runnable_by_agent(store: &dyn SessionStore) -> Result<(), Failure> 
                 .collect::<Vec<_>>()
         };
         ensure_eq!(
-            found(store.runnable("alpha", now, 10).await.ctx("runnable alpha")?),
+            found(
+                store
+                    .runnable("alpha", now, 10)
+                    .await
+                    .ctx("runnable alpha")?
+            ),
             ["a-1", "a-2", "a-3"],
             "alpha's runnable sessions, oldest first"
         );
@@ -988,17 +993,32 @@ pub async fn runnable_by_agent(store: &dyn SessionStore) -> Result<(), Failure> 
             "beta's oldest runnable session"
         );
         ensure_eq!(
-            found(store.runnable("alpha-2", now, 10).await.ctx("runnable alpha-2")?),
+            found(
+                store
+                    .runnable("alpha-2", now, 10)
+                    .await
+                    .ctx("runnable alpha-2")?
+            ),
             ["g-1"],
             "an agent whose id extends another's"
         );
         ensure_eq!(
-            found(store.runnable("gamma", now, 10).await.ctx("runnable gamma")?),
+            found(
+                store
+                    .runnable("gamma", now, 10)
+                    .await
+                    .ctx("runnable gamma")?
+            ),
             Vec::<String>::new(),
             "an agent with no session"
         );
         ensure_eq!(
-            found(store.runnable("", now, 10).await.ctx("runnable of the empty id")?),
+            found(
+                store
+                    .runnable("", now, 10)
+                    .await
+                    .ctx("runnable of the empty id")?
+            ),
             Vec::<String>::new(),
             "the empty agent id"
         );

@@ -30,7 +30,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         1,
         "sessions and checkpoints",
-    r"CREATE TABLE {s}.sessions (
+        r"CREATE TABLE {s}.sessions (
     id               text PRIMARY KEY,
     head             text NOT NULL,
     version          bigint NOT NULL,
@@ -916,7 +916,9 @@ async fn refresh_clock(clock: &ServerClock, client: &Object) {
     let after = harness::session::now_millis();
     match read {
         Ok(server) => clock.record(before, u64::try_from(server).unwrap_or(0), after),
-        Err(e) => tracing::warn!(error = %describe(&e), "postgres store: cannot read the server's clock"),
+        Err(e) => {
+            tracing::warn!(error = %describe(&e), "postgres store: cannot read the server's clock")
+        }
     }
 }
 

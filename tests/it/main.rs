@@ -7,4 +7,5 @@ mod contention;
 mod crash;
 mod provider_swap;
 mod sessions;
+mod worker_faults;
 mod workers;

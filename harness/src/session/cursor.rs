@@ -61,7 +61,8 @@ impl SessionCursor {
                 session_id,
                 state,
                 next_step,
-                lease: (holder == Holder::ThisRun).then(|| head::lease(&owner, &config, store.now())),
+                lease: (holder == Holder::ThisRun)
+                    .then(|| head::lease(&owner, &config, store.now())),
             },
             &config,
         );
@@ -143,9 +144,14 @@ impl SessionCursor {
                     return Ok(());
                 }
                 Err(conflict @ StoreError::Conflict { .. }) => {
-                    let held = |h: &StoredRun| h.lease.as_ref().is_some_and(|l| l.owner == self.owner);
+                    let held =
+                        |h: &StoredRun| h.lease.as_ref().is_some_and(|l| l.owner == self.owner);
                     match self.store.load(&current.session_id).await? {
-                        Some(fresh) if held(&current) && held(&fresh) && fresh.version > current.version => {
+                        Some(fresh)
+                            if held(&current)
+                                && held(&fresh)
+                                && fresh.version > current.version =>
+                        {
                             *current = fresh;
                         }
                         _ => return Err(conflict),

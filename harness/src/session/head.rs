@@ -344,7 +344,13 @@ pub(crate) fn quarantine(head: &StoredRun, agent: &str, reason: &str, now: u64) 
         error: format!("quarantined by a worker: {reason}"),
     };
     next.lease = None;
-    Some(commit(next, Some(head.version), Vec::new(), Vec::new(), true))
+    Some(commit(
+        next,
+        Some(head.version),
+        Vec::new(),
+        Vec::new(),
+        true,
+    ))
 }
 
 /// What to do with a run submitted to a session that is busy (running, or

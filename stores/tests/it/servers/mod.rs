@@ -136,14 +136,23 @@ async fn runnable_fixture(store: &dyn SessionStore) -> (u64, Vec<&'static str>) 
 async fn runnable_reads(store: &dyn SessionStore) {
     let (now, want) = runnable_fixture(store).await;
     for _ in 0..2 {
-        assert_eq!(names(&store.runnable("conformance", now, 10).await.unwrap()), want);
+        assert_eq!(
+            names(&store.runnable("conformance", now, 10).await.unwrap()),
+            want
+        );
     }
-    assert_eq!(names(&store.runnable("conformance", now, 2).await.unwrap()), want[..2]);
+    assert_eq!(
+        names(&store.runnable("conformance", now, 2).await.unwrap()),
+        want[..2]
+    );
     assert_eq!(store.runnable("conformance", now, 0).await.unwrap(), vec![]);
     // Later, the short lease has run out too; the live one has not.
     let mut later = vec!["expired", "expires-now", "live-too", "later"];
     later.insert(0, "submitted");
-    assert_eq!(names(&store.runnable("conformance", now + 1, 10).await.unwrap()), later);
+    assert_eq!(
+        names(&store.runnable("conformance", now + 1, 10).await.unwrap()),
+        later
+    );
 
     // Taking a session (a live lease) hides it; releasing it shows it again
     // with its new updated_at, now the newest.
@@ -155,40 +164,71 @@ async fn runnable_reads(store: &dyn SessionStore) {
     });
     take.head.updated_at = now;
     store.commit(take.clone()).await.unwrap();
-    assert_eq!(names(&store.runnable("conformance", now, 10).await.unwrap()), want[1..]);
+    assert_eq!(
+        names(&store.runnable("conformance", now, 10).await.unwrap()),
+        want[1..]
+    );
     let mut release = advance(&take.head, vec![], vec![]);
     release.head.lease = None;
     release.head.updated_at = now;
     store.commit(release.clone()).await.unwrap();
     let mut want2 = want[1..].to_vec();
     want2.push("submitted");
-    assert_eq!(names(&store.runnable("conformance", now, 10).await.unwrap()), want2);
+    assert_eq!(
+        names(&store.runnable("conformance", now, 10).await.unwrap()),
+        want2
+    );
     // Finishing it removes it for good.
     let mut done = advance(&release.head, vec![], vec![]);
     done.head.phase = completed();
     store.commit(done).await.unwrap();
-    assert_eq!(names(&store.runnable("conformance", now, 10).await.unwrap()), want[1..]);
+    assert_eq!(
+        names(&store.runnable("conformance", now, 10).await.unwrap()),
+        want[1..]
+    );
 }
 
 /// `runnable` of a store with claims of `claim_ms`: what one call returns,
 /// the next does not, until the claim runs out or the session is committed.
 async fn runnable_claims(store: &dyn SessionStore, claim_ms: u64) {
     let (now, want) = runnable_fixture(store).await;
-    assert_eq!(names(&store.runnable("conformance", now, 2).await.unwrap()), want[..2]);
-    assert_eq!(names(&store.runnable("conformance", now, 10).await.unwrap()), want[2..]);
-    assert_eq!(store.runnable("conformance", now, 10).await.unwrap(), vec![]);
+    assert_eq!(
+        names(&store.runnable("conformance", now, 2).await.unwrap()),
+        want[..2]
+    );
+    assert_eq!(
+        names(&store.runnable("conformance", now, 10).await.unwrap()),
+        want[2..]
+    );
+    assert_eq!(
+        store.runnable("conformance", now, 10).await.unwrap(),
+        vec![]
+    );
     // A commit clears the claim.
     let h = store.load(&id("later")).await.unwrap().unwrap();
     store.commit(advance(&h, vec![], vec![])).await.unwrap();
-    assert_eq!(names(&store.runnable("conformance", now, 10).await.unwrap()), ["later"]);
+    assert_eq!(
+        names(&store.runnable("conformance", now, 10).await.unwrap()),
+        ["later"]
+    );
     // Just before the claims run out, only the short lease has.
     assert_eq!(
-        names(&store.runnable("conformance", now + claim_ms - 1, 10).await.unwrap()),
+        names(
+            &store
+                .runnable("conformance", now + claim_ms - 1, 10)
+                .await
+                .unwrap()
+        ),
         ["live-too"]
     );
     // Claims run out (the one just taken has not).
     assert_eq!(
-        names(&store.runnable("conformance", now + claim_ms, 10).await.unwrap()),
+        names(
+            &store
+                .runnable("conformance", now + claim_ms, 10)
+                .await
+                .unwrap()
+        ),
         want
     );
 }
@@ -265,7 +305,13 @@ async fn workers_take_each_session_once(
         let h = stores[0].load(session).await.unwrap().unwrap();
         assert_eq!(h.lease.map(|l| l.owner).as_ref(), owners.first());
     }
-    assert_eq!(stores[0].runnable("conformance", now_millis(), 10).await.unwrap(), vec![]);
+    assert_eq!(
+        stores[0]
+            .runnable("conformance", now_millis(), 10)
+            .await
+            .unwrap(),
+        vec![]
+    );
     eprintln!(
         "{} workers took {sessions} sessions: {per_worker:?}, {conflicts} conflicts",
         stores.len()

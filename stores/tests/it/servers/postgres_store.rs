@@ -440,12 +440,18 @@ async fn postgres_read_only_store_reads_and_never_writes() {
     // Finding work claims nothing: the writer still finds it after.
     for _ in 0..2 {
         assert_eq!(
-            reader.runnable("conformance", now_millis(), 10).await.unwrap(),
+            reader
+                .runnable("conformance", now_millis(), 10)
+                .await
+                .unwrap(),
             vec![id("r")]
         );
     }
     assert_eq!(
-        writer.runnable("conformance", now_millis(), 10).await.unwrap(),
+        writer
+            .runnable("conformance", now_millis(), 10)
+            .await
+            .unwrap(),
         vec![id("r")]
     );
     let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
@@ -484,5 +490,73 @@ async fn postgres_read_only_store_reads_and_never_writes() {
         .get(0);
     assert!(!created, "the read-only store created schema {missing}");
     drop(client);
+    pg.cleanup().await;
+}
+
+/// A database of the first migration (no agent column) is upgraded in
+/// place: each session gets its agent from its head, a head that cannot be
+/// read gets none (and the migration does not fail on it), and workers find
+/// their own agent's sessions only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_migration_2_gives_old_sessions_their_agent() {
+    let Some(pg) = Pg::new() else { return };
+    let schema = pg.fresh_schema("mig2");
+    let store = pg.connect(&schema, PostgresOptions::default()).await;
+    let t0 = now_millis() - 10_000;
+    for (i, (name, agent)) in [
+        ("a-1", "alpha"),
+        ("b-1", "beta"),
+        ("a-2", "alpha"),
+        ("bad", "alpha"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": i}))]);
+        c.head.agent_id = agent.into();
+        c.head.updated_at = t0 + i as u64;
+        store.commit(c).await.unwrap();
+    }
+    // Back to the first migration's layout, with one unreadable head.
+    let client = store.pool().get().await.unwrap();
+    let s = format!("\"{schema}\"");
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {s}.sessions DROP COLUMN agent_id;
+             CREATE INDEX sessions_runnable ON {s}.sessions (updated_at, id) WHERE phase = 'running';
+             DELETE FROM {s}.schema_migrations WHERE version = 2;
+             UPDATE {s}.sessions SET head = '{PG_GARBAGE}' WHERE id = 'bad';"
+        ))
+        .await
+        .unwrap();
+    drop(client);
+    drop(store);
+
+    let upgraded = pg
+        .connect(
+            &schema,
+            PostgresOptions::default().claim_ttl(Duration::ZERO),
+        )
+        .await;
+    let now = now_millis();
+    let names = |ids: Vec<SessionId>| {
+        ids.iter()
+            .map(|i| i.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(upgraded.runnable("alpha", now, 10).await.unwrap()),
+        ["a-1", "a-2"]
+    );
+    assert_eq!(
+        names(upgraded.runnable("beta", now, 10).await.unwrap()),
+        ["b-1"]
+    );
+    // The unreadable session is still listed, and still refused by name.
+    assert!(upgraded.sessions().await.unwrap().contains(&id("bad")));
+    assert!(matches!(
+        upgraded.load(&id("bad")).await,
+        Err(StoreError::Load(_))
+    ));
     pg.cleanup().await;
 }

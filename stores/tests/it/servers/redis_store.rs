@@ -403,12 +403,18 @@ async fn redis_read_only_store_reads_and_never_writes() {
     assert_eq!(reader.checkpoints(&id("r"), 0).await.unwrap(), c.append);
     for _ in 0..2 {
         assert_eq!(
-            reader.runnable("conformance", now_millis(), 10).await.unwrap(),
+            reader
+                .runnable("conformance", now_millis(), 10)
+                .await
+                .unwrap(),
             vec![id("r")]
         );
     }
     assert_eq!(
-        writer.runnable("conformance", now_millis(), 10).await.unwrap(),
+        writer
+            .runnable("conformance", now_millis(), 10)
+            .await
+            .unwrap(),
         vec![id("r")]
     );
     let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
@@ -443,5 +449,59 @@ async fn redis_read_only_store_reads_and_never_writes() {
     assert!(members().await.contains("gone"), "the reader forgot an id");
     assert_eq!(writer.sessions().await.unwrap(), vec![id("r")]);
     assert!(!members().await.contains("gone"));
+    rd.cleanup().await;
+}
+
+/// Running sessions written before the agents hash existed are found by the
+/// agent in their head; an unreadable head belongs to no agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_runnable_reads_the_agent_of_sessions_written_before_the_agents_hash() {
+    let Some(rd) = Rd::new() else { return };
+    let prefix = rd.fresh_prefix("agents");
+    let store = rd
+        .connect(&prefix, RedisOptions::default().claim_ttl(Duration::ZERO))
+        .await;
+    let t0 = now_millis() - 10_000;
+    for (i, (name, agent)) in [
+        ("a-1", "alpha"),
+        ("b-1", "beta"),
+        ("a-2", "alpha"),
+        ("bad", "alpha"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": i}))]);
+        c.head.agent_id = agent.into();
+        c.head.updated_at = t0 + i as u64;
+        store.commit(c).await.unwrap();
+    }
+    let mut con = store.connection();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{prefix}:agents"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}:{{bad}}:head"))
+        .arg("{not json")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let now = now_millis();
+    let names = |ids: Vec<SessionId>| {
+        ids.iter()
+            .map(|i| i.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(store.runnable("alpha", now, 10).await.unwrap()),
+        ["a-1", "a-2"]
+    );
+    assert_eq!(
+        names(store.runnable("beta", now, 10).await.unwrap()),
+        ["b-1"]
+    );
+    assert_eq!(store.runnable("gamma", now, 10).await.unwrap(), vec![]);
     rd.cleanup().await;
 }
