@@ -1,10 +1,11 @@
 //! A worker process for the crash test: runs a long loop on a sled store and
 //! reports each step once its checkpoint is durable.
 //!
-//! `crash_worker start|recover STORE_DIR SESSION STEPS LEASE_MS`
+//! `crash_worker start|recover STORE_DIR SESSION STEPS LEASE_MS [DURABILITY]`,
+//! DURABILITY being `every-step` (the default), `every-N` or `at-exit`.
 
 use futures::StreamExt;
-use harness::session::{SessionConfig, SessionError};
+use harness::session::{Durability, SessionConfig, SessionError};
 use harness::{Harness, HarnessState, RunEvent, SessionId, StepResult, create_agent};
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
@@ -27,12 +28,24 @@ async fn tick(s: Arc<Ticks>) -> StepResult<TicksUpdate> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, mode, dir, session, steps, lease_ms] = args.as_slice() else {
-        return Err("usage: crash_worker start|recover STORE_DIR SESSION STEPS LEASE_MS".into());
+    let [_, mode, dir, session, steps, lease_ms, rest @ ..] = args.as_slice() else {
+        return Err(
+            "usage: crash_worker start|recover STORE_DIR SESSION STEPS LEASE_MS [DURABILITY]"
+                .into(),
+        );
     };
     let steps: u64 = steps.parse()?;
+    let durability = match rest.first().map(String::as_str) {
+        None | Some("every-step") => Durability::EveryStep,
+        Some("at-exit") => Durability::AtExit,
+        Some(other) => match other.strip_prefix("every-") {
+            Some(n) => Durability::EveryN(n.parse()?),
+            None => return Err(format!("unknown durability {other}").into()),
+        },
+    };
     let config = SessionConfig {
         lease_ttl: Duration::from_millis(lease_ms.parse()?),
+        durability,
         ..SessionConfig::default()
     };
     let harness = Harness::<Ticks>::builder()
@@ -79,7 +92,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let printer = tokio::spawn(async move {
         while let Some(e) = events.next().await {
             if let RunEvent::StepFinished { index, .. } = e {
-                // Sent after the step's checkpoint was flushed.
+                // Sent after the step's checkpoint was committed (and
+                // flushed, if the durability mode flushes it).
                 println!("durable {}", index + 1);
             }
         }

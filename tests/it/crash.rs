@@ -9,20 +9,19 @@ use std::process::{Command, Stdio};
 
 const STEPS: u64 = 200;
 
-#[test]
-fn a_killed_run_is_recovered_in_a_new_process_without_loss_or_repeats() {
-    let dir = std::env::temp_dir().join(format!("harness-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = dir.to_str().unwrap().to_string();
+/// Starts a run of `STEPS` ticks with `durability`, SIGKILLs it after
+/// `kill_after` committed steps, recovers it in a new process. Returns the
+/// final ticks, the steps committed before the kill and the first pid.
+fn kill_and_recover(durability: &str, kill_after: u64) -> (Vec<(u64, u32)>, u64, u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
     let worker = env!("CARGO_BIN_EXE_crash_worker");
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
-    let kill_after = 5 + seed % 140;
-
+    let args = |mode: &'static str| {
+        [mode, store, "s1", &STEPS.to_string(), "1000", durability].map(str::to_string)
+    };
     let mut first = Command::new(worker)
-        .args(["start", &store, "s1", &STEPS.to_string(), "1000"])
+        .args(args("start"))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -41,13 +40,10 @@ fn a_killed_run_is_recovered_in_a_new_process_without_loss_or_repeats() {
     first.wait().unwrap();
     assert!(durable >= kill_after, "the worker reported {durable} steps");
 
-    let second = Command::new(worker)
-        .args(["recover", &store, "s1", &STEPS.to_string(), "1000"])
-        .output()
-        .unwrap();
+    let second = Command::new(worker).args(args("recover")).output().unwrap();
     assert!(
         second.status.success(),
-        "{}",
+        "{durability}: {}",
         String::from_utf8_lossy(&second.stderr)
     );
     let stdout = String::from_utf8(second.stdout).unwrap();
@@ -56,21 +52,165 @@ fn a_killed_run_is_recovered_in_a_new_process_without_loss_or_repeats() {
         .find_map(|l| l.strip_prefix("final "))
         .unwrap();
     let ticks: Vec<(u64, u32)> = serde_json::from_str(final_line).unwrap();
-
     let numbers: Vec<u64> = ticks.iter().map(|t| t.0).collect();
     assert_eq!(
         numbers,
         (1..=STEPS).collect::<Vec<_>>(),
-        "every step exactly once"
+        "{durability}: every step exactly once"
     );
-    let by_first = ticks.iter().take_while(|t| t.1 == first_pid).count() as u64;
+    (ticks, durable, first_pid)
+}
+
+/// How many of the first ticks the killed process ran; none after them.
+fn kept(ticks: &[(u64, u32)], first_pid: u32) -> u64 {
+    let by_first = ticks.iter().take_while(|t| t.1 == first_pid).count();
+    assert!(ticks[by_first..].iter().all(|t| t.1 != first_pid));
+    by_first as u64
+}
+
+fn kill_point() -> u64 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    5 + seed % 140
+}
+
+#[test]
+fn a_killed_run_is_recovered_in_a_new_process_without_loss_or_repeats() {
+    let kill_after = kill_point();
+    let (ticks, durable, first_pid) = kill_and_recover("every-step", kill_after);
+    let by_first = kept(&ticks, first_pid);
     assert!(
         by_first >= durable,
         "steps 1..={durable} were durable before the kill but only {by_first} survived"
     );
-    assert!(ticks[by_first as usize..].iter().all(|t| t.1 != first_pid));
     println!(
         "killed after {durable} durable steps (target {kill_after}); the first process's steps kept: {by_first}; recovered the rest"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `Durability::EveryN(n)` flushes every n-th step: a kill loses at most the
+/// n-1 steps after the last flush, which run again; none is applied twice.
+/// `Durability::AtExit` promises no step before the end: a kill may lose
+/// every step since the run started, which all run again, still exactly once.
+#[test]
+fn every_n_and_at_exit_lose_at_most_what_they_promise_and_never_apply_a_step_twice() {
+    for (durability, n) in [
+        ("every-5", Some(5)),
+        ("every-2", Some(2)),
+        ("at-exit", None),
+    ] {
+        let kill_after = kill_point();
+        let (ticks, committed, first_pid) = kill_and_recover(durability, kill_after);
+        let by_first = kept(&ticks, first_pid);
+        if let Some(n) = n {
+            let flushed = committed / n * n;
+            assert!(
+                by_first >= flushed,
+                "{durability}: {flushed} steps were flushed before the kill, {by_first} survived"
+            );
+        }
+        println!(
+            "{durability}: killed after {committed} committed steps; kept {by_first}, ran the rest again"
+        );
+    }
+}
+
+/// Runs `once_worker start` until it reports reaching `point`, SIGKILLs it,
+/// recovers the session in a new process; returns the effects file's lines
+/// (effect, idempotency key, pid) and the final log.
+fn kill_at_and_recover(point: &str) -> (Vec<(String, String, u32)>, Vec<String>, u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let effects = dir.path().join("effects");
+    let (store, effects_arg) = (store.to_str().unwrap(), effects.to_str().unwrap());
+    let worker = env!("CARGO_BIN_EXE_once_worker");
+    let mut first = Command::new(worker)
+        .args(["start", store, "order-1", point, effects_arg])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_pid = first.id();
+    let reached = BufReader::new(first.stdout.take().unwrap())
+        .lines()
+        .map(Result::unwrap)
+        .any(|l| l == format!("at {point}"));
+    assert!(reached, "the worker never reached {point}");
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+
+    let second = Command::new(worker)
+        .args(["recover", store, "order-1", point, effects_arg])
+        .output()
+        .unwrap();
+    assert!(
+        second.status.success(),
+        "{point}: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let stdout = String::from_utf8(second.stdout).unwrap();
+    let log: Vec<String> = serde_json::from_str(
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("final "))
+            .unwrap(),
+    )
+    .unwrap();
+    let lines = std::fs::read_to_string(&effects)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut parts = l.split(' ');
+            let (what, key, pid) = (parts.next(), parts.next(), parts.next());
+            (
+                what.unwrap().to_string(),
+                key.unwrap().to_string(),
+                pid.unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    (lines, log, first_pid)
+}
+
+#[test]
+fn once_effects_are_not_repeated_after_a_kill_or_repeat_with_the_same_idempotency_key() {
+    // (where the first process is killed, the effect run twice, if any)
+    for (point, repeated) in [
+        ("charge-done", Some("charge")),
+        ("charge-recorded", None),
+        ("ship-done", Some("ship")),
+        ("ship-recorded", None),
+        ("mail-done", Some("mail")),
+        ("mail-recorded", None),
+    ] {
+        let (effects, log, first_pid) = kill_at_and_recover(point);
+        for what in ["charge", "ship", "mail"] {
+            let runs: Vec<_> = effects.iter().filter(|e| e.0 == what).collect();
+            let expected = if repeated == Some(what) { 2 } else { 1 };
+            assert_eq!(
+                runs.len(),
+                expected,
+                "killed at {point}: `{what}` ran {} times: {effects:?}",
+                runs.len()
+            );
+            // Every run of one effect carries one key, which names the
+            // session, the step visit and the effect.
+            assert!(runs.iter().all(|r| r.1 == runs[0].1), "{point}: {runs:?}");
+            assert!(runs[0].1.starts_with("harness:order-1:"), "{}", runs[0].1);
+            assert!(runs[0].1.ends_with(&format!(":{what}")), "{}", runs[0].1);
+            if expected == 2 {
+                assert_eq!((runs[0].2, runs[1].2 == first_pid), (first_pid, false));
+            }
+        }
+        // Different effects, different keys.
+        let keys: std::collections::BTreeSet<_> = effects.iter().map(|e| &e.1).collect();
+        assert_eq!(keys.len(), 3, "{point}: {effects:?}");
+        // The state records each effect once, with the key it ran with.
+        assert_eq!(log.len(), 3, "{point}: {log:?}");
+        for (entry, what) in log.iter().zip(["charge", "ship", "mail"]) {
+            let key = &effects.iter().find(|e| e.0 == what).unwrap().1;
+            assert!(entry.ends_with(key.as_str()), "{point}: {entry} vs {key}");
+        }
+    }
 }

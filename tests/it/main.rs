@@ -5,6 +5,7 @@
 mod agent_loop;
 mod contention;
 mod crash;
+mod once;
 mod provider_swap;
 mod sessions;
 mod worker_faults;

@@ -11,7 +11,9 @@ use crate::session::{
 use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
-use crate::step::{Cx, CxShared, Interrupt, RunInfo, StepError, StepInfo, StepJournal};
+use crate::step::{
+    Cx, CxShared, Interrupt, JournalSink, RunInfo, StepError, StepInfo, StepJournal,
+};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -531,13 +533,22 @@ async fn run_step<S: HarnessState, C: Context>(
     let mut attempt = 0;
     loop {
         attempt += 1;
+        let (visit, sink) = match &exec.session {
+            SessionLink::Attached { cursor, .. } => (
+                cursor.steps(),
+                Some(Arc::clone(cursor) as Arc<dyn JournalSink>),
+            ),
+            _ => (exec.steps, None),
+        };
         let shared = Arc::new(CxShared::new(
             info.run_id.clone(),
             info.session_id.clone(),
             Arc::clone(&step.name),
             exec.steps,
+            visit,
             attempt,
             std::mem::take(&mut exec.journal),
+            sink,
         ));
         let cx = Cx {
             ctx: Arc::clone(ctx),

@@ -7,7 +7,8 @@ use super::{
     StoreError, StoredRun,
 };
 use crate::ids::{RunId, SessionId};
-use crate::step::StepJournal;
+use crate::step::{JournalSink, StepJournal};
+use futures::future::BoxFuture;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +23,8 @@ pub(crate) struct SessionCursor {
     /// When the lease last written ends (the store's clock; 0 for none):
     /// readable while a commit holds `head`.
     expires_at: AtomicU64,
+    /// Steps the session has completed, as last written.
+    steps: AtomicU64,
 }
 
 impl std::fmt::Debug for SessionCursor {
@@ -110,12 +113,14 @@ impl SessionCursor {
         head: StoredRun,
     ) -> Self {
         let expires_at = head.lease.as_ref().map_or(0, |l| l.expires_at);
+        let steps = head.steps;
         Self {
             store,
             config,
             owner,
             head: Mutex::new(head),
             expires_at: AtomicU64::new(expires_at),
+            steps: AtomicU64::new(steps),
         }
     }
 
@@ -140,6 +145,7 @@ impl SessionCursor {
                 Ok(()) => {
                     let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
                     self.expires_at.store(expires_at, Ordering::SeqCst);
+                    self.steps.store(next.steps, Ordering::SeqCst);
                     *current = next;
                     return Ok(());
                 }
@@ -160,6 +166,11 @@ impl SessionCursor {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Steps the session has completed, as last written.
+    pub(crate) fn steps(&self) -> u64 {
+        self.steps.load(Ordering::SeqCst)
     }
 
     /// When the lease ends (the store's clock), as last written; 0 if this
@@ -234,5 +245,16 @@ impl SessionCursor {
             Ok(head::renew(current, lease, &self.config, now))
         })
         .await
+    }
+}
+
+impl JournalSink for SessionCursor {
+    fn record(&self, journal: StepJournal) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.write_with(|current| {
+                Ok(Some(head::record_journal(current, &journal, self.lease())))
+            })
+            .await
+        })
     }
 }

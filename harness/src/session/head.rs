@@ -176,6 +176,25 @@ pub(crate) fn reacquire(head: &StoredRun, lease: Lease, journal: StepJournal) ->
     commit(next, Some(head.version), Vec::new(), Vec::new(), true)
 }
 
+/// The current step's journal recorded while the step runs (a `once`
+/// result), merged into the head's: results are only ever added within a
+/// visit, so records that cross in flight lose nothing. Always durable: the
+/// effect it records has already happened.
+pub(crate) fn record_journal(head: &StoredRun, journal: &StepJournal, lease: Lease) -> Commit {
+    let mut next = next_of(head, now_millis());
+    for (key, value) in &journal.once {
+        next.journal
+            .once
+            .entry(key.clone())
+            .or_insert_with(|| value.clone());
+    }
+    if journal.responses.len() > next.journal.responses.len() {
+        next.journal.responses.clone_from(&journal.responses);
+    }
+    next.lease = Some(lease);
+    commit(next, Some(head.version), Vec::new(), Vec::new(), true)
+}
+
 /// A completed step, as [`step_done`] records it.
 #[derive(Clone)]
 pub(crate) struct StepDone<'a> {

@@ -2,7 +2,9 @@
 
 use super::Interrupt;
 use super::error::StepError;
+use crate::error::StoreError;
 use crate::ids::{InterruptId, RunId, SessionId};
+use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,12 +28,26 @@ pub struct StepJournal {
     pub once: BTreeMap<String, Value>,
 }
 
+/// Where a step's journal is kept while the step runs: the run's session,
+/// when the run has a store.
+pub(crate) trait JournalSink: Send + Sync {
+    /// Makes `journal` durable, merged into what the session holds for the
+    /// current step (`once` results are only ever added, so merging
+    /// records made out of order loses nothing).
+    fn record(&self, journal: StepJournal) -> BoxFuture<'_, Result<(), StoreError>>;
+}
+
 pub(crate) struct CxShared {
     pub(crate) run_id: RunId,
     pub(crate) session_id: SessionId,
     pub(crate) step: Arc<str>,
     pub(crate) index: u64,
+    /// The step's place in its session: steps the session completed before
+    /// it (the run's own count when the run has no store). The same on every
+    /// attempt, resume and recovery of this step visit.
+    pub(crate) visit: u64,
     pub(crate) attempt: u32,
+    sink: Option<Arc<dyn JournalSink>>,
     journal: Mutex<StepJournal>,
     next_interrupt: AtomicUsize,
     pending: Mutex<Option<Interrupt>>,
@@ -65,20 +81,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl CxShared {
+    #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
     pub(crate) fn new(
         run_id: RunId,
         session_id: SessionId,
         step: Arc<str>,
         index: u64,
+        visit: u64,
         attempt: u32,
         journal: StepJournal,
+        sink: Option<Arc<dyn JournalSink>>,
     ) -> Self {
         Self {
             run_id,
             session_id,
             step,
             index,
+            visit,
             attempt,
+            sink,
             journal: Mutex::new(journal),
             next_interrupt: AtomicUsize::new(0),
             pending: Mutex::new(None),
@@ -229,8 +250,8 @@ impl<C> Cx<C> {
 
     /// Runs the side effect `effect` once per step visit and records its
     /// result under `key`; if the step is re-entered (after an interrupt is
-    /// answered, or on retry) the recorded result is returned and `effect` is
-    /// not polled.
+    /// answered, on retry, or when a crashed run is recovered) the recorded
+    /// result is returned and `effect` is not polled.
     ///
     /// ```
     /// # use harness::{Cx, StepError};
@@ -239,6 +260,25 @@ impl<C> Cx<C> {
     /// let approved: bool = cx.interrupt(format!("{receipt}; ship it?"))?;
     /// # let _ = approved; Ok(()) }
     /// ```
+    ///
+    /// # What is guaranteed
+    ///
+    /// - **Without a store**, the result lives in the run: it survives
+    ///   retries and in-process resumes, not the process.
+    /// - **With a store**, the result is written to the session, durably
+    ///   (whatever the [`Durability`](crate::session::Durability)), before
+    ///   `once` returns: once `once` has returned, no later attempt,
+    ///   resume, or recovery in another process runs `effect` again.
+    /// - One window remains, and no framework can close it alone: a process
+    ///   that dies after `effect` had its effect and before its result is
+    ///   written runs `effect` again when the run is recovered. Hand the
+    ///   effect [`idempotency_key`](Self::idempotency_key)`(key)` to pass to
+    ///   the external API (a payment's idempotency key, a message's
+    ///   deduplication id): it is the same on that second run, so the API
+    ///   can recognise the repeat.
+    /// - If the result cannot be written (the store fails), `once` fails
+    ///   with that error: the step fails (and is retried by its policy)
+    ///   rather than go on with an effect that is not recorded.
     pub async fn once<T, F>(&self, key: &str, effect: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,
@@ -273,9 +313,45 @@ impl<C> Cx<C> {
                 self.shared.step
             ))
         })?;
-        lock(&self.shared.journal)
-            .once
-            .insert(key.to_string(), json);
+        let journal = {
+            let mut journal = lock(&self.shared.journal);
+            journal.once.insert(key.to_string(), json);
+            journal.clone()
+        };
+        if let Some(sink) = &self.shared.sink {
+            sink.record(journal).await.map_err(|e| {
+                StepError::msg(format!(
+                    "the result of once(\"{key}\") in step `{}` had its effect but cannot be recorded in the session: {e}",
+                    self.shared.step
+                ))
+            })?;
+        }
         Ok(value)
+    }
+
+    /// A key naming the side effect `once(key, ..)` of this step visit, to
+    /// hand to an external API that deduplicates requests by key.
+    ///
+    /// It is the same on every attempt of this visit: retries, resumes after
+    /// an interrupt, and a recovery in another process after a crash. It
+    /// differs between sessions, between visits of a step (a loop that
+    /// comes back to the step gets a new key) and between keys. It has the
+    /// form `harness:{session}:{n}:{step}:{key}`, where `n` counts the steps
+    /// the session completed before this visit (the run's own count for a
+    /// run without a store, whose visits do not survive the process).
+    ///
+    /// ```
+    /// # use harness::{Cx, StepError};
+    /// # async fn charge(_amount: u32, _idempotency_key: &str) -> String { String::new() }
+    /// # async fn f(cx: Cx<()>) -> Result<(), StepError> {
+    /// let key = cx.idempotency_key("charge");
+    /// let receipt: String = cx.once("charge", charge(10, &key)).await?;
+    /// # let _ = receipt; Ok(()) }
+    /// ```
+    pub fn idempotency_key(&self, key: &str) -> String {
+        format!(
+            "harness:{}:{}:{}:{key}",
+            self.shared.session_id, self.shared.visit, self.shared.step
+        )
     }
 }

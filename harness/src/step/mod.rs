@@ -33,8 +33,8 @@ mod cx;
 mod error;
 mod func;
 
-pub(crate) use cx::CxShared;
 pub use cx::{Cx, StepJournal};
+pub(crate) use cx::{CxShared, JournalSink};
 pub use error::{StepError, StepResult};
 pub use func::StepFn;
 
