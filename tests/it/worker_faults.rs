@@ -593,3 +593,39 @@ async fn leases_are_judged_by_the_stores_clock_not_this_machines() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_queued_behind_a_running_one_does_not_break_its_lease() {
+    let store: Arc<dyn SessionStore> = Arc::new(SledStore::temporary().unwrap());
+    let effects = Arc::new(Effects::default());
+    let agent = slow_agent(
+        store.clone(),
+        effects.clone(),
+        Duration::from_millis(300),
+        Duration::from_millis(150),
+    );
+    let run = agent.run(Slow { steps: 0 });
+    let session = run.session_id().clone();
+    let driving = tokio::spawn(run);
+    while effects.started.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Written into the head while the running run holds it (and renews it).
+    let queued = agent
+        .submit_input(&session, SlowUpdate::new(), harness::Busy::Queue)
+        .await
+        .unwrap();
+    assert_eq!(queued, harness::Submitted::Queued { position: 1 });
+    let out = driving.await.unwrap().unwrap();
+    assert_eq!(out.state.steps, 1);
+    // The queued run starts once the first completes; a worker runs it.
+    let report = until_settled(
+        Worker::new(agent.clone()).poll_interval(Duration::from_millis(5)),
+        agent.clone(),
+        vec![session.clone()],
+    )
+    .await;
+    assert_eq!(report.completed, 1, "{report:?}");
+    assert_eq!(agent.state_at(&session, None).await.unwrap().steps, 2);
+    assert_eq!(effects.finished.load(Ordering::SeqCst), 2);
+}
