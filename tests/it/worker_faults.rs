@@ -193,7 +193,7 @@ async fn until_settled<S: HarnessState, C: harness::Context>(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(60), worker.run_until(settled))
+    tokio::time::timeout(Duration::from_secs(120), worker.run_until(settled))
         .await
         .expect("the workers settle every session")
         .unwrap()
@@ -352,7 +352,11 @@ async fn on_postgres_two_agents_share_a_store_and_unreadable_sessions_are_quaran
     let url = std::env::var("HARNESS_TEST_POSTGRES_URL")
         .expect("HARNESS_TEST_POSTGRES_URL: run the suite with ./scripts/test");
     let schema = format!("t_quarantine_{}", &SessionId::random().as_str()[..8]);
-    let options = harness_stores::PostgresOptions::default().schema(schema);
+    // A session a worker fails to take stays claimed (hidden) for the claim
+    // time: short, so that the retries of the unreachable one come quickly.
+    let options = harness_stores::PostgresOptions::default()
+        .schema(schema)
+        .claim_ttl(Duration::from_millis(200));
     let store: Arc<dyn SessionStore> =
         Arc::new(PostgresStore::connect_with(&url, options).await.unwrap());
     two_agents_and_unreadable_sessions(store).await;
@@ -411,6 +415,31 @@ fn slow_agent(
     create_agent("slow", &h)
 }
 
+/// A run of the slow step on `store`, started, its step begun.
+struct Started {
+    agent: Agent<Slow, SlowSlots>,
+    effects: Arc<Effects>,
+    session: SessionId,
+    driving: tokio::task::JoinHandle<Result<harness::Outcome<Slow>, RunError>>,
+}
+
+async fn start_slow(store: Arc<dyn SessionStore>, length: Duration, lease: Duration) -> Started {
+    let effects = Arc::new(Effects::default());
+    let agent = slow_agent(store, effects.clone(), length, lease);
+    let run = agent.run(Slow { steps: 0 });
+    let session = run.session_id().clone();
+    let driving = tokio::spawn(run);
+    while effects.started.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Started {
+        agent,
+        effects,
+        session,
+        driving,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_blip_shorter_than_the_lease_does_not_stop_the_step() {
     // Lease 600 ms, renewed every 200 ms; each blip starts as the step does
@@ -422,19 +451,17 @@ async fn a_store_blip_shorter_than_the_lease_does_not_stop_the_step() {
         (Duration::from_millis(250), Blip::Hangs),
     ] {
         let faulty = Faulty::new(Arc::new(SledStore::temporary().unwrap()));
-        let effects = Arc::new(Effects::default());
-        let agent = slow_agent(
+        let Started {
+            agent,
+            effects,
+            session,
+            driving,
+        } = start_slow(
             faulty.clone(),
-            effects.clone(),
             Duration::from_millis(900),
             Duration::from_millis(600),
-        );
-        let run = agent.run(Slow { steps: 0 });
-        let session = run.session_id().clone();
-        let driving = tokio::spawn(run);
-        while effects.started.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        )
+        .await;
         // A worker stands by, ready to take the session should its lease
         // lapse.
         let standby = {
@@ -469,20 +496,17 @@ async fn a_store_blip_shorter_than_the_lease_does_not_stop_the_step() {
 async fn a_lost_lease_cancels_the_step_before_it_commits_and_a_worker_finishes_it() {
     for kind in [Blip::Errors, Blip::Hangs] {
         let faulty = Faulty::new(Arc::new(SledStore::temporary().unwrap()));
-        let effects = Arc::new(Effects::default());
-        let lease = Duration::from_millis(300);
-        let agent = slow_agent(
+        let Started {
+            agent,
+            effects,
+            session,
+            driving,
+        } = start_slow(
             faulty.clone(),
-            effects.clone(),
             Duration::from_millis(1_500),
-            lease,
-        );
-        let run = agent.run(Slow { steps: 0 });
-        let session = run.session_id().clone();
-        let driving = tokio::spawn(run);
-        while effects.started.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+            Duration::from_millis(300),
+        )
+        .await;
         // The database is gone for longer than the lease.
         faulty.blip(Duration::from_millis(800), kind);
         match driving.await.unwrap() {
@@ -514,19 +538,17 @@ async fn a_lost_lease_cancels_the_step_before_it_commits_and_a_worker_finishes_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_session_is_taken_over_stops_at_once() {
     let store: Arc<dyn SessionStore> = Arc::new(SledStore::temporary().unwrap());
-    let effects = Arc::new(Effects::default());
-    let agent = slow_agent(
+    let Started {
+        agent: _,
+        effects,
+        session,
+        driving,
+    } = start_slow(
         store.clone(),
-        effects.clone(),
         Duration::from_millis(2_000),
         Duration::from_millis(300),
-    );
-    let run = agent.run(Slow { steps: 0 });
-    let session = run.session_id().clone();
-    let driving = tokio::spawn(run);
-    while effects.started.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    )
+    .await;
     // Another owner writes the head (as a worker judging the lease expired
     // by a wrong clock would).
     tamper(&*store, &session, |head, _| {
@@ -597,19 +619,17 @@ async fn leases_are_judged_by_the_stores_clock_not_this_machines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_queued_behind_a_running_one_does_not_break_its_lease() {
     let store: Arc<dyn SessionStore> = Arc::new(SledStore::temporary().unwrap());
-    let effects = Arc::new(Effects::default());
-    let agent = slow_agent(
+    let Started {
+        agent,
+        effects,
+        session,
+        driving,
+    } = start_slow(
         store.clone(),
-        effects.clone(),
         Duration::from_millis(300),
         Duration::from_millis(150),
-    );
-    let run = agent.run(Slow { steps: 0 });
-    let session = run.session_id().clone();
-    let driving = tokio::spawn(run);
-    while effects.started.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    )
+    .await;
     // Written into the head while the running run holds it (and renews it).
     let queued = agent
         .submit_input(&session, SlowUpdate::new(), harness::Busy::Queue)

@@ -362,3 +362,26 @@ async fn odd_ids_go_on(store: &dyn SessionStore) {
     want.sort();
     assert_eq!(listed, want);
 }
+
+/// Running sessions `a-1`, `b-1`, `a-2` and `bad` (oldest first) of agents
+/// `alpha` and `beta` (`bad` is `alpha`'s).
+async fn sessions_of_two_agents(store: &dyn SessionStore) {
+    let t0 = now_millis() - 10_000;
+    let sessions = [
+        ("a-1", "alpha"),
+        ("b-1", "beta"),
+        ("a-2", "alpha"),
+        ("bad", "alpha"),
+    ];
+    for (i, (name, agent)) in sessions.into_iter().enumerate() {
+        let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": i}))]);
+        c.head.agent_id = agent.into();
+        c.head.updated_at = t0 + i as u64;
+        store.commit(c).await.unwrap();
+    }
+}
+
+/// The ids, as strings.
+fn names_of(ids: Vec<SessionId>) -> Vec<String> {
+    ids.iter().map(|i| i.as_str().to_owned()).collect()
+}

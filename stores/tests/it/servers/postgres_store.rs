@@ -2,8 +2,8 @@
 //! the columns beside the head, finding work.
 
 use super::{
-    block_on, interrupted, odd_ids_go_on, runnable_claims, runnable_reads, server_url, unique,
-    workers_take_each_session_once,
+    block_on, interrupted, names_of, odd_ids_go_on, runnable_claims, runnable_reads, server_url,
+    sessions_of_two_agents, unique, workers_take_each_session_once,
 };
 use crate::id;
 use harness::SessionId;
@@ -502,21 +502,7 @@ async fn postgres_migration_2_gives_old_sessions_their_agent() {
     let Some(pg) = Pg::new() else { return };
     let schema = pg.fresh_schema("mig2");
     let store = pg.connect(&schema, PostgresOptions::default()).await;
-    let t0 = now_millis() - 10_000;
-    for (i, (name, agent)) in [
-        ("a-1", "alpha"),
-        ("b-1", "beta"),
-        ("a-2", "alpha"),
-        ("bad", "alpha"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": i}))]);
-        c.head.agent_id = agent.into();
-        c.head.updated_at = t0 + i as u64;
-        store.commit(c).await.unwrap();
-    }
+    sessions_of_two_agents(&store).await;
     // Back to the first migration's layout, with one unreadable head.
     let client = store.pool().get().await.unwrap();
     let s = format!("\"{schema}\"");
@@ -539,17 +525,12 @@ async fn postgres_migration_2_gives_old_sessions_their_agent() {
         )
         .await;
     let now = now_millis();
-    let names = |ids: Vec<SessionId>| {
-        ids.iter()
-            .map(|i| i.as_str().to_owned())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(
-        names(upgraded.runnable("alpha", now, 10).await.unwrap()),
+        names_of(upgraded.runnable("alpha", now, 10).await.unwrap()),
         ["a-1", "a-2"]
     );
     assert_eq!(
-        names(upgraded.runnable("beta", now, 10).await.unwrap()),
+        names_of(upgraded.runnable("beta", now, 10).await.unwrap()),
         ["b-1"]
     );
     // The unreadable session is still listed, and still refused by name.

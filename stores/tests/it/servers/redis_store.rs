@@ -2,8 +2,8 @@
 //! finding work, finished sessions that expire.
 
 use super::{
-    block_on, completed, odd_ids_go_on, runnable_claims, runnable_reads, server_url, unique,
-    workers_take_each_session_once,
+    block_on, completed, names_of, odd_ids_go_on, runnable_claims, runnable_reads, server_url,
+    sessions_of_two_agents, unique, workers_take_each_session_once,
 };
 use crate::id;
 use harness::SessionId;
@@ -461,21 +461,7 @@ async fn redis_runnable_reads_the_agent_of_sessions_written_before_the_agents_ha
     let store = rd
         .connect(&prefix, RedisOptions::default().claim_ttl(Duration::ZERO))
         .await;
-    let t0 = now_millis() - 10_000;
-    for (i, (name, agent)) in [
-        ("a-1", "alpha"),
-        ("b-1", "beta"),
-        ("a-2", "alpha"),
-        ("bad", "alpha"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": i}))]);
-        c.head.agent_id = agent.into();
-        c.head.updated_at = t0 + i as u64;
-        store.commit(c).await.unwrap();
-    }
+    sessions_of_two_agents(&store).await;
     let mut con = store.connection();
     let _: () = redis::cmd("DEL")
         .arg(format!("{prefix}:agents"))
@@ -489,17 +475,12 @@ async fn redis_runnable_reads_the_agent_of_sessions_written_before_the_agents_ha
         .await
         .unwrap();
     let now = now_millis();
-    let names = |ids: Vec<SessionId>| {
-        ids.iter()
-            .map(|i| i.as_str().to_owned())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(
-        names(store.runnable("alpha", now, 10).await.unwrap()),
+        names_of(store.runnable("alpha", now, 10).await.unwrap()),
         ["a-1", "a-2"]
     );
     assert_eq!(
-        names(store.runnable("beta", now, 10).await.unwrap()),
+        names_of(store.runnable("beta", now, 10).await.unwrap()),
         ["b-1"]
     );
     assert_eq!(store.runnable("gamma", now, 10).await.unwrap(), vec![]);
