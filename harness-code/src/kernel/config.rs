@@ -189,7 +189,9 @@ pub struct KernelConfig {
     /// may) and sets `no_new_privs` before any cell runs, so that a cell
     /// gains no privilege from `setuid` programs (`sudo`) or file
     /// capabilities, and, started by root, cannot read processes that keep
-    /// theirs (default true). What cannot be dropped is reported in
+    /// theirs (default true). A kernel of root then has the file access
+    /// of its user id alone: other users' files are as closed to it as
+    /// their permissions say. What cannot be dropped is reported in
     /// [`KernelInfo::warnings`](super::KernelInfo::warnings).
     pub drop_privileges: bool,
     /// Where the kernel writes and reads pickled values (a

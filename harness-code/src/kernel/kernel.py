@@ -700,14 +700,15 @@ def drop_privileges(warnings):
 
 
 def start_watchdog(warnings):
-    """Forks a process, in the kernel's process group, that kills the group
+    """Starts a process, in the kernel's process group, that kills the group
     once the host is gone.
 
     The host holds the only write end of the kernel's request pipe (fd 0
     here), so the pipe reports a hang-up when the host ends, however it
     ends. A process of its own rather than a thread: a cell in C code that
-    holds the interpreter lock would stall a thread. It also goes when the
-    kernel itself is gone (the host kills the group then too).
+    holds the interpreter lock would stall a thread. Forked twice, so that
+    it is not the kernel's child: `os.wait()` in a cell sees only the
+    cell's own children.
     """
     if not hasattr(os, "fork") or not hasattr(select, "poll"):
         warnings.append("no watchdog on this system: the kernel may outlive its host")
@@ -719,27 +720,46 @@ def start_watchdog(warnings):
         warnings.append("no watchdog (the kernel may outlive its host): %s" % error)
         return
     if child:
+        _, status = os.waitpid(child, 0)
+        if status != 0:
+            warnings.append("no watchdog: it could not be forked (the kernel may outlive "
+                            "its host)")
         return
+    code = 1
     try:
-        try:
-            open_fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
-        except OSError:
-            open_fds = range(3, 1024)
-        for fd in open_fds:
-            if fd != 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        poller = select.poll()
-        # No events asked: only a hang-up or an error is reported.
-        poller.register(0, 0)
-        while not poller.poll(1000):
-            if os.getppid() != kernel:
-                break
-        os.killpg(0, signal.SIGKILL)
+        if os.fork():
+            code = 0
+        else:
+            code = 0
+            watch(kernel)
     finally:
-        os._exit(0)
+        os._exit(code)
+
+
+def watch(kernel):
+    """The watchdog's body: waits for the hang-up, then kills the group."""
+    try:
+        open_fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        open_fds = range(3, 1024)
+    for fd in open_fds:
+        if fd != 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    poller = select.poll()
+    # No events asked: only a hang-up or an error is reported.
+    poller.register(0, 0)
+    while not poller.poll(1000):
+        try:
+            os.kill(kernel, 0)
+        except ProcessLookupError:
+            # The kernel is gone and reaped: its host kills the group too.
+            break
+        except OSError:
+            pass
+    os.killpg(0, signal.SIGKILL)
 
 
 def main():
