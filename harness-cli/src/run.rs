@@ -31,7 +31,8 @@ pub(crate) struct Args {
     /// (the kernel restarts and later cells restore what they need).
     #[arg(long, default_value_t = 600.0, value_parser = parse_timeout)]
     timeout: f64,
-    /// Memory limit of the kernel in MiB (RLIMIT_AS), from 1 MiB.
+    /// Memory limit of the kernel in MiB (RLIMIT_AS), from 1 MiB; default
+    /// 8192.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MEMORY_MB))]
     memory_mb: Option<u64>,
     /// The Python interpreter.
@@ -137,7 +138,10 @@ async fn run_async(args: &Args) -> ExitCode {
         python: args.python.clone(),
         timeout: (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout)),
         // The parser bounds it, so the product fits.
-        memory_limit: args.memory_mb.map(|mb| mb.saturating_mul(1 << 20)),
+        memory_limit: args
+            .memory_mb
+            .map(|mb| mb.saturating_mul(1 << 20))
+            .or(KernelConfig::default().memory_limit),
         working_dir: Some(base.clone()),
         command_prefix: args
             .prefix

@@ -10,8 +10,10 @@
 //! The Python kernel writes blobs into
 //! the same layout directly (no copy through the protocol pipe) without
 //! fsyncing them ([`BlobStore::sync`] does, in one batch, when a notebook is
-//! saved); the Rust side reads, checks (every read is verified
-//! against the hash) and collects them.
+//! saved). Every read is checked against the hash, on both sides: the
+//! kernel hashes a blob's bytes before it unpickles them and removes a
+//! blob that does not match (its value is then recomputed and written
+//! again); [`BlobStore::get`] returns [`BlobError::Corrupt`].
 //!
 //! ```
 //! use harness_code::blobs::BlobStore;
@@ -154,9 +156,9 @@ impl BlobStore {
     }
 
     /// Stores `bytes` durably and returns their hash: when `put` returns,
-    /// the blob survives a crash. A blob already stored with the right size
-    /// is not written again (one of the wrong size, e.g. truncated by a
-    /// crash, is replaced).
+    /// the blob survives a crash. A blob already stored with these bytes is
+    /// not written again; one that differs (truncated by a crash, corrupted
+    /// on disk, even at the same size) is replaced.
     ///
     /// The bytes go to a temporary file beside the blob, which is fsynced
     /// and renamed into place; then the blob's directory is fsynced so that
@@ -171,6 +173,7 @@ impl BlobStore {
         let hash = sha256_hex(bytes);
         let path = self.path(&hash)?;
         if fs::metadata(&path).is_ok_and(|meta| meta.is_file() && meta.len() == bytes.len() as u64)
+            && fs::read(&path).is_ok_and(|stored| stored == bytes)
         {
             return Ok(hash);
         }

@@ -316,7 +316,9 @@ pub struct Notebook {
     /// What the kernel's namespace holds: name → identity.
     live: BTreeMap<String, String>,
     live_generation: u64,
-    /// Blobs the kernel failed to load; their values are recomputed instead.
+    /// Blobs the kernel failed to load (missing, unreadable, corrupt: the
+    /// kernel checks every blob against its hash before unpickling it);
+    /// their values are recomputed instead, until a run writes them again.
     bad_blobs: BTreeSet<String>,
     /// Blobs known to be on disk for good: those of the saved notebook this
     /// one was opened from, and those fsynced by a save since.
@@ -1056,6 +1058,20 @@ impl Notebook {
         Ok((report.restored, failed))
     }
 
+    /// Blobs the kernel has just written are whole again: no longer bad.
+    fn forget_rewritten(&mut self, result: &CellResult) {
+        for summary in result.outputs.values() {
+            if let Stored::Blob {
+                hash,
+                written: true,
+                ..
+            } = &summary.stored
+            {
+                self.bad_blobs.remove(hash);
+            }
+        }
+    }
+
     /// Puts into the kernel what `cell` needs, re-running producers of
     /// values that have no blob.
     async fn prepare(
@@ -1077,12 +1093,22 @@ impl Notebook {
                     retry = true;
                     break;
                 }
-                let result = self.kernel_run(rerun, false).await.map_err(|source| {
-                    NotebookError::Kernel {
-                        cell: Some(cell),
-                        source,
-                    }
-                })?;
+                // Snapshots are skipped for a recomputation unless a blob of
+                // the producer is missing (or was found corrupt and removed):
+                // writing the value again heals the store.
+                let heal = self.records.get(&rerun).is_some_and(|record| {
+                    record
+                        .blobs()
+                        .any(|hash| self.bad_blobs.contains(hash) || !self.blobs.contains(hash))
+                });
+                let result =
+                    self.kernel_run(rerun, heal)
+                        .await
+                        .map_err(|source| NotebookError::Kernel {
+                            cell: Some(cell),
+                            source,
+                        })?;
+                self.forget_rewritten(&result);
                 if let Some(error) = result.error {
                     return Err(NotebookError::Restore {
                         cell,
@@ -1163,7 +1189,10 @@ impl Notebook {
             }
         };
         let result = match self.kernel_run(cell, true).await {
-            Ok(result) => result,
+            Ok(result) => {
+                self.forget_rewritten(&result);
+                result
+            }
             Err(source) => {
                 self.fail(cell, failed_record(source.to_string()), started_at, clock)?;
                 return Err(NotebookError::Kernel {

@@ -8,6 +8,15 @@
 # user code prints (from Python or C) can reach the protocol channel. The
 # original fd 2 is kept for diagnostics (faulthandler on a crash).
 
+import sys
+
+# Isolated mode by hand. `python -I` would ignore PYTHONHASHSEED, which the
+# kernel needs (its only PYTHON* variable; the host removes the others, and
+# `-s` leaves out the user's site directory). What remains of `-I` is this:
+# `-c` puts the working directory first on sys.path, where a json.py or a
+# pickle.py beside a notebook would replace the kernel's own imports.
+sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]
+
 import ast
 import builtins
 import faulthandler
@@ -19,7 +28,8 @@ import linecache
 import os
 import pickle
 import reprlib
-import sys
+import select
+import signal
 import tempfile
 import threading
 import time
@@ -35,6 +45,22 @@ SPILL_BYTES = 1 << 20
 
 class TooLarge(Exception):
     pass
+
+
+class CorruptBlob(Exception):
+    pass
+
+
+def is_blob_name(digest):
+    return (isinstance(digest, str) and len(digest) == 64
+            and all(c in "0123456789abcdef" for c in digest))
+
+
+def existing_size(path):
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
 
 
 class Capture:
@@ -192,9 +218,11 @@ class Kernel:
         if self.blob_dir:
             os.makedirs(os.path.join(self.blob_dir, "tmp"), exist_ok=True)
         threading.Thread(target=self.watch_output, daemon=True).start()
-        # Like Jupyter: modules next to the notebook's files are importable.
+        # Like Jupyter, modules beside the notebook's files are importable,
+        # but after the standard library and installed packages, so that a
+        # json.py there shadows neither the kernel's modules nor a cell's.
         if "" not in sys.path:
-            sys.path.insert(0, "")
+            sys.path.append("")
 
     def reset_streams(self):
         # New wrappers if a cell closed ours; they never own the descriptors.
@@ -468,7 +496,7 @@ class Kernel:
             return stored
         path = self.blob_path(digest)
         try:
-            if os.path.exists(path):
+            if existing_size(path) == sink.size:
                 sink.discard()
             else:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -492,6 +520,31 @@ class Kernel:
 
     # -- restore -----------------------------------------------------------
 
+    def load_blob(self, digest):
+        """The value pickled in blob `digest`, whose bytes are checked first.
+
+        A blob whose bytes do not hash to its name is removed (unless it was
+        replaced meanwhile), so that the value is recomputed and written
+        again rather than read wrong.
+        """
+        if not self.blob_dir:
+            raise RuntimeError("the kernel has no blob directory")
+        if not is_blob_name(digest):
+            raise ValueError("invalid blob hash %r" % (digest,))
+        path = self.blob_path(digest)
+        with open(path, "rb") as handle:
+            data = handle.read()
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != digest:
+                try:
+                    if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                        os.unlink(path)
+                except OSError:
+                    pass
+                raise CorruptBlob("blob %s is corrupt: its bytes hash to %s (removed)"
+                                  % (digest, actual))
+        return pickle.loads(data)
+
     def restore(self, request):
         ns = self.ns
         restored = []
@@ -504,10 +557,7 @@ class Kernel:
                 elif "module" in item:
                     dict.__setitem__(ns, name, importlib.import_module(item["module"]))
                 elif "blob" in item:
-                    if not self.blob_dir:
-                        raise RuntimeError("the kernel has no blob directory")
-                    with open(self.blob_path(item["blob"]), "rb") as handle:
-                        dict.__setitem__(ns, name, pickle.load(handle))
+                    dict.__setitem__(ns, name, self.load_blob(item["blob"]))
                 else:
                     raise ValueError("nothing to restore")
                 restored.append(name)
@@ -519,16 +569,206 @@ class Kernel:
         return {"restored": restored, "failed": failed}
 
 
+def rlimit(resource, which, wanted):
+    """Sets soft and hard limits to `wanted`, or to a lower one in force."""
+    value = int(wanted)
+    for current in resource.getrlimit(which):
+        if current != resource.RLIM_INFINITY and current < value:
+            value = current
+    resource.setrlimit(which, (value, value))
+    return value
+
+
+def user_tasks(uid):
+    """How many processes and threads the user `uid` runs (what Linux
+    counts against RLIMIT_NPROC)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        real = threads = None
+        try:
+            with open("/proc/%s/status" % entry) as status:
+                for line in status:
+                    if line.startswith("Uid:"):
+                        real = int(line.split()[1])
+                    elif line.startswith("Threads:"):
+                        threads = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if real == uid and threads:
+            count += threads
+    return count
+
+
+def is_initial_root():
+    """Whether the kernel runs as root of the initial user namespace, to
+    which Linux does not apply RLIMIT_NPROC."""
+    if os.getuid() != 0:
+        return False
+    try:
+        with open("/proc/self/uid_map") as mapping:
+            for line in mapping:
+                inside, outside = line.split()[:2]
+                if inside == "0":
+                    return outside == "0"
+    except (OSError, ValueError):
+        pass
+    return True
+
+
+def set_limits(config, warnings):
+    try:
+        import resource
+    except ImportError as error:
+        if config.get("memory_limit") or config.get("process_limit"):
+            warnings.append("limits not set: %s" % error)
+        return
+    memory = config.get("memory_limit")
+    if memory:
+        try:
+            rlimit(resource, resource.RLIMIT_AS, memory)
+        except (ValueError, OSError) as error:
+            warnings.append("memory limit not set: %s" % error)
+    extra = config.get("process_limit")
+    if extra and hasattr(resource, "RLIMIT_NPROC"):
+        try:
+            rlimit(resource, resource.RLIMIT_NPROC, user_tasks(os.getuid()) + int(extra))
+        except (ValueError, OSError) as error:
+            warnings.append("process limit not set: %s" % error)
+        else:
+            if is_initial_root():
+                warnings.append("process limit set but not enforced: Linux does not apply "
+                                "RLIMIT_NPROC to root; run the kernel as another user or under "
+                                "a sandbox (command_prefix) to limit its processes")
+
+
+def capabilities():
+    caps = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Cap"):
+                key, value = line.split(":", 1)
+                caps[key] = int(value, 16)
+    return caps
+
+
+def drop_privileges(warnings):
+    """Drops every capability (the bounding set too, when allowed) and sets
+    no_new_privs, so that no cell gains privileges through exec (setuid
+    programs, file capabilities, root's implicit ones)."""
+    if not sys.platform.startswith("linux"):
+        warnings.append("privileges not dropped: only done on Linux")
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        before = capabilities()
+    except (ImportError, OSError, ValueError) as error:
+        warnings.append("privileges not dropped: %s" % error)
+        return
+    arg = ctypes.c_ulong
+    pr_capbset_drop, pr_set_no_new_privs = 24, 38
+    if before.get("CapBnd"):
+        try:
+            with open("/proc/sys/kernel/cap_last_cap") as last:
+                last_cap = int(last.read())
+        except (OSError, ValueError):
+            last_cap = 63
+        for cap in range(last_cap + 1):
+            # Fails without CAP_SETPCAP; no_new_privs then keeps exec from
+            # using the bounding set.
+            libc.prctl(pr_capbset_drop, arg(cap), arg(0), arg(0), arg(0))
+    if any(before.get(key) for key in ("CapPrm", "CapEff", "CapInh", "CapAmb")):
+        # _LINUX_CAPABILITY_VERSION_3: a header, then two sets of
+        # (effective, permitted, inheritable), all empty.
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        data = (ctypes.c_uint32 * 6)()
+        if libc.capset(header, data) != 0:
+            warnings.append("capabilities not dropped: %s" % os.strerror(ctypes.get_errno()))
+    if libc.prctl(pr_set_no_new_privs, arg(1), arg(0), arg(0), arg(0)) != 0:
+        warnings.append("no_new_privs not set: %s" % os.strerror(ctypes.get_errno()))
+    try:
+        after = capabilities()
+    except (OSError, ValueError) as error:
+        warnings.append("capabilities not checked: %s" % error)
+        return
+    kept = [key for key in ("CapPrm", "CapEff", "CapAmb") if after.get(key)]
+    if kept:
+        warnings.append("capabilities kept: %s" % ", ".join(
+            "%s=%x" % (key, after[key]) for key in kept))
+
+
+def start_watchdog(warnings):
+    """Starts a process, in the kernel's process group, that kills the group
+    once the host is gone.
+
+    The host holds the only write end of the kernel's request pipe (fd 0
+    here), so the pipe reports a hang-up when the host ends, however it
+    ends. A process of its own rather than a thread: a cell in C code that
+    holds the interpreter lock would stall a thread. Forked twice, so that
+    it is not the kernel's child: `os.wait()` in a cell sees only the
+    cell's own children.
+    """
+    if not hasattr(os, "fork") or not hasattr(select, "poll"):
+        warnings.append("no watchdog on this system: the kernel may outlive its host")
+        return
+    kernel = os.getpid()
+    try:
+        child = os.fork()
+    except OSError as error:
+        warnings.append("no watchdog (the kernel may outlive its host): %s" % error)
+        return
+    if child:
+        _, status = os.waitpid(child, 0)
+        if status != 0:
+            warnings.append("no watchdog: it could not be forked (the kernel may outlive "
+                            "its host)")
+        return
+    code = 1
+    try:
+        if os.fork():
+            code = 0
+        else:
+            code = 0
+            watch(kernel)
+    finally:
+        os._exit(code)
+
+
+def watch(kernel):
+    """The watchdog's body: waits for the hang-up, then kills the group."""
+    try:
+        open_fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        open_fds = range(3, 1024)
+    for fd in open_fds:
+        if fd != 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    poller = select.poll()
+    # No events asked: only a hang-up or an error is reported.
+    poller.register(0, 0)
+    while not poller.poll(1000):
+        try:
+            os.kill(kernel, 0)
+        except ProcessLookupError:
+            # The kernel is gone and reaped: its host kills the group too.
+            break
+        except OSError:
+            pass
+    os.killpg(0, signal.SIGKILL)
+
+
 def main():
     config = json.loads(sys.argv[1])
     warnings = []
-    limit = config.get("memory_limit")
-    if limit:
-        try:
-            import resource
-            resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
-        except (ImportError, ValueError, OSError) as error:
-            warnings.append("memory limit not set: %s" % error)
+    set_limits(config, warnings)
+    if config.get("drop_privileges", True):
+        drop_privileges(warnings)
+    start_watchdog(warnings)
     kernel = Kernel(config)
     kernel.setup(warnings)
     kernel.send({"hello": {"pid": os.getpid(), "python": sys.version.split()[0],

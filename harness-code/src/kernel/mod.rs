@@ -22,11 +22,21 @@
 //! been restarted (with an empty namespace): a cell running past
 //! [`KernelConfig::timeout`] is killed ([`KernelError::Timeout`]); a cell
 //! that calls `os._exit`, crashes the interpreter or closes the protocol
-//! pipes gives [`KernelError::Died`]. A memory limit is applied with
-//! `RLIMIT_AS` by the kernel itself before any cell runs (a cell over it gets
-//! a `MemoryError`); secrets are scrubbed from its environment
-//! ([`KernelConfig::scrub_patterns`]); [`KernelConfig::command_prefix`] runs
-//! it under a sandbox such as `bwrap` or `nsjail`.
+//! pipes gives [`KernelError::Died`].
+//!
+//! Before any cell runs the kernel limits itself (address space with
+//! `RLIMIT_AS`, so that a cell over it gets a `MemoryError`; processes
+//! with `RLIMIT_NPROC`), drops its capabilities and sets `no_new_privs`.
+//! It gets an environment built from an allow-list
+//! ([`KernelConfig::pass_env`]) minus anything that looks like a secret
+//! ([`KernelConfig::scrub_patterns`],
+//! [`KernelConfig::scrub_credential_values`]), and the host makes itself
+//! non-dumpable ([`protect_host`]) so that a cell cannot read the host's
+//! environment through `/proc`. Modules in the working directory never
+//! shadow the standard library or the kernel's own imports: the working
+//! directory comes last on `sys.path`. [`KernelConfig::command_prefix`]
+//! runs the kernel under a sandbox such as `bwrap` or `nsjail`; the crate
+//! docs' trust boundary says what holds without one.
 //!
 //! On Unix the kernel leads a process group of its own, and wherever it is
 //! killed (timeout, protocol error, death, [`Kernel::restart`], a
@@ -45,6 +55,12 @@
 //! --unshare-pid --die-with-parent ...`. Elsewhere than Unix only the
 //! kernel process itself is killed.
 //!
+//! The kernel also dies with its host: a watchdog process it forks at
+//! start, in its group, waits for the host's end of the request pipe to
+//! close, which happens however the host ends (`SIGKILL`, Ctrl-C, a
+//! panic), and then kills the group. A cell that runs forever is not left
+//! behind by a host that was interrupted.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), harness_code::kernel::KernelError> {
 //! use harness_code::kernel::{Kernel, KernelConfig};
@@ -57,6 +73,7 @@
 //! ```
 
 mod config;
+mod host;
 mod result;
 
 use std::collections::BTreeSet;
@@ -72,7 +89,11 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
-pub use config::{DEFAULT_SCRUB_PATTERNS, KernelConfig};
+pub use config::{
+    DEFAULT_MEMORY_LIMIT, DEFAULT_PASS_ENV, DEFAULT_PROCESS_LIMIT, DEFAULT_SCRUB_PATTERNS,
+    KernelConfig,
+};
+pub use host::protect_host;
 pub use result::{
     CapturedOutput, CellResult, PythonError, RestoreFailure, RestoreReport, RestoreValue, Stored,
     TraceFrame, ValueSummary,
@@ -238,8 +259,9 @@ pub struct KernelInfo {
     pub pid: u32,
     /// `sys.version`'s first word, e.g. `3.11.7`.
     pub python: String,
-    /// Problems at startup that did not stop it (e.g. the memory limit
-    /// could not be set).
+    /// Problems at startup that did not stop it: a limit that could not be
+    /// set or is not enforced (the process limit for root), privileges
+    /// that could not be dropped, a host that could not be protected.
     pub warnings: Vec<String>,
 }
 
@@ -381,8 +403,18 @@ impl Kernel {
             "max_blob_bytes": config.max_blob_bytes,
             "check_reads": config.check_reads,
             "memory_limit": config.memory_limit,
+            "process_limit": config.process_limit,
+            "drop_privileges": config.drop_privileges,
         })
         .to_string();
+        let scrubbed = config.scrubbed_env();
+        if !scrubbed.is_empty() {
+            tracing::warn!(
+                names = ?scrubbed,
+                "kernel: variables of KernelConfig::env look like secrets and are not passed \
+                 (see KernelConfig::scrub_patterns and scrub_credential_values)"
+            );
+        }
         let mut kernel = Self {
             config,
             config_json,
@@ -422,6 +454,15 @@ impl Kernel {
             return Err(KernelError::Closed);
         }
         let config = &self.config;
+        let mut host_warnings = Vec::new();
+        if config.protect_host
+            && let Err(error) = protect_host()
+        {
+            host_warnings.push(format!(
+                "the host process could not be made non-dumpable, so the kernel may read its \
+                 environment through /proc: {error}"
+            ));
+        }
         let (program, prefix_args) = match config.command_prefix.split_first() {
             Some((program, rest)) => (program.clone(), rest.to_vec()),
             None => (config.python.clone().into_os_string(), Vec::new()),
@@ -486,10 +527,11 @@ impl Kernel {
             Ok(Ok(None)) => "it exited before greeting".to_owned(),
             Ok(Ok(Some(line))) => match parse_hello(&line) {
                 Ok(hello) => {
+                    host_warnings.extend(hello.warnings);
                     self.info = KernelInfo {
                         pid: hello.pid,
                         python: hello.python,
-                        warnings: hello.warnings,
+                        warnings: host_warnings,
                     };
                     for warning in &self.info.warnings {
                         tracing::warn!(pid = self.info.pid, "kernel: {warning}");

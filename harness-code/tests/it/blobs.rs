@@ -118,3 +118,17 @@ fn retain_removes_unreferenced_blobs_and_leftover_temporary_files() {
     assert_eq!(names(&shard), [HELLO]);
     assert!(names(&store.root().join("tmp")).is_empty());
 }
+
+#[test]
+fn put_replaces_a_blob_corrupted_at_the_same_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    store.put(b"hello").unwrap();
+    let path = store.path(HELLO).unwrap();
+    for corrupt in [&b"jello"[..], b"hellO", b"\0\0\0\0\0"] {
+        fs::write(&path, corrupt).unwrap();
+        assert!(matches!(store.get(HELLO), Err(BlobError::Corrupt { .. })));
+        assert_eq!(store.put(b"hello").unwrap(), HELLO);
+        assert_eq!(store.get(HELLO).unwrap(), b"hello");
+    }
+}

@@ -11,6 +11,9 @@ use harness_code::kernel::{
     Activity, ExecuteOptions, Kernel, KernelConfig, KernelError, RestoreValue, Stored,
 };
 
+#[cfg(target_os = "linux")]
+use crate::support::process_gone;
+
 fn config() -> KernelConfig {
     KernelConfig {
         timeout: Some(Duration::from_secs(20)),
@@ -336,7 +339,11 @@ async fn memory_limit_gives_a_memory_error() {
     })
     .await
     .unwrap();
-    assert!(kernel.info().warnings.is_empty(), "{:?}", kernel.info());
+    assert!(
+        !kernel.info().warnings.iter().any(|w| w.contains("memory")),
+        "{:?}",
+        kernel.info()
+    );
     let result = kernel
         .execute(0, "big = bytearray(2 * 1024 ** 3)")
         .await
@@ -470,19 +477,6 @@ async fn start_sleeper(kernel: &mut Kernel, cell: u32) -> u32 {
     pid
 }
 
-/// Whether process `pid` is gone: no `/proc/<pid>`, or only its zombie
-/// (it was killed; whoever it was reparented to has not reaped it yet).
-#[cfg(target_os = "linux")]
-fn process_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // `pid (comm) S ...`: the state follows the last `)`.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
 /// Waits up to 5 s for `pid` to be gone. If it is not, kills it (a failing
 /// test leaves nothing behind) and fails.
 #[cfg(target_os = "linux")]
@@ -593,4 +587,67 @@ async fn a_kernel_that_dies_with_a_forked_child_is_reported_at_once() {
         started.elapsed()
     );
     assert_gone(child, "dying").await;
+}
+
+#[tokio::test]
+async fn restore_checks_each_blob_against_its_hash_and_removes_a_corrupt_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = BlobStore::open(dir.path().join("blobs")).unwrap();
+    let config = KernelConfig {
+        blob_dir: Some(blobs.root().to_path_buf()),
+        ..config()
+    };
+    let mut kernel = Kernel::spawn(config.clone()).await.unwrap();
+    let result = kernel.execute(0, "word = 'genuine'").await.unwrap();
+    let hash = result.outputs["word"].stored.hash().unwrap().to_owned();
+    let pickle = blobs.get(&hash).unwrap();
+    let at = pickle.windows(7).position(|w| w == b"genuine").unwrap();
+    let mut forged = pickle.clone();
+    forged[at..at + 7].copy_from_slice(b"forged!");
+    let mut garbage = pickle.clone();
+    garbage.iter_mut().for_each(|byte| *byte = 0);
+    let path = blobs.path(&hash).unwrap();
+    let mut fresh = Kernel::spawn(config).await.unwrap();
+    for (what, bytes) in [
+        ("another value of the same size", forged),
+        ("zeros", garbage),
+        ("a longer file", [pickle.as_slice(), b"tail"].concat()),
+    ] {
+        std::fs::write(&path, &bytes).unwrap();
+        let report = fresh
+            .restore(&[RestoreValue::Blob {
+                name: "word".into(),
+                blob: hash.clone(),
+            }])
+            .await
+            .unwrap();
+        assert!(report.restored.is_empty(), "{what}: {report:?}");
+        assert!(
+            report.failed[0].reason.contains("corrupt") && report.failed[0].reason.contains(&hash),
+            "{what}: {report:?}"
+        );
+        let check = fresh.execute(1, "print('word' in dir())").await.unwrap();
+        assert_eq!(check.stdout.text, "False\n", "{what}");
+        assert!(!path.exists(), "{what}: the corrupt blob was kept");
+    }
+    // Names that are not hashes are refused before any file is opened.
+    for name in ["../../etc/passwd", "ABC", ""] {
+        let report = fresh
+            .restore(&[RestoreValue::Blob {
+                name: "x".into(),
+                blob: name.into(),
+            }])
+            .await
+            .unwrap();
+        assert!(
+            report.failed[0].reason.contains("invalid blob hash"),
+            "{name}: {report:?}"
+        );
+    }
+    // The kernel writes the value again where the corrupt blob was.
+    kernel
+        .execute(2, "word = ''.join(['gen', 'uine'])")
+        .await
+        .unwrap();
+    assert_eq!(blobs.get(&hash).unwrap(), pickle);
 }

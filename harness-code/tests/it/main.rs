@@ -12,3 +12,4 @@ mod patch;
 mod replay;
 mod stdlib_sweep;
 mod support;
+mod trust_boundary;

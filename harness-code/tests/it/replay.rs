@@ -483,3 +483,85 @@ async fn sync_sources_follows_an_edited_file() {
     assert_eq!(report.executed(), ids(&[2]));
     assert_eq!(repr(&notebook, 2, "d"), "3");
 }
+
+/// Corruptions of a blob: each keeps or breaks the pickle, and the first
+/// two keep its size, so that only the hash tells them apart. The first
+/// replaces `genuine` with `forged`, a value of the same pickled size.
+fn corruptions(pickle: &[u8], genuine: &[u8], forged: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let at = pickle
+        .windows(genuine.len())
+        .position(|w| w == genuine)
+        .unwrap();
+    let mut another_value = pickle.to_vec();
+    another_value[at..at + forged.len()].copy_from_slice(forged);
+    let mut flipped = pickle.to_vec();
+    flipped[pickle.len() / 2] ^= 0x40;
+    vec![
+        ("same size, another value", another_value),
+        ("a flipped bit", flipped),
+        ("truncated", pickle[..pickle.len() - 3].to_vec()),
+        ("emptied", Vec::new()),
+    ]
+}
+
+#[tokio::test]
+async fn a_corrupt_blob_is_never_read_as_a_value_but_recomputed_and_written_again() {
+    for case in 0..4 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut notebook = Notebook::create(dir.path(), config()).unwrap();
+        for source in [
+            "text = 'abcdef' * 3",
+            // Small ints pickle as `K` and one byte.
+            "nums = list(range(10))",
+            "label = 'unrelated'",
+        ] {
+            notebook.add_cell(source, user()).unwrap();
+        }
+        assert!(notebook.replay().await.unwrap().succeeded());
+        notebook.save().unwrap();
+        notebook.shutdown().await;
+        let hash = |cell: u32, name: &str| {
+            notebook.record(CellId::new(cell)).unwrap().outputs[name]
+                .stored
+                .hash()
+                .unwrap()
+                .to_owned()
+        };
+        let blobs = [
+            (hash(0, "text"), &b"abcdef"[..], &b"abcxef"[..]),
+            (hash(1, "nums"), b"K\x05", b"K\x63"),
+        ];
+        let store = notebook.blobs().clone();
+        let mut what = "";
+        for (hash, genuine, forged) in &blobs {
+            let pickle = store.get(hash).unwrap();
+            let (name, bytes) = corruptions(&pickle, genuine, forged).swap_remove(case);
+            what = name;
+            std::fs::write(store.path(hash).unwrap(), bytes).unwrap();
+        }
+        drop(notebook);
+
+        let mut notebook = Notebook::open(dir.path(), config()).unwrap();
+        let run = notebook
+            .execute("print(text[:6], sum(nums))", user())
+            .await
+            .unwrap();
+        assert!(run.result.is_ok(), "{what}: {:?}", run.result.error);
+        assert_eq!(run.result.stdout.text, "abcdef 45\n", "{what}");
+        assert_eq!(run.recomputed, ids(&[0, 1]), "{what}");
+        // Healed: the recomputed values were written again, whole.
+        for (hash, _, _) in &blobs {
+            assert!(store.get(hash).is_ok(), "{what}: {:?}", store.get(hash));
+        }
+        // So a new kernel loads them instead of recomputing them.
+        notebook.shutdown().await;
+        let run = notebook
+            .execute("print(text[-6:], max(nums))", user())
+            .await
+            .unwrap();
+        assert_eq!(run.result.stdout.text, "abcdef 9\n", "{what}");
+        assert!(run.recomputed.is_empty(), "{what}: {:?}", run.recomputed);
+        assert_eq!(run.restored, ["nums", "text"], "{what}");
+        notebook.shutdown().await;
+    }
+}

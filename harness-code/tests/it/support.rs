@@ -1,4 +1,4 @@
-//! Helpers shared by the graph, diagnosis and patch tests.
+//! Helpers shared by the test modules.
 
 #![allow(dead_code, clippy::unwrap_used)] // each file uses what it needs
 
@@ -27,5 +27,18 @@ pub(crate) fn run_all(graph: &mut ExecutionStateGraph) {
         graph
             .record_run(cell, CellRun::ok(Timestamp::from_millis(1), 5))
             .unwrap();
+    }
+}
+
+/// Whether process `pid` is gone: no `/proc/<pid>`, or only its zombie
+/// (it was killed; whoever it was reparented to has not reaped it yet).
+#[cfg(target_os = "linux")]
+pub(crate) fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // `pid (comm) S ...`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
