@@ -65,11 +65,18 @@ async fn measure(agent: &Agent<Counter>, sessions: usize, steps: u64) -> (f64, f
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let smoke = args.iter().any(|a| a == "--smoke");
     let mut levels: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     if levels.is_empty() {
-        levels = if smoke { vec![1, 4] } else { vec![1, 10, 100, 1000] };
+        levels = if smoke {
+            vec![1, 4]
+        } else {
+            vec![1, 10, 100, 1000]
+        };
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -82,7 +89,11 @@ fn main() {
         let mut alone = None;
         println!("sessions  steps   seconds  durable steps/s  vs one session");
         for sessions in levels {
-            let steps = if smoke { 5 } else { (2000 / sessions as u64).clamp(20, 200) };
+            let steps = if smoke {
+                5
+            } else {
+                (2000 / sessions as u64).clamp(20, 200)
+            };
             let (secs, rate) = measure(&agent, sessions, steps).await;
             let base = *alone.get_or_insert(rate);
             println!(

@@ -33,6 +33,8 @@ mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod file;
+#[cfg(feature = "sled")]
+mod group;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -1,5 +1,6 @@
 //! The sled store: the embedded default.
 
+use crate::group::GroupFlush;
 use crate::record::{
     checkpoint_from_slice, checkpoint_to_vec, head_from_slice, head_to_vec, load_error,
 };
@@ -9,6 +10,7 @@ use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreEr
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::{IVec, Tree};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The tree of heads.
 const HEADS: &str = "heads";
@@ -63,6 +65,8 @@ pub struct SledStore {
     checkpoints: Tree,
     snapshots: Tree,
     path: Option<PathBuf>,
+    /// Durable commits of concurrent sessions share flushes.
+    group: Arc<GroupFlush>,
 }
 
 impl std::fmt::Debug for SledStore {
@@ -139,6 +143,7 @@ impl SledStore {
             checkpoints,
             snapshots,
             path,
+            group: Arc::new(GroupFlush::default()),
         })
     }
 
@@ -171,7 +176,8 @@ impl SledStore {
             .map_err(|e| StoreError::backend(format!("sled store: a disk task failed: {e}")))?
     }
 
-    fn commit_blocking(&self, commit: &Commit) -> Result<(), StoreError> {
+    /// Applies `commit` atomically; returns its group-commit ticket.
+    fn commit_blocking(&self, commit: &Commit) -> Result<u64, StoreError> {
         let session = &commit.head.session_id;
         let head_key = Self::head_key(session);
         let head = IVec::from(head_to_vec(&commit.head)?);
@@ -222,18 +228,24 @@ impl SledStore {
             Ok(())
         });
         match result {
-            Ok(()) => {}
-            Err(TransactionError::Abort(e)) => return Err(e),
+            Ok(()) => Ok(self.group.ticket()),
+            Err(TransactionError::Abort(e)) => Err(e),
             Err(TransactionError::Storage(e)) => {
-                return Err(sled_error(&format!("commit session {session}"), &e));
+                Err(sled_error(&format!("commit session {session}"), &e))
             }
         }
-        if commit.durable {
-            self.db
+    }
+
+    /// Flushes the database (one `fsync` of its log), off the async threads.
+    async fn flush_db(&self) -> Result<(), StoreError> {
+        self.blocking(|store| {
+            store
+                .db
                 .flush()
-                .map_err(|e| sled_error(&format!("flush session {session}"), &e))?;
-        }
-        Ok(())
+                .map(drop)
+                .map_err(|e| sled_error("flush", &e))
+        })
+        .await
     }
 
     fn checkpoints_blocking(
@@ -344,8 +356,14 @@ impl SessionStore for SledStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        self.blocking(move |store| store.commit_blocking(&commit))
-            .await
+        let durable = commit.durable;
+        let ticket = self
+            .blocking(move |store| store.commit_blocking(&commit))
+            .await?;
+        if durable {
+            self.group.durable(ticket, || self.flush_db()).await?;
+        }
+        Ok(())
     }
 
     async fn checkpoints(
@@ -363,14 +381,7 @@ impl SessionStore for SledStore {
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
-        self.blocking(|store| {
-            store
-                .db
-                .flush()
-                .map(drop)
-                .map_err(|e| sled_error("flush", &e))
-        })
-        .await
+        self.flush_db().await
     }
 }
 

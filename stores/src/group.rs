@@ -1,0 +1,177 @@
+//! Group commit: durable commits of concurrent sessions share one flush.
+//!
+//! A commit is applied first (in memory and the log's buffers), then takes a
+//! ticket: the number of commits applied so far. It is durable once a flush
+//! that *started after* its ticket was taken has finished, since a flush
+//! writes everything applied before it starts. One waiter at a time leads:
+//! it notes how many commits are applied, flushes, and then acknowledges
+//! every ticket up to that number at once; the others wait for it, and the
+//! first of them still uncovered leads the next flush. Under load, each
+//! flush (one `fsync`) thus covers every commit applied while the previous
+//! one ran, and no commit is acknowledged before a flush covers it.
+
+use harness::session::StoreError;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use tokio::sync::Notify;
+
+#[derive(Debug, Default)]
+struct State {
+    /// Commits applied (the last ticket given).
+    applied: u64,
+    /// Every ticket up to this one is on disk.
+    flushed: u64,
+    /// A flush is running.
+    flushing: bool,
+    /// The last failed flush: the tickets it was to cover, and why.
+    failed: Option<(u64, String)>,
+}
+
+/// Shares flushes between concurrent durable commits.
+#[derive(Debug, Default)]
+pub(crate) struct GroupFlush {
+    state: Mutex<State>,
+    done: Notify,
+}
+
+impl GroupFlush {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A ticket for a commit just applied. Take it after the commit is
+    /// applied, so that a flush started later covers it.
+    pub(crate) fn ticket(&self) -> u64 {
+        let mut state = self.state();
+        state.applied += 1;
+        state.applied
+    }
+
+    /// Returns once `ticket` is on disk, flushing with `flush` when no
+    /// flush that covers it is running; a failed flush fails every commit
+    /// it was to cover.
+    pub(crate) async fn durable<F, Fut>(&self, ticket: u64, flush: F) -> Result<(), StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(), StoreError>>,
+    {
+        loop {
+            // Registered before the state is read, so that a flush ending
+            // in between still wakes this waiter.
+            let notified = self.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let lead = {
+                let mut state = self.state();
+                if state.flushed >= ticket {
+                    return Ok(());
+                }
+                if let Some((upto, why)) = &state.failed
+                    && *upto >= ticket
+                {
+                    return Err(StoreError::backend(format!(
+                        "sled store: the flush covering this commit failed: {why}"
+                    )));
+                }
+                if state.flushing {
+                    None
+                } else {
+                    state.flushing = true;
+                    Some(state.applied)
+                }
+            };
+            let Some(target) = lead else {
+                notified.await;
+                continue;
+            };
+            let result = flush().await;
+            {
+                let mut state = self.state();
+                state.flushing = false;
+                match &result {
+                    Ok(()) => state.flushed = state.flushed.max(target),
+                    Err(e) => state.failed = Some((target, e.to_string())),
+                }
+            }
+            self.done.notify_waiters();
+            return result;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A flush that records how many commits were applied when it started.
+    #[derive(Default)]
+    struct Disk {
+        flushes: AtomicU64,
+        /// Tickets covered by the last flush to finish.
+        covered: AtomicU64,
+        fail: std::sync::atomic::AtomicBool,
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_commit_is_acknowledged_after_a_flush_that_covers_it_and_flushes_are_shared() {
+        let group = Arc::new(GroupFlush::default());
+        let disk = Arc::new(Disk::default());
+        let mut tasks = Vec::new();
+        for _ in 0..200 {
+            let (group, disk) = (Arc::clone(&group), Arc::clone(&disk));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let ticket = group.ticket();
+                    group
+                        .durable(ticket, || {
+                            let disk = Arc::clone(&disk);
+                            let applied = group.state().applied;
+                            async move {
+                                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                                disk.flushes.fetch_add(1, Ordering::SeqCst);
+                                disk.covered.fetch_max(applied, Ordering::SeqCst);
+                                Ok(())
+                            }
+                        })
+                        .await
+                        .unwrap();
+                    // Acknowledged only once a finished flush covers it.
+                    assert!(disk.covered.load(Ordering::SeqCst) >= ticket);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let flushes = disk.flushes.load(Ordering::SeqCst);
+        assert!(flushes < 1000, "1000 commits took {flushes} flushes");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_failed_flush_fails_the_commits_it_was_to_cover_and_the_next_one_recovers() {
+        let group = Arc::new(GroupFlush::default());
+        let disk = Arc::new(Disk::default());
+        disk.fail.store(true, Ordering::SeqCst);
+        let flush = |disk: Arc<Disk>| {
+            move || {
+                let disk = Arc::clone(&disk);
+                async move {
+                    if disk.fail.load(Ordering::SeqCst) {
+                        Err(StoreError::backend("disk full"))
+                    } else {
+                        Ok(())
+                    }
+                }
+            }
+        };
+        for _ in 0..3 {
+            let ticket = group.ticket();
+            let err = group.durable(ticket, flush(Arc::clone(&disk))).await;
+            assert!(err.unwrap_err().to_string().contains("disk full"));
+        }
+        disk.fail.store(false, Ordering::SeqCst);
+        let ticket = group.ticket();
+        group.durable(ticket, flush(disk)).await.unwrap();
+    }
+}

@@ -1,0 +1,69 @@
+//! A worker process for the group-commit crash test: many sessions step at
+//! once on one sled store, every step durable; each step is reported once
+//! its commit is acknowledged.
+//!
+//! `group_worker STORE_DIR SESSIONS STEPS`
+
+use futures::StreamExt;
+use harness::session::{Durability, SessionConfig};
+use harness::{Harness, HarnessState, RunEvent, SessionId, StepResult, create_agent};
+use harness_stores::SledStore;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Count {
+    #[field(reduce = add)]
+    n: u64,
+    limit: u64,
+}
+
+async fn count(_: Arc<Count>) -> StepResult<CountUpdate> {
+    Ok(CountUpdate::new().n(1))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, dir, sessions, steps] = args.as_slice() else {
+        return Err("usage: group_worker STORE_DIR SESSIONS STEPS".into());
+    };
+    let (sessions, steps): (usize, u64) = (sessions.parse()?, steps.parse()?);
+    let harness = Harness::<Count>::builder()
+        .step("count")
+        .run(count)
+        .route(|s: &Count| if s.n < s.limit { "again" } else { "done" })
+        .on("again")
+        .to("count")
+        .on("done")
+        .end()
+        .start("count")
+        .store(SledStore::open(dir)?)
+        .session_config(SessionConfig {
+            durability: Durability::EveryStep,
+            ..SessionConfig::default()
+        })
+        .build()?;
+    let agent = create_agent("group", &harness);
+    let mut tasks = Vec::new();
+    for i in 0..sessions {
+        let run = agent.run_in(
+            SessionId::from(format!("s{i}")),
+            Count { n: 0, limit: steps },
+        );
+        let mut events = run.events();
+        tasks.push(tokio::spawn(async move {
+            while let Some(e) = events.next().await {
+                if let RunEvent::StepFinished { index, .. } = e {
+                    // Sent once the step's commit is acknowledged: durable.
+                    println!("ack s{i} {}", index + 1);
+                }
+            }
+        }));
+        tokio::spawn(run);
+    }
+    for t in tasks {
+        t.await?;
+    }
+    Ok(())
+}
