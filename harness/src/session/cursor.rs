@@ -62,6 +62,7 @@ impl SessionCursor {
             &config,
         );
         let first = commit.head.clone();
+        super::check_commit(&commit)?;
         store.commit(commit).await?;
         Ok(Self {
             store,
@@ -90,6 +91,7 @@ impl SessionCursor {
         let lease = head::lease(&owner, &config);
         let commit = head::acquire(&current, lease, run_id, next_step, journal, input);
         let next = commit.head.clone();
+        super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(commit).await {
             Ok(()) => Ok(Self {
                 store,
@@ -111,6 +113,7 @@ impl SessionCursor {
     /// Commits `commit` (made from `head`) and makes its head the cursor's.
     async fn write(&self, head: &mut StoredRun, commit: Commit) -> Result<(), StoreError> {
         let next = commit.head.clone();
+        super::check_commit(&commit)?;
         self.store.commit(commit).await?;
         *head = next;
         Ok(())
