@@ -32,7 +32,8 @@ pub struct StoreLoad {
     pub reason: String,
     /// Where the checkpoint log breaks, when a record is missing, repeated
     /// or out of order; `None` for a record that is there but unreadable.
-    pub gap: Option<LogGap>,
+    /// (Boxed: errors stay small on the happy path.)
+    pub gap: Option<Box<LogGap>>,
 }
 
 impl StoreLoad {
@@ -62,7 +63,7 @@ impl StoreLoad {
         gap: LogGap,
     ) -> Self {
         Self {
-            gap: Some(gap),
+            gap: Some(Box::new(gap)),
             ..Self::new(session, record, reason)
         }
     }

@@ -5,4 +5,5 @@
 
 mod analyze;
 mod run;
+mod run_state;
 mod sessions;

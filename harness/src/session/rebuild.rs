@@ -330,7 +330,7 @@ mod tests {
     }
 
     fn gap_of(r: Result<Vec<Checkpoint>, StoreLoad>) -> Option<LogGap> {
-        r.err().and_then(|e| e.gap)
+        r.err().and_then(|e| e.gap.map(|g| *g))
     }
 
     #[test]

@@ -183,8 +183,8 @@ fn gap_of<T>(result: Result<T, SessionError>, session: &SessionId, what: &str) -
                 load.to_string().contains("checkpoint log is broken"),
                 "{what}: {load}"
             );
-            load.gap
-                .unwrap_or_else(|| panic!("{what}: no gap in {load}"))
+            let gap = load.gap.as_deref().copied();
+            gap.unwrap_or_else(|| panic!("{what}: no gap in {load}"))
         }
         Err(other) => panic!("{what}: not a load error: {other}"),
         Ok(_) => panic!("{what}: the damaged log was read"),
