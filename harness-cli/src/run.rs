@@ -2,9 +2,13 @@
 //! re-executing only the cells affected since the last run.
 //!
 //! The notebook (graph, cell records, cached runs and blobs) is kept in
-//! `.harness/code/<file stem>/` next to the file, so a later invocation, in a
-//! new process, compares the file with what ran before, runs the changed
-//! cells and those whose inputs changed, and reuses the rest.
+//! `.harness/code/<file stem>/` next to the file (the stem made safe: see
+//! [`state_dir`]), so a later invocation, in a new process, compares the
+//! file with what ran before, runs the changed cells and those whose inputs
+//! changed, and reuses the rest. One run at a time uses a notebook
+//! directory: a second is refused while the first holds its lock.
+
+mod state_dir;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +28,8 @@ pub(crate) struct Args {
     /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook.
     file: PathBuf,
     /// Where the notebook is kept (default: `.harness/code/<file stem>`
-    /// next to the file).
+    /// next to the file). A directory holding anything else than what
+    /// harness writes there is refused.
     #[arg(long)]
     state: Option<PathBuf>,
     /// Per-cell time limit in seconds (0: none); a cell over it is killed
@@ -46,7 +51,9 @@ pub(crate) struct Args {
     /// inputs exists.
     #[arg(long)]
     no_cache: bool,
-    /// Forget the stored notebook and run everything.
+    /// Forget the stored notebook and run everything: deletes only the
+    /// notebook's own files, and nothing if the directory holds anything
+    /// else.
     #[arg(long)]
     fresh: bool,
     /// Do not print the cells' output.
@@ -118,22 +125,25 @@ async fn run_async(args: &Args) -> ExitCode {
         }
     };
     let file = std::path::absolute(&args.file).unwrap_or_else(|_| args.file.clone());
-    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let stem = file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "script".to_owned());
-    let state = args
-        .state
-        .clone()
-        .unwrap_or_else(|| base.join(".harness").join("code").join(&stem));
-    if args.fresh
-        && state.exists()
-        && let Err(error) = std::fs::remove_dir_all(&state)
-    {
-        eprintln!("harness: cannot remove {}: {error}", state.display());
-        return ExitCode::from(2);
-    }
+    // The script's directory as the file system resolves it (`a/../b.py`
+    // is next to `b.py`).
+    let base = file
+        .parent()
+        .map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()))
+        .unwrap_or_default();
+    let state = args.state.clone().unwrap_or_else(|| {
+        base.join(".harness")
+            .join("code")
+            .join(state_dir::state_name(&file))
+    });
+    // Held until the run is saved: no other run uses the directory.
+    let _claimed = match state_dir::StateDir::claim(&state, args.fresh, &file) {
+        Ok(claimed) => claimed,
+        Err(error) => {
+            eprintln!("harness: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let config = KernelConfig {
         python: args.python.clone(),
         timeout: (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout)),

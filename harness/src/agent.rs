@@ -7,8 +7,8 @@ use crate::ids::{InterruptId, RunId, SessionId};
 use crate::run::{Execution, Run, SessionLink};
 use crate::session::head::{self, check_owner};
 use crate::session::{
-    Busy, CheckpointInfo, Holder, SessionCursor, SessionPhase, SessionStore, StoredRun, Submitted,
-    rebuild,
+    Busy, CheckpointInfo, Holder, SessionCursor, SessionPhase, SessionStore, Span, StoredRun,
+    Submitted, read_log, rebuild,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
@@ -292,11 +292,11 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     fn step_at(&self, head: &StoredRun) -> Result<usize, SessionError> {
         let name = head.next_step.as_deref().unwrap_or_default();
         self.inner.harness.step_index(name).ok_or_else(|| {
-            crate::error::StoreLoad {
-                session: head.session_id.clone(),
-                record: "head".into(),
-                reason: format!("its next step `{name}` is not a step of this loop"),
-            }
+            crate::error::StoreLoad::new(
+                head.session_id.clone(),
+                "head",
+                format!("its next step `{name}` is not a step of this loop"),
+            )
             .into()
         })
     }
@@ -577,7 +577,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         session_id: &SessionId,
     ) -> Result<Vec<CheckpointInfo>, SessionError> {
         let head = self.session(session_id).await?;
-        let log = self.store()?.checkpoints(&head.session_id, 0).await?;
+        let log = read_log(&**self.store()?, &head, Span::Whole).await?;
         Ok(CheckpointInfo::history(log))
     }
 

@@ -15,9 +15,14 @@ use std::time::Duration;
 pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 
 /// A stored record that cannot be read: corrupt, of another schema version,
-/// or not this agent's. Nothing is changed in the store.
+/// not this agent's, or missing from the checkpoint log. Nothing is changed
+/// in the store.
+///
+/// Build one with [`StoreLoad::new`] (a store's own records) or
+/// [`StoreLoad::gap`] (a break in the checkpoint log).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("cannot load session {session}: {record}: {reason}")]
+#[non_exhaustive]
 pub struct StoreLoad {
     /// The session.
     pub session: SessionId,
@@ -25,6 +30,113 @@ pub struct StoreLoad {
     pub record: String,
     /// What is wrong with it.
     pub reason: String,
+    /// Where the checkpoint log breaks, when a record is missing, repeated
+    /// or out of order; `None` for a record that is there but unreadable.
+    /// (Boxed: errors stay small on the happy path.)
+    pub gap: Option<Box<LogGap>>,
+}
+
+impl StoreLoad {
+    /// A record of `session` that cannot be read, and why.
+    ///
+    /// ```
+    /// use harness::SessionId;
+    /// use harness::session::StoreLoad;
+    ///
+    /// let e = StoreLoad::new(SessionId::from("s-1"), "checkpoint 3", "invalid JSON");
+    /// assert_eq!(e.to_string(), "cannot load session s-1: checkpoint 3: invalid JSON");
+    /// ```
+    pub fn new(session: SessionId, record: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            session,
+            record: record.into(),
+            reason: reason.into(),
+            gap: None,
+        }
+    }
+
+    /// A break in the checkpoint log of `session`, found at `record`.
+    pub fn gap(
+        session: SessionId,
+        record: impl Into<String>,
+        reason: impl Into<String>,
+        gap: LogGap,
+    ) -> Self {
+        Self {
+            gap: Some(Box::new(gap)),
+            ..Self::new(session, record, reason)
+        }
+    }
+}
+
+/// Where a session's checkpoint log breaks: the record the head and the
+/// records before it call for next, and what was read instead.
+///
+/// A log is read from a snapshot (the first one, or the latest, which the
+/// head names) to the head's last checkpoint; each update after the
+/// snapshot is the next step, one by one. The only records that may be
+/// absent are superseded snapshots, which restate the updates before them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogGap {
+    /// What kind of break.
+    pub kind: GapKind,
+    /// The sequence number expected next (for a missing snapshot, the one
+    /// the read starts at).
+    pub expected_seq: u64,
+    /// The sequence number read instead; `None` when the log ended there.
+    pub found_seq: Option<u64>,
+}
+
+/// The kind of a [`LogGap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GapKind {
+    /// Records are missing: the snapshot the read starts at, or updates
+    /// between two records.
+    Missing,
+    /// A record, or a step's update, appears twice.
+    Duplicate,
+    /// A record comes before one it should follow.
+    OutOfOrder,
+    /// The log ends before the head's last checkpoint (`last_seq`) or before
+    /// the head's step count.
+    EndsEarly,
+}
+
+impl std::fmt::Display for GapKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GapKind::Missing => "missing records",
+            GapKind::Duplicate => "a duplicated record",
+            GapKind::OutOfOrder => "records out of order",
+            GapKind::EndsEarly => "the log ends early",
+        })
+    }
+}
+
+/// A value nested too deeply to be stored: JSON readers refuse nesting
+/// past a limit (`serde_json` at 128 levels) that they happily write, so a
+/// session holding it could never be read back. The commit carrying it was
+/// refused and nothing was written. See
+/// [`MAX_VALUE_DEPTH`](crate::session::MAX_VALUE_DEPTH).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "session {session}: {what} of step `{step}` nests {depth} levels of arrays and objects, \
+     more than the {limit} a session store can read back; nothing was written: store a flatter value \
+     (e.g. a list instead of a chain of nested objects, or a string holding the deep part)"
+)]
+pub struct ValueTooDeep {
+    /// The session.
+    pub session: SessionId,
+    /// The step the value belongs to (`$start` for a run's initial state,
+    /// `$input` for a run input).
+    pub step: String,
+    /// Which value: `the state`, `the update`, `interrupt answer 0`, ….
+    pub what: String,
+    /// How deeply it nests (an empty array or object is 1).
+    pub depth: usize,
+    /// The deepest nesting stored.
+    pub limit: usize,
 }
 
 /// An error of a [`SessionStore`](crate::session::SessionStore).
@@ -47,6 +159,10 @@ pub enum StoreError {
     /// A record cannot be read.
     #[error(transparent)]
     Load(#[from] StoreLoad),
+    /// A value of the commit nests too deeply to be read back; nothing was
+    /// written.
+    #[error(transparent)]
+    TooDeep(#[from] ValueTooDeep),
     /// The backend failed (I/O, connection, …).
     #[error("session store failed: {message}")]
     Backend {

@@ -24,8 +24,8 @@
 
 use async_trait::async_trait;
 use harness::session::{
-    Checkpoint, CheckpointKind, Commit, Lease, SCHEMA_VERSION, SessionPhase, SessionStore,
-    StoreError, StoredRun,
+    Checkpoint, CheckpointKind, Commit, Lease, MAX_VALUE_DEPTH, SCHEMA_VERSION, SessionPhase,
+    SessionStore, StoreError, StoredRun,
 };
 use harness::{Interrupt, InterruptId, RunId, SessionId, Signal};
 use serde_json::{Value, json};
@@ -106,6 +106,7 @@ where
     let mut results = Vec::new();
     results.push(missing_session(&make()).await);
     results.push(round_trip(&make()).await);
+    results.push(deepest_values(&make()).await);
     results.push(create_conflict(&make()).await);
     results.push(stale_version(&make()).await);
     results.push(remove(&make()).await);
@@ -381,6 +382,60 @@ pub async fn missing_session(store: &dyn SessionStore) -> Result<(), Failure> {
             "sessions of an empty store"
         );
         store.flush().await.ctx("flush of an empty store")?;
+        Ok(())
+    })
+    .await
+}
+
+/// `levels` arrays (`objects`: objects) nested in one another around a
+/// number: a value of exactly that depth.
+pub fn nested(levels: usize, objects: bool) -> Value {
+    (0..levels).fold(json!(7), |inner, i| {
+        if objects {
+            json!({ format!("k{i}"): inner })
+        } else {
+            Value::Array(vec![inner])
+        }
+    })
+}
+
+/// Values nested [`MAX_VALUE_DEPTH`] deep, the deepest the harness commits,
+/// come back from every place a record holds one: a snapshot, an update, a
+/// queued input, an interrupt's payload, an interrupt answer and a `once`
+/// result in the journal. (A store's own format around them must leave
+/// `serde_json`, or whatever reads it, room for them.)
+pub async fn deepest_values(store: &dyn SessionStore) -> Result<(), Failure> {
+    run("deepest_values", async {
+        for objects in [false, true] {
+            let deep = || nested(MAX_VALUE_DEPTH, objects);
+            let session = if objects { "deep-objects" } else { "deep-arrays" };
+            let mut commit = create(
+                head(session),
+                vec![snapshot(0, 0, deep()), update(1, 1, "think", deep())],
+            );
+            commit.head.steps = 1;
+            commit.head.queued = vec![deep()];
+            commit.head.journal.responses = vec![deep()];
+            commit.head.journal.once.insert("effect".into(), deep());
+            commit.head.phase = SessionPhase::Interrupted {
+                interrupt: Interrupt {
+                    id: InterruptId::from("int-deep"),
+                    step: "ask".into(),
+                    payload: deep(),
+                },
+            };
+            commit_ok(store, commit.clone()).await?;
+            ensure!(
+                load_some(store, session).await? == commit.head,
+                "the head holding values {MAX_VALUE_DEPTH} deep ({}) did not come back as committed",
+                if objects { "objects" } else { "arrays" }
+            );
+            ensure!(
+                log(store, session, 0).await? == commit.append,
+                "checkpoints holding values {MAX_VALUE_DEPTH} deep ({}) did not come back as committed",
+                if objects { "objects" } else { "arrays" }
+            );
+        }
         Ok(())
     })
     .await

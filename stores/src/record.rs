@@ -11,11 +11,7 @@ pub(crate) fn load_error(
     record: impl Into<String>,
     reason: impl Into<String>,
 ) -> StoreError {
-    StoreError::Load(StoreLoad {
-        session: session.clone(),
-        record: record.into(),
-        reason: reason.into(),
-    })
+    StoreError::Load(StoreLoad::new(session.clone(), record, reason))
 }
 
 /// Refuses a head of another schema version or of another session.

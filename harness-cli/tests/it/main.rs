@@ -6,4 +6,5 @@
 mod analyze;
 mod run;
 mod run_interrupt;
+mod run_state;
 mod sessions;

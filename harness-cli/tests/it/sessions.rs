@@ -377,6 +377,39 @@ fn a_corrupt_record_is_an_error_naming_the_session_and_the_record() {
     }
 }
 
+/// A checkpoint file deleted from the log (in the middle, or the last one)
+/// is reported as a gap, with the checkpoint expected and the one found,
+/// not shown as a shorter history.
+#[test]
+fn a_checkpoint_missing_from_the_log_is_an_error_naming_the_gap() {
+    let dir = workdir("sessions-gap").join("store");
+    let s = file_store(&dir);
+    let store = dir.to_str().unwrap();
+    let checkpoint = |session: &str, seq: u64| {
+        dir.join(format!("s-{session}"))
+            .join(format!("cp-{seq:020}.json"))
+    };
+    // Completed: 0 the snapshot, 1 triage, 2 ask. Paused: 0, 1.
+    std::fs::remove_file(checkpoint(&s.completed, 1)).unwrap();
+    std::fs::remove_file(checkpoint(&s.paused, 1)).unwrap();
+    let before = tree(&dir);
+    for (session, expected) in [
+        (&s.completed, "expected checkpoint 1, found checkpoint 2"),
+        (&s.paused, "expected checkpoint 1, the log ends there"),
+    ] {
+        for sub in ["show", "history"] {
+            let stderr = fails(&["sessions", sub, session, "--store", store], 1);
+            assert!(
+                stderr.contains(&format!("store {store}: cannot load session {session}"))
+                    && stderr.contains("the checkpoint log is broken")
+                    && stderr.contains(expected),
+                "{sub} {session}: {stderr}"
+            );
+        }
+    }
+    assert_eq!(tree(&dir), before, "the inspector changed the store");
+}
+
 #[test]
 fn a_bad_command_line_is_a_usage_error() {
     let dir = workdir("sessions-usage");

@@ -4,7 +4,8 @@ use super::render;
 use super::{CommandError, InspectCommand};
 use crate::ids::SessionId;
 use crate::session::{
-    CheckpointInfo, CheckpointKind, NoSession, SessionError, SessionStore, StoreLoad, StoredRun,
+    Checkpoint, CheckpointInfo, CheckpointKind, NoSession, SessionError, SessionStore, Span,
+    StoreLoad, StoredRun, read_log,
 };
 use std::fmt::Write;
 
@@ -53,8 +54,7 @@ impl InspectCommand {
             }
             InspectCommand::History { session } => {
                 let head = load(store, &SessionId::from(session)).await?;
-                let log = store
-                    .checkpoints(&head.session_id, 0)
+                let log = read_log(store, &head, Span::Whole)
                     .await
                     .map_err(SessionError::from)?;
                 render::history(&mut out, &head.session_id, &CheckpointInfo::history(log));
@@ -79,28 +79,23 @@ async fn stored_state(
     store: &dyn SessionStore,
     head: &StoredRun,
 ) -> Result<(), SessionError> {
-    let session = &head.session_id;
     let from = head.snapshot_seq;
-    let log = store.checkpoints(session, from).await?;
-    let mut log = log.into_iter();
+    // Checked against the head: it starts at the snapshot the head names
+    // and has every update after it.
+    let mut log = read_log(store, head, Span::Latest).await?.into_iter();
     let snapshot = match log.next() {
-        Some(cp) if cp.seq == from => match cp.kind {
-            CheckpointKind::Snapshot(state) => (cp.index, cp.step, state),
-            CheckpointKind::Update(_) => {
-                return Err(StoreLoad {
-                    session: session.clone(),
-                    record: format!("checkpoint {from}"),
-                    reason: "the head names it as the latest snapshot, but it is an update".into(),
-                }
-                .into());
-            }
-        },
+        Some(Checkpoint {
+            index,
+            step,
+            kind: CheckpointKind::Snapshot(state),
+            ..
+        }) => (index, step, state),
         _ => {
-            return Err(StoreLoad {
-                session: session.clone(),
-                record: format!("checkpoint {from}"),
-                reason: "the head names it as the latest snapshot, but it is missing".into(),
-            }
+            return Err(StoreLoad::new(
+                head.session_id.clone(),
+                format!("checkpoint {from}"),
+                "the head names it as the latest snapshot, but it is not one",
+            )
             .into());
         }
     };

@@ -280,6 +280,15 @@ async fn persist_settle<S: HarnessState, C: Context>(
             here,
             exec.journal.clone(),
         ),
+        // A value too deep to store was refused before it was written: the
+        // session is still ours, and records the failure.
+        Err(e @ RunError::Store(StoreError::TooDeep(_))) => (
+            SessionPhase::Failed {
+                error: e.to_string(),
+            },
+            here,
+            exec.journal.clone(),
+        ),
         // The session is no longer ours to write.
         Err(RunError::Store(_) | RunError::LeaseLost { .. }) => return result,
         Err(e) => (
@@ -298,6 +307,18 @@ async fn persist_settle<S: HarnessState, C: Context>(
         .await
     {
         Ok(()) => result,
+        // What the settle would store (an interrupt's payload, a journal
+        // value) is too deep: the session records the failure instead,
+        // without them, rather than stay leased by a run that is over.
+        Err(StoreError::TooDeep(too_deep)) => {
+            let failed = SessionPhase::Failed {
+                error: too_deep.to_string(),
+            };
+            let _ = cursor
+                .settle(failed, next, StepJournal::default(), harness.start_name())
+                .await;
+            Err(RunError::Store(StoreError::TooDeep(too_deep)))
+        }
         Err(e) => Err(RunError::Store(e)),
     }
 }

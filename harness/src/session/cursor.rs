@@ -70,6 +70,7 @@ impl SessionCursor {
             &config,
         );
         let first = commit.head.clone();
+        super::check_commit(&commit)?;
         store.commit(commit).await?;
         Ok(Self::holding(store, config, owner, first))
     }
@@ -93,6 +94,7 @@ impl SessionCursor {
         let lease = head::lease(&owner, &config, now);
         let commit = head::acquire(&current, lease, run_id, next_step, journal, input);
         let next = commit.head.clone();
+        super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(commit).await {
             Ok(()) => Ok(Self::holding(store, config, owner, next)),
             // Someone else took it between our read and our write.
@@ -141,6 +143,7 @@ impl SessionCursor {
                 return Ok(());
             };
             let next = commit.head.clone();
+            super::check_commit(&commit)?;
             match self.store.commit(commit).await {
                 Ok(()) => {
                     let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);

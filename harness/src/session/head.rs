@@ -462,6 +462,7 @@ pub(crate) async fn commit_with_retry<T>(
     for _ in 0..16 {
         let head = store.load(session).await?;
         let (commit, value) = decide(head.as_ref())?;
+        super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(commit).await {
             Ok(()) => return Ok(value),
             Err(StoreError::Conflict { .. }) => continue,
@@ -559,11 +560,11 @@ pub async fn load_value(
             kind: CheckpointKind::Snapshot(value),
             ..
         }) => Ok(Some(value)),
-        _ => Err(super::StoreLoad {
-            session: session.clone(),
-            record: format!("checkpoint {}", head.snapshot_seq),
-            reason: "the saved value's snapshot is missing".into(),
-        }
+        _ => Err(super::StoreLoad::new(
+            session.clone(),
+            format!("checkpoint {}", head.snapshot_seq),
+            "the saved value's snapshot is missing",
+        )
         .into()),
     }
 }
@@ -574,11 +575,11 @@ pub(crate) fn check_owner(head: &StoredRun, owner: &str) -> Result<(), SessionEr
     if head.agent_id == owner {
         return Ok(());
     }
-    Err(super::StoreLoad {
-        session: head.session_id.clone(),
-        record: "head".into(),
-        reason: format!("the session belongs to `{}`, not `{owner}`", head.agent_id),
-    }
+    Err(super::StoreLoad::new(
+        head.session_id.clone(),
+        "head",
+        format!("the session belongs to `{}`, not `{owner}`", head.agent_id),
+    )
     .into())
 }
 

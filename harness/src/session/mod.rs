@@ -21,15 +21,19 @@
 //! taken over.
 
 mod cursor;
+mod depth;
 pub(crate) mod head;
 mod rebuild;
 
 pub use crate::error::{
-    NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError, StoreLoad,
+    GapKind, LogGap, NoSession, SessionError, SessionInFlight, SessionPendingInterrupt, StoreError,
+    StoreLoad, ValueTooDeep,
 };
 pub(crate) use cursor::{Holder, SessionCursor};
+pub use depth::MAX_VALUE_DEPTH;
+pub(crate) use depth::check_commit;
 pub use head::{Busy, Submitted, load_value, save_value};
-pub(crate) use rebuild::rebuild;
+pub(crate) use rebuild::{Span, read_log, rebuild};
 
 use crate::ids::{RunId, SessionId};
 use crate::signal::Signal;

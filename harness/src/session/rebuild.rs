@@ -1,50 +1,243 @@
-//! Rebuilding a session's state from its log: the nearest snapshot, then the
-//! updates after it through the reducers.
+//! Reading a session's log, checked against its head, and rebuilding its
+//! state from it: the nearest snapshot, then the updates after it through
+//! the reducers.
+//!
+//! Every read of the log goes through [`read_log`], which refuses a log that
+//! does not add up to what the head says with a [`StoreLoad`] naming the
+//! break ([`LogGap`]): a missing record is never skipped, so no state is
+//! rebuilt without it, and no run goes on to commit over the loss.
 
 use super::{Checkpoint, CheckpointKind, SessionStore, StoreError, StoreLoad, StoredRun};
+use crate::error::{GapKind, LogGap};
 use crate::state::HarnessState;
 
+/// Which part of a session's log to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Span {
+    /// From the first snapshot: the whole history.
+    Whole,
+    /// From the latest snapshot, which the head names.
+    Latest,
+}
+
+/// The checkpoints of `head`'s session in `span`, up to the head's last
+/// one, checked to be complete:
+///
+/// - the first is the snapshot the read starts at: seq 0 at index 0 for
+///   the whole log (or, for a value saved with
+///   [`save_value`](super::save_value), whose earlier snapshots are all
+///   superseded, the head's snapshot), the head's `snapshot_seq` at its
+///   `snapshot_index` for the latest;
+/// - seqs increase; each update is the next step (its index one more than
+///   the record before), each later snapshot restates the step before it;
+/// - the only seqs that may be absent are snapshots the whole log does
+///   not need: single seqs between two updates, up to the head's latest
+///   snapshot (which a read from the latest starts at, so must be there);
+/// - the last is the head's `last_seq`, at the head's `steps`.
+///
+/// Records past the head's `last_seq` (a commit made after the head was
+/// read) are left out.
+pub(crate) async fn read_log(
+    store: &dyn SessionStore,
+    head: &StoredRun,
+    span: Span,
+) -> Result<Vec<Checkpoint>, StoreError> {
+    let (from, index) = start_of(head, span);
+    let log = store.checkpoints(&head.session_id, from).await?;
+    Ok(check_log(head, span, from, index, log)?)
+}
+
+/// The seq and step index a read of `span` starts at.
+fn start_of(head: &StoredRun, span: Span) -> (u64, u64) {
+    match span {
+        Span::Latest => (head.snapshot_seq, head.snapshot_index),
+        // A saved value replaces its one snapshot: seq 0 is gone and the
+        // head's snapshot, at index 0, is the start.
+        Span::Whole if head.snapshot_index == 0 => (head.snapshot_seq, 0),
+        Span::Whole => (0, 0),
+    }
+}
+
+/// A record as named in messages.
+fn name(cp: &Checkpoint) -> String {
+    format!("checkpoint {} (step {} `{}`)", cp.seq, cp.index, cp.step)
+}
+
+fn check_log(
+    head: &StoredRun,
+    span: Span,
+    from: u64,
+    start_index: u64,
+    mut log: Vec<Checkpoint>,
+) -> Result<Vec<Checkpoint>, StoreLoad> {
+    let session = &head.session_id;
+    let gap = |record: String, kind: GapKind, expected_seq: u64, found_seq: Option<u64>| {
+        let found = match found_seq {
+            Some(seq) => format!("found checkpoint {seq}"),
+            None => "the log ends there".to_string(),
+        };
+        StoreLoad::gap(
+            session.clone(),
+            record,
+            format!(
+                "the checkpoint log is broken ({kind}): expected checkpoint {expected_seq}, \
+                 {found} (the head is at checkpoint {} after {} steps); the session is left \
+                 as it is, unread and unchanged, until the record is restored",
+                head.last_seq, head.steps
+            ),
+            LogGap {
+                kind,
+                expected_seq,
+                found_seq,
+            },
+        )
+    };
+
+    // Records of a later head than the one read are not this head's; a
+    // record out of order among them is reported below, not dropped.
+    if let Some(end) = log.iter().position(|cp| cp.seq > head.last_seq)
+        && log[end..].iter().all(|cp| cp.seq > head.last_seq)
+    {
+        log.truncate(end);
+    }
+
+    let Some(first) = log.first() else {
+        return Err(gap(
+            format!("checkpoint {from}"),
+            GapKind::Missing,
+            from,
+            None,
+        ));
+    };
+    if first.seq != from {
+        let kind = if first.seq < from {
+            GapKind::OutOfOrder
+        } else {
+            GapKind::Missing
+        };
+        return Err(gap(name(first), kind, from, Some(first.seq)));
+    }
+    if !matches!(first.kind, CheckpointKind::Snapshot(_)) {
+        return Err(StoreLoad::new(
+            session.clone(),
+            name(first),
+            "expected a snapshot, found an update",
+        ));
+    }
+    if first.index != start_index {
+        return Err(StoreLoad::new(
+            session.clone(),
+            name(first),
+            format!(
+                "the snapshot is of step {}, the head says step {start_index}",
+                first.index
+            ),
+        ));
+    }
+
+    let mut prev = first;
+    for cp in &log[1..] {
+        let expected = prev.seq + 1;
+        if cp.seq <= prev.seq {
+            let kind = if cp.seq == prev.seq {
+                GapKind::Duplicate
+            } else {
+                GapKind::OutOfOrder
+            };
+            return Err(gap(name(cp), kind, expected, Some(cp.seq)));
+        }
+        let is_update = matches!(cp.kind, CheckpointKind::Update(_));
+        let want_index = if is_update {
+            prev.index + 1
+        } else {
+            prev.index
+        };
+        if cp.index != want_index {
+            let kind = if cp.index > want_index {
+                GapKind::Missing
+            } else if cp.index == prev.index {
+                GapKind::Duplicate
+            } else {
+                GapKind::OutOfOrder
+            };
+            return Err(gap(name(cp), kind, expected, Some(cp.seq)));
+        }
+        if cp.seq > expected {
+            // One snapshot, between the update of its step and the next,
+            // superseded (or, for a read racing a commit, being
+            // superseded): the updates around it say the same. Anything
+            // else is a lost record.
+            let superseded = span == Span::Whole
+                && cp.seq == expected + 1
+                && is_update
+                && matches!(prev.kind, CheckpointKind::Update(_))
+                && expected <= head.snapshot_seq;
+            if !superseded {
+                return Err(gap(name(cp), GapKind::Missing, expected, Some(cp.seq)));
+            }
+        }
+        prev = cp;
+    }
+    if prev.seq != head.last_seq || prev.index != head.steps {
+        if prev.seq < head.last_seq || prev.index < head.steps {
+            return Err(gap(
+                format!("checkpoint {}", prev.seq + 1),
+                GapKind::EndsEarly,
+                prev.seq + 1,
+                None,
+            ));
+        }
+        return Err(StoreLoad::new(
+            session.clone(),
+            name(prev),
+            format!(
+                "the log's last record is of step {}, the head says checkpoint {} after {} steps",
+                prev.index, head.last_seq, head.steps
+            ),
+        ));
+    }
+    Ok(log)
+}
+
 /// The state of `session` after `index` steps (the latest when `None`):
-/// the nearest snapshot at or before it, then the updates after it.
+/// the nearest snapshot at or before it, then the updates after it, from
+/// a log checked by [`read_log`].
 pub(crate) async fn rebuild<S: HarnessState>(
     store: &dyn SessionStore,
     head: &StoredRun,
     index: Option<u64>,
 ) -> Result<S, StoreError> {
     let target = index.unwrap_or(head.steps);
-    let from = if target >= head.snapshot_index {
-        head.snapshot_seq
+    let span = if target >= head.snapshot_index {
+        Span::Latest
     } else {
-        0
+        Span::Whole
     };
     let session = &head.session_id;
-    let log = store.checkpoints(session, from).await?;
+    let log = read_log(store, head, span).await?;
     let bad = |cp: &Checkpoint, reason: String| {
-        StoreError::Load(StoreLoad {
-            session: session.clone(),
-            record: format!("checkpoint {} (step {} `{}`)", cp.seq, cp.index, cp.step),
-            reason,
-        })
+        StoreError::Load(StoreLoad::new(session.clone(), name(cp), reason))
     };
+    // `read_log` checked that the first is a snapshot.
     let mut iter = log.iter();
-    let mut state: S = match iter.next() {
-        Some(cp) if cp.seq == from => match &cp.kind {
-            CheckpointKind::Snapshot(v) => serde_json::from_value(v.clone()).map_err(|e| {
+    let mut state: S = match iter.next().map(|cp| (cp, &cp.kind)) {
+        Some((cp, CheckpointKind::Snapshot(v))) => {
+            serde_json::from_value(v.clone()).map_err(|e| {
                 bad(
                     cp,
                     format!("the snapshot does not fit this state type: {e}"),
                 )
-            })?,
-            CheckpointKind::Update(_) => {
-                return Err(bad(cp, "expected a snapshot, found an update".into()));
-            }
-        },
-        _ => {
-            return Err(StoreError::Load(StoreLoad {
-                session: session.clone(),
-                record: format!("checkpoint {from}"),
-                reason: "the snapshot is missing".into(),
-            }));
+            })?
+        }
+        Some((cp, CheckpointKind::Update(_))) => {
+            return Err(bad(cp, "expected a snapshot, found an update".into()));
+        }
+        None => {
+            return Err(StoreError::Load(StoreLoad::new(
+                session.clone(),
+                "checkpoint log",
+                "it is empty",
+            )));
         }
     };
     for cp in iter {
@@ -58,4 +251,152 @@ pub(crate) async fn rebuild<S: HarnessState>(
         }
     }
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{RunId, SessionId};
+    use crate::session::{SCHEMA_VERSION, SessionPhase};
+    use serde_json::json;
+
+    fn cp(seq: u64, index: u64, snapshot: bool) -> Checkpoint {
+        Checkpoint {
+            seq,
+            index,
+            step: "s".into(),
+            time: 0,
+            kind: if snapshot {
+                CheckpointKind::Snapshot(json!({}))
+            } else {
+                CheckpointKind::Update(json!({}))
+            },
+        }
+    }
+
+    fn head(last_seq: u64, steps: u64, snapshot_seq: u64, snapshot_index: u64) -> StoredRun {
+        StoredRun {
+            schema_version: SCHEMA_VERSION,
+            session_id: SessionId::from("s"),
+            agent_id: "a".into(),
+            run_id: RunId::from("r"),
+            phase: SessionPhase::Running,
+            next_step: None,
+            ended_with: None,
+            steps,
+            journal: Default::default(),
+            version: 1,
+            lease: None,
+            snapshot_seq,
+            snapshot_index,
+            state_bytes: 0,
+            bytes_since_snapshot: 0,
+            measured_index: 0,
+            last_seq,
+            created_at: 0,
+            updated_at: 0,
+            queued: Vec::new(),
+        }
+    }
+
+    /// A log of 0 (snapshot), 1..=3 updates, 4 snapshot (superseded,
+    /// removed), 5..=6 updates, 7 snapshot (the latest), 8 update.
+    fn sample() -> (StoredRun, Vec<Checkpoint>) {
+        let log = vec![
+            cp(0, 0, true),
+            cp(1, 1, false),
+            cp(2, 2, false),
+            cp(3, 3, false),
+            cp(5, 4, false),
+            cp(6, 5, false),
+            cp(7, 5, true),
+            cp(8, 6, false),
+        ];
+        (head(8, 6, 7, 5), log)
+    }
+
+    fn whole(head: &StoredRun, log: Vec<Checkpoint>) -> Result<Vec<Checkpoint>, StoreLoad> {
+        let (from, index) = start_of(head, Span::Whole);
+        check_log(head, Span::Whole, from, index, log)
+    }
+
+    fn latest(head: &StoredRun, log: Vec<Checkpoint>) -> Result<Vec<Checkpoint>, StoreLoad> {
+        let log = log
+            .into_iter()
+            .filter(|c| c.seq >= head.snapshot_seq)
+            .collect();
+        let (from, index) = start_of(head, Span::Latest);
+        check_log(head, Span::Latest, from, index, log)
+    }
+
+    fn gap_of(r: Result<Vec<Checkpoint>, StoreLoad>) -> Option<LogGap> {
+        r.err().and_then(|e| e.gap.map(|g| *g))
+    }
+
+    #[test]
+    fn a_complete_log_with_a_superseded_snapshot_passes() {
+        let (head, log) = sample();
+        assert_eq!(whole(&head, log.clone()).map(|l| l.len()), Ok(8));
+        assert_eq!(latest(&head, log).map(|l| l.len()), Ok(2));
+    }
+
+    #[test]
+    fn each_missing_record_is_a_gap() {
+        let (head, log) = sample();
+        for seq in [0, 1, 2, 3, 5, 6, 8] {
+            let damaged: Vec<_> = log.iter().filter(|c| c.seq != seq).cloned().collect();
+            let found = gap_of(whole(&head, damaged.clone()));
+            assert!(found.is_some(), "whole log without {seq}: {found:?}");
+            if seq >= 7 {
+                assert!(
+                    gap_of(latest(&head, damaged)).is_some(),
+                    "latest without {seq}"
+                );
+            }
+        }
+        // The latest snapshot only shortens a read from it: the whole log
+        // has every update without it.
+        let damaged: Vec<_> = log.iter().filter(|c| c.seq != 7).cloned().collect();
+        assert!(whole(&head, damaged.clone()).is_ok());
+        let found = gap_of(latest(&head, damaged));
+        assert_eq!(
+            found,
+            Some(LogGap {
+                kind: GapKind::Missing,
+                expected_seq: 7,
+                found_seq: Some(8)
+            })
+        );
+    }
+
+    #[test]
+    fn duplicates_and_swaps_are_gaps() {
+        let (head, log) = sample();
+        for i in 0..log.len() {
+            let mut dup = log.clone();
+            dup.insert(i, log[i].clone());
+            let found = gap_of(whole(&head, dup));
+            assert_eq!(
+                found.map(|g| g.kind),
+                Some(GapKind::Duplicate),
+                "dup of {i}"
+            );
+        }
+        for i in 0..log.len() - 1 {
+            let mut swapped = log.clone();
+            swapped.swap(i, i + 1);
+            let found = whole(&head, swapped);
+            assert!(found.is_err(), "swap {i}");
+        }
+    }
+
+    #[test]
+    fn records_past_the_head_are_left_out() {
+        // The head as read: latest snapshot 4 at step 3, last checkpoint 6.
+        // A later commit added 7 and 8 and removed 4 before the log was read.
+        let (_, mut log) = sample();
+        log.retain(|c| c.seq != 4);
+        let head = head(6, 5, 4, 3);
+        assert_eq!(whole(&head, log).map(|l| l.len()), Ok(6));
+    }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The directory of `session` under `root`, as [`FileStore`] documents it:
 /// `s-{id}` for an id made of `a-z`, `0-9`, `-` and `_`.
-fn session_dir(root: &Path, session: &str) -> PathBuf {
+pub(crate) fn session_dir(root: &Path, session: &str) -> PathBuf {
     assert!(
         session
             .bytes()
@@ -30,7 +30,7 @@ fn head_path(root: &Path, session: &str) -> PathBuf {
 }
 
 /// `cp-{seq:020}.json` in the session's directory.
-fn checkpoint_path(root: &Path, session: &str, seq: u64) -> PathBuf {
+pub(crate) fn checkpoint_path(root: &Path, session: &str, seq: u64) -> PathBuf {
     session_dir(root, session).join(format!("cp-{seq:020}.json"))
 }
 

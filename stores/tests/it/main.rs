@@ -22,7 +22,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod depth;
 mod file;
+mod log_gaps;
 mod memory;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const SEGMENT_SIZE: usize = 128 * 1024;
 
 /// One of the store's trees, by its documented name.
-fn tree(store: &SledStore, name: &str) -> Tree {
+pub(crate) fn tree(store: &SledStore, name: &str) -> Tree {
     store.db().open_tree(name).unwrap()
 }
 
@@ -26,7 +26,7 @@ fn head_key(session: &SessionId) -> Vec<u8> {
 
 /// A checkpoint's key in `checkpoints` and `snapshots`: the id's length as
 /// 8 big-endian bytes, the id, the seq as 8 big-endian bytes.
-fn checkpoint_key(session: &SessionId, seq: u64) -> Vec<u8> {
+pub(crate) fn checkpoint_key(session: &SessionId, seq: u64) -> Vec<u8> {
     let id = session.as_str().as_bytes();
     let mut key = (id.len() as u64).to_be_bytes().to_vec();
     key.extend_from_slice(id);
