@@ -64,7 +64,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     let text = match std::fs::read_to_string(&args.file) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("harness: cannot read {}: {error}", args.file.display());
+            errln!("harness: cannot read {}: {error}", args.file.display());
             return ExitCode::from(2);
         }
     };
@@ -76,7 +76,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         match notebook_code_cells(&text) {
             Ok(cells) => cells,
             Err(error) => {
-                eprintln!("harness: {}: {error}", args.file.display());
+                errln!("harness: {}: {error}", args.file.display());
                 return ExitCode::from(2);
             }
         }
@@ -101,7 +101,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             }
             Err(GraphError::Analysis { source, .. }) => ids.push(Err(source)),
             Err(error) => {
-                eprintln!("harness: internal error: {error}");
+                errln!("harness: internal error: {error}");
                 return ExitCode::from(2);
             }
         }
@@ -119,7 +119,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
                 .unwrap_or("");
             format!("cell {cell}: {first_line}")
         });
-        print!("{dot}");
+        out!("{dot}");
     } else {
         let reports = cells
             .iter()
@@ -132,9 +132,9 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             cells: reports,
         };
         match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => outln!("{json}"),
             Err(error) => {
-                eprintln!("harness: cannot serialise the report: {error}");
+                errln!("harness: cannot serialise the report: {error}");
                 return ExitCode::from(2);
             }
         }

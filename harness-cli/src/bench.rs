@@ -24,7 +24,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     let list = match std::fs::read_to_string(&args.list) {
         Ok(list) => list,
         Err(error) => {
-            eprintln!("harness: cannot read {}: {error}", args.list.display());
+            errln!("harness: cannot read {}: {error}", args.list.display());
             return ExitCode::from(2);
         }
     };
@@ -61,7 +61,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     }
     let seconds = best.as_secs_f64();
     let megabytes = bytes as f64 / 1e6;
-    println!(
+    outln!(
         "{{\"files\": {}, \"unreadable\": {unreadable}, \"bytes\": {bytes}, \"errors\": {errors}, \"rounds\": {}, \"seconds\": {seconds:.6}, \"mb_per_s\": {:.3}}}",
         sources.len(),
         args.rounds.max(1),

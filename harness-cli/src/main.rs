@@ -4,8 +4,25 @@
 //! function returning the process exit code; add new subcommands (e.g.
 //! `sessions`) as further variants of [`Command`].
 
+/// `print!` to stdout, without panicking when the reader has gone: see
+/// [`out::stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::out::stdout(format_args!($($arg)*)) };
+}
+
+/// `println!` to stdout, without panicking when the reader has gone.
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::out::stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `eprintln!`, without panicking when stderr is closed.
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::out::stderr(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod analyze;
 mod bench;
+mod out;
 mod run;
 mod sessions;
 

@@ -92,7 +92,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("harness: cannot start the async runtime: {error}");
+            errln!("harness: cannot start the async runtime: {error}");
             return ExitCode::from(2);
         }
     };
@@ -120,7 +120,7 @@ async fn run_async(args: &Args) -> ExitCode {
     let (cells, _) = match cells_of(&args.file) {
         Ok(found) => found,
         Err(message) => {
-            eprintln!("harness: {message}");
+            errln!("harness: {message}");
             return ExitCode::from(2);
         }
     };
@@ -140,7 +140,7 @@ async fn run_async(args: &Args) -> ExitCode {
     let _claimed = match state_dir::StateDir::claim(&state, args.fresh, &file) {
         Ok(claimed) => claimed,
         Err(error) => {
-            eprintln!("harness: {error}");
+            errln!("harness: {error}");
             return ExitCode::from(2);
         }
     };
@@ -168,7 +168,7 @@ async fn run_async(args: &Args) -> ExitCode {
     let mut notebook = match opened {
         Ok(notebook) => notebook,
         Err(error) => {
-            eprintln!("harness: {error}");
+            errln!("harness: {error}");
             return ExitCode::from(2);
         }
     };
@@ -178,7 +178,7 @@ async fn run_async(args: &Args) -> ExitCode {
         Provenance::now("harness run", format!("cell {cell} of {}", file.display()))
     });
     if let Err(error) = sync {
-        eprintln!("harness: {}: {error}", args.file.display());
+        errln!("harness: {}: {error}", args.file.display());
         return ExitCode::from(1);
     }
     let options = ReplayOptions {
@@ -188,24 +188,24 @@ async fn run_async(args: &Args) -> ExitCode {
     let report = match notebook.replay_with(options).await {
         Ok(report) => report,
         Err(error) => {
-            eprintln!("harness: {error}");
+            errln!("harness: {error}");
             notebook.shutdown().await;
             return ExitCode::from(2);
         }
     };
     notebook.shutdown().await;
     if let Err(error) = notebook.save() {
-        eprintln!("harness: cannot save the notebook: {error}");
+        errln!("harness: cannot save the notebook: {error}");
     }
 
     if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
-            Err(error) => eprintln!("harness: cannot serialise the report: {error}"),
+            Ok(json) => outln!("{json}"),
+            Err(error) => errln!("harness: cannot serialise the report: {error}"),
         }
     } else {
         let rel_state = state.strip_prefix(&base).unwrap_or(&state);
-        println!(
+        outln!(
             "harness run {} ({} cells, notebook in {})",
             args.file.display(),
             cells.len(),
@@ -246,7 +246,7 @@ async fn run_async(args: &Args) -> ExitCode {
                 report.kernel_start_us as f64 / 1000.0
             ));
         }
-        println!("{summary}");
+        outln!("{summary}");
     }
     if report.succeeded() {
         ExitCode::SUCCESS
@@ -307,7 +307,7 @@ fn print_entry(
     } else {
         String::new()
     };
-    println!(
+    outln!(
         "cell {index:<3} line {line:<4} {action:<9} {}{timing}",
         reason_text(&entry.reason, cell_of)
     );
@@ -324,7 +324,7 @@ fn print_entry(
                 .collect();
             parts.push(format!("re-ran {} to recompute inputs", cells.join(", ")));
         }
-        println!("                    ({})", parts.join("; "));
+        outln!("                    ({})", parts.join("; "));
     }
     if entry.action != ReplayAction::Executed {
         return;
@@ -336,7 +336,7 @@ fn print_entry(
         && !check.is_consistent()
     {
         let names: Vec<&str> = check.unexpected.iter().map(String::as_str).collect();
-        println!(
+        outln!(
             "                    note: read {} that the static analysis did not predict; now a dependency",
             names.join(", ")
         );
@@ -360,6 +360,6 @@ fn print_entry(
         shown.push_str(error);
     }
     for text_line in shown.lines() {
-        println!("    | {text_line}");
+        outln!("    | {text_line}");
     }
 }

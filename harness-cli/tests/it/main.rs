@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod analyze;
+mod closed_output;
 mod run;
 mod run_interrupt;
 mod run_state;

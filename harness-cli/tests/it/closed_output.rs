@@ -1,0 +1,99 @@
+//! The reader goes away: `harness … | head -1` closes the pipe while
+//! `harness` still writes. Every command ends quietly (status 0, no panic);
+//! with stderr closed, errors still give their status, not a panic.
+
+use harness::SessionId;
+use harness::session::save_value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn workdir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `harness ARGS` with its stdout a pipe closed before it writes.
+fn with_stdout_closed(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+fn assert_quiet(args: &[&str], output: &Output) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "harness {args:?}: {stderr}"
+    );
+    assert_eq!(output.status.code(), Some(0), "harness {args:?}: {stderr}");
+}
+
+#[test]
+fn every_command_ends_quietly_when_its_reader_has_gone() {
+    let dir = workdir("closed-output");
+    let script = dir.join("cells.py");
+    let cells: String = (0..200)
+        .map(|i| format!("# %%\nx{i} = {i}\nprint('cell', x{i})\n"))
+        .collect();
+    std::fs::write(&script, cells).unwrap();
+    let store = dir.join("store");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let files = harness_stores::FileStore::open(&store).unwrap();
+        for i in 0..50 {
+            let id = SessionId::from(format!("s{i}"));
+            save_value(&files, "notes", &id, serde_json::json!({"i": i}))
+                .await
+                .unwrap();
+        }
+    });
+    let (script, store) = (script.to_str().unwrap(), store.to_str().unwrap());
+    for args in [
+        vec!["analyze", script],
+        vec!["analyze", "--dot", script],
+        vec!["sessions", "--store", store, "list"],
+        vec!["sessions", "--store", store, "show", "s7"],
+        vec!["sessions", "--store", store, "history", "s7"],
+        vec!["run", script],
+        vec!["run", "--json", "--fresh", script],
+    ] {
+        let output = with_stdout_closed(&args);
+        assert_quiet(&args, &output);
+    }
+}
+
+#[test]
+fn errors_keep_their_status_when_stderr_is_closed() {
+    let dir = workdir("closed-stderr");
+    let missing = dir.join("missing.py");
+    for (args, code) in [
+        (vec!["analyze", missing.to_str().unwrap()], 2),
+        (vec!["run", missing.to_str().unwrap()], 2),
+        (
+            vec!["sessions", "--store", missing.to_str().unwrap(), "list"],
+            1,
+        ),
+    ] {
+        let status = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                drop(child.stderr.take());
+                child.wait()
+            })
+            .unwrap();
+        assert_eq!(status.code(), Some(code), "harness {args:?}");
+    }
+}
