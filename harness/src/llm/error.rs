@@ -72,6 +72,18 @@ pub enum ModelError {
         message: String,
     },
 
+    /// The answer is larger than the client's limit: a body, or one event
+    /// of a stream. Nothing past the limit was read.
+    #[error(
+        "the provider's {what} is larger than the limit of {limit} bytes; raise it if this is expected"
+    )]
+    ResponseTooLarge {
+        /// What: `response body`, `stream event`, ….
+        what: String,
+        /// The limit, in bytes.
+        limit: u64,
+    },
+
     /// The provider withheld the answer because of its content policy.
     #[error("the provider filtered the content ({reason}); rephrase the request")]
     ContentFiltered {

@@ -79,7 +79,13 @@ fn random_fraction() -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Timeouts and retries for a provider client.
+/// Timeouts, size limits and retries for a provider client.
+///
+/// Every limit holds whatever the server sends: a body without a length, a
+/// stream that trickles without end, a line that never ends. Going past
+/// one is a [`ModelError`] that names the limit (never a panic, never
+/// unbounded memory). [`HttpTransport::new`](crate::HttpTransport::new)
+/// refuses zero limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpOptions {
     /// Limit for one attempt: connecting, sending and receiving the whole
@@ -87,8 +93,19 @@ pub struct HttpOptions {
     pub timeout: Duration,
     /// Limit for the gap between two chunks of a stream.
     pub stream_idle_timeout: Duration,
+    /// Limit for a whole stream, from its headers to its last event
+    /// (default 30 min): a stream that keeps sending but never ends fails
+    /// with [`ModelError::Timeout`].
+    pub stream_deadline: Duration,
     /// Limit for establishing a connection.
     pub connect_timeout: Duration,
+    /// The largest answer body read, in bytes (default 32 MiB); larger is
+    /// [`ModelError::ResponseTooLarge`]. Error bodies are read up to 64 KiB
+    /// (or this, if smaller) and the rest is dropped.
+    pub max_body_bytes: u64,
+    /// The largest server-sent event, and so the longest line of a stream,
+    /// in bytes (default 4 MiB); larger is [`ModelError::ResponseTooLarge`].
+    pub max_event_bytes: u64,
     /// Retries of failed attempts.
     pub retry: HttpRetryPolicy,
 }
@@ -98,8 +115,37 @@ impl Default for HttpOptions {
         Self {
             timeout: Duration::from_secs(300),
             stream_idle_timeout: Duration::from_secs(120),
+            stream_deadline: Duration::from_secs(30 * 60),
             connect_timeout: Duration::from_secs(15),
+            max_body_bytes: 32 << 20,
+            max_event_bytes: 4 << 20,
             retry: HttpRetryPolicy::default(),
+        }
+    }
+}
+
+impl HttpOptions {
+    /// Refuses limits that would fail every request: a zero time or size.
+    pub fn check(&self) -> Result<(), ModelError> {
+        let zero_time = [
+            ("timeout", self.timeout),
+            ("stream_idle_timeout", self.stream_idle_timeout),
+            ("stream_deadline", self.stream_deadline),
+            ("connect_timeout", self.connect_timeout),
+        ]
+        .into_iter()
+        .find(|(_, d)| d.is_zero());
+        let zero_size = [
+            ("max_body_bytes", self.max_body_bytes),
+            ("max_event_bytes", self.max_event_bytes),
+        ]
+        .into_iter()
+        .find(|(_, n)| *n == 0);
+        match (zero_time, zero_size) {
+            (Some((name, _)), _) | (None, Some((name, _))) => Err(ModelError::Configuration {
+                message: format!("HttpOptions::{name} is zero: every request would fail"),
+            }),
+            (None, None) => Ok(()),
         }
     }
 }

@@ -2,7 +2,11 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+
+use crate::retry::HttpOptions;
 
 use futures::{Stream, StreamExt};
 use harness::llm::{ModelError, ModelStream, StreamEvent};
@@ -93,16 +97,50 @@ pub fn decode_events<D: SseDecoder>(events: SseEvents, decoder: D) -> ModelStrea
 }
 
 /// The events in `body`, failing with a [`ModelError::Timeout`] when no
-/// chunk arrives for `idle`.
-pub(crate) fn sse_events(response: reqwest::Response, idle: Duration) -> SseEvents {
-    let decoder = Box::pin(sse_stream::SseByteStream::new(response.bytes_stream()));
-    Box::pin(futures::stream::unfold(
-        Some(decoder),
-        move |decoder| async move {
+/// chunk arrives for the idle timeout or the stream outlasts its deadline,
+/// and with [`ModelError::ResponseTooLarge`] at a line or event over
+/// [`HttpOptions::max_event_bytes`].
+pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> SseEvents {
+    let (idle, deadline, limit) = (
+        options.stream_idle_timeout,
+        options.stream_deadline,
+        options.max_event_bytes,
+    );
+    let guard = Arc::new(Mutex::new(EventSize::default()));
+    let bytes = {
+        let guard = Arc::clone(&guard);
+        // A chunk that takes a line or an event past the limit ends the
+        // body there: the decoder never buffers it.
+        response.bytes_stream().take_while(move |chunk| {
+            let within = match chunk {
+                Ok(bytes) => lock(&guard).take(bytes, limit),
+                Err(_) => true,
+            };
+            futures::future::ready(within)
+        })
+    };
+    let decoder = Box::pin(sse_stream::SseByteStream::new(bytes));
+    let ends_at = Instant::now() + deadline;
+    Box::pin(futures::stream::unfold(Some(decoder), move |decoder| {
+        let guard = Arc::clone(&guard);
+        async move {
             let mut decoder = decoder?;
             loop {
-                match tokio::time::timeout(idle, decoder.next()).await {
-                    Err(_) => return Some((Err(ModelError::Timeout { after: idle }), None)),
+                let left = ends_at.saturating_duration_since(Instant::now());
+                let wait = idle.min(left);
+                let next = tokio::time::timeout(wait, decoder.next()).await;
+                if lock(&guard).over {
+                    let error = ModelError::ResponseTooLarge {
+                        what: "stream event (or line)".into(),
+                        limit,
+                    };
+                    return Some((Err(error), None));
+                }
+                match next {
+                    Err(_) => {
+                        let after = if wait < idle { deadline } else { idle };
+                        return Some((Err(ModelError::Timeout { after }), None));
+                    }
                     Ok(None) => return None,
                     Ok(Some(Ok(sse))) => {
                         if let Some(data) = sse.data {
@@ -121,8 +159,51 @@ pub(crate) fn sse_events(response: reqwest::Response, idle: Duration) -> SseEven
                     }
                 }
             }
-        },
-    ))
+        }
+    }))
+}
+
+fn lock(m: &Mutex<EventSize>) -> std::sync::MutexGuard<'_, EventSize> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The size of the line and of the event being received, across chunks.
+/// Lines end at CR, LF or CRLF; an empty line ends an event.
+#[derive(Debug, Default)]
+struct EventSize {
+    line: u64,
+    event: u64,
+    after_cr: bool,
+    over: bool,
+}
+
+impl EventSize {
+    /// Counts `bytes`; false (and `over` set) once a line or an event
+    /// exceeds `limit`.
+    fn take(&mut self, bytes: &[u8], limit: u64) -> bool {
+        for &b in bytes {
+            match b {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\n' | b'\r' => {
+                    if self.line == 0 {
+                        self.event = 0;
+                    }
+                    self.line = 0;
+                    self.after_cr = b == b'\r';
+                }
+                _ => {
+                    self.after_cr = false;
+                    self.line += 1;
+                    self.event += 1;
+                    if self.line > limit || self.event > limit {
+                        self.over = true;
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
 }
 
 /// An error and its causes, joined.

@@ -71,6 +71,7 @@ pub fn endpoint(base: &str, path: &str) -> String {
 impl HttpTransport {
     /// A transport for `provider` (a name for traces, e.g. `"openai"`).
     pub fn new(provider: &'static str, options: HttpOptions) -> Result<Self, ModelError> {
+        options.check()?;
         install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
@@ -120,11 +121,9 @@ impl HttpTransport {
                     let response = self.send(url, headers, body.clone(), false).await?;
                     let status = response.status().as_u16();
                     let response_headers = response.headers().clone();
-                    let bytes = response
-                        .bytes()
-                        .await
-                        .map_err(|e| self.transport_error(&e))?;
-                    if !(200..300).contains(&status) {
+                    let ok = (200..300).contains(&status);
+                    let bytes = self.read_body(response, ok).await?;
+                    if !ok {
                         let text = String::from_utf8_lossy(&bytes);
                         let (error, retry_after) = error_from_response(
                             status,
@@ -168,7 +167,10 @@ impl HttpTransport {
                         return Ok(response);
                     }
                     let response_headers = response.headers().clone();
-                    let text = response.text().await.unwrap_or_default();
+                    let text = match self.read_body(response, false).await {
+                        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                        Err(_) => String::new(),
+                    };
                     let (error, retry_after) =
                         error_from_response(status, &response_headers, &text, self.options.timeout);
                     Err(Failure { error, retry_after })
@@ -176,7 +178,7 @@ impl HttpTransport {
                 self.within_timeout(attempt).await
             })
             .await?;
-        Ok(sse_events(response, self.options.stream_idle_timeout))
+        Ok(sse_events(response, &self.options))
     }
 
     async fn send(
@@ -200,6 +202,51 @@ impl HttpTransport {
             .send()
             .await
             .map_err(|e| Failure::from(self.transport_error(&e)))
+    }
+
+    /// Reads a body up to [`HttpOptions::max_body_bytes`]: an answer over
+    /// it is [`ModelError::ResponseTooLarge`] (told by its length when it
+    /// has one, before reading); an error body (`answer` false) is read up
+    /// to 64 KiB, the rest dropped.
+    async fn read_body(
+        &self,
+        mut response: reqwest::Response,
+        answer: bool,
+    ) -> Result<Vec<u8>, Failure> {
+        const ERROR_BODY_BYTES: u64 = 64 << 10;
+        let limit = if answer {
+            self.options.max_body_bytes
+        } else {
+            self.options.max_body_bytes.min(ERROR_BODY_BYTES)
+        };
+        let too_large = || {
+            Failure::from(ModelError::ResponseTooLarge {
+                what: format!("{} response body", self.provider),
+                limit,
+            })
+        };
+        if answer && response.content_length().is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(&e))?
+        {
+            let room = usize::try_from(limit)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(body.len());
+            if chunk.len() > room {
+                if !answer {
+                    body.extend_from_slice(&chunk[..room]);
+                    break;
+                }
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     async fn within_timeout<T>(
@@ -288,5 +335,334 @@ fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race with another thread is fine: a provider is installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The size and time limits against a real HTTP server on loopback
+    //! that answers as a hostile or broken provider would.
+
+    use super::*;
+    use crate::retry::HttpRetryPolicy;
+    use futures::StreamExt;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    type Handler = Arc<dyn Fn(TcpStream) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+    /// Serves every connection with `handler`, once the request is read.
+    async fn serve(handler: Handler) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let handler = Arc::clone(&handler);
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // Headers, then as many body bytes as they announce.
+                    let body_len = loop {
+                        let n = socket.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&seen[..end]).to_lowercase();
+                            let len: usize = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                            break end + 4 + len;
+                        }
+                    };
+                    while seen.len() < body_len {
+                        let n = socket.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                    }
+                    handler(socket).await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// A handler writing `head` then each of `chunks` (HTTP chunked).
+    fn chunked(status: &'static str, content_type: &'static str, chunks: Vec<Vec<u8>>) -> Handler {
+        let chunks = Arc::new(chunks);
+        Arc::new(move |mut socket| {
+            let chunks = Arc::clone(&chunks);
+            Box::pin(async move {
+                let head = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n"
+                );
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for chunk in chunks.iter() {
+                    let framed =
+                        [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
+                    if socket.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = socket.write_all(b"0\r\n\r\n").await;
+            })
+        })
+    }
+
+    fn transport(options: HttpOptions) -> HttpTransport {
+        HttpTransport::new(
+            "test",
+            HttpOptions {
+                retry: HttpRetryPolicy {
+                    max_attempts: 1,
+                    ..HttpRetryPolicy::default()
+                },
+                ..options
+            },
+        )
+        .unwrap()
+    }
+
+    fn small(limit: u64) -> HttpOptions {
+        HttpOptions {
+            max_body_bytes: limit,
+            max_event_bytes: limit,
+            ..HttpOptions::default()
+        }
+    }
+
+    async fn post_json(base: &str, options: HttpOptions) -> Result<serde_json::Value, ModelError> {
+        transport(options)
+            .post_json(
+                "m",
+                &format!("{base}/x"),
+                &HeaderMap::new(),
+                &serde_json::json!({}),
+            )
+            .await
+    }
+
+    /// Every event of a stream, or the error that ended it.
+    async fn post_sse(base: &str, options: HttpOptions) -> (usize, Option<ModelError>) {
+        let mut events = transport(options)
+            .post_sse(
+                "m",
+                &format!("{base}/x"),
+                &HeaderMap::new(),
+                &serde_json::json!({}),
+            )
+            .await
+            .unwrap();
+        let mut n = 0;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(_) => n += 1,
+                Err(e) => return (n, Some(e)),
+            }
+        }
+        (n, None)
+    }
+
+    fn json_of(len: usize) -> Vec<u8> {
+        // `{"a":"xxx…"}` of exactly `len` bytes.
+        format!("{{\"a\":\"{}\"}}", "x".repeat(len - 8)).into_bytes()
+    }
+
+    #[tokio::test]
+    async fn answer_bodies_over_the_limit_are_refused_however_they_come() {
+        let over = |e: &ModelError| matches!(e, ModelError::ResponseTooLarge { limit: 1024, .. });
+        // With a length: refused before the body is read.
+        let sized: Handler = Arc::new(|mut socket: TcpStream| {
+            Box::pin(async move {
+                let body = json_of(2000);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            })
+        });
+        let err = post_json(&serve(sized).await, small(1024))
+            .await
+            .unwrap_err();
+        assert!(over(&err), "{err}");
+        // Without a length: in one chunk, in many small ones, far over.
+        for chunks in [
+            vec![json_of(1025)],
+            json_of(5000).chunks(100).map(<[u8]>::to_vec).collect(),
+            vec![vec![b' '; 1 << 20]; 8],
+        ] {
+            let base = serve(chunked("200 OK", "application/json", chunks)).await;
+            let err = post_json(&base, small(1024)).await.unwrap_err();
+            assert!(over(&err), "{err}");
+            assert!(err.to_string().contains("1024 bytes"), "{err}");
+        }
+        // At the limit exactly: read.
+        let base = serve(chunked("200 OK", "application/json", vec![json_of(1024)])).await;
+        assert!(post_json(&base, small(1024)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_error_body_is_read_only_in_part() {
+        let huge = vec![b'e'; 4 << 20];
+        let base = serve(chunked(
+            "500 Internal Server Error",
+            "text/plain",
+            vec![huge],
+        ))
+        .await;
+        let err = post_json(&base, HttpOptions::default()).await.unwrap_err();
+        let ModelError::Overloaded { message, .. } = &err else {
+            panic!("expected Overloaded, got {err:?}");
+        };
+        assert!(message.len() <= 64 << 10, "{} bytes kept", message.len());
+    }
+
+    #[tokio::test]
+    async fn stream_lines_and_events_over_the_limit_end_the_stream() {
+        let event = |data: usize| format!("data: {}\n\n", "d".repeat(data)).into_bytes();
+        for chunks in [
+            // One endless line.
+            vec![b"data: ".to_vec(), vec![b'x'; 5000]],
+            // A long line, ended.
+            vec![event(2000)],
+            // A long line cut across chunks, CRLF.
+            vec![
+                b"data: ".to_vec(),
+                vec![b'y'; 700],
+                vec![b'y'; 700],
+                b"\r\n\r\n".to_vec(),
+            ],
+            // Many short data lines, no blank line: one growing event.
+            vec![b"data: abcdefghij\n".repeat(300)],
+        ] {
+            let base = serve(chunked("200 OK", "text/event-stream", chunks)).await;
+            let (_, error) = post_sse(&base, small(1024)).await;
+            assert!(
+                matches!(
+                    error,
+                    Some(ModelError::ResponseTooLarge { limit: 1024, .. })
+                ),
+                "{error:?}"
+            );
+        }
+        // Many events under the limit, LF and CRLF: all read.
+        let mut many: Vec<Vec<u8>> = (0..200).map(|_| event(900)).collect();
+        many.push(b"data: crlf\r\n\r\ndata: cr\r\r".to_vec());
+        let base = serve(chunked("200 OK", "text/event-stream", many)).await;
+        let (n, error) = post_sse(&base, small(1024)).await;
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(n, 202);
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_never_ends_or_stalls_is_cut_off() {
+        let trickle: Handler = Arc::new(|mut socket: TcpStream| {
+            Box::pin(async move {
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                let _ = socket.write_all(head.as_bytes()).await;
+                let event = b"data: more\n\n";
+                let framed = [format!("{:x}\r\n", event.len()).as_bytes(), event, b"\r\n"].concat();
+                while socket.write_all(&framed).await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        });
+        let base = serve(trickle).await;
+        let deadline = Duration::from_millis(400);
+        let (n, error) = post_sse(
+            &base,
+            HttpOptions {
+                stream_deadline: deadline,
+                ..HttpOptions::default()
+            },
+        )
+        .await;
+        assert!(n > 0, "events arrived before the deadline");
+        assert!(
+            matches!(error, Some(ModelError::Timeout { after }) if after == deadline),
+            "{error:?}"
+        );
+
+        let stall: Handler = Arc::new(|mut socket: TcpStream| {
+            Box::pin(async move {
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                let _ = socket.write_all(head.as_bytes()).await;
+                let event = b"data: one\n\n";
+                let framed = [format!("{:x}\r\n", event.len()).as_bytes(), event, b"\r\n"].concat();
+                let _ = socket.write_all(&framed).await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            })
+        });
+        let base = serve(stall).await;
+        let idle = Duration::from_millis(200);
+        let (n, error) = post_sse(
+            &base,
+            HttpOptions {
+                stream_idle_timeout: idle,
+                ..HttpOptions::default()
+            },
+        )
+        .await;
+        assert_eq!(n, 1);
+        assert!(
+            matches!(error, Some(ModelError::Timeout { after }) if after == idle),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn zero_limits_are_refused_by_name() {
+        for (options, name) in [
+            (
+                HttpOptions {
+                    timeout: Duration::ZERO,
+                    ..HttpOptions::default()
+                },
+                "timeout",
+            ),
+            (
+                HttpOptions {
+                    stream_deadline: Duration::ZERO,
+                    ..HttpOptions::default()
+                },
+                "stream_deadline",
+            ),
+            (
+                HttpOptions {
+                    connect_timeout: Duration::ZERO,
+                    ..HttpOptions::default()
+                },
+                "connect_timeout",
+            ),
+            (
+                HttpOptions {
+                    max_body_bytes: 0,
+                    ..HttpOptions::default()
+                },
+                "max_body_bytes",
+            ),
+            (
+                HttpOptions {
+                    max_event_bytes: 0,
+                    ..HttpOptions::default()
+                },
+                "max_event_bytes",
+            ),
+        ] {
+            let err = HttpTransport::new("test", options).unwrap_err();
+            assert!(
+                matches!(&err, ModelError::Configuration { message } if message.contains(name)),
+                "{name}: {err}"
+            );
+        }
     }
 }
