@@ -627,7 +627,7 @@ async fn a_run_queued_behind_a_running_one_does_not_break_its_lease() {
     } = start_slow(
         store.clone(),
         Duration::from_millis(300),
-        Duration::from_millis(150),
+        Duration::from_secs(5),
     )
     .await;
     // Written into the head while the running run holds it (and renews it).

@@ -54,7 +54,7 @@ fn every_command_ends_quietly_when_its_reader_has_gone() {
             let id = SessionId::from(format!("s{i}"));
             save_value(&files, "notes", &id, serde_json::json!({"i": i}))
                 .await
-                .unwrap();
+                .unwrap_or_else(|e| panic!("cannot save {id} in {}: {e}", store.display()));
         }
     });
     let (script, store) = (script.to_str().unwrap(), store.to_str().unwrap());
