@@ -107,6 +107,16 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         }
     }
     let had_errors = ids.iter().any(Result::is_err);
+    for (cell, id) in cells.iter().zip(&ids) {
+        if let Err(error) = id {
+            errln!(
+                "harness: {}: cell {} (line {} of the file): {error}",
+                args.file.display(),
+                cell.index,
+                cell.line
+            );
+        }
+    }
 
     if args.dot {
         let dot = graph.to_dot_with_labels(|node| {

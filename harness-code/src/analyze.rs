@@ -10,12 +10,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 use rustpython_ruff_python_ast::visitor::{self, Visitor};
-use rustpython_ruff_python_ast::{self as ast, Expr, ExprContext, Pattern, PySourceType, Stmt};
-use rustpython_ruff_python_parser::parse_unchecked_source;
+use rustpython_ruff_python_ast::{self as ast, Expr, ExprContext, Pattern, Stmt};
 use rustpython_ruff_text_size::{TextRange, TextSize};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{AnalysisError, NestingKind};
+use crate::error::AnalysisError;
+use crate::parse::{LineCursor, with_module};
 
 /// A set of names borrowed from the source.
 type NameSet<'a> = std::collections::HashSet<&'a str, BuildHasherDefault<NameHasher>>;
@@ -250,8 +250,13 @@ pub struct AnalysisOptions {
 /// # Errors
 ///
 /// [`AnalysisError::Syntax`] with the line and column of the first syntax
-/// error, or [`AnalysisError::TooDeeplyNested`] for code nested deeper than
-/// CPython accepts.
+/// error, [`AnalysisError::TooDeeplyNested`] for code nested deeper than
+/// CPython accepts, [`AnalysisError::TooComplex`] for a statement too long
+/// or too deeply nested to analyse within the stack limit (see
+/// [limits](crate#limits-of-the-analysis)), [`AnalysisError::TooLarge`]
+/// for a source of 4 GiB or more; [`AnalysisError::AnalysisThread`] and
+/// [`AnalysisError::ParserPanic`] when the analysis could not run. Never
+/// overflows the stack, whatever the source.
 pub fn analyze_cell(source: &str) -> Result<CellAnalysis, AnalysisError> {
     analyze_cell_with(source, AnalysisOptions::default())
 }
@@ -270,16 +275,22 @@ pub fn analyze_cell(source: &str) -> Result<CellAnalysis, AnalysisError> {
 /// # Errors
 ///
 /// [`AnalysisError::Syntax`] with the line and column of the first syntax
-/// error, or [`AnalysisError::TooDeeplyNested`] for code nested deeper than
-/// CPython accepts.
+/// error, [`AnalysisError::TooDeeplyNested`] for code nested deeper than
+/// CPython accepts, [`AnalysisError::TooComplex`] for a statement too long
+/// or too deeply nested to analyse within the stack limit (see
+/// [limits](crate#limits-of-the-analysis)), [`AnalysisError::TooLarge`]
+/// for a source of 4 GiB or more; [`AnalysisError::AnalysisThread`] and
+/// [`AnalysisError::ParserPanic`] when the analysis could not run. Never
+/// overflows the stack, whatever the source.
 pub fn analyze_cell_with(
     source: &str,
     options: AnalysisOptions,
 ) -> Result<CellAnalysis, AnalysisError> {
-    let module = parse(source, options)?;
-    let mut analyzer = Analyzer::new(source);
-    analyzer.visit_body(&module.body);
-    Ok(analyzer.finish())
+    with_module(source, options, |module| {
+        let mut analyzer = Analyzer::new(source);
+        analyzer.visit_body(&module.body);
+        analyzer.finish()
+    })
 }
 
 /// Checks that `source` is valid Python (or IPython, with
@@ -295,240 +306,15 @@ pub fn analyze_cell_with(
 /// # Errors
 ///
 /// [`AnalysisError::Syntax`] with the line and column of the first syntax
-/// error, or [`AnalysisError::TooDeeplyNested`] for code nested deeper than
-/// CPython accepts.
+/// error, [`AnalysisError::TooDeeplyNested`] for code nested deeper than
+/// CPython accepts, [`AnalysisError::TooComplex`] for a statement too long
+/// or too deeply nested to analyse within the stack limit (see
+/// [limits](crate#limits-of-the-analysis)), [`AnalysisError::TooLarge`]
+/// for a source of 4 GiB or more; [`AnalysisError::AnalysisThread`] and
+/// [`AnalysisError::ParserPanic`] when the analysis could not run. Never
+/// overflows the stack, whatever the source.
 pub fn check_syntax(source: &str, options: AnalysisOptions) -> Result<(), AnalysisError> {
-    parse(source, options).map(drop)
-}
-
-/// Bracket nesting CPython's tokenizer accepts (`MAXLEVEL`).
-const MAX_BRACKET_DEPTH: i32 = 200;
-
-/// Levels of indented blocks CPython's tokenizer accepts (`MAXINDENT` - 1).
-const MAX_BLOCK_DEPTH: u32 = 99;
-
-/// The first place where brackets or indented blocks nest deeper than
-/// CPython accepts, as (byte offset, kind, limit). Brackets in comments and
-/// string literals are ignored; brackets inside f-string replacement fields
-/// are not counted, which can only under-count.
-fn excessive_nesting(source: &str) -> Option<(usize, NestingKind, u32)> {
-    let bytes = source.as_bytes();
-    let mut depth = 0_i32;
-    // Indentation widths of the open blocks, outermost (0) first.
-    let mut indents: Vec<usize> = vec![0];
-    let mut at_line_start = true;
-    let mut index = 0;
-    while index < bytes.len() {
-        if at_line_start {
-            at_line_start = false;
-            if depth == 0 {
-                let mut width = 0;
-                while let Some(&b) = bytes.get(index) {
-                    match b {
-                        b' ' => width += 1,
-                        b'\t' => width = (width / 8 + 1) * 8,
-                        b'\x0c' => width = 0,
-                        _ => break,
-                    }
-                    index += 1;
-                }
-                // Blank and comment-only lines do not open or close blocks.
-                if !matches!(bytes.get(index), None | Some(b'\n' | b'\r' | b'#')) {
-                    while indents.last().is_some_and(|&top| top > width) {
-                        indents.pop();
-                    }
-                    if indents.last().is_some_and(|&top| top < width) {
-                        indents.push(width);
-                        if indents.len() > MAX_BLOCK_DEPTH as usize + 1 {
-                            return Some((index, NestingKind::Blocks, MAX_BLOCK_DEPTH));
-                        }
-                    }
-                }
-                continue;
-            }
-        }
-        // Brackets are counted without branching; the loop stops only at
-        // quotes, comments and line ends.
-        while let Some(&b) = bytes.get(index) {
-            let delta = BYTE_CLASS[usize::from(b)];
-            if delta == SPECIAL {
-                break;
-            }
-            depth = (depth + i32::from(delta)).max(0);
-            if depth > MAX_BRACKET_DEPTH {
-                return Some((
-                    index,
-                    NestingKind::Brackets,
-                    MAX_BRACKET_DEPTH.unsigned_abs(),
-                ));
-            }
-            index += 1;
-        }
-        match bytes.get(index) {
-            None => break,
-            Some(b'#') => {
-                while bytes.get(index).is_some_and(|&b| b != b'\n' && b != b'\r') {
-                    index += 1;
-                }
-                continue;
-            }
-            Some(&quote @ (b'\'' | b'"')) => index = skip_string(bytes, index, quote),
-            Some(&newline) => {
-                // A backslash continuation keeps the logical line going.
-                let before =
-                    if newline == b'\n' && index > 0 && bytes.get(index - 1) == Some(&b'\r') {
-                        index.checked_sub(2)
-                    } else {
-                        index.checked_sub(1)
-                    };
-                at_line_start = before.and_then(|i| bytes.get(i)) != Some(&b'\\');
-            }
-        }
-        index += 1;
-    }
-    None
-}
-
-/// Marks bytes where [`excessive_nesting`] must stop and look.
-const SPECIAL: i8 = i8::MAX;
-
-/// Per byte: +1 for an opening bracket, -1 for a closing one, [`SPECIAL`]
-/// for quotes, `#` and line ends, 0 otherwise.
-const BYTE_CLASS: [i8; 256] = {
-    let mut table = [0; 256];
-    table[b'(' as usize] = 1;
-    table[b'[' as usize] = 1;
-    table[b'{' as usize] = 1;
-    table[b')' as usize] = -1;
-    table[b']' as usize] = -1;
-    table[b'}' as usize] = -1;
-    table[b'\'' as usize] = SPECIAL;
-    table[b'"' as usize] = SPECIAL;
-    table[b'#' as usize] = SPECIAL;
-    table[b'\n' as usize] = SPECIAL;
-    table[b'\r' as usize] = SPECIAL;
-    table
-};
-
-/// Given the opening quote at `start`, the index of the closing quote (or of
-/// the end of the line/input for an unterminated literal).
-fn skip_string(bytes: &[u8], start: usize, quote: u8) -> usize {
-    let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
-    let mut index = if triple { start + 3 } else { start + 1 };
-    while let Some(&byte) = bytes.get(index) {
-        if byte == b'\\' {
-            index += 2;
-            continue;
-        }
-        if byte == quote {
-            if !triple {
-                return index;
-            }
-            if bytes.get(index + 1) == Some(&quote) && bytes.get(index + 2) == Some(&quote) {
-                return index + 2;
-            }
-        } else if byte == b'\n' && !triple {
-            return index;
-        }
-        index += 1;
-    }
-    bytes.len()
-}
-
-/// 1-based line and character column of a byte offset.
-fn line_and_column(source: &str, offset: usize) -> (u32, u32) {
-    let offset = offset.min(source.len());
-    let mut lines = LineCursor::new(source);
-    let line = lines.line_of(offset);
-    let column = source
-        .get(lines.line_start..offset)
-        .map_or(1, |text| text.chars().count() + 1);
-    (line, to_u32(column))
-}
-
-fn parse(source: &str, options: AnalysisOptions) -> Result<ast::ModModule, AnalysisError> {
-    if let Some((offset, kind, limit)) = excessive_nesting(source) {
-        let (line, column) = line_and_column(source, offset);
-        return Err(AnalysisError::TooDeeplyNested {
-            nesting: kind,
-            line,
-            column,
-            limit,
-        });
-    }
-    let source_type = if options.ipython {
-        PySourceType::Ipynb
-    } else {
-        PySourceType::Python
-    };
-    let parsed = parse_unchecked_source(source, source_type);
-    if let Some(error) = parsed.errors().iter().min_by_key(|e| e.location.start()) {
-        let (line, column) = line_and_column(source, usize::from(error.location.start()));
-        return Err(AnalysisError::Syntax {
-            line,
-            column,
-            message: error.error.to_string(),
-        });
-    }
-    Ok(parsed.into_syntax())
-}
-
-fn to_u32(value: usize) -> u32 {
-    u32::try_from(value).unwrap_or(u32::MAX)
-}
-
-/// Turns byte offsets into 1-based line numbers by scanning forward from the
-/// previous query; the analysis asks in (mostly) increasing order, so each
-/// byte is scanned about once and only as far as the last query.
-#[derive(Debug)]
-struct LineCursor<'a> {
-    source: &'a [u8],
-    offset: usize,
-    line: u32,
-    /// Byte offset where the line containing `offset` starts.
-    line_start: usize,
-}
-
-impl<'a> LineCursor<'a> {
-    fn new(source: &'a str) -> Self {
-        Self {
-            source: source.as_bytes(),
-            offset: 0,
-            line: 1,
-            line_start: 0,
-        }
-    }
-
-    fn line_of(&mut self, offset: usize) -> u32 {
-        let offset = offset.min(self.source.len());
-        if offset < self.offset {
-            *self = Self {
-                source: self.source,
-                offset: 0,
-                line: 1,
-                line_start: 0,
-            };
-        }
-        let skipped = self.source.get(self.offset..offset).unwrap_or_default();
-        // Python ends lines at `\n`, `\r\n` and a lone `\r`; count `\n` in
-        // bulk and look at `\r` only when there is one.
-        let mut newlines = skipped.iter().filter(|&&b| b == b'\n').count();
-        if skipped.contains(&b'\r') {
-            newlines += skipped
-                .iter()
-                .enumerate()
-                .filter(|&(i, &b)| {
-                    b == b'\r' && self.source.get(self.offset + i + 1) != Some(&b'\n')
-                })
-                .count();
-        }
-        if let Some(last) = skipped.iter().rposition(|&b| b == b'\n' || b == b'\r') {
-            self.line_start = self.offset + last + 1;
-        }
-        self.line = self.line.saturating_add(to_u32(newlines));
-        self.offset = offset;
-        self.line
-    }
+    with_module(source, options, |_| ())
 }
 
 /// Names Python resolves in the builtins module (or the module's own dunder
@@ -1948,63 +1734,6 @@ impl<'a> Visitor<'a> for Analyzer<'a> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn line_cursor_handles_all_newline_styles() {
-        let source = "a\nb\r\nc\rd";
-        let mut lines = LineCursor::new(source);
-        assert_eq!(lines.line_of(0), 1);
-        assert_eq!(lines.line_of(2), 2);
-        assert_eq!(lines.line_of(5), 3);
-        assert_eq!(lines.line_of(7), 4);
-        assert_eq!(lines.line_start, 7);
-        assert_eq!(lines.line_of(3), 2);
-        assert_eq!(lines.line_of(100), 4);
-    }
-
-    fn nested_ifs(levels: usize) -> String {
-        let mut source: String = (0..levels)
-            .map(|i| format!("{}if a:\n", " ".repeat(i)))
-            .collect();
-        source.push_str(&" ".repeat(levels));
-        source.push_str("pass\n");
-        source
-    }
-
-    #[test]
-    fn nesting_limits_match_cpython() {
-        let parens = |n: usize| format!("x = {}a{}", "(".repeat(n), ")".repeat(n));
-        assert_eq!(excessive_nesting(&parens(200)), None);
-        assert_eq!(
-            excessive_nesting(&parens(201)),
-            Some((4 + 200, NestingKind::Brackets, 200))
-        );
-        assert_eq!(excessive_nesting(&nested_ifs(99)), None);
-        let deep = nested_ifs(100);
-        let (offset, kind, limit) = excessive_nesting(&deep).unwrap();
-        assert_eq!((kind, limit), (NestingKind::Blocks, 99));
-        assert_eq!(line_and_column(&deep, offset), (101, 101));
-    }
-
-    #[test]
-    fn nesting_limit_ignores_strings_comments_and_continuations() {
-        let open = "(".repeat(300);
-        let quoted = format!(
-            "s = '{open}'\nt = \"\\\"{open}\"\nu = \"\"\"{open}\n\"\"\"  # {open}\nv = ('{open}',)"
-        );
-        assert_eq!(excessive_nesting(&quoted), None);
-        // Indentation inside brackets, strings or after `\\` is not a block.
-        let mut lines = vec!["x = (1,".to_owned()];
-        lines.extend((0..150).map(|i| format!("{}2,", " ".repeat(i + 1))));
-        lines.push(")".to_owned());
-        lines.push("y = 1 + \\".to_owned());
-        lines.push("                 2".to_owned());
-        assert_eq!(excessive_nesting(&lines.join("\n")), None);
-        assert_eq!(
-            excessive_nesting(&nested_ifs(99).replace('\n', "\r\n")),
-            None
-        );
-    }
 
     #[test]
     fn builtin_and_method_tables_are_sorted() {

@@ -20,8 +20,8 @@ pub enum AnalysisError {
         message: String,
     },
     /// Brackets or indented blocks nest deeper than CPython accepts (200
-    /// bracket levels, 99 block levels). Rejected before parsing, because the
-    /// recursive parser could exhaust the thread's stack on such input.
+    /// bracket levels, 99 block levels), which CPython would refuse too.
+    /// Rejected before parsing.
     #[error("{nesting} nested deeper than {limit} levels at line {line}, column {column}")]
     TooDeeplyNested {
         /// What nests too deeply.
@@ -32,6 +32,47 @@ pub enum AnalysisError {
         column: u32,
         /// The nesting limit.
         limit: u32,
+    },
+    /// One top-level statement is too long or nests too deeply to be
+    /// parsed and walked within the stack the analysis may use (1 GiB): it
+    /// has more than `limit` operators, brackets, keywords and lines (a sum
+    /// of tens of thousands of terms, a chain of as many `not` or
+    /// `a if c else`). Rejected before parsing.
+    #[error(
+        "the statement at line {line} is too long or too deeply nested to analyse: it counts {units} operators, brackets, keywords and lines, at most {limit} are allowed; split it into smaller statements"
+    )]
+    TooComplex {
+        /// 1-based line where the statement starts.
+        line: u32,
+        /// Its operators, brackets, keywords and lines (an upper bound of
+        /// its nesting).
+        units: u64,
+        /// The most allowed.
+        limit: u64,
+    },
+    /// The source is larger than the parser can address.
+    #[error("the source is {bytes} bytes long; at most {limit} bytes can be analysed")]
+    TooLarge {
+        /// Length of the source in bytes.
+        bytes: u64,
+        /// The largest source the parser accepts.
+        limit: u64,
+    },
+    /// The thread that parses large sources on a stack of its own could not
+    /// be started (the system refused the thread or its stack).
+    #[error(
+        "could not start the thread that analyses this source: {message}; retry with more memory available"
+    )]
+    AnalysisThread {
+        /// The system's error.
+        message: String,
+    },
+    /// The Python parser panicked on this source (a bug in the parser);
+    /// the host keeps running.
+    #[error("the Python parser failed on this source: {message}")]
+    ParserPanic {
+        /// The panic message.
+        message: String,
     },
 }
 

@@ -13,6 +13,7 @@ mod error;
 mod graph;
 pub mod kernel;
 pub mod notebook;
+mod parse;
 pub mod patch;
 pub mod replay;
 

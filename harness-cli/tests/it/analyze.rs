@@ -151,3 +151,52 @@ fn unreadable_inputs_fail_with_exit_code_two() {
             .contains("nbformat")
     );
 }
+
+#[test]
+fn hostile_cells_are_errors_with_a_message_not_a_crash() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let deep = [
+        ("sum", format!("x = {}\n", vec!["a"; 200_000].join(" + "))),
+        ("not", format!("x = {}a\n", "not ".repeat(200_000))),
+        (
+            "if_else",
+            format!("x = {}b\n", "a if c else ".repeat(100_000)),
+        ),
+        ("lambdas", format!("x = {}a\n", "lambda: ".repeat(100_000))),
+        ("calls", format!("x = f{}\n", "()".repeat(100_000))),
+        (
+            "parens",
+            format!("x = {}a{}\n", "(".repeat(100_000), ")".repeat(100_000)),
+        ),
+    ];
+    for (name, cell) in deep {
+        let path = dir.join(format!("hostile_{name}.py"));
+        std::fs::write(
+            &path,
+            format!("# %%\nimport os\n# %%\n{cell}# %%\ny = os.sep\n"),
+        )
+        .unwrap();
+        let output = harness(&["analyze", path.to_str().unwrap()]);
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        // A signal (a stack overflow aborts) has no exit code.
+        assert_eq!(output.status.code(), Some(1), "{name}: {stderr}");
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let cells = report["cells"].as_array().unwrap();
+        let kind = cells[1]["error"]["kind"].as_str().unwrap();
+        assert!(
+            ["too_complex", "too_deeply_nested"].contains(&kind),
+            "{name}: {}",
+            cells[1]
+        );
+        assert_eq!(cells[2]["depends_on"][0]["names"], json!(["os"]));
+        assert!(
+            stderr.contains(&format!("hostile_{name}.py: cell 1 (line 4 of the file): ")),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains("nested"), "{name}: {stderr}");
+        assert!(
+            !stderr.contains("overflow") && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
+}

@@ -575,7 +575,15 @@ impl Diagnosis {
 ///
 /// A failing cell that is not in the graph gets a diagnosis from the
 /// message alone, blaming that cell, with an empty context.
+///
+/// The cells' code is parsed on a thread with a large stack of its own; a
+/// cell too large even for it is diagnosed without its syntax tree (from
+/// the message and the graph), so no code can exhaust the stack.
 pub fn diagnose(failure: &CellFailure, graph: &ExecutionStateGraph) -> Diagnosis {
+    crate::parse::on_deep_stack(|| diagnose_here(failure, graph))
+}
+
+fn diagnose_here(failure: &CellFailure, graph: &ExecutionStateGraph) -> Diagnosis {
     let class = failure.class();
     let message = failure.message();
     let line = failure.effective_line();

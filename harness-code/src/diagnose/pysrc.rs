@@ -3,11 +3,11 @@
 //! spots to edit for a rename.
 
 use rustpython_ruff_python_ast::visitor::{self, Visitor};
-use rustpython_ruff_python_ast::{self as ast, Expr, ExprContext, Number, PySourceType, Stmt};
-use rustpython_ruff_python_parser::parse_unchecked_source;
+use rustpython_ruff_python_ast::{self as ast, Expr, ExprContext, Number, Stmt};
 use rustpython_ruff_text_size::{Ranged, TextRange, TextSize};
 
-use crate::{AnalysisOptions, check_syntax};
+use crate::AnalysisOptions;
+use crate::parse::parse_here;
 
 /// What an expression's value comes from: a name (through attributes and
 /// subscripts) or the result of a call.
@@ -119,7 +119,8 @@ pub(crate) struct CellSource<'a> {
 
 impl<'a> CellSource<'a> {
     /// Parses `text` leniently (IPython escapes allowed); code that does not
-    /// parse gives a source without syntax tree.
+    /// parse, or that is too large for the current thread's stack (see
+    /// [`parse_here`]), gives a source without syntax tree.
     pub(crate) fn parse(text: &'a str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(
@@ -128,11 +129,7 @@ impl<'a> CellSource<'a> {
                 .filter(|(_, b)| *b == b'\n')
                 .map(|(i, _)| i + 1),
         );
-        // `check_syntax` rejects code nested too deeply for the recursive
-        // parser before parsing it.
-        let module = check_syntax(text, AnalysisOptions { ipython: true })
-            .ok()
-            .map(|()| parse_unchecked_source(text, PySourceType::Ipynb).into_syntax());
+        let module = parse_here(text, AnalysisOptions { ipython: true });
         Self {
             text,
             line_starts,

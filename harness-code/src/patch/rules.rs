@@ -49,6 +49,15 @@ impl RulePatcher {
         suggestion: &Suggestion,
         graph: &ExecutionStateGraph,
     ) -> Result<Option<(String, String)>, PatchError> {
+        // The cell is parsed and walked on a thread with a large stack.
+        crate::parse::on_deep_stack(|| self.apply_here(suggestion, graph))
+    }
+
+    fn apply_here(
+        &self,
+        suggestion: &Suggestion,
+        graph: &ExecutionStateGraph,
+    ) -> Result<Option<(String, String)>, PatchError> {
         let Some(cell) = suggestion.target() else {
             return Ok(None);
         };

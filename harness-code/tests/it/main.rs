@@ -7,6 +7,7 @@ mod blobs;
 mod diagnose;
 mod graph;
 mod graph_properties;
+mod hostile;
 mod kernel;
 mod patch;
 mod replay;

@@ -1,0 +1,1088 @@
+//! Source to syntax tree, safely for any source: no input, however long or
+//! deeply nested, may exhaust the stack of the thread that analyses it.
+//!
+//! Ruff's parser descends recursively, and the analysis walks the tree
+//! recursively, so the stack they need grows with how deeply the code nests
+//! (a chain of 200 000 `not`, a 200 000-term sum, a long `a if c else ...`
+//! chain). Before parsing, [`units`] bounds that depth from above: every
+//! level of the parser's recursion, and every level of the tree, consumes at
+//! least one token that is not a name, number, plain string, `,`, `:`, `=`
+//! or `;` (an operator, a bracket, a keyword or an indented line), so these
+//! tokens plus the number of lines bound it. A source within the share of
+//! stack assumed free on the caller's thread is parsed there; a larger one on
+//! a thread started with [`STACK_PER_UNIT`] bytes of stack per unit. A source
+//! over [`MAX_UNITS`] is parsed one group of top-level statements at a time;
+//! a single statement over it is refused with [`AnalysisError::TooComplex`].
+//!
+//! The bound is counted on the tokens as Ruff's lexer sees them before
+//! parsing. The parser re-lexes in two kinds of recovery from syntax errors,
+//! which can only add indented lines (counted as lines) unless the source
+//! has a lexical error or a string nested inside an f-string's replacement
+//! field; for those a bound counted on the bytes alone is used, which holds
+//! for any tokenization.
+
+use std::cell::Cell;
+use std::ops::Range;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use rustpython_ruff_python_ast::token::TokenKind;
+use rustpython_ruff_python_ast::{self as ast, PySourceType};
+use rustpython_ruff_python_parser::{Mode, lexer, parse_unchecked_source};
+use rustpython_ruff_text_size::{TextRange, TextSize};
+
+use crate::analyze::AnalysisOptions;
+use crate::error::{AnalysisError, NestingKind};
+
+/// Stack bytes one unit of the bound may need. The most measured is 3.8 KiB
+/// (a chain of lambdas with defaults, `lambda a=lambda a=...`, parsed and
+/// walked in a debug build with the parser unoptimised; 1.4 KiB optimised),
+/// so this leaves a margin of four.
+const STACK_PER_UNIT: usize = 16 << 10;
+
+/// Stack for the frames below the recursion on a thread started here.
+const BASE_STACK: usize = 1 << 20;
+
+/// The most units one parse may have: 1 GiB of stack, reserved, not
+/// committed; only what the recursion reaches is ever touched.
+const MAX_UNITS: usize = 1 << 16;
+
+/// Units assumed to fit on a caller's thread: 256 KiB of stack, well within
+/// the 2 MiB that Rust and tokio give their threads.
+const CALLER_UNITS: usize = 16;
+
+/// Units the stack of diagnosis and patching threads holds (256 MiB).
+const DEEP_UNITS: usize = 1 << 14;
+
+/// The largest source the parser accepts (its offsets are `u32`).
+const MAX_BYTES: usize = u32::MAX as usize;
+
+thread_local! {
+    /// How many units of recursion the current thread's stack can take.
+    static ALLOWANCE: Cell<usize> = const { Cell::new(CALLER_UNITS) };
+}
+
+/// Parses `source` and calls `f` with its syntax tree, on a stack deep
+/// enough for both; the tree is dropped there too.
+///
+/// # Errors
+///
+/// [`AnalysisError::Syntax`], [`AnalysisError::TooDeeplyNested`],
+/// [`AnalysisError::TooComplex`], [`AnalysisError::TooLarge`], or
+/// [`AnalysisError::AnalysisThread`]/[`AnalysisError::ParserPanic`] when no
+/// thread could be started or the parser failed.
+pub(crate) fn with_module<T: Send>(
+    source: &str,
+    options: AnalysisOptions,
+    f: impl FnOnce(&ast::ModModule) -> T + Send,
+) -> Result<T, AnalysisError> {
+    check_shape(source)?;
+    let plan = plan(source, mode(options))?;
+    run_with_units(plan.units, || {
+        let module = parse_chunks(source, options, &plan.chunks)?;
+        let result = f(&module);
+        drop(module);
+        Ok(result)
+    })?
+}
+
+/// Parses `source` on the current thread if its bound fits the thread's
+/// stack; `None` if it does not, or if the source does not parse.
+pub(crate) fn parse_here(source: &str, options: AnalysisOptions) -> Option<ast::ModModule> {
+    check_shape(source).ok()?;
+    if units(source, mode(options)) > ALLOWANCE.get() {
+        return None;
+    }
+    let whole = 0..source.len();
+    catch_unwind(AssertUnwindSafe(|| {
+        parse_chunks(source, options, std::slice::from_ref(&whole))
+    }))
+    .ok()?
+    .ok()
+}
+
+/// Runs `f` on a thread whose stack holds [`DEEP_UNITS`], so that the
+/// sources it parses with [`parse_here`] may be large; on the current
+/// thread if no thread can be started. A panic in `f` is resumed here.
+pub(crate) fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if ALLOWANCE.get() >= DEEP_UNITS {
+        return f();
+    }
+    let mut f = Some(f);
+    let outcome = std::thread::scope(|scope| {
+        let f = &mut f;
+        std::thread::Builder::new()
+            .name("harness-analysis".to_owned())
+            .stack_size(stack_bytes(DEEP_UNITS))
+            .spawn_scoped(scope, move || {
+                ALLOWANCE.set(DEEP_UNITS);
+                f.take().map(|f| f())
+            })
+            .ok()
+            .map(|handle| handle.join())
+    });
+    match (outcome, f) {
+        (Some(Ok(Some(value))), _) => value,
+        (Some(Err(payload)), _) => std::panic::resume_unwind(payload),
+        (_, Some(f)) => f(),
+        (_, None) => unreachable!("the analysis thread took the function and returned nothing"),
+    }
+}
+
+fn mode(options: AnalysisOptions) -> Mode {
+    if options.ipython {
+        Mode::Ipython
+    } else {
+        Mode::Module
+    }
+}
+
+/// The checks that need no parser: size and CPython's nesting limits.
+fn check_shape(source: &str) -> Result<(), AnalysisError> {
+    if let Some(error) = size_error(source.len()) {
+        return Err(error);
+    }
+    if let Some((offset, kind, limit)) = excessive_nesting(source) {
+        let (line, column) = line_and_column(source, offset);
+        return Err(AnalysisError::TooDeeplyNested {
+            nesting: kind,
+            line,
+            column,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+fn size_error(bytes: usize) -> Option<AnalysisError> {
+    (bytes > MAX_BYTES).then_some(AnalysisError::TooLarge {
+        bytes: bytes as u64,
+        limit: MAX_BYTES as u64,
+    })
+}
+
+/// Stack size of a thread that must hold `units`.
+fn stack_bytes(units: usize) -> usize {
+    units
+        .saturating_mul(STACK_PER_UNIT)
+        .saturating_add(BASE_STACK)
+}
+
+/// Runs `f` where the stack holds `units`: here if the current thread's
+/// allowance does, else on a thread started with enough stack. A panic in
+/// `f` (a parser bug) becomes [`AnalysisError::ParserPanic`].
+fn run_with_units<T: Send>(units: usize, f: impl FnOnce() -> T + Send) -> Result<T, AnalysisError> {
+    if units <= ALLOWANCE.get() {
+        return catch_unwind(AssertUnwindSafe(f)).map_err(|payload| panic_error(&*payload));
+    }
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("harness-analysis".to_owned())
+            .stack_size(stack_bytes(units))
+            .spawn_scoped(scope, move || {
+                ALLOWANCE.set(units);
+                f()
+            })
+            .map_err(|error| AnalysisError::AnalysisThread {
+                message: error.to_string(),
+            })?;
+        handle.join().map_err(|payload| panic_error(&*payload))
+    })
+}
+
+fn panic_error(payload: &(dyn std::any::Any + Send)) -> AnalysisError {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    AnalysisError::ParserPanic { message }
+}
+
+/// How a source is parsed: in these byte ranges, each within `units`.
+#[derive(Debug)]
+struct Plan {
+    units: usize,
+    chunks: Vec<Range<usize>>,
+}
+
+fn plan(source: &str, mode: Mode) -> Result<Plan, AnalysisError> {
+    let whole = units(source, mode);
+    if whole <= MAX_UNITS {
+        return Ok(Plan {
+            units: whole,
+            chunks: std::iter::once(0..source.len()).collect(),
+        });
+    }
+    // Too much for one parse: groups of top-level statements, each group
+    // parsed alone. Groups are formed by the byte bound, which adds up; a
+    // statement over it alone is measured on its tokens.
+    let mut plan = Plan {
+        units: 0,
+        chunks: Vec::new(),
+    };
+    let mut group: Option<(Range<usize>, usize)> = None;
+    let bytes = source.as_bytes();
+    let mut starts = statement_starts(source);
+    starts.push(source.len());
+    let mut start = 0;
+    for end in starts {
+        if end <= start {
+            continue;
+        }
+        let statement = start..end;
+        start = end;
+        let units = byte_units(&bytes[statement.clone()]);
+        if let Some((range, sum)) = &mut group
+            && sum.saturating_add(units) <= MAX_UNITS
+        {
+            range.end = statement.end;
+            *sum += units;
+            continue;
+        }
+        if let Some((range, sum)) = group.take() {
+            plan.units = plan.units.max(sum);
+            plan.chunks.push(range);
+        }
+        if units <= MAX_UNITS {
+            group = Some((statement, units));
+            continue;
+        }
+        let units = units_of_tokens(&padded(source, statement.clone()), mode).unwrap_or(units);
+        if units > MAX_UNITS {
+            let (line, _) = line_and_column(source, first_code(bytes, statement.start));
+            return Err(AnalysisError::TooComplex {
+                line,
+                units: units as u64,
+                limit: MAX_UNITS as u64,
+            });
+        }
+        plan.units = plan.units.max(units);
+        plan.chunks.push(statement);
+    }
+    if let Some((range, sum)) = group {
+        plan.units = plan.units.max(sum);
+        plan.chunks.push(range);
+    }
+    Ok(plan)
+}
+
+/// Parses each range of `source` alone and joins their statements; the
+/// first syntax error of any is the error.
+fn parse_chunks(
+    source: &str,
+    options: AnalysisOptions,
+    chunks: &[Range<usize>],
+) -> Result<ast::ModModule, AnalysisError> {
+    let source_type = if options.ipython {
+        PySourceType::Ipynb
+    } else {
+        PySourceType::Python
+    };
+    let mut body = Vec::new();
+    let mut first_error: Option<(TextSize, String)> = None;
+    for chunk in chunks {
+        let text;
+        let text = if *chunk == (0..source.len()) {
+            source
+        } else {
+            text = padded(source, chunk.clone());
+            text.as_str()
+        };
+        let parsed = parse_unchecked_source(text, source_type);
+        if let Some(error) = parsed.errors().iter().min_by_key(|e| e.location.start()) {
+            let start = error.location.start();
+            if first_error.as_ref().is_none_or(|(first, _)| start < *first) {
+                first_error = Some((start, error.error.to_string()));
+            }
+        }
+        body.extend(parsed.into_syntax().body);
+    }
+    if let Some((offset, message)) = first_error {
+        let (line, column) = line_and_column(source, usize::from(offset));
+        return Err(AnalysisError::Syntax {
+            line,
+            column,
+            message,
+        });
+    }
+    Ok(ast::ModModule {
+        node_index: ast::AtomicNodeIndex::default(),
+        range: TextRange::up_to(TextSize::new(to_u32(source.len()))),
+        body,
+    })
+}
+
+/// `source[range]` preceded by a comment line as long as `source[..range.start]`,
+/// so that the parser's offsets are those of `source`. `range.start` is the
+/// start of a line.
+fn padded(source: &str, range: Range<usize>) -> String {
+    let mut text = String::with_capacity(range.end);
+    match range.start {
+        0 => {}
+        1 => text.push('\n'),
+        start => {
+            text.push('#');
+            text.extend(std::iter::repeat_n(' ', start - 2));
+            text.push('\n');
+        }
+    }
+    text.push_str(source.get(range).unwrap_or_default());
+    text
+}
+
+/// The offset of the first line at or after `start` that is neither blank
+/// nor a comment (or `start`).
+fn first_code(bytes: &[u8], start: usize) -> usize {
+    let mut line = start;
+    while line < bytes.len() {
+        let text = bytes
+            .get(line..)
+            .and_then(|rest| {
+                rest.iter()
+                    .position(|&b| !matches!(b, b' ' | b'\t' | b'\x0c'))
+            })
+            .map_or(line, |skip| line + skip);
+        if !matches!(bytes.get(text), Some(b'#' | b'\n' | b'\r')) {
+            return line;
+        }
+        match bytes[text..].iter().position(|&b| b == b'\n') {
+            Some(newline) => line = text + newline + 1,
+            None => break,
+        }
+    }
+    start
+}
+
+/// An upper bound of the recursion depth of parsing `source` and walking its
+/// tree, in units of [`STACK_PER_UNIT`] (see the [module docs](self)).
+fn units(source: &str, mode: Mode) -> usize {
+    let bytes = byte_units(source.as_bytes());
+    if bytes <= MAX_UNITS {
+        return bytes;
+    }
+    units_of_tokens(source, mode).map_or(bytes, |tokens| tokens.min(bytes))
+}
+
+/// The bound counted on bytes alone, true of any tokenization: a token that
+/// can nest holds an operator or bracket byte, or is a keyword, at most three
+/// of which (a number, a keyword, another number) a run of identifier
+/// characters holds; an indented line holds a line break.
+fn byte_units(bytes: &[u8]) -> usize {
+    let mut units = 1_usize;
+    let mut in_word = false;
+    for &byte in bytes {
+        match BYTE_KIND[usize::from(byte)] {
+            WORD => {
+                if !in_word {
+                    units += 3;
+                }
+                in_word = true;
+            }
+            SPACE => in_word = false,
+            _ => {
+                units += 1;
+                in_word = false;
+            }
+        }
+    }
+    units
+}
+
+const WORD: u8 = 0;
+const SPACE: u8 = 1;
+const OTHER: u8 = 2;
+
+/// Per byte: ASCII identifier characters, blanks, and everything else
+/// (operators, quotes, line breaks, and each byte of non-ASCII text).
+const BYTE_KIND: [u8; 256] = {
+    let mut table = [OTHER; 256];
+    let mut byte = 0;
+    while byte < 128 {
+        if (byte as u8).is_ascii_alphanumeric() || byte == b'_' as usize {
+            table[byte] = WORD;
+        }
+        byte += 1;
+    }
+    table[b' ' as usize] = SPACE;
+    table[b'\t' as usize] = SPACE;
+    table[0x0c] = SPACE;
+    table
+};
+
+/// The bound counted on Ruff's tokens: the tokens that can nest, plus the
+/// line breaks (each may become an indented line when the parser recovers
+/// from an unclosed bracket). `None` when the parser could re-lex strings
+/// differently: a lexical error, or a string inside an f-string's
+/// replacement field.
+fn units_of_tokens(source: &str, mode: Mode) -> Option<usize> {
+    let mut lexer = lexer::lex(source, mode);
+    let mut units = 1_usize;
+    let mut open_interpolated = 0_usize;
+    loop {
+        match lexer.next_token() {
+            TokenKind::EndOfFile => break,
+            TokenKind::Unknown => return None,
+            TokenKind::String if open_interpolated > 0 => return None,
+            TokenKind::FStringStart | TokenKind::TStringStart => {
+                if open_interpolated > 0 {
+                    return None;
+                }
+                open_interpolated += 1;
+                units += 1;
+            }
+            TokenKind::FStringEnd | TokenKind::TStringEnd => {
+                open_interpolated = open_interpolated.saturating_sub(1);
+                units += 1;
+            }
+            TokenKind::Name
+            | TokenKind::Int
+            | TokenKind::Float
+            | TokenKind::Complex
+            | TokenKind::String
+            | TokenKind::FStringMiddle
+            | TokenKind::TStringMiddle
+            | TokenKind::Comma
+            | TokenKind::Colon
+            | TokenKind::Equal
+            | TokenKind::Semi
+            | TokenKind::Newline
+            | TokenKind::NonLogicalNewline
+            | TokenKind::Comment
+            | TokenKind::Dedent => {}
+            _ => units += 1,
+        }
+    }
+    if !lexer.finish().is_empty() {
+        return None;
+    }
+    let line_breaks = source.bytes().filter(|&b| b == b'\n' || b == b'\r').count();
+    Some(units.saturating_add(line_breaks))
+}
+
+/// Byte offsets where top-level statements start, after the first: lines
+/// at column 0, outside brackets and strings, that do not continue the
+/// statement before (`else`, `elif`, `except`, `finally`, or what follows a
+/// decorator). Splitting there parses valid code exactly as a whole; a wrong
+/// guess on odd code costs a syntax error, never the stack.
+fn statement_starts(source: &str) -> Vec<usize> {
+    let bytes = source.as_bytes();
+    let mut starts = Vec::new();
+    let mut depth = 0_i32;
+    let mut after_decorator = false;
+    let mut at_line_start = true;
+    let mut index = 0;
+    while index < bytes.len() {
+        if at_line_start {
+            at_line_start = false;
+            if depth == 0 {
+                let first = bytes[index];
+                if !matches!(first, b' ' | b'\t' | b'\x0c' | b'#' | b'\n' | b'\r') {
+                    let continues = after_decorator
+                        || [&b"else"[..], b"elif", b"except", b"finally"]
+                            .iter()
+                            .any(|word| starts_with_word(&bytes[index..], word));
+                    if !continues && index > 0 {
+                        starts.push(index);
+                    }
+                    after_decorator = first == b'@';
+                }
+            }
+        }
+        while let Some(&b) = bytes.get(index) {
+            let delta = BYTE_CLASS[usize::from(b)];
+            if delta == SPECIAL {
+                break;
+            }
+            depth = (depth + i32::from(delta)).max(0);
+            index += 1;
+        }
+        match bytes.get(index) {
+            None => break,
+            Some(b'#') => {
+                while bytes.get(index).is_some_and(|&b| b != b'\n' && b != b'\r') {
+                    index += 1;
+                }
+                continue;
+            }
+            Some(&quote @ (b'\'' | b'"')) => index = skip_string(bytes, index, quote),
+            Some(&newline) => {
+                let before =
+                    if newline == b'\n' && index > 0 && bytes.get(index - 1) == Some(&b'\r') {
+                        index.checked_sub(2)
+                    } else {
+                        index.checked_sub(1)
+                    };
+                let continued = before.and_then(|i| bytes.get(i)) == Some(&b'\\');
+                // `\r\n` is one line break: look at the next line after `\n`.
+                let crlf = newline == b'\r' && bytes.get(index + 1) == Some(&b'\n');
+                at_line_start = !(continued || crlf);
+            }
+        }
+        index += 1;
+    }
+    starts
+}
+
+/// Whether `text` starts with the keyword `word` (not a longer name).
+fn starts_with_word(text: &[u8], word: &[u8]) -> bool {
+    text.starts_with(word)
+        && text
+            .get(word.len())
+            .is_none_or(|&b| !(b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80))
+}
+
+/// Bracket nesting CPython's tokenizer accepts (`MAXLEVEL`).
+const MAX_BRACKET_DEPTH: i32 = 200;
+
+/// Levels of indented blocks CPython's tokenizer accepts (`MAXINDENT` - 1).
+const MAX_BLOCK_DEPTH: u32 = 99;
+
+/// The first place where brackets or indented blocks nest deeper than
+/// CPython accepts, as (byte offset, kind, limit). Brackets in comments and
+/// string literals are ignored; brackets inside f-string replacement fields
+/// are not counted, which can only under-count.
+fn excessive_nesting(source: &str) -> Option<(usize, NestingKind, u32)> {
+    let bytes = source.as_bytes();
+    let mut depth = 0_i32;
+    // Indentation widths of the open blocks, outermost (0) first.
+    let mut indents: Vec<usize> = vec![0];
+    let mut at_line_start = true;
+    let mut index = 0;
+    while index < bytes.len() {
+        if at_line_start {
+            at_line_start = false;
+            if depth == 0 {
+                let mut width = 0;
+                while let Some(&b) = bytes.get(index) {
+                    match b {
+                        b' ' => width += 1,
+                        b'\t' => width = (width / 8 + 1) * 8,
+                        b'\x0c' => width = 0,
+                        _ => break,
+                    }
+                    index += 1;
+                }
+                // Blank and comment-only lines do not open or close blocks.
+                if !matches!(bytes.get(index), None | Some(b'\n' | b'\r' | b'#')) {
+                    while indents.last().is_some_and(|&top| top > width) {
+                        indents.pop();
+                    }
+                    if indents.last().is_some_and(|&top| top < width) {
+                        indents.push(width);
+                        if indents.len() > MAX_BLOCK_DEPTH as usize + 1 {
+                            return Some((index, NestingKind::Blocks, MAX_BLOCK_DEPTH));
+                        }
+                    }
+                }
+                continue;
+            }
+        }
+        // Brackets are counted without branching; the loop stops only at
+        // quotes, comments and line ends.
+        while let Some(&b) = bytes.get(index) {
+            let delta = BYTE_CLASS[usize::from(b)];
+            if delta == SPECIAL {
+                break;
+            }
+            depth = (depth + i32::from(delta)).max(0);
+            if depth > MAX_BRACKET_DEPTH {
+                return Some((
+                    index,
+                    NestingKind::Brackets,
+                    MAX_BRACKET_DEPTH.unsigned_abs(),
+                ));
+            }
+            index += 1;
+        }
+        match bytes.get(index) {
+            None => break,
+            Some(b'#') => {
+                while bytes.get(index).is_some_and(|&b| b != b'\n' && b != b'\r') {
+                    index += 1;
+                }
+                continue;
+            }
+            Some(&quote @ (b'\'' | b'"')) => index = skip_string(bytes, index, quote),
+            Some(&newline) => {
+                // A backslash continuation keeps the logical line going.
+                let before =
+                    if newline == b'\n' && index > 0 && bytes.get(index - 1) == Some(&b'\r') {
+                        index.checked_sub(2)
+                    } else {
+                        index.checked_sub(1)
+                    };
+                at_line_start = before.and_then(|i| bytes.get(i)) != Some(&b'\\');
+            }
+        }
+        index += 1;
+    }
+    None
+}
+
+/// Marks bytes where [`excessive_nesting`] must stop and look.
+const SPECIAL: i8 = i8::MAX;
+
+/// Per byte: +1 for an opening bracket, -1 for a closing one, [`SPECIAL`]
+/// for quotes, `#` and line ends, 0 otherwise.
+const BYTE_CLASS: [i8; 256] = {
+    let mut table = [0; 256];
+    table[b'(' as usize] = 1;
+    table[b'[' as usize] = 1;
+    table[b'{' as usize] = 1;
+    table[b')' as usize] = -1;
+    table[b']' as usize] = -1;
+    table[b'}' as usize] = -1;
+    table[b'\'' as usize] = SPECIAL;
+    table[b'"' as usize] = SPECIAL;
+    table[b'#' as usize] = SPECIAL;
+    table[b'\n' as usize] = SPECIAL;
+    table[b'\r' as usize] = SPECIAL;
+    table
+};
+
+/// Given the opening quote at `start`, the index of the closing quote (or of
+/// the end of the line/input for an unterminated literal).
+fn skip_string(bytes: &[u8], start: usize, quote: u8) -> usize {
+    let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
+    let mut index = if triple { start + 3 } else { start + 1 };
+    while let Some(&byte) = bytes.get(index) {
+        if byte == b'\\' {
+            index += 2;
+            continue;
+        }
+        if byte == quote {
+            if !triple {
+                return index;
+            }
+            if bytes.get(index + 1) == Some(&quote) && bytes.get(index + 2) == Some(&quote) {
+                return index + 2;
+            }
+        } else if byte == b'\n' && !triple {
+            return index;
+        }
+        index += 1;
+    }
+    bytes.len()
+}
+
+/// 1-based line and character column of a byte offset.
+pub(crate) fn line_and_column(source: &str, offset: usize) -> (u32, u32) {
+    let offset = offset.min(source.len());
+    let mut lines = LineCursor::new(source);
+    let line = lines.line_of(offset);
+    let column = source
+        .get(lines.line_start..offset)
+        .map_or(1, |text| text.chars().count() + 1);
+    (line, to_u32(column))
+}
+
+pub(crate) fn to_u32(value: usize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// Turns byte offsets into 1-based line numbers by scanning forward from the
+/// previous query; the analysis asks in (mostly) increasing order, so each
+/// byte is scanned about once and only as far as the last query.
+#[derive(Debug)]
+pub(crate) struct LineCursor<'a> {
+    source: &'a [u8],
+    offset: usize,
+    line: u32,
+    /// Byte offset where the line containing `offset` starts.
+    line_start: usize,
+}
+
+impl<'a> LineCursor<'a> {
+    pub(crate) fn new(source: &'a str) -> Self {
+        Self {
+            source: source.as_bytes(),
+            offset: 0,
+            line: 1,
+            line_start: 0,
+        }
+    }
+
+    pub(crate) fn line_of(&mut self, offset: usize) -> u32 {
+        let offset = offset.min(self.source.len());
+        if offset < self.offset {
+            *self = Self {
+                source: self.source,
+                offset: 0,
+                line: 1,
+                line_start: 0,
+            };
+        }
+        let skipped = self.source.get(self.offset..offset).unwrap_or_default();
+        // Python ends lines at `\n`, `\r\n` and a lone `\r`; count `\n` in
+        // bulk and look at `\r` only when there is one.
+        let mut newlines = skipped.iter().filter(|&&b| b == b'\n').count();
+        if skipped.contains(&b'\r') {
+            newlines += skipped
+                .iter()
+                .enumerate()
+                .filter(|&(i, &b)| {
+                    b == b'\r' && self.source.get(self.offset + i + 1) != Some(&b'\n')
+                })
+                .count();
+        }
+        if let Some(last) = skipped.iter().rposition(|&b| b == b'\n' || b == b'\r') {
+            self.line_start = self.offset + last + 1;
+        }
+        self.line = self.line.saturating_add(to_u32(newlines));
+        self.offset = offset;
+        self.line
+    }
+}
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+    use rustpython_ruff_python_ast::visitor::{self, Visitor};
+
+    use super::*;
+
+    #[test]
+    fn line_cursor_handles_all_newline_styles() {
+        let source = "a\nb\r\nc\rd";
+        let mut lines = LineCursor::new(source);
+        assert_eq!(lines.line_of(0), 1);
+        assert_eq!(lines.line_of(2), 2);
+        assert_eq!(lines.line_of(5), 3);
+        assert_eq!(lines.line_of(7), 4);
+        assert_eq!(lines.line_start, 7);
+        assert_eq!(lines.line_of(3), 2);
+        assert_eq!(lines.line_of(100), 4);
+    }
+
+    fn nested_ifs(levels: usize) -> String {
+        let mut source: String = (0..levels)
+            .map(|i| format!("{}if a:\n", " ".repeat(i)))
+            .collect();
+        source.push_str(&" ".repeat(levels));
+        source.push_str("pass\n");
+        source
+    }
+
+    #[test]
+    fn nesting_limits_match_cpython() {
+        let parens = |n: usize| format!("x = {}a{}", "(".repeat(n), ")".repeat(n));
+        assert_eq!(excessive_nesting(&parens(200)), None);
+        assert_eq!(
+            excessive_nesting(&parens(201)),
+            Some((4 + 200, NestingKind::Brackets, 200))
+        );
+        assert_eq!(excessive_nesting(&nested_ifs(99)), None);
+        let deep = nested_ifs(100);
+        let (offset, kind, limit) = excessive_nesting(&deep).unwrap();
+        assert_eq!((kind, limit), (NestingKind::Blocks, 99));
+        assert_eq!(line_and_column(&deep, offset), (101, 101));
+    }
+
+    #[test]
+    fn nesting_limit_ignores_strings_comments_and_continuations() {
+        let open = "(".repeat(300);
+        let quoted = format!(
+            "s = '{open}'\nt = \"\\\"{open}\"\nu = \"\"\"{open}\n\"\"\"  # {open}\nv = ('{open}',)"
+        );
+        assert_eq!(excessive_nesting(&quoted), None);
+        // Indentation inside brackets, strings or after `\\` is not a block.
+        let mut lines = vec!["x = (1,".to_owned()];
+        lines.extend((0..150).map(|i| format!("{}2,", " ".repeat(i + 1))));
+        lines.push(")".to_owned());
+        lines.push("y = 1 + \\".to_owned());
+        lines.push("                 2".to_owned());
+        assert_eq!(excessive_nesting(&lines.join("\n")), None);
+        assert_eq!(
+            excessive_nesting(&nested_ifs(99).replace('\n', "\r\n")),
+            None
+        );
+    }
+
+    #[test]
+    fn sources_past_the_parsers_offsets_are_too_large() {
+        assert_eq!(size_error(MAX_BYTES), None);
+        assert_eq!(
+            size_error(MAX_BYTES + 1),
+            Some(AnalysisError::TooLarge {
+                bytes: MAX_BYTES as u64 + 1,
+                limit: MAX_BYTES as u64,
+            })
+        );
+    }
+
+    /// A module with top-level statements that continue (`else`, decorated
+    /// definitions) and lines at column 0 inside brackets and strings.
+    const MODULE: &str = "import os\n\n# a comment\n@decorator\n\n@other(1,\n2)\ndef f(x):\n    return x\nif a:\n    pass\nelif b:\n    pass\nelse:\n    pass\ntry:\n    pass\nexcept E:\n    pass\nfinally:\n    pass\ns = \"\"\"\nnot a statement\n\"\"\"\nt = (1,\n2)\nu = 1 + \\\n2\r\nv = 'x' # (\r\nw = f'{s!r}'\nclass C:\n    x = 1\n%matplotlib inline\n";
+
+    #[test]
+    fn statement_starts_skip_continuations_brackets_and_strings() {
+        let starts: Vec<&str> = statement_starts(MODULE)
+            .into_iter()
+            .map(|start| MODULE[start..].lines().next().unwrap())
+            .collect();
+        assert_eq!(
+            starts,
+            [
+                "@decorator",
+                "if a:",
+                "try:",
+                "s = \"\"\"",
+                "t = (1,",
+                "u = 1 + \\",
+                "v = 'x' # (",
+                "w = f'{s!r}'",
+                "class C:",
+                "%matplotlib inline"
+            ]
+        );
+    }
+
+    fn whole_of(source: &str) -> Vec<Range<usize>> {
+        std::iter::once(0..source.len()).collect()
+    }
+
+    #[test]
+    fn statements_parsed_apart_give_the_tree_of_the_whole() {
+        let options = AnalysisOptions { ipython: true };
+        let whole = parse_chunks(MODULE, options, &whole_of(MODULE)).unwrap();
+        let mut bounds = statement_starts(MODULE);
+        bounds.insert(0, 0);
+        bounds.push(MODULE.len());
+        let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+        assert_eq!(chunks.len(), 11);
+        let apart = parse_chunks(MODULE, options, &chunks).unwrap();
+        assert_eq!(format!("{apart:?}"), format!("{whole:?}"));
+        // A syntax error is reported where it is in the whole source.
+        let broken = format!("{MODULE}x = (\n");
+        let mut chunks = chunks;
+        chunks.push(MODULE.len()..broken.len());
+        let whole = parse_chunks(&broken, options, &whole_of(&broken)).unwrap_err();
+        assert_eq!(parse_chunks(&broken, options, &chunks).unwrap_err(), whole);
+    }
+
+    #[test]
+    fn oversized_sources_are_parsed_in_groups_of_statements() {
+        // Three units a line: `+`, `*` and the line break.
+        let source = "x = a + b * c\n".repeat(MAX_UNITS / 2);
+        assert!(units(&source, Mode::Module) > MAX_UNITS);
+        let plan = plan(&source, Mode::Module).unwrap();
+        assert!(plan.chunks.len() > 1, "{plan:?}");
+        assert!(plan.units <= MAX_UNITS);
+        assert_eq!(plan.chunks.first().unwrap().start, 0);
+        assert_eq!(plan.chunks.last().unwrap().end, source.len());
+        assert!(plan.chunks.windows(2).all(|w| w[0].end == w[1].start));
+    }
+
+    #[test]
+    fn one_statement_over_the_limit_is_too_complex_at_its_line() {
+        let sum = vec!["a"; MAX_UNITS + 1].join(" + ");
+        let source = format!("import os\n\n# the sum\nx = {sum}\ny = 1\n");
+        assert_eq!(
+            plan(&source, Mode::Module).unwrap_err(),
+            AnalysisError::TooComplex {
+                line: 4,
+                units: MAX_UNITS as u64 + 3,
+                limit: MAX_UNITS as u64,
+            }
+        );
+        // A flat literal of the same length is not complex.
+        let list = format!("x = [{}]\n", vec!["1"; MAX_UNITS + 1].join(", "));
+        assert!(plan(&list, Mode::Module).unwrap().units <= MAX_UNITS);
+    }
+
+    #[test]
+    fn strings_inside_replacement_fields_and_lexical_errors_use_the_byte_bound() {
+        assert_eq!(
+            units_of_tokens("x = f'{a}' + f'{b!r:>{w}}'\n", Mode::Module),
+            Some(14)
+        );
+        assert_eq!(units_of_tokens("x = f'{d[\"k\"]}'\n", Mode::Module), None);
+        assert_eq!(units_of_tokens("x = f'{f\"{a}\"}'\n", Mode::Module), None);
+        assert_eq!(units_of_tokens("x = 'unterminated\n", Mode::Module), None);
+        assert_eq!(units_of_tokens("x = $\n", Mode::Module), None);
+        // Names, numbers, strings and separators do not nest.
+        assert_eq!(
+            units_of_tokens("x = [1, 'a', b, {c: d}]; y = 2\n", Mode::Module),
+            Some(1 + 4 + 1)
+        );
+    }
+
+    /// The deepest nesting of a syntax tree, counting every node that a
+    /// walk descends through.
+    #[derive(Debug, Default)]
+    struct Depth {
+        current: usize,
+        max: usize,
+    }
+
+    impl Depth {
+        fn enter(&mut self) {
+            self.current += 1;
+            self.max = self.max.max(self.current);
+        }
+    }
+
+    macro_rules! counted {
+        ($($visit:ident($node:ty) => $walk:ident;)*) => {
+            impl<'a> Visitor<'a> for Depth {
+                $(fn $visit(&mut self, node: &'a $node) {
+                    self.enter();
+                    visitor::$walk(self, node);
+                    self.current -= 1;
+                })*
+            }
+        };
+    }
+
+    counted! {
+        visit_stmt(ast::Stmt) => walk_stmt;
+        visit_expr(ast::Expr) => walk_expr;
+        visit_pattern(ast::Pattern) => walk_pattern;
+        visit_comprehension(ast::Comprehension) => walk_comprehension;
+        visit_parameters(ast::Parameters) => walk_parameters;
+        visit_parameter(ast::Parameter) => walk_parameter;
+        visit_arguments(ast::Arguments) => walk_arguments;
+        visit_keyword(ast::Keyword) => walk_keyword;
+        visit_except_handler(ast::ExceptHandler) => walk_except_handler;
+        visit_match_case(ast::MatchCase) => walk_match_case;
+        visit_with_item(ast::WithItem) => walk_with_item;
+        visit_elif_else_clause(ast::ElifElseClause) => walk_elif_else_clause;
+        visit_decorator(ast::Decorator) => walk_decorator;
+        visit_f_string(ast::FString) => walk_f_string;
+        visit_interpolated_string_element(ast::InterpolatedStringElement) => walk_interpolated_string_element;
+    }
+
+    /// The tree's depth, measured on a thread with a stack far larger than
+    /// any source here needs; `None` if the parser panics.
+    fn tree_depth(source: &str) -> Option<usize> {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(1 << 30)
+                .spawn_scoped(scope, || {
+                    let module = parse_unchecked_source(source, PySourceType::Ipynb).into_syntax();
+                    let mut depth = Depth::default();
+                    depth.visit_body(&module.body);
+                    depth.max
+                })
+                .unwrap()
+                .join()
+                .ok()
+        })
+    }
+
+    /// Pieces of Python, valid and not: every kind of token, so that random
+    /// sequences exercise the parser's error recovery.
+    const PIECES: &[&str] = &[
+        "a",
+        "1",
+        "'s'",
+        "f'{",
+        "}'",
+        "f'x{a}'",
+        "t'{a}'",
+        "\"\"\"",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        ":",
+        ";",
+        "=",
+        ":=",
+        ".",
+        "+",
+        "-",
+        "*",
+        "**",
+        "/",
+        "//",
+        "%",
+        "@",
+        "|",
+        "&",
+        "^",
+        "~",
+        "<<",
+        ">",
+        "==",
+        "->",
+        "not",
+        "and",
+        "or",
+        "in",
+        "is",
+        "if",
+        "else",
+        "elif",
+        "lambda",
+        "yield",
+        "await",
+        "async",
+        "for",
+        "while",
+        "def",
+        "class",
+        "return",
+        "import",
+        "from",
+        "as",
+        "with",
+        "try",
+        "except",
+        "finally",
+        "match",
+        "case",
+        "type",
+        "global",
+        "del",
+        "pass",
+        "\n",
+        "\n    ",
+        "\n        ",
+        "\\\n",
+        "#c\n",
+        "%m",
+        "!",
+        "?",
+        "$",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// However the parser recovers, the tree is never deeper than four
+        /// levels per unit of the bound (a lambda default is three: the
+        /// parameters, the parameter and its default).
+        #[test]
+        fn the_bound_holds_for_any_tokens(
+            head in proptest::collection::vec(0..PIECES.len(), 0..200),
+            pattern in proptest::collection::vec(0..PIECES.len(), 1..8),
+            repeat in 1_usize..3000,
+            tail in proptest::collection::vec(0..PIECES.len(), 0..200),
+        ) {
+            // A short pattern repeated is what nests deeply (`not not ...`).
+            let text = |pieces: &[usize]| {
+                pieces.iter().map(|&i| PIECES[i]).collect::<Vec<_>>().join(" ")
+            };
+            let source = format!(
+                "{} {} {}",
+                text(&head),
+                format!("{} ", text(&pattern)).repeat(repeat),
+                text(&tail)
+            );
+            // The parser panics on some invalid IPython (`lambda\n;`);
+            // `with_module` turns that into an error.
+            let Some(depth) = tree_depth(&source) else {
+                return Ok(());
+            };
+            let bytes = byte_units(source.as_bytes());
+            prop_assert!(depth <= 4 * bytes, "depth {depth}, byte bound {bytes}: {source:?}");
+            if let Some(tokens) = units_of_tokens(&source, Mode::Ipython) {
+                prop_assert!(depth <= 4 * tokens, "depth {depth}, token bound {tokens}: {source:?}");
+            }
+        }
+    }
+}
