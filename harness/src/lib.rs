@@ -93,7 +93,8 @@ pub mod guide {
 
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
 pub use graph::{
-    Harness, HarnessBuilder, LoopValidationError, OnBuilder, RetryPolicy, StepBuilder, Violation,
+    Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL, OnBuilder, RetryPolicy,
+    StepBuilder, Violation,
 };
 pub use harness_macros::{Context, HarnessState};
 pub use ids::{InterruptId, RunId, SessionId};

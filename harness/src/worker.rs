@@ -61,6 +61,13 @@ pub struct WorkerReport {
     pub store_errors: u64,
 }
 
+/// `wait` from now, or as far as the clock goes.
+fn later(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365))
+}
+
 /// A session the worker failed to take: how often, and when to try again.
 #[derive(Clone, Copy, Debug)]
 struct Backoff {
@@ -248,7 +255,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                 until: Instant::now(),
             });
             entry.failures += 1;
-            entry.until = Instant::now() + self.backoff_after(entry.failures);
+            entry.until = later(self.backoff_after(entry.failures));
             entry.failures
         };
         tracing::warn!(session = %session, error = %e, failures, "cannot take session; backing off");
@@ -277,7 +284,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                     until: Instant::now(),
                 });
                 entry.failures = entry.failures.saturating_add(1);
-                entry.until = Instant::now() + self.backoff_after(entry.failures);
+                entry.until = later(self.backoff_after(entry.failures));
             }
         }
     }

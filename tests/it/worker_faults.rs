@@ -649,3 +649,24 @@ async fn a_run_queued_behind_a_running_one_does_not_break_its_lease() {
     assert_eq!(agent.state_at(&session, None).await.unwrap().steps, 2);
     assert_eq!(effects.finished.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_worker_with_the_longest_backoff_keeps_going_without_overflow() {
+    let faulty = Faulty::new(Arc::new(SledStore::temporary().unwrap()));
+    faulty.runnable_failures.store(2, Ordering::SeqCst);
+    let agent = jobs(faulty.clone(), Duration::from_secs(30));
+    let session = agent.submit(Job { done: vec![] }).await.unwrap();
+    faulty.unreachable.lock().unwrap().insert(session.clone());
+    let worker = Worker::new(agent.clone())
+        .poll_interval(Duration::MAX)
+        .max_backoff(Duration::MAX)
+        .max_attempts(u32::MAX);
+    let mut report = WorkerReport::default();
+    for _ in 0..2 {
+        assert!(worker.run_once(&mut report).await.is_err());
+    }
+    // A failure to take the session backs off as far as the clock goes.
+    assert_eq!(worker.run_once(&mut report).await.unwrap(), 0);
+    assert_eq!(worker.run_once(&mut report).await.unwrap(), 0);
+    assert_eq!(report.retries, 1, "{report:?}");
+}

@@ -3,7 +3,7 @@
 use super::compiled::{CompiledStep, Exits, HarnessInner, Target};
 use super::def::{Dest, RetryPolicy, StepDef};
 use super::harness::Harness;
-use super::validate::{self, LoopValidationError};
+use super::validate::{self, LoopValidationError, Violation};
 use crate::observe::Observer;
 use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
@@ -13,6 +13,9 @@ use crate::step::StepFn;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The shortest lease a harness accepts ([`SessionConfig::lease_ttl`]).
+pub const MIN_LEASE_TTL: Duration = Duration::from_millis(30);
 
 impl<S: HarnessState, C: Context> Harness<S, C> {
     /// Starts building a loop over state `S` with context `C`, whose
@@ -153,9 +156,42 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
         self
     }
 
+    /// Settings no run can work with.
+    fn invalid_settings(&self) -> Vec<Violation> {
+        let mut found = Vec::new();
+        if self.step_limit == 0 {
+            found.push(Violation::InvalidSetting {
+                setting: "step_limit".into(),
+                reason: "0: no run could take a single step".into(),
+            });
+        }
+        let ttl = self.session_config.lease_ttl;
+        if ttl < MIN_LEASE_TTL {
+            found.push(Violation::InvalidSetting {
+                setting: "session_config.lease_ttl".into(),
+                reason: format!(
+                    "{ttl:?}: a lease is renewed every third of it, so it must be at least {MIN_LEASE_TTL:?}"
+                ),
+            });
+        }
+        found
+    }
+
     /// Validates the loop and builds it. Every violation is reported at once.
     pub fn build(self) -> Result<Harness<S, C>, LoopValidationError> {
-        let start = validate::validate(&self.steps, self.start.as_deref())?;
+        let settings = self.invalid_settings();
+        let start = match validate::validate(&self.steps, self.start.as_deref()) {
+            Ok(start) if settings.is_empty() => start,
+            Ok(_) => {
+                return Err(LoopValidationError {
+                    violations: settings,
+                });
+            }
+            Err(mut e) => {
+                e.violations.extend(settings);
+                return Err(e);
+            }
+        };
         let target = |dest: &Dest| match dest {
             Dest::Step(name) => Target::Step(
                 self.steps

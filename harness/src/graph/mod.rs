@@ -25,7 +25,7 @@ mod export;
 mod harness;
 mod validate;
 
-pub use builder::{DEFAULT_STEP_LIMIT, HarnessBuilder, OnBuilder, StepBuilder};
+pub use builder::{DEFAULT_STEP_LIMIT, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder};
 pub(crate) use compiled::{CompiledStep, Exits, HarnessInner, Target};
 pub use def::RetryPolicy;
 pub(crate) use def::RunFn;

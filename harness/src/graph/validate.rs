@@ -87,6 +87,13 @@ pub enum Violation {
         /// The signal declared twice.
         signal: String,
     },
+    /// A setting of the harness has a value no run can work with.
+    InvalidSetting {
+        /// The setting: `step_limit`, `session_config.lease_ttl`, ….
+        setting: String,
+        /// Its value and what is wrong with it.
+        reason: String,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -144,6 +151,9 @@ impl fmt::Display for Violation {
             ),
             Violation::DuplicateSignal { step, signal } => {
                 write!(f, "step `{step}` declares signal `{signal}` more than once")
+            }
+            Violation::InvalidSetting { setting, reason } => {
+                write!(f, "the setting `{setting}` is invalid: {reason}")
             }
         }
     }

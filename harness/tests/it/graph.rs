@@ -331,3 +331,73 @@ fn end_with_on_is_a_violation_like_next_with_on() {
     assert_eq!(err.violations, [Violation::NextWithOn { step: "a".into() }]);
     assert!(err.to_string().contains(".end()"), "{err}");
 }
+
+#[test]
+fn settings_no_run_can_work_with_are_violations_listed_with_the_others() {
+    use harness::session::SessionConfig;
+    use std::time::Duration;
+    let lease = |ttl: Duration| SessionConfig {
+        lease_ttl: ttl,
+        ..SessionConfig::default()
+    };
+    // (step limit, lease, the settings reported)
+    for (limit, ttl, expected) in [
+        (0, Duration::from_secs(30), vec!["step_limit"]),
+        (10, Duration::ZERO, vec!["session_config.lease_ttl"]),
+        (
+            10,
+            Duration::from_millis(29),
+            vec!["session_config.lease_ttl"],
+        ),
+        (
+            0,
+            Duration::from_nanos(1),
+            vec!["step_limit", "session_config.lease_ttl"],
+        ),
+    ] {
+        let err = Harness::<S>::builder()
+            .step("a")
+            .route(done_when_three)
+            .on("done")
+            .end()
+            .on("again")
+            .to("a")
+            .start("a")
+            .step_limit(limit)
+            .session_config(lease(ttl))
+            .build()
+            .unwrap_err();
+        let settings: Vec<&str> = err
+            .violations
+            .iter()
+            .map(|v| match v {
+                Violation::InvalidSetting { setting, .. } => setting.as_str(),
+                other => panic!("unexpected {other}"),
+            })
+            .collect();
+        assert_eq!(settings, expected, "{err}");
+    }
+    // With a graph violation: both reported.
+    let err = Harness::<S>::builder()
+        .step("a")
+        .run(inc)
+        .next("nowhere")
+        .start("a")
+        .step_limit(0)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("nowhere") && err.to_string().contains("step_limit"));
+    // At the bounds: builds.
+    Harness::<S>::builder()
+        .step("a")
+        .route(done_when_three)
+        .on("done")
+        .end()
+        .on("again")
+        .to("a")
+        .start("a")
+        .step_limit(1)
+        .session_config(lease(harness::MIN_LEASE_TTL))
+        .build()
+        .unwrap();
+}

@@ -558,7 +558,13 @@ mod tests {
         let mut many: Vec<Vec<u8>> = (0..200).map(|_| event(900)).collect();
         many.push(b"data: crlf\r\n\r\ndata: cr\r\r".to_vec());
         let base = serve(chunked("200 OK", "text/event-stream", many)).await;
-        let (n, error) = post_sse(&base, small(1024)).await;
+        // The longest times there are: no overflow.
+        let unbounded = HttpOptions {
+            stream_deadline: Duration::MAX,
+            stream_idle_timeout: Duration::MAX,
+            ..small(1024)
+        };
+        let (n, error) = post_sse(&base, unbounded).await;
         assert!(error.is_none(), "{error:?}");
         assert_eq!(n, 202);
     }
