@@ -305,11 +305,12 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut errors = 0u32;
         loop {
-            let taken = tokio::select! {
-                biased;
-                () = &mut shutdown => return Ok(report),
-                taken = self.run_once(&mut report) => taken,
-            };
+            // Checked between runs, never during one: a run in progress
+            // finishes (it is not dropped mid-step).
+            if futures::FutureExt::now_or_never(&mut shutdown).is_some() {
+                return Ok(report);
+            }
+            let taken = self.run_once(&mut report).await;
             let pause = match taken {
                 Ok(0) => {
                     errors = 0;

@@ -670,3 +670,34 @@ async fn a_worker_with_the_longest_backoff_keeps_going_without_overflow() {
     assert_eq!(worker.run_once(&mut report).await.unwrap(), 0);
     assert_eq!(report.retries, 1, "{report:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_the_run_in_progress_finish() {
+    let store: Arc<dyn SessionStore> = Arc::new(SledStore::temporary().unwrap());
+    let effects = Arc::new(Effects::default());
+    let agent = slow_agent(
+        store,
+        effects.clone(),
+        Duration::from_millis(300),
+        Duration::from_secs(30),
+    );
+    let session = agent.submit(Slow { steps: 0 }).await.unwrap();
+    let started = {
+        let effects = effects.clone();
+        async move {
+            while effects.started.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    // Shutdown is asked for while the step runs.
+    let report = Worker::new(agent.clone())
+        .poll_interval(Duration::from_millis(5))
+        .run_until(started)
+        .await
+        .unwrap();
+    assert_eq!((report.runs, report.completed), (1, 1), "{report:?}");
+    assert_eq!(effects.finished.load(Ordering::SeqCst), 1);
+    let head = agent.session(&session).await.unwrap();
+    assert!(matches!(head.phase, SessionPhase::Completed { .. }));
+}
