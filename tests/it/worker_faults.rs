@@ -649,3 +649,30 @@ async fn a_run_queued_behind_a_running_one_does_not_break_its_lease() {
     assert_eq!(agent.state_at(&session, None).await.unwrap().steps, 2);
     assert_eq!(effects.finished.load(Ordering::SeqCst), 2);
 }
+
+/// Backoffs too long to be a point in time (`Duration::MAX`, meaning "never
+/// again") neither panic nor take the session.
+#[tokio::test]
+async fn the_longest_backoffs_never_overflow() {
+    let faulty = Faulty::new(Arc::new(SledStore::temporary().unwrap()));
+    let store: Arc<dyn SessionStore> = faulty.clone();
+    let jobs = jobs(store, Duration::from_secs(30));
+    let session = jobs.submit(Job { done: vec![] }).await.unwrap();
+    faulty.unreachable.lock().unwrap().insert(session.clone());
+    let worker = Worker::new(jobs.clone())
+        .poll_interval(Duration::MAX)
+        .max_backoff(Duration::MAX)
+        .max_attempts(u32::MAX);
+    let mut report = WorkerReport::default();
+    for _ in 0..3 {
+        worker.run_once(&mut report).await.unwrap();
+    }
+    assert_eq!(
+        report.retries, 1,
+        "backing off for ever after one failure: {report:?}"
+    );
+    assert_eq!(
+        jobs.session(&session).await.unwrap().phase,
+        SessionPhase::Running
+    );
+}

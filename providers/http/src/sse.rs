@@ -4,6 +4,8 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use crate::retry::HttpOptions;
@@ -120,13 +122,16 @@ pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> 
         })
     };
     let decoder = Box::pin(sse_stream::SseByteStream::new(bytes));
-    let ends_at = Instant::now() + deadline;
+    // A deadline too far to be a point in time (`Duration::MAX`) is none.
+    let ends_at = Instant::now().checked_add(deadline);
     Box::pin(futures::stream::unfold(Some(decoder), move |decoder| {
         let guard = Arc::clone(&guard);
         async move {
             let mut decoder = decoder?;
             loop {
-                let left = ends_at.saturating_duration_since(Instant::now());
+                let left = ends_at.map_or(Duration::MAX, |at| {
+                    at.saturating_duration_since(Instant::now())
+                });
                 let wait = idle.min(left);
                 let next = tokio::time::timeout(wait, decoder.next()).await;
                 if lock(&guard).over {
