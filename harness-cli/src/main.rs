@@ -64,10 +64,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    // On a stack that holds any analysis, so that cells are analysed in
+    // place rather than handed to an analysis thread each.
+    harness_code::with_analysis_stack(|| match cli.command {
         Command::Analyze(args) => analyze::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Sessions(args) => sessions::run(args),
         Command::BenchAnalyze(args) => bench::run(&args),
-    }
+    })
 }

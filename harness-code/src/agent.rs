@@ -742,7 +742,7 @@ pub async fn patch(state: Arc<CodeAgentState>, cx: Cx<CodeAgentDeps>) -> Step {
         .clone()
         .ok_or_else(|| StepError::msg("the failure has no diagnosis"))?;
     let mut notebook = cx.notebook.lock().await;
-    pending.attempts += 1;
+    pending.attempts = pending.attempts.saturating_add(1);
     let proposed = cx.patcher.propose(&diagnosis, notebook.graph()).await;
     let applied = proposed.and_then(|patch| {
         let applied = notebook.apply_patch(&patch)?;

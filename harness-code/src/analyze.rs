@@ -286,7 +286,7 @@ pub fn analyze_cell_with(
     source: &str,
     options: AnalysisOptions,
 ) -> Result<CellAnalysis, AnalysisError> {
-    with_module(source, options, |module| {
+    with_module(source, options, |source, module| {
         let mut analyzer = Analyzer::new(source);
         analyzer.visit_body(&module.body);
         analyzer.finish()
@@ -314,7 +314,7 @@ pub fn analyze_cell_with(
 /// [`AnalysisError::ParserPanic`] when the analysis could not run. Never
 /// overflows the stack, whatever the source.
 pub fn check_syntax(source: &str, options: AnalysisOptions) -> Result<(), AnalysisError> {
-    with_module(source, options, |_| ())
+    with_module(source, options, |_, _| ())
 }
 
 /// Names Python resolves in the builtins module (or the module's own dunder

@@ -28,3 +28,4 @@ pub use graph::{
     Dependency, DependencyEdge, Effects, ExecutionStateGraph, MAX_RUN_HISTORY, OutputSummary,
     Provenance, Timestamp,
 };
+pub use parse::with_analysis_stack;

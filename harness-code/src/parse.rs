@@ -10,16 +10,18 @@
 //! or `;` (an operator, a bracket, a keyword or an indented line), so these
 //! tokens plus the number of lines bound it. A source within the share of
 //! stack assumed free on the caller's thread is parsed there; a larger one on
-//! a thread started with [`STACK_PER_UNIT`] bytes of stack per unit. A source
-//! over [`MAX_UNITS`] is parsed one group of top-level statements at a time;
-//! a single statement over it is refused with [`AnalysisError::TooComplex`].
+//! an analysis thread (kept between analyses, see [`pool`]) whose stack holds
+//! [`MAX_UNITS`] of [`STACK_PER_UNIT`] bytes. A source over [`MAX_UNITS`] is
+//! parsed one group of top-level statements at a time; a single statement
+//! over it is refused with [`AnalysisError::TooComplex`].
 //!
 //! The bound is counted on the tokens as Ruff's lexer sees them before
 //! parsing. The parser re-lexes in two kinds of recovery from syntax errors,
 //! which can only add indented lines (counted as lines) unless the source
 //! has a lexical error or a string nested inside an f-string's replacement
 //! field; for those a bound counted on the bytes alone is used, which holds
-//! for any tokenization.
+//! for any tokenization. A property test checks the bound against the depth
+//! of the trees of random token sequences, valid and not.
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -35,23 +37,37 @@ use crate::error::{AnalysisError, NestingKind};
 
 /// Stack bytes one unit of the bound may need. The most measured is 3.8 KiB
 /// (a chain of lambdas with defaults, `lambda a=lambda a=...`, parsed and
-/// walked in a debug build with the parser unoptimised; 1.4 KiB optimised),
-/// so this leaves a margin of four.
-const STACK_PER_UNIT: usize = 16 << 10;
+/// walked in a debug build with the parser unoptimised) and 1.4 KiB
+/// optimised, so this leaves a margin of four and of five.
+const STACK_PER_UNIT: usize = if cfg!(debug_assertions) {
+    16 << 10
+} else {
+    8 << 10
+};
 
 /// Stack for the frames below the recursion on a thread started here.
 const BASE_STACK: usize = 1 << 20;
 
-/// The most units one parse may have: 1 GiB of stack, reserved, not
-/// committed; only what the recursion reaches is ever touched.
-const MAX_UNITS: usize = 1 << 16;
+/// The stack of an analysis thread: reserved, not committed; only what the
+/// recursion reaches is ever touched.
+const MAX_STACK: usize = 1 << 30;
+
+/// The most units one parse may have.
+const MAX_UNITS: usize = MAX_STACK / STACK_PER_UNIT;
 
 /// Units assumed to fit on a caller's thread: 256 KiB of stack, well within
 /// the 2 MiB that Rust and tokio give their threads.
-const CALLER_UNITS: usize = 16;
+const CALLER_UNITS: usize = (256 << 10) / STACK_PER_UNIT;
 
 /// Units the stack of diagnosis and patching threads holds (256 MiB).
-const DEEP_UNITS: usize = 1 << 14;
+const DEEP_UNITS: usize = (256 << 20) / STACK_PER_UNIT;
+
+/// An analysis thread that ran a source of more units than this may have
+/// touched that much stack; it ends rather than keep it.
+const RETIRE_UNITS: usize = (256 << 20) / STACK_PER_UNIT;
+
+/// Analysis threads kept waiting for work.
+const IDLE_THREADS: usize = 4;
 
 /// The largest source the parser accepts (its offsets are `u32`).
 const MAX_BYTES: usize = u32::MAX as usize;
@@ -61,8 +77,8 @@ thread_local! {
     static ALLOWANCE: Cell<usize> = const { Cell::new(CALLER_UNITS) };
 }
 
-/// Parses `source` and calls `f` with its syntax tree, on a stack deep
-/// enough for both; the tree is dropped there too.
+/// Parses `source` and calls `f` with it and its syntax tree, on a stack
+/// deep enough for both; the tree is dropped there too.
 ///
 /// # Errors
 ///
@@ -70,19 +86,32 @@ thread_local! {
 /// [`AnalysisError::TooComplex`], [`AnalysisError::TooLarge`], or
 /// [`AnalysisError::AnalysisThread`]/[`AnalysisError::ParserPanic`] when no
 /// thread could be started or the parser failed.
-pub(crate) fn with_module<T: Send>(
+pub(crate) fn with_module<T: Send + 'static>(
     source: &str,
     options: AnalysisOptions,
-    f: impl FnOnce(&ast::ModModule) -> T + Send,
+    f: fn(&str, &ast::ModModule) -> T,
 ) -> Result<T, AnalysisError> {
     check_shape(source)?;
     let plan = plan(source, mode(options))?;
-    run_with_units(plan.units, || {
+    let parse = move |source: &str| {
         let module = parse_chunks(source, options, &plan.chunks)?;
-        let result = f(&module);
+        let result = f(source, &module);
         drop(module);
         Ok(result)
-    })?
+    };
+    if plan.units <= ALLOWANCE.get() {
+        return catch_unwind(AssertUnwindSafe(|| parse(source)))
+            .map_err(|payload| panic_error(&*payload))?;
+    }
+    let units = plan.units;
+    let owned: Box<str> = source.into();
+    let pooled = parse.clone();
+    match pool::run(units, move || pooled(&owned)) {
+        Ok(result) => result?,
+        // No analysis thread could be started: one with just the stack
+        // this source needs may still be.
+        Err(pool::Unavailable) => run_with_units(units, || parse(source))?,
+    }
 }
 
 /// Parses `source` on the current thread if its bound fits the thread's
@@ -104,7 +133,35 @@ pub(crate) fn parse_here(source: &str, options: AnalysisOptions) -> Option<ast::
 /// sources it parses with [`parse_here`] may be large; on the current
 /// thread if no thread can be started. A panic in `f` is resumed here.
 pub(crate) fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    if ALLOWANCE.get() >= DEEP_UNITS {
+    on_stack(DEEP_UNITS, f)
+}
+
+/// Runs `f` on a new thread whose stack holds any analysis (1 GiB,
+/// reserved, not committed), and returns its result.
+///
+/// Analysing code that is more than a line or two long needs more stack
+/// than a caller's thread is assumed to have, so it runs on an analysis
+/// thread of the crate, which costs a hand-over between threads (a few
+/// microseconds, more on a busy machine). Within `f` every analysis runs in
+/// place instead; a program that analyses much code, like the `harness`
+/// command line, runs its work in here. Runs `f` on the current thread if
+/// no thread can be started (analyses then hand over as usual). A panic in
+/// `f` is resumed on the caller.
+///
+/// ```
+/// let analyses = harness_code::with_analysis_stack(|| {
+///     ["x = 1", "y = x + 1"].map(|cell| harness_code::analyze_cell(cell).unwrap())
+/// });
+/// assert_eq!(analyses[1].reads.iter().collect::<Vec<_>>(), ["x"]);
+/// ```
+pub fn with_analysis_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    on_stack(MAX_UNITS, f)
+}
+
+/// Runs `f` where the stack holds `units`: here if the current thread's
+/// allowance does, else on a new thread; here again if none can be started.
+fn on_stack<T: Send>(units: usize, f: impl FnOnce() -> T + Send) -> T {
+    if ALLOWANCE.get() >= units {
         return f();
     }
     let mut f = Some(f);
@@ -112,9 +169,9 @@ pub(crate) fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         let f = &mut f;
         std::thread::Builder::new()
             .name("harness-analysis".to_owned())
-            .stack_size(stack_bytes(DEEP_UNITS))
+            .stack_size(stack_bytes(units))
             .spawn_scoped(scope, move || {
-                ALLOWANCE.set(DEEP_UNITS);
+                ALLOWANCE.set(units);
                 f.take().map(|f| f())
             })
             .ok()
@@ -125,6 +182,93 @@ pub(crate) fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         (Some(Err(payload)), _) => std::panic::resume_unwind(payload),
         (_, Some(f)) => f(),
         (_, None) => unreachable!("the analysis thread took the function and returned nothing"),
+    }
+}
+
+/// Analysis threads, kept between analyses: a thread's stack and its
+/// allocator's caches stay warm, which makes analysing a typical source a
+/// fifth faster than on a new thread.
+mod pool {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::sync::mpsc::{self, Sender};
+    use std::sync::{Mutex, PoisonError};
+
+    use super::{ALLOWANCE, IDLE_THREADS, MAX_UNITS, RETIRE_UNITS, panic_error, stack_bytes};
+    use crate::error::AnalysisError;
+
+    /// Work for an analysis thread, and the units its source may need.
+    struct Job {
+        units: usize,
+        run: Box<dyn FnOnce() + Send>,
+    }
+
+    /// Senders to the threads waiting for a job.
+    static IDLE: Mutex<Vec<Sender<Job>>> = Mutex::new(Vec::new());
+
+    /// No analysis thread could be started.
+    #[derive(Debug)]
+    pub(super) struct Unavailable;
+
+    /// Runs `work` on an analysis thread, whose stack holds [`MAX_UNITS`];
+    /// `units` is what it may need. A panic in `work` is
+    /// [`AnalysisError::ParserPanic`].
+    pub(super) fn run<T: Send + 'static>(
+        units: usize,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<Result<T, AnalysisError>, Unavailable> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let mut job = Job {
+            units,
+            run: Box::new(move || {
+                let result = catch_unwind(AssertUnwindSafe(work)).map_err(|p| panic_error(&*p));
+                let _ = reply.send(result);
+            }),
+        };
+        loop {
+            let idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            let Some(thread) = idle else {
+                break;
+            };
+            match thread.send(job) {
+                Ok(()) => return answer.recv().map_err(|_| Unavailable),
+                // Only a waiting thread is listed; should one have ended,
+                // the job comes back.
+                Err(returned) => job = returned.0,
+            }
+        }
+        std::thread::Builder::new()
+            .name("harness-analysis".to_owned())
+            .stack_size(stack_bytes(MAX_UNITS))
+            .spawn(move || serve(job))
+            .map_err(|_| Unavailable)?;
+        answer.recv().map_err(|_| Unavailable)
+    }
+
+    /// An analysis thread: runs `first`, then waits for more work while
+    /// fewer than [`IDLE_THREADS`] others wait; ends after a source that
+    /// may have used much of its stack, rather than keep that memory.
+    fn serve(first: Job) {
+        ALLOWANCE.set(MAX_UNITS);
+        let (sender, jobs) = mpsc::channel();
+        let mut job = first;
+        loop {
+            let retire = job.units > RETIRE_UNITS;
+            (job.run)();
+            if retire {
+                return;
+            }
+            {
+                let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+                if idle.len() >= IDLE_THREADS {
+                    return;
+                }
+                idle.push(sender.clone());
+            }
+            match jobs.recv() {
+                Ok(next) => job = next,
+                Err(_) => return,
+            }
+        }
     }
 }
 
@@ -199,7 +343,7 @@ fn panic_error(payload: &(dyn std::any::Any + Send)) -> AnalysisError {
 }
 
 /// How a source is parsed: in these byte ranges, each within `units`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Plan {
     units: usize,
     chunks: Vec<Range<usize>>,

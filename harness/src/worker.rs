@@ -61,13 +61,6 @@ pub struct WorkerReport {
     pub store_errors: u64,
 }
 
-/// `wait` from now, or as far as the clock goes.
-fn later(wait: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(wait)
-        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365))
-}
-
 /// A session the worker failed to take: how often, and when to try again.
 #[derive(Clone, Copy, Debug)]
 struct Backoff {
@@ -163,7 +156,9 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         self
     }
 
-    /// The longest backoff after store errors (default 30 s).
+    /// The longest backoff after store errors (default 30 s); a duration
+    /// too long to be a point in time (`Duration::MAX`) waits about thirty
+    /// years.
     #[must_use]
     pub fn max_backoff(mut self, max: Duration) -> Self {
         self.max_backoff = max;
@@ -175,6 +170,14 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
     fn backoff_after(&self, failures: u32) -> Duration {
         let factor = 1u32 << failures.saturating_sub(1).min(16);
         self.poll.saturating_mul(factor).min(self.max_backoff)
+    }
+
+    /// When the backoff after `failures` errors ends; a backoff too long to
+    /// be a point in time (`Duration::MAX`) ends in about thirty years.
+    fn backoff_until(&self, failures: u32) -> Instant {
+        let now = Instant::now();
+        now.checked_add(self.backoff_after(failures))
+            .unwrap_or_else(|| now + Duration::from_secs(1 << 30))
     }
 
     fn backoffs(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Backoff>> {
@@ -254,8 +257,8 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                 failures: 0,
                 until: Instant::now(),
             });
-            entry.failures += 1;
-            entry.until = later(self.backoff_after(entry.failures));
+            entry.failures = entry.failures.saturating_add(1);
+            entry.until = self.backoff_until(entry.failures);
             entry.failures
         };
         tracing::warn!(session = %session, error = %e, failures, "cannot take session; backing off");
@@ -284,7 +287,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                     until: Instant::now(),
                 });
                 entry.failures = entry.failures.saturating_add(1);
-                entry.until = later(self.backoff_after(entry.failures));
+                entry.until = self.backoff_until(entry.failures);
             }
         }
     }

@@ -669,6 +669,10 @@ async fn a_worker_with_the_longest_backoff_keeps_going_without_overflow() {
     assert_eq!(worker.run_once(&mut report).await.unwrap(), 0);
     assert_eq!(worker.run_once(&mut report).await.unwrap(), 0);
     assert_eq!(report.retries, 1, "{report:?}");
+    assert_eq!(
+        agent.session(&session).await.unwrap().phase,
+        SessionPhase::Running
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -271,17 +271,54 @@ fn a_source_too_large_for_one_parse_is_analysed_statement_by_statement() {
 
 #[test]
 fn a_parser_panic_is_a_typed_error() {
-    // Ruff's parser reaches `unreachable!` on this IPython input.
-    let error = analyze_cell_with("lambda\n;", AnalysisOptions { ipython: true }).unwrap_err();
-    assert!(
-        matches!(error, AnalysisError::ParserPanic { .. }),
-        "{error:?}"
-    );
-    assert!(
-        error
-            .to_string()
-            .starts_with("the Python parser failed on this source")
-    );
+    let ipython = AnalysisOptions { ipython: true };
+    // Ruff's parser reaches `unreachable!` on this IPython input, on the
+    // caller's thread (short) and on an analysis thread (long).
+    let long = format!("{}lambda\n;", "x = y + 1\n".repeat(100));
+    for source in ["lambda\n;", &long] {
+        let error = analyze_cell_with(source, ipython).unwrap_err();
+        assert!(
+            matches!(error, AnalysisError::ParserPanic { .. }),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("the Python parser failed on this source")
+        );
+    }
+    // The analysis threads go on.
+    let analysis = analyze_cell_with(&"x = y + 1\n".repeat(100), ipython).unwrap();
+    assert_eq!(analysis.reads.iter().collect::<Vec<_>>(), ["y"]);
+}
+
+#[test]
+fn concurrent_analyses_on_analysis_threads_each_get_their_own_result() {
+    let results: Vec<Vec<String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                scope.spawn(move || {
+                    (0..40)
+                        .map(|i| {
+                            let name = format!("v{t}_{i}");
+                            let source = format!("{name} = {}\n", vec!["a"; 200].join(" + "));
+                            let analysis = analyze_cell(&source).unwrap();
+                            analysis.writes.into_iter().next().unwrap()
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (t, names) in results.iter().enumerate() {
+        let expected: Vec<String> = (0..40).map(|i| format!("v{t}_{i}")).collect();
+        assert_eq!(names, &expected);
+    }
+    // Within `with_analysis_stack` analyses run in place, with the same results.
+    let deep = format!("x = {}a\n", "not ".repeat(3_000));
+    let here = harness_code::with_analysis_stack(|| analyze_cell(&deep).unwrap());
+    assert_eq!(here, analyze_cell(&deep).unwrap());
 }
 
 #[test]

@@ -46,10 +46,40 @@ pub use reqwest::header;
 /// The JSON body for a provider's `wire` request, with
 /// [`ModelRequest::extra`](harness::llm::ModelRequest::extra) merged in (see
 /// [`merge_extra`]).
+///
+/// # Errors
+///
+/// [`ModelError::InvalidRequest`](harness::llm::ModelError::InvalidRequest)
+/// for a `temperature` or `top_p` that is not a finite number (JSON has no
+/// NaN or infinity: the setting would silently become `null`), or a body
+/// that does not serialize.
+///
+/// ```
+/// use harness::llm::{ModelError, ModelRequest};
+///
+/// let mut request = ModelRequest::new([]);
+/// request.temperature = Some(f32::NAN);
+/// let error = harness_provider_http::request_body(&serde_json::json!({}), &request).unwrap_err();
+/// assert!(matches!(error, ModelError::InvalidRequest { status: None, .. }));
+/// assert!(error.to_string().contains("temperature is NaN"));
+/// ```
 pub fn request_body(
     wire: &impl serde::Serialize,
     request: &harness::llm::ModelRequest,
 ) -> Result<serde_json::Value, harness::llm::ModelError> {
+    for (name, value) in [
+        ("temperature", request.temperature),
+        ("top_p", request.top_p),
+    ] {
+        if let Some(value) = value
+            && !value.is_finite()
+        {
+            return Err(harness::llm::ModelError::InvalidRequest {
+                status: None,
+                message: format!("{name} is {value}: it must be a finite number"),
+            });
+        }
+    }
     let mut body =
         serde_json::to_value(wire).map_err(|e| harness::llm::ModelError::InvalidRequest {
             status: None,

@@ -68,8 +68,16 @@ impl HttpRetryPolicy {
             .initial_backoff
             .saturating_mul(doubling)
             .min(self.max_backoff);
-        Some(backoff.mul_f64(0.5 + 0.5 * random_fraction()))
+        Some(jittered(backoff, random_fraction()))
     }
+}
+
+/// Between half and all of `backoff`, by `fraction` in `[0, 1)`; never
+/// more than `backoff`, however large (`Duration::mul_f64` panics when the
+/// product rounds past `Duration::MAX`).
+fn jittered(backoff: Duration, fraction: f64) -> Duration {
+    Duration::try_from_secs_f64(backoff.as_secs_f64() * (0.5 + 0.5 * fraction))
+        .map_or(backoff, |wait| wait.min(backoff))
 }
 
 /// A random number in `[0, 1)`; the standard library's per-instance random
@@ -85,7 +93,8 @@ fn random_fraction() -> f64 {
 /// stream that trickles without end, a line that never ends. Going past
 /// one is a [`ModelError`] that names the limit (never a panic, never
 /// unbounded memory). [`HttpTransport::new`](crate::HttpTransport::new)
-/// refuses zero limits.
+/// refuses zero limits; the largest values (`Duration::MAX`, `u64::MAX`)
+/// mean no limit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpOptions {
     /// Limit for one attempt: connecting, sending and receiving the whole
@@ -95,7 +104,7 @@ pub struct HttpOptions {
     pub stream_idle_timeout: Duration,
     /// Limit for a whole stream, from its headers to its last event
     /// (default 30 min): a stream that keeps sending but never ends fails
-    /// with [`ModelError::Timeout`].
+    /// with [`ModelError::Timeout`]. `Duration::MAX` means no deadline.
     pub stream_deadline: Duration,
     /// Limit for establishing a connection.
     pub connect_timeout: Duration,
@@ -153,6 +162,42 @@ impl HttpOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_of_the_largest_backoffs_never_panics_nor_exceeds_them() {
+        let largest_fraction = 1.0 - f64::EPSILON / 2.0;
+        for backoff in [
+            Duration::MAX,
+            Duration::MAX / 3,
+            Duration::from_secs(u64::MAX),
+        ] {
+            for fraction in [0.0, 0.5, largest_fraction] {
+                let wait = jittered(backoff, fraction);
+                // Half of it at least, within the precision of an `f64`.
+                assert!(
+                    wait <= backoff && wait >= backoff / 3,
+                    "{backoff:?} {fraction}"
+                );
+            }
+        }
+        assert_eq!(
+            jittered(Duration::from_secs(2), 0.0),
+            Duration::from_secs(1)
+        );
+        let policy = HttpRetryPolicy {
+            max_attempts: u32::MAX,
+            initial_backoff: Duration::MAX,
+            max_backoff: Duration::MAX,
+            max_retry_after: Duration::MAX,
+        };
+        for attempt in [1, 2, 40, u32::MAX - 1] {
+            assert!(
+                policy
+                    .delay_before_retry(attempt, &overloaded(), None)
+                    .is_some()
+            );
+        }
+    }
 
     fn overloaded() -> ModelError {
         ModelError::Overloaded {

@@ -121,7 +121,7 @@ pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> 
         })
     };
     let decoder = Box::pin(sse_stream::SseByteStream::new(bytes));
-    // A deadline past the clock's range is no deadline.
+    // A deadline too far to be a point in time (`Duration::MAX`) is none.
     let ends_at = Instant::now().checked_add(deadline);
     Box::pin(futures::stream::unfold(Some(decoder), move |decoder| {
         let guard = Arc::clone(&guard);

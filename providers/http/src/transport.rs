@@ -625,6 +625,34 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_largest_limits_mean_no_limit_and_never_panic() {
+        let unlimited = HttpOptions {
+            timeout: Duration::MAX,
+            stream_idle_timeout: Duration::MAX,
+            stream_deadline: Duration::MAX,
+            connect_timeout: Duration::MAX,
+            max_body_bytes: u64::MAX,
+            max_event_bytes: u64::MAX,
+            retry: HttpRetryPolicy {
+                max_attempts: u32::MAX,
+                initial_backoff: Duration::MAX,
+                max_backoff: Duration::MAX,
+                max_retry_after: Duration::MAX,
+            },
+        };
+        assert_eq!(unlimited.check(), Ok(()));
+        let events = vec![b"data: {\"a\": 1}\n\n".to_vec(); 3];
+        let base = serve(chunked("200 OK", "text/event-stream", events)).await;
+        let (n, error) = post_sse(&base, unlimited.clone()).await;
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(n, 3);
+        let body = vec![b"{\"answer\": 42}".to_vec()];
+        let base = serve(chunked("200 OK", "application/json", body)).await;
+        let answer = post_json(&base, unlimited).await.unwrap();
+        assert_eq!(answer["answer"], 42);
+    }
+
     #[test]
     fn zero_limits_are_refused_by_name() {
         for (options, name) in [

@@ -621,3 +621,36 @@ fn child_without_a_key_for_openai_fails() {
     let error = Client::from_env().unwrap_err();
     assert!(error.to_string().contains("OPENAI_API_KEY"), "{error}");
 }
+
+/// JSON has no NaN or infinity: such a sampling setting would be sent as
+/// `null` and silently ignored, so it is refused before any request.
+#[tokio::test]
+async fn sampling_settings_that_are_not_finite_numbers_are_refused_before_sending() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "hi" }),
+            "stop",
+        )))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let model = model(&server);
+    for (temperature, top_p, name) in [
+        (Some(f32::NAN), None, "temperature is NaN"),
+        (Some(f32::INFINITY), None, "temperature is inf"),
+        (None, Some(f32::NEG_INFINITY), "top_p is -inf"),
+        (Some(0.5), Some(f32::NAN), "top_p is NaN"),
+    ] {
+        let mut request = ask("hello");
+        request.temperature = temperature;
+        request.top_p = top_p;
+        let error = model.complete(&request).await.unwrap_err();
+        assert!(
+            matches!(error, ModelError::InvalidRequest { status: None, .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains(name), "{error}");
+        assert!(model.stream(&request).await.is_err());
+    }
+}
