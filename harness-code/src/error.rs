@@ -50,12 +50,14 @@ pub enum AnalysisError {
         /// The most allowed.
         limit: u64,
     },
-    /// The source is larger than the parser can address.
+    /// The source is larger than the analysis accepts: 4 GiB in any case
+    /// (the parser's offsets are 32-bit), 32 MiB for a source that nests more
+    /// than one parse may and is parsed in groups of statements.
     #[error("the source is {bytes} bytes long; at most {limit} bytes can be analysed")]
     TooLarge {
         /// Length of the source in bytes.
         bytes: u64,
-        /// The largest source the parser accepts.
+        /// The largest source accepted.
         limit: u64,
     },
     /// The thread that parses large sources on a stack of its own could not

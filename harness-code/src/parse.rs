@@ -72,6 +72,9 @@ const IDLE_THREADS: usize = 4;
 /// The largest source the parser accepts (its offsets are `u32`).
 const MAX_BYTES: usize = u32::MAX as usize;
 
+/// The largest source parsed in groups of statements (32 MiB).
+const MAX_SPLIT_BYTES: usize = 32 << 20;
+
 thread_local! {
     /// How many units of recursion the current thread's stack can take.
     static ALLOWANCE: Cell<usize> = const { Cell::new(CALLER_UNITS) };
@@ -357,9 +360,19 @@ fn plan(source: &str, mode: Mode) -> Result<Plan, AnalysisError> {
             chunks: std::iter::once(0..source.len()).collect(),
         });
     }
+    // Each group is parsed after a comment as long as the source before
+    // it, so that offsets stay those of the source: the work grows as the
+    // square of the source's length, which is bounded here.
+    if source.len() > MAX_SPLIT_BYTES {
+        return Err(AnalysisError::TooLarge {
+            bytes: source.len() as u64,
+            limit: MAX_SPLIT_BYTES as u64,
+        });
+    }
     // Too much for one parse: groups of top-level statements, each group
     // parsed alone. Groups are formed by the byte bound, which adds up; a
-    // statement over it alone is measured on its tokens.
+    // statement over it alone is measured on its tokens (a statement starts
+    // with fresh tokens: no bracket, string or block open).
     let mut plan = Plan {
         units: 0,
         chunks: Vec::new(),
@@ -391,7 +404,8 @@ fn plan(source: &str, mode: Mode) -> Result<Plan, AnalysisError> {
             group = Some((statement, units));
             continue;
         }
-        let units = units_of_tokens(&padded(source, statement.clone()), mode).unwrap_or(units);
+        let text = source.get(statement.clone()).unwrap_or_default();
+        let units = units_of_tokens(text, mode).unwrap_or(units);
         if units > MAX_UNITS {
             let (line, _) = line_and_column(source, first_code(bytes, statement.start));
             return Err(AnalysisError::TooComplex {
@@ -466,7 +480,7 @@ fn padded(source: &str, range: Range<usize>) -> String {
         1 => text.push('\n'),
         start => {
             text.push('#');
-            text.extend(std::iter::repeat_n(' ', start - 2));
+            text.push_str(&" ".repeat(start - 2));
             text.push('\n');
         }
     }
@@ -1018,6 +1032,21 @@ mod tests {
     }
 
     #[test]
+    fn a_source_too_large_to_parse_in_groups_is_refused_by_size() {
+        let source = "x = a + b\n".repeat(MAX_SPLIT_BYTES / 10 + 1);
+        assert_eq!(
+            plan(&source, Mode::Module).unwrap_err(),
+            AnalysisError::TooLarge {
+                bytes: source.len() as u64,
+                limit: MAX_SPLIT_BYTES as u64,
+            }
+        );
+        // As long, but flat, it is parsed in one piece.
+        let flat = format!("x = [{}]\n", "1, ".repeat(MAX_SPLIT_BYTES / 3 + 1));
+        assert_eq!(plan(&flat, Mode::Module).unwrap().chunks.len(), 1);
+    }
+
+    #[test]
     fn one_statement_over_the_limit_is_too_complex_at_its_line() {
         let sum = vec!["a"; MAX_UNITS + 1].join(" + ");
         let source = format!("import os\n\n# the sum\nx = {sum}\ny = 1\n");
@@ -1025,7 +1054,7 @@ mod tests {
             plan(&source, Mode::Module).unwrap_err(),
             AnalysisError::TooComplex {
                 line: 4,
-                units: MAX_UNITS as u64 + 3,
+                units: MAX_UNITS as u64 + 2,
                 limit: MAX_UNITS as u64,
             }
         );
