@@ -1143,6 +1143,56 @@ mod tests {
         })
     }
 
+    /// What the bound counts as not nesting must not make the parser
+    /// recurse: long random runs of names, numbers, strings, `,`, `:`, `=`,
+    /// `;` and line breaks are parsed and walked within the stack their few
+    /// units promise (the test binary would abort otherwise).
+    #[test]
+    fn tokens_that_do_not_nest_do_not_recurse() {
+        const FLAT: &[&str] = &["a", "1", "'s'", ",", ":", "=", ";", "b", "2.5", "\n"];
+        let mut seed = 7_u64;
+        for round in 0..12 {
+            let source = (0..100_000)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let piece = FLAT[(seed >> 33) as usize % FLAT.len()];
+                    // Half the rounds on one line.
+                    if round % 2 == 0 && piece == "\n" {
+                        " "
+                    } else {
+                        piece
+                    }
+                })
+                .collect::<Vec<_>>()
+                // Apart, so that `:` and `=` do not make `:=` or `==`, and
+                // lines not indented.
+                .join(" ")
+                .split('\n')
+                .map(str::trim_start)
+                .collect::<Vec<_>>()
+                .join("\n");
+            let units = units_of_tokens(&source, Mode::Module).unwrap();
+            let lines = source.bytes().filter(|&b| b == b'\n').count();
+            assert!(units <= lines + 1, "{units} units for {lines} lines");
+            let stack = stack_bytes(CALLER_UNITS);
+            std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .stack_size(stack)
+                    .spawn_scoped(scope, || {
+                        let module = parse_unchecked_source(&source, PySourceType::Python);
+                        let mut depth = Depth::default();
+                        depth.visit_body(&module.syntax().body);
+                        depth.max
+                    })
+                    .unwrap()
+                    .join()
+                    .unwrap()
+            });
+        }
+    }
+
     /// Pieces of Python, valid and not: every kind of token, so that random
     /// sequences exercise the parser's error recovery.
     const PIECES: &[&str] = &[
