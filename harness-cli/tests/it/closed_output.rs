@@ -14,16 +14,17 @@ fn workdir(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `harness ARGS` with its stdout a pipe closed before it writes.
+/// Runs `harness ARGS` with its stdout a pipe whose reading end is closed
+/// before the command starts, so that its first write already fails.
 fn with_stdout_closed(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_harness"))
         .args(args)
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    child.wait_with_output().unwrap()
+        .output()
+        .unwrap()
 }
 
 fn assert_quiet(args: &[&str], output: &Output) {
@@ -84,15 +85,13 @@ fn errors_keep_their_status_when_stderr_is_closed() {
             1,
         ),
     ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
         let status = Command::new(env!("CARGO_BIN_EXE_harness"))
             .args(&args)
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                drop(child.stderr.take());
-                child.wait()
-            })
+            .stderr(writer)
+            .status()
             .unwrap();
         assert_eq!(status.code(), Some(code), "harness {args:?}");
     }
