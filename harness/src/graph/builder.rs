@@ -243,8 +243,8 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
 /// Configures one step; every [`HarnessBuilder`] method is also here, and
 /// ends this step's declaration.
 pub struct StepBuilder<S: HarnessState, C: Context = ()> {
-    harness: HarnessBuilder<S, C>,
-    step: StepDef<S, C>,
+    pub(super) harness: HarnessBuilder<S, C>,
+    pub(super) step: StepDef<S, C>,
 }
 
 impl<S: HarnessState, C: Context> fmt::Debug for StepBuilder<S, C> {
