@@ -180,3 +180,125 @@ async fn an_interrupt_in_a_branch_is_answered_from_another_agent_without_rerunni
     let last = second.state_at(&session, None).await.unwrap();
     assert_eq!(last.log, out.state.log);
 }
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Notes {
+    topic: String,
+    #[field(reduce = append)]
+    notes: Vec<String>,
+    approved: bool,
+}
+
+fn with_sub_agent(store: SledStore, gathered: Arc<AtomicU32>) -> Harness<Review> {
+    let child = Harness::<Notes>::builder()
+        .step("gather")
+        .run(move |s: Arc<Notes>| {
+            let gathered = Arc::clone(&gathered);
+            async move {
+                gathered.fetch_add(1, Ordering::SeqCst);
+                Ok(NotesUpdate::new().notes(vec![format!("on {}", s.topic)]))
+            }
+        })
+        .next("approve")
+        .step("approve")
+        .run(async |cx: Cx<()>| {
+            let ok: bool = cx.interrupt("keep?")?;
+            Ok(NotesUpdate::new().approved(ok))
+        })
+        .end()
+        .start("gather")
+        .build()
+        .unwrap();
+    Harness::<Review>::builder()
+        .step("plan")
+        .run(async |_: Arc<Review>| Ok(ReviewUpdate::new().log(vec!["plan".into()])))
+        .next("research")
+        .step("research")
+        .sub_agent(harness::SubAgent::new(
+            &child,
+            |_: &Review| Notes {
+                topic: "tides".into(),
+                notes: vec![],
+                approved: false,
+            },
+            |_: &Review, done| {
+                ReviewUpdate::new().log(vec![format!(
+                    "{:?} {}",
+                    done.state.notes, done.state.approved
+                )])
+            },
+        ))
+        .end()
+        .start("plan")
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_interrupt_inside_a_sub_agent_is_answered_from_another_agent_without_rerunning_its_steps()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SledStore::open(dir.path().join("s")).unwrap();
+    let gathered = Arc::new(AtomicU32::new(0));
+    let session = SessionId::from("sub1");
+    let first = create_agent("sub", &with_sub_agent(store.clone(), Arc::clone(&gathered)));
+    let out = first
+        .run_in(session.clone(), Review::default())
+        .await
+        .unwrap();
+    let interrupt = out.interrupt.unwrap();
+    assert_eq!(
+        (interrupt.path.as_str(), interrupt.step.as_str()),
+        ("research", "approve")
+    );
+    drop(first);
+
+    let second = create_agent("sub", &with_sub_agent(store.clone(), Arc::clone(&gathered)));
+    // The wrong interrupt id is refused, and nothing changes.
+    assert!(
+        second
+            .resume(true, &session, &harness::InterruptId::from("nope"))
+            .await
+            .is_err()
+    );
+    let out = second
+        .resume(true, &session, &interrupt.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(out.state.log, ["plan", "[\"on tides\"] true"]);
+    assert_eq!(
+        gathered.load(Ordering::SeqCst),
+        1,
+        "the sub-agent's gather ran once"
+    );
+
+    // The sub-agent's steps are in the parent's session, under its path.
+    let history = second.history(&session).await.unwrap();
+    let steps: Vec<(String, String)> = history
+        .iter()
+        .map(|h| (h.path.as_str().to_string(), h.step.clone()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (String::new(), "$start".to_string()),
+            (String::new(), "plan".to_string()),
+            ("research".to_string(), "gather".to_string()),
+            ("research".to_string(), "approve".to_string()),
+            (String::new(), "research".to_string()),
+        ]
+    );
+    let log = store.checkpoints(&session, 0).await.unwrap();
+    assert!(log.iter().any(|cp| matches!(&cp.kind,
+        CheckpointKind::Child(c) if c.path == TaskPath::from("research") && cp.step == "gather")));
+    // Time travel: the parent's state, which the sub-agent changes only
+    // through its step.
+    let mid = history.iter().find(|h| h.step == "gather").unwrap().index;
+    assert_eq!(
+        second.state_at(&session, Some(mid)).await.unwrap().log,
+        ["plan"]
+    );
+}
