@@ -123,7 +123,9 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Session(SessionError::NoSession(_)) => StatusCode::NOT_FOUND,
+            ApiError::Session(SessionError::NoSession(_) | SessionError::NoCheckpoint { .. }) => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::Session(
                 SessionError::InFlight(_)
                 | SessionError::NoInterrupt(_)

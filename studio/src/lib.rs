@@ -44,7 +44,7 @@
 //! # Serving an application's agent
 //!
 //! ```no_run
-//! # #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState)]
+//! # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState)]
 //! # struct Claim { approved: Option<bool> }
 //! # async fn f(harness: harness::Harness<Claim>, store: std::sync::Arc<dyn harness::session::SessionStore>) -> Result<(), Box<dyn std::error::Error>> {
 //! use harness_studio::Studio;
