@@ -418,6 +418,8 @@ $('#fork-form').addEventListener('submit', async (ev) => {
   }
 });
 
+$('#answer').addEventListener('input', () => { $('#answer-error').textContent = ''; });
+$('#fork-update').addEventListener('input', () => { $('#fork-error').textContent = ''; });
 $('#search').addEventListener('input', renderList);
 $('#phase-filter').addEventListener('change', renderList);
 
