@@ -91,7 +91,8 @@ mod tests {
     #[test]
     fn each_kind_of_change_is_named_with_its_path() {
         let before = json!({"n": 1, "log": ["a"], "gone": true, "deep": {"x/y": 1}, "same": [1]});
-        let after = json!({"n": 2, "log": ["a", "b", "c"], "new": null, "deep": {"x/y": 2}, "same": [1]});
+        let after =
+            json!({"n": 2, "log": ["a", "b", "c"], "new": null, "deep": {"x/y": 2}, "same": [1]});
         let d = diff(&before, &after);
         let mut summary: Vec<_> = d.iter().map(|c| (c.path.as_str(), c.op)).collect();
         summary.sort();

@@ -51,9 +51,7 @@ pub(crate) enum ApiError {
         "missing or wrong token: open the URL the studio printed at start (it ends in ?token=…)"
     )]
     Unauthorized,
-    #[error(
-        "write actions send the token in the x-studio-token header, not only in the URL"
-    )]
+    #[error("write actions send the token in the x-studio-token header, not only in the URL")]
     TokenNotInHeader,
     #[error(
         "this studio is read-only (`harness studio` inspects a store without the agent's \
@@ -104,10 +102,7 @@ pub(crate) enum ApiError {
         error: String,
     },
     #[error("session {session}: {source}")]
-    Store {
-        session: String,
-        source: StoreError,
-    },
+    Store { session: String, source: StoreError },
     #[error(transparent)]
     Session(#[from] SessionError),
 }

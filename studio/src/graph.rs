@@ -122,11 +122,7 @@ fn quoted(s: &str) -> Option<(String, &str)> {
 /// The value of `name="…"` in an attribute list.
 fn attr(s: &str, name: &str) -> Option<Result<String, ()>> {
     let at = s.find(&format!("{name}="))?;
-    Some(
-        quoted(&s[at + name.len() + 1..])
-            .map(|(v, _)| v)
-            .ok_or(()),
-    )
+    Some(quoted(&s[at + name.len() + 1..]).map(|(v, _)| v).ok_or(()))
 }
 
 /// The transitions a session's log shows: `$start` to the first step, each
@@ -168,11 +164,7 @@ pub(crate) fn observed(head: &StoredRun, log: &[Checkpoint]) -> Graph {
         if !matches!(cp.kind, CheckpointKind::Update(_)) {
             continue;
         }
-        let step = if cp.step == "$input" {
-            START
-        } else {
-            &cp.step
-        };
+        let step = if cp.step == "$input" { START } else { &cp.step };
         if step != START {
             add_edge(&mut graph, &last, step);
         }

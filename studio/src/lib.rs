@@ -168,7 +168,10 @@ impl Studio {
     /// answer that does not read as `R` is refused (HTTP 422, with serde's
     /// message) before the run is resumed.
     #[must_use]
-    pub fn expect_answer<R: DeserializeOwned + JsonSchema>(mut self, step: impl Into<String>) -> Self {
+    pub fn expect_answer<R: DeserializeOwned + JsonSchema>(
+        mut self,
+        step: impl Into<String>,
+    ) -> Self {
         let check = |v: &serde_json::Value| {
             serde_json::from_value::<R>(v.clone())
                 .map(|_| ())

@@ -26,13 +26,16 @@ const INDEX_HTML: &str = include_str!("../assets/index.html");
 const STUDIO_JS: &str = include_str!("../assets/studio.js");
 const STUDIO_CSS: &str = include_str!("../assets/studio.css");
 
+/// Reads an answer as the declared type; the error is serde's message.
+pub(crate) type Check = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
+
 /// A declared answer: its JSON schema and a check that reads it as the
 /// type the step reads.
 #[derive(Clone)]
 pub(crate) struct AnswerShape {
     pub(crate) type_name: &'static str,
     pub(crate) schema: Value,
-    pub(crate) check: Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>,
+    pub(crate) check: Arc<Check>,
 }
 
 /// What every handler shares.
@@ -106,7 +109,11 @@ pub(crate) struct Authorized;
 
 fn same(a: &str, b: &str) -> bool {
     // Compares every byte whatever differs first.
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 impl FromRequestParts<Shared> for Authorized {
@@ -120,10 +127,15 @@ impl FromRequestParts<Shared> for Authorized {
         if header.is_some_and(|t| same(t, &app.token)) {
             return Ok(Authorized);
         }
-        let in_query = parts.uri.query().into_iter().flat_map(|q| q.split('&')).any(|kv| {
-            kv.strip_prefix("token=")
-                .is_some_and(|t| same(t, &app.token))
-        });
+        let in_query = parts
+            .uri
+            .query()
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .any(|kv| {
+                kv.strip_prefix("token=")
+                    .is_some_and(|t| same(t, &app.token))
+            });
         match (in_query, parts.method == Method::GET) {
             (true, true) => Ok(Authorized),
             (true, false) => Err(ApiError::TokenNotInHeader),
@@ -171,7 +183,12 @@ async fn sessions(
         .iter()
         .map(|h| Summary::of(h, now))
         .filter(|s| phase.is_none_or(|p| s.phase == p))
-        .filter(|s| query.agent.as_deref().is_none_or(|a| a.is_empty() || s.agent == a))
+        .filter(|s| {
+            query
+                .agent
+                .as_deref()
+                .is_none_or(|a| a.is_empty() || s.agent == a)
+        })
         .filter(|s| q.is_empty() || s.matches(&q))
         .collect();
     Ok(Json(list))
@@ -186,9 +203,10 @@ async fn session(
     let head = view::head(app.source.store(), &id).await?;
     let log = view::log(app.source.store(), &head).await?;
     let shape = match &head.phase {
-        SessionPhase::Interrupted { interrupt } => app.shapes.get(&interrupt.step).map(|s| {
-            json!({ "type": s.type_name, "schema": s.schema })
-        }),
+        SessionPhase::Interrupted { interrupt } => app
+            .shapes
+            .get(&interrupt.step)
+            .map(|s| json!({ "type": s.type_name, "schema": s.schema })),
         _ => None,
     };
     Ok(Json(view::detail(&*app.source, &head, &log, shape)).into_response())

@@ -25,7 +25,11 @@ pub(crate) trait Source: Send + Sync + 'static {
 
     /// The state after each record of `log` (which starts at a snapshot),
     /// merged through the reducers; `None` without the state type.
-    fn merge(&self, session: &SessionId, log: &[Checkpoint]) -> Option<Result<Vec<Value>, ApiError>>;
+    fn merge(
+        &self,
+        session: &SessionId,
+        log: &[Checkpoint],
+    ) -> Option<Result<Vec<Value>, ApiError>>;
 
     /// Answers the interrupt and returns the continued run, to be driven to
     /// its end.
@@ -115,10 +119,7 @@ impl<S: HarnessState, C: Context> Source for Typed<S, C> {
     }
 
     fn schemas(&self) -> Option<(Value, Value)> {
-        Some((
-            S::state_schema().to_value(),
-            S::update_schema().to_value(),
-        ))
+        Some((S::state_schema().to_value(), S::update_schema().to_value()))
     }
 
     fn merge(
@@ -200,8 +201,8 @@ fn merge<S: HarnessState>(session: &SessionId, log: &[Checkpoint]) -> Result<Vec
                     .apply(update);
             }
         }
-        let value = serde_json::to_value(&state)
-            .map_err(|e| unreadable(cp.seq, "state", e.to_string()))?;
+        let value =
+            serde_json::to_value(&state).map_err(|e| unreadable(cp.seq, "state", e.to_string()))?;
         out.push(value);
     }
     Ok(out)

@@ -89,7 +89,11 @@ pub(crate) async fn heads(store: &dyn SessionStore) -> Result<Vec<StoredRun>, Ap
             heads.push(head);
         }
     }
-    heads.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.session_id.cmp(&b.session_id)));
+    heads.sort_by(|a, b| {
+        b.updated_at
+            .cmp(&a.updated_at)
+            .then(a.session_id.cmp(&b.session_id))
+    });
     Ok(heads)
 }
 

@@ -49,7 +49,14 @@ async fn every_call_needs_the_token_and_writes_need_it_in_the_header() {
         assert_eq!(wrong.status, 401, "{path}");
     }
     // Reads take the token in the URL.
-    let by_url = request(&s, "GET", &format!("/api/sessions?token={}", s.token()), &[], None).await;
+    let by_url = request(
+        &s,
+        "GET",
+        &format!("/api/sessions?token={}", s.token()),
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(by_url.status, 200);
     // Writes do not.
     let answer = json!({"interrupt": w.interrupt, "answer": {"approve": true, "note": "x"}});
@@ -63,8 +70,16 @@ async fn every_call_needs_the_token_and_writes_need_it_in_the_header() {
     .await;
     assert_eq!(r.status, 401);
     assert!(r.error().contains("x-studio-token header"), "{}", r.body);
-    let head = w.store.load(&w.waiting.clone().into()).await.unwrap().unwrap();
-    assert!(matches!(head.phase, harness::session::SessionPhase::Interrupted { .. }));
+    let head = w
+        .store
+        .load(&w.waiting.clone().into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        head.phase,
+        harness::session::SessionPhase::Interrupted { .. }
+    ));
     // The page itself has no data and is served without the token, with a
     // policy that loads nothing from elsewhere.
     for path in ["/", "/studio.js", "/studio.css"] {
@@ -75,7 +90,10 @@ async fn every_call_needs_the_token_and_writes_need_it_in_the_header() {
         assert!(csp.contains("default-src 'self'"), "{csp}");
     }
     let page = request(&s, "GET", "/", &[], None).await.body;
-    assert!(!page.contains("http://") && !page.contains("https://"), "no CDN: {page}");
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "no CDN: {page}"
+    );
     s.shutdown().await.unwrap();
 }
 
@@ -136,7 +154,9 @@ async fn sessions_are_listed_with_their_phase_filtered_and_searched() {
         ("failed", vec![w.failed.clone()]),
         ("running", vec![]),
     ] {
-        let r = get(&s, &format!("/api/sessions?phase={phase}")).await.json();
+        let r = get(&s, &format!("/api/sessions?phase={phase}"))
+            .await
+            .json();
         assert_eq!(ids(&r), expected, "{phase}");
     }
     for (q, expected) in [
@@ -146,15 +166,23 @@ async fn sessions_are_listed_with_their_phase_filtered_and_searched() {
         ("Waiting".to_owned(), vec![w.waiting.clone()]),
         ("no such thing".to_owned(), vec![]),
     ] {
-        let r = get(&s, &format!("/api/sessions?q={}", q.replace(' ', "%20"))).await.json();
+        let r = get(&s, &format!("/api/sessions?q={}", q.replace(' ', "%20")))
+            .await
+            .json();
         assert_eq!(ids(&r), expected, "{q}");
     }
-    let r = get(&s, "/api/sessions?agent=broken&phase=failed").await.json();
+    let r = get(&s, "/api/sessions?agent=broken&phase=failed")
+        .await
+        .json();
     assert_eq!(ids(&r), vec![w.failed.clone()]);
     for bad in ["paused", "DONE", "interrupted"] {
         let r = get(&s, &format!("/api/sessions?phase={bad}")).await;
         assert_eq!(r.status, 400, "{bad}");
-        assert!(r.error().contains(bad) && r.error().contains("waiting"), "{}", r.body);
+        assert!(
+            r.error().contains(bad) && r.error().contains("waiting"),
+            "{}",
+            r.body
+        );
     }
     for missing in ["nope", "s-0000"] {
         for tail in ["", "/timeline", "/state"] {
@@ -170,7 +198,9 @@ async fn sessions_are_listed_with_their_phase_filtered_and_searched() {
 async fn a_session_shows_its_graph_timeline_diffs_and_state() {
     let w = World::new("detail").await;
     let s = w.studio().await;
-    let d = get(&s, &format!("/api/sessions/{}", w.waiting)).await.json();
+    let d = get(&s, &format!("/api/sessions/{}", w.waiting))
+        .await
+        .json();
     assert_eq!(d["graph"]["source"], "declared");
     let nodes: Vec<_> = d["graph"]["nodes"]
         .as_array()
@@ -185,17 +215,27 @@ async fn a_session_shows_its_graph_timeline_diffs_and_state() {
         .iter()
         .filter_map(|e| e["label"].as_str())
         .collect();
-    assert_eq!(sorted(labels.iter().map(|s| s.to_string()).collect()), ["approved", "rejected"]);
+    assert_eq!(
+        sorted(labels.iter().map(|s| s.to_string()).collect()),
+        ["approved", "rejected"]
+    );
     assert_eq!(d["current"], "review");
     assert_eq!(d["visited"], json!(["draft"]));
     assert_eq!(d["writable"], true);
     assert_eq!(d["interrupt"]["id"], w.interrupt.as_str());
     assert_eq!(d["interrupt"]["payload"]["question"], "publish this draft?");
-    assert!(d["answer_shape"]["type"].as_str().unwrap().ends_with("Review"));
+    assert!(
+        d["answer_shape"]["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("Review")
+    );
     assert!(d["answer_shape"]["schema"]["properties"]["approve"].is_object());
     assert!(d["update_schema"]["properties"]["drafts"].is_object());
 
-    let t = get(&s, &format!("/api/sessions/{}/timeline", w.done)).await.json();
+    let t = get(&s, &format!("/api/sessions/{}/timeline", w.done))
+        .await
+        .json();
     assert_eq!(t["merged"], true);
     let steps: Vec<_> = t["entries"]
         .as_array()
@@ -231,7 +271,10 @@ async fn a_session_shows_its_graph_timeline_diffs_and_state() {
     };
     let first = at(Some(1)).await.json();
     assert_eq!(first["merged"], true);
-    assert_eq!(first["state"], json!({"log": ["drafted"], "drafts": 1, "approved": null}));
+    assert_eq!(
+        first["state"],
+        json!({"log": ["drafted"], "drafts": 1, "approved": null})
+    );
     let last = at(None).await.json();
     assert_eq!(last["index"], 3);
     assert_eq!(
@@ -241,7 +284,11 @@ async fn a_session_shows_its_graph_timeline_diffs_and_state() {
     for bad in [4, 99] {
         let r = at(Some(bad)).await;
         assert_eq!(r.status, 404);
-        assert!(r.error().contains(&format!("no checkpoint {bad}")), "{}", r.body);
+        assert!(
+            r.error().contains(&format!("no checkpoint {bad}")),
+            "{}",
+            r.body
+        );
     }
     let r = get(&s, &format!("/api/sessions/{}/state?seq=first", w.done)).await;
     assert_eq!(r.status, 400, "{}", r.body);
@@ -249,11 +296,18 @@ async fn a_session_shows_its_graph_timeline_diffs_and_state() {
     // Without the state type: what is stored, said to be unmerged, and the
     // graph as observed.
     let ro = w.read_only().await;
-    let t = get(&ro, &format!("/api/sessions/{}/timeline", w.done)).await.json();
+    let t = get(&ro, &format!("/api/sessions/{}/timeline", w.done))
+        .await
+        .json();
     assert_eq!(t["merged"], false);
     assert!(t["entries"][1]["changes"].is_null());
-    assert_eq!(t["entries"][1]["value"], json!({"log": ["drafted"], "drafts": 1}));
-    let st = get(&ro, &format!("/api/sessions/{}/state?seq=2", w.done)).await.json();
+    assert_eq!(
+        t["entries"][1]["value"],
+        json!({"log": ["drafted"], "drafts": 1})
+    );
+    let st = get(&ro, &format!("/api/sessions/{}/state?seq=2", w.done))
+        .await
+        .json();
     assert_eq!(st["merged"], false);
     assert!(st["state"].is_null());
     assert_eq!(st["snapshot"]["seq"], 0);
@@ -264,11 +318,27 @@ async fn a_session_shows_its_graph_timeline_diffs_and_state() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| format!("{}>{}", e["from"].as_str().unwrap(), e["to"].as_str().unwrap()))
+        .map(|e| {
+            format!(
+                "{}>{}",
+                e["from"].as_str().unwrap(),
+                e["to"].as_str().unwrap()
+            )
+        })
         .collect();
-    assert_eq!(edges, ["$start>draft", "draft>review", "review>publish", "publish>$end"]);
+    assert_eq!(
+        edges,
+        [
+            "$start>draft",
+            "draft>review",
+            "review>publish",
+            "publish>$end"
+        ]
+    );
     assert_eq!(d["writable"], false);
-    let waiting = get(&ro, &format!("/api/sessions/{}", w.waiting)).await.json();
+    let waiting = get(&ro, &format!("/api/sessions/{}", w.waiting))
+        .await
+        .json();
     assert_eq!(waiting["current"], "review");
     assert!(waiting["answer_shape"].is_null());
     ro.shutdown().await.unwrap();
@@ -287,7 +357,12 @@ async fn an_answer_is_checked_then_resumes_the_run_to_its_end() {
     let r = post(&ro, &path, &good.to_string()).await;
     assert_eq!(r.status, 403);
     assert!(r.error().contains("read-only"), "{}", r.body);
-    let r = post(&ro, &format!("/api/sessions/{}/fork", w.done), r#"{"index": 1}"#).await;
+    let r = post(
+        &ro,
+        &format!("/api/sessions/{}/fork", w.done),
+        r#"{"index": 1}"#,
+    )
+    .await;
     assert_eq!(r.status, 403);
     ro.shutdown().await.unwrap();
 
@@ -295,18 +370,41 @@ async fn an_answer_is_checked_then_resumes_the_run_to_its_end() {
         ("not json".to_owned(), 400, "interrupt"),
         ("{}".to_owned(), 400, "missing field"),
         (json!({"answer": 1}).to_string(), 400, "interrupt"),
-        (json!({"interrupt": w.interrupt, "answer": 1, "extra": 2}).to_string(), 400, "unknown field"),
-        (json!({"interrupt": "i-other", "answer": true}).to_string(), 409, "i-other"),
-        (json!({"interrupt": w.interrupt, "answer": "yes"}).to_string(), 422, "must be"),
-        (json!({"interrupt": w.interrupt, "answer": {"approve": "maybe", "note": ""}}).to_string(), 422, "expected a boolean"),
-        (json!({"interrupt": w.interrupt, "answer": {"approve": true}}).to_string(), 422, "note"),
+        (
+            json!({"interrupt": w.interrupt, "answer": 1, "extra": 2}).to_string(),
+            400,
+            "unknown field",
+        ),
+        (
+            json!({"interrupt": "i-other", "answer": true}).to_string(),
+            409,
+            "i-other",
+        ),
+        (
+            json!({"interrupt": w.interrupt, "answer": "yes"}).to_string(),
+            422,
+            "must be",
+        ),
+        (
+            json!({"interrupt": w.interrupt, "answer": {"approve": "maybe", "note": ""}})
+                .to_string(),
+            422,
+            "expected a boolean",
+        ),
+        (
+            json!({"interrupt": w.interrupt, "answer": {"approve": true}}).to_string(),
+            422,
+            "note",
+        ),
     ] {
         let r = post(&s, &path, &body).await;
         assert_eq!(r.status, status, "{body}: {}", r.body);
         assert!(r.error().contains(says), "{body}: {}", r.body);
     }
     // None of them touched the session.
-    let d = get(&s, &format!("/api/sessions/{}", w.waiting)).await.json();
+    let d = get(&s, &format!("/api/sessions/{}", w.waiting))
+        .await
+        .json();
     assert_eq!(d["summary"]["phase"], "waiting");
     assert_eq!(d["summary"]["steps"], 1);
 
@@ -329,7 +427,12 @@ async fn an_answer_is_checked_then_resumes_the_run_to_its_end() {
     let again = post(&s, &path, &good.to_string()).await;
     assert_eq!(again.status, 409);
     assert!(again.error().contains("not waiting"), "{}", again.body);
-    let other = post(&s, &format!("/api/sessions/{}/answer", w.failed), &good.to_string()).await;
+    let other = post(
+        &s,
+        &format!("/api/sessions/{}/answer", w.failed),
+        &good.to_string(),
+    )
+    .await;
     assert_eq!(other.status, 403);
     assert!(other.error().contains("broken"), "{}", other.body);
     s.shutdown().await.unwrap();
@@ -341,9 +444,21 @@ async fn a_fork_takes_an_edited_update_checked_as_the_state_s_update() {
     let s = w.studio().await;
     let path = format!("/api/sessions/{}/fork", w.done);
     for (body, status, says) in [
-        (json!({"index": 1, "update": {"drafts": "many"}}).to_string(), 422, "update"),
-        (json!({"index": 1, "update": {"log": "one"}}).to_string(), 422, "update"),
-        (json!({"index": 1, "update": [1]}).to_string(), 422, "update"),
+        (
+            json!({"index": 1, "update": {"drafts": "many"}}).to_string(),
+            422,
+            "update",
+        ),
+        (
+            json!({"index": 1, "update": {"log": "one"}}).to_string(),
+            422,
+            "update",
+        ),
+        (
+            json!({"index": 1, "update": [1]}).to_string(),
+            422,
+            "update",
+        ),
         (json!({"index": 9}).to_string(), 404, "9"),
         (json!({"update": null}).to_string(), 400, "index"),
         (json!({"index": -1}).to_string(), 400, "index"),
@@ -352,8 +467,18 @@ async fn a_fork_takes_an_edited_update_checked_as_the_state_s_update() {
         assert_eq!(r.status, status, "{body}: {}", r.body);
         assert!(r.error().contains(says), "{body}: {}", r.body);
     }
-    let before = get(&s, "/api/sessions").await.json().as_array().unwrap().len();
-    let r = post(&s, &path, &json!({"index": 1, "update": {"log": ["edited"], "drafts": 5}}).to_string()).await;
+    let before = get(&s, "/api/sessions")
+        .await
+        .json()
+        .as_array()
+        .unwrap()
+        .len();
+    let r = post(
+        &s,
+        &path,
+        &json!({"index": 1, "update": {"log": ["edited"], "drafts": 5}}).to_string(),
+    )
+    .await;
     assert_eq!(r.status, 201, "{}", r.body);
     let fork = r.json()["session"].as_str().unwrap().to_owned();
     let list = get(&s, "/api/sessions").await.json();
@@ -369,7 +494,9 @@ async fn a_fork_takes_an_edited_update_checked_as_the_state_s_update() {
     // No update: the state as it was.
     let r = post(&s, &path, &json!({"index": 2}).to_string()).await;
     let plain = r.json()["session"].as_str().unwrap().to_owned();
-    let state = get(&s, &format!("/api/sessions/{plain}/state")).await.json();
+    let state = get(&s, &format!("/api/sessions/{plain}/state"))
+        .await
+        .json();
     assert_eq!(state["state"]["approved"], true);
     assert_eq!(state["state"]["log"], json!(["drafted", "review: fine"]));
     s.shutdown().await.unwrap();

@@ -199,8 +199,11 @@ impl Browser {
     /// Clicks into a text field, clears it and types `text`.
     async fn type_into(&mut self, selector: &str, text: &str) {
         self.click(selector).await;
-        self.eval(&format!("document.querySelector({}).select()", json!(selector)))
-            .await;
+        self.eval(&format!(
+            "document.querySelector({}).select()",
+            json!(selector)
+        ))
+        .await;
         self.call("Input.insertText", json!({"text": text})).await;
     }
 
@@ -278,21 +281,31 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
     b.call("Page.navigate", json!({"url": studio.url()})).await;
 
     // The list, with every session and its phase.
-    b.wait_for("the three sessions", "document.querySelectorAll('#sessions tbody tr').length === 3")
-        .await;
+    b.wait_for(
+        "the three sessions",
+        "document.querySelectorAll('#sessions tbody tr').length === 3",
+    )
+    .await;
     let row = format!("#sessions tr[data-id=\"{}\"]", w.waiting);
     assert_eq!(
-        b.eval(&format!("document.querySelector('{row}').dataset.phase")).await,
+        b.eval(&format!("document.querySelector('{row}').dataset.phase"))
+            .await,
         "waiting"
     );
     // Search narrows the list.
     b.type_into("#search", "broken").await;
-    b.wait_for("the search", "document.querySelectorAll('#sessions tbody tr').length === 1")
-        .await;
+    b.wait_for(
+        "the search",
+        "document.querySelectorAll('#sessions tbody tr').length === 1",
+    )
+    .await;
     b.type_into("#search", "").await;
     b.eval("document.querySelector('#search').value = ''; document.querySelector('#search').dispatchEvent(new Event('input'))").await;
-    b.wait_for("the list again", "document.querySelectorAll('#sessions tbody tr').length === 3")
-        .await;
+    b.wait_for(
+        "the list again",
+        "document.querySelectorAll('#sessions tbody tr').length === 3",
+    )
+    .await;
 
     b.click(&row).await;
     // The graph: every step, the signals, the waiting step highlighted.
@@ -310,39 +323,66 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
         .await;
     assert_eq!(labels, "approved,rejected");
     // The timeline: the start and the draft step, with its diff.
-    b.wait_for("the timeline", "document.querySelectorAll('#timeline .checkpoint').length === 2")
-        .await;
+    b.wait_for(
+        "the timeline",
+        "document.querySelectorAll('#timeline .checkpoint').length === 2",
+    )
+    .await;
     let draft = b
         .eval("document.querySelector('#timeline .checkpoint[data-step=\"draft\"]').textContent")
         .await;
-    assert!(draft.as_str().unwrap().contains("/drafts: 0 → 1"), "{draft}");
+    assert!(
+        draft.as_str().unwrap().contains("/drafts: 0 → 1"),
+        "{draft}"
+    );
     // The question and the form.
     b.wait_for("the answer form", "!document.querySelector('#waiting-panel').hidden && !document.querySelector('#answer-form').hidden")
         .await;
-    let payload = b.eval("document.querySelector('#interrupt-payload').textContent").await;
-    assert!(payload.as_str().unwrap().contains("publish this draft?"), "{payload}");
-    let shape = b.eval("document.querySelector('#answer-shape').textContent").await;
+    let payload = b
+        .eval("document.querySelector('#interrupt-payload').textContent")
+        .await;
+    assert!(
+        payload.as_str().unwrap().contains("publish this draft?"),
+        "{payload}"
+    );
+    let shape = b
+        .eval("document.querySelector('#answer-shape').textContent")
+        .await;
     assert!(shape.as_str().unwrap().contains("Review"), "{shape}");
     b.screenshot("#graph-panel", "studio-graph.png").await;
 
     // An answer of the wrong shape is refused, and says why.
-    b.type_into("#answer", r#"{"approve": "maybe", "note": "hmm"}"#).await;
-    b.click("#answer-submit").await;
-    b.wait_for("the refusal", "document.querySelector('#answer-error').textContent.includes('must be')")
+    b.type_into("#answer", r#"{"approve": "maybe", "note": "hmm"}"#)
         .await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the refusal",
+        "document.querySelector('#answer-error').textContent.includes('must be')",
+    )
+    .await;
     b.type_into("#answer", "not json").await;
     b.click("#answer-submit").await;
-    b.wait_for("the JSON error", "document.querySelector('#answer-error').textContent.includes('not JSON')")
+    b.wait_for(
+        "the JSON error",
+        "document.querySelector('#answer-error').textContent.includes('not JSON')",
+    )
+    .await;
+    b.type_into("#answer", r#"{"approve": true, "note": "ship it"}"#)
         .await;
-    b.type_into("#answer", r#"{"approve": true, "note": "ship it"}"#).await;
     b.screenshot("#waiting-panel", "studio-answer.png").await;
     b.click("#answer-submit").await;
 
     // The run resumes and the page follows it to the end, live.
-    b.wait_for("the session done", "document.querySelector('#phase').dataset.phase === 'done'")
-        .await;
-    b.wait_for("the waiting panel gone", "document.querySelector('#waiting-panel').hidden")
-        .await;
+    b.wait_for(
+        "the session done",
+        "document.querySelector('#phase').dataset.phase === 'done'",
+    )
+    .await;
+    b.wait_for(
+        "the waiting panel gone",
+        "document.querySelector('#waiting-panel').hidden",
+    )
+    .await;
     b.wait_for(
         "the whole timeline",
         "[...document.querySelectorAll('#timeline .checkpoint')].map(c => c.dataset.step).join(',') === '$start,draft,review,publish'",
@@ -354,17 +394,26 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
     )
     .await;
     assert_eq!(
-        b.eval("document.querySelector('#graph .node.current')").await,
+        b.eval("document.querySelector('#graph .node.current')")
+            .await,
         Value::Null,
         "nothing runs any more"
     );
     // The state at the review checkpoint, as a tree.
     b.click("#timeline .checkpoint[data-step=\"review\"]").await;
-    b.wait_for("the state after review", "document.querySelector('#state-at').textContent.includes('review')")
+    b.wait_for(
+        "the state after review",
+        "document.querySelector('#state-at').textContent.includes('review')",
+    )
+    .await;
+    let state = b
+        .eval("document.querySelector('#state-tree').textContent")
         .await;
-    let state = b.eval("document.querySelector('#state-tree').textContent").await;
     let state = state.as_str().unwrap();
-    assert!(state.contains("review: ship it") && !state.contains("published"), "{state}");
+    assert!(
+        state.contains("review: ship it") && !state.contains("published"),
+        "{state}"
+    );
     b.screenshot(".columns", "studio-timeline.png").await;
     let errors = b
         .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).join('')")
@@ -374,6 +423,11 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
     studio.shutdown().await.unwrap();
 
     // The answer went through the agent: the session is done in the store.
-    let head = w.store.load(&w.waiting.clone().into()).await.unwrap().unwrap();
+    let head = w
+        .store
+        .load(&w.waiting.clone().into())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(head.steps, 3);
 }

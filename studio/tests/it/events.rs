@@ -101,7 +101,8 @@ async fn the_stream_starts_with_every_session_then_follows_an_answered_run() {
     let (status, head, mut events) = Events::open(&s).await;
     assert_eq!(status, 200, "{head}");
     assert!(
-        head.to_lowercase().contains("content-type: text/event-stream"),
+        head.to_lowercase()
+            .contains("content-type: text/event-stream"),
         "{head}"
     );
     let (name, first) = events.next().await.unwrap();
@@ -110,20 +111,34 @@ async fn the_stream_starts_with_every_session_then_follows_an_answered_run() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["id"].as_str().unwrap().to_owned(), s["phase"].as_str().unwrap().to_owned()))
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_owned(),
+                s["phase"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     assert_eq!(phases.len(), 3);
     assert!(phases.contains(&(w.waiting.clone(), "waiting".to_owned())));
 
     let answer = json!({"interrupt": w.interrupt, "answer": {"approve": true, "note": "live"}});
-    let r = post(&s, &format!("/api/sessions/{}/answer", w.waiting), &answer.to_string()).await;
+    let r = post(
+        &s,
+        &format!("/api/sessions/{}/answer", w.waiting),
+        &answer.to_string(),
+    )
+    .await;
     assert_eq!(r.status, 202, "{}", r.body);
     // Each event is a change of the answered session, until it is done.
     let mut seen = Vec::new();
     loop {
         let (name, data) = events.next().await.expect("the stream goes on");
         assert_eq!(name, "session", "{data}");
-        assert_eq!(data["id"], w.waiting.as_str(), "only the answered session changes");
+        assert_eq!(
+            data["id"],
+            w.waiting.as_str(),
+            "only the answered session changes"
+        );
         let phase = data["phase"].as_str().unwrap().to_owned();
         seen.push(data["version"].as_u64().unwrap());
         if phase == "done" {

@@ -116,12 +116,19 @@ impl World {
         let done = agent.run(Doc::default()).await.unwrap();
         let done_iid = done.interrupt.clone().unwrap().id;
         let finished = agent
-            .resume(json!({"approve": true, "note": "fine"}), &done.session_id, &done_iid)
+            .resume(
+                json!({"approve": true, "note": "fine"}),
+                &done.session_id,
+                &done_iid,
+            )
             .await
             .unwrap()
             .await
             .unwrap();
-        assert_eq!(finished.state.log.last().map(String::as_str), Some("published"));
+        assert_eq!(
+            finished.state.log.last().map(String::as_str),
+            Some("published")
+        );
 
         let broken = Harness::<Doc>::builder()
             .step("crash")
@@ -141,7 +148,10 @@ impl World {
             .find(|id| *id != waiting.session_id && *id != done.session_id)
             .unwrap();
         let head = store.load(&failed_id).await.unwrap().unwrap();
-        assert!(matches!(head.phase, SessionPhase::Failed { .. }), "{head:?}");
+        assert!(
+            matches!(head.phase, SessionPhase::Failed { .. }),
+            "{head:?}"
+        );
 
         World {
             store,
@@ -186,8 +196,7 @@ pub struct Response {
 
 impl Response {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -229,7 +238,14 @@ fn split_head(raw: &[u8]) -> (u16, Vec<(String, String)>, usize) {
         .expect("a complete head");
     let head = std::str::from_utf8(&raw[..end]).unwrap();
     let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_lowercase(), v.trim().to_owned()))
@@ -276,7 +292,14 @@ pub async fn request(
 
 /// A GET with the studio's token in the header.
 pub async fn get(serving: &Serving, path: &str) -> Response {
-    request(serving, "GET", path, &[("x-studio-token", serving.token())], None).await
+    request(
+        serving,
+        "GET",
+        path,
+        &[("x-studio-token", serving.token())],
+        None,
+    )
+    .await
 }
 
 /// A POST of JSON with the studio's token in the header.
