@@ -22,7 +22,7 @@
 //! - **Waiting for a human**: the interrupt's payload and a form to answer
 //!   it, checked against the answer's type when the application declared
 //!   it ([`Studio::expect_answer`]); answering resumes the run through the
-//!   typed [`Agent`](harness::Agent), and the page follows it live.
+//!   typed [`Agent`], and the page follows it live.
 //! - **Fork** from any checkpoint with an edited update
 //!   ([`Agent::fork`](harness::Agent::fork)), checked as the state's update
 //!   type.
