@@ -8,7 +8,7 @@
 //! `$STUDIO_SCREENSHOTS` (default: this test's temporary directory);
 //! `STUDIO_SCREENSHOTS=docs` writes the README's, in `docs/`.
 
-use crate::support::{World, temp_dir};
+use crate::support::{TempDir, World, temp_dir};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -47,7 +47,7 @@ struct Browser {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     session: String,
     next_id: u64,
-    _profile: PathBuf,
+    _profile: TempDir,
 }
 
 impl Browser {
@@ -93,7 +93,7 @@ impl Browser {
             ws,
             session: String::new(),
             next_id: 0,
-            _profile: profile,
+            _profile: TempDir(profile),
         };
         let target = browser
             .call("Target.createTarget", json!({"url": "about:blank"}))

@@ -53,6 +53,15 @@ async fn crash(_: Arc<Doc>, _: Cx<()>) -> StepResult<DocUpdate> {
     Err(StepError::msg("the printer is on fire"))
 }
 
+/// A directory removed (best effort) when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A fresh directory under the system's temporary directory.
 pub fn temp_dir(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -78,7 +87,7 @@ pub struct World {
     pub done: String,
     /// Of agent `broken`, failed.
     pub failed: String,
-    _dir: PathBuf,
+    _dir: TempDir,
 }
 
 impl World {
@@ -161,7 +170,7 @@ impl World {
             interrupt: interrupt.to_string(),
             done: done.session_id.to_string(),
             failed: failed_id.to_string(),
-            _dir: dir,
+            _dir: TempDir(dir),
         }
     }
 
