@@ -64,8 +64,8 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 }
 
 async fn serve(args: &Args) -> Result<(), Error> {
-    let store = crate::sessions::open(&args.store, args.schema.as_deref(), args.prefix.as_deref())
-        .await?;
+    let store =
+        crate::sessions::open(&args.store, args.schema.as_deref(), args.prefix.as_deref()).await?;
     let serving = Studio::read_only(Arc::from(store))
         .poll_interval(Duration::from_millis(args.poll_ms.max(50)))
         .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))

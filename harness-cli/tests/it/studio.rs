@@ -109,7 +109,12 @@ impl Studio {
                 }
             }
             let mut stderr = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
             let status = child.wait().unwrap();
             assert!(
                 stderr.contains("lock"),
@@ -160,7 +165,10 @@ fn serves_read_only(store: &Path, session: &str) {
     assert_eq!(detail["graph"]["source"], "observed");
     let timeline = studio.get(&format!("/api/sessions/{session}/timeline"));
     assert_eq!(timeline["merged"], false);
-    assert_eq!(timeline["entries"][1]["value"], json!({"notes": ["packed"]}));
+    assert_eq!(
+        timeline["entries"][1]["value"],
+        json!({"notes": ["packed"]})
+    );
     // No token, no data; and no write action at all, token or not.
     let (status, _) = studio.call("GET", "/api/sessions", None, "");
     assert_eq!(status, 401);
@@ -173,7 +181,10 @@ fn serves_read_only(store: &Path, session: &str) {
         &answer,
     );
     assert_eq!(status, 403, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("read-only"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("read-only"),
+        "{body}"
+    );
     let (status, _) = studio.call(
         "POST",
         &format!("/api/sessions/{session}/fork"),
@@ -209,8 +220,14 @@ fn studio_refuses_what_is_not_a_store_and_a_missing_store() {
     std::fs::create_dir_all(dir.join("other/stuff")).unwrap();
     for (store, says) in [
         (file.display().to_string(), "not a session store"),
-        (dir.join("other").display().to_string(), "neither a sled database"),
-        (dir.join("absent").display().to_string(), "not a session store"),
+        (
+            dir.join("other").display().to_string(),
+            "neither a sled database",
+        ),
+        (
+            dir.join("absent").display().to_string(),
+            "not a session store",
+        ),
         ("postgres://ada:s3cret@db/x".to_owned(), "postgres"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_harness"))
