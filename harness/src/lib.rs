@@ -92,6 +92,7 @@ pub mod guide {
 }
 
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
+pub use graph::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub use graph::{
     Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL, OnBuilder, RetryPolicy,
     StepBuilder, Violation,

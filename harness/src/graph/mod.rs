@@ -19,6 +19,7 @@
 //! it.
 
 mod builder;
+pub mod cache;
 mod compiled;
 mod def;
 mod export;
@@ -26,6 +27,7 @@ mod harness;
 mod validate;
 
 pub use builder::{DEFAULT_STEP_LIMIT, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder};
+pub use cache::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub(crate) use compiled::{CompiledStep, Exits, HarnessInner, Target};
 pub use def::RetryPolicy;
 pub(crate) use def::RunFn;

@@ -11,4 +11,5 @@ mod module_order;
 mod run;
 mod slots;
 mod state;
+mod step_cache;
 mod tracing_spans;
