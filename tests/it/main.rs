@@ -8,5 +8,6 @@ mod crash;
 mod once;
 mod provider_swap;
 mod sessions;
+mod step_cache;
 mod worker_faults;
 mod workers;
