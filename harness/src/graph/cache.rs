@@ -7,7 +7,8 @@
 //! that the step declares). The cache wraps the step's `run`: on a hit it
 //! returns the stored update without calling the step's body, so for the
 //! engine a hit is an ordinary step completion (checkpoints, events and
-//! observers see it like any other).
+//! observers see it like any other), and the step sends the custom event
+//! [`HIT`] (`"cache.hit"`) with the key.
 //!
 //! # The key
 //!
@@ -17,9 +18,13 @@
 //! - the Rust type names of the state and of the context,
 //! - the step's name,
 //! - the policy's version (bump it when the step's code changes),
-//! - and the canonical JSON of what the step reads: the whole state, or the
+//! - the canonical JSON of what the step reads: the whole state, or the
 //!   projection it declares. Canonical: object keys are sorted, so two equal
-//!   states hash equal whatever order their maps were filled in.
+//!   states hash equal whatever order their maps were filled in;
+//! - and, for the first step of a fan-out's branch
+//!   ([`run_each`](StepBuilder::run_each)), the branch's input: branches
+//!   over the same state with different inputs key differently, and a
+//!   branch whose input was seen before hits, whatever its place.
 //!
 //! Each part is written with its length, so no two different sets of parts
 //! give the same bytes. A step name alone never is a key.
@@ -59,6 +64,11 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
+
+/// The kind of the custom event ([`RunEvent::Custom`](crate::RunEvent::Custom))
+/// a cached step sends on a hit, with the key, namespace and version as
+/// its payload: `{"key": "3fa2…", "namespace": "docs-app", "version": 1}`.
+pub const HIT: &str = "cache.hit";
 
 /// The version of the cache's key and envelope format; part of every key,
 /// so a change of format never reads an old entry.
@@ -414,7 +424,7 @@ impl<S: HarnessState> Cached<S> {
         state: Arc<S>,
         cx: Cx<C>,
     ) -> Result<S::Update, StepError> {
-        let key = match self.key(&state) {
+        let key = match self.key(&state, cx.shared.input.as_ref()) {
             Ok(key) => Some(key),
             Err(e) => {
                 tracing::warn!(
@@ -429,6 +439,14 @@ impl<S: HarnessState> Cached<S> {
             && let Some(update) = self.lookup(key).await
         {
             tracing::debug!(step = %self.step, key = %key, "step cache hit");
+            cx.emit(
+                HIT,
+                serde_json::json!({
+                    "key": key,
+                    "namespace": self.policy.namespace,
+                    "version": self.policy.version,
+                }),
+            );
             return Ok(update);
         }
         let update = inner(state, cx).await?;
@@ -438,8 +456,9 @@ impl<S: HarnessState> Cached<S> {
         Ok(update)
     }
 
-    /// The key of this step over `state`.
-    fn key(&self, state: &S) -> Result<String, serde_json::Error> {
+    /// The key of this step over `state`, and over `input` for the first
+    /// step of a fan-out's branch.
+    fn key(&self, state: &S, input: Option<&Value>) -> Result<String, serde_json::Error> {
         let read = match &self.reads {
             Some(reads) => reads(state)?,
             None => serde_json::to_value(state)?,
@@ -447,6 +466,13 @@ impl<S: HarnessState> Cached<S> {
         let mut hash = Sha256::new();
         hash.update(&self.identity);
         canonical(&read, &mut hash);
+        match input {
+            None => hash.update(b"-"),
+            Some(input) => {
+                hash.update(b"+");
+                canonical(input, &mut hash);
+            }
+        }
         Ok(hex(&hash.finalize()))
     }
 

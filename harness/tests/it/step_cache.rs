@@ -634,3 +634,105 @@ async fn a_cache_on_a_step_without_run_fails_the_run_at_that_step() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_hit_sends_a_cache_hit_event_with_the_key() {
+    let cache = MemoryCache::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let h = summarize_loop(CachePolicy::new(cache.clone(), "app").version(4), &calls);
+    let agent = create_agent("cache", &h);
+    let custom = |events: Vec<RunEvent<Doc>>| -> Vec<(String, String, Value)> {
+        events
+            .into_iter()
+            .filter_map(|e| match e {
+                RunEvent::Custom {
+                    step,
+                    kind,
+                    payload,
+                    ..
+                } => Some((step.to_string(), kind.to_string(), payload)),
+                _ => None,
+            })
+            .collect()
+    };
+    let run = agent.run(doc("hello"));
+    let events = run.events();
+    run.await.unwrap();
+    assert_eq!(custom(events.collect().await), [], "a miss sends nothing");
+
+    let run = agent.run(doc("hello"));
+    let events = run.events();
+    run.await.unwrap();
+    let key = cache.keys().pop().unwrap();
+    assert_eq!(
+        custom(events.collect().await),
+        [(
+            "summarize".to_string(),
+            harness::graph::cache::HIT.to_string(),
+            json!({"key": key, "namespace": "app", "version": 4})
+        )]
+    );
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Work {
+    items: Vec<u64>,
+    #[field(reduce = add)]
+    total: u64,
+    #[field(reduce = append)]
+    log: Vec<String>,
+}
+
+fn squares(cache: &MemoryCache, calls: &Arc<AtomicUsize>) -> Harness<Work> {
+    let calls = Arc::clone(calls);
+    Harness::<Work>::builder()
+        .step("split")
+        .route(|_: &Work| "items")
+        .on("items")
+        .fan_out("square", |s: &Work| s.items.clone())
+        .join("done")
+        .step("square")
+        .run_each(move |item: u64, _: Arc<Work>, _: Cx<()>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok(WorkUpdate::new()
+                    .total(item * item)
+                    .log(vec![format!("{item}")]))
+            }
+        })
+        // The branch's input is always in the key; of the state, the step
+        // reads nothing.
+        .cache_reads(CachePolicy::new(cache.clone(), "squares"), |_| ())
+        .writes(["total", "log"])
+        .next("done")
+        .step("done")
+        .route(|_: &Work| "end")
+        .on("end")
+        .end()
+        .start("split")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn fan_out_branches_key_by_their_input() {
+    let cache = MemoryCache::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = create_agent("map", &squares(&cache, &calls));
+    let work = |items: &[u64]| Work {
+        items: items.to_vec(),
+        ..Work::default()
+    };
+    let out = agent.run(work(&[1, 2, 3])).await.unwrap();
+    assert_eq!(out.state.total, 1 + 4 + 9, "each branch computed its own");
+    assert_eq!(out.state.log, ["1", "2", "3"]);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(cache.len(), 3);
+
+    // Items seen before hit, in any place; a new one misses.
+    let out = agent.run(work(&[4, 3, 2, 1])).await.unwrap();
+    assert_eq!(out.state.total, 16 + 9 + 4 + 1);
+    assert_eq!(out.state.log, ["4", "3", "2", "1"]);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert_eq!(cache.len(), 4);
+}
