@@ -41,12 +41,18 @@
 //! cached: the engine discards that update, but the cache, which only sees
 //! the `Ok`, stores it.
 //!
-//! The stored value is an envelope holding the update, the namespace, step and version it was
-//! stored for and the SHA-256 of the update; a value that does not read back
-//! as such an envelope, whose fields differ or whose digest does not match,
-//! or whose update is not the step's update type, is a miss (logged with
-//! `tracing::warn!`) and the step runs, never a failed run. A cache that
-//! fails to read or write is also logged and skipped.
+//! The stored value is an envelope holding the update, the namespace, step
+//! and version it was stored for and the SHA-256 of the update; a value
+//! that does not read back as such an envelope, whose fields differ or
+//! whose digest does not match, or whose update is not the step's update
+//! type, is a miss (logged with `tracing::warn!`) and the step runs, never
+//! a failed run. A cache that fails to read or write is also logged and
+//! skipped. The update is stored before the step completes, so a hit costs
+//! one read of the cache and a miss one read and one write.
+//!
+//! What the step reads from its context (slots, a model, the answers to
+//! its interrupts) is not in the key: bump the version when a change there
+//! changes what the step returns.
 
 use super::builder::StepBuilder;
 use super::def::RunFn;
@@ -195,7 +201,7 @@ impl StepCache for MemoryCache {
 /// updates survive the process.
 ///
 /// Each entry is a session of its own, saved with
-/// [`save_value`](crate::session::save_value) under the id
+/// [`save_value`] under the id
 /// `harness-cache-{key}` and the owner [`StoreCache::OWNER`]: it is a
 /// completed session, which no worker takes, and which the sessions
 /// command line lists like any other. The store can be the one the harness
