@@ -96,6 +96,7 @@ pub use graph::{
     BranchFailure, ForkBuilder, Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL,
     OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
+pub use graph::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub use harness_macros::{Context, HarnessState};
 pub use ids::{InterruptId, RunId, SessionId, TaskPath};
 pub use observe::Observer;

@@ -259,6 +259,8 @@ pub(crate) struct StepDef<S: HarnessState, C> {
     pub(crate) input: Option<TypeTag>,
     /// The sub-agent the step runs, if its body is one.
     pub(crate) sub: Option<Arc<dyn SubStep<S, C>>>,
+    /// Whether `.cache` was declared with no `run` to cache.
+    pub(crate) cache_without_run: bool,
 }
 
 impl<S: HarnessState, C> StepDef<S, C> {

@@ -145,6 +145,12 @@ impl CxShared {
         self
     }
 
+    /// Whether the step has asked to pause (an interrupt, or an answer it
+    /// refused), whatever it returns.
+    pub(crate) fn pausing(&self) -> bool {
+        lock(&self.pending).is_some() || lock(&self.rejected).is_some()
+    }
+
     /// What the visit left: the journal, the interrupt the step asked for,
     /// an answer it could not read.
     pub(crate) fn finish(&self) -> Visit {

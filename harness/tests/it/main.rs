@@ -12,5 +12,6 @@ mod parallel;
 mod run;
 mod slots;
 mod state;
+mod step_cache;
 mod sub_agents;
 mod tracing_spans;
