@@ -108,7 +108,9 @@ pub use session::{Busy, Submitted};
 pub use signal::Signal;
 pub use slots::Context;
 pub use state::HarnessState;
-pub use step::{Cx, Interrupt, RunInfo, StepError, StepFn, StepInfo, StepResult};
+pub use step::{
+    Cx, Interrupt, ModelCallInfo, RunInfo, StepError, StepFn, StepInfo, StepResult, ToolCallInfo,
+};
 
 /// Re-exports for the derive macros' generated code; not a public API.
 #[doc(hidden)]

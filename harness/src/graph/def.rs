@@ -199,6 +199,8 @@ pub(crate) struct SubCall<'a, S, C> {
     pub(crate) stop: Arc<AtomicBool>,
     /// The run's event stream.
     pub(crate) emitter: Arc<dyn Emitter>,
+    /// The run's observers of model and tool calls.
+    pub(crate) hooks: Option<Arc<dyn crate::step::CallHooks>>,
 }
 
 /// How a sub-agent's loop settled inside its step.

@@ -1,5 +1,6 @@
 //! The core crate's integration tests, one binary: each module is one area.
 
+mod calls;
 mod derive_ui;
 mod graph;
 mod llm_record;
