@@ -257,7 +257,7 @@ function drawGraph(detail) {
   const fanned = new Set(graph.edges.filter((e) => e.kind === 'each').map((e) => e.to));
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': 'the loop' });
   const defs = svg('defs');
-  const marker = svg('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' });
+  const marker = svg('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 10, markerHeight: 10, markerUnits: 'userSpaceOnUse', orient: 'auto-start-reverse' });
   marker.append(svg('path', { d: 'M0,0 L10,5 L0,10 z', fill: '#8793a0' }));
   defs.append(marker);
   root.append(defs);
@@ -292,7 +292,11 @@ function drawGraph(detail) {
       // From the forking step to its join, around the left of the branches.
       left += 1;
       const x1 = a.x - a.w / 2, y1 = a.y, x2 = b.x - b.w / 2, y2 = b.y;
-      const out = Math.min(x1, x2) - 28 - 14 * left;
+      let leftmost = Math.min(x1, x2);
+      for (const p of pos.values()) {
+        if (p.level === a.level && p.layer > a.layer && p.layer < b.layer) leftmost = Math.min(leftmost, p.x - p.w / 2);
+      }
+      const out = leftmost - 24 - 12 * left;
       d = `M${x1},${y1} C${out},${y1} ${out},${y2} ${x2 - 2},${y2}`;
       lx = out + 6; ly = (y1 + y2) / 2;
     } else if (a.level === b.level && b.layer > a.layer) {
@@ -419,7 +423,7 @@ function depth(path) {
 function changeLines(e) {
   const out = [];
   if (e.changes_of === 'branch' && e.changes.length) {
-    out.push(el('div', { class: 'change muted', text: `in branch ${e.path}\u2019s own state (the run gets it at the join):` }));
+    out.push(el('div', { class: 'note muted', text: `in branch ${e.path}\u2019s own state (the run gets it at the join):` }));
   }
   if (!e.changes.length) {
     out.push(el('div', { class: 'change muted', text: e.kind === 'snapshot' ? 'the state at the start' : e.kind === 'fork' ? 'no change: the branches start from this state' : 'no change' }));
