@@ -386,3 +386,110 @@ async fn an_interrupt_inside_a_sub_agent_is_answered_by_its_path_and_the_run_com
     ro.shutdown().await.unwrap();
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_inside_a_branch_shows_its_path_and_is_answered_there() {
+    use crate::support::{TempDir, Trip, TripUpdate, temp_dir};
+    use harness::session::SessionStore;
+    use harness::{Cx, Harness, create_agent};
+    use harness_stores::SledStore;
+    use std::sync::Arc;
+
+    let dir = temp_dir("composed-branch");
+    let _keep = TempDir(dir.clone());
+    let store: Arc<dyn SessionStore> = Arc::new(SledStore::open(dir.join("db")).unwrap());
+    let h = Harness::<Trip>::builder()
+        .step("plan")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["plan".into()])))
+        .fork(["ask", "other"])
+        .join("join")
+        .step("ask")
+        .run(async |cx: Cx<()>| {
+            let name: String = cx.interrupt("name?")?;
+            Ok(TripUpdate::new().log(vec![format!("answer {name}")]))
+        })
+        .writes(["log"])
+        .next("join")
+        .step("other")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["other".into()])))
+        .writes(["log"])
+        .next("join")
+        .step("join")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["join".into()])))
+        .end()
+        .start("plan")
+        .store(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let agent = create_agent("asks", &h);
+    let out = agent.run(Trip::default()).await.unwrap();
+    let interrupt = out.interrupt.unwrap();
+    let id = out.session_id.to_string();
+    let s = harness_studio::Studio::for_agent(&agent, &h, Arc::clone(&store))
+        .unwrap()
+        .expect_answer::<String>("ask")
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let d = get(&s, &format!("/api/sessions/{id}")).await.json();
+    // Only the branch waits: the loop waits for its branches, `other` has
+    // reached the join.
+    assert_eq!(
+        d["positions"],
+        json!([{"path": "ask", "step": "ask", "node": "ask", "waiting": true}])
+    );
+    assert_eq!(d["interrupt"]["path"], "ask");
+    assert_eq!(d["interrupt_node"], "ask");
+    assert!(
+        d["answer_shape"]["type"]
+            .as_str()
+            .unwrap()
+            .contains("String")
+    );
+    let path = format!("/api/sessions/{id}/answer");
+    let r = post(
+        &s,
+        &path,
+        &json!({"interrupt": interrupt.id, "answer": 42}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    let r = post(
+        &s,
+        &path,
+        &json!({"interrupt": interrupt.id, "answer": "Ada"}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let st = eventually("the run to end", || {
+        let s = &s;
+        let id = id.clone();
+        async move {
+            let d = get(s, &format!("/api/sessions/{id}")).await.json();
+            (d["summary"]["phase"] == "done").then_some(())?;
+            Some(get(s, &format!("/api/sessions/{id}/state")).await.json())
+        }
+    })
+    .await;
+    assert_eq!(
+        st["state"]["log"],
+        json!(["plan", "answer Ada", "other", "join"])
+    );
+    let t = get(&s, &format!("/api/sessions/{id}/timeline?path=ask"))
+        .await
+        .json();
+    let ask: Vec<_> = t["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["step"].clone(), e["changes"].clone()))
+        .collect();
+    assert_eq!(
+        ask,
+        [(
+            json!("ask"),
+            json!([{"path": "/log", "op": "appended", "after": ["answer Ada"]}])
+        )]
+    );
+    s.shutdown().await.unwrap();
+}
