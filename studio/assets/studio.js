@@ -13,6 +13,7 @@ const ui = {
   detail: null,
   timeline: null,
   seq: null, // the checkpoint whose state is shown; null: the latest
+  picked: null, // the graph node of that checkpoint's step
 };
 
 async function api(path, options = {}) {
@@ -345,6 +346,7 @@ function drawGraph(detail) {
     (n.parent && boxes.get(n.parent) || root).append(g);
   }
   $('#graph').replaceChildren(root);
+  markPicked();
   $('#graph-source').textContent = (graph.source === 'declared'
     ? 'declared by the harness'
     : 'observed: what this session\u2019s checkpoints show')
@@ -510,6 +512,18 @@ function renderTimeline() {
     }
   }
   $('#timeline').replaceChildren(...items);
+  const picked = t.entries.find((e) => e.seq === shown);
+  ui.picked = picked && picked.node ? picked.node : null;
+  markPicked();
+}
+
+// The step of the checkpoint shown, marked on the graph.
+function markPicked() {
+  for (const n of document.querySelectorAll('#graph .node.picked')) n.classList.remove('picked');
+  if (!ui.picked) return;
+  for (const n of document.querySelectorAll('#graph .node')) {
+    if (n.dataset.step === ui.picked) n.classList.add('picked');
+  }
 }
 
 async function loadState() {
@@ -537,7 +551,8 @@ async function loadState() {
       for (const u of s.updates) box.append(el('div', { class: 'muted', text: `checkpoint ${u.seq} (\`${u.step}\`)` }), tree(u.value));
     }
     $('#fork-form').dataset.index = String(s.index);
-    $('#fork-form h4').textContent = `Fork after step ${s.index} (\`${s.step}\`)`;
+    $('#fork-form h4').textContent = `Fork after step ${s.index} (\`${s.step}\`)`
+      + (s.path ? ' \u2014 from the run\u2019s state: a branch\u2019s or sub-agent\u2019s changes are in it only once merged' : '');
   } catch (e) {
     $('#session-error').textContent = e.message;
   }

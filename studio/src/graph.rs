@@ -709,4 +709,94 @@ mod tests {
         let e = from_dot("subgraph \"cluster_a\" {\n\"a/x\" [shape=box];\n}").expect_err("no step");
         assert!(e.to_string().contains("sub-agent box of a step"), "{e}");
     }
+
+    fn head(phase: serde_json::Value, next: &str) -> StoredRun {
+        serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "session_id": "s", "agent_id": "a", "run_id": "r",
+            "phase": phase, "next_step": next, "steps": 1,
+            "journal": {"responses": [], "once": {}}, "version": 1, "lease": null,
+            "snapshot_seq": 0, "snapshot_index": 0, "last_seq": 1,
+            "created_at": 0, "updated_at": 0
+        }))
+        .expect("a head")
+    }
+
+    fn record(seq: u64, step: &str, kind: serde_json::Value) -> Checkpoint {
+        serde_json::from_value(serde_json::json!({
+            "seq": seq, "index": seq, "step": step, "time": 0, "kind": kind
+        }))
+        .expect("a checkpoint")
+    }
+
+    #[test]
+    fn a_running_fork_inside_a_sub_agent_is_observed_with_its_steps_under_way() {
+        use serde_json::json;
+        let log = [
+            record(0, "$start", json!({"kind": "snapshot", "value": {}})),
+            record(1, "plan", json!({"kind": "update", "value": {}})),
+            record(
+                2,
+                "note",
+                json!({"kind": "child", "value": {"path": "review", "next": "split",
+                "record": {"kind": "update", "value": {}}}}),
+            ),
+            record(
+                3,
+                "split",
+                json!({"kind": "child", "value": {"path": "review",
+                "record": {"kind": "update", "value": {}}}}),
+            ),
+            record(
+                4,
+                "split",
+                json!({"kind": "child", "value": {"path": "review",
+                "record": {"kind": "fork", "value": {"path": "review", "fork": "split", "join": "merge",
+                    "branches": [{"path": "review/x", "step": "x"}, {"path": "review/y", "step": "y"}]}}}}),
+            ),
+            record(
+                5,
+                "x",
+                json!({"kind": "child", "value": {"path": "review",
+                "record": {"kind": "branch", "value": {"path": "review/x", "update": {}, "next": "x2"}}}}),
+            ),
+        ];
+        let h = head(json!({"phase": "running"}), "review");
+        let g = observed(&h, &log);
+        let kind = |from: &str, to: &str| {
+            g.edges
+                .iter()
+                .find(|e| e.from == from && e.to == to)
+                .map(|e| e.kind)
+        };
+        assert_eq!(kind("$start", "plan"), Some("next"));
+        assert_eq!(
+            kind("plan", "review"),
+            Some("next"),
+            "to the step under way"
+        );
+        assert_eq!(kind("review", "review/note"), Some("enter"));
+        assert_eq!(kind("review/note", "review/split"), Some("next"));
+        assert_eq!(kind("review/split", "review/x"), Some("branch"));
+        assert_eq!(kind("review/split", "review/y"), Some("branch"));
+        assert_eq!(kind("review/split", "review/merge"), Some("join"));
+        assert_eq!(kind("review/x", "review/x2"), Some("next"), "{g:?}");
+        assert_eq!(g.clusters.len(), 1);
+        let under_way: Vec<(String, String, Option<String>)> = positions(&h, &log, &g)
+            .into_iter()
+            .map(|p| (p.path.to_string(), p.step, p.node))
+            .collect();
+        assert_eq!(
+            under_way,
+            [
+                ("(root)".into(), "review".into(), Some("review".into())),
+                ("review/x".into(), "x2".into(), Some("review/x2".into())),
+                ("review/y".into(), "y".into(), Some("review/y".into())),
+            ]
+        );
+        // Done: nothing under way, and the loop's end drawn.
+        let done = head(json!({"phase": "completed", "signal": "$end"}), "review");
+        assert!(positions(&done, &log, &g).is_empty());
+        let g = observed(&done, &log[..2]);
+        assert!(g.edges.iter().any(|e| e.from == "plan" && e.to == END));
+    }
 }

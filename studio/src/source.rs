@@ -279,3 +279,163 @@ fn merge<S: HarnessState>(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use harness::session::{BranchRecord, BranchStart, ForkRecord, JoinRecord};
+    use serde_json::json;
+
+    #[derive(
+        Clone, Debug, serde::Serialize, serde::Deserialize, harness::JsonSchema, HarnessState,
+    )]
+    struct Tally {
+        #[field(reduce = append)]
+        log: Vec<String>,
+    }
+
+    fn cp(seq: u64, step: &str, kind: CheckpointKind) -> Checkpoint {
+        Checkpoint {
+            seq,
+            index: seq,
+            step: step.into(),
+            time: 0,
+            kind,
+        }
+    }
+
+    fn fork(path: &str, branches: &[&str]) -> CheckpointKind {
+        CheckpointKind::Fork(ForkRecord {
+            path: TaskPath::from(path),
+            fork: "f".into(),
+            join: "j".into(),
+            branches: branches
+                .iter()
+                .map(|b| BranchStart {
+                    path: TaskPath::from(*b),
+                    step: (*b).into(),
+                    input: None,
+                })
+                .collect(),
+        })
+    }
+
+    fn branch(path: &str, item: &str) -> CheckpointKind {
+        CheckpointKind::Branch(BranchRecord {
+            path: TaskPath::from(path),
+            update: json!({ "log": [item] }),
+            next: None,
+            failed: None,
+        })
+    }
+
+    fn join(path: &str, branches: &[&str]) -> CheckpointKind {
+        CheckpointKind::Join(JoinRecord {
+            path: TaskPath::from(path),
+            branches: branches.iter().map(|b| TaskPath::from(*b)).collect(),
+        })
+    }
+
+    #[test]
+    fn a_nested_fork_merges_into_its_branch_then_the_branch_into_the_run() {
+        let log = [
+            cp(0, "$start", CheckpointKind::Snapshot(json!({ "log": [] }))),
+            cp(1, "f", fork("", &["a", "b"])),
+            cp(2, "a", branch("a", "a1")),
+            cp(3, "a", fork("a", &["a/x", "a/y"])),
+            cp(4, "y", branch("a/y", "y")),
+            cp(5, "x", branch("a/x", "x")),
+            cp(6, "a", join("a", &["a/x", "a/y"])),
+            cp(7, "b", branch("b", "b")),
+            cp(8, "a", branch("a", "a2")),
+            cp(9, "j", join("", &["a", "b"])),
+        ];
+        let m = merge::<Tally>(&SessionId::from("s"), &log).expect("merges");
+        let run = |i: usize| m[i].run["log"].clone();
+        // The run's state changes only at its join, in branch order, with
+        // the nested branches in theirs.
+        assert_eq!(run(8), json!([]));
+        assert_eq!(run(9), json!(["a1", "x", "y", "a2", "b"]));
+        assert!(m[9].task.is_none());
+        // A branch's record changes the branch's own state; the nested
+        // join changes branch `a`'s.
+        let own = |i: usize| m[i].task.clone().expect("a branch's record");
+        assert_eq!(
+            own(4),
+            (json!({ "log": ["a1"] }), json!({ "log": ["a1", "y"] }))
+        );
+        assert_eq!(
+            own(6),
+            (json!({ "log": ["a1"] }), json!({ "log": ["a1", "x", "y"] }))
+        );
+        assert_eq!(own(8).1, json!({ "log": ["a1", "x", "y", "a2"] }));
+    }
+
+    #[test]
+    fn records_that_do_not_fit_their_log_are_refused_naming_the_checkpoint() {
+        let start = || cp(0, "$start", CheckpointKind::Snapshot(json!({ "log": [] })));
+        for (log, seq, says) in [
+            (
+                vec![start(), cp(1, "a", branch("a", "a"))],
+                1,
+                "no fork started branch `a`",
+            ),
+            (
+                vec![start(), cp(1, "j", join("z", &["z/a"]))],
+                1,
+                "no state of task `z`",
+            ),
+            (vec![cp(0, "f", fork("", &["a"]))], 0, "no snapshot"),
+            (
+                vec![cp(0, "p", CheckpointKind::Update(json!({ "log": [] })))],
+                0,
+                "no snapshot",
+            ),
+            (
+                vec![
+                    start(),
+                    cp(1, "p", CheckpointKind::Update(json!({ "log": "x" }))),
+                ],
+                1,
+                "update",
+            ),
+            (
+                vec![
+                    start(),
+                    cp(1, "f", fork("", &["a"])),
+                    cp(
+                        2,
+                        "a",
+                        CheckpointKind::Branch(BranchRecord {
+                            path: TaskPath::from("a"),
+                            update: json!({ "log": 3 }),
+                            next: None,
+                            failed: None,
+                        }),
+                    ),
+                ],
+                2,
+                "update",
+            ),
+            (
+                vec![CheckpointKind::Snapshot(json!([1]))]
+                    .into_iter()
+                    .map(|k| cp(0, "$start", k))
+                    .collect(),
+                0,
+                "state",
+            ),
+        ] {
+            let e = merge::<Tally>(&SessionId::from("s"), &log).expect_err(says);
+            let text = e.to_string();
+            assert!(
+                matches!(e, ApiError::Unreadable { seq: s, .. } if s == seq),
+                "{says}: {text}"
+            );
+            assert!(
+                text.contains(says) && text.contains(&format!("checkpoint {seq}")),
+                "{text}"
+            );
+        }
+    }
+}

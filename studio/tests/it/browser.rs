@@ -523,6 +523,24 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
         .eval("[...document.querySelectorAll('#timeline .sub-group[data-sub-agent=\"review\"] .checkpoint')].map(c => c.dataset.step).join(',')")
         .await;
     assert_eq!(grouped, "note");
+    // The checkpoint shown is marked on the graph: a branch's step by its
+    // node.
+    b.click("#timeline .checkpoint[data-path=\"square#1\"]")
+        .await;
+    b.wait_for(
+        "the branch's step marked",
+        "document.querySelector('#graph .node.picked[data-step=\"square\"]') && document.querySelector('#state-at').textContent.includes('branch square#1')",
+    )
+    .await;
+    let own = b
+        .eval("document.querySelector('#state-tree').textContent")
+        .await;
+    assert!(
+        own.as_str()
+            .unwrap()
+            .contains("square#1\u{2019}s own state"),
+        "{own}"
+    );
     // Filtered by path.
     b.eval("{ const f = document.querySelector('#path-filter'); f.value = 'square#2'; f.dispatchEvent(new Event('change')); }")
         .await;
