@@ -493,3 +493,119 @@ async fn an_interrupt_inside_a_branch_shows_its_path_and_is_answered_there() {
     );
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_inside_a_branch_is_found_by_its_path_and_answered() {
+    use crate::support::{Check, TempDir, Trip, TripUpdate, Verdict, checker, temp_dir};
+    use harness::session::SessionStore;
+    use harness::{Harness, SubAgent, create_agent};
+    use harness_stores::SledStore;
+    use std::sync::Arc;
+
+    let dir = temp_dir("composed-sub-in-branch");
+    let _keep = TempDir(dir.clone());
+    let store: Arc<dyn SessionStore> = Arc::new(SledStore::open(dir.join("db")).unwrap());
+    // The branch `study` starts at the step `study`, which runs the
+    // sub-agent: its path is `study/study`.
+    let h = Harness::<Trip>::builder()
+        .step("plan")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["plan".into()])))
+        .fork(["study", "other"])
+        .join("write")
+        .step("study")
+        .sub_agent(SubAgent::new(
+            &checker(),
+            |_: &Trip| Check {
+                question: "q".into(),
+                notes: vec![],
+                ok: None,
+            },
+            |_: &Trip, done| TripUpdate::new().log(vec![format!("ok {:?}", done.state.ok)]),
+        ))
+        .writes(["log"])
+        .next("write")
+        .step("other")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["other".into()])))
+        .writes(["log"])
+        .next("write")
+        .step("write")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["write".into()])))
+        .end()
+        .start("plan")
+        .store(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let agent = create_agent("studies", &h);
+    let out = agent.run(Trip::default()).await.unwrap();
+    let interrupt = out.interrupt.unwrap();
+    assert_eq!(interrupt.path.as_str(), "study/study");
+    let id = out.session_id.to_string();
+    let s = harness_studio::Studio::for_agent(&agent, &h, Arc::clone(&store))
+        .unwrap()
+        .expect_answer::<Verdict>("study/ask")
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let ro = harness_studio::Studio::read_only(Arc::clone(&store))
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    for studio in [&s, &ro] {
+        let d = get(studio, &format!("/api/sessions/{id}")).await.json();
+        assert_eq!(
+            d["positions"],
+            json!([
+                {"path": "study", "step": "study", "node": "study", "waiting": false},
+                {"path": "study/study", "step": "ask", "node": "study/ask", "waiting": true},
+            ]),
+            "{}",
+            d["graph"]["source"]
+        );
+        assert_eq!(d["interrupt_node"], "study/ask");
+        assert_eq!(edge(&d["graph"], "plan", "study")["kind"], "branch");
+        assert_eq!(edge(&d["graph"], "study", "study/note")["kind"], "enter");
+        let t = get(studio, &format!("/api/sessions/{id}/timeline?path=study"))
+            .await
+            .json();
+        let rows: Vec<(Value, Value, Value)> = t["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["step"].clone(), e["path"].clone(), e["node"].clone()))
+            .collect();
+        assert_eq!(
+            rows,
+            [(json!("note"), json!("study/study"), json!("study/note"))]
+        );
+    }
+    ro.shutdown().await.unwrap();
+    let d = get(&s, &format!("/api/sessions/{id}")).await.json();
+    assert!(
+        d["answer_shape"]["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("Verdict")
+    );
+    let r = post(
+        &s,
+        &format!("/api/sessions/{id}/answer"),
+        &json!({"interrupt": interrupt.id, "answer": {"ok": false}}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let st = eventually("the run to end", || {
+        let s = &s;
+        let id = id.clone();
+        async move {
+            let d = get(s, &format!("/api/sessions/{id}")).await.json();
+            (d["summary"]["phase"] == "done").then_some(())?;
+            Some(get(s, &format!("/api/sessions/{id}/state")).await.json())
+        }
+    })
+    .await;
+    assert_eq!(
+        st["state"]["log"],
+        json!(["plan", "ok Some(false)", "other", "write"])
+    );
+    s.shutdown().await.unwrap();
+}

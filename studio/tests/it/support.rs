@@ -370,7 +370,7 @@ pub struct Verdict {
 }
 
 /// The sub-agent: `note`, then `ask` (an interrupt), then the end.
-fn checker() -> Harness<Check> {
+pub fn checker() -> Harness<Check> {
     Harness::<Check>::builder()
         .step("note")
         .run(async |c: Arc<Check>| {
