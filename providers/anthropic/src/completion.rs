@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
-    ModelStream, Reasoning, Role, StopReason, ToolCall, ToolChoice, Usage,
+    ModelStream, Reasoning, ResponseFormat, Role, StopReason, ToolCall, ToolChoice, Usage,
 };
 use harness_provider_http::{endpoint, merged_turns, request_body};
 use serde_json::{Value, json};
@@ -46,7 +46,7 @@ impl CompletionModel {
     }
 
     fn body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ModelError> {
-        let tools: Vec<wire::ToolOut> = request
+        let mut tools: Vec<wire::ToolOut> = request
             .tools
             .iter()
             .map(|tool| wire::ToolOut {
@@ -55,7 +55,22 @@ impl CompletionModel {
                 input_schema: input_schema(&tool.parameters),
             })
             .collect();
-        let tool_choice = (!tools.is_empty()).then(|| tool_choice(&request.tool_choice));
+        let tool_choice = match &request.response_format {
+            Some(format) => {
+                let answer = AnswerTool::new(format);
+                tools.push(wire::ToolOut {
+                    name: answer.name.clone(),
+                    description: ANSWER_TOOL_DESCRIPTION.to_owned(),
+                    input_schema: answer.input_schema(&format.schema),
+                });
+                Some(match &request.tool_choice {
+                    _ if request.tools.is_empty() => json!({ "type": "tool", "name": answer.name }),
+                    ToolChoice::Tool(name) => json!({ "type": "tool", "name": name }),
+                    _ => json!({ "type": "any" }),
+                })
+            }
+            None => (!tools.is_empty()).then(|| tool_choice(&request.tool_choice)),
+        };
         let (system, messages) = conversation(&request.messages);
         let wire = wire::MessagesRequest {
             model: &self.model,
@@ -74,6 +89,70 @@ impl CompletionModel {
 
     fn url(&self) -> String {
         endpoint(self.client.base_url(), "v1/messages")
+    }
+}
+
+/// What the answer tool tells the model.
+const ANSWER_TOOL_DESCRIPTION: &str =
+    "Give your final answer by calling this tool; its input is the answer.";
+
+/// The key a non-object answer is wrapped under, since a tool's input must
+/// be an object.
+const WRAPPED: &str = "value";
+
+/// How a [`ResponseFormat`] is asked for: a tool whose input is the answer,
+/// which the request forces the model to call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AnswerTool {
+    /// The tool's name: the format's name.
+    pub(crate) name: String,
+    /// Whether the answer is not an object and so travels as `{"value": …}`.
+    pub(crate) wrapped: bool,
+}
+
+impl AnswerTool {
+    pub(crate) fn new(format: &ResponseFormat) -> Self {
+        let kind = format.schema.get("type");
+        let is_object = kind == Some(&json!("object"))
+            || (kind.is_none() && format.schema.get("properties").is_some());
+        Self {
+            name: format.name.clone(),
+            wrapped: !is_object,
+        }
+    }
+
+    /// The tool's input schema; `$defs` stay at the root, where `$ref`s
+    /// point.
+    fn input_schema(&self, schema: &Value) -> Value {
+        if !self.wrapped {
+            return input_schema(schema);
+        }
+        let mut inner = schema.clone();
+        let mut wrapper = json!({
+            "type": "object",
+            "properties": {},
+            "required": [WRAPPED],
+        });
+        if let Value::Object(map) = &mut inner {
+            map.remove("$schema");
+            for key in ["$defs", "definitions"] {
+                if let Some(defs) = map.remove(key) {
+                    wrapper[key] = defs;
+                }
+            }
+        }
+        wrapper["properties"][WRAPPED] = inner;
+        wrapper
+    }
+
+    /// The answer's JSON text from the tool's input.
+    pub(crate) fn answer(&self, input: &Value) -> String {
+        match input {
+            Value::Object(map) if self.wrapped => map
+                .get(WRAPPED)
+                .map_or_else(|| input.to_string(), Value::to_string),
+            _ => input.to_string(),
+        }
     }
 }
 
@@ -180,13 +259,21 @@ pub(crate) fn stop_reason(reason: Option<&str>) -> Result<StopReason, ModelError
     })
 }
 
-fn response(wire: wire::MessageResponse) -> Result<ModelResponse, ModelError> {
-    let stop_reason = stop_reason(wire.stop_reason.as_deref())?;
-    let content = wire
+fn response(
+    wire: wire::MessageResponse,
+    answer: Option<&AnswerTool>,
+) -> Result<ModelResponse, ModelError> {
+    let mut stop_reason = stop_reason(wire.stop_reason.as_deref())?;
+    let content: Vec<ContentPart> = wire
         .content
         .into_iter()
         .filter_map(|block| match block {
             wire::BlockIn::Text { text } => Some(ContentPart::text(text)),
+            wire::BlockIn::ToolUse { name, input, .. }
+                if answer.is_some_and(|answer| answer.name == name) =>
+            {
+                answer.map(|answer| ContentPart::text(answer.answer(&input)))
+            }
             wire::BlockIn::ToolUse { id, name, input } => {
                 let input = if input.is_null() { json!({}) } else { input };
                 Some(ContentPart::ToolCall(ToolCall::new(id, name, input)))
@@ -201,6 +288,12 @@ fn response(wire: wire::MessageResponse) -> Result<ModelResponse, ModelError> {
             wire::BlockIn::Other => None,
         })
         .collect();
+    if answer.is_some()
+        && stop_reason == StopReason::ToolUse
+        && !content.iter().any(|part| part.as_tool_call().is_some())
+    {
+        stop_reason = StopReason::EndTurn;
+    }
     let usage = Usage::new(
         wire.usage.input().unwrap_or(0),
         wire.usage.output_tokens.unwrap_or(0),
@@ -217,14 +310,20 @@ impl LanguageModel for CompletionModel {
             .inner
             .post_json(&self.model, &self.url(), &body)
             .await?;
-        response(wire)
+        let answer = request.response_format.as_ref().map(AnswerTool::new);
+        response(wire, answer.as_ref())
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.body(request, true)?;
         self.client
             .inner
-            .post_stream(&self.model, &self.url(), &body, EventDecoder::default())
+            .post_stream(
+                &self.model,
+                &self.url(),
+                &body,
+                EventDecoder::new(request.response_format.as_ref().map(AnswerTool::new)),
+            )
             .await
     }
 

@@ -67,11 +67,19 @@ impl CompletionModel {
             top_p: request.top_p,
             max_output_tokens: request.max_tokens,
             stop_sequences: request.stop_sequences.clone(),
+            // Structured output: JSON constrained by the schema, reduced to
+            // the subset `responseSchema` accepts.
+            response_mime_type: request.response_format.as_ref().map(|_| "application/json"),
+            response_schema: request
+                .response_format
+                .as_ref()
+                .map(|format| gemini_schema(&format.schema)),
         };
         let is_default = generation_config.temperature.is_none()
             && generation_config.top_p.is_none()
             && generation_config.max_output_tokens.is_none()
-            && generation_config.stop_sequences.is_empty();
+            && generation_config.stop_sequences.is_empty()
+            && generation_config.response_schema.is_none();
         let wire = wire::GenerateRequest {
             contents,
             system_instruction,

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
-    ModelStream, Role, StopReason, ToolCall, ToolChoice, Usage,
+    ModelStream, ResponseFormat, Role, StopReason, ToolCall, ToolChoice, Usage,
 };
 use harness_provider_http::{endpoint, request_body};
 use serde_json::{Value, json};
@@ -80,12 +80,29 @@ impl CompletionModel {
             stream_options: stream.then_some(wire::StreamOptions {
                 include_usage: true,
             }),
+            response_format: request.response_format.as_ref().map(response_format),
         };
         request_body(&wire, request)
     }
 
     fn url(&self) -> String {
         endpoint(self.client.base_url(), "chat/completions")
+    }
+}
+
+/// Structured outputs: the schema made strict-compatible when `strict`.
+fn response_format(format: &ResponseFormat) -> wire::ResponseFormatOut {
+    wire::ResponseFormatOut {
+        kind: "json_schema",
+        json_schema: wire::JsonSchemaOut {
+            name: format.name.clone(),
+            schema: if format.strict {
+                strict_schema(&format.schema)
+            } else {
+                format.schema.clone()
+            },
+            strict: format.strict,
+        },
     }
 }
 

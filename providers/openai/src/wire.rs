@@ -25,6 +25,23 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) response_format: Option<ResponseFormatOut>,
+}
+
+/// `{"type": "json_schema", "json_schema": {…}}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ResponseFormatOut {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) json_schema: JsonSchemaOut,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct JsonSchemaOut {
+    pub(crate) name: String,
+    pub(crate) schema: Value,
+    pub(crate) strict: bool,
 }
 
 #[derive(Debug, Serialize)]

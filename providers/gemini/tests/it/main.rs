@@ -737,3 +737,5 @@ async fn extra_fields_merge_into_the_generation_config_made_from_the_request() {
     assert_eq!(config["thinkingConfig"], json!({ "includeThoughts": true }));
     assert!(config.get("maxOutputTokens").is_none(), "{config}");
 }
+
+mod typed;

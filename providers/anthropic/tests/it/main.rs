@@ -796,3 +796,5 @@ async fn only_signed_anthropic_reasoning_is_sent() {
         ])
     );
 }
+
+mod typed;
