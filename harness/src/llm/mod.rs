@@ -14,6 +14,8 @@
 //!   `T: DeserializeOwned + JsonSchema`, through the provider's native
 //!   structured-output mode ([`ResponseFormat`]), validated on arrival and
 //!   repaired once.
+//! - [`Usage`]: tokens spent (input, output, cache read and write,
+//!   reasoning), summed with `+`; [`PriceTable`] turns them into cost.
 //! - [`ModelError`]: every failure, typed.
 //!
 //! ```
@@ -41,6 +43,7 @@ mod scripted;
 mod stream;
 mod tool;
 mod typed;
+mod usage;
 
 pub use error::{ModelError, ToolError};
 pub use message::{
@@ -48,13 +51,14 @@ pub use message::{
 };
 pub use record::{Exchange, Outcome, Recorded, Recording, Replay};
 pub use request::{ModelRequest, ModelRequestBuilder, ResponseFormat, ToolChoice};
-pub use response::{ModelResponse, StopReason, Usage};
+pub use response::{ModelResponse, StopReason};
 pub use scripted::{Expect, ScriptedModel, Turn};
 pub use stream::{ModelStream, PartialToolCalls, StreamCollector, StreamEvent, collect_stream};
 pub use tool::{Tool, ToolSet, ToolSpec};
 pub use typed::{
     LanguageModelExt, SchemaMismatch, TYPED_ATTEMPTS, TypedAnswer, TypedAnswerError, parse_answer,
 };
+pub use usage::{ModelPrice, PriceError, PriceTable, Usage};
 
 /// A language model: answers a [`ModelRequest`] whole or as a stream.
 ///

@@ -11,7 +11,8 @@ use crate::llm::LanguageModel;
 use crate::llm::error::ModelError;
 use crate::llm::message::Message;
 use crate::llm::request::{ModelRequest, ResponseFormat};
-use crate::llm::response::{StopReason, Usage};
+use crate::llm::response::StopReason;
+use crate::llm::usage::Usage;
 
 /// How many calls [`LanguageModelExt::complete_typed`] makes at most: the
 /// request, and one repair turn.

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
-    ModelStream, Reasoning, ResponseFormat, Role, StopReason, ToolCall, ToolChoice, Usage,
+    ModelStream, Reasoning, ResponseFormat, Role, StopReason, ToolCall, ToolChoice,
 };
 use harness_provider_http::{endpoint, merged_turns, request_body};
 use serde_json::{Value, json};
@@ -294,11 +294,7 @@ fn response(
     {
         stop_reason = StopReason::EndTurn;
     }
-    let usage = Usage::new(
-        wire.usage.input().unwrap_or(0),
-        wire.usage.output_tokens.unwrap_or(0),
-    );
-    Ok(ModelResponse::new(content, usage, stop_reason))
+    Ok(ModelResponse::new(content, wire.usage.usage(), stop_reason))
 }
 
 #[async_trait]

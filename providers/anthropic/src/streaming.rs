@@ -20,6 +20,8 @@ pub(crate) struct EventDecoder {
     thinking_blocks: Vec<(usize, Reasoning)>,
     input_tokens: u64,
     output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
     stop_reason: Option<String>,
     /// The request's answer tool, if it asked for a response format.
     answer: Option<AnswerTool>,
@@ -92,6 +94,12 @@ impl EventDecoder {
         }
         if let Some(output) = usage.output_tokens {
             self.output_tokens = output;
+        }
+        if let Some(read) = usage.cache_read_input_tokens {
+            self.cache_read_tokens = read;
+        }
+        if let Some(write) = usage.cache_creation_input_tokens {
+            self.cache_write_tokens = write;
         }
     }
 }
@@ -239,10 +247,11 @@ impl SseDecoder for EventDecoder {
                     });
                 }
                 let reason = stop_reason(self.stop_reason.as_deref())?;
-                out.push(StreamEvent::Usage(Usage::new(
-                    self.input_tokens,
-                    self.output_tokens,
-                )));
+                out.push(StreamEvent::Usage(
+                    Usage::new(self.input_tokens, self.output_tokens)
+                        .with_cache_read(self.cache_read_tokens)
+                        .with_cache_write(self.cache_write_tokens),
+                ));
                 out.push(StreamEvent::finish(reason));
                 return Ok(Flow::Done);
             }

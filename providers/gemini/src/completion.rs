@@ -301,11 +301,15 @@ pub(crate) fn stop_reason(reason: Option<&str>, has_calls: bool) -> Result<StopR
     })
 }
 
+/// Thoughts are billed as output, so they count in `output_tokens` too;
+/// cached content is part of `promptTokenCount`.
 pub(crate) fn usage(metadata: wire::UsageMetadata) -> Usage {
     Usage::new(
         metadata.prompt_token_count,
         metadata.candidates_token_count + metadata.thoughts_token_count,
     )
+    .with_cache_read(metadata.cached_content_token_count)
+    .with_reasoning(metadata.thoughts_token_count)
 }
 
 /// A blocked prompt is reported in `promptFeedback`, without candidates.

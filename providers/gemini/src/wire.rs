@@ -170,4 +170,6 @@ pub(crate) struct UsageMetadata {
     pub(crate) candidates_token_count: u64,
     #[serde(default)]
     pub(crate) thoughts_token_count: u64,
+    #[serde(default)]
+    pub(crate) cached_content_token_count: u64,
 }

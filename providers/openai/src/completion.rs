@@ -210,9 +210,23 @@ pub(crate) fn stop_reason(finish: Option<&str>, has_calls: bool) -> Result<StopR
     })
 }
 
+/// Usage with its details: cached prompt tokens (part of `prompt_tokens`)
+/// and reasoning tokens (part of `completion_tokens`).
 pub(crate) fn usage(usage: Option<wire::UsageIn>) -> Usage {
     usage
-        .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens))
+        .map(|u| {
+            Usage::new(u.prompt_tokens, u.completion_tokens)
+                .with_cache_read(
+                    u.prompt_tokens_details
+                        .and_then(|d| d.cached_tokens)
+                        .unwrap_or(0),
+                )
+                .with_reasoning(
+                    u.completion_tokens_details
+                        .and_then(|d| d.reasoning_tokens)
+                        .unwrap_or(0),
+                )
+        })
         .unwrap_or_default()
 }
 

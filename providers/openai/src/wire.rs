@@ -156,6 +156,22 @@ pub(crate) struct UsageIn {
     pub(crate) prompt_tokens: u64,
     #[serde(default)]
     pub(crate) completion_tokens: u64,
+    #[serde(default)]
+    pub(crate) prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    pub(crate) completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    pub(crate) cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct CompletionDetails {
+    #[serde(default)]
+    pub(crate) reasoning_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -193,7 +193,7 @@ async fn a_bad_answer_gets_one_repair_turn() {
         .await
         .unwrap();
     assert_eq!(answer.attempts, 2);
-    assert_eq!(answer.usage, Usage::new(48, 12));
+    assert_eq!(answer.usage, Usage::new(48, 12).with_cache_read(8));
     let bodies = requests(&server).await;
     let messages = bodies[1]["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 3);

@@ -59,7 +59,7 @@ async fn the_answer_is_asked_for_with_a_response_schema_in_gemini_s_subset() {
             note: None
         }
     );
-    assert_eq!(answer.usage, Usage::new(11, 7));
+    assert_eq!(answer.usage, Usage::new(11, 7).with_reasoning(3));
 
     let body = &requests(&server).await[0];
     let config = &body["generationConfig"];

@@ -656,3 +656,4 @@ async fn sampling_settings_that_are_not_finite_numbers_are_refused_before_sendin
 }
 
 mod typed;
+mod usage;
