@@ -81,7 +81,71 @@ impl ResponseFormat {
         self.strict = strict;
         self
     }
+
+    /// Whether the schema describes a JSON object (`"type": "object"`, or
+    /// `properties` without a type). Tool inputs and OpenAI's strict mode
+    /// accept only objects; see [`ResponseFormat::object_schema`].
+    pub fn is_object(&self) -> bool {
+        match self.schema.get("type") {
+            Some(kind) => kind == "object",
+            None => self.schema.get("properties").is_some(),
+        }
+    }
+
+    /// The schema as an object schema, for providers that accept only
+    /// objects: the schema itself if [it is one](ResponseFormat::is_object),
+    /// else an object whose one required property `value` is the answer
+    /// (`$defs` stay at the root, where `$ref`s point).
+    /// [`ResponseFormat::unwrap_answer`] takes the answer back out.
+    ///
+    /// ```
+    /// use harness::llm::ResponseFormat;
+    ///
+    /// let format = ResponseFormat::for_type::<Vec<u32>>();
+    /// assert_eq!(format.object_schema()["properties"]["value"]["type"], "array");
+    /// assert_eq!(format.unwrap_answer(r#"{"value": [1, 2]}"#), "[1,2]");
+    /// ```
+    pub fn object_schema(&self) -> Value {
+        if self.is_object() {
+            return self.schema.clone();
+        }
+        let mut inner = self.schema.clone();
+        let mut wrapper = Map::new();
+        wrapper.insert("type".to_owned(), Value::from("object"));
+        if let Value::Object(map) = &mut inner {
+            for key in ["$defs", "definitions"] {
+                if let Some(defs) = map.remove(key) {
+                    wrapper.insert(key.to_owned(), defs);
+                }
+            }
+        }
+        let mut properties = Map::new();
+        properties.insert(WRAPPED.to_owned(), inner);
+        wrapper.insert("properties".to_owned(), Value::Object(properties));
+        wrapper.insert("required".to_owned(), Value::from(vec![WRAPPED]));
+        Value::Object(wrapper)
+    }
+
+    /// The answer's JSON text from `text`, an answer shaped by
+    /// [`ResponseFormat::object_schema`]: `text` itself when the schema is
+    /// an object, else the `value` member. Text that is not such an object
+    /// (cut off, not JSON) comes back unchanged, for the caller to report.
+    pub fn unwrap_answer(&self, text: &str) -> String {
+        if self.is_object() {
+            return text.to_owned();
+        }
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(mut map)) if map.len() == 1 && map.contains_key(WRAPPED) => map
+                .remove(WRAPPED)
+                .map_or_else(|| text.to_owned(), |value| value.to_string()),
+            _ => text.to_owned(),
+        }
+    }
 }
+
+/// The property a non-object answer is wrapped in; see
+/// [`ResponseFormat::object_schema`].
+const WRAPPED: &str = "value";
 
 /// `name` with characters providers reject replaced by `_`, cut to 64
 /// characters; `answer` if nothing is left.

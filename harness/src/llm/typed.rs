@@ -11,7 +11,7 @@ use crate::llm::LanguageModel;
 use crate::llm::error::ModelError;
 use crate::llm::message::Message;
 use crate::llm::request::{ModelRequest, ResponseFormat};
-use crate::llm::response::StopReason;
+use crate::llm::response::{ModelResponse, StopReason};
 use crate::llm::usage::Usage;
 
 /// How many calls [`LanguageModelExt::complete_typed`] makes at most: the
@@ -62,6 +62,21 @@ pub enum TypedAnswerError {
         #[source]
         source: ModelError,
     },
+    /// The model called tools instead of answering (the request offered
+    /// some). Run them, append the results and ask again, or ask without
+    /// tools.
+    #[error(
+        "the model called tools ({}) instead of giving a `{type_name}`; run them and ask again, or ask without tools",
+        tool_names(response)
+    )]
+    ToolCalls {
+        /// The Rust type asked for.
+        type_name: String,
+        /// The model's answer, with its tool calls.
+        response: Box<ModelResponse>,
+        /// Tokens spent on the calls made.
+        usage: Usage,
+    },
     /// The answer still did not fit the type after the repair turn.
     #[error(
         "the model's answer is not a valid `{type_name}` after {attempts} attempts, {mismatch}; its answer was: {}",
@@ -79,6 +94,14 @@ pub enum TypedAnswerError {
         /// Tokens spent on them.
         usage: Usage,
     },
+}
+
+fn tool_names(response: &ModelResponse) -> String {
+    response
+        .tool_calls()
+        .map(|call| format!("`{}`", call.name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// At most 300 characters of `raw`, for error messages.
@@ -205,7 +228,9 @@ pub trait LanguageModelExt: LanguageModel {
     /// mode constrain the model. The answer's text is parsed with
     /// [`parse_answer`]; if it does not fit, one repair turn sends the
     /// answer and the mismatch back to the model, and if that answer does
-    /// not fit either the result is [`TypedAnswerError::Mismatch`].
+    /// not fit either the result is [`TypedAnswerError::Mismatch`]. An
+    /// answer that calls tools (when the request offers some) is
+    /// [`TypedAnswerError::ToolCalls`].
     fn complete_typed<T>(
         &self,
         request: &ModelRequest,
@@ -233,6 +258,13 @@ pub trait LanguageModelExt: LanguageModel {
                             source,
                         })?;
                 usage += response.usage;
+                if response.has_tool_calls() {
+                    return Err(TypedAnswerError::ToolCalls {
+                        type_name,
+                        response: Box::new(response),
+                        usage,
+                    });
+                }
                 let raw = response.text();
                 let mismatch = match parse_answer::<T>(&raw) {
                     Ok(value) => {
@@ -366,6 +398,33 @@ mod tests {
         );
     }
 
+    #[test]
+    fn non_object_answers_wrap_and_unwrap() {
+        let object = ResponseFormat::for_type::<Order>();
+        assert!(object.is_object());
+        assert_eq!(object.object_schema(), object.schema);
+        assert_eq!(object.unwrap_answer(GOOD), GOOD);
+
+        let list = ResponseFormat::for_type::<Vec<Item>>();
+        assert!(!list.is_object());
+        let wrapped = list.object_schema();
+        assert!(wrapped["$defs"]["Item"].is_object(), "{wrapped}");
+        assert!(wrapped["properties"]["value"].get("$defs").is_none());
+        assert_eq!(
+            list.unwrap_answer(r#"{"value": [{"name": "tea", "price": 1.0}]}"#),
+            r#"[{"name":"tea","price":1.0}]"#
+        );
+        // Anything else comes back as it was, for the parser to report.
+        for raw in [
+            r#"{"value": [1"#,
+            "[1, 2]",
+            r#"{"value": 1, "more": 2}"#,
+            "nope",
+        ] {
+            assert_eq!(list.unwrap_answer(raw), raw);
+        }
+    }
+
     #[tokio::test]
     async fn a_good_first_answer_needs_no_repair_and_the_request_carries_the_format() {
         let model = ScriptedModel::new([
@@ -421,6 +480,24 @@ mod tests {
             message.contains("Order") && message.contains("at `id`"),
             "{message}"
         );
+    }
+
+    #[tokio::test]
+    async fn tool_calls_instead_of_an_answer_are_handed_back() {
+        let call = crate::llm::ToolCall::new("c1", "lookup", serde_json::json!({ "id": 7 }));
+        let model = ScriptedModel::new([Expect::any()
+            .reply(ModelResponse::from_tool_call(call.clone()).with_usage(Usage::new(5, 2)))]);
+        let error = model.complete_typed::<Order>(&request()).await.unwrap_err();
+        let TypedAnswerError::ToolCalls {
+            response, usage, ..
+        } = &error
+        else {
+            panic!("{error}");
+        };
+        assert_eq!(response.tool_calls().next(), Some(&call));
+        assert_eq!(*usage, Usage::new(5, 2));
+        assert!(error.to_string().contains("`lookup`"), "{error}");
+        assert_eq!(model.requests().len(), 1, "no repair turn for tool calls");
     }
 
     #[tokio::test]

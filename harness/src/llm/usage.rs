@@ -267,9 +267,9 @@ impl ModelPrice {
 ///
 /// let prices = PriceTable::new()
 ///     .with("gpt-4o", ModelPrice::new(2.5, 10.0)?)
-///     .with("gpt-4o-mini", ModelPrice::new(0.15, 0.6)?);
+///     .with("gpt-4o-mini", ModelPrice::new(0.25, 0.5)?);
 /// let usage = Usage::new(2_000_000, 1_000_000);
-/// assert_eq!(prices.cost("gpt-4o-mini-2024-07-18", &usage), Some(0.9));
+/// assert_eq!(prices.cost("gpt-4o-mini-2024-07-18", &usage), Some(1.0));
 /// assert_eq!(prices.cost("gpt-4o", &usage), Some(15.0));
 /// assert_eq!(prices.cost("claude-sonnet", &usage), None);
 /// # Ok::<(), harness::llm::PriceError>(())

@@ -59,12 +59,14 @@ impl CompletionModel {
             Some(format) => {
                 let answer = AnswerTool::new(format);
                 tools.push(wire::ToolOut {
-                    name: answer.name.clone(),
+                    name: answer.name().to_owned(),
                     description: ANSWER_TOOL_DESCRIPTION.to_owned(),
-                    input_schema: answer.input_schema(&format.schema),
+                    input_schema: answer.input_schema(),
                 });
                 Some(match &request.tool_choice {
-                    _ if request.tools.is_empty() => json!({ "type": "tool", "name": answer.name }),
+                    _ if request.tools.is_empty() => {
+                        json!({ "type": "tool", "name": answer.name() })
+                    }
                     ToolChoice::Tool(name) => json!({ "type": "tool", "name": name }),
                     _ => json!({ "type": "any" }),
                 })
@@ -96,63 +98,33 @@ impl CompletionModel {
 const ANSWER_TOOL_DESCRIPTION: &str =
     "Give your final answer by calling this tool; its input is the answer.";
 
-/// The key a non-object answer is wrapped under, since a tool's input must
-/// be an object.
-const WRAPPED: &str = "value";
-
-/// How a [`ResponseFormat`] is asked for: a tool whose input is the answer,
-/// which the request forces the model to call.
+/// How a [`ResponseFormat`] is asked for: a tool whose input is the answer
+/// (wrapped in an object when it is not one), which the request forces the
+/// model to call.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AnswerTool {
-    /// The tool's name: the format's name.
-    pub(crate) name: String,
-    /// Whether the answer is not an object and so travels as `{"value": …}`.
-    pub(crate) wrapped: bool,
+    format: ResponseFormat,
 }
 
 impl AnswerTool {
     pub(crate) fn new(format: &ResponseFormat) -> Self {
-        let kind = format.schema.get("type");
-        let is_object = kind == Some(&json!("object"))
-            || (kind.is_none() && format.schema.get("properties").is_some());
         Self {
-            name: format.name.clone(),
-            wrapped: !is_object,
+            format: format.clone(),
         }
     }
 
-    /// The tool's input schema; `$defs` stay at the root, where `$ref`s
-    /// point.
-    fn input_schema(&self, schema: &Value) -> Value {
-        if !self.wrapped {
-            return input_schema(schema);
-        }
-        let mut inner = schema.clone();
-        let mut wrapper = json!({
-            "type": "object",
-            "properties": {},
-            "required": [WRAPPED],
-        });
-        if let Value::Object(map) = &mut inner {
-            map.remove("$schema");
-            for key in ["$defs", "definitions"] {
-                if let Some(defs) = map.remove(key) {
-                    wrapper[key] = defs;
-                }
-            }
-        }
-        wrapper["properties"][WRAPPED] = inner;
-        wrapper
+    /// The tool's name: the format's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.format.name
+    }
+
+    fn input_schema(&self) -> Value {
+        input_schema(&self.format.object_schema())
     }
 
     /// The answer's JSON text from the tool's input.
     pub(crate) fn answer(&self, input: &Value) -> String {
-        match input {
-            Value::Object(map) if self.wrapped => map
-                .get(WRAPPED)
-                .map_or_else(|| input.to_string(), Value::to_string),
-            _ => input.to_string(),
-        }
+        self.format.unwrap_answer(&input.to_string())
     }
 }
 
@@ -270,7 +242,7 @@ fn response(
         .filter_map(|block| match block {
             wire::BlockIn::Text { text } => Some(ContentPart::text(text)),
             wire::BlockIn::ToolUse { name, input, .. }
-                if answer.is_some_and(|answer| answer.name == name) =>
+                if answer.is_some_and(|answer| answer.name() == name) =>
             {
                 answer.map(|answer| ContentPart::text(answer.answer(&input)))
             }

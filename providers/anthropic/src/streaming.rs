@@ -124,7 +124,7 @@ impl SseDecoder for EventDecoder {
                     }
                 }
                 wire::BlockStartIn::ToolUse { name, input, .. }
-                    if self.answer.as_ref().is_some_and(|a| a.name == name) =>
+                    if self.answer.as_ref().is_some_and(|a| a.name() == name) =>
                 {
                     let start = if input.as_object().is_some_and(|o| !o.is_empty()) {
                         input.to_string()

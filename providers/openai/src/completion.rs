@@ -90,16 +90,18 @@ impl CompletionModel {
     }
 }
 
-/// Structured outputs: the schema made strict-compatible when `strict`.
+/// Structured outputs: the schema as an object (an answer that is not one
+/// travels as `{"value": …}`), made strict-compatible when `strict`.
 fn response_format(format: &ResponseFormat) -> wire::ResponseFormatOut {
+    let schema = format.object_schema();
     wire::ResponseFormatOut {
         kind: "json_schema",
         json_schema: wire::JsonSchemaOut {
             name: format.name.clone(),
             schema: if format.strict {
-                strict_schema(&format.schema)
+                strict_schema(&schema)
             } else {
-                format.schema.clone()
+                schema
             },
             strict: format.strict,
         },
@@ -230,7 +232,20 @@ pub(crate) fn usage(usage: Option<wire::UsageIn>) -> Usage {
         .unwrap_or_default()
 }
 
-fn response(wire: wire::ChatResponse) -> Result<ModelResponse, ModelError> {
+/// The request's format if its answer travels wrapped (see
+/// [`ResponseFormat::object_schema`]) and must be unwrapped.
+pub(crate) fn wrapped(request: &ModelRequest) -> Option<ResponseFormat> {
+    request
+        .response_format
+        .as_ref()
+        .filter(|format| !format.is_object())
+        .cloned()
+}
+
+fn response(
+    wire: wire::ChatResponse,
+    wrapped: Option<&ResponseFormat>,
+) -> Result<ModelResponse, ModelError> {
     let choice = wire
         .choices
         .into_iter()
@@ -242,7 +257,10 @@ fn response(wire: wire::ChatResponse) -> Result<ModelResponse, ModelError> {
     }
     let mut content = Vec::new();
     if let Some(text) = message.content.filter(|t| !t.is_empty()) {
-        content.push(ContentPart::text(text));
+        content.push(ContentPart::text(match wrapped {
+            Some(format) => format.unwrap_answer(&text),
+            None => text,
+        }));
     }
     for (index, call) in message
         .tool_calls
@@ -285,7 +303,7 @@ impl LanguageModel for CompletionModel {
             .connection
             .post_json(&self.model, &self.url(), &body)
             .await?;
-        response(wire)
+        response(wire, wrapped(request).as_ref())
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
@@ -293,7 +311,12 @@ impl LanguageModel for CompletionModel {
         self.client
             .inner
             .connection
-            .post_stream(&self.model, &self.url(), &body, ChunkDecoder::default())
+            .post_stream(
+                &self.model,
+                &self.url(),
+                &body,
+                ChunkDecoder::new(wrapped(request)),
+            )
             .await
     }
 

@@ -237,3 +237,72 @@ async fn a_lax_format_sends_the_schema_unchanged() {
         format.schema
     );
 }
+
+#[tokio::test]
+async fn an_answer_that_is_not_an_object_travels_wrapped_whole_or_streamed() {
+    let server = MockServer::start().await;
+    let wrapped = r#"{"value":[{"high":3.5,"sky":"cloudy"}]}"#;
+    Mock::given(method("POST"))
+        .respond_with(text_answer(wrapped, "stop"))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            sse(
+                &[
+                    chunk(
+                        json!({ "role": "assistant", "content": "{\"value\":[{\"high\"" }),
+                        Value::Null,
+                    ),
+                    chunk(json!({ "content": ":1,\"sky\":\"clear\"}]}" }), Value::Null),
+                    chunk(json!({}), json!("stop")),
+                ],
+                true,
+            ),
+            "text/event-stream",
+        ))
+        .mount(&server)
+        .await;
+    let model = model(&server);
+    let answer = model
+        .complete_typed::<Vec<Day>>(&forecast_request())
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.value,
+        vec![Day {
+            high: 3.5,
+            sky: Sky::Cloudy
+        }]
+    );
+    let body = &requests(&server).await[0];
+    let schema = &body["response_format"]["json_schema"]["schema"];
+    assert_eq!(
+        body["response_format"]["json_schema"]["name"],
+        "Array_of_Day"
+    );
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["required"], json!(["value"]));
+    assert_eq!(schema["additionalProperties"], false);
+    assert_eq!(
+        schema["properties"]["value"]["items"]["$ref"],
+        "#/$defs/Day"
+    );
+    assert_eq!(schema["$defs"]["Day"]["additionalProperties"], false);
+
+    let request = ModelRequest::builder()
+        .user("Forecast")
+        .response_format(harness::llm::ResponseFormat::for_type::<Vec<Day>>())
+        .build();
+    let response = collect_stream(model.stream(&request).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        harness::llm::parse_answer::<Vec<Day>>(&response.text()).unwrap(),
+        vec![Day {
+            high: 1.0,
+            sky: Sky::Clear
+        }]
+    );
+}
