@@ -215,6 +215,7 @@ pub struct McpClient {
     shared: Arc<Shared>,
     service: Arc<RunningService<RoleClient, Handler>>,
     call_timeout: Duration,
+    prefix: String,
 }
 
 impl fmt::Debug for McpClient {
@@ -231,6 +232,7 @@ impl fmt::Debug for McpClient {
                     .collect::<Vec<_>>(),
             )
             .field("call_timeout", &self.call_timeout)
+            .field("prefix", &self.prefix)
             .finish()
     }
 }
@@ -290,7 +292,30 @@ impl McpClient {
             shared,
             service: Arc::new(service),
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            prefix: String::new(),
         })
+    }
+
+    /// Offers the tools to the model as `{prefix}{name}`, builder-style, so
+    /// that two servers' tools of the same name can share a [`ToolSet`]
+    /// (e.g. `github_search` and `docs_search`). Calls still use the
+    /// server's own names, and errors name them.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Closes the connection (a server this client started is stopped).
+    /// Calls made afterwards, through tools handed out before too, fail
+    /// with [`McpError::Disconnected`].
+    pub fn close(&self) {
+        self.service.cancellation_token().cancel();
+    }
+
+    /// Whether the connection is closed: by [`close`](Self::close), or
+    /// because the server went away.
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed()
     }
 
     /// Sets how long a tool call may take, builder-style (default
@@ -305,9 +330,10 @@ impl McpClient {
         &self.shared.name
     }
 
-    /// The server's tools as last listed.
+    /// The server's tools as last listed, as offered to the model (with
+    /// the [prefix](Self::with_prefix), if any).
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.shared.tools()
+        self.tools().into_iter().map(|tool| tool.spec).collect()
     }
 
     /// The server's tools as last listed, each calling the server.
@@ -315,11 +341,16 @@ impl McpClient {
         self.shared
             .tools()
             .into_iter()
-            .map(|spec| McpTool {
-                shared: Arc::clone(&self.shared),
-                service: Arc::clone(&self.service),
-                spec,
-                call_timeout: self.call_timeout,
+            .map(|mut spec| {
+                let remote = spec.name.clone();
+                spec.name = format!("{}{remote}", self.prefix);
+                McpTool {
+                    shared: Arc::clone(&self.shared),
+                    service: Arc::clone(&self.service),
+                    spec,
+                    remote,
+                    call_timeout: self.call_timeout,
+                }
             })
             .collect()
     }
@@ -351,7 +382,8 @@ impl McpClient {
         self.shared.listed.subscribe()
     }
 
-    /// Calls the server's tool `tool` with `arguments` (a JSON object) and
+    /// Calls the server's tool `tool` (its own name, without the prefix)
+    /// with `arguments` (a JSON object) and
     /// returns its output as text; see [`McpTool`] for how content becomes
     /// text.
     pub async fn call(&self, tool: &str, arguments: Value) -> Result<String, McpError> {
@@ -374,7 +406,10 @@ impl McpClient {
 pub struct McpTool {
     shared: Arc<Shared>,
     service: Arc<RunningService<RoleClient, Handler>>,
+    /// As offered to the model.
     spec: ToolSpec,
+    /// The server's name for it.
+    remote: String,
     call_timeout: Duration,
 }
 
@@ -382,7 +417,8 @@ impl fmt::Debug for McpTool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("McpTool")
             .field("server", &self.shared.name)
-            .field("tool", &self.spec.name)
+            .field("tool", &self.remote)
+            .field("offered_as", &self.spec.name)
             .finish()
     }
 }
@@ -412,7 +448,7 @@ impl Tool for McpTool {
         call(
             &self.shared,
             &self.service,
-            &self.spec.name,
+            &self.remote,
             args,
             self.call_timeout,
         )

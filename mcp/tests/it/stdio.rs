@@ -182,3 +182,46 @@ async fn a_server_that_cannot_start_or_does_not_speak_mcp_is_a_typed_error() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_prefix_keeps_two_servers_tools_apart() {
+    let first = connect().await.with_prefix("one_");
+    let second = connect().await.with_prefix("two_");
+    let mut tools = first.tool_set();
+    second.add_to(&mut tools);
+    assert_eq!(tools.len(), 10);
+    assert!(tools.contains("one_add") && tools.contains("two_add") && !tools.contains("add"));
+    let result = tools
+        .dispatch(&ToolCall::new("c1", "two_add", json!({ "a": 3, "b": 4 })))
+        .await
+        .unwrap();
+    assert_eq!(result.content, "7");
+    // Errors name the server's own tool.
+    let result = tools
+        .dispatch_or_report(&ToolCall::new("c2", "one_fail", json!({ "reason": "x" })))
+        .await;
+    assert!(
+        result.is_error && result.content.contains("tool `fail`"),
+        "{}",
+        result.content
+    );
+}
+
+#[tokio::test]
+async fn a_closed_client_s_tools_fail_as_disconnected() {
+    let client = connect().await;
+    let tools = client.tool_set();
+    assert!(!client.is_closed());
+    client.close();
+    let error = tools
+        .dispatch(&ToolCall::new("c1", "add", json!({ "a": 1, "b": 2 })))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("lost the connection to MCP server `pytest-server`"),
+        "{error}"
+    );
+    assert!(client.is_closed());
+}
