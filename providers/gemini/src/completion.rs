@@ -62,18 +62,21 @@ impl CompletionModel {
             }]
         };
         let (system_instruction, contents) = contents(&request.messages);
+        let structured = request
+            .response_format
+            .as_ref()
+            .filter(|_| request.tools.is_empty());
         let generation_config = wire::GenerationConfig {
             temperature: request.temperature,
             top_p: request.top_p,
             max_output_tokens: request.max_tokens,
             stop_sequences: request.stop_sequences.clone(),
             // Structured output: JSON constrained by the schema, reduced to
-            // the subset `responseSchema` accepts.
-            response_mime_type: request.response_format.as_ref().map(|_| "application/json"),
-            response_schema: request
-                .response_format
-                .as_ref()
-                .map(|format| gemini_schema(&format.schema)),
+            // the subset `responseSchema` accepts. Gemini refuses it together
+            // with function calling, so a request with tools goes without
+            // (its answer is still validated by `complete_typed`).
+            response_mime_type: structured.map(|_| "application/json"),
+            response_schema: structured.map(|format| gemini_schema(&format.schema)),
         };
         let is_default = generation_config.temperature.is_none()
             && generation_config.top_p.is_none()

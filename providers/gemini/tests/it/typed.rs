@@ -202,3 +202,32 @@ async fn a_safety_block_is_a_model_error() {
         "{error}"
     );
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct CityArgs {
+    city: String,
+}
+
+#[tokio::test]
+async fn with_tools_the_schema_is_not_sent_since_gemini_refuses_both() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(text_answer(GOOD, "STOP"))
+        .mount(&server)
+        .await;
+    let request = ModelRequest::builder()
+        .user("Forecast for Paris")
+        .tool(ToolSpec::from_args::<CityArgs>("lookup", "Looks a city up"))
+        .build();
+    let answer = model(&server)
+        .complete_typed::<Forecast>(&request)
+        .await
+        .unwrap();
+    assert_eq!(answer.value.city, "Paris");
+    let body = &requests(&server).await[0];
+    assert!(body.get("generationConfig").is_none(), "{body}");
+    assert_eq!(
+        body["tools"][0]["functionDeclarations"][0]["name"],
+        "lookup"
+    );
+}
