@@ -203,11 +203,6 @@ async fn a_safety_block_is_a_model_error() {
     );
 }
 
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct CityArgs {
-    city: String,
-}
-
 #[tokio::test]
 async fn with_tools_the_schema_is_not_sent_since_gemini_refuses_both() {
     let server = MockServer::start().await;
@@ -217,7 +212,11 @@ async fn with_tools_the_schema_is_not_sent_since_gemini_refuses_both() {
         .await;
     let request = ModelRequest::builder()
         .user("Forecast for Paris")
-        .tool(ToolSpec::from_args::<CityArgs>("lookup", "Looks a city up"))
+        .tool(ToolSpec::new(
+            "lookup",
+            "Looks a city up",
+            json!({ "type": "object", "properties": { "city": { "type": "string" } } }),
+        ))
         .build();
     let answer = model(&server)
         .complete_typed::<Forecast>(&request)
