@@ -40,14 +40,94 @@ use async_trait::async_trait;
 use harness::llm::{Tool, ToolSet, ToolSpec};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
 use tokio::sync::watch;
 
 /// How long a tool call may take before it fails with
-/// [`McpError::Timeout`], unless set with [`McpClient::with_call_timeout`].
+/// [`McpError::Timeout`], unless [`McpOptions::call_timeout`] says otherwise.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long connecting (the handshake and the first listing of tools) may
+/// take, unless [`McpOptions::connect_timeout`] says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How to connect to a server; [`McpOptions::default`] for the defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use harness_mcp::McpOptions;
+///
+/// let options = McpOptions::default()
+///     .connect_timeout(Duration::from_secs(10))
+///     .prefix("github_")
+///     .bearer_token("ghp_…");
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct McpOptions {
+    /// Limit on connecting: the handshake and the first listing of tools.
+    pub connect_timeout: Duration,
+    /// Limit on each tool call.
+    pub call_timeout: Duration,
+    /// Offer the tools as `{prefix}{name}`; see [`McpClient::with_prefix`].
+    pub prefix: String,
+    /// A token sent as `Authorization: Bearer …` (streamable HTTP only).
+    pub bearer_token: Option<String>,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            prefix: String::new(),
+            bearer_token: None,
+        }
+    }
+}
+
+impl fmt::Debug for McpOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpOptions")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("call_timeout", &self.call_timeout)
+            .field("prefix", &self.prefix)
+            .field(
+                "bearer_token",
+                &self.bearer_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl McpOptions {
+    /// Sets the limit on connecting.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the limit on each tool call.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Sets the prefix of the tools' names.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the bearer token sent to an HTTP server.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.bearer_token = Some(token.into());
+        self
+    }
+}
 
 /// Why talking to an MCP server failed. Every message names the server,
 /// and the tool when there is one.
@@ -239,34 +319,66 @@ impl fmt::Debug for McpClient {
 
 impl McpClient {
     /// Starts `command` and talks MCP with it over its stdin and stdout
-    /// (its stderr is inherited). `name` names the server in errors.
+    /// (its stderr is inherited), with the default [`McpOptions`]. `name`
+    /// names the server in errors.
     pub async fn stdio(
         name: impl Into<String>,
         command: tokio::process::Command,
     ) -> Result<Self, McpError> {
+        Self::stdio_with(name, command, McpOptions::default()).await
+    }
+
+    /// [`McpClient::stdio`] with `options`.
+    pub async fn stdio_with(
+        name: impl Into<String>,
+        mut command: tokio::process::Command,
+        options: McpOptions,
+    ) -> Result<Self, McpError> {
         let name = name.into();
+        // The SDK kills the process from a task it spawns when the
+        // transport is dropped; a runtime shutting down drops that task, so
+        // the process is also killed when its handle is dropped.
+        command.kill_on_drop(true);
         let line = format!("{:?}", command.as_std());
         let transport = TokioChildProcess::new(command).map_err(|e| McpError::Spawn {
             server: name.clone(),
             command: line,
             message: e.to_string(),
         })?;
-        Self::connect(name, transport).await
+        Self::connect(name, transport, options).await
     }
 
     /// Connects to a server's streamable-HTTP endpoint, e.g.
-    /// `http://127.0.0.1:8000/mcp`. `name` names the server in errors.
+    /// `http://127.0.0.1:8000/mcp`, with the default [`McpOptions`]. `name`
+    /// names the server in errors.
     pub async fn http(name: impl Into<String>, url: &str) -> Result<Self, McpError> {
+        Self::http_with(name, url, McpOptions::default()).await
+    }
+
+    /// [`McpClient::http`] with `options` (a bearer token among them).
+    pub async fn http_with(
+        name: impl Into<String>,
+        url: &str,
+        options: McpOptions,
+    ) -> Result<Self, McpError> {
         // reqwest is built without a default TLS crypto provider (see the
         // providers); install ring's unless one is installed already.
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
-        Self::connect(name.into(), transport).await
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(token) = &options.bearer_token {
+            config = config.auth_header(token.clone());
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        Self::connect(name.into(), transport, options).await
     }
 
-    async fn connect<T, E, A>(name: String, transport: T) -> Result<Self, McpError>
+    async fn connect<T, E, A>(
+        name: String,
+        transport: T,
+        options: McpOptions,
+    ) -> Result<Self, McpError>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
@@ -280,19 +392,29 @@ impl McpClient {
         let handler = Handler {
             shared: Arc::clone(&shared),
         };
-        let service = handler
-            .serve(transport)
+        let limit = options.connect_timeout;
+        let connecting = async {
+            let service = handler
+                .serve(transport)
+                .await
+                .map_err(|e| McpError::Connect {
+                    server: name.clone(),
+                    message: e.to_string(),
+                })?;
+            shared.list(service.peer()).await?;
+            Ok(service)
+        };
+        let service = tokio::time::timeout(limit, connecting)
             .await
-            .map_err(|e| McpError::Connect {
-                server: name,
-                message: e.to_string(),
-            })?;
-        shared.list(service.peer()).await?;
+            .map_err(|_| McpError::Connect {
+                server: name.clone(),
+                message: format!("the server did not finish the handshake within {limit:?}"),
+            })??;
         Ok(Self {
             shared,
             service: Arc::new(service),
-            call_timeout: DEFAULT_CALL_TIMEOUT,
-            prefix: String::new(),
+            call_timeout: options.call_timeout,
+            prefix: options.prefix,
         })
     }
 

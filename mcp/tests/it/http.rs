@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::process::Stdio;
 
 use harness::llm::ToolCall;
-use harness_mcp::{McpClient, McpError};
+use harness_mcp::{McpClient, McpError, McpOptions};
 use serde_json::json;
 use tokio::process::Child;
 
@@ -19,18 +19,26 @@ struct Server {
 /// Starts the test server on a free port and waits until it accepts
 /// connections.
 async fn start() -> Server {
+    start_with_token(None).await
+}
+
+/// [`start`], the server requiring `token` as a bearer token if given.
+async fn start_with_token(token: Option<&str>) -> Server {
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let mut child = tokio::process::Command::new(python())
+    let mut command = tokio::process::Command::new(python());
+    command
         .arg(server_script())
         .args(["http", &port.to_string()])
         .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .kill_on_drop(true);
+    if let Some(token) = token {
+        command.env("HARNESS_MCP_TOKEN", token);
+    }
+    let mut child = command.spawn().unwrap();
     let ready = async {
         loop {
             if tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
@@ -140,4 +148,38 @@ async fn nothing_listening_is_a_connect_error() {
         matches!(&error, McpError::Connect { server, .. } if server == "nobody"),
         "{error}"
     );
+}
+
+#[tokio::test]
+async fn a_bearer_token_is_sent_and_a_refused_one_is_a_connect_error() {
+    let server = start_with_token(Some("s3cret")).await;
+    let options = McpOptions::default().call_timeout(PATIENCE);
+    for wrong in [None, Some("guess")] {
+        let mut options = options.clone();
+        if let Some(token) = wrong {
+            options = options.bearer_token(token);
+        }
+        let error = tokio::time::timeout(
+            PATIENCE,
+            McpClient::http_with("guarded", &server.url, options),
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+        assert!(
+            matches!(&error, McpError::Connect { server, .. } if server == "guarded"),
+            "{wrong:?}: {error}"
+        );
+    }
+    let client = McpClient::http_with("guarded", &server.url, options.bearer_token("s3cret"))
+        .await
+        .unwrap();
+    assert_eq!(
+        client
+            .call("add", json!({ "a": 20, "b": 22 }))
+            .await
+            .unwrap(),
+        "42"
+    );
+    assert!(!format!("{:?}", McpOptions::default().bearer_token("s3cret")).contains("s3cret"));
 }

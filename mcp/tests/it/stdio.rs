@@ -1,7 +1,7 @@
 //! A server started as a child process, over its stdin and stdout.
 
 use harness::llm::{ToolCall, ToolError};
-use harness_mcp::{McpClient, McpError};
+use harness_mcp::{McpClient, McpError, McpOptions};
 use serde_json::json;
 
 use super::*;
@@ -224,4 +224,38 @@ async fn a_closed_client_s_tools_fail_as_disconnected() {
         "{error}"
     );
     assert!(client.is_closed());
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_the_handshake_is_a_connect_error() {
+    // The sleeper writes its pid, so that the test can see it stopped.
+    let pid_file = std::env::temp_dir().join(format!("harness-mcp-sleeper-{}", std::process::id()));
+    let mut command = tokio::process::Command::new(python());
+    command.args([
+        "-c",
+        "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)",
+    ]);
+    command.arg(&pid_file);
+    let options = McpOptions::default().connect_timeout(Duration::from_secs(3));
+    let error = McpClient::stdio_with("sleeper", command, options)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, McpError::Connect { server, message }
+            if server == "sleeper" && message.contains("did not finish the handshake")),
+        "{error}"
+    );
+    // The server it started is stopped, not left behind.
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let _ = std::fs::remove_file(&pid_file);
+    let gone = async {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, gone).await.unwrap();
 }

@@ -2,6 +2,10 @@
 
     python harness_test_server.py stdio
     python harness_test_server.py http PORT
+    HARNESS_MCP_TOKEN=secret python harness_test_server.py http PORT
+
+Over HTTP with `HARNESS_MCP_TOKEN` set, requests without
+`Authorization: Bearer <token>` are refused with 401.
 
 Tools: `add`, `echo`, `fail` (an isError result), `unlock` (adds the tool
 `bonus` and says the tool list changed) and `die` (the process exits in the
@@ -72,6 +76,33 @@ def die() -> str:
     os._exit(3)
 
 
+def require_token(app, token):
+    """The ASGI app `app`, refusing HTTP requests without the bearer token."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"missing or wrong bearer token"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 if __name__ == "__main__":
     transport = sys.argv[1] if len(sys.argv) > 1 else "stdio"
-    server.run("streamable-http" if transport == "http" else "stdio")
+    token = os.environ.get("HARNESS_MCP_TOKEN")
+    if transport == "http" and token:
+        import uvicorn
+
+        app = require_token(server.streamable_http_app(), token)
+        uvicorn.run(app, host="127.0.0.1", port=server.settings.port, log_level="warning")
+    else:
+        server.run("streamable-http" if transport == "http" else "stdio")
