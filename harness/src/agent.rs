@@ -3,12 +3,13 @@
 
 use crate::error::{NoInterrupt, NoSession, SessionError, SessionPendingInterrupt, StoreError};
 use crate::graph::{Harness, HarnessInner};
+use crate::ids::TaskPath;
 use crate::ids::{InterruptId, RunId, SessionId};
-use crate::run::{Execution, Run, SessionLink};
+use crate::run::{Execution, Run, SessionLink, attach_sub_journals, task_from};
 use crate::session::head::{self, check_owner};
 use crate::session::{
-    Busy, CheckpointInfo, Holder, SessionCursor, SessionPhase, SessionStore, Span, StoredRun,
-    Submitted, read_log, rebuild,
+    Busy, CheckpointInfo, Holder, Journals, SessionCursor, SessionPhase, SessionStore, Span,
+    StoredRun, Submitted, journals, read_log, rebuild, rebuild_tasks,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
@@ -310,12 +311,12 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let Continuation {
             run_id,
             at,
-            journal,
+            mut journals,
             input,
             answering,
         } = from;
         let store = Arc::clone(self.store()?);
-        let mut state: S = rebuild(&*store, &head, None).await?;
+        let mut tasks = rebuild_tasks::<S>(&*store, &head, None).await?;
         let input_update = match &input {
             Some(v) => Some(serde_json::from_value::<S::Update>(v.clone()).map_err(|e| {
                 SessionError::Store(StoreError::backend(format!(
@@ -327,29 +328,44 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let session_id = head.session_id.clone();
         let next_step = Some(self.inner.harness.steps[at].name.to_string());
         let run_id_used = run_id.clone().unwrap_or_else(|| head.run_id.clone());
+        let mut root = task_from(
+            &self.inner.harness,
+            &head.session_id,
+            &mut tasks,
+            &mut journals,
+            TaskPath::root(),
+            at,
+            None,
+        )?;
+        attach_sub_journals(&mut root, journals);
         let cursor = SessionCursor::acquire(
             Arc::clone(&store),
             self.inner.harness.session_config.clone(),
             head,
             run_id,
             next_step,
-            journal.clone(),
+            root.all_journals(),
             input,
         )
         .await?;
         if let Some(u) = input_update {
-            state.apply(u);
+            Arc::make_mut(&mut root.state).apply(u);
+        }
+        if let Some(interrupt) = answering
+            && let Some(task) = root.find_mut(&interrupt.path)
+        {
+            task.answering = Some(interrupt);
         }
         let mut exec = Execution::new(
-            state,
+            S::default(),
             at,
-            journal,
+            StepJournal::default(),
             SessionLink::Attached {
                 cursor: Arc::new(cursor),
                 leased: true,
             },
         );
-        exec.answering = answering;
+        exec.task = root;
         Ok(self.new_run(slots, exec, run_id_used, session_id))
     }
 
@@ -384,12 +400,16 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             }
         };
         let at = self.step_at(&head)?;
-        let mut journal = head.journal.clone();
-        journal.responses.push(response);
+        let mut journals = journals(&head);
+        journals
+            .entry(pending.path.clone())
+            .or_default()
+            .responses
+            .push(response);
         let from = Continuation {
             run_id: None,
             at,
-            journal,
+            journals,
             input: None,
             answering: Some(pending),
         };
@@ -436,7 +456,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let from = Continuation {
             run_id: Some(RunId::random()),
             at,
-            journal: StepJournal::default(),
+            journals: Journals::new(),
             input: Some(input),
             answering: None,
         };
@@ -473,11 +493,11 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             return Err(self.record_lost_end(head).await?);
         }
         let at = self.step_at(&head)?;
-        let journal = head.journal.clone();
+        let journals = journals(&head);
         let from = Continuation {
             run_id: None,
             at,
-            journal,
+            journals,
             input: None,
             answering: None,
         };
@@ -496,7 +516,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             head,
             None,
             None,
-            StepJournal::default(),
+            Journals::new(),
             None,
         )
         .await?;
@@ -507,7 +527,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                     signal: signal.clone(),
                 },
                 None,
-                StepJournal::default(),
+                Journals::new(),
                 start,
             )
             .await?;
@@ -635,7 +655,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                     signal: Signal::new(format!("$fork:{session_id}@{index}")),
                 },
                 None,
-                StepJournal::default(),
+                Journals::new(),
                 start,
             )
             .await?;
@@ -649,8 +669,8 @@ struct Continuation {
     run_id: Option<RunId>,
     /// The step to run.
     at: usize,
-    /// That step's journal.
-    journal: StepJournal,
+    /// The journals of the current steps, by task.
+    journals: Journals,
     /// A run input to merge first (a continued chat thread).
     input: Option<Value>,
     /// The interrupt the journal's last answer answers, if it does.

@@ -72,6 +72,9 @@ pub mod guide {
     #[doc = include_str!("docs/guide/runs.md")]
     pub mod runs {}
 
+    #[doc = include_str!("docs/guide/composition.md")]
+    pub mod composition {}
+
     #[doc = include_str!("docs/guide/observation.md")]
     pub mod observation {}
 
@@ -93,19 +96,24 @@ pub mod guide {
 
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
 pub use graph::{
-    Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL, OnBuilder, RetryPolicy,
-    StepBuilder, Violation,
+    BranchFailure, ForkBuilder, Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL,
+    OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
+pub use graph::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub use harness_macros::{Context, HarnessState};
-pub use ids::{InterruptId, RunId, SessionId};
+pub use ids::{InterruptId, RunId, SessionId, TaskPath};
 pub use observe::Observer;
-pub use run::{NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle};
+pub use run::{
+    NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle, SubAgent, SubOutcome,
+};
 pub use schemars::{self, JsonSchema};
 pub use session::{Busy, Submitted};
 pub use signal::Signal;
 pub use slots::Context;
 pub use state::HarnessState;
-pub use step::{Cx, Interrupt, RunInfo, StepError, StepFn, StepInfo, StepResult};
+pub use step::{
+    Cx, Interrupt, ModelCallInfo, RunInfo, StepError, StepFn, StepInfo, StepResult, ToolCallInfo,
+};
 
 /// Re-exports for the derive macros' generated code; not a public API.
 #[doc(hidden)]

@@ -1,11 +1,17 @@
 //! A loop as declared, before validation: steps by name, their transitions,
 //! and their retry policies.
 
+use crate::error::RunError;
+use crate::ids::TaskPath;
+use crate::session::{Journals, SessionCursor};
 use crate::signal::Signal;
 use crate::state::HarnessState;
-use crate::step::{Cx, StepError};
+use crate::step::{Cx, Emitter, Interrupt, RunInfo, StepError};
 use futures::future::BoxFuture;
+use serde_json::Value;
+use std::any::{Any, TypeId};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// The async half of a step, boxed.
@@ -85,10 +91,158 @@ impl RetryPolicy {
     }
 }
 
+/// The inputs of a fan-out's branches, from the state: one JSON value per
+/// branch, or why they cannot be made.
+pub(crate) type InputsFn<S> = Arc<dyn Fn(&S) -> Result<Vec<Value>, String> + Send + Sync>;
+/// A failed branch's error, turned into an update (`collect_errors`).
+pub(crate) type CollectFn<S> =
+    Arc<dyn Fn(BranchFailure) -> <S as HarnessState>::Update + Send + Sync>;
+
+/// A Rust type, named for messages and compared by id.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TypeTag {
+    pub(crate) id: TypeId,
+    pub(crate) name: &'static str,
+}
+
+impl TypeTag {
+    pub(crate) fn of<T: 'static>() -> Self {
+        Self {
+            id: TypeId::of::<T>(),
+            name: std::any::type_name::<T>(),
+        }
+    }
+}
+
+/// A branch that failed, as a fork with
+/// [`collect_errors`](crate::ForkBuilder::collect_errors) hands it to its
+/// function, which turns it into an update of the state.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct BranchFailure {
+    /// The branch (`search`, `summarize#2`).
+    pub path: TaskPath,
+    /// The step that failed.
+    pub step: String,
+    /// The error, rendered.
+    pub error: String,
+    /// The input of the branch, for a fan-out's branch.
+    pub input: Option<Value>,
+}
+
+/// Which branches a fork starts, as declared.
+pub(crate) enum BranchesDef<S: HarnessState> {
+    /// One branch per named step, in this order.
+    Static(Vec<String>),
+    /// One branch per input, each starting at `step`.
+    Each {
+        step: String,
+        inputs: InputsFn<S>,
+        input: TypeTag,
+    },
+}
+
+/// A fork as declared: its branches, the step they join at, how many run at
+/// once, and what a failing branch does.
+pub(crate) struct ForkDef<S: HarnessState> {
+    pub(crate) branches: BranchesDef<S>,
+    pub(crate) join: String,
+    pub(crate) limit: Option<usize>,
+    pub(crate) collect: Option<CollectFn<S>>,
+}
+
 /// Where a declared transition leads, by name, before validation.
-pub(crate) enum Dest {
+pub(crate) enum Dest<S: HarnessState> {
     Step(String),
     End,
+    Fork(Box<ForkDef<S>>),
+}
+
+/// A step whose body is another loop (a sub-agent), which the engine hands
+/// what that loop needs to run inside the step.
+pub(crate) trait SubStep<S: HarnessState, C>: Send + Sync {
+    /// Runs (or goes on with) the sub-agent's loop.
+    fn call<'a>(
+        &'a self,
+        call: SubCall<'a, S, C>,
+    ) -> BoxFuture<'a, Result<SubEnd<S::Update>, RunError>>;
+
+    /// The sub-agent's loop, for drawing.
+    fn shape(&self) -> SubShape;
+}
+
+/// A sub-agent's loop as drawn: its steps, its start, its edges (from, label,
+/// to; `None` for the end).
+pub(crate) struct SubShape {
+    pub(crate) steps: Vec<String>,
+    pub(crate) start: usize,
+    pub(crate) edges: Vec<(usize, Option<String>, Option<usize>)>,
+}
+
+/// What a sub-agent's step gets from the engine.
+pub(crate) struct SubCall<'a, S, C> {
+    /// The state of the task that runs it.
+    pub(crate) state: Arc<S>,
+    /// That task's context.
+    pub(crate) ctx: &'a Arc<C>,
+    /// That task's path.
+    pub(crate) parent: TaskPath,
+    /// The sub-agent's path.
+    pub(crate) path: TaskPath,
+    /// Where the sub-agent was when it paused in this process, or the
+    /// journals of its steps read from the session.
+    pub(crate) held: Option<Box<dyn SubRun>>,
+    /// The session, if the run has one.
+    pub(crate) cursor: Option<&'a Arc<SessionCursor>>,
+    pub(crate) info: &'a RunInfo,
+    /// The run's stop flag.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// The run's event stream.
+    pub(crate) emitter: Arc<dyn Emitter>,
+    /// The run's observers of model and tool calls.
+    pub(crate) hooks: Option<Arc<dyn crate::step::CallHooks>>,
+}
+
+/// How a sub-agent's loop settled inside its step.
+pub(crate) enum SubEnd<U> {
+    /// It ended; the update its step returns.
+    Done(U),
+    /// It paused for a human.
+    Paused(Interrupt, Box<dyn SubRun>),
+    /// An answer to its interrupt was refused.
+    Rejected(Interrupt, String, Box<dyn SubRun>),
+    /// The run was stopped.
+    Stopped(Box<dyn SubRun>),
+}
+
+/// A paused sub-agent, held by the task whose step runs it: answered in
+/// place, its journals saved with the run's.
+pub(crate) trait SubRun: Send + Sync {
+    /// Gives `response` to the interrupt at `path` inside it.
+    fn answer(&mut self, path: &TaskPath, response: Value, interrupt: Interrupt);
+    /// Its journals, by task.
+    fn journals(&self, out: &mut Journals);
+    /// For the step to take it back as what it is.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+/// A sub-agent known only by the journals its session holds (after a
+/// restart), until its step rebuilds it from the log.
+impl SubRun for Journals {
+    fn answer(&mut self, path: &TaskPath, response: Value, _: Interrupt) {
+        self.entry(path.clone())
+            .or_default()
+            .responses
+            .push(response);
+    }
+
+    fn journals(&self, out: &mut Journals) {
+        out.extend(self.iter().map(|(p, j)| (p.clone(), j.clone())));
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
 }
 
 /// A step as declared, before validation.
@@ -96,9 +250,24 @@ pub(crate) struct StepDef<S: HarnessState, C> {
     pub(crate) name: String,
     pub(crate) run: Option<RunFn<S, C>>,
     pub(crate) route: Option<RouteFn<S>>,
-    pub(crate) on: Vec<(Signal, Dest)>,
+    pub(crate) on: Vec<(Signal, Dest<S>)>,
     /// `.next(step)` or `.end()`: where the step always goes after `run`.
-    pub(crate) next: Option<Dest>,
+    pub(crate) next: Option<Dest<S>>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
+    /// The fields the step says it writes (`None`: any).
+    pub(crate) writes: Option<Vec<String>>,
+    /// The type of the input the step takes (`run_each`), if any.
+    pub(crate) input: Option<TypeTag>,
+    /// The sub-agent the step runs, if its body is one.
+    pub(crate) sub: Option<Arc<dyn SubStep<S, C>>>,
+    /// Whether `.cache` was declared with no `run` to cache.
+    pub(crate) cache_without_run: bool,
+}
+
+impl<S: HarnessState, C> StepDef<S, C> {
+    /// Whether the step has a body: `run` or a sub-agent.
+    pub(crate) fn has_body(&self) -> bool {
+        self.run.is_some() || self.sub.is_some()
+    }
 }

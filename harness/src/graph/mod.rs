@@ -19,15 +19,19 @@
 //! it.
 
 mod builder;
+pub mod cache;
 mod compiled;
 mod def;
 mod export;
 mod harness;
 mod validate;
 
-pub use builder::{DEFAULT_STEP_LIMIT, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder};
-pub(crate) use compiled::{CompiledStep, Exits, HarnessInner, Target};
-pub use def::RetryPolicy;
-pub(crate) use def::RunFn;
+pub use builder::{
+    DEFAULT_STEP_LIMIT, ForkBuilder, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder,
+};
+pub use cache::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
+pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};
+pub use def::{BranchFailure, RetryPolicy};
+pub(crate) use def::{RunFn, SubCall, SubEnd, SubRun, SubShape, SubStep};
 pub use harness::Harness;
 pub use validate::{LoopValidationError, Violation};

@@ -1,10 +1,11 @@
 //! A live stream of a run's events.
 
-use crate::ids::{RunId, SessionId};
+use crate::ids::{RunId, SessionId, TaskPath};
 use crate::signal::Signal;
 use crate::state::HarnessState;
-use crate::step::Interrupt;
+use crate::step::{Emitter, Interrupt};
 use futures::Stream;
+use serde_json::Value;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,13 +27,18 @@ pub enum RunEvent<S: HarnessState> {
     },
     /// A step is about to run.
     StepStarted {
+        /// The task it runs in (the root for the run's own loop).
+        path: TaskPath,
         /// The step's name.
         step: Arc<str>,
         /// How many steps the run completed before it.
         index: u64,
     },
-    /// A step completed; its update has been applied.
+    /// A step completed; its update has been applied (in a branch, to the
+    /// branch's own state; the run's state gets it at the join).
     StepFinished {
+        /// The task it ran in.
+        path: TaskPath,
         /// The step's name.
         step: Arc<str>,
         /// How many steps the run completed before it.
@@ -46,6 +52,8 @@ pub enum RunEvent<S: HarnessState> {
     },
     /// An attempt of a step failed.
     StepFailed {
+        /// The task it ran in.
+        path: TaskPath,
         /// The step's name.
         step: Arc<str>,
         /// Which attempt failed.
@@ -55,8 +63,66 @@ pub enum RunEvent<S: HarnessState> {
         /// Whether the step will be tried again.
         will_retry: bool,
     },
-    /// The run paused for a human.
+    /// The run paused for a human; the interrupt's `path` says which task
+    /// asked.
     Interrupted(Interrupt),
+    /// A step forked: its branches start.
+    Forked {
+        /// The task that forked.
+        path: TaskPath,
+        /// The step it forked after.
+        step: Arc<str>,
+        /// The branches, in merge order.
+        branches: Vec<TaskPath>,
+    },
+    /// Every branch of a fork reached its join; their updates are merged,
+    /// in branch order, into the state of the task that forked.
+    Joined {
+        /// The task that forked.
+        path: TaskPath,
+        /// The join step, which runs next.
+        join: Arc<str>,
+        /// The branches merged, in order.
+        branches: Vec<TaskPath>,
+    },
+    /// Something happened in a sub-agent's loop (a step run by a step of
+    /// this run), whose state type is not this run's: what, as data. Its
+    /// custom events and interrupts come as [`Custom`](Self::Custom) and
+    /// [`Interrupted`](Self::Interrupted), with the sub-agent's path.
+    Child {
+        /// The task in the sub-agent's loop.
+        path: TaskPath,
+        /// The step.
+        step: Arc<str>,
+        /// `step_started`, `step_finished`, `step_failed`, `forked` or `joined`.
+        kind: Arc<str>,
+        /// The event's fields: `index`, `elapsed_ms`, `update` and `signal`
+        /// for a finished step, `attempt`, `error` and `will_retry` for a
+        /// failed one, `branches` for a fork or a join.
+        detail: Value,
+    },
+    /// Text a model is streaming to a step that called it through
+    /// [`Cx::complete`](crate::Cx::complete); sent only to subscribers from
+    /// [`Run::events_with_tokens`](crate::Run::events_with_tokens).
+    Token {
+        /// The task the step runs in (a branch's, a sub-agent's).
+        path: TaskPath,
+        /// The step.
+        step: Arc<str>,
+        /// The new text.
+        text: Arc<str>,
+    },
+    /// A step sent an event of its own with [`Cx::emit`](crate::Cx::emit).
+    Custom {
+        /// The task the step runs in.
+        path: TaskPath,
+        /// The step.
+        step: Arc<str>,
+        /// What kind of event, as the step named it.
+        kind: Arc<str>,
+        /// The event's data.
+        payload: Value,
+    },
     /// The run ended with this signal.
     Finished {
         /// The final signal (`$stopped` when stopped).
@@ -75,6 +141,10 @@ pub enum RunEvent<S: HarnessState> {
 pub(crate) struct EventHub<S: HarnessState> {
     count: AtomicUsize,
     senders: Mutex<Vec<mpsc::UnboundedSender<RunEvent<S>>>>,
+    /// For a sub-agent's loop: the run's stream its events go to.
+    forward: Option<Arc<dyn Emitter>>,
+    /// Whether a subscriber asked for model tokens.
+    tokens: std::sync::atomic::AtomicBool,
 }
 
 impl<S: HarnessState> EventHub<S> {
@@ -82,6 +152,21 @@ impl<S: HarnessState> EventHub<S> {
         Self {
             count: AtomicUsize::new(0),
             senders: Mutex::new(Vec::new()),
+            forward: None,
+            tokens: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Also sends the tokens of model calls.
+    pub(crate) fn want_tokens(&self) {
+        self.tokens.store(true, Ordering::Release);
+    }
+
+    /// The hub of a sub-agent's loop, whose events go to `run`'s stream.
+    pub(crate) fn forwarding(run: Arc<dyn Emitter>) -> Self {
+        Self {
+            forward: Some(run),
+            ..Self::new()
         }
     }
 
@@ -98,11 +183,17 @@ impl<S: HarnessState> EventHub<S> {
 
     /// Whether anyone listens; check before building an expensive event.
     pub(crate) fn active(&self) -> bool {
-        self.count.load(Ordering::Acquire) > 0
+        self.count.load(Ordering::Acquire) > 0 || self.forward.as_ref().is_some_and(|f| f.active())
     }
 
     pub(crate) fn send(&self, event: RunEvent<S>) {
         if !self.active() {
+            return;
+        }
+        if let Some(run) = &self.forward {
+            forward(&**run, &event);
+        }
+        if self.count.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut senders = self
@@ -111,6 +202,111 @@ impl<S: HarnessState> EventHub<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         senders.retain(|tx| tx.send(event.clone()).is_ok());
         self.count.store(senders.len(), Ordering::Release);
+    }
+}
+
+/// Sends a sub-agent's event to the run's stream, as data.
+fn forward<S: HarnessState>(run: &dyn Emitter, event: &RunEvent<S>) {
+    use serde_json::json;
+    match event {
+        RunEvent::StepStarted { path, step, index } => {
+            run.child(path, step, "step_started", json!({ "index": index }));
+        }
+        RunEvent::StepFinished {
+            path,
+            step,
+            index,
+            elapsed,
+            update,
+            signal,
+        } => run.child(
+            path,
+            step,
+            "step_finished",
+            json!({
+                "index": index,
+                "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                "update": serde_json::to_value(update).unwrap_or(Value::Null),
+                "signal": signal,
+            }),
+        ),
+        RunEvent::StepFailed {
+            path,
+            step,
+            attempt,
+            error,
+            will_retry,
+        } => run.child(
+            path,
+            step,
+            "step_failed",
+            json!({ "attempt": attempt, "error": error, "will_retry": will_retry }),
+        ),
+        RunEvent::Forked {
+            path,
+            step,
+            branches,
+        } => run.child(path, step, "forked", json!({ "branches": branches })),
+        RunEvent::Joined {
+            path,
+            join,
+            branches,
+        } => run.child(path, join, "joined", json!({ "branches": branches })),
+        RunEvent::Custom {
+            path,
+            step,
+            kind,
+            payload,
+        } => run.emit(path, step, kind, payload.clone()),
+        RunEvent::Child {
+            path,
+            step,
+            kind,
+            detail,
+        } => run.child(path, step, kind, detail.clone()),
+        RunEvent::Token { path, step, text } => run.token(path, step, text),
+        // The run that holds the sub-agent reports these itself.
+        RunEvent::Started { .. }
+        | RunEvent::Interrupted(_)
+        | RunEvent::Finished { .. }
+        | RunEvent::Failed { .. } => {}
+    }
+}
+
+impl<S: HarnessState> Emitter for EventHub<S> {
+    fn wants_tokens(&self) -> bool {
+        (self.tokens.load(Ordering::Acquire) && self.count.load(Ordering::Acquire) > 0)
+            || self.forward.as_ref().is_some_and(|f| f.wants_tokens())
+    }
+
+    fn token(&self, path: &TaskPath, step: &Arc<str>, text: &str) {
+        self.send(RunEvent::Token {
+            path: path.clone(),
+            step: Arc::clone(step),
+            text: text.into(),
+        });
+    }
+
+    fn child(&self, path: &TaskPath, step: &Arc<str>, kind: &str, detail: Value) {
+        self.send(RunEvent::Child {
+            path: path.clone(),
+            step: Arc::clone(step),
+            kind: kind.into(),
+            detail,
+        });
+    }
+
+    fn active(&self) -> bool {
+        EventHub::active(self)
+    }
+
+    fn emit(&self, path: &TaskPath, step: &Arc<str>, kind: &str, payload: Value) {
+        self.send(RunEvent::Custom {
+            path: path.clone(),
+            step: Arc::clone(step),
+            kind: kind.into(),
+            payload,
+        });
     }
 }
 

@@ -15,12 +15,14 @@ mod control;
 mod engine;
 mod events;
 mod outcome;
+mod sub;
 
 pub use crate::error::{NoInterrupt, RunError};
 pub use control::StopHandle;
-pub(crate) use engine::{Execution, SessionLink};
+pub(crate) use engine::{Execution, SessionLink, attach_sub_journals, task_from};
 pub use events::{RunEvent, RunEvents};
 pub use outcome::Outcome;
+pub use sub::{SubAgent, SubOutcome};
 
 use crate::graph::HarnessInner;
 use crate::ids::{InterruptId, RunId, SessionId};
@@ -97,7 +99,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
             ctx: Arc::new(ctx),
             control: Arc::new(RunControl {
                 stop: Arc::new(AtomicBool::new(false)),
-                events: EventHub::new(),
+                events: Arc::new(EventHub::new()),
             }),
             info,
             phase: RunPhase::Ready(exec),
@@ -117,6 +119,15 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     /// Subscribes to the run's events from now on. Subscribe before awaiting
     /// to see every event.
     pub fn events(&self) -> RunEvents<S> {
+        self.control.events.subscribe()
+    }
+
+    /// Like [`events`](Self::events), with the text of the model calls its
+    /// steps make through [`Cx::complete`](crate::Cx::complete), as
+    /// [`RunEvent::Token`] events (the calls then stream). Filter the
+    /// stream by kind to keep what a view needs.
+    pub fn events_with_tokens(&self) -> RunEvents<S> {
+        self.control.events.want_tokens();
         self.control.events.subscribe()
     }
 
@@ -144,7 +155,9 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     /// before it starts, while paused, and after it failed.
     pub fn state(&self) -> Option<&S> {
         match &self.phase {
-            RunPhase::Ready(e) | RunPhase::Paused(e, _) | RunPhase::Failed(e) => Some(&e.state),
+            RunPhase::Ready(e) | RunPhase::Paused(e, _) | RunPhase::Failed(e) => {
+                Some(&e.task.state)
+            }
             RunPhase::Running(_) | RunPhase::Done => None,
         }
     }
@@ -159,8 +172,14 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     ) -> Result<(), NoInterrupt> {
         match std::mem::replace(&mut self.phase, RunPhase::Done) {
             RunPhase::Paused(mut exec, interrupt) if interrupt.id == *id => {
-                exec.journal.responses.push(response.into());
-                exec.answering = Some(interrupt);
+                // The task that asked: the run's own loop, a branch, or a
+                // sub-agent's loop.
+                let path = interrupt.path.clone();
+                let response = response.into();
+                if !exec.task.answer(&path, response.clone(), interrupt.clone()) {
+                    exec.task.journal.responses.push(response);
+                    exec.task.answering = Some(interrupt);
+                }
                 self.phase = RunPhase::Ready(exec);
                 Ok(())
             }
@@ -202,12 +221,12 @@ impl<S: HarnessState, C: Context> Run<S, C> {
             // A finished run gives its state away: no copy unless a step
             // kept a reference to it.
             Ok(Settle::Ended(signal)) => {
-                let out = outcome(signal, Arc::unwrap_or_clone(exec.state), None);
+                let out = outcome(signal, Arc::unwrap_or_clone(exec.task.state), None);
                 self.phase = RunPhase::Done;
                 Ok(out)
             }
             Ok(Settle::Stopped) => {
-                let out = outcome(Signal::STOPPED, Arc::unwrap_or_clone(exec.state), None);
+                let out = outcome(Signal::STOPPED, Arc::unwrap_or_clone(exec.task.state), None);
                 self.phase = RunPhase::Done;
                 Ok(out)
             }
@@ -222,7 +241,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
             Ok(Settle::Interrupted(interrupt)) => {
                 let out = outcome(
                     Signal::INTERRUPT,
-                    (*exec.state).clone(),
+                    (*exec.task.state).clone(),
                     Some(interrupt.clone()),
                 );
                 self.phase = RunPhase::Paused(exec, interrupt);
@@ -235,6 +254,9 @@ impl<S: HarnessState, C: Context> Run<S, C> {
         }
     }
 }
+
+// A run is driven through boxed futures and never relies on being pinned.
+impl<S: HarnessState, C: Context> Unpin for Run<S, C> {}
 
 impl<S: HarnessState, C: Context> Future for Run<S, C> {
     type Output = Result<Outcome<S>, RunError>;

@@ -1,9 +1,9 @@
 //! [`Cx`]: what a step's `run` gets besides the state.
 
-use super::Interrupt;
 use super::error::StepError;
+use super::{Interrupt, ModelCallInfo, ToolCallInfo};
 use crate::error::StoreError;
-use crate::ids::{InterruptId, RunId, SessionId};
+use crate::ids::{InterruptId, RunId, SessionId, TaskPath};
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,42 @@ pub(crate) trait JournalSink: Send + Sync {
     /// Makes `journal` durable, merged into what the session holds for the
     /// current step (`once` results are only ever added, so merging
     /// records made out of order loses nothing).
-    fn record(&self, journal: StepJournal) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn record<'a>(
+        &'a self,
+        path: &'a TaskPath,
+        journal: StepJournal,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Where a step's custom events go: the run's event stream, whatever the
+/// state type of the loop the step is in.
+pub(crate) trait Emitter: Send + Sync {
+    /// Whether anyone listens; nothing is serialized otherwise.
+    fn active(&self) -> bool;
+    /// Sends a custom event of step `step` at `path`.
+    fn emit(&self, path: &TaskPath, step: &Arc<str>, kind: &str, payload: Value);
+    /// Sends an event of a sub-agent's loop (whose state type is not the
+    /// run's), as data.
+    fn child(&self, path: &TaskPath, step: &Arc<str>, kind: &str, detail: Value);
+    /// Whether someone listens for the tokens of model calls.
+    fn wants_tokens(&self) -> bool;
+    /// Sends text a model is streaming.
+    fn token(&self, path: &TaskPath, step: &Arc<str>, text: &str);
+}
+
+/// The run's observers, for the model and tool calls a step makes through
+/// its context (whatever the loop's state type).
+pub(crate) trait CallHooks: Send + Sync {
+    fn model_called<'a>(
+        &'a self,
+        step: &'a super::StepInfo,
+        call: &'a super::ModelCallInfo<'a>,
+    ) -> BoxFuture<'a, ()>;
+    fn tool_called<'a>(
+        &'a self,
+        step: &'a super::StepInfo,
+        call: &'a super::ToolCallInfo<'a>,
+    ) -> BoxFuture<'a, ()>;
 }
 
 pub(crate) struct CxShared {
@@ -47,6 +82,12 @@ pub(crate) struct CxShared {
     /// attempt, resume and recovery of this step visit.
     pub(crate) visit: u64,
     pub(crate) attempt: u32,
+    /// The task the step runs in (the root for the run's own loop).
+    pub(crate) path: TaskPath,
+    /// The input of a fan-out's branch, for its first step.
+    pub(crate) input: Option<Value>,
+    emitter: Option<Arc<dyn Emitter>>,
+    hooks: Option<Arc<dyn CallHooks>>,
     sink: Option<Arc<dyn JournalSink>>,
     journal: Mutex<StepJournal>,
     next_interrupt: AtomicUsize,
@@ -99,12 +140,42 @@ impl CxShared {
             index,
             visit,
             attempt,
+            path: TaskPath::root(),
+            input: None,
+            emitter: None,
+            hooks: None,
             sink,
             journal: Mutex::new(journal),
             next_interrupt: AtomicUsize::new(0),
             pending: Mutex::new(None),
             rejected: Mutex::new(None),
         }
+    }
+
+    /// Places the step in task `path`, sending its custom events to
+    /// `emitter`.
+    pub(crate) fn within(
+        mut self,
+        path: TaskPath,
+        input: Option<Value>,
+        emitter: Option<Arc<dyn Emitter>>,
+    ) -> Self {
+        self.path = path;
+        self.input = input;
+        self.emitter = emitter;
+        self
+    }
+
+    /// Hands the model and tool calls of the step to the run's observers.
+    pub(crate) fn observed(mut self, hooks: Option<Arc<dyn CallHooks>>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Whether the step has asked to pause (an interrupt, or an answer it
+    /// refused), whatever it returns.
+    pub(crate) fn pausing(&self) -> bool {
+        lock(&self.pending).is_some() || lock(&self.rejected).is_some()
     }
 
     /// What the visit left: the journal, the interrupt the step asked for,
@@ -207,29 +278,60 @@ impl<C> Cx<C> {
     /// settles with [`RunError::AnswerRejected`](crate::RunError::AnswerRejected)
     /// and waits on the same interrupt, whose next answer is read instead.
     pub fn interrupt<P: Serialize, R: DeserializeOwned>(&self, payload: P) -> Result<R, StepError> {
+        self.interrupt_with(payload, Ok)
+    }
+
+    /// Like [`interrupt`](Self::interrupt), with a check of the answer: an
+    /// answer that `check` refuses (with the reason, which should name what
+    /// is wrong and where) is rejected exactly like one that cannot be read
+    /// as `R`. The awaiting caller gets
+    /// [`RunError::AnswerRejected`](crate::RunError::AnswerRejected) with
+    /// the reason, the answer is dropped, and the run waits on the same
+    /// interrupt, whose next answer is checked instead.
+    ///
+    /// ```
+    /// # use harness::{Cx, StepError};
+    /// # async fn f(cx: Cx<()>) -> Result<(), StepError> {
+    /// let copies: u32 = cx.interrupt_with("How many copies (1-10)?", |n: u32| {
+    ///     if (1..=10).contains(&n) { Ok(n) } else { Err(format!("{n} is not between 1 and 10")) }
+    /// })?;
+    /// # let _ = copies; Ok(()) }
+    /// ```
+    pub fn interrupt_with<P, R, T>(
+        &self,
+        payload: P,
+        check: impl FnOnce(R) -> Result<T, String>,
+    ) -> Result<T, StepError>
+    where
+        P: Serialize,
+        R: DeserializeOwned,
+    {
         let k = self.shared.next_interrupt.fetch_add(1, Ordering::SeqCst);
         let answered = lock(&self.shared.journal).responses.get(k).cloned();
         if let Some(response) = answered {
-            return match serde_json::from_value(response) {
-                Ok(answer) => Ok(answer),
-                Err(e) => {
-                    // The answer is refused, not the run: the engine drops
-                    // it and the run waits on the same interrupt again.
-                    let mut rejected = lock(&self.shared.rejected);
-                    if rejected.is_none() {
-                        *rejected = Some(RejectedAnswer {
-                            index: k,
-                            reason: format!(
-                                "interrupt #{} of step `{}` expects {}: {e}",
-                                k + 1,
-                                self.shared.step,
-                                std::any::type_name::<R>()
-                            ),
-                        });
-                    }
-                    Err(StepError::interrupted())
-                }
+            let reason = match serde_json::from_value::<R>(response) {
+                Ok(answer) => match check(answer) {
+                    Ok(checked) => return Ok(checked),
+                    Err(reason) => format!(
+                        "interrupt #{} of step `{}` refused the answer: {reason}",
+                        k + 1,
+                        self.shared.step
+                    ),
+                },
+                Err(e) => format!(
+                    "interrupt #{} of step `{}` expects {}: {e}",
+                    k + 1,
+                    self.shared.step,
+                    std::any::type_name::<R>()
+                ),
             };
+            // The answer is refused, not the run: the engine drops it and
+            // the run waits on the same interrupt again.
+            let mut rejected = lock(&self.shared.rejected);
+            if rejected.is_none() {
+                *rejected = Some(RejectedAnswer { index: k, reason });
+            }
+            return Err(StepError::interrupted());
         }
         let payload = serde_json::to_value(payload).map_err(|e| {
             StepError::msg(format!(
@@ -242,10 +344,198 @@ impl<C> Cx<C> {
             *pending = Some(Interrupt {
                 id: InterruptId::random(),
                 step: self.shared.step.to_string(),
+                path: self.shared.path.clone(),
                 payload,
             });
         }
         Err(StepError::interrupted())
+    }
+
+    /// Sends a custom event to the run's event stream
+    /// ([`RunEvent::Custom`](crate::RunEvent::Custom)), with this step's
+    /// name and path: progress, a tool call starting, a memory eviction.
+    /// `payload` is serialized only when someone listens; one that cannot
+    /// be serialized is sent as its error message.
+    ///
+    /// Events are not stored in the session: a step re-run after an
+    /// interrupt or a retry emits its events again.
+    ///
+    /// ```
+    /// # use harness::{Cx, StepError};
+    /// # async fn f(cx: Cx<()>) -> Result<(), StepError> {
+    /// cx.emit("progress", serde_json::json!({ "done": 3, "of": 10 }));
+    /// # Ok(()) }
+    /// ```
+    pub fn emit(&self, kind: &str, payload: impl Serialize) {
+        let Some(emitter) = &self.shared.emitter else {
+            return;
+        };
+        if !emitter.active() {
+            return;
+        }
+        let payload = serde_json::to_value(payload)
+            .unwrap_or_else(|e| Value::String(format!("(the payload cannot be serialized: {e})")));
+        emitter.emit(&self.shared.path, &self.shared.step, kind, payload);
+    }
+
+    /// The input a fan-out gave this branch, read as `I`
+    /// ([`StepBuilder::run_each`](crate::StepBuilder::run_each) calls this).
+    pub(crate) fn input<I: DeserializeOwned>(&self) -> Result<I, StepError> {
+        let Some(input) = &self.shared.input else {
+            return Err(StepError::msg(format!(
+                "step `{}` takes an input, but it was not started by a fan-out",
+                self.shared.step
+            )));
+        };
+        I::deserialize(input).map_err(|e| {
+            StepError::msg(format!(
+                "the input of step `{}` at `{}` is not a {}: {e}",
+                self.shared.step,
+                self.shared.path,
+                std::any::type_name::<I>()
+            ))
+        })
+    }
+
+    /// Sends `request` to `model` on behalf of this step: traced as a
+    /// `chat {model}` span with the OpenTelemetry GenAI attributes
+    /// (`gen_ai.operation.name`, `gen_ai.provider.name`,
+    /// `gen_ai.request.model`, then `gen_ai.usage.input_tokens`,
+    /// `gen_ai.usage.output_tokens` and `gen_ai.response.finish_reasons`),
+    /// reported to the run's observers
+    /// ([`Observer::model_called`](crate::observe::Observer::model_called)),
+    /// and, when someone subscribed with
+    /// [`Run::events_with_tokens`](crate::Run::events_with_tokens), streamed:
+    /// each piece of text is a [`RunEvent::Token`](crate::RunEvent::Token)
+    /// with this step's path, so a sub-agent's tokens show live.
+    ///
+    /// The answer is the one `model.complete` gives.
+    pub async fn complete(
+        &self,
+        model: &dyn crate::llm::LanguageModel,
+        request: &crate::llm::ModelRequest,
+    ) -> Result<crate::llm::ModelResponse, crate::llm::ModelError> {
+        use futures::StreamExt;
+        use tracing::Instrument;
+        let provider = model.provider();
+        let name = model.model_name();
+        let span = tracing::info_span!(
+            "gen_ai.chat",
+            otel.name = %format!("chat {name}"),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = %provider,
+            gen_ai.request.model = %name,
+            gen_ai.conversation.id = %self.shared.session_id,
+            harness.step = %self.shared.step,
+            harness.path = %self.shared.path,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let began = std::time::Instant::now();
+        let streaming = self.shared.emitter.as_ref().filter(|e| e.wants_tokens());
+        let result = async {
+            match streaming {
+                None => model.complete(request).await,
+                Some(emitter) => {
+                    let stream = model.stream(request).await?;
+                    let path = self.shared.path.clone();
+                    let step = Arc::clone(&self.shared.step);
+                    let emitter = Arc::clone(emitter);
+                    let tapped = stream.inspect(move |event| {
+                        if let Ok(crate::llm::StreamEvent::TextDelta { text }) = event {
+                            emitter.token(&path, &step, text);
+                        }
+                    });
+                    crate::llm::collect_stream(tapped).await
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        match &result {
+            Ok(response) => {
+                span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+                span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+                span.record(
+                    "gen_ai.response.finish_reasons",
+                    tracing::field::debug(&[&response.stop_reason]),
+                );
+            }
+            Err(e) => {
+                span.record("error.type", tracing::field::display(e));
+            }
+        }
+        if let Some(hooks) = &self.shared.hooks {
+            let info = ModelCallInfo {
+                provider,
+                model: name,
+                request,
+                result: result.as_ref(),
+                elapsed: began.elapsed(),
+            };
+            hooks.model_called(&self.step_info(), &info).await;
+        }
+        result
+    }
+
+    /// Runs the tool call `call` (as a model made it) from `tools` on
+    /// behalf of this step, and gives the result to send back to the model:
+    /// a failed tool, an unknown tool or malformed arguments become an
+    /// error result naming the call, never a failed step. Traced as an
+    /// `execute_tool {tool}` span (`gen_ai.operation.name`,
+    /// `gen_ai.tool.name`, `gen_ai.tool.call.id`) and reported to the run's
+    /// observers ([`Observer::tool_called`](crate::observe::Observer::tool_called)).
+    pub async fn call_tool(
+        &self,
+        tools: &crate::llm::ToolSet,
+        call: &crate::llm::ToolCall,
+    ) -> crate::llm::ToolResult {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            "gen_ai.execute_tool",
+            otel.name = %format!("execute_tool {}", call.name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            gen_ai.conversation.id = %self.shared.session_id,
+            harness.step = %self.shared.step,
+            harness.path = %self.shared.path,
+            error.type = tracing::field::Empty,
+        );
+        let began = std::time::Instant::now();
+        let result = tools
+            .dispatch_or_report(call)
+            .instrument(span.clone())
+            .await;
+        if result.is_error {
+            span.record("error.type", "tool_error");
+        }
+        if let Some(hooks) = &self.shared.hooks {
+            let info = ToolCallInfo {
+                call,
+                result: &result,
+                elapsed: began.elapsed(),
+            };
+            hooks.tool_called(&self.step_info(), &info).await;
+        }
+        result
+    }
+
+    fn step_info(&self) -> super::StepInfo {
+        super::StepInfo {
+            name: Arc::clone(&self.shared.step),
+            path: self.shared.path.clone(),
+            index: self.shared.index,
+        }
+    }
+
+    /// The task this step runs in: the root for the run's own loop, else
+    /// its branch or sub-agent (see [`TaskPath`]).
+    pub fn path(&self) -> &TaskPath {
+        &self.shared.path
     }
 
     /// Runs the side effect `effect` once per step visit and records its
@@ -319,7 +609,7 @@ impl<C> Cx<C> {
             journal.clone()
         };
         if let Some(sink) = &self.shared.sink {
-            sink.record(journal).await.map_err(|e| {
+            sink.record(&self.shared.path, journal).await.map_err(|e| {
                 StepError::msg(format!(
                     "the result of once(\"{key}\") in step `{}` had its effect but cannot be recorded in the session: {e}",
                     self.shared.step
@@ -349,9 +639,18 @@ impl<C> Cx<C> {
     /// # let _ = receipt; Ok(()) }
     /// ```
     pub fn idempotency_key(&self, key: &str) -> String {
-        format!(
-            "harness:{}:{}:{}:{key}",
-            self.shared.session_id, self.shared.visit, self.shared.step
-        )
+        if self.shared.path.is_root() {
+            format!(
+                "harness:{}:{}:{}:{key}",
+                self.shared.session_id, self.shared.visit, self.shared.step
+            )
+        } else {
+            // A branch's visit: the session's steps when its fork started,
+            // plus the branch's own steps, and the branch's path.
+            format!(
+                "harness:{}:{}:{}/{}:{key}",
+                self.shared.session_id, self.shared.visit, self.shared.path, self.shared.step
+            )
+        }
     }
 }

@@ -33,12 +33,12 @@ mod cx;
 mod error;
 mod func;
 
+pub(crate) use cx::{CallHooks, CxShared, Emitter, JournalSink};
 pub use cx::{Cx, StepJournal};
-pub(crate) use cx::{CxShared, JournalSink};
 pub use error::{StepError, StepResult};
 pub use func::StepFn;
 
-use crate::ids::{InterruptId, RunId, SessionId};
+use crate::ids::{InterruptId, RunId, SessionId, TaskPath};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -50,8 +50,43 @@ pub struct Interrupt {
     pub id: InterruptId,
     /// The step that asked.
     pub step: String,
+    /// The task the step runs in: the root, or a branch or sub-agent
+    /// (`research/approve`). A resume with this interrupt's id continues
+    /// there.
+    #[serde(default, skip_serializing_if = "TaskPath::is_root")]
+    pub path: TaskPath,
     /// What the step asked, as JSON.
     pub payload: Value,
+}
+
+/// A model call made through [`Cx::complete`], as observers see it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ModelCallInfo<'a> {
+    /// The provider (`openai`, `anthropic`, …; `custom` for a model that
+    /// does not say).
+    pub provider: &'a str,
+    /// The model's name.
+    pub model: &'a str,
+    /// What was sent.
+    pub request: &'a crate::llm::ModelRequest,
+    /// What came back.
+    pub result: Result<&'a crate::llm::ModelResponse, &'a crate::llm::ModelError>,
+    /// How long it took.
+    pub elapsed: std::time::Duration,
+}
+
+/// A tool call made through [`Cx::call_tool`], as observers see it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ToolCallInfo<'a> {
+    /// The call, as the model made it.
+    pub call: &'a crate::llm::ToolCall,
+    /// Its result, sent back to the model (`is_error` when the tool failed
+    /// or the call was malformed).
+    pub result: &'a crate::llm::ToolResult,
+    /// How long it took.
+    pub elapsed: std::time::Duration,
 }
 
 /// Identifies a run to observers and spans.
@@ -70,6 +105,8 @@ pub struct RunInfo {
 pub struct StepInfo {
     /// The step's name.
     pub name: Arc<str>,
+    /// The task it runs in (the root for the run's own loop).
+    pub path: TaskPath,
     /// How many steps the run completed before this one.
     pub index: u64,
 }

@@ -1,5 +1,6 @@
 //! The core crate's integration tests, one binary: each module is one area.
 
+mod calls;
 mod derive_ui;
 mod graph;
 mod llm_record;
@@ -8,7 +9,10 @@ mod llm_stream;
 mod llm_tools;
 mod llm_types;
 mod module_order;
+mod parallel;
 mod run;
 mod slots;
 mod state;
+mod step_cache;
+mod sub_agents;
 mod tracing_spans;
