@@ -237,7 +237,6 @@ pub trait LanguageModelExt: LanguageModel {
     ) -> impl Future<Output = Result<TypedAnswer<T>, TypedAnswerError>> + Send
     where
         T: DeserializeOwned + JsonSchema + Send,
-        Self: Sized,
     {
         async move {
             let type_name = std::any::type_name::<T>().to_owned();
@@ -498,6 +497,34 @@ mod tests {
         assert_eq!(*usage, Usage::new(5, 2));
         assert!(error.to_string().contains("`lookup`"), "{error}");
         assert_eq!(model.requests().len(), 1, "no repair turn for tool calls");
+    }
+
+    #[tokio::test]
+    async fn shared_and_unsized_models_answer_typed_too() {
+        let model: std::sync::Arc<dyn crate::llm::LanguageModel> =
+            std::sync::Arc::new(ScriptedModel::new([
+                Expect::any().reply(ModelResponse::from_text(GOOD)),
+                Expect::any().reply(ModelResponse::from_text(GOOD)),
+            ]));
+        assert_eq!(
+            model
+                .complete_typed::<Order>(&request())
+                .await
+                .unwrap()
+                .value
+                .id,
+            7
+        );
+        let unsized_model: &dyn crate::llm::LanguageModel = &*model;
+        assert_eq!(
+            unsized_model
+                .complete_typed::<Order>(&request())
+                .await
+                .unwrap()
+                .value
+                .id,
+            7
+        );
     }
 
     #[tokio::test]
