@@ -1,5 +1,5 @@
 //! The tools of MCP (Model Context Protocol) servers as harness
-//! [`Tool`](harness::llm::Tool)s.
+//! [`Tool`]s.
 //!
 //! [`McpClient`] connects to one server, over stdio (a child process it
 //! starts) or streamable HTTP, with the official Rust SDK (`rmcp`). It lists
