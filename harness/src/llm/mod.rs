@@ -15,7 +15,8 @@
 //!   structured-output mode ([`ResponseFormat`]), validated on arrival and
 //!   repaired once.
 //! - [`Usage`]: tokens spent (input, output, cache read and write,
-//!   reasoning), summed with `+`; [`PriceTable`] turns them into cost.
+//!   reasoning), summed with `+`, per model in [`UsageByModel`];
+//!   [`PriceTable`] turns them into cost.
 //! - [`ModelError`]: every failure, typed.
 //!
 //! ```
@@ -58,7 +59,7 @@ pub use tool::{Tool, ToolSet, ToolSpec};
 pub use typed::{
     LanguageModelExt, SchemaMismatch, TYPED_ATTEMPTS, TypedAnswer, TypedAnswerError, parse_answer,
 };
-pub use usage::{ModelPrice, PriceError, PriceTable, Usage};
+pub use usage::{Cost, ModelPrice, PriceError, PriceTable, Usage, UsageByModel};
 
 /// A language model: answers a [`ModelRequest`] whole or as a stream.
 ///

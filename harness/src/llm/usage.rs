@@ -139,6 +139,143 @@ impl<'a> Sum<&'a Usage> for Usage {
     }
 }
 
+impl crate::state::reduce::Addable for Usage {
+    fn add_from(&mut self, other: Self) {
+        *self += other;
+    }
+}
+
+/// Usage per model name, e.g. a run's totals: a state field with
+/// `#[field(reduce = add)]` sums the updates steps return.
+///
+/// ```
+/// use harness::llm::{ModelPrice, PriceTable, Usage, UsageByModel};
+///
+/// let mut spent = UsageByModel::new();
+/// spent.record("gpt-4o", Usage::new(1_000_000, 0));
+/// spent += UsageByModel::of("gpt-4o", Usage::new(1_000_000, 500_000));
+/// spent.record("local-llama", Usage::new(10, 10));
+/// assert_eq!(spent.get("gpt-4o"), Some(Usage::new(2_000_000, 500_000)));
+/// assert_eq!(spent.total().total(), 2_500_020);
+///
+/// let prices = PriceTable::new().with("gpt-4o", ModelPrice::new(2.5, 10.0)?);
+/// let cost = spent.cost(&prices);
+/// assert_eq!(cost.amount, 10.0);
+/// assert_eq!(cost.unpriced, ["local-llama"]);
+/// # Ok::<(), harness::llm::PriceError>(())
+/// ```
+///
+/// As a state field, summed by its reducer:
+///
+/// ```
+/// use harness::llm::{Usage, UsageByModel};
+/// use harness::{HarnessState, JsonSchema};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+/// struct Chat {
+///     #[field(reduce = add)]
+///     usage: UsageByModel,
+/// }
+///
+/// // A step that called a model returns its usage as an update.
+/// let update = ChatUpdate::new().usage(UsageByModel::of("gpt-4o", Usage::new(12, 3)));
+/// # let _ = update;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(transparent)]
+pub struct UsageByModel {
+    models: BTreeMap<String, Usage>,
+}
+
+impl UsageByModel {
+    /// No usage yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `usage` of `model` alone, e.g. a step's update.
+    pub fn of(model: impl Into<String>, usage: Usage) -> Self {
+        let mut by_model = Self::new();
+        by_model.record(model, usage);
+        by_model
+    }
+
+    /// Adds `usage` to `model`'s.
+    pub fn record(&mut self, model: impl Into<String>, usage: Usage) -> &mut Self {
+        *self.models.entry(model.into()).or_default() += usage;
+        self
+    }
+
+    /// `model`'s usage, if it has any.
+    pub fn get(&self, model: &str) -> Option<Usage> {
+        self.models.get(model).copied()
+    }
+
+    /// Each model's usage, by model name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Usage)> {
+        self.models
+            .iter()
+            .map(|(model, usage)| (model.as_str(), usage))
+    }
+
+    /// Whether no usage was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+    }
+
+    /// All models' usage together.
+    pub fn total(&self) -> Usage {
+        self.models.values().sum()
+    }
+
+    /// What the usage costs at `prices`; models the table does not price
+    /// are left out of the amount and listed.
+    pub fn cost(&self, prices: &PriceTable) -> Cost {
+        let mut cost = Cost::default();
+        for (model, usage) in &self.models {
+            match prices.cost(model, usage) {
+                Some(amount) => cost.amount += amount,
+                None => cost.unpriced.push(model.clone()),
+            }
+        }
+        cost
+    }
+}
+
+impl Add for UsageByModel {
+    type Output = UsageByModel;
+
+    fn add(mut self, other: UsageByModel) -> UsageByModel {
+        self += other;
+        self
+    }
+}
+
+impl AddAssign for UsageByModel {
+    fn add_assign(&mut self, other: UsageByModel) {
+        for (model, usage) in other.models {
+            self.record(model, usage);
+        }
+    }
+}
+
+impl crate::state::reduce::Addable for UsageByModel {
+    fn add_from(&mut self, other: Self) {
+        *self += other;
+    }
+}
+
+/// The cost of [`UsageByModel`] at a [`PriceTable`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Cost {
+    /// The cost of the models the table prices.
+    pub amount: f64,
+    /// The models it does not price, whose usage is not in `amount`.
+    pub unpriced: Vec<String>,
+}
+
 /// A price that is not a finite, non-negative number.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("the {kind} price {value} is not a finite, non-negative number (price per million tokens)")]
@@ -406,6 +543,29 @@ mod tests {
             let error = serde_json::from_str::<PriceTable>(bad).unwrap_err();
             assert!(error.to_string().contains(says), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn usage_by_model_merges_as_a_reducer_and_round_trips() {
+        use crate::state::reduce::Addable;
+
+        let mut state = UsageByModel::of("a", Usage::new(1, 1));
+        state.add_from(UsageByModel::of("b", Usage::new(2, 2).with_cache_read(1)));
+        state.add_from(UsageByModel::of("a", Usage::new(3, 0).with_reasoning(4)));
+        assert_eq!(state.get("a"), Some(Usage::new(4, 1).with_reasoning(4)));
+        assert_eq!(state.get("b"), Some(Usage::new(2, 2).with_cache_read(1)));
+        assert_eq!(state.get("c"), None);
+        assert_eq!(
+            state.total(),
+            Usage::new(6, 3).with_cache_read(1).with_reasoning(4)
+        );
+        let json = serde_json::to_value(&state).unwrap();
+        assert_eq!(json["a"]["reasoning_tokens"], 4);
+        assert_eq!(serde_json::from_value::<UsageByModel>(json).unwrap(), state);
+        let mut plain = Usage::new(1, 0);
+        plain.add_from(Usage::new(1, 0));
+        assert_eq!(plain, Usage::new(2, 0));
+        assert!(UsageByModel::new().cost(&PriceTable::new()) == Cost::default());
     }
 
     #[test]
