@@ -132,12 +132,12 @@ def counter_graph(checkpointer):
 
 async def durable():
     levels = [int(x) for x in arg("--levels", "1,100,1000").split(",")]
-    total = arg("--steps-total", 4000, int)
+    total = arg("--steps-total", 2000, int)
     directory = arg("--dir", "target/harness-bench")
     saver, close = await sqlite_saver(os.path.join(directory, "lg-durable", "lg.sqlite"))
     app = counter_graph(saver)
     for sessions in levels:
-        steps = max(20, total // sessions)
+        steps = max(10, total // sessions)
         start = time.perf_counter()
 
         async def one(i):

@@ -2,7 +2,7 @@
 //! on one sled store (group commit), every step flushed before it returns,
 //! and this disk's fsync latency, the floor of one durable step.
 //!
-//! `durable_sessions [--levels 1,100,1000] [--steps-total 4000]`
+//! `durable_sessions [--levels 1,100,1000] [--steps-total 2000]`
 
 use harness::session::{Durability, SessionConfig};
 use harness::{Agent, Harness, HarnessState, StepResult, create_agent};
@@ -72,7 +72,7 @@ async fn measure(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let levels: String = arg(&args, "--levels", "1,100,1000".to_string());
-    let total: u64 = arg(&args, "--steps-total", 4000);
+    let total: u64 = arg(&args, "--steps-total", 2000);
     let dir = scratch_dir("durable-sessions");
     let fsync = fsync_latency(&dir.join("probe"), 200)?;
     result("fsync_us", fsync.as_secs_f64() * 1e6);
@@ -83,8 +83,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rt.block_on(async {
         for sessions in levels.split(',') {
             let sessions: usize = sessions.trim().parse()?;
-            // At least 20 steps each, and enough in all to be measured.
-            let steps = (total / sessions as u64).max(20);
+            // At least 10 steps each, and enough in all to be measured.
+            let steps = (total / sessions as u64).max(10);
             let rate = measure(&agent, sessions, steps).await?;
             println!("{sessions} sessions x {steps} durable steps: {rate:.0} steps/s");
             result(&format!("durable_steps_per_s_{sessions}"), rate);
