@@ -1,4 +1,4 @@
-//! OpenTelemetry traces of [harness](harness) runs, following the
+//! OpenTelemetry traces of [harness] runs, following the
 //! [GenAI semantic conventions](https://opentelemetry.io/docs/specs/semconv/gen-ai/),
 //! exported over OTLP/HTTP with protobuf bodies to a collector (the
 //! OpenTelemetry Collector, Jaeger, Grafana Tempo, Langfuse, Phoenix, …).
@@ -93,6 +93,12 @@
 mod config;
 mod content;
 mod export;
+
+// The core's guide chapter on traces uses this crate, so its example is
+// doctested here.
+#[cfg(doctest)]
+#[doc = include_str!("../../harness/src/docs/guide/traces.md")]
+mod guide_traces {}
 
 pub use config::{OtelConfig, OtelError};
 
