@@ -164,6 +164,12 @@ impl Drop for OtelGuard {
 /// processor, the resource.
 fn provider(config: OtelConfig) -> Result<SdkTracerProvider, OtelError> {
     let url = config.check()?;
+    // With reqwest's rustls compiled in by another crate (the harness
+    // providers), its client refuses to build without a crypto provider.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer leaves theirs, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)

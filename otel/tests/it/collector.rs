@@ -23,13 +23,64 @@ struct Received {
     headers: Vec<HeaderMap>,
 }
 
-/// The receiver, serving on its own thread until dropped.
+/// An HTTP server on 127.0.0.1, serving on its own thread until dropped.
+pub(crate) struct Server {
+    /// Its base URL, `http://127.0.0.1:{port}`.
+    pub(crate) endpoint: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    pub(crate) fn start(app: Router) -> Self {
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the server");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("a port for the server");
+                addr_tx
+                    .send(listener.local_addr().expect("the server's address"))
+                    .expect("the test waits for the address");
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .expect("the server serves");
+            });
+        });
+        let addr = addr_rx.recv().expect("the server started");
+        Self {
+            endpoint: format!("http://{addr}"),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The OTLP receiver.
 pub(crate) struct Collector {
     /// Its base URL, `http://127.0.0.1:{port}`.
     pub(crate) endpoint: String,
     received: Arc<Mutex<Received>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: Server,
 }
 
 async fn traces(
@@ -64,34 +115,11 @@ impl Collector {
         let app = Router::new()
             .route("/v1/traces", post(traces))
             .with_state(Arc::clone(&received));
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for the collector");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("a port for the collector");
-                addr_tx
-                    .send(listener.local_addr().expect("the collector's address"))
-                    .expect("the test waits for the address");
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    .expect("the collector serves");
-            });
-        });
-        let addr = addr_rx.recv().expect("the collector started");
+        let server = Server::start(app);
         Self {
-            endpoint: format!("http://{addr}"),
+            endpoint: server.endpoint.clone(),
             received,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: server,
         }
     }
 
@@ -127,17 +155,6 @@ impl Collector {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Received> {
         self.received.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -5,4 +5,5 @@
 
 mod collector;
 mod config;
+mod provider;
 mod traces;
