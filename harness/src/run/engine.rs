@@ -796,7 +796,8 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                 gen_ai.conversation.id = %env.info.session_id,
                 step = %step.name,
                 path = %task.path,
-                index = taken
+                // i64: OpenTelemetry has no unsigned integers.
+                index = i64::try_from(taken).unwrap_or(i64::MAX),
             );
             let body = match (&step.run, &step.sub) {
                 (Some(run), _) => Some(run_step(env, run, step, task).instrument(span).await),

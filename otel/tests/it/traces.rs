@@ -243,6 +243,7 @@ fn a_run_with_tool_calls_and_an_interrupt_is_exported_as_genai_spans() {
     for step in named(&spans, "step approve") {
         assert_eq!(step.kind, SpanKind::Internal as i32);
         assert_eq!(text(&step.attributes, "step").as_deref(), Some("approve"));
+        assert_eq!(int(&step.attributes, "index"), Some(2));
         assert_eq!(
             text(&step.attributes, "gen_ai.conversation.id").as_deref(),
             Some(session.as_str())
