@@ -612,3 +612,18 @@ fn the_content_target_is_enabled_only_with_the_opt_in() {
         guard.shutdown().unwrap();
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_the_guard_inside_a_runtime_flushes_what_is_left() {
+    let collector = Collector::start();
+    let (layer, guard) = harness_otel::layer(OtelConfig::new(&collector.endpoint)).unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let _default = tracing::subscriber::set_default(subscriber);
+    interrupted_and_resumed().await;
+    // No flush: the batch processor holds the spans until its delay is up
+    // (seconds); dropping the guard sends them.
+    drop(guard);
+    let spans = spans_of(&collector);
+    assert_eq!(named(&spans, "invoke_agent calculator").len(), 2);
+    assert_eq!(named(&spans, "execute_tool add").len(), 2);
+}
