@@ -107,6 +107,7 @@ fn a_config_shows_header_names_but_never_their_values() {
 
 #[test]
 fn init_refuses_a_second_global_subscriber() {
+    let _serial = crate::serial();
     let collector = crate::collector::Collector::start();
     let first = harness_otel::init(OtelConfig::new(&collector.endpoint)).unwrap();
     let second = harness_otel::init(OtelConfig::new(&collector.endpoint));

@@ -40,6 +40,7 @@ fn openai() -> Server {
 
 #[test]
 fn a_providers_key_never_reaches_the_collector() {
+    let _serial = crate::serial();
     let server = openai();
     for capture in [false, true] {
         let collector = Collector::start();

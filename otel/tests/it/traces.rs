@@ -138,6 +138,7 @@ fn traced<F, R>(config: OtelConfig, body: impl FnOnce() -> F) -> R
 where
     F: Future<Output = R>,
 {
+    let _serial = crate::serial();
     let (layer, guard) = harness_otel::layer(config).unwrap();
     let subscriber = tracing_subscriber::registry().with(layer);
     let out = tracing::subscriber::with_default(subscriber, || {
@@ -599,6 +600,7 @@ fn samplers_see_the_genai_attributes_when_spans_start_and_can_drop_an_agent() {
 
 #[test]
 fn the_content_target_is_enabled_only_with_the_opt_in() {
+    let _serial = crate::serial();
     for capture in [false, true] {
         let (layer, guard) =
             harness_otel::layer(OtelConfig::new("http://127.0.0.1:9").capture_content(capture))
@@ -613,16 +615,24 @@ fn the_content_target_is_enabled_only_with_the_opt_in() {
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn dropping_the_guard_inside_a_runtime_flushes_what_is_left() {
+#[test]
+fn dropping_the_guard_inside_a_runtime_flushes_what_is_left() {
+    let _serial = crate::serial();
     let collector = Collector::start();
     let (layer, guard) = harness_otel::layer(OtelConfig::new(&collector.endpoint)).unwrap();
     let subscriber = tracing_subscriber::registry().with(layer);
     let _default = tracing::subscriber::set_default(subscriber);
-    interrupted_and_resumed().await;
-    // No flush: the batch processor holds the spans until its delay is up
-    // (seconds); dropping the guard sends them.
-    drop(guard);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            interrupted_and_resumed().await;
+            // No flush: the batch processor holds the spans until its delay
+            // is up (seconds); dropping the guard, here inside the runtime,
+            // sends them.
+            drop(guard);
+        });
     let spans = spans_of(&collector);
     assert_eq!(named(&spans, "invoke_agent calculator").len(), 2);
     assert_eq!(named(&spans, "execute_tool add").len(), 2);
