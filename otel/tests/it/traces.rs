@@ -637,3 +637,75 @@ fn dropping_the_guard_inside_a_runtime_flushes_what_is_left() {
     assert_eq!(named(&spans, "invoke_agent calculator").len(), 2);
     assert_eq!(named(&spans, "execute_tool add").len(), 2);
 }
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Desk {
+    #[field(reduce = append)]
+    log: Vec<String>,
+}
+
+#[test]
+fn a_sub_agents_steps_and_calls_nest_under_the_step_that_runs_it() {
+    let collector = Collector::start();
+    let session = traced(OtelConfig::new(&collector.endpoint), || async {
+        let desk = Harness::<Desk>::builder()
+            .step("delegate")
+            .sub_agent(harness::SubAgent::new(
+                &calculator(script()),
+                |_: &Desk| Task::default(),
+                |_: &Desk, done| DeskUpdate::new().log(done.state.log.clone()),
+            ))
+            .end()
+            .start("delegate")
+            .build()
+            .unwrap();
+        let agent = create_agent("desk", &desk);
+        let mut run = agent.run(Desk::default());
+        let first = (&mut run).await.unwrap();
+        let asked = first.interrupt.clone().unwrap();
+        run.resume(true, &asked.id).unwrap();
+        let done = (&mut run).await.unwrap();
+        assert_eq!(
+            done.state.log.last().map(String::as_str),
+            Some("The sum is 5.")
+        );
+        done.session_id.to_string()
+    });
+    let spans = spans_of(&collector);
+    let runs = named(&spans, "invoke_agent desk");
+    assert_eq!(runs.len(), 2, "{:?}", names(&spans));
+    let delegates = named(&spans, "step delegate");
+    assert_eq!(delegates.len(), 2);
+    let first = delegates
+        .iter()
+        .find(|d| children(&spans, d).contains(&"step think"))
+        .unwrap();
+    assert_eq!(
+        children(&spans, first),
+        ["step think", "step act", "step approve"]
+    );
+    let think = one(&spans, "step think");
+    assert_eq!(text(&think.attributes, "path").as_deref(), Some("delegate"));
+    assert_eq!(
+        text(&think.attributes, "gen_ai.conversation.id").as_deref(),
+        Some(session.as_str())
+    );
+    let chat = spans
+        .iter()
+        .find(|s| s.name == "chat scripted" && s.parent_span_id == think.span_id)
+        .unwrap();
+    assert_eq!(
+        text(&chat.attributes, "harness.path").as_deref(),
+        Some("delegate")
+    );
+    assert_eq!(
+        text(&chat.attributes, "gen_ai.conversation.id").as_deref(),
+        Some(session.as_str())
+    );
+    assert_eq!(named(&spans, "execute_tool add").len(), 2);
+    let second = delegates
+        .iter()
+        .find(|d| d.span_id != first.span_id)
+        .unwrap();
+    assert_eq!(children(&spans, second), ["step approve", "step answer"]);
+}
