@@ -113,6 +113,27 @@ impl OtelConfig {
         }
     }
 
+    /// A config from the standard OpenTelemetry environment variables:
+    /// the endpoint from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, else `http://localhost:4318`; the
+    /// service name from `OTEL_SERVICE_NAME`, else `harness`. Contents stay
+    /// off: opting in is a decision of the code, not of the environment.
+    pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
+        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let endpoint = set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .unwrap_or_else(|| "http://localhost:4318".to_owned());
+        let config = Self::new(endpoint.trim());
+        match set("OTEL_SERVICE_NAME") {
+            Some(name) => config.service_name(name),
+            None => config,
+        }
+    }
+
     /// The `service.name` of the exported resource.
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.service_name = name.into();
@@ -268,4 +289,62 @@ fn check_header(name: &str, value: &str) -> Result<(), OtelError> {
         return Err(bad("its value has control characters (a line break?)"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::OtelConfig;
+
+    fn from(vars: &[(&str, &str)]) -> OtelConfig {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        OtelConfig::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn the_environment_gives_endpoint_and_service_the_signal_variable_first() {
+        let config = from(&[]);
+        assert_eq!(
+            config.traces_url().unwrap(),
+            "http://localhost:4318/v1/traces"
+        );
+        assert_eq!(config.service_name, "harness");
+        assert!(!config.capture_content);
+
+        let config = from(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_SERVICE_NAME", "support-bot"),
+        ]);
+        assert_eq!(
+            config.traces_url().unwrap(),
+            "http://collector:4318/v1/traces"
+        );
+        assert_eq!(config.service_name, "support-bot");
+
+        let config = from(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                " http://tempo:4318/otlp/v1/traces ",
+            ),
+            ("OTEL_SERVICE_NAME", "  "),
+        ]);
+        assert_eq!(
+            config.traces_url().unwrap(),
+            "http://tempo:4318/otlp/v1/traces"
+        );
+        assert_eq!(config.service_name, "harness");
+
+        // A bad value is reported when the config is used, naming it.
+        let config = from(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://cloud")]);
+        let err = config.traces_url().unwrap_err().to_string();
+        assert!(
+            err.contains("https://cloud") && err.contains("TLS"),
+            "{err}"
+        );
+    }
 }

@@ -15,6 +15,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`OtelConfig::from_env`] reads the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! and `OTEL_SERVICE_NAME` instead.
+//!
 //! An application that has its own `tracing` subscriber adds [`layer`] to
 //! it instead:
 //!
