@@ -43,7 +43,8 @@
 //! ├─ step plan               INTERNAL  step, path, index, gen_ai.conversation.id
 //! │  └─ chat gpt-4o-mini     CLIENT    gen_ai.operation.name=chat, gen_ai.provider.name,
 //! │                                    gen_ai.request.model, gen_ai.usage.input_tokens,
-//! │                                    gen_ai.usage.output_tokens, gen_ai.response.finish_reasons,
+//! │                                    gen_ai.usage.output_tokens (+ cache_read, cache_creation,
+//! │                                    reasoning when reported), gen_ai.response.finish_reasons,
 //! │                                    error.type (when it failed)
 //! └─ step act                INTERNAL
 //!    └─ execute_tool search  INTERNAL  gen_ai.operation.name=execute_tool, gen_ai.tool.name,

@@ -434,6 +434,9 @@ impl<C> Cx<C> {
             harness.path = %self.shared.path,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+            gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
@@ -471,6 +474,25 @@ impl<C> Cx<C> {
                     "gen_ai.usage.output_tokens",
                     tokens(response.usage.output_tokens),
                 );
+                // The details, when the provider reported them.
+                for (field, n) in [
+                    (
+                        "gen_ai.usage.cache_read.input_tokens",
+                        response.usage.cache_read_tokens,
+                    ),
+                    (
+                        "gen_ai.usage.cache_creation.input_tokens",
+                        response.usage.cache_write_tokens,
+                    ),
+                    (
+                        "gen_ai.usage.reasoning.output_tokens",
+                        response.usage.reasoning_tokens,
+                    ),
+                ] {
+                    if n > 0 {
+                        span.record(field, tokens(n));
+                    }
+                }
                 // The conventions' finish reasons, as a JSON array (a
                 // `tracing` field holds no arrays; harness-otel exports it
                 // as a string array).

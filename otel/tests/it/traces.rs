@@ -125,7 +125,7 @@ fn script() -> Arc<ScriptedModel> {
                 ToolCall::new("call-7", "add", serde_json::json!({ "a": 2, "b": 3 })),
                 ToolCall::new("call-8", "add", serde_json::json!({ "a": "x" })),
             ])
-            .with_usage(Usage::new(31, 12)),
+            .with_usage(Usage::new(31, 12).with_cache_read(20).with_reasoning(5)),
         ),
         Expect::any()
             .reply(ModelResponse::from_text("The sum is 5.").with_usage(Usage::new(40, 6))),
@@ -283,6 +283,15 @@ fn a_run_with_tool_calls_and_an_interrupt_is_exported_as_genai_spans() {
         int(&chat.attributes, "gen_ai.usage.output_tokens"),
         Some(12)
     );
+    assert_eq!(
+        int(&chat.attributes, "gen_ai.usage.cache_read.input_tokens"),
+        Some(20)
+    );
+    assert_eq!(
+        int(&chat.attributes, "gen_ai.usage.reasoning.output_tokens"),
+        Some(5)
+    );
+    assert!(int(&chat.attributes, "gen_ai.usage.cache_creation.input_tokens").is_none());
     assert_eq!(
         strings(&chat.attributes, "gen_ai.response.finish_reasons"),
         Some(vec!["tool_call".to_owned()])
