@@ -392,7 +392,11 @@ pub(crate) fn start<S: HarnessState, C: Context>(
         agent = %info.agent_id,
         run_id = %info.run_id,
         session_id = %info.session_id,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
     );
+    let run_span = span.clone();
     async move {
         let result = match attach(&harness, &info, &mut exec).await {
             Ok(cursor) => {
@@ -441,10 +445,34 @@ pub(crate) fn start<S: HarnessState, C: Context>(
             }
             Err(e) => Err(e),
         };
+        // How the run ended, on its span: a failure is an error there.
+        if let Err(e) = &result {
+            run_span.record("error.type", error_type(e));
+            run_span.record("otel.status_code", "error");
+            run_span.record("otel.status_description", tracing::field::display(e));
+        }
         Driven { exec, result }
     }
     .instrument(span)
     .boxed()
+}
+
+/// A short name for the kind of a run's error, for traces (`error.type`).
+fn error_type(e: &RunError) -> &'static str {
+    match e {
+        RunError::Step { .. } => "step_failed",
+        RunError::Timeout { .. } => "timeout",
+        RunError::UndeclaredSignal { .. } => "undeclared_signal",
+        RunError::StepLimit { .. } => "step_limit",
+        RunError::AnswerRejected { .. } => "answer_rejected",
+        RunError::LeaseLost { .. } => "lease_lost",
+        RunError::Store(_) => "store",
+        RunError::Branch { .. } => "branch_failed",
+        RunError::SubAgent { .. } => "sub_agent_failed",
+        RunError::FanOut { .. } => "fan_out",
+        RunError::UndeclaredWrite { .. } => "undeclared_write",
+        _ => "run_error",
+    }
 }
 
 /// Renews the run's lease every third of its time to live, until the run
@@ -1358,6 +1386,15 @@ async fn run_sub<S: HarnessState, C: Context>(
 ) -> Result<S::Update, Halt> {
     let path = task.path.child(&step.name);
     let held = task.subs.remove(&path);
+    let span = tracing::info_span!(
+        "harness.sub_agent",
+        otel.name = %format_args!("invoke_agent {}", step.name),
+        otel.kind = "internal",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = %step.name,
+        gen_ai.conversation.id = %env.info.session_id,
+        path = %path,
+    );
     let call = SubCall {
         state: Arc::clone(&task.state),
         ctx: env.ctx,
@@ -1370,7 +1407,7 @@ async fn run_sub<S: HarnessState, C: Context>(
         emitter: Arc::clone(&env.emitter),
         hooks: env.hooks.clone(),
     };
-    match sub.call(call).await {
+    match sub.call(call).instrument(span).await {
         Ok(SubEnd::Done(update)) => Ok(update),
         Ok(SubEnd::Paused(interrupt, held)) => {
             task.subs.insert(path, held);

@@ -685,12 +685,26 @@ fn a_sub_agents_steps_and_calls_nest_under_the_step_that_runs_it() {
     assert_eq!(runs.len(), 2, "{:?}", names(&spans));
     let delegates = named(&spans, "step delegate");
     assert_eq!(delegates.len(), 2);
+    // Each visit of the step runs the sub-agent as an agent of its own,
+    // whose steps nest under it.
+    let inner: Vec<_> = named(&spans, "invoke_agent delegate");
+    assert_eq!(inner.len(), 2, "{:?}", names(&spans));
+    for d in &delegates {
+        assert_eq!(children(&spans, d), ["invoke_agent delegate"]);
+    }
+    let sub_of = |d: &Span| -> &Span {
+        inner
+            .iter()
+            .find(|s| s.parent_span_id == d.span_id)
+            .copied()
+            .unwrap()
+    };
     let first = delegates
         .iter()
-        .find(|d| children(&spans, d).contains(&"step think"))
+        .find(|d| children(&spans, sub_of(d)).contains(&"step think"))
         .unwrap();
     assert_eq!(
-        children(&spans, first),
+        children(&spans, sub_of(&first)),
         ["step think", "step act", "step approve"]
     );
     let think = one(&spans, "step think");
@@ -716,5 +730,8 @@ fn a_sub_agents_steps_and_calls_nest_under_the_step_that_runs_it() {
         .iter()
         .find(|d| d.span_id != first.span_id)
         .unwrap();
-    assert_eq!(children(&spans, second), ["step approve", "step answer"]);
+    assert_eq!(
+        children(&spans, sub_of(&second)),
+        ["step approve", "step answer"]
+    );
 }
