@@ -72,6 +72,9 @@ pub mod guide {
     #[doc = include_str!("docs/guide/runs.md")]
     pub mod runs {}
 
+    #[doc = include_str!("docs/guide/composition.md")]
+    pub mod composition {}
+
     #[doc = include_str!("docs/guide/observation.md")]
     pub mod observation {}
 
