@@ -10,11 +10,13 @@
 //! loop on a real one. The run's events are printed as they happen, each
 //! with the path of the task it comes from (`summarise#2` is the third
 //! branch), then the final state: the summaries are in document order,
-//! whichever branch finished first.
+//! whichever branch finished first. With `--tokens`, the text the model
+//! streams to each branch is printed too, as it comes.
 
 use async_trait::async_trait;
 use harness::llm::{
     Expect, LanguageModel, ModelError, ModelRequest, ModelResponse, ModelStream, ScriptedModel,
+    StopReason, StreamEvent,
 };
 use harness::{
     Context, Cx, Harness, HarnessState, JsonSchema, RunEvent, StepResult, TaskPath,
@@ -117,6 +119,18 @@ fn docs() -> Vec<Doc> {
     .collect()
 }
 
+/// `text` as a model streams it: a word at a time.
+fn words(text: &str) -> Vec<StreamEvent> {
+    let mut events: Vec<StreamEvent> = text
+        .split_inclusive(' ')
+        .map(|word| StreamEvent::TextDelta { text: word.into() })
+        .collect();
+    events.push(StreamEvent::Finish {
+        stop_reason: StopReason::EndTurn,
+    });
+    events
+}
+
 /// Offline answers. The branches ask at the same time, in any order, so
 /// each document has a scripted model of its own, picked by the title the
 /// request names; every answer comes after a short delay, as a remote
@@ -155,14 +169,14 @@ impl Offline {
             .map(|(title, summary)| {
                 let turn = Expect::any()
                     .last_message_contains(format!("Document: {title}"))
-                    .reply(ModelResponse::from_text(summary));
+                    .stream(words(summary));
                 (title.to_string(), ScriptedModel::new([turn]))
             })
             .collect();
         let combine = ScriptedModel::new([Expect::any()
             .last_message_contains("Summaries:\ntides: ")
             .last_message_contains("glaciers: ")
-            .reply(ModelResponse::from_text(
+            .stream(words(
                 "Natural forces shape tides and glaciers, and living things from yeast to bees work in concert. Rust brings the same discipline to software.",
             ))]);
         Self { by_title, combine }
@@ -243,13 +257,26 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     let agent = create_agent_with("map_reduce", &harness, DepsAgent { model });
 
+    let tokens = match std::env::args().nth(1).as_deref() {
+        None => false,
+        Some("--tokens") => true,
+        Some(_) => {
+            eprintln!("usage: map_reduce [--tokens]");
+            std::process::exit(2)
+        }
+    };
     let docs = docs();
     println!("{} documents, {LIMIT} branches at a time", docs.len());
     let run = agent.run(Digest {
         docs,
         ..Digest::default()
     });
-    let mut events = run.events();
+    // The model's text comes as `Token` events only to those who ask.
+    let mut events = if tokens {
+        run.events_with_tokens()
+    } else {
+        run.events()
+    };
     let printer = tokio::spawn(async move {
         let (mut in_flight, mut peak) = (0u32, 0u32);
         while let Some(event) = events.recv().await {
@@ -289,6 +316,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     at(&path),
                     branches.len()
                 ),
+                RunEvent::Token { path, text, .. } => {
+                    println!("[{}] token {text:?}", at(&path));
+                }
                 RunEvent::StepFailed {
                     path, step, error, ..
                 } => {

@@ -126,6 +126,39 @@ fn map_reduce_runs_a_branch_per_document_two_at_a_time_and_joins_once() {
         "{text}"
     );
     assert!(field(&text, "combined: ").contains("tides and glaciers"));
+    assert!(
+        !text.contains("] token "),
+        "tokens only when asked:\n{text}"
+    );
+}
+
+#[test]
+fn map_reduce_with_tokens_streams_each_branch_s_model_text_under_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout_of(&cargo_run(dir.path(), "map_reduce", &["--tokens"]));
+    // The text streamed to each task, put together from its token lines.
+    let streamed = |task: &str| -> (usize, String) {
+        let pieces: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[{task}] token ")))
+            .map(|quoted| serde_json::from_str::<String>(quoted).unwrap())
+            .collect();
+        (pieces.len(), pieces.concat())
+    };
+    let summaries: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("  summary: "))
+        .collect();
+    assert_eq!(summaries.len(), 5, "{text}");
+    for (i, line) in summaries.iter().enumerate() {
+        let (_, summary) = line.split_once(": ").unwrap();
+        let (pieces, whole) = streamed(&format!("summarise#{i}"));
+        assert!(pieces > 1, "streamed in pieces:\n{text}");
+        assert_eq!(whole, summary, "{text}");
+    }
+    let (pieces, whole) = streamed("main");
+    assert!(pieces > 1);
+    assert_eq!(whole, field(&text, "combined: "));
 }
 
 #[test]
