@@ -3,6 +3,7 @@
 //! are this package's binaries.
 
 mod agent_loop;
+mod compose_examples;
 mod contention;
 mod crash;
 mod once;

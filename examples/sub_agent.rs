@@ -1,0 +1,294 @@
+//! A sub-agent as a step: the parent writes a brief, its `research` step
+//! runs a research loop of its own (its own state type, mapped in and out
+//! by code), which asks a human to approve its notes. The question pauses
+//! the parent; another process answers it and the run goes on inside the
+//! sub-agent, at the step that asked, without running its completed steps
+//! again.
+//!
+//! ```text
+//! plan ──▶ research ─────────────────────────────────────────────▶ write ──▶ end
+//!          └ search ──▶ approve (asks) ──kept──▶ summarise ──▶ end
+//!                                      └─dropped──▶ end
+//! ```
+//!
+//! ```text
+//! cargo run -p harness-examples --example sub_agent
+//!     # runs until the sub-agent's approve step asks; prints the session and interrupt ids, exits
+//! cargo run -p harness-examples --example sub_agent -- --resume SESSION --answer yes
+//!     # a new process: loads the session, answers, goes on inside the sub-agent
+//! ```
+//!
+//! Sessions live in a sled database (`--store DIR`, default
+//! `.harness/sub_agent`). Each step prints `ran PATH/STEP` when it runs, so
+//! the output of the second process shows what it ran: not `research/search`.
+
+use harness::session::SessionPhase;
+use harness::{
+    Cx, Harness, HarnessState, InterruptId, JsonSchema, SessionId, Signal, StepResult, SubAgent,
+    SubOutcome, create_agent, schemars,
+};
+use harness_stores::SledStore;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The parent's state: a brief on a topic.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+struct Brief {
+    topic: String,
+    #[field(reduce = append)]
+    log: Vec<String>,
+    /// What the research kept, one line per note.
+    findings: Vec<String>,
+    text: String,
+}
+
+/// The sub-agent's state: a research task. The parent has no field for
+/// `sources`; `map_out` gets it all the same and decides what to keep.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+struct Research {
+    question: String,
+    #[field(reduce = append)]
+    notes: Vec<String>,
+    #[field(reduce = add)]
+    sources: u32,
+    approved: Option<bool>,
+    summary: String,
+}
+
+/// Prints which step ran, and where, so the output shows what each process
+/// ran.
+fn ran<C>(cx: &Cx<C>, what: &str) {
+    let at = if cx.path().is_root() {
+        cx.step().to_string()
+    } else {
+        format!("{}/{}", cx.path(), cx.step())
+    };
+    println!("  ran {at}{what} (process {})", std::process::id());
+}
+
+async fn plan(brief: Arc<Brief>, cx: Cx<()>) -> StepResult<BriefUpdate> {
+    ran(&cx, "");
+    Ok(BriefUpdate::new().log(vec![format!("plan a brief on {}", brief.topic)]))
+}
+
+/// The sub-agent's first step: its work would be lost if resuming ran it
+/// again (here: a made-up search).
+async fn search(research: Arc<Research>, cx: Cx<()>) -> StepResult<ResearchUpdate> {
+    ran(&cx, "");
+    let notes = vec![
+        format!(
+            "{}: caused by the Moon's and the Sun's gravity",
+            research.question
+        ),
+        format!(
+            "{}: two highs and two lows a day on most coasts",
+            research.question
+        ),
+        format!("{}: spring tides at new and full moon", research.question),
+    ];
+    Ok(ResearchUpdate::new().sources(3).notes(notes))
+}
+
+/// Asks a human whether to keep the notes: `yes` or `no`, anything else is
+/// refused and the question stays open.
+async fn approve(research: Arc<Research>, cx: Cx<()>) -> StepResult<ResearchUpdate> {
+    ran(&cx, "");
+    let keep: bool = cx.interrupt_with(
+        serde_json::json!({
+            "question": format!("keep these {} notes?", research.notes.len()),
+            "notes": research.notes,
+        }),
+        |answer: String| match answer.trim().to_ascii_lowercase().as_str() {
+            "yes" | "y" => Ok(true),
+            "no" | "n" => Ok(false),
+            other => Err(format!("answer yes or no, not {other:?}")),
+        },
+    )?;
+    Ok(ResearchUpdate::new().approved(Some(keep)))
+}
+
+async fn summarise(research: Arc<Research>, cx: Cx<()>) -> StepResult<ResearchUpdate> {
+    ran(&cx, "");
+    Ok(ResearchUpdate::new().summary(format!(
+        "{} notes from {} sources",
+        research.notes.len(),
+        research.sources
+    )))
+}
+
+async fn write(brief: Arc<Brief>, cx: Cx<()>) -> StepResult<BriefUpdate> {
+    ran(&cx, "");
+    let text = if brief.findings.is_empty() {
+        format!("{}: nothing approved to report.", brief.topic)
+    } else {
+        format!("{}: {}", brief.topic, brief.findings.join("; "))
+    };
+    Ok(BriefUpdate::new().text(text).log(vec!["write".into()]))
+}
+
+/// The research loop, a harness of its own.
+fn research() -> Result<Harness<Research>, harness::LoopValidationError> {
+    Harness::<Research>::builder()
+        .step("search")
+        .run(search)
+        .next("approve")
+        .step("approve")
+        .run(approve)
+        .route(|r: &Research| {
+            if r.approved == Some(true) {
+                "kept"
+            } else {
+                "dropped"
+            }
+        })
+        .on("kept")
+        .to("summarise")
+        .on("dropped")
+        .end()
+        .step("summarise")
+        .run(summarise)
+        .end()
+        .start("search")
+        .build()
+}
+
+/// The parent: its `research` step is the research loop, mapped in from
+/// the brief and out into an update of it.
+fn brief(store: SledStore) -> Result<Harness<Brief>, harness::LoopValidationError> {
+    let sub = SubAgent::new(
+        &research()?,
+        |b: &Brief| Research {
+            question: b.topic.clone(),
+            ..Research::default()
+        },
+        |_: &Brief, done: SubOutcome<Research>| {
+            let research = done.state;
+            let kept = research.approved == Some(true);
+            let line = if kept {
+                research.summary
+            } else {
+                format!("{} notes dropped", research.notes.len())
+            };
+            BriefUpdate::new()
+                .findings(if kept { research.notes } else { vec![] })
+                .log(vec![format!(
+                    "research ended with `{}`: {line}",
+                    done.signal
+                )])
+        },
+    );
+    Harness::<Brief>::builder()
+        .step("plan")
+        .run(plan)
+        .next("research")
+        .step("research")
+        .sub_agent(sub)
+        .next("write")
+        .step("write")
+        .run(write)
+        .end()
+        .start("plan")
+        .store(store)
+        .build()
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: sub_agent [--store DIR]\n       sub_agent [--store DIR] --resume SESSION --answer yes|no [--interrupt ID]"
+    );
+    std::process::exit(2)
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let mut store_dir = ".harness/sub_agent".to_string();
+    let (mut resume, mut answer, mut interrupt) = (None, None, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| usage());
+        match arg.as_str() {
+            "--store" => store_dir = value(),
+            "--resume" => resume = Some(SessionId::from(value())),
+            "--answer" => answer = Some(value()),
+            "--interrupt" => interrupt = Some(InterruptId::from(value())),
+            _ => usage(),
+        }
+    }
+
+    let harness = brief(SledStore::open(&store_dir)?)?;
+    let agent = create_agent("brief", &harness);
+    let outcome = match (resume, answer) {
+        (None, None) => {
+            println!("The loop:\n{}", harness.to_mermaid());
+            agent
+                .run(Brief {
+                    topic: "tides".into(),
+                    ..Brief::default()
+                })
+                .await?
+        }
+        (Some(session), Some(answer)) => {
+            // The approve step refuses anything else too; checking here
+            // refuses it before the session is touched.
+            if !["yes", "y", "no", "n"].contains(&answer.trim().to_ascii_lowercase().as_str()) {
+                return Err(format!("answer yes or no, not {answer:?}").into());
+            }
+            let id = match interrupt {
+                Some(id) => id,
+                // The session knows what it waits for.
+                None => match agent.session(&session).await?.phase {
+                    SessionPhase::Interrupted { interrupt } => interrupt.id,
+                    other => {
+                        return Err(format!("session {session} is not waiting: {other:?}").into());
+                    }
+                },
+            };
+            println!("resuming session {session} with answer {answer:?}");
+            agent.resume(answer, &session, &id).await?.await?
+        }
+        _ => usage(),
+    };
+
+    if outcome.signal == Signal::INTERRUPT {
+        let i = outcome
+            .interrupt
+            .as_ref()
+            .ok_or("an interrupt outcome carries its interrupt")?;
+        println!("paused inside {}/{}: {}", i.path, i.step, i.payload);
+        println!("session:   {}", outcome.session_id);
+        println!("interrupt: {}", i.id);
+        println!(
+            "continue in another process:\n  cargo run -p harness-examples --example sub_agent -- --store {store_dir} --resume {} --answer yes",
+            outcome.session_id
+        );
+    } else {
+        println!(
+            "completed with `{}` after {} steps in this process",
+            outcome.signal, outcome.steps
+        );
+        for line in &outcome.state.log {
+            println!("  log: {line}");
+        }
+        println!("brief: {}", outcome.state.text);
+        let history = agent.history(&outcome.session_id).await?;
+        let steps: Vec<String> = history
+            .iter()
+            .map(|c| {
+                if c.path.is_root() {
+                    c.step.clone()
+                } else {
+                    format!("{}/{}", c.path, c.step)
+                }
+            })
+            .collect();
+        println!("checkpoints: {}", steps.join(" → "));
+    }
+    Ok(())
+}
