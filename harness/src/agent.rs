@@ -351,10 +351,8 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         if let Some(u) = input_update {
             Arc::make_mut(&mut root.state).apply(u);
         }
-        if let Some(interrupt) = answering
-            && let Some(task) = root.find_mut(&interrupt.path)
-        {
-            task.answering = Some(interrupt);
+        if let Some(interrupt) = answering {
+            root.mark_answering(interrupt);
         }
         let mut exec = Execution::new(
             S::default(),

@@ -302,3 +302,85 @@ async fn an_interrupt_inside_a_sub_agent_is_answered_from_another_agent_without_
         ["plan"]
     );
 }
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct N {
+    n: u64,
+}
+
+fn checked_child(store: SledStore, asked: Arc<AtomicU32>) -> Harness<N> {
+    let child = Harness::<N>::builder()
+        .step("ask")
+        .run(move |cx: Cx<()>| {
+            let asked = Arc::clone(&asked);
+            async move {
+                asked.fetch_add(1, Ordering::SeqCst);
+                let n: u64 = cx.interrupt_with("1..=10?", |n: u64| {
+                    if n <= 10 {
+                        Ok(n)
+                    } else {
+                        Err(format!("{n} is too big"))
+                    }
+                })?;
+                Ok(NUpdate::new().n(n))
+            }
+        })
+        .end()
+        .start("ask")
+        .build()
+        .unwrap();
+    Harness::<N>::builder()
+        .step("child")
+        .sub_agent(harness::SubAgent::new(
+            &child,
+            |_: &N| N::default(),
+            |_: &N, done| NUpdate::new().n(done.state.n),
+        ))
+        .end()
+        .start("child")
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_rejected_answer_inside_a_sub_agent_resumed_from_the_store_keeps_the_same_interrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SledStore::open(dir.path().join("s")).unwrap();
+    let session = SessionId::from("s1");
+    let asked = Arc::new(AtomicU32::new(0));
+    let first = create_agent("a", &checked_child(store.clone(), Arc::clone(&asked)));
+    let interrupt = first
+        .run_in(session.clone(), N::default())
+        .await
+        .unwrap()
+        .interrupt
+        .unwrap();
+    drop(first);
+    for bad in [42, 11] {
+        let again = create_agent("a", &checked_child(store.clone(), Arc::clone(&asked)));
+        let result = again
+            .resume(bad, &session, &interrupt.id)
+            .await
+            .unwrap()
+            .await;
+        assert!(
+            matches!(&result, Err(harness::RunError::AnswerRejected { interrupt: id, reason })
+                if *id == interrupt.id && reason.contains("too big")),
+            "{result:?}"
+        );
+    }
+    let last = create_agent("a", &checked_child(store.clone(), Arc::clone(&asked)));
+    let out = last
+        .resume(7, &session, &interrupt.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(out.state.n, 7);
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        4,
+        "asked, two refusals, answered"
+    );
+}

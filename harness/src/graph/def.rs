@@ -220,6 +220,9 @@ pub(crate) enum SubEnd<U> {
 pub(crate) trait SubRun: Send + Sync {
     /// Gives `response` to the interrupt at `path` inside it.
     fn answer(&mut self, path: &TaskPath, response: Value, interrupt: Interrupt);
+    /// Marks `interrupt` (at its path inside it) as the one whose answer
+    /// its journal's last response is.
+    fn answering(&mut self, interrupt: Interrupt);
     /// Its journals, by task.
     fn journals(&self, out: &mut Journals);
     /// For the step to take it back as what it is.
@@ -228,16 +231,30 @@ pub(crate) trait SubRun: Send + Sync {
 
 /// A sub-agent known only by the journals its session holds (after a
 /// restart), until its step rebuilds it from the log.
-impl SubRun for Journals {
-    fn answer(&mut self, path: &TaskPath, response: Value, _: Interrupt) {
-        self.entry(path.clone())
+#[derive(Default)]
+pub(crate) struct SubStub {
+    /// Its tasks' journals.
+    pub(crate) journals: Journals,
+    /// The interrupt whose answer was just given, if any.
+    pub(crate) answering: Option<Interrupt>,
+}
+
+impl SubRun for SubStub {
+    fn answer(&mut self, path: &TaskPath, response: Value, interrupt: Interrupt) {
+        self.journals
+            .entry(path.clone())
             .or_default()
             .responses
             .push(response);
+        self.answering = Some(interrupt);
+    }
+
+    fn answering(&mut self, interrupt: Interrupt) {
+        self.answering = Some(interrupt);
     }
 
     fn journals(&self, out: &mut Journals) {
-        out.extend(self.iter().map(|(p, j)| (p.clone(), j.clone())));
+        out.extend(self.journals.iter().map(|(p, j)| (p.clone(), j.clone())));
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {

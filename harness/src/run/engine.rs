@@ -4,7 +4,8 @@ use super::control::RunControl;
 use super::events::RunEvent;
 use crate::error::RunError;
 use crate::graph::{
-    BranchFailure, Branches, CompiledStep, Exits, HarnessInner, SubCall, SubEnd, SubRun, Target,
+    BranchFailure, Branches, CompiledStep, Exits, HarnessInner, SubCall, SubEnd, SubRun, SubStub,
+    Target,
 };
 use crate::ids::TaskPath;
 use crate::session::head::{BranchDone, ChildDone, StepDone};
@@ -134,6 +135,20 @@ impl<S: HarnessState> Task<S> {
         }
     }
 
+    /// Marks `interrupt` as the one the last answer in the journal of the
+    /// task that asked answers (a branch's, a sub-agent's).
+    pub(crate) fn mark_answering(&mut self, interrupt: Interrupt) {
+        let path = interrupt.path.clone();
+        if let Some(task) = self.find_mut(&path) {
+            task.answering = Some(interrupt);
+            return;
+        }
+        let task = deepest(self, &path);
+        if let Some((_, sub)) = task.subs.iter_mut().find(|(p, _)| path.starts_with(p)) {
+            sub.answering(interrupt);
+        }
+    }
+
     /// The task at `path`: this one or one of its branches, at any depth.
     pub(crate) fn find_mut(&mut self, path: &TaskPath) -> Option<&mut Task<S>> {
         if self.path == *path {
@@ -173,6 +188,10 @@ impl<S: HarnessState> Task<S> {
 impl<S: HarnessState> SubRun for Task<S> {
     fn answer(&mut self, path: &TaskPath, response: Value, interrupt: Interrupt) {
         Task::answer(self, path, response, interrupt);
+    }
+
+    fn answering(&mut self, interrupt: Interrupt) {
+        self.mark_answering(interrupt);
     }
 
     fn journals(&self, out: &mut Journals) {
@@ -279,15 +298,13 @@ pub(crate) fn attach_sub_journals<S: HarnessState>(root: &mut Task<S>, journals:
         let entry = task
             .subs
             .entry(sub)
-            .or_insert_with(|| Box::new(Journals::new()));
-        let mut one = Journals::new();
-        one.insert(path, journal);
+            .or_insert_with(|| Box::new(SubStub::default()));
         // A stub holds journals only; a held loop is never here yet.
-        if let Ok(mut held) = std::mem::replace(entry, Box::new(Journals::new()))
+        if let Ok(mut held) = std::mem::replace(entry, Box::new(SubStub::default()))
             .into_any()
-            .downcast::<Journals>()
+            .downcast::<SubStub>()
         {
-            held.extend(one);
+            held.journals.insert(path, journal);
             *entry = held;
         }
     }

@@ -6,7 +6,8 @@ use super::engine::{Env, Task, TaskEnd, attach_sub_journals, drive_task, task_fr
 use super::events::EventHub;
 use crate::error::RunError;
 use crate::graph::{
-    Branches, Exits, Harness, HarnessInner, StepBuilder, SubCall, SubEnd, SubShape, SubStep, Target,
+    Branches, Exits, Harness, HarnessInner, StepBuilder, SubCall, SubEnd, SubShape, SubStep,
+    SubStub, Target,
 };
 use crate::session::{CheckpointKind, Journals, Span, child_visit, read_log, replay};
 use crate::signal::Signal;
@@ -171,25 +172,29 @@ enum Start<CS: HarnessState> {
 impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubAgent<S, C, CS, CC> {
     /// The sub-agent's loop as its step's visit left it: fresh, or rebuilt
     /// from the session's log with `journals`.
-    async fn start(
-        &self,
-        call: &SubCall<'_, S, C>,
-        mut journals: Journals,
-    ) -> Result<Start<CS>, RunError> {
+    async fn start(&self, call: &SubCall<'_, S, C>, stub: SubStub) -> Result<Start<CS>, RunError> {
+        let SubStub {
+            mut journals,
+            answering,
+        } = stub;
         let inner: &HarnessInner<CS, CC> = &self.child.inner;
         let initial = (self.map_in)(&call.state);
-        let fresh = |initial: CS, mut journals: Journals| {
-            let mut root = Task::root(
-                initial,
-                inner.start,
-                journals.remove(&call.path).unwrap_or_default(),
-            );
-            root.path = call.path.clone();
-            attach_sub_journals(&mut root, journals);
-            Start::Go(Box::new(root))
-        };
+        let fresh =
+            |initial: CS, mut journals: Journals, answering: Option<crate::step::Interrupt>| {
+                let mut root = Task::root(
+                    initial,
+                    inner.start,
+                    journals.remove(&call.path).unwrap_or_default(),
+                );
+                root.path = call.path.clone();
+                attach_sub_journals(&mut root, journals);
+                if let Some(interrupt) = answering {
+                    root.mark_answering(interrupt);
+                }
+                Start::Go(Box::new(root))
+            };
         let Some(cursor) = call.cursor else {
-            return Ok(fresh(initial, journals));
+            return Ok(fresh(initial, journals, answering));
         };
         let head = cursor.head().await;
         if journals.is_empty() {
@@ -203,7 +208,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubAgent<S, C, 
         let log = read_log(&*cursor.store, &head, Span::Latest).await?;
         let visit = child_visit(&log, &call.parent, &call.path);
         if visit.is_empty() {
-            return Ok(fresh(initial, journals));
+            return Ok(fresh(initial, journals, answering));
         }
         // The sub-agent's own last update, if it ended the loop.
         let ended = visit.iter().rev().find_map(|(_, kind, next)| match kind {
@@ -253,6 +258,9 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubAgent<S, C, 
         )
         .map_err(|e| RunError::Store(crate::error::StoreError::backend(e.to_string())))?;
         attach_sub_journals(&mut root, journals);
+        if let Some(interrupt) = answering {
+            root.mark_answering(interrupt);
+        }
         Ok(Start::Go(Box::new(root)))
     }
 }
@@ -268,12 +276,12 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
             let mut call = call;
             let held = call.held.take();
             let start = match held {
-                None => self.start(&call, Journals::new()).await?,
+                None => self.start(&call, SubStub::default()).await?,
                 Some(held) => match held.into_any().downcast::<Task<CS>>() {
                     Ok(task) => Start::Go(task),
                     Err(other) => {
-                        let journals = other.downcast::<Journals>().map(|j| *j).unwrap_or_default();
-                        self.start(&call, journals).await?
+                        let stub = other.downcast::<SubStub>().map(|j| *j).unwrap_or_default();
+                        self.start(&call, stub).await?
                     }
                 },
             };
