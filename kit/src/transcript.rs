@@ -154,10 +154,14 @@ impl Transcript {
     }
 
     /// Appends a message as a unit of its own, builder-style. An assistant
-    /// message with tool calls becomes a [`Turn`] waiting for its results.
+    /// message with tool calls becomes a [`Turn`] waiting for its results;
+    /// a call id that is empty or repeats an earlier call's of the same
+    /// message is made unique (`call_2` → `call_2~2`), since results are
+    /// matched to calls by id.
     #[must_use]
-    pub fn message(self, message: Message) -> Self {
+    pub fn message(self, mut message: Message) -> Self {
         let body = if message.role == Role::Assistant {
+            unique_call_ids(&mut message);
             UnitBody::Turn(Turn {
                 message,
                 results: Vec::new(),
@@ -366,6 +370,28 @@ impl Appendable for Transcript {
                 ..unit
             });
             self.next_id += 1;
+        }
+    }
+}
+
+/// Renames calls of `message` whose id is empty or already used.
+fn unique_call_ids(message: &mut Message) {
+    let mut seen = std::collections::BTreeSet::new();
+    for part in &mut message.content {
+        if let ContentPart::ToolCall(call) = part {
+            let base = if call.id.is_empty() {
+                "call".to_owned()
+            } else {
+                call.id.clone()
+            };
+            let mut id = base.clone();
+            let mut n = 1;
+            while call.id.is_empty() && n == 1 || seen.contains(&id) {
+                n += 1;
+                id = format!("{base}~{n}");
+            }
+            call.id = id.clone();
+            seen.insert(id);
         }
     }
 }

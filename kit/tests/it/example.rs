@@ -1,0 +1,1 @@
+//! The `assistant` example, run as a new user would.
