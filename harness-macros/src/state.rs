@@ -163,6 +163,32 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         }
     });
 
+    let infos = parsed.iter().map(|f| {
+        let name = f.ident.to_string();
+        let kind = match &f.reducer {
+            Reducer::Replace => quote!(Replace),
+            Reducer::BuiltIn(r) => match r.to_string().as_str() {
+                "append" => quote!(Append),
+                "extend" => quote!(Extend),
+                "add" => quote!(Add),
+                "max" => quote!(Max),
+                _ => quote!(Min),
+            },
+            Reducer::Custom(_) => quote!(Custom),
+        };
+        quote!(#krate::state::FieldInfo { name: #name, reducer: #krate::state::ReducerKind::#kind },)
+    });
+
+    let writes = parsed.iter().map(|f| {
+        let ident = &f.ident;
+        let name = ident.to_string();
+        quote! {
+            if update.#ident.is_some() {
+                written.push(#name);
+            }
+        }
+    });
+
     let empties = parsed.iter().map(|f| {
         let ident = &f.ident;
         quote!(self.#ident.is_none())
@@ -216,6 +242,16 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
 
             fn apply(&mut self, update: #update_ident) {
                 #(#applies)*
+            }
+
+            fn fields() -> ::core::option::Option<&'static [#krate::state::FieldInfo]> {
+                ::core::option::Option::Some(&[#(#infos)*])
+            }
+
+            fn written(update: &#update_ident) -> ::std::vec::Vec<&'static str> {
+                let mut written = ::std::vec::Vec::new();
+                #(#writes)*
+                written
             }
         }
     })

@@ -3,18 +3,20 @@
 
 use crate::error::{NoInterrupt, NoSession, SessionError, SessionPendingInterrupt, StoreError};
 use crate::graph::{Harness, HarnessInner};
+use crate::ids::TaskPath;
 use crate::ids::{InterruptId, RunId, SessionId};
-use crate::run::{Execution, Run, SessionLink};
+use crate::run::{BranchState, Execution, Region, Run, SessionLink, Task};
 use crate::session::head::{self, check_owner};
 use crate::session::{
-    Busy, CheckpointInfo, Holder, SessionCursor, SessionPhase, SessionStore, Span, StoredRun,
-    Submitted, read_log, rebuild,
+    Busy, CheckpointInfo, Holder, Journals, SessionCursor, SessionPhase, SessionStore, Span,
+    StoredRun, Submitted, TaskRebuilt, journals, read_log, rebuild, rebuild_tasks,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
 use crate::step::{Interrupt, StepJournal};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -310,12 +312,12 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let Continuation {
             run_id,
             at,
-            journal,
+            mut journals,
             input,
             answering,
         } = from;
         let store = Arc::clone(self.store()?);
-        let mut state: S = rebuild(&*store, &head, None).await?;
+        let mut tasks = rebuild_tasks::<S>(&*store, &head, None).await?;
         let input_update = match &input {
             Some(v) => Some(serde_json::from_value::<S::Update>(v.clone()).map_err(|e| {
                 SessionError::Store(StoreError::backend(format!(
@@ -327,30 +329,118 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let session_id = head.session_id.clone();
         let next_step = Some(self.inner.harness.steps[at].name.to_string());
         let run_id_used = run_id.clone().unwrap_or_else(|| head.run_id.clone());
+        let mut root =
+            self.task_from(&head, &mut tasks, &mut journals, TaskPath::root(), at, None)?;
         let cursor = SessionCursor::acquire(
             Arc::clone(&store),
             self.inner.harness.session_config.clone(),
             head,
             run_id,
             next_step,
-            journal.clone(),
+            root.all_journals(),
             input,
         )
         .await?;
         if let Some(u) = input_update {
-            state.apply(u);
+            Arc::make_mut(&mut root.state).apply(u);
+        }
+        if let Some(interrupt) = answering {
+            match root.find_mut(&interrupt.path) {
+                Some(task) => task.answering = Some(interrupt),
+                None => root.answering = Some(interrupt),
+            }
         }
         let mut exec = Execution::new(
-            state,
+            S::default(),
             at,
-            journal,
+            StepJournal::default(),
             SessionLink::Attached {
                 cursor: Arc::new(cursor),
                 leased: true,
             },
         );
-        exec.answering = answering;
+        exec.task = root;
         Ok(self.new_run(slots, exec, run_id_used, session_id))
+    }
+
+    /// The task at `path` as the log left it, at step `at`, with its
+    /// journal and the branches of its fork under way.
+    fn task_from(
+        &self,
+        head: &StoredRun,
+        tasks: &mut BTreeMap<TaskPath, TaskRebuilt<S>>,
+        journals: &mut Journals,
+        path: TaskPath,
+        at: usize,
+        branch: Option<BranchState<S>>,
+    ) -> Result<Task<S>, SessionError> {
+        let bad = |reason: String| {
+            SessionError::from(crate::error::StoreLoad::new(
+                head.session_id.clone(),
+                "checkpoint log",
+                reason,
+            ))
+        };
+        let Some(rebuilt) = tasks.remove(&path) else {
+            return Err(bad(format!("no record of the task `{path}`")));
+        };
+        let harness = &self.inner.harness;
+        let mut task = Task::root(
+            rebuilt.state,
+            at,
+            journals.remove(&path).unwrap_or_default(),
+        );
+        task.path = path;
+        task.input = rebuilt.input;
+        task.branch = branch;
+        if let Some(b) = &mut task.branch {
+            b.updates = rebuilt.updates;
+            b.visit += rebuilt.steps;
+        }
+        if let Some(record) = rebuilt.open {
+            let Some(f) = harness.fork_index(&record.fork) else {
+                return Err(bad(format!(
+                    "a fork under way, `{}`, is not a fork of this loop",
+                    record.fork
+                )));
+            };
+            let join = harness.forks[f].join;
+            let mut branches = Vec::with_capacity(record.branches.len());
+            for start in &record.branches {
+                let next = tasks
+                    .get(&start.path)
+                    .map(|t| t.next.clone())
+                    .ok_or_else(|| bad(format!("no record of the branch `{}`", start.path)))?;
+                let (at, done) = match next {
+                    Some(name) => (
+                        harness.step_index(&name).ok_or_else(|| {
+                            bad(format!(
+                                "the branch `{}` goes on at `{name}`, which is not a step of this loop",
+                                start.path
+                            ))
+                        })?,
+                        false,
+                    ),
+                    None => (join, true),
+                };
+                let state = BranchState {
+                    join,
+                    updates: Vec::new(),
+                    done,
+                    visit: rebuilt.open_at,
+                };
+                branches.push(self.task_from(
+                    head,
+                    tasks,
+                    journals,
+                    start.path.clone(),
+                    at,
+                    Some(state),
+                )?);
+            }
+            task.region = Some(Region { fork: f, branches });
+        }
+        Ok(task)
     }
 
     /// Answers the interrupt `interrupt_id` of a stored session — from this
@@ -384,12 +474,16 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             }
         };
         let at = self.step_at(&head)?;
-        let mut journal = head.journal.clone();
-        journal.responses.push(response);
+        let mut journals = journals(&head);
+        journals
+            .entry(pending.path.clone())
+            .or_default()
+            .responses
+            .push(response);
         let from = Continuation {
             run_id: None,
             at,
-            journal,
+            journals,
             input: None,
             answering: Some(pending),
         };
@@ -436,7 +530,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let from = Continuation {
             run_id: Some(RunId::random()),
             at,
-            journal: StepJournal::default(),
+            journals: Journals::new(),
             input: Some(input),
             answering: None,
         };
@@ -473,11 +567,11 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             return Err(self.record_lost_end(head).await?);
         }
         let at = self.step_at(&head)?;
-        let journal = head.journal.clone();
+        let journals = journals(&head);
         let from = Continuation {
             run_id: None,
             at,
-            journal,
+            journals,
             input: None,
             answering: None,
         };
@@ -496,7 +590,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             head,
             None,
             None,
-            StepJournal::default(),
+            Journals::new(),
             None,
         )
         .await?;
@@ -507,7 +601,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                     signal: signal.clone(),
                 },
                 None,
-                StepJournal::default(),
+                Journals::new(),
                 start,
             )
             .await?;
@@ -635,7 +729,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                     signal: Signal::new(format!("$fork:{session_id}@{index}")),
                 },
                 None,
-                StepJournal::default(),
+                Journals::new(),
                 start,
             )
             .await?;
@@ -649,8 +743,8 @@ struct Continuation {
     run_id: Option<RunId>,
     /// The step to run.
     at: usize,
-    /// That step's journal.
-    journal: StepJournal,
+    /// The journals of the current steps, by task.
+    journals: Journals,
     /// A run input to merge first (a continued chat thread).
     input: Option<Value>,
     /// The interrupt the journal's last answer answers, if it does.

@@ -355,6 +355,35 @@ pub enum RunError {
         /// Why: the renewals' last error, or the run that took over.
         reason: String,
     },
+    /// A step updated a field it did not declare with
+    /// [`writes`](crate::StepBuilder::writes).
+    #[error(
+        "step `{step}` set the field `{field}`, which it does not declare in .writes([..]); \
+         the loop's check of parallel branches relies on what steps declare"
+    )]
+    UndeclaredWrite {
+        /// The step.
+        step: String,
+        /// The field it set.
+        field: String,
+    },
+    /// A fan-out could not make its branches' inputs.
+    #[error("the fan-out after step `{step}` cannot start its branches: {reason}")]
+    FanOut {
+        /// The step that fans out.
+        step: String,
+        /// Why.
+        reason: String,
+    },
+    /// A branch of a fork failed, and its fork does not collect errors: the
+    /// run failed and the other branches were cancelled.
+    #[error("branch `{path}` failed: {source}")]
+    Branch {
+        /// The branch.
+        path: crate::ids::TaskPath,
+        /// Its error.
+        source: Box<RunError>,
+    },
     /// The run is paused on an interrupt and was awaited again without a resume.
     #[error("the run is paused on interrupt {interrupt}; call run.resume(response, id) first")]
     Paused {

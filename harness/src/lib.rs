@@ -93,11 +93,11 @@ pub mod guide {
 
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
 pub use graph::{
-    Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL, OnBuilder, RetryPolicy,
-    StepBuilder, Violation,
+    BranchFailure, ForkBuilder, Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL,
+    OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
 pub use harness_macros::{Context, HarnessState};
-pub use ids::{InterruptId, RunId, SessionId};
+pub use ids::{InterruptId, RunId, SessionId, TaskPath};
 pub use observe::Observer;
 pub use run::{NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle};
 pub use schemars::{self, JsonSchema};

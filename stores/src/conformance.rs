@@ -148,6 +148,7 @@ pub fn head(session: &str) -> StoredRun {
         ended_with: None,
         steps: 0,
         journal: Default::default(),
+        branch_journals: Default::default(),
         version: 1,
         lease: None,
         snapshot_seq: 0,
@@ -419,6 +420,7 @@ pub async fn deepest_values(store: &dyn SessionStore) -> Result<(), Failure> {
             commit.head.journal.once.insert("effect".into(), deep());
             commit.head.phase = SessionPhase::Interrupted {
                 interrupt: Interrupt {
+                    path: Default::default(),
                     id: InterruptId::from("int-deep"),
                     step: "ask".into(),
                     payload: deep(),
@@ -480,6 +482,7 @@ pub async fn round_trip(store: &dyn SessionStore) -> Result<(), Failure> {
         let phases = [
             SessionPhase::Interrupted {
                 interrupt: Interrupt {
+                    path: Default::default(),
                     id: InterruptId::from("int-1"),
                     step: "ask".into(),
                     payload: json!({"question": "ok?"}),

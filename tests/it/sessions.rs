@@ -506,7 +506,7 @@ async fn updates_since_snapshot(store: &dyn SessionStore, session: &SessionId) -
         .take_while(|cp| matches!(cp.kind, CheckpointKind::Update(_)))
         .map(|cp| match &cp.kind {
             CheckpointKind::Update(v) => serde_json::to_vec(v).unwrap().len(),
-            CheckpointKind::Snapshot(_) => 0,
+            _ => 0,
         })
         .sum()
 }

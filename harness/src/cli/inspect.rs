@@ -114,10 +114,26 @@ async fn stored_state(
     let _ = writeln!(out, "{}", render::pretty(&state));
     let _ = writeln!(out, "updates after the snapshot: {}", later.len());
     for cp in later {
+        let shown;
         let (kind, value) = match &cp.kind {
-            CheckpointKind::Update(v) => ("update", v),
+            CheckpointKind::Update(v) => ("update".to_string(), v),
             // A later snapshot would be the latest; print it for what it is.
-            CheckpointKind::Snapshot(v) => ("snapshot", v),
+            CheckpointKind::Snapshot(v) => ("snapshot".to_string(), v),
+            CheckpointKind::Branch(b) => (format!("update in branch `{}`", b.path), &b.update),
+            CheckpointKind::Fork(f) => {
+                shown = serde_json::json!(
+                    f.branches
+                        .iter()
+                        .map(|b| b.path.as_str())
+                        .collect::<Vec<_>>()
+                );
+                ("fork into branches".to_string(), &shown)
+            }
+            CheckpointKind::Join(j) => {
+                shown =
+                    serde_json::json!(j.branches.iter().map(|b| b.as_str()).collect::<Vec<_>>());
+                ("join of branches".to_string(), &shown)
+            }
         };
         let _ = writeln!(
             out,

@@ -1,7 +1,7 @@
 //! The fluent loop builder.
 
-use super::compiled::{CompiledStep, Exits, HarnessInner, Target};
-use super::def::{Dest, RetryPolicy, StepDef};
+use super::compiled::{Branches, CompiledFork, CompiledStep, Exits, HarnessInner, Target};
+use super::def::{BranchFailure, BranchesDef, Dest, ForkDef, RetryPolicy, StepDef, TypeTag};
 use super::harness::Harness;
 use super::validate::{self, LoopValidationError, Violation};
 use crate::observe::Observer;
@@ -9,8 +9,11 @@ use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
-use crate::step::StepFn;
+use crate::step::{Cx, StepFn, StepResult};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +116,8 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 next: None,
                 timeout: None,
                 retry: RetryPolicy::default(),
+                writes: None,
+                input: None,
             },
         }
     }
@@ -180,7 +185,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
     /// Validates the loop and builds it. Every violation is reported at once.
     pub fn build(self) -> Result<Harness<S, C>, LoopValidationError> {
         let settings = self.invalid_settings();
-        let start = match validate::validate(&self.steps, self.start.as_deref()) {
+        let start = match validate::validate::<S, C>(&self.steps, self.start.as_deref()) {
             Ok(start) if settings.is_empty() => start,
             Ok(_) => {
                 return Err(LoopValidationError {
@@ -192,23 +197,44 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 return Err(e);
             }
         };
-        let target = |dest: &Dest| match dest {
-            Dest::Step(name) => Target::Step(
-                self.steps
-                    .iter()
-                    .position(|s| s.name == *name)
-                    .unwrap_or_default(),
-            ),
+        let index = |name: &str| {
+            self.steps
+                .iter()
+                .position(|s| s.name == name)
+                .unwrap_or_default()
+        };
+        let mut forks: Vec<CompiledFork<S>> = Vec::new();
+        let mut target = |dest: &Dest<S>, id: String| match dest {
+            Dest::Step(name) => Target::Step(index(name)),
             Dest::End => Target::End,
+            Dest::Fork(fork) => {
+                let branches = match &fork.branches {
+                    BranchesDef::Static(names) => {
+                        Branches::Static(names.iter().map(|n| index(n)).collect())
+                    }
+                    BranchesDef::Each { step, inputs, .. } => Branches::Each {
+                        step: index(step),
+                        inputs: Arc::clone(inputs),
+                    },
+                };
+                forks.push(CompiledFork {
+                    id,
+                    branches,
+                    join: index(&fork.join),
+                    limit: fork.limit.unwrap_or(usize::MAX),
+                    collect: fork.collect.clone(),
+                });
+                Target::Fork(forks.len() - 1)
+            }
         };
         let exits: Vec<Exits> = self
             .steps
             .iter()
             .map(|s| match &s.next {
-                Some(next) => Exits::Next(target(next)),
+                Some(next) => Exits::Next(target(next, s.name.clone())),
                 None => Exits::On(
                     s.on.iter()
-                        .map(|(sig, dest)| (sig.clone(), target(dest)))
+                        .map(|(sig, dest)| (sig.clone(), target(dest, format!("{}/{sig}", s.name))))
                         .collect(),
                 ),
             })
@@ -224,11 +250,13 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 exits,
                 timeout: s.timeout,
                 retry: s.retry,
+                writes: s.writes,
             })
             .collect();
         Ok(Harness {
             inner: Arc::new(HarnessInner {
                 steps,
+                forks,
                 start,
                 fixed: self.fixed,
                 observers: self.observers,
@@ -243,8 +271,8 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
 /// Configures one step; every [`HarnessBuilder`] method is also here, and
 /// ends this step's declaration.
 pub struct StepBuilder<S: HarnessState, C: Context = ()> {
-    harness: HarnessBuilder<S, C>,
-    step: StepDef<S, C>,
+    pub(super) harness: HarnessBuilder<S, C>,
+    pub(super) step: StepDef<S, C>,
 }
 
 impl<S: HarnessState, C: Context> fmt::Debug for StepBuilder<S, C> {
@@ -265,6 +293,73 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     pub fn run<Args, F: StepFn<S, C, Args>>(mut self, f: F) -> Self {
         self.step.run = Some(Arc::new(move |s, cx| f.call(s, cx)));
         self
+    }
+
+    /// The body of a step that a fan-out starts
+    /// ([`fan_out`](Self::fan_out)): like [`run`](Self::run), with the
+    /// branch's own input first. The input's type must be the one the
+    /// fan-out sends, which is checked when the loop is built; such a step
+    /// can only be started by a fan-out.
+    ///
+    /// `f` takes the input, the state and the context, each named with its
+    /// type: `|item: String, s: Arc<State>, cx: Cx<()>| async move { .. }`.
+    #[must_use]
+    pub fn run_each<I, F, Fut>(mut self, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        F: Fn(I, Arc<S>, Cx<C>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = StepResult<S::Update>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        self.step.input = Some(TypeTag::of::<I>());
+        self.step.run = Some(Arc::new(move |s, cx: Cx<C>| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                let input: I = cx.input()?;
+                f(input, s, cx).await
+            })
+        }));
+        self
+    }
+
+    /// Declares the fields this step's updates may set. Inside parallel
+    /// branches it is what the loop is checked by when built: a field that
+    /// two branches may write must have a reducer that merges (a step
+    /// that does not declare its writes may write any field). An update
+    /// that sets another field fails the step with
+    /// [`RunError::UndeclaredWrite`](crate::RunError::UndeclaredWrite).
+    #[must_use]
+    pub fn writes<'a>(mut self, fields: impl IntoIterator<Item = &'a str>) -> Self {
+        self.step.writes = Some(fields.into_iter().map(str::to_string).collect());
+        self
+    }
+
+    /// After `run`, continue in several branches at once, one starting at
+    /// each of `steps`; declare with [`ForkBuilder::join`] the step that runs
+    /// once all of them have reached it. See the guide's chapter on
+    /// parallel branches.
+    pub fn fork<I, N>(self, steps: I) -> ForkBuilder<S, C>
+    where
+        I: IntoIterator<Item = N>,
+        N: Into<String>,
+    {
+        ForkBuilder::new(
+            self,
+            None,
+            BranchesDef::Static(steps.into_iter().map(Into::into).collect()),
+        )
+    }
+
+    /// After `run`, start one branch at `step` per item that `inputs`
+    /// makes from the state (map-reduce); `step` gets its item through
+    /// [`run_each`](Self::run_each). Declare with [`ForkBuilder::join`] the
+    /// step that runs once every branch has reached it.
+    pub fn fan_out<I, F>(self, step: impl Into<String>, inputs: F) -> ForkBuilder<S, C>
+    where
+        I: Serialize + 'static,
+        F: Fn(&S) -> Vec<I> + Send + Sync + 'static,
+    {
+        ForkBuilder::new(self, None, each(step.into(), inputs))
     }
 
     /// The step's pure router: reads the state after `run` and returns the
@@ -362,6 +457,94 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     }
 }
 
+fn each<S: HarnessState, I, F>(step: String, inputs: F) -> BranchesDef<S>
+where
+    I: Serialize + 'static,
+    F: Fn(&S) -> Vec<I> + Send + Sync + 'static,
+{
+    BranchesDef::Each {
+        step,
+        inputs: Arc::new(move |s| {
+            inputs(s)
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    serde_json::to_value(item)
+                        .map_err(|e| format!("input #{i} cannot be serialized: {e}"))
+                })
+                .collect()
+        }),
+        input: TypeTag::of::<I>(),
+    }
+}
+
+/// A fork being declared: its branches are known; give the step they join
+/// at with [`join`](Self::join).
+pub struct ForkBuilder<S: HarnessState, C: Context = ()> {
+    step: StepBuilder<S, C>,
+    via: Option<Signal>,
+    branches: BranchesDef<S>,
+    limit: Option<usize>,
+    collect: Option<super::def::CollectFn<S>>,
+}
+
+impl<S: HarnessState, C: Context> fmt::Debug for ForkBuilder<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ForkBuilder")
+            .field("step", &self.step.step.name)
+            .field("via", &self.via)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
+    fn new(step: StepBuilder<S, C>, via: Option<Signal>, branches: BranchesDef<S>) -> Self {
+        Self {
+            step,
+            via,
+            branches,
+            limit: None,
+            collect: None,
+        }
+    }
+
+    /// Runs at most `n` branches at once (default: all of them).
+    #[must_use]
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    /// A branch that fails (after its step's retries) does not fail the
+    /// run: `f` turns its failure into an update, merged at the join in
+    /// the branch's place. Without this, the first failing branch fails
+    /// the run and the other branches are cancelled.
+    #[must_use]
+    pub fn collect_errors<F>(mut self, f: F) -> Self
+    where
+        F: Fn(BranchFailure) -> S::Update + Send + Sync + 'static,
+    {
+        self.collect = Some(Arc::new(f));
+        self
+    }
+
+    /// The step that runs once, when every branch has reached it, on the
+    /// state with every branch's updates merged in branch order.
+    pub fn join(mut self, step: impl Into<String>) -> StepBuilder<S, C> {
+        let dest = Dest::Fork(Box::new(ForkDef {
+            branches: self.branches,
+            join: step.into(),
+            limit: self.limit,
+            collect: self.collect,
+        }));
+        match self.via {
+            None => self.step.step.next = Some(dest),
+            Some(signal) => self.step.step.on.push((signal, dest)),
+        }
+        self.step
+    }
+}
+
 /// The target of one `.on(signal)` transition.
 pub struct OnBuilder<S: HarnessState, C: Context = ()> {
     step: StepBuilder<S, C>,
@@ -391,5 +574,29 @@ impl<S: HarnessState, C: Context> OnBuilder<S, C> {
     pub fn end(mut self) -> StepBuilder<S, C> {
         self.step.step.on.push((self.signal, Dest::End));
         self.step
+    }
+
+    /// On this signal, continue in several branches at once; see
+    /// [`StepBuilder::fork`].
+    pub fn fork<I, N>(self, steps: I) -> ForkBuilder<S, C>
+    where
+        I: IntoIterator<Item = N>,
+        N: Into<String>,
+    {
+        ForkBuilder::new(
+            self.step,
+            Some(self.signal),
+            BranchesDef::Static(steps.into_iter().map(Into::into).collect()),
+        )
+    }
+
+    /// On this signal, start one branch per input; see
+    /// [`StepBuilder::fan_out`].
+    pub fn fan_out<I, F>(self, step: impl Into<String>, inputs: F) -> ForkBuilder<S, C>
+    where
+        I: Serialize + 'static,
+        F: Fn(&S) -> Vec<I> + Send + Sync + 'static,
+    {
+        ForkBuilder::new(self.step, Some(self.signal), each(step.into(), inputs))
     }
 }

@@ -1,6 +1,6 @@
 //! A validated loop, compiled: transitions resolved to step indices.
 
-use super::def::{RetryPolicy, RouteFn, RunFn};
+use super::def::{CollectFn, InputsFn, RetryPolicy, RouteFn, RunFn};
 use crate::observe::Observer;
 use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
@@ -14,6 +14,30 @@ use std::time::Duration;
 pub(crate) enum Target {
     Step(usize),
     End,
+    /// Into the branches of fork number `n` (`HarnessInner::forks`), then
+    /// on at its join.
+    Fork(usize),
+}
+
+/// Which branches a fork starts.
+pub(crate) enum Branches<S: HarnessState> {
+    /// One per step, in this order.
+    Static(Vec<usize>),
+    /// One per input, each starting at `step`.
+    Each { step: usize, inputs: InputsFn<S> },
+}
+
+/// A validated fork.
+pub(crate) struct CompiledFork<S: HarnessState> {
+    /// Names the fork in the session's log: the step it leaves and how
+    /// (`plan` for `.next`, `plan/signal` for `.on(signal)`).
+    pub(crate) id: String,
+    pub(crate) branches: Branches<S>,
+    pub(crate) join: usize,
+    /// Branches running at once.
+    pub(crate) limit: usize,
+    /// Turns a failed branch into an update; `None`: the run fails.
+    pub(crate) collect: Option<CollectFn<S>>,
 }
 
 /// How a step leaves.
@@ -32,11 +56,14 @@ pub(crate) struct CompiledStep<S: HarnessState, C> {
     pub(crate) exits: Exits,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
+    /// The fields the step says it writes, checked on each update.
+    pub(crate) writes: Option<Vec<String>>,
 }
 
 /// Everything a harness is, shared by its agents and their runs.
 pub(crate) struct HarnessInner<S: HarnessState, C: Context> {
     pub(crate) steps: Vec<CompiledStep<S, C>>,
+    pub(crate) forks: Vec<CompiledFork<S>>,
     pub(crate) start: usize,
     pub(crate) fixed: C::Fixed,
     pub(crate) observers: Vec<Arc<dyn Observer<S>>>,
@@ -49,6 +76,11 @@ impl<S: HarnessState, C: Context> HarnessInner<S, C> {
     /// The index of the step named `name`.
     pub(crate) fn step_index(&self, name: &str) -> Option<usize> {
         self.steps.iter().position(|s| &*s.name == name)
+    }
+
+    /// The index of the fork named `id`.
+    pub(crate) fn fork_index(&self, id: &str) -> Option<usize> {
+        self.forks.iter().position(|f| f.id == id)
     }
 
     /// The name of the start step.

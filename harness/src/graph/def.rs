@@ -1,10 +1,13 @@
 //! A loop as declared, before validation: steps by name, their transitions,
 //! and their retry policies.
 
+use crate::ids::TaskPath;
 use crate::signal::Signal;
 use crate::state::HarnessState;
 use crate::step::{Cx, StepError};
 use futures::future::BoxFuture;
+use serde_json::Value;
+use std::any::TypeId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,10 +88,71 @@ impl RetryPolicy {
     }
 }
 
+/// The inputs of a fan-out's branches, from the state: one JSON value per
+/// branch, or why they cannot be made.
+pub(crate) type InputsFn<S> = Arc<dyn Fn(&S) -> Result<Vec<Value>, String> + Send + Sync>;
+/// A failed branch's error, turned into an update (`collect_errors`).
+pub(crate) type CollectFn<S> =
+    Arc<dyn Fn(BranchFailure) -> <S as HarnessState>::Update + Send + Sync>;
+
+/// A Rust type, named for messages and compared by id.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TypeTag {
+    pub(crate) id: TypeId,
+    pub(crate) name: &'static str,
+}
+
+impl TypeTag {
+    pub(crate) fn of<T: 'static>() -> Self {
+        Self {
+            id: TypeId::of::<T>(),
+            name: std::any::type_name::<T>(),
+        }
+    }
+}
+
+/// A branch that failed, as a fork with
+/// [`collect_errors`](crate::ForkBuilder::collect_errors) hands it to its
+/// function, which turns it into an update of the state.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct BranchFailure {
+    /// The branch (`search`, `summarize#2`).
+    pub path: TaskPath,
+    /// The step that failed.
+    pub step: String,
+    /// The error, rendered.
+    pub error: String,
+    /// The input of the branch, for a fan-out's branch.
+    pub input: Option<Value>,
+}
+
+/// Which branches a fork starts, as declared.
+pub(crate) enum BranchesDef<S: HarnessState> {
+    /// One branch per named step, in this order.
+    Static(Vec<String>),
+    /// One branch per input, each starting at `step`.
+    Each {
+        step: String,
+        inputs: InputsFn<S>,
+        input: TypeTag,
+    },
+}
+
+/// A fork as declared: its branches, the step they join at, how many run at
+/// once, and what a failing branch does.
+pub(crate) struct ForkDef<S: HarnessState> {
+    pub(crate) branches: BranchesDef<S>,
+    pub(crate) join: String,
+    pub(crate) limit: Option<usize>,
+    pub(crate) collect: Option<CollectFn<S>>,
+}
+
 /// Where a declared transition leads, by name, before validation.
-pub(crate) enum Dest {
+pub(crate) enum Dest<S: HarnessState> {
     Step(String),
     End,
+    Fork(Box<ForkDef<S>>),
 }
 
 /// A step as declared, before validation.
@@ -96,9 +160,13 @@ pub(crate) struct StepDef<S: HarnessState, C> {
     pub(crate) name: String,
     pub(crate) run: Option<RunFn<S, C>>,
     pub(crate) route: Option<RouteFn<S>>,
-    pub(crate) on: Vec<(Signal, Dest)>,
+    pub(crate) on: Vec<(Signal, Dest<S>)>,
     /// `.next(step)` or `.end()`: where the step always goes after `run`.
-    pub(crate) next: Option<Dest>,
+    pub(crate) next: Option<Dest<S>>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) retry: RetryPolicy,
+    /// The fields the step says it writes (`None`: any).
+    pub(crate) writes: Option<Vec<String>>,
+    /// The type of the input the step takes (`run_each`), if any.
+    pub(crate) input: Option<TypeTag>,
 }

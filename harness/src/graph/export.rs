@@ -1,18 +1,62 @@
 //! Mermaid and Graphviz DOT renderings of a validated loop.
 
-use super::compiled::{CompiledStep, Exits, Target};
+use super::compiled::{Branches, CompiledFork, CompiledStep, Exits, Target};
 use crate::state::HarnessState;
 use std::fmt::Write;
 
-/// Every edge: (from step, label, target).
-fn edges<S: HarnessState, C>(steps: &[CompiledStep<S, C>]) -> Vec<(usize, Option<String>, Target)> {
+/// How an edge is drawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A transition.
+    Plain,
+    /// Into a parallel branch.
+    Branch,
+    /// Into a fan-out's branches (one per item).
+    Each,
+    /// From the forking step to the join it continues at once every branch
+    /// has reached it.
+    Join,
+}
+
+/// Every edge: (from step, label, target step or the end, kind).
+fn edges<S: HarnessState, C>(
+    steps: &[CompiledStep<S, C>],
+    forks: &[CompiledFork<S>],
+) -> Vec<(usize, Option<String>, Option<usize>, Kind)> {
     let mut out = Vec::new();
+    let mut push = |i: usize, label: Option<String>, t: Target| match t {
+        Target::Step(t) => out.push((i, label, Some(t), Kind::Plain)),
+        Target::End => out.push((i, label, None, Kind::Plain)),
+        Target::Fork(f) => {
+            let fork = &forks[f];
+            match &fork.branches {
+                Branches::Static(starts) => {
+                    for b in starts {
+                        out.push((i, label.clone(), Some(*b), Kind::Branch));
+                    }
+                }
+                Branches::Each { step, .. } => {
+                    let limit = if fork.limit == usize::MAX {
+                        String::new()
+                    } else {
+                        format!(", {} at once", fork.limit)
+                    };
+                    let l = match &label {
+                        Some(l) => format!("{l}: each{limit}"),
+                        None => format!("each{limit}"),
+                    };
+                    out.push((i, Some(l), Some(*step), Kind::Each));
+                }
+            }
+            out.push((i, Some("join".into()), Some(fork.join), Kind::Join));
+        }
+    };
     for (i, s) in steps.iter().enumerate() {
         match &s.exits {
-            Exits::Next(t) => out.push((i, None, *t)),
+            Exits::Next(t) => push(i, None, *t),
             Exits::On(on) => {
                 for (sig, t) in on {
-                    out.push((i, Some(sig.to_string()), *t));
+                    push(i, Some(sig.to_string()), *t);
                 }
             }
         }
@@ -25,7 +69,11 @@ fn mermaid_text(s: &str) -> String {
     s.replace('"', "#quot;")
 }
 
-pub(super) fn mermaid<S: HarnessState, C>(steps: &[CompiledStep<S, C>], start: usize) -> String {
+pub(super) fn mermaid<S: HarnessState, C>(
+    steps: &[CompiledStep<S, C>],
+    forks: &[CompiledFork<S>],
+    start: usize,
+) -> String {
     let mut out = String::from("flowchart TD\n");
     let _ = writeln!(out, "    start__([start])");
     let _ = writeln!(out, "    end__([end])");
@@ -44,17 +92,22 @@ pub(super) fn mermaid<S: HarnessState, C>(steps: &[CompiledStep<S, C>], start: u
         );
     }
     let _ = writeln!(out, "    start__ --> s{start}");
-    for (from, label, to) in edges(steps) {
+    for (from, label, to, kind) in edges(steps, forks) {
         let to = match to {
-            Target::Step(t) => format!("s{t}"),
-            Target::End => "end__".to_string(),
+            Some(t) => format!("s{t}"),
+            None => "end__".to_string(),
+        };
+        let arrow = match kind {
+            Kind::Plain => "-->",
+            Kind::Branch | Kind::Each => "==>",
+            Kind::Join => "-.->",
         };
         match label {
             Some(l) => {
-                let _ = writeln!(out, "    s{from} -->|\"{}\"| {to}", mermaid_text(&l));
+                let _ = writeln!(out, "    s{from} {arrow}|\"{}\"| {to}", mermaid_text(&l));
             }
             None => {
-                let _ = writeln!(out, "    s{from} --> {to}");
+                let _ = writeln!(out, "    s{from} {arrow} {to}");
             }
         }
     }
@@ -65,7 +118,11 @@ fn dot_text(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-pub(super) fn dot<S: HarnessState, C>(steps: &[CompiledStep<S, C>], start: usize) -> String {
+pub(super) fn dot<S: HarnessState, C>(
+    steps: &[CompiledStep<S, C>],
+    forks: &[CompiledFork<S>],
+    start: usize,
+) -> String {
     let mut out = String::from("digraph harness {\n");
     out.push_str("    \"$start\" [shape=circle, label=\"start\"];\n");
     out.push_str("    \"$end\" [shape=doublecircle, label=\"end\"];\n");
@@ -78,23 +135,26 @@ pub(super) fn dot<S: HarnessState, C>(steps: &[CompiledStep<S, C>], start: usize
         "    \"$start\" -> \"{}\";",
         dot_text(&steps[start].name)
     );
-    for (from, label, to) in edges(steps) {
+    for (from, label, to, kind) in edges(steps, forks) {
         let to = match to {
-            Target::Step(t) => dot_text(&steps[t].name),
-            Target::End => "$end".to_string(),
+            Some(t) => dot_text(&steps[t].name),
+            None => "$end".to_string(),
         };
         let from = dot_text(&steps[from].name);
-        match label {
-            Some(l) => {
-                let _ = writeln!(
-                    out,
-                    "    \"{from}\" -> \"{to}\" [label=\"{}\"];",
-                    dot_text(&l)
-                );
-            }
-            None => {
-                let _ = writeln!(out, "    \"{from}\" -> \"{to}\";");
-            }
+        let mut attrs = Vec::new();
+        if let Some(l) = label {
+            attrs.push(format!("label=\"{}\"", dot_text(&l)));
+        }
+        match kind {
+            Kind::Plain => {}
+            Kind::Branch => attrs.push("style=bold".into()),
+            Kind::Each => attrs.push("style=bold, penwidth=2".into()),
+            Kind::Join => attrs.push("style=dashed".into()),
+        }
+        if attrs.is_empty() {
+            let _ = writeln!(out, "    \"{from}\" -> \"{to}\";");
+        } else {
+            let _ = writeln!(out, "    \"{from}\" -> \"{to}\" [{}];", attrs.join(", "));
         }
     }
     out.push_str("}\n");

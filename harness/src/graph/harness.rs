@@ -70,11 +70,11 @@ impl<S: HarnessState, C: Context> Harness<S, C> {
 
     /// The loop as a Mermaid flowchart.
     pub fn to_mermaid(&self) -> String {
-        export::mermaid(&self.inner.steps, self.inner.start)
+        export::mermaid(&self.inner.steps, &self.inner.forks, self.inner.start)
     }
 
     /// The loop as a Graphviz DOT digraph.
     pub fn to_dot(&self) -> String {
-        export::dot(&self.inner.steps, self.inner.start)
+        export::dot(&self.inner.steps, &self.inner.forks, self.inner.start)
     }
 }

@@ -25,9 +25,11 @@ mod export;
 mod harness;
 mod validate;
 
-pub use builder::{DEFAULT_STEP_LIMIT, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder};
-pub(crate) use compiled::{CompiledStep, Exits, HarnessInner, Target};
-pub use def::RetryPolicy;
+pub use builder::{
+    DEFAULT_STEP_LIMIT, ForkBuilder, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder,
+};
+pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};
 pub(crate) use def::RunFn;
+pub use def::{BranchFailure, RetryPolicy};
 pub use harness::Harness;
 pub use validate::{LoopValidationError, Violation};

@@ -1,8 +1,8 @@
 //! Loop validation: every violation, reported at once.
 
-use super::def::{Dest, StepDef};
+use super::def::{BranchesDef, Dest, ForkDef, StepDef};
 use crate::signal::is_reserved;
-use crate::state::HarnessState;
+use crate::state::{HarnessState, ReducerKind};
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::{Bfs, Reversed};
 use std::collections::{BTreeSet, HashMap};
@@ -87,6 +87,62 @@ pub enum Violation {
         /// The signal declared twice.
         signal: String,
     },
+    /// A step declares that it writes a field the state does not have.
+    UnknownField {
+        /// The step.
+        step: String,
+        /// The field it names.
+        field: String,
+    },
+    /// A fork starts no branch, or names a branch twice.
+    BadFork {
+        /// The fork: the step it leaves and how (`plan`, `plan/signal`).
+        fork: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A branch of a fork can end the run, or go on for ever, without
+    /// reaching the fork's join.
+    BranchNeverJoins {
+        /// The fork.
+        fork: String,
+        /// The step the branch starts at.
+        branch: String,
+        /// The join it does not reach.
+        join: String,
+        /// How: `it can end the run at step X`, `no path leads to it`.
+        how: String,
+    },
+    /// Two branches of a fork (or two instances of a fan-out's branch) may
+    /// write a field whose reducer keeps only one value.
+    ParallelWrite {
+        /// The fork.
+        fork: String,
+        /// The field.
+        field: String,
+        /// The branches that may write it (a fan-out's: `step#*`).
+        branches: Vec<String>,
+    },
+    /// A fan-out sends items of one type to a step that takes another, or
+    /// to a step that takes none.
+    InputMismatch {
+        /// The fork.
+        fork: String,
+        /// The step the branches start at.
+        step: String,
+        /// The type the fan-out sends.
+        sends: String,
+        /// The type the step takes (`no input` for a step without `run_each`).
+        takes: String,
+    },
+    /// A step that takes an input (`run_each`) is reached otherwise than as
+    /// the start of a fan-out's branch, where it would have no input.
+    InputStepReached {
+        /// The step.
+        step: String,
+        /// How it is reached: `the start step`, `step X on next`, ….
+        from: String,
+    },
     /// A setting of the harness has a value no run can work with.
     InvalidSetting {
         /// The setting: `step_limit`, `session_config.lease_ttl`, ….
@@ -152,6 +208,45 @@ impl fmt::Display for Violation {
             Violation::DuplicateSignal { step, signal } => {
                 write!(f, "step `{step}` declares signal `{signal}` more than once")
             }
+            Violation::UnknownField { step, field } => write!(
+                f,
+                "step `{step}` declares that it writes `{field}`, but the state has no such field"
+            ),
+            Violation::BadFork { fork, reason } => write!(f, "the fork at `{fork}` {reason}"),
+            Violation::BranchNeverJoins {
+                fork,
+                branch,
+                join,
+                how,
+            } => write!(
+                f,
+                "the branch `{branch}` of the fork at `{fork}` never reaches its join `{join}`: {how}"
+            ),
+            Violation::ParallelWrite {
+                fork,
+                field,
+                branches,
+            } => write!(
+                f,
+                "the branches `{}` of the fork at `{fork}` may each write `{field}`, whose reducer \
+                 keeps one value: give it a reducer that merges (append, extend, add, max, min, \
+                 a function) or declare what the steps write with .writes([..])",
+                branches.join("`, `")
+            ),
+            Violation::InputMismatch {
+                fork,
+                step,
+                sends,
+                takes,
+            } => write!(
+                f,
+                "the fan-out at `{fork}` sends `{sends}` to step `{step}`, which takes {takes}"
+            ),
+            Violation::InputStepReached { step, from } => write!(
+                f,
+                "step `{step}` takes an input (run_each) and can only start a fan-out's branch, \
+                 but it is reached from {from}"
+            ),
             Violation::InvalidSetting { setting, reason } => {
                 write!(f, "the setting `{setting}` is invalid: {reason}")
             }
@@ -227,6 +322,13 @@ pub(super) fn validate<S: HarnessState, C>(
     let mut graph: DiGraph<(), ()> = DiGraph::new();
     let nodes: Vec<NodeIndex> = steps.iter().map(|_| graph.add_node(())).collect();
     let end = graph.add_node(());
+    let mut forks: Vec<ForkAt<'_, S>> = Vec::new();
+    let edges = Edges {
+        steps,
+        index: &index,
+        nodes: &nodes,
+        end,
+    };
     // Steps whose own shape already explains why they are stuck.
     let mut shapeless = BTreeSet::new();
 
@@ -264,39 +366,19 @@ pub(super) fn validate<S: HarnessState, C>(
                     signal: sig.to_string(),
                 });
             }
-            match dest {
-                Dest::End => {
-                    graph.add_edge(nodes[i], end, ());
-                }
-                Dest::Step(target) => match index.get(target.as_str()) {
-                    Some(t) => {
-                        graph.add_edge(nodes[i], nodes[*t], ());
-                    }
-                    None => v.push(Violation::UnknownTarget {
-                        from: name.clone(),
-                        via: format!("signal `{sig}`"),
-                        target: target.clone(),
-                    }),
-                },
-            }
+            edges.add(
+                &mut graph,
+                &mut v,
+                &mut forks,
+                (i, &format!("signal `{sig}`"), &format!("{name}/{sig}")),
+                dest,
+            );
         }
-        match &s.next {
-            None => {}
-            Some(Dest::End) => {
-                graph.add_edge(nodes[i], end, ());
-            }
-            Some(Dest::Step(target)) => match index.get(target.as_str()) {
-                Some(t) => {
-                    graph.add_edge(nodes[i], nodes[*t], ());
-                }
-                None => v.push(Violation::UnknownTarget {
-                    from: name.clone(),
-                    via: "next".into(),
-                    target: target.clone(),
-                }),
-            },
+        if let Some(dest) = &s.next {
+            edges.add(&mut graph, &mut v, &mut forks, (i, "next", name), dest);
         }
     }
+    check_inputs(steps, &index, start_index, &forks, &mut v);
 
     if let Some(start) = start_index {
         let mut reachable = vec![false; steps.len()];
@@ -350,8 +432,367 @@ pub(super) fn validate<S: HarnessState, C>(
         }
     }
 
+    for fork in &forks {
+        check_fork(steps, fork, &forks, &mut v);
+    }
+
     match (v.is_empty(), start_index) {
         (true, Some(start)) => Ok(start),
         _ => Err(LoopValidationError { violations: v }),
+    }
+}
+
+/// A fork whose targets all exist: where it is, its branches' first steps
+/// and its join.
+struct ForkAt<'a, S: HarnessState> {
+    id: String,
+    def: &'a ForkDef<S>,
+    starts: Vec<usize>,
+    join: usize,
+}
+
+/// Every step a transition can lead to, with forks expanded: the step
+/// indices, and whether the run can end there.
+fn successors<S: HarnessState>(
+    dest: &Dest<S>,
+    index: &HashMap<&str, usize>,
+    out: &mut Vec<Option<usize>>,
+) {
+    match dest {
+        Dest::End => out.push(None),
+        Dest::Step(t) => out.extend(index.get(t.as_str()).map(|i| Some(*i))),
+        Dest::Fork(fork) => {
+            out.extend(index.get(fork.join.as_str()).map(|i| Some(*i)));
+            match &fork.branches {
+                BranchesDef::Static(names) => {
+                    for n in names {
+                        out.extend(index.get(n.as_str()).map(|i| Some(*i)));
+                    }
+                }
+                BranchesDef::Each { step, .. } => {
+                    out.extend(index.get(step.as_str()).map(|i| Some(*i)));
+                }
+            }
+        }
+    }
+}
+
+fn step_successors<S: HarnessState, C>(
+    step: &StepDef<S, C>,
+    index: &HashMap<&str, usize>,
+) -> Vec<Option<usize>> {
+    let mut out = Vec::new();
+    for (_, dest) in &step.on {
+        successors(dest, index, &mut out);
+    }
+    if let Some(dest) = &step.next {
+        successors(dest, index, &mut out);
+    }
+    out
+}
+
+/// The steps a branch starting at `start` may run before it reaches
+/// `join`, and a step where it can end the run instead, if any.
+fn region<S: HarnessState, C>(
+    steps: &[StepDef<S, C>],
+    index: &HashMap<&str, usize>,
+    start: usize,
+    join: usize,
+) -> (BTreeSet<usize>, bool, Option<usize>) {
+    let mut seen = BTreeSet::new();
+    let mut joins = false;
+    let mut ends_at = None;
+    let mut todo = vec![start];
+    while let Some(i) = todo.pop() {
+        if i == join {
+            joins = true;
+            continue;
+        }
+        if !seen.insert(i) {
+            continue;
+        }
+        for next in step_successors(&steps[i], index) {
+            match next {
+                Some(n) => todo.push(n),
+                None => {
+                    ends_at.get_or_insert(i);
+                }
+            }
+        }
+    }
+    (seen, joins, ends_at)
+}
+
+/// The fields a step may write: `None` for "any", as far as is known.
+fn writes<S: HarnessState, C>(step: &StepDef<S, C>) -> Option<Vec<String>> {
+    if step.run.is_none() {
+        return Some(Vec::new());
+    }
+    step.writes.clone()
+}
+
+/// Checks the branches of one fork: each reaches the join without ending
+/// the run, and no two may write a field whose reducer keeps one value.
+fn check_fork<S: HarnessState, C>(
+    steps: &[StepDef<S, C>],
+    fork: &ForkAt<'_, S>,
+    _all: &[ForkAt<'_, S>],
+    v: &mut Vec<Violation>,
+) {
+    let index: HashMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let join_name = steps[fork.join].name.clone();
+    let fields = S::fields();
+    // Per branch: the fields it may write, `None` for any.
+    let mut written: Vec<(String, Option<BTreeSet<String>>)> = Vec::new();
+    for &start in &fork.starts {
+        let (region, joins, ends_at) = region(steps, &index, start, fork.join);
+        let branch = steps[start].name.clone();
+        if let Some(at) = ends_at {
+            v.push(Violation::BranchNeverJoins {
+                fork: fork.id.clone(),
+                branch: branch.clone(),
+                join: join_name.clone(),
+                how: format!("it can end the run at step `{}`", steps[at].name),
+            });
+        } else if !joins {
+            v.push(Violation::BranchNeverJoins {
+                fork: fork.id.clone(),
+                branch: branch.clone(),
+                join: join_name.clone(),
+                how: "no path from it leads to the join".into(),
+            });
+        }
+        let mut set = Some(BTreeSet::new());
+        for i in &region {
+            match (writes(&steps[*i]), &mut set) {
+                (Some(w), Some(set)) => set.extend(w),
+                _ => set = None,
+            }
+        }
+        written.push((branch, set));
+    }
+    if let BranchesDef::Each { .. } = fork.def.branches {
+        // One branch, run many times: it competes with itself.
+        let (name, set) = written[0].clone();
+        written = vec![
+            (format!("{name}#*"), set.clone()),
+            (format!("{name}#*"), set),
+        ];
+    }
+    // A field may be written by these branches.
+    let mut by_field: Vec<(String, Vec<String>)> = Vec::new();
+    let kept_one: Vec<String> = match fields {
+        Some(fields) => fields
+            .iter()
+            .filter(|f| f.reducer == ReducerKind::Replace)
+            .map(|f| f.name.to_string())
+            .collect(),
+        None => vec!["(every field: the state does not describe its reducers)".to_string()],
+    };
+    for field in kept_one {
+        let mut branches: Vec<String> = Vec::new();
+        for (branch, set) in &written {
+            let may = match set {
+                None => true,
+                Some(set) => fields.is_none() && !set.is_empty() || set.contains(&field),
+            };
+            if may {
+                branches.push(branch.clone());
+            }
+        }
+        if branches.len() >= 2 {
+            branches.dedup();
+            by_field.push((field, branches));
+        }
+    }
+    for (field, branches) in by_field {
+        v.push(Violation::ParallelWrite {
+            fork: fork.id.clone(),
+            field,
+            branches,
+        });
+    }
+}
+
+/// Checks what steps take inputs: a fan-out sends its step the type it
+/// takes, and a step that takes one is only ever a fan-out's first step.
+/// Also checks declared writes against the state's fields.
+fn check_inputs<S: HarnessState, C>(
+    steps: &[StepDef<S, C>],
+    index: &HashMap<&str, usize>,
+    start: Option<usize>,
+    forks: &[ForkAt<'_, S>],
+    v: &mut Vec<Violation>,
+) {
+    if let Some(fields) = S::fields() {
+        for s in steps {
+            for w in s.writes.iter().flatten() {
+                if !fields.iter().any(|f| f.name == w) {
+                    v.push(Violation::UnknownField {
+                        step: s.name.clone(),
+                        field: w.clone(),
+                    });
+                }
+            }
+        }
+    }
+    for fork in forks {
+        match &fork.def.branches {
+            BranchesDef::Each { step, input, .. } => {
+                let Some(&i) = index.get(step.as_str()) else {
+                    continue;
+                };
+                let takes = steps[i].input;
+                if takes.is_none_or(|t| t.id != input.id) {
+                    v.push(Violation::InputMismatch {
+                        fork: fork.id.clone(),
+                        step: step.clone(),
+                        sends: input.name.to_string(),
+                        takes: takes.map_or("no input".to_string(), |t| format!("`{}`", t.name)),
+                    });
+                }
+            }
+            BranchesDef::Static(_) => {
+                for &b in &fork.starts {
+                    if steps[b].input.is_some() {
+                        v.push(Violation::InputStepReached {
+                            step: steps[b].name.clone(),
+                            from: format!("the fork at `{}` as a branch", fork.id),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if let Some(start) = start
+        && steps[start].input.is_some()
+    {
+        v.push(Violation::InputStepReached {
+            step: steps[start].name.clone(),
+            from: "the start".into(),
+        });
+    }
+    for s in steps {
+        let direct =
+            s.on.iter()
+                .map(|(sig, d)| (format!("signal `{sig}`"), d))
+                .chain(s.next.iter().map(|d| ("next".to_string(), d)));
+        for (via, dest) in direct {
+            let targets: Vec<&String> = match dest {
+                Dest::Step(t) => vec![t],
+                Dest::Fork(f) => vec![&f.join],
+                Dest::End => vec![],
+            };
+            for t in targets {
+                if let Some(&i) = index.get(t.as_str())
+                    && steps[i].input.is_some()
+                {
+                    v.push(Violation::InputStepReached {
+                        step: t.clone(),
+                        from: format!("step `{}` on {via}", s.name),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// What adding a transition's edges needs to know.
+struct Edges<'a, S: HarnessState, C> {
+    steps: &'a [StepDef<S, C>],
+    index: &'a HashMap<&'a str, usize>,
+    nodes: &'a [NodeIndex],
+    end: NodeIndex,
+}
+
+impl<'a, S: HarnessState, C> Edges<'a, S, C> {
+    /// An edge from step `i` to the step named `target`, if declared.
+    fn to(
+        &self,
+        graph: &mut DiGraph<(), ()>,
+        v: &mut Vec<Violation>,
+        i: usize,
+        target: &str,
+        via: &str,
+    ) -> Option<usize> {
+        match self.index.get(target) {
+            Some(t) => {
+                graph.add_edge(self.nodes[i], self.nodes[*t], ());
+                Some(*t)
+            }
+            None => {
+                v.push(Violation::UnknownTarget {
+                    from: self.steps[i].name.clone(),
+                    via: via.to_string(),
+                    target: target.to_string(),
+                });
+                None
+            }
+        }
+    }
+
+    /// Adds the edges of one transition of step `i`, checking its targets.
+    fn add(
+        &self,
+        graph: &mut DiGraph<(), ()>,
+        v: &mut Vec<Violation>,
+        forks: &mut Vec<ForkAt<'a, S>>,
+        (i, via, id): (usize, &str, &str),
+        dest: &'a Dest<S>,
+    ) {
+        match dest {
+            Dest::End => {
+                graph.add_edge(self.nodes[i], self.end, ());
+            }
+            Dest::Step(target) => {
+                self.to(graph, v, i, target, via);
+            }
+            Dest::Fork(fork) => {
+                let join = self.to(graph, v, i, &fork.join, &format!("{via} (join)"));
+                let names: Vec<&String> = match &fork.branches {
+                    BranchesDef::Static(names) => names.iter().collect(),
+                    BranchesDef::Each { step, .. } => vec![step],
+                };
+                let starts: Vec<Option<usize>> = names
+                    .iter()
+                    .map(|n| self.to(graph, v, i, n, &format!("{via} (branch)")))
+                    .collect();
+                if names.is_empty() {
+                    v.push(Violation::BadFork {
+                        fork: id.to_string(),
+                        reason: "starts no branch".into(),
+                    });
+                }
+                let distinct: BTreeSet<&&String> = names.iter().collect();
+                if distinct.len() < names.len() {
+                    v.push(Violation::BadFork {
+                        fork: id.to_string(),
+                        reason: "names a branch more than once".into(),
+                    });
+                }
+                if fork.limit == Some(0) {
+                    v.push(Violation::InvalidSetting {
+                        setting: format!("limit of the fork at `{id}`"),
+                        reason: "0: no branch could run".into(),
+                    });
+                }
+                if let (Some(join), Some(starts)) =
+                    (join, starts.into_iter().collect::<Option<Vec<usize>>>())
+                    && !names.is_empty()
+                {
+                    forks.push(ForkAt {
+                        id: id.to_string(),
+                        def: fork,
+                        starts,
+                        join,
+                    });
+                }
+            }
+        }
     }
 }

@@ -23,5 +23,5 @@ impl StopHandle {
 /// Shared by a [`Run`](super::Run) handle and its engine.
 pub(crate) struct RunControl<S: HarnessState> {
     pub(crate) stop: Arc<AtomicBool>,
-    pub(crate) events: EventHub<S>,
+    pub(crate) events: Arc<EventHub<S>>,
 }

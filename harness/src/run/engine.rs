@@ -3,21 +3,24 @@
 use super::control::RunControl;
 use super::events::RunEvent;
 use crate::error::RunError;
-use crate::graph::{CompiledStep, Exits, HarnessInner, Target};
-use crate::session::head::StepDone;
+use crate::graph::{BranchFailure, Branches, CompiledStep, Exits, HarnessInner, Target};
+use crate::ids::TaskPath;
+use crate::session::head::{BranchDone, StepDone};
 use crate::session::{
-    Holder, SessionConfig, SessionCursor, SessionPhase, SessionStore, StoreError,
+    BranchRecord, BranchStart, ForkRecord, Holder, JoinRecord, Journals, SessionConfig,
+    SessionCursor, SessionPhase, SessionStore, StoreError,
 };
 use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
 use crate::step::{
-    Cx, CxShared, Interrupt, JournalSink, RunInfo, StepError, StepInfo, StepJournal,
+    Cx, CxShared, Emitter, Interrupt, JournalSink, RunInfo, StepError, StepInfo, StepJournal,
 };
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
@@ -34,32 +37,113 @@ pub(crate) enum SessionLink {
     },
 }
 
-/// Where a run is: what survives a pause.
-pub(crate) struct Execution<S> {
-    /// The state after the last completed step. Shared with the running
-    /// step, and copied on write only if the step kept a reference.
+/// A task: the run's own loop, or a branch of a fork, with what survives
+/// a pause.
+pub(crate) struct Task<S: HarnessState> {
+    /// Where it is in the run (the root for the run's own loop).
+    pub(crate) path: TaskPath,
+    /// Its state: the run's, or a branch's own (the state at its fork and
+    /// its own updates). Shared with the running step, and copied on write
+    /// only if the step kept a reference.
     pub(crate) state: Arc<S>,
-    /// The step to run next.
+    /// The step to run next (the join, while its fork is under way).
     pub(crate) at: usize,
-    /// Steps completed.
-    pub(crate) steps: u64,
     /// The current step's journal.
     pub(crate) journal: StepJournal,
     /// The interrupt whose answer was just given (the last one in the
-    /// journal): the run waits on it again if the answer is rejected.
+    /// journal): the task waits on it again if the answer is rejected.
     pub(crate) answering: Option<Interrupt>,
+    /// A fan-out branch's input, for its first step.
+    pub(crate) input: Option<Value>,
+    /// For a branch: its join and its updates so far.
+    pub(crate) branch: Option<BranchState<S>>,
+    /// Its fork under way.
+    pub(crate) region: Option<Region<S>>,
+}
+
+/// What a branch carries to its join.
+pub(crate) struct BranchState<S: HarnessState> {
+    /// The step it joins at.
+    pub(crate) join: usize,
+    /// Its updates, to merge at the join in branch order.
+    pub(crate) updates: Vec<S::Update>,
+    /// Whether it has reached the join.
+    pub(crate) done: bool,
+    /// The session's steps when its fork started plus its own steps: the
+    /// visit number of its current step (for idempotency keys).
+    pub(crate) visit: u64,
+}
+
+/// A fork under way: its branches, in merge order.
+pub(crate) struct Region<S: HarnessState> {
+    /// The fork (`HarnessInner::forks`).
+    pub(crate) fork: usize,
+    pub(crate) branches: Vec<Task<S>>,
+}
+
+impl<S: HarnessState> Task<S> {
+    /// The run's own loop at step `at`.
+    pub(crate) fn root(state: S, at: usize, journal: StepJournal) -> Self {
+        Self {
+            path: TaskPath::root(),
+            state: Arc::new(state),
+            at,
+            journal,
+            answering: None,
+            input: None,
+            branch: None,
+            region: None,
+        }
+    }
+
+    /// The task at `path`: this one or one of its branches, at any depth.
+    pub(crate) fn find_mut(&mut self, path: &TaskPath) -> Option<&mut Task<S>> {
+        if self.path == *path {
+            return Some(self);
+        }
+        self.region
+            .as_mut()?
+            .branches
+            .iter_mut()
+            .find(|b| path.starts_with(&b.path))?
+            .find_mut(path)
+    }
+
+    /// The journals of this task and of its branches, by path.
+    pub(crate) fn journals(&self, out: &mut Journals) {
+        out.insert(self.path.clone(), self.journal.clone());
+        if let Some(region) = &self.region {
+            for b in &region.branches {
+                if !b.branch.as_ref().is_some_and(|b| b.done) {
+                    b.journals(out);
+                }
+            }
+        }
+    }
+
+    /// Every journal of the run.
+    pub(crate) fn all_journals(&self) -> Journals {
+        let mut out = Journals::new();
+        self.journals(&mut out);
+        out
+    }
+}
+
+/// Where a run is: what survives a pause.
+pub(crate) struct Execution<S: HarnessState> {
+    /// The run's own loop, and through it every branch under way.
+    pub(crate) task: Task<S>,
+    /// Steps completed by this run (every branch's included).
+    pub(crate) steps: u64,
     /// The session store, if any.
     pub(crate) session: SessionLink,
 }
 
-impl<S> Execution<S> {
+impl<S: HarnessState> Execution<S> {
     pub(crate) fn new(state: S, at: usize, journal: StepJournal, session: SessionLink) -> Self {
         Self {
-            state: Arc::new(state),
-            at,
+            task: Task::root(state, at, journal),
             steps: 0,
-            journal,
-            answering: None,
             session,
         }
     }
@@ -76,9 +160,20 @@ pub(crate) enum Settle {
 }
 
 /// A finished drive: where the run got to, and how it settled.
-pub(crate) struct Driven<S> {
+pub(crate) struct Driven<S: HarnessState> {
     pub(crate) exec: Execution<S>,
     pub(crate) result: Result<Settle, RunError>,
+}
+
+/// How a task stopped without error.
+enum TaskEnd {
+    /// The run's own loop ended with this signal.
+    Ended(Signal),
+    /// A branch reached its join.
+    Joined,
+    Stopped,
+    Interrupted(Interrupt),
+    Rejected(Interrupt, String),
 }
 
 /// Why a step did not produce an update.
@@ -111,14 +206,16 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                 let renewer = cursor
                     .clone()
                     .map(|c| AbortOnDrop(tokio::spawn(keep_lease(c, lost_tx))));
-                let driving = drive(
-                    &harness,
-                    &ctx,
-                    &control,
-                    &info,
-                    &mut exec,
-                    cursor.as_deref(),
-                );
+                let env = Env {
+                    harness: &harness,
+                    ctx: &ctx,
+                    emitter: Arc::clone(&control.events) as Arc<dyn Emitter>,
+                    control: &control,
+                    info: &info,
+                    cursor: cursor.as_ref(),
+                    steps: AtomicU64::new(exec.steps),
+                };
+                let driving = drive(&env, &mut exec.task);
                 let result = if renewer.is_some() {
                     tokio::select! {
                         biased;
@@ -131,6 +228,7 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                 } else {
                     driving.await
                 };
+                exec.steps = env.steps.load(Ordering::SeqCst);
                 drop(renewer);
                 match cursor {
                     Some(c) => persist_settle(&harness, &c, &mut exec, result).await,
@@ -211,12 +309,12 @@ async fn attach<S: HarnessState, C: Context>(
     let cursor = match link {
         SessionLink::Detached => return Ok(None),
         SessionLink::New(store, config) => {
-            let state = serde_json::to_value(&*exec.state).map_err(|e| {
+            let state = serde_json::to_value(&*exec.task.state).map_err(|e| {
                 RunError::Store(StoreError::backend(format!(
                     "the state cannot be serialized: {e}"
                 )))
             })?;
-            let next = &harness.steps[exec.at].name;
+            let next = &harness.steps[exec.task.at].name;
             Arc::new(
                 SessionCursor::create(
                     store,
@@ -233,7 +331,7 @@ async fn attach<S: HarnessState, C: Context>(
             )
         }
         SessionLink::Attached { cursor, leased } => {
-            if !leased && let Err(e) = cursor.reacquire(exec.journal.clone()).await {
+            if !leased && let Err(e) = cursor.reacquire(exec.task.all_journals()).await {
                 exec.session = SessionLink::Attached {
                     cursor,
                     leased: false,
@@ -257,28 +355,28 @@ async fn persist_settle<S: HarnessState, C: Context>(
     exec: &mut Execution<S>,
     result: Result<Settle, RunError>,
 ) -> Result<Settle, RunError> {
-    let here = harness.steps.get(exec.at).map(|s| &*s.name);
-    let (phase, next, journal) = match &result {
+    let here = harness.steps.get(exec.task.at).map(|s| &*s.name);
+    let (phase, next, journals) = match &result {
         Ok(Settle::Ended(signal)) => (
             SessionPhase::Completed {
                 signal: signal.clone(),
             },
             None,
-            StepJournal::default(),
+            Journals::new(),
         ),
         Ok(Settle::Stopped) => (
             SessionPhase::Completed {
                 signal: Signal::STOPPED,
             },
             here,
-            exec.journal.clone(),
+            exec.task.all_journals(),
         ),
         Ok(Settle::Interrupted(interrupt) | Settle::Rejected(interrupt, _)) => (
             SessionPhase::Interrupted {
                 interrupt: interrupt.clone(),
             },
             here,
-            exec.journal.clone(),
+            exec.task.all_journals(),
         ),
         // A value too deep to store was refused before it was written: the
         // session is still ours, and records the failure.
@@ -287,23 +385,28 @@ async fn persist_settle<S: HarnessState, C: Context>(
                 error: e.to_string(),
             },
             here,
-            exec.journal.clone(),
+            exec.task.all_journals(),
         ),
         // The session is no longer ours to write.
         Err(RunError::Store(_) | RunError::LeaseLost { .. }) => return result,
+        Err(RunError::Branch { source, .. })
+            if matches!(**source, RunError::Store(_) | RunError::LeaseLost { .. }) =>
+        {
+            return result;
+        }
         Err(e) => (
             SessionPhase::Failed {
                 error: e.to_string(),
             },
             here,
-            exec.journal.clone(),
+            exec.task.all_journals(),
         ),
     };
     if let SessionLink::Attached { leased, .. } = &mut exec.session {
         *leased = false;
     }
     match cursor
-        .settle(phase, next, journal, harness.start_name())
+        .settle(phase, next, journals, harness.start_name())
         .await
     {
         Ok(()) => result,
@@ -315,7 +418,7 @@ async fn persist_settle<S: HarnessState, C: Context>(
                 error: too_deep.to_string(),
             };
             let _ = cursor
-                .settle(failed, next, StepJournal::default(), harness.start_name())
+                .settle(failed, next, Journals::new(), harness.start_name())
                 .await;
             Err(RunError::Store(StoreError::TooDeep(too_deep)))
         }
@@ -323,182 +426,48 @@ async fn persist_settle<S: HarnessState, C: Context>(
     }
 }
 
+/// What every task of one drive shares.
+struct Env<'a, S: HarnessState, C: Context> {
+    harness: &'a HarnessInner<S, C>,
+    ctx: &'a Arc<C>,
+    control: &'a Arc<RunControl<S>>,
+    emitter: Arc<dyn Emitter>,
+    info: &'a RunInfo,
+    cursor: Option<&'a Arc<SessionCursor>>,
+    /// Steps completed by this run, every task's.
+    steps: AtomicU64,
+}
+
 async fn drive<S: HarnessState, C: Context>(
-    harness: &HarnessInner<S, C>,
-    ctx: &Arc<C>,
-    control: &RunControl<S>,
-    info: &RunInfo,
-    exec: &mut Execution<S>,
-    cursor: Option<&SessionCursor>,
+    env: &Env<'_, S, C>,
+    root: &mut Task<S>,
 ) -> Result<Settle, RunError> {
-    let observers = &harness.observers;
+    let observers = &env.harness.observers;
+    let info = env.info;
     for o in observers {
         o.run_started(info).await;
     }
-    control.events.send(RunEvent::Started {
+    env.control.events.send(RunEvent::Started {
         run_id: info.run_id.clone(),
         session_id: info.session_id.clone(),
     });
-    let settled = loop {
-        if control.stop.load(Ordering::Acquire) {
-            break Ok(Settle::Stopped);
-        }
-        let step = &harness.steps[exec.at];
-        if exec.steps >= harness.step_limit {
-            break Err(RunError::StepLimit {
-                limit: harness.step_limit,
-                step: step.name.to_string(),
-            });
-        }
-        let step_info = StepInfo {
-            name: Arc::clone(&step.name),
-            index: exec.steps,
-        };
-        for o in observers {
-            o.step_started(info, &step_info).await;
-        }
-        control.events.send(RunEvent::StepStarted {
-            step: Arc::clone(&step.name),
-            index: exec.steps,
-        });
-        let began = Instant::now();
-
-        let update = match &step.run {
-            Some(run) => {
-                let span =
-                    tracing::info_span!("harness.step", step = %step.name, index = exec.steps);
-                match run_step(run, step, ctx, control, info, exec)
-                    .instrument(span)
-                    .await
-                {
-                    Ok(update) => Some(update),
-                    Err(Halt::Interrupt(interrupt)) => break Ok(Settle::Interrupted(interrupt)),
-                    Err(Halt::Rejected(interrupt, reason)) => {
-                        break Ok(Settle::Rejected(interrupt, reason));
-                    }
-                    Err(Halt::Error(e)) => break Err(e),
-                }
-            }
-            None => None,
-        };
-        if let Some(update) = &update {
-            // Observers see the update before it is merged, by reference, so
-            // observing costs no copy of it.
-            for o in observers {
-                o.step_finished(info, &step_info, update, began.elapsed())
-                    .await;
-            }
-        }
-        let event_update = if control.events.active() {
-            update.clone()
-        } else {
-            None
-        };
-        // Serialized before it is merged: the stored update is the step's own.
-        let stored_update = match cursor {
-            Some(_) => Some(match &update {
-                Some(u) => match serde_json::to_value(u) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        break Err(RunError::Store(StoreError::backend(format!(
-                            "the update of step `{}` cannot be serialized: {e}",
-                            step.name
-                        ))));
-                    }
-                },
-                None => serde_json::Value::Object(serde_json::Map::new()),
-            }),
-            None => None,
-        };
-        if let Some(update) = update {
-            Arc::make_mut(&mut exec.state).apply(update);
-        }
-
-        let (next, signal) = match &step.exits {
-            Exits::Next(t) => (*t, None),
-            Exits::On(on) => {
-                let Some(route) = &step.route else {
-                    // Validation guarantees a route wherever there is `.on`.
-                    break Err(RunError::UndeclaredSignal {
-                        step: step.name.to_string(),
-                        signal: Signal::new(""),
-                        declared: on.iter().map(|(s, _)| s.clone()).collect(),
-                    });
-                };
-                let signal = route(&exec.state);
-                match on.iter().find(|(s, _)| *s == signal) {
-                    Some((_, t)) => (*t, Some(signal)),
-                    None => {
-                        break Err(RunError::UndeclaredSignal {
-                            step: step.name.to_string(),
-                            signal,
-                            declared: on.iter().map(|(s, _)| s.clone()).collect(),
-                        });
-                    }
-                }
-            }
-        };
-        exec.steps += 1;
-        exec.journal = StepJournal::default();
-        exec.answering = None;
-        if let (Some(cursor), Some(stored)) = (cursor, stored_update) {
-            let next_name = match next {
-                Target::Step(i) => Some(&*harness.steps[i].name),
-                Target::End => None,
-            };
-            let state = &exec.state;
-            let measure = || crate::session::head::json_len(&**state);
-            let snapshot = || {
-                serde_json::to_value(&**state).map_err(|e| {
-                    StoreError::backend(format!("the state cannot be serialized: {e}"))
-                })
-            };
-            if let Err(e) = cursor
-                .step_done(
-                    StepDone {
-                        step: &step.name,
-                        update: stored,
-                        next_step: next_name,
-                        signal: signal.as_ref(),
-                        steps_this_run: exec.steps,
-                    },
-                    measure,
-                    snapshot,
-                )
-                .await
-            {
-                break Err(match e {
-                    StoreError::Conflict { .. } => RunError::LeaseLost {
-                        session: info.session_id.clone(),
-                        reason: "another run took the session over".into(),
-                    },
-                    e => RunError::Store(e),
-                });
-            }
-        }
-        if control.events.active() {
-            control.events.send(RunEvent::StepFinished {
-                step: Arc::clone(&step.name),
-                index: step_info.index,
-                elapsed: began.elapsed(),
-                update: event_update.unwrap_or_default(),
-                signal: signal.clone(),
-            });
-        }
-        match next {
-            Target::Step(i) => exec.at = i,
-            Target::End => {
-                break Ok(Settle::Ended(signal.unwrap_or(Signal::END)));
-            }
-        }
+    let settled = match drive_task(env, root).await {
+        Ok(TaskEnd::Ended(signal)) => Ok(Settle::Ended(signal)),
+        Ok(TaskEnd::Stopped) => Ok(Settle::Stopped),
+        Ok(TaskEnd::Interrupted(i)) => Ok(Settle::Interrupted(i)),
+        Ok(TaskEnd::Rejected(i, reason)) => Ok(Settle::Rejected(i, reason)),
+        // Only a branch joins.
+        Ok(TaskEnd::Joined) => Ok(Settle::Ended(Signal::END)),
+        Err(e) => Err(e),
     };
-
+    let steps = env.steps.load(Ordering::SeqCst);
+    let control = env.control;
     match &settled {
         Ok(Settle::Ended(signal)) => {
-            finished(observers, control, info, signal, exec.steps).await;
+            finished(observers, control, info, signal, steps).await;
         }
         Ok(Settle::Stopped) => {
-            finished(observers, control, info, &Signal::STOPPED, exec.steps).await;
+            finished(observers, control, info, &Signal::STOPPED, steps).await;
         }
         Ok(Settle::Interrupted(interrupt) | Settle::Rejected(interrupt, _)) => {
             for o in observers {
@@ -519,6 +488,510 @@ async fn drive<S: HarnessState, C: Context>(
         }
     }
     settled
+}
+
+/// The name a step's commit gives as the task's next step: the step, the
+/// join of a fork, or none when the run ends.
+fn next_name<'h, S: HarnessState, C: Context>(
+    harness: &'h HarnessInner<S, C>,
+    next: Target,
+) -> Option<&'h str> {
+    match next {
+        Target::Step(i) => Some(&*harness.steps[i].name),
+        Target::Fork(f) => Some(&*harness.steps[harness.forks[f].join].name),
+        Target::End => None,
+    }
+}
+
+/// Runs one task, step after step, until it ends, reaches its join, stops,
+/// pauses or fails. A fork runs its branches (each a task) and goes on at
+/// its join.
+fn drive_task<'a, S: HarnessState, C: Context>(
+    env: &'a Env<'a, S, C>,
+    task: &'a mut Task<S>,
+) -> BoxFuture<'a, Result<TaskEnd, RunError>> {
+    async move {
+        let harness = env.harness;
+        let observers = &harness.observers;
+        let control = env.control;
+        loop {
+            if task.region.is_some()
+                && let Some(end) = run_region(env, task).await?
+            {
+                return Ok(end);
+            }
+            if control.stop.load(Ordering::Acquire) {
+                return Ok(TaskEnd::Stopped);
+            }
+            let step = &harness.steps[task.at];
+            let taken = env.steps.load(Ordering::SeqCst);
+            if taken >= harness.step_limit {
+                return Err(RunError::StepLimit {
+                    limit: harness.step_limit,
+                    step: step.name.to_string(),
+                });
+            }
+            let step_info = StepInfo {
+                name: Arc::clone(&step.name),
+                path: task.path.clone(),
+                index: taken,
+            };
+            for o in observers {
+                o.step_started(env.info, &step_info).await;
+            }
+            control.events.send(RunEvent::StepStarted {
+                path: task.path.clone(),
+                step: Arc::clone(&step.name),
+                index: taken,
+            });
+            let began = Instant::now();
+
+            let update = match &step.run {
+                Some(run) => {
+                    let span = tracing::info_span!(
+                        "harness.step",
+                        step = %step.name,
+                        path = %task.path,
+                        index = taken
+                    );
+                    match run_step(env, run, step, task).instrument(span).await {
+                        Ok(update) => Some(update),
+                        Err(Halt::Interrupt(interrupt)) => {
+                            return Ok(TaskEnd::Interrupted(interrupt));
+                        }
+                        Err(Halt::Rejected(interrupt, reason)) => {
+                            return Ok(TaskEnd::Rejected(interrupt, reason));
+                        }
+                        Err(Halt::Error(e)) => return Err(e),
+                    }
+                }
+                None => None,
+            };
+            if let (Some(update), Some(writes)) = (&update, &step.writes)
+                && let Some(field) = S::written(update)
+                    .into_iter()
+                    .find(|f| !writes.iter().any(|w| w == f))
+            {
+                return Err(RunError::UndeclaredWrite {
+                    step: step.name.to_string(),
+                    field: field.to_string(),
+                });
+            }
+            if let Some(update) = &update {
+                // Observers see the update before it is merged, by
+                // reference, so observing costs no copy of it.
+                for o in observers {
+                    o.step_finished(env.info, &step_info, update, began.elapsed())
+                        .await;
+                }
+            }
+            let event_update = if control.events.active() {
+                update.clone()
+            } else {
+                None
+            };
+            // Serialized before it is merged: the stored update is the step's own.
+            let stored_update = match env.cursor {
+                Some(_) => Some(match &update {
+                    Some(u) => serde_json::to_value(u).map_err(|e| {
+                        RunError::Store(StoreError::backend(format!(
+                            "the update of step `{}` cannot be serialized: {e}",
+                            step.name
+                        )))
+                    })?,
+                    None => Value::Object(serde_json::Map::new()),
+                }),
+                None => None,
+            };
+            if let Some(update) = update {
+                match &mut task.branch {
+                    Some(branch) => {
+                        Arc::make_mut(&mut task.state).apply(update.clone());
+                        branch.updates.push(update);
+                    }
+                    None => Arc::make_mut(&mut task.state).apply(update),
+                }
+            }
+
+            let (next, signal) = match &step.exits {
+                Exits::Next(t) => (*t, None),
+                Exits::On(on) => {
+                    let Some(route) = &step.route else {
+                        // Validation guarantees a route wherever there is `.on`.
+                        return Err(RunError::UndeclaredSignal {
+                            step: step.name.to_string(),
+                            signal: Signal::new(""),
+                            declared: on.iter().map(|(s, _)| s.clone()).collect(),
+                        });
+                    };
+                    let signal = route(&task.state);
+                    match on.iter().find(|(s, _)| *s == signal) {
+                        Some((_, t)) => (*t, Some(signal)),
+                        None => {
+                            return Err(RunError::UndeclaredSignal {
+                                step: step.name.to_string(),
+                                signal,
+                                declared: on.iter().map(|(s, _)| s.clone()).collect(),
+                            });
+                        }
+                    }
+                }
+            };
+            let steps_this_run = env.steps.fetch_add(1, Ordering::SeqCst) + 1;
+            task.journal = StepJournal::default();
+            task.answering = None;
+            task.input = None;
+            // Where the fork's branches count their visits from: the
+            // session's steps once this one is recorded.
+            let base = match env.cursor {
+                Some(c) => c.steps() + 1,
+                None => steps_this_run,
+            };
+            let fork = match next {
+                Target::Fork(f) => Some(start_region(env, task, f, base)?),
+                _ => None,
+            };
+            let joins = matches!(
+                (next, &task.branch),
+                (Target::Step(i), Some(b)) if b.join == i
+            );
+            if let Some(b) = &mut task.branch {
+                b.visit += 1;
+            }
+            if let (Some(cursor), Some(stored)) = (env.cursor, stored_update) {
+                let committed = match &task.branch {
+                    None => {
+                        let state = &task.state;
+                        let measure = || crate::session::head::json_len(&**state);
+                        let snapshot = || {
+                            serde_json::to_value(&**state).map_err(|e| {
+                                StoreError::backend(format!("the state cannot be serialized: {e}"))
+                            })
+                        };
+                        cursor
+                            .step_done(
+                                StepDone {
+                                    step: &step.name,
+                                    update: stored,
+                                    next_step: next_name(harness, next),
+                                    signal: signal.as_ref(),
+                                    steps_this_run,
+                                    fork: fork.clone(),
+                                },
+                                measure,
+                                snapshot,
+                            )
+                            .await
+                    }
+                    Some(_) => {
+                        cursor
+                            .branch_done(BranchDone {
+                                step: &step.name,
+                                record: BranchRecord {
+                                    path: task.path.clone(),
+                                    update: stored,
+                                    next: if joins {
+                                        None
+                                    } else {
+                                        next_name(harness, next).map(str::to_string)
+                                    },
+                                    failed: None,
+                                },
+                                steps_this_run,
+                                fork: fork.clone(),
+                            })
+                            .await
+                    }
+                };
+                if let Err(e) = committed {
+                    return Err(match e {
+                        StoreError::Conflict { .. } => RunError::LeaseLost {
+                            session: env.info.session_id.clone(),
+                            reason: "another run took the session over".into(),
+                        },
+                        e => RunError::Store(e),
+                    });
+                }
+            }
+            if control.events.active() {
+                control.events.send(RunEvent::StepFinished {
+                    path: task.path.clone(),
+                    step: Arc::clone(&step.name),
+                    index: step_info.index,
+                    elapsed: began.elapsed(),
+                    update: event_update.unwrap_or_default(),
+                    signal: signal.clone(),
+                });
+                if let Some(fork) = &fork {
+                    control.events.send(RunEvent::Forked {
+                        path: task.path.clone(),
+                        step: Arc::clone(&step.name),
+                        branches: fork.branches.iter().map(|b| b.path.clone()).collect(),
+                    });
+                }
+            }
+            match next {
+                Target::Step(i) => {
+                    if joins {
+                        if let Some(b) = &mut task.branch {
+                            b.done = true;
+                        }
+                        return Ok(TaskEnd::Joined);
+                    }
+                    task.at = i;
+                }
+                Target::Fork(f) => task.at = harness.forks[f].join,
+                Target::End => {
+                    if task.branch.is_some() {
+                        // Validation refuses a branch that can end the run.
+                        return Err(RunError::Step {
+                            step: step.name.to_string(),
+                            attempts: 1,
+                            source: format!("branch `{}` ended the run", task.path).into(),
+                        });
+                    }
+                    return Ok(TaskEnd::Ended(signal.unwrap_or(Signal::END)));
+                }
+            }
+        }
+    }
+    .boxed()
+}
+
+/// Starts fork `f` of `task`: its branches, as a region of the task, and
+/// the record that the step's commit stores with it. `base`: the session's
+/// steps once the forking step is recorded.
+fn start_region<S: HarnessState, C: Context>(
+    env: &Env<'_, S, C>,
+    task: &mut Task<S>,
+    f: usize,
+    base: u64,
+) -> Result<ForkRecord, RunError> {
+    let harness = env.harness;
+    let fork = &harness.forks[f];
+    let starts: Vec<(TaskPath, usize, Option<Value>)> = match &fork.branches {
+        Branches::Static(starts) => starts
+            .iter()
+            .map(|&s| (task.path.child(&harness.steps[s].name), s, None))
+            .collect(),
+        Branches::Each { step, inputs } => {
+            let name = &harness.steps[*step].name;
+            inputs(&task.state)
+                .map_err(|reason| RunError::FanOut {
+                    step: harness.steps[task.at].name.to_string(),
+                    reason,
+                })?
+                .into_iter()
+                .enumerate()
+                .map(|(i, input)| (task.path.child(&format!("{name}#{i}")), *step, Some(input)))
+                .collect()
+        }
+    };
+    let record = ForkRecord {
+        path: task.path.clone(),
+        fork: fork.id.clone(),
+        join: harness.steps[fork.join].name.to_string(),
+        branches: starts
+            .iter()
+            .map(|(path, at, input)| BranchStart {
+                path: path.clone(),
+                step: harness.steps[*at].name.to_string(),
+                input: input.clone(),
+            })
+            .collect(),
+    };
+    task.region = Some(Region {
+        fork: f,
+        branches: starts
+            .into_iter()
+            .map(|(path, at, input)| Task {
+                path,
+                state: Arc::clone(&task.state),
+                at,
+                journal: StepJournal::default(),
+                answering: None,
+                input,
+                branch: Some(BranchState {
+                    join: fork.join,
+                    updates: Vec::new(),
+                    done: false,
+                    visit: base,
+                }),
+                region: None,
+            })
+            .collect(),
+    });
+    Ok(record)
+}
+
+/// Whether a branch's error is its own (a step failed) rather than the
+/// run's (the store, the lease), so that a fork may collect it.
+fn collectable(e: &RunError) -> bool {
+    match e {
+        RunError::Store(_) | RunError::LeaseLost { .. } => false,
+        RunError::Branch { source, .. } => collectable(source),
+        _ => true,
+    }
+}
+
+/// Runs the branches of `task`'s fork that have not reached the join, at
+/// most the fork's limit at once, and merges them at the join when all
+/// have: `None`, and the task goes on at the join. A branch that pauses or
+/// stops pauses the task (the other branches finish what they are doing
+/// first); a branch that fails fails the run and cancels the others,
+/// unless the fork collects errors.
+async fn run_region<S: HarnessState, C: Context>(
+    env: &Env<'_, S, C>,
+    task: &mut Task<S>,
+) -> Result<Option<TaskEnd>, RunError> {
+    let Some(mut region) = task.region.take() else {
+        return Ok(None);
+    };
+    let harness = env.harness;
+    let fork = &harness.forks[region.fork];
+    let mut paused: Vec<(usize, TaskEnd)> = Vec::new();
+    let mut failed: Vec<(usize, RunError)> = Vec::new();
+    let outcome: Result<(), RunError> = async {
+        let limit = fork.limit.max(1);
+        let mut todo = Vec::new();
+        for (i, b) in region.branches.iter_mut().enumerate() {
+            if !b.branch.as_ref().is_some_and(|b| b.done) {
+                todo.push(drive_branch(env, i, b));
+            }
+        }
+        let mut running = futures::stream::iter(todo).buffer_unordered(limit);
+        while let Some((i, path, result)) = running.next().await {
+            match result {
+                Ok(TaskEnd::Joined) => {}
+                Ok(end) => paused.push((i, end)),
+                Err(e) if fork.collect.is_some() && collectable(&e) => failed.push((i, e)),
+                // Dropping `running` cancels the other branches.
+                Err(e) => {
+                    return Err(RunError::Branch {
+                        path,
+                        source: Box::new(e),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = outcome {
+        task.region = Some(region);
+        return Err(e);
+    }
+    // Failed branches, collected as values: each reaches the join with the
+    // update its error makes (after the updates of its completed steps).
+    failed.sort_by_key(|(i, _)| *i);
+    for (i, error) in failed {
+        let Some(collect) = &fork.collect else {
+            break;
+        };
+        let b = &mut region.branches[i];
+        let update = collect(BranchFailure {
+            path: b.path.clone(),
+            step: harness.steps[b.at].name.to_string(),
+            error: error.to_string(),
+            input: b.input.clone(),
+        });
+        if let Some(cursor) = env.cursor {
+            let stored = serde_json::to_value(&update).map_err(|e| {
+                RunError::Store(StoreError::backend(format!(
+                    "the update made of branch `{}`'s error cannot be serialized: {e}",
+                    b.path
+                )))
+            })?;
+            let steps_this_run = env.steps.load(Ordering::SeqCst);
+            cursor
+                .branch_done(BranchDone {
+                    step: &harness.steps[b.at].name,
+                    record: BranchRecord {
+                        path: b.path.clone(),
+                        update: stored,
+                        next: None,
+                        failed: Some(error.to_string()),
+                    },
+                    steps_this_run,
+                    fork: None,
+                })
+                .await
+                .map_err(RunError::Store)?;
+            env.steps.fetch_add(1, Ordering::SeqCst);
+        }
+        b.journal = StepJournal::default();
+        b.region = None;
+        if let Some(state) = &mut b.branch {
+            state.updates.push(update);
+            state.done = true;
+        }
+    }
+    if !paused.is_empty() {
+        // The first branch (in branch order) that asked a human is the
+        // run's interrupt; the others ask again when resumed.
+        paused.sort_by_key(|(i, end)| {
+            (
+                !matches!(end, TaskEnd::Interrupted(_) | TaskEnd::Rejected(..)),
+                *i,
+            )
+        });
+        task.region = Some(region);
+        return Ok(paused.into_iter().next().map(|(_, end)| end));
+    }
+    // Every branch reached the join: merge in branch order.
+    let mut order = Vec::with_capacity(region.branches.len());
+    for b in region.branches {
+        order.push(b.path);
+        let Some(branch) = b.branch else { continue };
+        for update in branch.updates {
+            match &mut task.branch {
+                Some(parent) => {
+                    Arc::make_mut(&mut task.state).apply(update.clone());
+                    parent.updates.push(update);
+                }
+                None => Arc::make_mut(&mut task.state).apply(update),
+            }
+        }
+    }
+    let join = &harness.steps[fork.join].name;
+    if let Some(cursor) = env.cursor {
+        cursor
+            .joined(
+                join,
+                JoinRecord {
+                    path: task.path.clone(),
+                    branches: order.clone(),
+                },
+                env.steps.load(Ordering::SeqCst),
+            )
+            .await
+            .map_err(|e| match e {
+                StoreError::Conflict { .. } => RunError::LeaseLost {
+                    session: env.info.session_id.clone(),
+                    reason: "another run took the session over".into(),
+                },
+                e => RunError::Store(e),
+            })?;
+    }
+    env.control.events.send(RunEvent::Joined {
+        path: task.path.clone(),
+        join: Arc::clone(join),
+        branches: order,
+    });
+    task.at = fork.join;
+    Ok(None)
+}
+
+/// One branch driven, with its position and path.
+fn drive_branch<'a, S: HarnessState, C: Context>(
+    env: &'a Env<'a, S, C>,
+    i: usize,
+    branch: &'a mut Task<S>,
+) -> BoxFuture<'a, (usize, TaskPath, Result<TaskEnd, RunError>)> {
+    let path = branch.path.clone();
+    drive_task(env, branch)
+        .map(move |result| (i, path, result))
+        .boxed()
 }
 
 async fn finished<S: HarnessState>(
@@ -544,38 +1017,45 @@ enum Failure {
 
 /// Runs a step's `run`, with its timeout and retry policy.
 async fn run_step<S: HarnessState, C: Context>(
+    env: &Env<'_, S, C>,
     run: &crate::graph::RunFn<S, C>,
     step: &CompiledStep<S, C>,
-    ctx: &Arc<C>,
-    control: &RunControl<S>,
-    info: &RunInfo,
-    exec: &mut Execution<S>,
+    task: &mut Task<S>,
 ) -> Result<S::Update, Halt> {
+    let info = env.info;
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let (visit, sink) = match &exec.session {
-            SessionLink::Attached { cursor, .. } => (
-                cursor.steps(),
-                Some(Arc::clone(cursor) as Arc<dyn JournalSink>),
-            ),
-            _ => (exec.steps, None),
+        let visit = match (&task.branch, env.cursor) {
+            (Some(b), _) => b.visit,
+            (None, Some(cursor)) => cursor.steps(),
+            (None, None) => env.steps.load(Ordering::SeqCst),
         };
-        let shared = Arc::new(CxShared::new(
-            info.run_id.clone(),
-            info.session_id.clone(),
-            Arc::clone(&step.name),
-            exec.steps,
-            visit,
-            attempt,
-            std::mem::take(&mut exec.journal),
-            sink,
-        ));
+        let sink = env
+            .cursor
+            .map(|cursor| Arc::clone(cursor) as Arc<dyn JournalSink>);
+        let shared = Arc::new(
+            CxShared::new(
+                info.run_id.clone(),
+                info.session_id.clone(),
+                Arc::clone(&step.name),
+                env.steps.load(Ordering::SeqCst),
+                visit,
+                attempt,
+                std::mem::take(&mut task.journal),
+                sink,
+            )
+            .within(
+                task.path.clone(),
+                task.input.clone(),
+                Some(Arc::clone(&env.emitter)),
+            ),
+        );
         let cx = Cx {
-            ctx: Arc::clone(ctx),
+            ctx: Arc::clone(env.ctx),
             shared: Arc::clone(&shared),
         };
-        let fut = run(Arc::clone(&exec.state), cx);
+        let fut = run(Arc::clone(&task.state), cx);
         let result = match step.timeout {
             None => fut.await.map_err(Failure::Error),
             Some(limit) => match tokio::time::timeout(limit, fut).await {
@@ -584,14 +1064,14 @@ async fn run_step<S: HarnessState, C: Context>(
             },
         };
         let visit = shared.finish();
-        exec.journal = visit.journal;
+        task.journal = visit.journal;
         if let Some(rejected) = visit.rejected {
             // The unreadable answer is dropped, never replayed, and the run
             // waits on the interrupt it answered. Without that interrupt (a
             // journal written before answers were checked), the step runs
             // again without the answer and asks anew.
-            exec.journal.responses.truncate(rejected.index);
-            match exec.answering.take() {
+            task.journal.responses.truncate(rejected.index);
+            match task.answering.take() {
                 Some(interrupt) => return Err(Halt::Rejected(interrupt, rejected.reason)),
                 None => {
                     attempt -= 1;
@@ -614,7 +1094,8 @@ async fn run_step<S: HarnessState, C: Context>(
             Failure::Timeout(limit) => format!("timed out after {limit:?}"),
         };
         tracing::debug!(step = %step.name, attempt, will_retry, error = %rendered, "step attempt failed");
-        control.events.send(RunEvent::StepFailed {
+        env.control.events.send(RunEvent::StepFailed {
+            path: task.path.clone(),
             step: Arc::clone(&step.name),
             attempt,
             error: rendered,

@@ -1,10 +1,11 @@
 //! A live stream of a run's events.
 
-use crate::ids::{RunId, SessionId};
+use crate::ids::{RunId, SessionId, TaskPath};
 use crate::signal::Signal;
 use crate::state::HarnessState;
-use crate::step::Interrupt;
+use crate::step::{Emitter, Interrupt};
 use futures::Stream;
+use serde_json::Value;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,13 +27,18 @@ pub enum RunEvent<S: HarnessState> {
     },
     /// A step is about to run.
     StepStarted {
+        /// The task it runs in (the root for the run's own loop).
+        path: TaskPath,
         /// The step's name.
         step: Arc<str>,
         /// How many steps the run completed before it.
         index: u64,
     },
-    /// A step completed; its update has been applied.
+    /// A step completed; its update has been applied (in a branch, to the
+    /// branch's own state; the run's state gets it at the join).
     StepFinished {
+        /// The task it ran in.
+        path: TaskPath,
         /// The step's name.
         step: Arc<str>,
         /// How many steps the run completed before it.
@@ -46,6 +52,8 @@ pub enum RunEvent<S: HarnessState> {
     },
     /// An attempt of a step failed.
     StepFailed {
+        /// The task it ran in.
+        path: TaskPath,
         /// The step's name.
         step: Arc<str>,
         /// Which attempt failed.
@@ -55,8 +63,39 @@ pub enum RunEvent<S: HarnessState> {
         /// Whether the step will be tried again.
         will_retry: bool,
     },
-    /// The run paused for a human.
+    /// The run paused for a human; the interrupt's `path` says which task
+    /// asked.
     Interrupted(Interrupt),
+    /// A step forked: its branches start.
+    Forked {
+        /// The task that forked.
+        path: TaskPath,
+        /// The step it forked after.
+        step: Arc<str>,
+        /// The branches, in merge order.
+        branches: Vec<TaskPath>,
+    },
+    /// Every branch of a fork reached its join; their updates are merged,
+    /// in branch order, into the state of the task that forked.
+    Joined {
+        /// The task that forked.
+        path: TaskPath,
+        /// The join step, which runs next.
+        join: Arc<str>,
+        /// The branches merged, in order.
+        branches: Vec<TaskPath>,
+    },
+    /// A step sent an event of its own with [`Cx::emit`](crate::Cx::emit).
+    Custom {
+        /// The task the step runs in.
+        path: TaskPath,
+        /// The step.
+        step: Arc<str>,
+        /// What kind of event, as the step named it.
+        kind: Arc<str>,
+        /// The event's data.
+        payload: Value,
+    },
     /// The run ended with this signal.
     Finished {
         /// The final signal (`$stopped` when stopped).
@@ -111,6 +150,21 @@ impl<S: HarnessState> EventHub<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         senders.retain(|tx| tx.send(event.clone()).is_ok());
         self.count.store(senders.len(), Ordering::Release);
+    }
+}
+
+impl<S: HarnessState> Emitter for EventHub<S> {
+    fn active(&self) -> bool {
+        EventHub::active(self)
+    }
+
+    fn emit(&self, path: &TaskPath, step: &Arc<str>, kind: &str, payload: Value) {
+        self.send(RunEvent::Custom {
+            path: path.clone(),
+            step: Arc::clone(step),
+            kind: kind.into(),
+            payload,
+        });
     }
 }
 

@@ -18,7 +18,7 @@ mod outcome;
 
 pub use crate::error::{NoInterrupt, RunError};
 pub use control::StopHandle;
-pub(crate) use engine::{Execution, SessionLink};
+pub(crate) use engine::{BranchState, Execution, Region, SessionLink, Task};
 pub use events::{RunEvent, RunEvents};
 pub use outcome::Outcome;
 
@@ -97,7 +97,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
             ctx: Arc::new(ctx),
             control: Arc::new(RunControl {
                 stop: Arc::new(AtomicBool::new(false)),
-                events: EventHub::new(),
+                events: Arc::new(EventHub::new()),
             }),
             info,
             phase: RunPhase::Ready(exec),
@@ -144,7 +144,9 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     /// before it starts, while paused, and after it failed.
     pub fn state(&self) -> Option<&S> {
         match &self.phase {
-            RunPhase::Ready(e) | RunPhase::Paused(e, _) | RunPhase::Failed(e) => Some(&e.state),
+            RunPhase::Ready(e) | RunPhase::Paused(e, _) | RunPhase::Failed(e) => {
+                Some(&e.task.state)
+            }
             RunPhase::Running(_) | RunPhase::Done => None,
         }
     }
@@ -159,8 +161,17 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     ) -> Result<(), NoInterrupt> {
         match std::mem::replace(&mut self.phase, RunPhase::Done) {
             RunPhase::Paused(mut exec, interrupt) if interrupt.id == *id => {
-                exec.journal.responses.push(response.into());
-                exec.answering = Some(interrupt);
+                // The task that asked: the run's own loop, or a branch.
+                match exec.task.find_mut(&interrupt.path) {
+                    Some(task) => {
+                        task.journal.responses.push(response.into());
+                        task.answering = Some(interrupt);
+                    }
+                    None => {
+                        exec.task.journal.responses.push(response.into());
+                        exec.task.answering = Some(interrupt);
+                    }
+                }
                 self.phase = RunPhase::Ready(exec);
                 Ok(())
             }
@@ -202,12 +213,12 @@ impl<S: HarnessState, C: Context> Run<S, C> {
             // A finished run gives its state away: no copy unless a step
             // kept a reference to it.
             Ok(Settle::Ended(signal)) => {
-                let out = outcome(signal, Arc::unwrap_or_clone(exec.state), None);
+                let out = outcome(signal, Arc::unwrap_or_clone(exec.task.state), None);
                 self.phase = RunPhase::Done;
                 Ok(out)
             }
             Ok(Settle::Stopped) => {
-                let out = outcome(Signal::STOPPED, Arc::unwrap_or_clone(exec.state), None);
+                let out = outcome(Signal::STOPPED, Arc::unwrap_or_clone(exec.task.state), None);
                 self.phase = RunPhase::Done;
                 Ok(out)
             }
@@ -222,7 +233,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
             Ok(Settle::Interrupted(interrupt)) => {
                 let out = outcome(
                     Signal::INTERRUPT,
-                    (*exec.state).clone(),
+                    (*exec.task.state).clone(),
                     Some(interrupt.clone()),
                 );
                 self.phase = RunPhase::Paused(exec, interrupt);
@@ -235,6 +246,9 @@ impl<S: HarnessState, C: Context> Run<S, C> {
         }
     }
 }
+
+// A run is driven through boxed futures and never relies on being pinned.
+impl<S: HarnessState, C: Context> Unpin for Run<S, C> {}
 
 impl<S: HarnessState, C: Context> Future for Run<S, C> {
     type Output = Result<Outcome<S>, RunError>;

@@ -1,12 +1,12 @@
 //! A run's handle on its session: it holds the lease and commits the run's
 //! transitions (from [`head`](super::head)) one after another.
 
-use super::head::{self, NewSession, StepDone};
+use super::head::{self, BranchDone, Journals, NewSession, StepDone};
 use super::{
-    Commit, Lease, SessionConfig, SessionError, SessionInFlight, SessionPhase, SessionStore,
-    StoreError, StoredRun,
+    Commit, JoinRecord, Lease, SessionConfig, SessionError, SessionInFlight, SessionPhase,
+    SessionStore, StoreError, StoredRun,
 };
-use crate::ids::{RunId, SessionId};
+use crate::ids::{RunId, SessionId, TaskPath};
 use crate::step::{JournalSink, StepJournal};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -83,7 +83,7 @@ impl SessionCursor {
         current: StoredRun,
         run_id: Option<RunId>,
         next_step: Option<String>,
-        journal: StepJournal,
+        journals: Journals,
         input: Option<Value>,
     ) -> Result<Self, SessionError> {
         let now = store.now();
@@ -92,7 +92,7 @@ impl SessionCursor {
         }
         let owner = head::owner_id();
         let lease = head::lease(&owner, &config, now);
-        let commit = head::acquire(&current, lease, run_id, next_step, journal, input);
+        let commit = head::acquire(&current, lease, run_id, next_step, journals, input);
         let next = commit.head.clone();
         super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(commit).await {
@@ -187,12 +187,46 @@ impl SessionCursor {
     }
 
     /// Takes the lease again for an in-process resume of a paused run.
-    pub(crate) async fn reacquire(&self, journal: StepJournal) -> Result<(), StoreError> {
+    pub(crate) async fn reacquire(&self, journals: Journals) -> Result<(), StoreError> {
         self.write_with(|current| {
             Ok(Some(head::reacquire(
                 current,
                 self.lease(),
-                journal.clone(),
+                journals.clone(),
+            )))
+        })
+        .await
+    }
+
+    /// Records a completed step of a branch (see [`head::branch_done`]).
+    pub(crate) async fn branch_done(&self, done: BranchDone<'_>) -> Result<(), StoreError> {
+        self.write_with(|current| {
+            Ok(Some(head::branch_done(
+                current,
+                &done,
+                self.lease(),
+                &self.config,
+            )))
+        })
+        .await
+    }
+
+    /// Records the merge of a fork's branches at its join `step` (see
+    /// [`head::joined`]).
+    pub(crate) async fn joined(
+        &self,
+        step: &str,
+        record: JoinRecord,
+        steps_this_run: u64,
+    ) -> Result<(), StoreError> {
+        self.write_with(|current| {
+            Ok(Some(head::joined(
+                current,
+                step,
+                record.clone(),
+                self.lease(),
+                &self.config,
+                steps_this_run,
             )))
         })
         .await
@@ -225,7 +259,7 @@ impl SessionCursor {
         &self,
         phase: SessionPhase,
         next_step: Option<&str>,
-        journal: StepJournal,
+        journals: Journals,
         start: &str,
     ) -> Result<(), StoreError> {
         self.write_with(|current| {
@@ -233,7 +267,7 @@ impl SessionCursor {
                 current,
                 phase.clone(),
                 next_step,
-                journal.clone(),
+                journals.clone(),
                 start,
             )))
         })
@@ -252,10 +286,19 @@ impl SessionCursor {
 }
 
 impl JournalSink for SessionCursor {
-    fn record(&self, journal: StepJournal) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn record<'a>(
+        &'a self,
+        path: &'a TaskPath,
+        journal: StepJournal,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.write_with(|current| {
-                Ok(Some(head::record_journal(current, &journal, self.lease())))
+                Ok(Some(head::record_journal(
+                    current,
+                    path,
+                    &journal,
+                    self.lease(),
+                )))
             })
             .await
         })

@@ -46,24 +46,44 @@ pub(crate) fn check_commit(commit: &Commit) -> Result<(), ValueTooDeep> {
         limit: MAX_VALUE_DEPTH,
     };
     for cp in &commit.append {
-        let (what, value) = match &cp.kind {
-            CheckpointKind::Snapshot(v) => ("the state", v),
+        let values: Vec<(&str, &Value)> = match &cp.kind {
+            CheckpointKind::Snapshot(v) => vec![("the state", v)],
             // A run's input is the update of step `$input`.
-            CheckpointKind::Update(v) => ("the update", v),
+            CheckpointKind::Update(v) => vec![("the update", v)],
+            CheckpointKind::Branch(b) => vec![("the update", &b.update)],
+            CheckpointKind::Fork(f) => f
+                .branches
+                .iter()
+                .filter_map(|b| b.input.as_ref().map(|v| ("a branch's input", v)))
+                .collect(),
+            CheckpointKind::Join(_) => Vec::new(),
         };
-        if deeper_than(value, MAX_VALUE_DEPTH) {
-            return Err(too_deep(&cp.step, what.to_string(), value));
+        for (what, value) in values {
+            if deeper_than(value, MAX_VALUE_DEPTH) {
+                return Err(too_deep(&cp.step, what.to_string(), value));
+            }
         }
     }
     let step = head.next_step.as_deref().unwrap_or("");
-    for (i, answer) in head.journal.responses.iter().enumerate() {
-        if deeper_than(answer, MAX_VALUE_DEPTH) {
-            return Err(too_deep(step, format!("interrupt answer {i}"), answer));
+    let journals = std::iter::once((step.to_string(), &head.journal)).chain(
+        head.branch_journals
+            .iter()
+            .map(|(path, j)| (format!("{step} (branch {path})"), j)),
+    );
+    for (step, journal) in journals {
+        for (i, answer) in journal.responses.iter().enumerate() {
+            if deeper_than(answer, MAX_VALUE_DEPTH) {
+                return Err(too_deep(&step, format!("interrupt answer {i}"), answer));
+            }
         }
-    }
-    for (key, result) in &head.journal.once {
-        if deeper_than(result, MAX_VALUE_DEPTH) {
-            return Err(too_deep(step, format!("the `once` result `{key}`"), result));
+        for (key, result) in &journal.once {
+            if deeper_than(result, MAX_VALUE_DEPTH) {
+                return Err(too_deep(
+                    &step,
+                    format!("the `once` result `{key}`"),
+                    result,
+                ));
+            }
         }
     }
     if let SessionPhase::Interrupted { interrupt } = &head.phase

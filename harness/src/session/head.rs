@@ -11,14 +11,15 @@
 //! needs to retry.
 
 use super::{
-    Checkpoint, CheckpointKind, Commit, Durability, Lease, SCHEMA_VERSION, SessionConfig,
-    SessionError, SessionInFlight, SessionPendingInterrupt, SessionPhase, SessionStore, StoreError,
-    StoredRun, now_millis,
+    BranchRecord, Checkpoint, CheckpointKind, Commit, Durability, ForkRecord, JoinRecord, Lease,
+    SCHEMA_VERSION, SessionConfig, SessionError, SessionInFlight, SessionPendingInterrupt,
+    SessionPhase, SessionStore, StoreError, StoredRun, now_millis,
 };
-use crate::ids::{RunId, SessionId};
+use crate::ids::{RunId, SessionId, TaskPath};
 use crate::signal::Signal;
 use crate::step::StepJournal;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// The step name of a session's first snapshot.
 pub(crate) const START: &str = "$start";
@@ -26,6 +27,34 @@ pub(crate) const START: &str = "$start";
 pub(crate) const INPUT: &str = "$input";
 /// The step name of a value saved outside any run ([`save_value`]).
 pub(crate) const SAVED: &str = "$saved";
+
+/// The journals of a run's current steps, by task: the root's and, while
+/// a fork is under way, each branch's.
+pub(crate) type Journals = BTreeMap<TaskPath, StepJournal>;
+
+/// Writes `journals` into `head`: the root's as its journal, the others as
+/// its branch journals.
+fn set_journals(head: &mut StoredRun, mut journals: Journals) {
+    head.journal = journals.remove(&TaskPath::root()).unwrap_or_default();
+    journals.retain(|_, j| *j != StepJournal::default());
+    head.branch_journals = journals;
+}
+
+/// The journals `head` holds, by task.
+pub(crate) fn journals(head: &StoredRun) -> Journals {
+    let mut all = head.branch_journals.clone();
+    all.insert(TaskPath::root(), head.journal.clone());
+    all
+}
+
+/// The durability a step's commit asks for.
+fn step_durable(config: &SessionConfig, steps_this_run: u64) -> bool {
+    match config.durability {
+        Durability::EveryStep => true,
+        Durability::EveryN(n) => n <= 1 || steps_this_run.is_multiple_of(u64::from(n)),
+        Durability::AtExit => false,
+    }
+}
 
 /// A lease for `owner` from `now` (the store's clock, see
 /// [`SessionStore::now`]) until the configured time to live.
@@ -113,6 +142,7 @@ pub(crate) fn create(new: NewSession<'_>, config: &SessionConfig) -> Commit {
         ended_with: None,
         steps: 0,
         journal: StepJournal::default(),
+        branch_journals: BTreeMap::new(),
         version: 1,
         lease: new.lease,
         snapshot_seq: 0,
@@ -149,7 +179,7 @@ pub(crate) fn acquire(
     lease: Lease,
     run_id: Option<RunId>,
     next_step: Option<String>,
-    journal: StepJournal,
+    journals: Journals,
     input: Option<Value>,
 ) -> Commit {
     let now = now_millis();
@@ -160,7 +190,7 @@ pub(crate) fn acquire(
         next.run_id = run_id;
     }
     next.next_step = next_step;
-    next.journal = journal;
+    set_journals(&mut next, journals);
     let append = input
         .map(|input| vec![push_input(&mut next, input, now)])
         .unwrap_or_default();
@@ -168,11 +198,11 @@ pub(crate) fn acquire(
 }
 
 /// A paused run resumed in its own process takes its lease again.
-pub(crate) fn reacquire(head: &StoredRun, lease: Lease, journal: StepJournal) -> Commit {
+pub(crate) fn reacquire(head: &StoredRun, lease: Lease, journals: Journals) -> Commit {
     let mut next = next_of(head, now_millis());
     next.lease = Some(lease);
     next.phase = SessionPhase::Running;
-    next.journal = journal;
+    set_journals(&mut next, journals);
     commit(next, Some(head.version), Vec::new(), Vec::new(), true)
 }
 
@@ -180,16 +210,25 @@ pub(crate) fn reacquire(head: &StoredRun, lease: Lease, journal: StepJournal) ->
 /// result), merged into the head's: results are only ever added within a
 /// visit, so records that cross in flight lose nothing. Always durable: the
 /// effect it records has already happened.
-pub(crate) fn record_journal(head: &StoredRun, journal: &StepJournal, lease: Lease) -> Commit {
+pub(crate) fn record_journal(
+    head: &StoredRun,
+    path: &TaskPath,
+    journal: &StepJournal,
+    lease: Lease,
+) -> Commit {
     let mut next = next_of(head, now_millis());
+    let held = if path.is_root() {
+        &mut next.journal
+    } else {
+        next.branch_journals.entry(path.clone()).or_default()
+    };
     for (key, value) in &journal.once {
-        next.journal
-            .once
+        held.once
             .entry(key.clone())
             .or_insert_with(|| value.clone());
     }
-    if journal.responses.len() > next.journal.responses.len() {
-        next.journal.responses.clone_from(&journal.responses);
+    if journal.responses.len() > held.responses.len() {
+        held.responses.clone_from(&journal.responses);
     }
     next.lease = Some(lease);
     commit(next, Some(head.version), Vec::new(), Vec::new(), true)
@@ -208,6 +247,8 @@ pub(crate) struct StepDone<'a> {
     pub signal: Option<&'a Signal>,
     /// Steps completed by this run so far (for `Durability::EveryN`).
     pub steps_this_run: u64,
+    /// The fork the step leads into, recorded with it.
+    pub fork: Option<ForkRecord>,
 }
 
 /// A completed step: its update, the step to run next, the lease renewed,
@@ -227,6 +268,7 @@ pub(crate) fn step_done(
         next_step,
         signal,
         steps_this_run,
+        fork,
     } = done;
     let now = now_millis();
     let mut next = next_of(head, now);
@@ -266,7 +308,18 @@ pub(crate) fn step_done(
         kind: CheckpointKind::Update(update),
     }];
     let mut remove = Vec::new();
-    if by_steps || by_bytes {
+    // A step that forks records the fork with it, and no snapshot: the log
+    // of a fork under way is read from before it.
+    if let Some(fork) = fork {
+        next.last_seq += 1;
+        append.push(Checkpoint {
+            seq: next.last_seq,
+            index: next.steps,
+            step: step.to_string(),
+            time: now,
+            kind: CheckpointKind::Fork(fork),
+        });
+    } else if by_steps || by_bytes {
         next.state_bytes = measure();
         next.measured_index = next.steps;
         if since >= next.state_bytes.saturating_mul(2) {
@@ -288,12 +341,85 @@ pub(crate) fn step_done(
             next.snapshot_index = next.steps;
         }
     }
-    let durable = match config.durability {
-        Durability::EveryStep => true,
-        Durability::EveryN(n) => n <= 1 || steps_this_run.is_multiple_of(u64::from(n)),
-        Durability::AtExit => false,
-    };
+    let durable = step_durable(config, steps_this_run);
     Ok(commit(next, Some(head.version), append, remove, durable))
+}
+
+/// A completed step of a branch, as [`branch_done`] records it.
+pub(crate) struct BranchDone<'a> {
+    /// The step's name.
+    pub step: &'a str,
+    /// What the branch's record says.
+    pub record: BranchRecord,
+    /// Steps completed by this run so far (for `Durability::EveryN`).
+    pub steps_this_run: u64,
+    /// The fork the step leads into, recorded with it.
+    pub fork: Option<ForkRecord>,
+}
+
+/// A completed step of a branch: its record, the branch's journal cleared,
+/// the lease renewed. Never a snapshot: the state of the task that forked
+/// changes only at the join.
+pub(crate) fn branch_done(
+    head: &StoredRun,
+    done: &BranchDone<'_>,
+    lease: Lease,
+    config: &SessionConfig,
+) -> Commit {
+    let now = now_millis();
+    let mut next = next_of(head, now);
+    next.steps += 1;
+    next.last_seq += 1;
+    next.lease = Some(lease);
+    next.branch_journals.remove(&done.record.path);
+    next.bytes_since_snapshot = head
+        .bytes_since_snapshot
+        .saturating_add(json_len(&done.record.update));
+    let mut append = vec![Checkpoint {
+        seq: next.last_seq,
+        index: next.steps,
+        step: done.step.to_string(),
+        time: now,
+        kind: CheckpointKind::Branch(done.record.clone()),
+    }];
+    if let Some(fork) = &done.fork {
+        next.last_seq += 1;
+        append.push(Checkpoint {
+            seq: next.last_seq,
+            index: next.steps,
+            step: done.step.to_string(),
+            time: now,
+            kind: CheckpointKind::Fork(fork.clone()),
+        });
+    }
+    let durable = step_durable(config, done.steps_this_run);
+    commit(next, Some(head.version), append, Vec::new(), durable)
+}
+
+/// Every branch of a fork reached the join `step`: the merge, recorded.
+pub(crate) fn joined(
+    head: &StoredRun,
+    step: &str,
+    record: JoinRecord,
+    lease: Lease,
+    config: &SessionConfig,
+    steps_this_run: u64,
+) -> Commit {
+    let now = now_millis();
+    let mut next = next_of(head, now);
+    next.last_seq += 1;
+    next.lease = Some(lease);
+    next.branch_journals
+        .retain(|path, _| !record.branches.iter().any(|b| path.starts_with(b)));
+    let append = vec![Checkpoint {
+        seq: next.last_seq,
+        index: next.steps,
+        step: step.to_string(),
+        time: now,
+        kind: CheckpointKind::Join(record),
+    }];
+    let durable = step_durable(config, steps_this_run);
+    commit(next, Some(head.version), append, Vec::new(), durable)
 }
 
 /// How the run settled, with the lease released. When the run completed
@@ -303,14 +429,14 @@ pub(crate) fn settle(
     head: &StoredRun,
     phase: SessionPhase,
     next_step: Option<&str>,
-    journal: StepJournal,
+    journals: Journals,
     start: &str,
 ) -> Commit {
     let now = now_millis();
     let mut next = next_of(head, now);
     next.next_step = next_step.map(str::to_string);
     next.ended_with = None;
-    next.journal = journal;
+    set_journals(&mut next, journals);
     next.lease = None;
     let mut append = Vec::new();
     if matches!(phase, SessionPhase::Completed { .. }) && !next.queued.is_empty() {
@@ -508,6 +634,7 @@ pub async fn save_value(
             ended_with: None,
             steps: 0,
             journal: StepJournal::default(),
+            branch_journals: BTreeMap::new(),
             version: head.map_or(1, |h| h.version + 1),
             lease: None,
             snapshot_seq: seq,

@@ -33,14 +33,16 @@ pub(crate) use cursor::{Holder, SessionCursor};
 pub use depth::MAX_VALUE_DEPTH;
 pub(crate) use depth::check_commit;
 pub use head::{Busy, Submitted, load_value, save_value};
-pub(crate) use rebuild::{Span, read_log, rebuild};
+pub(crate) use head::{Journals, journals};
+pub(crate) use rebuild::{Span, TaskRebuilt, read_log, rebuild, rebuild_tasks};
 
-use crate::ids::{RunId, SessionId};
+use crate::ids::{RunId, SessionId, TaskPath};
 use crate::signal::Signal;
 use crate::step::{Interrupt, StepJournal};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -119,6 +121,10 @@ pub struct StoredRun {
     pub steps: u64,
     /// The current step's journal: interrupt answers and `once` results.
     pub journal: StepJournal,
+    /// The journals of the current steps of parallel branches, by branch,
+    /// while a fork is under way.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub branch_journals: BTreeMap<TaskPath, StepJournal>,
     /// Incremented by every commit; commits are compare-and-set on it.
     pub version: u64,
     /// The run holding the session, if any.
@@ -160,6 +166,65 @@ pub enum CheckpointKind {
     Snapshot(Value),
     /// A step's update, to merge through the reducers.
     Update(Value),
+    /// A fork started its branches (recorded with the step that forked).
+    Fork(ForkRecord),
+    /// A step of a branch completed: its update applies to the branch's
+    /// own state, and to the state of the task that forked at the join.
+    Branch(BranchRecord),
+    /// Every branch of a fork reached its join: their updates, in branch
+    /// order, merged into the state of the task that forked.
+    Join(JoinRecord),
+}
+
+/// The branches a fork started, as its [`CheckpointKind::Fork`] records them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ForkRecord {
+    /// The task that forked (the root for the run's own loop).
+    #[serde(default, skip_serializing_if = "TaskPath::is_root")]
+    pub path: TaskPath,
+    /// The fork: the step it leaves and how (`plan`, `plan/signal`).
+    pub fork: String,
+    /// The step the branches join at.
+    pub join: String,
+    /// The branches, in merge order.
+    pub branches: Vec<BranchStart>,
+}
+
+/// One branch of a fork.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BranchStart {
+    /// The branch's path.
+    pub path: TaskPath,
+    /// The step it starts at.
+    pub step: String,
+    /// Its input, for a fan-out's branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+}
+
+/// A completed step of a branch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BranchRecord {
+    /// The branch.
+    pub path: TaskPath,
+    /// The step's update.
+    pub update: Value,
+    /// The branch's next step; `None` once it has reached its join.
+    pub next: Option<String>,
+    /// For a failed branch whose fork collects errors: the error; `update`
+    /// is then what the fork made of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+/// The merge of a fork's branches at its join.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JoinRecord {
+    /// The task that forked.
+    #[serde(default, skip_serializing_if = "TaskPath::is_root")]
+    pub path: TaskPath,
+    /// The branches merged, in the order their updates were applied.
+    pub branches: Vec<TaskPath>,
 }
 
 /// One record of a session's log.
@@ -365,6 +430,10 @@ pub struct CheckpointInfo {
     pub index: u64,
     /// The step that completed (`$start`, `$input` for a run's input).
     pub step: String,
+    /// The task it completed in: the root, or a branch (whose update the
+    /// run's state gets at the join).
+    #[serde(default, skip_serializing_if = "TaskPath::is_root")]
+    pub path: TaskPath,
     /// When (ms since the epoch).
     pub time: u64,
 }
@@ -375,11 +444,19 @@ impl CheckpointInfo {
     /// them, so they are not steps of their own.
     pub(crate) fn history(log: Vec<Checkpoint>) -> Vec<CheckpointInfo> {
         log.into_iter()
-            .filter(|cp| cp.seq == 0 || matches!(cp.kind, CheckpointKind::Update(_)))
-            .map(|cp| CheckpointInfo {
-                index: cp.index,
-                step: cp.step,
-                time: cp.time,
+            .filter_map(|cp| {
+                let path = match &cp.kind {
+                    CheckpointKind::Snapshot(_) if cp.seq == 0 => TaskPath::root(),
+                    CheckpointKind::Update(_) => TaskPath::root(),
+                    CheckpointKind::Branch(b) => b.path.clone(),
+                    _ => return None,
+                };
+                Some(CheckpointInfo {
+                    index: cp.index,
+                    step: cp.step,
+                    path,
+                    time: cp.time,
+                })
             })
             .collect()
     }

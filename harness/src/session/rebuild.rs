@@ -7,9 +7,14 @@
 //! break ([`LogGap`]): a missing record is never skipped, so no state is
 //! rebuilt without it, and no run goes on to commit over the loss.
 
-use super::{Checkpoint, CheckpointKind, SessionStore, StoreError, StoreLoad, StoredRun};
+use super::{
+    Checkpoint, CheckpointKind, ForkRecord, SessionStore, StoreError, StoreLoad, StoredRun,
+};
 use crate::error::{GapKind, LogGap};
+use crate::ids::TaskPath;
 use crate::state::HarnessState;
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// Which part of a session's log to read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +151,10 @@ fn check_log(
             };
             return Err(gap(name(cp), kind, expected, Some(cp.seq)));
         }
-        let is_update = matches!(cp.kind, CheckpointKind::Update(_));
+        let is_update = matches!(
+            cp.kind,
+            CheckpointKind::Update(_) | CheckpointKind::Branch(_)
+        );
         let want_index = if is_update {
             prev.index + 1
         } else {
@@ -201,12 +209,48 @@ fn check_log(
 
 /// The state of `session` after `index` steps (the latest when `None`):
 /// the nearest snapshot at or before it, then the updates after it, from
-/// a log checked by [`read_log`].
+/// a log checked by [`read_log`]. Updates of branches count at their
+/// join: the state is the run's own, not a branch's.
 pub(crate) async fn rebuild<S: HarnessState>(
     store: &dyn SessionStore,
     head: &StoredRun,
     index: Option<u64>,
 ) -> Result<S, StoreError> {
+    let mut tasks = rebuild_tasks::<S>(store, head, index).await?;
+    Ok(tasks
+        .remove(&TaskPath::root())
+        .map(|t| t.state)
+        .unwrap_or_default())
+}
+
+/// A task as the log leaves it: the run's own loop, or a branch of a fork
+/// under way.
+#[derive(Debug)]
+pub(crate) struct TaskRebuilt<S: HarnessState> {
+    /// Its state: for a branch, the state at its fork and its own updates.
+    pub(crate) state: S,
+    /// A branch's updates so far, to merge at its join (with those of the
+    /// branches of its own forks that have joined).
+    pub(crate) updates: Vec<S::Update>,
+    /// A branch's next step; `None` once it has reached its join.
+    pub(crate) next: Option<String>,
+    /// A fan-out branch's input, until its first step completes.
+    pub(crate) input: Option<Value>,
+    /// Its fork under way, if any; its branches are tasks of their own.
+    pub(crate) open: Option<ForkRecord>,
+    /// The session's steps when that fork started.
+    pub(crate) open_at: u64,
+    /// A branch's steps so far.
+    pub(crate) steps: u64,
+}
+
+/// Every task of `session` after `index` steps (the latest when `None`),
+/// by path: the root, and each branch of the forks under way.
+pub(crate) async fn rebuild_tasks<S: HarnessState>(
+    store: &dyn SessionStore,
+    head: &StoredRun,
+    index: Option<u64>,
+) -> Result<BTreeMap<TaskPath, TaskRebuilt<S>>, StoreError> {
     let target = index.unwrap_or(head.steps);
     let span = if target >= head.snapshot_index {
         Span::Latest
@@ -218,9 +262,13 @@ pub(crate) async fn rebuild<S: HarnessState>(
     let bad = |cp: &Checkpoint, reason: String| {
         StoreError::Load(StoreLoad::new(session.clone(), name(cp), reason))
     };
+    let update = |cp: &Checkpoint, v: &Value| {
+        serde_json::from_value::<S::Update>(v.clone())
+            .map_err(|e| bad(cp, format!("the update does not fit this state type: {e}")))
+    };
     // `read_log` checked that the first is a snapshot.
     let mut iter = log.iter();
-    let mut state: S = match iter.next().map(|cp| (cp, &cp.kind)) {
+    let root_state: S = match iter.next().map(|cp| (cp, &cp.kind)) {
         Some((cp, CheckpointKind::Snapshot(v))) => {
             serde_json::from_value(v.clone()).map_err(|e| {
                 bad(
@@ -229,8 +277,8 @@ pub(crate) async fn rebuild<S: HarnessState>(
                 )
             })?
         }
-        Some((cp, CheckpointKind::Update(_))) => {
-            return Err(bad(cp, "expected a snapshot, found an update".into()));
+        Some((cp, _)) => {
+            return Err(bad(cp, "expected a snapshot".into()));
         }
         None => {
             return Err(StoreError::Load(StoreLoad::new(
@@ -240,17 +288,124 @@ pub(crate) async fn rebuild<S: HarnessState>(
             )));
         }
     };
+    let mut tasks: BTreeMap<TaskPath, TaskRebuilt<S>> = BTreeMap::new();
+    tasks.insert(
+        TaskPath::root(),
+        TaskRebuilt {
+            state: root_state,
+            updates: Vec::new(),
+            next: None,
+            input: None,
+            open: None,
+            open_at: 0,
+            steps: 0,
+        },
+    );
     for cp in iter {
         if cp.index > target {
             break;
         }
-        if let CheckpointKind::Update(v) = &cp.kind {
-            let update: S::Update = serde_json::from_value(v.clone())
-                .map_err(|e| bad(cp, format!("the update does not fit this state type: {e}")))?;
-            state.apply(update);
+        let task = |tasks: &mut BTreeMap<TaskPath, TaskRebuilt<S>>, path: &TaskPath| {
+            tasks.remove(path).ok_or_else(|| {
+                bad(
+                    cp,
+                    format!("it names the task `{path}`, which no fork under way started"),
+                )
+            })
+        };
+        match &cp.kind {
+            // Later snapshots restate the updates before them.
+            CheckpointKind::Snapshot(_) => {}
+            CheckpointKind::Update(v) => {
+                let u = update(cp, v)?;
+                let mut root = task(&mut tasks, &TaskPath::root())?;
+                if root.open.is_some() {
+                    return Err(bad(
+                        cp,
+                        "an update of the run while a fork is under way".into(),
+                    ));
+                }
+                root.state.apply(u);
+                tasks.insert(TaskPath::root(), root);
+            }
+            CheckpointKind::Fork(record) => {
+                let mut parent = task(&mut tasks, &record.path)?;
+                if parent.open.is_some() {
+                    return Err(bad(cp, "a fork of a task that is already forked".into()));
+                }
+                for b in &record.branches {
+                    if !b.path.starts_with(&record.path) || b.path == record.path {
+                        return Err(bad(
+                            cp,
+                            format!("its branch `{}` is not under `{}`", b.path, record.path),
+                        ));
+                    }
+                    tasks.insert(
+                        b.path.clone(),
+                        TaskRebuilt {
+                            state: parent.state.clone(),
+                            updates: Vec::new(),
+                            next: Some(b.step.clone()),
+                            input: b.input.clone(),
+                            open: None,
+                            open_at: 0,
+                            steps: 0,
+                        },
+                    );
+                }
+                parent.open = Some(record.clone());
+                parent.open_at = cp.index;
+                parent.next = Some(record.join.clone());
+                tasks.insert(record.path.clone(), parent);
+            }
+            CheckpointKind::Branch(record) => {
+                let u = update(cp, &record.update)?;
+                let mut branch = task(&mut tasks, &record.path)?;
+                if branch.next.is_none() {
+                    return Err(bad(
+                        cp,
+                        "a step of a branch that had reached its join".into(),
+                    ));
+                }
+                branch.state.apply(u.clone());
+                branch.updates.push(u);
+                branch.next.clone_from(&record.next);
+                branch.input = None;
+                branch.steps += 1;
+                tasks.insert(record.path.clone(), branch);
+            }
+            CheckpointKind::Join(record) => {
+                let mut parent = task(&mut tasks, &record.path)?;
+                let Some(fork) = parent.open.take() else {
+                    return Err(bad(cp, "a join without a fork under way".into()));
+                };
+                let started: Vec<&TaskPath> = fork.branches.iter().map(|b| &b.path).collect();
+                if record.branches.iter().collect::<Vec<_>>() != started {
+                    return Err(bad(
+                        cp,
+                        "it merges other branches than its fork started".into(),
+                    ));
+                }
+                for path in &record.branches {
+                    let branch = task(&mut tasks, path)?;
+                    if branch.next.is_some() || branch.open.is_some() {
+                        return Err(bad(
+                            cp,
+                            format!("its branch `{path}` had not reached the join"),
+                        ));
+                    }
+                    for u in branch.updates {
+                        parent.state.apply(u.clone());
+                        if !record.path.is_root() {
+                            parent.updates.push(u);
+                        }
+                    }
+                }
+                tasks.insert(record.path.clone(), parent);
+            }
         }
     }
-    Ok(state)
+    Ok(tasks)
 }
 
 #[cfg(test)]
@@ -285,6 +440,7 @@ mod tests {
             ended_with: None,
             steps,
             journal: Default::default(),
+            branch_journals: BTreeMap::new(),
             version: 1,
             lease: None,
             snapshot_seq,

@@ -46,6 +46,44 @@
 
 pub mod reduce;
 
+/// One field of a state, as [`HarnessState::fields`] describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldInfo {
+    /// The field's name.
+    pub name: &'static str,
+    /// How an update merges into it.
+    pub reducer: ReducerKind,
+}
+
+/// How a field merges an update: the `reduce = ..` of `#[field(..)]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReducerKind {
+    /// The update's value replaces the field.
+    Replace,
+    /// The update's items are appended.
+    Append,
+    /// The update's entries are inserted.
+    Extend,
+    /// The update's value is added.
+    Add,
+    /// The larger value is kept.
+    Max,
+    /// The smaller value is kept.
+    Min,
+    /// A function of the user's.
+    Custom,
+}
+
+impl ReducerKind {
+    /// Whether two updates of the field both count: every reducer but
+    /// `replace`, which keeps only the last one. (A custom reducer is
+    /// trusted to merge.)
+    pub fn merges(self) -> bool {
+        self != ReducerKind::Replace
+    }
+}
+
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -80,6 +118,26 @@ pub trait HarnessState:
     /// An empty update, to fill in with the generated setters.
     fn update() -> Self::Update {
         Self::Update::default()
+    }
+
+    /// The state's fields and how each merges an update, when known
+    /// (`#[derive(HarnessState)]` always says). The harness checks parallel
+    /// branches against it when a loop is built: a field that two branches
+    /// may write must have a reducer that merges. A state that does not
+    /// say (`None`, the default for a hand-written implementation) is
+    /// treated as if every field were replaced, so branches that may both
+    /// write are refused.
+    fn fields() -> Option<&'static [FieldInfo]> {
+        None
+    }
+
+    /// The names of the fields `update` sets. Used to hold a step that
+    /// declares what it writes ([`StepBuilder::writes`](crate::StepBuilder::writes))
+    /// to its word. The default (a hand-written implementation) says
+    /// nothing, and nothing is checked.
+    fn written(update: &Self::Update) -> Vec<&'static str> {
+        let _ = update;
+        Vec::new()
     }
 
     /// The JSON schema of the state.

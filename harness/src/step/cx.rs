@@ -3,7 +3,7 @@
 use super::Interrupt;
 use super::error::StepError;
 use crate::error::StoreError;
-use crate::ids::{InterruptId, RunId, SessionId};
+use crate::ids::{InterruptId, RunId, SessionId, TaskPath};
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,20 @@ pub(crate) trait JournalSink: Send + Sync {
     /// Makes `journal` durable, merged into what the session holds for the
     /// current step (`once` results are only ever added, so merging
     /// records made out of order loses nothing).
-    fn record(&self, journal: StepJournal) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn record<'a>(
+        &'a self,
+        path: &'a TaskPath,
+        journal: StepJournal,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Where a step's custom events go: the run's event stream, whatever the
+/// state type of the loop the step is in.
+pub(crate) trait Emitter: Send + Sync {
+    /// Whether anyone listens; nothing is serialized otherwise.
+    fn active(&self) -> bool;
+    /// Sends a custom event of step `step` at `path`.
+    fn emit(&self, path: &TaskPath, step: &Arc<str>, kind: &str, payload: Value);
 }
 
 pub(crate) struct CxShared {
@@ -47,6 +60,11 @@ pub(crate) struct CxShared {
     /// attempt, resume and recovery of this step visit.
     pub(crate) visit: u64,
     pub(crate) attempt: u32,
+    /// The task the step runs in (the root for the run's own loop).
+    pub(crate) path: TaskPath,
+    /// The input of a fan-out's branch, for its first step.
+    pub(crate) input: Option<Value>,
+    emitter: Option<Arc<dyn Emitter>>,
     sink: Option<Arc<dyn JournalSink>>,
     journal: Mutex<StepJournal>,
     next_interrupt: AtomicUsize,
@@ -99,12 +117,29 @@ impl CxShared {
             index,
             visit,
             attempt,
+            path: TaskPath::root(),
+            input: None,
+            emitter: None,
             sink,
             journal: Mutex::new(journal),
             next_interrupt: AtomicUsize::new(0),
             pending: Mutex::new(None),
             rejected: Mutex::new(None),
         }
+    }
+
+    /// Places the step in task `path`, sending its custom events to
+    /// `emitter`.
+    pub(crate) fn within(
+        mut self,
+        path: TaskPath,
+        input: Option<Value>,
+        emitter: Option<Arc<dyn Emitter>>,
+    ) -> Self {
+        self.path = path;
+        self.input = input;
+        self.emitter = emitter;
+        self
     }
 
     /// What the visit left: the journal, the interrupt the step asked for,
@@ -207,29 +242,60 @@ impl<C> Cx<C> {
     /// settles with [`RunError::AnswerRejected`](crate::RunError::AnswerRejected)
     /// and waits on the same interrupt, whose next answer is read instead.
     pub fn interrupt<P: Serialize, R: DeserializeOwned>(&self, payload: P) -> Result<R, StepError> {
+        self.interrupt_with(payload, Ok)
+    }
+
+    /// Like [`interrupt`](Self::interrupt), with a check of the answer: an
+    /// answer that `check` refuses (with the reason, which should name what
+    /// is wrong and where) is rejected exactly like one that cannot be read
+    /// as `R`. The awaiting caller gets
+    /// [`RunError::AnswerRejected`](crate::RunError::AnswerRejected) with
+    /// the reason, the answer is dropped, and the run waits on the same
+    /// interrupt, whose next answer is checked instead.
+    ///
+    /// ```
+    /// # use harness::{Cx, StepError};
+    /// # async fn f(cx: Cx<()>) -> Result<(), StepError> {
+    /// let copies: u32 = cx.interrupt_with("How many copies (1-10)?", |n: u32| {
+    ///     if (1..=10).contains(&n) { Ok(n) } else { Err(format!("{n} is not between 1 and 10")) }
+    /// })?;
+    /// # let _ = copies; Ok(()) }
+    /// ```
+    pub fn interrupt_with<P, R, T>(
+        &self,
+        payload: P,
+        check: impl FnOnce(R) -> Result<T, String>,
+    ) -> Result<T, StepError>
+    where
+        P: Serialize,
+        R: DeserializeOwned,
+    {
         let k = self.shared.next_interrupt.fetch_add(1, Ordering::SeqCst);
         let answered = lock(&self.shared.journal).responses.get(k).cloned();
         if let Some(response) = answered {
-            return match serde_json::from_value(response) {
-                Ok(answer) => Ok(answer),
-                Err(e) => {
-                    // The answer is refused, not the run: the engine drops
-                    // it and the run waits on the same interrupt again.
-                    let mut rejected = lock(&self.shared.rejected);
-                    if rejected.is_none() {
-                        *rejected = Some(RejectedAnswer {
-                            index: k,
-                            reason: format!(
-                                "interrupt #{} of step `{}` expects {}: {e}",
-                                k + 1,
-                                self.shared.step,
-                                std::any::type_name::<R>()
-                            ),
-                        });
-                    }
-                    Err(StepError::interrupted())
-                }
+            let reason = match serde_json::from_value::<R>(response) {
+                Ok(answer) => match check(answer) {
+                    Ok(checked) => return Ok(checked),
+                    Err(reason) => format!(
+                        "interrupt #{} of step `{}` refused the answer: {reason}",
+                        k + 1,
+                        self.shared.step
+                    ),
+                },
+                Err(e) => format!(
+                    "interrupt #{} of step `{}` expects {}: {e}",
+                    k + 1,
+                    self.shared.step,
+                    std::any::type_name::<R>()
+                ),
             };
+            // The answer is refused, not the run: the engine drops it and
+            // the run waits on the same interrupt again.
+            let mut rejected = lock(&self.shared.rejected);
+            if rejected.is_none() {
+                *rejected = Some(RejectedAnswer { index: k, reason });
+            }
+            return Err(StepError::interrupted());
         }
         let payload = serde_json::to_value(payload).map_err(|e| {
             StepError::msg(format!(
@@ -242,10 +308,63 @@ impl<C> Cx<C> {
             *pending = Some(Interrupt {
                 id: InterruptId::random(),
                 step: self.shared.step.to_string(),
+                path: self.shared.path.clone(),
                 payload,
             });
         }
         Err(StepError::interrupted())
+    }
+
+    /// Sends a custom event to the run's event stream
+    /// ([`RunEvent::Custom`](crate::RunEvent::Custom)), with this step's
+    /// name and path: progress, a tool call starting, a memory eviction.
+    /// `payload` is serialized only when someone listens; one that cannot
+    /// be serialized is sent as its error message.
+    ///
+    /// Events are not stored in the session: a step re-run after an
+    /// interrupt or a retry emits its events again.
+    ///
+    /// ```
+    /// # use harness::{Cx, StepError};
+    /// # async fn f(cx: Cx<()>) -> Result<(), StepError> {
+    /// cx.emit("progress", serde_json::json!({ "done": 3, "of": 10 }));
+    /// # Ok(()) }
+    /// ```
+    pub fn emit(&self, kind: &str, payload: impl Serialize) {
+        let Some(emitter) = &self.shared.emitter else {
+            return;
+        };
+        if !emitter.active() {
+            return;
+        }
+        let payload = serde_json::to_value(payload)
+            .unwrap_or_else(|e| Value::String(format!("(the payload cannot be serialized: {e})")));
+        emitter.emit(&self.shared.path, &self.shared.step, kind, payload);
+    }
+
+    /// The input a fan-out gave this branch, read as `I`
+    /// ([`StepBuilder::run_each`](crate::StepBuilder::run_each) calls this).
+    pub(crate) fn input<I: DeserializeOwned>(&self) -> Result<I, StepError> {
+        let Some(input) = &self.shared.input else {
+            return Err(StepError::msg(format!(
+                "step `{}` takes an input, but it was not started by a fan-out",
+                self.shared.step
+            )));
+        };
+        I::deserialize(input).map_err(|e| {
+            StepError::msg(format!(
+                "the input of step `{}` at `{}` is not a {}: {e}",
+                self.shared.step,
+                self.shared.path,
+                std::any::type_name::<I>()
+            ))
+        })
+    }
+
+    /// The task this step runs in: the root for the run's own loop, else
+    /// its branch or sub-agent (see [`TaskPath`]).
+    pub fn path(&self) -> &TaskPath {
+        &self.shared.path
     }
 
     /// Runs the side effect `effect` once per step visit and records its
@@ -319,7 +438,7 @@ impl<C> Cx<C> {
             journal.clone()
         };
         if let Some(sink) = &self.shared.sink {
-            sink.record(journal).await.map_err(|e| {
+            sink.record(&self.shared.path, journal).await.map_err(|e| {
                 StepError::msg(format!(
                     "the result of once(\"{key}\") in step `{}` had its effect but cannot be recorded in the session: {e}",
                     self.shared.step
@@ -349,9 +468,18 @@ impl<C> Cx<C> {
     /// # let _ = receipt; Ok(()) }
     /// ```
     pub fn idempotency_key(&self, key: &str) -> String {
-        format!(
-            "harness:{}:{}:{}:{key}",
-            self.shared.session_id, self.shared.visit, self.shared.step
-        )
+        if self.shared.path.is_root() {
+            format!(
+                "harness:{}:{}:{}:{key}",
+                self.shared.session_id, self.shared.visit, self.shared.step
+            )
+        } else {
+            // A branch's visit: the session's steps when its fork started,
+            // plus the branch's own steps, and the branch's path.
+            format!(
+                "harness:{}:{}:{}/{}:{key}",
+                self.shared.session_id, self.shared.visit, self.shared.path, self.shared.step
+            )
+        }
     }
 }

@@ -34,11 +34,11 @@ mod error;
 mod func;
 
 pub use cx::{Cx, StepJournal};
-pub(crate) use cx::{CxShared, JournalSink};
+pub(crate) use cx::{CxShared, Emitter, JournalSink};
 pub use error::{StepError, StepResult};
 pub use func::StepFn;
 
-use crate::ids::{InterruptId, RunId, SessionId};
+use crate::ids::{InterruptId, RunId, SessionId, TaskPath};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -50,6 +50,11 @@ pub struct Interrupt {
     pub id: InterruptId,
     /// The step that asked.
     pub step: String,
+    /// The task the step runs in: the root, or a branch or sub-agent
+    /// (`research/approve`). A resume with this interrupt's id continues
+    /// there.
+    #[serde(default, skip_serializing_if = "TaskPath::is_root")]
+    pub path: TaskPath,
     /// What the step asked, as JSON.
     pub payload: Value,
 }
@@ -70,6 +75,8 @@ pub struct RunInfo {
 pub struct StepInfo {
     /// The step's name.
     pub name: Arc<str>,
+    /// The task it runs in (the root for the run's own loop).
+    pub path: TaskPath,
     /// How many steps the run completed before this one.
     pub index: u64,
 }

@@ -8,6 +8,7 @@ mod llm_stream;
 mod llm_tools;
 mod llm_types;
 mod module_order;
+mod parallel;
 mod run;
 mod slots;
 mod state;

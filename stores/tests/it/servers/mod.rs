@@ -63,6 +63,7 @@ async fn put(
 fn interrupted() -> SessionPhase {
     SessionPhase::Interrupted {
         interrupt: Interrupt {
+            path: Default::default(),
             id: InterruptId::from("int-1"),
             step: "ask".into(),
             payload: json!({"q": "ok?"}),
