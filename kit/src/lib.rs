@@ -2,7 +2,6 @@
 #![forbid(unsafe_code)]
 
 pub mod approval;
-mod compat;
 pub mod memory;
 pub mod policy;
 pub mod recipe;

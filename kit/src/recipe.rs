@@ -5,7 +5,7 @@
 use crate::approval::{ApprovalRequest, Decision, Decisions, PendingCall};
 use crate::memory::{AgentMemory, AgentStatus, LimitKind, MemoryConfig, plan_eviction};
 use crate::policy::{Policy, Verdict};
-use crate::{compat, schema};
+use crate::schema;
 use crate::tokens::{Calibration, TokenCounter};
 use crate::transcript::{Transcript, render_unit};
 use futures::StreamExt;
@@ -542,8 +542,7 @@ async fn model_turn<S: AgentState, C: AgentContext>(
             }
             None => None,
         };
-        compat::emit(
-            cx,
+        cx.emit(
             MEMORY_EVICTED,
             MemoryEvicted {
                 units: plan.units.clone(),
@@ -777,7 +776,7 @@ async fn tools_turn<S: AgentState, C: AgentContext>(
     } else {
         let request = ApprovalRequest::new(asks);
         let check = request.clone();
-        compat::interrupt_with(cx, request, move |answer: Decisions| {
+        cx.interrupt_with(request, move |answer: Decisions| {
             check.resolve(answer).map_err(|e| e.to_string())
         })?
     };

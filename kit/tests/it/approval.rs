@@ -3,7 +3,7 @@
 
 use crate::support::{Add, FakeShell, agent};
 use harness::llm::{
-    ContentPart, Expect, Message, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall,
+    ContentPart, Expect, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall,
     ToolResult, ToolSet,
 };
 use harness::{Run, RunError, create_agent_with};

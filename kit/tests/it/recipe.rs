@@ -4,7 +4,7 @@ use crate::support::{Add, FakeShell, Gate, agent, scripted, tools};
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, Expect, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, Role,
-    ScriptedModel, Tool, ToolCall, ToolResult, ToolSet, Usage,
+    Tool, ToolCall, ToolResult, ToolSet, Usage,
 };
 use harness::{Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent_with, schemars};
 use harness_kit::{

@@ -10,15 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::Barrier;
 
 #[derive(Deserialize, JsonSchema)]
-pub struct AddArgs {
-    pub a: i64,
-    pub b: i64,
+pub(crate) struct AddArgs {
+    pub(crate) a: i64,
+    pub(crate) b: i64,
 }
 
 /// Adds two integers; counts its calls.
 #[derive(Default, Clone)]
-pub struct Add {
-    pub calls: Arc<AtomicUsize>,
+pub(crate) struct Add {
+    pub(crate) calls: Arc<AtomicUsize>,
 }
 
 #[async_trait::async_trait]
@@ -39,19 +39,19 @@ impl Tool for Add {
 }
 
 #[derive(Deserialize, JsonSchema)]
-pub struct ShellArgs {
+pub(crate) struct ShellArgs {
     /// The command line.
-    pub command: String,
+    pub(crate) command: String,
 }
 
 /// Pretends to run a command: echoes it; counts and records its calls.
 #[derive(Default, Clone)]
-pub struct FakeShell {
-    pub ran: Arc<std::sync::Mutex<Vec<String>>>,
+pub(crate) struct FakeShell {
+    pub(crate) ran: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl FakeShell {
-    pub fn ran(&self) -> Vec<String> {
+    pub(crate) fn ran(&self) -> Vec<String> {
         self.ran.lock().map(|r| r.clone()).unwrap_or_default()
     }
 }
@@ -79,18 +79,18 @@ impl Tool for FakeShell {
 }
 
 #[derive(Deserialize, JsonSchema)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 /// Waits at a barrier shared by its calls, recording how many run at once.
 #[derive(Clone)]
-pub struct Gate {
-    pub barrier: Arc<Barrier>,
-    pub in_flight: Arc<AtomicUsize>,
-    pub most: Arc<AtomicUsize>,
+pub(crate) struct Gate {
+    pub(crate) barrier: Arc<Barrier>,
+    pub(crate) in_flight: Arc<AtomicUsize>,
+    pub(crate) most: Arc<AtomicUsize>,
 }
 
 impl Gate {
-    pub fn new(width: usize) -> Self {
+    pub(crate) fn new(width: usize) -> Self {
         Self {
             barrier: Arc::new(Barrier::new(width)),
             in_flight: Arc::default(),
@@ -120,7 +120,7 @@ impl Tool for Gate {
 }
 
 /// An agent over the ready-made state and context.
-pub fn agent(
+pub(crate) fn agent(
     recipe: AgentLoop<AgentChat, ModelDeps>,
     model: Arc<dyn LanguageModel>,
 ) -> Agent<AgentChat, ModelDeps> {
@@ -138,10 +138,10 @@ pub fn agent(
     )
 }
 
-pub fn scripted(turns: impl IntoIterator<Item = Turn>) -> Arc<ScriptedModel> {
+pub(crate) fn scripted(turns: impl IntoIterator<Item = Turn>) -> Arc<ScriptedModel> {
     Arc::new(ScriptedModel::new(turns))
 }
 
-pub fn tools() -> ToolSet {
+pub(crate) fn tools() -> ToolSet {
     ToolSet::new().with(Add::default()).with(FakeShell::default())
 }
