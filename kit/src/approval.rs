@@ -183,7 +183,10 @@ pub enum DecisionProblem {
         count: usize,
     },
     /// Edited arguments do not match the tool's schema.
-    #[error("the edited arguments of call `{call_id}` ({tool}) do not match its schema: {}", schema::describe(violations))]
+    #[error(
+        "the edited arguments of call `{call_id}` ({tool}) do not match its schema: {}",
+        schema::describe(violations)
+    )]
     InvalidEdit {
         /// The call.
         call_id: String,
@@ -276,14 +279,26 @@ impl ApprovalRequest {
             }
         }
         let waiting: Vec<String> = self.calls.iter().map(|c| c.call_id.clone()).collect();
-        problems.extend(unknown.into_iter().map(|call_id| DecisionProblem::UnknownCall {
-            call_id,
-            waiting: waiting.clone(),
-        }));
+        problems.extend(
+            unknown
+                .into_iter()
+                .map(|call_id| DecisionProblem::UnknownCall {
+                    call_id,
+                    waiting: waiting.clone(),
+                }),
+        );
         if problems.is_empty() {
             Ok(resolved)
         } else {
             Err(ApprovalError { problems })
         }
+    }
+}
+
+impl From<Decisions> for Value {
+    /// The answer as JSON, for `run.resume(decisions, &id)`.
+    fn from(decisions: Decisions) -> Self {
+        // Only strings, enums and JSON values: serializing cannot fail.
+        serde_json::to_value(decisions).unwrap_or(Value::Null)
     }
 }

@@ -11,8 +11,7 @@ pub mod transcript;
 pub mod usage;
 
 pub use approval::{
-    ApprovalError, ApprovalRequest, CallDecision, Decision, DecisionProblem, Decisions,
-    PendingCall,
+    ApprovalError, ApprovalRequest, CallDecision, Decision, DecisionProblem, Decisions, PendingCall,
 };
 pub use memory::{AgentMemory, AgentStatus, EvictionPlan, LimitKind, MemoryConfig, plan_eviction};
 pub use policy::{Policy, Verdict};

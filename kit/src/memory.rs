@@ -160,10 +160,14 @@ impl AgentMemory {
 
     /// The model's last answer: the text of the last assistant message.
     pub fn answer(&self) -> Option<String> {
-        self.transcript.units().iter().rev().find_map(|u| match &u.body {
-            UnitBody::Turn(turn) => Some(turn.message.text()),
-            _ => None,
-        })
+        self.transcript
+            .units()
+            .iter()
+            .rev()
+            .find_map(|u| match &u.body {
+                UnitBody::Turn(turn) => Some(turn.message.text()),
+                _ => None,
+            })
     }
 
     // Updates, built by the kit's steps.

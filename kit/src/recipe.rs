@@ -15,7 +15,9 @@ use harness::llm::{
 };
 use harness::slots::NoSlots;
 use harness::state::reduce::Appendable;
-use harness::{Context, Cx, Harness, HarnessBuilder, HarnessState, StepBuilder, StepFn, StepResult};
+use harness::{
+    Context, Cx, Harness, HarnessBuilder, HarnessState, StepBuilder, StepFn, StepResult,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -716,7 +718,9 @@ fn classify(config: &Config, allowed: &BTreeSet<String>, call: &ToolCall) -> Act
     runnable.arguments = arguments;
     match policy.judge(&runnable.arguments) {
         Verdict::Allow => Action::Run(runnable),
-        Verdict::Deny(reason) => Action::Answer(ToolResult::failure(call, format!("not run: {reason}"))),
+        Verdict::Deny(reason) => {
+            Action::Answer(ToolResult::failure(call, format!("not run: {reason}")))
+        }
         Verdict::Ask => {
             let allow_key = policy.allow_key(&call.name, &runnable.arguments);
             if allowed.contains(&allow_key) {
@@ -831,10 +835,7 @@ async fn tools_turn<S: AgentState, C: AgentContext>(
             Action::Ask(_) => {}
         }
     }
-    let deadline = config
-        .limits
-        .time_left(memory)
-        .map(|left| started + left);
+    let deadline = config.limits.time_left(memory).map(|left| started + left);
     let mut running = futures::stream::iter(runs.clone())
         .map(|call| {
             let (tools, cx) = (config.tools.clone(), cx.clone());

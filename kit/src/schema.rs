@@ -223,7 +223,10 @@ impl<'s> Checker<'s> {
                 .map(Value::to_string)
                 .collect::<Vec<_>>()
                 .join(", ");
-            self.fail(path, format!("expected one of {list}, found {}", kind(value)));
+            self.fail(
+                path,
+                format!("expected one of {list}, found {}", kind(value)),
+            );
         }
         if let Some(expected) = map.get("const")
             && expected != value

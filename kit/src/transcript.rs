@@ -67,7 +67,9 @@ impl Turn {
 
     /// The calls that have no result yet, in order.
     pub fn pending(&self) -> Vec<&ToolCall> {
-        self.calls().filter(|c| self.result(&c.id).is_none()).collect()
+        self.calls()
+            .filter(|c| self.result(&c.id).is_none())
+            .collect()
     }
 
     /// Whether every call has its result.
@@ -524,7 +526,11 @@ mod tests {
         let mut t = Transcript::new().user("go").message(asks(&["a", "b"]));
         t.append_from(Transcript::results(vec![result("b")]));
         assert_eq!(t.pending_calls().len(), 1);
-        t.append_from(Transcript::results(vec![result("a"), result("a"), result("zz")]));
+        t.append_from(Transcript::results(vec![
+            result("a"),
+            result("a"),
+            result("zz"),
+        ]));
         assert!(t.pending_calls().is_empty());
         assert_eq!(t.last_turn().map(|turn| turn.results.len()), Some(2));
         // Rendered in call order, whatever the arrival order.
@@ -566,7 +572,10 @@ mod tests {
         let mut t = Transcript::new().message(asks(&["a"]));
         t.append_from(Transcript::edit("a", json!({"x": 1})));
         let turn = t.last_turn().cloned().unwrap_or_else(|| panic!("a turn"));
-        assert_eq!(turn.calls().next().map(|c| &c.arguments), Some(&json!({"x": 1})));
+        assert_eq!(
+            turn.calls().next().map(|c| &c.arguments),
+            Some(&json!({"x": 1}))
+        );
         assert_eq!(turn.proposed["a"], json!({}));
     }
 

@@ -3,13 +3,13 @@
 
 use crate::support::{Add, FakeShell, agent};
 use harness::llm::{
-    ContentPart, Expect, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall,
-    ToolResult, ToolSet,
+    ContentPart, Expect, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall, ToolResult,
+    ToolSet,
 };
 use harness::{Run, RunError, create_agent_with};
 use harness_kit::{
-    AgentChat, AgentLoop, ApprovalRequest, Decisions, ModelDeps, ModelDepsAgent, Policy,
-    UnitBody, check_pairing,
+    AgentChat, AgentLoop, ApprovalRequest, Decisions, ModelDeps, ModelDepsAgent, Policy, UnitBody,
+    check_pairing,
 };
 use harness_stores::SledStore;
 use serde_json::{Value, json};
@@ -49,7 +49,9 @@ fn result<'a>(results: &'a [ToolResult], id: &str) -> &'a ToolResult {
 }
 
 /// Runs until the approval interrupt; returns the run and its payload.
-async fn until_asked(run: &mut Run<AgentChat, ModelDeps>) -> (harness::InterruptId, ApprovalRequest) {
+async fn until_asked(
+    run: &mut Run<AgentChat, ModelDeps>,
+) -> (harness::InterruptId, ApprovalRequest) {
     let paused = run
         .outcome()
         .await
@@ -74,7 +76,10 @@ async fn the_interrupt_lists_only_the_calls_that_need_a_person() {
     assert_eq!(ids, ["ls", "rm"]);
     assert_eq!(request.calls[0].tool, "shell");
     assert_eq!(request.calls[0].arguments, json!({"command": "ls -la"}));
-    assert_eq!(request.calls[0].schema["properties"]["command"]["type"], "string");
+    assert_eq!(
+        request.calls[0].schema["properties"]["command"]["type"],
+        "string"
+    );
     assert_eq!(request.calls[0].allow_key, "shell");
     // Nothing ran before the person answered.
     assert!(shell.ran().is_empty());
@@ -200,8 +205,11 @@ async fn always_allow_adds_the_call_to_the_sessions_allow_list() {
     let agent = agent(recipe(&shell), model);
     let mut run = agent.run(AgentChat::with_task("clean up"));
     let (id, _) = until_asked(&mut run).await;
-    run.resume(answer(Decisions::new().always_allow("ls").approve("rm")), &id)
-        .unwrap_or_else(|e| panic!("the interrupt is pending: {e}"));
+    run.resume(
+        answer(Decisions::new().always_allow("ls").approve("rm")),
+        &id,
+    )
+    .unwrap_or_else(|e| panic!("the interrupt is pending: {e}"));
     // The second shell call is not asked about.
     let outcome = run
         .outcome()
@@ -240,20 +248,37 @@ fn bad_answers() -> Vec<(Value, Vec<&'static str>)> {
             vec!["`sum`", "not waiting"],
         ),
         (
-            answer(Decisions::new().approve("ls").approve("rm").approve("call_9")),
+            answer(
+                Decisions::new()
+                    .approve("ls")
+                    .approve("rm")
+                    .approve("call_9"),
+            ),
             vec!["`call_9`"],
         ),
         // A missing decision.
-        (answer(Decisions::new().approve("ls")), vec!["`rm`", "no decision"]),
+        (
+            answer(Decisions::new().approve("ls")),
+            vec!["`rm`", "no decision"],
+        ),
         (answer(Decisions::new()), vec!["`ls`", "`rm`"]),
         // Two decisions for one call.
         (
-            answer(Decisions::new().approve("ls").approve("rm").reject("rm", "")),
+            answer(
+                Decisions::new()
+                    .approve("ls")
+                    .approve("rm")
+                    .reject("rm", ""),
+            ),
             vec!["`rm`", "2 decisions"],
         ),
         // Edited arguments that do not match the schema.
         (
-            answer(Decisions::new().approve("ls").edit("rm", json!({"command": 7}))),
+            answer(
+                Decisions::new()
+                    .approve("ls")
+                    .edit("rm", json!({"command": 7})),
+            ),
             vec!["`rm`", "/command", "expected a string"],
         ),
         (
@@ -266,7 +291,10 @@ fn bad_answers() -> Vec<(Value, Vec<&'static str>)> {
         ),
         // Not decisions at all.
         (json!("yes"), vec!["Decisions"]),
-        (json!({"decisions": [{"call_id": "ls", "decision": "maybe"}]}), vec!["maybe"]),
+        (
+            json!({"decisions": [{"call_id": "ls", "decision": "maybe"}]}),
+            vec!["maybe"],
+        ),
     ]
 }
 
@@ -287,7 +315,10 @@ async fn a_bad_answer_names_the_call_and_the_run_keeps_waiting_on_the_same_inter
             Err(RunError::AnswerRejected { interrupt, reason }) => {
                 assert_eq!(interrupt, id);
                 for needle in &needles {
-                    assert!(reason.contains(needle), "{bad}: {reason:?} lacks {needle:?}");
+                    assert!(
+                        reason.contains(needle),
+                        "{bad}: {reason:?} lacks {needle:?}"
+                    );
                 }
             }
             other => panic!("{bad} must be rejected, got {other:?}"),
@@ -315,7 +346,11 @@ fn a_client_can_check_its_answer_before_sending_it() {
         allow_key: "shell".into(),
     }]);
     let error = request
-        .resolve(Decisions::new().edit("c1", json!({"command": ["ls"]})).approve("c2"))
+        .resolve(
+            Decisions::new()
+                .edit("c1", json!({"command": ["ls"]}))
+                .approve("c2"),
+        )
         .unwrap_err();
     assert_eq!(error.problems.len(), 2);
     let text = error.to_string();
@@ -326,7 +361,10 @@ fn a_client_can_check_its_answer_before_sending_it() {
 /// The allow-key of a shell call: its program.
 fn program(args: &Value) -> String {
     let line = args["command"].as_str().unwrap_or_default();
-    format!("shell:{}", line.split_whitespace().next().unwrap_or_default())
+    format!(
+        "shell:{}",
+        line.split_whitespace().next().unwrap_or_default()
+    )
 }
 
 fn sled_agent(

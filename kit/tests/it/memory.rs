@@ -61,10 +61,14 @@ impl LanguageModel for Named {
 #[tokio::test]
 async fn over_budget_the_oldest_turns_are_dropped_whole_and_the_task_stays() {
     let model = Arc::new(ScriptedModel::new([Expect::any()
-        .check("every call answered", |r| check_pairing(&r.messages).is_ok())
+        .check("every call answered", |r| {
+            check_pairing(&r.messages).is_ok()
+        })
         .check("the task stays", |r| contains(r, "TASK"))
         .check("the latest stays", |r| contains(r, "NOTE5"))
-        .check("the oldest went", |r| !contains(r, "OUTPUT0") && !contains(r, "NOTE0"))
+        .check("the oldest went", |r| {
+            !contains(r, "OUTPUT0") && !contains(r, "NOTE0")
+        })
         .reply(ModelResponse::from_text("done"))]));
     let recipe = AgentLoop::<AgentChat, ModelDeps>::new(tools())
         .system("SYSTEM")
@@ -85,13 +89,19 @@ async fn over_budget_the_oldest_turns_are_dropped_whole_and_the_task_stays() {
         memory: history(6, 800).into(),
     });
     let mut events = run.events();
-    let outcome = run.await.unwrap_or_else(|e| panic!("the run completes: {e}"));
+    let outcome = run
+        .await
+        .unwrap_or_else(|e| panic!("the run completes: {e}"));
     assert_eq!(outcome.signal.as_str(), "answered");
     let request = &model.requests()[0];
     assert_eq!(request.messages[0], Message::system("SYSTEM"));
     // The state no longer holds what was evicted, and holds no summary.
     let units = outcome.state.memory.transcript().units();
-    assert!(units.iter().all(|u| !matches!(u.body, UnitBody::Summary { .. })));
+    assert!(
+        units
+            .iter()
+            .all(|u| !matches!(u.body, UnitBody::Summary { .. }))
+    );
     assert!(units[0].pinned);
     let mut evicted = Vec::new();
     while let Some(event) = events.try_recv() {
@@ -107,8 +117,16 @@ async fn over_budget_the_oldest_turns_are_dropped_whole_and_the_task_stays() {
     assert_eq!(evicted.len(), 1, "one eviction event");
     let event = &evicted[0];
     assert!(!event.summarized);
-    assert!(event.tokens_before > 900 && event.tokens_after <= 900, "{event:?}");
-    assert!(event.units.iter().all(|id| units.iter().all(|u| u.id != *id)));
+    assert!(
+        event.tokens_before > 900 && event.tokens_after <= 900,
+        "{event:?}"
+    );
+    assert!(
+        event
+            .units
+            .iter()
+            .all(|id| units.iter().all(|u| u.id != *id))
+    );
 }
 
 #[tokio::test]
@@ -124,9 +142,13 @@ async fn with_a_summarizer_evicted_turns_are_replaced_by_its_summary() {
             )]),
     ));
     let model = Arc::new(ScriptedModel::new([Expect::any()
-        .check("the summary is sent", |r| contains(r, "SUMMARY: added numbers"))
+        .check("the summary is sent", |r| {
+            contains(r, "SUMMARY: added numbers")
+        })
         .check("the oldest went", |r| !contains(r, "OUTPUT0"))
-        .check("every call answered", |r| check_pairing(&r.messages).is_ok())
+        .check("every call answered", |r| {
+            check_pairing(&r.messages).is_ok()
+        })
         .reply(ModelResponse::from_text("done").with_usage(Usage::new(200, 3)))]));
     let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools())
         .memory(MemoryConfig::budget(900))
@@ -176,7 +198,10 @@ fn eviction_never_takes_pinned_recent_or_unanswered_units() {
     let units = t.units();
     let kept_recent: Vec<u64> = units[units.len() - 2..].iter().map(|u| u.id).collect();
     for id in &plan.units {
-        let unit = units.iter().find(|u| u.id == *id).unwrap_or_else(|| panic!("{id}"));
+        let unit = units
+            .iter()
+            .find(|u| u.id == *id)
+            .unwrap_or_else(|| panic!("{id}"));
         assert!(!unit.pinned);
         assert!(!kept_recent.contains(id));
     }

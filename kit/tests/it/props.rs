@@ -264,8 +264,11 @@ async fn run_case(case: Case) -> Result<(), TestCaseError> {
         prop_assert!(!request.calls.is_empty());
         let answer = decisions(&request, &case.kinds, case.rotate);
         if let Some(bad) = spoil(&answer, case.bad) {
-            run.resume(serde_json::to_value(&bad).unwrap_or(Value::Null), &interrupt.id)
-                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            run.resume(
+                serde_json::to_value(&bad).unwrap_or(Value::Null),
+                &interrupt.id,
+            )
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
             match run.outcome().await {
                 Err(RunError::AnswerRejected { interrupt: id, .. }) => {
                     prop_assert_eq!(&id, &interrupt.id)
@@ -273,8 +276,11 @@ async fn run_case(case: Case) -> Result<(), TestCaseError> {
                 other => prop_assert!(false, "{bad:?} was not rejected: {other:?}"),
             }
         }
-        run.resume(serde_json::to_value(&answer).unwrap_or(Value::Null), &interrupt.id)
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        run.resume(
+            serde_json::to_value(&answer).unwrap_or(Value::Null),
+            &interrupt.id,
+        )
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     };
     prop_assert_eq!(outcome.signal.as_str(), "answered");
     // The model saw every call answered exactly once before each turn.
@@ -339,7 +345,8 @@ fn apply(t: &mut Transcript, op: &Op) {
         Op::User(_) => Transcript::new().user("text"),
         Op::Turn(ids) => Transcript::new().message(
             ModelResponse::from_tool_calls(
-                ids.iter().map(|n| ToolCall::new(id(*n), "t", json!({"n": n}))),
+                ids.iter()
+                    .map(|n| ToolCall::new(id(*n), "t", json!({"n": n}))),
             )
             .into_message(),
         ),

@@ -6,7 +6,9 @@ use harness::llm::{
     ContentPart, Expect, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, Role,
     Tool, ToolCall, ToolResult, ToolSet, Usage,
 };
-use harness::{Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent_with, schemars};
+use harness::{
+    Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent_with, schemars,
+};
 use harness_kit::{
     AgentChat, AgentContext, AgentLoop, AgentMemory, AgentState, AgentStatus, Exit, LimitKind,
     Limits, Policy, Transcript, check_pairing,
@@ -39,10 +41,17 @@ fn results_of(request: &ModelRequest) -> Vec<ToolResult> {
 #[tokio::test]
 async fn the_loop_runs_tools_until_the_model_answers_and_sums_usage() {
     let model = scripted([
-        Expect::any().last_role(Role::User).offers_tool("add").reply(
-            ModelResponse::from_tool_calls([ToolCall::new("c1", "add", json!({"a": 2, "b": 3}))])
+        Expect::any()
+            .last_role(Role::User)
+            .offers_tool("add")
+            .reply(
+                ModelResponse::from_tool_calls([ToolCall::new(
+                    "c1",
+                    "add",
+                    json!({"a": 2, "b": 3}),
+                )])
                 .with_usage(Usage::new(100, 10)),
-        ),
+            ),
         Expect::any()
             .last_role(Role::Tool)
             .last_message_contains("5")
@@ -187,7 +196,11 @@ async fn bad_model_output_is_reported_to_the_model_for_each_call() {
         let r = by_id(id);
         assert!(r.is_error, "{id} is an error: {r:?}");
         for needle in needles {
-            assert!(r.content.contains(needle), "{id}: {:?} lacks {needle:?}", r.content);
+            assert!(
+                r.content.contains(needle),
+                "{id}: {:?} lacks {needle:?}",
+                r.content
+            );
         }
     };
     expect_error("fails", &["shell", "exit status 1"]);
@@ -195,7 +208,10 @@ async fn bad_model_output_is_reported_to_the_model_for_each_call() {
     expect_error("array", &["not a JSON object"]);
     expect_error("wrong_type", &["/a", "expected an integer"]);
     expect_error("missing", &["\"b\" is missing"]);
-    expect_error("unknown", &["unknown tool `delete_everything`", "add", "shell"]);
+    expect_error(
+        "unknown",
+        &["unknown tool `delete_everything`", "add", "shell"],
+    );
     let twice = by_id("twice");
     assert!(!twice.is_error);
     assert_eq!(twice.content, "42");
@@ -208,11 +224,13 @@ async fn bad_model_output_is_reported_to_the_model_for_each_call() {
 
 #[tokio::test]
 async fn the_turn_limit_stops_the_loop_before_the_next_model_call() {
-    let model = scripted([Expect::any().reply(ModelResponse::from_tool_call(ToolCall::new(
-        "c1",
-        "add",
-        json!({"a": 1, "b": 1}),
-    )))]);
+    let model = scripted([
+        Expect::any().reply(ModelResponse::from_tool_call(ToolCall::new(
+            "c1",
+            "add",
+            json!({"a": 1, "b": 1}),
+        ))),
+    ]);
     let recipe = AgentLoop::new(tools()).limits(Limits::none().turns(1));
     let outcome = agent(recipe, model.clone())
         .run(AgentChat::with_task("go"))
@@ -250,7 +268,10 @@ async fn the_token_limit_counts_every_turn() {
     assert_eq!(
         outcome.state.memory.status(),
         Some(&AgentStatus::LimitReached {
-            limit: LimitKind::Tokens { max: 150, used: 200 }
+            limit: LimitKind::Tokens {
+                max: 150,
+                used: 200
+            }
         })
     );
     assert_eq!(model.requests().len(), 2);
@@ -309,8 +330,11 @@ async fn time_waiting_for_a_person_does_not_count() {
         .unwrap_or_else(|| panic!("the shell call is asked about"));
     // The person takes longer than the whole limit.
     tokio::time::sleep(limit * 2).await;
-    run.resume(json!({"decisions": [{"call_id": "c1", "decision": "approve"}]}), &interrupt.id)
-        .unwrap_or_else(|e| panic!("the interrupt is pending: {e}"));
+    run.resume(
+        json!({"decisions": [{"call_id": "c1", "decision": "approve"}]}),
+        &interrupt.id,
+    )
+    .unwrap_or_else(|e| panic!("the interrupt is pending: {e}"));
     let outcome = run
         .outcome()
         .await
@@ -354,7 +378,12 @@ impl AgentContext for Deps {
 
 /// A step of the user's: sends the answer back once if it is too long.
 async fn review(state: Arc<Reviewed>, cx: Cx<Deps>) -> StepResult<ReviewedUpdate> {
-    let words = state.agent.answer().unwrap_or_default().split_whitespace().count();
+    let words = state
+        .agent
+        .answer()
+        .unwrap_or_default()
+        .split_whitespace()
+        .count();
     let mut update = ReviewedUpdate::new().reviews(1);
     if words > cx.max_words {
         update = update.agent(Transcript::new().user("Shorter, please.").into());
@@ -365,7 +394,9 @@ async fn review(state: Arc<Reviewed>, cx: Cx<Deps>) -> StepResult<ReviewedUpdate
 #[tokio::test]
 async fn users_add_their_own_steps_and_routes_to_the_recipe() {
     let model = scripted([
-        Expect::any().reply(ModelResponse::from_text("The answer is four, as two and two make four.")),
+        Expect::any().reply(ModelResponse::from_text(
+            "The answer is four, as two and two make four.",
+        )),
         Expect::any()
             .last_message_contains("Shorter")
             .reply(ModelResponse::from_text("Four.")),
@@ -412,7 +443,9 @@ async fn calls_a_users_route_skips_still_get_results_before_the_next_model_call(
             ToolCall::new("c2", "add", json!({"a": 3, "b": 4})),
         ])),
         Expect::any()
-            .check("every call answered", |r| check_pairing(&r.messages).is_ok())
+            .check("every call answered", |r| {
+                check_pairing(&r.messages).is_ok()
+            })
             .reply(ModelResponse::from_text("ok")),
     ]);
     let recipe = AgentLoop::<AgentChat, harness_kit::ModelDeps>::new(tools());
@@ -448,5 +481,9 @@ async fn calls_a_users_route_skips_still_get_results_before_the_next_model_call(
     assert_eq!(outcome.signal.as_str(), "answered");
     let results = results_of(&model.requests()[1]);
     assert_eq!(results.len(), 2);
-    assert!(results.iter().all(|r| r.is_error && r.content.contains("not run")));
+    assert!(
+        results
+            .iter()
+            .all(|r| r.is_error && r.content.contains("not run"))
+    );
 }

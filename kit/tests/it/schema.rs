@@ -51,20 +51,54 @@ fn values_serde_reads_pass() {
 #[test]
 fn values_serde_refuses_fail_with_where_and_why() {
     let cases = [
-        (json!({"mode": "read", "tags": []}), "at /: the required property \"path\" is missing"),
-        (json!({"path": 1, "mode": "read", "tags": []}), "at /path: expected a string, found the number 1"),
-        (json!({"path": "a", "lines": -1, "mode": "read", "tags": []}), "at /lines: expected at least 0, found -1"),
-        (json!({"path": "a", "lines": 1.5, "mode": "read", "tags": []}), "at /lines: expected an integer or null"),
-        (json!({"path": "a", "mode": "append", "tags": []}), "at /mode: "),
-        (json!({"path": "a", "mode": "read", "tags": [1]}), "at /tags/0: expected a string"),
-        (json!({"path": "a", "mode": "read", "tags": [], "nested": {"depth": 256}}), "at /nested/depth: expected at most 255"),
-        (json!({"path": "a", "mode": "read", "tags": [], "extra": true}), "at /extra: the property \"extra\" is not allowed"),
-        (json!(["a"]), "at /: expected an object, found an array of 1 items"),
+        (
+            json!({"mode": "read", "tags": []}),
+            "at /: the required property \"path\" is missing",
+        ),
+        (
+            json!({"path": 1, "mode": "read", "tags": []}),
+            "at /path: expected a string, found the number 1",
+        ),
+        (
+            json!({"path": "a", "lines": -1, "mode": "read", "tags": []}),
+            "at /lines: expected at least 0, found -1",
+        ),
+        (
+            json!({"path": "a", "lines": 1.5, "mode": "read", "tags": []}),
+            "at /lines: expected an integer or null",
+        ),
+        (
+            json!({"path": "a", "mode": "append", "tags": []}),
+            "at /mode: ",
+        ),
+        (
+            json!({"path": "a", "mode": "read", "tags": [1]}),
+            "at /tags/0: expected a string",
+        ),
+        (
+            json!({"path": "a", "mode": "read", "tags": [], "nested": {"depth": 256}}),
+            "at /nested/depth: expected at most 255",
+        ),
+        (
+            json!({"path": "a", "mode": "read", "tags": [], "extra": true}),
+            "at /extra: the property \"extra\" is not allowed",
+        ),
+        (
+            json!(["a"]),
+            "at /: expected an object, found an array of 1 items",
+        ),
     ];
     for (bad, expected) in cases {
         let errors = validate(&schema(), &bad).expect_err(&bad.to_string());
-        let text = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-        assert!(text.contains(expected), "{bad}: {text:?} lacks {expected:?}");
+        let text = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        assert!(
+            text.contains(expected),
+            "{bad}: {text:?} lacks {expected:?}"
+        );
         assert!(serde_json::from_value::<Args>(bad).is_err());
     }
 }

@@ -143,5 +143,7 @@ pub(crate) fn scripted(turns: impl IntoIterator<Item = Turn>) -> Arc<ScriptedMod
 }
 
 pub(crate) fn tools() -> ToolSet {
-    ToolSet::new().with(Add::default()).with(FakeShell::default())
+    ToolSet::new()
+        .with(Add::default())
+        .with(FakeShell::default())
 }
