@@ -258,7 +258,8 @@ async fn run() -> Result<(), Error> {
             show(&state, &mut shown);
             let request: ApprovalRequest = serde_json::from_value(interrupt.payload)?;
             let Some(answer) = ask(&request)? else {
-                return Ok(paused(&session, &store_dir));
+                paused(&session, &store_dir);
+                return Ok(());
             };
             agent.resume(answer, &session, &interrupt.id).await?
         }
@@ -292,7 +293,8 @@ async fn run() -> Result<(), Error> {
             Err(e) => return Err(e.into()),
         };
         let Some(answer) = ask(&request)? else {
-            return Ok(paused(run.session_id(), &store_dir));
+            paused(run.session_id(), &store_dir);
+            return Ok(());
         };
         run.resume(answer, &id)?;
     }
