@@ -25,6 +25,7 @@ mod bench;
 mod out;
 mod run;
 mod sessions;
+mod studio;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,10 @@ enum Command {
     /// Inspect the sessions of any store, read-only: `list`, `show SESSION`
     /// (the head, and the state as stored), `history SESSION`.
     Sessions(sessions::Args),
+    /// Open a local web studio on any store, read-only: the sessions, each
+    /// one's graph (as its checkpoints show it), timeline and state. Prints
+    /// the URL, with its token, and serves until stopped.
+    Studio(studio::Args),
     /// Measure analysis throughput over a list of files (used by
     /// benchmarks/analyze_throughput.py).
     #[command(hide = true)]
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Sessions(args) => sessions::run(args),
+        Command::Studio(args) => studio::run(&args),
         Command::BenchAnalyze(args) => bench::run(&args),
     })
 }

@@ -36,10 +36,10 @@ pub(crate) struct Args {
     command: InspectCommand,
 }
 
-/// Why `harness sessions` failed; every message names the store, and the
-/// session when there is one.
+/// Why `harness sessions` (or opening the store of `harness studio`)
+/// failed; every message names the store, and the session when there is one.
 #[derive(Debug, thiserror::Error)]
-enum SessionsError {
+pub(crate) enum SessionsError {
     /// The path is neither kind of store.
     #[error("{}: not a session store: {why}", path.display())]
     NotAStore {
@@ -91,7 +91,7 @@ enum SessionsError {
 
 /// A store's path or URL as shown in messages: a URL loses its password.
 #[derive(Debug)]
-struct Shown(String);
+pub(crate) struct Shown(String);
 
 impl Shown {
     fn new(store: &str) -> Self {
@@ -158,7 +158,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
 }
 
 async fn inspect(store: &str, args: Args) -> Result<String, SessionsError> {
-    let opened = open(store, &args).await?;
+    let opened = open(store, args.schema.as_deref(), args.prefix.as_deref()).await?;
     args.command
         .run(&*opened)
         .await
@@ -168,8 +168,13 @@ async fn inspect(store: &str, args: Args) -> Result<String, SessionsError> {
         })
 }
 
-/// Opens `store` for reading.
-async fn open(store: &str, args: &Args) -> Result<Box<dyn SessionStore>, SessionsError> {
+/// Opens `store` for reading (`harness sessions` and `harness studio`):
+/// `schema` and `prefix` are the `--schema` and `--prefix` options.
+pub(crate) async fn open(
+    store: &str,
+    schema: Option<&str>,
+    prefix: Option<&str>,
+) -> Result<Box<dyn SessionStore>, SessionsError> {
     let is_postgres = store.starts_with("postgres://") || store.starts_with("postgresql://");
     let is_redis = store.starts_with("redis://") || store.starts_with("rediss://");
     let misplaced = |option, applies_to| SessionsError::Option {
@@ -177,17 +182,17 @@ async fn open(store: &str, args: &Args) -> Result<Box<dyn SessionStore>, Session
         option,
         applies_to,
     };
-    if args.schema.is_some() && !is_postgres {
+    if schema.is_some() && !is_postgres {
         return Err(misplaced("--schema", "PostgreSQL"));
     }
-    if args.prefix.is_some() && !is_redis {
+    if prefix.is_some() && !is_redis {
         return Err(misplaced("--prefix", "Redis"));
     }
     if is_postgres {
-        return open_postgres(store, args.schema.as_deref()).await;
+        return open_postgres(store, schema).await;
     }
     if is_redis {
-        return open_redis(store, args.prefix.as_deref()).await;
+        return open_redis(store, prefix).await;
     }
     open_path(Path::new(store))
 }

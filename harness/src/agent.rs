@@ -5,18 +5,17 @@ use crate::error::{NoInterrupt, NoSession, SessionError, SessionPendingInterrupt
 use crate::graph::{Harness, HarnessInner};
 use crate::ids::TaskPath;
 use crate::ids::{InterruptId, RunId, SessionId};
-use crate::run::{BranchState, Execution, Region, Run, SessionLink, Task};
+use crate::run::{Execution, Run, SessionLink, attach_sub_journals, task_from};
 use crate::session::head::{self, check_owner};
 use crate::session::{
     Busy, CheckpointInfo, Holder, Journals, SessionCursor, SessionPhase, SessionStore, Span,
-    StoredRun, Submitted, TaskRebuilt, journals, read_log, rebuild, rebuild_tasks,
+    StoredRun, Submitted, journals, read_log, rebuild, rebuild_tasks,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
 use crate::step::{Interrupt, StepJournal};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -329,8 +328,16 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let session_id = head.session_id.clone();
         let next_step = Some(self.inner.harness.steps[at].name.to_string());
         let run_id_used = run_id.clone().unwrap_or_else(|| head.run_id.clone());
-        let mut root =
-            self.task_from(&head, &mut tasks, &mut journals, TaskPath::root(), at, None)?;
+        let mut root = task_from(
+            &self.inner.harness,
+            &head.session_id,
+            &mut tasks,
+            &mut journals,
+            TaskPath::root(),
+            at,
+            None,
+        )?;
+        attach_sub_journals(&mut root, journals);
         let cursor = SessionCursor::acquire(
             Arc::clone(&store),
             self.inner.harness.session_config.clone(),
@@ -344,11 +351,10 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         if let Some(u) = input_update {
             Arc::make_mut(&mut root.state).apply(u);
         }
-        if let Some(interrupt) = answering {
-            match root.find_mut(&interrupt.path) {
-                Some(task) => task.answering = Some(interrupt),
-                None => root.answering = Some(interrupt),
-            }
+        if let Some(interrupt) = answering
+            && let Some(task) = root.find_mut(&interrupt.path)
+        {
+            task.answering = Some(interrupt);
         }
         let mut exec = Execution::new(
             S::default(),
@@ -361,86 +367,6 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         );
         exec.task = root;
         Ok(self.new_run(slots, exec, run_id_used, session_id))
-    }
-
-    /// The task at `path` as the log left it, at step `at`, with its
-    /// journal and the branches of its fork under way.
-    fn task_from(
-        &self,
-        head: &StoredRun,
-        tasks: &mut BTreeMap<TaskPath, TaskRebuilt<S>>,
-        journals: &mut Journals,
-        path: TaskPath,
-        at: usize,
-        branch: Option<BranchState<S>>,
-    ) -> Result<Task<S>, SessionError> {
-        let bad = |reason: String| {
-            SessionError::from(crate::error::StoreLoad::new(
-                head.session_id.clone(),
-                "checkpoint log",
-                reason,
-            ))
-        };
-        let Some(rebuilt) = tasks.remove(&path) else {
-            return Err(bad(format!("no record of the task `{path}`")));
-        };
-        let harness = &self.inner.harness;
-        let mut task = Task::root(
-            rebuilt.state,
-            at,
-            journals.remove(&path).unwrap_or_default(),
-        );
-        task.path = path;
-        task.input = rebuilt.input;
-        task.branch = branch;
-        if let Some(b) = &mut task.branch {
-            b.updates = rebuilt.updates;
-            b.visit += rebuilt.steps;
-        }
-        if let Some(record) = rebuilt.open {
-            let Some(f) = harness.fork_index(&record.fork) else {
-                return Err(bad(format!(
-                    "a fork under way, `{}`, is not a fork of this loop",
-                    record.fork
-                )));
-            };
-            let join = harness.forks[f].join;
-            let mut branches = Vec::with_capacity(record.branches.len());
-            for start in &record.branches {
-                let next = tasks
-                    .get(&start.path)
-                    .map(|t| t.next.clone())
-                    .ok_or_else(|| bad(format!("no record of the branch `{}`", start.path)))?;
-                let (at, done) = match next {
-                    Some(name) => (
-                        harness.step_index(&name).ok_or_else(|| {
-                            bad(format!(
-                                "the branch `{}` goes on at `{name}`, which is not a step of this loop",
-                                start.path
-                            ))
-                        })?,
-                        false,
-                    ),
-                    None => (join, true),
-                };
-                let state = BranchState {
-                    join,
-                    updates: Vec::new(),
-                    done,
-                    visit: rebuilt.open_at,
-                };
-                branches.push(self.task_from(
-                    head,
-                    tasks,
-                    journals,
-                    start.path.clone(),
-                    at,
-                    Some(state),
-                )?);
-            }
-            task.region = Some(Region { fork: f, branches });
-        }
-        Ok(task)
     }
 
     /// Answers the interrupt `interrupt_id` of a stored session — from this

@@ -384,6 +384,14 @@ pub enum RunError {
         /// Its error.
         source: Box<RunError>,
     },
+    /// A sub-agent's loop, run by a step, failed.
+    #[error("sub-agent `{path}` failed: {source}")]
+    SubAgent {
+        /// The sub-agent: the path of the step that runs it.
+        path: crate::ids::TaskPath,
+        /// Its error.
+        source: Box<RunError>,
+    },
     /// The run is paused on an interrupt and was awaited again without a resume.
     #[error("the run is paused on interrupt {interrupt}; call run.resume(response, id) first")]
     Paused {

@@ -99,7 +99,9 @@ pub use graph::{
 pub use harness_macros::{Context, HarnessState};
 pub use ids::{InterruptId, RunId, SessionId, TaskPath};
 pub use observe::Observer;
-pub use run::{NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle};
+pub use run::{
+    NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle, SubAgent, SubOutcome,
+};
 pub use schemars::{self, JsonSchema};
 pub use session::{Busy, Submitted};
 pub use signal::Signal;

@@ -114,6 +114,7 @@ where
     results.push(sessions(&make()).await);
     results.push(isolation(&make()).await);
     results.push(fork(&make()).await);
+    results.push(branches(&make()).await);
     results.push(durability(&make()).await);
     results.push(schema_version(&make()).await);
     results.push(lease_is_data(&make()).await);
@@ -887,6 +888,115 @@ pub async fn fork(store: &dyn SessionStore) -> Result<(), Failure> {
             log(store, "main-fork", 0).await?,
             vec![update(1, 3, "think", json!("fork 3"))],
             "the log of the fork"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// The records of parallel branches (a fork, branch steps, a join) and the
+/// branches' journals in the head read back as written.
+pub async fn branches(store: &dyn SessionStore) -> Result<(), Failure> {
+    use harness::TaskPath;
+    use harness::session::{BranchRecord, BranchStart, ForkRecord, JoinRecord};
+    run("branches", async {
+        let first = sample("par", 1);
+        commit_ok(store, first.clone()).await?;
+        let cp = |seq: u64, index: u64, step: &str, kind: CheckpointKind| Checkpoint {
+            seq,
+            index,
+            step: step.into(),
+            time: T0,
+            kind,
+        };
+        let (a, b) = (TaskPath::from("a#0"), TaskPath::from("a#1"));
+        let records = vec![
+            cp(
+                2,
+                1,
+                "plan",
+                CheckpointKind::Fork(ForkRecord {
+                    path: TaskPath::root(),
+                    fork: "plan/items".into(),
+                    join: "sum".into(),
+                    branches: vec![
+                        BranchStart {
+                            path: a.clone(),
+                            step: "a".into(),
+                            input: Some(json!({"item": [1, "x"]})),
+                        },
+                        BranchStart {
+                            path: b.clone(),
+                            step: "a".into(),
+                            input: None,
+                        },
+                    ],
+                }),
+            ),
+            cp(
+                3,
+                2,
+                "a",
+                CheckpointKind::Branch(BranchRecord {
+                    path: b.clone(),
+                    update: json!({"n": 2}),
+                    next: None,
+                    failed: Some("no luck: \"quoted\"\n".into()),
+                }),
+            ),
+            cp(
+                4,
+                3,
+                "a",
+                CheckpointKind::Branch(BranchRecord {
+                    path: a.clone(),
+                    update: json!({"n": 1}),
+                    next: Some("b".into()),
+                    failed: None,
+                }),
+            ),
+        ];
+        let mut second = advance(&first.head, records.clone(), vec![]);
+        second.head.last_seq = 4;
+        second.head.steps = 3;
+        second.head.branch_journals.insert(
+            a.clone(),
+            harness::step::StepJournal {
+                responses: vec![json!("yes")],
+                once: [("k".to_string(), json!(1))].into(),
+            },
+        );
+        commit_ok(store, second.clone()).await?;
+        ensure_eq!(
+            load_some(store, "par").await?,
+            second.head,
+            "the head with a branch's journal"
+        );
+        let join = cp(
+            5,
+            3,
+            "sum",
+            CheckpointKind::Join(JoinRecord {
+                path: TaskPath::root(),
+                branches: vec![a, b],
+            }),
+        );
+        let mut third = advance(&second.head, vec![join.clone()], vec![]);
+        third.head.last_seq = 5;
+        third.head.branch_journals.clear();
+        commit_ok(store, third.clone()).await?;
+        ensure_eq!(
+            load_some(store, "par").await?,
+            third.head,
+            "the head after the join"
+        );
+        let mut expected = first.append.clone();
+        expected.extend(records);
+        expected.push(join);
+        ensure_eq!(
+            log(store, "par", 0).await?,
+            expected,
+            "the log of the branches"
         );
         Ok(())
     })

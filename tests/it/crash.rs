@@ -275,3 +275,102 @@ fn no_acknowledged_step_is_lost_when_concurrent_sessions_share_flushes() {
         "killed after {seen} acknowledged steps of {SESSIONS} sessions; {kept} steps in the store"
     );
 }
+
+/// Starts a fan-out over `items` items (two steps per branch, three
+/// branches at a time), SIGKILLs it after `kill_after` branch steps are
+/// durable, recovers it in a new process. Returns what the branches did
+/// (item, process) in their first and second steps, the join's runs, the
+/// branch steps reported durable before the kill and the first pid.
+#[allow(clippy::type_complexity)]
+fn kill_fan_out(
+    items: u64,
+    kill_after: usize,
+) -> (Vec<(u64, u32)>, Vec<(u64, u32)>, u32, Vec<String>, u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    let worker = env!("CARGO_BIN_EXE_fanout_worker");
+    let args =
+        |mode: &'static str| [mode, store, "f1", &items.to_string(), "1000"].map(str::to_string);
+    let mut first = Command::new(worker)
+        .args(args("start"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_pid = first.id();
+    let mut durable = Vec::new();
+    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(step) = line.strip_prefix("durable ") {
+            durable.push(step.to_string());
+            if durable.len() >= kill_after {
+                break;
+            }
+        }
+    }
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    assert!(
+        durable.len() >= kill_after,
+        "the worker reported {durable:?}"
+    );
+
+    let second = Command::new(worker).args(args("recover")).output().unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let stdout = String::from_utf8(second.stdout).unwrap();
+    let final_line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("final "))
+        .unwrap();
+    let (worked, checked, joins): (Vec<(u64, u32)>, Vec<(u64, u32)>, u32) =
+        serde_json::from_str(final_line).unwrap();
+    (worked, checked, joins, durable, first_pid)
+}
+
+#[test]
+fn a_fan_out_killed_midway_is_recovered_with_every_branch_applied_exactly_once() {
+    const ITEMS: u64 = 12;
+    // Several kill points: after the first branch step, mid-way, and with
+    // most branches done.
+    for kill_after in [1, 7, 16] {
+        let (worked, checked, joins, durable, first_pid) = kill_fan_out(ITEMS, kill_after);
+        let items = |v: &[(u64, u32)]| v.iter().map(|t| t.0).collect::<Vec<_>>();
+        // Merged in branch (item) order, each exactly once.
+        assert_eq!(
+            items(&worked),
+            (0..ITEMS).collect::<Vec<_>>(),
+            "kill after {kill_after}"
+        );
+        assert_eq!(
+            items(&checked),
+            (0..ITEMS).collect::<Vec<_>>(),
+            "kill after {kill_after}"
+        );
+        assert_eq!(joins, 1, "the join runs once");
+        // Every branch step reported durable before the kill was not run
+        // again: its record still names the killed process.
+        for d in &durable {
+            let (path, step) = d.split_once(' ').unwrap();
+            let item: u64 = path.strip_prefix("work#").unwrap().parse().unwrap();
+            let done = match step {
+                "work" => &worked,
+                "check" => &checked,
+                other => panic!("unexpected step {other}"),
+            };
+            let (_, pid) = done.iter().find(|t| t.0 == item).unwrap();
+            assert_eq!(
+                *pid, first_pid,
+                "kill after {kill_after}: {d} was durable, yet ran again"
+            );
+        }
+        // And the recovering process did the rest.
+        assert!(
+            checked.iter().any(|t| t.1 != first_pid),
+            "kill after {kill_after}: the recovery ran nothing"
+        );
+    }
+}

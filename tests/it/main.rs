@@ -6,6 +6,7 @@ mod agent_loop;
 mod contention;
 mod crash;
 mod once;
+mod parallel_sessions;
 mod provider_swap;
 mod sessions;
 mod worker_faults;

@@ -9,3 +9,4 @@ mod run;
 mod run_interrupt;
 mod run_state;
 mod sessions;
+mod studio;

@@ -129,6 +129,14 @@ async fn stored_state(
                 );
                 ("fork into branches".to_string(), &shown)
             }
+            CheckpointKind::Child(c) => (
+                format!("record of sub-agent `{}`", c.path),
+                match &*c.record {
+                    CheckpointKind::Update(v) | CheckpointKind::Snapshot(v) => v,
+                    CheckpointKind::Branch(b) => &b.update,
+                    _ => &serde_json::Value::Null,
+                },
+            ),
             CheckpointKind::Join(j) => {
                 shown =
                     serde_json::json!(j.branches.iter().map(|b| b.as_str()).collect::<Vec<_>>());

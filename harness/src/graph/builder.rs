@@ -118,6 +118,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 retry: RetryPolicy::default(),
                 writes: None,
                 input: None,
+                sub: None,
             },
         }
     }
@@ -251,6 +252,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 timeout: s.timeout,
                 retry: s.retry,
                 writes: s.writes,
+                sub: s.sub,
             })
             .collect();
         Ok(Harness {
@@ -271,8 +273,8 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
 /// Configures one step; every [`HarnessBuilder`] method is also here, and
 /// ends this step's declaration.
 pub struct StepBuilder<S: HarnessState, C: Context = ()> {
-    pub(super) harness: HarnessBuilder<S, C>,
-    pub(super) step: StepDef<S, C>,
+    pub(crate) harness: HarnessBuilder<S, C>,
+    pub(crate) step: StepDef<S, C>,
 }
 
 impl<S: HarnessState, C: Context> fmt::Debug for StepBuilder<S, C> {

@@ -1,6 +1,6 @@
 //! A validated loop, compiled: transitions resolved to step indices.
 
-use super::def::{CollectFn, InputsFn, RetryPolicy, RouteFn, RunFn};
+use super::def::{CollectFn, InputsFn, RetryPolicy, RouteFn, RunFn, SubStep};
 use crate::observe::Observer;
 use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
@@ -58,6 +58,8 @@ pub(crate) struct CompiledStep<S: HarnessState, C> {
     pub(crate) retry: RetryPolicy,
     /// The fields the step says it writes, checked on each update.
     pub(crate) writes: Option<Vec<String>>,
+    /// The sub-agent the step runs, if its body is one.
+    pub(crate) sub: Option<Arc<dyn SubStep<S, C>>>,
 }
 
 /// Everything a harness is, shared by its agents and their runs.

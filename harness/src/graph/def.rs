@@ -1,14 +1,17 @@
 //! A loop as declared, before validation: steps by name, their transitions,
 //! and their retry policies.
 
+use crate::error::RunError;
 use crate::ids::TaskPath;
+use crate::session::{Journals, SessionCursor};
 use crate::signal::Signal;
 use crate::state::HarnessState;
-use crate::step::{Cx, StepError};
+use crate::step::{Cx, Emitter, Interrupt, RunInfo, StepError};
 use futures::future::BoxFuture;
 use serde_json::Value;
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// The async half of a step, boxed.
@@ -155,6 +158,91 @@ pub(crate) enum Dest<S: HarnessState> {
     Fork(Box<ForkDef<S>>),
 }
 
+/// A step whose body is another loop (a sub-agent), which the engine hands
+/// what that loop needs to run inside the step.
+pub(crate) trait SubStep<S: HarnessState, C>: Send + Sync {
+    /// Runs (or goes on with) the sub-agent's loop.
+    fn call<'a>(
+        &'a self,
+        call: SubCall<'a, S, C>,
+    ) -> BoxFuture<'a, Result<SubEnd<S::Update>, RunError>>;
+
+    /// The sub-agent's loop, for drawing.
+    fn shape(&self) -> SubShape;
+}
+
+/// A sub-agent's loop as drawn: its steps, its start, its edges (from, label,
+/// to; `None` for the end).
+pub(crate) struct SubShape {
+    pub(crate) steps: Vec<String>,
+    pub(crate) start: usize,
+    pub(crate) edges: Vec<(usize, Option<String>, Option<usize>)>,
+}
+
+/// What a sub-agent's step gets from the engine.
+pub(crate) struct SubCall<'a, S, C> {
+    /// The state of the task that runs it.
+    pub(crate) state: Arc<S>,
+    /// That task's context.
+    pub(crate) ctx: &'a Arc<C>,
+    /// That task's path.
+    pub(crate) parent: TaskPath,
+    /// The sub-agent's path.
+    pub(crate) path: TaskPath,
+    /// Where the sub-agent was when it paused in this process, or the
+    /// journals of its steps read from the session.
+    pub(crate) held: Option<Box<dyn SubRun>>,
+    /// The session, if the run has one.
+    pub(crate) cursor: Option<&'a Arc<SessionCursor>>,
+    pub(crate) info: &'a RunInfo,
+    /// The run's stop flag.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// The run's event stream.
+    pub(crate) emitter: Arc<dyn Emitter>,
+}
+
+/// How a sub-agent's loop settled inside its step.
+pub(crate) enum SubEnd<U> {
+    /// It ended; the update its step returns.
+    Done(U),
+    /// It paused for a human.
+    Paused(Interrupt, Box<dyn SubRun>),
+    /// An answer to its interrupt was refused.
+    Rejected(Interrupt, String, Box<dyn SubRun>),
+    /// The run was stopped.
+    Stopped(Box<dyn SubRun>),
+}
+
+/// A paused sub-agent, held by the task whose step runs it: answered in
+/// place, its journals saved with the run's.
+pub(crate) trait SubRun: Send + Sync {
+    /// Gives `response` to the interrupt at `path` inside it.
+    fn answer(&mut self, path: &TaskPath, response: Value, interrupt: Interrupt);
+    /// Its journals, by task.
+    fn journals(&self, out: &mut Journals);
+    /// For the step to take it back as what it is.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+/// A sub-agent known only by the journals its session holds (after a
+/// restart), until its step rebuilds it from the log.
+impl SubRun for Journals {
+    fn answer(&mut self, path: &TaskPath, response: Value, _: Interrupt) {
+        self.entry(path.clone())
+            .or_default()
+            .responses
+            .push(response);
+    }
+
+    fn journals(&self, out: &mut Journals) {
+        out.extend(self.iter().map(|(p, j)| (p.clone(), j.clone())));
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
 /// A step as declared, before validation.
 pub(crate) struct StepDef<S: HarnessState, C> {
     pub(crate) name: String,
@@ -169,4 +257,13 @@ pub(crate) struct StepDef<S: HarnessState, C> {
     pub(crate) writes: Option<Vec<String>>,
     /// The type of the input the step takes (`run_each`), if any.
     pub(crate) input: Option<TypeTag>,
+    /// The sub-agent the step runs, if its body is one.
+    pub(crate) sub: Option<Arc<dyn SubStep<S, C>>>,
+}
+
+impl<S: HarnessState, C> StepDef<S, C> {
+    /// Whether the step has a body: `run` or a sub-agent.
+    pub(crate) fn has_body(&self) -> bool {
+        self.run.is_some() || self.sub.is_some()
+    }
 }

@@ -78,7 +78,9 @@ pub(super) fn mermaid<S: HarnessState, C>(
     let _ = writeln!(out, "    start__([start])");
     let _ = writeln!(out, "    end__([end])");
     for (i, s) in steps.iter().enumerate() {
-        let shape = if s.run.is_none() {
+        let shape = if s.sub.is_some() {
+            ("[[\"", "\"]]")
+        } else if s.run.is_none() {
             ("{\"", "\"}")
         } else {
             ("[\"", "\"]")
@@ -90,6 +92,40 @@ pub(super) fn mermaid<S: HarnessState, C>(
             mermaid_text(&s.name),
             shape.1
         );
+    }
+    // Each sub-agent's loop, drawn inside a box of its own.
+    for (i, s) in steps.iter().enumerate() {
+        let Some(sub) = &s.sub else { continue };
+        let shape = sub.shape();
+        let _ = writeln!(
+            out,
+            "    subgraph s{i}__sub[\"{} (sub-agent)\"]",
+            mermaid_text(&s.name)
+        );
+        for (j, name) in shape.steps.iter().enumerate() {
+            let _ = writeln!(out, "        s{i}__c{j}[\"{}\"]", mermaid_text(name));
+        }
+        let _ = writeln!(out, "        s{i}__end([end])");
+        for (from, label, to) in &shape.edges {
+            let to = match to {
+                Some(t) => format!("s{i}__c{t}"),
+                None => format!("s{i}__end"),
+            };
+            match label {
+                Some(l) => {
+                    let _ = writeln!(
+                        out,
+                        "        s{i}__c{from} -->|\"{}\"| {to}",
+                        mermaid_text(l)
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "        s{i}__c{from} --> {to}");
+                }
+            }
+        }
+        let _ = writeln!(out, "    end");
+        let _ = writeln!(out, "    s{i} -.-o s{i}__c{}", shape.start);
     }
     let _ = writeln!(out, "    start__ --> s{start}");
     for (from, label, to, kind) in edges(steps, forks) {
@@ -127,8 +163,59 @@ pub(super) fn dot<S: HarnessState, C>(
     out.push_str("    \"$start\" [shape=circle, label=\"start\"];\n");
     out.push_str("    \"$end\" [shape=doublecircle, label=\"end\"];\n");
     for s in steps {
-        let shape = if s.run.is_none() { "diamond" } else { "box" };
+        let shape = if s.sub.is_some() {
+            "box, peripheries=2"
+        } else if s.run.is_none() {
+            "diamond"
+        } else {
+            "box"
+        };
         let _ = writeln!(out, "    \"{}\" [shape={shape}];", dot_text(&s.name));
+        if let Some(sub) = &s.sub {
+            // The sub-agent's loop, as a cluster; its steps are named by
+            // their path.
+            let shape = sub.shape();
+            let name = dot_text(&s.name);
+            let _ = writeln!(out, "    subgraph \"cluster_{name}\" {{");
+            let _ = writeln!(out, "        label=\"{name} (sub-agent)\";");
+            for step in &shape.steps {
+                let _ = writeln!(
+                    out,
+                    "        \"{name}/{}\" [shape=box, label=\"{}\"];",
+                    dot_text(step),
+                    dot_text(step)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "        \"{name}/$end\" [shape=doublecircle, label=\"end\"];"
+            );
+            for (from, label, to) in &shape.edges {
+                let to = match to {
+                    Some(t) => dot_text(&shape.steps[*t]),
+                    None => "$end".to_string(),
+                };
+                let from = dot_text(&shape.steps[*from]);
+                match label {
+                    Some(l) => {
+                        let _ = writeln!(
+                            out,
+                            "        \"{name}/{from}\" -> \"{name}/{to}\" [label=\"{}\"];",
+                            dot_text(l)
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "        \"{name}/{from}\" -> \"{name}/{to}\";");
+                    }
+                }
+            }
+            let _ = writeln!(out, "    }}");
+            let _ = writeln!(
+                out,
+                "    \"{name}\" -> \"{name}/{}\" [style=dotted];",
+                dot_text(&shape.steps[shape.start])
+            );
+        }
     }
     let _ = writeln!(
         out,

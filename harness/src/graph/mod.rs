@@ -29,7 +29,7 @@ pub use builder::{
     DEFAULT_STEP_LIMIT, ForkBuilder, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder,
 };
 pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};
-pub(crate) use def::RunFn;
 pub use def::{BranchFailure, RetryPolicy};
+pub(crate) use def::{RunFn, SubCall, SubEnd, SubRun, SubShape, SubStep};
 pub use harness::Harness;
 pub use validate::{LoopValidationError, Violation};

@@ -334,7 +334,7 @@ pub(super) fn validate<S: HarnessState, C>(
 
     for (i, s) in steps.iter().enumerate() {
         let name = &s.name;
-        if s.run.is_none() && s.route.is_none() {
+        if !s.has_body() && s.route.is_none() {
             v.push(Violation::NoBehaviour { step: name.clone() });
             shapeless.insert(i);
         }
@@ -348,7 +348,7 @@ pub(super) fn validate<S: HarnessState, C>(
         if s.next.is_some() && !s.on.is_empty() {
             v.push(Violation::NextWithOn { step: name.clone() });
         }
-        if s.run.is_some() && s.route.is_none() && s.next.is_none() && s.on.is_empty() {
+        if s.has_body() && s.route.is_none() && s.next.is_none() && s.on.is_empty() {
             v.push(Violation::NoTransition { step: name.clone() });
             shapeless.insert(i);
         }
@@ -525,7 +525,7 @@ fn region<S: HarnessState, C>(
 
 /// The fields a step may write: `None` for "any", as far as is known.
 fn writes<S: HarnessState, C>(step: &StepDef<S, C>) -> Option<Vec<String>> {
-    if step.run.is_none() {
+    if !step.has_body() {
         return Some(Vec::new());
     }
     step.writes.clone()

@@ -3,12 +3,15 @@
 use super::control::RunControl;
 use super::events::RunEvent;
 use crate::error::RunError;
-use crate::graph::{BranchFailure, Branches, CompiledStep, Exits, HarnessInner, Target};
+use crate::graph::{
+    BranchFailure, Branches, CompiledStep, Exits, HarnessInner, SubCall, SubEnd, SubRun, Target,
+};
 use crate::ids::TaskPath;
-use crate::session::head::{BranchDone, StepDone};
+use crate::session::head::{BranchDone, ChildDone, StepDone};
 use crate::session::{
-    BranchRecord, BranchStart, ForkRecord, Holder, JoinRecord, Journals, SessionConfig,
-    SessionCursor, SessionPhase, SessionStore, StoreError,
+    BranchRecord, BranchStart, CheckpointKind, ChildRecord, ForkRecord, Holder, JoinRecord,
+    Journals, SessionConfig, SessionCursor, SessionError, SessionPhase, SessionStore, StoreError,
+    StoreLoad, TaskRebuilt,
 };
 use crate::signal::Signal;
 use crate::slots::Context;
@@ -19,6 +22,7 @@ use crate::step::{
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -59,6 +63,8 @@ pub(crate) struct Task<S: HarnessState> {
     pub(crate) branch: Option<BranchState<S>>,
     /// Its fork under way.
     pub(crate) region: Option<Region<S>>,
+    /// The sub-agents its current step runs, paused, by path.
+    pub(crate) subs: BTreeMap<TaskPath, Box<dyn SubRun>>,
 }
 
 /// What a branch carries to its join.
@@ -93,6 +99,37 @@ impl<S: HarnessState> Task<S> {
             input: None,
             branch: None,
             region: None,
+            subs: BTreeMap::new(),
+        }
+    }
+
+    /// Gives `response` to the interrupt at `path`: this task's, a
+    /// branch's, or a sub-agent's. Whether such a task was found.
+    pub(crate) fn answer(
+        &mut self,
+        path: &TaskPath,
+        response: Value,
+        interrupt: Interrupt,
+    ) -> bool {
+        if self.path == *path {
+            self.journal.responses.push(response);
+            self.answering = Some(interrupt);
+            return true;
+        }
+        if let Some(region) = &mut self.region
+            && let Some(b) = region
+                .branches
+                .iter_mut()
+                .find(|b| path.starts_with(&b.path))
+        {
+            return b.answer(path, response, interrupt);
+        }
+        match self.subs.iter_mut().find(|(p, _)| path.starts_with(p)) {
+            Some((_, sub)) => {
+                sub.answer(path, response, interrupt);
+                true
+            }
+            None => false,
         }
     }
 
@@ -112,6 +149,9 @@ impl<S: HarnessState> Task<S> {
     /// The journals of this task and of its branches, by path.
     pub(crate) fn journals(&self, out: &mut Journals) {
         out.insert(self.path.clone(), self.journal.clone());
+        for sub in self.subs.values() {
+            sub.journals(out);
+        }
         if let Some(region) = &self.region {
             for b in &region.branches {
                 if !b.branch.as_ref().is_some_and(|b| b.done) {
@@ -127,6 +167,153 @@ impl<S: HarnessState> Task<S> {
         self.journals(&mut out);
         out
     }
+}
+
+impl<S: HarnessState> SubRun for Task<S> {
+    fn answer(&mut self, path: &TaskPath, response: Value, interrupt: Interrupt) {
+        Task::answer(self, path, response, interrupt);
+    }
+
+    fn journals(&self, out: &mut Journals) {
+        Task::journals(self, out);
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+/// Rebuilds the task at `path` of a loop from what the log left
+/// (`tasks`), at step `at`, with its journal from `journals` and the
+/// branches of its fork under way; `branch` for a branch. Journals of
+/// sub-agents under it are left in `journals` for the caller.
+pub(crate) fn task_from<S: HarnessState, C: Context>(
+    harness: &HarnessInner<S, C>,
+    session: &crate::ids::SessionId,
+    tasks: &mut BTreeMap<TaskPath, TaskRebuilt<S>>,
+    journals: &mut Journals,
+    path: TaskPath,
+    at: usize,
+    branch: Option<BranchState<S>>,
+) -> Result<Task<S>, SessionError> {
+    let bad = |reason: String| {
+        SessionError::from(StoreLoad::new(session.clone(), "checkpoint log", reason))
+    };
+    let Some(rebuilt) = tasks.remove(&path) else {
+        return Err(bad(format!("no record of the task `{path}`")));
+    };
+    let mut task = Task::root(
+        rebuilt.state,
+        at,
+        journals.remove(&path).unwrap_or_default(),
+    );
+    task.path = path;
+    task.input = rebuilt.input;
+    task.branch = branch;
+    if let Some(b) = &mut task.branch {
+        b.updates = rebuilt.updates;
+        b.visit += rebuilt.steps;
+    }
+    if let Some(record) = rebuilt.open {
+        let Some(f) = harness.fork_index(&record.fork) else {
+            return Err(bad(format!(
+                "a fork under way, `{}`, is not a fork of this loop",
+                record.fork
+            )));
+        };
+        let join = harness.forks[f].join;
+        let mut branches = Vec::with_capacity(record.branches.len());
+        for start in &record.branches {
+            let next = tasks
+                .get(&start.path)
+                .map(|t| t.next.clone())
+                .ok_or_else(|| bad(format!("no record of the branch `{}`", start.path)))?;
+            let (at, done) = match next {
+                Some(name) => (
+                    harness.step_index(&name).ok_or_else(|| {
+                        bad(format!(
+                            "the branch `{}` goes on at `{name}`, which is not a step of this loop",
+                            start.path
+                        ))
+                    })?,
+                    false,
+                ),
+                None => (join, true),
+            };
+            let state = BranchState {
+                join,
+                updates: Vec::new(),
+                done,
+                visit: rebuilt.open_at,
+            };
+            branches.push(task_from(
+                harness,
+                session,
+                tasks,
+                journals,
+                start.path.clone(),
+                at,
+                Some(state),
+            )?);
+        }
+        task.region = Some(Region { fork: f, branches });
+    }
+    Ok(task)
+}
+
+/// Hands the journals left in `journals` (those of sub-agents) to the
+/// deepest task of `root` they lie under, as paused sub-agents known by
+/// their journals.
+pub(crate) fn attach_sub_journals<S: HarnessState>(root: &mut Task<S>, journals: Journals) {
+    for (path, journal) in journals {
+        let task = deepest(root, &path);
+        // The sub-agent is the first segment below the task.
+        let rest = path
+            .as_str()
+            .strip_prefix(task.path.as_str())
+            .unwrap_or(path.as_str())
+            .trim_start_matches('/');
+        let first = rest.split('/').next().unwrap_or(rest);
+        let sub = task.path.child(first);
+        let entry = task
+            .subs
+            .entry(sub)
+            .or_insert_with(|| Box::new(Journals::new()));
+        let mut one = Journals::new();
+        one.insert(path, journal);
+        // A stub holds journals only; a held loop is never here yet.
+        if let Ok(mut held) = std::mem::replace(entry, Box::new(Journals::new()))
+            .into_any()
+            .downcast::<Journals>()
+        {
+            held.extend(one);
+            *entry = held;
+        }
+    }
+}
+
+fn deepest<'a, S: HarnessState>(task: &'a mut Task<S>, path: &TaskPath) -> &'a mut Task<S> {
+    // The branches to go down, read first, then followed.
+    let mut chain = Vec::new();
+    let mut at: &Task<S> = task;
+    while let Some((i, b)) = at.region.as_ref().and_then(|r| {
+        r.branches
+            .iter()
+            .enumerate()
+            .find(|(_, b)| path.starts_with(&b.path) && b.path != *path)
+    }) {
+        chain.push(i);
+        at = b;
+    }
+    let mut task = task;
+    for i in chain {
+        let region = task
+            .region
+            .as_mut()
+            .expect("the chain was read from this tree");
+        task = &mut region.branches[i];
+    }
+    task
 }
 
 /// Where a run is: what survives a pause.
@@ -166,7 +353,7 @@ pub(crate) struct Driven<S: HarnessState> {
 }
 
 /// How a task stopped without error.
-enum TaskEnd {
+pub(super) enum TaskEnd {
     /// The run's own loop ended with this signal.
     Ended(Signal),
     /// A branch reached its join.
@@ -178,6 +365,7 @@ enum TaskEnd {
 
 /// Why a step did not produce an update.
 enum Halt {
+    Stopped,
     Interrupt(Interrupt),
     Rejected(Interrupt, String),
     Error(RunError),
@@ -214,6 +402,7 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                     info: &info,
                     cursor: cursor.as_ref(),
                     steps: AtomicU64::new(exec.steps),
+                    scope: None,
                 };
                 let driving = drive(&env, &mut exec.task);
                 let result = if renewer.is_some() {
@@ -427,15 +616,17 @@ async fn persist_settle<S: HarnessState, C: Context>(
 }
 
 /// What every task of one drive shares.
-struct Env<'a, S: HarnessState, C: Context> {
-    harness: &'a HarnessInner<S, C>,
-    ctx: &'a Arc<C>,
-    control: &'a Arc<RunControl<S>>,
-    emitter: Arc<dyn Emitter>,
-    info: &'a RunInfo,
-    cursor: Option<&'a Arc<SessionCursor>>,
+pub(super) struct Env<'a, S: HarnessState, C: Context> {
+    pub(super) harness: &'a HarnessInner<S, C>,
+    pub(super) ctx: &'a Arc<C>,
+    pub(super) control: &'a Arc<RunControl<S>>,
+    pub(super) emitter: Arc<dyn Emitter>,
+    pub(super) info: &'a RunInfo,
+    pub(super) cursor: Option<&'a Arc<SessionCursor>>,
     /// Steps completed by this run, every task's.
-    steps: AtomicU64,
+    pub(super) steps: AtomicU64,
+    /// For a sub-agent's loop: its path, under which its records are kept.
+    pub(super) scope: Option<TaskPath>,
 }
 
 async fn drive<S: HarnessState, C: Context>(
@@ -492,10 +683,10 @@ async fn drive<S: HarnessState, C: Context>(
 
 /// The name a step's commit gives as the task's next step: the step, the
 /// join of a fork, or none when the run ends.
-fn next_name<'h, S: HarnessState, C: Context>(
-    harness: &'h HarnessInner<S, C>,
+fn next_name<S: HarnessState, C: Context>(
+    harness: &HarnessInner<S, C>,
     next: Target,
-) -> Option<&'h str> {
+) -> Option<&str> {
     match next {
         Target::Step(i) => Some(&*harness.steps[i].name),
         Target::Fork(f) => Some(&*harness.steps[harness.forks[f].join].name),
@@ -506,7 +697,7 @@ fn next_name<'h, S: HarnessState, C: Context>(
 /// Runs one task, step after step, until it ends, reaches its join, stops,
 /// pauses or fails. A fork runs its branches (each a task) and goes on at
 /// its join.
-fn drive_task<'a, S: HarnessState, C: Context>(
+pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
     env: &'a Env<'a, S, C>,
     task: &'a mut Task<S>,
 ) -> BoxFuture<'a, Result<TaskEnd, RunError>> {
@@ -546,26 +737,32 @@ fn drive_task<'a, S: HarnessState, C: Context>(
             });
             let began = Instant::now();
 
-            let update = match &step.run {
-                Some(run) => {
-                    let span = tracing::info_span!(
-                        "harness.step",
-                        step = %step.name,
-                        path = %task.path,
-                        index = taken
-                    );
-                    match run_step(env, run, step, task).instrument(span).await {
-                        Ok(update) => Some(update),
-                        Err(Halt::Interrupt(interrupt)) => {
-                            return Ok(TaskEnd::Interrupted(interrupt));
-                        }
-                        Err(Halt::Rejected(interrupt, reason)) => {
-                            return Ok(TaskEnd::Rejected(interrupt, reason));
-                        }
-                        Err(Halt::Error(e)) => return Err(e),
-                    }
-                }
+            let span = tracing::info_span!(
+                "harness.step",
+                step = %step.name,
+                path = %task.path,
+                index = taken
+            );
+            let body = match (&step.run, &step.sub) {
+                (Some(run), _) => Some(run_step(env, run, step, task).instrument(span).await),
+                (None, Some(sub)) => Some(
+                    run_sub(env, sub.as_ref(), step, task)
+                        .instrument(span)
+                        .await,
+                ),
+                (None, None) => None,
+            };
+            let update = match body {
                 None => None,
+                Some(Ok(update)) => Some(update),
+                Some(Err(Halt::Stopped)) => return Ok(TaskEnd::Stopped),
+                Some(Err(Halt::Interrupt(interrupt))) => {
+                    return Ok(TaskEnd::Interrupted(interrupt));
+                }
+                Some(Err(Halt::Rejected(interrupt, reason))) => {
+                    return Ok(TaskEnd::Rejected(interrupt, reason));
+                }
+                Some(Err(Halt::Error(e))) => return Err(e),
             };
             if let (Some(update), Some(writes)) = (&update, &step.writes)
                 && let Some(field) = S::written(update)
@@ -659,8 +856,55 @@ fn drive_task<'a, S: HarnessState, C: Context>(
                 b.visit += 1;
             }
             if let (Some(cursor), Some(stored)) = (env.cursor, stored_update) {
-                let committed = match &task.branch {
-                    None => {
+                let committed = match (&env.scope, &task.branch) {
+                    // A sub-agent's loop: its records, under its path.
+                    (Some(scope), branch) => {
+                        let own = match branch {
+                            None => CheckpointKind::Update(stored),
+                            Some(_) => CheckpointKind::Branch(BranchRecord {
+                                path: task.path.clone(),
+                                update: stored,
+                                next: if joins {
+                                    None
+                                } else {
+                                    next_name(harness, next).map(str::to_string)
+                                },
+                                failed: None,
+                            }),
+                        };
+                        let ends = branch.is_none() && next == Target::End;
+                        let mut records = vec![ChildRecord {
+                            path: scope.clone(),
+                            next: match branch {
+                                None => next_name(harness, next).map(str::to_string),
+                                Some(_) => None,
+                            },
+                            signal: if ends {
+                                Some(signal.clone().unwrap_or(Signal::END))
+                            } else {
+                                None
+                            },
+                            record: Box::new(own),
+                        }];
+                        if let Some(fork) = &fork {
+                            records.push(ChildRecord {
+                                path: scope.clone(),
+                                next: None,
+                                signal: None,
+                                record: Box::new(CheckpointKind::Fork(fork.clone())),
+                            });
+                        }
+                        cursor
+                            .child_done(ChildDone {
+                                step: &step.name,
+                                records,
+                                is_step: true,
+                                clear: vec![task.path.clone()],
+                                steps_this_run,
+                            })
+                            .await
+                    }
+                    (None, None) => {
                         let state = &task.state;
                         let measure = || crate::session::head::json_len(&**state);
                         let snapshot = || {
@@ -683,7 +927,7 @@ fn drive_task<'a, S: HarnessState, C: Context>(
                             )
                             .await
                     }
-                    Some(_) => {
+                    (None, Some(_)) => {
                         cursor
                             .branch_done(BranchDone {
                                 step: &step.name,
@@ -818,6 +1062,7 @@ fn start_region<S: HarnessState, C: Context>(
                     visit: base,
                 }),
                 region: None,
+                subs: BTreeMap::new(),
             })
             .collect(),
     });
@@ -903,20 +1148,42 @@ async fn run_region<S: HarnessState, C: Context>(
                 )))
             })?;
             let steps_this_run = env.steps.load(Ordering::SeqCst);
-            cursor
-                .branch_done(BranchDone {
-                    step: &harness.steps[b.at].name,
-                    record: BranchRecord {
-                        path: b.path.clone(),
-                        update: stored,
-                        next: None,
-                        failed: Some(error.to_string()),
-                    },
-                    steps_this_run,
-                    fork: None,
-                })
-                .await
-                .map_err(RunError::Store)?;
+            let record = BranchRecord {
+                path: b.path.clone(),
+                update: stored,
+                next: None,
+                failed: Some(error.to_string()),
+            };
+            let step = &harness.steps[b.at].name;
+            match &env.scope {
+                Some(scope) => {
+                    cursor
+                        .child_done(ChildDone {
+                            step,
+                            records: vec![ChildRecord {
+                                path: scope.clone(),
+                                next: None,
+                                signal: None,
+                                record: Box::new(CheckpointKind::Branch(record)),
+                            }],
+                            is_step: true,
+                            clear: vec![b.path.clone()],
+                            steps_this_run,
+                        })
+                        .await
+                }
+                None => {
+                    cursor
+                        .branch_done(BranchDone {
+                            step,
+                            record,
+                            steps_this_run,
+                            fork: None,
+                        })
+                        .await
+                }
+            }
+            .map_err(RunError::Store)?;
             env.steps.fetch_add(1, Ordering::SeqCst);
         }
         b.journal = StepJournal::default();
@@ -955,23 +1222,37 @@ async fn run_region<S: HarnessState, C: Context>(
     }
     let join = &harness.steps[fork.join].name;
     if let Some(cursor) = env.cursor {
-        cursor
-            .joined(
-                join,
-                JoinRecord {
-                    path: task.path.clone(),
-                    branches: order.clone(),
-                },
-                env.steps.load(Ordering::SeqCst),
-            )
-            .await
-            .map_err(|e| match e {
-                StoreError::Conflict { .. } => RunError::LeaseLost {
-                    session: env.info.session_id.clone(),
-                    reason: "another run took the session over".into(),
-                },
-                e => RunError::Store(e),
-            })?;
+        let record = JoinRecord {
+            path: task.path.clone(),
+            branches: order.clone(),
+        };
+        let steps_this_run = env.steps.load(Ordering::SeqCst);
+        match &env.scope {
+            Some(scope) => {
+                cursor
+                    .child_done(ChildDone {
+                        step: join,
+                        records: vec![ChildRecord {
+                            path: scope.clone(),
+                            next: None,
+                            signal: None,
+                            record: Box::new(CheckpointKind::Join(record)),
+                        }],
+                        is_step: false,
+                        clear: order.clone(),
+                        steps_this_run,
+                    })
+                    .await
+            }
+            None => cursor.joined(join, record, steps_this_run).await,
+        }
+        .map_err(|e| match e {
+            StoreError::Conflict { .. } => RunError::LeaseLost {
+                session: env.info.session_id.clone(),
+                reason: "another run took the session over".into(),
+            },
+            e => RunError::Store(e),
+        })?;
     }
     env.control.events.send(RunEvent::Joined {
         path: task.path.clone(),
@@ -1008,6 +1289,50 @@ async fn finished<S: HarnessState>(
         signal: signal.clone(),
         steps,
     });
+}
+
+/// Runs a step whose body is a sub-agent: its loop goes on from where it
+/// paused (in this process, or as the session's log left it) and its
+/// outcome becomes the step's update.
+async fn run_sub<S: HarnessState, C: Context>(
+    env: &Env<'_, S, C>,
+    sub: &dyn crate::graph::SubStep<S, C>,
+    step: &CompiledStep<S, C>,
+    task: &mut Task<S>,
+) -> Result<S::Update, Halt> {
+    let path = task.path.child(&step.name);
+    let held = task.subs.remove(&path);
+    let call = SubCall {
+        state: Arc::clone(&task.state),
+        ctx: env.ctx,
+        parent: task.path.clone(),
+        path: path.clone(),
+        held,
+        cursor: env.cursor,
+        info: env.info,
+        stop: Arc::clone(&env.control.stop),
+        emitter: Arc::clone(&env.emitter),
+    };
+    match sub.call(call).await {
+        Ok(SubEnd::Done(update)) => Ok(update),
+        Ok(SubEnd::Paused(interrupt, held)) => {
+            task.subs.insert(path, held);
+            Err(Halt::Interrupt(interrupt))
+        }
+        Ok(SubEnd::Rejected(interrupt, reason, held)) => {
+            task.subs.insert(path, held);
+            Err(Halt::Rejected(interrupt, reason))
+        }
+        Ok(SubEnd::Stopped(held)) => {
+            task.subs.insert(path, held);
+            Err(Halt::Stopped)
+        }
+        Err(e @ (RunError::Store(_) | RunError::LeaseLost { .. })) => Err(Halt::Error(e)),
+        Err(e) => Err(Halt::Error(RunError::SubAgent {
+            path,
+            source: Box::new(e),
+        })),
+    }
 }
 
 enum Failure {

@@ -85,6 +85,22 @@ pub enum RunEvent<S: HarnessState> {
         /// The branches merged, in order.
         branches: Vec<TaskPath>,
     },
+    /// Something happened in a sub-agent's loop (a step run by a step of
+    /// this run), whose state type is not this run's: what, as data. Its
+    /// custom events and interrupts come as [`Custom`](Self::Custom) and
+    /// [`Interrupted`](Self::Interrupted), with the sub-agent's path.
+    Child {
+        /// The task in the sub-agent's loop.
+        path: TaskPath,
+        /// The step.
+        step: Arc<str>,
+        /// `step_started`, `step_finished`, `step_failed`, `forked` or `joined`.
+        kind: Arc<str>,
+        /// The event's fields: `index`, `elapsed_ms`, `update` and `signal`
+        /// for a finished step, `attempt`, `error` and `will_retry` for a
+        /// failed one, `branches` for a fork or a join.
+        detail: Value,
+    },
     /// A step sent an event of its own with [`Cx::emit`](crate::Cx::emit).
     Custom {
         /// The task the step runs in.
@@ -114,6 +130,8 @@ pub enum RunEvent<S: HarnessState> {
 pub(crate) struct EventHub<S: HarnessState> {
     count: AtomicUsize,
     senders: Mutex<Vec<mpsc::UnboundedSender<RunEvent<S>>>>,
+    /// For a sub-agent's loop: the run's stream its events go to.
+    forward: Option<Arc<dyn Emitter>>,
 }
 
 impl<S: HarnessState> EventHub<S> {
@@ -121,6 +139,15 @@ impl<S: HarnessState> EventHub<S> {
         Self {
             count: AtomicUsize::new(0),
             senders: Mutex::new(Vec::new()),
+            forward: None,
+        }
+    }
+
+    /// The hub of a sub-agent's loop, whose events go to `run`'s stream.
+    pub(crate) fn forwarding(run: Arc<dyn Emitter>) -> Self {
+        Self {
+            forward: Some(run),
+            ..Self::new()
         }
     }
 
@@ -137,11 +164,17 @@ impl<S: HarnessState> EventHub<S> {
 
     /// Whether anyone listens; check before building an expensive event.
     pub(crate) fn active(&self) -> bool {
-        self.count.load(Ordering::Acquire) > 0
+        self.count.load(Ordering::Acquire) > 0 || self.forward.as_ref().is_some_and(|f| f.active())
     }
 
     pub(crate) fn send(&self, event: RunEvent<S>) {
         if !self.active() {
+            return;
+        }
+        if let Some(run) = &self.forward {
+            forward(&**run, &event);
+        }
+        if self.count.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut senders = self
@@ -153,7 +186,83 @@ impl<S: HarnessState> EventHub<S> {
     }
 }
 
+/// Sends a sub-agent's event to the run's stream, as data.
+fn forward<S: HarnessState>(run: &dyn Emitter, event: &RunEvent<S>) {
+    use serde_json::json;
+    match event {
+        RunEvent::StepStarted { path, step, index } => {
+            run.child(path, step, "step_started", json!({ "index": index }));
+        }
+        RunEvent::StepFinished {
+            path,
+            step,
+            index,
+            elapsed,
+            update,
+            signal,
+        } => run.child(
+            path,
+            step,
+            "step_finished",
+            json!({
+                "index": index,
+                "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                "update": serde_json::to_value(update).unwrap_or(Value::Null),
+                "signal": signal,
+            }),
+        ),
+        RunEvent::StepFailed {
+            path,
+            step,
+            attempt,
+            error,
+            will_retry,
+        } => run.child(
+            path,
+            step,
+            "step_failed",
+            json!({ "attempt": attempt, "error": error, "will_retry": will_retry }),
+        ),
+        RunEvent::Forked {
+            path,
+            step,
+            branches,
+        } => run.child(path, step, "forked", json!({ "branches": branches })),
+        RunEvent::Joined {
+            path,
+            join,
+            branches,
+        } => run.child(path, join, "joined", json!({ "branches": branches })),
+        RunEvent::Custom {
+            path,
+            step,
+            kind,
+            payload,
+        } => run.emit(path, step, kind, payload.clone()),
+        RunEvent::Child {
+            path,
+            step,
+            kind,
+            detail,
+        } => run.child(path, step, kind, detail.clone()),
+        // The run that holds the sub-agent reports these itself.
+        RunEvent::Started { .. }
+        | RunEvent::Interrupted(_)
+        | RunEvent::Finished { .. }
+        | RunEvent::Failed { .. } => {}
+    }
+}
+
 impl<S: HarnessState> Emitter for EventHub<S> {
+    fn child(&self, path: &TaskPath, step: &Arc<str>, kind: &str, detail: Value) {
+        self.send(RunEvent::Child {
+            path: path.clone(),
+            step: Arc::clone(step),
+            kind: kind.into(),
+            detail,
+        });
+    }
+
     fn active(&self) -> bool {
         EventHub::active(self)
     }

@@ -15,12 +15,14 @@ mod control;
 mod engine;
 mod events;
 mod outcome;
+mod sub;
 
 pub use crate::error::{NoInterrupt, RunError};
 pub use control::StopHandle;
-pub(crate) use engine::{BranchState, Execution, Region, SessionLink, Task};
+pub(crate) use engine::{Execution, SessionLink, attach_sub_journals, task_from};
 pub use events::{RunEvent, RunEvents};
 pub use outcome::Outcome;
+pub use sub::{SubAgent, SubOutcome};
 
 use crate::graph::HarnessInner;
 use crate::ids::{InterruptId, RunId, SessionId};
@@ -161,16 +163,13 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     ) -> Result<(), NoInterrupt> {
         match std::mem::replace(&mut self.phase, RunPhase::Done) {
             RunPhase::Paused(mut exec, interrupt) if interrupt.id == *id => {
-                // The task that asked: the run's own loop, or a branch.
-                match exec.task.find_mut(&interrupt.path) {
-                    Some(task) => {
-                        task.journal.responses.push(response.into());
-                        task.answering = Some(interrupt);
-                    }
-                    None => {
-                        exec.task.journal.responses.push(response.into());
-                        exec.task.answering = Some(interrupt);
-                    }
+                // The task that asked: the run's own loop, a branch, or a
+                // sub-agent's loop.
+                let path = interrupt.path.clone();
+                let response = response.into();
+                if !exec.task.answer(&path, response.clone(), interrupt.clone()) {
+                    exec.task.journal.responses.push(response);
+                    exec.task.answering = Some(interrupt);
                 }
                 self.phase = RunPhase::Ready(exec);
                 Ok(())

@@ -1,7 +1,7 @@
 //! A run's handle on its session: it holds the lease and commits the run's
 //! transitions (from [`head`](super::head)) one after another.
 
-use super::head::{self, BranchDone, Journals, NewSession, StepDone};
+use super::head::{self, BranchDone, ChildDone, Journals, NewSession, StepDone};
 use super::{
     Commit, JoinRecord, Lease, SessionConfig, SessionError, SessionInFlight, SessionPhase,
     SessionStore, StoreError, StoredRun,
@@ -209,6 +209,24 @@ impl SessionCursor {
             )))
         })
         .await
+    }
+
+    /// Records what a sub-agent's loop did (see [`head::child_done`]).
+    pub(crate) async fn child_done(&self, done: ChildDone<'_>) -> Result<(), StoreError> {
+        self.write_with(|current| {
+            Ok(Some(head::child_done(
+                current,
+                &done,
+                self.lease(),
+                &self.config,
+            )))
+        })
+        .await
+    }
+
+    /// The session's head as this run last wrote it.
+    pub(crate) async fn head(&self) -> StoredRun {
+        self.head.lock().await.clone()
     }
 
     /// Records the merge of a fork's branches at its join `step` (see

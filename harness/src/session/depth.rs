@@ -57,6 +57,11 @@ pub(crate) fn check_commit(commit: &Commit) -> Result<(), ValueTooDeep> {
                 .filter_map(|b| b.input.as_ref().map(|v| ("a branch's input", v)))
                 .collect(),
             CheckpointKind::Join(_) => Vec::new(),
+            CheckpointKind::Child(c) => match &*c.record {
+                CheckpointKind::Update(v) | CheckpointKind::Snapshot(v) => vec![("the update", v)],
+                CheckpointKind::Branch(b) => vec![("the update", &b.update)],
+                _ => Vec::new(),
+            },
         };
         for (what, value) in values {
             if deeper_than(value, MAX_VALUE_DEPTH) {

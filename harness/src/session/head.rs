@@ -396,6 +396,53 @@ pub(crate) fn branch_done(
     commit(next, Some(head.version), append, Vec::new(), durable)
 }
 
+/// Records of a sub-agent's loop, as [`child_done`] commits them.
+pub(crate) struct ChildDone<'a> {
+    /// The step of the sub-agent's loop they are about.
+    pub step: &'a str,
+    /// The records, in order.
+    pub records: Vec<super::ChildRecord>,
+    /// Whether the first record is a completed step (counted in the
+    /// session's steps).
+    pub is_step: bool,
+    /// The tasks whose journals they close.
+    pub clear: Vec<TaskPath>,
+    /// Steps completed by this run so far (for `Durability::EveryN`).
+    pub steps_this_run: u64,
+}
+
+/// Records of a sub-agent's loop (a step of it, a fork, a join), in the
+/// session of the loop that runs it.
+pub(crate) fn child_done(
+    head: &StoredRun,
+    done: &ChildDone<'_>,
+    lease: Lease,
+    config: &SessionConfig,
+) -> Commit {
+    let now = now_millis();
+    let mut next = next_of(head, now);
+    if done.is_step {
+        next.steps += 1;
+    }
+    next.lease = Some(lease);
+    for path in &done.clear {
+        next.branch_journals.retain(|p, _| !p.starts_with(path));
+    }
+    let mut append = Vec::with_capacity(done.records.len());
+    for record in &done.records {
+        next.last_seq += 1;
+        append.push(Checkpoint {
+            seq: next.last_seq,
+            index: next.steps,
+            step: done.step.to_string(),
+            time: now,
+            kind: CheckpointKind::Child(record.clone()),
+        });
+    }
+    let durable = step_durable(config, done.steps_this_run);
+    commit(next, Some(head.version), append, Vec::new(), durable)
+}
+
 /// Every branch of a fork reached the join `step`: the merge, recorded.
 pub(crate) fn joined(
     head: &StoredRun,

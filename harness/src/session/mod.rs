@@ -34,7 +34,9 @@ pub use depth::MAX_VALUE_DEPTH;
 pub(crate) use depth::check_commit;
 pub use head::{Busy, Submitted, load_value, save_value};
 pub(crate) use head::{Journals, journals};
-pub(crate) use rebuild::{Span, TaskRebuilt, read_log, rebuild, rebuild_tasks};
+pub(crate) use rebuild::{
+    Span, TaskRebuilt, child_visit, read_log, rebuild, rebuild_tasks, replay,
+};
 
 use crate::ids::{RunId, SessionId, TaskPath};
 use crate::signal::Signal;
@@ -174,6 +176,28 @@ pub enum CheckpointKind {
     /// Every branch of a fork reached its join: their updates, in branch
     /// order, merged into the state of the task that forked.
     Join(JoinRecord),
+    /// A record of a sub-agent's loop, run by a step of this session's
+    /// loop: kept under the sub-agent's path, in the sub-agent's own state
+    /// type. It does not change the state of the loop that runs it.
+    Child(ChildRecord),
+}
+
+/// A record of a sub-agent's loop ([`CheckpointKind::Child`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChildRecord {
+    /// The sub-agent: the path of the step that runs it.
+    pub path: TaskPath,
+    /// For an update of the sub-agent's own loop: its next step (`None`
+    /// when the sub-agent ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// For the update that ends the sub-agent's loop: the signal it ends
+    /// with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<Signal>,
+    /// The record, as the sub-agent's loop made it (its paths are full
+    /// paths, under `path`).
+    pub record: Box<CheckpointKind>,
 }
 
 /// The branches a fork started, as its [`CheckpointKind::Fork`] records them.
@@ -449,6 +473,11 @@ impl CheckpointInfo {
                     CheckpointKind::Snapshot(_) if cp.seq == 0 => TaskPath::root(),
                     CheckpointKind::Update(_) => TaskPath::root(),
                     CheckpointKind::Branch(b) => b.path.clone(),
+                    CheckpointKind::Child(c) => match &*c.record {
+                        CheckpointKind::Update(_) => c.path.clone(),
+                        CheckpointKind::Branch(b) => b.path.clone(),
+                        _ => return None,
+                    },
                     _ => return None,
                 };
                 Some(CheckpointInfo {

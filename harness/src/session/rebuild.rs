@@ -63,6 +63,16 @@ fn start_of(head: &StoredRun, span: Span) -> (u64, u64) {
     }
 }
 
+/// Whether a record is a completed step (its index one more than the
+/// record before).
+pub(crate) fn counts_as_step(kind: &CheckpointKind) -> bool {
+    match kind {
+        CheckpointKind::Update(_) | CheckpointKind::Branch(_) => true,
+        CheckpointKind::Child(c) => counts_as_step(&c.record),
+        _ => false,
+    }
+}
+
 /// A record as named in messages.
 fn name(cp: &Checkpoint) -> String {
     format!("checkpoint {} (step {} `{}`)", cp.seq, cp.index, cp.step)
@@ -151,10 +161,7 @@ fn check_log(
             };
             return Err(gap(name(cp), kind, expected, Some(cp.seq)));
         }
-        let is_update = matches!(
-            cp.kind,
-            CheckpointKind::Update(_) | CheckpointKind::Branch(_)
-        );
+        let is_update = counts_as_step(&cp.kind);
         let want_index = if is_update {
             prev.index + 1
         } else {
@@ -262,10 +269,6 @@ pub(crate) async fn rebuild_tasks<S: HarnessState>(
     let bad = |cp: &Checkpoint, reason: String| {
         StoreError::Load(StoreLoad::new(session.clone(), name(cp), reason))
     };
-    let update = |cp: &Checkpoint, v: &Value| {
-        serde_json::from_value::<S::Update>(v.clone())
-            .map_err(|e| bad(cp, format!("the update does not fit this state type: {e}")))
-    };
     // `read_log` checked that the first is a snapshot.
     let mut iter = log.iter();
     let root_state: S = match iter.next().map(|cp| (cp, &cp.kind)) {
@@ -288,9 +291,61 @@ pub(crate) async fn rebuild_tasks<S: HarnessState>(
             )));
         }
     };
+    let records = iter
+        .take_while(|cp| cp.index <= target)
+        .map(|cp| (cp, &cp.kind, None));
+    replay(session, TaskPath::root(), root_state, records)
+}
+
+/// The records of the current visit of the sub-agent at `child` (run by a
+/// step of the task at `parent`), unwrapped: those after the parent task's
+/// last record, each with the sub-agent's next step for its own updates.
+pub(crate) fn child_visit<'a>(
+    log: &'a [Checkpoint],
+    parent: &TaskPath,
+    child: &TaskPath,
+) -> Vec<(&'a Checkpoint, &'a CheckpointKind, Option<Option<String>>)> {
+    let mut visit = Vec::new();
+    for cp in log {
+        let task = match &cp.kind {
+            CheckpointKind::Snapshot(_) | CheckpointKind::Update(_) => Some(TaskPath::root()),
+            CheckpointKind::Fork(f) => Some(f.path.clone()),
+            CheckpointKind::Join(j) => Some(j.path.clone()),
+            CheckpointKind::Branch(b) => Some(b.path.clone()),
+            CheckpointKind::Child(c) if c.path == *child => {
+                visit.push((cp, &*c.record, Some(c.next.clone())));
+                None
+            }
+            CheckpointKind::Child(_) => None,
+        };
+        // A record of the parent task ends the visit before it.
+        if task.as_ref() == Some(parent) {
+            visit.clear();
+        }
+    }
+    visit
+}
+
+/// Every task as `records` leave them, from the task at `root` in state
+/// `root_state`: the root, and each branch of the forks under way. A
+/// record's third part is, for an update of the root, its next step (for a
+/// sub-agent's records, whose head is not the session's).
+pub(crate) fn replay<'a, S: HarnessState>(
+    session: &crate::ids::SessionId,
+    root: TaskPath,
+    root_state: S,
+    records: impl Iterator<Item = (&'a Checkpoint, &'a CheckpointKind, Option<Option<String>>)>,
+) -> Result<BTreeMap<TaskPath, TaskRebuilt<S>>, StoreError> {
+    let bad = |cp: &Checkpoint, reason: String| {
+        StoreError::Load(StoreLoad::new(session.clone(), name(cp), reason))
+    };
+    let update = |cp: &Checkpoint, v: &Value| {
+        serde_json::from_value::<S::Update>(v.clone())
+            .map_err(|e| bad(cp, format!("the update does not fit this state type: {e}")))
+    };
     let mut tasks: BTreeMap<TaskPath, TaskRebuilt<S>> = BTreeMap::new();
     tasks.insert(
-        TaskPath::root(),
+        root.clone(),
         TaskRebuilt {
             state: root_state,
             updates: Vec::new(),
@@ -301,10 +356,7 @@ pub(crate) async fn rebuild_tasks<S: HarnessState>(
             steps: 0,
         },
     );
-    for cp in iter {
-        if cp.index > target {
-            break;
-        }
+    for (cp, kind, root_next) in records {
         let task = |tasks: &mut BTreeMap<TaskPath, TaskRebuilt<S>>, path: &TaskPath| {
             tasks.remove(path).ok_or_else(|| {
                 bad(
@@ -313,21 +365,26 @@ pub(crate) async fn rebuild_tasks<S: HarnessState>(
                 )
             })
         };
-        match &cp.kind {
+        match kind {
             // Later snapshots restate the updates before them.
             CheckpointKind::Snapshot(_) => {}
             CheckpointKind::Update(v) => {
                 let u = update(cp, v)?;
-                let mut root = task(&mut tasks, &TaskPath::root())?;
-                if root.open.is_some() {
+                let mut own = task(&mut tasks, &root)?;
+                if own.open.is_some() {
                     return Err(bad(
                         cp,
                         "an update of the run while a fork is under way".into(),
                     ));
                 }
-                root.state.apply(u);
-                tasks.insert(TaskPath::root(), root);
+                own.state.apply(u);
+                if let Some(next) = root_next {
+                    own.next = next;
+                }
+                tasks.insert(root.clone(), own);
             }
+            // A sub-agent's records are its own.
+            CheckpointKind::Child(_) => {}
             CheckpointKind::Fork(record) => {
                 let mut parent = task(&mut tasks, &record.path)?;
                 if parent.open.is_some() {
@@ -396,7 +453,7 @@ pub(crate) async fn rebuild_tasks<S: HarnessState>(
                     }
                     for u in branch.updates {
                         parent.state.apply(u.clone());
-                        if !record.path.is_root() {
+                        if record.path != root {
                             parent.updates.push(u);
                         }
                     }

@@ -48,6 +48,9 @@ pub(crate) trait Emitter: Send + Sync {
     fn active(&self) -> bool;
     /// Sends a custom event of step `step` at `path`.
     fn emit(&self, path: &TaskPath, step: &Arc<str>, kind: &str, payload: Value);
+    /// Sends an event of a sub-agent's loop (whose state type is not the
+    /// run's), as data.
+    fn child(&self, path: &TaskPath, step: &Arc<str>, kind: &str, detail: Value);
 }
 
 pub(crate) struct CxShared {

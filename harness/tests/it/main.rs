@@ -12,4 +12,5 @@ mod parallel;
 mod run;
 mod slots;
 mod state;
+mod sub_agents;
 mod tracing_spans;

@@ -1,0 +1,141 @@
+//! Errors: [`StudioError`] for starting the studio, [`ApiError`] for a
+//! request, answered as `{"error": "…"}` with its HTTP status.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use harness::SessionId;
+use harness::session::{SessionError, StoreError};
+use std::net::SocketAddr;
+
+/// Why the studio could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StudioError {
+    /// The address is not a loopback address: the studio serves this
+    /// machine only.
+    #[error(
+        "studio: {addr} is not a loopback address; the studio only listens on this machine \
+         (127.0.0.1 or ::1), where its token keeps other users out"
+    )]
+    NotLoopback {
+        /// The address given.
+        addr: SocketAddr,
+    },
+    /// The address could not be bound (in use, not permitted).
+    #[error("studio: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address given.
+        addr: SocketAddr,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("studio: serving on {addr} failed: {source}")]
+    Serve {
+        /// The address served.
+        addr: SocketAddr,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The harness's graph could not be read from its DOT export (a change
+    /// of that format that this crate does not know).
+    #[error("studio: {0}")]
+    Graph(String),
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
+    #[error(
+        "missing or wrong token: open the URL the studio printed at start (it ends in ?token=…)"
+    )]
+    Unauthorized,
+    #[error("write actions send the token in the x-studio-token header, not only in the URL")]
+    TokenNotInHeader,
+    #[error(
+        "this studio is read-only (`harness studio` inspects a store without the agent's \
+         state type): answering and forking need the application's own studio \
+         (harness_studio::Studio::for_agent)"
+    )]
+    ReadOnly,
+    #[error("no session {0} in the store")]
+    NoSession(SessionId),
+    #[error("session {session} belongs to agent `{owner}`; this studio serves agent `{agent}`")]
+    OtherAgent {
+        session: SessionId,
+        owner: String,
+        agent: String,
+    },
+    #[error("session {session} has no checkpoint {seq}: its last is {last}")]
+    NoCheckpoint {
+        session: SessionId,
+        seq: u64,
+        last: u64,
+    },
+    #[error("session {session} is not waiting for an answer: it is {phase}")]
+    NotWaiting { session: SessionId, phase: String },
+    #[error(
+        "session {session} waits on interrupt {pending}, not {given} (reload the page: it was \
+         answered or asked again)"
+    )]
+    WrongInterrupt {
+        session: SessionId,
+        given: String,
+        pending: String,
+    },
+    #[error("the answer to step `{step}` must be {expected}: {error}")]
+    AnswerShape {
+        step: String,
+        expected: String,
+        error: String,
+    },
+    #[error("the update is not an update of the agent's state: {0}")]
+    BadUpdate(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("session {session}, checkpoint {seq}: cannot be read as the agent's {what}: {error}")]
+    Unreadable {
+        session: SessionId,
+        seq: u64,
+        what: &'static str,
+        error: String,
+    },
+    #[error("session {session}: {source}")]
+    Store { session: String, source: StoreError },
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized | ApiError::TokenNotInHeader => StatusCode::UNAUTHORIZED,
+            ApiError::ReadOnly | ApiError::OtherAgent { .. } => StatusCode::FORBIDDEN,
+            ApiError::NoSession(_) | ApiError::NoCheckpoint { .. } => StatusCode::NOT_FOUND,
+            ApiError::NotWaiting { .. } | ApiError::WrongInterrupt { .. } => StatusCode::CONFLICT,
+            ApiError::AnswerShape { .. } | ApiError::BadUpdate(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Session(SessionError::NoSession(_) | SessionError::NoCheckpoint { .. }) => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::Session(
+                SessionError::InFlight(_)
+                | SessionError::NoInterrupt(_)
+                | SessionError::PendingInterrupt(_),
+            ) => StatusCode::CONFLICT,
+            ApiError::Unreadable { .. } | ApiError::Store { .. } | ApiError::Session(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.to_string() });
+        (self.status(), Json(body)).into_response()
+    }
+}

@@ -1,0 +1,304 @@
+//! A local, offline web studio for harness sessions.
+//!
+//! It serves one page (HTML, CSS and JavaScript embedded in the binary: no
+//! build step, nothing fetched from elsewhere) and a JSON API over axum:
+//!
+//! - **Graph**: the loop, drawn from the validated harness (its steps,
+//!   routers and signals) when the studio serves an agent, or from what a
+//!   session's checkpoints show (its steps and the transitions between
+//!   them, labelled *observed*) when it only reads a store; the step
+//!   running or waiting now is highlighted.
+//! - **Sessions**: every session of the store with its phase (`running`,
+//!   `waiting` for a human, `done`, `failed`), agent, steps and last update,
+//!   filtered by phase and searched by text.
+//! - **Timeline**: each checkpoint with its step, the update as stored and,
+//!   with the agent's state type, what it changed in the state (a diff of
+//!   the merged states). Checkpoints record updates, not model or tool
+//!   calls; the page shows the current step's journal (interrupt answers
+//!   and `cx.once` results) as recorded, and nothing it does not have.
+//! - **State** at any checkpoint, as a tree: merged through the reducers
+//!   with the state type, else the snapshot and the updates after it as
+//!   stored.
+//! - **Waiting for a human**: the interrupt's payload and a form to answer
+//!   it, checked against the answer's type when the application declared
+//!   it ([`Studio::expect_answer`]); answering resumes the run through the
+//!   typed [`Agent`], and the page follows it live.
+//! - **Fork** from any checkpoint with an edited update
+//!   ([`Agent::fork`](harness::Agent::fork)), checked as the state's update
+//!   type.
+//!
+//! The page follows the store live over server-sent events
+//! (`/api/events`): the studio looks at the store every
+//! [`poll_interval`](Studio::poll_interval) (and at once after its own
+//! writes), so it sees runs of other processes too.
+//!
+//! # Safe by default
+//!
+//! The studio listens on loopback only ([`StudioError::NotLoopback`]
+//! otherwise) and makes a random token at start; every API call needs it
+//! (the URL [`Serving::url`] prints carries it, and the page sends it in the
+//! `x-studio-token` header). Answering and forking need the header, and a
+//! read-only studio ([`Studio::read_only`], what `harness studio` runs) has
+//! no write action at all.
+//!
+//! # Serving an application's agent
+//!
+//! ```no_run
+//! # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState)]
+//! # struct Claim { approved: Option<bool> }
+//! # async fn f(harness: harness::Harness<Claim>, store: std::sync::Arc<dyn harness::session::SessionStore>) -> Result<(), Box<dyn std::error::Error>> {
+//! use harness_studio::Studio;
+//!
+//! // `store` is the store the harness was built with (`.store(Arc::clone(&store))`).
+//! let agent = harness::create_agent("expenses", &harness);
+//! let studio = Studio::for_agent(&agent, &harness, store)?
+//!     // The `approve` step reads its answer as a `String`.
+//!     .expect_answer::<String>("approve");
+//! let serving = studio.bind("127.0.0.1:0".parse()?).await?;
+//! println!("studio: {}", serving.url());
+//! serving.wait().await?;
+//! # Ok(()) }
+//! ```
+
+mod diff;
+mod error;
+mod graph;
+mod server;
+mod source;
+mod view;
+
+pub use error::StudioError;
+
+use harness::session::SessionStore;
+use harness::slots::NoSlots;
+use harness::{Agent, Context, Harness, HarnessState, JsonSchema};
+use serde::de::DeserializeOwned;
+use server::{AnswerShape, App};
+use source::{ReadOnly, Typed};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A studio, ready to [`bind`](Self::bind).
+pub struct Studio {
+    source: Arc<dyn source::Source>,
+    shapes: BTreeMap<String, AnswerShape>,
+    poll: Duration,
+    title: String,
+}
+
+impl fmt::Debug for Studio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Studio")
+            .field("agent", &self.source.agent_id())
+            .field("answers", &self.shapes.keys().collect::<Vec<_>>())
+            .field("poll", &self.poll)
+            .field("title", &self.title)
+            .finish()
+    }
+}
+
+impl Studio {
+    fn new(source: Arc<dyn source::Source>, title: String) -> Self {
+        Studio {
+            source,
+            shapes: BTreeMap::new(),
+            poll: Duration::from_millis(500),
+            title,
+        }
+    }
+
+    /// A studio that only reads `store`: any store, any agent, without the
+    /// state type. It draws the transitions each session's checkpoints
+    /// show, shows states as stored (unmerged), and has no write action.
+    pub fn read_only(store: Arc<dyn SessionStore>) -> Self {
+        Studio::new(Arc::new(ReadOnly { store }), "sessions (read-only)".into())
+    }
+
+    /// A studio serving `agent`, whose context has no run slots: it draws
+    /// `harness`'s loop, merges states through the reducers, answers
+    /// interrupts and forks sessions through the agent. `store` must be the
+    /// store `harness` was built with.
+    ///
+    /// # Errors
+    ///
+    /// [`StudioError::Graph`] if the harness's DOT export cannot be read.
+    pub fn for_agent<S: HarnessState, C: Context>(
+        agent: &Agent<S, C>,
+        harness: &Harness<S, C>,
+        store: Arc<dyn SessionStore>,
+    ) -> Result<Self, StudioError>
+    where
+        C::Run: NoSlots,
+    {
+        Self::for_agent_with(agent, harness, store, C::Run::none)
+    }
+
+    /// [`for_agent`](Self::for_agent) for a context with run slots:
+    /// `slots` makes those of each run the studio resumes.
+    ///
+    /// # Errors
+    ///
+    /// [`StudioError::Graph`] if the harness's DOT export cannot be read.
+    pub fn for_agent_with<S: HarnessState, C: Context>(
+        agent: &Agent<S, C>,
+        harness: &Harness<S, C>,
+        store: Arc<dyn SessionStore>,
+        slots: impl Fn() -> C::Run + Send + Sync + 'static,
+    ) -> Result<Self, StudioError> {
+        let graph =
+            graph::from_dot(&harness.to_dot()).map_err(|e| StudioError::Graph(e.to_string()))?;
+        let title = format!("agent {}", agent.id());
+        Ok(Studio::new(
+            Arc::new(Typed {
+                agent: agent.clone(),
+                store,
+                graph,
+                slots: Arc::new(slots),
+            }),
+            title,
+        ))
+    }
+
+    /// Declares that step `step` reads its answer as `R`
+    /// (`cx.interrupt::<_, R>(…)`): the form shows `R`'s JSON schema, and an
+    /// answer that does not read as `R` is refused (HTTP 422, with serde's
+    /// message) before the run is resumed.
+    #[must_use]
+    pub fn expect_answer<R: DeserializeOwned + JsonSchema>(
+        mut self,
+        step: impl Into<String>,
+    ) -> Self {
+        let check = |v: &serde_json::Value| {
+            serde_json::from_value::<R>(v.clone())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        self.shapes.insert(
+            step.into(),
+            AnswerShape {
+                type_name: std::any::type_name::<R>(),
+                schema: schemars::schema_for!(R).to_value(),
+                check: Arc::new(check),
+            },
+        );
+        self
+    }
+
+    /// How often the event stream looks at the store for changes made
+    /// elsewhere (default 500 ms).
+    #[must_use]
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every;
+        self
+    }
+
+    /// The page's title (default: the agent, or "sessions (read-only)").
+    #[must_use]
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = title.into();
+        self
+    }
+
+    /// Listens on `addr` (a loopback address; port 0 for any free port)
+    /// and serves until [`Serving::shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// [`StudioError::NotLoopback`] for another address,
+    /// [`StudioError::Bind`] if it cannot be bound.
+    pub async fn bind(self, addr: SocketAddr) -> Result<Serving, StudioError> {
+        if !addr.ip().is_loopback() {
+            return Err(StudioError::NotLoopback { addr });
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| StudioError::Bind { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| StudioError::Bind { addr, source })?;
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let (changed, _) = watch::channel(0);
+        let (stop, mut stopping) = watch::channel(false);
+        let router = server::router(App {
+            source: self.source,
+            token: token.clone(),
+            shapes: self.shapes,
+            poll: self.poll,
+            title: self.title,
+            changed,
+            stopping: stop.subscribe(),
+        });
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopping.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        Ok(Serving {
+            addr: local,
+            token,
+            stop,
+            task,
+        })
+    }
+}
+
+/// A studio being served; dropping it stops the server, like
+/// [`shutdown`](Self::shutdown) without waiting.
+#[derive(Debug)]
+pub struct Serving {
+    addr: SocketAddr,
+    token: String,
+    /// Set when stopping: the server stops accepting and event streams end.
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Serving {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The token every API call needs.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The page's URL, with the token: `http://127.0.0.1:PORT/?token=…`.
+    pub fn url(&self) -> String {
+        format!("http://{}/?token={}", self.addr, self.token)
+    }
+
+    /// Serves until the server fails (it does not stop by itself).
+    ///
+    /// # Errors
+    ///
+    /// [`StudioError::Serve`] when serving fails.
+    pub async fn wait(self) -> Result<(), StudioError> {
+        let addr = self.addr;
+        match self.task.await {
+            Ok(result) => result.map_err(|source| StudioError::Serve { addr, source }),
+            Err(e) => Err(StudioError::Serve {
+                addr,
+                source: std::io::Error::other(e.to_string()),
+            }),
+        }
+    }
+
+    /// Stops accepting requests and waits for those under way (an open
+    /// event stream ends when the server stops).
+    ///
+    /// # Errors
+    ///
+    /// [`StudioError::Serve`] if serving had failed.
+    pub async fn shutdown(self) -> Result<(), StudioError> {
+        self.stop.send_replace(true);
+        self.wait().await
+    }
+}

@@ -1,0 +1,430 @@
+//! The axum application: the page, the JSON API and the event stream.
+
+use crate::error::ApiError;
+use crate::source::Source;
+use crate::view::{self, PHASES, Summary};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::Stream;
+use harness::session::SessionPhase;
+use harness::{InterruptId, SessionId};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The page's files, in the binary.
+const INDEX_HTML: &str = include_str!("../assets/index.html");
+const STUDIO_JS: &str = include_str!("../assets/studio.js");
+const STUDIO_CSS: &str = include_str!("../assets/studio.css");
+
+/// Reads an answer as the declared type; the error is serde's message.
+pub(crate) type Check = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
+
+/// A declared answer: its JSON schema and a check that reads it as the
+/// type the step reads.
+#[derive(Clone)]
+pub(crate) struct AnswerShape {
+    pub(crate) type_name: &'static str,
+    pub(crate) schema: Value,
+    pub(crate) check: Arc<Check>,
+}
+
+/// What every handler shares.
+pub(crate) struct App {
+    pub(crate) source: Arc<dyn Source>,
+    pub(crate) token: String,
+    pub(crate) shapes: BTreeMap<String, AnswerShape>,
+    pub(crate) poll: Duration,
+    pub(crate) title: String,
+    /// Bumped when this studio changed a session, so that event streams
+    /// look at the store at once.
+    pub(crate) changed: watch::Sender<u64>,
+    /// Turns true when the studio stops: event streams end.
+    pub(crate) stopping: watch::Receiver<bool>,
+}
+
+type Shared = Arc<App>;
+
+pub(crate) fn router(app: App) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/studio.js", get(script))
+        .route("/studio.css", get(style))
+        .route("/api/info", get(info))
+        .route("/api/sessions", get(sessions))
+        .route("/api/sessions/{id}", get(session))
+        .route("/api/sessions/{id}/timeline", get(timeline))
+        .route("/api/sessions/{id}/state", get(state))
+        .route("/api/sessions/{id}/answer", post(answer))
+        .route("/api/sessions/{id}/fork", post(fork))
+        .route("/api/events", get(events))
+        .with_state(Arc::new(app))
+}
+
+fn asset(body: &'static str, kind: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(kind)),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            // The page loads nothing from elsewhere, and no other page may
+            // frame it.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(
+                    "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+                ),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn index() -> Response {
+    asset(INDEX_HTML, "text/html; charset=utf-8")
+}
+
+async fn script() -> Response {
+    asset(STUDIO_JS, "text/javascript; charset=utf-8")
+}
+
+async fn style() -> Response {
+    asset(STUDIO_CSS, "text/css; charset=utf-8")
+}
+
+/// A request that gave the studio's token: in the `x-studio-token` header,
+/// or (for reads, and the event stream, which a browser opens without
+/// headers) as `?token=` in the URL. Writes need the header, which a page
+/// of another origin cannot send without a preflight the studio refuses.
+pub(crate) struct Authorized;
+
+fn same(a: &str, b: &str) -> bool {
+    // Compares every byte whatever differs first.
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+impl FromRequestParts<Shared> for Authorized {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get("x-studio-token")
+            .and_then(|v| v.to_str().ok());
+        if header.is_some_and(|t| same(t, &app.token)) {
+            return Ok(Authorized);
+        }
+        let in_query = parts
+            .uri
+            .query()
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .any(|kv| {
+                kv.strip_prefix("token=")
+                    .is_some_and(|t| same(t, &app.token))
+            });
+        match (in_query, parts.method == Method::GET) {
+            (true, true) => Ok(Authorized),
+            (true, false) => Err(ApiError::TokenNotInHeader),
+            (false, _) => Err(ApiError::Unauthorized),
+        }
+    }
+}
+
+async fn info(State(app): State<Shared>, _: Authorized) -> Json<Value> {
+    Json(json!({
+        "title": app.title,
+        "mode": if app.source.agent_id().is_some() { "agent" } else { "read_only" },
+        "agent": app.source.agent_id(),
+        "writable": app.source.agent_id().is_some(),
+        "graph": app.source.graph().map(|g| g.source),
+        "phases": PHASES,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    q: Option<String>,
+    phase: Option<String>,
+    agent: Option<String>,
+}
+
+async fn sessions(
+    State(app): State<Shared>,
+    _: Authorized,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Vec<Summary>>, ApiError> {
+    let phase = match query.phase.as_deref().filter(|p| !p.is_empty()) {
+        Some(p) if !PHASES.contains(&p) => {
+            return Err(ApiError::BadRequest(format!(
+                "phase `{p}` is none of {}",
+                PHASES.join(", ")
+            )));
+        }
+        other => other,
+    };
+    let q = query.q.unwrap_or_default().trim().to_lowercase();
+    let now = app.source.store().now();
+    let list = view::heads(app.source.store())
+        .await?
+        .iter()
+        .map(|h| Summary::of(h, now))
+        .filter(|s| phase.is_none_or(|p| s.phase == p))
+        .filter(|s| {
+            query
+                .agent
+                .as_deref()
+                .is_none_or(|a| a.is_empty() || s.agent == a)
+        })
+        .filter(|s| q.is_empty() || s.matches(&q))
+        .collect();
+    Ok(Json(list))
+}
+
+async fn session(
+    State(app): State<Shared>,
+    _: Authorized,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = SessionId::from(id);
+    let head = view::head(app.source.store(), &id).await?;
+    let log = view::log(app.source.store(), &head).await?;
+    let shape = match &head.phase {
+        SessionPhase::Interrupted { interrupt } => app
+            .shapes
+            .get(&interrupt.step)
+            .map(|s| json!({ "type": s.type_name, "schema": s.schema })),
+        _ => None,
+    };
+    Ok(Json(view::detail(&*app.source, &head, &log, shape)).into_response())
+}
+
+async fn timeline(
+    State(app): State<Shared>,
+    _: Authorized,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = SessionId::from(id);
+    let head = view::head(app.source.store(), &id).await?;
+    let log = view::log(app.source.store(), &head).await?;
+    Ok(Json(view::timeline(&*app.source, &head, log)?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct StateQuery {
+    seq: Option<u64>,
+}
+
+async fn state(
+    State(app): State<Shared>,
+    _: Authorized,
+    Path(id): Path<String>,
+    Query(query): Query<StateQuery>,
+) -> Result<Response, ApiError> {
+    let id = SessionId::from(id);
+    let head = view::head(app.source.store(), &id).await?;
+    let log = view::log(app.source.store(), &head).await?;
+    Ok(Json(view::state_at(&*app.source, &head, log, query.seq)?).into_response())
+}
+
+/// A JSON body, refused with a typed error that says what is wrong.
+fn body<T: serde::de::DeserializeOwned>(raw: &[u8], what: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(raw).map_err(|e| ApiError::BadRequest(format!("{what}: {e}")))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    interrupt: String,
+    answer: Value,
+}
+
+async fn answer(
+    State(app): State<Shared>,
+    _: Authorized,
+    Path(id): Path<String>,
+    raw: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    if app.source.agent_id().is_none() {
+        return Err(ApiError::ReadOnly);
+    }
+    let request: AnswerBody = body(&raw, "an answer is {\"interrupt\": ID, \"answer\": JSON}")?;
+    let id = SessionId::from(id);
+    let head = view::head(app.source.store(), &id).await?;
+    check_agent(&app, &head)?;
+    let SessionPhase::Interrupted { interrupt } = &head.phase else {
+        return Err(ApiError::NotWaiting {
+            session: id,
+            phase: Summary::of(&head, 0).phase.to_owned(),
+        });
+    };
+    if interrupt.id.as_str() != request.interrupt {
+        return Err(ApiError::WrongInterrupt {
+            session: id,
+            given: request.interrupt,
+            pending: interrupt.id.to_string(),
+        });
+    }
+    if let Some(shape) = app.shapes.get(&interrupt.step) {
+        (shape.check)(&request.answer).map_err(|error| ApiError::AnswerShape {
+            step: interrupt.step.clone(),
+            expected: shape.type_name.to_owned(),
+            error,
+        })?;
+    }
+    let run = app
+        .source
+        .answer(&id, &InterruptId::from(request.interrupt), request.answer)
+        .await?;
+    let changed = app.changed.clone();
+    tokio::spawn(async move {
+        run.await;
+        changed.send_modify(|n| *n += 1);
+    });
+    app.changed.send_modify(|n| *n += 1);
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        Json(json!({ "session": id, "resumed": true })),
+    )
+        .into_response())
+}
+
+fn check_agent(app: &App, head: &harness::session::StoredRun) -> Result<(), ApiError> {
+    match app.source.agent_id() {
+        Some(agent) if agent != head.agent_id => Err(ApiError::OtherAgent {
+            session: head.session_id.clone(),
+            owner: head.agent_id.clone(),
+            agent: agent.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkBody {
+    index: u64,
+    #[serde(default)]
+    update: Value,
+}
+
+async fn fork(
+    State(app): State<Shared>,
+    _: Authorized,
+    Path(id): Path<String>,
+    raw: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    if app.source.agent_id().is_none() {
+        return Err(ApiError::ReadOnly);
+    }
+    let request: ForkBody = body(&raw, "a fork is {\"index\": STEPS, \"update\": JSON}")?;
+    let id = SessionId::from(id);
+    let head = view::head(app.source.store(), &id).await?;
+    check_agent(&app, &head)?;
+    let fork = app.source.fork(&id, request.index, request.update).await?;
+    app.changed.send_modify(|n| *n += 1);
+    Ok((
+        axum::http::StatusCode::CREATED,
+        Json(json!({ "session": fork, "from": id, "index": request.index })),
+    )
+        .into_response())
+}
+
+/// The event stream's position: the versions of the sessions last sent.
+struct Watch {
+    app: Shared,
+    changed: watch::Receiver<u64>,
+    stopping: watch::Receiver<bool>,
+    seen: HashMap<SessionId, u64>,
+    first: bool,
+    queue: VecDeque<Event>,
+}
+
+fn event(name: &str, data: &impl serde::Serialize) -> Event {
+    Event::default()
+        .event(name)
+        .json_data(data)
+        .unwrap_or_else(|e| Event::default().event("error").data(e.to_string()))
+}
+
+impl Watch {
+    /// Looks at the store and queues what changed: on the first look every
+    /// session (`sessions`), then each changed or new one (`session`) and
+    /// each gone (`removed`).
+    async fn look(&mut self) {
+        let heads = match view::heads(self.app.source.store()).await {
+            Ok(heads) => heads,
+            Err(e) => {
+                self.queue
+                    .push_back(event("error", &json!({ "error": e.to_string() })));
+                return;
+            }
+        };
+        let now = self.app.source.store().now();
+        let summaries: Vec<Summary> = heads.iter().map(|h| Summary::of(h, now)).collect();
+        if self.first {
+            self.first = false;
+            self.queue.push_back(event("sessions", &summaries));
+        } else {
+            for s in &summaries {
+                if self.seen.get(&s.id) != Some(&s.version) {
+                    self.queue.push_back(event("session", s));
+                }
+            }
+            for id in self.seen.keys() {
+                if !summaries.iter().any(|s| &s.id == id) {
+                    self.queue.push_back(event("removed", &json!({ "id": id })));
+                }
+            }
+        }
+        self.seen = summaries.into_iter().map(|s| (s.id, s.version)).collect();
+    }
+}
+
+async fn events(
+    State(app): State<Shared>,
+    _: Authorized,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let watch = Watch {
+        changed: app.changed.subscribe(),
+        stopping: app.stopping.clone(),
+        app,
+        seen: HashMap::new(),
+        first: true,
+        queue: VecDeque::new(),
+    };
+    let stream = futures::stream::unfold(watch, |mut w| async move {
+        loop {
+            // Stopped, or the `Serving` dropped (which stops the server).
+            if *w.stopping.borrow() || w.stopping.has_changed().is_err() {
+                return None;
+            }
+            if let Some(e) = w.queue.pop_front() {
+                return Some((Ok(e), w));
+            }
+            if !w.first {
+                let poll = w.app.poll;
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = w.changed.changed() => {}
+                    _ = w.stopping.changed() => {}
+                }
+            }
+            w.look().await;
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

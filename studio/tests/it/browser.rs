@@ -1,0 +1,433 @@
+//! The page in a real headless Chromium, driven over the Chrome DevTools
+//! Protocol: open the studio on a store with a waiting session, see the
+//! graph and the timeline, answer the interrupt in the form, and watch the
+//! session complete. Fails (never skips) when Chromium is missing:
+//! `scripts/test` installs Debian's `chromium`.
+//!
+//! Screenshots (PNG) of the graph, the answer form and a timeline go to
+//! `$STUDIO_SCREENSHOTS` (default: this test's temporary directory);
+//! `STUDIO_SCREENSHOTS=docs` writes the README's, in `docs/`.
+
+use crate::support::{TempDir, World, temp_dir};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// The Chromium binary: `$CHROMIUM`, else the first of Debian's names on
+/// the `PATH`.
+fn chromium() -> PathBuf {
+    if let Some(p) = std::env::var_os("CHROMIUM") {
+        return p.into();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        for name in ["chromium", "chromium-browser", "google-chrome"] {
+            let p = dir.join(name);
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!(
+        "Chromium is not installed (no chromium on the PATH, no $CHROMIUM): the studio's browser \
+         test needs it; scripts/test installs Debian's `chromium` package"
+    );
+}
+
+/// A headless browser and one page, attached with a flat session.
+struct Browser {
+    child: Child,
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    session: String,
+    next_id: u64,
+    _profile: TempDir,
+}
+
+impl Browser {
+    async fn launch() -> Browser {
+        let profile = temp_dir("chromium");
+        let mut child = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                "--hide-scrollbars",
+                "--force-color-profile=srgb",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromium starts");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let ws_url = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(url) = line.split("DevTools listening on ").nth(1) {
+                    return url.trim().to_owned();
+                }
+            }
+            panic!("chromium exited without a DevTools URL");
+        })
+        .await
+        .expect("chromium prints its DevTools URL within 60 s");
+        // Keep draining stderr so that the browser never blocks on it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let (ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
+            .await
+            .expect("the DevTools websocket");
+        let mut browser = Browser {
+            child,
+            ws,
+            session: String::new(),
+            next_id: 0,
+            _profile: TempDir(profile),
+        };
+        let target = browser
+            .call("Target.createTarget", json!({"url": "about:blank"}))
+            .await;
+        let attached = browser
+            .call(
+                "Target.attachToTarget",
+                json!({"targetId": target["targetId"], "flatten": true}),
+            )
+            .await;
+        browser.session = attached["sessionId"].as_str().unwrap().to_owned();
+        browser
+            .call(
+                "Emulation.setDeviceMetricsOverride",
+                json!({"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": false}),
+            )
+            .await;
+        browser
+    }
+
+    /// Sends a command (to the page once attached) and returns its result.
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if !self.session.is_empty() {
+            msg["sessionId"] = json!(self.session);
+        }
+        self.ws
+            .send(Message::Text(msg.to_string().into()))
+            .await
+            .unwrap();
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(60), self.ws.next())
+                .await
+                .unwrap_or_else(|_| panic!("no answer to {method} within 60 s"))
+                .expect("the websocket is open")
+                .unwrap();
+            let Message::Text(text) = frame else { continue };
+            let v: Value = serde_json::from_str(&text).unwrap();
+            if v["id"] == id {
+                if let Some(e) = v.get("error") {
+                    panic!("{method}: {e}");
+                }
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluates `expr` in the page (promises awaited) and returns its value.
+    async fn eval(&mut self, expr: &str) -> Value {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+            )
+            .await;
+        if let Some(e) = r.get("exceptionDetails") {
+            panic!("{expr}: {e}");
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// Waits until `expr` is truthy in the page; the timeout is a safety
+    /// net.
+    async fn wait_for(&mut self, what: &str, expr: &str) {
+        for _ in 0..300 {
+            if self.eval(&format!("!!({expr})")).await == json!(true) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let errors = self
+            .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).join(' | ')")
+            .await;
+        panic!("the page never showed {what} ({expr}); errors on the page: {errors}");
+    }
+
+    /// The centre of the element, scrolled into view.
+    async fn centre(&mut self, selector: &str) -> (f64, f64) {
+        let v = self
+            .eval(&format!(
+                "(() => {{ const e = document.querySelector({sel}); e.scrollIntoView({{block: 'center'}}); \
+                 const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()",
+                sel = json!(selector)
+            ))
+            .await;
+        (v[0].as_f64().unwrap(), v[1].as_f64().unwrap())
+    }
+
+    /// A real mouse click on the element.
+    async fn click(&mut self, selector: &str) {
+        let (x, y) = self.centre(selector).await;
+        for kind in ["mousePressed", "mouseReleased"] {
+            self.call(
+                "Input.dispatchMouseEvent",
+                json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}),
+            )
+            .await;
+        }
+    }
+
+    /// Clicks into a text field, clears it and types `text`.
+    async fn type_into(&mut self, selector: &str, text: &str) {
+        self.click(selector).await;
+        self.eval(&format!(
+            "document.querySelector({}).select()",
+            json!(selector)
+        ))
+        .await;
+        self.call("Input.insertText", json!({"text": text})).await;
+    }
+
+    /// A PNG of the element.
+    async fn screenshot(&mut self, selector: &str, name: &str) {
+        self.centre(selector).await;
+        let r = self
+            .eval(&format!(
+                "(() => {{ const r = document.querySelector({}).getBoundingClientRect(); \
+                 return [r.x + scrollX, r.y + scrollY, r.width, r.height]; }})()",
+                json!(selector)
+            ))
+            .await;
+        let clip = json!({"x": r[0], "y": r[1], "width": r[2], "height": r[3], "scale": 1});
+        let shot = self
+            .call(
+                "Page.captureScreenshot",
+                json!({"format": "png", "clip": clip, "captureBeyondViewport": true}),
+            )
+            .await;
+        let png = base64(shot["data"].as_str().unwrap());
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name} is a PNG");
+        assert!(png.len() > 2000, "{name}: a real picture, not an empty one");
+        let dir = match std::env::var("STUDIO_SCREENSHOTS") {
+            Ok(d) if d == "docs" => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs"),
+            Ok(d) => PathBuf::from(d),
+            Err(_) => PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), png).unwrap();
+    }
+
+    async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+        let _ = self.child.kill().await;
+    }
+}
+
+/// Standard base64, as CDP sends screenshots.
+fn base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let bytes: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut n: u32 = 0;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= u32::from(value(c)) << (18 - 6 * i);
+        }
+        let got = chunk.len() * 6 / 8;
+        out.extend_from_slice(&n.to_be_bytes()[1..=got]);
+    }
+    out
+}
+
+#[test]
+fn base64_decodes() {
+    assert_eq!(base64("aGFybmVzcw=="), b"harness");
+    assert_eq!(base64("c3R1ZGlv"), b"studio");
+    assert_eq!(base64("YQ=="), b"a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() {
+    let w = World::new("browser").await;
+    let studio = w.studio().await;
+    let mut b = Browser::launch().await;
+    b.call("Page.enable", json!({})).await;
+    b.call("Page.navigate", json!({"url": studio.url()})).await;
+
+    // The list, with every session and its phase.
+    b.wait_for(
+        "the three sessions",
+        "document.querySelectorAll('#sessions tbody tr').length === 3",
+    )
+    .await;
+    let row = format!("#sessions tr[data-id=\"{}\"]", w.waiting);
+    assert_eq!(
+        b.eval(&format!("document.querySelector('{row}').dataset.phase"))
+            .await,
+        "waiting"
+    );
+    // Search narrows the list.
+    b.type_into("#search", "broken").await;
+    b.wait_for(
+        "the search",
+        "document.querySelectorAll('#sessions tbody tr').length === 1",
+    )
+    .await;
+    b.type_into("#search", "").await;
+    b.eval("document.querySelector('#search').value = ''; document.querySelector('#search').dispatchEvent(new Event('input'))").await;
+    b.wait_for(
+        "the list again",
+        "document.querySelectorAll('#sessions tbody tr').length === 3",
+    )
+    .await;
+
+    b.click(&row).await;
+    // The graph: every step, the signals, the waiting step highlighted.
+    b.wait_for(
+        "the waiting step highlighted",
+        "document.querySelector('#graph .node.current[data-step=\"review\"]')",
+    )
+    .await;
+    let steps = b
+        .eval("[...document.querySelectorAll('#graph .node')].map(n => n.dataset.step).sort().join(',')")
+        .await;
+    assert_eq!(steps, "$end,$start,draft,publish,review");
+    let labels = b
+        .eval("[...document.querySelectorAll('#graph .edge text')].map(t => t.textContent).sort().join(',')")
+        .await;
+    assert_eq!(labels, "approved,rejected");
+    // The timeline: the start and the draft step, with its diff.
+    b.wait_for(
+        "the timeline",
+        "document.querySelectorAll('#timeline .checkpoint').length === 2",
+    )
+    .await;
+    let draft = b
+        .eval("document.querySelector('#timeline .checkpoint[data-step=\"draft\"]').textContent")
+        .await;
+    assert!(
+        draft.as_str().unwrap().contains("/drafts: 0 → 1"),
+        "{draft}"
+    );
+    // The question and the form.
+    b.wait_for("the answer form", "!document.querySelector('#waiting-panel').hidden && !document.querySelector('#answer-form').hidden")
+        .await;
+    let payload = b
+        .eval("document.querySelector('#interrupt-payload').textContent")
+        .await;
+    assert!(
+        payload.as_str().unwrap().contains("publish this draft?"),
+        "{payload}"
+    );
+    let shape = b
+        .eval("document.querySelector('#answer-shape').textContent")
+        .await;
+    assert!(shape.as_str().unwrap().contains("Review"), "{shape}");
+    b.screenshot("#graph-panel", "studio-graph.png").await;
+
+    // An answer of the wrong shape is refused, and says why.
+    b.type_into("#answer", r#"{"approve": "maybe", "note": "hmm"}"#)
+        .await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the refusal",
+        "document.querySelector('#answer-error').textContent.includes('must be')",
+    )
+    .await;
+    b.type_into("#answer", "not json").await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the JSON error",
+        "document.querySelector('#answer-error').textContent.includes('not JSON')",
+    )
+    .await;
+    b.type_into("#answer", r#"{"approve": true, "note": "ship it"}"#)
+        .await;
+    b.screenshot("#waiting-panel", "studio-answer.png").await;
+    b.click("#answer-submit").await;
+
+    // The run resumes and the page follows it to the end, live.
+    b.wait_for(
+        "the session done",
+        "document.querySelector('#phase').dataset.phase === 'done'",
+    )
+    .await;
+    b.wait_for(
+        "the waiting panel gone",
+        "document.querySelector('#waiting-panel').hidden",
+    )
+    .await;
+    b.wait_for(
+        "the whole timeline",
+        "[...document.querySelectorAll('#timeline .checkpoint')].map(c => c.dataset.step).join(',') === '$start,draft,review,publish'",
+    )
+    .await;
+    b.wait_for(
+        "the row done",
+        &format!("document.querySelector('{row}').dataset.phase === 'done'"),
+    )
+    .await;
+    assert_eq!(
+        b.eval("document.querySelector('#graph .node.current')")
+            .await,
+        Value::Null,
+        "nothing runs any more"
+    );
+    // The state at the review checkpoint, as a tree.
+    b.click("#timeline .checkpoint[data-step=\"review\"]").await;
+    b.wait_for(
+        "the state after review",
+        "document.querySelector('#state-at').textContent.includes('review')",
+    )
+    .await;
+    let state = b
+        .eval("document.querySelector('#state-tree').textContent")
+        .await;
+    let state = state.as_str().unwrap();
+    assert!(
+        state.contains("review: ship it") && !state.contains("published"),
+        "{state}"
+    );
+    b.screenshot(".columns", "studio-timeline.png").await;
+    let errors = b
+        .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).join('')")
+        .await;
+    assert_eq!(errors, "", "no error on the page");
+    b.close().await;
+    studio.shutdown().await.unwrap();
+
+    // The answer went through the agent: the session is done in the store.
+    let head = w
+        .store
+        .load(&w.waiting.clone().into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.steps, 3);
+}

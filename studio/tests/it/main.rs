@@ -1,0 +1,9 @@
+//! The studio's tests: the JSON API and the event stream over plain HTTP,
+//! and the page in a real headless Chromium.
+
+#![allow(clippy::unwrap_used, unreachable_pub, missing_docs)]
+
+mod api;
+mod browser;
+mod events;
+mod support;

@@ -1,0 +1,341 @@
+//! A small typed agent on a temporary sled store, and a plain HTTP/1.1
+//! client.
+
+use harness::session::{SessionPhase, SessionStore};
+use harness::{Agent, Cx, Harness, HarnessState, JsonSchema, StepError, StepResult, create_agent};
+use harness_stores::SledStore;
+use harness_studio::{Serving, Studio};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A document going through review.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+pub struct Doc {
+    #[field(reduce = append)]
+    pub log: Vec<String>,
+    #[field(reduce = add)]
+    pub drafts: u32,
+    pub approved: Option<bool>,
+}
+
+/// What the reviewer answers.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Review {
+    pub approve: bool,
+    pub note: String,
+}
+
+async fn draft(_: Arc<Doc>, _: Cx<()>) -> StepResult<DocUpdate> {
+    Ok(DocUpdate::new().drafts(1).log(vec!["drafted".into()]))
+}
+
+async fn review(doc: Arc<Doc>, cx: Cx<()>) -> StepResult<DocUpdate> {
+    let r: Review = cx.interrupt(json!({
+        "question": "publish this draft?",
+        "draft": doc.drafts,
+    }))?;
+    Ok(DocUpdate::new()
+        .approved(Some(r.approve))
+        .log(vec![format!("review: {}", r.note)]))
+}
+
+async fn publish(_: Arc<Doc>, _: Cx<()>) -> StepResult<DocUpdate> {
+    Ok(DocUpdate::new().log(vec!["published".into()]))
+}
+
+async fn crash(_: Arc<Doc>, _: Cx<()>) -> StepResult<DocUpdate> {
+    Err(StepError::msg("the printer is on fire"))
+}
+
+/// A directory removed (best effort) when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh directory under the system's temporary directory.
+pub fn temp_dir(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "harness-studio-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The review agent and its store, with sessions in each phase.
+pub struct World {
+    pub store: Arc<dyn SessionStore>,
+    pub harness: Harness<Doc>,
+    pub agent: Agent<Doc>,
+    /// Waits on `review`.
+    pub waiting: String,
+    pub interrupt: String,
+    /// Approved and published.
+    pub done: String,
+    /// Of agent `broken`, failed.
+    pub failed: String,
+    _dir: TempDir,
+}
+
+impl World {
+    pub async fn new(name: &str) -> World {
+        let dir = temp_dir(name);
+        let store: Arc<dyn SessionStore> = Arc::new(SledStore::open(dir.join("db")).unwrap());
+        let harness = Harness::<Doc>::builder()
+            .step("draft")
+            .run(draft)
+            .next("review")
+            .step("review")
+            .run(review)
+            .route(|d: &Doc| {
+                if d.approved == Some(true) {
+                    "approved"
+                } else {
+                    "rejected"
+                }
+            })
+            .on("approved")
+            .to("publish")
+            .on("rejected")
+            .to("draft")
+            .step("publish")
+            .run(publish)
+            .end()
+            .start("draft")
+            .store(Arc::clone(&store))
+            .build()
+            .unwrap();
+        let agent = create_agent("reviews", &harness);
+
+        let waiting = agent.run(Doc::default()).await.unwrap();
+        let interrupt = waiting.interrupt.clone().unwrap().id;
+        let done = agent.run(Doc::default()).await.unwrap();
+        let done_iid = done.interrupt.clone().unwrap().id;
+        let finished = agent
+            .resume(
+                json!({"approve": true, "note": "fine"}),
+                &done.session_id,
+                &done_iid,
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(
+            finished.state.log.last().map(String::as_str),
+            Some("published")
+        );
+
+        let broken = Harness::<Doc>::builder()
+            .step("crash")
+            .run(crash)
+            .end()
+            .start("crash")
+            .store(Arc::clone(&store))
+            .build()
+            .unwrap();
+        let failed = create_agent("broken", &broken).run(Doc::default()).await;
+        assert!(failed.is_err());
+        let failed_id = store
+            .sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|id| *id != waiting.session_id && *id != done.session_id)
+            .unwrap();
+        let head = store.load(&failed_id).await.unwrap().unwrap();
+        assert!(
+            matches!(head.phase, SessionPhase::Failed { .. }),
+            "{head:?}"
+        );
+
+        World {
+            store,
+            harness,
+            agent,
+            waiting: waiting.session_id.to_string(),
+            interrupt: interrupt.to_string(),
+            done: done.session_id.to_string(),
+            failed: failed_id.to_string(),
+            _dir: TempDir(dir),
+        }
+    }
+
+    /// The agent's studio, declaring the `review` answer, on loopback.
+    pub async fn studio(&self) -> Serving {
+        Studio::for_agent(&self.agent, &self.harness, Arc::clone(&self.store))
+            .unwrap()
+            .expect_answer::<Review>("review")
+            .poll_interval(Duration::from_millis(100))
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// A read-only studio on the same store.
+    pub async fn read_only(&self) -> Serving {
+        Studio::read_only(Arc::clone(&self.store))
+            .poll_interval(Duration::from_millis(100))
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+}
+
+/// A response: status, headers (lower-case names) and body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The error message of an error response.
+    pub fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// Decodes a chunked body; `None` while incomplete.
+pub fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&raw[..line_end]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        raw = &raw[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        if raw.len() < size + 2 {
+            return None;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[size + 2..];
+    }
+}
+
+fn split_head(raw: &[u8]) -> (u16, Vec<(String, String)>, usize) {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete head");
+    let head = std::str::from_utf8(&raw[..end]).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, end + 4)
+}
+
+/// One request on a new connection (`Connection: close`).
+pub async fn request(
+    serving: &Serving,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Response {
+    let mut conn = TcpStream::connect(serving.local_addr()).await.unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+        serving.local_addr()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await.unwrap();
+    let (status, headers, at) = split_head(&raw);
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(&raw[at..]).expect("a complete chunked body")
+    } else {
+        raw[at..].to_vec()
+    };
+    Response {
+        status,
+        headers,
+        body: String::from_utf8(body).unwrap(),
+    }
+}
+
+/// A GET with the studio's token in the header.
+pub async fn get(serving: &Serving, path: &str) -> Response {
+    request(
+        serving,
+        "GET",
+        path,
+        &[("x-studio-token", serving.token())],
+        None,
+    )
+    .await
+}
+
+/// A POST of JSON with the studio's token in the header.
+pub async fn post(serving: &Serving, path: &str, body: &str) -> Response {
+    request(
+        serving,
+        "POST",
+        path,
+        &[
+            ("x-studio-token", serving.token()),
+            ("content-type", "application/json"),
+        ],
+        Some(body),
+    )
+    .await
+}
+
+/// Polls `check` until it returns `Some`; the timeout is a safety net.
+pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    for _ in 0..600 {
+        if let Some(v) = check().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
