@@ -16,7 +16,8 @@ use harness::llm::{
 use harness::slots::NoSlots;
 use harness::state::reduce::Appendable;
 use harness::{
-    Context, Cx, Harness, HarnessBuilder, HarnessState, StepBuilder, StepFn, StepResult,
+    Context, Cx, Harness, HarnessBuilder, HarnessState, RetryPolicy, StepBuilder, StepFn,
+    StepResult,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -284,6 +285,7 @@ pub struct AgentLoop<S, C> {
     tools_step: String,
     on_answer: Exit,
     on_limit: Exit,
+    model_retry: RetryPolicy,
     types: PhantomData<fn() -> (S, C)>,
 }
 
@@ -323,6 +325,7 @@ where
             tools_step: "tools".into(),
             on_answer: Exit::End,
             on_limit: Exit::End,
+            model_retry: RetryPolicy::default(),
             types: PhantomData,
         }
     }
@@ -405,6 +408,15 @@ where
         self
     }
 
+    /// How [`add_to`](Self::add_to) retries a failed model step (a
+    /// provider's error after its own retries, a malformed answer); by
+    /// default it does not.
+    #[must_use]
+    pub fn model_retry(mut self, policy: RetryPolicy) -> Self {
+        self.model_retry = policy;
+        self
+    }
+
     /// The model step's name.
     pub fn model_step_name(&self) -> &str {
         &self.model_step
@@ -455,6 +467,7 @@ where
         let model = builder
             .step(self.model_step.as_str())
             .run(self.model_step())
+            .retry(self.model_retry.clone())
             .route(self.model_route())
             .on(signals::TOOLS)
             .to(self.tools_step.as_str());
@@ -788,7 +801,22 @@ async fn tools_turn<S: AgentState, C: AgentContext>(
     let started = Instant::now();
 
     let mut update = AgentMemory::default();
+    // Arguments that are not an object (what the model wrote, as text) are
+    // replaced in the transcript by the object they hold, or by `{}`: some
+    // providers refuse a conversation whose tool call input is not an
+    // object. The text stays in the turn's `proposed`.
     let mut edits = Transcript::new();
+    for (call, action) in &actions {
+        if call.arguments.is_object() {
+            continue;
+        }
+        let object = match action {
+            Action::Run(runnable) => runnable.arguments.clone(),
+            Action::Ask(asked) => asked.arguments.clone(),
+            Action::Answer(_) => Value::Object(serde_json::Map::new()),
+        };
+        edits = edits.then(Transcript::edit(call.id.clone(), object));
+    }
     let mut corrections = Vec::new();
     let mut decided: BTreeMap<String, Decision> = decisions
         .into_iter()

@@ -220,6 +220,33 @@ async fn bad_model_output_is_reported_to_the_model_for_each_call() {
     assert_eq!(add.calls.load(Ordering::SeqCst), 1);
     assert_eq!(shell.ran(), ["false"]);
     assert_eq!(check_pairing(&requests[1].messages), Ok(()));
+    // Arguments that were text are objects in the conversation sent back,
+    // which every provider accepts; the text is kept as proposed.
+    let sent: Vec<ToolCall> = requests[1]
+        .messages
+        .iter()
+        .flat_map(|m| m.tool_calls().cloned().collect::<Vec<_>>())
+        .collect();
+    assert!(sent.iter().all(|c| c.arguments.is_object()), "{sent:?}");
+    let twice_call = sent.iter().find(|c| c.id == "twice");
+    assert_eq!(
+        twice_call.map(|c| &c.arguments),
+        Some(&json!({"a": 20, "b": 22}))
+    );
+    let turn = outcome
+        .state
+        .memory
+        .transcript()
+        .units()
+        .iter()
+        .find_map(|u| match &u.body {
+            harness_kit::UnitBody::Turn(turn) if turn.calls().any(|c| c.id == "malformed") => {
+                Some(turn.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the turn is kept"));
+    assert_eq!(turn.proposed["malformed"], json!("{\"a\": 1, \"b\":"));
 }
 
 #[tokio::test]
@@ -486,4 +513,31 @@ async fn calls_a_users_route_skips_still_get_results_before_the_next_model_call(
             .iter()
             .all(|r| r.is_error && r.content.contains("not run"))
     );
+}
+
+#[tokio::test]
+async fn a_failed_model_call_is_retried_by_the_model_retry_policy() {
+    let flaky = || {
+        scripted([
+            Expect::any().fail(ModelError::malformed(
+                "the arguments of tool call `add` are not valid JSON",
+            )),
+            Expect::any().reply(ModelResponse::from_text("second try")),
+        ])
+    };
+    // Without a policy the run fails with the model's error.
+    let error = agent(AgentLoop::new(tools()), flaky())
+        .run(AgentChat::with_task("go"))
+        .await
+        .expect_err("one attempt");
+    assert!(error.to_string().contains("model"), "{error}");
+    let outcome = agent(
+        AgentLoop::new(tools()).model_retry(harness::RetryPolicy::attempts(2)),
+        flaky(),
+    )
+    .run(AgentChat::with_task("go"))
+    .await
+    .unwrap_or_else(|e| panic!("the second attempt answers: {e}"));
+    assert_eq!(outcome.state.memory.answer().as_deref(), Some("second try"));
+    assert_eq!(outcome.state.memory.turns(), 1);
 }
