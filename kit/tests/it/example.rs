@@ -16,20 +16,24 @@ fn assistant() -> &'static Path {
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .unwrap_or_else(|| panic!("the kit sits in the workspace"));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "harness-examples", "--example", "assistant"])
-            .current_dir(workspace)
-            .status()
-            .unwrap_or_else(|e| panic!("cargo runs: {e}"));
-        assert!(status.success(), "the example builds");
-        // This test binary is target/<profile>/deps/it-…; examples are in
-        // target/<profile>/examples.
+        // This test binary is target/<profile>/deps/it-…; the example is
+        // built into target/<profile>/examples, in the same profile.
         let exe = std::env::current_exe().unwrap_or_else(|e| panic!("the test binary: {e}"));
         let profile = exe
             .parent()
             .and_then(Path::parent)
             .unwrap_or_else(|| panic!("{} is in target/<profile>/deps", exe.display()));
+        let mut build = vec!["build", "-p", "harness-examples", "--example", "assistant"];
+        if profile.file_name().is_some_and(|name| name == "release") {
+            build.push("--release");
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(&build)
+            .current_dir(workspace)
+            .status()
+            .unwrap_or_else(|e| panic!("cargo runs: {e}"));
+        assert!(status.success(), "the example builds");
         let path = profile.join("examples").join("assistant");
         assert!(path.exists(), "{} exists", path.display());
         path
