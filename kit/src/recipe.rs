@@ -251,6 +251,7 @@ pub enum Exit {
     To(String),
 }
 
+#[derive(Clone)]
 struct Config {
     tools: ToolSet,
     specs: Vec<ToolSpec>,
@@ -330,11 +331,9 @@ where
         }
     }
 
+    /// The configuration, to change; steps made before keep the old one.
     fn config_mut(&mut self) -> &mut Config {
-        // Only called while building, before any step holds the config.
-        Arc::get_mut(&mut self.config).unwrap_or_else(|| {
-            unreachable!("the agent loop is configured before its steps are made")
-        })
+        Arc::make_mut(&mut self.config)
     }
 
     /// The system prompt, sent first with every request (never evicted).

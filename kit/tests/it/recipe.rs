@@ -541,3 +541,11 @@ async fn a_failed_model_call_is_retried_by_the_model_retry_policy() {
     assert_eq!(outcome.state.memory.answer().as_deref(), Some("second try"));
     assert_eq!(outcome.state.memory.turns(), 1);
 }
+
+#[test]
+fn configuring_the_recipe_after_taking_a_step_from_it_is_allowed() {
+    let recipe = AgentLoop::<AgentChat, harness_kit::ModelDeps>::new(tools());
+    let _taken = recipe.model_step();
+    let recipe = recipe.policy("shell", Policy::deny()).tool_concurrency(2);
+    assert!(recipe.builder().build().is_ok());
+}
