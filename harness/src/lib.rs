@@ -72,6 +72,9 @@ pub mod guide {
     #[doc = include_str!("docs/guide/runs.md")]
     pub mod runs {}
 
+    #[doc = include_str!("docs/guide/composition.md")]
+    pub mod composition {}
+
     #[doc = include_str!("docs/guide/observation.md")]
     pub mod observation {}
 
@@ -96,6 +99,7 @@ pub use graph::{
     BranchFailure, ForkBuilder, Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL,
     OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
+pub use graph::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub use harness_macros::{Context, HarnessState};
 pub use ids::{InterruptId, RunId, SessionId, TaskPath};
 pub use observe::Observer;
@@ -107,7 +111,9 @@ pub use session::{Busy, Submitted};
 pub use signal::Signal;
 pub use slots::Context;
 pub use state::HarnessState;
-pub use step::{Cx, Interrupt, RunInfo, StepError, StepFn, StepInfo, StepResult};
+pub use step::{
+    Cx, Interrupt, ModelCallInfo, RunInfo, StepError, StepFn, StepInfo, StepResult, ToolCallInfo,
+};
 
 /// Re-exports for the derive macros' generated code; not a public API.
 #[doc(hidden)]

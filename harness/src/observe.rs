@@ -4,7 +4,12 @@
 //! Spans (usable with any `tracing` subscriber, OpenTelemetry included):
 //! - `harness.run` with `agent`, `run_id`, `session_id`, around a run (and
 //!   again around each resume);
-//! - `harness.step` with `step` and `index`, around each step's `run`.
+//! - `harness.step` with `step`, `path` and `index`, around each step's `run`;
+//! - `gen_ai.chat` (OpenTelemetry name `chat {model}`) around each model
+//!   call a step makes through [`Cx::complete`](crate::Cx::complete), with the
+//!   GenAI semantic conventions' attributes;
+//! - `gen_ai.execute_tool` (`execute_tool {tool}`) around each tool call
+//!   made through [`Cx::call_tool`](crate::Cx::call_tool).
 //!
 //! Observers are attached to a harness with
 //! [`HarnessBuilder::observer`](crate::HarnessBuilder::observer) and see every
@@ -14,7 +19,7 @@
 use crate::error::RunError;
 use crate::signal::Signal;
 use crate::state::HarnessState;
-use crate::step::{Interrupt, RunInfo, StepInfo};
+use crate::step::{Interrupt, ModelCallInfo, RunInfo, StepInfo, ToolCallInfo};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +67,16 @@ pub trait Observer<S: HarnessState>: Send + Sync {
         elapsed: Duration,
     ) {
         let _ = (run, step, update, elapsed);
+    }
+
+    /// A step called a model through [`Cx::complete`](crate::Cx::complete).
+    async fn model_called(&self, run: &RunInfo, step: &StepInfo, call: &ModelCallInfo<'_>) {
+        let _ = (run, step, call);
+    }
+
+    /// A step ran a tool call through [`Cx::call_tool`](crate::Cx::call_tool).
+    async fn tool_called(&self, run: &RunInfo, step: &StepInfo, call: &ToolCallInfo<'_>) {
+        let _ = (run, step, call);
     }
 
     /// The run paused for a human.
@@ -112,6 +127,14 @@ impl<S: HarnessState, A: Observer<S>, B: Observer<S>> Observer<S> for Both<A, B>
         self.0.step_finished(run, step, update, elapsed).await;
         self.1.step_finished(run, step, update, elapsed).await;
     }
+    async fn model_called(&self, run: &RunInfo, step: &StepInfo, call: &ModelCallInfo<'_>) {
+        self.0.model_called(run, step, call).await;
+        self.1.model_called(run, step, call).await;
+    }
+    async fn tool_called(&self, run: &RunInfo, step: &StepInfo, call: &ToolCallInfo<'_>) {
+        self.0.tool_called(run, step, call).await;
+        self.1.tool_called(run, step, call).await;
+    }
     async fn interrupted(&self, run: &RunInfo, interrupt: &Interrupt) {
         self.0.interrupted(run, interrupt).await;
         self.1.interrupted(run, interrupt).await;
@@ -142,6 +165,12 @@ impl<S: HarnessState, O: Observer<S> + ?Sized> Observer<S> for Arc<O> {
         elapsed: Duration,
     ) {
         (**self).step_finished(run, step, update, elapsed).await;
+    }
+    async fn model_called(&self, run: &RunInfo, step: &StepInfo, call: &ModelCallInfo<'_>) {
+        (**self).model_called(run, step, call).await;
+    }
+    async fn tool_called(&self, run: &RunInfo, step: &StepInfo, call: &ToolCallInfo<'_>) {
+        (**self).tool_called(run, step, call).await;
     }
     async fn interrupted(&self, run: &RunInfo, interrupt: &Interrupt) {
         (**self).interrupted(run, interrupt).await;

@@ -182,8 +182,45 @@ fn merge<S: HarnessState>(session: &SessionId, log: &[Checkpoint]) -> Result<Vec
     };
     let mut state: Option<S> = None;
     let mut out = Vec::with_capacity(log.len());
+    // Updates of branches under way, by branch: the run's state gets them
+    // at the join, in the join's order.
+    let mut pending: std::collections::BTreeMap<harness::TaskPath, Vec<S::Update>> =
+        std::collections::BTreeMap::new();
     for cp in log {
         match &cp.kind {
+            CheckpointKind::Branch(b) => {
+                let update: S::Update = serde_json::from_value(b.update.clone())
+                    .map_err(|e| unreadable(cp.seq, "update", e.to_string()))?;
+                pending.entry(b.path.clone()).or_default().push(update);
+            }
+            CheckpointKind::Join(j) => {
+                let mut merged = Vec::new();
+                for path in &j.branches {
+                    // A nested fork's branches were merged into their parent
+                    // branch at its own join.
+                    let inner: Vec<harness::TaskPath> = pending
+                        .keys()
+                        .filter(|p| p.starts_with(path))
+                        .cloned()
+                        .collect();
+                    for p in inner {
+                        merged.extend(pending.remove(&p).unwrap_or_default());
+                    }
+                }
+                if j.path.is_root() {
+                    let target = state.as_mut().ok_or_else(|| {
+                        unreadable(cp.seq, "join", "no snapshot comes before it".into())
+                    })?;
+                    for u in merged {
+                        target.apply(u);
+                    }
+                } else {
+                    pending.entry(j.path.clone()).or_default().extend(merged);
+                }
+            }
+            // A fork starts branches, and a sub-agent's records are its
+            // own: neither changes the run's state.
+            CheckpointKind::Fork(_) | CheckpointKind::Child(_) => {}
             CheckpointKind::Snapshot(v) => {
                 state = Some(
                     serde_json::from_value(v.clone())

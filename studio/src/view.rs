@@ -221,10 +221,7 @@ pub(crate) fn timeline(
             0 => Vec::new(),
             _ => diff(&s[i - 1], &s[i]),
         });
-        let (kind, value) = match cp.kind {
-            CheckpointKind::Snapshot(v) => ("snapshot", v),
-            CheckpointKind::Update(v) => ("update", v),
-        };
+        let (kind, value) = record_value(cp.kind);
         entries.push(Entry {
             seq: cp.seq,
             index: cp.index,
@@ -293,9 +290,7 @@ pub(crate) fn state_at(
         });
     }
     let record = |cp: &Checkpoint| {
-        let value = match &cp.kind {
-            CheckpointKind::Snapshot(v) | CheckpointKind::Update(v) => v.clone(),
-        };
+        let value = record_value(cp.kind.clone()).1;
         Record {
             seq: cp.seq,
             index: cp.index,
@@ -318,4 +313,30 @@ pub(crate) fn state_at(
             .map(record)
             .collect(),
     })
+}
+
+/// What a record is called in the timeline, and the value it shows: a
+/// state, an update (a branch's or a sub-agent's too), or the branches of a
+/// fork or a join.
+fn record_value(kind: CheckpointKind) -> (&'static str, Value) {
+    match kind {
+        CheckpointKind::Snapshot(v) => ("snapshot", v),
+        CheckpointKind::Update(v) => ("update", v),
+        CheckpointKind::Branch(b) => (
+            "branch",
+            serde_json::json!({ "path": b.path, "update": b.update, "failed": b.failed }),
+        ),
+        CheckpointKind::Fork(f) => (
+            "fork",
+            serde_json::json!({ "path": f.path, "join": f.join, "branches": f.branches.iter().map(|b| &b.path).collect::<Vec<_>>() }),
+        ),
+        CheckpointKind::Join(j) => (
+            "join",
+            serde_json::json!({ "path": j.path, "branches": j.branches }),
+        ),
+        CheckpointKind::Child(c) => (
+            "sub-agent",
+            serde_json::json!({ "path": c.path, "record": record_value(*c.record).1 }),
+        ),
+    }
 }

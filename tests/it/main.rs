@@ -9,5 +9,6 @@ mod once;
 mod parallel_sessions;
 mod provider_swap;
 mod sessions;
+mod step_cache;
 mod worker_faults;
 mod workers;

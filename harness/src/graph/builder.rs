@@ -119,6 +119,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 writes: None,
                 input: None,
                 sub: None,
+                cache_without_run: false,
             },
         }
     }

@@ -199,6 +199,8 @@ pub(crate) struct SubCall<'a, S, C> {
     pub(crate) stop: Arc<AtomicBool>,
     /// The run's event stream.
     pub(crate) emitter: Arc<dyn Emitter>,
+    /// The run's observers of model and tool calls.
+    pub(crate) hooks: Option<Arc<dyn crate::step::CallHooks>>,
 }
 
 /// How a sub-agent's loop settled inside its step.
@@ -259,6 +261,8 @@ pub(crate) struct StepDef<S: HarnessState, C> {
     pub(crate) input: Option<TypeTag>,
     /// The sub-agent the step runs, if its body is one.
     pub(crate) sub: Option<Arc<dyn SubStep<S, C>>>,
+    /// Whether `.cache` was declared with no `run` to cache.
+    pub(crate) cache_without_run: bool,
 }
 
 impl<S: HarnessState, C> StepDef<S, C> {

@@ -19,6 +19,7 @@
 //! it.
 
 mod builder;
+pub mod cache;
 mod compiled;
 mod def;
 mod export;
@@ -28,6 +29,7 @@ mod validate;
 pub use builder::{
     DEFAULT_STEP_LIMIT, ForkBuilder, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder,
 };
+pub use cache::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};
 pub use def::{BranchFailure, RetryPolicy};
 pub(crate) use def::{RunFn, SubCall, SubEnd, SubRun, SubShape, SubStep};

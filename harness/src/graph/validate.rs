@@ -143,6 +143,12 @@ pub enum Violation {
         /// How it is reached: `the start step`, `step X on next`, ….
         from: String,
     },
+    /// A step declares `.cache(..)` before its `.run(..)`, or without one:
+    /// there is nothing to cache.
+    CacheWithoutRun {
+        /// The step.
+        step: String,
+    },
     /// A setting of the harness has a value no run can work with.
     InvalidSetting {
         /// The setting: `step_limit`, `session_config.lease_ttl`, ….
@@ -247,6 +253,10 @@ impl fmt::Display for Violation {
                 "step `{step}` takes an input (run_each) and can only start a fan-out's branch, \
                  but it is reached from {from}"
             ),
+            Violation::CacheWithoutRun { step } => write!(
+                f,
+                "step `{step}` declares .cache(..) without a .run(..) before it: declare the cache after the step's run"
+            ),
             Violation::InvalidSetting { setting, reason } => {
                 write!(f, "the setting `{setting}` is invalid: {reason}")
             }
@@ -341,6 +351,9 @@ pub(super) fn validate<S: HarnessState, C>(
         if s.route.is_some() && s.on.is_empty() {
             v.push(Violation::RouteWithoutOn { step: name.clone() });
             shapeless.insert(i);
+        }
+        if s.cache_without_run {
+            v.push(Violation::CacheWithoutRun { step: name.clone() });
         }
         if s.route.is_none() && !s.on.is_empty() {
             v.push(Violation::OnWithoutRoute { step: name.clone() });

@@ -17,7 +17,8 @@ use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
 use crate::step::{
-    Cx, CxShared, Emitter, Interrupt, JournalSink, RunInfo, StepError, StepInfo, StepJournal,
+    CallHooks, Cx, CxShared, Emitter, Interrupt, JournalSink, ModelCallInfo, RunInfo, StepError,
+    StepInfo, StepJournal, ToolCallInfo,
 };
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -403,6 +404,12 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                     cursor: cursor.as_ref(),
                     steps: AtomicU64::new(exec.steps),
                     scope: None,
+                    hooks: (!harness.observers.is_empty()).then(|| {
+                        Arc::new(ObserverHooks {
+                            observers: harness.observers.clone(),
+                            info: info.clone(),
+                        }) as Arc<dyn CallHooks>
+                    }),
                 };
                 let driving = drive(&env, &mut exec.task);
                 let result = if renewer.is_some() {
@@ -615,6 +622,39 @@ async fn persist_settle<S: HarnessState, C: Context>(
     }
 }
 
+/// The run's observers, as the model and tool calls of its steps reach
+/// them.
+struct ObserverHooks<S: HarnessState> {
+    observers: Vec<Arc<dyn crate::observe::Observer<S>>>,
+    info: RunInfo,
+}
+
+impl<S: HarnessState> CallHooks for ObserverHooks<S> {
+    fn model_called<'a>(
+        &'a self,
+        step: &'a StepInfo,
+        call: &'a ModelCallInfo<'a>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            for o in &self.observers {
+                o.model_called(&self.info, step, call).await;
+            }
+        })
+    }
+
+    fn tool_called<'a>(
+        &'a self,
+        step: &'a StepInfo,
+        call: &'a ToolCallInfo<'a>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            for o in &self.observers {
+                o.tool_called(&self.info, step, call).await;
+            }
+        })
+    }
+}
+
 /// What every task of one drive shares.
 pub(super) struct Env<'a, S: HarnessState, C: Context> {
     pub(super) harness: &'a HarnessInner<S, C>,
@@ -627,6 +667,8 @@ pub(super) struct Env<'a, S: HarnessState, C: Context> {
     pub(super) steps: AtomicU64,
     /// For a sub-agent's loop: its path, under which its records are kept.
     pub(super) scope: Option<TaskPath>,
+    /// The run's observers, for model and tool calls (none without any).
+    pub(super) hooks: Option<Arc<dyn CallHooks>>,
 }
 
 async fn drive<S: HarnessState, C: Context>(
@@ -1312,6 +1354,7 @@ async fn run_sub<S: HarnessState, C: Context>(
         info: env.info,
         stop: Arc::clone(&env.control.stop),
         emitter: Arc::clone(&env.emitter),
+        hooks: env.hooks.clone(),
     };
     match sub.call(call).await {
         Ok(SubEnd::Done(update)) => Ok(update),
@@ -1374,7 +1417,8 @@ async fn run_step<S: HarnessState, C: Context>(
                 task.path.clone(),
                 task.input.clone(),
                 Some(Arc::clone(&env.emitter)),
-            ),
+            )
+            .observed(env.hooks.clone()),
         );
         let cx = Cx {
             ctx: Arc::clone(env.ctx),

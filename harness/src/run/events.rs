@@ -101,6 +101,17 @@ pub enum RunEvent<S: HarnessState> {
         /// failed one, `branches` for a fork or a join.
         detail: Value,
     },
+    /// Text a model is streaming to a step that called it through
+    /// [`Cx::complete`](crate::Cx::complete); sent only to subscribers from
+    /// [`Run::events_with_tokens`](crate::Run::events_with_tokens).
+    Token {
+        /// The task the step runs in (a branch's, a sub-agent's).
+        path: TaskPath,
+        /// The step.
+        step: Arc<str>,
+        /// The new text.
+        text: Arc<str>,
+    },
     /// A step sent an event of its own with [`Cx::emit`](crate::Cx::emit).
     Custom {
         /// The task the step runs in.
@@ -132,6 +143,8 @@ pub(crate) struct EventHub<S: HarnessState> {
     senders: Mutex<Vec<mpsc::UnboundedSender<RunEvent<S>>>>,
     /// For a sub-agent's loop: the run's stream its events go to.
     forward: Option<Arc<dyn Emitter>>,
+    /// Whether a subscriber asked for model tokens.
+    tokens: std::sync::atomic::AtomicBool,
 }
 
 impl<S: HarnessState> EventHub<S> {
@@ -140,7 +153,13 @@ impl<S: HarnessState> EventHub<S> {
             count: AtomicUsize::new(0),
             senders: Mutex::new(Vec::new()),
             forward: None,
+            tokens: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Also sends the tokens of model calls.
+    pub(crate) fn want_tokens(&self) {
+        self.tokens.store(true, Ordering::Release);
     }
 
     /// The hub of a sub-agent's loop, whose events go to `run`'s stream.
@@ -245,6 +264,7 @@ fn forward<S: HarnessState>(run: &dyn Emitter, event: &RunEvent<S>) {
             kind,
             detail,
         } => run.child(path, step, kind, detail.clone()),
+        RunEvent::Token { path, step, text } => run.token(path, step, text),
         // The run that holds the sub-agent reports these itself.
         RunEvent::Started { .. }
         | RunEvent::Interrupted(_)
@@ -254,6 +274,19 @@ fn forward<S: HarnessState>(run: &dyn Emitter, event: &RunEvent<S>) {
 }
 
 impl<S: HarnessState> Emitter for EventHub<S> {
+    fn wants_tokens(&self) -> bool {
+        (self.tokens.load(Ordering::Acquire) && self.count.load(Ordering::Acquire) > 0)
+            || self.forward.as_ref().is_some_and(|f| f.wants_tokens())
+    }
+
+    fn token(&self, path: &TaskPath, step: &Arc<str>, text: &str) {
+        self.send(RunEvent::Token {
+            path: path.clone(),
+            step: Arc::clone(step),
+            text: text.into(),
+        });
+    }
+
     fn child(&self, path: &TaskPath, step: &Arc<str>, kind: &str, detail: Value) {
         self.send(RunEvent::Child {
             path: path.clone(),

@@ -122,6 +122,15 @@ impl<S: HarnessState, C: Context> Run<S, C> {
         self.control.events.subscribe()
     }
 
+    /// Like [`events`](Self::events), with the text of the model calls its
+    /// steps make through [`Cx::complete`](crate::Cx::complete), as
+    /// [`RunEvent::Token`] events (the calls then stream). Filter the
+    /// stream by kind to keep what a view needs.
+    pub fn events_with_tokens(&self) -> RunEvents<S> {
+        self.control.events.want_tokens();
+        self.control.events.subscribe()
+    }
+
     /// Stops the run at its next step boundary (see [`StopHandle::stop`]).
     pub fn stop(&self) {
         self.stop_handle().stop();

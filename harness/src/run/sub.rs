@@ -307,6 +307,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
                 cursor: call.cursor,
                 steps: AtomicU64::new(0),
                 scope: Some(call.path.clone()),
+                hooks: call.hooks.clone(),
             };
             let end = drive_task(&env, &mut root).await?;
             let steps = env.steps.load(Ordering::SeqCst);

@@ -1,7 +1,7 @@
 //! [`Cx`]: what a step's `run` gets besides the state.
 
-use super::Interrupt;
 use super::error::StepError;
+use super::{Interrupt, ModelCallInfo, ToolCallInfo};
 use crate::error::StoreError;
 use crate::ids::{InterruptId, RunId, SessionId, TaskPath};
 use futures::future::BoxFuture;
@@ -51,6 +51,25 @@ pub(crate) trait Emitter: Send + Sync {
     /// Sends an event of a sub-agent's loop (whose state type is not the
     /// run's), as data.
     fn child(&self, path: &TaskPath, step: &Arc<str>, kind: &str, detail: Value);
+    /// Whether someone listens for the tokens of model calls.
+    fn wants_tokens(&self) -> bool;
+    /// Sends text a model is streaming.
+    fn token(&self, path: &TaskPath, step: &Arc<str>, text: &str);
+}
+
+/// The run's observers, for the model and tool calls a step makes through
+/// its context (whatever the loop's state type).
+pub(crate) trait CallHooks: Send + Sync {
+    fn model_called<'a>(
+        &'a self,
+        step: &'a super::StepInfo,
+        call: &'a super::ModelCallInfo<'a>,
+    ) -> BoxFuture<'a, ()>;
+    fn tool_called<'a>(
+        &'a self,
+        step: &'a super::StepInfo,
+        call: &'a super::ToolCallInfo<'a>,
+    ) -> BoxFuture<'a, ()>;
 }
 
 pub(crate) struct CxShared {
@@ -68,6 +87,7 @@ pub(crate) struct CxShared {
     /// The input of a fan-out's branch, for its first step.
     pub(crate) input: Option<Value>,
     emitter: Option<Arc<dyn Emitter>>,
+    hooks: Option<Arc<dyn CallHooks>>,
     sink: Option<Arc<dyn JournalSink>>,
     journal: Mutex<StepJournal>,
     next_interrupt: AtomicUsize,
@@ -123,6 +143,7 @@ impl CxShared {
             path: TaskPath::root(),
             input: None,
             emitter: None,
+            hooks: None,
             sink,
             journal: Mutex::new(journal),
             next_interrupt: AtomicUsize::new(0),
@@ -143,6 +164,18 @@ impl CxShared {
         self.input = input;
         self.emitter = emitter;
         self
+    }
+
+    /// Hands the model and tool calls of the step to the run's observers.
+    pub(crate) fn observed(mut self, hooks: Option<Arc<dyn CallHooks>>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Whether the step has asked to pause (an interrupt, or an answer it
+    /// refused), whatever it returns.
+    pub(crate) fn pausing(&self) -> bool {
+        lock(&self.pending).is_some() || lock(&self.rejected).is_some()
     }
 
     /// What the visit left: the journal, the interrupt the step asked for,
@@ -362,6 +395,141 @@ impl<C> Cx<C> {
                 std::any::type_name::<I>()
             ))
         })
+    }
+
+    /// Sends `request` to `model` on behalf of this step: traced as a
+    /// `chat {model}` span with the OpenTelemetry GenAI attributes
+    /// (`gen_ai.operation.name`, `gen_ai.provider.name`,
+    /// `gen_ai.request.model`, then `gen_ai.usage.input_tokens`,
+    /// `gen_ai.usage.output_tokens` and `gen_ai.response.finish_reasons`),
+    /// reported to the run's observers
+    /// ([`Observer::model_called`](crate::observe::Observer::model_called)),
+    /// and, when someone subscribed with
+    /// [`Run::events_with_tokens`](crate::Run::events_with_tokens), streamed:
+    /// each piece of text is a [`RunEvent::Token`](crate::RunEvent::Token)
+    /// with this step's path, so a sub-agent's tokens show live.
+    ///
+    /// The answer is the one `model.complete` gives.
+    pub async fn complete(
+        &self,
+        model: &dyn crate::llm::LanguageModel,
+        request: &crate::llm::ModelRequest,
+    ) -> Result<crate::llm::ModelResponse, crate::llm::ModelError> {
+        use futures::StreamExt;
+        use tracing::Instrument;
+        let provider = model.provider();
+        let name = model.model_name();
+        let span = tracing::info_span!(
+            "gen_ai.chat",
+            otel.name = %format!("chat {name}"),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = %provider,
+            gen_ai.request.model = %name,
+            gen_ai.conversation.id = %self.shared.session_id,
+            harness.step = %self.shared.step,
+            harness.path = %self.shared.path,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let began = std::time::Instant::now();
+        let streaming = self.shared.emitter.as_ref().filter(|e| e.wants_tokens());
+        let result = async {
+            match streaming {
+                None => model.complete(request).await,
+                Some(emitter) => {
+                    let stream = model.stream(request).await?;
+                    let path = self.shared.path.clone();
+                    let step = Arc::clone(&self.shared.step);
+                    let emitter = Arc::clone(emitter);
+                    let tapped = stream.inspect(move |event| {
+                        if let Ok(crate::llm::StreamEvent::TextDelta { text }) = event {
+                            emitter.token(&path, &step, text);
+                        }
+                    });
+                    crate::llm::collect_stream(tapped).await
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        match &result {
+            Ok(response) => {
+                span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+                span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+                span.record(
+                    "gen_ai.response.finish_reasons",
+                    tracing::field::debug(&[&response.stop_reason]),
+                );
+            }
+            Err(e) => {
+                span.record("error.type", tracing::field::display(e));
+            }
+        }
+        if let Some(hooks) = &self.shared.hooks {
+            let info = ModelCallInfo {
+                provider,
+                model: name,
+                request,
+                result: result.as_ref(),
+                elapsed: began.elapsed(),
+            };
+            hooks.model_called(&self.step_info(), &info).await;
+        }
+        result
+    }
+
+    /// Runs the tool call `call` (as a model made it) from `tools` on
+    /// behalf of this step, and gives the result to send back to the model:
+    /// a failed tool, an unknown tool or malformed arguments become an
+    /// error result naming the call, never a failed step. Traced as an
+    /// `execute_tool {tool}` span (`gen_ai.operation.name`,
+    /// `gen_ai.tool.name`, `gen_ai.tool.call.id`) and reported to the run's
+    /// observers ([`Observer::tool_called`](crate::observe::Observer::tool_called)).
+    pub async fn call_tool(
+        &self,
+        tools: &crate::llm::ToolSet,
+        call: &crate::llm::ToolCall,
+    ) -> crate::llm::ToolResult {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            "gen_ai.execute_tool",
+            otel.name = %format!("execute_tool {}", call.name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            gen_ai.conversation.id = %self.shared.session_id,
+            harness.step = %self.shared.step,
+            harness.path = %self.shared.path,
+            error.type = tracing::field::Empty,
+        );
+        let began = std::time::Instant::now();
+        let result = tools
+            .dispatch_or_report(call)
+            .instrument(span.clone())
+            .await;
+        if result.is_error {
+            span.record("error.type", "tool_error");
+        }
+        if let Some(hooks) = &self.shared.hooks {
+            let info = ToolCallInfo {
+                call,
+                result: &result,
+                elapsed: began.elapsed(),
+            };
+            hooks.tool_called(&self.step_info(), &info).await;
+        }
+        result
+    }
+
+    fn step_info(&self) -> super::StepInfo {
+        super::StepInfo {
+            name: Arc::clone(&self.shared.step),
+            path: self.shared.path.clone(),
+            index: self.shared.index,
+        }
     }
 
     /// The task this step runs in: the root for the run's own loop, else

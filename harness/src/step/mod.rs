@@ -33,8 +33,8 @@ mod cx;
 mod error;
 mod func;
 
+pub(crate) use cx::{CallHooks, CxShared, Emitter, JournalSink};
 pub use cx::{Cx, StepJournal};
-pub(crate) use cx::{CxShared, Emitter, JournalSink};
 pub use error::{StepError, StepResult};
 pub use func::StepFn;
 
@@ -57,6 +57,36 @@ pub struct Interrupt {
     pub path: TaskPath,
     /// What the step asked, as JSON.
     pub payload: Value,
+}
+
+/// A model call made through [`Cx::complete`], as observers see it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ModelCallInfo<'a> {
+    /// The provider (`openai`, `anthropic`, …; `custom` for a model that
+    /// does not say).
+    pub provider: &'a str,
+    /// The model's name.
+    pub model: &'a str,
+    /// What was sent.
+    pub request: &'a crate::llm::ModelRequest,
+    /// What came back.
+    pub result: Result<&'a crate::llm::ModelResponse, &'a crate::llm::ModelError>,
+    /// How long it took.
+    pub elapsed: std::time::Duration,
+}
+
+/// A tool call made through [`Cx::call_tool`], as observers see it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ToolCallInfo<'a> {
+    /// The call, as the model made it.
+    pub call: &'a crate::llm::ToolCall,
+    /// Its result, sent back to the model (`is_error` when the tool failed
+    /// or the call was malformed).
+    pub result: &'a crate::llm::ToolResult,
+    /// How long it took.
+    pub elapsed: std::time::Duration,
 }
 
 /// Identifies a run to observers and spans.

@@ -1,5 +1,6 @@
 //! The core crate's integration tests, one binary: each module is one area.
 
+mod calls;
 mod derive_ui;
 mod graph;
 mod llm_record;
@@ -12,5 +13,6 @@ mod parallel;
 mod run;
 mod slots;
 mod state;
+mod step_cache;
 mod sub_agents;
 mod tracing_spans;

@@ -264,3 +264,58 @@ fn mermaid_and_dot_draw_a_sub_agent_nested_in_its_step() {
         "{dot}"
     );
 }
+
+#[tokio::test]
+async fn a_sub_agent_in_a_branch_pauses_the_run_under_the_branch_and_resumes_there() {
+    let counts = Arc::new(Counts::default());
+    let child = research(Arc::clone(&counts), true);
+    let h = Harness::<Report>::builder()
+        .step("plan")
+        .run(async |_: Arc<Report>| Ok(ReportUpdate::new().log(vec!["plan".into()])))
+        .fork(["study", "other"])
+        .join("write")
+        .step("study")
+        .sub_agent(SubAgent::new(
+            &child,
+            |r: &Report| Research {
+                question: r.topic.clone(),
+                ..Research::default()
+            },
+            |_: &Report, done| {
+                ReportUpdate::new().log(vec![format!(
+                    "{} {}",
+                    done.state.notes.join(";"),
+                    done.state.approved
+                )])
+            },
+        ))
+        .writes(["log"])
+        .next("write")
+        .step("other")
+        .run(async |_: Arc<Report>| Ok(ReportUpdate::new().log(vec!["other".into()])))
+        .writes(["log"])
+        .next("write")
+        .step("write")
+        .run(async |s: Arc<Report>| {
+            Ok(ReportUpdate::new().log(vec![format!("write {}", s.log.len())]))
+        })
+        .end()
+        .start("plan")
+        .build()
+        .unwrap();
+    let agent = create_agent("nested", &h);
+    let mut run = agent.run(Report {
+        topic: "tides".into(),
+        log: vec![],
+    });
+    let interrupt = (&mut run).await.unwrap().interrupt.unwrap();
+    assert_eq!(interrupt.path, TaskPath::from("study/study"));
+    assert_eq!(interrupt.step, "approve");
+    run.resume(true, &interrupt.id).unwrap();
+    let out = run.await.unwrap();
+    assert_eq!(
+        out.state.log,
+        ["plan", "about tides true", "other", "write 3"]
+    );
+    assert_eq!(counts.gather.load(Ordering::SeqCst), 1);
+}
