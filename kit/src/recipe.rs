@@ -550,7 +550,7 @@ async fn model_turn<S: AgentState, C: AgentContext>(
     ) {
         let summary = match cx.context().summarizer() {
             Some(summarizer) => {
-                let (text, usage) = summarize(summarizer, &transcript, &plan.units).await?;
+                let (text, usage) = summarize(cx, summarizer, &transcript, &plan.units).await?;
                 update = update.spent(model_key(summarizer), usage);
                 Some(text)
             }
@@ -588,7 +588,7 @@ async fn model_turn<S: AgentState, C: AgentContext>(
     let response = match config.limits.time_left(memory) {
         Some(left) => {
             let left = left.saturating_sub(started.elapsed());
-            match tokio::time::timeout(left, model.complete(&request)).await {
+            match tokio::time::timeout(left, cx.complete(model, &request)).await {
                 Ok(response) => response?,
                 Err(_) => {
                     let used_ms = memory.active_ms().saturating_add(elapsed_ms(started));
@@ -603,7 +603,7 @@ async fn model_turn<S: AgentState, C: AgentContext>(
                 }
             }
         }
-        None => model.complete(&request).await?,
+        None => cx.complete(model, &request).await?,
     };
     let status = if response.has_tool_calls() {
         AgentStatus::ToolCalls
@@ -626,7 +626,8 @@ async fn model_turn<S: AgentState, C: AgentContext>(
 }
 
 /// Asks `summarizer` to summarize the units `ids` of `transcript`.
-async fn summarize(
+async fn summarize<C>(
+    cx: &Cx<C>,
     summarizer: &dyn LanguageModel,
     transcript: &Transcript,
     ids: &[u64],
@@ -668,7 +669,7 @@ async fn summarize(
         )
         .user(text)
         .build();
-    let response = summarizer.complete(&request).await?;
+    let response = cx.complete(summarizer, &request).await?;
     Ok((response.text(), response.usage))
 }
 
@@ -868,7 +869,7 @@ async fn tools_turn<S: AgentState, C: AgentContext>(
             let (tools, cx) = (config.tools.clone(), cx.clone());
             async move {
                 let key = format!("tool:{}", call.id);
-                cx.once(&key, async { tools.dispatch_or_report(&call).await })
+                cx.once(&key, async { cx.call_tool(&tools, &call).await })
                     .await
             }
         })

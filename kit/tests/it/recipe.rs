@@ -549,3 +549,76 @@ fn configuring_the_recipe_after_taking_a_step_from_it_is_allowed() {
     let recipe = recipe.policy("shell", Policy::deny()).tool_concurrency(2);
     assert!(recipe.builder().build().is_ok());
 }
+
+/// Records the model and tool calls observers are told about.
+#[derive(Clone, Default)]
+struct Calls(Arc<std::sync::Mutex<Vec<String>>>);
+
+#[async_trait]
+impl harness::Observer<AgentChat> for Calls {
+    async fn model_called(
+        &self,
+        _: &harness::RunInfo,
+        step: &harness::StepInfo,
+        call: &harness::ModelCallInfo<'_>,
+    ) {
+        if let Ok(mut calls) = self.0.lock() {
+            calls.push(format!(
+                "{} model {}/{}",
+                step.name, call.provider, call.model
+            ));
+        }
+    }
+    async fn tool_called(
+        &self,
+        _: &harness::RunInfo,
+        step: &harness::StepInfo,
+        call: &harness::ToolCallInfo<'_>,
+    ) {
+        if let Ok(mut calls) = self.0.lock() {
+            calls.push(format!(
+                "{} tool {} {}",
+                step.name, call.call.id, call.result.content
+            ));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_loops_model_and_tool_calls_are_reported_to_observers() {
+    let model = scripted([
+        Expect::any().reply(ModelResponse::from_tool_call(ToolCall::new(
+            "c1",
+            "add",
+            json!({"a": 2, "b": 2}),
+        ))),
+        Expect::any().reply(ModelResponse::from_text("4")),
+    ]);
+    let calls = Calls::default();
+    let harness = AgentLoop::<AgentChat, harness_kit::ModelDeps>::new(tools())
+        .builder()
+        .observer(calls.clone())
+        .build()
+        .unwrap_or_else(|e| panic!("the loop builds: {e}"));
+    let agent = create_agent_with(
+        "observed",
+        &harness,
+        harness_kit::ModelDepsAgent {
+            model,
+            summarizer: None,
+        },
+    );
+    agent
+        .run(AgentChat::with_task("2 + 2?"))
+        .await
+        .unwrap_or_else(|e| panic!("the run completes: {e}"));
+    let seen = calls.0.lock().map(|c| c.clone()).unwrap_or_default();
+    assert_eq!(
+        seen,
+        [
+            "model model scripted/scripted",
+            "tools tool c1 4",
+            "model model scripted/scripted"
+        ]
+    );
+}
