@@ -2,7 +2,10 @@
 //! on a sled store, three branches at a time, each branch two steps, and
 //! reports each branch step once its checkpoint is durable.
 //!
-//! `fanout_worker start|recover STORE_DIR SESSION ITEMS LEASE_MS`
+//! `fanout_worker start|recover STORE_DIR SESSION ITEMS LEASE_MS [sub]`
+//!
+//! With `sub`, the loop is a sub-agent instead: one step of the parent runs
+//! a child loop of `ITEMS` ticks, each reported once durable.
 
 use futures::StreamExt;
 use harness::session::{SessionConfig, SessionError};
@@ -30,9 +33,20 @@ struct Fan {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, mode, dir, session, items, lease_ms] = args.as_slice() else {
-        return Err("usage: fanout_worker start|recover STORE_DIR SESSION ITEMS LEASE_MS".into());
+    let (mode, dir, session, items, lease_ms, sub) = match args.as_slice() {
+        [_, mode, dir, session, items, lease_ms] => (mode, dir, session, items, lease_ms, false),
+        [_, mode, dir, session, items, lease_ms, sub] if sub == "sub" => {
+            (mode, dir, session, items, lease_ms, true)
+        }
+        _ => {
+            return Err(
+                "usage: fanout_worker start|recover STORE_DIR SESSION ITEMS LEASE_MS [sub]".into(),
+            );
+        }
     };
+    if sub {
+        return sub_agent(mode, dir, session, items.parse()?, lease_ms.parse()?).await;
+    }
     let items: u64 = items.parse()?;
     let config = SessionConfig {
         lease_ttl: Duration::from_millis(lease_ms.parse()?),
@@ -115,6 +129,115 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             outcome.state.checked,
             outcome.state.joins
         ))?
+    );
+    Ok(())
+}
+
+/// The child loop's state: its ticks, each with the process that ran it.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Ticks {
+    until: u64,
+    #[field(reduce = append)]
+    ticks: Vec<(u64, u32)>,
+}
+
+/// The parent's state: what the sub-agent's step mapped out.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Parent {
+    ticks: u64,
+    #[field(reduce = append)]
+    done: Vec<(u64, u32)>,
+    #[field(reduce = add)]
+    ends: u32,
+}
+
+async fn sub_agent(
+    mode: &str,
+    dir: &str,
+    session: &str,
+    ticks: u64,
+    lease_ms: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let child = Harness::<Ticks>::builder()
+        .step("tick")
+        .run(async |s: Arc<Ticks>| {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            Ok(TicksUpdate::new().ticks(vec![(s.ticks.len() as u64, std::process::id())]))
+        })
+        .route(|s: &Ticks| {
+            if (s.ticks.len() as u64) < s.until {
+                "again"
+            } else {
+                "done"
+            }
+        })
+        .on("again")
+        .to("tick")
+        .on("done")
+        .end()
+        .start("tick")
+        .build()?;
+    let harness = Harness::<Parent>::builder()
+        .step("work")
+        .sub_agent(harness::SubAgent::new(
+            &child,
+            |p: &Parent| Ticks {
+                until: p.ticks,
+                ticks: vec![],
+            },
+            |_: &Parent, done| ParentUpdate::new().done(done.state.ticks).ends(1),
+        ))
+        .end()
+        .start("work")
+        .store(SledStore::open(dir)?)
+        .session_config(SessionConfig {
+            lease_ttl: Duration::from_millis(lease_ms),
+            ..SessionConfig::default()
+        })
+        .build()?;
+    let agent = create_agent("sub", &harness);
+    let session = SessionId::from(session);
+    let run = match mode {
+        "start" => agent.run_in(
+            session,
+            Parent {
+                ticks,
+                done: vec![],
+                ends: 0,
+            },
+        ),
+        "recover" => loop {
+            match agent.recover(&session).await {
+                Ok(run) => break run,
+                Err(SessionError::InFlight(_)) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => return Err(e.into()),
+            }
+        },
+        other => return Err(format!("unknown mode {other}").into()),
+    };
+    let mut events = run.events();
+    let printer = tokio::spawn(async move {
+        while let Some(e) = events.next().await {
+            if let RunEvent::Child {
+                path,
+                step,
+                kind,
+                detail,
+            } = e
+                && &*kind == "step_finished"
+            {
+                // Sent after the child step's record was committed and flushed.
+                println!("durable {path} {step} {}", detail["index"]);
+            }
+        }
+    });
+    let outcome = run.await?;
+    printer.await?;
+    println!(
+        "final {}",
+        serde_json::to_string(&(outcome.state.done, outcome.state.ends))?
     );
     Ok(())
 }

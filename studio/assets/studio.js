@@ -13,6 +13,7 @@ const ui = {
   detail: null,
   timeline: null,
   seq: null, // the checkpoint whose state is shown; null: the latest
+  picked: null, // the graph node of that checkpoint's step
 };
 
 async function api(path, options = {}) {
@@ -128,77 +129,186 @@ async function loadList() {
 
 // ---- the graph ----
 
-function layout(graph) {
-  const ids = graph.nodes.map((n) => n.id);
+// Lays out one loop (the run's, or a sub-agent's inside its box): layers
+// by the longest path from its first node along forward transitions (a
+// fork's join edge, and edges back to an earlier step, do not count), so
+// that parallel branches sit side by side and their join below the
+// longest. `size` gives each node's width and height.
+function layoutLevel(ids, edges, entry, size) {
+  const inLevel = new Set(ids);
+  const isEnd = (i) => i === '$end' || i.endsWith('/$end');
   const out = new Map(ids.map((i) => [i, []]));
-  for (const e of graph.edges) if (out.has(e.from)) out.get(e.from).push(e.to);
+  for (const e of edges) {
+    if (e.kind === 'join' || e.kind === 'enter') continue;
+    if (inLevel.has(e.from) && inLevel.has(e.to) && !isEnd(e.to)) out.get(e.from).push(e.to);
+  }
+  // Depth-first from the entry: edges to a node on the stack go back.
+  const back = new Set();
+  const order = [];
+  const state = new Map();
+  const visit = (n) => {
+    state.set(n, 1);
+    for (const m of out.get(n)) {
+      if (state.get(m) === 1) back.add(n + '\u0000' + m);
+      else if (!state.has(m)) visit(m);
+    }
+    state.set(n, 2);
+    order.push(n);
+  };
+  if (entry !== undefined && inLevel.has(entry)) visit(entry);
   const layer = new Map();
-  const start = ids.includes('$start') ? '$start' : ids[0];
-  if (start !== undefined) {
-    layer.set(start, 0);
-    const queue = [start];
-    while (queue.length) {
-      const n = queue.shift();
-      for (const m of out.get(n) || []) {
-        if (m !== '$end' && !layer.has(m)) { layer.set(m, layer.get(n) + 1); queue.push(m); }
-      }
+  if (entry !== undefined && inLevel.has(entry)) layer.set(entry, 0);
+  for (const n of order.reverse()) {
+    for (const m of out.get(n)) {
+      if (back.has(n + '\u0000' + m) || !layer.has(n)) continue;
+      layer.set(m, Math.max(layer.get(m) ?? 0, layer.get(n) + 1));
     }
   }
-  for (const i of ids) if (!layer.has(i) && i !== '$end') layer.set(i, 1);
-  if (ids.includes('$end')) layer.set('$end', Math.max(0, ...layer.values()) + 1);
+  for (const i of ids) if (!layer.has(i) && !isEnd(i)) layer.set(i, Math.min(1, layer.size));
+  const last = Math.max(0, ...layer.values()) + 1;
+  for (const i of ids) if (isEnd(i)) layer.set(i, last);
   const rows = [];
   for (const i of ids) (rows[layer.get(i)] ||= []).push(i);
-  const size = new Map(graph.nodes.map((n) => {
-    const round = n.kind === 'start' || n.kind === 'end';
-    return [n.id, { w: round ? 56 : Math.max(90, n.id.length * 8 + 28), h: round ? 30 : 36 }];
-  }));
-  const gap = 40;
+  const gap = 36, vgap = 54;
   const widths = rows.map((r) => (r || []).reduce((w, i) => w + size.get(i).w + gap, -gap));
-  const width = Math.max(320, ...widths) + 200;
+  const width = Math.max(160, ...widths);
   const pos = new Map();
-  rows.forEach((r, y) => {
-    let x = (width - 160 - widths[y]) / 2 + 20;
-    for (const i of r || []) {
+  let y = 0;
+  rows.forEach((r, l) => {
+    if (!r) return;
+    const h = Math.max(...r.map((i) => size.get(i).h));
+    let x = (width - widths[l]) / 2;
+    for (const i of r) {
       const s = size.get(i);
-      pos.set(i, { x: x + s.w / 2, y: 30 + y * 90, w: s.w, h: s.h, layer: y });
+      pos.set(i, { x: x + s.w / 2, y: y + h / 2, w: s.w, h: s.h, layer: l });
       x += s.w + gap;
     }
+    y += h + vgap;
   });
-  return { pos, width, height: rows.length * 90 + 10 };
+  return { pos, width, height: Math.max(0, y - vgap) };
+}
+
+function layout(graph) {
+  const byParent = new Map();
+  for (const n of graph.nodes) {
+    const p = n.parent || '';
+    if (!byParent.has(p)) byParent.set(p, []);
+    byParent.get(p).push(n.id);
+  }
+  const size = new Map(graph.nodes.map((n) => {
+    const round = n.kind === 'start' || n.kind === 'end';
+    return [n.id, { w: round ? 56 : Math.max(90, n.label.length * 8 + 28), h: round ? 30 : 36 }];
+  }));
+  const pad = 14, title = 26;
+  // Each sub-agent's box first: its loop laid out inside, the box sized
+  // to hold it.
+  const inner = new Map();
+  for (const c of graph.clusters || []) {
+    const ids = byParent.get(c.id) || [];
+    if (!ids.length || !size.has(c.id)) continue;
+    const enter = graph.edges.find((e) => e.kind === 'enter' && e.from === c.id);
+    const l = layoutLevel(ids, graph.edges, enter ? enter.to : ids[0], size);
+    const titleWidth = c.label.length * 7 + 2 * pad;
+    l.width = Math.max(l.width, titleWidth);
+    inner.set(c.id, l);
+    size.set(c.id, { w: l.width + 2 * pad, h: l.height + 2 * pad + title });
+  }
+  const top = byParent.get('') || [];
+  const root = layoutLevel(top, graph.edges, top.includes('$start') ? '$start' : top[0], size);
+  const margin = { left: 90, top: 24, right: 150, bottom: 20 };
+  const pos = new Map();
+  for (const [id, p] of root.pos) pos.set(id, { ...p, x: p.x + margin.left, y: p.y + margin.top, level: '' });
+  for (const [cid, l] of inner) {
+    const box = pos.get(cid);
+    if (!box) continue;
+    const ox = box.x - box.w / 2 + pad + (box.w - 2 * pad - l.width) / 2;
+    const oy = box.y - box.h / 2 + pad + title;
+    for (const [id, p] of l.pos) pos.set(id, { ...p, x: p.x + ox, y: p.y + oy, level: cid });
+  }
+  return { pos, width: root.width + margin.left + margin.right, height: root.height + margin.top + margin.bottom };
+}
+
+function drawNode(n, p, cls) {
+  const g = svg('g', { class: cls.join(' '), 'data-step': n.id });
+  if (n.kind === 'start' || n.kind === 'end') {
+    g.append(svg('ellipse', { cx: p.x, cy: p.y, rx: p.w / 2, ry: p.h / 2 }));
+  } else if (n.kind === 'router') {
+    const { x, y, w, h } = p;
+    g.append(svg('polygon', { points: `${x - w / 2},${y} ${x},${y - h / 2 - 4} ${x + w / 2},${y} ${x},${y + h / 2 + 4}` }));
+  } else {
+    g.append(svg('rect', { x: p.x - p.w / 2, y: p.y - p.h / 2, width: p.w, height: p.h, rx: 6 }));
+  }
+  return g;
 }
 
 function drawGraph(detail) {
   const graph = detail.graph;
   const { pos, width, height } = layout(graph);
   const visited = new Set(detail.visited);
-  const taken = new Set();
-  let prev = '$start';
-  for (const step of detail.visited) {
-    const s = step === '$input' ? '$start' : step;
-    if (s !== '$start') taken.add(prev + '\u0000' + s);
-    prev = s;
+  const taken = new Set((detail.taken || []).map(([a, b]) => a + '\u0000' + b));
+  const current = new Set();
+  const waiting = new Set();
+  for (const p of detail.positions || []) {
+    if (!p.node) continue;
+    current.add(p.node);
+    if (p.waiting) waiting.add(p.node);
   }
+  const forks = new Set(graph.edges.filter((e) => e.kind === 'branch' || e.kind === 'each').map((e) => e.from));
+  const joins = new Set(graph.edges.filter((e) => e.kind === 'join').map((e) => e.to));
+  const fanned = new Set(graph.edges.filter((e) => e.kind === 'each').map((e) => e.to));
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': 'the loop' });
   const defs = svg('defs');
-  const marker = svg('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' });
+  const marker = svg('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 10, markerHeight: 10, markerUnits: 'userSpaceOnUse', orient: 'auto-start-reverse' });
   marker.append(svg('path', { d: 'M0,0 L10,5 L0,10 z', fill: '#8793a0' }));
   defs.append(marker);
   root.append(defs);
-  let bend = 0;
+
+  // Sub-agents' boxes (under everything), each holding its loop's nodes.
+  const boxes = new Map();
+  for (const n of graph.nodes) {
+    if (n.kind !== 'sub-agent' || !pos.has(n.id)) continue;
+    const p = pos.get(n.id);
+    const cls = ['node', 'kind-sub-agent', 'cluster'];
+    if (visited.has(n.id)) cls.push('visited');
+    if (current.has(n.id)) cls.push('current');
+    const g = drawNode(n, p, cls);
+    const cluster = (graph.clusters || []).find((c) => c.id === n.id);
+    const t = svg('text', { x: p.x - p.w / 2 + 10, y: p.y - p.h / 2 + 15, class: 'cluster-title' });
+    t.textContent = cluster ? cluster.label : n.label;
+    g.append(t);
+    root.append(g);
+    boxes.set(n.id, g);
+  }
+
+  let right = 0, left = 0;
   for (const e of graph.edges) {
+    if (e.kind === 'enter') continue; // the box holds its first step
     const a = pos.get(e.from), b = pos.get(e.to);
     if (!a || !b) continue;
-    const g = svg('g', { class: 'edge' + (taken.has(e.from + '\u0000' + e.to) ? ' taken' : ''), 'data-from': e.from, 'data-to': e.to });
+    const cls = ['edge', 'kind-' + e.kind];
+    if (taken.has(e.from + '\u0000' + e.to)) cls.push('taken');
+    const g = svg('g', { class: cls.join(' '), 'data-from': e.from, 'data-to': e.to });
     let d, lx, ly;
-    if (b.layer > a.layer) {
+    if (e.kind === 'join') {
+      // From the forking step to its join, around the left of the branches.
+      left += 1;
+      const x1 = a.x - a.w / 2, y1 = a.y, x2 = b.x - b.w / 2, y2 = b.y;
+      let leftmost = Math.min(x1, x2);
+      for (const p of pos.values()) {
+        if (p.level === a.level && p.layer > a.layer && p.layer < b.layer) leftmost = Math.min(leftmost, p.x - p.w / 2);
+      }
+      const out = leftmost - 24 - 12 * left;
+      d = `M${x1},${y1} C${out},${y1} ${out},${y2} ${x2 - 2},${y2}`;
+      lx = out + 6; ly = (y1 + y2) / 2;
+    } else if (a.level === b.level && b.layer > a.layer) {
       const x1 = a.x, y1 = a.y + a.h / 2, x2 = b.x, y2 = b.y - b.h / 2;
       d = `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`;
       lx = (x1 + x2) / 2; ly = (y1 + y2) / 2;
     } else {
       // Back to an earlier step (or a step beside it): around the right.
-      bend += 1;
+      right += 1;
       const x1 = a.x + a.w / 2, y1 = a.y, x2 = b.x + b.w / 2, y2 = b.y;
-      const out = Math.max(x1, x2) + 40 + 22 * bend;
+      const out = Math.max(x1, x2) + 30 + 18 * right;
       d = `M${x1},${y1} C${out},${y1} ${out},${y2} ${x2 + 2},${y2}`;
       lx = out - 10; ly = (y1 + y2) / 2;
     }
@@ -212,28 +322,35 @@ function drawGraph(detail) {
     root.append(g);
   }
   for (const n of graph.nodes) {
+    if (n.kind === 'sub-agent' || !pos.has(n.id)) continue;
     const p = pos.get(n.id);
     const cls = ['node', 'kind-' + n.kind];
     if (visited.has(n.id)) cls.push('visited');
-    if (detail.current === n.id) cls.push('current');
-    const g = svg('g', { class: cls.join(' '), 'data-step': n.id });
-    if (n.kind === 'start' || n.kind === 'end') {
-      g.append(svg('ellipse', { cx: p.x, cy: p.y, rx: p.w / 2, ry: p.h / 2 }));
-    } else if (n.kind === 'router') {
-      const { x, y, w, h } = p;
-      g.append(svg('polygon', { points: `${x - w / 2},${y} ${x},${y - h / 2 - 4} ${x + w / 2},${y} ${x},${y + h / 2 + 4}` }));
-    } else {
-      g.append(svg('rect', { x: p.x - p.w / 2, y: p.y - p.h / 2, width: p.w, height: p.h, rx: 6 }));
+    if (current.has(n.id)) cls.push('current');
+    if (waiting.has(n.id)) cls.push('waiting');
+    if (joins.has(n.id)) cls.push('join');
+    if (forks.has(n.id)) cls.push('fork');
+    if (fanned.has(n.id)) cls.push('fanned');
+    const g = drawNode(n, p, cls);
+    if (fanned.has(n.id)) {
+      // A fan-out's step runs once per item: drawn as a stack.
+      for (const k of [2, 1]) {
+        g.prepend(svg('rect', { class: 'stack', x: p.x - p.w / 2 + 4 * k, y: p.y - p.h / 2 - 4 * k, width: p.w, height: p.h, rx: 6 }));
+      }
     }
+    if (forks.has(n.id)) g.append(svg('rect', { class: 'bar fork-bar', x: p.x - p.w / 2 - 6, y: p.y + p.h / 2 + 3, width: p.w + 12, height: 4 }));
+    if (joins.has(n.id)) g.append(svg('rect', { class: 'bar join-bar', x: p.x - p.w / 2 - 6, y: p.y - p.h / 2 - 8, width: p.w + 12, height: 4 }));
     const t = svg('text', { x: p.x, y: p.y });
-    t.textContent = n.kind === 'start' ? 'start' : n.kind === 'end' ? 'end' : n.id;
+    t.textContent = n.label;
     g.append(t);
-    root.append(g);
+    (n.parent && boxes.get(n.parent) || root).append(g);
   }
   $('#graph').replaceChildren(root);
-  $('#graph-source').textContent = graph.source === 'declared'
-    ? 'declared by the harness; blue: visited, orange: running or waiting now'
-    : 'observed: the steps and transitions this session\u2019s checkpoints show';
+  markPicked();
+  $('#graph-source').textContent = (graph.source === 'declared'
+    ? 'declared by the harness'
+    : 'observed: what this session\u2019s checkpoints show')
+    + '; blue: visited, orange: running or waiting now; bold: parallel branches, dashed: their join; a box: a sub-agent\u2019s loop';
 }
 
 // ---- a session ----
@@ -257,6 +374,18 @@ function renderDetail() {
     waiting.hidden = false;
     waiting.dataset.interrupt = d.interrupt.id;
     $('#interrupt-step').textContent = 'step ' + d.interrupt.step + ', interrupt ' + d.interrupt.id;
+    const where = $('#interrupt-path');
+    const path = d.interrupt.path || '';
+    where.dataset.path = path;
+    where.replaceChildren();
+    if (path) {
+      const sub = (d.positions || []).find((p) => p.waiting && p.node && p.node.includes('/'));
+      where.append('asked inside ', pathTag(path, sub ? 'sub-agent' : 'branch'),
+        sub ? ` (the sub-agent run by step \u201c${sub.node.split('/')[0]}\u201d)` : ' (a parallel branch)',
+        '; the answer resumes the run there.');
+    } else {
+      where.textContent = 'asked by the run\u2019s own loop.';
+    }
     $('#interrupt-payload').replaceChildren(tree(d.interrupt.payload));
     $('#answer-form').hidden = !d.writable;
     $('#answer-readonly').hidden = d.writable;
@@ -285,34 +414,116 @@ function renderDetail() {
   }
 }
 
+function pathTag(path, task) {
+  return el('span', { class: 'path-tag task-' + (task || (path ? 'branch' : 'root')), text: path || 'root' });
+}
+
+function depth(path) {
+  return path ? path.split('/').length : 0;
+}
+
+function changeLines(e) {
+  const out = [];
+  if (e.changes_of === 'branch' && e.changes.length) {
+    out.push(el('div', { class: 'note muted', text: `in branch ${e.path}\u2019s own state (the run gets it at the join):` }));
+  }
+  if (!e.changes.length) {
+    out.push(el('div', { class: 'change muted', text: e.kind === 'snapshot' ? 'the state at the start' : e.kind === 'fork' ? 'no change: the branches start from this state' : 'no change' }));
+  }
+  for (const c of e.changes) {
+    const text = c.op === 'changed' ? `${c.path}: ${compact(c.before)} → ${compact(c.after)}`
+      : c.op === 'removed' ? `${c.path}: ${compact(c.before)}`
+      : `${c.path}: ${compact(c.after)}`;
+    out.push(el('div', { class: 'change op-' + c.op, text: (c.op === 'appended' ? '+ appended ' : c.op + ' ') + text }));
+  }
+  return out;
+}
+
+function renderPathFilter(t) {
+  const select = $('#path-filter');
+  const chosen = select.value;
+  const options = [el('option', { value: '*', text: 'every task' }), el('option', { value: '', text: 'root: the run\u2019s own loop' })];
+  for (const p of t.paths) if (p) options.push(el('option', { value: p, text: p }));
+  select.replaceChildren(...options);
+  select.value = [...select.options].some((o) => o.value === chosen) ? chosen : '*';
+}
+
+function keep(filter, path) {
+  if (filter === '*') return true;
+  if (filter === '') return path === '';
+  return path === filter || path.startsWith(filter + '/');
+}
+
 function renderTimeline() {
   const t = ui.timeline;
   $('#timeline-note').textContent = t.merged
-    ? 'each checkpoint and what it changed in the state'
+    ? 'each checkpoint, its task, and what it changed in the state'
     : 'each checkpoint as stored (what it changed needs the agent\u2019s reducers: serve the agent\u2019s own studio)';
+  renderPathFilter(t);
+  const filter = $('#path-filter').value;
   const latest = t.entries.length ? t.entries[t.entries.length - 1].seq : null;
   const shown = ui.seq === null ? latest : ui.seq;
-  $('#timeline').replaceChildren(...t.entries.map((e) => {
-    const li = el('li', { class: 'checkpoint' + (e.seq === shown ? ' selected' : ''), 'data-seq': String(e.seq), 'data-step': e.step },
-      el('div', { class: 'cp-head' },
-        el('span', { class: 'muted', text: '#' + e.index }),
-        el('span', { class: 'step', text: e.step }),
-        el('span', { class: 'muted', text: e.kind }),
-        el('span', { class: 'muted', text: new Date(e.time).toLocaleTimeString() })));
-    if (e.changes) {
-      if (!e.changes.length) li.append(el('div', { class: 'change muted', text: e.kind === 'snapshot' ? 'the state at the start' : 'no change' }));
-      for (const c of e.changes) {
-        const text = c.op === 'changed' ? `${c.path}: ${compact(c.before)} → ${compact(c.after)}`
-          : c.op === 'removed' ? `${c.path}: ${compact(c.before)}`
-          : `${c.path}: ${compact(c.after)}`;
-        li.append(el('div', { class: 'change op-' + c.op, text: (c.op === 'appended' ? '+ appended ' : c.op + ' ') + text }));
-      }
+  const items = [];
+  let group = null;
+  for (const e of t.entries) {
+    if (!keep(filter, e.path)) continue;
+    const li = el('li', {
+      class: `checkpoint kind-${e.kind} task-${e.task}` + (e.seq === shown ? ' selected' : ''),
+      'data-seq': String(e.seq), 'data-step': e.step, 'data-path': e.path, 'data-kind': e.kind,
+    });
+    // (Set through the DOM: the page's policy refuses inline styles.)
+    li.style.marginLeft = (e.sub_agent ? 0 : Math.min(depth(e.path), 4) * 14) + 'px';
+    if (e.node) li.dataset.node = e.node;
+    li.append(el('div', { class: 'cp-head' },
+      el('span', { class: 'muted', text: '#' + e.index }),
+      el('span', { class: 'step', text: e.step }),
+      pathTag(e.path, e.task),
+      el('span', { class: 'muted', text: e.kind }),
+      el('span', { class: 'muted', text: new Date(e.time).toLocaleTimeString() })));
+    if (e.branches) {
+      const names = e.branches.map((b) => b.input !== undefined ? `${b.path} (${compact(b.input)})` : b.path);
+      li.append(el('div', { class: 'branches', text: e.kind === 'fork'
+        ? `forks ${names.length} branch${names.length === 1 ? '' : 'es'}: ${names.join(', ')}; they join at ${e.join}`
+        : `joins ${names.join(', ')}, merged in this order` }));
+    }
+    if (e.sub_agent) {
+      li.append(el('div', { class: 'change muted', text: 'the sub-agent\u2019s own update (its own state type): ' + compact(e.value) }));
+      if (e.signal) li.append(el('div', { class: 'change muted', text: 'the sub-agent ends: ' + e.signal }));
+      else if (e.next) li.append(el('div', { class: 'change muted', text: 'next in the sub-agent: ' + e.next }));
+    } else if (e.changes) {
+      li.append(...changeLines(e));
     } else {
       li.append(el('div', { class: 'change', text: compact(e.value) }));
     }
     li.addEventListener('click', () => { ui.seq = e.seq; renderTimeline(); loadState(); });
-    return li;
-  }));
+    // A sub-agent's records, grouped under the step that runs it.
+    if (e.sub_agent) {
+      if (!group || group.dataset.subAgent !== e.sub_agent) {
+        group = el('li', { class: 'sub-group', 'data-sub-agent': e.sub_agent },
+          el('div', { class: 'sub-head' }, 'sub-agent ', pathTag(e.sub_agent, 'sub-agent'), ` \u2014 run by step \u201c${e.sub_agent.split('/').pop()}\u201d`),
+          el('ol', { class: 'sub-records' }));
+        group.style.marginLeft = Math.min(depth(e.sub_agent) - 1, 4) * 14 + 'px';
+        items.push(group);
+      }
+      group.querySelector('.sub-records').append(li);
+    } else {
+      group = null;
+      items.push(li);
+    }
+  }
+  $('#timeline').replaceChildren(...items);
+  const picked = t.entries.find((e) => e.seq === shown);
+  ui.picked = picked && picked.node ? picked.node : null;
+  markPicked();
+}
+
+// The step of the checkpoint shown, marked on the graph.
+function markPicked() {
+  for (const n of document.querySelectorAll('#graph .node.picked')) n.classList.remove('picked');
+  if (!ui.picked) return;
+  for (const n of document.querySelectorAll('#graph .node')) {
+    if (n.dataset.step === ui.picked) n.classList.add('picked');
+  }
 }
 
 async function loadState() {
@@ -321,10 +532,18 @@ async function loadState() {
   try {
     const s = await api(`/api/sessions/${encodeURIComponent(id)}/state${q}`);
     if (id !== ui.selected) return;
-    $('#state-at').textContent = `after step ${s.index} (\`${s.step}\`, checkpoint ${s.seq})` + (s.merged ? '' : ' — as stored, not merged');
+    const where = s.path ? (s.sub_agent ? ` in sub-agent ${s.path}` : ` in branch ${s.path}`) : '';
+    $('#state-at').textContent = `after step ${s.index} (\`${s.step}\`${where}, checkpoint ${s.seq})` + (s.merged ? '' : ' — as stored, not merged');
     const box = $('#state-tree');
     if (s.merged) {
-      box.replaceChildren(tree(s.state));
+      box.replaceChildren();
+      if (s.task_state) {
+        box.append(el('div', { class: 'muted', text: `branch ${s.path}\u2019s own state:` }), tree(s.task_state),
+          el('div', { class: 'muted', text: 'the run\u2019s state (it gets the branch\u2019s updates at the join):' }));
+      } else if (s.sub_agent) {
+        box.append(el('div', { class: 'muted', text: 'the run\u2019s state (a sub-agent\u2019s records change only its own state):' }));
+      }
+      box.append(tree(s.state));
     } else {
       box.replaceChildren();
       if (s.snapshot) box.append(el('div', { class: 'muted', text: `snapshot of checkpoint ${s.snapshot.seq} (step ${s.snapshot.index}, \`${s.snapshot.step}\`):` }), tree(s.snapshot.value));
@@ -332,7 +551,8 @@ async function loadState() {
       for (const u of s.updates) box.append(el('div', { class: 'muted', text: `checkpoint ${u.seq} (\`${u.step}\`)` }), tree(u.value));
     }
     $('#fork-form').dataset.index = String(s.index);
-    $('#fork-form h4').textContent = `Fork after step ${s.index} (\`${s.step}\`)`;
+    $('#fork-form h4').textContent = `Fork after step ${s.index} (\`${s.step}\`)`
+      + (s.path ? ' \u2014 from the run\u2019s state: a branch\u2019s or sub-agent\u2019s changes are in it only once merged' : '');
   } catch (e) {
     $('#session-error').textContent = e.message;
   }
@@ -422,6 +642,7 @@ $('#answer').addEventListener('input', () => { $('#answer-error').textContent = 
 $('#fork-update').addEventListener('input', () => { $('#fork-error').textContent = ''; });
 $('#search').addEventListener('input', renderList);
 $('#phase-filter').addEventListener('change', renderList);
+$('#path-filter').addEventListener('change', () => { if (ui.timeline) renderTimeline(); });
 
 // ---- live ----
 

@@ -6,21 +6,27 @@
 //! - **Graph**: the loop, drawn from the validated harness (its steps,
 //!   routers and signals) when the studio serves an agent, or from what a
 //!   session's checkpoints show (its steps and the transitions between
-//!   them, labelled *observed*) when it only reads a store; the step
-//!   running or waiting now is highlighted.
+//!   them, labelled *observed*) when it only reads a store. Forks are drawn
+//!   with their branches side by side and their join marked, a fan-out's
+//!   edge is labelled `each`, and each sub-agent is a box holding its own
+//!   loop; the steps running or waiting now are highlighted, in every
+//!   branch and sub-agent (found by their task's path).
 //! - **Sessions**: every session of the store with its phase (`running`,
 //!   `waiting` for a human, `done`, `failed`), agent, steps and last update,
 //!   filtered by phase and searched by text.
-//! - **Timeline**: each checkpoint with its step, the update as stored and,
-//!   with the agent's state type, what it changed in the state (a diff of
-//!   the merged states). Checkpoints record updates, not model or tool
+//! - **Timeline**: each checkpoint with its step, its task's path (the
+//!   run's loop, a branch, a sub-agent, whose records are grouped under
+//!   its step), the update as stored and, with the agent's state type,
+//!   what it changed in the state (a diff of the merged states: a branch's
+//!   step in the branch's own state, the run's state at the join); a fork
+//!   or a join lists its branches. It can be filtered by path. Checkpoints record updates, not model or tool
 //!   calls; the page shows the current step's journal (interrupt answers
 //!   and `cx.once` results) as recorded, and nothing it does not have.
 //! - **State** at any checkpoint, as a tree: merged through the reducers
 //!   with the state type, else the snapshot and the updates after it as
 //!   stored.
-//! - **Waiting for a human**: the interrupt's payload and a form to answer
-//!   it, checked against the answer's type when the application declared
+//! - **Waiting for a human**: the interrupt's payload, where it was asked
+//!   (a branch's or a sub-agent's path), and a form to answer it, checked against the answer's type when the application declared
 //!   it ([`Studio::expect_answer`]); answering resumes the run through the
 //!   typed [`Agent`], and the page follows it live.
 //! - **Fork** from any checkpoint with an edited update
@@ -167,6 +173,11 @@ impl Studio {
     /// (`cx.interrupt::<_, R>(…)`): the form shows `R`'s JSON schema, and an
     /// answer that does not read as `R` is refused (HTTP 422, with serde's
     /// message) before the run is resumed.
+    ///
+    /// A step of a sub-agent is named as the graph names it: `review/ask`
+    /// for step `ask` of the sub-agent run by step `review`. That name is
+    /// looked up first, then the step's own name (`ask`), which stands for
+    /// every step so named.
     #[must_use]
     pub fn expect_answer<R: DeserializeOwned + JsonSchema>(
         mut self,

@@ -12,7 +12,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
 use harness::session::SessionPhase;
-use harness::{InterruptId, SessionId};
+use harness::step::Interrupt;
+use harness::{InterruptId, SessionId, TaskPath};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -203,24 +204,56 @@ async fn session(
     let head = view::head(app.source.store(), &id).await?;
     let log = view::log(app.source.store(), &head).await?;
     let shape = match &head.phase {
-        SessionPhase::Interrupted { interrupt } => app
-            .shapes
-            .get(&interrupt.step)
-            .map(|s| json!({ "type": s.type_name, "schema": s.schema })),
+        SessionPhase::Interrupted { interrupt } => shape_for(&app, interrupt)
+            .map(|(_, s)| json!({ "type": s.type_name, "schema": s.schema })),
         _ => None,
     };
     Ok(Json(view::detail(&*app.source, &head, &log, shape)).into_response())
+}
+
+/// The answer declared for the step an interrupt asks from: by its node
+/// (`review/ask` for step `ask` of the sub-agent run by step `review`),
+/// else by the step's name.
+fn shape_for<'a>(app: &'a App, interrupt: &Interrupt) -> Option<(String, &'a AnswerShape)> {
+    let node = app
+        .source
+        .graph()
+        .and_then(|g| g.node_for(&interrupt.path, &interrupt.step));
+    node.into_iter()
+        .chain([interrupt.step.clone()])
+        .find_map(|key| app.shapes.get(&key).map(|s| (key, s)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TimelineQuery {
+    /// A task's path: its records and those of the tasks inside it; empty
+    /// for the run's own loop alone.
+    path: Option<String>,
 }
 
 async fn timeline(
     State(app): State<Shared>,
     _: Authorized,
     Path(id): Path<String>,
+    Query(query): Query<TimelineQuery>,
 ) -> Result<Response, ApiError> {
+    let only = match query.path.as_deref() {
+        None => None,
+        Some(p) if p.is_empty() || p.split('/').all(|s| !s.trim().is_empty()) => {
+            Some(TaskPath::from(p))
+        }
+        Some(p) => {
+            return Err(ApiError::BadRequest(format!(
+                "path {p:?}: a task's path is step names joined with `/` (`review`, \
+                 `square#1`, `review/check`), or empty for the run's own loop"
+            )));
+        }
+    };
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
     let log = view::log(app.source.store(), &head).await?;
-    Ok(Json(view::timeline(&*app.source, &head, log)?).into_response())
+    Ok(Json(view::timeline(&*app.source, &head, log, only.as_ref())?).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -278,9 +311,9 @@ async fn answer(
             pending: interrupt.id.to_string(),
         });
     }
-    if let Some(shape) = app.shapes.get(&interrupt.step) {
+    if let Some((step, shape)) = shape_for(&app, interrupt) {
         (shape.check)(&request.answer).map_err(|error| ApiError::AnswerShape {
-            step: interrupt.step.clone(),
+            step,
             expected: shape.type_name.to_owned(),
             error,
         })?;

@@ -6,9 +6,9 @@ use crate::diff::{Change, diff};
 use crate::error::ApiError;
 use crate::graph::{self, Graph};
 use crate::source::Source;
-use harness::SessionId;
 use harness::session::{Checkpoint, CheckpointKind, SessionPhase, SessionStore, StoredRun};
 use harness::step::{Interrupt, StepJournal};
+use harness::{SessionId, TaskPath};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -141,12 +141,29 @@ pub(crate) struct Detail {
     pub(crate) writable: bool,
     /// The loop: declared, or observed in this session's checkpoints.
     pub(crate) graph: Graph,
-    /// The steps this session's checkpoints show, in order.
+    /// The nodes of the steps this session's checkpoints show (in every
+    /// branch and sub-agent), in order.
     pub(crate) visited: Vec<String>,
-    /// The step running or waiting now, if any.
+    /// The edges this session's checkpoints show taken, as `[from, to]`.
+    pub(crate) taken: Vec<[String; 2]>,
+    /// The loop's step running or waiting now, if any.
     pub(crate) current: Option<String>,
+    /// Every step running or waiting now: the loop's, each branch's, each
+    /// sub-agent's, with its task's path and its node.
+    pub(crate) positions: Vec<graph::Position>,
+    /// The node of the step the interrupt asks from, when waiting.
+    pub(crate) interrupt_node: Option<String>,
     /// The JSON schema of an update of the state (for forking), when known.
     pub(crate) update_schema: Option<Value>,
+}
+
+/// The graph to draw for a session: the declared one, or the one its log
+/// shows.
+pub(crate) fn graph_of(source: &dyn Source, head: &StoredRun, log: &[Checkpoint]) -> Graph {
+    match source.graph() {
+        Some(g) => g.clone(),
+        None => graph::observed(head, log),
+    }
 }
 
 pub(crate) fn detail(
@@ -164,24 +181,73 @@ pub(crate) fn detail(
         SessionPhase::Running | SessionPhase::Interrupted { .. } => head.next_step.clone(),
         _ => None,
     };
+    let graph = graph_of(source, head, log);
+    // What the records show, drawn on the graph.
+    let seen = graph::observed(head, log);
+    let mut visited: Vec<String> = Vec::new();
+    for cp in log {
+        if let Some((path, true)) = task_of(&cp.kind)
+            && let Some(node) = graph.node_for(&path, &cp.step)
+            && !visited.contains(&node)
+        {
+            visited.push(node);
+        }
+    }
+    let taken = seen
+        .edges
+        .iter()
+        .map(|e| [e.from.clone(), e.to.clone()])
+        .collect();
+    let positions = graph::positions(head, log, &graph);
     Detail {
         writable: source.agent_id() == Some(head.agent_id.as_str()),
-        graph: match source.graph() {
-            Some(g) => g.clone(),
-            None => graph::observed(head, log),
-        },
-        visited: log
-            .iter()
-            .filter(|cp| matches!(cp.kind, CheckpointKind::Update(_)))
-            .map(|cp| cp.step.clone())
-            .collect(),
+        interrupt_node: interrupt
+            .as_ref()
+            .and_then(|i| graph.node_for(&i.path, &i.step)),
+        graph,
+        visited,
+        taken,
         current,
+        positions,
         update_schema: source.schemas().map(|(_, update)| update),
         summary,
         interrupt,
         answer_shape,
         journal: head.journal.clone(),
     }
+}
+
+/// The task a record belongs to (the run's loop, a branch, a sub-agent's
+/// loop or one of its branches), and whether it is a step's.
+pub(crate) fn task_of(kind: &CheckpointKind) -> Option<(TaskPath, bool)> {
+    Some(match kind {
+        CheckpointKind::Snapshot(_) => (TaskPath::root(), false),
+        CheckpointKind::Update(_) => (TaskPath::root(), true),
+        CheckpointKind::Fork(f) => (f.path.clone(), false),
+        CheckpointKind::Branch(b) => (b.path.clone(), true),
+        CheckpointKind::Join(j) => (j.path.clone(), false),
+        CheckpointKind::Child(c) => match &*c.record {
+            CheckpointKind::Update(_) => (c.path.clone(), true),
+            CheckpointKind::Snapshot(_) => (c.path.clone(), false),
+            CheckpointKind::Child(_) => return None,
+            inner => {
+                let (path, step) = task_of(inner)?;
+                // Paths inside a sub-agent are full; its own loop's is its.
+                (if path.is_root() { c.path.clone() } else { path }, step)
+            }
+        },
+    })
+}
+
+/// A branch a fork started, as the timeline lists it.
+#[derive(Debug, Serialize)]
+pub(crate) struct BranchInfo {
+    pub(crate) path: TaskPath,
+    /// The step it starts at.
+    pub(crate) step: String,
+    /// A fan-out branch's input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) input: Option<Value>,
 }
 
 /// One checkpoint on the timeline.
@@ -191,12 +257,37 @@ pub(crate) struct Entry {
     pub(crate) index: u64,
     pub(crate) step: String,
     pub(crate) time: u64,
-    /// `snapshot` or `update`.
+    /// `snapshot`, `update` (a step of the loop or of a sub-agent),
+    /// `branch` (a step of a branch), `fork` or `join`.
     pub(crate) kind: &'static str,
-    /// The record as stored.
+    /// The task it belongs to: `""` for the run's own loop, a branch
+    /// (`square#1`), a sub-agent (`review`), a branch inside one.
+    pub(crate) path: TaskPath,
+    /// `root`, `branch` or `sub-agent`: what the task is.
+    pub(crate) task: &'static str,
+    /// The sub-agent whose record it is (the path of the step running
+    /// it), if any.
+    pub(crate) sub_agent: Option<TaskPath>,
+    /// The step's node in the graph, when drawn.
+    pub(crate) node: Option<String>,
+    /// For a fork: the branches it started, in merge order; for a join:
+    /// the branches it merged, in the order applied.
+    pub(crate) branches: Option<Vec<BranchInfo>>,
+    /// For a fork: the step its branches join at.
+    pub(crate) join: Option<String>,
+    /// For a sub-agent's update: its next step, or the signal it ended
+    /// with.
+    pub(crate) next: Option<String>,
+    pub(crate) signal: Option<String>,
+    /// The record as stored (a sub-agent's record: the record inside).
     pub(crate) value: Value,
-    /// What it changed in the merged state; `None` without the state type.
+    /// What it changed, merged through the reducers: in the run's state,
+    /// or for a branch's record in the branch's own state (`changes_of`).
+    /// `None` without the state type, and for a sub-agent's records (in
+    /// its own state type).
     pub(crate) changes: Option<Vec<Change>>,
+    /// Whose state `changes` is about: `run` or `branch`.
+    pub(crate) changes_of: Option<&'static str>,
 }
 
 /// The timeline: every record of the log, with what it changed when the
@@ -206,34 +297,126 @@ pub(crate) struct Timeline {
     /// Whether `changes` are diffs of the merged state (true), or absent
     /// because merging needs the agent's reducers (false).
     pub(crate) merged: bool,
+    /// Every task the records show (`""` for the run's own loop), in the
+    /// order they first appear: what `?path=` filters on.
+    pub(crate) paths: Vec<TaskPath>,
     pub(crate) entries: Vec<Entry>,
 }
 
+/// The timeline; with `only`, the records of that task and of the tasks
+/// inside it (the run's loop alone for the root).
 pub(crate) fn timeline(
     source: &dyn Source,
     head: &StoredRun,
     log: Vec<Checkpoint>,
+    only: Option<&TaskPath>,
 ) -> Result<Timeline, ApiError> {
     let states = source.merge(&head.session_id, &log).transpose()?;
+    let graph = graph_of(source, head, &log);
     let mut entries = Vec::with_capacity(log.len());
+    let mut paths: Vec<TaskPath> = Vec::new();
     for (i, cp) in log.into_iter().enumerate() {
-        let changes = states.as_ref().map(|s| match i {
-            0 => Vec::new(),
-            _ => diff(&s[i - 1], &s[i]),
-        });
-        let (kind, value) = record_value(cp.kind);
+        let (path, is_step) = task_of(&cp.kind).unwrap_or((TaskPath::root(), false));
+        if !paths.contains(&path) {
+            paths.push(path.clone());
+        }
+        let keep = match only {
+            None => true,
+            Some(p) if p.is_root() => path.is_root(),
+            Some(p) => path.starts_with(p),
+        };
+        if !keep {
+            continue;
+        }
+        let sub_agent = match &cp.kind {
+            CheckpointKind::Child(c) => Some(c.path.clone()),
+            _ => None,
+        };
+        let (changes, changes_of) = match (&states, &sub_agent) {
+            (Some(s), None) => match &s[i].task {
+                Some((before, after)) => (Some(diff(before, after)), Some("branch")),
+                None if i == 0 => (Some(Vec::new()), Some("run")),
+                None => (Some(diff(&s[i - 1].run, &s[i].run)), Some("run")),
+            },
+            _ => (None, None),
+        };
+        let (mut next, mut signal) = (None, None);
+        let inner = match cp.kind {
+            CheckpointKind::Child(c) => {
+                next = c.next;
+                signal = c.signal.map(|s| s.to_string());
+                *c.record
+            }
+            kind => kind,
+        };
+        let (branches, join) = match &inner {
+            CheckpointKind::Fork(f) => (
+                Some(
+                    f.branches
+                        .iter()
+                        .map(|b| BranchInfo {
+                            path: b.path.clone(),
+                            step: b.step.clone(),
+                            input: b.input.clone(),
+                        })
+                        .collect(),
+                ),
+                Some(f.join.clone()),
+            ),
+            CheckpointKind::Join(j) => (
+                Some(
+                    j.branches
+                        .iter()
+                        .map(|b| BranchInfo {
+                            path: b.clone(),
+                            step: b
+                                .segments()
+                                .last()
+                                .map(graph::segment_step)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            input: None,
+                        })
+                        .collect(),
+                ),
+                None,
+            ),
+            _ => (None, None),
+        };
+        let task = if sub_agent.is_some() {
+            "sub-agent"
+        } else if path.is_root() {
+            "root"
+        } else {
+            "branch"
+        };
+        let (kind, value) = record_value(inner);
         entries.push(Entry {
             seq: cp.seq,
             index: cp.index,
+            node: if is_step {
+                graph.node_for(&path, &cp.step)
+            } else {
+                None
+            },
             step: cp.step,
             time: cp.time,
             kind,
+            path,
+            task,
+            sub_agent,
+            branches,
+            join,
+            next,
+            signal,
             value,
             changes,
+            changes_of,
         });
     }
     Ok(Timeline {
         merged: states.is_some(),
+        paths,
         entries,
     })
 }
@@ -244,6 +427,8 @@ pub(crate) struct Record {
     pub(crate) seq: u64,
     pub(crate) index: u64,
     pub(crate) step: String,
+    /// The task it belongs to (`""`: the run's own loop).
+    pub(crate) path: TaskPath,
     pub(crate) value: Value,
 }
 
@@ -253,11 +438,18 @@ pub(crate) struct StateAt {
     pub(crate) seq: u64,
     pub(crate) index: u64,
     pub(crate) step: String,
+    /// The task the checkpoint belongs to (`""`: the run's own loop).
+    pub(crate) path: TaskPath,
+    /// The sub-agent whose record it is, if any.
+    pub(crate) sub_agent: Option<TaskPath>,
     /// Whether `state` is merged through the reducers. When not, the state
     /// is the latest snapshot at or before the checkpoint plus the updates
     /// after it, as stored.
     pub(crate) merged: bool,
     pub(crate) state: Option<Value>,
+    /// For a branch's checkpoint, merged: the branch's own state after it
+    /// (the run's state gets the branch's updates at the join).
+    pub(crate) task_state: Option<Value>,
     pub(crate) snapshot: Option<Record>,
     pub(crate) updates: Vec<Record>,
 }
@@ -277,14 +469,23 @@ pub(crate) fn state_at(
         });
     };
     let (index, step) = (log[at].index, log[at].step.clone());
+    let path = task_of(&log[at].kind).map_or_else(TaskPath::root, |(p, _)| p);
+    let sub_agent = match &log[at].kind {
+        CheckpointKind::Child(c) => Some(c.path.clone()),
+        _ => None,
+    };
     if let Some(states) = source.merge(&head.session_id, &log) {
         let mut states = states?;
+        let merged = states.swap_remove(at);
         return Ok(StateAt {
             seq,
             index,
             step,
+            path,
+            sub_agent,
             merged: true,
-            state: Some(states.swap_remove(at)),
+            state: Some(merged.run),
+            task_state: merged.task.map(|(_, after)| after),
             snapshot: None,
             updates: Vec::new(),
         });
@@ -295,6 +496,7 @@ pub(crate) fn state_at(
             seq: cp.seq,
             index: cp.index,
             step: cp.step.clone(),
+            path: task_of(&cp.kind).map_or_else(TaskPath::root, |(p, _)| p),
             value,
         }
     };
@@ -305,8 +507,11 @@ pub(crate) fn state_at(
         seq,
         index,
         step,
+        path,
+        sub_agent,
         merged: false,
         state: None,
+        task_state: None,
         snapshot: base.map(|b| record(&log[b])),
         updates: log[base.map_or(0, |b| b + 1)..=at]
             .iter()
@@ -316,16 +521,19 @@ pub(crate) fn state_at(
 }
 
 /// What a record is called in the timeline, and the value it shows: a
-/// state, an update (a branch's or a sub-agent's too), or the branches of a
-/// fork or a join.
+/// state, an update (a branch's, with its error if it failed, or a
+/// sub-agent's), or the branches of a fork or a join.
 fn record_value(kind: CheckpointKind) -> (&'static str, Value) {
     match kind {
         CheckpointKind::Snapshot(v) => ("snapshot", v),
         CheckpointKind::Update(v) => ("update", v),
-        CheckpointKind::Branch(b) => (
-            "branch",
-            serde_json::json!({ "path": b.path, "update": b.update, "failed": b.failed }),
-        ),
+        CheckpointKind::Branch(b) => match b.failed {
+            None => ("branch", b.update),
+            Some(error) => (
+                "branch",
+                serde_json::json!({ "failed": error, "update": b.update }),
+            ),
+        },
         CheckpointKind::Fork(f) => (
             "fork",
             serde_json::json!({ "path": f.path, "join": f.join, "branches": f.branches.iter().map(|b| &b.path).collect::<Vec<_>>() }),
@@ -334,9 +542,6 @@ fn record_value(kind: CheckpointKind) -> (&'static str, Value) {
             "join",
             serde_json::json!({ "path": j.path, "branches": j.branches }),
         ),
-        CheckpointKind::Child(c) => (
-            "sub-agent",
-            serde_json::json!({ "path": c.path, "record": record_value(*c.record).1 }),
-        ),
+        CheckpointKind::Child(c) => record_value(*c.record),
     }
 }

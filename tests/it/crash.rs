@@ -374,3 +374,60 @@ fn a_fan_out_killed_midway_is_recovered_with_every_branch_applied_exactly_once()
         );
     }
 }
+
+#[test]
+fn a_sub_agent_killed_midway_is_recovered_inside_the_child_without_repeating_its_steps() {
+    const TICKS: u64 = 40;
+    for kill_after in [1, 17] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let store = store.to_str().unwrap();
+        let worker = env!("CARGO_BIN_EXE_fanout_worker");
+        let args = |mode: &'static str| {
+            [mode, store, "s1", &TICKS.to_string(), "1000", "sub"].map(str::to_string)
+        };
+        let mut first = Command::new(worker)
+            .args(args("start"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let first_pid = first.id();
+        let mut durable = 0;
+        for line in BufReader::new(first.stdout.take().unwrap()).lines() {
+            if line.unwrap().starts_with("durable work tick ") {
+                durable += 1;
+                if durable >= kill_after {
+                    break;
+                }
+            }
+        }
+        first.kill().unwrap(); // SIGKILL
+        first.wait().unwrap();
+
+        let second = Command::new(worker).args(args("recover")).output().unwrap();
+        assert!(
+            second.status.success(),
+            "{}",
+            String::from_utf8_lossy(&second.stderr)
+        );
+        let stdout = String::from_utf8(second.stdout).unwrap();
+        let final_line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("final "))
+            .unwrap();
+        let (done, ends): (Vec<(u64, u32)>, u32) = serde_json::from_str(final_line).unwrap();
+        let numbers: Vec<u64> = done.iter().map(|t| t.0).collect();
+        assert_eq!(
+            numbers,
+            (0..TICKS).collect::<Vec<_>>(),
+            "every child step exactly once"
+        );
+        assert_eq!(ends, 1, "the parent's step completed once");
+        // The child's durable steps were not run again: the first `kept`
+        // ticks are the killed process's, the rest the recovering one's.
+        let kept = done.iter().take_while(|t| t.1 == first_pid).count();
+        assert!(kept >= kill_after, "kill after {kill_after}: kept {kept}");
+        assert!(done[kept..].iter().all(|t| t.1 != first_pid));
+        assert!(kept < TICKS as usize, "the recovery ran the rest");
+    }
+}

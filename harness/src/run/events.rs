@@ -137,6 +137,56 @@ pub enum RunEvent<S: HarnessState> {
     },
 }
 
+impl<S: HarnessState> RunEvent<S> {
+    /// The event's kind, to filter a stream by (in place of LangGraph's
+    /// "stream modes"): `started`, `step_started`, `step_finished`,
+    /// `step_failed`, `forked`, `joined`, `child`, `token`, `custom`,
+    /// `interrupted`, `finished`, `failed`.
+    ///
+    /// ```
+    /// # use harness::{HarnessState, RunEvent, RunEvents};
+    /// # use futures::StreamExt;
+    /// # async fn f<S: HarnessState>(events: RunEvents<S>) {
+    /// let tokens = events.filter(|e| std::future::ready(e.kind() == "token"));
+    /// # let _ = tokens; }
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::Started { .. } => "started",
+            RunEvent::StepStarted { .. } => "step_started",
+            RunEvent::StepFinished { .. } => "step_finished",
+            RunEvent::StepFailed { .. } => "step_failed",
+            RunEvent::Forked { .. } => "forked",
+            RunEvent::Joined { .. } => "joined",
+            RunEvent::Child { .. } => "child",
+            RunEvent::Token { .. } => "token",
+            RunEvent::Custom { .. } => "custom",
+            RunEvent::Interrupted(_) => "interrupted",
+            RunEvent::Finished { .. } => "finished",
+            RunEvent::Failed { .. } => "failed",
+        }
+    }
+
+    /// The task the event happened in, for the events of a step (the root
+    /// for the run's own events).
+    pub fn path(&self) -> TaskPath {
+        match self {
+            RunEvent::StepStarted { path, .. }
+            | RunEvent::StepFinished { path, .. }
+            | RunEvent::StepFailed { path, .. }
+            | RunEvent::Forked { path, .. }
+            | RunEvent::Joined { path, .. }
+            | RunEvent::Child { path, .. }
+            | RunEvent::Token { path, .. }
+            | RunEvent::Custom { path, .. } => path.clone(),
+            RunEvent::Interrupted(i) => i.path.clone(),
+            RunEvent::Started { .. } | RunEvent::Finished { .. } | RunEvent::Failed { .. } => {
+                TaskPath::root()
+            }
+        }
+    }
+}
+
 /// The subscribers of one run; sending costs nothing while there are none.
 pub(crate) struct EventHub<S: HarnessState> {
     count: AtomicUsize,

@@ -639,3 +639,27 @@ fn mermaid_and_dot_draw_branches_fan_outs_and_joins() {
         "{dot}"
     );
 }
+
+#[tokio::test]
+async fn events_filter_by_kind_and_path() {
+    let agent = create_agent("map", &map_reduce(2, Arc::default(), Arc::default()));
+    let run = agent.run(Work {
+        items: vec![1, 2, 3],
+        ..Work::default()
+    });
+    let events = run.events();
+    run.await.unwrap();
+    let events: Vec<RunEvent<Work>> = events.collect().await;
+    let kinds: Vec<&str> = events.iter().map(RunEvent::kind).collect();
+    assert_eq!(kinds.first(), Some(&"started"));
+    assert_eq!(kinds.last(), Some(&"finished"));
+    assert_eq!(kinds.iter().filter(|k| **k == "forked").count(), 1);
+    assert_eq!(kinds.iter().filter(|k| **k == "joined").count(), 1);
+    let mut in_branches: Vec<String> = events
+        .iter()
+        .filter(|e| e.kind() == "step_finished" && !e.path().is_root())
+        .map(|e| e.path().to_string())
+        .collect();
+    in_branches.sort();
+    assert_eq!(in_branches, ["square#0", "square#1", "square#2"]);
+}

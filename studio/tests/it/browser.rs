@@ -8,7 +8,7 @@
 //! `$STUDIO_SCREENSHOTS` (default: this test's temporary directory);
 //! `STUDIO_SCREENSHOTS=docs` writes the README's, in `docs/`.
 
-use crate::support::{TempDir, World, temp_dir};
+use crate::support::{TempDir, TripWorld, World, temp_dir};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -430,4 +430,196 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
         .unwrap()
         .unwrap();
     assert_eq!(head.steps, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_is_answered() {
+    let w = TripWorld::new("browser-composed").await;
+    let studio = w.studio().await;
+    let mut b = Browser::launch().await;
+    b.call("Page.enable", json!({})).await;
+    b.call("Page.navigate", json!({"url": studio.url()})).await;
+    let row = format!("#sessions tr[data-id=\"{}\"]", w.waiting);
+    b.wait_for("the session", &format!("document.querySelector('{row}')"))
+        .await;
+    b.click(&row).await;
+
+    // The sub-agent's box holds its own steps; the step asking inside it
+    // is highlighted as waiting, and so is the box.
+    b.wait_for(
+        "the waiting step inside the sub-agent",
+        "document.querySelector('#graph .node.cluster.current[data-step=\"review\"] .node.current.waiting[data-step=\"review/ask\"]')",
+    )
+    .await;
+    let inside = b
+        .eval("[...document.querySelectorAll('#graph .node.cluster[data-step=\"review\"] .node')].map(n => n.dataset.step).join(',')")
+        .await;
+    assert_eq!(inside, "review/note,review/ask,review/$end");
+    let title = b
+        .eval("document.querySelector('#graph .node.cluster .cluster-title').textContent")
+        .await;
+    assert_eq!(title, "review (sub-agent)");
+    // The fork: two bold branch edges side by side, the dashed join edge
+    // to the join, marked; the fan-out's edge labelled `each`.
+    let branches = b
+        .eval("[...document.querySelectorAll('#graph .edge.kind-branch')].map(e => e.dataset.from + '>' + e.dataset.to).join(',')")
+        .await;
+    assert_eq!(branches, "plan>left,plan>right");
+    let side_by_side = b
+        .eval("(() => { const y = (s) => document.querySelector(`#graph .node[data-step=\"${s}\"] rect`).getBBox().y; return y('left') === y('right') && y('left') > y('plan') && y('merge') > y('left'); })()")
+        .await;
+    assert_eq!(side_by_side, true, "the branches are drawn in parallel");
+    let joins = b
+        .eval("[...document.querySelectorAll('#graph .edge.kind-join')].map(e => e.dataset.from + '>' + e.dataset.to + ':' + e.textContent).join(',')")
+        .await;
+    assert_eq!(joins, "plan>merge:join,merge>sum:join");
+    assert_eq!(
+        b.eval("!!document.querySelector('#graph .node.join[data-step=\"merge\"] .join-bar')")
+            .await,
+        true
+    );
+    let each = b
+        .eval("document.querySelector('#graph .edge.kind-each[data-from=\"merge\"][data-to=\"square\"]').textContent")
+        .await;
+    assert_eq!(each, "each");
+    assert_eq!(
+        b.eval(
+            "document.querySelectorAll('#graph .node.fanned[data-step=\"square\"] .stack').length"
+        )
+        .await,
+        2
+    );
+    b.screenshot("#graph-panel", "studio-composed-graph.png")
+        .await;
+
+    // The timeline: each record's path; the fork lists its branches; the
+    // sub-agent's record grouped under its step.
+    b.wait_for(
+        "the timeline",
+        "document.querySelectorAll('#timeline .checkpoint').length === 14",
+    )
+    .await;
+    let fan_out = b
+        .eval("document.querySelector('#timeline .checkpoint[data-kind=\"fork\"][data-step=\"merge\"] .branches').textContent")
+        .await;
+    assert!(
+        fan_out
+            .as_str()
+            .unwrap()
+            .contains("square#0 (1), square#1 (2), square#2 (3)")
+            && fan_out.as_str().unwrap().contains("join at sum"),
+        "{fan_out}"
+    );
+    let branch = b
+        .eval("document.querySelector('#timeline .checkpoint[data-path=\"square#1\"]').textContent")
+        .await;
+    assert!(
+        branch.as_str().unwrap().contains("square#1")
+            && branch.as_str().unwrap().contains("own state")
+            && branch.as_str().unwrap().contains("/total: 1 → 5"),
+        "{branch}"
+    );
+    let grouped = b
+        .eval("[...document.querySelectorAll('#timeline .sub-group[data-sub-agent=\"review\"] .checkpoint')].map(c => c.dataset.step).join(',')")
+        .await;
+    assert_eq!(grouped, "note");
+    // The checkpoint shown is marked on the graph: a branch's step by its
+    // node.
+    b.click("#timeline .checkpoint[data-path=\"square#1\"]")
+        .await;
+    b.wait_for(
+        "the branch's step marked",
+        "document.querySelector('#graph .node.picked[data-step=\"square\"]') && document.querySelector('#state-at').textContent.includes('branch square#1')",
+    )
+    .await;
+    let own = b
+        .eval("document.querySelector('#state-tree').textContent")
+        .await;
+    assert!(
+        own.as_str()
+            .unwrap()
+            .contains("square#1\u{2019}s own state"),
+        "{own}"
+    );
+    // Filtered by path.
+    b.eval("{ const f = document.querySelector('#path-filter'); f.value = 'square#2'; f.dispatchEvent(new Event('change')); }")
+        .await;
+    b.wait_for(
+        "the filter",
+        "[...document.querySelectorAll('#timeline .checkpoint')].map(c => c.dataset.path).join(',') === 'square#2'",
+    )
+    .await;
+    b.eval("{ const f = document.querySelector('#path-filter'); f.value = '*'; f.dispatchEvent(new Event('change')); }")
+        .await;
+    // The fan-out's branches, their join and the sub-agent's group.
+    b.eval("{ const t = document.querySelector('#timeline'); t.scrollTop = t.scrollHeight; }")
+        .await;
+    b.screenshot(".columns", "studio-composed-timeline.png")
+        .await;
+
+    // The question says where it was asked, and the form answers it.
+    b.wait_for(
+        "the answer form",
+        "!document.querySelector('#waiting-panel').hidden && !document.querySelector('#answer-form').hidden",
+    )
+    .await;
+    assert_eq!(
+        b.eval("document.querySelector('#interrupt-path').dataset.path")
+            .await,
+        "review"
+    );
+    let where_ = b
+        .eval("document.querySelector('#interrupt-path').textContent")
+        .await;
+    assert!(where_.as_str().unwrap().contains("sub-agent"), "{where_}");
+    let shape = b
+        .eval("document.querySelector('#answer-shape').textContent")
+        .await;
+    assert!(shape.as_str().unwrap().contains("Verdict"), "{shape}");
+    b.type_into("#answer", r#"{"ok": "maybe"}"#).await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the refusal",
+        "document.querySelector('#answer-error').textContent.includes('review/ask')",
+    )
+    .await;
+    b.type_into("#answer", r#"{"ok": true}"#).await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the session done",
+        "document.querySelector('#phase').dataset.phase === 'done'",
+    )
+    .await;
+    b.wait_for(
+        "the whole timeline",
+        "[...document.querySelectorAll('#timeline .sub-group[data-sub-agent=\"review\"] .checkpoint')].map(c => c.dataset.step).join(',') === 'note,ask' && document.querySelector('#timeline .checkpoint[data-step=\"publish\"]')",
+    )
+    .await;
+    assert_eq!(
+        b.eval("document.querySelector('#graph .node.current')")
+            .await,
+        Value::Null,
+        "nothing runs any more"
+    );
+    assert_eq!(
+        b.eval("!!document.querySelector('#graph .node.visited[data-step=\"review/ask\"]')")
+            .await,
+        true
+    );
+    let errors = b
+        .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).join('')")
+        .await;
+    assert_eq!(errors, "", "no error on the page");
+    b.close().await;
+    studio.shutdown().await.unwrap();
+    let head = w
+        .store
+        .load(&w.waiting.clone().into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(head.phase, harness::session::SessionPhase::Completed { .. }),
+        "{head:?}"
+    );
 }

@@ -5,5 +5,6 @@
 
 mod api;
 mod browser;
+mod composed;
 mod events;
 mod support;

@@ -2,7 +2,9 @@
 //! client.
 
 use harness::session::{SessionPhase, SessionStore};
-use harness::{Agent, Cx, Harness, HarnessState, JsonSchema, StepError, StepResult, create_agent};
+use harness::{
+    Agent, Cx, Harness, HarnessState, JsonSchema, StepError, StepResult, SubAgent, create_agent,
+};
 use harness_stores::SledStore;
 use harness_studio::{Serving, Studio};
 use serde::{Deserialize, Serialize};
@@ -338,4 +340,166 @@ pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// A trip planned in parallel: two branches, a fan-out over the trip's
+/// items and a sub-agent that asks a human.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+pub struct Trip {
+    #[field(reduce = append)]
+    pub log: Vec<String>,
+    #[field(reduce = add)]
+    pub total: u64,
+    pub items: Vec<u64>,
+    pub verdict: Option<String>,
+}
+
+/// The sub-agent's own state.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+pub struct Check {
+    pub question: String,
+    #[field(reduce = append)]
+    pub notes: Vec<String>,
+    pub ok: Option<bool>,
+}
+
+/// What the human answers inside the sub-agent.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Verdict {
+    pub ok: bool,
+}
+
+/// The sub-agent: `note`, then `ask` (an interrupt), then the end.
+pub fn checker() -> Harness<Check> {
+    Harness::<Check>::builder()
+        .step("note")
+        .run(async |c: Arc<Check>| {
+            Ok(CheckUpdate::new().notes(vec![format!("checked {}", c.question)]))
+        })
+        .next("ask")
+        .step("ask")
+        .run(async |c: Arc<Check>, cx: Cx<()>| {
+            let v: Verdict =
+                cx.interrupt(json!({ "question": "is the total right?", "notes": c.notes }))?;
+            Ok(CheckUpdate::new().ok(Some(v.ok)))
+        })
+        .end()
+        .start("note")
+        .build()
+        .unwrap()
+}
+
+/// `plan` forks `left` and `right`, joined at `merge`, which fans out
+/// `square` over the items, joined at `sum`; then the sub-agent `review`
+/// (which asks), then `publish`.
+pub fn trip_harness(store: Arc<dyn SessionStore>) -> Harness<Trip> {
+    Harness::<Trip>::builder()
+        .step("plan")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["plan".into()])))
+        .fork(["left", "right"])
+        .join("merge")
+        .step("left")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["left".into()])))
+        .writes(["log"])
+        .next("merge")
+        .step("right")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["right".into()]).total(1)))
+        .writes(["log", "total"])
+        .next("merge")
+        .step("merge")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["merged".into()])))
+        .fan_out("square", |t: &Trip| t.items.clone())
+        .join("sum")
+        .step("square")
+        .run_each(async |item: u64, _: Arc<Trip>, _: Cx<()>| {
+            Ok(TripUpdate::new()
+                .total(item * item)
+                .log(vec![format!("{item}²")]))
+        })
+        .writes(["total", "log"])
+        .next("sum")
+        .step("sum")
+        .run(async |t: Arc<Trip>| Ok(TripUpdate::new().log(vec![format!("sum {}", t.total)])))
+        .next("review")
+        .step("review")
+        .sub_agent(SubAgent::new(
+            &checker(),
+            |t: &Trip| Check {
+                question: format!("total {}", t.total),
+                notes: vec![],
+                ok: None,
+            },
+            |_: &Trip, done| {
+                TripUpdate::new()
+                    .verdict(Some(format!("{:?} ({})", done.state.ok, done.signal)))
+                    .log(done.state.notes)
+            },
+        ))
+        .next("publish")
+        .step("publish")
+        .run(async |_: Arc<Trip>| Ok(TripUpdate::new().log(vec!["published".into()])))
+        .end()
+        .start("plan")
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+/// The trip agent on a fresh store, with one session waiting inside its
+/// sub-agent.
+pub struct TripWorld {
+    pub store: Arc<dyn SessionStore>,
+    pub harness: Harness<Trip>,
+    pub agent: Agent<Trip>,
+    pub waiting: String,
+    pub interrupt: String,
+    _dir: TempDir,
+}
+
+impl TripWorld {
+    pub async fn new(name: &str) -> TripWorld {
+        let dir = temp_dir(name);
+        let store: Arc<dyn SessionStore> = Arc::new(SledStore::open(dir.join("db")).unwrap());
+        let harness = trip_harness(Arc::clone(&store));
+        let agent = create_agent("trips", &harness);
+        let out = agent
+            .run(Trip {
+                log: vec![],
+                total: 0,
+                items: vec![1, 2, 3],
+                verdict: None,
+            })
+            .await
+            .unwrap();
+        let interrupt = out.interrupt.clone().unwrap();
+        assert_eq!(interrupt.path.as_str(), "review");
+        TripWorld {
+            store,
+            harness,
+            agent,
+            waiting: out.session_id.to_string(),
+            interrupt: interrupt.id.to_string(),
+            _dir: TempDir(dir),
+        }
+    }
+
+    /// The agent's studio, declaring the sub-agent's answer.
+    pub async fn studio(&self) -> Serving {
+        Studio::for_agent(&self.agent, &self.harness, Arc::clone(&self.store))
+            .unwrap()
+            .expect_answer::<Verdict>("review/ask")
+            .poll_interval(Duration::from_millis(100))
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// A read-only studio on the same store.
+    pub async fn read_only(&self) -> Serving {
+        Studio::read_only(Arc::clone(&self.store))
+            .poll_interval(Duration::from_millis(100))
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
 }
