@@ -78,6 +78,10 @@ pub mod guide {
     #[doc = include_str!("docs/guide/observation.md")]
     pub mod observation {}
 
+    #[cfg_attr(not(doctest), doc = include_str!("docs/guide/traces.md"))]
+    #[cfg_attr(doctest, doc = "Traces (doctested by `harness-otel`).")]
+    pub mod traces {}
+
     #[cfg_attr(not(doctest), doc = include_str!("docs/guide/sessions.md"))]
     #[cfg_attr(doctest, doc = "Sessions (doctested by `harness-tests`).")]
     pub mod sessions {}

@@ -1,15 +1,26 @@
 //! Observation: the [`Observer`] trait for programmatic hooks, and the
 //! `tracing` spans every run emits.
 //!
-//! Spans (usable with any `tracing` subscriber, OpenTelemetry included):
-//! - `harness.run` with `agent`, `run_id`, `session_id`, around a run (and
-//!   again around each resume);
-//! - `harness.step` with `step`, `path` and `index`, around each step's `run`;
-//! - `gen_ai.chat` (OpenTelemetry name `chat {model}`) around each model
-//!   call a step makes through [`Cx::complete`](crate::Cx::complete), with the
-//!   GenAI semantic conventions' attributes;
+//! Spans (usable with any `tracing` subscriber; `harness-otel` exports them
+//! to OpenTelemetry with the GenAI semantic conventions, see
+//! [traces](crate::guide::traces)):
+//! - `harness.run` (OpenTelemetry name `invoke_agent {agent}`, kind
+//!   internal) with `agent`, `run_id`, `session_id`,
+//!   `gen_ai.operation.name`, `gen_ai.agent.name` and
+//!   `gen_ai.conversation.id` (the session id), around a run (and again
+//!   around each resume);
+//! - `harness.step` (`step {step}`) with `step`, `path`, `index` and
+//!   `gen_ai.conversation.id`, around each step's `run`;
+//! - `gen_ai.chat` (`chat {model}`, kind client) around each model call a
+//!   step makes through [`Cx::complete`](crate::Cx::complete), with the
+//!   GenAI semantic conventions' attributes (provider, model, conversation,
+//!   token usage, finish reasons, `error.type`);
 //! - `gen_ai.execute_tool` (`execute_tool {tool}`) around each tool call
-//!   made through [`Cx::call_tool`](crate::Cx::call_tool).
+//!   made through [`Cx::call_tool`](crate::Cx::call_tool), with the tool's
+//!   name and the call's id;
+//! - message contents, as TRACE events under the target
+//!   `harness::gen_ai::content` inside those two spans, emitted (and
+//!   serialized) only when a subscriber enables that target.
 //!
 //! Observers are attached to a harness with
 //! [`HarnessBuilder::observer`](crate::HarnessBuilder::observer) and see every

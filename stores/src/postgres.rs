@@ -155,6 +155,8 @@ struct Sql {
     select_sessions: String,
     runnable_read: String,
     runnable_claim: String,
+    fast_update: String,
+    fast_create: String,
 }
 
 impl Sql {
@@ -194,6 +196,46 @@ impl Sql {
                    AND (lease_expires_at IS NULL OR lease_expires_at <= $1) \
                    AND (claimed_until IS NULL OR claimed_until <= $1) \
                  ORDER BY updated_at, id LIMIT $2"
+            ),
+            // One statement, so one round trip and one implicit
+            // transaction: the compare-and-set on the version column and on
+            // the stored head's own version and schema version (a head that
+            // is not JSON makes the cast fail, and the commit falls back to
+            // the transaction that reports it), the head, the checkpoints
+            // removed and written, and `synchronous_commit` for this
+            // transaction's commit ($13; NULL leaves it as it is).
+            fast_update: format!(
+                "WITH h AS (\
+                   UPDATE {s}.sessions SET head = $2, version = $3, phase = $4, lease_owner = $5, \
+                     lease_expires_at = $6, updated_at = $7, claimed_until = NULL, agent_id = $8 \
+                   WHERE id = $1 AND version = $9 \
+                     AND (head::jsonb ->> 'version') = $9::bigint::text \
+                     AND (head::jsonb ->> 'schema_version') = $14::integer::text \
+                   RETURNING id), \
+                 d AS (\
+                   DELETE FROM {s}.checkpoints AS c USING h \
+                   WHERE c.session_id = h.id AND c.seq = ANY ($10::text[]::numeric[])), \
+                 i AS (\
+                   INSERT INTO {s}.checkpoints (session_id, seq, checkpoint) \
+                   SELECT h.id, u.seq::numeric, u.doc FROM h, unnest($11::text[], $12::text[]) AS u (seq, doc) \
+                   ON CONFLICT (session_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint) \
+                 SELECT (SELECT count(*) FROM h) AS applied, \
+                   set_config('synchronous_commit', \
+                     coalesce($13::text, current_setting('synchronous_commit')), true) AS sync"
+            ),
+            fast_create: format!(
+                "WITH h AS (\
+                   INSERT INTO {s}.sessions \
+                   (id, head, version, phase, lease_owner, lease_expires_at, updated_at, agent_id) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING \
+                   RETURNING id), \
+                 i AS (\
+                   INSERT INTO {s}.checkpoints (session_id, seq, checkpoint) \
+                   SELECT h.id, u.seq::numeric, u.doc FROM h, unnest($9::text[], $10::text[]) AS u (seq, doc) \
+                   ON CONFLICT (session_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint) \
+                 SELECT (SELECT count(*) FROM h) AS applied, \
+                   set_config('synchronous_commit', \
+                     coalesce($11::text, current_setting('synchronous_commit')), true) AS sync"
             ),
             runnable_claim: format!(
                 "WITH picked AS (\
@@ -248,7 +290,19 @@ impl Sql {
 ///
 /// # Commits
 ///
-/// A commit is one transaction: the stored head is locked
+/// A commit is first sent as one statement, one round trip and one
+/// implicit transaction: the head is updated only where its `version`
+/// column and the stored head's own `version` and `schema_version` are the
+/// expected ones, the superseded checkpoints deleted and the new ones
+/// upserted in the same statement (`WITH … UPDATE … RETURNING`, the
+/// checkpoint statements joined to its result, so nothing is written when
+/// the head is not), and `synchronous_commit` set for that transaction
+/// alone (see "Durability"). A new session is inserted the same way. When
+/// that statement applies nothing or fails (a conflict, a head that is not
+/// JSON or of another schema version), the commit is made again as below,
+/// which finds and reports why.
+///
+/// That full commit is one transaction: the stored head is locked
 /// (`SELECT … FOR UPDATE`), read and checked (an unreadable head or one of
 /// another schema version is a [`StoreError::Load`], and is never
 /// overwritten), its version compared with the expected one (else
@@ -643,6 +697,80 @@ impl PostgresStore {
         if self.clock.is_stale() {
             refresh_clock(&self.clock, &client).await;
         }
+        // The commit in one statement; when it applies nothing (a conflict,
+        // a head this build cannot judge by its columns) or fails, the
+        // transaction below does it again step by step and says why.
+        let sync_value: Option<&str> = if !commit.durable {
+            Some("off")
+        } else if self.force_sync {
+            Some("on")
+        } else {
+            None
+        };
+        let sql = &*self.sql;
+        let fast = match commit.expected_version {
+            Some(expected) => {
+                let expected = clamp(expected);
+                let schema_version =
+                    i32::try_from(harness::session::SCHEMA_VERSION).unwrap_or(i32::MAX);
+                match client.prepare_cached(&sql.fast_update).await {
+                    Ok(stmt) => {
+                        client
+                            .query_one(
+                                &stmt,
+                                &[
+                                    &id,
+                                    &doc,
+                                    &version,
+                                    &phase,
+                                    &lease_owner,
+                                    &lease_expires,
+                                    &updated,
+                                    &head.agent_id,
+                                    &expected,
+                                    &remove_seqs,
+                                    &append_seqs,
+                                    &append_docs,
+                                    &sync_value,
+                                    &schema_version,
+                                ],
+                            )
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            None => match client.prepare_cached(&sql.fast_create).await {
+                Ok(stmt) => {
+                    client
+                        .query_one(
+                            &stmt,
+                            &[
+                                &id,
+                                &doc,
+                                &version,
+                                &phase,
+                                &lease_owner,
+                                &lease_expires,
+                                &updated,
+                                &head.agent_id,
+                                &append_seqs,
+                                &append_docs,
+                                &sync_value,
+                            ],
+                        )
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match fast.and_then(|row| row.try_get::<_, i64>(0)) {
+            Ok(1) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(session = %session, error = %describe(&e), "postgres store: the one-statement commit failed; committing step by step");
+            }
+        }
         let sync = if !commit.durable {
             Some("SET LOCAL synchronous_commit TO off")
         } else if self.force_sync {
@@ -659,7 +787,6 @@ impl PostgresStore {
                 .await
                 .map_err(|e| pg_error(what("set synchronous_commit"), &e))?;
         }
-        let sql = &*self.sql;
         match commit.expected_version {
             None => {
                 let insert = tx

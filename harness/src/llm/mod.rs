@@ -10,6 +10,13 @@
 //!   reasoning back to the provider that produced it, and to no other.
 //! - [`Tool`] and [`ToolSet`]: typed tools whose argument schema comes from
 //!   schemars, and dispatch of the model's calls to them.
+//! - [`LanguageModelExt::complete_typed`]: an answer of any
+//!   `T: DeserializeOwned + JsonSchema`, through the provider's native
+//!   structured-output mode ([`ResponseFormat`]), validated on arrival and
+//!   repaired once.
+//! - [`Usage`]: tokens spent (input, output, cache read and write,
+//!   reasoning), summed with `+`, per model in [`UsageByModel`];
+//!   [`PriceTable`] turns them into cost.
 //! - [`ModelError`]: every failure, typed.
 //!
 //! ```
@@ -36,17 +43,23 @@ mod response;
 mod scripted;
 mod stream;
 mod tool;
+mod typed;
+mod usage;
 
 pub use error::{ModelError, ToolError};
 pub use message::{
     ContentPart, ImageSource, Message, ProviderSignature, Reasoning, Role, ToolCall, ToolResult,
 };
 pub use record::{Exchange, Outcome, Recorded, Recording, Replay};
-pub use request::{ModelRequest, ModelRequestBuilder, ToolChoice};
-pub use response::{ModelResponse, StopReason, Usage};
+pub use request::{ModelRequest, ModelRequestBuilder, ResponseFormat, ToolChoice};
+pub use response::{ModelResponse, StopReason};
 pub use scripted::{Expect, ScriptedModel, Turn};
 pub use stream::{ModelStream, PartialToolCalls, StreamCollector, StreamEvent, collect_stream};
 pub use tool::{Tool, ToolSet, ToolSpec};
+pub use typed::{
+    LanguageModelExt, SchemaMismatch, TYPED_ATTEMPTS, TypedAnswer, TypedAnswerError, parse_answer,
+};
+pub use usage::{Cost, ModelPrice, PriceError, PriceTable, Usage, UsageByModel};
 
 /// A language model: answers a [`ModelRequest`] whole or as a stream.
 ///

@@ -1,5 +1,6 @@
 //! What is sent to a model.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -19,6 +20,152 @@ pub enum ToolChoice {
     Required,
     /// The model must call the named tool.
     Tool(String),
+}
+
+/// The JSON answer a request asks for: a named schema, and whether the
+/// provider must hold the model to it exactly (OpenAI's strict mode).
+///
+/// ```
+/// use harness::llm::ResponseFormat;
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Weather { city: String, celsius: f64 }
+///
+/// let format = ResponseFormat::for_type::<Weather>();
+/// assert_eq!(format.name, "Weather");
+/// assert!(format.strict);
+/// assert_eq!(format.schema["properties"]["celsius"]["type"], "number");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ResponseFormat {
+    /// A name for the answer: `[a-zA-Z0-9_-]`, at most 64 characters (the
+    /// providers' limit; Anthropic uses it as the answer tool's name).
+    pub name: String,
+    /// JSON Schema of the answer, written for clarity; providers adapt it
+    /// to what their API accepts (OpenAI's strict subset, Gemini's subset).
+    pub schema: Value,
+    /// Whether the provider should enforce the schema strictly where it can
+    /// (OpenAI `strict: true`). On by default.
+    #[serde(default = "yes")]
+    pub strict: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl ResponseFormat {
+    /// A strict format named `name` (cleaned to `[a-zA-Z0-9_-]{1,64}`)
+    /// with a hand-written `schema`.
+    pub fn new(name: impl AsRef<str>, schema: Value) -> Self {
+        Self {
+            name: clean_name(name.as_ref()),
+            schema,
+            strict: true,
+        }
+    }
+
+    /// A strict format for `T`: its schemars schema (without the meta-schema
+    /// URI), named after the type.
+    pub fn for_type<T: JsonSchema>() -> Self {
+        let mut schema = schemars::schema_for!(T).to_value();
+        if let Value::Object(map) = &mut schema {
+            map.remove("$schema");
+        }
+        Self::new(T::schema_name(), schema)
+    }
+
+    /// Sets whether the schema is enforced strictly, builder-style.
+    pub fn with_strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// Whether the schema describes a JSON object (`"type": "object"`, or
+    /// `properties` without a type). Tool inputs and OpenAI's strict mode
+    /// accept only objects; see [`ResponseFormat::object_schema`].
+    pub fn is_object(&self) -> bool {
+        match self.schema.get("type") {
+            Some(kind) => kind == "object",
+            None => self.schema.get("properties").is_some(),
+        }
+    }
+
+    /// The schema as an object schema, for providers that accept only
+    /// objects: the schema itself if [it is one](ResponseFormat::is_object),
+    /// else an object whose one required property `value` is the answer
+    /// (`$defs` stay at the root, where `$ref`s point).
+    /// [`ResponseFormat::unwrap_answer`] takes the answer back out.
+    ///
+    /// ```
+    /// use harness::llm::ResponseFormat;
+    ///
+    /// let format = ResponseFormat::for_type::<Vec<u32>>();
+    /// assert_eq!(format.object_schema()["properties"]["value"]["type"], "array");
+    /// assert_eq!(format.unwrap_answer(r#"{"value": [1, 2]}"#), "[1,2]");
+    /// ```
+    pub fn object_schema(&self) -> Value {
+        if self.is_object() {
+            return self.schema.clone();
+        }
+        let mut inner = self.schema.clone();
+        let mut wrapper = Map::new();
+        wrapper.insert("type".to_owned(), Value::from("object"));
+        if let Value::Object(map) = &mut inner {
+            for key in ["$defs", "definitions"] {
+                if let Some(defs) = map.remove(key) {
+                    wrapper.insert(key.to_owned(), defs);
+                }
+            }
+        }
+        let mut properties = Map::new();
+        properties.insert(WRAPPED.to_owned(), inner);
+        wrapper.insert("properties".to_owned(), Value::Object(properties));
+        wrapper.insert("required".to_owned(), Value::from(vec![WRAPPED]));
+        Value::Object(wrapper)
+    }
+
+    /// The answer's JSON text from `text`, an answer shaped by
+    /// [`ResponseFormat::object_schema`]: `text` itself when the schema is
+    /// an object, else the `value` member. Text that is not such an object
+    /// (cut off, not JSON) comes back unchanged, for the caller to report.
+    pub fn unwrap_answer(&self, text: &str) -> String {
+        if self.is_object() {
+            return text.to_owned();
+        }
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(mut map)) if map.len() == 1 && map.contains_key(WRAPPED) => map
+                .remove(WRAPPED)
+                .map_or_else(|| text.to_owned(), |value| value.to_string()),
+            _ => text.to_owned(),
+        }
+    }
+}
+
+/// The property a non-object answer is wrapped in; see
+/// [`ResponseFormat::object_schema`].
+const WRAPPED: &str = "value";
+
+/// `name` with characters providers reject replaced by `_`, cut to 64
+/// characters; `answer` if nothing is left.
+fn clean_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "answer".to_owned()
+    } else {
+        cleaned
+    }
 }
 
 /// A request to a model: the conversation so far, the tools on offer and
@@ -63,6 +210,14 @@ pub struct ModelRequest {
     /// Sequences that end generation when produced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop_sequences: Vec<String>,
+    /// The shape the answer must take: a JSON value matching a schema. Each
+    /// provider maps it to its native structured-output mode (OpenAI's
+    /// `response_format`, a forced answer tool on Anthropic, Gemini's
+    /// `responseSchema`); models without one ignore it. Usually set by
+    /// [`LanguageModelExt::complete_typed`](crate::llm::LanguageModelExt::complete_typed),
+    /// which also validates the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
     /// Provider-specific fields merged into the JSON body as a JSON merge
     /// patch (RFC 7386: objects merge field by field, `null` removes a
     /// field, anything else replaces it), e.g. `{"seed": 7}` or, for Gemini,
@@ -167,6 +322,13 @@ impl ModelRequestBuilder {
     /// Adds a stop sequence.
     pub fn stop_sequence(mut self, stop: impl Into<String>) -> Self {
         self.request.stop_sequences.push(stop.into());
+        self
+    }
+
+    /// Requires the answer to be JSON matching `format`'s schema; see
+    /// [`ModelRequest::response_format`].
+    pub fn response_format(mut self, format: ResponseFormat) -> Self {
+        self.request.response_format = Some(format);
         self
     }
 

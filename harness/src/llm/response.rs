@@ -1,61 +1,9 @@
 //! What a model answers.
 
-use std::ops::{Add, AddAssign};
-
 use serde::{Deserialize, Serialize};
 
 use crate::llm::message::{ContentPart, Message, Reasoning, Role, ToolCall};
-
-/// Tokens spent on one call (or, summed, on many).
-///
-/// ```
-/// use harness::llm::Usage;
-/// let mut total = Usage::default();
-/// total += Usage::new(100, 20);
-/// total += Usage::new(150, 30);
-/// assert_eq!(total.total(), 300);
-/// ```
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
-)]
-pub struct Usage {
-    /// Tokens in the prompt.
-    pub input_tokens: u64,
-    /// Tokens generated.
-    pub output_tokens: u64,
-}
-
-impl Usage {
-    /// Usage of `input_tokens` prompt and `output_tokens` generated tokens.
-    pub fn new(input_tokens: u64, output_tokens: u64) -> Self {
-        Self {
-            input_tokens,
-            output_tokens,
-        }
-    }
-
-    /// Input plus output tokens.
-    pub fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
-    }
-}
-
-impl Add for Usage {
-    type Output = Usage;
-
-    fn add(self, other: Usage) -> Usage {
-        Usage::new(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-        )
-    }
-}
-
-impl AddAssign for Usage {
-    fn add_assign(&mut self, other: Usage) {
-        *self = *self + other;
-    }
-}
+use crate::llm::usage::Usage;
 
 /// Why the model stopped generating.
 #[derive(

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::llm::error::ModelError;
 use crate::llm::message::{ContentPart, Reasoning, ToolCall};
-use crate::llm::response::{ModelResponse, StopReason, Usage};
+use crate::llm::response::{ModelResponse, StopReason};
+use crate::llm::usage::Usage;
 
 /// The stream [`LanguageModel::stream`](crate::llm::LanguageModel::stream)
 /// returns. An `Err` item ends the stream.

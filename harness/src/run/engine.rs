@@ -379,8 +379,16 @@ pub(crate) fn start<S: HarnessState, C: Context>(
     info: RunInfo,
     mut exec: Execution<S>,
 ) -> BoxFuture<'static, Driven<S>> {
+    // OpenTelemetry GenAI conventions: an in-process agent's invocation is
+    // an INTERNAL `invoke_agent {agent}` span, its conversation the session.
+    // Everything a sampler reads is set here, at the span's start.
     let span = tracing::info_span!(
         "harness.run",
+        otel.name = %format_args!("invoke_agent {}", info.agent_id),
+        otel.kind = "internal",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = %info.agent_id,
+        gen_ai.conversation.id = %info.session_id,
         agent = %info.agent_id,
         run_id = %info.run_id,
         session_id = %info.session_id,
@@ -779,11 +787,17 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
             });
             let began = Instant::now();
 
+            // No GenAI operation describes a loop step: an INTERNAL span
+            // named after the step, in the run's conversation.
             let span = tracing::info_span!(
                 "harness.step",
+                otel.name = %format_args!("step {}", step.name),
+                otel.kind = "internal",
+                gen_ai.conversation.id = %env.info.session_id,
                 step = %step.name,
                 path = %task.path,
-                index = taken
+                // i64: OpenTelemetry has no unsigned integers.
+                index = i64::try_from(taken).unwrap_or(i64::MAX),
             );
             let body = match (&step.run, &step.sub) {
                 (Some(run), _) => Some(run_step(env, run, step, task).instrument(span).await),

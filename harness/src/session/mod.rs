@@ -415,13 +415,25 @@ pub enum Durability {
 pub struct SessionConfig {
     /// When checkpoints reach the disk (default: every step).
     pub durability: Durability,
-    /// When this many steps (default 1000; 0 for never) have passed since
+    /// When this many steps (default 100; 0 for never) have passed since
     /// the state's size was last measured, the harness measures it and
     /// takes a full snapshot if it pays: when the updates since the last
     /// snapshot (step updates and run inputs) add up to at least twice the
     /// state's size, that is when steps overwrite what earlier steps wrote.
     /// A session whose steps only add to its state gains nothing from a
     /// snapshot (its updates are its state) and is stored once, not twice.
+    ///
+    /// This bounds the replay by count where the size rule below does not
+    /// reach: a small state rewritten at every step (a counter, the last
+    /// reply) is snapshotted every 100 steps, since 100 updates of it weigh
+    /// far more than twice the state, so loading and resuming a session
+    /// replays at most 100 updates however long it ran: resuming a
+    /// 1 000-step session of 250-byte rewrites took 0.28 ms instead of
+    /// 0.75 ms with the former default of 1 000, for 0.2% more bytes of
+    /// checkpoints (see the [performance](crate::guide::performance)
+    /// guide). The cost is one serialization of the state per 100 steps,
+    /// and a snapshot only when it is less than half the updates it saves
+    /// from replay.
     pub snapshot_every: u64,
     /// The same measure and decision, made whenever the updates since the
     /// last snapshot reach twice the state's size as last measured, and at
@@ -440,7 +452,7 @@ impl Default for SessionConfig {
     fn default() -> Self {
         Self {
             durability: Durability::EveryStep,
-            snapshot_every: 1000,
+            snapshot_every: 100,
             snapshot_min_bytes: 64 * 1024,
             lease_ttl: Duration::from_secs(30),
         }

@@ -419,9 +419,12 @@ impl<C> Cx<C> {
         use tracing::Instrument;
         let provider = model.provider();
         let name = model.model_name();
+        // The GenAI conventions' inference span; what a sampler reads
+        // (operation, provider, model) is set at its start. Token counts are
+        // recorded as i64: OpenTelemetry has no unsigned integers.
         let span = tracing::info_span!(
             "gen_ai.chat",
-            otel.name = %format!("chat {name}"),
+            otel.name = %format_args!("chat {name}"),
             otel.kind = "client",
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = %provider,
@@ -431,8 +434,12 @@ impl<C> Cx<C> {
             harness.path = %self.shared.path,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+            gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
             error.type = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
         );
         let began = std::time::Instant::now();
         let streaming = self.shared.emitter.as_ref().filter(|e| e.wants_tokens());
@@ -455,18 +462,77 @@ impl<C> Cx<C> {
         }
         .instrument(span.clone())
         .await;
+        let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         match &result {
             Ok(response) => {
-                span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
-                span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+                use crate::llm::StopReason;
+                span.record(
+                    "gen_ai.usage.input_tokens",
+                    tokens(response.usage.input_tokens),
+                );
+                span.record(
+                    "gen_ai.usage.output_tokens",
+                    tokens(response.usage.output_tokens),
+                );
+                // The details, when the provider reported them.
+                for (field, n) in [
+                    (
+                        "gen_ai.usage.cache_read.input_tokens",
+                        response.usage.cache_read_tokens,
+                    ),
+                    (
+                        "gen_ai.usage.cache_creation.input_tokens",
+                        response.usage.cache_write_tokens,
+                    ),
+                    (
+                        "gen_ai.usage.reasoning.output_tokens",
+                        response.usage.reasoning_tokens,
+                    ),
+                ] {
+                    if n > 0 {
+                        span.record(field, tokens(n));
+                    }
+                }
+                // The conventions' finish reasons, as a JSON array (a
+                // `tracing` field holds no arrays; harness-otel exports it
+                // as a string array).
+                let reason = match &response.stop_reason {
+                    StopReason::EndTurn | StopReason::StopSequence => "stop",
+                    StopReason::ToolUse => "tool_call",
+                    StopReason::MaxTokens => "length",
+                    StopReason::Other(other) => other.as_str(),
+                };
                 span.record(
                     "gen_ai.response.finish_reasons",
-                    tracing::field::debug(&[&response.stop_reason]),
+                    tracing::field::display(Value::from(vec![reason])),
                 );
             }
             Err(e) => {
-                span.record("error.type", tracing::field::display(e));
+                // A low-cardinality type (the error's kind, as serialized:
+                // `rate_limited`, `timeout`, ...), the message as the status.
+                let kind = serde_json::to_value(e)
+                    .ok()
+                    .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_else(|| "_OTHER".to_owned());
+                span.record("error.type", kind.as_str());
+                span.record("otel.status_description", tracing::field::display(e));
             }
+        }
+        // Message contents, for subscribers that ask for them (at TRACE,
+        // under their own target, which harness-otel drops unless the user
+        // opts in): nothing is serialized unless someone listens.
+        if tracing::enabled!(target: "harness::gen_ai::content", tracing::Level::TRACE) {
+            let json = |v: Result<String, serde_json::Error>| v.unwrap_or_else(|e| e.to_string());
+            let messages = json(serde_json::to_string(&request.messages));
+            let response = result.as_ref().ok().map(|r| json(serde_json::to_string(r)));
+            tracing::event!(
+                name: "harness.gen_ai.content",
+                target: "harness::gen_ai::content",
+                parent: &span,
+                tracing::Level::TRACE,
+                harness.request.messages = %messages,
+                harness.response = response,
+            );
         }
         if let Some(hooks) = &self.shared.hooks {
             let info = ModelCallInfo {
@@ -494,16 +560,21 @@ impl<C> Cx<C> {
         call: &crate::llm::ToolCall,
     ) -> crate::llm::ToolResult {
         use tracing::Instrument;
+        // The GenAI conventions' tool span: INTERNAL (the tool runs here),
+        // with the call's id.
         let span = tracing::info_span!(
             "gen_ai.execute_tool",
-            otel.name = %format!("execute_tool {}", call.name),
+            otel.name = %format_args!("execute_tool {}", call.name),
+            otel.kind = "internal",
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = %call.name,
             gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.type = "function",
             gen_ai.conversation.id = %self.shared.session_id,
             harness.step = %self.shared.step,
             harness.path = %self.shared.path,
             error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
         let began = std::time::Instant::now();
         let result = tools
@@ -512,6 +583,19 @@ impl<C> Cx<C> {
             .await;
         if result.is_error {
             span.record("error.type", "tool_error");
+            span.record("otel.status_code", "error");
+        }
+        // The call's arguments and result, only for subscribers that ask
+        // (see `complete`).
+        if tracing::enabled!(target: "harness::gen_ai::content", tracing::Level::TRACE) {
+            tracing::event!(
+                name: "harness.gen_ai.content",
+                target: "harness::gen_ai::content",
+                parent: &span,
+                tracing::Level::TRACE,
+                harness.tool.arguments = %call.arguments,
+                harness.tool.result = %result.content,
+            );
         }
         if let Some(hooks) = &self.shared.hooks {
             let info = ToolCallInfo {

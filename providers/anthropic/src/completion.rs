@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
-    ModelStream, Reasoning, Role, StopReason, ToolCall, ToolChoice, Usage,
+    ModelStream, Reasoning, ResponseFormat, Role, StopReason, ToolCall, ToolChoice,
 };
 use harness_provider_http::{endpoint, merged_turns, request_body};
 use serde_json::{Value, json};
@@ -46,7 +46,7 @@ impl CompletionModel {
     }
 
     fn body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ModelError> {
-        let tools: Vec<wire::ToolOut> = request
+        let mut tools: Vec<wire::ToolOut> = request
             .tools
             .iter()
             .map(|tool| wire::ToolOut {
@@ -55,7 +55,24 @@ impl CompletionModel {
                 input_schema: input_schema(&tool.parameters),
             })
             .collect();
-        let tool_choice = (!tools.is_empty()).then(|| tool_choice(&request.tool_choice));
+        let tool_choice = match &request.response_format {
+            Some(format) => {
+                let answer = AnswerTool::new(format);
+                tools.push(wire::ToolOut {
+                    name: answer.name().to_owned(),
+                    description: ANSWER_TOOL_DESCRIPTION.to_owned(),
+                    input_schema: answer.input_schema(),
+                });
+                Some(match &request.tool_choice {
+                    _ if request.tools.is_empty() => {
+                        json!({ "type": "tool", "name": answer.name() })
+                    }
+                    ToolChoice::Tool(name) => json!({ "type": "tool", "name": name }),
+                    _ => json!({ "type": "any" }),
+                })
+            }
+            None => (!tools.is_empty()).then(|| tool_choice(&request.tool_choice)),
+        };
         let (system, messages) = conversation(&request.messages);
         let wire = wire::MessagesRequest {
             model: &self.model,
@@ -74,6 +91,40 @@ impl CompletionModel {
 
     fn url(&self) -> String {
         endpoint(self.client.base_url(), "v1/messages")
+    }
+}
+
+/// What the answer tool tells the model.
+const ANSWER_TOOL_DESCRIPTION: &str =
+    "Give your final answer by calling this tool; its input is the answer.";
+
+/// How a [`ResponseFormat`] is asked for: a tool whose input is the answer
+/// (wrapped in an object when it is not one), which the request forces the
+/// model to call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AnswerTool {
+    format: ResponseFormat,
+}
+
+impl AnswerTool {
+    pub(crate) fn new(format: &ResponseFormat) -> Self {
+        Self {
+            format: format.clone(),
+        }
+    }
+
+    /// The tool's name: the format's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.format.name
+    }
+
+    fn input_schema(&self) -> Value {
+        input_schema(&self.format.object_schema())
+    }
+
+    /// The answer's JSON text from the tool's input.
+    pub(crate) fn answer(&self, input: &Value) -> String {
+        self.format.unwrap_answer(&input.to_string())
     }
 }
 
@@ -180,13 +231,21 @@ pub(crate) fn stop_reason(reason: Option<&str>) -> Result<StopReason, ModelError
     })
 }
 
-fn response(wire: wire::MessageResponse) -> Result<ModelResponse, ModelError> {
-    let stop_reason = stop_reason(wire.stop_reason.as_deref())?;
-    let content = wire
+fn response(
+    wire: wire::MessageResponse,
+    answer: Option<&AnswerTool>,
+) -> Result<ModelResponse, ModelError> {
+    let mut stop_reason = stop_reason(wire.stop_reason.as_deref())?;
+    let content: Vec<ContentPart> = wire
         .content
         .into_iter()
         .filter_map(|block| match block {
             wire::BlockIn::Text { text } => Some(ContentPart::text(text)),
+            wire::BlockIn::ToolUse { name, input, .. }
+                if answer.is_some_and(|answer| answer.name() == name) =>
+            {
+                answer.map(|answer| ContentPart::text(answer.answer(&input)))
+            }
             wire::BlockIn::ToolUse { id, name, input } => {
                 let input = if input.is_null() { json!({}) } else { input };
                 Some(ContentPart::ToolCall(ToolCall::new(id, name, input)))
@@ -201,11 +260,13 @@ fn response(wire: wire::MessageResponse) -> Result<ModelResponse, ModelError> {
             wire::BlockIn::Other => None,
         })
         .collect();
-    let usage = Usage::new(
-        wire.usage.input().unwrap_or(0),
-        wire.usage.output_tokens.unwrap_or(0),
-    );
-    Ok(ModelResponse::new(content, usage, stop_reason))
+    if answer.is_some()
+        && stop_reason == StopReason::ToolUse
+        && !content.iter().any(|part| part.as_tool_call().is_some())
+    {
+        stop_reason = StopReason::EndTurn;
+    }
+    Ok(ModelResponse::new(content, wire.usage.usage(), stop_reason))
 }
 
 #[async_trait]
@@ -217,14 +278,20 @@ impl LanguageModel for CompletionModel {
             .inner
             .post_json(&self.model, &self.url(), &body)
             .await?;
-        response(wire)
+        let answer = request.response_format.as_ref().map(AnswerTool::new);
+        response(wire, answer.as_ref())
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.body(request, true)?;
         self.client
             .inner
-            .post_stream(&self.model, &self.url(), &body, EventDecoder::default())
+            .post_stream(
+                &self.model,
+                &self.url(),
+                &body,
+                EventDecoder::new(request.response_format.as_ref().map(AnswerTool::new)),
+            )
             .await
     }
 

@@ -4,7 +4,7 @@
 use harness::llm::{ModelError, PartialToolCalls, Reasoning, StreamEvent, Usage};
 use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body};
 
-use crate::completion::{PROVIDER, stop_reason, thinking};
+use crate::completion::{AnswerTool, PROVIDER, stop_reason, thinking};
 use crate::wire::{self, StreamEventIn};
 
 /// Follows the content blocks of one streamed message. Tool-use blocks are
@@ -20,10 +20,43 @@ pub(crate) struct EventDecoder {
     thinking_blocks: Vec<(usize, Reasoning)>,
     input_tokens: u64,
     output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
     stop_reason: Option<String>,
+    /// The request's answer tool, if it asked for a response format.
+    answer: Option<AnswerTool>,
+    /// `(content block index, input so far)` of the answer tool's block,
+    /// which becomes text when it stops.
+    answer_block: Option<(usize, String)>,
 }
 
 impl EventDecoder {
+    pub(crate) fn new(answer: Option<AnswerTool>) -> Self {
+        Self {
+            answer,
+            ..Self::default()
+        }
+    }
+
+    /// Ends the answer tool's block `block` as a text event. Input that is
+    /// not JSON (an answer cut off at the token limit) goes as it came, for
+    /// the typed-answer check to report.
+    fn end_answer(&mut self, block: usize, out: &mut Vec<StreamEvent>) {
+        let (Some(answer), Some((index, input))) = (&self.answer, &self.answer_block) else {
+            return;
+        };
+        if *index != block {
+            return;
+        }
+        let text = match serde_json::from_str::<serde_json::Value>(input) {
+            Ok(input) => answer.answer(&input),
+            Err(_) if input.trim().is_empty() => "{}".to_owned(),
+            Err(_) => input.clone(),
+        };
+        out.push(StreamEvent::text(text));
+        self.answer_block = None;
+    }
+
     fn tool_index(&self, block: usize) -> Option<usize> {
         self.tool_blocks
             .iter()
@@ -62,6 +95,12 @@ impl EventDecoder {
         if let Some(output) = usage.output_tokens {
             self.output_tokens = output;
         }
+        if let Some(read) = usage.cache_read_input_tokens {
+            self.cache_read_tokens = read;
+        }
+        if let Some(write) = usage.cache_creation_input_tokens {
+            self.cache_write_tokens = write;
+        }
     }
 }
 
@@ -83,6 +122,16 @@ impl SseDecoder for EventDecoder {
                     if !text.is_empty() {
                         out.push(StreamEvent::text(text));
                     }
+                }
+                wire::BlockStartIn::ToolUse { name, input, .. }
+                    if self.answer.as_ref().is_some_and(|a| a.name() == name) =>
+                {
+                    let start = if input.as_object().is_some_and(|o| !o.is_empty()) {
+                        input.to_string()
+                    } else {
+                        String::new()
+                    };
+                    self.answer_block = Some((index, start));
                 }
                 wire::BlockStartIn::ToolUse { id, name, input } => {
                     let tool = self.tool_blocks.len();
@@ -125,6 +174,13 @@ impl SseDecoder for EventDecoder {
                         out.push(StreamEvent::text(text));
                     }
                 }
+                wire::DeltaIn::InputJsonDelta { partial_json }
+                    if self.answer_block.as_ref().is_some_and(|(b, _)| *b == index) =>
+                {
+                    if let Some((_, input)) = &mut self.answer_block {
+                        input.push_str(&partial_json);
+                    }
+                }
                 wire::DeltaIn::InputJsonDelta { partial_json } => {
                     let tool = self.tool_index(index).ok_or_else(|| {
                         ModelError::malformed(format!(
@@ -155,6 +211,7 @@ impl SseDecoder for EventDecoder {
             },
             StreamEventIn::ContentBlockStop { index } => {
                 self.end_thinking(Some(index), out);
+                self.end_answer(index, out);
                 if let Some(tool) = self.tool_index(index)
                     && let Some(call) = self.calls.finish(tool)
                 {
@@ -174,6 +231,15 @@ impl SseDecoder for EventDecoder {
             }
             StreamEventIn::MessageStop => {
                 self.end_thinking(None, out);
+                if let Some((index, _)) = self.answer_block {
+                    self.end_answer(index, out);
+                }
+                if self.answer.is_some()
+                    && self.tool_blocks.is_empty()
+                    && self.stop_reason.as_deref() == Some("tool_use")
+                {
+                    self.stop_reason = Some("end_turn".to_owned());
+                }
                 for (tool, call) in self.calls.finish_all() {
                     out.push(StreamEvent::ToolCallEnd {
                         index: tool,
@@ -181,10 +247,11 @@ impl SseDecoder for EventDecoder {
                     });
                 }
                 let reason = stop_reason(self.stop_reason.as_deref())?;
-                out.push(StreamEvent::Usage(Usage::new(
-                    self.input_tokens,
-                    self.output_tokens,
-                )));
+                out.push(StreamEvent::Usage(
+                    Usage::new(self.input_tokens, self.output_tokens)
+                        .with_cache_read(self.cache_read_tokens)
+                        .with_cache_write(self.cache_write_tokens),
+                ));
                 out.push(StreamEvent::finish(reason));
                 return Ok(Flow::Done);
             }

@@ -122,6 +122,13 @@ pub(crate) struct UsageIn {
 }
 
 impl UsageIn {
+    /// The usage this reports, cache reads and writes included.
+    pub(crate) fn usage(&self) -> harness::llm::Usage {
+        harness::llm::Usage::new(self.input().unwrap_or(0), self.output_tokens.unwrap_or(0))
+            .with_cache_read(self.cache_read_input_tokens.unwrap_or(0))
+            .with_cache_write(self.cache_creation_input_tokens.unwrap_or(0))
+    }
+
     /// All prompt tokens, cached or not; `None` if the event reported none.
     pub(crate) fn input(&self) -> Option<u64> {
         let parts = [

@@ -62,16 +62,27 @@ impl CompletionModel {
             }]
         };
         let (system_instruction, contents) = contents(&request.messages);
+        let structured = request
+            .response_format
+            .as_ref()
+            .filter(|_| request.tools.is_empty());
         let generation_config = wire::GenerationConfig {
             temperature: request.temperature,
             top_p: request.top_p,
             max_output_tokens: request.max_tokens,
             stop_sequences: request.stop_sequences.clone(),
+            // Structured output: JSON constrained by the schema, reduced to
+            // the subset `responseSchema` accepts. Gemini refuses it together
+            // with function calling, so a request with tools goes without
+            // (its answer is still validated by `complete_typed`).
+            response_mime_type: structured.map(|_| "application/json"),
+            response_schema: structured.map(|format| gemini_schema(&format.schema)),
         };
         let is_default = generation_config.temperature.is_none()
             && generation_config.top_p.is_none()
             && generation_config.max_output_tokens.is_none()
-            && generation_config.stop_sequences.is_empty();
+            && generation_config.stop_sequences.is_empty()
+            && generation_config.response_schema.is_none();
         let wire = wire::GenerateRequest {
             contents,
             system_instruction,
@@ -293,11 +304,15 @@ pub(crate) fn stop_reason(reason: Option<&str>, has_calls: bool) -> Result<StopR
     })
 }
 
+/// Thoughts are billed as output, so they count in `output_tokens` too;
+/// cached content is part of `promptTokenCount`.
 pub(crate) fn usage(metadata: wire::UsageMetadata) -> Usage {
     Usage::new(
         metadata.prompt_token_count,
         metadata.candidates_token_count + metadata.thoughts_token_count,
     )
+    .with_cache_read(metadata.cached_content_token_count)
+    .with_reasoning(metadata.thoughts_token_count)
 }
 
 /// A blocked prompt is reported in `promptFeedback`, without candidates.

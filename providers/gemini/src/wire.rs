@@ -99,6 +99,10 @@ pub(crate) struct GenerationConfig {
     pub(crate) max_output_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) stop_sequences: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) response_mime_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) response_schema: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -166,4 +170,6 @@ pub(crate) struct UsageMetadata {
     pub(crate) candidates_token_count: u64,
     #[serde(default)]
     pub(crate) thoughts_token_count: u64,
+    #[serde(default)]
+    pub(crate) cached_content_token_count: u64,
 }

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use harness::llm::{
     ContentPart, ImageSource, LanguageModel, Message, ModelError, ModelRequest, ModelResponse,
-    ModelStream, Role, StopReason, ToolCall, ToolChoice, Usage,
+    ModelStream, ResponseFormat, Role, StopReason, ToolCall, ToolChoice, Usage,
 };
 use harness_provider_http::{endpoint, request_body};
 use serde_json::{Value, json};
@@ -80,12 +80,31 @@ impl CompletionModel {
             stream_options: stream.then_some(wire::StreamOptions {
                 include_usage: true,
             }),
+            response_format: request.response_format.as_ref().map(response_format),
         };
         request_body(&wire, request)
     }
 
     fn url(&self) -> String {
         endpoint(self.client.base_url(), "chat/completions")
+    }
+}
+
+/// Structured outputs: the schema as an object (an answer that is not one
+/// travels as `{"value": …}`), made strict-compatible when `strict`.
+fn response_format(format: &ResponseFormat) -> wire::ResponseFormatOut {
+    let schema = format.object_schema();
+    wire::ResponseFormatOut {
+        kind: "json_schema",
+        json_schema: wire::JsonSchemaOut {
+            name: format.name.clone(),
+            schema: if format.strict {
+                strict_schema(&schema)
+            } else {
+                schema
+            },
+            strict: format.strict,
+        },
     }
 }
 
@@ -193,13 +212,40 @@ pub(crate) fn stop_reason(finish: Option<&str>, has_calls: bool) -> Result<StopR
     })
 }
 
+/// Usage with its details: cached prompt tokens (part of `prompt_tokens`)
+/// and reasoning tokens (part of `completion_tokens`).
 pub(crate) fn usage(usage: Option<wire::UsageIn>) -> Usage {
     usage
-        .map(|u| Usage::new(u.prompt_tokens, u.completion_tokens))
+        .map(|u| {
+            Usage::new(u.prompt_tokens, u.completion_tokens)
+                .with_cache_read(
+                    u.prompt_tokens_details
+                        .and_then(|d| d.cached_tokens)
+                        .unwrap_or(0),
+                )
+                .with_reasoning(
+                    u.completion_tokens_details
+                        .and_then(|d| d.reasoning_tokens)
+                        .unwrap_or(0),
+                )
+        })
         .unwrap_or_default()
 }
 
-fn response(wire: wire::ChatResponse) -> Result<ModelResponse, ModelError> {
+/// The request's format if its answer travels wrapped (see
+/// [`ResponseFormat::object_schema`]) and must be unwrapped.
+pub(crate) fn wrapped(request: &ModelRequest) -> Option<ResponseFormat> {
+    request
+        .response_format
+        .as_ref()
+        .filter(|format| !format.is_object())
+        .cloned()
+}
+
+fn response(
+    wire: wire::ChatResponse,
+    wrapped: Option<&ResponseFormat>,
+) -> Result<ModelResponse, ModelError> {
     let choice = wire
         .choices
         .into_iter()
@@ -211,7 +257,10 @@ fn response(wire: wire::ChatResponse) -> Result<ModelResponse, ModelError> {
     }
     let mut content = Vec::new();
     if let Some(text) = message.content.filter(|t| !t.is_empty()) {
-        content.push(ContentPart::text(text));
+        content.push(ContentPart::text(match wrapped {
+            Some(format) => format.unwrap_answer(&text),
+            None => text,
+        }));
     }
     for (index, call) in message
         .tool_calls
@@ -254,7 +303,7 @@ impl LanguageModel for CompletionModel {
             .connection
             .post_json(&self.model, &self.url(), &body)
             .await?;
-        response(wire)
+        response(wire, wrapped(request).as_ref())
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
@@ -262,7 +311,12 @@ impl LanguageModel for CompletionModel {
         self.client
             .inner
             .connection
-            .post_stream(&self.model, &self.url(), &body, ChunkDecoder::default())
+            .post_stream(
+                &self.model,
+                &self.url(),
+                &body,
+                ChunkDecoder::new(wrapped(request)),
+            )
             .await
     }
 

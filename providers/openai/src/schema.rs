@@ -15,11 +15,38 @@ const STRICT_FORMATS: &[&str] = &[
     "uuid",
 ];
 
+/// Keywords strict mode rejects; they are dropped (the answer is still
+/// validated against the Rust type on arrival).
+const UNSUPPORTED: &[&str] = &[
+    "$schema",
+    "default",
+    "examples",
+    "minLength",
+    "maxLength",
+    "patternProperties",
+    "unevaluatedProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "unevaluatedItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "uniqueItems",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentRequired",
+    "dependentSchemas",
+];
+
 /// `schema` adapted to OpenAI's strict mode (structured outputs): every
 /// object gets `additionalProperties: false` and lists all its properties as
 /// required, properties that were optional become nullable instead, `oneOf`
-/// becomes `anyOf`, and formats strict mode rejects (such as schemars'
-/// `int64`) are dropped.
+/// becomes `anyOf`, a one-member `allOf` is merged into its parent, and
+/// keywords and formats strict mode rejects (`minLength`, `uniqueItems`,
+/// `default`, schemars' `int64` format, …) are dropped.
 ///
 /// ```
 /// use serde_json::json;
@@ -51,10 +78,20 @@ fn make_strict(node: &mut Value) {
             children.values_mut().for_each(make_strict);
         }
     }
-    for key in ["items", "not"] {
-        if let Some(child) = map.get_mut(key) {
-            make_strict(child);
+    for key in UNSUPPORTED {
+        map.remove(*key);
+    }
+    if let Some(Value::Array(parts)) = map.get("allOf")
+        && parts.len() == 1
+        && let Some(Value::Array(mut parts)) = map.remove("allOf")
+        && let Some(Value::Object(part)) = parts.pop()
+    {
+        for (key, value) in part {
+            map.entry(key).or_insert(value);
         }
+    }
+    if let Some(child) = map.get_mut("items") {
+        make_strict(child);
     }
     for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
         if let Some(Value::Array(children)) = map.get_mut(key) {
@@ -207,6 +244,37 @@ mod tests {
             .collect();
         required.sort_unstable();
         assert_eq!(required, ["kind", "tags", "unit"]);
+    }
+
+    #[test]
+    fn keywords_strict_mode_rejects_are_dropped_everywhere() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "name": { "type": "string", "minLength": 1, "maxLength": 9, "pattern": "^a" },
+                "tags": { "type": "array", "items": { "type": "string", "default": "x" }, "uniqueItems": true, "maxItems": 3 },
+                "meta": { "type": "object", "properties": {}, "minProperties": 1, "propertyNames": { "pattern": "^k" } },
+                "inner": { "allOf": [{ "$ref": "#/$defs/Inner" }], "description": "Inner" }
+            },
+            "required": ["name", "tags", "meta", "inner"],
+            "$defs": { "Inner": { "type": "object", "properties": { "n": { "type": "integer", "format": "int64", "minimum": 0, "not": { "const": 3 } } }, "required": ["n"] } }
+        });
+        assert_eq!(
+            strict_schema(&schema),
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": { "type": "string", "pattern": "^a" },
+                    "tags": { "type": "array", "items": { "type": "string" }, "maxItems": 3 },
+                    "meta": { "type": "object", "properties": {}, "required": [], "additionalProperties": false },
+                    "inner": { "$ref": "#/$defs/Inner", "description": "Inner" }
+                },
+                "required": ["inner", "meta", "name", "tags"],
+                "additionalProperties": false,
+                "$defs": { "Inner": { "type": "object", "properties": { "n": { "type": "integer", "minimum": 0 } }, "required": ["n"], "additionalProperties": false } }
+            })
+        );
     }
 
     #[test]

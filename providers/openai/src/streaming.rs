@@ -1,6 +1,6 @@
 //! Streamed chat completions: `data:` chunks up to `data: [DONE]`.
 
-use harness::llm::{ModelError, PartialToolCalls, StreamEvent, Usage};
+use harness::llm::{ModelError, PartialToolCalls, ResponseFormat, StreamEvent, Usage};
 use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body};
 
 use crate::completion::{stop_reason, usage};
@@ -16,10 +16,27 @@ pub(crate) struct ChunkDecoder {
     finish_reason: Option<String>,
     usage: Option<Usage>,
     refusal: String,
+    /// The request's format when its answer travels wrapped: the text is
+    /// gathered and unwrapped at the end.
+    wrapped: Option<ResponseFormat>,
+    text: String,
 }
 
 impl ChunkDecoder {
+    pub(crate) fn new(wrapped: Option<ResponseFormat>) -> Self {
+        Self {
+            wrapped,
+            ..Self::default()
+        }
+    }
+
     fn complete(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), ModelError> {
+        if let Some(format) = &self.wrapped
+            && !self.text.is_empty()
+        {
+            out.push(StreamEvent::text(format.unwrap_answer(&self.text)));
+            self.text.clear();
+        }
         for (index, call) in self.calls.finish_all() {
             out.push(StreamEvent::ToolCallEnd { index, call: call? });
         }
@@ -93,7 +110,11 @@ impl SseDecoder for ChunkDecoder {
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-                    out.push(StreamEvent::text(text));
+                    if self.wrapped.is_some() {
+                        self.text.push_str(&text);
+                    } else {
+                        out.push(StreamEvent::text(text));
+                    }
                 }
                 if let Some(refusal) = delta.refusal {
                     self.refusal.push_str(&refusal);

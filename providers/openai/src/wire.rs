@@ -25,6 +25,23 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) response_format: Option<ResponseFormatOut>,
+}
+
+/// `{"type": "json_schema", "json_schema": {…}}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ResponseFormatOut {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) json_schema: JsonSchemaOut,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct JsonSchemaOut {
+    pub(crate) name: String,
+    pub(crate) schema: Value,
+    pub(crate) strict: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -139,6 +156,22 @@ pub(crate) struct UsageIn {
     pub(crate) prompt_tokens: u64,
     #[serde(default)]
     pub(crate) completion_tokens: u64,
+    #[serde(default)]
+    pub(crate) prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    pub(crate) completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    pub(crate) cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct CompletionDetails {
+    #[serde(default)]
+    pub(crate) reasoning_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

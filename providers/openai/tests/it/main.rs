@@ -654,3 +654,6 @@ async fn sampling_settings_that_are_not_finite_numbers_are_refused_before_sendin
         assert!(model.stream(&request).await.is_err());
     }
 }
+
+mod typed;
+mod usage;

@@ -84,7 +84,7 @@ async fn plain_answer() {
     let response = model.complete(&ask("Hi")).await.unwrap();
     assert_eq!(response.text(), "Hello!");
     assert_eq!(response.stop_reason, StopReason::EndTurn);
-    assert_eq!(response.usage, Usage::new(11, 7));
+    assert_eq!(response.usage, Usage::new(11, 7).with_reasoning(3));
     assert_eq!(model.model_name(), "gemini-test");
     assert_eq!(
         requests(&server).await[0],
@@ -244,7 +244,7 @@ async fn streamed_answer() {
             }),
             Ok(StreamEvent::text("lo")),
             Ok(StreamEvent::text("!")),
-            Ok(StreamEvent::Usage(Usage::new(11, 7))),
+            Ok(StreamEvent::Usage(Usage::new(11, 7).with_reasoning(3))),
             Ok(StreamEvent::finish(StopReason::EndTurn)),
         ]
     );
@@ -737,3 +737,6 @@ async fn extra_fields_merge_into_the_generation_config_made_from_the_request() {
     assert_eq!(config["thinkingConfig"], json!({ "includeThoughts": true }));
     assert!(config.get("maxOutputTokens").is_none(), "{config}");
 }
+
+mod typed;
+mod usage;

@@ -103,7 +103,7 @@ async fn plain_answer() {
     let response = model(&server).complete(&ask("Hi")).await.unwrap();
     assert_eq!(response.text(), "Hello!");
     assert_eq!(response.stop_reason, StopReason::EndTurn);
-    assert_eq!(response.usage, Usage::new(24, 6));
+    assert_eq!(response.usage, Usage::new(24, 6).with_cache_read(4));
     assert_eq!(
         requests(&server).await[0],
         json!({
@@ -796,3 +796,6 @@ async fn only_signed_anthropic_reasoning_is_sent() {
         ])
     );
 }
+
+mod typed;
+mod usage;

@@ -1,0 +1,94 @@
+//! Durable steps per second with 1, 100 and 1 000 sessions stepping at once
+//! on one sled store (group commit), every step flushed before it returns,
+//! and this disk's fsync latency, the floor of one durable step.
+//!
+//! `durable_sessions [--levels 1,100,1000] [--steps-total 2000]`
+
+use harness::session::{Durability, SessionConfig};
+use harness::{Agent, Harness, HarnessState, StepResult, create_agent};
+use harness_benchmarks::{arg, fsync_latency, result, scratch_dir};
+use harness_stores::SledStore;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A counter stepped to its limit.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Counter {
+    #[field(reduce = add)]
+    n: u64,
+    limit: u64,
+}
+
+async fn step(_: Arc<Counter>) -> StepResult<CounterUpdate> {
+    Ok(CounterUpdate::new().n(1))
+}
+
+fn agent(store: SledStore) -> Result<Agent<Counter>, Box<dyn std::error::Error>> {
+    let harness = Harness::<Counter>::builder()
+        .step("step")
+        .run(step)
+        .route(|s: &Counter| if s.n < s.limit { "again" } else { "done" })
+        .on("again")
+        .to("step")
+        .on("done")
+        .end()
+        .start("step")
+        .store(store)
+        .session_config(SessionConfig {
+            durability: Durability::EveryStep,
+            ..SessionConfig::default()
+        })
+        .build()?;
+    Ok(create_agent("durable-sessions", &harness))
+}
+
+/// Runs `sessions` sessions of `steps` durable steps at once; steps/s.
+async fn measure(
+    agent: &Agent<Counter>,
+    sessions: usize,
+    steps: u64,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        let agent = agent.clone();
+        tasks.push(tokio::spawn(async move {
+            agent
+                .run(Counter { n: 0, limit: steps })
+                .await
+                .map(|out| out.state.n)
+        }));
+    }
+    for t in tasks {
+        let n = t.await??;
+        if n != steps {
+            return Err(format!("a session ended at {n} of {steps} steps").into());
+        }
+    }
+    Ok((sessions as u64 * steps) as f64 / start.elapsed().as_secs_f64())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let levels: String = arg(&args, "--levels", "1,100,1000".to_string());
+    let total: u64 = arg(&args, "--steps-total", 2000);
+    let dir = scratch_dir("durable-sessions");
+    let fsync = fsync_latency(&dir.join("probe"), 200)?;
+    result("fsync_us", fsync.as_secs_f64() * 1e6);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let agent = agent(SledStore::open(dir.join("db"))?)?;
+    rt.block_on(async {
+        for sessions in levels.split(',') {
+            let sessions: usize = sessions.trim().parse()?;
+            // At least 10 steps each, and enough in all to be measured.
+            let steps = (total / sessions as u64).max(10);
+            let rate = measure(&agent, sessions, steps).await?;
+            println!("{sessions} sessions x {steps} durable steps: {rate:.0} steps/s");
+            result(&format!("durable_steps_per_s_{sessions}"), rate);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,187 @@
+//! Many runs in one process: `--runs` concurrent runs (default 10 000) of a
+//! loop whose model call is a simulated 20–50 ms latency (a tokio sleep),
+//! `--steps` model calls each, every step checkpointed durably on one sled
+//! store. Prints the wall time, the latency bound (the longest run's total
+//! sleep: no implementation can finish sooner) and the memory per run.
+//!
+//! `many_runs --phase inflight|paused [--runs 10000] [--steps 5]`
+//!
+//! - `inflight`: the runs go to their end; memory per in-flight run is the
+//!   peak resident set while they run, less the resident set before, per
+//!   run.
+//! - `paused`: each run makes one model call and pauses on an interrupt
+//!   (a question to a person); memory per paused session is the resident
+//!   set once every run has paused and returned, less the one before, per
+//!   session (what the process keeps: the store's cache, and the session
+//!   and interrupt ids the caller holds to answer later).
+
+use harness::{Agent, Cx, Harness, HarnessState, InterruptId, SessionId, StepResult, create_agent};
+use harness_benchmarks::{arg, latency_bound, model_latency_ms, result, rss_bytes, scratch_dir};
+use harness_stores::SledStore;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A conversation: model calls until `steps`, then the end or a question.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Chat {
+    run: u64,
+    #[field(reduce = add)]
+    n: u64,
+    steps: u64,
+    pause: bool,
+    reply: String,
+    #[field(reduce = append)]
+    answers: Vec<String>,
+}
+
+async fn model(s: Arc<Chat>) -> StepResult<ChatUpdate> {
+    tokio::time::sleep(Duration::from_millis(model_latency_ms(s.run, s.n))).await;
+    Ok(ChatUpdate::new()
+        .n(1)
+        .reply(format!("reply {} of run {}", s.n, s.run)))
+}
+
+async fn ask(cx: Cx<()>) -> StepResult<ChatUpdate> {
+    let answer: String = cx.interrupt("go on?")?;
+    Ok(ChatUpdate::new().answers(vec![answer]))
+}
+
+fn agent(store: SledStore) -> Result<Agent<Chat>, Box<dyn std::error::Error>> {
+    let harness = Harness::<Chat>::builder()
+        .step("model")
+        .run(model)
+        .route(|s: &Chat| {
+            if s.n < s.steps {
+                "again"
+            } else if s.pause && s.answers.is_empty() {
+                "ask"
+            } else {
+                "done"
+            }
+        })
+        .on("again")
+        .to("model")
+        .on("ask")
+        .to("ask")
+        .on("done")
+        .end()
+        .step("ask")
+        .run(ask)
+        .route(|_: &Chat| "done")
+        .on("done")
+        .end()
+        .start("model")
+        .store(store)
+        .build()?;
+    Ok(create_agent("many-runs", &harness))
+}
+
+fn chat(run: u64, steps: u64, pause: bool) -> Chat {
+    Chat {
+        run,
+        n: 0,
+        steps,
+        pause,
+        reply: String::new(),
+        answers: Vec::new(),
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let phase: String = arg(&args, "--phase", "inflight".to_string());
+    let runs: u64 = arg(&args, "--runs", 10_000);
+    let steps: u64 = arg(&args, "--steps", 5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let dir = scratch_dir(&format!("many-runs-{phase}"));
+    let agent = agent(SledStore::open(&dir)?)?;
+    rt.block_on(async {
+        // Warm up: the store's trees, the runtime's threads.
+        agent.run(chat(u64::MAX, 1, false)).await?;
+        let before = rss_bytes().unwrap_or(0);
+        match phase.as_str() {
+            "inflight" => {
+                let peak = Arc::new(AtomicU64::new(before));
+                let done = Arc::new(AtomicBool::new(false));
+                let sampler = {
+                    let (peak, done) = (Arc::clone(&peak), Arc::clone(&done));
+                    tokio::spawn(async move {
+                        while !done.load(Ordering::Relaxed) {
+                            peak.fetch_max(rss_bytes().unwrap_or(0), Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                    })
+                };
+                let start = Instant::now();
+                let tasks: Vec<_> = (0..runs)
+                    .map(|run| {
+                        let agent = agent.clone();
+                        tokio::spawn(async move { agent.run(chat(run, steps, false)).await })
+                    })
+                    .collect();
+                for t in tasks {
+                    let out = t.await??;
+                    if out.state.n != steps {
+                        return Err(
+                            format!("a run ended after {} of {steps} steps", out.state.n).into(),
+                        );
+                    }
+                }
+                let wall = start.elapsed();
+                done.store(true, Ordering::Relaxed);
+                sampler.await?;
+                let bound = latency_bound(runs, steps);
+                let per_run =
+                    peak.load(Ordering::Relaxed).saturating_sub(before) as f64 / runs as f64;
+                println!(
+                    "{runs} runs x {steps} steps: {wall:.2?} (latency bound {bound:.2?}, {:.2}x); \
+                     {:.1} KiB per in-flight run",
+                    wall.as_secs_f64() / bound.as_secs_f64(),
+                    per_run / 1024.0
+                );
+                result("many_runs_wall_s", wall.as_secs_f64());
+                result("many_runs_bound_s", bound.as_secs_f64());
+                result("many_runs_bytes_per_inflight", per_run);
+            }
+            "paused" => {
+                let tasks: Vec<_> = (0..runs)
+                    .map(|run| {
+                        let agent = agent.clone();
+                        tokio::spawn(async move {
+                            let session = SessionId::from(format!("paused-{run}"));
+                            let out = agent.run_in(session.clone(), chat(run, 1, true)).await?;
+                            let id: InterruptId =
+                                out.interrupt.ok_or("a run ended without pausing")?.id;
+                            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((session, id))
+                        })
+                    })
+                    .collect();
+                let mut pending = Vec::with_capacity(tasks.len());
+                for t in tasks {
+                    pending.push(t.await?.map_err(|e| e.to_string())?);
+                }
+                let after = rss_bytes().unwrap_or(0);
+                let per = after.saturating_sub(before) as f64 / runs as f64;
+                println!(
+                    "{} sessions paused: {:.1} KiB per paused session",
+                    pending.len(),
+                    per / 1024.0
+                );
+                result("many_runs_bytes_per_paused", per);
+                // One answered, to show the pause is a real one.
+                if let Some((session, id)) = pending.first() {
+                    let out = agent.resume("yes", session, id).await?.await?;
+                    if out.state.answers != ["yes"] {
+                        return Err("the answered session did not take the answer".into());
+                    }
+                }
+            }
+            other => return Err(format!("unknown --phase {other:?}: inflight or paused").into()),
+        }
+        Ok(())
+    })
+}

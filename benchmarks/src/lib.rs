@@ -1,0 +1,116 @@
+//! Shared pieces of the benchmark programs behind `benchmarks/run`.
+//!
+//! Each program prints its figures as lines `RESULT <name> <value>`, which
+//! `benchmarks/run` collects into one table beside LangGraph's; any other
+//! line is commentary for a person reading the output.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Prints one figure for `benchmarks/run`.
+pub fn result(name: &str, value: f64) {
+    println!("RESULT {name} {value}");
+    let _ = std::io::stdout().flush();
+}
+
+/// The simulated model latency of step `step` of run `run`, in ms: spread
+/// over 20..=50 ms by a fixed hash, the same in the LangGraph script
+/// (`benchmarks/langgraph_scale.py`), so that both sides sleep alike.
+pub fn model_latency_ms(run: u64, step: u64) -> u64 {
+    20 + (run
+        .wrapping_mul(7919)
+        .wrapping_add(step.wrapping_mul(104_729)))
+        % 31
+}
+
+/// The wall time no implementation can beat for `runs` concurrent runs of
+/// `steps` model calls each: the longest run's total simulated latency.
+pub fn latency_bound(runs: u64, steps: u64) -> Duration {
+    let longest = (0..runs)
+        .map(|r| (0..steps).map(|s| model_latency_ms(r, s)).sum::<u64>())
+        .max()
+        .unwrap_or(0);
+    Duration::from_millis(longest)
+}
+
+/// This process's resident set size in bytes, from `/proc/self/status`
+/// (`VmRSS`); `None` where that file is not there or not readable.
+pub fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The median time of writing 4 KiB and calling `fsync` on a file in
+/// `dir`, over `samples` writes: the floor of one durable step on this
+/// disk.
+pub fn fsync_latency(dir: &Path, samples: usize) -> std::io::Result<Duration> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::File::create(&path)?;
+    let block = [7u8; 4096];
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples.max(1) {
+        let start = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        times.push(start.elapsed());
+    }
+    drop(file);
+    std::fs::remove_file(&path)?;
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// The bytes of every file under `dir`, recursively.
+pub fn bytes_on_disk(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => bytes_on_disk(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The `p`-th percentile (0..=100) of `sorted`, nearest rank; 0 when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The value after `--name` in `args`, parsed; `default` when absent.
+///
+/// # Panics
+///
+/// When the value is there but does not parse: a benchmark run with a
+/// mistyped size should stop, not run another size.
+pub fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    match args.iter().position(|a| a == name) {
+        Some(at) => match args.get(at + 1).map(|v| v.parse()) {
+            Some(Ok(v)) => v,
+            _ => panic!("{name} needs a value of the right kind"),
+        },
+        None => default,
+    }
+}
+
+/// A fresh directory for a benchmark's database under `target/harness-bench` (or
+/// `$HARNESS_BENCH_DIR`), emptied first.
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let base = std::env::var_os("HARNESS_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("target/harness-bench"));
+    let dir = base.join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}

@@ -1,0 +1,350 @@
+//! [`OtelConfig`]: where traces go and what they carry, and [`OtelError`].
+
+use opentelemetry_sdk::trace::ShouldSample;
+use std::fmt;
+use std::time::Duration;
+
+/// Why traces cannot be set up or flushed. Each message says what was wrong
+/// and where.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OtelError {
+    /// The collector's endpoint is not an `http://` URL this crate can send
+    /// to.
+    #[error("the OTLP endpoint `{endpoint}` cannot be used: {reason}")]
+    Endpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The service name is empty or has control characters.
+    #[error("the service name {name:?} cannot be used: {reason}")]
+    ServiceName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A header for the collector is not a valid HTTP header. Its value is
+    /// never shown: it may hold a key.
+    #[error("the header `{name}` for the collector cannot be used: {reason}")]
+    Header {
+        /// The header's name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The OTLP exporter could not be built.
+    #[error("the OTLP exporter could not be built: {0}")]
+    Exporter(String),
+
+    /// [`init`](crate::init) found a global `tracing` subscriber already
+    /// set; compose [`layer`](crate::layer) into it instead.
+    #[error(
+        "a global tracing subscriber is already set ({0}); add harness_otel::layer(..) to it instead of calling init"
+    )]
+    SubscriberAlreadySet(String),
+
+    /// Spans could not be flushed to the collector, or the pipeline could
+    /// not be shut down.
+    #[error("exporting spans to the collector failed: {0}")]
+    Export(String),
+}
+
+/// Where a run's traces go and what they carry: build with
+/// [`OtelConfig::new`], adjust with its methods, hand to
+/// [`init`](crate::init) or [`layer`](crate::layer).
+///
+/// ```
+/// use harness_otel::OtelConfig;
+///
+/// let config = OtelConfig::new("http://localhost:4318")
+///     .service_name("support-bot")
+///     .capture_content(true);
+/// assert_eq!(config.traces_url().unwrap(), "http://localhost:4318/v1/traces");
+/// ```
+#[derive(Clone)]
+pub struct OtelConfig {
+    pub(crate) endpoint: String,
+    pub(crate) service_name: String,
+    pub(crate) capture_content: bool,
+    pub(crate) level: tracing::Level,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) timeout: Duration,
+    pub(crate) sampler: Option<Box<dyn ShouldSample>>,
+}
+
+impl fmt::Debug for OtelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values are left out: they are where collector keys go.
+        let headers: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("OtelConfig")
+            .field("endpoint", &self.endpoint)
+            .field("service_name", &self.service_name)
+            .field("capture_content", &self.capture_content)
+            .field("level", &self.level)
+            .field("headers", &headers)
+            .field("timeout", &self.timeout)
+            .field("sampler", &self.sampler)
+            .finish()
+    }
+}
+
+impl OtelConfig {
+    /// Traces sent to the OTLP/HTTP collector at `endpoint`, e.g.
+    /// `http://localhost:4318` (the OpenTelemetry Collector's default); the
+    /// path `/v1/traces` is added unless the URL has a path already.
+    ///
+    /// The defaults: service name `harness`, no message contents, spans of
+    /// level INFO and above, a 10 s export timeout, every trace sampled.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            service_name: "harness".to_owned(),
+            capture_content: false,
+            level: tracing::Level::INFO,
+            headers: Vec::new(),
+            timeout: Duration::from_secs(10),
+            sampler: None,
+        }
+    }
+
+    /// A config from the standard OpenTelemetry environment variables:
+    /// the endpoint from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, else `http://localhost:4318`; the
+    /// service name from `OTEL_SERVICE_NAME`, else `harness`. Contents stay
+    /// off: opting in is a decision of the code, not of the environment.
+    pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
+        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let endpoint = set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .unwrap_or_else(|| "http://localhost:4318".to_owned());
+        let config = Self::new(endpoint.trim());
+        match set("OTEL_SERVICE_NAME") {
+            Some(name) => config.service_name(name),
+            None => config,
+        }
+    }
+
+    /// The `service.name` of the exported resource.
+    pub fn service_name(mut self, name: impl Into<String>) -> Self {
+        self.service_name = name.into();
+        self
+    }
+
+    /// Whether message contents are exported: the messages sent to models
+    /// (`gen_ai.input.messages`, `gen_ai.system_instructions`), their
+    /// answers (`gen_ai.output.messages`), tool arguments and results
+    /// (`gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`). Off by
+    /// default: contents hold what users and tools said.
+    pub fn capture_content(mut self, capture: bool) -> Self {
+        self.capture_content = capture;
+        self
+    }
+
+    /// The least severe level of the spans and events exported (INFO by
+    /// default, which takes every span harness emits).
+    pub fn level(mut self, level: tracing::Level) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// A header sent with every export, e.g. a hosted collector's key. It
+    /// goes to the collector only, never into a span, and is left out of
+    /// this config's `Debug`.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// How long one export may take before it is given up.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The sampler deciding which traces are kept (all by default). It sees
+    /// every span's GenAI attributes when the span starts: operation,
+    /// agent, provider, model, conversation.
+    pub fn sampler(mut self, sampler: impl ShouldSample + 'static) -> Self {
+        self.sampler = Some(Box::new(sampler));
+        self
+    }
+
+    /// The URL spans are posted to, or why the endpoint cannot be used.
+    pub fn traces_url(&self) -> Result<String, OtelError> {
+        traces_url(&self.endpoint)
+    }
+
+    pub(crate) fn check(&self) -> Result<String, OtelError> {
+        let url = self.traces_url()?;
+        let name = &self.service_name;
+        let bad_name = |reason: &str| OtelError::ServiceName {
+            name: name.clone(),
+            reason: reason.to_owned(),
+        };
+        if name.trim().is_empty() {
+            return Err(bad_name("it is empty"));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(bad_name("it has control characters"));
+        }
+        for (name, value) in &self.headers {
+            check_header(name, value)?;
+        }
+        Ok(url)
+    }
+}
+
+fn traces_url(endpoint: &str) -> Result<String, OtelError> {
+    let bad = |reason: &str| OtelError::Endpoint {
+        endpoint: endpoint.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if endpoint.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if endpoint
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(bad("it has spaces or control characters"));
+    }
+    let Some((scheme, rest)) = endpoint.split_once("://") else {
+        return Err(bad(
+            "it is not a URL; give the collector's address, e.g. http://localhost:4318",
+        ));
+    };
+    if scheme.eq_ignore_ascii_case("https") {
+        return Err(bad(
+            "harness-otel is built without TLS; send to a collector on this machine or network over http:// (the OpenTelemetry Collector forwards over TLS)",
+        ));
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(bad(&format!(
+            "the scheme `{scheme}` is not supported; use http://"
+        )));
+    }
+    if rest.contains('#') {
+        return Err(bad("a fragment (`#...`) has no meaning for a collector"));
+    }
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if authority.is_empty() {
+        return Err(bad("it has no host"));
+    }
+    if authority.contains('@') {
+        return Err(bad(
+            "credentials in the URL would be sent in clear; use .header(..) for a collector's key",
+        ));
+    }
+    let host = match authority.rsplit_once(':') {
+        // An IPv6 address without a port: `[::1]`.
+        Some((host, port)) if !port.contains(']') => {
+            if port.parse::<u16>().is_err() {
+                return Err(bad(&format!(
+                    "the port `{port}` is not a number below 65536"
+                )));
+            }
+            host
+        }
+        _ => authority,
+    };
+    if host.is_empty() {
+        return Err(bad("it has no host"));
+    }
+    if path.is_empty() || path == "/" {
+        Ok(format!("{scheme}://{authority}/v1/traces"))
+    } else {
+        Ok(endpoint.to_owned())
+    }
+}
+
+fn check_header(name: &str, value: &str) -> Result<(), OtelError> {
+    let bad = |reason: &str| OtelError::Header {
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if name.is_empty() {
+        return Err(bad("its name is empty"));
+    }
+    // RFC 9110 token characters.
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if !name.chars().all(token) {
+        return Err(bad(
+            "its name has characters a header name cannot have (spaces, `:`, non-ASCII, ...)",
+        ));
+    }
+    if value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(bad("its value has control characters (a line break?)"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::OtelConfig;
+
+    fn from(vars: &[(&str, &str)]) -> OtelConfig {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        OtelConfig::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn the_environment_gives_endpoint_and_service_the_signal_variable_first() {
+        let config = from(&[]);
+        assert_eq!(
+            config.traces_url().unwrap(),
+            "http://localhost:4318/v1/traces"
+        );
+        assert_eq!(config.service_name, "harness");
+        assert!(!config.capture_content);
+
+        let config = from(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_SERVICE_NAME", "support-bot"),
+        ]);
+        assert_eq!(
+            config.traces_url().unwrap(),
+            "http://collector:4318/v1/traces"
+        );
+        assert_eq!(config.service_name, "support-bot");
+
+        let config = from(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                " http://tempo:4318/otlp/v1/traces ",
+            ),
+            ("OTEL_SERVICE_NAME", "  "),
+        ]);
+        assert_eq!(
+            config.traces_url().unwrap(),
+            "http://tempo:4318/otlp/v1/traces"
+        );
+        assert_eq!(config.service_name, "harness");
+
+        // A bad value is reported when the config is used, naming it.
+        let config = from(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://cloud")]);
+        let err = config.traces_url().unwrap_err().to_string();
+        assert!(
+            err.contains("https://cloud") && err.contains("TLS"),
+            "{err}"
+        );
+    }
+}

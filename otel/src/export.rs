@@ -1,0 +1,172 @@
+//! The last pass over each span before it leaves the process: the GenAI
+//! conventions' types and shapes, contents only when asked for, nothing
+//! that looks like a credential.
+
+use crate::content;
+use opentelemetry::{Array, Key, KeyValue, StringValue, Value};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use std::time::Duration;
+
+/// The name of the span event the core emits with a call's contents.
+const CONTENT_EVENT: &str = "harness.gen_ai.content";
+
+/// Wraps the OTLP exporter; see [`finish`].
+#[derive(Debug)]
+pub(crate) struct GenAiExporter<E> {
+    pub(crate) inner: E,
+    pub(crate) capture_content: bool,
+}
+
+impl<E: SpanExporter> SpanExporter for GenAiExporter<E> {
+    fn export(
+        &self,
+        mut batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        for span in &mut batch {
+            finish(span, self.capture_content);
+        }
+        self.inner.export(batch)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// Whether an attribute named `key` may carry a credential: HTTP
+/// authorization or cookies, API keys, tokens, passwords. Such attributes
+/// are dropped whoever recorded them (a user's own span in a step, an HTTP
+/// instrumentation recording headers).
+pub(crate) fn looks_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase().replace(['-', '_'], "");
+    [
+        "authorization",
+        "apikey",
+        "cookie",
+        "password",
+        "secret",
+        "accesstoken",
+        "bearer",
+        "xgoogapikey",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
+}
+
+/// Readies `span` for export:
+/// - `gen_ai.response.finish_reasons`, recorded by the core as a JSON array
+///   in a string, becomes the string array the conventions define;
+/// - the core's content event of a model or tool call becomes the
+///   conventions' attributes on the call's span when `capture_content`
+///   (`gen_ai.input.messages`, `gen_ai.system_instructions`,
+///   `gen_ai.output.messages`; `gen_ai.tool.call.arguments`,
+///   `gen_ai.tool.call.result`), and is dropped otherwise (the layer's
+///   filter already keeps it out; this holds even if another layer let it
+///   in);
+/// - attributes that look like credentials are dropped, on the span and on
+///   its events.
+pub(crate) fn finish(span: &mut SpanData, capture_content: bool) {
+    span.attributes.retain(|kv| !looks_secret(kv.key.as_str()));
+    for kv in &mut span.attributes {
+        if kv.key.as_str() == "gen_ai.response.finish_reasons"
+            && let Value::String(s) = &kv.value
+            && let Ok(reasons) = serde_json::from_str::<Vec<String>>(s.as_str())
+        {
+            let reasons: Vec<StringValue> = reasons.into_iter().map(StringValue::from).collect();
+            kv.value = Value::Array(Array::String(reasons));
+        }
+    }
+    let mut moved = Vec::new();
+    span.events.events.retain(|event| {
+        if event.name != CONTENT_EVENT {
+            return true;
+        }
+        if capture_content {
+            moved.extend(content_attributes(&event.attributes));
+        }
+        false
+    });
+    span.attributes.extend(moved);
+    for event in &mut span.events.events {
+        event.attributes.retain(|kv| !looks_secret(kv.key.as_str()));
+    }
+}
+
+/// The conventions' attributes made from the core's content event.
+fn content_attributes(fields: &[KeyValue]) -> Vec<KeyValue> {
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|kv| kv.key.as_str() == name)
+            .map(|kv| kv.value.as_str().into_owned())
+    };
+    let mut out = Vec::new();
+    if let Some(messages) = get("harness.request.messages") {
+        match content::input(&messages) {
+            Some((input, system)) => {
+                out.push(KeyValue::new("gen_ai.input.messages", input));
+                if let Some(system) = system {
+                    out.push(KeyValue::new("gen_ai.system_instructions", system));
+                }
+            }
+            None => out.push(KeyValue::new("gen_ai.input.messages", messages)),
+        }
+    }
+    if let Some(response) = get("harness.response") {
+        let output = content::output(&response).unwrap_or(response);
+        out.push(KeyValue::new("gen_ai.output.messages", output));
+    }
+    if let Some(arguments) = get("harness.tool.arguments") {
+        out.push(KeyValue::new(
+            Key::new("gen_ai.tool.call.arguments"),
+            arguments,
+        ));
+    }
+    if let Some(result) = get("harness.tool.result") {
+        out.push(KeyValue::new(Key::new("gen_ai.tool.call.result"), result));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_secret;
+
+    #[test]
+    fn credential_names_are_recognised_and_ordinary_ones_are_not() {
+        for key in [
+            "http.request.header.authorization",
+            "Authorization",
+            "x-api-key",
+            "api_key",
+            "openai.apiKey",
+            "http.request.header.cookie",
+            "db.password",
+            "client_secret",
+            "access_token",
+            "x-goog-api-key",
+        ] {
+            assert!(looks_secret(key), "{key}");
+        }
+        for key in [
+            "gen_ai.usage.input_tokens",
+            "gen_ai.request.model",
+            "gen_ai.tool.call.id",
+            "gen_ai.conversation.id",
+            "harness.step",
+            "http.response.status_code",
+        ] {
+            assert!(!looks_secret(key), "{key}");
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! OpenTelemetry traces of [harness] runs, following the
+//! [GenAI semantic conventions](https://opentelemetry.io/docs/specs/semconv/gen-ai/),
+//! exported over OTLP/HTTP with protobuf bodies to a collector (the
+//! OpenTelemetry Collector, Jaeger, Grafana Tempo, Langfuse, Phoenix, …).
+//!
+//! One call sets it up; the guard it returns flushes the last spans when it
+//! is dropped:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), harness_otel::OtelError> {
+//! let _traces = harness_otel::init(
+//!     harness_otel::OtelConfig::new("http://localhost:4318").service_name("support-bot"),
+//! )?;
+//! // ... run agents ...
+//! # Ok(()) }
+//! ```
+//!
+//! [`OtelConfig::from_env`] reads the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! and `OTEL_SERVICE_NAME` instead.
+//!
+//! An application that has its own `tracing` subscriber adds [`layer`] to
+//! it instead:
+//!
+//! ```
+//! use harness_otel::OtelConfig;
+//! use tracing_subscriber::layer::SubscriberExt;
+//!
+//! # fn main() -> Result<(), harness_otel::OtelError> {
+//! let (otel, guard) = harness_otel::layer(OtelConfig::new("http://localhost:4318"))?;
+//! let subscriber = tracing_subscriber::registry().with(otel);
+//! tracing::subscriber::with_default(subscriber, || {
+//!     // ... run agents ...
+//! });
+//! guard.shutdown()?; // or drop it
+//! # Ok(()) }
+//! ```
+//!
+//! # What a run looks like
+//!
+//! ```text
+//! invoke_agent support       INTERNAL  gen_ai.operation.name=invoke_agent, gen_ai.agent.name,
+//! │                                    gen_ai.conversation.id = the session id, run_id
+//! ├─ step plan               INTERNAL  step, path, index, gen_ai.conversation.id
+//! │  └─ chat gpt-4o-mini     CLIENT    gen_ai.operation.name=chat, gen_ai.provider.name,
+//! │                                    gen_ai.request.model, gen_ai.usage.input_tokens,
+//! │                                    gen_ai.usage.output_tokens (+ cache_read, cache_creation,
+//! │                                    reasoning when reported), gen_ai.response.finish_reasons,
+//! │                                    error.type (when it failed)
+//! └─ step act                INTERNAL
+//!    └─ execute_tool search  INTERNAL  gen_ai.operation.name=execute_tool, gen_ai.tool.name,
+//!                                      gen_ai.tool.call.id, gen_ai.tool.type
+//! ```
+//!
+//! A run resumed after an interrupt is a second `invoke_agent` trace with
+//! the same `gen_ai.conversation.id`. Model calls and tool calls appear when
+//! steps make them through [`Cx::complete`](harness::Cx::complete) and
+//! [`Cx::call_tool`](harness::Cx::call_tool). The attributes samplers use
+//! (operation, agent, provider, model) are set when each span starts; a
+//! [`sampler`](OtelConfig::sampler) sees them.
+//!
+//! `gen_ai.provider.name` is set on `chat` spans only: a run is not tied to
+//! one provider (a loop may call several models, or none).
+//!
+//! # Contents stay out unless asked for
+//!
+//! By default no message content leaves the process: not the messages sent
+//! to models, not their answers, not tool arguments or results. With
+//! [`OtelConfig::capture_content`]`(true)` the `chat` spans carry
+//! `gen_ai.input.messages`, `gen_ai.system_instructions` and
+//! `gen_ai.output.messages` (JSON, in the conventions' shapes), and the
+//! `execute_tool` spans `gen_ai.tool.call.arguments` and
+//! `gen_ai.tool.call.result`.
+//!
+//! How: the core cannot know whether you opted in, so it emits contents as
+//! a TRACE-level `tracing` event under the target
+//! [`CONTENT_TARGET`], and only when some subscriber enables that target
+//! (so nothing is serialized otherwise). This crate's layer disables it
+//! unless `capture_content` is set, and its exporter drops such events
+//! regardless when capture is off. If another layer of yours logs TRACE
+//! for every target, it receives the contents too: filter
+//! `harness::gen_ai::content` out of it.
+//!
+//! Whatever the setting, attributes whose names look like credentials
+//! (`authorization`, `api_key`, `cookie`, `password`, `secret`,
+//! `access_token`, …) are dropped from every span and event before export,
+//! whoever recorded them. Model requests carry no keys (providers hold
+//! them), and the providers' spans record no headers.
+//!
+//! # Transport
+//!
+//! OTLP over HTTP with protobuf bodies (`application/x-protobuf`), posted by
+//! a batch processor on its own thread with a blocking HTTP client, so it
+//! needs no async runtime and never blocks a run. Plain `http://` only: no
+//! TLS is compiled in; point it at a collector on the same machine or
+//! network, which forwards over TLS.
+
+mod config;
+mod content;
+mod export;
+
+// The core's guide chapter on traces uses this crate, so its example is
+// doctested here.
+#[cfg(doctest)]
+#[doc = include_str!("../../harness/src/docs/guide/traces.md")]
+mod guide_traces {}
+
+pub use config::{OtelConfig, OtelError};
+
+use opentelemetry::InstrumentationScope;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Subscriber;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+
+/// The `tracing` target under which the core emits message contents (at
+/// TRACE level), for subscribers that opted in; see the crate docs.
+pub const CONTENT_TARGET: &str = "harness::gen_ai::content";
+
+/// Keeps the export pipeline alive; dropping it flushes the spans not yet
+/// sent and stops the pipeline. Keep it for as long as the program runs
+/// agents (`let _traces = ...`, not `let _ = ...`, which drops it at once).
+#[derive(Debug)]
+#[must_use = "dropping the guard stops exporting spans"]
+pub struct OtelGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl OtelGuard {
+    /// Sends every finished span now and waits until the collector has
+    /// answered.
+    pub fn flush(&self) -> Result<(), OtelError> {
+        match &self.provider {
+            Some(provider) => provider
+                .force_flush()
+                .map_err(|e| OtelError::Export(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes, then stops the pipeline; what dropping the guard does, with
+    /// the error if there was one.
+    pub fn shutdown(mut self) -> Result<(), OtelError> {
+        match self.provider.take() {
+            Some(provider) => provider
+                .shutdown()
+                .map_err(|e| OtelError::Export(e.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for OtelGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            // Nothing to report to from a destructor; `shutdown` gives the
+            // error to whoever wants it.
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// Builds the pipeline: the OTLP exporter behind the GenAI pass, a batch
+/// processor, the resource.
+fn provider(config: OtelConfig) -> Result<SdkTracerProvider, OtelError> {
+    let url = config.check()?;
+    // With reqwest's rustls compiled in by another crate (the harness
+    // providers), its client refuses to build without a crypto provider.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer leaves theirs, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(url)
+        .with_timeout(config.timeout)
+        .with_headers(config.headers.into_iter().collect())
+        .build()
+        .map_err(|e| OtelError::Exporter(e.to_string()))?;
+    let exporter = export::GenAiExporter {
+        inner: exporter,
+        capture_content: config.capture_content,
+    };
+    let resource = Resource::builder()
+        .with_service_name(config.service_name)
+        .build();
+    let mut builder = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource);
+    if let Some(sampler) = config.sampler {
+        builder = builder.with_sampler(sampler);
+    }
+    Ok(builder.build())
+}
+
+/// A `tracing` layer exporting spans as configured by `config`, and the
+/// guard that keeps its pipeline alive (flushing when dropped). Add the
+/// layer to your own subscriber; [`init`] does it for you.
+///
+/// The layer takes spans and events of `config`'s level and above, and the
+/// core's message contents only with
+/// [`capture_content`](OtelConfig::capture_content).
+pub fn layer<S>(config: OtelConfig) -> Result<(impl Layer<S> + 'static, OtelGuard), OtelError>
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+{
+    let capture = config.capture_content;
+    let level = config.level;
+    let provider = provider(config)?;
+    let scope = InstrumentationScope::builder("harness")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build();
+    let tracer = provider.tracer_with_scope(scope);
+    let filter = Targets::new()
+        .with_default(LevelFilter::from_level(level))
+        .with_target(
+            CONTENT_TARGET,
+            if capture {
+                LevelFilter::TRACE
+            } else {
+                LevelFilter::OFF
+            },
+        );
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(filter);
+    Ok((
+        layer,
+        OtelGuard {
+            provider: Some(provider),
+        },
+    ))
+}
+
+/// Sets up traces for the whole program: a global `tracing` subscriber
+/// with [`layer`] in it. Keep the guard while agents run.
+///
+/// Fails with [`OtelError::SubscriberAlreadySet`] if the program already
+/// has a global subscriber: add [`layer`] to it instead.
+pub fn init(config: OtelConfig) -> Result<OtelGuard, OtelError> {
+    let (layer, guard) = layer(config)?;
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::set_global_default(subscriber)
+        .map_err(|e| OtelError::SubscriberAlreadySet(e.to_string()))?;
+    Ok(guard)
+}
