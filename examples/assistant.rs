@@ -9,6 +9,8 @@
 //! cargo run -p harness-examples --example assistant -- --resume SESSION
 //!     # a new process: answers the question the session stopped at, goes on
 //! HARNESS_PROVIDER=anthropic cargo run -p harness-examples --example assistant -- --task "What is in src/?"
+//! cargo run -p harness-examples --example assistant -- --prices prices.json
+//!     # prices per million tokens by model name: {"claude-sonnet-4-5": {"input": 3, "output": 15}}
 //! ```
 //!
 //! Sessions live in a sled database (`--store DIR`, default
@@ -16,12 +18,14 @@
 //! the session (`shell:wc`), in the session's state, so it holds after a
 //! resume in another process. Usage per model is printed at the end.
 
-use harness::llm::{Expect, ModelResponse, Role, ScriptedModel, Tool, ToolCall, ToolSet, Usage};
+use harness::llm::{
+    Expect, ModelResponse, PriceTable, Role, ScriptedModel, Tool, ToolCall, ToolSet, Usage,
+};
 use harness::session::SessionPhase;
-use harness::{Agent, RunError, RunEvent, SessionId, create_agent_with};
+use harness::{RunError, RunEvent, SessionId, create_agent_with};
 use harness_kit::{
     AgentChat, AgentLoop, ApprovalRequest, Decision, Decisions, Limits, MEMORY_EVICTED,
-    MemoryConfig, ModelDeps, ModelDepsAgent, PendingCall, Policy, UnitBody,
+    MemoryConfig, ModelDeps, ModelDepsAgent, PendingCall, Policy, UnitBody, usage_report,
 };
 use harness_stores::SledStore;
 use schemars::JsonSchema;
@@ -192,7 +196,7 @@ fn script(skip: usize) -> ScriptedModel {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: assistant [--store DIR] [--task TEXT]\n       assistant [--store DIR] --resume SESSION"
+        "usage: assistant [--store DIR] [--prices FILE] [--task TEXT]\n       assistant [--store DIR] [--prices FILE] --resume SESSION"
     );
     std::process::exit(2)
 }
@@ -209,7 +213,7 @@ type Error = Box<dyn std::error::Error>;
 
 async fn run() -> Result<(), Error> {
     let mut store_dir = PathBuf::from(".harness/assistant");
-    let (mut task, mut resume) = (DEFAULT_TASK.to_owned(), None);
+    let (mut task, mut resume, mut prices) = (DEFAULT_TASK.to_owned(), None, None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
@@ -217,9 +221,24 @@ async fn run() -> Result<(), Error> {
             "--store" => store_dir = PathBuf::from(value()),
             "--task" => task = value(),
             "--resume" => resume = Some(SessionId::from(value())),
+            "--prices" => prices = Some(value()),
             _ => usage(),
         }
     }
+
+    // A JSON object of model name to prices per million tokens, e.g.
+    // {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}.
+    let prices: Option<PriceTable> = match prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read the price table {path}: {e}"))?;
+            Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("the price table {path} is not valid: {e}"))?,
+            )
+        }
+        None => None,
+    };
 
     let tools = ToolSet::new().with(ReadFile).with(ListDir).with(Shell);
     let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools)
@@ -274,7 +293,7 @@ async fn run() -> Result<(), Error> {
             Ok(outcome) => {
                 show(&outcome.state, &mut shown);
                 let Some(interrupt) = outcome.interrupt else {
-                    finish(&agent, &outcome.state, outcome.signal.as_str());
+                    finish(&outcome.state, outcome.signal.as_str(), prices.as_ref());
                     return Ok(());
                 };
                 let request: ApprovalRequest = serde_json::from_value(interrupt.payload)?;
@@ -452,7 +471,7 @@ fn paused(session: &SessionId, store: &std::path::Path) {
     );
 }
 
-fn finish(agent: &Agent<AgentChat, ModelDeps>, state: &AgentChat, signal: &str) {
+fn finish(state: &AgentChat, signal: &str, prices: Option<&PriceTable>) {
     let memory = &state.memory;
     println!(
         "ended: {signal} after {} model turns, {} ms working",
@@ -463,5 +482,5 @@ fn finish(agent: &Agent<AgentChat, ModelDeps>, state: &AgentChat, signal: &str) 
         let allowed: Vec<&str> = memory.allowed().iter().map(String::as_str).collect();
         println!("always allowed in this session: {}", allowed.join(", "));
     }
-    println!("usage ({}):\n{}", agent.id(), memory.usage());
+    println!("usage:\n{}", usage_report(memory.usage(), prices));
 }

@@ -21,4 +21,4 @@ pub use recipe::{
 };
 pub use tokens::{Calibration, Estimate, TokenCounter};
 pub use transcript::{PairingError, Transcript, Turn, Unit, UnitBody, check_pairing};
-pub use usage::RunUsage;
+pub use usage::usage_report;

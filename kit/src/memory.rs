@@ -3,8 +3,7 @@
 
 use crate::tokens::{Calibration, Estimate, TokenCounter};
 use crate::transcript::{Transcript, Unit, UnitBody, render_unit};
-use crate::usage::RunUsage;
-use harness::llm::{Message, ToolSpec};
+use harness::llm::{Message, ToolSpec, Usage, UsageByModel};
 use harness::state::reduce::{Addable, Appendable};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -93,8 +92,8 @@ pub struct AgentMemory {
     transcript: Transcript,
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     allowed: BTreeSet<String>,
-    #[serde(default, skip_serializing_if = "RunUsage::is_empty")]
-    usage: RunUsage,
+    #[serde(default, skip_serializing_if = "UsageByModel::is_empty")]
+    usage: UsageByModel,
     #[serde(default)]
     turns: u32,
     #[serde(default)]
@@ -132,8 +131,12 @@ impl AgentMemory {
         &self.allowed
     }
 
-    /// Tokens spent per model.
-    pub fn usage(&self) -> &RunUsage {
+    /// Tokens spent per model (by [`LanguageModel::model_name`](harness::llm::LanguageModel::model_name),
+    /// the name a [`PriceTable`](harness::llm::PriceTable) prices): every
+    /// turn of the agent and every summary working memory asked for, in
+    /// every process that ran the session. Its
+    /// [`cost`](UsageByModel::cost) needs a price table.
+    pub fn usage(&self) -> &UsageByModel {
         &self.usage
     }
 
@@ -182,8 +185,8 @@ impl AgentMemory {
         self
     }
 
-    pub(crate) fn spent(mut self, model: String, usage: harness::llm::Usage) -> Self {
-        self.usage.add_from(RunUsage::one(model, usage));
+    pub(crate) fn spent(mut self, model: String, usage: Usage) -> Self {
+        self.usage.record(model, usage);
         self
     }
 

@@ -149,8 +149,14 @@ pub struct ModelDeps {
 impl std::fmt::Debug for ModelDeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ModelDeps")
-            .field("model", &model_key(&*self.model))
-            .field("summarizer", &self.summarizer.as_deref().map(model_key))
+            .field("model", &self.model.model_name())
+            .field(
+                "summarizer",
+                &self
+                    .summarizer
+                    .as_deref()
+                    .map(|m| m.model_name().to_owned()),
+            )
             .finish()
     }
 }
@@ -496,8 +502,9 @@ where
     }
 }
 
+/// The name usage is recorded under: the model's, which price tables use.
 fn model_key(model: &dyn LanguageModel) -> String {
-    format!("{}/{}", model.provider(), model.model_name())
+    model.model_name().to_owned()
 }
 
 fn elapsed_ms(since: Instant) -> u64 {

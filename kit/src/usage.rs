@@ -1,90 +1,61 @@
-//! Token usage summed over a run, per model.
+//! Usage and cost, for people: a report of a session's
+//! [`UsageByModel`](harness::llm::UsageByModel).
 
-use harness::llm::Usage;
-use harness::state::reduce::Addable;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::fmt;
+use harness::llm::{PriceTable, Usage, UsageByModel};
+use std::fmt::Write;
 
-/// Tokens spent, per model (`provider/model`), summed over every model call
-/// of a session: the agent's own turns and the summaries working memory
-/// asked for.
-///
-/// A field of this type takes the `add` reducer (`#[field(reduce = add)]`);
-/// [`AgentMemory`](crate::AgentMemory) keeps one.
+/// One line per model, then the total: tokens of each kind reported, and
+/// the cost when `prices` prices the model.
 ///
 /// ```
-/// use harness::llm::Usage;
-/// use harness::state::reduce::Addable;
-/// use harness_kit::RunUsage;
+/// use harness::llm::{ModelPrice, PriceTable, Usage, UsageByModel};
+/// use harness_kit::usage_report;
 ///
-/// let mut total = RunUsage::one("openai/gpt-4o-mini", Usage::new(100, 20));
-/// total.add_from(RunUsage::one("openai/gpt-4o-mini", Usage::new(50, 5)));
-/// total.add_from(RunUsage::one("anthropic/claude-haiku", Usage::new(10, 1)));
-/// assert_eq!(total.get("openai/gpt-4o-mini"), Usage::new(150, 25));
-/// assert_eq!(total.total(), Usage::new(160, 26));
+/// let usage = UsageByModel::of("gpt-4o-mini", Usage::new(2_000_000, 1_000_000).with_cache_read(500_000));
+/// let prices = PriceTable::new().with("gpt-4o-mini", ModelPrice::new(0.15, 0.6)?);
+/// assert_eq!(
+///     usage_report(&usage, Some(&prices)),
+///     "gpt-4o-mini: 2000000 input (500000 cached), 1000000 output; cost 0.900000\n\
+///      total: 2000000 input (500000 cached), 1000000 output; cost 0.900000"
+/// );
+/// # Ok::<(), harness::llm::PriceError>(())
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(transparent)]
-pub struct RunUsage {
-    by_model: BTreeMap<String, Usage>,
+pub fn usage_report(usage: &UsageByModel, prices: Option<&PriceTable>) -> String {
+    let mut out = String::new();
+    for (model, spent) in usage.iter() {
+        let cost = prices.and_then(|p| p.cost(model, spent));
+        let _ = writeln!(out, "{model}: {}", line(spent, cost));
+    }
+    let total = usage.total();
+    let cost = prices.map(|p| usage.cost(p));
+    let amount = cost.as_ref().map(|c| c.amount);
+    let _ = write!(out, "total: {}", line(&total, amount));
+    if let Some(cost) = cost
+        && !cost.unpriced.is_empty()
+    {
+        let _ = write!(out, " (not priced: {})", cost.unpriced.join(", "));
+    }
+    out
 }
 
-impl RunUsage {
-    /// Usage of one model.
-    pub fn one(model: impl Into<String>, usage: Usage) -> Self {
-        Self {
-            by_model: BTreeMap::from([(model.into(), usage)]),
-        }
+fn line(usage: &Usage, cost: Option<f64>) -> String {
+    let mut text = format!("{} input", usage.input_tokens);
+    let mut notes = Vec::new();
+    if usage.cache_read_tokens > 0 {
+        notes.push(format!("{} cached", usage.cache_read_tokens));
     }
-
-    /// What `model` spent (zero if it was not called).
-    pub fn get(&self, model: &str) -> Usage {
-        self.by_model.get(model).copied().unwrap_or_default()
+    if usage.cache_write_tokens > 0 {
+        notes.push(format!("{} written to the cache", usage.cache_write_tokens));
     }
-
-    /// Each model and what it spent, by name.
-    pub fn by_model(&self) -> impl Iterator<Item = (&str, &Usage)> {
-        self.by_model.iter().map(|(k, v)| (k.as_str(), v))
+    if !notes.is_empty() {
+        let _ = write!(text, " ({})", notes.join(", "));
     }
-
-    /// The sum over every model.
-    pub fn total(&self) -> Usage {
-        self.by_model
-            .values()
-            .fold(Usage::default(), |sum, usage| sum + *usage)
+    let _ = write!(text, ", {} output", usage.output_tokens);
+    if usage.reasoning_tokens > 0 {
+        let _ = write!(text, " ({} reasoning)", usage.reasoning_tokens);
     }
-
-    /// Whether no model was called (or none reported usage).
-    pub fn is_empty(&self) -> bool {
-        self.by_model.is_empty()
+    if let Some(cost) = cost {
+        let _ = write!(text, "; cost {cost:.6}");
     }
-}
-
-impl Addable for RunUsage {
-    fn add_from(&mut self, other: Self) {
-        for (model, usage) in other.by_model {
-            *self.by_model.entry(model).or_default() += usage;
-        }
-    }
-}
-
-impl fmt::Display for RunUsage {
-    /// One line per model: `model: N in, M out`, then the total.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (model, usage) in &self.by_model {
-            writeln!(
-                f,
-                "{model}: {} input tokens, {} output tokens",
-                usage.input_tokens, usage.output_tokens
-            )?;
-        }
-        let total = self.total();
-        write!(
-            f,
-            "total: {} input tokens, {} output tokens",
-            total.input_tokens, total.output_tokens
-        )
-    }
+    text
 }

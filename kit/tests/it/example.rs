@@ -89,8 +89,13 @@ fn questions(stdout: &str) -> Vec<&str> {
 #[test]
 fn the_assistant_asks_before_each_shell_command_and_remembers_always() {
     let dir = workdir();
+    std::fs::write(
+        dir.path().join("prices.json"),
+        r#"{"scripted": {"input": 1.0, "output": 2.0}}"#,
+    )
+    .unwrap_or_else(|e| panic!("the price table is written: {e}"));
     // `a` for `wc -l` (always allow wc), `y` for `grep`; `wc -w` runs unasked.
-    let (out, _) = run(dir.path(), &[], "a\ny\n");
+    let (out, _) = run(dir.path(), &["--prices", "prices.json"], "a\ny\n");
     assert_eq!(questions(&out), ["call_2", "call_3"], "{out}");
     assert!(out.contains("README.md\n"), "{out}"); // list_dir ran unasked
     assert!(out.contains("3 README.md"), "{out}");
@@ -101,8 +106,9 @@ fn the_assistant_asks_before_each_shell_command_and_remembers_always() {
         "{out}"
     );
     assert!(out.contains("ended: answered after 4 model turns"), "{out}");
+    // 2211 input tokens at 1 and 111 output tokens at 2 per million.
     assert!(
-        out.contains("scripted/scripted: 2211 input tokens, 111 output tokens"),
+        out.contains("scripted: 2211 input, 111 output; cost 0.002433\ntotal: 2211 input, 111 output; cost 0.002433"),
         "{out}"
     );
 }
@@ -132,7 +138,7 @@ fn a_second_process_resumes_at_the_question_with_the_allow_list_of_the_first() {
     );
     // Usage is the session's, both processes' turns.
     assert!(
-        second.contains("scripted/scripted: 2211 input tokens, 111 output tokens"),
+        second.contains("scripted: 2211 input, 111 output\ntotal: 2211 input, 111 output"),
         "{second}"
     );
     // The session is finished: resuming it again is refused.
@@ -190,4 +196,32 @@ fn edits_are_checked_and_corrections_and_rejections_reach_the_model() {
         !out.contains("3 README.md") && !out.contains("10 README.md"),
         "{out}"
     );
+}
+
+#[test]
+fn a_bad_price_table_is_an_error_naming_the_file() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("prices.json"),
+        r#"{"scripted": {"input": -1, "output": 2}}"#,
+    )
+    .unwrap_or_else(|e| panic!("the price table is written: {e}"));
+    std::fs::write(dir.path().join("broken.json"), "{\"scripted\": ")
+        .unwrap_or_else(|e| panic!("the price table is written: {e}"));
+    for (file, needle) in [
+        ("prices.json", "not a finite, non-negative"),
+        ("broken.json", "is not valid"),
+        ("missing.json", "cannot read"),
+    ] {
+        let output = Command::new(assistant())
+            .args(["--store", ".harness/assistant", "--prices", file])
+            .current_dir(dir.path())
+            .env_remove("HARNESS_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("the assistant runs: {e}"));
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(file) && stderr.contains(needle), "{stderr}");
+    }
 }

@@ -69,7 +69,7 @@ async fn the_loop_runs_tools_until_the_model_answers_and_sums_usage() {
     assert_eq!(memory.answer().as_deref(), Some("2 + 3 = 5"));
     assert_eq!(memory.turns(), 2);
     assert_eq!(add.calls.load(Ordering::SeqCst), 1);
-    assert_eq!(memory.usage().get("scripted/scripted"), Usage::new(230, 17));
+    assert_eq!(memory.usage().get("scripted"), Some(Usage::new(230, 17)));
     assert_eq!(memory.status(), Some(&AgentStatus::Answered));
     // The system prompt goes first in every request.
     for request in model.requests() {
