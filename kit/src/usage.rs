@@ -1,5 +1,5 @@
 //! Usage and cost, for people: a report of a session's
-//! [`UsageByModel`](harness::llm::UsageByModel).
+//! [`UsageByModel`].
 
 use harness::llm::{PriceTable, Usage, UsageByModel};
 use std::fmt::Write;
