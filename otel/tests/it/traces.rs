@@ -704,7 +704,7 @@ fn a_sub_agents_steps_and_calls_nest_under_the_step_that_runs_it() {
         .find(|d| children(&spans, sub_of(d)).contains(&"step think"))
         .unwrap();
     assert_eq!(
-        children(&spans, sub_of(&first)),
+        children(&spans, sub_of(first)),
         ["step think", "step act", "step approve"]
     );
     let think = one(&spans, "step think");
@@ -731,7 +731,7 @@ fn a_sub_agents_steps_and_calls_nest_under_the_step_that_runs_it() {
         .find(|d| d.span_id != first.span_id)
         .unwrap();
     assert_eq!(
-        children(&spans, sub_of(&second)),
+        children(&spans, sub_of(second)),
         ["step approve", "step answer"]
     );
 }

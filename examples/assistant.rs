@@ -1,0 +1,486 @@
+//! A terminal assistant built on the agent kit (`harness-kit`): local
+//! tools (read a file, list a directory, run a shell command), approval of
+//! shell commands on the terminal, a session that survives the process.
+//!
+//! ```text
+//! cargo run -p harness-examples --example assistant
+//!     # offline (scripted model); asks before each shell command:
+//!     # [y]es [n]o [a]lways [e]dit [c]orrect; end input (Ctrl-D) to stop at a question
+//! cargo run -p harness-examples --example assistant -- --resume SESSION
+//!     # a new process: answers the question the session stopped at, goes on
+//! HARNESS_PROVIDER=anthropic cargo run -p harness-examples --example assistant -- --task "What is in src/?"
+//! cargo run -p harness-examples --example assistant -- --prices prices.json
+//!     # prices per million tokens by model name: {"claude-sonnet-4-5": {"input": 3, "output": 15}}
+//! ```
+//!
+//! Sessions live in a sled database (`--store DIR`, default
+//! `.harness/assistant`). "Always" remembers the command's program for
+//! the session (`shell:wc`), in the session's state, so it holds after a
+//! resume in another process. Usage per model is printed at the end.
+
+use harness::llm::{
+    Expect, ModelResponse, PriceTable, Role, ScriptedModel, Tool, ToolCall, ToolSet, Usage,
+};
+use harness::session::SessionPhase;
+use harness::{RunError, RunEvent, SessionId, create_agent_with};
+use harness_kit::{
+    AgentChat, AgentLoop, ApprovalRequest, Decision, Decisions, Limits, MEMORY_EVICTED,
+    MemoryConfig, ModelDeps, ModelDepsAgent, PendingCall, Policy, UnitBody, usage_report,
+};
+use harness_stores::SledStore;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+const DEFAULT_TASK: &str =
+    "What is in this directory, and how long is README.md (lines and words)?";
+
+/// Command output kept for the model, at most.
+const MAX_OUTPUT: usize = 8 * 1024;
+
+#[derive(Deserialize, JsonSchema)]
+struct PathArgs {
+    /// A path, relative to the working directory.
+    path: String,
+}
+
+/// Reads a text file.
+struct ReadFile;
+
+#[async_trait::async_trait]
+impl Tool for ReadFile {
+    type Args = PathArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "read_file"
+    }
+    fn description(&self) -> &str {
+        "Reads a text file (at most 8 KiB of it)."
+    }
+    async fn call(&self, args: PathArgs) -> Result<String, String> {
+        let text = std::fs::read_to_string(&args.path)
+            .map_err(|e| format!("cannot read {}: {e}", args.path))?;
+        Ok(truncate(text))
+    }
+}
+
+/// Lists a directory.
+struct ListDir;
+
+#[async_trait::async_trait]
+impl Tool for ListDir {
+    type Args = PathArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "list_dir"
+    }
+    fn description(&self) -> &str {
+        "Lists a directory: one entry per line, directories ending with /."
+    }
+    async fn call(&self, args: PathArgs) -> Result<String, String> {
+        let entries =
+            std::fs::read_dir(&args.path).map_err(|e| format!("cannot list {}: {e}", args.path))?;
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                match entry.file_type() {
+                    Ok(kind) if kind.is_dir() => format!("{name}/"),
+                    _ => name,
+                }
+            })
+            .collect();
+        names.sort();
+        Ok(names.join("\n"))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ShellArgs {
+    /// A command line for `sh -c`.
+    command: String,
+}
+
+/// Runs a shell command in the working directory.
+struct Shell;
+
+#[async_trait::async_trait]
+impl Tool for Shell {
+    type Args = ShellArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "shell"
+    }
+    fn description(&self) -> &str {
+        "Runs a command with `sh -c` in the working directory; returns its standard output."
+    }
+    async fn call(&self, args: ShellArgs) -> Result<String, String> {
+        let command = args.command;
+        let output = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&command)
+                .stdin(std::process::Stdio::null())
+                .output()
+        })
+        .await
+        .map_err(|e| format!("the command did not finish: {e}"))?
+        .map_err(|e| format!("cannot start sh: {e}"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() {
+            Ok(truncate(stdout))
+        } else {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            Err(truncate(format!("{}: {stderr}{stdout}", output.status)))
+        }
+    }
+}
+
+fn truncate(mut text: String) -> String {
+    if text.len() > MAX_OUTPUT {
+        let mut end = MAX_OUTPUT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("\n[truncated]");
+    }
+    text
+}
+
+/// What "always" remembers of a shell call: its program.
+fn program(args: &Value) -> String {
+    let line = args["command"].as_str().unwrap_or_default();
+    format!(
+        "shell:{}",
+        line.split_whitespace().next().unwrap_or_default()
+    )
+}
+
+/// The offline model's turns, from turn `skip` on (a resumed session has
+/// taken the first ones).
+fn script(skip: usize) -> ScriptedModel {
+    let shell = |id: &str, command: &str| ToolCall::new(id, "shell", json!({ "command": command }));
+    let turns = [
+        Expect::any().reply(
+            ModelResponse::from_tool_calls([
+                ToolCall::new("call_1", "list_dir", json!({ "path": "." })),
+                shell("call_2", "wc -l README.md"),
+            ])
+            .with_usage(Usage::new(412, 38)),
+        ),
+        Expect::any().reply(
+            ModelResponse::from_tool_call(shell("call_3", "grep -c agent README.md"))
+                .with_usage(Usage::new(530, 21)),
+        ),
+        Expect::any().reply(
+            ModelResponse::from_tool_call(shell("call_4", "wc -w README.md"))
+                .with_usage(Usage::new(601, 19)),
+        ),
+        Expect::any().reply(
+            ModelResponse::from_text(
+                "I listed the directory and counted README.md's lines, mentions of \"agent\" \
+                 and words with the shell; the results are above.",
+            )
+            .with_usage(Usage::new(668, 33)),
+        ),
+    ];
+    ScriptedModel::new(turns.into_iter().skip(skip))
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: assistant [--store DIR] [--prices FILE] [--task TEXT]\n       assistant [--store DIR] [--prices FILE] --resume SESSION"
+    );
+    std::process::exit(2)
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+type Error = Box<dyn std::error::Error>;
+
+async fn run() -> Result<(), Error> {
+    let mut store_dir = PathBuf::from(".harness/assistant");
+    let (mut task, mut resume, mut prices) = (DEFAULT_TASK.to_owned(), None, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| usage());
+        match arg.as_str() {
+            "--store" => store_dir = PathBuf::from(value()),
+            "--task" => task = value(),
+            "--resume" => resume = Some(SessionId::from(value())),
+            "--prices" => prices = Some(value()),
+            _ => usage(),
+        }
+    }
+
+    // A JSON object of model name to prices per million tokens, e.g.
+    // {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}.
+    let prices: Option<PriceTable> = match prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read the price table {path}: {e}"))?;
+            Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("the price table {path} is not valid: {e}"))?,
+            )
+        }
+        None => None,
+    };
+
+    let tools = ToolSet::new().with(ReadFile).with(ListDir).with(Shell);
+    let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools)
+        .system(
+            "You are a careful assistant in a terminal. Use the tools to look before you \
+             answer; prefer reading and listing to the shell. Answer briefly.",
+        )
+        .policy("read_file", Policy::allow())
+        .policy("list_dir", Policy::allow())
+        .policy("shell", Policy::ask().remember_by(program))
+        .limits(Limits::none().turns(12).tokens(200_000))
+        .memory(MemoryConfig::budget(24_000))
+        .builder()
+        .store(SledStore::open(&store_dir)?)
+        .build()?;
+
+    // A resumed session has taken some turns of the offline script.
+    let taken = match &resume {
+        Some(session) => {
+            let probe = create_agent_with("assistant", &harness, slots(script(0))?);
+            probe.state_at(session, None).await?.memory.turns() as usize
+        }
+        None => 0,
+    };
+    let agent = create_agent_with("assistant", &harness, slots(script(taken))?);
+    let mut shown = Shown::default();
+
+    let mut run = match resume {
+        None => agent.run(AgentChat::with_task(task)),
+        Some(session) => {
+            let stored = agent.session(&session).await?;
+            let SessionPhase::Interrupted { interrupt } = stored.phase else {
+                return Err(format!("session {session} is not waiting for an answer").into());
+            };
+            let state = agent.state_at(&session, None).await?;
+            show(&state, &mut shown);
+            let request: ApprovalRequest = serde_json::from_value(interrupt.payload)?;
+            let Some(answer) = ask(&request)? else {
+                paused(&session, &store_dir);
+                return Ok(());
+            };
+            agent.resume(answer, &session, &interrupt.id).await?
+        }
+    };
+
+    loop {
+        let events = run.events();
+        let printer = tokio::spawn(print_evictions(events));
+        let settled = run.outcome().await;
+        printer.abort();
+        let (id, request) = match settled {
+            Ok(outcome) => {
+                show(&outcome.state, &mut shown);
+                let Some(interrupt) = outcome.interrupt else {
+                    finish(&outcome.state, outcome.signal.as_str(), prices.as_ref());
+                    return Ok(());
+                };
+                let request: ApprovalRequest = serde_json::from_value(interrupt.payload)?;
+                (interrupt.id, request)
+            }
+            // The answer did not fit (edited arguments against the schema):
+            // the session still waits on the same question.
+            Err(RunError::AnswerRejected { reason, .. }) => {
+                println!("  ! {reason}");
+                let interrupt = run
+                    .pending_interrupt()
+                    .ok_or("a rejected answer leaves the question pending")?;
+                let request: ApprovalRequest = serde_json::from_value(interrupt.payload.clone())?;
+                (interrupt.id.clone(), request)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(answer) = ask(&request)? else {
+            paused(run.session_id(), &store_dir);
+            return Ok(());
+        };
+        run.resume(answer, &id)?;
+    }
+}
+
+fn slots(script: ScriptedModel) -> Result<ModelDepsAgent, Error> {
+    // HARNESS_PROVIDER=openai|anthropic|gemini runs the same loop on a real model.
+    let model = harness_examples::providers_select::model_from_env(script)?;
+    Ok(ModelDepsAgent {
+        model,
+        summarizer: None,
+    })
+}
+
+/// What of the transcript has been printed.
+#[derive(Default)]
+struct Shown {
+    units: BTreeSet<u64>,
+    results: BTreeSet<(u64, String)>,
+}
+
+/// Prints what of the transcript is new: messages, calls, then each call's
+/// result once it has one.
+fn show(state: &AgentChat, shown: &mut Shown) {
+    for unit in state.memory.transcript().units() {
+        let new = shown.units.insert(unit.id);
+        match &unit.body {
+            UnitBody::Message { message } if new => {
+                let who = match message.role {
+                    Role::User => "user",
+                    Role::System => "system",
+                    Role::Assistant => "assistant",
+                    Role::Tool => "tool",
+                };
+                println!("{who}: {}", message.text());
+            }
+            UnitBody::Summary { replaced, .. } if new => {
+                println!("  [memory] {replaced} earlier parts summarized")
+            }
+            UnitBody::Turn(turn) => {
+                let text = turn.message.text();
+                if new && !text.is_empty() {
+                    println!("assistant: {text}");
+                }
+                for call in turn.calls() {
+                    if new {
+                        println!("  → {} {}({})", call.id, call.name, call.arguments);
+                    }
+                    let Some(result) = turn.result(&call.id) else {
+                        continue;
+                    };
+                    if shown.results.insert((unit.id, call.id.clone())) {
+                        let mark = if result.is_error { "✗" } else { "←" };
+                        println!("  {mark} {}", call.id);
+                        for line in result.content.lines().take(12) {
+                            println!("      {line}");
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn print_evictions(mut events: harness::RunEvents<AgentChat>) {
+    while let Some(event) = events.recv().await {
+        if let RunEvent::Custom { kind, payload, .. } = event
+            && &*kind == MEMORY_EVICTED
+        {
+            println!("  [memory] evicted to fit the budget: {payload}");
+        }
+    }
+}
+
+/// Reads a line; `None` at the end of input.
+fn line(prompt: &str) -> Result<Option<String>, Error> {
+    print!("{prompt}");
+    std::io::stdout().flush()?;
+    let mut text = String::new();
+    if std::io::stdin().lock().read_line(&mut text)? == 0 {
+        println!();
+        return Ok(None);
+    }
+    Ok(Some(text.trim().to_owned()))
+}
+
+/// Asks about each call; `None` if the input ended.
+fn ask(request: &ApprovalRequest) -> Result<Option<Decisions>, Error> {
+    let mut decisions = Decisions::new();
+    for call in &request.calls {
+        let Some(decision) = decide(call)? else {
+            return Ok(None);
+        };
+        decisions = decisions.decide(call.call_id.clone(), decision);
+    }
+    Ok(Some(decisions))
+}
+
+fn decide(call: &PendingCall) -> Result<Option<Decision>, Error> {
+    println!(
+        "? {} wants to run {}({})",
+        call.call_id, call.tool, call.arguments
+    );
+    loop {
+        let prompt = format!(
+            "  [y]es [n]o [a]lways allow {} [e]dit [c]orrect > ",
+            call.allow_key
+        );
+        let Some(choice) = line(&prompt)? else {
+            return Ok(None);
+        };
+        let decision = match choice.as_str() {
+            "y" | "yes" => Decision::Approve,
+            "a" | "always" => Decision::AlwaysAllow,
+            "n" | "no" => {
+                let Some(message) = line("  why (for the model, optional) > ")? else {
+                    return Ok(None);
+                };
+                Decision::Reject { message }
+            }
+            "e" | "edit" => {
+                let Some(text) = line("  new arguments as JSON > ")? else {
+                    return Ok(None);
+                };
+                match serde_json::from_str(&text) {
+                    Ok(arguments) => Decision::Edit { arguments },
+                    Err(e) => {
+                        println!("  ! not JSON: {e}");
+                        continue;
+                    }
+                }
+            }
+            "c" | "correct" => {
+                let Some(message) = line("  what should it do instead > ")? else {
+                    return Ok(None);
+                };
+                Decision::Correct { message }
+            }
+            _ => {
+                println!("  ! answer y, n, a, e or c");
+                continue;
+            }
+        };
+        return Ok(Some(decision));
+    }
+}
+
+fn paused(session: &SessionId, store: &std::path::Path) {
+    println!("paused at a question; the session is saved.");
+    println!("session: {session}");
+    println!(
+        "continue in another process:\n  cargo run -p harness-examples --example assistant -- --store {} --resume {session}",
+        store.display()
+    );
+}
+
+fn finish(state: &AgentChat, signal: &str, prices: Option<&PriceTable>) {
+    let memory = &state.memory;
+    println!(
+        "ended: {signal} after {} model turns, {} ms working",
+        memory.turns(),
+        memory.active_ms()
+    );
+    if !memory.allowed().is_empty() {
+        let allowed: Vec<&str> = memory.allowed().iter().map(String::as_str).collect();
+        println!("always allowed in this session: {}", allowed.join(", "));
+    }
+    println!("usage:\n{}", usage_report(memory.usage(), prices));
+}

@@ -1,0 +1,24 @@
+#![doc = include_str!("docs/guide.md")]
+#![forbid(unsafe_code)]
+
+pub mod approval;
+pub mod memory;
+pub mod policy;
+pub mod recipe;
+pub mod schema;
+pub mod tokens;
+pub mod transcript;
+pub mod usage;
+
+pub use approval::{
+    ApprovalError, ApprovalRequest, CallDecision, Decision, DecisionProblem, Decisions, PendingCall,
+};
+pub use memory::{AgentMemory, AgentStatus, EvictionPlan, LimitKind, MemoryConfig, plan_eviction};
+pub use policy::{Policy, Verdict};
+pub use recipe::{
+    AgentChat, AgentChatUpdate, AgentContext, AgentLoop, AgentState, Exit, Limits, MEMORY_EVICTED,
+    MemoryEvicted, ModelDeps, ModelDepsAgent, signals,
+};
+pub use tokens::{Calibration, Estimate, TokenCounter};
+pub use transcript::{PairingError, Transcript, Turn, Unit, UnitBody, check_pairing};
+pub use usage::usage_report;
