@@ -54,7 +54,9 @@ pub use record::{Exchange, Outcome, Recorded, Recording, Replay};
 pub use request::{ModelRequest, ModelRequestBuilder, ResponseFormat, ToolChoice};
 pub use response::{ModelResponse, StopReason};
 pub use scripted::{Expect, ScriptedModel, Turn};
-pub use stream::{ModelStream, PartialToolCalls, StreamCollector, StreamEvent, collect_stream};
+pub use stream::{
+    ModelStream, PartialToolCalls, StreamCollector, StreamEvent, collect_stream, tool_arguments,
+};
 pub use tool::{Tool, ToolSet, ToolSpec};
 pub use typed::{
     LanguageModelExt, SchemaMismatch, TYPED_ATTEMPTS, TypedAnswer, TypedAnswerError, parse_answer,

@@ -327,7 +327,10 @@ impl PartialToolCalls {
         }
     }
 
-    /// Ends call `index` and parses its arguments; empty arguments become `{}`.
+    /// Ends call `index` and parses its arguments; empty arguments become
+    /// `{}`, and arguments that are not valid JSON are kept as the text the
+    /// model wrote (a JSON string), so that the call can be answered with
+    /// an error for that call alone rather than fail the whole turn.
     /// `None` if the call was not open.
     pub fn finish(&mut self, index: usize) -> Option<Result<ToolCall, ModelError>> {
         let at = self.calls.iter().position(|c| c.index == index)?;
@@ -345,15 +348,21 @@ impl PartialToolCalls {
 }
 
 fn parse_call(call: PartialCall) -> Result<ToolCall, ModelError> {
-    let arguments = if call.arguments.trim().is_empty() {
-        Value::Object(Default::default())
-    } else {
-        serde_json::from_str(&call.arguments).map_err(|e| {
-            ModelError::malformed(format!(
-                "the arguments of tool call `{}` ({}) are not valid JSON: {e}",
-                call.name, call.id
-            ))
-        })?
-    };
-    Ok(ToolCall::new(call.id, call.name, arguments))
+    Ok(ToolCall::new(
+        call.id,
+        call.name,
+        tool_arguments(&call.arguments),
+    ))
+}
+
+/// A tool call's arguments from the text a model wrote: `{}` for none, the
+/// JSON value, or — when the text is not JSON — the text itself as a JSON
+/// string, which the tool's caller reports to the model as that call's
+/// error ([`ToolSet::dispatch_or_report`](super::ToolSet::dispatch_or_report)
+/// does).
+pub fn tool_arguments(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }

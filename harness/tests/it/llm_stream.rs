@@ -196,15 +196,23 @@ fn partial_tool_calls_assemble_fragments_by_index() {
 }
 
 #[test]
-fn partial_tool_call_with_broken_json_is_malformed() {
-    let mut calls = PartialToolCalls::new();
-    calls.start(0, "a", "f");
-    calls.append(0, "{\"x\": ");
-    let error = calls.finish(0).unwrap().unwrap_err();
-    assert!(
-        matches!(&error, ModelError::MalformedResponse { message } if message.contains("`f`")),
-        "{error}"
-    );
+fn partial_tool_calls_with_broken_json_keep_the_text_for_that_call_alone() {
+    for broken in ["{\"x\": ", "{x: 1}", "[1, 2", "not json", "{\"a\": 1}}"] {
+        let mut calls = PartialToolCalls::new();
+        calls.start(0, "a", "f");
+        calls.append(0, broken);
+        calls.start(1, "b", "g");
+        calls.append(1, "{\"y\": 2}");
+        let done = calls.finish_all();
+        let first = done[0].1.as_ref().unwrap();
+        assert_eq!(first.arguments, json!(broken), "{broken}");
+        let second = done[1].1.as_ref().unwrap();
+        assert_eq!(
+            second.arguments,
+            json!({"y": 2}),
+            "the other call is untouched"
+        );
+    }
 }
 
 #[test]

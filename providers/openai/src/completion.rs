@@ -268,14 +268,10 @@ fn response(
         .into_iter()
         .enumerate()
     {
+        // Arguments that are not JSON stay as the text the model wrote, to
+        // be reported to the model for this call alone.
         let arguments = match call.function.arguments {
-            Value::String(text) if text.trim().is_empty() => json!({}),
-            Value::String(text) => serde_json::from_str(&text).map_err(|e| {
-                ModelError::malformed(format!(
-                    "the arguments of tool call `{}` are not valid JSON: {e}",
-                    call.function.name
-                ))
-            })?,
+            Value::String(text) => harness::llm::tool_arguments(&text),
             Value::Null => json!({}),
             object => object,
         };

@@ -657,3 +657,35 @@ async fn sampling_settings_that_are_not_finite_numbers_are_refused_before_sendin
 
 mod typed;
 mod usage;
+
+#[tokio::test]
+async fn tool_arguments_that_are_not_json_stay_with_their_call_not_fail_the_turn() {
+    for broken in ["{\"city\": ", "{city: Paris}", "Paris"] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+                json!({
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [
+                        { "id": "bad", "type": "function",
+                          "function": { "name": "get_weather", "arguments": broken } },
+                        { "id": "good", "type": "function",
+                          "function": { "name": "get_weather", "arguments": "{\"city\":\"Rome\"}" } }
+                    ]
+                }),
+                "tool_calls",
+            )))
+            .mount(&server)
+            .await;
+        let response = model(&server).complete(&ask("Weather?")).await.unwrap();
+        let calls: Vec<&ToolCall> = response.tool_calls().collect();
+        assert_eq!(calls[0].arguments, json!(broken), "{broken}");
+        assert_eq!(calls[1].arguments, json!({"city": "Rome"}));
+        // Dispatched, the broken call is an error result for that call.
+        let tools = harness::llm::ToolSet::new();
+        let result = tools.dispatch_or_report(calls[0]).await;
+        assert!(result.is_error);
+        assert_eq!(result.call_id, "bad");
+    }
+}
