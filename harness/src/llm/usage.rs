@@ -139,12 +139,6 @@ impl<'a> Sum<&'a Usage> for Usage {
     }
 }
 
-impl crate::state::reduce::Addable for Usage {
-    fn add_from(&mut self, other: Self) {
-        *self += other;
-    }
-}
-
 /// Usage per model name, e.g. a run's totals: a state field with
 /// `#[field(reduce = add)]` sums the updates steps return.
 ///
@@ -257,12 +251,6 @@ impl AddAssign for UsageByModel {
         for (model, usage) in other.models {
             self.record(model, usage);
         }
-    }
-}
-
-impl crate::state::reduce::Addable for UsageByModel {
-    fn add_from(&mut self, other: Self) {
-        *self += other;
     }
 }
 
@@ -547,11 +535,9 @@ mod tests {
 
     #[test]
     fn usage_by_model_merges_as_a_reducer_and_round_trips() {
-        use crate::state::reduce::Addable;
-
         let mut state = UsageByModel::of("a", Usage::new(1, 1));
-        state.add_from(UsageByModel::of("b", Usage::new(2, 2).with_cache_read(1)));
-        state.add_from(UsageByModel::of("a", Usage::new(3, 0).with_reasoning(4)));
+        state += UsageByModel::of("b", Usage::new(2, 2).with_cache_read(1));
+        state += UsageByModel::of("a", Usage::new(3, 0).with_reasoning(4));
         assert_eq!(state.get("a"), Some(Usage::new(4, 1).with_reasoning(4)));
         assert_eq!(state.get("b"), Some(Usage::new(2, 2).with_cache_read(1)));
         assert_eq!(state.get("c"), None);
@@ -563,7 +549,7 @@ mod tests {
         assert_eq!(json["a"]["reasoning_tokens"], 4);
         assert_eq!(serde_json::from_value::<UsageByModel>(json).unwrap(), state);
         let mut plain = Usage::new(1, 0);
-        plain.add_from(Usage::new(1, 0));
+        plain += Usage::new(1, 0);
         assert_eq!(plain, Usage::new(2, 0));
         assert!(UsageByModel::new().cost(&PriceTable::new()) == Cost::default());
     }

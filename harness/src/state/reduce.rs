@@ -166,6 +166,20 @@ macro_rules! comparable_float {
 }
 comparable_float!(f32 f64);
 
+// Token usage adds up, as a state field with `reduce = add` (the `llm`
+// module is a leaf, so the impls live here).
+impl Addable for crate::llm::Usage {
+    fn add_from(&mut self, other: Self) {
+        *self += other;
+    }
+}
+
+impl Addable for crate::llm::UsageByModel {
+    fn add_from(&mut self, other: Self) {
+        *self += other;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
