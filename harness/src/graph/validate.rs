@@ -446,7 +446,7 @@ pub(super) fn validate<S: HarnessState, C>(
     }
 
     for fork in &forks {
-        check_fork(steps, fork, &forks, &mut v);
+        check_fork(steps, fork, &mut v);
     }
 
     match (v.is_empty(), start_index) {
@@ -549,7 +549,6 @@ fn writes<S: HarnessState, C>(step: &StepDef<S, C>) -> Option<Vec<String>> {
 fn check_fork<S: HarnessState, C>(
     steps: &[StepDef<S, C>],
     fork: &ForkAt<'_, S>,
-    _all: &[ForkAt<'_, S>],
     v: &mut Vec<Violation>,
 ) {
     let index: HashMap<&str, usize> = steps
