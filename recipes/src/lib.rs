@@ -1,0 +1,2 @@
+#![doc = include_str!("docs/recipes.md")]
+#![forbid(unsafe_code)]
