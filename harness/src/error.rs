@@ -392,6 +392,16 @@ pub enum RunError {
         /// Its error.
         source: Box<RunError>,
     },
+    /// A sub-agent's step could not start its loop, or make its update from
+    /// the loop's outcome: its fan-out item is not of the type it takes, or
+    /// names a role no sub-agent is registered for ([`Dispatch`](crate::Dispatch)).
+    #[error("sub-agent step `{path}` cannot run: {reason}")]
+    SubAgentStart {
+        /// The sub-agent: the path of the step that runs it.
+        path: crate::ids::TaskPath,
+        /// Why.
+        reason: String,
+    },
     /// The run is paused on an interrupt and was awaited again without a resume.
     #[error("the run is paused on interrupt {interrupt}; call run.resume(response, id) first")]
     Paused {

@@ -108,7 +108,8 @@ pub use harness_macros::{Context, HarnessState};
 pub use ids::{InterruptId, RunId, SessionId, TaskPath};
 pub use observe::Observer;
 pub use run::{
-    NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle, SubAgent, SubOutcome,
+    Dispatch, NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle, SubAgent,
+    SubOutcome,
 };
 pub use schemars::{self, JsonSchema};
 pub use session::{Busy, Submitted};

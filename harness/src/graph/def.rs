@@ -167,8 +167,12 @@ pub(crate) trait SubStep<S: HarnessState, C>: Send + Sync {
         call: SubCall<'a, S, C>,
     ) -> BoxFuture<'a, Result<SubEnd<S::Update>, RunError>>;
 
-    /// The sub-agent's loop, for drawing.
-    fn shape(&self) -> SubShape;
+    /// The sub-agents' loops, for drawing: one, or one per role (named)
+    /// for a step that dispatches by role.
+    fn shapes(&self) -> Vec<(Option<String>, SubShape)>;
+
+    /// The input the step takes when it starts a fan-out's branch.
+    fn input(&self) -> Option<TypeTag>;
 }
 
 /// A sub-agent's loop as drawn: its steps, its start, its edges (from, label,
@@ -183,6 +187,8 @@ pub(crate) struct SubShape {
 pub(crate) struct SubCall<'a, S, C> {
     /// The state of the task that runs it.
     pub(crate) state: Arc<S>,
+    /// That task's fan-out input, when the step starts a fan-out's branch.
+    pub(crate) input: Option<&'a Value>,
     /// That task's context.
     pub(crate) ctx: &'a Arc<C>,
     /// That task's path.

@@ -93,39 +93,42 @@ pub(super) fn mermaid<S: HarnessState, C>(
             shape.1
         );
     }
-    // Each sub-agent's loop, drawn inside a box of its own.
+    // Each sub-agent's loop, drawn inside a box of its own (one per role
+    // for a step that dispatches by role).
     for (i, s) in steps.iter().enumerate() {
         let Some(sub) = &s.sub else { continue };
-        let shape = sub.shape();
-        let _ = writeln!(
-            out,
-            "    subgraph s{i}__sub[\"{} (sub-agent)\"]",
-            mermaid_text(&s.name)
-        );
-        for (j, name) in shape.steps.iter().enumerate() {
-            let _ = writeln!(out, "        s{i}__c{j}[\"{}\"]", mermaid_text(name));
-        }
-        let _ = writeln!(out, "        s{i}__end([end])");
-        for (from, label, to) in &shape.edges {
-            let to = match to {
-                Some(t) => format!("s{i}__c{t}"),
-                None => format!("s{i}__end"),
+        for (k, (role, shape)) in sub.shapes().iter().enumerate() {
+            let id = match role {
+                Some(_) => format!("s{i}__{k}_"),
+                None => format!("s{i}__"),
             };
-            match label {
-                Some(l) => {
-                    let _ = writeln!(
-                        out,
-                        "        s{i}__c{from} -->|\"{}\"| {to}",
-                        mermaid_text(l)
-                    );
-                }
-                None => {
-                    let _ = writeln!(out, "        s{i}__c{from} --> {to}");
+            let title = match role {
+                Some(role) => format!("{}: {role} (sub-agent)", s.name),
+                None => format!("{} (sub-agent)", s.name),
+            };
+            let _ = writeln!(out, "    subgraph {id}sub[\"{}\"]", mermaid_text(&title));
+            for (j, name) in shape.steps.iter().enumerate() {
+                let _ = writeln!(out, "        {id}c{j}[\"{}\"]", mermaid_text(name));
+            }
+            let _ = writeln!(out, "        {id}end([end])");
+            for (from, label, to) in &shape.edges {
+                let to = match to {
+                    Some(t) => format!("{id}c{t}"),
+                    None => format!("{id}end"),
+                };
+                match label {
+                    Some(l) => {
+                        let _ =
+                            writeln!(out, "        {id}c{from} -->|\"{}\"| {to}", mermaid_text(l));
+                    }
+                    None => {
+                        let _ = writeln!(out, "        {id}c{from} --> {to}");
+                    }
                 }
             }
+            let _ = writeln!(out, "    end");
+            let _ = writeln!(out, "    s{i} -.-o {id}c{}", shape.start);
         }
-        let _ = writeln!(out, "    end");
-        let _ = writeln!(out, "    s{i} -.-o s{i}__c{}", shape.start);
     }
     let _ = writeln!(out, "    start__ --> s{start}");
     for (from, label, to, kind) in edges(steps, forks) {
@@ -171,24 +174,31 @@ pub(super) fn dot<S: HarnessState, C>(
             "box"
         };
         let _ = writeln!(out, "    \"{}\" [shape={shape}];", dot_text(&s.name));
-        if let Some(sub) = &s.sub {
-            // The sub-agent's loop, as a cluster; its steps are named by
-            // their path.
-            let shape = sub.shape();
-            let name = dot_text(&s.name);
-            let _ = writeln!(out, "    subgraph \"cluster_{name}\" {{");
-            let _ = writeln!(out, "        label=\"{name} (sub-agent)\";");
+        let Some(sub) = &s.sub else { continue };
+        // Each sub-agent's loop, as a cluster; its steps are named by their
+        // path (`step/child`, or `step:role/child` for a dispatch by role).
+        let name = dot_text(&s.name);
+        for (role, shape) in sub.shapes() {
+            let (prefix, title) = match &role {
+                Some(role) => (
+                    format!("{name}:{}", dot_text(role)),
+                    format!("{name}: {} (sub-agent)", dot_text(role)),
+                ),
+                None => (name.clone(), format!("{name} (sub-agent)")),
+            };
+            let _ = writeln!(out, "    subgraph \"cluster_{prefix}\" {{");
+            let _ = writeln!(out, "        label=\"{title}\";");
             for step in &shape.steps {
                 let _ = writeln!(
                     out,
-                    "        \"{name}/{}\" [shape=box, label=\"{}\"];",
+                    "        \"{prefix}/{}\" [shape=box, label=\"{}\"];",
                     dot_text(step),
                     dot_text(step)
                 );
             }
             let _ = writeln!(
                 out,
-                "        \"{name}/$end\" [shape=doublecircle, label=\"end\"];"
+                "        \"{prefix}/$end\" [shape=doublecircle, label=\"end\"];"
             );
             for (from, label, to) in &shape.edges {
                 let to = match to {
@@ -200,19 +210,19 @@ pub(super) fn dot<S: HarnessState, C>(
                     Some(l) => {
                         let _ = writeln!(
                             out,
-                            "        \"{name}/{from}\" -> \"{name}/{to}\" [label=\"{}\"];",
+                            "        \"{prefix}/{from}\" -> \"{prefix}/{to}\" [label=\"{}\"];",
                             dot_text(l)
                         );
                     }
                     None => {
-                        let _ = writeln!(out, "        \"{name}/{from}\" -> \"{name}/{to}\";");
+                        let _ = writeln!(out, "        \"{prefix}/{from}\" -> \"{prefix}/{to}\";");
                     }
                 }
             }
             let _ = writeln!(out, "    }}");
             let _ = writeln!(
                 out,
-                "    \"{name}\" -> \"{name}/{}\" [style=dotted];",
+                "    \"{name}\" -> \"{prefix}/{}\" [style=dotted];",
                 dot_text(&shape.steps[shape.start])
             );
         }

@@ -32,6 +32,6 @@ pub use builder::{
 pub use cache::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};
 pub use def::{BranchFailure, RetryPolicy};
-pub(crate) use def::{RunFn, SubCall, SubEnd, SubRun, SubShape, SubStep, SubStub};
+pub(crate) use def::{RunFn, SubCall, SubEnd, SubRun, SubShape, SubStep, SubStub, TypeTag};
 pub use harness::Harness;
 pub use validate::{LoopValidationError, Violation};

@@ -1414,6 +1414,7 @@ async fn run_sub<S: HarnessState, C: Context>(
     );
     let call = SubCall {
         state: Arc::clone(&task.state),
+        input: task.input.as_ref(),
         ctx: env.ctx,
         parent: task.path.clone(),
         path: path.clone(),
@@ -1438,7 +1439,10 @@ async fn run_sub<S: HarnessState, C: Context>(
             task.subs.insert(path, held);
             Err(Halt::Stopped)
         }
-        Err(e @ (RunError::Store(_) | RunError::LeaseLost { .. })) => Err(Halt::Error(e)),
+        // A step that cannot start its sub-agent names its own path.
+        Err(
+            e @ (RunError::Store(_) | RunError::LeaseLost { .. } | RunError::SubAgentStart { .. }),
+        ) => Err(Halt::Error(e)),
         Err(e) => Err(Halt::Error(RunError::SubAgent {
             path,
             source: Box::new(e),

@@ -22,7 +22,7 @@ pub use control::StopHandle;
 pub(crate) use engine::{Execution, SessionLink, attach_sub_journals, task_from};
 pub use events::{RunEvent, RunEvents};
 pub use outcome::Outcome;
-pub use sub::{SubAgent, SubOutcome};
+pub use sub::{Dispatch, SubAgent, SubOutcome};
 
 use crate::graph::HarnessInner;
 use crate::ids::{InterruptId, RunId, SessionId};

@@ -5,6 +5,7 @@ use super::control::RunControl;
 use super::engine::{Env, Task, TaskEnd, attach_sub_journals, drive_task, task_from};
 use super::events::EventHub;
 use crate::error::RunError;
+use crate::graph::TypeTag;
 use crate::graph::{
     Branches, Exits, Harness, HarnessInner, StepBuilder, SubCall, SubEnd, SubShape, SubStep,
     SubStub, Target,
@@ -14,7 +15,11 @@ use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
 use crate::state::HarnessState;
 use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,8 +37,12 @@ pub struct SubOutcome<CS> {
     pub steps: u64,
 }
 
-type MapIn<S, CS> = Arc<dyn Fn(&S) -> CS + Send + Sync>;
-type MapOut<S, CS> = Arc<dyn Fn(&S, SubOutcome<CS>) -> <S as HarnessState>::Update + Send + Sync>;
+type MapIn<S, CS> = Arc<dyn Fn(&S, Option<&Value>) -> Result<CS, String> + Send + Sync>;
+type MapOut<S, CS> = Arc<
+    dyn Fn(&S, Option<&Value>, SubOutcome<CS>) -> Result<<S as HarnessState>::Update, String>
+        + Send
+        + Sync,
+>;
 type RunSlots<C, CC> = Arc<dyn Fn(&C) -> <CC as Context>::Run + Send + Sync>;
 
 /// A loop (`Harness<CS, CC>`) run as a step of another loop, whose state is
@@ -49,6 +58,11 @@ type RunSlots<C, CC> = Arc<dyn Fn(&C) -> <CC as Context>::Run + Send + Sync>;
 /// parent with that interrupt's id — in this process or another, through the
 /// session store — goes on inside the sub-agent at the step that asked; its
 /// completed steps are not run again.
+///
+/// A sub-agent made with [`each`](Self::each) takes a fan-out's item `I`
+/// as well: its step starts the branches of a
+/// [`fan_out`](crate::StepBuilder::fan_out), one sub-agent run per item.
+/// [`Dispatch`] picks one of several such sub-agents by the item's role.
 ///
 /// ```
 /// use harness::{Cx, Harness, HarnessState, JsonSchema, StepResult, SubAgent, create_agent, schemars};
@@ -91,16 +105,18 @@ type RunSlots<C, CC> = Arc<dyn Fn(&C) -> <CC as Context>::Run + Send + Sync>;
 /// # Ok::<(), harness::RunError>(()) })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct SubAgent<S: HarnessState, C: Context, CS: HarnessState, CC: Context> {
+pub struct SubAgent<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I = ()> {
     child: Harness<CS, CC>,
     agent: CC::Agent,
     run: RunSlots<C, CC>,
     map_in: MapIn<S, CS>,
     map_out: MapOut<S, CS>,
+    input: Option<TypeTag>,
+    item: PhantomData<fn(I)>,
 }
 
-impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> fmt::Debug
-    for SubAgent<S, C, CS, CC>
+impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> fmt::Debug
+    for SubAgent<S, C, CS, CC, I>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SubAgent")
@@ -143,9 +159,228 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubAgent<S, C, 
             child: child.clone(),
             agent,
             run: Arc::new(run),
-            map_in: Arc::new(map_in),
-            map_out: Arc::new(map_out),
+            map_in: Arc::new(move |s, _| Ok(map_in(s))),
+            map_out: Arc::new(move |s, _, done| Ok(map_out(s, done))),
+            input: None,
+            item: PhantomData,
         }
+    }
+}
+
+impl<S, C, CS, CC, I> SubAgent<S, C, CS, CC, I>
+where
+    S: HarnessState,
+    C: Context,
+    CS: HarnessState,
+    CC: Context,
+    I: DeserializeOwned + 'static,
+{
+    /// A sub-agent run once per item of a fan-out: its step starts the
+    /// fan-out's branches (`.fan_out(step, |s| items)`), and `map_in` and
+    /// `map_out` get the branch's item as well as its state. The item type
+    /// is checked against the fan-out's when the loop is built.
+    pub fn each(
+        child: &Harness<CS, CC>,
+        map_in: impl Fn(&S, &I) -> CS + Send + Sync + 'static,
+        map_out: impl Fn(&S, &I, SubOutcome<CS>) -> S::Update + Send + Sync + 'static,
+    ) -> Self
+    where
+        CC::Agent: NoSlots,
+        CC::Run: NoSlots,
+    {
+        Self::each_with_slots(
+            child,
+            CC::Agent::none(),
+            |_: &C| CC::Run::none(),
+            map_in,
+            map_out,
+        )
+    }
+
+    /// [`each`](Self::each), with the sub-agent's agent slots, and its run
+    /// slots made from the parent's context at each visit of its step.
+    pub fn each_with_slots(
+        child: &Harness<CS, CC>,
+        agent: CC::Agent,
+        run: impl Fn(&C) -> CC::Run + Send + Sync + 'static,
+        map_in: impl Fn(&S, &I) -> CS + Send + Sync + 'static,
+        map_out: impl Fn(&S, &I, SubOutcome<CS>) -> S::Update + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            child: child.clone(),
+            agent,
+            run: Arc::new(run),
+            map_in: Arc::new(move |s, item| Ok(map_in(s, &item_of::<I>(item)?))),
+            map_out: Arc::new(move |s, item, done| Ok(map_out(s, &item_of::<I>(item)?, done))),
+            input: Some(TypeTag::of::<I>()),
+            item: PhantomData,
+        }
+    }
+}
+
+/// The fan-out item a sub-agent made with `each` takes, read as an `I`.
+fn item_of<I: DeserializeOwned>(item: Option<&Value>) -> Result<I, String> {
+    let item = item.ok_or_else(|| {
+        "it takes a fan-out's item, and its step was not started by a fan-out".to_string()
+    })?;
+    I::deserialize(item)
+        .map_err(|e| format!("its item is not a `{}`: {e}", std::any::type_name::<I>()))
+}
+
+type RoleOf = Arc<dyn Fn(&Value) -> Result<String, String> + Send + Sync>;
+
+/// A step that runs one of several sub-agents for each item of a fan-out,
+/// chosen by the item's role: an orchestrator's worker pool.
+///
+/// Each sub-agent is made with [`SubAgent::each`] for the same item type
+/// `I`, and has its own state and context types. The role is read from the
+/// item by the function given to [`by`](Self::by); an item whose role has
+/// no sub-agent fails its branch with [`RunError::SubAgentStart`], which a
+/// fork that [collects errors](crate::ForkBuilder::collect_errors) turns
+/// into an update like any other failure.
+///
+/// The chosen sub-agent runs under the step's path in its branch
+/// (`task#2/task`), is kept in the session like any sub-agent, and is
+/// resumed, after an interrupt or a crash, as the same role: the role is a
+/// function of the item, which the branch keeps.
+///
+/// ```
+/// use harness::{Dispatch, Harness, HarnessState, JsonSchema, SubAgent, create_agent, schemars};
+/// use std::sync::Arc;
+/// # use serde::{Deserialize, Serialize};
+/// #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+/// struct Job { role: String, text: String }
+///
+/// #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+/// struct Work { text: String, done: String }
+///
+/// #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+/// struct Board {
+///     jobs: Vec<Job>,
+///     #[field(reduce = append)]
+///     results: Vec<String>,
+/// }
+///
+/// let shout = Harness::<Work>::builder()
+///     .step("shout").run(async |w: Arc<Work>| Ok(WorkUpdate::new().done(w.text.to_uppercase())))
+///     .end().start("shout").build()?;
+/// let whisper = Harness::<Work>::builder()
+///     .step("whisper").run(async |w: Arc<Work>| Ok(WorkUpdate::new().done(w.text.to_lowercase())))
+///     .end().start("whisper").build()?;
+/// let worker = |child: &Harness<Work>| SubAgent::each(
+///     child,
+///     |_: &Board, job: &Job| Work { text: job.text.clone(), done: String::new() },
+///     |_: &Board, _: &Job, out| BoardUpdate::new().results(vec![out.state.done]),
+/// );
+///
+/// let board = Harness::<Board>::builder()
+///     .step("plan").run(async |_: Arc<Board>| Ok(BoardUpdate::new()))
+///     .fan_out("job", |b: &Board| b.jobs.clone()).join("done")
+///     .step("job").dispatch(
+///         Dispatch::by(|job: &Job| job.role.clone())
+///             .agent("shout", worker(&shout))
+///             .agent("whisper", worker(&whisper)),
+///     ).writes(["results"]).next("done")
+///     .step("done").run(async |_: Arc<Board>| Ok(BoardUpdate::new())).end()
+///     .start("plan")
+///     .build()?;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+/// let jobs = vec![
+///     Job { role: "shout".into(), text: "Hi".into() },
+///     Job { role: "whisper".into(), text: "Bye".into() },
+/// ];
+/// let out = create_agent("board", &board).run(Board { jobs, results: vec![] }).await?;
+/// assert_eq!(out.state.results, ["HI", "bye"]);
+/// # Ok::<(), harness::RunError>(()) })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Dispatch<S: HarnessState, C: Context, I> {
+    role_of: RoleOf,
+    agents: BTreeMap<String, Arc<dyn SubStep<S, C>>>,
+    item: PhantomData<fn(I)>,
+}
+
+impl<S: HarnessState, C: Context, I> fmt::Debug for Dispatch<S, C, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatch")
+            .field("roles", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: HarnessState, C: Context, I: DeserializeOwned + 'static> Dispatch<S, C, I> {
+    /// A dispatch on the role `role_of` reads from each item, with no
+    /// sub-agents yet.
+    pub fn by(role_of: impl Fn(&I) -> String + Send + Sync + 'static) -> Self {
+        Self {
+            role_of: Arc::new(move |item| Ok(role_of(&item_of::<I>(Some(item))?))),
+            agents: BTreeMap::new(),
+            item: PhantomData,
+        }
+    }
+
+    /// Runs `sub` for the items whose role is `role` (a later agent for the
+    /// same role replaces an earlier one).
+    #[must_use]
+    pub fn agent<CS: HarnessState, CC: Context>(
+        mut self,
+        role: impl Into<String>,
+        sub: SubAgent<S, C, CS, CC, I>,
+    ) -> Self {
+        self.agents.insert(role.into(), Arc::new(sub));
+        self
+    }
+
+    /// The roles that have a sub-agent, in order: what a planner may name.
+    pub fn roles(&self) -> impl Iterator<Item = &str> {
+        self.agents.keys().map(String::as_str)
+    }
+}
+
+impl<S: HarnessState, C: Context, I: 'static> SubStep<S, C> for Dispatch<S, C, I> {
+    fn call<'a>(
+        &'a self,
+        call: SubCall<'a, S, C>,
+    ) -> BoxFuture<'a, Result<SubEnd<S::Update>, RunError>> {
+        let start = |reason: String| RunError::SubAgentStart {
+            path: call.path.clone(),
+            reason,
+        };
+        let role = match call.input {
+            Some(item) => (self.role_of)(item).map_err(&start),
+            None => Err(start(
+                "it dispatches a fan-out's items, and its step was not started by a fan-out".into(),
+            )),
+        };
+        let agent = role.and_then(|role| {
+            self.agents.get(&role).ok_or_else(|| {
+                start(format!(
+                    "no sub-agent is registered for role `{role}` (roles: {})",
+                    self.agents.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            })
+        });
+        match agent {
+            Ok(agent) => agent.call(call),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn shapes(&self) -> Vec<(Option<String>, SubShape)> {
+        self.agents
+            .iter()
+            .flat_map(|(role, agent)| {
+                agent
+                    .shapes()
+                    .into_iter()
+                    .map(move |(_, shape)| (Some(role.clone()), shape))
+            })
+            .collect()
+    }
+
+    fn input(&self) -> Option<TypeTag> {
+        Some(TypeTag::of::<I>())
     }
 }
 
@@ -154,9 +389,23 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     /// [`SubAgent`]. The step's update is what the sub-agent's `map_out`
     /// makes of its outcome.
     #[must_use]
-    pub fn sub_agent<CS: HarnessState, CC: Context>(mut self, sub: SubAgent<S, C, CS, CC>) -> Self {
+    pub fn sub_agent<CS: HarnessState, CC: Context, I: 'static>(
+        mut self,
+        sub: SubAgent<S, C, CS, CC, I>,
+    ) -> Self {
         self.step.run = None;
+        self.step.input = sub.input;
         self.step.sub = Some(Arc::new(sub));
+        self
+    }
+
+    /// The step runs, for each item of the fan-out that starts its branches,
+    /// the sub-agent of the item's role: see [`Dispatch`].
+    #[must_use]
+    pub fn dispatch<I: 'static>(mut self, dispatch: Dispatch<S, C, I>) -> Self {
+        self.step.run = None;
+        self.step.input = dispatch.input();
+        self.step.sub = Some(Arc::new(dispatch));
         self
     }
 }
@@ -169,7 +418,26 @@ enum Start<CS: HarnessState> {
     Ended(Signal, CS),
 }
 
-impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubAgent<S, C, CS, CC> {
+impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubAgent<S, C, CS, CC, I> {
+    /// The error a sub-agent that cannot start (or end) its loop fails with.
+    fn cannot(call: &SubCall<'_, S, C>, reason: String) -> RunError {
+        RunError::SubAgentStart {
+            path: call.path.clone(),
+            reason,
+        }
+    }
+
+    /// The parent step's update from the sub-agent's outcome.
+    fn finish(
+        &self,
+        call: &SubCall<'_, S, C>,
+        outcome: SubOutcome<CS>,
+    ) -> Result<SubEnd<S::Update>, RunError> {
+        (self.map_out)(&call.state, call.input, outcome)
+            .map(SubEnd::Done)
+            .map_err(|reason| Self::cannot(call, reason))
+    }
+
     /// The sub-agent's loop as its step's visit left it: fresh, or rebuilt
     /// from the session's log with `journals`.
     async fn start(&self, call: &SubCall<'_, S, C>, stub: SubStub) -> Result<Start<CS>, RunError> {
@@ -178,7 +446,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubAgent<S, C, 
             answering,
         } = stub;
         let inner: &HarnessInner<CS, CC> = &self.child.inner;
-        let initial = (self.map_in)(&call.state);
+        let initial = (self.map_in)(&call.state, call.input).map_err(|r| Self::cannot(call, r))?;
         let fresh =
             |initial: CS, mut journals: Journals, answering: Option<crate::step::Interrupt>| {
                 let mut root = Task::root(
@@ -265,8 +533,8 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubAgent<S, C, 
     }
 }
 
-impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
-    for SubAgent<S, C, CS, CC>
+impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubStep<S, C>
+    for SubAgent<S, C, CS, CC, I>
 {
     fn call<'a>(
         &'a self,
@@ -293,7 +561,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
                         state,
                         steps: 0,
                     };
-                    return Ok(SubEnd::Done((self.map_out)(&call.state, outcome)));
+                    return self.finish(&call, outcome);
                 }
             };
             let inner = &self.child.inner;
@@ -326,7 +594,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
                         state: Arc::unwrap_or_clone(root.state),
                         steps,
                     };
-                    SubEnd::Done((self.map_out)(&call.state, outcome))
+                    self.finish(&call, outcome)?
                 }
                 TaskEnd::Joined => {
                     let outcome = SubOutcome {
@@ -334,7 +602,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
                         state: Arc::unwrap_or_clone(root.state),
                         steps,
                     };
-                    SubEnd::Done((self.map_out)(&call.state, outcome))
+                    self.finish(&call, outcome)?
                 }
                 TaskEnd::Interrupted(interrupt) => SubEnd::Paused(interrupt, Box::new(root)),
                 TaskEnd::Rejected(interrupt, reason) => {
@@ -345,7 +613,11 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
         })
     }
 
-    fn shape(&self) -> SubShape {
+    fn input(&self) -> Option<TypeTag> {
+        self.input
+    }
+
+    fn shapes(&self) -> Vec<(Option<String>, SubShape)> {
         let inner = &self.child.inner;
         let mut edges = Vec::new();
         for (i, s) in inner.steps.iter().enumerate() {
@@ -376,10 +648,13 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context> SubStep<S, C>
                 }
             }
         }
-        SubShape {
-            steps: inner.steps.iter().map(|s| s.name.to_string()).collect(),
-            start: inner.start,
-            edges,
-        }
+        vec![(
+            None,
+            SubShape {
+                steps: inner.steps.iter().map(|s| s.name.to_string()).collect(),
+                start: inner.start,
+                edges,
+            },
+        )]
     }
 }
