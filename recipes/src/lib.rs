@@ -1,2 +1,5 @@
 #![doc = include_str!("docs/recipes.md")]
 #![forbid(unsafe_code)]
+
+pub mod guide;
+pub mod orchestrator;

@@ -1,1 +1,3 @@
 //! Integration tests of the recipes.
+
+mod orchestrator;
