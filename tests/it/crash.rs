@@ -431,3 +431,97 @@ fn a_sub_agent_killed_midway_is_recovered_inside_the_child_without_repeating_its
         assert!(kept < TICKS as usize, "the recovery ran the rest");
     }
 }
+
+/// Runs the orchestrator's worker on a plan of six tasks, SIGKILLs it once
+/// `kill_after` task results are durable, and recovers it in a new process.
+/// Returns the tasks reported durable before the kill (id, output), the
+/// final results (id, output), the answer, the plans made, and the first
+/// pid.
+#[allow(clippy::type_complexity)]
+fn kill_orchestrator(
+    kill_after: usize,
+) -> (
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    Option<String>,
+    u32,
+    u32,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    let worker = env!("CARGO_BIN_EXE_orchestrator_worker");
+    let mut first = Command::new(worker)
+        .args(["start", store, "o1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_pid = first.id();
+    let mut durable = Vec::new();
+    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("durable ") {
+            let (id, output) = rest.split_once(' ').unwrap();
+            durable.push((id.to_string(), output.to_string()));
+            if durable.len() >= kill_after {
+                break;
+            }
+        }
+    }
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    assert!(
+        durable.len() >= kill_after,
+        "the worker reported {durable:?}"
+    );
+    let second = Command::new(worker)
+        .args(["recover", store, "o1"])
+        .output()
+        .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let stdout = String::from_utf8(second.stdout).unwrap();
+    let final_line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("final "))
+        .unwrap();
+    let (done, answer, plans): (Vec<(String, String)>, Option<String>, u32) =
+        serde_json::from_str(final_line).unwrap();
+    (durable, done, answer, plans, first_pid)
+}
+
+#[test]
+fn an_orchestrator_killed_mid_plan_resumes_and_reruns_only_the_tasks_not_done() {
+    // After the first task, mid-way (the second wave), and with five done.
+    for kill_after in [1, 3, 5] {
+        let (durable, done, answer, plans, first_pid) = kill_orchestrator(kill_after);
+        let ids: Vec<&str> = done.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["t0", "t1", "t2", "t3", "t4", "t5"], "kill after {kill_after}");
+        assert_eq!(answer.as_deref(), Some("all six done"));
+        assert_eq!(plans, 1, "the recovery did not ask the planner again");
+        // Every task whose result was durable before the kill kept it: it
+        // was not run again by the recovering process.
+        for (id, output) in &durable {
+            assert_eq!(output, &format!("{id} by {first_pid}"));
+            let (_, kept) = done.iter().find(|(d, _)| d == id).unwrap();
+            assert_eq!(kept, output, "kill after {kill_after}: {id} ran again");
+        }
+        // The recovering process ran the rest, and the tasks it ran are
+        // exactly those not durable before the kill.
+        let rerun: Vec<&str> = done
+            .iter()
+            .filter(|(_, out)| !out.ends_with(&format!(" by {first_pid}")))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        assert!(!rerun.is_empty(), "kill after {kill_after}: the recovery ran nothing");
+        for id in &rerun {
+            assert!(
+                !durable.iter().any(|(d, _)| d == id),
+                "kill after {kill_after}: {id} was durable, yet ran again"
+            );
+        }
+    }
+}
