@@ -5,7 +5,9 @@
 //! `map_reduce` fans out over five documents two at a time and joins once;
 //! `sub_agent` stops at the approval its sub-agent asks for, and a second
 //! process answers it and goes on inside the sub-agent without running its
-//! completed step again.
+//! completed step again. `orchestrator` replans a failed task and writes
+//! the answer; killed mid-plan, `--resume SESSION` goes on without planning
+//! again or re-running a finished task.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -288,4 +290,122 @@ fn sub_agent_pauses_inside_the_child_and_another_process_resumes_it_without_reru
         fourth.contains("brief: tides: nothing approved to report."),
         "{fourth}"
     );
+}
+
+#[test]
+fn orchestrator_replans_a_failed_task_and_synthesizes_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = stdout_of(&cargo_run(dir.path(), "orchestrator", &[]));
+    let story: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            ["plan ", "wave ", "task ", "replan ", "ended with"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .map(|l| l.split(':').next().unwrap_or(l))
+        .collect();
+    assert_eq!(
+        story,
+        [
+            "plan 1",
+            "wave 1",
+            "task cause done",
+            "task rhythm failed",
+            "replan of plan 1",
+            "plan 2",
+            "wave 2",
+            "task rhythm done",
+            "wave 3",
+            "task explainer done",
+            "ended with"
+        ],
+        "{out}"
+    );
+    assert_eq!(field(&out, "ended with:"), "done");
+    assert_eq!(field(&out, "plans:"), "2, replans: 1");
+    assert!(field(&out, "answer:").starts_with("Tides are the sea answering the Moon"));
+    // The research tasks of the first wave ran at once, two at a time.
+    assert!(out.contains("wave 1: [\"cause\",\"rhythm\"]"), "{out}");
+    assert!(
+        out.contains("\"task: researcher (sub-agent)\""),
+        "the loop is drawn: {out}"
+    );
+}
+
+#[test]
+fn orchestrator_killed_mid_plan_is_resumed_with_resume_and_does_not_redo_what_is_done() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    // Built first, so the run below starts at once.
+    stdout_of(&cargo_run(
+        dir.path(),
+        "orchestrator",
+        &["--store", "warm-up"],
+    ));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut first = Command::new(cargo)
+        .args(["run", "--quiet", "--manifest-path"])
+        .arg(workspace_manifest())
+        .args(["-p", "harness-examples", "--example", "orchestrator"])
+        .current_dir(dir.path())
+        .env_remove("HARNESS_PROVIDER")
+        .env_remove("HARNESS_MODEL")
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut session = None;
+    let mut seen = Vec::new();
+    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(s) = line.strip_prefix("session: ") {
+            session = Some(s.to_string());
+        }
+        let second_wave = line.starts_with("wave 2");
+        seen.push(line);
+        if second_wave {
+            break;
+        }
+    }
+    // SIGKILL the whole group: cargo and the example under it.
+    let killed = Command::new("kill")
+        .args(["-s", "KILL", "--", &format!("-{}", first.id())])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    first.wait().unwrap();
+    assert!(seen.iter().any(|l| l == "replan of plan 1"), "{seen:?}");
+    let session = session.unwrap();
+
+    let out = stdout_of(&cargo_run(
+        dir.path(),
+        "orchestrator",
+        &["--resume", &session],
+    ));
+    assert_eq!(field(&out, "session:"), session);
+    assert_eq!(field(&out, "ended with:"), "done");
+    assert_eq!(
+        count(
+            &out,
+            "plan 1: cause (researcher), rhythm (researcher), explainer (writer)"
+        ),
+        0
+    );
+    assert!(
+        !out.lines().any(|l| l.starts_with("plan ")),
+        "no plan again: {out}"
+    );
+    assert!(
+        !out.contains("task cause done"),
+        "cause did not run again: {out}"
+    );
+    assert_eq!(field(&out, "plans:"), "2, replans: 1");
+    assert!(
+        out.contains("result cause (researcher, plan 1): The Moon's gravity"),
+        "the first process's result is kept: {out}"
+    );
+    assert!(field(&out, "answer:").starts_with("Tides are the sea answering the Moon"));
 }

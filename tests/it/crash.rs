@@ -499,7 +499,11 @@ fn an_orchestrator_killed_mid_plan_resumes_and_reruns_only_the_tasks_not_done() 
     for kill_after in [1, 3, 5] {
         let (durable, done, answer, plans, first_pid) = kill_orchestrator(kill_after);
         let ids: Vec<&str> = done.iter().map(|(id, _)| id.as_str()).collect();
-        assert_eq!(ids, ["t0", "t1", "t2", "t3", "t4", "t5"], "kill after {kill_after}");
+        assert_eq!(
+            ids,
+            ["t0", "t1", "t2", "t3", "t4", "t5"],
+            "kill after {kill_after}"
+        );
         assert_eq!(answer.as_deref(), Some("all six done"));
         assert_eq!(plans, 1, "the recovery did not ask the planner again");
         // Every task whose result was durable before the kill kept it: it
@@ -516,7 +520,10 @@ fn an_orchestrator_killed_mid_plan_resumes_and_reruns_only_the_tasks_not_done() 
             .filter(|(_, out)| !out.ends_with(&format!(" by {first_pid}")))
             .map(|(id, _)| id.as_str())
             .collect();
-        assert!(!rerun.is_empty(), "kill after {kill_after}: the recovery ran nothing");
+        assert!(
+            !rerun.is_empty(),
+            "kill after {kill_after}: the recovery ran nothing"
+        );
         for id in &rerun {
             assert!(
                 !durable.iter().any(|(d, _)| d == id),
