@@ -339,7 +339,7 @@ type Synthesis = Arc<dyn Fn(&OrchestratorState) -> ModelRequest + Send + Sync>;
 /// ```
 /// use harness::llm::{Expect, LanguageModel, ModelResponse, ScriptedModel};
 /// use harness::{Harness, HarnessState, JsonSchema, create_agent_with, schemars};
-/// use harness_recipes::orchestrator::{Orchestrator, OrchestratorDeps, OrchestratorState, signals, worker};
+/// use harness_recipes::orchestrator::{Orchestrator, OrchestratorDepsAgent, OrchestratorState, signals, worker};
 /// use serde::{Deserialize, Serialize};
 /// use std::sync::Arc;
 ///
@@ -363,7 +363,7 @@ type Synthesis = Arc<dyn Fn(&OrchestratorState) -> ModelRequest + Send + Sync>;
 /// let synthesizer = ScriptedModel::new([Expect::any()
 ///     .last_message_contains("HI")
 ///     .reply(ModelResponse::from_text("They said HI."))]);
-/// let agent = create_agent_with("orchestrator", &loop_, OrchestratorDeps {
+/// let agent = create_agent_with("orchestrator", &loop_, OrchestratorDepsAgent {
 ///     planner: Arc::new(planner),
 ///     synthesizer: Arc::new(synthesizer),
 /// });
