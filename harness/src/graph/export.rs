@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 /// How an edge is drawn.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     /// A transition.
     Plain,
     /// Into a parallel branch.
@@ -19,7 +19,7 @@ enum Kind {
 }
 
 /// Every edge: (from step, label, target step or the end, kind).
-fn edges<S: HarnessState, C>(
+pub(crate) fn edges<S: HarnessState, C>(
     steps: &[CompiledStep<S, C>],
     forks: &[CompiledFork<S>],
 ) -> Vec<(usize, Option<String>, Option<usize>, Kind)> {

@@ -33,5 +33,6 @@ pub use cache::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache}
 pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};
 pub use def::{BranchFailure, RetryPolicy};
 pub(crate) use def::{RunFn, SubCall, SubEnd, SubRun, SubShape, SubStep, SubStub, TypeTag};
+pub(crate) use export::edges;
 pub use harness::Harness;
 pub use validate::{LoopValidationError, Violation};

@@ -7,8 +7,7 @@ use super::events::EventHub;
 use crate::error::RunError;
 use crate::graph::TypeTag;
 use crate::graph::{
-    Branches, Exits, Harness, HarnessInner, StepBuilder, SubCall, SubEnd, SubShape, SubStep,
-    SubStub, Target,
+    Harness, HarnessInner, StepBuilder, SubCall, SubEnd, SubShape, SubStep, SubStub,
 };
 use crate::session::{CheckpointKind, Journals, Span, child_visit, read_log, replay};
 use crate::signal::Signal;
@@ -619,35 +618,10 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubStep<S, C
 
     fn shapes(&self) -> Vec<(Option<String>, SubShape)> {
         let inner = &self.child.inner;
-        let mut edges = Vec::new();
-        for (i, s) in inner.steps.iter().enumerate() {
-            let mut push = |label: Option<String>, t: Target| match t {
-                Target::Step(t) => edges.push((i, label, Some(t))),
-                Target::End => edges.push((i, label, None)),
-                Target::Fork(f) => {
-                    let fork = &inner.forks[f];
-                    match &fork.branches {
-                        Branches::Static(starts) => {
-                            for b in starts {
-                                edges.push((i, label.clone(), Some(*b)));
-                            }
-                        }
-                        Branches::Each { step, .. } => {
-                            edges.push((i, Some("each".into()), Some(*step)));
-                        }
-                    }
-                    edges.push((i, Some("join".into()), Some(fork.join)));
-                }
-            };
-            match &s.exits {
-                Exits::Next(t) => push(None, *t),
-                Exits::On(on) => {
-                    for (sig, t) in on {
-                        push(Some(sig.to_string()), *t);
-                    }
-                }
-            }
-        }
+        let edges = crate::graph::edges(&inner.steps, &inner.forks)
+            .into_iter()
+            .map(|(from, label, to, _)| (from, label, to))
+            .collect();
         vec![(
             None,
             SubShape {
