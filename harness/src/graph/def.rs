@@ -233,6 +233,10 @@ pub(crate) trait SubRun: Send + Sync {
     fn journals(&self, out: &mut Journals);
     /// For the step to take it back as what it is.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// Keeps `journal` of the task at `path` inside it, if it is a
+    /// sub-agent known only by its journals (a [`SubStub`]); a held loop
+    /// has its journals in its tasks already.
+    fn keep_journal(&mut self, _path: TaskPath, _journal: crate::step::StepJournal) {}
 }
 
 /// A sub-agent known only by the journals its session holds (after a
@@ -265,6 +269,10 @@ impl SubRun for SubStub {
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+
+    fn keep_journal(&mut self, path: TaskPath, journal: crate::step::StepJournal) {
+        self.journals.insert(path, journal);
     }
 }
 

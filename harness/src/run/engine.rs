@@ -295,18 +295,10 @@ pub(crate) fn attach_sub_journals<S: HarnessState>(root: &mut Task<S>, journals:
             .trim_start_matches('/');
         let first = rest.split('/').next().unwrap_or(rest);
         let sub = task.path.child(first);
-        let entry = task
-            .subs
+        task.subs
             .entry(sub)
-            .or_insert_with(|| Box::new(SubStub::default()));
-        // A stub holds journals only; a held loop is never here yet.
-        if let Ok(mut held) = std::mem::replace(entry, Box::new(SubStub::default()))
-            .into_any()
-            .downcast::<SubStub>()
-        {
-            held.journals.insert(path, journal);
-            *entry = held;
-        }
+            .or_insert_with(|| Box::new(SubStub::default()))
+            .keep_journal(path, journal);
     }
 }
 
