@@ -163,6 +163,14 @@ async fn decisions_that_do_not_fit_the_calls_are_refused_per_call_and_nothing_re
             vec![format!("{DELETE}:invalid_edit")],
         ),
         (
+            "an edit against a constraint of the schema",
+            json!({"decisions": [
+                {"call_id": WRITE, "decision": "edit", "arguments": {"path": "", "text": "x"}},
+                {"call_id": DELETE, "decision": "approve"},
+            ]}),
+            vec![format!("{WRITE}:invalid_edit")],
+        ),
+        (
             "an edit that is not an object",
             json!({"decisions": [
                 {"call_id": WRITE, "decision": "edit", "arguments": "summary.txt"},

@@ -700,6 +700,28 @@ async fn in_a_browser_tool_calls_are_approved_and_rejected_one_by_one_and_the_ag
         "{refused}"
     );
     w.untouched("an edit refused in the page").await;
+    // What the page does not check, the studio does: an empty path passes
+    // the page's simple check, not the schema's `minLength`; the studio's
+    // refusal lands in the call's row.
+    b.type_into(
+        &format!("{} .call-edit", call(WRITE)),
+        r#"{"path": "", "text": "x"}"#,
+    )
+    .await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the studio's refusal of the edit",
+        "document.querySelector('#answer-error').textContent.includes('cannot be applied')",
+    )
+    .await;
+    let refused = b.text(&format!("{} .call-error", call(WRITE))).await;
+    assert!(
+        refused.contains("call `call_write` (write_file) do not match its schema")
+            && refused.contains("/path"),
+        "{refused}"
+    );
+    assert_eq!(b.text(&format!("{} .call-error", call(DELETE))).await, "");
+    w.untouched("an edit refused by the studio").await;
 
     // The studio checks too: in the advanced form, a decision on a call
     // that is not waiting is refused, with the studio's words.

@@ -44,6 +44,7 @@ fn inside(root: &Path, path: &str) -> Result<PathBuf, String> {
 #[derive(Deserialize, JsonSchema)]
 pub struct WriteArgs {
     /// The file, relative to the workspace.
+    #[schemars(length(min = 1))]
     pub path: String,
     /// Its new contents.
     pub text: String,
