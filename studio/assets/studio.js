@@ -22,7 +22,12 @@ async function api(path, options = {}) {
   const response = await fetch(path, { method: options.method || 'GET', headers, body: options.body });
   let data;
   try { data = await response.json(); } catch (_) { data = { error: response.statusText }; }
-  if (!response.ok) throw new Error(data.error || response.statusText);
+  if (!response.ok) {
+    const error = new Error(data.error || response.statusText);
+    // A refused tool-approval answer names each call's problem.
+    error.problems = Array.isArray(data.problems) ? data.problems : [];
+    throw error;
+  }
   return data;
 }
 
@@ -386,7 +391,10 @@ function renderDetail() {
     } else {
       where.textContent = 'asked by the run\u2019s own loop.';
     }
-    $('#interrupt-payload').replaceChildren(tree(d.interrupt.payload));
+    const approval = d.writable && isApproval(d.interrupt.payload);
+    $('#interrupt-payload').replaceChildren(approval
+      ? el('details', {}, el('summary', { text: 'the request, as JSON' }), tree(d.interrupt.payload))
+      : tree(d.interrupt.payload));
     $('#answer-form').hidden = !d.writable;
     $('#answer-readonly').hidden = d.writable;
     if (fresh) {
@@ -394,7 +402,11 @@ function renderDetail() {
       $('#answer-error').textContent = '';
       $('#answer-status').textContent = '';
       $('#answer-submit').disabled = false;
+      $('#answer-advanced').checked = false;
+      $('#approval-calls').replaceChildren(...(approval ? d.interrupt.payload.calls.map(approvalRow) : []));
     }
+    $('#approval').hidden = !approval;
+    showAdvanced();
     const shape = $('#answer-shape');
     shape.replaceChildren();
     if (d.answer_shape) {
@@ -411,6 +423,198 @@ function renderDetail() {
   $('#fork-form').hidden = !d.writable;
   if (d.update_schema && d.update_schema.properties) {
     $('#fork-fields').textContent = 'fields of an update: ' + Object.keys(d.update_schema.properties).join(', ');
+  }
+}
+
+// ---- tool approval: the agent kit's request, one decision per call ----
+
+function isApproval(payload) {
+  return !!payload && typeof payload === 'object' && payload.kind === 'tool_approval'
+    && Array.isArray(payload.calls) && payload.calls.length > 0
+    && payload.calls.every((c) => c && typeof c.call_id === 'string' && typeof c.tool === 'string');
+}
+
+/** Whether the form answers with the widget (not the raw JSON). */
+function byWidget() {
+  return !$('#approval').hidden && !$('#answer-advanced').checked;
+}
+
+function showAdvanced() {
+  const widget = byWidget();
+  $('#approval-calls').hidden = !widget;
+  $('#raw-answer').hidden = widget;
+}
+
+const DECISIONS = [
+  ['approve', 'approve'],
+  ['always_allow', 'always allow'],
+  ['edit', 'edit'],
+  ['reject', 'reject'],
+  ['correct', 'correct'],
+];
+
+const pretty = (v) => JSON.stringify(v, null, 2);
+
+function approvalRow(call, i) {
+  const row = el('div', { class: 'call', 'data-call-id': call.call_id });
+  const choices = el('div', { class: 'choices' });
+  for (const [value, label] of DECISIONS) {
+    const text = value === 'always_allow' && call.allow_key ? label + ' (' + call.allow_key + ')' : label;
+    choices.append(el('label', { class: 'choice' },
+      el('input', { type: 'radio', name: 'decision-' + i, value }), ' ' + text));
+  }
+  const edit = el('textarea', { class: 'call-edit', rows: '4', spellcheck: 'false' });
+  edit.value = pretty(call.arguments);
+  const schema = call.schema && typeof call.schema === 'object'
+    ? el('details', {}, el('summary', { text: 'the tool\u2019s schema' }), el('pre', { text: pretty(call.schema) }))
+    : '';
+  const message = el('input', { class: 'call-message', type: 'text', autocomplete: 'off' });
+  row.append(
+    el('div', { class: 'call-head' },
+      el('b', { class: 'call-tool', text: call.tool }), ' ',
+      el('code', { class: 'call-id', text: call.call_id })),
+    el('pre', { class: 'call-args', text: pretty(call.arguments) }),
+    choices,
+    el('div', { class: 'call-edit-box', hidden: '' },
+      el('label', { text: 'arguments to run it with, as JSON' }), edit, schema),
+    el('div', { class: 'call-message-box', hidden: '' },
+      el('label', { class: 'call-message-label' }), message),
+    el('p', { class: 'call-error error' }),
+  );
+  const clear = () => {
+    row.querySelector('.call-error').textContent = '';
+    $('#answer-error').textContent = '';
+  };
+  choices.addEventListener('change', () => {
+    const d = chosen(row);
+    row.dataset.decision = d;
+    row.querySelector('.call-edit-box').hidden = d !== 'edit';
+    row.querySelector('.call-message-box').hidden = d !== 'reject' && d !== 'correct';
+    row.querySelector('.call-message-label').textContent = d === 'reject'
+      ? 'why, for the model (optional)' : 'what the model should do instead';
+    clear();
+  });
+  edit.addEventListener('input', clear);
+  message.addEventListener('input', clear);
+  return row;
+}
+
+function chosen(row) {
+  const picked = row.querySelector('.choices input:checked');
+  return picked ? picked.value : '';
+}
+
+/**
+ * The decisions the widget shows, each checked as far as the page can: a
+ * decision for every call, edited arguments as JSON matching the call's
+ * schema where it is simple (the studio checks it fully). Returns the
+ * answer, or null after writing each problem in its call's row.
+ */
+function widgetAnswer(calls) {
+  const rows = [...document.querySelectorAll('#approval-calls .call')];
+  const decisions = [];
+  let ok = true;
+  calls.forEach((call, i) => {
+    const row = rows[i];
+    const error = row.querySelector('.call-error');
+    const fail = (text) => { error.textContent = text; ok = false; };
+    error.textContent = '';
+    const d = chosen(row);
+    if (!d) return fail('choose a decision for this call');
+    const decision = { call_id: call.call_id, decision: d };
+    if (d === 'edit') {
+      let args;
+      try {
+        args = JSON.parse(row.querySelector('.call-edit').value);
+      } catch (e) {
+        return fail('the edited arguments are not JSON: ' + e.message);
+      }
+      const problems = schemaProblems(call.schema, args, '');
+      if (problems.length) return fail('the edited arguments do not match the tool\u2019s schema: ' + problems.join('; '));
+      decision.arguments = args;
+    } else if (d === 'reject' || d === 'correct') {
+      decision.message = row.querySelector('.call-message').value;
+      if (d === 'correct' && !decision.message.trim()) return fail('a correction needs a message for the model');
+    }
+    decisions.push(decision);
+  });
+  return ok ? { decisions } : null;
+}
+
+/** The widget's decisions as they stand, for the raw JSON form. */
+function draftAnswer(calls) {
+  const rows = [...document.querySelectorAll('#approval-calls .call')];
+  return {
+    decisions: calls.map((call, i) => {
+      const row = rows[i];
+      const d = chosen(row);
+      const decision = { call_id: call.call_id, decision: d };
+      if (d === 'edit') {
+        try { decision.arguments = JSON.parse(row.querySelector('.call-edit').value); } catch (_) { decision.arguments = call.arguments; }
+      }
+      if (d === 'reject' || d === 'correct') decision.message = row.querySelector('.call-message').value;
+      return decision;
+    }),
+  };
+}
+
+/** Where `value` does not match the simple parts of a JSON schema (types,
+ * required and unknown fields, enums, items); the studio checks the rest. */
+function schemaProblems(schema, value, at) {
+  const out = [];
+  if (!schema || typeof schema !== 'object') return out;
+  const where = at || 'the arguments';
+  const kinds = schema.type === undefined ? null : [].concat(schema.type);
+  if (kinds && !kinds.some((k) => isType(value, k))) {
+    out.push(where + ': expected ' + kinds.join(' or ') + ', found ' + typeOf(value));
+    return out;
+  }
+  if (Array.isArray(schema.enum) && !schema.enum.some((e) => compact(e) === compact(value))) {
+    out.push(where + ': must be one of ' + schema.enum.map(compact).join(', '));
+  }
+  if (isType(value, 'object')) {
+    for (const k of Array.isArray(schema.required) ? schema.required : []) {
+      if (!(k in value)) out.push(where + ': missing field `' + k + '`');
+    }
+    const props = schema.properties && typeof schema.properties === 'object' ? schema.properties : {};
+    for (const [k, v] of Object.entries(value)) {
+      if (props[k]) out.push(...schemaProblems(props[k], v, at + '/' + k));
+      else if (schema.additionalProperties === false) out.push(where + ': unknown field `' + k + '`');
+    }
+  }
+  if (Array.isArray(value) && schema.items && typeof schema.items === 'object' && !Array.isArray(schema.items)) {
+    value.forEach((v, i) => out.push(...schemaProblems(schema.items, v, at + '/' + i)));
+  }
+  return out;
+}
+
+function isType(v, kind) {
+  switch (kind) {
+    case 'null': return v === null;
+    case 'boolean': return typeof v === 'boolean';
+    case 'integer': return Number.isInteger(v);
+    case 'number': return typeof v === 'number';
+    case 'string': return typeof v === 'string';
+    case 'array': return Array.isArray(v);
+    case 'object': return v !== null && typeof v === 'object' && !Array.isArray(v);
+    default: return true;
+  }
+}
+
+function typeOf(v) {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  if (typeof v === 'object') return 'an object';
+  return typeof v === 'number' && Number.isInteger(v) ? 'an integer' : 'a ' + typeof v;
+}
+
+/** Writes the studio's problems with a refused answer in their calls' rows. */
+function showProblems(problems) {
+  for (const p of problems) {
+    const row = [...document.querySelectorAll('#approval-calls .call')].find((r) => r.dataset.callId === p.call_id);
+    if (!row) continue;
+    const error = row.querySelector('.call-error');
+    error.textContent = (error.textContent ? error.textContent + '\n' : '') + p.message;
   }
 }
 
@@ -594,12 +798,21 @@ $('#answer-form').addEventListener('submit', async (ev) => {
   const error = $('#answer-error');
   error.textContent = '';
   let answer;
-  try {
-    answer = JSON.parse($('#answer').value);
-  } catch (e) {
-    error.textContent = 'not JSON: ' + e.message + ' (a text answer is quoted: "yes")';
-    return;
+  if (byWidget()) {
+    answer = widgetAnswer(d.interrupt.payload.calls);
+    if (!answer) {
+      error.textContent = 'nothing sent: see the calls above';
+      return;
+    }
+  } else {
+    try {
+      answer = JSON.parse($('#answer').value);
+    } catch (e) {
+      error.textContent = 'not JSON: ' + e.message + ' (a text answer is quoted: "yes")';
+      return;
+    }
   }
+  for (const e of document.querySelectorAll('#approval-calls .call-error')) e.textContent = '';
   $('#answer-submit').disabled = true;
   try {
     await api(`/api/sessions/${encodeURIComponent(d.summary.id)}/answer`, {
@@ -609,8 +822,18 @@ $('#answer-form').addEventListener('submit', async (ev) => {
     $('#answer-status').textContent = 'answered; following the run…';
   } catch (e) {
     error.textContent = e.message;
+    showProblems(e.problems || []);
     $('#answer-submit').disabled = false;
   }
+});
+
+$('#answer-advanced').addEventListener('change', () => {
+  const d = ui.detail;
+  if ($('#answer-advanced').checked && d && d.interrupt && isApproval(d.interrupt.payload)) {
+    $('#answer').value = pretty(draftAnswer(d.interrupt.payload.calls));
+  }
+  $('#answer-error').textContent = '';
+  showAdvanced();
 });
 
 $('#fork-form').addEventListener('submit', async (ev) => {

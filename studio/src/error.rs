@@ -90,6 +90,19 @@ pub(crate) enum ApiError {
         expected: String,
         error: String,
     },
+    #[error(
+        "the answer to a tool-approval request must be {{\"decisions\": [{{\"call_id\": ID, \
+         \"decision\": \"approve\" | \"always_allow\" | \"edit\" (with \"arguments\") | \
+         \"reject\" | \"correct\" (with \"message\")}}]}}: {error}"
+    )]
+    NotDecisions { error: String },
+    /// Decisions that do not fit the waiting calls; `problems` names each
+    /// call, for the page.
+    #[error("{message}")]
+    Decisions {
+        message: String,
+        problems: Vec<crate::approval::Problem>,
+    },
     #[error("the update is not an update of the agent's state: {0}")]
     BadUpdate(String),
     #[error("bad request: {0}")]
@@ -114,9 +127,10 @@ impl ApiError {
             ApiError::ReadOnly | ApiError::OtherAgent { .. } => StatusCode::FORBIDDEN,
             ApiError::NoSession(_) | ApiError::NoCheckpoint { .. } => StatusCode::NOT_FOUND,
             ApiError::NotWaiting { .. } | ApiError::WrongInterrupt { .. } => StatusCode::CONFLICT,
-            ApiError::AnswerShape { .. } | ApiError::BadUpdate(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ApiError::AnswerShape { .. }
+            | ApiError::NotDecisions { .. }
+            | ApiError::Decisions { .. }
+            | ApiError::BadUpdate(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Session(SessionError::NoSession(_) | SessionError::NoCheckpoint { .. }) => {
                 StatusCode::NOT_FOUND
@@ -135,7 +149,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.to_string() });
-        (self.status(), Json(body)).into_response()
+        let status = self.status();
+        let mut body = serde_json::json!({ "error": self.to_string() });
+        if let ApiError::Decisions { problems, .. } = &self {
+            body["problems"] = serde_json::json!(problems);
+        }
+        (status, Json(body)).into_response()
     }
 }

@@ -28,7 +28,16 @@
 //! - **Waiting for a human**: the interrupt's payload, where it was asked
 //!   (a branch's or a sub-agent's path), and a form to answer it, checked against the answer's type when the application declared
 //!   it ([`Studio::expect_answer`]); answering resumes the run through the
-//!   typed [`Agent`], and the page follows it live.
+//!   typed [`Agent`], and the page follows it live. A tool-approval request
+//!   of the agent kit (`harness_kit::ApprovalRequest`, raised by its
+//!   `AgentLoop`) gets one row per pending call (tool, call id, arguments)
+//!   with a decision each: approve, always allow, edit the arguments
+//!   (checked against the call's schema), reject or correct with a message
+//!   for the model. The answer is checked as the run checks it
+//!   (`ApprovalRequest::resolve`: every waiting call decided once, no other
+//!   call, edits matching the schema) before anything is resumed; a bad one
+//!   is refused with each problem naming its call. The raw JSON form stays
+//!   available for any interrupt.
 //! - **Fork** from any checkpoint with an edited update
 //!   ([`Agent::fork`](harness::Agent::fork)), checked as the state's update
 //!   type.
@@ -66,6 +75,7 @@
 //! # Ok(()) }
 //! ```
 
+mod approval;
 mod diff;
 mod error;
 mod graph;

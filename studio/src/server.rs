@@ -1,5 +1,6 @@
 //! The axum application: the page, the JSON API and the event stream.
 
+use crate::approval;
 use crate::error::ApiError;
 use crate::source::Source;
 use crate::view::{self, PHASES, Summary};
@@ -205,7 +206,8 @@ async fn session(
     let log = view::log(app.source.store(), &head).await?;
     let shape = match &head.phase {
         SessionPhase::Interrupted { interrupt } => shape_for(&app, interrupt)
-            .map(|(_, s)| json!({ "type": s.type_name, "schema": s.schema })),
+            .map(|(_, s)| json!({ "type": s.type_name, "schema": s.schema }))
+            .or_else(|| approval::request_of(&interrupt.payload).map(|_| approval::shape())),
         _ => None,
     };
     Ok(Json(view::detail(&*app.source, &head, &log, shape)).into_response())
@@ -317,6 +319,11 @@ async fn answer(
             expected: shape.type_name.to_owned(),
             error,
         })?;
+    }
+    // The kit's tool-approval request: one decision per waiting call,
+    // checked as the run checks it, so that a bad answer resumes nothing.
+    if let Some(approval) = approval::request_of(&interrupt.payload) {
+        approval::check(&approval, &request.answer)?;
     }
     let run = app
         .source

@@ -114,6 +114,51 @@ impl Browser {
         browser
     }
 
+    /// A browser showing `url`.
+    async fn open(url: &str) -> Browser {
+        let mut b = Browser::launch().await;
+        b.call("Page.enable", json!({})).await;
+        b.call("Page.navigate", json!({"url": url})).await;
+        b
+    }
+
+    /// The text of the element (`null`'s text if there is none).
+    async fn text(&mut self, selector: &str) -> String {
+        let v = self
+            .eval(&format!(
+                "(document.querySelector({}) || {{}}).textContent",
+                json!(selector)
+            ))
+            .await;
+        v.as_str().unwrap_or("null").to_owned()
+    }
+
+    /// The value of a form field.
+    async fn value(&mut self, selector: &str) -> String {
+        let v = self
+            .eval(&format!(
+                "document.querySelector({}).value",
+                json!(selector)
+            ))
+            .await;
+        v.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Whether the element matching `selector` exists.
+    async fn has(&mut self, selector: &str) -> bool {
+        self.eval(&format!("!!document.querySelector({})", json!(selector)))
+            .await
+            == json!(true)
+    }
+
+    /// Every error the page shows, joined.
+    async fn errors(&mut self) -> String {
+        let v = self
+            .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).filter(t => t).join(' | ')")
+            .await;
+        v.as_str().unwrap_or_default().to_owned()
+    }
+
     /// Sends a command (to the page once attached) and returns its result.
     async fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
@@ -166,9 +211,7 @@ impl Browser {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let errors = self
-            .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).join(' | ')")
-            .await;
+        let errors = self.errors().await;
         panic!("the page never showed {what} ({expr}); errors on the page: {errors}");
     }
 
@@ -276,9 +319,7 @@ fn base64_decodes() {
 async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() {
     let w = World::new("browser").await;
     let studio = w.studio().await;
-    let mut b = Browser::launch().await;
-    b.call("Page.enable", json!({})).await;
-    b.call("Page.navigate", json!({"url": studio.url()})).await;
+    let mut b = Browser::open(&studio.url()).await;
 
     // The list, with every session and its phase.
     b.wait_for(
@@ -328,27 +369,15 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
         "document.querySelectorAll('#timeline .checkpoint').length === 2",
     )
     .await;
-    let draft = b
-        .eval("document.querySelector('#timeline .checkpoint[data-step=\"draft\"]').textContent")
-        .await;
-    assert!(
-        draft.as_str().unwrap().contains("/drafts: 0 → 1"),
-        "{draft}"
-    );
+    let draft = b.text("#timeline .checkpoint[data-step=\"draft\"]").await;
+    assert!(draft.contains("/drafts: 0 → 1"), "{draft}");
     // The question and the form.
     b.wait_for("the answer form", "!document.querySelector('#waiting-panel').hidden && !document.querySelector('#answer-form').hidden")
         .await;
-    let payload = b
-        .eval("document.querySelector('#interrupt-payload').textContent")
-        .await;
-    assert!(
-        payload.as_str().unwrap().contains("publish this draft?"),
-        "{payload}"
-    );
-    let shape = b
-        .eval("document.querySelector('#answer-shape').textContent")
-        .await;
-    assert!(shape.as_str().unwrap().contains("Review"), "{shape}");
+    let payload = b.text("#interrupt-payload").await;
+    assert!(payload.contains("publish this draft?"), "{payload}");
+    let shape = b.text("#answer-shape").await;
+    assert!(shape.contains("Review"), "{shape}");
     b.screenshot("#graph-panel", "studio-graph.png").await;
 
     // An answer of the wrong shape is refused, and says why.
@@ -406,19 +435,13 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
         "document.querySelector('#state-at').textContent.includes('review')",
     )
     .await;
-    let state = b
-        .eval("document.querySelector('#state-tree').textContent")
-        .await;
-    let state = state.as_str().unwrap();
+    let state = b.text("#state-tree").await;
     assert!(
         state.contains("review: ship it") && !state.contains("published"),
         "{state}"
     );
     b.screenshot(".columns", "studio-timeline.png").await;
-    let errors = b
-        .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).join('')")
-        .await;
-    assert_eq!(errors, "", "no error on the page");
+    assert_eq!(b.errors().await, "", "no error on the page");
     b.close().await;
     studio.shutdown().await.unwrap();
 
@@ -436,9 +459,7 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
 async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_is_answered() {
     let w = TripWorld::new("browser-composed").await;
     let studio = w.studio().await;
-    let mut b = Browser::launch().await;
-    b.call("Page.enable", json!({})).await;
-    b.call("Page.navigate", json!({"url": studio.url()})).await;
+    let mut b = Browser::open(&studio.url()).await;
     let row = format!("#sessions tr[data-id=\"{}\"]", w.waiting);
     b.wait_for("the session", &format!("document.querySelector('{row}')"))
         .await;
@@ -455,9 +476,7 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
         .eval("[...document.querySelectorAll('#graph .node.cluster[data-step=\"review\"] .node')].map(n => n.dataset.step).join(',')")
         .await;
     assert_eq!(inside, "review/note,review/ask,review/$end");
-    let title = b
-        .eval("document.querySelector('#graph .node.cluster .cluster-title').textContent")
-        .await;
+    let title = b.text("#graph .node.cluster .cluster-title").await;
     assert_eq!(title, "review (sub-agent)");
     // The fork: two bold branch edges side by side, the dashed join edge
     // to the join, marked; the fan-out's edge labelled `each`.
@@ -479,7 +498,7 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
         true
     );
     let each = b
-        .eval("document.querySelector('#graph .edge.kind-each[data-from=\"merge\"][data-to=\"square\"]').textContent")
+        .text("#graph .edge.kind-each[data-from=\"merge\"][data-to=\"square\"]")
         .await;
     assert_eq!(each, "each");
     assert_eq!(
@@ -500,23 +519,20 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
     )
     .await;
     let fan_out = b
-        .eval("document.querySelector('#timeline .checkpoint[data-kind=\"fork\"][data-step=\"merge\"] .branches').textContent")
+        .text("#timeline .checkpoint[data-kind=\"fork\"][data-step=\"merge\"] .branches")
         .await;
     assert!(
-        fan_out
-            .as_str()
-            .unwrap()
-            .contains("square#0 (1), square#1 (2), square#2 (3)")
-            && fan_out.as_str().unwrap().contains("join at sum"),
+        fan_out.contains("square#0 (1), square#1 (2), square#2 (3)")
+            && fan_out.contains("join at sum"),
         "{fan_out}"
     );
     let branch = b
-        .eval("document.querySelector('#timeline .checkpoint[data-path=\"square#1\"]').textContent")
+        .text("#timeline .checkpoint[data-path=\"square#1\"]")
         .await;
     assert!(
-        branch.as_str().unwrap().contains("square#1")
-            && branch.as_str().unwrap().contains("own state")
-            && branch.as_str().unwrap().contains("/total: 1 → 5"),
+        branch.contains("square#1")
+            && branch.contains("own state")
+            && branch.contains("/total: 1 → 5"),
         "{branch}"
     );
     let grouped = b
@@ -532,15 +548,8 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
         "document.querySelector('#graph .node.picked[data-step=\"square\"]') && document.querySelector('#state-at').textContent.includes('branch square#1')",
     )
     .await;
-    let own = b
-        .eval("document.querySelector('#state-tree').textContent")
-        .await;
-    assert!(
-        own.as_str()
-            .unwrap()
-            .contains("square#1\u{2019}s own state"),
-        "{own}"
-    );
+    let own = b.text("#state-tree").await;
+    assert!(own.contains("square#1\u{2019}s own state"), "{own}");
     // Filtered by path.
     b.eval("{ const f = document.querySelector('#path-filter'); f.value = 'square#2'; f.dispatchEvent(new Event('change')); }")
         .await;
@@ -568,14 +577,10 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
             .await,
         "review"
     );
-    let where_ = b
-        .eval("document.querySelector('#interrupt-path').textContent")
-        .await;
-    assert!(where_.as_str().unwrap().contains("sub-agent"), "{where_}");
-    let shape = b
-        .eval("document.querySelector('#answer-shape').textContent")
-        .await;
-    assert!(shape.as_str().unwrap().contains("Verdict"), "{shape}");
+    let where_ = b.text("#interrupt-path").await;
+    assert!(where_.contains("sub-agent"), "{where_}");
+    let shape = b.text("#answer-shape").await;
+    assert!(shape.contains("Verdict"), "{shape}");
     b.type_into("#answer", r#"{"ok": "maybe"}"#).await;
     b.click("#answer-submit").await;
     b.wait_for(
@@ -606,10 +611,7 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
             .await,
         true
     );
-    let errors = b
-        .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).join('')")
-        .await;
-    assert_eq!(errors, "", "no error on the page");
+    assert_eq!(b.errors().await, "", "no error on the page");
     b.close().await;
     studio.shutdown().await.unwrap();
     let head = w
@@ -621,5 +623,214 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
     assert!(
         matches!(head.phase, harness::session::SessionPhase::Completed { .. }),
         "{head:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_tool_calls_are_approved_and_rejected_one_by_one_and_the_agent_goes_on() {
+    use crate::support_kit::{ApprovalWorld, DELETE, NOTES, WRITE, result_of};
+    let w = ApprovalWorld::new("browser-approval").await;
+    let studio = w.studio().await;
+    let mut b = Browser::open(&studio.url()).await;
+    let row = format!("#sessions tr[data-id=\"{}\"]", w.waiting);
+    b.wait_for("the session", &format!("document.querySelector('{row}')"))
+        .await;
+    b.click(&row).await;
+
+    // One row per pending call: its tool, its id, its arguments; the raw
+    // JSON form is put away.
+    b.wait_for(
+        "the two calls",
+        "!document.querySelector('#approval').hidden && document.querySelectorAll('#approval-calls .call').length === 2",
+    )
+    .await;
+    let call = |id: &str| format!("#approval-calls .call[data-call-id=\"{id}\"]");
+    let calls = b
+        .eval("[...document.querySelectorAll('#approval-calls .call')].map(c => c.querySelector('.call-tool').textContent + ' ' + c.querySelector('.call-id').textContent).join(', ')")
+        .await;
+    assert_eq!(calls, "write_file call_write, delete_file call_delete");
+    let args = b.text(&format!("{} .call-args", call(WRITE))).await;
+    assert_eq!(
+        args,
+        "{\n  \"path\": \"summary.txt\",\n  \"text\": \"two notes\"\n}"
+    );
+    assert!(
+        b.eval("document.querySelector('#raw-answer').hidden").await == json!(true),
+        "the raw form is behind the advanced toggle"
+    );
+
+    // No decision yet: nothing is sent, and the row says so.
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the missing decisions",
+        &format!(
+            "document.querySelector('{} .call-error').textContent.includes('choose a decision')",
+            call(DELETE)
+        ),
+    )
+    .await;
+
+    // Edited arguments are checked against the tool's schema in the page.
+    b.click(&format!("{} input[value=\"edit\"]", call(WRITE)))
+        .await;
+    b.wait_for(
+        "the arguments' editor",
+        &format!(
+            "!document.querySelector('{} .call-edit-box').hidden",
+            call(WRITE)
+        ),
+    )
+    .await;
+    b.type_into(&format!("{} .call-edit", call(WRITE)), r#"{"path": 3}"#)
+        .await;
+    b.click(&format!("{} input[value=\"approve\"]", call(DELETE)))
+        .await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the edit refused",
+        &format!(
+            "document.querySelector('{} .call-error').textContent.includes('schema')",
+            call(WRITE)
+        ),
+    )
+    .await;
+    let refused = b.text(&format!("{} .call-error", call(WRITE))).await;
+    assert!(
+        refused.contains("/path") && refused.contains("missing field `text`"),
+        "{refused}"
+    );
+    w.untouched("an edit refused in the page").await;
+    // What the page does not check, the studio does: an empty path passes
+    // the page's simple check, not the schema's `minLength`; the studio's
+    // refusal lands in the call's row.
+    b.type_into(
+        &format!("{} .call-edit", call(WRITE)),
+        r#"{"path": "", "text": "x"}"#,
+    )
+    .await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the studio's refusal of the edit",
+        "document.querySelector('#answer-error').textContent.includes('cannot be applied')",
+    )
+    .await;
+    let refused = b.text(&format!("{} .call-error", call(WRITE))).await;
+    assert!(
+        refused.contains("call `call_write` (write_file) do not match its schema")
+            && refused.contains("/path"),
+        "{refused}"
+    );
+    assert_eq!(b.text(&format!("{} .call-error", call(DELETE))).await, "");
+    w.untouched("an edit refused by the studio").await;
+
+    // The studio checks too: in the advanced form, a decision on a call
+    // that is not waiting is refused, with the studio's words.
+    b.click("#answer-advanced").await;
+    b.wait_for(
+        "the raw form",
+        "!document.querySelector('#raw-answer').hidden && document.querySelector('#approval-calls').hidden",
+    )
+    .await;
+    let draft: Value = serde_json::from_str(&b.value("#answer").await).unwrap();
+    assert_eq!(
+        draft["decisions"][1],
+        json!({"call_id": DELETE, "decision": "approve"}),
+        "the raw form starts from the widget's decisions"
+    );
+    b.type_into(
+        "#answer",
+        &json!({"decisions": [
+            {"call_id": WRITE, "decision": "approve"},
+            {"call_id": "call_9", "decision": "approve"},
+        ]})
+        .to_string(),
+    )
+    .await;
+    b.click("#answer-submit").await;
+    b.wait_for(
+        "the studio's refusal",
+        "document.querySelector('#answer-error').textContent.includes('call_9')",
+    )
+    .await;
+    let error = b.text("#answer-error").await;
+    assert!(
+        error.contains("not waiting")
+            && error.contains("call `call_delete` (delete_file) has no decision"),
+        "{error}"
+    );
+    w.untouched("an answer refused by the studio").await;
+    b.click("#answer-advanced").await;
+    b.wait_for(
+        "the widget again",
+        "document.querySelector('#raw-answer').hidden && !document.querySelector('#approval-calls').hidden",
+    )
+    .await;
+    // The studio's problem for the call left out is in its row.
+    assert!(
+        b.text(&format!("{} .call-error", call(DELETE)))
+            .await
+            .contains("has no decision")
+    );
+
+    // Approve one, reject the other with a message for the model.
+    b.click(&format!("{} input[value=\"approve\"]", call(WRITE)))
+        .await;
+    b.click(&format!("{} input[value=\"reject\"]", call(DELETE)))
+        .await;
+    b.wait_for(
+        "the message field",
+        &format!(
+            "!document.querySelector('{} .call-message-box').hidden",
+            call(DELETE)
+        ),
+    )
+    .await;
+    b.type_into(
+        &format!("{} .call-message", call(DELETE)),
+        "keep notes.txt, it is my only copy",
+    )
+    .await;
+    assert_eq!(b.errors().await, "", "the errors went with the changes");
+    b.screenshot("#waiting-panel", "studio-approval.png").await;
+    b.click("#answer-submit").await;
+
+    // The agent goes on and the page follows it to the end, live.
+    b.wait_for(
+        "the session done",
+        "document.querySelector('#phase').dataset.phase === 'done'",
+    )
+    .await;
+    b.wait_for(
+        "the waiting panel gone",
+        "document.querySelector('#waiting-panel').hidden",
+    )
+    .await;
+    b.wait_for(
+        "the row done",
+        &format!("document.querySelector('{row}').dataset.phase === 'done'"),
+    )
+    .await;
+    assert!(
+        !b.has("#graph .node.current").await,
+        "nothing runs any more"
+    );
+    assert_eq!(b.errors().await, "", "no error on the page");
+    b.close().await;
+    studio.shutdown().await.unwrap();
+
+    // The approved call ran, the rejected one did not, and the model read
+    // the message as the rejected call's result.
+    assert_eq!(w.file("summary.txt").as_deref(), Some("two notes"));
+    assert_eq!(w.file("notes.txt").as_deref(), Some(NOTES));
+    let requests = w.model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(!result_of(&requests[1], WRITE).is_error);
+    let rejected = result_of(&requests[1], DELETE);
+    assert!(
+        rejected.is_error
+            && rejected
+                .content
+                .contains("keep notes.txt, it is my only copy"),
+        "{rejected:?}"
     );
 }

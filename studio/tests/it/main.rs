@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used, unreachable_pub, missing_docs)]
 
 mod api;
+mod approval;
 mod browser;
 mod composed;
 mod events;
 mod support;
+mod support_kit;
