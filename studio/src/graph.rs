@@ -271,7 +271,13 @@ pub(crate) fn from_dot(dot: &str) -> Result<Graph, DotError> {
         }
     }
     for c in &graph.clusters {
-        if graph.node(&c.id).is_none() {
+        // A step that dispatches to sub-agents by role has a box per role,
+        // `<step>:<role>`.
+        let declared = graph.node(&c.id).is_some()
+            || c.id
+                .match_indices(':')
+                .any(|(i, _)| graph.node(&c.id[..i]).is_some());
+        if !declared {
             return Err(DotError {
                 line: 0,
                 why: "a sub-agent box of a step that is not declared",
@@ -582,6 +588,72 @@ pub(crate) fn observed(head: &StoredRun, log: &[Checkpoint]) -> Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_that_dispatches_by_role_reads_back_with_a_box_per_role() {
+        use harness::{Dispatch, Harness, HarnessState, SubAgent};
+        use std::sync::Arc;
+        #[derive(
+            Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, HarnessState,
+        )]
+        struct Board {
+            #[field(reduce = append)]
+            items: Vec<String>,
+        }
+        let child = |name: &'static str| {
+            Harness::<Board>::builder()
+                .step(name)
+                .run(async |_: Arc<Board>| Ok(BoardUpdate::new()))
+                .end()
+                .start(name)
+                .build()
+                .expect("a child loop")
+        };
+        let each = |h: &Harness<Board>| {
+            SubAgent::each(
+                h,
+                |_: &Board, _: &String| Board::default(),
+                |_: &Board, _: &String, _| BoardUpdate::new(),
+            )
+        };
+        let (shout, count) = (child("shout"), child("count"));
+        let h = Harness::<Board>::builder()
+            .step("plan")
+            .run(async |_: Arc<Board>| Ok(BoardUpdate::new()))
+            .fan_out("job", |b: &Board| b.items.clone())
+            .join("done")
+            .step("job")
+            .dispatch(
+                Dispatch::by(|s: &String| s.clone())
+                    .agent("a:loud", each(&shout))
+                    .agent("count", each(&count)),
+            )
+            .writes(["items"])
+            .next("done")
+            .step("done")
+            .run(async |_: Arc<Board>| Ok(BoardUpdate::new()))
+            .end()
+            .start("plan")
+            .build()
+            .expect("the loop");
+        let g = from_dot(&h.to_dot()).expect("reads");
+        let boxes: Vec<&str> = g.clusters.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(boxes, ["job:a:loud", "job:count"]);
+        assert!(
+            g.node("job:count/count")
+                .is_some_and(|n| n.parent.as_deref() == Some("job:count"))
+        );
+        assert!(
+            g.edges
+                .iter()
+                .any(|e| e.from == "job" && e.to == "job:a:loud/shout" && e.kind == "enter")
+        );
+        // A box of no declared step is still refused.
+        let orphan = h
+            .to_dot()
+            .replace("\"job\" [shape=box, peripheries=2];", "");
+        assert!(from_dot(&orphan).is_err());
+    }
 
     #[test]
     fn the_dot_export_reads_back_as_nodes_and_edges() {
