@@ -5,7 +5,7 @@
 //! DURABILITY being `every-step` (the default), `every-N` or `at-exit`.
 
 use futures::StreamExt;
-use harness::session::{Durability, SessionConfig, SessionError};
+use harness::session::{Durability, SessionConfig};
 use harness::{Harness, HarnessState, RunEvent, SessionId, StepResult, create_agent};
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
@@ -76,16 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 steps,
             },
         ),
-        "recover" => loop {
-            match agent.recover(&session).await {
-                Ok(run) => break run,
-                // The killed worker's lease has not expired yet.
-                Err(SessionError::InFlight(_)) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                Err(e) => return Err(e.into()),
-            }
-        },
+        "recover" => harness_tests::recover_when_free(&agent, &session).await?,
         other => return Err(format!("unknown mode {other}").into()),
     };
     let mut events = run.events();

@@ -8,7 +8,7 @@
 //! a child loop of `ITEMS` ticks, each reported once durable.
 
 use futures::StreamExt;
-use harness::session::{SessionConfig, SessionError};
+use harness::session::SessionConfig;
 use harness::{Cx, Harness, HarnessState, RunEvent, SessionId, create_agent};
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
@@ -97,16 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ..Fan::default()
             },
         ),
-        "recover" => loop {
-            match agent.recover(&session).await {
-                Ok(run) => break run,
-                // The killed worker's lease has not expired yet.
-                Err(SessionError::InFlight(_)) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                Err(e) => return Err(e.into()),
-            }
-        },
+        "recover" => harness_tests::recover_when_free(&agent, &session).await?,
         other => return Err(format!("unknown mode {other}").into()),
     };
     let mut events = run.events();
@@ -206,15 +197,7 @@ async fn sub_agent(
                 ends: 0,
             },
         ),
-        "recover" => loop {
-            match agent.recover(&session).await {
-                Ok(run) => break run,
-                Err(SessionError::InFlight(_)) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                Err(e) => return Err(e.into()),
-            }
-        },
+        "recover" => harness_tests::recover_when_free(&agent, &session).await?,
         other => return Err(format!("unknown mode {other}").into()),
     };
     let mut events = run.events();

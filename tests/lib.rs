@@ -109,6 +109,26 @@ impl Tool for Counter {
 
 pub mod pool;
 
+/// Recovers `session` for a worker process started after another was
+/// killed: the killed worker's lease has not expired yet, so this waits
+/// for it (any other error is returned).
+pub async fn recover_when_free<S: harness::HarnessState, C: harness::Context>(
+    agent: &harness::Agent<S, C>,
+    session: &harness::SessionId,
+) -> Result<harness::Run<S, C>, harness::session::SessionError>
+where
+    C::Run: harness::slots::NoSlots,
+{
+    loop {
+        match agent.recover(session).await {
+            Err(harness::session::SessionError::InFlight(_)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
+            other => return other,
+        }
+    }
+}
+
 // The README's snippets compile (and run, unless marked `no_run`) as doctests
 // of this crate, which depends on every crate they use.
 #[cfg(doctest)]

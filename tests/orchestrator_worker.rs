@@ -9,7 +9,7 @@
 
 use futures::StreamExt;
 use harness::llm::{Expect, ModelResponse, ScriptedModel};
-use harness::session::{SessionConfig, SessionError};
+use harness::session::SessionConfig;
 use harness::{Harness, HarnessState, RunEvent, SessionId, create_agent_with};
 use harness_recipes::orchestrator::{
     Orchestrator, OrchestratorDepsAgent, OrchestratorState, TaskInput, worker,
@@ -89,16 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = SessionId::from(session.as_str());
     let run = match mode.as_str() {
         "start" => agent.run_in(session, OrchestratorState::new("do six things")),
-        "recover" => loop {
-            match agent.recover(&session).await {
-                Ok(run) => break run,
-                // The killed worker's lease has not expired yet.
-                Err(SessionError::InFlight(_)) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                Err(e) => return Err(e.into()),
-            }
-        },
+        "recover" => harness_tests::recover_when_free(&agent, &session).await?,
         other => return Err(format!("unknown mode {other}").into()),
     };
     let mut events = run.events();

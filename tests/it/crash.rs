@@ -9,6 +9,66 @@ use std::process::{Command, Stdio};
 
 const STEPS: u64 = 200;
 
+/// A worker process SIGKILLed midway, and the process that recovered its
+/// session.
+struct Killed {
+    /// The lines the first process printed up to the kill.
+    seen: Vec<String>,
+    /// The first process's pid.
+    first_pid: u32,
+    /// The recovering process's `final ` line, without the prefix.
+    final_line: String,
+}
+
+/// Starts `worker` with `start`, SIGKILLs it once `enough` holds of the
+/// lines it has printed, then runs it with `recover` to its end (which
+/// must succeed and print a `final ` line).
+fn kill_then_recover(
+    worker: &str,
+    start: &[&str],
+    recover: &[&str],
+    enough: impl Fn(&[String]) -> bool,
+) -> Killed {
+    let mut first = Command::new(worker)
+        .args(start)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_pid = first.id();
+    let mut seen = Vec::new();
+    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
+        seen.push(line.unwrap());
+        if enough(&seen) {
+            break;
+        }
+    }
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    assert!(enough(&seen), "the worker stopped early, after {seen:?}");
+    let second = Command::new(worker).args(recover).output().unwrap();
+    assert!(
+        second.status.success(),
+        "{recover:?}: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let stdout = String::from_utf8(second.stdout).unwrap();
+    let final_line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("final "))
+        .unwrap_or_else(|| panic!("no final line in {stdout}"))
+        .to_string();
+    Killed {
+        seen,
+        first_pid,
+        final_line,
+    }
+}
+
+/// The lines of `seen` that start with `prefix`, without it.
+fn reported<'a>(seen: &'a [String], prefix: &str) -> Vec<&'a str> {
+    seen.iter().filter_map(|l| l.strip_prefix(prefix)).collect()
+}
+
 /// Starts a run of `STEPS` ticks with `durability`, SIGKILLs it after
 /// `kill_after` committed steps, recovers it in a new process. Returns the
 /// final ticks, the steps committed before the kill and the first pid.
@@ -16,42 +76,22 @@ fn kill_and_recover(durability: &str, kill_after: u64) -> (Vec<(u64, u32)>, u64,
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let store = store.to_str().unwrap();
-    let worker = env!("CARGO_BIN_EXE_crash_worker");
-    let args = |mode: &'static str| {
-        [mode, store, "s1", &STEPS.to_string(), "1000", durability].map(str::to_string)
+    let steps = STEPS.to_string();
+    let args = |mode| [mode, store, "s1", &steps, "1000", durability];
+    let last = |seen: &[String]| {
+        reported(seen, "durable ")
+            .last()
+            .map_or(0, |n| n.parse::<u64>().unwrap())
     };
-    let mut first = Command::new(worker)
-        .args(args("start"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first_pid = first.id();
-    let mut durable = 0;
-    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if let Some(n) = line.strip_prefix("durable ") {
-            durable = n.parse::<u64>().unwrap();
-            if durable >= kill_after {
-                break;
-            }
-        }
-    }
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
-    assert!(durable >= kill_after, "the worker reported {durable} steps");
-
-    let second = Command::new(worker).args(args("recover")).output().unwrap();
-    assert!(
-        second.status.success(),
-        "{durability}: {}",
-        String::from_utf8_lossy(&second.stderr)
+    let killed = kill_then_recover(
+        env!("CARGO_BIN_EXE_crash_worker"),
+        &args("start"),
+        &args("recover"),
+        |seen| last(seen) >= kill_after,
     );
-    let stdout = String::from_utf8(second.stdout).unwrap();
-    let final_line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("final "))
-        .unwrap();
-    let ticks: Vec<(u64, u32)> = serde_json::from_str(final_line).unwrap();
+    let (durable, first_pid, final_line) =
+        (last(&killed.seen), killed.first_pid, killed.final_line);
+    let ticks: Vec<(u64, u32)> = serde_json::from_str(&final_line).unwrap();
     let numbers: Vec<u64> = ticks.iter().map(|t| t.0).collect();
     assert_eq!(
         numbers,
@@ -125,38 +165,15 @@ fn kill_at_and_recover(point: &str) -> (Vec<(String, String, u32)>, Vec<String>,
     let store = dir.path().join("store");
     let effects = dir.path().join("effects");
     let (store, effects_arg) = (store.to_str().unwrap(), effects.to_str().unwrap());
-    let worker = env!("CARGO_BIN_EXE_once_worker");
-    let mut first = Command::new(worker)
-        .args(["start", store, "order-1", point, effects_arg])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first_pid = first.id();
-    let reached = BufReader::new(first.stdout.take().unwrap())
-        .lines()
-        .map(Result::unwrap)
-        .any(|l| l == format!("at {point}"));
-    assert!(reached, "the worker never reached {point}");
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
-
-    let second = Command::new(worker)
-        .args(["recover", store, "order-1", point, effects_arg])
-        .output()
-        .unwrap();
-    assert!(
-        second.status.success(),
-        "{point}: {}",
-        String::from_utf8_lossy(&second.stderr)
+    let at = format!("at {point}");
+    let killed = kill_then_recover(
+        env!("CARGO_BIN_EXE_once_worker"),
+        &["start", store, "order-1", point, effects_arg],
+        &["recover", store, "order-1", point, effects_arg],
+        |seen| seen.last() == Some(&at),
     );
-    let stdout = String::from_utf8(second.stdout).unwrap();
-    let log: Vec<String> = serde_json::from_str(
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("final "))
-            .unwrap(),
-    )
-    .unwrap();
+    let first_pid = killed.first_pid;
+    let log: Vec<String> = serde_json::from_str(&killed.final_line).unwrap();
     let lines = std::fs::read_to_string(&effects)
         .unwrap()
         .lines()
@@ -289,45 +306,21 @@ fn kill_fan_out(
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let store = store.to_str().unwrap();
-    let worker = env!("CARGO_BIN_EXE_fanout_worker");
-    let args =
-        |mode: &'static str| [mode, store, "f1", &items.to_string(), "1000"].map(str::to_string);
-    let mut first = Command::new(worker)
-        .args(args("start"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first_pid = first.id();
-    let mut durable = Vec::new();
-    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if let Some(step) = line.strip_prefix("durable ") {
-            durable.push(step.to_string());
-            if durable.len() >= kill_after {
-                break;
-            }
-        }
-    }
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
-    assert!(
-        durable.len() >= kill_after,
-        "the worker reported {durable:?}"
+    let items = items.to_string();
+    let args = |mode| [mode, store, "f1", &items, "1000"];
+    let killed = kill_then_recover(
+        env!("CARGO_BIN_EXE_fanout_worker"),
+        &args("start"),
+        &args("recover"),
+        |seen| reported(seen, "durable ").len() >= kill_after,
     );
-
-    let second = Command::new(worker).args(args("recover")).output().unwrap();
-    assert!(
-        second.status.success(),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
-    let stdout = String::from_utf8(second.stdout).unwrap();
-    let final_line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("final "))
-        .unwrap();
+    let durable: Vec<String> = reported(&killed.seen, "durable ")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let (first_pid, final_line) = (killed.first_pid, killed.final_line);
     let (worked, checked, joins): (Vec<(u64, u32)>, Vec<(u64, u32)>, u32) =
-        serde_json::from_str(final_line).unwrap();
+        serde_json::from_str(&final_line).unwrap();
     (worked, checked, joins, durable, first_pid)
 }
 
@@ -382,40 +375,16 @@ fn a_sub_agent_killed_midway_is_recovered_inside_the_child_without_repeating_its
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
         let store = store.to_str().unwrap();
-        let worker = env!("CARGO_BIN_EXE_fanout_worker");
-        let args = |mode: &'static str| {
-            [mode, store, "s1", &TICKS.to_string(), "1000", "sub"].map(str::to_string)
-        };
-        let mut first = Command::new(worker)
-            .args(args("start"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let first_pid = first.id();
-        let mut durable = 0;
-        for line in BufReader::new(first.stdout.take().unwrap()).lines() {
-            if line.unwrap().starts_with("durable work tick ") {
-                durable += 1;
-                if durable >= kill_after {
-                    break;
-                }
-            }
-        }
-        first.kill().unwrap(); // SIGKILL
-        first.wait().unwrap();
-
-        let second = Command::new(worker).args(args("recover")).output().unwrap();
-        assert!(
-            second.status.success(),
-            "{}",
-            String::from_utf8_lossy(&second.stderr)
+        let ticks = TICKS.to_string();
+        let args = |mode| [mode, store, "s1", &ticks, "1000", "sub"];
+        let killed = kill_then_recover(
+            env!("CARGO_BIN_EXE_fanout_worker"),
+            &args("start"),
+            &args("recover"),
+            |seen| reported(seen, "durable work tick ").len() >= kill_after,
         );
-        let stdout = String::from_utf8(second.stdout).unwrap();
-        let final_line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("final "))
-            .unwrap();
-        let (done, ends): (Vec<(u64, u32)>, u32) = serde_json::from_str(final_line).unwrap();
+        let (first_pid, final_line) = (killed.first_pid, killed.final_line);
+        let (done, ends): (Vec<(u64, u32)>, u32) = serde_json::from_str(&final_line).unwrap();
         let numbers: Vec<u64> = done.iter().map(|t| t.0).collect();
         assert_eq!(
             numbers,
@@ -450,46 +419,22 @@ fn kill_orchestrator(
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let store = store.to_str().unwrap();
-    let worker = env!("CARGO_BIN_EXE_orchestrator_worker");
-    let mut first = Command::new(worker)
-        .args(["start", store, "o1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first_pid = first.id();
-    let mut durable = Vec::new();
-    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if let Some(rest) = line.strip_prefix("durable ") {
-            let (id, output) = rest.split_once(' ').unwrap();
-            durable.push((id.to_string(), output.to_string()));
-            if durable.len() >= kill_after {
-                break;
-            }
-        }
-    }
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
-    assert!(
-        durable.len() >= kill_after,
-        "the worker reported {durable:?}"
+    let killed = kill_then_recover(
+        env!("CARGO_BIN_EXE_orchestrator_worker"),
+        &["start", store, "o1"],
+        &["recover", store, "o1"],
+        |seen| reported(seen, "durable ").len() >= kill_after,
     );
-    let second = Command::new(worker)
-        .args(["recover", store, "o1"])
-        .output()
-        .unwrap();
-    assert!(
-        second.status.success(),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
-    let stdout = String::from_utf8(second.stdout).unwrap();
-    let final_line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("final "))
-        .unwrap();
+    let durable: Vec<(String, String)> = reported(&killed.seen, "durable ")
+        .into_iter()
+        .map(|l| {
+            let (id, output) = l.split_once(' ').unwrap();
+            (id.to_string(), output.to_string())
+        })
+        .collect();
+    let (first_pid, final_line) = (killed.first_pid, killed.final_line);
     let (done, answer, plans): (Vec<(String, String)>, Option<String>, u32) =
-        serde_json::from_str(final_line).unwrap();
+        serde_json::from_str(&final_line).unwrap();
     (durable, done, answer, plans, first_pid)
 }
 
