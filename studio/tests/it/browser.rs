@@ -122,6 +122,16 @@ impl Browser {
         b
     }
 
+    /// Opens the studio at `url` and picks `session` in its list.
+    async fn open_session(url: &str, session: &impl std::fmt::Display) -> Browser {
+        let mut b = Browser::open(url).await;
+        let row = format!("#sessions tr[data-id=\"{session}\"]");
+        b.wait_for("the session", &format!("document.querySelector('{row}')"))
+            .await;
+        b.click(&row).await;
+        b
+    }
+
     /// The text of the element (`null`'s text if there is none).
     async fn text(&mut self, selector: &str) -> String {
         let v = self
@@ -419,7 +429,10 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
     .await;
     b.wait_for(
         "the row done",
-        &format!("document.querySelector('{row}').dataset.phase === 'done'"),
+        &format!(
+            "document.querySelector('#sessions tr[data-id=\"{}\"]').dataset.phase === 'done'",
+            w.waiting
+        ),
     )
     .await;
     assert_eq!(
@@ -459,11 +472,7 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
 async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_is_answered() {
     let w = TripWorld::new("browser-composed").await;
     let studio = w.studio().await;
-    let mut b = Browser::open(&studio.url()).await;
-    let row = format!("#sessions tr[data-id=\"{}\"]", w.waiting);
-    b.wait_for("the session", &format!("document.querySelector('{row}')"))
-        .await;
-    b.click(&row).await;
+    let mut b = Browser::open_session(&studio.url(), &w.waiting).await;
 
     // The sub-agent's box holds its own steps; the step asking inside it
     // is highlighted as waiting, and so is the box.
@@ -631,11 +640,7 @@ async fn in_a_browser_tool_calls_are_approved_and_rejected_one_by_one_and_the_ag
     use crate::support_kit::{ApprovalWorld, DELETE, NOTES, WRITE, result_of};
     let w = ApprovalWorld::new("browser-approval").await;
     let studio = w.studio().await;
-    let mut b = Browser::open(&studio.url()).await;
-    let row = format!("#sessions tr[data-id=\"{}\"]", w.waiting);
-    b.wait_for("the session", &format!("document.querySelector('{row}')"))
-        .await;
-    b.click(&row).await;
+    let mut b = Browser::open_session(&studio.url(), &w.waiting).await;
 
     // One row per pending call: its tool, its id, its arguments; the raw
     // JSON form is put away.
@@ -807,7 +812,10 @@ async fn in_a_browser_tool_calls_are_approved_and_rejected_one_by_one_and_the_ag
     .await;
     b.wait_for(
         "the row done",
-        &format!("document.querySelector('{row}').dataset.phase === 'done'"),
+        &format!(
+            "document.querySelector('#sessions tr[data-id=\"{}\"]').dataset.phase === 'done'",
+            w.waiting
+        ),
     )
     .await;
     assert!(
