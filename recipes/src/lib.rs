@@ -1,2 +1,4 @@
 #![doc = include_str!("docs/recipes.md")]
 #![forbid(unsafe_code)]
+
+pub mod project;

@@ -1,1 +1,4 @@
 //! Integration tests of the recipes.
+
+mod project;
+mod project_crash;
