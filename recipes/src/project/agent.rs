@@ -148,7 +148,6 @@ impl ProjectAgentBuilder {
 
 /// How a session ended, as [`ProjectAgent::run_session`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum SessionEnd {
     /// It worked on a feature, recorded its status and committed.
     Recorded(SessionEntry),

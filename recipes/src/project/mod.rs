@@ -22,8 +22,8 @@ pub use git::{CommitInfo, Git, GitError};
 pub use init::{InitState, InitStateUpdate};
 pub use ledger::{Feature, FeatureSpec, FeatureStatus, Ledger, LedgerError, ProjectPlan};
 pub use session::{
-    Briefing, COMPLETE, CategoryAgent, Pick, Reflection, SessionDeps, SessionDepsAgent,
-    SessionRecord, SessionState, SessionStateUpdate,
+    AnswerError, Briefing, COMPLETE, CategoryAgent, Pick, Reflection, SessionDeps,
+    SessionDepsAgent, SessionRecord, SessionState, SessionStateUpdate,
 };
 pub use tools::workspace_tools;
 pub use verify::{StepOutcome, VerificationRun, VerificationStep, run_steps};

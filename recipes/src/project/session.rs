@@ -59,6 +59,37 @@ pub struct Reflection {
     pub lesson: String,
 }
 
+/// A model's answer a session cannot use; the session fails at that step
+/// and stays resumable (the step asks again when it is recovered).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// The answer is not the JSON of the type asked for, even after a
+    /// repair turn.
+    #[error(
+        "the model's answer in step `{step}` is not a `{type_name}` ({reason}); it wrote: {raw}"
+    )]
+    Mismatch {
+        /// The step.
+        step: String,
+        /// The type asked for.
+        type_name: String,
+        /// Where and why it does not fit.
+        reason: String,
+        /// The answer.
+        raw: String,
+    },
+    /// The model picked a feature that is not open (unknown, passing or
+    /// blocked).
+    #[error("the model picked feature `{feature}`, which is not open; the open features are: {}", open.join(", "))]
+    NotOpen {
+        /// The feature picked.
+        feature: String,
+        /// The open features.
+        open: Vec<String>,
+    },
+}
+
 /// What a session recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionRecord {
@@ -334,15 +365,16 @@ where
             }
         }
     }
-    let (raw, mismatch) = match last {
+    let (raw, reason) = match last {
         Some((raw, mismatch)) => (raw, mismatch.to_string()),
         None => (String::new(), "no answer".to_owned()),
     };
-    Err(StepError::msg(format!(
-        "the model's answer in step `{}` is not a {} ({mismatch}); it wrote: {raw}",
-        cx.step(),
-        std::any::type_name::<T>()
-    )))
+    Err(StepError::new(AnswerError::Mismatch {
+        step: cx.step().to_owned(),
+        type_name: std::any::type_name::<T>().to_owned(),
+        reason,
+        raw,
+    }))
 }
 
 fn briefing(state: &SessionState) -> Result<&Briefing, StepError> {
@@ -466,11 +498,10 @@ async fn pick(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Sessi
         .build();
     let pick: Pick = ask_typed(&cx, &*cx.model, request).await?;
     if !open.contains(&pick.feature.as_str()) {
-        return Err(StepError::msg(format!(
-            "the model picked feature `{}`, which is not open; the open features are: {}",
-            pick.feature,
-            open.join(", ")
-        )));
+        return Err(StepError::new(AnswerError::NotOpen {
+            feature: pick.feature,
+            open: open.iter().map(|id| (*id).to_owned()).collect(),
+        }));
     }
     let mut update = SessionStateUpdate::new().pick(Some(pick.clone()));
     let with_pick = SessionState {

@@ -7,9 +7,9 @@
 use harness::llm::{Expect, ModelResponse, ScriptedModel, ToolCall, Turn};
 use harness::session::SessionConfig;
 use harness_recipes::project::{
-    FeatureSpec, FeatureStatus, Ledger, LedgerError, ProjectAgent, ProjectError, ProjectPlan,
-    ProjectState, SessionEnd, StepOutcome, VerificationRun, VerificationStep, read_decisions,
-    read_ledger, read_progress,
+    CategoryAgent, FeatureSpec, FeatureStatus, Ledger, LedgerError, ProjectAgent, ProjectError,
+    ProjectPlan, ProjectState, SessionEnd, StepOutcome, VerificationRun, VerificationStep,
+    read_decisions, read_ledger, read_progress, workspace_tools,
 };
 use harness_stores::SledStore;
 use serde_json::json;
@@ -604,4 +604,128 @@ async fn a_failing_verification_records_failing_and_a_paused_project_runs_nothin
     assert_eq!(status.sessions, 1, "a paused project starts no session");
     project.resume().await.unwrap();
     assert_eq!(project.status().await.unwrap().state, ProjectState::Active);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feature_is_worked_on_by_the_sub_agent_of_its_category() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(text(plan())),
+        pick("count-words"),
+        reflect("the cli sub-agent knows shell"),
+    ]));
+    let cli = Arc::new(ScriptedModel::new([
+        Expect::any()
+            .any_message_contains("Your feature: `count-words` (cli)")
+            .reply(ModelResponse::from_tool_call(ToolCall::new(
+                "c1",
+                "write_file",
+                json!({ "path": "wc.sh", "content": WORDS }),
+            ))),
+        answer("the cli sub-agent wrote wc.sh"),
+    ]));
+    let project = ProjectAgent::builder("wc", &repo, store(dir.path()), model.clone())
+        .category(
+            "cli",
+            CategoryAgent::new(cli.clone(), workspace_tools(&repo, Duration::from_secs(30)))
+                .system("You write portable shell."),
+        )
+        .build()
+        .unwrap();
+    let mermaid = project.session_loop_mermaid();
+    assert!(mermaid.contains("work-cli"), "{mermaid}");
+    println!("{mermaid}");
+
+    project.initialize("wc").await.unwrap();
+    let SessionEnd::Recorded(entry) = project.run_session().await.unwrap() else {
+        panic!("the session recorded nothing");
+    };
+    assert_eq!(entry.status, Some(FeatureStatus::Passing));
+    assert_eq!((model.remaining(), cli.remaining()), (0, 0));
+    // The main model never did the work: it was asked to plan, pick and
+    // reflect only.
+    assert_eq!(model.requests().len(), 3);
+    assert_eq!(
+        cli.requests()[0].messages[0].text(),
+        "You write portable shell."
+    );
+    let state = project
+        .session_agent()
+        .state_at(&harness::SessionId::from(entry.session_id.as_str()), None)
+        .await
+        .unwrap();
+    assert_eq!(state.work.as_deref(), Some("the cli sub-agent wrote wc.sh"));
+    assert_consistent(&repo);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_pick_fails_the_session_by_name_and_the_session_goes_on_when_asked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(text(plan())),
+        pick("count-words"),
+        write("c1", "wc.sh", WORDS),
+        answer("done"),
+        reflect("fine"),
+    ]));
+    let project = agent(dir.path(), store(dir.path()), Arc::clone(&model));
+    project.initialize("wc").await.unwrap();
+    project.run_session().await.unwrap();
+
+    // (the model's answer, what the error must name)
+    for (answer, named) in [
+        (
+            json!({ "feature": "count-chars", "plan": "?" }).to_string(),
+            "count-chars",
+        ),
+        (
+            json!({ "feature": "count-words", "plan": "again" }).to_string(),
+            "count-words",
+        ),
+        ("I will do count-lines".to_owned(), "Pick"),
+        (json!({ "feature": 3 }).to_string(), "Pick"),
+    ] {
+        // Not JSON of a pick gets one repair turn, which fails the same way.
+        model.push(Expect::any().reply(ModelResponse::from_text(answer.clone())));
+        model.push(Expect::any().reply(ModelResponse::from_text(answer.clone())));
+        let error = project.run_session().await.unwrap_err();
+        let ProjectError::Session { number: 2, .. } = &error else {
+            panic!("{error:?}");
+        };
+        let message = error.to_string();
+        assert!(message.contains(named), "{answer}: {message}");
+        // A pick that was a picked feature used one turn, not two.
+        while model.remaining() > 0 {
+            let _ = harness::llm::LanguageModel::complete(
+                &*model,
+                &harness::llm::ModelRequest::builder().build(),
+            )
+            .await;
+        }
+        assert_consistent(&repo);
+        assert_eq!(
+            git(&repo, &["log", "--format=%s", "-1"]),
+            "session 1: count-words is passing"
+        );
+    }
+    // The same session 2 goes on, and picks again.
+    for turn in [
+        pick("count-lines"),
+        answer("nothing to write"),
+        reflect("read first"),
+    ] {
+        model.push(turn);
+    }
+    let SessionEnd::Recorded(entry) = project.run_session().await.unwrap() else {
+        panic!("session 2 recorded nothing");
+    };
+    assert_eq!(entry.number, 2);
+    assert_eq!(
+        entry.status,
+        Some(FeatureStatus::Passing),
+        "session 1's wc.sh has -l"
+    );
 }
