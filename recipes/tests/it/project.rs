@@ -729,3 +729,61 @@ async fn a_bad_pick_fails_the_session_by_name_and_the_session_goes_on_when_asked
         "session 1's wc.sh has -l"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_stops_the_session_at_a_step_boundary_and_resume_goes_on_where_it_stood() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let marker = dir.path().join("marker");
+    let model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(text(plan())),
+        pick("count-words"),
+        Expect::any().reply(ModelResponse::from_tool_calls([
+            ToolCall::new(
+                "c1",
+                "write_file",
+                json!({ "path": "wc.sh", "content": WORDS }),
+            ),
+            ToolCall::new(
+                "c2",
+                "run",
+                json!({ "command": format!("touch {}; sleep 1", marker.display()) }),
+            ),
+        ])),
+    ]));
+    let project = Arc::new(agent(dir.path(), store(dir.path()), Arc::clone(&model)));
+    project.initialize("wc").await.unwrap();
+
+    let running = tokio::spawn({
+        let project = Arc::clone(&project);
+        async move { project.run_session().await }
+    });
+    while !marker.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    project.pause().await.unwrap();
+    assert_eq!(running.await.unwrap().unwrap(), SessionEnd::Stopped);
+    let status = project.status().await.unwrap();
+    assert_eq!(status.state, ProjectState::Paused);
+    assert_eq!(status.current, Some(1));
+    assert_eq!(status.features[0].1, FeatureStatus::InProgress);
+    assert_consistent(&repo);
+    assert!(matches!(
+        project.run_session().await,
+        Err(ProjectError::Paused { .. })
+    ));
+
+    // Resumed: the same session goes on after its tools, not from the
+    // start (the model is not asked to pick again).
+    project.resume().await.unwrap();
+    for turn in [answer("wc.sh counts"), reflect("pauses are cheap")] {
+        model.push(turn);
+    }
+    let SessionEnd::Recorded(entry) = project.run_session().await.unwrap() else {
+        panic!("the resumed session recorded nothing");
+    };
+    assert_eq!(entry.number, 1);
+    assert_eq!(entry.status, Some(FeatureStatus::Passing));
+    assert_eq!(model.remaining(), 0);
+    assert_consistent(&repo);
+}
