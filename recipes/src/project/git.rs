@@ -1,6 +1,6 @@
 //! The working directory's git repository, through the `git` command.
-//! Identity and signing are set in the repository's own config, so no
-//! global configuration is read for them.
+//! Identity and signing are set in the repository's own config; no global
+//! or system configuration is read.
 
 use std::path::{Path, PathBuf};
 
@@ -64,10 +64,11 @@ impl Git {
         let output = tokio::process::Command::new("git")
             .args(args)
             .current_dir(&self.dir)
-            // No system-wide configuration; the user's global one may set
-            // hooks or templates, which the repository's own config below
-            // overrides where it matters.
+            // Neither the system's nor the user's configuration: identity,
+            // signing and hooks come from the repository's own config, so
+            // the project behaves the same on every machine.
             .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_TERMINAL_PROMPT", "0")
             .stdin(std::process::Stdio::null())
             .output()
