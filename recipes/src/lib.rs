@@ -3,3 +3,4 @@
 
 pub mod guide;
 pub mod orchestrator;
+pub mod project;

@@ -9,6 +9,7 @@ mod crash;
 mod once;
 mod parallel_sessions;
 mod provider_swap;
+mod recipe_examples;
 mod sessions;
 mod step_cache;
 mod worker_faults;

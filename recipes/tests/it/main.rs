@@ -1,3 +1,5 @@
 //! Integration tests of the recipes.
 
 mod orchestrator;
+mod project;
+mod project_crash;

@@ -1,0 +1,200 @@
+//! A long-running project agent (`harness-recipes`) builds a tiny project —
+//! a word-count command — over several sessions in a git repository: the
+//! initializer plans it into a feature ledger and makes the first commit;
+//! each session orients itself, runs the smoke check, picks one feature,
+//! works on it with tools, verifies it, records the result (with a lesson
+//! for later sessions) and commits.
+//!
+//! ```text
+//! cargo run -p harness-examples --example long_running
+//!     # offline (scripted model), in a new temporary directory
+//! cargo run -p harness-examples --example long_running -- --dir /tmp/wc --sessions 1
+//! cargo run -p harness-examples --example long_running -- --dir /tmp/wc
+//!     # a second process goes on with the same project where the first stopped
+//! HARNESS_PROVIDER=anthropic cargo run -p harness-examples --example long_running
+//! ```
+//!
+//! The project lives in `DIR/repo` (a git repository: look at `git log`
+//! and `.harness/`), its sessions in a sled store in `DIR/store`.
+
+use harness::llm::{Expect, ModelResponse, ScriptedModel, ToolCall, Turn};
+use harness_recipes::project::{FeatureStatus, ProjectAgent, ProjectError, SessionEnd};
+use harness_stores::SledStore;
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const DESCRIPTION: &str = "A word-count command: `sh wc.sh` prints the number of words of its \
+standard input, `sh wc.sh -l` the number of lines and `sh wc.sh -c` the number of bytes, as bare numbers.";
+
+type Error = Box<dyn std::error::Error>;
+
+fn usage() -> ! {
+    eprintln!("usage: long_running [--dir DIR] [--sessions N]");
+    std::process::exit(2)
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), Error> {
+    let (mut dir, mut sessions) = (None, 10u32);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| usage());
+        match arg.as_str() {
+            "--dir" => dir = Some(PathBuf::from(value())),
+            "--sessions" => sessions = value().parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
+        }
+    }
+    let dir = dir.unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::env::temp_dir().join(format!(
+            "harness-long-running-{}-{nanos}",
+            std::process::id()
+        ))
+    });
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo)?;
+    let store = Arc::new(SledStore::open(dir.join("store"))?);
+    println!("project directory: {}", repo.display());
+
+    // The offline script, from where the project stands (a second process
+    // goes on after the sessions the first one finished).
+    let probe = ProjectAgent::builder("wc", &repo, store.clone(), Arc::new(ScriptedModel::new([])))
+        .build()?;
+    let done = match probe.status().await {
+        Ok(status) => Some(status.sessions),
+        Err(ProjectError::NotInitialized { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    drop(probe);
+    // HARNESS_PROVIDER=openai|anthropic|gemini runs the same project on a real model.
+    let model = harness_examples::providers_select::model_from_env(script(done))?;
+    let project = ProjectAgent::builder("wc", &repo, store, model).build()?;
+
+    if done.is_none() {
+        let commit = project.initialize(DESCRIPTION).await?;
+        let ledger = project.env().head_ledger().await?;
+        println!(
+            "initialized: {} features, commit {}",
+            ledger.features.len(),
+            short(&commit)
+        );
+        for f in &ledger.features {
+            println!(
+                "  feature {} ({}): {}",
+                f.spec.id, f.spec.category, f.spec.description
+            );
+        }
+    }
+
+    for _ in 0..sessions {
+        match project.run_session().await? {
+            SessionEnd::Recorded(entry) => println!(
+                "session {}: {} → {} (commit {})",
+                entry.number,
+                entry.feature.as_deref().unwrap_or("-"),
+                entry.status.map_or("-".into(), |s| s.to_string()),
+                entry.commit.as_deref().map_or("-", short)
+            ),
+            SessionEnd::Complete => {
+                println!("every feature passes");
+                break;
+            }
+            SessionEnd::Stopped => break,
+        }
+    }
+    let status = project.status().await?;
+    println!(
+        "passing: {} of {}",
+        status.count(FeatureStatus::Passing),
+        status.features.len()
+    );
+    println!("\n{}", project.report_markdown().await?);
+    println!(
+        "continue in another process:\n  cargo run -p harness-examples --example long_running -- --dir {}",
+        dir.display()
+    );
+    Ok(())
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(10)]
+}
+
+/// The scripted model's turns: the initializer's plan, then four turns a
+/// session (pick, write wc.sh, answer, reflect), from after the `done`
+/// sessions (`None`: the project is not initialized).
+fn script(done: Option<usize>) -> ScriptedModel {
+    let text = |value: serde_json::Value| ModelResponse::from_text(value.to_string());
+    let check = |description: &str, command: &str, expect: &str| json!({ "description": description, "command": command, "expect_stdout": expect });
+    let plan = Expect::any().reply(text(json!({
+        "features": [
+            { "id": "count-words", "category": "cli", "priority": 1,
+              "description": "`sh wc.sh` prints the number of words of its input",
+              "verification": [check("three words", "echo 'a b c' | sh wc.sh", "3")] },
+            { "id": "count-lines", "category": "cli", "priority": 2,
+              "description": "`sh wc.sh -l` prints the number of lines of its input",
+              "verification": [check("two lines", "printf 'a\\nb\\n' | sh wc.sh -l", "2")] },
+            { "id": "count-bytes", "category": "cli", "priority": 3,
+              "description": "`sh wc.sh -c` prints the number of bytes of its input",
+              "verification": [check("five bytes", "printf hello | sh wc.sh -c", "5")] }
+        ],
+        "smoke": [{ "description": "the ledger is there", "command": "test -f .harness/ledger.json" }]
+    })));
+    let session = |feature: &str, script: &str, lesson: &str| -> [Turn; 4] {
+        [
+            Expect::any().reply(text(json!({
+                "feature": feature,
+                "plan": format!("extend wc.sh for {feature}")
+            }))),
+            Expect::any().reply(ModelResponse::from_tool_call(ToolCall::new(
+                format!("write-{feature}"),
+                "write_file",
+                json!({ "path": "wc.sh", "content": script }),
+            ))),
+            Expect::any().reply(ModelResponse::from_text(format!(
+                "wc.sh now handles {feature}"
+            ))),
+            Expect::any().reply(text(json!({
+                "context": format!("wc.sh before {feature}"),
+                "decision": "wrap the system's wc and strip its padding",
+                "reasoning": "wc is on every system; tr removes the spaces some wc versions print",
+                "lesson": lesson
+            }))),
+        ]
+    };
+    let sessions = [
+        session(
+            "count-words",
+            "wc -w | tr -d ' '\n",
+            "pipe through tr -d ' ': wc pads its numbers",
+        ),
+        session(
+            "count-lines",
+            "case \"$1\" in -l) wc -l ;; *) wc -w ;; esac | tr -d ' '\n",
+            "one case over the flag keeps every mode in one script",
+        ),
+        session(
+            "count-bytes",
+            "case \"$1\" in -l) wc -l ;; -c) wc -c ;; *) wc -w ;; esac | tr -d ' '\n",
+            "extend the case; the smoke check guards the rest",
+        ),
+    ];
+    let turns: Vec<Turn> = match done {
+        None => std::iter::once(plan)
+            .chain(sessions.into_iter().flatten())
+            .collect(),
+        Some(done) => sessions.into_iter().skip(done).flatten().collect(),
+    };
+    ScriptedModel::new(turns)
+}

@@ -1,0 +1,176 @@
+//! Tools for working in the project's directory: read and write files,
+//! list a directory, run a command. Paths are relative to the directory
+//! and may not leave it.
+
+use harness::llm::{Tool, ToolSet};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The tools of [`workspace_tools`]: `read_file`, `write_file`,
+/// `list_dir` and `run`, confined to `dir`. Commands run with `sh -c` in
+/// `dir`, for at most `timeout` each.
+///
+/// ```
+/// let tools = harness_recipes::project::workspace_tools("/tmp", std::time::Duration::from_secs(30));
+/// assert_eq!(tools.specs().len(), 4);
+/// ```
+pub fn workspace_tools(dir: impl Into<PathBuf>, timeout: Duration) -> ToolSet {
+    let dir: Arc<Path> = Arc::from(dir.into());
+    ToolSet::new()
+        .with(ReadFile(Arc::clone(&dir)))
+        .with(WriteFile(Arc::clone(&dir)))
+        .with(ListDir(Arc::clone(&dir)))
+        .with(RunCommand { dir, timeout })
+}
+
+/// `relative` inside `dir`, refusing absolute paths and `..`.
+fn inside(dir: &Path, relative: &str) -> Result<PathBuf, String> {
+    let path = Path::new(relative);
+    if path
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "the path {relative:?} leaves the project directory; give a path relative to it, without `..`"
+        ));
+    }
+    Ok(dir.join(path))
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct PathArgs {
+    /// A path relative to the project directory.
+    path: String,
+}
+
+#[derive(Debug)]
+struct ReadFile(Arc<Path>);
+
+#[async_trait::async_trait]
+impl Tool for ReadFile {
+    type Args = PathArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "read_file"
+    }
+    fn description(&self) -> &str {
+        "Reads a text file of the project (the last 4 KiB of a longer one)."
+    }
+    async fn call(&self, args: PathArgs) -> Result<String, String> {
+        let file = inside(&self.0, &args.path)?;
+        let text = tokio::fs::read_to_string(&file)
+            .await
+            .map_err(|e| format!("cannot read {}: {e}", args.path))?;
+        Ok(super::verify::tail(text))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct WriteArgs {
+    /// A path relative to the project directory.
+    path: String,
+    /// The file's whole new content.
+    content: String,
+}
+
+#[derive(Debug)]
+struct WriteFile(Arc<Path>);
+
+#[async_trait::async_trait]
+impl Tool for WriteFile {
+    type Args = WriteArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "write_file"
+    }
+    fn description(&self) -> &str {
+        "Writes a file of the project (creating its directories), replacing its content."
+    }
+    async fn call(&self, args: WriteArgs) -> Result<String, String> {
+        let file = inside(&self.0, &args.path)?;
+        if let Some(parent) = file.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| format!("cannot create the directory of {}: {e}", args.path))?;
+        }
+        tokio::fs::write(&file, args.content.as_bytes())
+            .await
+            .map_err(|e| format!("cannot write {}: {e}", args.path))?;
+        Ok(format!(
+            "wrote {} bytes to {}",
+            args.content.len(),
+            args.path
+        ))
+    }
+}
+
+#[derive(Debug)]
+struct ListDir(Arc<Path>);
+
+#[async_trait::async_trait]
+impl Tool for ListDir {
+    type Args = PathArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "list_dir"
+    }
+    fn description(&self) -> &str {
+        "Lists a directory of the project: one entry per line, directories ending with /."
+    }
+    async fn call(&self, args: PathArgs) -> Result<String, String> {
+        let dir = inside(&self.0, &args.path)?;
+        let mut entries = tokio::fs::read_dir(&dir)
+            .await
+            .map_err(|e| format!("cannot list {}: {e}", args.path))?;
+        let mut names = Vec::new();
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_dir = entry.file_type().await.is_ok_and(|t| t.is_dir());
+            names.push(if is_dir { format!("{name}/") } else { name });
+        }
+        names.sort();
+        Ok(names.join("\n"))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct CommandArgs {
+    /// A command line for `sh -c`, run in the project directory.
+    command: String,
+}
+
+#[derive(Debug)]
+struct RunCommand {
+    dir: Arc<Path>,
+    timeout: Duration,
+}
+
+#[async_trait::async_trait]
+impl Tool for RunCommand {
+    type Args = CommandArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "run"
+    }
+    fn description(&self) -> &str {
+        "Runs a command with `sh -c` in the project directory; returns its exit code and output."
+    }
+    async fn call(&self, args: CommandArgs) -> Result<String, String> {
+        let step = super::verify::VerificationStep::new("a command", args.command);
+        let outcome = super::verify::run_steps(&self.dir, &[step], self.timeout)
+            .await
+            .remove(0);
+        let code = outcome
+            .exit_code
+            .map_or_else(|| "none".to_owned(), |c| c.to_string());
+        let text = format!("exit code {code}\n{}", outcome.output);
+        if outcome.passed { Ok(text) } else { Err(text) }
+    }
+}
