@@ -120,12 +120,14 @@ pub fn check_plan(plan: &Plan, roles: &[String], done: &BTreeSet<String>) -> Vec
 
 /// A cycle among the plan's tasks not yet done, if there is one.
 fn find_cycle(plan: &Plan, done: &BTreeSet<String>) -> Option<Vec<String>> {
-    let needs: BTreeMap<&str, Vec<&str>> = plan
-        .tasks
-        .iter()
-        .filter(|t| !done.contains(&t.id))
-        .map(|t| (t.id.as_str(), t.needs.iter().map(String::as_str).collect()))
-        .collect();
+    // Tasks that share an id (a problem of its own) need what each needs.
+    let mut needs: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for t in plan.tasks.iter().filter(|t| !done.contains(&t.id)) {
+        needs
+            .entry(t.id.as_str())
+            .or_default()
+            .extend(t.needs.iter().map(String::as_str));
+    }
     // Depth-first, colouring: 1 on the current path, 2 finished.
     let mut colour: BTreeMap<&str, u8> = BTreeMap::new();
     for &start in needs.keys() {
