@@ -149,7 +149,7 @@ mod tests {
     use serde_json::json;
 
     fn bytes(value: &Value) -> Vec<u8> {
-        serde_json::to_vec(value).unwrap()
+        serde_json::to_vec(value).expect("a JSON value encodes")
     }
 
     /// The light read a commit's compare-and-set makes finds the version
