@@ -2,7 +2,8 @@
 
 use crate::group::GroupFlush;
 use crate::record::{
-    checkpoint_from_slice, checkpoint_to_vec, head_from_slice, head_to_vec, load_error,
+    checkpoint_from_slice, checkpoint_to_vec, head_from_slice, head_to_vec, head_version,
+    load_error,
 };
 use async_trait::async_trait;
 use harness::SessionId;
@@ -79,9 +80,10 @@ pub struct SledStore {
 /// The most commits applied in one transaction.
 const MAX_BATCH: usize = 512;
 
-/// A commit for the applier thread, and where its ticket goes.
+/// A commit for the applier thread, encoded by its caller, and where its
+/// ticket goes.
 type Job = (
-    Commit,
+    Encoded,
     tokio::sync::oneshot::Sender<Result<u64, StoreError>>,
 );
 
@@ -95,7 +97,10 @@ type Job = (
 /// every commit waiting at once in one transaction (see
 /// [`Trees::commit_batch`]), with no transaction retried for a conflict, while the group
 /// flush (one `fsync` for every commit applied before it started) runs
-/// beside it. Dropping the last handle to the store closes the channel and
+/// beside it. The thread applies commits of every session, so it is kept
+/// to what must be serial: each commit is encoded (its records as JSON,
+/// its keys) by its caller before it is handed over, on the caller's
+/// thread. Dropping the last handle to the store closes the channel and
 /// waits for the thread, so the database is closed when the store is.
 struct Applier {
     jobs: Option<mpsc::Sender<Job>>,
@@ -118,7 +123,7 @@ impl Applier {
                             Err(_) => break,
                         }
                     }
-                    let (commits, replies): (Vec<Commit>, Vec<_>) = batch.into_iter().unzip();
+                    let (commits, replies): (Vec<Encoded>, Vec<_>) = batch.into_iter().unzip();
                     for (reply, result) in replies.into_iter().zip(trees.commit_batch(&commits)) {
                         // The caller may have gone (its future dropped):
                         // the commit stands all the same.
@@ -382,34 +387,22 @@ impl Trees {
     ///
     /// Each commit is checked against the heads as the commits before it in
     /// the batch left them, and one refused (a version conflict, a head that
-    /// cannot be read, a record that cannot be encoded) leaves no trace and
-    /// does not stop the others. One transaction for many commits matters:
+    /// cannot be read) leaves no trace and does not stop the others (a
+    /// commit that cannot be encoded never gets here). One transaction for many commits matters:
     /// sled writes out its log buffer at the start and the end of every
     /// transaction (one write and one `sync_file_range` each), which for a
     /// transaction per commit cost more than the commits themselves.
-    fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<u64, StoreError>> {
-        let (encoded, mut refused): (Vec<Option<Encoded>>, Vec<Option<StoreError>>) = commits
-            .iter()
-            .map(|c| match Encoded::new(c) {
-                Ok(e) => (Some(e), None),
-                Err(e) => (None, Some(e)),
-            })
-            .unzip();
+    fn commit_batch(&self, commits: &[Encoded]) -> Vec<Result<u64, StoreError>> {
         let trees = (&self.heads, &self.checkpoints, &self.snapshots);
         let result = trees.transaction(|(heads, cps, snaps)| {
-            // Why each commit was refused; `None` for those applied (and
-            // for those that could not be encoded, refused already).
-            let mut out: Vec<Option<StoreError>> = Vec::with_capacity(encoded.len());
-            for commit in &encoded {
-                let Some(commit) = commit else {
-                    out.push(None);
-                    continue;
-                };
+            // Why each commit was refused; `None` for those applied.
+            let mut out: Vec<Option<StoreError>> = Vec::with_capacity(commits.len());
+            for commit in commits {
                 let session = &commit.session;
                 let found = match heads.get(&commit.head_key)? {
                     None => None,
-                    Some(bytes) => match head_from_slice(session, &bytes) {
-                        Ok(head) => Some(head.version),
+                    Some(bytes) => match head_version(session, &bytes) {
+                        Ok(version) => Some(version),
                         Err(e) => {
                             out.push(Some(e));
                             continue;
@@ -443,8 +436,7 @@ impl Trees {
                 // starts later covers every commit of it.
                 let ticket = self.group.ticket();
                 out.into_iter()
-                    .zip(&mut refused)
-                    .map(|(why, early)| match why.or_else(|| early.take()) {
+                    .map(|why| match why {
                         Some(e) => Err(e),
                         None => Ok(ticket),
                     })
@@ -457,12 +449,7 @@ impl Trees {
                 .collect(),
             Err(TransactionError::Storage(e)) => commits
                 .iter()
-                .map(|c| {
-                    Err(sled_error(
-                        &format!("commit session {}", c.head.session_id),
-                        &e,
-                    ))
-                })
+                .map(|c| Err(sled_error(&format!("commit session {}", c.session), &e)))
                 .collect(),
         }
     }
@@ -548,6 +535,9 @@ impl SessionStore for SledStore {
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let durable = commit.durable;
+        // Encoded here, on the caller's thread, rather than on the commit
+        // thread that every session shares.
+        let commit = Encoded::new(&commit)?;
         let (reply, ticket) = tokio::sync::oneshot::channel();
         let gone = || StoreError::backend("sled store: the commit thread has stopped");
         self.applier
