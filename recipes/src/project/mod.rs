@@ -26,4 +26,4 @@ pub use session::{
     SessionDepsAgent, SessionRecord, SessionState, SessionStateUpdate,
 };
 pub use tools::workspace_tools;
-pub use verify::{StepOutcome, VerificationRun, VerificationStep, run_steps};
+pub use verify::{PASS_ENV, StepOutcome, VerificationRun, VerificationStep, run_steps};

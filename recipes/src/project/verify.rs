@@ -113,24 +113,153 @@ pub async fn run_steps(
     outcomes
 }
 
+/// The variables a command inherits from the host: what a shell needs to
+/// find programs and read text, and nothing that could hold a secret (API
+/// keys, tokens, database URLs stay with the host).
+pub const PASS_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "TERM",
+];
+
+/// Makes the host process non-dumpable, once, before it runs a command a
+/// model wrote: a same-user process can then no longer read its
+/// `/proc/<pid>/environ` or memory (where its secrets are). Linux only;
+/// elsewhere it is not possible and commands run without it.
+fn protect_host() -> Result<(), String> {
+    static PROTECTED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROTECTED
+        .get_or_init(|| {
+            #[cfg(target_os = "linux")]
+            {
+                use rustix::process::{DumpableBehavior, set_dumpable_behavior};
+                set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(|e| {
+                    format!("cannot make the host non-dumpable ({e}), so a command could read its secrets; not running it")
+                })
+            }
+            #[cfg(not(target_os = "linux"))]
+            {
+                Ok(())
+            }
+        })
+        .clone()
+}
+
+/// `sh -c`, ready for its command line. Run by root, it goes through
+/// `setpriv` with no capabilities (bounding set included) and
+/// `no_new_privs`, since root's `CAP_SYS_PTRACE` would read the host's
+/// memory and environment whatever the host does; without `setpriv` the
+/// command is not run.
+fn shell() -> Result<tokio::process::Command, String> {
+    #[cfg(unix)]
+    if rustix::process::geteuid().is_root() {
+        let found = std::process::Command::new("setpriv")
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Err("the host runs as root, and without `setpriv` (util-linux) a command would keep root's capabilities and could read the host's secrets; install util-linux or run as another user".into());
+        }
+        let mut command = tokio::process::Command::new("setpriv");
+        command.args([
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+            "sh",
+            "-c",
+        ]);
+        return Ok(command);
+    }
+    let mut command = tokio::process::Command::new("sh");
+    command.arg("-c");
+    Ok(command)
+}
+
 async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> StepOutcome {
-    let child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(&step.command)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
     let fail = |output: String| StepOutcome {
         command: step.command.clone(),
         exit_code: None,
         passed: false,
         output,
     };
-    let output = match tokio::time::timeout(timeout, child).await {
-        Err(_) => return fail(format!("timed out after {} s", timeout.as_secs())),
-        Ok(Err(e)) => return fail(format!("cannot start sh: {e}")),
-        Ok(Ok(output)) => output,
+    if let Err(e) = protect_host() {
+        return fail(e);
+    }
+    let mut command = match shell() {
+        Ok(command) => command,
+        Err(e) => return fail(e),
+    };
+    command
+        .arg(&step.command)
+        .current_dir(dir)
+        .env_clear()
+        .envs(
+            PASS_ENV
+                .iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    // Its own process group, so that what it starts in the background is
+    // killed with it.
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return fail(format!("cannot start sh: {e}")),
+    };
+    let group = child.id();
+    let read = |pipe: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>| {
+        tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = tokio::io::AsyncReadExt::read_to_end(&mut pipe, &mut bytes).await;
+            }
+            bytes
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let status = tokio::time::timeout(timeout, child.wait()).await;
+    // The command's end (or its time) is the end of whatever it started in
+    // the background too, which would otherwise hold its output open.
+    kill_group(group);
+    let status = match status {
+        Err(_) => {
+            let _ = child.kill().await;
+            return fail(format!("timed out after {} s", timeout.as_secs()));
+        }
+        Ok(Err(e)) => return fail(format!("sh failed: {e}")),
+        Ok(Ok(status)) => status,
+    };
+    // A process that left the group may still hold the pipes: read what
+    // came within a grace period.
+    let grace = Duration::from_secs(2);
+    let collect = |task: tokio::task::JoinHandle<Vec<u8>>| async move {
+        tokio::time::timeout(grace, task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    };
+    let output = std::process::Output {
+        status,
+        stdout: collect(stdout).await,
+        stderr: collect(stderr).await,
     };
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -151,6 +280,20 @@ async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> Ste
         passed: output.status.success() && expected,
         output: tail(text),
     }
+}
+
+/// Kills the process group a command ran in (its `sh` and whatever it
+/// started), if it is still there.
+fn kill_group(group: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = group
+        .and_then(|g| i32::try_from(g).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    #[cfg(not(unix))]
+    let _ = group;
 }
 
 /// The last `MAX_OUTPUT` bytes of `text`, on a character boundary.

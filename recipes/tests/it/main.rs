@@ -1,5 +1,6 @@
 //! Integration tests of the recipes.
 
+mod commands;
 mod orchestrator;
 mod project;
 mod project_crash;

@@ -1,0 +1,99 @@
+//! The commands a model writes (the `run` tool, verification steps) run
+//! without the host's secrets and without outliving their time.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use harness_recipes::project::{PASS_ENV, VerificationStep, run_steps};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+async fn run(dir: &Path, command: &str, timeout: Duration) -> (bool, String) {
+    let step = VerificationStep::new("a command", command);
+    let out = run_steps(dir, &[step], timeout).await.remove(0);
+    (out.passed, out.output)
+}
+
+#[tokio::test]
+async fn a_command_sees_neither_the_hosts_environment_nor_its_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // Variables the host has and a command must not see: cargo sets these
+    // for a test run.
+    let secrets: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, v)| !PASS_ENV.contains(&k.as_str()) && v.len() >= 4)
+        .collect();
+    assert!(
+        secrets.iter().any(|(k, _)| k == "CARGO_MANIFEST_DIR"),
+        "the test needs host variables to hide"
+    );
+    for command in [
+        "env",
+        "set",
+        "printenv CARGO_MANIFEST_DIR; echo ${CARGO_PKG_NAME:-unset}",
+        "cat /proc/$PPID/environ | tr '\\0' '\\n'",
+        "cat /proc/$PPID/cmdline /proc/$PPID/mem 2>&1 | head -c 4096",
+        "for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null | tr '\\0' '\\n'; done",
+    ] {
+        let (_, output) = run(dir.path(), command, Duration::from_secs(20)).await;
+        for (k, v) in &secrets {
+            assert!(
+                !output.contains(&format!("{k}={v}")),
+                "`{command}` showed {k}: {output}"
+            );
+        }
+    }
+    // What a shell needs is still there.
+    let (passed, output) = run(
+        dir.path(),
+        "echo $PATH; command -v sh",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert!(passed, "{output}");
+    assert!(output.contains("/bin"), "{output}");
+}
+
+/// Whether process `pid` is gone (or a zombie waiting to be reaped).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn a_command_that_runs_out_of_time_is_killed_with_what_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    for (command, times_out) in [
+        // Waits on its background child: runs out of time.
+        ("sleep 60 & echo $! > bg.pid; wait", true),
+        // Blocks in the foreground after starting one in the background.
+        ("sleep 60 & echo $! > bg.pid; sleep 60", true),
+        // Ends at once, leaving one behind.
+        ("sleep 60 & echo $! > bg.pid; echo left", false),
+    ] {
+        let started = Instant::now();
+        let (passed, output) = run(dir.path(), command, Duration::from_secs(1)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "`{command}` was not stopped"
+        );
+        assert_eq!(
+            output.contains("timed out after 1 s"),
+            times_out,
+            "`{command}`: {output}"
+        );
+        assert_eq!(passed, !times_out, "`{command}`: {output}");
+        let pid: u32 = std::fs::read_to_string(dir.path().join("bg.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !gone(pid) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(gone(pid), "`{command}` left process {pid} running");
+    }
+}
