@@ -26,6 +26,9 @@ pub fn workspace_tools(dir: impl Into<PathBuf>, timeout: Duration) -> ToolSet {
         .with(RunCommand { dir, timeout })
 }
 
+/// The most of a file `read_file` reads: its end (it shows the last 4 KiB).
+const READ_LIMIT: usize = 16 * 1024;
+
 /// `relative` inside `dir`, refusing absolute paths and `..`.
 fn inside(dir: &Path, relative: &str) -> Result<PathBuf, String> {
     let path = Path::new(relative);
@@ -61,11 +64,26 @@ impl Tool for ReadFile {
         "Reads a text file of the project (the last 4 KiB of a longer one)."
     }
     async fn call(&self, args: PathArgs) -> Result<String, String> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
         let file = inside(&self.0, &args.path)?;
-        let text = tokio::fs::read_to_string(&file)
+        let cannot = |e: std::io::Error| format!("cannot read {}: {e}", args.path);
+        let mut f = tokio::fs::File::open(&file).await.map_err(cannot)?;
+        let meta = f.metadata().await.map_err(cannot)?;
+        // A device, a pipe or a directory (say, a link a command made to
+        // /dev/zero) is not read: it could be endless.
+        if !meta.is_file() {
+            return Err(format!("{} is not a regular file", args.path));
+        }
+        // Only the end is kept: read no more than it.
+        let keep = READ_LIMIT as u64;
+        f.seek(std::io::SeekFrom::Start(meta.len().saturating_sub(keep)))
             .await
-            .map_err(|e| format!("cannot read {}: {e}", args.path))?;
-        Ok(super::verify::tail(text))
+            .map_err(cannot)?;
+        let mut bytes = Vec::new();
+        f.take(keep).read_to_end(&mut bytes).await.map_err(cannot)?;
+        Ok(super::verify::tail(
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))
     }
 }
 

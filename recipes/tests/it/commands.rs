@@ -97,3 +97,46 @@ async fn a_command_that_runs_out_of_time_is_killed_with_what_it_started() {
         assert!(gone(pid), "`{command}` left process {pid} running");
     }
 }
+
+#[tokio::test]
+async fn read_file_reads_the_end_of_a_regular_file_and_refuses_endless_ones() {
+    use harness::llm::ToolCall;
+    use harness_recipes::project::workspace_tools;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = workspace_tools(dir.path(), Duration::from_secs(20));
+    let read = |path: &str| {
+        let call = ToolCall::new("c1", "read_file", serde_json::json!({ "path": path }));
+        let tools = &tools;
+        async move { serde_json::to_string(&tools.dispatch_or_report(&call).await).unwrap() }
+    };
+    // A big file: its end, quickly.
+    let big: String = (0..200_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(dir.path().join("big.txt"), &big).unwrap();
+    let out = read("big.txt").await;
+    assert!(
+        out.contains("line 199999"),
+        "{}",
+        &out[..200.min(out.len())]
+    );
+    assert!(!out.contains("line 1000\\n"), "only the end is read");
+    // Links a command could make to endless or special files, a directory,
+    // a path outside.
+    for (name, target) in [
+        ("zero", "/dev/zero"),
+        ("urandom", "/dev/urandom"),
+        ("here", "."),
+    ] {
+        std::os::unix::fs::symlink(target, dir.path().join(name)).unwrap();
+        let started = Instant::now();
+        let out = read(name).await;
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(out.contains("is not a regular file"), "{name}: {out}");
+    }
+    for path in ["../x", "/etc/passwd", "a/../../b"] {
+        let out = read(path).await;
+        assert!(
+            out.contains("leaves the project directory"),
+            "{path}: {out}"
+        );
+    }
+}
