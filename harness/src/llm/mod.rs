@@ -58,6 +58,7 @@ pub use stream::{
     ModelStream, PartialToolCalls, StreamCollector, StreamEvent, collect_stream, tool_arguments,
 };
 pub use tool::{Tool, ToolSet, ToolSpec};
+pub(crate) use typed::typed_answer;
 pub use typed::{
     LanguageModelExt, SchemaMismatch, TYPED_ATTEMPTS, TypedAnswer, TypedAnswerError, parse_answer,
 };

@@ -238,61 +238,75 @@ pub trait LanguageModelExt: LanguageModel {
     where
         T: DeserializeOwned + JsonSchema + Send,
     {
-        async move {
-            let type_name = std::any::type_name::<T>().to_owned();
-            let mut request = request.clone();
-            let format = request
-                .response_format
-                .get_or_insert_with(ResponseFormat::for_type::<T>)
-                .clone();
-            let mut usage = Usage::default();
-            let mut attempts = 0;
-            loop {
-                attempts += 1;
-                let response =
-                    self.complete(&request)
-                        .await
-                        .map_err(|source| TypedAnswerError::Model {
-                            type_name: type_name.clone(),
-                            source,
-                        })?;
-                usage += response.usage;
-                if response.has_tool_calls() {
-                    return Err(TypedAnswerError::ToolCalls {
-                        type_name,
-                        response: Box::new(response),
-                        usage,
-                    });
-                }
-                let raw = response.text();
-                let mismatch = match parse_answer::<T>(&raw) {
-                    Ok(value) => {
-                        return Ok(TypedAnswer {
-                            value,
-                            raw,
-                            usage,
-                            attempts,
-                        });
-                    }
-                    Err(mismatch) => mismatch,
-                };
-                tracing::debug!(%type_name, attempts, %mismatch, "typed answer does not fit");
-                if attempts >= TYPED_ATTEMPTS {
-                    return Err(TypedAnswerError::Mismatch {
-                        type_name,
-                        raw,
-                        mismatch,
-                        attempts,
-                        usage,
-                    });
-                }
-                let cut_off = response.stop_reason == StopReason::MaxTokens;
-                request.messages.push(Message::assistant(raw));
-                request
-                    .messages
-                    .push(Message::user(repair_prompt(&format, &mismatch, cut_off)));
-            }
+        typed_answer(request, move |r: ModelRequest| async move {
+            self.complete(&r).await
+        })
+    }
+}
+
+/// The typed-answer loop of [`LanguageModelExt::complete_typed`] over any
+/// way of calling a model (`call`): the request with its response format,
+/// one repair turn when the answer does not fit.
+pub(crate) async fn typed_answer<T, F, Fut>(
+    request: &ModelRequest,
+    mut call: F,
+) -> Result<TypedAnswer<T>, TypedAnswerError>
+where
+    T: DeserializeOwned + JsonSchema,
+    F: FnMut(ModelRequest) -> Fut,
+    Fut: Future<Output = Result<ModelResponse, ModelError>>,
+{
+    let type_name = std::any::type_name::<T>().to_owned();
+    let mut request = request.clone();
+    let format = request
+        .response_format
+        .get_or_insert_with(ResponseFormat::for_type::<T>)
+        .clone();
+    let mut usage = Usage::default();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let response = call(request.clone())
+            .await
+            .map_err(|source| TypedAnswerError::Model {
+                type_name: type_name.clone(),
+                source,
+            })?;
+        usage += response.usage;
+        if response.has_tool_calls() {
+            return Err(TypedAnswerError::ToolCalls {
+                type_name,
+                response: Box::new(response),
+                usage,
+            });
         }
+        let raw = response.text();
+        let mismatch = match parse_answer::<T>(&raw) {
+            Ok(value) => {
+                return Ok(TypedAnswer {
+                    value,
+                    raw,
+                    usage,
+                    attempts,
+                });
+            }
+            Err(mismatch) => mismatch,
+        };
+        tracing::debug!(%type_name, attempts, %mismatch, "typed answer does not fit");
+        if attempts >= TYPED_ATTEMPTS {
+            return Err(TypedAnswerError::Mismatch {
+                type_name,
+                raw,
+                mismatch,
+                attempts,
+                usage,
+            });
+        }
+        let cut_off = response.stop_reason == StopReason::MaxTokens;
+        request.messages.push(Message::assistant(raw));
+        request
+            .messages
+            .push(Message::user(repair_prompt(&format, &mismatch, cut_off)));
     }
 }
 

@@ -547,6 +547,25 @@ impl<C> Cx<C> {
         result
     }
 
+    /// Asks `model` for an answer of type `T`, as
+    /// [`LanguageModelExt::complete_typed`](crate::llm::LanguageModelExt::complete_typed)
+    /// does (the response format set, the answer validated, one repair
+    /// turn), with each call made through [`complete`](Self::complete): a
+    /// `chat {model}` span, the run's observers and token events for each.
+    pub async fn complete_typed<T>(
+        &self,
+        model: &dyn crate::llm::LanguageModel,
+        request: &crate::llm::ModelRequest,
+    ) -> Result<crate::llm::TypedAnswer<T>, crate::llm::TypedAnswerError>
+    where
+        T: DeserializeOwned + schemars::JsonSchema,
+    {
+        crate::llm::typed_answer(request, |r: crate::llm::ModelRequest| async move {
+            self.complete(model, &r).await
+        })
+        .await
+    }
+
     /// Runs the tool call `call` (as a model made it) from `tools` on
     /// behalf of this step, and gives the result to send back to the model:
     /// a failed tool, an unknown tool or malformed arguments become an

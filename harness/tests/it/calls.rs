@@ -166,3 +166,60 @@ async fn observers_see_model_and_tool_calls_and_token_subscribers_get_the_text_l
         "{seen:?}"
     );
 }
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Point {
+    x: i64,
+    y: i64,
+}
+
+#[tokio::test]
+async fn a_typed_answer_through_the_context_is_observed_call_by_call() {
+    use harness::llm::{ModelResponse, TypedAnswerError};
+    // The first answer does not fit and is repaired; each call is seen.
+    let model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(ModelResponse::from_text("x is 1")),
+        Expect::any()
+            .any_message_contains("x is 1")
+            .last_message_contains("does not match the required JSON schema `Point`")
+            .reply(ModelResponse::from_text(r#"{"x": 1, "y": 2}"#)),
+        Expect::any().reply(ModelResponse::from_text("no")),
+        Expect::any().reply(ModelResponse::from_text(r#"{"x": "one"}"#)),
+    ]));
+    let seen = Arc::new(Seen::default());
+    let m = Arc::clone(&model);
+    let h = Harness::<Chat>::builder()
+        .step("ask")
+        .run(move |cx: Cx<()>| {
+            let model = Arc::clone(&m);
+            async move {
+                let request = ModelRequest::builder().user("a point").build();
+                let point = cx.complete_typed::<Point>(&*model, &request).await.unwrap();
+                let failed = cx.complete_typed::<Point>(&*model, &request).await;
+                let mismatch =
+                    matches!(failed, Err(TypedAnswerError::Mismatch { attempts: 2, .. }));
+                Ok(ChatUpdate::new().said(vec![
+                    format!("{} {} in {}", point.value.x, point.value.y, point.attempts),
+                    format!("mismatch {mismatch}"),
+                ]))
+            }
+        })
+        .end()
+        .start("ask")
+        .observer(Arc::clone(&seen))
+        .build()
+        .unwrap();
+    let out = create_agent("typed", &h)
+        .run(Chat::default())
+        .await
+        .unwrap();
+    assert_eq!(out.state.said, ["1 2 in 2", "mismatch true"]);
+    let calls = seen.0.lock().unwrap().clone();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert!(
+        calls.iter().all(|c| c.starts_with("model ask scripted ok")),
+        "{calls:?}"
+    );
+    // Each request asked for the type's format.
+    assert!(model.requests().iter().all(|r| r.response_format.is_some()));
+}

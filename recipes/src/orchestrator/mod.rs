@@ -14,7 +14,7 @@ mod prompt;
 pub use plan::{Plan, PlanProblem, PlanTask, check_plan};
 
 use futures::future::BoxFuture;
-use harness::llm::{LanguageModel, LanguageModelExt, ModelRequest};
+use harness::llm::{LanguageModel, ModelRequest};
 use harness::slots::NoSlots;
 use harness::{
     BranchFailure, Context, Cx, Dispatch, Harness, HarnessBuilder, HarnessState, JsonSchema,
@@ -558,7 +558,7 @@ fn plan_step(
         let request = prompt::planning(&s, &roles);
         let number = s.plans + 1;
         let done: BTreeSet<String> = s.results.keys().cloned().collect();
-        let (plan, problems) = match cx.planner.complete_typed::<Plan>(&request).await {
+        let (plan, problems) = match cx.complete_typed::<Plan>(&*cx.planner, &request).await {
             Ok(answer) => {
                 let problems = check_plan(&answer.value, &names, &done);
                 (answer.value, problems)

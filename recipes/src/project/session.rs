@@ -6,7 +6,7 @@ use super::env::ProjectEnv;
 use super::files::{self, DECISIONS_PATH, Decision, LEDGER_PATH};
 use super::ledger::{FeatureStatus, Ledger};
 use super::verify::{VerificationRun, VerificationStep, run_steps};
-use harness::llm::{LanguageModel, Message, ModelRequest, ResponseFormat, ToolSet, parse_answer};
+use harness::llm::{LanguageModel, ModelRequest, ToolSet, TypedAnswerError};
 use harness::slots::NoSlots;
 use harness::{
     Context, Cx, Harness, HarnessState, JsonSchema, StepError, StepResult, SubAgent, SubOutcome,
@@ -348,33 +348,19 @@ where
     T: DeserializeOwned + JsonSchema,
     C: Context,
 {
-    let mut request = request;
-    request.response_format = Some(ResponseFormat::for_type::<T>());
-    let mut last = None;
-    for _ in 0..2 {
-        let response = cx.complete(model, &request).await?;
-        let raw = response.text();
-        match parse_answer::<T>(&raw) {
-            Ok(value) => return Ok(value),
-            Err(mismatch) => {
-                request.messages.push(Message::assistant(raw.clone()));
-                request.messages.push(Message::user(format!(
-                    "That answer does not fit the schema ({mismatch}). Answer again with the JSON only."
-                )));
-                last = Some((raw, mismatch));
-            }
+    match cx.complete_typed::<T>(model, &request).await {
+        Ok(answer) => Ok(answer.value),
+        Err(TypedAnswerError::Model { source, .. }) => Err(source.into()),
+        Err(TypedAnswerError::Mismatch { raw, mismatch, .. }) => {
+            Err(StepError::new(AnswerError::Mismatch {
+                step: cx.step().to_owned(),
+                type_name: std::any::type_name::<T>().to_owned(),
+                reason: mismatch.to_string(),
+                raw,
+            }))
         }
+        Err(other) => Err(StepError::new(other)),
     }
-    let (raw, reason) = match last {
-        Some((raw, mismatch)) => (raw, mismatch.to_string()),
-        None => (String::new(), "no answer".to_owned()),
-    };
-    Err(StepError::new(AnswerError::Mismatch {
-        step: cx.step().to_owned(),
-        type_name: std::any::type_name::<T>().to_owned(),
-        reason,
-        raw,
-    }))
 }
 
 fn briefing(state: &SessionState) -> Result<&Briefing, StepError> {
