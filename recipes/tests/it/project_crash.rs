@@ -2,8 +2,9 @@
 //! repository and the ledger consistent, and goes on in another process
 //! where it stood.
 //!
-//! The killed process is this test binary run again on `crash_worker`
-//! (which does nothing unless `PROJECT_CRASH_DIR` is set).
+//! The killed process is this test binary run again on `crash_worker`,
+//! which is ignored in a normal run (it is a process to kill, not a test)
+//! and refuses to run without `PROJECT_CRASH_DIR`.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -35,10 +36,11 @@ fn work_turn(marker: &Path) -> harness::llm::Turn {
 }
 
 #[test]
+#[ignore = "the process the crash test runs and kills; not a test of its own"]
 fn crash_worker() {
-    let Some(dir) = std::env::var_os("PROJECT_CRASH_DIR").map(PathBuf::from) else {
-        return;
-    };
+    let dir = std::env::var_os("PROJECT_CRASH_DIR")
+        .map(PathBuf::from)
+        .expect("crash_worker is run by the crash test, with PROJECT_CRASH_DIR set");
     let model = Arc::new(ScriptedModel::new([
         pick("count-words"),
         work_turn(&dir.join("marker")),
@@ -69,6 +71,7 @@ async fn a_session_killed_mid_work_leaves_repository_and_ledger_consistent_and_r
         .args([
             "project_crash::crash_worker",
             "--exact",
+            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
