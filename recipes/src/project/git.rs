@@ -61,12 +61,28 @@ impl Git {
 
     /// Runs `git ARGS` in the directory; its standard output.
     pub async fn run(&self, args: &[&str]) -> Result<String, GitError> {
-        let output = tokio::process::Command::new("git")
+        // Confined like the model's commands: the repository is the
+        // model's to write, and git runs what its config says (filters,
+        // fsmonitor), so it gets no more of the host than they do.
+        let mut command = super::verify::confined("git").map_err(|e| GitError::Spawn {
+            args: args.join(" "),
+            dir: self.dir.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let output = command
+            // No hooks: a hook the model wrote would run at the host's
+            // commit.
+            .args([
+                "-c",
+                "core.hooksPath=/dev/null",
+                "-c",
+                "core.fsmonitor=false",
+            ])
             .args(args)
             .current_dir(&self.dir)
-            // Neither the system's nor the user's configuration: identity,
-            // signing and hooks come from the repository's own config, so
-            // the project behaves the same on every machine.
+            // Neither the system's nor the user's configuration: identity
+            // and signing come from the repository's own config, so the
+            // project behaves the same on every machine.
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_TERMINAL_PROMPT", "0")

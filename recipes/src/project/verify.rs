@@ -153,14 +153,17 @@ fn protect_host() -> Result<(), String> {
         .clone()
 }
 
-/// `sh -c`, ready for its command line. Run by root, it goes through
-/// `setpriv` with no capabilities (bounding set included) and
-/// `no_new_privs`, since root's `CAP_SYS_PTRACE` would read the host's
-/// memory and environment whatever the host does; without `setpriv` the
-/// command is not run.
-fn shell() -> Result<tokio::process::Command, String> {
+/// `program`, confined as every command run in the project directory is
+/// (a model's, and the host's own `git`, which runs what the repository's
+/// config says): the host protected first (see [`protect_host`]), only
+/// [`PASS_ENV`] inherited, and, run by root, through `setpriv` with no
+/// capabilities (bounding set included) and `no_new_privs`, since root's
+/// `CAP_SYS_PTRACE` would read the host's memory and environment whatever
+/// the host does; without `setpriv` it is not run.
+pub(crate) fn confined(program: &str) -> Result<tokio::process::Command, String> {
+    protect_host()?;
     #[cfg(unix)]
-    if rustix::process::geteuid().is_root() {
+    let mut command = if rustix::process::geteuid().is_root() {
         let found = std::process::Command::new("setpriv")
             .arg("--version")
             .stdout(std::process::Stdio::null())
@@ -168,7 +171,9 @@ fn shell() -> Result<tokio::process::Command, String> {
             .status()
             .is_ok_and(|s| s.success());
         if !found {
-            return Err("the host runs as root, and without `setpriv` (util-linux) a command would keep root's capabilities and could read the host's secrets; install util-linux or run as another user".into());
+            return Err(format!(
+                "the host runs as root, and without `setpriv` (util-linux) `{program}` would keep root's capabilities and could read the host's secrets; install util-linux or run as another user"
+            ));
         }
         let mut command = tokio::process::Command::new("setpriv");
         command.args([
@@ -177,13 +182,19 @@ fn shell() -> Result<tokio::process::Command, String> {
             "--bounding-set=-all",
             "--no-new-privs",
             "--",
-            "sh",
-            "-c",
+            program,
         ]);
-        return Ok(command);
-    }
-    let mut command = tokio::process::Command::new("sh");
-    command.arg("-c");
+        command
+    } else {
+        tokio::process::Command::new(program)
+    };
+    #[cfg(not(unix))]
+    let mut command = tokio::process::Command::new(program);
+    command.env_clear().envs(
+        PASS_ENV
+            .iter()
+            .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+    );
     Ok(command)
 }
 
@@ -194,22 +205,14 @@ async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> Ste
         passed: false,
         output,
     };
-    if let Err(e) = protect_host() {
-        return fail(e);
-    }
-    let mut command = match shell() {
+    let mut command = match confined("sh") {
         Ok(command) => command,
         Err(e) => return fail(e),
     };
     command
+        .arg("-c")
         .arg(&step.command)
         .current_dir(dir)
-        .env_clear()
-        .envs(
-            PASS_ENV
-                .iter()
-                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
-        )
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

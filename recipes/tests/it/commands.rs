@@ -140,3 +140,39 @@ async fn read_file_reads_the_end_of_a_regular_file_and_refuses_endless_ones() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_hosts_git_runs_no_hook_and_gives_a_filter_none_of_the_hosts_secrets() {
+    use harness_recipes::project::Git;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let git = Git::new(dir.path());
+    git.init().await.unwrap();
+    // What a model's commands could leave in the repository: hooks, and a
+    // filter driver that every `git add` runs.
+    for hook in ["pre-commit", "post-commit", "commit-msg"] {
+        let path = dir.path().join(".git/hooks").join(hook);
+        std::fs::write(&path, format!("#!/bin/sh\nenv > {hook}.env\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = dir.path().join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[filter \"spy\"]\n\tclean = \"sh -c 'env > filter.env; cat'\"\n");
+    std::fs::write(&config, text).unwrap();
+    std::fs::write(dir.path().join(".gitattributes"), "*.txt filter=spy\n").unwrap();
+    std::fs::write(dir.path().join("a.txt"), "words\n").unwrap();
+    git.commit_all("work").await.unwrap();
+
+    for hook in ["pre-commit", "post-commit", "commit-msg"] {
+        assert!(
+            !dir.path().join(format!("{hook}.env")).exists(),
+            "the {hook} hook ran"
+        );
+    }
+    let seen = std::fs::read_to_string(dir.path().join("filter.env")).expect("the filter ran");
+    assert!(seen.contains("PATH="), "{seen}");
+    for (k, v) in std::env::vars().filter(|(k, v)| !PASS_ENV.contains(&k.as_str()) && v.len() >= 4)
+    {
+        assert!(!seen.contains(&format!("{k}={v}")), "the filter saw {k}");
+    }
+}
