@@ -602,14 +602,7 @@ async fn schedule_step(
     cx: Cx<OrchestratorDeps>,
 ) -> StepResult<OrchestratorStateUpdate> {
     let wave = s.waves + 1;
-    let tasks: Vec<String> = s
-        .plan
-        .tasks
-        .iter()
-        .filter(|t| !s.results.contains_key(&t.id))
-        .filter(|t| t.needs.iter().all(|n| s.results.contains_key(n)))
-        .map(|t| t.id.clone())
-        .collect();
+    let tasks: Vec<String> = s.ready().into_iter().map(|t| t.task.id).collect();
     cx.emit("wave", serde_json::json!({ "wave": wave, "tasks": tasks }));
     Ok(OrchestratorStateUpdate::new().waves(1))
 }
