@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn workspace_manifest() -> PathBuf {
+pub(crate) fn workspace_manifest() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -23,7 +23,7 @@ fn workspace_manifest() -> PathBuf {
 
 /// `cargo run -p harness-examples --example EXAMPLE -- ARGS` in `dir`,
 /// with no provider chosen (so offline); builds the example the first time.
-fn cargo_run(dir: &Path, example: &str, args: &[&str]) -> Output {
+pub(crate) fn cargo_run(dir: &Path, example: &str, args: &[&str]) -> Output {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     Command::new(cargo)
         .arg("run")
@@ -40,7 +40,7 @@ fn cargo_run(dir: &Path, example: &str, args: &[&str]) -> Output {
 }
 
 /// Standard output of a run that must succeed.
-fn stdout_of(out: &Output) -> String {
+pub(crate) fn stdout_of(out: &Output) -> String {
     assert!(
         out.status.success(),
         "the example failed ({}):\n{}\n{}",

@@ -8,44 +8,9 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn workspace_manifest() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("Cargo.toml")
-}
-
-/// `cargo run -p harness-examples --example EXAMPLE -- ARGS` in `dir`,
-/// with no provider chosen (so offline).
-fn cargo_run(dir: &Path, example: &str, args: &[&str]) -> Output {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    Command::new(cargo)
-        .arg("run")
-        .arg("--quiet")
-        .arg("--manifest-path")
-        .arg(workspace_manifest())
-        .args(["-p", "harness-examples", "--example", example, "--"])
-        .args(args)
-        .current_dir(dir)
-        .env_remove("HARNESS_PROVIDER")
-        .env_remove("HARNESS_MODEL")
-        .output()
-        .unwrap()
-}
-
-fn stdout_of(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "the example failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
+use crate::compose_examples::{cargo_run, stdout_of};
+use std::path::Path;
+use std::process::Command;
 
 fn git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
