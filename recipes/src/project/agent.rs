@@ -700,7 +700,7 @@ impl ProjectAgent {
                 e.outcome.replace('|', "\\|").replace('\n', " "),
                 e.commit
                     .as_deref()
-                    .map(|c| format!("`{}`", &c[..c.len().min(10)]))
+                    .map(|c| format!("`{}`", files::short(c)))
                     .unwrap_or_default()
             ));
         }
@@ -758,7 +758,7 @@ impl ProjectAgent {
             self.env.dir(),
             now_entry(
                 0,
-                format!("reverted to {}", &target[..target.len().min(10)]),
+                format!("reverted to {}", files::short(&target)),
                 format!(
                     "{} of {} features passing",
                     ledger

@@ -83,6 +83,12 @@ pub struct Decision {
     pub lesson: String,
 }
 
+/// A commit id shortened for people: its first 10 characters (whatever
+/// a file that a model may have edited says it is).
+pub(crate) fn short(id: &str) -> &str {
+    id.char_indices().nth(10).map_or(id, |(i, _)| &id[..i])
+}
+
 pub(crate) fn path(dir: &Path, relative: &str) -> PathBuf {
     dir.join(relative)
 }
@@ -149,4 +155,20 @@ pub(crate) fn append_progress(dir: &Path, entry: ProgressEntry) -> Result<(), Fi
 /// The decision memory of the project in `dir`.
 pub fn read_decisions(dir: &Path) -> Result<Vec<Decision>, FileError> {
     read_list(&path(dir, DECISIONS_PATH))
+}
+
+#[cfg(test)]
+mod short_tests {
+    use super::short;
+
+    #[test]
+    fn a_commit_id_is_cut_at_ten_characters_whatever_its_bytes() {
+        assert_eq!(short("0123456789abcdef"), "0123456789");
+        assert_eq!(short("abc"), "abc");
+        assert_eq!(short(""), "");
+        // What a model's edit of the progress log could hold: cutting at
+        // byte 10 would split a character (and panic).
+        assert_eq!(short("aéééééééééé"), "aééééééééé");
+        assert_eq!(short("🦀🦀🦀🦀🦀🦀🦀🦀🦀🦀🦀"), "🦀🦀🦀🦀🦀🦀🦀🦀🦀🦀");
+    }
 }

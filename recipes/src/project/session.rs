@@ -406,7 +406,7 @@ async fn orient(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
             entry
                 .commit
                 .as_deref()
-                .map(|c| format!(" ({})", &c[..c.len().min(10)]))
+                .map(|c| format!(" ({})", files::short(c)))
                 .unwrap_or_default()
         ));
     }
@@ -416,7 +416,7 @@ async fn orient(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
     for commit in &commits {
         prompt.push_str(&format!(
             "- {} {}\n",
-            &commit.id[..commit.id.len().min(10)],
+            files::short(&commit.id),
             commit.subject
         ));
     }
