@@ -730,6 +730,18 @@ async fn a_bad_pick_fails_the_session_by_name_and_the_session_goes_on_when_asked
     );
 }
 
+/// A work turn that writes the word-count script, then runs `command`.
+pub(crate) fn write_words_then(command: String) -> harness::llm::Turn {
+    Expect::any().reply(ModelResponse::from_tool_calls([
+        ToolCall::new(
+            "c1",
+            "write_file",
+            json!({ "path": "wc.sh", "content": WORDS }),
+        ),
+        ToolCall::new("c2", "run", json!({ "command": command })),
+    ]))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_stops_the_session_at_a_step_boundary_and_resume_goes_on_where_it_stood() {
     let dir = tempfile::tempdir().unwrap();
@@ -738,18 +750,7 @@ async fn a_pause_stops_the_session_at_a_step_boundary_and_resume_goes_on_where_i
     let model = Arc::new(ScriptedModel::new([
         Expect::any().reply(text(plan())),
         pick("count-words"),
-        Expect::any().reply(ModelResponse::from_tool_calls([
-            ToolCall::new(
-                "c1",
-                "write_file",
-                json!({ "path": "wc.sh", "content": WORDS }),
-            ),
-            ToolCall::new(
-                "c2",
-                "run",
-                json!({ "command": format!("touch {}; sleep 1", marker.display()) }),
-            ),
-        ])),
+        write_words_then(format!("touch {}; sleep 1", marker.display())),
     ]));
     let project = Arc::new(agent(dir.path(), store(dir.path()), Arc::clone(&model)));
     project.initialize("wc").await.unwrap();

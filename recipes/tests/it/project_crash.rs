@@ -8,10 +8,11 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-use super::project::{WORDS, agent, assert_consistent, git, pick, plan, reflect, store, text};
-use harness::llm::{Expect, ModelResponse, ScriptedModel, ToolCall};
+use super::project::{
+    agent, assert_consistent, git, pick, plan, reflect, store, text, write_words_then,
+};
+use harness::llm::{Expect, ModelResponse, ScriptedModel};
 use harness_recipes::project::{FeatureStatus, SessionEnd, read_ledger, read_progress};
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -21,18 +22,9 @@ use std::time::Duration;
 /// and sleeps (the first time), so the test can kill the process there.
 fn work_turn(marker: &Path) -> harness::llm::Turn {
     let marker = marker.display();
-    Expect::any().reply(ModelResponse::from_tool_calls([
-        ToolCall::new(
-            "c1",
-            "write_file",
-            json!({ "path": "wc.sh", "content": WORDS }),
-        ),
-        ToolCall::new(
-            "c2",
-            "run",
-            json!({ "command": format!("test -e {marker} || {{ touch {marker}; sleep 20; }}") }),
-        ),
-    ]))
+    write_words_then(format!(
+        "test -e {marker} || {{ touch {marker}; sleep 20; }}"
+    ))
 }
 
 #[test]

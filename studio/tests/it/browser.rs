@@ -214,6 +214,21 @@ impl Browser {
 
     /// Waits until `expr` is truthy in the page; the timeout is a safety
     /// net.
+    /// Waits until the open session is done and its waiting panel gone,
+    /// as the page follows a resumed run live.
+    async fn wait_until_done(&mut self) {
+        self.wait_for(
+            "the session done",
+            "document.querySelector('#phase').dataset.phase === 'done'",
+        )
+        .await;
+        self.wait_for(
+            "the waiting panel gone",
+            "document.querySelector('#waiting-panel').hidden",
+        )
+        .await;
+    }
+
     async fn wait_for(&mut self, what: &str, expr: &str) {
         for _ in 0..300 {
             if self.eval(&format!("!!({expr})")).await == json!(true) {
@@ -412,16 +427,7 @@ async fn in_a_browser_a_waiting_session_is_answered_in_the_form_and_completes() 
     b.click("#answer-submit").await;
 
     // The run resumes and the page follows it to the end, live.
-    b.wait_for(
-        "the session done",
-        "document.querySelector('#phase').dataset.phase === 'done'",
-    )
-    .await;
-    b.wait_for(
-        "the waiting panel gone",
-        "document.querySelector('#waiting-panel').hidden",
-    )
-    .await;
+    b.wait_until_done().await;
     b.wait_for(
         "the whole timeline",
         "[...document.querySelectorAll('#timeline .checkpoint')].map(c => c.dataset.step).join(',') === '$start,draft,review,publish'",
@@ -599,11 +605,7 @@ async fn in_a_browser_a_session_waiting_inside_a_sub_agent_shows_its_forks_and_i
     .await;
     b.type_into("#answer", r#"{"ok": true}"#).await;
     b.click("#answer-submit").await;
-    b.wait_for(
-        "the session done",
-        "document.querySelector('#phase').dataset.phase === 'done'",
-    )
-    .await;
+    b.wait_until_done().await;
     b.wait_for(
         "the whole timeline",
         "[...document.querySelectorAll('#timeline .sub-group[data-sub-agent=\"review\"] .checkpoint')].map(c => c.dataset.step).join(',') === 'note,ask' && document.querySelector('#timeline .checkpoint[data-step=\"publish\"]')",
@@ -800,16 +802,7 @@ async fn in_a_browser_tool_calls_are_approved_and_rejected_one_by_one_and_the_ag
     b.click("#answer-submit").await;
 
     // The agent goes on and the page follows it to the end, live.
-    b.wait_for(
-        "the session done",
-        "document.querySelector('#phase').dataset.phase === 'done'",
-    )
-    .await;
-    b.wait_for(
-        "the waiting panel gone",
-        "document.querySelector('#waiting-panel').hidden",
-    )
-    .await;
+    b.wait_until_done().await;
     b.wait_for(
         "the row done",
         &format!(
