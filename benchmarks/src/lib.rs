@@ -114,3 +114,24 @@ pub fn scratch_dir(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
+
+/// The store a benchmark program runs on, from `--store`: `sled` (the
+/// embedded default, at `dir`), `log` (the log store, at `dir`) or
+/// `memory` (no disk at all: the engine's own ceiling, for comparison).
+///
+/// # Panics
+///
+/// On another name, or when the database cannot be opened.
+pub fn store(args: &[String], dir: &Path) -> std::sync::Arc<dyn harness::session::SessionStore> {
+    let name: String = arg(args, "--store", "sled".to_string());
+    match name.as_str() {
+        "sled" => std::sync::Arc::new(
+            harness_stores::SledStore::open(dir).expect("the sled database opens"),
+        ),
+        "log" => {
+            std::sync::Arc::new(harness_stores::LogStore::open(dir).expect("the log store opens"))
+        }
+        "memory" => std::sync::Arc::new(harness_stores::MemoryStore::new()),
+        other => panic!("unknown --store {other:?}: sled, log or memory"),
+    }
+}

@@ -27,13 +27,24 @@ struct State {
 }
 
 /// Shares flushes between concurrent durable commits.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct GroupFlush {
+    /// The store, for errors.
+    store: &'static str,
     state: Mutex<State>,
     done: Notify,
 }
 
 impl GroupFlush {
+    /// Group commit for the store named `store` (in its errors).
+    pub(crate) fn new(store: &'static str) -> Self {
+        Self {
+            store,
+            state: Mutex::default(),
+            done: Notify::new(),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -69,7 +80,8 @@ impl GroupFlush {
                     && *upto >= ticket
                 {
                     return Err(StoreError::backend(format!(
-                        "sled store: the flush covering this commit failed: {why}"
+                        "{}: the flush covering this commit failed: {why}",
+                        self.store
                     )));
                 }
                 if state.flushing {
@@ -115,7 +127,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn every_commit_is_acknowledged_after_a_flush_that_covers_it_and_flushes_are_shared() {
-        let group = Arc::new(GroupFlush::default());
+        let group = Arc::new(GroupFlush::new("test store"));
         let disk = Arc::new(Disk::default());
         let mut tasks = Vec::new();
         for _ in 0..200 {
@@ -150,7 +162,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_failed_flush_fails_the_commits_it_was_to_cover_and_the_next_one_recovers() {
-        let group = Arc::new(GroupFlush::default());
+        let group = Arc::new(GroupFlush::new("test store"));
         let disk = Arc::new(Disk::default());
         disk.fail.store(true, Ordering::SeqCst);
         let flush = |disk: Arc<Disk>| {

@@ -4,6 +4,9 @@
 //! - [`MemoryStore`]: in memory, for tests and short-lived processes;
 //! - [`FileStore`]: one directory per session, atomic writes, shareable by
 //!   several processes;
+//! - [`LogStore`]: every session in one append-only log file indexed in
+//!   memory, with group commit: the embedded store for many sessions at
+//!   once;
 //! - `SledStore` (feature `sled`, on by default): the embedded default, a
 //!   sled database flushed before a checkpoint counts as durable;
 //! - `PostgresStore` (feature `postgres`): sessions in PostgreSQL, shared by
@@ -33,8 +36,8 @@ mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod file;
-#[cfg(feature = "sled")]
 mod group;
+mod log_store;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -48,6 +51,7 @@ mod sled_store;
 #[cfg(feature = "sled")]
 pub use ::sled;
 pub use file::FileStore;
+pub use log_store::{LogOptions, LogStore};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};

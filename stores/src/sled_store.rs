@@ -242,7 +242,7 @@ impl SledStore {
         let snapshots = db
             .open_tree(SNAPSHOTS)
             .map_err(|e| sled_error("open the snapshots tree", &e))?;
-        let group = Arc::new(GroupFlush::default());
+        let group = Arc::new(GroupFlush::new("sled store"));
         let applier = Applier::start(Trees {
             heads: heads.clone(),
             checkpoints: checkpoints.clone(),

@@ -4,10 +4,10 @@
 //!
 //! `durable_sessions [--levels 1,100,1000] [--steps-total 2000]`
 
+use harness::session::SessionStore;
 use harness::session::{Durability, SessionConfig};
 use harness::{Agent, Harness, HarnessState, StepResult, create_agent};
 use harness_benchmarks::{arg, fsync_latency, result, scratch_dir};
-use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,7 +24,7 @@ async fn step(_: Arc<Counter>) -> StepResult<CounterUpdate> {
     Ok(CounterUpdate::new().n(1))
 }
 
-fn agent(store: SledStore) -> Result<Agent<Counter>, Box<dyn std::error::Error>> {
+fn agent(store: Arc<dyn SessionStore>) -> Result<Agent<Counter>, Box<dyn std::error::Error>> {
     let harness = Harness::<Counter>::builder()
         .step("step")
         .run(step)
@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let agent = agent(SledStore::open(dir.join("db"))?)?;
+    let agent = agent(harness_benchmarks::store(&args, &dir.join("db")))?;
     rt.block_on(async {
         for sessions in levels.split(',') {
             let sessions: usize = sessions.trim().parse()?;

@@ -15,9 +15,9 @@
 //!   session (what the process keeps: the store's cache, and the session
 //!   and interrupt ids the caller holds to answer later).
 
+use harness::session::SessionStore;
 use harness::{Agent, Cx, Harness, HarnessState, InterruptId, SessionId, StepResult, create_agent};
 use harness_benchmarks::{arg, latency_bound, model_latency_ms, result, rss_bytes, scratch_dir};
-use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,7 +48,7 @@ async fn ask(cx: Cx<()>) -> StepResult<ChatUpdate> {
     Ok(ChatUpdate::new().answers(vec![answer]))
 }
 
-fn agent(store: SledStore) -> Result<Agent<Chat>, Box<dyn std::error::Error>> {
+fn agent(store: Arc<dyn SessionStore>) -> Result<Agent<Chat>, Box<dyn std::error::Error>> {
     let harness = Harness::<Chat>::builder()
         .step("model")
         .run(model)
@@ -98,7 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     let dir = scratch_dir(&format!("many-runs-{phase}"));
-    let agent = agent(SledStore::open(&dir)?)?;
+    let agent = agent(harness_benchmarks::store(&args, &dir))?;
     rt.block_on(async {
         // Warm up: the store's trees, the runtime's threads.
         agent.run(chat(u64::MAX, 1, false)).await?;
