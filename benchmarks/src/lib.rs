@@ -123,8 +123,7 @@ pub fn scratch_dir(name: &str) -> std::path::PathBuf {
 ///
 /// On another name, or when the database cannot be opened.
 pub fn store(args: &[String], dir: &Path) -> std::sync::Arc<dyn harness::session::SessionStore> {
-    let name: String = arg(args, "--store", "sled".to_string());
-    match name.as_str() {
+    match store_name(args).as_str() {
         "sled" => std::sync::Arc::new(
             harness_stores::SledStore::open(dir).expect("the sled database opens"),
         ),
@@ -133,5 +132,20 @@ pub fn store(args: &[String], dir: &Path) -> std::sync::Arc<dyn harness::session
         }
         "memory" => std::sync::Arc::new(harness_stores::MemoryStore::new()),
         other => panic!("unknown --store {other:?}: sled, log or memory"),
+    }
+}
+
+/// The `--store` a program was given (default `sled`).
+pub fn store_name(args: &[String]) -> String {
+    arg(args, "--store", "sled".to_string())
+}
+
+/// The prefix of a program's figures on the store it was given: none for
+/// sled (the figures the table has always had), `log_` for the log store,
+/// `memory_` for the memory store.
+pub fn figure_prefix(args: &[String]) -> String {
+    match store_name(args).as_str() {
+        "sled" => String::new(),
+        other => format!("{other}_"),
     }
 }

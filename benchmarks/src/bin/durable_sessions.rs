@@ -2,7 +2,7 @@
 //! on one sled store (group commit), every step flushed before it returns,
 //! and this disk's fsync latency, the floor of one durable step.
 //!
-//! `durable_sessions [--levels 1,100,1000] [--steps-total 2000]`
+//! `durable_sessions [--levels 1,100,1000] [--steps-total 2000] [--store sled|log|memory]`
 
 use harness::session::SessionStore;
 use harness::session::{Durability, SessionConfig};
@@ -80,14 +80,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     let agent = agent(harness_benchmarks::store(&args, &dir.join("db")))?;
+    let prefix = harness_benchmarks::figure_prefix(&args);
     rt.block_on(async {
         for sessions in levels.split(',') {
             let sessions: usize = sessions.trim().parse()?;
             // At least 10 steps each, and enough in all to be measured.
             let steps = (total / sessions as u64).max(10);
             let rate = measure(&agent, sessions, steps).await?;
-            println!("{sessions} sessions x {steps} durable steps: {rate:.0} steps/s");
-            result(&format!("durable_steps_per_s_{sessions}"), rate);
+            println!(
+                "{} store, {sessions} sessions x {steps} durable steps: {rate:.0} steps/s",
+                harness_benchmarks::store_name(&args)
+            );
+            result(&format!("{prefix}durable_steps_per_s_{sessions}"), rate);
         }
         Ok(())
     })

@@ -1,10 +1,10 @@
 //! Many runs in one process: `--runs` concurrent runs (default 10 000) of a
 //! loop whose model call is a simulated 20–50 ms latency (a tokio sleep),
-//! `--steps` model calls each, every step checkpointed durably on one sled
-//! store. Prints the wall time, the latency bound (the longest run's total
+//! `--steps` model calls each, every step checkpointed durably on one store
+//! (sled unless `--store` says otherwise). Prints the wall time, the latency bound (the longest run's total
 //! sleep: no implementation can finish sooner) and the memory per run.
 //!
-//! `many_runs --phase inflight|paused [--runs 10000] [--steps 5]`
+//! `many_runs --phase inflight|paused [--runs 10000] [--steps 5] [--store sled|log|memory]`
 //!
 //! - `inflight`: the runs go to their end; memory per in-flight run is the
 //!   peak resident set while they run, less the resident set before, per
@@ -99,6 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let dir = scratch_dir(&format!("many-runs-{phase}"));
     let agent = agent(harness_benchmarks::store(&args, &dir))?;
+    let prefix = harness_benchmarks::figure_prefix(&args);
     rt.block_on(async {
         // Warm up: the store's trees, the runtime's threads.
         agent.run(chat(u64::MAX, 1, false)).await?;
@@ -143,9 +144,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     wall.as_secs_f64() / bound.as_secs_f64(),
                     per_run / 1024.0
                 );
-                result("many_runs_wall_s", wall.as_secs_f64());
-                result("many_runs_bound_s", bound.as_secs_f64());
-                result("many_runs_bytes_per_inflight", per_run);
+                result(&format!("{prefix}many_runs_wall_s"), wall.as_secs_f64());
+                result(&format!("{prefix}many_runs_bound_s"), bound.as_secs_f64());
+                result(&format!("{prefix}many_runs_bytes_per_inflight"), per_run);
             }
             "paused" => {
                 let tasks: Vec<_> = (0..runs)
@@ -171,7 +172,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     pending.len(),
                     per / 1024.0
                 );
-                result("many_runs_bytes_per_paused", per);
+                result(&format!("{prefix}many_runs_bytes_per_paused"), per);
                 // One answered, to show the pause is a real one.
                 if let Some((session, id)) = pending.first() {
                     let out = agent.resume("yes", session, id).await?.await?;

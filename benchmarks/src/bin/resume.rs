@@ -1,4 +1,5 @@
-//! Resume cost: a session of `--steps` steps (default 1 000) on sled,
+//! Resume cost: a session of `--steps` steps (default 1 000) on sled (or
+//! the `--store` given),
 //! paused on an interrupt, is answered and resumed, `--samples` times.
 //! Prints the median time of `agent.resume(..)` until it returns the run
 //! (the head and the log read, the state rebuilt from the latest snapshot
@@ -6,14 +7,14 @@
 //! median time until the resumed run is paused again (what LangGraph's one
 //! call does), and the bytes the database takes on disk.
 //!
-//! `resume [--steps 1000] [--samples 50] [--snapshot-every N]` (`N`: the
+//! `resume [--steps 1000] [--samples 50] [--snapshot-every N] [--store sled|log|memory]` (`N`: the
 //! session's [`SessionConfig::snapshot_every`], default its default; the
-//! figures are then named `resume_every_N_...`).
+//! figures are then named `resume_every_N_...`; on another store than
+//! sled they start with its name, `log_resume_...`).
 
 use harness::session::{SessionConfig, SessionStore};
 use harness::{Agent, Cx, Harness, HarnessState, SessionId, StepResult, create_agent};
 use harness_benchmarks::{arg, bytes_on_disk, result, scratch_dir};
-use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,7 +42,7 @@ async fn ask(cx: Cx<()>) -> StepResult<NotesUpdate> {
 }
 
 fn agent(
-    store: SledStore,
+    store: Arc<dyn SessionStore>,
     config: SessionConfig,
 ) -> Result<Agent<Notes>, Box<dyn std::error::Error>> {
     let harness = Harness::<Notes>::builder()
@@ -97,7 +98,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     let dir = scratch_dir(&format!("{prefix}db"));
-    let store = SledStore::open(&dir)?;
+    let store = harness_benchmarks::store(&args, &dir);
+    let name = harness_benchmarks::store_name(&args);
+    let prefix = format!("{}{prefix}", harness_benchmarks::figure_prefix(&args));
     let agent = agent(store.clone(), config)?;
     let session = SessionId::from("long");
     rt.block_on(async {
@@ -127,14 +130,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let bytes = bytes_on_disk(&dir);
         // The session's own records, as the store keeps them: sled's
         // segments make the bytes on disk move in 128 KiB steps.
-        let log: usize = SessionStore::checkpoints(&store, &session, 0)
+        let log: usize = SessionStore::checkpoints(&*store, &session, 0)
             .await?
             .iter()
             .map(|cp| serde_json::to_vec(cp).map_or(0, |v| v.len()))
             .sum();
         let (resumed, paused, rebuilt) = (median(resumed), median(paused), median(rebuilt));
         println!(
-            "{steps}-step session on sled: resume {resumed:.3} ms (of which reading and \
+            "{steps}-step session on {name}: resume {resumed:.3} ms (of which reading and \
              rebuilding the state {rebuilt:.3} ms), until paused again {paused:.3} ms; \
              {bytes} bytes on disk, {log} bytes of checkpoints"
         );

@@ -19,17 +19,14 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 
 /// The lock file: held exclusively by the one process that has the store
 /// open.
 const LOCK_FILE: &str = "LOCK";
 /// Log files are `log.{generation}`.
 const LOG_PREFIX: &str = "log.";
-/// The most commits written in one `write`.
-const MAX_BATCH: usize = 1024;
 /// A compaction writes a session's checkpoints in frames of about this
 /// size, the head in the last.
 const COMPACT_FRAME: usize = 64 << 20;
@@ -66,13 +63,16 @@ impl LogOptions {
 ///
 /// Every commit is one checksummed frame appended to `log.{generation}` in
 /// the store's directory (the frame layout is in the crate's source,
-/// `log_store/frame.rs`). One thread appends the commits of every session,
-/// every commit waiting when it comes round in one `write`; a durable
-/// commit then waits for an `fdatasync` that started after its write, and
-/// one such sync covers every commit written before it (group commit), so
-/// a thousand sessions stepping at once share each sync rather than queue
-/// for one each. A commit that is not durable is written too (it survives
-/// the process dying, not the machine).
+/// `log_store/frame.rs`). A commit is checked and indexed in memory on its
+/// caller's thread, its frame added to a buffer of frames not yet written;
+/// a durable commit then waits for a write of that buffer and an
+/// `fdatasync` that started after it was added. One such write and sync
+/// covers every commit added before it (group commit), so a thousand
+/// sessions stepping at once share each sync rather than queue for one
+/// each. Commits that are not durable are written with the next durable
+/// one, at [`flush`](SessionStore::flush), once 256 KiB of them wait, and
+/// when the last handle to the store is dropped; a crash of the process
+/// before then loses them, as the [`SessionStore`] contract allows.
 ///
 /// The index (each session's head, and where each checkpoint is in the
 /// file) lives in memory and is rebuilt from the log when the store opens;
@@ -85,14 +85,17 @@ impl LogOptions {
 /// the log. When the store opens it moves those bytes aside into
 /// `log.{generation}.tail-{offset}` (a commit that was acknowledged durable
 /// is never among them, short of the disk damaging what it had synced)
-/// and says so in a `tracing` warning and in [`LogStore::set_aside`].
+/// and says so in a `tracing` warning and in [`LogStore::set_aside`]. A
+/// write or sync that fails leaves the store refusing commits until it is
+/// opened again, since what reached the disk is then unknown.
 ///
 /// **Space.** Replaced heads and removed checkpoints stay in the file until
 /// a compaction rewrites it with only what is live (see [`LogOptions`]):
 /// into `log.{generation + 1}.tmp`, synced, renamed into place, after which
-/// the old file is deleted. Commits wait while it runs. A crash at any
-/// point leaves either the old file or the new one whole; the store opens
-/// the newest generation.
+/// the old file is deleted. It runs on a thread of its own; commits go on
+/// meanwhile, but durable ones wait for it to end. A crash at any point
+/// leaves either the old file or the new one whole; the store opens the
+/// newest generation.
 ///
 /// One process at a time can open a directory (it locks `LOCK`). On unix,
 /// the directory is created `0700` and its files `0600`.
@@ -107,7 +110,6 @@ impl LogOptions {
 #[derive(Clone)]
 pub struct LogStore {
     core: Arc<Core>,
-    writer: Arc<Writer>,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -118,11 +120,20 @@ impl std::fmt::Debug for LogStore {
     }
 }
 
-/// What the writer thread and the store's handles share.
+/// How many bytes of commits that are not durable wait in memory before
+/// they are written.
+const PENDING_MAX: usize = 256 << 10;
+
+/// What the store's handles share.
 struct Core {
     dir: PathBuf,
     options: LogOptions,
     shared: Mutex<Shared>,
+    /// Held while frames are written to the file (one write at a time, in
+    /// order) and through a compaction.
+    writing: Mutex<()>,
+    /// A compaction is running.
+    compacting: AtomicBool,
     group: GroupFlush,
     /// Where the damaged end of the log went when the store opened.
     set_aside: Option<PathBuf>,
@@ -130,20 +141,26 @@ struct Core {
     _lock: File,
 }
 
-/// The log file and the index, under one lock.
+/// The log file, the frames not yet in it, and the index, under one lock.
 struct Shared {
     file: Arc<File>,
     generation: u64,
-    /// Bytes written: where the next frame goes.
+    /// The log's length with every frame added: where the next one goes.
     len: u64,
+    /// Bytes in the file; the frames after are in `inflight`, then
+    /// `pending`.
+    written: u64,
+    /// Frames being written, from `written` on.
+    inflight: Option<Arc<Vec<u8>>>,
+    /// Frames added and not yet being written.
+    pending: Vec<u8>,
     /// Bytes of live bodies (heads and checkpoints in the index).
     live: u64,
     /// Don't try compacting again before the log is this long (after a
     /// compaction, or one that failed).
     next_compaction: u64,
     sessions: HashMap<SessionId, Entry>,
-    /// Why the store takes no more commits: a failed write it could not
-    /// undo.
+    /// Why the store takes no more commits: a failed write or sync.
     broken: Option<String>,
 }
 
@@ -165,7 +182,7 @@ struct Head {
 /// What a compaction copies of a session: its head and its checkpoints.
 type Live = (SessionId, Option<Head>, Vec<(u64, Loc)>);
 
-/// Where a checkpoint's body is in the log file.
+/// Where a checkpoint's body is in the log.
 #[derive(Clone, Copy, Debug)]
 struct Loc {
     offset: u64,
@@ -173,36 +190,13 @@ struct Loc {
     snapshot: bool,
 }
 
-/// A commit for the writer thread, encoded by its caller.
+/// A commit, encoded by its caller.
 struct Encoded {
     bytes: Vec<u8>,
     frame: Frame,
     expected: Option<u64>,
     /// The new head's version, `None` if this build could not read it back.
     version: Option<u64>,
-}
-
-type Job = (
-    Encoded,
-    tokio::sync::oneshot::Sender<Result<u64, StoreError>>,
-);
-
-/// The thread that appends every commit, and its channel. Dropping the last
-/// handle closes the channel and waits for the thread.
-struct Writer {
-    jobs: Option<mpsc::Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        drop(self.jobs.take());
-        if let Some(thread) = self.thread.take()
-            && thread.thread().id() != std::thread::current().id()
-        {
-            let _ = thread.join();
-        }
-    }
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -213,6 +207,10 @@ fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn io_error(what: &str, path: &Path, e: &std::io::Error) -> StoreError {
     StoreError::backend(format!("log store: cannot {what} {}: {e}", path.display()))
+}
+
+fn task_error(e: &tokio::task::JoinError) -> StoreError {
+    StoreError::backend(format!("log store: a disk task failed: {e}"))
 }
 
 impl LogStore {
@@ -248,26 +246,28 @@ impl LogStore {
         for path in stale {
             fs::remove_file(&path).map_err(|e| io_error("delete the stale log", &path, &e))?;
         }
-        let core = Arc::new(Core {
-            dir,
-            options,
-            shared: Mutex::new(Shared {
-                file: Arc::new(file),
-                generation,
-                len,
-                live,
-                next_compaction: 0,
-                sessions,
-                broken: None,
-            }),
-            group: GroupFlush::new("log store"),
-            set_aside,
-            _lock: lock,
-        });
-        let writer = Writer::start(Arc::clone(&core))?;
         Ok(Self {
-            core,
-            writer: Arc::new(writer),
+            core: Arc::new(Core {
+                dir,
+                options,
+                shared: Mutex::new(Shared {
+                    file: Arc::new(file),
+                    generation,
+                    len,
+                    written: len,
+                    inflight: None,
+                    pending: Vec::new(),
+                    live,
+                    next_compaction: 0,
+                    sessions,
+                    broken: None,
+                }),
+                writing: Mutex::new(()),
+                compacting: AtomicBool::new(false),
+                group: GroupFlush::new("log store"),
+                set_aside,
+                _lock: lock,
+            }),
         })
     }
 
@@ -287,171 +287,147 @@ impl LogStore {
         log_path(&self.core.dir, guard(&self.core.shared).generation)
     }
 
-    /// Syncs the log file: every commit written before the call is on disk
-    /// after it.
-    async fn sync(&self) -> Result<(), StoreError> {
-        let (file, generation) = {
-            let shared = guard(&self.core.shared);
-            (Arc::clone(&shared.file), shared.generation)
-        };
-        let path = log_path(&self.core.dir, generation);
-        tokio::task::spawn_blocking(move || {
-            file.sync_data()
-                .map_err(|e| io_error("sync the log", &path, &e))
-        })
-        .await
-        .map_err(|e| StoreError::backend(format!("log store: a disk task failed: {e}")))?
-    }
-}
-
-impl Writer {
-    fn start(core: Arc<Core>) -> Result<Self, StoreError> {
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new()
-            .name("harness-log-writer".into())
-            .spawn(move || {
-                while let Ok(first) = queue.recv() {
-                    let mut batch = vec![first];
-                    while batch.len() < MAX_BATCH {
-                        match queue.try_recv() {
-                            Ok(job) => batch.push(job),
-                            Err(_) => break,
-                        }
-                    }
-                    let (commits, replies): (Vec<Encoded>, Vec<_>) = batch.into_iter().unzip();
-                    for (reply, result) in replies.into_iter().zip(core.append(commits)) {
-                        // The caller may have gone: the commit stands.
-                        let _ = reply.send(result);
-                    }
-                    core.maybe_compact();
-                }
-            })
-            .map_err(|e| {
-                StoreError::backend(format!("log store: cannot start the writer thread: {e}"))
-            })?;
-        Ok(Self {
-            jobs: Some(jobs),
-            thread: Some(thread),
-        })
+    /// Writes the frames added so far, and syncs the file when `sync`, off
+    /// the async threads.
+    async fn write_out(&self, sync: bool) -> Result<(), StoreError> {
+        let core = Arc::clone(&self.core);
+        tokio::task::spawn_blocking(move || Core::write_out(&core, sync))
+            .await
+            .map_err(|e| task_error(&e))?
     }
 }
 
 impl Core {
-    /// Appends `commits` in one write, each checked against the heads as
-    /// the commits before it left them; returns each one's group-commit
-    /// ticket or why it was refused. The index changes only once the write
-    /// has succeeded, so a reader never sees a checkpoint that is not in
-    /// the file.
-    fn append(&self, commits: Vec<Encoded>) -> Vec<Result<u64, StoreError>> {
-        let mut out: Vec<Result<u64, StoreError>> = Vec::with_capacity(commits.len());
-        let mut buf = Vec::with_capacity(commits.iter().map(|c| c.bytes.len()).sum());
-        let (file, base) = {
-            let shared = guard(&self.shared);
-            if let Some(why) = &shared.broken {
-                let why = why.clone();
-                return commits
-                    .iter()
-                    .map(|_| Err(StoreError::backend(why.clone())))
-                    .collect();
-            }
-            // The heads this batch has written so far.
-            let mut written: HashMap<&SessionId, (Option<u64>, &[u8])> = HashMap::new();
-            for commit in &commits {
-                let session = &commit.frame.session;
-                let current = match written.get(session) {
-                    Some(&(version, json)) => Some((version, json)),
-                    None => shared
-                        .sessions
-                        .get(session)
-                        .and_then(|e| e.head.as_ref())
-                        .map(|h| (h.version, &*h.json)),
-                };
-                let found = match current {
-                    None => None,
-                    Some((Some(version), _)) => Some(version),
-                    // A head this build cannot read is not written over:
-                    // the error says why it cannot be read.
-                    Some((None, json)) => {
-                        out.push(Err(head_version(session, json).err().unwrap_or_else(
-                            || load_error(session, "head", "unreadable by this build"),
-                        )));
-                        continue;
-                    }
-                };
-                if found != commit.expected {
-                    out.push(Err(StoreError::Conflict {
-                        session: session.clone(),
-                        expected: commit.expected,
-                        found,
-                    }));
-                    continue;
-                }
-                if let Some((at, len)) = commit.frame.head {
-                    let json = &commit.bytes[at as usize..(at + len) as usize];
-                    written.insert(session, (commit.version, json));
-                }
-                out.push(Ok(base_offset(shared.len, &buf)));
-                buf.extend_from_slice(&commit.bytes);
-            }
-            (Arc::clone(&shared.file), shared.len)
-        };
-        if buf.is_empty() {
-            return out;
+    /// Checks `commit` against its session's head, adds its frame to the
+    /// frames to write and indexes it; returns its group-commit ticket.
+    fn add(&self, commit: Encoded) -> Result<(u64, usize), StoreError> {
+        let mut shared = guard(&self.shared);
+        let shared = &mut *shared;
+        if let Some(why) = &shared.broken {
+            return Err(StoreError::backend(why.clone()));
         }
-        if let Err(e) = file.write_all_at(&buf, base) {
-            let path = log_path(&self.dir, guard(&self.shared).generation);
-            let why = format!("log store: cannot write to {}: {e}", path.display());
-            // Cut whatever part of the write landed, so that the next
-            // frame follows the last whole one.
-            if let Err(cut) = file.set_len(base) {
-                guard(&self.shared).broken = Some(format!(
-                    "{why}; and cannot cut the log back to {base} bytes ({cut}): \
-                     the store takes no more commits; reopen it"
-                ));
+        let session = &commit.frame.session;
+        let found = match shared.sessions.get(session).and_then(|e| e.head.as_ref()) {
+            None => None,
+            Some(Head {
+                version: Some(version),
+                ..
+            }) => Some(*version),
+            // A head this build cannot read is not written over: the error
+            // says why it cannot be read.
+            Some(Head { json, .. }) => {
+                return Err(head_version(session, json)
+                    .err()
+                    .unwrap_or_else(|| load_error(session, "head", "unreadable by this build")));
             }
-            return out
-                .into_iter()
-                .map(|r| r.and_then(|_| Err(StoreError::backend(why.clone()))))
-                .collect();
-        }
-        let ticket = {
-            let mut shared = guard(&self.shared);
-            for (commit, result) in commits.iter().zip(&out) {
-                if let Ok(offset) = result {
-                    shared.index(*offset, &commit.frame, &commit.bytes, commit.version);
-                }
-            }
-            shared.len = base + buf.len() as u64;
-            // Taken once the batch is written: a sync that starts later
-            // covers all of it.
-            self.group.ticket()
         };
-        out.into_iter().map(|r| r.map(|_| ticket)).collect()
+        if found != commit.expected {
+            return Err(StoreError::Conflict {
+                session: session.clone(),
+                expected: commit.expected,
+                found,
+            });
+        }
+        let offset = shared.len;
+        shared.pending.extend_from_slice(&commit.bytes);
+        shared.len += commit.bytes.len() as u64;
+        shared.index(offset, &commit.frame, &commit.bytes, commit.version);
+        // Taken once the frame is added: a write that starts later takes it.
+        Ok((self.group.ticket(), shared.pending.len()))
     }
 
-    /// Compacts the log if it is past the threshold and mostly dead; a
-    /// compaction that fails leaves the log as it was and is retried once
-    /// the log has grown by half the threshold again.
-    fn maybe_compact(&self) {
-        let (len, live, next) = {
-            let shared = guard(&self.shared);
-            (shared.len, shared.live, shared.next_compaction)
-        };
-        if len < self.options.compact_at.max(next) || len < 2 * live + HEADER_LEN {
+    /// Writes the frames added so far to the file, in order, and syncs it
+    /// when `sync`. A failure leaves the store refusing commits: what
+    /// reached the disk is not known.
+    fn write_out(core: &Arc<Core>, sync: bool) -> Result<(), StoreError> {
+        {
+            let _writing = guard(&core.writing);
+            let (file, base, frames, generation) = {
+                let mut shared = guard(&core.shared);
+                if let Some(why) = &shared.broken {
+                    return Err(StoreError::backend(why.clone()));
+                }
+                let frames = Arc::new(std::mem::take(&mut shared.pending));
+                shared.inflight = Some(Arc::clone(&frames));
+                (
+                    Arc::clone(&shared.file),
+                    shared.written,
+                    frames,
+                    shared.generation,
+                )
+            };
+            let path = log_path(&core.dir, generation);
+            let fail = |what: &str, e: &std::io::Error| {
+                let why = format!(
+                    "log store: cannot {what} {}: {e}; the store takes no more commits \
+                     until it is opened again",
+                    path.display()
+                );
+                guard(&core.shared).broken = Some(why.clone());
+                StoreError::backend(why)
+            };
+            if !frames.is_empty() {
+                file.write_all_at(&frames, base)
+                    .map_err(|e| fail("write to", &e))?;
+            }
+            {
+                let mut shared = guard(&core.shared);
+                shared.written += frames.len() as u64;
+                shared.inflight = None;
+            }
+            if sync {
+                file.sync_data().map_err(|e| fail("sync", &e))?;
+            }
+        }
+        Core::maybe_compact(core);
+        Ok(())
+    }
+
+    /// Starts a compaction on a thread of its own if the log is past the
+    /// threshold and mostly dead, and none is running.
+    fn maybe_compact(core: &Arc<Core>) {
+        {
+            let shared = guard(&core.shared);
+            if shared.len < core.options.compact_at.max(shared.next_compaction)
+                || shared.len < 2 * shared.live + HEADER_LEN
+            {
+                return;
+            }
+        }
+        if core.compacting.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Err(e) = self.compact() {
-            tracing::warn!(dir = %self.dir.display(), error = %e, "log store: compaction failed; the log is kept as it was");
+        let compactor = Arc::clone(core);
+        let started = std::thread::Builder::new()
+            .name("harness-log-compact".into())
+            .spawn(move || {
+                if let Err(e) = compactor.compact() {
+                    tracing::warn!(dir = %compactor.dir.display(), error = %e, "log store: compaction failed; the log is kept as it was");
+                }
+                let mut shared = guard(&compactor.shared);
+                shared.next_compaction = shared.len + compactor.options.compact_at / 2;
+                drop(shared);
+                compactor.compacting.store(false, Ordering::Release);
+            });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "log store: cannot start a compaction thread");
+            core.compacting.store(false, Ordering::Release);
         }
-        let mut shared = guard(&self.shared);
-        shared.next_compaction = shared.len + self.options.compact_at / 2;
     }
 
     /// Rewrites the log with only what is live, into the next generation.
-    /// Runs on the writer thread, so no commit changes the index meanwhile.
+    ///
+    /// Holds `writing` throughout, so the file does not change; commits go
+    /// on adding frames to `pending`. It copies what was live when it
+    /// started, then, under the index's lock, appends the frames added
+    /// since, moves the index to the new file and swaps the files.
     fn compact(&self) -> Result<(), StoreError> {
-        let (old, generation, sessions) = {
+        let _writing = guard(&self.writing);
+        let (old, generation, sessions, start) = {
             let shared = guard(&self.shared);
+            if shared.broken.is_some() {
+                return Ok(());
+            }
             let sessions: Vec<Live> = shared
                 .sessions
                 .iter()
@@ -460,39 +436,44 @@ impl Core {
                     (id.clone(), e.head.clone(), cps)
                 })
                 .collect();
-            (Arc::clone(&shared.file), shared.generation, sessions)
+            // Nothing is being written: `writing` is held.
+            (
+                Arc::clone(&shared.file),
+                shared.generation,
+                sessions,
+                shared.written,
+            )
         };
         let next = generation + 1;
         let tmp = tmp_path(&self.dir, next);
-        let result = (|| {
+        let old_path = log_path(&self.dir, generation);
+        // Old offset of each copied checkpoint → its new offset.
+        let mut moved: HashMap<u64, u64> = HashMap::new();
+        let copied = (|| {
             let file = create_file(&tmp, true).map_err(|e| io_error("create", &tmp, &e))?;
             let mut out = BufWriter::with_capacity(1 << 20, &file);
             let write_err = |e: std::io::Error| io_error("write", &tmp, &e);
             out.write_all(&frame::header()).map_err(write_err)?;
             let mut at = HEADER_LEN;
-            let mut index: HashMap<SessionId, Entry> = HashMap::with_capacity(sessions.len());
-            let mut live = 0;
-            let old_path = log_path(&self.dir, generation);
             for (session, head, cps) in sessions {
-                let mut bodies: Vec<(u64, bool, Vec<u8>)> = Vec::new();
+                let mut bodies: Vec<(u64, bool, Vec<u8>, u64)> = Vec::new();
                 let mut size = 0;
-                let mut chunks = cps.into_iter().peekable();
+                let mut cps = cps.into_iter().filter(|(_, l)| l.offset < start).peekable();
                 loop {
-                    let next = chunks.next();
-                    if let Some((seq, loc)) = next {
+                    if let Some((seq, loc)) = cps.next() {
                         let mut body = vec![0u8; loc.len as usize];
                         old.read_exact_at(&mut body, loc.offset)
                             .map_err(|e| io_error("read", &old_path, &e))?;
                         size += body.len();
-                        bodies.push((seq, loc.snapshot, body));
+                        bodies.push((seq, loc.snapshot, body, loc.offset));
                     }
-                    let last = chunks.peek().is_none();
+                    let last = cps.peek().is_none();
                     if !(last || size >= COMPACT_FRAME) {
                         continue;
                     }
                     let refs: Vec<(u64, bool, &[u8])> = bodies
                         .iter()
-                        .map(|(s, k, b)| (*s, *k, b.as_slice()))
+                        .map(|(s, k, b, _)| (*s, *k, b.as_slice()))
                         .collect();
                     let head_json = if last {
                         head.as_ref().map(|h| &*h.json)
@@ -506,9 +487,9 @@ impl Core {
                             ))
                         })?;
                     out.write_all(&bytes).map_err(write_err)?;
-                    let entry = index.entry(session.clone()).or_default();
-                    let version = head.as_ref().and_then(|h| h.version);
-                    live += index_frame(entry, at, &frame, &bytes, version).1;
+                    for (a, (_, _, _, from)) in frame.append.iter().zip(&bodies) {
+                        moved.insert(*from, at + u64::from(a.at));
+                    }
                     at += bytes.len() as u64;
                     bodies.clear();
                     size = 0;
@@ -519,28 +500,58 @@ impl Core {
             }
             out.flush().map_err(write_err)?;
             drop(out);
-            file.sync_all().map_err(|e| io_error("sync", &tmp, &e))?;
-            let path = log_path(&self.dir, next);
-            fs::rename(&tmp, &path).map_err(|e| io_error("rename into place", &tmp, &e))?;
-            sync_dir(&self.dir)?;
-            Ok((file, at, index, live))
+            Ok::<_, StoreError>((file, at))
         })();
-        let (file, len, index, live) = match result {
+        let (file, copied_len) = match copied {
             Ok(done) => done,
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
                 return Err(e);
             }
         };
-        {
+        let finish = || -> Result<(), StoreError> {
             let mut shared = guard(&self.shared);
+            // The frames added while copying follow what was copied.
+            let added = std::mem::take(&mut shared.pending);
+            let shift = |offset: u64| offset - start + copied_len;
+            let result = (|| {
+                file.write_all_at(&added, copied_len)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| io_error("write", &tmp, &e))?;
+                let path = log_path(&self.dir, next);
+                fs::rename(&tmp, &path).map_err(|e| io_error("rename into place", &tmp, &e))?;
+                sync_dir(&self.dir)
+            })();
+            if let Err(e) = result {
+                // Put the frames back: they are still to be written to the
+                // old file.
+                let later = std::mem::replace(&mut shared.pending, added);
+                shared.pending.extend_from_slice(&later);
+                return Err(e);
+            }
+            let mut live = 0;
+            for entry in shared.sessions.values_mut() {
+                for loc in entry.checkpoints.values_mut() {
+                    loc.offset = if loc.offset < start {
+                        moved.get(&loc.offset).copied().unwrap_or(loc.offset)
+                    } else {
+                        shift(loc.offset)
+                    };
+                    live += u64::from(loc.len);
+                }
+                live += entry.head.as_ref().map_or(0, |h| h.json.len() as u64);
+            }
             shared.file = Arc::new(file);
             shared.generation = next;
-            shared.len = len;
+            shared.written = copied_len + added.len() as u64;
+            shared.len = shared.written;
             shared.live = live;
-            shared.sessions = index;
+            Ok(())
+        };
+        if let Err(e) = finish() {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
-        let old_path = log_path(&self.dir, generation);
         if let Err(e) = fs::remove_file(&old_path) {
             // The new generation is whole; the old one is deleted when the
             // store next opens.
@@ -550,13 +561,43 @@ impl Core {
     }
 }
 
-/// Where the next frame of the batch goes.
-fn base_offset(len: u64, buf: &[u8]) -> u64 {
-    len + buf.len() as u64
+impl Drop for Core {
+    /// Writes and syncs the commits that are not durable yet, so that
+    /// dropping the store loses none.
+    fn drop(&mut self) {
+        let shared = self
+            .shared
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if shared.pending.is_empty() || shared.broken.is_some() {
+            return;
+        }
+        let path = log_path(&self.dir, shared.generation);
+        if let Err(e) = shared
+            .file
+            .write_all_at(&shared.pending, shared.written)
+            .and_then(|()| shared.file.sync_data())
+        {
+            tracing::warn!(log = %path.display(), error = %e, "log store: cannot write the last commits when closing");
+        }
+    }
 }
 
 impl Shared {
-    /// Indexes a frame written at `offset`.
+    /// A copy of the body at `loc` if it is not in the file yet.
+    fn in_memory(&self, loc: Loc) -> Option<Vec<u8>> {
+        let mut at = usize::try_from(loc.offset.checked_sub(self.written)?).ok()?;
+        let len = loc.len as usize;
+        if let Some(inflight) = &self.inflight {
+            if at < inflight.len() {
+                return inflight.get(at..at + len).map(<[u8]>::to_vec);
+            }
+            at -= inflight.len();
+        }
+        self.pending.get(at..at + len).map(<[u8]>::to_vec)
+    }
+
+    /// Indexes a frame added at `offset`.
     fn index(&mut self, offset: u64, frame: &Frame, bytes: &[u8], version: Option<u64>) {
         let entry = self.sessions.entry(frame.session.clone()).or_default();
         let (dead, added) = index_frame(entry, offset, frame, bytes, version);
@@ -841,18 +882,14 @@ impl SessionStore for LogStore {
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let durable = commit.durable;
-        let commit = Encoded::new(&commit)?;
-        let (reply, ticket) = tokio::sync::oneshot::channel();
-        let gone = || StoreError::backend("log store: the writer thread has stopped");
-        self.writer
-            .jobs
-            .as_ref()
-            .ok_or_else(gone)?
-            .send((commit, reply))
-            .map_err(|_| gone())?;
-        let ticket = ticket.await.map_err(|_| gone())??;
+        let (ticket, pending) = self.core.add(Encoded::new(&commit)?)?;
         if durable {
-            self.core.group.durable(ticket, || self.sync()).await?;
+            self.core
+                .group
+                .durable(ticket, || self.write_out(true))
+                .await?;
+        } else if pending >= PENDING_MAX {
+            self.write_out(false).await?;
         }
         Ok(())
     }
@@ -862,43 +899,53 @@ impl SessionStore for LogStore {
         session: &SessionId,
         from_seq: u64,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        let (file, generation, locs) = {
+        // Bodies still in memory are copied under the lock; the others are
+        // read from the file after.
+        let (file, generation, bodies) = {
             let shared = guard(&self.core.shared);
-            let locs: Vec<(u64, Loc)> = shared
+            let bodies: Vec<(u64, Loc, Option<Vec<u8>>)> = shared
                 .sessions
                 .get(session)
                 .map(|e| {
                     e.checkpoints
                         .range(from_seq..)
-                        .map(|(s, l)| (*s, *l))
+                        .map(|(s, l)| (*s, *l, shared.in_memory(*l)))
                         .collect()
                 })
                 .unwrap_or_default();
-            (Arc::clone(&shared.file), shared.generation, locs)
+            (Arc::clone(&shared.file), shared.generation, bodies)
         };
-        if locs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let path = log_path(&self.core.dir, generation);
+        let on_disk = bodies.iter().filter(|(_, _, b)| b.is_none()).count();
         let session = session.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut out = Vec::with_capacity(locs.len());
-            let mut body = Vec::new();
-            for (seq, loc) in locs {
-                body.resize(loc.len as usize, 0);
-                file.read_exact_at(&mut body, loc.offset).map_err(|e| {
-                    io_error(
-                        &format!("read checkpoint {seq} of session {session} from"),
-                        &path,
-                        &e,
-                    )
-                })?;
+        let path = log_path(&self.core.dir, generation);
+        let read = move || {
+            let mut out = Vec::with_capacity(bodies.len());
+            for (seq, loc, body) in bodies {
+                let body = match body {
+                    Some(body) => body,
+                    None => {
+                        let mut body = vec![0u8; loc.len as usize];
+                        file.read_exact_at(&mut body, loc.offset).map_err(|e| {
+                            io_error(
+                                &format!("read checkpoint {seq} of session {session} from"),
+                                &path,
+                                &e,
+                            )
+                        })?;
+                        body
+                    }
+                };
                 out.push(checkpoint_from_slice(&session, seq, &body)?);
             }
             Ok(out)
-        })
-        .await
-        .map_err(|e| StoreError::backend(format!("log store: a disk task failed: {e}")))?
+        };
+        if on_disk == 0 {
+            read()
+        } else {
+            tokio::task::spawn_blocking(read)
+                .await
+                .map_err(|e| task_error(&e))?
+        }
     }
 
     async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
@@ -913,6 +960,6 @@ impl SessionStore for LogStore {
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
-        self.sync().await
+        self.write_out(true).await
     }
 }
