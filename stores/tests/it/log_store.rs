@@ -11,11 +11,12 @@
 
 use crate::{GARBAGE, create_sample, id};
 use harness::SessionId;
-use harness::session::{Checkpoint, Commit, SessionStore, StoredRun};
+use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoredRun};
 use harness_stores::conformance::{self, advance, create, head, snapshot, update};
 use harness_stores::{LogOptions, LogStore};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,27 +60,59 @@ async fn commit(store: &LogStore, model: &mut Contents, commit: Commit) {
     apply(model, &commit);
 }
 
-/// The bytes the frame of `commit` takes, by the documented payload layout:
-/// flags, the id, the removed seqs, a table of the appended checkpoints,
-/// the head's length, then the bodies (JSON).
-fn frame_len(commit: &Commit) -> usize {
-    let bodies: usize = commit.append.iter().map(json_len).sum();
-    FRAME_HEAD
-        + 1
-        + 2
-        + commit.head.session_id.as_str().len()
-        + 4
-        + 8 * commit.remove.len()
-        + 4
-        + 13 * commit.append.len()
-        + 4
-        + bodies
-        + json_len(&commit.head)
+/// A frame, by the documented layout: the payload's length and crc32,
+/// then the payload: flags (bit 0: a head follows), the id (u16 length),
+/// the removed seqs (u32 count, u64 each), a table of the appended
+/// checkpoints (u32 count; u64 seq, u8 is a snapshot, u32 length each),
+/// the head's length (u32), the checkpoints' bodies, the head's body.
+fn encode_frame(
+    session: &str,
+    remove: &[u64],
+    append: &[(u64, bool, Vec<u8>)],
+    head: Option<&[u8]>,
+) -> Vec<u8> {
+    let u32_le = |n: usize| u32::try_from(n).unwrap().to_le_bytes();
+    let mut payload = vec![u8::from(head.is_some())];
+    payload.extend_from_slice(&u16::try_from(session.len()).unwrap().to_le_bytes());
+    payload.extend_from_slice(session.as_bytes());
+    payload.extend_from_slice(&u32_le(remove.len()));
+    for seq in remove {
+        payload.extend_from_slice(&seq.to_le_bytes());
+    }
+    payload.extend_from_slice(&u32_le(append.len()));
+    for (seq, snapshot, body) in append {
+        payload.extend_from_slice(&seq.to_le_bytes());
+        payload.push(u8::from(*snapshot));
+        payload.extend_from_slice(&u32_le(body.len()));
+    }
+    payload.extend_from_slice(&u32_le(head.map_or(0, <[u8]>::len)));
+    for (_, _, body) in append {
+        payload.extend_from_slice(body);
+    }
+    payload.extend_from_slice(head.unwrap_or_default());
+    let mut out = u32_le(payload.len()).to_vec();
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
 }
 
-/// The length of a record's JSON.
-fn json_len(record: &impl serde::Serialize) -> usize {
-    serde_json::to_vec(record).unwrap().len()
+/// The frame of `commit`: its checkpoints and head as JSON.
+fn commit_frame(commit: &Commit) -> Vec<u8> {
+    let append: Vec<(u64, bool, Vec<u8>)> = commit
+        .append
+        .iter()
+        .map(|cp| {
+            let snapshot = matches!(cp.kind, CheckpointKind::Snapshot(_));
+            (cp.seq, snapshot, serde_json::to_vec(cp).unwrap())
+        })
+        .collect();
+    let head = serde_json::to_vec(&commit.head).unwrap();
+    encode_frame(
+        commit.head.session_id.as_str(),
+        &commit.remove,
+        &append,
+        Some(&head),
+    )
 }
 
 /// Where each frame of a log file is, by its length fields; panics unless
@@ -274,9 +307,14 @@ impl Fixture {
         }
         let bytes = std::fs::read(store.log_path()).unwrap();
         let frames = frames(&bytes);
-        let lens: Vec<usize> = frames.iter().map(ExactSizeIterator::len).collect();
-        let want: Vec<usize> = script.iter().map(frame_len).collect();
-        assert_eq!(lens, want, "one frame per commit, laid out as documented");
+        assert_eq!(frames.len(), script.len(), "one frame per commit");
+        for (frame, c) in frames.iter().zip(&script) {
+            assert_eq!(
+                &bytes[frame.clone()],
+                commit_frame(c),
+                "the frame of {c:?}, laid out as documented"
+            );
+        }
         Self {
             bytes,
             frames,
@@ -563,7 +601,7 @@ async fn compaction_rewrites_the_log_with_only_what_is_live() {
     let mut written = HEADER_LEN;
     for s in sessions {
         let c = create(head(s), vec![snapshot(0, 0, big_state(0))]);
-        written += frame_len(&c);
+        written += commit_frame(&c).len();
         commit(&store, &mut model, c).await;
     }
     for step in 1..=150u64 {
@@ -582,7 +620,7 @@ async fn compaction_rewrites_the_log_with_only_what_is_live() {
                 )
             };
             next.durable = step % 10 == 0;
-            written += frame_len(&next);
+            written += commit_frame(&next).len();
             commit(&store, &mut model, next).await;
         }
     }
@@ -702,7 +740,6 @@ async fn opening_after_a_crash_in_a_compaction_reads_the_newest_generation() {
 #[cfg(unix)]
 #[tokio::test]
 async fn log_store_creates_private_files() {
-    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     let base = tempfile::tempdir().unwrap();
@@ -738,4 +775,168 @@ async fn log_store_creates_private_files() {
     for path in [dir.join("LOCK"), log, tail] {
         assert_eq!(mode(&path), 0o600, "{}", path.display());
     }
+}
+
+/// A crash that tears the first commit after a reopen that set a tail
+/// aside damages the log at the same offset again: the second tail is set
+/// aside and the first is kept, both byte for byte.
+#[tokio::test]
+#[ignore = "bug: set_aside (log_store/mod.rs) creates log.{gen}.tail-{offset} with truncate, \
+            overwriting an earlier tail at the same offset"]
+async fn a_second_damaged_end_at_the_same_offset_keeps_the_first_tail() {
+    let fx = Fixture::new().await;
+    let mut damaged = Damaged::new();
+    let mut bytes = fx.bytes.clone();
+    bytes.extend_from_slice(GARBAGE);
+    let dir = damaged.dir(&bytes);
+    let store = LogStore::open(&dir).unwrap();
+    let first = store.set_aside().unwrap().to_path_buf();
+    drop(store);
+    let torn = b"\x40\x00\x00\x00 a commit torn by a second crash";
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("log.1"))
+        .unwrap()
+        .write_all(torn)
+        .unwrap();
+    let store = LogStore::open(&dir).unwrap();
+    let second = store.set_aside().unwrap().to_path_buf();
+    assert_eq!(std::fs::read(&second).unwrap(), torn);
+    assert_eq!(contents(&store).await, fx.after[fx.commits()]);
+    let tails: BTreeSet<Vec<u8>> = listing(&dir)
+        .iter()
+        .filter(|n| n.contains(".tail-"))
+        .map(|n| std::fs::read(dir.join(n)).unwrap())
+        .collect();
+    assert_eq!(
+        tails,
+        [GARBAGE.to_vec(), torn.to_vec()].into(),
+        "the first tail ({}) is kept beside the second ({})",
+        first.display(),
+        second.display()
+    );
+}
+
+/// Checkpoint frames of a session whose head frame is lost (a compaction
+/// writes a large session's checkpoints in frames without a head, the head
+/// last; damage in the head frame sets it aside) do not resurface: the
+/// session is absent, and one created anew under its id has only its own
+/// checkpoints.
+#[tokio::test]
+#[ignore = "bug: open_log (log_store/mod.rs) keeps head-less entries in the index; \
+            a commit creating the session finds no head and adds to their checkpoints"]
+async fn checkpoints_without_a_head_do_not_join_a_session_created_anew() {
+    let orphans: Vec<(u64, bool, Vec<u8>)> = (1..=3)
+        .map(|seq| {
+            let cp = update(seq, seq, "orphan", json!({"orphan": seq}));
+            (seq, false, serde_json::to_vec(&cp).unwrap())
+        })
+        .collect();
+    let mut bytes = header(1);
+    bytes.extend(encode_frame("s", &[], &orphans, None));
+    let head_at = bytes.len();
+    let lost_head = serde_json::to_vec(&head("s")).unwrap();
+    let mut head_frame = encode_frame("s", &[], &[], Some(&lost_head));
+    let last = head_frame.len() - 1;
+    head_frame[last] ^= 1;
+    bytes.extend(head_frame);
+
+    let mut damaged = Damaged::new();
+    let dir = damaged.dir(&bytes);
+    let store = LogStore::open(&dir).unwrap();
+    let tail = dir.join(format!("log.1.tail-{head_at}"));
+    assert_eq!(store.set_aside(), Some(tail.as_path()));
+    assert_eq!(store.sessions().await.unwrap(), Vec::<SessionId>::new());
+    assert_eq!(store.load(&id("s")).await.unwrap(), None);
+    let c = create(head("s"), vec![snapshot(0, 0, json!({"n": 0}))]);
+    store.commit(c.clone()).await.unwrap();
+    assert_eq!(store.checkpoints(&id("s"), 0).await.unwrap(), c.append);
+}
+
+/// Sessions committing at once while compactions run, and readers reading
+/// all the while: every read finds each checkpoint it is told of, with its
+/// own body, and every head it loads is one that was committed; in the end
+/// the store holds exactly what was committed, also when opened again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_and_commits_during_compactions_see_whole_sessions() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    const SESSIONS: usize = 6;
+    const STEPS: u64 = 120;
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
+    let store = LogStore::open_with(&dir, LogOptions::default().compact_at(32 * 1024)).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for i in 0..SESSIONS {
+        let store = store.clone();
+        writers.push(tokio::spawn(async move {
+            let name = format!("w{i}");
+            let mut model = Contents::new();
+            let c = create(head(&name), vec![snapshot(0, 0, big_state(0))]);
+            commit(&store, &mut model, c).await;
+            for step in 1..=STEPS {
+                let (prev, live) = &model[&id(&name)];
+                let next = if step % 4 == 0 {
+                    let remove = live.iter().map(|cp| cp.seq).collect();
+                    advance(prev, vec![snapshot(step, step, big_state(step))], remove)
+                } else {
+                    advance(
+                        prev,
+                        vec![update(step, step, "think", json!({"n": step}))],
+                        vec![],
+                    )
+                };
+                let mut next = next;
+                next.durable = step % 8 == 0;
+                commit(&store, &mut model, next).await;
+            }
+            model
+        }));
+    }
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let (store, done) = (store.clone(), Arc::clone(&done));
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                for session in store.sessions().await.unwrap() {
+                    let head = store.load(&session).await.unwrap().unwrap();
+                    let cps = store.checkpoints(&session, 0).await.unwrap();
+                    // Seqs in order, starting with a snapshot, each body
+                    // its own; none beyond a head loaded after them.
+                    assert!(matches!(cps[0].kind, CheckpointKind::Snapshot(_)));
+                    for (k, cp) in cps.iter().enumerate() {
+                        assert_eq!(cp.seq, cps[0].seq + k as u64, "{session}: {cps:?}");
+                        let want = if cp.seq % 4 == 0 {
+                            CheckpointKind::Snapshot(big_state(cp.seq))
+                        } else {
+                            CheckpointKind::Update(json!({"n": cp.seq}))
+                        };
+                        assert_eq!(cp.kind, want, "{session} seq {cp:?}");
+                    }
+                    let after = store.load(&session).await.unwrap().unwrap();
+                    assert!(cps.last().unwrap().seq <= after.last_seq);
+                    assert!(head.version <= after.version);
+                    reads += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            reads
+        }));
+    }
+    let mut model = Contents::new();
+    for w in writers {
+        model.extend(w.await.unwrap());
+    }
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.await.unwrap() > 0, "the readers read");
+    }
+    assert_eq!(contents(&store).await, model);
+    assert!(generation(&store.log_path()) > 2, "{:?}", store.log_path());
+    drop(store);
+    let store = LogStore::open(&dir).unwrap();
+    assert_eq!(store.set_aside(), None);
+    assert_eq!(contents(&store).await, model);
 }
