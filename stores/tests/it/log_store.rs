@@ -1026,6 +1026,7 @@ fn parse_frame(bytes: &[u8], frame: Range<usize>) -> Parsed {
 /// Overwrites, in place, the body of checkpoint `seq` of `session` in the
 /// store's log (where its last frame appending it has it) with bytes that
 /// are not JSON.
+#[cfg(unix)]
 fn corrupt_checkpoint_in_place(store: &LogStore, session: &SessionId, seq: u64) {
     use std::os::unix::fs::FileExt;
     let path = store.log_path();
@@ -1151,4 +1152,58 @@ async fn records_that_are_not_json_in_whole_frames_are_refused_not_skipped() {
     }
     let log = std::fs::read(dir.join("log.1")).unwrap();
     assert_eq!(log, bytes, "nothing was written over");
+}
+
+/// A compaction that fails (here: its `.tmp` cannot be created, a
+/// directory stands in its place) leaves the log as it was: commits go on
+/// into it, nothing is lost; once the obstacle is gone a later compaction
+/// succeeds, and the store opens again to what was committed.
+#[tokio::test]
+async fn a_failed_compaction_leaves_the_log_as_it_was() {
+    const COMPACT_AT: u64 = 16 * 1024;
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
+    let store = LogStore::open_with(&dir, LogOptions::default().compact_at(COMPACT_AT)).unwrap();
+    std::fs::create_dir(dir.join("log.2.tmp")).unwrap();
+    let mut model = Contents::new();
+    let c = create(head("s"), vec![snapshot(0, 0, big_state(0))]);
+    commit(&store, &mut model, c).await;
+    // Each commit replaces the one snapshot: nearly all of the log is dead.
+    let mut step = 0;
+    let mut next_step = async |store: &LogStore, model: &mut Contents| {
+        step += 1;
+        let (prev, live) = &model[&id("s")];
+        let remove = live.iter().map(|cp| cp.seq).collect();
+        let next = advance(prev, vec![snapshot(step, step, big_state(step))], remove);
+        commit(store, model, next).await;
+    };
+    while std::fs::metadata(store.log_path()).unwrap().len() < 4 * COMPACT_AT {
+        next_step(&store, &mut model).await;
+    }
+    assert_eq!(
+        store.log_path(),
+        dir.join("log.1"),
+        "no compaction succeeded"
+    );
+    assert_eq!(contents(&store).await, model);
+    assert_eq!(
+        listing(&dir),
+        ["LOCK", "log.1", "log.2.tmp"].map(String::from).into()
+    );
+
+    std::fs::remove_dir(dir.join("log.2.tmp")).unwrap();
+    let written = std::fs::metadata(store.log_path()).unwrap().len();
+    for _ in 0..200 {
+        if store.log_path() != dir.join("log.1") {
+            break;
+        }
+        next_step(&store, &mut model).await;
+    }
+    assert_eq!(store.log_path(), dir.join("log.2"));
+    assert_eq!(contents(&store).await, model);
+    drop(store);
+    assert_eq!(listing(&dir), ["LOCK", "log.2"].map(String::from).into());
+    assert!(std::fs::metadata(dir.join("log.2")).unwrap().len() < written / 4);
+    let store = LogStore::open(&dir).unwrap();
+    assert_eq!(contents(&store).await, model);
 }
