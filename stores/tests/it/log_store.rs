@@ -1,5 +1,6 @@
 //! The log store: the suite, reopening, a damaged end set aside, files it
-//! refuses to read, its lock, compaction and what a crash leaves of one,
+//! refuses to read, records it cannot read, its lock, compaction (during
+//! reads and commits, failed, and what a crash leaves of one),
 //! permissions.
 //!
 //! The layout, as the rustdoc and `log_store/frame.rs` document it: a
