@@ -1,13 +1,13 @@
 //! A worker process for the group-commit crash test: many sessions step at
-//! once on one sled store, every step durable; each step is reported once
-//! its commit is acknowledged.
+//! once on one store (sled, or the log store), every step durable; each
+//! step is reported once its commit is acknowledged.
 //!
-//! `group_worker STORE_DIR SESSIONS STEPS`
+//! `group_worker STORE_DIR SESSIONS STEPS [sled|log]` (default `sled`)
 
 use futures::StreamExt;
-use harness::session::{Durability, SessionConfig};
+use harness::session::{Durability, SessionConfig, SessionStore};
 use harness::{Harness, HarnessState, RunEvent, SessionId, StepResult, create_agent};
-use harness_stores::SledStore;
+use harness_stores::{LogStore, SledStore};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -25,10 +25,18 @@ async fn count(_: Arc<Count>) -> StepResult<CountUpdate> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, dir, sessions, steps] = args.as_slice() else {
-        return Err("usage: group_worker STORE_DIR SESSIONS STEPS".into());
+    let usage = "usage: group_worker STORE_DIR SESSIONS STEPS [sled|log]";
+    let (dir, sessions, steps, kind) = match args.as_slice() {
+        [_, dir, sessions, steps] => (dir, sessions, steps, "sled"),
+        [_, dir, sessions, steps, kind] => (dir, sessions, steps, kind.as_str()),
+        _ => return Err(usage.into()),
     };
     let (sessions, steps): (usize, u64) = (sessions.parse()?, steps.parse()?);
+    let store: Arc<dyn SessionStore> = match kind {
+        "sled" => Arc::new(SledStore::open(dir)?),
+        "log" => Arc::new(LogStore::open(dir)?),
+        other => return Err(format!("unknown store {other:?}; {usage}").into()),
+    };
     let harness = Harness::<Count>::builder()
         .step("count")
         .run(count)
@@ -38,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .on("done")
         .end()
         .start("count")
-        .store(SledStore::open(dir)?)
+        .store(store)
         .session_config(SessionConfig {
             durability: Durability::EveryStep,
             ..SessionConfig::default()

@@ -25,6 +25,7 @@
 mod depth;
 mod file;
 mod log_gaps;
+mod log_store;
 mod memory;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;
