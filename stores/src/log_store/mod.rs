@@ -519,8 +519,7 @@ impl Core {
                     .and_then(|()| file.sync_all())
                     .map_err(|e| io_error("write", &tmp, &e))?;
                 let path = log_path(&self.dir, next);
-                fs::rename(&tmp, &path).map_err(|e| io_error("rename into place", &tmp, &e))?;
-                sync_dir(&self.dir)
+                fs::rename(&tmp, &path).map_err(|e| io_error("rename into place", &tmp, &e))
             })();
             if let Err(e) = result {
                 // Put the frames back: they are still to be written to the
@@ -546,6 +545,17 @@ impl Core {
             shared.written = copied_len + added.len() as u64;
             shared.len = shared.written;
             shared.live = live;
+            // Renamed: the new generation is the log from now on, whatever
+            // follows. If its name cannot be made durable, a power cut could
+            // bring back the old file without the commits written since, so
+            // the store takes no more.
+            if let Err(e) = sync_dir(&self.dir) {
+                shared.broken = Some(format!(
+                    "{e}; after compacting into {}: the store takes no more commits until it \
+                     is opened again",
+                    log_path(&self.dir, next).display()
+                ));
+            }
             Ok(())
         };
         if let Err(e) = finish() {
@@ -653,12 +663,9 @@ fn generations(dir: &Path) -> Result<(Option<u64>, Vec<PathBuf>), StoreError> {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(LOG_PREFIX)) else {
             continue;
         };
-        if let Ok(generation) = rest.parse::<u64>() {
+        if let Some(generation) = generation_of(rest) {
             found.push(generation);
-        } else if rest
-            .strip_suffix(".tmp")
-            .is_some_and(|g| g.parse::<u64>().is_ok())
-        {
+        } else if rest.strip_suffix(".tmp").and_then(generation_of).is_some() {
             tmps.push(entry.path());
         }
     }
@@ -666,6 +673,13 @@ fn generations(dir: &Path) -> Result<(Option<u64>, Vec<PathBuf>), StoreError> {
     let newest = found.pop();
     tmps.extend(found.into_iter().map(|g| log_path(dir, g)));
     Ok((newest, tmps))
+}
+
+/// The generation a log file name (after `log.`) stands for: only the
+/// names the store writes, so `log.02` or `log.+2` is left alone.
+fn generation_of(name: &str) -> Option<u64> {
+    let generation = name.parse::<u64>().ok()?;
+    (generation.to_string() == name).then_some(generation)
 }
 
 fn log_path(dir: &Path, generation: u64) -> PathBuf {
@@ -678,13 +692,16 @@ fn tmp_path(dir: &Path, generation: u64) -> PathBuf {
 
 type Opened = (File, u64, HashMap<SessionId, Entry>, u64, Option<PathBuf>);
 
-/// A new, empty log of `generation`.
+/// A new, empty log of `generation`: written beside it and renamed into
+/// place, so that a crash never leaves a log without its header.
 fn create_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
-    let path = log_path(dir, generation);
-    let file = create_file(&path, true).map_err(|e| io_error("create", &path, &e))?;
+    let tmp = tmp_path(dir, generation);
+    let file = create_file(&tmp, true).map_err(|e| io_error("create", &tmp, &e))?;
     file.write_all_at(&frame::header(), 0)
         .and_then(|()| file.sync_all())
-        .map_err(|e| io_error("write", &path, &e))?;
+        .map_err(|e| io_error("write", &tmp, &e))?;
+    let path = log_path(dir, generation);
+    fs::rename(&tmp, &path).map_err(|e| io_error("rename into place", &tmp, &e))?;
     sync_dir(dir)?;
     Ok((file, HEADER_LEN, HashMap::new(), 0, None))
 }
@@ -752,9 +769,18 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
         at += (FRAME_HEAD + len) as u64;
     };
     drop(reader);
-    // A compaction's checkpoint frames whose head frame was never written
-    // cannot be: the compaction renames its file only once whole. Entries
-    // without a head are left out of `sessions()` all the same.
+    // A compaction writes a large session's checkpoints in frames before the
+    // one with its head. If damage cut the log between them, those
+    // checkpoints belong to no head: they are dropped from the index (their
+    // bytes are in the file, and the damaged end in the set-aside file), so
+    // that a session created anew under that id does not inherit them.
+    sessions.retain(|_, entry| {
+        if entry.head.is_none() {
+            let bytes: u64 = entry.checkpoints.values().map(|l| u64::from(l.len)).sum();
+            live = live.saturating_sub(bytes);
+        }
+        entry.head.is_some()
+    });
     let set_aside = match damage {
         None => None,
         Some(why) => Some(set_aside(dir, &path, &file, generation, at, size, &why)?),
@@ -762,8 +788,9 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
     Ok((file, at, sessions, live, set_aside))
 }
 
-/// Moves the bytes of `file` from `at` to `size` into a file of their own,
-/// synced, then cuts the log at `at`.
+/// Moves the bytes of `file` from `at` to `size` into a file of their own
+/// (a new name, never one an earlier damage was set aside to), synced,
+/// then cuts the log at `at`.
 fn set_aside(
     dir: &Path,
     path: &Path,
@@ -773,14 +800,35 @@ fn set_aside(
     size: u64,
     why: &str,
 ) -> Result<PathBuf, StoreError> {
-    let aside = dir.join(format!("{LOG_PREFIX}{generation}.tail-{at}"));
-    let mut tail = vec![0u8; usize::try_from(size - at).unwrap_or(usize::MAX)];
-    file.read_exact_at(&mut tail, at)
+    let mut n = 0u32;
+    let (aside, mut out) = loop {
+        let name = match n {
+            0 => format!("{LOG_PREFIX}{generation}.tail-{at}"),
+            n => format!("{LOG_PREFIX}{generation}.tail-{at}-{n}"),
+        };
+        let aside = dir.join(name);
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(&aside) {
+            Ok(out) => break (aside, out),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(io_error("create", &aside, &e)),
+        }
+    };
+    let mut tail = std::io::BufReader::new(file).take(size - at);
+    std::io::Seek::seek(tail.get_mut().get_mut(), std::io::SeekFrom::Start(at))
         .map_err(|e| io_error("read", path, &e))?;
-    let out = create_file(&aside, true).map_err(|e| io_error("create", &aside, &e))?;
-    out.write_all_at(&tail, 0)
-        .and_then(|()| out.sync_all())
-        .map_err(|e| io_error("write", &aside, &e))?;
+    let copied = std::io::copy(&mut tail, &mut out)
+        .map_err(|e| io_error("copy the damaged end of", path, &e))?;
+    if copied != size - at {
+        return Err(StoreError::backend(format!(
+            "log store: {} shrank while its damaged end was copied; nothing was cut",
+            path.display()
+        )));
+    }
+    out.sync_all().map_err(|e| io_error("write", &aside, &e))?;
     sync_dir(dir)?;
     file.set_len(at)
         .and_then(|()| file.sync_all())
@@ -790,8 +838,10 @@ fn set_aside(
         offset = at,
         bytes = size - at,
         moved_to = %aside.display(),
-        "log store: {why}; the log ends there and the {} bytes from there on were moved aside \
-         (a commit cut short by a crash, not yet acknowledged as durable)",
+        "log store: {why}; the log now ends there, and the {} bytes from there on were moved \
+         aside. If that was the last commit written, a crash cut it short before it was \
+         acknowledged as durable; if whole commits follow it, the disk damaged the log and \
+         those commits are in the moved bytes, to recover by hand",
         size - at
     );
     Ok(aside)

@@ -782,8 +782,6 @@ async fn log_store_creates_private_files() {
 /// aside damages the log at the same offset again: the second tail is set
 /// aside and the first is kept, both byte for byte.
 #[tokio::test]
-#[ignore = "bug: set_aside (log_store/mod.rs) creates log.{gen}.tail-{offset} with truncate, \
-            overwriting an earlier tail at the same offset"]
 async fn a_second_damaged_end_at_the_same_offset_keeps_the_first_tail() {
     let fx = Fixture::new().await;
     let mut damaged = Damaged::new();
@@ -824,8 +822,6 @@ async fn a_second_damaged_end_at_the_same_offset_keeps_the_first_tail() {
 /// session is absent, and one created anew under its id has only its own
 /// checkpoints.
 #[tokio::test]
-#[ignore = "bug: open_log (log_store/mod.rs) keeps head-less entries in the index; \
-            a commit creating the session finds no head and adds to their checkpoints"]
 async fn checkpoints_without_a_head_do_not_join_a_session_created_anew() {
     let orphans: Vec<(u64, bool, Vec<u8>)> = (1..=3)
         .map(|seq| {
@@ -946,8 +942,6 @@ async fn reads_and_commits_during_compactions_see_whole_sessions() {
 /// copy someone made) are not the store's: it reads `log.2` and deletes
 /// neither it nor them.
 #[tokio::test]
-#[ignore = "bug: generations (log_store/mod.rs) reads log.02 and log.+2 as generation 2 \
-            (u64::from_str), then deletes log.2, the log it has just read, as stale"]
 async fn names_that_only_look_like_a_generation_are_left_alone() {
     let base = tempfile::tempdir().unwrap();
     let source = LogStore::open(base.path().join("source")).unwrap();
