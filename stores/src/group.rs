@@ -57,13 +57,26 @@ impl GroupFlush {
         state.applied
     }
 
+    /// The tickets given so far. A store that takes its tickets under a
+    /// lock of its own can read this under that lock to learn exactly
+    /// which commits a flush starting then takes.
+    pub(crate) fn applied(&self) -> u64 {
+        self.state().applied
+    }
+
     /// Returns once `ticket` is on disk, flushing with `flush` when no
     /// flush that covers it is running; a failed flush fails every commit
     /// it was to cover.
+    ///
+    /// `flush` returns the last ticket it is known to cover (0 if it does
+    /// not know): a flush covers at least every ticket given before it was
+    /// started, and a store that can tell it took later ones too (added
+    /// while the flush was being set off) has them acknowledged by it
+    /// rather than by the next.
     pub(crate) async fn durable<F, Fut>(&self, ticket: u64, flush: F) -> Result<(), StoreError>
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<(), StoreError>>,
+        Fut: Future<Output = Result<u64, StoreError>>,
     {
         loop {
             // Registered before the state is read, so that a flush ending
@@ -95,17 +108,20 @@ impl GroupFlush {
                 notified.await;
                 continue;
             };
+            // Commits that are ready to run on this thread join the flush
+            // before it sets off.
+            tokio::task::yield_now().await;
             let result = flush().await;
             {
                 let mut state = self.state();
                 state.flushing = false;
                 match &result {
-                    Ok(()) => state.flushed = state.flushed.max(target),
+                    Ok(covered) => state.flushed = state.flushed.max(target).max(*covered),
                     Err(e) => state.failed = Some((target, e.to_string())),
                 }
             }
             self.done.notify_waiters();
-            return result;
+            return result.map(|_| ());
         }
     }
 }
@@ -143,7 +159,7 @@ mod tests {
                                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
                                 disk.flushes.fetch_add(1, Ordering::SeqCst);
                                 disk.covered.fetch_max(applied, Ordering::SeqCst);
-                                Ok(())
+                                Ok(0)
                             }
                         })
                         .await
@@ -172,7 +188,7 @@ mod tests {
                     if disk.fail.load(Ordering::SeqCst) {
                         Err(StoreError::backend("disk full"))
                     } else {
-                        Ok(())
+                        Ok(0)
                     }
                 }
             }

@@ -288,8 +288,8 @@ impl LogStore {
     }
 
     /// Writes the frames added so far, and syncs the file when `sync`, off
-    /// the async threads.
-    async fn write_out(&self, sync: bool) -> Result<(), StoreError> {
+    /// the async threads; returns the last group-commit ticket it wrote.
+    async fn write_out(&self, sync: bool) -> Result<u64, StoreError> {
         let core = Arc::clone(&self.core);
         tokio::task::spawn_blocking(move || Core::write_out(&core, sync))
             .await
@@ -337,12 +337,14 @@ impl Core {
     }
 
     /// Writes the frames added so far to the file, in order, and syncs it
-    /// when `sync`. A failure leaves the store refusing commits: what
+    /// when `sync`; returns the last group-commit ticket among them (tickets
+    /// are taken under the index's lock, so the count read with the frames
+    /// is exactly theirs). A failure leaves the store refusing commits: what
     /// reached the disk is not known.
-    fn write_out(core: &Arc<Core>, sync: bool) -> Result<(), StoreError> {
-        {
+    fn write_out(core: &Arc<Core>, sync: bool) -> Result<u64, StoreError> {
+        let covered = {
             let _writing = guard(&core.writing);
-            let (file, base, frames, generation) = {
+            let (file, base, frames, generation, covered) = {
                 let mut shared = guard(&core.shared);
                 if let Some(why) = &shared.broken {
                     return Err(StoreError::backend(why.clone()));
@@ -354,6 +356,7 @@ impl Core {
                     shared.written,
                     frames,
                     shared.generation,
+                    core.group.applied(),
                 )
             };
             let path = log_path(&core.dir, generation);
@@ -378,9 +381,10 @@ impl Core {
             if sync {
                 file.sync_data().map_err(|e| fail("sync", &e))?;
             }
-        }
+            covered
+        };
         Core::maybe_compact(core);
-        Ok(())
+        Ok(covered)
     }
 
     /// Starts a compaction on a thread of its own if the log is past the
@@ -1010,6 +1014,6 @@ impl SessionStore for LogStore {
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
-        self.write_out(true).await
+        self.write_out(true).await.map(|_| ())
     }
 }
