@@ -110,6 +110,24 @@ impl LogOptions {
 #[derive(Clone)]
 pub struct LogStore {
     core: Arc<Core>,
+    /// Shared by the handles only (not by compactions): the last one to go
+    /// waits for a running compaction, so that the store is closed (its
+    /// lock released) once the last handle is dropped.
+    _closer: Arc<Closer>,
+}
+
+/// Waits for a running compaction when the last handle is dropped.
+struct Closer {
+    core: Arc<Core>,
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let compactor = guard(&self.core.compactor).take();
+        if let Some(thread) = compactor {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for LogStore {
@@ -134,6 +152,8 @@ struct Core {
     writing: Mutex<()>,
     /// A compaction is running.
     compacting: AtomicBool,
+    /// The thread of the last compaction started.
+    compactor: Mutex<Option<std::thread::JoinHandle<()>>>,
     group: GroupFlush,
     /// Where the damaged end of the log went when the store opened.
     set_aside: Option<PathBuf>,
@@ -246,28 +266,33 @@ impl LogStore {
         for path in stale {
             fs::remove_file(&path).map_err(|e| io_error("delete the stale log", &path, &e))?;
         }
-        Ok(Self {
-            core: Arc::new(Core {
-                dir,
-                options,
-                shared: Mutex::new(Shared {
-                    file: Arc::new(file),
-                    generation,
-                    len,
-                    written: len,
-                    inflight: None,
-                    pending: Vec::new(),
-                    live,
-                    next_compaction: 0,
-                    sessions,
-                    broken: None,
-                }),
-                writing: Mutex::new(()),
-                compacting: AtomicBool::new(false),
-                group: GroupFlush::new("log store"),
-                set_aside,
-                _lock: lock,
+        let core = Arc::new(Core {
+            dir,
+            options,
+            shared: Mutex::new(Shared {
+                file: Arc::new(file),
+                generation,
+                len,
+                written: len,
+                inflight: None,
+                pending: Vec::new(),
+                live,
+                next_compaction: 0,
+                sessions,
+                broken: None,
             }),
+            writing: Mutex::new(()),
+            compacting: AtomicBool::new(false),
+            compactor: Mutex::new(None),
+            group: GroupFlush::new("log store"),
+            set_aside,
+            _lock: lock,
+        });
+        Ok(Self {
+            _closer: Arc::new(Closer {
+                core: Arc::clone(&core),
+            }),
+            core,
         })
     }
 
@@ -413,9 +438,13 @@ impl Core {
                 drop(shared);
                 compactor.compacting.store(false, Ordering::Release);
             });
-        if let Err(e) = started {
-            tracing::warn!(error = %e, "log store: cannot start a compaction thread");
-            core.compacting.store(false, Ordering::Release);
+        match started {
+            // The previous compaction has ended (`compacting` was false).
+            Ok(thread) => drop(guard(&core.compactor).replace(thread)),
+            Err(e) => {
+                tracing::warn!(error = %e, "log store: cannot start a compaction thread");
+                core.compacting.store(false, Ordering::Release);
+            }
         }
     }
 
