@@ -2,12 +2,13 @@
 //! inspector of [`harness::cli`] on any session store, without the
 //! application's state type.
 //!
-//! The store is a sled database directory or a file-store directory (told
-//! apart by what is on disk), or, when built with the `postgres` or `redis`
+//! The store is a sled database directory, a log-store directory or a
+//! file-store directory (told apart by what is on disk), or, when built with the `postgres` or `redis`
 //! feature, a `postgres://` or `redis://` URL. It is only read: the server
 //! stores are opened read-only and nothing is ever committed. (sled has no
 //! read-only mode: opening a database may replay its log, and fails while an
-//! application has it open.)
+//! application has it open; a log store likewise, and opening one whose log
+//! ends damaged moves that end aside.)
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,8 @@ use harness::session::{SessionStore, StoreError};
 /// Arguments of `harness sessions`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The store: a sled database directory, a file-store directory, or a
+    /// The store: a sled database directory, a log-store directory, a
+    /// file-store directory, or a
     /// `postgres://…` or `redis://…` URL (when built with the `postgres` or
     /// `redis` feature).
     #[arg(long, global = true, value_name = "PATH|URL")]
@@ -262,6 +264,8 @@ async fn open_redis(
 enum OnDisk {
     /// sled's `conf` and `db` files.
     Sled,
+    /// A log store's `LOCK` and `log.N` files.
+    Log,
     /// `s-…` session directories, or nothing yet.
     Files,
 }
@@ -275,11 +279,23 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
     let meta = std::fs::metadata(path).map_err(|e| not_a_store(e.to_string()))?;
     if !meta.is_dir() {
         return Err(not_a_store(
-            "a file; a store is a sled database directory or a file-store directory".into(),
+            "a file; a store is a sled database, log-store or file-store directory".into(),
         ));
     }
     if path.join("conf").is_file() && path.join("db").is_file() {
         return Ok(OnDisk::Sled);
+    }
+    if path.join("LOCK").is_file() {
+        let logs = std::fs::read_dir(path).map_err(|e| not_a_store(e.to_string()))?;
+        let has_log = logs.flatten().any(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n.strip_prefix("log.")
+                    .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+            })
+        });
+        if has_log {
+            return Ok(OnDisk::Log);
+        }
     }
     let mut entries = 0;
     for entry in std::fs::read_dir(path).map_err(|e| not_a_store(e.to_string()))? {
@@ -299,8 +315,8 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
         return Ok(OnDisk::Files);
     }
     Err(not_a_store(
-        "neither a sled database (no `conf` and `db` files) nor a file store (no `s-…` session \
-         directories)"
+        "neither a sled database (no `conf` and `db` files), a log store (no `LOCK` and `log.N` \
+         files) nor a file store (no `s-…` session directories)"
             .into(),
     ))
 }
@@ -308,6 +324,14 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
 fn open_path(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
     let opened = match on_disk(path)? {
         OnDisk::Sled => open_sled(path),
+        OnDisk::Log => harness_stores::LogStore::open(path)
+            .map(|s| Box::new(s) as Box<dyn SessionStore>)
+            .map_err(|e| match e {
+                StoreError::Backend { message } if message.contains("LOCK") => {
+                    StoreError::backend(format!("{message} (e.g. the application)"))
+                }
+                other => other,
+            }),
         // The directory exists, so opening creates nothing; reading a file
         // store writes nothing.
         OnDisk::Files => {

@@ -293,6 +293,15 @@ fn lists_shows_and_histories_the_sessions_of_a_sled_database() {
 }
 
 #[test]
+fn lists_shows_and_histories_the_sessions_of_a_log_store_without_writing() {
+    let dir = workdir("sessions-log").join("store");
+    let s = create_sessions(&runtime(), harness_stores::LogStore::open(&dir).unwrap());
+    let before = tree(&dir);
+    check_store(dir.to_str().unwrap(), &s);
+    assert_eq!(tree(&dir), before, "the inspector changed the store");
+}
+
+#[test]
 fn lists_shows_and_histories_the_sessions_of_a_file_store_without_writing() {
     let dir = workdir("sessions-files").join("store");
     let s = file_store(&dir);
