@@ -1,6 +1,8 @@
 //! Durable steps per second with 1, 100 and 1 000 sessions stepping at once
-//! on one sled store (group commit), every step flushed before it returns,
-//! and this disk's fsync latency, the floor of one durable step.
+//! on one store (group commit; sled unless `--store` says otherwise), every
+//! step flushed before it returns, and this disk's fsync latency, the floor
+//! of one durable step. Each level is run once untimed (2 steps a session)
+//! before it is measured.
 //!
 //! `durable_sessions [--levels 1,100,1000] [--steps-total 2000] [--store sled|log|memory]`
 
@@ -86,6 +88,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let sessions: usize = sessions.trim().parse()?;
             // At least 10 steps each, and enough in all to be measured.
             let steps = (total / sessions as u64).max(10);
+            // Warm up at this level first (the runtime's task slots, the
+            // store's index and buffers at this size), untimed.
+            measure(&agent, sessions, 2).await?;
             let rate = measure(&agent, sessions, steps).await?;
             println!(
                 "{} store, {sessions} sessions x {steps} durable steps: {rate:.0} steps/s",

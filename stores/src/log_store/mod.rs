@@ -642,7 +642,15 @@ impl Shared {
 
     /// Indexes a frame added at `offset`.
     fn index(&mut self, offset: u64, frame: &Frame, bytes: &[u8], version: Option<u64>) {
-        let entry = self.sessions.entry(frame.session.clone()).or_default();
+        // Looked up before it is inserted: no copy of the id for a session
+        // the index has.
+        if !self.sessions.contains_key(&frame.session) {
+            self.sessions
+                .insert(frame.session.clone(), Entry::default());
+        }
+        let Some(entry) = self.sessions.get_mut(&frame.session) else {
+            return;
+        };
         let (dead, added) = index_frame(entry, offset, frame, bytes, version);
         self.live = self.live.saturating_sub(dead) + added;
     }
