@@ -533,6 +533,9 @@ impl Core {
             }
             out.flush().map_err(write_err)?;
             drop(out);
+            // Synced before the index's lock is taken: under it, only the
+            // frames added meanwhile are left to sync.
+            file.sync_data().map_err(|e| io_error("sync", &tmp, &e))?;
             Ok::<_, StoreError>((file, at))
         })();
         let (file, copied_len) = match copied {
