@@ -176,6 +176,48 @@ mod tests {
         assert!(flushes < 1000, "1000 commits took {flushes} flushes");
     }
 
+    /// A commit whose ticket is taken after a flush's leader set off, but
+    /// which that flush reports it took, is acknowledged by it: one flush
+    /// for both.
+    #[tokio::test]
+    async fn a_flush_acknowledges_the_later_tickets_it_reports_it_took() {
+        let group = Arc::new(GroupFlush::new("test store"));
+        let flushes = Arc::new(AtomicU64::new(0));
+        let first = group.ticket();
+        let second = std::sync::Mutex::new(None);
+        group
+            .durable(first, || {
+                // A commit added while the flush is being set off, and
+                // written by it.
+                let later = group.ticket();
+                *second.lock().unwrap() = Some(later);
+                let flushes = Arc::clone(&flushes);
+                async move {
+                    flushes.fetch_add(1, Ordering::SeqCst);
+                    Ok(later)
+                }
+            })
+            .await
+            .unwrap();
+        let second = second.lock().unwrap().unwrap();
+        assert!(second > first);
+        group
+            .durable(second, || {
+                let flushes = Arc::clone(&flushes);
+                async move {
+                    flushes.fetch_add(1, Ordering::SeqCst);
+                    Ok(0)
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            flushes.load(Ordering::SeqCst),
+            1,
+            "the second commit flushed again"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_failed_flush_fails_the_commits_it_was_to_cover_and_the_next_one_recovers() {
         let group = Arc::new(GroupFlush::new("test store"));

@@ -777,7 +777,9 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
     let mut sessions: HashMap<SessionId, Entry> = HashMap::new();
     let mut live = 0u64;
     let mut at = HEADER_LEN;
-    let mut payload = Vec::new();
+    // One frame at a time, its length and checksum first: the offsets a
+    // frame gives its bodies count from its first byte.
+    let mut bytes = Vec::new();
     let damage = loop {
         if at == size {
             break None;
@@ -792,18 +794,20 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
                 "a frame of {len} bytes runs past the end of the log"
             ));
         }
-        payload.resize(len, 0);
-        reader.read_exact(&mut payload).map_err(read_err)?;
-        if crc32fast::hash(&payload) != crc {
+        bytes.clear();
+        bytes.extend_from_slice(&head);
+        bytes.resize(FRAME_HEAD + len, 0);
+        reader
+            .read_exact(&mut bytes[FRAME_HEAD..])
+            .map_err(read_err)?;
+        let payload = &bytes[FRAME_HEAD..];
+        if crc32fast::hash(payload) != crc {
             break Some("a frame fails its checksum".to_string());
         }
-        let frame = match frame::decode(&payload) {
+        let frame = match frame::decode(payload) {
             Ok(frame) => frame,
             Err(why) => break Some(format!("a frame does not parse: {why}")),
         };
-        let mut bytes = Vec::with_capacity(FRAME_HEAD + len);
-        bytes.extend_from_slice(&head);
-        bytes.extend_from_slice(&payload);
         let version = frame.head.and_then(|(h, l)| {
             head_version(&frame.session, &bytes[h as usize..(h + l) as usize]).ok()
         });
