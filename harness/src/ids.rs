@@ -6,14 +6,15 @@ use std::fmt;
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
+        ///
+        /// Cloning one is cheap: the text is shared, not copied.
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// A new random identifier (a UUID v4).
             pub fn random() -> Self {
-                Self(uuid::Uuid::new_v4().to_string())
+                Self::from(uuid::Uuid::new_v4().to_string())
             }
 
             /// The identifier as text.
@@ -36,13 +37,25 @@ macro_rules! id_type {
 
         impl From<String> for $name {
             fn from(s: String) -> Self {
-                Self(s)
+                Self(s.into())
             }
         }
 
         impl From<&str> for $name {
             fn from(s: &str) -> Self {
-                Self(s.to_string())
+                Self(s.into())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<Se: serde::Serializer>(&self, s: Se) -> Result<Se::Ok, Se::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d).map(Self::from)
             }
         }
 

@@ -125,6 +125,16 @@ pub(crate) fn head_to_vec(head: &StoredRun) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(head).map_err(|e| encode_error(&head.session_id, "the head", &e))
 }
 
+/// Appends the JSON bytes of a head to `out` (see [`head_to_vec`]).
+pub(crate) fn write_head(out: &mut Vec<u8>, head: &StoredRun) -> Result<(), String> {
+    serde_json::to_writer(out, head).map_err(|e| format!("cannot encode the head: {e}"))
+}
+
+/// Appends the JSON bytes of a checkpoint to `out` (see [`head_to_vec`]).
+pub(crate) fn write_checkpoint(out: &mut Vec<u8>, cp: &Checkpoint) -> Result<(), String> {
+    serde_json::to_writer(out, cp).map_err(|e| format!("cannot encode checkpoint {}: {e}", cp.seq))
+}
+
 /// JSON value of a head (see [`head_to_vec`]).
 pub(crate) fn head_to_value(head: &StoredRun) -> Result<Value, StoreError> {
     serde_json::to_value(head).map_err(|e| encode_error(&head.session_id, "the head", &e))

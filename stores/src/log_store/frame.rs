@@ -84,21 +84,52 @@ pub(crate) fn encode(
     append: &[(u64, bool, &[u8])],
     head: Option<&[u8]>,
 ) -> Result<(Vec<u8>, Frame), String> {
+    let bodies: usize =
+        append.iter().map(|(_, _, b)| b.len()).sum::<usize>() + head.map_or(0, <[u8]>::len);
+    let mut out =
+        Vec::with_capacity(FRAME_HEAD + table_len(session, remove, append.len()) + bodies);
+    let frame = encode_into(
+        &mut out,
+        session,
+        remove,
+        append.iter().map(|&(seq, snapshot, _)| (seq, snapshot)),
+        head.is_some(),
+        |body, out| {
+            out.extend_from_slice(match body {
+                Some(i) => append[i].2,
+                None => head.unwrap_or_default(),
+            });
+            Ok(())
+        },
+    )?;
+    Ok((out, frame))
+}
+
+/// The length of a frame's table (its payload before the bodies).
+fn table_len(session: &SessionId, remove: &[u64], appended: usize) -> usize {
+    1 + 2 + session.as_str().len() + 4 + 8 * remove.len() + 4 + 13 * appended + 4
+}
+
+/// Encodes a frame at the end of `out`, its bodies written in place by
+/// `write`: `write(Some(i), out)` appends the JSON body of the `i`th
+/// checkpoint of `append` (seq, is a snapshot), `write(None, out)` the head's, when
+/// `has_head`. Nothing is copied but the bytes `write` appends; the
+/// returned frame locates each body from the frame's first byte. On an
+/// error, `out` keeps what was written of the frame.
+pub(crate) fn encode_into(
+    out: &mut Vec<u8>,
+    session: &SessionId,
+    remove: &[u64],
+    append: impl ExactSizeIterator<Item = (u64, bool)> + Clone,
+    has_head: bool,
+    mut write: impl FnMut(Option<usize>, &mut Vec<u8>) -> Result<(), String>,
+) -> Result<Frame, String> {
     let id = session.as_str().as_bytes();
     let id_len = u16::try_from(id.len())
         .map_err(|_| format!("the session id is {} bytes; at most 65535 fit", id.len()))?;
-    let table = 1 + 2 + id.len() + 4 + 8 * remove.len() + 4 + 13 * append.len() + 4;
-    let bodies: usize =
-        append.iter().map(|(_, _, b)| b.len()).sum::<usize>() + head.map_or(0, <[u8]>::len);
-    let payload = table + bodies;
-    if payload > MAX_PAYLOAD {
-        return Err(format!(
-            "the commit is {payload} bytes; one commit may be at most {MAX_PAYLOAD}"
-        ));
-    }
-    let mut out = Vec::with_capacity(FRAME_HEAD + payload);
+    let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_HEAD]);
-    out.push(if head.is_some() { HAS_HEAD } else { 0 });
+    out.push(if has_head { HAS_HEAD } else { 0 });
     out.extend_from_slice(&id_len.to_le_bytes());
     out.extend_from_slice(id);
     out.extend_from_slice(&len32(remove.len()).to_le_bytes());
@@ -106,40 +137,60 @@ pub(crate) fn encode(
         out.extend_from_slice(&seq.to_le_bytes());
     }
     out.extend_from_slice(&len32(append.len()).to_le_bytes());
-    let mut at = FRAME_HEAD + table;
-    let mut appended = Vec::with_capacity(append.len());
-    for &(seq, snapshot, body) in append {
+    // Each body's length is filled in once it is written.
+    let lens = out.len();
+    for (seq, snapshot) in append.clone() {
         out.extend_from_slice(&seq.to_le_bytes());
         out.push(u8::from(snapshot));
-        out.extend_from_slice(&len32(body.len()).to_le_bytes());
+        out.extend_from_slice(&[0u8; 4]);
+    }
+    let head_len = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    let mut appended = Vec::with_capacity(append.len());
+    let mut body = |which: Option<usize>, out: &mut Vec<u8>| -> Result<(u32, u32), String> {
+        let at = out.len();
+        write(which, out)?;
+        let len = out.len() - at;
+        if len > MAX_PAYLOAD {
+            return Err(format!(
+                "a body is {len} bytes; one commit may be at most {MAX_PAYLOAD}"
+            ));
+        }
+        Ok((len32(at - start), len32(len)))
+    };
+    for (i, (seq, snapshot)) in append.enumerate() {
+        let (at, len) = body(Some(i), out)?;
+        let field = lens + 13 * i + 9;
+        out[field..field + 4].copy_from_slice(&len.to_le_bytes());
         appended.push(Appended {
             seq,
             snapshot,
-            at: len32(at),
-            len: len32(body.len()),
+            at,
+            len,
         });
-        at += body.len();
     }
-    out.extend_from_slice(&len32(head.map_or(0, <[u8]>::len)).to_le_bytes());
-    for (_, _, body) in append {
-        out.extend_from_slice(body);
+    let head = if has_head {
+        let (at, len) = body(None, out)?;
+        out[head_len..head_len + 4].copy_from_slice(&len.to_le_bytes());
+        Some((at, len))
+    } else {
+        None
+    };
+    let payload = out.len() - start - FRAME_HEAD;
+    if payload > MAX_PAYLOAD {
+        return Err(format!(
+            "the commit is {payload} bytes; one commit may be at most {MAX_PAYLOAD}"
+        ));
     }
-    let head_at = head.map(|body| {
-        out.extend_from_slice(body);
-        (len32(at), len32(body.len()))
-    });
-    let crc = crc32fast::hash(&out[FRAME_HEAD..]);
-    out[..4].copy_from_slice(&len32(payload).to_le_bytes());
-    out[4..8].copy_from_slice(&crc.to_le_bytes());
-    Ok((
-        out,
-        Frame {
-            session: session.clone(),
-            remove: remove.to_vec(),
-            append: appended,
-            head: head_at,
-        },
-    ))
+    let crc = crc32fast::hash(&out[start + FRAME_HEAD..]);
+    out[start..start + 4].copy_from_slice(&len32(payload).to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(Frame {
+        session: session.clone(),
+        remove: remove.to_vec(),
+        append: appended,
+        head,
+    })
 }
 
 /// A length known to fit: payloads are at most [`MAX_PAYLOAD`].

@@ -5,8 +5,7 @@ mod frame;
 
 use crate::group::GroupFlush;
 use crate::record::{
-    checkpoint_from_slice, checkpoint_to_vec, head_from_slice, head_to_vec, head_version,
-    load_error,
+    checkpoint_from_slice, head_from_slice, head_version, load_error, write_checkpoint, write_head,
 };
 use async_trait::async_trait;
 use frame::{FRAME_HEAD, Frame, HEADER_LEN, MAX_PAYLOAD};
@@ -14,7 +13,7 @@ use harness::SessionId;
 use harness::session::{
     Checkpoint, CheckpointKind, Commit, SCHEMA_VERSION, SessionStore, StoreError, StoredRun,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -142,6 +141,17 @@ impl std::fmt::Debug for LogStore {
 /// they are written.
 const PENDING_MAX: usize = 256 << 10;
 
+/// The largest buffer of written frames kept to take the next ones, and
+/// the largest encoding buffer a thread keeps between commits: a burst
+/// larger than this allocates afresh rather than holding its memory.
+const BUFFER_KEPT: usize = 8 << 20;
+
+thread_local! {
+    /// Where each thread encodes a commit's frame before adding it: kept
+    /// between commits, so encoding allocates nothing once warm.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// What the store's handles share.
 struct Core {
     dir: PathBuf,
@@ -174,6 +184,9 @@ struct Shared {
     inflight: Option<Arc<Vec<u8>>>,
     /// Frames added and not yet being written.
     pending: Vec<u8>,
+    /// The buffer of the last frames written, emptied, for `pending` to
+    /// take next (so that it does not grow from nothing each time).
+    spare: Vec<u8>,
     /// Bytes of live bodies (heads and checkpoints in the index).
     live: u64,
     /// Don't try compacting again before the log is this long (after a
@@ -188,7 +201,52 @@ struct Shared {
 struct Entry {
     /// `None` while only a compaction's checkpoint frames are read.
     head: Option<Head>,
-    checkpoints: BTreeMap<u64, Loc>,
+    checkpoints: Seqs,
+}
+
+/// A session's checkpoints by seq: a vector sorted by seq. A commit appends
+/// seqs above every one there (a push), and removes few (old snapshots),
+/// so this beats a tree in time and space.
+#[derive(Default)]
+struct Seqs(Vec<(u64, Loc)>);
+
+impl Seqs {
+    /// Where `seq` is, or would go.
+    fn find(&self, seq: u64) -> Result<usize, usize> {
+        match self.0.last() {
+            Some((last, _)) if *last < seq => Err(self.0.len()),
+            None => Err(0),
+            _ => self.0.binary_search_by_key(&seq, |(s, _)| *s),
+        }
+    }
+
+    /// Sets the body of `seq`; returns the one it replaces.
+    fn insert(&mut self, seq: u64, loc: Loc) -> Option<Loc> {
+        match self.find(seq) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, loc)),
+            Err(i) => {
+                self.0.insert(i, (seq, loc));
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<Loc> {
+        self.find(seq).ok().map(|i| self.0.remove(i).1)
+    }
+
+    /// The checkpoints from `seq` on, in order.
+    fn from(&self, seq: u64) -> &[(u64, Loc)] {
+        &self.0[self.0.partition_point(|(s, _)| *s < seq)..]
+    }
+
+    fn locs(&self) -> impl Iterator<Item = &Loc> {
+        self.0.iter().map(|(_, l)| l)
+    }
+
+    fn locs_mut(&mut self) -> impl Iterator<Item = &mut Loc> {
+        self.0.iter_mut().map(|(_, l)| l)
+    }
 }
 
 #[derive(Clone)]
@@ -203,7 +261,7 @@ struct Head {
 type Live = (SessionId, Option<Head>, Vec<(u64, Loc)>);
 
 /// Where a checkpoint's body is in the log.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Loc {
     offset: u64,
     len: u32,
@@ -211,8 +269,8 @@ struct Loc {
 }
 
 /// A commit, encoded by its caller.
-struct Encoded {
-    bytes: Vec<u8>,
+struct Encoded<'a> {
+    bytes: &'a [u8],
     frame: Frame,
     expected: Option<u64>,
     /// The new head's version, `None` if this build could not read it back.
@@ -276,6 +334,7 @@ impl LogStore {
                 written: len,
                 inflight: None,
                 pending: Vec::new(),
+                spare: Vec::new(),
                 live,
                 next_compaction: 0,
                 sessions,
@@ -325,7 +384,7 @@ impl LogStore {
 impl Core {
     /// Checks `commit` against its session's head, adds its frame to the
     /// frames to write and indexes it; returns its group-commit ticket.
-    fn add(&self, commit: Encoded) -> Result<(u64, usize), StoreError> {
+    fn add(&self, commit: Encoded<'_>) -> Result<(u64, usize), StoreError> {
         let mut shared = guard(&self.shared);
         let shared = &mut *shared;
         if let Some(why) = &shared.broken {
@@ -354,9 +413,12 @@ impl Core {
             });
         }
         let offset = shared.len;
-        shared.pending.extend_from_slice(&commit.bytes);
+        if shared.pending.is_empty() && shared.pending.capacity() < commit.bytes.len() {
+            shared.pending = std::mem::take(&mut shared.spare);
+        }
+        shared.pending.extend_from_slice(commit.bytes);
         shared.len += commit.bytes.len() as u64;
-        shared.index(offset, &commit.frame, &commit.bytes, commit.version);
+        shared.index(offset, &commit.frame, commit.bytes, commit.version);
         // Taken once the frame is added: a write that starts later takes it.
         Ok((self.group.ticket(), shared.pending.len()))
     }
@@ -402,6 +464,14 @@ impl Core {
                 let mut shared = guard(&core.shared);
                 shared.written += frames.len() as u64;
                 shared.inflight = None;
+                // The buffer is kept for the next frames unless it is large.
+                if let Ok(mut kept) = Arc::try_unwrap(frames)
+                    && kept.capacity() <= BUFFER_KEPT
+                    && kept.capacity() > shared.spare.capacity()
+                {
+                    kept.clear();
+                    shared.spare = kept;
+                }
             }
             if sync {
                 file.sync_data().map_err(|e| fail("sync", &e))?;
@@ -465,7 +535,7 @@ impl Core {
                 .sessions
                 .iter()
                 .map(|(id, e)| {
-                    let cps = e.checkpoints.iter().map(|(s, l)| (*s, *l)).collect();
+                    let cps = e.checkpoints.from(0).iter().copied().collect();
                     (id.clone(), e.head.clone(), cps)
                 })
                 .collect();
@@ -566,7 +636,7 @@ impl Core {
             }
             let mut live = 0;
             for entry in shared.sessions.values_mut() {
-                for loc in entry.checkpoints.values_mut() {
+                for loc in entry.checkpoints.locs_mut() {
                     loc.offset = if loc.offset < start {
                         moved.get(&loc.offset).copied().unwrap_or(loc.offset)
                     } else {
@@ -671,7 +741,7 @@ fn index_frame(
 ) -> (u64, u64) {
     let (mut dead, mut added) = (0, 0);
     for seq in &frame.remove {
-        if let Some(loc) = entry.checkpoints.remove(seq) {
+        if let Some(loc) = entry.checkpoints.remove(*seq) {
             dead += u64::from(loc.len);
         }
     }
@@ -824,7 +894,7 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
     // that a session created anew under that id does not inherit them.
     sessions.retain(|_, entry| {
         if entry.head.is_none() {
-            let bytes: u64 = entry.checkpoints.values().map(|l| u64::from(l.len)).sum();
+            let bytes: u64 = entry.checkpoints.locs().map(|l| u64::from(l.len)).sum();
             live = live.saturating_sub(bytes);
         }
         entry.head.is_some()
@@ -937,29 +1007,28 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(|e| io_error("sync the directory", dir, &e))
 }
 
-impl Encoded {
-    fn new(commit: &Commit) -> Result<Self, StoreError> {
+impl<'a> Encoded<'a> {
+    /// Encodes `commit`'s frame into `out` (cleared first).
+    fn new(out: &'a mut Vec<u8>, commit: &Commit) -> Result<Self, StoreError> {
         let session = &commit.head.session_id;
-        let bodies = commit
-            .append
-            .iter()
-            .map(|cp| {
-                Ok((
-                    cp.seq,
-                    matches!(cp.kind, CheckpointKind::Snapshot(_)),
-                    checkpoint_to_vec(session, cp)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let refs: Vec<(u64, bool, &[u8])> = bodies
-            .iter()
-            .map(|(s, k, b)| (*s, *k, b.as_slice()))
-            .collect();
-        let head = head_to_vec(&commit.head)?;
-        let (bytes, frame) = frame::encode(session, &commit.remove, &refs, Some(&head))
-            .map_err(|why| StoreError::backend(format!("log store: session {session}: {why}")))?;
+        out.clear();
+        let frame = frame::encode_into(
+            out,
+            session,
+            &commit.remove,
+            commit
+                .append
+                .iter()
+                .map(|cp| (cp.seq, matches!(cp.kind, CheckpointKind::Snapshot(_)))),
+            true,
+            |body, out| match body {
+                Some(i) => write_checkpoint(out, &commit.append[i]),
+                None => write_head(out, &commit.head),
+            },
+        )
+        .map_err(|why| StoreError::backend(format!("log store: session {session}: {why}")))?;
         Ok(Self {
-            bytes,
+            bytes: out,
             frame,
             expected: commit.expected_version,
             version: (commit.head.schema_version == SCHEMA_VERSION).then_some(commit.head.version),
@@ -980,7 +1049,18 @@ impl SessionStore for LogStore {
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let durable = commit.durable;
-        let (ticket, pending) = self.core.add(Encoded::new(&commit)?)?;
+        let (ticket, pending) = SCRATCH.with(|scratch| {
+            // A fresh buffer if this thread's is in use (it never is: no
+            // commit starts while one encodes).
+            let mut fresh = Vec::new();
+            let mut kept = scratch.try_borrow_mut();
+            let out = kept.as_deref_mut().unwrap_or(&mut fresh);
+            let added = Encoded::new(out, &commit).and_then(|e| self.core.add(e));
+            if out.capacity() > BUFFER_KEPT {
+                *out = Vec::new();
+            }
+            added
+        })?;
         if durable {
             self.core
                 .group
@@ -1006,7 +1086,8 @@ impl SessionStore for LogStore {
                 .get(session)
                 .map(|e| {
                     e.checkpoints
-                        .range(from_seq..)
+                        .from(from_seq)
+                        .iter()
                         .map(|(s, l)| (*s, *l, shared.in_memory(*l)))
                         .collect()
                 })
@@ -1059,5 +1140,51 @@ impl SessionStore for LogStore {
 
     async fn flush(&self) -> Result<(), StoreError> {
         self.write_out(true).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(offset: u64) -> Loc {
+        Loc {
+            offset,
+            len: 1,
+            snapshot: false,
+        }
+    }
+
+    fn seqs(s: &Seqs) -> Vec<(u64, u64)> {
+        s.from(0).iter().map(|(seq, l)| (*seq, l.offset)).collect()
+    }
+
+    /// The sorted vector behaves as a map by seq whatever order seqs come
+    /// in: appended, inserted below the last, replaced, removed, read from
+    /// a seq that is or is not there.
+    #[test]
+    fn seqs_keep_every_checkpoint_in_order_by_seq() {
+        let mut s = Seqs::default();
+        assert_eq!(s.remove(3), None);
+        assert!(s.from(0).is_empty());
+        for seq in [2, 5, 9] {
+            assert_eq!(s.insert(seq, loc(seq * 10)), None);
+        }
+        assert_eq!(s.insert(0, loc(1)), None);
+        assert_eq!(s.insert(7, loc(70)), None);
+        assert_eq!(s.insert(5, loc(55)).map(|l| l.offset), Some(50));
+        assert_eq!(seqs(&s), [(0, 1), (2, 20), (5, 55), (7, 70), (9, 90)]);
+        assert_eq!(s.remove(2).map(|l| l.offset), Some(20));
+        assert_eq!(s.remove(2), None);
+        assert_eq!(s.remove(10), None);
+        let from = |seq| s.from(seq).iter().map(|(q, _)| *q).collect::<Vec<_>>();
+        assert_eq!(from(3), [5, 7, 9]);
+        assert_eq!(from(7), [7, 9]);
+        assert_eq!(from(10), Vec::<u64>::new());
+        assert_eq!(s.locs().count(), 4);
+        for l in s.locs_mut() {
+            l.offset += 1;
+        }
+        assert_eq!(seqs(&s), [(0, 2), (5, 56), (7, 71), (9, 91)]);
     }
 }
