@@ -535,7 +535,7 @@ impl Core {
                 .sessions
                 .iter()
                 .map(|(id, e)| {
-                    let cps = e.checkpoints.from(0).iter().copied().collect();
+                    let cps = e.checkpoints.from(0).to_vec();
                     (id.clone(), e.head.clone(), cps)
                 })
                 .collect();
