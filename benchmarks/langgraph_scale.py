@@ -5,8 +5,9 @@ Each mode does, with LangGraph's async API, the work one of the Rust
 programs in benchmarks/src/bin/ does with harness, and prints its figures as
 lines `RESULT <name> <value>`:
 
-  durable     --levels 1,100,1000 --steps-total N --dir D
-              N durable steps spread over 1, 100, 1000 concurrent sessions,
+  durable     --levels 1,100,1000 --steps-total N --min-steps M --dir D
+              N durable steps spread over 1, 100, 1000 concurrent sessions
+              (at least M, default 50, a session),
               AsyncSqliteSaver, durability="sync" (durable_sessions.rs)
   many        --phase inflight|paused --runs N --steps S --saver sqlite|postgres
               [--url U] [--dir D]: N concurrent runs of a loop whose model call
@@ -133,11 +134,12 @@ def counter_graph(checkpointer):
 async def durable():
     levels = [int(x) for x in arg("--levels", "1,100,1000").split(",")]
     total = arg("--steps-total", 2000, int)
+    min_steps = arg("--min-steps", 50, int)
     directory = arg("--dir", "target/harness-bench")
     saver, close = await sqlite_saver(os.path.join(directory, "lg-durable", "lg.sqlite"))
     app = counter_graph(saver)
     for sessions in levels:
-        steps = max(10, total // sessions)
+        steps = max(min_steps, total // sessions)
         start = time.perf_counter()
 
         async def one(i):

@@ -9,10 +9,17 @@
 //! first of them still uncovered leads the next flush. Under load, each
 //! flush (one `fsync`) thus covers every commit applied while the previous
 //! one ran, and no commit is acknowledged before a flush covers it.
+//!
+//! Waiters are woken one by one: when a flush ends, those it covers, and
+//! the first of the others to lead the next; a commit is woken once for
+//! its acknowledgement (twice if it leads), however many flushes it waits
+//! through. A waiter chosen to lead that goes away (its commit's future
+//! dropped) hands the lead on.
 
 use harness::session::StoreError;
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use tokio::sync::Notify;
+use std::task::{Poll, Waker};
 
 #[derive(Debug, Default)]
 struct State {
@@ -24,6 +31,22 @@ struct State {
     flushing: bool,
     /// The last failed flush: the tickets it was to cover, and why.
     failed: Option<(u64, String)>,
+    /// Waiters for a flush, by ticket and then by a number of their own.
+    waiting: BTreeMap<(u64, u64), Waker>,
+    /// The waiter woken to lead the next flush, until it does (or goes).
+    next_leader: Option<(u64, u64)>,
+    /// The number the next waiter takes.
+    waiters: u64,
+}
+
+impl State {
+    /// Wakes the first waiter to lead the next flush, if one waits.
+    fn wake_next_leader(&mut self) {
+        self.next_leader = self.waiting.first_key_value().map(|(key, waker)| {
+            waker.wake_by_ref();
+            *key
+        });
+    }
 }
 
 /// Shares flushes between concurrent durable commits.
@@ -32,7 +55,33 @@ pub(crate) struct GroupFlush {
     /// The store, for errors.
     store: &'static str,
     state: Mutex<State>,
-    done: Notify,
+}
+
+/// What a waiter for a ticket is to do.
+enum Turn {
+    /// Its ticket is on disk.
+    Covered,
+    /// The flush that was to cover it failed, for this reason.
+    Failed(String),
+    /// Flush: every ticket up to this one is to be covered.
+    Lead(u64),
+}
+
+/// A commit waiting for a flush: takes itself out of the waiters when it
+/// goes, handing on the lead of the next flush if it was woken to take it.
+struct Waiter<'a> {
+    group: &'a GroupFlush,
+    key: (u64, u64),
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        let mut state = self.group.state();
+        state.waiting.remove(&self.key);
+        if state.next_leader == Some(self.key) {
+            state.wake_next_leader();
+        }
+    }
 }
 
 impl GroupFlush {
@@ -41,7 +90,6 @@ impl GroupFlush {
         Self {
             store,
             state: Mutex::default(),
-            done: Notify::new(),
         }
     }
 
@@ -64,6 +112,44 @@ impl GroupFlush {
         self.state().applied
     }
 
+    /// Waits until `ticket` is covered, has failed, or is to lead a flush.
+    async fn turn(&self, ticket: u64) -> Turn {
+        let waiter = {
+            let mut state = self.state();
+            state.waiters += 1;
+            Waiter {
+                group: self,
+                key: (ticket, state.waiters),
+            }
+        };
+        std::future::poll_fn(|cx| {
+            let mut state = self.state();
+            let key = waiter.key;
+            if state.flushed >= ticket {
+                return Poll::Ready(Turn::Covered);
+            }
+            if let Some((upto, why)) = &state.failed
+                && *upto >= ticket
+            {
+                return Poll::Ready(Turn::Failed(why.clone()));
+            }
+            if !state.flushing && state.next_leader.is_none_or(|k| k == key) {
+                state.flushing = true;
+                state.next_leader = None;
+                state.waiting.remove(&key);
+                return Poll::Ready(Turn::Lead(state.applied));
+            }
+            match state.waiting.get_mut(&key) {
+                Some(waker) => waker.clone_from(cx.waker()),
+                None => {
+                    state.waiting.insert(key, cx.waker().clone());
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
     /// Returns once `ticket` is on disk, flushing with `flush` when no
     /// flush that covers it is running; a failed flush fails every commit
     /// it was to cover.
@@ -75,54 +161,62 @@ impl GroupFlush {
     /// rather than by the next.
     pub(crate) async fn durable<F, Fut>(&self, ticket: u64, flush: F) -> Result<(), StoreError>
     where
-        F: Fn() -> Fut,
+        F: FnOnce() -> Fut,
         Fut: Future<Output = Result<u64, StoreError>>,
     {
-        loop {
-            // Registered before the state is read, so that a flush ending
-            // in between still wakes this waiter.
-            let notified = self.done.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let lead = {
-                let mut state = self.state();
-                if state.flushed >= ticket {
-                    return Ok(());
-                }
-                if let Some((upto, why)) = &state.failed
-                    && *upto >= ticket
-                {
-                    return Err(StoreError::backend(format!(
-                        "{}: the flush covering this commit failed: {why}",
-                        self.store
-                    )));
-                }
-                if state.flushing {
-                    None
-                } else {
-                    state.flushing = true;
-                    Some(state.applied)
-                }
-            };
-            let Some(target) = lead else {
-                notified.await;
-                continue;
-            };
-            // Commits that are ready to run on this thread join the flush
-            // before it sets off.
-            tokio::task::yield_now().await;
-            let result = flush().await;
-            {
-                let mut state = self.state();
-                state.flushing = false;
-                match &result {
-                    Ok(covered) => state.flushed = state.flushed.max(target).max(*covered),
-                    Err(e) => state.failed = Some((target, e.to_string())),
-                }
+        let target = match self.turn(ticket).await {
+            Turn::Covered => return Ok(()),
+            Turn::Failed(why) => {
+                return Err(StoreError::backend(format!(
+                    "{}: the flush covering this commit failed: {why}",
+                    self.store
+                )));
             }
-            self.done.notify_waiters();
-            return result.map(|_| ());
+            Turn::Lead(target) => target,
+        };
+        // Ends the flush however it ends (a leader whose future is dropped
+        // mid-flush included): the flush is no longer running, the commits
+        // it covers are woken, and the first other waiter leads the next.
+        struct Lead<'a> {
+            group: &'a GroupFlush,
+            target: u64,
+            result: Option<Result<u64, String>>,
         }
+        impl Drop for Lead<'_> {
+            fn drop(&mut self) {
+                let mut state = self.group.state();
+                state.flushing = false;
+                match self.result.take() {
+                    Some(Ok(covered)) => {
+                        state.flushed = state.flushed.max(self.target).max(covered);
+                    }
+                    Some(Err(why)) => state.failed = Some((self.target, why)),
+                    // Not known to be on disk: the next flush covers them.
+                    None => {}
+                }
+                let done = match &state.failed {
+                    Some((upto, _)) => state.flushed.max(*upto),
+                    None => state.flushed,
+                };
+                let later = state.waiting.split_off(&(done + 1, 0));
+                for waker in std::mem::replace(&mut state.waiting, later).into_values() {
+                    waker.wake();
+                }
+                state.wake_next_leader();
+            }
+        }
+        let mut lead = Lead {
+            group: self,
+            target,
+            result: None,
+        };
+        // Commits that are ready to run on this thread join the flush
+        // before it sets off.
+        tokio::task::yield_now().await;
+        let result = flush().await;
+        lead.result = Some(result.as_ref().map(|c| *c).map_err(ToString::to_string));
+        drop(lead);
+        result.map(|_| ())
     }
 }
 
@@ -243,5 +337,88 @@ mod tests {
         disk.fail.store(false, Ordering::SeqCst);
         let ticket = group.ticket();
         group.durable(ticket, flush(disk)).await.unwrap();
+    }
+
+    /// A flush that finishes only once `open` is set (polled by hand).
+    async fn gated(
+        open: Arc<std::sync::atomic::AtomicBool>,
+        flushes: Arc<AtomicU64>,
+    ) -> Result<u64, StoreError> {
+        std::future::poll_fn(|_| {
+            if open.load(Ordering::SeqCst) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        flushes.fetch_add(1, Ordering::SeqCst);
+        Ok(0)
+    }
+
+    type Durable<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + 'a>>;
+
+    fn poll(fut: &mut Durable<'_>) -> Poll<Result<(), StoreError>> {
+        fut.as_mut()
+            .poll(&mut std::task::Context::from_waker(Waker::noop()))
+    }
+
+    /// Polls a leader through its yield up to its flush, which waits.
+    fn into_flush(fut: &mut Durable<'_>) {
+        assert!(poll(fut).is_pending());
+        assert!(poll(fut).is_pending());
+    }
+
+    /// A waiter woken to lead the next flush whose commit goes away (its
+    /// future dropped) hands the lead to the next waiter, which flushes:
+    /// no commit is left waiting for a leader that is gone.
+    #[test]
+    fn a_waiter_chosen_to_lead_that_goes_away_hands_the_lead_on() {
+        let group = GroupFlush::new("test store");
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flushes = Arc::new(AtomicU64::new(0));
+        let flush = || gated(Arc::clone(&open), Arc::clone(&flushes));
+        let mut a: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        into_flush(&mut a);
+        let mut b: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        let mut c: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        assert!(poll(&mut b).is_pending());
+        assert!(poll(&mut c).is_pending());
+        open.store(true, Ordering::SeqCst);
+        assert!(matches!(poll(&mut a), Poll::Ready(Ok(()))));
+        // `b` was woken to lead; it goes before it does.
+        assert_eq!(group.state().next_leader.map(|k| k.0), Some(2));
+        drop(b);
+        assert_eq!(group.state().next_leader.map(|k| k.0), Some(3));
+        assert!(poll(&mut c).is_pending(), "c leads: it yields first");
+        assert!(matches!(poll(&mut c), Poll::Ready(Ok(()))));
+        assert_eq!(flushes.load(Ordering::SeqCst), 2);
+        assert!(group.state().waiting.is_empty());
+    }
+
+    /// A leader whose future is dropped in the middle of its flush ends the
+    /// flush: the commits it was to cover are not acknowledged by it, and
+    /// the next waiter leads a flush that covers them.
+    #[test]
+    fn a_leader_that_goes_away_mid_flush_leaves_the_next_waiter_to_flush() {
+        let group = GroupFlush::new("test store");
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flushes = Arc::new(AtomicU64::new(0));
+        let flush = || gated(Arc::clone(&open), Arc::clone(&flushes));
+        let mut a: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        into_flush(&mut a);
+        let mut b: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        assert!(poll(&mut b).is_pending());
+        drop(a);
+        assert_eq!(
+            group.state().flushed,
+            0,
+            "a flush that did not end covers nothing"
+        );
+        into_flush(&mut b);
+        open.store(true, Ordering::SeqCst);
+        assert!(matches!(poll(&mut b), Poll::Ready(Ok(()))));
+        assert_eq!(group.state().flushed, 2);
+        assert_eq!(flushes.load(Ordering::SeqCst), 1);
     }
 }

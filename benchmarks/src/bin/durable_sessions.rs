@@ -4,7 +4,13 @@
 //! of one durable step. Each level is run once untimed (2 steps a session)
 //! before it is measured.
 //!
-//! `durable_sessions [--levels 1,100,1000] [--steps-total 2000] [--store sled|log|memory]`
+//! Each session takes `--steps-total` divided by the sessions, and at least
+//! `--min-steps` (50): the figure is then that of sessions stepping, which
+//! is what a service of long conversations does, rather than mostly their
+//! start and end (a run's first commit creates its session and its last
+//! releases it).
+//!
+//! `durable_sessions [--levels 1,100,1000] [--steps-total 2000] [--min-steps 50] [--store sled|log|memory]`
 
 use harness::session::SessionStore;
 use harness::session::{Durability, SessionConfig};
@@ -75,6 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let levels: String = arg(&args, "--levels", "1,100,1000".to_string());
     let total: u64 = arg(&args, "--steps-total", 2000);
+    let min_steps: u64 = arg(&args, "--min-steps", 50);
     let dir = scratch_dir("durable-sessions");
     let fsync = fsync_latency(&dir.join("probe"), 200)?;
     result("fsync_us", fsync.as_secs_f64() * 1e6);
@@ -86,8 +93,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rt.block_on(async {
         for sessions in levels.split(',') {
             let sessions: usize = sessions.trim().parse()?;
-            // At least 10 steps each, and enough in all to be measured.
-            let steps = (total / sessions as u64).max(10);
+            // At least `min_steps` each, and enough in all to be measured.
+            let steps = (total / sessions as u64).max(min_steps);
             // Warm up at this level first (the runtime's task slots, the
             // store's index and buffers at this size), untimed.
             measure(&agent, sessions, 2).await?;

@@ -264,6 +264,17 @@ impl<S: HarnessState, C: Context> Future for Run<S, C> {
     fn poll(self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         loop {
+            // The common case, polled in place: the phase (and the
+            // execution it may hold) is moved only when it changes.
+            if let RunPhase::Running(fut) = &mut this.phase {
+                return match fut.as_mut().poll(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(driven) => {
+                        this.phase = RunPhase::Done;
+                        Poll::Ready(this.settle(driven))
+                    }
+                };
+            }
             match std::mem::replace(&mut this.phase, RunPhase::Done) {
                 RunPhase::Ready(exec) => {
                     this.phase = RunPhase::Running(engine::start(
@@ -274,15 +285,8 @@ impl<S: HarnessState, C: Context> Future for Run<S, C> {
                         exec,
                     ));
                 }
-                RunPhase::Running(mut fut) => {
-                    return match fut.as_mut().poll(cx) {
-                        Poll::Pending => {
-                            this.phase = RunPhase::Running(fut);
-                            Poll::Pending
-                        }
-                        Poll::Ready(driven) => Poll::Ready(this.settle(driven)),
-                    };
-                }
+                // Polled above.
+                running @ RunPhase::Running(_) => this.phase = running,
                 RunPhase::Paused(exec, interrupt) => {
                     let id = interrupt.id.clone();
                     this.phase = RunPhase::Paused(exec, interrupt);
