@@ -40,12 +40,13 @@ struct State {
 }
 
 impl State {
-    /// Wakes the first waiter to lead the next flush, if one waits.
-    fn wake_next_leader(&mut self) {
-        self.next_leader = self.waiting.first_key_value().map(|(key, waker)| {
-            waker.wake_by_ref();
-            *key
-        });
+    /// Chooses the first waiter to lead the next flush, if one waits;
+    /// returns its waker, to wake once the lock is released (so that no
+    /// executor runs a task inside `wake` while it is held).
+    fn next_leader(&mut self) -> Option<Waker> {
+        let (key, waker) = self.waiting.first_key_value()?;
+        self.next_leader = Some(*key);
+        Some(waker.clone())
     }
 }
 
@@ -79,7 +80,10 @@ impl Drop for Waiter<'_> {
         let mut state = self.group.state();
         state.waiting.remove(&self.key);
         if state.next_leader == Some(self.key) {
-            state.wake_next_leader();
+            state.next_leader = None;
+            let leader = state.next_leader();
+            drop(state);
+            leader.map(Waker::wake);
         }
     }
 }
@@ -199,10 +203,10 @@ impl GroupFlush {
                     None => state.flushed,
                 };
                 let later = state.waiting.split_off(&(done + 1, 0));
-                for waker in std::mem::replace(&mut state.waiting, later).into_values() {
-                    waker.wake();
-                }
-                state.wake_next_leader();
+                let covered = std::mem::replace(&mut state.waiting, later);
+                let leader = state.next_leader();
+                drop(state);
+                covered.into_values().chain(leader).for_each(Waker::wake);
             }
         }
         let mut lead = Lead {
@@ -339,24 +343,43 @@ mod tests {
         group.durable(ticket, flush(disk)).await.unwrap();
     }
 
-    /// A flush that finishes only once `open` is set (polled by hand).
-    async fn gated(
-        open: Arc<std::sync::atomic::AtomicBool>,
-        flushes: Arc<AtomicU64>,
-    ) -> Result<u64, StoreError> {
-        std::future::poll_fn(|_| {
-            if open.load(Ordering::SeqCst) {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await;
-        flushes.fetch_add(1, Ordering::SeqCst);
-        Ok(0)
+    /// Flushes that finish only once the gate is open (polled by hand),
+    /// counted.
+    #[derive(Default)]
+    struct Gate {
+        open: std::sync::atomic::AtomicBool,
+        flushes: AtomicU64,
+    }
+
+    impl Gate {
+        async fn flush(&self) -> Result<u64, StoreError> {
+            std::future::poll_fn(|_| {
+                if self.open.load(Ordering::SeqCst) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            self.flushes.fetch_add(1, Ordering::SeqCst);
+            Ok(0)
+        }
+
+        fn open(&self) {
+            self.open.store(true, Ordering::SeqCst);
+        }
+
+        fn flushes(&self) -> u64 {
+            self.flushes.load(Ordering::SeqCst)
+        }
     }
 
     type Durable<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + 'a>>;
+
+    /// A durable commit flushing through `gate`, not yet polled.
+    fn commit<'a>(group: &'a GroupFlush, gate: &'a Gate) -> Durable<'a> {
+        Box::pin(group.durable(group.ticket(), || gate.flush()))
+    }
 
     fn poll(fut: &mut Durable<'_>) -> Poll<Result<(), StoreError>> {
         fut.as_mut()
@@ -374,17 +397,14 @@ mod tests {
     /// no commit is left waiting for a leader that is gone.
     #[test]
     fn a_waiter_chosen_to_lead_that_goes_away_hands_the_lead_on() {
-        let group = GroupFlush::new("test store");
-        let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flushes = Arc::new(AtomicU64::new(0));
-        let flush = || gated(Arc::clone(&open), Arc::clone(&flushes));
-        let mut a: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        let (group, gate) = (GroupFlush::new("test store"), Gate::default());
+        let mut a = commit(&group, &gate);
         into_flush(&mut a);
-        let mut b: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
-        let mut c: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        let mut b = commit(&group, &gate);
+        let mut c = commit(&group, &gate);
         assert!(poll(&mut b).is_pending());
         assert!(poll(&mut c).is_pending());
-        open.store(true, Ordering::SeqCst);
+        gate.open();
         assert!(matches!(poll(&mut a), Poll::Ready(Ok(()))));
         // `b` was woken to lead; it goes before it does.
         assert_eq!(group.state().next_leader.map(|k| k.0), Some(2));
@@ -392,7 +412,7 @@ mod tests {
         assert_eq!(group.state().next_leader.map(|k| k.0), Some(3));
         assert!(poll(&mut c).is_pending(), "c leads: it yields first");
         assert!(matches!(poll(&mut c), Poll::Ready(Ok(()))));
-        assert_eq!(flushes.load(Ordering::SeqCst), 2);
+        assert_eq!(gate.flushes(), 2);
         assert!(group.state().waiting.is_empty());
     }
 
@@ -401,13 +421,10 @@ mod tests {
     /// the next waiter leads a flush that covers them.
     #[test]
     fn a_leader_that_goes_away_mid_flush_leaves_the_next_waiter_to_flush() {
-        let group = GroupFlush::new("test store");
-        let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flushes = Arc::new(AtomicU64::new(0));
-        let flush = || gated(Arc::clone(&open), Arc::clone(&flushes));
-        let mut a: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        let (group, gate) = (GroupFlush::new("test store"), Gate::default());
+        let mut a = commit(&group, &gate);
         into_flush(&mut a);
-        let mut b: Durable<'_> = Box::pin(group.durable(group.ticket(), flush));
+        let mut b = commit(&group, &gate);
         assert!(poll(&mut b).is_pending());
         drop(a);
         assert_eq!(
@@ -416,9 +433,9 @@ mod tests {
             "a flush that did not end covers nothing"
         );
         into_flush(&mut b);
-        open.store(true, Ordering::SeqCst);
+        gate.open();
         assert!(matches!(poll(&mut b), Poll::Ready(Ok(()))));
         assert_eq!(group.state().flushed, 2);
-        assert_eq!(flushes.load(Ordering::SeqCst), 1);
+        assert_eq!(gate.flushes(), 1);
     }
 }
