@@ -83,7 +83,9 @@ impl Drop for Waiter<'_> {
             state.next_leader = None;
             let leader = state.next_leader();
             drop(state);
-            leader.map(Waker::wake);
+            if let Some(leader) = leader {
+                leader.wake();
+            }
         }
     }
 }
