@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-use harness::session::{CheckpointKind, SessionConfig, SessionError, SessionPhase, SessionStore};
+use harness::session::{
+    CheckpointKind, Durability, SessionConfig, SessionError, SessionPhase, SessionStore,
+};
 use harness::{
     Context, Cx, Harness, HarnessState, InterruptId, RunError, SessionId, Signal, StepResult,
     create_agent, create_agent_with,
@@ -1109,4 +1111,145 @@ async fn recover_drops_an_unreadable_answer_left_in_an_old_journal_and_asks_agai
         .await
         .unwrap();
     assert_eq!(done.state.count, 4);
+}
+
+/// A memory store that records, for each commit, the head's phase, whether
+/// it holds the signal a run ended with, and whether it was durable.
+#[derive(Debug, Default)]
+struct RecordsDurability {
+    inner: MemoryStore,
+    commits: std::sync::Mutex<Vec<(SessionPhase, bool, bool)>>,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for RecordsDurability {
+    async fn load(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<harness::session::StoredRun>, harness::session::StoreError> {
+        self.inner.load(session).await
+    }
+    async fn commit(
+        &self,
+        commit: harness::session::Commit,
+    ) -> Result<(), harness::session::StoreError> {
+        self.commits.lock().unwrap().push((
+            commit.head.phase.clone(),
+            commit.head.ended_with.is_some(),
+            commit.durable,
+        ));
+        self.inner.commit(commit).await
+    }
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<harness::session::Checkpoint>, harness::session::StoreError> {
+        self.inner.checkpoints(session, from_seq).await
+    }
+    async fn sessions(&self) -> Result<Vec<SessionId>, harness::session::StoreError> {
+        self.inner.sessions().await
+    }
+    async fn flush(&self) -> Result<(), harness::session::StoreError> {
+        self.inner.flush().await
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Errand {
+    #[field(reduce = add)]
+    n: u64,
+    /// What the last step does: `end`, `ask` (a person), `fail` or `stop`.
+    then: String,
+    answer: String,
+}
+
+fn errand_agent(store: Arc<RecordsDurability>, config: SessionConfig) -> harness::Agent<Errand> {
+    let h = Harness::<Errand>::builder()
+        .step("work")
+        .run(|s: Arc<Errand>| async move {
+            if s.n == 1 && s.then == "fail" {
+                return Err(harness::StepError::msg("the errand failed"));
+            }
+            Ok(ErrandUpdate::new().n(1))
+        })
+        .route(|s: &Errand| match (s.n, s.then.as_str()) {
+            (n, _) if n < 2 => "again",
+            (_, "ask") => "ask",
+            _ => "done",
+        })
+        .on("again")
+        .to("work")
+        .on("ask")
+        .to("ask")
+        .on("done")
+        .end()
+        .step("ask")
+        .run(|cx: Cx<()>| async move {
+            let answer: String = cx.interrupt("go on?")?;
+            Ok(ErrandUpdate::new().answer(answer))
+        })
+        .next("work")
+        .start("work")
+        .store(store)
+        .session_config(config)
+        .build()
+        .unwrap();
+    create_agent("errand", &h)
+}
+
+/// The last commit of a run (its settle) and the one before, as recorded.
+async fn settle_of(
+    then: &str,
+    config: SessionConfig,
+) -> ((SessionPhase, bool, bool), (SessionPhase, bool, bool)) {
+    let store = Arc::new(RecordsDurability::default());
+    let agent = errand_agent(store.clone(), config);
+    let _ = agent
+        .run(Errand {
+            then: then.into(),
+            ..Errand::default()
+        })
+        .await;
+    let commits = store.commits.lock().unwrap();
+    let n = commits.len();
+    assert!(n >= 3, "{commits:?}");
+    (commits[n - 2].clone(), commits[n - 1].clone())
+}
+
+/// A run that ends where its last step's durable commit says it does
+/// records its end without waiting for a flush: that commit holds the end
+/// already, for `recover` should the process die (see
+/// `a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed`).
+/// Every other settle waits for one.
+#[tokio::test]
+async fn only_an_end_already_in_a_durable_step_commit_is_settled_without_a_flush() {
+    let every_step = SessionConfig::default();
+    let (last_step, settle) = settle_of("end", every_step.clone()).await;
+    assert_eq!(last_step, (SessionPhase::Running, true, true));
+    assert!(matches!(settle.0, SessionPhase::Completed { .. }));
+    assert!(!settle.2, "the end was waited for: {settle:?}");
+
+    // A pause: the interrupt is in the settle alone.
+    let (_, settle) = settle_of("ask", every_step.clone()).await;
+    assert!(matches!(settle.0, SessionPhase::Interrupted { .. }));
+    assert!(settle.2, "{settle:?}");
+    // A failure.
+    let (_, settle) = settle_of("fail", every_step).await;
+    assert!(matches!(settle.0, SessionPhase::Failed { .. }));
+    assert!(settle.2, "{settle:?}");
+    // An end whose last step was not flushed.
+    for durability in [Durability::AtExit, Durability::EveryN(3)] {
+        let config = SessionConfig {
+            durability,
+            ..SessionConfig::default()
+        };
+        let (last_step, settle) = settle_of("end", config).await;
+        assert!(!last_step.2 && last_step.1, "{durability:?}: {last_step:?}");
+        assert!(matches!(settle.0, SessionPhase::Completed { .. }));
+        assert!(
+            settle.2,
+            "{durability:?}: the end was not flushed: {settle:?}"
+        );
+    }
 }

@@ -409,13 +409,6 @@ pub(crate) fn start<S: HarnessState, C: Context>(
     async move {
         let result = match attach(&harness, &info, &mut exec).await {
             Ok(cursor) => {
-                // Keep the lease alive while a long step runs; if it is
-                // lost, the step is cancelled (its future dropped) before it
-                // can commit anything.
-                let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
-                let renewer = cursor
-                    .clone()
-                    .map(|c| AbortOnDrop(tokio::spawn(keep_lease(c, lost_tx))));
                 let env = Env {
                     harness: &harness,
                     ctx: &ctx,
@@ -433,20 +426,22 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                     }),
                 };
                 let driving = drive(&env, &mut exec.task);
-                let result = if renewer.is_some() {
-                    tokio::select! {
+                // The lease is kept alive while a long step runs, beside
+                // the drive in this task (no task of its own to start and
+                // abort per run); if it is lost, the step is cancelled (its
+                // future dropped) before it can commit anything.
+                let result = match &cursor {
+                    Some(c) => tokio::select! {
                         biased;
-                        Ok(reason) = lost_rx => Err(RunError::LeaseLost {
+                        reason = keep_lease(c) => Err(RunError::LeaseLost {
                             session: info.session_id.clone(),
                             reason,
                         }),
                         result = driving => result,
-                    }
-                } else {
-                    driving.await
+                    },
+                    None => driving.await,
                 };
                 exec.steps = env.steps.load(Ordering::SeqCst);
-                drop(renewer);
                 match cursor {
                     Some(c) => persist_settle(&harness, &c, &mut exec, result).await,
                     None => result,
@@ -484,14 +479,15 @@ fn error_type(e: &RunError) -> &'static str {
     }
 }
 
-/// Renews the run's lease every third of its time to live, until the run
-/// ends (the task is aborted) or the lease is lost, which it reports on
-/// `lost`: another run took the session over, or renewals failed (the store
-/// unreachable) until the lease was about to expire. Failed renewals are
-/// retried with backoff; the lease is given up a tenth of its time to live
-/// before it expires by the store's clock, so that the step is cancelled
-/// before any other worker may take the session.
-async fn keep_lease(cursor: Arc<SessionCursor>, lost: tokio::sync::oneshot::Sender<String>) {
+/// Renews the run's lease every third of its time to live, for as long as
+/// it is polled (beside the run's drive, which it outlives only when the
+/// lease is lost); returns why the lease is lost: another run took the
+/// session over, or renewals failed (the store unreachable) until the lease
+/// was about to expire. Failed renewals are retried with backoff; the lease
+/// is given up a tenth of its time to live before it expires by the store's
+/// clock, so that the step is cancelled before any other worker may take
+/// the session.
+async fn keep_lease(cursor: &SessionCursor) -> String {
     let ttl = cursor.config.lease_ttl;
     let every = ttl / 3;
     let margin = ttl / 10;
@@ -528,16 +524,7 @@ async fn keep_lease(cursor: Arc<SessionCursor>, lost: tokio::sync::oneshot::Send
         }
     };
     tracing::error!(reason = %reason, "the run's lease is lost; cancelling the step");
-    let _ = lost.send(reason);
-}
-
-/// Aborts a background task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+    reason
 }
 
 /// Creates or re-leases the run's session, if it has a store.

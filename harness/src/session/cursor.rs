@@ -71,7 +71,7 @@ impl SessionCursor {
         );
         let first = commit.head.clone();
         super::check_commit(&commit)?;
-        store.commit(commit).await?;
+        store.as_ref().commit(commit).await?;
         Ok(Self::holding(store, config, owner, first))
     }
 
@@ -95,7 +95,7 @@ impl SessionCursor {
         let commit = head::acquire(&current, lease, run_id, next_step, journals, input);
         let next = commit.head.clone();
         super::check_commit(&commit).map_err(StoreError::from)?;
-        match store.commit(commit).await {
+        match store.as_ref().commit(commit).await {
             Ok(()) => Ok(Self::holding(store, config, owner, next)),
             // Someone else took it between our read and our write.
             Err(StoreError::Conflict { .. }) => Err(SessionInFlight {
@@ -144,7 +144,7 @@ impl SessionCursor {
             };
             let next = commit.head.clone();
             super::check_commit(&commit)?;
-            match self.store.commit(commit).await {
+            match self.store.as_ref().commit(commit).await {
                 Ok(()) => {
                     let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
                     self.expires_at.store(expires_at, Ordering::SeqCst);
@@ -155,7 +155,7 @@ impl SessionCursor {
                 Err(conflict @ StoreError::Conflict { .. }) => {
                     let held =
                         |h: &StoredRun| h.lease.as_ref().is_some_and(|l| l.owner == self.owner);
-                    match self.store.load(&current.session_id).await? {
+                    match self.store.as_ref().load(&current.session_id).await? {
                         Some(fresh)
                             if held(&current)
                                 && held(&fresh)
@@ -287,6 +287,7 @@ impl SessionCursor {
                 next_step,
                 journals.clone(),
                 start,
+                &self.config,
             )))
         })
         .await

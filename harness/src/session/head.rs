@@ -478,6 +478,7 @@ pub(crate) fn settle(
     next_step: Option<&str>,
     journals: Journals,
     start: &str,
+    config: &SessionConfig,
 ) -> Commit {
     let now = now_millis();
     let mut next = next_of(head, now);
@@ -495,7 +496,17 @@ pub(crate) fn settle(
     } else {
         next.phase = phase;
     }
-    commit(next, Some(head.version), append, Vec::new(), true)
+    // A run that ended where its last step's commit says (`ended_with`),
+    // that commit durable: the end is on disk already, since `recover`
+    // records it with that signal should the process die before this
+    // commit reaches the disk. This commit then does not wait for a flush.
+    // Every other settle does: a pause, a failure, a stop, an end after a
+    // step not flushed, and the start of a queued run.
+    let end_on_disk = append.is_empty()
+        && config.durability == Durability::EveryStep
+        && matches!(&next.phase, SessionPhase::Completed { signal }
+            if head.ended_with.as_ref() == Some(signal));
+    commit(next, Some(head.version), append, Vec::new(), !end_on_disk)
 }
 
 /// The lease extended, if a third of it has passed at `now` (the store's
