@@ -401,6 +401,11 @@ impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Durability {
     /// Every step's checkpoint is flushed before the next step starts.
+    /// The last step's checkpoint holds how the run ends (see
+    /// [`StoredRun::ended_with`]), so the record of the end that follows
+    /// is not waited for: should the process die before it reaches the
+    /// disk, [`Agent::recover`](crate::Agent::recover) records the end from
+    /// that checkpoint. A pause, a failure and a stop are flushed.
     #[default]
     EveryStep,
     /// Every n-th step's checkpoint is flushed (and every pause and end);
