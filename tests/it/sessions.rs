@@ -882,17 +882,38 @@ async fn the_sessions_command_lists_shows_and_resumes() {
     }
 }
 
-/// A memory store whose commits that record a completed run fail while
-/// `fail_end` is set: a process that dies between a run's last checkpoint
-/// and the record of its end.
-#[derive(Debug)]
-struct LosesTheEnd {
+/// A memory store that shows every commit to `watch` first, which may
+/// refuse it.
+struct Watched {
     inner: MemoryStore,
-    fail_end: std::sync::atomic::AtomicBool,
+    #[allow(clippy::type_complexity)] // one closure, named by its field
+    watch: Box<
+        dyn Fn(&harness::session::Commit) -> Result<(), harness::session::StoreError> + Send + Sync,
+    >,
+}
+
+impl Watched {
+    fn new(
+        watch: impl Fn(&harness::session::Commit) -> Result<(), harness::session::StoreError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        Self {
+            inner: MemoryStore::new(),
+            watch: Box::new(watch),
+        }
+    }
+}
+
+impl std::fmt::Debug for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watched").finish_non_exhaustive()
+    }
 }
 
 #[async_trait::async_trait]
-impl SessionStore for LosesTheEnd {
+impl SessionStore for Watched {
     async fn load(
         &self,
         session: &SessionId,
@@ -903,11 +924,7 @@ impl SessionStore for LosesTheEnd {
         &self,
         commit: harness::session::Commit,
     ) -> Result<(), harness::session::StoreError> {
-        if matches!(commit.head.phase, SessionPhase::Completed { .. })
-            && self.fail_end.load(Ordering::SeqCst)
-        {
-            return Err(harness::session::StoreError::backend("the process died"));
-        }
+        (self.watch)(&commit)?;
         self.inner.commit(commit).await
     }
     async fn checkpoints(
@@ -925,12 +942,25 @@ impl SessionStore for LosesTheEnd {
     }
 }
 
+/// A store whose commits that record a completed run fail while `fail_end`
+/// is set: a process that dies between a run's last checkpoint and the
+/// record of its end.
+fn loses_the_end(fail_end: &Arc<std::sync::atomic::AtomicBool>) -> Watched {
+    let fail_end = Arc::clone(fail_end);
+    Watched::new(move |commit| {
+        if matches!(commit.head.phase, SessionPhase::Completed { .. })
+            && fail_end.load(Ordering::SeqCst)
+        {
+            return Err(harness::session::StoreError::backend("the process died"));
+        }
+        Ok(())
+    })
+}
+
 #[tokio::test]
 async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
-    let store = Arc::new(LosesTheEnd {
-        inner: MemoryStore::new(),
-        fail_end: true.into(),
-    });
+    let fail_end = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let store = Arc::new(loses_the_end(&fail_end));
     let agent = draft_agent(store.clone(), SessionConfig::default(), 3, 8);
     let run = agent.run(Draft::default());
     let session = run.session_id().clone();
@@ -949,7 +979,7 @@ async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
         .unwrap();
 
     // The process is gone; its lease runs out, and a worker recovers.
-    store.fail_end.store(false, Ordering::SeqCst);
+    fail_end.store(false, Ordering::SeqCst);
     let mut head = store.load(&session).await.unwrap().unwrap();
     let expected = head.version;
     head.version += 1;
@@ -1113,48 +1143,6 @@ async fn recover_drops_an_unreadable_answer_left_in_an_old_journal_and_asks_agai
     assert_eq!(done.state.count, 4);
 }
 
-/// A memory store that records, for each commit, the head's phase, whether
-/// it holds the signal a run ended with, and whether it was durable.
-#[derive(Debug, Default)]
-struct RecordsDurability {
-    inner: MemoryStore,
-    commits: std::sync::Mutex<Vec<(SessionPhase, bool, bool)>>,
-}
-
-#[async_trait::async_trait]
-impl SessionStore for RecordsDurability {
-    async fn load(
-        &self,
-        session: &SessionId,
-    ) -> Result<Option<harness::session::StoredRun>, harness::session::StoreError> {
-        self.inner.load(session).await
-    }
-    async fn commit(
-        &self,
-        commit: harness::session::Commit,
-    ) -> Result<(), harness::session::StoreError> {
-        self.commits.lock().unwrap().push((
-            commit.head.phase.clone(),
-            commit.head.ended_with.is_some(),
-            commit.durable,
-        ));
-        self.inner.commit(commit).await
-    }
-    async fn checkpoints(
-        &self,
-        session: &SessionId,
-        from_seq: u64,
-    ) -> Result<Vec<harness::session::Checkpoint>, harness::session::StoreError> {
-        self.inner.checkpoints(session, from_seq).await
-    }
-    async fn sessions(&self) -> Result<Vec<SessionId>, harness::session::StoreError> {
-        self.inner.sessions().await
-    }
-    async fn flush(&self) -> Result<(), harness::session::StoreError> {
-        self.inner.flush().await
-    }
-}
-
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
 struct Errand {
     #[field(reduce = add)]
@@ -1164,7 +1152,7 @@ struct Errand {
     answer: String,
 }
 
-fn errand_agent(store: Arc<RecordsDurability>, config: SessionConfig) -> harness::Agent<Errand> {
+fn errand_agent(store: Arc<Watched>, config: SessionConfig) -> harness::Agent<Errand> {
     let h = Harness::<Errand>::builder()
         .step("work")
         .run(|s: Arc<Errand>| async move {
@@ -1203,15 +1191,26 @@ async fn settle_of(
     then: &str,
     config: SessionConfig,
 ) -> ((SessionPhase, bool, bool), (SessionPhase, bool, bool)) {
-    let store = Arc::new(RecordsDurability::default());
-    let agent = errand_agent(store.clone(), config);
+    // Each commit: the head's phase, whether it holds the signal the run
+    // ended with, and whether it is durable.
+    let commits = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&commits);
+    let store = Arc::new(Watched::new(move |commit| {
+        seen.lock().unwrap().push((
+            commit.head.phase.clone(),
+            commit.head.ended_with.is_some(),
+            commit.durable,
+        ));
+        Ok(())
+    }));
+    let agent = errand_agent(store, config);
     let _ = agent
         .run(Errand {
             then: then.into(),
             ..Errand::default()
         })
         .await;
-    let commits = store.commits.lock().unwrap();
+    let commits = commits.lock().unwrap();
     let n = commits.len();
     assert!(n >= 3, "{commits:?}");
     (commits[n - 2].clone(), commits[n - 1].clone())
