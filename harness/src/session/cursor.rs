@@ -144,6 +144,8 @@ impl SessionCursor {
             };
             let next = commit.head.clone();
             super::check_commit(&commit)?;
+            // Through `&dyn SessionStore`: on the `Arc` itself the call
+            // would go through its forwarding impl, a second boxed future.
             match self.store.as_ref().commit(commit).await {
                 Ok(()) => {
                     let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
