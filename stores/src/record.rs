@@ -130,7 +130,8 @@ pub(crate) fn write_head(out: &mut Vec<u8>, head: &StoredRun) -> Result<(), Stri
     serde_json::to_writer(out, head).map_err(|e| format!("cannot encode the head: {e}"))
 }
 
-/// Appends the JSON bytes of a checkpoint to `out` (see [`head_to_vec`]).
+/// Appends the JSON bytes of a checkpoint to `out` (see
+/// [`checkpoint_to_vec`]).
 pub(crate) fn write_checkpoint(out: &mut Vec<u8>, cp: &Checkpoint) -> Result<(), String> {
     serde_json::to_writer(out, cp).map_err(|e| format!("cannot encode checkpoint {}: {e}", cp.seq))
 }
