@@ -71,7 +71,7 @@ impl SessionCursor {
         );
         let first = commit.head.clone();
         super::check_commit(&commit)?;
-        store.as_ref().commit(commit).await?;
+        store.commit(commit).await?;
         Ok(Self::holding(store, config, owner, first))
     }
 
@@ -95,7 +95,7 @@ impl SessionCursor {
         let commit = head::acquire(&current, lease, run_id, next_step, journals, input);
         let next = commit.head.clone();
         super::check_commit(&commit).map_err(StoreError::from)?;
-        match store.as_ref().commit(commit).await {
+        match store.commit(commit).await {
             Ok(()) => Ok(Self::holding(store, config, owner, next)),
             // Someone else took it between our read and our write.
             Err(StoreError::Conflict { .. }) => Err(SessionInFlight {
@@ -144,9 +144,7 @@ impl SessionCursor {
             };
             let next = commit.head.clone();
             super::check_commit(&commit)?;
-            // Through `&dyn SessionStore`: on the `Arc` itself the call
-            // would go through its forwarding impl, a second boxed future.
-            match self.store.as_ref().commit(commit).await {
+            match self.store.commit(commit).await {
                 Ok(()) => {
                     let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
                     self.expires_at.store(expires_at, Ordering::SeqCst);
@@ -157,7 +155,7 @@ impl SessionCursor {
                 Err(conflict @ StoreError::Conflict { .. }) => {
                     let held =
                         |h: &StoredRun| h.lease.as_ref().is_some_and(|l| l.owner == self.owner);
-                    match self.store.as_ref().load(&current.session_id).await? {
+                    match self.store.load(&current.session_id).await? {
                         Some(fresh)
                             if held(&current)
                                 && held(&fresh)

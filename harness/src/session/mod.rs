@@ -46,6 +46,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The version of the stored format; a record of another version is refused
@@ -363,34 +364,67 @@ pub trait SessionStore: Send + Sync + Debug {
     }
 }
 
-#[async_trait]
+/// A store's future, as the [`SessionStore`] methods return it.
+type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// A shared store is its store: each method hands on the future of the
+/// store it points to as it is, rather than boxing it once more (a future
+/// that awaits the inner one), so a store passed as an `Arc` costs no more
+/// per commit than the store itself.
 impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
-    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
-        (**self).load(session).await
+    fn load<'s, 'i, 'a>(&'s self, session: &'i SessionId) -> StoreFuture<'a, Option<StoredRun>>
+    where
+        's: 'a,
+        'i: 'a,
+        Self: 'a,
+    {
+        (**self).load(session)
     }
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        (**self).commit(commit).await
+    fn commit<'s, 'a>(&'s self, commit: Commit) -> StoreFuture<'a, ()>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        (**self).commit(commit)
     }
-    async fn checkpoints(
-        &self,
-        session: &SessionId,
+    fn checkpoints<'s, 'i, 'a>(
+        &'s self,
+        session: &'i SessionId,
         from_seq: u64,
-    ) -> Result<Vec<Checkpoint>, StoreError> {
-        (**self).checkpoints(session, from_seq).await
+    ) -> StoreFuture<'a, Vec<Checkpoint>>
+    where
+        's: 'a,
+        'i: 'a,
+        Self: 'a,
+    {
+        (**self).checkpoints(session, from_seq)
     }
-    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
-        (**self).sessions().await
+    fn sessions<'s, 'a>(&'s self) -> StoreFuture<'a, Vec<SessionId>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        (**self).sessions()
     }
-    async fn flush(&self) -> Result<(), StoreError> {
-        (**self).flush().await
+    fn flush<'s, 'a>(&'s self) -> StoreFuture<'a, ()>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        (**self).flush()
     }
-    async fn runnable(
-        &self,
-        agent: &str,
+    fn runnable<'s, 'i, 'a>(
+        &'s self,
+        agent: &'i str,
         now: u64,
         limit: usize,
-    ) -> Result<Vec<SessionId>, StoreError> {
-        (**self).runnable(agent, now, limit).await
+    ) -> StoreFuture<'a, Vec<SessionId>>
+    where
+        's: 'a,
+        'i: 'a,
+        Self: 'a,
+    {
+        (**self).runnable(agent, now, limit)
     }
     fn now(&self) -> u64 {
         (**self).now()
