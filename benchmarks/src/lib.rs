@@ -10,8 +10,8 @@
 /// the runtime's threads free memory another thread allocated, and each such
 /// free takes the lock of that thread's arena: in the 10 000-run figure on
 /// the log store, about 45% of the CPU went to `malloc` and `free` and
-/// their lock, and the wall time was 3.0x the latency bound against 1.9x
-/// with mimalloc (see the performance guide).
+/// their lock, and the wall time was 2.8-3.0x the latency bound against
+/// 1.6-2.0x with mimalloc, runs interleaved (see the performance guide).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
