@@ -425,21 +425,25 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                         }) as Arc<dyn CallHooks>
                     }),
                 };
-                let driving = drive(&env, &mut exec.task);
                 // The lease is kept alive while a long step runs, beside
                 // the drive in this task (no task of its own to start and
                 // abort per run); if it is lost, the step is cancelled (its
-                // future dropped) before it can commit anything.
-                let result = match &cursor {
-                    Some(c) => tokio::select! {
-                        biased;
-                        reason = keep_lease(c) => Err(RunError::LeaseLost {
-                            session: info.session_id.clone(),
-                            reason,
-                        }),
-                        result = driving => result,
-                    },
-                    None => driving.await,
+                // future dropped) before it can commit anything. In a block
+                // of its own, so that the settle below can reuse its room
+                // in this future.
+                let result = {
+                    let driving = drive(&env, &mut exec.task);
+                    match &cursor {
+                        Some(c) => tokio::select! {
+                            biased;
+                            reason = keep_lease(c) => Err(RunError::LeaseLost {
+                                session: info.session_id.clone(),
+                                reason,
+                            }),
+                            result = driving => result,
+                        },
+                        None => driving.await,
+                    }
                 };
                 exec.steps = env.steps.load(Ordering::SeqCst);
                 match cursor {
@@ -645,9 +649,10 @@ async fn persist_settle<S: HarnessState, C: Context>(
             let failed = SessionPhase::Failed {
                 error: too_deep.to_string(),
             };
-            let _ = cursor
-                .settle(failed, next, Journals::new(), harness.start_name())
-                .await;
+            // Boxed: this rare path would otherwise double the room the
+            // settle takes in every run's future.
+            let _ =
+                Box::pin(cursor.settle(failed, next, Journals::new(), harness.start_name())).await;
             Err(RunError::Store(StoreError::TooDeep(too_deep)))
         }
         Err(e) => Err(RunError::Store(e)),
@@ -781,7 +786,7 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
         let control = env.control;
         loop {
             if task.region.is_some()
-                && let Some(end) = run_region(env, task).await?
+                && let Some(end) = Box::pin(run_region(env, task)).await?
             {
                 return Ok(end);
             }
@@ -826,7 +831,7 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
             let body = match (&step.run, &step.sub) {
                 (Some(run), _) => Some(run_step(env, run, step, task).instrument(span).await),
                 (None, Some(sub)) => Some(
-                    run_sub(env, sub.as_ref(), step, task)
+                    Box::pin(run_sub(env, sub.as_ref(), step, task))
                         .instrument(span)
                         .await,
                 ),
@@ -1478,7 +1483,9 @@ async fn run_step<S: HarnessState, C: Context>(
         let fut = run(Arc::clone(&task.state), cx);
         let result = match step.timeout {
             None => fut.await.map_err(Failure::Error),
-            Some(limit) => match tokio::time::timeout(limit, fut).await {
+            // Boxed, as the retry's sleep below: a timer inline would make
+            // every step's future larger, with or without a limit.
+            Some(limit) => match Box::pin(tokio::time::timeout(limit, fut)).await {
                 Ok(r) => r.map_err(Failure::Error),
                 Err(_) => Err(Failure::Timeout(limit)),
             },
@@ -1524,7 +1531,7 @@ async fn run_step<S: HarnessState, C: Context>(
         if will_retry {
             let delay = step.retry.delay_before(attempt + 1);
             if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+                Box::pin(tokio::time::sleep(delay)).await;
             }
             continue;
         }

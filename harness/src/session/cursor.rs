@@ -46,7 +46,11 @@ pub(crate) enum Holder {
 impl SessionCursor {
     /// Creates a session whose state is `state`, starting at `next_step`.
     #[allow(clippy::too_many_arguments)] // one call site each; a struct would only rename them
-    pub(crate) async fn create(
+    ///
+    /// The commit is made, boxed, before the returned future is first
+    /// polled, and the head it writes is kept boxed: the future is inline
+    /// in every run's task (see [`SessionCursor::write_with`]).
+    pub(crate) fn create(
         store: Arc<dyn SessionStore>,
         config: SessionConfig,
         agent_id: &str,
@@ -55,7 +59,7 @@ impl SessionCursor {
         state: Value,
         next_step: &str,
         holder: Holder,
-    ) -> Result<Self, StoreError> {
+    ) -> impl Future<Output = Result<Self, StoreError>> + Send + use<> {
         let owner = head::owner_id();
         let commit = head::create(
             NewSession {
@@ -69,10 +73,15 @@ impl SessionCursor {
             },
             &config,
         );
-        let first = commit.head.clone();
-        super::check_commit(&commit)?;
-        store.commit(commit).await?;
-        Ok(Self::holding(store, config, owner, first))
+        let checked = super::check_commit(&commit).map(|()| Box::new(commit));
+        async move {
+            let (first, committing) = {
+                let commit = *checked?;
+                (Box::new(commit.head.clone()), store.commit(commit))
+            };
+            committing.await?;
+            Ok(Self::holding(store, config, owner, *first))
+        }
     }
 
     /// Takes the lease of an existing session for a new run (`run_id`),
@@ -128,45 +137,55 @@ impl SessionCursor {
 
     /// Commits what `make` makes of the head (nothing if it makes nothing).
     ///
+    /// The future it returns is inline in every run's task, step after
+    /// step, so it holds little across its awaits: the commit is handed to
+    /// the store in a block of its own and the head it writes is kept
+    /// boxed, and it is an `async` block rather than an `async fn`, whose
+    /// arguments would be held twice (as this method's callers are too).
+    ///
     /// While this run holds the lease, the only other writer of the head is
     /// a run queued behind it ([`Busy::Queue`](super::Busy::Queue)); when
     /// one wins the compare-and-set, the commit is made again from the new
     /// head. When the lease is no longer this run's (another run took the
     /// session over), it fails with [`StoreError::Conflict`].
-    async fn write_with(
-        &self,
-        make: impl Fn(&StoredRun) -> Result<Option<Commit>, StoreError>,
-    ) -> Result<(), StoreError> {
-        let mut current = self.head.lock().await;
-        loop {
-            let Some(commit) = make(&current)? else {
-                return Ok(());
-            };
-            let next = commit.head.clone();
-            super::check_commit(&commit)?;
-            match self.store.commit(commit).await {
-                Ok(()) => {
-                    let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
-                    self.expires_at.store(expires_at, Ordering::SeqCst);
-                    self.steps.store(next.steps, Ordering::SeqCst);
-                    *current = next;
-                    return Ok(());
-                }
-                Err(conflict @ StoreError::Conflict { .. }) => {
-                    let held =
-                        |h: &StoredRun| h.lease.as_ref().is_some_and(|l| l.owner == self.owner);
-                    match self.store.load(&current.session_id).await? {
-                        Some(fresh)
-                            if held(&current)
-                                && held(&fresh)
-                                && fresh.version > current.version =>
-                        {
-                            *current = fresh;
-                        }
-                        _ => return Err(conflict),
+    fn write_with<'a>(
+        &'a self,
+        make: impl Fn(&StoredRun) -> Result<Option<Commit>, StoreError> + Send + 'a,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        async move {
+            let mut current = self.head.lock().await;
+            loop {
+                let (next, committing) = {
+                    let Some(commit) = make(&current)? else {
+                        return Ok(());
+                    };
+                    super::check_commit(&commit)?;
+                    (Box::new(commit.head.clone()), self.store.commit(commit))
+                };
+                match committing.await {
+                    Ok(()) => {
+                        let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
+                        self.expires_at.store(expires_at, Ordering::SeqCst);
+                        self.steps.store(next.steps, Ordering::SeqCst);
+                        *current = *next;
+                        return Ok(());
                     }
+                    Err(conflict @ StoreError::Conflict { .. }) => {
+                        let held =
+                            |h: &StoredRun| h.lease.as_ref().is_some_and(|l| l.owner == self.owner);
+                        match self.store.load(&current.session_id).await? {
+                            Some(fresh)
+                                if held(&current)
+                                    && held(&fresh)
+                                    && fresh.version > current.version =>
+                            {
+                                *current = fresh;
+                            }
+                            _ => return Err(conflict),
+                        }
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
         }
     }
@@ -187,20 +206,25 @@ impl SessionCursor {
     }
 
     /// Takes the lease again for an in-process resume of a paused run.
-    pub(crate) async fn reacquire(&self, journals: Journals) -> Result<(), StoreError> {
-        self.write_with(|current| {
+    pub(crate) fn reacquire(
+        &self,
+        journals: Journals,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
+        self.write_with(move |current| {
             Ok(Some(head::reacquire(
                 current,
                 self.lease(),
                 journals.clone(),
             )))
         })
-        .await
     }
 
     /// Records a completed step of a branch (see [`head::branch_done`]).
-    pub(crate) async fn branch_done(&self, done: BranchDone<'_>) -> Result<(), StoreError> {
-        self.write_with(|current| {
+    pub(crate) fn branch_done<'a>(
+        &'a self,
+        done: BranchDone<'a>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        self.write_with(move |current| {
             Ok(Some(head::branch_done(
                 current,
                 &done,
@@ -208,12 +232,14 @@ impl SessionCursor {
                 &self.config,
             )))
         })
-        .await
     }
 
     /// Records what a sub-agent's loop did (see [`head::child_done`]).
-    pub(crate) async fn child_done(&self, done: ChildDone<'_>) -> Result<(), StoreError> {
-        self.write_with(|current| {
+    pub(crate) fn child_done<'a>(
+        &'a self,
+        done: ChildDone<'a>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        self.write_with(move |current| {
             Ok(Some(head::child_done(
                 current,
                 &done,
@@ -221,7 +247,6 @@ impl SessionCursor {
                 &self.config,
             )))
         })
-        .await
     }
 
     /// The session's head as this run last wrote it.
@@ -231,13 +256,13 @@ impl SessionCursor {
 
     /// Records the merge of a fork's branches at its join `step` (see
     /// [`head::joined`]).
-    pub(crate) async fn joined(
-        &self,
-        step: &str,
+    pub(crate) fn joined<'a>(
+        &'a self,
+        step: &'a str,
         record: JoinRecord,
         steps_this_run: u64,
-    ) -> Result<(), StoreError> {
-        self.write_with(|current| {
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        self.write_with(move |current| {
             Ok(Some(head::joined(
                 current,
                 step,
@@ -247,17 +272,16 @@ impl SessionCursor {
                 steps_this_run,
             )))
         })
-        .await
     }
 
     /// Records a completed step (see [`head::step_done`]).
-    pub(crate) async fn step_done(
-        &self,
-        done: StepDone<'_>,
-        measure: impl Fn() -> u64,
-        snapshot: impl Fn() -> Result<Value, StoreError>,
-    ) -> Result<(), StoreError> {
-        self.write_with(|current| {
+    pub(crate) fn step_done<'a>(
+        &'a self,
+        done: StepDone<'a>,
+        measure: impl Fn() -> u64 + Send + 'a,
+        snapshot: impl Fn() -> Result<Value, StoreError> + Send + 'a,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        self.write_with(move |current| {
             head::step_done(
                 current,
                 done.clone(),
@@ -268,19 +292,18 @@ impl SessionCursor {
             )
             .map(Some)
         })
-        .await
     }
 
     /// Records how the run settled and releases the lease (see
     /// [`head::settle`]).
-    pub(crate) async fn settle(
-        &self,
+    pub(crate) fn settle<'a>(
+        &'a self,
         phase: SessionPhase,
-        next_step: Option<&str>,
+        next_step: Option<&'a str>,
         journals: Journals,
-        start: &str,
-    ) -> Result<(), StoreError> {
-        self.write_with(|current| {
+        start: &'a str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        self.write_with(move |current| {
             Ok(Some(head::settle(
                 current,
                 phase.clone(),
@@ -290,17 +313,15 @@ impl SessionCursor {
                 &self.config,
             )))
         })
-        .await
     }
 
     /// Extends the lease if a third of it has passed. Called while a step runs.
-    pub(crate) async fn renew(&self) -> Result<(), StoreError> {
+    pub(crate) fn renew(&self) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
         self.write_with(|current| {
             let now = self.store.now();
             let lease = head::lease(&self.owner, &self.config, now);
             Ok(head::renew(current, lease, &self.config, now))
         })
-        .await
     }
 }
 
