@@ -148,6 +148,7 @@ impl SessionCursor {
     /// one wins the compare-and-set, the commit is made again from the new
     /// head. When the lease is no longer this run's (another run took the
     /// session over), it fails with [`StoreError::Conflict`].
+    #[allow(clippy::manual_async_fn)] // an `async fn` would hold `make` twice
     fn write_with<'a>(
         &'a self,
         make: impl Fn(&StoredRun) -> Result<Option<Commit>, StoreError> + Send + 'a,
