@@ -281,7 +281,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             else {
                 return Ok(false);
             };
-            match store.commit(commit).await {
+            match store.commit(&commit).await {
                 Ok(()) => return Ok(true),
                 Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),

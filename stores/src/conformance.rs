@@ -276,7 +276,7 @@ async fn commit_ok(store: &dyn SessionStore, commit: Commit) -> Outcome {
         "commit of session {:?} (expected version {:?})",
         commit.head.session_id, commit.expected_version
     );
-    store.commit(commit).await.ctx(what)
+    store.commit(&commit).await.ctx(what)
 }
 
 async fn load_some(store: &dyn SessionStore, session: &str) -> Result<StoredRun, String> {
@@ -556,7 +556,7 @@ pub async fn create_conflict(store: &dyn SessionStore) -> Result<(), Failure> {
         let mut second = sample("dup", 3);
         second.head.agent_id = "intruder".into();
         second.append[0] = snapshot(0, 0, json!("intruder"));
-        expect_conflict(store.commit(second).await, "dup", None, Some(1))?;
+        expect_conflict(store.commit(&second).await, "dup", None, Some(1))?;
         ensure_eq!(
             load_some(store, "dup").await?,
             first.head,
@@ -599,16 +599,16 @@ pub async fn stale_version(store: &dyn SessionStore) -> Result<(), Failure> {
             vec![0, 1],
         );
         stale.head.last_seq = 4;
-        expect_conflict(store.commit(stale).await, "stale", Some(1), Some(2))?;
+        expect_conflict(store.commit(&stale).await, "stale", Some(1), Some(2))?;
         // From the future.
         let mut future = advance(&c2.head, vec![update(4, 4, "x", json!("future"))], vec![2]);
         future.expected_version = Some(7);
         future.head.version = 8;
-        expect_conflict(store.commit(future).await, "stale", Some(7), Some(2))?;
+        expect_conflict(store.commit(&future).await, "stale", Some(7), Some(2))?;
         // Same version as the new head (a writer that forgot to compare).
         let mut same = advance(&c2.head, vec![update(4, 4, "x", json!("same"))], vec![3]);
         same.expected_version = Some(c2.head.version + 1);
-        expect_conflict(store.commit(same).await, "stale", Some(3), Some(2))?;
+        expect_conflict(store.commit(&same).await, "stale", Some(3), Some(2))?;
 
         ensure_eq!(
             load_some(store, "stale").await?,
@@ -624,7 +624,7 @@ pub async fn stale_version(store: &dyn SessionStore) -> Result<(), Failure> {
         // An expected version on a session that does not exist.
         let mut ghost = advance(&head("ghost"), vec![snapshot(1, 1, json!(null))], vec![]);
         ghost.expected_version = Some(1);
-        expect_conflict(store.commit(ghost).await, "ghost", Some(1), None)?;
+        expect_conflict(store.commit(&ghost).await, "ghost", Some(1), None)?;
         let ghost_head = store.load(&id("ghost")).await.ctx("load(\"ghost\")")?;
         ensure!(
             ghost_head.is_none(),
@@ -760,7 +760,7 @@ pub async fn sessions(store: &dyn SessionStore) -> Result<(), Failure> {
             commit_ok(store, sample(s, 1)).await?;
         }
         // A refused create adds nothing.
-        expect_conflict(store.commit(sample("a", 0)).await, "a", None, Some(1))?;
+        expect_conflict(store.commit(&sample("a", 0)).await, "a", None, Some(1))?;
         let mut listed: Vec<String> = store
             .sessions()
             .await
@@ -1056,7 +1056,7 @@ pub async fn schema_version(store: &dyn SessionStore) -> Result<(), Failure> {
         let mut next = advance(&c.head, vec![update(2, 2, "x", json!(2))], vec![]);
         next.head.schema_version = SCHEMA_VERSION;
         expect_load(
-            store.commit(next).await,
+            store.commit(&next).await,
             "a commit on top of a schema-999 head",
             "future",
             "head",
@@ -1220,7 +1220,7 @@ pub async fn takeover_race(store: Arc<dyn SessionStore>) -> Result<(), Failure> 
                 tasks.push(tokio::spawn(async move {
                     barrier.wait().await;
                     let head = take.head.clone();
-                    (head, store.commit(take).await)
+                    (head, store.commit(&take).await)
                 }));
             }
             let mut winners = Vec::new();
@@ -1288,7 +1288,7 @@ pub async fn concurrent_create(store: Arc<dyn SessionStore>) -> Result<(), Failu
                 tasks.push(tokio::spawn(async move {
                     barrier.wait().await;
                     let expected = (c.head.clone(), c.append.clone());
-                    (expected, store.commit(c).await)
+                    (expected, store.commit(&c).await)
                 }));
             }
             let mut winners = Vec::new();
@@ -1347,7 +1347,7 @@ pub async fn concurrent_increments(store: Arc<dyn SessionStore>) -> Result<(), F
                         let seq = h.last_seq + 1;
                         let mut c = advance(&h, vec![update(seq, seq, &format!("w{w}-{i}"), json!([w, i]))], vec![]);
                         c.durable = i % 10 == 0;
-                        match store.commit(c).await {
+                        match store.commit(&c).await {
                             Ok(()) => break,
                             Err(StoreError::Conflict { expected, found, .. }) => {
                                 ensure_eq!(expected, Some(h.version), "writer {w}: the conflict's expected version");
@@ -1405,13 +1405,13 @@ pub async fn corrupt_head(
         )?;
         let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
         expect_load(
-            store.commit(next).await,
+            store.commit(&next).await,
             "a commit on a corrupt head",
             "bad",
             "head",
         )?;
         expect_load(
-            store.commit(sample("bad", 0)).await,
+            store.commit(&sample("bad", 0)).await,
             "a create over a corrupt head",
             "bad",
             "head",
@@ -1512,7 +1512,7 @@ impl<S: SessionStore> SessionStore for RoundRobin<S> {
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
         self.pick().load(session).await
     }
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         self.pick().commit(commit).await
     }
     async fn checkpoints(

@@ -179,9 +179,11 @@ impl SessionStore for FileStore {
         .await
     }
 
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         let session = commit.head.session_id.clone();
         let durable = commit.durable;
+        // A copy for the blocking thread, which cannot borrow the caller's.
+        let commit = commit.clone();
         self.with_session_lock(&session, move |inner| inner.commit(commit))
             .await?;
         if !durable {

@@ -57,7 +57,7 @@ impl SessionStore for MemoryStore {
         Ok(head)
     }
 
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         let mut sessions = self.lock();
         let id = commit.head.session_id.clone();
         let stored = sessions.get(&id).and_then(|s| s.head.as_ref());
@@ -77,10 +77,10 @@ impl SessionStore for MemoryStore {
         for seq in &commit.remove {
             session.log.remove(seq);
         }
-        for cp in commit.append {
-            session.log.insert(cp.seq, cp);
+        for cp in &commit.append {
+            session.log.insert(cp.seq, cp.clone());
         }
-        session.head = Some(commit.head);
+        session.head = Some(commit.head.clone());
         Ok(())
     }
 

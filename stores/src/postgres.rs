@@ -651,7 +651,7 @@ impl PostgresStore {
         self.pool.get().await.map_err(|e| pool_error(what, &e))
     }
 
-    async fn commit_inner(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit_inner(&self, commit: &Commit) -> Result<(), StoreError> {
         let head = &commit.head;
         let session = &head.session_id;
         let id = Self::stored_id(session);
@@ -1075,7 +1075,7 @@ impl SessionStore for PostgresStore {
         }
     }
 
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         if self.read_only {
             return Err(StoreError::backend(format!(
                 "postgres store (schema {:?}): opened read-only, it refuses the commit of session {}",

@@ -496,7 +496,7 @@ impl RedisStore {
         self.con.clone()
     }
 
-    async fn commit_inner(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit_inner(&self, commit: &Commit) -> Result<(), StoreError> {
         self.refresh_clock_if_stale().await;
         let head = &commit.head;
         let session = &head.session_id;
@@ -613,7 +613,7 @@ impl SessionStore for RedisStore {
         bytes.map(|b| head_from_slice(session, &b)).transpose()
     }
 
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         if self.read_only {
             return Err(StoreError::backend(format!(
                 "redis store (prefix {:?}): opened read-only, it refuses the commit of session {}",

@@ -533,11 +533,11 @@ impl SessionStore for SledStore {
         .await
     }
 
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         let durable = commit.durable;
         // Encoded here, on the caller's thread, rather than on the commit
         // thread that every session shares.
-        let commit = Encoded::new(&commit)?;
+        let commit = Encoded::new(commit)?;
         let (reply, ticket) = tokio::sync::oneshot::channel();
         let gone = || StoreError::backend("sled store: the commit thread has stopped");
         self.applier

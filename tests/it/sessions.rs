@@ -922,9 +922,9 @@ impl SessionStore for Watched {
     }
     async fn commit(
         &self,
-        commit: harness::session::Commit,
+        commit: &harness::session::Commit,
     ) -> Result<(), harness::session::StoreError> {
-        (self.watch)(&commit)?;
+        (self.watch)(commit)?;
         self.inner.commit(commit).await
     }
     async fn checkpoints(
@@ -985,7 +985,7 @@ async fn a_run_that_died_after_its_last_checkpoint_is_recorded_as_completed() {
     head.version += 1;
     head.lease = None;
     store
-        .commit(harness::session::Commit {
+        .commit(&harness::session::Commit {
             head,
             expected_version: Some(expected),
             append: vec![],
@@ -1105,7 +1105,7 @@ async fn recover_drops_an_unreadable_answer_left_in_an_old_journal_and_asks_agai
         };
         broken.journal.responses = vec![bad.clone()];
         store
-            .commit(harness::session::Commit {
+            .commit(&harness::session::Commit {
                 head: broken,
                 expected_version: Some(head.version),
                 append: vec![],

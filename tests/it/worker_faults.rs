@@ -66,7 +66,7 @@ impl SessionStore for Faulty {
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
         self.inner.load(session).await
     }
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         let blip = *self.blip_until.lock().unwrap();
         if let Some((until, kind)) = blip
             && Instant::now() < until
@@ -211,7 +211,7 @@ async fn tamper(
     let mut append = Vec::new();
     change(&mut next, &mut append);
     store
-        .commit(Commit {
+        .commit(&Commit {
             head: next,
             expected_version: Some(head.version),
             append,

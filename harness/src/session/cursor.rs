@@ -48,8 +48,8 @@ impl SessionCursor {
     #[allow(clippy::too_many_arguments)] // one call site each; a struct would only rename them
     ///
     /// The commit is made, boxed, before the returned future is first
-    /// polled, and the head it writes is kept boxed: the future is inline
-    /// in every run's task (see [`SessionCursor::write_with`]).
+    /// polled: the future is inline in every run's task (see
+    /// [`SessionCursor::write_with`]).
     pub(crate) fn create(
         store: Arc<dyn SessionStore>,
         config: SessionConfig,
@@ -75,12 +75,9 @@ impl SessionCursor {
         );
         let checked = super::check_commit(&commit).map(|()| Box::new(commit));
         async move {
-            let (first, committing) = {
-                let commit = *checked?;
-                (Box::new(commit.head.clone()), store.commit(commit))
-            };
-            committing.await?;
-            Ok(Self::holding(store, config, owner, *first))
+            let commit = checked?;
+            store.commit(&commit).await?;
+            Ok(Self::holding(store, config, owner, commit.head))
         }
     }
 
@@ -102,10 +99,9 @@ impl SessionCursor {
         let owner = head::owner_id();
         let lease = head::lease(&owner, &config, now);
         let commit = head::acquire(&current, lease, run_id, next_step, journals, input);
-        let next = commit.head.clone();
         super::check_commit(&commit).map_err(StoreError::from)?;
-        match store.commit(commit).await {
-            Ok(()) => Ok(Self::holding(store, config, owner, next)),
+        match store.commit(&commit).await {
+            Ok(()) => Ok(Self::holding(store, config, owner, commit.head)),
             // Someone else took it between our read and our write.
             Err(StoreError::Conflict { .. }) => Err(SessionInFlight {
                 session: current.session_id,
@@ -138,10 +134,11 @@ impl SessionCursor {
     /// Commits what `make` makes of the head (nothing if it makes nothing).
     ///
     /// The future it returns is inline in every run's task, step after
-    /// step, so it holds little across its awaits: the commit is handed to
-    /// the store in a block of its own and the head it writes is kept
-    /// boxed, and it is an `async` block rather than an `async fn`, whose
-    /// arguments would be held twice (as this method's callers are too).
+    /// step, so it holds little across its awaits: the commit is made in a
+    /// block of its own and kept boxed while the store writes it (its head
+    /// is then this cursor's, without a copy), and it is an `async` block
+    /// rather than an `async fn`, whose arguments would be held twice (as
+    /// this method's callers are too).
     ///
     /// While this run holds the lease, the only other writer of the head is
     /// a run queued behind it ([`Busy::Queue`](super::Busy::Queue)); when
@@ -156,19 +153,20 @@ impl SessionCursor {
         async move {
             let mut current = self.head.lock().await;
             loop {
-                let (next, committing) = {
+                let commit = {
                     let Some(commit) = make(&current)? else {
                         return Ok(());
                     };
                     super::check_commit(&commit)?;
-                    (Box::new(commit.head.clone()), self.store.commit(commit))
+                    Box::new(commit)
                 };
-                match committing.await {
+                match self.store.commit(&commit).await {
                     Ok(()) => {
+                        let next = commit.head;
                         let expires_at = next.lease.as_ref().map_or(0, |l| l.expires_at);
                         self.expires_at.store(expires_at, Ordering::SeqCst);
                         self.steps.store(next.steps, Ordering::SeqCst);
-                        *current = *next;
+                        *current = next;
                         return Ok(());
                     }
                     Err(conflict @ StoreError::Conflict { .. }) => {

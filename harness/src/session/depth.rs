@@ -35,7 +35,7 @@ pub const MAX_VALUE_DEPTH: usize = 100;
 
 /// Refuses `commit` if any value it would store nests deeper than
 /// [`MAX_VALUE_DEPTH`]. Walks each value at most `MAX_VALUE_DEPTH + 1`
-/// levels down, without allocating.
+/// levels down; allocates nothing unless it refuses.
 pub(crate) fn check_commit(commit: &Commit) -> Result<(), ValueTooDeep> {
     let head = &commit.head;
     let too_deep = |step: &str, what: String, value: &Value| ValueTooDeep {
@@ -46,45 +46,49 @@ pub(crate) fn check_commit(commit: &Commit) -> Result<(), ValueTooDeep> {
         limit: MAX_VALUE_DEPTH,
     };
     for cp in &commit.append {
-        let values: Vec<(&str, &Value)> = match &cp.kind {
-            CheckpointKind::Snapshot(v) => vec![("the state", v)],
-            // A run's input is the update of step `$input`.
-            CheckpointKind::Update(v) => vec![("the update", v)],
-            CheckpointKind::Branch(b) => vec![("the update", &b.update)],
-            CheckpointKind::Fork(f) => f
-                .branches
-                .iter()
-                .filter_map(|b| b.input.as_ref().map(|v| ("a branch's input", v)))
-                .collect(),
-            CheckpointKind::Join(_) => Vec::new(),
-            CheckpointKind::Child(c) => match &*c.record {
-                CheckpointKind::Update(v) | CheckpointKind::Snapshot(v) => vec![("the update", v)],
-                CheckpointKind::Branch(b) => vec![("the update", &b.update)],
-                _ => Vec::new(),
-            },
-        };
-        for (what, value) in values {
+        let check = |what: &str, value: &Value| {
             if deeper_than(value, MAX_VALUE_DEPTH) {
-                return Err(too_deep(&cp.step, what.to_string(), value));
+                Err(too_deep(&cp.step, what.to_string(), value))
+            } else {
+                Ok(())
             }
+        };
+        match &cp.kind {
+            CheckpointKind::Snapshot(v) => check("the state", v)?,
+            // A run's input is the update of step `$input`.
+            CheckpointKind::Update(v) => check("the update", v)?,
+            CheckpointKind::Branch(b) => check("the update", &b.update)?,
+            CheckpointKind::Fork(f) => {
+                for input in f.branches.iter().filter_map(|b| b.input.as_ref()) {
+                    check("a branch's input", input)?;
+                }
+            }
+            CheckpointKind::Join(_) => {}
+            CheckpointKind::Child(c) => match &*c.record {
+                CheckpointKind::Update(v) | CheckpointKind::Snapshot(v) => check("the update", v)?,
+                CheckpointKind::Branch(b) => check("the update", &b.update)?,
+                _ => {}
+            },
         }
     }
+    // Each journal's step, named only when one of its values is refused.
     let step = head.next_step.as_deref().unwrap_or("");
-    let journals = std::iter::once((step.to_string(), &head.journal)).chain(
-        head.branch_journals
-            .iter()
-            .map(|(path, j)| (format!("{step} (branch {path})"), j)),
-    );
-    for (step, journal) in journals {
+    let journals = std::iter::once((None, &head.journal))
+        .chain(head.branch_journals.iter().map(|(path, j)| (Some(path), j)));
+    for (path, journal) in journals {
+        let step = || match path {
+            None => step.to_string(),
+            Some(path) => format!("{step} (branch {path})"),
+        };
         for (i, answer) in journal.responses.iter().enumerate() {
             if deeper_than(answer, MAX_VALUE_DEPTH) {
-                return Err(too_deep(&step, format!("interrupt answer {i}"), answer));
+                return Err(too_deep(&step(), format!("interrupt answer {i}"), answer));
             }
         }
         for (key, result) in &journal.once {
             if deeper_than(result, MAX_VALUE_DEPTH) {
                 return Err(too_deep(
-                    &step,
+                    &step(),
                     format!("the `once` result `{key}`"),
                     result,
                 ));

@@ -647,7 +647,7 @@ pub(crate) async fn commit_with_retry<T>(
         let head = store.load(session).await?;
         let (commit, value) = decide(head.as_ref())?;
         super::check_commit(&commit).map_err(StoreError::from)?;
-        match store.commit(commit).await {
+        match store.commit(&commit).await {
             Ok(()) => return Ok(value),
             Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(e.into()),

@@ -296,7 +296,11 @@ pub trait SessionStore: Send + Sync + Debug {
     /// Applies `commit` atomically if the stored head's version is
     /// `commit.expected_version`; otherwise fails with
     /// [`StoreError::Conflict`] and changes nothing.
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError>;
+    ///
+    /// The commit is lent, not given: a store writes what it reads from it
+    /// (and copies what it keeps in memory), and the caller keeps the head
+    /// it wrote without a copy of its own.
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError>;
 
     /// The checkpoints of `session` with `seq >= from_seq`, in order.
     async fn checkpoints(
@@ -380,9 +384,10 @@ impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
     {
         (**self).load(session)
     }
-    fn commit<'s, 'a>(&'s self, commit: Commit) -> StoreFuture<'a, ()>
+    fn commit<'s, 'c, 'a>(&'s self, commit: &'c Commit) -> StoreFuture<'a, ()>
     where
         's: 'a,
+        'c: 'a,
         Self: 'a,
     {
         (**self).commit(commit)

@@ -1047,7 +1047,7 @@ impl SessionStore for LogStore {
         head.map(|json| head_from_slice(session, &json)).transpose()
     }
 
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         let durable = commit.durable;
         let (ticket, pending) = SCRATCH.with(|scratch| {
             // A fresh buffer if this thread's is in use (it never is: no
@@ -1055,7 +1055,7 @@ impl SessionStore for LogStore {
             let mut fresh = Vec::new();
             let mut kept = scratch.try_borrow_mut();
             let out = kept.as_deref_mut().unwrap_or(&mut fresh);
-            let added = Encoded::new(out, &commit).and_then(|e| self.core.add(e));
+            let added = Encoded::new(out, commit).and_then(|e| self.core.add(e));
             if out.capacity() > BUFFER_KEPT {
                 *out = Vec::new();
             }

@@ -86,7 +86,7 @@ async fn file_store_creates_private_files() {
     let c = create_sample(&store, "perm", 2).await;
     let mut next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
     next.durable = false;
-    store.commit(next).await.unwrap();
+    store.commit(&next).await.unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     for dir in [
         base.path().join("a"),
@@ -113,7 +113,7 @@ async fn file_store_reopened_sees_commits() {
     let c = create_sample(&store, "kept", 3).await;
     let mut next = advance(&c.head, vec![update(4, 4, "x", json!(4))], vec![2]);
     next.durable = false;
-    store.commit(next.clone()).await.unwrap();
+    store.commit(&next.clone()).await.unwrap();
     store.flush().await.unwrap();
     let log = store.checkpoints(&id("kept"), 0).await.unwrap();
     drop(store);
@@ -131,7 +131,7 @@ async fn file_store_reopened_sees_commits() {
     assert_eq!(store.sessions().await.unwrap(), vec![id("kept")]);
     // And it goes on from there.
     store
-        .commit(advance(
+        .commit(&advance(
             &next.head,
             vec![update(5, 5, "x", json!(5))],
             vec![],
@@ -186,7 +186,7 @@ async fn file_store_ignores_checkpoints_beyond_the_head() {
     let store = FileStore::open(base.path()).unwrap();
     let cp3 = update(3, 3, "retried", json!("retried"));
     let next = advance(&c.head, vec![cp3.clone()], vec![]);
-    store.commit(next.clone()).await.unwrap();
+    store.commit(&next.clone()).await.unwrap();
     for name in leftovers {
         assert!(!dir.join(name).exists(), "{name} is left");
     }
@@ -199,7 +199,7 @@ async fn file_store_ignores_checkpoints_beyond_the_head() {
     // (the engine never does) must not expose it.
     let mut jump = advance(&next.head, vec![update(5, 5, "x", json!(5))], vec![]);
     jump.head.last_seq = 5;
-    store.commit(jump).await.unwrap();
+    store.commit(&jump).await.unwrap();
     let seqs: Vec<u64> = store
         .checkpoints(&id("crash"), 0)
         .await
@@ -221,7 +221,7 @@ async fn file_store_skips_removed_checkpoints_left_by_a_crash() {
     let path2 = checkpoint_path(store.root(), "rm", 2);
     let bytes2 = std::fs::read(&path2).unwrap();
     let next = advance(&c.head, vec![update(4, 4, "x", json!(4))], vec![2]);
-    store.commit(next.clone()).await.unwrap();
+    store.commit(&next.clone()).await.unwrap();
     assert!(!path2.exists());
     std::fs::write(&path2, &bytes2).unwrap();
     let seqs =
@@ -231,7 +231,7 @@ async fn file_store_skips_removed_checkpoints_left_by_a_crash() {
         vec![0, 1, 3, 4]
     );
     store
-        .commit(advance(&next.head, vec![], vec![]))
+        .commit(&advance(&next.head, vec![], vec![]))
         .await
         .unwrap();
     assert!(!path2.exists(), "the next commit deletes the leftover");
@@ -290,7 +290,7 @@ async fn file_store_refuses_ids_too_long_for_a_file_name() {
     let store = FileStore::open(base.path()).unwrap();
     let long = "x".repeat(300);
     let err = store
-        .commit(create(head(&long), vec![snapshot(0, 0, json!(0))]))
+        .commit(&create(head(&long), vec![snapshot(0, 0, json!(0))]))
         .await;
     assert!(matches!(err, Err(StoreError::Backend { .. })), "{err:?}");
     assert!(matches!(
@@ -321,7 +321,10 @@ async fn file_store_reports_and_keeps_unreadable_records() {
             other => panic!("expected a load error, got {other:?}"),
         }
         let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
-        assert!(matches!(store.commit(next).await, Err(StoreError::Load(_))));
+        assert!(matches!(
+            store.commit(&next).await,
+            Err(StoreError::Load(_))
+        ));
         assert!(matches!(
             store.checkpoints(&id("torn"), 0).await,
             Err(StoreError::Load(_))
@@ -370,7 +373,7 @@ async fn file_store_refuses_commits_that_rewrite_the_log() {
     let mut beyond = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
     beyond.head.last_seq = 2;
     for commit in [rewrite, beyond] {
-        match store.commit(commit).await {
+        match store.commit(&commit).await {
             Err(StoreError::Backend { message }) => {
                 assert!(message.contains("invalid commit"), "{message}")
             }

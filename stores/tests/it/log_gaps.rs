@@ -119,7 +119,7 @@ impl SessionStore for Damaged {
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
         self.inner.load(session).await
     }
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         self.inner.commit(commit).await
     }
     async fn checkpoints(

@@ -57,7 +57,7 @@ fn apply(model: &mut Contents, commit: &Commit) {
 
 /// Commits `commit` to `store` and to `model`.
 async fn commit(store: &LogStore, model: &mut Contents, commit: Commit) {
-    store.commit(commit.clone()).await.unwrap();
+    store.commit(&commit.clone()).await.unwrap();
     apply(model, &commit);
 }
 
@@ -757,7 +757,7 @@ async fn log_store_creates_private_files() {
             vec![snapshot(seq, seq, big_state(seq))],
             vec![seq - 1],
         );
-        store.commit(next.clone()).await.unwrap();
+        store.commit(&next.clone()).await.unwrap();
         prev = next.head;
     }
     // Dropped, the store has finished any compaction it began: the log is
@@ -849,7 +849,7 @@ async fn checkpoints_without_a_head_do_not_join_a_session_created_anew() {
     assert_eq!(store.sessions().await.unwrap(), Vec::<SessionId>::new());
     assert_eq!(store.load(&id("s")).await.unwrap(), None);
     let c = create(head("s"), vec![snapshot(0, 0, json!({"n": 0}))]);
-    store.commit(c.clone()).await.unwrap();
+    store.commit(&c.clone()).await.unwrap();
     assert_eq!(store.checkpoints(&id("s"), 0).await.unwrap(), c.append);
 }
 
@@ -1125,11 +1125,15 @@ async fn records_that_are_not_json_in_whole_frames_are_refused_not_skipped() {
         };
         unreadable(store.load(&id("bad")).await.unwrap_err(), "head", "bad");
         let mut over = advance(&head("bad"), vec![], vec![]);
-        unreadable(store.commit(over.clone()).await.unwrap_err(), "head", "bad");
+        unreadable(
+            store.commit(&over.clone()).await.unwrap_err(),
+            "head",
+            "bad",
+        );
         over.expected_version = None;
-        unreadable(store.commit(over).await.unwrap_err(), "head", "bad");
+        unreadable(store.commit(&over).await.unwrap_err(), "head", "bad");
         let create_over = create(head("bad"), vec![snapshot(0, 0, json!(0))]);
-        unreadable(store.commit(create_over).await.unwrap_err(), "head", "bad");
+        unreadable(store.commit(&create_over).await.unwrap_err(), "head", "bad");
         for from in [0, 1] {
             let e = store.checkpoints(&id("badlog"), from).await.unwrap_err();
             unreadable(e, "checkpoint 1", "badlog");

@@ -49,6 +49,6 @@ async fn create_sample(store: &dyn SessionStore, session: &str, updates: u64) ->
     let mut append = vec![snapshot(0, 0, json!({"n": 0}))];
     append.extend((1..=updates).map(|i| update(i, i, "think", json!({"n": i}))));
     let commit = create(head(session), append);
-    store.commit(commit.clone()).await.unwrap();
+    store.commit(&commit.clone()).await.unwrap();
     commit
 }

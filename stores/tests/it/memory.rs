@@ -24,10 +24,11 @@ async fn the_suite_catches_a_store_without_compare_and_set() {
         ) -> Result<Option<harness::session::StoredRun>, StoreError> {
             self.0.load(s).await
         }
-        async fn commit(&self, mut c: harness::session::Commit) -> Result<(), StoreError> {
+        async fn commit(&self, c: &harness::session::Commit) -> Result<(), StoreError> {
             // Last writer wins.
+            let mut c = c.clone();
             c.expected_version = self.0.load(&c.head.session_id).await?.map(|h| h.version);
-            self.0.commit(c).await
+            self.0.commit(&c).await
         }
         async fn checkpoints(
             &self,

@@ -84,7 +84,7 @@ async fn sled_store_reopened_sees_commits() {
     let c = create_sample(&store, "kept", 3).await;
     let mut next = advance(&c.head, vec![update(4, 4, "x", json!(4))], vec![2]);
     next.durable = false;
-    store.commit(next.clone()).await.unwrap();
+    store.commit(&next.clone()).await.unwrap();
     create_sample(&store, "kept-too", 0).await;
     store.flush().await.unwrap();
     let log = store.checkpoints(&id("kept"), 0).await.unwrap();
@@ -104,7 +104,7 @@ async fn sled_store_reopened_sees_commits() {
     listed.sort();
     assert_eq!(listed, vec![id("kept"), id("kept-too")]);
     store
-        .commit(advance(
+        .commit(&advance(
             &next.head,
             vec![update(5, 5, "x", json!(5))],
             vec![],
@@ -140,7 +140,7 @@ async fn sled_store_keeps_snapshots_apart_and_merges_them_in_order() {
         ],
         vec![],
     );
-    store.commit(next).await.unwrap();
+    store.commit(&next).await.unwrap();
     let key = |seq| checkpoint_key(&id("s"), seq);
     let (snapshots, checkpoints) = (tree(&store, "snapshots"), tree(&store, "checkpoints"));
     assert!(snapshots.contains_key(key(0)).unwrap());

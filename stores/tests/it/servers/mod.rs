@@ -57,7 +57,7 @@ async fn put(
         expires_at,
     });
     c.head.updated_at = updated_at;
-    store.commit(c).await.unwrap();
+    store.commit(&c).await.unwrap();
 }
 
 fn interrupted() -> SessionPhase {
@@ -128,7 +128,7 @@ async fn runnable_fixture(store: &dyn SessionStore) -> (u64, Vec<&'static str>) 
     let mut c = create(head("other-agent"), vec![snapshot(0, 0, json!({"n": 0}))]);
     c.head.agent_id = "another agent".into();
     c.head.updated_at = now - 8_800;
-    store.commit(c).await.unwrap();
+    store.commit(&c).await.unwrap();
     (now, vec!["submitted", "expired", "expires-now", "later"])
 }
 
@@ -164,7 +164,7 @@ async fn runnable_reads(store: &dyn SessionStore) {
         expires_at: now + 60_000,
     });
     take.head.updated_at = now;
-    store.commit(take.clone()).await.unwrap();
+    store.commit(&take.clone()).await.unwrap();
     assert_eq!(
         names(&store.runnable("conformance", now, 10).await.unwrap()),
         want[1..]
@@ -172,7 +172,7 @@ async fn runnable_reads(store: &dyn SessionStore) {
     let mut release = advance(&take.head, vec![], vec![]);
     release.head.lease = None;
     release.head.updated_at = now;
-    store.commit(release.clone()).await.unwrap();
+    store.commit(&release.clone()).await.unwrap();
     let mut want2 = want[1..].to_vec();
     want2.push("submitted");
     assert_eq!(
@@ -182,7 +182,7 @@ async fn runnable_reads(store: &dyn SessionStore) {
     // Finishing it removes it for good.
     let mut done = advance(&release.head, vec![], vec![]);
     done.head.phase = completed();
-    store.commit(done).await.unwrap();
+    store.commit(&done).await.unwrap();
     assert_eq!(
         names(&store.runnable("conformance", now, 10).await.unwrap()),
         want[1..]
@@ -207,7 +207,7 @@ async fn runnable_claims(store: &dyn SessionStore, claim_ms: u64) {
     );
     // A commit clears the claim.
     let h = store.load(&id("later")).await.unwrap().unwrap();
-    store.commit(advance(&h, vec![], vec![])).await.unwrap();
+    store.commit(&advance(&h, vec![], vec![])).await.unwrap();
     assert_eq!(
         names(&store.runnable("conformance", now, 10).await.unwrap()),
         ["later"]
@@ -245,7 +245,7 @@ async fn workers_take_each_session_once(
     for i in 0..sessions {
         let mut c = create(head(&format!("job-{i:03}")), vec![snapshot(0, 0, json!(i))]);
         c.head.updated_at = t0 + i as u64;
-        stores[0].commit(c).await.unwrap();
+        stores[0].commit(&c).await.unwrap();
     }
     let barrier = Arc::new(tokio::sync::Barrier::new(stores.len()));
     let mut tasks = Vec::new();
@@ -274,7 +274,7 @@ async fn workers_take_each_session_once(
                         expires_at: now + 3_600_000,
                     });
                     take.head.updated_at = now;
-                    match store.commit(take).await {
+                    match store.commit(&take).await {
                         Ok(()) => taken.push(session),
                         Err(StoreError::Conflict { .. }) => conflicts += 1,
                         Err(e) => panic!("{owner}: taking {session:?} failed: {e}"),
@@ -336,15 +336,15 @@ async fn odd_ids_go_on(store: &dyn SessionStore) {
     ];
     for s in ids {
         let c = create(head(s), vec![snapshot(0, 0, json!(s))]);
-        store.commit(c.clone()).await.unwrap();
+        store.commit(&c.clone()).await.unwrap();
         let mut prev = c.head.clone();
         for i in 1..=3 {
             let next = advance(&prev, vec![update(i, i, s, json!(i))], vec![]);
-            store.commit(next.clone()).await.unwrap();
+            store.commit(&next.clone()).await.unwrap();
             prev = next.head;
         }
         let stale = advance(&c.head, vec![], vec![]);
-        match store.commit(stale).await {
+        match store.commit(&stale).await {
             Err(StoreError::Conflict { found, .. }) => assert_eq!(found, Some(4), "{s:?}"),
             other => panic!("{s:?}: expected a conflict, got {other:?}"),
         }
@@ -378,7 +378,7 @@ async fn sessions_of_two_agents(store: &dyn SessionStore) {
         let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": i}))]);
         c.head.agent_id = agent.into();
         c.head.updated_at = t0 + i as u64;
-        store.commit(c).await.unwrap();
+        store.commit(&c).await.unwrap();
     }
 }
 

@@ -222,7 +222,7 @@ async fn postgres_migrations_are_idempotent_and_safe_concurrently() {
     assert!(!applied.is_empty());
     // The stores work, and see each other's sessions.
     stores[1]
-        .commit(create(head("m"), vec![snapshot(0, 0, json!(0))]))
+        .commit(&create(head("m"), vec![snapshot(0, 0, json!(0))]))
         .await
         .unwrap();
     assert_eq!(stores[3].sessions().await.unwrap(), vec![id("m")]);
@@ -311,7 +311,7 @@ async fn postgres_columns_follow_the_head() {
         owner: "w1".into(),
         expires_at: u64::MAX,
     });
-    store.commit(c.clone()).await.unwrap();
+    store.commit(&c.clone()).await.unwrap();
     assert_eq!(
         columns("c%1").await,
         (
@@ -326,7 +326,7 @@ async fn postgres_columns_follow_the_head() {
     let mut next = advance(&c.head, vec![update(1, 1, "x", json!(1))], vec![]);
     next.head.phase = interrupted();
     next.head.lease = None;
-    store.commit(next.clone()).await.unwrap();
+    store.commit(&next.clone()).await.unwrap();
     assert_eq!(
         columns("c%1").await,
         (
@@ -455,7 +455,7 @@ async fn postgres_read_only_store_reads_and_never_writes() {
         vec![id("r")]
     );
     let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
-    match reader.commit(next).await {
+    match reader.commit(&next).await {
         Err(StoreError::Backend { message }) => {
             assert!(message.contains("read-only"), "{message}")
         }

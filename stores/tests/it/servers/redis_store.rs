@@ -223,7 +223,7 @@ async fn redis_keys_follow_the_head() {
         expires_at: 1234,
     });
     c.head.updated_at = 777;
-    store.commit(c.clone()).await.unwrap();
+    store.commit(&c.clone()).await.unwrap();
     let members: BTreeSet<String> = redis::cmd("SMEMBERS")
         .arg(format!("{p}:sessions"))
         .query_async(&mut con)
@@ -257,7 +257,7 @@ async fn redis_keys_follow_the_head() {
     let mut done = advance(&c.head, vec![], vec![0]);
     done.head.phase = completed();
     done.head.lease = None;
-    store.commit(done).await.unwrap();
+    store.commit(&done).await.unwrap();
     let score: Option<f64> = redis::cmd("ZSCORE")
         .arg(format!("{p}:running"))
         .arg("k")
@@ -303,12 +303,12 @@ async fn redis_finished_sessions_expire() {
         }
     };
     let alive = create(head("alive"), vec![snapshot(0, 0, json!(0))]);
-    store.commit(alive).await.unwrap();
+    store.commit(&alive).await.unwrap();
     let c = create(
         head("done"),
         vec![snapshot(0, 0, json!(0)), update(1, 1, "x", json!(1))],
     );
-    store.commit(c.clone()).await.unwrap();
+    store.commit(&c.clone()).await.unwrap();
     let done = id("done");
     for key in [
         session_key(&store, &done, "head"),
@@ -319,7 +319,7 @@ async fn redis_finished_sessions_expire() {
     }
     let mut finish = advance(&c.head, vec![], vec![]);
     finish.head.phase = completed();
-    store.commit(finish.clone()).await.unwrap();
+    store.commit(&finish.clone()).await.unwrap();
     let head_ttl = pttl(session_key(&store, &done, "head")).await;
     assert!(head_ttl > 0 && head_ttl <= 400, "{head_ttl}");
     for key in [
@@ -332,7 +332,7 @@ async fn redis_finished_sessions_expire() {
     // Continued: permanent again.
     let mut resume = advance(&finish.head, vec![update(2, 2, "y", json!(2))], vec![]);
     resume.head.phase = SessionPhase::Running;
-    store.commit(resume.clone()).await.unwrap();
+    store.commit(&resume.clone()).await.unwrap();
     for key in [
         session_key(&store, &done, "head"),
         session_key(&store, &done, "cp"),
@@ -343,7 +343,7 @@ async fn redis_finished_sessions_expire() {
     // Failed this time, and left to expire.
     let mut fail = advance(&resume.head, vec![], vec![]);
     fail.head.phase = SessionPhase::Failed { error: "x".into() };
-    store.commit(fail).await.unwrap();
+    store.commit(&fail).await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(1_300)).await;
     assert_eq!(store.load(&done).await.unwrap(), None);
     assert_eq!(store.checkpoints(&done, 0).await.unwrap(), vec![]);
@@ -360,7 +360,7 @@ async fn redis_finished_sessions_expire() {
     );
     // And the id can be used again.
     store
-        .commit(create(head("done"), vec![snapshot(0, 0, json!("again"))]))
+        .commit(&create(head("done"), vec![snapshot(0, 0, json!("again"))]))
         .await
         .unwrap();
     rd.cleanup().await;
@@ -418,7 +418,7 @@ async fn redis_read_only_store_reads_and_never_writes() {
         vec![id("r")]
     );
     let next = advance(&c.head, vec![update(3, 3, "x", json!(3))], vec![]);
-    match reader.commit(next).await {
+    match reader.commit(&next).await {
         Err(StoreError::Backend { message }) => {
             assert!(message.contains("read-only"), "{message}")
         }
