@@ -45,11 +45,11 @@ pub(crate) enum Holder {
 
 impl SessionCursor {
     /// Creates a session whose state is `state`, starting at `next_step`.
-    #[allow(clippy::too_many_arguments)] // one call site each; a struct would only rename them
     ///
     /// The commit is made, boxed, before the returned future is first
     /// polled: the future is inline in every run's task (see
     /// [`SessionCursor::write_with`]).
+    #[allow(clippy::too_many_arguments)] // one call site each; a struct would only rename them
     pub(crate) fn create(
         store: Arc<dyn SessionStore>,
         config: SessionConfig,
