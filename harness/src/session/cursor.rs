@@ -143,18 +143,24 @@ impl SessionCursor {
     /// While this run holds the lease, the only other writer of the head is
     /// a run queued behind it ([`Busy::Queue`](super::Busy::Queue)); when
     /// one wins the compare-and-set, the commit is made again from the new
-    /// head. When the lease is no longer this run's (another run took the
-    /// session over), it fails with [`StoreError::Conflict`].
+    /// head, and `make` gets the commit that was refused, to take back what
+    /// it moved into it (so that a step's update is moved into its commit,
+    /// not copied in case of a retry). When the lease is no longer this
+    /// run's (another run took the session over), it fails with
+    /// [`StoreError::Conflict`].
     #[allow(clippy::manual_async_fn)] // an `async fn` would hold `make` twice
     fn write_with<'a>(
         &'a self,
-        make: impl Fn(&StoredRun) -> Result<Option<Commit>, StoreError> + Send + 'a,
+        mut make: impl FnMut(&StoredRun, Option<Box<Commit>>) -> Result<Option<Commit>, StoreError>
+        + Send
+        + 'a,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
         async move {
             let mut current = self.head.lock().await;
+            let mut refused = None;
             loop {
                 let commit = {
-                    let Some(commit) = make(&current)? else {
+                    let Some(commit) = make(&current, refused.take())? else {
                         return Ok(());
                     };
                     super::check_commit(&commit)?;
@@ -179,6 +185,7 @@ impl SessionCursor {
                                     && fresh.version > current.version =>
                             {
                                 *current = fresh;
+                                refused = Some(commit);
                             }
                             _ => return Err(conflict),
                         }
@@ -209,7 +216,7 @@ impl SessionCursor {
         &self,
         journals: Journals,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
-        self.write_with(move |current| {
+        self.write_with(move |current, _| {
             Ok(Some(head::reacquire(
                 current,
                 self.lease(),
@@ -223,7 +230,7 @@ impl SessionCursor {
         &'a self,
         done: BranchDone<'a>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        self.write_with(move |current| {
+        self.write_with(move |current, _| {
             Ok(Some(head::branch_done(
                 current,
                 &done,
@@ -238,7 +245,7 @@ impl SessionCursor {
         &'a self,
         done: ChildDone<'a>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        self.write_with(move |current| {
+        self.write_with(move |current, _| {
             Ok(Some(head::child_done(
                 current,
                 &done,
@@ -261,7 +268,7 @@ impl SessionCursor {
         record: JoinRecord,
         steps_this_run: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        self.write_with(move |current| {
+        self.write_with(move |current, _| {
             Ok(Some(head::joined(
                 current,
                 step,
@@ -280,10 +287,37 @@ impl SessionCursor {
         measure: impl Fn() -> u64 + Send + 'a,
         snapshot: impl Fn() -> Result<Value, StoreError> + Send + 'a,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        self.write_with(move |current| {
+        let StepDone {
+            step,
+            update,
+            next_step,
+            signal,
+            steps_this_run,
+            fork,
+        } = done;
+        // Moved into the commit; taken back from it if it is refused.
+        let mut owned = Some((update, fork));
+        self.write_with(move |current, refused| {
+            let (update, fork) = match (owned.take(), refused) {
+                (Some(owned), _) => owned,
+                (None, Some(refused)) => head::take_back_step(*refused)?,
+                (None, None) => {
+                    return Err(StoreError::backend(
+                        "a step's commit was made again without the one refused",
+                    ));
+                }
+            };
+            let done = StepDone {
+                step,
+                update,
+                next_step,
+                signal,
+                steps_this_run,
+                fork,
+            };
             head::step_done(
                 current,
-                done.clone(),
+                done,
                 self.lease(),
                 &self.config,
                 &measure,
@@ -302,7 +336,7 @@ impl SessionCursor {
         journals: Journals,
         start: &'a str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        self.write_with(move |current| {
+        self.write_with(move |current, _| {
             Ok(Some(head::settle(
                 current,
                 phase.clone(),
@@ -316,7 +350,7 @@ impl SessionCursor {
 
     /// Extends the lease if a third of it has passed. Called while a step runs.
     pub(crate) fn renew(&self) -> impl Future<Output = Result<(), StoreError>> + Send + '_ {
-        self.write_with(|current| {
+        self.write_with(|current, _| {
             let now = self.store.now();
             let lease = head::lease(&self.owner, &self.config, now);
             Ok(head::renew(current, lease, &self.config, now))
@@ -331,7 +365,7 @@ impl JournalSink for SessionCursor {
         journal: StepJournal,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            self.write_with(|current| {
+            self.write_with(|current, _| {
                 Ok(Some(head::record_journal(
                     current,
                     path,

@@ -251,6 +251,23 @@ pub(crate) struct StepDone<'a> {
     pub fork: Option<ForkRecord>,
 }
 
+/// What [`step_done`] moved into a commit that was refused: the step's
+/// update and its fork, to make the commit again from a newer head.
+pub(crate) fn take_back_step(refused: Commit) -> Result<(Value, Option<ForkRecord>), StoreError> {
+    let (mut update, mut fork) = (None, None);
+    for checkpoint in refused.append {
+        match checkpoint.kind {
+            CheckpointKind::Update(value) if update.is_none() => update = Some(value),
+            CheckpointKind::Fork(record) => fork = Some(record),
+            _ => {}
+        }
+    }
+    let update = update.ok_or_else(|| {
+        StoreError::backend("a step's refused commit holds no update to make it again with")
+    })?;
+    Ok((update, fork))
+}
+
 /// A completed step: its update, the step to run next, the lease renewed,
 /// and a snapshot of the state when one pays (see [`SessionConfig`]).
 /// `measure` gives the state's size as JSON, `snapshot` the state.

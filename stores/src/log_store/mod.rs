@@ -391,34 +391,34 @@ impl Core {
             return Err(StoreError::backend(why.clone()));
         }
         let session = &commit.frame.session;
-        let found = match shared.sessions.get(session).and_then(|e| e.head.as_ref()) {
-            None => None,
-            Some(Head {
-                version: Some(version),
-                ..
-            }) => Some(*version),
-            // A head this build cannot read is not written over: the error
-            // says why it cannot be read.
-            Some(Head { json, .. }) => {
-                return Err(head_version(session, json)
-                    .err()
-                    .unwrap_or_else(|| load_error(session, "head", "unreadable by this build")));
+        let offset = shared.len;
+        // One lookup for a session the index has; its id is copied only
+        // for one it has not.
+        let (dead, added) = match shared.sessions.get_mut(session) {
+            Some(entry) => {
+                check_head(session, entry.head.as_ref(), commit.expected)?;
+                index_frame(entry, offset, &commit.frame, commit.bytes, commit.version)
+            }
+            None => {
+                check_head(session, None, commit.expected)?;
+                let mut entry = Entry::default();
+                let indexed = index_frame(
+                    &mut entry,
+                    offset,
+                    &commit.frame,
+                    commit.bytes,
+                    commit.version,
+                );
+                shared.sessions.insert(session.clone(), entry);
+                indexed
             }
         };
-        if found != commit.expected {
-            return Err(StoreError::Conflict {
-                session: session.clone(),
-                expected: commit.expected,
-                found,
-            });
-        }
-        let offset = shared.len;
+        shared.live = shared.live.saturating_sub(dead) + added;
         if shared.pending.is_empty() && shared.pending.capacity() < commit.bytes.len() {
             shared.pending = std::mem::take(&mut shared.spare);
         }
         shared.pending.extend_from_slice(commit.bytes);
         shared.len += commit.bytes.len() as u64;
-        shared.index(offset, &commit.frame, commit.bytes, commit.version);
         // Taken once the frame is added: a write that starts later takes it.
         Ok((self.group.ticket(), shared.pending.len()))
     }
@@ -712,21 +712,37 @@ impl Shared {
         }
         self.pending.get(at..at + len).map(<[u8]>::to_vec)
     }
+}
 
-    /// Indexes a frame added at `offset`.
-    fn index(&mut self, offset: u64, frame: &Frame, bytes: &[u8], version: Option<u64>) {
-        // Looked up before it is inserted: no copy of the id for a session
-        // the index has.
-        if !self.sessions.contains_key(&frame.session) {
-            self.sessions
-                .insert(frame.session.clone(), Entry::default());
+/// Checks that a commit expecting its session's head at version
+/// `expected` finds it there: `head` is the head the index has.
+fn check_head(
+    session: &SessionId,
+    head: Option<&Head>,
+    expected: Option<u64>,
+) -> Result<(), StoreError> {
+    let found = match head {
+        None => None,
+        Some(Head {
+            version: Some(version),
+            ..
+        }) => Some(*version),
+        // A head this build cannot read is not written over: the error
+        // says why it cannot be read.
+        Some(Head { json, .. }) => {
+            return Err(head_version(session, json)
+                .err()
+                .unwrap_or_else(|| load_error(session, "head", "unreadable by this build")));
         }
-        let Some(entry) = self.sessions.get_mut(&frame.session) else {
-            return;
-        };
-        let (dead, added) = index_frame(entry, offset, frame, bytes, version);
-        self.live = self.live.saturating_sub(dead) + added;
+    };
+    if found != expected {
+        return Err(StoreError::Conflict {
+            session: session.clone(),
+            expected,
+            found,
+        });
     }
+    Ok(())
 }
 
 /// Applies `frame`, written at `offset`, to a session's `entry`: removes
