@@ -54,6 +54,21 @@ pub fn rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The CPU time (user and system) this process has used so far, from
+/// `/proc/self/stat`, to the kernel's 10 ms tick; `None` where that file is
+/// not there or not readable.
+pub fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces), from the
+    // third on: utime and stime are the 14th and 15th.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // USER_HZ is 100 on every Linux architecture the kernel exports it on.
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
 /// The median time of writing 4 KiB and calling `fsync` on a file in
 /// `dir`, over `samples` writes: the floor of one durable step on this
 /// disk.

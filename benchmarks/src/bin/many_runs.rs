@@ -17,7 +17,9 @@
 
 use harness::session::SessionStore;
 use harness::{Agent, Cx, Harness, HarnessState, InterruptId, SessionId, StepResult, create_agent};
-use harness_benchmarks::{arg, latency_bound, model_latency_ms, result, rss_bytes, scratch_dir};
+use harness_benchmarks::{
+    arg, cpu_time, latency_bound, model_latency_ms, result, rss_bytes, scratch_dir,
+};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -117,6 +119,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                     })
                 };
+                let cpu_before = cpu_time();
                 let start = Instant::now();
                 let tasks: Vec<_> = (0..runs)
                     .map(|run| {
@@ -133,6 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                 }
                 let wall = start.elapsed();
+                let cpu = cpu_time().zip(cpu_before).map(|(a, b)| a.saturating_sub(b));
                 done.store(true, Ordering::Relaxed);
                 sampler.await?;
                 let bound = latency_bound(runs, steps);
@@ -144,6 +148,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     wall.as_secs_f64() / bound.as_secs_f64(),
                     per_run / 1024.0
                 );
+                if let Some(cpu) = cpu {
+                    println!(
+                        "CPU in that time: {cpu:.2?} ({:.0}% of {} cores)",
+                        100.0 * cpu.as_secs_f64()
+                            / wall.as_secs_f64()
+                            / std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
+                        std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    );
+                }
                 result(&format!("{prefix}many_runs_wall_s"), wall.as_secs_f64());
                 result(&format!("{prefix}many_runs_bound_s"), bound.as_secs_f64());
                 result(&format!("{prefix}many_runs_bytes_per_inflight"), per_run);
