@@ -89,10 +89,64 @@ pub(crate) fn in_flight(head: &StoredRun, now: u64) -> Option<SessionInFlight> {
 
 /// The next version of `head`, written at `now`.
 fn next_of(head: &StoredRun, now: u64) -> StoredRun {
-    let mut next = head.clone();
-    next.version += 1;
-    next.updated_at = now;
-    next
+    next_with(head, now, head.lease.clone(), head.next_step.clone())
+}
+
+/// [`next_of`] with the lease and the next step given, for the commits that
+/// set them: they are not copied from `head` only to be replaced.
+fn next_with(
+    head: &StoredRun,
+    now: u64,
+    lease: Option<Lease>,
+    next_step: Option<String>,
+) -> StoredRun {
+    // Every field named, so that a field added to the head is not missed.
+    let StoredRun {
+        schema_version,
+        session_id,
+        agent_id,
+        run_id,
+        phase,
+        next_step: _,
+        ended_with,
+        steps,
+        journal,
+        branch_journals,
+        version,
+        lease: _,
+        snapshot_seq,
+        snapshot_index,
+        state_bytes,
+        bytes_since_snapshot,
+        measured_index,
+        last_seq,
+        created_at,
+        updated_at: _,
+        queued,
+    } = head;
+    StoredRun {
+        schema_version: *schema_version,
+        session_id: session_id.clone(),
+        agent_id: agent_id.clone(),
+        run_id: run_id.clone(),
+        phase: phase.clone(),
+        next_step,
+        ended_with: ended_with.clone(),
+        steps: *steps,
+        journal: journal.clone(),
+        branch_journals: branch_journals.clone(),
+        version: version + 1,
+        lease,
+        snapshot_seq: *snapshot_seq,
+        snapshot_index: *snapshot_index,
+        state_bytes: *state_bytes,
+        bytes_since_snapshot: *bytes_since_snapshot,
+        measured_index: *measured_index,
+        last_seq: *last_seq,
+        created_at: *created_at,
+        updated_at: now,
+        queued: queued.clone(),
+    }
 }
 
 fn commit(
@@ -288,10 +342,9 @@ pub(crate) fn step_done(
         fork,
     } = done;
     let now = now_millis();
-    let mut next = next_of(head, now);
+    let mut next = next_with(head, now, Some(lease), next_step.map(str::to_string));
     next.steps += 1;
     next.last_seq += 1;
-    next.next_step = next_step.map(str::to_string);
     // The last step: its signal, for `recover` should the process die
     // before `settle` records the end.
     next.ended_with = match next_step {
@@ -299,7 +352,6 @@ pub(crate) fn step_done(
         Some(_) => None,
     };
     next.journal = StepJournal::default();
-    next.lease = Some(lease);
     next.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&update));
     // Every K steps since the last measure, and whenever the updates since
     // the last snapshot reach twice the state's size as last measured, the
@@ -498,11 +550,9 @@ pub(crate) fn settle(
     config: &SessionConfig,
 ) -> Commit {
     let now = now_millis();
-    let mut next = next_of(head, now);
-    next.next_step = next_step.map(str::to_string);
+    let mut next = next_with(head, now, None, next_step.map(str::to_string));
     next.ended_with = None;
     set_journals(&mut next, journals);
-    next.lease = None;
     let mut append = Vec::new();
     if matches!(phase, SessionPhase::Completed { .. }) && !next.queued.is_empty() {
         let input = next.queued.remove(0);
