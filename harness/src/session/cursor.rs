@@ -287,16 +287,10 @@ impl SessionCursor {
         measure: impl Fn() -> u64 + Send + 'a,
         snapshot: impl Fn() -> Result<Value, StoreError> + Send + 'a,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
-        let StepDone {
-            step,
-            update,
-            next_step,
-            signal,
-            steps_this_run,
-            fork,
-        } = done;
-        // Moved into the commit; taken back from it if it is refused.
-        let mut owned = Some((update, fork));
+        // The update and the fork are moved into the commit, and taken back
+        // from it if it is refused; the rest of `done` is references.
+        let mut shell = done;
+        let mut owned = Some((std::mem::take(&mut shell.update), shell.fork.take()));
         self.write_with(move |current, refused| {
             let (update, fork) = match (owned.take(), refused) {
                 (Some(owned), _) => owned,
@@ -308,12 +302,9 @@ impl SessionCursor {
                 }
             };
             let done = StepDone {
-                step,
                 update,
-                next_step,
-                signal,
-                steps_this_run,
                 fork,
+                ..shell.clone()
             };
             head::step_done(
                 current,
