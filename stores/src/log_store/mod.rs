@@ -2,6 +2,7 @@
 //! memory, with group commit.
 
 mod frame;
+mod frames;
 
 use crate::group::GroupFlush;
 use crate::record::{
@@ -9,6 +10,7 @@ use crate::record::{
 };
 use async_trait::async_trait;
 use frame::{FRAME_HEAD, Frame, HEADER_LEN, MAX_PAYLOAD};
+use frames::{Frames, Pool};
 use harness::SessionId;
 use harness::session::{
     Checkpoint, CheckpointKind, Commit, SCHEMA_VERSION, SessionStore, StoreError, StoredRun,
@@ -141,9 +143,9 @@ impl std::fmt::Debug for LogStore {
 /// they are written.
 const PENDING_MAX: usize = 256 << 10;
 
-/// The largest buffer of written frames kept to take the next ones, and
-/// the largest encoding buffer a thread keeps between commits: a burst
-/// larger than this allocates afresh rather than holding its memory.
+/// The most memory of written frames kept to take the next ones, and the
+/// largest encoding buffer a thread keeps between commits: a burst larger
+/// than this allocates afresh rather than holding its memory.
 const BUFFER_KEPT: usize = 8 << 20;
 
 thread_local! {
@@ -181,12 +183,11 @@ struct Shared {
     /// `pending`.
     written: u64,
     /// Frames being written, from `written` on.
-    inflight: Option<Arc<Vec<u8>>>,
+    inflight: Option<Arc<Frames>>,
     /// Frames added and not yet being written.
-    pending: Vec<u8>,
-    /// The buffer of the last frames written, emptied, for `pending` to
-    /// take next (so that it does not grow from nothing each time).
-    spare: Vec<u8>,
+    pending: Frames,
+    /// Chunks of frames written, for `pending` to take next.
+    pool: Pool,
     /// Bytes of live bodies (heads and checkpoints in the index).
     live: u64,
     /// Don't try compacting again before the log is this long (after a
@@ -333,8 +334,8 @@ impl LogStore {
                 len,
                 written: len,
                 inflight: None,
-                pending: Vec::new(),
-                spare: Vec::new(),
+                pending: Frames::default(),
+                pool: Pool::new(BUFFER_KEPT),
                 live,
                 next_compaction: 0,
                 sessions,
@@ -414,10 +415,7 @@ impl Core {
             }
         };
         shared.live = shared.live.saturating_sub(dead) + added;
-        if shared.pending.is_empty() && shared.pending.capacity() < commit.bytes.len() {
-            shared.pending = std::mem::take(&mut shared.spare);
-        }
-        shared.pending.extend_from_slice(commit.bytes);
+        shared.pending.extend(commit.bytes, &mut shared.pool);
         shared.len += commit.bytes.len() as u64;
         // Taken once the frame is added: a write that starts later takes it.
         Ok((self.group.ticket(), shared.pending.len()))
@@ -456,21 +454,17 @@ impl Core {
                 guard(&core.shared).broken = Some(why.clone());
                 StoreError::backend(why)
             };
-            if !frames.is_empty() {
-                file.write_all_at(&frames, base)
-                    .map_err(|e| fail("write to", &e))?;
-            }
+            frames
+                .write_at(&file, base)
+                .map_err(|e| fail("write to", &e))?;
             {
                 let mut shared = guard(&core.shared);
                 shared.written += frames.len() as u64;
                 shared.inflight = None;
-                // The buffer is kept for the next frames unless it is large.
-                if let Ok(mut kept) = Arc::try_unwrap(frames)
-                    && kept.capacity() <= BUFFER_KEPT
-                    && kept.capacity() > shared.spare.capacity()
-                {
-                    kept.clear();
-                    shared.spare = kept;
+                // Its chunks take the next frames (a reader copying from
+                // them under the lock is done with them by now).
+                if let Ok(written) = Arc::try_unwrap(frames) {
+                    shared.pool.put(written);
                 }
             }
             if sync {
@@ -621,7 +615,8 @@ impl Core {
             let added = std::mem::take(&mut shared.pending);
             let shift = |offset: u64| offset - start + copied_len;
             let result = (|| {
-                file.write_all_at(&added, copied_len)
+                added
+                    .write_at(&file, copied_len)
                     .and_then(|()| file.sync_all())
                     .map_err(|e| io_error("write", &tmp, &e))?;
                 let path = log_path(&self.dir, next);
@@ -631,7 +626,8 @@ impl Core {
                 // Put the frames back: they are still to be written to the
                 // old file.
                 let later = std::mem::replace(&mut shared.pending, added);
-                shared.pending.extend_from_slice(&later);
+                let shared = &mut *shared;
+                shared.pending.append(later, &mut shared.pool);
                 return Err(e);
             }
             let mut live = 0;
@@ -651,6 +647,7 @@ impl Core {
             shared.written = copied_len + added.len() as u64;
             shared.len = shared.written;
             shared.live = live;
+            shared.pool.put(added);
             // Renamed: the new generation is the log from now on, whatever
             // follows. If its name cannot be made durable, a power cut could
             // bring back the old file without the commits written since, so
@@ -690,8 +687,8 @@ impl Drop for Core {
         }
         let path = log_path(&self.dir, shared.generation);
         if let Err(e) = shared
-            .file
-            .write_all_at(&shared.pending, shared.written)
+            .pending
+            .write_at(&shared.file, shared.written)
             .and_then(|()| shared.file.sync_data())
         {
             tracing::warn!(log = %path.display(), error = %e, "log store: cannot write the last commits when closing");
@@ -706,11 +703,11 @@ impl Shared {
         let len = loc.len as usize;
         if let Some(inflight) = &self.inflight {
             if at < inflight.len() {
-                return inflight.get(at..at + len).map(<[u8]>::to_vec);
+                return inflight.get(at, len);
             }
             at -= inflight.len();
         }
-        self.pending.get(at..at + len).map(<[u8]>::to_vec)
+        self.pending.get(at, len)
     }
 }
 
