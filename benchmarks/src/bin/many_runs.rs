@@ -2,7 +2,10 @@
 //! loop whose model call is a simulated 20–50 ms latency (a tokio sleep),
 //! `--steps` model calls each, every step checkpointed durably on one store
 //! (sled unless `--store` says otherwise). Prints the wall time, the latency bound (the longest run's total
-//! sleep: no implementation can finish sooner) and the memory per run.
+//! sleep: no implementation can finish sooner) and the memory per run, and
+//! where the time over the bound went: when the runs made their first model
+//! call (the burst of starts), and how long each run took beyond its own
+//! simulated latency.
 //!
 //! `many_runs --phase inflight|paused [--runs 10000] [--steps 5] [--store sled|log|memory]`
 //!
@@ -38,7 +41,24 @@ struct Chat {
     answers: Vec<String>,
 }
 
+/// When the timed runs started, and when each made its first model call
+/// and when it ended, in µs from then plus one (0: not yet): where the time
+/// over the bound goes.
+static CLOCK: std::sync::OnceLock<(Instant, Vec<AtomicU64>, Vec<AtomicU64>)> =
+    std::sync::OnceLock::new();
+
+fn mark(run: u64, first: bool) {
+    if let Some((t0, firsts, ends)) = CLOCK.get()
+        && let Some(slot) = (if first { firsts } else { ends }).get(run as usize)
+    {
+        slot.store(t0.elapsed().as_micros() as u64 + 1, Ordering::Relaxed);
+    }
+}
+
 async fn model(s: Arc<Chat>) -> StepResult<ChatUpdate> {
+    if s.n == 0 {
+        mark(s.run, true);
+    }
     tokio::time::sleep(Duration::from_millis(model_latency_ms(s.run, s.n))).await;
     Ok(ChatUpdate::new()
         .n(1)
@@ -119,12 +139,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                     })
                 };
+                let slots = || (0..runs).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+                let (firsts, ends) = (slots(), slots());
                 let cpu_before = cpu_time();
                 let start = Instant::now();
+                let _ = CLOCK.set((start, firsts, ends));
                 let tasks: Vec<_> = (0..runs)
                     .map(|run| {
                         let agent = agent.clone();
-                        tokio::spawn(async move { agent.run(chat(run, steps, false)).await })
+                        tokio::spawn(async move {
+                            let out = agent.run(chat(run, steps, false)).await;
+                            mark(run, false);
+                            out
+                        })
                     })
                     .collect();
                 for t in tasks {
@@ -148,6 +175,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     wall.as_secs_f64() / bound.as_secs_f64(),
                     per_run / 1024.0
                 );
+                if let Some((_, firsts, ends)) = CLOCK.get() {
+                    let ms = |us: &AtomicU64| {
+                        us.load(Ordering::Relaxed).saturating_sub(1) as f64 / 1000.0
+                    };
+                    let mut first: Vec<f64> = firsts.iter().map(ms).collect();
+                    // Each run's time over its own simulated latency.
+                    let mut over: Vec<f64> = (0..runs)
+                        .zip(ends)
+                        .map(|(run, end)| {
+                            let own: u64 = (0..steps).map(|s| model_latency_ms(run, s)).sum();
+                            ms(end) - own as f64
+                        })
+                        .collect();
+                    first.sort_by(f64::total_cmp);
+                    over.sort_by(f64::total_cmp);
+                    let at = |v: &[f64], q: f64| v[((v.len() - 1) as f64 * q) as usize];
+                    println!(
+                        "first model call: median {:.1} ms, last {:.1} ms; time over a run's own \
+                         latency: median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                        at(&first, 0.5),
+                        at(&first, 1.0),
+                        at(&over, 0.5),
+                        at(&over, 0.99),
+                        at(&over, 1.0),
+                    );
+                }
                 if let Some(cpu) = cpu {
                     println!(
                         "CPU in that time: {cpu:.2?} ({:.0}% of {} cores)",

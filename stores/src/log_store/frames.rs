@@ -40,9 +40,7 @@ impl Pool {
     }
 
     fn take(&mut self) -> Vec<u8> {
-        self.free
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(CHUNK))
+        self.free.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK))
     }
 
     /// Keeps the chunks of `frames` (emptied) for the next frames, as many
@@ -143,8 +141,17 @@ mod tests {
         }
         assert_eq!(frames.len(), at);
         assert_eq!(frames.get(0, at), Some(bytes(0, at)));
-        for (from, len) in [(0, 10), (CHUNK - 5, 10), (CHUNK - 10, 2 * CHUNK), (at - 1, 1)] {
-            assert_eq!(frames.get(from, len), Some(bytes(from, len)), "{from}+{len}");
+        for (from, len) in [
+            (0, 10),
+            (CHUNK - 5, 10),
+            (CHUNK - 10, 2 * CHUNK),
+            (at - 1, 1),
+        ] {
+            assert_eq!(
+                frames.get(from, len),
+                Some(bytes(from, len)),
+                "{from}+{len}"
+            );
         }
         assert_eq!(frames.get(at - 1, 2), None, "past the end");
         assert_eq!(frames.get(usize::MAX, 2), None, "overflowing");
