@@ -94,7 +94,9 @@ impl LogOptions {
 /// a compaction rewrites it with only what is live (see [`LogOptions`]):
 /// into `log.{generation + 1}.tmp`, synced, renamed into place, after which
 /// the old file is deleted. It runs on a thread of its own; commits go on
-/// meanwhile, but durable ones wait for it to end. A crash at any point
+/// meanwhile, and durable ones wait for it only while it copies what was
+/// written to the old file since it started and swaps the files (not
+/// while it copies the rest). A crash at any point
 /// leaves either the old file or the new one whole; the store opens the
 /// newest generation.
 ///
@@ -138,6 +140,10 @@ impl std::fmt::Debug for LogStore {
             .finish_non_exhaustive()
     }
 }
+
+/// A compaction copies the frames written to the old file while it ran in
+/// pieces of this size.
+const TAIL_PIECE: usize = 1 << 20;
 
 /// How many bytes of commits that are not durable wait in memory before
 /// they are written.
@@ -514,12 +520,14 @@ impl Core {
 
     /// Rewrites the log with only what is live, into the next generation.
     ///
-    /// Holds `writing` throughout, so the file does not change; commits go
-    /// on adding frames to `pending`. It copies what was live when it
-    /// started, then, under the index's lock, appends the frames added
-    /// since, moves the index to the new file and swaps the files.
+    /// Copies what was live when it started, from the part of the file
+    /// written by then (`start`), while commits go on and flushes go on
+    /// writing to the old file after it. Then, holding `writing` (no flush
+    /// runs), it copies what was written to the old file since `start`;
+    /// then, under the index's lock, appends the frames added and not yet
+    /// written, moves the index to the new file and swaps the files.
+    /// Durable commits wait for it only while it copies those last frames.
     fn compact(&self) -> Result<(), StoreError> {
-        let _writing = guard(&self.writing);
         let (old, generation, sessions, start) = {
             let shared = guard(&self.shared);
             if shared.broken.is_some() {
@@ -533,7 +541,8 @@ impl Core {
                     (id.clone(), e.head.clone(), cps)
                 })
                 .collect();
-            // Nothing is being written: `writing` is held.
+            // The file up to `written` is whole and no longer changes;
+            // what is written after it is copied with the tail.
             (
                 Arc::clone(&shared.file),
                 shared.generation,
@@ -609,14 +618,48 @@ impl Core {
                 return Err(e);
             }
         };
+        #[cfg(test)]
+        tests::copied_hook();
+        // No flush writes to the old file from here on.
+        let _writing = guard(&self.writing);
+        let tail = (|| {
+            let end = {
+                let shared = guard(&self.shared);
+                if let Some(why) = &shared.broken {
+                    return Err(StoreError::backend(why.clone()));
+                }
+                shared.written
+            };
+            // The frames flushed to the old file while copying follow what
+            // was copied.
+            let mut buf = vec![0u8; TAIL_PIECE.min((end - start) as usize)];
+            let mut at = start;
+            while at < end {
+                let piece = &mut buf[..TAIL_PIECE.min((end - at) as usize)];
+                old.read_exact_at(piece, at)
+                    .map_err(|e| io_error("read", &old_path, &e))?;
+                file.write_all_at(piece, copied_len + (at - start))
+                    .map_err(|e| io_error("write", &tmp, &e))?;
+                at += piece.len() as u64;
+            }
+            file.sync_data().map_err(|e| io_error("sync", &tmp, &e))?;
+            Ok(end - start)
+        })();
+        let tail_len = match tail {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         let finish = || -> Result<(), StoreError> {
             let mut shared = guard(&self.shared);
-            // The frames added while copying follow what was copied.
+            // The frames not yet written follow the tail.
             let added = std::mem::take(&mut shared.pending);
             let shift = |offset: u64| offset - start + copied_len;
             let result = (|| {
                 added
-                    .write_at(&file, copied_len)
+                    .write_at(&file, copied_len + tail_len)
                     .and_then(|()| file.sync_all())
                     .map_err(|e| io_error("write", &tmp, &e))?;
                 let path = log_path(&self.dir, next);
@@ -644,7 +687,7 @@ impl Core {
             }
             shared.file = Arc::new(file);
             shared.generation = next;
-            shared.written = copied_len + added.len() as u64;
+            shared.written = copied_len + tail_len + added.len() as u64;
             shared.len = shared.written;
             shared.live = live;
             shared.pool.put(added);
@@ -1159,6 +1202,112 @@ impl SessionStore for LogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Held by a test to stop compactions once they have copied what was
+    /// live, before they take `writing`.
+    static COPIED_GATE: Mutex<()> = Mutex::new(());
+    /// A compaction has copied what was live and waits at the gate.
+    static AT_GATE: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn copied_hook() {
+        AT_GATE.store(true, Ordering::SeqCst);
+        drop(guard(&COPIED_GATE));
+    }
+
+    /// Durable commits go on while a compaction copies the live log: they
+    /// are flushed to the old file, and the compaction, once let go,
+    /// carries them (and those added after) into the new one.
+    #[cfg(feature = "conformance")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn durable_commits_do_not_wait_for_a_compaction_to_copy_the_log() {
+        use crate::conformance::{advance, create, head, snapshot};
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            LogStore::open_with(dir.path(), LogOptions::default().compact_at(64 << 10)).unwrap();
+        let gate = guard(&COPIED_GATE);
+        // One session rewritten until the log is past the threshold and
+        // mostly dead: a compaction starts and stops at the gate.
+        let big = serde_json::json!("x".repeat(2_000));
+        let mut prev = head("busy");
+        store
+            .commit(&create(prev.clone(), vec![snapshot(0, 0, big.clone())]))
+            .await
+            .unwrap();
+        let first = store.log_path();
+        let mut seq = 0;
+        while !AT_GATE.load(Ordering::SeqCst) {
+            seq += 1;
+            assert!(seq < 10_000, "no compaction started");
+            let next = advance(&prev, vec![snapshot(seq, seq, big.clone())], vec![seq - 1]);
+            tokio::time::timeout(Duration::from_secs(20), store.commit(&next))
+                .await
+                .expect("a durable commit waited for the compaction")
+                .unwrap();
+            prev = next.head;
+        }
+        // Stopped mid-compaction: durable commits still complete.
+        let during = create(head("during"), vec![snapshot(0, 0, serde_json::json!(1))]);
+        tokio::time::timeout(Duration::from_secs(20), store.commit(&during))
+            .await
+            .expect("a durable commit waited for the compaction")
+            .unwrap();
+        let next = advance(
+            &prev,
+            vec![snapshot(seq + 1, seq + 1, big.clone())],
+            vec![seq],
+        );
+        tokio::time::timeout(Duration::from_secs(20), store.commit(&next))
+            .await
+            .expect("a durable commit waited for the compaction")
+            .unwrap();
+        prev = next.head;
+        assert_eq!(
+            store.log_path(),
+            first,
+            "the compaction has not swapped the files"
+        );
+        // A commit that is not durable: added, not written, when it is let go.
+        let mut later = advance(&prev, vec![], vec![]);
+        later.durable = false;
+        store.commit(&later).await.unwrap();
+        prev = later.head;
+        drop(gate);
+        for _ in 0..2_000 {
+            if store.log_path() != first {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_ne!(store.log_path(), first, "the compaction did not finish");
+        let check = |store: LogStore| {
+            let (prev, big, during) = (prev.clone(), big.clone(), during.clone());
+            async move {
+                assert_eq!(
+                    store.load(&prev.session_id).await.unwrap(),
+                    Some(prev.clone())
+                );
+                let cps = store.checkpoints(&prev.session_id, 0).await.unwrap();
+                assert_eq!(cps.iter().map(|c| c.seq).collect::<Vec<_>>(), [seq + 1]);
+                assert_eq!(cps[0].kind, CheckpointKind::Snapshot(big.clone()));
+                assert_eq!(
+                    store.load(&during.head.session_id).await.unwrap(),
+                    Some(during.head.clone())
+                );
+                assert_eq!(
+                    store.checkpoints(&during.head.session_id, 0).await.unwrap(),
+                    during.append
+                );
+            }
+        };
+        check(store.clone()).await;
+        let path = store.log_path();
+        drop(store);
+        let store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(store.log_path(), path);
+        assert_eq!(store.set_aside(), None);
+        check(store).await;
+    }
 
     fn loc(offset: u64) -> Loc {
         Loc {
