@@ -1203,15 +1203,33 @@ impl SessionStore for LogStore {
 mod tests {
     use super::*;
 
-    /// Held by a test to stop compactions once they have copied what was
+    /// Set by a test to stop compactions once they have copied what was
     /// live, before they take `writing`.
-    static COPIED_GATE: Mutex<()> = Mutex::new(());
-    /// A compaction has copied what was live and waits at the gate.
+    static HOLD: AtomicBool = AtomicBool::new(false);
+    /// A compaction has copied what was live and waits while `HOLD` is set.
     static AT_GATE: AtomicBool = AtomicBool::new(false);
 
     pub(super) fn copied_hook() {
         AT_GATE.store(true, Ordering::SeqCst);
-        drop(guard(&COPIED_GATE));
+        while HOLD.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Holds compactions at the hook until dropped (a failing test too).
+    struct Hold;
+
+    impl Hold {
+        fn new() -> Self {
+            HOLD.store(true, Ordering::SeqCst);
+            Hold
+        }
+    }
+
+    impl Drop for Hold {
+        fn drop(&mut self) {
+            HOLD.store(false, Ordering::SeqCst);
+        }
     }
 
     /// Durable commits go on while a compaction copies the live log: they
@@ -1225,7 +1243,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store =
             LogStore::open_with(dir.path(), LogOptions::default().compact_at(64 << 10)).unwrap();
-        let gate = guard(&COPIED_GATE);
+        let gate = Hold::new();
         // One session rewritten until the log is past the threshold and
         // mostly dead: a compaction starts and stops at the gate.
         let big = serde_json::json!("x".repeat(2_000));
