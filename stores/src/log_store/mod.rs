@@ -1243,6 +1243,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store =
             LogStore::open_with(dir.path(), LogOptions::default().compact_at(64 << 10)).unwrap();
+        AT_GATE.store(false, Ordering::SeqCst);
         let gate = Hold::new();
         // One session rewritten until the log is past the threshold and
         // mostly dead: a compaction starts and stops at the gate.
