@@ -21,8 +21,8 @@ use harness::{
     create_agent_with, schemars,
 };
 use harness_recipes::orchestrator::{
-    Orchestrator, OrchestratorDeps, OrchestratorDepsAgent, OrchestratorState, TaskInput, Worker,
-    worker_with_slots,
+    Orchestrator, OrchestratorDeps, OrchestratorDepsAgent, OrchestratorState, ReplanEvent,
+    TaskInput, Worker, worker_with_slots,
 };
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
@@ -368,7 +368,17 @@ async fn run() -> Result<(), Error> {
                             status.unwrap_or("?")
                         ),
                     },
-                    "replan" => println!("replan of plan {}", payload["plan"]),
+                    // Why the plan was replaced: each problem of a refused
+                    // plan (a cycle, a dependency no task defines, an
+                    // unknown agent) or each failed task, in order.
+                    "replan" => match serde_json::from_value::<ReplanEvent>(payload) {
+                        Ok(replan) => println!(
+                            "replan of plan {}: {}",
+                            replan.replan.plan,
+                            replan.messages.join("; ")
+                        ),
+                        Err(e) => println!("replan (its event cannot be read: {e})"),
+                    },
                     _ => {}
                 }
             }

@@ -328,6 +328,18 @@ pub enum RunError {
         /// The step that would have run next.
         step: String,
     },
+    /// The run went on past its [deadline](crate::HarnessBuilder::deadline):
+    /// the step running then was cancelled, not retried.
+    #[error(
+        "the run passed its deadline of {limit:?} in step `{step}`; \
+         raise it with .deadline(..), or remove it with .without_deadline()"
+    )]
+    Deadline {
+        /// The deadline.
+        limit: Duration,
+        /// The step that was running, or would have run next.
+        step: String,
+    },
     /// The answer given to an interrupt does not have the shape the step
     /// reads it as. It was not kept: the run is paused on the same
     /// interrupt, and a resume with a well-formed answer continues it.

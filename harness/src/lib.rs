@@ -50,6 +50,7 @@ pub mod cli;
 // Leaves.
 pub mod durable;
 pub mod llm;
+mod type_name;
 
 // Docs only: the guide's chapters, each an empty module.
 #[doc = include_str!("docs/guide.md")]
@@ -100,7 +101,7 @@ pub mod guide {
 
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
 pub use graph::{
-    BranchFailure, ForkBuilder, Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL,
+    BranchFailure, DEFAULT_DEADLINE, ForkBuilder, Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL,
     OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
 pub use graph::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
@@ -119,6 +120,7 @@ pub use state::HarnessState;
 pub use step::{
     Cx, Interrupt, ModelCallInfo, RunInfo, StepError, StepFn, StepInfo, StepResult, ToolCallInfo,
 };
+pub use type_name::{short_type_name, shorten_type_name};
 
 /// Re-exports for the derive macros' generated code; not a public API.
 #[doc(hidden)]

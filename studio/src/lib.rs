@@ -83,6 +83,10 @@ mod server;
 mod source;
 mod view;
 
+// Docs only: the guide, an empty module.
+#[doc = include_str!("docs/guide.md")]
+pub mod guide {}
+
 pub use error::StudioError;
 
 use harness::session::SessionStore;

@@ -324,6 +324,14 @@ fn orchestrator_replans_a_failed_task_and_synthesizes_the_answer() {
     );
     assert_eq!(field(&out, "ended with:"), "done");
     assert_eq!(field(&out, "plans:"), "2, replans: 1");
+    // The replan says why: the failed task, its agent and its error.
+    let error = field(&out, "task rhythm failed:");
+    assert!(error.contains("overloaded, staged by the example"), "{out}");
+    assert_eq!(
+        field(&out, "replan of plan 1:"),
+        format!("task `rhythm` (researcher) failed: {error}"),
+        "{out}"
+    );
     assert!(field(&out, "answer:").starts_with("Tides are the sea answering the Moon"));
     // The research tasks of the first wave ran at once, two at a time.
     assert!(out.contains("wave 1: [\"cause\",\"rhythm\"]"), "{out}");
@@ -377,7 +385,12 @@ fn orchestrator_killed_mid_plan_is_resumed_with_resume_and_does_not_redo_what_is
         .unwrap();
     assert!(killed.success());
     first.wait().unwrap();
-    assert!(seen.iter().any(|l| l == "replan of plan 1"), "{seen:?}");
+    assert!(
+        seen.iter().any(|l| l
+            .strip_prefix("replan of plan 1: task `rhythm` (researcher) failed: ")
+            .is_some_and(|why| why.contains("overloaded, staged by the example"))),
+        "the replan and its reason: {seen:?}"
+    );
     let session = session.unwrap();
 
     let out = stdout_of(&cargo_run(

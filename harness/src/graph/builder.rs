@@ -72,6 +72,7 @@ pub struct HarnessBuilder<S: HarnessState, C: Context = ()> {
     fixed: C::Fixed,
     observers: Vec<Arc<dyn Observer<S>>>,
     step_limit: u64,
+    deadline: Option<Duration>,
     store: Option<Arc<dyn SessionStore>>,
     session_config: SessionConfig,
 }
@@ -91,6 +92,11 @@ impl<S: HarnessState, C: Context> fmt::Debug for HarnessBuilder<S, C> {
 /// The default step limit: generous for real agents, finite for runaway loops.
 pub const DEFAULT_STEP_LIMIT: u64 = 10_000;
 
+/// The default [`deadline`](HarnessBuilder::deadline) of a run: an hour from
+/// when it starts or resumes. Long enough for real work with a slow model,
+/// finite for a model that answers without end or a tool that hangs.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60 * 60);
+
 impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
     fn new(fixed: C::Fixed) -> Self {
         Self {
@@ -99,6 +105,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
             fixed,
             observers: Vec::new(),
             step_limit: DEFAULT_STEP_LIMIT,
+            deadline: Some(DEFAULT_DEADLINE),
             store: None,
             session_config: SessionConfig::default(),
         }
@@ -147,6 +154,44 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
         self
     }
 
+    /// The longest one run may go on, from when it starts or resumes until
+    /// it settles (default [`DEFAULT_DEADLINE`]). A run past it fails with
+    /// [`RunError::Deadline`](crate::RunError::Deadline): the step running
+    /// then is cancelled (its future dropped, as by a step's own
+    /// [`timeout`](StepBuilder::timeout)) and is not retried; with a store,
+    /// the session records the failure at that step, and the steps before
+    /// it stay committed. Time waiting for a human does not count: a run
+    /// that interrupts has settled, and its resume starts a new deadline.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # use harness::{Harness, HarnessState, JsonSchema, schemars};
+    /// # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, JsonSchema, HarnessState)]
+    /// # struct S { n: u32 }
+    /// let harness = Harness::<S>::builder()
+    ///     .step("work")
+    ///     .run(|_s, _cx| async { Ok(SUpdate::new()) })
+    ///     .end()
+    ///     .start("work")
+    ///     .deadline(Duration::from_secs(10 * 60))
+    ///     .build()?;
+    /// # let _ = harness;
+    /// # Ok::<(), harness::LoopValidationError>(())
+    /// ```
+    #[must_use]
+    pub fn deadline(mut self, limit: Duration) -> Self {
+        self.deadline = Some(limit);
+        self
+    }
+
+    /// Runs may go on for as long as they take: no
+    /// [`deadline`](HarnessBuilder::deadline).
+    #[must_use]
+    pub fn without_deadline(mut self) -> Self {
+        self.deadline = None;
+        self
+    }
+
     /// Persists every run in `store`: a checkpoint at every step boundary,
     /// so a run can be resumed in another process. The store can be shared
     /// by several harnesses and agents.
@@ -170,6 +215,12 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
             found.push(Violation::InvalidSetting {
                 setting: "step_limit".into(),
                 reason: "0: no run could take a single step".into(),
+            });
+        }
+        if self.deadline == Some(Duration::ZERO) {
+            found.push(Violation::InvalidSetting {
+                setting: "deadline".into(),
+                reason: "0s: every run would fail before its first step; use .without_deadline() for none".into(),
             });
         }
         let ttl = self.session_config.lease_ttl;
@@ -264,6 +315,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 fixed: self.fixed,
                 observers: self.observers,
                 step_limit: self.step_limit,
+                deadline: self.deadline,
                 store: self.store,
                 session_config: self.session_config,
             }),
@@ -434,6 +486,18 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     #[must_use]
     pub fn observer(self, observer: impl Observer<S> + 'static) -> HarnessBuilder<S, C> {
         self.finish().observer(observer)
+    }
+
+    /// Ends this step; see [`HarnessBuilder::deadline`].
+    #[must_use]
+    pub fn deadline(self, limit: Duration) -> HarnessBuilder<S, C> {
+        self.finish().deadline(limit)
+    }
+
+    /// Ends this step; see [`HarnessBuilder::without_deadline`].
+    #[must_use]
+    pub fn without_deadline(self) -> HarnessBuilder<S, C> {
+        self.finish().without_deadline()
     }
 
     /// Ends this step; see [`HarnessBuilder::step_limit`].

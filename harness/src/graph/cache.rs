@@ -566,8 +566,12 @@ impl<S: HarnessState> Cached<S> {
 }
 
 fn read_update<U: DeserializeOwned>(update: Value) -> Result<U, String> {
-    serde_json::from_value(update)
-        .map_err(|e| format!("the update is not a {}: {e}", std::any::type_name::<U>()))
+    serde_json::from_value(update).map_err(|e| {
+        format!(
+            "the update is not a `{}`: {e}",
+            crate::short_type_name::<U>()
+        )
+    })
 }
 
 /// The SHA-256 of `value`'s canonical JSON, in hex.

@@ -70,6 +70,8 @@ pub(crate) struct HarnessInner<S: HarnessState, C: Context> {
     pub(crate) fixed: C::Fixed,
     pub(crate) observers: Vec<Arc<dyn Observer<S>>>,
     pub(crate) step_limit: u64,
+    /// How long one run may go on; see `HarnessBuilder::deadline`.
+    pub(crate) deadline: Option<Duration>,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
     pub(crate) session_config: SessionConfig,
 }

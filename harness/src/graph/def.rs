@@ -10,6 +10,7 @@ use crate::step::{Cx, Emitter, Interrupt, RunInfo, StepError};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::any::{Any, TypeId};
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -102,15 +103,26 @@ pub(crate) type CollectFn<S> =
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TypeTag {
     pub(crate) id: TypeId,
-    pub(crate) name: &'static str,
+    pub(crate) name: TypeName,
 }
 
 impl TypeTag {
     pub(crate) fn of<T: 'static>() -> Self {
         Self {
             id: TypeId::of::<T>(),
-            name: std::any::type_name::<T>(),
+            name: TypeName(std::any::type_name::<T>()),
         }
+    }
+}
+
+/// A type's name as [`std::any::type_name`] gives it, displayed as the user
+/// writes it (`Vec<Order>`, see [`short_type_name`](crate::short_type_name)).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TypeName(&'static str);
+
+impl fmt::Display for TypeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::shorten_type_name(self.0))
     }
 }
 
@@ -207,6 +219,8 @@ pub(crate) struct SubCall<'a, S, C> {
     pub(crate) emitter: Arc<dyn Emitter>,
     /// The run's observers of model and tool calls.
     pub(crate) hooks: Option<Arc<dyn crate::step::CallHooks>>,
+    /// The run's deadline, which the sub-agent's steps keep too.
+    pub(crate) deadline: Option<crate::run::RunDeadline>,
 }
 
 /// How a sub-agent's loop settled inside its step.

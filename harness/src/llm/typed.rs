@@ -256,7 +256,7 @@ where
     F: FnMut(ModelRequest) -> Fut,
     Fut: Future<Output = Result<ModelResponse, ModelError>>,
 {
-    let type_name = std::any::type_name::<T>().to_owned();
+    let type_name = crate::short_type_name::<T>();
     let mut request = request.clone();
     let format = request
         .response_format

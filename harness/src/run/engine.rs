@@ -418,6 +418,7 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                     cursor: cursor.as_ref(),
                     steps: AtomicU64::new(exec.steps),
                     scope: None,
+                    deadline: RunDeadline::starting_now(harness.deadline),
                     hooks: (!harness.observers.is_empty()).then(|| {
                         Arc::new(ObserverHooks {
                             observers: harness.observers.clone(),
@@ -472,6 +473,7 @@ fn error_type(e: &RunError) -> &'static str {
         RunError::Timeout { .. } => "timeout",
         RunError::UndeclaredSignal { .. } => "undeclared_signal",
         RunError::StepLimit { .. } => "step_limit",
+        RunError::Deadline { .. } => "deadline",
         RunError::AnswerRejected { .. } => "answer_rejected",
         RunError::LeaseLost { .. } => "lease_lost",
         RunError::Store(_) => "store",
@@ -706,6 +708,26 @@ pub(super) struct Env<'a, S: HarnessState, C: Context> {
     pub(super) scope: Option<TaskPath>,
     /// The run's observers, for model and tool calls (none without any).
     pub(super) hooks: Option<Arc<dyn CallHooks>>,
+    /// When the run must have settled, if it has a deadline.
+    pub(super) deadline: Option<RunDeadline>,
+}
+
+/// A run's deadline: the instant it falls, and the limit it came from (for
+/// the error).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunDeadline {
+    pub(crate) at: tokio::time::Instant,
+    pub(crate) limit: Duration,
+}
+
+impl RunDeadline {
+    /// The deadline of a run starting (or resuming) now.
+    fn starting_now(limit: Option<Duration>) -> Option<Self> {
+        limit.map(|limit| Self {
+            at: tokio::time::Instant::now() + limit,
+            limit,
+        })
+    }
 }
 
 async fn drive<S: HarnessState, C: Context>(
@@ -798,6 +820,14 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
             if taken >= harness.step_limit {
                 return Err(RunError::StepLimit {
                     limit: harness.step_limit,
+                    step: step.name.to_string(),
+                });
+            }
+            if let Some(deadline) = env.deadline
+                && tokio::time::Instant::now() >= deadline.at
+            {
+                return Err(RunError::Deadline {
+                    limit: deadline.limit,
                     step: step.name.to_string(),
                 });
             }
@@ -1408,6 +1438,7 @@ async fn run_sub<S: HarnessState, C: Context>(
         stop: Arc::clone(&env.control.stop),
         emitter: Arc::clone(&env.emitter),
         hooks: env.hooks.clone(),
+        deadline: env.deadline,
     };
     match sub.call(call).instrument(span).await {
         Ok(SubEnd::Done(update)) => Ok(update),
@@ -1437,6 +1468,8 @@ async fn run_sub<S: HarnessState, C: Context>(
 enum Failure {
     Error(StepError),
     Timeout(Duration),
+    /// The run's deadline fell while the step ran; never retried.
+    Deadline(Duration),
 }
 
 /// Runs a step's `run`, with its timeout and retry policy.
@@ -1481,13 +1514,25 @@ async fn run_step<S: HarnessState, C: Context>(
             shared: Arc::clone(&shared),
         };
         let fut = run(Arc::clone(&task.state), cx);
-        let result = match step.timeout {
+        // The step's own timeout or the run's deadline, whichever falls
+        // first. Boxed, as the retry's sleep below: a timer inline would
+        // make every step's future larger, with or without a limit.
+        let limit = match (step.timeout, env.deadline) {
+            (None, None) => None,
+            (Some(limit), deadline) => {
+                let at = tokio::time::Instant::now() + limit;
+                Some(match deadline {
+                    Some(d) if d.at < at => (d.at, Failure::Deadline(d.limit)),
+                    _ => (at, Failure::Timeout(limit)),
+                })
+            }
+            (None, Some(d)) => Some((d.at, Failure::Deadline(d.limit))),
+        };
+        let result = match limit {
             None => fut.await.map_err(Failure::Error),
-            // Boxed, as the retry's sleep below: a timer inline would make
-            // every step's future larger, with or without a limit.
-            Some(limit) => match Box::pin(tokio::time::timeout(limit, fut)).await {
+            Some((at, failure)) => match Box::pin(tokio::time::timeout_at(at, fut)).await {
                 Ok(r) => r.map_err(Failure::Error),
-                Err(_) => Err(Failure::Timeout(limit)),
+                Err(_) => Err(failure),
             },
         };
         let visit = shared.finish();
@@ -1515,10 +1560,12 @@ async fn run_step<S: HarnessState, C: Context>(
             Ok(update) => return Ok(update),
             Err(f) => f,
         };
-        let will_retry = attempt < step.retry.max_attempts();
+        let will_retry =
+            attempt < step.retry.max_attempts() && !matches!(failure, Failure::Deadline(_));
         let rendered = match &failure {
             Failure::Error(e) => e.to_string(),
             Failure::Timeout(limit) => format!("timed out after {limit:?}"),
+            Failure::Deadline(limit) => format!("cancelled: the run passed its deadline of {limit:?}"),
         };
         tracing::debug!(step = %step.name, attempt, will_retry, error = %rendered, "step attempt failed");
         env.control.events.send(RunEvent::StepFailed {
@@ -1545,6 +1592,10 @@ async fn run_step<S: HarnessState, C: Context>(
                 step: step.name.to_string(),
                 limit,
                 attempts: attempt,
+            },
+            Failure::Deadline(limit) => RunError::Deadline {
+                step: step.name.to_string(),
+                limit,
             },
         }));
     }

@@ -223,7 +223,7 @@ fn item_of<I: DeserializeOwned>(item: Option<&Value>) -> Result<I, String> {
         "it takes a fan-out's item, and its step was not started by a fan-out".to_string()
     })?;
     I::deserialize(item)
-        .map_err(|e| format!("its item is not a `{}`: {e}", std::any::type_name::<I>()))
+        .map_err(|e| format!("its item is not a `{}`: {e}", crate::short_type_name::<I>()))
 }
 
 type RoleOf = Arc<dyn Fn(&Value) -> Result<String, String> + Send + Sync>;
@@ -583,6 +583,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubStep<S, C
                 steps: AtomicU64::new(0),
                 scope: Some(call.path.clone()),
                 hooks: call.hooks.clone(),
+                deadline: call.deadline,
             };
             let end = drive_task(&env, &mut root).await?;
             let steps = env.steps.load(Ordering::SeqCst);

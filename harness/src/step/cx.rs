@@ -319,10 +319,10 @@ impl<C> Cx<C> {
                     ),
                 },
                 Err(e) => format!(
-                    "interrupt #{} of step `{}` expects {}: {e}",
+                    "interrupt #{} of step `{}` expects `{}`: {e}",
                     k + 1,
                     self.shared.step,
-                    std::any::type_name::<R>()
+                    crate::short_type_name::<R>()
                 ),
             };
             // The answer is refused, not the run: the engine drops it and
@@ -389,10 +389,10 @@ impl<C> Cx<C> {
         };
         I::deserialize(input).map_err(|e| {
             StepError::msg(format!(
-                "the input of step `{}` at `{}` is not a {}: {e}",
+                "the input of step `{}` at `{}` is not a `{}`: {e}",
                 self.shared.step,
                 self.shared.path,
-                std::any::type_name::<I>()
+                crate::short_type_name::<I>()
             ))
         })
     }
@@ -693,9 +693,9 @@ impl<C> Cx<C> {
         if let Some(value) = recorded {
             return serde_json::from_value(value).map_err(|e| {
                 StepError::msg(format!(
-                    "the recorded result of once(\"{key}\") in step `{}` is not a {}: {e}",
+                    "the recorded result of once(\"{key}\") in step `{}` is not a `{}`: {e}",
                     self.shared.step,
-                    std::any::type_name::<T>()
+                    crate::short_type_name::<T>()
                 ))
             });
         }

@@ -604,9 +604,7 @@ fn joins_that_branches_cannot_reach_and_mistyped_fan_outs_are_refused_when_built
         "{rendered:#?}"
     );
     assert!(
-        has(
-            "the fan-out at `split/go` sends `u64` to step `texts`, which takes `alloc::string::String`"
-        ),
+        has("the fan-out at `split/go` sends `u64` to step `texts`, which takes `String`"),
         "{rendered:#?}"
     );
     assert!(

@@ -22,6 +22,11 @@ pub const PROVIDER: &str = "gemini";
 /// Prefix of ids this crate makes up for calls Gemini gave none.
 const MADE_UP_ID: &str = "gemini_call_";
 
+/// `maxOutputTokens` for requests that set no
+/// [`ModelRequest::max_tokens`]: every answer is bounded, so a model cannot
+/// generate without end.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
 /// A Gemini model; implements [`LanguageModel`].
 ///
 /// Made by [`Client::completion_model`]. Cheap to clone.
@@ -29,6 +34,7 @@ const MADE_UP_ID: &str = "gemini_call_";
 pub struct CompletionModel {
     client: Client,
     model: String,
+    default_max_tokens: u32,
 }
 
 impl CompletionModel {
@@ -38,7 +44,18 @@ impl CompletionModel {
             .strip_prefix("models/")
             .map(str::to_owned)
             .unwrap_or(model);
-        Self { client, model }
+        Self {
+            client,
+            model,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+        }
+    }
+
+    /// `maxOutputTokens` for requests that set no
+    /// [`ModelRequest::max_tokens`] (default [`DEFAULT_MAX_TOKENS`]).
+    pub fn default_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.default_max_tokens = max_tokens;
+        self
     }
 
     fn body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
@@ -69,7 +86,7 @@ impl CompletionModel {
         let generation_config = wire::GenerationConfig {
             temperature: request.temperature,
             top_p: request.top_p,
-            max_output_tokens: request.max_tokens,
+            max_output_tokens: Some(request.max_tokens.unwrap_or(self.default_max_tokens)),
             stop_sequences: request.stop_sequences.clone(),
             // Structured output: JSON constrained by the schema, reduced to
             // the subset `responseSchema` accepts. Gemini refuses it together

@@ -43,6 +43,6 @@ mod streaming;
 mod wire;
 
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
-pub use completion::{CompletionModel, PROVIDER};
+pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS, PROVIDER};
 pub use harness_provider_http::{ApiKey, HttpOptions, HttpRetryPolicy};
 pub use schema::gemini_schema;

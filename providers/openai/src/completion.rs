@@ -13,6 +13,12 @@ use crate::schema::strict_schema;
 use crate::streaming::ChunkDecoder;
 use crate::wire;
 
+/// The bound on generated tokens for requests that set none. A model left
+/// unbounded can generate until the server's context runs out (a small
+/// local model was seen writing 1 800 tokens in nine minutes and going on);
+/// an answer cut here ends with [`StopReason::MaxTokens`].
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
 /// An OpenAI chat-completions model; implements [`LanguageModel`].
 ///
 /// Made by [`Client::completion_model`]. Cheap to clone.
@@ -21,6 +27,7 @@ pub struct CompletionModel {
     client: Client,
     model: String,
     strict_tools: bool,
+    default_max_tokens: u32,
 }
 
 impl CompletionModel {
@@ -29,7 +36,25 @@ impl CompletionModel {
             client,
             model,
             strict_tools: false,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
         }
+    }
+
+    /// The bound on generated tokens for requests that set no
+    /// [`ModelRequest::max_tokens`] (default [`DEFAULT_MAX_TOKENS`]).
+    ///
+    /// ```
+    /// let model = harness_openai::Client::builder()
+    ///     .base_url("http://127.0.0.1:8080/v1")
+    ///     .build()?
+    ///     .completion_model("local")
+    ///     .default_max_tokens(512);
+    /// # let _ = model;
+    /// # Ok::<(), harness::llm::ModelError>(())
+    /// ```
+    pub fn default_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.default_max_tokens = max_tokens;
+        self
     }
 
     /// Sends tools in strict mode: arguments are then guaranteed to match
@@ -61,10 +86,11 @@ impl CompletionModel {
             .collect();
         let tool_choice = (!tools.is_empty() || request.tool_choice != ToolChoice::Auto)
             .then(|| tool_choice(&request.tool_choice));
+        let bound = Some(request.max_tokens.unwrap_or(self.default_max_tokens));
         let (max_tokens, max_completion_tokens) = if self.client.inner.legacy_max_tokens {
-            (request.max_tokens, None)
+            (bound, None)
         } else {
-            (None, request.max_tokens)
+            (None, bound)
         };
         let wire = wire::ChatRequest {
             model: &self.model,

@@ -35,6 +35,6 @@ mod streaming;
 mod wire;
 
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
-pub use completion::CompletionModel;
+pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS};
 pub use harness_provider_http::{ApiKey, HttpOptions, HttpRetryPolicy};
 pub use schema::strict_schema;

@@ -7,9 +7,17 @@
 //! branches [`Dispatch`] to the sub-agent of each task's role, so it is
 //! durable and resumable like any loop (see the guide's chapter,
 //! [`crate::guide::orchestrator`]).
+//!
+//! A run tells its story in [`RunEvent::Custom`](harness::RunEvent::Custom)
+//! events: `plan`, `wave`, `task` and `replan`, whose payload is a
+//! [`ReplanEvent`]: the plan replaced and why, with each problem of the
+//! plan (or failure of its tasks) as a sentence, so that a refused plan can
+//! be shown as "replan of plan 1: task `b` needs `x`, …".
 
 mod plan;
 mod prompt;
+#[cfg(test)]
+mod tests;
 
 pub use plan::{Plan, PlanProblem, PlanTask, check_plan};
 
@@ -85,7 +93,7 @@ pub struct TaskResult {
 }
 
 /// A task that failed: its sub-agent's error, or the failure its result
-/// reported.
+/// reported. Displayed as `task `rhythm` (researcher) failed: {error}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskFailure {
     /// The task's id.
@@ -98,6 +106,16 @@ pub struct TaskFailure {
     pub plan: u32,
     /// The wave it ran in.
     pub wave: u32,
+}
+
+impl fmt::Display for TaskFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "task `{}` ({}) failed: {}",
+            self.task, self.agent, self.error
+        )
+    }
 }
 
 /// Why the planner was asked again.
@@ -116,6 +134,32 @@ pub enum ReplanReason {
     },
 }
 
+impl ReplanReason {
+    /// Each problem of the plan, or each failure of its tasks, as a
+    /// sentence, in order: what a person reading the run is shown.
+    ///
+    /// ```
+    /// use harness_recipes::orchestrator::{PlanProblem, ReplanReason};
+    ///
+    /// let reason = ReplanReason::Invalid {
+    ///     problems: vec![
+    ///         PlanProblem::MissingDependency { task: "b".into(), missing: "x".into() },
+    ///         PlanProblem::Cycle { cycle: vec!["a".into(), "b".into(), "a".into()] },
+    ///     ],
+    /// };
+    /// assert_eq!(reason.messages(), [
+    ///     "task `b` needs `x`, which is neither a task of the plan nor a finished one",
+    ///     "tasks need each other in a cycle: a -> b -> a",
+    /// ]);
+    /// ```
+    pub fn messages(&self) -> Vec<String> {
+        match self {
+            Self::Invalid { problems } => problems.iter().map(ToString::to_string).collect(),
+            Self::Failed { failures } => failures.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
 /// A plan replaced, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Replan {
@@ -126,6 +170,55 @@ pub struct Replan {
     /// Why it was replaced.
     #[serde(flatten)]
     pub reason: ReplanReason,
+}
+
+/// The payload of the orchestrator's `replan` event (a
+/// [`RunEvent::Custom`](harness::RunEvent::Custom) of kind `"replan"`): the
+/// [`Replan`] the state keeps, and [`messages`](Self::messages), each problem
+/// of the plan or failure of its tasks as a sentence, in order.
+///
+/// As JSON, for a plan that could not run (`"reason": "invalid"`, with its
+/// `problems`, each tagged by `"problem"` as [`PlanProblem`] is):
+///
+/// ```json
+/// {
+///   "plan": 1,
+///   "tasks": { "tasks": [{ "id": "b", "agent": "work", "instructions": "…", "needs": ["x"] }] },
+///   "reason": "invalid",
+///   "problems": [{ "problem": "missing_dependency", "task": "b", "missing": "x" }],
+///   "messages": ["task `b` needs `x`, which is neither a task of the plan nor a finished one"]
+/// }
+/// ```
+///
+/// and for a plan whose tasks failed, `"reason": "failed"` with the
+/// `failures` ([`TaskFailure`]s) in place of the problems:
+///
+/// ```json
+/// {
+///   "plan": 1,
+///   "tasks": { "tasks": [ … ] },
+///   "reason": "failed",
+///   "failures": [{ "task": "rhythm", "agent": "researcher", "error": "…", "plan": 1, "wave": 1 }],
+///   "messages": ["task `rhythm` (researcher) failed: …"]
+/// }
+/// ```
+///
+/// Read it back with `serde_json::from_value::<ReplanEvent>(payload)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplanEvent {
+    /// The plan replaced, and why.
+    #[serde(flatten)]
+    pub replan: Replan,
+    /// Why, as sentences: [`ReplanReason::messages`].
+    pub messages: Vec<String>,
+}
+
+impl ReplanEvent {
+    /// The event of `replan`.
+    pub fn new(replan: Replan) -> Self {
+        let messages = replan.reason.messages();
+        Self { replan, messages }
+    }
 }
 
 /// Where the orchestrator is.
@@ -581,18 +674,18 @@ fn plan_step(
             );
             return Ok(update.plan(plan).phase(Phase::Running));
         }
-        let replan = Replan {
+        let event = ReplanEvent::new(Replan {
             plan: number,
             tasks: plan,
             reason: ReplanReason::Invalid { problems },
-        };
-        cx.emit("replan", &replan);
+        });
+        cx.emit("replan", &event);
         let phase = if s.replans.len() < max_replans {
             Phase::Planning
         } else {
             Phase::GaveUp
         };
-        Ok(update.replans(vec![replan]).phase(phase))
+        Ok(update.replans(vec![event.replan]).phase(phase))
     })
 }
 
@@ -648,18 +741,18 @@ async fn collect_step(
     }
     let update = OrchestratorStateUpdate::new();
     if !failures.is_empty() {
-        let replan = Replan {
+        let event = ReplanEvent::new(Replan {
             plan: s.plans,
             tasks: s.plan.clone(),
             reason: ReplanReason::Failed { failures },
-        };
-        cx.emit("replan", &replan);
+        });
+        cx.emit("replan", &event);
         let phase = if s.replans.len() < max_replans {
             Phase::Planning
         } else {
             Phase::GaveUp
         };
-        return Ok(update.replans(vec![replan]).phase(phase));
+        return Ok(update.replans(vec![event.replan]).phase(phase));
     }
     if s.plan_done() {
         return Ok(update.phase(Phase::Synthesizing));

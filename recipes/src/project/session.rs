@@ -351,14 +351,17 @@ where
     match cx.complete_typed::<T>(model, &request).await {
         Ok(answer) => Ok(answer.value),
         Err(TypedAnswerError::Model { source, .. }) => Err(source.into()),
-        Err(TypedAnswerError::Mismatch { raw, mismatch, .. }) => {
-            Err(StepError::new(AnswerError::Mismatch {
-                step: cx.step().to_owned(),
-                type_name: std::any::type_name::<T>().to_owned(),
-                reason: mismatch.to_string(),
-                raw,
-            }))
-        }
+        Err(TypedAnswerError::Mismatch {
+            type_name,
+            raw,
+            mismatch,
+            ..
+        }) => Err(StepError::new(AnswerError::Mismatch {
+            step: cx.step().to_owned(),
+            type_name,
+            reason: mismatch.to_string(),
+            raw,
+        })),
         Err(other) => Err(StepError::new(other)),
     }
 }

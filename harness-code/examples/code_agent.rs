@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Offline, on a scripted transcript (one wrong cell: a misspelled key):
-//! `cargo run -p harness-examples --example code_agent`. Against a real
+//! `cargo run -p harness-code --example code_agent`. Against a real
 //! model: `HARNESS_PROVIDER=openai|anthropic|gemini` (see `providers_select`).
 
 use std::sync::Arc;
