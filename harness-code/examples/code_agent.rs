@@ -24,7 +24,8 @@ use harness_examples::providers_select::model_from_env;
 
 const TASK: &str = "The CSV text below lists sales per region and product. Parse it into `rows` \
 (a list of dicts), compute `totals`, a dict of the total sales per region (as ints), and \
-`report`, one line `region: total` per region in alphabetical order, joined by newlines.\n\n\
+`report`, one line `region: total` per region in alphabetical order, joined by newlines. \
+Use only Python's standard library (csv, io): no pandas.\n\n\
 region,product,sales\nnorth,apples,10\nsouth,pears,5\nnorth,pears,20\neast,apples,7\nsouth,apples,3";
 
 const CHECK: &str = "totals == {'north': 30, 'south': 8, 'east': 7} \

@@ -546,8 +546,13 @@ pub fn proposal_request(
     ModelRequest::builder()
         .system(SYSTEM_PROMPT)
         .user(prompt)
+        .max_tokens(CELL_MAX_TOKENS)
         .build()
 }
+
+/// The bound on a proposed cell's answer: a cell is short, and a model
+/// that would not stop is cut off rather than waited for.
+const CELL_MAX_TOKENS: u32 = 2048;
 
 fn shorten(text: &str, chars: usize) -> String {
     if text.chars().count() <= chars {

@@ -101,8 +101,8 @@ pub mod guide {
 
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
 pub use graph::{
-    BranchFailure, DEFAULT_DEADLINE, ForkBuilder, Harness, HarnessBuilder, LoopValidationError, MIN_LEASE_TTL,
-    OnBuilder, RetryPolicy, StepBuilder, Violation,
+    BranchFailure, DEFAULT_DEADLINE, ForkBuilder, Harness, HarnessBuilder, LoopValidationError,
+    MIN_LEASE_TTL, OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
 pub use graph::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub use harness_macros::{Context, HarnessState};

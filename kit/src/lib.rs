@@ -16,8 +16,8 @@ pub use approval::{
 pub use memory::{AgentMemory, AgentStatus, EvictionPlan, LimitKind, MemoryConfig, plan_eviction};
 pub use policy::{Policy, Verdict};
 pub use recipe::{
-    AgentChat, AgentChatUpdate, AgentContext, AgentLoop, AgentState, Exit, Limits, MEMORY_EVICTED,
-    MemoryEvicted, ModelDeps, ModelDepsAgent, signals,
+    AgentChat, AgentChatUpdate, AgentContext, AgentLoop, AgentState, DEFAULT_MAX_OUTPUT_TOKENS,
+    Exit, Limits, MEMORY_EVICTED, MemoryEvicted, ModelDeps, ModelDepsAgent, signals,
 };
 pub use tokens::{Calibration, Estimate, TokenCounter};
 pub use transcript::{PairingError, Transcript, Turn, Unit, UnitBody, check_pairing};

@@ -38,6 +38,15 @@ pub mod signals {
     pub const LIMIT: &str = "limit";
 }
 
+/// The most tokens the model may generate in one turn of the agent unless
+/// [`AgentLoop::max_output_tokens`] sets another: every answer is
+/// bounded, so a model that would not stop is cut off (its turn then ends
+/// with [`StopReason::MaxTokens`](harness::llm::StopReason::MaxTokens)).
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
+
+/// The bound on working memory's summary of evicted turns.
+const SUMMARY_MAX_TOKENS: u32 = 1024;
+
 /// The kind of the run event working memory sends when it evicts units
 /// ([`Cx::emit`]); its payload is a [`MemoryEvicted`].
 pub const MEMORY_EVICTED: &str = "memory.evicted";
@@ -326,7 +335,7 @@ where
                 limits: Limits::none(),
                 memory: MemoryConfig::default(),
                 concurrency: 4,
-                max_output_tokens: None,
+                max_output_tokens: Some(DEFAULT_MAX_OUTPUT_TOKENS),
             }),
             model_step: "model".into(),
             tools_step: "tools".into(),
@@ -384,7 +393,8 @@ where
         self
     }
 
-    /// The most tokens the model may generate per turn.
+    /// The most tokens the model may generate per turn (default
+    /// [`DEFAULT_MAX_OUTPUT_TOKENS`]).
     #[must_use]
     pub fn max_output_tokens(mut self, tokens: u32) -> Self {
         self.config_mut().max_output_tokens = Some(tokens);
@@ -675,6 +685,7 @@ async fn summarize<C>(
              Answer with the summary only.",
         )
         .user(text)
+        .max_tokens(SUMMARY_MAX_TOKENS)
         .build();
     let response = cx.complete(summarizer, &request).await?;
     Ok((response.text(), response.usage))

@@ -65,7 +65,10 @@ async fn a_chat_answer_is_text_with_its_usage_counted() {
     assert!(answer.usage.output_tokens > 0, "{:?}", answer.usage);
     assert!(answer.usage.output_tokens <= 24, "{:?}", answer.usage);
     assert!(
-        matches!(answer.stop_reason, StopReason::EndTurn | StopReason::MaxTokens),
+        matches!(
+            answer.stop_reason,
+            StopReason::EndTurn | StopReason::MaxTokens
+        ),
         "{:?}",
         answer.stop_reason
     );
@@ -94,10 +97,20 @@ async fn a_stream_delivers_tokens_one_by_one_then_usage_and_its_end() {
         collector.push(event).unwrap();
     }
     let whole = collector.finish().unwrap();
-    assert!(deltas >= 3, "tokens arrive as they are generated: {deltas} deltas");
-    assert_eq!(whole.text(), text, "the collected answer is the deltas joined");
+    assert!(
+        deltas >= 3,
+        "tokens arrive as they are generated: {deltas} deltas"
+    );
+    assert_eq!(
+        whole.text(),
+        text,
+        "the collected answer is the deltas joined"
+    );
     let usage = usage.expect("stream_options.include_usage gives the usage");
-    assert!(usage.input_tokens > 0 && usage.output_tokens > 0, "{usage:?}");
+    assert!(
+        usage.input_tokens > 0 && usage.output_tokens > 0,
+        "{usage:?}"
+    );
     assert_eq!(whole.usage, usage);
     assert!(finished.is_some(), "the stream ends with its stop reason");
 }
@@ -108,7 +121,10 @@ async fn a_tool_call_round_trip_keeps_each_call_id_and_ends_in_text() {
     let mut request = weather_question(&tools);
     let first = model().complete(&request).await.unwrap();
     let calls: Vec<_> = first.tool_calls().cloned().collect();
-    assert!(!calls.is_empty(), "the model asks for the weather: {first:?}");
+    assert!(
+        !calls.is_empty(),
+        "the model asks for the weather: {first:?}"
+    );
     assert_eq!(first.stop_reason, StopReason::ToolUse);
     for call in &calls {
         assert_eq!(call.name, "weather");

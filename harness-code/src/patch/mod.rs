@@ -40,7 +40,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use diff::{DiffError, apply_unified_diff, unified_diff};
-pub use model::{AnswerError, DEFAULT_MAX_ATTEMPTS, ModelPatcher, parse_answer};
+pub use model::{
+    AnswerError, DEFAULT_MAX_ATTEMPTS, DEFAULT_PATCH_MAX_TOKENS, ModelPatcher, parse_answer,
+};
 pub use rules::RulePatcher;
 
 use crate::diagnose::{Diagnosis, ErrorClass};

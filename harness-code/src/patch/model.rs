@@ -62,14 +62,20 @@ pub struct ModelPatcher<M> {
     options: Option<AnalysisOptions>,
 }
 
+/// The token limit of a patch's answer unless
+/// [`ModelPatcher::with_max_tokens`] sets another: room for a cell of a few
+/// hundred lines, and a bound on a model that would not stop.
+pub const DEFAULT_PATCH_MAX_TOKENS: u32 = 2048;
+
 impl<M: LanguageModel> ModelPatcher<M> {
-    /// A patcher asking `model`, with [`DEFAULT_MAX_ATTEMPTS`].
+    /// A patcher asking `model`, with [`DEFAULT_MAX_ATTEMPTS`] and
+    /// [`DEFAULT_PATCH_MAX_TOKENS`].
     pub fn new(model: M) -> Self {
         Self {
             model,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             temperature: None,
-            max_tokens: None,
+            max_tokens: Some(DEFAULT_PATCH_MAX_TOKENS),
             options: None,
         }
     }
@@ -86,7 +92,8 @@ impl<M: LanguageModel> ModelPatcher<M> {
         self
     }
 
-    /// Sets the token limit of the answers.
+    /// Sets the token limit of the answers (default
+    /// [`DEFAULT_PATCH_MAX_TOKENS`]).
     pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = Some(max_tokens);
         self

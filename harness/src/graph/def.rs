@@ -220,7 +220,7 @@ pub(crate) struct SubCall<'a, S, C> {
     /// The run's observers of model and tool calls.
     pub(crate) hooks: Option<Arc<dyn crate::step::CallHooks>>,
     /// The run's deadline, which the sub-agent's steps keep too.
-    pub(crate) deadline: Option<crate::run::RunDeadline>,
+    pub(crate) deadline: Option<crate::step::RunDeadline>,
 }
 
 /// How a sub-agent's loop settled inside its step.

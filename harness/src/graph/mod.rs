@@ -27,7 +27,8 @@ mod harness;
 mod validate;
 
 pub use builder::{
-    DEFAULT_DEADLINE, DEFAULT_STEP_LIMIT, ForkBuilder, HarnessBuilder, MIN_LEASE_TTL, OnBuilder, StepBuilder,
+    DEFAULT_DEADLINE, DEFAULT_STEP_LIMIT, ForkBuilder, HarnessBuilder, MIN_LEASE_TTL, OnBuilder,
+    StepBuilder,
 };
 pub use cache::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};

@@ -237,3 +237,25 @@ pub enum ToolError {
         message: String,
     },
 }
+
+/// A tool's arguments as `T`, or a [`ToolError::InvalidArguments`] naming
+/// the argument that does not fit (`` `city`: invalid type: integer `5`,
+/// expected a string ``, `` `items[2].qty`: … ``), so that the model knows
+/// which one to fix.
+pub(crate) fn parse_arguments<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    arguments: &serde_json::Value,
+) -> Result<T, ToolError> {
+    serde_path_to_error::deserialize(arguments).map_err(|e| {
+        let path = e.path().to_string();
+        let message = if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("`{path}`: {}", e.inner())
+        };
+        ToolError::InvalidArguments {
+            tool: tool.to_owned(),
+            message,
+        }
+    })
+}

@@ -110,10 +110,7 @@ impl ToolCall {
     /// The error is a [`ToolError::InvalidArguments`], whose message is written
     /// to be shown to the model so it can correct itself.
     pub fn parse_arguments<T: DeserializeOwned>(&self) -> Result<T, ToolError> {
-        T::deserialize(&self.arguments).map_err(|e| ToolError::InvalidArguments {
-            tool: self.name.clone(),
-            message: e.to_string(),
-        })
+        super::error::parse_arguments(&self.name, &self.arguments)
     }
 }
 

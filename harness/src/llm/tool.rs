@@ -141,10 +141,7 @@ trait ErasedTool: Send + Sync {
 #[async_trait]
 impl<T: Tool> ErasedTool for T {
     async fn call_json(&self, name: &str, arguments: &Value) -> Result<String, ToolError> {
-        let args = T::Args::deserialize(arguments).map_err(|e| ToolError::InvalidArguments {
-            tool: name.to_owned(),
-            message: e.to_string(),
-        })?;
+        let args: T::Args = super::error::parse_arguments(name, arguments)?;
         let output = self.call(args).await.map_err(|e| ToolError::Failed {
             tool: name.to_owned(),
             message: e.to_string(),

@@ -418,7 +418,7 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                     cursor: cursor.as_ref(),
                     steps: AtomicU64::new(exec.steps),
                     scope: None,
-                    deadline: RunDeadline::starting_now(harness.deadline),
+                    deadline: crate::step::RunDeadline::starting_now(harness.deadline),
                     hooks: (!harness.observers.is_empty()).then(|| {
                         Arc::new(ObserverHooks {
                             observers: harness.observers.clone(),
@@ -709,25 +709,7 @@ pub(super) struct Env<'a, S: HarnessState, C: Context> {
     /// The run's observers, for model and tool calls (none without any).
     pub(super) hooks: Option<Arc<dyn CallHooks>>,
     /// When the run must have settled, if it has a deadline.
-    pub(super) deadline: Option<RunDeadline>,
-}
-
-/// A run's deadline: the instant it falls, and the limit it came from (for
-/// the error).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RunDeadline {
-    pub(crate) at: tokio::time::Instant,
-    pub(crate) limit: Duration,
-}
-
-impl RunDeadline {
-    /// The deadline of a run starting (or resuming) now.
-    fn starting_now(limit: Option<Duration>) -> Option<Self> {
-        limit.map(|limit| Self {
-            at: tokio::time::Instant::now() + limit,
-            limit,
-        })
-    }
+    pub(super) deadline: Option<crate::step::RunDeadline>,
 }
 
 async fn drive<S: HarnessState, C: Context>(
@@ -1565,7 +1547,9 @@ async fn run_step<S: HarnessState, C: Context>(
         let rendered = match &failure {
             Failure::Error(e) => e.to_string(),
             Failure::Timeout(limit) => format!("timed out after {limit:?}"),
-            Failure::Deadline(limit) => format!("cancelled: the run passed its deadline of {limit:?}"),
+            Failure::Deadline(limit) => {
+                format!("cancelled: the run passed its deadline of {limit:?}")
+            }
         };
         tracing::debug!(step = %step.name, attempt, will_retry, error = %rendered, "step attempt failed");
         env.control.events.send(RunEvent::StepFailed {

@@ -19,7 +19,7 @@ mod sub;
 
 pub use crate::error::{NoInterrupt, RunError};
 pub use control::StopHandle;
-pub(crate) use engine::{Execution, RunDeadline, SessionLink, attach_sub_journals, task_from};
+pub(crate) use engine::{Execution, SessionLink, attach_sub_journals, task_from};
 pub use events::{RunEvent, RunEvents};
 pub use outcome::Outcome;
 pub use sub::{Dispatch, SubAgent, SubOutcome};

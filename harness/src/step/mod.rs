@@ -89,6 +89,24 @@ pub struct ToolCallInfo<'a> {
     pub elapsed: std::time::Duration,
 }
 
+/// A run's deadline: the instant it falls, and the limit it came from (for
+/// the error).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunDeadline {
+    pub(crate) at: tokio::time::Instant,
+    pub(crate) limit: std::time::Duration,
+}
+
+impl RunDeadline {
+    /// The deadline of a run starting (or resuming) now.
+    pub(crate) fn starting_now(limit: Option<std::time::Duration>) -> Option<Self> {
+        limit.map(|limit| Self {
+            at: tokio::time::Instant::now() + limit,
+            limit,
+        })
+    }
+}
+
 /// Identifies a run to observers and spans.
 #[derive(Clone, Debug)]
 pub struct RunInfo {

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use harness::llm::{Tool, ToolCall, ToolError, ToolSet};
 use serde_json::json;
 
-#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 struct AddArgs {
     a: i64,
     b: i64,
@@ -126,8 +126,43 @@ async fn bad_arguments_are_a_typed_error() {
         ToolError::InvalidArguments { tool, message } => {
             assert_eq!(tool, "add");
             assert!(message.contains("invalid type"), "{message}");
+            assert!(
+                message.starts_with("`a`: "),
+                "names the argument: {message}"
+            );
         }
         other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn each_kind_of_bad_argument_is_named_for_the_model() {
+    // (arguments, what the message must say): a field of the wrong type is
+    // named by its path; a missing or unknown shape is named by serde.
+    let cases = [
+        (json!({"a": 1, "b": "x"}), "`b`: invalid type"),
+        (json!({"a": 1.5, "b": 1}), "`a`: invalid type"),
+        (json!({"a": 1}), "missing field `b`"),
+        (json!({}), "missing field `a`"),
+        (json!([1]), "invalid length 1"),
+        (json!("{\"a\": 1"), "invalid type: string"),
+        (json!(null), "invalid type: null"),
+    ];
+    for (arguments, expected) in cases {
+        let call = ToolCall::new("c", "add", arguments.clone());
+        match tools().dispatch(&call).await.unwrap_err() {
+            ToolError::InvalidArguments { message, .. } => {
+                assert!(message.contains(expected), "{arguments}: {message}");
+            }
+            other => panic!("{arguments}: {other:?}"),
+        }
+        // The same message when a step parses the call itself.
+        match call.parse_arguments::<AddArgs>().unwrap_err() {
+            ToolError::InvalidArguments { message, .. } => {
+                assert!(message.contains(expected), "{arguments}: {message}");
+            }
+            other => panic!("{arguments}: {other:?}"),
+        }
     }
 }
 

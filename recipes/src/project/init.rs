@@ -5,7 +5,7 @@
 use super::files::{self, DECISIONS_PATH, GITIGNORE, LEDGER_PATH};
 use super::ledger::{Ledger, ProjectPlan};
 use super::session::{SessionDeps, ask_typed};
-use harness::llm::ModelRequest;
+use harness::llm::{Message, ModelRequest};
 use harness::{Cx, Harness, HarnessState, JsonSchema, StepResult, schemars};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -39,15 +39,49 @@ pub(crate) fn init_loop() -> harness::HarnessBuilder<InitState, SessionDeps> {
         .start("plan")
 }
 
-/// Asks the model for the plan, as a typed answer, and checks it.
+/// How many plans the model may give: the first, and repair turns that
+/// each say what was wrong with the one before (two ids alike, no
+/// verification, …). Real small models get a ledger's rules wrong often
+/// enough that failing at once would end most projects before they begin.
+pub(crate) const PLAN_ATTEMPTS: u32 = 3;
+
+/// The bound on the planner's answer: a ledger of a dozen features fits
+/// well inside it, and a model that rambles is cut off rather than waited
+/// for.
+const PLAN_MAX_TOKENS: u32 = 2048;
+
+/// Asks the model for the plan, as a typed answer, and checks it; a plan
+/// the ledger refuses is sent back with the reason, up to
+/// [`PLAN_ATTEMPTS`] plans in all.
 async fn plan(state: Arc<InitState>, cx: Cx<SessionDeps>) -> StepResult<InitStateUpdate> {
-    let request = ModelRequest::builder()
+    let mut request = ModelRequest::builder()
         .system(PLANNER)
         .user(format!("The project:\n{}", state.description))
+        .max_tokens(PLAN_MAX_TOKENS)
         .build();
-    let plan: ProjectPlan = ask_typed(&cx, &*cx.model, request).await?;
-    let ledger = Ledger::from_plan(state.description.clone(), plan)?;
-    Ok(InitStateUpdate::new().ledger(Some(ledger)))
+    let mut attempt = 1;
+    loop {
+        let plan: ProjectPlan = ask_typed(&cx, &*cx.model, request.clone()).await?;
+        let refused = match Ledger::from_plan(state.description.clone(), plan.clone()) {
+            Ok(ledger) => return Ok(InitStateUpdate::new().ledger(Some(ledger))),
+            Err(refused) if attempt < PLAN_ATTEMPTS => refused,
+            Err(refused) => {
+                return Err(harness::StepError::msg(format!(
+                    "the model gave {attempt} plans and none could be used; the last: {refused}"
+                )));
+            }
+        };
+        cx.emit(
+            "plan_refused",
+            serde_json::json!({ "attempt": attempt, "problem": refused.to_string() }),
+        );
+        let answer = serde_json::to_string(&plan).map_err(harness::StepError::new)?;
+        request.messages.push(Message::assistant(answer));
+        request.messages.push(Message::user(format!(
+            "That plan cannot be used: {refused}. Answer with the whole plan again, fixed, as JSON only."
+        )));
+        attempt += 1;
+    }
 }
 
 /// Makes the repository, writes the ledger, the empty decision memory and
