@@ -8,7 +8,9 @@
 //! same loop on a real one (no failure is staged then). The run is kept in
 //! a sled store under `.harness/orchestrator`: a process killed mid-plan is
 //! continued with `--resume SESSION`, which re-runs only the tasks that had
-//! not completed.
+//! not completed. `--max-replans N` changes how many times the planner may
+//! try again (default 3): a small local model's plans are often refused,
+//! and each refusal is printed with its reasons.
 
 use async_trait::async_trait;
 use harness::llm::{
@@ -256,7 +258,7 @@ fn model(offline: impl LanguageModel + 'static) -> Result<Arc<dyn LanguageModel>
 }
 
 fn usage() -> ! {
-    eprintln!("usage: orchestrator [--store DIR] [--resume SESSION]");
+    eprintln!("usage: orchestrator [--store DIR] [--resume SESSION] [--max-replans N]");
     std::process::exit(2)
 }
 
@@ -271,12 +273,14 @@ async fn main() {
 async fn run() -> Result<(), Error> {
     let mut store_dir = PathBuf::from(".harness/orchestrator");
     let mut resume = None;
+    let mut max_replans = Orchestrator::MAX_REPLANS;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
             "--store" => store_dir = PathBuf::from(value()),
             "--resume" => resume = Some(SessionId::from(value())),
+            "--max-replans" => max_replans = value().parse().unwrap_or_else(|_| usage()),
             _ => usage(),
         }
     }
@@ -301,6 +305,7 @@ async fn run() -> Result<(), Error> {
             as_worker(&writer, model(Offline::writer())?),
         )
         .parallel(2)
+        .max_replans(max_replans)
         .builder()
         .store(SledStore::open(&store_dir)?)
         // A run holds its session for this long past its last sign of

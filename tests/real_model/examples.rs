@@ -242,6 +242,45 @@ fn sub_agent_pauses_inside_the_child_and_resumes_there_in_another_process() {
 }
 
 #[test]
+fn orchestrator_runs_the_plan_or_replans_with_each_reason_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout_of(&run_example(
+        "harness-examples",
+        "orchestrator",
+        dir.path(),
+        &["--max-replans", "2"],
+        "",
+    ));
+    let replans: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("replan of plan "))
+        .collect();
+    for line in &replans {
+        // "replan of plan N: reason; reason"
+        let (_, reasons) = line
+            .split_once(": ")
+            .unwrap_or_else(|| panic!("a replan names its reasons: {line}"));
+        assert!(!reasons.trim().is_empty(), "{line}");
+    }
+    let ended = line_starting(&text, "ended with: ");
+    // "plans: P, replans: R": every replan was printed with its reasons.
+    let counts = numbers(line_starting(&text, "plans: "));
+    assert_eq!(counts.get(1).copied(), Some(replans.len() as u32), "{text}");
+    match ended {
+        "ended with: done" => {
+            assert!(text.lines().any(|l| l.starts_with("answer: ")), "{text}");
+            assert!(text.lines().any(|l| l.starts_with("result ")), "{text}");
+        }
+        "ended with: gave_up" => {
+            // Gave up only after the allowed replans, each printed.
+            assert_eq!(replans.len(), 3, "{text}");
+            assert!(text.contains("no answer"), "{text}");
+        }
+        other => panic!("the run ends done or gave_up: {other}\n{text}"),
+    }
+}
+
+#[test]
 fn long_running_plans_the_project_and_runs_a_session_or_names_why_not() {
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("wc");

@@ -18,6 +18,7 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
+mod code;
 mod examples;
 mod misbehaviour;
 mod provider;

@@ -11,6 +11,13 @@ tasks whose results it uses; tasks that need nothing from each other run at the 
 Tasks already done are listed with their results: do not plan them again, but a task may need \
 them. Answer with the plan as JSON only.";
 
+/// The bound on the planner's answer: a plan of a dozen tasks fits well
+/// inside it; a small model once wrote 1 800 tokens of plan and went on.
+const PLAN_MAX_TOKENS: u32 = 1024;
+
+/// The bound on the synthesizer's answer.
+const ANSWER_MAX_TOKENS: u32 = 1024;
+
 /// The planner's request: the goal, the team, what is done, and why the
 /// last plan was replaced.
 pub(super) fn planning(s: &OrchestratorState, roles: &[Role]) -> ModelRequest {
@@ -38,7 +45,11 @@ pub(super) fn planning(s: &OrchestratorState, roles: &[Role]) -> ModelRequest {
         }
         user.push_str("Write a new plan.\n");
     }
-    ModelRequest::builder().system(PLANNER).user(user).build()
+    ModelRequest::builder()
+        .system(PLANNER)
+        .user(user)
+        .max_tokens(PLAN_MAX_TOKENS)
+        .build()
 }
 
 /// The synthesizer's request: the goal and every result of the plan, in
@@ -53,5 +64,6 @@ pub(super) fn synthesis(s: &OrchestratorState) -> ModelRequest {
     ModelRequest::builder()
         .system("Write the answer to the goal from the results of the team's tasks.")
         .user(user)
+        .max_tokens(ANSWER_MAX_TOKENS)
         .build()
 }
