@@ -50,6 +50,9 @@ def main() -> int:
         params.chat_template = f.read()
     params.embedding = True
     params.pooling_type = xllamacpp.llama_pooling_type.LLAMA_POOLING_TYPE_MEAN
+    # /metrics: the server's busy time, which benchmarks/src/bin/real_turn.rs
+    # reads to split a real turn between the model and the framework.
+    params.endpoint_metrics = True
     params.sampling.temp = 0.2
     params.sampling.seed = 42
 

@@ -57,7 +57,11 @@ async fn the_model_patches_the_culprit_and_only_its_dependents_replay() {
                     !executed.contains(&untouched),
                     "cell {untouched} does not depend on the patch: {executed:?}"
                 );
-                assert!(replay.reused().contains(&untouched), "{:?}", replay.reused());
+                assert!(
+                    replay.reused().contains(&untouched),
+                    "{:?}",
+                    replay.reused()
+                );
             }
             // Cell 4 reads `scaled`: it runs after the patched cell unless
             // that one fails again.

@@ -91,7 +91,7 @@ async fn plain_answer() {
         json!({
             "contents": [{ "role": "user", "parts": [{ "text": "Hi" }] }],
             "systemInstruction": { "parts": [{ "text": "Be brief." }] },
-            "generationConfig": { "temperature": 0.5 }
+            "generationConfig": { "temperature": 0.5, "maxOutputTokens": 4096 }
         })
     );
 }
@@ -740,3 +740,43 @@ async fn extra_fields_merge_into_the_generation_config_made_from_the_request() {
 
 mod typed;
 mod usage;
+
+#[tokio::test]
+async fn a_request_without_a_bound_is_sent_with_the_default_one() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(GENERATE))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(answer(json!([{ "text": "ok" }]), "STOP")),
+        )
+        .mount(&server)
+        .await;
+    let unbounded = ask("Hi");
+    assert_eq!(unbounded.max_tokens, None);
+    model(&server).complete(&unbounded).await.unwrap();
+    model(&server)
+        .default_max_tokens(300)
+        .complete(&unbounded)
+        .await
+        .unwrap();
+    let mut bounded = ask("Hi");
+    bounded.max_tokens = Some(64);
+    model(&server)
+        .default_max_tokens(300)
+        .complete(&bounded)
+        .await
+        .unwrap();
+    let sent: Vec<Value> = requests(&server)
+        .await
+        .iter()
+        .map(|b| b["generationConfig"]["maxOutputTokens"].clone())
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            json!(harness_gemini::DEFAULT_MAX_TOKENS),
+            json!(300),
+            json!(64)
+        ]
+    );
+}

@@ -689,3 +689,43 @@ async fn tool_arguments_that_are_not_json_stay_with_their_call_not_fail_the_turn
         assert_eq!(result.call_id, "bad");
     }
 }
+
+#[tokio::test]
+async fn a_request_without_a_bound_is_sent_with_the_default_one() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "ok" }),
+            "stop",
+        )))
+        .mount(&server)
+        .await;
+    let unbounded = ModelRequest::builder().user("Hi").build();
+    assert_eq!(unbounded.max_tokens, None);
+    // A compatible server (not api.openai.com) reads `max_tokens`.
+    model(&server).complete(&unbounded).await.unwrap();
+    model(&server)
+        .default_max_tokens(300)
+        .complete(&unbounded)
+        .await
+        .unwrap();
+    // The request's own bound wins over the default.
+    model(&server)
+        .default_max_tokens(300)
+        .complete(&ask("Hi"))
+        .await
+        .unwrap();
+    let sent: Vec<Value> = requests(&server)
+        .await
+        .iter()
+        .map(|b| b["max_tokens"].clone())
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            json!(harness_openai::DEFAULT_MAX_TOKENS),
+            json!(300),
+            json!(64)
+        ]
+    );
+}
