@@ -22,10 +22,11 @@
 //! `.harness/sub_agent`). Each step prints `ran PATH/STEP` when it runs, so
 //! the output of the second process shows what it ran: not `research/search`.
 
+use harness::llm::{Expect, LanguageModel, ModelRequest, ModelResponse, ScriptedModel};
 use harness::session::SessionPhase;
 use harness::{
-    Cx, Harness, HarnessState, InterruptId, JsonSchema, SessionId, Signal, StepResult, SubAgent,
-    SubOutcome, create_agent, schemars,
+    Context, Cx, Harness, HarnessState, InterruptId, JsonSchema, SessionId, Signal, StepResult,
+    SubAgent, SubOutcome, create_agent, schemars,
 };
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,36 @@ struct Research {
     summary: String,
 }
 
+/// What the research loop's steps depend on: the model that finds notes,
+/// given when the sub-agent is made.
+#[derive(Context)]
+struct Researcher {
+    #[slot(agent)]
+    model: Arc<dyn LanguageModel>,
+}
+
+/// The notes the model finds, as a typed answer.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Found {
+    /// Three short factual notes, one sentence each. The bounds are part of
+    /// the schema, so a server that constrains its output to the schema
+    /// (llama.cpp's grammar) cannot ramble past them.
+    #[schemars(length(min = 1, max = 3), inner(length(min = 1, max = 160)))]
+    notes: Vec<String>,
+}
+
+/// What the offline model answers: the notes a real model gave.
+fn script() -> ScriptedModel {
+    ScriptedModel::new([Expect::any().reply(ModelResponse::from_text(
+        serde_json::json!({ "notes": [
+            "tides: caused by the Moon's and the Sun's gravity",
+            "tides: two highs and two lows a day on most coasts",
+            "tides: spring tides at new and full moon"
+        ]})
+        .to_string(),
+    ))])
+}
+
 /// Prints which step ran, and where, so the output shows what each process
 /// ran.
 fn ran<C>(cx: &Cx<C>, what: &str) {
@@ -71,27 +102,25 @@ async fn plan(brief: Arc<Brief>, cx: Cx<()>) -> StepResult<BriefUpdate> {
     Ok(BriefUpdate::new().log(vec![format!("plan a brief on {}", brief.topic)]))
 }
 
-/// The sub-agent's first step: its work would be lost if resuming ran it
-/// again (here: a made-up search).
-async fn search(research: Arc<Research>, cx: Cx<()>) -> StepResult<ResearchUpdate> {
+/// The sub-agent's first step: asks the model for notes. Its work (a
+/// model call) would be lost if resuming ran it again.
+async fn search(research: Arc<Research>, cx: Cx<Researcher>) -> StepResult<ResearchUpdate> {
     ran(&cx, "");
-    let notes = vec![
-        format!(
-            "{}: caused by the Moon's and the Sun's gravity",
-            research.question
-        ),
-        format!(
-            "{}: two highs and two lows a day on most coasts",
-            research.question
-        ),
-        format!("{}: spring tides at new and full moon", research.question),
-    ];
-    Ok(ResearchUpdate::new().sources(3).notes(notes))
+    let request = ModelRequest::builder()
+        .system("You are a researcher. Answer with three short factual notes, as JSON.")
+        .user(format!("Notes on: {}", research.question))
+        .max_tokens(400)
+        .build();
+    let found = cx.complete_typed::<Found>(&*cx.model, &request).await?;
+    let notes = found.value.notes;
+    Ok(ResearchUpdate::new()
+        .sources(u32::try_from(notes.len()).unwrap_or(u32::MAX))
+        .notes(notes))
 }
 
 /// Asks a human whether to keep the notes: `yes` or `no`, anything else is
 /// refused and the question stays open.
-async fn approve(research: Arc<Research>, cx: Cx<()>) -> StepResult<ResearchUpdate> {
+async fn approve(research: Arc<Research>, cx: Cx<Researcher>) -> StepResult<ResearchUpdate> {
     ran(&cx, "");
     let keep: bool = cx.interrupt_with(
         serde_json::json!({
@@ -107,7 +136,7 @@ async fn approve(research: Arc<Research>, cx: Cx<()>) -> StepResult<ResearchUpda
     Ok(ResearchUpdate::new().approved(Some(keep)))
 }
 
-async fn summarise(research: Arc<Research>, cx: Cx<()>) -> StepResult<ResearchUpdate> {
+async fn summarise(research: Arc<Research>, cx: Cx<Researcher>) -> StepResult<ResearchUpdate> {
     ran(&cx, "");
     Ok(ResearchUpdate::new().summary(format!(
         "{} notes from {} sources",
@@ -127,8 +156,8 @@ async fn write(brief: Arc<Brief>, cx: Cx<()>) -> StepResult<BriefUpdate> {
 }
 
 /// The research loop, a harness of its own.
-fn research() -> Result<Harness<Research>, harness::LoopValidationError> {
-    Harness::<Research>::builder()
+fn research() -> Result<Harness<Research, Researcher>, harness::LoopValidationError> {
+    Harness::<Research, Researcher>::builder()
         .step("search")
         .run(search)
         .next("approve")
@@ -154,9 +183,14 @@ fn research() -> Result<Harness<Research>, harness::LoopValidationError> {
 
 /// The parent: its `research` step is the research loop, mapped in from
 /// the brief and out into an update of it.
-fn brief(store: SledStore) -> Result<Harness<Brief>, harness::LoopValidationError> {
-    let sub = SubAgent::new(
+fn brief(
+    store: SledStore,
+    model: Arc<dyn LanguageModel>,
+) -> Result<Harness<Brief>, harness::LoopValidationError> {
+    let sub = SubAgent::with_slots(
         &research()?,
+        ResearcherAgent { model },
+        |_: &()| (),
         |b: &Brief| Research {
             question: b.topic.clone(),
             ..Research::default()
@@ -222,7 +256,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
-    let harness = brief(SledStore::open(&store_dir)?)?;
+    // HARNESS_PROVIDER=openai|anthropic|gemini: the research on a real model.
+    let model = harness_examples::providers_select::model_from_env(script())?;
+    let harness = brief(SledStore::open(&store_dir)?, model)?;
     let agent = create_agent("brief", &harness);
     let outcome = match (resume, answer) {
         (None, None) => {

@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+mod embed;
 mod error;
 mod message;
 mod record;
@@ -46,6 +47,7 @@ mod tool;
 mod typed;
 mod usage;
 
+pub use embed::{Embedder, Embeddings};
 pub use error::{ModelError, ToolError};
 pub use message::{
     ContentPart, ImageSource, Message, ProviderSignature, Reasoning, Role, ToolCall, ToolResult,

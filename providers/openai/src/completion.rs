@@ -28,6 +28,7 @@ pub struct CompletionModel {
     model: String,
     strict_tools: bool,
     default_max_tokens: u32,
+    adapt_schemas: Option<bool>,
 }
 
 impl CompletionModel {
@@ -37,7 +38,19 @@ impl CompletionModel {
             model,
             strict_tools: false,
             default_max_tokens: DEFAULT_MAX_TOKENS,
+            adapt_schemas: None,
         }
+    }
+
+    /// Whether a typed answer's schema is adapted to OpenAI's strict mode
+    /// ([`strict_schema`]: keywords it rejects, such as `maxLength`, are
+    /// dropped). By default it is for OpenAI's own API and not for other
+    /// servers: llama.cpp, vLLM, Ollama and LM Studio turn the whole schema
+    /// into a grammar, where `maxLength` and `maxItems` bound what a small
+    /// model can write. Set it for a proxy of OpenAI under another URL.
+    pub fn strict_schema_adaptation(mut self, adapt: bool) -> Self {
+        self.adapt_schemas = Some(adapt);
+        self
     }
 
     /// The bound on generated tokens for requests that set no
@@ -106,7 +119,12 @@ impl CompletionModel {
             stream_options: stream.then_some(wire::StreamOptions {
                 include_usage: true,
             }),
-            response_format: request.response_format.as_ref().map(response_format),
+            response_format: request.response_format.as_ref().map(|format| {
+                let adapt = self
+                    .adapt_schemas
+                    .unwrap_or(!self.client.inner.legacy_max_tokens);
+                response_format(format, adapt)
+            }),
         };
         request_body(&wire, request)
     }
@@ -117,14 +135,15 @@ impl CompletionModel {
 }
 
 /// Structured outputs: the schema as an object (an answer that is not one
-/// travels as `{"value": …}`), made strict-compatible when `strict`.
-fn response_format(format: &ResponseFormat) -> wire::ResponseFormatOut {
+/// travels as `{"value": …}`), made strict-compatible when `strict` and
+/// `adapt` (see [`CompletionModel::strict_schema_adaptation`]).
+fn response_format(format: &ResponseFormat, adapt: bool) -> wire::ResponseFormatOut {
     let schema = format.object_schema();
     wire::ResponseFormatOut {
         kind: "json_schema",
         json_schema: wire::JsonSchemaOut {
             name: format.name.clone(),
-            schema: if format.strict {
+            schema: if format.strict && adapt {
                 strict_schema(&schema)
             } else {
                 schema

@@ -30,11 +30,13 @@
 
 mod client;
 mod completion;
+mod embedding;
 mod schema;
 mod streaming;
 mod wire;
 
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
 pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS};
+pub use embedding::EmbeddingModel;
 pub use harness_provider_http::{ApiKey, HttpOptions, HttpRetryPolicy};
 pub use schema::strict_schema;

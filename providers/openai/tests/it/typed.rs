@@ -48,7 +48,10 @@ async fn the_answer_is_asked_for_as_a_strict_json_schema_and_parsed() {
         .expect(1)
         .mount(&server)
         .await;
+    // The mock stands in for OpenAI itself, whose strict mode the schema
+    // is adapted to.
     let answer = model(&server)
+        .strict_schema_adaptation(true)
         .complete_typed::<Forecast>(&forecast_request())
         .await
         .unwrap();
@@ -264,7 +267,7 @@ async fn an_answer_that_is_not_an_object_travels_wrapped_whole_or_streamed() {
         ))
         .mount(&server)
         .await;
-    let model = model(&server);
+    let model = model(&server).strict_schema_adaptation(true);
     let answer = model
         .complete_typed::<Vec<Day>>(&forecast_request())
         .await
@@ -305,4 +308,43 @@ async fn an_answer_that_is_not_an_object_travels_wrapped_whole_or_streamed() {
             sky: Sky::Clear
         }]
     );
+}
+
+/// Bounded, as a small model's answer should be.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct Notes {
+    #[schemars(length(max = 3), inner(length(max = 40)))]
+    notes: Vec<String>,
+}
+
+#[tokio::test]
+async fn a_compatible_server_gets_the_schema_whole_with_its_bounds() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(text_answer(
+            r#"{"notes": ["tides follow the moon"]}"#,
+            "stop",
+        ))
+        .mount(&server)
+        .await;
+    let request = ModelRequest::builder().user("Notes on tides").build();
+    let answer = model(&server)
+        .complete_typed::<Notes>(&request)
+        .await
+        .unwrap();
+    assert_eq!(answer.value.notes, ["tides follow the moon"]);
+    model(&server)
+        .strict_schema_adaptation(true)
+        .complete_typed::<Notes>(&request)
+        .await
+        .unwrap();
+    let bodies = requests(&server).await;
+    let notes = |i: usize| {
+        bodies[i]["response_format"]["json_schema"]["schema"]["properties"]["notes"].clone()
+    };
+    // llama.cpp, vLLM and the like make a grammar of the whole schema…
+    assert_eq!(notes(0)["maxItems"], 3);
+    assert_eq!(notes(0)["items"]["maxLength"], 40);
+    // …OpenAI's strict mode refuses `maxLength`: adapted, it is dropped.
+    assert!(notes(1)["items"].get("maxLength").is_none(), "{}", notes(1));
 }
