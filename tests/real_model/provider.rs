@@ -198,3 +198,33 @@ async fn a_typed_answer_arrives_through_response_format() {
     );
     assert!(answer.usage.output_tokens > 0);
 }
+
+#[tokio::test]
+async fn embeddings_come_one_per_text_in_order_from_the_same_server() {
+    use harness::llm::Embedder;
+
+    let (url, name) = crate::server();
+    let embedder = harness_openai::Client::builder()
+        .base_url(url)
+        .build()
+        .unwrap()
+        .embedding_model(name);
+    let texts = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let forward = embedder
+        .embed(&texts(&["tides follow the moon", "bees dance to share flowers"]))
+        .await
+        .unwrap();
+    let backward = embedder
+        .embed(&texts(&["bees dance to share flowers", "tides follow the moon"]))
+        .await
+        .unwrap();
+    let dimensions = forward.dimensions().unwrap();
+    assert!(dimensions > 100, "{dimensions}");
+    assert_eq!(backward.dimensions(), Some(dimensions));
+    assert!(forward.usage.input_tokens > 0, "{:?}", forward.usage);
+    // Each vector belongs to its text, whatever the order asked in.
+    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-3);
+    assert!(close(&forward.vectors[0], &backward.vectors[1]));
+    assert!(close(&forward.vectors[1], &backward.vectors[0]));
+    assert!(!close(&forward.vectors[0], &forward.vectors[1]));
+}
