@@ -23,12 +23,42 @@ use harness::llm::{LanguageModel, ModelError, ScriptedModel};
 /// assert_eq!(model.provider(), "scripted");
 /// # Ok::<(), harness::llm::ModelError>(())
 /// ```
+///
+/// Says on standard error which model the example runs on, and, offline,
+/// how to run it on a real one (a local OpenAI-compatible server included).
 pub fn model_from_env(scripted: ScriptedModel) -> Result<Arc<dyn LanguageModel>, ModelError> {
     let provider = std::env::var("HARNESS_PROVIDER").unwrap_or_default();
     let model = std::env::var("HARNESS_MODEL")
         .ok()
         .filter(|name| !name.trim().is_empty());
-    select(&provider, model.as_deref(), scripted)
+    let chosen = select(&provider, model.as_deref(), scripted)?;
+    // Once, though an example may choose several models this way.
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| eprintln!("{}", describe(&*chosen)));
+    Ok(chosen)
+}
+
+/// One line on the model an example runs on; offline, how to choose a real
+/// one.
+///
+/// ```
+/// use harness::llm::ScriptedModel;
+///
+/// let offline = harness_examples::providers_select::select("scripted", None, ScriptedModel::new([]))?;
+/// let line = harness_examples::providers_select::describe(&*offline);
+/// assert!(line.contains("OPENAI_BASE_URL"), "{line}");
+/// # Ok::<(), harness::llm::ModelError>(())
+/// ```
+pub fn describe(model: &dyn LanguageModel) -> String {
+    if model.provider() == "scripted" {
+        "model: scripted (offline). On a real one: HARNESS_PROVIDER=openai|anthropic|gemini \
+         with its key; on a local OpenAI-compatible server (llama.cpp, vLLM, Ollama, LM Studio): \
+         HARNESS_PROVIDER=openai OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 HARNESS_MODEL=NAME \
+         (eval \"$(scripts/local-model)\" starts one; its URL is $HARNESS_LLM_URL)"
+            .to_owned()
+    } else {
+        format!("model: {} ({})", model.model_name(), model.provider())
+    }
 }
 
 /// The model of `provider` (`openai`, `anthropic`, `gemini`, `scripted`;

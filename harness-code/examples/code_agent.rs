@@ -92,7 +92,6 @@ fn show(index: usize, event: &AgentEvent) {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = model_from_env(transcript())?;
-    println!("model: {} ({})", model.model_name(), model.provider());
     let dir = std::env::temp_dir().join(format!("harness-code-agent-{}", std::process::id()));
     let notebook = Notebook::create(&dir, KernelConfig::default())?;
     let notebook = Arc::new(tokio::sync::Mutex::new(notebook));

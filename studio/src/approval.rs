@@ -26,7 +26,7 @@ pub(crate) fn request_of(payload: &Value) -> Option<ApprovalRequest> {
 /// The answer's type and schema, for the form.
 pub(crate) fn shape() -> Value {
     json!({
-        "type": std::any::type_name::<Decisions>(),
+        "type": harness::short_type_name::<Decisions>(),
         "schema": schemars::schema_for!(Decisions).to_value(),
     })
 }

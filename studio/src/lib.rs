@@ -205,7 +205,7 @@ impl Studio {
         self.shapes.insert(
             step.into(),
             AnswerShape {
-                type_name: std::any::type_name::<R>(),
+                type_name: harness::short_type_name::<R>(),
                 schema: schemars::schema_for!(R).to_value(),
                 check: Arc::new(check),
             },

@@ -35,7 +35,7 @@ pub(crate) type Check = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
 /// type the step reads.
 #[derive(Clone)]
 pub(crate) struct AnswerShape {
-    pub(crate) type_name: &'static str,
+    pub(crate) type_name: String,
     pub(crate) schema: Value,
     pub(crate) check: Arc<Check>,
 }
@@ -316,7 +316,7 @@ async fn answer(
     if let Some((step, shape)) = shape_for(&app, interrupt) {
         (shape.check)(&request.answer).map_err(|error| ApiError::AnswerShape {
             step,
-            expected: shape.type_name.to_owned(),
+            expected: shape.type_name.clone(),
             error,
         })?;
     }

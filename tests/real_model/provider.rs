@@ -211,11 +211,17 @@ async fn embeddings_come_one_per_text_in_order_from_the_same_server() {
         .embedding_model(name);
     let texts = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     let forward = embedder
-        .embed(&texts(&["tides follow the moon", "bees dance to share flowers"]))
+        .embed(&texts(&[
+            "tides follow the moon",
+            "bees dance to share flowers",
+        ]))
         .await
         .unwrap();
     let backward = embedder
-        .embed(&texts(&["bees dance to share flowers", "tides follow the moon"]))
+        .embed(&texts(&[
+            "bees dance to share flowers",
+            "tides follow the moon",
+        ]))
         .await
         .unwrap();
     let dimensions = forward.dimensions().unwrap();
