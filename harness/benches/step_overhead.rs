@@ -30,8 +30,10 @@ fn check(s: &Loop) -> &'static str {
     if s.count < N { "again" } else { "done" }
 }
 
-fn agent() -> Agent<Loop> {
-    let harness = Harness::<Loop>::builder()
+/// The loop; `deadline`: with the default run deadline (what every harness
+/// gets), else `without_deadline()`, to show what the deadline costs.
+fn agent(deadline: bool) -> Agent<Loop> {
+    let builder = Harness::<Loop>::builder()
         .step("work")
         .run(work)
         .next("check")
@@ -42,9 +44,13 @@ fn agent() -> Agent<Loop> {
         .on("done")
         .end()
         .start("work")
-        .step_limit(10 * N)
-        .build()
-        .expect("the benchmark loop is valid");
+        .step_limit(10 * N);
+    let builder = if deadline {
+        builder
+    } else {
+        builder.without_deadline()
+    };
+    let harness = builder.build().expect("the benchmark loop is valid");
     create_agent("bench", &harness)
 }
 
@@ -53,24 +59,29 @@ fn step_overhead(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let agent = agent();
     let mut group = c.benchmark_group("loop");
     group.throughput(Throughput::Elements(2 * N));
     group.measurement_time(Duration::from_secs(5));
-    group.bench_function("two_step_loop_1000", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    let run = agent.run(Loop::default());
-                    let out = run.await.expect("the loop ends");
-                    assert_eq!(out.steps, 2 * N);
-                    black_box(out);
-                }
-                start.elapsed()
-            })
+    for (name, deadline) in [
+        ("two_step_loop_1000", true),
+        ("two_step_loop_1000_without_deadline", false),
+    ] {
+        let agent = agent(deadline);
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let run = agent.run(Loop::default());
+                        let out = run.await.expect("the loop ends");
+                        assert_eq!(out.steps, 2 * N);
+                        black_box(out);
+                    }
+                    start.elapsed()
+                })
+            });
         });
-    });
+    }
     group.finish();
 }
 

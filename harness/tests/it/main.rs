@@ -2,6 +2,7 @@
 
 mod calls;
 mod derive_ui;
+mod deadline;
 mod dispatch;
 mod graph;
 mod llm_record;
