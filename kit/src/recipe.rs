@@ -622,6 +622,25 @@ async fn model_turn<S: AgentState, C: AgentContext>(
         }
         None => cx.complete(model, &request).await?,
     };
+    // An answer with neither text nor a tool call (seen from small local
+    // models, and from any model cut at its bound before it wrote a word)
+    // gets one repair turn; a second empty answer fails the step, named.
+    let response = if is_empty_answer(&response) {
+        let mut again = request.clone();
+        again.messages.push(Message::user(EMPTY_ANSWER_REPAIR));
+        update = update.spent(model_key(model), response.usage);
+        let second = cx.complete(model, &again).await?;
+        if is_empty_answer(&second) {
+            return Err(harness::StepError::msg(format!(
+                "the model answered with nothing twice (its last stop reason: {:?}); \
+                 check the model and its token bound",
+                second.stop_reason
+            )));
+        }
+        second
+    } else {
+        response
+    };
     let status = if response.has_tool_calls() {
         AgentStatus::ToolCalls
     } else {
@@ -640,6 +659,15 @@ async fn model_turn<S: AgentState, C: AgentContext>(
         .add_transcript(Transcript::new().message(response.into_message()))
         .worked(elapsed_ms(started));
     Ok(S::memory_update(update))
+}
+
+/// What the model is told after an empty answer.
+const EMPTY_ANSWER_REPAIR: &str =
+    "Your last answer was empty. Answer the user, or call one of the tools.";
+
+/// No text (or only blanks) and no tool call.
+fn is_empty_answer(response: &harness::llm::ModelResponse) -> bool {
+    !response.has_tool_calls() && response.text().trim().is_empty()
 }
 
 /// Asks `summarizer` to summarize the units `ids` of `transcript`.

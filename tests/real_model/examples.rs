@@ -59,9 +59,32 @@ fn run_example(package: &str, example: &str, dir: &Path, args: &[&str], input: &
         .write_all(input.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
+    // What the loop did, in the example's words, for the record.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = stdout
+        .lines()
+        .chain(stderr.lines().filter(|l| l.starts_with("error")))
+        .filter(|l| {
+            [
+                "outcome:",
+                "ended",
+                "plans:",
+                "solved",
+                "not solved",
+                "completed with",
+                "paused",
+                "error",
+                "total:",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .collect();
     eprintln!(
-        "real model: {example} {args:?} ran in {:.1} s",
-        began.elapsed().as_secs_f64()
+        "real model: {example} {args:?} ran in {:.1} s: {}",
+        began.elapsed().as_secs_f64(),
+        said.join(" | ")
     );
     out
 }

@@ -17,6 +17,8 @@
 //! - **the loop**: the rest of the run (steps, state updates, the tool,
 //!   checkpoints with their fsync, events).
 //!
+//! `--store none` runs without a session store (no checkpoints).
+//!
 //! It prints one line per run, the totals, and `RESULT` lines: the loop's
 //! and the provider's time per model turn, and their share of the wall
 //! time. Needs `HARNESS_LLM_URL` and `HARNESS_LLM_MODEL` (what
@@ -163,6 +165,8 @@ fn server_seconds(root: &str) -> f64 {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let runs: u32 = arg(&args, "--runs", 5);
+    // `sled` (durable checkpoints, as an application runs) or `none`.
+    let store: String = arg(&args, "--store", "sled".to_owned());
     let url = std::env::var("HARNESS_LLM_URL")
         .map_err(|_| "HARNESS_LLM_URL is not set: eval \"$(scripts/local-model)\" first")?;
     let name = std::env::var("HARNESS_LLM_MODEL")
@@ -170,7 +174,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = url.trim_end_matches('/').trim_end_matches("/v1").to_owned();
 
     let dir = scratch_dir("real_turn");
-    let harness = Harness::<Chat, Deps>::builder_with(DepsFixed {
+    let builder = Harness::<Chat, Deps>::builder_with(DepsFixed {
         tools: Arc::new(ToolSet::new().with(Weather)),
     })
     .step("think")
@@ -183,9 +187,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .step("call_tools")
     .run(call_tools)
     .next("think")
-    .start("think")
-    .store(harness_stores::SledStore::open(&dir)?)
-    .build()?;
+    .start("think");
+    let harness = match store.as_str() {
+        "sled" => builder
+            .store(harness_stores::SledStore::open(&dir)?)
+            .build()?,
+        "none" => builder.build()?,
+        other => return Err(format!("--store {other}: use sled or none").into()),
+    };
     let model = Arc::new(Timed {
         inner: harness_openai::Client::builder()
             .base_url(&url)

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use harness::{
-    Context, Cx, DEFAULT_DEADLINE, Harness, HarnessState, RetryPolicy, RunError, RunEvent,
-    Signal, StepResult, Violation, create_agent, create_agent_with,
+    Context, Cx, DEFAULT_DEADLINE, Harness, HarnessState, RetryPolicy, RunError, RunEvent, Signal,
+    StepResult, Violation, create_agent, create_agent_with,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -86,8 +86,15 @@ async fn a_step_running_past_the_deadline_is_cancelled_and_not_retried() {
             }
             other => panic!("the deadline: {other}"),
         }
-        assert!(err.to_string().contains(".deadline("), "says what to do: {err}");
-        assert_eq!(began.elapsed(), Duration::from_secs(60), "cut at the deadline");
+        assert!(
+            err.to_string().contains(".deadline("),
+            "says what to do: {err}"
+        );
+        assert_eq!(
+            began.elapsed(),
+            Duration::from_secs(60),
+            "cut at the deadline"
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 1, "not retried");
     }
 }
@@ -122,8 +129,15 @@ async fn a_retried_step_is_not_retried_past_the_deadline() {
         }
     }
     assert_eq!(failed.len(), 3, "{failed:?}");
-    assert!(failed[..2].iter().all(|(e, retry)| e.contains("timed out") && *retry));
-    assert!(failed[2].0.contains("deadline") && !failed[2].1, "{failed:?}");
+    assert!(
+        failed[..2]
+            .iter()
+            .all(|(e, retry)| e.contains("timed out") && *retry)
+    );
+    assert!(
+        failed[2].0.contains("deadline") && !failed[2].1,
+        "{failed:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

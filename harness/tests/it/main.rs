@@ -1,8 +1,8 @@
 //! The core crate's integration tests, one binary: each module is one area.
 
 mod calls;
-mod derive_ui;
 mod deadline;
+mod derive_ui;
 mod dispatch;
 mod graph;
 mod llm_record;

@@ -622,3 +622,57 @@ async fn the_loops_model_and_tool_calls_are_reported_to_observers() {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_empty_answer_gets_one_repair_turn() {
+    let empty = || ModelResponse::new(Vec::new(), Usage::new(50, 0), Default::default());
+    // (what the model answers, in order; whether the run answers)
+    let cases = [
+        (
+            vec![
+                empty(),
+                ModelResponse::from_text("5").with_usage(Usage::new(60, 1)),
+            ],
+            true,
+        ),
+        (
+            vec![
+                ModelResponse::from_text("  \n"),
+                ModelResponse::from_text("5"),
+            ],
+            true,
+        ),
+        (vec![empty(), empty()], false),
+        (vec![ModelResponse::from_text(" "), empty()], false),
+    ];
+    for (answers, answered) in cases {
+        let spent = answers
+            .iter()
+            .map(|a| a.usage)
+            .fold(Usage::default(), |a, b| a + b);
+        let model = scripted(answers.into_iter().map(|a| Expect::any().reply(a)));
+        let result = agent(AgentLoop::new(tools()), model.clone())
+            .run(AgentChat::with_task("What is 2 + 3?"))
+            .await;
+        let requests = model.requests();
+        assert_eq!(requests.len(), 2, "one repair turn, no more");
+        assert_eq!(
+            requests[1].messages.last().map(Message::text).as_deref(),
+            Some("Your last answer was empty. Answer the user, or call one of the tools.")
+        );
+        if answered {
+            let outcome = result.unwrap_or_else(|e| panic!("the repair is answered: {e}"));
+            let memory = &outcome.state.memory;
+            assert_eq!(memory.answer().as_deref(), Some("5"));
+            // Only the repaired answer is kept; the empty one is not in the
+            // conversation, and the nudge is not either.
+            assert_eq!(memory.transcript().messages().len(), 2);
+            // One turn, both calls' tokens.
+            assert_eq!(memory.turns(), 1);
+            assert_eq!(memory.usage().get("scripted"), Some(spent));
+        } else {
+            let error = result.unwrap_err().to_string();
+            assert!(error.contains("answered with nothing twice"), "{error}");
+        }
+    }
+}
