@@ -156,9 +156,11 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
 
     /// The longest one run may go on, from when it starts or resumes until
     /// it settles (default [`DEFAULT_DEADLINE`]). A run past it fails with
-    /// [`RunError::Deadline`](crate::RunError::Deadline): the step running
+    /// [`RunError::Deadline`](crate::RunError::Deadline): the step waiting
     /// then is cancelled (its future dropped, as by a step's own
-    /// [`timeout`](StepBuilder::timeout)) and is not retried; with a store,
+    /// [`timeout`](StepBuilder::timeout)) and is not retried (a step that
+    /// never waits cannot be cut; the [`step_limit`](Self::step_limit)
+    /// bounds a loop of those); with a store,
     /// the session records the failure at that step, and the steps before
     /// it stay committed. Time waiting for a human does not count: a run
     /// that interrupts has settled, and its resume starts a new deadline.

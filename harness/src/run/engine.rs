@@ -805,14 +805,6 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                     step: step.name.to_string(),
                 });
             }
-            if let Some(deadline) = env.deadline
-                && tokio::time::Instant::now() >= deadline.at
-            {
-                return Err(RunError::Deadline {
-                    limit: deadline.limit,
-                    step: step.name.to_string(),
-                });
-            }
             let step_info = StepInfo {
                 name: Arc::clone(&step.name),
                 path: task.path.clone(),
@@ -1495,27 +1487,38 @@ async fn run_step<S: HarnessState, C: Context>(
             ctx: Arc::clone(env.ctx),
             shared: Arc::clone(&shared),
         };
-        let fut = run(Arc::clone(&task.state), cx);
-        // The step's own timeout or the run's deadline, whichever falls
-        // first. Boxed, as the retry's sleep below: a timer inline would
-        // make every step's future larger, with or without a limit.
-        let limit = match (step.timeout, env.deadline) {
-            (None, None) => None,
-            (Some(limit), deadline) => {
-                let at = tokio::time::Instant::now() + limit;
-                Some(match deadline {
-                    Some(d) if d.at < at => (d.at, Failure::Deadline(d.limit)),
-                    _ => (at, Failure::Timeout(limit)),
-                })
+        let mut fut = run(Arc::clone(&task.state), cx);
+        let began = step
+            .timeout
+            .map(|limit| (tokio::time::Instant::now(), limit));
+        let result = if began.is_none() && env.deadline.is_none() {
+            fut.await.map_err(Failure::Error)
+        } else {
+            // A step that only computes is done at its first poll: it needs
+            // no timer (none could have cut it short anyway).
+            match futures::poll!(&mut fut) {
+                std::task::Poll::Ready(r) => r.map_err(Failure::Error),
+                std::task::Poll::Pending => {
+                    // The step's own timeout or the run's deadline,
+                    // whichever falls first. Boxed, as the retry's sleep
+                    // below: a timer inline would make every step's future
+                    // larger, with or without a limit.
+                    let first = began
+                        .map(|(began, limit)| (began + limit, Failure::Timeout(limit)))
+                        .into_iter()
+                        .chain(env.deadline.map(|d| (d.at, Failure::Deadline(d.limit))))
+                        .min_by_key(|(at, _)| *at);
+                    match first {
+                        Some((at, failure)) => {
+                            match Box::pin(tokio::time::timeout_at(at, fut)).await {
+                                Ok(r) => r.map_err(Failure::Error),
+                                Err(_) => Err(failure),
+                            }
+                        }
+                        None => fut.await.map_err(Failure::Error),
+                    }
+                }
             }
-            (None, Some(d)) => Some((d.at, Failure::Deadline(d.limit))),
-        };
-        let result = match limit {
-            None => fut.await.map_err(Failure::Error),
-            Some((at, failure)) => match Box::pin(tokio::time::timeout_at(at, fut)).await {
-                Ok(r) => r.map_err(Failure::Error),
-                Err(_) => Err(failure),
-            },
         };
         let visit = shared.finish();
         task.journal = visit.journal;
