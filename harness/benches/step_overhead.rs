@@ -63,8 +63,8 @@ fn step_overhead(c: &mut Criterion) {
     group.throughput(Throughput::Elements(2 * N));
     group.measurement_time(Duration::from_secs(5));
     for (name, deadline) in [
-        ("two_step_loop_1000", true),
         ("two_step_loop_1000_without_deadline", false),
+        ("two_step_loop_1000", true),
     ] {
         let agent = agent(deadline);
         group.bench_function(name, |b| {

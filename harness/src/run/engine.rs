@@ -1446,6 +1446,40 @@ enum Failure {
     Deadline(Duration),
 }
 
+/// A step's future with a limit: `None` once `at` has passed. Made after
+/// the step's first poll was pending (`polled`): its own first poll then
+/// only starts the timer, so that the step is not polled twice before the
+/// task yields (a step that yields to the scheduler must really yield).
+/// The timer is boxed, as the retry's sleep, so that it does not make every
+/// step's future larger.
+struct Limited<F> {
+    fut: F,
+    at: tokio::time::Instant,
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    polled: bool,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for Limited<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        if std::mem::take(&mut this.polled) {
+            // The step was polled just now, with this task's waker.
+        } else if let std::task::Poll::Ready(out) = std::pin::Pin::new(&mut this.fut).poll(cx) {
+            return std::task::Poll::Ready(Some(out));
+        }
+        let at = this.at;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        timer.as_mut().poll(cx).map(|()| None)
+    }
+}
+
 /// Runs a step's `run`, with its timeout and retry policy.
 async fn run_step<S: HarnessState, C: Context>(
     env: &Env<'_, S, C>,
@@ -1487,38 +1521,36 @@ async fn run_step<S: HarnessState, C: Context>(
             ctx: Arc::clone(env.ctx),
             shared: Arc::clone(&shared),
         };
-        let mut fut = run(Arc::clone(&task.state), cx);
-        let began = step
+        let fut = run(Arc::clone(&task.state), cx);
+        // The step's own timeout or the run's deadline, whichever falls
+        // first.
+        let first = step
             .timeout
-            .map(|limit| (tokio::time::Instant::now(), limit));
-        let result = if began.is_none() && env.deadline.is_none() {
-            fut.await.map_err(Failure::Error)
-        } else {
+            .map(|limit| (tokio::time::Instant::now() + limit, Failure::Timeout(limit)))
+            .into_iter()
+            .chain(env.deadline.map(|d| (d.at, Failure::Deadline(d.limit))))
+            .min_by_key(|(at, _)| *at);
+        let mut fut = fut;
+        let result = match first {
+            None => fut.await.map_err(Failure::Error),
             // A step that only computes is done at its first poll: it needs
             // no timer (none could have cut it short anyway).
-            match futures::poll!(&mut fut) {
+            Some((at, failure)) => match futures::poll!(&mut fut) {
                 std::task::Poll::Ready(r) => r.map_err(Failure::Error),
-                std::task::Poll::Pending => {
-                    // The step's own timeout or the run's deadline,
-                    // whichever falls first. Boxed, as the retry's sleep
-                    // below: a timer inline would make every step's future
-                    // larger, with or without a limit.
-                    let first = began
-                        .map(|(began, limit)| (began + limit, Failure::Timeout(limit)))
-                        .into_iter()
-                        .chain(env.deadline.map(|d| (d.at, Failure::Deadline(d.limit))))
-                        .min_by_key(|(at, _)| *at);
-                    match first {
-                        Some((at, failure)) => {
-                            match Box::pin(tokio::time::timeout_at(at, fut)).await {
-                                Ok(r) => r.map_err(Failure::Error),
-                                Err(_) => Err(failure),
-                            }
-                        }
-                        None => fut.await.map_err(Failure::Error),
-                    }
-                }
-            }
+                // Boxed: held across the await, it would make every
+                // step's future larger, with or without a limit.
+                std::task::Poll::Pending => match Box::pin(Limited {
+                    fut,
+                    at,
+                    timer: None,
+                    polled: true,
+                })
+                .await
+                {
+                    Some(r) => r.map_err(Failure::Error),
+                    None => Err(failure),
+                },
+            },
         };
         let visit = shared.finish();
         task.journal = visit.journal;
