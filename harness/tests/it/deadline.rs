@@ -258,3 +258,38 @@ fn a_zero_deadline_is_refused_when_built() {
         .collect();
     assert_eq!(settings, ["deadline"], "{err}");
 }
+
+#[tokio::test]
+async fn a_step_that_yields_really_yields_under_a_deadline() {
+    async fn yielding(_: Arc<Work>, _: Cx<()>) -> StepResult<WorkUpdate> {
+        tokio::task::yield_now().await;
+        Ok(WorkUpdate::new().done(1))
+    }
+    let harness = Harness::<Work>::builder()
+        .step("work")
+        .run(yielding)
+        .route(|w: &Work| if w.done < 100 { "again" } else { "done" })
+        .on("again")
+        .to("work")
+        .on("done")
+        .end()
+        .start("work")
+        .build()
+        .unwrap();
+    // On this one thread, the other task runs only when a step yields.
+    let others = Arc::new(AtomicU32::new(0));
+    let counting = others.clone();
+    let other = tokio::spawn(async move {
+        loop {
+            counting.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+        }
+    });
+    let done = create_agent("a", &harness)
+        .run(Work::default())
+        .await
+        .unwrap();
+    other.abort();
+    assert_eq!(done.state.done, 100);
+    assert!(others.load(Ordering::SeqCst) >= 50, "{others:?}");
+}
