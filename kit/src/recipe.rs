@@ -606,7 +606,7 @@ async fn model_turn<S: AgentState, C: AgentContext>(
         Some(left) => {
             let left = left.saturating_sub(started.elapsed());
             match tokio::time::timeout(left, cx.complete(model, &request)).await {
-                Ok(response) => response?,
+                Ok(response) => response,
                 Err(_) => {
                     let used_ms = memory.active_ms().saturating_add(elapsed_ms(started));
                     let limit = LimitKind::Time {
@@ -620,26 +620,45 @@ async fn model_turn<S: AgentState, C: AgentContext>(
                 }
             }
         }
-        None => cx.complete(model, &request).await?,
+        None => cx.complete(model, &request).await,
     };
     // An answer with neither text nor a tool call (seen from small local
-    // models, and from any model cut at its bound before it wrote a word)
-    // gets one repair turn; a second empty answer fails the step, named.
-    let response = if is_empty_answer(&response) {
-        let mut again = request.clone();
-        again.messages.push(Message::user(EMPTY_ANSWER_REPAIR));
-        update = update.spent(model_key(model), response.usage);
-        let second = cx.complete(model, &again).await?;
-        if is_empty_answer(&second) {
-            return Err(harness::StepError::msg(format!(
-                "the model answered with nothing twice (its last stop reason: {:?}); \
-                 check the model and its token bound",
-                second.stop_reason
-            )));
+    // models, and from any model cut at its bound before it wrote a word),
+    // or one the server could not read (llama.cpp answers a call of a tool
+    // it was not offered with HTTP 500), gets one repair turn, which says
+    // what was wrong; a second such answer fails the step, named.
+    let repair = match &response {
+        Ok(answer) if is_empty_answer(answer) => {
+            update = update.spent(model_key(model), answer.usage);
+            Some(EMPTY_ANSWER_REPAIR.to_owned())
         }
-        second
-    } else {
-        response
+        Err(ModelError::MalformedResponse { message }) => Some(format!(
+            "Your last answer could not be read ({message}). Answer the user in plain text, \
+             or call one of these tools, by its exact name: {}.",
+            config
+                .specs
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        _ => None,
+    };
+    let response = match repair {
+        None => response?,
+        Some(repair) => {
+            let mut again = request.clone();
+            again.messages.push(Message::user(repair));
+            let second = cx.complete(model, &again).await?;
+            if is_empty_answer(&second) {
+                return Err(harness::StepError::msg(format!(
+                    "the model answered with nothing after a repair turn (its last stop \
+                     reason: {:?}); check the model and its token bound",
+                    second.stop_reason
+                )));
+            }
+            second
+        }
     };
     let status = if response.has_tool_calls() {
         AgentStatus::ToolCalls

@@ -519,9 +519,12 @@ async fn calls_a_users_route_skips_still_get_results_before_the_next_model_call(
 async fn a_failed_model_call_is_retried_by_the_model_retry_policy() {
     let flaky = || {
         scripted([
-            Expect::any().fail(ModelError::malformed(
-                "the arguments of tool call `add` are not valid JSON",
-            )),
+            // (An answer the server could not read gets a repair turn in
+            // the step instead: see the test after the empty answer's.)
+            Expect::any().fail(ModelError::Overloaded {
+                status: Some(503),
+                message: "the model is loading".into(),
+            }),
             Expect::any().reply(ModelResponse::from_text("second try")),
         ])
     };
@@ -672,7 +675,70 @@ async fn an_empty_answer_gets_one_repair_turn() {
             assert_eq!(memory.usage().get("scripted"), Some(spent));
         } else {
             let error = result.unwrap_err().to_string();
-            assert!(error.contains("answered with nothing twice"), "{error}");
+            assert!(
+                error.contains("answered with nothing after a repair turn"),
+                "{error}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_answer_the_server_could_not_read_gets_one_repair_turn_naming_the_tools() {
+    let unreadable = || {
+        ModelError::malformed(
+            "the server could not read the model's answer (HTTP 500): The model produced output \
+             that does not match the expected peg-native format",
+        )
+    };
+    // (the first call's outcome is unreadable; the second's, then whether
+    // the run answers)
+    let cases = [
+        (Expect::any().reply(ModelResponse::from_text("5")), true),
+        (
+            Expect::any().reply(ModelResponse::from_tool_call(ToolCall::new(
+                "c1",
+                "add",
+                json!({"a": 2, "b": 3}),
+            ))),
+            true,
+        ),
+        (Expect::any().fail(unreadable()), false),
+    ];
+    for (second, answered) in cases {
+        let mut turns = vec![Expect::any().fail(unreadable()), second];
+        if answered {
+            turns.push(Expect::any().reply(ModelResponse::from_text("5")));
+        }
+        let model = scripted(turns);
+        let result = agent(AgentLoop::new(tools()), model.clone())
+            .run(AgentChat::with_task("What is 2 + 3?"))
+            .await;
+        let requests = model.requests();
+        let repair = requests[1].messages.last().map(Message::text).unwrap();
+        assert!(repair.contains("could not be read"), "{repair}");
+        assert!(
+            repair.contains("peg-native"),
+            "says what the server said: {repair}"
+        );
+        assert!(repair.contains("add"), "names the tools: {repair}");
+        if answered {
+            let outcome = result.unwrap_or_else(|e| panic!("the repair is answered: {e}"));
+            assert_eq!(outcome.state.memory.answer().as_deref(), Some("5"));
+            // The repair turn's note is not kept in the conversation.
+            assert!(
+                outcome
+                    .state
+                    .memory
+                    .transcript()
+                    .messages()
+                    .iter()
+                    .all(|m| !m.text().contains("could not be read"))
+            );
+        } else {
+            assert_eq!(requests.len(), 2, "one repair turn, no more");
+            let error = result.unwrap_err().to_string();
+            assert!(error.contains("could not read"), "{error}");
         }
     }
 }

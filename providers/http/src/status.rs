@@ -22,6 +22,7 @@ const MESSAGE_LIMIT: usize = 600;
 /// | 401, 403; Gemini's 400 `API_KEY_INVALID` | `Auth` |
 /// | 408 | `Timeout` (with `timeout`) |
 /// | 429 | `RateLimited` (OpenAI's `insufficient_quota`: `Auth`) |
+/// | 500 saying the model's output could not be parsed (llama.cpp) | `MalformedResponse` |
 /// | 5xx, 529 | `Overloaded` |
 pub fn error_from_response(
     status: u16,
@@ -46,6 +47,7 @@ pub fn error_from_response(
             retry_after,
             message,
         },
+        500 if unreadable_model_output(&message) => unreadable(status, &message),
         500..=599 => ModelError::Overloaded {
             status: Some(status),
             message,
@@ -75,6 +77,7 @@ pub fn error_from_body(kind: &str, message: impl Into<String>) -> ModelError {
                 message,
             }
         }
+        "server_error" if unreadable_model_output(&message) => unreadable(500, &message),
         "overloaded_error" | "api_error" | "server_error" | "UNAVAILABLE" | "INTERNAL" => {
             ModelError::Overloaded {
                 status: None,
@@ -92,6 +95,24 @@ pub fn error_from_body(kind: &str, message: impl Into<String>) -> ModelError {
         },
         "" => ModelError::other(message),
         other => ModelError::other(format!("{other}: {message}")),
+    }
+}
+
+/// Whether a server error says that the model's own output could not be
+/// parsed (llama.cpp: "The model produced output that does not match the
+/// expected … format", when a model calls a tool it was not offered or
+/// writes a call it cannot read). The server is not overloaded: the answer
+/// is, and the caller can ask again saying so.
+fn unreadable_model_output(message: &str) -> bool {
+    message.contains("produced output that does not match")
+}
+
+fn unreadable(status: u16, message: &str) -> ModelError {
+    ModelError::MalformedResponse {
+        message: format!(
+            "the server could not read the model's answer as text or a call of an offered tool \
+             (HTTP {status}): {message}"
+        ),
     }
 }
 
@@ -241,6 +262,50 @@ mod tests {
             map.insert(*name, HeaderValue::from_static(value));
         }
         map
+    }
+
+    #[test]
+    fn a_500_that_says_the_models_output_was_unreadable_is_a_malformed_answer() {
+        let parse =
+            |body: &str| error_from_response(500, &HeaderMap::new(), body, Duration::ZERO).0;
+        let llama = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
+        match parse(llama) {
+            ModelError::MalformedResponse { message } => {
+                assert!(message.contains("HTTP 500"), "{message}");
+                assert!(message.contains("peg-native"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Inside a stream, as the same server reports it there.
+        assert!(matches!(
+            error_from_body(
+                "server_error",
+                "The model produced output that does not match the expected format"
+            ),
+            ModelError::MalformedResponse { .. }
+        ));
+        // Any other server error stays one (and is retried).
+        for body in [
+            r#"{"error":{"code":500,"message":"CUDA out of memory","type":"server_error"}}"#,
+            "",
+            "<html>Internal Server Error</html>",
+        ] {
+            let error = parse(body);
+            assert!(
+                matches!(
+                    error,
+                    ModelError::Overloaded {
+                        status: Some(500),
+                        ..
+                    }
+                ),
+                "{body}: {error:?}"
+            );
+        }
+        assert!(matches!(
+            error_from_body("server_error", "busy"),
+            ModelError::Overloaded { .. }
+        ));
     }
 
     #[test]
