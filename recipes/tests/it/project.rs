@@ -788,3 +788,48 @@ async fn a_pause_stops_the_session_at_a_step_boundary_and_resume_goes_on_where_i
     assert_eq!(model.remaining(), 0);
     assert_consistent(&repo);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_the_ledger_refuses_is_sent_back_with_the_reason_up_to_three_plans() {
+    let twice = {
+        let mut p = plan();
+        p["features"][1]["id"] = json!("count-words");
+        p
+    };
+    let unverified = {
+        let mut p = plan();
+        p["features"][0]["verification"] = json!([]);
+        p
+    };
+    // Two refused plans, then a good one: initialized, and each repair turn
+    // said what was wrong with the plan before.
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(text(twice.clone())),
+        Expect::any()
+            .last_message_contains("two features with the id `count-words`")
+            .reply(text(unverified.clone())),
+        Expect::any()
+            .last_message_contains("has no verification steps")
+            .reply(text(plan())),
+    ]));
+    let project = agent(dir.path(), store(dir.path()), Arc::clone(&model));
+    project.initialize("wc").await.unwrap();
+    let ledger = read_ledger(&dir.path().join("repo")).unwrap();
+    assert_eq!(ledger.features.len(), 2);
+    assert_eq!(model.remaining(), 0);
+
+    // Three refused plans: the project is not initialized, and the error
+    // names the last reason.
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(text(twice.clone())),
+        Expect::any().reply(text(unverified)),
+        Expect::any().reply(text(twice)),
+    ]));
+    let project = agent(dir.path(), store(dir.path()), Arc::clone(&model));
+    let error = project.initialize("wc").await.unwrap_err().to_string();
+    assert!(error.contains("3 plans"), "{error}");
+    assert!(error.contains("count-words"), "{error}");
+    assert!(!dir.path().join("repo/.harness/ledger.json").exists());
+}
