@@ -815,7 +815,7 @@ async fn a_plan_the_ledger_refuses_is_sent_back_with_the_reason_up_to_three_plan
     ]));
     let project = agent(dir.path(), store(dir.path()), Arc::clone(&model));
     project.initialize("wc").await.unwrap();
-    let ledger = read_ledger(&dir.path().join("repo")).unwrap();
+    let ledger = read_ledger(dir.path().join("repo")).unwrap();
     assert_eq!(ledger.features.len(), 2);
     assert_eq!(model.remaining(), 0);
 
