@@ -1521,7 +1521,7 @@ async fn run_step<S: HarnessState, C: Context>(
             ctx: Arc::clone(env.ctx),
             shared: Arc::clone(&shared),
         };
-        let fut = run(Arc::clone(&task.state), cx);
+        let mut fut = run(Arc::clone(&task.state), cx);
         // The step's own timeout or the run's deadline, whichever falls
         // first.
         let first = step
@@ -1530,7 +1530,6 @@ async fn run_step<S: HarnessState, C: Context>(
             .into_iter()
             .chain(env.deadline.map(|d| (d.at, Failure::Deadline(d.limit))))
             .min_by_key(|(at, _)| *at);
-        let mut fut = fut;
         let result = match first {
             None => fut.await.map_err(Failure::Error),
             // A step that only computes is done at its first poll: it needs
