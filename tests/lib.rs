@@ -1,11 +1,35 @@
 //! Fixtures shared by the cross-crate tests: a tool-calling chat loop over
-//! any [`LanguageModel`].
+//! any [`LanguageModel`], and running the examples as a user does.
 
 use harness::llm::{LanguageModel, Message, ModelRequest, Tool, ToolSet};
 use harness::{Context, Cx, Harness, HarnessState, RetryPolicy, StepResult};
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The workspace's `Cargo.toml`, for `cargo run --manifest-path` of an
+/// example from any directory.
+pub fn workspace_manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the workspace")
+        .join("Cargo.toml")
+}
+
+/// Standard output of an example's run that must succeed; panics (failing
+/// the test) with its status, output and errors otherwise.
+pub fn stdout_of(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "the example failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("the example prints UTF-8")
+}
 
 /// A conversation.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]

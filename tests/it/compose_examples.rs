@@ -11,15 +11,10 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-pub(crate) fn workspace_manifest() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("Cargo.toml")
-}
+pub(crate) use harness_tests::{stdout_of, workspace_manifest};
 
 /// `cargo run -p harness-examples --example EXAMPLE -- ARGS` in `dir`,
 /// with no provider chosen (so offline); builds the example the first time.
@@ -37,18 +32,6 @@ pub(crate) fn cargo_run(dir: &Path, example: &str, args: &[&str]) -> Output {
         .env_remove("HARNESS_MODEL")
         .output()
         .unwrap()
-}
-
-/// Standard output of a run that must succeed.
-pub(crate) fn stdout_of(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "the example failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
 }
 
 /// The value after `label` on the line that starts with it.

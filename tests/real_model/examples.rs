@@ -8,18 +8,12 @@
 //! error where the model fails — never what the model wrote.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 use crate::server;
-
-fn workspace_manifest() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("Cargo.toml")
-}
+use harness_tests::{stdout_of, workspace_manifest};
 
 /// `cargo run -p PACKAGE --example EXAMPLE -- ARGS` in `dir` against the
 /// local model, with `input` on its standard input; prints how long it took
@@ -89,19 +83,8 @@ fn run_example(package: &str, example: &str, dir: &Path, args: &[&str], input: &
     out
 }
 
-/// Standard output of a run that must succeed.
-fn stdout_of(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "the example failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-/// The numbers in `line` after each of `labels`, e.g. "after 3 steps".
+/// The number just before `word` in `line`: 3 for "after 3 steps" and
+/// `steps`.
 fn number_before(line: &str, word: &str) -> u64 {
     let words: Vec<&str> = line.split_whitespace().collect();
     words

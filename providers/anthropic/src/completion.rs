@@ -17,8 +17,9 @@ use crate::wire;
 /// tagged with it is sent to Anthropic.
 pub const PROVIDER: &str = "anthropic";
 
-/// `max_tokens` when the request sets none (the API requires one).
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// `max_tokens` when the request sets none (the API requires one; the
+/// bound all providers share).
+pub const DEFAULT_MAX_TOKENS: u32 = harness_provider_http::DEFAULT_MAX_TOKENS;
 
 /// An Anthropic model; implements [`LanguageModel`].
 ///

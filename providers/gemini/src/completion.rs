@@ -23,9 +23,9 @@ pub const PROVIDER: &str = "gemini";
 const MADE_UP_ID: &str = "gemini_call_";
 
 /// `maxOutputTokens` for requests that set no
-/// [`ModelRequest::max_tokens`]: every answer is bounded, so a model cannot
-/// generate without end.
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// [`ModelRequest::max_tokens`] (the bound all providers share): every
+/// answer is bounded, so a model cannot generate without end.
+pub const DEFAULT_MAX_TOKENS: u32 = harness_provider_http::DEFAULT_MAX_TOKENS;
 
 /// A Gemini model; implements [`LanguageModel`].
 ///

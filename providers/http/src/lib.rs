@@ -27,6 +27,13 @@ mod transport;
 mod turns;
 
 pub use client::{ClientBuilder, Connection};
+
+/// The bound on generated tokens that every provider sends when a request
+/// sets no [`ModelRequest::max_tokens`](harness::llm::ModelRequest::max_tokens):
+/// a model left unbounded may generate until its context runs out (a small
+/// local model was seen writing 1 800 tokens of a plan in nine minutes and
+/// going on). Each provider's models change it with `default_max_tokens`.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub use key::ApiKey;
 pub use retry::{HttpOptions, HttpRetryPolicy};
 pub use sse::{Flow, SseDecoder, SseEvent, SseEvents, decode_events};

@@ -13,11 +13,9 @@ use crate::schema::strict_schema;
 use crate::streaming::ChunkDecoder;
 use crate::wire;
 
-/// The bound on generated tokens for requests that set none. A model left
-/// unbounded can generate until the server's context runs out (a small
-/// local model was seen writing 1 800 tokens in nine minutes and going on);
-/// an answer cut here ends with [`StopReason::MaxTokens`].
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The bound on generated tokens for requests that set none (the one all
+/// providers share); an answer cut here ends with [`StopReason::MaxTokens`].
+pub const DEFAULT_MAX_TOKENS: u32 = harness_provider_http::DEFAULT_MAX_TOKENS;
 
 /// An OpenAI chat-completions model; implements [`LanguageModel`].
 ///
