@@ -2,10 +2,14 @@
 #![forbid(unsafe_code)]
 
 pub mod approval;
+#[cfg(unix)]
+pub mod fs;
 pub mod memory;
 pub mod policy;
 pub mod recipe;
 pub mod schema;
+#[cfg(unix)]
+pub mod shell;
 pub mod tokens;
 pub mod transcript;
 pub mod usage;

@@ -358,15 +358,6 @@ fn a_client_can_check_its_answer_before_sending_it() {
     assert!(request.resolve(Decisions::new().approve("c1")).is_ok());
 }
 
-/// The allow-key of a shell call: its program.
-fn program(args: &Value) -> String {
-    let line = args["command"].as_str().unwrap_or_default();
-    format!(
-        "shell:{}",
-        line.split_whitespace().next().unwrap_or_default()
-    )
-}
-
 fn sled_agent(
     path: &std::path::Path,
     shell: &FakeShell,
@@ -374,7 +365,7 @@ fn sled_agent(
 ) -> harness::Agent<AgentChat, ModelDeps> {
     let store = SledStore::open(path).unwrap_or_else(|e| panic!("the store opens: {e}"));
     let harness = AgentLoop::new(ToolSet::new().with(shell.clone()))
-        .policy("shell", Policy::ask().remember_by(program))
+        .policy("shell", harness_kit::shell::policy())
         .builder()
         .store(store)
         .build()
@@ -395,7 +386,8 @@ async fn the_allow_list_survives_a_resume_from_a_fresh_store() {
     let shell_call = |id: &str, command: &str| {
         ModelResponse::from_tool_call(ToolCall::new(id, "shell", json!({"command": command})))
     };
-    // First agent: `git status` always allowed, then `make` is asked about.
+    // First agent: `git status` always allowed (that command line exactly),
+    // then `make` is asked about.
     let shell = FakeShell::default();
     let model = Arc::new(ScriptedModel::new([
         Expect::any().reply(shell_call("c1", "git status")),
@@ -408,14 +400,15 @@ async fn the_allow_list_survives_a_resume_from_a_fresh_store() {
         run.resume(answer(Decisions::new().always_allow("c1")), &id)
             .unwrap_or_else(|e| panic!("pending: {e}"));
         let (second, request) = until_asked(&mut run).await;
-        assert_eq!(request.calls[0].allow_key, "shell:make");
+        assert_eq!(request.calls[0].allow_key, "shell: make");
         (run.session_id().clone(), second)
     };
     assert_eq!(shell.ran(), ["git status"]);
-    // Second agent, store opened afresh: `git log` runs unasked.
+    // Second agent, store opened afresh: `git  status` (the same argv,
+    // spelt otherwise) runs unasked.
     let shell = FakeShell::default();
     let model = Arc::new(ScriptedModel::new([
-        Expect::any().reply(shell_call("c3", "git log")),
+        Expect::any().reply(shell_call("c3", "git  'status'")),
         Expect::any().reply(ModelResponse::from_text("built")),
     ]));
     let agent = sled_agent(dir.path(), &shell, model);
@@ -426,6 +419,6 @@ async fn the_allow_list_survives_a_resume_from_a_fresh_store() {
         .await
         .unwrap_or_else(|e| panic!("the run completes: {e}"));
     assert_eq!(outcome.signal.as_str(), "answered");
-    assert_eq!(shell.ran(), ["make", "git log"]);
-    assert!(outcome.state.memory.allowed().contains("shell:git"));
+    assert_eq!(shell.ran(), ["make", "git  'status'"]);
+    assert!(outcome.state.memory.allowed().contains("shell: git status"));
 }

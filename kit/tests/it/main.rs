@@ -1,9 +1,11 @@
 //! The agent kit's tests, one binary.
 
 mod approval;
+mod confine;
 mod example;
 mod memory;
 mod props;
 mod recipe;
 mod schema;
+mod shell;
 mod support;

@@ -1,0 +1,337 @@
+//! Commands a model asks to run, as argv rather than shell text:
+//! [`CommandLine`] parses one command line (words, quotes, escapes) and
+//! refuses everything a shell would do besides running one program — `;`,
+//! `&&`, `|`, `&`, redirections, `$( )`, backquotes, variables, newlines —
+//! so that what a person approves is exactly what runs. [`Shell`] is the
+//! tool that runs it (no shell involved), and [`policy`] the approval
+//! policy whose "always allow" remembers the whole argv.
+//!
+//! ```
+//! use harness_kit::shell::CommandLine;
+//!
+//! let line = CommandLine::parse("grep -c 'an agent' README.md")?;
+//! assert_eq!(line.argv(), ["grep", "-c", "an agent", "README.md"]);
+//! assert_eq!(line.to_string(), "grep -c 'an agent' README.md");
+//! assert!(CommandLine::parse("wc -l README.md; touch PWNED").is_err());
+//! assert!(CommandLine::parse("cat $(ls)").is_err());
+//! # Ok::<(), harness_kit::shell::CommandLineError>(())
+//! ```
+
+use crate::policy::{Policy, Verdict};
+use harness::llm::Tool;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a command line is not one plain command.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandLineError {
+    /// No words.
+    #[error("the command line is empty")]
+    Empty,
+    /// A shell operator or expansion: only one plain command runs.
+    #[error(
+        "{what} at character {at} of the command line: run one program with its arguments, without `;`, `&&`, `|`, redirections, `$`, backquotes or newlines (make one call per command)"
+    )]
+    Operator {
+        /// What was found, e.g. "`;`".
+        what: String,
+        /// Its position, counted in characters from 1.
+        at: usize,
+    },
+    /// A quote that is not closed.
+    #[error("the {quote} quote at character {at} is not closed")]
+    Unclosed {
+        /// `single` or `double`.
+        quote: &'static str,
+        /// Its position, counted in characters from 1.
+        at: usize,
+    },
+    /// A backslash at the very end.
+    #[error("the command line ends with a backslash")]
+    TrailingBackslash,
+}
+
+/// One command as argv: a program and its arguments, as parsed from a
+/// command line by [`parse`](Self::parse). Its `Display` is the argv
+/// quoted back for a POSIX shell, so it shows exactly what runs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CommandLine {
+    argv: Vec<String>,
+}
+
+impl CommandLine {
+    /// Parses `line`: words split on blanks; `'…'` literal; `"…"` with `\"`
+    /// and `\\` escapes; `\x` outside quotes is `x`. Refuses operators,
+    /// redirections, expansions (`$`, backquotes, a word starting with
+    /// `~`), and newlines, naming where.
+    pub fn parse(line: &str) -> Result<Self, CommandLineError> {
+        let mut argv = Vec::new();
+        let mut word: Option<String> = None;
+        let mut chars = line.chars().enumerate().peekable();
+        let operator = |what: &str, at: usize| CommandLineError::Operator {
+            what: what.to_owned(),
+            at: at + 1,
+        };
+        while let Some((at, c)) = chars.next() {
+            match c {
+                ' ' | '\t' => {
+                    if let Some(w) = word.take() {
+                        argv.push(w);
+                    }
+                }
+                '\'' => {
+                    let w = word.get_or_insert_with(String::new);
+                    loop {
+                        match chars.next() {
+                            Some((_, '\'')) => break,
+                            Some((_, c)) => w.push(c),
+                            None => {
+                                return Err(CommandLineError::Unclosed {
+                                    quote: "single",
+                                    at: at + 1,
+                                });
+                            }
+                        }
+                    }
+                }
+                '"' => {
+                    let w = word.get_or_insert_with(String::new);
+                    loop {
+                        match chars.next() {
+                            Some((_, '"')) => break,
+                            Some((_, '\\')) => match chars.next() {
+                                // `\$` is a literal `$` to a shell too.
+                                Some((_, c @ ('"' | '\\' | '$' | '`'))) => w.push(c),
+                                Some((i, '\n')) => return Err(operator("a newline", i)),
+                                Some((_, c)) => {
+                                    w.push('\\');
+                                    w.push(c);
+                                }
+                                None => {
+                                    return Err(CommandLineError::Unclosed {
+                                        quote: "double",
+                                        at: at + 1,
+                                    });
+                                }
+                            },
+                            Some((i, '$')) => return Err(operator("`$` (an expansion)", i)),
+                            Some((i, '`')) => {
+                                return Err(operator("a backquote (command substitution)", i));
+                            }
+                            Some((_, c)) => w.push(c),
+                            None => {
+                                return Err(CommandLineError::Unclosed {
+                                    quote: "double",
+                                    at: at + 1,
+                                });
+                            }
+                        }
+                    }
+                }
+                '\\' => match chars.next() {
+                    Some((i, '\n')) => return Err(operator("a newline", i)),
+                    Some((_, c)) => word.get_or_insert_with(String::new).push(c),
+                    None => return Err(CommandLineError::TrailingBackslash),
+                },
+                ';' => return Err(operator("`;`", at)),
+                '&' => return Err(operator("`&`", at)),
+                '|' => return Err(operator("`|`", at)),
+                '<' | '>' => return Err(operator("a redirection", at)),
+                '(' | ')' => return Err(operator("a parenthesis (a subshell)", at)),
+                '$' => return Err(operator("`$` (an expansion)", at)),
+                '`' => return Err(operator("a backquote (command substitution)", at)),
+                '\n' | '\r' => return Err(operator("a newline", at)),
+                '#' if word.is_none() => return Err(operator("`#` (a comment)", at)),
+                '~' if word.is_none() => return Err(operator("`~` (home expansion)", at)),
+                '*' | '?' | '[' | '{' | '}' => {
+                    return Err(operator(&format!("`{c}` (a pattern)"), at));
+                }
+                c => word.get_or_insert_with(String::new).push(c),
+            }
+        }
+        if let Some(w) = word {
+            argv.push(w);
+        }
+        if argv.is_empty() {
+            return Err(CommandLineError::Empty);
+        }
+        Ok(Self { argv })
+    }
+
+    /// The program and its arguments.
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+
+    /// The program.
+    pub fn program(&self) -> &str {
+        &self.argv[0]
+    }
+}
+
+/// `word` quoted for a POSIX shell when it needs to be.
+fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+impl fmt::Display for CommandLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, word) in self.argv.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            f.write_str(&quote(word))?;
+        }
+        Ok(())
+    }
+}
+
+/// The arguments of [`Shell`].
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ShellArgs {
+    /// One command: a program and its arguments, quoted as for a shell.
+    /// No `;`, `&&`, `|`, redirections or `$`: one command per call.
+    pub command: String,
+}
+
+/// The allow-list key of a shell call with `arguments`: `shell: ` and the
+/// parsed argv quoted back, so "always allow" covers exactly that command
+/// line, whatever spacing or quoting it came with; a line that does not
+/// parse keys as itself (it never runs).
+pub fn allow_key(arguments: &Value) -> String {
+    let line = arguments
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match CommandLine::parse(line) {
+        Ok(parsed) => format!("shell: {parsed}"),
+        Err(_) => format!("shell (unparsed): {line}"),
+    }
+}
+
+/// The approval policy for [`Shell`]: every call is asked about unless its
+/// exact argv was always-allowed in the session ([`allow_key`]); a line
+/// that does not parse is refused before anyone is asked, with the reason
+/// for the model.
+pub fn policy() -> Policy {
+    Policy::when(|arguments: &Value| {
+        let line = arguments
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match CommandLine::parse(line) {
+            Ok(_) => Verdict::Ask,
+            Err(e) => Verdict::Deny(e.to_string()),
+        }
+    })
+    .remember_by(allow_key)
+}
+
+/// The environment variables a command keeps; every other one (API keys
+/// among them) is left out.
+pub const PASS_ENV: &[&str] = &[
+    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "TMPDIR",
+];
+
+/// The `shell` tool: runs one command ([`CommandLine`], no shell) in a
+/// directory, with only [`PASS_ENV`] in its environment, no input, a
+/// timeout, and its output bounded.
+#[derive(Clone, Debug)]
+pub struct Shell {
+    dir: PathBuf,
+    timeout: Duration,
+    max_output: usize,
+}
+
+impl Shell {
+    /// Runs commands in `dir`, each for at most `timeout`, keeping at most
+    /// 8 KiB of output.
+    pub fn new(dir: impl Into<PathBuf>, timeout: Duration) -> Self {
+        Self {
+            dir: dir.into(),
+            timeout,
+            max_output: 8 * 1024,
+        }
+    }
+
+    /// Keeps at most `bytes` of a command's output.
+    #[must_use]
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.max_output = bytes;
+        self
+    }
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary, marked.
+pub(crate) fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("\n[cut]");
+    }
+    text
+}
+
+#[async_trait::async_trait]
+impl Tool for Shell {
+    type Args = ShellArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "shell"
+    }
+    fn description(&self) -> &str {
+        "Runs one command (a program and its arguments; no pipes, `;`, redirections or `$`) in the working directory; returns its standard output."
+    }
+    async fn call(&self, args: ShellArgs) -> Result<String, String> {
+        let line = CommandLine::parse(&args.command).map_err(|e| e.to_string())?;
+        let mut command = tokio::process::Command::new(line.program());
+        command
+            .args(&line.argv()[1..])
+            .current_dir(&self.dir)
+            .env_clear()
+            .envs(
+                PASS_ENV
+                    .iter()
+                    .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+            )
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let output = match tokio::time::timeout(self.timeout, command.output()).await {
+            Err(_) => {
+                return Err(format!(
+                    "`{line}` did not finish within {} s and was stopped",
+                    self.timeout.as_secs()
+                ));
+            }
+            Ok(Err(e)) => return Err(format!("cannot start `{}`: {e}", line.program())),
+            Ok(Ok(output)) => output,
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() {
+            Ok(bounded(stdout, self.max_output))
+        } else {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            Err(bounded(
+                format!("{}: {stderr}{stdout}", output.status),
+                self.max_output,
+            ))
+        }
+    }
+}
