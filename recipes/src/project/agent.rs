@@ -5,7 +5,7 @@
 use super::env::{ProjectEnv, ProjectRecord, ProjectState, SessionEntry};
 use super::error::ProjectError;
 use super::files::{self, ProgressEntry};
-use super::git::Git;
+use super::git::{CommitInfo, Git};
 use super::init::{InitState, init_loop};
 use super::ledger::{FeatureStatus, Ledger};
 use super::session::{
@@ -18,7 +18,7 @@ use harness::session::{SessionConfig, SessionError, SessionPhase, SessionStore};
 use harness::{Agent, Harness, Run, SessionId, Signal, StopHandle, create_agent_with};
 use harness_kit::Limits;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -274,14 +274,20 @@ impl ProjectAgent {
 
     /// Runs the initializer: the model plans the project from
     /// `description` into the feature ledger, which is committed (the
-    /// first commit, or one on top of an existing repository's) with an
-    /// empty decision memory; the progress log gets its first entry. An
-    /// initializer cut short goes on where it stood. Returns the commit.
+    /// first commit of a new repository, or one on the project's own branch
+    /// of an existing repository: see the ownership rule in the
+    /// [module docs](super)) with an empty decision memory; the progress
+    /// log gets its first entry. An initializer cut short goes on where it
+    /// stood. Returns the commit.
     ///
     /// # Errors
     ///
-    /// [`ProjectError::AlreadyInitialized`], or the initializer's failure
-    /// (a plan the ledger refuses, as [`ProjectError::Session`]).
+    /// [`ProjectError::AlreadyInitialized`];
+    /// [`ProjectError::UncommittedChanges`] (changes in an existing
+    /// repository, each named), [`ProjectError::NotEmpty`] (files in a
+    /// directory that is not a repository) or [`ProjectError::NotOwned`],
+    /// with nothing changed; or the initializer's failure (a plan the ledger
+    /// refuses, as [`ProjectError::Session`]).
     pub async fn initialize(&self, description: &str) -> Result<String, ProjectError> {
         let record = self.env.record().await?;
         if let Some(commit) = record.as_ref().and_then(|r| r.init_commit.clone()) {
@@ -292,14 +298,19 @@ impl ProjectAgent {
         }
         let session = self.env.init_session_id();
         let run = match self.init.session(&session).await {
-            Err(SessionError::NoSession(_)) => self.init.run_in(
-                session,
-                InitState {
-                    description: description.to_owned(),
-                    ledger: None,
-                    commit: None,
-                },
-            ),
+            Err(SessionError::NoSession(_)) => {
+                let (branch, taken) = self.env.take_repository().await?;
+                self.init.run_in(
+                    session,
+                    InitState {
+                        description: description.to_owned(),
+                        ledger: None,
+                        commit: None,
+                        branch: Some(branch),
+                        taken: Some(taken),
+                    },
+                )
+            }
             Err(e) => return Err(e.into()),
             Ok(stored) => match stored.phase {
                 SessionPhase::Completed { .. } => {
@@ -318,6 +329,8 @@ impl ProjectAgent {
     }
 
     async fn initialized(&self, state: InitState) -> Result<String, ProjectError> {
+        let taken = state.taken.map(|t| format!("; {t}")).unwrap_or_default();
+        let branch = state.branch;
         let (Some(commit), Some(ledger)) = (state.commit, state.ledger) else {
             return Err(ProjectError::Record {
                 project: self.env.name.clone(),
@@ -330,7 +343,7 @@ impl ProjectAgent {
                 0,
                 "initialized the project".into(),
                 format!(
-                    "{} features planned: {}",
+                    "{} features planned: {}{taken}",
                     ledger.features.len(),
                     ledger
                         .features
@@ -350,6 +363,7 @@ impl ProjectAgent {
                 sessions: Vec::new(),
                 current: None,
                 next_number: 1,
+                branch,
             })
             .await?;
         Ok(commit)
@@ -388,18 +402,26 @@ impl ProjectAgent {
     }
 
     /// Runs one session: the one cut short, if any (recovered where it
-    /// stood, in this process), else a new one from a clean working tree
-    /// (changes an unrecorded session left are rolled back first).
+    /// stood, in this process), else a new one, which needs a clean working
+    /// tree: changes found then are not the agent's, and stop it (nothing
+    /// is committed, reset or deleted). Either way the project's branch must
+    /// be checked out and hold only the agent's commits since the
+    /// initializer's.
     ///
     /// # Errors
     ///
     /// [`ProjectError::Paused`], [`ProjectError::Abandoned`],
-    /// [`ProjectError::NotInitialized`], or the session's failure
-    /// ([`ProjectError::Session`]): the session stays unfinished, and the
-    /// next call recovers it.
+    /// [`ProjectError::NotInitialized`];
+    /// [`ProjectError::UncommittedChanges`] naming each changed file,
+    /// [`ProjectError::WrongBranch`], [`ProjectError::ForeignCommits`] or
+    /// [`ProjectError::NotOwned`], with nothing changed; or the session's
+    /// failure ([`ProjectError::Session`]): the session stays unfinished,
+    /// and the next call recovers it (or [`roll_back`](Self::roll_back)
+    /// drops it).
     pub async fn run_session(&self) -> Result<SessionEnd, ProjectError> {
         let mut record = self.record().await?;
         self.refuse(&record)?;
+        self.env.check_owned(&record).await?;
         let (number, run) = match record.current.clone() {
             Some((number, id)) => {
                 let session = SessionId::from(id);
@@ -419,18 +441,7 @@ impl ProjectAgent {
                 }
             }
             None => {
-                if self.env.git.is_dirty().await? {
-                    self.env.git.reset_hard("HEAD").await?;
-                    append_once(
-                        &self.env,
-                        now_entry(
-                            0,
-                            "rolled back uncommitted changes".into(),
-                            "no session had recorded them".into(),
-                            self.env.git.head().await?,
-                        ),
-                    )?;
-                }
+                self.env.require_clean().await?;
                 let number = record.next_number;
                 let id = self.env.session_id(number);
                 record.current = Some((number, id.clone()));
@@ -717,17 +728,40 @@ impl ProjectAgent {
         Ok(text)
     }
 
-    /// Reverts the project to `commit` (a commit between the initializer's
-    /// and `HEAD`): the branch and working tree go back to it, a session cut
-    /// short is dropped, and the progress log says so. The ledger at
-    /// `commit` is checked first.
+    /// Drops the session cut short, if any (a failed or paused one), and
+    /// discards its uncommitted work — only its own: see
+    /// [`revert_to`](Self::revert_to), here to `HEAD`. What it discarded is
+    /// returned and listed in the progress log.
     ///
     /// # Errors
     ///
-    /// [`ProjectError::NotInHistory`] for a commit outside that range
-    /// (nothing changes), or the ledger's, git's or the store's error.
-    pub async fn revert_to(&self, commit: &str) -> Result<(), ProjectError> {
+    /// As [`revert_to`](Self::revert_to).
+    pub async fn roll_back(&self) -> Result<Rollback, ProjectError> {
+        self.revert_to("HEAD").await
+    }
+
+    /// Reverts the project to `commit` (a commit between the initializer's
+    /// and `HEAD`): a session cut short is dropped and its uncommitted work
+    /// discarded, then the branch goes back to `commit` (`git reset
+    /// --keep`), and the progress log lists every file discarded and every
+    /// commit moved back past. The ledger at `commit` is checked first.
+    ///
+    /// Only the agent's own work is rolled back: the branch must hold only
+    /// the agent's commits since the initializer's (a user's commit stops
+    /// it), uncommitted changes with no session under way are the user's
+    /// and stop it, and a session's rollback puts back the tracked files it
+    /// changed and removes the files it created, keeping every file that
+    /// was there (ignored) when it started. Ignored files are never removed.
+    ///
+    /// # Errors
+    ///
+    /// [`ProjectError::NotInHistory`] for a commit outside that range,
+    /// [`ProjectError::UncommittedChanges`], [`ProjectError::WrongBranch`],
+    /// [`ProjectError::ForeignCommits`] (nothing changes), or the ledger's,
+    /// git's or the store's error.
+    pub async fn revert_to(&self, commit: &str) -> Result<Rollback, ProjectError> {
         let mut record = self.record().await?;
+        self.env.check_owned(&record).await?;
         let refuse = |reason: &str| ProjectError::NotInHistory {
             project: self.env.name.clone(),
             commit: commit.to_owned(),
@@ -748,30 +782,153 @@ impl ProjectAgent {
         }
         let ledger = self.env.ledger_at(&target).await?;
         self.env.check(&ledger).await?;
-        git.reset_hard(&target).await?;
+
+        // The session cut short, if it got as far as its briefing (before
+        // that it did no work): its snapshot of the ignored files says what
+        // was there before it.
+        let mut session = None;
+        if let Some((number, id)) = &record.current
+            && let Ok(state) = self
+                .session
+                .state_at(&SessionId::from(id.as_str()), None)
+                .await
+            && let Some(briefing) = state.briefing
+        {
+            session = Some((*number, briefing.ignored));
+        }
+        let mut rollback = Rollback {
+            session: session.as_ref().map(|(n, _)| *n),
+            ..Rollback::default()
+        };
+        match &session {
+            None => self.env.require_clean().await?,
+            Some((_, ignored)) => {
+                git.reset_index().await?;
+                for change in self.env.changes().await? {
+                    let keep = change.is_untracked()
+                        && (super::session::listed(&change.path, ignored)
+                            || !is_file(&self.env.dir().join(&change.path)));
+                    if keep {
+                        rollback.kept.push(change.path);
+                    } else if change.is_untracked() {
+                        rollback.removed.push(change.path);
+                    } else {
+                        rollback.restored.push(change.path);
+                    }
+                }
+                git.restore(&rollback.restored).await?;
+                for path in &rollback.removed {
+                    let file = self.env.dir().join(path);
+                    match std::fs::remove_file(&file) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(files::FileError::Read {
+                                path: file,
+                                source: e,
+                            }
+                            .into());
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        rollback.commits = git
+            .commits_between(&target, &head)
+            .await?
+            .iter()
+            .map(super::git::CommitDetail::info)
+            .collect();
+        git.reset_keep(&target).await?;
         record.current = None;
         if record.state == ProjectState::Complete && !ledger.is_complete() {
             record.state = ProjectState::Active;
         }
         self.env.save_record(&record).await?;
-        files::append_progress(
-            self.env.dir(),
-            now_entry(
-                0,
-                format!("reverted to {}", files::short(&target)),
-                format!(
-                    "{} of {} features passing",
-                    ledger
-                        .features
-                        .iter()
-                        .filter(|f| f.status == FeatureStatus::Passing)
-                        .count(),
-                    ledger.features.len()
+        if let Some(number) = rollback.session {
+            files::append_progress(
+                self.env.dir(),
+                now_entry(
+                    number,
+                    "rolled back the session's uncommitted work".into(),
+                    rollback.files_summary(),
+                    Some(head.clone()),
                 ),
-                Some(target),
-            ),
-        )?;
-        Ok(())
+            )?;
+        }
+        if target != head {
+            files::append_progress(
+                self.env.dir(),
+                now_entry(
+                    0,
+                    format!("reverted to {}", files::short(&target)),
+                    format!(
+                        "{} of {} features passing; moved back past the agent's commits: {}",
+                        ledger
+                            .features
+                            .iter()
+                            .filter(|f| f.status == FeatureStatus::Passing)
+                            .count(),
+                        ledger.features.len(),
+                        rollback
+                            .commits
+                            .iter()
+                            .map(|c| format!("{} {}", files::short(&c.id), c.subject))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                    Some(target),
+                ),
+            )?;
+        }
+        Ok(rollback)
+    }
+}
+
+fn is_file(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir())
+}
+
+/// What [`ProjectAgent::revert_to`] or [`roll_back`](ProjectAgent::roll_back)
+/// discarded: the agent's own work only, each file and commit named.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rollback {
+    /// The session cut short whose uncommitted work was discarded, if any.
+    pub session: Option<u32>,
+    /// Tracked files the session changed, put back as `HEAD` held them.
+    pub restored: Vec<PathBuf>,
+    /// Files the session created, removed.
+    pub removed: Vec<PathBuf>,
+    /// Untracked files left in place: ignored when the session started
+    /// (so not its own), or directories.
+    pub kept: Vec<PathBuf>,
+    /// The agent's commits the branch moved back past, newest first.
+    pub commits: Vec<CommitInfo>,
+}
+
+impl Rollback {
+    /// The files, as the progress log lists them.
+    pub fn files_summary(&self) -> String {
+        let list = |paths: &[PathBuf]| {
+            if paths.is_empty() {
+                "none".to_owned()
+            } else {
+                paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let mut text = format!(
+            "restored: {}; removed: {}",
+            list(&self.restored),
+            list(&self.removed)
+        );
+        if !self.kept.is_empty() {
+            text.push_str(&format!("; kept (not the session's): {}", list(&self.kept)));
+        }
+        text
     }
 }
 

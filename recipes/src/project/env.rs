@@ -2,8 +2,8 @@
 //! repository, the session store, and the project's record in it.
 
 use super::error::ProjectError;
-use super::files::{self, LEDGER_PATH};
-use super::git::Git;
+use super::files::{self, LEDGER_PATH, PROGRESS_PATH};
+use super::git::{AGENT_EMAIL, AGENT_NAME, CommitDetail, Git, StatusEntry};
 use super::ledger::{FeatureStatus, Ledger};
 use super::verify::VerificationRun;
 use harness::SessionId;
@@ -14,6 +14,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The branch the agent creates, works and commits on in a repository it
+/// did not create (see the [module docs](super)).
+pub const PROJECT_BRANCH: &str = "harness/project";
 
 const RECORD_OWNER: &str = "harness-recipes.project";
 const EVIDENCE_OWNER: &str = "harness-recipes.evidence";
@@ -67,6 +71,11 @@ pub struct ProjectRecord {
     pub current: Option<(u32, String)>,
     /// The next session's number.
     pub next_number: u32,
+    /// The branch the agent works on: `main` in a repository it made,
+    /// [`PROJECT_BRANCH`] in one it did not (`None` in a record written
+    /// before branches were recorded: not checked).
+    #[serde(default)]
+    pub branch: Option<String>,
 }
 
 /// What the project's loops work with; an agent slot of their context.
@@ -206,6 +215,198 @@ impl ProjectEnv {
         }
         ledger.check_evidence(&runs)?;
         Ok(())
+    }
+
+    /// Whether `path` is a file the agent keeps beside the project without
+    /// committing it (the progress log, a session store under `.harness/`).
+    pub(crate) fn agent_uncommitted(path: &Path) -> bool {
+        path == Path::new(PROGRESS_PATH) || path.starts_with(".harness/store")
+    }
+
+    /// The changes in the working tree that are not the agent's own
+    /// uncommitted files.
+    pub(crate) async fn changes(&self) -> Result<Vec<StatusEntry>, ProjectError> {
+        Ok(self
+            .git
+            .status()
+            .await?
+            .into_iter()
+            .filter(|e| !Self::agent_uncommitted(&e.path))
+            .collect())
+    }
+
+    /// Refuses a working tree with changes: called where every change is
+    /// the user's (before the initializer, before a new session).
+    pub(crate) async fn require_clean(&self) -> Result<(), ProjectError> {
+        let changes = self.changes().await?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        Err(ProjectError::UncommittedChanges {
+            project: self.name.clone(),
+            dir: self.dir().to_owned(),
+            paths: changes.iter().map(ToString::to_string).collect(),
+        })
+    }
+
+    /// Takes the repository for the initializer, by the ownership rule of
+    /// the [module docs](super): an empty directory becomes a new
+    /// repository (branch `main`); a repository without commits is taken as
+    /// it is; a repository with commits and a clean working tree gets
+    /// [`PROJECT_BRANCH`] at its `HEAD`, checked out. Anything else is
+    /// refused and nothing is changed. Returns the branch and a sentence for
+    /// the progress log.
+    pub(crate) async fn take_repository(&self) -> Result<(String, String), ProjectError> {
+        let git = &self.git;
+        let dir = self.dir();
+        if !git.is_repository() {
+            let mut held: Vec<String> = std::fs::read_dir(dir)
+                .map_err(|source| files::FileError::Read {
+                    path: dir.to_owned(),
+                    source,
+                })?
+                .filter_map(Result::ok)
+                .map(|e| e.file_name())
+                .filter(|name| name != ".harness")
+                .map(|name| name.to_string_lossy().into_owned())
+                .collect();
+            if !held.is_empty() {
+                held.sort();
+                return Err(ProjectError::NotEmpty {
+                    project: self.name.clone(),
+                    dir: dir.to_owned(),
+                    paths: held,
+                });
+            }
+            git.init().await?;
+            return Ok((
+                "main".to_owned(),
+                "made a new git repository (branch `main`)".to_owned(),
+            ));
+        }
+        let refuse = |reason: String| ProjectError::NotOwned {
+            project: self.name.clone(),
+            dir: dir.to_owned(),
+            reason,
+        };
+        let Some(head) = git.head().await? else {
+            if git.has_refs().await? {
+                return Err(refuse(
+                    "HEAD is on a branch without commits while the repository has others; check out a branch with commits first".to_owned(),
+                ));
+            }
+            self.require_clean().await?;
+            let branch = git.branch().await?.unwrap_or_else(|| "main".to_owned());
+            return Ok((
+                branch.clone(),
+                format!(
+                    "took the repository without commits; its first commit starts branch `{branch}`"
+                ),
+            ));
+        };
+        self.require_clean().await?;
+        let current = git.branch().await?;
+        if current.as_deref() == Some(PROJECT_BRANCH) {
+            return Ok((
+                PROJECT_BRANCH.to_owned(),
+                format!(
+                    "works on branch `{PROJECT_BRANCH}`, checked out at {}",
+                    files::short(&head)
+                ),
+            ));
+        }
+        if git.branch_exists(PROJECT_BRANCH).await? {
+            return Err(refuse(format!(
+                "a branch `{PROJECT_BRANCH}` exists already; check it out to let the agent go on with it, or rename it (`git branch -m {PROJECT_BRANCH} other`), then run again"
+            )));
+        }
+        git.create_branch(PROJECT_BRANCH).await?;
+        let back = current.map_or_else(
+            || format!("`git switch --detach {}`", files::short(&head)),
+            |b| format!("`git switch {b}`"),
+        );
+        Ok((
+            PROJECT_BRANCH.to_owned(),
+            format!(
+                "created branch `{PROJECT_BRANCH}` at {} and switched to it; the agent commits only there, your branches are untouched ({back} goes back)",
+                files::short(&head)
+            ),
+        ))
+    }
+
+    /// Whether the agent made `commit`: its identity, and a trailer of this
+    /// project's initializer or sessions.
+    pub(crate) fn is_agent_commit(&self, commit: &CommitDetail) -> bool {
+        let init = super::session::trailer(&format!("{}-init", self.name));
+        let session = super::session::trailer(&format!("{}-session-", self.name));
+        commit.author == AGENT_NAME
+            && commit.email == AGENT_EMAIL
+            && commit
+                .message
+                .lines()
+                .any(|l| l.trim() == init || l.trim().starts_with(&session))
+    }
+
+    /// Refuses unless the project's branch is checked out.
+    pub(crate) async fn check_branch(&self, expected: &str) -> Result<(), ProjectError> {
+        let found = self.git.branch().await?;
+        if found.as_deref() == Some(expected) {
+            return Ok(());
+        }
+        Err(ProjectError::WrongBranch {
+            project: self.name.clone(),
+            dir: self.dir().to_owned(),
+            expected: expected.to_owned(),
+            found,
+        })
+    }
+
+    /// Refuses unless the repository is still the project's: its branch is
+    /// checked out, holds the initializer's commit, and every commit since
+    /// is the agent's.
+    pub(crate) async fn check_owned(&self, record: &ProjectRecord) -> Result<(), ProjectError> {
+        let Some(init) = &record.init_commit else {
+            return Ok(());
+        };
+        if let Some(branch) = &record.branch {
+            self.check_branch(branch).await?;
+        }
+        let branch = record.branch.clone().unwrap_or_else(|| "HEAD".to_owned());
+        let refuse = |reason: String| ProjectError::NotOwned {
+            project: self.name.clone(),
+            dir: self.dir().to_owned(),
+            reason,
+        };
+        let Some(head) = self.git.head().await? else {
+            return Err(refuse(format!(
+                "branch `{branch}` has no commit; the project's first commit {} is gone",
+                files::short(init)
+            )));
+        };
+        if !self.git.is_ancestor(init, &head).await? {
+            return Err(refuse(format!(
+                "branch `{branch}` no longer holds the project's first commit {}; check out the branch that does, or abandon the project",
+                files::short(init)
+            )));
+        }
+        let commits = self.git.commits_between(init, &head).await?;
+        let Some(oldest_foreign) = commits.iter().rposition(|c| !self.is_agent_commit(c)) else {
+            return Ok(());
+        };
+        let last_own = commits[oldest_foreign..]
+            .iter()
+            .find(|c| self.is_agent_commit(c))
+            .map_or_else(|| init.clone(), |c| c.id.clone());
+        Err(ProjectError::ForeignCommits {
+            project: self.name.clone(),
+            branch,
+            foreign: commits
+                .iter()
+                .filter(|c| !self.is_agent_commit(c))
+                .map(CommitDetail::info)
+                .collect(),
+            last_own: Some(last_own),
+        })
     }
 
     /// The ledger at `HEAD`, checked.

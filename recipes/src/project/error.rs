@@ -1,10 +1,23 @@
 //! What can go wrong with a project.
 
 use super::files::FileError;
-use super::git::GitError;
+use super::git::{CommitInfo, GitError};
 use super::ledger::LedgerError;
 use harness::session::SessionError;
 use harness::{LoopValidationError, RunError};
+use std::path::PathBuf;
+
+fn list(paths: &[String]) -> String {
+    paths.join(", ")
+}
+
+fn commits(commits: &[CommitInfo]) -> String {
+    commits
+        .iter()
+        .map(|c| format!("{} \"{}\"", super::files::short(&c.id), c.subject))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Why a project operation failed. Nothing stored is lost by a failure:
 /// the session that failed can be resumed.
@@ -84,6 +97,82 @@ pub enum ProjectError {
         /// The project.
         project: String,
         /// What is wrong.
+        reason: String,
+    },
+    /// The working tree has changes the agent did not make (found before
+    /// the initializer or a new session, when every change is the user's):
+    /// nothing was committed, reset or deleted.
+    #[error(
+        "project `{project}`: {} has changes the project agent did not make: {}; commit them, stash them (`git stash --include-untracked`) or add them to .gitignore, then run again (the agent never commits, resets or deletes files it did not write)",
+        dir.display(),
+        list(paths)
+    )]
+    UncommittedChanges {
+        /// The project.
+        project: String,
+        /// The working directory.
+        dir: PathBuf,
+        /// Each path, with what changed (`a.txt (modified)`).
+        paths: Vec<String>,
+    },
+    /// The directory is not a git repository and holds files: the agent
+    /// makes a repository only in an empty directory.
+    #[error(
+        "project `{project}`: {} is not a git repository and holds files the project agent did not write: {}; use an empty directory, or make it a repository and commit them (`git init && git add -A && git commit`), and the agent will work on a branch of its own",
+        dir.display(),
+        list(paths)
+    )]
+    NotEmpty {
+        /// The project.
+        project: String,
+        /// The working directory.
+        dir: PathBuf,
+        /// What it holds.
+        paths: Vec<String>,
+    },
+    /// The repository is not on the project's branch: the agent works and
+    /// commits only there.
+    #[error(
+        "project `{project}`: the repository in {} has {} checked out, not the project's branch `{expected}`; the agent works only on its own branch: commit or stash your changes and run `git switch {expected}`, then run again",
+        dir.display(),
+        found.as_deref().map_or_else(|| "a detached HEAD".to_owned(), |b| format!("branch `{b}`"))
+    )]
+    WrongBranch {
+        /// The project.
+        project: String,
+        /// The working directory.
+        dir: PathBuf,
+        /// The project's branch.
+        expected: String,
+        /// The branch checked out (`None`: detached `HEAD`).
+        found: Option<String>,
+    },
+    /// The project's branch has commits the agent did not make (or no
+    /// longer holds its first commit): the agent never moves a branch over
+    /// a commit it did not make, so it stops.
+    #[error(
+        "project `{project}`: branch `{branch}` has commits the project agent did not make: {}; the agent never moves a branch over someone else's commit: keep them on a branch of your own (`git branch my-work {branch}`) and put `{branch}` back at the agent's last commit ({}), or abandon the project",
+        commits(foreign),
+        last_own.as_deref().map_or("unknown", super::files::short)
+    )]
+    ForeignCommits {
+        /// The project.
+        project: String,
+        /// The project's branch.
+        branch: String,
+        /// The commits the agent did not make, newest first.
+        foreign: Vec<CommitInfo>,
+        /// The newest commit of the agent below them, if any.
+        last_own: Option<String>,
+    },
+    /// The repository is in a state the agent will not take over.
+    #[error("project `{project}`: cannot take over the repository in {}: {reason}", dir.display())]
+    NotOwned {
+        /// The project.
+        project: String,
+        /// The working directory.
+        dir: PathBuf,
+        /// Why, and what to do.
         reason: String,
     },
 }

@@ -19,6 +19,13 @@ pub struct InitState {
     pub ledger: Option<Ledger>,
     /// The first commit.
     pub commit: Option<String>,
+    /// The branch the project works on, taken before the initializer ran
+    /// (see the [module docs](super) for the rule).
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// How the repository was taken, for the progress log.
+    #[serde(default)]
+    pub taken: Option<String>,
 }
 
 const PLANNER: &str = "You turn a project description into a feature ledger for a long-running coding agent. \
@@ -84,27 +91,35 @@ async fn plan(state: Arc<InitState>, cx: Cx<SessionDeps>) -> StepResult<InitStat
     }
 }
 
-/// Makes the repository, writes the ledger, the empty decision memory and
-/// `.gitignore`, and commits them — once.
+/// Writes the ledger, the empty decision memory and the lines of
+/// `.gitignore`, and commits those three files — once — on the project's
+/// branch (taken before the loop ran, with a clean working tree: nothing
+/// else is staged).
 async fn setup(state: Arc<InitState>, cx: Cx<SessionDeps>) -> StepResult<InitStateUpdate> {
     let ledger = state
         .ledger
         .clone()
         .ok_or_else(|| harness::StepError::msg("the plan step left no ledger"))?;
+    let branch = state.branch.clone();
     let env = Arc::clone(&cx.env);
     let commit = cx
         .try_once("commit", async move {
-            env.git.init().await?;
             let trailer = super::session::trailer(&format!("{}-init", env.name));
             if let Some(head) = env.git.head().await?
                 && env.git.message(&head).await?.contains(&trailer)
             {
                 return Ok(head);
             }
+            if let Some(branch) = &branch {
+                env.check_branch(branch).await?;
+            }
             let dir = env.dir();
             let ignore = files::path(dir, ".gitignore");
             let mut text = std::fs::read_to_string(&ignore).unwrap_or_default();
             if !text.contains(GITIGNORE) {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
                 text.push_str(GITIGNORE);
                 files::write_text(&ignore, &text)?;
             }
@@ -118,7 +133,8 @@ async fn setup(state: Arc<InitState>, cx: Cx<SessionDeps>) -> StepResult<InitSta
                 ledger.features.len(),
                 trailer
             );
-            Ok::<String, super::error::ProjectError>(env.git.commit_all(&message).await?)
+            let paths = [".gitignore", LEDGER_PATH, DECISIONS_PATH].map(std::path::PathBuf::from);
+            Ok::<String, super::error::ProjectError>(env.git.commit_paths(&message, &paths).await?)
         })
         .await?;
     Ok(InitStateUpdate::new().commit(Some(commit)))

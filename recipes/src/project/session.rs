@@ -35,6 +35,24 @@ pub struct Briefing {
     /// The orientation for the model: progress log, ledger, recent
     /// commits, lessons of earlier sessions.
     pub prompt: String,
+    /// The ignored files and directories there were when the session
+    /// started (a directory ends in `/`): never the session's, so never
+    /// committed or removed by it, even if its work un-ignores them.
+    #[serde(default)]
+    pub ignored: Vec<String>,
+}
+
+/// Whether `path` is one of `entries` or inside one of them that is a
+/// directory (ends in `/`).
+pub(crate) fn listed(path: &std::path::Path, entries: &[String]) -> bool {
+    let path = path.to_string_lossy();
+    entries.iter().any(|e| {
+        if e.ends_with('/') {
+            path.starts_with(e.as_str())
+        } else {
+            *path == **e
+        }
+    })
 }
 
 /// The feature a session picked (the model's typed answer).
@@ -433,10 +451,18 @@ async fn orient(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
             ));
         }
     }
+    let ignored = env
+        .git
+        .ignored()
+        .await?
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     Ok(SessionStateUpdate::new().briefing(Some(Briefing {
         head,
         ledger,
         prompt,
+        ignored,
     })))
 }
 
@@ -652,12 +678,18 @@ pub(crate) fn trailer(session: &str) -> String {
 }
 
 /// Commits the work with its ledger entry — once: a repeat after a crash
-/// finds the commit by its trailer.
+/// finds the commit by its trailer. The session started from a clean
+/// working tree, so what changed is its own; each changed file is staged by
+/// name, except the agent's uncommitted files and files that were ignored
+/// when the session started (which a `.gitignore` edit could have
+/// un-ignored: they stay out of every commit). It commits only on the
+/// project's branch, on top of the commit the session started from.
 async fn commit(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<SessionStateUpdate> {
     let record = state
         .record
         .as_ref()
         .ok_or_else(|| StepError::msg("the session recorded nothing"))?;
+    let briefing = briefing(&state)?.clone();
     let session = cx.session_id().to_string();
     let message = format!(
         "session {}: {} is {}\n\n{}\n",
@@ -666,15 +698,38 @@ async fn commit(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
         record.status,
         trailer(&session)
     );
-    let git = cx.env.git.clone();
+    let env = Arc::clone(&cx.env);
     let id = cx
         .try_once("commit", async move {
-            if let Some(head) = git.head().await?
-                && git.message(&head).await?.contains(&trailer(&session))
+            let git = &env.git;
+            let head = git.head().await?;
+            if let Some(head) = &head
+                && git.message(head).await?.contains(&trailer(&session))
             {
-                return Ok::<String, super::git::GitError>(head);
+                return Ok::<String, super::error::ProjectError>(head.clone());
             }
-            git.commit_all(&message).await
+            if let Some(branch) = env.record().await?.and_then(|r| r.branch) {
+                env.check_branch(&branch).await?;
+            }
+            if head.as_deref() != Some(briefing.head.as_str()) {
+                return Err(super::error::ProjectError::NotOwned {
+                    project: env.name.clone(),
+                    dir: env.dir().to_owned(),
+                    reason: format!(
+                        "HEAD moved from {} to {} during session {session} (a commit the agent did not make); the session's work is left uncommitted",
+                        files::short(&briefing.head),
+                        head.as_deref().map_or("nothing", files::short)
+                    ),
+                });
+            }
+            let paths: Vec<std::path::PathBuf> = env
+                .changes()
+                .await?
+                .into_iter()
+                .filter(|e| !(e.is_untracked() && listed(&e.path, &briefing.ignored)))
+                .map(|e| e.path)
+                .collect();
+            Ok(git.commit_paths(&message, &paths).await?)
         })
         .await?;
     Ok(SessionStateUpdate::new().commit(Some(id)))
