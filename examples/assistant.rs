@@ -13,155 +13,46 @@
 //!     # prices per million tokens by model name: {"claude-sonnet-4-5": {"input": 3, "output": 15}}
 //! ```
 //!
+//! The file tools ([`harness_kit::fs`]) read and list inside the working
+//! directory without asking; a path outside it (absolute, or `..` above
+//! it) is asked about first, and a link that leads out, `/proc`, devices
+//! and FIFOs are refused whatever the answer. A shell command
+//! ([`harness_kit::shell`]) is one program with its arguments, run
+//! without a shell and without the process's secrets in its environment;
+//! every one is asked about. "Always" remembers exactly that command line
+//! (`shell: wc -l README.md`; not `wc -w`, and never `wc -l README.md;
+//! touch x`, which is refused), in the session's state, so it holds after
+//! a resume in another process.
+//!
 //! Sessions live in a sled database (`--store DIR`, default
-//! `.harness/assistant`). "Always" remembers the command's program for
-//! the session (`shell:wc`), in the session's state, so it holds after a
-//! resume in another process. Usage per model is printed at the end.
+//! `.harness/assistant`). Usage per model is printed at the end.
 
 use harness::llm::{
-    Expect, ModelResponse, PriceTable, Role, ScriptedModel, Tool, ToolCall, ToolSet, Usage,
+    Expect, ModelResponse, PriceTable, Role, ScriptedModel, ToolCall, ToolSet, Usage,
 };
 use harness::session::SessionPhase;
 use harness::{RunError, RunEvent, SessionId, create_agent_with};
+use harness_kit::fs::{ListDir, ReadFile, Root, Window, path_policy};
+use harness_kit::shell::{self, Shell};
 use harness_kit::{
     AgentChat, AgentLoop, ApprovalRequest, Decision, Decisions, Limits, MEMORY_EVICTED,
-    MemoryConfig, ModelDeps, ModelDepsAgent, PendingCall, Policy, UnitBody, usage_report,
+    MemoryConfig, ModelDeps, ModelDepsAgent, PendingCall, UnitBody, usage_report,
 };
 use harness_stores::SledStore;
-use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 const DEFAULT_TASK: &str =
     "What is in this directory, and how long is README.md (lines and words)?";
 
-/// Command output kept for the model, at most.
-const MAX_OUTPUT: usize = 8 * 1024;
+/// Of a file, the model sees at most its first 8 KiB.
+const READ_WINDOW: Window = Window::Head(8 * 1024);
 
-#[derive(Deserialize, JsonSchema)]
-struct PathArgs {
-    /// A path, relative to the working directory.
-    path: String,
-}
-
-/// Reads a text file.
-struct ReadFile;
-
-#[async_trait::async_trait]
-impl Tool for ReadFile {
-    type Args = PathArgs;
-    type Output = String;
-    type Error = String;
-    fn name(&self) -> &str {
-        "read_file"
-    }
-    fn description(&self) -> &str {
-        "Reads a text file (at most 8 KiB of it)."
-    }
-    async fn call(&self, args: PathArgs) -> Result<String, String> {
-        let text = std::fs::read_to_string(&args.path)
-            .map_err(|e| format!("cannot read {}: {e}", args.path))?;
-        Ok(truncate(text))
-    }
-}
-
-/// Lists a directory.
-struct ListDir;
-
-#[async_trait::async_trait]
-impl Tool for ListDir {
-    type Args = PathArgs;
-    type Output = String;
-    type Error = String;
-    fn name(&self) -> &str {
-        "list_dir"
-    }
-    fn description(&self) -> &str {
-        "Lists a directory: one entry per line, directories ending with /."
-    }
-    async fn call(&self, args: PathArgs) -> Result<String, String> {
-        let entries =
-            std::fs::read_dir(&args.path).map_err(|e| format!("cannot list {}: {e}", args.path))?;
-        let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
-            .map(|entry| {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                match entry.file_type() {
-                    Ok(kind) if kind.is_dir() => format!("{name}/"),
-                    _ => name,
-                }
-            })
-            .collect();
-        names.sort();
-        Ok(names.join("\n"))
-    }
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct ShellArgs {
-    /// A command line for `sh -c`.
-    command: String,
-}
-
-/// Runs a shell command in the working directory.
-struct Shell;
-
-#[async_trait::async_trait]
-impl Tool for Shell {
-    type Args = ShellArgs;
-    type Output = String;
-    type Error = String;
-    fn name(&self) -> &str {
-        "shell"
-    }
-    fn description(&self) -> &str {
-        "Runs a command with `sh -c` in the working directory; returns its standard output."
-    }
-    async fn call(&self, args: ShellArgs) -> Result<String, String> {
-        let command = args.command;
-        let output = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("sh")
-                .arg("-c")
-                .arg(&command)
-                .stdin(std::process::Stdio::null())
-                .output()
-        })
-        .await
-        .map_err(|e| format!("the command did not finish: {e}"))?
-        .map_err(|e| format!("cannot start sh: {e}"))?;
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        if output.status.success() {
-            Ok(truncate(stdout))
-        } else {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            Err(truncate(format!("{}: {stderr}{stdout}", output.status)))
-        }
-    }
-}
-
-fn truncate(mut text: String) -> String {
-    if text.len() > MAX_OUTPUT {
-        let mut end = MAX_OUTPUT;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("\n[truncated]");
-    }
-    text
-}
-
-/// What "always" remembers of a shell call: its program.
-fn program(args: &Value) -> String {
-    let line = args["command"].as_str().unwrap_or_default();
-    format!(
-        "shell:{}",
-        line.split_whitespace().next().unwrap_or_default()
-    )
-}
+/// A command runs for at most this long.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The offline model's turns, from turn `skip` on (a resumed session has
 /// taken the first ones).
@@ -179,14 +70,15 @@ fn script(skip: usize) -> ScriptedModel {
             ModelResponse::from_tool_call(shell("call_3", "grep -c agent README.md"))
                 .with_usage(Usage::new(530, 21)),
         ),
+        // The same command line again: "always" for it lets it run unasked.
         Expect::any().reply(
-            ModelResponse::from_tool_call(shell("call_4", "wc -w README.md"))
+            ModelResponse::from_tool_call(shell("call_4", "wc -l README.md"))
                 .with_usage(Usage::new(601, 19)),
         ),
         Expect::any().reply(
             ModelResponse::from_text(
-                "I listed the directory and counted README.md's lines, mentions of \"agent\" \
-                 and words with the shell; the results are above.",
+                "I listed the directory, counted README.md's lines and its mentions of \
+                 \"agent\", and counted the lines again: the results are above.",
             )
             .with_usage(Usage::new(668, 33)),
         ),
@@ -240,15 +132,21 @@ async fn run() -> Result<(), Error> {
         None => None,
     };
 
-    let tools = ToolSet::new().with(ReadFile).with(ListDir).with(Shell);
+    // The working directory is the root: inside it files are read and
+    // listed unasked; outside it only with the user's approval.
+    let root = Root::open(".")?.allow_outside();
+    let tools = ToolSet::new()
+        .with(ReadFile::new(root.clone(), READ_WINDOW))
+        .with(ListDir::new(root.clone()))
+        .with(Shell::new(".", COMMAND_TIMEOUT));
     let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools)
         .system(
             "You are a careful assistant in a terminal. Use the tools to look before you \
              answer; prefer reading and listing to the shell. Answer briefly.",
         )
-        .policy("read_file", Policy::allow())
-        .policy("list_dir", Policy::allow())
-        .policy("shell", Policy::ask().remember_by(program))
+        .policy("read_file", path_policy(&root, "read_file", "path"))
+        .policy("list_dir", path_policy(&root, "list_dir", "path"))
+        .policy("shell", shell::policy())
         .limits(Limits::none().turns(12).tokens(200_000))
         .memory(MemoryConfig::budget(24_000))
         .builder()

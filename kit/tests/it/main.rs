@@ -3,6 +3,7 @@
 mod approval;
 mod confine;
 mod example;
+mod hostile;
 mod memory;
 mod props;
 mod recipe;
