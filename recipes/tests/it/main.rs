@@ -4,3 +4,4 @@ mod commands;
 mod orchestrator;
 mod project;
 mod project_crash;
+mod project_ownership;
