@@ -1,11 +1,15 @@
 //! Tools for working in the project's directory: read and write files,
-//! list a directory, run a command. Paths are relative to the directory
-//! and may not leave it.
+//! list a directory, run a command. The file tools are confined to the
+//! directory by [`harness_kit::fs::Root`]: a path may not leave it, by
+//! `..`, an absolute path or a link (one the model made with a command
+//! included), and `/proc`, devices, FIFOs and hard-linked files are not
+//! read.
 
 use harness::llm::{Tool, ToolSet};
+use harness_kit::fs::{FsError, Root, Window};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,20 +31,24 @@ pub fn workspace_tools(dir: impl Into<PathBuf>, timeout: Duration) -> ToolSet {
 }
 
 /// The most of a file `read_file` reads: its end (it shows the last 4 KiB).
-const READ_LIMIT: usize = 16 * 1024;
+const READ_LIMIT: u64 = 16 * 1024;
 
-/// `relative` inside `dir`, refusing absolute paths and `..`.
-fn inside(dir: &Path, relative: &str) -> Result<PathBuf, String> {
-    let path = Path::new(relative);
-    if path
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "the path {relative:?} leaves the project directory; give a path relative to it, without `..`"
-        ));
-    }
-    Ok(dir.join(path))
+/// The project directory as the file tools' [`Root`], opened at each call
+/// (the directory may be made after the tools are).
+fn root(dir: &Path) -> Result<Root, String> {
+    Root::open(dir).map_err(|e| format!("the project directory: {e}"))
+}
+
+/// Runs a file operation off the async threads; its error as text for the
+/// model.
+async fn blocking<T: Send + 'static>(
+    dir: &Arc<Path>,
+    work: impl FnOnce(Root) -> Result<T, FsError> + Send + 'static,
+) -> Result<T, String> {
+    let dir = Arc::clone(dir);
+    tokio::task::spawn_blocking(move || work(root(&dir)?).map_err(|e| e.to_string()))
+        .await
+        .map_err(|e| format!("the file operation did not finish: {e}"))?
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -64,26 +72,12 @@ impl Tool for ReadFile {
         "Reads a text file of the project (the last 4 KiB of a longer one)."
     }
     async fn call(&self, args: PathArgs) -> Result<String, String> {
-        use tokio::io::{AsyncReadExt, AsyncSeekExt};
-        let file = inside(&self.0, &args.path)?;
-        let cannot = |e: std::io::Error| format!("cannot read {}: {e}", args.path);
-        let mut f = tokio::fs::File::open(&file).await.map_err(cannot)?;
-        let meta = f.metadata().await.map_err(cannot)?;
-        // A device, a pipe or a directory (say, a link a command made to
-        // /dev/zero) is not read: it could be endless.
-        if !meta.is_file() {
-            return Err(format!("{} is not a regular file", args.path));
-        }
-        // Only the end is kept: read no more than it.
-        let keep = READ_LIMIT as u64;
-        f.seek(std::io::SeekFrom::Start(meta.len().saturating_sub(keep)))
-            .await
-            .map_err(cannot)?;
-        let mut bytes = Vec::new();
-        f.take(keep).read_to_end(&mut bytes).await.map_err(cannot)?;
-        Ok(super::verify::tail(
-            String::from_utf8_lossy(&bytes).into_owned(),
-        ))
+        // Only the end is kept: no more than it is read.
+        let read = blocking(&self.0, move |root| {
+            root.read(&args.path, Window::Tail(READ_LIMIT))
+        })
+        .await?;
+        Ok(super::verify::tail(read.text))
     }
 }
 
@@ -110,20 +104,12 @@ impl Tool for WriteFile {
         "Writes a file of the project (creating its directories), replacing its content."
     }
     async fn call(&self, args: WriteArgs) -> Result<String, String> {
-        let file = inside(&self.0, &args.path)?;
-        if let Some(parent) = file.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| format!("cannot create the directory of {}: {e}", args.path))?;
-        }
-        tokio::fs::write(&file, args.content.as_bytes())
-            .await
-            .map_err(|e| format!("cannot write {}: {e}", args.path))?;
-        Ok(format!(
-            "wrote {} bytes to {}",
-            args.content.len(),
-            args.path
-        ))
+        let done = format!("wrote {} bytes to {}", args.content.len(), args.path);
+        blocking(&self.0, move |root| {
+            root.write(&args.path, args.content.as_bytes())
+        })
+        .await?;
+        Ok(done)
     }
 }
 
@@ -142,17 +128,20 @@ impl Tool for ListDir {
         "Lists a directory of the project: one entry per line, directories ending with /."
     }
     async fn call(&self, args: PathArgs) -> Result<String, String> {
-        let dir = inside(&self.0, &args.path)?;
-        let mut entries = tokio::fs::read_dir(&dir)
-            .await
-            .map_err(|e| format!("cannot list {}: {e}", args.path))?;
-        let mut names = Vec::new();
-        while let Ok(Some(entry)) = entries.next_entry().await {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_dir = entry.file_type().await.is_ok_and(|t| t.is_dir());
-            names.push(if is_dir { format!("{name}/") } else { name });
+        let (entries, more) = blocking(&self.0, move |root| root.list(&args.path)).await?;
+        let mut names: Vec<String> = entries
+            .into_iter()
+            .map(|e| {
+                if e.is_dir {
+                    format!("{}/", e.name)
+                } else {
+                    e.name
+                }
+            })
+            .collect();
+        if more > 0 {
+            names.push(format!("[{more} more entries not shown]"));
         }
-        names.sort();
         Ok(names.join("\n"))
     }
 }

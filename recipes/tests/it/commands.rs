@@ -120,25 +120,93 @@ async fn read_file_reads_the_end_of_a_regular_file_and_refuses_endless_ones() {
     );
     assert!(!out.contains("line 1000\\n"), "only the end is read");
     // Links a command could make to endless or special files, a directory,
-    // a path outside.
-    for (name, target) in [
-        ("zero", "/dev/zero"),
-        ("urandom", "/dev/urandom"),
-        ("here", "."),
+    // a path outside: refused, at once.
+    for (name, target, refusal) in [
+        ("zero", "/dev/zero", "leads outside"),
+        ("urandom", "/dev/urandom", "leads outside"),
+        ("environ", "/proc/self/environ", "leads outside"),
+        ("here", ".", "is a directory, not a regular file"),
     ] {
         std::os::unix::fs::symlink(target, dir.path().join(name)).unwrap();
         let started = Instant::now();
         let out = read(name).await;
         assert!(started.elapsed() < Duration::from_secs(10));
-        assert!(out.contains("is not a regular file"), "{name}: {out}");
+        assert!(out.contains(refusal), "{name}: {out}");
     }
     for path in ["../x", "/etc/passwd", "a/../../b"] {
         let out = read(path).await;
+        assert!(out.contains("leads outside"), "{path}: {out}");
+    }
+}
+
+/// The model makes links and hard links with its own commands, then reads
+/// and writes through them: nothing outside the project is read or
+/// written, and the host's environment never comes back.
+#[tokio::test]
+async fn links_the_models_commands_make_do_not_lead_the_file_tools_out() {
+    use harness::llm::ToolCall;
+    use harness_recipes::project::workspace_tools;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "OUTSIDE-SECRET").unwrap();
+    let tools = workspace_tools(dir.path(), Duration::from_secs(20));
+    let call = |name: &str, args: serde_json::Value| {
+        let call = ToolCall::new("c1", name, args);
+        let tools = &tools;
+        async move { tools.dispatch_or_report(&call).await }
+    };
+    let secret = outside.path().join("secret.txt");
+    let out_dir = outside.path().display().to_string();
+    for command in [
+        "ln -s /proc/self/environ env.txt".to_owned(),
+        "ln -s /proc/self/cwd cwd".to_owned(),
+        "ln -s .. up".to_owned(),
+        format!("ln -s {out_dir} out"),
+        format!("ln -s {} leak.txt", secret.display()),
+        format!("ln {} hard.txt", secret.display()),
+        "mkdir -p a/b && ln -s ../../.. a/b/top".to_owned(),
+    ] {
+        let out = call("run", serde_json::json!({ "command": command })).await;
+        assert!(!out.is_error, "{command}: {}", out.content);
+    }
+    for path in [
+        "env.txt",
+        "cwd/environ",
+        "up/secret.txt",
+        "out/secret.txt",
+        "leak.txt",
+        "hard.txt",
+        "a/b/top/x",
+    ] {
+        let out = call("read_file", serde_json::json!({ "path": path })).await;
+        assert!(out.is_error, "{path}: {}", out.content);
         assert!(
-            out.contains("leaves the project directory"),
-            "{path}: {out}"
+            !out.content.contains("OUTSIDE-SECRET"),
+            "{path}: {}",
+            out.content
+        );
+        assert!(!out.content.contains("PATH="), "{path}: {}", out.content);
+    }
+    for path in ["out", "up", "a/b/top"] {
+        let out = call("list_dir", serde_json::json!({ "path": path })).await;
+        assert!(
+            out.is_error && out.content.contains("leads outside"),
+            "{path}: {}",
+            out.content
         );
     }
+    // Writes through the links: the outside file keeps its content, and
+    // nothing is created outside.
+    for path in ["out/new.txt", "leak.txt", "hard.txt", "up/x.txt"] {
+        let _ = call(
+            "write_file",
+            serde_json::json!({ "path": path, "content": "overwritten" }),
+        )
+        .await;
+    }
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "OUTSIDE-SECRET");
+    assert!(!outside.path().join("new.txt").exists());
+    assert!(!outside.path().join("x.txt").exists());
 }
 
 #[tokio::test]
