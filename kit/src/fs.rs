@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The most symbolic links one path may pass through (Linux's own limit).
-const MAX_LINKS: usize = 40;
+pub const MAX_LINKS: usize = 40;
 
 /// The most entries [`Root::list`] returns.
 pub const MAX_ENTRIES: usize = 1000;

@@ -8,7 +8,6 @@ pub mod memory;
 pub mod policy;
 pub mod recipe;
 pub mod schema;
-#[cfg(unix)]
 pub mod shell;
 pub mod tokens;
 pub mod transcript;

@@ -24,15 +24,17 @@ type Key = Arc<dyn Fn(&Value) -> String + Send + Sync>;
 /// use harness_kit::{Policy, Verdict};
 /// use serde_json::json;
 ///
-/// // Shell commands starting with `ls` or `cat ` run; others are asked about,
-/// // and "always allow" remembers the command's program (`shell:git`).
-/// let shell = Policy::allow_prefixes("command", ["ls", "cat "]).remember_by(|args| {
-///     let program = args["command"].as_str().unwrap_or("").split_whitespace().next().unwrap_or("");
-///     format!("shell:{program}")
-/// });
+/// // `ls` and `git status` (with any further arguments) run; other
+/// // commands are asked about, and "always allow" remembers the exact
+/// // command line; a line with `;`, `|`, `$(…)` or a redirection is refused.
+/// let shell = Policy::allow_commands("command", ["ls", "git status"])
+///     .remember_by(harness_kit::shell::allow_key);
 /// assert_eq!(shell.judge(&json!({"command": "ls -la"})), Verdict::Allow);
+/// assert_eq!(shell.judge(&json!({"command": "git status --short"})), Verdict::Allow);
 /// assert_eq!(shell.judge(&json!({"command": "git push"})), Verdict::Ask);
-/// assert_eq!(shell.allow_key("shell", &json!({"command": "git push"})), "shell:git");
+/// assert_eq!(shell.judge(&json!({"command": "lsblk"})), Verdict::Ask);
+/// assert!(matches!(shell.judge(&json!({"command": "ls; rm -rf ~"})), Verdict::Deny(_)));
+/// assert_eq!(shell.allow_key("shell", &json!({"command": "git push"})), "shell: git push");
 /// ```
 #[derive(Clone)]
 pub struct Policy {
@@ -86,6 +88,10 @@ impl Policy {
 
     /// Calls whose string argument `field` starts with one of `prefixes`
     /// run; the others are asked about.
+    ///
+    /// This matches text, not commands: `"ls"` also matches `lsblk` and
+    /// `ls; rm -rf ~`. For a shell command use
+    /// [`allow_commands`](Self::allow_commands).
     pub fn allow_prefixes<I, P>(field: impl Into<String>, prefixes: I) -> Self
     where
         I: IntoIterator<Item = P>,
@@ -99,6 +105,46 @@ impl Policy {
                 Verdict::Allow
             } else {
                 Verdict::Ask
+            }
+        })
+    }
+
+    /// Shell commands in the string argument `field`, parsed as one
+    /// [`CommandLine`](crate::shell::CommandLine): those whose argv starts
+    /// with the argv of one of `commands` (whole words: `"git status"`
+    /// allows `git status --short`, not `git stash`) run; other commands
+    /// are asked about; a line that is not one plain command (`;`, `&&`,
+    /// `|`, `$(…)`, a redirection) is refused with the reason, for the
+    /// model. An entry of `commands` that is not one plain command itself
+    /// allows nothing.
+    pub fn allow_commands<I, C>(field: impl Into<String>, commands: I) -> Self
+    where
+        I: IntoIterator<Item = C>,
+        C: AsRef<str>,
+    {
+        let field = field.into();
+        let commands: Vec<Vec<String>> = commands
+            .into_iter()
+            .filter_map(|c| crate::shell::CommandLine::parse(c.as_ref()).ok())
+            .map(|c| c.argv().to_vec())
+            .collect();
+        Self::when_labelled("commands", move |args| {
+            let text = args.get(&field).and_then(Value::as_str).unwrap_or("");
+            match crate::shell::CommandLine::parse(text) {
+                Err(e) => Verdict::Deny(e.to_string()),
+                Ok(line) => {
+                    let argv = line.argv();
+                    let allowed = commands.iter().any(|prefix| {
+                        !prefix.is_empty()
+                            && argv.len() >= prefix.len()
+                            && argv.iter().zip(prefix).all(|(a, p)| a == p)
+                    });
+                    if allowed {
+                        Verdict::Allow
+                    } else {
+                        Verdict::Ask
+                    }
+                }
             }
         })
     }
