@@ -122,9 +122,26 @@ async fn run() -> Result<(), Error> {
     println!("\n{}", project.report_markdown().await?);
     println!(
         "continue in another process:\n  cargo run -p harness-examples --example long_running -- --dir {}",
-        dir.display()
+        shell_quote(&dir.to_string_lossy())
     );
     Ok(())
+}
+
+/// `word` as one word of a POSIX shell command line: as it is if it holds
+/// only characters no shell treats specially, else in single quotes, where
+/// every character is literal (`$`, `` ` ``, `\`, spaces, newlines) but the
+/// single quote itself, which is written `'\''` (close, an escaped quote,
+/// reopen).
+fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 fn short(commit: &str) -> &str {
@@ -197,4 +214,44 @@ fn script(done: Option<usize>) -> ScriptedModel {
         Some(done) => sessions.into_iter().skip(done).flatten().collect(),
     };
     ScriptedModel::new(turns)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+    use super::shell_quote;
+
+    /// Each word, quoted, is read back by `sh` as exactly itself.
+    #[test]
+    fn a_quoted_word_is_read_back_by_the_shell_as_itself() {
+        for word in [
+            "/tmp/wc",
+            "/tmp/my project/wc",
+            "/tmp/it's/wc",
+            "/tmp/'quoted'/''",
+            "/tmp/\"double\"/wc",
+            "/tmp/$HOME/${PATH}/$(touch pwned)/`id`",
+            "/tmp/new\nline/wc",
+            "/tmp/semi;colon & amp | pipe > out < in * ? [a] ~ # !",
+            "/tmp/back\\slash\\n",
+            "/tmp/tab\there",
+            "/tmp/ünïcødé/wc",
+            "-starts-with-dash",
+            "",
+        ] {
+            let quoted = shell_quote(word);
+            let out = std::process::Command::new("sh")
+                .args(["-c", &format!("printf '%s' {quoted}")])
+                .current_dir(std::env::temp_dir())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{word:?} as {quoted}");
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), word, "{quoted}");
+        }
+        // Plain words stay as they are, for reading.
+        assert_eq!(shell_quote("/tmp/wc-1.2_x"), "/tmp/wc-1.2_x");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
 }

@@ -10,7 +10,8 @@
 //! continued with `--resume SESSION`, which re-runs only the tasks that had
 //! not completed. `--max-replans N` changes how many times the planner may
 //! try again (default 3): a small local model's plans are often refused,
-//! and each refusal is printed with its reasons.
+//! and each refusal is printed with its reasons. A run that gives up (no
+//! answer) exits with status 1.
 
 use async_trait::async_trait;
 use harness::llm::{
@@ -400,13 +401,26 @@ async fn run() -> Result<(), Error> {
     for (id, r) in &outcome.state.results {
         println!("result {id} ({}, plan {}): {}", r.agent, r.plan, r.output);
     }
-    match outcome.state.answer {
-        Some(answer) => println!("answer: {answer}"),
-        None => println!("no answer (see the replans above)"),
-    }
     println!(
         "see it: cargo run -p harness-cli -- studio --store {}",
         store_dir.display()
     );
-    Ok(())
+    match outcome.state.answer {
+        Some(answer) => {
+            println!("answer: {answer}");
+            Ok(())
+        }
+        // Given up (replans exhausted, or no answer): a failure for the
+        // shell too, so a script that runs the example sees it.
+        None => {
+            println!("no answer (see the replans above)");
+            Err(format!(
+                "the orchestrator gave up (`{}`) after {} plans and {} replans, with no answer",
+                outcome.signal,
+                outcome.state.plans,
+                outcome.state.replans.len()
+            )
+            .into())
+        }
+    }
 }

@@ -87,3 +87,70 @@ fn long_running_builds_a_word_count_over_sessions_and_a_second_process_finishes_
         .unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "2\n2\n");
 }
+
+#[test]
+fn long_running_hint_quotes_its_directory_so_the_shell_runs_it_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Spaces, quotes, `$`, a command substitution, a newline, `;`.
+    let project = dir.path().join("it's a \"$HOME\" $(touch pwned);\nproject");
+    let out = stdout_of(&cargo_run(
+        dir.path(),
+        "long_running",
+        &["--dir", project.to_str().unwrap(), "--sessions", "0"],
+    ));
+    let prefix = "continue in another process:\n  ";
+    let hint = &out[out
+        .find(prefix)
+        .unwrap_or_else(|| panic!("no hint in:\n{out}"))
+        + prefix.len()..];
+    let hint = hint.strip_suffix('\n').unwrap();
+    let quoted = hint
+        .strip_prefix("cargo run -p harness-examples --example long_running -- --dir ")
+        .unwrap_or_else(|| panic!("{hint}"));
+    // The shell reads the quoted directory back as itself.
+    let read = Command::new("sh")
+        .args(["-c", &format!("printf '%s' {quoted}")])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(read.stdout).unwrap(),
+        project.to_str().unwrap()
+    );
+    // And the printed command, run by the shell as a user pastes it, goes
+    // on with that project (nothing else is run on the way).
+    let workspace = harness_tests::workspace_manifest();
+    let cont = Command::new("sh")
+        .args(["-c", &format!("{hint} --sessions 1")])
+        .current_dir(workspace.parent().unwrap())
+        .env_remove("HARNESS_PROVIDER")
+        .env_remove("HARNESS_MODEL")
+        .output()
+        .unwrap();
+    let second = stdout_of(&cont);
+    assert!(!second.contains("initialized: "), "{second}");
+    assert!(
+        second.contains("session 1: count-words → passing"),
+        "{second}"
+    );
+    assert!(!dir.path().join("pwned").exists());
+    assert!(!workspace.parent().unwrap().join("pwned").exists());
+}
+
+#[test]
+fn orchestrator_that_gives_up_exits_with_a_failure_status() {
+    let dir = tempfile::tempdir().unwrap();
+    // No replan allowed: the staged failure of a research task ends it.
+    let out = cargo_run(dir.path(), "orchestrator", &["--max-replans", "0"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ended with: gave_up"), "{stdout}");
+    assert!(stdout.contains("no answer"), "{stdout}");
+    assert!(
+        stderr.contains("error: the orchestrator gave up (`gave_up`)"),
+        "{stderr}"
+    );
+    // (One that answers exits with 0: `stdout_of` in the orchestrator's
+    // tests of compose_examples checks it.)
+}

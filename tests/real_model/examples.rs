@@ -250,13 +250,14 @@ fn sub_agent_pauses_inside_the_child_and_resumes_there_in_another_process() {
 #[test]
 fn orchestrator_runs_the_plan_or_replans_with_each_reason_printed() {
     let dir = tempfile::tempdir().unwrap();
-    let text = stdout_of(&run_example(
+    let out = run_example(
         "harness-examples",
         "orchestrator",
         dir.path(),
         &["--max-replans", "2"],
         "",
-    ));
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let replans: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("replan of plan "))
@@ -274,6 +275,7 @@ fn orchestrator_runs_the_plan_or_replans_with_each_reason_printed() {
     assert_eq!(counts.get(1).copied(), Some(replans.len() as u32), "{text}");
     match ended {
         "ended with: done" => {
+            assert!(out.status.success(), "an answer exits with 0: {text}");
             assert!(text.lines().any(|l| l.starts_with("answer: ")), "{text}");
             assert!(text.lines().any(|l| l.starts_with("result ")), "{text}");
         }
@@ -281,6 +283,10 @@ fn orchestrator_runs_the_plan_or_replans_with_each_reason_printed() {
             // Gave up only after the allowed replans, each printed.
             assert_eq!(replans.len(), 3, "{text}");
             assert!(text.contains("no answer"), "{text}");
+            // Giving up is a failure for the shell too.
+            assert_eq!(out.status.code(), Some(1), "{text}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("the orchestrator gave up"), "{stderr}");
         }
         other => panic!("the run ends done or gave_up: {other}\n{text}"),
     }
