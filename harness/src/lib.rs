@@ -6,10 +6,10 @@
 extern crate self as harness;
 
 // The modules, in the order they depend on each other: each uses only the
-// ones above it (checked by the `module_order` test). `durable` and `llm`
-// are leaves: any module may use them, and they use none of the others
-// (`llm` uses `durable`). One layer per group, so that rustfmt keeps the
-// order.
+// ones above it (checked by the `module_order` test). `durable`, `secrets`
+// and `llm` are leaves: any module may use them, and they use none of the
+// others (`llm` uses `durable` and `secrets`). One layer per group, so
+// that rustfmt keeps the order.
 
 // Names.
 pub mod ids;
@@ -49,6 +49,9 @@ pub mod cli;
 
 // Leaves.
 pub mod durable;
+
+pub mod secrets;
+
 pub mod llm;
 mod type_name;
 

@@ -1,12 +1,14 @@
 //! The last pass over each span before it leaves the process: the GenAI
 //! conventions' types and shapes, contents only when asked for, nothing
-//! that looks like a credential.
+//! that looks like a credential, no secret the process holds.
 
 use crate::content;
+use opentelemetry::trace::Status;
 use opentelemetry::{Array, Key, KeyValue, StringValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// The name of the span event the core emits with a call's contents.
@@ -74,7 +76,9 @@ pub(crate) fn looks_secret(key: &str) -> bool {
 ///   filter already keeps it out; this holds even if another layer let it
 ///   in);
 /// - attributes that look like credentials are dropped, on the span and on
-///   its events.
+///   its events;
+/// - the secrets the process holds are redacted from what is left (see
+///   [`redact`]).
 pub(crate) fn finish(span: &mut SpanData, capture_content: bool) {
     span.attributes.retain(|kv| !looks_secret(kv.key.as_str()));
     for kv in &mut span.attributes {
@@ -99,6 +103,50 @@ pub(crate) fn finish(span: &mut SpanData, capture_content: bool) {
     span.attributes.extend(moved);
     for event in &mut span.events.events {
         event.attributes.retain(|kv| !looks_secret(kv.key.as_str()));
+    }
+    redact(span);
+}
+
+/// Replaces every secret the process holds (see [`harness::secrets`]) in
+/// the span's name, status message, and the string values of its
+/// attributes and its events' attributes: a tool result, a model's answer
+/// or an error message may quote a key whatever the attribute is named.
+/// Nothing to do, and nothing done, when the process holds no secret.
+fn redact(span: &mut SpanData) {
+    if !harness::secrets::is_active() {
+        return;
+    }
+    redact_cow(&mut span.name);
+    if let Status::Error { description } = &mut span.status {
+        redact_cow(description);
+    }
+    let events = span.events.events.iter_mut();
+    let attributes = span
+        .attributes
+        .iter_mut()
+        .chain(events.flat_map(|e| e.attributes.iter_mut()));
+    for kv in attributes {
+        match &mut kv.value {
+            Value::String(text) => {
+                if let Cow::Owned(redacted) = harness::secrets::redact(text.as_str()) {
+                    *text = StringValue::from(redacted);
+                }
+            }
+            Value::Array(Array::String(texts)) => {
+                for text in texts {
+                    if let Cow::Owned(redacted) = harness::secrets::redact(text.as_str()) {
+                        *text = StringValue::from(redacted);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn redact_cow(text: &mut Cow<'static, str>) {
+    if let Cow::Owned(redacted) = harness::secrets::redact(text) {
+        *text = Cow::Owned(redacted);
     }
 }
 

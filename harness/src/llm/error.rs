@@ -187,6 +187,51 @@ impl ModelError {
         }
     }
 
+    /// This error with every secret the process holds replaced in its
+    /// texts (see [`crate::secrets`]): what a provider said may quote the
+    /// key it was sent, or text the request carried. Free when the process
+    /// holds no secret.
+    ///
+    /// ```
+    /// use harness::llm::ModelError;
+    ///
+    /// harness::secrets::register("sk-live-0000111122223333");
+    /// let error = ModelError::Auth { message: "bad key sk-live-0000111122223333".into() };
+    /// assert_eq!(
+    ///     error.redacted(),
+    ///     ModelError::Auth { message: "bad key [redacted]".into() }
+    /// );
+    /// ```
+    #[must_use]
+    pub fn redacted(mut self) -> Self {
+        if !crate::secrets::is_active() {
+            return self;
+        }
+        match &mut self {
+            Self::Auth { message }
+            | Self::RateLimited { message, .. }
+            | Self::Overloaded { message, .. }
+            | Self::InvalidRequest { message, .. }
+            | Self::MalformedResponse { message }
+            | Self::Transport { message }
+            | Self::Configuration { message }
+            | Self::ScriptMismatch { message, .. }
+            | Self::ReplayMismatch { message, .. }
+            | Self::Recording { message, .. }
+            | Self::Other { message } => {
+                crate::secrets::redact_string(message);
+            }
+            Self::ResponseTooLarge { what, .. } => {
+                crate::secrets::redact_string(what);
+            }
+            Self::ContentFiltered { reason } => {
+                crate::secrets::redact_string(reason);
+            }
+            Self::Timeout { .. } => {}
+        }
+        self
+    }
+
     /// A [`ModelError::MalformedResponse`] with the given message.
     pub fn malformed(message: impl Into<String>) -> Self {
         Self::MalformedResponse {
@@ -236,6 +281,25 @@ pub enum ToolError {
         /// The tool's own error message.
         message: String,
     },
+}
+
+impl ToolError {
+    /// This error with every secret the process holds replaced in its
+    /// texts (see [`crate::secrets`]): a tool's failure may quote what it
+    /// read. [`ToolSet::dispatch`](crate::llm::ToolSet::dispatch) returns
+    /// its errors redacted.
+    #[must_use]
+    pub fn redacted(mut self) -> Self {
+        match &mut self {
+            Self::UnknownTool { name, .. } => {
+                crate::secrets::redact_string(name);
+            }
+            Self::InvalidArguments { message, .. } | Self::Failed { message, .. } => {
+                crate::secrets::redact_string(message);
+            }
+        }
+        self
+    }
 }
 
 /// A tool's arguments as `T`, or a [`ToolError::InvalidArguments`] naming

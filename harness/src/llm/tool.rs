@@ -237,21 +237,35 @@ impl ToolSet {
     ///
     /// An unknown name, arguments that do not fit the tool's `Args`, and the
     /// tool's own failure are [`ToolError`]s whose messages suit the model.
+    ///
+    /// The output and the error messages are redacted (see
+    /// [`crate::secrets`]): a tool that reads `/proc/self/environ`, runs
+    /// `env` or prints a configuration file hands the model, the state and
+    /// the session store `[redacted]` instead of the keys the process holds.
     pub async fn dispatch(&self, call: &ToolCall) -> Result<ToolResult, ToolError> {
         let entry = self
             .entries
             .iter()
             .find(|e| e.spec.name == call.name)
-            .ok_or_else(|| ToolError::UnknownTool {
-                name: call.name.clone(),
-                available: self.names().map(str::to_owned).collect(),
+            .ok_or_else(|| {
+                ToolError::UnknownTool {
+                    name: call.name.clone(),
+                    available: self.names().map(str::to_owned).collect(),
+                }
+                .redacted()
             })?;
-        let content = entry.tool.call_json(&call.name, &call.arguments).await?;
+        let mut content = entry
+            .tool
+            .call_json(&call.name, &call.arguments)
+            .await
+            .map_err(ToolError::redacted)?;
+        crate::secrets::redact_string(&mut content);
         Ok(ToolResult::success(call, content))
     }
 
     /// Like [`ToolSet::dispatch`], but a failure becomes a failed
-    /// [`ToolResult`] carrying the error message, ready to send to the model.
+    /// [`ToolResult`] carrying the error message (redacted like the output),
+    /// ready to send to the model.
     pub async fn dispatch_or_report(&self, call: &ToolCall) -> ToolResult {
         match self.dispatch(call).await {
             Ok(result) => result,

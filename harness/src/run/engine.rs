@@ -533,6 +533,17 @@ async fn keep_lease(cursor: &SessionCursor) -> String {
     reason
 }
 
+/// `value` as the JSON the session store is given: serialized, with every
+/// secret the process holds redacted (see [`crate::secrets`]), so that a
+/// key a step put in its state (a tool's output, a model's answer quoting
+/// it) is not written to disk. One pass over the strings when the process
+/// holds secrets, none otherwise.
+fn stored_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::Error> {
+    let mut json = serde_json::to_value(value)?;
+    crate::secrets::redact_json(&mut json);
+    Ok(json)
+}
+
 /// Creates or re-leases the run's session, if it has a store.
 async fn attach<S: HarnessState, C: Context>(
     harness: &HarnessInner<S, C>,
@@ -543,7 +554,7 @@ async fn attach<S: HarnessState, C: Context>(
     let cursor = match link {
         SessionLink::Detached => return Ok(None),
         SessionLink::New(store, config) => {
-            let state = serde_json::to_value(&*exec.task.state).map_err(|e| {
+            let state = stored_json(&*exec.task.state).map_err(|e| {
                 RunError::Store(StoreError::backend(format!(
                     "the state cannot be serialized: {e}"
                 )))
@@ -879,7 +890,7 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
             // Serialized before it is merged: the stored update is the step's own.
             let stored_update = match env.cursor {
                 Some(_) => Some(match &update {
-                    Some(u) => serde_json::to_value(u).map_err(|e| {
+                    Some(u) => stored_json(u).map_err(|e| {
                         RunError::Store(StoreError::backend(format!(
                             "the update of step `{}` cannot be serialized: {e}",
                             step.name
@@ -997,7 +1008,7 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                         let state = &task.state;
                         let measure = || crate::session::head::json_len(&**state);
                         let snapshot = || {
-                            serde_json::to_value(&**state).map_err(|e| {
+                            stored_json(&**state).map_err(|e| {
                                 StoreError::backend(format!("the state cannot be serialized: {e}"))
                             })
                         };
@@ -1230,7 +1241,7 @@ async fn run_region<S: HarnessState, C: Context>(
             input: b.input.clone(),
         });
         if let Some(cursor) = env.cursor {
-            let stored = serde_json::to_value(&update).map_err(|e| {
+            let stored = stored_json(&update).map_err(|e| {
                 RunError::Store(StoreError::backend(format!(
                     "the update made of branch `{}`'s error cannot be serialized: {e}",
                     b.path

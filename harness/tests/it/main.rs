@@ -13,6 +13,7 @@ mod llm_types;
 mod module_order;
 mod parallel;
 mod run;
+mod secrets;
 mod slots;
 mod state;
 mod step_cache;

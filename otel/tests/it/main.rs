@@ -6,6 +6,7 @@
 mod collector;
 mod config;
 mod provider;
+mod secrets;
 mod traces;
 
 /// Runs the tests that install `tracing` subscribers one at a time:

@@ -280,7 +280,8 @@ impl LanguageModel for CompletionModel {
             .post_json(&self.model, &self.url(), &body)
             .await?;
         let answer = request.response_format.as_ref().map(AnswerTool::new);
-        response(wire, answer.as_ref())
+        // A refusal or an odd answer quoted in an error may carry a secret.
+        response(wire, answer.as_ref()).map_err(ModelError::redacted)
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {

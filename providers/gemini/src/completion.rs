@@ -392,7 +392,8 @@ impl LanguageModel for CompletionModel {
             .inner
             .post_json(&self.model, &self.url("generateContent"), &body)
             .await?;
-        response(wire)
+        // A refusal or an odd answer quoted in an error may carry a secret.
+        response(wire).map_err(ModelError::redacted)
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {

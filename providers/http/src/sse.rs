@@ -54,14 +54,16 @@ impl<D: SseDecoder> Decoding<D> {
     fn queue(&mut self, out: Vec<StreamEvent>, result: Result<(), ModelError>) {
         self.pending.extend(out.into_iter().map(Ok));
         if let Err(error) = result {
-            self.pending.push_back(Err(error));
+            // What the server or the decoder said may quote a secret.
+            self.pending.push_back(Err(error.redacted()));
             self.finished = true;
         }
     }
 }
 
 /// Decodes `events` with `decoder` into a [`ModelStream`]. The first error
-/// (from the body or the decoder) is the stream's last item.
+/// (from the body or the decoder) is the stream's last item,
+/// [redacted](ModelError::redacted).
 pub fn decode_events<D: SseDecoder>(events: SseEvents, decoder: D) -> ModelStream {
     let state = Decoding {
         events,

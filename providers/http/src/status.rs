@@ -24,6 +24,10 @@ const MESSAGE_LIMIT: usize = 600;
 /// | 429 | `RateLimited` (OpenAI's `insufficient_quota`: `Auth`) |
 /// | 500 saying the model's output could not be parsed (llama.cpp) | `MalformedResponse` |
 /// | 5xx, 529 | `Overloaded` |
+///
+/// The message is [redacted](ModelError::redacted): a server that quotes
+/// the key it was sent (or text of the request) does not put it in the
+/// error.
 pub fn error_from_response(
     status: u16,
     headers: &HeaderMap,
@@ -57,14 +61,17 @@ pub fn error_from_response(
             message,
         },
     };
-    (error, retry_after)
+    (error.redacted(), retry_after)
 }
 
 /// The typed error for an error reported inside a stream or a 200 body,
 /// from the vendor's error type (`overloaded_error`, `rate_limit_exceeded`,
-/// `RESOURCE_EXHAUSTED`, …) and message.
+/// `RESOURCE_EXHAUSTED`, …) and message, [redacted](ModelError::redacted).
 pub fn error_from_body(kind: &str, message: impl Into<String>) -> ModelError {
-    let message = message.into();
+    error_of_kind(kind, message.into()).redacted()
+}
+
+fn error_of_kind(kind: &str, message: String) -> ModelError {
     match kind {
         "authentication_error"
         | "permission_error"

@@ -143,6 +143,7 @@ impl HttpTransport {
                 "the response is not the expected JSON ({e}); it begins {:?}",
                 String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
             ))
+            .redacted()
         })
     }
 
@@ -300,6 +301,9 @@ impl HttpTransport {
                     Ok(value) => return Ok(value),
                     Err(failure) => failure,
                 };
+                // Before it is logged or returned: whatever built it, a
+                // server's text in it may quote a secret.
+                let error = error.redacted();
                 match self
                     .options
                     .retry
@@ -321,11 +325,25 @@ impl HttpTransport {
     }
 }
 
+/// The request as JSON bytes, with every secret the process holds redacted
+/// from its strings (see [`harness::secrets`]): a tool result or a user
+/// message that quotes a key does not send it to the provider. The bytes
+/// are searched once; only a body that contains a secret is parsed,
+/// redacted string by string and written again.
 fn serialize(body: &impl Serialize) -> Result<Vec<u8>, ModelError> {
-    serde_json::to_vec(body).map_err(|e| ModelError::InvalidRequest {
+    let cannot = |e: serde_json::Error| ModelError::InvalidRequest {
         status: None,
         message: format!("the request cannot be serialized as JSON: {e}"),
-    })
+    };
+    let bytes = serde_json::to_vec(body).map_err(cannot)?;
+    // serde_json writes UTF-8.
+    let has_secret = std::str::from_utf8(&bytes).is_ok_and(harness::secrets::contains_secret);
+    if !has_secret {
+        return Ok(bytes);
+    }
+    let mut value: serde_json::Value = serde_json::from_slice(&bytes).map_err(cannot)?;
+    harness::secrets::redact_json(&mut value);
+    serde_json::to_vec(&value).map_err(cannot)
 }
 
 /// reqwest is built without a default TLS crypto provider (the default would

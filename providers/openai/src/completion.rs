@@ -342,7 +342,8 @@ impl LanguageModel for CompletionModel {
             .connection
             .post_json(&self.model, &self.url(), &body)
             .await?;
-        response(wire, wrapped(request).as_ref())
+        // A refusal or an odd answer quoted in an error may carry a secret.
+        response(wire, wrapped(request).as_ref()).map_err(ModelError::redacted)
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {

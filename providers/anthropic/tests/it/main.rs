@@ -797,5 +797,6 @@ async fn only_signed_anthropic_reasoning_is_sent() {
     );
 }
 
+mod secrets;
 mod typed;
 mod usage;

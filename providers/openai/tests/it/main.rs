@@ -656,6 +656,7 @@ async fn sampling_settings_that_are_not_finite_numbers_are_refused_before_sendin
 }
 
 mod embed;
+mod secrets;
 mod typed;
 mod usage;
 

@@ -1,0 +1,375 @@
+//! Secrets redacted by value wherever text leaves the process.
+//!
+//! The process holds secrets: the API keys of its model providers, and the
+//! tokens and passwords in its environment. A model that reads
+//! `/proc/self/environ` or runs `env`, a provider whose 401 answer quotes
+//! the key, a tool that prints a configuration file: each puts one of those
+//! values into text that then goes to a model, a session store, a trace or
+//! a terminal. Names are no guard there (the text has none), so the values
+//! themselves are looked for and replaced with [`REDACTED`].
+//!
+//! # What is a secret
+//!
+//! One process-wide set of values:
+//! - every [`register`]ed value (`harness_provider_http::ApiKey` registers
+//!   its key when it is made, so every provider key is in the set);
+//! - at the first use of this module (or at [`register_environment`]), the
+//!   value of every environment variable whose name
+//!   [looks secret](is_secret_name): `OPENAI_API_KEY`, `GITHUB_TOKEN`,
+//!   `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`, `DB_PASS`, `*CREDENTIAL*`, …
+//!   Values that are absolute paths (`GOOGLE_APPLICATION_CREDENTIALS=/…`)
+//!   name where a secret is, not the secret, and are left out. A variable
+//!   set after the first use is not seen: call [`register_environment`]
+//!   again, or [`register`] its value.
+//!
+//! A value shorter than [`MIN_SECRET_LEN`] bytes (8) is not registered:
+//! replacing every `true`, `1234` or `admin` in a transcript would mangle
+//! ordinary text and hide nothing worth hiding. A value is registered
+//! trimmed, and also in its JSON-escaped form when that differs (a secret
+//! with a quote or a backslash, as it appears inside JSON text).
+//!
+//! # Where it is applied
+//!
+//! - Model errors: `harness-provider-http` redacts every
+//!   [`ModelError`](crate::llm::ModelError) built from a server's answer
+//!   (status errors with their body, error events in streams, unparsable
+//!   bodies quoted in the message), and the request bodies it sends.
+//! - Tool results: [`ToolSet::dispatch`](crate::llm::ToolSet::dispatch)
+//!   redacts what a tool returns and the message of a tool's failure, so
+//!   every loop that runs tools through a `ToolSet` (the kit's agents and
+//!   [`Cx::call_tool`](crate::Cx::call_tool) included) feeds the model, the
+//!   state and the observers the redacted text.
+//! - Session stores: the engine redacts the JSON of every state snapshot and
+//!   step update it commits.
+//! - Traces: `harness-otel` redacts every string attribute, event attribute,
+//!   span name and status message before export.
+//!
+//! # Cost
+//!
+//! With no secret registered, [`redact`] is two atomic loads and returns
+//! the text [borrowed](Cow::Borrowed). With secrets, it is one pass of an
+//! Aho-Corasick automaton (rebuilt when a value is registered) over the
+//! text, and still borrowed when nothing matched.
+//!
+//! ```
+//! use harness::secrets::{self, SecretSet};
+//!
+//! // The process-wide set.
+//! secrets::register("sk-doc-example-0123456789");
+//! let said = secrets::redact("401: invalid key sk-doc-example-0123456789");
+//! assert_eq!(said, "401: invalid key [redacted]");
+//!
+//! // A set of one's own, e.g. for a component that must not share one.
+//! let mut set = SecretSet::new();
+//! assert!(!set.register("short")); // under MIN_SECRET_LEN: ignored
+//! assert!(set.register("hunter2hunter2"));
+//! let mut json = serde_json::json!({"hunter2hunter2": ["pw=hunter2hunter2"]});
+//! assert!(set.redact_json(&mut json));
+//! assert_eq!(json, serde_json::json!({"hunter2hunter2": ["pw=[redacted]"]}));
+//! ```
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Once, PoisonError, RwLock, RwLockReadGuard};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use serde_json::Value;
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+/// The shortest value, in bytes, that is registered as a secret. Shorter
+/// values are ignored so that redaction cannot mangle ordinary text.
+pub const MIN_SECRET_LEN: usize = 8;
+
+/// A set of secret values and the automaton that finds them in text.
+///
+/// The process has one, behind [`register`] and [`redact`]; a `SecretSet`
+/// of one's own is for a component (or a test) that must not share it. Its
+/// `Debug` output shows how many values it holds, never the values.
+#[derive(Clone, Default)]
+pub struct SecretSet {
+    values: BTreeSet<String>,
+    matcher: Option<AhoCorasick>,
+}
+
+impl fmt::Debug for SecretSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretSet")
+            .field("values", &self.values.len())
+            .finish()
+    }
+}
+
+impl SecretSet {
+    /// An empty set.
+    pub const fn new() -> Self {
+        Self {
+            values: BTreeSet::new(),
+            matcher: None,
+        }
+    }
+
+    /// Adds `value` (trimmed), and its JSON-escaped form when that differs.
+    /// False, and nothing added, for a value shorter than
+    /// [`MIN_SECRET_LEN`] bytes or one that [`REDACTED`] contains (which
+    /// redacting would then redact again).
+    pub fn register(&mut self, value: &str) -> bool {
+        let value = value.trim();
+        if value.len() < MIN_SECRET_LEN || REDACTED.contains(value) {
+            return false;
+        }
+        let mut added = self.values.insert(value.to_owned());
+        let escaped = escaped(value);
+        if escaped != value {
+            added |= self.values.insert(escaped);
+        }
+        if added {
+            self.rebuild();
+        }
+        true
+    }
+
+    /// How many values the set holds (escaped forms included).
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether the set holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Whether `text` contains a value of the set.
+    pub fn contains_secret(&self, text: &str) -> bool {
+        self.matcher
+            .as_ref()
+            .is_some_and(|m| m.find_overlapping_iter(text).next().is_some())
+    }
+
+    /// `text` with every occurrence of every value replaced by
+    /// [`REDACTED`]; borrowed when there was none. Occurrences that overlap
+    /// (two secrets sharing characters, one inside another) are replaced
+    /// together by one marker, so no part of either is left.
+    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match &self.matcher {
+            Some(matcher) if text.len() >= MIN_SECRET_LEN => redact_with(matcher, text),
+            _ => Cow::Borrowed(text),
+        }
+    }
+
+    /// Redacts `text` in place; whether anything was replaced.
+    pub fn redact_string(&self, text: &mut String) -> bool {
+        match self.redact(text) {
+            Cow::Owned(redacted) => {
+                *text = redacted;
+                true
+            }
+            Cow::Borrowed(_) => false,
+        }
+    }
+
+    /// Redacts every string in `value` in place (object keys stay as they
+    /// are: they are names, not data); whether anything was replaced.
+    pub fn redact_json(&self, value: &mut Value) -> bool {
+        if self.matcher.is_none() {
+            return false;
+        }
+        let mut changed = false;
+        // A stack rather than recursion: a value may nest deeper than the
+        // thread's stack allows.
+        let mut stack = vec![value];
+        while let Some(value) = stack.pop() {
+            match value {
+                Value::String(text) => changed |= self.redact_string(text),
+                Value::Array(items) => stack.extend(items.iter_mut()),
+                Value::Object(fields) => stack.extend(fields.values_mut()),
+                Value::Null | Value::Bool(_) | Value::Number(_) => {}
+            }
+        }
+        changed
+    }
+
+    fn rebuild(&mut self) {
+        // Standard semantics: every occurrence of every value is reported,
+        // overlapping ones included.
+        match AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .build(&self.values)
+        {
+            Ok(matcher) => self.matcher = Some(matcher),
+            // Only a set too large for the automaton's limits fails; the
+            // previous automaton keeps redacting what it knew.
+            Err(e) => tracing::error!(
+                error = %e,
+                values = self.values.len(),
+                "the secret set is too large to search; newly registered secrets are not redacted"
+            ),
+        }
+    }
+}
+
+fn escaped(value: &str) -> String {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    json.strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(value)
+        .to_owned()
+}
+
+fn redact_with<'t>(matcher: &AhoCorasick, text: &'t str) -> Cow<'t, str> {
+    let mut found = matcher.find_overlapping_iter(text);
+    let Some(first) = found.next() else {
+        return Cow::Borrowed(text);
+    };
+    let mut spans: Vec<(usize, usize)> = std::iter::once(first)
+        .chain(found)
+        .map(|m| (m.start(), m.end()))
+        .collect();
+    // Reported by where they end; merged by where they start.
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut spans = spans.into_iter().peekable();
+    while let Some((start, mut end)) = spans.next() {
+        while let Some(&(next_start, next_end)) = spans.peek() {
+            if next_start >= end {
+                break;
+            }
+            end = end.max(next_end);
+            spans.next();
+        }
+        // The values and the text are UTF-8, so a match starts and ends on
+        // character boundaries.
+        out.push_str(&text[copied..start]);
+        out.push_str(REDACTED);
+        copied = end;
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
+/// The process's set.
+static GLOBAL: RwLock<SecretSet> = RwLock::new(SecretSet::new());
+/// Whether [`GLOBAL`] holds a value: the check that keeps [`redact`] free
+/// when it does not.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The environment is read once, at the first use.
+static ENVIRONMENT: Once = Once::new();
+
+fn global() -> RwLockReadGuard<'static, SecretSet> {
+    GLOBAL.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The process's set, if it holds a value (reading the environment first,
+/// once).
+fn active() -> Option<RwLockReadGuard<'static, SecretSet>> {
+    ENVIRONMENT.call_once(|| {
+        register_environment();
+    });
+    ACTIVE.load(Ordering::Acquire).then(global)
+}
+
+/// Adds `value` to the process's secrets (see [`SecretSet::register`]):
+/// from now on every redaction replaces it. False, and nothing added, for a
+/// value under [`MIN_SECRET_LEN`] bytes.
+pub fn register(value: &str) -> bool {
+    let mut set = GLOBAL.write().unwrap_or_else(PoisonError::into_inner);
+    let registered = set.register(value);
+    if registered {
+        ACTIVE.store(true, Ordering::Release);
+    }
+    registered
+}
+
+/// Registers the value of every environment variable whose name
+/// [looks secret](is_secret_name), except absolute paths; returns how many
+/// were registered. Done once by itself at the first redaction; call it
+/// again after setting such a variable.
+pub fn register_environment() -> usize {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(name, value)| is_secret_name(name) && !value.trim_start().starts_with('/'))
+        .filter(|(_, value)| register(value))
+        .count()
+}
+
+/// Whether an environment variable named `name` holds a secret, by its
+/// words (split at `_`, `-` and `.`, case ignored):
+/// - a word that contains `SECRET`, `PASSWORD`, `PASSWD`, `CREDENTIAL`,
+///   `APIKEY` or `PRIVATEKEY`, or that ends with `TOKEN`
+///   (`GITHUB_TOKEN`, `HF_ACCESSTOKEN`, `PGPASSWORD`);
+/// - a last word `KEY`, `KEYS` or `PASS` (`OPENAI_API_KEY`, `DB_PASS`);
+///
+/// unless the last word is `FILE`, `PATH` or `DIR` (`SSH_KEY_PATH` names a
+/// file, not a secret).
+///
+/// ```
+/// use harness::secrets::is_secret_name;
+/// assert!(is_secret_name("OPENAI_API_KEY"));
+/// assert!(is_secret_name("gh_token"));
+/// assert!(!is_secret_name("MAX_TOKENS"));
+/// assert!(!is_secret_name("PRIVATE_KEY_FILE"));
+/// ```
+pub fn is_secret_name(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    let words: Vec<&str> = name
+        .split(['_', '-', '.'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    let Some(last) = words.last() else {
+        return false;
+    };
+    if matches!(*last, "FILE" | "PATH" | "DIR") {
+        return false;
+    }
+    matches!(*last, "KEY" | "KEYS" | "PASS")
+        || words.iter().any(|word| {
+            word.ends_with("TOKEN")
+                || [
+                    "SECRET",
+                    "PASSWORD",
+                    "PASSWD",
+                    "CREDENTIAL",
+                    "APIKEY",
+                    "PRIVATEKEY",
+                ]
+                .iter()
+                .any(|part| word.contains(part))
+        })
+}
+
+/// Whether the process holds any secret (after reading the environment):
+/// when false, every redaction returns its input untouched.
+pub fn is_active() -> bool {
+    active().is_some()
+}
+
+/// Whether `text` contains one of the process's secrets.
+pub fn contains_secret(text: &str) -> bool {
+    active().is_some_and(|set| set.contains_secret(text))
+}
+
+/// `text` with every one of the process's secrets replaced by
+/// [`REDACTED`]; borrowed when it contains none (see
+/// [`SecretSet::redact`]).
+pub fn redact(text: &str) -> Cow<'_, str> {
+    match active() {
+        Some(set) => set.redact(text),
+        None => Cow::Borrowed(text),
+    }
+}
+
+/// Redacts `text` in place with the process's secrets; whether anything
+/// was replaced.
+pub fn redact_string(text: &mut String) -> bool {
+    active().is_some_and(|set| set.redact_string(text))
+}
+
+/// Redacts every string in `value` (not object keys) in place with the
+/// process's secrets; whether anything was replaced.
+pub fn redact_json(value: &mut Value) -> bool {
+    active().is_some_and(|set| set.redact_json(value))
+}

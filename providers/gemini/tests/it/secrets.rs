@@ -1,0 +1,167 @@
+//! The key never leaves in an error: a server that quotes it in its 401
+//! body (or Gemini's 400 `API_KEY_INVALID`), in a stream chunk or in a body
+//! that is not JSON gets an error whose text says `[redacted]` instead.
+//! And a request that quotes the key is sent with it redacted.
+
+use super::{KEY, ask, model, requests, sse};
+use harness::llm::{LanguageModel, Message, ModelError, ModelRequest, collect_stream};
+use serde_json::json;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// Every text the error shows: `Display`, `Debug` (plain and pretty) and
+/// the same of each error in its source chain.
+fn texts(error: &ModelError) -> Vec<String> {
+    let mut out = vec![
+        error.to_string(),
+        format!("{error:?}"),
+        format!("{error:#?}"),
+    ];
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        out.push(cause.to_string());
+        out.push(format!("{cause:?}"));
+        source = cause.source();
+    }
+    out
+}
+
+/// No text of `error` has the key; its message has `markers` markers.
+fn assert_redacted(error: &ModelError, markers: usize, case: &str) {
+    for text in texts(error) {
+        assert!(!text.contains(KEY), "{case}: {text}");
+    }
+    let shown = error.to_string();
+    assert_eq!(
+        shown.matches("[redacted]").count(),
+        markers,
+        "{case}: {shown}"
+    );
+}
+
+#[tokio::test]
+async fn an_auth_error_quoting_the_key_gives_an_error_without_it() {
+    for (case, body, markers) in [
+        (
+            "API_KEY_INVALID",
+            ResponseTemplate::new(400).set_body_json(json!({
+                "error": { "code": 400, "message": format!("API key not valid: {KEY}. Please pass a valid API key."),
+                           "status": "INVALID_ARGUMENT",
+                           "details": [{ "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                                         "domain": "googleapis.com", "metadata": { "service": "generativelanguage.googleapis.com" } }] }
+            })),
+            1,
+        ),
+        (
+            "UNAUTHENTICATED",
+            ResponseTemplate::new(401).set_body_json(json!({
+                "error": { "code": 401, "message": format!("Request had invalid credentials (key={KEY})."), "status": "UNAUTHENTICATED" }
+            })),
+            1,
+        ),
+        (
+            "plain text",
+            ResponseTemplate::new(401).set_body_string(format!("{KEY}\n")),
+            1,
+        ),
+        (
+            "inside a longer word",
+            ResponseTemplate::new(403).set_body_json(json!({
+                "error": { "code": 403, "message": format!("projects/p/keys/{KEY}_v2 is denied"), "status": "PERMISSION_DENIED" }
+            })),
+            1,
+        ),
+        (
+            "twice",
+            ResponseTemplate::new(401).set_body_json(json!({
+                "error": { "code": 401, "message": format!("{KEY} / {KEY}"), "status": "UNAUTHENTICATED" }
+            })),
+            2,
+        ),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(body)
+            .mount(&server)
+            .await;
+        let model = model(&server);
+        let error = model.complete(&ask("Hi")).await.unwrap_err();
+        assert!(matches!(error, ModelError::Auth { .. }), "{case}: {error}");
+        assert_redacted(&error, markers, case);
+        let error = match model.stream(&ask("Hi")).await {
+            Err(error) => error,
+            Ok(_) => panic!("{case}: a stream of a 401"),
+        };
+        assert_redacted(&error, markers, case);
+    }
+}
+
+#[tokio::test]
+async fn other_errors_and_streams_quoting_the_key_give_errors_without_it() {
+    for (case, status, code) in [
+        ("rate limit", 429, "RESOURCE_EXHAUSTED"),
+        ("unavailable", 503, "UNAVAILABLE"),
+        ("not found", 404, "NOT_FOUND"),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(status).set_body_json(json!({
+                "error": { "code": status, "message": format!("for key {KEY}"), "status": code }
+            })))
+            .mount(&server)
+            .await;
+        let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+        assert_redacted(&error, 1, case);
+    }
+
+    // A 200 whose body is not JSON.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(format!("[{KEY}")))
+        .mount(&server)
+        .await;
+    let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+    assert!(
+        matches!(error, ModelError::MalformedResponse { .. }),
+        "{error}"
+    );
+    assert_redacted(&error, 1, "not JSON");
+
+    // A stream chunk that is not the expected JSON: the error quotes it.
+    let server = MockServer::start().await;
+    let mut body = sse(&[
+        json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": "Hel" }] } }] }),
+    ]);
+    body.push_str(&format!("data: {{\"oops\": {KEY}}}\r\n\r\n"));
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let error = collect_stream(model(&server).stream(&ask("Hi")).await.unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ModelError::MalformedResponse { .. }),
+        "{error}"
+    );
+    assert_redacted(&error, 1, "stream chunk");
+}
+
+#[tokio::test]
+async fn a_request_quoting_the_key_is_sent_without_it() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_string("no"))
+        .mount(&server)
+        .await;
+    let request = ModelRequest::builder()
+        .system(format!("The key is {KEY}."))
+        .message(Message::user(format!("{KEY}?")))
+        .build();
+    let _ = model(&server).complete(&request).await;
+    let sent = &requests(&server).await[0];
+    let text = sent.to_string();
+    assert!(!text.contains(KEY), "{text}");
+    assert_eq!(sent["contents"][0]["parts"][0]["text"], "[redacted]?");
+    assert_eq!(text.matches("[redacted]").count(), 2, "{text}");
+}

@@ -1,0 +1,191 @@
+//! The key never leaves in an error: a server that quotes it in its 401
+//! body, in a stream's error chunk or in a body that is not JSON gets an
+//! error whose text says `[redacted]` instead. And a request that quotes
+//! the key is sent with it redacted.
+
+use super::{KEY, ask, chunk, model, requests, sse};
+use harness::llm::{LanguageModel, Message, ModelError, ModelRequest, collect_stream};
+use serde_json::{Value, json};
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// Every text the error shows: `Display`, `Debug` (plain and pretty) and
+/// the same of each error in its source chain.
+fn texts(error: &ModelError) -> Vec<String> {
+    let mut out = vec![
+        error.to_string(),
+        format!("{error:?}"),
+        format!("{error:#?}"),
+    ];
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        out.push(cause.to_string());
+        out.push(format!("{cause:?}"));
+        source = cause.source();
+    }
+    out
+}
+
+/// No text of `error` has the key; its message has `markers` markers.
+fn assert_redacted(error: &ModelError, markers: usize, case: &str) {
+    for text in texts(error) {
+        assert!(!text.contains(KEY), "{case}: {text}");
+    }
+    let shown = error.to_string();
+    assert_eq!(
+        shown.matches("[redacted]").count(),
+        markers,
+        "{case}: {shown}"
+    );
+}
+
+/// 401 and 403 bodies in the shapes servers send, quoting the key: the
+/// vendor's JSON, the `{"error": "text"}` dialect, plain text, the key
+/// inside a longer word, the key twice.
+fn quoting_bodies() -> Vec<(&'static str, u16, ResponseTemplate, usize)> {
+    vec![
+        (
+            "vendor JSON",
+            401,
+            ResponseTemplate::new(401).set_body_json(json!({
+                "error": { "message": format!("Incorrect API key provided: {KEY}. You can find your API key at https://platform.openai.com/account/api-keys."),
+                           "type": "invalid_request_error", "param": null, "code": "invalid_api_key" }
+            })),
+            1,
+        ),
+        (
+            "error as a string",
+            401,
+            ResponseTemplate::new(401).set_body_json(json!({ "error": format!("invalid key {KEY}") })),
+            1,
+        ),
+        (
+            "plain text",
+            401,
+            ResponseTemplate::new(401).set_body_string(format!("Unauthorized: Bearer {KEY}\n")),
+            1,
+        ),
+        (
+            "inside a longer word",
+            403,
+            ResponseTemplate::new(403).set_body_string(format!("token=x{KEY}y;scope=none")),
+            1,
+        ),
+        (
+            "twice",
+            401,
+            ResponseTemplate::new(401)
+                .set_body_json(json!({ "error": { "message": format!("{KEY} is not {KEY}") } })),
+            2,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_401_body_quoting_the_key_gives_an_error_without_it() {
+    for (case, _, body, markers) in quoting_bodies() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(body)
+            .mount(&server)
+            .await;
+        let model = model(&server);
+        let error = model.complete(&ask("Hi")).await.unwrap_err();
+        assert!(matches!(error, ModelError::Auth { .. }), "{case}: {error}");
+        assert_redacted(&error, markers, case);
+        // The same answer to a streamed request.
+        let error = match model.stream(&ask("Hi")).await {
+            Err(error) => error,
+            Ok(_) => panic!("{case}: a stream of a 401"),
+        };
+        assert_redacted(&error, markers, case);
+    }
+}
+
+#[tokio::test]
+async fn other_statuses_and_streams_quoting_the_key_give_errors_without_it() {
+    // A rate limit, a quota error, a server error (retried, then given up),
+    // an unknown model.
+    for (case, status, body) in [
+        (
+            "rate limit",
+            429,
+            json!({ "error": { "message": format!("slow down, {KEY}"), "type": "rate_limit_exceeded" } }),
+        ),
+        (
+            "quota",
+            429,
+            json!({ "error": { "message": format!("no quota for {KEY}"), "code": "insufficient_quota" } }),
+        ),
+        (
+            "server error",
+            503,
+            json!({ "error": { "message": format!("upstream refused {KEY}") } }),
+        ),
+        (
+            "bad request",
+            404,
+            json!({ "error": { "message": format!("no model for key {KEY}") } }),
+        ),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(status).set_body_json(body))
+            .mount(&server)
+            .await;
+        let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+        assert_redacted(&error, 1, case);
+    }
+
+    // A 200 whose body is not JSON: the error quotes its beginning.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(format!("<html>key {KEY}</html>")))
+        .mount(&server)
+        .await;
+    let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+    assert!(
+        matches!(error, ModelError::MalformedResponse { .. }),
+        "{error}"
+    );
+    assert_redacted(&error, 1, "not JSON");
+
+    // An error chunk in the middle of a stream.
+    let server = MockServer::start().await;
+    let body = sse(
+        &[
+            chunk(json!({ "content": "Hel" }), Value::Null),
+            json!({ "error": { "message": format!("key {KEY} revoked"), "type": "invalid_api_key" } }),
+        ],
+        false,
+    );
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .mount(&server)
+        .await;
+    let error = collect_stream(model(&server).stream(&ask("Hi")).await.unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ModelError::Auth { .. }), "{error}");
+    assert_redacted(&error, 1, "error chunk");
+}
+
+#[tokio::test]
+async fn a_request_quoting_the_key_is_sent_without_it() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_string("no"))
+        .mount(&server)
+        .await;
+    let request = ModelRequest::builder()
+        .system(format!("The key is {KEY}."))
+        .message(Message::user(format!("{KEY}?")))
+        .build();
+    let _ = model(&server).complete(&request).await;
+    let sent = &requests(&server).await[0];
+    let text = sent.to_string();
+    assert!(!text.contains(KEY), "{text}");
+    assert_eq!(sent["messages"][0]["content"], "The key is [redacted].");
+    assert_eq!(sent["messages"][1]["content"], "[redacted]?");
+    assert_eq!(sent["model"], "gpt-test", "the rest is as it was");
+}
