@@ -240,15 +240,95 @@ pub fn policy() -> Policy {
     .remember_by(allow_key)
 }
 
-/// The environment variables a command keeps; every other one (API keys
-/// among them) is left out.
+/// The variables a command inherits from the host: what a program needs
+/// to find programs and read text, and nothing that could hold a secret
+/// (API keys, tokens, database URLs stay with the host).
 pub const PASS_ENV: &[&str] = &[
-    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "TMPDIR",
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "TERM",
 ];
 
+/// Makes the host process non-dumpable, once, before it runs a command a
+/// model wrote: a same-user process can then no longer read its
+/// `/proc/<pid>/environ` or memory (where its secrets are). Linux only;
+/// elsewhere it is not possible and commands run without it. (A side
+/// effect: the process leaves no core dump, and a debugger must be root.)
+fn protect_host() -> Result<(), String> {
+    static PROTECTED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROTECTED
+        .get_or_init(|| {
+            #[cfg(target_os = "linux")]
+            {
+                use rustix::process::{DumpableBehavior, set_dumpable_behavior};
+                set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(|e| {
+                    format!("cannot make the host non-dumpable ({e}), so a command could read its secrets; not running it")
+                })
+            }
+            #[cfg(not(target_os = "linux"))]
+            {
+                Ok(())
+            }
+        })
+        .clone()
+}
+
+/// `program` as a command a model asked for, confined: the host protected
+/// first (non-dumpable, see above), only [`PASS_ENV`] inherited, and, when
+/// the host runs as root, through `setpriv` with no capabilities (bounding
+/// set included) and `no_new_privs`, since root's `CAP_SYS_PTRACE` would
+/// read the host's memory and environment whatever the host does; without
+/// `setpriv` (util-linux) a root host runs no command at all.
+pub fn confined(program: &str) -> Result<tokio::process::Command, String> {
+    protect_host()?;
+    #[cfg(unix)]
+    let mut command = if rustix::process::geteuid().is_root() {
+        let found = std::process::Command::new("setpriv")
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Err(format!(
+                "the host runs as root, and without `setpriv` (util-linux) `{program}` would keep root's capabilities and could read the host's secrets; install util-linux or run as another user"
+            ));
+        }
+        let mut command = tokio::process::Command::new("setpriv");
+        command.args([
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+            program,
+        ]);
+        command
+    } else {
+        tokio::process::Command::new(program)
+    };
+    #[cfg(not(unix))]
+    let mut command = tokio::process::Command::new(program);
+    command.env_clear().envs(
+        PASS_ENV
+            .iter()
+            .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+    );
+    Ok(command)
+}
+
 /// The `shell` tool: runs one command ([`CommandLine`], no shell) in a
-/// directory, with only [`PASS_ENV`] in its environment, no input, a
-/// timeout, and its output bounded.
+/// directory, [`confined`] (only [`PASS_ENV`] in its environment, the host
+/// non-dumpable, no capabilities), with no input, a timeout, and its
+/// output bounded.
 #[derive(Clone, Debug)]
 pub struct Shell {
     dir: PathBuf,
@@ -301,16 +381,10 @@ impl Tool for Shell {
     }
     async fn call(&self, args: ShellArgs) -> Result<String, String> {
         let line = CommandLine::parse(&args.command).map_err(|e| e.to_string())?;
-        let mut command = tokio::process::Command::new(line.program());
+        let mut command = confined(line.program())?;
         command
             .args(&line.argv()[1..])
             .current_dir(&self.dir)
-            .env_clear()
-            .envs(
-                PASS_ENV
-                    .iter()
-                    .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
-            )
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
         let output = match tokio::time::timeout(self.timeout, command.output()).await {

@@ -206,6 +206,11 @@ async fn the_shell_tool_runs_argv_without_a_shell_or_the_hosts_secrets() {
             "{name} leaked into the command"
         );
     }
+    // The host's own environment cannot be read through /proc either: the
+    // host is made non-dumpable before the first command.
+    let out = run(&format!("cat /proc/{}/environ", std::process::id())).await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(!out.content.contains("PATH="), "{}", out.content);
     // Output is bounded.
     let small = ToolSet::new().with(Shell::new(dir.path(), Duration::from_secs(5)).max_output(10));
     let out = small
