@@ -250,8 +250,8 @@ impl ProjectEnv {
     }
 
     /// Takes the repository for the initializer, by the ownership rule of
-    /// the [module docs](super): an empty directory becomes a new
-    /// repository (branch `main`); a repository without commits is taken as
+    /// the [module docs](super): an empty (or missing) directory becomes a
+    /// new repository (branch `main`); a repository without commits is taken as
     /// it is; a repository with commits and a clean working tree gets
     /// [`PROJECT_BRANCH`] at its `HEAD`, checked out. Anything else is
     /// refused and nothing is changed. Returns the branch and a sentence for
@@ -260,6 +260,10 @@ impl ProjectEnv {
         let git = &self.git;
         let dir = self.dir();
         if !git.is_repository() {
+            std::fs::create_dir_all(dir).map_err(|source| files::FileError::Read {
+                path: dir.to_owned(),
+                source,
+            })?;
             let mut held: Vec<String> = std::fs::read_dir(dir)
                 .map_err(|source| files::FileError::Read {
                     path: dir.to_owned(),
