@@ -659,3 +659,69 @@ async fn in_a_users_repository_another_branch_checked_out_stops_the_session() {
     );
     assert_eq!(git(&repo, &["branch", "--show-current"]), "trunk");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_commits_only_on_its_branch_on_top_of_where_it_started() {
+    use super::project::write_words_then;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let model = Arc::new(ScriptedModel::new([Expect::any().reply(text(plan()))]));
+    let agent = project(&repo, dir.path(), Arc::clone(&model));
+    let init = agent.initialize("wc").await.unwrap();
+
+    // The model's command switches to another branch during the work: the
+    // session does not commit there.
+    push(
+        &model,
+        vec![
+            pick("count-words"),
+            write_words_then("git switch -q -c elsewhere".into()),
+            answer("done"),
+            reflect("stay on the branch"),
+        ],
+    );
+    let error = agent.run_session().await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(error, ProjectError::Session { number: 1, .. })
+            && message.contains("not the project's branch `main`")
+            && message.contains("`elsewhere`"),
+        "{message}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "elsewhere"]), init);
+    assert_eq!(git(&repo, &["rev-parse", "main"]), init);
+    // Back on the branch, the same session goes on and commits there.
+    user_git(&repo, &["switch", "-q", "main"]);
+    let SessionEnd::Recorded(entry) = agent.run_session().await.unwrap() else {
+        panic!("session 1 recorded nothing");
+    };
+    assert_eq!(entry.number, 1);
+    assert_eq!(git(&repo, &["rev-parse", "main"]), entry.commit.unwrap());
+    assert_eq!(git(&repo, &["rev-parse", "elsewhere"]), init);
+
+    // The model's command commits by itself: HEAD moved under the
+    // session, which does not commit on top of that.
+    let before = git(&repo, &["rev-parse", "HEAD"]);
+    push(
+        &model,
+        vec![
+            pick("count-lines"),
+            write_words_then(
+                "git -c user.name=model -c user.email=m@x -c commit.gpgsign=false commit -q --allow-empty -m sneaky".into(),
+            ),
+            answer("done"),
+            reflect("do not commit"),
+        ],
+    );
+    let error = agent.run_session().await.unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("HEAD moved from"), "{message}");
+    assert_eq!(git(&repo, &["log", "-1", "--format=%s"]), "sneaky");
+    assert_eq!(git(&repo, &["rev-parse", "HEAD~1"]), before);
+    // And the next call names the commit that is not the agent's.
+    let error = agent.run_session().await.unwrap_err();
+    assert!(
+        matches!(&error, ProjectError::ForeignCommits { foreign, .. } if foreign[0].subject == "sneaky"),
+        "{error:?}"
+    );
+}
