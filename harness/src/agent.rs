@@ -677,12 +677,16 @@ struct Continuation {
 
 /// `value` as stored JSON, or a typed error saying what could not be
 /// serialized.
+/// `value` as JSON for the store, the process's secrets redacted
+/// ([`crate::secrets`]).
 fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<Value, SessionError> {
-    serde_json::to_value(value).map_err(|e| {
+    let mut json = serde_json::to_value(value).map_err(|e| {
         SessionError::Store(StoreError::backend(format!(
             "the {what} cannot be serialized: {e}"
         )))
-    })
+    })?;
+    crate::secrets::redact_json(&mut json);
+    Ok(json)
 }
 
 /// An agent with the run slots of its next operation; see [`Agent::with`].

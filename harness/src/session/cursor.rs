@@ -61,7 +61,7 @@ impl SessionCursor {
         holder: Holder,
     ) -> impl Future<Output = Result<Self, StoreError>> + Send + use<> {
         let owner = head::owner_id();
-        let commit = head::create(
+        let mut commit = head::create(
             NewSession {
                 agent_id,
                 run_id,
@@ -73,6 +73,7 @@ impl SessionCursor {
             },
             &config,
         );
+        super::depth::redact_commit(&mut commit);
         let checked = super::check_commit(&commit).map(|()| Box::new(commit));
         async move {
             let commit = checked?;
@@ -98,7 +99,8 @@ impl SessionCursor {
         }
         let owner = head::owner_id();
         let lease = head::lease(&owner, &config, now);
-        let commit = head::acquire(&current, lease, run_id, next_step, journals, input);
+        let mut commit = head::acquire(&current, lease, run_id, next_step, journals, input);
+        super::depth::redact_commit(&mut commit);
         super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(&commit).await {
             Ok(()) => Ok(Self::holding(store, config, owner, commit.head)),
@@ -160,9 +162,10 @@ impl SessionCursor {
             let mut refused = None;
             loop {
                 let commit = {
-                    let Some(commit) = make(&current, refused.take())? else {
+                    let Some(mut commit) = make(&current, refused.take())? else {
                         return Ok(());
                     };
+                    super::depth::redact_commit(&mut commit);
                     super::check_commit(&commit)?;
                     Box::new(commit)
                 };

@@ -712,7 +712,8 @@ pub(crate) async fn commit_with_retry<T>(
 ) -> Result<T, SessionError> {
     for _ in 0..16 {
         let head = store.load(session).await?;
-        let (commit, value) = decide(head.as_ref())?;
+        let (mut commit, value) = decide(head.as_ref())?;
+        super::depth::redact_commit(&mut commit);
         super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(&commit).await {
             Ok(()) => return Ok(value),

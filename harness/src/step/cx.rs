@@ -461,7 +461,10 @@ impl<C> Cx<C> {
             }
         }
         .instrument(span.clone())
-        .await;
+        .await
+        // A model of the application's own (not an HTTP provider, which
+        // redacts already) may quote a secret in its error.
+        .map_err(crate::llm::ModelError::redacted);
         let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         match &result {
             Ok(response) => {

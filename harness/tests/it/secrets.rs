@@ -653,5 +653,56 @@ async fn tool_outputs_child() {
     assert_eq!(back.messages.len(), 4);
     let back = serde_json::to_string(&back).unwrap();
     assert!(!back.contains(REGISTERED) && !back.contains(ENV_SECRET));
+
+    // What a session's head carries besides the state: a `once` result and
+    // an interrupt's payload quoting a secret, then a failure quoting one.
+    let heads_file = dir.join("heads.jsonl");
+    let harness = Harness::<Chat>::builder()
+        .step("fetch")
+        .run(|cx: Cx<()>| async move {
+            let fetched: String = cx
+                .once("fetch", async { format!("fetched with {REGISTERED}") })
+                .await?;
+            let _: String = cx.interrupt(serde_json::json!({ "confirm": fetched }))?;
+            Ok(ChatUpdate::new())
+        })
+        .next("fail")
+        .step("fail")
+        .run(|_cx: Cx<()>| async move {
+            Err::<ChatUpdate, _>(
+                std::io::Error::other(format!("upstream said {ENV_SECRET}")).into(),
+            )
+        })
+        .end()
+        .start("fetch")
+        .store(Arc::new(JsonLinesStore::new(&heads_file)))
+        .build()
+        .unwrap();
+    let agent = create_agent("heads", &harness);
+    let paused = agent
+        .run(Chat {
+            messages: Vec::new(),
+            note: String::new(),
+        })
+        .await
+        .unwrap();
+    // (The application's own process sees the payload as the step made it;
+    // what leaves the process, the store's copy, is redacted.)
+    let interrupt = paused.interrupt.expect("the step asks");
+    let written = std::fs::read_to_string(&heads_file).unwrap();
+    assert!(written.contains("fetched with [redacted]"), "{written}");
+    assert!(!written.contains(REGISTERED), "{written}");
+    let failed = agent
+        .resume(serde_json::json!("yes"), &paused.session_id, &interrupt.id)
+        .await
+        .unwrap()
+        .await;
+    assert!(failed.is_err());
+    let written = std::fs::read_to_string(&heads_file).unwrap();
+    assert!(written.contains("upstream said [redacted]"), "{written}");
+    assert!(
+        !written.contains(ENV_SECRET) && !written.contains(REGISTERED),
+        "{written}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
