@@ -5,10 +5,21 @@
 //! The store is a sled database directory, a log-store directory or a
 //! file-store directory (told apart by what is on disk), or, when built with the `postgres` or `redis`
 //! feature, a `postgres://` or `redis://` URL. It is only read: the server
-//! stores are opened read-only and nothing is ever committed. (sled has no
-//! read-only mode: opening a database may replay its log, and fails while an
-//! application has it open; a log store likewise, and opening one whose log
-//! ends damaged moves that end aside.)
+//! stores are opened read-only and nothing is ever committed.
+//!
+//! A sled database is never opened itself: sled has no read-only mode, and
+//! opening a damaged database zeroes its log after the damage and shows an
+//! older state. `harness sessions` and `harness studio` open a private
+//! copy instead ([`harness_stores::SledStore::open_read_only`]): no byte of
+//! the database changes, and a damaged one (a record or a segment of sled's
+//! log failing its checksum, a file cut short, `db` or `conf` missing) is
+//! reported, naming the store, the file and the offset, with exit status 1;
+//! a head or checkpoint failing its own checksum is reported naming the
+//! session and the record. A path that holds no store is refused, and
+//! nothing is created there. The copy is refused while another process (the
+//! application) has the database open. (A log store is opened itself: its
+//! lock keeps the application out while it is read, and opening one whose
+//! log ends damaged moves that end aside.)
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -80,6 +91,13 @@ pub(crate) enum SessionsError {
         option: &'static str,
         /// The kind of store it is for.
         applies_to: &'static str,
+    },
+    /// The store is damaged, or in use (the error names the store, the file
+    /// and where).
+    #[error("{source}")]
+    ReadOnly {
+        /// Why it cannot be read.
+        source: harness_stores::ReadOnlyError,
     },
     /// The command failed on the store (the error names the session).
     #[error("store {store}: {source}")]
@@ -282,7 +300,9 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
             "a file; a store is a sled database, log-store or file-store directory".into(),
         ));
     }
-    if path.join("conf").is_file() && path.join("db").is_file() {
+    // Either of sled's files: a database, whole or damaged (the other
+    // file missing is reported as damage when it is opened).
+    if path.join("conf").is_file() || path.join("db").is_file() {
         return Ok(OnDisk::Sled);
     }
     if path.join("LOCK").is_file() {
@@ -323,7 +343,7 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
 
 fn open_path(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
     let opened = match on_disk(path)? {
-        OnDisk::Sled => open_sled(path),
+        OnDisk::Sled => return open_sled(path),
         OnDisk::Log => harness_stores::LogStore::open(path)
             .map(|s| Box::new(s) as Box<dyn SessionStore>)
             .map_err(|e| match e {
@@ -344,15 +364,18 @@ fn open_path(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
     })
 }
 
-fn open_sled(path: &Path) -> Result<Box<dyn SessionStore>, StoreError> {
-    harness_stores::SledStore::open(path)
-        .map(|s| Box::new(s) as Box<dyn SessionStore>)
-        .map_err(|e| match e {
-            StoreError::Backend { message } if message.contains("lock") => StoreError::backend(
-                format!("{message} (another process, e.g. the application, has it open)"),
-            ),
-            other => other,
-        })
+/// A private copy of the sled database at `path` (see the module's docs).
+fn open_sled(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
+    use harness_stores::ReadOnlyError;
+    match harness_stores::SledStore::open_read_only(path) {
+        Ok(store) => Ok(Box::new(store)),
+        Err(ReadOnlyError::NotAStore { path, why }) => Err(SessionsError::NotAStore { path, why }),
+        Err(ReadOnlyError::Store(source)) => Err(SessionsError::Open {
+            store: Shown(path.display().to_string()),
+            source,
+        }),
+        Err(source) => Err(SessionsError::ReadOnly { source }),
+    }
 }
 
 #[cfg(test)]

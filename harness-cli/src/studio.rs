@@ -16,8 +16,10 @@ use crate::sessions::SessionsError;
 pub(crate) struct Args {
     /// The store: a sled database directory, a file-store directory, or a
     /// `postgres://…` or `redis://…` URL (when built with the `postgres` or
-    /// `redis` feature). A sled database stays locked while the studio
-    /// runs.
+    /// `redis` feature). A sled database is read from a private copy made
+    /// when the studio starts (it shows the database as it was then, and
+    /// never changes a byte of it); a damaged one is refused, naming the
+    /// file and the offset.
     #[arg(long, value_name = "PATH|URL")]
     store: String,
     /// The PostgreSQL schema holding the sessions (default `harness`).

@@ -41,9 +41,12 @@ mod log_store;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod read_only;
 mod record;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "sled")]
+mod sled_audit;
 #[cfg(feature = "sled")]
 mod sled_store;
 
@@ -55,6 +58,7 @@ pub use log_store::{LogOptions, LogStore};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
+pub use read_only::{Damage, ReadOnlyError};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sled")]

@@ -118,6 +118,71 @@ pub(crate) fn checkpoint_from_slice(
     Ok(cp)
 }
 
+/// The first byte of a checksummed record: not a byte JSON starts with.
+const FRAME_MAGIC: u8 = 0xC5;
+/// The format of a checksummed record.
+const FRAME_VERSION: u8 = 1;
+/// The magic byte, the format byte and the CRC32.
+const FRAME_HEADER: usize = 6;
+
+/// `json` as a checksummed record: [`FRAME_MAGIC`], [`FRAME_VERSION`], the
+/// CRC32 of `json` (4 bytes, little-endian), then `json`.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
+pub(crate) fn frame(json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER + json.len());
+    out.push(FRAME_MAGIC);
+    out.push(FRAME_VERSION);
+    out.extend_from_slice(&crc32fast::hash(json).to_le_bytes());
+    out.extend_from_slice(json);
+    out
+}
+
+/// The JSON of `record` of `session` from its stored bytes: a checksummed
+/// record (see [`frame`]) whose checksum is verified, or a record written
+/// before checksums (bare JSON), returned as it is. A checksum that does
+/// not match, or an unknown format, is a [`StoreError::Load`].
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
+pub(crate) fn unframe<'a>(
+    session: &SessionId,
+    record: &str,
+    bytes: &'a [u8],
+) -> Result<&'a [u8], StoreError> {
+    if bytes.first() != Some(&FRAME_MAGIC) {
+        return Ok(bytes);
+    }
+    if bytes.len() < FRAME_HEADER {
+        return Err(load_error(
+            session,
+            record,
+            format!("a checksummed record of {} bytes, cut short", bytes.len()),
+        ));
+    }
+    if bytes[1] != FRAME_VERSION {
+        return Err(load_error(
+            session,
+            record,
+            format!(
+                "record format {}, this build reads format {FRAME_VERSION}",
+                bytes[1]
+            ),
+        ));
+    }
+    let stored = u32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
+    let json = &bytes[FRAME_HEADER..];
+    let computed = crc32fast::hash(json);
+    if stored != computed {
+        return Err(load_error(
+            session,
+            record,
+            format!(
+                "the record is damaged: its checksum is {stored:08x}, its bytes have \
+                 {computed:08x}"
+            ),
+        ));
+    }
+    Ok(json)
+}
+
 /// JSON bytes of a head. Serializing the harness's own types cannot fail
 /// short of a bug, which is reported rather than panicked on.
 #[cfg_attr(not(feature = "sled"), allow(dead_code))]

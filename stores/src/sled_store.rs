@@ -1,9 +1,10 @@
 //! The sled store: the embedded default.
 
 use crate::group::GroupFlush;
+use crate::read_only::{self, Damage, PrivateDir, ReadOnlyError};
 use crate::record::{
-    checkpoint_from_slice, checkpoint_to_vec, head_from_slice, head_to_vec, head_version,
-    load_error,
+    checkpoint_from_slice, checkpoint_to_vec, frame, head_from_slice, head_to_vec, head_version,
+    load_error, unframe,
 };
 use async_trait::async_trait;
 use harness::SessionId;
@@ -37,13 +38,34 @@ const SEGMENT_SIZE: usize = 128 * 1024;
 /// Sessions in a [sled](https://docs.rs/sled) database: the embedded default.
 ///
 /// Three trees:
-/// - `heads`: the session id's UTF-8 bytes → the head as JSON;
+/// - `heads`: the session id's UTF-8 bytes → the head, a checksummed
+///   record;
 /// - `checkpoints`: the id's length as 8 big-endian bytes, the id, the seq
 ///   as 8 big-endian bytes → an update
-///   checkpoint as JSON. The length prefix keeps one session's records
+///   checkpoint, a checksummed record. The length prefix keeps one session's records
 ///   apart from another's whose id it prefixes (`a` and `ab`), and the
 ///   big-endian seq keeps a session's log in order;
-/// - `snapshots`: the same keys → a snapshot checkpoint as JSON.
+/// - `snapshots`: the same keys → a snapshot checkpoint, a checksummed
+///   record.
+///
+/// A checksummed record is the byte `0xC5`, a format byte `1`, the CRC32
+/// of the JSON as 4 little-endian bytes, then the record as JSON. A record
+/// whose checksum does not match is a [`StoreError::Load`] naming the
+/// session and the record (`head`, `checkpoint 12`). Records written before
+/// checksums (bare JSON, starting with `{`) are still read.
+///
+/// **Files.** [`SledStore::open`] creates the database's directory (and
+/// any missing parent) `0700` on unix, and takes group and other
+/// permissions away from the files sled made (sled creates them `0644`);
+/// files sled makes later are inside the `0700` directory.
+///
+/// **Reading without writing.** sled has no read-only mode, and opening a
+/// database recovers its log: a message that fails sled's checksum ends
+/// the log there, and sled zeroes everything after it on disk, then opens
+/// as if it had never been written, without an error. Tools that only
+/// read use [`SledStore::open_read_only`], which opens a private copy,
+/// never the database, and reports such damage instead of showing an older
+/// state.
 ///
 /// Snapshots live apart from updates because sled rewrites a whole tree
 /// node when it consolidates one (every ten changes to it): a large snapshot
@@ -75,6 +97,18 @@ pub struct SledStore {
     group: Arc<GroupFlush>,
     /// The thread that applies commits.
     applier: Arc<Applier>,
+    /// For a store opened with [`SledStore::open_read_only`]: the database
+    /// it is a copy of, and the private copy, deleted when the last handle
+    /// goes (declared last: dropped after the database is closed).
+    copy: Option<Arc<ReadCopy>>,
+}
+
+/// The private copy a read-only store reads.
+struct ReadCopy {
+    /// The database it is a copy of.
+    original: PathBuf,
+    /// The copy's directory.
+    _dir: PrivateDir,
 }
 
 /// The most commits applied in one transaction.
@@ -177,15 +211,187 @@ impl SledStore {
     /// Opens (or creates) the database at `path`. Blocks while sled
     /// recovers its log; call it before starting work, or inside
     /// `spawn_blocking`.
+    ///
+    /// A new directory (and any missing parent) is created `0700` on unix,
+    /// and the files in the directory lose their group and other
+    /// permissions (see the type's docs).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
+        read_only::private_dir_builder()
+            .recursive(true)
+            .create(path)
+            .map_err(|e| {
+                StoreError::backend(format!("sled store: cannot create {}: {e}", path.display()))
+            })?;
         let segment_size = stored_segment_size(path).unwrap_or(SEGMENT_SIZE);
         let db = sled::Config::new()
             .path(path)
             .segment_size(segment_size)
             .open()
             .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
+        #[cfg(unix)]
+        read_only::restrict_tree(path).map_err(|e| {
+            StoreError::backend(format!(
+                "sled store: cannot restrict the permissions of {}: {e}",
+                path.display()
+            ))
+        })?;
         Self::with_db(db, Some(path.to_path_buf()))
+    }
+
+    /// Opens the database at `path` for reading only, without changing a
+    /// byte of it: for inspection tools (`harness sessions`, the studio).
+    ///
+    /// sled cannot open a database without writing to it (see the type's
+    /// docs), so this copies the database's files into a private directory
+    /// (`0700`, under the system's temporary directory, deleted when the
+    /// last handle is dropped) and opens the copy; the original is only
+    /// read, under a shared lock on its `db` file, which fails while
+    /// another process has the database open ([`ReadOnlyError::InUse`]).
+    /// The store shows the database as it was when it was copied; its
+    /// commits are refused.
+    ///
+    /// Damage is reported, never shown as another state
+    /// ([`ReadOnlyError::Damaged`], naming the file and the offset):
+    /// - a `db` or `conf` file missing, or a `db` file too short to be a
+    ///   log;
+    /// - a log sled's recovery cannot read (an error, or a panic of sled's);
+    /// - a log whose recovery stops before its end: the log as it was
+    ///   before the open is read from where recovery stopped, and a whole
+    ///   record of sled's there (its checksum good, written in the segment
+    ///   it is in) means that sled would have dropped it; a record cut
+    ///   short by the end of the file (a truncated file, or a write torn by
+    ///   a crash) is reported too;
+    /// - a segment header that fails its checksum.
+    ///
+    /// Comparing the copy's files before and after the open cannot do
+    /// this: a clean open rewrites bytes as well (sled zeroes the segments
+    /// it had freed and the stale end of its last segment; measured, a
+    /// first open of a cleanly closed 1 MB database rewrote 197,595 of its
+    /// bytes). A log cut exactly between two records looks like a shorter
+    /// log and is not detected.
+    ///
+    /// A path that is missing, or a directory without sled's files, is
+    /// [`ReadOnlyError::NotAStore`]: nothing is created. Records that fail
+    /// their checksum are reported when read, as [`StoreError::Load`].
+    /// Blocks while it copies and opens; the copy costs about the time to
+    /// read the database's files once and as much temporary disk.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, ReadOnlyError> {
+        let path = path.as_ref();
+        let not_a_store = |why: String| ReadOnlyError::NotAStore {
+            path: path.to_path_buf(),
+            why,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| not_a_store(e.to_string()))?;
+        if !meta.is_dir() {
+            return Err(not_a_store("not a directory".into()));
+        }
+        let (db_path, conf_path) = (path.join("db"), path.join("conf"));
+        let damaged = |file: &Path, offset: Option<u64>, what: String| {
+            ReadOnlyError::Damaged(Damage {
+                store: path.to_path_buf(),
+                file: file.to_path_buf(),
+                offset,
+                what,
+            })
+        };
+        match (db_path.is_file(), conf_path.is_file()) {
+            (false, false) => {
+                return Err(not_a_store(
+                    "no sled database here (no `db` and `conf` files)".into(),
+                ));
+            }
+            (true, false) => {
+                return Err(damaged(
+                    &conf_path,
+                    None,
+                    "sled's `conf` file is missing".into(),
+                ));
+            }
+            (false, true) => {
+                return Err(damaged(
+                    &db_path,
+                    None,
+                    "sled's log file `db` is missing".into(),
+                ));
+            }
+            (true, true) => {}
+        }
+        let mut db_file =
+            std::fs::File::open(&db_path).map_err(|e| read_only::io_error("open", &db_path, &e))?;
+        if !read_only::try_lock_shared(&db_file, &db_path)? {
+            return Err(ReadOnlyError::InUse {
+                path: path.to_path_buf(),
+            });
+        }
+        let dir = PrivateDir::new("sled-read")?;
+        let copy = dir.path().join("db");
+        // Under the lock: no writer can open the database while it is
+        // copied.
+        read_only::copy_tree(path, &copy)?;
+        let len = db_file
+            .metadata()
+            .map_err(|e| read_only::io_error("inspect", &db_path, &e))?
+            .len();
+        if len < 20 {
+            return Err(damaged(
+                &db_path,
+                Some(len),
+                format!("the log is {len} bytes long, too short for sled's first segment header"),
+            ));
+        }
+        let segment_size = stored_segment_size(&copy).ok_or_else(|| {
+            damaged(
+                &conf_path,
+                None,
+                "no `segment_size` line: not sled's configuration".into(),
+            )
+        })?;
+        let config = sled::Config::new()
+            .path(&copy)
+            .segment_size(segment_size)
+            .flush_every_ms(None);
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+        let db = match opened {
+            Ok(Ok(db)) => db,
+            Ok(Err(e)) => {
+                return Err(damaged(&db_path, None, format!("sled cannot open it: {e}")));
+            }
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                return Err(damaged(
+                    &db_path,
+                    None,
+                    format!("sled failed while recovering its log: {why}"),
+                ));
+            }
+        };
+        let stable = crate::sled_audit::stable_lsn(&copy)
+            .map_err(|e| read_only::io_error("list", &copy, &e))?;
+        std::io::Seek::rewind(&mut db_file)
+            .map_err(|e| read_only::io_error("read", &db_path, &e))?;
+        let lost = crate::sled_audit::audit(&mut db_file, &db_path, segment_size, stable)
+            .map_err(|e| read_only::io_error("read", &db_path, &e))?;
+        if let Some(lost) = lost {
+            return Err(damaged(&db_path, Some(lost.offset), lost.what));
+        }
+        drop(db_file);
+        let mut store = Self::with_db(db, Some(copy))?;
+        store.copy = Some(Arc::new(ReadCopy {
+            original: path.to_path_buf(),
+            _dir: dir,
+        }));
+        Ok(store)
+    }
+
+    /// The database a store opened with [`SledStore::open_read_only`] is a
+    /// copy of; `None` for a store that can commit.
+    pub fn read_only_of(&self) -> Option<&Path> {
+        self.copy.as_deref().map(|c| c.original.as_path())
     }
 
     /// A database in a temporary place, deleted when the store is dropped:
@@ -258,6 +464,7 @@ impl SledStore {
             log_file,
             group,
             applier: Arc::new(applier),
+            copy: None,
         })
     }
 
@@ -327,7 +534,8 @@ impl SledStore {
                 let seq = seq_of_key(&key).ok_or_else(|| {
                     load_error(session, "checkpoint key", format!("malformed key {key:?}"))
                 })?;
-                out.push(checkpoint_from_slice(session, seq, &value)?);
+                let json = unframe(session, &format!("checkpoint {seq}"), &value)?;
+                out.push(checkpoint_from_slice(session, seq, json)?);
             }
             Ok(out)
         };
@@ -401,7 +609,9 @@ impl Trees {
                 let session = &commit.session;
                 let found = match heads.get(&commit.head_key)? {
                     None => None,
-                    Some(bytes) => match head_version(session, &bytes) {
+                    Some(bytes) => match unframe(session, "head", &bytes)
+                        .and_then(|json| head_version(session, json))
+                    {
                         Ok(version) => Some(version),
                         Err(e) => {
                             out.push(Some(e));
@@ -476,14 +686,14 @@ impl Encoded {
                 Ok((
                     matches!(cp.kind, CheckpointKind::Snapshot(_)),
                     SledStore::checkpoint_key(session, cp.seq),
-                    IVec::from(checkpoint_to_vec(session, cp)?),
+                    IVec::from(frame(&checkpoint_to_vec(session, cp)?)),
                 ))
             })
             .collect::<Result<_, StoreError>>()?;
         Ok(Self {
             session: session.clone(),
             head_key: SledStore::head_key(session),
-            head: IVec::from(head_to_vec(&commit.head)?),
+            head: IVec::from(frame(&head_to_vec(&commit.head)?)),
             append,
             remove: commit
                 .remove
@@ -528,12 +738,20 @@ impl SessionStore for SledStore {
                 .heads
                 .get(SledStore::head_key(&session))
                 .map_err(|e| sled_error(&format!("read the head of session {session}"), &e))?;
-            bytes.map(|b| head_from_slice(&session, &b)).transpose()
+            bytes
+                .map(|b| head_from_slice(&session, unframe(&session, "head", &b)?))
+                .transpose()
         })
         .await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
+        if let Some(copy) = &self.copy {
+            return Err(StoreError::backend(format!(
+                "sled store {}: opened read-only, commits are refused",
+                copy.original.display()
+            )));
+        }
         let durable = commit.durable;
         // Encoded here, on the caller's thread, rather than on the commit
         // thread that every session shares.

@@ -564,3 +564,147 @@ fn lists_shows_and_histories_the_sessions_of_a_redis_store() {
     // The keys stay under their unique prefix: the test Redis keeps
     // nothing on disk (`scripts/services`).
 }
+
+/// Damages a store in the directory it is given.
+type DamageFn = Box<dyn Fn(&Path)>;
+
+/// A sled database damaged in many ways after a real agent wrote it (bits
+/// flipped across the log, among them inside a record's JSON, random
+/// bytes, truncations, `conf` deleted): `list`, `show` and `history` fail
+/// with a message naming the store, the file and where, never show a
+/// session (so never another phase than the true one), and change no byte
+/// of any file of the store. The intact database is listed as it is and
+/// left byte-identical too.
+#[test]
+fn a_damaged_sled_database_is_reported_never_shown_and_never_changed() {
+    let work = workdir("sessions-sled-damage");
+    let pristine = work.join("db");
+    let s = sled_store(&pristine);
+    let store = pristine.to_str().unwrap();
+    let before = tree(&pristine);
+    check_store(store, &s);
+    assert_eq!(tree(&pristine), before, "the inspector changed the store");
+
+    let db = std::fs::read(pristine.join("db")).unwrap();
+    let len = db.len();
+    let mut damages: Vec<(String, DamageFn)> = Vec::new();
+    let flip = |at: usize| -> Box<dyn Fn(&Path)> {
+        Box::new(move |p: &Path| {
+            let mut bytes = std::fs::read(p.join("db")).unwrap();
+            bytes[at] ^= 0x01;
+            std::fs::write(p.join("db"), bytes).unwrap();
+        })
+    };
+    for at in [0, 5, len / 7, len / 3, len / 2, len * 2 / 3, len - 2] {
+        damages.push((format!("bit flipped at {at}"), flip(at)));
+    }
+    // Inside the records' JSON: the interrupt's question and the phase
+    // (`interrupted` → another phase would read as valid JSON).
+    for text in [&b"close the ticket?"[..], b"interrupted", b"completed"] {
+        let at = db
+            .windows(text.len())
+            .position(|w| w == text)
+            .unwrap_or_else(|| panic!("{} not in the log", String::from_utf8_lossy(text)));
+        damages.push((
+            format!("bit flipped in `{}`", String::from_utf8_lossy(text)),
+            flip(at + 2),
+        ));
+    }
+    damages.push((
+        "random bytes".into(),
+        Box::new(move |p: &Path| {
+            let mut x = 0x2545_F491_4F6C_DD1Du64;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            std::fs::write(p.join("db"), bytes).unwrap();
+        }),
+    ));
+    for cut in [0, len / 2, len - 1] {
+        damages.push((
+            format!("cut to {cut} bytes"),
+            Box::new(move |p: &Path| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(p.join("db"))
+                    .unwrap()
+                    .set_len(cut as u64)
+                    .unwrap();
+            }),
+        ));
+    }
+    damages.push((
+        "conf deleted".into(),
+        Box::new(|p: &Path| std::fs::remove_file(p.join("conf")).unwrap()),
+    ));
+
+    for (i, (name, damage)) in damages.iter().enumerate() {
+        let case = work.join(format!("case-{i}"));
+        std::fs::create_dir(&case).unwrap();
+        for (path, bytes) in &before {
+            std::fs::write(case.join(path.file_name().unwrap()), bytes).unwrap();
+        }
+        damage(&case);
+        let store = case.to_str().unwrap();
+        let damaged = tree(&case);
+        for args in [
+            vec!["list"],
+            vec!["show", s.paused.as_str()],
+            vec!["history", s.completed.as_str()],
+        ] {
+            let mut all = vec!["sessions"];
+            all.extend(&args);
+            all.extend(["--store", store]);
+            let out = harness(&all);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name}: {args:?}: {stderr}");
+            assert!(out.stdout.is_empty(), "{name}: {args:?} showed something");
+            assert!(
+                stderr.contains(&format!("the store {store} is damaged: {store}/")),
+                "{name}: {args:?}: {stderr}"
+            );
+            assert_eq!(tree(&case), damaged, "{name}: {args:?} changed the store");
+        }
+    }
+}
+
+/// The studio reads a sled database from a copy: starting it changes no
+/// byte, and a damaged database is refused naming the file.
+#[test]
+fn the_studio_opens_a_sled_database_without_changing_it_and_refuses_a_damaged_one() {
+    let work = workdir("studio-sled-damage");
+    let dir = work.join("db");
+    sled_store(&dir);
+    let before = tree(&dir);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["studio", "--store", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let serving = lines.any(|l| l.unwrap().starts_with("open http://"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(serving, "the studio did not serve");
+    assert_eq!(tree(&dir), before, "the studio changed the store");
+
+    let mut bytes = std::fs::read(dir.join("db")).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(dir.join("db"), &bytes).unwrap();
+    let damaged = tree(&dir);
+    let out = harness(&["studio", "--store", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("is damaged: {}", dir.join("db").display())),
+        "{stderr}"
+    );
+    assert_eq!(tree(&dir), damaged, "the studio changed the damaged store");
+}

@@ -27,8 +27,11 @@ mod file;
 mod log_gaps;
 mod log_store;
 mod memory;
+mod permissions;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;
+#[cfg(feature = "sled")]
+mod sled_damage;
 #[cfg(feature = "sled")]
 mod sled_store;
 

@@ -1,0 +1,226 @@
+//! Opening a store for reading only: a private copy of its files, so that
+//! a reader never changes a byte of the store it reads (see
+//! [`SledStore::open_read_only`](crate::SledStore::open_read_only) and
+//! [`LogStore::open_read_only`](crate::LogStore::open_read_only)).
+
+use harness::session::StoreError;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why a store could not be opened for reading.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReadOnlyError {
+    /// Nothing at the path is a store of this kind: the path is missing,
+    /// is a file, or is a directory without the store's files. Nothing is
+    /// created there.
+    NotAStore {
+        /// The path given.
+        path: PathBuf,
+        /// What is there instead.
+        why: String,
+    },
+    /// Another process has the store open (e.g. the application).
+    InUse {
+        /// The store.
+        path: PathBuf,
+    },
+    /// The store is damaged: a file is missing or its bytes are not what
+    /// the store wrote. Nothing was changed.
+    Damaged(Damage),
+    /// The store failed otherwise (I/O, ...).
+    Store(StoreError),
+}
+
+/// Where a store is damaged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The store's directory.
+    pub store: PathBuf,
+    /// The damaged (or missing) file.
+    pub file: PathBuf,
+    /// The first byte of `file` found damaged, when known.
+    pub offset: Option<u64>,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the store {} is damaged: {}",
+            self.store.display(),
+            self.file.display()
+        )?;
+        if let Some(offset) = self.offset {
+            write!(f, " at offset {offset}")?;
+        }
+        write!(f, ": {}", self.what)
+    }
+}
+
+impl std::error::Error for Damage {}
+
+impl std::fmt::Display for ReadOnlyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadOnlyError::NotAStore { path, why } => {
+                write!(f, "{}: not a session store: {why}", path.display())
+            }
+            ReadOnlyError::InUse { path } => write!(
+                f,
+                "{}: the store is open in another process (its lock is held, e.g. by the \
+                 application); stop it to read the store",
+                path.display()
+            ),
+            ReadOnlyError::Damaged(damage) => damage.fmt(f),
+            ReadOnlyError::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReadOnlyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadOnlyError::Damaged(damage) => Some(damage),
+            ReadOnlyError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for ReadOnlyError {
+    fn from(e: StoreError) -> Self {
+        ReadOnlyError::Store(e)
+    }
+}
+
+/// A private directory (`0700`) under the system's temporary directory,
+/// deleted with what is in it when dropped.
+#[derive(Debug)]
+pub(crate) struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    /// Creates a new one named after `tag`.
+    pub(crate) fn new(tag: &str) -> Result<Self, StoreError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        for _ in 0..100 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path = base.join(format!(
+                "harness-{tag}-{}-{nanos:x}-{n}",
+                std::process::id()
+            ));
+            match private_dir_builder().create(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error("create the private directory", &path, &e)),
+            }
+        }
+        Err(StoreError::backend(format!(
+            "cannot create a private directory under {}",
+            base.display()
+        )))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A builder of directories `0700` (on unix).
+pub(crate) fn private_dir_builder() -> fs::DirBuilder {
+    #[allow(unused_mut)]
+    let mut builder = fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+}
+
+/// Copies `from` (already open) to the new file `to`, created `0600`.
+pub(crate) fn copy_open_file(from: &mut File, source: &Path, to: &Path) -> Result<u64, StoreError> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut out = options
+        .open(to)
+        .map_err(|e| io_error("create the copy", to, &e))?;
+    io::copy(from, &mut out).map_err(|e| io_error("copy", source, &e))
+}
+
+/// Copies the file `from` to the new file `to` (`0600`).
+pub(crate) fn copy_file(from: &Path, to: &Path) -> Result<u64, StoreError> {
+    let mut file = File::open(from).map_err(|e| io_error("open", from, &e))?;
+    copy_open_file(&mut file, from, to)
+}
+
+/// Copies the directory tree `from` into the new directory `to` (`0700`),
+/// following no symbolic link.
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), StoreError> {
+    private_dir_builder()
+        .create(to)
+        .map_err(|e| io_error("create the copy", to, &e))?;
+    for entry in fs::read_dir(from).map_err(|e| io_error("list", from, &e))? {
+        let entry = entry.map_err(|e| io_error("list", from, &e))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| io_error("inspect", &entry.path(), &e))?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            copy_file(&entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Takes a shared lock on `file` without waiting: `Ok(false)` when another
+/// process holds it exclusively.
+pub(crate) fn try_lock_shared(file: &File, path: &Path) -> Result<bool, StoreError> {
+    match file.try_lock_shared() {
+        Ok(()) => Ok(true),
+        Err(fs::TryLockError::WouldBlock) => Ok(false),
+        Err(fs::TryLockError::Error(e)) => Err(io_error("lock", path, &e)),
+    }
+}
+
+/// Removes group and other permissions from `path` and, for a directory,
+/// from everything in it (following no symbolic link).
+#[cfg(unix)]
+pub(crate) fn restrict_tree(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = fs::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o077 != 0 {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode & 0o700))?;
+    }
+    if meta.is_dir() {
+        for entry in fs::read_dir(path)? {
+            restrict_tree(&entry?.path())?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn io_error(what: &str, path: &Path, e: &io::Error) -> StoreError {
+    StoreError::backend(format!("cannot {what} {}: {e}", path.display()))
+}

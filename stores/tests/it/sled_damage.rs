@@ -1,0 +1,305 @@
+//! The sled store's checksummed records, and reading a database without
+//! changing it ([`SledStore::open_read_only`]): damage reported as such,
+//! never shown as another state.
+
+use crate::{create_sample, id};
+use harness::session::{SessionStore, StoreError};
+use harness_stores::{ReadOnlyError, SledStore};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Every file under `dir`, with its bytes.
+fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                out.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// A database at `path` without sled's flusher thread, closed when it
+/// returns, holding `sessions` sessions of a snapshot and 3 updates.
+async fn closed_db(path: &Path, sessions: usize) {
+    let config = harness_stores::sled::Config::new()
+        .path(path)
+        .segment_size(128 * 1024)
+        .flush_every_ms(None);
+    let store = SledStore::with_config(&config).unwrap();
+    for i in 0..sessions {
+        create_sample(&store, &format!("s{i}"), 3).await;
+    }
+    store.flush().await.unwrap();
+}
+
+/// Replaces the stored bytes of `key` in `tree` by what `change` makes of
+/// them.
+fn rewrite(store: &SledStore, tree: &str, key: &[u8], change: impl FnOnce(&mut Vec<u8>)) {
+    let tree = store.db().open_tree(tree).unwrap();
+    let mut bytes = tree
+        .get(key)
+        .unwrap()
+        .expect("the record is there")
+        .to_vec();
+    change(&mut bytes);
+    tree.insert(key, bytes).unwrap();
+}
+
+/// A head or a checkpoint whose bytes changed after it was written, its
+/// JSON still valid (a digit changed), is a load error naming the session
+/// and the record; the other sessions still read.
+#[tokio::test]
+async fn a_record_that_fails_its_checksum_is_a_load_error_naming_the_session_and_record() {
+    let store = SledStore::temporary().unwrap();
+    let commit = create_sample(&store, "s1", 3).await;
+    create_sample(&store, "s2", 1).await;
+    // The record: 0xC5, the format 1, the CRC32, the JSON.
+    let head = store
+        .db()
+        .open_tree("heads")
+        .unwrap()
+        .get("s1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&head[..2], &[0xC5, 1]);
+    assert!(head[6..].starts_with(b"{"));
+    let digit = |bytes: &mut Vec<u8>| {
+        let at = bytes[6..]
+            .iter()
+            .position(u8::is_ascii_digit)
+            .expect("a digit")
+            + 6;
+        bytes[at] = if bytes[at] == b'9' {
+            b'8'
+        } else {
+            bytes[at] + 1
+        };
+    };
+    rewrite(&store, "heads", b"s1", digit);
+    match store.load(&id("s1")).await {
+        Err(StoreError::Load(e)) => {
+            assert_eq!((e.session.as_str(), e.record.as_str()), ("s1", "head"));
+            assert!(e.reason.contains("checksum"), "{e}");
+        }
+        other => panic!("expected a load error, got {other:?}"),
+    }
+    // A commit reads the head too: refused, nothing written.
+    let next = harness_stores::conformance::advance(&commit.head, vec![], vec![]);
+    assert!(matches!(
+        store.commit(&next).await,
+        Err(StoreError::Load(_))
+    ));
+    assert!(store.load(&id("s2")).await.unwrap().is_some());
+
+    let key = crate::sled_store::checkpoint_key(&id("s1"), 2);
+    rewrite(&store, "checkpoints", &key, |b| {
+        let last = b.len() - 2;
+        b[last] ^= 0x01;
+    });
+    match store.checkpoints(&id("s1"), 0).await {
+        Err(StoreError::Load(e)) => {
+            assert_eq!(
+                (e.session.as_str(), e.record.as_str()),
+                ("s1", "checkpoint 2")
+            );
+            assert!(e.reason.contains("checksum"), "{e}");
+        }
+        other => panic!("expected a load error, got {other:?}"),
+    }
+    // A record cut short inside its checksum, or of an unknown format.
+    for (bytes, says) in [
+        (vec![0xC5, 1, 0], "cut short"),
+        (vec![0xC5, 9, 0, 0, 0, 0, b'{', b'}'], "format 9"),
+    ] {
+        store
+            .db()
+            .open_tree("heads")
+            .unwrap()
+            .insert("s2", bytes)
+            .unwrap();
+        let e = store.load(&id("s2")).await.unwrap_err();
+        assert!(
+            matches!(e, StoreError::Load(_)) && e.to_string().contains(says),
+            "{e}"
+        );
+    }
+}
+
+/// Records written before checksums (bare JSON) still read, and a commit
+/// over them works.
+#[tokio::test]
+async fn records_written_before_checksums_still_read() {
+    let store = SledStore::temporary().unwrap();
+    let commit = create_sample(&store, "old", 2).await;
+    let log = store.checkpoints(&id("old"), 0).await.unwrap();
+    let bare = |b: &mut Vec<u8>| {
+        b.drain(..6);
+    };
+    rewrite(&store, "heads", b"old", bare);
+    for seq in [1, 2] {
+        rewrite(
+            &store,
+            "checkpoints",
+            &crate::sled_store::checkpoint_key(&id("old"), seq),
+            bare,
+        );
+    }
+    rewrite(
+        &store,
+        "snapshots",
+        &crate::sled_store::checkpoint_key(&id("old"), 0),
+        bare,
+    );
+    assert_eq!(
+        store.load(&id("old")).await.unwrap(),
+        Some(commit.head.clone())
+    );
+    assert_eq!(store.checkpoints(&id("old"), 0).await.unwrap(), log);
+    let next = harness_stores::conformance::advance(
+        &commit.head,
+        vec![harness_stores::conformance::update(
+            3,
+            3,
+            "x",
+            serde_json::json!(3),
+        )],
+        vec![],
+    );
+    store.commit(&next).await.unwrap();
+    assert_eq!(store.load(&id("old")).await.unwrap(), Some(next.head));
+}
+
+/// A read-only open reads what the database holds, changes no byte of
+/// it, refuses commits, and creates nothing where there is no database.
+#[tokio::test]
+async fn a_read_only_open_reads_a_copy_and_changes_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let path = base.path().join("db");
+    closed_db(&path, 3).await;
+    let before = files(&path);
+    let store = SledStore::open_read_only(&path).unwrap();
+    assert_eq!(store.read_only_of(), Some(path.as_path()));
+    let mut listed = store.sessions().await.unwrap();
+    listed.sort();
+    assert_eq!(listed, vec![id("s0"), id("s1"), id("s2")]);
+    assert_eq!(store.checkpoints(&id("s1"), 0).await.unwrap().len(), 4);
+    let head = store.load(&id("s1")).await.unwrap().unwrap();
+    let e = store
+        .commit(&harness_stores::conformance::advance(&head, vec![], vec![]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    drop(store);
+    assert_eq!(files(&path), before, "the read changed the database");
+
+    // Nothing there, a file, an empty directory: not a store, and nothing
+    // is created.
+    let empty = base.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let file = base.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let missing = base.path().join("missing");
+    for p in [&missing, &file, &empty] {
+        match SledStore::open_read_only(p) {
+            Err(ReadOnlyError::NotAStore { path, .. }) => assert_eq!(&path, p),
+            other => panic!("{}: expected NotAStore, got {other:?}", p.display()),
+        }
+    }
+    assert!(!missing.exists());
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+}
+
+/// Damages a store in the directory it is given.
+type DamageFn = Box<dyn Fn(&Path)>;
+
+/// Damaged databases: bits flipped across the whole log, random bytes,
+/// truncations, a missing `conf` or `db`. Each is reported as damage naming
+/// the file (and the offset when known), and the damaged files are the
+/// same, byte for byte, after the attempt.
+#[tokio::test]
+async fn a_damaged_database_is_reported_and_left_as_it_was() {
+    let base = tempfile::tempdir().unwrap();
+    let pristine = base.path().join("pristine");
+    closed_db(&pristine, 12).await;
+    let db = std::fs::read(pristine.join("db")).unwrap();
+    let len = db.len();
+    let case = base.path().join("case");
+    let mut damages: Vec<(String, DamageFn)> = Vec::new();
+    for k in 0..40 {
+        let at = len * k / 40 + 3;
+        damages.push((
+            format!("bit flipped at {at}"),
+            Box::new(move |p: &Path| {
+                let mut bytes = std::fs::read(p.join("db")).unwrap();
+                bytes[at] ^= 0x04;
+                std::fs::write(p.join("db"), bytes).unwrap();
+            }),
+        ));
+    }
+    damages.push((
+        "random bytes".into(),
+        Box::new(move |p: &Path| {
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            std::fs::write(p.join("db"), bytes).unwrap();
+        }),
+    ));
+    for cut in [0, 10, len / 3, len / 2, len - 1] {
+        damages.push((
+            format!("cut to {cut} bytes"),
+            Box::new(move |p: &Path| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(p.join("db"))
+                    .unwrap();
+                f.set_len(cut as u64).unwrap();
+            }),
+        ));
+    }
+    for file in ["conf", "db"] {
+        damages.push((
+            format!("{file} deleted"),
+            Box::new(move |p: &Path| std::fs::remove_file(p.join(file)).unwrap()),
+        ));
+    }
+    for (name, damage) in &damages {
+        let _ = std::fs::remove_dir_all(&case);
+        std::fs::create_dir(&case).unwrap();
+        for (p, bytes) in files(&pristine) {
+            std::fs::write(case.join(p.file_name().unwrap()), bytes).unwrap();
+        }
+        damage(&case);
+        let before = files(&case);
+        match SledStore::open_read_only(&case) {
+            Err(ReadOnlyError::Damaged(d)) => {
+                assert_eq!(d.store, case, "{name}");
+                let shown = d.to_string();
+                assert!(
+                    shown.contains(&case.display().to_string()),
+                    "{name}: {shown}"
+                );
+            }
+            Err(other) => panic!("{name}: expected damage, got {other}"),
+            Ok(_) => panic!("{name}: the damaged database opened"),
+        }
+        assert_eq!(
+            files(&case),
+            before,
+            "{name}: the read changed the database"
+        );
+    }
+}
