@@ -113,89 +113,17 @@ pub async fn run_steps(
     outcomes
 }
 
-/// The variables a command inherits from the host: what a shell needs to
-/// find programs and read text, and nothing that could hold a secret (API
-/// keys, tokens, database URLs stay with the host).
-pub const PASS_ENV: &[&str] = &[
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "LC_MESSAGES",
-    "TZ",
-    "TMPDIR",
-    "USER",
-    "LOGNAME",
-    "TERM",
-];
-
-/// Makes the host process non-dumpable, once, before it runs a command a
-/// model wrote: a same-user process can then no longer read its
-/// `/proc/<pid>/environ` or memory (where its secrets are). Linux only;
-/// elsewhere it is not possible and commands run without it.
-fn protect_host() -> Result<(), String> {
-    static PROTECTED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    PROTECTED
-        .get_or_init(|| {
-            #[cfg(target_os = "linux")]
-            {
-                use rustix::process::{DumpableBehavior, set_dumpable_behavior};
-                set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(|e| {
-                    format!("cannot make the host non-dumpable ({e}), so a command could read its secrets; not running it")
-                })
-            }
-            #[cfg(not(target_os = "linux"))]
-            {
-                Ok(())
-            }
-        })
-        .clone()
-}
+/// The variables a command inherits from the host: the agent kit's
+/// (see [`harness_kit::shell::PASS_ENV`]).
+pub use harness_kit::shell::PASS_ENV;
 
 /// `program`, confined as every command run in the project directory is
 /// (a model's, and the host's own `git`, which runs what the repository's
-/// config says): the host protected first (see [`protect_host`]), only
-/// [`PASS_ENV`] inherited, and, run by root, through `setpriv` with no
-/// capabilities (bounding set included) and `no_new_privs`, since root's
-/// `CAP_SYS_PTRACE` would read the host's memory and environment whatever
-/// the host does; without `setpriv` it is not run.
+/// config says): as the agent kit's shell tool confines its commands, see
+/// [`harness_kit::shell::confined`] (the host non-dumpable, only
+/// [`PASS_ENV`] inherited, no capabilities when run by root).
 pub(crate) fn confined(program: &str) -> Result<tokio::process::Command, String> {
-    protect_host()?;
-    #[cfg(unix)]
-    let mut command = if rustix::process::geteuid().is_root() {
-        let found = std::process::Command::new("setpriv")
-            .arg("--version")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Err(format!(
-                "the host runs as root, and without `setpriv` (util-linux) `{program}` would keep root's capabilities and could read the host's secrets; install util-linux or run as another user"
-            ));
-        }
-        let mut command = tokio::process::Command::new("setpriv");
-        command.args([
-            "--inh-caps=-all",
-            "--ambient-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-            program,
-        ]);
-        command
-    } else {
-        tokio::process::Command::new(program)
-    };
-    #[cfg(not(unix))]
-    let mut command = tokio::process::Command::new(program);
-    command.env_clear().envs(
-        PASS_ENV
-            .iter()
-            .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
-    );
-    Ok(command)
+    harness_kit::shell::confined(program)
 }
 
 async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> StepOutcome {
