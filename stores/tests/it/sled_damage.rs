@@ -303,3 +303,33 @@ async fn a_damaged_database_is_reported_and_left_as_it_was() {
         );
     }
 }
+
+/// The cost of a read-only open against a plain open, for databases of
+/// 100, 1,000 and 5,000 sessions: `cargo test -p harness-stores --test it
+/// read_only_open_cost -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement"]
+async fn read_only_open_cost() {
+    for sessions in [100, 1_000, 5_000] {
+        let base = tempfile::tempdir().unwrap();
+        let path = base.path().join("db");
+        closed_db(&path, sessions).await;
+        let size: usize = files(&path).values().map(Vec::len).sum();
+        let start = std::time::Instant::now();
+        let store = SledStore::open_read_only(&path).unwrap();
+        let read_only = start.elapsed();
+        assert_eq!(store.sessions().await.unwrap().len(), sessions);
+        drop(store);
+        // A plain open of a copy (it writes).
+        let plain = base.path().join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        for (p, bytes) in files(&path) {
+            std::fs::write(plain.join(p.file_name().unwrap()), bytes).unwrap();
+        }
+        let start = std::time::Instant::now();
+        let store = SledStore::open(&plain).unwrap();
+        let open = start.elapsed();
+        drop(store);
+        println!("{sessions} sessions, {size} bytes: open_read_only {read_only:?}, open {open:?}");
+    }
+}
