@@ -6,9 +6,10 @@
 extern crate self as harness;
 
 // The modules, in the order they depend on each other: each uses only the
-// ones above it (checked by the `module_order` test). `durable`, `secrets`
-// and `llm` are leaves: any module may use them, and they use none of the
-// others (`llm` uses `durable` and `secrets`). One layer per group, so
+// ones above it (checked by the `module_order` test). `durable`, `secrets`,
+// `llm` and `memory` are leaves: any module may use them, and they use none
+// of the others (`llm` uses `durable` and `secrets`; `memory` uses `llm`
+// and `secrets`). One layer per group, so
 // that rustfmt keeps the order.
 
 // Names.
@@ -53,6 +54,8 @@ pub mod durable;
 pub mod secrets;
 
 pub mod llm;
+
+pub mod memory;
 mod type_name;
 
 // Docs only: the guide's chapters, each an empty module.

@@ -144,6 +144,37 @@ pub(crate) fn depth(value: &Value) -> usize {
     deepest
 }
 
+/// Redacts the secrets the process holds ([`crate::secrets`]) from what a
+/// commit's head carries besides the state: the failure message, the
+/// interrupt's payload, the step journals (interrupt answers and `once`
+/// results). The state and its updates are redacted by the engine as it
+/// encodes them, and a run's input by the agent. Does nothing (one atomic
+/// load) while no secret is registered.
+pub(crate) fn redact_commit(commit: &mut Commit) {
+    if !crate::secrets::is_active() {
+        return;
+    }
+    let head = &mut commit.head;
+    match &mut head.phase {
+        SessionPhase::Failed { error } => {
+            crate::secrets::redact_string(error);
+        }
+        SessionPhase::Interrupted { interrupt } => {
+            crate::secrets::redact_json(&mut interrupt.payload);
+        }
+        SessionPhase::Running | SessionPhase::Completed { .. } => {}
+    }
+    for journal in std::iter::once(&mut head.journal).chain(head.branch_journals.values_mut()) {
+        for value in journal
+            .responses
+            .iter_mut()
+            .chain(journal.once.values_mut())
+        {
+            crate::secrets::redact_json(value);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,36 +218,5 @@ mod tests {
         let record = arrays(128);
         let text = serde_json::to_string(&record).unwrap_or_default();
         assert!(serde_json::from_str::<Value>(&text).is_err());
-    }
-}
-
-/// Redacts the secrets the process holds ([`crate::secrets`]) from what a
-/// commit's head carries besides the state: the failure message, the
-/// interrupt's payload, the step journals (interrupt answers and `once`
-/// results). The state and its updates are redacted by the engine as it
-/// encodes them, and a run's input by the agent. Does nothing (one atomic
-/// load) while no secret is registered.
-pub(crate) fn redact_commit(commit: &mut Commit) {
-    if !crate::secrets::is_active() {
-        return;
-    }
-    let head = &mut commit.head;
-    match &mut head.phase {
-        SessionPhase::Failed { error } => {
-            crate::secrets::redact_string(error);
-        }
-        SessionPhase::Interrupted { interrupt } => {
-            crate::secrets::redact_json(&mut interrupt.payload);
-        }
-        SessionPhase::Running | SessionPhase::Completed { .. } => {}
-    }
-    for journal in std::iter::once(&mut head.journal).chain(head.branch_journals.values_mut()) {
-        for value in journal
-            .responses
-            .iter_mut()
-            .chain(journal.once.values_mut())
-        {
-            crate::secrets::redact_json(value);
-        }
     }
 }

@@ -10,6 +10,7 @@ mod llm_scripted;
 mod llm_stream;
 mod llm_tools;
 mod llm_types;
+mod memory;
 mod module_order;
 mod parallel;
 mod run;

@@ -1,0 +1,728 @@
+//! Long-term memory: JSON items shared across sessions, under namespaces,
+//! found by key, by filters on their fields, and by meaning.
+//!
+//! A session remembers one conversation; [`Memory`] remembers across them:
+//! a user's preferences, facts learned, past decisions, documents to
+//! recall. Items are JSON objects under a [`Namespace`] (a path of labels,
+//! `users/u-17/preferences`) and a key, with their created and updated
+//! times and an optional time to live. A [`Search`] finds items under a
+//! namespace prefix that meet [`Filter`]s on their fields (equality and
+//! comparisons), a page at a time; with an index ([`IndexConfig`]: an
+//! [`Embedder`] and the fields to embed), it also ranks them by closeness
+//! of meaning to a text, with scores.
+//!
+//! ```
+//! use harness::memory::{Filter, Memory, Namespace, Search};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let memory = Memory::in_memory();
+//! let prefs = Namespace::new(["users", "u-17", "preferences"])?;
+//! memory.put(&prefs, "language", json!({"value": "Rust", "weight": 9})).await?;
+//! memory.put(&prefs, "editor", json!({"value": "helix", "weight": 4})).await?;
+//!
+//! let item = memory.get(&prefs, "language").await?.expect("it was put");
+//! assert_eq!(item.value["value"], "Rust");
+//!
+//! let user = Namespace::new(["users", "u-17"])?;
+//! let strong = memory.search(&Search::under(user).filter(Filter::gt("weight", 5))).await?;
+//! assert_eq!(strong.len(), 1);
+//! assert_eq!(strong[0].item.key, "language");
+//! # Ok::<(), harness::memory::MemoryError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Where it is kept
+//!
+//! A [`MemoryBackend`] keeps the records: [`InMemory`] here, and sled,
+//! PostgreSQL and Redis backends in `harness-stores`, every one checked by
+//! one conformance suite. Validation, times to live and the semantic index
+//! are [`Memory`]'s, the same over every backend.
+//!
+//! # Times to live
+//!
+//! An item put with a TTL ([`PutOptions::ttl`]) expires that long after it
+//! was put, or last read with a refresh ([`Memory::get_refreshing`],
+//! [`Search::refresh_ttl`]). Expiry is judged at every read against the
+//! memory's [`Clock`]: an expired item is never returned, whether or not
+//! anything has removed it yet, so no sweeper is needed for it to be
+//! correct.
+//!
+//! # Search by meaning
+//!
+//! With [`Memory::with_index`], each put embeds the item's indexed text
+//! (the configured fields, or [`IndexFields`] per put) and the backend keeps
+//! the vector beside the item. Searching by text embeds the query and ranks
+//! the items the search admits (prefix, filters, not expired) by cosine
+//! similarity, in an index held in this process: built from the backend's
+//! vectors at the first search by text and kept up to date with this
+//! process's writes ([`Memory::reload_index`] picks up other processes').
+//! Embeddings are batched (one call per put or batch) and cached by text.
+//! If the embedder fails or times out, the put fails as a whole and nothing
+//! is written.
+//!
+//! # Bad input
+//!
+//! An empty or malformed namespace, an empty, long or control-character
+//! key, a value that is not an object or is larger than
+//! [`MAX_VALUE_BYTES`], a filter with an empty path or an ordering on
+//! something other than numbers and strings, a vector of the wrong length:
+//! each is a [`MemoryError`] naming what and where, and nothing is written.
+//! Concurrent puts on one key: the last writer wins.
+
+mod backend;
+mod index;
+mod types;
+
+pub use backend::{Clock, InMemory, ManualClock, MemoryBackend, Record, SystemClock, Write};
+pub use index::{ExactIndex, dot, normalized};
+pub use types::{
+    Cmp, Filter, Hit, IndexFields, Item, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_DEPTH,
+    MAX_VALUE_BYTES, MemoryError, Namespace, NamespaceQuery, PutOptions, Search, lookup,
+};
+
+use crate::llm::Embedder;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How items are embedded for search by meaning.
+#[derive(Clone)]
+pub struct IndexConfig {
+    embedder: Arc<dyn Embedder>,
+    dimensions: usize,
+    fields: Vec<String>,
+    timeout: Duration,
+    cache: usize,
+}
+
+impl fmt::Debug for IndexConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IndexConfig")
+            .field("embedder", &self.embedder.model_name())
+            .field("dimensions", &self.dimensions)
+            .field("fields", &self.fields)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl IndexConfig {
+    /// Items embedded by `embedder`, whose vectors have `dimensions`
+    /// numbers; the whole value is embedded (as JSON text) unless
+    /// [`fields`](Self::fields) says otherwise; each embedding call may
+    /// take 30 s.
+    pub fn new(embedder: Arc<dyn Embedder>, dimensions: usize) -> Self {
+        Self {
+            embedder,
+            dimensions,
+            fields: Vec::new(),
+            timeout: Duration::from_secs(30),
+            cache: 10_000,
+        }
+    }
+
+    /// Embeds these fields (dotted paths; a string field as its text, any
+    /// other as JSON), joined by new lines.
+    #[must_use]
+    pub fn fields<I, S>(mut self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.fields = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Gives up on an embedding call after `timeout`.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Keeps the vectors of this many texts (default 10 000).
+    #[must_use]
+    pub fn cache(mut self, texts: usize) -> Self {
+        self.cache = texts;
+        self
+    }
+}
+
+/// The index in this process: the configuration, the vectors of texts
+/// seen, and the items with vectors (once loaded).
+struct Semantic {
+    config: IndexConfig,
+    cache: Mutex<HashMap<String, Arc<[f32]>>>,
+    index: tokio::sync::RwLock<Option<ExactIndex>>,
+}
+
+/// Long-term memory over a [`MemoryBackend`]: see the [module docs](self).
+/// Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Memory {
+    backend: Arc<dyn MemoryBackend>,
+    clock: Arc<dyn Clock>,
+    semantic: Option<Arc<Semantic>>,
+}
+
+impl fmt::Debug for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Memory")
+            .field("backend", &self.backend)
+            .field("index", &self.semantic.as_ref().map(|s| &s.config))
+            .finish()
+    }
+}
+
+/// One operation of a [`Memory::batch`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// [`Memory::put_with`].
+    Put {
+        /// The namespace.
+        namespace: Namespace,
+        /// The key.
+        key: String,
+        /// The value.
+        value: Value,
+        /// TTL and indexing.
+        options: PutOptions,
+    },
+    /// [`Memory::get`].
+    Get {
+        /// The namespace.
+        namespace: Namespace,
+        /// The key.
+        key: String,
+    },
+    /// [`Memory::delete`].
+    Delete {
+        /// The namespace.
+        namespace: Namespace,
+        /// The key.
+        key: String,
+    },
+    /// [`Memory::search`].
+    Search(Search),
+    /// [`Memory::list_namespaces`].
+    ListNamespaces(NamespaceQuery),
+}
+
+/// The result of one [`Op`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpResult {
+    /// A put's item.
+    Put(Item),
+    /// A get's item, if any.
+    Get(Option<Item>),
+    /// A delete.
+    Delete,
+    /// A search's hits.
+    Search(Vec<Hit>),
+    /// A listing's namespaces.
+    ListNamespaces(Vec<Namespace>),
+}
+
+/// The text of `value` to embed: `fields` joined by new lines, or the whole
+/// value as JSON; `None` when none of the fields is there.
+fn text_of(value: &Value, fields: &[String]) -> Option<String> {
+    if fields.is_empty() {
+        return Some(value.to_string());
+    }
+    let parts: Vec<String> = fields
+        .iter()
+        .filter_map(|f| lookup(value, f))
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("\n"))
+}
+
+impl Memory {
+    /// Memory kept by `backend`, on this machine's clock, without an index.
+    pub fn new(backend: impl MemoryBackend + 'static) -> Self {
+        Self::from_arc(Arc::new(backend))
+    }
+
+    /// Memory kept by a shared backend.
+    pub fn from_arc(backend: Arc<dyn MemoryBackend>) -> Self {
+        Self {
+            backend,
+            clock: Arc::new(SystemClock),
+            semantic: None,
+        }
+    }
+
+    /// Memory in this process only ([`InMemory`]).
+    pub fn in_memory() -> Self {
+        Self::new(InMemory::new())
+    }
+
+    /// Judges times to live by `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Embeds items for search by meaning ([`Search::text`]).
+    #[must_use]
+    pub fn with_index(mut self, config: IndexConfig) -> Self {
+        self.semantic = Some(Arc::new(Semantic {
+            config,
+            cache: Mutex::new(HashMap::new()),
+            index: tokio::sync::RwLock::new(None),
+        }));
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn MemoryBackend> {
+        &self.backend
+    }
+
+    /// Puts `value` (a JSON object) at `namespace`/`key`, replacing what is
+    /// there; the item as stored.
+    pub async fn put(
+        &self,
+        namespace: &Namespace,
+        key: &str,
+        value: Value,
+    ) -> Result<Item, MemoryError> {
+        self.put_with(namespace, key, value, PutOptions::default())
+            .await
+    }
+
+    /// [`put`](Self::put) with a TTL or indexing of its own.
+    pub async fn put_with(
+        &self,
+        namespace: &Namespace,
+        key: &str,
+        value: Value,
+        options: PutOptions,
+    ) -> Result<Item, MemoryError> {
+        let op = Op::Put {
+            namespace: namespace.clone(),
+            key: key.to_owned(),
+            value,
+            options,
+        };
+        match self.batch(vec![op]).await?.pop() {
+            Some(OpResult::Put(item)) => Ok(item),
+            _ => Err(MemoryError::backend("a put gave no item")),
+        }
+    }
+
+    /// The item at `namespace`/`key`, unless it is missing or expired.
+    pub async fn get(&self, namespace: &Namespace, key: &str) -> Result<Option<Item>, MemoryError> {
+        types::check_key(namespace, key)?;
+        let now = self.clock.now();
+        Ok(self.backend.get(namespace, key, now).await?.map(|r| r.item))
+    }
+
+    /// [`get`](Self::get), starting the item's time to live again.
+    pub async fn get_refreshing(
+        &self,
+        namespace: &Namespace,
+        key: &str,
+    ) -> Result<Option<Item>, MemoryError> {
+        types::check_key(namespace, key)?;
+        let now = self.clock.now();
+        let Some(record) = self.backend.get(namespace, key, now).await? else {
+            return Ok(None);
+        };
+        Ok(Some(self.refresh(vec![record], now).await?.remove(0)))
+    }
+
+    /// Deletes the item at `namespace`/`key` (nothing if there is none).
+    pub async fn delete(&self, namespace: &Namespace, key: &str) -> Result<(), MemoryError> {
+        let op = Op::Delete {
+            namespace: namespace.clone(),
+            key: key.to_owned(),
+        };
+        self.batch(vec![op]).await.map(drop)
+    }
+
+    /// The items `search` finds: see [`Search`].
+    pub async fn search(&self, search: &Search) -> Result<Vec<Hit>, MemoryError> {
+        for filter in &search.filters {
+            filter.check()?;
+        }
+        let now = self.clock.now();
+        let hits = match &search.text {
+            None => self
+                .backend
+                .search(
+                    &search.prefix,
+                    &search.filters,
+                    search.offset,
+                    search.limit,
+                    now,
+                )
+                .await?
+                .into_iter()
+                .map(|r| (r, None))
+                .collect::<Vec<_>>(),
+            Some(text) => {
+                let Some(semantic) = &self.semantic else {
+                    return Err(MemoryError::Query {
+                        why: "a search by text needs an index: build the memory with `with_index`"
+                            .into(),
+                    });
+                };
+                let query = self
+                    .embed(semantic, vec![text.clone()], "the query")
+                    .await?
+                    .remove(0);
+                self.load_index(semantic).await?;
+                let index = semantic.index.read().await;
+                let nearest = index
+                    .as_ref()
+                    .map(|i| i.nearest(&query, search, now))
+                    .unwrap_or_default();
+                nearest
+                    .into_iter()
+                    .map(|(item, score)| {
+                        let record = Record {
+                            item: (*item).clone(),
+                            ttl_ms: None,
+                            vector: None,
+                        };
+                        (record, Some(score))
+                    })
+                    .collect()
+            }
+        };
+        if search.refresh_ttl {
+            let (records, scores): (Vec<Record>, Vec<Option<f32>>) = hits.into_iter().unzip();
+            // The index keeps no TTL: the backend's records say which
+            // items have one.
+            let mut live = Vec::with_capacity(records.len());
+            for r in records {
+                let stored = self
+                    .backend
+                    .get(&r.item.namespace, &r.item.key, now)
+                    .await?;
+                live.push(stored.unwrap_or(r));
+            }
+            let items = self.refresh(live, now).await?;
+            return Ok(items
+                .into_iter()
+                .zip(scores)
+                .map(|(item, score)| Hit { item, score })
+                .collect());
+        }
+        Ok(hits
+            .into_iter()
+            .map(|(r, score)| Hit {
+                item: r.item,
+                score,
+            })
+            .collect())
+    }
+
+    /// The namespaces that hold live items, as `query` asks.
+    pub async fn list_namespaces(
+        &self,
+        query: &NamespaceQuery,
+    ) -> Result<Vec<Namespace>, MemoryError> {
+        let now = self.clock.now();
+        Ok(query.apply(self.backend.namespaces(now).await?))
+    }
+
+    /// Runs `ops` in order: each run of consecutive puts and deletes is
+    /// validated and embedded first, then written all or nothing; reads see
+    /// the writes before them. One result per operation.
+    pub async fn batch(&self, ops: Vec<Op>) -> Result<Vec<OpResult>, MemoryError> {
+        let mut results = Vec::with_capacity(ops.len());
+        let mut pending: Vec<Op> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Put { .. } | Op::Delete { .. } => pending.push(op),
+                read => {
+                    if !pending.is_empty() {
+                        results.extend(self.write(std::mem::take(&mut pending)).await?);
+                    }
+                    results.push(match read {
+                        Op::Get { namespace, key } => {
+                            OpResult::Get(self.get(&namespace, &key).await?)
+                        }
+                        Op::Search(search) => OpResult::Search(self.search(&search).await?),
+                        Op::ListNamespaces(query) => {
+                            OpResult::ListNamespaces(self.list_namespaces(&query).await?)
+                        }
+                        Op::Put { .. } | Op::Delete { .. } => unreachable!("writes are pending"),
+                    });
+                }
+            }
+        }
+        if !pending.is_empty() {
+            results.extend(self.write(pending).await?);
+        }
+        Ok(results)
+    }
+
+    /// Validates, embeds and writes puts and deletes, all or nothing.
+    async fn write(&self, ops: Vec<Op>) -> Result<Vec<OpResult>, MemoryError> {
+        let now = self.clock.now();
+        // Validate every operation before anything is embedded or written.
+        let mut texts: Vec<Option<String>> = Vec::with_capacity(ops.len());
+        for op in &ops {
+            match op {
+                Op::Put {
+                    namespace,
+                    key,
+                    value,
+                    options,
+                } => {
+                    check_namespace(namespace)?;
+                    types::check_key(namespace, key)?;
+                    types::check_value(namespace, key, value)?;
+                    let text = match (&self.semantic, &options.index) {
+                        (None, _) | (_, IndexFields::Off) => None,
+                        (Some(s), IndexFields::Default) => text_of(value, &s.config.fields),
+                        (Some(_), IndexFields::Fields(fields)) => {
+                            if fields.is_empty() {
+                                None
+                            } else {
+                                text_of(value, fields)
+                            }
+                        }
+                    };
+                    texts.push(text);
+                }
+                Op::Delete { namespace, key } => {
+                    check_namespace(namespace)?;
+                    types::check_key(namespace, key)?;
+                    texts.push(None);
+                }
+                _ => texts.push(None),
+            }
+        }
+        let wanted: Vec<String> = texts.iter().flatten().cloned().collect();
+        let mut vectors = match &self.semantic {
+            Some(semantic) if !wanted.is_empty() => {
+                let what = format!("{} items", wanted.len());
+                self.embed(semantic, wanted, &what).await?.into_iter()
+            }
+            _ => Vec::new().into_iter(),
+        };
+        let mut writes = Vec::with_capacity(ops.len());
+        let mut results = Vec::with_capacity(ops.len());
+        for (op, text) in ops.into_iter().zip(&texts) {
+            match op {
+                Op::Put {
+                    namespace,
+                    key,
+                    value,
+                    options,
+                } => {
+                    let ttl_ms = options
+                        .ttl
+                        .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+                    let item = Item {
+                        namespace,
+                        key,
+                        value,
+                        created_at: now,
+                        updated_at: now,
+                        expires_at: ttl_ms.map(|t| now.saturating_add(t)),
+                    };
+                    let vector = text.as_ref().and_then(|_| vectors.next());
+                    results.push(OpResult::Put(item.clone()));
+                    writes.push(Write::Put(Record {
+                        item,
+                        ttl_ms,
+                        vector,
+                    }));
+                }
+                Op::Delete { namespace, key } => {
+                    results.push(OpResult::Delete);
+                    writes.push(Write::Delete { namespace, key });
+                }
+                _ => {}
+            }
+        }
+        let created = self.backend.apply(writes.clone(), now).await?;
+        // A put keeps the created time of the item it replaced.
+        let mut created = created.into_iter();
+        for (result, write) in results.iter_mut().zip(writes.iter_mut()) {
+            if let (OpResult::Put(item), Write::Put(record)) = (result, write)
+                && let Some(at) = created.next()
+            {
+                item.created_at = at;
+                record.item.created_at = at;
+            }
+        }
+        self.index_writes(&writes).await;
+        Ok(results)
+    }
+
+    /// Starts the TTL of `records` again; their items as stored.
+    async fn refresh(&self, records: Vec<Record>, now: u64) -> Result<Vec<Item>, MemoryError> {
+        let mut writes = Vec::new();
+        let items: Vec<Item> = records
+            .into_iter()
+            .map(|mut r| {
+                if let Some(ttl) = r.ttl_ms {
+                    let expires_at = now.saturating_add(ttl);
+                    r.item.expires_at = Some(expires_at);
+                    writes.push(Write::Touch {
+                        namespace: r.item.namespace.clone(),
+                        key: r.item.key.clone(),
+                        expires_at,
+                    });
+                }
+                r.item
+            })
+            .collect();
+        if !writes.is_empty() {
+            self.backend.apply(writes.clone(), now).await?;
+            self.index_writes(&writes).await;
+        }
+        Ok(items)
+    }
+
+    /// Embeds `texts` (from the cache where it can), checked and made unit
+    /// length.
+    async fn embed(
+        &self,
+        semantic: &Semantic,
+        texts: Vec<String>,
+        what: &str,
+    ) -> Result<Vec<Vec<f32>>, MemoryError> {
+        let failed = |why: String| MemoryError::Embedding {
+            what: what.to_owned(),
+            why,
+        };
+        let mut out: Vec<Option<Vec<f32>>> = {
+            let cache = semantic
+                .cache
+                .lock()
+                .map_err(|_| failed("the cache's lock is poisoned".into()))?;
+            texts
+                .iter()
+                .map(|t| cache.get(t).map(|v| v.to_vec()))
+                .collect()
+        };
+        let mut missing: Vec<String> = Vec::new();
+        for (text, got) in texts.iter().zip(&out) {
+            if got.is_none() && !missing.contains(text) {
+                missing.push(text.clone());
+            }
+        }
+        if !missing.is_empty() {
+            let call = semantic.config.embedder.embed(&missing);
+            let embeddings = tokio::time::timeout(semantic.config.timeout, call)
+                .await
+                .map_err(|_| failed(format!("no answer within {:?}", semantic.config.timeout)))?
+                .map_err(|e| failed(e.to_string()))?
+                .checked(missing.len())
+                .map_err(|e| failed(e.to_string()))?;
+            let mut fresh: HashMap<&str, Vec<f32>> = HashMap::new();
+            for (text, vector) in missing.iter().zip(embeddings.vectors) {
+                if vector.len() != semantic.config.dimensions {
+                    return Err(failed(format!(
+                        "a vector of {} numbers; the index takes {}",
+                        vector.len(),
+                        semantic.config.dimensions
+                    )));
+                }
+                let unit = normalized(vector).ok_or_else(|| failed("a zero vector".into()))?;
+                fresh.insert(text.as_str(), unit);
+            }
+            let mut cache = semantic
+                .cache
+                .lock()
+                .map_err(|_| failed("the cache's lock is poisoned".into()))?;
+            if cache.len() + fresh.len() > semantic.config.cache {
+                cache.clear();
+            }
+            for (text, got) in texts.iter().zip(out.iter_mut()) {
+                if got.is_none()
+                    && let Some(v) = fresh.get(text.as_str())
+                {
+                    *got = Some(v.clone());
+                }
+            }
+            for (text, v) in fresh {
+                cache.insert(text.to_owned(), Arc::from(v));
+            }
+        }
+        out.into_iter()
+            .map(|v| v.ok_or_else(|| failed("a text got no vector".into())))
+            .collect()
+    }
+
+    /// Builds the index from the backend's vectors, once.
+    async fn load_index(&self, semantic: &Semantic) -> Result<(), MemoryError> {
+        if semantic.index.read().await.is_some() {
+            return Ok(());
+        }
+        let mut slot = semantic.index.write().await;
+        if slot.is_none() {
+            *slot = Some(self.build_index(semantic).await?);
+        }
+        Ok(())
+    }
+
+    async fn build_index(&self, semantic: &Semantic) -> Result<ExactIndex, MemoryError> {
+        let now = self.clock.now();
+        let mut index = ExactIndex::new(semantic.config.dimensions);
+        for record in self.backend.scan(now).await? {
+            let vector = record.vector.and_then(normalized);
+            index.put(record.item, vector.as_deref());
+        }
+        Ok(index)
+    }
+
+    /// Rebuilds the index from the backend: picks up what other processes
+    /// wrote since it was built.
+    pub async fn reload_index(&self) -> Result<(), MemoryError> {
+        let Some(semantic) = &self.semantic else {
+            return Ok(());
+        };
+        let index = self.build_index(semantic).await?;
+        *semantic.index.write().await = Some(index);
+        Ok(())
+    }
+
+    /// Brings a loaded index up to date with `writes` (made by this
+    /// process).
+    async fn index_writes(&self, writes: &[Write]) {
+        let Some(semantic) = &self.semantic else {
+            return;
+        };
+        let mut slot = semantic.index.write().await;
+        let Some(index) = slot.as_mut() else {
+            return;
+        };
+        for write in writes {
+            match write {
+                Write::Put(record) => index.put(record.item.clone(), record.vector.as_deref()),
+                Write::Delete { namespace, key } => index.remove(namespace.labels(), key),
+                Write::Touch {
+                    namespace,
+                    key,
+                    expires_at,
+                } => index.touch(namespace.labels(), key, *expires_at),
+            }
+        }
+    }
+}
+
+/// An item's namespace has at least one label.
+fn check_namespace(namespace: &Namespace) -> Result<(), MemoryError> {
+    if namespace.is_root() {
+        return Err(MemoryError::Namespace {
+            namespace: Vec::new(),
+            why: "an item's namespace has at least one label".into(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,564 @@
+//! Long-term memory over the in-memory backend: validation, TTLs on a
+//! controlled clock, filters, listings, batches, and search by meaning
+//! with an embedder of the test's own (words hashed into a vector), its
+//! failures and its cache.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use async_trait::async_trait;
+use harness::llm::{Embedder, Embeddings, ModelError, Usage};
+use harness::memory::{
+    Filter, IndexConfig, IndexFields, ManualClock, Memory, MemoryError, Namespace, NamespaceQuery,
+    Op, OpResult, PutOptions, Search,
+};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn ns(labels: &[&str]) -> Namespace {
+    Namespace::new(labels.iter().copied()).unwrap()
+}
+
+/// Words hashed into 64 buckets: texts sharing words are close.
+#[derive(Default)]
+struct Words {
+    calls: AtomicUsize,
+    texts: AtomicUsize,
+    fail: bool,
+    wrong_dimension: bool,
+    slow: bool,
+}
+
+#[async_trait]
+impl Embedder for Words {
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.texts.fetch_add(texts.len(), Ordering::SeqCst);
+        if self.fail {
+            return Err(ModelError::malformed("the embedder is down"));
+        }
+        if self.slow {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let dims = if self.wrong_dimension { 32 } else { 64 };
+        let vectors = texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; dims];
+                for word in t
+                    .to_lowercase()
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| w.len() > 2)
+                {
+                    let h = word
+                        .bytes()
+                        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+                    v[(h % dims as u64) as usize] += 1.0;
+                }
+                v[0] += 0.01; // never a zero vector
+                v
+            })
+            .collect();
+        Ok(Embeddings::new(vectors, Usage::default()))
+    }
+}
+
+fn indexed(embedder: Arc<Words>) -> Memory {
+    Memory::in_memory().with_index(IndexConfig::new(embedder, 64).fields(["text"]))
+}
+
+#[tokio::test]
+async fn items_round_trip_and_keep_their_created_time() {
+    let clock = Arc::new(ManualClock::at(1_000));
+    let memory = Memory::in_memory().with_clock(clock.clone());
+    let prefs = ns(&["users", "u1", "prefs"]);
+    let first = memory
+        .put(&prefs, "lang", json!({"v": "rust"}))
+        .await
+        .unwrap();
+    assert_eq!((first.created_at, first.updated_at), (1_000, 1_000));
+    clock.advance(Duration::from_secs(5));
+    let second = memory
+        .put(&prefs, "lang", json!({"v": "ocaml"}))
+        .await
+        .unwrap();
+    assert_eq!((second.created_at, second.updated_at), (1_000, 6_000));
+    let got = memory.get(&prefs, "lang").await.unwrap().unwrap();
+    assert_eq!(got, second);
+    assert_eq!(got.value, json!({"v": "ocaml"}));
+    memory.delete(&prefs, "lang").await.unwrap();
+    assert_eq!(memory.get(&prefs, "lang").await.unwrap(), None);
+    // Deleting what is not there is no error.
+    memory.delete(&prefs, "lang").await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_namespaces_keys_and_values_are_refused_naming_them() {
+    let memory = Memory::in_memory();
+    for labels in [vec![], vec![""], vec!["a", ""], vec!["a\nb"], vec!["x"; 17]] {
+        let err = Namespace::new(labels.clone()).unwrap_err();
+        assert!(
+            matches!(err, MemoryError::Namespace { .. }),
+            "{labels:?}: {err}"
+        );
+    }
+    let long = "x".repeat(300);
+    assert!(Namespace::new([long.as_str()]).is_err());
+    let good = ns(&["a"]);
+    let long_key = "k".repeat(2000);
+    for key in ["", "a\u{0}b", "tab\there", long_key.as_str()] {
+        let err = memory.put(&good, key, json!({})).await.unwrap_err();
+        assert!(matches!(err, MemoryError::Key { .. }), "{key:?}: {err}");
+        assert!(memory.get(&good, key).await.is_err());
+    }
+    let huge = json!({"blob": "x".repeat(1024 * 1024)});
+    for value in [
+        json!(1),
+        json!("text"),
+        json!([1, 2]),
+        Value::Null,
+        json!(true),
+        huge,
+    ] {
+        let err = memory.put(&good, "k", value).await.unwrap_err();
+        assert!(matches!(err, MemoryError::Value { .. }), "{err}");
+        assert!(err.to_string().contains("a/k"), "{err}");
+    }
+    // The root prefix is no place for an item.
+    assert!(
+        memory
+            .put(&Namespace::root(), "k", json!({}))
+            .await
+            .is_err()
+    );
+    // Bad filters.
+    for filter in [
+        Filter::eq("", 1),
+        Filter::eq("a..b", 1),
+        Filter::gt("n", json!([1])),
+        Filter::lt("n", Value::Null),
+        Filter::gte("n", json!({"a": 1})),
+    ] {
+        let err = memory
+            .search(&Search::under(Namespace::root()).filter(filter.clone()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, MemoryError::Filter { .. }),
+            "{filter:?}: {err}"
+        );
+    }
+    // Nothing of it was written.
+    assert!(
+        memory
+            .list_namespaces(&NamespaceQuery::all())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn an_item_expires_at_its_ttl_and_a_refreshing_read_extends_it() {
+    let clock = Arc::new(ManualClock::at(0));
+    let memory = Memory::in_memory().with_clock(clock.clone());
+    let n = ns(&["s"]);
+    let ttl = PutOptions::default().ttl(Duration::from_secs(10));
+    memory
+        .put_with(&n, "a", json!({"x": 1}), ttl.clone())
+        .await
+        .unwrap();
+    memory
+        .put_with(&n, "b", json!({"x": 2}), ttl)
+        .await
+        .unwrap();
+    memory.put(&n, "forever", json!({"x": 3})).await.unwrap();
+    clock.advance(Duration::from_secs(9));
+    // A refreshing read of `a` starts its 10 s again; `b` is only read.
+    assert!(memory.get_refreshing(&n, "a").await.unwrap().is_some());
+    assert!(memory.get(&n, "b").await.unwrap().is_some());
+    clock.advance(Duration::from_secs(2)); // t = 11 s
+    assert!(memory.get(&n, "a").await.unwrap().is_some());
+    assert_eq!(
+        memory.get(&n, "b").await.unwrap(),
+        None,
+        "b expired at 10 s"
+    );
+    let keys: Vec<String> = memory
+        .search(&Search::under(n.clone()))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.item.key)
+        .collect();
+    assert_eq!(keys, ["a", "forever"]);
+    clock.advance(Duration::from_secs(9)); // t = 20 s: a expired at 19 s
+    assert_eq!(memory.get(&n, "a").await.unwrap(), None);
+    assert!(memory.get(&n, "forever").await.unwrap().is_some());
+    // An expired item is replaced afresh: a new created time.
+    let again = memory.put(&n, "a", json!({"x": 9})).await.unwrap();
+    assert_eq!(again.created_at, 20_000);
+    // A namespace whose items all expired is not listed.
+    let short = ns(&["short"]);
+    memory
+        .put_with(
+            &short,
+            "k",
+            json!({}),
+            PutOptions::default().ttl(Duration::from_millis(1)),
+        )
+        .await
+        .unwrap();
+    clock.advance(Duration::from_millis(1));
+    let listed = memory
+        .list_namespaces(&NamespaceQuery::all())
+        .await
+        .unwrap();
+    assert_eq!(listed, [n]);
+}
+
+#[tokio::test]
+async fn searches_filter_page_and_stay_under_their_prefix() {
+    let memory = Memory::in_memory();
+    for (user, key, kind, score, name) in [
+        ("u1", "a", "fact", 1, "alpha"),
+        ("u1", "b", "fact", 5, "bravo"),
+        ("u1", "c", "pref", 7, "charlie"),
+        ("u2", "d", "fact", 9, "delta"),
+        ("u10", "e", "fact", 9, "echo"),
+    ] {
+        let value = json!({"kind": kind, "meta": {"score": score}, "name": name});
+        memory.put(&ns(&["users", user]), key, value).await.unwrap();
+    }
+    let keys =
+        |hits: Vec<harness::memory::Hit>| hits.into_iter().map(|h| h.item.key).collect::<Vec<_>>();
+    let u1 = Search::under(ns(&["users", "u1"]));
+    assert_eq!(keys(memory.search(&u1).await.unwrap()), ["a", "b", "c"]);
+    let facts = u1.clone().filter(Filter::eq("kind", "fact"));
+    assert_eq!(keys(memory.search(&facts).await.unwrap()), ["a", "b"]);
+    let high = Search::under(ns(&["users"])).filter(Filter::gte("meta.score", 7));
+    // Namespace then key order: `u1` < `u10` < `u2`.
+    assert_eq!(keys(memory.search(&high).await.unwrap()), ["c", "e", "d"]);
+    let both = high.clone().filter(Filter::ne("kind", "pref"));
+    assert_eq!(keys(memory.search(&both).await.unwrap()), ["e", "d"]);
+    let names = Search::under(Namespace::root()).filter(Filter::lt("name", "charlie"));
+    assert_eq!(keys(memory.search(&names).await.unwrap()), ["a", "b"]);
+    let page = Search::under(Namespace::root()).limit(2).offset(1);
+    assert_eq!(keys(memory.search(&page).await.unwrap()), ["b", "c"]);
+    // A number compares equal whatever its spelling; a missing field
+    // matches nothing, `ne` included.
+    assert_eq!(
+        keys(
+            memory
+                .search(&u1.clone().filter(Filter::eq("meta.score", 5.0)))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    assert!(
+        memory
+            .search(&u1.clone().filter(Filter::ne("missing", 1)))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Listing namespaces.
+    let all = memory
+        .list_namespaces(&NamespaceQuery::all())
+        .await
+        .unwrap();
+    assert_eq!(
+        all,
+        [
+            ns(&["users", "u1"]),
+            ns(&["users", "u10"]),
+            ns(&["users", "u2"])
+        ]
+    );
+    let cut = NamespaceQuery {
+        max_depth: Some(1),
+        ..NamespaceQuery::all()
+    };
+    assert_eq!(
+        memory.list_namespaces(&cut).await.unwrap(),
+        [ns(&["users"])]
+    );
+    let suffix = NamespaceQuery {
+        suffix: Some(ns(&["u2"])),
+        ..NamespaceQuery::all()
+    };
+    assert_eq!(
+        memory.list_namespaces(&suffix).await.unwrap(),
+        [ns(&["users", "u2"])]
+    );
+    let paged = NamespaceQuery {
+        limit: Some(1),
+        offset: 1,
+        ..NamespaceQuery::all()
+    };
+    assert_eq!(
+        memory.list_namespaces(&paged).await.unwrap(),
+        [ns(&["users", "u10"])]
+    );
+}
+
+#[tokio::test]
+async fn a_batch_is_validated_whole_and_reads_see_the_writes_before_them() {
+    let memory = Memory::in_memory();
+    let n = ns(&["b"]);
+    let put = |key: &str, value: Value| Op::Put {
+        namespace: n.clone(),
+        key: key.into(),
+        value,
+        options: PutOptions::default(),
+    };
+    // One bad put: nothing of the batch is written.
+    let err = memory
+        .batch(vec![put("ok", json!({"a": 1})), put("bad", json!(5))])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MemoryError::Value { .. }));
+    assert_eq!(memory.get(&n, "ok").await.unwrap(), None);
+    let results = memory
+        .batch(vec![
+            put("x", json!({"v": 1})),
+            Op::Get {
+                namespace: n.clone(),
+                key: "x".into(),
+            },
+            Op::Delete {
+                namespace: n.clone(),
+                key: "x".into(),
+            },
+            Op::Get {
+                namespace: n.clone(),
+                key: "x".into(),
+            },
+            Op::ListNamespaces(NamespaceQuery::all()),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(&results[0], OpResult::Put(item) if item.key == "x"));
+    assert!(matches!(&results[1], OpResult::Get(Some(item)) if item.value == json!({"v": 1})));
+    assert_eq!(results[2], OpResult::Delete);
+    assert_eq!(results[3], OpResult::Get(None));
+    assert_eq!(results[4], OpResult::ListNamespaces(vec![]));
+}
+
+#[tokio::test]
+async fn search_by_meaning_ranks_by_closeness_within_filters() {
+    let words = Arc::new(Words::default());
+    let memory = indexed(words.clone());
+    let n = ns(&["notes"]);
+    for (key, text, kind) in [
+        ("cats", "cats purr and chase mice around the barn", "animal"),
+        (
+            "rust",
+            "the rust compiler checks borrows and lifetimes",
+            "code",
+        ),
+        ("dogs", "dogs bark and chase balls in the park", "animal"),
+        ("tea", "green tea brewed at eighty degrees", "food"),
+    ] {
+        memory
+            .put(&n, key, json!({"text": text, "kind": kind}))
+            .await
+            .unwrap();
+    }
+    let hits = memory
+        .search(
+            &Search::under(n.clone())
+                .text("which animal will chase mice")
+                .limit(2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits[0].item.key, "cats");
+    assert_eq!(hits.len(), 2);
+    assert!(hits[0].score.unwrap() > hits[1].score.unwrap());
+    // Filters apply before ranking.
+    let code = memory
+        .search(
+            &Search::under(n.clone())
+                .text("chase mice")
+                .filter(Filter::eq("kind", "code")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code.len(), 1);
+    assert_eq!(code[0].item.key, "rust");
+    // A put replaces the item in the index; a delete removes it.
+    memory
+        .put(
+            &n,
+            "cats",
+            json!({"text": "green tea again", "kind": "food"}),
+        )
+        .await
+        .unwrap();
+    memory.delete(&n, "dogs").await.unwrap();
+    let hits = memory
+        .search(&Search::under(n.clone()).text("brewed green tea").limit(10))
+        .await
+        .unwrap();
+    let keys: Vec<_> = hits.iter().map(|h| h.item.key.as_str()).collect();
+    assert_eq!(keys[..2], ["tea", "cats"]);
+    assert!(!keys.contains(&"dogs"));
+    // An item put without indexing is not found by text, only by filters.
+    memory
+        .put_with(
+            &n,
+            "quiet",
+            json!({"text": "cats chase mice"}),
+            PutOptions::default().index(IndexFields::Off),
+        )
+        .await
+        .unwrap();
+    let hits = memory
+        .search(&Search::under(n.clone()).text("cats chase mice").limit(10))
+        .await
+        .unwrap();
+    assert!(hits.iter().all(|h| h.item.key != "quiet"));
+    // A memory without an index refuses a search by text.
+    let plain = Memory::in_memory();
+    assert!(matches!(
+        plain.search(&Search::under(n).text("x")).await,
+        Err(MemoryError::Query { .. })
+    ));
+}
+
+#[tokio::test]
+async fn an_embedder_that_fails_times_out_or_answers_wrongly_writes_nothing() {
+    let n = ns(&["e"]);
+    let cases: Vec<(&str, Words)> = vec![
+        (
+            "down",
+            Words {
+                fail: true,
+                ..Words::default()
+            },
+        ),
+        (
+            "wrong",
+            Words {
+                wrong_dimension: true,
+                ..Words::default()
+            },
+        ),
+        (
+            "slow",
+            Words {
+                slow: true,
+                ..Words::default()
+            },
+        ),
+    ];
+    for (name, words) in cases {
+        let memory = Memory::in_memory().with_index(
+            IndexConfig::new(Arc::new(words), 64)
+                .fields(["text"])
+                .timeout(Duration::from_millis(200)),
+        );
+        let err = memory
+            .batch(vec![
+                Op::Put {
+                    namespace: n.clone(),
+                    key: "a".into(),
+                    value: json!({"text": "one"}),
+                    options: PutOptions::default(),
+                },
+                Op::Put {
+                    namespace: n.clone(),
+                    key: "b".into(),
+                    value: json!({"text": "two"}),
+                    options: PutOptions::default(),
+                },
+            ])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, MemoryError::Embedding { .. }),
+            "{name}: {err}"
+        );
+        assert!(
+            err.to_string().contains("nothing was written"),
+            "{name}: {err}"
+        );
+        assert_eq!(memory.get(&n, "a").await.unwrap(), None, "{name}");
+        assert_eq!(memory.get(&n, "b").await.unwrap(), None, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn embeddings_are_batched_and_cached_by_text() {
+    let words = Arc::new(Words::default());
+    let memory = indexed(words.clone());
+    let n = ns(&["c"]);
+    let ops = (0..5)
+        .map(|i| Op::Put {
+            namespace: n.clone(),
+            key: format!("k{i}"),
+            value: json!({"text": if i < 3 { "same text" } else { "other text" }}),
+            options: PutOptions::default(),
+        })
+        .collect();
+    memory.batch(ops).await.unwrap();
+    // One call, for the two distinct texts.
+    assert_eq!(words.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(words.texts.load(Ordering::SeqCst), 2);
+    // Putting a known text again, or searching by it, calls nothing.
+    memory
+        .put(&n, "k9", json!({"text": "same text"}))
+        .await
+        .unwrap();
+    memory
+        .search(&Search::under(n).text("other text"))
+        .await
+        .unwrap();
+    assert_eq!(words.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_index_is_built_from_what_the_backend_holds() {
+    // Two memories over one backend: the second builds its index from the
+    // first's vectors, and reload picks up later writes.
+    let backend: Arc<dyn harness::memory::MemoryBackend> =
+        Arc::new(harness::memory::InMemory::new());
+    let words = Arc::new(Words::default());
+    let config = IndexConfig::new(words.clone(), 64).fields(["text"]);
+    let writer = Memory::from_arc(backend.clone()).with_index(config.clone());
+    let reader = Memory::from_arc(backend).with_index(config);
+    let n = ns(&["shared"]);
+    writer
+        .put(&n, "a", json!({"text": "sailing boats on the lake"}))
+        .await
+        .unwrap();
+    let hits = reader
+        .search(&Search::under(n.clone()).text("boats lake"))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    writer
+        .put(&n, "b", json!({"text": "boats boats lake lake"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        reader
+            .search(&Search::under(n.clone()).text("boats lake"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    reader.reload_index().await.unwrap();
+    assert_eq!(
+        reader
+            .search(&Search::under(n).text("boats lake"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
