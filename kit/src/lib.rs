@@ -6,6 +6,7 @@ pub mod approval;
 pub mod fs;
 pub mod memory;
 pub mod policy;
+pub mod recall;
 pub mod recipe;
 pub mod schema;
 pub mod shell;

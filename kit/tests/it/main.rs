@@ -6,6 +6,7 @@ mod example;
 mod hostile;
 mod memory;
 mod props;
+mod recall;
 mod recipe;
 mod schema;
 mod shell;

@@ -1,0 +1,257 @@
+//! Long-term memory as tools a model uses: [`remember`](Remember),
+//! [`recall`](Recall) and [`forget`](Forget), over a
+//! [`harness::memory::Memory`] and one namespace.
+//!
+//! The namespace is the application's choice: one per user
+//! (`["users", user_id, "memories"]`), per agent, per project. The tools
+//! are ordinary tools, so approval policies apply as to any other: a
+//! sensible start is to allow `recall`, and to ask about `remember` and
+//! `forget` until the user trusts the agent with them.
+//!
+//! ```
+//! use harness::llm::{ToolCall, ToolSet};
+//! use harness::memory::{Memory, Namespace};
+//! use harness_kit::recall::memory_tools;
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let memory = Memory::in_memory();
+//! let tools: ToolSet = memory_tools(memory.clone(), Namespace::new(["users", "u-17"])?);
+//! let saved = tools
+//!     .dispatch(&ToolCall::new("c1", "remember", json!({"key": "editor", "content": "prefers helix"})))
+//!     .await?;
+//! assert_eq!(saved.content, "remembered as editor");
+//! let found = tools
+//!     .dispatch(&ToolCall::new("c2", "recall", json!({"query": "helix"})))
+//!     .await?;
+//! assert!(found.content.contains("prefers helix"), "{}", found.content);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+use harness::llm::{Tool, ToolSet};
+use harness::memory::{Filter, Hit, Memory, MemoryError, Namespace, Search};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+/// The most memories one `recall` returns.
+pub const MAX_RECALL: usize = 20;
+
+/// Without an index, `recall` looks through at most this many memories.
+const SCAN_LIMIT: usize = 2_000;
+
+/// The three tools over `memory` in `namespace`.
+pub fn memory_tools(memory: Memory, namespace: Namespace) -> ToolSet {
+    ToolSet::new()
+        .with(Remember::new(memory.clone(), namespace.clone()))
+        .with(Recall::new(memory.clone(), namespace.clone()))
+        .with(Forget::new(memory, namespace))
+}
+
+/// The arguments of `remember`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RememberArgs {
+    /// What to remember, in a sentence or two.
+    pub content: String,
+    /// A short name for it (letters, digits, `-`, `_`); the same key
+    /// replaces what was remembered under it. Made up when left out.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// What kind of memory: e.g. `preference`, `fact`, `decision`.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+/// The `remember` tool: puts `{"content", "kind"}` under a key.
+#[derive(Clone, Debug)]
+pub struct Remember {
+    memory: Memory,
+    namespace: Namespace,
+}
+
+impl Remember {
+    /// Remembers into `namespace` of `memory`.
+    pub fn new(memory: Memory, namespace: Namespace) -> Self {
+        Self { memory, namespace }
+    }
+}
+
+/// A key made from the content: its first words, then a short hash.
+fn made_up_key(content: &str) -> String {
+    let words: Vec<String> = content
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(4)
+        .map(str::to_lowercase)
+        .collect();
+    let hash = content.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("{}-{:06x}", words.join("-"), hash & 0xff_ffff)
+}
+
+#[async_trait::async_trait]
+impl Tool for Remember {
+    type Args = RememberArgs;
+    type Output = String;
+    type Error = MemoryError;
+    fn name(&self) -> &str {
+        "remember"
+    }
+    fn description(&self) -> &str {
+        "Remembers something for later conversations (a preference, a fact, a decision). Returns the key it is kept under."
+    }
+    async fn call(&self, args: RememberArgs) -> Result<String, MemoryError> {
+        let key = match args.key.filter(|k| !k.trim().is_empty()) {
+            Some(key) => key.trim().to_owned(),
+            None => made_up_key(&args.content),
+        };
+        let mut value = json!({ "content": args.content });
+        if let Some(kind) = args.kind {
+            value["kind"] = json!(kind);
+        }
+        self.memory.put(&self.namespace, &key, value).await?;
+        Ok(format!("remembered as {key}"))
+    }
+}
+
+/// The arguments of `recall`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RecallArgs {
+    /// What to look for, in words.
+    pub query: String,
+    /// Only memories of this kind.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// At most this many (default 5, at most 20).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 20))]
+    pub limit: Option<usize>,
+}
+
+/// The `recall` tool: the memories closest in meaning to a query when the
+/// memory has an index, else those sharing the most words with it.
+#[derive(Clone, Debug)]
+pub struct Recall {
+    memory: Memory,
+    namespace: Namespace,
+}
+
+impl Recall {
+    /// Recalls from `namespace` of `memory`.
+    pub fn new(memory: Memory, namespace: Namespace) -> Self {
+        Self { memory, namespace }
+    }
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() > 2)
+        .map(str::to_lowercase)
+        .collect()
+}
+
+fn render(hits: &[Hit]) -> String {
+    if hits.is_empty() {
+        return "nothing remembered matches".to_owned();
+    }
+    hits.iter()
+        .map(|hit| {
+            let content = hit.item.value.get("content").and_then(|c| c.as_str());
+            let content = content.map_or_else(|| hit.item.value.to_string(), str::to_owned);
+            match hit.item.value.get("kind").and_then(|k| k.as_str()) {
+                Some(kind) => format!("- {} ({kind}): {content}", hit.item.key),
+                None => format!("- {}: {content}", hit.item.key),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[async_trait::async_trait]
+impl Tool for Recall {
+    type Args = RecallArgs;
+    type Output = String;
+    type Error = MemoryError;
+    fn name(&self) -> &str {
+        "recall"
+    }
+    fn description(&self) -> &str {
+        "Recalls what was remembered in earlier conversations that bears on a query."
+    }
+    async fn call(&self, args: RecallArgs) -> Result<String, MemoryError> {
+        let limit = args.limit.unwrap_or(5).clamp(1, MAX_RECALL);
+        let mut search = Search::under(self.namespace.clone()).limit(limit);
+        if let Some(kind) = &args.kind {
+            search = search.filter(Filter::eq("kind", kind.as_str()));
+        }
+        match self
+            .memory
+            .search(&search.clone().text(args.query.clone()))
+            .await
+        {
+            Ok(hits) => return Ok(render(&hits)),
+            // No index: by shared words below.
+            Err(MemoryError::Query { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let wanted = words(&args.query);
+        let all = self.memory.search(&search.limit(SCAN_LIMIT)).await?;
+        let mut scored: Vec<(usize, Hit)> = all
+            .into_iter()
+            .filter_map(|hit| {
+                let have = words(&hit.item.value.to_string());
+                let shared = wanted.iter().filter(|w| have.contains(w)).count();
+                (shared > 0).then_some((shared, hit))
+            })
+            .collect();
+        scored.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(b.1.item.updated_at.cmp(&a.1.item.updated_at))
+        });
+        let hits: Vec<Hit> = scored.into_iter().take(limit).map(|(_, h)| h).collect();
+        Ok(render(&hits))
+    }
+}
+
+/// The arguments of `forget`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ForgetArgs {
+    /// The key of the memory, as `remember` or `recall` named it.
+    pub key: String,
+}
+
+/// The `forget` tool: deletes a memory by key.
+#[derive(Clone, Debug)]
+pub struct Forget {
+    memory: Memory,
+    namespace: Namespace,
+}
+
+impl Forget {
+    /// Forgets from `namespace` of `memory`.
+    pub fn new(memory: Memory, namespace: Namespace) -> Self {
+        Self { memory, namespace }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Forget {
+    type Args = ForgetArgs;
+    type Output = String;
+    type Error = MemoryError;
+    fn name(&self) -> &str {
+        "forget"
+    }
+    fn description(&self) -> &str {
+        "Forgets a memory, by its key."
+    }
+    async fn call(&self, args: ForgetArgs) -> Result<String, MemoryError> {
+        if self.memory.get(&self.namespace, &args.key).await?.is_none() {
+            return Ok(format!("nothing is remembered as {}", args.key));
+        }
+        self.memory.delete(&self.namespace, &args.key).await?;
+        Ok(format!("forgot {}", args.key))
+    }
+}

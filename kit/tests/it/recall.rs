@@ -1,0 +1,132 @@
+//! Long-term memory as the model's tools: what one session remembers
+//! another recalls, approval applies as to any tool, bad keys are refused
+//! to the model.
+
+use crate::support::agent;
+use harness::llm::{ContentPart, Expect, ModelResponse, ScriptedModel, ToolCall};
+use harness::memory::{Memory, Namespace};
+use harness_kit::recall::memory_tools;
+use harness_kit::{AgentChat, AgentLoop, ApprovalRequest, Decisions, Policy};
+use serde_json::json;
+use std::sync::Arc;
+
+fn user() -> Namespace {
+    Namespace::new(["users", "u-17"]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn results(model: &ScriptedModel, turn: usize) -> Vec<(bool, String)> {
+    model.requests()[turn]
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|p| match p {
+            ContentPart::ToolResult(r) => Some((r.is_error, r.content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn what_one_session_remembers_the_next_recalls() {
+    let memory = Memory::in_memory();
+    // Session 1: the model remembers two things; `remember` is asked about.
+    let first = Arc::new(ScriptedModel::new([
+        Expect::any().reply(ModelResponse::from_tool_calls([
+            ToolCall::new(
+                "r1",
+                "remember",
+                json!({"key": "editor", "content": "Ana edits in helix", "kind": "preference"}),
+            ),
+            ToolCall::new(
+                "r2",
+                "remember",
+                json!({"content": "Ana's team ships on Thursdays", "kind": "fact"}),
+            ),
+        ])),
+        Expect::any().reply(ModelResponse::from_text("noted")),
+    ]));
+    let recipe = AgentLoop::new(memory_tools(memory.clone(), user()))
+        .policy("remember", Policy::ask())
+        .policy("forget", Policy::ask());
+    let agent1 = agent(recipe, first.clone());
+    let mut run = agent1.run(AgentChat::with_task("I use helix; we ship on Thursdays"));
+    let paused = run.outcome().await.unwrap_or_else(|e| panic!("{e}"));
+    let interrupt = paused
+        .interrupt
+        .unwrap_or_else(|| panic!("remember is asked about"));
+    let request: ApprovalRequest =
+        serde_json::from_value(interrupt.payload.clone()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(request.calls.len(), 2);
+    // The person approves one and rejects the other.
+    run.resume(
+        serde_json::to_value(Decisions::new().approve("r1").reject("r2", "not that"))
+            .unwrap_or_default(),
+        &interrupt.id,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    run.outcome().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        results(&first, 1)[0],
+        (false, "remembered as editor".to_owned())
+    );
+    let stored = memory
+        .get(&user(), "editor")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        stored.map(|i| i.value),
+        Some(json!({"content": "Ana edits in helix", "kind": "preference"}))
+    );
+
+    // Session 2, another run: recall finds it (by words: no index), and
+    // forget deletes it.
+    let second = Arc::new(ScriptedModel::new([
+        Expect::any().reply(ModelResponse::from_tool_call(ToolCall::new(
+            "q1",
+            "recall",
+            json!({"query": "which editor does Ana use?"}),
+        ))),
+        Expect::any().reply(ModelResponse::from_tool_calls([
+            ToolCall::new("q2", "recall", json!({"query": "editor", "kind": "fact"})),
+            ToolCall::new("f1", "forget", json!({"key": "editor"})),
+            ToolCall::new("f2", "forget", json!({"key": "never-was"})),
+            ToolCall::new("bad", "remember", json!({"key": "a\u{0}b", "content": "x"})),
+        ])),
+        Expect::any().reply(ModelResponse::from_text("done")),
+    ]));
+    let recipe = AgentLoop::new(memory_tools(memory.clone(), user()));
+    let agent2 = agent(recipe, second.clone());
+    let outcome = agent2
+        .run(AgentChat::with_task("what editor?"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.signal.as_str(), "answered");
+    let first_recall = results(&second, 1);
+    assert_eq!(
+        first_recall[0],
+        (
+            false,
+            "- editor (preference): Ana edits in helix".to_owned()
+        )
+    );
+    let rest = results(&second, 2);
+    // Only facts: none matches `editor`.
+    assert_eq!(rest[1], (false, "nothing remembered matches".to_owned()));
+    assert_eq!(rest[2], (false, "forgot editor".to_owned()));
+    assert_eq!(
+        rest[3],
+        (false, "nothing is remembered as never-was".to_owned())
+    );
+    assert!(
+        rest[4].0 && rest[4].1.contains("control character"),
+        "{:?}",
+        rest[4]
+    );
+    assert_eq!(
+        memory
+            .get(&user(), "editor")
+            .await
+            .unwrap_or_else(|e| panic!("{e}")),
+        None
+    );
+}
