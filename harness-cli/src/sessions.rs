@@ -7,6 +7,10 @@
 //! feature, a `postgres://` or `redis://` URL. It is only read: the server
 //! stores are opened read-only and nothing is ever committed.
 //!
+//! Every store on disk is opened read-only: nothing is created, moved,
+//! cut or deleted, and a damaged store is reported, never shown as another
+//! state.
+//!
 //! A sled database is never opened itself: sled has no read-only mode, and
 //! opening a damaged database zeroes its log after the damage and shows an
 //! older state. `harness sessions` and `harness studio` open a private
@@ -17,9 +21,18 @@
 //! a head or checkpoint failing its own checksum is reported naming the
 //! session and the record. A path that holds no store is refused, and
 //! nothing is created there. The copy is refused while another process (the
-//! application) has the database open. (A log store is opened itself: its
-//! lock keeps the application out while it is read, and opening one whose
-//! log ends damaged moves that end aside.)
+//! application) has the database open.
+//!
+//! A log store is read in place from a file opened for reading only
+//! ([`harness_stores::LogStore::open_read_only`]), under a shared lock on
+//! its `LOCK` file while its log is read (refused while the application
+//! has it open): a log that ends damaged (a frame cut short, failing its
+//! checksum or not parsing), a log that is not a log, or a `LOCK` without
+//! a log is reported naming the store, the file and the offset, with exit
+//! status 1 — where the application's open would move the damaged end
+//! aside, the inspector changes nothing. A file store is read in place
+//! too ([`harness_stores::FileStore::open_read_only`]): reading one never
+//! writes.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -147,7 +160,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
     let Some(store) = args.store.clone() else {
         let mut cli = crate::Cli::command();
         cli.build();
-        let message = "the store to read was not given: --store <PATH|URL> (a sled database \
+        let message = "the store to read was not given: --store <PATH|URL> (a sled database, log-store \
                        directory, a file-store directory, or a postgres:// or redis:// URL)";
         let error = match cli.find_subcommand_mut("sessions") {
             Some(sessions) => sessions.error(ErrorKind::MissingRequiredArgument, message),
@@ -305,17 +318,18 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
     if path.join("conf").is_file() || path.join("db").is_file() {
         return Ok(OnDisk::Sled);
     }
-    if path.join("LOCK").is_file() {
-        let logs = std::fs::read_dir(path).map_err(|e| not_a_store(e.to_string()))?;
-        let has_log = logs.flatten().any(|e| {
-            e.file_name().to_str().is_some_and(|n| {
-                n.strip_prefix("log.")
-                    .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
-            })
-        });
-        if has_log {
-            return Ok(OnDisk::Log);
-        }
+    // A log store's lock or any of its logs: a store, whole or damaged
+    // (a lock without a log is reported as damage when it is opened).
+    let is_log = |name: &str| {
+        name.strip_prefix("log.")
+            .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let has_log = std::fs::read_dir(path)
+        .map_err(|e| not_a_store(e.to_string()))?
+        .flatten()
+        .any(|e| e.file_name().to_str().is_some_and(is_log));
+    if has_log || path.join("LOCK").is_file() {
+        return Ok(OnDisk::Log);
     }
     let mut entries = 0;
     for entry in std::fs::read_dir(path).map_err(|e| not_a_store(e.to_string()))? {
@@ -342,39 +356,25 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
 }
 
 fn open_path(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
+    use harness_stores::{FileStore, LogStore, SledStore};
     let opened = match on_disk(path)? {
-        OnDisk::Sled => return open_sled(path),
-        OnDisk::Log => harness_stores::LogStore::open(path)
-            .map(|s| Box::new(s) as Box<dyn SessionStore>)
-            .map_err(|e| match e {
-                StoreError::Backend { message } if message.contains("LOCK") => {
-                    StoreError::backend(format!("{message} (e.g. the application)"))
-                }
-                other => other,
-            }),
-        // The directory exists, so opening creates nothing; reading a file
-        // store writes nothing.
-        OnDisk::Files => {
-            harness_stores::FileStore::open(path).map(|s| Box::new(s) as Box<dyn SessionStore>)
-        }
+        OnDisk::Sled => SledStore::open_read_only(path).map(|s| Box::new(s) as Box<_>),
+        OnDisk::Log => LogStore::open_read_only(path).map(|s| Box::new(s) as Box<_>),
+        OnDisk::Files => FileStore::open_read_only(path).map(|s| Box::new(s) as Box<_>),
     };
-    opened.map_err(|source| SessionsError::Open {
-        store: Shown(path.display().to_string()),
-        source,
-    })
+    opened.map_err(|e| read_only_error(path, e))
 }
 
-/// A private copy of the sled database at `path` (see the module's docs).
-fn open_sled(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
+/// The error of a store opened read-only (see the module's docs).
+fn read_only_error(path: &Path, e: harness_stores::ReadOnlyError) -> SessionsError {
     use harness_stores::ReadOnlyError;
-    match harness_stores::SledStore::open_read_only(path) {
-        Ok(store) => Ok(Box::new(store)),
-        Err(ReadOnlyError::NotAStore { path, why }) => Err(SessionsError::NotAStore { path, why }),
-        Err(ReadOnlyError::Store(source)) => Err(SessionsError::Open {
+    match e {
+        ReadOnlyError::NotAStore { path, why } => SessionsError::NotAStore { path, why },
+        ReadOnlyError::Store(source) => SessionsError::Open {
             store: Shown(path.display().to_string()),
             source,
-        }),
-        Err(source) => Err(SessionsError::ReadOnly { source }),
+        },
+        source => SessionsError::ReadOnly { source },
     }
 }
 

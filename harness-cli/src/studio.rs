@@ -14,12 +14,13 @@ use crate::sessions::SessionsError;
 /// Arguments of `harness studio`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The store: a sled database directory, a file-store directory, or a
-    /// `postgres://…` or `redis://…` URL (when built with the `postgres` or
-    /// `redis` feature). A sled database is read from a private copy made
-    /// when the studio starts (it shows the database as it was then, and
-    /// never changes a byte of it); a damaged one is refused, naming the
-    /// file and the offset.
+    /// The store: a sled database directory, a log-store directory, a
+    /// file-store directory, or a `postgres://…` or `redis://…` URL (when
+    /// built with the `postgres` or `redis` feature). A sled database is
+    /// read from a private copy made when the studio starts, a log store
+    /// from its log as it was when the studio started; neither changes a
+    /// byte of the store, and a damaged one is refused, naming the file and
+    /// the offset.
     #[arg(long, value_name = "PATH|URL")]
     store: String,
     /// The PostgreSQL schema holding the sessions (default `harness`).

@@ -1,5 +1,6 @@
 //! The file store: one directory per session, atomic writes.
 
+use crate::read_only::ReadOnlyError;
 use crate::record::{
     checkpoint_from_slice, checkpoint_to_vec, head_from_value, head_to_value, load_error,
 };
@@ -74,6 +75,8 @@ pub struct FileStore {
 
 struct Inner {
     root: PathBuf,
+    /// Opened with [`FileStore::open_read_only`]: commits are refused.
+    read_only: bool,
     /// One lock per session, for commits from this process.
     locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions this process committed without fsync since the last flush.
@@ -110,14 +113,50 @@ impl FileStore {
                 root.display()
             )));
         }
-        Ok(Self {
+        Ok(Self::with_root(root, false))
+    }
+
+    /// Opens the store rooted at `dir` for reading only: for inspection
+    /// tools (`harness sessions`, the studio).
+    ///
+    /// Nothing is created: a path that is missing or not a directory is
+    /// [`ReadOnlyError::NotAStore`]. Reading a file store never writes
+    /// (a read takes a session's `lock` file shared only if it exists, and
+    /// the temporary files a crash left are deleted by commits, not
+    /// reads), so the store is read in place; its commits are refused and
+    /// [`flush`](SessionStore::flush) does nothing. Records that cannot be
+    /// read are reported when read, as [`StoreError::Load`] naming the
+    /// session and the record.
+    pub fn open_read_only(dir: impl Into<PathBuf>) -> Result<Self, ReadOnlyError> {
+        let root = dir.into();
+        let meta = fs::metadata(&root).map_err(|e| ReadOnlyError::NotAStore {
+            path: root.clone(),
+            why: e.to_string(),
+        })?;
+        if !meta.is_dir() {
+            return Err(ReadOnlyError::NotAStore {
+                path: root,
+                why: "not a directory".into(),
+            });
+        }
+        Ok(Self::with_root(root, true))
+    }
+
+    /// Whether the store was opened with [`FileStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    fn with_root(root: PathBuf, read_only: bool) -> Self {
+        Self {
             inner: Arc::new(Inner {
                 root,
+                read_only,
                 locks: Mutex::default(),
                 unsynced: Mutex::default(),
                 cleaned: Mutex::default(),
             }),
-        })
+        }
     }
 
     /// The root directory.
@@ -180,6 +219,12 @@ impl SessionStore for FileStore {
     }
 
     async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
+        if self.inner.read_only {
+            return Err(StoreError::backend(format!(
+                "file store {}: opened read-only, commits are refused",
+                self.inner.root.display()
+            )));
+        }
         let session = commit.head.session_id.clone();
         let durable = commit.durable;
         // A copy for the blocking thread, which cannot borrow the caller's.

@@ -708,3 +708,244 @@ fn the_studio_opens_a_sled_database_without_changing_it_and_refuses_a_damaged_on
     );
     assert_eq!(tree(&dir), damaged, "the studio changed the damaged store");
 }
+
+/// Where each frame of a log store's log starts and ends (a 16-byte
+/// header, then frames: a u32 length, a u32 checksum, the payload).
+fn log_frames(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut at = 16;
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        out.push(at..at + 8 + len);
+        at += 8 + len;
+    }
+    assert_eq!(at, bytes.len(), "whole frames");
+    out
+}
+
+/// A log store damaged in any of many ways (bits flipped in the header,
+/// in a frame's length, in the records' JSON — the question, the phase —
+/// in the last byte; the log cut inside frames; bytes after the last
+/// frame; a log of random bytes; a newer generation of garbage; the log
+/// deleted) makes `list`, `show` and `history` fail with status 1, naming
+/// the store, the file and (for a log) the offset of the frame where
+/// reading stops; nothing is shown, and no byte of any file changes (the
+/// application's open would move the damaged end aside; the inspector
+/// moves nothing). The intact store is listed and left byte-identical.
+#[test]
+fn a_damaged_log_store_is_reported_never_shown_and_never_changed() {
+    let work = workdir("sessions-log-damage");
+    let pristine = work.join("store");
+    let s = create_sessions(
+        &runtime(),
+        harness_stores::LogStore::open(&pristine).unwrap(),
+    );
+    let before = tree(&pristine);
+    let store = pristine.to_str().unwrap();
+    check_store(store, &s);
+    assert_eq!(tree(&pristine), before, "the inspector changed the store");
+
+    let log = std::fs::read(pristine.join("log.1")).unwrap();
+    let len = log.len();
+    let frames = log_frames(&log);
+    assert!(frames.len() >= 4, "{} frames", frames.len());
+    let frame_of = |at: usize| frames.iter().find(|f| f.contains(&at)).unwrap().start;
+    let mid = frames[frames.len() / 2].clone();
+    let last = frames.last().unwrap().clone();
+    // (what, the damage, the file named, the offset named)
+    let mut damages: Vec<(String, DamageFn, &str, Option<usize>)> = Vec::new();
+    let flip = |at: usize| -> DamageFn {
+        Box::new(move |p: &Path| {
+            let mut bytes = std::fs::read(p.join("log.1")).unwrap();
+            bytes[at] ^= 0x01;
+            std::fs::write(p.join("log.1"), bytes).unwrap();
+        })
+    };
+    for at in [0, 13] {
+        damages.push((format!("bit flipped at {at}"), flip(at), "log.1", Some(0)));
+    }
+    for at in [mid.start + 1, mid.start + 6, len / 2, len - 1] {
+        damages.push((
+            format!("bit flipped at {at}"),
+            flip(at),
+            "log.1",
+            Some(frame_of(at)),
+        ));
+    }
+    for text in [&b"close the ticket?"[..], b"interrupted", b"completed"] {
+        let at = log
+            .windows(text.len())
+            .position(|w| w == text)
+            .unwrap_or_else(|| panic!("{} not in the log", String::from_utf8_lossy(text)))
+            + 2;
+        damages.push((
+            format!("bit flipped in `{}`", String::from_utf8_lossy(text)),
+            flip(at),
+            "log.1",
+            Some(frame_of(at)),
+        ));
+    }
+    let cut = |to: usize| -> DamageFn {
+        Box::new(move |p: &Path| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p.join("log.1"))
+                .unwrap()
+                .set_len(to as u64)
+                .unwrap();
+        })
+    };
+    for to in [last.start + 3, last.end - 1, mid.start + 9, 10] {
+        let offset = if to < 16 { 0 } else { frame_of(to) };
+        damages.push((format!("cut to {to} bytes"), cut(to), "log.1", Some(offset)));
+    }
+    damages.push((
+        "bytes after the last frame".into(),
+        Box::new(|p: &Path| {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(p.join("log.1"))
+                .unwrap();
+            std::io::Write::write_all(&mut f, b"\x07\x00\x00\x00garbage").unwrap();
+        }),
+        "log.1",
+        Some(len),
+    ));
+    let random = |n: usize, mut x: u64| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let noise = random(len, 0x2545_F491_4F6C_DD1D);
+    damages.push((
+        "random bytes".into(),
+        Box::new(move |p: &Path| std::fs::write(p.join("log.1"), &noise).unwrap()),
+        "log.1",
+        Some(0),
+    ));
+    let noise = random(300, 77);
+    damages.push((
+        "a newer generation of garbage".into(),
+        Box::new(move |p: &Path| std::fs::write(p.join("log.2"), &noise).unwrap()),
+        "log.2",
+        Some(0),
+    ));
+    damages.push((
+        "the log deleted".into(),
+        Box::new(|p: &Path| std::fs::remove_file(p.join("log.1")).unwrap()),
+        "",
+        None,
+    ));
+
+    for (i, (name, damage, file, offset)) in damages.iter().enumerate() {
+        let case = work.join(format!("case-{i}"));
+        std::fs::create_dir(&case).unwrap();
+        for (path, bytes) in &before {
+            std::fs::write(case.join(path.file_name().unwrap()), bytes).unwrap();
+        }
+        damage(&case);
+        let store = case.to_str().unwrap();
+        let named = if file.is_empty() {
+            store.to_owned()
+        } else {
+            format!("{store}/{file}")
+        };
+        let damaged = tree(&case);
+        for args in [
+            vec!["list"],
+            vec!["show", s.paused.as_str()],
+            vec!["history", s.completed.as_str()],
+        ] {
+            let mut all = vec!["sessions"];
+            all.extend(&args);
+            all.extend(["--store", store]);
+            let out = harness(&all);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name}: {args:?}: {stderr}");
+            assert!(out.stdout.is_empty(), "{name}: {args:?} showed something");
+            assert!(
+                stderr.contains(&format!("the store {store} is damaged: {named}")),
+                "{name}: {args:?}: {stderr}"
+            );
+            if let Some(offset) = offset {
+                assert!(
+                    stderr.contains(&format!("{named} at offset {offset}:")),
+                    "{name}: {args:?}: {stderr}"
+                );
+            }
+            assert_eq!(tree(&case), damaged, "{name}: {args:?} changed the store");
+        }
+    }
+}
+
+/// The studio reads a log store without changing it (and without keeping
+/// the application out: the store opens for writing while the studio
+/// runs), and refuses a damaged one naming the file and the offset.
+#[test]
+fn the_studio_reads_a_log_store_without_changing_it_and_refuses_a_damaged_one() {
+    let work = workdir("studio-log-damage");
+    let dir = work.join("store");
+    create_sessions(&runtime(), harness_stores::LogStore::open(&dir).unwrap());
+    let before = tree(&dir);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["studio", "--store", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let serving = lines.any(|l| l.unwrap().starts_with("open http://"));
+    let after = tree(&dir);
+    let writer = harness_stores::LogStore::open(&dir);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(serving, "the studio did not serve");
+    assert_eq!(after, before, "the studio changed the store");
+    assert!(writer.is_ok(), "the studio kept the application out");
+    drop(writer);
+
+    let mut bytes = std::fs::read(dir.join("log.1")).unwrap();
+    let at = bytes.len() - 5;
+    bytes[at] ^= 0x01;
+    std::fs::write(dir.join("log.1"), &bytes).unwrap();
+    let damaged = tree(&dir);
+    let out = harness(&["studio", "--store", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "is damaged: {} at offset",
+            dir.join("log.1").display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(tree(&dir), damaged, "the studio changed the damaged store");
+}
+
+/// Reading a file store leaves what a crash left alone (the temporary
+/// files that commits clean up) and creates nothing: the store and every
+/// file in it are byte-identical after `list`, `show` and `history`.
+#[test]
+fn reading_a_file_store_leaves_a_crashs_temporary_files_alone() {
+    let dir = workdir("sessions-files-leftovers").join("store");
+    let s = file_store(&dir);
+    let session = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    for name in [
+        ".head.json.0123456789abcdef.tmp",
+        ".cp-00000000000000000009.json.tmp",
+    ] {
+        std::fs::write(session.join(name), b"{\"torn").unwrap();
+    }
+    let before = tree(&dir);
+    check_store(dir.to_str().unwrap(), &s);
+    assert_eq!(tree(&dir), before, "the inspector changed the store");
+}

@@ -5,6 +5,7 @@ mod frame;
 mod frames;
 
 use crate::group::GroupFlush;
+use crate::read_only::{Damage, ReadOnlyError};
 use crate::record::{
     checkpoint_from_slice, head_from_slice, head_version, load_error, write_checkpoint, write_head,
 };
@@ -175,8 +176,11 @@ struct Core {
     group: GroupFlush,
     /// Where the damaged end of the log went when the store opened.
     set_aside: Option<PathBuf>,
-    /// Held (locked) for as long as the store is open.
-    _lock: File,
+    /// Opened with [`LogStore::open_read_only`]: commits are refused.
+    read_only: bool,
+    /// Held (locked) for as long as the store is open; `None` for a store
+    /// opened read-only, which holds its lock only while it reads the log.
+    _lock: Option<File>,
 }
 
 /// The log file, the frames not yet in it, and the index, under one lock.
@@ -352,7 +356,8 @@ impl LogStore {
             compactor: Mutex::new(None),
             group: GroupFlush::new("log store"),
             set_aside,
-            _lock: lock,
+            read_only: false,
+            _lock: Some(lock),
         });
         Ok(Self {
             _closer: Arc::new(Closer {
@@ -360,6 +365,151 @@ impl LogStore {
             }),
             core,
         })
+    }
+
+    /// Opens the store in `dir` for reading only, without changing a
+    /// byte of it or creating anything: for inspection tools (`harness
+    /// sessions`, the studio).
+    ///
+    /// The newest log is read into an index as [`LogStore::open`] reads
+    /// it, from a file opened for reading only, under a shared lock on the
+    /// store's `LOCK` file (when there is one) that is released once the
+    /// log is read: [`ReadOnlyError::InUse`] while another process (the
+    /// application) has the store open. The store shows the log as it was
+    /// read; checkpoints are read later from the same file, which the
+    /// writer only appends to (a compaction writes a new file and deletes
+    /// the old one's name, not its bytes). Commits are refused, and
+    /// [`flush`](SessionStore::flush) does nothing.
+    ///
+    /// Nothing is moved aside, cut or deleted: where [`LogStore::open`]
+    /// would move a damaged end aside, this reports it as
+    /// [`ReadOnlyError::Damaged`], naming the log file and the offset of
+    /// the first frame that is cut short, fails its checksum or does not
+    /// parse; a log whose first bytes are not a log header, and a `LOCK`
+    /// file without any log, are damage too. Older generations and
+    /// interrupted compactions (which [`LogStore::open`] deletes) are left
+    /// alone and not read. A log cut exactly between two frames reads as a
+    /// shorter log and is not detected.
+    ///
+    /// A path that is missing, not a directory, or a directory with
+    /// neither a `LOCK` file nor a log (`log.N`) is
+    /// [`ReadOnlyError::NotAStore`].
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Self, ReadOnlyError> {
+        let dir = dir.as_ref();
+        let not_a_store = |why: String| ReadOnlyError::NotAStore {
+            path: dir.to_path_buf(),
+            why,
+        };
+        let damaged = |file: PathBuf, offset: Option<u64>, what: String| {
+            ReadOnlyError::Damaged(Damage {
+                store: dir.to_path_buf(),
+                file,
+                offset,
+                what,
+            })
+        };
+        let meta = fs::metadata(dir).map_err(|e| not_a_store(e.to_string()))?;
+        if !meta.is_dir() {
+            return Err(not_a_store("not a directory".into()));
+        }
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = match File::open(&lock_path) {
+            Ok(lock) => Some(lock),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error("open the lock file", &lock_path, &e).into()),
+        };
+        if let Some(lock) = &lock {
+            match lock.try_lock_shared() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(ReadOnlyError::InUse {
+                        path: dir.to_path_buf(),
+                    });
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(io_error("lock", &lock_path, &e).into());
+                }
+            }
+        }
+        let (generation, _stale) = generations(dir)?;
+        let Some(generation) = generation else {
+            return Err(match lock {
+                Some(_) => damaged(
+                    dir.to_path_buf(),
+                    None,
+                    format!(
+                        "the store's `{LOCK_FILE}` file is there but no log file \
+                         (`{LOG_PREFIX}N`): the log was deleted"
+                    ),
+                ),
+                None => not_a_store(format!(
+                    "no log store here (no `{LOCK_FILE}` file and no `{LOG_PREFIX}N` log)"
+                )),
+            });
+        };
+        let path = log_path(dir, generation);
+        let file = File::open(&path).map_err(|e| io_error("open", &path, &e))?;
+        let indexed = match index_log(&file, &path) {
+            Ok(indexed) => indexed,
+            Err(IndexError::Store(e)) => return Err(e.into()),
+            Err(IndexError::Header(why)) => {
+                return Err(damaged(
+                    path,
+                    Some(0),
+                    format!("not a log this build can read: {why}"),
+                ));
+            }
+        };
+        if let Some(why) = indexed.damage {
+            return Err(damaged(
+                path,
+                Some(indexed.end),
+                format!(
+                    "{why}; the {} bytes from there on cannot be read (nothing was changed; \
+                     opening the store to write, as the application does, moves them aside \
+                     into `{LOG_PREFIX}{generation}.tail-{}`)",
+                    indexed.size - indexed.end,
+                    indexed.end
+                ),
+            ));
+        }
+        // The log is read: its lock is let go (see the docs).
+        drop(lock);
+        let core = Arc::new(Core {
+            dir: dir.to_path_buf(),
+            options: LogOptions::default(),
+            shared: Mutex::new(Shared {
+                file: Arc::new(file),
+                generation,
+                len: indexed.end,
+                written: indexed.end,
+                inflight: None,
+                pending: Frames::default(),
+                pool: Pool::new(0),
+                live: indexed.live,
+                next_compaction: u64::MAX,
+                sessions: indexed.sessions,
+                broken: None,
+            }),
+            writing: Mutex::new(()),
+            compacting: AtomicBool::new(false),
+            compactor: Mutex::new(None),
+            group: GroupFlush::new("log store"),
+            set_aside: None,
+            read_only: true,
+            _lock: None,
+        });
+        Ok(Self {
+            _closer: Arc::new(Closer {
+                core: Arc::clone(&core),
+            }),
+            core,
+        })
+    }
+
+    /// Whether the store was opened with [`LogStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.core.read_only
     }
 
     /// The store's directory.
@@ -876,30 +1026,45 @@ fn create_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
     Ok((file, HEADER_LEN, HashMap::new(), 0, None))
 }
 
-/// Reads the log of `generation` into an index. A damaged end (a frame
-/// that is cut short, fails its checksum or does not parse, and all after
-/// it) is moved aside and cut off.
-fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
-    let path = log_path(dir, generation);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| io_error("open", &path, &e))?;
+/// A log read into an index: how far it reads whole, its size, the
+/// sessions and their live bytes, and why it stops before its end, if it
+/// does.
+struct Indexed {
+    end: u64,
+    size: u64,
+    sessions: HashMap<SessionId, Entry>,
+    live: u64,
+    damage: Option<String>,
+}
+
+/// Why a log could not be indexed.
+enum IndexError {
+    /// Its first bytes are not a log header this build reads.
+    Header(String),
+    /// Reading it failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for IndexError {
+    fn from(e: StoreError) -> Self {
+        IndexError::Store(e)
+    }
+}
+
+/// Reads the log `file` (at `path`) into an index, frame by frame, to its
+/// end or to the first frame that is cut short, fails its checksum or does
+/// not parse (`damage` says which; `end` is where that frame starts).
+/// Reads only.
+fn index_log(file: &File, path: &Path) -> Result<Indexed, IndexError> {
     let size = file
         .metadata()
-        .map_err(|e| io_error("read the size of", &path, &e))?
+        .map_err(|e| io_error("read the size of", path, &e))?
         .len();
-    let read_err = |e: std::io::Error| io_error("read", &path, &e);
-    let mut reader = BufReader::with_capacity(1 << 20, &file);
+    let read_err = |e: std::io::Error| io_error("read", path, &e);
+    let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut header = [0u8; HEADER_LEN as usize];
     let got = read_up_to(&mut reader, &mut header).map_err(read_err)?;
-    frame::check_header(&header[..got]).map_err(|why| {
-        StoreError::backend(format!(
-            "log store: {} is not a log this build can read: {why}; nothing was changed",
-            path.display()
-        ))
-    })?;
+    frame::check_header(&header[..got]).map_err(IndexError::Header)?;
     let mut sessions: HashMap<SessionId, Entry> = HashMap::new();
     let mut live = 0u64;
     let mut at = HEADER_LEN;
@@ -942,7 +1107,6 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
         live = live.saturating_sub(dead) + added;
         at += (FRAME_HEAD + len) as u64;
     };
-    drop(reader);
     // A compaction writes a large session's checkpoints in frames before the
     // one with its head. If damage cut the log between them, those
     // checkpoints belong to no head: they are dropped from the index (their
@@ -955,11 +1119,47 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
         }
         entry.head.is_some()
     });
+    Ok(Indexed {
+        end: at,
+        size,
+        sessions,
+        live,
+        damage,
+    })
+}
+
+/// Reads the log of `generation` into an index. A damaged end (a frame
+/// that is cut short, fails its checksum or does not parse, and all after
+/// it) is moved aside and cut off.
+fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
+    let path = log_path(dir, generation);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_error("open", &path, &e))?;
+    let indexed = match index_log(&file, &path) {
+        Ok(indexed) => indexed,
+        Err(IndexError::Store(e)) => return Err(e),
+        Err(IndexError::Header(why)) => {
+            return Err(StoreError::backend(format!(
+                "log store: {} is not a log this build can read: {why}; nothing was changed",
+                path.display()
+            )));
+        }
+    };
+    let Indexed {
+        end,
+        size,
+        sessions,
+        live,
+        damage,
+    } = indexed;
     let set_aside = match damage {
         None => None,
-        Some(why) => Some(set_aside(dir, &path, &file, generation, at, size, &why)?),
+        Some(why) => Some(set_aside(dir, &path, &file, generation, end, size, &why)?),
     };
-    Ok((file, at, sessions, live, set_aside))
+    Ok((file, end, sessions, live, set_aside))
 }
 
 /// Moves the bytes of `file` from `at` to `size` into a file of their own
@@ -1104,6 +1304,12 @@ impl SessionStore for LogStore {
     }
 
     async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
+        if self.core.read_only {
+            return Err(StoreError::backend(format!(
+                "log store {}: opened read-only, commits are refused",
+                self.core.dir.display()
+            )));
+        }
         let durable = commit.durable;
         let (ticket, pending) = SCRATCH.with(|scratch| {
             // A fresh buffer if this thread's is in use (it never is: no
@@ -1195,6 +1401,10 @@ impl SessionStore for LogStore {
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
+        if self.core.read_only {
+            // Nothing was written.
+            return Ok(());
+        }
         self.write_out(true).await.map(|_| ())
     }
 }

@@ -28,10 +28,10 @@ const HEADER_LEN: usize = 16;
 const FRAME_HEAD: usize = 8;
 
 /// What a store holds: each listed session's head and checkpoints.
-type Contents = BTreeMap<SessionId, (StoredRun, Vec<Checkpoint>)>;
+pub(crate) type Contents = BTreeMap<SessionId, (StoredRun, Vec<Checkpoint>)>;
 
 /// Reads everything `store` holds through its API.
-async fn contents(store: &dyn SessionStore) -> Contents {
+pub(crate) async fn contents(store: &dyn SessionStore) -> Contents {
     let mut out = Contents::new();
     for session in store.sessions().await.unwrap() {
         let head = store.load(&session).await.unwrap().unwrap();
@@ -118,7 +118,7 @@ fn commit_frame(commit: &Commit) -> Vec<u8> {
 
 /// Where each frame of a log file is, by its length fields; panics unless
 /// the file is a header and whole frames with matching checksums.
-fn frames(bytes: &[u8]) -> Vec<Range<usize>> {
+pub(crate) fn frames(bytes: &[u8]) -> Vec<Range<usize>> {
     assert_eq!(&bytes[..HEADER_LEN], &header(1), "the log's header");
     let mut out = Vec::new();
     let mut at = HEADER_LEN;
@@ -134,7 +134,7 @@ fn frames(bytes: &[u8]) -> Vec<Range<usize>> {
 }
 
 /// The header of a log in `format`.
-fn header(format: u32) -> Vec<u8> {
+pub(crate) fn header(format: u32) -> Vec<u8> {
     let mut out = b"harness-log\0".to_vec();
     out.extend_from_slice(&format.to_le_bytes());
     out
@@ -147,7 +147,7 @@ fn generation(path: &Path) -> u64 {
 }
 
 /// The names of the files in `dir`.
-fn listing(dir: &Path) -> BTreeSet<String> {
+pub(crate) fn listing(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -249,17 +249,17 @@ async fn log_store_reopened_sees_every_commit() {
 /// A log of commits to three sessions (creations, updates, a snapshot
 /// that removes what came before it, a commit that only removes, one that
 /// is not durable), one frame per commit.
-struct Fixture {
+pub(crate) struct Fixture {
     /// The log file.
-    bytes: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
     /// Where each commit's frame is in it.
-    frames: Vec<Range<usize>>,
+    pub(crate) frames: Vec<Range<usize>>,
     /// `after[k]`: what the store holds once the first `k` commits are in.
-    after: Vec<Contents>,
+    pub(crate) after: Vec<Contents>,
 }
 
 impl Fixture {
-    async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let a = create(
             head("a"),
             vec![

@@ -25,6 +25,7 @@
 mod depth;
 mod file;
 mod log_gaps;
+mod log_read_only;
 mod log_store;
 mod memory;
 mod permissions;
