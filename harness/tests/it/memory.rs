@@ -562,3 +562,71 @@ async fn the_index_is_built_from_what_the_backend_holds() {
         2
     );
 }
+
+/// A step reaches memory through a slot of its context (here an agent
+/// slot, shared by every run), namespaced per user by a run slot: what one
+/// run (session) puts, the next one reads.
+mod through_a_slot {
+    use super::ns;
+    use harness::memory::Memory;
+    use harness::{Context, Cx, Harness, HarnessState, StepResult, create_agent_with};
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+    use serde_json::json;
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+    struct Visit {
+        greeting: String,
+    }
+
+    #[derive(Context)]
+    struct Deps {
+        #[slot(agent)]
+        memory: Memory,
+        #[slot(run)]
+        user: String,
+    }
+
+    async fn greet(cx: Cx<Deps>) -> StepResult<VisitUpdate> {
+        let user = ns(&["users", cx.user.as_str()]);
+        let seen = cx.memory.get(&user, "visits").await?;
+        let count = seen
+            .as_ref()
+            .and_then(|i| i.value["count"].as_u64())
+            .unwrap_or(0)
+            + 1;
+        cx.memory
+            .put(&user, "visits", json!({ "count": count }))
+            .await?;
+        Ok(VisitUpdate::new().greeting(format!("visit {count} of {}", cx.user)))
+    }
+
+    #[tokio::test]
+    async fn what_one_run_remembers_the_next_reads() {
+        let harness = Harness::<Visit, Deps>::builder()
+            .step("greet")
+            .run(greet)
+            .end()
+            .start("greet")
+            .build()
+            .unwrap();
+        let memory = Memory::in_memory();
+        let agent = create_agent_with(
+            "greeter",
+            &harness,
+            DepsAgent {
+                memory: memory.clone(),
+            },
+        );
+        let run = |user: &str| {
+            agent
+                .with(DepsRun { user: user.into() })
+                .run(Visit::default())
+        };
+        assert_eq!(run("ana").await.unwrap().state.greeting, "visit 1 of ana");
+        assert_eq!(run("ana").await.unwrap().state.greeting, "visit 2 of ana");
+        assert_eq!(run("bo").await.unwrap().state.greeting, "visit 1 of bo");
+        let ana = memory.get(&ns(&["users", "ana"]), "visits").await.unwrap();
+        assert_eq!(ana.map(|i| i.value), Some(json!({"count": 2})));
+    }
+}
