@@ -14,6 +14,7 @@ use super::session::{
 };
 use super::tools::workspace_tools;
 use harness::llm::{LanguageModel, ToolSet};
+use harness::memory::{Memory, Namespace};
 use harness::session::{SessionConfig, SessionError, SessionPhase, SessionStore};
 use harness::{Agent, Harness, Run, SessionId, Signal, StopHandle, create_agent_with};
 use harness_kit::Limits;
@@ -36,6 +37,7 @@ pub struct ProjectAgentBuilder {
     verify_timeout: Duration,
     recent_commits: usize,
     lessons: usize,
+    decision_memory: Option<(Memory, Namespace)>,
 }
 
 impl std::fmt::Debug for ProjectAgentBuilder {
@@ -99,6 +101,25 @@ impl ProjectAgentBuilder {
         self
     }
 
+    /// Keeps the decision memory in long-term memory too, under
+    /// `namespace` (one item per session, key `session-N`, the
+    /// [`Decision`](super::Decision) as its value), so that each session's
+    /// lessons are the earlier decisions closest in meaning to the features
+    /// still open (with an index on `memory`; the latest ones without), and
+    /// so that other agents and projects can search them.
+    ///
+    /// `.harness/decisions.json`, committed with each session, stays the
+    /// record: a session's decision is put into memory once it is
+    /// committed, and each session first makes the namespace hold exactly
+    /// the decisions of the commit it starts from (so a revert removes the
+    /// reverted sessions' decisions from memory too, and a crash between
+    /// the commit and the put loses nothing).
+    #[must_use]
+    pub fn decision_memory(mut self, memory: Memory, namespace: Namespace) -> Self {
+        self.decision_memory = Some((memory, namespace));
+        self
+    }
+
     /// The project agent.
     ///
     /// # Errors
@@ -114,6 +135,7 @@ impl ProjectAgentBuilder {
             verify_timeout: self.verify_timeout,
             recent_commits: self.recent_commits,
             lessons: self.lessons,
+            decision_memory: self.decision_memory,
         });
         let config = LoopConfig {
             tools: self
@@ -243,6 +265,7 @@ impl ProjectAgent {
             verify_timeout: Duration::from_secs(60),
             recent_commits: 5,
             lessons: 10,
+            decision_memory: None,
         }
     }
 
@@ -529,6 +552,9 @@ impl ProjectAgent {
             if !record.sessions.iter().any(|s| s.number == number) {
                 record.sessions.push(entry.clone());
             }
+            // The session's decision, committed, reaches long-term memory
+            // at once.
+            self.sync_decision_memory().await?;
             if self.env.head_ledger().await?.is_complete() {
                 record.state = ProjectState::Complete;
             }
@@ -880,7 +906,25 @@ impl ProjectAgent {
                 ),
             )?;
         }
+        self.sync_decision_memory().await?;
         Ok(rollback)
+    }
+
+    /// Makes the long-term memory of [`decision_memory`](ProjectAgentBuilder::decision_memory)
+    /// hold exactly the decisions committed in the working tree (nothing
+    /// without one). Sessions and [`revert_to`](Self::revert_to) do it
+    /// themselves; call it after changing the repository by hand.
+    pub async fn sync_decision_memory(&self) -> Result<(), ProjectError> {
+        let Some((memory, namespace)) = &self.env.decision_memory else {
+            return Ok(());
+        };
+        let decisions = files::read_decisions(self.env.dir())?;
+        super::session::sync_decisions(memory, namespace, &decisions)
+            .await
+            .map_err(|source| ProjectError::Memory {
+                project: self.env.name().to_owned(),
+                source,
+            })
     }
 }
 

@@ -7,6 +7,7 @@ use super::git::{AGENT_EMAIL, AGENT_NAME, CommitDetail, Git, StatusEntry};
 use super::ledger::{FeatureStatus, Ledger};
 use super::verify::VerificationRun;
 use harness::SessionId;
+use harness::memory::{Memory, Namespace};
 use harness::session::{SessionStore, load_value, save_value};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -86,6 +87,8 @@ pub struct ProjectEnv {
     pub(crate) verify_timeout: Duration,
     pub(crate) recent_commits: usize,
     pub(crate) lessons: usize,
+    /// Long-term memory the decisions are kept in too, and where.
+    pub(crate) decision_memory: Option<(Memory, Namespace)>,
 }
 
 impl std::fmt::Debug for ProjectEnv {

@@ -39,6 +39,15 @@ pub enum ProjectError {
     /// A loop of the recipe is not valid (a category's loop, say).
     #[error(transparent)]
     Loop(#[from] LoopValidationError),
+    /// The long-term memory the decisions are kept in failed.
+    #[error("project `{project}`: the decision memory: {source}")]
+    Memory {
+        /// The project.
+        project: String,
+        /// What failed.
+        #[source]
+        source: harness::memory::MemoryError,
+    },
     /// A session's run failed; the session stays unfinished and
     /// [`run_until_complete`](super::ProjectAgent::run_until_complete)
     /// recovers it.

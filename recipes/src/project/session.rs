@@ -7,6 +7,7 @@ use super::files::{self, DECISIONS_PATH, Decision, LEDGER_PATH};
 use super::ledger::{FeatureStatus, Ledger};
 use super::verify::{VerificationRun, VerificationStep, run_steps};
 use harness::llm::{LanguageModel, ModelRequest, ToolSet, TypedAnswerError};
+use harness::memory::{IndexFields, Memory, MemoryError, Namespace, Op, PutOptions, Search};
 use harness::slots::NoSlots;
 use harness::{
     Context, Cx, Harness, HarnessState, JsonSchema, StepError, StepResult, SubAgent, SubOutcome,
@@ -398,6 +399,104 @@ fn picked(state: &SessionState) -> Result<&Pick, StepError> {
         .ok_or_else(|| StepError::msg("the session picked no feature: `pick` did not run"))
 }
 
+/// The key of session `n`'s decision in long-term memory.
+fn decision_key(n: u32) -> String {
+    format!("session-{n}")
+}
+
+/// The decisions a session's prompt shows: with long-term memory, the
+/// `env.lessons` closest in meaning to the open features (after making the
+/// memory's namespace hold exactly `decisions`, the committed record);
+/// without, or without an index, the latest.
+async fn lessons<'d>(
+    env: &ProjectEnv,
+    decisions: &'d [Decision],
+    ledger: &Ledger,
+) -> Result<Vec<&'d Decision>, StepError> {
+    let latest = || decisions.iter().rev().take(env.lessons).rev().collect();
+    let Some((memory, namespace)) = &env.decision_memory else {
+        return Ok(latest());
+    };
+    sync_decisions(memory, namespace, decisions)
+        .await
+        .map_err(|e| StepError::msg(format!("the decision memory: {e}")))?;
+    let open: Vec<String> = ledger
+        .open_features()
+        .map(|f| format!("{}: {}", f.spec.id, f.spec.description))
+        .collect();
+    if open.is_empty() || env.lessons == 0 {
+        return Ok(latest());
+    }
+    let search = Search::under(namespace.clone())
+        .text(open.join("\n"))
+        .limit(env.lessons);
+    let hits = match memory.search(&search).await {
+        Ok(hits) => hits,
+        Err(MemoryError::Query { .. }) => return Ok(latest()),
+        Err(e) => return Err(StepError::msg(format!("the decision memory: {e}"))),
+    };
+    let mut chosen: Vec<&Decision> = hits
+        .iter()
+        .filter_map(|hit| {
+            decisions
+                .iter()
+                .find(|d| decision_key(d.session) == hit.item.key)
+        })
+        .collect();
+    // In the order they were made.
+    chosen.sort_by_key(|d| d.session);
+    Ok(chosen)
+}
+
+/// Makes `namespace` hold exactly `decisions`: puts what is missing or
+/// different, deletes what is not among them (a reverted session's).
+pub(crate) async fn sync_decisions(
+    memory: &Memory,
+    namespace: &Namespace,
+    decisions: &[Decision],
+) -> Result<(), MemoryError> {
+    let stored = memory
+        .search(&Search::under(namespace.clone()).limit(usize::MAX))
+        .await?;
+    let mut ops = Vec::new();
+    for d in decisions {
+        let key = decision_key(d.session);
+        let value = serde_json::to_value(d).map_err(MemoryError::backend)?;
+        let same = stored
+            .iter()
+            .any(|h| h.item.namespace == *namespace && h.item.key == key && h.item.value == value);
+        if !same {
+            ops.push(Op::Put {
+                namespace: namespace.clone(),
+                key,
+                value,
+                options: PutOptions::default().index(IndexFields::Fields(vec![
+                    "feature".into(),
+                    "context".into(),
+                    "decision".into(),
+                    "lesson".into(),
+                ])),
+            });
+        }
+    }
+    for hit in &stored {
+        let kept = hit.item.namespace == *namespace
+            && decisions
+                .iter()
+                .any(|d| decision_key(d.session) == hit.item.key);
+        if !kept && hit.item.namespace == *namespace {
+            ops.push(Op::Delete {
+                namespace: namespace.clone(),
+                key: hit.item.key.clone(),
+            });
+        }
+    }
+    if !ops.is_empty() {
+        memory.batch(ops).await?;
+    }
+    Ok(())
+}
+
 /// Reads the progress log, the ledger at `HEAD`, recent commits and the
 /// decision memory, and writes the briefing.
 async fn orient(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<SessionStateUpdate> {
@@ -441,7 +540,7 @@ async fn orient(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
             commit.subject
         ));
     }
-    let lessons: Vec<&Decision> = decisions.iter().rev().take(env.lessons).rev().collect();
+    let lessons = lessons(env, &decisions, &ledger).await?;
     if !lessons.is_empty() {
         prompt.push_str("\n# Lessons from earlier sessions\n");
         for d in lessons {

@@ -4,4 +4,5 @@ mod commands;
 mod orchestrator;
 mod project;
 mod project_crash;
+mod project_memory;
 mod project_ownership;
