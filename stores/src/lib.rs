@@ -39,6 +39,12 @@ mod file;
 mod group;
 mod log_store;
 mod memory;
+#[cfg(any(feature = "sled", feature = "redis"))]
+mod memory_codec;
+#[cfg(feature = "conformance")]
+pub mod memory_conformance;
+#[cfg(feature = "sled")]
+mod memory_sled;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod read_only;
@@ -56,6 +62,8 @@ pub use ::sled;
 pub use file::FileStore;
 pub use log_store::{LogOptions, LogStore};
 pub use memory::MemoryStore;
+#[cfg(feature = "sled")]
+pub use memory_sled::SledMemory;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use read_only::{Damage, ReadOnlyError};

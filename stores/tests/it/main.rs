@@ -28,6 +28,7 @@ mod log_gaps;
 mod log_read_only;
 mod log_store;
 mod memory;
+mod memory_backends;
 mod permissions;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;

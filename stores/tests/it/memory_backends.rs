@@ -1,0 +1,281 @@
+//! Long-term memory backends: the memory conformance suite on each (the
+//! core's `InMemory`, sled, PostgreSQL and Redis on the servers
+//! `scripts/services` starts), a batch failing part way, damaged records,
+//! and search by meaning over each backend after a reopen (vectors
+//! persisted), with an embedder of the test's own.
+
+use async_trait::async_trait;
+use harness::llm::{Embedder, Embeddings, ModelError, Usage};
+use harness::memory::{
+    InMemory, IndexConfig, Memory, MemoryBackend, MemoryError, Namespace, Search, Write,
+};
+use harness_stores::memory_conformance::{self, T0, expiring, ns, record};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Words hashed into 64 buckets: texts sharing words are close. Counts the
+/// texts it embeds.
+#[derive(Default)]
+struct Words {
+    texts: AtomicUsize,
+}
+
+#[async_trait]
+impl Embedder for Words {
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
+        self.texts.fetch_add(texts.len(), Ordering::SeqCst);
+        let vectors = texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 64];
+                for word in t
+                    .to_lowercase()
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| w.len() > 2)
+                {
+                    let h = word
+                        .bytes()
+                        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+                    v[(h % 64) as usize] += 1.0;
+                }
+                v[0] += 0.01;
+                v
+            })
+            .collect();
+        Ok(Embeddings::new(vectors, Usage::default()))
+    }
+}
+
+fn indexed(backend: Arc<dyn MemoryBackend>, words: Arc<Words>) -> Memory {
+    Memory::from_arc(backend).with_index(IndexConfig::new(words, 64).fields(["text"]))
+}
+
+const NOTES: &[(&str, &str)] = &[
+    ("tea", "the user drinks green tea every morning"),
+    ("rust", "the user writes services in rust and likes cargo"),
+    ("cat", "the user has a cat called Miso"),
+    ("bike", "the user rides a bike to work when it is dry"),
+];
+
+/// Puts the notes through `open()`'s memory, then opens it again and
+/// searches by meaning: the items are found with the vectors the backend
+/// kept (the embedder sees only the queries after the reopen).
+async fn search_by_meaning_after_reopen(open: impl Fn() -> Arc<dyn MemoryBackend>) {
+    let user = Namespace::new(["users", "u-1"]).unwrap();
+    {
+        let memory = indexed(open(), Arc::new(Words::default()));
+        for (key, text) in NOTES {
+            memory
+                .put(&user, key, json!({"text": text, "kind": "note"}))
+                .await
+                .unwrap();
+        }
+        memory
+            .put(
+                &user,
+                "unindexed",
+                json!({"other": "green tea cat bike rust"}),
+            )
+            .await
+            .unwrap();
+    }
+    let words = Arc::new(Words::default());
+    let memory = indexed(open(), Arc::clone(&words));
+    let queries = [
+        ("which tea does the user drink", "tea"),
+        ("what is the name of the cat", "cat"),
+        ("rides a bike to work", "bike"),
+        ("services written in rust", "rust"),
+    ];
+    for (query, expected) in queries {
+        let hits = memory
+            .search(&Search::under(ns(&["users"])).text(query).limit(2))
+            .await
+            .unwrap();
+        assert_eq!(hits[0].item.key, expected, "{query}: {hits:?}");
+        assert!(hits[0].score.unwrap() > hits[1].score.unwrap(), "{hits:?}");
+        assert!(hits.iter().all(|h| h.item.key != "unindexed"));
+    }
+    assert_eq!(
+        words.texts.load(Ordering::SeqCst),
+        queries.len(),
+        "only the queries were embedded after the reopen"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_conformance_in_memory() {
+    memory_conformance::run_all(InMemory::new).await;
+}
+
+#[cfg(feature = "sled")]
+mod sled_memory {
+    use super::*;
+    use harness_stores::SledMemory;
+    use std::sync::Mutex;
+
+    /// A key the sled and Redis backends refuse: it has a control
+    /// character (the core refuses it first; a backend must too).
+    fn control_key() -> Write {
+        Write::Put(record(&ns(&["fail"]), "bad\u{1}key", json!({}), T0))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn memory_conformance_sled_temporary() {
+        memory_conformance::run_all_with(|| SledMemory::temporary().unwrap(), Some(&control_key))
+            .await;
+    }
+
+    /// The suite on databases on disk, each write flushed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn memory_conformance_sled_on_disk() {
+        let dirs = Mutex::new(Vec::new());
+        memory_conformance::run_all(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let memory = SledMemory::open(dir.path().join("memory")).unwrap();
+            dirs.lock().unwrap().push(dir);
+            memory
+        })
+        .await;
+    }
+
+    /// A touch of a damaged record aborts the sled transaction after the
+    /// batch's earlier writes were made in it: none of them is left.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_failing_in_its_transaction_leaves_nothing() {
+        let memory = SledMemory::temporary().unwrap();
+        let n = ns(&["damaged"]);
+        memory
+            .apply(vec![Write::Put(record(&n, "bad", json!({"v": 1}), T0))], T0)
+            .await
+            .unwrap();
+        let key = memory.tree().iter().keys().next().unwrap().unwrap();
+        let mut bytes = memory.tree().get(&key).unwrap().unwrap().to_vec();
+        let last = bytes.len() - 2;
+        bytes[last] ^= 0x01;
+        memory.tree().insert(&key, bytes).unwrap();
+        let touch = Write::Touch {
+            namespace: n.clone(),
+            key: "bad".into(),
+            expires_at: T0 + 5,
+        };
+        memory_conformance::failed_batch(&memory, touch)
+            .await
+            .unwrap();
+    }
+
+    /// A damaged record is reported by get and search, naming it; a put
+    /// over it repairs it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn damaged_records_are_reported_and_a_put_repairs_them() {
+        let memory = SledMemory::temporary().unwrap();
+        let n = ns(&["users", "u1"]);
+        memory
+            .apply(
+                vec![Write::Put(expiring(
+                    &n,
+                    "k",
+                    json!({"text": "hello"}),
+                    T0,
+                    1_000,
+                ))],
+                T0,
+            )
+            .await
+            .unwrap();
+        let key = memory.tree().iter().keys().next().unwrap().unwrap();
+        let good = memory.tree().get(&key).unwrap().unwrap().to_vec();
+        let mut flipped = good.clone();
+        let i = flipped.len() - 3;
+        flipped[i] ^= 0x20;
+        let mut version = good.clone();
+        version[1] = 9;
+        let damages: Vec<(Vec<u8>, &str)> = vec![
+            (flipped, "checksum"),
+            (version, "record format 9"),
+            (b"garbage, not a record".to_vec(), "not a stored record"),
+            (good[..12].to_vec(), "not a stored record"),
+        ];
+        for (bytes, expected) in damages {
+            memory.tree().insert(&key, bytes).unwrap();
+            for err in [
+                memory.get(&n, "k", T0).await.unwrap_err(),
+                memory.search(&n, &[], 0, 10, T0).await.unwrap_err(),
+            ] {
+                assert!(
+                    matches!(&err, MemoryError::Corrupt { namespace, key, .. }
+                        if namespace == "users/u1" && key == "k")
+                        && err.to_string().contains(expected),
+                    "{err}"
+                );
+            }
+        }
+        let created = memory
+            .apply(
+                vec![Write::Put(record(&n, "k", json!({"v": 2}), T0 + 1))],
+                T0 + 1,
+            )
+            .await
+            .unwrap();
+        assert_eq!(created, vec![T0 + 1]);
+        assert_eq!(
+            memory
+                .get(&n, "k", T0 + 1)
+                .await
+                .unwrap()
+                .unwrap()
+                .item
+                .value,
+            json!({"v": 2})
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sled_memory_searches_by_meaning_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory");
+        search_by_meaning_after_reopen(|| {
+            // One process opens a sled database once: the previous handle
+            // is dropped before this runs.
+            Arc::new(SledMemory::open(&path).unwrap())
+        })
+        .await;
+    }
+
+    /// Sessions and memory in one database: the memory's tree beside the
+    /// session store's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sled_memory_shares_a_session_store_database() {
+        use harness::session::SessionStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store = harness_stores::SledStore::open(dir.path()).unwrap();
+        let memory = SledMemory::in_db(store.db()).unwrap();
+        let n = ns(&["a"]);
+        memory
+            .apply(vec![Write::Put(record(&n, "k", json!({"v": 1}), T0))], T0)
+            .await
+            .unwrap();
+        assert!(store.sessions().await.unwrap().is_empty());
+        assert!(memory.get(&n, "k", T0).await.unwrap().is_some());
+    }
+
+    /// The directory is 0700 and sled's files 0600, like the session
+    /// store's.
+    #[cfg(unix)]
+    #[test]
+    fn sled_memory_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deep").join("memory");
+        let memory = SledMemory::open(&path).unwrap();
+        drop(memory);
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o700);
+        for entry in std::fs::read_dir(&path).unwrap() {
+            let entry = entry.unwrap();
+            let m = mode(&entry.path());
+            assert_eq!(m & 0o077, 0, "{} is {m:o}", entry.path().display());
+        }
+    }
+}
