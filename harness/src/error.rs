@@ -169,6 +169,26 @@ pub enum StoreError {
         /// What failed, with the backend's own message.
         message: String,
     },
+    /// The store's files are damaged: bytes the store wrote are not what
+    /// it wrote, or a file is missing. The store was not opened, and
+    /// nothing was changed: opening it would have lost what the damage
+    /// hides (`what` says what to do).
+    #[error(
+        "the store {} is damaged: {}{}: {what}",
+        store.display(),
+        file.display(),
+        offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
+    )]
+    Damaged {
+        /// The store (its directory).
+        store: std::path::PathBuf,
+        /// The damaged (or missing) file.
+        file: std::path::PathBuf,
+        /// The first byte of `file` found damaged, when known.
+        offset: Option<u64>,
+        /// What is wrong, and what to do.
+        what: String,
+    },
 }
 
 impl StoreError {

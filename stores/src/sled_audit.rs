@@ -48,6 +48,10 @@ pub(crate) struct Lost {
     pub(crate) offset: u64,
     /// What is there.
     pub(crate) what: String,
+    /// Only the end of the file is cut short (inside a record or a segment
+    /// header, nothing whole after it): what a crash leaves, which sled's
+    /// recovery drops as it should.
+    pub(crate) torn_end: bool,
 }
 
 /// Reads the log `file` (sled's `db`, as it was before recovery) in
@@ -77,6 +81,104 @@ pub(crate) fn audit(
     }
 }
 
+/// Reads the log `file` (sled's `db`) before sled opens it, as
+/// [`SledStore::open`](crate::SledStore::open) does: the first place where
+/// the log is damaged in its middle, so that sled's recovery would drop
+/// or skip records written after the damage, if any. A log whose end only
+/// is cut short ([`Lost::torn_end`]) is reported too; the caller opens it
+/// (crash recovery).
+///
+/// Unlike [`audit`] this needs no recovery first, so it reads nothing but
+/// the log, once: damage in the middle is a record of the segment's own
+/// number (one sled wrote there) that fails its checksum, followed by a
+/// whole record written later (in the segment, or in a later segment), or
+/// a segment header that fails its checksum. What a crash leaves (bytes
+/// never written: zeros, or a segment's earlier use, also between records
+/// written out of order) is not a record of the segment, and is not
+/// reported. A bit flipped in the segment number of the damaged record is
+/// not told from that.
+pub(crate) fn audit_before_open(
+    file: &mut File,
+    path: &Path,
+    segment_size: usize,
+) -> std::io::Result<Option<Lost>> {
+    let mut buf = vec![0u8; segment_size];
+    let mut base: u64 = 0;
+    let mut torn = None;
+    // Segments whose walk stopped at a record of their own number that is
+    // not whole: (its LSN, where in the file).
+    let mut broken: Vec<(u64, u64)> = Vec::new();
+    // Segments holding whole records: (LSN, where the first one is).
+    let mut written: Vec<(u64, u64)> = Vec::new();
+    loop {
+        let got = read_full(file, &mut buf)?;
+        if got == 0 {
+            break;
+        }
+        let segment = &buf[..got];
+        match scan_segment(segment, base, segment_size, path) {
+            Scan::Zero => {}
+            Scan::Found(lost) if lost.torn_end => torn = Some(lost),
+            Scan::Found(lost) => return Ok(Some(lost)),
+            Scan::Skipped { lost, lsn, at } => {
+                if own_record_at(segment, at, lsn / segment_size as u64) {
+                    return Ok(Some(lost));
+                }
+                // Bytes never written (zeros, or the segment's earlier
+                // use) between records: writes a crash left out of order,
+                // which recovery drops as it should.
+                written.push((lsn, base + SEG_HEADER_LEN as u64));
+            }
+            Scan::Walked { lsn, at } => {
+                let number = lsn / segment_size as u64;
+                if at > SEG_HEADER_LEN {
+                    written.push((lsn, base + SEG_HEADER_LEN as u64));
+                }
+                if own_record_at(segment, at, number) {
+                    broken.push((lsn, base + at as u64));
+                }
+            }
+        }
+        if got < segment_size {
+            break;
+        }
+        base += segment_size as u64;
+    }
+    for (lsn, at) in broken {
+        if let Some((_, first)) = written
+            .iter()
+            .filter(|(later, _)| *later > lsn)
+            .min_by_key(|(later, _)| *later)
+        {
+            return Ok(Some(Lost {
+                offset: at,
+                what: format!(
+                    "a record of sled's log fails its checksum there, and records written \
+                     after it follow (the first in a later segment, at offset {first}): \
+                     sled's recovery would drop or skip them"
+                ),
+                torn_end: false,
+            }));
+        }
+    }
+    Ok(torn)
+}
+
+/// What reading one segment found.
+enum Scan {
+    /// All zeros: a segment sled freed, or never wrote.
+    Zero,
+    /// Damage, or the file's end cut short.
+    Found(Lost),
+    /// Whole records of the segment from its header to `at` (in the
+    /// segment), and no whole record of the segment after.
+    Walked { lsn: u64, at: usize },
+    /// Whole records of the segment from its header to `at`, then
+    /// something else, then a whole record of the segment again: sled's
+    /// recovery stops at `at` or skips the rest of the segment.
+    Skipped { lost: Lost, lsn: u64, at: usize },
+}
+
 fn audit_segment(
     segment: &[u8],
     base: u64,
@@ -84,79 +186,11 @@ fn audit_segment(
     stable_lsn: u64,
     path: &Path,
 ) -> Option<Lost> {
-    if segment.iter().all(|&b| b == 0) {
-        return None;
-    }
-    if segment.len() < SEG_HEADER_LEN {
-        return Some(Lost {
-            offset: base,
-            what: format!(
-                "the log ends {} bytes into a segment, inside its header: {} was cut short",
-                segment.len(),
-                path.display()
-            ),
-        });
-    }
-    let stored = u32::from_le_bytes(segment[0..4].try_into().ok()?) ^ 0xFFFF_FFFF;
-    if crc32(&[&segment[4..SEG_HEADER_LEN]]) != stored {
-        return Some(Lost {
-            offset: base,
-            what: "a segment header of sled's log fails its checksum".into(),
-        });
-    }
-    let lsn = u64::from_le_bytes(segment[4..12].try_into().ok()?) ^ 0x7FFF_FFFF_FFFF_FFFF;
-    let number = lsn / segment_size as u64;
-    // Walk the segment's messages as recovery reads them, one after the
-    // other, to the first that is not a whole message of this segment.
-    let mut at = SEG_HEADER_LEN;
-    loop {
-        match message_at(segment, at, number, segment_size) {
-            Message::Whole(len) => at += len,
-            Message::CutShort => {
-                return Some(Lost {
-                    offset: base + at as u64,
-                    what: format!(
-                        "the log ends inside a record (the file {} was cut short, or a crash \
-                         tore the write)",
-                        path.display()
-                    ),
-                });
-            }
-            Message::None => break,
-        }
-    }
-    // The file ends in this segment: past the last whole message there is
-    // nothing, or zeros. Anything else is a record cut short, its header
-    // perhaps too short to read.
-    if segment.len() < segment_size && segment[at..].iter().any(|&b| b != 0) {
-        return Some(Lost {
-            offset: base + at as u64,
-            what: format!(
-                "the log ends inside a record (the file {} was cut short, or a crash tore the \
-                 write)",
-                path.display()
-            ),
-        });
-    }
-    // Recovery stops there (in the last segment it reads) or skips the rest
-    // of the segment (in the others): a whole message of this segment
-    // further on would be lost. What follows the last message is zeros or
-    // stale messages of the segment's earlier use, of another number.
-    for later in at + 1..segment.len() {
-        match message_at(segment, later, number, segment_size) {
-            Message::None => {}
-            Message::Whole(_) | Message::CutShort => {
-                return Some(Lost {
-                    offset: base + at as u64,
-                    what: format!(
-                        "a record of sled's log fails its checksum there, and sled's recovery \
-                         would drop the records after it, the first whole one at offset {}",
-                        base + later as u64
-                    ),
-                });
-            }
-        }
-    }
+    let (lsn, at) = match scan_segment(segment, base, segment_size, path) {
+        Scan::Zero => return None,
+        Scan::Found(lost) | Scan::Skipped { lost, .. } => return Some(lost),
+        Scan::Walked { lsn, at } => (lsn, at),
+    };
     // Whole messages beyond where recovery stopped (in an earlier segment)
     // would be lost too.
     let end = lsn.saturating_add(at as u64);
@@ -171,9 +205,110 @@ fn audit_segment(
                  {stable_lsn}, earlier in the log) and would drop its {} bytes of records",
                 at - from
             ),
+            torn_end: false,
         });
     }
     None
+}
+
+fn scan_segment(segment: &[u8], base: u64, segment_size: usize, path: &Path) -> Scan {
+    if segment.iter().all(|&b| b == 0) {
+        return Scan::Zero;
+    }
+    let cut_short = |offset: u64| {
+        Scan::Found(Lost {
+            offset,
+            what: format!(
+                "the log ends inside a record (the file {} was cut short, or a crash tore the \
+                 write)",
+                path.display()
+            ),
+            torn_end: true,
+        })
+    };
+    if segment.len() < SEG_HEADER_LEN {
+        return Scan::Found(Lost {
+            offset: base,
+            what: format!(
+                "the log ends {} bytes into a segment, inside its header: {} was cut short",
+                segment.len(),
+                path.display()
+            ),
+            torn_end: true,
+        });
+    }
+    let header_ok = segment[0..4]
+        .try_into()
+        .map(|b| u32::from_le_bytes(b) ^ 0xFFFF_FFFF)
+        .is_ok_and(|stored| crc32(&[&segment[4..SEG_HEADER_LEN]]) == stored);
+    let lsn = segment[4..12]
+        .try_into()
+        .map(|b| u64::from_le_bytes(b) ^ 0x7FFF_FFFF_FFFF_FFFF);
+    let (true, Ok(lsn)) = (header_ok, lsn) else {
+        return Scan::Found(Lost {
+            offset: base,
+            what: "a segment header of sled's log fails its checksum".into(),
+            torn_end: false,
+        });
+    };
+    let number = lsn / segment_size as u64;
+    // Walk the segment's messages as recovery reads them, one after the
+    // other, to the first that is not a whole message of this segment.
+    let mut at = SEG_HEADER_LEN;
+    loop {
+        match message_at(segment, at, number, segment_size) {
+            Message::Whole(len) => at += len,
+            Message::CutShort => return cut_short(base + at as u64),
+            Message::None => break,
+        }
+    }
+    // Recovery stops there (in the last segment it reads) or skips the rest
+    // of the segment (in the others): a whole message of this segment
+    // further on would be lost. What follows the last message is zeros or
+    // stale messages of the segment's earlier use, of another number (or,
+    // in a file that ends in this segment, a record cut short).
+    for later in at + 1..segment.len() {
+        if let Message::Whole(_) = message_at(segment, later, number, segment_size) {
+            return Scan::Skipped {
+                lost: Lost {
+                    offset: base + at as u64,
+                    what: format!(
+                        "a record of sled's log fails its checksum there, and sled's recovery \
+                         would drop the records after it, the first whole one at offset {}",
+                        base + later as u64
+                    ),
+                    torn_end: false,
+                },
+                lsn,
+                at,
+            };
+        }
+    }
+    // The file ends in this segment: past the last whole message there is
+    // nothing, or zeros. Anything else is a record cut short, its header
+    // perhaps too short to read.
+    if segment.len() < segment_size && segment[at..].iter().any(|&b| b != 0) {
+        return cut_short(base + at as u64);
+    }
+    Scan::Walked { lsn, at }
+}
+
+/// Whether a record header of segment `number` starts at `at` (whole or
+/// not: neither its checksum nor its kind is checked): what sled wrote
+/// there, as opposed to zeros or a segment's earlier use (whose records
+/// carry another segment number).
+fn own_record_at(segment: &[u8], at: usize, number: u64) -> bool {
+    let Some(bytes) = segment.get(at..) else {
+        return false;
+    };
+    if bytes.len() < 5 || bytes[..5].iter().all(|&b| b == 0) {
+        return false;
+    }
+    let mut rest = &bytes[5..];
+    matches!(
+        (varint(&mut rest), varint(&mut rest)),
+        (Some(_), Some(found)) if found == number
+    )
 }
 
 enum Message {

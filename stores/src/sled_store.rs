@@ -215,6 +215,18 @@ impl SledStore {
     /// A new directory (and any missing parent) is created `0700` on unix,
     /// and the files in the directory lose their group and other
     /// permissions (see the type's docs).
+    ///
+    /// Before sled opens an existing database, its log is read once: a log
+    /// damaged in its middle (a record that fails sled's checksum followed
+    /// by records written after it, or a segment header that fails its
+    /// checksum), which sled's recovery would silently cut there, is
+    /// refused as [`StoreError::Damaged`], naming the file and the offset,
+    /// and nothing is changed. A log whose end only is cut short, as a
+    /// crash leaves it, opens (sled's recovery drops that end). The read
+    /// costs one sequential read of the log and a scan of it in memory
+    /// (measured in a debug build, `writer_open_audit_cost`: 25 ms to open
+    /// a store of 1,000 sessions, 2.2 MB, against 16 ms without it; 103 ms
+    /// against 63 ms for 5,000 sessions, 10 MB).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
         read_only::private_dir_builder()
@@ -224,6 +236,7 @@ impl SledStore {
                 StoreError::backend(format!("sled store: cannot create {}: {e}", path.display()))
             })?;
         let segment_size = stored_segment_size(path).unwrap_or(SEGMENT_SIZE);
+        audit_log(path, segment_size)?;
         let db = sled::Config::new()
             .path(path)
             .segment_size(segment_size)
@@ -702,6 +715,49 @@ impl Encoded {
                 .collect(),
             expected: commit.expected_version,
         })
+    }
+}
+
+/// Reads the log of the database at `path` (if it has one) before sled
+/// opens it: a log damaged in its middle is refused as
+/// [`StoreError::Damaged`], since sled's recovery would drop what follows
+/// the damage and zero it on disk. A log whose end only is cut short (a
+/// crash) opens: recovery drops that end, as it should.
+fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreError> {
+    let db_path = path.join("db");
+    let mut file = match std::fs::File::open(&db_path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(read_only::io_error("open", &db_path, &e)),
+    };
+    let lost = crate::sled_audit::audit_before_open(&mut file, &db_path, segment_size)
+        .map_err(|e| read_only::io_error("read", &db_path, &e))?;
+    match lost {
+        None => Ok(()),
+        Some(lost) if lost.torn_end => {
+            tracing::warn!(
+                log = %db_path.display(),
+                offset = lost.offset,
+                "sled store: {}; sled's recovery drops that end (a commit a crash cut short)",
+                lost.what
+            );
+            Ok(())
+        }
+        Some(lost) => Err(StoreError::Damaged {
+            store: path.to_path_buf(),
+            file: db_path,
+            offset: Some(lost.offset),
+            what: format!(
+                "{}. The store was not opened and nothing was changed: opening it would lose \
+                 the records after the damage. Keep a copy of the directory first (e.g. `cp -a \
+                 {dir} {dir}.damaged`); `harness sessions list --store {dir}` reports the same \
+                 damage without changing a byte. To go on with what precedes the damage and \
+                 lose what follows it, open a copy with `SledStore::with_config` (sled's own \
+                 recovery)",
+                lost.what,
+                dir = path.display()
+            ),
+        }),
     }
 }
 
