@@ -43,6 +43,8 @@ mod memory;
 mod memory_codec;
 #[cfg(feature = "conformance")]
 pub mod memory_conformance;
+#[cfg(feature = "postgres")]
+mod memory_postgres;
 #[cfg(feature = "sled")]
 mod memory_sled;
 #[cfg(feature = "postgres")]
@@ -62,6 +64,8 @@ pub use ::sled;
 pub use file::FileStore;
 pub use log_store::{LogOptions, LogStore};
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use memory_postgres::{PostgresMemory, PostgresMemoryOptions};
 #[cfg(feature = "sled")]
 pub use memory_sled::SledMemory;
 #[cfg(feature = "postgres")]

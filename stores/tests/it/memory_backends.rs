@@ -279,3 +279,127 @@ mod sled_memory {
         }
     }
 }
+
+/// The URL in `var`; `None` (skip) only when `HARNESS_SKIP_SERVER_TESTS=1`.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("HARNESS_SKIP_SERVER_TESTS").as_deref() == Ok("1") => {
+            eprintln!("skipped: {var} is not set and HARNESS_SKIP_SERVER_TESTS=1");
+            None
+        }
+        _ => panic!(
+            "{var} is not set: start the test servers with `eval \"$(scripts/services)\"` \
+             (or set HARNESS_SKIP_SERVER_TESTS=1 to skip the server tests)"
+        ),
+    }
+}
+
+/// A name no other run or test uses.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn unique(tag: &str) -> String {
+    let random = harness::SessionId::random().as_str().replace('-', "");
+    format!("t_{tag}_{}", &random[..16])
+}
+
+/// Runs `f` from the suite's synchronous factory inside the test runtime.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_memory {
+    use super::*;
+    use harness_stores::{PostgresMemory, PostgresMemoryOptions};
+    use std::sync::Mutex;
+
+    async fn connect(url: &str, schema: &str) -> PostgresMemory {
+        let options = PostgresMemoryOptions::default().schema(schema).pool_size(4);
+        PostgresMemory::connect_with(url, options).await.unwrap()
+    }
+
+    async fn drop_schemas(url: &str, schemas: &[String]) {
+        let memory = connect(url, &unique("cleanup")).await;
+        let client = memory.pool().get().await.unwrap();
+        for schema in schemas
+            .iter()
+            .map(String::as_str)
+            .chain([memory.schema_name()])
+        {
+            client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// jsonb cannot hold U+0000: the server refuses the put in the
+    /// middle of the batch's transaction.
+    fn nul_value() -> Write {
+        Write::Put(record(&ns(&["fail"]), "nul", json!({"s": "a\u{0}b"}), T0))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn memory_conformance_postgres() {
+        let Some(url) = server_url("HARNESS_TEST_POSTGRES_URL") else {
+            return;
+        };
+        let schemas = Mutex::new(Vec::new());
+        memory_conformance::run_all_with(
+            || {
+                let schema = unique("mem");
+                schemas.lock().unwrap().push(schema.clone());
+                block_on(connect(&url, &schema))
+            },
+            Some(&nul_value),
+        )
+        .await;
+        let schemas = schemas.into_inner().unwrap();
+        drop_schemas(&url, &schemas).await;
+    }
+
+    /// The refused value is named in the error; connecting twice to one
+    /// schema (the table exists) works; purge removes expired rows only.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_memory_refuses_nul_reopens_and_purges() {
+        let Some(url) = server_url("HARNESS_TEST_POSTGRES_URL") else {
+            return;
+        };
+        let schema = unique("mem");
+        let memory = connect(&url, &schema).await;
+        let err = memory.apply(vec![nul_value()], T0).await.unwrap_err();
+        assert!(
+            matches!(&err, MemoryError::Value { key, .. } if key == "nul")
+                && err.to_string().contains("PostgreSQL cannot store it"),
+            "{err}"
+        );
+        let n = ns(&["p"]);
+        memory
+            .apply(
+                vec![
+                    Write::Put(expiring(&n, "old", json!({}), T0, 10)),
+                    Write::Put(record(&n, "kept", json!({}), T0)),
+                ],
+                T0,
+            )
+            .await
+            .unwrap();
+        let again = connect(&url, &schema).await;
+        assert!(again.get(&n, "kept", T0).await.unwrap().is_some());
+        assert_eq!(again.purge_expired(T0 + 10).await.unwrap(), 1);
+        assert_eq!(again.search(&n, &[], 0, 10, T0).await.unwrap().len(), 1);
+        drop_schemas(&url, &[schema]).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_memory_searches_by_meaning_after_a_reopen() {
+        let Some(url) = server_url("HARNESS_TEST_POSTGRES_URL") else {
+            return;
+        };
+        let schema = unique("mem");
+        search_by_meaning_after_reopen(|| Arc::new(block_on(connect(&url, &schema)))).await;
+        drop_schemas(&url, &[schema]).await;
+    }
+}
