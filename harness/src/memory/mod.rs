@@ -54,9 +54,12 @@
 //! (the configured fields, or [`IndexFields`] per put) and the backend keeps
 //! the vector beside the item. Searching by text embeds the query and ranks
 //! the items the search admits (prefix, filters, not expired) by cosine
-//! similarity, in an index held in this process: built from the backend's
-//! vectors at the first search by text and kept up to date with this
-//! process's writes ([`Memory::reload_index`] picks up other processes').
+//! similarity, in an index held in this process ([`VectorIndex`]): built
+//! from the backend's vectors at the first search by text and kept up to
+//! date with this process's writes ([`Memory::reload_index`] picks up other
+//! processes'). Up to [`EXACT_UP_TO`] items it compares every one; from
+//! then on it walks an HNSW graph, approximate, with recall@10 of 0.95 or
+//! more at its default settings ([`IndexConfig::kind`] chooses).
 //! Embeddings are batched (one call per put or batch) and cached by text.
 //! If the embedder fails or times out, the put fails as a whole and nothing
 //! is written.
@@ -75,7 +78,7 @@ mod index;
 mod types;
 
 pub use backend::{Clock, InMemory, ManualClock, MemoryBackend, Record, SystemClock, Write};
-pub use index::{ExactIndex, dot, normalized};
+pub use index::{EXACT_UP_TO, HnswParams, IndexKind, Route, VectorIndex, dot, normalized};
 pub use types::{
     Cmp, Filter, Hit, IndexFields, Item, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_DEPTH,
     MAX_VALUE_BYTES, MemoryError, Namespace, NamespaceQuery, PutOptions, Search, lookup,
@@ -96,6 +99,7 @@ pub struct IndexConfig {
     fields: Vec<String>,
     timeout: Duration,
     cache: usize,
+    kind: IndexKind,
 }
 
 impl fmt::Debug for IndexConfig {
@@ -105,6 +109,7 @@ impl fmt::Debug for IndexConfig {
             .field("dimensions", &self.dimensions)
             .field("fields", &self.fields)
             .field("timeout", &self.timeout)
+            .field("kind", &self.kind)
             .finish()
     }
 }
@@ -121,7 +126,33 @@ impl IndexConfig {
             fields: Vec::new(),
             timeout: Duration::from_secs(30),
             cache: 10_000,
+            kind: IndexKind::default(),
         }
+    }
+
+    /// Finds the closest items as `kind` says. The default,
+    /// [`IndexKind::Auto`], searches exactly up to [`EXACT_UP_TO`] items
+    /// and through an HNSW graph from then on (built once when the index
+    /// reaches that size, then kept up to date); a search whose filters
+    /// admit less than [`HnswParams::exact_below`] of the items is answered
+    /// exactly at any size.
+    #[must_use]
+    pub fn kind(mut self, kind: IndexKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Searches through an HNSW graph of `params` at any size
+    /// ([`IndexKind::Approximate`]).
+    #[must_use]
+    pub fn approximate(self, params: HnswParams) -> Self {
+        self.kind(IndexKind::Approximate(params))
+    }
+
+    /// Compares every item at any size ([`IndexKind::Exact`]).
+    #[must_use]
+    pub fn exact(self) -> Self {
+        self.kind(IndexKind::Exact)
     }
 
     /// Embeds these fields (dotted paths; a string field as its text, any
@@ -156,7 +187,7 @@ impl IndexConfig {
 struct Semantic {
     config: IndexConfig,
     cache: Mutex<HashMap<String, Arc<[f32]>>>,
-    index: tokio::sync::RwLock<Option<ExactIndex>>,
+    index: tokio::sync::RwLock<Option<VectorIndex>>,
 }
 
 /// Long-term memory over a [`MemoryBackend`]: see the [module docs](self).
@@ -671,9 +702,9 @@ impl Memory {
         Ok(())
     }
 
-    async fn build_index(&self, semantic: &Semantic) -> Result<ExactIndex, MemoryError> {
+    async fn build_index(&self, semantic: &Semantic) -> Result<VectorIndex, MemoryError> {
         let now = self.clock.now();
-        let mut index = ExactIndex::new(semantic.config.dimensions);
+        let mut index = VectorIndex::new(semantic.config.dimensions, semantic.config.kind);
         for record in self.backend.scan(now).await? {
             let vector = record.vector.and_then(normalized);
             index.put(record.item, vector.as_deref());

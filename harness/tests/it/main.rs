@@ -11,6 +11,7 @@ mod llm_stream;
 mod llm_tools;
 mod llm_types;
 mod memory;
+mod memory_index;
 mod module_order;
 mod parallel;
 mod run;

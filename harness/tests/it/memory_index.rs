@@ -1,0 +1,378 @@
+//! The vector index behind search by meaning: the HNSW graph's recall
+//! against exact search, its updates and deletions, filters during the
+//! walk, the fallback to exact search for selective filters, and the
+//! switch from exact to approximate by size.
+
+use async_trait::async_trait;
+use harness::llm::{Embedder, Embeddings, ModelError, Usage};
+use harness::memory::{
+    Filter, HnswParams, IndexConfig, IndexKind, Item, Memory, Namespace, Route, Search,
+    VectorIndex, normalized,
+};
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Deterministic numbers (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// A standard normal number (Box-Muller).
+    fn normal(&mut self) -> f32 {
+        let (u, v) = (self.uniform(), self.uniform());
+        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+    }
+}
+
+/// `n` unit vectors of `dims` numbers around `clusters` random centres
+/// (topics), each `spread` away from its centre on average: like sentence
+/// embeddings, whose texts fall into subjects, unlike uniform noise.
+fn clustered(n: usize, dims: usize, clusters: usize, spread: f32, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = Rng(seed);
+    let centres: Vec<Vec<f32>> = (0..clusters)
+        .map(|_| normalized((0..dims).map(|_| rng.normal()).collect()).unwrap())
+        .collect();
+    let noise = spread / (dims as f32).sqrt();
+    (0..n)
+        .map(|_| {
+            let c = &centres[(rng.next() % clusters as u64) as usize];
+            normalized(c.iter().map(|x| x + noise * rng.normal()).collect()).unwrap()
+        })
+        .collect()
+}
+
+fn uniform(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = Rng(seed);
+    (0..n)
+        .map(|_| normalized((0..dims).map(|_| rng.normal()).collect()).unwrap())
+        .collect()
+}
+
+fn item(i: usize) -> Item {
+    Item {
+        namespace: Namespace::new(["docs".to_owned(), format!("u{}", i % 3)]).unwrap(),
+        key: format!("k{i}"),
+        value: json!({"n": i, "cat": i % 10, "rare": i % 100 == 0}),
+        created_at: 0,
+        updated_at: 0,
+        expires_at: None,
+    }
+}
+
+fn everything() -> Search {
+    Search::under(Namespace::root()).limit(10)
+}
+
+fn keys(hits: &[(Arc<Item>, f32)]) -> Vec<String> {
+    hits.iter().map(|(i, _)| i.key.clone()).collect()
+}
+
+/// The mean fraction of the exact top 10 that the index's top 10 holds,
+/// over `queries`, for `search`; and how many went through the graph.
+fn recall(index: &VectorIndex, queries: &[Vec<f32>], search: &Search) -> (f64, usize) {
+    let mut total = 0.0;
+    let mut graph = 0;
+    for q in queries {
+        let (got, route) = index.nearest_routed(q, search, 0);
+        graph += usize::from(route == Route::Graph);
+        let truth: HashSet<String> = keys(&index.nearest_exact(q, search, 0))
+            .into_iter()
+            .collect();
+        let hit = keys(&got).iter().filter(|k| truth.contains(*k)).count();
+        total += hit as f64 / truth.len().max(1) as f64;
+    }
+    (total / queries.len() as f64, graph)
+}
+
+fn approximate(vectors: &[Vec<f32>], params: HnswParams) -> VectorIndex {
+    let mut index = VectorIndex::new(vectors[0].len(), IndexKind::Approximate(params));
+    for (i, v) in vectors.iter().enumerate() {
+        index.put(item(i), Some(v));
+    }
+    index
+}
+
+/// Recall@10 of the graph against exact search, 20 000 vectors of 384
+/// numbers (the size of all-MiniLM-L6-v2's), on clustered vectors (like
+/// text embeddings) without and with a filter admitting a tenth of them.
+/// The figures are printed (`--nocapture`). Long in a debug build (about
+/// a minute): the graph is built by unoptimised code.
+#[test]
+fn the_graph_finds_at_least_95_percent_of_the_exact_top_10() {
+    let data = clustered(20_200, 384, 200, 1.5, 34);
+    let (vectors, queries) = data.split_at(20_000);
+    let index = approximate(vectors, HnswParams::default());
+    assert!(index.is_approximate());
+
+    let (plain, through) = recall(&index, queries, &everything());
+    let tenth = everything().filter(Filter::eq("cat", 3));
+    let (filtered, through_filtered) = recall(&index, queries, &tenth);
+    println!(
+        "recall@10 over 20 000 clustered vectors of 384: {plain:.4} unfiltered \
+         ({through}/200 through the graph), {filtered:.4} with a filter admitting 10% \
+         ({through_filtered}/200 through the graph)"
+    );
+    assert_eq!(
+        through,
+        queries.len(),
+        "every unfiltered search walks the graph"
+    );
+    assert_eq!(
+        through_filtered,
+        queries.len(),
+        "a 10% filter still walks the graph"
+    );
+    assert!(plain >= 0.95, "recall@10 {plain}");
+    assert!(filtered >= 0.95, "filtered recall@10 {filtered}");
+}
+
+/// Uniform random vectors have no structure at all: the hardest case for
+/// a graph. A larger `ef_search` buys recall there; the figures are
+/// printed, and the larger setting must reach 0.95.
+#[test]
+fn on_uniform_noise_a_larger_ef_search_buys_recall() {
+    let data = uniform(5_100, 384, 7);
+    let (vectors, queries) = data.split_at(5_000);
+    let mut index = approximate(vectors, HnswParams::default());
+    let (default_recall, _) = recall(&index, queries, &everything());
+    index = approximate(
+        vectors,
+        HnswParams {
+            ef_search: 512,
+            ..HnswParams::default()
+        },
+    );
+    let (wide_recall, _) = recall(&index, queries, &everything());
+    println!(
+        "recall@10 over 5 000 uniform random vectors of 384: {default_recall:.4} at ef_search 64, \
+         {wide_recall:.4} at 512"
+    );
+    assert!(wide_recall >= default_recall);
+    assert!(
+        wide_recall >= 0.95,
+        "recall@10 {wide_recall} at ef_search 512"
+    );
+}
+
+/// Replaced items are found by their new vectors only, deleted ones never;
+/// once tombstones outnumber live items the index is compacted and still
+/// answers exactly like exact search on what is left.
+#[test]
+fn replaced_and_deleted_items_follow_their_writes_through_compaction() {
+    let first = clustered(3_000, 64, 30, 0.9, 1);
+    let second = clustered(3_000, 64, 30, 0.9, 2);
+    let mut index = approximate(&first, HnswParams::default());
+    // Replace the first 1 000 with new vectors; delete the next 1 000.
+    for (i, v) in second.iter().enumerate().take(1_000) {
+        index.put(item(i), Some(v));
+    }
+    for i in 1_000..2_000 {
+        let it = item(i);
+        index.remove(it.namespace.labels(), &it.key);
+    }
+    assert_eq!(index.len(), 2_000);
+    for (i, v) in second.iter().enumerate().take(200) {
+        let top = index.nearest(v, &everything().limit(1), 0);
+        assert_eq!(
+            keys(&top),
+            [format!("k{i}")],
+            "a replaced item by its new vector"
+        );
+    }
+    for v in first.iter().skip(1_000).take(1_000) {
+        let found = keys(&index.nearest(v, &everything(), 0));
+        assert!(
+            found.iter().all(|k| {
+                let n: usize = k[1..].parse().unwrap();
+                !(1_000..2_000).contains(&n)
+            }),
+            "a deleted item came back: {found:?}"
+        );
+    }
+    // 1 000 more deletions: 2 000 tombstones against 1 000 live items, so
+    // the index compacts (and rebuilds the graph).
+    for i in 2_000..3_000 {
+        let it = item(i);
+        index.remove(it.namespace.labels(), &it.key);
+    }
+    assert_eq!(index.len(), 1_000);
+    assert!(index.is_approximate(), "the graph is rebuilt, not dropped");
+    let (r, _) = recall(&index, &second[1_000..1_100], &everything());
+    assert!(r >= 0.95, "recall@10 after compaction {r}");
+    for (i, v) in second.iter().enumerate().take(100) {
+        assert_eq!(
+            keys(&index.nearest(v, &everything().limit(1), 0)),
+            [format!("k{i}")]
+        );
+    }
+}
+
+/// A filter admitting 1% of the items is answered exactly (a graph walk
+/// would pass through 99 refused items for each admitted one), so its
+/// answers equal exact search's; a filter admitting half walks the graph.
+/// Items that expired are never returned, whichever way.
+#[test]
+fn a_selective_filter_is_answered_exactly_and_expired_items_never() {
+    let data = clustered(4_050, 64, 40, 0.9, 3);
+    let (vectors, queries) = data.split_at(4_000);
+    let mut index = approximate(vectors, HnswParams::default());
+    let rare = everything().filter(Filter::eq("rare", true));
+    let half = everything().filter(Filter::lt("cat", 5));
+    for q in queries {
+        let (got, route) = index.nearest_routed(q, &rare, 0);
+        assert_eq!(route, Route::Exact);
+        assert_eq!(keys(&got), keys(&index.nearest_exact(q, &rare, 0)));
+        assert!(got.iter().all(|(i, _)| i.value["rare"] == true));
+        let (got, route) = index.nearest_routed(q, &half, 0);
+        assert_eq!(route, Route::Graph);
+        assert!(
+            got.iter()
+                .all(|(i, _)| i.value["cat"].as_u64().unwrap() < 5)
+        );
+    }
+    // Prefixes filter too: only u1's items.
+    let u1 = Search::under(Namespace::new(["docs", "u1"]).unwrap()).limit(10);
+    let got = index.nearest(&queries[0], &u1, 0);
+    assert_eq!(got.len(), 10);
+    assert!(got.iter().all(|(i, _)| i.namespace.labels()[1] == "u1"));
+
+    // The nearest item of a query expires: it is gone from the answers at
+    // and after its expiry, there before.
+    let q = &queries[1];
+    let (best, _) = index.nearest(q, &everything().limit(1), 0).remove(0);
+    let n = best.value["n"].as_u64().unwrap() as usize;
+    let mut expiring = (*best).clone();
+    expiring.expires_at = Some(1_000);
+    index.put(expiring, Some(&vectors[n]));
+    assert_eq!(
+        keys(&index.nearest(q, &everything().limit(1), 999)),
+        [best.key.clone()]
+    );
+    let after = keys(&index.nearest(q, &everything(), 1_000));
+    assert!(
+        !after.contains(&best.key),
+        "an expired item was returned: {after:?}"
+    );
+}
+
+/// `IndexKind::Auto` searches exactly below its threshold and builds the
+/// graph when the index reaches it; `Exact` never builds one.
+#[test]
+fn auto_builds_the_graph_at_its_threshold_and_exact_never() {
+    let vectors = clustered(1_200, 32, 10, 0.9, 4);
+    let mut auto = VectorIndex::new(
+        32,
+        IndexKind::Auto {
+            from: 1_000,
+            params: HnswParams::default(),
+        },
+    );
+    let mut exact = VectorIndex::exact(32);
+    for (i, v) in vectors.iter().enumerate() {
+        assert_eq!(auto.is_approximate(), i >= 1_000, "after {i} items");
+        auto.put(item(i), Some(v));
+        exact.put(item(i), Some(v));
+    }
+    assert!(auto.is_approximate());
+    assert!(!exact.is_approximate());
+    let (r, through) = recall(&auto, &vectors[..50], &everything());
+    assert_eq!(through, 50);
+    assert!(r >= 0.95, "recall@10 {r}");
+    assert_eq!(
+        exact.nearest_routed(&vectors[0], &everything(), 0).1,
+        Route::Exact
+    );
+}
+
+/// Texts as vectors of their words' hashes (a stand-in embedder).
+struct Words;
+
+#[async_trait]
+impl Embedder for Words {
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
+        let vectors = texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.01f32; 64];
+                for word in t.split_whitespace() {
+                    let h = word
+                        .bytes()
+                        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+                    v[(h % 64) as usize] += 1.0;
+                }
+                v
+            })
+            .collect();
+        Ok(Embeddings::new(vectors, Usage::default()))
+    }
+}
+
+/// `Memory` with an approximate index: searches by text find what exact
+/// search finds on these items, within filters, and follow deletes.
+#[tokio::test]
+async fn memory_searches_through_the_approximate_index() {
+    let config = IndexConfig::new(Arc::new(Words), 64)
+        .fields(["text"])
+        .approximate(HnswParams::default());
+    let memory = Memory::in_memory().with_index(config);
+    let ns = Namespace::new(["notes"]).unwrap();
+    let words = [
+        "amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "heron",
+    ];
+    for i in 0..300 {
+        let text = format!(
+            "{} {} {}",
+            words[i % 8],
+            words[(i / 8) % 8],
+            words[(i / 64) % 8]
+        );
+        memory
+            .put(&ns, &format!("n{i}"), json!({"text": text, "cat": i % 3}))
+            .await
+            .unwrap();
+    }
+    let hits = memory
+        .search(
+            &Search::under(ns.clone())
+                .text("cobalt cobalt cobalt")
+                .limit(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 5);
+    let top = &hits[0].item.value["text"];
+    assert_eq!(top, "cobalt cobalt cobalt", "the exact text ranks first");
+    let filtered = memory
+        .search(
+            &Search::under(ns.clone())
+                .text("cobalt cobalt cobalt")
+                .filter(Filter::eq("cat", 1))
+                .limit(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(filtered.len(), 5);
+    assert!(filtered.iter().all(|h| h.item.value["cat"] == 1));
+    let key = hits[0].item.key.clone();
+    memory.delete(&ns, &key).await.unwrap();
+    let again = memory
+        .search(&Search::under(ns).text("cobalt cobalt cobalt").limit(5))
+        .await
+        .unwrap();
+    assert!(
+        again.iter().all(|h| h.item.key != key),
+        "a deleted item was found"
+    );
+}
