@@ -8,8 +8,9 @@
 //! wording: a small model's words change with its sampling, its behaviour
 //! through the loop must not.
 //!
-//! They need `HARNESS_LLM_URL` and `HARNESS_LLM_MODEL` and fail (never
-//! skip) without them:
+//! They need `HARNESS_LLM_URL` and `HARNESS_LLM_MODEL` (the memory tests,
+//! `HARNESS_EMBED_URL` and `HARNESS_EMBED_MODEL`: all-MiniLM-L6-v2 from
+//! `scripts/local-embedder`) and fail (never skip) without them:
 //!
 //! ```sh
 //! eval "$(scripts/local-model)"
@@ -20,6 +21,7 @@
 
 mod code;
 mod examples;
+mod memory;
 mod misbehaviour;
 mod provider;
 
