@@ -867,6 +867,187 @@ $('#search').addEventListener('input', renderList);
 $('#phase-filter').addEventListener('change', renderList);
 $('#path-filter').addEventListener('change', () => { if (ui.timeline) renderTimeline(); });
 
+// ---- long-term memory ----
+
+// A namespace as the API reads it: labels joined by '/', each encoded so
+// that a label may hold a '/'.
+const nsParam = (labels) => labels.map(encodeURIComponent).join('/');
+const nsText = (labels) => labels.length ? labels.join(' / ') : 'every namespace';
+
+function until(ms) {
+  const s = Math.round((ms - Date.now()) / 1000);
+  if (s <= 0) return 'expired';
+  if (s < 60) return 'in ' + s + ' s';
+  if (s < 3600) return 'in ' + Math.round(s / 60) + ' min';
+  if (s < 86400) return 'in ' + Math.round(s / 3600) + ' h';
+  return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
+}
+
+const memory = {
+  namespaces: [], // arrays of labels, as listed so far
+  more: false,
+  selected: [], // the namespace prefix shown
+  offset: 0,
+  limit: 20,
+  q: '',
+  filter: '',
+};
+
+function memoryQuery(extra) {
+  const p = new URLSearchParams({ namespace: nsParam(memory.selected), ...extra });
+  if (memory.filter) p.append('filter', memory.filter);
+  return p.toString();
+}
+
+async function loadNamespaces(more) {
+  try {
+    const offset = more ? memory.namespaces.length : 0;
+    const page = await api('/api/memory/namespaces?limit=500&offset=' + offset);
+    memory.namespaces = (more ? memory.namespaces : []).concat(page.namespaces);
+    memory.more = page.more;
+    $('#ns-error').textContent = '';
+    renderNamespaces();
+  } catch (e) {
+    $('#ns-error').textContent = e.message;
+  }
+}
+
+// The namespaces as a tree: each label a node, marked when the namespace
+// itself holds items.
+function renderNamespaces() {
+  const root = { children: new Map(), holds: false };
+  for (const labels of memory.namespaces) {
+    let node = root;
+    for (const label of labels) {
+      if (!node.children.has(label)) node.children.set(label, { children: new Map(), holds: false });
+      node = node.children.get(label);
+    }
+    node.holds = true;
+  }
+  const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+  const button = (labels, text, holds) => {
+    const b = el('button', {
+      type: 'button',
+      class: 'ns' + (holds ? ' holds' : '') + (same(labels, memory.selected) ? ' selected' : ''),
+      'data-ns': labels.join('/'), title: nsText(labels), text,
+    });
+    b.addEventListener('click', () => selectNamespace(labels));
+    return b;
+  };
+  const branch = (node, labels) => {
+    const ul = el('ul');
+    for (const [label, child] of node.children) {
+      const path = labels.concat([label]);
+      const li = el('li', {}, button(path, label, child.holds));
+      if (child.children.size) li.append(branch(child, path));
+      ul.append(li);
+    }
+    return ul;
+  };
+  const top = el('ul', {}, el('li', {}, button([], 'every namespace', false), branch(root, [])));
+  $('#ns-tree').replaceChildren(top);
+  $('#ns-more').hidden = !memory.more;
+  $('#ns-empty').hidden = memory.namespaces.length > 0;
+  $('#ns-note').textContent = memory.namespaces.length + (memory.more ? '+' : '') + ' holding items';
+}
+
+// What the search form asks for, applied from the first page.
+function readSearch() {
+  memory.q = $('#memory-q').value.trim();
+  memory.filter = $('#memory-filter').value.trim();
+  memory.offset = 0;
+}
+
+function selectNamespace(labels) {
+  memory.selected = labels;
+  readSearch();
+  renderNamespaces();
+  loadItems();
+}
+
+function valueBox(item) {
+  const box = el('div', { class: 'value-box' });
+  if (item.truncated) {
+    const more = el('button', { type: 'button', text: 'show all' });
+    more.addEventListener('click', async () => {
+      try {
+        const whole = await api('/api/memory/item?' + new URLSearchParams({ namespace: nsParam(item.namespace), key: item.key }));
+        box.replaceWith(valueBox(whole));
+      } catch (e) {
+        $('#memory-error').textContent = e.message;
+      }
+    });
+    box.append(el('pre', { class: 'value', text: item.preview + '\u2026' }),
+      el('div', { class: 'cut' }, `truncated: the first ${item.preview.length.toLocaleString()} characters of ${item.value_bytes.toLocaleString()} bytes`, more));
+  } else {
+    box.append(el('pre', { class: 'value', text: JSON.stringify(item.value, null, 2) }));
+  }
+  return box;
+}
+
+function renderItems(page) {
+  const rows = page.items.map((item) => {
+    const head = el('div', { class: 'item-head' },
+      el('span', { class: 'item-key', text: item.key }),
+      el('span', { class: 'path-tag', text: item.namespace.join('/') }),
+      el('span', { class: 'muted', title: new Date(item.updated_at).toISOString(), text: 'updated ' + ago(item.updated_at) }),
+      el('span', { class: 'muted', text: item.expires_at ? 'expires ' + until(item.expires_at) : 'no expiry' }));
+    if (item.score !== undefined) head.append(el('span', { class: 'score', text: 'score ' + item.score.toFixed(3) }));
+    return el('li', { class: 'item', 'data-key': item.key, 'data-namespace': item.namespace.join('/') }, head, valueBox(item));
+  });
+  $('#items').replaceChildren(...rows);
+  $('#items-empty').hidden = rows.length > 0;
+  const first = page.offset + 1, last = page.offset + rows.length;
+  $('#items-range').textContent = memory.q ? `closest to \u201c${memory.q}\u201d` : '';
+  $('#items-page').textContent = rows.length ? `${first}\u2013${last}${page.more ? ' of more' : ''}` : '';
+  $('#items-prev').disabled = page.offset === 0;
+  $('#items-next').disabled = !page.more;
+}
+
+async function loadItems() {
+  $('#items-namespace').textContent = nsText(memory.selected);
+  const paging = { limit: String(memory.limit), offset: String(memory.offset) };
+  const path = memory.q
+    ? '/api/memory/search?' + memoryQuery({ q: memory.q, ...paging })
+    : '/api/memory/items?' + memoryQuery(paging);
+  try {
+    const page = await api(path);
+    $('#memory-error').textContent = '';
+    renderItems(page);
+  } catch (e) {
+    $('#memory-error').textContent = e.message;
+    $('#items').replaceChildren();
+    $('#items-empty').hidden = true;
+    $('#items-page').textContent = '';
+    $('#items-prev').disabled = true;
+    $('#items-next').disabled = true;
+  }
+}
+
+function showView(view) {
+  const onMemory = view === 'memory';
+  $('#sessions-view').hidden = onMemory;
+  $('#memory-view').hidden = !onMemory;
+  for (const t of document.querySelectorAll('#views .tab')) t.classList.toggle('selected', t.dataset.view === view);
+  if (onMemory) {
+    history.replaceState(null, '', location.search + '#memory');
+    loadNamespaces(false);
+    loadItems();
+  } else if (location.hash === '#memory') {
+    history.replaceState(null, '', location.search);
+  }
+}
+
+for (const t of document.querySelectorAll('#views .tab')) t.addEventListener('click', () => showView(t.dataset.view));
+$('#ns-more').addEventListener('click', () => loadNamespaces(true));
+$('#memory-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  readSearch();
+  loadItems();
+});
+$('#items-prev').addEventListener('click', () => { memory.offset = Math.max(0, memory.offset - memory.limit); loadItems(); });
+$('#items-next').addEventListener('click', () => { memory.offset += memory.limit; loadItems(); });
+
 // ---- live ----
 
 function follow() {
@@ -900,9 +1081,11 @@ async function start() {
   }
   $('#title').textContent = ui.info.title;
   $('#mode').textContent = ui.info.writable ? 'answers and forks' : 'read-only';
+  $('#views').hidden = !ui.info.memory;
   await loadList();
   const m = location.hash.match(/session=([^&]+)/);
   if (m) select(decodeURIComponent(m[1]));
+  if (ui.info.memory && location.hash === '#memory') showView('memory');
   follow();
 }
 

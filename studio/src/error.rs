@@ -5,6 +5,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use harness::SessionId;
+use harness::memory::MemoryError;
 use harness::session::{SessionError, StoreError};
 use std::net::SocketAddr;
 
@@ -116,6 +117,17 @@ pub(crate) enum ApiError {
     },
     #[error("session {session}: {source}")]
     Store { session: String, source: StoreError },
+    #[error(
+        "this studio serves no long-term memory: start it with `harness studio --memory PATH`, \
+         or build it with `Studio::memory`"
+    )]
+    NoMemory,
+    #[error("no item {key:?} in namespace {namespace} (or it has expired)")]
+    NoItem { namespace: String, key: String },
+    /// Long-term memory refused the request or failed; the body's `kind`
+    /// says which ([`memory_kind`]).
+    #[error("long-term memory: {0}")]
+    Memory(MemoryError),
     #[error(transparent)]
     Session(#[from] SessionError),
 }
@@ -125,7 +137,19 @@ impl ApiError {
         match self {
             ApiError::Unauthorized | ApiError::TokenNotInHeader => StatusCode::UNAUTHORIZED,
             ApiError::ReadOnly | ApiError::OtherAgent { .. } => StatusCode::FORBIDDEN,
-            ApiError::NoSession(_) | ApiError::NoCheckpoint { .. } => StatusCode::NOT_FOUND,
+            ApiError::NoSession(_)
+            | ApiError::NoCheckpoint { .. }
+            | ApiError::NoMemory
+            | ApiError::NoItem { .. } => StatusCode::NOT_FOUND,
+            ApiError::Memory(e) => match e {
+                MemoryError::Namespace { .. }
+                | MemoryError::Key { .. }
+                | MemoryError::Value { .. }
+                | MemoryError::Filter { .. }
+                | MemoryError::Query { .. } => StatusCode::BAD_REQUEST,
+                MemoryError::Embedding { .. } => StatusCode::BAD_GATEWAY,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             ApiError::NotWaiting { .. } | ApiError::WrongInterrupt { .. } => StatusCode::CONFLICT,
             ApiError::AnswerShape { .. }
             | ApiError::NotDecisions { .. }
@@ -154,6 +178,25 @@ impl IntoResponse for ApiError {
         if let ApiError::Decisions { problems, .. } = &self {
             body["problems"] = serde_json::json!(problems);
         }
+        if let ApiError::Memory(e) = &self {
+            body["kind"] = serde_json::json!(memory_kind(e));
+        }
         (status, Json(body)).into_response()
+    }
+}
+
+/// The kind of a memory error, as the body's `kind` names it: `namespace`,
+/// `key`, `value`, `filter`, `query` (a search by text without an index,
+/// ...), `embedding`, `corrupt` or `backend`.
+pub(crate) fn memory_kind(e: &MemoryError) -> &'static str {
+    match e {
+        MemoryError::Namespace { .. } => "namespace",
+        MemoryError::Key { .. } => "key",
+        MemoryError::Value { .. } => "value",
+        MemoryError::Filter { .. } => "filter",
+        MemoryError::Query { .. } => "query",
+        MemoryError::Embedding { .. } => "embedding",
+        MemoryError::Corrupt { .. } => "corrupt",
+        _ => "backend",
     }
 }

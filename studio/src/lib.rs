@@ -41,6 +41,12 @@
 //! - **Fork** from any checkpoint with an edited update
 //!   ([`Agent::fork`](harness::Agent::fork)), checked as the state's update
 //!   type.
+//! - **Memory** (with [`Studio::memory`]): long-term memory
+//!   ([`harness::memory::Memory`]), read-only: its namespaces as a tree,
+//!   the items under one a page at a time (key, times, expiry, the value
+//!   pretty-printed), filtered on their fields, and searched by meaning
+//!   when the memory has an index. Values are shown as text, never as
+//!   markup, and a large one is cut, marked, with a way to see it whole.
 //!
 //! The page follows the store live over server-sent events
 //! (`/api/events`): the studio looks at the store every
@@ -79,6 +85,7 @@ mod approval;
 mod diff;
 mod error;
 mod graph;
+mod memory;
 mod server;
 mod source;
 mod view;
@@ -89,6 +96,7 @@ pub mod guide {}
 
 pub use error::StudioError;
 
+use harness::memory::Memory;
 use harness::session::SessionStore;
 use harness::slots::NoSlots;
 use harness::{Agent, Context, Harness, HarnessState, JsonSchema};
@@ -105,6 +113,7 @@ use tokio::sync::watch;
 /// A studio, ready to [`bind`](Self::bind).
 pub struct Studio {
     source: Arc<dyn source::Source>,
+    memory: Option<Memory>,
     shapes: BTreeMap<String, AnswerShape>,
     poll: Duration,
     title: String,
@@ -117,6 +126,7 @@ impl fmt::Debug for Studio {
             .field("answers", &self.shapes.keys().collect::<Vec<_>>())
             .field("poll", &self.poll)
             .field("title", &self.title)
+            .field("memory", &self.memory.is_some())
             .finish()
     }
 }
@@ -125,6 +135,7 @@ impl Studio {
     fn new(source: Arc<dyn source::Source>, title: String) -> Self {
         Studio {
             source,
+            memory: None,
             shapes: BTreeMap::new(),
             poll: Duration::from_millis(500),
             title,
@@ -228,6 +239,16 @@ impl Studio {
         self
     }
 
+    /// Shows `memory` (long-term memory: its namespaces, its items, and a
+    /// search by meaning when it has an index), read-only: the studio only
+    /// lists, gets and searches, never refreshing a time to live. Give it a
+    /// memory opened for reading (what `harness studio --memory` does).
+    #[must_use]
+    pub fn memory(mut self, memory: Memory) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
     /// Listens on `addr` (a loopback address; port 0 for any free port)
     /// and serves until [`Serving::shutdown`].
     ///
@@ -250,6 +271,7 @@ impl Studio {
         let (stop, mut stopping) = watch::channel(false);
         let router = server::router(App {
             source: self.source,
+            memory: self.memory,
             token: token.clone(),
             shapes: self.shapes,
             poll: self.poll,

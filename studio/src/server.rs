@@ -2,6 +2,7 @@
 
 use crate::approval;
 use crate::error::ApiError;
+use crate::memory;
 use crate::source::Source;
 use crate::view::{self, PHASES, Summary};
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -43,6 +44,8 @@ pub(crate) struct AnswerShape {
 /// What every handler shares.
 pub(crate) struct App {
     pub(crate) source: Arc<dyn Source>,
+    /// The long-term memory the studio shows, read-only, if any.
+    pub(crate) memory: Option<harness::memory::Memory>,
     pub(crate) token: String,
     pub(crate) shapes: BTreeMap<String, AnswerShape>,
     pub(crate) poll: Duration,
@@ -54,7 +57,7 @@ pub(crate) struct App {
     pub(crate) stopping: watch::Receiver<bool>,
 }
 
-type Shared = Arc<App>;
+pub(crate) type Shared = Arc<App>;
 
 pub(crate) fn router(app: App) -> Router {
     Router::new()
@@ -69,6 +72,10 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/sessions/{id}/answer", post(answer))
         .route("/api/sessions/{id}/fork", post(fork))
         .route("/api/events", get(events))
+        .route("/api/memory/namespaces", get(memory::namespaces))
+        .route("/api/memory/items", get(memory::items))
+        .route("/api/memory/item", get(memory::item))
+        .route("/api/memory/search", get(memory::search))
         .with_state(Arc::new(app))
 }
 
@@ -154,6 +161,7 @@ async fn info(State(app): State<Shared>, _: Authorized) -> Json<Value> {
         "writable": app.source.agent_id().is_some(),
         "graph": app.source.graph().map(|g| g.source),
         "phases": PHASES,
+        "memory": app.memory.is_some(),
     }))
 }
 

@@ -835,3 +835,127 @@ async fn in_a_browser_tool_calls_are_approved_and_rejected_one_by_one_and_the_ag
         "{rejected:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_the_memory_view_shows_namespaces_and_items_as_text_a_page_at_a_time() {
+    let memory = harness::memory::Memory::in_memory();
+    crate::memory::fill(&memory).await;
+    let markup = "<img src=x onerror=\"window.pwned = 1\"><script>window.pwned = 2</script>";
+    memory
+        .put(
+            &crate::memory::ns(&["notes"]),
+            "<b>markup</b>",
+            json!({"html": markup}),
+        )
+        .await
+        .unwrap();
+    let (studio, _dir) = crate::memory::serve(memory).await;
+    let mut b = Browser::open(&studio.url()).await;
+
+    b.wait_for(
+        "the memory tab",
+        "document.querySelector('#views') && !document.querySelector('#views').hidden",
+    )
+    .await;
+    b.click("#views .tab[data-view=\"memory\"]").await;
+    // The tree: every namespace under its parents, `users` holding two.
+    b.wait_for(
+        "the namespace tree",
+        "document.querySelector('#ns-tree .ns[data-ns=\"users/ada/preferences\"]')",
+    )
+    .await;
+    let nodes = b
+        .eval("[...document.querySelectorAll('#ns-tree .ns')].map(n => n.dataset.ns).join(',')")
+        .await;
+    assert_eq!(
+        nodes,
+        ",agents,agents/planner,agents/planner/notes,facts,notes,odd,odd/a/b,users,users/ada,\
+         users/ada/preferences,users/bob,users/bob/preferences"
+    );
+    assert!(
+        b.has("#ns-tree li:has(> .ns[data-ns=\"users\"]) .ns[data-ns=\"users/bob/preferences\"]")
+            .await
+    );
+    assert!(b.has(".ns.holds[data-ns=\"users/ada/preferences\"]").await);
+    assert!(!b.has(".ns.holds[data-ns=\"users/ada\"]").await);
+
+    // A namespace's items: key, times, expiry, the value pretty-printed.
+    b.click(".ns[data-ns=\"users/ada/preferences\"]").await;
+    b.wait_for(
+        "ada's two items",
+        "document.querySelectorAll('#items .item').length === 2 && \
+         document.querySelector('#items-namespace').textContent === 'users / ada / preferences'",
+    )
+    .await;
+    let language = b.text("#items .item[data-key=\"language\"]").await;
+    assert!(language.contains("\"value\": \"Rust\""), "{language}");
+    assert!(language.contains("\"weight\": 9"), "{language}");
+    assert!(language.contains("no expiry"), "{language}");
+    assert!(language.contains("updated"), "{language}");
+    b.click(".ns[data-ns=\"agents\"]").await;
+    b.wait_for(
+        "the agent's notes",
+        "document.querySelector('#items .item[data-key=\"deploy\"]')",
+    )
+    .await;
+    let deploy = b.text("#items .item[data-key=\"deploy\"]").await;
+    assert!(deploy.contains("expires in 60 min"), "{deploy}");
+
+    // Markup in a key or a value is text: no element made, no script run.
+    b.click(".ns[data-ns=\"notes\"]").await;
+    b.wait_for(
+        "the note with markup",
+        "document.querySelectorAll('#items .item').length === 1",
+    )
+    .await;
+    let note = b.text("#items .item").await;
+    assert!(note.contains("<b>markup</b>"), "{note}");
+    assert!(note.contains("<img src=x onerror="), "{note}");
+    assert!(!b.has("#items img, #items script, #items b").await);
+    assert_eq!(b.eval("typeof window.pwned").await, json!("undefined"));
+
+    // Pages of 20: the facts, then the last five.
+    b.click(".ns[data-ns=\"facts\"]").await;
+    b.wait_for(
+        "a page of facts",
+        "document.querySelectorAll('#items .item').length === 20",
+    )
+    .await;
+    assert_eq!(b.text("#items-page").await, "1–20 of more");
+    b.click("#items-next").await;
+    b.wait_for(
+        "the last facts",
+        "document.querySelectorAll('#items .item').length === 5",
+    )
+    .await;
+    assert_eq!(b.text("#items-page").await, "21–25");
+    assert_eq!(b.text("#items .item:last-child .item-key").await, "fact-24");
+    // A filter on a field.
+    b.type_into("#memory-filter", "n:gte:23").await;
+    b.click("#memory-submit").await;
+    b.wait_for(
+        "the filtered facts",
+        "document.querySelectorAll('#items .item').length === 2",
+    )
+    .await;
+
+    // Back to every namespace, then a search by meaning: this memory has
+    // no index, and the page says so.
+    b.type_into("#memory-filter", "").await;
+    b.click(".ns[data-ns=\"\"]").await;
+    b.wait_for(
+        "every item",
+        "document.querySelector('#items-namespace').textContent === 'every namespace' && \
+         document.querySelectorAll('#items .item').length === 20",
+    )
+    .await;
+    b.screenshot("#memory-view", "studio-memory.png").await;
+    b.type_into("#memory-q", "coffee").await;
+    b.click("#memory-submit").await;
+    b.wait_for(
+        "the search's error",
+        "document.querySelector('#memory-error').textContent.includes('needs an index')",
+    )
+    .await;
+    b.close().await;
+}

@@ -8,5 +8,6 @@ mod approval;
 mod browser;
 mod composed;
 mod events;
+mod memory;
 mod support;
 mod support_kit;
