@@ -45,6 +45,8 @@ mod memory_codec;
 pub mod memory_conformance;
 #[cfg(feature = "postgres")]
 mod memory_postgres;
+#[cfg(feature = "redis")]
+mod memory_redis;
 #[cfg(feature = "sled")]
 mod memory_sled;
 #[cfg(feature = "postgres")]
@@ -66,6 +68,8 @@ pub use log_store::{LogOptions, LogStore};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use memory_postgres::{PostgresMemory, PostgresMemoryOptions};
+#[cfg(feature = "redis")]
+pub use memory_redis::RedisMemory;
 #[cfg(feature = "sled")]
 pub use memory_sled::SledMemory;
 #[cfg(feature = "postgres")]

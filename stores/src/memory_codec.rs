@@ -94,6 +94,7 @@ pub(crate) fn parse_key(bytes: &[u8]) -> Result<(Namespace, String), String> {
 
 /// The encoding of the namespace a stored key is in (up to and with its
 /// `0x00`).
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 pub(crate) fn namespace_of(key: &[u8]) -> Option<&[u8]> {
     let end = key.iter().position(|&b| b == NAMESPACE_END)?;
     Some(&key[..=end])
@@ -102,6 +103,7 @@ pub(crate) fn namespace_of(key: &[u8]) -> Option<&[u8]> {
 /// A stored namespace's first key past every record of that namespace
 /// (but not past its children's): its `0x00` made `0x01`, which is below
 /// any label byte.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 pub(crate) fn after_namespace(namespace_end: &[u8]) -> Vec<u8> {
     let mut out = namespace_end.to_vec();
     if let Some(last) = out.last_mut() {
@@ -111,13 +113,17 @@ pub(crate) fn after_namespace(namespace_end: &[u8]) -> Vec<u8> {
 }
 
 /// The first byte of a stored record.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 const MAGIC: u8 = 0xC6;
 /// The format of a stored record.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 const VERSION: u8 = 1;
 /// Magic, format, CRC32, expiry.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 const HEADER: usize = 14;
 
 /// `record` as stored (see the module docs).
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 pub(crate) fn encode_record(record: &Record) -> Result<Vec<u8>, MemoryError> {
     let mut out = Vec::with_capacity(HEADER + 256);
     out.extend_from_slice(&[MAGIC, VERSION, 0, 0, 0, 0]);
@@ -134,6 +140,7 @@ pub(crate) fn encode_record(record: &Record) -> Result<Vec<u8>, MemoryError> {
 
 /// The expiry in a stored record's header, without checking the record:
 /// `Err` if it is too short or not a record.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 pub(crate) fn expiry_of(bytes: &[u8]) -> Result<Option<u64>, String> {
     if bytes.len() < HEADER || bytes[0] != MAGIC {
         return Err(format!(
@@ -148,12 +155,14 @@ pub(crate) fn expiry_of(bytes: &[u8]) -> Result<Option<u64>, String> {
 }
 
 /// Whether the stored record `bytes` is live at `now`.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 pub(crate) fn live(bytes: &[u8], now: u64) -> Result<bool, String> {
     Ok(expiry_of(bytes)?.is_none_or(|at| now < at))
 }
 
 /// The record stored at `key` as `bytes`, checked: its checksum, its
 /// format, and that it is the record of that key.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 pub(crate) fn decode_record(key: &[u8], bytes: &[u8]) -> Result<Record, MemoryError> {
     let corrupt = |why: String| {
         let (namespace, key) = match parse_key(key) {

@@ -403,3 +403,89 @@ mod postgres_memory {
         drop_schemas(&url, &[schema]).await;
     }
 }
+
+#[cfg(feature = "redis")]
+mod redis_memory {
+    use super::*;
+    use harness_stores::RedisMemory;
+    use std::sync::Mutex;
+
+    async fn drop_prefixes(url: &str, prefixes: &[String]) {
+        let memory = RedisMemory::connect(url, "cleanup").await.unwrap();
+        for prefix in prefixes {
+            let memory = RedisMemory::from_manager(memory.connection(), prefix).unwrap();
+            let keys = memory.keys();
+            let _: () = redis::cmd("DEL")
+                .arg(&keys[..])
+                .query_async(&mut memory.connection())
+                .await
+                .unwrap();
+        }
+    }
+
+    fn control_key() -> Write {
+        Write::Put(record(&ns(&["fail"]), "bad\u{1}key", json!({}), T0))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn memory_conformance_redis() {
+        let Some(url) = server_url("HARNESS_TEST_REDIS_URL") else {
+            return;
+        };
+        let prefixes = Mutex::new(Vec::new());
+        memory_conformance::run_all_with(
+            || {
+                let prefix = unique("mem");
+                prefixes.lock().unwrap().push(prefix.clone());
+                block_on(RedisMemory::connect(&url, &prefix)).unwrap()
+            },
+            Some(&control_key),
+        )
+        .await;
+        drop_prefixes(&url, &prefixes.into_inner().unwrap()).await;
+    }
+
+    /// A key of the wrong type is found before the script writes anything:
+    /// the batch fails whole, naming the key.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_memory_refuses_a_key_of_another_type_before_writing() {
+        let Some(url) = server_url("HARNESS_TEST_REDIS_URL") else {
+            return;
+        };
+        let prefix = unique("mem");
+        let memory = RedisMemory::connect(&url, &prefix).await.unwrap();
+        let [_, _, meta] = memory.keys();
+        let _: () = redis::cmd("SET")
+            .arg(&meta)
+            .arg("not a hash")
+            .query_async(&mut memory.connection())
+            .await
+            .unwrap();
+        let n = ns(&["a"]);
+        let err = memory
+            .apply(vec![Write::Put(record(&n, "k", json!({}), T0))], T0)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(&meta), "{err}");
+        let idx_len: usize = redis::cmd("ZCARD")
+            .arg(&memory.keys()[0])
+            .query_async(&mut memory.connection())
+            .await
+            .unwrap();
+        assert_eq!(idx_len, 0);
+        drop_prefixes(&url, &[prefix]).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_memory_searches_by_meaning_after_a_reopen() {
+        let Some(url) = server_url("HARNESS_TEST_REDIS_URL") else {
+            return;
+        };
+        let prefix = unique("mem");
+        search_by_meaning_after_reopen(|| {
+            Arc::new(block_on(RedisMemory::connect(&url, &prefix)).unwrap())
+        })
+        .await;
+        drop_prefixes(&url, &[prefix]).await;
+    }
+}
