@@ -203,7 +203,23 @@ mod tests {
             drop(written);
 
             let before = files(&path);
-            let (copy, memory) = open_memory(&path).unwrap();
+            // sled's background threads let go of the database's lock a
+            // moment after the last handle is dropped.
+            let mut opened = open_memory(&path);
+            for _ in 0..200 {
+                if !matches!(
+                    &opened,
+                    Err(Error::Memory {
+                        source: ReadOnlyError::InUse { .. },
+                        ..
+                    })
+                ) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                opened = open_memory(&path);
+            }
+            let (copy, memory) = opened.unwrap();
             let hits = memory
                 .search(&Search::under(Namespace::root()))
                 .await

@@ -849,6 +849,15 @@ async fn in_a_browser_the_memory_view_shows_namespaces_and_items_as_text_a_page_
         )
         .await
         .unwrap();
+    let long = format!("{}THE END", "word ".repeat(10_000));
+    memory
+        .put(
+            &crate::memory::ns(&["notes"]),
+            "long",
+            json!({"text": long}),
+        )
+        .await
+        .unwrap();
     let (studio, _dir) = crate::memory::serve(memory).await;
     let mut b = Browser::open(&studio.url()).await;
 
@@ -904,15 +913,31 @@ async fn in_a_browser_the_memory_view_shows_namespaces_and_items_as_text_a_page_
     // Markup in a key or a value is text: no element made, no script run.
     b.click(".ns[data-ns=\"notes\"]").await;
     b.wait_for(
-        "the note with markup",
-        "document.querySelectorAll('#items .item').length === 1",
+        "the notes",
+        "document.querySelector('#items .item[data-key=\"long\"]')",
     )
     .await;
-    let note = b.text("#items .item").await;
+    let note = b.text("#items .item[data-key=\"<b>markup</b>\"]").await;
     assert!(note.contains("<b>markup</b>"), "{note}");
     assert!(note.contains("<img src=x onerror="), "{note}");
     assert!(!b.has("#items img, #items script, #items b").await);
     assert_eq!(b.eval("typeof window.pwned").await, json!("undefined"));
+    // A large value is cut and marked, and shown whole on request.
+    let cut = b.text("#items .item[data-key=\"long\"] .cut").await;
+    assert!(cut.contains("truncated"), "{cut}");
+    assert!(cut.contains("50,018 bytes"), "{cut}");
+    assert!(
+        !b.text("#items .item[data-key=\"long\"] pre")
+            .await
+            .contains("THE END")
+    );
+    b.click("#items .item[data-key=\"long\"] .cut button").await;
+    b.wait_for(
+        "the whole value",
+        "document.querySelector('#items .item[data-key=\"long\"] pre').textContent.includes('THE END') && \
+         !document.querySelector('#items .item[data-key=\"long\"] .cut')",
+    )
+    .await;
 
     // Pages of 20: the facts, then the last five.
     b.click(".ns[data-ns=\"facts\"]").await;

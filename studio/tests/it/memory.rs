@@ -6,7 +6,7 @@ use crate::support::{TempDir, get, request, temp_dir};
 use async_trait::async_trait;
 use harness::llm::{Embedder, Embeddings, ModelError, Usage};
 use harness::memory::{IndexConfig, Memory, Namespace, PutOptions};
-use harness_stores::{SledMemory, SledStore};
+use harness_stores::{ReadOnlyError, SledMemory, SledStore};
 use harness_studio::{Serving, Studio};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -593,8 +593,17 @@ async fn a_sled_memory_is_shown_from_a_read_only_copy_without_changing_it() {
         fill(&memory).await;
     }
     let before = tree(&path);
-
-    let copy = SledStore::open_read_only(&path).unwrap();
+    // sled's background threads let go of the database's lock a moment
+    // after the last handle is dropped.
+    let mut opened = SledStore::open_read_only(&path);
+    for _ in 0..200 {
+        if !matches!(opened, Err(ReadOnlyError::InUse { .. })) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        opened = SledStore::open_read_only(&path);
+    }
+    let copy = opened.unwrap();
     let memory = Memory::new(SledMemory::in_db(copy.db()).unwrap());
     let (s, _sessions) = serve(memory).await;
     let all = get(&s, "/api/memory/namespaces").await.json();
