@@ -29,6 +29,7 @@ mod log_read_only;
 mod log_store;
 mod memory;
 mod memory_backends;
+mod memory_throughput;
 mod permissions;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;
