@@ -516,7 +516,7 @@ impl Memory {
                     types::check_value(namespace, key, value)?;
                     let text = match (&self.semantic, &options.index) {
                         (None, _) | (_, IndexFields::Off) => None,
-                        (Some(s), IndexFields::Default) => text_of(value, &s.config.fields),
+                        (Some(s), IndexFields::Configured) => text_of(value, &s.config.fields),
                         (Some(_), IndexFields::Fields(fields)) => {
                             if fields.is_empty() {
                                 None

@@ -316,9 +316,11 @@ pub struct Hit {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IndexFields {
-    /// The fields the memory's index is configured with.
+    /// The fields the memory's index is configured with. (Not named
+    /// `Default`: a public item of that name makes rustc spell the trait
+    /// `std::default::Default` in every diagnostic of a user's crate.)
     #[default]
-    Default,
+    Configured,
     /// None: the item is not found by text (filters still find it).
     Off,
     /// These field paths (dotted: `"note.text"`).
