@@ -106,15 +106,23 @@ fn approximate(vectors: &[Vec<f32>], params: HnswParams) -> VectorIndex {
     index
 }
 
-/// Recall@10 of the graph against exact search, 20 000 vectors of 384
-/// numbers (the size of all-MiniLM-L6-v2's), on clustered vectors (like
-/// text embeddings) without and with a filter admitting a tenth of them.
-/// The figures are printed (`--nocapture`). Long in a debug build (about
-/// a minute): the graph is built by unoptimised code.
+/// How many vectors the recall tests index: 20 000 in a release build
+/// (`cargo test --release`), a fifth of that in a debug build, where the
+/// graph is built by unoptimised code (the whole suite runs in debug).
+const RECALL_N: usize = if cfg!(debug_assertions) {
+    4_000
+} else {
+    20_000
+};
+
+/// Recall@10 of the graph against exact search, [`RECALL_N`] vectors of
+/// 384 numbers (the size of all-MiniLM-L6-v2's), on clustered vectors
+/// (like text embeddings) without and with a filter admitting a tenth of
+/// them. The figures are printed (`--nocapture`).
 #[test]
 fn the_graph_finds_at_least_95_percent_of_the_exact_top_10() {
-    let data = clustered(20_200, 384, 200, 1.5, 34);
-    let (vectors, queries) = data.split_at(20_000);
+    let data = clustered(RECALL_N + 200, 384, RECALL_N / 100, 1.5, 34);
+    let (vectors, queries) = data.split_at(RECALL_N);
     let index = approximate(vectors, HnswParams::default());
     assert!(index.is_approximate());
 
@@ -122,7 +130,7 @@ fn the_graph_finds_at_least_95_percent_of_the_exact_top_10() {
     let tenth = everything().filter(Filter::eq("cat", 3));
     let (filtered, through_filtered) = recall(&index, queries, &tenth);
     println!(
-        "recall@10 over 20 000 clustered vectors of 384: {plain:.4} unfiltered \
+        "recall@10 over {RECALL_N} clustered vectors of 384: {plain:.4} unfiltered \
          ({through}/200 through the graph), {filtered:.4} with a filter admitting 10% \
          ({through_filtered}/200 through the graph)"
     );
@@ -145,8 +153,9 @@ fn the_graph_finds_at_least_95_percent_of_the_exact_top_10() {
 /// printed, and the larger setting must reach 0.95.
 #[test]
 fn on_uniform_noise_a_larger_ef_search_buys_recall() {
-    let data = uniform(5_100, 384, 7);
-    let (vectors, queries) = data.split_at(5_000);
+    let n = RECALL_N / 4;
+    let data = uniform(n + 100, 384, 7);
+    let (vectors, queries) = data.split_at(n);
     let mut index = approximate(vectors, HnswParams::default());
     let (default_recall, _) = recall(&index, queries, &everything());
     index = approximate(
@@ -158,7 +167,7 @@ fn on_uniform_noise_a_larger_ef_search_buys_recall() {
     );
     let (wide_recall, _) = recall(&index, queries, &everything());
     println!(
-        "recall@10 over 5 000 uniform random vectors of 384: {default_recall:.4} at ef_search 64, \
+        "recall@10 over {n} uniform random vectors of 384: {default_recall:.4} at ef_search 64, \
          {wide_recall:.4} at 512"
     );
     assert!(wide_recall >= default_recall);
