@@ -137,7 +137,9 @@ async fn an_empty_answer_to_a_typed_request_is_a_typed_error_after_one_repair() 
     match model().complete_typed::<Verdict>(&request).await {
         Err(TypedAnswerError::Mismatch { attempts, raw, .. }) => {
             assert_eq!(attempts, 2, "one repair turn, then the error");
-            assert!(raw.trim().is_empty(), "{raw:?}");
+            // Cut before any JSON began (the model may open a code fence
+            // first: its wording is not what is tested).
+            assert!(!raw.contains('{'), "{raw:?}");
         }
         other => panic!("a typed mismatch: {other:?}"),
     }
