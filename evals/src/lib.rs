@@ -1,0 +1,1 @@
+//! Evals for harness agents (issue 36; under construction).
