@@ -1,5 +1,7 @@
 //! Google Gemini models for harness, over the Gemini API
-//! (`generateContent`, `streamGenerateContent?alt=sse`).
+//! (`generateContent`, `streamGenerateContent?alt=sse`), and its
+//! embeddings (`batchEmbedContents`) as an
+//! [`Embedder`](harness::llm::Embedder): [`EmbeddingModel`].
 //!
 //! ```no_run
 //! use harness::llm::{LanguageModel, ModelRequest};
@@ -38,11 +40,13 @@
 
 mod client;
 mod completion;
+mod embedding;
 mod schema;
 mod streaming;
 mod wire;
 
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
 pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS, PROVIDER};
+pub use embedding::EmbeddingModel;
 pub use harness_provider_http::{ApiKey, HttpOptions, HttpRetryPolicy};
 pub use schema::gemini_schema;

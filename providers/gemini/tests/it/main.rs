@@ -738,6 +738,7 @@ async fn extra_fields_merge_into_the_generation_config_made_from_the_request() {
     assert!(config.get("maxOutputTokens").is_none(), "{config}");
 }
 
+mod embedding;
 mod secrets;
 mod typed;
 mod usage;
