@@ -1,1 +1,145 @@
-//! Evals for harness agents (issue 36; under construction).
+//! Evals for harness agents: know whether a change to a prompt, a model or a
+//! tool made an agent better or worse.
+//!
+//! - A [`Dataset`] holds typed [`Case`]s (input, expected output, metadata,
+//!   tags), stored as YAML or JSON Lines, with a JSON schema from the types.
+//! - An [`Experiment`] runs a [`Task`] — usually "run this agent on the
+//!   input" — on every case, concurrently up to a limit, with retries after
+//!   transient model errors, a timeout per case and a progress bar.
+//! - Every case's run is recorded in the [`Report`]: the model exchanges
+//!   (through the model the task gets from [`CaseCx::model`]), the run's
+//!   events (through [`CaseCx::observe`]), latency, tokens, cost. A report
+//!   can be [re-scored](Experiment::rescore) offline with other
+//!   evaluators, and [replayed](Experiment::replay) exactly: a run whose
+//!   requests diverge from the recording fails as
+//!   [`CaseFailure::Diverged`], naming the model call and the first
+//!   difference.
+//! - [`Evaluator`]s score cases: [`Equals`], [`Contains`], [`Matches`]
+//!   (regex), [`JsonSchemaValid`], [`FieldMatch`], [`NumericTolerance`],
+//!   [`ToolTrajectory`] and [`StepTrajectory`] (strict, unordered, subset,
+//!   superset), an LLM [`Judge`] with a typed [`Verdict`], a [`Budget`]
+//!   (latency, tokens, cost, model calls), and closures ([`from_fn`]).
+//! - Reports print as a [table](Report::table), save as JSON, and compare:
+//!   a [`Comparison`] of a baseline and a candidate lists improved and
+//!   regressed cases and says whether the candidate
+//!   [regressed](Comparison::regressed) beyond a threshold; the
+//!   `harness-evals compare` command exits 1 when it did, for CI.
+//!   [`side_by_side`] shows several models' reports in one table.
+//! - Each case runs in a `tracing` span named `eval {case}` with the
+//!   attributes `harness.eval.experiment` and `harness.eval.case`; the
+//!   agent's spans (`invoke_agent`, `chat`, `execute_tool`) are its
+//!   children, so an OpenTelemetry backend shows which case a trace belongs
+//!   to.
+//!
+//! # An experiment
+//!
+//! ```
+//! use harness::llm::{Expect, ModelRequest, ModelResponse, ScriptedModel};
+//! use harness_evals::{Case, CaseCx, Contains, Dataset, Evaluators, Experiment, NumericTolerance,
+//!     Progress, TaskError, task_fn};
+//! use std::sync::Arc;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dataset = Dataset::new("arithmetic", [
+//!     Case::new("add", "What is 2 + 3?".to_owned()).expect("5".to_owned()),
+//!     Case::new("mul", "What is 6 × 7?".to_owned()).expect("42".to_owned()),
+//! ]);
+//! // The task: ask the model the case's question.
+//! let task = task_fn(|question: String, cx: CaseCx| async move {
+//!     let request = ModelRequest::builder().user(question).build();
+//!     Ok::<_, TaskError>(cx.model().complete(&request).await?.text())
+//! });
+//! let evaluators = Evaluators::new()
+//!     .with(Contains::expected())
+//!     .with(NumericTolerance::new(0.0));
+//! // A scripted model, so that this runs offline; any provider's model fits.
+//! let model = Arc::new(ScriptedModel::new([
+//!     Expect::any().reply(ModelResponse::from_text("2 + 3 = 5")),
+//!     Expect::any().reply(ModelResponse::from_text("6 × 7 = 48")),
+//! ]));
+//! let report = Experiment::new("baseline")
+//!     .model(model)
+//!     .progress(Progress::Off)
+//!     .run(&dataset, &task, &evaluators)
+//!     .await?;
+//! assert!(report.case("add").unwrap().passed());
+//! assert!(!report.case("mul").unwrap().passed());
+//! println!("{}", report.table());
+//!
+//! // Later, offline: score the same runs with another evaluator.
+//! let stricter = Evaluators::new().with(NumericTolerance::new(0.0).named("exact"));
+//! let rescored = Experiment::rescore::<String, String, String>(&report, &stricter).await?;
+//! assert_eq!(rescored.summary().evaluators[0].passed, 1);
+//! # Ok(()) }
+//! ```
+//!
+//! # An agent as the task
+//!
+//! Give the agent the case's model, and let the case observe its run, so
+//! that its steps are recorded for [`StepTrajectory`] and its model calls
+//! for [`ToolTrajectory`]:
+//!
+//! ```no_run
+//! # use harness::Harness;
+//! # use harness_kit::{AgentChat, ModelDeps, ModelDepsAgent};
+//! # use harness_evals::{CaseCx, TaskError, task_fn};
+//! # use std::sync::Arc;
+//! # fn demo(harness: Arc<Harness<AgentChat, ModelDeps>>) {
+//! let task = task_fn(move |question: String, cx: CaseCx| {
+//!     let harness = Arc::clone(&harness);
+//!     async move {
+//!         let agent = harness::create_agent_with(
+//!             "calculator",
+//!             &harness,
+//!             ModelDepsAgent { model: cx.model(), summarizer: None },
+//!         );
+//!         let mut run = agent.run(AgentChat::with_task(question));
+//!         let outcome = cx.observe(&mut run).await?;
+//!         Ok::<_, TaskError>(outcome.state.memory.answer().unwrap_or_default())
+//!     }
+//! });
+//! # let _ = task; }
+//! ```
+//!
+//! # Datasets in files
+//!
+//! A YAML dataset is a document with a `name` and a list of `cases`; a
+//! JSON Lines dataset has one case per line. Unknown fields, empty and
+//! duplicate case names are errors that name the file and the line.
+//! [`Dataset::json_schema`] gives the schema for an editor.
+//!
+//! # In CI
+//!
+//! ```text
+//! harness-evals show report.json                   # the table
+//! harness-evals compare baseline.json report.json --threshold 0.05
+//! harness-evals side-by-side qwen.json llama.json  # several models
+//! ```
+//!
+//! `compare` exits 0 when the candidate is within the threshold, 1 when it
+//! regressed, 2 when it could not read a report.
+
+#![forbid(unsafe_code)]
+
+mod builtin;
+mod compare;
+mod dataset;
+mod evaluator;
+mod judge;
+mod record;
+mod report;
+mod run;
+mod trajectory;
+
+pub use builtin::{Budget, Contains, Equals, FieldMatch, JsonSchemaValid, Matches, NumericTolerance};
+pub use compare::{CaseDelta, Change, Comparison, MeanDelta, side_by_side};
+pub use dataset::{Case, Dataset, DatasetError};
+pub use evaluator::{EvalCase, EvalError, Evaluator, Evaluators, FnEvaluator, Score, from_fn};
+pub use judge::{Judge, Verdict};
+pub use record::{CaseRecord, EventRecord, Metrics};
+pub use report::{
+    CaseFailure, CaseReport, EvaluatorSummary, REPORT_VERSION, Report, ReportError, Scored, Summary,
+};
+pub use run::{BoxError, CaseCx, Experiment, ExperimentError, Progress, Task, TaskError, TaskFn, task_fn};
+pub use trajectory::{Args, ExpectedCall, Match, StepTrajectory, ToolTrajectory, call};

@@ -1,0 +1,110 @@
+//! `harness-evals`: show, compare and line up eval reports.
+//!
+//! ```text
+//! harness-evals show REPORT.json
+//! harness-evals compare BASELINE.json CANDIDATE.json [--threshold X] [--json]
+//! harness-evals side-by-side REPORT.json REPORT.json...
+//! ```
+//!
+//! `compare` exits 1 when the candidate regressed beyond the threshold
+//! (default 0: any drop), 2 on a usage error or an unreadable report.
+
+use std::process::ExitCode;
+
+use harness_evals::{Comparison, Report, side_by_side};
+
+const USAGE: &str = "usage:
+  harness-evals show REPORT.json
+  harness-evals compare BASELINE.json CANDIDATE.json [--threshold X] [--json]
+  harness-evals side-by-side REPORT.json REPORT.json...";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("harness-evals: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load(path: &str) -> Result<Report, String> {
+    Report::load(path).map_err(|e| e.to_string())
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let Some((command, rest)) = args.split_first() else {
+        return Err(USAGE.to_owned());
+    };
+    match command.as_str() {
+        "show" => {
+            let [path] = rest else {
+                return Err(USAGE.to_owned());
+            };
+            print!("{}", load(path)?.table());
+            Ok(ExitCode::SUCCESS)
+        }
+        "compare" => {
+            let mut files = Vec::new();
+            let mut threshold = 0.0;
+            let mut json = false;
+            let mut it = rest.iter();
+            while let Some(arg) = it.next() {
+                match arg.as_str() {
+                    "--threshold" => {
+                        let value = it
+                            .next()
+                            .ok_or("--threshold needs a value, e.g. --threshold 0.05")?;
+                        threshold = value
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|t| t.is_finite() && *t >= 0.0)
+                            .ok_or_else(|| {
+                                format!("--threshold {value:?}: give a number ≥ 0, e.g. 0.05")
+                            })?;
+                    }
+                    "--json" => json = true,
+                    other if other.starts_with("--") => {
+                        return Err(format!("unknown option {other}\n{USAGE}"));
+                    }
+                    file => files.push(file),
+                }
+            }
+            let [baseline, candidate] = files[..] else {
+                return Err(USAGE.to_owned());
+            };
+            let comparison = Comparison::new(&load(baseline)?, &load(candidate)?);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&comparison).map_err(|e| e.to_string())?
+                );
+            } else {
+                print!("{}", comparison.table());
+            }
+            if comparison.regressed(threshold) {
+                eprintln!("harness-evals: the candidate regressed beyond {threshold}");
+                Ok(ExitCode::from(1))
+            } else {
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+        "side-by-side" => {
+            if rest.is_empty() {
+                return Err(USAGE.to_owned());
+            }
+            let reports = rest
+                .iter()
+                .map(|p| load(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            print!("{}", side_by_side(&reports));
+            Ok(ExitCode::SUCCESS)
+        }
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => Err(format!("unknown command {other:?}\n{USAGE}")),
+    }
+}

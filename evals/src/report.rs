@@ -1,0 +1,386 @@
+//! Reports: every case's output, scores and record; summaries and tables.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::evaluator::Score;
+use crate::record::CaseRecord;
+
+/// The report file format version this crate writes and reads.
+pub const REPORT_VERSION: u32 = 1;
+
+/// Why a case has no output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "message")]
+pub enum CaseFailure {
+    /// The task returned an error (after any retries).
+    Error(String),
+    /// The task ran past the experiment's timeout per case.
+    Timeout(String),
+    /// A replay's requests differed from the recording; the message names
+    /// the model call and the first difference.
+    Diverged(String),
+}
+
+impl CaseFailure {
+    /// The message.
+    pub fn message(&self) -> &str {
+        match self {
+            CaseFailure::Error(m) | CaseFailure::Timeout(m) | CaseFailure::Diverged(m) => m,
+        }
+    }
+}
+
+/// One evaluator's result on one case: a score, or why there is none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scored {
+    /// The evaluator scored the case.
+    Score(Score),
+    /// The evaluator could not score it (see [`EvalError`](crate::EvalError)).
+    Error(String),
+}
+
+impl Scored {
+    /// The score's value; `0.0` when there is none.
+    pub fn value(&self) -> f64 {
+        match self {
+            Scored::Score(s) => s.value,
+            Scored::Error(_) => 0.0,
+        }
+    }
+
+    /// Whether the case passed.
+    pub fn passed(&self) -> bool {
+        matches!(self, Scored::Score(s) if s.passed)
+    }
+}
+
+/// One case in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaseReport {
+    /// The case's name.
+    pub name: String,
+    /// Its tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Its metadata.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+    /// Its input, as JSON.
+    pub input: Value,
+    /// Its expected output, as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Value>,
+    /// What the task returned, as JSON; `None` when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<CaseFailure>,
+    /// Each evaluator's result, by evaluator name (none when the task
+    /// failed).
+    #[serde(default)]
+    pub scores: BTreeMap<String, Scored>,
+    /// What the run left: exchanges, events, metrics.
+    pub record: CaseRecord,
+}
+
+impl CaseReport {
+    /// The evaluator's value for this case: `0.0` when the task failed or
+    /// the evaluator could not score it.
+    pub fn value(&self, evaluator: &str) -> f64 {
+        self.scores.get(evaluator).map_or(0.0, Scored::value)
+    }
+
+    /// Whether every evaluator passed (and the task did not fail).
+    pub fn passed(&self) -> bool {
+        self.failure.is_none() && self.scores.values().all(Scored::passed)
+    }
+}
+
+/// An experiment's result: one [`CaseReport`] per case, in dataset order.
+/// Saved as JSON ([`Report::save`]); re-scored offline with
+/// [`Experiment::rescore`](crate::Experiment::rescore).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// File format version.
+    pub version: u32,
+    /// The experiment's name.
+    pub experiment: String,
+    /// The dataset's name.
+    pub dataset: String,
+    /// The model's provider, when the experiment had a model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The model's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The evaluators' names, in column order.
+    pub evaluators: Vec<String>,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started_ms: u64,
+    /// How long the whole experiment took.
+    pub elapsed_ms: f64,
+    /// The cases.
+    pub cases: Vec<CaseReport>,
+}
+
+/// Why a report could not be read, written or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    /// The file could not be read or written.
+    #[error("report {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The file is not a report (or not one this version reads).
+    #[error("report {}: {message}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One evaluator's figures over a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvaluatorSummary {
+    /// The evaluator.
+    pub name: String,
+    /// The mean value over every case (a failed case counts `0.0`).
+    pub mean: f64,
+    /// Cases that passed.
+    pub passed: usize,
+    /// Cases it could not score.
+    pub errors: usize,
+}
+
+/// A report's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Cases in all.
+    pub cases: usize,
+    /// Cases that passed every evaluator.
+    pub passed: usize,
+    /// Cases whose task failed.
+    pub failed: usize,
+    /// Per evaluator.
+    pub evaluators: Vec<EvaluatorSummary>,
+    /// Mean latency per case.
+    pub mean_latency_ms: f64,
+    /// Tokens in all.
+    pub tokens: u64,
+    /// Model calls in all.
+    pub model_calls: u64,
+    /// Cost in all, when every case's cost is known.
+    pub cost: Option<f64>,
+}
+
+impl Report {
+    /// Reads a report file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ReportError> {
+        let path = path.as_ref();
+        let text = fs::read_to_string(path).map_err(|source| ReportError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let report: Report = serde_json::from_str(&text).map_err(|e| ReportError::Format {
+            path: path.to_owned(),
+            message: format!("it is not a report: {e}"),
+        })?;
+        if report.version != REPORT_VERSION {
+            return Err(ReportError::Format {
+                path: path.to_owned(),
+                message: format!(
+                    "it has format version {}, this crate reads {REPORT_VERSION}",
+                    report.version
+                ),
+            });
+        }
+        Ok(report)
+    }
+
+    /// Writes the report as JSON, replacing the file through a temporary
+    /// file (a crash leaves the old report or the new one, whole).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ReportError> {
+        let path = path.as_ref();
+        let io = |source| ReportError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let text = serde_json::to_string_pretty(self).map_err(|e| ReportError::Format {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut temp = path.as_os_str().to_owned();
+        temp.push(".tmp");
+        let temp = PathBuf::from(temp);
+        fs::write(&temp, text + "\n").map_err(io)?;
+        fs::rename(&temp, path).map_err(io)
+    }
+
+    /// The case named `name`.
+    pub fn case(&self, name: &str) -> Option<&CaseReport> {
+        self.cases.iter().find(|c| c.name == name)
+    }
+
+    /// The report's figures.
+    pub fn summary(&self) -> Summary {
+        let n = self.cases.len();
+        let evaluators = self
+            .evaluators
+            .iter()
+            .map(|name| EvaluatorSummary {
+                name: name.clone(),
+                mean: mean(self.cases.iter().map(|c| c.value(name)), n),
+                passed: self
+                    .cases
+                    .iter()
+                    .filter(|c| c.scores.get(name).is_some_and(Scored::passed))
+                    .count(),
+                errors: self
+                    .cases
+                    .iter()
+                    .filter(|c| matches!(c.scores.get(name), Some(Scored::Error(_))))
+                    .count(),
+            })
+            .collect();
+        let costs: Option<Vec<f64>> = self.cases.iter().map(|c| c.record.metrics.cost).collect();
+        Summary {
+            cases: n,
+            passed: self.cases.iter().filter(|c| c.passed()).count(),
+            failed: self.cases.iter().filter(|c| c.failure.is_some()).count(),
+            evaluators,
+            mean_latency_ms: mean(self.cases.iter().map(|c| c.record.metrics.latency_ms), n),
+            tokens: self
+                .cases
+                .iter()
+                .map(|c| c.record.metrics.usage.input_tokens + c.record.metrics.usage.output_tokens)
+                .sum(),
+            model_calls: self
+                .cases
+                .iter()
+                .map(|c| u64::from(c.record.metrics.model_calls))
+                .sum(),
+            cost: costs.map(|c| c.iter().sum()),
+        }
+    }
+
+    /// The report as a terminal table: a row per case (each evaluator's
+    /// value, ✔ or ✘, latency, tokens, the failure), then the means.
+    pub fn table(&self) -> String {
+        let mut header = vec!["case".to_owned()];
+        header.extend(self.evaluators.iter().cloned());
+        header.extend(["ms".to_owned(), "tokens".to_owned(), "".to_owned()]);
+        let mut rows = Vec::new();
+        for case in &self.cases {
+            let mut row = vec![case.name.clone()];
+            for name in &self.evaluators {
+                row.push(match case.scores.get(name) {
+                    Some(Scored::Score(s)) => {
+                        format!("{} {}", if s.passed { "✔" } else { "✘" }, short(s.value))
+                    }
+                    Some(Scored::Error(_)) => "error".to_owned(),
+                    None => "-".to_owned(),
+                });
+            }
+            let m = &case.record.metrics;
+            row.push(format!("{:.0}", m.latency_ms));
+            row.push((m.usage.input_tokens + m.usage.output_tokens).to_string());
+            row.push(match &case.failure {
+                Some(f) => crate::builtin::brief(&format!("{f:?}")),
+                None => String::new(),
+            });
+            rows.push(row);
+        }
+        let summary = self.summary();
+        let mut total = vec![format!("mean ({} cases)", summary.cases)];
+        for e in &summary.evaluators {
+            total.push(format!("{} ({}/{})", short(e.mean), e.passed, summary.cases));
+        }
+        total.push(format!("{:.0}", summary.mean_latency_ms));
+        total.push(summary.tokens.to_string());
+        total.push(if summary.failed > 0 {
+            format!("{} failed", summary.failed)
+        } else {
+            String::new()
+        });
+        let title = format!(
+            "{} on {}{}",
+            self.experiment,
+            self.dataset,
+            self.model
+                .as_ref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
+        );
+        render(&title, &header, &rows, Some(&total))
+    }
+}
+
+pub(crate) fn mean(values: impl Iterator<Item = f64>, n: usize) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        values.sum::<f64>() / n as f64
+    }
+}
+
+pub(crate) fn short(value: f64) -> String {
+    if value == value.trunc() {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// A plain text table with aligned columns.
+pub(crate) fn render(title: &str, header: &[String], rows: &[Vec<String>], footer: Option<&Vec<String>>) -> String {
+    let width = |s: &str| s.chars().count();
+    let mut widths: Vec<usize> = header.iter().map(|h| width(h)).collect();
+    for row in rows.iter().chain(footer) {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(width(cell));
+            }
+        }
+    }
+    let line = |row: &[String]| {
+        let mut out = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let w = widths.get(i).copied().unwrap_or(0);
+            if i > 0 {
+                out.push_str("  ");
+            }
+            out.push_str(cell);
+            if i + 1 < row.len() {
+                out.push_str(&" ".repeat(w.saturating_sub(width(cell))));
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "{title}");
+    let _ = writeln!(out, "{}", line(header));
+    let rule: usize = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+    let _ = writeln!(out, "{}", "─".repeat(rule));
+    for row in rows {
+        let _ = writeln!(out, "{}", line(row));
+    }
+    if let Some(footer) = footer {
+        let _ = writeln!(out, "{}", "─".repeat(rule));
+        let _ = writeln!(out, "{}", line(footer));
+    }
+    out
+}
