@@ -29,7 +29,29 @@ pub(crate) fn brief(text: &str) -> String {
     format!("{cut}…")
 }
 
-fn pointer<'v>(value: &'v Value, pointer: &str, what: &str, evaluator: &str) -> Result<&'v Value, EvalError> {
+/// JSON equality, numbers compared by value (`17` equals `17.0`: a model
+/// may write either).
+pub(crate) fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        (x, y) => x == y,
+    }
+}
+
+fn pointer<'v>(
+    value: &'v Value,
+    pointer: &str,
+    what: &str,
+    evaluator: &str,
+) -> Result<&'v Value, EvalError> {
     value.pointer(pointer).ok_or_else(|| EvalError::Value {
         evaluator: evaluator.to_owned(),
         message: format!("the {what} has no value at `{pointer}`"),
@@ -53,8 +75,8 @@ enum Target {
     Value(Value),
 }
 
-/// Passes when the output equals the expected output (as JSON), or a
-/// given value.
+/// Passes when the output equals the expected output (as JSON, numbers by
+/// value: `5` equals `5.0`), or a given value.
 #[derive(Debug, Clone)]
 pub struct Equals {
     name: String,
@@ -94,8 +116,12 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for E
         };
         let got = case.output_json();
         Ok(Score::check(
-            got == want,
-            format!("got {}, want {}", brief(&got.to_string()), brief(&want.to_string())),
+            same_json(got, want),
+            format!(
+                "got {}, want {}",
+                brief(&got.to_string()),
+                brief(&want.to_string())
+            ),
         ))
     }
 }
@@ -354,16 +380,19 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for F
 
     async fn evaluate(&self, case: &EvalCase<'_, I, E, O>) -> Result<Score, EvalError> {
         let want = match &self.want {
-            FieldTarget::Expected(at) => {
-                pointer(case.require_expected(&self.name)?, at, "expected output", &self.name)?
-            }
+            FieldTarget::Expected(at) => pointer(
+                case.require_expected(&self.name)?,
+                at,
+                "expected output",
+                &self.name,
+            )?,
             FieldTarget::Value(v) => v,
         };
         let Some(got) = case.output_json().pointer(&self.field) else {
             return Ok(Score::fail(format!("the output has no `{}`", self.field)));
         };
         Ok(Score::check(
-            got == want,
+            same_json(got, want),
             format!(
                 "`{}`: got {}, want {}",
                 self.field,
@@ -416,6 +445,13 @@ impl NumericTolerance {
         self
     }
 
+    /// Reads the expected number at `pointer` in the expected output
+    /// (after [`at`](Self::at), which sets both).
+    pub fn expected_at(mut self, pointer: impl Into<String>) -> Self {
+        self.expected_field = Some(pointer.into());
+        self
+    }
+
     named!();
 }
 
@@ -437,7 +473,9 @@ fn last_number(text: &str) -> Option<f64> {
             return None;
         };
         let mut start = last_digit;
-        while start > 0 && (bytes[start - 1].is_ascii_digit() || matches!(bytes[start - 1], b'.' | b',')) {
+        while start > 0
+            && (bytes[start - 1].is_ascii_digit() || matches!(bytes[start - 1], b'.' | b','))
+        {
             start -= 1;
         }
         if start > 0 && bytes[start - 1] == b'-' {
@@ -470,7 +508,10 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for N
         };
         let want = number_in(expected).ok_or_else(|| EvalError::Value {
             evaluator: self.name.clone(),
-            message: format!("the expected output {} is not a number", brief(&expected.to_string())),
+            message: format!(
+                "the expected output {} is not a number",
+                brief(&expected.to_string())
+            ),
         })?;
         let output = case.output_json();
         let output = match &self.field {
@@ -556,26 +597,43 @@ impl<I: Sync, E: Sync, O: Sync> Evaluator<I, E, O> for Budget {
         if let Some(limit) = self.latency {
             let ms = limit.as_secs_f64() * 1e3;
             let line = format!("latency {:.0} ms of {ms:.0}", m.latency_ms);
-            if m.latency_ms > ms { over.push(line) } else { within.push(line) }
+            if m.latency_ms > ms {
+                over.push(line)
+            } else {
+                within.push(line)
+            }
         }
         if let Some(limit) = self.tokens {
             let used = m.usage.input_tokens + m.usage.output_tokens;
             let line = format!("{used} tokens of {limit}");
-            if used > limit { over.push(line) } else { within.push(line) }
+            if used > limit {
+                over.push(line)
+            } else {
+                within.push(line)
+            }
         }
         if let Some(limit) = self.cost {
             let Some(cost) = m.cost else {
                 return Err(EvalError::Value {
                     evaluator: self.name.clone(),
-                    message: "the case's cost is unknown: give the experiment prices for its model".into(),
+                    message: "the case's cost is unknown: give the experiment prices for its model"
+                        .into(),
                 });
             };
             let line = format!("cost {cost:.6} of {limit:.6}");
-            if cost > limit { over.push(line) } else { within.push(line) }
+            if cost > limit {
+                over.push(line)
+            } else {
+                within.push(line)
+            }
         }
         if let Some(limit) = self.model_calls {
             let line = format!("{} model calls of {limit}", m.model_calls);
-            if m.model_calls > limit { over.push(line) } else { within.push(line) }
+            if m.model_calls > limit {
+                over.push(line)
+            } else {
+                within.push(line)
+            }
         }
         Ok(if over.is_empty() {
             Score::pass(within.join(", "))

@@ -225,7 +225,10 @@ impl Comparison {
             })
             .collect();
         if !moved.is_empty() {
-            let header: Vec<String> = ["case", "change", "scores"].iter().map(|s| (*s).to_owned()).collect();
+            let header: Vec<String> = ["case", "change", "scores"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
             out.push('\n');
             out.push_str(&render(
                 &format!(
@@ -251,7 +254,10 @@ pub fn side_by_side(reports: &[Report]) -> String {
         for evaluator in &report.evaluators {
             header.push(format!(
                 "{}:{evaluator}",
-                report.model.clone().unwrap_or_else(|| format!("#{}", i + 1))
+                report
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| format!("#{}", i + 1))
             ));
             columns.push((i, evaluator.clone()));
         }

@@ -48,7 +48,11 @@ impl Score {
 
     /// A check: passes when `ok`.
     pub fn check(ok: bool, reason: impl Into<String>) -> Self {
-        if ok { Self::pass(reason) } else { Self::fail(reason) }
+        if ok {
+            Self::pass(reason)
+        } else {
+            Self::fail(reason)
+        }
     }
 
     /// A grade, clamped to `0.0..=1.0`, passing at `threshold` or above (a
@@ -204,7 +208,9 @@ impl<'a, I, E, O> EvalCase<'a, I, E, O> {
     /// naming the first difference).
     pub fn model(&self, model: &Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
         match &self.judge {
-            JudgeMode::Live(journal) => Arc::new(CaseModel::live(Arc::clone(model), journal.clone())),
+            JudgeMode::Live(journal) => {
+                Arc::new(CaseModel::live(Arc::clone(model), journal.clone()))
+            }
             JudgeMode::Offline(recorded, journal) => Arc::new(CaseModel::replay(
                 model.provider(),
                 model.model_name(),

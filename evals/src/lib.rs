@@ -132,7 +132,9 @@ mod report;
 mod run;
 mod trajectory;
 
-pub use builtin::{Budget, Contains, Equals, FieldMatch, JsonSchemaValid, Matches, NumericTolerance};
+pub use builtin::{
+    Budget, Contains, Equals, FieldMatch, JsonSchemaValid, Matches, NumericTolerance,
+};
 pub use compare::{CaseDelta, Change, Comparison, MeanDelta, side_by_side};
 pub use dataset::{Case, Dataset, DatasetError};
 pub use evaluator::{EvalCase, EvalError, Evaluator, Evaluators, FnEvaluator, Score, from_fn};
@@ -141,5 +143,7 @@ pub use record::{CaseRecord, EventRecord, Metrics};
 pub use report::{
     CaseFailure, CaseReport, EvaluatorSummary, REPORT_VERSION, Report, ReportError, Scored, Summary,
 };
-pub use run::{BoxError, CaseCx, Experiment, ExperimentError, Progress, Task, TaskError, TaskFn, task_fn};
+pub use run::{
+    BoxError, CaseCx, Experiment, ExperimentError, Progress, Task, TaskError, TaskFn, task_fn,
+};
 pub use trajectory::{Args, ExpectedCall, Match, StepTrajectory, ToolTrajectory, call};

@@ -290,7 +290,12 @@ impl CaseModel {
         }
     }
 
-    pub(crate) fn replay(provider: &str, model: &str, exchanges: Vec<Exchange>, journal: Journal) -> Self {
+    pub(crate) fn replay(
+        provider: &str,
+        model: &str,
+        exchanges: Vec<Exchange>,
+        journal: Journal,
+    ) -> Self {
         let mut recording = Recording::new(provider, model);
         recording.exchanges = exchanges;
         Self {

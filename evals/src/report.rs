@@ -307,7 +307,12 @@ impl Report {
         let summary = self.summary();
         let mut total = vec![format!("mean ({} cases)", summary.cases)];
         for e in &summary.evaluators {
-            total.push(format!("{} ({}/{})", short(e.mean), e.passed, summary.cases));
+            total.push(format!(
+                "{} ({}/{})",
+                short(e.mean),
+                e.passed,
+                summary.cases
+            ));
         }
         total.push(format!("{:.0}", summary.mean_latency_ms));
         total.push(summary.tokens.to_string());
@@ -346,7 +351,12 @@ pub(crate) fn short(value: f64) -> String {
 }
 
 /// A plain text table with aligned columns.
-pub(crate) fn render(title: &str, header: &[String], rows: &[Vec<String>], footer: Option<&Vec<String>>) -> String {
+pub(crate) fn render(
+    title: &str,
+    header: &[String],
+    rows: &[Vec<String>],
+    footer: Option<&Vec<String>>,
+) -> String {
     let width = |s: &str| s.chars().count();
     let mut widths: Vec<usize> = header.iter().map(|h| width(h)).collect();
     for row in rows.iter().chain(footer) {

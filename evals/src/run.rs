@@ -131,7 +131,9 @@ impl CaseCx {
         self.lock_sessions().push(run.session_id().to_string());
         let outcome = run.outcome().await;
         let mut recorded = Vec::new();
-        while let Some(Some(event)) = events.next().now_or_never() {
+        // Every event was sent before the run settled; `unconstrained`: the
+        // task's cooperative budget must not make a queued event look absent.
+        while let Some(Some(event)) = tokio::task::unconstrained(events.next()).now_or_never() {
             if let Some(record) = EventRecord::from_event(&event) {
                 recorded.push(record);
             }
@@ -217,7 +219,9 @@ pub enum ExperimentError {
     #[error(transparent)]
     Dataset(#[from] crate::dataset::DatasetError),
     /// A replay was asked for a case the report does not have.
-    #[error("case `{case}` is not in the report of `{experiment}`; a replay needs a recording of every case")]
+    #[error(
+        "case `{case}` is not in the report of `{experiment}`; a replay needs a recording of every case"
+    )]
     NotRecorded {
         /// The case.
         case: String,
@@ -272,7 +276,10 @@ impl fmt::Debug for Experiment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Experiment")
             .field("name", &self.name)
-            .field("model", &self.model.as_ref().map(|m| m.model_name().to_owned()))
+            .field(
+                "model",
+                &self.model.as_ref().map(|m| m.model_name().to_owned()),
+            )
             .field("concurrency", &self.concurrency)
             .field("retries", &self.retries)
             .field("timeout", &self.timeout)
@@ -389,7 +396,10 @@ impl Experiment {
             }
         }
         let source = ReplaySource {
-            provider: recorded.provider.clone().unwrap_or_else(|| "recorded".into()),
+            provider: recorded
+                .provider
+                .clone()
+                .unwrap_or_else(|| "recorded".into()),
             model: recorded.model.clone().unwrap_or_else(|| "recorded".into()),
             exchanges: by_name
                 .into_iter()
@@ -506,23 +516,27 @@ impl Experiment {
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let clock = Instant::now();
         let bar = Bar::new(self.progress, &self.name, dataset.cases.len());
-        let mut cases: Vec<(usize, CaseReport)> = futures::stream::iter(dataset.cases.iter().enumerate())
-            .map(|(index, case)| {
-                let bar = &bar;
-                async move {
-                    let report = self.run_case(case, task, evaluators, replay).await;
-                    bar.tick(report.failure.is_none() && report.passed());
-                    (index, report)
-                }
-            })
-            .buffer_unordered(self.concurrency)
-            .collect()
-            .await;
+        let mut cases: Vec<(usize, CaseReport)> =
+            futures::stream::iter(dataset.cases.iter().enumerate())
+                .map(|(index, case)| {
+                    let bar = &bar;
+                    async move {
+                        let report = self.run_case(case, task, evaluators, replay).await;
+                        bar.tick(report.failure.is_none() && report.passed());
+                        (index, report)
+                    }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
         bar.finish();
         cases.sort_by_key(|(i, _)| *i);
         let (provider, model) = match (replay, &self.model) {
             (Some(r), _) => (Some(r.provider.clone()), Some(r.model.clone())),
-            (None, Some(m)) => (Some(m.provider().to_owned()), Some(m.model_name().to_owned())),
+            (None, Some(m)) => (
+                Some(m.provider().to_owned()),
+                Some(m.model_name().to_owned()),
+            ),
             (None, None) => (None, None),
         };
         Ok(Report {
@@ -566,7 +580,11 @@ impl Experiment {
                 (Some(source), _) => CaseModel::replay(
                     &source.provider,
                     &source.model,
-                    source.exchanges.get(&case.name).cloned().unwrap_or_default(),
+                    source
+                        .exchanges
+                        .get(&case.name)
+                        .cloned()
+                        .unwrap_or_default(),
                     journal.clone(),
                 ),
                 (None, Some(model)) => CaseModel::live(Arc::clone(model), journal.clone()),
@@ -580,7 +598,9 @@ impl Experiment {
                 experiment: Arc::from(self.name.as_str()),
             };
             let clock = Instant::now();
-            let running = task.run(case.input.clone(), cx.clone()).instrument(span.clone());
+            let running = task
+                .run(case.input.clone(), cx.clone())
+                .instrument(span.clone());
             let result = match self.timeout {
                 Some(limit) => match tokio::time::timeout(limit, running).await {
                     Ok(result) => result.map_err(Failed::Task),
@@ -602,7 +622,9 @@ impl Experiment {
                 metrics,
             };
             match result {
-                Err(Failed::Task(e)) if replay.is_none() && e.is_transient() && attempt <= self.retries => {
+                Err(Failed::Task(e))
+                    if replay.is_none() && e.is_transient() && attempt <= self.retries =>
+                {
                     tracing::warn!(case = %case.name, attempt, error = %e, "transient model error; retrying");
                     tokio::time::sleep(self.backoff * attempt).await;
                 }
@@ -656,10 +678,12 @@ impl Experiment {
             }
             Err(Failed::Task(error)) => {
                 report.failure = Some(match error.model_error() {
-                    Some(ModelError::ReplayMismatch { turn, message }) => CaseFailure::Diverged(format!(
-                        "model call {turn} differs from the recording: {message}"
-                    )),
-                    _ => CaseFailure::Error(harness::secrets::redact(&error.to_string()).into_owned()),
+                    Some(ModelError::ReplayMismatch { turn, message }) => CaseFailure::Diverged(
+                        format!("model call {turn} differs from the recording: {message}"),
+                    ),
+                    _ => CaseFailure::Error(
+                        harness::secrets::redact(&error.to_string()).into_owned(),
+                    ),
                 });
             }
         }
@@ -667,7 +691,11 @@ impl Experiment {
     }
 }
 
-fn read_as<T: DeserializeOwned>(case: &str, what: &'static str, value: &Value) -> Result<T, ExperimentError> {
+fn read_as<T: DeserializeOwned>(
+    case: &str,
+    what: &'static str,
+    value: &Value,
+) -> Result<T, ExperimentError> {
     T::deserialize(value).map_err(|e| ExperimentError::Type {
         case: case.to_owned(),
         what,
@@ -761,7 +789,10 @@ impl Bar {
 
     fn tick(&self, passed: bool) {
         let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
-        let passed = self.passed.fetch_add(usize::from(passed), Ordering::Relaxed) + usize::from(passed);
+        let passed = self
+            .passed
+            .fetch_add(usize::from(passed), Ordering::Relaxed)
+            + usize::from(passed);
         if !self.on {
             return;
         }

@@ -8,7 +8,7 @@ use harness::llm::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::builtin::brief;
+use crate::builtin::{brief, same_json};
 use crate::evaluator::{EvalCase, EvalError, Evaluator, Score};
 
 /// How a run's trajectory is compared with the reference.
@@ -51,7 +51,12 @@ pub(crate) fn compare<A, R>(
     if mode == Match::Strict {
         for (i, (r, a)) in reference.iter().zip(actual).enumerate() {
             if !fits(r, a) {
-                return Err(format!("entry {}: got {}, want {}", i + 1, show_a(a), show_r(r)));
+                return Err(format!(
+                    "entry {}: got {}, want {}",
+                    i + 1,
+                    show_a(a),
+                    show_r(r)
+                ));
             }
         }
         return match actual.len().cmp(&reference.len()) {
@@ -135,7 +140,7 @@ pub(crate) fn compare<A, R>(
 pub enum Args {
     /// Any arguments.
     Any,
-    /// Exactly these (as JSON).
+    /// Exactly these (as JSON; numbers by value, `2` equals `2.0`).
     Exact(Value),
     /// At least these fields with these values (others may be there too).
     Contains(Value),
@@ -161,7 +166,7 @@ fn contains_json(actual: &Value, wanted: &Value) -> bool {
         (Value::Object(a), Value::Object(w)) => w
             .iter()
             .all(|(k, wv)| a.get(k).is_some_and(|av| contains_json(av, wv))),
-        (a, w) => a == w,
+        (a, w) => same_json(a, w),
     }
 }
 
@@ -169,7 +174,7 @@ impl Args {
     fn accepts(&self, arguments: &Value) -> bool {
         match self {
             Args::Any => true,
-            Args::Exact(v) => v == arguments,
+            Args::Exact(v) => same_json(v, arguments),
             Args::Contains(v) => contains_json(arguments, v),
             Args::Check(f) => f(arguments),
         }
@@ -216,7 +221,9 @@ impl ExpectedCall {
     fn show(&self) -> String {
         match &self.args {
             Args::Any => self.name.clone(),
-            Args::Exact(v) | Args::Contains(v) => format!("{}({})", self.name, brief(&v.to_string())),
+            Args::Exact(v) | Args::Contains(v) => {
+                format!("{}({})", self.name, brief(&v.to_string()))
+            }
             Args::Check(_) => format!("{}(…)", self.name),
         }
     }
@@ -431,10 +438,12 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for S
                 read = list
                     .iter()
                     .map(|v| {
-                        v.as_str().map(str::to_owned).ok_or_else(|| EvalError::Value {
-                            evaluator: self.name.clone(),
-                            message: format!("`{at}` holds {v}, not a step name"),
-                        })
+                        v.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| EvalError::Value {
+                                evaluator: self.name.clone(),
+                                message: format!("`{at}` holds {v}, not a step name"),
+                            })
                     })
                     .collect::<Result<_, _>>()?;
                 &read
@@ -450,7 +459,14 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for S
         } else {
             case.record.steps()
         };
-        let result = compare(self.mode, &steps, reference, |r, a| r == a, Clone::clone, Clone::clone);
+        let result = compare(
+            self.mode,
+            &steps,
+            reference,
+            |r, a| r == a,
+            Clone::clone,
+            Clone::clone,
+        );
         Ok(match result {
             Ok(()) => Score::pass(steps.join(" → ")),
             Err(why) => Score::fail(format!("{why}; steps: {}", steps.join(" → "))),

@@ -1,1 +1,42 @@
-mod basics;
+//! harness-evals: datasets, evaluators, experiments, reports.
+
+mod cli;
+mod dataset;
+mod evaluators;
+mod experiment;
+mod trajectory;
+
+use harness::llm::{Exchange, ModelRequest, ModelResponse, Outcome, ToolCall};
+use harness_evals::{CaseRecord, EventRecord};
+
+/// A record whose model asked for `calls` (one exchange each, then an
+/// answer) and whose loop finished `steps` (`path/step` or `step`).
+pub fn record(calls: &[(&str, serde_json::Value)], steps: &[&str]) -> CaseRecord {
+    let mut record = CaseRecord::default();
+    for (i, (name, args)) in calls.iter().enumerate() {
+        record.exchanges.push(Exchange {
+            request: ModelRequest::builder().user(format!("turn {i}")).build(),
+            outcome: Outcome::Response(ModelResponse::from_tool_call(ToolCall::new(
+                format!("c{i}"),
+                *name,
+                args.clone(),
+            ))),
+        });
+    }
+    record.exchanges.push(Exchange {
+        request: ModelRequest::builder().user("last").build(),
+        outcome: Outcome::Response(ModelResponse::from_text("done")),
+    });
+    for step in steps {
+        let (path, step) = match step.rsplit_once('/') {
+            Some((path, step)) => (path.to_owned(), step.to_owned()),
+            None => (String::new(), (*step).to_owned()),
+        };
+        let mut event: EventRecord =
+            serde_json::from_value(serde_json::json!({"kind": "step_finished", "step": step}))
+                .expect("an event record");
+        event.path = path;
+        record.events.push(event);
+    }
+    record
+}

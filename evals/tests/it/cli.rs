@@ -1,0 +1,144 @@
+//! The `harness-evals` command: show, compare (its exit status), side by side.
+
+use std::process::Command;
+
+use harness_evals::{CaseRecord, CaseReport, REPORT_VERSION, Report, Score, Scored};
+use serde_json::json;
+
+fn report(name: &str, values: &[f64]) -> Report {
+    Report {
+        version: REPORT_VERSION,
+        experiment: name.into(),
+        dataset: "d".into(),
+        provider: None,
+        model: Some(name.into()),
+        evaluators: vec!["score".into()],
+        started_ms: 0,
+        elapsed_ms: 1.0,
+        cases: values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| CaseReport {
+                name: format!("case-{i}"),
+                tags: vec![],
+                metadata: Default::default(),
+                input: json!(i),
+                expected: None,
+                output: Some(json!(v)),
+                failure: None,
+                scores: [(
+                    "score".to_owned(),
+                    Scored::Score(Score::graded(*v, 0.5, "")),
+                )]
+                .into(),
+                record: CaseRecord::default(),
+            })
+            .collect(),
+    }
+}
+
+fn evals(args: &[&str], dir: &std::path::Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_harness-evals"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn compare_exits_non_zero_on_a_regression_beyond_the_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    report("base", &[1.0, 1.0, 0.5, 0.8])
+        .save(dir.path().join("base.json"))
+        .unwrap();
+    report("better", &[1.0, 1.0, 0.9, 0.8])
+        .save(dir.path().join("better.json"))
+        .unwrap();
+    report("worse", &[1.0, 0.9, 0.5, 0.8])
+        .save(dir.path().join("worse.json"))
+        .unwrap();
+
+    let (code, out, _) = evals(&["compare", "base.json", "better.json"], dir.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 improved, 0 regressed"), "{out}");
+    // case-1 dropped by 0.1.
+    assert_eq!(
+        evals(&["compare", "base.json", "worse.json"], dir.path()).0,
+        1
+    );
+    assert_eq!(
+        evals(
+            &["compare", "base.json", "worse.json", "--threshold", "0.05"],
+            dir.path()
+        )
+        .0,
+        1
+    );
+    assert_eq!(
+        evals(
+            &["compare", "base.json", "worse.json", "--threshold", "0.2"],
+            dir.path()
+        )
+        .0,
+        0
+    );
+    let (code, out, _) = evals(
+        &["compare", "base.json", "worse.json", "--json"],
+        dir.path(),
+    );
+    assert_eq!(code, 1);
+    let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(parsed["cases"][1]["change"], "regressed");
+
+    // Usage and file errors: exit 2, with a message naming what.
+    for (args, needle) in [
+        (vec!["compare", "base.json"], "usage"),
+        (vec!["compare", "base.json", "nope.json"], "nope.json"),
+        (
+            vec!["compare", "base.json", "worse.json", "--threshold", "-1"],
+            "--threshold",
+        ),
+        (
+            vec!["compare", "base.json", "worse.json", "--threshold"],
+            "--threshold",
+        ),
+        (
+            vec!["compare", "base.json", "worse.json", "--bogus"],
+            "--bogus",
+        ),
+        (vec!["frobnicate"], "frobnicate"),
+        (vec![], "usage"),
+    ] {
+        let (code, _, err) = evals(&args, dir.path());
+        assert_eq!(code, 2, "{args:?}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn show_and_side_by_side_print_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    report("a", &[1.0, 0.25])
+        .save(dir.path().join("a.json"))
+        .unwrap();
+    report("b", &[0.0, 0.75])
+        .save(dir.path().join("b.json"))
+        .unwrap();
+    let (code, out, _) = evals(&["show", "a.json"], dir.path());
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("case-1") && out.contains("✘ 0.25") && out.contains("mean (2 cases)"),
+        "{out}"
+    );
+    let (code, out, _) = evals(&["side-by-side", "a.json", "b.json"], dir.path());
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("a:score") && out.contains("b:score") && out.contains("0.625"),
+        "{out}"
+    );
+}

@@ -1,0 +1,192 @@
+//! Datasets in YAML and JSON Lines, and what is wrong with bad ones.
+
+use harness_evals::{Case, Dataset, DatasetError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Question {
+    question: String,
+    #[serde(default)]
+    context: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Answer {
+    answer: String,
+    tools: Vec<String>,
+}
+
+const YAML: &str = r#"
+name: capitals
+cases:
+  - name: france
+    input: { question: "Capital of France?" }
+    expected: { answer: Paris, tools: [lookup] }
+    tags: [europe]
+    metadata: { difficulty: easy }
+  - name: japan
+    input:
+      question: Capital of Japan?
+      context: An island country.
+"#;
+
+#[test]
+fn a_yaml_dataset_reads_typed_and_round_trips_through_both_formats() {
+    let dataset: Dataset<Question, Answer> = Dataset::from_yaml(YAML, "capitals.yaml").unwrap();
+    assert_eq!(dataset.name, "capitals");
+    assert_eq!(dataset.cases.len(), 2);
+    let france = &dataset.cases[0];
+    assert_eq!(france.expected.as_ref().unwrap().tools, ["lookup"]);
+    assert_eq!(france.metadata["difficulty"], "easy");
+    assert_eq!(dataset.cases[1].expected, None);
+    assert_eq!(
+        dataset.cases[1].input.context.as_deref(),
+        Some("An island country.")
+    );
+    assert_eq!(dataset.tagged("europe").cases.len(), 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["d.yaml", "d.yml", "d.jsonl"] {
+        let path = dir.path().join(file);
+        dataset.save(&path).unwrap();
+        let back: Dataset<Question, Answer> = Dataset::load(&path).unwrap();
+        assert_eq!(back.cases, dataset.cases, "{file}");
+    }
+    // JSON Lines: a case per line, the dataset named after the file.
+    let back: Dataset<Question, Answer> = Dataset::load(dir.path().join("d.jsonl")).unwrap();
+    assert_eq!(back.name, "d");
+    let text = std::fs::read_to_string(dir.path().join("d.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 2);
+}
+
+#[test]
+fn the_schema_describes_the_document_and_the_case_types() {
+    let schema = Dataset::<Question, Answer>::json_schema();
+    let text = schema.to_string();
+    assert_eq!(schema["type"], "object");
+    assert!(
+        schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "cases")
+    );
+    for field in ["question", "answer", "tools", "metadata", "tags"] {
+        assert!(text.contains(field), "the schema names {field}: {text}");
+    }
+}
+
+fn yaml_error(text: &str) -> String {
+    match Dataset::<Question, Answer>::from_yaml(text, "bad.yaml") {
+        Ok(d) => panic!("read {d:?} from {text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_yaml_datasets_are_errors_that_say_what_and_where() {
+    // Wrong type, unknown field, missing input, not YAML at all, wrong top level.
+    let cases = [
+        (
+            "name: x\ncases:\n  - name: a\n    input: { question: [1, 2] }\n",
+            "bad.yaml",
+        ),
+        (
+            "name: x\ncases:\n  - name: a\n    input: { question: q }\n    expectd: 1\n",
+            "expectd",
+        ),
+        ("name: x\ncases:\n  - name: a\n", "input"),
+        ("name: x\ncases: [\n", "bad.yaml"),
+        ("- just a list\n", "bad.yaml"),
+        (
+            "name: x\ncases:\n  - name: a\n    input: { question: q }\n    expected: { answer: 1 }\n",
+            "bad.yaml",
+        ),
+    ];
+    for (text, needle) in cases {
+        let message = yaml_error(text);
+        assert!(message.contains(needle), "{message:?} names {needle:?}");
+        assert!(message.starts_with("dataset bad.yaml"), "{message}");
+    }
+    // Line numbers from the parser.
+    let message =
+        yaml_error("name: x\ncases:\n  - name: a\n    input: { question: q }\n    expectd: 1\n");
+    assert!(
+        message.contains('5'),
+        "the line of the unknown field: {message}"
+    );
+}
+
+#[test]
+fn case_names_must_be_present_and_unique() {
+    let dup = "name: x\ncases:\n  - { name: a, input: { question: q } }\n  - { name: b, input: { question: q } }\n  - { name: a, input: { question: r } }\n";
+    match Dataset::<Question, Answer>::from_yaml(dup, "dup.yaml") {
+        Err(DatasetError::DuplicateName {
+            name,
+            first,
+            second,
+            ..
+        }) => {
+            assert_eq!((name.as_str(), first, second), ("a", 1, 3));
+        }
+        other => panic!("{other:?}"),
+    }
+    for empty in ["", "  "] {
+        let text =
+            format!("name: x\ncases:\n  - {{ name: \"{empty}\", input: {{ question: q }} }}\n");
+        assert!(matches!(
+            Dataset::<Question, Answer>::from_yaml(&text, "e.yaml"),
+            Err(DatasetError::EmptyName { index: 1, .. })
+        ));
+    }
+    let built = Dataset::new(
+        "d",
+        [
+            Case::<String, String>::new("a", "x".into()),
+            Case::new("a", "y".into()),
+        ],
+    );
+    assert!(built.check("built").is_err());
+}
+
+#[test]
+fn bad_json_lines_name_the_line() {
+    let good = r#"{"name": "a", "input": {"question": "q"}}"#;
+    let inputs = [
+        (format!("{good}\n{{\"name\": \"b\", \"input\": {{}}}}\n"), 2),
+        (format!("{good}\n\n{{not json\n"), 3),
+        (
+            format!(
+                "{{\"name\": \"a\", \"input\": {{\"question\": \"q\"}}, \"extra\": 1}}\n{good}\n"
+            ),
+            1,
+        ),
+        ("[1, 2]\n".to_owned(), 1),
+    ];
+    for (text, line) in inputs {
+        match Dataset::<Question, Answer>::from_json_lines("d", &text, "d.jsonl") {
+            Err(DatasetError::JsonLine {
+                line: got, origin, ..
+            }) => {
+                assert_eq!((got, origin.as_str()), (line, "d.jsonl"), "{text}");
+            }
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn files_of_unknown_format_or_missing_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("d.toml");
+    std::fs::write(&toml, "x = 1").unwrap();
+    assert!(matches!(
+        Dataset::<Question, Answer>::load(&toml),
+        Err(DatasetError::UnknownFormat { .. })
+    ));
+    let missing = dir.path().join("missing.yaml");
+    let error = Dataset::<Question, Answer>::load(&missing).unwrap_err();
+    assert!(matches!(error, DatasetError::Io { .. }));
+    assert!(error.to_string().contains("missing.yaml"), "{error}");
+}
