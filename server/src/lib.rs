@@ -1,2 +1,285 @@
-//! Serve harness agents over HTTP, speaking the Agent Protocol in the shape
-//! the LangGraph SDK clients call (issue 33; under construction).
+#![doc = include_str!("docs/crate.md")]
+#![forbid(unsafe_code)]
+
+// The modules, each using only those above it.
+mod error;
+mod time;
+
+mod graph;
+mod record;
+
+mod app;
+mod served;
+
+mod stream;
+
+mod assistants;
+mod threads;
+
+mod runs;
+
+pub use error::{ApiError, ServeError};
+
+use app::{App, Runs, Shared};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use harness::session::{SessionStore, now_millis};
+use harness::slots::{Context, NoSlots};
+use harness::{Agent, Harness, HarnessState};
+use served::{Served, Typed};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// The address [`Server::serve`] listens on by default: this machine only,
+/// on LangGraph's development port.
+pub const DEFAULT_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 2024);
+
+/// The largest request body accepted by default (1 MiB).
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// An HTTP server for a set of agents, speaking the Agent Protocol in the
+/// shape the LangGraph SDK clients call. See the [crate docs](crate).
+pub struct Server {
+    agents: Vec<Arc<dyn Served>>,
+    store: Option<Arc<dyn SessionStore>>,
+    body_limit: usize,
+    allow_remote: bool,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field(
+                "agents",
+                &self.agents.iter().map(|a| a.id()).collect::<Vec<_>>(),
+            )
+            .field("body_limit", &self.body_limit)
+            .field("allow_remote", &self.allow_remote)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Server {
+    /// A server with no agent yet.
+    pub fn new() -> Self {
+        Self {
+            agents: Vec::new(),
+            store: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            allow_remote: false,
+        }
+    }
+
+    /// Serves `agent` (built from `harness`, whose session store keeps its
+    /// threads) as the assistant named by its id, which is also its graph
+    /// id.
+    #[must_use]
+    pub fn agent<S: HarnessState, C: Context>(
+        mut self,
+        agent: &Agent<S, C>,
+        harness: &Harness<S, C>,
+    ) -> Self
+    where
+        C::Run: NoSlots,
+    {
+        self.agents.push(Arc::new(Typed::new(agent, harness)));
+        self
+    }
+
+    /// The session store of the agents' harnesses: the server keeps its
+    /// thread records there too, beside the sessions.
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The largest request body accepted, in bytes (default
+    /// [`DEFAULT_BODY_LIMIT`]); a larger one is refused with a 413.
+    #[must_use]
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// Lets [`bind`](Self::bind) listen on an address other machines can
+    /// reach; without it, only loopback addresses are accepted.
+    #[must_use]
+    pub fn allow_remote(mut self) -> Self {
+        self.allow_remote = true;
+        self
+    }
+
+    /// The server as an axum [`Router`], to serve or to mount in an
+    /// application's own router.
+    pub fn router(self) -> Result<Router, ServeError> {
+        if self.agents.is_empty() {
+            return Err(ServeError::NoAgents);
+        }
+        let mut agents = BTreeMap::new();
+        for agent in self.agents {
+            let id = agent.id().to_string();
+            if agents.insert(id.clone(), agent).is_some() {
+                return Err(ServeError::DuplicateAgent(id));
+            }
+        }
+        let store = self.store.ok_or(ServeError::NoStore)?;
+        let app: Shared = Arc::new(App {
+            agents,
+            store,
+            runs: Mutex::new(Runs::default()),
+            body_limit: self.body_limit,
+            started_at: now_millis(),
+        });
+        Ok(routes(self.body_limit).with_state(app))
+    }
+
+    /// Listens on `addr` (a loopback address unless
+    /// [`allow_remote`](Self::allow_remote)); port 0 picks a free port.
+    /// Serve with [`Bound::serve`].
+    pub async fn bind(self, addr: SocketAddr) -> Result<Bound, ServeError> {
+        if !addr.ip().is_loopback() && !self.allow_remote {
+            return Err(ServeError::NotLoopback(addr));
+        }
+        let router = self.router()?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Io { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ServeError::Io { addr, source })?;
+        Ok(Bound {
+            listener,
+            router,
+            addr: local,
+        })
+    }
+
+    /// Serves on [`DEFAULT_ADDR`] until the process ends.
+    pub async fn serve(self) -> Result<(), ServeError> {
+        self.bind(DEFAULT_ADDR)
+            .await?
+            .serve(std::future::pending())
+            .await
+    }
+}
+
+/// A server listening on its address; [`serve`](Self::serve) it.
+pub struct Bound {
+    listener: tokio::net::TcpListener,
+    router: Router,
+    addr: SocketAddr,
+}
+
+impl fmt::Debug for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bound")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bound {
+    /// The address it listens on (with the port picked, for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `shutdown` completes; then stops accepting and lets the
+    /// requests under way finish.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let addr = self.addr;
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| ServeError::Io { addr, source })
+    }
+}
+
+async fn info() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "server": "harness-server",
+        "flags": {"assistants": true, "crons": false, "store": false},
+    }))
+}
+
+async fn ok() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"ok": true}))
+}
+
+async fn no_route() -> Response {
+    ApiError::not_found("route", "(this path)").into_response()
+}
+
+async fn no_method() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(serde_json::json!({
+            "error": "method_not_allowed",
+            "message": "this path does not take this method",
+        })),
+    )
+        .into_response()
+}
+
+fn routes(body_limit: usize) -> Router<Shared> {
+    Router::new()
+        .route("/info", get(info))
+        .route("/ok", get(ok))
+        .route("/assistants/search", post(assistants::search))
+        .route("/assistants/{id}", get(assistants::get))
+        .route("/assistants/{id}/graph", get(assistants::graph))
+        .route("/assistants/{id}/schemas", get(assistants::schemas))
+        .route("/threads", post(threads::create))
+        .route("/threads/search", post(threads::search))
+        .route("/threads/{id}", get(threads::get).delete(threads::delete))
+        .route(
+            "/threads/{id}/state",
+            get(threads::get_state).post(threads::update_state),
+        )
+        .route(
+            "/threads/{id}/state/checkpoint",
+            post(threads::post_state_at),
+        )
+        .route(
+            "/threads/{id}/state/{checkpoint}",
+            get(threads::get_state_at),
+        )
+        .route("/threads/{id}/history", post(threads::history))
+        .route(
+            "/threads/{id}/runs",
+            get(runs::list).post(runs::create_on_thread),
+        )
+        .route("/threads/{id}/runs/stream", post(runs::stream_on_thread))
+        .route("/threads/{id}/runs/wait", post(runs::wait_on_thread))
+        .route(
+            "/threads/{id}/runs/{run}",
+            get(runs::get).delete(runs::delete),
+        )
+        .route("/threads/{id}/runs/{run}/join", get(runs::join))
+        .route("/threads/{id}/runs/{run}/stream", get(runs::join_stream))
+        .route("/threads/{id}/runs/{run}/cancel", post(runs::cancel))
+        .route("/runs", post(runs::create_stateless))
+        .route("/runs/stream", post(runs::stream_stateless))
+        .route("/runs/wait", post(runs::wait_stateless))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .layer(DefaultBodyLimit::max(body_limit))
+}

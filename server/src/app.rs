@@ -1,0 +1,237 @@
+//! What every handler shares, and how requests are read: JSON bodies whose
+//! errors name the field, query strings, path parameters.
+
+use crate::error::ApiError;
+use crate::record::RunRecord;
+use crate::served::Served;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use harness::session::SessionStore;
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// The server's state.
+pub(crate) struct App {
+    pub(crate) agents: BTreeMap<String, Arc<dyn Served>>,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) runs: Mutex<Runs>,
+    pub(crate) body_limit: usize,
+    /// When the server started (the assistants' creation time).
+    pub(crate) started_at: u64,
+}
+
+pub(crate) type Shared = Arc<App>;
+
+/// The runs this server started, by thread and by id.
+#[derive(Default)]
+pub(crate) struct Runs {
+    pub(crate) by_thread: HashMap<String, Vec<Arc<RunRecord>>>,
+}
+
+impl Runs {
+    /// The thread's run that has not settled, if any.
+    pub(crate) fn active(&self, thread: &str) -> Option<Arc<RunRecord>> {
+        self.by_thread
+            .get(thread)?
+            .iter()
+            .rev()
+            .find(|r| !r.status().is_done())
+            .cloned()
+    }
+
+    pub(crate) fn find(&self, thread: &str, run: &str) -> Option<Arc<RunRecord>> {
+        self.by_thread
+            .get(thread)?
+            .iter()
+            .find(|r| r.run_id == run)
+            .cloned()
+    }
+}
+
+impl App {
+    pub(crate) fn runs(&self) -> MutexGuard<'_, Runs> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The agent registered as `id`, or a 404 naming it.
+    pub(crate) fn agent(&self, id: &str) -> Result<&Arc<dyn Served>, ApiError> {
+        self.agents
+            .get(id)
+            .ok_or_else(|| ApiError::not_found("assistant", id))
+    }
+}
+
+/// A JSON body read as `T`: an empty body reads as `{}`; a body that is not
+/// JSON, or a field of the wrong type, is a 400 that names the field; a body
+/// over the limit is a 413.
+pub(crate) struct Body<T>(pub(crate) T);
+
+impl<T: DeserializeOwned> FromRequest<Shared> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &Shared) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, app).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::TooLarge {
+                    limit: app.body_limit,
+                }
+            } else {
+                ApiError::bad("", format!("the body cannot be read: {e}"))
+            }
+        })?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        parse(bytes).map(Body)
+    }
+}
+
+/// `bytes` as a JSON object read as `T`, with the failing field's path.
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad("", format!("the body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad("", "the body must be a JSON object"));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            ApiError::bad("", format!("the body does not read: {inner}"))
+        } else {
+            ApiError::bad(path.clone(), format!("field `{path}`: {inner}"))
+        }
+    })
+}
+
+/// A query string as its pairs, percent-decoded, in order (a key may come
+/// more than once: `stream_mode=values&stream_mode=updates`).
+#[derive(Debug, Default)]
+pub(crate) struct QueryPairs(pub(crate) Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(query) = parts.uri.query() else {
+            return Ok(QueryPairs::default());
+        };
+        let mut pairs = Vec::new();
+        for kv in query.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            let key = decode(k).ok_or_else(|| ApiError::bad(k, "the query key is not UTF-8"))?;
+            let value = decode(v)
+                .ok_or_else(|| ApiError::bad(key.clone(), "the query value is not UTF-8"))?;
+            pairs.push((key, value));
+        }
+        Ok(QueryPairs(pairs))
+    }
+}
+
+impl QueryPairs {
+    /// Every non-empty value of `key`.
+    pub(crate) fn all(&self, key: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// The last non-empty value of `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.all(key).pop()
+    }
+
+    /// `key` as a boolean (`true`/`false`/`1`/`0`), `default` when absent.
+    pub(crate) fn flag(&self, key: &str, default: bool) -> Result<bool, ApiError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some("true" | "True" | "1") => Ok(true),
+            Some("false" | "False" | "0") => Ok(false),
+            Some(other) => Err(ApiError::bad(
+                key,
+                format!("`{other}` is not a boolean (true, false, 1 or 0)"),
+            )),
+        }
+    }
+
+    /// `key` as a count, `default` when absent, at most `max`.
+    pub(crate) fn count(&self, key: &str, default: usize, max: usize) -> Result<usize, ApiError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if n <= max => Ok(n),
+                _ => Err(ApiError::bad(
+                    key,
+                    format!("`{v}` is not a whole number from 0 to {max}"),
+                )),
+            },
+        }
+    }
+}
+
+/// Percent-decoding, with `+` as a space; `None` if the bytes are not UTF-8.
+fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = s
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The longest id (thread, run, assistant) the server accepts.
+pub(crate) const MAX_ID: usize = 256;
+
+/// Checks an id a client gave: not empty, not too long, no control
+/// characters.
+pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
+    if id.is_empty() {
+        return Err(ApiError::bad(field, "an id cannot be empty"));
+    }
+    if id.len() > MAX_ID {
+        return Err(ApiError::bad(
+            field,
+            format!("an id is at most {MAX_ID} bytes; this one is {}", id.len()),
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(ApiError::bad(field, "an id cannot hold control characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(decode("a%20b+c").as_deref(), Some("a b c"));
+        assert_eq!(decode("100%").as_deref(), Some("100%"));
+        assert_eq!(decode("%zz").as_deref(), Some("%zz"));
+        assert_eq!(decode("%ff"), None);
+    }
+}

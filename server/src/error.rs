@@ -1,0 +1,202 @@
+//! The errors of the server: what a client gets back (a JSON body with a
+//! status), and what stops a server from starting.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use harness::session::SessionError;
+use serde_json::json;
+
+/// A request the server refuses or could not carry out, as the client sees
+/// it: a status and a JSON body `{"error", "message", "field"}`. Every
+/// mistake of a client is a 4xx that names what was wrong and where; a 5xx
+/// is the server's own failure (its store).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// The body is not JSON, or a field of it has the wrong type or value.
+    #[error("{message}")]
+    BadRequest {
+        /// The field, as a path (`command.resume`, `stream_mode[1]`); empty
+        /// for the body as a whole.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The body is well-formed but asks for something this server cannot do
+    /// with it (an option it does not support, an answer of the wrong
+    /// shape).
+    #[error("{message}")]
+    Unprocessable {
+        /// The field, as a path.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No such assistant, thread, run or checkpoint.
+    #[error("{what} `{id}` was not found")]
+    NotFound {
+        /// `assistant`, `thread`, `run`, `checkpoint`.
+        what: &'static str,
+        /// The id the client gave.
+        id: String,
+    },
+    /// The thread is not in a state that allows this (a run in flight, an
+    /// interrupt waiting for an answer, a thread that already exists).
+    #[error("{message}")]
+    Conflict {
+        /// Why.
+        message: String,
+    },
+    /// The body is larger than the server accepts.
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    TooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The server failed (its session store); the client's request may be
+    /// fine.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A bad field.
+    pub(crate) fn bad(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A field asking for what the server cannot do.
+    pub(crate) fn unprocessable(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Unprocessable {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn not_found(what: &'static str, id: impl Into<String>) -> Self {
+        ApiError::NotFound {
+            what,
+            id: id.into(),
+        }
+    }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        ApiError::Conflict {
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { .. } => "bad_request",
+            ApiError::Unprocessable { .. } => "unprocessable",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::Conflict { .. } => "conflict",
+            ApiError::TooLarge { .. } => "too_large",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            ApiError::BadRequest { field, .. } | ApiError::Unprocessable { field, .. } => {
+                Some(field)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(message) = &self {
+            tracing::error!(error = %message, "request failed");
+        }
+        let mut body = json!({
+            "error": self.kind(),
+            "message": self.to_string(),
+        });
+        if let Some(field) = self.field() {
+            body["field"] = json!(field);
+        }
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+/// A session operation's error, as the client sees it: what the client can
+/// change is a 4xx, what the store did is a 500.
+impl From<SessionError> for ApiError {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::NoInterrupt(e) => ApiError::conflict(e.to_string()),
+            SessionError::InFlight(e) => ApiError::conflict(e.to_string()),
+            SessionError::PendingInterrupt(e) => ApiError::conflict(format!(
+                "thread {} waits for an answer to interrupt {}: answer it with \
+                 `command: {{\"resume\": ...}}`",
+                e.session, e.interrupt
+            )),
+            SessionError::NoSession(e) => ApiError::not_found("thread", e.session.to_string()),
+            SessionError::NoCheckpoint { session, index, .. } => {
+                ApiError::not_found("checkpoint", format!("{index}.{session}"))
+            }
+            SessionError::Unfinished { .. } | SessionError::NothingToRecover { .. } => {
+                ApiError::conflict(e.to_string())
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<harness::session::StoreError> for ApiError {
+    fn from(e: harness::session::StoreError) -> Self {
+        SessionError::from(e).into()
+    }
+}
+
+/// What stops a server from being built or started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// No agent was registered.
+    #[error("no agent to serve: register one with Server::agent(..)")]
+    NoAgents,
+    /// Two agents have the same id.
+    #[error("two agents are named `{0}`: an assistant id names one agent")]
+    DuplicateAgent(String),
+    /// No session store for the server's own records.
+    #[error(
+        "no session store: give the server the store its agents' harnesses use, with Server::store(..)"
+    )]
+    NoStore,
+    /// The address is not a loopback address and the server was not told to
+    /// accept other machines.
+    #[error(
+        "{0} is not a loopback address: the server listens only on this machine unless told \
+         otherwise with Server::allow_remote()"
+    )]
+    NotLoopback(std::net::SocketAddr),
+    /// Listening or serving failed.
+    #[error("cannot serve on {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// What failed.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,306 @@
+//! A run as the server keeps it: its fields, its status, and the frames of
+//! its stream, which every client that streams or joins it reads.
+
+use crate::time::iso;
+use harness::StopHandle;
+use harness::session::now_millis;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::watch;
+
+/// What a frame is, to filter a stream by (the stream modes); `Always` frames
+/// (`metadata`, `error`) go to every stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Values,
+    Updates,
+    Custom,
+    Debug,
+    Events,
+    Messages,
+    Always,
+}
+
+impl Mode {
+    /// A stream mode by the name the SDK sends; `None` if this server does not
+    /// know it.
+    pub(crate) fn parse(name: &str) -> Option<Mode> {
+        Some(match name {
+            "values" => Mode::Values,
+            "updates" => Mode::Updates,
+            "custom" => Mode::Custom,
+            "debug" => Mode::Debug,
+            "events" => Mode::Events,
+            "messages-tuple" => Mode::Messages,
+            _ => return None,
+        })
+    }
+
+    /// The names [`parse`](Self::parse) knows.
+    pub(crate) const NAMES: &'static [&'static str] = &[
+        "values",
+        "updates",
+        "custom",
+        "debug",
+        "events",
+        "messages-tuple",
+    ];
+}
+
+/// One event of a run's stream.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    /// Its position in the run's stream (the SSE event id).
+    pub(crate) seq: u64,
+    pub(crate) mode: Mode,
+    /// The SSE event name, without the namespace (`values`, `updates`, ...).
+    pub(crate) event: &'static str,
+    /// The task of a sub-agent it comes from, if it does (`|ns` in the SSE
+    /// event name, with `stream_subgraphs`).
+    pub(crate) ns: Option<String>,
+    pub(crate) data: Value,
+}
+
+/// Where a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunStatus {
+    Pending,
+    Running,
+    Success,
+    Error,
+    /// Paused on an interrupt, or cancelled.
+    Interrupted,
+}
+
+impl RunStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Success => "success",
+            RunStatus::Error => "error",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub(crate) fn is_done(self) -> bool {
+        !matches!(self, RunStatus::Pending | RunStatus::Running)
+    }
+
+    pub(crate) const NAMES: &'static [&'static str] =
+        &["pending", "running", "success", "error", "interrupted"];
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RunResult {
+    /// The thread's state at the end.
+    pub(crate) values: Value,
+    /// The interrupts it paused on (`{"value", "id"}`).
+    pub(crate) interrupts: Vec<Value>,
+    /// `(kind, message)` if it failed.
+    pub(crate) error: Option<(String, String)>,
+}
+
+impl RunResult {
+    /// The body of `wait` and `join`: the state, with `__interrupt__` when it
+    /// paused, or `__error__` when it failed.
+    pub(crate) fn output(&self) -> Value {
+        if let Some((kind, message)) = &self.error {
+            return json!({ "__error__": { "error": kind, "message": message } });
+        }
+        let mut out = self.values.clone();
+        if !self.interrupts.is_empty()
+            && let Value::Object(map) = &mut out
+        {
+            map.insert(
+                "__interrupt__".into(),
+                Value::Array(self.interrupts.clone()),
+            );
+        }
+        out
+    }
+}
+
+struct Live {
+    status: RunStatus,
+    updated_at: u64,
+    frames: Vec<Arc<Frame>>,
+    result: Option<RunResult>,
+    stop: Option<StopHandle>,
+    cancelled: bool,
+}
+
+/// A run of the server.
+pub(crate) struct RunRecord {
+    pub(crate) run_id: String,
+    pub(crate) thread_id: String,
+    pub(crate) assistant_id: String,
+    pub(crate) created_at: u64,
+    pub(crate) metadata: Value,
+    pub(crate) kwargs: Value,
+    live: Mutex<Live>,
+    /// The number of frames, bumped at each new frame and at the end.
+    tick: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for RunRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRecord")
+            .field("run_id", &self.run_id)
+            .field("thread_id", &self.thread_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunRecord {
+    /// A pending run; its first frame is `metadata`, as LangGraph sends it.
+    pub(crate) fn new(
+        run_id: String,
+        thread_id: String,
+        assistant_id: String,
+        metadata: Value,
+        kwargs: Value,
+    ) -> Arc<Self> {
+        let now = now_millis();
+        let record = Arc::new(RunRecord {
+            run_id,
+            thread_id,
+            assistant_id,
+            created_at: now,
+            metadata,
+            kwargs,
+            live: Mutex::new(Live {
+                status: RunStatus::Pending,
+                updated_at: now,
+                frames: Vec::new(),
+                result: None,
+                stop: None,
+                cancelled: false,
+            }),
+            tick: watch::channel(0).0,
+        });
+        let meta = json!({ "run_id": record.run_id, "attempt": 1 });
+        record.push(Mode::Always, "metadata", None, meta);
+        record
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Appends a frame to the stream.
+    pub(crate) fn push(&self, mode: Mode, event: &'static str, ns: Option<String>, data: Value) {
+        let count = {
+            let mut live = self.live();
+            let seq = live.frames.len() as u64;
+            live.frames.push(Arc::new(Frame {
+                seq,
+                mode,
+                event,
+                ns,
+                data,
+            }));
+            live.frames.len() as u64
+        };
+        self.tick.send_replace(count);
+    }
+
+    /// The run has started; `stop` stops it. A cancel that came before is
+    /// passed on now.
+    pub(crate) fn running(&self, stop: StopHandle) {
+        let mut live = self.live();
+        if live.cancelled {
+            stop.stop();
+        }
+        live.status = RunStatus::Running;
+        live.updated_at = now_millis();
+        live.stop = Some(stop);
+    }
+
+    /// The run settled.
+    pub(crate) fn finish(&self, status: RunStatus, result: RunResult) {
+        {
+            let mut live = self.live();
+            live.status = status;
+            live.updated_at = now_millis();
+            live.result = Some(result);
+            live.stop = None;
+        }
+        self.tick.send_modify(|_| {});
+    }
+
+    /// Asks the run to stop at its next step boundary; `false` if it has
+    /// already settled.
+    pub(crate) fn cancel(&self) -> bool {
+        let mut live = self.live();
+        if live.status.is_done() {
+            return false;
+        }
+        live.cancelled = true;
+        if let Some(stop) = &live.stop {
+            stop.stop();
+        }
+        true
+    }
+
+    pub(crate) fn status(&self) -> RunStatus {
+        self.live().status
+    }
+
+    pub(crate) fn result(&self) -> Option<RunResult> {
+        self.live().result.clone()
+    }
+
+    /// The frames after `after` (all when `None`), and whether the run has
+    /// settled (no frame will follow).
+    pub(crate) fn frames_after(&self, after: Option<u64>) -> (Vec<Arc<Frame>>, bool) {
+        let live = self.live();
+        let from = after.map_or(0, |a| {
+            usize::try_from(a.saturating_add(1)).unwrap_or(usize::MAX)
+        });
+        let frames = live
+            .frames
+            .get(from..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default();
+        (frames, live.status.is_done())
+    }
+
+    /// A receiver that changes at every new frame and at the end.
+    pub(crate) fn ticks(&self) -> watch::Receiver<u64> {
+        self.tick.subscribe()
+    }
+
+    /// Waits until the run settles; its result.
+    pub(crate) async fn settled(&self) -> RunResult {
+        let mut ticks = self.ticks();
+        loop {
+            if let Some(result) = self.result() {
+                return result;
+            }
+            if ticks.changed().await.is_err() {
+                return self.result().unwrap_or_default();
+            }
+        }
+    }
+
+    /// The run as the API shows it.
+    pub(crate) fn to_json(&self) -> Value {
+        let (status, updated_at) = {
+            let live = self.live();
+            (live.status, live.updated_at)
+        };
+        json!({
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "assistant_id": self.assistant_id,
+            "created_at": iso(self.created_at),
+            "updated_at": iso(updated_at),
+            "status": status.as_str(),
+            "metadata": self.metadata,
+            "multitask_strategy": "reject",
+            "kwargs": self.kwargs,
+        })
+    }
+}

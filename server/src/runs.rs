@@ -1,0 +1,701 @@
+//! Runs: created in the background, streamed, waited for, joined, cancelled,
+//! listed. A run's input merges into the thread's state; `command.resume`
+//! answers the thread's pending interrupt.
+
+use crate::app::{Body, QueryPairs, Shared, check_id};
+use crate::error::ApiError;
+use crate::record::{Mode, RunRecord, RunStatus};
+use crate::stream::{self, Want};
+use crate::threads::{self, CheckpointRef, Parent, ThreadRecord};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use harness::session::{SessionPhase, now_millis};
+use harness::{InterruptId, RunId};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// A stream mode, or several.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `command`: only `resume` is supported.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Command {
+    resume: Option<Value>,
+    update: Option<Value>,
+    goto: Option<Value>,
+}
+
+/// The body of a run: what the SDK sends (`runs.create`, `runs.stream`,
+/// `runs.wait`). Fields it sends that change nothing here are read and
+/// left.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RunCreate {
+    assistant_id: String,
+    input: Option<Value>,
+    command: Option<Command>,
+    stream_mode: Option<OneOrMany>,
+    stream_subgraphs: Option<bool>,
+    #[serde(rename = "stream_resumable")]
+    _stream_resumable: Option<bool>,
+    metadata: Option<Map<String, Value>>,
+    config: Option<Map<String, Value>>,
+    context: Option<Map<String, Value>>,
+    checkpoint: Option<CheckpointRef>,
+    checkpoint_id: Option<String>,
+    interrupt_before: Option<Value>,
+    interrupt_after: Option<Value>,
+    multitask_strategy: Option<String>,
+    if_not_exists: Option<String>,
+    on_disconnect: Option<String>,
+    on_completion: Option<String>,
+    webhook: Option<String>,
+    after_seconds: Option<f64>,
+    durability: Option<String>,
+    #[serde(rename = "feedback_keys")]
+    _feedback_keys: Option<Vec<String>>,
+    #[serde(rename = "checkpoint_during")]
+    _checkpoint_during: Option<bool>,
+    #[serde(rename = "strict_resume")]
+    _strict_resume: Option<bool>,
+}
+
+/// A run body, checked.
+struct Plan {
+    body: RunCreate,
+    modes: Vec<Mode>,
+    create_thread: bool,
+}
+
+fn one_of(field: &str, value: Option<&str>, allowed: &[&str]) -> Result<(), ApiError> {
+    match value {
+        Some(v) if !allowed.contains(&v) => Err(ApiError::bad(
+            field,
+            format!("`{v}` is none of {}", allowed.join(", ")),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn not_empty(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// Stream modes by name; `field` names them in errors.
+pub(crate) fn read_modes(names: &[&str], field: &str) -> Result<Vec<Mode>, ApiError> {
+    let mut modes = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let at = if names.len() == 1 {
+            field.to_string()
+        } else {
+            format!("{field}[{i}]")
+        };
+        match Mode::parse(name) {
+            Some(m) => modes.push(m),
+            None if *name == "messages" => {
+                return Err(ApiError::unprocessable(
+                    at,
+                    "stream mode `messages` is not supported by this server yet: use `messages-tuple`",
+                ));
+            }
+            None => {
+                return Err(ApiError::bad(
+                    at,
+                    format!(
+                        "`{name}` is not a stream mode (the modes: {})",
+                        Mode::NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(modes)
+}
+
+impl Plan {
+    fn check(app: &Shared, body: RunCreate, stateless: bool) -> Result<Plan, ApiError> {
+        check_id("assistant_id", &body.assistant_id)?;
+        app.agent(&body.assistant_id)
+            .map_err(|_| ApiError::not_found("assistant", body.assistant_id.clone()))?;
+        if not_empty(&body.input) && body.command.is_some() {
+            return Err(ApiError::bad(
+                "command",
+                "give either `input` or `command`, not both",
+            ));
+        }
+        if let Some(c) = &body.command {
+            if not_empty(&c.update) {
+                return Err(ApiError::unprocessable(
+                    "command.update",
+                    "`command.update` is not supported: update the state with threads.update_state",
+                ));
+            }
+            if not_empty(&c.goto) {
+                return Err(ApiError::unprocessable(
+                    "command.goto",
+                    "`command.goto` is not supported: a harness loop routes by its own signals",
+                ));
+            }
+            if c.resume.is_none() {
+                return Err(ApiError::bad(
+                    "command.resume",
+                    "a command must give `resume`: the answer to the thread's pending interrupt",
+                ));
+            }
+        }
+        if let Some(input) = &body.input
+            && !input.is_null()
+        {
+            if !input.is_object() {
+                return Err(ApiError::unprocessable(
+                    "input",
+                    "the input must be an object of state fields",
+                ));
+            }
+            app.agent(&body.assistant_id)?.check_input(input, "input")?;
+        }
+        for (field, v) in [
+            ("interrupt_before", &body.interrupt_before),
+            ("interrupt_after", &body.interrupt_after),
+        ] {
+            if not_empty(v) {
+                return Err(ApiError::unprocessable(
+                    field,
+                    format!(
+                        "`{field}` is not supported: a step asks for a human with cx.interrupt(..)"
+                    ),
+                ));
+            }
+        }
+        one_of(
+            "multitask_strategy",
+            body.multitask_strategy.as_deref(),
+            &["reject", "interrupt", "rollback", "enqueue"],
+        )?;
+        if let Some(s) = body.multitask_strategy.as_deref()
+            && s != "reject"
+        {
+            return Err(ApiError::unprocessable(
+                "multitask_strategy",
+                format!(
+                    "multitask_strategy `{s}` is not supported by this server yet: only `reject`"
+                ),
+            ));
+        }
+        one_of(
+            "if_not_exists",
+            body.if_not_exists.as_deref(),
+            &["reject", "create"],
+        )?;
+        one_of(
+            "on_disconnect",
+            body.on_disconnect.as_deref(),
+            &["cancel", "continue"],
+        )?;
+        one_of(
+            "on_completion",
+            body.on_completion.as_deref(),
+            &["delete", "keep"],
+        )?;
+        one_of(
+            "durability",
+            body.durability.as_deref(),
+            &["sync", "async", "exit"],
+        )?;
+        if body.webhook.as_deref().is_some_and(|w| !w.is_empty()) {
+            return Err(ApiError::unprocessable(
+                "webhook",
+                "webhooks are not supported by this server yet",
+            ));
+        }
+        if body.after_seconds.is_some_and(|s| s > 0.0) {
+            return Err(ApiError::unprocessable(
+                "after_seconds",
+                "delayed runs are not supported by this server yet",
+            ));
+        }
+        if let Some(id) = &body.checkpoint_id {
+            check_id("checkpoint_id", id)?;
+        }
+        if body.command.is_some()
+            && (body.checkpoint_id.is_some()
+                || body
+                    .checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.checkpoint_id.is_some()))
+        {
+            return Err(ApiError::unprocessable(
+                "checkpoint_id",
+                "a resume answers the thread's pending interrupt: it cannot start from another checkpoint",
+            ));
+        }
+        let names: Vec<&str> = match &body.stream_mode {
+            None => vec!["values"],
+            Some(OneOrMany::One(m)) => vec![m.as_str()],
+            Some(OneOrMany::Many(ms)) => ms.iter().map(String::as_str).collect(),
+        };
+        let modes = read_modes(&names, "stream_mode")?;
+        let create_thread = stateless || body.if_not_exists.as_deref() == Some("create");
+        Ok(Plan {
+            body,
+            modes,
+            create_thread,
+        })
+    }
+}
+
+/// The answer to give the pending interrupt `pending`: `resume` itself, or
+/// its entry for `pending` when it maps interrupt ids to answers.
+fn answer_for(resume: Value, pending: &InterruptId) -> Result<Value, ApiError> {
+    if let Value::Object(map) = &resume
+        && !map.is_empty()
+        && map.keys().all(|k| uuid::Uuid::parse_str(k).is_ok())
+    {
+        return match map.get(pending.as_str()) {
+            Some(answer) if map.len() == 1 => Ok(answer.clone()),
+            Some(_) => Err(ApiError::unprocessable(
+                "command.resume",
+                format!(
+                    "`command.resume` answers {} interrupts; the thread waits on one, {pending}",
+                    map.len()
+                ),
+            )),
+            None => Err(ApiError::conflict(format!(
+                "`command.resume` answers interrupt {}, but the thread waits on {pending}",
+                map.keys().next().map_or("", String::as_str)
+            ))),
+        };
+    }
+    Ok(resume)
+}
+
+/// Starts a run on `thread_id` (a new thread for a stateless run, when
+/// `None`): checks the body, takes the thread (one run at a time: a busy
+/// thread is a 409), and starts the run in this process.
+async fn start(
+    app: &Shared,
+    thread_id: Option<String>,
+    body: RunCreate,
+) -> Result<Arc<RunRecord>, ApiError> {
+    if let Some(id) = &thread_id {
+        check_id("thread_id", id)?;
+    }
+    let plan = Plan::check(app, body, thread_id.is_none())?;
+    let agent = Arc::clone(app.agent(&plan.body.assistant_id)?);
+    let mut record = match &thread_id {
+        Some(id) => match threads::find(app, id).await? {
+            Some(r) => r,
+            None if plan.create_thread => {
+                threads::create_record(app, Some(id.clone()), Map::new()).await?
+            }
+            None => return Err(ApiError::not_found("thread", id.clone())),
+        },
+        None => threads::create_record(app, None, Map::new()).await?,
+    };
+    let thread = record.thread_id.clone();
+    let head = match threads::head_of(app, &record).await {
+        Ok(found) => found.map(|(h, _)| h),
+        Err(e) => return Err(e),
+    };
+    if let Some(head) = &head
+        && head.agent_id != agent.id()
+    {
+        return Err(ApiError::conflict(format!(
+            "thread {thread} runs assistant `{}`, not `{}`",
+            head.agent_id,
+            agent.id()
+        )));
+    }
+    let body = plan.body;
+    let kwargs = json!({
+        "input": body.input,
+        "command": body.command.as_ref().map(|c| json!({"resume": c.resume})),
+        "config": body.config,
+        "context": body.context,
+        "stream_mode": plan.modes.len(),
+    });
+    let mut metadata = body.metadata.clone().unwrap_or_default();
+    metadata
+        .entry("assistant_id")
+        .or_insert_with(|| json!(agent.id()));
+    let run = RunRecord::new(
+        RunId::random().to_string(),
+        thread.clone(),
+        agent.id().to_string(),
+        Value::Object(metadata),
+        kwargs,
+    );
+    // One run per thread: the check and the claim under one lock.
+    {
+        let mut runs = app.runs();
+        if let Some(active) = runs.active(&thread) {
+            return Err(ApiError::conflict(format!(
+                "thread {thread} is busy with run {}: wait for it, join it or cancel it \
+                 (multitask strategy `reject`)",
+                active.run_id
+            )));
+        }
+        runs.by_thread
+            .entry(thread.clone())
+            .or_default()
+            .push(Arc::clone(&run));
+    }
+    let started = async {
+        let tokens = plan.modes.contains(&Mode::Messages);
+        if let Some(command) = body.command {
+            let Some(head) = &head else {
+                return Err(ApiError::conflict(format!(
+                    "thread {thread} has no interrupt waiting for an answer: it has not run yet"
+                )));
+            };
+            let SessionPhase::Interrupted { interrupt } = &head.phase else {
+                return Err(ApiError::conflict(format!(
+                    "thread {thread} has no interrupt waiting for an answer; `command.resume` \
+                     answers one"
+                )));
+            };
+            let answer = answer_for(command.resume.unwrap_or(Value::Null), &interrupt.id)?;
+            agent
+                .resume(
+                    record.session_id(),
+                    interrupt.id.clone(),
+                    answer,
+                    Arc::clone(&run),
+                    tokens,
+                )
+                .await
+        } else {
+            let checkpoint = body
+                .checkpoint
+                .as_ref()
+                .and_then(|c| c.checkpoint_id.clone())
+                .map(|c| (c, "checkpoint.checkpoint_id"))
+                .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
+            if let Some((c, field)) = checkpoint {
+                // A run from an earlier checkpoint forks the thread there.
+                let (session, index) = threads::read_checkpoint(&record, &c, field)?;
+                let fork = agent.fork(&session, index, None, field).await?;
+                record.parents.insert(
+                    0,
+                    Parent {
+                        session: session.to_string(),
+                        index,
+                    },
+                );
+                record.session = fork.to_string();
+                record.updated_at = now_millis();
+                threads::save(app, &record).await?;
+            }
+            agent
+                .start(record.session_id(), body.input, Arc::clone(&run), tokens)
+                .await
+        }
+    }
+    .await;
+    if let Err(e) = started {
+        let mut runs = app.runs();
+        if let Some(list) = runs.by_thread.get_mut(&thread) {
+            list.retain(|r| !Arc::ptr_eq(r, &run));
+        }
+        return Err(e);
+    }
+    touch(app, &mut record).await;
+    Ok(run)
+}
+
+/// Records that the thread changed (its `updated_at`).
+async fn touch(app: &Shared, record: &mut ThreadRecord) {
+    record.updated_at = now_millis();
+    if let Err(e) = threads::save(app, record).await {
+        tracing::warn!(thread = %record.thread_id, error = %e, "cannot record the thread's update time");
+    }
+}
+
+fn location(run: &RunRecord) -> String {
+    format!("/threads/{}/runs/{}", run.thread_id, run.run_id)
+}
+
+fn with_location(mut response: Response, run: &RunRecord) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&location(run)) {
+        response.headers_mut().insert(header::CONTENT_LOCATION, v);
+    }
+    response
+}
+
+fn want_of(body_modes: Vec<Mode>, subgraphs: bool, cancel: bool) -> Want {
+    Want {
+        modes: body_modes,
+        subgraphs,
+        after: None,
+        cancel_on_disconnect: cancel,
+    }
+}
+
+async fn stream_run(
+    app: Shared,
+    thread: Option<String>,
+    body: RunCreate,
+) -> Result<Response, ApiError> {
+    let names: Vec<String> = match &body.stream_mode {
+        None => vec!["values".into()],
+        Some(OneOrMany::One(m)) => vec![m.clone()],
+        Some(OneOrMany::Many(ms)) => ms.clone(),
+    };
+    let modes = read_modes(
+        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+        "stream_mode",
+    )?;
+    let subgraphs = body.stream_subgraphs.unwrap_or(false);
+    let cancel = body.on_disconnect.as_deref() == Some("cancel");
+    let run = start(&app, thread, body).await?;
+    let loc = location(&run);
+    Ok(stream::response(
+        run,
+        want_of(modes, subgraphs, cancel),
+        &loc,
+    ))
+}
+
+pub(crate) async fn stream_on_thread(
+    State(app): State<Shared>,
+    Path(thread): Path<String>,
+    Body(body): Body<RunCreate>,
+) -> Result<Response, ApiError> {
+    stream_run(app, Some(thread), body).await
+}
+
+pub(crate) async fn stream_stateless(
+    State(app): State<Shared>,
+    Body(body): Body<RunCreate>,
+) -> Result<Response, ApiError> {
+    stream_run(app, None, body).await
+}
+
+async fn create_run(
+    app: Shared,
+    thread: Option<String>,
+    body: RunCreate,
+) -> Result<Response, ApiError> {
+    let run = start(&app, thread, body).await?;
+    Ok(with_location(Json(run.to_json()).into_response(), &run))
+}
+
+pub(crate) async fn create_on_thread(
+    State(app): State<Shared>,
+    Path(thread): Path<String>,
+    Body(body): Body<RunCreate>,
+) -> Result<Response, ApiError> {
+    create_run(app, Some(thread), body).await
+}
+
+pub(crate) async fn create_stateless(
+    State(app): State<Shared>,
+    Body(body): Body<RunCreate>,
+) -> Result<Response, ApiError> {
+    create_run(app, None, body).await
+}
+
+async fn wait_run(
+    app: Shared,
+    thread: Option<String>,
+    body: RunCreate,
+) -> Result<Response, ApiError> {
+    let run = start(&app, thread, body).await?;
+    let result = run.settled().await;
+    // An answer the interrupted step cannot read is the client's mistake:
+    // the run failed, the interrupt still waits.
+    if let Some((kind, message)) = &result.error
+        && kind == "AnswerRejected"
+    {
+        let error = ApiError::unprocessable("command.resume", message.clone());
+        return Ok(with_location(error.into_response(), &run));
+    }
+    Ok(with_location(Json(result.output()).into_response(), &run))
+}
+
+pub(crate) async fn wait_on_thread(
+    State(app): State<Shared>,
+    Path(thread): Path<String>,
+    Body(body): Body<RunCreate>,
+) -> Result<Response, ApiError> {
+    wait_run(app, Some(thread), body).await
+}
+
+pub(crate) async fn wait_stateless(
+    State(app): State<Shared>,
+    Body(body): Body<RunCreate>,
+) -> Result<Response, ApiError> {
+    wait_run(app, None, body).await
+}
+
+/// A run of a thread, or a 404 naming what is missing.
+async fn find_run(app: &Shared, thread: &str, run: &str) -> Result<Arc<RunRecord>, ApiError> {
+    if let Some(found) = app.runs().find(thread, run) {
+        return Ok(found);
+    }
+    if threads::find(app, thread).await?.is_none() {
+        return Err(ApiError::not_found("thread", thread));
+    }
+    Err(ApiError::not_found("run", run))
+}
+
+pub(crate) async fn list(
+    State(app): State<Shared>,
+    Path(thread): Path<String>,
+    query: QueryPairs,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    threads::get_record(&app, &thread).await?;
+    let limit = query.count("limit", 10, 1000)?;
+    let offset = query.count("offset", 0, usize::MAX)?;
+    let status = query.get("status");
+    if let Some(s) = status
+        && !RunStatus::NAMES.contains(&s)
+    {
+        return Err(ApiError::bad(
+            "status",
+            format!("`{s}` is none of {}", RunStatus::NAMES.join(", ")),
+        ));
+    }
+    let runs: Vec<Arc<RunRecord>> = app
+        .runs()
+        .by_thread
+        .get(&thread)
+        .cloned()
+        .unwrap_or_default();
+    Ok(Json(
+        runs.iter()
+            .rev()
+            .filter(|r| status.is_none_or(|s| r.status().as_str() == s))
+            .skip(offset)
+            .take(limit)
+            .map(|r| r.to_json())
+            .collect(),
+    ))
+}
+
+pub(crate) async fn get(
+    State(app): State<Shared>,
+    Path((thread, run)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(find_run(&app, &thread, &run).await?.to_json()))
+}
+
+pub(crate) async fn join(
+    State(app): State<Shared>,
+    Path((thread, run)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let run = find_run(&app, &thread, &run).await?;
+    Ok(Json(run.settled().await.output()))
+}
+
+/// `join_stream`: the run's events from `Last-Event-ID` on (from the start
+/// without it), in the modes asked (all the run's, by default).
+pub(crate) async fn join_stream(
+    State(app): State<Shared>,
+    Path((thread, run)): Path<(String, String)>,
+    headers: HeaderMap,
+    query: QueryPairs,
+) -> Result<Response, ApiError> {
+    let run = find_run(&app, &thread, &run).await?;
+    let names = query.all("stream_mode");
+    let modes = if names.is_empty() {
+        vec![
+            Mode::Values,
+            Mode::Updates,
+            Mode::Custom,
+            Mode::Debug,
+            Mode::Events,
+            Mode::Messages,
+        ]
+    } else {
+        read_modes(&names, "stream_mode")?
+    };
+    let after = match headers.get("last-event-id") {
+        None => None,
+        Some(v) => {
+            let text = v.to_str().unwrap_or_default();
+            if text.is_empty() {
+                None
+            } else {
+                Some(text.parse::<u64>().map_err(|_| {
+                    ApiError::bad(
+                        "Last-Event-ID",
+                        format!("`{text}` is not an event id of this server (a whole number)"),
+                    )
+                })?)
+            }
+        }
+    };
+    let want = Want {
+        modes,
+        subgraphs: true,
+        after,
+        cancel_on_disconnect: query.flag("cancel_on_disconnect", false)?,
+    };
+    let loc = location(&run);
+    Ok(stream::response(run, want, &loc))
+}
+
+pub(crate) async fn cancel(
+    State(app): State<Shared>,
+    Path((thread, run)): Path<(String, String)>,
+    query: QueryPairs,
+) -> Result<Response, ApiError> {
+    let run = find_run(&app, &thread, &run).await?;
+    let wait = query.flag("wait", false)?;
+    match query.get("action") {
+        None | Some("interrupt") => {}
+        Some("rollback") => {
+            return Err(ApiError::unprocessable(
+                "action",
+                "cancel action `rollback` is not supported by this server yet: use `interrupt`",
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::bad(
+                "action",
+                format!("`{other}` is neither `interrupt` nor `rollback`"),
+            ));
+        }
+    }
+    if !run.cancel() {
+        return Err(ApiError::conflict(format!(
+            "run {} has already settled ({})",
+            run.run_id,
+            run.status().as_str()
+        )));
+    }
+    if wait {
+        run.settled().await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) async fn delete(
+    State(app): State<Shared>,
+    Path((thread, run)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let found = find_run(&app, &thread, &run).await?;
+    if !found.status().is_done() {
+        return Err(ApiError::conflict(format!(
+            "run {run} is still {}: cancel it first",
+            found.status().as_str()
+        )));
+    }
+    if let Some(list) = app.runs().by_thread.get_mut(&thread) {
+        list.retain(|r| r.run_id != run);
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

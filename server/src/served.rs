@@ -1,0 +1,511 @@
+//! A registered agent behind one object-safe trait: the only code that knows
+//! the agent's state type. It reads and writes JSON, starts and resumes runs,
+//! and turns their [`RunEvent`]s into the frames of the stream modes.
+
+use crate::error::ApiError;
+use crate::record::{Mode, RunRecord, RunResult, RunStatus};
+use crate::time::iso;
+use async_trait::async_trait;
+use harness::session::{CheckpointInfo, SessionError, StoredRun, now_millis};
+use harness::slots::{Context, NoSlots};
+use harness::{
+    Agent, Harness, HarnessState, InterruptId, RunError, RunEvent, SessionId, Signal, TaskPath,
+};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A registered agent, whatever its state type.
+#[async_trait]
+pub(crate) trait Served: Send + Sync {
+    /// The agent's id: the assistant id and the graph id.
+    fn id(&self) -> &str;
+    /// `{nodes, edges}`.
+    fn graph(&self) -> &Value;
+    /// The schemas of `get_schemas`, without the graph id.
+    fn schemas(&self) -> &Value;
+    /// The session's head, if it exists.
+    async fn head(&self, session: &SessionId) -> Result<Option<StoredRun>, ApiError>;
+    /// The state after `index` steps (the latest when `None`), as JSON.
+    async fn state(&self, session: &SessionId, index: Option<u64>) -> Result<Value, ApiError>;
+    /// The session's checkpoints.
+    async fn history(&self, session: &SessionId) -> Result<Vec<CheckpointInfo>, ApiError>;
+    /// A new session from `session` after `index` steps with `values` merged
+    /// in (read as the state's update type; `field` names it in errors).
+    async fn fork(
+        &self,
+        session: &SessionId,
+        index: u64,
+        values: Option<Value>,
+        field: &str,
+    ) -> Result<SessionId, ApiError>;
+    /// Checks that `input` reads as an update of the state; `field` names it.
+    fn check_input(&self, input: &Value, field: &str) -> Result<(), ApiError>;
+    /// Starts a run on `session` with `input` merged in, driven into
+    /// `record`.
+    async fn start(
+        &self,
+        session: SessionId,
+        input: Option<Value>,
+        record: Arc<RunRecord>,
+        tokens: bool,
+    ) -> Result<(), ApiError>;
+    /// Answers the pending interrupt `interrupt` of `session` with `answer`
+    /// and drives the continued run into `record`.
+    async fn resume(
+        &self,
+        session: SessionId,
+        interrupt: InterruptId,
+        answer: Value,
+        record: Arc<RunRecord>,
+        tokens: bool,
+    ) -> Result<(), ApiError>;
+}
+
+/// An agent whose context has no run slots, with what the API shows of it.
+pub(crate) struct Typed<S: HarnessState, C: Context> {
+    agent: Agent<S, C>,
+    graph: Value,
+    schemas: Value,
+    fields: Option<Vec<String>>,
+}
+
+impl<S: HarnessState, C: Context> Typed<S, C>
+where
+    C::Run: NoSlots,
+{
+    pub(crate) fn new(agent: &Agent<S, C>, harness: &Harness<S, C>) -> Self {
+        let state = serde_json::to_value(S::state_schema()).unwrap_or(Value::Null);
+        let update = serde_json::to_value(S::update_schema()).unwrap_or(Value::Null);
+        let fields = update
+            .get("properties")
+            .and_then(Value::as_object)
+            .filter(|_| update.get("additionalProperties") != Some(&Value::Bool(true)))
+            .map(|p| p.keys().cloned().collect());
+        Self {
+            agent: agent.clone(),
+            graph: crate::graph::from_dot(&harness.to_dot()),
+            schemas: json!({
+                "input_schema": update,
+                "output_schema": state,
+                "state_schema": state,
+                "config_schema": null,
+                "context_schema": null,
+            }),
+            fields,
+        }
+    }
+
+    fn read_update(&self, input: Value, field: &str) -> Result<S::Update, ApiError> {
+        if let (Value::Object(map), Some(fields)) = (&input, &self.fields)
+            && let Some(unknown) = map.keys().find(|k| !fields.contains(k))
+        {
+            return Err(ApiError::unprocessable(
+                format!("{field}.{unknown}"),
+                format!(
+                    "`{unknown}` is not a field of agent `{}`'s state (its fields: {})",
+                    self.agent.id(),
+                    fields.join(", ")
+                ),
+            ));
+        }
+        serde_path_to_error::deserialize::<_, S::Update>(input).map_err(|e| {
+            let path = e.path().to_string();
+            let at = if path == "." {
+                field.to_string()
+            } else {
+                format!("{field}.{path}")
+            };
+            ApiError::unprocessable(
+                at.clone(),
+                format!(
+                    "{at} does not read as an update of agent `{}`'s state: {}",
+                    self.agent.id(),
+                    e.inner()
+                ),
+            )
+        })
+    }
+
+    /// The state of `session` now, or the default if it has none yet.
+    async fn current(&self, session: &SessionId) -> Result<S, ApiError> {
+        match self.agent.state_at(session, None).await {
+            Ok(s) => Ok(s),
+            Err(SessionError::NoSession(_)) => Ok(S::default()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn drive(&self, run: harness::Run<S, C>, state: S, record: Arc<RunRecord>, tokens: bool) {
+        let events = if tokens {
+            run.events_with_tokens()
+        } else {
+            run.events()
+        };
+        record.running(run.stop_handle());
+        let mut frames = Frames::<S> {
+            record: Arc::clone(&record),
+            run_id: record.run_id.clone(),
+            state,
+            pending: BTreeMap::new(),
+            index: 0,
+        };
+        frames.values(None);
+        tokio::spawn(async move {
+            let mut events = events;
+            let handle = tokio::spawn(async move {
+                let mut run = run;
+                (&mut run).await
+            });
+            while let Some(event) = events.recv().await {
+                frames.event(event);
+            }
+            let settled = match handle.await {
+                Ok(settled) => settled,
+                Err(join) => Err(RunError::Step {
+                    step: "(the run's task)".into(),
+                    attempts: 1,
+                    source: join.to_string().into(),
+                }),
+            };
+            frames.settle(settled);
+        });
+    }
+}
+
+#[async_trait]
+impl<S: HarnessState, C: Context> Served for Typed<S, C>
+where
+    C::Run: NoSlots,
+{
+    fn id(&self) -> &str {
+        self.agent.id()
+    }
+
+    fn graph(&self) -> &Value {
+        &self.graph
+    }
+
+    fn schemas(&self) -> &Value {
+        &self.schemas
+    }
+
+    async fn head(&self, session: &SessionId) -> Result<Option<StoredRun>, ApiError> {
+        match self.agent.session(session).await {
+            Ok(head) => Ok(Some(head)),
+            Err(SessionError::NoSession(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn state(&self, session: &SessionId, index: Option<u64>) -> Result<Value, ApiError> {
+        let state = self.agent.state_at(session, index).await?;
+        serde_json::to_value(state).map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
+    async fn history(&self, session: &SessionId) -> Result<Vec<CheckpointInfo>, ApiError> {
+        Ok(self.agent.history(session).await?)
+    }
+
+    async fn fork(
+        &self,
+        session: &SessionId,
+        index: u64,
+        values: Option<Value>,
+        field: &str,
+    ) -> Result<SessionId, ApiError> {
+        let update = match values {
+            Some(v) => Some(self.read_update(v, field)?),
+            None => None,
+        };
+        Ok(self.agent.fork(session, index, update).await?)
+    }
+
+    fn check_input(&self, input: &Value, field: &str) -> Result<(), ApiError> {
+        self.read_update(input.clone(), field).map(|_| ())
+    }
+
+    async fn start(
+        &self,
+        session: SessionId,
+        input: Option<Value>,
+        record: Arc<RunRecord>,
+        tokens: bool,
+    ) -> Result<(), ApiError> {
+        let update = match input {
+            Some(v) if !v.is_null() => self.read_update(v, "input")?,
+            _ => S::Update::default(),
+        };
+        let mut state = self.current(&session).await?;
+        let run = self
+            .agent
+            .continue_session(&session, update.clone())
+            .await?;
+        state.apply(update);
+        self.drive(run, state, record, tokens);
+        Ok(())
+    }
+
+    async fn resume(
+        &self,
+        session: SessionId,
+        interrupt: InterruptId,
+        answer: Value,
+        record: Arc<RunRecord>,
+        tokens: bool,
+    ) -> Result<(), ApiError> {
+        let state = self.current(&session).await?;
+        let run = self.agent.resume(answer, &session, &interrupt).await?;
+        self.drive(run, state, record, tokens);
+        Ok(())
+    }
+}
+
+/// Turns a run's events into frames: keeps the run's state to send it whole
+/// (`values`) after each step.
+struct Frames<S: HarnessState> {
+    record: Arc<RunRecord>,
+    run_id: String,
+    state: S,
+    /// Updates of parallel branches, applied at their join in branch order.
+    pending: BTreeMap<TaskPath, Vec<S::Update>>,
+    /// Steps completed so far (LangGraph's `step`).
+    index: u64,
+}
+
+fn interrupt_json(i: &harness::Interrupt) -> Value {
+    json!({ "value": i.payload, "id": i.id.as_str() })
+}
+
+fn task_id(run: &str, path: &TaskPath, index: u64) -> String {
+    if path.is_root() {
+        format!("{run}:{index}")
+    } else {
+        format!("{run}:{path}:{index}")
+    }
+}
+
+impl<S: HarnessState> Frames<S> {
+    fn push(&self, mode: Mode, event: &'static str, data: Value) {
+        self.record.push(mode, event, None, data);
+    }
+
+    fn state_json(&self) -> Value {
+        serde_json::to_value(&self.state).unwrap_or(Value::Null)
+    }
+
+    fn values(&self, interrupt: Option<&harness::Interrupt>) {
+        let mut values = self.state_json();
+        if let (Some(i), Value::Object(map)) = (interrupt, &mut values) {
+            map.insert("__interrupt__".into(), json!([interrupt_json(i)]));
+        }
+        self.push(Mode::Values, "values", values);
+    }
+
+    fn event(&mut self, event: RunEvent<S>) {
+        let now = iso(now_millis());
+        match event {
+            RunEvent::StepStarted { path, step, index } => {
+                let id = task_id(&self.run_id, &path, index);
+                self.push(
+                    Mode::Debug,
+                    "debug",
+                    json!({"type": "task", "step": index + 1, "timestamp": now,
+                           "payload": {"id": id, "name": &*step, "input": null, "triggers": []}}),
+                );
+                self.push(
+                    Mode::Events,
+                    "events",
+                    json!({"event": "on_chain_start", "name": &*step, "run_id": id, "tags": [],
+                           "metadata": {"langgraph_node": &*step, "langgraph_step": index + 1,
+                                        "langgraph_path": path.as_str()},
+                           "data": {}}),
+                );
+            }
+            RunEvent::StepFinished {
+                path,
+                step,
+                index,
+                update,
+                signal,
+                ..
+            } => {
+                let update_json = serde_json::to_value(&update).unwrap_or(Value::Null);
+                let id = task_id(&self.run_id, &path, index);
+                let result: Vec<Value> = match &update_json {
+                    Value::Object(m) => m
+                        .iter()
+                        .filter(|(_, v)| !v.is_null())
+                        .map(|(k, v)| json!([k, v]))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                self.push(
+                    Mode::Debug,
+                    "debug",
+                    json!({"type": "task_result", "step": index + 1, "timestamp": now,
+                           "payload": {"id": id, "name": &*step, "error": null,
+                                       "result": result, "interrupts": []}}),
+                );
+                self.push(
+                    Mode::Events,
+                    "events",
+                    json!({"event": "on_chain_end", "name": &*step, "run_id": id, "tags": [],
+                           "metadata": {"langgraph_node": &*step, "langgraph_step": index + 1,
+                                        "langgraph_path": path.as_str(),
+                                        "signal": signal.as_ref().map(Signal::as_str)},
+                           "data": {"output": update_json}}),
+                );
+                let mut by_step = Map::new();
+                by_step.insert(step.to_string(), update_json);
+                self.push(Mode::Updates, "updates", Value::Object(by_step));
+                self.index = index + 1;
+                if path.is_root() {
+                    self.state.apply(update);
+                    self.values(None);
+                } else {
+                    self.pending.entry(path).or_default().push(update);
+                }
+            }
+            RunEvent::StepFailed {
+                path,
+                step,
+                attempt,
+                error,
+                will_retry,
+            } => {
+                let id = task_id(&self.run_id, &path, self.index);
+                self.push(
+                    Mode::Debug,
+                    "debug",
+                    json!({"type": "task_result", "step": self.index + 1, "timestamp": now,
+                           "payload": {"id": id, "name": &*step, "error": error,
+                                       "result": [], "interrupts": [],
+                                       "attempt": attempt, "will_retry": will_retry}}),
+                );
+            }
+            RunEvent::Joined { path, branches, .. } => {
+                let merged: Vec<S::Update> = branches
+                    .iter()
+                    .flat_map(|b| self.pending.remove(b).unwrap_or_default())
+                    .collect();
+                if path.is_root() {
+                    for u in merged {
+                        self.state.apply(u);
+                    }
+                    self.values(None);
+                } else {
+                    self.pending.entry(path).or_default().extend(merged);
+                }
+            }
+            // A sub-agent's step: its update, under its path.
+            RunEvent::Child {
+                path,
+                step,
+                kind,
+                detail,
+            } if &*kind == "step_finished" => {
+                let mut by_step = Map::new();
+                by_step.insert(step.to_string(), detail["update"].clone());
+                self.record.push(
+                    Mode::Updates,
+                    "updates",
+                    Some(path.to_string()),
+                    Value::Object(by_step),
+                );
+            }
+            RunEvent::Custom {
+                path,
+                step,
+                kind,
+                payload,
+            } => {
+                self.push(
+                    Mode::Custom,
+                    "custom",
+                    json!({"kind": &*kind, "step": &*step, "payload": payload}),
+                );
+                self.push(
+                    Mode::Events,
+                    "events",
+                    json!({"event": "on_custom_event", "name": &*kind, "run_id": self.run_id,
+                           "tags": [], "metadata": {"langgraph_node": &*step,
+                                                    "langgraph_path": path.as_str()},
+                           "data": payload}),
+                );
+            }
+            RunEvent::Token { path, step, text } => {
+                let id = format!("run-{}-{}", self.run_id, self.index);
+                self.push(
+                    Mode::Messages,
+                    "messages",
+                    json!([{"type": "AIMessageChunk", "content": &*text, "id": id},
+                           {"langgraph_node": &*step, "langgraph_step": self.index + 1,
+                            "langgraph_path": path.as_str(), "run_id": self.run_id}]),
+                );
+                self.push(
+                    Mode::Events,
+                    "events",
+                    json!({"event": "on_chat_model_stream", "name": &*step, "run_id": self.run_id,
+                           "tags": [], "metadata": {"langgraph_node": &*step},
+                           "data": {"chunk": {"type": "AIMessageChunk", "content": &*text, "id": id}}}),
+                );
+            }
+            RunEvent::Interrupted(interrupt) => {
+                self.push(
+                    Mode::Updates,
+                    "updates",
+                    json!({"__interrupt__": [interrupt_json(&interrupt)]}),
+                );
+                self.values(Some(&interrupt));
+            }
+            // The end is reported from the run's outcome.
+            _ => {}
+        }
+    }
+
+    fn settle(self, settled: Result<harness::Outcome<S>, RunError>) {
+        let (status, result) = match settled {
+            Ok(outcome) => {
+                let values = serde_json::to_value(&outcome.state).unwrap_or(Value::Null);
+                let interrupts: Vec<Value> = outcome.interrupt.iter().map(interrupt_json).collect();
+                let status =
+                    if outcome.signal == Signal::INTERRUPT || outcome.signal == Signal::STOPPED {
+                        RunStatus::Interrupted
+                    } else {
+                        RunStatus::Success
+                    };
+                (
+                    status,
+                    RunResult {
+                        values,
+                        interrupts,
+                        error: None,
+                    },
+                )
+            }
+            Err(e) => {
+                let kind = match &e {
+                    RunError::AnswerRejected { .. } => "AnswerRejected",
+                    RunError::Timeout { .. } => "Timeout",
+                    _ => "RunError",
+                };
+                let message = e.to_string();
+                self.push(
+                    Mode::Always,
+                    "error",
+                    json!({"error": kind, "message": message}),
+                );
+                (
+                    RunStatus::Error,
+                    RunResult {
+                        values: self.state_json(),
+                        interrupts: Vec::new(),
+                        error: Some((kind.to_string(), message)),
+                    },
+                )
+            }
+        };
+        self.record.finish(status, result);
+    }
+}

@@ -1,0 +1,125 @@
+//! A run's frames as server-sent events: each with its id (its position in
+//! the run's stream), filtered by the stream modes the client asked for.
+
+use crate::record::{Frame, Mode, RunRecord};
+use axum::http::{HeaderValue, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, Stream};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+/// What a client streams.
+#[derive(Clone, Debug)]
+pub(crate) struct Want {
+    pub(crate) modes: Vec<Mode>,
+    pub(crate) subgraphs: bool,
+    /// Frames after this one only (`Last-Event-ID`).
+    pub(crate) after: Option<u64>,
+    /// Stop the run when the client goes away before it settles.
+    pub(crate) cancel_on_disconnect: bool,
+}
+
+impl Want {
+    fn shows(&self, frame: &Frame) -> bool {
+        (frame.mode == Mode::Always || self.modes.contains(&frame.mode))
+            && (frame.ns.is_none() || self.subgraphs)
+    }
+}
+
+/// Cancels the run when dropped, unless disarmed: a client that goes away
+/// mid-stream with `on_disconnect: cancel`.
+struct CancelGuard(Option<Arc<RunRecord>>);
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(run) = self.0.take() {
+            run.cancel();
+        }
+    }
+}
+
+struct Cursor {
+    run: Arc<RunRecord>,
+    want: Want,
+    after: Option<u64>,
+    queue: VecDeque<Arc<Frame>>,
+    ticks: tokio::sync::watch::Receiver<u64>,
+    done: bool,
+    guard: CancelGuard,
+}
+
+fn event(frame: &Frame) -> Event {
+    let name = match &frame.ns {
+        Some(ns) => format!("{}|{ns}", frame.event),
+        None => frame.event.to_string(),
+    };
+    Event::default()
+        .id(frame.seq.to_string())
+        .event(name)
+        .data(frame.data.to_string())
+}
+
+/// The events of `run` that `want` asks for, until it settles.
+pub(crate) fn frames(run: Arc<RunRecord>, want: Want) -> impl Stream<Item = Event> + Send {
+    let guard = CancelGuard(want.cancel_on_disconnect.then(|| Arc::clone(&run)));
+    let cursor = Cursor {
+        ticks: run.ticks(),
+        after: want.after,
+        run,
+        want,
+        queue: VecDeque::new(),
+        done: false,
+        guard,
+    };
+    stream::unfold(cursor, |mut c| async move {
+        loop {
+            if let Some(frame) = c.queue.pop_front() {
+                return Some((event(&frame), c));
+            }
+            if c.done {
+                c.guard.0.take();
+                return None;
+            }
+            // Marks the ticks seen before reading, so that a frame pushed
+            // after the read wakes the wait below.
+            c.ticks.borrow_and_update();
+            let (frames, done) = c.run.frames_after(c.after);
+            if let Some(last) = frames.last() {
+                c.after = Some(last.seq);
+            }
+            c.queue
+                .extend(frames.into_iter().filter(|f| c.want.shows(f)));
+            if done {
+                c.done = true;
+                continue;
+            }
+            if c.queue.is_empty() && c.ticks.changed().await.is_err() {
+                c.done = true;
+            }
+        }
+    })
+}
+
+/// The SSE response of a run's stream; `location` names the run
+/// (`Content-Location`, which the SDK reads the run id from).
+pub(crate) fn response(run: Arc<RunRecord>, want: Want, location: &str) -> Response {
+    let events = frames(run, want);
+    let body = Sse::new(stream_ok(events)).keep_alive(KeepAlive::default());
+    let mut response = body.into_response();
+    if let Ok(v) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::CONTENT_LOCATION, v);
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn stream_ok(
+    events: impl Stream<Item = Event> + Send,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    use futures::StreamExt;
+    events.map(Ok)
+}

@@ -1,0 +1,662 @@
+//! Threads: a thread is a session. Its record (metadata, and which session
+//! holds its state now: a fork made by `update_state` moves it) is kept in
+//! the session store, beside the sessions, as a saved value of the
+//! `harness-server` owner.
+
+use crate::app::{Body, QueryPairs, Shared, check_id};
+use crate::error::ApiError;
+use crate::served::Served;
+use crate::time::iso;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use harness::SessionId;
+use harness::session::{SessionPhase, StoredRun, load_value, now_millis, save_value};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// The owner of the thread records in the session store.
+const OWNER: &str = "harness-server";
+
+/// The session id under which thread `id`'s record is kept.
+fn record_key(id: &str) -> SessionId {
+    SessionId::from(format!("{OWNER}/thread/{id}"))
+}
+
+/// A session the thread's state came from: `session` up to checkpoint
+/// `index` (a fork at that checkpoint made the session after it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Parent {
+    pub(crate) session: String,
+    pub(crate) index: u64,
+}
+
+/// A thread as the store keeps it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ThreadRecord {
+    pub(crate) thread_id: String,
+    pub(crate) created_at: u64,
+    pub(crate) updated_at: u64,
+    pub(crate) metadata: Map<String, Value>,
+    /// The session that holds the thread's state now.
+    pub(crate) session: String,
+    /// Earlier sessions, newest first.
+    #[serde(default)]
+    pub(crate) parents: Vec<Parent>,
+    #[serde(default)]
+    pub(crate) deleted: bool,
+}
+
+impl ThreadRecord {
+    pub(crate) fn session_id(&self) -> SessionId {
+        SessionId::from(self.session.clone())
+    }
+}
+
+/// The record of thread `id`, if it exists and is not deleted. A session of
+/// a registered agent that has no record (made outside the server) is a
+/// thread too.
+pub(crate) async fn find(app: &Shared, id: &str) -> Result<Option<ThreadRecord>, ApiError> {
+    let stored = load_value(&*app.store, OWNER, &record_key(id)).await?;
+    if let Some(v) = stored {
+        let record: ThreadRecord = serde_json::from_value(v).map_err(|e| {
+            ApiError::Internal(format!("the record of thread {id} does not read: {e}"))
+        })?;
+        return Ok((!record.deleted).then_some(record));
+    }
+    let session = SessionId::from(id.to_string());
+    let Some(head) = app.store.load(&session).await? else {
+        return Ok(None);
+    };
+    if !app.agents.contains_key(&head.agent_id) {
+        return Ok(None);
+    }
+    Ok(Some(ThreadRecord {
+        thread_id: id.to_string(),
+        created_at: head.created_at,
+        updated_at: head.updated_at,
+        metadata: Map::new(),
+        session: id.to_string(),
+        parents: Vec::new(),
+        deleted: false,
+    }))
+}
+
+/// Thread `id`'s record, or a 404.
+pub(crate) async fn get_record(app: &Shared, id: &str) -> Result<ThreadRecord, ApiError> {
+    find(app, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("thread", id))
+}
+
+pub(crate) async fn save(app: &Shared, record: &ThreadRecord) -> Result<(), ApiError> {
+    let value = serde_json::to_value(record).map_err(|e| ApiError::Internal(e.to_string()))?;
+    save_value(&*app.store, OWNER, &record_key(&record.thread_id), value).await?;
+    Ok(())
+}
+
+/// A new thread `id` (a random one when `None`).
+pub(crate) async fn create_record(
+    app: &Shared,
+    id: Option<String>,
+    metadata: Map<String, Value>,
+) -> Result<ThreadRecord, ApiError> {
+    let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let now = now_millis();
+    let record = ThreadRecord {
+        thread_id: id.clone(),
+        created_at: now,
+        updated_at: now,
+        metadata,
+        session: id,
+        parents: Vec::new(),
+        deleted: false,
+    };
+    save(app, &record).await?;
+    Ok(record)
+}
+
+/// The session head of a thread and the agent that runs it, if it has one.
+pub(crate) async fn head_of(
+    app: &Shared,
+    record: &ThreadRecord,
+) -> Result<Option<(StoredRun, Arc<dyn Served>)>, ApiError> {
+    let Some(head) = app.store.load(&record.session_id()).await? else {
+        return Ok(None);
+    };
+    let Some(agent) = app.agents.get(&head.agent_id) else {
+        return Err(ApiError::conflict(format!(
+            "thread {} is a session of agent `{}`, which this server does not serve",
+            record.thread_id, head.agent_id
+        )));
+    };
+    Ok(Some((head, Arc::clone(agent))))
+}
+
+fn status(app: &Shared, record: &ThreadRecord, head: Option<&StoredRun>) -> &'static str {
+    if app.runs().active(&record.thread_id).is_some() {
+        return "busy";
+    }
+    match head.map(|h| &h.phase) {
+        Some(SessionPhase::Interrupted { .. }) => "interrupted",
+        Some(SessionPhase::Failed { .. }) => "error",
+        Some(SessionPhase::Running) => match &head.and_then(|h| h.lease.as_ref()) {
+            Some(lease) if lease.is_live(app.store.now()) => "busy",
+            _ => "error",
+        },
+        _ => "idle",
+    }
+}
+
+fn interrupts_of(head: &StoredRun) -> Vec<Value> {
+    match &head.phase {
+        SessionPhase::Interrupted { interrupt } => {
+            vec![json!({"value": interrupt.payload, "id": interrupt.id.as_str()})]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The thread as the API shows it.
+pub(crate) async fn thread_json(app: &Shared, record: &ThreadRecord) -> Result<Value, ApiError> {
+    let found = head_of(app, record).await?;
+    let (values, interrupts, updated) = match &found {
+        Some((head, agent)) => {
+            let values = agent.state(&record.session_id(), None).await?;
+            let mut by_task = Map::new();
+            let list = interrupts_of(head);
+            if !list.is_empty() {
+                by_task.insert(head.run_id.to_string(), Value::Array(list));
+            }
+            (values, by_task, head.updated_at.max(record.updated_at))
+        }
+        None => (json!({}), Map::new(), record.updated_at),
+    };
+    Ok(json!({
+        "thread_id": record.thread_id,
+        "created_at": iso(record.created_at),
+        "updated_at": iso(updated),
+        "metadata": record.metadata,
+        "status": status(app, record, found.as_ref().map(|(h, _)| h)),
+        "values": values,
+        "interrupts": interrupts,
+        "config": {},
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CreateThread {
+    thread_id: Option<String>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    if_exists: Option<String>,
+    supersteps: Option<Value>,
+    ttl: Option<Value>,
+}
+
+pub(crate) async fn create(
+    State(app): State<Shared>,
+    Body(body): Body<CreateThread>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(id) = &body.thread_id {
+        check_id("thread_id", id)?;
+    }
+    let do_nothing = match body.if_exists.as_deref() {
+        None | Some("raise") => false,
+        Some("do_nothing") => true,
+        Some(other) => {
+            return Err(ApiError::bad(
+                "if_exists",
+                format!("`{other}` is neither `raise` nor `do_nothing`"),
+            ));
+        }
+    };
+    if body.supersteps.as_ref().is_some_and(|s| !s.is_null()) {
+        return Err(ApiError::unprocessable(
+            "supersteps",
+            "creating a thread from supersteps is not supported by this server",
+        ));
+    }
+    if body.ttl.as_ref().is_some_and(|s| !s.is_null()) {
+        return Err(ApiError::unprocessable(
+            "ttl",
+            "thread time-to-live is not supported by this server",
+        ));
+    }
+    if let Some(id) = &body.thread_id
+        && let Some(existing) = find(&app, id).await?
+    {
+        if do_nothing {
+            return Ok(Json(thread_json(&app, &existing).await?));
+        }
+        return Err(ApiError::conflict(format!("thread {id} already exists")));
+    }
+    let record = create_record(&app, body.thread_id, body.metadata.unwrap_or_default()).await?;
+    Ok(Json(thread_json(&app, &record).await?))
+}
+
+pub(crate) async fn get(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let record = get_record(&app, &id).await?;
+    Ok(Json(thread_json(&app, &record).await?))
+}
+
+pub(crate) async fn delete(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let mut record = get_record(&app, &id).await?;
+    let active = app.runs().active(&id);
+    if let Some(run) = active {
+        run.cancel();
+    }
+    record.deleted = true;
+    record.updated_at = now_millis();
+    save(&app, &record).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct SearchThreads {
+    metadata: Option<Map<String, Value>>,
+    values: Option<Map<String, Value>>,
+    ids: Option<Vec<String>>,
+    status: Option<String>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+}
+
+const STATUSES: &[&str] = &["idle", "busy", "interrupted", "error"];
+
+pub(crate) async fn search(
+    State(app): State<Shared>,
+    Body(body): Body<SearchThreads>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    if let Some(s) = &body.status
+        && !STATUSES.contains(&s.as_str())
+    {
+        return Err(ApiError::bad(
+            "status",
+            format!("`{s}` is none of {}", STATUSES.join(", ")),
+        ));
+    }
+    let sort_by = body.sort_by.as_deref().unwrap_or("created_at");
+    if !["created_at", "updated_at", "thread_id"].contains(&sort_by) {
+        return Err(ApiError::bad(
+            "sort_by",
+            format!("`{sort_by}` is none of created_at, updated_at, thread_id"),
+        ));
+    }
+    let descending = match body.sort_order.as_deref() {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(other) => {
+            return Err(ApiError::bad(
+                "sort_order",
+                format!("`{other}` is neither `asc` nor `desc`"),
+            ));
+        }
+    };
+    let limit = body.limit.unwrap_or(10).min(1000);
+    let offset = body.offset.unwrap_or(0);
+    let prefix = format!("{OWNER}/thread/");
+    let mut records = Vec::new();
+    for session in app.store.sessions().await? {
+        let Some(id) = session.as_str().strip_prefix(&prefix) else {
+            continue;
+        };
+        if body
+            .ids
+            .as_ref()
+            .is_some_and(|ids| !ids.iter().any(|i| i == id))
+        {
+            continue;
+        }
+        let Some(record) = find(&app, id).await? else {
+            continue;
+        };
+        let wanted = body.metadata.iter().flatten();
+        if wanted
+            .into_iter()
+            .any(|(k, v)| record.metadata.get(k) != Some(v))
+        {
+            continue;
+        }
+        records.push(record);
+    }
+    records.sort_by(|a, b| {
+        let order = match sort_by {
+            "updated_at" => a.updated_at.cmp(&b.updated_at),
+            "thread_id" => a.thread_id.cmp(&b.thread_id),
+            _ => a.created_at.cmp(&b.created_at),
+        };
+        if descending { order.reverse() } else { order }
+    });
+    let mut out = Vec::new();
+    for record in records {
+        let json = thread_json(&app, &record).await?;
+        if body.status.as_ref().is_some_and(|s| json["status"] != **s) {
+            continue;
+        }
+        if let Some(values) = &body.values
+            && values.iter().any(|(k, v)| json["values"].get(k) != Some(v))
+        {
+            continue;
+        }
+        out.push(json);
+    }
+    Ok(Json(out.into_iter().skip(offset).take(limit).collect()))
+}
+
+/// A checkpoint id: `{index}.{session}`.
+pub(crate) fn checkpoint_id(session: &str, index: u64) -> String {
+    format!("{index}.{session}")
+}
+
+/// The session and index a checkpoint id names, if it names one of the
+/// thread's sessions; a 404 naming `field` otherwise.
+pub(crate) fn read_checkpoint(
+    record: &ThreadRecord,
+    id: &str,
+    field: &str,
+) -> Result<(SessionId, u64), ApiError> {
+    let parsed = id
+        .split_once('.')
+        .and_then(|(i, s)| i.parse::<u64>().ok().map(|i| (s, i)));
+    let Some((session, index)) = parsed else {
+        return Err(ApiError::bad(
+            field,
+            format!("`{id}` is not a checkpoint id of this server (`<index>.<session>`)"),
+        ));
+    };
+    let known = record.session == session
+        || record
+            .parents
+            .iter()
+            .any(|p| p.session == session && index <= p.index);
+    if !known {
+        return Err(ApiError::not_found("checkpoint", id));
+    }
+    Ok((SessionId::from(session.to_string()), index))
+}
+
+fn checkpoint_json(thread: &str, id: Option<String>) -> Value {
+    json!({"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": id, "checkpoint_map": {}})
+}
+
+/// The state of a thread at a checkpoint (the latest when `at` is `None`),
+/// as the API's `ThreadState`.
+pub(crate) async fn state_json(
+    app: &Shared,
+    record: &ThreadRecord,
+    at: Option<(SessionId, u64)>,
+) -> Result<Value, ApiError> {
+    let thread = &record.thread_id;
+    let Some((head, agent)) = head_of(app, record).await? else {
+        if at.is_some() {
+            return Err(ApiError::not_found(
+                "checkpoint",
+                "(the thread has none yet)",
+            ));
+        }
+        return Ok(json!({
+            "values": {}, "next": [], "tasks": [], "interrupts": [], "metadata": {},
+            "created_at": null, "parent_checkpoint": null,
+            "checkpoint": checkpoint_json(thread, None),
+        }));
+    };
+    let (session, index) = at.unwrap_or_else(|| (record.session_id(), head.steps));
+    let latest = session.as_str() == record.session && index == head.steps;
+    let values = agent.state(&session, Some(index)).await?;
+    let history = agent.history(&session).await?;
+    let entry = history.iter().rev().find(|c| c.index == index);
+    let time = entry.map_or(head.updated_at, |c| c.time);
+    let (next, tasks, interrupts) = if latest {
+        let interrupts = interrupts_of(&head);
+        let next: Vec<&str> = match (&head.phase, head.next_step.as_deref()) {
+            (SessionPhase::Interrupted { .. } | SessionPhase::Running, Some(step)) => vec![step],
+            _ => Vec::new(),
+        };
+        let tasks: Vec<Value> = match &head.phase {
+            SessionPhase::Interrupted { interrupt } => vec![json!({
+                "id": head.run_id.as_str(), "name": interrupt.step, "path": interrupt.path.as_str(),
+                "error": null, "interrupts": interrupts, "checkpoint": null,
+                "state": null, "result": null,
+            })],
+            _ => Vec::new(),
+        };
+        (next, tasks, interrupts)
+    } else {
+        (Vec::new(), Vec::new(), Vec::new())
+    };
+    let parent = if index > 0 {
+        Some(checkpoint_json(
+            thread,
+            Some(checkpoint_id(session.as_str(), index - 1)),
+        ))
+    } else {
+        parent_of(record, session.as_str())
+            .map(|p| checkpoint_json(thread, Some(checkpoint_id(&p.session, p.index))))
+    };
+    Ok(json!({
+        "values": values,
+        "next": next,
+        "tasks": tasks,
+        "interrupts": interrupts,
+        "metadata": {
+            "step": index,
+            "source": if index == 0 { "input" } else { "loop" },
+            "writes": entry.map(|c| json!({ c.step.clone(): null })),
+            "run_id": if latest { Some(head.run_id.as_str()) } else { None },
+            "thread_id": thread,
+            "graph_id": agent.id(),
+            "assistant_id": agent.id(),
+        },
+        "created_at": iso(time),
+        "checkpoint": checkpoint_json(thread, Some(checkpoint_id(session.as_str(), index))),
+        "parent_checkpoint": parent,
+    }))
+}
+
+/// The session `session` was forked from, if it was.
+fn parent_of<'a>(record: &'a ThreadRecord, session: &str) -> Option<&'a Parent> {
+    if record.session == session {
+        return record.parents.first();
+    }
+    let at = record.parents.iter().position(|p| p.session == session)?;
+    record.parents.get(at + 1)
+}
+
+pub(crate) async fn get_state(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+    query: QueryPairs,
+) -> Result<Json<Value>, ApiError> {
+    let record = get_record(&app, &id).await?;
+    query.flag("subgraphs", false)?;
+    Ok(Json(state_json(&app, &record, None).await?))
+}
+
+pub(crate) async fn get_state_at(
+    State(app): State<Shared>,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let record = get_record(&app, &id).await?;
+    let at = read_checkpoint(&record, &checkpoint, "checkpoint_id")?;
+    Ok(Json(state_json(&app, &record, Some(at)).await?))
+}
+
+/// A checkpoint as a body gives it: `{"checkpoint_id": ...}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CheckpointRef {
+    pub(crate) checkpoint_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateAt {
+    checkpoint: CheckpointRef,
+}
+
+pub(crate) async fn post_state_at(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+    Body(body): Body<StateAt>,
+) -> Result<Json<Value>, ApiError> {
+    let record = get_record(&app, &id).await?;
+    let at = match &body.checkpoint.checkpoint_id {
+        Some(c) => Some(read_checkpoint(&record, c, "checkpoint.checkpoint_id")?),
+        None => None,
+    };
+    Ok(Json(state_json(&app, &record, at).await?))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct History {
+    limit: Option<usize>,
+    before: Option<CheckpointRef>,
+    metadata: Option<Map<String, Value>>,
+    checkpoint: Option<CheckpointRef>,
+}
+
+/// The thread's checkpoints, newest first, across the sessions it was
+/// forked from.
+pub(crate) async fn history(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+    Body(body): Body<History>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    let record = get_record(&app, &id).await?;
+    let limit = body.limit.unwrap_or(10).min(1000);
+    let before = match body.before.as_ref().and_then(|b| b.checkpoint_id.as_ref()) {
+        Some(c) => Some(read_checkpoint(&record, c, "before.checkpoint_id")?),
+        None => None,
+    };
+    if let Some(c) = body
+        .checkpoint
+        .as_ref()
+        .and_then(|b| b.checkpoint_id.as_ref())
+    {
+        read_checkpoint(&record, c, "checkpoint.checkpoint_id")?;
+    }
+    let Some((head, agent)) = head_of(&app, &record).await? else {
+        return Ok(Json(Vec::new()));
+    };
+    // Every (session, index), newest first.
+    let mut points: Vec<(SessionId, u64)> = Vec::new();
+    let mut segments = vec![(record.session_id(), head.steps)];
+    segments.extend(
+        record
+            .parents
+            .iter()
+            .map(|p| (SessionId::from(p.session.clone()), p.index)),
+    );
+    for (session, upto) in segments {
+        let mut indexes: Vec<u64> = agent
+            .history(&session)
+            .await?
+            .iter()
+            .map(|c| c.index)
+            .filter(|i| *i <= upto)
+            .collect();
+        indexes.dedup();
+        indexes.sort_unstable();
+        indexes.dedup();
+        points.extend(indexes.into_iter().rev().map(|i| (session.clone(), i)));
+    }
+    if let Some(b) = &before {
+        match points.iter().position(|p| p == b) {
+            Some(at) => {
+                points.drain(..=at);
+            }
+            None => points.clear(),
+        }
+    }
+    let mut out = Vec::new();
+    for at in points {
+        if out.len() >= limit {
+            break;
+        }
+        let state = state_json(&app, &record, Some(at)).await?;
+        if let Some(wanted) = &body.metadata
+            && wanted
+                .iter()
+                .any(|(k, v)| state["metadata"].get(k) != Some(v))
+        {
+            continue;
+        }
+        out.push(state);
+    }
+    Ok(Json(out))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct UpdateState {
+    values: Option<Value>,
+    checkpoint_id: Option<String>,
+    checkpoint: Option<CheckpointRef>,
+    as_node: Option<String>,
+}
+
+/// `update_state`: a fork of the thread's session at the checkpoint (the
+/// latest by default) with `values` merged in through the reducers; the
+/// thread goes on from the fork.
+pub(crate) async fn update_state(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+    Body(body): Body<UpdateState>,
+) -> Result<Json<Value>, ApiError> {
+    let mut record = get_record(&app, &id).await?;
+    if let Some(active) = app.runs().active(&id) {
+        return Err(ApiError::conflict(format!(
+            "thread {id} has run {} in flight: wait for it or cancel it before updating the state",
+            active.run_id
+        )));
+    }
+    let Some((head, agent)) = head_of(&app, &record).await? else {
+        return Err(ApiError::conflict(format!(
+            "thread {id} has no state yet: start a run on it first"
+        )));
+    };
+    if let Some(node) = &body.as_node
+        && !agent.graph()["nodes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["id"] == **node))
+    {
+        return Err(ApiError::unprocessable(
+            "as_node",
+            format!("`{node}` is not a step of agent `{}`", agent.id()),
+        ));
+    }
+    let given = body
+        .checkpoint
+        .as_ref()
+        .and_then(|c| c.checkpoint_id.clone())
+        .map(|c| (c, "checkpoint.checkpoint_id"))
+        .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
+    let (session, index) = match given {
+        Some((c, field)) => read_checkpoint(&record, &c, field)?,
+        None => (record.session_id(), head.steps),
+    };
+    let values = body.values.filter(|v| !v.is_null());
+    let fork = agent.fork(&session, index, values, "values").await?;
+    record.parents.insert(
+        0,
+        Parent {
+            session: session.to_string(),
+            index,
+        },
+    );
+    record.session = fork.to_string();
+    record.updated_at = now_millis();
+    save(&app, &record).await?;
+    let steps = agent.head(&fork).await?.map_or(0, |h| h.steps);
+    Ok(Json(json!({
+        "checkpoint": checkpoint_json(&id, Some(checkpoint_id(fork.as_str(), steps))),
+    })))
+}

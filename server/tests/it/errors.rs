@@ -1,0 +1,461 @@
+//! Every client mistake is a 4xx JSON error that names what was wrong and
+//! where; never a 500. Requests go to the router in-process.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+struct Api {
+    router: Router,
+    _dir: tempfile::TempDir,
+}
+
+impl Api {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let router = crate::server(dir.path()).router().unwrap();
+        Api { router, _dir: dir }
+    }
+
+    async fn call(&self, method: Method, path: &str, body: impl Into<Body>) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body.into())
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                panic!(
+                    "{path}: not JSON ({e}): {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })
+        };
+        (status, value)
+    }
+
+    async fn post(&self, path: &str, body: &str) -> (StatusCode, Value) {
+        self.call(Method::POST, path, body.to_string()).await
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, Body::empty()).await
+    }
+
+    async fn thread(&self) -> String {
+        let (status, thread) = self.post("/threads", "{}").await;
+        assert_eq!(status, StatusCode::OK, "{thread}");
+        thread["thread_id"].as_str().unwrap().to_string()
+    }
+}
+
+/// `status`, a JSON error body whose `field` is `field` (when given) and
+/// whose message contains `says`.
+fn expect(got: (StatusCode, Value), status: StatusCode, field: Option<&str>, says: &str) {
+    let (s, body) = got;
+    assert_eq!(s, status, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(says),
+        "the message `{message}` does not say `{says}`"
+    );
+    if let Some(field) = field {
+        assert_eq!(body["field"], json!(field), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400s_naming_the_field() {
+    let api = Api::new();
+    let t = api.thread().await;
+    let runs = format!("/threads/{t}/runs");
+    // Not JSON at all, cut short, trailing garbage, the wrong top-level type.
+    for body in [
+        "{",
+        "not json",
+        "{\"assistant_id\": \"ticket\"} x",
+        "[1, 2]",
+    ] {
+        let (status, err) = api.post(&runs, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {err}");
+        assert!(err["message"].as_str().unwrap().contains("body"), "{err}");
+    }
+    // A field of the wrong type, named by its path.
+    expect(
+        api.post(&runs, r#"{"assistant_id": 7}"#).await,
+        StatusCode::BAD_REQUEST,
+        Some("assistant_id"),
+        "assistant_id",
+    );
+    expect(
+        api.post(&runs, r#"{"assistant_id": "ticket", "metadata": [1]}"#)
+            .await,
+        StatusCode::BAD_REQUEST,
+        Some("metadata"),
+        "metadata",
+    );
+    expect(
+        api.post(
+            &runs,
+            r#"{"assistant_id": "ticket", "stream_subgraphs": "yes"}"#,
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        Some("stream_subgraphs"),
+        "stream_subgraphs",
+    );
+    expect(
+        api.post("/threads/search", r#"{"limit": -1}"#).await,
+        StatusCode::BAD_REQUEST,
+        Some("limit"),
+        "limit",
+    );
+    // A missing required field.
+    expect(
+        api.post(&runs, r#"{"input": {}}"#).await,
+        StatusCode::BAD_REQUEST,
+        None,
+        "assistant_id",
+    );
+}
+
+#[tokio::test]
+async fn unknown_assistants_threads_runs_and_checkpoints_are_404s() {
+    let api = Api::new();
+    let t = api.thread().await;
+    for path in [
+        "/assistants/nobody",
+        "/assistants/nobody/graph",
+        "/assistants/nobody/schemas",
+        "/threads/no-such-thread",
+        "/threads/no-such-thread/state",
+        "/threads/no-such-thread/runs",
+    ] {
+        let (status, err) = api.get(path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {err}");
+        assert!(
+            err["message"].as_str().unwrap().contains("nobody")
+                || err["message"].as_str().unwrap().contains("no-such-thread"),
+            "{path}: {err}"
+        );
+    }
+    expect(
+        api.get(&format!("/threads/{t}/runs/no-such-run")).await,
+        StatusCode::NOT_FOUND,
+        None,
+        "run `no-such-run`",
+    );
+    expect(
+        api.post(
+            &format!("/threads/{t}/runs"),
+            r#"{"assistant_id": "nobody"}"#,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        None,
+        "assistant `nobody`",
+    );
+    expect(
+        api.post(
+            "/threads/no-such-thread/runs/wait",
+            r#"{"assistant_id": "ticks"}"#,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        None,
+        "thread `no-such-thread`",
+    );
+    // An unknown route is a JSON 404 too; a wrong method a JSON 405.
+    let (status, body) = api.get("/nowhere").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"], "not_found");
+    let (status, body) = api.call(Method::PUT, "/threads", Body::empty()).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["error"], "method_not_allowed");
+    // A checkpoint id that is not one, or not this thread's.
+    let (_, _) = api
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}}"#,
+        )
+        .await;
+    expect(
+        api.get(&format!("/threads/{t}/state/not-a-checkpoint"))
+            .await,
+        StatusCode::BAD_REQUEST,
+        Some("checkpoint_id"),
+        "not a checkpoint id",
+    );
+    expect(
+        api.get(&format!("/threads/{t}/state/0.someone-else")).await,
+        StatusCode::NOT_FOUND,
+        None,
+        "checkpoint",
+    );
+}
+
+#[tokio::test]
+async fn inputs_that_do_not_fit_the_state_are_422s_naming_the_field() {
+    let api = Api::new();
+    let t = api.thread().await;
+    let wait = format!("/threads/{t}/runs/wait");
+    expect(
+        api.post(
+            &wait,
+            r#"{"assistant_id": "ticks", "input": {"limit": "ten"}}"#,
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("input.limit"),
+        "input.limit",
+    );
+    expect(
+        api.post(&wait, r#"{"assistant_id": "ticks", "input": {"limt": 3}}"#)
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("input.limt"),
+        "not a field",
+    );
+    expect(
+        api.post(&wait, r#"{"assistant_id": "ticks", "input": [1]}"#)
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("input"),
+        "object",
+    );
+    expect(
+        api.post(
+            &wait,
+            r#"{"assistant_id": "ticks", "stream_mode": "bogus"}"#,
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        Some("stream_mode"),
+        "not a stream mode",
+    );
+    expect(
+        api.post(
+            &wait,
+            r#"{"assistant_id": "ticks", "stream_mode": ["values", "messages"]}"#,
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("stream_mode[1]"),
+        "messages-tuple",
+    );
+    // Options this server does not support are refused, never ignored.
+    for (body, field) in [
+        (
+            r#"{"assistant_id": "ticks", "interrupt_before": ["tick"]}"#,
+            "interrupt_before",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "multitask_strategy": "enqueue"}"#,
+            "multitask_strategy",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "webhook": "http://127.0.0.1:9/x"}"#,
+            "webhook",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "command": {"goto": "tick"}}"#,
+            "command.goto",
+        ),
+    ] {
+        expect(
+            api.post(&wait, body).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(field),
+            field,
+        );
+    }
+    // Values that are none of the allowed ones.
+    for (body, field) in [
+        (
+            r#"{"assistant_id": "ticks", "multitask_strategy": "sometimes"}"#,
+            "multitask_strategy",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "on_disconnect": "explode"}"#,
+            "on_disconnect",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "if_not_exists": "maybe"}"#,
+            "if_not_exists",
+        ),
+    ] {
+        expect(
+            api.post(&wait, body).await,
+            StatusCode::BAD_REQUEST,
+            Some(field),
+            "none of",
+        );
+    }
+    // Input and command together.
+    expect(
+        api.post(
+            &wait,
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}, "command": {"resume": 1}}"#,
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        Some("command"),
+        "not both",
+    );
+}
+
+#[tokio::test]
+async fn resumes_that_do_not_match_the_thread_are_refused() {
+    let api = Api::new();
+    let t = api.thread().await;
+    let wait = format!("/threads/{t}/runs/wait");
+    // Nothing to answer yet.
+    expect(
+        api.post(
+            &wait,
+            r#"{"assistant_id": "ticket", "command": {"resume": {"approve": true}}}"#,
+        )
+        .await,
+        StatusCode::CONFLICT,
+        None,
+        "no interrupt waiting",
+    );
+    // Pause it.
+    let (status, out) = api
+        .post(
+            &wait,
+            r#"{"assistant_id": "ticket", "input": {"log": ["x"]}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let pending = out["__interrupt__"][0]["id"].as_str().unwrap().to_string();
+    // An answer by the id of another interrupt.
+    let other = "00000000-0000-4000-8000-000000000000";
+    expect(
+        api.post(
+            &wait,
+            &format!(r#"{{"assistant_id": "ticket", "command": {{"resume": {{"{other}": 1}}}}}}"#),
+        )
+        .await,
+        StatusCode::CONFLICT,
+        None,
+        &pending,
+    );
+    // Answers to several interrupts when one waits.
+    expect(
+        api.post(
+            &wait,
+            &format!(
+                r#"{{"assistant_id": "ticket", "command": {{"resume": {{"{pending}": 1, "{other}": 2}}}}}}"#
+            ),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("command.resume"),
+        "answers 2 interrupts",
+    );
+    // A command without resume.
+    expect(
+        api.post(&wait, r#"{"assistant_id": "ticket", "command": {}}"#)
+            .await,
+        StatusCode::BAD_REQUEST,
+        Some("command.resume"),
+        "resume",
+    );
+    // A run of another assistant on this thread.
+    expect(
+        api.post(&wait, r#"{"assistant_id": "ticks", "input": {"limit": 1}}"#)
+            .await,
+        StatusCode::CONFLICT,
+        None,
+        "runs assistant `ticket`",
+    );
+    // The interrupt is still there, and the right answer goes through.
+    let (status, out) = api
+        .post(
+            &wait,
+            &format!(r#"{{"assistant_id": "ticket", "command": {{"resume": {{"{pending}": {{"approve": false}}}}}}}}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["decision"], "rejected");
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_413s_and_ids_are_checked() {
+    let api = Api::new();
+    let big = format!(r#"{{"metadata": {{"x": "{}"}}}}"#, "a".repeat(100 * 1024));
+    let (status, err) = api.post("/threads", &big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{err}");
+    assert!(err["message"].as_str().unwrap().contains("65536"), "{err}");
+    let long = "t".repeat(300);
+    expect(
+        api.post("/threads", &format!(r#"{{"thread_id": "{long}"}}"#))
+            .await,
+        StatusCode::BAD_REQUEST,
+        Some("thread_id"),
+        "at most 256",
+    );
+    expect(
+        api.post("/threads", r#"{"thread_id": ""}"#).await,
+        StatusCode::BAD_REQUEST,
+        Some("thread_id"),
+        "empty",
+    );
+    expect(
+        api.post("/threads", r#"{"thread_id": "a\nb"}"#).await,
+        StatusCode::BAD_REQUEST,
+        Some("thread_id"),
+        "control",
+    );
+    // The same id twice.
+    let (status, _) = api.post("/threads", r#"{"thread_id": "t1"}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    expect(
+        api.post("/threads", r#"{"thread_id": "t1"}"#).await,
+        StatusCode::CONFLICT,
+        None,
+        "already exists",
+    );
+    let (status, _) = api
+        .post(
+            "/threads",
+            r#"{"thread_id": "t1", "if_exists": "do_nothing"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Query values.
+    expect(
+        api.get("/threads/t1/runs?limit=many").await,
+        StatusCode::BAD_REQUEST,
+        Some("limit"),
+        "whole number",
+    );
+    expect(
+        api.get("/threads/t1/runs?status=sleeping").await,
+        StatusCode::BAD_REQUEST,
+        Some("status"),
+        "none of",
+    );
+}
+
+#[tokio::test]
+async fn the_server_listens_on_loopback_unless_told_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = crate::server(dir.path())
+        .bind("0.0.0.0:0".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a loopback address"), "{err}");
+    let err = harness_server::Server::new().router().unwrap_err();
+    assert!(err.to_string().contains("no agent"), "{err}");
+}

@@ -1,0 +1,150 @@
+//! The Python `langgraph-sdk`, as published, against a server on a loopback
+//! port.
+
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The Python of the venv `scripts/server-venv` makes (with `langgraph-sdk`):
+/// `HARNESS_SERVER_PYTHON`, else `target/server-venv/bin/python`. The test
+/// fails, never skips, when it is missing.
+fn python() -> PathBuf {
+    let path = std::env::var_os("HARNESS_SERVER_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/server-venv/bin/python")
+        });
+    assert!(
+        path.exists(),
+        "no Python with langgraph-sdk at {}: run `eval \"$(scripts/server-venv)\"` (it makes the \
+         venv and sets HARNESS_SERVER_PYTHON)",
+        path.display()
+    );
+    path
+}
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(name)
+}
+
+/// Serves the test agents on an ephemeral loopback port, runs `name` with
+/// the server's URL, and returns the JSON line it printed last.
+async fn drive(name: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let bound = crate::server(dir.path())
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}", bound.addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let child = tokio::process::Command::new(python())
+        .arg(script(name))
+        .arg(&url)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), child)
+        .await
+        .expect("the SDK script did not finish in 120 s")
+        .unwrap();
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{stderr}\n{stdout}",
+        out.status
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{name} printed no JSON ({e}): {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_drives_threads_streams_interrupts_history_and_runs() {
+    let seen = drive("sdk_flow.py").await;
+
+    // Assistants, their graph and schemas.
+    assert_eq!(seen["assistants"], json!(["ticket", "ticks"]));
+    assert_eq!(
+        seen["graph_nodes"],
+        json!(["__end__", "__start__", "draft", "review"])
+    );
+    assert_eq!(
+        seen["graph_edges"],
+        json!([
+            ["__start__", "draft"],
+            ["draft", "review"],
+            ["review", "__end__"]
+        ])
+    );
+    assert_eq!(seen["state_fields"], json!(["decision", "drafts", "log"]));
+    assert_eq!(seen["unknown_assistant"], 404);
+
+    // The stream: metadata first, ids in order, the modes asked for.
+    assert_eq!(seen["first_event"], "metadata");
+    assert_eq!(seen["ids_increase"], true);
+    let events: Vec<&str> = seen["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "metadata", "values", "custom", "updates", "values", "updates", "values"
+        ],
+        "{events:?}"
+    );
+    assert_eq!(
+        seen["custom"],
+        json!([{"kind": "progress", "step": "draft", "payload": {"drafted": 1}}])
+    );
+
+    // The interrupt, a refused input, a refused answer, the right answer.
+    assert_eq!(seen["status_paused"], "interrupted");
+    assert_eq!(seen["paused_next"], json!(["review"]));
+    assert_eq!(seen["input_while_paused"], 409);
+    assert_eq!(seen["bad_resume"], json!([422, "command.resume"]));
+    assert_eq!(
+        seen["bad_resume_stream"],
+        json!(["metadata", "values", "values", "error"])
+    );
+    assert_eq!(
+        seen["final_values"],
+        json!({"log": ["hello", "draft 1", "review: approved"], "drafts": 1, "decision": "approved"})
+    );
+    assert_eq!(seen["status_done"], "idle");
+
+    // History, newest first; the fork at the first draft.
+    let steps: Vec<u64> = seen["history_steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] >= w[1]), "{steps:?}");
+    assert_eq!(
+        seen["history_logs"][0],
+        json!(["hello", "draft 1", "review: approved"])
+    );
+    assert_eq!(seen["forked_log"], json!(["hello", "draft 1", "edited"]));
+    assert_eq!(seen["bad_update_field"], "values.log");
+
+    // Background, join, cancel, list, stateless, search, delete.
+    assert_eq!(seen["joined"], json!({"ticks": 3, "limit": 3}));
+    assert_eq!(seen["background_status"], "success");
+    assert_eq!(seen["busy_refused"], 409);
+    assert_eq!(seen["cancelled_status"], "interrupted");
+    let ticks = seen["cancelled_ticks"].as_u64().unwrap();
+    assert!(ticks > 3 && ticks < 1000, "{ticks}");
+    assert_eq!(seen["runs_listed"], json!(["interrupted", "success"]));
+    assert_eq!(seen["stateless"], json!({"ticks": 2, "limit": 2}));
+    assert_eq!(seen["search"], json!([true]));
+    assert_eq!(seen["deleted"], 404);
+}

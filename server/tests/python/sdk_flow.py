@@ -1,0 +1,192 @@
+"""The real `langgraph-sdk` client, unmodified, against harness-server.
+
+Usage: python sdk_flow.py URL
+
+Drives the `ticket` agent (draft -> review, which asks a human) and the
+`ticks` agent (a counter ticking every 50 ms up to `limit`) through the
+SDK's own calls only: no hand-written HTTP. Asserts as it goes and prints
+one JSON line of what it saw, which the Rust test checks again.
+"""
+
+import json
+import sys
+
+import httpx
+
+from langgraph_sdk import get_sync_client
+from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
+from langgraph_sdk.schema import Command
+
+client = get_sync_client(url=sys.argv[1])
+seen = {}
+
+# Assistants: one per registered agent, with the loop's graph and schemas.
+assistants = client.assistants.search()
+seen["assistants"] = sorted(a["assistant_id"] for a in assistants)
+assert seen["assistants"] == ["ticket", "ticks"], seen["assistants"]
+ticket = client.assistants.get("ticket")
+assert ticket["graph_id"] == "ticket"
+graph = client.assistants.get_graph("ticket")
+seen["graph_nodes"] = sorted(n["id"] for n in graph["nodes"])
+seen["graph_edges"] = sorted((e["source"], e["target"]) for e in graph["edges"])
+schemas = client.assistants.get_schemas("ticket")
+seen["state_fields"] = sorted(schemas["state_schema"]["properties"])
+seen["input_fields"] = sorted(schemas["input_schema"]["properties"])
+try:
+    client.assistants.get("nobody")
+    raise AssertionError("an unknown assistant was found")
+except NotFoundError:
+    seen["unknown_assistant"] = 404
+
+# A thread, and a run streamed in two modes at once, up to the interrupt.
+thread = client.threads.create(metadata={"user": "ada"})
+tid = thread["thread_id"]
+assert thread["status"] == "idle", thread
+parts = list(
+    client.runs.stream(
+        tid,
+        "ticket",
+        input={"log": ["hello"]},
+        stream_mode=["values", "updates", "custom"],
+    )
+)
+seen["first_event"] = parts[0].event
+seen["events"] = [p.event for p in parts]
+ids = [int(p.id) for p in parts]
+seen["ids_increase"] = ids == sorted(ids) and len(set(ids)) == len(ids)
+assert parts[0].event == "metadata" and "run_id" in parts[0].data, parts[0]
+values = [p.data for p in parts if p.event == "values"]
+updates = [p.data for p in parts if p.event == "updates"]
+custom = [p.data for p in parts if p.event == "custom"]
+assert values[0]["log"] == ["hello"], values[0]
+assert values[1]["log"] == ["hello", "draft 1"] and values[1]["drafts"] == 1, values[1]
+seen["updates"] = [sorted(u) for u in updates]
+assert updates[0] == {"draft": {"log": ["draft 1"], "drafts": 1, "decision": None}} or updates[0]["draft"]["log"] == ["draft 1"], updates[0]
+interrupt = updates[-1]["__interrupt__"][0]
+assert interrupt["value"] == {"question": "approve this draft?", "drafts": 1}, interrupt
+assert values[-1]["__interrupt__"][0]["id"] == interrupt["id"]
+seen["custom"] = custom
+assert custom == [{"kind": "progress", "step": "draft", "payload": {"drafted": 1}}], custom
+
+# The thread waits for an answer: its status, its state's interrupt.
+thread = client.threads.get(tid)
+seen["status_paused"] = thread["status"]
+assert thread["metadata"] == {"user": "ada"}, thread["metadata"]
+state = client.threads.get_state(tid)
+seen["paused_next"] = state["next"]
+assert state["interrupts"][0]["id"] == interrupt["id"], state
+assert state["values"]["log"] == ["hello", "draft 1"], state["values"]
+
+# A new input while the thread waits is refused.
+try:
+    client.runs.wait(tid, "ticket", input={"log": ["again"]})
+    raise AssertionError("a new input on an interrupted thread was accepted")
+except httpx.HTTPStatusError as e:
+    # `wait` reads its response with httpx's own check, not the SDK's
+    # typed errors.
+    seen["input_while_paused"] = e.response.status_code
+
+# An answer of the wrong shape fails that run and leaves the interrupt.
+try:
+    client.runs.wait(tid, "ticket", command=Command(resume="yes please"))
+    raise AssertionError("an answer of the wrong shape was accepted")
+except httpx.HTTPStatusError as e:
+    seen["bad_resume"] = [e.response.status_code, e.response.json()["field"]]
+# Streamed, the same mistake is an `error` event.
+parts = list(client.runs.stream(tid, "ticket", command=Command(resume=[1, 2])))
+seen["bad_resume_stream"] = [p.event for p in parts]
+assert parts[-1].data["error"] == "AnswerRejected", parts[-1]
+# ... after the state with the interrupt, still pending.
+assert parts[-2].data["__interrupt__"][0]["id"] == interrupt["id"], parts[-2]
+state = client.threads.get_state(tid)
+assert state["interrupts"][0]["id"] == interrupt["id"], state
+
+# The right answer, by interrupt id, streamed.
+parts = list(
+    client.runs.stream(
+        tid,
+        "ticket",
+        command=Command(resume={interrupt["id"]: {"approve": True}}),
+        stream_mode="updates",
+    )
+)
+seen["resume_events"] = [p.event for p in parts]
+final = [p.data for p in parts if p.event == "updates"][-1]
+assert final["review"]["decision"] == "approved", final
+state = client.threads.get_state(tid)
+seen["final_values"] = state["values"]
+assert state["next"] == [] and state["interrupts"] == [], state
+seen["status_done"] = client.threads.get(tid)["status"]
+
+# History: newest first, each with its checkpoint; a state at a checkpoint.
+history = client.threads.get_history(tid, limit=20)
+seen["history_steps"] = [h["metadata"]["step"] for h in history]
+seen["history_logs"] = [h["values"]["log"] for h in history]
+first_draft = next(h for h in history if h["values"]["log"] == ["hello", "draft 1"])
+old = client.threads.get_state(tid, checkpoint_id=first_draft["checkpoint"]["checkpoint_id"])
+assert old["values"]["log"] == ["hello", "draft 1"], old
+
+# update_state: a fork at that checkpoint, with the values merged in.
+update = client.threads.update_state(
+    tid, {"log": ["edited"]}, checkpoint_id=first_draft["checkpoint"]["checkpoint_id"]
+)
+state = client.threads.get_state(tid)
+seen["forked_log"] = state["values"]["log"]
+assert state["checkpoint"]["checkpoint_id"] == update["checkpoint"]["checkpoint_id"]
+forked_history = client.threads.get_history(tid, limit=50)
+seen["forked_history_len"] = len(forked_history)
+try:
+    client.threads.update_state(tid, {"log": 3})
+    raise AssertionError("a value of the wrong type was merged")
+except UnprocessableEntityError as e:
+    seen["bad_update_field"] = e.body["field"]
+
+# Background run, then join.
+tthread = client.threads.create()
+ttid = tthread["thread_id"]
+run = client.runs.create(ttid, "ticks", input={"limit": 3})
+assert run["status"] in ("pending", "running"), run
+joined = client.runs.join(ttid, run["run_id"])
+seen["joined"] = joined
+got = client.runs.get(ttid, run["run_id"])
+seen["background_status"] = got["status"]
+
+# Cancel: a long run stopped at its next step boundary.
+long = client.runs.create(ttid, "ticks", input={"limit": 1000})
+try:
+    client.runs.create(ttid, "ticks", input={"limit": 1})
+    raise AssertionError("a second run on a busy thread was accepted")
+except ConflictError:
+    seen["busy_refused"] = 409
+stream = client.runs.join_stream(ttid, long["run_id"], stream_mode="values")
+first = None
+for part in stream:
+    if part.event == "values" and part.data.get("ticks", 0) > 3:
+        first = part.data
+        break
+client.runs.cancel(ttid, long["run_id"], wait=True)
+cancelled = client.runs.get(ttid, long["run_id"])
+seen["cancelled_status"] = cancelled["status"]
+after = client.runs.join(ttid, long["run_id"])
+seen["cancelled_ticks"] = after["ticks"]
+assert 3 < after["ticks"] < 1000 + 3, after
+runs = client.runs.list(ttid)
+seen["runs_listed"] = [r["status"] for r in runs]
+
+# Stateless run, waited for.
+out = client.runs.wait(None, "ticks", input={"limit": 2})
+seen["stateless"] = out
+
+# Search finds the first thread by its metadata.
+found = client.threads.search(metadata={"user": "ada"})
+seen["search"] = [t["thread_id"] == tid for t in found]
+
+# Delete: gone afterwards.
+client.threads.delete(ttid)
+try:
+    client.threads.get(ttid)
+    raise AssertionError("a deleted thread was found")
+except NotFoundError:
+    seen["deleted"] = 404
+
+print(json.dumps(seen))
