@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::{AnalysisOptions, CellAnalysis, analyze_cell_with};
 use crate::error::GraphError;
+use crate::trace::CellTrace;
 
 /// How many run timings a cell keeps; older ones are dropped.
 pub const MAX_RUN_HISTORY: usize = 32;
@@ -228,6 +229,11 @@ pub struct Effects {
     pub via_calls: BTreeSet<String>,
     /// The cell defeats static analysis and may change any name.
     pub opaque: bool,
+    /// Names (and `file:` paths, `@` states) the cell's last recorded run
+    /// wrote, deleted or changed that its static analysis does not say it
+    /// certainly produces (already included in `may_produce`).
+    #[serde(default)]
+    pub traced: BTreeSet<String>,
 }
 
 /// Why one cell depends on another.
@@ -239,6 +245,10 @@ pub struct Dependency {
     pub explicit: bool,
     /// Added because one of the two cells defeats static analysis.
     pub conservative: bool,
+    /// Names on this edge that only the consumer's or the producer's last
+    /// recorded run ([`CellTrace`]) links, not the static analysis.
+    #[serde(default)]
+    pub traced: BTreeSet<String>,
 }
 
 /// An edge of the graph, from producer to consumer.
@@ -273,6 +283,8 @@ pub struct CellNode {
     error: Option<String>,
     run_count: u32,
     runs: Vec<CellTiming>,
+    #[serde(default)]
+    trace: Option<CellTrace>,
 }
 
 impl CellNode {
@@ -329,6 +341,12 @@ impl CellNode {
     /// Timings of the most recent runs (at most [`MAX_RUN_HISTORY`]), oldest first.
     pub fn timings(&self) -> &[CellTiming] {
         &self.runs
+    }
+
+    /// What the cell did in its last traced run (it is kept across an edit
+    /// of its code until the cell runs again).
+    pub fn trace(&self) -> Option<&CellTrace> {
+        self.trace.as_ref()
     }
 }
 
@@ -449,6 +467,7 @@ impl ExecutionStateGraph {
             error: None,
             run_count: 0,
             runs: Vec::new(),
+            trace: None,
         };
         let index = self.graph.add_node(node);
         debug_assert_eq!(index, id.node());
@@ -717,6 +736,60 @@ impl ExecutionStateGraph {
         Ok(self.stale_up_to_date_downstream(cell))
     }
 
+    /// Records what the last run of `cell` did ([`CellTrace`], from the
+    /// kernel), replacing the previous record. From then on the graph links
+    /// cells by the static analysis *and* by these records: a later cell
+    /// depends on `cell` if what `cell` wrote, deleted or changed (by its
+    /// analysis or in this run, files included) meets what the later cell
+    /// reads (by its analysis or in its own last run). Names only a trace
+    /// gives are possible writes, never certain ones, so a trace only ever
+    /// adds edges. Dependencies of `cell` and of the cells after it are
+    /// inferred again; up-to-date cells that are now downstream of `cell`
+    /// and were not before become stale and are returned.
+    ///
+    /// ```
+    /// use harness_code::{CellTrace, ExecutionStateGraph, Provenance};
+    ///
+    /// let mut graph = ExecutionStateGraph::new();
+    /// let a = graph.add_cell("xs = [1]\nys = xs", Provenance::now("user", "alias")).unwrap();
+    /// let b = graph.add_cell("ys.append(2)", Provenance::now("user", "grow")).unwrap();
+    /// let c = graph.add_cell("n = len(xs)", Provenance::now("user", "count")).unwrap();
+    /// // Statically `c` needs only `a`: the change through `ys` is not seen.
+    /// assert_eq!(graph.ancestors(c, None).unwrap(), [a]);
+    /// let mut trace = CellTrace::default();
+    /// trace.reads.insert("ys".into());
+    /// trace.mutated.extend(["xs".to_owned(), "ys".to_owned()]);
+    /// graph.record_trace(b, trace).unwrap();
+    /// assert_eq!(graph.ancestors(c, None).unwrap(), [a, b]);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::UnknownCell`] if `cell` is not in the graph.
+    pub fn record_trace(
+        &mut self,
+        cell: CellId,
+        trace: CellTrace,
+    ) -> Result<Vec<CellId>, GraphError> {
+        let before = self.downstream_set(cell);
+        let node = self.cell_mut(cell)?;
+        if node.trace.as_ref() == Some(&trace) {
+            return Ok(Vec::new());
+        }
+        node.trace = Some(trace);
+        for index in cell.index()..self.graph.node_count() {
+            self.reinfer(CellId::from_node(NodeIndex::new(index)));
+        }
+        let mut staled = Vec::new();
+        for id in self.downstream_set(cell) {
+            if !before.contains(&id) && self.graph[id.node()].status == CellStatus::Ok {
+                self.set_stale(id);
+                staled.push(id);
+            }
+        }
+        Ok(staled)
+    }
+
     /// Marks the up-to-date cells downstream of `cell` stale (its outputs
     /// may have changed) and returns them.
     fn stale_up_to_date_downstream(&mut self, cell: CellId) -> Vec<CellId> {
@@ -972,17 +1045,39 @@ impl ExecutionStateGraph {
                 }
             }
         }
+        // What the last run did: its writes are possible writes (the walk
+        // back from a reader goes on past them), its reads are needed.
+        let mut traced_needs: BTreeSet<String> = BTreeSet::new();
+        if let Some(trace) = &node.trace {
+            for name in trace.writes() {
+                if !effects.produces.contains(&name) {
+                    effects.traced.insert(name.clone());
+                    effects.may_produce.insert(name);
+                }
+            }
+            for name in trace.inputs() {
+                if !needed.contains(&name) {
+                    traced_needs.insert(name.clone());
+                    needed.insert(name);
+                }
+            }
+        }
         let produced = effects.produces.clone();
         effects.may_produce.retain(|name| !produced.contains(name));
 
         let mut inferred: BTreeMap<usize, Dependency> = BTreeMap::new();
         for name in &needed {
             for producer in self.producers(index, name) {
-                inferred
-                    .entry(producer)
-                    .or_default()
-                    .names
-                    .insert(name.clone());
+                let dependency = inferred.entry(producer).or_default();
+                dependency.names.insert(name.clone());
+                if traced_needs.contains(name)
+                    || self.graph[NodeIndex::new(producer)]
+                        .effects
+                        .traced
+                        .contains(name)
+                {
+                    dependency.traced.insert(name.clone());
+                }
             }
         }
         if opaque {

@@ -16,6 +16,7 @@ pub mod notebook;
 mod parse;
 pub mod patch;
 pub mod replay;
+mod trace;
 
 pub use analyze::{
     AnalysisOptions, CellAnalysis, Definition, DefinitionKind, DynamicFeature, DynamicUse, Import,
@@ -29,3 +30,4 @@ pub use graph::{
     Provenance, Timestamp,
 };
 pub use parse::with_analysis_stack;
+pub use trace::{CellTrace, FILE_PREFIX};

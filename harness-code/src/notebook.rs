@@ -51,6 +51,7 @@ use crate::kernel::{
     CapturedOutput, CellResult, ExecuteOptions, Kernel, KernelConfig, KernelError, PythonError,
     RestoreValue, Stored, ValueSummary,
 };
+use crate::trace::{CellTrace, FILE_PREFIX};
 use crate::{AnalysisOptions, GraphError};
 use harness::durable::{self, WriteError, write_atomic};
 use harness::ids::SessionId;
@@ -184,6 +185,11 @@ pub struct CellRecord {
     pub display: Option<String>,
     /// The dynamic check of the analysis.
     pub read_check: Option<ReadCheck>,
+    /// What the run did, as the kernel traced it (`None` with tracing off
+    /// or when the kernel failed); also given to the graph
+    /// ([`ExecutionStateGraph::record_trace`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<CellTrace>,
     /// Time in the kernel, in microseconds.
     pub duration_us: u64,
     /// When it ran.
@@ -876,6 +882,9 @@ impl Notebook {
         let node = self.graph.cell(cell)?;
         record.version = node.current_version().number;
         let summary = output_summary(&record);
+        if let Some(trace) = &record.trace {
+            self.graph.record_trace(cell, trace.clone())?;
+        }
         self.graph.record_reuse(cell, summary)?;
         self.records.insert(cell, record);
         Ok(())
@@ -930,12 +939,14 @@ impl Notebook {
         let node = self.graph.cell(cell)?;
         let analysis = node.analysis();
         let effects = node.effects();
+        // Not the `file:` and `@` entries a trace adds: they name no value.
         let names: BTreeSet<&String> = analysis
             .writes
             .iter()
             .chain(&analysis.mutations)
             .chain(&effects.produces)
             .chain(&effects.may_produce)
+            .filter(|name| !name.starts_with('@') && !name.starts_with(FILE_PREFIX))
             .collect();
         Ok(names.into_iter().cloned().collect())
     }
@@ -1172,6 +1183,7 @@ impl Notebook {
             stderr: CapturedOutput::default(),
             display: None,
             read_check: None,
+            trace: None,
             duration_us: 0,
             ran_at: started_at,
         };
@@ -1239,10 +1251,16 @@ impl Notebook {
             stderr: result.stderr.clone(),
             display: result.display.clone(),
             read_check: read_check.clone(),
+            trace: result.trace.clone(),
             duration_us: result.duration_us,
             ran_at: started_at,
         };
         apply_record(&mut self.live, &record);
+        if let Some(trace) = &result.trace {
+            // Before `record_run`, so that cells the run newly links to this
+            // one are made stale with the others downstream.
+            self.graph.record_trace(cell, trace.clone())?;
+        }
         let run = CellRun {
             outcome: match &record.error {
                 None => CellOutcome::Ok,

@@ -205,6 +205,14 @@ pub struct KernelConfig {
     /// static analysis (default true; costs a Python-level call per global
     /// lookup while cells run).
     pub check_reads: bool,
+    /// Record what each cell did ([`CellTrace`](super::CellTrace), default
+    /// true): every global it reads (through the functions it calls too),
+    /// what it binds and deletes, which existing values it changes in place
+    /// (by fingerprinting the namespace's values after each cell, bounded
+    /// per value), the files it opens and the modules it imports. The
+    /// notebook's dependency graph adds what a run did to what the static
+    /// analysis says.
+    pub trace: bool,
     /// Longest protocol line accepted from the kernel (default 64 MiB).
     pub max_message_bytes: usize,
 }
@@ -234,6 +242,7 @@ impl Default for KernelConfig {
             blob_dir: None,
             max_blob_bytes: 256 << 20,
             check_reads: true,
+            trace: true,
             max_message_bytes: 64 << 20,
         }
     }
@@ -261,6 +270,7 @@ impl std::fmt::Debug for KernelConfig {
             .field("blob_dir", &self.blob_dir)
             .field("max_blob_bytes", &self.max_blob_bytes)
             .field("check_reads", &self.check_reads)
+            .field("trace", &self.trace)
             .field("max_message_bytes", &self.max_message_bytes)
             .finish()
     }

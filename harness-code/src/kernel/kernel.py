@@ -35,6 +35,7 @@ import threading
 import time
 import traceback
 import types
+import zlib
 
 KERNEL_FILE = "<string>"
 REPR_LIMIT = 200
@@ -103,13 +104,23 @@ class Capture:
 
 
 class Tracker:
-    """What the running cell reads from the namespace at its own level."""
+    """What the running cell reads from the namespace: at its own level
+    (`observed`, the check of the static analysis) and from any frame
+    (`reads`, the trace: functions defined in earlier cells that the cell
+    calls read through the same namespace), plus the files it opens and the
+    code it hands to `exec`/`eval`, seen by the kernel's audit hook."""
 
-    def __init__(self):
-        self.filename = None
-        self.before = None
+    def __init__(self, filename, before):
+        self.filename = filename
+        self.before = before
         self.seen = set()
         self.observed = set()
+        self.traced = set()
+        self.reads = set()
+        self.files_read = set()
+        self.files_written = set()
+        self.files_dropped = 0
+        self.evaluated = []
 
 
 _track = [None]
@@ -121,21 +132,37 @@ _MISSING = object()
 
 
 class Namespace(dict):
-    """The notebook namespace; records module-level reads of the running cell."""
+    """The notebook namespace; records the reads of the running cell.
+
+    Python looks globals up through `__getitem__` when the globals are not
+    an exact dict (CPython's `LOAD_GLOBAL` and `LOAD_NAME` slow paths), so
+    every read by the cell's code, by functions defined in cells and by
+    comprehensions in them comes here; library code has its own module
+    globals and is not slowed down. Only the first read of each name per
+    cell does more than a set lookup."""
 
     __slots__ = ()
 
     def __getitem__(self, key):
         tracker = _track[0]
-        if tracker is not None and key not in tracker.seen:
-            if _getframe(1).f_code.co_filename == tracker.filename:
-                tracker.seen.add(key)
+        if tracker is not None:
+            if key not in tracker.traced:
+                tracker.traced.add(key)
                 value = _dict_get(self, key, _MISSING)
                 if value is _MISSING:
                     if not hasattr(builtins, key):
-                        tracker.observed.add(key)
+                        tracker.reads.add(key)
                 elif tracker.before.get(key, _MISSING) is value:
-                    tracker.observed.add(key)
+                    tracker.reads.add(key)
+            if key not in tracker.seen:
+                if _getframe(1).f_code.co_filename == tracker.filename:
+                    tracker.seen.add(key)
+                    value = _dict_get(self, key, _MISSING)
+                    if value is _MISSING:
+                        if not hasattr(builtins, key):
+                            tracker.observed.add(key)
+                    elif tracker.before.get(key, _MISSING) is value:
+                        tracker.observed.add(key)
         return _dict_getitem(self, key)
 
 
@@ -175,6 +202,351 @@ class Sink:
                 pass
 
 
+# -- the trace: what a cell did ------------------------------------------------
+#
+# Mutations are found by fingerprinting every value of the namespace before
+# and after a cell (the "after" of one cell is the "before" of the next, so
+# each value is fingerprinted once per cell). A fingerprint is bounded: the
+# value's identity and type, then its content, fully up to FP_FULL_BYTES of
+# array data or FP_ITEMS container items, sampled beyond (a change that
+# misses every sample is missed). numpy and pandas are never imported: their
+# objects are recognised by their type's module.
+
+FP_FULL_BYTES = 1 << 16
+FP_CHUNK = 1 << 12
+FP_CHUNKS = 16
+FP_ITEMS = 4096
+FP_PICKLE_BYTES = 1 << 16
+FP_DEPTH = 3
+TRACE_FILES = 256
+TRACE_NAMES = 4096
+
+_ATOMIC = (int, float, complex, bool, str, bytes, type(None), range, type(Ellipsis))
+_OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+           type, types.CodeType)
+_SKIPPED_PREFIXES = tuple(sorted({os.path.join(p, "") for p in (
+    sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)} | {
+    "/proc/", "/sys/", "/dev/"}))
+
+
+class PickleLimit(Exception):
+    pass
+
+
+class BoundedHash:
+    """A pickle sink that hashes and stops past a byte limit."""
+
+    def __init__(self, limit):
+        self.hash = hashlib.blake2b(digest_size=16)
+        self.left = limit
+
+    def write(self, data):
+        self.left -= len(data)
+        if self.left < 0:
+            raise PickleLimit()
+        self.hash.update(data)
+
+
+def _feed_buffer(h, array):
+    """Feeds an array's bytes: all of them up to FP_FULL_BYTES, else
+    FP_CHUNKS evenly spaced chunks (the first and last included)."""
+    try:
+        view = memoryview(array).cast("B")
+    except (TypeError, ValueError, BufferError):
+        # Not contiguous (a strided view): copy a bounded part.
+        flat = array.reshape(-1) if array.size <= (FP_FULL_BYTES // max(array.itemsize, 1)) \
+            else array.reshape(-1)[::max(1, array.size // (FP_FULL_BYTES // max(array.itemsize, 1)))]
+        view = memoryview(flat.tobytes())
+    size = len(view)
+    # CRC-32 rather than the running hash: four times as fast, and a
+    # fingerprint only has to tell a value from its own earlier self.
+    if size <= FP_FULL_BYTES:
+        crc = zlib.crc32(view)
+    else:
+        crc = 0
+        step = (size - FP_CHUNK) // (FP_CHUNKS - 1)
+        for index in range(FP_CHUNKS):
+            start = index * step
+            crc = zlib.crc32(view[start:start + FP_CHUNK], crc)
+    h.update(size.to_bytes(8, "little") + crc.to_bytes(4, "little"))
+
+
+def _feed_ndarray(h, array):
+    h.update(repr((array.shape, array.dtype.str, array.strides)).encode())
+    try:
+        h.update(array.__array_interface__["data"][0].to_bytes(8, "little"))
+    except Exception:
+        pass
+    if array.dtype.hasobject:
+        # Object arrays (strings in pandas): the elements themselves, bounded.
+        flat = array.reshape(-1)
+        items = flat if flat.size <= FP_ITEMS else flat[::flat.size // FP_ITEMS + 1]
+        _feed_items(h, tuple(items), 1)
+        return
+    _feed_buffer(h, array)
+
+
+def _feed_pandas(h, value, depth):
+    kind = type(value).__name__
+    h.update(kind.encode())
+    if kind in ("DataFrame", "Series"):
+        h.update(repr(getattr(value, "shape", None)).encode())
+        h.update(id(value.index).to_bytes(8, "little"))
+        _feed(h, value.index, depth - 1)
+        if kind == "DataFrame":
+            h.update(id(value.columns).to_bytes(8, "little"))
+            _feed(h, value.columns, depth - 1)
+        else:
+            h.update(repr(value.name).encode())
+        manager = getattr(value, "_mgr", None)
+        arrays = getattr(manager, "arrays", None)
+        if arrays is None:
+            arrays = [value.to_numpy()]
+        for array in arrays[:256]:
+            h.update(id(array).to_bytes(8, "little"))
+            _feed(h, array, depth - 1)
+        return
+    if kind.endswith("Index"):
+        # tuple(): pandas' own repr of the names is slow.
+        h.update(repr((len(value), tuple(getattr(value, "names", ()) or ()))).encode())
+        if kind == "RangeIndex":
+            h.update(repr((value.start, value.stop, value.step)).encode())
+            return
+        data = getattr(value, "_data", None)
+        if data is None:
+            data = value.to_numpy()
+        _feed(h, data, depth - 1)
+        return
+    # Extension arrays (Categorical, masked arrays, ...): their numpy parts.
+    for part in ("_ndarray", "_data", "_mask", "_codes"):
+        inner = getattr(value, part, None)
+        if inner is not None and type(inner).__module__ == "numpy":
+            _feed(h, inner, depth - 1)
+    h.update(repr(len(value) if hasattr(value, "__len__") else None).encode())
+
+
+def _feed_matplotlib(h, value):
+    figure = value if type(value).__name__ in ("Figure", "SubFigure") else getattr(
+        value, "figure", None)
+    axes = getattr(figure, "axes", None) or []
+    h.update(repr(len(axes)).encode())
+    for ax in axes[:64]:
+        try:
+            # dataLim, not get_xlim(): reading the view limits autoscales.
+            h.update(repr((len(ax.get_children()), ax.get_title(), ax.get_xlabel(),
+                           ax.get_ylabel(), ax.dataLim.bounds)).encode())
+        except Exception:
+            h.update(b"?")
+
+
+def _feed_items(h, items, depth):
+    """Container items: hashed together when hashable, else one by one."""
+    count = len(items)
+    h.update(count.to_bytes(8, "little"))
+    if count > FP_ITEMS:
+        step = count // FP_ITEMS + 1
+        items = [items[i] for i in range(0, count, step)] + [items[-1]]
+    try:
+        h.update(hash(tuple(items)).to_bytes(8, "little", signed=True))
+        return
+    except TypeError:
+        pass
+    for item in items:
+        if isinstance(item, _ATOMIC):
+            h.update(hash(item).to_bytes(8, "little", signed=True))
+        else:
+            h.update(id(item).to_bytes(8, "little"))
+            if depth > 0:
+                _feed(h, item, depth - 1)
+
+
+def _feed(h, value, depth):
+    kind = type(value)
+    if isinstance(value, _ATOMIC):
+        h.update(hash(value).to_bytes(8, "little", signed=True))
+        return
+    if isinstance(value, _OPAQUE):
+        h.update(id(value).to_bytes(8, "little"))
+        return
+    module = getattr(kind, "__module__", "") or ""
+    if module == "numpy" and kind.__name__ == "ndarray":
+        _feed_ndarray(h, value)
+        return
+    if module.startswith("pandas."):
+        _feed_pandas(h, value, depth)
+        return
+    if module.startswith("matplotlib."):
+        _feed_matplotlib(h, value)
+        return
+    if module.startswith("numpy.random") and hasattr(value, "bit_generator"):
+        _feed_state(h, value.bit_generator.state)
+        return
+    if depth <= 0:
+        h.update(id(value).to_bytes(8, "little"))
+        return
+    if isinstance(value, (list, tuple)):
+        _feed_items(h, value, depth)
+        return
+    if isinstance(value, dict):
+        h.update(b"d")
+        _feed_items(h, list(value.keys()), depth)
+        _feed_items(h, list(value.values()), depth)
+        return
+    if isinstance(value, (set, frozenset)):
+        h.update(len(value).to_bytes(8, "little"))
+        try:
+            h.update(hash(frozenset(value)).to_bytes(8, "little", signed=True))
+        except TypeError:
+            pass
+        return
+    if isinstance(value, (bytearray, memoryview)):
+        _feed_buffer(h, value)
+        return
+    if module == "collections" and hasattr(value, "__len__"):
+        _feed_items(h, list(value), depth)
+        return
+    # Small values of other kinds: a hash of their pickle.
+    sink = BoundedHash(FP_PICKLE_BYTES)
+    try:
+        pickle.Pickler(sink, protocol=5).dump(value)
+        h.update(sink.hash.digest())
+        return
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:
+        pass
+    # Large or unpicklable objects: their attributes, shallowly.
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict):
+        h.update(b"o")
+        _feed_items(h, list(attributes.keys()), 0)
+        _feed_items(h, list(attributes.values()), depth - 1)
+    else:
+        h.update(id(value).to_bytes(8, "little"))
+
+
+def _feed_state(h, state):
+    """A generator's state: a dict of numbers, strings and arrays."""
+    if isinstance(state, dict):
+        for key in sorted(state):
+            h.update(repr(key).encode())
+            _feed_state(h, state[key])
+    elif type(state).__module__ == "numpy" and hasattr(state, "tobytes"):
+        h.update(state.tobytes())
+    else:
+        h.update(repr(state).encode())
+
+
+def fingerprint(value):
+    """A bounded fingerprint of `value`, or None for values that cannot be
+    changed in place (numbers, strings, modules, functions, classes)."""
+    if isinstance(value, _ATOMIC) or isinstance(value, _OPAQUE):
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    try:
+        _feed(h, value, FP_DEPTH)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:
+        # A value whose inspection fails (a broken __len__, a lazy proxy):
+        # identity only, and a note that the value could not be read.
+        h.update(("unreadable %s" % type(error).__name__).encode())
+    return h.digest()
+
+
+def state_fingerprints():
+    """Snapshots of state kept inside modules that cells change through
+    calls: the random generators and pyplot's figures and settings, compared
+    with `!=`. Only modules already imported are looked at."""
+    states = {}
+    module = sys.modules.get("random")
+    if module is not None:
+        try:
+            states["@random"] = module.getstate()
+        except Exception:
+            pass
+    module = sys.modules.get("numpy.random")
+    if module is not None:
+        try:
+            h = hashlib.blake2b(digest_size=16)
+            _feed_state(h, module.get_state(legacy=False))
+            states["@numpy.random"] = h.digest()
+        except Exception:
+            pass
+    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    if helpers is not None and "matplotlib.pyplot" in sys.modules:
+        try:
+            h = hashlib.blake2b(digest_size=16)
+            # Read without pyplot's accessors, which make a figure current.
+            managers = list(helpers.Gcf.figs.items())
+            h.update(repr([number for number, _ in managers]).encode())
+            for _, manager in managers[-16:]:
+                _feed_matplotlib(h, manager.canvas.figure)
+            # A shallow copy: rcParams' validators store new values.
+            states["@matplotlib"] = (h.digest(), dict(dict.items(sys.modules["matplotlib"].rcParams)))
+        except Exception:
+            pass
+    return states
+
+
+def _open_event(tracker, args):
+    try:
+        path, mode, flags = args
+    except ValueError:
+        return
+    if isinstance(path, int):
+        return
+    try:
+        path = os.fsdecode(os.fspath(path))
+    except (TypeError, ValueError):
+        return
+    if isinstance(mode, str):
+        reads = "r" in mode or "+" in mode
+        writes = any(c in mode for c in "wax+")
+    else:
+        access = (flags or 0) & 3
+        reads = access in (os.O_RDONLY, os.O_RDWR)
+        writes = access in (os.O_WRONLY, os.O_RDWR) or bool(
+            (flags or 0) & (os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+    path = os.path.abspath(path)
+    if path.startswith(_SKIPPED_PREFIXES) or "__pycache__" in path:
+        return
+    for wanted, target in ((reads, tracker.files_read), (writes, tracker.files_written)):
+        if wanted and path not in target:
+            if len(target) < TRACE_FILES:
+                target.add(path)
+            else:
+                tracker.files_dropped += 1
+
+
+def audit(event, args):
+    """The kernel's audit hook: files a running cell opens, code it runs
+    through `exec` or `eval`. Does nothing between cells."""
+    tracker = _track[0]
+    if tracker is None:
+        return
+    if event == "open":
+        _open_event(tracker, args)
+    elif event == "exec" and args and isinstance(args[0], types.CodeType):
+        # Code compiled from a string ("<string>", "<stdin>"), not the
+        # modules that imports execute.
+        name = args[0].co_filename
+        if name != tracker.filename and name[:1] == "<" and len(tracker.evaluated) < 64:
+            tracker.evaluated.append(args[0])
+
+
+def code_names(code, out, budget=4096):
+    """Every global a code object (and the code nested in it) may load."""
+    stack = [code]
+    while stack and budget > 0:
+        item = stack.pop()
+        budget -= 1
+        out.update(item.co_names)
+        for const in item.co_consts:
+            if isinstance(const, types.CodeType):
+                stack.append(const)
+
+
 def bounded(text, limit):
     if len(text) > limit:
         return text[:limit] + "... [%d more characters]" % (len(text) - limit)
@@ -188,6 +560,13 @@ class Kernel:
         self.blob_dir = config.get("blob_dir")
         self.max_blob = int(config.get("max_blob_bytes") or (256 << 20))
         self.check_reads = bool(config.get("check_reads", True))
+        self.trace = bool(config.get("trace", True))
+        # name -> (value, fingerprint) as of the end of the last cell.
+        self.fps = {}
+        # state_fingerprints() and the names in sys.modules as of the end of
+        # the last cell.
+        self.states = None
+        self.modules = None
         self.repr = reprlib.Repr()
         self.repr.maxstring = 120
         self.repr.maxother = 120
@@ -195,7 +574,7 @@ class Kernel:
         self.repr.maxtuple = 8
         self.repr.maxdict = 6
         self.repr.maxset = 8
-        namespace_type = Namespace if self.check_reads else dict
+        namespace_type = Namespace if (self.check_reads or self.trace) else dict
         self.ns = namespace_type(__name__="__main__", __builtins__=builtins, __doc__=None)
         self.running = threading.Event()
 
@@ -223,6 +602,8 @@ class Kernel:
         # json.py there shadows neither the kernel's modules nor a cell's.
         if "" not in sys.path:
             sys.path.append("")
+        if self.trace:
+            sys.addaudithook(audit)
 
     def reset_streams(self):
         # New wrappers if a cell closed ours; they never own the descriptors.
@@ -280,6 +661,7 @@ class Kernel:
                 elif op == "reset":
                     self.ns.clear()
                     self.ns.update(__name__="__main__", __builtins__=builtins, __doc__=None)
+                    self.fps = {}
                     reply = {}
                 elif op == "shutdown":
                     self.send({"id": rid})
@@ -308,10 +690,9 @@ class Kernel:
         self.out.reset()
         self.err.reset()
         tracker = None
-        if self.check_reads:
-            tracker = Tracker()
-            tracker.filename = filename
-            tracker.before = before
+        if self.check_reads or self.trace:
+            tracker = Tracker(filename, before)
+        prepared = self.trace_before(before) if self.trace else None
         error = None
         display = None
         self.running.set()
@@ -354,12 +735,115 @@ class Kernel:
             reply["error"] = error
         if display is not None:
             reply["display"] = display
+        trace = None
+        if prepared is not None:
+            trace = self.trace_after(before, tracker, prepared)
+            declared = list(declared) + [name for name in trace["mutated"]
+                                         if not name.startswith("@")]
         outputs, deleted = self.summarize(before, declared, snapshot)
         reply["outputs"] = outputs
         reply["deleted"] = deleted
-        if tracker is not None:
+        if tracker is not None and self.check_reads:
             reply["reads"] = sorted(tracker.observed)
+        if trace is not None:
+            reply["trace"] = trace
         return reply
+
+    # -- trace -------------------------------------------------------------
+
+    def fingerprint_all(self, items):
+        """Fingerprints of the namespace's values, reusing those of values
+        that are the very objects fingerprinted at the end of the last
+        cell (nothing runs between cells)."""
+        cache = self.fps
+        fresh = {}
+        for name, value in items:
+            if name[:2] == "__" and name[-2:] == "__":
+                continue
+            cached = cache.get(name)
+            if cached is not None and cached[0] is value:
+                fresh[name] = cached
+            else:
+                fresh[name] = (value, fingerprint(value))
+        return fresh
+
+    def trace_before(self, before):
+        start = time.perf_counter()
+        fps = self.fingerprint_all(before.items())
+        states = self.states if self.states is not None else state_fingerprints()
+        if self.modules is None:
+            self.modules = set(sys.modules)
+        return fps, states, len(sys.modules), time.perf_counter() - start
+
+    def trace_after(self, before, tracker, prepared):
+        start = time.perf_counter()
+        fps_before, states_before, modules_before, spent = prepared
+        ns = self.ns
+        # Every value is fingerprinted again: any of them may have changed.
+        fps_after = {}
+        for name, value in list(ns.items()):
+            if name[:2] == "__" and name[-2:] == "__":
+                continue
+            fps_after[name] = (value, fingerprint(value))
+        self.fps = fps_after
+        bound = []
+        for name, value in ns.items():
+            if name[:2] == "__" and name[-2:] == "__":
+                continue
+            if before.get(name, _MISSING) is not value:
+                bound.append(name)
+        deleted = [name for name in before if not _dict_contains(ns, name)]
+        mutated = set()
+        for name, (value, old) in fps_before.items():
+            if old is None:
+                continue
+            now = fps_after.get(name)
+            if now is not None and now[0] is value and now[1] != old:
+                mutated.add(name)
+        states_after = self.states = state_fingerprints()
+        for name, value in states_after.items():
+            if states_before.get(name, _MISSING) != value:
+                mutated.add(name)
+        reads = {name for name in tracker.reads if not (name[:2] == "__" and name[-2:] == "__")}
+        if tracker.evaluated:
+            names = set()
+            for code in tracker.evaluated:
+                code_names(code, names)
+            reads.update(name for name in names if name in before
+                         and not (name[:2] == "__" and name[-2:] == "__"))
+        for name in list(reads):
+            value = before.get(name, _MISSING)
+            if value is _MISSING:
+                continue
+            owner = value.__name__ if isinstance(value, types.ModuleType) else \
+                getattr(type(value), "__module__", "") or ""
+            if isinstance(owner, str) and owner.startswith("matplotlib"):
+                reads.add("@matplotlib")
+                break
+        # A cell that moved a generator or drew on a figure also read that state.
+        reads.update(name for name in mutated if name.startswith("@"))
+        imported = []
+        if len(sys.modules) != modules_before or self.modules is None:
+            names = set(sys.modules)
+            if self.modules is not None:
+                imported = sorted({name.split(".")[0] for name in names - self.modules
+                                   if name[:1] != "_"})
+            self.modules = names
+        names_dropped = 0
+        fields = {}
+        for key, values in (("reads", reads), ("bound", bound), ("deleted", deleted),
+                            ("mutated", mutated)):
+            ordered = sorted(values)
+            if len(ordered) > TRACE_NAMES:
+                names_dropped += len(ordered) - TRACE_NAMES
+                ordered = ordered[:TRACE_NAMES]
+            fields[key] = ordered
+        fields["files_read"] = sorted(tracker.files_read)
+        fields["files_written"] = sorted(tracker.files_written)
+        fields["imports"] = imported[:TRACE_NAMES]
+        fields["dropped"] = names_dropped + tracker.files_dropped
+        fields["overhead_us"] = int((spent + time.perf_counter() - start) * 1e6)
+        return fields
 
     def describe_error(self, exc, filename):
         tb = exc.__traceback__

@@ -89,6 +89,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
+pub use crate::trace::{CellTrace, FILE_PREFIX};
 pub use config::{
     DEFAULT_MEMORY_LIMIT, DEFAULT_PASS_ENV, DEFAULT_PROCESS_LIMIT, DEFAULT_SCRUB_PATTERNS,
     KernelConfig,
@@ -379,6 +380,8 @@ struct ExecuteReply {
     deleted: BTreeSet<String>,
     #[serde(default)]
     reads: Option<BTreeSet<String>>,
+    #[serde(default)]
+    trace: Option<CellTrace>,
 }
 
 #[derive(Deserialize)]
@@ -402,6 +405,7 @@ impl Kernel {
             "blob_dir": config.blob_dir,
             "max_blob_bytes": config.max_blob_bytes,
             "check_reads": config.check_reads,
+            "trace": config.trace,
             "memory_limit": config.memory_limit,
             "process_limit": config.process_limit,
             "drop_privileges": config.drop_privileges,
@@ -660,6 +664,7 @@ impl Kernel {
             outputs: reply.outputs,
             deleted: reply.deleted,
             reads: reply.reads,
+            trace: reply.trace,
             duration_us: reply.duration_us,
         })
     }

@@ -175,6 +175,10 @@ pub struct CellResult {
     pub reads: Option<BTreeSet<String>>,
     /// Time spent running the code in the kernel, in microseconds.
     pub duration_us: u64,
+    /// What the cell did, as the kernel saw it run (`None` when tracing is
+    /// off, [`KernelConfig::trace`](super::KernelConfig::trace)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::CellTrace>,
 }
 
 impl CellResult {

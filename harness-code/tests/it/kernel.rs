@@ -45,8 +45,11 @@ async fn runs_cells_in_one_namespace() {
         .await
         .unwrap();
     assert_eq!(second.outputs["total"].repr, "10");
-    // `xs` was mutated, not rebound: only reported when declared.
-    assert!(!second.outputs.contains_key("xs"));
+    // `xs` was mutated, not rebound: the trace's fingerprints found it.
+    assert_eq!(second.outputs["xs"].len, Some(4));
+    let trace = second.trace.as_ref().unwrap();
+    assert_eq!(trace.mutated.iter().collect::<Vec<_>>(), ["xs"]);
+    assert_eq!(trace.bound.iter().collect::<Vec<_>>(), ["total"]);
     assert_eq!(
         second.reads.unwrap().into_iter().collect::<Vec<_>>(),
         ["xs"]

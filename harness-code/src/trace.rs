@@ -1,0 +1,103 @@
+//! What a cell did when it ran, as the kernel recorded it: the dynamic
+//! record that the [`ExecutionStateGraph`](crate::ExecutionStateGraph)
+//! adds to the static analysis.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// What one run of a cell did, recorded by the kernel while it ran: the
+/// dynamic counterpart of the static [`CellAnalysis`](crate::CellAnalysis).
+///
+/// Names starting with `@` stand for state kept inside modules that cells
+/// change through calls: `@random` (the `random` module's generator),
+/// `@numpy.random` (numpy's global generator) and `@matplotlib` (pyplot's
+/// figures and `rcParams`). A cell that changed such a state is in both
+/// [`reads`](Self::reads) and [`mutated`](Self::mutated); a cell that read a
+/// name bound to a matplotlib module or object reads `@matplotlib`.
+///
+/// ```
+/// use harness_code::CellTrace;
+///
+/// let trace: CellTrace = serde_json::from_str(
+///     r#"{"reads": ["df"], "mutated": ["df"], "files_written": ["/tmp/out.csv"]}"#,
+/// ).unwrap();
+/// assert!(trace.changes("df") && trace.reads.contains("df"));
+/// assert_eq!(trace.writes().collect::<Vec<_>>(), ["df", "file:/tmp/out.csv"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellTrace {
+    /// Global names read whose value existed before the cell (or that were
+    /// missing and not builtins), by the cell's own code, by functions
+    /// defined in cells that it called, and by code it ran through `exec`
+    /// or `eval` (every name that code may load).
+    #[serde(default)]
+    pub reads: BTreeSet<String>,
+    /// Names the cell bound to a new object (new or rebound).
+    #[serde(default)]
+    pub bound: BTreeSet<String>,
+    /// Names the cell removed.
+    #[serde(default)]
+    pub deleted: BTreeSet<String>,
+    /// Names whose object existed before the cell, is still bound to them,
+    /// and changed in place (its fingerprint differs), plus the `@` states
+    /// the cell changed. Every name bound to a changed object is listed, so
+    /// a change through an alias shows on each name.
+    #[serde(default)]
+    pub mutated: BTreeSet<String>,
+    /// Files opened for reading (absolute paths; the interpreter's own
+    /// files, `/proc`, `/sys` and `/dev` left out).
+    #[serde(default)]
+    pub files_read: BTreeSet<String>,
+    /// Files opened for writing, appending or creating.
+    #[serde(default)]
+    pub files_written: BTreeSet<String>,
+    /// Top-level modules first imported by the cell.
+    #[serde(default)]
+    pub imports: BTreeSet<String>,
+    /// Entries left out past the kernel's bounds (4 096 names, 256 files per
+    /// list); when not 0 the trace is incomplete.
+    #[serde(default)]
+    pub dropped: u64,
+    /// Time the kernel spent fingerprinting and comparing, outside the
+    /// cell's own [`duration_us`](CellResult::duration_us), in microseconds.
+    #[serde(default)]
+    pub overhead_us: u64,
+}
+
+/// The prefix of the names that stand for files in a trace's
+/// [`writes`](CellTrace::writes) and [`inputs`](CellTrace::inputs).
+pub const FILE_PREFIX: &str = "file:";
+
+impl CellTrace {
+    /// Whether the cell bound, deleted or changed `name`.
+    pub fn changes(&self, name: &str) -> bool {
+        self.bound.contains(name) || self.deleted.contains(name) || self.mutated.contains(name)
+    }
+
+    /// Everything the run wrote: names bound, deleted or mutated, and the
+    /// files it wrote as `file:PATH`.
+    pub fn writes(&self) -> impl Iterator<Item = String> + '_ {
+        let mut names: BTreeSet<String> = self
+            .bound
+            .iter()
+            .chain(&self.deleted)
+            .chain(&self.mutated)
+            .cloned()
+            .collect();
+        names.extend(
+            self.files_written
+                .iter()
+                .map(|p| format!("{FILE_PREFIX}{p}")),
+        );
+        names.into_iter()
+    }
+
+    /// Everything the run read: names, and the files it read as
+    /// `file:PATH`.
+    pub fn inputs(&self) -> impl Iterator<Item = String> + '_ {
+        let mut names: BTreeSet<String> = self.reads.clone();
+        names.extend(self.files_read.iter().map(|p| format!("{FILE_PREFIX}{p}")));
+        names.into_iter()
+    }
+}
