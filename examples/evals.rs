@@ -186,7 +186,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         .with(StepTrajectory::new(Match::Superset, ["model"]).named("steps"))
         .with(Budget::new().max_model_calls(4));
 
-    let experiment = Experiment::new(format!("calculator on {}", model.model_name()))
+    let experiment = Experiment::new("baseline")
         .model(Arc::clone(&model))
         // The script answers in dataset order; a server takes two at once.
         .concurrency(if offline { 1 } else { 2 })

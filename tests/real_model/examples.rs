@@ -390,3 +390,67 @@ fn numbers(text: &str) -> Vec<u32> {
         .filter_map(|n| n.parse().ok())
         .collect()
 }
+
+#[test]
+fn evals_scores_the_calculator_on_twenty_cases_rescores_offline_and_replays_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = stdout_of(&run_example(
+        "harness-examples",
+        "evals",
+        dir.path(),
+        &[],
+        "",
+    ));
+    // Whatever the model answered, the report re-scores and replays the same.
+    assert!(
+        text.contains("re-scored offline: 20/20 cases scored the same"),
+        "{text}"
+    );
+    assert!(text.contains("replayed: 20/20 cases identical"), "{text}");
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("evals-report.json")).unwrap(),
+    )
+    .unwrap();
+    let cases = report["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 20);
+    assert_eq!(report["model"], server().1.as_str());
+    for case in cases {
+        let name = &case["name"];
+        let record = &case["record"];
+        if case.get("failure").is_some() {
+            assert!(case["scores"].as_object().unwrap().is_empty(), "{name}");
+            continue;
+        }
+        // Every evaluator scored it.
+        assert_eq!(case["scores"].as_object().unwrap().len(), 4, "{name}");
+        // What was recorded is what ran: a tools step for every model
+        // answer that called tools, a model step for every model call.
+        let exchanges = record["exchanges"].as_array().unwrap();
+        let calling = exchanges
+            .iter()
+            .filter(|e| e["outcome"].to_string().contains("tool_call"))
+            .count();
+        let steps: Vec<&str> = record["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "step_finished")
+            .map(|e| e["step"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            steps.iter().filter(|s| **s == "model").count(),
+            exchanges.len(),
+            "{name}: {steps:?}"
+        );
+        assert_eq!(
+            steps.iter().filter(|s| **s == "tools").count(),
+            calling,
+            "{name}: {steps:?}"
+        );
+        assert_eq!(record["metrics"]["model_calls"], exchanges.len(), "{name}");
+        assert!(
+            record["metrics"]["usage"]["input_tokens"].as_u64().unwrap() > 0,
+            "{name}"
+        );
+    }
+}
