@@ -24,7 +24,11 @@ pub(crate) struct App {
 
 pub(crate) type Shared = Arc<App>;
 
-/// The runs this server started, by thread and by id.
+/// How many runs of a thread the server remembers (with their streams, for
+/// `join` and `join_stream`); older settled ones are forgotten.
+pub(crate) const RUNS_KEPT: usize = 100;
+
+/// The runs this server started, by thread.
 #[derive(Default)]
 pub(crate) struct Runs {
     pub(crate) by_thread: HashMap<String, Vec<Arc<RunRecord>>>,
@@ -39,6 +43,22 @@ impl Runs {
             .rev()
             .find(|r| !r.status().is_done())
             .cloned()
+    }
+
+    /// Adds `run` to its thread's runs, forgetting the oldest settled ones
+    /// beyond [`RUNS_KEPT`].
+    pub(crate) fn add(&mut self, run: Arc<RunRecord>) {
+        let list = self.by_thread.entry(run.thread_id.clone()).or_default();
+        list.push(run);
+        let mut excess = list.len().saturating_sub(RUNS_KEPT);
+        list.retain(|r| {
+            if excess > 0 && r.status().is_done() {
+                excess -= 1;
+                false
+            } else {
+                true
+            }
+        });
     }
 
     pub(crate) fn find(&self, thread: &str, run: &str) -> Option<Arc<RunRecord>> {

@@ -263,6 +263,7 @@ fn routes(body_limit: usize) -> Router<Shared> {
             get(threads::get_state_at),
         )
         .route("/threads/{id}/history", post(threads::history))
+        .route("/threads/{id}/copy", post(threads::copy))
         .route(
             "/threads/{id}/runs",
             get(runs::list).post(runs::create_on_thread),

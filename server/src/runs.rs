@@ -347,10 +347,7 @@ async fn start(
                 active.run_id
             )));
         }
-        runs.by_thread
-            .entry(thread.clone())
-            .or_default()
-            .push(Arc::clone(&run));
+        runs.add(Arc::clone(&run));
     }
     let started = async {
         let tokens = plan.modes.contains(&Mode::Messages);

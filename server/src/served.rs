@@ -273,6 +273,19 @@ struct Frames<S: HarnessState> {
     index: u64,
 }
 
+/// An update as JSON with only the fields the step wrote (as LangGraph's
+/// `updates` show them), when the state says which those are.
+fn written_json<S: HarnessState>(update: &S::Update) -> Value {
+    let mut json = serde_json::to_value(update).unwrap_or(Value::Null);
+    if S::fields().is_some()
+        && let Value::Object(map) = &mut json
+    {
+        let written = S::written(update);
+        map.retain(|k, _| written.contains(&k.as_str()));
+    }
+    json
+}
+
 fn interrupt_json(i: &harness::Interrupt) -> Value {
     json!({ "value": i.payload, "id": i.id.as_str() })
 }
@@ -330,7 +343,7 @@ impl<S: HarnessState> Frames<S> {
                 signal,
                 ..
             } => {
-                let update_json = serde_json::to_value(&update).unwrap_or(Value::Null);
+                let update_json = written_json::<S>(&update);
                 let id = task_id(&self.run_id, &path, index);
                 let result: Vec<Value> = match &update_json {
                     Value::Object(m) => m

@@ -660,3 +660,43 @@ pub(crate) async fn update_state(
         "checkpoint": checkpoint_json(&id, Some(checkpoint_id(fork.as_str(), steps))),
     })))
 }
+
+/// `copy`: a new thread whose state is a fork of this one's latest
+/// checkpoint, with the same metadata and history.
+pub(crate) async fn copy(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let record = get_record(&app, &id).await?;
+    if let Some(active) = app.runs().active(&id) {
+        return Err(ApiError::conflict(format!(
+            "thread {id} has run {} in flight: wait for it or cancel it before copying",
+            active.run_id
+        )));
+    }
+    let mut copy = ThreadRecord {
+        thread_id: uuid::Uuid::new_v4().to_string(),
+        created_at: now_millis(),
+        updated_at: now_millis(),
+        metadata: record.metadata.clone(),
+        session: String::new(),
+        parents: Vec::new(),
+        deleted: false,
+    };
+    match head_of(&app, &record).await? {
+        None => copy.session = copy.thread_id.clone(),
+        Some((head, agent)) => {
+            let fork = agent
+                .fork(&record.session_id(), head.steps, None, "")
+                .await?;
+            copy.session = fork.to_string();
+            copy.parents.push(Parent {
+                session: record.session.clone(),
+                index: head.steps,
+            });
+            copy.parents.extend(record.parents.iter().cloned());
+        }
+    }
+    save(&app, &copy).await?;
+    Ok(Json(thread_json(&app, &copy).await?))
+}

@@ -5,7 +5,8 @@
 mod errors;
 mod sdk;
 
-use harness::{Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent, schemars};
+use harness::llm::{Expect, LanguageModel, ModelRequest, ScriptedModel, StopReason, StreamEvent};
+use harness::{Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent, schemars};
 use harness_server::Server;
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
@@ -66,8 +67,47 @@ async fn tick(_: Arc<Ticks>, _: Cx<()>) -> StepResult<TicksUpdate> {
     Ok(TicksUpdate::new().ticks(1))
 }
 
-/// The server of the tests, on a temporary sled store: the `ticket` and
-/// `ticks` agents.
+/// A reply from a model, streamed token by token.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
+pub struct Chat {
+    #[field(reduce = append)]
+    pub messages: Vec<String>,
+}
+
+#[derive(Context)]
+struct ChatDeps {
+    #[slot(fixed)]
+    model: Arc<dyn LanguageModel>,
+}
+
+async fn reply(chat: Arc<Chat>, cx: Cx<ChatDeps>) -> StepResult<ChatUpdate> {
+    let request = ModelRequest::builder()
+        .messages(chat.messages.iter().map(harness::llm::Message::user))
+        .build();
+    let answer = cx.complete(&*cx.model, &request).await?;
+    Ok(ChatUpdate::new().messages(vec![answer.into_message().text()]))
+}
+
+/// A scripted model that streams "Hello there" in three pieces, `turns`
+/// times.
+fn streaming_model(turns: usize) -> Arc<dyn LanguageModel> {
+    let turn = || {
+        Expect::any().stream([
+            StreamEvent::TextDelta { text: "Hel".into() },
+            StreamEvent::TextDelta { text: "lo ".into() },
+            StreamEvent::TextDelta {
+                text: "there".into(),
+            },
+            StreamEvent::Finish {
+                stop_reason: StopReason::EndTurn,
+            },
+        ])
+    };
+    Arc::new(ScriptedModel::new((0..turns).map(|_| turn())))
+}
+
+/// The server of the tests, on a temporary sled store: the `ticket`,
+/// `ticks` and `chat` agents.
 pub fn server(dir: &std::path::Path) -> Server {
     let store = Arc::new(SledStore::open(dir.join("store")).unwrap());
     let tickets = Harness::<Ticket>::builder()
@@ -94,9 +134,20 @@ pub fn server(dir: &std::path::Path) -> Server {
         .store(Arc::clone(&store))
         .build()
         .unwrap();
+    let chat = Harness::<Chat, ChatDeps>::builder_with(ChatDepsFixed {
+        model: streaming_model(8),
+    })
+    .step("reply")
+    .run(reply)
+    .end()
+    .start("reply")
+    .store(Arc::clone(&store))
+    .build()
+    .unwrap();
     Server::new()
         .agent(&create_agent("ticket", &tickets), &tickets)
         .agent(&create_agent("ticks", &ticks), &ticks)
+        .agent(&create_agent("chat", &chat), &chat)
         .store(store)
         .body_limit(64 * 1024)
 }

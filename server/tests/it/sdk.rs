@@ -61,6 +61,7 @@ async fn drive(name: &str) -> Value {
         out.status
     );
     let last = stdout.lines().last().unwrap_or_default();
+    println!("{name} saw: {last}");
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{name} printed no JSON ({e}): {stdout}"))
 }
 
@@ -69,7 +70,7 @@ async fn the_python_sdk_drives_threads_streams_interrupts_history_and_runs() {
     let seen = drive("sdk_flow.py").await;
 
     // Assistants, their graph and schemas.
-    assert_eq!(seen["assistants"], json!(["ticket", "ticks"]));
+    assert_eq!(seen["assistants"], json!(["chat", "ticket", "ticks"]));
     assert_eq!(
         seen["graph_nodes"],
         json!(["__end__", "__start__", "draft", "review"])
@@ -145,6 +146,26 @@ async fn the_python_sdk_drives_threads_streams_interrupts_history_and_runs() {
     assert!(ticks > 3 && ticks < 1000, "{ticks}");
     assert_eq!(seen["runs_listed"], json!(["interrupted", "success"]));
     assert_eq!(seen["stateless"], json!({"ticks": 2, "limit": 2}));
-    assert_eq!(seen["search"], json!([true]));
+    assert_eq!(seen["search"], json!([true, true]));
+
+    // The other stream modes.
+    assert_eq!(seen["debug_types"], json!(["task", "task_result"]));
+    assert_eq!(
+        seen["events_kinds"],
+        json!(["on_chain_start", "on_chain_end"])
+    );
+    assert_eq!(seen["tokens"], json!(["Hel", "lo ", "there"]));
+    assert_eq!(seen["token_node"], "reply");
+
+    // Replay from an event id; a disconnect that cancels; a copy.
+    assert!(!seen["replay"][1].as_array().unwrap().is_empty());
+    assert_eq!(seen["disconnected_status"], "interrupted");
+    let ticks = seen["disconnected_ticks"].as_u64().unwrap();
+    assert!((2..1000).contains(&ticks), "{ticks}");
+    assert_eq!(seen["copy_values_equal"], true);
+    assert_eq!(
+        seen["copy_history_len"],
+        seen["forked_history_len"].as_u64().unwrap() + 1
+    );
     assert_eq!(seen["deleted"], 404);
 }
