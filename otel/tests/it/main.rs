@@ -8,6 +8,7 @@ mod config;
 mod provider;
 mod secrets;
 mod traces;
+mod evals;
 
 /// Runs the tests that install `tracing` subscribers one at a time:
 /// `tracing` caches each callsite's interest across all subscribers, and a

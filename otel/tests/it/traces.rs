@@ -134,7 +134,7 @@ fn script() -> Arc<ScriptedModel> {
 
 /// Runs `body` on a runtime of this thread, traced by a harness-otel layer
 /// configured with `config`; flushes what it exported before returning.
-fn traced<F, R>(config: OtelConfig, body: impl FnOnce() -> F) -> R
+pub(crate) fn traced<F, R>(config: OtelConfig, body: impl FnOnce() -> F) -> R
 where
     F: Future<Output = R>,
 {
@@ -190,7 +190,7 @@ fn children<'a>(spans: &'a [Span], parent: &Span) -> Vec<&'a str> {
         .collect()
 }
 
-fn spans_of(collector: &Collector) -> Vec<Span> {
+pub(crate) fn spans_of(collector: &Collector) -> Vec<Span> {
     collector.spans().into_iter().map(|(_, s)| s).collect()
 }
 
