@@ -245,7 +245,41 @@ pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use super::decode;
+    use super::{RUNS_KEPT, Runs, decode};
+    use crate::record::{RunRecord, RunResult, RunStatus};
+    use serde_json::Value;
+
+    #[test]
+    fn a_thread_keeps_its_latest_runs_and_every_unsettled_one() {
+        let mut runs = Runs::default();
+        let unsettled = RunRecord::new(
+            "r-0".into(),
+            "t".into(),
+            "a".into(),
+            Value::Null,
+            Value::Null,
+        );
+        runs.add(unsettled);
+        for i in 1..=RUNS_KEPT + 10 {
+            let run = RunRecord::new(
+                format!("r-{i}"),
+                "t".into(),
+                "a".into(),
+                Value::Null,
+                Value::Null,
+            );
+            run.finish(RunStatus::Success, RunResult::default());
+            runs.add(run);
+        }
+        let kept = &runs.by_thread["t"];
+        assert_eq!(kept.len(), RUNS_KEPT);
+        assert!(
+            runs.find("t", "r-0").is_some(),
+            "the unsettled run was forgotten"
+        );
+        assert!(runs.find("t", "r-1").is_none());
+        assert!(runs.find("t", &format!("r-{}", RUNS_KEPT + 10)).is_some());
+    }
 
     #[test]
     fn query_values_are_percent_decoded() {

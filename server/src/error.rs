@@ -125,12 +125,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal(message) = &self {
+        // Text from a store can hold what it was opened with (a URL with a
+        // password): the process's secrets are redacted from every message.
+        let message = harness::secrets::redact(&self.to_string()).into_owned();
+        if let ApiError::Internal(_) = &self {
             tracing::error!(error = %message, "request failed");
         }
         let mut body = json!({
             "error": self.kind(),
-            "message": self.to_string(),
+            "message": message,
         });
         if let Some(field) = self.field() {
             body["field"] = json!(field);

@@ -190,7 +190,16 @@ impl RunRecord {
     }
 
     /// Appends a frame to the stream.
-    pub(crate) fn push(&self, mode: Mode, event: &'static str, ns: Option<String>, data: Value) {
+    pub(crate) fn push(
+        &self,
+        mode: Mode,
+        event: &'static str,
+        ns: Option<String>,
+        mut data: Value,
+    ) {
+        // What leaves the process never holds its secrets (state, errors,
+        // custom events alike).
+        harness::secrets::redact_json(&mut data);
         let count = {
             let mut live = self.live();
             let seq = live.frames.len() as u64;
@@ -219,7 +228,11 @@ impl RunRecord {
     }
 
     /// The run settled.
-    pub(crate) fn finish(&self, status: RunStatus, result: RunResult) {
+    pub(crate) fn finish(&self, status: RunStatus, mut result: RunResult) {
+        harness::secrets::redact_json(&mut result.values);
+        if let Some((_, message)) = &mut result.error {
+            harness::secrets::redact_string(message);
+        }
         {
             let mut live = self.live();
             live.status = status;

@@ -459,3 +459,38 @@ async fn the_server_listens_on_loopback_unless_told_otherwise() {
     let err = harness_server::Server::new().router().unwrap_err();
     assert!(err.to_string().contains("no agent"), "{err}");
 }
+
+#[tokio::test]
+async fn the_process_secrets_never_leave_in_streams_results_or_state() {
+    let secret = "sk-server-test-7f3a9c1e5b2d4680";
+    harness::secrets::register(secret);
+    let api = Api::new();
+    let t = api.thread().await;
+    let input = format!(
+        r#"{{"assistant_id": "ticket", "input": {{"log": ["key {secret}"]}}, "stream_mode": ["values", "updates", "debug", "events"]}}"#
+    );
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/threads/{t}/runs/stream"))
+        .header("content-type", "application/json")
+        .body(Body::from(input))
+        .unwrap();
+    let response = api.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("event: values"), "{text}");
+    assert!(text.contains("key "), "{text}");
+    assert!(!text.contains(secret), "{text}");
+    let (status, state) = api.get(&format!("/threads/{t}/state")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!state.to_string().contains(secret), "{state}");
+    let (_, waited) = api
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            r#"{"assistant_id": "ticket", "command": {"resume": {"approve": true}}}"#,
+        )
+        .await;
+    assert_eq!(waited["decision"], "approved", "{waited}");
+    assert!(!waited.to_string().contains(secret), "{waited}");
+}
