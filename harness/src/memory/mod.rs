@@ -15,7 +15,7 @@
 //! use harness::memory::{Filter, Memory, Namespace, Search};
 //! use serde_json::json;
 //!
-//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let memory = Memory::in_memory();
 //! let prefs = Namespace::new(["users", "u-17", "preferences"])?;
 //! memory.put(&prefs, "language", json!({"value": "Rust", "weight": 9})).await?;
@@ -62,7 +62,8 @@
 //! more at its default settings ([`IndexConfig::kind`] chooses).
 //! Embeddings are batched (one call per put or batch) and cached by text.
 //! If the embedder fails or times out, the put fails as a whole and nothing
-//! is written.
+//! is written. [`HashedWords`] is an embedder without a model (texts are
+//! close when they share words), for tests and examples.
 //!
 //! # Bad input
 //!
@@ -74,10 +75,12 @@
 //! Concurrent puts on one key: the last writer wins.
 
 mod backend;
+mod hashed;
 mod index;
 mod types;
 
 pub use backend::{Clock, InMemory, ManualClock, MemoryBackend, Record, SystemClock, Write};
+pub use hashed::HashedWords;
 pub use index::{EXACT_UP_TO, HnswParams, IndexKind, Route, VectorIndex, dot, normalized};
 pub use types::{
     Cmp, Filter, Hit, IndexFields, Item, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_DEPTH,

@@ -6,65 +6,42 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use async_trait::async_trait;
-use harness::llm::{Embedder, Embeddings, ModelError, Usage};
+use harness::llm::{Embedder, Embeddings, ModelError};
 use harness::memory::{
-    Filter, IndexConfig, IndexFields, ManualClock, Memory, MemoryError, Namespace, NamespaceQuery,
-    Op, OpResult, PutOptions, Search,
+    Filter, HashedWords, IndexConfig, IndexFields, ManualClock, Memory, MemoryError, Namespace,
+    NamespaceQuery, Op, OpResult, PutOptions, Search,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 fn ns(labels: &[&str]) -> Namespace {
     Namespace::new(labels.iter().copied()).unwrap()
 }
 
-/// Words hashed into 64 buckets: texts sharing words are close.
-#[derive(Default)]
-struct Words {
-    calls: AtomicUsize,
-    texts: AtomicUsize,
-    fail: bool,
-    wrong_dimension: bool,
-    slow: bool,
+/// An embedder that misbehaves: down, answering vectors of the wrong
+/// length, or too slow.
+enum Misbehaving {
+    Down,
+    WrongDimension,
+    Slow,
 }
 
 #[async_trait]
-impl Embedder for Words {
+impl Embedder for Misbehaving {
     async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.texts.fetch_add(texts.len(), Ordering::SeqCst);
-        if self.fail {
-            return Err(ModelError::malformed("the embedder is down"));
+        match self {
+            Self::Down => Err(ModelError::malformed("the embedder is down")),
+            Self::WrongDimension => HashedWords::new(32).embed(texts).await,
+            Self::Slow => {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                HashedWords::new(64).embed(texts).await
+            }
         }
-        if self.slow {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        }
-        let dims = if self.wrong_dimension { 32 } else { 64 };
-        let vectors = texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0.0f32; dims];
-                for word in t
-                    .to_lowercase()
-                    .split(|c: char| !c.is_alphanumeric())
-                    .filter(|w| w.len() > 2)
-                {
-                    let h = word
-                        .bytes()
-                        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-                    v[(h % dims as u64) as usize] += 1.0;
-                }
-                v[0] += 0.01; // never a zero vector
-                v
-            })
-            .collect();
-        Ok(Embeddings::new(vectors, Usage::default()))
     }
 }
 
-fn indexed(embedder: Arc<Words>) -> Memory {
+fn indexed(embedder: Arc<HashedWords>) -> Memory {
     Memory::in_memory().with_index(IndexConfig::new(embedder, 64).fields(["text"]))
 }
 
@@ -349,7 +326,7 @@ async fn a_batch_is_validated_whole_and_reads_see_the_writes_before_them() {
 
 #[tokio::test]
 async fn search_by_meaning_ranks_by_closeness_within_filters() {
-    let words = Arc::new(Words::default());
+    let words = Arc::new(HashedWords::new(64));
     let memory = indexed(words.clone());
     let n = ns(&["notes"]);
     for (key, text, kind) in [
@@ -432,28 +409,10 @@ async fn search_by_meaning_ranks_by_closeness_within_filters() {
 #[tokio::test]
 async fn an_embedder_that_fails_times_out_or_answers_wrongly_writes_nothing() {
     let n = ns(&["e"]);
-    let cases: Vec<(&str, Words)> = vec![
-        (
-            "down",
-            Words {
-                fail: true,
-                ..Words::default()
-            },
-        ),
-        (
-            "wrong",
-            Words {
-                wrong_dimension: true,
-                ..Words::default()
-            },
-        ),
-        (
-            "slow",
-            Words {
-                slow: true,
-                ..Words::default()
-            },
-        ),
+    let cases = [
+        ("down", Misbehaving::Down),
+        ("wrong", Misbehaving::WrongDimension),
+        ("slow", Misbehaving::Slow),
     ];
     for (name, words) in cases {
         let memory = Memory::in_memory().with_index(
@@ -493,7 +452,7 @@ async fn an_embedder_that_fails_times_out_or_answers_wrongly_writes_nothing() {
 
 #[tokio::test]
 async fn embeddings_are_batched_and_cached_by_text() {
-    let words = Arc::new(Words::default());
+    let words = Arc::new(HashedWords::new(64));
     let memory = indexed(words.clone());
     let n = ns(&["c"]);
     let ops = (0..5)
@@ -506,8 +465,8 @@ async fn embeddings_are_batched_and_cached_by_text() {
         .collect();
     memory.batch(ops).await.unwrap();
     // One call, for the two distinct texts.
-    assert_eq!(words.calls.load(Ordering::SeqCst), 1);
-    assert_eq!(words.texts.load(Ordering::SeqCst), 2);
+    assert_eq!(words.calls(), 1);
+    assert_eq!(words.texts(), 2);
     // Putting a known text again, or searching by it, calls nothing.
     memory
         .put(&n, "k9", json!({"text": "same text"}))
@@ -517,7 +476,7 @@ async fn embeddings_are_batched_and_cached_by_text() {
         .search(&Search::under(n).text("other text"))
         .await
         .unwrap();
-    assert_eq!(words.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(words.calls(), 1);
 }
 
 #[tokio::test]
@@ -526,7 +485,7 @@ async fn the_index_is_built_from_what_the_backend_holds() {
     // first's vectors, and reload picks up later writes.
     let backend: Arc<dyn harness::memory::MemoryBackend> =
         Arc::new(harness::memory::InMemory::new());
-    let words = Arc::new(Words::default());
+    let words = Arc::new(HashedWords::new(64));
     let config = IndexConfig::new(words.clone(), 64).fields(["text"]);
     let writer = Memory::from_arc(backend.clone()).with_index(config.clone());
     let reader = Memory::from_arc(backend).with_index(config);

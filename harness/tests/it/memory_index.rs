@@ -5,11 +5,9 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-use async_trait::async_trait;
-use harness::llm::{Embedder, Embeddings, ModelError, Usage};
 use harness::memory::{
-    Filter, HnswParams, IndexConfig, IndexKind, Item, Memory, Namespace, Route, Search,
-    VectorIndex, normalized,
+    Filter, HashedWords, HnswParams, IndexConfig, IndexKind, Item, Memory, Namespace, Route,
+    Search, VectorIndex, normalized,
 };
 use serde_json::json;
 use std::collections::HashSet;
@@ -307,34 +305,11 @@ fn auto_builds_the_graph_at_its_threshold_and_exact_never() {
     );
 }
 
-/// Texts as vectors of their words' hashes (a stand-in embedder).
-struct Words;
-
-#[async_trait]
-impl Embedder for Words {
-    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
-        let vectors = texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0.01f32; 64];
-                for word in t.split_whitespace() {
-                    let h = word
-                        .bytes()
-                        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-                    v[(h % 64) as usize] += 1.0;
-                }
-                v
-            })
-            .collect();
-        Ok(Embeddings::new(vectors, Usage::default()))
-    }
-}
-
 /// `Memory` with an approximate index: searches by text find what exact
 /// search finds on these items, within filters, and follow deletes.
 #[tokio::test]
 async fn memory_searches_through_the_approximate_index() {
-    let config = IndexConfig::new(Arc::new(Words), 64)
+    let config = IndexConfig::new(Arc::new(HashedWords::new(64)), 64)
         .fields(["text"])
         .approximate(HnswParams::default());
     let memory = Memory::in_memory().with_index(config);

@@ -4,42 +4,13 @@
 //! latest.
 
 use crate::project::{answer, git, pick, reflect, store, text, write};
-use async_trait::async_trait;
-use harness::llm::{Embedder, Embeddings, Expect, ModelError, ScriptedModel, Usage};
-use harness::memory::{IndexConfig, Memory, Namespace, Search};
+use harness::llm::{Expect, ScriptedModel};
+use harness::memory::{HashedWords, IndexConfig, Memory, Namespace, Search};
 use harness::session::SessionConfig;
 use harness_recipes::project::{ProjectAgent, read_decisions};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Words hashed into 64 buckets: texts sharing words are close.
-struct Words;
-
-#[async_trait]
-impl Embedder for Words {
-    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
-        let vectors = texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0.0f32; 64];
-                for word in t
-                    .to_lowercase()
-                    .split(|c: char| !c.is_alphanumeric())
-                    .filter(|w| w.len() > 3)
-                {
-                    let h = word
-                        .bytes()
-                        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-                    v[usize::try_from(h % 64).unwrap_or(0)] += 1.0;
-                }
-                v[0] += 0.01;
-                v
-            })
-            .collect();
-        Ok(Embeddings::new(vectors, Usage::default()))
-    }
-}
 
 const SCRIPT: &str =
     "case \"$1\" in -l) wc -l | tr -d ' ';; -c) wc -c | tr -d ' ';; *) wc -w | tr -d ' ';; esac\n";
@@ -86,7 +57,10 @@ async fn a_session_is_told_the_decisions_closest_to_what_is_open() {
         answer("wc.sh -c counts bytes"),
         reflect("LESSON-THREE: one case statement"),
     ]));
-    let memory = Memory::in_memory().with_index(IndexConfig::new(Arc::new(Words), 64));
+    let memory = Memory::in_memory().with_index(IndexConfig::new(
+        Arc::new(HashedWords::new(64).min_word_len(4)),
+        64,
+    ));
     let namespace = Namespace::new(["projects", "wc", "decisions"]).unwrap();
     let project = ProjectAgent::builder("wc", repo.clone(), store(dir.path()), model.clone())
         .session_config(SessionConfig {

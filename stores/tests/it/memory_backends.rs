@@ -2,53 +2,20 @@
 //! core's `InMemory`, sled, PostgreSQL and Redis on the servers
 //! `scripts/services` starts), a batch failing part way, damaged records,
 //! and search by meaning over each backend after a reopen (vectors
-//! persisted), with an embedder of the test's own.
+//! persisted), with the core's offline `HashedWords` embedder.
 
-use async_trait::async_trait;
-use harness::llm::{Embedder, Embeddings, ModelError, Usage};
 use harness::memory::{
-    InMemory, IndexConfig, Memory, MemoryBackend, MemoryError, Namespace, Search, Write,
+    HashedWords, InMemory, IndexConfig, Memory, MemoryBackend, MemoryError, Namespace, Search,
+    Write,
 };
 use harness_stores::memory_conformance::{self, T0, expiring, ns, record};
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Words hashed into 64 buckets: texts sharing words are close. Counts the
-/// texts it embeds.
-#[derive(Default)]
-struct Words {
-    texts: AtomicUsize,
-}
+const DIMENSIONS: usize = 64;
 
-#[async_trait]
-impl Embedder for Words {
-    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
-        self.texts.fetch_add(texts.len(), Ordering::SeqCst);
-        let vectors = texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0.0f32; 64];
-                for word in t
-                    .to_lowercase()
-                    .split(|c: char| !c.is_alphanumeric())
-                    .filter(|w| w.len() > 2)
-                {
-                    let h = word
-                        .bytes()
-                        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-                    v[(h % 64) as usize] += 1.0;
-                }
-                v[0] += 0.01;
-                v
-            })
-            .collect();
-        Ok(Embeddings::new(vectors, Usage::default()))
-    }
-}
-
-fn indexed(backend: Arc<dyn MemoryBackend>, words: Arc<Words>) -> Memory {
-    Memory::from_arc(backend).with_index(IndexConfig::new(words, 64).fields(["text"]))
+fn indexed(backend: Arc<dyn MemoryBackend>, words: Arc<HashedWords>) -> Memory {
+    Memory::from_arc(backend).with_index(IndexConfig::new(words, DIMENSIONS).fields(["text"]))
 }
 
 const NOTES: &[(&str, &str)] = &[
@@ -64,7 +31,7 @@ const NOTES: &[(&str, &str)] = &[
 async fn search_by_meaning_after_reopen(open: impl Fn() -> Arc<dyn MemoryBackend>) {
     let user = Namespace::new(["users", "u-1"]).unwrap();
     {
-        let memory = indexed(open(), Arc::new(Words::default()));
+        let memory = indexed(open(), Arc::new(HashedWords::new(DIMENSIONS)));
         for (key, text) in NOTES {
             memory
                 .put(&user, key, json!({"text": text, "kind": "note"}))
@@ -80,10 +47,10 @@ async fn search_by_meaning_after_reopen(open: impl Fn() -> Arc<dyn MemoryBackend
             .await
             .unwrap();
     }
-    let words = Arc::new(Words::default());
+    let words = Arc::new(HashedWords::new(DIMENSIONS));
     let memory = indexed(open(), Arc::clone(&words));
     let queries = [
-        ("which tea does the user drink", "tea"),
+        ("which green tea does the user drink", "tea"),
         ("what is the name of the cat", "cat"),
         ("rides a bike to work", "bike"),
         ("services written in rust", "rust"),
@@ -98,7 +65,7 @@ async fn search_by_meaning_after_reopen(open: impl Fn() -> Arc<dyn MemoryBackend
         assert!(hits.iter().all(|h| h.item.key != "unindexed"));
     }
     assert_eq!(
-        words.texts.load(Ordering::SeqCst),
+        words.texts(),
         queries.len(),
         "only the queries were embedded after the reopen"
     );

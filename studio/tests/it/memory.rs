@@ -3,47 +3,12 @@
 //! text and bounded, the token, and typed errors.
 
 use crate::support::{TempDir, get, request, temp_dir};
-use async_trait::async_trait;
-use harness::llm::{Embedder, Embeddings, ModelError, Usage};
-use harness::memory::{IndexConfig, Memory, Namespace, PutOptions};
+use harness::memory::{HashedWords, IndexConfig, Memory, Namespace, PutOptions};
 use harness_stores::{ReadOnlyError, SledMemory, SledStore};
 use harness_studio::{Serving, Studio};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A small embedder: each word (lower case, letters and digits) adds one
-/// to a dimension chosen by its hash, so texts sharing words are close.
-struct Words;
-
-const DIMENSIONS: usize = 64;
-
-fn embed_text(text: &str) -> Vec<f32> {
-    let mut v = vec![0.0f32; DIMENSIONS];
-    for word in text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() > 2)
-    {
-        let h = word.to_lowercase().bytes().fold(2166136261u32, |h, b| {
-            (h ^ u32::from(b)).wrapping_mul(16777619)
-        });
-        v[h as usize % DIMENSIONS] += 1.0;
-    }
-    if v.iter().all(|x| *x == 0.0) {
-        v[0] = 1.0;
-    }
-    v
-}
-
-#[async_trait]
-impl Embedder for Words {
-    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
-        Ok(Embeddings::new(
-            texts.iter().map(|t| embed_text(t)).collect(),
-            Usage::default(),
-        ))
-    }
-}
 
 pub fn ns(labels: &[&str]) -> Namespace {
     Namespace::new(labels.iter().copied()).unwrap()
@@ -417,8 +382,8 @@ async fn a_search_by_meaning_needs_an_index_and_ranks_with_scores_when_there_is_
     assert!(error.contains("list the items"), "{error}");
 
     // With one.
-    let memory =
-        Memory::in_memory().with_index(IndexConfig::new(Arc::new(Words), DIMENSIONS).exact());
+    let memory = Memory::in_memory()
+        .with_index(IndexConfig::new(Arc::new(HashedWords::new(64)), 64).exact());
     fill(&memory).await;
     let (s, _dir) = serve(memory).await;
     let r = get(
