@@ -61,6 +61,19 @@ impl Runs {
         });
     }
 
+    /// The thread's runs that have not settled, oldest first.
+    pub(crate) fn unsettled(&self, thread: &str) -> Vec<Arc<RunRecord>> {
+        self.by_thread
+            .get(thread)
+            .map(|l| {
+                l.iter()
+                    .filter(|r| !r.status().is_done())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     pub(crate) fn find(&self, thread: &str, run: &str) -> Option<Arc<RunRecord>> {
         self.by_thread
             .get(thread)?
@@ -258,6 +271,7 @@ mod tests {
             "a".into(),
             Value::Null,
             Value::Null,
+            "reject",
         );
         runs.add(unsettled);
         for i in 1..=RUNS_KEPT + 10 {
@@ -267,6 +281,7 @@ mod tests {
                 "a".into(),
                 Value::Null,
                 Value::Null,
+                "reject",
             );
             run.finish(RunStatus::Success, RunResult::default());
             runs.add(run);

@@ -129,6 +129,9 @@ struct Live {
     result: Option<RunResult>,
     stop: Option<StopHandle>,
     cancelled: bool,
+    /// The session and its step count when the run started (`None` for a
+    /// thread that had no state): where a rollback takes the thread back.
+    start_point: Option<Option<(String, u64)>>,
 }
 
 /// A run of the server.
@@ -139,6 +142,8 @@ pub(crate) struct RunRecord {
     pub(crate) created_at: u64,
     pub(crate) metadata: Value,
     pub(crate) kwargs: Value,
+    /// What a new run on the busy thread did to this one's predecessors.
+    pub(crate) multitask_strategy: &'static str,
     live: Mutex<Live>,
     /// The number of frames, bumped at each new frame and at the end.
     tick: watch::Sender<u64>,
@@ -161,6 +166,7 @@ impl RunRecord {
         assistant_id: String,
         metadata: Value,
         kwargs: Value,
+        multitask_strategy: &'static str,
     ) -> Arc<Self> {
         let now = now_millis();
         let record = Arc::new(RunRecord {
@@ -170,6 +176,7 @@ impl RunRecord {
             created_at: now,
             metadata,
             kwargs,
+            multitask_strategy,
             live: Mutex::new(Live {
                 status: RunStatus::Pending,
                 updated_at: now,
@@ -177,6 +184,7 @@ impl RunRecord {
                 result: None,
                 stop: None,
                 cancelled: false,
+                start_point: None,
             }),
             tick: watch::channel(0).0,
         });
@@ -257,6 +265,44 @@ impl RunRecord {
         true
     }
 
+    /// Fails the run before it started: an `error` frame and the status.
+    pub(crate) fn fail(&self, kind: &str, message: String) {
+        self.push(
+            Mode::Always,
+            "error",
+            None,
+            json!({"error": kind, "message": message}),
+        );
+        self.finish(
+            RunStatus::Error,
+            RunResult {
+                values: Value::Null,
+                interrupts: Vec::new(),
+                error: Some((kind.to_string(), message)),
+            },
+        );
+    }
+
+    /// Settles a run cancelled before it started.
+    pub(crate) fn cancelled_before_start(&self) {
+        self.finish(RunStatus::Interrupted, RunResult::default());
+    }
+
+    pub(crate) fn was_cancelled(&self) -> bool {
+        self.live().cancelled
+    }
+
+    /// Records where the thread stood when the run started.
+    pub(crate) fn set_start_point(&self, point: Option<(String, u64)>) {
+        self.live().start_point = Some(point);
+    }
+
+    /// Where the thread stood when the run started; `None` if it never
+    /// started.
+    pub(crate) fn start_point(&self) -> Option<Option<(String, u64)>> {
+        self.live().start_point.clone()
+    }
+
     pub(crate) fn status(&self) -> RunStatus {
         self.live().status
     }
@@ -312,7 +358,7 @@ impl RunRecord {
             "updated_at": iso(updated_at),
             "status": status.as_str(),
             "metadata": self.metadata,
-            "multitask_strategy": "reject",
+            "multitask_strategy": self.multitask_strategy,
             "kwargs": self.kwargs,
         })
     }

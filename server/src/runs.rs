@@ -5,6 +5,7 @@
 use crate::app::{Body, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
 use crate::record::{Mode, RunRecord, RunStatus};
+use crate::served::Served;
 use crate::stream::{self, Want};
 use crate::threads::{self, CheckpointRef, Parent, ThreadRecord};
 use axum::Json;
@@ -184,16 +185,6 @@ impl Plan {
             body.multitask_strategy.as_deref(),
             &["reject", "interrupt", "rollback", "enqueue"],
         )?;
-        if let Some(s) = body.multitask_strategy.as_deref()
-            && s != "reject"
-        {
-            return Err(ApiError::unprocessable(
-                "multitask_strategy",
-                format!(
-                    "multitask_strategy `{s}` is not supported by this server yet: only `reject`"
-                ),
-            ));
-        }
         one_of(
             "if_not_exists",
             body.if_not_exists.as_deref(),
@@ -281,9 +272,56 @@ fn answer_for(resume: Value, pending: &InterruptId) -> Result<Value, ApiError> {
     Ok(resume)
 }
 
+/// What a new run does when its thread is busy (LangGraph's
+/// `multitask_strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strategy {
+    /// Refused with a 409.
+    Reject,
+    /// Runs after the runs before it.
+    Enqueue,
+    /// Stops the runs before it (their progress stays), then runs.
+    Interrupt,
+    /// Stops the runs before it, takes the thread back to where it stood
+    /// before them, forgets them, then runs.
+    Rollback,
+}
+
+impl Strategy {
+    fn read(name: Option<&str>) -> Strategy {
+        match name {
+            Some("enqueue") => Strategy::Enqueue,
+            Some("interrupt") => Strategy::Interrupt,
+            Some("rollback") => Strategy::Rollback,
+            _ => Strategy::Reject,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Strategy::Reject => "reject",
+            Strategy::Enqueue => "enqueue",
+            Strategy::Interrupt => "interrupt",
+            Strategy::Rollback => "rollback",
+        }
+    }
+}
+
+/// What a run does once its turn comes.
+struct Launch {
+    agent: Arc<dyn Served>,
+    thread: String,
+    input: Option<Value>,
+    resume: Option<Value>,
+    checkpoint: Option<(String, &'static str)>,
+    tokens: bool,
+}
+
 /// Starts a run on `thread_id` (a new thread for a stateless run, when
-/// `None`): checks the body, takes the thread (one run at a time: a busy
-/// thread is a 409), and starts the run in this process.
+/// `None`): checks the body, takes its place among the thread's runs per
+/// its multitask strategy, and starts it in this process — at once when the
+/// thread is free (a refusal is then the response's error), or once the
+/// runs before it have settled (a refusal is then the run's error).
 async fn start(
     app: &Shared,
     thread_id: Option<String>,
@@ -294,7 +332,7 @@ async fn start(
     }
     let plan = Plan::check(app, body, thread_id.is_none())?;
     let agent = Arc::clone(app.agent(&plan.body.assistant_id)?);
-    let mut record = match &thread_id {
+    let record = match &thread_id {
         Some(id) => match threads::find(app, id).await? {
             Some(r) => r,
             None if plan.create_thread => {
@@ -305,26 +343,14 @@ async fn start(
         None => threads::create_record(app, None, Map::new()).await?,
     };
     let thread = record.thread_id.clone();
-    let head = match threads::head_of(app, &record).await {
-        Ok(found) => found.map(|(h, _)| h),
-        Err(e) => return Err(e),
-    };
-    if let Some(head) = &head
-        && head.agent_id != agent.id()
-    {
-        return Err(ApiError::conflict(format!(
-            "thread {thread} runs assistant `{}`, not `{}`",
-            head.agent_id,
-            agent.id()
-        )));
-    }
+    check_assistant(app, &record, &*agent).await?;
     let body = plan.body;
+    let strategy = Strategy::read(body.multitask_strategy.as_deref());
     let kwargs = json!({
         "input": body.input,
         "command": body.command.as_ref().map(|c| json!({"resume": c.resume})),
         "config": body.config,
         "context": body.context,
-        "stream_mode": plan.modes.len(),
     });
     let mut metadata = body.metadata.clone().unwrap_or_default();
     metadata
@@ -336,54 +362,119 @@ async fn start(
         agent.id().to_string(),
         Value::Object(metadata),
         kwargs,
+        strategy.name(),
     );
-    // One run per thread: the check and the claim under one lock.
-    {
+    let checkpoint = body
+        .checkpoint
+        .as_ref()
+        .and_then(|c| c.checkpoint_id.clone())
+        .map(|c| (c, "checkpoint.checkpoint_id"))
+        .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
+    let launch = Launch {
+        agent,
+        thread: thread.clone(),
+        input: body.input,
+        resume: body.command.map(|c| c.resume.unwrap_or(Value::Null)),
+        checkpoint,
+        tokens: plan.modes.contains(&Mode::Messages),
+    };
+    // The check and the claim under one lock.
+    let before = {
         let mut runs = app.runs();
-        if let Some(active) = runs.active(&thread) {
+        let before = runs.unsettled(&thread);
+        if let Some(active) = before.last()
+            && strategy == Strategy::Reject
+        {
             return Err(ApiError::conflict(format!(
-                "thread {thread} is busy with run {}: wait for it, join it or cancel it \
-                 (multitask strategy `reject`)",
+                "thread {thread} is busy with run {}: wait for it, join it or cancel it, or give \
+                 another multitask_strategy (enqueue, interrupt, rollback)",
                 active.run_id
             )));
         }
+        if matches!(strategy, Strategy::Interrupt | Strategy::Rollback) {
+            for r in &before {
+                r.cancel();
+            }
+        }
         runs.add(Arc::clone(&run));
+        before
+    };
+    if before.is_empty() {
+        if let Err(e) = launch_run(app, &run, launch).await {
+            forget(app, &thread, &[Arc::clone(&run)]);
+            return Err(e);
+        }
+        return Ok(run);
     }
-    let started = async {
-        let tokens = plan.modes.contains(&Mode::Messages);
-        if let Some(command) = body.command {
-            let Some(head) = &head else {
-                return Err(ApiError::conflict(format!(
-                    "thread {thread} has no interrupt waiting for an answer: it has not run yet"
-                )));
-            };
-            let SessionPhase::Interrupted { interrupt } = &head.phase else {
-                return Err(ApiError::conflict(format!(
-                    "thread {thread} has no interrupt waiting for an answer; `command.resume` \
-                     answers one"
-                )));
-            };
-            let answer = answer_for(command.resume.unwrap_or(Value::Null), &interrupt.id)?;
-            agent
-                .resume(
-                    record.session_id(),
-                    interrupt.id.clone(),
-                    answer,
-                    Arc::clone(&run),
-                    tokens,
-                )
-                .await
-        } else {
-            let checkpoint = body
-                .checkpoint
-                .as_ref()
-                .and_then(|c| c.checkpoint_id.clone())
-                .map(|c| (c, "checkpoint.checkpoint_id"))
-                .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
-            if let Some((c, field)) = checkpoint {
-                // A run from an earlier checkpoint forks the thread there.
-                let (session, index) = threads::read_checkpoint(&record, &c, field)?;
-                let fork = agent.fork(&session, index, None, field).await?;
+    let app = Arc::clone(app);
+    let queued = Arc::clone(&run);
+    tokio::spawn(async move {
+        for r in &before {
+            r.settled().await;
+        }
+        if queued.was_cancelled() {
+            queued.cancelled_before_start();
+            return;
+        }
+        if strategy == Strategy::Rollback
+            && let Err(e) = roll_back(&app, &thread, &before).await
+        {
+            queued.fail("RollbackFailed", e.to_string());
+            return;
+        }
+        if let Err(e) = launch_run(&app, &queued, launch).await {
+            queued.fail("RunRefused", e.to_string());
+        }
+    });
+    Ok(run)
+}
+
+/// A thread whose session is another agent's cannot run this one.
+async fn check_assistant(
+    app: &Shared,
+    record: &ThreadRecord,
+    agent: &dyn Served,
+) -> Result<(), ApiError> {
+    if let Some((head, _)) = threads::head_of(app, record).await?
+        && head.agent_id != agent.id()
+    {
+        return Err(ApiError::conflict(format!(
+            "thread {} runs assistant `{}`, not `{}`",
+            record.thread_id,
+            head.agent_id,
+            agent.id()
+        )));
+    }
+    Ok(())
+}
+
+/// Removes `runs` from the thread's runs.
+fn forget(app: &Shared, thread: &str, runs: &[Arc<RunRecord>]) {
+    if let Some(list) = app.runs().by_thread.get_mut(thread) {
+        list.retain(|r| !runs.iter().any(|g| Arc::ptr_eq(r, g)));
+    }
+}
+
+/// Takes the thread back to where it stood before the first of `runs`
+/// started (a fork there; a thread that had no state gets a fresh session),
+/// and forgets them.
+async fn roll_back(app: &Shared, thread: &str, runs: &[Arc<RunRecord>]) -> Result<(), ApiError> {
+    let point = runs.iter().find_map(|r| r.start_point());
+    if let Some(point) = point {
+        let mut record = threads::get_record(app, thread).await?;
+        match point {
+            Some((session, index)) => {
+                let Some((_, agent)) = threads::head_of(app, &record).await? else {
+                    return Err(ApiError::Internal(format!(
+                        "thread {thread} lost its session during the rollback"
+                    )));
+                };
+                let session = harness::SessionId::from(session);
+                let fork = agent.fork(&session, index, None, "").await?;
+                // The rolled-back steps leave the history: the fork's
+                // parent is the session up to where the run started.
+                let current = record.session.clone();
+                record.parents.retain(|p| p.session != current);
                 record.parents.insert(
                     0,
                     Parent {
@@ -392,24 +483,81 @@ async fn start(
                     },
                 );
                 record.session = fork.to_string();
-                record.updated_at = now_millis();
-                threads::save(app, &record).await?;
             }
-            agent
-                .start(record.session_id(), body.input, Arc::clone(&run), tokens)
-                .await
+            None => {
+                record.session = uuid::Uuid::new_v4().to_string();
+                record.parents.clear();
+            }
         }
+        record.updated_at = now_millis();
+        threads::save(app, &record).await?;
     }
-    .await;
-    if let Err(e) = started {
-        let mut runs = app.runs();
-        if let Some(list) = runs.by_thread.get_mut(&thread) {
-            list.retain(|r| !Arc::ptr_eq(r, &run));
+    forget(app, thread, runs);
+    Ok(())
+}
+
+/// Starts `run` on its thread as it stands now: answers its pending
+/// interrupt, or merges the input (after forking at the checkpoint, if one
+/// is given).
+async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Result<(), ApiError> {
+    let Launch {
+        agent,
+        thread,
+        input,
+        resume,
+        checkpoint,
+        tokens,
+    } = launch;
+    let mut record = threads::get_record(app, &thread).await?;
+    check_assistant(app, &record, &*agent).await?;
+    let head = threads::head_of(app, &record).await?.map(|(h, _)| h);
+    if let Some(resume) = resume {
+        let Some(head) = &head else {
+            return Err(ApiError::conflict(format!(
+                "thread {thread} has no interrupt waiting for an answer: it has not run yet"
+            )));
+        };
+        let SessionPhase::Interrupted { interrupt } = &head.phase else {
+            return Err(ApiError::conflict(format!(
+                "thread {thread} has no interrupt waiting for an answer; `command.resume` \
+                 answers one"
+            )));
+        };
+        let answer = answer_for(resume, &interrupt.id)?;
+        run.set_start_point(Some((record.session.clone(), head.steps)));
+        agent
+            .resume(
+                record.session_id(),
+                interrupt.id.clone(),
+                answer,
+                Arc::clone(run),
+                tokens,
+            )
+            .await?;
+    } else {
+        let mut steps = head.as_ref().map(|h| h.steps);
+        if let Some((c, field)) = checkpoint {
+            // A run from an earlier checkpoint forks the thread there.
+            let (session, index) = threads::read_checkpoint(&record, &c, field)?;
+            let fork = agent.fork(&session, index, None, field).await?;
+            record.parents.insert(
+                0,
+                Parent {
+                    session: session.to_string(),
+                    index,
+                },
+            );
+            record.session = fork.to_string();
+            threads::save(app, &record).await?;
+            steps = agent.head(&fork).await?.map(|h| h.steps);
         }
-        return Err(e);
+        run.set_start_point(steps.map(|s| (record.session.clone(), s)));
+        agent
+            .start(record.session_id(), input, Arc::clone(run), tokens)
+            .await?;
     }
     touch(app, &mut record).await;
-    Ok(run)
+    Ok(())
 }
 
 /// Records that the thread changed (its `updated_at`).

@@ -250,8 +250,8 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let mut record = get_record(&app, &id).await?;
-    let active = app.runs().active(&id);
-    if let Some(run) = active {
+    let unsettled = app.runs().unsettled(&id);
+    for run in unsettled {
         run.cancel();
     }
     record.deleted = true;

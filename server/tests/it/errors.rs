@@ -259,10 +259,6 @@ async fn inputs_that_do_not_fit_the_state_are_422s_naming_the_field() {
             "interrupt_before",
         ),
         (
-            r#"{"assistant_id": "ticks", "multitask_strategy": "enqueue"}"#,
-            "multitask_strategy",
-        ),
-        (
             r#"{"assistant_id": "ticks", "webhook": "http://127.0.0.1:9/x"}"#,
             "webhook",
         ),

@@ -148,6 +148,24 @@ async fn the_python_sdk_drives_threads_streams_interrupts_history_and_runs() {
     assert_eq!(seen["stateless"], json!({"ticks": 2, "limit": 2}));
     assert_eq!(seen["search"], json!([true, true]));
 
+    // Double-texting. enqueue: the first run reached 4, the second went on
+    // from there to 6.
+    assert_eq!(
+        seen["enqueue"],
+        json!([{"ticks": 6, "limit": 6}, {"ticks": 4, "limit": 4}])
+    );
+    assert_eq!(seen["enqueue_status"], json!(["success", "success"]));
+    // interrupt: the first stopped with its progress kept; one more tick.
+    assert_eq!(seen["interrupt"]["first"], "interrupted");
+    assert_eq!(seen["interrupt"]["second"], "success");
+    let ticks = seen["interrupt"]["ticks"].as_u64().unwrap();
+    assert!((3..1000).contains(&ticks), "{ticks}");
+    // rollback: back to the 2 ticks before the first run, plus one; the
+    // rolled-back run and its steps are gone.
+    assert_eq!(seen["rollback_forgot"], true);
+    assert_eq!(seen["rollback_ticks"], 3);
+    assert_eq!(seen["rollback_history_max_ticks"], 3);
+
     // The other stream modes.
     assert_eq!(seen["debug_types"], json!(["task", "task_result"]));
     assert_eq!(

@@ -235,6 +235,50 @@ seen["copy_values_equal"] = (
 )
 seen["copy_history_len"] = len(client.threads.get_history(copied["thread_id"], limit=50))
 
+# Double-texting: the four multitask strategies.
+def wait_for_ticks(thread_id, run_id, at_least):
+    for part in client.runs.join_stream(thread_id, run_id, stream_mode="values"):
+        if part.event == "values" and part.data["ticks"] >= at_least:
+            return
+
+
+# enqueue: the second run waits for the first, then goes on from its state.
+qthread = client.threads.create()["thread_id"]
+r1 = client.runs.create(qthread, "ticks", input={"limit": 4})
+r2 = client.runs.create(qthread, "ticks", input={"limit": 6}, multitask_strategy="enqueue")
+assert r2["status"] == "pending" and r2["multitask_strategy"] == "enqueue", r2
+seen["enqueue"] = [client.runs.join(qthread, r2["run_id"]), client.runs.join(qthread, r1["run_id"])]
+seen["enqueue_status"] = [client.runs.get(qthread, r["run_id"])["status"] for r in (r1, r2)]
+
+# interrupt: the first run stops where it is; the second goes on from there.
+ithread = client.threads.create()["thread_id"]
+r1 = client.runs.create(ithread, "ticks", input={"limit": 1000})
+wait_for_ticks(ithread, r1["run_id"], 2)
+r2 = client.runs.create(ithread, "ticks", input={"limit": 0}, multitask_strategy="interrupt")
+out = client.runs.join(ithread, r2["run_id"])
+seen["interrupt"] = {
+    "first": client.runs.get(ithread, r1["run_id"])["status"],
+    "second": client.runs.get(ithread, r2["run_id"])["status"],
+    "ticks": out["ticks"],
+}
+
+# rollback: the first run is undone and forgotten.
+bthread = client.threads.create()["thread_id"]
+client.runs.wait(bthread, "ticks", input={"limit": 2})
+r1 = client.runs.create(bthread, "ticks", input={"limit": 1000})
+wait_for_ticks(bthread, r1["run_id"], 5)
+r2 = client.runs.create(bthread, "ticks", input={"limit": 0}, multitask_strategy="rollback")
+out = client.runs.join(bthread, r2["run_id"])
+try:
+    client.runs.get(bthread, r1["run_id"])
+    seen["rollback_forgot"] = False
+except NotFoundError:
+    seen["rollback_forgot"] = True
+seen["rollback_ticks"] = out["ticks"]
+seen["rollback_history_max_ticks"] = max(
+    h["values"]["ticks"] for h in client.threads.get_history(bthread, limit=100)
+)
+
 # Search finds the first thread by its metadata.
 found = client.threads.search(metadata={"user": "ada"})
 seen["search"] = sorted(t["thread_id"] in (tid, copied["thread_id"]) for t in found)
