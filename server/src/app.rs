@@ -20,6 +20,8 @@ pub(crate) struct App {
     pub(crate) body_limit: usize,
     /// When the server started (the assistants' creation time).
     pub(crate) started_at: u64,
+    /// Turns true when the server stops: streams and waits end.
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
 
 pub(crate) type Shared = Arc<App>;
@@ -86,6 +88,20 @@ impl Runs {
 impl App {
     pub(crate) fn runs(&self) -> MutexGuard<'_, Runs> {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `run`'s result once it settles; an error if the server stops first.
+    pub(crate) async fn settled(
+        &self,
+        run: &RunRecord,
+    ) -> Result<crate::record::RunResult, ApiError> {
+        let mut stopping = self.stopping.subscribe();
+        tokio::select! {
+            result = run.settled() => Ok(result),
+            _ = stopping.wait_for(|s| *s) => Err(ApiError::Unavailable(
+                "the server is stopping; the run was stopped at a step boundary".into(),
+            )),
+        }
     }
 
     /// The agent registered as `id`, or a 404 naming it.

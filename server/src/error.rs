@@ -58,6 +58,9 @@ pub enum ApiError {
     /// fine.
     #[error("{0}")]
     Internal(String),
+    /// The server is stopping.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl ApiError {
@@ -99,6 +102,7 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -110,6 +114,7 @@ impl ApiError {
             ApiError::Conflict { .. } => "conflict",
             ApiError::TooLarge { .. } => "too_large",
             ApiError::Internal(_) => "internal",
+            ApiError::Unavailable(_) => "unavailable",
         }
     }
 
@@ -194,6 +199,12 @@ pub enum ServeError {
          otherwise with Server::allow_remote()"
     )]
     NotLoopback(std::net::SocketAddr),
+    /// A server other machines can reach must check API keys.
+    #[error(
+        "{0} is reachable from other machines, and no API key is set: give one with \
+         Server::api_key(..)"
+    )]
+    RemoteWithoutKeys(std::net::SocketAddr),
     /// Listening or serving failed.
     #[error("cannot serve on {addr}: {source}")]
     Io {

@@ -13,12 +13,15 @@ mod served;
 
 mod stream;
 
+mod guard;
+
 mod assistants;
 mod threads;
 
 mod runs;
 
 pub use error::{ApiError, ServeError};
+pub use guard::Scope;
 
 use app::{App, Runs, Shared};
 use axum::Router;
@@ -35,11 +38,15 @@ use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The address [`Server::serve`] listens on by default: this machine only,
 /// on LangGraph's development port.
 pub const DEFAULT_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 2024);
+
+/// How long a stopping server waits for its runs by default.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// The largest request body accepted by default (1 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -51,6 +58,8 @@ pub struct Server {
     store: Option<Arc<dyn SessionStore>>,
     body_limit: usize,
     allow_remote: bool,
+    guard: guard::Guard,
+    grace: Duration,
 }
 
 impl fmt::Debug for Server {
@@ -62,6 +71,8 @@ impl fmt::Debug for Server {
             )
             .field("body_limit", &self.body_limit)
             .field("allow_remote", &self.allow_remote)
+            .field("keys", &self.guard.keys.len())
+            .field("origins", &self.guard.origins)
             .finish_non_exhaustive()
     }
 }
@@ -80,6 +91,8 @@ impl Server {
             store: None,
             body_limit: DEFAULT_BODY_LIMIT,
             allow_remote: false,
+            guard: guard::Guard::default(),
+            grace: DEFAULT_GRACE,
         }
     }
 
@@ -116,16 +129,47 @@ impl Server {
     }
 
     /// Lets [`bind`](Self::bind) listen on an address other machines can
-    /// reach; without it, only loopback addresses are accepted.
+    /// reach; without it, only loopback addresses are accepted. Such a
+    /// server must have an [`api_key`](Self::api_key).
     #[must_use]
     pub fn allow_remote(mut self) -> Self {
         self.allow_remote = true;
         self
     }
 
-    /// The server as an axum [`Router`], to serve or to mount in an
-    /// application's own router.
-    pub fn router(self) -> Result<Router, ServeError> {
+    /// Accepts requests with this key (in the `x-api-key` header, as the
+    /// LangGraph SDK sends it, or as `Authorization: Bearer <key>`), with
+    /// what `scope` allows. Once a key is set, a request without one of
+    /// the keys is refused with a 401, and one beyond its key's scope with
+    /// a 403 (`GET /ok` stays open, for health checks).
+    #[must_use]
+    pub fn api_key(mut self, key: impl Into<String>, scope: Scope) -> Self {
+        self.guard.keys.push(guard::Key {
+            secret: key.into(),
+            scope,
+        });
+        self
+    }
+
+    /// Lets pages of the web origin `origin` (`https://app.example.com`)
+    /// call the server from a browser (CORS). A request that carries any
+    /// other origin is refused with a 403: a page of another site cannot
+    /// drive the server.
+    #[must_use]
+    pub fn cors_origin(mut self, origin: impl Into<String>) -> Self {
+        self.guard.origins.push(origin.into());
+        self
+    }
+
+    /// How long [`Bound::serve`] waits, once told to stop, for the runs
+    /// under way to stop at their next step boundary (default 10 s).
+    #[must_use]
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    fn build(mut self, hosts: Option<Vec<String>>) -> Result<(Router, Shared), ServeError> {
         if self.agents.is_empty() {
             return Err(ServeError::NoAgents);
         }
@@ -143,18 +187,37 @@ impl Server {
             runs: Mutex::new(Runs::default()),
             body_limit: self.body_limit,
             started_at: now_millis(),
+            stopping: tokio::sync::watch::channel(false).0,
         });
-        Ok(routes(self.body_limit).with_state(app))
+        self.guard.hosts = hosts;
+        let router = routes(self.body_limit).with_state(Arc::clone(&app)).layer(
+            axum::middleware::from_fn_with_state(Arc::new(self.guard), guard::check),
+        );
+        Ok((router, app))
+    }
+
+    /// The server as an axum [`Router`], to serve or to mount in an
+    /// application's own router.
+    pub fn router(self) -> Result<Router, ServeError> {
+        Ok(self.build(None)?.0)
     }
 
     /// Listens on `addr` (a loopback address unless
     /// [`allow_remote`](Self::allow_remote)); port 0 picks a free port.
-    /// Serve with [`Bound::serve`].
+    /// Serve with [`Bound::serve`]. On a loopback address the server
+    /// answers only to this machine's names (`localhost`, `127.0.0.1`,
+    /// `[::1]`), so a web page whose name resolves to this machine cannot
+    /// reach it.
     pub async fn bind(self, addr: SocketAddr) -> Result<Bound, ServeError> {
-        if !addr.ip().is_loopback() && !self.allow_remote {
+        let loopback = addr.ip().is_loopback();
+        if !loopback && !self.allow_remote {
             return Err(ServeError::NotLoopback(addr));
         }
-        let router = self.router()?;
+        if !loopback && self.guard.keys.is_empty() {
+            return Err(ServeError::RemoteWithoutKeys(addr));
+        }
+        let grace = self.grace;
+        let (router, app) = self.build(loopback.then(guard::loopback_hosts))?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Io { addr, source })?;
@@ -164,6 +227,8 @@ impl Server {
         Ok(Bound {
             listener,
             router,
+            app,
+            grace,
             addr: local,
         })
     }
@@ -181,6 +246,8 @@ impl Server {
 pub struct Bound {
     listener: tokio::net::TcpListener,
     router: Router,
+    app: Shared,
+    grace: Duration,
     addr: SocketAddr,
 }
 
@@ -198,15 +265,38 @@ impl Bound {
         self.addr
     }
 
-    /// Serves until `shutdown` completes; then stops accepting and lets the
-    /// requests under way finish.
+    /// Serves until `shutdown` completes; then stops accepting, stops the
+    /// runs under way at their next step boundary (waiting for them up to
+    /// the [grace](Server::shutdown_grace)), so that their threads go on
+    /// with the next run, and ends the streams still open.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let addr = self.addr;
+        let app = self.app;
+        let grace = self.grace;
+        let stop = async move {
+            shutdown.await;
+            let runs: Vec<_> = app
+                .runs()
+                .by_thread
+                .values()
+                .flatten()
+                .filter(|r| !r.status().is_done())
+                .cloned()
+                .collect();
+            for run in &runs {
+                run.cancel();
+            }
+            let settled = futures::future::join_all(runs.iter().map(|r| r.settled()));
+            if tokio::time::timeout(grace, settled).await.is_err() {
+                tracing::warn!("some runs did not reach a step boundary within the shutdown grace");
+            }
+            app.stopping.send_replace(true);
+        };
         axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(stop)
             .await
             .map_err(|source| ServeError::Io { addr, source })
     }

@@ -610,6 +610,7 @@ async fn stream_run(
         run,
         want_of(modes, subgraphs, cancel),
         &loc,
+        app.stopping.subscribe(),
     ))
 }
 
@@ -658,7 +659,7 @@ async fn wait_run(
     body: RunCreate,
 ) -> Result<Response, ApiError> {
     let run = start(&app, thread, body).await?;
-    let result = run.settled().await;
+    let result = app.settled(&run).await?;
     // An answer the interrupted step cannot read is the client's mistake:
     // the run failed, the interrupt still waits.
     if let Some((kind, message)) = &result.error
@@ -742,7 +743,7 @@ pub(crate) async fn join(
     Path((thread, run)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let run = find_run(&app, &thread, &run).await?;
-    Ok(Json(run.settled().await.output()))
+    Ok(Json(app.settled(&run).await?.output()))
 }
 
 /// `join_stream`: the run's events from `Last-Event-ID` on (from the start
@@ -790,7 +791,7 @@ pub(crate) async fn join_stream(
         cancel_on_disconnect: query.flag("cancel_on_disconnect", false)?,
     };
     let loc = location(&run);
-    Ok(stream::response(run, want, &loc))
+    Ok(stream::response(run, want, &loc, app.stopping.subscribe()))
 }
 
 pub(crate) async fn cancel(
@@ -823,7 +824,7 @@ pub(crate) async fn cancel(
         )));
     }
     if wait {
-        run.settled().await;
+        app.settled(&run).await?;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

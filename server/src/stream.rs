@@ -46,6 +46,7 @@ struct Cursor {
     after: Option<u64>,
     queue: VecDeque<Arc<Frame>>,
     ticks: tokio::sync::watch::Receiver<u64>,
+    stopping: tokio::sync::watch::Receiver<bool>,
     done: bool,
     guard: CancelGuard,
 }
@@ -62,7 +63,11 @@ fn event(frame: &Frame) -> Event {
 }
 
 /// The events of `run` that `want` asks for, until it settles.
-pub(crate) fn frames(run: Arc<RunRecord>, want: Want) -> impl Stream<Item = Event> + Send {
+pub(crate) fn frames(
+    run: Arc<RunRecord>,
+    want: Want,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> impl Stream<Item = Event> + Send {
     let guard = CancelGuard(want.cancel_on_disconnect.then(|| Arc::clone(&run)));
     let cursor = Cursor {
         ticks: run.ticks(),
@@ -70,6 +75,7 @@ pub(crate) fn frames(run: Arc<RunRecord>, want: Want) -> impl Stream<Item = Even
         run,
         want,
         queue: VecDeque::new(),
+        stopping,
         done: false,
         guard,
     };
@@ -95,8 +101,15 @@ pub(crate) fn frames(run: Arc<RunRecord>, want: Want) -> impl Stream<Item = Even
                 c.done = true;
                 continue;
             }
-            if c.queue.is_empty() && c.ticks.changed().await.is_err() {
+            if *c.stopping.borrow() {
                 c.done = true;
+                continue;
+            }
+            if c.queue.is_empty() {
+                tokio::select! {
+                    changed = c.ticks.changed() => if changed.is_err() { c.done = true },
+                    stop = c.stopping.changed() => if stop.is_err() { c.done = true },
+                }
             }
         }
     })
@@ -104,8 +117,13 @@ pub(crate) fn frames(run: Arc<RunRecord>, want: Want) -> impl Stream<Item = Even
 
 /// The SSE response of a run's stream; `location` names the run
 /// (`Content-Location`, which the SDK reads the run id from).
-pub(crate) fn response(run: Arc<RunRecord>, want: Want, location: &str) -> Response {
-    let events = frames(run, want);
+pub(crate) fn response(
+    run: Arc<RunRecord>,
+    want: Want,
+    location: &str,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> Response {
+    let events = frames(run, want, stopping);
     let body = Sse::new(stream_ok(events)).keep_alive(KeepAlive::default());
     let mut response = body.into_response();
     if let Ok(v) = HeaderValue::from_str(location) {

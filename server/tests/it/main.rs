@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
 mod errors;
+mod guard;
 mod sdk;
 
 use harness::llm::{Expect, LanguageModel, ModelRequest, ScriptedModel, StopReason, StreamEvent};
@@ -109,7 +110,11 @@ fn streaming_model(turns: usize) -> Arc<dyn LanguageModel> {
 /// The server of the tests, on a temporary sled store: the `ticket`,
 /// `ticks` and `chat` agents.
 pub fn server(dir: &std::path::Path) -> Server {
-    let store = Arc::new(SledStore::open(dir.join("store")).unwrap());
+    server_on(Arc::new(SledStore::open(dir.join("store")).unwrap()))
+}
+
+/// The server of the tests on `store`.
+pub fn server_on(store: Arc<SledStore>) -> Server {
     let tickets = Harness::<Ticket>::builder()
         .step("draft")
         .run(draft)

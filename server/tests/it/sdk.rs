@@ -1,6 +1,7 @@
 //! The Python `langgraph-sdk`, as published, against a server on a loopback
 //! port.
 
+use harness_server::{Scope, Server};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,9 +32,9 @@ fn script(name: &str) -> PathBuf {
 
 /// Serves the test agents on an ephemeral loopback port, runs `name` with
 /// the server's URL, and returns the JSON line it printed last.
-async fn drive(name: &str) -> Value {
+async fn drive(name: &str, setup: impl FnOnce(Server) -> Server) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let bound = crate::server(dir.path())
+    let bound = setup(crate::server(dir.path()))
         .bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -45,6 +46,10 @@ async fn drive(name: &str) -> Value {
     let child = tokio::process::Command::new(python())
         .arg(script(name))
         .arg(&url)
+        // The SDK sends a key from the environment when it finds one.
+        .env_remove("LANGGRAPH_API_KEY")
+        .env_remove("LANGSMITH_API_KEY")
+        .env_remove("LANGCHAIN_API_KEY")
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(120), child)
@@ -67,7 +72,7 @@ async fn drive(name: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_drives_threads_streams_interrupts_history_and_runs() {
-    let seen = drive("sdk_flow.py").await;
+    let seen = drive("sdk_flow.py", |s| s).await;
 
     // Assistants, their graph and schemas.
     assert_eq!(seen["assistants"], json!(["chat", "ticket", "ticks"]));
@@ -186,4 +191,27 @@ async fn the_python_sdk_drives_threads_streams_interrupts_history_and_runs() {
         seen["forked_history_len"].as_u64().unwrap() + 1
     );
     assert_eq!(seen["deleted"], 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_is_held_to_its_api_key_and_scope() {
+    let seen = drive("sdk_auth.py", |s| {
+        s.api_key("key-read-0123456789", Scope::Read)
+            .api_key("key-run-0123456789", Scope::Run)
+            .api_key("key-admin-0123456789", Scope::Admin)
+    })
+    .await;
+    assert_eq!(
+        seen,
+        json!({
+            "no_key": 401,
+            "wrong_key": 401,
+            "health": true,
+            "reader_reads": true,
+            "reader_creates": 403,
+            "runner_runs": {"ticks": 1, "limit": 1},
+            "runner_deletes": 403,
+            "admin_deletes": 404,
+        })
+    );
 }

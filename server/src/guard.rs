@@ -1,0 +1,269 @@
+//! Who may call the server: API keys with scopes, the browser origins
+//! allowed (CORS), and the host names a loopback server answers to.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::fmt;
+use std::sync::Arc;
+
+/// What an API key may do. Each scope includes the ones before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// Read assistants, threads, state, history and runs, and stream them.
+    Read,
+    /// Also create threads, start, cancel and resume runs, update state.
+    Run,
+    /// Also delete threads and runs.
+    Admin,
+}
+
+impl Scope {
+    fn name(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Run => "run",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// The scope a request needs.
+    fn needed(method: &Method, path: &str) -> Scope {
+        if *method == Method::GET || *method == Method::HEAD {
+            return Scope::Read;
+        }
+        if *method == Method::DELETE {
+            return Scope::Admin;
+        }
+        let reads = path.ends_with("/search")
+            || path.ends_with("/count")
+            || path.ends_with("/history")
+            || path.ends_with("/state/checkpoint");
+        if reads { Scope::Read } else { Scope::Run }
+    }
+}
+
+/// An API key and its scope. Its text never appears in a log, an error or
+/// a `Debug` output.
+#[derive(Clone)]
+pub(crate) struct Key {
+    pub(crate) secret: String,
+    pub(crate) scope: Scope,
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Key")
+            .field("secret", &"(redacted)")
+            .field("scope", &self.scope)
+            .finish()
+    }
+}
+
+/// The access rules of a server.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Guard {
+    /// No key: every request may do everything (a loopback server).
+    pub(crate) keys: Vec<Key>,
+    /// Browser origins allowed to call (CORS); a request from any other
+    /// origin is refused.
+    pub(crate) origins: Vec<String>,
+    /// Host names (without the port) the server answers to; `None` for any.
+    pub(crate) hosts: Option<Vec<String>>,
+}
+
+/// Host names of this machine: what a loopback server answers to (a page
+/// of another site whose name resolves to 127.0.0.1 is refused).
+pub(crate) fn loopback_hosts() -> Vec<String> {
+    ["localhost", "127.0.0.1", "[::1]"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn refuse(status: StatusCode, kind: &str, message: String) -> Response {
+    (
+        status,
+        axum::Json(json!({ "error": kind, "message": message })),
+    )
+        .into_response()
+}
+
+/// Compares every byte whatever differs first.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn given_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(k) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        return Some(k.trim());
+    }
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host
+            .split_once(']')
+            .map_or(host, |(h, _)| &host[..=h.len()]);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+impl Guard {
+    fn allowed_origin(&self, origin: &str) -> bool {
+        self.origins.iter().any(|o| o == origin)
+    }
+
+    fn cors_headers(origin: &HeaderValue, response: &mut Response) {
+        let headers = response.headers_mut();
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("content-location, location"),
+        );
+    }
+}
+
+/// The middleware: host, origin, then key and scope.
+pub(crate) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(hosts) = &guard.hosts {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if !hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host_name(host)))
+        {
+            return refuse(
+                StatusCode::MISDIRECTED_REQUEST,
+                "wrong_host",
+                format!(
+                    "this server answers to {} only, not to host `{host}`",
+                    hosts.join(", ")
+                ),
+            );
+        }
+    }
+    let origin = request.headers().get(header::ORIGIN).cloned();
+    if let Some(origin) = &origin {
+        let text = origin.to_str().unwrap_or_default();
+        if !guard.allowed_origin(text) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "origin_not_allowed",
+                format!(
+                    "requests from the web origin `{text}` are not allowed: list it with \
+                     Server::cors_origin(..)"
+                ),
+            );
+        }
+        if request.method() == Method::OPTIONS {
+            let mut response = StatusCode::NO_CONTENT.into_response();
+            Guard::cors_headers(origin, &mut response);
+            let headers = response.headers_mut();
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, POST, PATCH, DELETE, OPTIONS"),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("content-type, x-api-key, authorization, last-event-id"),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("600"),
+            );
+            return response;
+        }
+    }
+    let open = request.uri().path() == "/ok";
+    if !guard.keys.is_empty() && !open {
+        let Some(given) = given_key(request.headers()) else {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this server needs an API key: give it in the `x-api-key` header or as \
+                 `Authorization: Bearer <key>`"
+                    .into(),
+            );
+        };
+        // Every key is compared, whichever matches.
+        let scope = guard
+            .keys
+            .iter()
+            .filter(|k| same(k.secret.as_bytes(), given.as_bytes()))
+            .map(|k| k.scope)
+            .fold(None, |best: Option<Scope>, s| {
+                Some(best.map_or(s, |b| b.max(s)))
+            });
+        let Some(scope) = scope else {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the API key given is not one of this server's".into(),
+            );
+        };
+        let needed = Scope::needed(request.method(), request.uri().path());
+        if scope < needed {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "this key has scope `{}`; {} {} needs scope `{}`",
+                    scope.name(),
+                    request.method(),
+                    request.uri().path(),
+                    needed.name()
+                ),
+            );
+        }
+    }
+    let mut response = next.run(request).await;
+    if let Some(origin) = &origin {
+        Guard::cors_headers(origin, &mut response);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Scope, host_name};
+    use axum::http::Method;
+
+    #[test]
+    fn each_request_needs_the_least_scope_that_does_it() {
+        assert_eq!(Scope::needed(&Method::GET, "/threads/t/state"), Scope::Read);
+        assert_eq!(Scope::needed(&Method::POST, "/threads/search"), Scope::Read);
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/history"),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/runs/stream"),
+            Scope::Run
+        );
+        assert_eq!(Scope::needed(&Method::POST, "/threads/t/state"), Scope::Run);
+        assert_eq!(Scope::needed(&Method::DELETE, "/threads/t"), Scope::Admin);
+    }
+
+    #[test]
+    fn host_names_lose_their_port() {
+        assert_eq!(host_name("127.0.0.1:2024"), "127.0.0.1");
+        assert_eq!(host_name("localhost"), "localhost");
+        assert_eq!(host_name("[::1]:80"), "[::1]");
+        assert_eq!(host_name("[::1]"), "[::1]");
+    }
+}

@@ -1,0 +1,212 @@
+//! Who may call the server (web origins, host names), and how it stops.
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use harness::SessionId;
+use harness::session::{SessionPhase, SessionStore};
+use harness_stores::SledStore;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::ServiceExt;
+
+/// One HTTP/1.1 request over a fresh connection: the status and the body.
+async fn raw(addr: SocketAddr, method: &str, path: &str, host: &str, body: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+async fn call(router: &axum::Router, request: Request<Body>) -> axum::response::Response {
+    router.clone().oneshot(request).await.unwrap()
+}
+
+#[tokio::test]
+async fn pages_of_other_origins_are_refused_and_listed_ones_get_cors() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path())
+        .cors_origin("https://app.example")
+        .router()
+        .unwrap();
+    // A page of another site, even with a body a form could send.
+    for origin in ["https://evil.example", "null", "http://localhost:3000"] {
+        let response = call(
+            &router,
+            Request::post("/threads")
+                .header(header::ORIGIN, origin)
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{origin}");
+    }
+    // The listed origin: a preflight, then the request, with CORS headers.
+    let preflight = call(
+        &router,
+        Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/threads")
+            .header(header::ORIGIN, "https://app.example")
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(preflight.status(), StatusCode::NO_CONTENT);
+    let allowed = preflight.headers()[header::ACCESS_CONTROL_ALLOW_HEADERS]
+        .to_str()
+        .unwrap();
+    assert!(allowed.contains("x-api-key"), "{allowed}");
+    let response = call(
+        &router,
+        Request::post("/threads")
+            .header(header::ORIGIN, "https://app.example")
+            .body(Body::from("{}"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+        "https://app.example"
+    );
+    // A client that is not a browser sends no origin: no CORS headers.
+    let response = call(
+        &router,
+        Request::post("/threads").body(Body::from("{}")).unwrap(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        !response
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+    );
+}
+
+#[tokio::test]
+async fn a_loopback_server_answers_only_to_this_machines_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let bound = crate::server(dir.path())
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = bound.addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    for host in ["evil.example", "evil.example:2024", "10.0.0.8", ""] {
+        let (status, body) = raw(addr, "GET", "/assistants/ticks", host, "").await;
+        assert_eq!(status, 421, "{host}: {body}");
+    }
+    for host in [
+        format!("127.0.0.1:{}", addr.port()),
+        format!("localhost:{}", addr.port()),
+        "LOCALHOST".to_string(),
+    ] {
+        let (status, body) = raw(addr, "GET", "/assistants/ticks", &host, "").await;
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_remote_server_needs_an_api_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = crate::server(dir.path())
+        .allow_remote()
+        .bind("0.0.0.0:0".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no API key"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_stops_its_runs_at_a_step_boundary_and_its_threads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(dir.path().join("store")).unwrap());
+    let bound = crate::server_on(Arc::clone(&store))
+        .shutdown_grace(Duration::from_secs(20))
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = bound.addr();
+    let host = format!("127.0.0.1:{}", addr.port());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let (status, body) = raw(addr, "POST", "/threads", &host, r#"{"thread_id": "long"}"#).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = raw(
+        addr,
+        "POST",
+        "/threads/long/runs",
+        &host,
+        r#"{"assistant_id": "ticks", "input": {"limit": 100000}}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), serving)
+        .await
+        .expect("the server did not stop")
+        .unwrap()
+        .unwrap();
+    let head = store
+        .load(&SessionId::from("long".to_string()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        head.phase,
+        SessionPhase::Completed {
+            signal: harness::Signal::STOPPED
+        }
+    );
+    assert!(head.steps > 0 && head.steps < 100_000, "{}", head.steps);
+    assert!(head.lease.is_none(), "{:?}", head.lease);
+    // A new server on the same store goes on with the thread.
+    let router = crate::server_on(store).router().unwrap();
+    let response = router
+        .oneshot(
+            Request::post("/threads/long/runs/wait")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(
+                    r#"{"assistant_id": "ticks", "input": {"limit": 0}}"#,
+                ))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let out: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(out["ticks"].as_u64(), Some(head.steps + 1), "{out}");
+}
