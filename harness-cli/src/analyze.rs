@@ -1,10 +1,12 @@
-//! `harness analyze FILE [--dot]`.
+//! `harness analyze FILE [--dot] [--trace]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use harness_code::kernel::KernelConfig;
+use harness_code::notebook::Notebook;
 use harness_code::{
-    AnalysisError, AnalysisOptions, CellAnalysis, CellId, CodeCell, ExecutionStateGraph,
+    AnalysisError, AnalysisOptions, CellAnalysis, CellId, CellTrace, CodeCell, ExecutionStateGraph,
     GraphError, Provenance, notebook_code_cells, split_percent_script,
 };
 use serde::Serialize;
@@ -17,6 +19,16 @@ pub(crate) struct Args {
     /// Print the cell graph in Graphviz DOT format instead of JSON.
     #[arg(long)]
     dot: bool,
+    /// Add what each cell did in its last run by `harness run` (read from
+    /// the notebook it keeps, see `--state`): the trace is shown with each
+    /// cell whose code is unchanged since, and dependencies are those of
+    /// the static analysis and the traces together.
+    #[arg(long)]
+    trace: bool,
+    /// With `--trace`: the notebook directory `harness run --state` used
+    /// (default: `.harness/code/<file stem>` next to the file).
+    #[arg(long, requires = "trace")]
+    state: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -47,6 +59,9 @@ struct CellReport<'a> {
     defeats_analysis: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     depends_on: Option<Vec<DependsOn>>,
+    /// What the cell did in its last run (`--trace`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace: Option<&'a CellTrace>,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,6 +73,9 @@ struct DependsOn {
     explicit: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     conservative: bool,
+    /// Names on the edge that only a trace gives.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    traced: Vec<String>,
 }
 
 pub(crate) fn run(args: &Args) -> ExitCode {
@@ -102,6 +120,15 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             Err(GraphError::Analysis { source, .. }) => ids.push(Err(source)),
             Err(error) => {
                 errln!("harness: internal error: {error}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if args.trace {
+        match add_traces(args, &mut graph) {
+            Ok(()) => {}
+            Err(message) => {
+                errln!("harness: {message}");
                 return ExitCode::from(2);
             }
         }
@@ -172,6 +199,7 @@ fn cell_report<'a>(
         analysis: None,
         defeats_analysis: None,
         depends_on: None,
+        trace: None,
     };
     let id = match id {
         Ok(Some(id)) => id,
@@ -205,6 +233,7 @@ fn cell_report<'a>(
         ));
     }
     report.id = Some(id);
+    report.trace = node.trace();
     report.analysis = Some(analysis);
     report.defeats_analysis = Some(analysis.defeats_analysis());
     report.depends_on = Some(
@@ -216,8 +245,52 @@ fn cell_report<'a>(
                 names: dependency.names.iter().cloned().collect(),
                 explicit: dependency.explicit,
                 conservative: dependency.conservative,
+                traced: dependency.traced.iter().cloned().collect(),
             })
             .collect(),
     );
     report
+}
+
+/// Gives each cell of `graph` the trace of its last run in the notebook
+/// `harness run` keeps for the file, when that run was of the same code.
+fn add_traces(args: &Args, graph: &mut ExecutionStateGraph) -> Result<(), String> {
+    let state = match &args.state {
+        Some(state) => state.clone(),
+        None => {
+            let file = std::path::absolute(&args.file).unwrap_or_else(|_| args.file.clone());
+            let base = file
+                .parent()
+                .map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()))
+                .unwrap_or_default();
+            base.join(".harness")
+                .join("code")
+                .join(crate::run::state_dir::state_name(&file))
+        }
+    };
+    if !Notebook::exists(&state) {
+        return Err(format!(
+            "--trace: no notebook in {} (run the file with `harness run` first)",
+            state.display()
+        ));
+    }
+    let notebook = Notebook::open(&state, KernelConfig::default())
+        .map_err(|error| format!("--trace: {error}"))?;
+    let ids: Vec<CellId> = graph.cells().map(|node| node.id()).collect();
+    for id in ids {
+        let Ok(node) = graph.cell(id) else { continue };
+        let source = node.source().to_owned();
+        let stored = notebook.graph().cell(id).ok();
+        let Some(trace) = stored
+            .filter(|stored| stored.source() == source)
+            .and_then(|stored| stored.trace())
+            .cloned()
+        else {
+            continue;
+        };
+        graph
+            .record_trace(id, trace)
+            .map_err(|error| format!("--trace: {error}"))?;
+    }
+    Ok(())
 }

@@ -8,7 +8,7 @@
 //! changed, and reuses the rest. One run at a time uses a notebook
 //! directory: a second is refused while the first holds its lock.
 
-mod state_dir;
+pub(crate) mod state_dir;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -341,6 +341,12 @@ fn print_entry(
             names.join(", ")
         );
     }
+    if let Some(trace) = &record.trace {
+        let analysis = notebook.graph().cell(entry.cell).ok().map(|n| n.analysis());
+        for text in trace_lines(trace, analysis) {
+            outln!("                    {text}");
+        }
+    }
     if quiet {
         return;
     }
@@ -362,4 +368,71 @@ fn print_entry(
     for text_line in shown.lines() {
         outln!("    | {text_line}");
     }
+}
+
+/// At most this many names of a list are printed; the rest are counted.
+const SHOWN_NAMES: usize = 8;
+
+fn name_list<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
+    let names: Vec<&str> = names.into_iter().map(String::as_str).collect();
+    let mut text = names
+        .iter()
+        .take(SHOWN_NAMES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN_NAMES {
+        text.push_str(&format!(" (+{} more)", names.len() - SHOWN_NAMES));
+    }
+    text
+}
+
+/// What a traced run did, in one line, and a note for what the static
+/// analysis did not predict (the graph now links those through the trace).
+pub(crate) fn trace_lines(
+    trace: &harness_code::CellTrace,
+    analysis: Option<&harness_code::CellAnalysis>,
+) -> Vec<String> {
+    let mut parts = Vec::new();
+    for (label, names) in [
+        ("read", &trace.reads),
+        ("bound", &trace.bound),
+        ("deleted", &trace.deleted),
+        ("changed in place", &trace.mutated),
+        ("read files", &trace.files_read),
+        ("wrote files", &trace.files_written),
+        ("imported", &trace.imports),
+    ] {
+        if !names.is_empty() {
+            parts.push(format!("{label} {}", name_list(names)));
+        }
+    }
+    let mut lines = Vec::new();
+    if !parts.is_empty() {
+        lines.push(format!("did: {}", parts.join("; ")));
+    }
+    if let Some(analysis) = analysis {
+        let unseen: Vec<&String> = trace
+            .mutated
+            .iter()
+            .filter(|name| {
+                !analysis.mutations.contains(*name)
+                    && !analysis.writes.contains(*name)
+                    && !analysis.deletes.contains(*name)
+            })
+            .collect();
+        if !unseen.is_empty() {
+            lines.push(format!(
+                "note: changed {} in place, which the static analysis did not see; later readers now depend on this cell",
+                name_list(unseen)
+            ));
+        }
+    }
+    if trace.dropped > 0 {
+        lines.push(format!(
+            "note: the trace is incomplete ({} entries over its bounds)",
+            trace.dropped
+        ));
+    }
+    lines
 }

@@ -30,4 +30,4 @@ pub use graph::{
     Provenance, Timestamp,
 };
 pub use parse::with_analysis_stack;
-pub use trace::{CellTrace, FILE_PREFIX};
+pub use trace::{CellTrace, FILE_PREFIX, traced_downstream};

@@ -26,15 +26,28 @@
 //!
 //! # Limits
 //!
+//! Each run is traced by the kernel ([`CellTrace`]): what the cell read
+//! (through the functions it called too), bound, changed in place (found by
+//! fingerprinting the namespace's values), the files it opened and the
+//! module state it changed. The trace is kept in the [`CellRecord`] and
+//! given to the graph ([`ExecutionStateGraph::record_trace`]), so cells
+//! are linked by the static analysis *and* by what their last run did: an
+//! object changed in place through a call the analysis does not see
+//! (`helper(df)` mutating `df`) becomes an output of that cell, a file one
+//! cell writes and another reads links the two (the reader's cache key
+//! holds the file's content hash), and a random generator or pyplot figure
+//! changed through a module links the cells that changed it.
+//!
 //! Reuse and restore assume cells are deterministic functions of their code
-//! and the names they read: reading files, the clock or the network is not
-//! seen (declare such a dependency with
+//! and what they read: the clock, the network and files no cell wrote are
+//! not seen (declare such a dependency with
 //! [`ExecutionStateGraph::add_edge`], or the cell reruns only when its code
-//! or inputs change). Mutations are known from the static analysis'
-//! heuristics; an object changed in place through a call the analysis does
-//! not see (`helper(df)` mutating `df`) keeps the hash it had. Names are
-//! pickled one by one, so two names bound to the same object are restored
-//! as two objects.
+//! or inputs change). Names are pickled one by one; names that shared one
+//! object at the end of their cell (an alias, a numpy view and its base)
+//! are recomputed by re-running that cell rather than loaded as separate
+//! objects. Module state (`@numpy.random`, `@matplotlib`) cannot be loaded:
+//! a kernel that does not hold it re-runs the cell that made it, which
+//! restores it only as far as running that cell again does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -264,6 +277,8 @@ enum Restore {
     Load(RestoreValue),
     Delete,
     Rerun,
+    /// Outside the namespace (a file, module state): identified, not restored.
+    External,
 }
 
 /// What the kernel had to be given before a cell.
@@ -690,6 +705,15 @@ impl Notebook {
                 }
             }
             self.graph = graph;
+            // What the kept runs did still links their cells.
+            let traced: Vec<(CellId, CellTrace)> = self
+                .records
+                .iter()
+                .filter_map(|(id, record)| record.trace.clone().map(|trace| (*id, trace)))
+                .collect();
+            for (id, trace) in traced {
+                self.graph.record_trace(id, trace)?;
+            }
             report.rebuilt = true;
             report.added = self.graph.cells().map(|s| s.id()).collect();
             return Ok(report);
@@ -798,7 +822,13 @@ impl Notebook {
     }
 
     /// For each needed name, the latest earlier cell whose record wrote or
-    /// deleted it, and how to restore it.
+    /// deleted it, and how to restore it. A value that shared its object
+    /// with other names at the end of that cell ([`CellTrace::aliases`]) is
+    /// recomputed by re-running the cell, so that the names share it again.
+    /// A file (`file:PATH`) a traced cell wrote is identified by its
+    /// content now (and not restored); module state (`@...`) by the run of
+    /// the cell that last changed it, which is re-run when the kernel does
+    /// not hold that state.
     pub(crate) fn sources(&self, cell: CellId) -> Result<BTreeMap<String, Source>, NotebookError> {
         let mut wanted = self.needed_names(cell)?;
         let mut found = BTreeMap::new();
@@ -807,15 +837,55 @@ impl Notebook {
                 break;
             }
             wanted.retain(|name| {
+                if let Some(path) = name.strip_prefix(FILE_PREFIX) {
+                    let wrote = record
+                        .trace
+                        .as_ref()
+                        .is_some_and(|t| t.files_written.contains(path));
+                    if wrote {
+                        found.insert(
+                            name.clone(),
+                            Source {
+                                producer,
+                                identity: file_identity(Path::new(path)),
+                                restore: Restore::External,
+                            },
+                        );
+                    }
+                    return !wrote;
+                }
+                if name.starts_with('@') {
+                    let changed = record
+                        .trace
+                        .as_ref()
+                        .is_some_and(|t| t.mutated.contains(name));
+                    if changed {
+                        // Module state cannot be loaded: the kernel that
+                        // lost it (restarted, or moved on) runs the cell
+                        // that made it again.
+                        found.insert(
+                            name.clone(),
+                            Source {
+                                producer,
+                                identity: state_identity(record, name),
+                                restore: Restore::Rerun,
+                            },
+                        );
+                    }
+                    return !changed;
+                }
                 let Some(identity) = record.identity(name) else {
                     return true;
                 };
+                let aliased = record.trace.as_ref().is_some_and(|t| t.aliased(name));
                 let restore = if identity == DELETED {
                     Restore::Delete
                 } else {
                     match record.outputs.get(name).map(|v| &v.stored) {
                         Some(Stored::Blob { hash, .. })
-                            if !self.bad_blobs.contains(hash) && self.blobs.contains(hash) =>
+                            if !aliased
+                                && !self.bad_blobs.contains(hash)
+                                && self.blobs.contains(hash) =>
                         {
                             Restore::Load(RestoreValue::Blob {
                                 name: name.clone(),
@@ -912,18 +982,28 @@ impl Notebook {
     }
 
     /// The cell's source as the kernel runs it: IPython escape lines (which
-    /// the analysis skipped) become `pass`.
+    /// the analysis skipped) become `pass`, except the timing magics
+    /// (`%time`, `%timeit`, `%prun`), whose statement runs once, so that
+    /// what it reads and binds is in the namespace and in the trace.
     fn kernel_source(&self, cell: CellId) -> Result<String, NotebookError> {
         let node = self.graph.cell(cell)?;
         let escapes = &node.analysis().ipython_escapes;
         if escapes.is_empty() {
             return Ok(node.source().to_owned());
         }
+        let timed: BTreeMap<u32, &str> = escapes
+            .iter()
+            .filter_map(|e| timed_statement(&e.command).map(|statement| (e.line, statement)))
+            .collect();
         let lines: BTreeSet<u32> = escapes.iter().map(|e| e.line).collect();
         let mut out = String::with_capacity(node.source().len());
         for (index, line) in node.source().lines().enumerate() {
             let number = u32::try_from(index + 1).unwrap_or(u32::MAX);
-            if lines.contains(&number) {
+            if let Some(statement) = timed.get(&number) {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                out.push_str(indent);
+                out.push_str(statement);
+            } else if lines.contains(&number) {
                 let indent = &line[..line.len() - line.trim_start().len()];
                 out.push_str(indent);
                 out.push_str("pass  # harness: IPython command skipped");
@@ -1021,7 +1101,7 @@ impl Notebook {
                         delete: true,
                     });
                 }
-                Restore::Delete | Restore::Rerun => {}
+                Restore::Delete | Restore::Rerun | Restore::External => {}
             }
         }
         if values.is_empty() {
@@ -1137,6 +1217,9 @@ impl Notebook {
                 }
                 for name in &result.deleted {
                     self.live.remove(name);
+                }
+                if let Some(record) = &record {
+                    apply_states(&mut self.live, record);
                 }
             }
             if retry {
@@ -1394,6 +1477,7 @@ fn simulate(
             Restore::Rerun => {
                 missing.insert(source.producer);
             }
+            Restore::External => {}
         }
     }
 }
@@ -1409,6 +1493,25 @@ fn apply_record(live: &mut BTreeMap<String, String>, record: &CellRecord) {
     for name in &record.deleted {
         live.remove(name);
     }
+    apply_states(live, record);
+}
+
+/// Updates a namespace model with the module states (`@...`) a run changed.
+fn apply_states(live: &mut BTreeMap<String, String>, record: &CellRecord) {
+    if let Some(trace) = &record.trace {
+        for name in trace.mutated.iter().filter(|name| name.starts_with('@')) {
+            live.insert(name.clone(), state_identity(record, name));
+        }
+    }
+}
+
+/// The identity of module state `name` as the run of `record` left it.
+fn state_identity(record: &CellRecord, name: &str) -> String {
+    let mut hasher = Hasher::default();
+    hasher
+        .part(record.cache_key.as_bytes())
+        .part(name.as_bytes());
+    format!("state:{}", hasher.finish())
 }
 
 fn read_check(
@@ -1439,6 +1542,106 @@ fn read_check(
     }
 }
 
+/// The Python statement of a timing line magic (`%time x = f()`,
+/// `%timeit -n 10 f(xs)`, `%prun -l 5 f()`), without the magic and its
+/// options; `None` for other commands.
+fn timed_statement(command: &str) -> Option<&str> {
+    let rest = command.trim_start().strip_prefix('%')?;
+    let (magic, mut rest) = rest.split_once(char::is_whitespace)?;
+    // Options that take a value as the next word.
+    let with_value: &[&str] = match magic {
+        "time" => &[],
+        "timeit" => &["-n", "-r", "-p"],
+        "prun" => &["-s", "-l", "-D", "-T"],
+        _ => return None,
+    };
+    loop {
+        rest = rest.trim_start();
+        if !rest.starts_with('-') || magic == "time" {
+            break;
+        }
+        let (option, after) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+        rest = after;
+        if with_value.contains(&option) {
+            rest = rest.trim_start();
+            rest = rest
+                .split_once(char::is_whitespace)
+                .map_or("", |(_, after)| after);
+        }
+    }
+    let statement = rest.trim();
+    (!statement.is_empty()).then_some(statement)
+}
+
+/// Files past this size are identified by size and modification time
+/// rather than read whole.
+const HASHED_FILE_BYTES: u64 = 256 << 20;
+
+/// The identity of a file a cell wrote and a later cell reads: the SHA-256
+/// of its content, `file:absent`, or, for what is not a regular file (a
+/// FIFO, a device: never read, so that a cell cannot make the host block),
+/// `file:special`. Opened without following into a FIFO's wait.
+fn file_identity(path: &Path) -> String {
+    use std::io::Read;
+
+    let file = match open_regular(path) {
+        Ok(Some(file)) => file,
+        Ok(None) => return "file:special".to_owned(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return "file:absent".to_owned();
+        }
+        Err(error) => return format!("file:unreadable:{:?}", error.kind()),
+    };
+    let mut hasher = Hasher::default();
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > HASHED_FILE_BYTES {
+        let modified = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        hasher
+            .part(&size.to_le_bytes())
+            .part(&modified.to_le_bytes());
+        return format!("file:large:{}", hasher.finish());
+    }
+    let mut content = Vec::new();
+    match file.take(HASHED_FILE_BYTES).read_to_end(&mut content) {
+        Ok(_) => {
+            hasher.part(&content);
+            format!("file:{}", hasher.finish())
+        }
+        Err(error) => format!("file:unreadable:{:?}", error.kind()),
+    }
+}
+
+/// Opens `path` for reading if it is a regular file (`None` otherwise).
+#[cfg(unix)]
+fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use rustix::fs::{FileType, Mode, OFlags};
+
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Ok(None);
+    }
+    Ok(Some(std::fs::File::from(fd)))
+}
+
+/// Opens `path` for reading if it is a regular file (`None` otherwise).
+#[cfg(not(unix))]
+fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Ok(None);
+    }
+    std::fs::File::open(path).map(Some)
+}
+
 fn output_summary(record: &CellRecord) -> OutputSummary {
     let mut text: String = record.stdout.text.chars().take(SUMMARY_TEXT).collect();
     if let Some(display) = &record.display {
@@ -1459,4 +1662,38 @@ fn output_summary(record: &CellRecord) -> OutputSummary {
 
 fn millis(clock: Instant) -> u64 {
     u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timed_statement;
+
+    #[test]
+    fn timing_magics_give_their_statement() {
+        assert_eq!(
+            timed_statement("%time total = sum(xs)"),
+            Some("total = sum(xs)")
+        );
+        assert_eq!(timed_statement("%timeit -n 10 -r 3 f(xs)"), Some("f(xs)"));
+        assert_eq!(timed_statement("%timeit -n10 -q f(xs)"), Some("f(xs)"));
+        assert_eq!(
+            timed_statement("%prun -l 5 -s cumtime run()"),
+            Some("run()")
+        );
+        assert_eq!(timed_statement("%time -x"), Some("-x"));
+    }
+
+    #[test]
+    fn other_commands_give_nothing() {
+        for command in [
+            "%matplotlib inline",
+            "!ls",
+            "%timeit",
+            "%timeit -n 10",
+            "%who",
+            "time x",
+        ] {
+            assert_eq!(timed_statement(command), None, "{command}");
+        }
+    }
 }

@@ -55,6 +55,12 @@ pub struct CellTrace {
     /// Top-level modules first imported by the cell.
     #[serde(default)]
     pub imports: BTreeSet<String>,
+    /// Groups of names bound, at the end of the run, to one object (or to
+    /// numpy arrays over the same memory, a view and its base). Values are
+    /// pickled one by one, so a notebook re-runs the cell that made such a
+    /// group rather than load its names from separate blobs.
+    #[serde(default)]
+    pub aliases: Vec<BTreeSet<String>>,
     /// Entries left out past the kernel's bounds (4 096 names, 256 files per
     /// list); when not 0 the trace is incomplete.
     #[serde(default)]
@@ -73,6 +79,12 @@ impl CellTrace {
     /// Whether the cell bound, deleted or changed `name`.
     pub fn changes(&self, name: &str) -> bool {
         self.bound.contains(name) || self.deleted.contains(name) || self.mutated.contains(name)
+    }
+
+    /// Whether `name` shared its object with another name at the end of
+    /// the run ([`aliases`](Self::aliases)).
+    pub fn aliased(&self, name: &str) -> bool {
+        self.aliases.iter().any(|group| group.contains(name))
     }
 
     /// Everything the run wrote: names bound, deleted or mutated, and the
@@ -100,4 +112,59 @@ impl CellTrace {
         names.extend(self.files_read.iter().map(|p| format!("{FILE_PREFIX}{p}")));
         names.into_iter()
     }
+}
+
+/// The cells after `from` that depend on it according to recorded traces
+/// alone (the truth the benchmark and the tests hold the graph to), by
+/// index in `traces` (one per cell, in order; `None` for a cell without a
+/// trace, which then links nothing).
+///
+/// Cell `j` depends directly on an earlier cell `i` when something `j`
+/// read ([`CellTrace::inputs`]) was written by `i` ([`CellTrace::writes`])
+/// and no cell between them rebound or deleted it (a change in place or a
+/// file write does not hide the earlier writers); dependents of dependents
+/// count.
+///
+/// ```
+/// use harness_code::{CellTrace, traced_downstream};
+///
+/// let mut make = CellTrace::default();
+/// make.bound.insert("xs".into());
+/// let mut grow = CellTrace::default();
+/// grow.reads.insert("ys".into());
+/// grow.mutated.extend(["xs".to_owned(), "ys".to_owned()]);
+/// let mut count = CellTrace::default();
+/// count.reads.insert("xs".into());
+/// let traces = [Some(&make), Some(&grow), Some(&count)];
+/// assert_eq!(traced_downstream(&traces, 1).into_iter().collect::<Vec<_>>(), [2]);
+/// assert_eq!(traced_downstream(&traces, 0).into_iter().collect::<Vec<_>>(), [2]);
+/// ```
+pub fn traced_downstream(traces: &[Option<&CellTrace>], from: usize) -> BTreeSet<usize> {
+    let writes: Vec<BTreeSet<String>> = traces
+        .iter()
+        .map(|t| t.map(|t| t.writes().collect()).unwrap_or_default())
+        .collect();
+    let mut reached = BTreeSet::new();
+    let mut frontier = BTreeSet::from([from]);
+    for (j, trace) in traces.iter().enumerate().skip(from + 1) {
+        let Some(trace) = trace else { continue };
+        let depends = trace.inputs().any(|name| {
+            for i in (0..j).rev() {
+                if writes[i].contains(&name) && frontier.contains(&i) {
+                    return true;
+                }
+                let rebinds =
+                    traces[i].is_some_and(|t| t.bound.contains(&name) || t.deleted.contains(&name));
+                if rebinds {
+                    return false;
+                }
+            }
+            false
+        });
+        if depends {
+            reached.insert(j);
+            frontier.insert(j);
+        }
+    }
+    reached
 }

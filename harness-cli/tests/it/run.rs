@@ -198,3 +198,136 @@ fn numeric_options_out_of_range_are_usage_errors_that_name_the_option() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A script whose dependencies only a run shows: a list changed through a
+/// second name, and a file written by one cell and read by another.
+const TRACED: &str = r#"# %%
+xs = [1]
+ys = xs
+
+# %%
+ys.append(2)
+
+# %%
+with open("n.txt", "w") as f:
+    f.write("3")
+
+# %%
+with open("n.txt") as f:
+    n = int(f.read())
+
+# %%
+print(len(xs), n)
+"#;
+
+fn harness(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn depends_on(analysis: &Value, cell: usize) -> Vec<(u64, Vec<String>)> {
+    analysis["cells"][cell]["depends_on"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let traced = d["traced"]
+                .as_array()
+                .map(|names| {
+                    names
+                        .iter()
+                        .map(|n| n.as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (d["cell"].as_u64().unwrap(), traced)
+        })
+        .collect()
+}
+
+#[test]
+fn run_prints_what_each_cell_did_and_analyze_trace_links_by_it() {
+    let dir = workdir("run-traced");
+    let file = dir.join("traced.py");
+    std::fs::write(&file, TRACED).unwrap();
+    let path = file.to_str().unwrap();
+
+    let output = harness(&["run", path]);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("did: read ys; changed in place xs, ys"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("note: changed xs in place, which the static analysis did not see"),
+        "{stdout}"
+    );
+    let written = dir.canonicalize().unwrap().join("n.txt");
+    assert!(
+        stdout.contains(&format!("wrote files {}", written.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| 2 3"), "{stdout}");
+
+    // The static analysis alone: the last cell needs `xs` from cell 0 only,
+    // and cell 3 nothing from cell 2.
+    let plain = harness(&["analyze", path]);
+    let plain: Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert_eq!(depends_on(&plain, 4), [(0, vec![]), (3, vec![])]);
+    assert!(depends_on(&plain, 3).is_empty());
+
+    // With the traces of that run, cell 4 also needs cell 1, and cell 3
+    // reads the file cell 2 wrote.
+    let traced = harness(&["analyze", "--trace", path]);
+    assert_eq!(traced.status.code(), Some(0));
+    let traced: Value = serde_json::from_slice(&traced.stdout).unwrap();
+    assert_eq!(
+        depends_on(&traced, 4),
+        [(0, vec![]), (1, vec!["xs".to_owned()]), (3, vec![])]
+    );
+    assert_eq!(
+        depends_on(&traced, 3),
+        [(2, vec![format!("file:{}", written.display())])]
+    );
+    assert_eq!(
+        traced["cells"][1]["trace"]["mutated"],
+        serde_json::json!(["xs", "ys"])
+    );
+
+    // An edit of the cell that changes the list through `ys` re-runs the
+    // cell that prints `xs`, in a new process.
+    std::fs::write(&file, TRACED.replace("ys.append(2)", "ys.extend([2, 3])")).unwrap();
+    let (second, code) = run(&file);
+    assert_eq!(code, Some(0), "{second}");
+    assert_eq!(cells_with(&second, "executed"), [1, 4]);
+    let output = harness(&["run", path]);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("0 executed, 5 reused"), "{stdout}");
+
+    // Editing the writer of the file re-runs its reader.
+    std::fs::write(
+        &file,
+        TRACED
+            .replace("ys.append(2)", "ys.extend([2, 3])")
+            .replace("f.write(\"3\")", "f.write(\"5\")"),
+    )
+    .unwrap();
+    let (third, code) = run(&file);
+    assert_eq!(code, Some(0), "{third}");
+    assert_eq!(cells_with(&third, "executed"), [2, 3, 4]);
+}
+
+#[test]
+fn analyze_trace_without_a_run_says_to_run_first() {
+    let dir = workdir("analyze-trace-no-run");
+    let file = dir.join("never_ran.py");
+    std::fs::write(&file, TRACED).unwrap();
+    let output = harness(&["analyze", "--trace", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("harness run"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}

@@ -535,6 +535,27 @@ def audit(event, args):
             tracker.evaluated.append(args[0])
 
 
+def alias_groups(ns):
+    """Groups of names bound to one object, or to numpy arrays over the same
+    memory (a view and its base), which restoring the names one by one would
+    separate."""
+    groups = {}
+    for name, value in ns.items():
+        if (name[:2] == "__" and name[-2:] == "__") or isinstance(value, _ATOMIC) \
+                or isinstance(value, _OPAQUE):
+            continue
+        root = value
+        kind = type(value)
+        if kind.__name__ == "ndarray" and kind.__module__ == "numpy":
+            for _ in range(64):
+                base = getattr(root, "base", None)
+                if base is None or type(base).__name__ != "ndarray":
+                    break
+                root = base
+        groups.setdefault(id(root), []).append(name)
+    return sorted(sorted(names) for names in groups.values() if len(names) > 1)[:TRACE_FILES]
+
+
 def code_names(code, out, budget=4096):
     """Every global a code object (and the code nested in it) may load."""
     stack = [code]
@@ -838,6 +859,7 @@ class Kernel:
                 names_dropped += len(ordered) - TRACE_NAMES
                 ordered = ordered[:TRACE_NAMES]
             fields[key] = ordered
+        fields["aliases"] = alias_groups(ns)
         fields["files_read"] = sorted(tracker.files_read)
         fields["files_written"] = sorted(tracker.files_written)
         fields["imports"] = imported[:TRACE_NAMES]

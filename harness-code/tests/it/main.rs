@@ -9,6 +9,7 @@ mod graph;
 mod graph_properties;
 mod hostile;
 mod kernel;
+mod notebooks;
 mod patch;
 mod replay;
 mod stdlib_sweep;
