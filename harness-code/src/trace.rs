@@ -66,7 +66,7 @@ pub struct CellTrace {
     #[serde(default)]
     pub dropped: u64,
     /// Time the kernel spent fingerprinting and comparing, outside the
-    /// cell's own [`duration_us`](CellResult::duration_us), in microseconds.
+    /// cell's own [`duration_us`](crate::kernel::CellResult::duration_us), in microseconds.
     #[serde(default)]
     pub overhead_us: u64,
 }
