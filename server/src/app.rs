@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub(crate) struct App {
     pub(crate) agents: BTreeMap<String, Arc<dyn Served>>,
     pub(crate) store: Arc<dyn SessionStore>,
+    /// The long-term memory the store endpoints serve, if any.
+    pub(crate) memory: Option<harness::memory::Memory>,
     pub(crate) runs: Mutex<Runs>,
     pub(crate) body_limit: usize,
     /// When the server started (the assistants' creation time).

@@ -35,9 +35,15 @@ impl Scope {
             return Scope::Read;
         }
         if *method == Method::DELETE {
-            return Scope::Admin;
+            // Memory items are written and removed by running clients.
+            return if path == "/store/items" {
+                Scope::Run
+            } else {
+                Scope::Admin
+            };
         }
-        let reads = path.ends_with("/search")
+        let reads = path == "/store/namespaces"
+            || path.ends_with("/search")
             || path.ends_with("/count")
             || path.ends_with("/history")
             || path.ends_with("/state/checkpoint");
@@ -257,6 +263,16 @@ mod tests {
         );
         assert_eq!(Scope::needed(&Method::POST, "/threads/t/state"), Scope::Run);
         assert_eq!(Scope::needed(&Method::DELETE, "/threads/t"), Scope::Admin);
+        assert_eq!(Scope::needed(&Method::PUT, "/store/items"), Scope::Run);
+        assert_eq!(Scope::needed(&Method::DELETE, "/store/items"), Scope::Run);
+        assert_eq!(
+            Scope::needed(&Method::POST, "/store/items/search"),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/store/namespaces"),
+            Scope::Read
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod assistants;
 mod threads;
 
 mod runs;
+mod store;
 
 pub use error::{ApiError, ServeError};
 pub use guard::Scope;
@@ -60,6 +61,7 @@ pub struct Server {
     allow_remote: bool,
     guard: guard::Guard,
     grace: Duration,
+    memory: Option<harness::memory::Memory>,
 }
 
 impl fmt::Debug for Server {
@@ -93,6 +95,7 @@ impl Server {
             allow_remote: false,
             guard: guard::Guard::default(),
             grace: DEFAULT_GRACE,
+            memory: None,
         }
     }
 
@@ -117,6 +120,15 @@ impl Server {
     #[must_use]
     pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Serves `memory` at the store endpoints (`put_item`, `get_item`,
+    /// `delete_item`, `search_items`, `list_namespaces`): the long-term
+    /// memory the agents share, read and written by clients too.
+    #[must_use]
+    pub fn memory(mut self, memory: harness::memory::Memory) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -184,6 +196,7 @@ impl Server {
         let app: Shared = Arc::new(App {
             agents,
             store,
+            memory: self.memory,
             runs: Mutex::new(Runs::default()),
             body_limit: self.body_limit,
             started_at: now_millis(),
@@ -306,7 +319,7 @@ async fn info() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "server": "harness-server",
-        "flags": {"assistants": true, "crons": false, "store": false},
+        "flags": {"assistants": true, "crons": false, "store": true},
     }))
 }
 
@@ -367,6 +380,12 @@ fn routes(body_limit: usize) -> Router<Shared> {
         .route("/threads/{id}/runs/{run}/join", get(runs::join))
         .route("/threads/{id}/runs/{run}/stream", get(runs::join_stream))
         .route("/threads/{id}/runs/{run}/cancel", post(runs::cancel))
+        .route(
+            "/store/items",
+            get(store::get).put(store::put).delete(store::delete),
+        )
+        .route("/store/items/search", post(store::search))
+        .route("/store/namespaces", post(store::namespaces))
         .route("/runs", post(runs::create_stateless))
         .route("/runs/stream", post(runs::stream_stateless))
         .route("/runs/wait", post(runs::wait_stateless))

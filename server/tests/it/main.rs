@@ -7,6 +7,7 @@ mod guard;
 mod sdk;
 
 use harness::llm::{Expect, LanguageModel, ModelRequest, ScriptedModel, StopReason, StreamEvent};
+use harness::memory::{HashedWords, IndexConfig, Memory};
 use harness::{Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent, schemars};
 use harness_server::Server;
 use harness_stores::SledStore;
@@ -149,7 +150,10 @@ pub fn server_on(store: Arc<SledStore>) -> Server {
     .store(Arc::clone(&store))
     .build()
     .unwrap();
+    let memory = Memory::in_memory()
+        .with_index(IndexConfig::new(Arc::new(HashedWords::new(64)), 64).fields(["text"]));
     Server::new()
+        .memory(memory)
         .agent(&create_agent("ticket", &tickets), &tickets)
         .agent(&create_agent("ticks", &ticks), &ticks)
         .agent(&create_agent("chat", &chat), &chat)

@@ -215,3 +215,23 @@ async fn the_python_sdk_is_held_to_its_api_key_and_scope() {
         })
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_puts_gets_searches_and_deletes_memory_items() {
+    let seen = drive("sdk_store.py", |s| s).await;
+    assert_eq!(
+        seen["got"]["value"],
+        json!({"text": "likes rust and hiking", "weight": 9})
+    );
+    assert_eq!(seen["got"]["namespace"], json!(["users", "u1", "prefs"]));
+    assert_eq!(seen["filtered"], json!(["hobby"]));
+    assert_eq!(seen["by_text_first"], "hobby");
+    assert_eq!(seen["by_text_scored"], true);
+    assert_eq!(
+        seen["namespaces"],
+        json!([["users", "u1"], ["users", "u2"]])
+    );
+    assert_eq!(seen["deleted"], 404);
+    assert_eq!(seen["bad_value_field"], "value");
+    assert_eq!(seen["bad_op_field"], "filter.weight.$near");
+}
