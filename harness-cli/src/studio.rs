@@ -1,4 +1,4 @@
-//! `harness studio --store PATH|URL [--memory PATH]`: the read-only web
+//! `harness studio --store PATH|URL [--memory PATH] [--report FILE]…`: the read-only web
 //! studio of [`harness_studio`] on any session store, opened as `harness
 //! sessions` opens it, and on long-term memory kept in sled.
 
@@ -39,6 +39,11 @@ pub(crate) struct Args {
     /// database is never changed.
     #[arg(long, value_name = "PATH")]
     memory: Option<PathBuf>,
+    /// An eval report to show (a `harness-evals` report file, e.g. the
+    /// `evals` example's `evals-report.json`); repeat for several. Each
+    /// case links to its run's timeline when the store holds it.
+    #[arg(long = "report", value_name = "FILE")]
+    reports: Vec<PathBuf>,
     /// The port on 127.0.0.1 (default: any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -63,6 +68,9 @@ enum Error {
     /// The database holds no memory, or its memory cannot be opened.
     #[error("memory {}: {why}", path.display())]
     NoMemory { path: PathBuf, why: String },
+    /// An eval report cannot be read.
+    #[error(transparent)]
+    Report(#[from] harness_evals::ReportError),
 }
 
 /// The long-term memory in the sled database at `path`, read from a
@@ -127,8 +135,14 @@ async fn serve(args: &Args) -> Result<(), Error> {
         crate::sessions::open(&args.store, args.schema.as_deref(), args.prefix.as_deref()).await?;
     // The copy the memory is read from lives as long as the studio.
     let memory = args.memory.as_deref().map(open_memory).transpose()?;
+    let reports = args
+        .reports
+        .iter()
+        .map(harness_evals::Report::load)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut studio = Studio::read_only(Arc::from(store))
-        .poll_interval(Duration::from_millis(args.poll_ms.max(50)));
+        .poll_interval(Duration::from_millis(args.poll_ms.max(50)))
+        .reports(reports);
     if let Some((_, memory)) = &memory {
         studio = studio.memory(memory.clone());
     }
@@ -138,6 +152,9 @@ async fn serve(args: &Args) -> Result<(), Error> {
     outln!("harness studio: {} (read-only)", args.store);
     if let Some(path) = &args.memory {
         outln!("long-term memory: {} (read-only)", path.display());
+    }
+    for path in &args.reports {
+        outln!("eval report: {}", path.display());
     }
     outln!("open {}", serving.url());
     outln!("(the token in the URL is needed; stop with Ctrl-C)");

@@ -1024,18 +1024,125 @@ async function loadItems() {
   }
 }
 
+const VIEWS = ['sessions', 'memory', 'evals'];
+
 function showView(view) {
-  const onMemory = view === 'memory';
-  $('#sessions-view').hidden = onMemory;
-  $('#memory-view').hidden = !onMemory;
+  for (const v of VIEWS) $('#' + v + '-view').hidden = v !== view;
   for (const t of document.querySelectorAll('#views .tab')) t.classList.toggle('selected', t.dataset.view === view);
-  if (onMemory) {
+  if (view === 'memory') {
     history.replaceState(null, '', location.search + '#memory');
     loadNamespaces(false);
     loadItems();
-  } else if (location.hash === '#memory') {
+  } else if (view === 'evals') {
+    history.replaceState(null, '', location.search + '#evals');
+    loadReports();
+  } else if (location.hash === '#memory' || location.hash === '#evals') {
     history.replaceState(null, '', location.search);
   }
+}
+
+// ---- eval reports ----
+
+const evals = { reports: [], selected: null, open: new Set() };
+
+async function loadReports() {
+  try {
+    evals.reports = await api('/api/evals');
+    $('#reports-error').textContent = '';
+  } catch (e) {
+    $('#reports-error').textContent = e.message;
+    return;
+  }
+  $('#reports tbody').replaceChildren(...evals.reports.map((r) => {
+    const tr = el('tr', { class: 'row' + (r.index === evals.selected ? ' selected' : ''), 'data-report': String(r.index) },
+      el('td', { text: r.experiment }),
+      el('td', { text: r.model || '' }),
+      el('td', { text: `${r.passed}/${r.cases}` }));
+    tr.addEventListener('click', () => loadReport(r.index));
+    return tr;
+  }));
+  if (evals.selected === null && evals.reports.length > 0) loadReport(evals.reports[0].index);
+}
+
+function scoreCell(scored) {
+  if (!scored) return el('td', { class: 'score', text: '-' });
+  if (scored.error !== undefined) return el('td', { class: 'score error', title: scored.error, text: 'error' });
+  const s = scored.score;
+  const value = Number.isInteger(s.value) ? String(s.value) : s.value.toFixed(2);
+  return el('td', { class: 'score ' + (s.passed ? 'pass' : 'fail'), title: s.reason || '', text: (s.passed ? '\u2714 ' : '\u2718 ') + value });
+}
+
+function caseDetail(c, columns) {
+  const block = (title, value) => el('div', {}, el('h4', { text: title }), el('div', { class: 'tree' }, tree(value === undefined ? null : value)));
+  const scores = el('ul', { class: 'case-scores' }, ...Object.entries(c.scores).map(([name, scored]) => {
+    const li = el('li', { 'data-evaluator': name }, el('b', { text: name + ': ' }));
+    if (scored.error !== undefined) li.append(el('span', { class: 'score error', text: 'could not score: ' + scored.error }));
+    else li.append(
+      el('span', { class: 'score ' + (scored.score.passed ? 'pass' : 'fail'), text: (scored.score.passed ? 'passed ' : 'failed ') + scored.score.value }),
+      el('span', { class: 'reason', text: scored.score.reason || '' }));
+    return li;
+  }));
+  const td = el('td', { colspan: String(columns) });
+  if (c.failure) td.append(el('p', { class: 'case-failure', text: c.failure.kind + ': ' + c.failure.message }));
+  td.append(
+    el('div', { class: 'case-grid' }, block('input', c.input), block('expected', c.expected), block('output', c.output)),
+    el('h4', { text: 'scores' }), scores,
+    el('p', { class: 'muted', text: 'steps: ' + (c.steps.join(' \u2192 ') || 'none') }),
+    el('p', { class: 'muted', text: 'tool calls: ' + (c.tool_calls.map((t) => `${t.name}(${compact(t.arguments)})`).join(', ') || 'none') }));
+  const runs = el('p', { class: 'sessions' }, 'runs: ');
+  for (const id of c.sessions) {
+    const known = ui.sessions.has(id);
+    const link = el('a', { href: '#session=' + encodeURIComponent(id), class: 'timeline-link', 'data-session': id, text: id.slice(0, 8) + (known ? ' (timeline)' : ' (not in this store)') });
+    link.addEventListener('click', (ev) => {
+      ev.preventDefault();
+      showView('sessions');
+      select(id);
+    });
+    runs.append(link, ' ');
+  }
+  if (c.sessions.length === 0) runs.append('none recorded');
+  td.append(runs);
+  return el('tr', { class: 'case-detail', 'data-case': c.name }, td);
+}
+
+async function loadReport(index) {
+  let r;
+  try {
+    r = await api('/api/evals/' + index);
+    $('#report-error').textContent = '';
+  } catch (e) {
+    $('#report-error').textContent = e.message;
+    return;
+  }
+  if (evals.selected !== index) evals.open.clear();
+  evals.selected = index;
+  for (const tr of document.querySelectorAll('#reports tbody tr')) tr.classList.toggle('selected', tr.dataset.report === String(index));
+  $('#report-title').textContent = `${r.experiment} on ${r.dataset}` + (r.model ? ` (${r.model})` : '');
+  $('#report-title').classList.remove('muted');
+  const means = r.evaluators.map((e) => `${e.name} ${e.mean.toFixed(2)}`).join(' \u00b7 ');
+  $('#report-facts').replaceChildren(
+    el('span', {}, 'passed ', el('b', { text: `${r.passed}/${r.cases.length}` })),
+    el('span', {}, 'failed ', el('b', { text: String(r.failed) })),
+    el('span', {}, 'model calls ', el('b', { text: String(r.model_calls) })),
+    el('span', {}, 'tokens ', el('b', { text: String(r.tokens) })),
+    el('span', { class: 'muted', text: means }));
+  const names = r.evaluator_names;
+  $('#report-cases thead').replaceChildren(el('tr', {}, el('th', { text: 'case' }), ...names.map((n) => el('th', { text: n })), el('th', { text: 'ms' }), el('th', { text: 'tokens' })));
+  const rows = [];
+  for (const c of r.cases) {
+    const tr = el('tr', { class: 'row case' + (c.passed ? '' : ' failing'), 'data-case': c.name },
+      el('td', { text: c.name }),
+      ...names.map((n) => scoreCell(c.scores[n])),
+      el('td', { text: String(Math.round(c.metrics.latency_ms)) }),
+      el('td', { text: String(c.metrics.usage.input_tokens + c.metrics.usage.output_tokens) }));
+    tr.addEventListener('click', () => {
+      if (evals.open.has(c.name)) evals.open.delete(c.name); else evals.open.add(c.name);
+      loadReport(index);
+    });
+    rows.push(tr);
+    if (evals.open.has(c.name)) rows.push(caseDetail(c, names.length + 3));
+  }
+  $('#report-cases tbody').replaceChildren(...rows);
 }
 
 for (const t of document.querySelectorAll('#views .tab')) t.addEventListener('click', () => showView(t.dataset.view));
@@ -1081,11 +1188,14 @@ async function start() {
   }
   $('#title').textContent = ui.info.title;
   $('#mode').textContent = ui.info.writable ? 'answers and forks' : 'read-only';
-  $('#views').hidden = !ui.info.memory;
+  $('#views').hidden = !ui.info.memory && !ui.info.evals;
+  $('#views .tab[data-view="memory"]').hidden = !ui.info.memory;
+  $('#views .tab[data-view="evals"]').hidden = !ui.info.evals;
   await loadList();
   const m = location.hash.match(/session=([^&]+)/);
   if (m) select(decodeURIComponent(m[1]));
   if (ui.info.memory && location.hash === '#memory') showView('memory');
+  if (ui.info.evals && location.hash === '#evals') showView('evals');
   follow();
 }
 

@@ -84,6 +84,7 @@
 mod approval;
 mod diff;
 mod error;
+mod evals;
 mod graph;
 mod memory;
 mod server;
@@ -114,6 +115,7 @@ use tokio::sync::watch;
 pub struct Studio {
     source: Arc<dyn source::Source>,
     memory: Option<Memory>,
+    reports: Vec<harness_evals::Report>,
     shapes: BTreeMap<String, AnswerShape>,
     poll: Duration,
     title: String,
@@ -127,6 +129,7 @@ impl fmt::Debug for Studio {
             .field("poll", &self.poll)
             .field("title", &self.title)
             .field("memory", &self.memory.is_some())
+            .field("reports", &self.reports.len())
             .finish()
     }
 }
@@ -136,6 +139,7 @@ impl Studio {
         Studio {
             source,
             memory: None,
+            reports: Vec::new(),
             shapes: BTreeMap::new(),
             poll: Duration::from_millis(500),
             title,
@@ -249,6 +253,16 @@ impl Studio {
         self
     }
 
+    /// Shows eval reports ([`harness_evals::Report`]): each one case by
+    /// case, with its inputs, outputs, scores and their reasons, and a link
+    /// to the timeline of each case's run when this studio's store holds
+    /// its session.
+    #[must_use]
+    pub fn reports(mut self, reports: impl IntoIterator<Item = harness_evals::Report>) -> Self {
+        self.reports.extend(reports);
+        self
+    }
+
     /// Listens on `addr` (a loopback address; port 0 for any free port)
     /// and serves until [`Serving::shutdown`].
     ///
@@ -272,6 +286,7 @@ impl Studio {
         let router = server::router(App {
             source: self.source,
             memory: self.memory,
+            reports: Arc::new(self.reports),
             token: token.clone(),
             shapes: self.shapes,
             poll: self.poll,

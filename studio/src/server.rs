@@ -2,6 +2,7 @@
 
 use crate::approval;
 use crate::error::ApiError;
+use crate::evals;
 use crate::memory;
 use crate::source::Source;
 use crate::view::{self, PHASES, Summary};
@@ -46,6 +47,8 @@ pub(crate) struct App {
     pub(crate) source: Arc<dyn Source>,
     /// The long-term memory the studio shows, read-only, if any.
     pub(crate) memory: Option<harness::memory::Memory>,
+    /// The eval reports the studio shows.
+    pub(crate) reports: Arc<Vec<harness_evals::Report>>,
     pub(crate) token: String,
     pub(crate) shapes: BTreeMap<String, AnswerShape>,
     pub(crate) poll: Duration,
@@ -76,6 +79,8 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/memory/items", get(memory::items))
         .route("/api/memory/item", get(memory::item))
         .route("/api/memory/search", get(memory::search))
+        .route("/api/evals", get(evals::list))
+        .route("/api/evals/{index}", get(evals::report))
         .with_state(Arc::new(app))
 }
 
@@ -162,6 +167,7 @@ async fn info(State(app): State<Shared>, _: Authorized) -> Json<Value> {
         "graph": app.source.graph().map(|g| g.source),
         "phases": PHASES,
         "memory": app.memory.is_some(),
+        "evals": !app.reports.is_empty(),
     }))
 }
 

@@ -78,12 +78,17 @@ impl Drop for Studio {
 
 impl Studio {
     fn start(store: &Path) -> Studio {
+        Self::start_with(store, &[])
+    }
+
+    fn start_with(store: &Path, extra: &[&str]) -> Studio {
         // sled's own threads may still hold the database's lock for a
         // moment after the store that wrote it is dropped: retry then.
         for _ in 0..100 {
             let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
                 .args(["studio", "--store"])
                 .arg(store)
+                .args(extra)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -246,4 +251,75 @@ fn studio_refuses_what_is_not_a_store_and_a_missing_store() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--store"));
+}
+
+/// A report of one case, as `harness-evals` writes it.
+fn eval_report(session: &str) -> Value {
+    json!({
+        "version": harness_evals::REPORT_VERSION,
+        "experiment": "orders-v2",
+        "dataset": "orders",
+        "evaluators": ["shipped"],
+        "started_ms": 0,
+        "elapsed_ms": 5.0,
+        "cases": [{
+            "name": "one-order",
+            "input": "ship order 7",
+            "output": "packed",
+            "scores": {"shipped": {"score": {"value": 0.0, "passed": false, "reason": "not shipped yet"}}},
+            "record": {"exchanges": [], "events": [], "sessions": [session],
+                       "metrics": {"latency_ms": 5.0, "model_calls": 0,
+                                   "usage": {"input_tokens": 0, "output_tokens": 0}, "attempts": 1}}
+        }]
+    })
+}
+
+#[test]
+fn studio_shows_eval_reports_beside_the_store_and_refuses_unreadable_ones() {
+    let dir = workdir("studio-evals");
+    let store = dir.join("sessions");
+    let session = waiting_session(harness_stores::FileStore::open(&store).unwrap());
+    let report = dir.join("report.json");
+    std::fs::write(&report, eval_report(&session).to_string()).unwrap();
+    let studio = Studio::start_with(&store, &["--report", report.to_str().unwrap()]);
+    assert_eq!(studio.get("/api/info")["evals"], true);
+    let list = studio.get("/api/evals");
+    assert_eq!(list[0]["experiment"], "orders-v2");
+    let one = studio.get("/api/evals/0");
+    assert_eq!(
+        one["cases"][0]["scores"]["shipped"]["score"]["reason"],
+        "not shipped yet"
+    );
+    // The case's run is in the store: its link leads to a session.
+    assert_eq!(
+        studio.get(&format!("/api/sessions/{session}"))["current"],
+        "confirm"
+    );
+    drop(studio);
+
+    let bad = dir.join("bad.json");
+    for (file, text, says) in [
+        ("missing.json", None, "missing.json"),
+        ("bad.json", Some("{\"version\": 1}"), "not a report"),
+        ("bad.json", Some("[1, 2]"), "not a report"),
+        (
+            "bad.json",
+            Some("{\"version\": 7, \"experiment\": \"x\"}"),
+            "bad.json",
+        ),
+    ] {
+        if let Some(text) = text {
+            std::fs::write(&bad, text).unwrap();
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(["studio", "--store"])
+            .arg(&store)
+            .arg("--report")
+            .arg(dir.join(file))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
+        assert!(stderr.contains(says), "{file}: {stderr}");
+    }
 }

@@ -984,3 +984,103 @@ async fn in_a_browser_the_memory_view_shows_namespaces_and_items_as_text_a_page_
     .await;
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_an_eval_report_shows_each_case_its_scores_and_reasons_and_links_its_run() {
+    let (studio, _dir, report) = crate::evals::served().await;
+    let mut b = Browser::open(&studio.url()).await;
+    b.wait_for(
+        "the evals tab",
+        "document.querySelector('#views') && !document.querySelector('#views').hidden && \
+         !document.querySelector('#views .tab[data-view=\"evals\"]').hidden",
+    )
+    .await;
+    // No memory here: its tab stays hidden.
+    assert!(
+        b.eval("document.querySelector('#views .tab[data-view=\"memory\"]').hidden")
+            .await
+            .as_bool()
+            .unwrap()
+    );
+    b.click("#views .tab[data-view=\"evals\"]").await;
+    // The first report opens by itself: a row per case, a cell per evaluator.
+    b.wait_for(
+        "the report's cases",
+        "document.querySelectorAll('#report-cases tr.case').length === 3",
+    )
+    .await;
+    assert_eq!(
+        b.text("#report-title").await,
+        "capitals-v1 on capitals (scripted)"
+    );
+    let facts = b.text("#report-facts").await;
+    assert!(facts.contains("passed 1/3"), "{facts}");
+    let japan = b.text("#report-cases tr.case[data-case=\"japan\"]").await;
+    assert!(japan.contains("✘ 0"), "{japan}");
+    assert!(
+        b.has("#report-cases tr.case[data-case=\"france\"] td.score.pass")
+            .await
+    );
+
+    // A case opened: its input, output, every score with its reason.
+    b.click("#report-cases tr.case[data-case=\"japan\"]").await;
+    b.wait_for(
+        "japan's detail",
+        "document.querySelector('tr.case-detail[data-case=\"japan\"]')",
+    )
+    .await;
+    let detail = b.text("tr.case-detail[data-case=\"japan\"]").await;
+    for shown in [
+        "Capital of Japan?",
+        "Osaka",
+        "Tokyo",
+        "equals: failed 0",
+        "steps: ask",
+    ] {
+        assert!(detail.contains(shown), "{shown:?} in {detail}");
+    }
+    // Markup a model answered with is text on the page, never markup.
+    b.click("#report-cases tr.case[data-case=\"italy\"]").await;
+    b.wait_for(
+        "italy's detail",
+        "document.querySelector('tr.case-detail[data-case=\"italy\"]')",
+    )
+    .await;
+    assert!(
+        b.text("tr.case-detail[data-case=\"italy\"]")
+            .await
+            .contains("onerror")
+    );
+    assert!(
+        b.eval("window.pwned === undefined")
+            .await
+            .as_bool()
+            .unwrap()
+    );
+    assert!(!b.has("#report-pane img").await);
+    b.screenshot("#report-pane", "studio-evals.png").await;
+
+    // The run's link opens its timeline in the sessions view.
+    let session = report.cases[1].record.sessions[0].clone();
+    b.click(&format!(
+        "tr.case-detail[data-case=\"japan\"] a[data-session=\"{session}\"]"
+    ))
+    .await;
+    b.wait_for(
+        "the session's timeline",
+        &format!(
+            "!document.querySelector('#sessions-view').hidden && \
+             document.querySelector('#session-id').textContent.includes('{session}') && \
+             document.querySelectorAll('#timeline li').length > 0"
+        ),
+    )
+    .await;
+    assert!(
+        b.eval("document.querySelector('#evals-view').hidden")
+            .await
+            .as_bool()
+            .unwrap()
+    );
+    assert_eq!(b.errors().await, "");
+    b.close().await;
+}
