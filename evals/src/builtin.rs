@@ -469,9 +469,7 @@ fn last_number(text: &str) -> Option<f64> {
     let mut end = bytes.len();
     while end > 0 {
         // Find the last digit, then the start of its number.
-        let Some(last_digit) = bytes[..end].iter().rposition(u8::is_ascii_digit) else {
-            return None;
-        };
+        let last_digit = bytes[..end].iter().rposition(u8::is_ascii_digit)?;
         let mut start = last_digit;
         while start > 0
             && (bytes[start - 1].is_ascii_digit() || matches!(bytes[start - 1], b'.' | b','))

@@ -99,10 +99,8 @@ impl LanguageModel for Arith {
         self.most_in_flight.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        if n < self.fail_first {
-            if let Some(failure) = &self.failure {
-                return Err(failure.clone());
-            }
+        if let Some(failure) = self.failure.as_ref().filter(|_| n < self.fail_first) {
+            return Err(failure.clone());
         }
         let last = request.messages.last().expect("a message");
         let response = if last.role == Role::Tool {
@@ -681,4 +679,39 @@ async fn a_report_names_its_tool_trajectory_failures() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn several_models_run_side_by_side_in_one_call() {
+    let wrong =
+        Arc::new(ScriptedModel::new((0..4).map(|_| {
+            Expect::any().reply(ModelResponse::from_text("no idea"))
+        }))) as Arc<dyn LanguageModel>;
+    let reports = experiment("models", Arc::new(Arith::default()))
+        .run_models(
+            [Arc::new(Arith::default()) as Arc<dyn LanguageModel>, wrong],
+            &dataset(4),
+            &agent_task(calculator("Be exact.")),
+            &evaluators(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0].experiment, "models [arith]");
+    assert_eq!(reports[1].model.as_deref(), Some("scripted"));
+    assert_eq!(
+        (reports[0].summary().passed, reports[1].summary().passed),
+        (4, 0)
+    );
+    let table = side_by_side(&reports);
+    let header = table.lines().nth(1).unwrap();
+    assert!(
+        header.contains("arith:answer") && header.contains("scripted:answer"),
+        "{table}"
+    );
+    let footer = table.lines().last().unwrap();
+    assert!(
+        footer.starts_with("mean") && footer.contains("1.000") && footer.contains("0.000"),
+        "{table}"
+    );
 }

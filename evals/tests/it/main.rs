@@ -1,5 +1,7 @@
 //! harness-evals: datasets, evaluators, experiments, reports.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod cli;
 mod dataset;
 mod evaluators;
