@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use harness::llm::{LanguageModel, Message, ModelRequest, ModelResponse, ScriptedModel, Expect};
+use harness::llm::{Expect, LanguageModel, Message, ModelRequest, ModelResponse, ScriptedModel};
 use harness::{Context, Cx, Harness, HarnessState, StepResult, create_agent_with};
-use harness_evals::{Case, CaseCx, Contains, Dataset, Evaluators, Experiment, Progress, TaskError, task_fn};
+use harness_evals::{
+    Case, CaseCx, Contains, Dataset, Evaluators, Experiment, Progress, TaskError, task_fn,
+};
 use harness_otel::OtelConfig;
 use serde::{Deserialize, Serialize};
 
@@ -47,9 +49,18 @@ fn each_case_is_a_span_with_the_experiment_and_the_case_holding_its_run() {
             let harness = Arc::clone(&harness);
             async move {
                 let agent = create_agent_with("echo", &harness, DepsAgent { model: cx.model() });
-                let mut run = agent.run(Chat { messages: vec![Message::user(question)] });
+                let mut run = agent.run(Chat {
+                    messages: vec![Message::user(question)],
+                });
                 let outcome = cx.observe(&mut run).await?;
-                Ok::<_, TaskError>(outcome.state.messages.last().map(Message::text).unwrap_or_default())
+                Ok::<_, TaskError>(
+                    outcome
+                        .state
+                        .messages
+                        .last()
+                        .map(Message::text)
+                        .unwrap_or_default(),
+                )
             }
         });
         let model = Arc::new(ScriptedModel::new([
@@ -58,12 +69,19 @@ fn each_case_is_a_span_with_the_experiment_and_the_case_holding_its_run() {
         ]));
         let dataset = Dataset::<String, String>::new(
             "numbers",
-            [Case::new("first", "1".to_owned()), Case::new("second", "2".to_owned())],
+            [
+                Case::new("first", "1".to_owned()),
+                Case::new("second", "2".to_owned()),
+            ],
         );
         Experiment::new("otel-check")
             .model(model)
             .progress(Progress::Off)
-            .run(&dataset, &task, &Evaluators::new().with(Contains::text("o")))
+            .run(
+                &dataset,
+                &task,
+                &Evaluators::new().with(Contains::text("o")),
+            )
             .await
             .unwrap()
     });
@@ -73,17 +91,35 @@ fn each_case_is_a_span_with_the_experiment_and_the_case_holding_its_run() {
         let span = spans
             .iter()
             .find(|s| s.name == format!("eval {case}"))
-            .unwrap_or_else(|| panic!("an `eval {case}` span in {:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>()));
-        assert_eq!(text(&span.attributes, "harness.eval.experiment").as_deref(), Some("otel-check"));
-        assert_eq!(text(&span.attributes, "harness.eval.case").as_deref(), Some(case));
+            .unwrap_or_else(|| {
+                panic!(
+                    "an `eval {case}` span in {:?}",
+                    spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+                )
+            });
+        assert_eq!(
+            text(&span.attributes, "harness.eval.experiment").as_deref(),
+            Some("otel-check")
+        );
+        assert_eq!(
+            text(&span.attributes, "harness.eval.case").as_deref(),
+            Some(case)
+        );
         // The agent's run, and its model call under it, are in the case's span.
         let agent = spans
             .iter()
             .find(|s| s.parent_span_id == span.span_id && s.name.starts_with("invoke_agent"))
             .unwrap_or_else(|| panic!("the run under `eval {case}`"));
         assert_eq!(agent.trace_id, span.trace_id);
-        let step = spans.iter().find(|s| s.parent_span_id == agent.span_id).expect("a step span");
-        assert!(spans.iter().any(|s| s.parent_span_id == step.span_id && s.name.starts_with("chat")));
+        let step = spans
+            .iter()
+            .find(|s| s.parent_span_id == agent.span_id)
+            .expect("a step span");
+        assert!(
+            spans
+                .iter()
+                .any(|s| s.parent_span_id == step.span_id && s.name.starts_with("chat"))
+        );
     }
     // Two cases, two traces.
     let first = spans.iter().find(|s| s.name == "eval first").unwrap();

@@ -5,10 +5,10 @@
 
 mod collector;
 mod config;
+mod evals;
 mod provider;
 mod secrets;
 mod traces;
-mod evals;
 
 /// Runs the tests that install `tracing` subscribers one at a time:
 /// `tracing` caches each callsite's interest across all subscribers, and a
