@@ -235,3 +235,75 @@ async fn the_python_sdk_puts_gets_searches_and_deletes_memory_items() {
     assert_eq!(seen["bad_value_field"], "value");
     assert_eq!(seen["bad_op_field"], "filter.weight.$near");
 }
+
+/// The `node_modules` that `scripts/server-venv` fills (with
+/// `@langchain/langgraph-sdk`): `HARNESS_SERVER_NODE_PATH`, else
+/// `target/server-node/node_modules`. The test fails, never skips, when it
+/// is missing.
+fn node_modules() -> PathBuf {
+    let path = std::env::var_os("HARNESS_SERVER_NODE_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/server-node/node_modules")
+        });
+    assert!(
+        path.join("@langchain/langgraph-sdk").exists(),
+        "no @langchain/langgraph-sdk in {}: run `eval \"$(scripts/server-venv)\"` (it installs \
+         it and sets HARNESS_SERVER_NODE_PATH)",
+        path.display()
+    );
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_sdk_streams_a_run_to_its_interrupt_and_resumes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bound = crate::server(dir.path())
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}", bound.addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let child = tokio::process::Command::new("node")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js/sdk_flow.cjs"))
+        .arg(&url)
+        .env("NODE_PATH", node_modules())
+        .env_remove("LANGGRAPH_API_KEY")
+        .env_remove("LANGSMITH_API_KEY")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), child)
+        .await
+        .expect("the JS SDK script did not finish in 120 s")
+        .expect("node runs (the `nodejs` package)");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sdk_flow.cjs failed ({}):\n{}\n{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(
+        seen["events"],
+        json!([
+            "metadata", "values", "updates", "values", "updates", "values"
+        ])
+    );
+    assert_eq!(
+        seen["interrupt"],
+        json!({"question": "approve this draft?", "drafts": 1})
+    );
+    assert_eq!(seen["paused_next"], json!(["review"]));
+    assert_eq!(seen["paused_interrupt_matches"], true);
+    assert_eq!(
+        seen["final"],
+        json!({"log": ["from js", "draft 1", "review: approved"], "drafts": 1, "decision": "approved"})
+    );
+    assert_eq!(seen["status"], "idle");
+}
