@@ -18,6 +18,8 @@ pub(crate) struct App {
     pub(crate) store: Arc<dyn SessionStore>,
     /// The long-term memory the store endpoints serve, if any.
     pub(crate) memory: Option<harness::memory::Memory>,
+    /// Where runs may call back, if anywhere.
+    pub(crate) webhooks: Option<crate::webhook::Webhooks>,
     pub(crate) runs: Mutex<Runs>,
     pub(crate) body_limit: usize,
     /// When the server started (the assistants' creation time).

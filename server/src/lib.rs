@@ -18,11 +18,14 @@ mod guard;
 mod assistants;
 mod threads;
 
+mod webhook;
+
 mod runs;
 mod store;
 
 pub use error::{ApiError, ServeError};
 pub use guard::Scope;
+pub use webhook::Webhooks;
 
 use app::{App, Runs, Shared};
 use axum::Router;
@@ -62,6 +65,7 @@ pub struct Server {
     guard: guard::Guard,
     grace: Duration,
     memory: Option<harness::memory::Memory>,
+    webhooks: Option<Webhooks>,
 }
 
 impl fmt::Debug for Server {
@@ -96,6 +100,7 @@ impl Server {
             guard: guard::Guard::default(),
             grace: DEFAULT_GRACE,
             memory: None,
+            webhooks: None,
         }
     }
 
@@ -129,6 +134,15 @@ impl Server {
     #[must_use]
     pub fn memory(mut self, memory: harness::memory::Memory) -> Self {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Lets runs call back when they settle (a run's `webhook`), as
+    /// `webhooks` allows and signs; without it, a run with a webhook is
+    /// refused with a 422.
+    #[must_use]
+    pub fn webhooks(mut self, webhooks: Webhooks) -> Self {
+        self.webhooks = Some(webhooks);
         self
     }
 
@@ -197,6 +211,7 @@ impl Server {
             agents,
             store,
             memory: self.memory,
+            webhooks: self.webhooks,
             runs: Mutex::new(Runs::default()),
             body_limit: self.body_limit,
             started_at: now_millis(),

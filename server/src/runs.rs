@@ -205,11 +205,18 @@ impl Plan {
             body.durability.as_deref(),
             &["sync", "async", "exit"],
         )?;
-        if body.webhook.as_deref().is_some_and(|w| !w.is_empty()) {
-            return Err(ApiError::unprocessable(
-                "webhook",
-                "webhooks are not supported by this server yet",
-            ));
+        if let Some(url) = body.webhook.as_deref().filter(|w| !w.is_empty()) {
+            match &app.webhooks {
+                Some(hooks) => {
+                    hooks.check(url)?;
+                }
+                None => {
+                    return Err(ApiError::unprocessable(
+                        "webhook",
+                        "this server calls no webhooks: it was not given Server::webhooks(..)",
+                    ));
+                }
+            }
         }
         if body.after_seconds.is_some_and(|s| s > 0.0) {
             return Err(ApiError::unprocessable(
@@ -370,6 +377,7 @@ async fn start(
         .and_then(|c| c.checkpoint_id.clone())
         .map(|c| (c, "checkpoint.checkpoint_id"))
         .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
+    let body_webhook = body.webhook.clone().filter(|w| !w.is_empty());
     let launch = Launch {
         agent,
         thread: thread.clone(),
@@ -377,6 +385,10 @@ async fn start(
         resume: body.command.map(|c| c.resume.unwrap_or(Value::Null)),
         checkpoint,
         tokens: plan.modes.contains(&Mode::Messages),
+    };
+    let webhook = match (&app.webhooks, body_webhook) {
+        (Some(hooks), Some(url)) => Some((hooks.clone(), hooks.check(&url)?)),
+        _ => None,
     };
     // The check and the claim under one lock.
     let before = {
@@ -404,7 +416,13 @@ async fn start(
             forget(app, &thread, &[Arc::clone(&run)]);
             return Err(e);
         }
+        if let Some((hooks, url)) = webhook {
+            hooks.deliver_when_settled(url, Arc::clone(&run));
+        }
         return Ok(run);
+    }
+    if let Some((hooks, url)) = webhook {
+        hooks.deliver_when_settled(url, Arc::clone(&run));
     }
     let app = Arc::clone(app);
     let queued = Arc::clone(&run);

@@ -259,7 +259,7 @@ async fn inputs_that_do_not_fit_the_state_are_422s_naming_the_field() {
             "interrupt_before",
         ),
         (
-            r#"{"assistant_id": "ticks", "webhook": "http://127.0.0.1:9/x"}"#,
+            r#"{"assistant_id": "ticks", "webhook": "http://10.1.2.3/x"}"#,
             "webhook",
         ),
         (

@@ -9,7 +9,10 @@ mod sdk;
 use harness::llm::{Expect, LanguageModel, ModelRequest, ScriptedModel, StopReason, StreamEvent};
 use harness::memory::{HashedWords, IndexConfig, Memory};
 use harness::{Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent, schemars};
-use harness_server::Server;
+use harness_server::{Server, Webhooks};
+
+/// The secret the test server signs its webhook calls with.
+pub const WEBHOOK_SECRET: &str = "whsec-test";
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -154,6 +157,11 @@ pub fn server_on(store: Arc<SledStore>) -> Server {
         .with_index(IndexConfig::new(Arc::new(HashedWords::new(64)), 64).fields(["text"]));
     Server::new()
         .memory(memory)
+        .webhooks(
+            Webhooks::new(WEBHOOK_SECRET)
+                .host("127.0.0.1")
+                .first_pause(Duration::from_millis(50)),
+        )
         .agent(&create_agent("ticket", &tickets), &tickets)
         .agent(&create_agent("ticks", &ticks), &ticks)
         .agent(&create_agent("chat", &chat), &chat)

@@ -307,3 +307,15 @@ async fn the_javascript_sdk_streams_a_run_to_its_interrupt_and_resumes_it() {
     );
     assert_eq!(seen["status"], "idle");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_calls_its_webhook_signed_and_again_after_a_failure() {
+    let seen = drive("sdk_webhook.py", |s| s).await;
+    // The listener failed the first call with a 500: the second came.
+    assert_eq!(seen["calls"], 2);
+    assert_eq!(seen["signatures_valid"], json!([true, true]));
+    assert_eq!(seen["status"], "success");
+    assert_eq!(seen["values"], json!({"ticks": 1, "limit": 1}));
+    assert_eq!(seen["same_run"], true);
+    assert_eq!(seen["refused_host_field"], "webhook");
+}
