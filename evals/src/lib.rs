@@ -13,7 +13,9 @@
 //!   evaluators, and [replayed](Experiment::replay) exactly: a run whose
 //!   requests diverge from the recording fails as
 //!   [`CaseFailure::Diverged`], naming the model call and the first
-//!   difference.
+//!   difference. The secrets the process holds (see [`harness::secrets`])
+//!   are replaced in reports, as everywhere text leaves the process; a
+//!   replay of a request that carried one diverges at that call.
 //! - [`Evaluator`]s score cases: [`Equals`], [`Contains`], [`Matches`]
 //!   (regex), [`JsonSchemaValid`], [`FieldMatch`], [`NumericTolerance`],
 //!   [`ToolTrajectory`] and [`StepTrajectory`] (strict, unordered, subset,

@@ -687,7 +687,41 @@ impl Experiment {
                 });
             }
         }
+        redact(&mut report);
         report
+    }
+}
+
+/// Replaces the secrets the process holds (see [`harness::secrets`]) in
+/// everything a case report keeps: a report is a file, and what a task or
+/// a model wrote may quote a key. Free when the process holds none.
+fn redact(report: &mut CaseReport) {
+    use harness::secrets::{is_active, redact_json, redact_string};
+    if !is_active() {
+        return;
+    }
+    redact_json(&mut report.input);
+    for value in [&mut report.expected, &mut report.output]
+        .into_iter()
+        .flatten()
+    {
+        redact_json(value);
+    }
+    for scored in report.scores.values_mut() {
+        match scored {
+            Scored::Score(score) => {
+                redact_string(&mut score.reason);
+            }
+            Scored::Error(message) => {
+                redact_string(message);
+            }
+        }
+    }
+    if let Ok(mut record) = serde_json::to_value(&report.record)
+        && redact_json(&mut record)
+        && let Ok(record) = serde_json::from_value(record)
+    {
+        report.record = record;
     }
 }
 

@@ -245,7 +245,7 @@ enum Reference<T> {
 ///
 /// The reference is given, or read from the expected output at a JSON
 /// pointer: an array of `{"name": …, "args": …}` objects (`args` absent:
-/// any arguments; present: compared as [`args_mode`](Self::args_mode)
+/// any arguments; present: compared as [`args_mode_contains`](Self::args_mode_contains)
 /// says, exactly by default).
 ///
 /// ```

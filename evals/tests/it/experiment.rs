@@ -363,24 +363,34 @@ async fn a_case_past_its_timeout_fails_alone() {
 async fn a_failing_task_is_reported_with_its_error_and_no_secret() {
     let secret = "sk-evals-test-4f9d0c2b7a1e6f3d";
     harness::secrets::register(secret);
-    let task = task_fn(move |question: String, _cx: CaseCx| async move {
+    // The model is asked with the key in its prompt, and echoes it.
+    let model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(ModelResponse::from_text(format!("echo {secret}"))),
+        Expect::any().reply(ModelResponse::from_text(format!("echo {secret}"))),
+    ]));
+    let task = task_fn(move |question: String, cx: CaseCx| async move {
+        let request = ModelRequest::builder()
+            .user(format!("{question} {secret}"))
+            .build();
+        let said = cx.model().complete(&request).await?.text();
         if question.starts_with("multiply 1 ") {
             return Err(TaskError::msg(format!("tool failed with key {secret}")));
         }
-        Ok::<_, TaskError>(question)
+        Ok::<_, TaskError>(said)
     });
-    let report = experiment("errors", Arc::new(Arith::default()))
-        .run(
-            &dataset(2),
-            &task,
-            &Evaluators::<String, Expected, String>::new(),
-        )
+    let evaluators = Evaluators::<String, Expected, String>::new().with(Contains::text("echo"));
+    let report = experiment("errors", model)
+        .run(&dataset(2), &task, &evaluators)
         .await
         .unwrap();
     let failure = report.cases[0].failure.as_ref().expect("case-1 failed");
     assert!(failure.message().contains("tool failed"), "{failure:?}");
-    assert!(!serde_json::to_string(&report).unwrap().contains(secret));
     assert!(report.cases[1].failure.is_none());
+    assert!(report.cases[1].passed());
+    // Not in the failure, the output, the recorded exchanges or the reasons.
+    let saved = serde_json::to_string(&report).unwrap();
+    assert!(!saved.contains(secret), "{saved}");
+    assert!(saved.contains("[redacted]"));
 }
 
 #[tokio::test]
