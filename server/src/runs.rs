@@ -574,16 +574,7 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
             .start(record.session_id(), input, Arc::clone(run), tokens)
             .await?;
     }
-    touch(app, &mut record).await;
     Ok(())
-}
-
-/// Records that the thread changed (its `updated_at`).
-async fn touch(app: &Shared, record: &mut ThreadRecord) {
-    record.updated_at = now_millis();
-    if let Err(e) = threads::save(app, record).await {
-        tracing::warn!(thread = %record.thread_id, error = %e, "cannot record the thread's update time");
-    }
 }
 
 fn location(run: &RunRecord) -> String {

@@ -330,14 +330,6 @@ pub(crate) async fn search(
         }
         records.push(record);
     }
-    records.sort_by(|a, b| {
-        let order = match sort_by {
-            "updated_at" => a.updated_at.cmp(&b.updated_at),
-            "thread_id" => a.thread_id.cmp(&b.thread_id),
-            _ => a.created_at.cmp(&b.created_at),
-        };
-        if descending { order.reverse() } else { order }
-    });
     let mut out = Vec::new();
     for record in records {
         let json = thread_json(&app, &record).await?;
@@ -351,6 +343,18 @@ pub(crate) async fn search(
         }
         out.push(json);
     }
+    // Times are RFC 3339 in UTC with milliseconds: they sort as text. A
+    // thread's `updated_at` is its session's (a run does not rewrite the
+    // thread's record).
+    let field = match sort_by {
+        "updated_at" => "updated_at",
+        "thread_id" => "thread_id",
+        _ => "created_at",
+    };
+    out.sort_by(|a, b| {
+        let order = a[field].as_str().cmp(&b[field].as_str());
+        if descending { order.reverse() } else { order }
+    });
     Ok(Json(out.into_iter().skip(offset).take(limit).collect()))
 }
 
