@@ -1,0 +1,108 @@
+//! `restate-probe`: a bare Restate virtual object, `Probe`, written with the
+//! official Rust SDK. Its `run` handler makes `steps` journaled effects
+//! (`ctx.run`), each appending a line `effect {i} by {pid}` to the file named
+//! after the object's key in `PROBE_DIR` (`{tag}effect {i} by {pid}`); with `PROBE_HANG_AFTER=i` the
+//! handler hangs after effect `i` (for a test to kill the process there).
+//!
+//! ```text
+//! PROBE_DIR=/tmp/probe restate-probe 127.0.0.1:9080
+//! ```
+
+// The SDK's `#[object]` macro generates items without docs.
+#![allow(missing_docs)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use restate_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+/// What `run` is asked.
+#[derive(Debug, Serialize, Deserialize)]
+struct Input {
+    /// How many effects to make.
+    steps: u32,
+    /// Written on each effect's line, to tell invocations apart.
+    #[serde(default)]
+    tag: String,
+    /// How long each effect takes.
+    #[serde(default)]
+    pause_ms: u64,
+}
+
+/// What `run` answers.
+#[derive(Debug, Serialize, Deserialize)]
+struct Output {
+    /// The value each effect returned, as journaled.
+    effects: Vec<String>,
+}
+
+struct Probe {
+    dir: PathBuf,
+    hang_after: Option<u32>,
+}
+
+#[object]
+impl Probe {
+    #[handler]
+    async fn run(
+        &self,
+        ctx: ObjectContext<'_>,
+        input: Json<Input>,
+    ) -> Result<Json<Output>, HandlerError> {
+        let key = ctx.key().to_owned();
+        let file = self.dir.join(format!("{key}.log"));
+        let mut effects = Vec::new();
+        let Input {
+            steps,
+            tag,
+            pause_ms,
+        } = input.0;
+        for i in 0..steps {
+            let file = file.clone();
+            let tag = tag.clone();
+            let done: String = ctx
+                .run(|| async move {
+                    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                    let line = format!("{tag}effect {i} by {}\n", std::process::id());
+                    let mut f = tokio::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&file)
+                        .await
+                        .map_err(|e| TerminalError::new(e.to_string()))?;
+                    f.write_all(line.as_bytes())
+                        .await
+                        .map_err(|e| TerminalError::new(e.to_string()))?;
+                    f.sync_all()
+                        .await
+                        .map_err(|e| TerminalError::new(e.to_string()))?;
+                    Ok(line.trim_end().to_owned())
+                })
+                .name(format!("effect-{i}"))
+                .await?;
+            effects.push(done);
+            if self.hang_after == Some(i) {
+                tokio::time::sleep(Duration::from_secs(600)).await;
+            }
+        }
+        Ok(Json(Output { effects }))
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let Some(addr) = std::env::args().nth(1).and_then(|a| a.parse().ok()) else {
+        eprintln!("usage: PROBE_DIR=DIR restate-probe 127.0.0.1:PORT");
+        std::process::exit(2);
+    };
+    let dir = PathBuf::from(std::env::var("PROBE_DIR").unwrap_or_else(|_| ".".into()));
+    let hang_after = std::env::var("PROBE_HANG_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    println!("listening on {addr}");
+    HttpServer::new(Endpoint::builder().bind(Probe { dir, hang_after }).build())
+        .listen_and_serve(addr)
+        .await;
+}

@@ -1,0 +1,238 @@
+//! harness on [Restate](https://restate.dev), the durable-execution engine.
+//!
+//! **Status: under construction (issue 35).** What is here today:
+//!
+//! - [`Admin`] and [`Ingress`], clients of a Restate server's admin API
+//!   (health, registering a deployment) and ingress (calling a handler and
+//!   waiting for its answer, sending one and attaching to it later), with
+//!   typed errors that say what the server answered;
+//! - the `restate-probe` binary: a bare Restate virtual object written with
+//!   the official Rust SDK (`restate-sdk`), whose handler makes journaled
+//!   effects (`ctx.run`) that append to a file, so that a test counts how
+//!   often each effect ran. It is the engine's floor for the benchmark to
+//!   come, and the tests (`tests/it/`) check against the real server
+//!   (`scripts/restate`) what harness on Restate will rely on: an effect
+//!   journaled before a SIGKILL of the service is not run again when the
+//!   invocation resumes, and calls on one key run one after the other.
+//!
+//! Not here yet: harness agents served as virtual objects. They need the
+//! durability seam in the core (issue 35, point 1): a run's commits,
+//! journaled effects, interrupts and timers behind one trait, so that a
+//! replay by Restate sees the same requests in the same order.
+
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// What went wrong talking to a Restate server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RestateError {
+    /// The server could not be reached, or did not answer in time.
+    #[error("Restate at {url}: {message}")]
+    Transport {
+        /// What was asked.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The server answered with an error status.
+    #[error("Restate at {url} answered {status}: {body}")]
+    Status {
+        /// What was asked.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The server's message.
+        body: String,
+    },
+    /// The server's answer is not the JSON this client expects.
+    #[error("Restate at {url}: unexpected answer: {message}")]
+    Answer {
+        /// What was asked.
+        url: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+fn client(timeout: Duration) -> Result<reqwest::Client, RestateError> {
+    // reqwest is built without a TLS provider of its own (as the providers
+    // build it): the workspace's ring one, installed once.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another thread is fine: a provider is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| RestateError::Transport {
+            url: String::new(),
+            message: e.to_string(),
+        })
+}
+
+async fn send(request: reqwest::RequestBuilder, url: &str) -> Result<String, RestateError> {
+    let response = request.send().await.map_err(|e| RestateError::Transport {
+        url: url.to_owned(),
+        message: e.to_string(),
+    })?;
+    let status = response.status();
+    let body = response.text().await.map_err(|e| RestateError::Transport {
+        url: url.to_owned(),
+        message: e.to_string(),
+    })?;
+    if !status.is_success() {
+        return Err(RestateError::Status {
+            url: url.to_owned(),
+            status: status.as_u16(),
+            body,
+        });
+    }
+    Ok(body)
+}
+
+fn json(text: &str, url: &str) -> Result<Value, RestateError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text).map_err(|e| RestateError::Answer {
+        url: url.to_owned(),
+        message: format!("{e}: {text}"),
+    })
+}
+
+/// A Restate server's admin API (`http://host:9070` by default).
+#[derive(Debug, Clone)]
+pub struct Admin {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Admin {
+    /// The admin API at `base` (no trailing slash needed).
+    pub fn new(base: impl Into<String>) -> Result<Self, RestateError> {
+        Ok(Self {
+            base: base.into().trim_end_matches('/').to_owned(),
+            http: client(Duration::from_secs(30))?,
+        })
+    }
+
+    /// Whether the server says it is healthy.
+    pub async fn healthy(&self) -> bool {
+        let url = format!("{}/health", self.base);
+        send(self.http.get(&url), &url).await.is_ok()
+    }
+
+    /// Registers (or, with `force`, re-registers) the service endpoint at
+    /// `uri` (an SDK's HTTP server); returns the names of the services the
+    /// server discovered there.
+    pub async fn register(&self, uri: &str, force: bool) -> Result<Vec<String>, RestateError> {
+        let url = format!("{}/deployments", self.base);
+        let body = serde_json::json!({ "uri": uri, "force": force });
+        let text = send(
+            self.http
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+            &url,
+        )
+        .await?;
+        let answer = json(&text, &url)?;
+        let services = answer["services"]
+            .as_array()
+            .ok_or_else(|| RestateError::Answer {
+                url: url.clone(),
+                message: format!("no `services` list in {answer}"),
+            })?;
+        Ok(services
+            .iter()
+            .filter_map(|s| s["name"].as_str().map(str::to_owned))
+            .collect())
+    }
+}
+
+/// A Restate server's ingress (`http://host:8080` by default): calls
+/// handlers of services and virtual objects.
+#[derive(Debug, Clone)]
+pub struct Ingress {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Ingress {
+    /// The ingress at `base`; a call waits for its answer up to `timeout`.
+    pub fn new(base: impl Into<String>, timeout: Duration) -> Result<Self, RestateError> {
+        Ok(Self {
+            base: base.into().trim_end_matches('/').to_owned(),
+            http: client(timeout)?,
+        })
+    }
+
+    fn handler_url(&self, service: &str, key: Option<&str>, handler: &str) -> String {
+        match key {
+            Some(key) => format!("{}/{service}/{key}/{handler}", self.base),
+            None => format!("{}/{service}/{handler}", self.base),
+        }
+    }
+
+    /// Calls `handler` of `service` (with `key` for a virtual object) with
+    /// `input` as JSON, and waits for its answer.
+    pub async fn call(
+        &self,
+        service: &str,
+        key: Option<&str>,
+        handler: &str,
+        input: &Value,
+    ) -> Result<Value, RestateError> {
+        let url = self.handler_url(service, key, handler);
+        let text = send(
+            self.http
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(input.to_string()),
+            &url,
+        )
+        .await?;
+        json(&text, &url)
+    }
+
+    /// Sends the call without waiting; returns its invocation id. The
+    /// `idempotency_key`, if given, makes a repeated send the same
+    /// invocation.
+    pub async fn send(
+        &self,
+        service: &str,
+        key: Option<&str>,
+        handler: &str,
+        input: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<String, RestateError> {
+        let url = format!("{}/send", self.handler_url(service, key, handler));
+        let mut request = self
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(input.to_string());
+        if let Some(idem) = idempotency_key {
+            request = request.header("idempotency-key", idem);
+        }
+        let answer = json(&send(request, &url).await?, &url)?;
+        answer["invocationId"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| RestateError::Answer {
+                url,
+                message: format!("no `invocationId` in {answer}"),
+            })
+    }
+
+    /// Waits for the invocation `id` to end and returns its answer.
+    pub async fn attach(&self, id: &str) -> Result<Value, RestateError> {
+        let url = format!("{}/restate/invocation/{id}/attach", self.base);
+        let text = send(self.http.get(&url), &url).await?;
+        json(&text, &url)
+    }
+}

@@ -1,0 +1,214 @@
+//! Against the real Restate server (`scripts/restate`, started by
+//! `./scripts/test`): what harness on Restate will rely on, checked with a
+//! bare virtual object written with the official SDK (`restate-probe`).
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use harness_restate::{Admin, Ingress, RestateError};
+use serde_json::json;
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: start the server with `eval \"$(scripts/restate)\"`, \
+             or run the whole suite with ./scripts/test"
+        )
+    })
+}
+
+/// The probe service on `port`, killed with SIGKILL when dropped.
+struct Service(Child);
+
+impl Service {
+    fn start(dir: &Path, port: u16, hang_after: Option<u32>) -> Service {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_restate-probe"));
+        command
+            .arg(format!("127.0.0.1:{port}"))
+            .env("PROBE_DIR", dir)
+            .stdout(Stdio::piped());
+        if let Some(i) = hang_after {
+            command.env("PROBE_HANG_AFTER", i.to_string());
+        }
+        let mut child = command.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("listening"), "{line}");
+        Service(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn lines(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn wait_for_lines(file: &Path, n: usize) {
+    let began = Instant::now();
+    while lines(file).len() < n {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "{} never had {n} lines: {:?}",
+            file.display(),
+            lines(file)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn effects_run_exactly_once_across_a_sigkill_and_calls_on_one_key_run_in_turn() {
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let ingress = Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(60)).unwrap();
+    assert!(admin.healthy().await);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let run = format!("{}-{}", std::process::id(), port);
+
+    // A service that hangs after its first effect, killed there.
+    let first = Service::start(dir.path(), port, Some(0));
+    let uri = format!("http://127.0.0.1:{port}");
+    let services = admin.register(&uri, true).await.unwrap();
+    assert!(services.contains(&"Probe".to_owned()), "{services:?}");
+    let key = format!("killed-{run}");
+    let file = dir.path().join(format!("{key}.log"));
+    let id = ingress
+        .send("Probe", Some(&key), "run", &json!({"steps": 3}), None)
+        .await
+        .unwrap();
+    wait_for_lines(&file, 1);
+    let killed = first.pid();
+    drop(first); // SIGKILL, mid-invocation
+    // The same endpoint comes back; Restate retries the invocation and
+    // replays its journal: effect 0 is not run again.
+    let second = Service::start(dir.path(), port, None);
+    let answer = ingress.attach(&id).await.unwrap();
+    let effects: Vec<&str> = answer["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let restarted = second.pid();
+    assert_eq!(
+        effects,
+        [
+            format!("effect 0 by {killed}"),
+            format!("effect 1 by {restarted}"),
+            format!("effect 2 by {restarted}")
+        ]
+    );
+    assert_eq!(lines(&file), effects, "each effect ran once");
+
+    // Two calls on one key: the second waits for the first.
+    let key = format!("queued-{run}");
+    let file = dir.path().join(format!("{key}.log"));
+    let a = ingress
+        .send(
+            "Probe",
+            Some(&key),
+            "run",
+            &json!({"steps": 3, "tag": "a ", "pause_ms": 50}),
+            None,
+        )
+        .await
+        .unwrap();
+    let b = ingress
+        .send(
+            "Probe",
+            Some(&key),
+            "run",
+            &json!({"steps": 3, "tag": "b ", "pause_ms": 50}),
+            None,
+        )
+        .await
+        .unwrap();
+    ingress.attach(&a).await.unwrap();
+    ingress.attach(&b).await.unwrap();
+    let tags: String = lines(&file).iter().map(|l| &l[..1]).collect();
+    assert!(
+        tags == "aaabbb" || tags == "bbbaaa",
+        "one after the other: {:?}",
+        lines(&file)
+    );
+    // An idempotency key makes a repeated send the same invocation.
+    let idem = format!("idem-{run}");
+    let once = ingress
+        .send(
+            "Probe",
+            Some(&key),
+            "run",
+            &json!({"steps": 1}),
+            Some(&idem),
+        )
+        .await
+        .unwrap();
+    let again = ingress
+        .send(
+            "Probe",
+            Some(&key),
+            "run",
+            &json!({"steps": 1}),
+            Some(&idem),
+        )
+        .await
+        .unwrap();
+    assert_eq!(once, again);
+    drop(second);
+}
+
+#[tokio::test]
+async fn what_the_server_refuses_is_a_typed_error_naming_what() {
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let ingress = Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(10)).unwrap();
+    // No such service; nothing listening at a deployment's URI.
+    match ingress.call("NoSuchService", None, "run", &json!({})).await {
+        Err(RestateError::Status { status, url, .. }) => {
+            assert_eq!(status, 404);
+            assert!(url.contains("NoSuchService"), "{url}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    match admin.register(&nowhere, false).await {
+        Err(RestateError::Status { status, body, .. }) => {
+            assert!(status >= 400, "{status}: {body}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A server that is not there.
+    let gone = Admin::new(format!("http://127.0.0.1:{}", free_port())).unwrap();
+    assert!(!gone.healthy().await);
+    assert!(matches!(
+        gone.register("http://x", false).await,
+        Err(RestateError::Transport { .. })
+    ));
+}
