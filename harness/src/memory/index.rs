@@ -141,7 +141,12 @@ pub enum IndexKind {
     Approximate(HnswParams),
     /// Exact while the index holds fewer than `from` items; the graph is
     /// built when it reaches `from` (once; then kept up to date with every
-    /// write) and used from then on.
+    /// write). From then on each search takes the route that the index's
+    /// own measurements say is cheaper for it ([`SearchCosts`]): an exact
+    /// search costs about the same per item whatever the filter, a graph
+    /// walk grows as the filter narrows (it walks through the items the
+    /// filter refuses), so with a narrow enough filter exact search wins
+    /// even over many items.
     Auto {
         /// The number of items from which the graph is used.
         from: usize,
@@ -154,6 +159,53 @@ pub enum IndexKind {
 /// it an exact search of 384-number vectors takes about a millisecond, and
 /// building a graph costs more than it saves.
 pub const EXACT_UP_TO: usize = 10_000;
+
+/// One search in this many takes the route [`SearchCosts`] did not choose,
+/// so that the costs of both stay measured as the index and the machine
+/// change.
+pub const EXPLORE_EVERY: u64 = 256;
+
+/// What searches of a [`VectorIndex`] have cost, measured as they ran:
+/// the basis of [`IndexKind::Auto`]'s choice between exact search and the
+/// graph. Each figure is a moving average (the newest search weighs a
+/// fifth); `None` until that route has run.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SearchCosts {
+    /// An exact search's nanoseconds per item the index holds.
+    pub exact_per_item: Option<f64>,
+    /// A graph search's nanoseconds times the fraction of the items its
+    /// search admitted: what it would cost without a filter.
+    pub graph_unfiltered: Option<f64>,
+}
+
+impl SearchCosts {
+    /// The route expected to be cheaper for a search admitting `fraction`
+    /// of `items` items ([`Route::Exact`] or [`Route::Graph`]); `None`
+    /// while a route is not measured yet.
+    ///
+    /// ```
+    /// use harness::memory::{Route, SearchCosts};
+    ///
+    /// // 50 ns an item exactly; a graph walk of 300 µs without a filter.
+    /// let costs = SearchCosts { exact_per_item: Some(50.0), graph_unfiltered: Some(300_000.0) };
+    /// assert_eq!(costs.cheaper(100_000, 1.0), Some(Route::Graph)); // 5 ms against 0.3 ms
+    /// assert_eq!(costs.cheaper(100_000, 0.05), Some(Route::Exact)); // 5 ms against 6 ms
+    /// assert_eq!(SearchCosts::default().cheaper(100_000, 1.0), None);
+    /// ```
+    pub fn cheaper(&self, items: usize, fraction: f32) -> Option<Route> {
+        let exact = self.exact_per_item? * items as f64;
+        let graph = self.graph_unfiltered? / f64::from(fraction.max(1e-6));
+        Some(if graph < exact {
+            Route::Graph
+        } else {
+            Route::Exact
+        })
+    }
+
+    fn record(average: &mut Option<f64>, sample: f64) {
+        *average = Some(average.map_or(sample, |a| 0.8 * a + 0.2 * sample));
+    }
+}
 
 impl Default for IndexKind {
     /// [`IndexKind::Auto`] from [`EXACT_UP_TO`] items, default graph
@@ -202,6 +254,102 @@ thread_local! {
 fn vector_of(vectors: &[f32], dimensions: usize, node: u32) -> &[f32] {
     let at = node as usize * dimensions;
     &vectors[at..at + dimensions]
+}
+
+/// A vector as the graph walks it: a scale and one small integer per
+/// number (`number ≈ scale × integer`).
+#[derive(Clone, Copy, Debug)]
+struct Code<'a> {
+    ints: &'a [i8],
+    scale: f32,
+}
+
+/// The nodes' vectors as the graph walks them, a quarter of their size.
+///
+/// Why: a graph walk reads the vectors of neighbours scattered over the
+/// index, and at 100 000 vectors of 384 numbers (150 MB) it spent most of
+/// its time waiting for memory; at one byte a number (38 MB) far more of
+/// them stay in the processor's caches, and the integer products are
+/// cheaper too. A walk's scores are then close but not exact, so the
+/// answers it finds are scored again on the full vectors.
+#[derive(Debug, Default)]
+struct Codes {
+    dimensions: usize,
+    ints: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl Codes {
+    fn new(dimensions: usize) -> Self {
+        Self {
+            dimensions,
+            ints: Vec::new(),
+            scales: Vec::new(),
+        }
+    }
+
+    /// Appends the code of `vector` (of `dimensions` numbers).
+    fn push(&mut self, vector: &[f32]) {
+        let scale = quantize(vector, &mut self.ints);
+        self.scales.push(scale);
+    }
+
+    /// Replaces the code of `node`.
+    fn set(&mut self, node: u32, vector: &[f32]) {
+        let mut ints = Vec::with_capacity(self.dimensions);
+        let scale = quantize(vector, &mut ints);
+        let at = node as usize * self.dimensions;
+        self.ints[at..at + self.dimensions].copy_from_slice(&ints);
+        self.scales[node as usize] = scale;
+    }
+
+    fn code(&self, node: u32) -> Code<'_> {
+        let at = node as usize * self.dimensions;
+        Code {
+            ints: &self.ints[at..at + self.dimensions],
+            scale: self.scales[node as usize],
+        }
+    }
+
+    /// The similarity of `query` and `node`, close to the dot product of
+    /// their vectors.
+    fn score(&self, query: Code<'_>, node: u32) -> f32 {
+        let code = self.code(node);
+        query.scale * code.scale * dot_i8(query.ints, code.ints) as f32
+    }
+}
+
+/// Appends `vector`'s integers to `out` (each number over the largest in
+/// size, times 127, rounded); returns the scale.
+fn quantize(vector: &[f32], out: &mut Vec<i8>) -> f32 {
+    let largest = vector.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    if largest == 0.0 || !largest.is_finite() {
+        out.extend(std::iter::repeat_n(0, vector.len()));
+        return 0.0;
+    }
+    let k = 127.0 / largest;
+    // In range: |x × k| ≤ 127 (the cast saturates anyway).
+    out.extend(vector.iter().map(|x| (x * k).round() as i8));
+    largest / 127.0
+}
+
+/// The dot product of two integer codes of one length (at most 2^17
+/// numbers: no overflow).
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let mut sums = [0i32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            sums[i] += i32::from(x[i]) * i32::from(y[i]);
+        }
+    }
+    let tail: i32 = ra
+        .iter()
+        .zip(rb)
+        .map(|(x, y)| i32::from(*x) * i32::from(*y))
+        .sum();
+    sums.iter().sum::<i32>() + tail
 }
 
 /// The HNSW graph over an index's nodes (which it shares the vectors of).
@@ -285,9 +433,8 @@ impl Graph {
     #[allow(clippy::too_many_arguments)]
     fn search_layer(
         &self,
-        vectors: &[f32],
-        dimensions: usize,
-        query: &[f32],
+        codes: &Codes,
+        query: Code<'_>,
         entries: &[Near],
         ef: usize,
         layer: usize,
@@ -319,7 +466,7 @@ impl Graph {
                 if !visited.insert(next) {
                     continue;
                 }
-                let score = dot(query, vector_of(vectors, dimensions, next));
+                let score = codes.score(query, next);
                 if results.len() < ef || results.peek().is_some_and(|w| score > w.score) {
                     candidates.push(Near { score, node: next });
                     if admit(next) {
@@ -348,17 +495,14 @@ impl Graph {
     /// Up to `m` of `candidates` (best first, scored against the node they
     /// are for) that are each closer to that node than to any chosen
     /// before: links in several directions rather than a clump.
-    fn select(vectors: &[f32], dimensions: usize, candidates: &[Near], m: usize) -> Vec<u32> {
+    fn select(codes: &Codes, candidates: &[Near], m: usize) -> Vec<u32> {
         let mut chosen: Vec<u32> = Vec::with_capacity(m);
         for c in candidates {
             if chosen.len() >= m {
                 break;
             }
-            let v = vector_of(vectors, dimensions, c.node);
-            if chosen
-                .iter()
-                .all(|&s| dot(v, vector_of(vectors, dimensions, s)) < c.score)
-            {
+            let v = codes.code(c.node);
+            if chosen.iter().all(|&s| codes.score(v, s) < c.score) {
                 chosen.push(c.node);
             }
         }
@@ -366,7 +510,7 @@ impl Graph {
     }
 
     /// Links in `node`, the next node (its vector already in `vectors`).
-    fn insert(&mut self, node: u32, vectors: &[f32], dimensions: usize) {
+    fn insert(&mut self, node: u32, codes: &Codes) {
         debug_assert_eq!(node as usize, self.upper.len());
         let layer = self.random_layer();
         self.bottom
@@ -377,23 +521,21 @@ impl Graph {
             self.top = layer;
             return;
         };
-        let query = vector_of(vectors, dimensions, node);
+        let query = codes.code(node);
         let all = |_: u32| true;
         VISITED.with_borrow_mut(|visited| {
             let mut entries = vec![Near {
-                score: dot(query, vector_of(vectors, dimensions, entry)),
+                score: codes.score(query, entry),
                 node: entry,
             }];
             for l in (layer + 1..=self.top).rev() {
-                let found =
-                    self.search_layer(vectors, dimensions, query, &entries, 1, l, &all, visited);
+                let found = self.search_layer(codes, query, &entries, 1, l, &all, visited);
                 entries.truncate(0);
                 entries.extend(found.first().copied());
             }
             for l in (0..=layer.min(self.top)).rev() {
                 let found = self.search_layer(
-                    vectors,
-                    dimensions,
+                    codes,
                     query,
                     &entries,
                     self.params.ef_construction,
@@ -401,7 +543,7 @@ impl Graph {
                     &all,
                     visited,
                 );
-                let chosen = Self::select(vectors, dimensions, &found, self.params.m);
+                let chosen = Self::select(codes, &found, self.params.m);
                 self.set_links(node, l, &chosen);
                 let max = self.max_links(l);
                 for &other in &chosen {
@@ -409,17 +551,17 @@ impl Graph {
                     if links.len() < max {
                         links.push(node);
                     } else {
-                        let base = vector_of(vectors, dimensions, other);
+                        let base = codes.code(other);
                         let mut scored: Vec<Near> = links
                             .iter()
                             .chain(std::iter::once(&node))
                             .map(|&n| Near {
-                                score: dot(base, vector_of(vectors, dimensions, n)),
+                                score: codes.score(base, n),
                                 node: n,
                             })
                             .collect();
                         scored.sort_by(|a, b| b.cmp(a));
-                        links = Self::select(vectors, dimensions, &scored, max);
+                        links = Self::select(codes, &scored, max);
                     }
                     self.set_links(other, l, &links);
                 }
@@ -434,12 +576,12 @@ impl Graph {
         }
     }
 
-    /// The `ef` admitted nodes closest to `query`, best first.
+    /// The `ef` admitted nodes closest to `query`, best first by their
+    /// codes' scores.
     fn search(
         &self,
-        vectors: &[f32],
-        dimensions: usize,
-        query: &[f32],
+        codes: &Codes,
+        query: Code<'_>,
         ef: usize,
         admit: &dyn Fn(u32) -> bool,
     ) -> Vec<Near> {
@@ -449,16 +591,15 @@ impl Graph {
         let all = |_: u32| true;
         VISITED.with_borrow_mut(|visited| {
             let mut entries = vec![Near {
-                score: dot(query, vector_of(vectors, dimensions, entry)),
+                score: codes.score(query, entry),
                 node: entry,
             }];
             for l in (1..=self.top).rev() {
-                let found =
-                    self.search_layer(vectors, dimensions, query, &entries, 1, l, &all, visited);
+                let found = self.search_layer(codes, query, &entries, 1, l, &all, visited);
                 entries.truncate(0);
                 entries.extend(found.first().copied());
             }
-            self.search_layer(vectors, dimensions, query, &entries, ef, 0, admit, visited)
+            self.search_layer(codes, query, &entries, ef, 0, admit, visited)
         })
     }
 }
@@ -488,11 +629,15 @@ pub struct VectorIndex {
     kind: IndexKind,
     /// Vectors, `dimensions` numbers per node.
     vectors: Vec<f32>,
+    /// The same, as the graph walks them.
+    codes: Codes,
     /// Items per node; `None`: deleted (a tombstone).
     items: Vec<Option<Arc<Item>>>,
     nodes: HashMap<(Vec<String>, String), u32>,
     dead: usize,
     graph: Option<Graph>,
+    costs: std::sync::Mutex<SearchCosts>,
+    searches: std::sync::atomic::AtomicU64,
 }
 
 impl VectorIndex {
@@ -507,10 +652,13 @@ impl VectorIndex {
             dimensions,
             kind,
             vectors: Vec::new(),
+            codes: Codes::new(dimensions),
             items: Vec::new(),
             nodes: HashMap::new(),
             dead: 0,
             graph,
+            costs: std::sync::Mutex::default(),
+            searches: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -530,9 +678,25 @@ impl VectorIndex {
     }
 
     /// Whether searches go through the graph (unless a filter is
-    /// selective).
+    /// selective, or, with [`IndexKind::Auto`], exact search is measured
+    /// to be cheaper).
     pub fn is_approximate(&self) -> bool {
         self.graph.is_some()
+    }
+
+    /// What its searches have cost so far.
+    pub fn search_costs(&self) -> SearchCosts {
+        *self.costs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`nearest_exact`](Self::nearest_exact), its cost recorded.
+    fn timed_exact(&self, query: &[f32], search: &Search, now: u64) -> Vec<(Arc<Item>, f32)> {
+        let start = std::time::Instant::now();
+        let found = self.nearest_exact(query, search, now);
+        let per_item = start.elapsed().as_nanos() as f64 / self.items.len().max(1) as f64;
+        let mut costs = self.costs.lock().unwrap_or_else(|e| e.into_inner());
+        SearchCosts::record(&mut costs.exact_per_item, per_item);
+        found
     }
 
     /// Puts `item` with its unit `vector` (of the index's length), or
@@ -549,6 +713,7 @@ impl VectorIndex {
             if same || self.graph.is_none() {
                 // The graph is not changed: the item is replaced where it is.
                 self.vectors[at..at + self.dimensions].copy_from_slice(vector);
+                self.codes.set(node, vector);
                 self.items[node as usize] = Some(Arc::new(item));
                 return;
             }
@@ -558,10 +723,11 @@ impl VectorIndex {
             return;
         };
         self.vectors.extend_from_slice(vector);
+        self.codes.push(vector);
         self.items.push(Some(Arc::new(item)));
         self.nodes.insert(key, node);
         if let Some(graph) = self.graph.as_mut() {
-            graph.insert(node, &self.vectors, self.dimensions);
+            graph.insert(node, &self.codes);
         }
         if let IndexKind::Auto { from, params } = self.kind
             && self.graph.is_none()
@@ -617,13 +783,17 @@ impl VectorIndex {
                 Some((key, u32::try_from(node).ok()?))
             })
             .collect();
+        self.codes = Codes::new(d);
+        for vector in vectors.chunks_exact(d.max(1)) {
+            self.codes.push(vector);
+        }
         self.vectors = vectors;
         self.items = items;
         self.dead = 0;
         self.graph = params.map(|params| {
             let mut graph = Graph::new(params);
             for node in 0..self.items.len() {
-                graph.insert(node as u32, &self.vectors, d);
+                graph.insert(node as u32, &self.codes);
             }
             graph
         });
@@ -656,14 +826,42 @@ impl VectorIndex {
             return (Vec::new(), Route::Exact);
         }
         let Some(graph) = &self.graph else {
-            return (self.nearest_exact(query, search, now), Route::Exact);
+            return (self.timed_exact(query, search, now), Route::Exact);
         };
-        if self.admitted_fraction(search, now) < graph.params.exact_below {
-            return (self.nearest_exact(query, search, now), Route::Exact);
+        let fraction = self.admitted_fraction(search, now);
+        if fraction < graph.params.exact_below {
+            return (self.timed_exact(query, search, now), Route::Exact);
         }
+        if let IndexKind::Auto { .. } = self.kind {
+            let n = self
+                .searches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let costs = self.search_costs();
+            let route = match costs.cheaper(self.items.len(), fraction) {
+                // Not measured yet: exact first, then the graph.
+                None if costs.exact_per_item.is_none() => Route::Exact,
+                None => Route::Graph,
+                Some(Route::Exact) if n % EXPLORE_EVERY == EXPLORE_EVERY - 1 => Route::Graph,
+                Some(Route::Graph) if n % EXPLORE_EVERY == EXPLORE_EVERY - 1 => Route::Exact,
+                Some(route) => route,
+            };
+            if route == Route::Exact {
+                return (self.timed_exact(query, search, now), Route::Exact);
+            }
+        }
+        let start = std::time::Instant::now();
         let ef = graph.params.ef_search.max(want);
         let admit = |node: u32| self.admits(node as usize, search, now);
-        let found = graph.search(&self.vectors, self.dimensions, query, ef, &admit);
+        let mut ints = Vec::with_capacity(self.dimensions);
+        let scale = quantize(query, &mut ints);
+        let code = Code { ints: &ints, scale };
+        let mut found = graph.search(&self.codes, code, ef, &admit);
+        // Scored again on the full vectors: the walk's scores are close,
+        // these are exact.
+        for near in &mut found {
+            near.score = dot(query, vector_of(&self.vectors, self.dimensions, near.node));
+        }
+        found.sort_by(|a, b| b.cmp(a));
         if found.len() < want {
             // The graph reached too few admitted items (a filter stricter
             // than its sample said, or a part of the graph cut off by
@@ -672,6 +870,11 @@ impl VectorIndex {
                 self.nearest_exact(query, search, now),
                 Route::GraphThenExact,
             );
+        }
+        {
+            let unfiltered = start.elapsed().as_nanos() as f64 * f64::from(fraction.max(1e-6));
+            let mut costs = self.costs.lock().unwrap_or_else(|e| e.into_inner());
+            SearchCosts::record(&mut costs.graph_unfiltered, unfiltered);
         }
         let page = found
             .into_iter()
@@ -686,9 +889,10 @@ impl VectorIndex {
         (page, Route::Graph)
     }
 
-    /// The fraction of nodes that `search` admits, estimated from up to
-    /// 512 of them scattered over the index.
-    fn admitted_fraction(&self, search: &Search, now: u64) -> f32 {
+    /// The fraction of its items that `search` admits at `now`, estimated
+    /// from up to 512 of them scattered over the index: what the choice of
+    /// route weighs.
+    pub fn admitted_fraction(&self, search: &Search, now: u64) -> f32 {
         const SAMPLE: usize = 512;
         let nodes = self.items.len();
         if nodes == 0 {

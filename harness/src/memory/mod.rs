@@ -58,8 +58,11 @@
 //! from the backend's vectors at the first search by text and kept up to
 //! date with this process's writes ([`Memory::reload_index`] picks up other
 //! processes'). Up to [`EXACT_UP_TO`] items it compares every one; from
-//! then on it walks an HNSW graph, approximate, with recall@10 of 0.95 or
-//! more at its default settings ([`IndexConfig::kind`] chooses).
+//! then on it also keeps an HNSW graph (approximate, with recall@10 of 0.95
+//! or more at its default settings on sentence embeddings), and each search
+//! takes whichever route, exact or the graph, the index has measured to be
+//! cheaper for a search with its filter ([`SearchCosts`];
+//! [`IndexConfig::kind`] chooses otherwise).
 //! Embeddings are batched (one call per put or batch) and cached by text.
 //! If the embedder fails or times out, the put fails as a whole and nothing
 //! is written. [`HashedWords`] is an embedder without a model (texts are
@@ -81,7 +84,10 @@ mod types;
 
 pub use backend::{Clock, InMemory, ManualClock, MemoryBackend, Record, SystemClock, Write};
 pub use hashed::HashedWords;
-pub use index::{EXACT_UP_TO, HnswParams, IndexKind, Route, VectorIndex, dot, normalized};
+pub use index::{
+    EXACT_UP_TO, EXPLORE_EVERY, HnswParams, IndexKind, Route, SearchCosts, VectorIndex, dot,
+    normalized,
+};
 pub use types::{
     Cmp, Filter, Hit, IndexFields, Item, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_DEPTH,
     MAX_VALUE_BYTES, MemoryError, Namespace, NamespaceQuery, PutOptions, Search, lookup,
@@ -134,11 +140,12 @@ impl IndexConfig {
     }
 
     /// Finds the closest items as `kind` says. The default,
-    /// [`IndexKind::Auto`], searches exactly up to [`EXACT_UP_TO`] items
-    /// and through an HNSW graph from then on (built once when the index
-    /// reaches that size, then kept up to date); a search whose filters
-    /// admit less than [`HnswParams::exact_below`] of the items is answered
-    /// exactly at any size.
+    /// [`IndexKind::Auto`], searches exactly up to [`EXACT_UP_TO`] items;
+    /// from then on it keeps an HNSW graph too (built once when the index
+    /// reaches that size, then kept up to date) and each search takes the
+    /// route measured to be cheaper for it ([`SearchCosts`]); a search whose
+    /// filters admit less than [`HnswParams::exact_below`] of the items is
+    /// answered exactly at any size.
     #[must_use]
     pub fn kind(mut self, kind: IndexKind) -> Self {
         self.kind = kind;

@@ -1,13 +1,14 @@
 //! The vector index behind search by meaning: the HNSW graph's recall
 //! against exact search, its updates and deletions, filters during the
-//! walk, the fallback to exact search for selective filters, and the
-//! switch from exact to approximate by size.
+//! walk, the fallback to exact search for selective filters, the switch
+//! from exact to approximate by size, and `Auto`'s choice of route by
+//! measured cost.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use harness::memory::{
-    Filter, HashedWords, HnswParams, IndexConfig, IndexKind, Item, Memory, Namespace, Route,
-    Search, VectorIndex, normalized,
+    EXPLORE_EVERY, Filter, HashedWords, HnswParams, IndexConfig, IndexKind, Item, Memory,
+    Namespace, Route, Search, SearchCosts, VectorIndex, normalized,
 };
 use serde_json::json;
 use std::collections::HashSet;
@@ -296,13 +297,91 @@ fn auto_builds_the_graph_at_its_threshold_and_exact_never() {
     }
     assert!(auto.is_approximate());
     assert!(!exact.is_approximate());
-    let (r, through) = recall(&auto, &vectors[..50], &everything());
-    assert_eq!(through, 50);
+    let (r, _) = recall(&auto, &vectors[..50], &everything());
     assert!(r >= 0.95, "recall@10 {r}");
     assert_eq!(
         exact.nearest_routed(&vectors[0], &everything(), 0).1,
         Route::Exact
     );
+}
+
+/// Once `Auto` has its graph, each search takes the route its measured
+/// costs say is cheaper: exact first (not measured yet), the graph next,
+/// then the cheaper by [`SearchCosts::cheaper`], except one search in
+/// [`EXPLORE_EVERY`], which takes the other route so that both stay
+/// measured. Both costs are recorded.
+#[test]
+fn auto_routes_each_search_by_the_costs_it_measured() {
+    let vectors = clustered(1_200, 32, 10, 0.9, 5);
+    let mut auto = VectorIndex::new(
+        32,
+        IndexKind::Auto {
+            from: 1_000,
+            params: HnswParams::default(),
+        },
+    );
+    for (i, v) in vectors.iter().enumerate() {
+        auto.put(item(i), Some(v));
+    }
+    assert_eq!(auto.search_costs(), SearchCosts::default());
+    let tenth = everything().filter(Filter::eq("cat", 3));
+    let searches = usize::try_from(EXPLORE_EVERY).unwrap() + 20;
+    let mut routes = Vec::new();
+    for n in 0..searches {
+        let search = if n % 2 == 0 {
+            everything()
+        } else {
+            tenth.clone()
+        };
+        let fraction = auto.admitted_fraction(&search, 0);
+        let before = auto.search_costs();
+        let (got, route) = auto.nearest_routed(&vectors[n % 1_200], &search, 0);
+        assert_eq!(got.len(), 10);
+        let chosen = before.cheaper(auto.len(), fraction);
+        let expected = match chosen {
+            None if before.exact_per_item.is_none() => Route::Exact,
+            None => Route::Graph,
+            Some(_) if n as u64 % EXPLORE_EVERY == EXPLORE_EVERY - 1 => {
+                if chosen == Some(Route::Exact) {
+                    Route::Graph
+                } else {
+                    Route::Exact
+                }
+            }
+            Some(route) => route,
+        };
+        assert_eq!(route, expected, "search {n}, costs before it {before:?}");
+        routes.push(route);
+    }
+    assert_eq!(routes[..2], [Route::Exact, Route::Graph]);
+    let costs = auto.search_costs();
+    assert!(
+        costs.exact_per_item.is_some_and(|c| c > 0.0)
+            && costs.graph_unfiltered.is_some_and(|c| c > 0.0),
+        "{costs:?}"
+    );
+}
+
+/// The choice between the routes: the graph's cost grows as the filter
+/// narrows, exact search's does not.
+#[test]
+fn a_narrower_filter_tips_the_choice_to_exact_search() {
+    let costs = SearchCosts {
+        exact_per_item: Some(40.0),
+        graph_unfiltered: Some(200_000.0),
+    };
+    // 100 000 items: exact 4 ms; the graph 0.2 ms unfiltered, 2 ms at a
+    // tenth, 10 ms at a fiftieth.
+    assert_eq!(costs.cheaper(100_000, 1.0), Some(Route::Graph));
+    assert_eq!(costs.cheaper(100_000, 0.1), Some(Route::Graph));
+    assert_eq!(costs.cheaper(100_000, 0.02), Some(Route::Exact));
+    // Fewer items: exact wins sooner.
+    assert_eq!(costs.cheaper(4_000, 1.0), Some(Route::Exact));
+    let half = SearchCosts {
+        graph_unfiltered: None,
+        ..costs
+    };
+    assert_eq!(half.cheaper(100_000, 1.0), None);
 }
 
 /// `Memory` with an approximate index: searches by text find what exact
