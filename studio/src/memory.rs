@@ -109,6 +109,11 @@ impl Params {
         Ok(n)
     }
 
+    /// How many to skip: 0 when absent.
+    fn offset(&self) -> Result<usize, ApiError> {
+        self.count("offset", 0, usize::MAX)
+    }
+
     /// The bound of each value sent, from [`MIN_VALUE_BYTES`] to `max`.
     fn max_bytes(&self, default: usize, max: usize) -> Result<usize, ApiError> {
         let n = self.count("max_bytes", default, max)?;
@@ -258,28 +263,59 @@ fn respond(body: Value) -> Response {
         .into_response()
 }
 
-/// A page of hits: at most `limit` of the `limit + 1` asked for, and
-/// whether there are more.
-fn page(
-    hits: Vec<Hit>,
-    prefix: &Namespace,
-    offset: usize,
+/// A page of items asked for by `items` and `search`: under `namespace`,
+/// with `filter`s, `limit` of them after `offset`, each value bound by
+/// `max_bytes`.
+struct ItemPage {
+    prefix: Namespace,
     limit: usize,
+    offset: usize,
     max_bytes: usize,
-) -> Response {
-    let more = hits.len() > limit;
-    let items: Vec<Value> = hits
-        .iter()
-        .take(limit)
-        .map(|h| item_view(&h.item, h.score, max_bytes))
-        .collect();
-    respond(json!({
-        "namespace": prefix,
-        "offset": offset,
-        "limit": limit,
-        "more": more,
-        "items": items,
-    }))
+    /// The search, asking for one more than the page, to tell whether
+    /// there are more.
+    search: Search,
+}
+
+impl ItemPage {
+    /// The page `params` ask for, of `sizes` (default, most) items, closest
+    /// in meaning to `text` if given.
+    fn parse(params: &Params, sizes: (usize, usize), text: Option<&str>) -> Result<Self, ApiError> {
+        let prefix = params.namespace("namespace")?;
+        let limit = params.limit(sizes)?;
+        let offset = params.offset()?;
+        let max_bytes = params.max_bytes(LIST_VALUE_BYTES.0, LIST_VALUE_BYTES.1)?;
+        let mut search = Search::under(prefix.clone())
+            .limit(limit + 1)
+            .offset(offset);
+        if let Some(text) = text {
+            search = search.text(text);
+        }
+        search.filters = params.filters()?;
+        Ok(Self {
+            prefix,
+            limit,
+            offset,
+            max_bytes,
+            search,
+        })
+    }
+
+    /// The answer: at most `limit` of the hits, and whether there are more.
+    fn answer(&self, hits: Vec<Hit>) -> Response {
+        let more = hits.len() > self.limit;
+        let items: Vec<Value> = hits
+            .iter()
+            .take(self.limit)
+            .map(|h| item_view(&h.item, h.score, self.max_bytes))
+            .collect();
+        respond(json!({
+            "namespace": self.prefix,
+            "offset": self.offset,
+            "limit": self.limit,
+            "more": more,
+            "items": items,
+        }))
+    }
 }
 
 /// `GET /api/memory/namespaces?prefix=&suffix=&max_depth=&limit=&offset=`:
@@ -295,7 +331,7 @@ pub(crate) async fn namespaces(
         &["prefix", "suffix", "max_depth", "limit", "offset"],
     )?;
     let limit = params.limit(NAMESPACES_PAGE)?;
-    let offset = params.count("offset", 0, usize::MAX)?;
+    let offset = params.offset()?;
     let max_depth = match params.get("max_depth") {
         None => None,
         Some(_) => match params.count("max_depth", 0, harness::memory::MAX_NAMESPACE_DEPTH)? {
@@ -343,16 +379,12 @@ pub(crate) async fn items(
         raw.as_deref(),
         &["namespace", "filter", "limit", "offset", "max_bytes"],
     )?;
-    let prefix = params.namespace("namespace")?;
-    let limit = params.limit(ITEMS_PAGE)?;
-    let offset = params.count("offset", 0, usize::MAX)?;
-    let max_bytes = params.max_bytes(LIST_VALUE_BYTES.0, LIST_VALUE_BYTES.1)?;
-    let mut search = Search::under(prefix.clone())
-        .limit(limit + 1)
-        .offset(offset);
-    search.filters = params.filters()?;
-    let hits = memory.search(&search).await.map_err(ApiError::Memory)?;
-    Ok(page(hits, &prefix, offset, limit, max_bytes))
+    let page = ItemPage::parse(&params, ITEMS_PAGE, None)?;
+    let hits = memory
+        .search(&page.search)
+        .await
+        .map_err(ApiError::Memory)?;
+    Ok(page.answer(hits))
 }
 
 /// `GET /api/memory/search?namespace=&q=&filter=&limit=&offset=&max_bytes=`:
@@ -374,16 +406,8 @@ pub(crate) async fn search(
             "parameter `q` is missing or empty: a search by meaning needs a text".into(),
         ));
     }
-    let prefix = params.namespace("namespace")?;
-    let limit = params.limit(SEARCH_PAGE)?;
-    let offset = params.count("offset", 0, usize::MAX)?;
-    let max_bytes = params.max_bytes(LIST_VALUE_BYTES.0, LIST_VALUE_BYTES.1)?;
-    let mut search = Search::under(prefix.clone())
-        .text(text)
-        .limit(limit + 1)
-        .offset(offset);
-    search.filters = params.filters()?;
-    let hits = memory.search(&search).await.map_err(|e| match e {
+    let page = ItemPage::parse(&params, SEARCH_PAGE, Some(text))?;
+    let hits = memory.search(&page.search).await.map_err(|e| match e {
         MemoryError::Query { why } => ApiError::Memory(MemoryError::Query {
             why: format!(
                 "{why} (the memory this studio serves has none: list the items, or filter them)"
@@ -391,7 +415,7 @@ pub(crate) async fn search(
         }),
         e => ApiError::Memory(e),
     })?;
-    Ok(page(hits, &prefix, offset, limit, max_bytes))
+    Ok(page.answer(hits))
 }
 
 /// `GET /api/memory/item?namespace=&key=&max_bytes=`: one item, its value
