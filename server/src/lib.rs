@@ -5,6 +5,8 @@
 mod error;
 mod time;
 
+mod schedule;
+
 mod graph;
 mod record;
 
@@ -22,6 +24,8 @@ mod webhook;
 
 mod runs;
 mod store;
+
+mod crons;
 
 pub use error::{ApiError, ServeError};
 pub use guard::Scope;
@@ -218,6 +222,10 @@ impl Server {
             stopping: tokio::sync::watch::channel(false).0,
         });
         self.guard.hosts = hosts;
+        // Crons fire from every server sharing the store (each tick once).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(crons::scheduler(Arc::clone(&app)));
+        }
         let router = routes(self.body_limit).with_state(Arc::clone(&app)).layer(
             axum::middleware::from_fn_with_state(Arc::new(self.guard), guard::check),
         );
@@ -334,7 +342,7 @@ async fn info() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "server": "harness-server",
-        "flags": {"assistants": true, "crons": false, "store": true},
+        "flags": {"assistants": true, "crons": true, "store": true},
     }))
 }
 
@@ -401,6 +409,10 @@ fn routes(body_limit: usize) -> Router<Shared> {
         )
         .route("/store/items/search", post(store::search))
         .route("/store/namespaces", post(store::namespaces))
+        .route("/threads/{id}/runs/crons", post(crons::create_for_thread))
+        .route("/runs/crons", post(crons::create_stateless))
+        .route("/runs/crons/search", post(crons::search))
+        .route("/runs/crons/{cron}", axum::routing::delete(crons::delete))
         .route("/runs", post(runs::create_stateless))
         .route("/runs/stream", post(runs::stream_stateless))
         .route("/runs/wait", post(runs::wait_stateless))

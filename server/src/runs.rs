@@ -378,6 +378,7 @@ async fn start(
         .map(|c| (c, "checkpoint.checkpoint_id"))
         .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
     let body_webhook = body.webhook.clone().filter(|w| !w.is_empty());
+    let on_completion = body.on_completion.clone();
     let launch = Launch {
         agent,
         thread: thread.clone(),
@@ -386,6 +387,7 @@ async fn start(
         checkpoint,
         tokens: plan.modes.contains(&Mode::Messages),
     };
+    let delete_thread = thread_id.is_none() && on_completion.as_deref() != Some("keep");
     let webhook = match (&app.webhooks, body_webhook) {
         (Some(hooks), Some(url)) => Some((hooks.clone(), hooks.check(&url)?)),
         _ => None,
@@ -416,14 +418,10 @@ async fn start(
             forget(app, &thread, &[Arc::clone(&run)]);
             return Err(e);
         }
-        if let Some((hooks, url)) = webhook {
-            hooks.deliver_when_settled(url, Arc::clone(&run));
-        }
+        after_settled(app, &run, webhook, delete_thread);
         return Ok(run);
     }
-    if let Some((hooks, url)) = webhook {
-        hooks.deliver_when_settled(url, Arc::clone(&run));
-    }
+    after_settled(app, &run, webhook, delete_thread);
     let app = Arc::clone(app);
     let queued = Arc::clone(&run);
     tokio::spawn(async move {
@@ -445,6 +443,44 @@ async fn start(
         }
     });
     Ok(run)
+}
+
+/// What follows a started run once it settles: its webhook call, and for
+/// a stateless run (unless `on_completion: keep`) the deletion of its
+/// thread.
+fn after_settled(
+    app: &Shared,
+    run: &Arc<RunRecord>,
+    webhook: Option<(crate::webhook::Webhooks, reqwest::Url)>,
+    delete_thread: bool,
+) {
+    if let Some((hooks, url)) = webhook {
+        hooks.deliver_when_settled(url, Arc::clone(run));
+    }
+    if delete_thread {
+        let app = Arc::clone(app);
+        let run = Arc::clone(run);
+        tokio::spawn(async move {
+            run.settled().await;
+            if let Ok(mut record) = threads::get_record(&app, &run.thread_id).await {
+                record.deleted = true;
+                record.updated_at = now_millis();
+                if let Err(e) = threads::save(&app, &record).await {
+                    tracing::warn!(thread = %run.thread_id, error = %e, "cannot delete a stateless run's thread");
+                }
+            }
+        });
+    }
+}
+
+/// Starts the run of a cron's tick (on a new thread when `thread` is
+/// `None`).
+pub(crate) async fn start_for_cron(
+    app: &Shared,
+    thread: Option<String>,
+    body: RunCreate,
+) -> Result<(), ApiError> {
+    start(app, thread, body).await.map(|_| ())
 }
 
 /// A thread whose session is another agent's cannot run this one.

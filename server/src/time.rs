@@ -6,7 +6,7 @@ pub(crate) fn iso(ms: u64) -> String {
     let millis = ms % 1000;
     let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
     let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d) = civil(days);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}+00:00",
         rem / 3600,
@@ -17,7 +17,7 @@ pub(crate) fn iso(ms: u64) -> String {
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
 /// Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub(crate) fn civil(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

@@ -210,3 +210,50 @@ async fn a_stopping_server_stops_its_runs_at_a_step_boundary_and_its_threads_go_
     let out: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(out["ticks"].as_u64(), Some(head.steps + 1), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_store_fire_each_cron_tick_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(dir.path().join("store")).unwrap());
+    let a = crate::server_on(Arc::clone(&store)).router().unwrap();
+    let _b = crate::server_on(Arc::clone(&store)).router().unwrap();
+    let started = std::time::Instant::now();
+    // Each tick runs on a new thread (kept): one thread per tick fired.
+    let response = call(
+        &a,
+        Request::post("/runs/crons")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(
+                r#"{"assistant_id": "ticks", "schedule": "* * * * * *", "input": {"limit": 0},
+                    "on_run_completed": "keep"}"#,
+            ))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let cron: Value = serde_json::from_slice(&bytes).unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let path = format!("/runs/crons/{}", cron["cron_id"].as_str().unwrap());
+    let response = call(
+        &a,
+        Request::delete(path.as_str()).body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let elapsed = started.elapsed().as_secs() + 1;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let threads = store
+        .sessions()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|s| s.as_str().starts_with("harness-server/thread/"))
+        .count() as u64;
+    // One tick per second fired, by one of the two servers: never both.
+    assert!(threads >= 2, "{threads} ticks");
+    assert!(threads <= elapsed, "{threads} ticks in {elapsed} s");
+}

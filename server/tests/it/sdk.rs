@@ -319,3 +319,21 @@ async fn a_run_calls_its_webhook_signed_and_again_after_a_failure() {
     assert_eq!(seen["same_run"], true);
     assert_eq!(seen["refused_host_field"], "webhook");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_schedules_runs_with_a_cron_and_deletes_it() {
+    let seen = drive("sdk_cron.py", |s| s).await;
+    assert_eq!(
+        seen,
+        json!({
+            "next_run_set": true,
+            "ticked": true,
+            "run_metadata": true,
+            "searched": [true],
+            "quiet_after_delete": true,
+            "deleted_twice": 404,
+            "bad_schedule": "schedule",
+            "unknown_assistant": 404,
+        })
+    );
+}

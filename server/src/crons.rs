@@ -1,0 +1,439 @@
+//! Crons: runs on a schedule, on a thread or each on a new thread.
+//!
+//! A cron is a record in the session store (beside the thread records).
+//! Each server's scheduler looks at the crons every second; a tick is fired
+//! by the one server that moves the cron's next time forward, with a
+//! compare-and-set on the record: servers sharing a store fire each tick
+//! once.
+
+use crate::app::{Body, Shared};
+use crate::error::ApiError;
+use crate::schedule::Schedule;
+use crate::time::iso;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use harness::SessionId;
+use harness::session::{
+    Checkpoint, CheckpointKind, Commit, StoreError, load_value, now_millis, save_value,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+const OWNER: &str = "harness-server";
+const PREFIX: &str = "harness-server/cron/";
+
+fn key(id: &str) -> SessionId {
+    SessionId::from(format!("{PREFIX}{id}"))
+}
+
+/// A cron as the store keeps it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct CronRecord {
+    cron_id: String,
+    assistant_id: String,
+    thread_id: Option<String>,
+    schedule: String,
+    input: Option<Value>,
+    metadata: Map<String, Value>,
+    enabled: bool,
+    /// No tick after this (ms since the epoch).
+    end_time: Option<u64>,
+    /// The next tick (ms since the epoch); `None` when there is none.
+    next_run: Option<u64>,
+    /// For a cron without a thread: whether each run's new thread is
+    /// deleted once the run settles.
+    on_run_completed: String,
+    created_at: u64,
+    updated_at: u64,
+    #[serde(default)]
+    deleted: bool,
+}
+
+impl CronRecord {
+    fn to_json(&self) -> Value {
+        json!({
+            "cron_id": self.cron_id,
+            "assistant_id": self.assistant_id,
+            "thread_id": self.thread_id,
+            "schedule": self.schedule,
+            "timezone": "UTC",
+            "payload": {"input": self.input},
+            "metadata": self.metadata,
+            "enabled": self.enabled,
+            "end_time": self.end_time.map(iso),
+            "next_run_date": self.next_run.map(iso),
+            "on_run_completed": self.on_run_completed,
+            "user_id": null,
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        })
+    }
+
+    fn next_after(&self, now: u64) -> Option<u64> {
+        let next = Schedule::parse(&self.schedule).ok()?.next_after(now)?;
+        match self.end_time {
+            Some(end) if next > end => None,
+            _ => Some(next),
+        }
+    }
+}
+
+async fn save(app: &Shared, cron: &CronRecord) -> Result<(), ApiError> {
+    let value = serde_json::to_value(cron).map_err(|e| ApiError::Internal(e.to_string()))?;
+    save_value(&*app.store, OWNER, &key(&cron.cron_id), value).await?;
+    Ok(())
+}
+
+async fn load(app: &Shared, id: &str) -> Result<Option<CronRecord>, ApiError> {
+    let Some(value) = load_value(&*app.store, OWNER, &key(id)).await? else {
+        return Ok(None);
+    };
+    let cron: CronRecord = serde_json::from_value(value)
+        .map_err(|e| ApiError::Internal(format!("the record of cron {id} does not read: {e}")))?;
+    Ok((!cron.deleted).then_some(cron))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CreateCron {
+    assistant_id: String,
+    schedule: String,
+    input: Option<Value>,
+    metadata: Option<Map<String, Value>>,
+    enabled: Option<bool>,
+    end_time: Option<String>,
+    timezone: Option<String>,
+    on_run_completed: Option<String>,
+    webhook: Option<String>,
+    interrupt_before: Option<Value>,
+    interrupt_after: Option<Value>,
+    multitask_strategy: Option<String>,
+}
+
+/// An RFC 3339 time in UTC (`...Z` or `...+00:00`) as ms since the epoch.
+fn read_time(text: &str, field: &str) -> Result<u64, ApiError> {
+    let bad = || {
+        ApiError::bad(
+            field,
+            format!("`{text}` is not a time in UTC like 2030-01-31T12:00:00Z"),
+        )
+    };
+    let body = text
+        .strip_suffix('Z')
+        .or_else(|| text.strip_suffix("+00:00"))
+        .ok_or_else(bad)?;
+    let (date, clock) = body.split_once('T').ok_or_else(bad)?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let (clock, frac) = clock.split_once('.').unwrap_or((clock, "0"));
+    let c: Vec<i64> = clock
+        .split(':')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    if d.len() != 3 || c.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
+        return Err(bad());
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms: i64 = format!("{:0<3}", &frac[..frac.len().min(3)])
+        .parse()
+        .map_err(|_| bad())?;
+    let total = ((days * 86_400 + c[0] * 3600 + c[1] * 60 + c[2]) * 1000) + ms;
+    u64::try_from(total).map_err(|_| bad())
+}
+
+async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Result<Value, ApiError> {
+    app.agent(&body.assistant_id)?;
+    Schedule::parse(&body.schedule).map_err(|e| ApiError::bad("schedule", e))?;
+    if let Some(tz) = body.timezone.as_deref()
+        && !matches!(tz, "UTC" | "Etc/UTC" | "utc")
+    {
+        return Err(ApiError::unprocessable(
+            "timezone",
+            format!("schedules run in UTC on this server; `{tz}` is not supported yet"),
+        ));
+    }
+    for (field, v) in [
+        ("interrupt_before", &body.interrupt_before),
+        ("interrupt_after", &body.interrupt_after),
+    ] {
+        if v.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::unprocessable(
+                field,
+                format!(
+                    "`{field}` is not supported: a step asks for a human with cx.interrupt(..)"
+                ),
+            ));
+        }
+    }
+    if body.webhook.is_some() {
+        return Err(ApiError::unprocessable(
+            "webhook",
+            "a cron's runs do not call webhooks on this server yet",
+        ));
+    }
+    if let Some(s) = body.multitask_strategy.as_deref()
+        && s != "enqueue"
+    {
+        return Err(ApiError::unprocessable(
+            "multitask_strategy",
+            "a cron's runs are queued behind the thread's runs (`enqueue`)",
+        ));
+    }
+    let on_run_completed = body.on_run_completed.unwrap_or_else(|| "delete".into());
+    if !matches!(on_run_completed.as_str(), "delete" | "keep") {
+        return Err(ApiError::bad(
+            "on_run_completed",
+            format!("`{on_run_completed}` is neither `delete` nor `keep`"),
+        ));
+    }
+    if let Some(input) = &body.input
+        && !input.is_null()
+    {
+        app.agent(&body.assistant_id)?.check_input(input, "input")?;
+    }
+    if let Some(t) = &thread
+        && crate::threads::find(app, t).await?.is_none()
+    {
+        return Err(ApiError::not_found("thread", t.clone()));
+    }
+    let end_time = body
+        .end_time
+        .as_deref()
+        .map(|t| read_time(t, "end_time"))
+        .transpose()?;
+    let now = now_millis();
+    let mut cron = CronRecord {
+        cron_id: uuid::Uuid::new_v4().to_string(),
+        assistant_id: body.assistant_id,
+        thread_id: thread,
+        schedule: body.schedule,
+        input: body.input,
+        metadata: body.metadata.unwrap_or_default(),
+        enabled: body.enabled.unwrap_or(true),
+        end_time,
+        next_run: None,
+        on_run_completed,
+        created_at: now,
+        updated_at: now,
+        deleted: false,
+    };
+    cron.next_run = cron.next_after(now);
+    save(app, &cron).await?;
+    Ok(cron.to_json())
+}
+
+pub(crate) async fn create_for_thread(
+    State(app): State<Shared>,
+    Path(thread): Path<String>,
+    Body(body): Body<CreateCron>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(create(&app, Some(thread), body).await?))
+}
+
+pub(crate) async fn create_stateless(
+    State(app): State<Shared>,
+    Body(body): Body<CreateCron>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(create(&app, None, body).await?))
+}
+
+pub(crate) async fn delete(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let mut cron = load(&app, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("cron", id.clone()))?;
+    cron.deleted = true;
+    cron.enabled = false;
+    cron.updated_at = now_millis();
+    save(&app, &cron).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct SearchCrons {
+    assistant_id: Option<String>,
+    thread_id: Option<String>,
+    enabled: Option<bool>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+/// Every cron in the store.
+async fn all(app: &Shared) -> Result<Vec<CronRecord>, ApiError> {
+    let mut out = Vec::new();
+    for session in app.store.sessions().await? {
+        if let Some(id) = session.as_str().strip_prefix(PREFIX)
+            && let Some(cron) = load(app, id).await?
+        {
+            out.push(cron);
+        }
+    }
+    out.sort_by_key(|c| c.created_at);
+    Ok(out)
+}
+
+pub(crate) async fn search(
+    State(app): State<Shared>,
+    Body(body): Body<SearchCrons>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    let list = all(&app)
+        .await?
+        .into_iter()
+        .filter(|c| {
+            body.assistant_id
+                .as_ref()
+                .is_none_or(|a| *a == c.assistant_id)
+        })
+        .filter(|c| body.thread_id.is_none() || body.thread_id == c.thread_id)
+        .filter(|c| body.enabled.is_none_or(|e| e == c.enabled))
+        .skip(body.offset.unwrap_or(0))
+        .take(body.limit.unwrap_or(10).min(1000))
+        .map(|c| c.to_json())
+        .collect();
+    Ok(Json(list))
+}
+
+/// Moves cron `id`'s next time past `now` if it is due, with a
+/// compare-and-set on its record; the cron as it was when this server won
+/// the tick, or `None` (not due, or another server fired it).
+async fn claim(app: &Shared, id: &str, now: u64) -> Result<Option<CronRecord>, ApiError> {
+    let session = key(id);
+    let Some(head) = app.store.load(&session).await? else {
+        return Ok(None);
+    };
+    let snapshot = app
+        .store
+        .checkpoints(&session, head.snapshot_seq)
+        .await?
+        .into_iter()
+        .find(|c| c.seq == head.snapshot_seq);
+    let Some(Checkpoint {
+        kind: CheckpointKind::Snapshot(value),
+        ..
+    }) = snapshot
+    else {
+        return Ok(None);
+    };
+    let due: CronRecord = serde_json::from_value(value)
+        .map_err(|e| ApiError::Internal(format!("the record of cron {id} does not read: {e}")))?;
+    if due.deleted || !due.enabled || due.next_run.is_none_or(|t| t > now) {
+        return Ok(None);
+    }
+    let mut moved = due.clone();
+    moved.next_run = moved.next_after(now);
+    moved.updated_at = now;
+    let value = serde_json::to_value(&moved).map_err(|e| ApiError::Internal(e.to_string()))?;
+    // The record as `save_value` writes it, on the condition that nobody
+    // wrote it since it was read.
+    let seq = head.last_seq + 1;
+    let mut next = head.clone();
+    next.version = head.version + 1;
+    next.snapshot_seq = seq;
+    next.last_seq = seq;
+    next.state_bytes = value.to_string().len() as u64;
+    next.updated_at = now;
+    let commit = Commit {
+        head: next,
+        expected_version: Some(head.version),
+        append: vec![Checkpoint {
+            seq,
+            index: 0,
+            step: "$saved".into(),
+            time: now,
+            kind: CheckpointKind::Snapshot(value),
+        }],
+        remove: vec![head.snapshot_seq],
+        durable: true,
+    };
+    match app.store.commit(&commit).await {
+        Ok(()) => Ok(Some(due)),
+        Err(StoreError::Conflict { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Starts the run of a tick.
+async fn fire(app: &Shared, cron: &CronRecord) -> Result<(), ApiError> {
+    let mut body = json!({
+        "assistant_id": cron.assistant_id,
+        "input": cron.input,
+        "metadata": {"cron_id": cron.cron_id},
+        "multitask_strategy": "enqueue",
+    });
+    if cron.thread_id.is_none() {
+        body["on_completion"] = json!(cron.on_run_completed);
+    }
+    let body = crate::app::parse(body.to_string().as_bytes())?;
+    crate::runs::start_for_cron(app, cron.thread_id.clone(), body).await
+}
+
+/// Fires the due ticks of every cron, until the server stops.
+pub(crate) async fn scheduler(app: Shared) {
+    let mut stopping = app.stopping.subscribe();
+    loop {
+        let now = now_millis();
+        match all(&app).await {
+            Ok(crons) => {
+                for cron in crons
+                    .iter()
+                    .filter(|c| c.enabled && c.next_run.is_some_and(|t| t <= now))
+                {
+                    match claim(&app, &cron.cron_id, now).await {
+                        Ok(Some(due)) => {
+                            if let Err(e) = fire(&app, &due).await {
+                                tracing::warn!(cron = %due.cron_id, error = %e, "a cron's run could not start");
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(cron = %cron.cron_id, error = %e, "cannot claim a cron's tick")
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list the crons"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_time;
+
+    #[test]
+    fn end_times_read_as_utc() {
+        assert_eq!(
+            read_time("2024-02-29T12:34:56.789Z", "t").unwrap(),
+            1_709_210_096_789
+        );
+        assert_eq!(read_time("1970-01-01T00:00:00+00:00", "t").unwrap(), 0);
+        for bad in [
+            "2024-02-29",
+            "2024-13-01T00:00:00Z",
+            "2024-02-29T12:34:56+02:00",
+            "x",
+        ] {
+            assert!(read_time(bad, "end_time").is_err(), "{bad}");
+        }
+    }
+}
