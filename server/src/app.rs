@@ -292,6 +292,7 @@ mod tests {
             Value::Null,
             Value::Null,
             "reject",
+            Vec::new(),
         );
         runs.add(unsettled);
         for i in 1..=RUNS_KEPT + 10 {
@@ -302,6 +303,7 @@ mod tests {
                 Value::Null,
                 Value::Null,
                 "reject",
+                Vec::new(),
             );
             run.finish(RunStatus::Success, RunResult::default());
             runs.add(run);

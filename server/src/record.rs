@@ -144,6 +144,9 @@ pub(crate) struct RunRecord {
     pub(crate) kwargs: Value,
     /// What a new run on the busy thread did to this one's predecessors.
     pub(crate) multitask_strategy: &'static str,
+    /// The stream modes the run was created with: what a reconnecting
+    /// client gets by default.
+    pub(crate) modes: Vec<Mode>,
     live: Mutex<Live>,
     /// The number of frames, bumped at each new frame and at the end.
     tick: watch::Sender<u64>,
@@ -167,6 +170,7 @@ impl RunRecord {
         metadata: Value,
         kwargs: Value,
         multitask_strategy: &'static str,
+        modes: Vec<Mode>,
     ) -> Arc<Self> {
         let now = now_millis();
         let record = Arc::new(RunRecord {
@@ -177,6 +181,7 @@ impl RunRecord {
             metadata,
             kwargs,
             multitask_strategy,
+            modes,
             live: Mutex::new(Live {
                 status: RunStatus::Pending,
                 updated_at: now,

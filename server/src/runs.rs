@@ -44,8 +44,7 @@ pub(crate) struct RunCreate {
     command: Option<Command>,
     stream_mode: Option<OneOrMany>,
     stream_subgraphs: Option<bool>,
-    #[serde(rename = "stream_resumable")]
-    _stream_resumable: Option<bool>,
+    stream_resumable: Option<bool>,
     metadata: Option<Map<String, Value>>,
     config: Option<Map<String, Value>>,
     context: Option<Map<String, Value>>,
@@ -370,6 +369,7 @@ async fn start(
         Value::Object(metadata),
         kwargs,
         strategy.name(),
+        plan.modes.clone(),
     );
     let checkpoint = body
         .checkpoint
@@ -649,14 +649,21 @@ async fn stream_run(
     )?;
     let subgraphs = body.stream_subgraphs.unwrap_or(false);
     let cancel = body.on_disconnect.as_deref() == Some("cancel");
+    let resumable = body.stream_resumable.unwrap_or(false);
     let run = start(&app, thread, body).await?;
     let loc = location(&run);
-    Ok(stream::response(
+    let mut response = stream::response(
         run,
         want_of(modes, subgraphs, cancel),
         &loc,
         app.stopping.subscribe(),
-    ))
+    );
+    // A resumable stream says where to reconnect: the SDK comes back there
+    // with the last event id it got.
+    if resumable && let Ok(v) = HeaderValue::from_str(&format!("{loc}/stream")) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
 }
 
 pub(crate) async fn stream_on_thread(
@@ -802,14 +809,9 @@ pub(crate) async fn join_stream(
     let run = find_run(&app, &thread, &run).await?;
     let names = query.all("stream_mode");
     let modes = if names.is_empty() {
-        vec![
-            Mode::Values,
-            Mode::Updates,
-            Mode::Custom,
-            Mode::Debug,
-            Mode::Events,
-            Mode::Messages,
-        ]
+        // The modes the run was created with: what a client reconnecting
+        // to its stream (the SDK, after `stream_resumable`) asked for.
+        run.modes.clone()
     } else {
         read_modes(&names, "stream_mode")?
     };

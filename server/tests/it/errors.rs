@@ -490,3 +490,36 @@ async fn the_process_secrets_never_leave_in_streams_results_or_state() {
     assert_eq!(waited["decision"], "approved", "{waited}");
     assert!(!waited.to_string().contains(secret), "{waited}");
 }
+
+#[tokio::test]
+async fn a_resumable_stream_says_where_to_reconnect_and_names_its_run() {
+    let api = Api::new();
+    let t = api.thread().await;
+    for (resumable, located) in [(true, true), (false, false)] {
+        let body = format!(
+            r#"{{"assistant_id": "ticks", "input": {{"limit": 1}}, "stream_resumable": {resumable}}}"#
+        );
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("/threads/{t}/runs/stream"))
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let response = api.router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let run = response.headers()["content-location"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(run.starts_with(&format!("/threads/{t}/runs/")), "{run}");
+        assert_eq!(
+            response
+                .headers()
+                .get("location")
+                .map(|v| v.to_str().unwrap().to_string()),
+            located.then(|| format!("{run}/stream"))
+        );
+        // Read it to the end: the thread is free for the next one.
+        response.into_body().collect().await.unwrap();
+    }
+}

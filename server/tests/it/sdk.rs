@@ -182,6 +182,11 @@ async fn the_python_sdk_drives_threads_streams_interrupts_history_and_runs() {
 
     // Replay from an event id; a disconnect that cancels; a copy.
     assert!(!seen["replay"][1].as_array().unwrap().is_empty());
+    assert_eq!(
+        seen["resumable_events"],
+        json!(["metadata", "updates", "updates"])
+    );
+    assert_eq!(seen["rejoined_events"], json!(["metadata", "updates"]));
     assert_eq!(seen["disconnected_status"], "interrupted");
     let ticks = seen["disconnected_ticks"].as_u64().unwrap();
     assert!((2..1000).contains(&ticks), "{ticks}");

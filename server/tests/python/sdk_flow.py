@@ -210,6 +210,16 @@ seen["replay"] = [[p.id for p in whole], [p.id for p in later]]
 assert [p.id for p in later] == [p.id for p in whole[2:]], seen["replay"]
 assert [p.data for p in later] == [p.data for p in whole[2:]]
 
+# A resumable stream tells the SDK where to reconnect (it checks the run
+# when the stream ends); joining it again without modes gets the run's own.
+rs = client.threads.create()["thread_id"]
+parts = list(
+    client.runs.stream(rs, "ticks", input={"limit": 2}, stream_mode="updates", stream_resumable=True)
+)
+seen["resumable_events"] = [p.event for p in parts]
+rejoined = list(client.runs.join_stream(rs, parts[0].data["run_id"]))
+seen["rejoined_events"] = sorted({p.event for p in rejoined})
+
 # A client that goes away with on_disconnect="cancel" stops its run.
 dthread = client.threads.create()["thread_id"]
 for part in client.runs.stream(
