@@ -981,38 +981,10 @@ impl Notebook {
         }
     }
 
-    /// The cell's source as the kernel runs it: IPython escape lines (which
-    /// the analysis skipped) become `pass`, except the timing magics
-    /// (`%time`, `%timeit`, `%prun`), whose statement runs once, so that
-    /// what it reads and binds is in the namespace and in the trace.
+    /// The cell's source as the kernel runs it ([`runnable_source`]).
     fn kernel_source(&self, cell: CellId) -> Result<String, NotebookError> {
         let node = self.graph.cell(cell)?;
-        let escapes = &node.analysis().ipython_escapes;
-        if escapes.is_empty() {
-            return Ok(node.source().to_owned());
-        }
-        let timed: BTreeMap<u32, &str> = escapes
-            .iter()
-            .filter_map(|e| timed_statement(&e.command).map(|statement| (e.line, statement)))
-            .collect();
-        let lines: BTreeSet<u32> = escapes.iter().map(|e| e.line).collect();
-        let mut out = String::with_capacity(node.source().len());
-        for (index, line) in node.source().lines().enumerate() {
-            let number = u32::try_from(index + 1).unwrap_or(u32::MAX);
-            if let Some(statement) = timed.get(&number) {
-                let indent = &line[..line.len() - line.trim_start().len()];
-                out.push_str(indent);
-                out.push_str(statement);
-            } else if lines.contains(&number) {
-                let indent = &line[..line.len() - line.trim_start().len()];
-                out.push_str(indent);
-                out.push_str("pass  # harness: IPython command skipped");
-            } else {
-                out.push_str(line);
-            }
-            out.push('\n');
-        }
-        Ok(out)
+        Ok(runnable_source(node.source(), node.analysis()))
     }
 
     fn declared(&self, cell: CellId) -> Result<Vec<String>, NotebookError> {
@@ -1540,6 +1512,51 @@ fn read_check(
         unexpected,
         unobserved,
     }
+}
+
+/// A cell's source as the kernel runs it: IPython escape lines (which the
+/// analysis, with [`AnalysisOptions::ipython`], skipped) become `pass`,
+/// except the timing magics (`%time`, `%timeit`, `%prun`), whose statement
+/// runs once, so that what it reads and binds is in the namespace and in
+/// the trace.
+///
+/// ```
+/// use harness_code::{AnalysisOptions, analyze_cell_with};
+/// use harness_code::notebook::runnable_source;
+///
+/// let source = "%matplotlib inline\n%timeit -n 3 total = sum(xs)";
+/// let analysis = analyze_cell_with(source, AnalysisOptions { ipython: true }).unwrap();
+/// assert_eq!(
+///     runnable_source(source, &analysis),
+///     "pass  # harness: IPython command skipped\ntotal = sum(xs)\n"
+/// );
+/// ```
+pub fn runnable_source(source: &str, analysis: &crate::CellAnalysis) -> String {
+    let escapes = &analysis.ipython_escapes;
+    if escapes.is_empty() {
+        return source.to_owned();
+    }
+    let timed: BTreeMap<u32, &str> = escapes
+        .iter()
+        .filter_map(|e| timed_statement(&e.command).map(|statement| (e.line, statement)))
+        .collect();
+    let lines: BTreeSet<u32> = escapes.iter().map(|e| e.line).collect();
+    let mut out = String::with_capacity(source.len());
+    for (index, line) in source.lines().enumerate() {
+        let number = u32::try_from(index + 1).unwrap_or(u32::MAX);
+        let indent = &line[..line.len() - line.trim_start().len()];
+        if let Some(statement) = timed.get(&number) {
+            out.push_str(indent);
+            out.push_str(statement);
+        } else if lines.contains(&number) {
+            out.push_str(indent);
+            out.push_str("pass  # harness: IPython command skipped");
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The Python statement of a timing line magic (`%time x = f()`,

@@ -208,13 +208,16 @@ class Sink:
 # and after a cell (the "after" of one cell is the "before" of the next, so
 # each value is fingerprinted once per cell). A fingerprint is bounded: the
 # value's identity and type, then its content, fully up to FP_FULL_BYTES of
-# array data or FP_ITEMS container items, sampled beyond (a change that
-# misses every sample is missed). numpy and pandas are never imported: their
+# array data or FP_ITEMS container items, sampled beyond (FP_SAMPLES
+# elements spread over an array; a change that misses every sample is
+# missed). numpy and pandas are never imported: their
 # objects are recognised by their type's module.
 
-FP_FULL_BYTES = 1 << 16
-FP_CHUNK = 1 << 12
-FP_CHUNKS = 16
+FP_FULL_BYTES = 1 << 14
+FP_SAMPLES = 2048
+FP_EDGE = 64
+FP_CHUNK = 1 << 8
+FP_CHUNKS = 64
 FP_ITEMS = 4096
 FP_PICKLE_BYTES = 1 << 16
 FP_DEPTH = 3
@@ -247,16 +250,26 @@ class BoundedHash:
         self.hash.update(data)
 
 
-def _feed_buffer(h, array):
-    """Feeds an array's bytes: all of them up to FP_FULL_BYTES, else
-    FP_CHUNKS evenly spaced chunks (the first and last included)."""
+def _bounded_flat(array, limit):
+    """At most `limit` elements of an array, evenly spaced, without copying
+    more than those (a reshape of a strided view would copy it all)."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        flat = array.ravel(order="K")  # a view in either order
+        return flat if flat.size <= limit else flat[::flat.size // limit + 1]
+    if array.size <= limit:
+        return array.ravel(order="K")
+    step = array.size // limit + 1
+    return array.flat[list(range(0, array.size, step))]
+
+
+def _feed_buffer(h, buffer):
+    """Feeds a buffer's bytes (a bytearray, a memoryview): all of them up to
+    FP_FULL_BYTES, else FP_CHUNKS evenly spaced chunks."""
     try:
-        view = memoryview(array).cast("B")
+        view = memoryview(buffer).cast("B")
     except (TypeError, ValueError, BufferError):
-        # Not contiguous (a strided view): copy a bounded part.
-        flat = array.reshape(-1) if array.size <= (FP_FULL_BYTES // max(array.itemsize, 1)) \
-            else array.reshape(-1)[::max(1, array.size // (FP_FULL_BYTES // max(array.itemsize, 1)))]
-        view = memoryview(flat.tobytes())
+        h.update(id(buffer).to_bytes(8, "little"))
+        return
     size = len(view)
     # CRC-32 rather than the running hash: four times as fast, and a
     # fingerprint only has to tell a value from its own earlier self.
@@ -279,11 +292,20 @@ def _feed_ndarray(h, array):
         pass
     if array.dtype.hasobject:
         # Object arrays (strings in pandas): the elements themselves, bounded.
-        flat = array.reshape(-1)
-        items = flat if flat.size <= FP_ITEMS else flat[::flat.size // FP_ITEMS + 1]
-        _feed_items(h, tuple(items), 1)
+        _feed_items(h, tuple(_bounded_flat(array, FP_ITEMS)), 1)
         return
-    _feed_buffer(h, array)
+    # All the data up to FP_FULL_BYTES; past it FP_SAMPLES elements spread
+    # evenly over the whole array plus its first and last elements: a
+    # change that touches none of them (one element of a large array) is
+    # not seen.
+    if array.nbytes <= FP_FULL_BYTES:
+        data = array.tobytes()
+    else:
+        data = _bounded_flat(array, FP_SAMPLES).tobytes()
+        if array.flags.c_contiguous or array.flags.f_contiguous:
+            flat = array.ravel(order="K")
+            data += flat[:FP_EDGE].tobytes() + flat[-FP_EDGE:].tobytes()
+    h.update(zlib.crc32(data).to_bytes(4, "little"))
 
 
 def _feed_pandas(h, value, depth):
