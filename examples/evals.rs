@@ -8,12 +8,15 @@
 //! HARNESS_PROVIDER=openai OPENAI_BASE_URL=$HARNESS_LLM_URL HARNESS_MODEL=$HARNESS_LLM_MODEL \
 //!     cargo run -p harness-examples --example evals                # a real one
 //! cargo run -p harness-examples --example evals -- --baseline old.json --threshold 0.05
+//! HARNESS_PROVIDER=openai cargo run -p harness-examples --example evals -- --models gpt-4o-mini,gpt-4.1-mini
 //! ```
 //!
 //! It writes `evals-report.json` in the working directory (`--out FILE`
 //! elsewhere); `harness-evals show|compare` read it. With `--baseline`, it
 //! compares with an earlier report and exits 1 on a regression beyond the
-//! threshold.
+//! threshold. With `--models a,b,…` it runs the same cases on each model of
+//! the provider (`scripted` among them runs the script) and prints them side
+//! by side, a report per model (`evals-report-{model}.json`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,9 +27,9 @@ use harness::llm::{Expect, ModelResponse, ScriptedModel, Tool, ToolCall, ToolSet
 use harness::{Harness, create_agent_with};
 use harness_evals::{
     Budget, CaseCx, Comparison, Dataset, Evaluators, Experiment, Match, NumericTolerance, Report,
-    StepTrajectory, TaskError, ToolTrajectory, task_fn,
+    StepTrajectory, TaskError, ToolTrajectory, side_by_side, task_fn,
 };
-use harness_examples::providers_select::model_from_env;
+use harness_examples::providers_select::{model_from_env, select};
 use harness_kit::{AgentChat, AgentLoop, Limits, ModelDeps, ModelDepsAgent};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -125,6 +128,7 @@ fn scripted(dataset: &Dataset<String, Expected>) -> ScriptedModel {
 }
 
 struct Options {
+    models: Vec<String>,
     out: PathBuf,
     baseline: Option<PathBuf>,
     threshold: f64,
@@ -132,6 +136,7 @@ struct Options {
 
 fn options() -> Result<Options, String> {
     let mut options = Options {
+        models: Vec::new(),
         out: PathBuf::from("evals-report.json"),
         baseline: None,
         threshold: 0.0,
@@ -141,6 +146,13 @@ fn options() -> Result<Options, String> {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--out" => options.out = value()?.into(),
+            "--models" => {
+                options.models = value()?
+                    .split(',')
+                    .map(|m| m.trim().to_owned())
+                    .filter(|m| !m.is_empty())
+                    .collect();
+            }
             "--baseline" => options.baseline = Some(value()?.into()),
             "--threshold" => {
                 let v = value()?;
@@ -186,6 +198,33 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         .with(StepTrajectory::new(Match::Superset, ["model"]).named("steps"))
         .with(Budget::new().max_model_calls(4));
 
+    if !options.models.is_empty() {
+        // One command, several models: the same cases on each, side by side.
+        let provider = std::env::var("HARNESS_PROVIDER").unwrap_or_default();
+        let models = options
+            .models
+            .iter()
+            .map(|name| match name.as_str() {
+                "scripted" => select("scripted", None, scripted(&dataset)),
+                name => select(&provider, Some(name), scripted(&dataset)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let reports = Experiment::new("models")
+            .concurrency(1)
+            .timeout(Duration::from_secs(300))
+            .run_models(models, &dataset, &task, &evaluators)
+            .await?;
+        for report in &reports {
+            let name = report
+                .model
+                .as_deref()
+                .unwrap_or("model")
+                .replace(['/', ' '], "_");
+            report.save(format!("evals-report-{name}.json"))?;
+        }
+        print!("{}", side_by_side(&reports));
+        return Ok(ExitCode::SUCCESS);
+    }
     let experiment = Experiment::new("baseline")
         .model(Arc::clone(&model))
         // The script answers in dataset order; a server takes two at once.
