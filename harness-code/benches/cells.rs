@@ -20,7 +20,9 @@
 //!   1 ms, and the ratio of the totals;
 //! - **replay**: after a one-cell edit (the cell's code changed, its
 //!   values not), the notebook's replay (restore, cache keys, early
-//!   cut-off) against running every cell again in a fresh namespace.
+//!   cut-off) against running every cell again in a fresh namespace;
+//! - **restore**: for each cell whose outputs were all snapshotted (blobs,
+//!   modules), loading them into a fresh kernel against running the cell.
 //!
 //! Timings are printed, never asserted; the missed count is the one figure
 //! that must be 0.
@@ -29,7 +31,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness_code::kernel::{Kernel, KernelConfig};
+use harness_code::kernel::{Kernel, KernelConfig, RestoreValue, Stored};
 use harness_code::notebook::{Notebook, runnable_source};
 use harness_code::{
     AnalysisOptions, CellId, ExecutionStateGraph, Provenance, analyze_cell_with,
@@ -153,6 +155,78 @@ struct Totals {
     replay_us: u64,
     run_all_us: u64,
     replays: usize,
+    restore_us: u64,
+    recompute_us: u64,
+    restored_cells: usize,
+    /// The same for cells that ran 10 ms or more.
+    restore_long_us: u64,
+    recompute_long_us: u64,
+    restored_long_cells: usize,
+}
+
+/// For each successful cell whose outputs all have a blob or are modules,
+/// at least one a blob: (time to load the blobs into a fresh kernel, the
+/// cell's own run time). Modules are imported first, untimed: an import is
+/// paid once per kernel whichever way the values come back.
+async fn restore_times(notebook: &Notebook, cells: usize, work: &Path) -> Vec<(u64, u64)> {
+    let mut config = config(false, work);
+    config.blob_dir = Some(notebook.blobs().root().to_path_buf());
+    let mut kernel = Kernel::spawn(config)
+        .await
+        .unwrap_or_else(|e| fail("kernel", e));
+    let modules: Vec<RestoreValue> = (0..cells)
+        .filter_map(|cell| notebook.record(CellId::new(cell as u32)))
+        .flat_map(|record| record.outputs.iter())
+        .filter_map(|(name, summary)| match &summary.stored {
+            Stored::Module { name: module } => Some(RestoreValue::Module {
+                name: name.clone(),
+                module: module.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let _ = kernel.restore(&modules).await;
+    let mut times = Vec::new();
+    for cell in 0..cells {
+        let Some(record) = notebook.record(CellId::new(cell as u32)) else {
+            continue;
+        };
+        if !record.is_ok() || record.outputs.is_empty() {
+            continue;
+        }
+        let restorable = record
+            .outputs
+            .values()
+            .all(|summary| match &summary.stored {
+                Stored::Blob { hash, .. } => notebook.blobs().contains(hash),
+                Stored::Module { .. } => true,
+                Stored::Unrestorable { .. } => false,
+            });
+        // Modules were imported above.
+        let values: Vec<RestoreValue> = record
+            .outputs
+            .iter()
+            .filter_map(|(name, summary)| {
+                summary.stored.hash().map(|hash| RestoreValue::Blob {
+                    name: name.clone(),
+                    blob: hash.to_owned(),
+                })
+            })
+            .collect();
+        if !restorable || values.is_empty() {
+            continue;
+        }
+        let started = Instant::now();
+        match kernel.restore(&values).await {
+            Ok(report) if report.failed.is_empty() => {
+                let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                times.push((took, record.duration_us));
+            }
+            _ => {}
+        }
+    }
+    let _ = kernel.shutdown().await;
+    times
 }
 
 /// Per-cell kernel times of all cells run in a fresh kernel: (run + trace
@@ -215,6 +289,7 @@ async fn bench(path: &Path, totals: &mut Totals) {
     }
     let report = notebook.replay().await.unwrap_or_else(|e| fail("run", e));
     let failed = report.failed().len();
+    let restores = restore_times(&notebook, cells.len(), &work).await;
     let traces: Vec<_> = (0..cells.len())
         .map(|i| {
             notebook
@@ -306,6 +381,25 @@ async fn bench(path: &Path, totals: &mut Totals) {
             run_all as f64 / (replay_us as f64 / replays as f64).max(1.0)
         );
     }
+    if !restores.is_empty() {
+        let restore: u64 = restores.iter().map(|(r, _)| r).sum();
+        let recompute: u64 = restores.iter().map(|(_, c)| c).sum();
+        println!(
+            "  restore instead of recompute ({} cells with snapshotted outputs): {:.1} ms \
+             against {:.1} ms",
+            restores.len(),
+            restore as f64 / 1000.0,
+            recompute as f64 / 1000.0
+        );
+        totals.restore_us += restore;
+        totals.recompute_us += recompute;
+        totals.restored_cells += restores.len();
+        for (r, c) in restores.iter().filter(|(_, c)| *c >= 10_000) {
+            totals.restore_long_us += r;
+            totals.recompute_long_us += c;
+            totals.restored_long_cells += 1;
+        }
+    }
     totals.edits += cells.len();
     totals.truth += truth_n;
     totals.missed += missed;
@@ -360,6 +454,24 @@ fn main() {
             totals.run_all_us as f64 / totals.replays as f64 / 1000.0,
             totals.replays,
             clock.elapsed().as_secs_f64()
+        );
+    }
+    if totals.restored_cells > 0 {
+        println!(
+            "ALL: restoring the snapshotted outputs of {} cells took {:.1} ms, running them \
+             {:.1} ms ({:.0}% less)",
+            totals.restored_cells,
+            totals.restore_us as f64 / 1000.0,
+            totals.recompute_us as f64 / 1000.0,
+            100.0 * (1.0 - totals.restore_us as f64 / totals.recompute_us.max(1) as f64)
+        );
+        println!(
+            "ALL: of those, the {} cells that ran 10 ms or more: restore {:.1} ms, run {:.1} ms \
+             ({:.0}% less)",
+            totals.restored_long_cells,
+            totals.restore_long_us as f64 / 1000.0,
+            totals.recompute_long_us as f64 / 1000.0,
+            100.0 * (1.0 - totals.restore_long_us as f64 / totals.recompute_long_us.max(1) as f64)
         );
     }
     if totals.missed > 0 {
