@@ -459,11 +459,11 @@ fn main() {
     if totals.restored_cells > 0 {
         println!(
             "ALL: restoring the snapshotted outputs of {} cells took {:.1} ms, running them \
-             {:.1} ms ({:.0}% less)",
+             {:.1} ms (restore/run {:.2})",
             totals.restored_cells,
             totals.restore_us as f64 / 1000.0,
             totals.recompute_us as f64 / 1000.0,
-            100.0 * (1.0 - totals.restore_us as f64 / totals.recompute_us.max(1) as f64)
+            totals.restore_us as f64 / totals.recompute_us.max(1) as f64
         );
         println!(
             "ALL: of those, the {} cells that ran 10 ms or more: restore {:.1} ms, run {:.1} ms \
