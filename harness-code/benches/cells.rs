@@ -467,11 +467,11 @@ fn main() {
         );
         println!(
             "ALL: of those, the {} cells that ran 10 ms or more: restore {:.1} ms, run {:.1} ms \
-             ({:.0}% less)",
+             (restore/run {:.2})",
             totals.restored_long_cells,
             totals.restore_long_us as f64 / 1000.0,
             totals.recompute_long_us as f64 / 1000.0,
-            100.0 * (1.0 - totals.restore_long_us as f64 / totals.recompute_long_us.max(1) as f64)
+            totals.restore_long_us as f64 / totals.recompute_long_us.max(1) as f64
         );
     }
     if totals.missed > 0 {
