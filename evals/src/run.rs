@@ -632,7 +632,6 @@ impl Experiment {
             }
         };
         span.record("harness.eval.attempts", attempt);
-        let _ = &span;
         let mut report = CaseReport {
             name: case.name.clone(),
             tags: case.tags.clone(),
