@@ -184,11 +184,6 @@ impl CaseRecord {
             .filter_map(EventRecord::qualified_step)
             .collect()
     }
-
-    /// The final answer of the last model exchange, if it answered.
-    pub fn last_response(&self) -> Option<ModelResponse> {
-        self.exchanges.last().and_then(|e| response_of(&e.outcome))
-    }
 }
 
 /// The response an exchange got, for a whole response or a stream that ended
