@@ -522,7 +522,7 @@ impl Experiment {
                     let bar = &bar;
                     async move {
                         let report = self.run_case(case, task, evaluators, replay).await;
-                        bar.tick(report.failure.is_none() && report.passed());
+                        bar.tick(report.passed());
                         (index, report)
                     }
                 })

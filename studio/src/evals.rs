@@ -50,17 +50,17 @@ pub(crate) async fn report(
     Path(index): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let n = app.reports.len();
-    let report = index
+    let (i, report) = index
         .parse::<usize>()
         .ok()
-        .and_then(|i| app.reports.get(i))
+        .and_then(|i| Some((i, app.reports.get(i)?)))
         .ok_or_else(|| {
             ApiError::BadRequest(format!(
                 "no eval report {index:?}: this studio has {n} (0 to {})",
                 n.saturating_sub(1)
             ))
         })?;
-    let mut body = summary(index.parse().unwrap_or(0), report);
+    let mut body = summary(i, report);
     body["evaluator_names"] = json!(report.evaluators);
     body["cases"] = report
         .cases
