@@ -51,6 +51,8 @@ pub mod cli;
 // Leaves.
 pub mod durable;
 
+pub mod effect;
+
 pub mod secrets;
 
 pub mod llm;

@@ -4,6 +4,7 @@ use super::compiled::{Branches, CompiledFork, CompiledStep, Exits, HarnessInner,
 use super::def::{BranchFailure, BranchesDef, Dest, ForkDef, RetryPolicy, StepDef, TypeTag};
 use super::harness::Harness;
 use super::validate::{self, LoopValidationError, Violation};
+use crate::effect::EffectJournal;
 use crate::observe::Observer;
 use crate::session::{SessionConfig, SessionStore};
 use crate::signal::Signal;
@@ -74,6 +75,7 @@ pub struct HarnessBuilder<S: HarnessState, C: Context = ()> {
     step_limit: u64,
     deadline: Option<Duration>,
     store: Option<Arc<dyn SessionStore>>,
+    effects: Option<Arc<dyn EffectJournal>>,
     session_config: SessionConfig,
 }
 
@@ -107,6 +109,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
             step_limit: DEFAULT_STEP_LIMIT,
             deadline: Some(DEFAULT_DEADLINE),
             store: None,
+            effects: None,
             session_config: SessionConfig::default(),
         }
     }
@@ -200,6 +203,15 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
     #[must_use]
     pub fn store(mut self, store: impl SessionStore + 'static) -> Self {
         self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// Journals the side effects of every run (`cx.once`, `cx.try_once`)
+    /// in `journal` as well as in the session: for a durable-execution
+    /// engine that replays runs by call order. See [`crate::effect`].
+    #[must_use]
+    pub fn effects(mut self, journal: impl EffectJournal + 'static) -> Self {
+        self.effects = Some(Arc::new(journal));
         self
     }
 
@@ -319,6 +331,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 step_limit: self.step_limit,
                 deadline: self.deadline,
                 store: self.store,
+                effects: self.effects,
                 session_config: self.session_config,
             }),
         })
@@ -512,6 +525,12 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     #[must_use]
     pub fn store(self, store: impl SessionStore + 'static) -> HarnessBuilder<S, C> {
         self.finish().store(store)
+    }
+
+    /// Ends this step; see [`HarnessBuilder::effects`].
+    #[must_use]
+    pub fn effects(self, journal: impl EffectJournal + 'static) -> HarnessBuilder<S, C> {
+        self.finish().effects(journal)
     }
 
     /// Ends this step; see [`HarnessBuilder::session_config`].

@@ -73,6 +73,8 @@ pub(crate) struct HarnessInner<S: HarnessState, C: Context> {
     /// How long one run may go on; see `HarnessBuilder::deadline`.
     pub(crate) deadline: Option<Duration>,
     pub(crate) store: Option<Arc<dyn SessionStore>>,
+    /// Where effects are journaled besides the session; see `HarnessBuilder::effects`.
+    pub(crate) effects: Option<Arc<dyn crate::effect::EffectJournal>>,
     pub(crate) session_config: SessionConfig,
 }
 

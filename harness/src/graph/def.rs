@@ -219,6 +219,8 @@ pub(crate) struct SubCall<'a, S, C> {
     pub(crate) emitter: Arc<dyn Emitter>,
     /// The run's observers of model and tool calls.
     pub(crate) hooks: Option<Arc<dyn crate::step::CallHooks>>,
+    /// The run's effect journal: the sub-agent's effects go into it too.
+    pub(crate) effects: Option<Arc<dyn crate::effect::EffectJournal>>,
     /// The run's deadline, which the sub-agent's steps keep too.
     pub(crate) deadline: Option<crate::step::RunDeadline>,
 }

@@ -419,6 +419,7 @@ pub(crate) fn start<S: HarnessState, C: Context>(
                     steps: AtomicU64::new(exec.steps),
                     scope: None,
                     deadline: crate::step::RunDeadline::starting_now(harness.deadline),
+                    effects: harness.effects.clone(),
                     hooks: (!harness.observers.is_empty()).then(|| {
                         Arc::new(ObserverHooks {
                             observers: harness.observers.clone(),
@@ -719,6 +720,8 @@ pub(super) struct Env<'a, S: HarnessState, C: Context> {
     pub(super) scope: Option<TaskPath>,
     /// The run's observers, for model and tool calls (none without any).
     pub(super) hooks: Option<Arc<dyn CallHooks>>,
+    /// The run's effect journal, if it has one besides the session.
+    pub(super) effects: Option<Arc<dyn crate::effect::EffectJournal>>,
     /// When the run must have settled, if it has a deadline.
     pub(super) deadline: Option<crate::step::RunDeadline>,
 }
@@ -1423,6 +1426,7 @@ async fn run_sub<S: HarnessState, C: Context>(
         stop: Arc::clone(&env.control.stop),
         emitter: Arc::clone(&env.emitter),
         hooks: env.hooks.clone(),
+        effects: env.effects.clone(),
         deadline: env.deadline,
     };
     match sub.call(call).instrument(span).await {
@@ -1526,7 +1530,8 @@ async fn run_step<S: HarnessState, C: Context>(
                 task.input.clone(),
                 Some(Arc::clone(&env.emitter)),
             )
-            .observed(env.hooks.clone()),
+            .observed(env.hooks.clone())
+            .journaled(env.effects.clone()),
         );
         let cx = Cx {
             ctx: Arc::clone(env.ctx),

@@ -583,6 +583,7 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubStep<S, C
                 steps: AtomicU64::new(0),
                 scope: Some(call.path.clone()),
                 hooks: call.hooks.clone(),
+                effects: call.effects.clone(),
                 deadline: call.deadline,
             };
             let end = drive_task(&env, &mut root).await?;

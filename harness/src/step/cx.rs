@@ -2,6 +2,7 @@
 
 use super::error::StepError;
 use super::{Interrupt, ModelCallInfo, ToolCallInfo};
+use crate::effect::{EffectId, EffectJournal, Journaled};
 use crate::error::StoreError;
 use crate::ids::{InterruptId, RunId, SessionId, TaskPath};
 use futures::future::BoxFuture;
@@ -88,6 +89,7 @@ pub(crate) struct CxShared {
     pub(crate) input: Option<Value>,
     emitter: Option<Arc<dyn Emitter>>,
     hooks: Option<Arc<dyn CallHooks>>,
+    effects: Option<Arc<dyn EffectJournal>>,
     sink: Option<Arc<dyn JournalSink>>,
     journal: Mutex<StepJournal>,
     next_interrupt: AtomicUsize,
@@ -144,6 +146,7 @@ impl CxShared {
             input: None,
             emitter: None,
             hooks: None,
+            effects: None,
             sink,
             journal: Mutex::new(journal),
             next_interrupt: AtomicUsize::new(0),
@@ -169,6 +172,12 @@ impl CxShared {
     /// Hands the model and tool calls of the step to the run's observers.
     pub(crate) fn observed(mut self, hooks: Option<Arc<dyn CallHooks>>) -> Self {
         self.hooks = hooks;
+        self
+    }
+
+    /// Journals the step's effects in `effects` as well as in the session.
+    pub(crate) fn journaled(mut self, effects: Option<Arc<dyn EffectJournal>>) -> Self {
+        self.effects = effects;
         self
     }
 
@@ -702,13 +711,19 @@ impl<C> Cx<C> {
                 ))
             });
         }
-        let value = effect.await.map_err(Into::into)?;
-        let json = serde_json::to_value(&value).map_err(|e| {
-            StepError::msg(format!(
-                "the result of once(\"{key}\") in step `{}` cannot be recorded: {e}",
-                self.shared.step
-            ))
-        })?;
+        let (value, json) = match &self.shared.effects {
+            None => {
+                let value = effect.await.map_err(Into::into)?;
+                let json = serde_json::to_value(&value).map_err(|e| {
+                    StepError::msg(format!(
+                        "the result of once(\"{key}\") in step `{}` cannot be recorded: {e}",
+                        self.shared.step
+                    ))
+                })?;
+                (value, json)
+            }
+            Some(journal) => self.journaled_effect(&**journal, key, effect).await?,
+        };
         let journal = {
             let mut journal = lock(&self.shared.journal);
             journal.once.insert(key.to_string(), json);
@@ -723,6 +738,55 @@ impl<C> Cx<C> {
             })?;
         }
         Ok(value)
+    }
+
+    /// Runs `effect` through the run's effect journal (see
+    /// [`crate::effect`]): the outcome it recorded, or the effect run now
+    /// and its outcome recorded. A failure is the recorded message, on both
+    /// paths.
+    async fn journaled_effect<T, E, F>(
+        &self,
+        journal: &dyn EffectJournal,
+        key: &str,
+        effect: F,
+    ) -> Result<(T, Value), StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Into<StepError>,
+        F: Future<Output = Result<T, E>>,
+    {
+        let shared = &self.shared;
+        let id = EffectId {
+            session_id: shared.session_id.clone(),
+            path: shared.path.clone(),
+            step: Arc::clone(&shared.step),
+            visit: shared.visit,
+            attempt: shared.attempt,
+            key: key.to_string(),
+        };
+        let outcome = match journal.begin(&id).await? {
+            Journaled::Recorded(outcome) => outcome,
+            Journaled::Run(pending) => {
+                let outcome = match effect.await {
+                    Ok(value) => serde_json::to_value(&value).map_err(|e| {
+                        format!(
+                            "the result of once(\"{key}\") in step `{}` cannot be recorded: {e}",
+                            shared.step
+                        )
+                    }),
+                    Err(e) => Err(e.into().to_string()),
+                };
+                pending.finish(outcome).await?
+            }
+        };
+        let json = outcome.map_err(StepError::msg)?;
+        let value = serde_json::from_value(json.clone()).map_err(|e| {
+            StepError::msg(format!(
+                "the journaled result of once(\"{key}\") ({id}) is not a `{}`: {e}",
+                crate::short_type_name::<T>()
+            ))
+        })?;
+        Ok((value, json))
     }
 
     /// A key naming the side effect `once(key, ..)` of this step visit, to

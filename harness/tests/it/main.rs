@@ -4,6 +4,7 @@ mod calls;
 mod deadline;
 mod derive_ui;
 mod dispatch;
+mod effects;
 mod graph;
 mod llm_record;
 mod llm_scripted;

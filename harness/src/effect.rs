@@ -1,0 +1,166 @@
+//! Where a run's side effects are journaled: the seam a durable-execution
+//! engine plugs into.
+//!
+//! A run's durability has two halves:
+//! - its **progress** — a checkpoint per step, the phase (running,
+//!   interrupted for a human, ended), the one owner of a session (a lease) —
+//!   is committed to a [`SessionStore`](crate::session::SessionStore);
+//! - its **side effects** — what a step does through
+//!   [`Cx::once`](crate::Cx::once) and [`Cx::try_once`](crate::Cx::try_once)
+//!   — are recorded in the step's journal, in that store, by default.
+//!
+//! An engine that replays a handler's journal by call order (Restate,
+//! Temporal, DBOS) needs the second half to go through it: an
+//! [`EffectJournal`] given to
+//! [`HarnessBuilder::effects`](crate::graph::HarnessBuilder::effects) is asked
+//! before every effect that the step's own journal has not recorded. It
+//! either answers with the outcome it recorded on an earlier execution (the
+//! effect is not run) or lets the effect run and records its outcome
+//! ([`Journaled::Run`]). `harness-restate` implements it with Restate's
+//! `ctx.run`.
+//!
+//! # The rule for steps
+//!
+//! A journal replays a run by asking for the same effects in the same
+//! order. So a step does its I/O only through its context (`once`,
+//! `try_once`), and decides what to do next only from its state, its
+//! inputs and the results its effects returned: a step that reads the clock
+//! or a random number outside `once` may ask for other effects on a replay,
+//! which the journal reports as a divergence naming the effect.
+//!
+//! Under a journal an effect's failure is recorded too, as its message: a
+//! failed `try_once` returns `StepError::msg(message)` both when it runs and
+//! when it is replayed, so a step that looks at the error takes the same
+//! path both times. An interrupt belongs outside `once`: asked inside a
+//! journaled effect, it is recorded as the effect's failure.
+//!
+//! ```
+//! use harness::effect::{EffectId, EffectJournal, Journaled, PendingEffect};
+//! use harness::StepError;
+//! use futures::future::BoxFuture;
+//! use serde_json::Value;
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, Mutex};
+//!
+//! /// Records outcomes by effect name, in memory.
+//! #[derive(Debug, Default)]
+//! struct Recorder(Arc<Mutex<HashMap<String, Result<Value, String>>>>);
+//!
+//! struct Pending(Arc<Mutex<HashMap<String, Result<Value, String>>>>, String);
+//!
+//! impl PendingEffect for Pending {
+//!     fn finish(
+//!         self: Box<Self>,
+//!         outcome: Result<Value, String>,
+//!     ) -> BoxFuture<'static, Result<Result<Value, String>, StepError>> {
+//!         self.0.lock().unwrap().insert(self.1, outcome.clone());
+//!         Box::pin(async move { Ok(outcome) })
+//!     }
+//! }
+//!
+//! impl EffectJournal for Recorder {
+//!     fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>> {
+//!         let name = effect.name();
+//!         let recorded = self.0.lock().unwrap().get(&name).cloned();
+//!         Box::pin(async move {
+//!             Ok(match recorded {
+//!                 Some(outcome) => Journaled::Recorded(outcome),
+//!                 None => Journaled::Run(Box::new(Pending(self.0.clone(), name))),
+//!             })
+//!         })
+//!     }
+//! }
+//! ```
+
+use crate::ids::{SessionId, TaskPath};
+use crate::step::StepError;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::fmt::{self, Debug};
+use std::sync::Arc;
+
+/// One effect: which `once` call of which step visit of which session.
+///
+/// Every part is the same when a run is replayed, so
+/// [`name`](Self::name) is a stable key for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EffectId {
+    /// The session.
+    pub session_id: SessionId,
+    /// The task the step runs in (the root for the run's own loop).
+    pub path: TaskPath,
+    /// The step.
+    pub step: Arc<str>,
+    /// Steps the session completed before this visit (see
+    /// [`Cx::idempotency_key`](crate::Cx::idempotency_key)).
+    pub visit: u64,
+    /// The step's attempt, from 1.
+    pub attempt: u32,
+    /// The key the step gave `once`.
+    pub key: String,
+}
+
+impl EffectId {
+    /// `{path/}{step}#{visit}.{attempt}:{key}`: what a journal names the
+    /// effect by, and what a divergence reports.
+    pub fn name(&self) -> String {
+        if self.path.is_root() {
+            format!("{}#{}.{}:{}", self.step, self.visit, self.attempt, self.key)
+        } else {
+            format!(
+                "{}/{}#{}.{}:{}",
+                self.path, self.step, self.visit, self.attempt, self.key
+            )
+        }
+    }
+}
+
+impl fmt::Display for EffectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// What a journal answers when a step is about to run an effect.
+pub enum Journaled {
+    /// The outcome recorded on an earlier execution: the effect is not run.
+    /// `Err` holds the message of a failure.
+    Recorded(Result<Value, String>),
+    /// Not recorded: the step runs the effect, then hands its outcome to
+    /// the journal with [`PendingEffect::finish`].
+    Run(Box<dyn PendingEffect>),
+}
+
+impl Debug for Journaled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Recorded(outcome) => f.debug_tuple("Recorded").field(outcome).finish(),
+            Self::Run(_) => f.write_str("Run(..)"),
+        }
+    }
+}
+
+/// An effect the journal let run: its outcome is recorded by
+/// [`finish`](Self::finish).
+pub trait PendingEffect: Send {
+    /// Records `outcome` (the effect's value as JSON, or its failure's
+    /// message) and returns the outcome as recorded, which the step goes on
+    /// with. Fails if it cannot be recorded: the step then fails (and is
+    /// retried by its policy) rather than go on with an effect the journal
+    /// does not hold.
+    fn finish(
+        self: Box<Self>,
+        outcome: Result<Value, String>,
+    ) -> BoxFuture<'static, Result<Result<Value, String>, StepError>>;
+}
+
+/// A journal of side effects beyond the session store; see the
+/// [module docs](self).
+pub trait EffectJournal: Send + Sync + Debug {
+    /// Called before the effect `effect` runs, when the step's own journal
+    /// has no result for it. Fails if the journal cannot be reached, or if
+    /// the run asks for an effect other than the one it recorded at this
+    /// point (a divergence, naming both).
+    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>>;
+}
