@@ -43,6 +43,10 @@ pub enum StudioError {
     /// of that format that this crate does not know).
     #[error("studio: {0}")]
     Graph(String),
+    /// The path given to [`Studio::mount`](crate::Studio::mount) is not a
+    /// plain path below the root.
+    #[error("studio: cannot be mounted there: {0}")]
+    Base(String),
 }
 
 /// Why a request failed.

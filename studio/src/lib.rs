@@ -263,6 +263,48 @@ impl Studio {
         self
     }
 
+    fn app(
+        self,
+        token: Option<String>,
+        base: &str,
+        stopping: watch::Receiver<bool>,
+    ) -> axum::Router {
+        let (changed, _) = watch::channel(0);
+        server::router(App {
+            source: self.source,
+            memory: self.memory,
+            reports: Arc::new(self.reports),
+            token,
+            page: server::Page::at(base),
+            shapes: self.shapes,
+            poll: self.poll,
+            title: self.title,
+            changed,
+            stopping,
+        })
+    }
+
+    /// The studio as an axum router to [`nest`](axum::Router::nest) at
+    /// `base` (`/studio`) in an application's own router: the page calls
+    /// its files and its API under `base`. It has no token of its own:
+    /// the application's middleware decides who may call (as
+    /// `harness-server` does with its keys, hosts and origins), so mount
+    /// it only behind such a middleware. Its event streams end when
+    /// `stopping` turns true (let the server's graceful shutdown finish).
+    ///
+    /// # Errors
+    ///
+    /// [`StudioError::Base`] if `base` is not a plain path below the root
+    /// (`/` then segments of letters, digits, `-`, `_`, `.`).
+    pub fn mount(
+        self,
+        base: &str,
+        stopping: watch::Receiver<bool>,
+    ) -> Result<axum::Router, StudioError> {
+        server::check_base(base).map_err(StudioError::Base)?;
+        Ok(self.app(None, base, stopping))
+    }
+
     /// Listens on `addr` (a loopback address; port 0 for any free port)
     /// and serves until [`Serving::shutdown`].
     ///
@@ -281,19 +323,8 @@ impl Studio {
             .local_addr()
             .map_err(|source| StudioError::Bind { addr, source })?;
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let (changed, _) = watch::channel(0);
         let (stop, mut stopping) = watch::channel(false);
-        let router = server::router(App {
-            source: self.source,
-            memory: self.memory,
-            reports: Arc::new(self.reports),
-            token: token.clone(),
-            shapes: self.shapes,
-            poll: self.poll,
-            title: self.title,
-            changed,
-            stopping: stop.subscribe(),
-        });
+        let router = self.app(Some(token.clone()), "", stop.subscribe());
         let task = tokio::spawn(async move {
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {

@@ -49,7 +49,12 @@ pub(crate) struct App {
     pub(crate) memory: Option<harness::memory::Memory>,
     /// The eval reports the studio shows.
     pub(crate) reports: Arc<Vec<harness_evals::Report>>,
-    pub(crate) token: String,
+    /// The token every API call needs; `None` when the studio is mounted in
+    /// an application's router, whose own middleware decides who may call.
+    pub(crate) token: Option<String>,
+    /// The page and its script, their URLs under the path the studio is
+    /// served at.
+    pub(crate) page: Page,
     pub(crate) shapes: BTreeMap<String, AnswerShape>,
     pub(crate) poll: Duration,
     pub(crate) title: String,
@@ -84,7 +89,71 @@ pub(crate) fn router(app: App) -> Router {
         .with_state(Arc::new(app))
 }
 
-fn asset(body: &'static str, kind: &'static str) -> Response {
+/// The page and its script with their absolute URLs (`/studio.css`,
+/// `/api/…`) under the path the studio is served at.
+pub(crate) struct Page {
+    html: String,
+    script: String,
+}
+
+/// What the assets call their own URLs by: each occurs once, and a mounted
+/// studio prefixes them with its path.
+const REBASED: [(&str, &str); 4] = [
+    ("href=\"/studio.css\"", "href=\"{base}/studio.css\""),
+    ("src=\"/studio.js\"", "src=\"{base}/studio.js\""),
+    ("fetch(path, ", "fetch('{base}' + path, "),
+    (
+        "new EventSource('/api/events",
+        "new EventSource('{base}/api/events",
+    ),
+];
+
+impl Page {
+    /// The assets served at `base` (`""` for the root; else a path checked
+    /// by [`check_base`], which holds no quote).
+    pub(crate) fn at(base: &str) -> Self {
+        let mut html = INDEX_HTML.to_owned();
+        let mut script = STUDIO_JS.to_owned();
+        if !base.is_empty() {
+            for (from, to) in REBASED {
+                let to = to.replace("{base}", base);
+                html = html.replace(from, &to);
+                script = script.replace(from, &to);
+            }
+        }
+        Page { html, script }
+    }
+}
+
+/// Checks the path a studio is mounted at: `/` then segments of letters,
+/// digits, `-`, `_` and `.`, without a trailing `/`.
+pub(crate) fn check_base(base: &str) -> Result<(), String> {
+    let Some(rest) = base.strip_prefix('/') else {
+        return Err(format!("`{base}` does not start with `/`"));
+    };
+    if rest.is_empty() || rest.ends_with('/') {
+        return Err(format!(
+            "`{base}` must name a path below the root, without a trailing `/` (e.g. `/studio`)"
+        ));
+    }
+    if let Some(c) = rest
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')))
+    {
+        return Err(format!(
+            "`{base}` holds `{c}`: use letters, digits, `-`, `_`, `.` and `/`"
+        ));
+    }
+    if rest
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(format!("`{base}` has an empty, `.` or `..` segment"));
+    }
+    Ok(())
+}
+
+fn asset(body: impl IntoResponse, kind: &'static str) -> Response {
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(kind)),
@@ -103,12 +172,12 @@ fn asset(body: &'static str, kind: &'static str) -> Response {
         .into_response()
 }
 
-async fn index() -> Response {
-    asset(INDEX_HTML, "text/html; charset=utf-8")
+async fn index(State(app): State<Shared>) -> Response {
+    asset(app.page.html.clone(), "text/html; charset=utf-8")
 }
 
-async fn script() -> Response {
-    asset(STUDIO_JS, "text/javascript; charset=utf-8")
+async fn script(State(app): State<Shared>) -> Response {
+    asset(app.page.script.clone(), "text/javascript; charset=utf-8")
 }
 
 async fn style() -> Response {
@@ -134,11 +203,15 @@ impl FromRequestParts<Shared> for Authorized {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, ApiError> {
+        let Some(token) = &app.token else {
+            // Mounted: the application's middleware has let the request in.
+            return Ok(Authorized);
+        };
         let header = parts
             .headers
             .get("x-studio-token")
             .and_then(|v| v.to_str().ok());
-        if header.is_some_and(|t| same(t, &app.token)) {
+        if header.is_some_and(|t| same(t, token)) {
             return Ok(Authorized);
         }
         let in_query = parts
@@ -146,10 +219,7 @@ impl FromRequestParts<Shared> for Authorized {
             .query()
             .into_iter()
             .flat_map(|q| q.split('&'))
-            .any(|kv| {
-                kv.strip_prefix("token=")
-                    .is_some_and(|t| same(t, &app.token))
-            });
+            .any(|kv| kv.strip_prefix("token=").is_some_and(|t| same(t, token)));
         match (in_query, parts.method == Method::GET) {
             (true, true) => Ok(Authorized),
             (true, false) => Err(ApiError::TokenNotInHeader),
@@ -481,4 +551,56 @@ async fn events(
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{INDEX_HTML, Page, REBASED, STUDIO_JS, check_base};
+
+    #[test]
+    fn each_url_the_assets_call_their_own_occurs_once() {
+        for (from, _) in REBASED {
+            let found = INDEX_HTML.matches(from).count() + STUDIO_JS.matches(from).count();
+            assert_eq!(found, 1, "`{from}` is in the assets {found} times");
+        }
+    }
+
+    #[test]
+    fn a_mounted_page_calls_every_url_under_its_path() {
+        let root = Page::at("");
+        assert_eq!(root.html, INDEX_HTML);
+        assert_eq!(root.script, STUDIO_JS);
+        let mounted = Page::at("/tools/studio");
+        assert!(mounted.html.contains("href=\"/tools/studio/studio.css\""));
+        assert!(mounted.html.contains("src=\"/tools/studio/studio.js\""));
+        assert!(mounted.script.contains("fetch('/tools/studio' + path, "));
+        assert!(
+            mounted
+                .script
+                .contains("new EventSource('/tools/studio/api/events")
+        );
+        assert!(!mounted.script.contains("EventSource('/api/"));
+    }
+
+    #[test]
+    fn a_mount_path_is_a_plain_path_below_the_root() {
+        for good in ["/studio", "/a/b-c_d.e", "/S2"] {
+            assert!(check_base(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "/",
+            "studio",
+            "/studio/",
+            "//studio",
+            "/a//b",
+            "/a/../b",
+            "/st'udio",
+            "/st\"udio",
+            "/st udio",
+            "/é",
+        ] {
+            assert!(check_base(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
 }
