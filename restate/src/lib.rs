@@ -1,30 +1,33 @@
 //! harness on [Restate](https://restate.dev), the durable-execution engine.
 //!
-//! **Status: under construction (issue 35).** What is here today:
-//!
+//! - [`agent`]: harness agents served as a Restate virtual object
+//!   ([`Durable`], [`AgentObject`]), one session per key, each effect of a
+//!   step journaled with `ctx.run` through the core's effect journal, the
+//!   session in the object's state; and [`AgentClient`], which calls it
+//!   through the ingress (run, resume, read a session).
 //! - [`Admin`] and [`Ingress`], clients of a Restate server's admin API
 //!   (health, registering a deployment) and ingress (calling a handler and
 //!   waiting for its answer, sending one and attaching to it later), with
-//!   typed errors that say what the server answered;
-//! - the `restate-probe` binary: a bare Restate virtual object written with
-//!   the official Rust SDK (`restate-sdk`), whose handler makes journaled
-//!   effects (`ctx.run`) that append to a file, so that a test counts how
-//!   often each effect ran. It is the engine's floor for the benchmark to
-//!   come, and the tests (`tests/it/`) check against the real server
-//!   (`scripts/restate`) what harness on Restate will rely on: an effect
-//!   journaled before a SIGKILL of the service is not run again when the
-//!   invocation resumes, and calls on one key run one after the other.
+//!   typed errors that say what the server answered.
+//! - The `restate-probe` binary: a bare Restate virtual object written with
+//!   the official Rust SDK, whose handler makes journaled effects that
+//!   append to a file, so that a test counts how often each effect ran: the
+//!   engine's floor.
 //!
-//! Not here yet: harness agents served as virtual objects. They need the
-//! durability seam in the core (issue 35, point 1): a run's commits,
-//! journaled effects, interrupts and timers behind one trait, so that a
-//! replay by Restate sees the same requests in the same order.
+//! The tests (`tests/it/`) run against the real server (`scripts/restate`
+//! starts it): an agent's effects run once across a SIGKILL of the service
+//! and a restart of the server, an interrupt is answered from another
+//! process, a wrongly shaped answer is refused and the session still waits,
+//! two runs on one session go one after the other.
 
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
 
 use serde_json::Value;
+
+pub mod agent;
+pub use agent::{AgentClient, AgentObject, Answer, Durable, Reply, RestateEffects, Snapshot};
 
 /// What went wrong talking to a Restate server.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +182,7 @@ impl Ingress {
     }
 
     /// Calls `handler` of `service` (with `key` for a virtual object) with
-    /// `input` as JSON, and waits for its answer.
+    /// `input` as JSON (`null`: no input at all), and waits for its answer.
     pub async fn call(
         &self,
         service: &str,
@@ -188,15 +191,16 @@ impl Ingress {
         input: &Value,
     ) -> Result<Value, RestateError> {
         let url = self.handler_url(service, key, handler);
-        let text = send(
-            self.http
+        let request = match input {
+            // A handler without input takes an empty body, with no type.
+            Value::Null => self.http.post(&url),
+            input => self
+                .http
                 .post(&url)
                 .header("content-type", "application/json")
                 .body(input.to_string()),
-            &url,
-        )
-        .await?;
-        json(&text, &url)
+        };
+        json(&send(request, &url).await?, &url)
     }
 
     /// Sends the call without waiting; returns its invocation id. The

@@ -51,6 +51,8 @@ mod memory_redis;
 mod memory_sled;
 #[cfg(feature = "postgres")]
 mod postgres;
+// Its copying and locking helpers serve the sled store only.
+#[cfg_attr(not(feature = "sled"), allow(dead_code))]
 mod read_only;
 mod record;
 #[cfg(feature = "redis")]

@@ -38,6 +38,32 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// The head and log of `session`, as stored (the log in order), or
+    /// `None` if there is no such session: to carry a session to another
+    /// store or engine (`harness-restate` keeps it in Restate's state).
+    pub fn export(&self, session: &SessionId) -> Option<(StoredRun, Vec<Checkpoint>)> {
+        let sessions = self.lock();
+        let stored = sessions.get(session)?;
+        let head = stored.head.clone()?;
+        Some((head, stored.log.values().cloned().collect()))
+    }
+
+    /// Puts `head` and its `log` in place of whatever the store holds for
+    /// that session (the head's): the inverse of [`export`](Self::export).
+    pub fn import(&self, head: StoredRun, log: Vec<Checkpoint>) {
+        let id = head.session_id.clone();
+        let session = Session {
+            log: log.into_iter().map(|cp| (cp.seq, cp)).collect(),
+            head: Some(head),
+        };
+        self.lock().insert(id, session);
+    }
+
+    /// Forgets `session`, head and log.
+    pub fn remove(&self, session: &SessionId) {
+        self.lock().remove(session);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, Session>> {
         // A panic elsewhere cannot leave a half-applied commit: commits are
         // applied after all checks, without a panic point in between.

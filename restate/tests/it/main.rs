@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod agents;
+
 use harness_restate::{Admin, Ingress, RestateError};
 use serde_json::json;
 

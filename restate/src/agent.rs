@@ -1,0 +1,657 @@
+//! Harness agents served as Restate virtual objects.
+//!
+//! One virtual object, `HarnessAgent`, per deployment, keyed by session id.
+//! Its handlers are exclusive, so the runs of one session go one after the
+//! other (Restate queues later calls), while sessions run side by side.
+//!
+//! - `run` (an update of the agent's state, as JSON) starts a run on the
+//!   session: its stored state with the update merged, from the start step
+//!   ([`Agent::continue_session`]); a session that does not exist yet starts
+//!   from the state's defaults.
+//! - `resume` (`{"interrupt": id, "answer": …}`) answers the interrupt the
+//!   session waits on ([`Agent::resume`]).
+//! - `session` (shared: it does not wait for a running handler) reads the
+//!   session's head and checkpoint log ([`Snapshot`]).
+//!
+//! # How a run is made durable
+//!
+//! The session (head and log) lives in the object's Restate state. A handler
+//! loads it into the [`MemoryStore`] of this process, runs the agent on it,
+//! and saves it back when the run settles (journaled, so that a replayed
+//! handler saves the same bytes). Every `cx.once` of the run's steps, its
+//! sub-agents' included, goes through `ctx.run` ([`RestateEffects`], the
+//! core's [`EffectJournal`]): when the service dies mid-run, Restate
+//! invokes the handler again, the run starts again from the state saved
+//! before it, and each effect already journaled returns its journaled
+//! outcome instead of running again. So every effect runs once, and steps
+//! must follow the rule of [`harness::effect`]: I/O only through `cx`.
+//!
+//! An interrupt ends the handler: the session is saved waiting, and a
+//! `resume` (from any process, through the ingress) continues it. Waiting
+//! for a human does not hold the session's lock, so a wrongly shaped answer
+//! is refused (the reply says why) and the session still waits.
+//!
+//! Not yet: the branches of a fork or fan-out make their effects one after
+//! the other in the order they ask, which a replay must repeat (Restate
+//! reports a journal mismatch otherwise); large values are kept in the
+//! session itself, not by reference; stop is Restate's cancellation of the
+//! invocation.
+//!
+//! ```no_run
+//! use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
+//! use harness_restate::Durable;
+//! use restate_sdk::prelude::{Endpoint, HttpServer};
+//! use std::sync::Arc;
+//!
+//! #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema, HarnessState)]
+//! struct Job {
+//!     #[field(reduce = append)]
+//!     log: Vec<String>,
+//! }
+//!
+//! async fn work(_: Arc<Job>, cx: Cx<()>) -> StepResult<JobUpdate> {
+//!     let receipt: String = cx.once("charge", async { "charged".to_string() }).await?;
+//!     Ok(JobUpdate::new().log(vec![receipt]))
+//! }
+//!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! let durable = Durable::new();
+//! let harness = Harness::<Job>::builder()
+//!     .step("work").run(work).end()
+//!     .start("work")
+//!     .store(durable.store())
+//!     .effects(durable.effects())
+//!     .build()?;
+//! let object = durable.object(create_agent("job", &harness));
+//! HttpServer::new(Endpoint::builder().bind(object).build())
+//!     .listen_and_serve("127.0.0.1:9080".parse()?)
+//!     .await;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::future::BoxFuture;
+use harness::effect::{EffectId, EffectJournal, Journaled, PendingEffect};
+use harness::session::{Checkpoint, SessionError, StoredRun};
+use harness::slots::NoSlots;
+use harness::step::Interrupt;
+use harness::{Agent, Context, HarnessState, InterruptId, RunError, SessionId, StepError};
+use harness_stores::MemoryStore;
+use restate_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+/// The name of the virtual object a deployment serves.
+pub const OBJECT: &str = "HarnessAgent";
+
+/// The Restate state key the session is kept under.
+const SESSION: &str = "session";
+
+/// How a `run` or `resume` settled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reply {
+    /// The run ended with `signal`.
+    Completed {
+        /// The final signal.
+        signal: String,
+        /// The final state.
+        state: Value,
+    },
+    /// The run waits for an answer to `interrupt`.
+    Interrupted {
+        /// What was asked, and the id a resume must give.
+        interrupt: Interrupt,
+        /// The state so far.
+        state: Value,
+    },
+    /// The answer does not have the shape the step reads: it was not kept,
+    /// and the session still waits on `interrupt`.
+    Rejected {
+        /// The interrupt, still pending.
+        interrupt: InterruptId,
+        /// What is wrong with the answer.
+        reason: String,
+    },
+    /// The run failed; the session records the failure.
+    Failed {
+        /// The error, rendered.
+        error: String,
+    },
+}
+
+/// What `resume` is given.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The interrupt answered.
+    pub interrupt: InterruptId,
+    /// The answer, in the shape the step reads.
+    pub answer: Value,
+}
+
+/// A session as the object keeps it: its head and checkpoint log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The head.
+    pub head: StoredRun,
+    /// The checkpoints, in order.
+    pub log: Vec<Checkpoint>,
+}
+
+/// The store and effect journal of agents served on Restate; see the
+/// [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub struct Durable {
+    store: Arc<MemoryStore>,
+    effects: RestateEffects,
+}
+
+impl Durable {
+    /// A store and a journal with nothing in them.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The session store to build the agent's harness with
+    /// ([`HarnessBuilder::store`](harness::graph::HarnessBuilder::store)):
+    /// sessions are loaded into it from Restate for a handler's run.
+    pub fn store(&self) -> Arc<MemoryStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// The effect journal to build the agent's harness with
+    /// ([`HarnessBuilder::effects`](harness::graph::HarnessBuilder::effects)).
+    pub fn effects(&self) -> RestateEffects {
+        self.effects.clone()
+    }
+
+    /// The virtual object serving `agent`, whose harness was built with
+    /// [`store`](Self::store) and [`effects`](Self::effects): bind it to a
+    /// Restate endpoint.
+    pub fn object<S, C>(&self, agent: Agent<S, C>) -> AgentObject
+    where
+        S: HarnessState,
+        C: Context,
+        C::Run: NoSlots,
+    {
+        AgentObject {
+            driver: Arc::new(agent),
+            store: Arc::clone(&self.store),
+            effects: self.effects.clone(),
+        }
+    }
+}
+
+/// The core's [`EffectJournal`] on Restate: each effect is a `ctx.run` of
+/// the handler that runs the effect's session.
+#[derive(Clone, Debug, Default)]
+pub struct RestateEffects {
+    routes: Arc<Mutex<HashMap<SessionId, Route>>>,
+    next: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct Route {
+    id: u64,
+    tx: mpsc::UnboundedSender<EffectRequest>,
+}
+
+/// An effect a step asks for, sent to the handler that owns the context.
+struct EffectRequest {
+    name: String,
+    /// Sent a channel for the outcome when `ctx.run` runs its closure;
+    /// dropped unsent when Restate answers from its journal.
+    decide: oneshot::Sender<oneshot::Sender<Outcome>>,
+    /// The outcome as journaled.
+    done: oneshot::Sender<Result<Outcome, String>>,
+}
+
+/// An effect's outcome, as journaled: its value or its failure's message.
+type Outcome = Result<Value, String>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl RestateEffects {
+    /// Routes the effects of `session` to `tx` until the guard is dropped.
+    fn route(&self, session: &SessionId, tx: mpsc::UnboundedSender<EffectRequest>) -> RouteGuard {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.routes).insert(session.clone(), Route { id, tx });
+        RouteGuard {
+            routes: Arc::clone(&self.routes),
+            session: session.clone(),
+            id,
+        }
+    }
+}
+
+/// Removes a handler's route when the handler ends, unless a later attempt
+/// of the same session has put its own in place.
+struct RouteGuard {
+    routes: Arc<Mutex<HashMap<SessionId, Route>>>,
+    session: SessionId,
+    id: u64,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        let mut routes = lock(&self.routes);
+        if routes.get(&self.session).is_some_and(|r| r.id == self.id) {
+            routes.remove(&self.session);
+        }
+    }
+}
+
+struct Pending {
+    outcome: oneshot::Sender<Outcome>,
+    done: oneshot::Receiver<Result<Outcome, String>>,
+    name: String,
+}
+
+fn journal_lost(name: &str, why: &str) -> StepError {
+    StepError::msg(format!("effect {name}: the Restate handler {why}"))
+}
+
+impl PendingEffect for Pending {
+    fn finish(self: Box<Self>, outcome: Outcome) -> BoxFuture<'static, Result<Outcome, StepError>> {
+        let Pending {
+            outcome: tx,
+            done,
+            name,
+        } = *self;
+        Box::pin(async move {
+            let _ = tx.send(outcome);
+            match done.await {
+                Ok(Ok(outcome)) => Ok(outcome),
+                Ok(Err(e)) => Err(journal_lost(&name, &format!("could not journal it: {e}"))),
+                Err(_) => Err(journal_lost(&name, "ended before journaling it")),
+            }
+        })
+    }
+}
+
+impl EffectJournal for RestateEffects {
+    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>> {
+        Box::pin(async move {
+            let name = effect.name();
+            let tx = lock(&self.routes)
+                .get(&effect.session_id)
+                .map(|r| r.tx.clone())
+                .ok_or_else(|| {
+                    StepError::msg(format!(
+                        "effect {name}: no Restate handler runs session {}",
+                        effect.session_id
+                    ))
+                })?;
+            let (decide, decided) = oneshot::channel();
+            let (done_tx, done) = oneshot::channel();
+            tx.send(EffectRequest {
+                name: name.clone(),
+                decide,
+                done: done_tx,
+            })
+            .map_err(|_| journal_lost(&name, "has ended"))?;
+            match decided.await {
+                Ok(outcome) => Ok(Journaled::Run(Box::new(Pending {
+                    outcome,
+                    done,
+                    name,
+                }))),
+                // Answered from the journal: the closure never ran.
+                Err(_) => match done.await {
+                    Ok(Ok(outcome)) => Ok(Journaled::Recorded(outcome)),
+                    Ok(Err(e)) => Err(journal_lost(&name, &format!("could not replay it: {e}"))),
+                    Err(_) => Err(journal_lost(&name, "ended before answering")),
+                },
+            }
+        })
+    }
+}
+
+/// A refusal of a call: its HTTP-like code and message.
+#[derive(Debug)]
+struct Refused {
+    code: u16,
+    message: String,
+}
+
+impl Refused {
+    fn of(e: &SessionError) -> Self {
+        let code = match e {
+            SessionError::NoInterrupt(_) | SessionError::NoSession(_) => 404,
+            SessionError::PendingInterrupt(_)
+            | SessionError::InFlight(_)
+            | SessionError::Unfinished { .. } => 409,
+            _ => 500,
+        };
+        Self {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A typed agent behind one object-safe interface.
+trait Driver: Send + Sync + 'static {
+    fn start(&self, session: SessionId, input: Value)
+    -> BoxFuture<'static, Result<Reply, Refused>>;
+    fn resume(
+        &self,
+        session: SessionId,
+        answer: Answer,
+    ) -> BoxFuture<'static, Result<Reply, Refused>>;
+}
+
+impl<S, C> Driver for Agent<S, C>
+where
+    S: HarnessState,
+    C: Context,
+    C::Run: NoSlots,
+{
+    fn start(
+        &self,
+        session: SessionId,
+        input: Value,
+    ) -> BoxFuture<'static, Result<Reply, Refused>> {
+        let agent = self.clone();
+        Box::pin(async move {
+            let update: S::Update = serde_json::from_value(input).map_err(|e| Refused {
+                code: 400,
+                message: format!(
+                    "the input is not an update of `{}`: {e}",
+                    harness::short_type_name::<S>()
+                ),
+            })?;
+            let run = agent
+                .continue_session(&session, update)
+                .await
+                .map_err(|e| Refused::of(&e))?;
+            Ok(settle(run).await)
+        })
+    }
+
+    fn resume(
+        &self,
+        session: SessionId,
+        answer: Answer,
+    ) -> BoxFuture<'static, Result<Reply, Refused>> {
+        let agent = self.clone();
+        Box::pin(async move {
+            let run = agent
+                .resume(answer.answer, &session, &answer.interrupt)
+                .await
+                .map_err(|e| Refused::of(&e))?;
+            Ok(settle(run).await)
+        })
+    }
+}
+
+async fn settle<S: HarnessState, C: Context>(mut run: harness::Run<S, C>) -> Reply {
+    let state = |s: &S| serde_json::to_value(s).unwrap_or(Value::Null);
+    match run.outcome().await {
+        Ok(out) => match out.interrupt {
+            Some(interrupt) => Reply::Interrupted {
+                interrupt,
+                state: state(&out.state),
+            },
+            None => Reply::Completed {
+                signal: out.signal.to_string(),
+                state: state(&out.state),
+            },
+        },
+        Err(RunError::AnswerRejected { interrupt, reason }) => {
+            Reply::Rejected { interrupt, reason }
+        }
+        Err(e) => Reply::Failed {
+            error: e.to_string(),
+        },
+    }
+}
+
+/// What a handler runs.
+enum Op {
+    Start(Value),
+    Resume(Answer),
+}
+
+/// The journaled end of a handler: the session as saved and the reply.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    snapshot: Option<Snapshot>,
+    reply: Reply,
+}
+
+/// The virtual object serving one agent; made by [`Durable::object`].
+pub struct AgentObject {
+    driver: Arc<dyn Driver>,
+    store: Arc<MemoryStore>,
+    effects: RestateEffects,
+}
+
+impl fmt::Debug for AgentObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentObject").finish_non_exhaustive()
+    }
+}
+
+/// Aborts the run's task when the handler's future is dropped (Restate
+/// gave up on this attempt): a stale attempt must not go on committing.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<Reply, Refused>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn terminal(code: u16, message: impl fmt::Display) -> HandlerError {
+    TerminalError::new_with_code(code, message.to_string()).into()
+}
+
+impl AgentObject {
+    async fn invoke(&self, ctx: &ObjectContext<'_>, op: Op) -> Result<Json<Reply>, HandlerError> {
+        let session = SessionId::from(ctx.key());
+        let saved: Option<Json<Snapshot>> = ctx.get(SESSION).await?;
+        match saved {
+            Some(Json(s)) => self.store.import(s.head, s.log),
+            None => self.store.remove(&session),
+        }
+        let (tx, mut requests) = mpsc::unbounded_channel();
+        let _route = self.effects.route(&session, tx);
+        let driver = Arc::clone(&self.driver);
+        let id = session.clone();
+        let mut task = AbortOnDrop(tokio::spawn(async move {
+            match op {
+                Op::Start(input) => driver.start(id, input).await,
+                Op::Resume(answer) => driver.resume(id, answer).await,
+            }
+        }));
+        let ended = loop {
+            tokio::select! {
+                ended = &mut task.0 => break ended,
+                Some(request) = requests.recv() => effect(ctx, request).await,
+            }
+        };
+        let reply = match ended {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(refused)) => return Err(terminal(refused.code, refused.message)),
+            Err(e) => return Err(terminal(500, format!("the run panicked: {e}"))),
+        };
+        let store = Arc::clone(&self.store);
+        let Json(saved) = ctx
+            .run(|| async move {
+                let snapshot = store
+                    .export(&session)
+                    .map(|(head, log)| Snapshot { head, log });
+                Ok(Json(Saved { snapshot, reply }))
+            })
+            .name("save session")
+            .await?;
+        if let Some(snapshot) = saved.snapshot {
+            ctx.set(SESSION, Json(snapshot));
+        }
+        Ok(Json(saved.reply))
+    }
+}
+
+/// Journals one effect with `ctx.run`: its closure lets the step run the
+/// effect and waits for the outcome; on a replay Restate answers from the
+/// journal without calling it.
+async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) {
+    let EffectRequest { name, decide, done } = request;
+    let journaled = ctx
+        .run(|| async move {
+            let (tx, rx) = oneshot::channel();
+            if decide.send(tx).is_err() {
+                return Ok(Json(Err::<Value, _>(
+                    "the step no longer waits for this effect".to_string(),
+                )));
+            }
+            Ok(Json(rx.await.unwrap_or_else(|_| {
+                Err("the step was cancelled while the effect ran".to_string())
+            })))
+        })
+        .name(name)
+        .await;
+    let _ = done.send(journaled.map(|Json(o)| o).map_err(|e| e.to_string()));
+}
+
+#[allow(missing_docs, unreachable_pub)] // the SDK's macro generates items without docs
+mod object {
+    use super::*;
+
+    #[restate_sdk::object(name = "HarnessAgent")]
+    impl AgentObject {
+        /// Starts a run on the session with this update of the state.
+        #[handler]
+        async fn run(
+            &self,
+            ctx: ObjectContext<'_>,
+            input: Json<Value>,
+        ) -> Result<Json<Reply>, HandlerError> {
+            self.invoke(&ctx, Op::Start(input.0)).await
+        }
+
+        /// Answers the interrupt the session waits on.
+        #[handler]
+        async fn resume(
+            &self,
+            ctx: ObjectContext<'_>,
+            answer: Json<Answer>,
+        ) -> Result<Json<Reply>, HandlerError> {
+            self.invoke(&ctx, Op::Resume(answer.0)).await
+        }
+
+        /// The session's head and log, if it exists.
+        #[handler]
+        async fn session(
+            &self,
+            ctx: SharedObjectContext<'_>,
+        ) -> Result<Json<Option<Snapshot>>, HandlerError> {
+            let saved: Option<Json<Snapshot>> = ctx.get(SESSION).await?;
+            Ok(Json(saved.map(|Json(s)| s)))
+        }
+    }
+}
+
+/// Calls a served agent through a Restate ingress: a run, an answer to an
+/// interrupt, a session read back.
+#[derive(Clone, Debug)]
+pub struct AgentClient {
+    ingress: crate::Ingress,
+}
+
+fn reply<T: serde::de::DeserializeOwned>(
+    answer: Value,
+    what: &str,
+) -> Result<T, crate::RestateError> {
+    serde_json::from_value(answer.clone()).map_err(|e| crate::RestateError::Answer {
+        url: what.to_owned(),
+        message: format!("not a {}: {e}: {answer}", harness::short_type_name::<T>()),
+    })
+}
+
+impl AgentClient {
+    /// A client of the agent served behind `ingress`.
+    pub fn new(ingress: crate::Ingress) -> Self {
+        Self { ingress }
+    }
+
+    /// Runs the agent on `session` with `input` (an update of its state)
+    /// and waits for the run to settle.
+    pub async fn run(
+        &self,
+        session: &SessionId,
+        input: &Value,
+    ) -> Result<Reply, crate::RestateError> {
+        let answer = self
+            .ingress
+            .call(OBJECT, Some(session.as_str()), "run", input)
+            .await?;
+        reply(answer, "run")
+    }
+
+    /// Submits a run without waiting: returns the invocation's id, for
+    /// [`outcome`](Self::outcome). A repeated submit with the same
+    /// `idempotency_key` is the same run.
+    pub async fn submit(
+        &self,
+        session: &SessionId,
+        input: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<String, crate::RestateError> {
+        self.ingress
+            .send(
+                OBJECT,
+                Some(session.as_str()),
+                "run",
+                input,
+                idempotency_key,
+            )
+            .await
+    }
+
+    /// Waits for the submitted run `invocation` to settle.
+    pub async fn outcome(&self, invocation: &str) -> Result<Reply, crate::RestateError> {
+        reply(self.ingress.attach(invocation).await?, "attach")
+    }
+
+    /// Answers the interrupt `interrupt` of `session` and waits for the run
+    /// to settle.
+    pub async fn resume(
+        &self,
+        session: &SessionId,
+        interrupt: &InterruptId,
+        answer: Value,
+    ) -> Result<Reply, crate::RestateError> {
+        let input = serde_json::to_value(Answer {
+            interrupt: interrupt.clone(),
+            answer,
+        })
+        .unwrap_or(Value::Null);
+        let answer = self
+            .ingress
+            .call(OBJECT, Some(session.as_str()), "resume", &input)
+            .await?;
+        reply(answer, "resume")
+    }
+
+    /// The session's head and checkpoint log, or `None` if it has none.
+    pub async fn session(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<Snapshot>, crate::RestateError> {
+        let answer = self
+            .ingress
+            .call(OBJECT, Some(session.as_str()), "session", &Value::Null)
+            .await?;
+        reply(answer, "session")
+    }
+}

@@ -1,0 +1,137 @@
+//! `restate-agent-probe`: a harness agent served as Restate's `HarnessAgent`
+//! virtual object, for the tests and the benchmark.
+//!
+//! Its loop: `work` makes `PROBE_EFFECTS` (3) journaled effects (`cx.once`),
+//! each appending `{tag}effect {i} by {pid}` to `{PROBE_DIR}/{session}.log`
+//! and taking `PROBE_PAUSE_MS`; then, when the state's `approve` is set,
+//! `ask` waits for a yes or no (`bool`) and makes one more effect,
+//! `shipped` or `held`. With `PROBE_HANG_AFTER=i` the step hangs after
+//! effect `i` (for a test to kill the process there), once per file named
+//! by `PROBE_HANG_ONCE` if that is set.
+//!
+//! ```text
+//! PROBE_DIR=/tmp/probe restate-agent-probe 127.0.0.1:9080
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::{Cx, Harness, HarnessState, StepError, StepResult, create_agent};
+use harness_restate::Durable;
+use restate_sdk::prelude::{Endpoint, HttpServer};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+/// The probe's state.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Job {
+    /// What the effects returned, in order.
+    #[field(reduce = append)]
+    log: Vec<String>,
+    /// Runs of `work` on this session.
+    #[field(reduce = add)]
+    runs: u32,
+    /// Written on each effect's line.
+    tag: String,
+    /// Whether to ask for approval after `work`.
+    approve: bool,
+}
+
+struct Settings {
+    dir: PathBuf,
+    effects: u32,
+    pause: Duration,
+    hang_after: Option<u32>,
+    hang_once: Option<PathBuf>,
+}
+
+async fn append(file: &Path, line: &str) -> Result<(), StepError> {
+    let mut f = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .await?;
+    f.write_all(format!("{line}\n").as_bytes()).await?;
+    f.sync_all().await?;
+    Ok(())
+}
+
+async fn work(s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpdate> {
+    let file = set.dir.join(format!("{}.log", cx.session_id()));
+    let mut log = Vec::new();
+    for i in 0..set.effects {
+        let line = format!("{}effect {i} by {}", s.tag, std::process::id());
+        let done: String = cx
+            .try_once(&format!("effect-{i}"), async {
+                tokio::time::sleep(set.pause).await;
+                append(&file, &line).await.map(|()| line.clone())
+            })
+            .await?;
+        log.push(done);
+        if set.hang_after == Some(i) {
+            let first = match &set.hang_once {
+                Some(marker) => std::fs::File::create_new(marker).is_ok(),
+                None => true,
+            };
+            if first {
+                tokio::time::sleep(Duration::from_secs(600)).await;
+            }
+        }
+    }
+    Ok(JobUpdate::new().log(log).runs(1))
+}
+
+async fn ask(_: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpdate> {
+    let ship: bool = cx.interrupt("ship it?")?;
+    let file = set.dir.join(format!("{}.log", cx.session_id()));
+    let line = if ship { "shipped" } else { "held" };
+    let done: String = cx
+        .try_once("ship", async {
+            append(&file, line).await.map(|()| line.to_string())
+        })
+        .await?;
+    Ok(JobUpdate::new().log(vec![done]))
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let Some(addr) = std::env::args().nth(1).and_then(|a| a.parse().ok()) else {
+        eprintln!("usage: PROBE_DIR=DIR restate-agent-probe 127.0.0.1:PORT");
+        std::process::exit(2);
+    };
+    let set = Arc::new(Settings {
+        dir: PathBuf::from(std::env::var("PROBE_DIR").unwrap_or_else(|_| ".".into())),
+        effects: env_num("PROBE_EFFECTS").map_or(3, |n| u32::try_from(n).unwrap_or(3)),
+        pause: Duration::from_millis(env_num("PROBE_PAUSE_MS").unwrap_or(0)),
+        hang_after: env_num("PROBE_HANG_AFTER").and_then(|n| u32::try_from(n).ok()),
+        hang_once: std::env::var("PROBE_HANG_ONCE").ok().map(PathBuf::from),
+    });
+    let durable = Durable::new();
+    let (a, b) = (Arc::clone(&set), Arc::clone(&set));
+    let harness = Harness::<Job>::builder()
+        .step("work")
+        .run(move |s: Arc<Job>, cx: Cx<()>| work(s, cx, Arc::clone(&a)))
+        .route(|s: &Job| if s.approve { "ask" } else { "done" })
+        .on("ask")
+        .to("ask")
+        .on("done")
+        .end()
+        .step("ask")
+        .run(move |s: Arc<Job>, cx: Cx<()>| ask(s, cx, Arc::clone(&b)))
+        .end()
+        .start("work")
+        .store(durable.store())
+        .effects(durable.effects())
+        .build()?;
+    let object = durable.object(create_agent("probe", &harness));
+    println!("listening on {addr}");
+    HttpServer::new(Endpoint::builder().bind(object).build())
+        .listen_and_serve(addr)
+        .await;
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! A harness agent served as Restate's `HarnessAgent` virtual object
+//! (`restate-agent-probe`), against the real server.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use harness::SessionId;
+use harness::session::SessionPhase;
+use harness_restate::{Admin, AgentClient, Ingress, Reply, RestateError};
+use serde_json::json;
+
+use super::{free_port, lines, var, wait_for_lines};
+
+/// The agent service on `port`, killed with SIGKILL when dropped.
+struct AgentService(Child);
+
+impl AgentService {
+    fn start(dir: &Path, port: u16, env: &[(&str, String)]) -> AgentService {
+        use std::io::{BufRead, BufReader};
+        let mut command = Command::new(env!("CARGO_BIN_EXE_restate-agent-probe"));
+        command
+            .arg(format!("127.0.0.1:{port}"))
+            .env("PROBE_DIR", dir)
+            .stdout(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("listening"), "{line}");
+        AgentService(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for AgentService {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn log_of(reply: &Reply) -> Vec<String> {
+    match reply {
+        Reply::Completed { state, .. } | Reply::Interrupted { state, .. } => state["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_owned())
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human() {
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let ingress = Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(90)).unwrap();
+    let agent = AgentClient::new(ingress.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let run = format!("{}-{port}", std::process::id());
+    let uri = format!("http://127.0.0.1:{port}");
+
+    // 1. A plain run; the session is kept in Restate and continued by the
+    //    next run.
+    let service = AgentService::start(dir.path(), port, &[]);
+    let services = admin.register(&uri, true).await.unwrap();
+    assert!(
+        services.contains(&"HarnessAgent".to_owned()),
+        "{services:?}"
+    );
+    let plain = SessionId::from(format!("plain-{run}"));
+    let first = agent.run(&plain, &json!({"tag": "a "})).await.unwrap();
+    let pid = service.pid();
+    assert!(
+        matches!(&first, Reply::Completed { signal, .. } if signal == "done"),
+        "{first:?}"
+    );
+    assert_eq!(
+        log_of(&first),
+        (0..3)
+            .map(|i| format!("a effect {i} by {pid}"))
+            .collect::<Vec<_>>()
+    );
+    let second = agent.run(&plain, &json!({"tag": "b "})).await.unwrap();
+    let Reply::Completed { state, .. } = &second else {
+        panic!("{second:?}")
+    };
+    assert_eq!(state["runs"], 2, "the second run continues the session");
+    assert_eq!(log_of(&second).len(), 6);
+    let snapshot = agent.session(&plain).await.unwrap().unwrap();
+    assert!(matches!(
+        snapshot.head.phase,
+        SessionPhase::Completed { .. }
+    ));
+    assert!(snapshot.log.len() >= 3, "{:?}", snapshot.log);
+    assert!(
+        agent
+            .session(&SessionId::from(format!("none-{run}")))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // 2. Input that is not an update of the state: a typed error, nothing
+    //    run.
+    for bad in [json!({"runs": "many"}), json!({"nope": 1}), json!([1, 2])] {
+        match agent
+            .run(&SessionId::from(format!("bad-{run}")), &bad)
+            .await
+        {
+            Err(RestateError::Status { status, body, .. }) => {
+                assert_eq!(status, 400, "{body}");
+                assert!(body.contains("Job"), "{body}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    drop(service);
+
+    // 3. SIGKILL mid-step, after the first effect; the service comes back
+    //    on the same address and Restate replays the handler: effect 0 is
+    //    answered from the journal, 1 and 2 run once, in the new process.
+    let killed = AgentService::start(dir.path(), port, &[("PROBE_HANG_AFTER", "0".into())]);
+    let session = SessionId::from(format!("killed-{run}"));
+    let file = dir.path().join(format!("{session}.log"));
+    let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
+    wait_for_lines(&file, 1);
+    let first_pid = killed.pid();
+    drop(killed);
+    let service = AgentService::start(dir.path(), port, &[]);
+    let done = agent.outcome(&invocation).await.unwrap();
+    let pid = service.pid();
+    let expected = [
+        format!("effect 0 by {first_pid}"),
+        format!("effect 1 by {pid}"),
+        format!("effect 2 by {pid}"),
+    ];
+    assert_eq!(log_of(&done), expected);
+    assert_eq!(lines(&file), expected, "each effect ran exactly once");
+
+    // 4. Two runs submitted on one session at once: one after the other.
+    let session = SessionId::from(format!("queued-{run}"));
+    let file = dir.path().join(format!("{session}.log"));
+    drop(service);
+    let service = AgentService::start(dir.path(), port, &[("PROBE_PAUSE_MS", "40".into())]);
+    let a = agent
+        .submit(&session, &json!({"tag": "a "}), None)
+        .await
+        .unwrap();
+    let b = agent
+        .submit(&session, &json!({"tag": "b "}), None)
+        .await
+        .unwrap();
+    let (a, b) = (
+        agent.outcome(&a).await.unwrap(),
+        agent.outcome(&b).await.unwrap(),
+    );
+    let tags: String = lines(&file).iter().map(|l| &l[..1]).collect();
+    assert!(tags == "aaabbb" || tags == "bbbaaa", "{:?}", lines(&file));
+    let runs = |r: &Reply| match r {
+        Reply::Completed { state, .. } => state["runs"].as_u64().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let mut counts = [runs(&a), runs(&b)];
+    counts.sort_unstable();
+    assert_eq!(counts, [1, 2], "the later run saw the earlier one's state");
+
+    // 5. An interrupt: the run ends waiting; the answer comes from this
+    //    process to a service restarted in between (another process).
+    let session = SessionId::from(format!("ask-{run}"));
+    let file = dir.path().join(format!("{session}.log"));
+    let asked = agent
+        .run(&session, &json!({"approve": true}))
+        .await
+        .unwrap();
+    let Reply::Interrupted { interrupt, .. } = &asked else {
+        panic!("{asked:?}")
+    };
+    assert_eq!(interrupt.payload, "ship it?");
+    drop(service);
+    let service = AgentService::start(dir.path(), port, &[]);
+    // Wrongly shaped answers are refused; the session still waits.
+    for wrong in [json!("yes"), json!({"ship": true}), json!(1)] {
+        let refused = agent
+            .resume(&session, &interrupt.id, wrong.clone())
+            .await
+            .unwrap();
+        assert!(
+            matches!(&refused, Reply::Rejected { interrupt: id, reason } if *id == interrupt.id && reason.contains("bool")),
+            "{wrong}: {refused:?}"
+        );
+        let head = agent.session(&session).await.unwrap().unwrap().head;
+        assert!(
+            matches!(&head.phase, SessionPhase::Interrupted { interrupt: i } if i.id == interrupt.id),
+            "{:?}",
+            head.phase
+        );
+    }
+    // An answer to an interrupt that is not pending: refused by name.
+    match agent
+        .resume(&session, &"no-such-interrupt".into(), json!(true))
+        .await
+    {
+        Err(RestateError::Status { status, .. }) => assert_eq!(status, 404),
+        other => panic!("{other:?}"),
+    }
+    let done = agent
+        .resume(&session, &interrupt.id, json!(true))
+        .await
+        .unwrap();
+    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
+    assert_eq!(log_of(&done).last().unwrap(), "shipped");
+    assert_eq!(lines(&file).len(), 4, "{:?}", lines(&file));
+    assert_eq!(lines(&file)[3], "shipped");
+    drop(service);
+}
