@@ -22,6 +22,8 @@ pub(crate) struct App {
     pub(crate) webhooks: Option<crate::webhook::Webhooks>,
     pub(crate) runs: Mutex<Runs>,
     pub(crate) body_limit: usize,
+    /// The streams open now, and how many may be.
+    pub(crate) streams: crate::limits::Streams,
     /// When the server started (the assistants' creation time).
     pub(crate) started_at: u64,
     /// Turns true when the server stops: streams and waits end.
@@ -229,7 +231,7 @@ impl QueryPairs {
 }
 
 /// Percent-decoding, with `+` as a space; `None` if the bytes are not UTF-8.
-fn decode(s: &str) -> Option<String> {
+pub(crate) fn decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

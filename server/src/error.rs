@@ -61,6 +61,29 @@ pub enum ApiError {
     /// The server is stopping.
     #[error("{0}")]
     Unavailable(String),
+    /// The request took longer than the server's
+    /// [`request_timeout`](crate::Server::request_timeout); what it did may
+    /// be partly done (look before trying again).
+    #[error(
+        "the request took longer than this server's limit of {} ms (Server::request_timeout) \
+         and was stopped; what it did may be partly done",
+        limit.as_millis()
+    )]
+    Timeout {
+        /// The limit.
+        limit: std::time::Duration,
+    },
+    /// As many streams as the server allows
+    /// ([`max_streams`](crate::Server::max_streams)) are open; the run was
+    /// not started.
+    #[error(
+        "this server already has its limit of {limit} open streams (Server::max_streams); \
+         the run was not started: close a stream, or try again later"
+    )]
+    TooManyStreams {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl ApiError {
@@ -103,6 +126,8 @@ impl ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -115,6 +140,8 @@ impl ApiError {
             ApiError::TooLarge { .. } => "too_large",
             ApiError::Internal(_) => "internal",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::Timeout { .. } => "timeout",
+            ApiError::TooManyStreams { .. } => "too_many_streams",
         }
     }
 
@@ -205,6 +232,9 @@ pub enum ServeError {
          Server::api_key(..)"
     )]
     RemoteWithoutKeys(std::net::SocketAddr),
+    /// The studio cannot be mounted at the path given.
+    #[error("{0}")]
+    Studio(String),
     /// Listening or serving failed.
     #[error("cannot serve on {addr}: {source}")]
     Io {

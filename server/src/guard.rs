@@ -78,6 +78,8 @@ pub(crate) struct Guard {
     pub(crate) origins: Vec<String>,
     /// Host names (without the port) the server answers to; `None` for any.
     pub(crate) hosts: Option<Vec<String>>,
+    /// Where the studio is mounted (`/studio`), if it is.
+    pub(crate) studio: Option<String>,
 }
 
 /// Host names of this machine: what a loopback server answers to (a page
@@ -112,6 +114,28 @@ fn given_key(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
+/// A key given to the studio as its page gives its token: the
+/// `x-studio-token` header, or, for a read (the page itself, its event
+/// stream, which a browser opens without headers), `?token=` in the URL.
+fn studio_key(request: &Request) -> Option<String> {
+    if let Some(k) = request
+        .headers()
+        .get("x-studio-token")
+        .and_then(|v| v.to_str().ok())
+    {
+        return Some(k.trim().to_owned());
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return None;
+    }
+    request
+        .uri()
+        .query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("token="))
+        .and_then(crate::app::decode)
+}
+
 fn host_name(host: &str) -> &str {
     if host.starts_with('[') {
         return host
@@ -124,6 +148,28 @@ fn host_name(host: &str) -> &str {
 impl Guard {
     fn allowed_origin(&self, origin: &str) -> bool {
         self.origins.iter().any(|o| o == origin)
+    }
+
+    /// Whether `path` is the studio's (its page, files or API).
+    fn in_studio(&self, path: &str) -> bool {
+        self.studio.as_deref().is_some_and(|base| {
+            path.strip_prefix(base)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+
+    /// Whether a studio request from `origin` comes from a page of this
+    /// very server (its studio page posting an answer): the origin names
+    /// the host the request is addressed to, and that host is one the
+    /// server answers to (a loopback server's names), or the server checks
+    /// keys (which a page of another site does not have).
+    fn same_origin(&self, origin: &str, host: &str) -> bool {
+        let vouched = self.hosts.is_some() || !self.keys.is_empty();
+        vouched
+            && !host.is_empty()
+            && [("http://", host), ("https://", host)]
+                .iter()
+                .any(|(scheme, h)| origin.strip_prefix(scheme) == Some(h))
     }
 
     fn cors_headers(origin: &HeaderValue, response: &mut Response) {
@@ -163,10 +209,17 @@ pub(crate) async fn check(
             );
         }
     }
+    let in_studio = guard.in_studio(request.uri().path());
     let origin = request.headers().get(header::ORIGIN).cloned();
     if let Some(origin) = &origin {
         let text = origin.to_str().unwrap_or_default();
-        if !guard.allowed_origin(text) {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let allowed = guard.allowed_origin(text) || (in_studio && guard.same_origin(text, host));
+        if !allowed {
             return refuse(
                 StatusCode::FORBIDDEN,
                 "origin_not_allowed",
@@ -197,13 +250,28 @@ pub(crate) async fn check(
     }
     let open = request.uri().path() == "/ok";
     if !guard.keys.is_empty() && !open {
-        let Some(given) = given_key(request.headers()) else {
+        let from_studio = if in_studio {
+            studio_key(&request)
+        } else {
+            None
+        };
+        let Some(given) = given_key(request.headers())
+            .map(str::to_owned)
+            .or(from_studio)
+        else {
             return refuse(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "this server needs an API key: give it in the `x-api-key` header or as \
-                 `Authorization: Bearer <key>`"
-                    .into(),
+                if in_studio {
+                    "this server needs an API key: open the studio at its URL with \
+                     `?token=<key>`, or give the key in the `x-studio-token` or `x-api-key` \
+                     header"
+                        .into()
+                } else {
+                    "this server needs an API key: give it in the `x-api-key` header or as \
+                     `Authorization: Bearer <key>`"
+                        .into()
+                },
             );
         };
         // Every key is compared, whichever matches.

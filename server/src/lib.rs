@@ -3,6 +3,7 @@
 
 // The modules, each using only those above it.
 mod error;
+mod limits;
 mod time;
 
 mod schedule;
@@ -59,6 +60,23 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 /// The largest request body accepted by default (1 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
+/// How long a request that does not wait for a run may take by default
+/// (see [`Server::request_timeout`]).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many streams may be open at once by default (see
+/// [`Server::max_streams`]).
+pub const DEFAULT_MAX_STREAMS: usize = 4096;
+
+/// Where [`Server::studio`] serves the studio.
+#[cfg(feature = "studio")]
+pub const DEFAULT_STUDIO_PATH: &str = "/studio";
+
+/// The first segments of the server's own paths, which a studio cannot be
+/// mounted under.
+#[cfg(feature = "studio")]
+const OWN_PATHS: [&str; 6] = ["info", "ok", "assistants", "threads", "runs", "store"];
+
 /// An HTTP server for a set of agents, speaking the Agent Protocol in the
 /// shape the LangGraph SDK clients call. See the [crate docs](crate).
 pub struct Server {
@@ -70,6 +88,10 @@ pub struct Server {
     grace: Duration,
     memory: Option<harness::memory::Memory>,
     webhooks: Option<Webhooks>,
+    request_timeout: Duration,
+    max_streams: usize,
+    #[cfg(feature = "studio")]
+    studio: Option<(String, harness_studio::Studio)>,
 }
 
 impl fmt::Debug for Server {
@@ -83,6 +105,8 @@ impl fmt::Debug for Server {
             .field("allow_remote", &self.allow_remote)
             .field("keys", &self.guard.keys.len())
             .field("origins", &self.guard.origins)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_streams", &self.max_streams)
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +129,10 @@ impl Server {
             grace: DEFAULT_GRACE,
             memory: None,
             webhooks: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_streams: DEFAULT_MAX_STREAMS,
+            #[cfg(feature = "studio")]
+            studio: None,
         }
     }
 
@@ -191,6 +219,62 @@ impl Server {
         self
     }
 
+    /// How long a request may take (default [`DEFAULT_REQUEST_TIMEOUT`],
+    /// 30 s); one that takes longer is answered with a 504 whose `error` is
+    /// `timeout` and whose message names the limit; what it did may be
+    /// partly done. Not timed: the requests that wait for a run by design
+    /// (`runs/wait`, `join`, `cancel` with `wait`), and a stream's events
+    /// (its response is timed until its run has started; then the events
+    /// flow for as long as the run lasts).
+    #[must_use]
+    pub fn request_timeout(mut self, limit: Duration) -> Self {
+        self.request_timeout = limit;
+        self
+    }
+
+    /// How many run streams (`runs/stream`, `join_stream`) may be open at
+    /// once (default [`DEFAULT_MAX_STREAMS`], 4096); one more is refused
+    /// with a 429 whose `error` is `too_many_streams` and whose message
+    /// names the limit, before its run starts. A stream counts until it
+    /// ends or its client goes away. The studio's event stream (one per
+    /// open page) is not counted.
+    #[must_use]
+    pub fn max_streams(mut self, limit: usize) -> Self {
+        self.max_streams = limit;
+        self
+    }
+
+    /// Serves `studio` (a [`harness_studio::Studio`] over the server's own
+    /// store: `Studio::read_only(store)` for every agent's sessions, or
+    /// `Studio::for_agent(..)` to answer and fork one agent's) on the
+    /// server's port at [`DEFAULT_STUDIO_PATH`] (`/studio`). See
+    /// [`studio_at`](Self::studio_at).
+    #[cfg(feature = "studio")]
+    #[must_use]
+    pub fn studio(self, studio: harness_studio::Studio) -> Self {
+        self.studio_at(DEFAULT_STUDIO_PATH, studio)
+    }
+
+    /// Serves `studio` at `path` (`/studio`: its page at `/studio`, where
+    /// `/studio/` leads, its API under `/studio/api/`), behind the server's own rules: the host
+    /// names of a loopback server, the CORS origins (a page of the server
+    /// itself may call the studio's API), the request timeout, and, once
+    /// [`api_key`](Self::api_key)s are set, a key (scope `read` to look,
+    /// `run` to answer an interrupt or fork), given as the API takes it or
+    /// as the studio's page sends its token: the `x-studio-token` header,
+    /// or `?token=KEY` in the URL of a read (the page's URL is
+    /// `/studio?token=KEY`; such a URL holds the key: give it to those
+    /// who may use it is `/studio?token=KEY`). Without keys the studio is as open as the API (this
+    /// machine only, on loopback). [`bind`](Self::bind) refuses a path
+    /// that is not plain (`/` then letters, digits, `-`, `_`, `.`) or
+    /// that lies under the server's own paths.
+    #[cfg(feature = "studio")]
+    #[must_use]
+    pub fn studio_at(mut self, path: impl Into<String>, studio: harness_studio::Studio) -> Self {
+        self.studio = Some((path.into(), studio));
+        self
+    }
+
     /// How long [`Bound::serve`] waits, once told to stop, for the runs
     /// under way to stop at their next step boundary (default 10 s).
     #[must_use]
@@ -218,6 +302,7 @@ impl Server {
             webhooks: self.webhooks,
             runs: Mutex::new(Runs::default()),
             body_limit: self.body_limit,
+            streams: limits::Streams::new(self.max_streams),
             started_at: now_millis(),
             stopping: tokio::sync::watch::channel(false).0,
         });
@@ -226,9 +311,40 @@ impl Server {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(crons::scheduler(Arc::clone(&app)));
         }
-        let router = routes(self.body_limit).with_state(Arc::clone(&app)).layer(
-            axum::middleware::from_fn_with_state(Arc::new(self.guard), guard::check),
-        );
+        let timed = axum::middleware::from_fn_with_state(self.request_timeout, limits::timed);
+        #[cfg_attr(not(feature = "studio"), allow(unused_mut))]
+        let mut router = routes()
+            .route_layer(timed.clone())
+            .merge(waiting_routes())
+            .fallback(no_route)
+            .method_not_allowed_fallback(no_method)
+            .layer(DefaultBodyLimit::max(self.body_limit))
+            .with_state(Arc::clone(&app));
+        #[cfg(feature = "studio")]
+        if let Some((path, studio)) = self.studio {
+            let first = path
+                .trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            if OWN_PATHS.contains(&first) {
+                return Err(ServeError::Studio(format!(
+                    "the studio cannot be served at `{path}`: `/{first}` is one of the server's \
+                     own paths"
+                )));
+            }
+            let studio = studio
+                .mount(&path, app.stopping.subscribe())
+                .map_err(|e| ServeError::Studio(e.to_string()))?;
+            router = router
+                .nest(&path, studio.route_layer(timed))
+                .route(&format!("{path}/"), get(studio_page));
+            self.guard.studio = Some(path);
+        }
+        let router = router.layer(axum::middleware::from_fn_with_state(
+            Arc::new(self.guard),
+            guard::check,
+        ));
         Ok((router, app))
     }
 
@@ -346,6 +462,16 @@ async fn info() -> axum::Json<serde_json::Value> {
     }))
 }
 
+/// `/studio/` (with its query) is the studio's page at `/studio`.
+#[cfg(feature = "studio")]
+async fn studio_page(uri: axum::http::Uri) -> axum::response::Redirect {
+    let path = uri.path().trim_end_matches('/');
+    match uri.query() {
+        Some(query) => axum::response::Redirect::permanent(&format!("{path}?{query}")),
+        None => axum::response::Redirect::permanent(path),
+    }
+}
+
 async fn ok() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"ok": true}))
 }
@@ -365,7 +491,17 @@ async fn no_method() -> Response {
         .into_response()
 }
 
-fn routes(body_limit: usize) -> Router<Shared> {
+/// The routes that wait for a run by design: not timed.
+fn waiting_routes() -> Router<Shared> {
+    Router::new()
+        .route("/threads/{id}/runs/wait", post(runs::wait_on_thread))
+        .route("/threads/{id}/runs/{run}/join", get(runs::join))
+        .route("/threads/{id}/runs/{run}/cancel", post(runs::cancel))
+        .route("/runs/wait", post(runs::wait_stateless))
+}
+
+/// The routes timed by [`Server::request_timeout`].
+fn routes() -> Router<Shared> {
     Router::new()
         .route("/info", get(info))
         .route("/ok", get(ok))
@@ -395,14 +531,11 @@ fn routes(body_limit: usize) -> Router<Shared> {
             get(runs::list).post(runs::create_on_thread),
         )
         .route("/threads/{id}/runs/stream", post(runs::stream_on_thread))
-        .route("/threads/{id}/runs/wait", post(runs::wait_on_thread))
         .route(
             "/threads/{id}/runs/{run}",
             get(runs::get).delete(runs::delete),
         )
-        .route("/threads/{id}/runs/{run}/join", get(runs::join))
         .route("/threads/{id}/runs/{run}/stream", get(runs::join_stream))
-        .route("/threads/{id}/runs/{run}/cancel", post(runs::cancel))
         .route(
             "/store/items",
             get(store::get).put(store::put).delete(store::delete),
@@ -415,8 +548,4 @@ fn routes(body_limit: usize) -> Router<Shared> {
         .route("/runs/crons/{cron}", axum::routing::delete(crons::delete))
         .route("/runs", post(runs::create_stateless))
         .route("/runs/stream", post(runs::stream_stateless))
-        .route("/runs/wait", post(runs::wait_stateless))
-        .fallback(no_route)
-        .method_not_allowed_fallback(no_method)
-        .layer(DefaultBodyLimit::max(body_limit))
 }

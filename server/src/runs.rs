@@ -650,6 +650,8 @@ async fn stream_run(
     let subgraphs = body.stream_subgraphs.unwrap_or(false);
     let cancel = body.on_disconnect.as_deref() == Some("cancel");
     let resumable = body.stream_resumable.unwrap_or(false);
+    // Before the run starts: a stream refused starts nothing.
+    let slot = app.streams.open()?;
     let run = start(&app, thread, body).await?;
     let loc = location(&run);
     let mut response = stream::response(
@@ -657,6 +659,7 @@ async fn stream_run(
         want_of(modes, subgraphs, cancel),
         &loc,
         app.stopping.subscribe(),
+        slot,
     );
     // A resumable stream says where to reconnect: the SDK comes back there
     // with the last event id it got.
@@ -837,8 +840,15 @@ pub(crate) async fn join_stream(
         after,
         cancel_on_disconnect: query.flag("cancel_on_disconnect", false)?,
     };
+    let slot = app.streams.open()?;
     let loc = location(&run);
-    Ok(stream::response(run, want, &loc, app.stopping.subscribe()))
+    Ok(stream::response(
+        run,
+        want,
+        &loc,
+        app.stopping.subscribe(),
+        slot,
+    ))
 }
 
 pub(crate) async fn cancel(

@@ -1,6 +1,7 @@
 //! A run's frames as server-sent events: each with its id (its position in
 //! the run's stream), filtered by the stream modes the client asked for.
 
+use crate::limits::StreamSlot;
 use crate::record::{Frame, Mode, RunRecord};
 use axum::http::{HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -49,6 +50,8 @@ struct Cursor {
     stopping: tokio::sync::watch::Receiver<bool>,
     done: bool,
     guard: CancelGuard,
+    /// Counts this stream among the server's open ones until it ends.
+    _slot: StreamSlot,
 }
 
 fn event(frame: &Frame) -> Event {
@@ -67,6 +70,7 @@ pub(crate) fn frames(
     run: Arc<RunRecord>,
     want: Want,
     stopping: tokio::sync::watch::Receiver<bool>,
+    slot: StreamSlot,
 ) -> impl Stream<Item = Event> + Send {
     let guard = CancelGuard(want.cancel_on_disconnect.then(|| Arc::clone(&run)));
     let cursor = Cursor {
@@ -78,6 +82,7 @@ pub(crate) fn frames(
         stopping,
         done: false,
         guard,
+        _slot: slot,
     };
     stream::unfold(cursor, |mut c| async move {
         loop {
@@ -122,8 +127,9 @@ pub(crate) fn response(
     want: Want,
     location: &str,
     stopping: tokio::sync::watch::Receiver<bool>,
+    slot: StreamSlot,
 ) -> Response {
-    let events = frames(run, want, stopping);
+    let events = frames(run, want, stopping, slot);
     let body = Sse::new(stream_ok(events)).keep_alive(KeepAlive::default());
     let mut response = body.into_response();
     if let Ok(v) = HeaderValue::from_str(location) {

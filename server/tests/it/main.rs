@@ -4,7 +4,10 @@
 
 mod errors;
 mod guard;
+mod limits;
 mod sdk;
+#[cfg(feature = "studio")]
+mod studio;
 
 use harness::llm::{Expect, LanguageModel, ModelRequest, ScriptedModel, StopReason, StreamEvent};
 use harness::memory::{HashedWords, IndexConfig, Memory};

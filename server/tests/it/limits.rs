@@ -1,0 +1,343 @@
+//! How long a request may take (`Server::request_timeout`) and how many
+//! streams may be open at once (`Server::max_streams`).
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use harness::llm::{Embedder, Embeddings, ModelError};
+use harness::memory::{HashedWords, IndexConfig, Memory};
+use harness_server::Server;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// An embedder that takes `pause` before each answer: a slow model server.
+struct Slow {
+    pause: Duration,
+    inner: HashedWords,
+}
+
+#[async_trait]
+impl Embedder for Slow {
+    async fn embed(&self, texts: &[String]) -> Result<Embeddings, ModelError> {
+        tokio::time::sleep(self.pause).await;
+        self.inner.embed(texts).await
+    }
+}
+
+fn slow_memory(pause: Duration) -> Memory {
+    let slow = Slow {
+        pause,
+        inner: HashedWords::new(64),
+    };
+    Memory::in_memory().with_index(IndexConfig::new(Arc::new(slow), 64).fields(["text"]))
+}
+
+fn request(method: Method, path: &str, body: Value) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+async fn call(router: &Router, method: Method, path: &str, body: Value) -> (StatusCode, Value) {
+    let response = router
+        .clone()
+        .oneshot(request(method, path, body))
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, value)
+}
+
+async fn thread(router: &Router) -> String {
+    let (status, thread) = call(router, Method::POST, "/threads", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{thread}");
+    thread["thread_id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_slower_than_the_timeout_gets_a_504_naming_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path())
+        .memory(slow_memory(Duration::from_millis(600)))
+        .request_timeout(Duration::from_millis(150))
+        .router()
+        .unwrap();
+    let slow = [
+        (
+            Method::PUT,
+            "/store/items",
+            json!({"namespace": ["a"], "key": "k", "value": {"text": "slow to index"}}),
+        ),
+        (
+            Method::POST,
+            "/store/items/search",
+            json!({"namespace_prefix": ["a"], "query": "slow"}),
+        ),
+    ];
+    for (method, path, body) in slow.clone() {
+        let (status, error) = call(&router, method.clone(), path, body).await;
+        assert_eq!(
+            status,
+            StatusCode::GATEWAY_TIMEOUT,
+            "{method} {path}: {error}"
+        );
+        assert_eq!(error["error"], "timeout", "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains("150 ms"),
+            "{error}"
+        );
+    }
+    // What is fast under the same limit is answered.
+    let (status, _) = call(&router, Method::GET, "/info", Value::Null).await;
+    assert_eq!(status, StatusCode::OK);
+    thread(&router).await;
+    let (status, _) = call(
+        &router,
+        Method::PUT,
+        "/store/items",
+        json!({"namespace": ["a"], "key": "k2", "value": {"text": "not indexed"}, "index": false}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    // A limit above the pause lets the same requests through.
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path())
+        .memory(slow_memory(Duration::from_millis(100)))
+        .request_timeout(Duration::from_secs(20))
+        .router()
+        .unwrap();
+    for (method, path, body) in slow {
+        let (status, answer) = call(&router, method.clone(), path, body).await;
+        assert!(status.is_success(), "{method} {path}: {status} {answer}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_run_and_streaming_it_outlast_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path())
+        .request_timeout(Duration::from_millis(100))
+        .router()
+        .unwrap();
+    let input = json!({"assistant_id": "ticks", "input": {"limit": 5}});
+    // Five ticks of 50 ms: longer than the limit.
+    let t = thread(&router).await;
+    let (status, out) = call(
+        &router,
+        Method::POST,
+        &format!("/threads/{t}/runs/wait"),
+        input.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["ticks"], 5);
+    let (status, out) = call(&router, Method::POST, "/runs/wait", input.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["ticks"], 5);
+
+    // A background run, joined.
+    let t = thread(&router).await;
+    let (status, run) = call(
+        &router,
+        Method::POST,
+        &format!("/threads/{t}/runs"),
+        input.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let run = run["run_id"].as_str().unwrap();
+    let (status, out) = call(
+        &router,
+        Method::GET,
+        &format!("/threads/{t}/runs/{run}/join"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["ticks"], 5);
+
+    // A stream: every event, to the end.
+    let t = thread(&router).await;
+    let response = router
+        .clone()
+        .oneshot(request(
+            Method::POST,
+            &format!("/threads/{t}/runs/stream"),
+            json!({"assistant_id": "ticks", "input": {"limit": 5}, "stream_mode": "values"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("\"ticks\":5"), "{text}");
+}
+
+/// Opens a stream and returns its response (its body unread, so the
+/// stream stays open until the response is dropped).
+async fn open(router: &Router, path: &str, body: Value) -> axum::response::Response {
+    let method = if body.is_null() {
+        Method::GET
+    } else {
+        Method::POST
+    };
+    router
+        .clone()
+        .oneshot(request(method, path, body))
+        .await
+        .unwrap()
+}
+
+async fn error_of(response: axum::response::Response) -> Value {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_over_the_cap_are_refused_with_a_429_before_their_run_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path()).max_streams(2).router().unwrap();
+    let long =
+        json!({"assistant_id": "ticks", "input": {"limit": 100000}, "stream_mode": "values"});
+
+    let a = thread(&router).await;
+    let first = open(&router, &format!("/threads/{a}/runs/stream"), long.clone()).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let run_a = first.headers()["content-location"]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    // A second stream of the same run (join_stream) counts too.
+    let second = open(
+        &router,
+        &format!("/threads/{a}/runs/{run_a}/stream"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(second.status(), StatusCode::OK);
+
+    // Over the cap: a stream on a thread, a stateless one, a join.
+    let b = thread(&router).await;
+    for (path, body) in [
+        (format!("/threads/{b}/runs/stream"), long.clone()),
+        ("/runs/stream".to_string(), long.clone()),
+        (format!("/threads/{a}/runs/{run_a}/stream"), Value::Null),
+    ] {
+        let refused = open(&router, &path, body).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{path}");
+        let error = error_of(refused).await;
+        assert_eq!(error["error"], "too_many_streams", "{error}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("limit of 2 open streams"),
+            "{error}"
+        );
+    }
+    // The refused stream started no run.
+    let (status, runs) = call(
+        &router,
+        Method::GET,
+        &format!("/threads/{b}/runs"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(runs, json!([]), "a refused stream started a run");
+    // Other requests go on.
+    let (status, _) = call(
+        &router,
+        Method::GET,
+        &format!("/threads/{a}/runs/{run_a}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A client that goes away frees its place.
+    drop(second);
+    let third = open(
+        &router,
+        &format!("/threads/{a}/runs/{run_a}/stream"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(third.status(), StatusCode::OK);
+    let refused = open(&router, &format!("/threads/{b}/runs/stream"), long.clone()).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // A stream that ends frees its place too: the run cancelled, both end.
+    let (status, _) = call(
+        &router,
+        Method::POST,
+        &format!("/threads/{a}/runs/{run_a}/cancel?wait=true"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    for stream in [first, third] {
+        tokio::time::timeout(Duration::from_secs(10), stream.into_body().collect())
+            .await
+            .expect("a cancelled run's stream did not end")
+            .unwrap();
+    }
+    let short = json!({"assistant_id": "ticks", "input": {"limit": 1}, "stream_mode": "values"});
+    for _ in 0..3 {
+        let stream = open(&router, "/runs/stream", short.clone()).await;
+        assert_eq!(stream.status(), StatusCode::OK);
+        stream.into_body().collect().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_server_without_stream_places_refuses_every_stream_and_still_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path()).max_streams(0).router().unwrap();
+    let t = thread(&router).await;
+    let body = json!({"assistant_id": "ticks", "input": {"limit": 1}});
+    let refused = open(&router, &format!("/threads/{t}/runs/stream"), body.clone()).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        error_of(refused).await["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 0")
+    );
+    let (status, out) = call(
+        &router,
+        Method::POST,
+        &format!("/threads/{t}/runs/wait"),
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["ticks"], 1);
+}
+
+#[test]
+fn the_defaults_are_documented_values() {
+    assert_eq!(
+        harness_server::DEFAULT_REQUEST_TIMEOUT,
+        Duration::from_secs(30)
+    );
+    assert_eq!(harness_server::DEFAULT_MAX_STREAMS, 4096);
+    let debug = format!("{:?}", Server::new());
+    assert!(
+        debug.contains("request_timeout: 30s") && debug.contains("max_streams: 4096"),
+        "{debug}"
+    );
+}
