@@ -320,3 +320,44 @@ async fn a_studio_is_mounted_only_at_a_plain_path_beside_the_servers_own() {
         crate::server_on(store.clone()).studio_at("/tools/studio", Studio::read_only(store));
     assert!(server.bind("127.0.0.1:0".parse().unwrap()).await.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_studios_event_stream_ends_when_the_server_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(dir.path().join("store")).unwrap());
+    let bound = crate::server_on(store.clone())
+        .studio(Studio::read_only(store))
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = bound.addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let mut events = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET /studio/api/events HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    events.write_all(request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 64];
+    let n = events.read(&mut head).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+
+    let _ = stop.send(());
+    tokio::time::timeout(std::time::Duration::from_secs(10), serving)
+        .await
+        .expect("the server waited for the studio's open event stream")
+        .unwrap()
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        events.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the event stream stayed open")
+    .unwrap();
+}
