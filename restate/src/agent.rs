@@ -476,7 +476,10 @@ impl AgentObject {
         let ended = loop {
             tokio::select! {
                 ended = &mut task.0 => break ended,
-                Some(request) = requests.recv() => effect(ctx, request).await,
+                // A failed `ctx.run` (the connection to Restate lost, the
+                // invocation cancelled) ends this attempt: the run's task is
+                // aborted with it, and Restate replays a new attempt.
+                Some(request) = requests.recv() => effect(ctx, request).await?,
             }
         };
         let reply = match ended {
@@ -504,7 +507,7 @@ impl AgentObject {
 /// Journals one effect with `ctx.run`: its closure lets the step run the
 /// effect and waits for the outcome; on a replay Restate answers from the
 /// journal without calling it.
-async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) {
+async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), HandlerError> {
     let EffectRequest { name, decide, done } = request;
     let journaled = ctx
         .run(|| async move {
@@ -520,7 +523,16 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) {
         })
         .name(name)
         .await;
-    let _ = done.send(journaled.map(|Json(o)| o).map_err(|e| e.to_string()));
+    match journaled {
+        Ok(Json(outcome)) => {
+            let _ = done.send(Ok(outcome));
+            Ok(())
+        }
+        Err(e) => {
+            let _ = done.send(Err(e.to_string()));
+            Err(e.into())
+        }
+    }
 }
 
 #[allow(missing_docs, unreachable_pub)] // the SDK's macro generates items without docs

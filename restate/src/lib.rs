@@ -15,8 +15,8 @@
 //!   engine's floor.
 //!
 //! The tests (`tests/it/`) run against the real server (`scripts/restate`
-//! starts it): an agent's effects run once across a SIGKILL of the service
-//! and a restart of the server, an interrupt is answered from another
+//! starts it): an agent's effects run once across a SIGKILL of the service,
+//! an interrupt is answered from another
 //! process, a wrongly shaped answer is refused and the session still waits,
 //! two runs on one session go one after the other.
 
