@@ -447,6 +447,13 @@ print(json.dumps(seen))
             .filter(|s| s["id"] == seen["session"])
             .collect();
         assert_eq!(listed.len(), 1, "the run's session is not listed: {seen}");
+        let agents: Vec<&Value> = seen["studio_sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| &s["agent"])
+            .collect();
+        assert_eq!(agents, ["quickstart"], "{seen}");
         assert_eq!(listed[0]["agent"], "quickstart");
         assert_eq!(listed[0]["phase"], "done");
         assert_eq!(seen["timeline_status"], 200);

@@ -333,7 +333,9 @@ impl Server {
                      own paths"
                 )));
             }
+            // The server's thread and cron records are its own.
             let studio = studio
+                .hide_agent(threads::OWNER)
                 .mount(&path, app.stopping.subscribe())
                 .map_err(|e| ServeError::Studio(e.to_string()))?;
             router = router

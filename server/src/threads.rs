@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 /// The owner of the thread records in the session store.
-const OWNER: &str = "harness-server";
+pub(crate) const OWNER: &str = "harness-server";
 
 /// The session id under which thread `id`'s record is kept.
 fn record_key(id: &str) -> SessionId {

@@ -117,6 +117,7 @@ pub struct Studio {
     memory: Option<Memory>,
     reports: Vec<harness_evals::Report>,
     shapes: BTreeMap<String, AnswerShape>,
+    hidden: Vec<String>,
     poll: Duration,
     title: String,
 }
@@ -141,6 +142,7 @@ impl Studio {
             memory: None,
             reports: Vec::new(),
             shapes: BTreeMap::new(),
+            hidden: Vec::new(),
             poll: Duration::from_millis(500),
             title,
         }
@@ -236,6 +238,16 @@ impl Studio {
         self
     }
 
+    /// Leaves the sessions of agent `agent` out of the list and the live
+    /// updates: records an application keeps in the store beside its
+    /// agents' sessions (`harness-server` hides its own, agent
+    /// `harness-server`, in the studio it serves).
+    #[must_use]
+    pub fn hide_agent(mut self, agent: impl Into<String>) -> Self {
+        self.hidden.push(agent.into());
+        self
+    }
+
     /// The page's title (default: the agent, or "sessions (read-only)").
     #[must_use]
     pub fn title(mut self, title: impl Into<String>) -> Self {
@@ -276,6 +288,7 @@ impl Studio {
             reports: Arc::new(self.reports),
             token,
             page: server::Page::at(base),
+            hidden: self.hidden,
             shapes: self.shapes,
             poll: self.poll,
             title: self.title,

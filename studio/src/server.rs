@@ -55,6 +55,9 @@ pub(crate) struct App {
     /// The page and its script, their URLs under the path the studio is
     /// served at.
     pub(crate) page: Page,
+    /// Agents whose sessions are left out of the list (an application's
+    /// own records).
+    pub(crate) hidden: Vec<String>,
     pub(crate) shapes: BTreeMap<String, AnswerShape>,
     pub(crate) poll: Duration,
     pub(crate) title: String,
@@ -267,6 +270,7 @@ async fn sessions(
     let list = view::heads(app.source.store())
         .await?
         .iter()
+        .filter(|h| !app.hidden.contains(&h.agent_id))
         .map(|h| Summary::of(h, now))
         .filter(|s| phase.is_none_or(|p| s.phase == p))
         .filter(|s| {
@@ -498,7 +502,11 @@ impl Watch {
             }
         };
         let now = self.app.source.store().now();
-        let summaries: Vec<Summary> = heads.iter().map(|h| Summary::of(h, now)).collect();
+        let summaries: Vec<Summary> = heads
+            .iter()
+            .filter(|h| !self.app.hidden.contains(&h.agent_id))
+            .map(|h| Summary::of(h, now))
+            .collect();
         if self.first {
             self.first = false;
             self.queue.push_back(event("sessions", &summaries));

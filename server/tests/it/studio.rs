@@ -140,6 +140,14 @@ async fn the_studio_is_served_on_the_servers_port_and_lists_the_servers_sessions
         .filter(|s| s["agent"] == "ticks")
         .collect();
     assert_eq!(ticks.len(), 1, "{list}");
+    // The server's own records (its threads) are not listed.
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["agent"] != "harness-server"),
+        "{list}"
+    );
     assert_eq!(ticks[0]["phase"], "done", "{list}");
     // The session's timeline through the studio: the two ticks.
     let id = ticks[0]["id"].as_str().unwrap();
