@@ -35,8 +35,7 @@
 //! journaled effect, it is recorded as the effect's failure.
 //!
 //! ```
-//! use harness::effect::{EffectId, EffectJournal, Journaled, PendingEffect};
-//! use harness::StepError;
+//! use harness::effect::{EffectError, EffectId, EffectJournal, Journaled, PendingEffect};
 //! use futures::future::BoxFuture;
 //! use serde_json::Value;
 //! use std::collections::HashMap;
@@ -52,14 +51,14 @@
 //!     fn finish(
 //!         self: Box<Self>,
 //!         outcome: Result<Value, String>,
-//!     ) -> BoxFuture<'static, Result<Result<Value, String>, StepError>> {
+//!     ) -> BoxFuture<'static, Result<Result<Value, String>, EffectError>> {
 //!         self.0.lock().unwrap().insert(self.1, outcome.clone());
 //!         Box::pin(async move { Ok(outcome) })
 //!     }
 //! }
 //!
 //! impl EffectJournal for Recorder {
-//!     fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>> {
+//!     fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>> {
 //!         let name = effect.name();
 //!         let recorded = self.0.lock().unwrap().get(&name).cloned();
 //!         Box::pin(async move {
@@ -73,7 +72,6 @@
 //! ```
 
 use crate::ids::{SessionId, TaskPath};
-use crate::step::StepError;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::fmt::{self, Debug};
@@ -122,6 +120,24 @@ impl fmt::Display for EffectId {
     }
 }
 
+/// A journal that failed: it cannot be reached, cannot record, or the run
+/// asked for an effect other than the one it recorded (a divergence). The
+/// step fails with it (and is retried by its policy).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct EffectError {
+    message: String,
+}
+
+impl EffectError {
+    /// An error saying `message`: what failed, naming the effect.
+    pub fn new(message: impl fmt::Display) -> Self {
+        Self {
+            message: message.to_string(),
+        }
+    }
+}
+
 /// What a journal answers when a step is about to run an effect.
 pub enum Journaled {
     /// The outcome recorded on an earlier execution: the effect is not run.
@@ -152,7 +168,7 @@ pub trait PendingEffect: Send {
     fn finish(
         self: Box<Self>,
         outcome: Result<Value, String>,
-    ) -> BoxFuture<'static, Result<Result<Value, String>, StepError>>;
+    ) -> BoxFuture<'static, Result<Result<Value, String>, EffectError>>;
 }
 
 /// A journal of side effects beyond the session store; see the
@@ -162,5 +178,5 @@ pub trait EffectJournal: Send + Sync + Debug {
     /// has no result for it. Fails if the journal cannot be reached, or if
     /// the run asks for an effect other than the one it recorded at this
     /// point (a divergence, naming both).
-    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>>;
+    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>>;
 }

@@ -24,6 +24,9 @@ pub mod slots;
 // Run-time types and errors.
 pub mod error;
 
+// The seam for durable-execution engines: what a step's effects go through.
+pub mod effect;
+
 pub mod step;
 
 // Durable runs.
@@ -50,8 +53,6 @@ pub mod cli;
 
 // Leaves.
 pub mod durable;
-
-pub mod effect;
 
 pub mod secrets;
 

@@ -16,11 +16,16 @@
 //! # How a run is made durable
 //!
 //! The session (head and log) lives in the object's Restate state. A handler
-//! loads it into the [`MemoryStore`] of this process, runs the agent on it,
-//! and saves it back when the run settles (journaled, so that a replayed
-//! handler saves the same bytes). Every `cx.once` of the run's steps, its
-//! sub-agents' included, goes through `ctx.run` ([`RestateEffects`], the
-//! core's [`EffectJournal`]): when the service dies mid-run, Restate
+//! attempt loads it into a [`MemoryStore`] of its own, runs the agent on it
+//! ([`RestateSessions`], the core's `SessionStore`), and saves it back when
+//! the run settles (journaled, so that a replayed handler saves the same
+//! bytes). Every `cx.once` of the run's steps, its sub-agents' included,
+//! goes through `ctx.run` ([`RestateEffects`], the core's
+//! [`EffectJournal`]). Both reach the attempt through a task-local of the
+//! run's task (a run is one future: its branches and sub-agents are in it),
+//! so an attempt Restate gave up on cannot touch the next one's session or
+//! journal; a step that spawns a task of its own must not use `cx` in it.
+//! When the service dies mid-run, Restate
 //! invokes the handler again, the run starts again from the state saved
 //! before it, and each effect already journaled returns its journaled
 //! outcome instead of running again. So every effect runs once, and steps
@@ -43,7 +48,7 @@
 //! use restate_sdk::prelude::{Endpoint, HttpServer};
 //! use std::sync::Arc;
 //!
-//! #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema, HarnessState)]
+//! #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, HarnessState)]
 //! struct Job {
 //!     #[field(reduce = append)]
 //!     log: Vec<String>,
@@ -69,17 +74,15 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use harness::effect::{EffectId, EffectJournal, Journaled, PendingEffect};
-use harness::session::{Checkpoint, SessionError, StoredRun};
+use harness::effect::{EffectError, EffectId, EffectJournal, Journaled, PendingEffect};
+use harness::session::{Checkpoint, Commit, SessionError, SessionStore, StoreError, StoredRun};
 use harness::slots::NoSlots;
 use harness::step::Interrupt;
-use harness::{Agent, Context, HarnessState, InterruptId, RunError, SessionId, StepError};
+use harness::{Agent, Context, HarnessState, InterruptId, RunError, SessionId};
 use harness_stores::MemoryStore;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -148,7 +151,7 @@ pub struct Snapshot {
 /// [module docs](self).
 #[derive(Clone, Debug, Default)]
 pub struct Durable {
-    store: Arc<MemoryStore>,
+    store: RestateSessions,
     effects: RestateEffects,
 }
 
@@ -159,10 +162,9 @@ impl Durable {
     }
 
     /// The session store to build the agent's harness with
-    /// ([`HarnessBuilder::store`](harness::graph::HarnessBuilder::store)):
-    /// sessions are loaded into it from Restate for a handler's run.
-    pub fn store(&self) -> Arc<MemoryStore> {
-        Arc::clone(&self.store)
+    /// ([`HarnessBuilder::store`](harness::graph::HarnessBuilder::store)).
+    pub fn store(&self) -> RestateSessions {
+        self.store.clone()
     }
 
     /// The effect journal to build the agent's harness with
@@ -182,24 +184,73 @@ impl Durable {
     {
         AgentObject {
             driver: Arc::new(agent),
-            store: Arc::clone(&self.store),
-            effects: self.effects.clone(),
         }
     }
 }
 
-/// The core's [`EffectJournal`] on Restate: each effect is a `ctx.run` of
-/// the handler that runs the effect's session.
-#[derive(Clone, Debug, Default)]
-pub struct RestateEffects {
-    routes: Arc<Mutex<HashMap<SessionId, Route>>>,
-    next: Arc<AtomicU64>,
+/// What one attempt of a handler lends the run it drives: the channel to
+/// the handler (which owns the Restate context) and the session, loaded
+/// from Restate. A task-local of the run's task: a run is one future (its
+/// branches and sub-agents included), so everything it does sees its own
+/// attempt, and a stale attempt's run (Restate gave up on it) can reach
+/// neither the new attempt's journal nor its session.
+struct Attempt {
+    effects: mpsc::UnboundedSender<EffectRequest>,
+    store: MemoryStore,
 }
 
-#[derive(Debug)]
-struct Route {
-    id: u64,
-    tx: mpsc::UnboundedSender<EffectRequest>,
+tokio::task_local! {
+    static ATTEMPT: Arc<Attempt>;
+}
+
+fn attempt() -> Option<Arc<Attempt>> {
+    ATTEMPT.try_with(Arc::clone).ok()
+}
+
+const OUTSIDE: &str = "outside a Restate handler's run (a step that spawns a task of its own must not use `cx` in it)";
+
+/// The core's [`EffectJournal`] on Restate: each effect is a `ctx.run` of
+/// the handler attempt that drives the run.
+#[derive(Clone, Debug, Default)]
+pub struct RestateEffects(());
+
+/// The core's [`SessionStore`] on Restate: the session of the handler
+/// attempt that drives the run, loaded from the virtual object's state and
+/// saved back when the run settles. Fails outside a handler's run.
+#[derive(Clone, Debug, Default)]
+pub struct RestateSessions(());
+
+fn store() -> Result<Arc<Attempt>, StoreError> {
+    attempt().ok_or_else(|| StoreError::Backend {
+        message: format!("the Restate session store was used {OUTSIDE}"),
+    })
+}
+
+#[async_trait::async_trait]
+impl SessionStore for RestateSessions {
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        store()?.store.load(session).await
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
+        store()?.store.commit(commit).await
+    }
+
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        store()?.store.checkpoints(session, from_seq).await
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        store()?.store.sessions().await
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// An effect a step asks for, sent to the handler that owns the context.
@@ -215,52 +266,21 @@ struct EffectRequest {
 /// An effect's outcome, as journaled: its value or its failure's message.
 type Outcome = Result<Value, String>;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl RestateEffects {
-    /// Routes the effects of `session` to `tx` until the guard is dropped.
-    fn route(&self, session: &SessionId, tx: mpsc::UnboundedSender<EffectRequest>) -> RouteGuard {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.routes).insert(session.clone(), Route { id, tx });
-        RouteGuard {
-            routes: Arc::clone(&self.routes),
-            session: session.clone(),
-            id,
-        }
-    }
-}
-
-/// Removes a handler's route when the handler ends, unless a later attempt
-/// of the same session has put its own in place.
-struct RouteGuard {
-    routes: Arc<Mutex<HashMap<SessionId, Route>>>,
-    session: SessionId,
-    id: u64,
-}
-
-impl Drop for RouteGuard {
-    fn drop(&mut self) {
-        let mut routes = lock(&self.routes);
-        if routes.get(&self.session).is_some_and(|r| r.id == self.id) {
-            routes.remove(&self.session);
-        }
-    }
-}
-
 struct Pending {
     outcome: oneshot::Sender<Outcome>,
     done: oneshot::Receiver<Result<Outcome, String>>,
     name: String,
 }
 
-fn journal_lost(name: &str, why: &str) -> StepError {
-    StepError::msg(format!("effect {name}: the Restate handler {why}"))
+fn journal_lost(name: &str, why: &str) -> EffectError {
+    EffectError::new(format!("effect {name}: the Restate handler {why}"))
 }
 
 impl PendingEffect for Pending {
-    fn finish(self: Box<Self>, outcome: Outcome) -> BoxFuture<'static, Result<Outcome, StepError>> {
+    fn finish(
+        self: Box<Self>,
+        outcome: Outcome,
+    ) -> BoxFuture<'static, Result<Outcome, EffectError>> {
         let Pending {
             outcome: tx,
             done,
@@ -278,18 +298,12 @@ impl PendingEffect for Pending {
 }
 
 impl EffectJournal for RestateEffects {
-    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>> {
+    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>> {
         Box::pin(async move {
             let name = effect.name();
-            let tx = lock(&self.routes)
-                .get(&effect.session_id)
-                .map(|r| r.tx.clone())
-                .ok_or_else(|| {
-                    StepError::msg(format!(
-                        "effect {name}: no Restate handler runs session {}",
-                        effect.session_id
-                    ))
-                })?;
+            let tx = attempt()
+                .map(|a| a.effects.clone())
+                .ok_or_else(|| EffectError::new(format!("effect {name}: {OUTSIDE}")))?;
             let (decide, decided) = oneshot::channel();
             let (done_tx, done) = oneshot::channel();
             tx.send(EffectRequest {
@@ -431,8 +445,6 @@ struct Saved {
 /// The virtual object serving one agent; made by [`Durable::object`].
 pub struct AgentObject {
     driver: Arc<dyn Driver>,
-    store: Arc<MemoryStore>,
-    effects: RestateEffects,
 }
 
 impl fmt::Debug for AgentObject {
@@ -459,20 +471,23 @@ impl AgentObject {
     async fn invoke(&self, ctx: &ObjectContext<'_>, op: Op) -> Result<Json<Reply>, HandlerError> {
         let session = SessionId::from(ctx.key());
         let saved: Option<Json<Snapshot>> = ctx.get(SESSION).await?;
-        match saved {
-            Some(Json(s)) => self.store.import(s.head, s.log),
-            None => self.store.remove(&session),
+        let store = MemoryStore::new();
+        if let Some(Json(s)) = saved {
+            store.import(s.head, s.log);
         }
         let (tx, mut requests) = mpsc::unbounded_channel();
-        let _route = self.effects.route(&session, tx);
+        let attempt = Arc::new(Attempt { effects: tx, store });
         let driver = Arc::clone(&self.driver);
         let id = session.clone();
-        let mut task = AbortOnDrop(tokio::spawn(async move {
-            match op {
-                Op::Start(input) => driver.start(id, input).await,
-                Op::Resume(answer) => driver.resume(id, answer).await,
-            }
-        }));
+        let mut task = AbortOnDrop(tokio::spawn(ATTEMPT.scope(
+            Arc::clone(&attempt),
+            async move {
+                match op {
+                    Op::Start(input) => driver.start(id, input).await,
+                    Op::Resume(answer) => driver.resume(id, answer).await,
+                }
+            },
+        )));
         let ended = loop {
             tokio::select! {
                 ended = &mut task.0 => break ended,
@@ -487,10 +502,10 @@ impl AgentObject {
             Ok(Err(refused)) => return Err(terminal(refused.code, refused.message)),
             Err(e) => return Err(terminal(500, format!("the run panicked: {e}"))),
         };
-        let store = Arc::clone(&self.store);
         let Json(saved) = ctx
             .run(|| async move {
-                let snapshot = store
+                let snapshot = attempt
+                    .store
                     .export(&session)
                     .map(|(head, log)| Snapshot { head, log });
                 Ok(Json(Saved { snapshot, reply }))

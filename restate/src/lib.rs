@@ -15,8 +15,8 @@
 //!   engine's floor.
 //!
 //! The tests (`tests/it/`) run against the real server (`scripts/restate`
-//! starts it): an agent's effects run once across a SIGKILL of the service,
-//! an interrupt is answered from another
+//! starts it): an agent's effects run once across a SIGKILL of the service
+//! and across a restart of the Restate server, an interrupt is answered from another
 //! process, a wrongly shaped answer is refused and the session still waits,
 //! two runs on one session go one after the other.
 
@@ -27,7 +27,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub mod agent;
-pub use agent::{AgentClient, AgentObject, Answer, Durable, Reply, RestateEffects, Snapshot};
+pub use agent::{
+    AgentClient, AgentObject, Answer, Durable, Reply, RestateEffects, RestateSessions, Snapshot,
+};
 
 /// What went wrong talking to a Restate server.
 #[derive(Debug, thiserror::Error)]

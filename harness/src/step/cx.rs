@@ -764,7 +764,7 @@ impl<C> Cx<C> {
             attempt: shared.attempt,
             key: key.to_string(),
         };
-        let outcome = match journal.begin(&id).await? {
+        let outcome = match journal.begin(&id).await.map_err(StepError::new)? {
             Journaled::Recorded(outcome) => outcome,
             Journaled::Run(pending) => {
                 let outcome = match effect.await {
@@ -776,7 +776,7 @@ impl<C> Cx<C> {
                     }),
                     Err(e) => Err(e.into().to_string()),
                 };
-                pending.finish(outcome).await?
+                pending.finish(outcome).await.map_err(StepError::new)?
             }
         };
         let json = outcome.map_err(StepError::msg)?;

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use futures::future::BoxFuture;
-use harness::effect::{EffectId, EffectJournal, Journaled, PendingEffect};
+use harness::effect::{EffectError, EffectId, EffectJournal, Journaled, PendingEffect};
 use harness::{
     Cx, Harness, HarnessState, RetryPolicy, SessionId, StepError, SubAgent, create_agent,
 };
@@ -31,7 +31,7 @@ impl PendingEffect for Pending {
     fn finish(
         self: Box<Self>,
         outcome: Result<Value, String>,
-    ) -> BoxFuture<'static, Result<Result<Value, String>, StepError>> {
+    ) -> BoxFuture<'static, Result<Result<Value, String>, EffectError>> {
         self.outcomes
             .lock()
             .unwrap()
@@ -41,7 +41,7 @@ impl PendingEffect for Pending {
 }
 
 impl EffectJournal for Recorder {
-    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>> {
+    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>> {
         let name = effect.name();
         let recorded = self.outcomes.lock().unwrap().get(&name).cloned();
         self.asked
@@ -65,8 +65,8 @@ impl EffectJournal for Recorder {
 struct Broken;
 
 impl EffectJournal for Broken {
-    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, StepError>> {
-        Box::pin(async move { Err(StepError::msg(format!("journal unreachable at {effect}"))) })
+    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>> {
+        Box::pin(async move { Err(EffectError::new(format!("journal unreachable at {effect}"))) })
     }
 }
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 /// The modules in dependency order: each may use only those before it.
 const ORDER: &[&str] = &[
-    "ids", "signal", "state", "slots", "error", "step", "session", "observe", "graph", "run",
-    "agent", "worker", "cli",
+    "ids", "signal", "state", "slots", "error", "effect", "step", "session", "observe", "graph",
+    "run", "agent", "worker", "cli",
 ];
 /// Modules that use no module of [`ORDER`], only leaves before them; any
 /// module may use them.

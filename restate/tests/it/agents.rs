@@ -223,3 +223,119 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     assert_eq!(lines(&file)[3], "shipped");
     drop(service);
 }
+
+/// A Restate server of this test's own (its ports and data), stopped when
+/// dropped: restarting the shared one would break the other tests' calls.
+struct OwnServer {
+    env: Vec<(&'static str, String)>,
+    admin: String,
+    ingress: String,
+}
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/restate");
+
+impl OwnServer {
+    fn script(env: &[(&'static str, String)], arg: &str) -> String {
+        let out = Command::new(SCRIPT)
+            .arg(arg)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/restate {arg}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn start(data: &Path) -> OwnServer {
+        // Three ports: the node's 10 below the ingress, the admin 10 above.
+        let base = (0..200)
+            .map(|_| free_port())
+            .find(|p| {
+                (11..65_000).contains(p)
+                    && [p - 10, p + 10]
+                        .iter()
+                        .all(|q| std::net::TcpListener::bind(("127.0.0.1", *q)).is_ok())
+            })
+            .unwrap();
+        let env = vec![
+            ("HARNESS_RESTATE_PORT", base.to_string()),
+            ("HARNESS_RESTATE_DATA", data.display().to_string()),
+        ];
+        let urls = Self::script(&env, "start");
+        let url = |name: &str| {
+            urls.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .unwrap()
+                .to_owned()
+        };
+        OwnServer {
+            admin: url("HARNESS_RESTATE_ADMIN"),
+            ingress: url("HARNESS_RESTATE_INGRESS"),
+            env,
+        }
+    }
+
+    fn restart(&self) {
+        Self::script(&self.env, "restart");
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = Command::new(SCRIPT)
+            .arg("stop")
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_survives_a_restart_of_the_restate_server_itself() {
+    var("HARNESS_RESTATE_ADMIN"); // the suite's server: the package is installed
+    let data = tempfile::tempdir().unwrap();
+    let server = OwnServer::start(data.path());
+    let admin = Admin::new(server.admin.clone()).unwrap();
+    let client =
+        || AgentClient::new(Ingress::new(server.ingress.clone(), Duration::from_secs(90)).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let marker = dir.path().join("hung");
+    let service = AgentService::start(
+        dir.path(),
+        port,
+        &[
+            ("PROBE_HANG_AFTER", "1".into()),
+            ("PROBE_HANG_ONCE", marker.display().to_string()),
+        ],
+    );
+    admin
+        .register(&format!("http://127.0.0.1:{port}"), true)
+        .await
+        .unwrap();
+    let session = SessionId::from(format!("restarted-{}", std::process::id()));
+    let file = dir.path().join(format!("{session}.log"));
+    let invocation = client().submit(&session, &json!({}), None).await.unwrap();
+    wait_for_lines(&file, 2);
+    // Effect 1 is journaled once the step hangs after it (the hang comes
+    // after `once` returned, which waits for Restate's acknowledgement).
+    while !marker.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The server goes down mid-step and comes back on the same data; the
+    // service stays up, its handler cut off. The invocation goes on from
+    // its journal. (A new client: the old one's pooled connections went
+    // with the server.)
+    server.restart();
+    let done = client().outcome(&invocation).await.unwrap();
+    let pid = service.pid();
+    let expected: Vec<String> = (0..3).map(|i| format!("effect {i} by {pid}")).collect();
+    assert_eq!(log_of(&done), expected);
+    assert_eq!(
+        lines(&file),
+        expected,
+        "each journaled effect ran exactly once"
+    );
+}
