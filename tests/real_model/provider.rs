@@ -228,9 +228,18 @@ async fn embeddings_come_one_per_text_in_order_from_the_same_server() {
     assert!(dimensions > 100, "{dimensions}");
     assert_eq!(backward.dimensions(), Some(dimensions));
     assert!(forward.usage.input_tokens > 0, "{:?}", forward.usage);
-    // Each vector belongs to its text, whatever the order asked in.
-    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-3);
-    assert!(close(&forward.vectors[0], &backward.vectors[1]));
-    assert!(close(&forward.vectors[1], &backward.vectors[0]));
-    assert!(!close(&forward.vectors[0], &forward.vectors[1]));
+    // Each vector belongs to its text, whatever the order asked in: nearer
+    // to the same text's vector from the other request than to the other
+    // text's. (Not equal to the last digit: llama.cpp's batched arithmetic
+    // moves a vector a little with what it is batched with.)
+    let cos = |a: &[f32], b: &[f32]| {
+        let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        dot / (norm(a) * norm(b))
+    };
+    let (f, b) = (&forward.vectors, &backward.vectors);
+    assert!(cos(&f[0], &b[1]) > 0.99, "{}", cos(&f[0], &b[1]));
+    assert!(cos(&f[1], &b[0]) > 0.99, "{}", cos(&f[1], &b[0]));
+    assert!(cos(&f[0], &b[1]) > cos(&f[0], &b[0]));
+    assert!(cos(&f[1], &b[0]) > cos(&f[1], &b[1]));
 }
