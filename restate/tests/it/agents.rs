@@ -339,3 +339,71 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
         "each journaled effect ran exactly once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let agent = AgentClient::new(
+        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(30)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let marker = dir.path().join("hung");
+    let hanging = AgentService::start(
+        dir.path(),
+        port,
+        &[
+            ("PROBE_HANG_AFTER", "0".into()),
+            ("PROBE_HANG_ONCE", marker.display().to_string()),
+        ],
+    );
+    admin
+        .register(&format!("http://127.0.0.1:{port}"), true)
+        .await
+        .unwrap();
+    let session = SessionId::from(format!("diverged-{}-{port}", std::process::id()));
+    let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
+    while !marker.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(hanging);
+    // The service comes back with code that names its effects otherwise:
+    // its replay asks for `work#0.1:v2-effect-0` where the journal holds
+    // `work#0.1:effect-0`.
+    let _changed = AgentService::start(dir.path(), port, &[("PROBE_KEY_PREFIX", "v2-".into())]);
+    let began = std::time::Instant::now();
+    let divergence = loop {
+        let info = admin.invocation(&invocation).await.unwrap().unwrap();
+        if let Some(d) = info.divergence() {
+            break d.to_owned();
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "no divergence reported: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(divergence.contains("work#0.1:effect-0"), "{divergence}");
+    assert!(divergence.contains("work#0.1:v2-effect-0"), "{divergence}");
+    let lines = lines(&dir.path().join(format!("{session}.log")));
+    assert_eq!(
+        lines.len(),
+        1,
+        "the diverging replay ran no effect: {lines:?}"
+    );
+    admin.kill(&invocation).await.unwrap();
+    // Ids that are not invocation ids never reach a URL or a query.
+    for bad in ["", "inv_x' OR 1=1 --", "../deployments", "inv_a/b"] {
+        assert!(
+            matches!(
+                admin.invocation(bad).await,
+                Err(RestateError::Answer { .. })
+            ),
+            "{bad}"
+        );
+        assert!(
+            matches!(admin.kill(bad).await, Err(RestateError::Answer { .. })),
+            "{bad}"
+        );
+    }
+}
