@@ -27,9 +27,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub mod agent;
+pub mod sessions;
 pub use agent::{
     AgentClient, AgentObject, Answer, Durable, Reply, RestateEffects, RestateSessions, Snapshot,
 };
+pub use sessions::RestateSessionReader;
 
 /// What went wrong talking to a Restate server.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use harness::SessionId;
 use harness::session::SessionPhase;
-use harness_restate::{Admin, AgentClient, Ingress, Reply, RestateError};
+use harness::session::SessionStore;
+use harness_restate::{Admin, AgentClient, Ingress, Reply, RestateError, RestateSessionReader};
 use serde_json::json;
 
 use super::{free_port, lines, var, wait_for_lines};
@@ -221,6 +222,56 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     assert_eq!(log_of(&done).last().unwrap(), "shipped");
     assert_eq!(lines(&file).len(), 4, "{:?}", lines(&file));
     assert_eq!(lines(&file)[3], "shipped");
+
+    // 6. The sessions read back as a store, from the admin API (the service
+    //    need not be up): by the core's readers and by the studio.
+    let reader = RestateSessionReader::new(admin.clone());
+    let listed = reader.sessions().await.unwrap();
+    for name in ["plain", "killed", "queued", "ask"] {
+        let id = SessionId::from(format!("{name}-{run}"));
+        assert!(listed.contains(&id), "{id} in {listed:?}");
+    }
+    let head = reader.load(&plain).await.unwrap().unwrap();
+    assert_eq!(head.agent_id, "probe");
+    let log = reader.checkpoints(&plain, 0).await.unwrap();
+    assert_eq!(log, agent.session(&plain).await.unwrap().unwrap().log);
+    assert!(
+        reader
+            .checkpoints(&plain, u64::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        reader
+            .load(&SessionId::from("none"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let commit = harness::session::Commit {
+        head: head.clone(),
+        expected_version: Some(head.version),
+        append: vec![],
+        remove: vec![],
+        durable: true,
+    };
+    let refused = reader.commit(&commit).await.unwrap_err().to_string();
+    assert!(refused.contains("read-only"), "{refused}");
+    let studio = harness_studio::Studio::read_only(std::sync::Arc::new(reader))
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let listed = reqwest::Client::new()
+        .get(format!("http://{}/api/sessions", studio.local_addr()))
+        .header("x-studio-token", studio.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    let listed = listed.text().await.unwrap();
+    assert!(listed.contains(&format!("plain-{run}")), "{listed}");
+    assert!(listed.contains(&format!("ask-{run}")), "{listed}");
     drop(service);
 }
 
