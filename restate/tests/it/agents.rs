@@ -13,6 +13,11 @@ use serde_json::json;
 
 use super::{free_port, lines, var, wait_for_lines};
 
+/// Held by each test that registers a `HarnessAgent` deployment on the
+/// shared server: new invocations go to the latest deployment of a
+/// service, so two such tests at once would call each other's services.
+static SHARED_SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The agent service on `port`, killed with SIGKILL when dropped.
 struct AgentService(Child);
 
@@ -62,6 +67,7 @@ fn log_of(reply: &Reply) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human() {
+    let _serial = SHARED_SERVER.lock().await;
     let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
     let ingress = Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(90)).unwrap();
     let agent = AgentClient::new(ingress.clone());
@@ -393,6 +399,7 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
+    let _serial = SHARED_SERVER.lock().await;
     let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
     let agent = AgentClient::new(
         Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(30)).unwrap(),
@@ -457,4 +464,59 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
             "{bad}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
+    let _serial = SHARED_SERVER.lock().await;
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let agent = AgentClient::new(
+        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(60)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _service = AgentService::start(
+        dir.path(),
+        port,
+        &[
+            ("PROBE_EFFECTS", "6".into()),
+            ("PROBE_PAUSE_MS", "300".into()),
+        ],
+    );
+    admin
+        .register(&format!("http://127.0.0.1:{port}"), true)
+        .await
+        .unwrap();
+    let session = SessionId::from(format!("stopped-{}-{port}", std::process::id()));
+    let file = dir.path().join(format!("{session}.log"));
+    let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
+    wait_for_lines(&file, 1);
+    admin.cancel(&invocation).await.unwrap();
+    let reply = agent.outcome(&invocation).await;
+    let done = lines(&file).len();
+    assert!(
+        done < 6,
+        "the run went on after the cancellation: {reply:?}"
+    );
+    // The session is kept, settled (not left running), with what the run
+    // did before it stopped.
+    let head = agent.session(&session).await.unwrap().unwrap().head;
+    assert!(
+        !matches!(head.phase, SessionPhase::Running),
+        "{:?} after {reply:?}",
+        head.phase
+    );
+    // The step waiting on its effect learns of the cancellation: the run
+    // ends there, failed, saying why.
+    assert!(
+        matches!(&reply, Ok(Reply::Failed { error }) if error.contains("cancelled")),
+        "{reply:?}"
+    );
+    assert!(
+        matches!(&head.phase, SessionPhase::Failed { error } if error.contains("cancelled")),
+        "{:?}",
+        head.phase
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(lines(&file).len(), done, "no effect ran after the stop");
 }
