@@ -2,7 +2,7 @@
 //! (`restate-agent-probe`), against the real server.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use harness::SessionId;
@@ -11,46 +11,16 @@ use harness::session::SessionStore;
 use harness_restate::{Admin, AgentClient, Ingress, Reply, RestateError, RestateSessionReader};
 use serde_json::json;
 
-use super::{free_port, lines, var, wait_for_lines};
+use super::{Service, free_port, lines, var, wait_for_lines};
 
 /// Held by each test that registers a `HarnessAgent` deployment on the
 /// shared server: new invocations go to the latest deployment of a
 /// service, so two such tests at once would call each other's services.
 static SHARED_SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The agent service on `port`, killed with SIGKILL when dropped.
-struct AgentService(Child);
-
-impl AgentService {
-    fn start(dir: &Path, port: u16, env: &[(&str, String)]) -> AgentService {
-        use std::io::{BufRead, BufReader};
-        let mut command = Command::new(env!("CARGO_BIN_EXE_restate-agent-probe"));
-        command
-            .arg(format!("127.0.0.1:{port}"))
-            .env("PROBE_DIR", dir)
-            .stdout(Stdio::piped());
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("listening"), "{line}");
-        AgentService(child)
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for AgentService {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `restate-agent-probe` on `port`, with `env`.
+fn agent_service(dir: &Path, port: u16, env: &[(&str, String)]) -> Service {
+    Service::spawn(env!("CARGO_BIN_EXE_restate-agent-probe"), dir, port, env)
 }
 
 fn log_of(reply: &Reply) -> Vec<String> {
@@ -78,7 +48,7 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
 
     // 1. A plain run; the session is kept in Restate and continued by the
     //    next run.
-    let service = AgentService::start(dir.path(), port, &[]);
+    let service = agent_service(dir.path(), port, &[]);
     let services = admin.register(&uri, true).await.unwrap();
     assert!(
         services.contains(&"HarnessAgent".to_owned()),
@@ -136,14 +106,14 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     // 3. SIGKILL mid-step, after the first effect; the service comes back
     //    on the same address and Restate replays the handler: effect 0 is
     //    answered from the journal, 1 and 2 run once, in the new process.
-    let killed = AgentService::start(dir.path(), port, &[("PROBE_HANG_AFTER", "0".into())]);
+    let killed = agent_service(dir.path(), port, &[("PROBE_HANG_AFTER", "0".into())]);
     let session = SessionId::from(format!("killed-{run}"));
     let file = dir.path().join(format!("{session}.log"));
     let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
     wait_for_lines(&file, 1);
     let first_pid = killed.pid();
     drop(killed);
-    let service = AgentService::start(dir.path(), port, &[]);
+    let service = agent_service(dir.path(), port, &[]);
     let done = agent.outcome(&invocation).await.unwrap();
     let pid = service.pid();
     let expected = [
@@ -158,7 +128,7 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     let session = SessionId::from(format!("queued-{run}"));
     let file = dir.path().join(format!("{session}.log"));
     drop(service);
-    let service = AgentService::start(dir.path(), port, &[("PROBE_PAUSE_MS", "40".into())]);
+    let service = agent_service(dir.path(), port, &[("PROBE_PAUSE_MS", "40".into())]);
     let a = agent
         .submit(&session, &json!({"tag": "a "}), None)
         .await
@@ -194,7 +164,7 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     };
     assert_eq!(interrupt.payload, "ship it?");
     drop(service);
-    let service = AgentService::start(dir.path(), port, &[]);
+    let service = agent_service(dir.path(), port, &[]);
     // Wrongly shaped answers are refused; the session still waits.
     for wrong in [json!("yes"), json!({"ship": true}), json!(1)] {
         let refused = agent
@@ -360,7 +330,7 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let marker = dir.path().join("hung");
-    let service = AgentService::start(
+    let service = agent_service(
         dir.path(),
         port,
         &[
@@ -407,7 +377,7 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let marker = dir.path().join("hung");
-    let hanging = AgentService::start(
+    let hanging = agent_service(
         dir.path(),
         port,
         &[
@@ -428,7 +398,7 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     // The service comes back with code that names its effects otherwise:
     // its replay asks for `work#0.1:v2-effect-0` where the journal holds
     // `work#0.1:effect-0`.
-    let _changed = AgentService::start(dir.path(), port, &[("PROBE_KEY_PREFIX", "v2-".into())]);
+    let _changed = agent_service(dir.path(), port, &[("PROBE_KEY_PREFIX", "v2-".into())]);
     let began = std::time::Instant::now();
     let divergence = loop {
         let info = admin.invocation(&invocation).await.unwrap().unwrap();
@@ -475,7 +445,7 @@ async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
     );
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let _service = AgentService::start(
+    let _service = agent_service(
         dir.path(),
         port,
         &[
