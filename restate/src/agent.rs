@@ -80,7 +80,7 @@
 //!     .store(durable.store())
 //!     .effects(durable.effects())
 //!     .build()?;
-//! let object = durable.object(create_agent("job", &harness));
+//! let object = durable.object(create_agent("job", &harness))?;
 //! HttpServer::new(Endpoint::builder().bind(object).build())
 //!     .listen_and_serve("127.0.0.1:9080".parse()?)
 //!     .await;
@@ -189,16 +189,42 @@ impl Durable {
     /// The virtual object serving `agent`, whose harness was built with
     /// [`store`](Self::store) and [`effects`](Self::effects): bind it to a
     /// Restate endpoint.
-    pub fn object<S, C>(&self, agent: Agent<S, C>) -> AgentObject
+    ///
+    /// # Errors
+    ///
+    /// [`NotDurable`] if the harness has no session store or no effect
+    /// journal: its effects would run again on every replay.
+    pub fn object<S, C>(&self, agent: Agent<S, C>) -> Result<AgentObject, NotDurable>
     where
         S: HarnessState,
         C: Context,
         C::Run: NoSlots,
     {
-        AgentObject {
-            driver: Arc::new(agent),
-        }
+        let missing = match (agent.has_store(), agent.journals_effects()) {
+            (true, true) => {
+                return Ok(AgentObject {
+                    driver: Arc::new(agent),
+                });
+            }
+            (false, true) => "`.store(durable.store())`",
+            (true, false) => "`.effects(durable.effects())`",
+            (false, false) => "`.store(durable.store())` and `.effects(durable.effects())`",
+        };
+        Err(NotDurable {
+            agent: agent.id().to_owned(),
+            missing,
+        })
     }
+}
+
+/// An agent whose harness lacks what a run on Restate needs.
+#[derive(Debug, thiserror::Error)]
+#[error("agent `{agent}` cannot be served on Restate: build its harness with {missing}")]
+pub struct NotDurable {
+    /// The agent.
+    pub agent: String,
+    /// What its harness builder lacks.
+    pub missing: &'static str,
 }
 
 /// What one attempt of a handler lends the run it drives: the channel to

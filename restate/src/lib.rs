@@ -29,7 +29,8 @@ use serde_json::Value;
 pub mod agent;
 pub mod sessions;
 pub use agent::{
-    AgentClient, AgentObject, Answer, Durable, Reply, RestateEffects, RestateSessions, Snapshot,
+    AgentClient, AgentObject, Answer, Durable, NotDurable, Reply, RestateEffects, RestateSessions,
+    Snapshot,
 };
 pub use sessions::RestateSessionReader;
 

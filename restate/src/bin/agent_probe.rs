@@ -132,7 +132,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .store(durable.store())
         .effects(durable.effects())
         .build()?;
-    let object = durable.object(create_agent("probe", &harness));
+    let object = durable.object(create_agent("probe", &harness))?;
     println!("listening on {addr}");
     HttpServer::new(Endpoint::builder().bind(object).build())
         .listen_and_serve(addr)

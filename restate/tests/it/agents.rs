@@ -490,3 +490,41 @@ async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(lines(&file).len(), done, "no effect ran after the stop");
 }
+
+#[derive(
+    Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState,
+)]
+struct Bare {
+    n: u32,
+}
+
+#[test]
+fn an_agent_whose_harness_lacks_the_store_or_the_journal_is_refused() {
+    use harness::{Harness, create_agent};
+    use harness_restate::Durable;
+    let durable = Durable::new();
+    let build = |store: bool, effects: bool| {
+        let mut builder = Harness::<Bare>::builder()
+            .step("one")
+            .run(async |_: std::sync::Arc<Bare>| Ok(BareUpdate::new().n(1)))
+            .end()
+            .start("one");
+        if store {
+            builder = builder.store(durable.store());
+        }
+        if effects {
+            builder = builder.effects(durable.effects());
+        }
+        create_agent("bare", &builder.build().unwrap())
+    };
+    for (store, effects, missing) in [
+        (false, true, ".store("),
+        (true, false, ".effects("),
+        (false, false, "` and `"),
+    ] {
+        let err = durable.object(build(store, effects)).unwrap_err();
+        assert_eq!(err.agent, "bare");
+        assert!(err.to_string().contains(missing), "{err}");
+    }
+    assert!(durable.object(build(true, true)).is_ok());
+}
