@@ -88,6 +88,19 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         &self.inner.id
     }
 
+    /// Whether its harness was built with a session store
+    /// ([`HarnessBuilder::store`](crate::graph::HarnessBuilder::store)).
+    pub fn has_store(&self) -> bool {
+        self.inner.harness.store.is_some()
+    }
+
+    /// Whether its harness journals effects in an
+    /// [`EffectJournal`](crate::effect::EffectJournal)
+    /// ([`HarnessBuilder::effects`](crate::graph::HarnessBuilder::effects)).
+    pub fn journals_effects(&self) -> bool {
+        self.inner.harness.effects.is_some()
+    }
+
     /// Gives the run slots of the next operation: `agent.with(run_slots)`
     /// then `.run(state)`, `.resume(..)`, `.continue_session(..)` or
     /// `.recover(..)`.

@@ -36,11 +36,24 @@
 //! for a human does not hold the session's lock, so a wrongly shaped answer
 //! is refused (the reply says why) and the session still waits.
 //!
+//! **Stop** is Restate's cancellation of the invocation
+//! ([`Admin::cancel`](crate::Admin::cancel)): the step waiting on its next
+//! effect learns of it, the run ends there, failed with a message saying it
+//! was cancelled, and the session is saved.
+//!
+//! **Divergence**: a replay that asks for an effect other than the one the
+//! journal holds at that point is refused by Restate (a journal mismatch,
+//! retried by its policy); [`Admin::invocation`](crate::Admin::invocation)
+//! shows it, naming both effects ([`Invocation::divergence`](crate::Invocation::divergence)).
+//!
+//! **Reading sessions**: [`RestateSessionReader`](crate::RestateSessionReader)
+//! reads them from the admin API as a `SessionStore`, for the studio.
+//!
 //! Not yet: the branches of a fork or fan-out make their effects one after
 //! the other in the order they ask, which a replay must repeat (Restate
-//! reports a journal mismatch otherwise); large values are kept in the
-//! session itself, not by reference; stop is Restate's cancellation of the
-//! invocation.
+//! reports a journal mismatch otherwise, and retries); large values are kept
+//! in the session itself, not by reference; one agent per deployment (the
+//! object's name is fixed).
 //!
 //! ```no_run
 //! use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
@@ -67,7 +80,7 @@
 //!     .store(durable.store())
 //!     .effects(durable.effects())
 //!     .build()?;
-//! let object = durable.object(create_agent("job", &harness));
+//! let object = durable.object(create_agent("job", &harness))?;
 //! HttpServer::new(Endpoint::builder().bind(object).build())
 //!     .listen_and_serve("127.0.0.1:9080".parse()?)
 //!     .await;
@@ -176,16 +189,42 @@ impl Durable {
     /// The virtual object serving `agent`, whose harness was built with
     /// [`store`](Self::store) and [`effects`](Self::effects): bind it to a
     /// Restate endpoint.
-    pub fn object<S, C>(&self, agent: Agent<S, C>) -> AgentObject
+    ///
+    /// # Errors
+    ///
+    /// [`NotDurable`] if the harness has no session store or no effect
+    /// journal: its effects would run again on every replay.
+    pub fn object<S, C>(&self, agent: Agent<S, C>) -> Result<AgentObject, NotDurable>
     where
         S: HarnessState,
         C: Context,
         C::Run: NoSlots,
     {
-        AgentObject {
-            driver: Arc::new(agent),
-        }
+        let missing = match (agent.has_store(), agent.journals_effects()) {
+            (true, true) => {
+                return Ok(AgentObject {
+                    driver: Arc::new(agent),
+                });
+            }
+            (false, true) => "`.store(durable.store())`",
+            (true, false) => "`.effects(durable.effects())`",
+            (false, false) => "`.store(durable.store())` and `.effects(durable.effects())`",
+        };
+        Err(NotDurable {
+            agent: agent.id().to_owned(),
+            missing,
+        })
     }
+}
+
+/// An agent whose harness lacks what a run on Restate needs.
+#[derive(Debug, thiserror::Error)]
+#[error("agent `{agent}` cannot be served on Restate: build its harness with {missing}")]
+pub struct NotDurable {
+    /// The agent.
+    pub agent: String,
+    /// What its harness builder lacks.
+    pub missing: &'static str,
 }
 
 /// What one attempt of a handler lends the run it drives: the channel to
@@ -197,6 +236,8 @@ impl Durable {
 struct Attempt {
     effects: mpsc::UnboundedSender<EffectRequest>,
     store: MemoryStore,
+    /// Stops the run when the invocation is cancelled.
+    stop: std::sync::Mutex<Option<harness::StopHandle>>,
 }
 
 tokio::task_local! {
@@ -408,6 +449,12 @@ where
 }
 
 async fn settle<S: HarnessState, C: Context>(mut run: harness::Run<S, C>) -> Reply {
+    if let Some(attempt) = attempt() {
+        *attempt
+            .stop
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(run.stop_handle());
+    }
     let state = |s: &S| serde_json::to_value(s).unwrap_or(Value::Null);
     match run.outcome().await {
         Ok(out) => match out.interrupt {
@@ -476,7 +523,11 @@ impl AgentObject {
             store.import(s.head, s.log);
         }
         let (tx, mut requests) = mpsc::unbounded_channel();
-        let attempt = Arc::new(Attempt { effects: tx, store });
+        let attempt = Arc::new(Attempt {
+            effects: tx,
+            store,
+            stop: std::sync::Mutex::new(None),
+        });
         let driver = Arc::clone(&self.driver);
         let id = session.clone();
         let mut task = AbortOnDrop(tokio::spawn(ATTEMPT.scope(
@@ -488,13 +539,35 @@ impl AgentObject {
                 }
             },
         )));
+        let mut cancelled = false;
         let ended = loop {
             tokio::select! {
                 ended = &mut task.0 => break ended,
-                // A failed `ctx.run` (the connection to Restate lost, the
-                // invocation cancelled) ends this attempt: the run's task is
-                // aborted with it, and Restate replays a new attempt.
-                Some(request) = requests.recv() => effect(ctx, request).await?,
+                Some(request) = requests.recv() => {
+                    if cancelled {
+                        // Not journaled, and the same on a replay: every
+                        // effect after the cancellation fails.
+                        let _ = request.done.send(Ok(Err(STOPPED.to_string())));
+                        continue;
+                    }
+                    match effect(ctx, request).await {
+                        Ok(()) => {}
+                        // Cancelled (Restate's 409): the run stops at its
+                        // next step boundary, and the session is saved.
+                        Err(e) if e.code() == 409 => {
+                            cancelled = true;
+                            if let Some(stop) = attempt
+                                .stop
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .as_ref()
+                            {
+                                stop.stop();
+                            }
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
             }
         };
         let reply = match ended {
@@ -522,7 +595,7 @@ impl AgentObject {
 /// Journals one effect with `ctx.run`: its closure lets the step run the
 /// effect and waits for the outcome; on a replay Restate answers from the
 /// journal without calling it.
-async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), HandlerError> {
+async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), TerminalError> {
     let EffectRequest { name, decide, done } = request;
     let journaled = ctx
         .run(|| async move {
@@ -544,11 +617,18 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), H
             Ok(())
         }
         Err(e) => {
-            let _ = done.send(Err(e.to_string()));
-            Err(e.into())
+            let _ = done.send(if e.code() == 409 {
+                Ok(Err(STOPPED.to_string()))
+            } else {
+                Err(e.to_string())
+            });
+            Err(e)
         }
     }
 }
+
+/// What an effect asked for after the invocation was cancelled fails with.
+const STOPPED: &str = "the run was stopped: its Restate invocation was cancelled";
 
 #[allow(missing_docs, unreachable_pub)] // the SDK's macro generates items without docs
 mod object {

@@ -27,9 +27,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub mod agent;
+pub mod sessions;
 pub use agent::{
-    AgentClient, AgentObject, Answer, Durable, Reply, RestateEffects, RestateSessions, Snapshot,
+    AgentClient, AgentObject, Answer, Durable, NotDurable, Reply, RestateEffects, RestateSessions,
+    Snapshot,
 };
+pub use sessions::RestateSessionReader;
 
 /// What went wrong talking to a Restate server.
 #[derive(Debug, thiserror::Error)]
@@ -156,6 +159,109 @@ impl Admin {
             .iter()
             .filter_map(|s| s["name"].as_str().map(str::to_owned))
             .collect())
+    }
+
+    /// The rows of `sql`, a query of the server's introspection tables
+    /// (`sys_invocation`, `sys_journal`, `state`, …), as JSON objects.
+    pub async fn query(&self, sql: &str) -> Result<Vec<Value>, RestateError> {
+        let url = format!("{}/query", self.base);
+        let text = send(
+            self.http
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json")
+                .body(serde_json::json!({ "query": sql }).to_string()),
+            &url,
+        )
+        .await?;
+        match json(&text, &url)?.get_mut("rows").map(Value::take) {
+            Some(Value::Array(rows)) => Ok(rows),
+            _ => Err(RestateError::Answer {
+                url,
+                message: format!("no `rows` in {text}"),
+            }),
+        }
+    }
+
+    /// Where the invocation `id` is, or `None` if the server does not know
+    /// it (or no longer keeps it).
+    pub async fn invocation(&self, id: &str) -> Result<Option<Invocation>, RestateError> {
+        let id = invocation_id(id, &self.base)?;
+        let rows = self
+            .query(&format!(
+                "SELECT id, status, retry_count, last_failure, last_failure_error_code \
+                 FROM sys_invocation WHERE id = '{id}'"
+            ))
+            .await?;
+        Ok(rows.into_iter().next().map(|row| Invocation {
+            id: id.to_owned(),
+            status: row["status"].as_str().unwrap_or_default().to_owned(),
+            retry_count: row["retry_count"].as_u64().unwrap_or(0),
+            last_failure: row["last_failure"].as_str().map(str::to_owned),
+            last_failure_code: row["last_failure_error_code"].as_str().map(str::to_owned),
+        }))
+    }
+
+    /// Cancels the invocation `id`: its handler sees a terminal error at
+    /// its next journaled operation (a harness run: at its next effect).
+    pub async fn cancel(&self, id: &str) -> Result<(), RestateError> {
+        self.invocation_op(id, "cancel").await
+    }
+
+    /// Kills the invocation `id`: it ends at once, without its handler
+    /// running again (an invocation whose replay diverges, for one).
+    pub async fn kill(&self, id: &str) -> Result<(), RestateError> {
+        self.invocation_op(id, "kill").await
+    }
+
+    async fn invocation_op(&self, id: &str, op: &str) -> Result<(), RestateError> {
+        let id = invocation_id(id, &self.base)?;
+        let url = format!("{}/invocations/{id}/{op}", self.base);
+        send(self.http.patch(&url), &url).await.map(drop)
+    }
+}
+
+/// An invocation id as the server writes them (`inv_` and base62), checked
+/// before it goes into a URL or a query.
+fn invocation_id<'a>(id: &'a str, base: &str) -> Result<&'a str, RestateError> {
+    if id.starts_with("inv_")
+        && id.len() < 100
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        Ok(id)
+    } else {
+        Err(RestateError::Answer {
+            url: base.to_owned(),
+            message: format!("{id:?} is not an invocation id (`inv_…`)"),
+        })
+    }
+}
+
+/// Where an invocation is, as the admin API tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invocation {
+    /// Its id.
+    pub id: String,
+    /// `pending`, `scheduled`, `ready`, `running`, `backing-off`,
+    /// `suspended`, `paused` or `completed`.
+    pub status: String,
+    /// How often it was retried.
+    pub retry_count: u64,
+    /// Why its last attempt failed, if one did.
+    pub last_failure: Option<String>,
+    /// The error code of that failure (Restate's own, e.g. `RT0016`).
+    pub last_failure_code: Option<String>,
+}
+
+impl Invocation {
+    /// The divergence its last attempt failed with: a replay that asked for
+    /// other effects than the journal holds, in Restate's words (which name
+    /// the effect recorded and the one asked for, each as
+    /// `{step}#{visit}.{attempt}:{key}`).
+    pub fn divergence(&self) -> Option<&str> {
+        self.last_failure
+            .as_deref()
+            .filter(|f| f.contains("570") || f.to_ascii_lowercase().contains("mismatch"))
     }
 }
 

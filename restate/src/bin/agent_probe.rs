@@ -7,7 +7,9 @@
 //! `ask` waits for a yes or no (`bool`) and makes one more effect,
 //! `shipped` or `held`. With `PROBE_HANG_AFTER=i` the step hangs after
 //! effect `i` (for a test to kill the process there), once per file named
-//! by `PROBE_HANG_ONCE` if that is set.
+//! by `PROBE_HANG_ONCE` if that is set. `PROBE_KEY_PREFIX` is put before
+//! each effect's key: a service restarted with another prefix asks for
+//! other effects than its journal holds (a divergence, for the tests).
 //!
 //! ```text
 //! PROBE_DIR=/tmp/probe restate-agent-probe 127.0.0.1:9080
@@ -44,6 +46,7 @@ struct Settings {
     pause: Duration,
     hang_after: Option<u32>,
     hang_once: Option<PathBuf>,
+    key_prefix: String,
 }
 
 async fn append(file: &Path, line: &str) -> Result<(), StepError> {
@@ -63,7 +66,7 @@ async fn work(s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpda
     for i in 0..set.effects {
         let line = format!("{}effect {i} by {}", s.tag, std::process::id());
         let done: String = cx
-            .try_once(&format!("effect-{i}"), async {
+            .try_once(&format!("{}effect-{i}", set.key_prefix), async {
                 tokio::time::sleep(set.pause).await;
                 append(&file, &line).await.map(|()| line.clone())
             })
@@ -110,6 +113,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         pause: Duration::from_millis(env_num("PROBE_PAUSE_MS").unwrap_or(0)),
         hang_after: env_num("PROBE_HANG_AFTER").and_then(|n| u32::try_from(n).ok()),
         hang_once: std::env::var("PROBE_HANG_ONCE").ok().map(PathBuf::from),
+        key_prefix: std::env::var("PROBE_KEY_PREFIX").unwrap_or_default(),
     });
     let durable = Durable::new();
     let (a, b) = (Arc::clone(&set), Arc::clone(&set));
@@ -128,7 +132,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .store(durable.store())
         .effects(durable.effects())
         .build()?;
-    let object = durable.object(create_agent("probe", &harness));
+    let object = durable.object(create_agent("probe", &harness))?;
     println!("listening on {addr}");
     HttpServer::new(Endpoint::builder().bind(object).build())
         .listen_and_serve(addr)

@@ -2,49 +2,25 @@
 //! (`restate-agent-probe`), against the real server.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use harness::SessionId;
 use harness::session::SessionPhase;
-use harness_restate::{Admin, AgentClient, Ingress, Reply, RestateError};
+use harness::session::SessionStore;
+use harness_restate::{Admin, AgentClient, Ingress, Reply, RestateError, RestateSessionReader};
 use serde_json::json;
 
-use super::{free_port, lines, var, wait_for_lines};
+use super::{Service, free_port, lines, var, wait_for_lines};
 
-/// The agent service on `port`, killed with SIGKILL when dropped.
-struct AgentService(Child);
+/// Held by each test that registers a `HarnessAgent` deployment on the
+/// shared server: new invocations go to the latest deployment of a
+/// service, so two such tests at once would call each other's services.
+static SHARED_SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-impl AgentService {
-    fn start(dir: &Path, port: u16, env: &[(&str, String)]) -> AgentService {
-        use std::io::{BufRead, BufReader};
-        let mut command = Command::new(env!("CARGO_BIN_EXE_restate-agent-probe"));
-        command
-            .arg(format!("127.0.0.1:{port}"))
-            .env("PROBE_DIR", dir)
-            .stdout(Stdio::piped());
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("listening"), "{line}");
-        AgentService(child)
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for AgentService {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `restate-agent-probe` on `port`, with `env`.
+fn agent_service(dir: &Path, port: u16, env: &[(&str, String)]) -> Service {
+    Service::spawn(env!("CARGO_BIN_EXE_restate-agent-probe"), dir, port, env)
 }
 
 fn log_of(reply: &Reply) -> Vec<String> {
@@ -61,6 +37,7 @@ fn log_of(reply: &Reply) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human() {
+    let _serial = SHARED_SERVER.lock().await;
     let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
     let ingress = Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(90)).unwrap();
     let agent = AgentClient::new(ingress.clone());
@@ -71,7 +48,7 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
 
     // 1. A plain run; the session is kept in Restate and continued by the
     //    next run.
-    let service = AgentService::start(dir.path(), port, &[]);
+    let service = agent_service(dir.path(), port, &[]);
     let services = admin.register(&uri, true).await.unwrap();
     assert!(
         services.contains(&"HarnessAgent".to_owned()),
@@ -129,14 +106,14 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     // 3. SIGKILL mid-step, after the first effect; the service comes back
     //    on the same address and Restate replays the handler: effect 0 is
     //    answered from the journal, 1 and 2 run once, in the new process.
-    let killed = AgentService::start(dir.path(), port, &[("PROBE_HANG_AFTER", "0".into())]);
+    let killed = agent_service(dir.path(), port, &[("PROBE_HANG_AFTER", "0".into())]);
     let session = SessionId::from(format!("killed-{run}"));
     let file = dir.path().join(format!("{session}.log"));
     let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
     wait_for_lines(&file, 1);
     let first_pid = killed.pid();
     drop(killed);
-    let service = AgentService::start(dir.path(), port, &[]);
+    let service = agent_service(dir.path(), port, &[]);
     let done = agent.outcome(&invocation).await.unwrap();
     let pid = service.pid();
     let expected = [
@@ -151,7 +128,7 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     let session = SessionId::from(format!("queued-{run}"));
     let file = dir.path().join(format!("{session}.log"));
     drop(service);
-    let service = AgentService::start(dir.path(), port, &[("PROBE_PAUSE_MS", "40".into())]);
+    let service = agent_service(dir.path(), port, &[("PROBE_PAUSE_MS", "40".into())]);
     let a = agent
         .submit(&session, &json!({"tag": "a "}), None)
         .await
@@ -187,7 +164,7 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     };
     assert_eq!(interrupt.payload, "ship it?");
     drop(service);
-    let service = AgentService::start(dir.path(), port, &[]);
+    let service = agent_service(dir.path(), port, &[]);
     // Wrongly shaped answers are refused; the session still waits.
     for wrong in [json!("yes"), json!({"ship": true}), json!(1)] {
         let refused = agent
@@ -221,6 +198,56 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     assert_eq!(log_of(&done).last().unwrap(), "shipped");
     assert_eq!(lines(&file).len(), 4, "{:?}", lines(&file));
     assert_eq!(lines(&file)[3], "shipped");
+
+    // 6. The sessions read back as a store, from the admin API (the service
+    //    need not be up): by the core's readers and by the studio.
+    let reader = RestateSessionReader::new(admin.clone());
+    let listed = reader.sessions().await.unwrap();
+    for name in ["plain", "killed", "queued", "ask"] {
+        let id = SessionId::from(format!("{name}-{run}"));
+        assert!(listed.contains(&id), "{id} in {listed:?}");
+    }
+    let head = reader.load(&plain).await.unwrap().unwrap();
+    assert_eq!(head.agent_id, "probe");
+    let log = reader.checkpoints(&plain, 0).await.unwrap();
+    assert_eq!(log, agent.session(&plain).await.unwrap().unwrap().log);
+    assert!(
+        reader
+            .checkpoints(&plain, u64::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        reader
+            .load(&SessionId::from("none"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let commit = harness::session::Commit {
+        head: head.clone(),
+        expected_version: Some(head.version),
+        append: vec![],
+        remove: vec![],
+        durable: true,
+    };
+    let refused = reader.commit(&commit).await.unwrap_err().to_string();
+    assert!(refused.contains("read-only"), "{refused}");
+    let studio = harness_studio::Studio::read_only(std::sync::Arc::new(reader))
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let listed = reqwest::Client::new()
+        .get(format!("http://{}/api/sessions", studio.local_addr()))
+        .header("x-studio-token", studio.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    let listed = listed.text().await.unwrap();
+    assert!(listed.contains(&format!("plain-{run}")), "{listed}");
+    assert!(listed.contains(&format!("ask-{run}")), "{listed}");
     drop(service);
 }
 
@@ -303,7 +330,7 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let marker = dir.path().join("hung");
-    let service = AgentService::start(
+    let service = agent_service(
         dir.path(),
         port,
         &[
@@ -338,4 +365,166 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
         expected,
         "each journaled effect ran exactly once"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
+    let _serial = SHARED_SERVER.lock().await;
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let agent = AgentClient::new(
+        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(30)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let marker = dir.path().join("hung");
+    let hanging = agent_service(
+        dir.path(),
+        port,
+        &[
+            ("PROBE_HANG_AFTER", "0".into()),
+            ("PROBE_HANG_ONCE", marker.display().to_string()),
+        ],
+    );
+    admin
+        .register(&format!("http://127.0.0.1:{port}"), true)
+        .await
+        .unwrap();
+    let session = SessionId::from(format!("diverged-{}-{port}", std::process::id()));
+    let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
+    while !marker.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(hanging);
+    // The service comes back with code that names its effects otherwise:
+    // its replay asks for `work#0.1:v2-effect-0` where the journal holds
+    // `work#0.1:effect-0`.
+    let _changed = agent_service(dir.path(), port, &[("PROBE_KEY_PREFIX", "v2-".into())]);
+    let began = std::time::Instant::now();
+    let divergence = loop {
+        let info = admin.invocation(&invocation).await.unwrap().unwrap();
+        if let Some(d) = info.divergence() {
+            break d.to_owned();
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "no divergence reported: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(divergence.contains("work#0.1:effect-0"), "{divergence}");
+    assert!(divergence.contains("work#0.1:v2-effect-0"), "{divergence}");
+    let lines = lines(&dir.path().join(format!("{session}.log")));
+    assert_eq!(
+        lines.len(),
+        1,
+        "the diverging replay ran no effect: {lines:?}"
+    );
+    admin.kill(&invocation).await.unwrap();
+    // Ids that are not invocation ids never reach a URL or a query.
+    for bad in ["", "inv_x' OR 1=1 --", "../deployments", "inv_a/b"] {
+        assert!(
+            matches!(
+                admin.invocation(bad).await,
+                Err(RestateError::Answer { .. })
+            ),
+            "{bad}"
+        );
+        assert!(
+            matches!(admin.kill(bad).await, Err(RestateError::Answer { .. })),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
+    let _serial = SHARED_SERVER.lock().await;
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let agent = AgentClient::new(
+        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(60)).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _service = agent_service(
+        dir.path(),
+        port,
+        &[
+            ("PROBE_EFFECTS", "6".into()),
+            ("PROBE_PAUSE_MS", "300".into()),
+        ],
+    );
+    admin
+        .register(&format!("http://127.0.0.1:{port}"), true)
+        .await
+        .unwrap();
+    let session = SessionId::from(format!("stopped-{}-{port}", std::process::id()));
+    let file = dir.path().join(format!("{session}.log"));
+    let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
+    wait_for_lines(&file, 1);
+    admin.cancel(&invocation).await.unwrap();
+    let reply = agent.outcome(&invocation).await;
+    let done = lines(&file).len();
+    assert!(
+        done < 6,
+        "the run went on after the cancellation: {reply:?}"
+    );
+    // The session is kept, settled (not left running), with what the run
+    // did before it stopped.
+    let head = agent.session(&session).await.unwrap().unwrap().head;
+    assert!(
+        !matches!(head.phase, SessionPhase::Running),
+        "{:?} after {reply:?}",
+        head.phase
+    );
+    // The step waiting on its effect learns of the cancellation: the run
+    // ends there, failed, saying why.
+    assert!(
+        matches!(&reply, Ok(Reply::Failed { error }) if error.contains("cancelled")),
+        "{reply:?}"
+    );
+    assert!(
+        matches!(&head.phase, SessionPhase::Failed { error } if error.contains("cancelled")),
+        "{:?}",
+        head.phase
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(lines(&file).len(), done, "no effect ran after the stop");
+}
+
+#[derive(
+    Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, harness::HarnessState,
+)]
+struct Bare {
+    n: u32,
+}
+
+#[test]
+fn an_agent_whose_harness_lacks_the_store_or_the_journal_is_refused() {
+    use harness::{Harness, create_agent};
+    use harness_restate::Durable;
+    let durable = Durable::new();
+    let build = |store: bool, effects: bool| {
+        let mut builder = Harness::<Bare>::builder()
+            .step("one")
+            .run(async |_: std::sync::Arc<Bare>| Ok(BareUpdate::new().n(1)))
+            .end()
+            .start("one");
+        if store {
+            builder = builder.store(durable.store());
+        }
+        if effects {
+            builder = builder.effects(durable.effects());
+        }
+        create_agent("bare", &builder.build().unwrap())
+    };
+    for (store, effects, missing) in [
+        (false, true, ".store("),
+        (true, false, ".effects("),
+        (false, false, "` and `"),
+    ] {
+        let err = durable.object(build(store, effects)).unwrap_err();
+        assert_eq!(err.agent, "bare");
+        assert!(err.to_string().contains(missing), "{err}");
+    }
+    assert!(durable.object(build(true, true)).is_ok());
 }

@@ -23,19 +23,28 @@ fn var(name: &str) -> String {
     })
 }
 
-/// The probe service on `port`, killed with SIGKILL when dropped.
+/// A service binary on `port` (files in `dir`), killed with SIGKILL when
+/// dropped.
 struct Service(Child);
 
 impl Service {
+    /// `restate-probe`, hanging after effect `hang_after` if given.
     fn start(dir: &Path, port: u16, hang_after: Option<u32>) -> Service {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_restate-probe"));
+        let env: Vec<_> = hang_after
+            .map(|i| ("PROBE_HANG_AFTER", i.to_string()))
+            .into_iter()
+            .collect();
+        Self::spawn(env!("CARGO_BIN_EXE_restate-probe"), dir, port, &env)
+    }
+
+    /// `bin` with `env`, once it says it listens.
+    fn spawn(bin: &str, dir: &Path, port: u16, env: &[(&str, String)]) -> Service {
+        let mut command = Command::new(bin);
         command
             .arg(format!("127.0.0.1:{port}"))
             .env("PROBE_DIR", dir)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::piped());
-        if let Some(i) = hang_after {
-            command.env("PROBE_HANG_AFTER", i.to_string());
-        }
         let mut child = command.spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())

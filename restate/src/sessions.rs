@@ -1,0 +1,112 @@
+//! The sessions of agents served on Restate, read as a [`SessionStore`]:
+//! for `harness sessions`-like tools and the studio
+//! (`Studio::read_only(Arc::new(RestateSessionReader::new(admin)))`).
+
+use async_trait::async_trait;
+use harness::SessionId;
+use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
+
+use crate::agent::{OBJECT, Snapshot};
+use crate::{Admin, RestateError};
+
+/// Reads the sessions the `HarnessAgent` virtual object keeps, from the
+/// admin API's `state` table: no service needs to be up, and no handler
+/// runs. Read-only: a commit is refused, for only the object's handlers
+/// write its sessions. (Through the ingress, the object's shared `session`
+/// handler gives one session too: [`AgentClient::session`](crate::AgentClient::session).)
+#[derive(Clone, Debug)]
+pub struct RestateSessionReader {
+    admin: Admin,
+}
+
+/// `text` as an SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+fn backend(e: RestateError) -> StoreError {
+    StoreError::Backend {
+        message: e.to_string(),
+    }
+}
+
+impl RestateSessionReader {
+    /// A reader through `admin`.
+    pub fn new(admin: Admin) -> Self {
+        Self { admin }
+    }
+
+    /// The session `session` as the object keeps it, if it has one.
+    pub async fn snapshot(&self, session: &SessionId) -> Result<Option<Snapshot>, RestateError> {
+        let rows = self
+            .admin
+            .query(&format!(
+                "SELECT value_utf8 FROM state WHERE service_name = '{OBJECT}' \
+                 AND key = 'session' AND service_key = {}",
+                literal(session.as_str())
+            ))
+            .await?;
+        let Some(text) = rows.first().and_then(|r| r["value_utf8"].as_str()) else {
+            return Ok(None);
+        };
+        serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| RestateError::Answer {
+                url: format!("the state of {OBJECT}/{session}"),
+                message: format!("not a session: {e}"),
+            })
+    }
+}
+
+#[async_trait]
+impl SessionStore for RestateSessionReader {
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        Ok(self
+            .snapshot(session)
+            .await
+            .map_err(backend)?
+            .map(|s| s.head))
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
+        Err(StoreError::Backend {
+            message: format!(
+                "sessions on Restate are read-only here: session {} is written by its `{OBJECT}` handlers",
+                commit.head.session_id
+            ),
+        })
+    }
+
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(self
+            .snapshot(session)
+            .await
+            .map_err(backend)?
+            .map(|s| s.log.into_iter().filter(|c| c.seq >= from_seq).collect())
+            .unwrap_or_default())
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        let rows = self
+            .admin
+            .query(&format!(
+                "SELECT service_key FROM state \
+                 WHERE service_name = '{OBJECT}' AND key = 'session' ORDER BY service_key"
+            ))
+            .await
+            .map_err(backend)?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| r["service_key"].as_str())
+            .map(SessionId::from)
+            .collect())
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
