@@ -26,33 +26,27 @@
 //!
 //! Sessions live in a sled database (`--store DIR`, default
 //! `.harness/assistant`). Usage per model is printed at the end.
+//!
+//! The loop (tools, policies, limits, memory budget) is in the examples'
+//! library, [`harness_examples::assistant_agent`] (`assistant_agent.rs`),
+//! which `serve` serves too; this file is the terminal around it.
 
-use harness::llm::{
-    Expect, ModelResponse, PriceTable, Role, ScriptedModel, ToolCall, ToolSet, Usage,
-};
+use harness::llm::{Expect, ModelResponse, PriceTable, Role, ScriptedModel, ToolCall, Usage};
 use harness::session::SessionPhase;
 use harness::{RunError, RunEvent, SessionId, create_agent_with};
-use harness_kit::fs::{ListDir, ReadFile, Root, Window, path_policy};
-use harness_kit::shell::{self, Shell};
+use harness_examples::assistant_agent;
 use harness_kit::{
-    AgentChat, AgentLoop, ApprovalRequest, Decision, Decisions, Limits, MEMORY_EVICTED,
-    MemoryConfig, ModelDeps, ModelDepsAgent, PendingCall, UnitBody, usage_report,
+    AgentChat, ApprovalRequest, Decision, Decisions, MEMORY_EVICTED, ModelDepsAgent, PendingCall,
+    UnitBody, usage_report,
 };
 use harness_stores::SledStore;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
 
 const DEFAULT_TASK: &str =
     "What is in this directory, and how long is README.md (lines and words)?";
-
-/// Of a file, the model sees at most its first 8 KiB.
-const READ_WINDOW: Window = Window::Head(8 * 1024);
-
-/// A command runs for at most this long.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The offline model's turns, from turn `skip` on (a resumed session has
 /// taken the first ones).
@@ -134,21 +128,7 @@ async fn run() -> Result<(), Error> {
 
     // The working directory is the root: inside it files are read and
     // listed unasked; outside it only with the user's approval.
-    let root = Root::open(".")?.allow_outside();
-    let tools = ToolSet::new()
-        .with(ReadFile::new(root.clone(), READ_WINDOW))
-        .with(ListDir::new(root.clone()))
-        .with(Shell::new(".", COMMAND_TIMEOUT));
-    let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools)
-        .system(
-            "You are a careful assistant in a terminal. Use the tools to look before you \
-             answer; prefer reading and listing to the shell. Answer briefly.",
-        )
-        .policy("read_file", path_policy(&root, "read_file", "path"))
-        .policy("list_dir", path_policy(&root, "list_dir", "path"))
-        .policy("shell", shell::policy())
-        .limits(Limits::none().turns(12).tokens(200_000))
-        .memory(MemoryConfig::budget(24_000))
+    let harness = assistant_agent::agent_loop(Path::new("."), "a careful assistant in a terminal")?
         .builder()
         .store(SledStore::open(&store_dir)?)
         .build()?;
@@ -360,7 +340,7 @@ fn decide(call: &PendingCall) -> Result<Option<Decision>, Error> {
     }
 }
 
-fn paused(session: &SessionId, store: &std::path::Path) {
+fn paused(session: &SessionId, store: &Path) {
     println!("paused at a question; the session is saved.");
     println!("session: {session}");
     println!(

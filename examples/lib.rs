@@ -1,3 +1,5 @@
 //! Shared pieces of the examples.
 
+pub mod assistant_agent;
 pub mod providers_select;
+pub mod quickstart_agent;

@@ -25,112 +25,29 @@
 //! The agents are those of `quickstart.rs` (`quickstart`: a weather tool)
 //! and `assistant.rs` (`assistant`: the agent kit's loop with file tools
 //! and a shell whose every command waits for an approval, given with
-//! `command={"resume": {"decisions": …}}`). Offline, each runs on a
+//! `command={"resume": {"decisions": …}}`), built by the same functions of
+//! the examples' library ([`harness_examples::quickstart_agent`],
+//! [`harness_examples::assistant_agent`]). Offline, each runs on a
 //! scripted model that answers every conversation the same way (by its
 //! turn); `HARNESS_PROVIDER` picks a real one (see `providers_select`).
 //! The server listens on this machine only; the studio reads the same
 //! store, and follows the runs live.
 
+use harness::create_agent_with;
 use harness::llm::{
-    LanguageModel, Message, ModelError, ModelRequest, ModelResponse, Role, ScriptedModel, Tool,
-    ToolCall, ToolSet,
+    LanguageModel, ModelError, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall,
 };
-use harness::{Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent_with};
-use harness_kit::fs::{ListDir, ReadFile, Root, Window, path_policy};
-use harness_kit::shell::{self, Shell};
-use harness_kit::{AgentChat, AgentLoop, Limits, MemoryConfig, ModelDeps, ModelDepsAgent};
+use harness_examples::{assistant_agent, quickstart_agent};
+use harness_kit::ModelDepsAgent;
 use harness_server::Server;
 use harness_stores::SledStore;
 use harness_studio::Studio;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 type Error = Box<dyn std::error::Error>;
-
-// ---- the quickstart agent (as in quickstart.rs) ----
-
-/// The conversation: each step's messages are appended.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
-struct Chat {
-    #[field(reduce = append)]
-    messages: Vec<Message>,
-    #[field(reduce = add)]
-    model_calls: u32,
-}
-
-/// What the steps depend on.
-#[derive(Context)]
-struct Deps {
-    #[slot(fixed)]
-    tools: Arc<ToolSet>,
-    #[slot(agent)]
-    model: Arc<dyn LanguageModel>,
-}
-
-async fn think(chat: Arc<Chat>, cx: Cx<Deps>) -> StepResult<ChatUpdate> {
-    let request = ModelRequest::builder()
-        .system("You are a helpful assistant. Use the tools for facts.")
-        .messages(chat.messages.iter().cloned())
-        .tools(cx.tools.specs())
-        .build();
-    let answer = cx.model.complete(&request).await?;
-    Ok(ChatUpdate::new()
-        .messages(vec![answer.into_message()])
-        .model_calls(1))
-}
-
-fn after_think(chat: &Chat) -> &'static str {
-    match chat.messages.last() {
-        Some(m) if m.tool_calls().next().is_some() => "call_tools",
-        _ => "complete",
-    }
-}
-
-async fn call_tools(chat: Arc<Chat>, cx: Cx<Deps>) -> StepResult<ChatUpdate> {
-    let mut results = Vec::new();
-    if let Some(last) = chat.messages.last() {
-        for call in last.tool_calls() {
-            results.push(cx.tools.dispatch_or_report(call).await);
-        }
-    }
-    Ok(ChatUpdate::new().messages(vec![Message::tool_results(results)]))
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct WeatherArgs {
-    /// The city, e.g. "Paris".
-    city: String,
-}
-
-/// A weather tool with a fixed table, so the example needs no network.
-struct Weather;
-
-#[async_trait::async_trait]
-impl Tool for Weather {
-    type Args = WeatherArgs;
-    type Output = serde_json::Value;
-    type Error = String;
-
-    fn name(&self) -> &str {
-        "weather"
-    }
-
-    fn description(&self) -> &str {
-        "Current weather in a city: temperature in °C and conditions."
-    }
-
-    async fn call(&self, args: WeatherArgs) -> Result<serde_json::Value, String> {
-        match args.city.as_str() {
-            "Paris" => Ok(json!({"city": "Paris", "celsius": 18, "sky": "cloudy"})),
-            "Oslo" => Ok(json!({"city": "Oslo", "celsius": 9, "sky": "rain"})),
-            other => Err(format!("no weather station in {other}")),
-        }
-    }
-}
 
 // ---- the offline model: the same turns for every conversation ----
 
@@ -170,18 +87,6 @@ impl LanguageModel for PerConversation {
     }
 }
 
-fn quickstart_turns() -> Vec<ModelResponse> {
-    vec![
-        ModelResponse::from_tool_calls([
-            ToolCall::new("call_1", "weather", json!({"city": "Paris"})),
-            ToolCall::new("call_2", "weather", json!({"city": "Oslo"})),
-        ]),
-        ModelResponse::from_text(
-            "Paris is warmer: 18 °C and cloudy, against 9 °C and rain in Oslo.",
-        ),
-    ]
-}
-
 fn assistant_turns() -> Vec<ModelResponse> {
     vec![
         ModelResponse::from_tool_call(ToolCall::new("call_1", "list_dir", json!({ "path": "." }))),
@@ -215,53 +120,26 @@ type PickModel = fn(Vec<ModelResponse>) -> Result<Arc<dyn LanguageModel>, Error>
 fn server(dir: &Path, root: &Path, pick: PickModel) -> Result<Server, Error> {
     let store = Arc::new(SledStore::open(dir)?);
 
-    let tools = Arc::new(ToolSet::new().with(Weather));
-    let quickstart = Harness::<Chat, Deps>::builder_with(DepsFixed { tools })
-        .step("think")
-        .run(think)
-        .route(after_think)
-        .on("call_tools")
-        .to("call_tools")
-        .on("complete")
-        .end()
-        .step("call_tools")
-        .run(call_tools)
-        .next("think")
-        .start("think")
+    let quickstart_loop = quickstart_agent::harness()
         .store(Arc::clone(&store))
         .build()?;
-    let quickstart_agent = create_agent_with(
+    let quickstart = create_agent_with(
         "quickstart",
-        &quickstart,
-        DepsAgent {
-            model: pick(quickstart_turns())?,
+        &quickstart_loop,
+        quickstart_agent::DepsAgent {
+            model: pick(quickstart_agent::turns().into())?,
         },
     );
 
     // Files are read and listed inside `root` unasked, outside it with an
     // approval; every shell command waits for one.
-    let root_dir = root;
-    let root = Root::open(root_dir)?.allow_outside();
-    let tools = ToolSet::new()
-        .with(ReadFile::new(root.clone(), Window::Head(8 * 1024)))
-        .with(ListDir::new(root.clone()))
-        .with(Shell::new(root_dir, Duration::from_secs(60)));
-    let assistant = AgentLoop::<AgentChat, ModelDeps>::new(tools)
-        .system(
-            "You are a careful assistant. Use the tools to look before you answer; prefer \
-             reading and listing to the shell. Answer briefly.",
-        )
-        .policy("read_file", path_policy(&root, "read_file", "path"))
-        .policy("list_dir", path_policy(&root, "list_dir", "path"))
-        .policy("shell", shell::policy())
-        .limits(Limits::none().turns(12).tokens(200_000))
-        .memory(MemoryConfig::budget(24_000))
+    let assistant_loop = assistant_agent::agent_loop(root, "a careful assistant")?
         .builder()
         .store(Arc::clone(&store))
         .build()?;
-    let assistant_agent = create_agent_with(
+    let assistant = create_agent_with(
         "assistant",
-        &assistant,
+        &assistant_loop,
         ModelDepsAgent {
             model: pick(assistant_turns())?,
             summarizer: None,
@@ -269,8 +147,8 @@ fn server(dir: &Path, root: &Path, pick: PickModel) -> Result<Server, Error> {
     );
 
     Ok(Server::new()
-        .agent(&quickstart_agent, &quickstart)
-        .agent(&assistant_agent, &assistant)
+        .agent(&quickstart, &quickstart_loop)
+        .agent(&assistant, &assistant_loop)
         .studio(Studio::read_only(store.clone()))
         .store(store))
 }
