@@ -95,7 +95,7 @@ use harness::effect::{EffectError, EffectId, EffectJournal, Journaled, PendingEf
 use harness::session::{Checkpoint, Commit, SessionError, SessionStore, StoreError, StoredRun};
 use harness::slots::NoSlots;
 use harness::step::Interrupt;
-use harness::{Agent, Context, HarnessState, InterruptId, RunError, SessionId};
+use harness::{Agent, Context, HarnessState, InterruptId, RunError, SessionId, secrets};
 use harness_stores::MemoryStore;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -455,23 +455,37 @@ async fn settle<S: HarnessState, C: Context>(mut run: harness::Run<S, C>) -> Rep
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(run.stop_handle());
     }
-    let state = |s: &S| serde_json::to_value(s).unwrap_or(Value::Null);
+    // The reply is journaled (and goes to the caller): the process's
+    // secrets are replaced in it, as in everything the session keeps.
+    let state = |s: &S| {
+        let mut value = serde_json::to_value(s).unwrap_or(Value::Null);
+        secrets::redact_json(&mut value);
+        value
+    };
+    let text = |mut text: String| {
+        secrets::redact_string(&mut text);
+        text
+    };
     match run.outcome().await {
         Ok(out) => match out.interrupt {
-            Some(interrupt) => Reply::Interrupted {
-                interrupt,
-                state: state(&out.state),
-            },
+            Some(mut interrupt) => {
+                secrets::redact_json(&mut interrupt.payload);
+                Reply::Interrupted {
+                    interrupt,
+                    state: state(&out.state),
+                }
+            }
             None => Reply::Completed {
                 signal: out.signal.to_string(),
                 state: state(&out.state),
             },
         },
-        Err(RunError::AnswerRejected { interrupt, reason }) => {
-            Reply::Rejected { interrupt, reason }
-        }
+        Err(RunError::AnswerRejected { interrupt, reason }) => Reply::Rejected {
+            interrupt,
+            reason: text(reason),
+        },
         Err(e) => Reply::Failed {
-            error: e.to_string(),
+            error: text(e.to_string()),
         },
     }
 }
@@ -605,9 +619,17 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), T
                     "the step no longer waits for this effect".to_string(),
                 )));
             }
-            Ok(Json(rx.await.unwrap_or_else(|_| {
-                Err("the step was cancelled while the effect ran".to_string())
-            })))
+            let mut outcome = rx
+                .await
+                .unwrap_or_else(|_| Err("the step was cancelled while the effect ran".to_string()));
+            // Journaled by Restate: without the process's secrets. The step
+            // goes on with the outcome as journaled, so a replay sees the
+            // same.
+            match &mut outcome {
+                Ok(value) => secrets::redact_json(value),
+                Err(message) => secrets::redact_string(message),
+            };
+            Ok(Json(outcome))
         })
         .name(name)
         .await;

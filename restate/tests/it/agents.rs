@@ -528,3 +528,77 @@ fn an_agent_whose_harness_lacks_the_store_or_the_journal_is_refused() {
     }
     assert!(durable.object(build(true, true)).is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_secrets_are_kept_out_of_restate() {
+    let _serial = SHARED_SERVER.lock().await;
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let agent = AgentClient::new(
+        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(60)).unwrap(),
+    );
+    let secret = "sk-harness-restate-test-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let marker = dir.path().join("hung");
+    // The service holds the key in a variable whose name says so.
+    let key = ("PROBE_API_KEY", secret.to_owned());
+    let hanging = agent_service(
+        dir.path(),
+        port,
+        &[
+            key.clone(),
+            ("PROBE_HANG_AFTER", "0".into()),
+            ("PROBE_HANG_ONCE", marker.display().to_string()),
+        ],
+    );
+    admin
+        .register(&format!("http://127.0.0.1:{port}"), true)
+        .await
+        .unwrap();
+    let session = SessionId::from(format!("secret-{}-{port}", std::process::id()));
+    // The key reaches the state (the input) and an effect's result.
+    let invocation = agent
+        .submit(&session, &json!({"tag": format!("{secret} ")}), None)
+        .await
+        .unwrap();
+    while !marker.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // What the service journaled so far (the input, entry 0, is the
+    // caller's): effect 0's result, without the key.
+    let rows = admin
+        .query(&format!(
+            "SELECT raw FROM sys_journal WHERE id = '{invocation}' AND index > 0"
+        ))
+        .await
+        .unwrap();
+    let journal: Vec<u8> = rows
+        .iter()
+        .filter_map(|r| r["raw"].as_str())
+        .flat_map(|hex| {
+            (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let journal = String::from_utf8_lossy(&journal);
+    assert!(journal.contains("[redacted] effect 0"), "{journal}");
+    assert!(!journal.contains(secret), "{journal}");
+    drop(hanging);
+    let _service = agent_service(dir.path(), port, &[key]);
+    let reply = agent.outcome(&invocation).await.unwrap();
+    let reply = serde_json::to_string(&reply).unwrap();
+    assert!(reply.contains("[redacted]"), "{reply}");
+    assert!(!reply.contains(secret), "{reply}");
+    let kept = RestateSessionReader::new(admin.clone())
+        .snapshot(&session)
+        .await
+        .unwrap()
+        .unwrap();
+    let kept = serde_json::to_string(&kept).unwrap();
+    assert!(!kept.contains(secret), "{kept}");
+    // What the effect itself did is the application's: the file has it.
+    let file = lines(&dir.path().join(format!("{session}.log")));
+    assert_eq!(file.len(), 3);
+    assert!(file[0].starts_with(secret), "{file:?}");
+}
