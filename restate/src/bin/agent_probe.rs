@@ -7,7 +7,12 @@
 //! `ask` waits for a yes or no (`bool`) and makes one more effect,
 //! `shipped` or `held`. With `PROBE_HANG_AFTER=i` the step hangs after
 //! effect `i` (for a test to kill the process there), once per file named
-//! by `PROBE_HANG_ONCE` if that is set.
+//! by `PROBE_HANG_ONCE` if that is set. With `PROBE_CLOCK=1` (the
+//! benchmark, `benchmarks/scripts/bench-restate`) an effect writes no file
+//! and takes no pause: it returns `{tag}effect {i} at {µs}`, the time it ran
+//! in microseconds since the epoch.
+//! With `PROBE_NODELAY=1` its connections set `TCP_NODELAY` (the SDK's
+//! `listen_and_serve` leaves Nagle's algorithm on).
 //!
 //! ```text
 //! PROBE_DIR=/tmp/probe restate-agent-probe 127.0.0.1:9080
@@ -44,6 +49,16 @@ struct Settings {
     pause: Duration,
     hang_after: Option<u32>,
     hang_once: Option<PathBuf>,
+    /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
+    clock: bool,
+}
+
+/// Microseconds since the epoch.
+fn micros_now() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 async fn append(file: &Path, line: &str) -> Result<(), StepError> {
@@ -61,6 +76,16 @@ async fn work(s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpda
     let file = set.dir.join(format!("{}.log", cx.session_id()));
     let mut log = Vec::new();
     for i in 0..set.effects {
+        if set.clock {
+            let tag = &s.tag;
+            let done: String = cx
+                .once(&format!("effect-{i}"), async {
+                    format!("{tag}effect {i} at {}", micros_now())
+                })
+                .await?;
+            log.push(done);
+            continue;
+        }
         let line = format!("{}effect {i} by {}", s.tag, std::process::id());
         let done: String = cx
             .try_once(&format!("effect-{i}"), async {
@@ -98,6 +123,21 @@ fn env_num(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// A listener at `addr` whose connections send without Nagle's delay
+/// (`TCP_NODELAY` on the listening socket, which Linux gives the sockets it
+/// accepts): `PROBE_NODELAY=1`.
+fn nodelay_listener(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Some(addr) = std::env::args().nth(1).and_then(|a| a.parse().ok()) else {
@@ -110,6 +150,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         pause: Duration::from_millis(env_num("PROBE_PAUSE_MS").unwrap_or(0)),
         hang_after: env_num("PROBE_HANG_AFTER").and_then(|n| u32::try_from(n).ok()),
         hang_once: std::env::var("PROBE_HANG_ONCE").ok().map(PathBuf::from),
+        clock: std::env::var("PROBE_CLOCK").is_ok_and(|v| v == "1"),
     });
     let durable = Durable::new();
     let (a, b) = (Arc::clone(&set), Arc::clone(&set));
@@ -129,9 +170,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .effects(durable.effects())
         .build()?;
     let object = durable.object(create_agent("probe", &harness));
-    println!("listening on {addr}");
-    HttpServer::new(Endpoint::builder().bind(object).build())
-        .listen_and_serve(addr)
-        .await;
+    let server = HttpServer::new(Endpoint::builder().bind(object).build());
+    if std::env::var("PROBE_NODELAY").is_ok_and(|v| v == "1") {
+        let listener = nodelay_listener(addr)?;
+        println!("listening on {addr}");
+        server.serve(listener).await;
+    } else {
+        println!("listening on {addr}");
+        server.listen_and_serve(addr).await;
+    }
     Ok(())
 }
