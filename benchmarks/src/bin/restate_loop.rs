@@ -460,6 +460,24 @@ async fn main() -> Result<(), Error> {
             }
         }
     }
+    // What a run writes besides its effects, for the reader of the table.
+    let client = AgentClient::new(ingress.clone());
+    let sized = SessionId::from(format!("restate-{tag}-size"));
+    let reply = client.run(&sized, &json!({})).await?;
+    let snapshot = client.session(&sized).await?;
+    let bare_reply = ingress
+        .call(
+            "Probe",
+            Some(&format!("bare-{tag}-size")),
+            "run",
+            &json!({"steps": k}),
+        )
+        .await?;
+    let sizes = (
+        serde_json::to_string(&snapshot)?.len(),
+        serde_json::to_string(&reply)?.len(),
+        bare_reply.to_string().len(),
+    );
     if !pg_url.is_empty() {
         for &n in &levels {
             let f = workers_level(&pg_url, n, k, min_runs, pg_processes, pg_per_process)?;
@@ -525,6 +543,12 @@ async fn main() -> Result<(), Error> {
         result(&format!("{p}_effects_per_s"), f.per_s);
     }
 
+    println!(
+        "One run of K = {k} writes, besides its effects: harness, the session as saved ({} bytes \
+         of JSON, journaled by the save's `ctx.run` and set as the object's state) and its reply \
+         ({} bytes); the bare handler, its reply ({} bytes).",
+        sizes.0, sizes.1, sizes.2
+    );
     println!();
     println!(
         "Ratios, as slowdowns of harness on Restate (latency: harness / other; throughput: \
