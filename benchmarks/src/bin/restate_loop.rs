@@ -179,6 +179,13 @@ fn cpu_ms(pid: u32) -> Option<f64> {
     Some((utime + stime) as f64 * 10.0)
 }
 
+/// The machine's load averages, as `/proc/loadavg` gives them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
 /// The processes named by `--pids name=pid,…`.
 fn pids(args: &[String]) -> Result<Vec<(String, u32)>, Error> {
     let spec: String = arg(args, "--pids", String::new());
@@ -426,6 +433,7 @@ async fn main() -> Result<(), Error> {
     let warm = levels.iter().copied().max().unwrap_or(1).min(50);
 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let load_before = load_average();
     let mut table: Vec<(usize, Side, Figures)> = Vec::new();
     for (nodelay, bare, agent) in &pairs {
         register(bare, agent).await?;
@@ -490,6 +498,7 @@ async fn main() -> Result<(), Error> {
         }
     }
     table.sort_by_key(|(n, _, _)| *n);
+    let load_after = load_average();
 
     println!();
     println!(
@@ -507,6 +516,10 @@ async fn main() -> Result<(), Error> {
     println!(
         "One machine, {cores} cores shared by the Restate server, the services, PostgreSQL and \
          the driver (each measurement runs alone; the others idle). Release builds."
+    );
+    println!(
+        "Load average (1, 5, 15 min) at the start: {load_before}; at the end: {load_after} \
+         (above {cores}, other work shared the cores and the figures are skewed)."
     );
     println!(
         "The services as the SDK's `HttpServer::listen_and_serve` serves them (Nagle's algorithm \
