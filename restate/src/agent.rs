@@ -81,8 +81,10 @@
 //!     .effects(durable.effects())
 //!     .build()?;
 //! let object = durable.object(create_agent("job", &harness))?;
+//! // TCP_NODELAY: see `nodelay_listener`.
+//! let listener = harness_restate::nodelay_listener("127.0.0.1:9080".parse()?)?;
 //! HttpServer::new(Endpoint::builder().bind(object).build())
-//!     .listen_and_serve("127.0.0.1:9080".parse()?)
+//!     .serve(listener)
 //!     .await;
 //! # Ok(()) }
 //! ```

@@ -66,6 +66,35 @@ pub enum RestateError {
     },
 }
 
+/// A listener at `addr` whose connections send without Nagle's delay
+/// (`TCP_NODELAY` on the listening socket, which Linux passes on to the
+/// sockets it accepts), to hand to the SDK's `HttpServer::serve`.
+///
+/// Serve a harness agent this way: each effect's `ctx.run` reaches Restate
+/// as two small writes (the command, then its completion once the step has
+/// run the effect), and with Nagle's algorithm on (the SDK's
+/// `listen_and_serve`) the second waits for the server's delayed ACK, about
+/// 40 ms per effect at low concurrency (`benchmarks/scripts/bench-restate`).
+///
+/// ```no_run
+/// # async fn serve(endpoint: restate_sdk::prelude::Endpoint) -> std::io::Result<()> {
+/// use restate_sdk::prelude::HttpServer;
+/// let addr = "127.0.0.1:9080".parse().expect("an address");
+/// HttpServer::new(endpoint).serve(harness_restate::nodelay_listener(addr)?).await;
+/// # Ok(()) }
+/// ```
+pub fn nodelay_listener(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
 fn client(timeout: Duration) -> Result<reqwest::Client, RestateError> {
     // reqwest is built without a TLS provider of its own (as the providers
     // build it): the workspace's ring one, installed once.

@@ -5,7 +5,15 @@
 //! the last) and the p50 and p99 step latency: the time between
 //! two consecutive steps of a session, each step recording when it ran.
 //!
-//! `pg_workers --url URL [--sessions 1000] [--steps 20] [--workers 4] [--concurrency 16]`
+//! `pg_workers --url URL [--sessions 1000] [--steps 20] [--workers 4] [--concurrency 16] [--effects 0]`
+//!
+//! With `--effects E` (E > 0), each step instead makes E journaled effects
+//! (`cx.once`, each written to the session in PostgreSQL before it
+//! returns), each recording when it ran: the figures are then per effect
+//! (`benchmarks/scripts/bench-restate` runs one step of E effects, the loop
+//! it runs on Restate too). It also prints the effects per second from the
+//! moment the workers start to the moment the driver sees every session
+//! completed (`pg_wall_steps_per_s`, to its 10 ms polling).
 //!
 //! Each worker process runs `--concurrency` workers at once (a worker runs
 //! one session at a time). The processes are this program again, started
@@ -14,7 +22,7 @@
 
 use harness::session::SessionConfig;
 use harness::worker::Worker;
-use harness::{Agent, Harness, HarnessState, SessionId, StepResult, create_agent};
+use harness::{Agent, Cx, Harness, HarnessState, SessionId, StepResult, create_agent};
 use harness_benchmarks::{arg, percentile, result};
 use harness_stores::{PostgresOptions, PostgresStore};
 use serde::{Deserialize, Serialize};
@@ -25,6 +33,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
 struct Job {
     steps: u64,
+    /// Effects per step (`--effects`); 0: the step records its own tick.
+    #[serde(default)]
+    effects: u64,
     /// When each step ran, in µs since the epoch.
     #[field(reduce = append)]
     ticks: Vec<u64>,
@@ -37,8 +48,23 @@ fn micros_now() -> u64 {
         .unwrap_or(0)
 }
 
-async fn tick(_: Arc<Job>) -> StepResult<JobUpdate> {
-    Ok(JobUpdate::new().ticks(vec![micros_now()]))
+async fn tick(job: Arc<Job>, cx: Cx<()>) -> StepResult<JobUpdate> {
+    if job.effects == 0 {
+        return Ok(JobUpdate::new().ticks(vec![micros_now()]));
+    }
+    let mut ticks = Vec::with_capacity(job.effects as usize);
+    for i in 0..job.effects {
+        ticks.push(
+            cx.once(&format!("effect-{i}"), async { micros_now() })
+                .await?,
+        );
+    }
+    Ok(JobUpdate::new().ticks(ticks))
+}
+
+/// The ticks a job records: one per step, or one per effect.
+fn ticks_of(job: &Job) -> u64 {
+    job.steps * job.effects.max(1)
 }
 
 fn agent(store: PostgresStore) -> Result<Agent<Job>, Box<dyn std::error::Error>> {
@@ -46,7 +72,7 @@ fn agent(store: PostgresStore) -> Result<Agent<Job>, Box<dyn std::error::Error>>
         .step("tick")
         .run(tick)
         .route(|s: &Job| {
-            if (s.ticks.len() as u64) < s.steps {
+            if (s.ticks.len() as u64) < ticks_of(s) {
                 "again"
             } else {
                 "done"
@@ -113,6 +139,7 @@ async fn driver(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let steps: u64 = arg(args, "--steps", 20);
     let workers: usize = arg(args, "--workers", 4);
     let concurrency: usize = arg(args, "--concurrency", 16);
+    let effects: u64 = arg(args, "--effects", 0);
     let schema = format!("bench_{}_{}", std::process::id(), micros_now() % 1_000_000);
     let store = connect(&url, &schema, 8).await?;
     let agent = agent(store.clone())?;
@@ -122,6 +149,7 @@ async fn driver(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             agent
                 .submit(Job {
                     steps,
+                    effects,
                     ticks: Vec::new(),
                 })
                 .await?,
@@ -159,16 +187,22 @@ async fn driver(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let done_at = micros_now();
     for c in &mut children {
         let _ = c.kill();
         let _ = c.wait();
     }
+    let per_session = steps * effects.max(1);
     let mut gaps = Vec::with_capacity(sessions * steps as usize);
     let (mut first, mut last) = (u64::MAX, 0);
     for id in &ids {
         let state = agent.state_at(id, None).await?;
-        if state.ticks.len() as u64 != steps {
-            return Err(format!("session {id} ran {} of {steps} steps", state.ticks.len()).into());
+        if state.ticks.len() as u64 != per_session {
+            return Err(format!(
+                "session {id} recorded {} of {per_session} ticks",
+                state.ticks.len()
+            )
+            .into());
         }
         first = first.min(*state.ticks.first().unwrap_or(&u64::MAX));
         last = last.max(*state.ticks.last().unwrap_or(&0));
@@ -183,14 +217,24 @@ async fn driver(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     // measured), which the polling above only bounds.
     gaps.sort_by(f64::total_cmp);
     let secs = last.saturating_sub(first).max(1) as f64 / 1e6;
-    let rate = (sessions as u64 * steps) as f64 / secs;
+    let rate = (sessions as u64 * per_session) as f64 / secs;
+    let wall = done_at.saturating_sub(start_at).max(1) as f64 / 1e6;
+    let what = if effects == 0 {
+        format!("{steps} steps")
+    } else {
+        format!("{steps} steps of {effects} effects")
+    };
     println!(
-        "{sessions} sessions x {steps} steps, {workers} processes x {concurrency} workers: \
-         {secs:.2} s, {rate:.0} steps/s, step latency p50 {:.2} ms p99 {:.2} ms",
+        "{sessions} sessions x {what}, {workers} processes x {concurrency} workers: \
+         {secs:.2} s, {rate:.0} ticks/s, latency between ticks p50 {:.2} ms p99 {:.2} ms",
         percentile(&gaps, 50.0),
         percentile(&gaps, 99.0)
     );
     result("pg_steps_per_s", rate);
+    result(
+        "pg_wall_steps_per_s",
+        (sessions as u64 * per_session) as f64 / wall,
+    );
     result("pg_p50_ms", percentile(&gaps, 50.0));
     result("pg_p99_ms", percentile(&gaps, 99.0));
     client

@@ -10,6 +10,12 @@
 //! by `PROBE_HANG_ONCE` if that is set. `PROBE_KEY_PREFIX` is put before
 //! each effect's key: a service restarted with another prefix asks for
 //! other effects than its journal holds (a divergence, for the tests).
+//! With `PROBE_CLOCK=1` (the
+//! benchmark, `benchmarks/scripts/bench-restate`) an effect writes no file
+//! and takes no pause: it returns `{tag}effect {i} at {µs}`, the time it ran
+//! in microseconds since the epoch.
+//! With `PROBE_NODELAY=1` its connections set `TCP_NODELAY` (the SDK's
+//! `listen_and_serve` leaves Nagle's algorithm on).
 //!
 //! ```text
 //! PROBE_DIR=/tmp/probe restate-agent-probe 127.0.0.1:9080
@@ -47,6 +53,16 @@ struct Settings {
     hang_after: Option<u32>,
     hang_once: Option<PathBuf>,
     key_prefix: String,
+    /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
+    clock: bool,
+}
+
+/// Microseconds since the epoch.
+fn micros_now() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 async fn append(file: &Path, line: &str) -> Result<(), StepError> {
@@ -64,6 +80,16 @@ async fn work(s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpda
     let file = set.dir.join(format!("{}.log", cx.session_id()));
     let mut log = Vec::new();
     for i in 0..set.effects {
+        if set.clock {
+            let tag = &s.tag;
+            let done: String = cx
+                .once(&format!("effect-{i}"), async {
+                    format!("{tag}effect {i} at {}", micros_now())
+                })
+                .await?;
+            log.push(done);
+            continue;
+        }
         let line = format!("{}effect {i} by {}", s.tag, std::process::id());
         let done: String = cx
             .try_once(&format!("{}effect-{i}", set.key_prefix), async {
@@ -114,6 +140,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         hang_after: env_num("PROBE_HANG_AFTER").and_then(|n| u32::try_from(n).ok()),
         hang_once: std::env::var("PROBE_HANG_ONCE").ok().map(PathBuf::from),
         key_prefix: std::env::var("PROBE_KEY_PREFIX").unwrap_or_default(),
+        clock: std::env::var("PROBE_CLOCK").is_ok_and(|v| v == "1"),
     });
     let durable = Durable::new();
     let (a, b) = (Arc::clone(&set), Arc::clone(&set));
@@ -133,9 +160,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .effects(durable.effects())
         .build()?;
     let object = durable.object(create_agent("probe", &harness))?;
-    println!("listening on {addr}");
-    HttpServer::new(Endpoint::builder().bind(object).build())
-        .listen_and_serve(addr)
-        .await;
+    let server = HttpServer::new(Endpoint::builder().bind(object).build());
+    if std::env::var("PROBE_NODELAY").is_ok_and(|v| v == "1") {
+        let listener = harness_restate::nodelay_listener(addr)?;
+        println!("listening on {addr}");
+        server.serve(listener).await;
+    } else {
+        println!("listening on {addr}");
+        server.listen_and_serve(addr).await;
+    }
     Ok(())
 }

@@ -3,6 +3,11 @@
 //! (`ctx.run`), each appending a line `effect {i} by {pid}` to the file named
 //! after the object's key in `PROBE_DIR` (`{tag}effect {i} by {pid}`); with `PROBE_HANG_AFTER=i` the
 //! handler hangs after effect `i` (for a test to kill the process there).
+//! With `PROBE_CLOCK=1` (the benchmark, `benchmarks/scripts/bench-restate`)
+//! an effect writes no file: it returns `{tag}effect {i} at {µs}`, the time
+//! it ran in microseconds since the epoch.
+//! With `PROBE_NODELAY=1` its connections set `TCP_NODELAY` (the SDK's
+//! `listen_and_serve` leaves Nagle's algorithm on).
 //!
 //! ```text
 //! PROBE_DIR=/tmp/probe restate-probe 127.0.0.1:9080
@@ -41,6 +46,16 @@ struct Output {
 struct Probe {
     dir: PathBuf,
     hang_after: Option<u32>,
+    /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
+    clock: bool,
+}
+
+/// Microseconds since the epoch.
+fn micros_now() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 #[object]
@@ -62,8 +77,12 @@ impl Probe {
         for i in 0..steps {
             let file = file.clone();
             let tag = tag.clone();
+            let clock = self.clock;
             let done: String = ctx
                 .run(|| async move {
+                    if clock {
+                        return Ok(format!("{tag}effect {i} at {}", micros_now()));
+                    }
                     tokio::time::sleep(Duration::from_millis(pause_ms)).await;
                     let line = format!("{tag}effect {i} by {}\n", std::process::id());
                     let mut f = tokio::fs::OpenOptions::new()
@@ -101,8 +120,29 @@ async fn main() {
     let hang_after = std::env::var("PROBE_HANG_AFTER")
         .ok()
         .and_then(|v| v.parse().ok());
-    println!("listening on {addr}");
-    HttpServer::new(Endpoint::builder().bind(Probe { dir, hang_after }).build())
-        .listen_and_serve(addr)
-        .await;
+    let clock = std::env::var("PROBE_CLOCK").is_ok_and(|v| v == "1");
+    let server = HttpServer::new(
+        Endpoint::builder()
+            .bind(Probe {
+                dir,
+                hang_after,
+                clock,
+            })
+            .build(),
+    );
+    if std::env::var("PROBE_NODELAY").is_ok_and(|v| v == "1") {
+        match harness_restate::nodelay_listener(addr) {
+            Ok(listener) => {
+                println!("listening on {addr}");
+                server.serve(listener).await;
+            }
+            Err(e) => {
+                eprintln!("restate-probe: cannot listen on {addr}: {e}");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        println!("listening on {addr}");
+        server.listen_and_serve(addr).await;
+    }
 }
