@@ -35,6 +35,76 @@ fn log_of(reply: &Reply) -> Vec<String> {
     }
 }
 
+/// One test's agent service: its admin and client, a directory for the
+/// effects' files, and a port of its own.
+struct Rig {
+    admin: Admin,
+    agent: AgentClient,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Rig {
+    /// On the suite's shared server.
+    fn shared() -> Rig {
+        Rig::on(var("HARNESS_RESTATE_ADMIN"), var("HARNESS_RESTATE_INGRESS"))
+    }
+
+    fn on(admin: String, ingress: String) -> Rig {
+        Rig {
+            admin: Admin::new(admin).unwrap(),
+            agent: AgentClient::new(Ingress::new(ingress, Duration::from_secs(90)).unwrap()),
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+        }
+    }
+
+    /// The service with `env`, on the rig's port.
+    fn service(&self, env: &[(&str, String)]) -> Service {
+        agent_service(self.dir.path(), self.port, env)
+    }
+
+    /// The service, hanging once after effect `after` (and `env`).
+    fn hanging(&self, after: u32, env: &[(&str, String)]) -> Service {
+        let mut env = env.to_vec();
+        env.push(("PROBE_HANG_AFTER", after.to_string()));
+        env.push(("PROBE_HANG_ONCE", self.marker().display().to_string()));
+        self.service(&env)
+    }
+
+    fn marker(&self) -> std::path::PathBuf {
+        self.dir.path().join("hung")
+    }
+
+    /// Waits until the hanging service hangs: the effect before it is
+    /// journaled (`once` returned, which waits for Restate's
+    /// acknowledgement).
+    async fn hung(&self) {
+        while !self.marker().exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn register(&self) {
+        let services = self
+            .admin
+            .register(&format!("http://127.0.0.1:{}", self.port), true)
+            .await
+            .unwrap();
+        assert!(
+            services.contains(&"HarnessAgent".to_owned()),
+            "{services:?}"
+        );
+    }
+
+    /// A session of this test, and the file its effects write.
+    fn session(&self, name: &str) -> (SessionId, std::path::PathBuf) {
+        let id = SessionId::from(format!("{name}-{}-{}", std::process::id(), self.port));
+        let file = self.dir.path().join(format!("{id}.log"));
+        (id, file)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human() {
     let _serial = SHARED_SERVER.lock().await;
@@ -324,39 +394,20 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
     var("HARNESS_RESTATE_ADMIN"); // the suite's server: the package is installed
     let data = tempfile::tempdir().unwrap();
     let server = OwnServer::start(data.path());
-    let admin = Admin::new(server.admin.clone()).unwrap();
-    let client =
-        || AgentClient::new(Ingress::new(server.ingress.clone(), Duration::from_secs(90)).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let marker = dir.path().join("hung");
-    let service = agent_service(
-        dir.path(),
-        port,
-        &[
-            ("PROBE_HANG_AFTER", "1".into()),
-            ("PROBE_HANG_ONCE", marker.display().to_string()),
-        ],
-    );
-    admin
-        .register(&format!("http://127.0.0.1:{port}"), true)
-        .await
-        .unwrap();
-    let session = SessionId::from(format!("restarted-{}", std::process::id()));
-    let file = dir.path().join(format!("{session}.log"));
-    let invocation = client().submit(&session, &json!({}), None).await.unwrap();
-    wait_for_lines(&file, 2);
-    // Effect 1 is journaled once the step hangs after it (the hang comes
-    // after `once` returned, which waits for Restate's acknowledgement).
-    while !marker.exists() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let rig = Rig::on(server.admin.clone(), server.ingress.clone());
+    let service = rig.hanging(1, &[]);
+    rig.register().await;
+    let (session, file) = rig.session("restarted");
+    let invocation = rig.agent.submit(&session, &json!({}), None).await.unwrap();
+    rig.hung().await;
     // The server goes down mid-step and comes back on the same data; the
     // service stays up, its handler cut off. The invocation goes on from
     // its journal. (A new client: the old one's pooled connections went
     // with the server.)
     server.restart();
-    let done = client().outcome(&invocation).await.unwrap();
+    let client =
+        AgentClient::new(Ingress::new(server.ingress.clone(), Duration::from_secs(90)).unwrap());
+    let done = client.outcome(&invocation).await.unwrap();
     let pid = service.pid();
     let expected: Vec<String> = (0..3).map(|i| format!("effect {i} by {pid}")).collect();
     assert_eq!(log_of(&done), expected);
@@ -370,35 +421,18 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     let _serial = SHARED_SERVER.lock().await;
-    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
-    let agent = AgentClient::new(
-        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(30)).unwrap(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let marker = dir.path().join("hung");
-    let hanging = agent_service(
-        dir.path(),
-        port,
-        &[
-            ("PROBE_HANG_AFTER", "0".into()),
-            ("PROBE_HANG_ONCE", marker.display().to_string()),
-        ],
-    );
-    admin
-        .register(&format!("http://127.0.0.1:{port}"), true)
-        .await
-        .unwrap();
-    let session = SessionId::from(format!("diverged-{}-{port}", std::process::id()));
-    let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
-    while !marker.exists() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let rig = Rig::shared();
+    let hanging = rig.hanging(0, &[]);
+    rig.register().await;
+    let (session, file) = rig.session("diverged");
+    let invocation = rig.agent.submit(&session, &json!({}), None).await.unwrap();
+    rig.hung().await;
     drop(hanging);
     // The service comes back with code that names its effects otherwise:
     // its replay asks for `work#0.1:v2-effect-0` where the journal holds
     // `work#0.1:effect-0`.
-    let _changed = agent_service(dir.path(), port, &[("PROBE_KEY_PREFIX", "v2-".into())]);
+    let _changed = rig.service(&[("PROBE_KEY_PREFIX", "v2-".into())]);
+    let admin = &rig.admin;
     let began = std::time::Instant::now();
     let divergence = loop {
         let info = admin.invocation(&invocation).await.unwrap().unwrap();
@@ -413,7 +447,7 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     };
     assert!(divergence.contains("work#0.1:effect-0"), "{divergence}");
     assert!(divergence.contains("work#0.1:v2-effect-0"), "{divergence}");
-    let lines = lines(&dir.path().join(format!("{session}.log")));
+    let lines = lines(&file);
     assert_eq!(
         lines.len(),
         1,
@@ -439,26 +473,14 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
     let _serial = SHARED_SERVER.lock().await;
-    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
-    let agent = AgentClient::new(
-        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(60)).unwrap(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _service = agent_service(
-        dir.path(),
-        port,
-        &[
-            ("PROBE_EFFECTS", "6".into()),
-            ("PROBE_PAUSE_MS", "300".into()),
-        ],
-    );
-    admin
-        .register(&format!("http://127.0.0.1:{port}"), true)
-        .await
-        .unwrap();
-    let session = SessionId::from(format!("stopped-{}-{port}", std::process::id()));
-    let file = dir.path().join(format!("{session}.log"));
+    let rig = Rig::shared();
+    let _service = rig.service(&[
+        ("PROBE_EFFECTS", "6".into()),
+        ("PROBE_PAUSE_MS", "300".into()),
+    ]);
+    rig.register().await;
+    let (session, file) = rig.session("stopped");
+    let (admin, agent) = (&rig.admin, &rig.agent);
     let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
     wait_for_lines(&file, 1);
     admin.cancel(&invocation).await.unwrap();
@@ -532,38 +554,20 @@ fn an_agent_whose_harness_lacks_the_store_or_the_journal_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_services_secrets_are_kept_out_of_restate() {
     let _serial = SHARED_SERVER.lock().await;
-    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
-    let agent = AgentClient::new(
-        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(60)).unwrap(),
-    );
+    let rig = Rig::shared();
+    let (admin, agent) = (&rig.admin, &rig.agent);
     let secret = "sk-harness-restate-test-0123456789";
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let marker = dir.path().join("hung");
     // The service holds the key in a variable whose name says so.
     let key = ("PROBE_API_KEY", secret.to_owned());
-    let hanging = agent_service(
-        dir.path(),
-        port,
-        &[
-            key.clone(),
-            ("PROBE_HANG_AFTER", "0".into()),
-            ("PROBE_HANG_ONCE", marker.display().to_string()),
-        ],
-    );
-    admin
-        .register(&format!("http://127.0.0.1:{port}"), true)
-        .await
-        .unwrap();
-    let session = SessionId::from(format!("secret-{}-{port}", std::process::id()));
+    let hanging = rig.hanging(0, std::slice::from_ref(&key));
+    rig.register().await;
+    let (session, file) = rig.session("secret");
     // The key reaches the state (the input) and an effect's result.
     let invocation = agent
         .submit(&session, &json!({"tag": format!("{secret} ")}), None)
         .await
         .unwrap();
-    while !marker.exists() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    rig.hung().await;
     // What the service journaled so far (the input, entry 0, is the
     // caller's): effect 0's result, without the key.
     let rows = admin
@@ -585,7 +589,7 @@ async fn the_services_secrets_are_kept_out_of_restate() {
     assert!(journal.contains("[redacted] effect 0"), "{journal}");
     assert!(!journal.contains(secret), "{journal}");
     drop(hanging);
-    let _service = agent_service(dir.path(), port, &[key]);
+    let _service = rig.service(&[key]);
     let reply = agent.outcome(&invocation).await.unwrap();
     let reply = serde_json::to_string(&reply).unwrap();
     assert!(reply.contains("[redacted]"), "{reply}");
@@ -598,7 +602,7 @@ async fn the_services_secrets_are_kept_out_of_restate() {
     let kept = serde_json::to_string(&kept).unwrap();
     assert!(!kept.contains(secret), "{kept}");
     // What the effect itself did is the application's: the file has it.
-    let file = lines(&dir.path().join(format!("{session}.log")));
-    assert_eq!(file.len(), 3);
-    assert!(file[0].starts_with(secret), "{file:?}");
+    let written = lines(&file);
+    assert_eq!(written.len(), 3);
+    assert!(written[0].starts_with(secret), "{written:?}");
 }
