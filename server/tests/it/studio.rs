@@ -1,6 +1,7 @@
 //! The studio on the server's own port: served under `/studio`, reading
 //! the server's store, behind the server's host, origin and key rules.
 
+use super::http;
 use harness_server::{Scope, Server};
 use harness_stores::SledStore;
 use harness_studio::Studio;
@@ -11,43 +12,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const READ_KEY: &str = "key-read-0123456789";
 const RUN_KEY: &str = "key-run-0123456789";
-
-/// One HTTP/1.1 request over a fresh connection, with `headers` (a
-/// `Host` is added unless given): the status and the body.
-async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\n");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        head.push_str(&format!("Host: {addr}\r\n"));
-    }
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    let request = format!(
-        "{head}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8_lossy(&response).to_string();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
 
 /// The status and `Location` of a GET.
 async fn redirect(addr: SocketAddr, path: &str) -> (u16, String) {
