@@ -58,7 +58,14 @@ pub fn rss_bytes() -> Option<u64> {
 /// `/proc/self/stat`, to the kernel's 10 ms tick; `None` where that file is
 /// not there or not readable.
 pub fn cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_time_of("self")
+}
+
+/// The CPU time (user and system) process `pid` (a number, or `self`) has
+/// used so far, from `/proc/{pid}/stat`, to the kernel's 10 ms tick; `None`
+/// where that file is not there or not readable.
+pub fn cpu_time_of(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name (which may hold spaces), from the
     // third on: utime and stime are the 14th and 15th.
     let rest = stat.get(stat.rfind(')')? + 2..)?;

@@ -46,7 +46,7 @@
 //! asserted.
 
 use harness::SessionId;
-use harness_benchmarks::{arg, percentile, result};
+use harness_benchmarks::{arg, cpu_time_of, percentile, result};
 use harness_restate::{Admin, AgentClient, Ingress, Reply};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -171,12 +171,7 @@ fn clocks(lines: &[Value], k: usize, what: &str) -> Result<Vec<u64>, Error> {
 
 /// The CPU time (user and system) of process `pid` so far, in ms.
 fn cpu_ms(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) as f64 * 10.0)
+    cpu_time_of(&pid.to_string()).map(|t| t.as_secs_f64() * 1000.0)
 }
 
 /// The machine's load averages, as `/proc/loadavg` gives them.
