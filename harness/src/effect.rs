@@ -28,6 +28,15 @@
 //! or a random number outside `once` may ask for other effects on a replay,
 //! which the journal reports as a divergence naming the effect.
 //!
+//! Branches are the one place where the engine itself could ask in an order
+//! set by timing: a fork's branches run side by side, and which one reaches
+//! its next effect first depends on how long the last one took. A journal
+//! that replays by order says so ([`EffectJournal::ordered`]), and the
+//! branches of every fork and fan-out then run one after the other, in
+//! branch order. Within a step, effects asked at once (`join!` of two
+//! `once`) are asked in the order the step's future polls them, which a
+//! replay repeats.
+//!
 //! Under a journal an effect's failure is recorded too, as its message: a
 //! failed `try_once` returns `StepError::msg(message)` both when it runs and
 //! when it is replayed, so a step that looks at the error takes the same
@@ -179,4 +188,16 @@ pub trait EffectJournal: Send + Sync + Debug {
     /// the run asks for an effect other than the one it recorded at this
     /// point (a divergence, naming both).
     fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>>;
+
+    /// Whether the journal holds a run's effects as one sequence that a
+    /// replay must ask for in the same order (Restate's journal does; a
+    /// journal keyed by the effects' names does not). When it does, the
+    /// branches of a fork or fan-out run one after the other, in branch
+    /// order, instead of side by side: branches running at once would ask
+    /// for their effects in an order set by timing, which a replay (whose
+    /// recorded effects return at once) would not repeat. The default is
+    /// `false`.
+    fn ordered(&self) -> bool {
+        false
+    }
 }

@@ -100,6 +100,10 @@ pub mod guide {
     #[cfg_attr(doctest, doc = "Beyond one machine (doctested by `harness-tests`).")]
     pub mod distributed {}
 
+    #[cfg_attr(not(doctest), doc = include_str!("docs/guide/restate.md"))]
+    #[cfg_attr(doctest, doc = "On Restate (doctested by `harness-restate`).")]
+    pub mod restate {}
+
     #[cfg_attr(not(doctest), doc = include_str!("docs/guide/models.md"))]
     #[doc = include_str!("docs/guide/models_offline.md")]
     pub mod models {}

@@ -49,11 +49,18 @@
 //! **Reading sessions**: [`RestateSessionReader`](crate::RestateSessionReader)
 //! reads them from the admin API as a `SessionStore`, for the studio.
 //!
-//! Not yet: the branches of a fork or fan-out make their effects one after
-//! the other in the order they ask, which a replay must repeat (Restate
-//! reports a journal mismatch otherwise, and retries); large values are kept
-//! in the session itself, not by reference; one agent per deployment (the
-//! object's name is fixed).
+//! **Forks and fan-outs** run their branches one after the other, in
+//! branch order ([`EffectJournal::ordered`]): Restate replays a journal by
+//! call order, and the Rust SDK journals one `ctx.run` at a time, so
+//! branches side by side would ask for their effects in an order set by
+//! timing that a replay would not repeat. The branches' effects would be
+//! journaled one at a time either way; what is given up is the overlap of
+//! their other work. A fan-out killed mid-way is replayed like any run: the
+//! effects journaled before the kill are answered from the journal, the
+//! rest run once.
+//!
+//! Not yet: large values are kept in the session itself, not by reference;
+//! one agent per deployment (the object's name is fixed).
 //!
 //! ```no_run
 //! use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
@@ -369,6 +376,12 @@ impl EffectJournal for RestateEffects {
                 },
             }
         })
+    }
+
+    /// Restate replays a journal by call order, and the SDK journals one
+    /// `ctx.run` at a time: a fork's branches run one after the other.
+    fn ordered(&self) -> bool {
+        true
     }
 }
 

@@ -22,6 +22,12 @@
 
 #![forbid(unsafe_code)]
 
+/// The guide's chapter on Restate (`harness::guide::restate`), whose
+/// examples are compiled here, where this crate is a dependency.
+#[cfg(doctest)]
+#[doc = include_str!("../../harness/src/docs/guide/restate.md")]
+pub struct GuideChapter;
+
 use std::time::Duration;
 
 use serde_json::Value;

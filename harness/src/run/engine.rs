@@ -1200,7 +1200,10 @@ async fn run_region<S: HarnessState, C: Context>(
     let mut paused: Vec<(usize, TaskEnd)> = Vec::new();
     let mut failed: Vec<(usize, RunError)> = Vec::new();
     let outcome: Result<(), RunError> = async {
-        let limit = fork.limit.max(1);
+        // A journal that replays effects by their order needs the branches'
+        // effects in an order a replay repeats: one branch after another.
+        let ordered = env.effects.as_ref().is_some_and(|j| j.ordered());
+        let limit = if ordered { 1 } else { fork.limit.max(1) };
         let mut todo = Vec::new();
         for (i, b) in region.branches.iter_mut().enumerate() {
             if !b.branch.as_ref().is_some_and(|b| b.done) {

@@ -20,6 +20,8 @@ use std::time::Duration;
 struct Recorder {
     outcomes: Arc<Mutex<HashMap<String, Result<Value, String>>>>,
     asked: Arc<Mutex<Vec<(String, bool)>>>,
+    /// What [`EffectJournal::ordered`] answers.
+    ordered: bool,
 }
 
 struct Pending {
@@ -57,6 +59,10 @@ impl EffectJournal for Recorder {
                 })),
             })
         })
+    }
+
+    fn ordered(&self) -> bool {
+        self.ordered
     }
 }
 
@@ -223,4 +229,117 @@ async fn a_recorded_value_of_another_type_is_an_error_naming_the_effect() {
     assert!(err.contains("work#0.2:charge"), "{err}");
     assert!(err.contains("is not a `String`"), "{err}");
     assert_eq!(effects.charge.load(Ordering::SeqCst), 0);
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Spread {
+    parts: Vec<u64>,
+    #[field(reduce = append)]
+    log: Vec<String>,
+}
+
+/// A fan-out over `parts`: each branch makes two effects, the first taking
+/// `part` × 30 ms, so that side by side the later parts ask first.
+fn spread(journal: Recorder, ran: Arc<AtomicU32>) -> Harness<Spread> {
+    Harness::<Spread>::builder()
+        .step("split")
+        .route(|_: &Spread| "parts")
+        .on("parts")
+        .fan_out("part", |s: &Spread| s.parts.clone())
+        .join("done")
+        .step("part")
+        .run_each(move |part: u64, _: Arc<Spread>, cx: Cx<()>| {
+            let ran = Arc::clone(&ran);
+            async move {
+                let mut log = Vec::new();
+                for i in 0..2 {
+                    let line: String = cx
+                        .once(&format!("effect-{i}"), async {
+                            if i == 0 {
+                                tokio::time::sleep(Duration::from_millis(part * 30)).await;
+                            }
+                            ran.fetch_add(1, Ordering::SeqCst);
+                            format!("part {part} effect {i}")
+                        })
+                        .await?;
+                    log.push(line);
+                }
+                Ok(SpreadUpdate::new().log(log))
+            }
+        })
+        .writes(["log"])
+        .next("done")
+        .step("done")
+        .run(async |_: Arc<Spread>| Ok(SpreadUpdate::new()))
+        .end()
+        .start("split")
+        .effects(journal)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn under_an_ordered_journal_a_fan_outs_branches_ask_in_branch_order_and_a_replay_repeats_it()
+{
+    let parts = vec![3, 2, 1];
+    let asked_in = |ordered: bool| {
+        let parts = parts.clone();
+        async move {
+            let journal = Recorder {
+                ordered,
+                ..Recorder::default()
+            };
+            let ran = Arc::new(AtomicU32::new(0));
+            let agent = create_agent("spread", &spread(journal.clone(), Arc::clone(&ran)));
+            let state = Spread {
+                parts,
+                ..Spread::default()
+            };
+            let first = agent
+                .run_in(SessionId::from("spread"), state.clone())
+                .await
+                .unwrap();
+            let order: Vec<String> = journal
+                .asked
+                .lock()
+                .unwrap()
+                .drain(..)
+                .map(|(name, _)| name)
+                .collect();
+            // A replay: answered from the journal, in the same order.
+            let replay = agent
+                .run_in(SessionId::from("spread"), state)
+                .await
+                .unwrap();
+            let again: Vec<(String, bool)> = journal.asked.lock().unwrap().clone();
+            assert_eq!(replay.state.log, first.state.log);
+            assert_eq!(ran.load(Ordering::SeqCst), 6, "each effect ran once");
+            assert!(again.iter().all(|(_, recorded)| *recorded), "{again:?}");
+            let replayed: Vec<String> = again.into_iter().map(|(name, _)| name).collect();
+            (order, replayed, first.state.log)
+        }
+    };
+
+    let (order, replayed, log) = asked_in(true).await;
+    let branch_order: Vec<String> = (0..3)
+        .flat_map(|b| (0..2).map(move |i| format!("part#{b}/part#1.1:effect-{i}")))
+        .collect();
+    assert_eq!(order, branch_order, "one branch after another");
+    assert_eq!(replayed, order, "the replay asks in the same order");
+    assert_eq!(
+        log,
+        [3, 2, 1]
+            .iter()
+            .flat_map(|p| (0..2).map(move |i| format!("part {p} effect {i}")))
+            .collect::<Vec<_>>()
+    );
+
+    // Without ordering, the branches run side by side and the order is set
+    // by timing: the replay, whose effects return at once, asks in another.
+    let (order, replayed, _) = asked_in(false).await;
+    assert_ne!(
+        order, branch_order,
+        "side by side, the shortest part asks first"
+    );
+    assert_ne!(replayed, order);
 }

@@ -5,8 +5,12 @@
 //! each appending `{tag}effect {i} by {pid}` to `{PROBE_DIR}/{session}.log`
 //! and taking `PROBE_PAUSE_MS`; then, when the state's `approve` is set,
 //! `ask` waits for a yes or no (`bool`) and makes one more effect,
-//! `shipped` or `held`. With `PROBE_HANG_AFTER=i` the step hangs after
-//! effect `i` (for a test to kill the process there), once per file named
+//! `shipped` or `held`. When the state's `parts` is not empty, `work` fans
+//! out instead: one `part` branch per entry, each making two effects
+//! (`{tag}part {p} effect {i} by {pid}`), joined by `gather`. With
+//! `PROBE_HANG_AFTER=i` the step hangs after effect `i` (for a test to kill
+//! the process there); with `PROBE_HANG_PART=p` as well, the hang is in
+//! part `p` after its effect `i` instead. Either hangs once per file named
 //! by `PROBE_HANG_ONCE` if that is set. `PROBE_KEY_PREFIX` is put before
 //! each effect's key: a service restarted with another prefix asks for
 //! other effects than its journal holds (a divergence, for the tests).
@@ -44,6 +48,8 @@ struct Job {
     tag: String,
     /// Whether to ask for approval after `work`.
     approve: bool,
+    /// One `part` branch per entry after `work`, when not empty.
+    parts: Vec<u32>,
 }
 
 struct Settings {
@@ -52,6 +58,9 @@ struct Settings {
     pause: Duration,
     hang_after: Option<u32>,
     hang_once: Option<PathBuf>,
+    /// `PROBE_HANG_PART`: the part that hangs (after its effect
+    /// `hang_after`), instead of `work`.
+    hang_part: Option<u32>,
     key_prefix: String,
     /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
     clock: bool,
@@ -98,17 +107,41 @@ async fn work(s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpda
             })
             .await?;
         log.push(done);
-        if set.hang_after == Some(i) {
-            let first = match &set.hang_once {
-                Some(marker) => std::fs::File::create_new(marker).is_ok(),
-                None => true,
-            };
-            if first {
-                tokio::time::sleep(Duration::from_secs(600)).await;
-            }
+        if set.hang_part.is_none() && set.hang_after == Some(i) {
+            hang(&set).await;
         }
     }
     Ok(JobUpdate::new().log(log).runs(1))
+}
+
+/// Hangs (for a test to kill the process), once per `PROBE_HANG_ONCE` file.
+async fn hang(set: &Settings) {
+    let first = match &set.hang_once {
+        Some(marker) => std::fs::File::create_new(marker).is_ok(),
+        None => true,
+    };
+    if first {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    }
+}
+
+async fn part(p: u32, s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpdate> {
+    let file = set.dir.join(format!("{}.log", cx.session_id()));
+    let mut log = Vec::new();
+    for i in 0..2 {
+        let line = format!("{}part {p} effect {i} by {}", s.tag, std::process::id());
+        let done: String = cx
+            .try_once(&format!("part-{p}-effect-{i}"), async {
+                tokio::time::sleep(set.pause).await;
+                append(&file, &line).await.map(|()| line.clone())
+            })
+            .await?;
+        log.push(done);
+        if set.hang_part == Some(p) && set.hang_after == Some(i) {
+            hang(&set).await;
+        }
+    }
+    Ok(JobUpdate::new().log(log))
 }
 
 async fn ask(_: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpdate> {
@@ -139,18 +172,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         pause: Duration::from_millis(env_num("PROBE_PAUSE_MS").unwrap_or(0)),
         hang_after: env_num("PROBE_HANG_AFTER").and_then(|n| u32::try_from(n).ok()),
         hang_once: std::env::var("PROBE_HANG_ONCE").ok().map(PathBuf::from),
+        hang_part: env_num("PROBE_HANG_PART").and_then(|n| u32::try_from(n).ok()),
         key_prefix: std::env::var("PROBE_KEY_PREFIX").unwrap_or_default(),
         clock: std::env::var("PROBE_CLOCK").is_ok_and(|v| v == "1"),
     });
     let durable = Durable::new();
-    let (a, b) = (Arc::clone(&set), Arc::clone(&set));
+    let (a, b, c) = (Arc::clone(&set), Arc::clone(&set), Arc::clone(&set));
     let harness = Harness::<Job>::builder()
         .step("work")
         .run(move |s: Arc<Job>, cx: Cx<()>| work(s, cx, Arc::clone(&a)))
-        .route(|s: &Job| if s.approve { "ask" } else { "done" })
+        .route(|s: &Job| {
+            if !s.parts.is_empty() {
+                "spread"
+            } else if s.approve {
+                "ask"
+            } else {
+                "done"
+            }
+        })
+        .on("spread")
+        .fan_out("part", |s: &Job| s.parts.clone())
+        .join("gather")
         .on("ask")
         .to("ask")
         .on("done")
+        .end()
+        .step("part")
+        .run_each(move |p: u32, s: Arc<Job>, cx: Cx<()>| part(p, s, cx, Arc::clone(&c)))
+        .writes(["log"])
+        .next("gather")
+        .step("gather")
+        .run(async |_: Arc<Job>| Ok(JobUpdate::new()))
         .end()
         .step("ask")
         .run(move |s: Arc<Job>, cx: Cx<()>| ask(s, cx, Arc::clone(&b)))

@@ -419,6 +419,51 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_killed_mid_way_runs_each_branchs_effects_exactly_once() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    // `work` makes one effect, then three `part` branches make two each;
+    // the service hangs in part 1 after its first effect, and is killed.
+    let few = [("PROBE_EFFECTS", "1".to_owned())];
+    let killed = rig.hanging(0, &[few[0].clone(), ("PROBE_HANG_PART", "1".into())]);
+    rig.register().await;
+    let (session, file) = rig.session("fanned");
+    let invocation = rig
+        .agent
+        .submit(&session, &json!({"parts": [0, 1, 2]}), None)
+        .await
+        .unwrap();
+    rig.hung().await;
+    let first_pid = killed.pid();
+    drop(killed);
+    assert_eq!(
+        lines(&file).len(),
+        4,
+        "killed after work's effect, part 0's two and part 1's first: {:?}",
+        lines(&file)
+    );
+    let service = rig.service(&few);
+    let done = rig.agent.outcome(&invocation).await.unwrap();
+    let pid = service.pid();
+    let expected = [
+        format!("effect 0 by {first_pid}"),
+        format!("part 0 effect 0 by {first_pid}"),
+        format!("part 0 effect 1 by {first_pid}"),
+        format!("part 1 effect 0 by {first_pid}"),
+        format!("part 1 effect 1 by {pid}"),
+        format!("part 2 effect 0 by {pid}"),
+        format!("part 2 effect 1 by {pid}"),
+    ];
+    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
+    assert_eq!(log_of(&done), expected, "merged in branch order");
+    assert_eq!(
+        lines(&file),
+        expected,
+        "each effect ran exactly once; the replay answered the first four from the journal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     let _serial = SHARED_SERVER.lock().await;
     let rig = Rig::shared();
