@@ -7,6 +7,12 @@
 //! feature, a `postgres://` or `redis://` URL. It is only read: the server
 //! stores are opened read-only and nothing is ever committed.
 //!
+//! With the `restate` feature, `restate://HOST:PORT` (or
+//! `restate+https://HOST:PORT`) reads the sessions of agents served on
+//! Restate (`harness-restate`) from the Restate server's admin API
+//! (its port, 9070 by default), through its SQL introspection: no service
+//! needs to be up, and nothing is written.
+//!
 //! Every store on disk is opened read-only: nothing is created, moved,
 //! cut or deleted, and a damaged store is reported, never shown as another
 //! state.
@@ -48,8 +54,8 @@ use harness::session::{SessionStore, StoreError};
 pub(crate) struct Args {
     /// The store: a sled database directory, a log-store directory, a
     /// file-store directory, or a
-    /// `postgres://…` or `redis://…` URL (when built with the `postgres` or
-    /// `redis` feature).
+    /// `postgres://…`, `redis://…` or `restate://HOST:ADMIN_PORT` URL (when
+    /// built with the `postgres`, `redis` or `restate` feature).
     #[arg(long, global = true, value_name = "PATH|URL")]
     store: Option<String>,
     /// The PostgreSQL schema holding the sessions (default `harness`).
@@ -83,7 +89,10 @@ pub(crate) enum SessionsError {
         source: StoreError,
     },
     /// A URL of a store this build cannot open.
-    #[cfg_attr(all(feature = "postgres", feature = "redis"), allow(dead_code))]
+    #[cfg_attr(
+        all(feature = "postgres", feature = "redis", feature = "restate"),
+        allow(dead_code)
+    )]
     #[error(
         "store {store}: this harness was built without the {feature} store; rebuild it with \
          `cargo install harness-cli --features {feature}` (or `cargo run -p harness-cli \
@@ -161,7 +170,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         let mut cli = crate::Cli::command();
         cli.build();
         let message = "the store to read was not given: --store <PATH|URL> (a sled database, log-store \
-                       directory, a file-store directory, or a postgres:// or redis:// URL)";
+                       directory, a file-store directory, or a postgres://, redis:// or restate:// URL)";
         let error = match cli.find_subcommand_mut("sessions") {
             Some(sessions) => sessions.error(ErrorKind::MissingRequiredArgument, message),
             None => cli.error(ErrorKind::MissingRequiredArgument, message),
@@ -227,7 +236,41 @@ pub(crate) async fn open(
     if is_redis {
         return open_redis(store, prefix).await;
     }
+    if store.starts_with("restate://") || store.starts_with("restate+https://") {
+        return open_restate(store).await;
+    }
     open_path(Path::new(store))
+}
+
+/// `restate://HOST:PORT…` (the admin API over HTTP) or
+/// `restate+https://HOST:PORT…`.
+#[cfg(feature = "restate")]
+async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError> {
+    use harness_restate::{Admin, RestateSessionReader};
+    let base = match url.strip_prefix("restate+https://") {
+        Some(rest) => format!("https://{rest}"),
+        None => format!("http://{}", url.trim_start_matches("restate://")),
+    };
+    let failed = |message: String| SessionsError::Open {
+        store: Shown::new(url),
+        source: StoreError::Backend { message },
+    };
+    let admin = Admin::new(base.trim_end_matches('/')).map_err(|e| failed(e.to_string()))?;
+    if !admin.healthy().await {
+        return Err(failed(format!(
+            "no Restate admin API answers at {}",
+            without_password(&base)
+        )));
+    }
+    Ok(Box::new(RestateSessionReader::new(admin)))
+}
+
+#[cfg(not(feature = "restate"))]
+async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError> {
+    Err(SessionsError::Unsupported {
+        store: Shown::new(url),
+        feature: "restate",
+    })
 }
 
 #[cfg(feature = "postgres")]

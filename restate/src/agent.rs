@@ -111,8 +111,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-/// The name of the virtual object a deployment serves.
-pub const OBJECT: &str = "HarnessAgent";
+pub use crate::sessions::{OBJECT, Snapshot};
 
 /// The Restate state key the session is kept under.
 const SESSION: &str = "session";
@@ -158,15 +157,6 @@ pub struct Answer {
     pub interrupt: InterruptId,
     /// The answer, in the shape the step reads.
     pub answer: Value,
-}
-
-/// A session as the object keeps it: its head and checkpoint log.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    /// The head.
-    pub head: StoredRun,
-    /// The checkpoints, in order.
-    pub log: Vec<Checkpoint>,
 }
 
 /// The store and effect journal of agents served on Restate; see the

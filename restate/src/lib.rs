@@ -19,12 +19,20 @@
 //! and across a restart of the Restate server, an interrupt is answered from another
 //! process, a wrongly shaped answer is refused and the session still waits,
 //! two runs on one session go one after the other.
+//!
+//! # Features
+//!
+//! - `service` (default): the [`agent`] module, [`nodelay_listener`] and the
+//!   probes, on Restate's Rust SDK. Without it the crate is the admin and
+//!   ingress clients and [`RestateSessionReader`], with no SDK: what
+//!   `harness sessions --store restate://…` (the `harness-cli` feature
+//!   `restate`) needs to read sessions.
 
 #![forbid(unsafe_code)]
 
 /// The guide's chapter on Restate (`harness::guide::restate`), whose
 /// examples are compiled here, where this crate is a dependency.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "service"))]
 #[doc = include_str!("../../harness/src/docs/guide/restate.md")]
 pub struct GuideChapter;
 
@@ -32,13 +40,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+#[cfg(feature = "service")]
 pub mod agent;
 pub mod sessions;
+#[cfg(feature = "service")]
 pub use agent::{
     AgentClient, AgentObject, Answer, Durable, NotDurable, Reply, RestateEffects, RestateSessions,
-    Snapshot,
 };
-pub use sessions::RestateSessionReader;
+pub use sessions::{RestateSessionReader, Snapshot};
 
 /// What went wrong talking to a Restate server.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +98,7 @@ pub enum RestateError {
 /// HttpServer::new(endpoint).serve(harness_restate::nodelay_listener(addr)?).await;
 /// # Ok(()) }
 /// ```
+#[cfg(feature = "service")]
 pub fn nodelay_listener(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?

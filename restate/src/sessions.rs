@@ -6,8 +6,21 @@ use async_trait::async_trait;
 use harness::SessionId;
 use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
 
-use crate::agent::{OBJECT, Snapshot};
+use serde::{Deserialize, Serialize};
+
 use crate::{Admin, RestateError};
+
+/// The name of the virtual object a deployment serves.
+pub const OBJECT: &str = "HarnessAgent";
+
+/// A session as the object keeps it: its head and checkpoint log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The head.
+    pub head: StoredRun,
+    /// The checkpoints, in order.
+    pub log: Vec<Checkpoint>,
+}
 
 /// Reads the sessions the `HarnessAgent` virtual object keeps, from the
 /// admin API's `state` table: no service needs to be up, and no handler

@@ -5,6 +5,8 @@
 
 mod analyze;
 mod closed_output;
+#[cfg(feature = "restate")]
+mod restate;
 mod run;
 mod run_interrupt;
 mod run_state;

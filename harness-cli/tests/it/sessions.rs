@@ -45,7 +45,7 @@ struct Sessions {
     completed: String,
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -104,7 +104,7 @@ fn harness(args: &[&str]) -> Output {
 }
 
 /// Runs `harness sessions ARGS… --store STORE`, which must succeed.
-fn sessions(store: &str, args: &[&str]) -> String {
+pub(super) fn sessions(store: &str, args: &[&str]) -> String {
     let mut all = vec!["sessions"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--store", store]);
@@ -118,7 +118,7 @@ fn sessions(store: &str, args: &[&str]) -> String {
 }
 
 /// Runs `harness ARGS…`, which must fail with `code`; returns its stderr.
-fn fails(args: &[&str], code: i32) -> String {
+pub(super) fn fails(args: &[&str], code: i32) -> String {
     let out = harness(args);
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(code), "harness {args:?}: {stderr}");
@@ -127,7 +127,7 @@ fn fails(args: &[&str], code: i32) -> String {
 }
 
 /// The value of `name:` in `show`'s head lines.
-fn field<'a>(show: &'a str, name: &str) -> &'a str {
+pub(super) fn field<'a>(show: &'a str, name: &str) -> &'a str {
     show.lines()
         .find_map(|l| l.strip_prefix(&format!("{name}:")))
         .unwrap_or_else(|| panic!("no {name} in {show}"))

@@ -1,0 +1,169 @@
+//! `harness sessions --store restate://…`: the real binary reading the
+//! sessions of an agent served on the real Restate server (started by
+//! `scripts/restate`), one completed and one paused on an interrupt,
+//! through the server's admin API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::{Cx, Harness, HarnessState, SessionId, StepResult, create_agent};
+use harness_restate::{Admin, AgentClient, Durable, Ingress, Reply};
+use restate_sdk::prelude::{Endpoint, HttpServer};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::sessions::{fails, field, runtime, sessions};
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Ticket {
+    #[field(reduce = append)]
+    notes: Vec<String>,
+}
+
+async fn triage(_: Arc<Ticket>, cx: Cx<()>) -> StepResult<TicketUpdate> {
+    let note: String = cx.once("triage", async { "triaged".to_owned() }).await?;
+    Ok(TicketUpdate::new().notes(vec![note]))
+}
+
+async fn ask(_: Arc<Ticket>, cx: Cx<()>) -> StepResult<TicketUpdate> {
+    let close: bool = cx.interrupt(json!({"question": "close the ticket?"}))?;
+    Ok(TicketUpdate::new().notes(vec![format!("close: {close}")]))
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests with ./scripts/test (scripts/restate starts the server)")
+    })
+}
+
+/// `http://host:port` → `restate://host:port`.
+fn restate_url(admin: &str) -> String {
+    format!("restate://{}", admin.trim_start_matches("http://"))
+}
+
+#[test]
+fn lists_shows_and_histories_the_sessions_of_an_agent_served_on_restate() {
+    let admin_url = var("HARNESS_RESTATE_ADMIN");
+    let ingress_url = var("HARNESS_RESTATE_INGRESS");
+    let rt = runtime();
+    let run = format!("{}-{}", std::process::id(), line!());
+    let (paused, interrupt, completed) = rt.block_on(async {
+        let durable = Durable::new();
+        let harness = Harness::<Ticket>::builder()
+            .step("triage")
+            .run(triage)
+            .next("ask")
+            .step("ask")
+            .run(ask)
+            .route(|_: &Ticket| "done")
+            .on("done")
+            .end()
+            .start("triage")
+            .store(durable.store())
+            .effects(durable.effects())
+            .build()
+            .unwrap();
+        let object = durable.object(create_agent("tickets", &harness)).unwrap();
+        let listener = harness_restate::nodelay_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(HttpServer::new(Endpoint::builder().bind(object).build()).serve(listener));
+        let admin = Admin::new(admin_url.clone()).unwrap();
+        admin
+            .register(&format!("http://127.0.0.1:{port}"), true)
+            .await
+            .unwrap();
+        let client = AgentClient::new(Ingress::new(ingress_url, Duration::from_secs(60)).unwrap());
+        let opened = json!({"notes": ["opened"]});
+        let paused = SessionId::from(format!("cli-paused-{run}"));
+        let Reply::Interrupted { interrupt, .. } = client.run(&paused, &opened).await.unwrap()
+        else {
+            panic!("the run should ask")
+        };
+        let completed = SessionId::from(format!("cli-completed-{run}"));
+        let Reply::Interrupted {
+            interrupt: asked, ..
+        } = client.run(&completed, &opened).await.unwrap()
+        else {
+            panic!("the run should ask")
+        };
+        let done = client
+            .resume(&completed, &asked.id, json!(true))
+            .await
+            .unwrap();
+        assert!(matches!(done, Reply::Completed { .. }), "{done:?}");
+        (paused, interrupt.id, completed)
+    });
+    let store = restate_url(&admin_url);
+
+    let list = sessions(&store, &["list"]);
+    let line = |id: &SessionId| {
+        list.lines()
+            .find(|l| l.starts_with(id.as_str()))
+            .unwrap_or_else(|| panic!("{id} not listed: {list}"))
+            .to_owned()
+    };
+    let listed = line(&paused);
+    assert!(listed.contains("agent tickets"), "{listed}");
+    assert!(listed.contains("interrupted at `ask`"), "{listed}");
+    assert!(listed.contains(interrupt.as_str()), "{listed}");
+    let listed = line(&completed);
+    assert!(listed.contains("completed with `done`"), "{listed}");
+
+    let show = sessions(&store, &["show", paused.as_str()]);
+    assert_eq!(field(&show, "session"), paused.as_str());
+    assert_eq!(
+        field(&show, "phase"),
+        format!("interrupted at `ask` ({interrupt})")
+    );
+    let asks: serde_json::Value = serde_json::from_str(field(&show, "asks")).unwrap();
+    assert_eq!(asks, json!({"question": "close the ticket?"}));
+    assert!(
+        show.contains("\"triaged\""),
+        "the journaled effect's note: {show}"
+    );
+
+    let history = sessions(&store, &["history", completed.as_str()]);
+    let steps: Vec<&str> = history
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert!(
+        steps.ends_with(&["triage", "ask"]),
+        "{steps:?} in {history}"
+    );
+
+    // A session the object does not hold.
+    let err = fails(
+        &["sessions", "show", "cli-no-such-session", "--store", &store],
+        1,
+    );
+    assert!(err.contains("cli-no-such-session"), "{err}");
+}
+
+#[test]
+fn a_restate_url_that_does_not_reach_an_admin_api_is_refused_naming_it() {
+    let admin_url = var("HARNESS_RESTATE_ADMIN");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let tls_to_plain = format!(
+        "restate+https://{}",
+        admin_url.trim_start_matches("http://")
+    );
+    for (store, named) in [
+        (format!("restate://127.0.0.1:{closed}"), None),
+        (
+            format!("restate://ops:hunter2@127.0.0.1:{closed}"),
+            Some(format!("restate://ops@127.0.0.1:{closed}")),
+        ),
+        (tls_to_plain.clone(), None),
+        ("restate://".to_owned(), None),
+    ] {
+        let err = fails(&["sessions", "list", "--store", &store], 1);
+        let named = named.unwrap_or_else(|| store.clone());
+        assert!(err.contains(&named), "{store}: {err}");
+        assert!(!err.contains("hunter2"), "the password is not shown: {err}");
+    }
+}
