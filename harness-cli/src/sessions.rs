@@ -7,11 +7,12 @@
 //! feature, a `postgres://` or `redis://` URL. It is only read: the server
 //! stores are opened read-only and nothing is ever committed.
 //!
-//! With the `restate` feature, `restate://HOST:PORT` (or
-//! `restate+https://HOST:PORT`) reads the sessions of agents served on
-//! Restate (`harness-restate`) from the Restate server's admin API
-//! (its port, 9070 by default), through its SQL introspection: no service
-//! needs to be up, and nothing is written.
+//! With the `restate` feature, `restate://HOST:PORT[/OBJECT]` (or
+//! `restate+https://…`) reads the sessions of an agent served on Restate
+//! (`harness-restate`) as the virtual object `OBJECT` (`HarnessAgent`
+//! unless named) from the Restate server's admin API (its port, 9070 by
+//! default), through its SQL introspection: no service needs to be up, and
+//! nothing is written.
 //!
 //! Every store on disk is opened read-only: nothing is created, moved,
 //! cut or deleted, and a damaged store is reported, never shown as another
@@ -247,22 +248,41 @@ pub(crate) async fn open(
 #[cfg(feature = "restate")]
 async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError> {
     use harness_restate::{Admin, RestateSessionReader};
-    let base = match url.strip_prefix("restate+https://") {
-        Some(rest) => format!("https://{rest}"),
-        None => format!("http://{}", url.trim_start_matches("restate://")),
+    let (scheme, rest) = match url.strip_prefix("restate+https://") {
+        Some(rest) => ("https", rest),
+        None => ("http", url.trim_start_matches("restate://")),
     };
     let failed = |message: String| SessionsError::Open {
         store: Shown::new(url),
         source: StoreError::Backend { message },
     };
-    let admin = Admin::new(base.trim_end_matches('/')).map_err(|e| failed(e.to_string()))?;
+    // `HOST:PORT[/OBJECT]`: the object an agent is served as, `HarnessAgent`
+    // unless named.
+    let (authority, object) = match rest.split_once('/') {
+        Some((authority, object)) => (authority, object.trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let object = if object.is_empty() {
+        harness_restate::OBJECT
+    } else if object
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        object
+    } else {
+        return Err(failed(format!(
+            "`{object}` is not the name of a virtual object (letters, digits, `_`, `-` and `.`)"
+        )));
+    };
+    let base = format!("{scheme}://{authority}");
+    let admin = Admin::new(base.clone()).map_err(|e| failed(e.to_string()))?;
     if !admin.healthy().await {
         return Err(failed(format!(
             "no Restate admin API answers at {}",
             without_password(&base)
         )));
     }
-    Ok(Box::new(RestateSessionReader::new(admin)))
+    Ok(Box::new(RestateSessionReader::new(admin).object(object)))
 }
 
 #[cfg(not(feature = "restate"))]

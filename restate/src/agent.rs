@@ -1,6 +1,7 @@
 //! Harness agents served as Restate virtual objects.
 //!
-//! One virtual object, `HarnessAgent`, per deployment, keyed by session id.
+//! One virtual object per agent, `HarnessAgent` unless named, keyed by
+//! session id.
 //! Its handlers are exclusive, so the runs of one session go one after the
 //! other (Restate queues later calls), while sessions run side by side.
 //!
@@ -59,8 +60,12 @@
 //! effects journaled before the kill are answered from the journal, the
 //! rest run once.
 //!
-//! Not yet: large values are kept in the session itself, not by reference;
-//! one agent per deployment (the object's name is fixed).
+//! **Several agents**: an [`AgentObject`] bound as it is serves as
+//! `HarnessAgent`; [`agent_object!`](crate::agent_object) declares an
+//! object of another name, so that one deployment (and one Restate server)
+//! serves several agents; [`AgentClient::object`] calls it.
+//!
+//! Not yet: large values are kept in the session itself, not by reference.
 //!
 //! ```no_run
 //! use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
@@ -657,6 +662,39 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), T
 /// What an effect asked for after the invocation was cancelled fails with.
 const STOPPED: &str = "the run was stopped: its Restate invocation was cancelled";
 
+impl AgentObject {
+    /// The `run` handler: starts a run on the session (the object's key)
+    /// with `input`, an update of the state. For an object of another name
+    /// ([`agent_object!`](crate::agent_object)), or one with handlers of
+    /// its own.
+    pub async fn handle_run(
+        &self,
+        ctx: ObjectContext<'_>,
+        input: Json<Value>,
+    ) -> Result<Json<Reply>, HandlerError> {
+        self.invoke(&ctx, Op::Start(input.0)).await
+    }
+
+    /// The `resume` handler: answers the interrupt the session waits on.
+    pub async fn handle_resume(
+        &self,
+        ctx: ObjectContext<'_>,
+        answer: Json<Answer>,
+    ) -> Result<Json<Reply>, HandlerError> {
+        self.invoke(&ctx, Op::Resume(answer.0)).await
+    }
+
+    /// The shared `session` handler: the session's head and log, if it
+    /// exists. It does not wait for a running handler.
+    pub async fn handle_session(
+        &self,
+        ctx: SharedObjectContext<'_>,
+    ) -> Result<Json<Option<Snapshot>>, HandlerError> {
+        let saved: Option<Json<Snapshot>> = ctx.get(SESSION).await?;
+        Ok(Json(saved.map(|Json(s)| s)))
+    }
+}
+
 #[allow(missing_docs, unreachable_pub)] // the SDK's macro generates items without docs
 mod object {
     use super::*;
@@ -670,7 +708,7 @@ mod object {
             ctx: ObjectContext<'_>,
             input: Json<Value>,
         ) -> Result<Json<Reply>, HandlerError> {
-            self.invoke(&ctx, Op::Start(input.0)).await
+            self.handle_run(ctx, input).await
         }
 
         /// Answers the interrupt the session waits on.
@@ -680,7 +718,7 @@ mod object {
             ctx: ObjectContext<'_>,
             answer: Json<Answer>,
         ) -> Result<Json<Reply>, HandlerError> {
-            self.invoke(&ctx, Op::Resume(answer.0)).await
+            self.handle_resume(ctx, answer).await
         }
 
         /// The session's head and log, if it exists.
@@ -689,10 +727,87 @@ mod object {
             &self,
             ctx: SharedObjectContext<'_>,
         ) -> Result<Json<Option<Snapshot>>, HandlerError> {
-            let saved: Option<Json<Snapshot>> = ctx.get(SESSION).await?;
-            Ok(Json(saved.map(|Json(s)| s)))
+            self.handle_session(ctx).await
         }
     }
+}
+
+/// An agent's virtual object under a name of your choosing, so that one
+/// Restate server (and one deployment) serves several agents; an
+/// [`AgentObject`] bound as it is serves as `HarnessAgent`.
+///
+/// `agent_object!(pub struct Orders = "Orders");` declares `Orders`, a
+/// newtype over [`AgentObject`] served as the virtual object `Orders` with
+/// the same handlers (`run`, `resume`, shared `session`). Call it with
+/// [`AgentClient::object`] and read its sessions with
+/// [`RestateSessionReader::object`](crate::RestateSessionReader::object).
+/// The crate that calls the macro depends on `restate-sdk`, as a service
+/// does to serve.
+///
+/// ```no_run
+/// use harness_restate::{Durable, agent_object};
+/// use restate_sdk::prelude::{Endpoint, HttpServer};
+/// # use harness::{Harness, HarnessState, StepResult, create_agent};
+/// # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, HarnessState)]
+/// # struct Job { n: u32 }
+///
+/// agent_object!(pub struct Orders = "Orders");
+/// agent_object!(pub struct Refunds = "Refunds");
+///
+/// # async fn serve(orders: Harness<Job>, refunds: Harness<Job>) -> Result<(), Box<dyn std::error::Error>> {
+/// let durable = Durable::new();
+/// let endpoint = Endpoint::builder()
+///     .bind(Orders(durable.object(create_agent("orders", &orders))?))
+///     .bind(Refunds(durable.object(create_agent("refunds", &refunds))?))
+///     .build();
+/// let listener = harness_restate::nodelay_listener("0.0.0.0:9080".parse()?)?;
+/// HttpServer::new(endpoint).serve(listener).await;
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! agent_object {
+    ($(#[$meta:meta])* $vis:vis struct $ty:ident = $name:literal $(;)?) => {
+        $(#[$meta])*
+        $vis struct $ty(pub $crate::AgentObject);
+
+        #[::restate_sdk::object(name = $name)]
+        impl $ty {
+            #[handler]
+            async fn run(
+                &self,
+                ctx: ::restate_sdk::prelude::ObjectContext<'_>,
+                input: ::restate_sdk::prelude::Json<$crate::__private::Value>,
+            ) -> ::core::result::Result<
+                ::restate_sdk::prelude::Json<$crate::Reply>,
+                ::restate_sdk::prelude::HandlerError,
+            > {
+                self.0.handle_run(ctx, input).await
+            }
+
+            #[handler]
+            async fn resume(
+                &self,
+                ctx: ::restate_sdk::prelude::ObjectContext<'_>,
+                answer: ::restate_sdk::prelude::Json<$crate::Answer>,
+            ) -> ::core::result::Result<
+                ::restate_sdk::prelude::Json<$crate::Reply>,
+                ::restate_sdk::prelude::HandlerError,
+            > {
+                self.0.handle_resume(ctx, answer).await
+            }
+
+            #[handler]
+            async fn session(
+                &self,
+                ctx: ::restate_sdk::prelude::SharedObjectContext<'_>,
+            ) -> ::core::result::Result<
+                ::restate_sdk::prelude::Json<::core::option::Option<$crate::Snapshot>>,
+                ::restate_sdk::prelude::HandlerError,
+            > {
+                self.0.handle_session(ctx).await
+            }
+        }
+    };
 }
 
 /// Calls a served agent through a Restate ingress: a run, an answer to an
@@ -700,6 +815,7 @@ mod object {
 #[derive(Clone, Debug)]
 pub struct AgentClient {
     ingress: crate::Ingress,
+    object: String,
 }
 
 fn reply<T: serde::de::DeserializeOwned>(
@@ -713,9 +829,19 @@ fn reply<T: serde::de::DeserializeOwned>(
 }
 
 impl AgentClient {
-    /// A client of the agent served behind `ingress`.
+    /// A client of the agent served behind `ingress` as `HarnessAgent`.
     pub fn new(ingress: crate::Ingress) -> Self {
-        Self { ingress }
+        Self {
+            ingress,
+            object: OBJECT.to_owned(),
+        }
+    }
+
+    /// The same client, for the agent served as the virtual object `name`
+    /// ([`agent_object!`](crate::agent_object)).
+    pub fn object(mut self, name: impl Into<String>) -> Self {
+        self.object = name.into();
+        self
     }
 
     /// Runs the agent on `session` with `input` (an update of its state)
@@ -727,7 +853,7 @@ impl AgentClient {
     ) -> Result<Reply, crate::RestateError> {
         let answer = self
             .ingress
-            .call(OBJECT, Some(session.as_str()), "run", input)
+            .call(&self.object, Some(session.as_str()), "run", input)
             .await?;
         reply(answer, "run")
     }
@@ -743,7 +869,7 @@ impl AgentClient {
     ) -> Result<String, crate::RestateError> {
         self.ingress
             .send(
-                OBJECT,
+                &self.object,
                 Some(session.as_str()),
                 "run",
                 input,
@@ -772,7 +898,7 @@ impl AgentClient {
         .unwrap_or(Value::Null);
         let answer = self
             .ingress
-            .call(OBJECT, Some(session.as_str()), "resume", &input)
+            .call(&self.object, Some(session.as_str()), "resume", &input)
             .await?;
         reply(answer, "resume")
     }
@@ -784,7 +910,12 @@ impl AgentClient {
     ) -> Result<Option<Snapshot>, crate::RestateError> {
         let answer = self
             .ingress
-            .call(OBJECT, Some(session.as_str()), "session", &Value::Null)
+            .call(
+                &self.object,
+                Some(session.as_str()),
+                "session",
+                &Value::Null,
+            )
             .await?;
         reply(answer, "session")
     }

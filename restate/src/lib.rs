@@ -47,7 +47,14 @@ pub mod sessions;
 pub use agent::{
     AgentClient, AgentObject, Answer, Durable, NotDurable, Reply, RestateEffects, RestateSessions,
 };
-pub use sessions::{RestateSessionReader, Snapshot};
+pub use sessions::{OBJECT, RestateSessionReader, Snapshot};
+
+/// What [`agent_object!`] expands to refers to; not part of the API.
+#[cfg(feature = "service")]
+#[doc(hidden)]
+pub mod __private {
+    pub use serde_json::Value;
+}
 
 /// What went wrong talking to a Restate server.
 #[derive(Debug, thiserror::Error)]

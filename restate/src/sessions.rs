@@ -30,6 +30,7 @@ pub struct Snapshot {
 #[derive(Clone, Debug)]
 pub struct RestateSessionReader {
     admin: Admin,
+    object: String,
 }
 
 /// `text` as an SQL string literal.
@@ -44,9 +45,19 @@ fn backend(e: RestateError) -> StoreError {
 }
 
 impl RestateSessionReader {
-    /// A reader through `admin`.
+    /// A reader through `admin`, of the sessions of `HarnessAgent`.
     pub fn new(admin: Admin) -> Self {
-        Self { admin }
+        Self {
+            admin,
+            object: OBJECT.to_owned(),
+        }
+    }
+
+    /// The same reader, of the sessions of the virtual object `name` (an
+    /// agent served under a name of its own, `agent_object!`).
+    pub fn object(mut self, name: impl Into<String>) -> Self {
+        self.object = name.into();
+        self
     }
 
     /// The session `session` as the object keeps it, if it has one.
@@ -54,8 +65,9 @@ impl RestateSessionReader {
         let rows = self
             .admin
             .query(&format!(
-                "SELECT value_utf8 FROM state WHERE service_name = '{OBJECT}' \
+                "SELECT value_utf8 FROM state WHERE service_name = {} \
                  AND key = 'session' AND service_key = {}",
+                literal(&self.object),
                 literal(session.as_str())
             ))
             .await?;
@@ -65,7 +77,7 @@ impl RestateSessionReader {
         serde_json::from_str(text)
             .map(Some)
             .map_err(|e| RestateError::Answer {
-                url: format!("the state of {OBJECT}/{session}"),
+                url: format!("the state of {}/{session}", self.object),
                 message: format!("not a session: {e}"),
             })
     }
@@ -84,8 +96,8 @@ impl SessionStore for RestateSessionReader {
     async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
         Err(StoreError::Backend {
             message: format!(
-                "sessions on Restate are read-only here: session {} is written by its `{OBJECT}` handlers",
-                commit.head.session_id
+                "sessions on Restate are read-only here: session {} is written by its `{}` handlers",
+                commit.head.session_id, self.object
             ),
         })
     }
@@ -108,7 +120,8 @@ impl SessionStore for RestateSessionReader {
             .admin
             .query(&format!(
                 "SELECT service_key FROM state \
-                 WHERE service_name = '{OBJECT}' AND key = 'session' ORDER BY service_key"
+                 WHERE service_name = {} AND key = 'session' ORDER BY service_key",
+                literal(&self.object)
             ))
             .await
             .map_err(backend)?;

@@ -133,6 +133,12 @@ fn lists_shows_and_histories_the_sessions_of_an_agent_served_on_restate() {
         "{steps:?} in {history}"
     );
 
+    // The object named: the same sessions; another object: none of them.
+    let named = sessions(&format!("{store}/HarnessAgent"), &["list"]);
+    assert!(named.contains(paused.as_str()), "{named}");
+    let other = sessions(&format!("{store}/HarnessNoSuchObject"), &["list"]);
+    assert!(!other.contains(paused.as_str()), "{other}");
+
     // A session the object does not hold.
     let err = fails(
         &["sessions", "show", "cli-no-such-session", "--store", &store],
@@ -142,7 +148,7 @@ fn lists_shows_and_histories_the_sessions_of_an_agent_served_on_restate() {
 }
 
 #[test]
-fn a_restate_url_that_does_not_reach_an_admin_api_is_refused_naming_it() {
+fn a_restate_url_that_does_not_reach_an_admin_api_or_names_no_object_is_refused_naming_it() {
     let admin_url = var("HARNESS_RESTATE_ADMIN");
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -160,6 +166,8 @@ fn a_restate_url_that_does_not_reach_an_admin_api_is_refused_naming_it() {
         ),
         (tls_to_plain.clone(), None),
         ("restate://".to_owned(), None),
+        (format!("{}/bad'name", restate_url(&admin_url)), None),
+        (format!("{}/a b", restate_url(&admin_url)), None),
     ] {
         let err = fails(&["sessions", "list", "--store", &store], 1);
         let named = named.unwrap_or_else(|| store.clone());

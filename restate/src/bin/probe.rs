@@ -2,7 +2,8 @@
 //! official Rust SDK. Its `run` handler makes `steps` journaled effects
 //! (`ctx.run`), each appending a line `effect {i} by {pid}` to the file named
 //! after the object's key in `PROBE_DIR` (`{tag}effect {i} by {pid}`); with `PROBE_HANG_AFTER=i` the
-//! handler hangs after effect `i` (for a test to kill the process there).
+//! handler hangs after effect `i` (for a test to kill the process there),
+//! once `{key}.hung` is created in `PROBE_DIR`.
 //! With `PROBE_CLOCK=1` (the benchmark, `benchmarks/scripts/bench-restate`)
 //! an effect writes no file: it returns `{tag}effect {i} at {µs}`, the time
 //! it ran in microseconds since the epoch.
@@ -103,6 +104,9 @@ impl Probe {
                 .await?;
             effects.push(done);
             if self.hang_after == Some(i) {
+                // `{key}.hung`: effect `i` is journaled (`ctx.run` returned
+                // once Restate acknowledged it), for a test to kill here.
+                let _ = std::fs::File::create(self.dir.join(format!("{key}.hung")));
                 tokio::time::sleep(Duration::from_secs(600)).await;
             }
         }

@@ -176,11 +176,25 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     // 3. SIGKILL mid-step, after the first effect; the service comes back
     //    on the same address and Restate replays the handler: effect 0 is
     //    answered from the journal, 1 and 2 run once, in the new process.
-    let killed = agent_service(dir.path(), port, &[("PROBE_HANG_AFTER", "0".into())]);
+    // Killed once the step hangs: after effect 0's `once` returned, which
+    // waits for Restate to journal it (the line in the file comes before
+    // that, while the effect runs).
+    let hung = dir.path().join("hung");
+    let killed = agent_service(
+        dir.path(),
+        port,
+        &[
+            ("PROBE_HANG_AFTER", "0".into()),
+            ("PROBE_HANG_ONCE", hung.display().to_string()),
+        ],
+    );
     let session = SessionId::from(format!("killed-{run}"));
     let file = dir.path().join(format!("{session}.log"));
     let invocation = agent.submit(&session, &json!({}), None).await.unwrap();
-    wait_for_lines(&file, 1);
+    while !hung.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(lines(&file).len(), 1);
     let first_pid = killed.pid();
     drop(killed);
     let service = agent_service(dir.path(), port, &[]);

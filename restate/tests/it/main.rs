@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod agents;
+mod named;
 
 use harness_restate::{Admin, Ingress, RestateError};
 use serde_json::json;
@@ -115,7 +116,13 @@ async fn effects_run_exactly_once_across_a_sigkill_and_calls_on_one_key_run_in_t
         .send("Probe", Some(&key), "run", &json!({"steps": 3}), None)
         .await
         .unwrap();
-    wait_for_lines(&file, 1);
+    // Killed once effect 0 is journaled: the line in the file is written
+    // while it runs, before Restate has it.
+    let hung = dir.path().join(format!("{key}.hung"));
+    while !hung.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(lines(&file).len(), 1);
     let killed = first.pid();
     drop(first); // SIGKILL, mid-invocation
     // The same endpoint comes back; Restate retries the invocation and
