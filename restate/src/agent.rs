@@ -16,11 +16,15 @@
 //!
 //! # How a run is made durable
 //!
-//! The session (head and log) lives in the object's Restate state. A handler
-//! attempt loads it into a [`MemoryStore`] of its own, runs the agent on it
-//! ([`RestateSessions`], the core's `SessionStore`), and saves it back when
-//! the run settles (journaled, so that a replayed handler saves the same
-//! bytes). Every `cx.once` of the run's steps, its sub-agents' included,
+//! The session lives in the object's Restate state: its head under `head`,
+//! each checkpoint under a key of its own (`cp/{seq}`). A handler attempt
+//! loads the head and the checkpoints from the latest snapshot on (what a
+//! run needs) into a [`MemoryStore`] of its own, runs the agent on it
+//! ([`RestateSessions`], the core's `SessionStore`), and when the run
+//! settles saves what changed: the new head, the checkpoints it added, the
+//! superseded snapshots it removed. That change is journaled (so that a
+//! replayed handler saves the same bytes), and it is the size of the run,
+//! not of the session: a session of many runs costs each run no more. Every `cx.once` of the run's steps, its sub-agents' included,
 //! goes through `ctx.run` ([`RestateEffects`], the core's
 //! [`EffectJournal`]). Both reach the attempt through a task-local of the
 //! run's task (a run is one future: its branches and sub-agents are in it),
@@ -65,7 +69,9 @@
 //! object of another name, so that one deployment (and one Restate server)
 //! serves several agents; [`AgentClient::object`] calls it.
 //!
-//! Not yet: large values are kept in the session itself, not by reference.
+//! Not yet: large values in the state are kept in its snapshots and
+//! updates, not by reference, so one checkpoint must fit in a Restate
+//! message (32 MiB by default).
 //!
 //! ```no_run
 //! use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
@@ -118,8 +124,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use crate::sessions::{OBJECT, Snapshot};
 
-/// The Restate state key the session is kept under.
-const SESSION: &str = "session";
+pub(crate) use crate::sessions::{HEAD, checkpoint_key, checkpoint_seq};
 
 /// How a `run` or `resume` settled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -506,11 +511,47 @@ enum Op {
     Resume(Answer),
 }
 
-/// The journaled end of a handler: the session as saved and the reply.
+/// The journaled end of a handler: what changed in the session, and the
+/// reply. Only the run's own checkpoints are journaled and written, not the
+/// session's whole log.
 #[derive(Serialize, Deserialize)]
 struct Saved {
-    snapshot: Option<Snapshot>,
+    /// The session's new head, if it has one.
+    head: Option<StoredRun>,
+    /// The checkpoints the run added.
+    append: Vec<Checkpoint>,
+    /// The checkpoints it removed (superseded snapshots).
+    remove: Vec<u64>,
     reply: Reply,
+}
+
+/// The part of a session a run needs, from the object's state: its head
+/// and its checkpoints from the latest snapshot on. Returns the head's
+/// `last_seq` (`None` for a new session) and the sequence numbers loaded.
+async fn load(
+    ctx: &ObjectContext<'_>,
+    store: &MemoryStore,
+) -> Result<(Option<u64>, Vec<u64>), HandlerError> {
+    let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
+        return Ok((None, Vec::new()));
+    };
+    let mut seqs: Vec<u64> = ctx
+        .get_keys()
+        .await?
+        .iter()
+        .filter_map(|k| checkpoint_seq(k))
+        .filter(|seq| *seq >= head.snapshot_seq)
+        .collect();
+    seqs.sort_unstable();
+    let mut log = Vec::with_capacity(seqs.len());
+    for seq in &seqs {
+        if let Some(Json(cp)) = ctx.get::<Json<Checkpoint>>(&checkpoint_key(*seq)).await? {
+            log.push(cp);
+        }
+    }
+    let last = head.last_seq;
+    store.import(head, log);
+    Ok((Some(last), seqs))
 }
 
 /// The virtual object serving one agent; made by [`Durable::object`].
@@ -541,11 +582,8 @@ fn terminal(code: u16, message: impl fmt::Display) -> HandlerError {
 impl AgentObject {
     async fn invoke(&self, ctx: &ObjectContext<'_>, op: Op) -> Result<Json<Reply>, HandlerError> {
         let session = SessionId::from(ctx.key());
-        let saved: Option<Json<Snapshot>> = ctx.get(SESSION).await?;
         let store = MemoryStore::new();
-        if let Some(Json(s)) = saved {
-            store.import(s.head, s.log);
-        }
+        let (last_seq, loaded) = load(ctx, &store).await?;
         let (tx, mut requests) = mpsc::unbounded_channel();
         let attempt = Arc::new(Attempt {
             effects: tx,
@@ -601,16 +639,38 @@ impl AgentObject {
         };
         let Json(saved) = ctx
             .run(|| async move {
-                let snapshot = attempt
-                    .store
-                    .export(&session)
-                    .map(|(head, log)| Snapshot { head, log });
-                Ok(Json(Saved { snapshot, reply }))
+                let (head, append, remove) = match attempt.store.export(&session) {
+                    Some((head, log)) => {
+                        let remove = loaded
+                            .iter()
+                            .filter(|seq| !log.iter().any(|cp| cp.seq == **seq))
+                            .copied()
+                            .collect();
+                        let append = log
+                            .into_iter()
+                            .filter(|cp| last_seq.is_none_or(|last| cp.seq > last))
+                            .collect();
+                        (Some(head), append, remove)
+                    }
+                    None => (None, Vec::new(), Vec::new()),
+                };
+                Ok(Json(Saved {
+                    head,
+                    append,
+                    remove,
+                    reply,
+                }))
             })
             .name("save session")
             .await?;
-        if let Some(snapshot) = saved.snapshot {
-            ctx.set(SESSION, Json(snapshot));
+        for seq in &saved.remove {
+            ctx.clear(&checkpoint_key(*seq));
+        }
+        for cp in saved.append {
+            ctx.set(&checkpoint_key(cp.seq), Json(cp));
+        }
+        if let Some(head) = saved.head {
+            ctx.set(HEAD, Json(head));
         }
         Ok(Json(saved.reply))
     }
@@ -690,8 +750,23 @@ impl AgentObject {
         &self,
         ctx: SharedObjectContext<'_>,
     ) -> Result<Json<Option<Snapshot>>, HandlerError> {
-        let saved: Option<Json<Snapshot>> = ctx.get(SESSION).await?;
-        Ok(Json(saved.map(|Json(s)| s)))
+        let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
+            return Ok(Json(None));
+        };
+        let mut seqs: Vec<u64> = ctx
+            .get_keys()
+            .await?
+            .iter()
+            .filter_map(|k| checkpoint_seq(k))
+            .collect();
+        seqs.sort_unstable();
+        let mut log = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(Json(cp)) = ctx.get::<Json<Checkpoint>>(&checkpoint_key(seq)).await? {
+                log.push(cp);
+            }
+        }
+        Ok(Json(Some(Snapshot { head, log })))
     }
 }
 

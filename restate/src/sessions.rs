@@ -13,6 +13,20 @@ use crate::{Admin, RestateError};
 /// The name of the virtual object a deployment serves.
 pub const OBJECT: &str = "HarnessAgent";
 
+/// The state key of a session's head.
+pub(crate) const HEAD: &str = "head";
+
+/// The state key of the checkpoint `seq`: one key per checkpoint, so that a
+/// run writes (and journals) only the checkpoints it adds.
+pub(crate) fn checkpoint_key(seq: u64) -> String {
+    format!("cp/{seq:020}")
+}
+
+/// The checkpoint a state key holds, if it holds one.
+pub(crate) fn checkpoint_seq(key: &str) -> Option<u64> {
+    key.strip_prefix("cp/")?.parse().ok()
+}
+
 /// A session as the object keeps it: its head and checkpoint log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -65,21 +79,29 @@ impl RestateSessionReader {
         let rows = self
             .admin
             .query(&format!(
-                "SELECT value_utf8 FROM state WHERE service_name = {} \
-                 AND key = 'session' AND service_key = {}",
+                "SELECT key, value_utf8 FROM state WHERE service_name = {} AND service_key = {}",
                 literal(&self.object),
                 literal(session.as_str())
             ))
             .await?;
-        let Some(text) = rows.first().and_then(|r| r["value_utf8"].as_str()) else {
-            return Ok(None);
+        let bad = |key: &str, e: serde_json::Error| RestateError::Answer {
+            url: format!("the state of {}/{session}", self.object),
+            message: format!("`{key}` is not part of a session: {e}"),
         };
-        serde_json::from_str(text)
-            .map(Some)
-            .map_err(|e| RestateError::Answer {
-                url: format!("the state of {}/{session}", self.object),
-                message: format!("not a session: {e}"),
-            })
+        let mut head = None;
+        let mut log = Vec::new();
+        for row in &rows {
+            let (Some(key), Some(text)) = (row["key"].as_str(), row["value_utf8"].as_str()) else {
+                continue;
+            };
+            if key == HEAD {
+                head = Some(serde_json::from_str::<StoredRun>(text).map_err(|e| bad(key, e))?);
+            } else if checkpoint_seq(key).is_some() {
+                log.push(serde_json::from_str::<Checkpoint>(text).map_err(|e| bad(key, e))?);
+            }
+        }
+        log.sort_by_key(|cp| cp.seq);
+        Ok(head.map(|head| Snapshot { head, log }))
     }
 }
 
@@ -120,7 +142,7 @@ impl SessionStore for RestateSessionReader {
             .admin
             .query(&format!(
                 "SELECT service_key FROM state \
-                 WHERE service_name = {} AND key = 'session' ORDER BY service_key",
+                 WHERE service_name = {} AND key = 'head' ORDER BY service_key",
                 literal(&self.object)
             ))
             .await

@@ -477,6 +477,68 @@ async fn a_fan_out_killed_mid_way_runs_each_branchs_effects_exactly_once() {
     );
 }
 
+/// The bytes of `invocation`'s journal from its `save session` effect on:
+/// the saved session's outcome, the state it writes, the reply.
+async fn saved_bytes(admin: &Admin, invocation: &str) -> usize {
+    let rows = admin
+        .query(&format!(
+            "SELECT index, name, raw FROM sys_journal WHERE id = '{invocation}' ORDER BY index"
+        ))
+        .await
+        .unwrap();
+    let save = rows
+        .iter()
+        .position(|r| r["name"].as_str() == Some("save session"))
+        .unwrap_or_else(|| panic!("no `save session` in {invocation}: {rows:?}"));
+    rows[save..]
+        .iter()
+        .filter_map(|r| r["raw"].as_str())
+        .map(|hex| hex.len() / 2)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let _service = rig.service(&[("PROBE_EFFECTS", "1".to_owned())]);
+    rig.register().await;
+    let (session, _) = rig.session("long");
+    let mut saves = Vec::new();
+    for i in 0..8 {
+        // Each run leaves a long line in the state: a whole-session save
+        // would journal every earlier run's line again.
+        let tag = format!("run-{i}-{} ", "x".repeat(400));
+        let invocation = rig
+            .agent
+            .submit(&session, &json!({"tag": tag}), None)
+            .await
+            .unwrap();
+        let done = rig.agent.outcome(&invocation).await.unwrap();
+        assert_eq!(log_of(&done).len(), i + 1);
+        // The reply carries the state, which grows by a line each run; it
+        // is journaled twice (the saved outcome and the handler's output).
+        let reply = serde_json::to_string(&done).unwrap().len();
+        saves.push(saved_bytes(&rig.admin, &invocation).await - 2 * reply);
+    }
+    eprintln!("bytes saved per run, beside the reply: {saves:?}");
+    // What the eighth run saves beside its reply is what the first did
+    // (give or take the digits), not eight times the checkpoints.
+    assert!(
+        saves[7] < saves[0] + 200,
+        "the saved bytes grow with the session: {saves:?}"
+    );
+    // And the session holds every run.
+    let kept = rig.agent.session(&session).await.unwrap().unwrap();
+    let read = RestateSessionReader::new(rig.admin.clone())
+        .snapshot(&session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, kept);
+    assert_eq!(kept.head.last_seq, kept.log.last().unwrap().seq);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     let _serial = SHARED_SERVER.lock().await;
