@@ -87,8 +87,9 @@ const OWN_PATHS: [&str; 7] = [
     "store",
 ];
 
-/// An HTTP server for a set of agents, speaking the Agent Protocol in the
-/// shape the LangGraph SDK clients call. See the [crate docs](crate).
+/// An HTTP server for a set of agents, speaking the Agent Protocol in its
+/// own shape and in the one the LangGraph SDK clients call. See the
+/// [crate docs](crate).
 pub struct Server {
     agents: Vec<Arc<dyn Served>>,
     store: Option<Arc<dyn SessionStore>>,

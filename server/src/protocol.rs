@@ -15,7 +15,7 @@ use crate::runs;
 use crate::threads::{self, CheckpointRef};
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use harness::session::now_millis;
@@ -352,6 +352,8 @@ pub(crate) struct Command {
 /// The commands of the streaming protocol this server answers; the others
 /// it knows are answered `not_supported`, unknown ones `unknown_command`.
 const SUPPORTED: [&str; 3] = ["run.start", "input.respond", "state.get"];
+/// Over HTTP; a WebSocket also answers `subscription.subscribe` and
+/// `subscription.unsubscribe`.
 const KNOWN: [&str; 10] = [
     "run.input",
     "subscription.subscribe",
@@ -420,8 +422,14 @@ pub(crate) async fn command(
     Path(thread): Path<String>,
     Body(body): Body<Command>,
 ) -> Result<Json<Value>, ApiError> {
-    let record = threads::get_record(&app, &thread).await?;
-    let Command { id, method, params } = body;
+    threads::get_record(&app, &thread).await?;
+    Ok(Json(answer(&app, &thread, body).await))
+}
+
+/// The response to a command on `thread` (which exists): success, or the
+/// protocol's error response.
+async fn answer(app: &Shared, thread: &str, command: Command) -> Value {
+    let Command { id, method, params } = command;
     if !SUPPORTED.contains(&method.as_str()) {
         let (code, message) = if KNOWN.contains(&method.as_str()) {
             (
@@ -434,48 +442,55 @@ pub(crate) async fn command(
         } else {
             ("unknown_command", format!("`{method}` is not a command"))
         };
-        return Ok(Json(command_error(id, code, message)));
+        return command_error(id, code, message);
     }
     let outcome = match method.as_str() {
-        "state.get" => threads::thread_json(&app, &record)
-            .await
-            .map(|t| json!({"values": t["values"]})),
+        "state.get" => match threads::get_record(app, thread).await {
+            Ok(record) => threads::thread_json(app, &record)
+                .await
+                .map(|t| json!({"values": t["values"]})),
+            Err(e) => Err(e),
+        },
         "run.start" => {
             let input = params.get("input").cloned();
-            start_command(&app, &thread, run_body(&params, input, None)).await
+            start_command(app, thread, run_body(&params, input, None)).await
         }
         _ => {
             let Some(response) = params.get("response").cloned() else {
-                return Ok(Json(command_error(
+                return command_error(
                     id,
                     "invalid_argument",
                     "`input.respond` takes `interruptId` and `response` (one interrupt at a time)",
-                )));
+                );
             };
             let resume = match params.get("interruptId").and_then(Value::as_str) {
                 Some(interrupt) => json!({ interrupt: response }),
                 None => response,
             };
-            let agent = match threads::head_of(&app, &record).await {
+            let head = match threads::get_record(app, thread).await {
+                Ok(record) => threads::head_of(app, &record).await,
+                Err(e) => Err(e),
+            };
+            let agent = match head {
                 Ok(Some((_, agent))) => agent.id().to_string(),
                 Ok(None) => {
-                    return Ok(Json(command_error(
+                    return command_error(
                         id,
                         "no_such_interrupt",
                         format!("thread {thread} has not run yet"),
-                    )));
+                    );
                 }
-                Err(e) => return Ok(Json(command_error(id, code_of(&e), e.to_string()))),
+                Err(e) => return command_error(id, code_of(&e), e.to_string()),
             };
             let mut with_agent = params.clone();
             with_agent.insert("assistantId".into(), json!(agent));
-            start_command(&app, &thread, run_body(&with_agent, None, Some(resume))).await
+            start_command(app, thread, run_body(&with_agent, None, Some(resume))).await
         }
     };
-    Ok(Json(match outcome {
+    match outcome {
         Ok(result) => json!({"type": "success", "id": id, "result": result}),
         Err(e) => command_error(id, code_of(&e), e.to_string()),
-    }))
+    }
 }
 
 async fn start_command(app: &Shared, thread: &str, body: Value) -> Result<Value, ApiError> {
@@ -677,18 +692,11 @@ impl Follow {
     }
 }
 
-/// `POST /threads/{thread_id}/stream`: the thread's events as the
-/// streaming protocol's events (`values`, `updates`, `messages`, `custom`,
-/// `lifecycle`), filtered by channel, namespace and depth: the run under
-/// way and every later one, until the client goes away or the server
-/// stops; with `since`, first the events after it of the runs the server
-/// remembers for the thread (a sequence number counts their events).
-pub(crate) async fn thread_stream(
-    State(app): State<Shared>,
-    Path(thread): Path<String>,
-    Body(body): Body<EventStream>,
-) -> Result<Response, ApiError> {
-    threads::get_record(&app, &thread).await?;
+/// A connection's view of `thread`'s events, once its request is checked
+/// (the thread exists, the channels are the protocol's) and a stream place
+/// is taken.
+async fn follow(app: &Shared, thread: &str, body: EventStream) -> Result<Follow, ApiError> {
+    threads::get_record(app, thread).await?;
     if body.channels.is_empty() {
         return Err(ApiError::bad("channels", "name at least one channel"));
     }
@@ -704,10 +712,10 @@ pub(crate) async fn thread_stream(
         }
     }
     let slot = app.streams.open()?;
-    let follow = Follow {
+    Ok(Follow {
         stopping: app.stopping.subscribe(),
-        app,
-        thread,
+        app: Arc::clone(app),
+        thread: thread.to_string(),
         filter: Filter {
             channels: body.channels,
             namespaces: body.namespaces,
@@ -720,15 +728,16 @@ pub(crate) async fn thread_stream(
         started: false,
         queue: VecDeque::new(),
         _slot: slot,
-    };
-    let events = futures::stream::unfold(follow, |mut f| async move {
+    })
+}
+
+/// The protocol's events a connection follows, with their sequence
+/// numbers, until the server stops.
+fn events(follow: Follow) -> impl futures::Stream<Item = (u64, Value)> + Send {
+    futures::stream::unfold(follow, |mut f| async move {
         loop {
-            if let Some((seq, event)) = f.queue.pop_front() {
-                let sse = Event::default()
-                    .id(seq.to_string())
-                    .event(event["method"].as_str().unwrap_or("event"))
-                    .data(event.to_string());
-                return Some((Ok::<_, Infallible>(sse), f));
+            if let Some(event) = f.queue.pop_front() {
+                return Some((event, f));
             }
             if *f.stopping.borrow() {
                 return None;
@@ -756,24 +765,219 @@ pub(crate) async fn thread_stream(
                 }
             }
         }
+    })
+}
+
+/// `POST /threads/{thread_id}/stream`: the thread's events as the
+/// streaming protocol's events (`values`, `updates`, `messages`, `custom`,
+/// `lifecycle`), filtered by channel, namespace and depth: the run under
+/// way and every later one, until the client goes away or the server
+/// stops; with `since`, first the events after it of the runs the server
+/// remembers for the thread (a sequence number counts their events).
+pub(crate) async fn thread_stream(
+    State(app): State<Shared>,
+    Path(thread): Path<String>,
+    Body(body): Body<EventStream>,
+) -> Result<Response, ApiError> {
+    use futures::StreamExt;
+    let follow = follow(&app, &thread, body).await?;
+    let sse = events(follow).map(|(seq, event)| {
+        Ok::<_, Infallible>(
+            Event::default()
+                .id(seq.to_string())
+                .event(event["method"].as_str().unwrap_or("event"))
+                .data(event.to_string()),
+        )
     });
-    Ok(Sse::new(events)
+    Ok(Sse::new(sse)
         .keep_alive(KeepAlive::default())
         .into_response())
 }
 
-/// `GET /threads/{thread_id}/stream`: the WebSocket transport, which this
-/// server does not serve: a 422 (after a 404 for an unknown thread)
-/// pointing at `POST /threads/{thread_id}/stream` and `/commands`.
+/// `GET /threads/{thread_id}/stream`: the streaming protocol over a
+/// WebSocket. After the upgrade the client sends commands as text
+/// messages and gets their responses, and the events of its
+/// subscriptions: `subscription.subscribe` (`channels`, `namespaces`,
+/// `depth`, as the SSE stream's body; each subscription counts as a
+/// stream), `subscription.unsubscribe` (`subscriptionId`), and the
+/// commands of `/commands`. A `GET` that is not a WebSocket upgrade is a
+/// 422; an unknown thread a 404.
 pub(crate) async fn thread_websocket(
     State(app): State<Shared>,
     Path(thread): Path<String>,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    use axum::http::header;
     threads::get_record(&app, &thread).await?;
-    Err(ApiError::unprocessable(
-        "upgrade",
-        "this server does not serve the streaming protocol over WebSocket: open the thread's \
-         events with POST /threads/{thread_id}/stream and send commands to \
-         POST /threads/{thread_id}/commands",
-    ))
+    let has = |name: header::HeaderName, token: &str| {
+        request
+            .headers()
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|v| v.trim().eq_ignore_ascii_case(token))
+    };
+    if !has(header::UPGRADE, "websocket") || !has(header::CONNECTION, "upgrade") {
+        return Err(ApiError::unprocessable(
+            "upgrade",
+            "GET /threads/{thread_id}/stream is the streaming protocol's WebSocket: send a \
+             WebSocket upgrade, or open the thread's events with POST \
+             /threads/{thread_id}/stream and send commands to POST /threads/{thread_id}/commands",
+        ));
+    }
+    if request
+        .headers()
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v != "13")
+    {
+        return Err(ApiError::unprocessable(
+            "sec-websocket-version",
+            "this server speaks WebSocket version 13",
+        ));
+    }
+    let Some(key) = request.headers().get(header::SEC_WEBSOCKET_KEY) else {
+        return Err(ApiError::unprocessable(
+            "sec-websocket-key",
+            "a WebSocket upgrade must give its key",
+        ));
+    };
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let upgrade = hyper::upgrade::on(request);
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    hyper_util::rt::TokioIo::new(upgraded),
+                    tokio_tungstenite::tungstenite::protocol::Role::Server,
+                    None,
+                )
+                .await;
+                websocket(app, thread, socket).await;
+            }
+            Err(e) => tracing::warn!(error = %e, "a WebSocket upgrade failed"),
+        }
+    });
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    Ok(response)
+}
+
+/// The parameters of `subscription.unsubscribe`.
+#[derive(Debug, Deserialize)]
+struct Unsubscribe {
+    #[serde(rename = "subscriptionId")]
+    subscription_id: String,
+}
+
+/// A thread's WebSocket: commands in, responses and events out, until
+/// the client closes it or the server stops.
+async fn websocket<S>(app: Shared, thread: String, socket: tokio_tungstenite::WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut sink, mut incoming) = socket.split();
+    let (out, mut outgoing) = tokio::sync::mpsc::channel::<Value>(1024);
+    let writer = tokio::spawn(async move {
+        while let Some(message) = outgoing.recv().await {
+            if sink
+                .send(Message::Text(message.to_string().into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let mut subscriptions: std::collections::HashMap<String, tokio::task::JoinHandle<()>> =
+        std::collections::HashMap::new();
+    let mut stopping = app.stopping.subscribe();
+    loop {
+        let message = tokio::select! {
+            m = incoming.next() => m,
+            _ = stopping.wait_for(|s| *s) => None,
+        };
+        let text = match message {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Binary(_))) => {
+                let refused = command_error(0, "invalid_argument", "send commands as text");
+                if out.send(json!(refused)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+            Some(Ok(_)) => continue,
+        };
+        let reply = match crate::app::parse::<Command>(text.as_bytes()) {
+            Err(e) => {
+                let id = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["id"].as_u64());
+                json!({"type": "error", "id": id, "error": "invalid_argument",
+                       "message": e.to_string()})
+            }
+            Ok(command) if command.method == "subscription.subscribe" => {
+                let id = command.id;
+                let body = serde_json::from_value::<EventStream>(Value::Object(command.params))
+                    .map_err(|e| ApiError::bad("params", e.to_string()));
+                let followed = match body {
+                    Ok(body) => follow(&app, &thread, body).await,
+                    Err(e) => Err(e),
+                };
+                match followed {
+                    Ok(follow) => {
+                        let subscription = uuid::Uuid::new_v4().to_string();
+                        let out = out.clone();
+                        let task = tokio::spawn(async move {
+                            let mut stream = std::pin::pin!(events(follow));
+                            while let Some((_, event)) = stream.next().await {
+                                if out.send(event).await.is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                        subscriptions.insert(subscription.clone(), task);
+                        json!({"type": "success", "id": id,
+                               "result": {"subscriptionId": subscription}})
+                    }
+                    Err(e) => command_error(id, code_of(&e), e.to_string()),
+                }
+            }
+            Ok(command) if command.method == "subscription.unsubscribe" => {
+                let id = command.id;
+                match serde_json::from_value::<Unsubscribe>(Value::Object(command.params)) {
+                    Ok(u) => match subscriptions.remove(&u.subscription_id) {
+                        Some(task) => {
+                            task.abort();
+                            json!({"type": "success", "id": id, "result": {}})
+                        }
+                        None => command_error(
+                            id,
+                            "no_such_subscription",
+                            format!("no subscription `{}` on this connection", u.subscription_id),
+                        ),
+                    },
+                    Err(e) => command_error(id, "invalid_argument", e.to_string()),
+                }
+            }
+            Ok(command) => answer(&app, &thread, command).await,
+        };
+        if out.send(reply).await.is_err() {
+            break;
+        }
+    }
+    for task in subscriptions.into_values() {
+        task.abort();
+    }
+    drop(out);
+    let _ = writer.await;
 }
