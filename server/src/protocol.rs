@@ -610,7 +610,7 @@ impl Follow {
         list.into_iter()
             .map(|r| {
                 let at = base;
-                base += r.frames_after(None).0.len() as u64 + 1;
+                base += r.frame_count() + 1;
                 (r, at)
             })
             .collect()
@@ -672,7 +672,7 @@ impl Follow {
             }
         }
         if done {
-            let total = run.frames_after(None).0.len() as u64;
+            let total = run.frame_count();
             let status = run.status();
             self.push(
                 base + total,
@@ -800,8 +800,10 @@ pub(crate) async fn thread_stream(
 /// subscriptions: `subscription.subscribe` (`channels`, `namespaces`,
 /// `depth`, as the SSE stream's body; each subscription counts as a
 /// stream), `subscription.unsubscribe` (`subscriptionId`), and the
-/// commands of `/commands`. A `GET` that is not a WebSocket upgrade is a
-/// 422; an unknown thread a 404.
+/// commands of `/commands`. A message is held to the server's body
+/// limit; the socket needs an API key of scope `run` once keys are set.
+/// A `GET` that is not a WebSocket upgrade is a 422; an unknown thread a
+/// 404.
 pub(crate) async fn thread_websocket(
     State(app): State<Shared>,
     Path(thread): Path<String>,
@@ -844,13 +846,17 @@ pub(crate) async fn thread_websocket(
     };
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let upgrade = hyper::upgrade::on(request);
+    // A message is held to the server's body limit.
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(app.body_limit))
+        .max_frame_size(Some(app.body_limit));
     tokio::spawn(async move {
         match upgrade.await {
             Ok(upgraded) => {
                 let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(
                     hyper_util::rt::TokioIo::new(upgraded),
                     tokio_tungstenite::tungstenite::protocol::Role::Server,
-                    None,
+                    Some(config),
                 )
                 .await;
                 websocket(app, thread, socket).await;

@@ -730,7 +730,11 @@ async fn stream_run(
         "stream_mode",
     )?;
     let subgraphs = body.stream_subgraphs.unwrap_or(false);
-    let cancel = body.on_disconnect.as_deref() == Some("cancel");
+    // The Agent Protocol's default is `cancel`; LangGraph's `continue`.
+    let cancel = match body.on_disconnect.as_deref() {
+        Some(mode) => mode == "cancel",
+        None => body.is_agent_protocol(),
+    };
     let resumable = body.stream_resumable.unwrap_or(false);
     // Before the run starts: a stream refused starts nothing.
     let slot = app.streams.open()?;

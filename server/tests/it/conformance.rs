@@ -845,6 +845,44 @@ async fn every_operation_of_the_agent_protocol_conforms_to_its_spec() {
             .await;
     }
 
+    // A client of the Agent Protocol that goes away mid-stream stops its
+    // run (its `on_disconnect` defaults to `cancel`).
+    let t = c
+        .call("post", "/threads", "/threads", Some(json!({})), 200)
+        .await;
+    let left = str_of(&t.json, "thread_id").to_string();
+    let dropped = c
+        .call_until(
+            "post",
+            "/runs/stream",
+            "/runs/stream",
+            Some(json!({"agent_id": "ticks", "thread_id": left, "input": {"limit": 400}})),
+            Some(&|events: &[Value]| events.len() >= 2),
+        )
+        .await;
+    assert_eq!(dropped.status, 200);
+    let runs = c
+        .call(
+            "post",
+            "/runs/search",
+            "/runs/search",
+            Some(json!({"thread_id": left})),
+            200,
+        )
+        .await;
+    let run = str_of(&runs.json[0], "run_id");
+    let ended = c
+        .call(
+            "get",
+            "/runs/{run_id}/wait",
+            &format!("/runs/{run}/wait"),
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(ended.json["run"]["status"], "interrupted", "{}", ended.json);
+    assert!(ended.json["values"]["ticks"].as_u64().unwrap() < 400);
+
     // The streaming protocol: a thread's events, and commands.
     let t = c
         .call("post", "/threads", "/threads", Some(json!({})), 200)
