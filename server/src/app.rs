@@ -28,6 +28,9 @@ pub(crate) struct App {
     pub(crate) started_at: u64,
     /// Turns true when the server stops: streams and waits end.
     pub(crate) stopping: tokio::sync::watch::Sender<bool>,
+    /// Changes whenever a run is added to a thread (the streaming
+    /// protocol's thread streams wait on it for the next run).
+    pub(crate) runs_added: tokio::sync::watch::Sender<u64>,
 }
 
 pub(crate) type Shared = Arc<App>;

@@ -316,6 +316,7 @@ impl Server {
             streams: limits::Streams::new(self.max_streams),
             started_at: now_millis(),
             stopping: tokio::sync::watch::channel(false).0,
+            runs_added: tokio::sync::watch::channel(0).0,
         });
         self.guard.hosts = hosts;
         // Crons fire from every server sharing the store (each tick once).

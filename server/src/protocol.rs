@@ -24,7 +24,6 @@ use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 // ---- agents ----
 
@@ -592,6 +591,8 @@ struct Follow {
     started: bool,
     queue: VecDeque<(u64, Value)>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// Changes when a run is added to any thread.
+    added: tokio::sync::watch::Receiver<u64>,
     _slot: StreamSlot,
 }
 
@@ -714,6 +715,7 @@ async fn follow(app: &Shared, thread: &str, body: EventStream) -> Result<Follow,
     let slot = app.streams.open()?;
     Ok(Follow {
         stopping: app.stopping.subscribe(),
+        added: app.runs_added.subscribe(),
         app: Arc::clone(app),
         thread: thread.to_string(),
         filter: Filter {
@@ -743,6 +745,9 @@ fn events(follow: Follow) -> impl futures::Stream<Item = (u64, Value)> + Send {
                 return None;
             }
             if f.current.is_none() {
+                // Marks the runs seen before looking, so that a run added
+                // after the look wakes the wait below.
+                f.added.borrow_and_update();
                 f.pick();
             }
             match f.current.clone() {
@@ -756,10 +761,10 @@ fn events(follow: Follow) -> impl futures::Stream<Item = (u64, Value)> + Send {
                         }
                     }
                 }
-                // No run yet: look again shortly.
+                // No run yet: wait for one.
                 None => {
                     tokio::select! {
-                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                        _ = f.added.changed() => {}
                         _ = f.stopping.changed() => {}
                     }
                 }

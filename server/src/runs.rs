@@ -495,6 +495,7 @@ pub(crate) async fn start(
         runs.add(Arc::clone(&run));
         before
     };
+    app.runs_added.send_modify(|n| *n = n.wrapping_add(1));
     if before.is_empty() {
         if let Err(e) = launch_run(app, &run, launch).await {
             forget(app, &thread, &[Arc::clone(&run)]);
