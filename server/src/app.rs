@@ -28,6 +28,9 @@ pub(crate) struct App {
     pub(crate) started_at: u64,
     /// Turns true when the server stops: streams and waits end.
     pub(crate) stopping: tokio::sync::watch::Sender<bool>,
+    /// Changes whenever a run is added to a thread (the streaming
+    /// protocol's thread streams wait on it for the next run).
+    pub(crate) runs_added: tokio::sync::watch::Sender<u64>,
 }
 
 pub(crate) type Shared = Arc<App>;
@@ -82,6 +85,16 @@ impl Runs {
             .unwrap_or_default()
     }
 
+    /// The run `run` of any thread (the Agent Protocol names a run by its
+    /// id alone): a scan of the runs this server remembers.
+    pub(crate) fn find_by_id(&self, run: &str) -> Option<Arc<RunRecord>> {
+        self.by_thread
+            .values()
+            .flatten()
+            .find(|r| r.run_id == run)
+            .cloned()
+    }
+
     pub(crate) fn find(&self, thread: &str, run: &str) -> Option<Arc<RunRecord>> {
         self.by_thread
             .get(thread)?
@@ -119,7 +132,7 @@ impl App {
 }
 
 /// A JSON body read as `T`: an empty body reads as `{}`; a body that is not
-/// JSON, or a field of the wrong type, is a 400 that names the field; a body
+/// JSON, or a field of the wrong type, is a 422 that names the field; a body
 /// over the limit is a 413.
 pub(crate) struct Body<T>(pub(crate) T);
 

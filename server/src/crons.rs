@@ -115,7 +115,7 @@ pub(crate) struct CreateCron {
 /// An RFC 3339 time in UTC (`...Z` or `...+00:00`) as ms since the epoch.
 fn read_time(text: &str, field: &str) -> Result<u64, ApiError> {
     let bad = || {
-        ApiError::bad(
+        ApiError::syntax(
             field,
             format!("`{text}` is not a time in UTC like 2030-01-31T12:00:00Z"),
         )
@@ -157,7 +157,7 @@ fn read_time(text: &str, field: &str) -> Result<u64, ApiError> {
 
 async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Result<Value, ApiError> {
     app.agent(&body.assistant_id)?;
-    Schedule::parse(&body.schedule).map_err(|e| ApiError::bad("schedule", e))?;
+    Schedule::parse(&body.schedule).map_err(|e| ApiError::syntax("schedule", e))?;
     if let Some(tz) = body.timezone.as_deref()
         && !matches!(tz, "UTC" | "Etc/UTC" | "utc")
     {

@@ -14,7 +14,8 @@ use serde_json::json;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApiError {
-    /// The body is not JSON, or a field of it has the wrong type or value.
+    /// A field's text does not parse in the little language it is written
+    /// in (a cron schedule or time, a store filter's operator): a 400.
     #[error("{message}")]
     BadRequest {
         /// The field, as a path (`command.resume`, `stream_mode[1]`); empty
@@ -23,9 +24,11 @@ pub enum ApiError {
         /// What is wrong with it.
         message: String,
     },
-    /// The body is well-formed but asks for something this server cannot do
-    /// with it (an option it does not support, an answer of the wrong
-    /// shape).
+    /// The request does not validate (a body that is not JSON, a field
+    /// missing or of the wrong type or value, a query parameter that does
+    /// not read), or asks for something this server cannot do with it (an
+    /// option it does not support, an answer of the wrong shape): a 422,
+    /// as LangGraph's server and the Agent Protocol answer it.
     #[error("{message}")]
     Unprocessable {
         /// The field, as a path.
@@ -87,8 +90,17 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// A bad field.
+    /// A field that does not validate: a 422.
     pub(crate) fn bad(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Unprocessable {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A field whose text does not parse (a cron schedule, a filter
+    /// operator): a 400.
+    pub(crate) fn syntax(field: impl Into<String>, message: impl Into<String>) -> Self {
         ApiError::BadRequest {
             field: field.into(),
             message: message.into(),

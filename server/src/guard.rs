@@ -14,7 +14,9 @@ use std::sync::Arc;
 pub enum Scope {
     /// Read assistants, threads, state, history and runs, and stream them.
     Read,
-    /// Also create threads, start, cancel and resume runs, update state.
+    /// Also create threads, start, cancel and resume runs, update state,
+    /// send the streaming protocol's commands (to `/threads/{id}/commands`
+    /// or over the thread's WebSocket, which needs this scope).
     Run,
     /// Also delete threads and runs.
     Admin,
@@ -31,6 +33,20 @@ impl Scope {
 
     /// The scope a request needs.
     fn needed(method: &Method, path: &str) -> Scope {
+        // `/threads/{id}/stream`: the streaming protocol's events (a read)
+        // over `POST`; over `GET`, its WebSocket, which also takes commands
+        // that start runs.
+        let thread_stream = {
+            let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+            matches!(parts.as_slice(), ["threads", _, "stream"])
+        };
+        if thread_stream {
+            return if *method == Method::POST {
+                Scope::Read
+            } else {
+                Scope::Run
+            };
+        }
         if *method == Method::GET || *method == Method::HEAD {
             return Scope::Read;
         }
@@ -341,6 +357,29 @@ mod tests {
             Scope::needed(&Method::POST, "/store/namespaces"),
             Scope::Read
         );
+        // The Agent Protocol's own paths.
+        assert_eq!(Scope::needed(&Method::POST, "/agents/search"), Scope::Read);
+        assert_eq!(Scope::needed(&Method::POST, "/runs/search"), Scope::Read);
+        assert_eq!(
+            Scope::needed(&Method::GET, "/threads/t/history"),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/stream"),
+            Scope::Read
+        );
+        assert_eq!(Scope::needed(&Method::GET, "/threads/t/stream"), Scope::Run);
+        assert_eq!(
+            Scope::needed(&Method::GET, "/threads/t/runs/r/stream"),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/commands"),
+            Scope::Run
+        );
+        assert_eq!(Scope::needed(&Method::PATCH, "/threads/t"), Scope::Run);
+        assert_eq!(Scope::needed(&Method::POST, "/runs/r/cancel"), Scope::Run);
+        assert_eq!(Scope::needed(&Method::DELETE, "/runs/r"), Scope::Admin);
     }
 
     #[test]

@@ -26,6 +26,8 @@ mod webhook;
 mod runs;
 mod store;
 
+mod protocol;
+
 mod crons;
 
 pub use error::{ApiError, ServeError};
@@ -75,10 +77,19 @@ pub const DEFAULT_STUDIO_PATH: &str = "/studio";
 /// The first segments of the server's own paths, which a studio cannot be
 /// mounted under.
 #[cfg(feature = "studio")]
-const OWN_PATHS: [&str; 6] = ["info", "ok", "assistants", "threads", "runs", "store"];
+const OWN_PATHS: [&str; 7] = [
+    "info",
+    "ok",
+    "assistants",
+    "agents",
+    "threads",
+    "runs",
+    "store",
+];
 
-/// An HTTP server for a set of agents, speaking the Agent Protocol in the
-/// shape the LangGraph SDK clients call. See the [crate docs](crate).
+/// An HTTP server for a set of agents, speaking the Agent Protocol in its
+/// own shape and in the one the LangGraph SDK clients call. See the
+/// [crate docs](crate).
 pub struct Server {
     agents: Vec<Arc<dyn Served>>,
     store: Option<Arc<dyn SessionStore>>,
@@ -305,6 +316,7 @@ impl Server {
             streams: limits::Streams::new(self.max_streams),
             started_at: now_millis(),
             stopping: tokio::sync::watch::channel(false).0,
+            runs_added: tokio::sync::watch::channel(0).0,
         });
         self.guard.hosts = hosts;
         // Crons fire from every server sharing the store (each tick once).
@@ -500,6 +512,8 @@ fn waiting_routes() -> Router<Shared> {
         .route("/threads/{id}/runs/{run}/join", get(runs::join))
         .route("/threads/{id}/runs/{run}/cancel", post(runs::cancel))
         .route("/runs/wait", post(runs::wait_stateless))
+        .route("/runs/{run}/wait", get(protocol::wait_run))
+        .route("/runs/{run}/cancel", post(protocol::cancel_run))
 }
 
 /// The routes timed by [`Server::request_timeout`].
@@ -513,7 +527,12 @@ fn routes() -> Router<Shared> {
         .route("/assistants/{id}/schemas", get(assistants::schemas))
         .route("/threads", post(threads::create))
         .route("/threads/search", post(threads::search))
-        .route("/threads/{id}", get(threads::get).delete(threads::delete))
+        .route(
+            "/threads/{id}",
+            get(threads::get)
+                .delete(threads::delete)
+                .patch(protocol::patch_thread),
+        )
         .route(
             "/threads/{id}/state",
             get(threads::get_state).post(threads::update_state),
@@ -526,7 +545,15 @@ fn routes() -> Router<Shared> {
             "/threads/{id}/state/{checkpoint}",
             get(threads::get_state_at),
         )
-        .route("/threads/{id}/history", post(threads::history))
+        .route(
+            "/threads/{id}/history",
+            post(threads::history).get(protocol::history),
+        )
+        .route(
+            "/threads/{id}/stream",
+            post(protocol::thread_stream).get(protocol::thread_websocket),
+        )
+        .route("/threads/{id}/commands", post(protocol::command))
         .route("/threads/{id}/copy", post(threads::copy))
         .route(
             "/threads/{id}/runs",
@@ -550,4 +577,14 @@ fn routes() -> Router<Shared> {
         .route("/runs/crons/{cron}", axum::routing::delete(crons::delete))
         .route("/runs", post(runs::create_stateless))
         .route("/runs/stream", post(runs::stream_stateless))
+        // The Agent Protocol's own paths.
+        .route("/agents/search", post(protocol::search_agents))
+        .route("/agents/{id}", get(protocol::get_agent))
+        .route("/agents/{id}/schemas", get(protocol::agent_schemas))
+        .route("/runs/search", post(protocol::search_runs))
+        .route(
+            "/runs/{run}",
+            get(protocol::get_run).delete(protocol::delete_run),
+        )
+        .route("/runs/{run}/stream", get(protocol::stream_run))
 }

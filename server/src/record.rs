@@ -331,6 +331,11 @@ impl RunRecord {
         (frames, live.status.is_done())
     }
 
+    /// How many frames the stream has.
+    pub(crate) fn frame_count(&self) -> u64 {
+        self.live().frames.len() as u64
+    }
+
     /// A receiver that changes at every new frame and at the end.
     pub(crate) fn ticks(&self) -> watch::Receiver<u64> {
         self.tick.subscribe()

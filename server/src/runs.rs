@@ -35,11 +35,20 @@ pub(crate) struct Command {
 }
 
 /// The body of a run: what the SDK sends (`runs.create`, `runs.stream`,
-/// `runs.wait`). Fields it sends that change nothing here are read and
-/// left.
+/// `runs.wait`), or what an Agent Protocol client sends (`agent_id` for
+/// `assistant_id`, `thread_id` in the body of a stateless path,
+/// `messages`). Fields that change nothing here are read and left.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RunCreate {
+    /// Empty when not given: then `agent_id`, or the only agent.
+    #[serde(default)]
     assistant_id: String,
+    /// The Agent Protocol's name for `assistant_id`.
+    agent_id: Option<String>,
+    /// The Agent Protocol's thread of a run created at `/runs`.
+    thread_id: Option<String>,
+    /// The Agent Protocol's input messages: the state's `messages` field.
+    messages: Option<Value>,
     input: Option<Value>,
     command: Option<Command>,
     stream_mode: Option<OneOrMany>,
@@ -124,8 +133,80 @@ pub(crate) fn read_modes(names: &[&str], field: &str) -> Result<Vec<Mode>, ApiEr
     Ok(modes)
 }
 
+impl RunCreate {
+    /// Whether the body is in the Agent Protocol's shape (it names the
+    /// agent as `agent_id`, or gives `thread_id` or `messages`): its
+    /// answer is then in that shape too.
+    pub(crate) fn is_agent_protocol(&self) -> bool {
+        self.agent_id.is_some() || self.thread_id.is_some() || self.messages.is_some()
+    }
+
+    /// Settles the agent (`assistant_id`, else `agent_id`, else the only
+    /// agent served) and moves `messages` into the input.
+    fn resolve(&mut self, app: &Shared) -> Result<(), ApiError> {
+        match (self.assistant_id.is_empty(), self.agent_id.take()) {
+            (false, Some(agent)) if agent != self.assistant_id => {
+                return Err(ApiError::unprocessable(
+                    "agent_id",
+                    format!(
+                        "`agent_id` `{agent}` and `assistant_id` `{}` name different agents: \
+                         give one",
+                        self.assistant_id
+                    ),
+                ));
+            }
+            (true, Some(agent)) => {
+                check_id("agent_id", &agent)?;
+                self.assistant_id = agent;
+            }
+            (true, None) => match app.agents.keys().next() {
+                Some(only) if app.agents.len() == 1 => self.assistant_id = only.clone(),
+                _ => {
+                    return Err(ApiError::bad(
+                        "assistant_id",
+                        format!(
+                            "give the agent to run as `assistant_id` (or `agent_id`): one of {}",
+                            app.agents.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            },
+            (false, _) => {}
+        }
+        if let Some(messages) = self.messages.take().filter(|m| !m.is_null()) {
+            match &mut self.input {
+                None | Some(Value::Null) => self.input = Some(json!({ "messages": messages })),
+                Some(Value::Object(input)) if !input.contains_key("messages") => {
+                    input.insert("messages".into(), messages);
+                }
+                Some(_) => {
+                    return Err(ApiError::unprocessable(
+                        "messages",
+                        "give the messages either in `messages` or in `input.messages`, not both",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The thread of a run posted to a path without one: the body's
+    /// `thread_id` (the Agent Protocol's `/runs`), if any.
+    fn thread_of(&mut self, path: Option<String>) -> Result<Option<String>, ApiError> {
+        match (path, self.thread_id.take()) {
+            (Some(p), Some(b)) if p != b => Err(ApiError::unprocessable(
+                "thread_id",
+                format!("the body's thread_id `{b}` is not the path's thread `{p}`"),
+            )),
+            (Some(p), _) => Ok(Some(p)),
+            (None, b) => Ok(b),
+        }
+    }
+}
+
 impl Plan {
-    fn check(app: &Shared, body: RunCreate, stateless: bool) -> Result<Plan, ApiError> {
+    fn check(app: &Shared, mut body: RunCreate, stateless: bool) -> Result<Plan, ApiError> {
+        body.resolve(app)?;
         check_id("assistant_id", &body.assistant_id)?;
         app.agent(&body.assistant_id)
             .map_err(|_| ApiError::not_found("assistant", body.assistant_id.clone()))?;
@@ -328,11 +409,12 @@ struct Launch {
 /// its multitask strategy, and starts it in this process — at once when the
 /// thread is free (a refusal is then the response's error), or once the
 /// runs before it have settled (a refusal is then the run's error).
-async fn start(
+pub(crate) async fn start(
     app: &Shared,
     thread_id: Option<String>,
-    body: RunCreate,
+    mut body: RunCreate,
 ) -> Result<Arc<RunRecord>, ApiError> {
+    let thread_id = body.thread_of(thread_id)?;
     if let Some(id) = &thread_id {
         check_id("thread_id", id)?;
     }
@@ -413,6 +495,7 @@ async fn start(
         runs.add(Arc::clone(&run));
         before
     };
+    app.runs_added.send_modify(|n| *n = n.wrapping_add(1));
     if before.is_empty() {
         if let Err(e) = launch_run(app, &run, launch).await {
             forget(app, &thread, &[Arc::clone(&run)]);
@@ -648,7 +731,11 @@ async fn stream_run(
         "stream_mode",
     )?;
     let subgraphs = body.stream_subgraphs.unwrap_or(false);
-    let cancel = body.on_disconnect.as_deref() == Some("cancel");
+    // The Agent Protocol's default is `cancel`; LangGraph's `continue`.
+    let cancel = match body.on_disconnect.as_deref() {
+        Some(mode) => mode == "cancel",
+        None => body.is_agent_protocol(),
+    };
     let resumable = body.stream_resumable.unwrap_or(false);
     // Before the run starts: a stream refused starts nothing.
     let slot = app.streams.open()?;
@@ -689,8 +776,14 @@ async fn create_run(
     thread: Option<String>,
     body: RunCreate,
 ) -> Result<Response, ApiError> {
+    let shaped = body.is_agent_protocol();
     let run = start(&app, thread, body).await?;
-    Ok(with_location(Json(run.to_json()).into_response(), &run))
+    let json = if shaped {
+        crate::protocol::run_json(&run)
+    } else {
+        run.to_json()
+    };
+    Ok(with_location(Json(json).into_response(), &run))
 }
 
 pub(crate) async fn create_on_thread(
@@ -713,6 +806,7 @@ async fn wait_run(
     thread: Option<String>,
     body: RunCreate,
 ) -> Result<Response, ApiError> {
+    let shaped = body.is_agent_protocol();
     let run = start(&app, thread, body).await?;
     let result = app.settled(&run).await?;
     // An answer the interrupted step cannot read is the client's mistake:
@@ -723,7 +817,12 @@ async fn wait_run(
         let error = ApiError::unprocessable("command.resume", message.clone());
         return Ok(with_location(error.into_response(), &run));
     }
-    Ok(with_location(Json(result.output()).into_response(), &run))
+    let json = if shaped {
+        crate::protocol::wait_json(&run, &result)
+    } else {
+        result.output()
+    };
+    Ok(with_location(Json(json).into_response(), &run))
 }
 
 pub(crate) async fn wait_on_thread(
@@ -742,7 +841,11 @@ pub(crate) async fn wait_stateless(
 }
 
 /// A run of a thread, or a 404 naming what is missing.
-async fn find_run(app: &Shared, thread: &str, run: &str) -> Result<Arc<RunRecord>, ApiError> {
+pub(crate) async fn find_run(
+    app: &Shared,
+    thread: &str,
+    run: &str,
+) -> Result<Arc<RunRecord>, ApiError> {
     if let Some(found) = app.runs().find(thread, run) {
         return Ok(found);
     }

@@ -117,10 +117,13 @@ pub(crate) async fn get(
     query: QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
     let memory = memory(&app)?;
-    let labels: Vec<String> = query
-        .get("namespace")
-        .map(|n| n.split('.').map(String::from).collect())
-        .unwrap_or_default();
+    // `namespace=a.b` (the LangGraph SDK), or one `namespace=` per label
+    // (the Agent Protocol's array).
+    let given = query.all("namespace");
+    let labels: Vec<String> = match given.as_slice() {
+        [one] => one.split('.').map(String::from).collect(),
+        many => many.iter().map(|l| l.to_string()).collect(),
+    };
     let ns = namespace(labels, "namespace", false)?;
     let Some(key) = query.get("key") else {
         return Err(ApiError::bad("key", "give the item's key"));
@@ -139,6 +142,7 @@ pub(crate) async fn get(
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct DeleteItem {
+    #[serde(default)]
     namespace: Vec<String>,
     key: String,
 }
@@ -155,8 +159,7 @@ pub(crate) async fn delete(
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct SearchItems {
-    #[serde(default)]
-    namespace_prefix: Vec<String>,
+    namespace_prefix: Option<Vec<String>>,
     filter: Option<Map<String, Value>>,
     limit: Option<usize>,
     offset: Option<usize>,
@@ -179,7 +182,7 @@ fn filters(given: Map<String, Value>) -> Result<Vec<Filter>, ApiError> {
                         "$lt" => Cmp::Lt,
                         "$lte" => Cmp::Lte,
                         other => {
-                            return Err(ApiError::bad(
+                            return Err(ApiError::syntax(
                                 format!("filter.{field}.{other}"),
                                 format!("`{other}` is none of $eq, $ne, $gt, $gte, $lt, $lte"),
                             ));
@@ -199,7 +202,11 @@ pub(crate) async fn search(
     Body(body): Body<SearchItems>,
 ) -> Result<Json<Value>, ApiError> {
     let memory = memory(&app)?;
-    let prefix = namespace(body.namespace_prefix, "namespace_prefix", true)?;
+    let prefix = namespace(
+        body.namespace_prefix.unwrap_or_default(),
+        "namespace_prefix",
+        true,
+    )?;
     let mut search = Search::under(prefix)
         .limit(body.limit.unwrap_or(10).min(1000))
         .offset(body.offset.unwrap_or(0));

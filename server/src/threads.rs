@@ -522,10 +522,10 @@ pub(crate) async fn post_state_at(
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct History {
-    limit: Option<usize>,
-    before: Option<CheckpointRef>,
-    metadata: Option<Map<String, Value>>,
-    checkpoint: Option<CheckpointRef>,
+    pub(crate) limit: Option<usize>,
+    pub(crate) before: Option<CheckpointRef>,
+    pub(crate) metadata: Option<Map<String, Value>>,
+    pub(crate) checkpoint: Option<CheckpointRef>,
 }
 
 /// The thread's checkpoints, newest first, across the sessions it was
@@ -601,10 +601,10 @@ pub(crate) async fn history(
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct UpdateState {
-    values: Option<Value>,
-    checkpoint_id: Option<String>,
-    checkpoint: Option<CheckpointRef>,
-    as_node: Option<String>,
+    pub(crate) values: Option<Value>,
+    pub(crate) checkpoint_id: Option<String>,
+    pub(crate) checkpoint: Option<CheckpointRef>,
+    pub(crate) as_node: Option<String>,
 }
 
 /// `update_state`: a fork of the thread's session at the checkpoint (the

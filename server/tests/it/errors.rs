@@ -74,7 +74,7 @@ fn expect(got: (StatusCode, Value), status: StatusCode, field: Option<&str>, say
 }
 
 #[tokio::test]
-async fn malformed_bodies_are_400s_naming_the_field() {
+async fn malformed_bodies_are_422s_naming_the_field() {
     let api = Api::new();
     let t = api.thread().await;
     let runs = format!("/threads/{t}/runs");
@@ -86,20 +86,20 @@ async fn malformed_bodies_are_400s_naming_the_field() {
         "[1, 2]",
     ] {
         let (status, err) = api.post(&runs, body).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {err}");
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {err}");
         assert!(err["message"].as_str().unwrap().contains("body"), "{err}");
     }
     // A field of the wrong type, named by its path.
     expect(
         api.post(&runs, r#"{"assistant_id": 7}"#).await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("assistant_id"),
         "assistant_id",
     );
     expect(
         api.post(&runs, r#"{"assistant_id": "ticket", "metadata": [1]}"#)
             .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("metadata"),
         "metadata",
     );
@@ -109,20 +109,20 @@ async fn malformed_bodies_are_400s_naming_the_field() {
             r#"{"assistant_id": "ticket", "stream_subgraphs": "yes"}"#,
         )
         .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("stream_subgraphs"),
         "stream_subgraphs",
     );
     expect(
         api.post("/threads/search", r#"{"limit": -1}"#).await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("limit"),
         "limit",
     );
     // A missing required field.
     expect(
         api.post(&runs, r#"{"input": {}}"#).await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         None,
         "assistant_id",
     );
@@ -191,7 +191,7 @@ async fn unknown_assistants_threads_runs_and_checkpoints_are_404s() {
     expect(
         api.get(&format!("/threads/{t}/state/not-a-checkpoint"))
             .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("checkpoint_id"),
         "not a checkpoint id",
     );
@@ -238,7 +238,7 @@ async fn inputs_that_do_not_fit_the_state_are_422s_naming_the_field() {
             r#"{"assistant_id": "ticks", "stream_mode": "bogus"}"#,
         )
         .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("stream_mode"),
         "not a stream mode",
     );
@@ -291,7 +291,7 @@ async fn inputs_that_do_not_fit_the_state_are_422s_naming_the_field() {
     ] {
         expect(
             api.post(&wait, body).await,
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             Some(field),
             "none of",
         );
@@ -303,7 +303,7 @@ async fn inputs_that_do_not_fit_the_state_are_422s_naming_the_field() {
             r#"{"assistant_id": "ticks", "input": {"limit": 1}, "command": {"resume": 1}}"#,
         )
         .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("command"),
         "not both",
     );
@@ -363,7 +363,7 @@ async fn resumes_that_do_not_match_the_thread_are_refused() {
     expect(
         api.post(&wait, r#"{"assistant_id": "ticket", "command": {}}"#)
             .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("command.resume"),
         "resume",
     );
@@ -397,19 +397,19 @@ async fn bodies_over_the_limit_are_413s_and_ids_are_checked() {
     expect(
         api.post("/threads", &format!(r#"{{"thread_id": "{long}"}}"#))
             .await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("thread_id"),
         "at most 256",
     );
     expect(
         api.post("/threads", r#"{"thread_id": ""}"#).await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("thread_id"),
         "empty",
     );
     expect(
         api.post("/threads", r#"{"thread_id": "a\nb"}"#).await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("thread_id"),
         "control",
     );
@@ -432,13 +432,13 @@ async fn bodies_over_the_limit_are_413s_and_ids_are_checked() {
     // Query values.
     expect(
         api.get("/threads/t1/runs?limit=many").await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("limit"),
         "whole number",
     );
     expect(
         api.get("/threads/t1/runs?status=sleeping").await,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         Some("status"),
         "none of",
     );

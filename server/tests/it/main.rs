@@ -1,7 +1,9 @@
 //! harness-server driven by the real Python `langgraph-sdk` client
-//! (`sdk.rs`), and its answers to malformed requests (`errors.rs`).
+//! (`sdk.rs`), its answers to malformed requests (`errors.rs`), and its
+//! conformance to the Agent Protocol's OpenAPI spec (`conformance.rs`).
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+mod conformance;
 mod errors;
 mod guard;
 mod limits;
