@@ -124,7 +124,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use crate::sessions::{OBJECT, Snapshot};
 
-pub(crate) use crate::sessions::{HEAD, checkpoint_key, checkpoint_seq};
+pub(crate) use crate::sessions::{HEAD, checkpoints_key, checkpoints_range};
 
 /// How a `run` or `resume` settled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -525,33 +525,58 @@ struct Saved {
     reply: Reply,
 }
 
-/// The part of a session a run needs, from the object's state: its head
-/// and its checkpoints from the latest snapshot on. Returns the head's
-/// `last_seq` (`None` for a new session) and the sequence numbers loaded.
-async fn load(
-    ctx: &ObjectContext<'_>,
-    store: &MemoryStore,
-) -> Result<(Option<u64>, Vec<u64>), HandlerError> {
-    let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
-        return Ok((None, Vec::new()));
-    };
-    let mut seqs: Vec<u64> = ctx
-        .get_keys()
-        .await?
-        .iter()
-        .filter_map(|k| checkpoint_seq(k))
-        .filter(|seq| *seq >= head.snapshot_seq)
-        .collect();
-    seqs.sort_unstable();
-    let mut log = Vec::with_capacity(seqs.len());
-    for seq in &seqs {
-        if let Some(Json(cp)) = ctx.get::<Json<Checkpoint>>(&checkpoint_key(*seq)).await? {
-            log.push(cp);
+/// What a handler loaded of its session: the head's `last_seq` (`None`
+/// for a new session) and the checkpoint keys read, with what each holds.
+struct Loaded {
+    last_seq: Option<u64>,
+    chunks: Vec<(String, Vec<Checkpoint>)>,
+}
+
+/// The object's checkpoint keys with what they hold, in order, keeping the
+/// keys whose checkpoints reach `$from` or later (a macro: the exclusive
+/// and the shared context each read them, and the SDK's state trait ties a
+/// key's borrow to the context's lifetime).
+macro_rules! read_chunks {
+    ($ctx:expr, $from:expr) => {{
+        let from: u64 = $from;
+        let mut keys: Vec<(u64, String)> = $ctx
+            .get_keys()
+            .await?
+            .into_iter()
+            .filter_map(|k| checkpoints_range(&k).map(|(first, last)| (first, last, k)))
+            .filter(|(_, last, _)| *last >= from)
+            .map(|(first, _, k)| (first, k))
+            .collect();
+        keys.sort_unstable();
+        let mut chunks: Vec<(String, Vec<Checkpoint>)> = Vec::with_capacity(keys.len());
+        for (_, key) in keys {
+            if let Some(Json(cps)) = $ctx.get::<Json<Vec<Checkpoint>>>(&key).await? {
+                chunks.push((key, cps));
+            }
         }
-    }
-    let last = head.last_seq;
+        chunks
+    }};
+}
+
+/// The part of a session a run needs, from the object's state: its head
+/// and its checkpoints from the latest snapshot on.
+async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, HandlerError> {
+    let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
+        return Ok(Loaded {
+            last_seq: None,
+            chunks: Vec::new(),
+        });
+    };
+    let chunks = read_chunks!(ctx, head.snapshot_seq);
+    let log = chunks
+        .iter()
+        .flat_map(|(_, cps)| cps.iter())
+        .filter(|cp| cp.seq >= head.snapshot_seq)
+        .cloned()
+        .collect();
+    let last_seq = Some(head.last_seq);
     store.import(head, log);
-    Ok((Some(last), seqs))
+    Ok(Loaded { last_seq, chunks })
 }
 
 /// The virtual object serving one agent; made by [`Durable::object`].
@@ -583,7 +608,13 @@ impl AgentObject {
     async fn invoke(&self, ctx: &ObjectContext<'_>, op: Op) -> Result<Json<Reply>, HandlerError> {
         let session = SessionId::from(ctx.key());
         let store = MemoryStore::new();
-        let (last_seq, loaded) = load(ctx, &store).await?;
+        let loaded = load(ctx, &store).await?;
+        let last_seq = loaded.last_seq;
+        let loaded_seqs: Vec<u64> = loaded
+            .chunks
+            .iter()
+            .flat_map(|(_, cps)| cps.iter().map(|cp| cp.seq))
+            .collect();
         let (tx, mut requests) = mpsc::unbounded_channel();
         let attempt = Arc::new(Attempt {
             effects: tx,
@@ -641,9 +672,12 @@ impl AgentObject {
             .run(|| async move {
                 let (head, append, remove) = match attempt.store.export(&session) {
                     Some((head, log)) => {
-                        let remove = loaded
+                        let remove = loaded_seqs
                             .iter()
-                            .filter(|seq| !log.iter().any(|cp| cp.seq == **seq))
+                            .filter(|seq| {
+                                last_seq.is_some_and(|last| **seq <= last)
+                                    && !log.iter().any(|cp| cp.seq == **seq)
+                            })
                             .copied()
                             .collect();
                         let append = log
@@ -663,11 +697,25 @@ impl AgentObject {
             })
             .name("save session")
             .await?;
-        for seq in &saved.remove {
-            ctx.clear(&checkpoint_key(*seq));
+        // A removed checkpoint (a superseded snapshot) leaves its run's key
+        // rewritten without it, or cleared.
+        for (key, cps) in loaded.chunks {
+            if !cps.iter().any(|cp| saved.remove.contains(&cp.seq)) {
+                continue;
+            }
+            let kept: Vec<Checkpoint> = cps
+                .into_iter()
+                .filter(|cp| !saved.remove.contains(&cp.seq))
+                .collect();
+            if kept.is_empty() {
+                ctx.clear(&key);
+            } else {
+                ctx.set(&key, Json(kept));
+            }
         }
-        for cp in saved.append {
-            ctx.set(&checkpoint_key(cp.seq), Json(cp));
+        if let (Some(first), Some(last)) = (saved.append.first(), saved.append.last()) {
+            let key = checkpoints_key(first.seq, last.seq);
+            ctx.set(&key, Json(saved.append));
         }
         if let Some(head) = saved.head {
             ctx.set(HEAD, Json(head));
@@ -753,19 +801,10 @@ impl AgentObject {
         let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
             return Ok(Json(None));
         };
-        let mut seqs: Vec<u64> = ctx
-            .get_keys()
-            .await?
-            .iter()
-            .filter_map(|k| checkpoint_seq(k))
+        let log = read_chunks!(ctx, 0)
+            .into_iter()
+            .flat_map(|(_, cps)| cps)
             .collect();
-        seqs.sort_unstable();
-        let mut log = Vec::with_capacity(seqs.len());
-        for seq in seqs {
-            if let Some(Json(cp)) = ctx.get::<Json<Checkpoint>>(&checkpoint_key(seq)).await? {
-                log.push(cp);
-            }
-        }
         Ok(Json(Some(Snapshot { head, log })))
     }
 }

@@ -16,15 +16,18 @@ pub const OBJECT: &str = "HarnessAgent";
 /// The state key of a session's head.
 pub(crate) const HEAD: &str = "head";
 
-/// The state key of the checkpoint `seq`: one key per checkpoint, so that a
-/// run writes (and journals) only the checkpoints it adds.
-pub(crate) fn checkpoint_key(seq: u64) -> String {
-    format!("cp/{seq:020}")
+/// The state key of the checkpoints a run added, `first..=last`: one key
+/// per run, so that a run writes (and journals) only what it adds, in one
+/// entry.
+pub(crate) fn checkpoints_key(first: u64, last: u64) -> String {
+    format!("cp/{first:020}-{last:020}")
 }
 
-/// The checkpoint a state key holds, if it holds one.
-pub(crate) fn checkpoint_seq(key: &str) -> Option<u64> {
-    key.strip_prefix("cp/")?.parse().ok()
+/// The sequence numbers `first..=last` a state key's checkpoints lie in, if
+/// it holds checkpoints.
+pub(crate) fn checkpoints_range(key: &str) -> Option<(u64, u64)> {
+    let (first, last) = key.strip_prefix("cp/")?.split_once('-')?;
+    Some((first.parse().ok()?, last.parse().ok()?))
 }
 
 /// A session as the object keeps it: its head and checkpoint log.
@@ -96,8 +99,8 @@ impl RestateSessionReader {
             };
             if key == HEAD {
                 head = Some(serde_json::from_str::<StoredRun>(text).map_err(|e| bad(key, e))?);
-            } else if checkpoint_seq(key).is_some() {
-                log.push(serde_json::from_str::<Checkpoint>(text).map_err(|e| bad(key, e))?);
+            } else if checkpoints_range(key).is_some() {
+                log.extend(serde_json::from_str::<Vec<Checkpoint>>(text).map_err(|e| bad(key, e))?);
             }
         }
         log.sort_by_key(|cp| cp.seq);

@@ -50,6 +50,9 @@ struct Job {
     approve: bool,
     /// One `part` branch per entry after `work`, when not empty.
     parts: Vec<u32>,
+    /// Kept, never read: each run may overwrite it (so that its session
+    /// takes snapshots, for the tests).
+    note: String,
 }
 
 struct Settings {

@@ -506,12 +506,13 @@ async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
     let (session, _) = rig.session("long");
     let mut saves = Vec::new();
     for i in 0..8 {
-        // Each run leaves a long line in the state: a whole-session save
-        // would journal every earlier run's line again.
-        let tag = format!("run-{i}-{} ", "x".repeat(400));
+        // Each run writes a long note over the last one: a whole-session
+        // save would journal every earlier run's note again, and the
+        // session takes snapshots (its updates outgrow its state).
+        let note = format!("run-{i}-{}", "x".repeat(30_000));
         let invocation = rig
             .agent
-            .submit(&session, &json!({"tag": tag}), None)
+            .submit(&session, &json!({"note": note}), None)
             .await
             .unwrap();
         let done = rig.agent.outcome(&invocation).await.unwrap();
@@ -537,6 +538,24 @@ async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
         .unwrap();
     assert_eq!(read, kept);
     assert_eq!(kept.head.last_seq, kept.log.last().unwrap().seq);
+    let snapshots: Vec<u64> = kept
+        .log
+        .iter()
+        .filter(|cp| matches!(cp.kind, harness::session::CheckpointKind::Snapshot(_)))
+        .map(|cp| cp.seq)
+        .collect();
+    // Snapshots were taken, and the superseded ones removed from the kept
+    // keys (the run's key rewritten without them).
+    assert!(kept.head.snapshot_seq > 0, "{snapshots:?}");
+    assert_eq!(
+        snapshots.last(),
+        Some(&kept.head.snapshot_seq),
+        "{snapshots:?}"
+    );
+    assert!(
+        snapshots.len() <= 2,
+        "superseded snapshots kept: {snapshots:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
