@@ -1,6 +1,7 @@
 """LangGraph's side of `benchmarks/scripts/bench-server`: the agent that
 harness-server serves as `benchmarks/src/bin/serve_agent.rs`, as a LangGraph
-graph served by LangGraph's own server (`langgraph dev`, in memory).
+graph served by LangGraph's own server (as `langgraph dev` serves it, through
+serve.py beside it, in memory).
 
 Three steps: `plan` (a simulated model call: 30 ms), `act` (no model call)
 and `answer` (a simulated model call: 30 ms); `steps` counts them and
