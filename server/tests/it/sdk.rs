@@ -339,6 +339,11 @@ async fn the_python_sdk_schedules_runs_with_a_cron_and_deletes_it() {
             "deleted_twice": 404,
             "bad_schedule": "schedule",
             "unknown_assistant": 404,
+            "zone_kept": "Asia/Tokyo",
+            "tokyo_next": "00:00:00",
+            "new_york_next": true,
+            "utc_next": "09:00:00",
+            "bad_zones": ["timezone", "timezone", "timezone"],
         })
     );
 }
