@@ -1,6 +1,7 @@
 //! Runs: created in the background, streamed, waited for, joined, cancelled,
-//! listed. A run's input merges into the thread's state; `command.resume`
-//! answers the thread's pending interrupt.
+//! listed. A run's input (or `command.update`) merges into the thread's
+//! state; `command.resume` answers the thread's pending interrupt; a run
+//! with `after_seconds` waits for its time.
 
 use crate::app::{Body, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
@@ -107,7 +108,7 @@ fn read_delay(seconds: Option<f64>) -> Result<Option<Duration>, ApiError> {
                  ({MAX_DELAY_SECONDS} s)"
             ),
         )),
-        Some(s) if s == 0.0 => Ok(None),
+        Some(0.0) => Ok(None),
         Some(s) => Ok(Some(Duration::from_secs_f64(s))),
     }
 }
@@ -327,7 +328,8 @@ impl Plan {
                 return Err(ApiError::unprocessable(
                     field,
                     format!(
-                        "`{field}` is not supported: a step asks for a human with cx.interrupt(..)"
+                        "`{field}` is not supported: the harness core has no per-run breakpoints; \
+                     a step asks for a human with cx.interrupt(..)"
                     ),
                 ));
             }
