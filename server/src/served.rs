@@ -333,17 +333,15 @@ impl<S: HarnessState> Frames<S> {
     /// (its metadata first, at its first token).
     fn partial_message(&mut self, path: &TaskPath, step: &Arc<str>, id: &str, text: &str) {
         let key = (path.clone(), Arc::clone(step));
-        let ns = (!path.is_root()).then(|| path.to_string());
         if !self.messages.contains_key(&key) {
             let mut by_id = Map::new();
             by_id.insert(
                 id.to_string(),
                 json!({ "metadata": self.message_metadata(path, step) }),
             );
-            self.record.push(
+            self.push(
                 Mode::MessagesFull,
                 "messages/metadata",
-                ns.clone(),
                 Value::Object(by_id),
             );
         }
@@ -353,18 +351,15 @@ impl<S: HarnessState> Frames<S> {
             .or_insert_with(|| (id.to_string(), String::new()));
         so_far.push_str(text);
         let data = json!([{"type": "ai", "content": &*so_far, "id": &*id}]);
-        self.record
-            .push(Mode::MessagesFull, "messages/partial", ns, data);
+        self.push(Mode::MessagesFull, "messages/partial", data);
     }
 
     /// `messages` mode: the whole message of `step`, once it has ended.
     fn complete_message(&mut self, path: &TaskPath, step: &Arc<str>) {
         if let Some((id, text)) = self.messages.remove(&(path.clone(), Arc::clone(step))) {
-            let ns = (!path.is_root()).then(|| path.to_string());
-            self.record.push(
+            self.push(
                 Mode::MessagesFull,
                 "messages/complete",
-                ns,
                 json!([{"type": "ai", "content": text, "id": id}]),
             );
         }
