@@ -50,6 +50,28 @@ pub(crate) struct CronRecord {
     updated_at: u64,
     #[serde(default)]
     deleted: bool,
+    /// The IANA time zone the schedule reads in; UTC when `None`.
+    #[serde(default)]
+    timezone: Option<String>,
+}
+
+/// The IANA time zone `name` (`timezone`), or a 422 naming the field.
+fn read_zone(name: &str) -> Result<jiff::tz::TimeZone, ApiError> {
+    if name.trim().is_empty() {
+        return Err(ApiError::unprocessable(
+            "timezone",
+            "`timezone` is empty: give an IANA time zone such as `Europe/Paris`, or leave it \
+             out for UTC",
+        ));
+    }
+    jiff::tz::TimeZone::get(name).map_err(|e| {
+        ApiError::unprocessable(
+            "timezone",
+            format!(
+                "`{name}` is not an IANA time zone this server knows (such as `Europe/Paris`): {e}"
+            ),
+        )
+    })
 }
 
 impl CronRecord {
@@ -59,7 +81,7 @@ impl CronRecord {
             "assistant_id": self.assistant_id,
             "thread_id": self.thread_id,
             "schedule": self.schedule,
-            "timezone": "UTC",
+            "timezone": self.timezone.as_deref().unwrap_or("UTC"),
             "payload": {"input": self.input},
             "metadata": self.metadata,
             "enabled": self.enabled,
@@ -73,7 +95,18 @@ impl CronRecord {
     }
 
     fn next_after(&self, now: u64) -> Option<u64> {
-        let next = Schedule::parse(&self.schedule).ok()?.next_after(now)?;
+        let schedule = Schedule::parse(&self.schedule).ok()?;
+        let next = match &self.timezone {
+            None => schedule.next_after(now)?,
+            Some(name) => match jiff::tz::TimeZone::get(name) {
+                Ok(zone) => schedule.next_after_in(now, &zone)?,
+                Err(e) => {
+                    tracing::warn!(cron = %self.cron_id, zone = %name, error = %e,
+                        "a cron's time zone is no longer known: it fires no more");
+                    return None;
+                }
+            },
+        };
         match self.end_time {
             Some(end) if next > end => None,
             _ => Some(next),
@@ -158,14 +191,14 @@ fn read_time(text: &str, field: &str) -> Result<u64, ApiError> {
 async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Result<Value, ApiError> {
     app.agent(&body.assistant_id)?;
     Schedule::parse(&body.schedule).map_err(|e| ApiError::syntax("schedule", e))?;
-    if let Some(tz) = body.timezone.as_deref()
-        && !matches!(tz, "UTC" | "Etc/UTC" | "utc")
-    {
-        return Err(ApiError::unprocessable(
-            "timezone",
-            format!("schedules run in UTC on this server; `{tz}` is not supported yet"),
-        ));
-    }
+    let timezone = match body.timezone.as_deref() {
+        None => None,
+        Some(name) => {
+            let zone = read_zone(name)?;
+            // Kept by its IANA name (`utc` reads as `UTC`).
+            Some(zone.iana_name().unwrap_or(name).to_string())
+        }
+    };
     for (field, v) in [
         ("interrupt_before", &body.interrupt_before),
         ("interrupt_after", &body.interrupt_after),
@@ -174,7 +207,8 @@ async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Resul
             return Err(ApiError::unprocessable(
                 field,
                 format!(
-                    "`{field}` is not supported: a step asks for a human with cx.interrupt(..)"
+                    "`{field}` is not supported: the harness core has no per-run breakpoints; \
+                     a step asks for a human with cx.interrupt(..)"
                 ),
             ));
         }
@@ -230,6 +264,7 @@ async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Resul
         created_at: now,
         updated_at: now,
         deleted: false,
+        timezone,
     };
     cron.next_run = cron.next_after(now);
     save(app, &cron).await?;

@@ -248,7 +248,7 @@ impl Server {
     /// with a 429 whose `error` is `too_many_streams` and whose message
     /// names the limit, before its run starts. A stream counts until it
     /// ends or its client goes away. The studio's event stream (one per
-    /// open page) is not counted.
+    /// open page, with [`studio`](Self::studio)) counts too.
     #[must_use]
     pub fn max_streams(mut self, limit: usize) -> Self {
         self.max_streams = limit;
@@ -351,7 +351,15 @@ impl Server {
                 .mount(&path, app.stopping.subscribe())
                 .map_err(|e| ServeError::Studio(e.to_string()))?;
             router = router
-                .nest(&path, studio.route_layer(timed))
+                .nest(
+                    &path,
+                    studio
+                        .route_layer(timed)
+                        .route_layer(axum::middleware::from_fn_with_state(
+                            app.streams.clone(),
+                            limits::studio_stream,
+                        )),
+                )
                 .route(&format!("{path}/"), get(studio_page));
             self.guard.studio = Some(path);
         }

@@ -19,8 +19,8 @@ pub(crate) async fn timed(State(limit): State<Duration>, request: Request, next:
     }
 }
 
-/// The streams open at once, at most `limit`.
-#[derive(Debug)]
+/// The streams open at once, at most `limit` (clones count together).
+#[derive(Clone, Debug)]
 pub(crate) struct Streams {
     open: Arc<Semaphore>,
     limit: usize,
@@ -48,6 +48,32 @@ impl Streams {
             .map(|permit| StreamSlot { _permit: permit })
             .map_err(|_| ApiError::TooManyStreams { limit: self.limit })
     }
+}
+
+/// The middleware of a mounted studio: its event stream (`/api/events`,
+/// one per open page) takes a slot among the server's open streams,
+/// which it holds until its body is dropped (the page went away, or the
+/// server stops); without a free slot it is a 429 naming the limit.
+#[cfg(feature = "studio")]
+pub(crate) async fn studio_stream(
+    State(streams): State<Streams>,
+    request: Request,
+    next: Next,
+) -> Response {
+    use futures::StreamExt;
+    if !request.uri().path().ends_with("/api/events") {
+        return next.run(request).await;
+    }
+    let slot = match streams.open() {
+        Ok(slot) => slot,
+        Err(e) => return e.into_response(),
+    };
+    let (parts, body) = next.run(request).await.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _held = &slot;
+        chunk
+    });
+    Response::from_parts(parts, axum::body::Body::from_stream(body))
 }
 
 #[cfg(test)]

@@ -558,7 +558,7 @@ fn channel_of(frame: &Frame) -> Option<(&'static str, Value)> {
             json!({"event": "running", "run_id": frame.data["run_id"]}),
         ),
         Mode::Always => ("lifecycle", json!({"event": "failed", "error": frame.data})),
-        Mode::Debug | Mode::Events => return None,
+        Mode::Debug | Mode::Events | Mode::MessagesFull => return None,
     })
 }
 

@@ -17,7 +17,12 @@ pub(crate) enum Mode {
     Custom,
     Debug,
     Events,
+    /// `messages-tuple`: each token as `[chunk, metadata]`.
     Messages,
+    /// `messages`: `messages/metadata` once per message, then the message
+    /// so far (`messages/partial`) at each token and whole
+    /// (`messages/complete`) when its step ends.
+    MessagesFull,
     Always,
 }
 
@@ -32,6 +37,7 @@ impl Mode {
             "debug" => Mode::Debug,
             "events" => Mode::Events,
             "messages-tuple" => Mode::Messages,
+            "messages" => Mode::MessagesFull,
             _ => return None,
         })
     }
@@ -44,7 +50,15 @@ impl Mode {
         "debug",
         "events",
         "messages-tuple",
+        "messages",
     ];
+
+    /// Whether a run in these modes streams its model's tokens.
+    pub(crate) fn wants_tokens(modes: &[Mode]) -> bool {
+        modes
+            .iter()
+            .any(|m| matches!(m, Mode::Messages | Mode::MessagesFull))
+    }
 }
 
 /// One event of a run's stream.
@@ -259,15 +273,38 @@ impl RunRecord {
     /// Asks the run to stop at its next step boundary; `false` if it has
     /// already settled.
     pub(crate) fn cancel(&self) -> bool {
-        let mut live = self.live();
-        if live.status.is_done() {
-            return false;
+        {
+            let mut live = self.live();
+            if live.status.is_done() {
+                return false;
+            }
+            live.cancelled = true;
+            if let Some(stop) = &live.stop {
+                stop.stop();
+            }
         }
-        live.cancelled = true;
-        if let Some(stop) = &live.stop {
-            stop.stop();
-        }
+        // Wakes a run that waits for its time (`after_seconds`).
+        self.tick.send_modify(|_| {});
         true
+    }
+
+    /// Waits `delay`; `false` as soon as the run is cancelled.
+    pub(crate) async fn wait_unless_cancelled(&self, delay: std::time::Duration) -> bool {
+        let mut ticks = self.ticks();
+        let sleep = tokio::time::sleep(delay);
+        tokio::pin!(sleep);
+        loop {
+            if self.was_cancelled() {
+                return false;
+            }
+            tokio::select! {
+                () = &mut sleep => return !self.was_cancelled(),
+                changed = ticks.changed() => if changed.is_err() {
+                    (&mut sleep).await;
+                    return !self.was_cancelled();
+                },
+            }
+        }
     }
 
     /// Fails the run before it started: an `error` frame and the status.

@@ -1,6 +1,7 @@
 //! Runs: created in the background, streamed, waited for, joined, cancelled,
-//! listed. A run's input merges into the thread's state; `command.resume`
-//! answers the thread's pending interrupt.
+//! listed. A run's input (or `command.update`) merges into the thread's
+//! state; `command.resume` answers the thread's pending interrupt; a run
+//! with `after_seconds` waits for its time.
 
 use crate::app::{Body, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
@@ -17,6 +18,7 @@ use harness::{InterruptId, RunId};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A stream mode, or several.
 #[derive(Debug, Deserialize)]
@@ -26,7 +28,9 @@ pub(crate) enum OneOrMany {
     Many(Vec<String>),
 }
 
-/// `command`: only `resume` is supported.
+/// `command`: `resume` answers the thread's pending interrupt; `update`
+/// (alone) merges into the state before the run continues. `goto` is
+/// refused.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Command {
     resume: Option<Value>,
@@ -81,6 +85,71 @@ struct Plan {
     body: RunCreate,
     modes: Vec<Mode>,
     create_thread: bool,
+    /// How long the run waits before it starts (`after_seconds`).
+    delay: Option<Duration>,
+}
+
+/// The longest `after_seconds` taken: a year.
+const MAX_DELAY_SECONDS: f64 = 366.0 * 24.0 * 3600.0;
+
+/// `after_seconds` as a delay (`None` for none): a number of seconds from
+/// 0 to a year.
+fn read_delay(seconds: Option<f64>) -> Result<Option<Duration>, ApiError> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if !s.is_finite() || s < 0.0 => Err(ApiError::unprocessable(
+            "after_seconds",
+            format!("`after_seconds` must be a number of seconds, 0 or more; got {s}"),
+        )),
+        Some(s) if s > MAX_DELAY_SECONDS => Err(ApiError::unprocessable(
+            "after_seconds",
+            format!(
+                "`after_seconds` {s} is beyond this server's longest delay, a year \
+                 ({MAX_DELAY_SECONDS} s)"
+            ),
+        )),
+        Some(0.0) => Ok(None),
+        Some(s) => Ok(Some(Duration::from_secs_f64(s))),
+    }
+}
+
+/// `command.update` as an object of state fields: an object as it is, or
+/// LangGraph's other shape, a list of `[field, value]` pairs.
+fn read_update(update: Value) -> Result<Value, ApiError> {
+    match update {
+        Value::Object(_) => Ok(update),
+        Value::Array(pairs) => {
+            let mut fields = Map::new();
+            for (i, pair) in pairs.into_iter().enumerate() {
+                match pair {
+                    Value::Array(mut kv) if kv.len() == 2 && kv[0].is_string() => {
+                        let value = kv.pop().unwrap_or(Value::Null);
+                        let key = kv.pop().unwrap_or(Value::Null);
+                        if let Value::String(key) = key {
+                            fields.insert(key, value);
+                        }
+                    }
+                    other => {
+                        return Err(ApiError::unprocessable(
+                            format!("command.update[{i}]"),
+                            format!(
+                                "an update given as a list holds `[field, value]` pairs; \
+                                 entry {i} is {other}"
+                            ),
+                        ));
+                    }
+                }
+            }
+            Ok(Value::Object(fields))
+        }
+        other => Err(ApiError::unprocessable(
+            "command.update",
+            format!(
+                "`command.update` must be an object of state fields (or a list of \
+                 `[field, value]` pairs); got {other}"
+            ),
+        )),
+    }
 }
 
 fn one_of(field: &str, value: Option<&str>, allowed: &[&str]) -> Result<(), ApiError> {
@@ -113,12 +182,6 @@ pub(crate) fn read_modes(names: &[&str], field: &str) -> Result<Vec<Mode>, ApiEr
         };
         match Mode::parse(name) {
             Some(m) => modes.push(m),
-            None if *name == "messages" => {
-                return Err(ApiError::unprocessable(
-                    at,
-                    "stream mode `messages` is not supported by this server yet: use `messages-tuple`",
-                ));
-            }
             None => {
                 return Err(ApiError::bad(
                     at,
@@ -216,12 +279,21 @@ impl Plan {
                 "give either `input` or `command`, not both",
             ));
         }
-        if let Some(c) = &body.command {
-            if not_empty(&c.update) {
-                return Err(ApiError::unprocessable(
-                    "command.update",
-                    "`command.update` is not supported: update the state with threads.update_state",
-                ));
+        if let Some(c) = &mut body.command {
+            if let Some(update) = c.update.take().filter(|u| !u.is_null()) {
+                if c.resume.is_some() {
+                    return Err(ApiError::unprocessable(
+                        "command.update",
+                        "`command.update` together with `command.resume` is not supported: \
+                         the harness core cannot merge an update into a paused session as \
+                         it answers it. Answer the interrupt with `resume`, or send the \
+                         update alone on a thread that waits for no answer",
+                    ));
+                }
+                let update = read_update(update)?;
+                app.agent(&body.assistant_id)?
+                    .check_input(&update, "command.update")?;
+                c.update = Some(update);
             }
             if not_empty(&c.goto) {
                 return Err(ApiError::unprocessable(
@@ -229,10 +301,11 @@ impl Plan {
                     "`command.goto` is not supported: a harness loop routes by its own signals",
                 ));
             }
-            if c.resume.is_none() {
+            if c.resume.is_none() && c.update.is_none() {
                 return Err(ApiError::bad(
                     "command.resume",
-                    "a command must give `resume`: the answer to the thread's pending interrupt",
+                    "a command must give `resume` (the answer to the thread's pending \
+                     interrupt) or `update` (state fields to merge before the run goes on)",
                 ));
             }
         }
@@ -255,7 +328,8 @@ impl Plan {
                 return Err(ApiError::unprocessable(
                     field,
                     format!(
-                        "`{field}` is not supported: a step asks for a human with cx.interrupt(..)"
+                        "`{field}` is not supported: the harness core has no per-run breakpoints; \
+                     a step asks for a human with cx.interrupt(..)"
                     ),
                 ));
             }
@@ -298,16 +372,11 @@ impl Plan {
                 }
             }
         }
-        if body.after_seconds.is_some_and(|s| s > 0.0) {
-            return Err(ApiError::unprocessable(
-                "after_seconds",
-                "delayed runs are not supported by this server yet",
-            ));
-        }
+        let delay = read_delay(body.after_seconds)?;
         if let Some(id) = &body.checkpoint_id {
             check_id("checkpoint_id", id)?;
         }
-        if body.command.is_some()
+        if body.command.as_ref().is_some_and(|c| c.resume.is_some())
             && (body.checkpoint_id.is_some()
                 || body
                     .checkpoint
@@ -330,6 +399,7 @@ impl Plan {
             body,
             modes,
             create_thread,
+            delay,
         })
     }
 }
@@ -436,7 +506,7 @@ pub(crate) async fn start(
     let strategy = Strategy::read(body.multitask_strategy.as_deref());
     let kwargs = json!({
         "input": body.input,
-        "command": body.command.as_ref().map(|c| json!({"resume": c.resume})),
+        "command": body.command.as_ref().map(|c| json!({"resume": c.resume, "update": c.update})),
         "config": body.config,
         "context": body.context,
     });
@@ -461,13 +531,23 @@ pub(crate) async fn start(
         .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
     let body_webhook = body.webhook.clone().filter(|w| !w.is_empty());
     let on_completion = body.on_completion.clone();
+    // An update alone merges into the state as an input does.
+    let (input, resume) = match body.command {
+        Some(Command {
+            resume: Some(resume),
+            ..
+        }) => (body.input, Some(resume)),
+        Some(Command { update, .. }) => (update, None),
+        None => (body.input, None),
+    };
+    let delay = plan.delay;
     let launch = Launch {
         agent,
         thread: thread.clone(),
-        input: body.input,
-        resume: body.command.map(|c| c.resume.unwrap_or(Value::Null)),
+        input,
+        resume,
         checkpoint,
-        tokens: plan.modes.contains(&Mode::Messages),
+        tokens: Mode::wants_tokens(&plan.modes),
     };
     let delete_thread = thread_id.is_none() && on_completion.as_deref() != Some("keep");
     let webhook = match (&app.webhooks, body_webhook) {
@@ -496,7 +576,7 @@ pub(crate) async fn start(
         before
     };
     app.runs_added.send_modify(|n| *n = n.wrapping_add(1));
-    if before.is_empty() {
+    if before.is_empty() && delay.is_none() {
         if let Err(e) = launch_run(app, &run, launch).await {
             forget(app, &thread, &[Arc::clone(&run)]);
             return Err(e);
@@ -508,6 +588,13 @@ pub(crate) async fn start(
     let app = Arc::clone(app);
     let queued = Arc::clone(&run);
     tokio::spawn(async move {
+        // A delayed run stays pending until its time (or its cancel).
+        if let Some(delay) = delay
+            && !queued.wait_unless_cancelled(delay).await
+        {
+            queued.cancelled_before_start();
+            return;
+        }
         for r in &before {
             r.settled().await;
         }

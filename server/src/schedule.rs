@@ -1,5 +1,6 @@
 //! Cron schedules: five fields (minute hour day-of-month month day-of-week)
-//! as LangGraph takes them, or six with seconds first; times in UTC.
+//! as LangGraph takes them, or six with seconds first; times in UTC, or in
+//! an IANA time zone.
 
 use std::fmt;
 
@@ -140,6 +141,61 @@ impl Schedule {
         }
         None
     }
+
+    /// The first time strictly after `after` (ms since the epoch) that the
+    /// schedule names on the clocks of `zone`, within the next five years.
+    /// A time the clocks skip (a daylight-saving gap) fires when the gap
+    /// ends, shifted by its length; a time they show twice (a fold) fires
+    /// once, the first time.
+    pub(crate) fn next_after_in(&self, after: u64, zone: &jiff::tz::TimeZone) -> Option<u64> {
+        use jiff::{SignedDuration, Timestamp};
+        if zone.iana_name().is_some_and(|n| n == "UTC") {
+            return self.next_after(after);
+        }
+        let after_ts = Timestamp::from_millisecond(i64::try_from(after).ok()?).ok()?;
+        // From the day before, in case the zone's day began before `after`'s.
+        let mut day = zone.to_datetime(after_ts).date().yesterday().ok()?;
+        // Shifted times (in a gap) can come later than the next civil
+        // times: once a time is found, the next hours are looked at too.
+        let window = SignedDuration::from_hours(3);
+        let mut best: Option<(Timestamp, jiff::civil::DateTime)> = None;
+        for _ in 0..5 * 366 + 2 {
+            let weekday = u32::try_from(day.weekday().to_sunday_zero_offset()).ok()?;
+            let month = u32::try_from(day.month()).ok()?;
+            let dom = u32::try_from(day.day()).ok()?;
+            if self.day_matches(dom, month, weekday) {
+                for h in &self.hours {
+                    for m in &self.minutes {
+                        for s in &self.seconds {
+                            let civil = day.at(
+                                i8::try_from(*h).ok()?,
+                                i8::try_from(*m).ok()?,
+                                i8::try_from(*s).ok()?,
+                                0,
+                            );
+                            if let Some((ts, first)) = best
+                                && first.checked_add(window).is_ok_and(|end| civil > end)
+                            {
+                                return u64::try_from(ts.as_millisecond()).ok();
+                            }
+                            let Ok(ts) = zone.to_ambiguous_timestamp(civil).compatible() else {
+                                continue;
+                            };
+                            if ts > after_ts {
+                                best = match best {
+                                    Some((b, first)) if b <= ts => Some((b, first)),
+                                    Some((_, first)) => Some((ts, first)),
+                                    None => Some((ts, civil)),
+                                };
+                            }
+                        }
+                    }
+                }
+            }
+            day = day.tomorrow().ok()?;
+        }
+        best.and_then(|(ts, _)| u64::try_from(ts.as_millisecond()).ok())
+    }
 }
 
 #[cfg(test)]
@@ -164,6 +220,69 @@ mod tests {
         assert_eq!(next("*/2 * * * * *", T0), "2024-02-29T12:34:58.000+00:00");
         // Day of month or day of week, when both are given.
         assert_eq!(next("0 0 1 * 5", T0), "2024-03-01T00:00:00.000+00:00");
+    }
+
+    fn next_in(s: &str, after: u64, zone: &str) -> String {
+        let zone = jiff::tz::TimeZone::get(zone).unwrap();
+        crate::time::iso(
+            Schedule::parse(s)
+                .unwrap()
+                .next_after_in(after, &zone)
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn schedules_in_a_zone_follow_its_clocks() {
+        // 12:34:56Z is 07:34:56 in New York (EST, UTC-5) and 21:34:56 in
+        // Tokyo (UTC+9).
+        assert_eq!(
+            next_in("0 9 * * *", T0, "America/New_York"),
+            "2024-02-29T14:00:00.000+00:00"
+        );
+        assert_eq!(
+            next_in("0 9 * * *", T0, "Asia/Tokyo"),
+            "2024-03-01T00:00:00.000+00:00"
+        );
+        // Tokyo's next day has begun: 00:00 there is 15:00Z.
+        assert_eq!(
+            next_in("0 0 * * *", T0, "Asia/Tokyo"),
+            "2024-02-29T15:00:00.000+00:00"
+        );
+        // Friday in Tokyo starts on Thursday in UTC.
+        assert_eq!(
+            next_in("30 8 * * 5", T0, "Asia/Tokyo"),
+            "2024-02-29T23:30:00.000+00:00"
+        );
+        // Summer time: 9:00 in New York is 13:00Z from 2024-03-10.
+        let march_11 = 1_710_115_200_000; // 2024-03-11T00:00:00Z
+        assert_eq!(
+            next_in("0 9 * * *", march_11, "America/New_York"),
+            "2024-03-11T13:00:00.000+00:00"
+        );
+        // 02:30 does not exist on 2024-03-10 in New York: it fires at 03:30
+        // EDT (07:30Z).
+        let march_10 = 1_710_028_800_000; // 2024-03-10T00:00:00Z
+        assert_eq!(
+            next_in("30 2 * * *", march_10, "America/New_York"),
+            "2024-03-10T07:30:00.000+00:00"
+        );
+        // 01:30 comes twice on 2024-11-03: it fires once, at the first
+        // (05:30Z), then the next day (06:30Z, EST).
+        let nov_3 = 1_730_592_000_000; // 2024-11-03T00:00:00Z
+        let first = next_in("30 1 * * *", nov_3, "America/New_York");
+        assert_eq!(first, "2024-11-03T05:30:00.000+00:00");
+        let zone = jiff::tz::TimeZone::get("America/New_York").unwrap();
+        let after_first = Schedule::parse("30 1 * * *")
+            .unwrap()
+            .next_after_in(1_730_611_800_000, &zone)
+            .unwrap();
+        assert_eq!(
+            crate::time::iso(after_first),
+            "2024-11-04T06:30:00.000+00:00"
+        );
+        // UTC by name is the UTC schedule.
+        assert_eq!(next_in("0 9 * * 1-5", T0, "UTC"), next("0 9 * * 1-5", T0));
     }
 
     #[test]

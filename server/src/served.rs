@@ -149,6 +149,8 @@ where
             state,
             pending: BTreeMap::new(),
             index: 0,
+            full_messages: record.modes.contains(&Mode::MessagesFull),
+            messages: BTreeMap::new(),
         };
         frames.values(None);
         tokio::spawn(async move {
@@ -271,6 +273,12 @@ struct Frames<S: HarnessState> {
     pending: BTreeMap<TaskPath, Vec<S::Update>>,
     /// Steps completed so far (LangGraph's `step`).
     index: u64,
+    /// Whether the run streams whole messages (`messages` mode) besides
+    /// tokens (`messages-tuple`).
+    full_messages: bool,
+    /// The message each streaming step has sent so far, by its task and
+    /// step: `(id, text)`.
+    messages: BTreeMap<(TaskPath, Arc<str>), (String, String)>,
 }
 
 /// An update as JSON with only the fields the step wrote (as LangGraph's
@@ -315,6 +323,48 @@ impl<S: HarnessState> Frames<S> {
         self.push(Mode::Values, "values", values);
     }
 
+    /// The metadata LangGraph gives a streamed message.
+    fn message_metadata(&self, path: &TaskPath, step: &str) -> Value {
+        json!({"langgraph_node": step, "langgraph_step": self.index + 1,
+               "langgraph_path": path.as_str(), "run_id": self.run_id})
+    }
+
+    /// `messages` mode: the message of `step` so far, with `text` added
+    /// (its metadata first, at its first token).
+    fn partial_message(&mut self, path: &TaskPath, step: &Arc<str>, id: &str, text: &str) {
+        let key = (path.clone(), Arc::clone(step));
+        if !self.messages.contains_key(&key) {
+            let mut by_id = Map::new();
+            by_id.insert(
+                id.to_string(),
+                json!({ "metadata": self.message_metadata(path, step) }),
+            );
+            self.push(
+                Mode::MessagesFull,
+                "messages/metadata",
+                Value::Object(by_id),
+            );
+        }
+        let (id, so_far) = self
+            .messages
+            .entry(key)
+            .or_insert_with(|| (id.to_string(), String::new()));
+        so_far.push_str(text);
+        let data = json!([{"type": "ai", "content": &*so_far, "id": &*id}]);
+        self.push(Mode::MessagesFull, "messages/partial", data);
+    }
+
+    /// `messages` mode: the whole message of `step`, once it has ended.
+    fn complete_message(&mut self, path: &TaskPath, step: &Arc<str>) {
+        if let Some((id, text)) = self.messages.remove(&(path.clone(), Arc::clone(step))) {
+            self.push(
+                Mode::MessagesFull,
+                "messages/complete",
+                json!([{"type": "ai", "content": text, "id": id}]),
+            );
+        }
+    }
+
     fn event(&mut self, event: RunEvent<S>) {
         let now = iso(now_millis());
         match event {
@@ -343,6 +393,7 @@ impl<S: HarnessState> Frames<S> {
                 signal,
                 ..
             } => {
+                self.complete_message(&path, &step);
                 let update_json = written_json::<S>(&update);
                 let id = task_id(&self.run_id, &path, index);
                 let result: Vec<Value> = match &update_json {
@@ -387,6 +438,8 @@ impl<S: HarnessState> Frames<S> {
                 error,
                 will_retry,
             } => {
+                // A step tried again streams its message anew.
+                self.messages.remove(&(path.clone(), Arc::clone(&step)));
                 let id = task_id(&self.run_id, &path, self.index);
                 self.push(
                     Mode::Debug,
@@ -449,6 +502,9 @@ impl<S: HarnessState> Frames<S> {
             }
             RunEvent::Token { path, step, text } => {
                 let id = format!("run-{}-{}", self.run_id, self.index);
+                if self.full_messages {
+                    self.partial_message(&path, &step, &id, &text);
+                }
                 self.push(
                     Mode::Messages,
                     "messages",

@@ -328,6 +328,51 @@ async fn a_server_without_stream_places_refuses_every_stream_and_still_waits() {
     assert_eq!(out["ticks"], 1);
 }
 
+#[cfg(feature = "studio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_studios_event_stream_counts_among_the_open_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(harness_stores::SledStore::open(dir.path().join("store")).unwrap());
+    let router = crate::server_on(Arc::clone(&store))
+        .studio(harness_studio::Studio::read_only(store))
+        .max_streams(1)
+        .router()
+        .unwrap();
+    let short = json!({"assistant_id": "ticks", "input": {"limit": 1}, "stream_mode": "values"});
+
+    // An open studio page holds the only place.
+    let page = open(&router, "/studio/api/events", Value::Null).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    for (path, body) in [
+        ("/runs/stream", short.clone()),
+        ("/studio/api/events", Value::Null),
+    ] {
+        let refused = open(&router, path, body).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{path}");
+        let error = error_of(refused).await;
+        assert_eq!(error["error"], "too_many_streams", "{error}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("limit of 1 open streams"),
+            "{error}"
+        );
+    }
+    // The studio's other reads are no streams: they go on.
+    let (status, _) = call(&router, Method::GET, "/studio/api/sessions", Value::Null).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The page goes away: its place is free, for a run's stream, then for
+    // a page again once that stream has ended.
+    drop(page);
+    let stream = open(&router, "/runs/stream", short).await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    stream.into_body().collect().await.unwrap();
+    let page = open(&router, "/studio/api/events", Value::Null).await;
+    assert_eq!(page.status(), StatusCode::OK);
+}
+
 #[test]
 fn the_defaults_are_documented_values() {
     assert_eq!(

@@ -339,6 +339,86 @@ async fn the_python_sdk_schedules_runs_with_a_cron_and_deletes_it() {
             "deleted_twice": 404,
             "bad_schedule": "schedule",
             "unknown_assistant": 404,
+            "zone_kept": "Asia/Tokyo",
+            "tokyo_next": "00:00:00",
+            "new_york_next": true,
+            "utc_next": "09:00:00",
+            "bad_zones": ["timezone", "timezone", "timezone"],
         })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_delays_runs_updates_state_by_command_and_streams_whole_messages() {
+    let seen = drive("sdk_options.py", |s| s).await;
+
+    // after_seconds: pending until its time, then run; cancelled before
+    // it, never run; bad delays named.
+    assert_eq!(seen["delayed_created"], "pending");
+    assert_eq!(seen["delayed_before"], "pending");
+    assert_eq!(seen["delayed_state_before"]["ticks"], Value::Null);
+    assert_eq!(seen["delayed_joined"], json!({"ticks": 1, "limit": 1}));
+    assert_eq!(seen["delayed_waited"], true);
+    assert_eq!(seen["delayed_after"], "success");
+    assert_eq!(seen["cancelled_quickly"], true);
+    assert_eq!(seen["cancelled_status"], "interrupted");
+    assert_eq!(seen["cancelled_state"]["ticks"], Value::Null);
+    assert_eq!(seen["after_cancel"], json!({"ticks": 2, "limit": 2}));
+    assert_eq!(
+        seen["bad_delays"],
+        json!([
+            [422, "after_seconds"],
+            [422, "after_seconds"],
+            [422, "after_seconds"]
+        ])
+    );
+
+    // command.update alone: merged, then the loop goes on from it (as an
+    // object, and as LangGraph's list of pairs).
+    assert_eq!(seen["update_before"], json!({"ticks": 2, "limit": 2}));
+    assert_eq!(seen["update_object"], json!({"ticks": 4, "limit": 4}));
+    assert_eq!(seen["update_pairs"], json!({"ticks": 5, "limit": 5}));
+    assert_eq!(seen["update_history_max"], 5);
+    assert_eq!(
+        seen["bad_updates"],
+        json!([
+            [422, "command.update"],
+            [422, "command.update.limit"],
+            [422, "command.update.nope"],
+            [422, "command.update[0]"],
+            [422, "command.update[0]"]
+        ])
+    );
+    assert_eq!(seen["update_while_paused"], json!([409, null]));
+    assert_eq!(seen["update_with_resume"], json!([422, "command.update"]));
+
+    // The `messages` mode: metadata once, the message growing, then whole.
+    assert_eq!(
+        seen["messages_events"],
+        json!([
+            "metadata",
+            "messages/metadata",
+            "messages/partial",
+            "messages/partial",
+            "messages/partial",
+            "messages/complete"
+        ])
+    );
+    assert_eq!(
+        seen["messages_partial"],
+        json!(["Hel", "Hello ", "Hello there"])
+    );
+    assert_eq!(seen["messages_complete"], json!(["Hello there"]));
+    assert_eq!(seen["messages_one_id"], true);
+    assert_eq!(seen["messages_node"], "reply");
+    assert_eq!(
+        seen["both_modes"],
+        json!([
+            "messages",
+            "messages/complete",
+            "messages/metadata",
+            "messages/partial",
+            "metadata"
+        ])
     );
 }

@@ -12,7 +12,7 @@ import sys
 import time
 
 from langgraph_sdk import get_sync_client
-from langgraph_sdk.errors import BadRequestError, NotFoundError
+from langgraph_sdk.errors import BadRequestError, NotFoundError, UnprocessableEntityError
 
 client = get_sync_client(url=sys.argv[1])
 seen = {}
@@ -48,5 +48,26 @@ try:
     client.crons.create("nobody", schedule="* * * * *")
 except NotFoundError:
     seen["unknown_assistant"] = 404
+
+# A schedule in a time zone: 09:00 in Tokyo (UTC+9, no summer time) is
+# 00:00 UTC; 09:00 in New York is 13:00 or 14:00 UTC, as the clocks go.
+tokyo = client.crons.create("ticks", schedule="0 9 * * *", timezone="Asia/Tokyo", input={"limit": 0})
+seen["zone_kept"] = tokyo["timezone"]
+seen["tokyo_next"] = tokyo["next_run_date"][11:19]
+new_york = client.crons.create(
+    "ticks", schedule="0 9 * * *", timezone="America/New_York", input={"limit": 0}
+)
+seen["new_york_next"] = new_york["next_run_date"][11:19] in ("13:00:00", "14:00:00")
+utc = client.crons.create("ticks", schedule="0 9 * * *", timezone="UTC", input={"limit": 0})
+seen["utc_next"] = utc["next_run_date"][11:19]
+for cron in [tokyo, new_york, utc]:
+    client.crons.delete(cron["cron_id"])
+seen["bad_zones"] = []
+for zone in ["Mars/Olympus_Mons", "", "+25:00"]:
+    try:
+        client.crons.create("ticks", schedule="0 9 * * *", timezone=zone)
+        seen["bad_zones"].append("accepted")
+    except UnprocessableEntityError as e:
+        seen["bad_zones"].append(e.body["field"])
 
 print(json.dumps(seen))
