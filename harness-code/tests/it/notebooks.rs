@@ -600,3 +600,11 @@ async fn frame_changed_by_loc_changes_its_series() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn large_notebook_misses_no_dependent() {
+    let (static_missed, _) = zero_missed("large.py").await;
+    // The numpy function writing in place, the view, the Series sharing
+    // the frame's memory and the class made at call time.
+    assert!(static_missed > 0);
+}
