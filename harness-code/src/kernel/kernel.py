@@ -565,96 +565,110 @@ def holdings(value):
     entered."""
     out = set()
     budget = HOLD_NODES
-    stack = [(value, HOLD_DEPTH)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, _ATOMIC) or isinstance(item, types.ModuleType):
-            continue
-        key = id(item)
-        if key in out:
-            continue
-        budget -= 1
-        if budget < 0 or depth < 0:
-            return None
-        kind = type(item)
-        module = getattr(kind, "__module__", "") or ""
-        if module == "numpy" and kind.__name__ == "ndarray":
-            _array_roots(item, out)
-            if item.dtype.hasobject:
-                if item.size > FP_ITEMS:
-                    return None
-                stack.extend((x, depth - 1) for x in item.ravel(order="K"))
-            continue
-        out.add(key)
-        if module.startswith("matplotlib."):
-            continue
-        if module.startswith("pandas."):
-            # Attributes by kind: DataFrame._data warns, and warnings are slow.
-            name = kind.__name__
-            if name in ("DataFrame", "Series"):
-                wanted = ("_mgr", "index", "columns") if name == "DataFrame" else (
-                    "_mgr", "index")
-            elif name.endswith("Index"):
-                wanted = ("_data",)
-            elif name.endswith("Manager"):
-                wanted = ("arrays",)
-            else:
-                wanted = ("_ndarray", "_data", "_mask", "_codes")
-            parts = [getattr(item, part, None) for part in wanted]
-            if name.endswith("Manager") and isinstance(parts[0], list):
-                parts = parts[0][:FP_ITEMS]
-            stack.extend((part, depth - 1) for part in parts if part is not None)
-            continue
-        if isinstance(item, (list, tuple, set, frozenset)) or (
-                module == "collections" and hasattr(item, "__iter__")
-                and not isinstance(item, dict)):
-            if len(item) > FP_ITEMS:
-                # Past the bound, unless every sampled item is atomic.
-                sample = list(item)[::len(item) // FP_ITEMS + 1]
-                if any(not isinstance(x, _ATOMIC) for x in sample):
-                    return None
+    level = [value]
+    # Level by level (no tuple per object: allocations wake the collector).
+    for depth in range(HOLD_DEPTH + 1):
+        below = []
+        push = below.append
+        extend = below.extend
+        for item in level:
+            if isinstance(item, _ATOMIC) or isinstance(item, types.ModuleType):
                 continue
-            stack.extend((x, depth - 1) for x in item)
-            continue
-        if isinstance(item, dict):
-            if len(item) > FP_ITEMS:
+            key = id(item)
+            if key in out:
+                continue
+            budget -= 1
+            if budget < 0:
                 return None
-            stack.extend((x, depth - 1) for x in item.values())
-            stack.extend((x, depth - 1) for x in item.keys() if not isinstance(x, _ATOMIC))
-            continue
-        if isinstance(item, types.FunctionType):
-            stack.extend((x, depth - 1) for x in (item.__defaults__ or ()))
-            stack.extend((x, depth - 1) for x in (item.__kwdefaults__ or {}).values())
-            for cell in item.__closure__ or ():
-                try:
-                    stack.append((cell.cell_contents, depth - 1))
-                except ValueError:
-                    pass
-            continue
-        if isinstance(item, type):
-            if item.__module__ == "__main__":
-                stack.extend((x, depth - 1) for x in list(vars(item).values()))
-            continue
-        if isinstance(item, types.CodeType):
-            continue
-        if isinstance(item, memoryview):
-            stack.append((item.obj, depth - 1))
-            continue
-        if module == "numpy":
-            # Iterators and other numpy objects over an array (a.flat).
-            base = getattr(item, "base", None)
-            if base is not None:
-                stack.append((base, depth - 1))
-        # Anything else (instances, bound methods, partials, iterators):
-        # what the garbage collector says it refers to, but never the
-        # notebook namespace itself, modules, or classes from libraries.
-        for referent in gc.get_referents(item):
-            if id(referent) == _namespace_id[0] or isinstance(
-                    referent, (types.ModuleType, types.CodeType)):
+            kind = type(item)
+            module = getattr(kind, "__module__", "") or ""
+            if module == "numpy" and kind.__name__ == "ndarray":
+                _array_roots(item, out)
+                if item.dtype.hasobject:
+                    if item.size > FP_ITEMS:
+                        return None
+                    extend(item.ravel(order="K"))
                 continue
-            if isinstance(referent, type) and referent.__module__ != "__main__":
+            out.add(key)
+            if module.startswith("matplotlib."):
                 continue
-            stack.append((referent, depth - 1))
+            if module.startswith("pandas."):
+                # Attributes by kind: DataFrame._data warns, and warnings are slow.
+                name = kind.__name__
+                if name in ("DataFrame", "Series"):
+                    wanted = ("_mgr", "index", "columns") if name == "DataFrame" else (
+                        "_mgr", "index")
+                elif name.endswith("Index"):
+                    wanted = ("_data",)
+                elif name.endswith("Manager"):
+                    wanted = ("arrays",)
+                else:
+                    wanted = ("_ndarray", "_data", "_mask", "_codes")
+                for part in wanted:
+                    inner = getattr(item, part, None)
+                    if isinstance(inner, list) and name.endswith("Manager"):
+                        extend(inner[:FP_ITEMS])
+                    elif inner is not None:
+                        push(inner)
+                continue
+            if isinstance(item, (list, tuple, set, frozenset)) or (
+                    module == "collections" and hasattr(item, "__iter__")
+                    and not isinstance(item, dict)):
+                if len(item) > FP_ITEMS:
+                    # Past the bound, unless every sampled item is atomic.
+                    sample = list(item)[::len(item) // FP_ITEMS + 1]
+                    if any(not isinstance(x, _ATOMIC) for x in sample):
+                        return None
+                    continue
+                extend(item)
+                continue
+            if isinstance(item, dict):
+                if len(item) > FP_ITEMS:
+                    return None
+                extend(item.values())
+                extend(item.keys())
+                continue
+            if isinstance(item, types.FunctionType):
+                extend(item.__defaults__ or ())
+                extend((item.__kwdefaults__ or {}).values())
+                for cell in item.__closure__ or ():
+                    try:
+                        push(cell.cell_contents)
+                    except ValueError:
+                        pass
+                continue
+            if isinstance(item, type):
+                if item.__module__ == "__main__":
+                    extend(list(vars(item).values()))
+                continue
+            if isinstance(item, types.CodeType):
+                continue
+            if isinstance(item, memoryview):
+                push(item.obj)
+                continue
+            if module == "numpy":
+                # Iterators and other numpy objects over an array (a.flat).
+                base = getattr(item, "base", None)
+                if base is not None:
+                    push(base)
+            # Anything else (instances, bound methods, partials, iterators):
+            # what the garbage collector says it refers to, but never the
+            # notebook namespace itself, modules, or classes from libraries.
+            for referent in gc.get_referents(item):
+                if id(referent) == _namespace_id[0] or isinstance(
+                        referent, (types.ModuleType, types.CodeType)):
+                    continue
+                if isinstance(referent, type) and referent.__module__ != "__main__":
+                    continue
+                push(referent)
+        level = below
+        if not level:
+            break
+    else:
+        # Objects left past HOLD_DEPTH levels: unknown unless all atomic.
+        if any(not isinstance(x, _ATOMIC) and not isinstance(x, types.ModuleType)
+               for x in level):
+            return None
     return frozenset(out)
 
 
