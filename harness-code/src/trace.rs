@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize};
 pub struct CellTrace {
     /// Global names read whose value existed before the cell (or that were
     /// missing and not builtins), by the cell's own code, by functions
-    /// defined in cells that it called, and by code it ran through `exec`
-    /// or `eval` (every name that code may load).
+    /// defined in cells that it called, by the bodies of the classes it
+    /// defined (directly or through a function it called), and by code it
+    /// ran through `exec` or `eval` (every name that code may load).
     #[serde(default)]
     pub reads: BTreeSet<String>,
     /// Names the cell bound to a new object (new or rebound).
@@ -41,8 +42,11 @@ pub struct CellTrace {
     pub deleted: BTreeSet<String>,
     /// Names whose object existed before the cell, is still bound to them,
     /// and changed in place (its fingerprint differs), plus the `@` states
-    /// the cell changed. Every name bound to a changed object is listed, so
-    /// a change through an alias shows on each name.
+    /// the cell changed. Every name bound to a changed object, or to a value
+    /// sharing memory with it (a numpy view and its base, a pandas Series
+    /// and the block of its frame), is listed, so a change through an alias
+    /// shows on each name. A numpy array past 256 MiB, which the kernel only
+    /// samples, is listed whenever the cell could have reached it.
     #[serde(default)]
     pub mutated: BTreeSet<String>,
     /// Files opened for reading (absolute paths; the interpreter's own

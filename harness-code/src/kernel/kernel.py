@@ -19,7 +19,9 @@ sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]
 
 import ast
 import builtins
+import dis
 import faulthandler
+import gc
 import hashlib
 import importlib
 import io
@@ -206,14 +208,27 @@ class Sink:
 #
 # Mutations are found by fingerprinting every value of the namespace before
 # and after a cell (the "after" of one cell is the "before" of the next, so
-# each value is fingerprinted once per cell). A fingerprint is bounded: the
-# value's identity and type, then its content, fully up to FP_FULL_BYTES of
-# array data or FP_ITEMS container items, sampled beyond (FP_SAMPLES
-# elements spread over an array; a change that misses every sample is
-# missed). numpy and pandas are never imported: their
-# objects are recognised by their type's module.
+# each value is fingerprinted once per cell). A fingerprint is the value's
+# identity and type, then its content: all the data of arrays and buffers up
+# to FP_HASH_CAP bytes each (numpy data as sums of its 64-bit words over
+# rows and columns, 0.06 ms per MB in cache and 0.3 from memory; other
+# buffers by CRC-32), container items up to FP_ITEMS (sampled beyond). An array past
+# FP_HASH_CAP is sampled, and counts as changed by every cell that could
+# reach it. numpy and pandas are never imported: their objects are
+# recognised by their type's module.
+#
+# After a cell, a value is fingerprinted again only if the cell could have
+# reached it (`holdings`): the cell loaded its name, or loaded a name whose
+# value holds one of the objects or the memory (numpy bases, pandas blocks
+# and indexes) this value holds. Values the cell could not reach keep their
+# fingerprint, so a large array costs its hash only in the cells that use it.
 
 FP_FULL_BYTES = 1 << 14
+FP_HASH_CAP = 1 << 28
+FP_ROW_WORDS = 1021
+FP_BLOCK_ROWS = 128
+HOLD_NODES = 4096
+HOLD_DEPTH = 8
 FP_SAMPLES = 2048
 FP_EDGE = 64
 FP_CHUNK = 1 << 8
@@ -273,15 +288,52 @@ def _feed_buffer(h, buffer):
     size = len(view)
     # CRC-32 rather than the running hash: four times as fast, and a
     # fingerprint only has to tell a value from its own earlier self.
-    if size <= FP_FULL_BYTES:
+    if size <= FP_HASH_CAP:
         crc = zlib.crc32(view)
     else:
+        _over_cap[0] = True
         crc = 0
         step = (size - FP_CHUNK) // (FP_CHUNKS - 1)
         for index in range(FP_CHUNKS):
             start = index * step
             crc = zlib.crc32(view[start:start + FP_CHUNK], crc)
     h.update(size.to_bytes(8, "little") + crc.to_bytes(4, "little"))
+
+
+# id() of the notebook namespace, which holdings() never enters.
+_namespace_id = [None]
+
+# Set by a fingerprint that had to sample an array past FP_HASH_CAP.
+_over_cap = [False]
+
+
+def _word_sums(array):
+    """All of an array's bytes, cheaply: its data as unsigned 64-bit words
+    (bytes when the size is not a multiple of 8) laid out in rows of
+    FP_ROW_WORDS words; the CRC of every row's sum and of every column's
+    sum (numpy's own reductions, wrapping modulo 2**64), taken a block of
+    FP_BLOCK_ROWS rows at a time so that the data is read from memory once.
+    A change of one element changes its row's sum; a swap of two different
+    elements changes a row's or a column's; only changes that cancel
+    exactly in every row and every column they touch go unseen."""
+    flat = array.ravel(order="K")  # a copy only for a non-contiguous array
+    words = flat.view("u1")
+    if words.size % 8 == 0:
+        words = words.view("<u8")
+    crc = 0
+    full = words.size - words.size % FP_ROW_WORDS
+    columns = None
+    step = FP_ROW_WORDS * FP_BLOCK_ROWS
+    for start in range(0, full, step):
+        rows = words[start:min(start + step, full)].reshape(-1, FP_ROW_WORDS)
+        crc = zlib.crc32(rows.sum(axis=1), crc)
+        if columns is None:
+            columns = rows.sum(axis=0)
+        else:
+            columns += rows.sum(axis=0)
+    if columns is not None:
+        crc = zlib.crc32(columns, crc)
+    return zlib.crc32(words[full:].tobytes(), crc)
 
 
 def _feed_ndarray(h, array):
@@ -294,17 +346,21 @@ def _feed_ndarray(h, array):
         # Object arrays (strings in pandas): the elements themselves, bounded.
         _feed_items(h, tuple(_bounded_flat(array, FP_ITEMS)), 1)
         return
-    # All the data up to FP_FULL_BYTES; past it FP_SAMPLES elements spread
-    # evenly over the whole array plus its first and last elements: a
-    # change that touches none of them (one element of a large array) is
-    # not seen.
+    # All the data up to FP_FULL_BYTES by CRC-32, up to FP_HASH_CAP by word
+    # sums; past it FP_SAMPLES elements spread evenly over the whole array
+    # plus its first and last elements, and the array counts as changed by
+    # every cell that could reach it.
     if array.nbytes <= FP_FULL_BYTES:
-        data = array.tobytes()
-    else:
-        data = _bounded_flat(array, FP_SAMPLES).tobytes()
-        if array.flags.c_contiguous or array.flags.f_contiguous:
-            flat = array.ravel(order="K")
-            data += flat[:FP_EDGE].tobytes() + flat[-FP_EDGE:].tobytes()
+        h.update(zlib.crc32(array.tobytes()).to_bytes(4, "little"))
+        return
+    if array.nbytes <= FP_HASH_CAP:
+        h.update(b"w" + _word_sums(array).to_bytes(4, "little"))
+        return
+    _over_cap[0] = True
+    data = _bounded_flat(array, FP_SAMPLES).tobytes()
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        flat = array.ravel(order="K")
+        data += flat[:FP_EDGE].tobytes() + flat[-FP_EDGE:].tobytes()
     h.update(zlib.crc32(data).to_bytes(4, "little"))
 
 
@@ -421,6 +477,13 @@ def _feed(h, value, depth):
         except TypeError:
             pass
         return
+    if isinstance(value, memoryview):
+        owner = value.obj
+        if type(owner).__name__ == "ndarray" and type(owner).__module__ == "numpy":
+            # All of the array the view is over, by its (cheaper) word sums.
+            h.update(b"m" + repr((value.format, value.shape)).encode())
+            _feed_ndarray(h, owner)
+            return
     if isinstance(value, (bytearray, memoryview)):
         _feed_buffer(h, value)
         return
@@ -474,6 +537,170 @@ def fingerprint(value):
         # identity only, and a note that the value could not be read.
         h.update(("unreadable %s" % type(error).__name__).encode())
     return h.digest()
+
+
+def _array_roots(array, out):
+    """The array and every object under it through `.base`: the memory a
+    view shares with its base (and a pandas column with its block)."""
+    node = array
+    for _ in range(64):
+        out.add(id(node))
+        node = getattr(node, "base", None)
+        if node is None:
+            return
+        if type(node).__name__ != "ndarray":
+            out.add(id(node))
+            return
+
+
+def holdings(value):
+    """The ids of the objects and the memory `value` holds, through which a
+    cell that reaches it could change another value: containers and their
+    items, instances' attributes, classes' attributes, the defaults and
+    closures of functions, numpy arrays' bases, pandas objects' blocks and
+    indexes, and what the garbage collector says other objects refer to.
+    None when the walk is cut short (past HOLD_DEPTH levels or HOLD_NODES
+    objects), meaning "could hold anything". Modules, classes of libraries
+    and matplotlib objects (which copy the data they are given) are not
+    entered."""
+    out = set()
+    budget = HOLD_NODES
+    level = [value]
+    # Level by level (no tuple per object: allocations wake the collector).
+    for depth in range(HOLD_DEPTH + 1):
+        below = []
+        push = below.append
+        extend = below.extend
+        for item in level:
+            if isinstance(item, _ATOMIC) or isinstance(item, types.ModuleType):
+                continue
+            key = id(item)
+            if key in out:
+                continue
+            budget -= 1
+            if budget < 0:
+                return None
+            kind = type(item)
+            module = getattr(kind, "__module__", "") or ""
+            if module == "numpy" and kind.__name__ == "ndarray":
+                _array_roots(item, out)
+                if item.dtype.hasobject:
+                    if item.size > FP_ITEMS:
+                        return None
+                    extend(item.ravel(order="K"))
+                continue
+            out.add(key)
+            if module.startswith("matplotlib."):
+                continue
+            if module.startswith("pandas."):
+                # Attributes by kind: DataFrame._data warns, and warnings are slow.
+                name = kind.__name__
+                if name in ("DataFrame", "Series"):
+                    wanted = ("_mgr", "index", "columns") if name == "DataFrame" else (
+                        "_mgr", "index")
+                elif name.endswith("Index"):
+                    wanted = ("_data",)
+                elif name.endswith("Manager"):
+                    wanted = ("arrays",)
+                else:
+                    wanted = ("_ndarray", "_data", "_mask", "_codes")
+                for part in wanted:
+                    inner = getattr(item, part, None)
+                    if isinstance(inner, list) and name.endswith("Manager"):
+                        extend(inner[:FP_ITEMS])
+                    elif inner is not None:
+                        push(inner)
+                continue
+            if isinstance(item, (list, tuple, set, frozenset)) or (
+                    module == "collections" and hasattr(item, "__iter__")
+                    and not isinstance(item, dict)):
+                if len(item) > FP_ITEMS:
+                    # Past the bound, unless every sampled item is atomic.
+                    sample = list(item)[::len(item) // FP_ITEMS + 1]
+                    if any(not isinstance(x, _ATOMIC) for x in sample):
+                        return None
+                    continue
+                extend(item)
+                continue
+            if isinstance(item, dict):
+                if len(item) > FP_ITEMS:
+                    return None
+                extend(item.values())
+                extend(item.keys())
+                continue
+            if isinstance(item, types.FunctionType):
+                extend(item.__defaults__ or ())
+                extend((item.__kwdefaults__ or {}).values())
+                for cell in item.__closure__ or ():
+                    try:
+                        push(cell.cell_contents)
+                    except ValueError:
+                        pass
+                continue
+            if isinstance(item, type):
+                if item.__module__ == "__main__":
+                    extend(list(vars(item).values()))
+                continue
+            if isinstance(item, types.CodeType):
+                continue
+            if isinstance(item, memoryview):
+                push(item.obj)
+                continue
+            if module == "numpy":
+                # Iterators and other numpy objects over an array (a.flat).
+                base = getattr(item, "base", None)
+                if base is not None:
+                    push(base)
+            # Anything else (instances, bound methods, partials, iterators):
+            # what the garbage collector says it refers to, but never the
+            # notebook namespace itself, modules, or classes from libraries.
+            for referent in gc.get_referents(item):
+                if id(referent) == _namespace_id[0] or isinstance(
+                        referent, (types.ModuleType, types.CodeType)):
+                    continue
+                if isinstance(referent, type) and referent.__module__ != "__main__":
+                    continue
+                push(referent)
+        level = below
+        if not level:
+            break
+    else:
+        # Objects left past HOLD_DEPTH levels: unknown unless all atomic.
+        if any(not isinstance(x, _ATOMIC) and not isinstance(x, types.ModuleType)
+               for x in level):
+            return None
+    return frozenset(out)
+
+
+def fingerprint_entry(value):
+    """(value, fingerprint, holdings, past the cap) of a namespace value."""
+    _over_cap[0] = False
+    fp = fingerprint(value)
+    over = _over_cap[0]
+    try:
+        held = holdings(value)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:
+        held = None
+    return value, fp, held, over
+
+
+# Names whose value, read by a cell, reaches every value of the namespace
+# without loading its name (globals(), frames, the garbage collector).
+ESCAPES = frozenset(("globals", "vars", "locals", "dir", "__builtins__"))
+ESCAPE_MODULES = frozenset(("gc", "sys", "inspect", "ctypes", "__main__", "builtins"))
+
+
+def escapes(module):
+    """Whether a cell that reads `module` could reach any value: a module
+    that reaches into the interpreter (ESCAPE_MODULES), or the notebook's
+    own code (a module outside the interpreter's directories, which may
+    keep references to the notebook's values in its globals)."""
+    if module.__name__.split(".")[0] in ESCAPE_MODULES:
+        return True
+    path = getattr(module, "__file__", None)
+    return isinstance(path, str) and not os.path.abspath(path).startswith(_SKIPPED_PREFIXES)
 
 
 def state_fingerprints():
@@ -557,6 +784,46 @@ def audit(event, args):
             tracker.evaluated.append(args[0])
 
 
+_build_class = builtins.__build_class__
+_class_names = {}
+
+
+def _class_body_loads(code):
+    """The names a class body loads by name (LOAD_NAME): looked up in the
+    class's own namespace, then in the globals, which Python reads there
+    without `Namespace.__getitem__`. Cached per code object."""
+    names = _class_names.get(code)
+    if names is None:
+        names = tuple(sorted({ins.argval for ins in dis.get_instructions(code)
+                              if ins.opname == "LOAD_NAME"}))
+        if len(_class_names) < 4096:
+            _class_names[code] = names
+    return names
+
+
+def build_class(func, name, *bases, **keywords):
+    """`builtins.__build_class__` for a running cell: a class body whose
+    globals are the notebook's reads them as the cell's reads (every name
+    the body loads by name that the namespace holds, or that is missing and
+    not a builtin), judged as `Namespace.__getitem__` judges a read. The
+    body's functions read at call time, through `Namespace.__getitem__`."""
+    tracker = _track[0]
+    if tracker is not None and isinstance(func, types.FunctionType) and \
+            id(func.__globals__) == _namespace_id[0]:
+        ns = func.__globals__
+        for key in _class_body_loads(func.__code__):
+            if key in tracker.traced:
+                continue
+            tracker.traced.add(key)
+            value = _dict_get(ns, key, _MISSING)
+            if value is _MISSING:
+                if not hasattr(builtins, key):
+                    tracker.reads.add(key)
+            elif tracker.before.get(key, _MISSING) is value:
+                tracker.reads.add(key)
+    return _build_class(func, name, *bases, **keywords)
+
+
 def alias_groups(ns):
     """Groups of names bound to one object, or to numpy arrays over the same
     memory (a view and its base), which restoring the names one by one would
@@ -619,6 +886,7 @@ class Kernel:
         self.repr.maxset = 8
         namespace_type = Namespace if (self.check_reads or self.trace) else dict
         self.ns = namespace_type(__name__="__main__", __builtins__=builtins, __doc__=None)
+        _namespace_id[0] = id(self.ns)
         self.running = threading.Event()
 
     def setup(self, warnings):
@@ -647,6 +915,7 @@ class Kernel:
             sys.path.append("")
         if self.trace:
             sys.addaudithook(audit)
+            builtins.__build_class__ = build_class
 
     def reset_streams(self):
         # New wrappers if a cell closed ours; they never own the descriptors.
@@ -807,7 +1076,7 @@ class Kernel:
             if cached is not None and cached[0] is value:
                 fresh[name] = cached
             else:
-                fresh[name] = (value, fingerprint(value))
+                fresh[name] = fingerprint_entry(value)
         return fresh
 
     def trace_before(self, before):
@@ -818,16 +1087,62 @@ class Kernel:
             self.modules = set(sys.modules)
         return fps, states, len(sys.modules), time.perf_counter() - start
 
+    def reached(self, before, fps_before, tracker):
+        """The ids the cell could have reached (see `holdings`), from the
+        names it loaded (by its own code, the functions it called, class
+        bodies, code run through exec or eval) and the values it bound; None
+        when it could have reached anything (it loaded `globals`, `vars`,
+        `sys`, `gc`, ..., or a value whose holdings are unknown)."""
+        names = set(tracker.traced)
+        for code in tracker.evaluated:
+            code_names(code, names)
+        if names & ESCAPES:
+            return None
+        reach = set()
+        ns = self.ns
+        for name in names:
+            entry = fps_before.get(name)
+            if entry is not None:
+                if entry[2] is None:
+                    return None
+                reach.update(entry[2])
+                value = entry[0]
+            else:
+                value = before.get(name, _MISSING)
+            if isinstance(value, types.ModuleType) and escapes(value):
+                return None
+        for name, value in ns.items():
+            if before.get(name, _MISSING) is not value and not (
+                    name[:2] == "__" and name[-2:] == "__"):
+                if isinstance(value, types.ModuleType):
+                    if escapes(value):
+                        return None
+                    continue
+                held = holdings(value)
+                if held is None:
+                    return None
+                reach.update(held)
+        return reach
+
     def trace_after(self, before, tracker, prepared):
         start = time.perf_counter()
         fps_before, states_before, modules_before, spent = prepared
         ns = self.ns
-        # Every value is fingerprinted again: any of them may have changed.
+        # A value is fingerprinted again when the cell could have reached it
+        # (any of them may have changed), else it keeps its fingerprint.
+        reach = self.reached(before, fps_before, tracker)
+        loaded = tracker.traced
         fps_after = {}
         for name, value in list(ns.items()):
             if name[:2] == "__" and name[-2:] == "__":
                 continue
-            fps_after[name] = (value, fingerprint(value))
+            entry = fps_before.get(name)
+            if (entry is not None and entry[0] is value and reach is not None
+                    and entry[2] is not None and name not in loaded
+                    and reach.isdisjoint(entry[2])):
+                fps_after[name] = entry
+            else:
+                fps_after[name] = fingerprint_entry(value)
         self.fps = fps_after
         bound = []
         for name, value in ns.items():
@@ -837,11 +1152,14 @@ class Kernel:
                 bound.append(name)
         deleted = [name for name in before if not _dict_contains(ns, name)]
         mutated = set()
-        for name, (value, old) in fps_before.items():
+        for name, (value, old, _, _) in fps_before.items():
             if old is None:
                 continue
             now = fps_after.get(name)
-            if now is not None and now[0] is value and now[1] != old:
+            # Past FP_HASH_CAP an array is only sampled: a cell that reached
+            # it may have changed it.
+            if now is not None and now[0] is value and (
+                    now[1] != old or (now[3] and now is not fps_before[name])):
                 mutated.add(name)
         states_after = self.states = state_fingerprints()
         for name, value in states_after.items():
