@@ -39,6 +39,22 @@
 //! one conformance suite. Validation, times to live and the semantic index
 //! are [`Memory`]'s, the same over every backend.
 //!
+//! The log store (`harness_stores::LogStore`) is not a memory backend, by
+//! choice. Its file is a sequence of frames, each one commit of one
+//! session (the checkpoints it appends and removes by sequence number, and
+//! the session's head), and its index in memory maps sessions to where
+//! their frames are. Memory needs another shape: records keyed by
+//! namespace and key, replaced and deleted in place, read in namespace
+//! order under a prefix, and TTLs refreshed on read. In that log every
+//! replacement, delete and refresh would be a new frame (a read would
+//! become a write), a prefix search or a field filter would read every
+//! item's JSON back from the file (or keep them all in memory, which
+//! [`InMemory`] already does), and a second keyspace beside sessions would
+//! change the log's format. sled gives the embedded case all of it (an
+//! ordered keyspace, prefix scans, atomic batches), so `SledMemory` is the
+//! embedded backend; an application keeping its sessions in a log store
+//! keeps its memory in a sled directory beside it.
+//!
 //! # Times to live
 //!
 //! An item put with a TTL ([`PutOptions::ttl`]) expires that long after it
