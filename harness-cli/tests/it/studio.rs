@@ -453,8 +453,15 @@ fn studio_searches_a_postgres_memory_by_meaning() {
             PostgresMemoryOptions::default().schema(&schema),
         ))
         .unwrap();
-    remember_facts(&runtime, Arc::new(backend), &url, &model);
+    remember_facts(&runtime, Arc::new(backend.clone()), &url, &model);
     searches_memory_by_meaning(&pg, &["--memory-schema", &schema], &url, &model, "pg");
+    runtime.block_on(async {
+        let client = backend.pool().get().await.unwrap();
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+    });
 }
 
 #[cfg(feature = "redis")]
@@ -474,8 +481,16 @@ fn studio_searches_a_redis_memory_by_meaning() {
     let backend = runtime
         .block_on(RedisMemory::connect(&redis, &prefix))
         .unwrap();
-    remember_facts(&runtime, Arc::new(backend), &url, &model);
+    remember_facts(&runtime, Arc::new(backend.clone()), &url, &model);
     searches_memory_by_meaning(&redis, &["--memory-prefix", &prefix], &url, &model, "redis");
+    // Leave nothing behind.
+    let memory = harness::memory::Memory::new(backend);
+    let facts = harness::memory::Namespace::new(["users", "ada", "facts"]).unwrap();
+    runtime.block_on(async {
+        for (key, _) in FACTS {
+            memory.delete(&facts, key).await.unwrap();
+        }
+    });
 }
 
 /// A sled memory, searched by meaning too.
