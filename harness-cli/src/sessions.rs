@@ -137,7 +137,7 @@ pub(crate) enum SessionsError {
 pub(crate) struct Shown(String);
 
 impl Shown {
-    fn new(store: &str) -> Self {
+    pub(crate) fn new(store: &str) -> Self {
         Shown(without_password(store))
     }
 }

@@ -1,6 +1,8 @@
-//! `harness studio --store PATH|URL [--memory PATH] [--report FILE]…`: the read-only web
-//! studio of [`harness_studio`] on any session store, opened as `harness
-//! sessions` opens it, and on long-term memory kept in sled.
+//! `harness studio --store PATH|URL [--memory PATH|URL [--embed-url URL --embed-model NAME]]
+//! [--report FILE]…`: the read-only web studio of [`harness_studio`] on any
+//! session store, opened as `harness sessions` opens it, and on long-term
+//! memory kept in sled, PostgreSQL or Redis, searchable by meaning when an
+//! embedder is given.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -8,11 +10,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::memory::{Memory, MemoryError};
+use harness::llm::Embedder;
+use harness::memory::{IndexConfig, Memory, MemoryError};
 use harness_stores::{ReadOnlyError, SledMemory, SledStore};
 use harness_studio::{Studio, StudioError};
 
-use crate::sessions::SessionsError;
+use crate::sessions::{SessionsError, Shown};
 
 /// Arguments of `harness studio`.
 #[derive(Debug, clap::Args)]
@@ -34,11 +37,33 @@ pub(crate) struct Args {
     prefix: Option<String>,
     /// Long-term memory to show too: a sled database holding it (a
     /// `SledMemory`'s directory, or a sled store's that keeps memory beside
-    /// its sessions; it may be the `--store` directory). Read from a
-    /// private copy made when the studio starts, like a sled store: the
-    /// database is never changed.
-    #[arg(long, value_name = "PATH")]
-    memory: Option<PathBuf>,
+    /// its sessions; it may be the `--store` directory), read from a
+    /// private copy made when the studio starts; or a `postgres://…` URL
+    /// (a `PostgresMemory`'s table, which must exist: nothing is created)
+    /// or a `redis://…` URL (a `RedisMemory`'s keys), when built with the
+    /// `postgres` or `redis` feature. Only read.
+    #[arg(long, value_name = "PATH|URL")]
+    memory: Option<String>,
+    /// The PostgreSQL schema of the memory's table (default `harness`).
+    #[arg(long, value_name = "NAME")]
+    memory_schema: Option<String>,
+    /// The Redis key prefix of the memory (default `harness`).
+    #[arg(long, value_name = "NAME")]
+    memory_prefix: Option<String>,
+    /// An OpenAI-compatible API root (e.g. `http://127.0.0.1:8081/v1`)
+    /// embedding the memory's search texts, so that the studio searches it
+    /// by meaning; with `--embed-model`. Use the model the memory's items
+    /// were embedded with.
+    #[arg(long, value_name = "URL")]
+    embed_url: Option<String>,
+    /// The embedding model at `--embed-url`.
+    #[arg(long, value_name = "NAME")]
+    embed_model: Option<String>,
+    /// The environment variable holding the embedding API's key (default:
+    /// `OPENAI_API_KEY` if set; a local server needs none). The key is
+    /// never printed.
+    #[arg(long, value_name = "VAR")]
+    embed_key_env: Option<String>,
     /// An eval report to show (a `harness-evals` report file, e.g. the
     /// `evals` example's `evals-report.json`); repeat for several. Each
     /// case links to its run's timeline when the store holds it.
@@ -68,6 +93,29 @@ enum Error {
     /// The database holds no memory, or its memory cannot be opened.
     #[error("memory {}: {why}", path.display())]
     NoMemory { path: PathBuf, why: String },
+    /// A memory server cannot be reached or holds no memory.
+    #[error("--memory {memory}: {source}")]
+    MemoryServer { memory: Shown, source: MemoryError },
+    /// This build cannot open that kind of memory.
+    #[error(
+        "--memory {memory}: this harness was built without the {feature} store; rebuild it with \
+         `cargo install harness-cli --features {feature}`"
+    )]
+    #[cfg_attr(all(feature = "postgres", feature = "redis"), allow(dead_code))]
+    Unsupported {
+        memory: Shown,
+        feature: &'static str,
+    },
+    /// An option that does not fit the others.
+    #[error("{option}: {why}")]
+    Option { option: &'static str, why: String },
+    /// The embedder cannot be made or does not answer.
+    #[error("--embed-url {url} (model {model}): {why}")]
+    Embedder {
+        url: Shown,
+        model: String,
+        why: String,
+    },
     /// An eval report cannot be read.
     #[error(transparent)]
     Report(#[from] harness_evals::ReportError),
@@ -110,6 +158,214 @@ fn open_memory(path: &Path) -> Result<(SledStore, Memory), Error> {
     Ok((copy, Memory::new(backend)))
 }
 
+/// The memory the studio shows, and what must live as long as it.
+struct Opened {
+    memory: Memory,
+    /// A sled memory's private copy.
+    _copy: Option<SledStore>,
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+fn is_redis(url: &str) -> bool {
+    url.starts_with("redis://") || url.starts_with("rediss://")
+}
+
+/// Checks that the memory and embedder options fit together, before
+/// anything is opened.
+fn check_options(args: &Args) -> Result<(), Error> {
+    let misplaced = |option, why: &str| Error::Option {
+        option,
+        why: why.to_owned(),
+    };
+    let memory = args.memory.as_deref();
+    if args.memory_schema.is_some() && !memory.is_some_and(is_postgres) {
+        return Err(misplaced(
+            "--memory-schema",
+            "applies only to a PostgreSQL memory (--memory postgres://…)",
+        ));
+    }
+    if args.memory_prefix.is_some() && !memory.is_some_and(is_redis) {
+        return Err(misplaced(
+            "--memory-prefix",
+            "applies only to a Redis memory (--memory redis://…)",
+        ));
+    }
+    let embedding =
+        args.embed_url.is_some() || args.embed_model.is_some() || args.embed_key_env.is_some();
+    if embedding && memory.is_none() {
+        let option = if args.embed_url.is_some() {
+            "--embed-url"
+        } else if args.embed_model.is_some() {
+            "--embed-model"
+        } else {
+            "--embed-key-env"
+        };
+        return Err(misplaced(
+            option,
+            "embeds the memory's search texts: give the memory too (--memory PATH|URL)",
+        ));
+    }
+    match (&args.embed_url, &args.embed_model) {
+        (Some(_), None) => Err(misplaced(
+            "--embed-url",
+            "needs --embed-model NAME (the model the memory's items were embedded with)",
+        )),
+        (None, Some(_)) => Err(misplaced(
+            "--embed-model",
+            "needs --embed-url URL (an OpenAI-compatible API root)",
+        )),
+        (None, None) if args.embed_key_env.is_some() => Err(misplaced(
+            "--embed-key-env",
+            "needs --embed-url URL and --embed-model NAME",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The embedder of `--embed-url`/`--embed-model`, asked once for a vector
+/// (so that a wrong URL, model or key is told now, not at the first
+/// search); with the length of its vectors.
+async fn open_embedder(
+    url: &str,
+    model: &str,
+    key_env: Option<&str>,
+) -> Result<IndexConfig, Error> {
+    let failed = |why: String| Error::Embedder {
+        url: Shown::new(url),
+        model: model.to_owned(),
+        why,
+    };
+    let mut builder = harness_openai::Client::builder().base_url(url);
+    if let Some(var) = key_env {
+        match std::env::var(var) {
+            Ok(key) if !key.is_empty() => builder = builder.api_key(key),
+            _ => {
+                return Err(Error::Option {
+                    option: "--embed-key-env",
+                    why: format!("the environment variable {var} is not set or empty"),
+                });
+            }
+        }
+    }
+    let client = builder.build().map_err(|e| failed(e.to_string()))?;
+    let embedder = client.embedding_model(model);
+    let probe = tokio::time::timeout(
+        Duration::from_secs(60),
+        embedder.embed(&["harness studio: which length are your vectors?".to_owned()]),
+    )
+    .await
+    .map_err(|_| failed("no answer within 60 s".into()))?
+    .map_err(|e| failed(e.to_string()))?;
+    let dimensions = probe.vectors.first().map_or(0, Vec::len);
+    if dimensions == 0 {
+        return Err(failed("it answered no vector, or an empty one".into()));
+    }
+    Ok(IndexConfig::new(Arc::new(embedder), dimensions))
+}
+
+/// The memory of `--memory`, with the embedder if one is given.
+async fn open_any_memory(args: &Args) -> Result<Option<Opened>, Error> {
+    let Some(location) = args.memory.as_deref() else {
+        return Ok(None);
+    };
+    let index = match (&args.embed_url, &args.embed_model) {
+        (Some(url), Some(model)) => {
+            Some(open_embedder(url, model, args.embed_key_env.as_deref()).await?)
+        }
+        _ => None,
+    };
+    let server = |source| Error::MemoryServer {
+        memory: Shown::new(location),
+        source,
+    };
+    let mut opened = if is_postgres(location) {
+        Opened {
+            memory: Memory::from_arc(
+                open_postgres_memory(location, args.memory_schema.as_deref())
+                    .await
+                    .map_err(server)?,
+            ),
+            _copy: None,
+        }
+    } else if is_redis(location) {
+        Opened {
+            memory: Memory::from_arc(
+                open_redis_memory(location, args.memory_prefix.as_deref())
+                    .await
+                    .map_err(server)?,
+            ),
+            _copy: None,
+        }
+    } else {
+        let (copy, memory) = open_memory(Path::new(location))?;
+        Opened {
+            memory,
+            _copy: Some(copy),
+        }
+    };
+    if let Some(index) = index {
+        opened.memory = opened.memory.with_index(index);
+    }
+    Ok(Some(opened))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres_memory(
+    url: &str,
+    schema: Option<&str>,
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
+    use harness_stores::{PostgresMemory, PostgresMemoryOptions};
+    let mut options = PostgresMemoryOptions::default()
+        .read_only(true)
+        .pool_size(2);
+    if let Some(schema) = schema {
+        options = options.schema(schema);
+    }
+    Ok(Arc::new(PostgresMemory::connect_with(url, options).await?))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres_memory(
+    url: &str,
+    _schema: Option<&str>,
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
+    Err(MemoryError::backend(
+        Error::Unsupported {
+            memory: Shown::new(url),
+            feature: "postgres",
+        }
+        .to_string(),
+    ))
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis_memory(
+    url: &str,
+    prefix: Option<&str>,
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
+    use harness_stores::RedisMemory;
+    Ok(Arc::new(
+        RedisMemory::connect(url, prefix.unwrap_or("harness")).await?,
+    ))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis_memory(
+    url: &str,
+    _prefix: Option<&str>,
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
+    Err(MemoryError::backend(
+        Error::Unsupported {
+            memory: Shown::new(url),
+            feature: "redis",
+        }
+        .to_string(),
+    ))
+}
+
 pub(crate) fn run(args: &Args) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -131,10 +387,11 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 }
 
 async fn serve(args: &Args) -> Result<(), Error> {
+    check_options(args)?;
     let store =
         crate::sessions::open(&args.store, args.schema.as_deref(), args.prefix.as_deref()).await?;
-    // The copy the memory is read from lives as long as the studio.
-    let memory = args.memory.as_deref().map(open_memory).transpose()?;
+    // A sled memory's copy lives as long as the studio.
+    let memory = open_any_memory(args).await?;
     let reports = args
         .reports
         .iter()
@@ -143,15 +400,22 @@ async fn serve(args: &Args) -> Result<(), Error> {
     let mut studio = Studio::read_only(Arc::from(store))
         .poll_interval(Duration::from_millis(args.poll_ms.max(50)))
         .reports(reports);
-    if let Some((_, memory)) = &memory {
-        studio = studio.memory(memory.clone());
+    if let Some(opened) = &memory {
+        studio = studio.memory(opened.memory.clone());
     }
     let serving = studio
         .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))
         .await?;
     outln!("harness studio: {} (read-only)", args.store);
-    if let Some(path) = &args.memory {
-        outln!("long-term memory: {} (read-only)", path.display());
+    if let Some(location) = &args.memory {
+        let search = match &args.embed_model {
+            Some(model) => format!("searched by meaning with {model}"),
+            None => "no search by meaning: no --embed-url".to_owned(),
+        };
+        outln!(
+            "long-term memory: {} (read-only; {search})",
+            Shown::new(location)
+        );
     }
     for path in &args.reports {
         outln!("eval report: {}", path.display());

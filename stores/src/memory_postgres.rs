@@ -30,6 +30,7 @@ const ATTEMPTS: usize = 5;
 pub struct PostgresMemoryOptions {
     schema: String,
     pool_size: usize,
+    read_only: bool,
 }
 
 impl Default for PostgresMemoryOptions {
@@ -37,6 +38,7 @@ impl Default for PostgresMemoryOptions {
         Self {
             schema: DEFAULT_SCHEMA.into(),
             pool_size: DEFAULT_POOL_SIZE,
+            read_only: false,
         }
     }
 }
@@ -47,6 +49,16 @@ impl PostgresMemoryOptions {
     #[must_use]
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
+        self
+    }
+
+    /// Opens the table without creating anything (no schema, no table, no
+    /// lock taken), and refuses a database without it: for tools that
+    /// only read memory others wrote (`harness studio --memory`). Writes
+    /// through it are not prevented; such a tool makes none.
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
@@ -409,6 +421,25 @@ impl PostgresMemory {
         }
         let sql = Sql::new(&quote_ident(&schema));
         let mut client = pool.get().await.map_err(|e| pool_error(&e))?;
+        if options.read_only {
+            let row = client
+                .query_one("SELECT to_regclass($1) IS NOT NULL", &[&sql.table])
+                .await
+                .map_err(|e| pg_error(format_args!("look for {}", sql.table), &e))?;
+            if !row.get::<_, bool>(0) {
+                return Err(MemoryError::backend(format!(
+                    "postgres memory: no table {} in this database: nothing keeps long-term \
+                     memory in schema {schema:?} here",
+                    sql.table
+                )));
+            }
+            drop(client);
+            return Ok(Self {
+                pool,
+                schema,
+                sql: Arc::new(sql),
+            });
+        }
         let tx = client
             .transaction()
             .await

@@ -1,6 +1,8 @@
 //! `harness studio --store …`: the real binary serving the read-only
 //! studio on a sled database and a file store holding a session that waits
-//! for a human, checked over plain HTTP.
+//! for a human, and long-term memory in sled, PostgreSQL and Redis searched
+//! by meaning with the real local embedding model, checked over plain
+//! HTTP; memory and embedder options that do not fit are refused.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -321,5 +323,323 @@ fn studio_shows_eval_reports_beside_the_store_and_refuses_unreadable_ones() {
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
         assert!(stderr.contains(says), "{file}: {stderr}");
+    }
+}
+
+/// A test server's URL from `var`; `None` (the test is skipped) only when
+/// HARNESS_SKIP_SERVER_TESTS=1.
+fn server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("HARNESS_SKIP_SERVER_TESTS").as_deref() == Ok("1") => None,
+        _ => panic!(
+            "{var} is not set: start the test servers with `eval \"$(scripts/services)\"` \
+             (or set HARNESS_SKIP_SERVER_TESTS=1 to skip the server tests)"
+        ),
+    }
+}
+
+/// A schema or prefix no other run uses.
+fn unique(tag: &str) -> String {
+    let random = harness::SessionId::random().as_str().replace('-', "");
+    format!("t_studio_{tag}_{}", &random[..16])
+}
+
+/// Facts about a user, and paraphrased questions each of which one fact
+/// answers (sharing no content word with it).
+const FACTS: [(&str, &str); 5] = [
+    ("diet", "Ada is vegetarian and never eats meat"),
+    ("pet", "Ada has a grey cat called Turing"),
+    ("city", "Ada lives in Lisbon, near the river"),
+    ("job", "Ada works as a compiler engineer"),
+    ("sport", "Ada swims in the sea every morning"),
+];
+const QUESTIONS: [(&str, &str); 4] = [
+    ("which food does she refuse", "diet"),
+    ("does she own a kitten", "pet"),
+    ("which town is she from", "city"),
+    ("which exercise does she do", "sport"),
+];
+
+/// The local embedding model of scripts/services: (URL, model).
+fn embedding_server() -> Option<(String, String)> {
+    Some((
+        server_url("HARNESS_EMBED_URL")?,
+        server_url("HARNESS_EMBED_MODEL")?,
+    ))
+}
+
+/// Writes [`FACTS`] into `backend`, embedded by the real model, on
+/// `runtime` (the one the backend connected on: its connections' tasks
+/// run there).
+fn remember_facts(
+    runtime: &tokio::runtime::Runtime,
+    backend: Arc<dyn harness::memory::MemoryBackend>,
+    url: &str,
+    model: &str,
+) {
+    use harness::llm::Embedder;
+    use harness::memory::{IndexConfig, Memory, Namespace};
+    runtime.block_on(async {
+        let client = harness_openai::Client::builder()
+            .base_url(url)
+            .build()
+            .unwrap();
+        let embedder = client.embedding_model(model);
+        let dims = embedder.embed(&["probe".to_owned()]).await.unwrap().vectors[0].len();
+        let memory = Memory::from_arc(backend)
+            .with_index(IndexConfig::new(Arc::new(embedder), dims).fields(["text"]));
+        let facts = Namespace::new(["users", "ada", "facts"]).unwrap();
+        for (key, text) in FACTS {
+            memory
+                .put(&facts, key, json!({"text": text}))
+                .await
+                .unwrap();
+        }
+    });
+}
+
+/// The studio on `--memory <memory>` with the real embedding model finds,
+/// for each paraphrased question, the fact that answers it first; lists
+/// the items; and says which model searches.
+fn searches_memory_by_meaning(memory: &str, extra: &[&str], url: &str, model: &str, tag: &str) {
+    let dir = workdir(&format!("studio-memory-{tag}"));
+    let store = dir.join("sessions");
+    waiting_session(harness_stores::FileStore::open(&store).unwrap());
+    let mut args = vec![
+        "--memory",
+        memory,
+        "--embed-url",
+        url,
+        "--embed-model",
+        model,
+    ];
+    args.extend_from_slice(extra);
+    let studio = Studio::start_with(&store, &args);
+    let listed = studio.get("/api/memory/items?namespace=users/ada");
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        FACTS.len(),
+        "{listed}"
+    );
+    for (question, answer) in QUESTIONS {
+        let q = question.replace(' ', "%20");
+        let found = studio.get(&format!(
+            "/api/memory/search?namespace=users/ada&q={q}&limit=3"
+        ));
+        let top = &found["items"][0];
+        assert_eq!(top["key"], answer, "{question:?}: {found}");
+        assert!(top["score"].as_f64().unwrap() > 0.0, "{found}");
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn studio_searches_a_postgres_memory_by_meaning() {
+    use harness_stores::{PostgresMemory, PostgresMemoryOptions};
+    let (Some(pg), Some((url, model))) =
+        (server_url("HARNESS_TEST_POSTGRES_URL"), embedding_server())
+    else {
+        return;
+    };
+    let schema = unique("pg");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = runtime
+        .block_on(PostgresMemory::connect_with(
+            &pg,
+            PostgresMemoryOptions::default().schema(&schema),
+        ))
+        .unwrap();
+    remember_facts(&runtime, Arc::new(backend.clone()), &url, &model);
+    searches_memory_by_meaning(&pg, &["--memory-schema", &schema], &url, &model, "pg");
+    runtime.block_on(async {
+        let client = backend.pool().get().await.unwrap();
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+    });
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn studio_searches_a_redis_memory_by_meaning() {
+    use harness_stores::RedisMemory;
+    let (Some(redis), Some((url, model))) =
+        (server_url("HARNESS_TEST_REDIS_URL"), embedding_server())
+    else {
+        return;
+    };
+    let prefix = unique("redis");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = runtime
+        .block_on(RedisMemory::connect(&redis, &prefix))
+        .unwrap();
+    remember_facts(&runtime, Arc::new(backend.clone()), &url, &model);
+    searches_memory_by_meaning(&redis, &["--memory-prefix", &prefix], &url, &model, "redis");
+    // Leave nothing behind.
+    let memory = harness::memory::Memory::new(backend);
+    let facts = harness::memory::Namespace::new(["users", "ada", "facts"]).unwrap();
+    runtime.block_on(async {
+        for (key, _) in FACTS {
+            memory.delete(&facts, key).await.unwrap();
+        }
+    });
+}
+
+/// A sled memory, searched by meaning too.
+#[test]
+fn studio_searches_a_sled_memory_by_meaning() {
+    let Some((url, model)) = embedding_server() else {
+        return;
+    };
+    let dir = workdir("studio-memory-sled-db");
+    let path = dir.join("memory");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    remember_facts(
+        &runtime,
+        Arc::new(harness_stores::SledMemory::open(&path).unwrap()),
+        &url,
+        &model,
+    );
+    // sled lets go of its lock a moment after the last handle is dropped.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    searches_memory_by_meaning(path.to_str().unwrap(), &[], &url, &model, "sled");
+}
+
+/// `harness studio` with `args` fails; its stderr.
+fn studio_fails(store: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["studio", "--store"])
+        .arg(store)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !out.status.success(),
+        "{args:?} was accepted: {stdout}{stderr}"
+    );
+    assert!(!stdout.contains("open http"), "{args:?} served: {stdout}");
+    stderr
+}
+
+/// Memory and embedder options that do not fit, an unset key variable, an
+/// embedder or a memory server that cannot be used: each refused before
+/// serving, naming the option (and never printing a key or a password).
+#[test]
+fn studio_refuses_bad_memory_and_embedder_options_naming_them() {
+    let dir = workdir("studio-memory-bad");
+    let store = dir.join("sessions");
+    drop(harness_stores::FileStore::open(&store).unwrap());
+    let sled = dir.join("memory");
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let memory = harness::memory::Memory::new(harness_stores::SledMemory::open(&sled).unwrap());
+        let ns = harness::memory::Namespace::new(["n"]).unwrap();
+        runtime
+            .block_on(memory.put(&ns, "k", json!({"v": 1})))
+            .unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let sled = sled.to_str().unwrap();
+    let nowhere = "http://127.0.0.1:9/v1";
+    let secret = "sk-studio-test-secret-4242";
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["--embed-url", nowhere, "--embed-model", "m"],
+            vec!["--embed-url", "--memory"],
+        ),
+        (
+            vec!["--embed-model", "m"],
+            vec!["--embed-model", "--memory"],
+        ),
+        (
+            vec!["--memory", sled, "--embed-url", nowhere],
+            vec!["--embed-url", "needs --embed-model"],
+        ),
+        (
+            vec!["--memory", sled, "--embed-model", "m"],
+            vec!["--embed-model", "needs --embed-url"],
+        ),
+        (
+            vec!["--memory", sled, "--embed-key-env", "K"],
+            vec!["--embed-key-env", "needs --embed-url"],
+        ),
+        (
+            vec!["--memory", sled, "--memory-schema", "s"],
+            vec!["--memory-schema", "PostgreSQL"],
+        ),
+        (
+            vec![
+                "--memory",
+                "postgres://u@127.0.0.1:1/x",
+                "--memory-prefix",
+                "p",
+            ],
+            vec!["--memory-prefix", "Redis"],
+        ),
+        (
+            vec![
+                "--memory",
+                sled,
+                "--embed-url",
+                nowhere,
+                "--embed-model",
+                "m",
+                "--embed-key-env",
+                "HARNESS_STUDIO_TEST_UNSET",
+            ],
+            vec!["--embed-key-env", "HARNESS_STUDIO_TEST_UNSET", "not set"],
+        ),
+        (
+            vec![
+                "--memory",
+                sled,
+                "--embed-url",
+                nowhere,
+                "--embed-model",
+                "m",
+                "--embed-key-env",
+                "HARNESS_STUDIO_TEST_KEY",
+            ],
+            vec!["--embed-url http://127.0.0.1:9/v1", "(model m)"],
+        ),
+        (
+            vec!["--memory", "postgres://ada:s3cret@127.0.0.1:1/x"],
+            vec!["--memory postgres://ada@127.0.0.1:1/x"],
+        ),
+    ];
+    for (args, says) in cases {
+        let stderr = studio_fails(&store, &args, &[("HARNESS_STUDIO_TEST_KEY", secret)]);
+        for s in says {
+            assert!(stderr.contains(s), "{args:?}: {s:?} not in {stderr}");
+        }
+        assert!(
+            !stderr.contains(secret) && !stderr.contains("s3cret"),
+            "{stderr}"
+        );
+    }
+    if let Some(pg) = server_url("HARNESS_TEST_POSTGRES_URL").filter(|_| cfg!(feature = "postgres"))
+    {
+        // A database without the memory's table: refused, nothing created.
+        let schema = unique("missing");
+        let stderr = studio_fails(&store, &["--memory", &pg, "--memory-schema", &schema], &[]);
+        assert!(stderr.contains("--memory postgres://"), "{stderr}");
+        assert!(stderr.contains("no table"), "{stderr}");
     }
 }

@@ -4,7 +4,10 @@
 use super::types::{Item, Search};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::Arc;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// Scales `v` to unit length (cosine similarity is then a dot product);
 /// `None` for a zero or non-finite vector.
@@ -137,11 +140,14 @@ pub enum IndexKind {
     Exact,
     /// An HNSW graph, from the first item: approximate (see
     /// [`HnswParams`]), in time growing with the logarithm of the number
-    /// of items.
+    /// of items. Items put one by one are linked in as they come; an index
+    /// loaded whole ([`VectorIndex::extend`]) or compacted builds its graph
+    /// in the background, searching exactly meanwhile.
     Approximate(HnswParams),
     /// Exact while the index holds fewer than `from` items; the graph is
-    /// built when it reaches `from` (once; then kept up to date with every
-    /// write). From then on each search takes the route that the index's
+    /// built when it reaches `from` (once, on a thread of its own, searches
+    /// exact until it is ready; then kept up to date with every write).
+    /// From then on each search takes the route that the index's
     /// own measurements say is cheaper for it ([`SearchCosts`]): an exact
     /// search costs about the same per item whatever the filter, a graph
     /// walk grows as the filter narrows (it walks through the items the
@@ -272,7 +278,7 @@ struct Code<'a> {
 /// them stay in the processor's caches, and the integer products are
 /// cheaper too. A walk's scores are then close but not exact, so the
 /// answers it finds are scored again on the full vectors.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Codes {
     dimensions: usize,
     ints: Vec<i8>,
@@ -301,6 +307,11 @@ impl Codes {
         let at = node as usize * self.dimensions;
         self.ints[at..at + self.dimensions].copy_from_slice(&ints);
         self.scales[node as usize] = scale;
+    }
+
+    /// How many vectors it holds.
+    fn len(&self) -> usize {
+        self.scales.len()
     }
 
     fn code(&self, node: u32) -> Code<'_> {
@@ -383,6 +394,11 @@ impl Graph {
             top: 0,
             rng: params.seed,
         }
+    }
+
+    /// How many nodes it links (the first ones of the index).
+    fn len(&self) -> usize {
+        self.upper.len()
     }
 
     fn max_links(&self, layer: usize) -> usize {
@@ -615,6 +631,189 @@ pub enum Route {
     GraphThenExact,
 }
 
+/// How many searches of a [`VectorIndex`] took each [`Route`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteCounts {
+    /// Answered by comparing every admitted item.
+    pub exact: u64,
+    /// Answered through the graph.
+    pub graph: u64,
+    /// Tried through the graph, which found too few: then exactly.
+    pub graph_then_exact: u64,
+}
+
+/// Where a [`VectorIndex`]'s HNSW graph stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GraphStatus {
+    /// None is wanted: [`IndexKind::Exact`], or [`IndexKind::Auto`] below
+    /// its threshold.
+    Off,
+    /// Being built on a thread of its own. Until it is ready every search
+    /// is answered exactly: the right answer, only slower.
+    Building,
+    /// Built and kept up to date with every write; searches may take it.
+    Ready,
+    /// The last build failed (it was also logged). Searches are answered
+    /// exactly; the next compaction, or a new index
+    /// ([`Memory::reload_index`](super::Memory::reload_index)), builds
+    /// again.
+    Failed(GraphBuildError),
+}
+
+/// Why a build of a [`VectorIndex`]'s graph failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GraphBuildError {
+    /// No thread could be started for it.
+    #[error("the memory index's graph of {nodes} items: no thread to build it on: {why}")]
+    Spawn {
+        /// The items it was to link.
+        nodes: usize,
+        /// The system's reason.
+        why: String,
+    },
+    /// The build panicked.
+    #[error("the memory index's graph of {nodes} items: the build panicked: {why}")]
+    Panicked {
+        /// The items it was to link.
+        nodes: usize,
+        /// The panic's message.
+        why: String,
+    },
+    /// The [`BuildHook`] refused it.
+    #[error("the memory index's graph of {nodes} items: its build hook refused: {why}")]
+    Refused {
+        /// The items it was to link.
+        nodes: usize,
+        /// The hook's reason.
+        why: String,
+    },
+}
+
+/// Called on the build thread before each round of a graph build, with the
+/// number of items the round will have linked when done. It may block,
+/// holding the build (tests use this to search while a build is pending),
+/// or refuse it (the build fails with [`GraphBuildError::Refused`]). Set
+/// with [`VectorIndex::with_build_hook`] or
+/// [`IndexConfig::build_hook`](super::IndexConfig::build_hook).
+pub type BuildHook = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
+
+/// Up to this many items written while a graph was being built are linked
+/// into it by whichever search or write first finds the build finished;
+/// when more were, another round on the build thread links them (the graph
+/// is not used until it holds every item).
+pub const CATCH_UP_INLINE: usize = 256;
+
+/// A graph build running on its own thread.
+#[derive(Debug, Default)]
+struct BuildJob {
+    /// The graph, or why there is none; `None` while it runs, or when it
+    /// was cancelled.
+    outcome: Mutex<Option<Result<Graph, GraphBuildError>>>,
+    /// Set, under `outcome`'s lock, when the thread is done.
+    done: AtomicBool,
+    finished: Condvar,
+    /// Set when the index is dropped: the thread stops.
+    cancel: AtomicBool,
+}
+
+#[derive(Debug)]
+enum GraphState {
+    Off,
+    Building(Arc<BuildJob>),
+    Ready(Graph),
+    Failed(GraphBuildError),
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Links nodes `graph.len()..codes.len()` into `graph`; `None` if
+/// cancelled.
+fn build_graph(
+    mut graph: Graph,
+    codes: &Codes,
+    hook: Option<&BuildHook>,
+    cancel: &AtomicBool,
+) -> Option<Result<Graph, GraphBuildError>> {
+    let nodes = codes.len();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        if let Some(hook) = hook {
+            hook(nodes).map_err(|why| GraphBuildError::Refused { nodes, why })?;
+        }
+        for node in graph.len()..nodes {
+            if cancel.load(AtomicOrdering::Relaxed) {
+                return Ok(None);
+            }
+            // `nodes` fits a u32: the index numbers its nodes so.
+            graph.insert(node as u32, codes);
+        }
+        Ok(Some(graph))
+    }));
+    match run {
+        Ok(Ok(Some(graph))) => Some(Ok(graph)),
+        Ok(Ok(None)) => None,
+        Ok(Err(refused)) => Some(Err(refused)),
+        Err(panic) => Some(Err(GraphBuildError::Panicked {
+            nodes,
+            why: panic_message(panic.as_ref()),
+        })),
+    }
+}
+
+/// Starts linking the nodes of `codes` that `graph` lacks, on a thread of
+/// its own.
+fn spawn_build(graph: Graph, codes: Codes, hook: Option<BuildHook>) -> GraphState {
+    let nodes = codes.len();
+    let job = Arc::new(BuildJob::default());
+    let shared = Arc::clone(&job);
+    let spawned = std::thread::Builder::new()
+        .name("harness-memory-graph".into())
+        .spawn(move || {
+            let outcome = build_graph(graph, &codes, hook.as_ref(), &shared.cancel);
+            let mut slot = shared.outcome.lock().unwrap_or_else(|e| e.into_inner());
+            *slot = outcome;
+            shared.done.store(true, AtomicOrdering::Release);
+            drop(slot);
+            shared.finished.notify_all();
+        });
+    match spawned {
+        Ok(_) => {
+            tracing::debug!(nodes, "memory index: building the graph in the background");
+            GraphState::Building(job)
+        }
+        Err(e) => {
+            let error = GraphBuildError::Spawn {
+                nodes,
+                why: e.to_string(),
+            };
+            tracing::warn!(%error, "memory index: searches stay exact");
+            GraphState::Failed(error)
+        }
+    }
+}
+
+/// What a [`VectorIndex`] holds and how its searches went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexStats {
+    /// Items held.
+    pub items: usize,
+    /// Where its graph stands.
+    pub graph: GraphStatus,
+    /// Graph build rounds finished (a build that caught up with many
+    /// writes takes more than one).
+    pub graph_builds: u64,
+    /// Searches by route.
+    pub routes: RouteCounts,
+    /// What searches cost.
+    pub costs: SearchCosts,
+}
+
 /// The in-process index behind search by text: items with their unit
 /// vectors, searched exactly, or through an HNSW graph as its
 /// [`IndexKind`] says. It holds the items themselves, so that a search's
@@ -623,7 +822,18 @@ pub enum Route {
 /// returns only those it admits). A replaced or deleted item leaves a
 /// tombstone in the graph; once tombstones outnumber the live items the
 /// index is compacted (the graph rebuilt from the live items).
-#[derive(Debug)]
+///
+/// A whole graph (when [`IndexKind::Auto`] reaches its threshold, when the
+/// index is compacted, or after [`extend`](Self::extend)) is built on a
+/// thread of its own, never inside a search or a write: until it is ready
+/// ([`graph_status`](Self::graph_status)), searches are answered exactly.
+/// Items put or deleted meanwhile are not lost: a node's vector never
+/// changes while a build reads it (a replaced item gets a new node),
+/// deleted items are tombstones the search never returns, and the items
+/// put during the build are linked in when it finishes (by another round
+/// on the build thread if there are more than [`CATCH_UP_INLINE`]). One
+/// build runs per index at a time; a failed one is logged and reported as
+/// [`GraphStatus::Failed`], and searches stay exact.
 pub struct VectorIndex {
     dimensions: usize,
     kind: IndexKind,
@@ -635,9 +845,44 @@ pub struct VectorIndex {
     items: Vec<Option<Arc<Item>>>,
     nodes: HashMap<(Vec<String>, String), u32>,
     dead: usize,
-    graph: Option<Graph>,
-    costs: std::sync::Mutex<SearchCosts>,
-    searches: std::sync::atomic::AtomicU64,
+    graph: RwLock<GraphState>,
+    hook: Option<BuildHook>,
+    costs: Mutex<SearchCosts>,
+    searches: AtomicU64,
+    routes: [AtomicU64; 3],
+    builds: AtomicU64,
+}
+
+impl fmt::Debug for VectorIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VectorIndex")
+            .field("dimensions", &self.dimensions)
+            .field("kind", &self.kind)
+            .field("items", &self.nodes.len())
+            .field("tombstones", &self.dead)
+            .field("graph", &self.status_now())
+            .finish()
+    }
+}
+
+impl Drop for VectorIndex {
+    fn drop(&mut self) {
+        if let GraphState::Building(job) = &*self.read_state() {
+            job.cancel.store(true, AtomicOrdering::Relaxed);
+        }
+    }
+}
+
+/// Whether a write may change a node in place, and whether it links new
+/// nodes into the graph.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No graph, and none being built.
+    Loose,
+    /// A build reads the nodes' vectors.
+    Building,
+    /// A graph to keep up to date.
+    Ready,
 }
 
 impl VectorIndex {
@@ -645,8 +890,8 @@ impl VectorIndex {
     /// `kind` says.
     pub fn new(dimensions: usize, kind: IndexKind) -> Self {
         let graph = match kind {
-            IndexKind::Approximate(params) => Some(Graph::new(params)),
-            IndexKind::Exact | IndexKind::Auto { .. } => None,
+            IndexKind::Approximate(params) => GraphState::Ready(Graph::new(params)),
+            IndexKind::Exact | IndexKind::Auto { .. } => GraphState::Off,
         };
         Self {
             dimensions,
@@ -656,15 +901,26 @@ impl VectorIndex {
             items: Vec::new(),
             nodes: HashMap::new(),
             dead: 0,
-            graph,
-            costs: std::sync::Mutex::default(),
-            searches: std::sync::atomic::AtomicU64::new(0),
+            graph: RwLock::new(graph),
+            hook: None,
+            costs: Mutex::default(),
+            searches: AtomicU64::new(0),
+            routes: Default::default(),
+            builds: AtomicU64::new(0),
         }
     }
 
     /// An exact index ([`IndexKind::Exact`]).
     pub fn exact(dimensions: usize) -> Self {
         Self::new(dimensions, IndexKind::Exact)
+    }
+
+    /// Calls `hook` on the build thread before each round of a graph build:
+    /// see [`BuildHook`].
+    #[must_use]
+    pub fn with_build_hook(mut self, hook: BuildHook) -> Self {
+        self.hook = Some(hook);
+        self
     }
 
     /// How many items it holds.
@@ -677,11 +933,66 @@ impl VectorIndex {
         self.nodes.is_empty()
     }
 
-    /// Whether searches go through the graph (unless a filter is
-    /// selective, or, with [`IndexKind::Auto`], exact search is measured
-    /// to be cheaper).
+    /// Whether its graph is ready, so that searches may go through it
+    /// (unless a filter is selective, or, with [`IndexKind::Auto`], exact
+    /// search is measured to be cheaper).
     pub fn is_approximate(&self) -> bool {
-        self.graph.is_some()
+        self.graph_status() == GraphStatus::Ready
+    }
+
+    /// Where its graph stands (a finished build is taken in first).
+    pub fn graph_status(&self) -> GraphStatus {
+        self.poll();
+        self.status_now()
+    }
+
+    /// Waits up to `timeout` for a graph build to finish (taking it in);
+    /// where the graph then stands.
+    pub fn wait_for_graph(&self, timeout: Duration) -> GraphStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.poll();
+            let job = match &*self.read_state() {
+                GraphState::Building(job) => Arc::clone(job),
+                _ => return self.status_now(),
+            };
+            let mut slot = job.outcome.lock().unwrap_or_else(|e| e.into_inner());
+            while !job.done.load(AtomicOrdering::Acquire) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return GraphStatus::Building;
+                }
+                slot = job
+                    .finished
+                    .wait_timeout(slot, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+    }
+
+    /// What it holds and how its searches went.
+    pub fn stats(&self) -> IndexStats {
+        IndexStats {
+            items: self.len(),
+            graph: self.graph_status(),
+            graph_builds: self.builds.load(AtomicOrdering::Relaxed),
+            routes: self.route_counts(),
+            costs: self.search_costs(),
+        }
+    }
+
+    /// How many searches took each route.
+    pub fn route_counts(&self) -> RouteCounts {
+        let [exact, graph, graph_then_exact] = self
+            .routes
+            .each_ref()
+            .map(|c| c.load(AtomicOrdering::Relaxed));
+        RouteCounts {
+            exact,
+            graph,
+            graph_then_exact,
+        }
     }
 
     /// What its searches have cost so far.
@@ -689,9 +1000,114 @@ impl VectorIndex {
         *self.costs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, GraphState> {
+        self.graph.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn status_now(&self) -> GraphStatus {
+        match &*self.read_state() {
+            GraphState::Off => GraphStatus::Off,
+            GraphState::Building(_) => GraphStatus::Building,
+            GraphState::Ready(_) => GraphStatus::Ready,
+            GraphState::Failed(e) => GraphStatus::Failed(e.clone()),
+        }
+    }
+
+    fn mode(&mut self) -> Mode {
+        match self.graph.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            GraphState::Off | GraphState::Failed(_) => Mode::Loose,
+            GraphState::Building(_) => Mode::Building,
+            GraphState::Ready(_) => Mode::Ready,
+        }
+    }
+
+    /// Takes in a finished build, if there is one.
+    fn poll(&self) {
+        let job = match &*self.read_state() {
+            GraphState::Building(job) if job.done.load(AtomicOrdering::Acquire) => Arc::clone(job),
+            _ => return,
+        };
+        let mut state = self.graph.write().unwrap_or_else(|e| e.into_inner());
+        // Another search may have taken it in meanwhile.
+        if matches!(&*state, GraphState::Building(j) if Arc::ptr_eq(j, &job)) {
+            *state = self.finish(&job);
+        }
+    }
+
+    /// [`poll`](Self::poll) without locking.
+    fn poll_mut(&mut self) {
+        let job = match self.graph.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            GraphState::Building(job) if job.done.load(AtomicOrdering::Acquire) => Arc::clone(job),
+            _ => return,
+        };
+        let next = self.finish(&job);
+        *self.graph.get_mut().unwrap_or_else(|e| e.into_inner()) = next;
+    }
+
+    /// The state after `job`, which is done: its graph with the nodes put
+    /// since linked in (or another round started to link them), or why
+    /// there is none.
+    fn finish(&self, job: &BuildJob) -> GraphState {
+        let outcome = job.outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match outcome {
+            Some(Ok(graph)) => {
+                self.builds.fetch_add(1, AtomicOrdering::Relaxed);
+                self.resume(graph)
+            }
+            Some(Err(error)) => {
+                tracing::warn!(%error, "memory index: searches stay exact");
+                GraphState::Failed(error)
+            }
+            None => GraphState::Off,
+        }
+    }
+
+    /// `graph` with the nodes it lacks linked in now, if they are few, or
+    /// by another round on a build thread.
+    fn resume(&self, mut graph: Graph) -> GraphState {
+        let behind = self.codes.len().saturating_sub(graph.len());
+        if behind > CATCH_UP_INLINE {
+            return spawn_build(graph, self.codes.clone(), self.hook.clone());
+        }
+        for node in graph.len()..self.codes.len() {
+            graph.insert(node as u32, &self.codes);
+        }
+        GraphState::Ready(graph)
+    }
+
+    /// The graph's settings if one is wanted at the index's size.
+    fn wanted_graph(&self) -> Option<HnswParams> {
+        match self.kind {
+            IndexKind::Exact => None,
+            IndexKind::Approximate(params) => Some(params),
+            IndexKind::Auto { from, params } => (self.nodes.len() >= from).then_some(params),
+        }
+    }
+
+    /// Starts a build if a graph is wanted and there is none, or links in
+    /// what a ready graph lacks.
+    fn build_if_due(&mut self) {
+        let state = std::mem::replace(
+            self.graph.get_mut().unwrap_or_else(|e| e.into_inner()),
+            GraphState::Off,
+        );
+        let next = match state {
+            GraphState::Ready(graph) if graph.len() < self.codes.len() => self.resume(graph),
+            GraphState::Off => match self.wanted_graph() {
+                Some(params) if self.codes.len() == 0 => GraphState::Ready(Graph::new(params)),
+                Some(params) => {
+                    spawn_build(Graph::new(params), self.codes.clone(), self.hook.clone())
+                }
+                None => GraphState::Off,
+            },
+            other => other,
+        };
+        *self.graph.get_mut().unwrap_or_else(|e| e.into_inner()) = next;
+    }
+
     /// [`nearest_exact`](Self::nearest_exact), its cost recorded.
     fn timed_exact(&self, query: &[f32], search: &Search, now: u64) -> Vec<(Arc<Item>, f32)> {
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         let found = self.nearest_exact(query, search, now);
         let per_item = start.elapsed().as_nanos() as f64 / self.items.len().max(1) as f64;
         let mut costs = self.costs.lock().unwrap_or_else(|e| e.into_inner());
@@ -702,6 +1118,24 @@ impl VectorIndex {
     /// Puts `item` with its unit `vector` (of the index's length), or
     /// removes the item when `vector` is `None` or of another length.
     pub fn put(&mut self, item: Item, vector: Option<&[f32]>) {
+        self.put_one(item, vector, false);
+    }
+
+    /// Puts many items (as [`put`](Self::put)), then builds or extends the
+    /// graph once, in the background, rather than linking each item in as
+    /// it comes: how an index is loaded.
+    pub fn extend<I>(&mut self, items: I)
+    where
+        I: IntoIterator<Item = (Item, Option<Vec<f32>>)>,
+    {
+        for (item, vector) in items {
+            self.put_one(item, vector.as_deref(), true);
+        }
+        self.build_if_due();
+    }
+
+    fn put_one(&mut self, item: Item, vector: Option<&[f32]>, defer: bool) {
+        self.poll_mut();
         let key = (item.namespace.labels().to_vec(), item.key.clone());
         let Some(vector) = vector.filter(|v| v.len() == self.dimensions) else {
             self.remove_key(&key);
@@ -710,8 +1144,9 @@ impl VectorIndex {
         if let Some(&node) = self.nodes.get(&key) {
             let at = node as usize * self.dimensions;
             let same = self.vectors[at..at + self.dimensions] == *vector;
-            if same || self.graph.is_none() {
-                // The graph is not changed: the item is replaced where it is.
+            if same || self.mode() == Mode::Loose {
+                // Neither a graph nor a build reads this node's vector: the
+                // item is replaced where it is.
                 self.vectors[at..at + self.dimensions].copy_from_slice(vector);
                 self.codes.set(node, vector);
                 self.items[node as usize] = Some(Arc::new(item));
@@ -726,19 +1161,21 @@ impl VectorIndex {
         self.codes.push(vector);
         self.items.push(Some(Arc::new(item)));
         self.nodes.insert(key, node);
-        if let Some(graph) = self.graph.as_mut() {
-            graph.insert(node, &self.codes);
+        if defer {
+            return;
         }
-        if let IndexKind::Auto { from, params } = self.kind
-            && self.graph.is_none()
-            && self.nodes.len() >= from
+        if let GraphState::Ready(graph) = self.graph.get_mut().unwrap_or_else(|e| e.into_inner())
+            && graph.len() == node as usize
         {
-            self.rebuild(Some(params));
+            graph.insert(node, &self.codes);
+        } else {
+            self.build_if_due();
         }
     }
 
     /// Removes the item at `namespace`/`key`.
     pub fn remove(&mut self, namespace: &[String], key: &str) {
+        self.poll_mut();
         self.remove_key(&(namespace.to_vec(), key.to_owned()));
     }
 
@@ -757,14 +1194,15 @@ impl VectorIndex {
         };
         self.items[node as usize] = None;
         self.dead += 1;
-        if self.dead > 1024 && self.dead > self.nodes.len() {
-            let params = self.graph.as_ref().map(|g| g.params);
-            self.rebuild(params);
+        // Not while a build reads the nodes: compaction renumbers them.
+        if self.dead > 1024 && self.dead > self.nodes.len() && self.mode() != Mode::Building {
+            self.compact();
         }
     }
 
-    /// Drops the tombstones; builds the graph anew with `params`, or none.
-    fn rebuild(&mut self, params: Option<HnswParams>) {
+    /// Drops the tombstones; the graph, if one is wanted, is built anew in
+    /// the background.
+    fn compact(&mut self) {
         let d = self.dimensions;
         let mut vectors = Vec::with_capacity(self.nodes.len() * d);
         let mut items = Vec::with_capacity(self.nodes.len());
@@ -790,13 +1228,8 @@ impl VectorIndex {
         self.vectors = vectors;
         self.items = items;
         self.dead = 0;
-        self.graph = params.map(|params| {
-            let mut graph = Graph::new(params);
-            for node in 0..self.items.len() {
-                graph.insert(node as u32, &self.codes);
-            }
-            graph
-        });
+        *self.graph.get_mut().unwrap_or_else(|e| e.into_inner()) = GraphState::Off;
+        self.build_if_due();
     }
 
     /// Whether node `node` is live at `now` and admitted by `search`.
@@ -821,11 +1254,24 @@ impl VectorIndex {
         search: &Search,
         now: u64,
     ) -> (Vec<(Arc<Item>, f32)>, Route) {
+        self.poll();
+        let (found, route) = self.routed(query, search, now);
+        let counter = match route {
+            Route::Exact => &self.routes[0],
+            Route::Graph => &self.routes[1],
+            Route::GraphThenExact => &self.routes[2],
+        };
+        counter.fetch_add(1, AtomicOrdering::Relaxed);
+        (found, route)
+    }
+
+    fn routed(&self, query: &[f32], search: &Search, now: u64) -> (Vec<(Arc<Item>, f32)>, Route) {
         let want = search.offset.saturating_add(search.limit);
         if want == 0 || query.len() != self.dimensions {
             return (Vec::new(), Route::Exact);
         }
-        let Some(graph) = &self.graph else {
+        let state = self.read_state();
+        let GraphState::Ready(graph) = &*state else {
             return (self.timed_exact(query, search, now), Route::Exact);
         };
         let fraction = self.admitted_fraction(search, now);
@@ -833,9 +1279,7 @@ impl VectorIndex {
             return (self.timed_exact(query, search, now), Route::Exact);
         }
         if let IndexKind::Auto { .. } = self.kind {
-            let n = self
-                .searches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = self.searches.fetch_add(1, AtomicOrdering::Relaxed);
             let costs = self.search_costs();
             let route = match costs.cheaper(self.items.len(), fraction) {
                 // Not measured yet: exact first, then the graph.
@@ -849,7 +1293,7 @@ impl VectorIndex {
                 return (self.timed_exact(query, search, now), Route::Exact);
             }
         }
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         let ef = graph.params.ef_search.max(want);
         let admit = |node: u32| self.admits(node as usize, search, now);
         let mut ints = Vec::with_capacity(self.dimensions);

@@ -39,6 +39,22 @@
 //! one conformance suite. Validation, times to live and the semantic index
 //! are [`Memory`]'s, the same over every backend.
 //!
+//! The log store (`harness_stores::LogStore`) is not a memory backend, by
+//! choice. Its file is a sequence of frames, each one commit of one
+//! session (the checkpoints it appends and removes by sequence number, and
+//! the session's head), and its index in memory maps sessions to where
+//! their frames are. Memory needs another shape: records keyed by
+//! namespace and key, replaced and deleted in place, read in namespace
+//! order under a prefix, and TTLs refreshed on read. In that log every
+//! replacement, delete and refresh would be a new frame (a read would
+//! become a write), a prefix search or a field filter would read every
+//! item's JSON back from the file (or keep them all in memory, which
+//! [`InMemory`] already does), and a second keyspace beside sessions would
+//! change the log's format. sled gives the embedded case all of it (an
+//! ordered keyspace, prefix scans, atomic batches), so `SledMemory` is the
+//! embedded backend; an application keeping its sessions in a log store
+//! keeps its memory in a sled directory beside it.
+//!
 //! # Times to live
 //!
 //! An item put with a TTL ([`PutOptions::ttl`]) expires that long after it
@@ -63,6 +79,17 @@
 //! takes whichever route, exact or the graph, the index has measured to be
 //! cheaper for a search with its filter ([`SearchCosts`];
 //! [`IndexConfig::kind`] chooses otherwise).
+//!
+//! The graph is built on a thread of its own, never inside a search or a
+//! put (at 100 000 items of 384 numbers a build takes on the order of a
+//! minute or two on a small machine). Until it is ready every search is
+//! answered exactly: the right answer, only slower. Items put, replaced or
+//! deleted meanwhile are neither lost nor returned stale: a build never
+//! reads a vector that changes under it, deleted items are never returned,
+//! and the items put during a build are linked in when it finishes. A
+//! failed build is logged and reported ([`GraphStatus::Failed`],
+//! [`Memory::index_stats`]); searches stay exact. [`Memory::wait_for_graph`]
+//! waits for a running build (a warm-up; searches never wait).
 //! Embeddings are batched (one call per put or batch) and cached by text.
 //! If the embedder fails or times out, the put fails as a whole and nothing
 //! is written. [`HashedWords`] is an embedder without a model (texts are
@@ -85,7 +112,8 @@ mod types;
 pub use backend::{Clock, InMemory, ManualClock, MemoryBackend, Record, SystemClock, Write};
 pub use hashed::HashedWords;
 pub use index::{
-    EXACT_UP_TO, EXPLORE_EVERY, HnswParams, IndexKind, Route, SearchCosts, VectorIndex, dot,
+    BuildHook, CATCH_UP_INLINE, EXACT_UP_TO, EXPLORE_EVERY, GraphBuildError, GraphStatus,
+    HnswParams, IndexKind, IndexStats, Route, RouteCounts, SearchCosts, VectorIndex, dot,
     normalized,
 };
 pub use types::{
@@ -109,6 +137,7 @@ pub struct IndexConfig {
     timeout: Duration,
     cache: usize,
     kind: IndexKind,
+    hook: Option<BuildHook>,
 }
 
 impl fmt::Debug for IndexConfig {
@@ -119,6 +148,7 @@ impl fmt::Debug for IndexConfig {
             .field("fields", &self.fields)
             .field("timeout", &self.timeout)
             .field("kind", &self.kind)
+            .field("build_hook", &self.hook.is_some())
             .finish()
     }
 }
@@ -136,13 +166,15 @@ impl IndexConfig {
             timeout: Duration::from_secs(30),
             cache: 10_000,
             kind: IndexKind::default(),
+            hook: None,
         }
     }
 
     /// Finds the closest items as `kind` says. The default,
     /// [`IndexKind::Auto`], searches exactly up to [`EXACT_UP_TO`] items;
-    /// from then on it keeps an HNSW graph too (built once when the index
-    /// reaches that size, then kept up to date) and each search takes the
+    /// from then on it keeps an HNSW graph too (built once, in the
+    /// background, when the index reaches that size, then kept up to date;
+    /// searches are exact until it is ready) and each search takes the
     /// route measured to be cheaper for it ([`SearchCosts`]); a search whose
     /// filters admit less than [`HnswParams::exact_below`] of the items is
     /// answered exactly at any size.
@@ -157,6 +189,15 @@ impl IndexConfig {
     #[must_use]
     pub fn approximate(self, params: HnswParams) -> Self {
         self.kind(IndexKind::Approximate(params))
+    }
+
+    /// Calls `hook` on the build thread before each round of a graph build
+    /// ([`BuildHook`]): to watch builds, or in tests to hold one while
+    /// searches run, or to make one fail.
+    #[must_use]
+    pub fn build_hook(mut self, hook: BuildHook) -> Self {
+        self.hook = Some(hook);
+        self
     }
 
     /// Compares every item at any size ([`IndexKind::Exact`]).
@@ -712,14 +753,46 @@ impl Memory {
         Ok(())
     }
 
+    /// The index of the backend's items; its graph, if one is wanted, is
+    /// built in the background.
     async fn build_index(&self, semantic: &Semantic) -> Result<VectorIndex, MemoryError> {
         let now = self.clock.now();
         let mut index = VectorIndex::new(semantic.config.dimensions, semantic.config.kind);
-        for record in self.backend.scan(now).await? {
-            let vector = record.vector.and_then(normalized);
-            index.put(record.item, vector.as_deref());
+        if let Some(hook) = &semantic.config.hook {
+            index = index.with_build_hook(Arc::clone(hook));
         }
+        let records = self.backend.scan(now).await?;
+        index.extend(
+            records
+                .into_iter()
+                .map(|r| (r.item, r.vector.and_then(normalized))),
+        );
         Ok(index)
+    }
+
+    /// What the index of search by text holds and how its searches went;
+    /// `None` without an index, or before the first search by text loaded
+    /// it.
+    pub async fn index_stats(&self) -> Option<IndexStats> {
+        let semantic = self.semantic.as_ref()?;
+        let index = semantic.index.read().await;
+        index.as_ref().map(VectorIndex::stats)
+    }
+
+    /// Waits up to `timeout` for the index's graph build, if one is
+    /// running, to finish; where the graph then stands (`None` without a
+    /// loaded index). Searches never wait for it: this is for tests,
+    /// benchmarks and warm-ups.
+    pub async fn wait_for_graph(&self, timeout: Duration) -> Option<GraphStatus> {
+        let semantic = self.semantic.as_ref()?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let status = semantic.index.read().await.as_ref()?.graph_status();
+            if status != GraphStatus::Building || tokio::time::Instant::now() >= deadline {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Rebuilds the index from the backend: picks up what other processes

@@ -7,12 +7,19 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use harness::memory::{
-    EXPLORE_EVERY, Filter, HashedWords, HnswParams, IndexConfig, IndexKind, Item, Memory,
-    Namespace, Route, Search, SearchCosts, VectorIndex, normalized,
+    BuildHook, CATCH_UP_INLINE, EXPLORE_EVERY, Filter, GraphBuildError, GraphStatus, HashedWords,
+    HnswParams, IndexConfig, IndexKind, Item, Memory, Namespace, Route, Search, SearchCosts,
+    VectorIndex, normalized,
 };
 use serde_json::json;
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// How long a test waits for a graph build: far longer than any takes (a
+/// wait ends as soon as the build does).
+const WAIT: Duration = Duration::from_secs(300);
 
 /// Deterministic numbers (splitmix64).
 struct Rng(u64);
@@ -218,7 +225,11 @@ fn replaced_and_deleted_items_follow_their_writes_through_compaction() {
         index.remove(it.namespace.labels(), &it.key);
     }
     assert_eq!(index.len(), 1_000);
-    assert!(index.is_approximate(), "the graph is rebuilt, not dropped");
+    assert_eq!(
+        index.wait_for_graph(WAIT),
+        GraphStatus::Ready,
+        "the graph is rebuilt, not dropped"
+    );
     let (r, _) = recall(&index, &second[1_000..1_100], &everything());
     assert!(r >= 0.95, "recall@10 after compaction {r}");
     for (i, v) in second.iter().enumerate().take(100) {
@@ -291,11 +302,17 @@ fn auto_builds_the_graph_at_its_threshold_and_exact_never() {
     );
     let mut exact = VectorIndex::exact(32);
     for (i, v) in vectors.iter().enumerate() {
-        assert_eq!(auto.is_approximate(), i >= 1_000, "after {i} items");
+        if i < 1_000 {
+            assert_eq!(auto.graph_status(), GraphStatus::Off, "after {i} items");
+        } else {
+            assert_ne!(auto.graph_status(), GraphStatus::Off, "after {i} items");
+        }
         auto.put(item(i), Some(v));
         exact.put(item(i), Some(v));
     }
+    assert_eq!(auto.wait_for_graph(WAIT), GraphStatus::Ready);
     assert!(auto.is_approximate());
+    assert_eq!(exact.graph_status(), GraphStatus::Off);
     assert!(!exact.is_approximate());
     let (r, _) = recall(&auto, &vectors[..50], &everything());
     assert!(r >= 0.95, "recall@10 {r}");
@@ -323,6 +340,7 @@ fn auto_routes_each_search_by_the_costs_it_measured() {
     for (i, v) in vectors.iter().enumerate() {
         auto.put(item(i), Some(v));
     }
+    assert_eq!(auto.wait_for_graph(WAIT), GraphStatus::Ready);
     assert_eq!(auto.search_costs(), SearchCosts::default());
     let tenth = everything().filter(Filter::eq("cat", 3));
     let searches = usize::try_from(EXPLORE_EVERY).unwrap() + 20;
@@ -440,4 +458,294 @@ async fn memory_searches_through_the_approximate_index() {
         again.iter().all(|h| h.item.key != key),
         "a deleted item was found"
     );
+}
+
+/// A [`BuildHook`] that holds the first build round until it is opened and
+/// counts the rounds.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+    rounds: AtomicUsize,
+}
+
+impl Gate {
+    fn hook(self: &Arc<Self>) -> BuildHook {
+        let gate = Arc::clone(self);
+        Arc::new(move |_nodes| {
+            if gate.rounds.fetch_add(1, Ordering::SeqCst) == 0 {
+                let mut open = gate.open.lock().unwrap();
+                while !*open {
+                    open = gate.opened.wait(open).unwrap();
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+
+    /// Waits until the first round has called the hook (so it is held).
+    fn wait_held(&self) {
+        while self.rounds.load(Ordering::SeqCst) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn auto_from(from: usize) -> IndexKind {
+    IndexKind::Auto {
+        from,
+        params: HnswParams::default(),
+    }
+}
+
+/// While the graph is being built (held by the hook), searches are
+/// answered exactly (route and answer equal to exact search's) and puts,
+/// replacements and deletions go on; when the build is let go, the graph
+/// takes them all in: new items are found by their vectors, replaced ones
+/// with their new value, deleted ones never, and searches go through the
+/// graph (the route and the route counters say so).
+#[test]
+fn searches_are_exact_while_the_graph_builds_and_writes_meanwhile_are_kept() {
+    let first = clustered(500, 32, 10, 0.9, 11);
+    let second = clustered(500, 32, 10, 0.9, 12);
+    let gate = Arc::new(Gate::default());
+    let mut index = VectorIndex::new(32, auto_from(400)).with_build_hook(gate.hook());
+    for (i, v) in first.iter().enumerate().take(400) {
+        index.put(item(i), Some(v));
+    }
+    gate.wait_held();
+    assert_eq!(index.graph_status(), GraphStatus::Building);
+    for q in first.iter().take(20) {
+        let (got, route) = index.nearest_routed(q, &everything(), 0);
+        assert_eq!(route, Route::Exact, "no graph to walk yet");
+        assert_eq!(keys(&got), keys(&index.nearest_exact(q, &everything(), 0)));
+    }
+    // Meanwhile: 100 new items, 50 replaced with new vectors and values,
+    // 50 deleted.
+    for (i, v) in first.iter().enumerate().skip(400) {
+        index.put(item(i), Some(v));
+    }
+    for (i, v) in second.iter().enumerate().take(50) {
+        let mut replaced = item(i);
+        replaced.value["new"] = json!(true);
+        index.put(replaced, Some(v));
+    }
+    for i in 50..100 {
+        let it = item(i);
+        index.remove(it.namespace.labels(), &it.key);
+    }
+    assert_eq!(index.graph_status(), GraphStatus::Building);
+    assert_eq!(index.len(), 450);
+    // Still exact, and already right about the writes.
+    let (got, route) = index.nearest_routed(&first[450], &everything().limit(1), 0);
+    assert_eq!((keys(&got), route), (vec!["k450".to_owned()], Route::Exact));
+
+    gate.open();
+    assert_eq!(index.wait_for_graph(WAIT), GraphStatus::Ready);
+    assert_eq!(
+        gate.rounds.load(Ordering::SeqCst),
+        1,
+        "150 behind: caught up inline"
+    );
+    const { assert!(150 <= CATCH_UP_INLINE) };
+    assert_eq!(index.stats().graph_builds, 1);
+    let before = index.route_counts();
+    let (_, route) = index.nearest_routed(&first[0], &everything(), 0);
+    assert_eq!(route, Route::Graph, "the graph is used once ready");
+    assert_eq!(index.route_counts().graph, before.graph + 1);
+
+    // Through the graph now: every write made during the build shows.
+    let mut graph_routes = 0;
+    for (i, v) in first.iter().enumerate().skip(400) {
+        let (got, route) = index.nearest_routed(v, &everything().limit(1), 0);
+        graph_routes += usize::from(route == Route::Graph);
+        assert_eq!(
+            keys(&got),
+            [format!("k{i}")],
+            "an item put during the build"
+        );
+    }
+    for (i, v) in second.iter().enumerate().take(50) {
+        let got = index.nearest(v, &everything().limit(1), 0);
+        assert_eq!(
+            keys(&got),
+            [format!("k{i}")],
+            "an item replaced during the build"
+        );
+        assert_eq!(
+            got[0].0.value["new"], true,
+            "its new value, not the stale one"
+        );
+    }
+    for v in first.iter().skip(50).take(50) {
+        let found = keys(&index.nearest(v, &everything(), 0));
+        assert!(
+            found.iter().all(|k| {
+                let n: usize = k[1..].parse().unwrap();
+                !(50..100).contains(&n)
+            }),
+            "an item deleted during the build came back: {found:?}"
+        );
+    }
+    assert!(graph_routes > 0, "searches go through the graph");
+    let (r, _) = recall(&index, &second[100..150], &everything());
+    assert!(r >= 0.95, "recall@10 after the catch-up {r}");
+}
+
+/// More items put during a build than are linked in inline: another round
+/// on the build thread links them (the hook sees two rounds), and the graph
+/// is used only once it holds every item.
+#[test]
+fn many_puts_during_a_build_are_linked_in_by_another_round() {
+    let vectors = clustered(300 + 2 * CATCH_UP_INLINE, 32, 10, 0.9, 13);
+    let gate = Arc::new(Gate::default());
+    let mut index = VectorIndex::new(32, auto_from(300)).with_build_hook(gate.hook());
+    for (i, v) in vectors.iter().enumerate().take(300) {
+        index.put(item(i), Some(v));
+    }
+    gate.wait_held();
+    for (i, v) in vectors.iter().enumerate().skip(300) {
+        index.put(item(i), Some(v));
+    }
+    gate.open();
+    assert_eq!(index.wait_for_graph(WAIT), GraphStatus::Ready);
+    assert_eq!(gate.rounds.load(Ordering::SeqCst), 2);
+    assert_eq!(index.stats().graph_builds, 2);
+    for (i, v) in vectors.iter().enumerate().skip(300).step_by(7) {
+        assert_eq!(
+            keys(&index.nearest(v, &everything().limit(1), 0)),
+            [format!("k{i}")]
+        );
+    }
+    let (r, through) = recall(&index, &vectors[..60], &everything());
+    assert!(r >= 0.95, "recall@10 {r}");
+    assert!(through > 0);
+}
+
+/// A build that fails (its hook refuses, or it panics) is reported as a
+/// typed error naming the number of items and why; searches stay exact and
+/// right, and writes go on.
+#[test]
+fn a_failed_build_is_reported_and_searches_stay_exact() {
+    let vectors = clustered(260, 16, 5, 0.9, 14);
+    let refuse: BuildHook = Arc::new(|_| Err("no room for a graph today".into()));
+    let panics: BuildHook = Arc::new(|n| panic!("a build of {n} broke"));
+    for (hook, expected) in [
+        (
+            refuse,
+            GraphBuildError::Refused {
+                nodes: 200,
+                why: "no room for a graph today".into(),
+            },
+        ),
+        (
+            panics,
+            GraphBuildError::Panicked {
+                nodes: 200,
+                why: "a build of 200 broke".into(),
+            },
+        ),
+    ] {
+        let mut index = VectorIndex::new(16, auto_from(200)).with_build_hook(hook);
+        for (i, v) in vectors.iter().enumerate().take(200) {
+            index.put(item(i), Some(v));
+        }
+        let status = index.wait_for_graph(WAIT);
+        assert_eq!(status, GraphStatus::Failed(expected.clone()));
+        let message = expected.to_string();
+        assert!(message.contains("200 items"), "{message}");
+        for (i, v) in vectors.iter().enumerate().skip(200) {
+            index.put(item(i), Some(v));
+        }
+        assert_eq!(index.len(), 260);
+        for q in vectors.iter().step_by(13) {
+            let (got, route) = index.nearest_routed(q, &everything(), 0);
+            assert_eq!(route, Route::Exact);
+            assert_eq!(keys(&got), keys(&index.nearest_exact(q, &everything(), 0)));
+        }
+        assert!(matches!(index.graph_status(), GraphStatus::Failed(_)));
+        assert_eq!(index.stats().graph_builds, 0);
+    }
+}
+
+/// Through `Memory`: the first search by text over a large enough memory
+/// is answered exactly while the graph builds in the background (held
+/// here), with the same hits as an exact index; a put and a delete made
+/// meanwhile show once the graph is ready, and searches then go through
+/// it ([`Memory::index_stats`]).
+#[tokio::test]
+async fn memory_answers_exactly_until_its_graph_is_built() {
+    let gate = Arc::new(Gate::default());
+    let embedder = Arc::new(HashedWords::new(64));
+    let gated = IndexConfig::new(embedder.clone(), 64)
+        .fields(["text"])
+        .kind(auto_from(150))
+        .build_hook(gate.hook());
+    let memory = Memory::in_memory().with_index(gated);
+    let exact =
+        Memory::in_memory().with_index(IndexConfig::new(embedder, 64).fields(["text"]).exact());
+    let ns = Namespace::new(["notes"]).unwrap();
+    let words = [
+        "amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "heron",
+    ];
+    for i in 0..200 {
+        let text = format!(
+            "{} {} {}",
+            words[i % 8],
+            words[(i / 8) % 8],
+            words[(i / 64) % 8]
+        );
+        for m in [&memory, &exact] {
+            m.put(&ns, &format!("n{i}"), json!({"text": text, "cat": i % 3}))
+                .await
+                .unwrap();
+        }
+    }
+    assert!(
+        memory.index_stats().await.is_none(),
+        "loaded at the first search"
+    );
+    let query = Search::under(ns.clone())
+        .text("garnet heron amber")
+        .limit(8);
+    let got = memory.search(&query).await.unwrap();
+    gate.wait_held();
+    let stats = memory.index_stats().await.unwrap();
+    assert_eq!(stats.graph, GraphStatus::Building);
+    assert_eq!((stats.routes.exact, stats.routes.graph), (1, 0));
+    let want = exact.search(&query).await.unwrap();
+    assert_eq!(got, want, "the exact answer while the graph builds");
+
+    memory
+        .put(&ns, "new", json!({"text": "quartz quartz zircon"}))
+        .await
+        .unwrap();
+    memory.delete(&ns, "n0").await.unwrap();
+    gate.open();
+    assert_eq!(memory.wait_for_graph(WAIT).await, Some(GraphStatus::Ready));
+    let found = memory
+        .search(&Search::under(ns.clone()).text("quartz zircon").limit(1))
+        .await
+        .unwrap();
+    assert_eq!(found[0].item.key, "new");
+    let all = memory
+        .search(
+            &Search::under(ns.clone())
+                .text("amber amber amber")
+                .limit(200),
+        )
+        .await
+        .unwrap();
+    assert!(
+        all.iter().all(|h| h.item.key != "n0"),
+        "a deleted item came back"
+    );
+    assert_eq!(all.len(), 200);
+    let stats = memory.index_stats().await.unwrap();
+    assert!(stats.routes.graph >= 1, "{stats:?}");
 }

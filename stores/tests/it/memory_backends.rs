@@ -360,6 +360,52 @@ mod postgres_memory {
         drop_schemas(&url, &[schema]).await;
     }
 
+    /// Read-only: a schema without the table is refused, naming it, and
+    /// nothing is created there; an existing table is read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_memory_read_only_creates_nothing_and_reads_what_is_there() {
+        let Some(url) = server_url("HARNESS_TEST_POSTGRES_URL") else {
+            return;
+        };
+        let read_only = |schema: &str| {
+            PostgresMemoryOptions::default()
+                .schema(schema)
+                .read_only(true)
+        };
+        for missing in [unique("none"), unique("none")] {
+            let err = PostgresMemory::connect_with(&url, read_only(&missing))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("no table") && err.contains(&missing), "{err}");
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1",
+                    &[&missing],
+                )
+                .await
+                .unwrap();
+            assert_eq!(row.get::<_, i64>(0), 0, "schema {missing} was created");
+        }
+        let schema = unique("mem");
+        let written = connect(&url, &schema).await;
+        let n = ns(&["r"]);
+        written
+            .apply(vec![Write::Put(record(&n, "k", json!({"v": 1}), T0))], T0)
+            .await
+            .unwrap();
+        let reader = PostgresMemory::connect_with(&url, read_only(&schema))
+            .await
+            .unwrap();
+        let got = reader.get(&n, "k", T0).await.unwrap().unwrap();
+        assert_eq!(got.item.value, json!({"v": 1}));
+        drop_schemas(&url, &[schema]).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_memory_searches_by_meaning_after_a_reopen() {
         let Some(url) = server_url("HARNESS_TEST_POSTGRES_URL") else {
