@@ -17,14 +17,16 @@
 //! # How a run is made durable
 //!
 //! The session lives in the object's Restate state: its head under `head`,
-//! each checkpoint under a key of its own (`cp/{seq}`). A handler attempt
+//! each run's checkpoints under a key of their own (`cp/{first}-{last}`). A
+//! handler attempt
 //! loads the head and the checkpoints from the latest snapshot on (what a
 //! run needs) into a [`MemoryStore`] of its own, runs the agent on it
 //! ([`RestateSessions`], the core's `SessionStore`), and when the run
 //! settles saves what changed: the new head, the checkpoints it added, the
 //! superseded snapshots it removed. That change is journaled (so that a
 //! replayed handler saves the same bytes), and it is the size of the run,
-//! not of the session: a session of many runs costs each run no more. Every `cx.once` of the run's steps, its sub-agents' included,
+//! not of the session: a session of many runs costs each run no more.
+//! Every `cx.once` of the run's steps, its sub-agents' included,
 //! goes through `ctx.run` ([`RestateEffects`], the core's
 //! [`EffectJournal`]). Both reach the attempt through a task-local of the
 //! run's task (a run is one future: its branches and sub-agents are in it),
@@ -530,6 +532,9 @@ struct Saved {
 struct Loaded {
     last_seq: Option<u64>,
     chunks: Vec<(String, Vec<Checkpoint>)>,
+    /// The checkpoints given to the run (from the latest snapshot on): the
+    /// only ones it can remove. A run's key may also hold older ones.
+    imported: Vec<u64>,
 }
 
 /// The object's checkpoint keys with what they hold, in order, keeping the
@@ -565,18 +570,24 @@ async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, Ha
         return Ok(Loaded {
             last_seq: None,
             chunks: Vec::new(),
+            imported: Vec::new(),
         });
     };
     let chunks = read_chunks!(ctx, head.snapshot_seq);
-    let log = chunks
+    let log: Vec<Checkpoint> = chunks
         .iter()
         .flat_map(|(_, cps)| cps.iter())
         .filter(|cp| cp.seq >= head.snapshot_seq)
         .cloned()
         .collect();
+    let imported = log.iter().map(|cp| cp.seq).collect();
     let last_seq = Some(head.last_seq);
     store.import(head, log);
-    Ok(Loaded { last_seq, chunks })
+    Ok(Loaded {
+        last_seq,
+        chunks,
+        imported,
+    })
 }
 
 /// The virtual object serving one agent; made by [`Durable::object`].
@@ -610,11 +621,7 @@ impl AgentObject {
         let store = MemoryStore::new();
         let loaded = load(ctx, &store).await?;
         let last_seq = loaded.last_seq;
-        let loaded_seqs: Vec<u64> = loaded
-            .chunks
-            .iter()
-            .flat_map(|(_, cps)| cps.iter().map(|cp| cp.seq))
-            .collect();
+        let loaded_seqs = loaded.imported.clone();
         let (tx, mut requests) = mpsc::unbounded_channel();
         let attempt = Arc::new(Attempt {
             effects: tx,

@@ -505,7 +505,7 @@ async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
     rig.register().await;
     let (session, _) = rig.session("long");
     let mut saves = Vec::new();
-    for i in 0..8 {
+    for i in 0..12 {
         // Each run writes a long note over the last one: a whole-session
         // save would journal every earlier run's note again, and the
         // session takes snapshots (its updates outgrow its state).
@@ -555,6 +555,23 @@ async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
     assert!(
         snapshots.len() <= 2,
         "superseded snapshots kept: {snapshots:?}"
+    );
+    // Nothing else is gone: of the checkpoints 0..=last, only the one
+    // superseded snapshot (taken at run 6, replaced at run 11) is missing;
+    // those before the latest snapshot are kept (the history), the run
+    // keys that held them rewritten without it.
+    let seqs: Vec<u64> = kept.log.iter().map(|cp| cp.seq).collect();
+    let missing: Vec<u64> = (0..=kept.head.last_seq)
+        .filter(|seq| !seqs.contains(seq))
+        .collect();
+    assert_eq!(
+        missing.len(),
+        1,
+        "checkpoints lost: {missing:?} of {seqs:?}"
+    );
+    assert!(
+        missing[0] > 0 && missing[0] < kept.head.snapshot_seq,
+        "{missing:?}, snapshots {snapshots:?}"
     );
 }
 
