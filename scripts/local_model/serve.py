@@ -58,6 +58,11 @@ def main() -> int:
     # request samples the same answer, and a retry after llama.cpp could
     # not parse a tool call (HTTP 500) fails the same way again.
     params.sampling.temp = 0.2
+    # At most 1 024 tokens per answer: a small model can ramble until its
+    # slot's context is full (thousands of tokens at ~9 a second here),
+    # which once held the test suite for over 20 minutes. No test asks for
+    # a longer answer; a cut one ends with `finish_reason: length`.
+    params.n_predict = 1024
 
     server = xllamacpp.Server(params)
     print(f"serving {args.alias} on {server.listening_address}", flush=True)
