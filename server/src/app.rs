@@ -31,6 +31,9 @@ pub(crate) struct App {
     /// Changes whenever a run is added to a thread (the streaming
     /// protocol's thread streams wait on it for the next run).
     pub(crate) runs_added: tokio::sync::watch::Sender<u64>,
+    /// With replicas: this server as one of them (its runs are kept in
+    /// the store).
+    pub(crate) replica: Option<crate::replica::Replica>,
 }
 
 pub(crate) type Shared = Arc<App>;

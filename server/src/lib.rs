@@ -23,6 +23,7 @@ mod threads;
 
 mod webhook;
 
+mod replica;
 mod runs;
 mod store;
 
@@ -32,6 +33,7 @@ mod crons;
 
 pub use error::{ApiError, ServeError};
 pub use guard::Scope;
+pub use replica::Replicas;
 pub use webhook::Webhooks;
 
 use app::{App, Runs, Shared};
@@ -101,6 +103,7 @@ pub struct Server {
     webhooks: Option<Webhooks>,
     request_timeout: Duration,
     max_streams: usize,
+    replicas: Option<Replicas>,
     #[cfg(feature = "studio")]
     studio: Option<(String, harness_studio::Studio)>,
 }
@@ -142,6 +145,7 @@ impl Server {
             webhooks: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_streams: DEFAULT_MAX_STREAMS,
+            replicas: None,
             #[cfg(feature = "studio")]
             studio: None,
         }
@@ -168,6 +172,22 @@ impl Server {
     #[must_use]
     pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Makes this server one of several replicas sharing its session store
+    /// (PostgreSQL or Redis) behind one address: every run is kept in the
+    /// store, so any replica serves any run (`get`, `join`, `join_stream`,
+    /// `wait`, `cancel`), the store decides each thread's multitask
+    /// strategy, and a run whose replica dies is taken over by another
+    /// once its lease lapses and continued from its last checkpoint. See
+    /// [`Replicas`] and the crate docs' "Replicas".
+    ///
+    /// Without it, a server keeps its runs in memory: faster, and right
+    /// for one process.
+    #[must_use]
+    pub fn replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = Some(replicas);
         self
     }
 
@@ -317,11 +337,17 @@ impl Server {
             started_at: now_millis(),
             stopping: tokio::sync::watch::channel(false).0,
             runs_added: tokio::sync::watch::channel(0).0,
+            replica: self.replicas.as_ref().map(replica::Replica::new),
         });
         self.guard.hosts = hosts;
         // Crons fire from every server sharing the store (each tick once).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(crons::scheduler(Arc::clone(&app)));
+            // Replicas take over the runs of those that died.
+            if app.replica.is_some() {
+                let _enter = runtime.enter();
+                replica::reap(&app, runs::go_on);
+            }
         }
         let timed = axum::middleware::from_fn_with_state(self.request_timeout, limits::timed);
         #[cfg_attr(not(feature = "studio"), allow(unused_mut))]
@@ -452,6 +478,24 @@ impl Bound {
         let grace = self.grace;
         let stop = async move {
             shutdown.await;
+            if app.replica.is_some() {
+                // A replica hands its runs over: stopped at a step
+                // boundary, their leases released, for another replica to
+                // continue; the runs it follows go on where they run.
+                let runs = replica::owned(&app);
+                for run in &runs {
+                    run.hand_over();
+                }
+                let settled = futures::future::join_all(runs.iter().map(|r| r.settled()));
+                if tokio::time::timeout(grace, settled).await.is_err() {
+                    tracing::warn!(
+                        "some runs did not reach a step boundary within the shutdown grace"
+                    );
+                }
+                replica::flush_all(&app).await;
+                app.stopping.send_replace(true);
+                return;
+            }
             let runs: Vec<_> = app
                 .runs()
                 .by_thread

@@ -125,11 +125,16 @@ pub(crate) fn wait_json(run: &RunRecord, result: &RunResult) -> Value {
 }
 
 /// The run `run_id` of any thread, or a 404.
-fn run_by_id(app: &Shared, run_id: &str) -> Result<Arc<RunRecord>, ApiError> {
+async fn run_by_id(app: &Shared, run_id: &str) -> Result<Arc<RunRecord>, ApiError> {
     check_id("run_id", run_id)?;
-    app.runs()
-        .find_by_id(run_id)
-        .ok_or_else(|| ApiError::not_found("run", run_id))
+    let local = app.runs().find_by_id(run_id);
+    match local {
+        Some(run) => Ok(run),
+        None if app.replica.is_some() => crate::replica::find(app, None, run_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("run", run_id)),
+        None => Err(ApiError::not_found("run", run_id)),
+    }
 }
 
 /// A conflict of a path whose spec lists no 409 (the run's state does
@@ -146,7 +151,7 @@ pub(crate) async fn get_run(
     State(app): State<Shared>,
     Path(run_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = run_by_id(&app, &run_id)?;
+    let run = run_by_id(&app, &run_id).await?;
     Ok(Json(run_json(&run)))
 }
 
@@ -156,7 +161,7 @@ pub(crate) async fn delete_run(
     State(app): State<Shared>,
     Path(run_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = run_by_id(&app, &run_id)?;
+    let run = run_by_id(&app, &run_id).await?;
     runs::delete(State(app), Path((run.thread_id.clone(), run_id)))
         .await
         .map_err(|e| conflict_as_422(e, "run_id"))
@@ -167,7 +172,7 @@ pub(crate) async fn wait_run(
     State(app): State<Shared>,
     Path(run_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = run_by_id(&app, &run_id)?;
+    let run = run_by_id(&app, &run_id).await?;
     let result = app.settled(&run).await?;
     Ok(Json(wait_json(&run, &result)))
 }
@@ -180,7 +185,7 @@ pub(crate) async fn stream_run(
     headers: HeaderMap,
     query: QueryPairs,
 ) -> Result<Response, ApiError> {
-    let run = run_by_id(&app, &run_id)?;
+    let run = run_by_id(&app, &run_id).await?;
     runs::join_stream(
         State(app),
         Path((run.thread_id.clone(), run_id)),
@@ -197,7 +202,7 @@ pub(crate) async fn cancel_run(
     Path(run_id): Path<String>,
     query: QueryPairs,
 ) -> Result<Response, ApiError> {
-    let run = run_by_id(&app, &run_id)?;
+    let run = run_by_id(&app, &run_id).await?;
     runs::cancel(State(app), Path((run.thread_id.clone(), run_id)), query)
         .await
         .map_err(|e| conflict_as_422(e, "run_id"))

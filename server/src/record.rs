@@ -5,6 +5,7 @@ use crate::time::iso;
 use harness::StopHandle;
 use harness::session::now_millis;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 
@@ -42,6 +43,21 @@ impl Mode {
         })
     }
 
+    /// The name a stored frame gives its mode ([`parse`](Self::parse)'s,
+    /// and `always`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mode::Values => "values",
+            Mode::Updates => "updates",
+            Mode::Custom => "custom",
+            Mode::Debug => "debug",
+            Mode::Events => "events",
+            Mode::Messages => "messages-tuple",
+            Mode::MessagesFull => "messages",
+            Mode::Always => "always",
+        }
+    }
+
     /// The names [`parse`](Self::parse) knows.
     pub(crate) const NAMES: &'static [&'static str] = &[
         "values",
@@ -75,6 +91,47 @@ pub(crate) struct Frame {
     pub(crate) data: Value,
 }
 
+/// The SSE event names frames carry.
+const EVENTS: [&str; 11] = [
+    "metadata",
+    "values",
+    "updates",
+    "custom",
+    "debug",
+    "events",
+    "messages",
+    "messages/metadata",
+    "messages/partial",
+    "messages/complete",
+    "error",
+];
+
+impl Frame {
+    /// The frame as a replica stores it: `[seq, mode, event, ns, data]`.
+    pub(crate) fn to_stored(&self) -> Value {
+        json!([self.seq, self.mode.name(), self.event, self.ns, self.data])
+    }
+
+    /// A frame a replica stored; `None` if it does not read as one.
+    pub(crate) fn from_stored(value: &Value) -> Option<Frame> {
+        let [seq, mode, event, ns, data] = value.as_array()?.as_slice() else {
+            return None;
+        };
+        let mode = match mode.as_str()? {
+            "always" => Mode::Always,
+            name => Mode::parse(name)?,
+        };
+        let event = EVENTS.into_iter().find(|e| Some(*e) == event.as_str())?;
+        Some(Frame {
+            seq: seq.as_u64()?,
+            mode,
+            event,
+            ns: ns.as_str().map(str::to_string),
+            data: data.clone(),
+        })
+    }
+}
+
 /// Where a run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RunStatus {
@@ -103,10 +160,22 @@ impl RunStatus {
 
     pub(crate) const NAMES: &'static [&'static str] =
         &["pending", "running", "success", "error", "interrupted"];
+
+    /// The status named `name` ([`as_str`](Self::as_str)).
+    pub(crate) fn parse(name: &str) -> Option<RunStatus> {
+        Some(match name {
+            "pending" => RunStatus::Pending,
+            "running" => RunStatus::Running,
+            "success" => RunStatus::Success,
+            "error" => RunStatus::Error,
+            "interrupted" => RunStatus::Interrupted,
+            _ => return None,
+        })
+    }
 }
 
 /// How a run ended.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RunResult {
     /// The thread's state at the end.
     pub(crate) values: Value,
@@ -146,6 +215,12 @@ struct Live {
     /// The session and its step count when the run started (`None` for a
     /// thread that had no state): where a rollback takes the thread back.
     start_point: Option<Option<(String, u64)>>,
+    /// The session the run was started on and its last checkpoint's
+    /// sequence number then (`None` if it had none): how a replica that
+    /// takes the run over tells whether it had started.
+    launched: Option<(String, Option<u64>)>,
+    /// Stopped to be handed to another replica, not settled.
+    handing_over: bool,
 }
 
 /// A run of the server.
@@ -164,6 +239,9 @@ pub(crate) struct RunRecord {
     live: Mutex<Live>,
     /// The number of frames, bumped at each new frame and at the end.
     tick: watch::Sender<u64>,
+    /// A copy of a run another replica runs, following what it stores
+    /// (see `replica`); a cancel of it is passed on through the store.
+    mirror: AtomicBool,
 }
 
 impl std::fmt::Debug for RunRecord {
@@ -204,12 +282,122 @@ impl RunRecord {
                 stop: None,
                 cancelled: false,
                 start_point: None,
+                launched: None,
+                handing_over: false,
             }),
             tick: watch::channel(0).0,
+            mirror: AtomicBool::new(false),
         });
         let meta = json!({ "run_id": record.run_id, "attempt": 1 });
         record.push(Mode::Always, "metadata", None, meta);
         record
+    }
+
+    /// A run as a replica stored it, without its frames (see
+    /// [`push_stored`](Self::push_stored)): a mirror of it, or the run
+    /// taken over.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn restore(
+        run_id: String,
+        thread_id: String,
+        assistant_id: String,
+        created_at: u64,
+        metadata: Value,
+        kwargs: Value,
+        multitask_strategy: &'static str,
+        modes: Vec<Mode>,
+        mirror: bool,
+    ) -> Arc<Self> {
+        Arc::new(RunRecord {
+            run_id,
+            thread_id,
+            assistant_id,
+            created_at,
+            metadata,
+            kwargs,
+            multitask_strategy,
+            modes,
+            live: Mutex::new(Live {
+                status: RunStatus::Pending,
+                updated_at: created_at,
+                frames: Vec::new(),
+                result: None,
+                stop: None,
+                cancelled: false,
+                start_point: None,
+                launched: None,
+                handing_over: false,
+            }),
+            tick: watch::channel(0).0,
+            mirror: AtomicBool::new(mirror),
+        })
+    }
+
+    /// Whether this is a copy of a run another replica runs.
+    pub(crate) fn is_mirror(&self) -> bool {
+        self.mirror.load(Ordering::Acquire)
+    }
+
+    /// This replica runs it now (it took it over).
+    pub(crate) fn own(&self) {
+        self.mirror.store(false, Ordering::Release);
+    }
+
+    /// Appends a stored frame if it is the next one (frames already here
+    /// are skipped); whether it was appended.
+    pub(crate) fn push_stored(&self, frame: Frame) -> bool {
+        let count = {
+            let mut live = self.live();
+            if frame.seq != live.frames.len() as u64 {
+                return false;
+            }
+            live.frames.push(Arc::new(frame));
+            live.frames.len() as u64
+        };
+        self.tick.send_replace(count);
+        true
+    }
+
+    /// A mirror's status, as the replica running it stored it.
+    pub(crate) fn mirror_status(&self, status: RunStatus, updated_at: u64) {
+        let mut live = self.live();
+        if !live.status.is_done() {
+            live.status = status;
+            live.updated_at = updated_at;
+        }
+    }
+
+    /// Records where the run was started: the session and its last
+    /// checkpoint then.
+    pub(crate) fn set_launched(&self, session: String, seq: Option<u64>) {
+        self.live().launched = Some((session, seq));
+    }
+
+    pub(crate) fn launched(&self) -> Option<(String, Option<u64>)> {
+        self.live().launched.clone()
+    }
+
+    /// Stops the run at its next step boundary so that another replica
+    /// goes on with it: it is not cancelled, and its replica does not
+    /// settle it.
+    pub(crate) fn hand_over(&self) {
+        let mut live = self.live();
+        if live.status.is_done() {
+            return;
+        }
+        live.handing_over = true;
+        if let Some(stop) = &live.stop {
+            stop.stop();
+        }
+    }
+
+    pub(crate) fn is_handing_over(&self) -> bool {
+        self.live().handing_over
+    }
+
+    /// When the run last changed.
+    pub(crate) fn updated_at(&self) -> u64 {
+        self.live().updated_at
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, Live> {
@@ -246,7 +434,7 @@ impl RunRecord {
     /// passed on now.
     pub(crate) fn running(&self, stop: StopHandle) {
         let mut live = self.live();
-        if live.cancelled {
+        if live.cancelled || live.handing_over {
             stop.stop();
         }
         live.status = RunStatus::Running;

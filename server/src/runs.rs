@@ -6,7 +6,8 @@
 use crate::app::{Body, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
 use crate::record::{Mode, RunRecord, RunStatus};
-use crate::served::Served;
+use crate::replica::{self, LaunchDoc, RunDoc, TakenOver};
+use crate::served::{Recovered, Served};
 use crate::stream::{self, Want};
 use crate::threads::{self, CheckpointRef, Parent, ThreadRecord};
 use axum::Json;
@@ -474,6 +475,41 @@ struct Launch {
     tokens: bool,
 }
 
+impl Launch {
+    /// As a replica's record keeps it.
+    fn to_doc(&self) -> LaunchDoc {
+        LaunchDoc {
+            input: self.input.clone(),
+            resume: self.resume.clone(),
+            checkpoint: self
+                .checkpoint
+                .as_ref()
+                .map(|(c, field)| (c.clone(), (*field).to_string())),
+            tokens: self.tokens,
+        }
+    }
+
+    /// As a replica's record kept it.
+    fn from_doc(app: &Shared, doc: &RunDoc) -> Result<Launch, ApiError> {
+        let launch = &doc.launch;
+        Ok(Launch {
+            agent: Arc::clone(app.agent(&doc.assistant_id)?),
+            thread: doc.thread_id.clone(),
+            input: launch.input.clone(),
+            resume: launch.resume.clone(),
+            checkpoint: launch.checkpoint.as_ref().map(|(c, field)| {
+                let field = if field == "checkpoint.checkpoint_id" {
+                    "checkpoint.checkpoint_id"
+                } else {
+                    "checkpoint_id"
+                };
+                (c.clone(), field)
+            }),
+            tokens: launch.tokens,
+        })
+    }
+}
+
 /// Starts a run on `thread_id` (a new thread for a stateless run, when
 /// `None`): checks the body, takes its place among the thread's runs per
 /// its multitask strategy, and starts it in this process — at once when the
@@ -554,8 +590,45 @@ pub(crate) async fn start(
         (Some(hooks), Some(url)) => Some((hooks.clone(), hooks.check(&url)?)),
         _ => None,
     };
-    // The check and the claim under one lock.
-    let before = {
+    let before = if app.replica.is_some() {
+        // Replicas: the run's record first, then its admission among the
+        // thread's runs, which the store decides.
+        let not_before = delay
+            .map(|d| now_millis().saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+        let doc = RunDoc::new(
+            &run,
+            launch.to_doc(),
+            not_before,
+            webhook.as_ref().map(|(_, url)| url.to_string()),
+            delete_thread,
+        );
+        let keeper = replica::create(app, &run, doc).await?;
+        let admitted =
+            replica::admit(app, &thread, &run.run_id, strategy == Strategy::Reject).await;
+        let ids = match admitted {
+            Ok(ids) => ids,
+            Err(e) => {
+                keeper.refused(app).await;
+                return Err(e);
+            }
+        };
+        keeper.set_before(app, ids.clone()).await?;
+        let mut before = Vec::new();
+        for id in &ids {
+            if let Some(r) = find_any(app, Some(&thread), id).await? {
+                before.push(r);
+            }
+        }
+        if matches!(strategy, Strategy::Interrupt | Strategy::Rollback) {
+            for r in &before {
+                r.cancel();
+            }
+        }
+        app.runs().add(Arc::clone(&run));
+        replica::keep(app, keeper);
+        before
+    } else {
+        // The check and the claim under one lock.
         let mut runs = app.runs();
         let before = runs.unsettled(&thread);
         if let Some(active) = before.last()
@@ -578,6 +651,10 @@ pub(crate) async fn start(
     app.runs_added.send_modify(|n| *n = n.wrapping_add(1));
     if before.is_empty() && delay.is_none() {
         if let Err(e) = launch_run(app, &run, launch).await {
+            if app.replica.is_some() {
+                run.fail("RunRefused", e.to_string());
+                let _ = replica::unlist(app, &thread, std::slice::from_ref(&run.run_id)).await;
+            }
             forget(app, &thread, &[Arc::clone(&run)]);
             return Err(e);
         }
@@ -585,34 +662,169 @@ pub(crate) async fn start(
         return Ok(run);
     }
     after_settled(app, &run, webhook, delete_thread);
-    let app = Arc::clone(app);
-    let queued = Arc::clone(&run);
-    tokio::spawn(async move {
-        // A delayed run stays pending until its time (or its cancel).
-        if let Some(delay) = delay
-            && !queued.wait_unless_cancelled(delay).await
-        {
-            queued.cancelled_before_start();
-            return;
-        }
-        for r in &before {
-            r.settled().await;
-        }
-        if queued.was_cancelled() {
-            queued.cancelled_before_start();
-            return;
-        }
-        if strategy == Strategy::Rollback
-            && let Err(e) = roll_back(&app, &thread, &before).await
-        {
-            queued.fail("RollbackFailed", e.to_string());
-            return;
-        }
-        if let Err(e) = launch_run(&app, &queued, launch).await {
-            queued.fail("RunRefused", e.to_string());
-        }
-    });
+    tokio::spawn(proceed(
+        Arc::clone(app),
+        Arc::clone(&run),
+        before,
+        strategy,
+        delay,
+        launch,
+    ));
     Ok(run)
+}
+
+/// Starts `run` once its time has come and the runs before it have
+/// settled (unless it is cancelled meanwhile); a rollback first takes the
+/// thread back to where it stood before them.
+async fn proceed(
+    app: Shared,
+    run: Arc<RunRecord>,
+    before: Vec<Arc<RunRecord>>,
+    strategy: Strategy,
+    delay: Option<Duration>,
+    launch: Launch,
+) {
+    let thread = launch.thread.clone();
+    // A delayed run stays pending until its time (or its cancel).
+    if let Some(delay) = delay
+        && !run.wait_unless_cancelled(delay).await
+    {
+        run.cancelled_before_start();
+        return;
+    }
+    for r in &before {
+        r.settled().await;
+    }
+    if run.was_cancelled() {
+        run.cancelled_before_start();
+        return;
+    }
+    if strategy == Strategy::Rollback
+        && let Err(e) = roll_back(&app, &thread, &before).await
+    {
+        run.fail("RollbackFailed", e.to_string());
+        return;
+    }
+    if let Err(e) = launch_run(&app, &run, launch).await {
+        run.fail("RunRefused", e.to_string());
+    }
+}
+
+/// Goes on with a run this replica took over from one that stopped
+/// renewing it: starts it if it had not started, continues its session if
+/// it had.
+pub(crate) async fn go_on(app: Shared, taken: TakenOver) {
+    let (run, doc) = match &taken {
+        TakenOver::Start(run, doc) | TakenOver::Continue(run, doc) => {
+            (Arc::clone(run), doc.clone())
+        }
+    };
+    let webhook = match (&app.webhooks, &doc.webhook) {
+        (Some(hooks), Some(url)) => hooks.check(url).ok().map(|u| (hooks.clone(), u)),
+        _ => None,
+    };
+    after_settled(&app, &run, webhook, doc.delete_thread);
+    let launch = match Launch::from_doc(&app, &doc) {
+        Ok(l) => l,
+        Err(e) => {
+            run.fail("RunRefused", e.to_string());
+            return;
+        }
+    };
+    if matches!(taken, TakenOver::Start(..)) || !started(&run, &launch).await {
+        let mut before = Vec::new();
+        for id in &doc.before {
+            match find_any(&app, Some(&doc.thread_id), id).await {
+                Ok(Some(r)) => before.push(r),
+                Ok(None) => {}
+                Err(e) => {
+                    run.fail("RunRefused", e.to_string());
+                    return;
+                }
+            }
+        }
+        let delay = doc
+            .not_before
+            .map(|t| Duration::from_millis(t.saturating_sub(now_millis())));
+        let strategy = Strategy::read(Some(&doc.multitask_strategy));
+        proceed(app, run, before, strategy, delay, launch).await;
+        return;
+    }
+    if let Err(e) = continue_taken(&app, &run, &launch).await {
+        run.fail("RunError", e.to_string());
+    }
+}
+
+/// Whether the run a replica died running had started its session: the
+/// session moved on from where it was when the run was launched.
+async fn started(run: &RunRecord, launch: &Launch) -> bool {
+    let Some((session, seq)) = run.launched() else {
+        return false;
+    };
+    match launch.agent.head(&harness::SessionId::from(session)).await {
+        Ok(Some(head)) => head.phase == SessionPhase::Running || Some(head.last_seq) != seq,
+        _ => false,
+    }
+}
+
+/// Continues the session of a run taken over mid-way: from its last
+/// checkpoint while it was running (its lease lapses first, if its replica
+/// held it), or settles the run from it if it had ended.
+async fn continue_taken(
+    app: &Shared,
+    run: &Arc<RunRecord>,
+    launch: &Launch,
+) -> Result<(), ApiError> {
+    let Some((session, _)) = run.launched() else {
+        return Ok(());
+    };
+    let session = harness::SessionId::from(session);
+    let mut stopping = app.stopping.subscribe();
+    loop {
+        if run.was_cancelled() {
+            return launch
+                .agent
+                .settle_from(&session, Arc::clone(run), true)
+                .await;
+        }
+        match launch
+            .agent
+            .recover(session.clone(), Arc::clone(run), launch.tokens)
+            .await?
+        {
+            Recovered::Running => return Ok(()),
+            // The dead replica's lease on the session has not lapsed yet.
+            Recovered::InFlight => {}
+            // The run ended before its replica recorded it.
+            Recovered::Ended => {
+                return launch
+                    .agent
+                    .settle_from(&session, Arc::clone(run), false)
+                    .await;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = stopping.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+}
+
+/// A run of the thread from any replica: this one's, else (with replicas)
+/// the store's.
+async fn find_any(
+    app: &Shared,
+    thread: Option<&str>,
+    run: &str,
+) -> Result<Option<Arc<RunRecord>>, ApiError> {
+    let local = match thread {
+        Some(t) => app.runs().find(t, run),
+        None => app.runs().find_by_id(run),
+    };
+    if local.is_some() || app.replica.is_none() {
+        return Ok(local);
+    }
+    replica::find(app, thread, run).await
 }
 
 /// What follows a started run once it settles: its webhook call, and for
@@ -716,6 +928,10 @@ async fn roll_back(app: &Shared, thread: &str, runs: &[Arc<RunRecord>]) -> Resul
         record.updated_at = now_millis();
         threads::save(app, &record).await?;
     }
+    if app.replica.is_some() {
+        let ids: Vec<String> = runs.iter().map(|r| r.run_id.clone()).collect();
+        replica::unlist(app, thread, &ids).await?;
+    }
     forget(app, thread, runs);
     Ok(())
 }
@@ -749,6 +965,7 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
         };
         let answer = answer_for(resume, &interrupt.id)?;
         run.set_start_point(Some((record.session.clone(), head.steps)));
+        write_ahead(app, run, &record.session, Some(head.last_seq)).await?;
         agent
             .resume(
                 record.session_id(),
@@ -776,11 +993,29 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
             steps = agent.head(&fork).await?.map(|h| h.steps);
         }
         run.set_start_point(steps.map(|s| (record.session.clone(), s)));
+        let seq = agent.head(&record.session_id()).await?.map(|h| h.last_seq);
+        write_ahead(app, run, &record.session, seq).await?;
         agent
             .start(record.session_id(), input, Arc::clone(run), tokens)
             .await?;
     }
     Ok(())
+}
+
+/// With replicas: records in the store that the run is about to start
+/// its session (at checkpoint `seq`) before it does, so that a replica
+/// taking it over can tell whether it did.
+async fn write_ahead(
+    app: &Shared,
+    run: &RunRecord,
+    session: &str,
+    seq: Option<u64>,
+) -> Result<(), ApiError> {
+    run.set_launched(session.to_string(), seq);
+    match replica::keeper(app, &run.run_id) {
+        Some(keeper) => keeper.sync(app, true).await,
+        None => Ok(()),
+    }
 }
 
 fn location(run: &RunRecord) -> String {
@@ -933,7 +1168,7 @@ pub(crate) async fn find_run(
     thread: &str,
     run: &str,
 ) -> Result<Arc<RunRecord>, ApiError> {
-    if let Some(found) = app.runs().find(thread, run) {
+    if let Some(found) = find_any(app, Some(thread), run).await? {
         return Ok(found);
     }
     if threads::find(app, thread).await?.is_none() {
@@ -959,19 +1194,22 @@ pub(crate) async fn list(
             format!("`{s}` is none of {}", RunStatus::NAMES.join(", ")),
         ));
     }
-    let runs: Vec<Arc<RunRecord>> = app
-        .runs()
-        .by_thread
-        .get(&thread)
-        .cloned()
-        .unwrap_or_default();
+    let all: Vec<Value> = if app.replica.is_some() {
+        replica::list_json(&app, &thread).await?
+    } else {
+        let runs = app
+            .runs()
+            .by_thread
+            .get(&thread)
+            .cloned()
+            .unwrap_or_default();
+        runs.iter().rev().map(|r| r.to_json()).collect()
+    };
     Ok(Json(
-        runs.iter()
-            .rev()
-            .filter(|r| status.is_none_or(|s| r.status().as_str() == s))
+        all.into_iter()
+            .filter(|r| status.is_none_or(|s| r["status"] == s))
             .skip(offset)
             .take(limit)
-            .map(|r| r.to_json())
             .collect(),
     ))
 }
@@ -980,6 +1218,15 @@ pub(crate) async fn get(
     State(app): State<Shared>,
     Path((thread, run)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    // With replicas, a run of another replica is read from the store
+    // (without following it).
+    let local = app.runs().find(&thread, &run).filter(|r| !r.is_mirror());
+    if local.is_none()
+        && app.replica.is_some()
+        && let Some(json) = replica::run_json(&app, Some(&thread), &run).await?
+    {
+        return Ok(Json(json));
+    }
     Ok(Json(find_run(&app, &thread, &run).await?.to_json()))
 }
 
@@ -1086,6 +1333,9 @@ pub(crate) async fn delete(
             "run {run} is still {}: cancel it first",
             found.status().as_str()
         )));
+    }
+    if app.replica.is_some() {
+        replica::unlist(&app, &thread, std::slice::from_ref(&run)).await?;
     }
     if let Some(list) = app.runs().by_thread.get_mut(&thread) {
         list.retain(|r| r.run_id != run);

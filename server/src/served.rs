@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::record::{Mode, RunRecord, RunResult, RunStatus};
 use crate::time::iso;
 use async_trait::async_trait;
-use harness::session::{CheckpointInfo, SessionError, StoredRun, now_millis};
+use harness::session::{CheckpointInfo, SessionError, SessionPhase, StoredRun, now_millis};
 use harness::slots::{Context, NoSlots};
 use harness::{
     Agent, Harness, HarnessState, InterruptId, RunError, RunEvent, SessionId, Signal, TaskPath,
@@ -14,6 +14,16 @@ use harness::{
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// What came of continuing a session whose run a replica died running.
+pub(crate) enum Recovered {
+    /// The run goes on, driven into the record.
+    Running,
+    /// A run still holds the session (its lease has not lapsed).
+    InFlight,
+    /// The session's run had ended: nothing to continue.
+    Ended,
+}
 
 /// A registered agent, whatever its state type.
 #[async_trait]
@@ -49,6 +59,23 @@ pub(crate) trait Served: Send + Sync {
         input: Option<Value>,
         record: Arc<RunRecord>,
         tokens: bool,
+    ) -> Result<(), ApiError>;
+    /// Continues `session` from its last checkpoint (its run's process
+    /// died), driven into `record`.
+    async fn recover(
+        &self,
+        session: SessionId,
+        record: Arc<RunRecord>,
+        tokens: bool,
+    ) -> Result<Recovered, ApiError>;
+    /// Settles `record` from where `session` stands (a run that ended
+    /// before its replica recorded it; `stopped`: one cancelled before it
+    /// went on).
+    async fn settle_from(
+        &self,
+        session: &SessionId,
+        record: Arc<RunRecord>,
+        stopped: bool,
     ) -> Result<(), ApiError>;
     /// Answers the pending interrupt `interrupt` of `session` with `answer`
     /// and drives the continued run into `record`.
@@ -245,6 +272,68 @@ where
             .await?;
         state.apply(update);
         self.drive(run, state, record, tokens);
+        Ok(())
+    }
+
+    async fn recover(
+        &self,
+        session: SessionId,
+        record: Arc<RunRecord>,
+        tokens: bool,
+    ) -> Result<Recovered, ApiError> {
+        let state = self.current(&session).await?;
+        match self.agent.recover(&session).await {
+            Ok(run) => {
+                self.drive(run, state, record, tokens);
+                Ok(Recovered::Running)
+            }
+            Err(SessionError::InFlight(_)) => Ok(Recovered::InFlight),
+            Err(SessionError::NothingToRecover { .. }) => Ok(Recovered::Ended),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn settle_from(
+        &self,
+        session: &SessionId,
+        record: Arc<RunRecord>,
+        stopped: bool,
+    ) -> Result<(), ApiError> {
+        let head = self.agent.session(session).await?;
+        let values = serde_json::to_value(self.current(session).await?)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let (status, interrupts, error) = match &head.phase {
+            SessionPhase::Interrupted { interrupt } => (
+                RunStatus::Interrupted,
+                vec![interrupt_json(interrupt)],
+                None,
+            ),
+            SessionPhase::Completed { signal } if *signal != Signal::STOPPED && !stopped => {
+                (RunStatus::Success, Vec::new(), None)
+            }
+            SessionPhase::Failed { error } => (
+                RunStatus::Error,
+                Vec::new(),
+                Some(("RunError".to_string(), error.clone())),
+            ),
+            _ => (RunStatus::Interrupted, Vec::new(), None),
+        };
+        if let Some((kind, message)) = &error {
+            record.push(
+                Mode::Always,
+                "error",
+                None,
+                json!({"error": kind, "message": message}),
+            );
+        }
+        record.finish(
+            status,
+            RunResult {
+                values,
+                interrupts,
+                error,
+            },
+        );
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// The Python of the venv `scripts/server-venv` makes (with `langgraph-sdk`):
 /// `HARNESS_SERVER_PYTHON`, else `target/server-venv/bin/python`. The test
 /// fails, never skips, when it is missing.
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let path = std::env::var_os("HARNESS_SERVER_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -24,7 +24,7 @@ fn python() -> PathBuf {
     path
 }
 
-fn script(name: &str) -> PathBuf {
+pub(crate) fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(name)

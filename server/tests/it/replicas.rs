@@ -1,0 +1,214 @@
+//! Two server processes (the `replica` example) on one real PostgreSQL,
+//! driven by the Python `langgraph-sdk`: runs shared across replicas (the
+//! multitask strategy decided by the store, a cancel reaching the replica
+//! that runs the run), and a replica killed with SIGKILL mid-run whose run
+//! another replica finishes — once, no step applied twice — while a client
+//! joined to it there sees its stream end with the outcome.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The PostgreSQL `scripts/services` starts; the test fails without it
+/// unless `HARNESS_SKIP_SERVER_TESTS=1`.
+fn postgres() -> Option<String> {
+    match std::env::var("HARNESS_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("HARNESS_SKIP_SERVER_TESTS").as_deref() == Ok("1") => None,
+        _ => panic!(
+            "HARNESS_TEST_POSTGRES_URL is not set: run `eval \"$(scripts/services)\"` first \
+             (or set HARNESS_SKIP_SERVER_TESTS=1 to skip the tests that need servers)"
+        ),
+    }
+}
+
+/// The `replica` example, built beside this test by `cargo test`.
+fn replica_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples/replica");
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo test -p harness-server` builds it (or `cargo build -p \
+         harness-server --example replica`)",
+        bin.display()
+    );
+    bin
+}
+
+/// Starts a replica; its child process and its URL.
+async fn start(url: &str, schema: &str, dir: &Path) -> (Child, String) {
+    let mut child = Command::new(replica_bin())
+        .args(["--store", url, "--schema", schema, "--dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the replica did not start in 60 s")
+        .unwrap()
+        .expect("the replica ended before it listened");
+    let addr: Value = serde_json::from_str(&line).unwrap();
+    (child, format!("http://{}", addr["addr"].as_str().unwrap()))
+}
+
+/// The lines of the effect log: `step pid`.
+fn effects(dir: &Path) -> Vec<(String, u32)> {
+    std::fs::read_to_string(dir.join("effects"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let (step, pid) = l.split_once(' ').unwrap();
+            (step.to_string(), pid.parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_run() {
+    let Some(url) = postgres() else { return };
+    let schema = format!("replicas_{}", uuid::Uuid::new_v4().simple());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut a, url_a) = start(&url, &schema, dir.path()).await;
+    let (_b, url_b) = start(&url, &schema, dir.path()).await;
+    let pid_a = a.id().unwrap();
+
+    let mut script = Command::new(crate::sdk::python())
+        .arg(crate::sdk::script("sdk_replicas.py"))
+        .args([&url_a, &url_b])
+        .env_remove("LANGGRAPH_API_KEY")
+        .env_remove("LANGSMITH_API_KEY")
+        .env_remove("LANGCHAIN_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
+    let mut stages = Vec::new();
+    let mut killed = false;
+    let twos_on_a = |dir: &Path| {
+        effects(dir)
+            .iter()
+            .filter(|(step, pid)| step == "two" && *pid == pid_a)
+            .count()
+    };
+    let mut twos_before = 0;
+    let drive = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let stage: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("the script printed no JSON ({e}): {line}"));
+            if stage["stage"] == "shared" {
+                // Every run so far has settled.
+                twos_before = twos_on_a(dir.path());
+            }
+            if stage["stage"] == "joined" {
+                // Kill A once it has begun step `two` of the joined run.
+                for _ in 0..500 {
+                    if twos_on_a(dir.path()) > twos_before {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert!(
+                    twos_on_a(dir.path()) > twos_before,
+                    "A never began step two of the joined run"
+                );
+                // Mid-step, with what A streamed so far written (a
+                // replica writes its frames as they come).
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                a.start_kill().unwrap();
+                a.wait().await.unwrap();
+                killed = true;
+            }
+            stages.push(stage);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), drive)
+        .await
+        .expect("the SDK script did not finish in 120 s");
+    let out = script.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "sdk_replicas.py failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(killed, "the script never joined the run: {stages:?}");
+    let seen = stages.last().unwrap();
+    println!("sdk_replicas.py saw: {seen}");
+
+    // 1. Shared runs: B refused a second run on the thread A ran one on,
+    // queued another, and cancelled A's; both replicas agree on the end.
+    assert_eq!(seen["reject"], 409, "{seen}");
+    assert_eq!(seen["queued_status"], "pending", "{seen}");
+    assert_eq!(seen["cancelled_on_a"], "interrupted", "{seen}");
+    assert_eq!(seen["cancelled_on_b"], "interrupted", "{seen}");
+    assert_eq!(seen["queued_on_a"], "success", "{seen}");
+    assert_eq!(seen["runs_listed_on_a"], seen["runs_created"], "{seen}");
+    // The cancelled run stopped before `three`; the queued one ran whole.
+    let trail: Vec<&str> = seen["trail_1"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(trail.ends_with(&["one", "two", "three"]), "{trail:?}");
+    assert_eq!(
+        trail.iter().filter(|s| **s == "three").count(),
+        1,
+        "{trail:?}"
+    );
+
+    // 2. Failover: the run completed once, each step applied once.
+    assert_eq!(seen["failover_status"], "success", "{seen}");
+    let whole = serde_json::json!(["one", "two", "three"]);
+    assert_eq!(seen["failover_state"]["trail"], whole, "{seen}");
+    assert_eq!(
+        seen["history_steps"],
+        serde_json::json!(["$start", "one", "two", "three"]),
+        "{seen}"
+    );
+    // The joined stream (on B) ended with the outcome.
+    assert_eq!(seen["last_values"]["trail"], whole, "{seen}");
+    let events: Vec<&str> = seen["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events.first(), Some(&"metadata"), "{events:?}");
+    // Each step's update streamed once: `one` by A, the others by B.
+    assert_eq!(
+        seen["updated"],
+        serde_json::json!(["one", "two", "three"]),
+        "{seen}"
+    );
+    assert_eq!(events.last(), Some(&"values"), "{events:?}");
+    // Effects of the failover run: `one` once, on A; `two` begun on A and
+    // run again on B (the step A died in); `three` once, on B.
+    let all = effects(dir.path());
+    let start = all.iter().rposition(|(s, _)| s == "one").unwrap();
+    let run_effects = &all[start..];
+    let pid_b = run_effects.last().unwrap().1;
+    assert_ne!(pid_b, pid_a, "{run_effects:?}");
+    assert_eq!(
+        run_effects,
+        &[
+            ("one".to_string(), pid_a),
+            ("two".to_string(), pid_a),
+            ("two".to_string(), pid_b),
+            ("three".to_string(), pid_b),
+        ],
+        "the killed run's effects, in order"
+    );
+}
