@@ -173,7 +173,7 @@ pub(crate) async fn wait_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let run = run_by_id(&app, &run_id).await?;
-    let result = app.settled(&run).await?;
+    let result = crate::replica::settled(&app, &run).await?;
     Ok(Json(wait_json(&run, &result)))
 }
 

@@ -162,7 +162,7 @@ pub(crate) struct RunDoc {
     #[serde(default)]
     pub(crate) not_before: Option<u64>,
     #[serde(default)]
-    pub(crate) start_point: Option<Option<(String, u64)>>,
+    pub(crate) start_point: Option<StartPoint>,
     #[serde(default)]
     pub(crate) launched: Option<(String, Option<u64>)>,
     #[serde(default)]
@@ -248,13 +248,23 @@ impl RunDoc {
             mirror,
         );
         if let Some(point) = &self.start_point {
-            record.set_start_point(point.clone());
+            record.set_start_point(point.at.clone());
         }
         if let Some((session, seq)) = &self.launched {
             record.set_launched(session.clone(), *seq);
         }
         record
     }
+}
+
+/// Where the thread stood when the run started (see
+/// [`RunRecord::start_point`]): a struct, since serde reads a `null` of a
+/// doubled `Option` back as the outer `None`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StartPoint {
+    /// The session and its step count; `None` for a thread that had no
+    /// state.
+    pub(crate) at: Option<(String, u64)>,
 }
 
 /// A strategy's name as the static string a record keeps.
@@ -277,26 +287,37 @@ fn damaged(key: &SessionId, why: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(format!("the server's record {key} is damaged: {why}"))
 }
 
-/// The record `key` of `owner`, if it exists.
+/// The record `key` of `owner`, if it exists. The head and the snapshot
+/// are two reads: a writer may replace the snapshot in between, and the
+/// head is then read again; a snapshot missing from a head that did not
+/// change is damage.
 async fn read(app: &Shared, key: &SessionId, owner: &str) -> Result<Option<Kept>, ApiError> {
-    let Some(head) = app.store.load(key).await? else {
-        return Ok(None);
-    };
-    if head.agent_id != owner {
-        return Err(damaged(key, format!("it belongs to `{}`", head.agent_id)));
+    let mut last_version = None;
+    loop {
+        let Some(head) = app.store.load(key).await? else {
+            return Ok(None);
+        };
+        if head.agent_id != owner {
+            return Err(damaged(key, format!("it belongs to `{}`", head.agent_id)));
+        }
+        let value = app
+            .store
+            .checkpoints(key, head.snapshot_seq)
+            .await?
+            .into_iter()
+            .find(|c| c.seq == head.snapshot_seq)
+            .and_then(|c| match c.kind {
+                CheckpointKind::Snapshot(v) => Some(v),
+                _ => None,
+            });
+        match value {
+            Some(value) => return Ok(Some(Kept { head, value })),
+            None if last_version == Some(head.version) => {
+                return Err(damaged(key, "its value is missing"));
+            }
+            None => last_version = Some(head.version),
+        }
     }
-    let value = app
-        .store
-        .checkpoints(key, head.snapshot_seq)
-        .await?
-        .into_iter()
-        .find(|c| c.seq == head.snapshot_seq)
-        .and_then(|c| match c.kind {
-            CheckpointKind::Snapshot(v) => Some(v),
-            _ => None,
-        })
-        .ok_or_else(|| damaged(key, "its value is missing"))?;
-    Ok(Some(Kept { head, value }))
 }
 
 /// A commit writing `value` as record `key`'s new snapshot (after
@@ -736,7 +757,7 @@ impl Keeper {
                 s => s,
             };
             doc.frames += frames.len() as u64;
-            doc.start_point = self.run.start_point();
+            doc.start_point = self.run.start_point().map(|at| StartPoint { at });
             doc.launched = self.run.launched();
             doc.updated_at = self.run.updated_at();
             if !handing_over {
@@ -829,6 +850,17 @@ impl Keeper {
     }
 }
 
+/// `run`'s result once it settles (an error if the server stops first);
+/// with replicas, once its settling is in the store too, so that every
+/// replica reports it settled as soon as this one has.
+pub(crate) async fn settled(app: &Shared, run: &RunRecord) -> Result<RunResult, ApiError> {
+    let result = app.settled(run).await?;
+    if let Some(keeper) = keeper(app, &run.run_id) {
+        keeper.sync(app, false).await?;
+    }
+    Ok(result)
+}
+
 /// Keeps writing `keeper`'s run until it settles (or is handed over, or
 /// taken by another replica).
 pub(crate) fn keep(app: &Shared, keeper: Arc<Keeper>) {
@@ -917,7 +949,7 @@ async fn catch_up(
 /// has settled.
 fn apply_doc(run: &RunRecord, doc: &RunDoc) {
     if let Some(point) = &doc.start_point {
-        run.set_start_point(point.clone());
+        run.set_start_point(point.at.clone());
     }
     if doc.settled() {
         if !run.status().is_done() {
@@ -1088,7 +1120,7 @@ async fn take(app: &Shared, run: &str) -> Result<Option<TakenOver>, ApiError> {
     };
     catch_up(app, &record, &key, 0).await?;
     if let Some(point) = &doc.start_point {
-        record.set_start_point(point.clone());
+        record.set_start_point(point.at.clone());
     }
     if let Some((session, seq)) = &doc.launched {
         record.set_launched(session.clone(), *seq);
@@ -1131,6 +1163,68 @@ pub(crate) async fn flush_all(app: &Shared) {
     for k in keepers {
         if let Err(e) = k.sync(app, true).await {
             tracing::warn!(run = %k.run.run_id, error = %e, "cannot write a run before stopping");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LaunchDoc, RunDoc, StartPoint};
+    use crate::record::{Frame, Mode, RunRecord, RunResult};
+    use serde_json::{Value, json};
+
+    #[test]
+    fn a_run_record_reads_back_as_written_even_where_a_thread_had_no_state() {
+        let run = RunRecord::new(
+            "r".into(),
+            "t".into(),
+            "a".into(),
+            json!({"k": 1}),
+            Value::Null,
+            "rollback",
+            vec![Mode::Values, Mode::MessagesFull],
+        );
+        for at in [None, Some(("s".to_string(), 3))] {
+            let mut doc = RunDoc::new(&run, LaunchDoc::default(), Some(5), None, true);
+            doc.start_point = Some(StartPoint { at: at.clone() });
+            doc.launched = Some(("s".into(), None));
+            doc.result = Some(RunResult {
+                values: json!({"x": 1}),
+                interrupts: vec![json!({"id": "i"})],
+                error: Some(("E".into(), "m".into())),
+            });
+            let text = serde_json::to_string(&doc).unwrap();
+            let back: RunDoc = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, doc);
+            let record = back.record(true);
+            assert_eq!(record.start_point(), Some(at));
+            assert_eq!(record.modes, vec![Mode::Values, Mode::MessagesFull]);
+            assert_eq!(record.multitask_strategy, "rollback");
+        }
+    }
+
+    #[test]
+    fn frames_read_back_as_stored_and_foreign_ones_are_refused() {
+        let frame = Frame {
+            seq: 7,
+            mode: Mode::MessagesFull,
+            event: "messages/partial",
+            ns: Some("sub:1".into()),
+            data: json!([{"content": "hi"}]),
+        };
+        let back = Frame::from_stored(&frame.to_stored()).unwrap();
+        assert_eq!(
+            (back.seq, back.mode, back.event, back.ns, back.data),
+            (frame.seq, frame.mode, frame.event, frame.ns, frame.data)
+        );
+        for bad in [
+            json!(null),
+            json!([1, "values", "values", null]),
+            json!([1, "nope", "values", null, {}]),
+            json!([1, "values", "unheard-of", null, {}]),
+            json!(["1", "values", "values", null, {}]),
+        ] {
+            assert!(Frame::from_stored(&bad).is_none(), "{bad}");
         }
     }
 }

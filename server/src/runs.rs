@@ -1130,7 +1130,7 @@ async fn wait_run(
 ) -> Result<Response, ApiError> {
     let shaped = body.is_agent_protocol();
     let run = start(&app, thread, body).await?;
-    let result = app.settled(&run).await?;
+    let result = replica::settled(&app, &run).await?;
     // An answer the interrupted step cannot read is the client's mistake:
     // the run failed, the interrupt still waits.
     if let Some((kind, message)) = &result.error
@@ -1235,7 +1235,7 @@ pub(crate) async fn join(
     Path((thread, run)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let run = find_run(&app, &thread, &run).await?;
-    Ok(Json(app.settled(&run).await?.output()))
+    Ok(Json(replica::settled(&app, &run).await?.output()))
 }
 
 /// `join_stream`: the run's events from `Last-Event-ID` on (from the start
@@ -1318,7 +1318,7 @@ pub(crate) async fn cancel(
         )));
     }
     if wait {
-        app.settled(&run).await?;
+        replica::settled(&app, &run).await?;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,9 +1,10 @@
-//! Two server processes (the `replica` example) on one real PostgreSQL,
+//! Three server processes (the `replica` example) on one real PostgreSQL,
 //! driven by the Python `langgraph-sdk`: runs shared across replicas (the
-//! multitask strategy decided by the store, a cancel reaching the replica
-//! that runs the run), and a replica killed with SIGKILL mid-run whose run
-//! another replica finishes — once, no step applied twice — while a client
-//! joined to it there sees its stream end with the outcome.
+//! multitask strategies decided by the store, a cancel reaching the replica
+//! that runs the run), a replica stopped mid-run handing its run over, and
+//! a replica killed with SIGKILL mid-run whose run another replica
+//! finishes — once, no step applied twice — while a client joined to it
+//! there sees its stream end with the outcome.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -79,12 +80,13 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     let schema = format!("replicas_{}", uuid::Uuid::new_v4().simple());
     let dir = tempfile::tempdir().unwrap();
     let (mut a, url_a) = start(&url, &schema, dir.path()).await;
-    let (_b, url_b) = start(&url, &schema, dir.path()).await;
-    let pid_a = a.id().unwrap();
+    let (b, url_b) = start(&url, &schema, dir.path()).await;
+    let (mut c, url_c) = start(&url, &schema, dir.path()).await;
+    let (pid_a, pid_b, pid_c) = (a.id().unwrap(), b.id().unwrap(), c.id().unwrap());
 
     let mut script = Command::new(crate::sdk::python())
         .arg(crate::sdk::script("sdk_replicas.py"))
-        .args([&url_a, &url_b])
+        .args([&url_a, &url_b, &url_c])
         .env_remove("LANGGRAPH_API_KEY")
         .env_remove("LANGSMITH_API_KEY")
         .env_remove("LANGCHAIN_API_KEY")
@@ -96,13 +98,15 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
     let mut stages = Vec::new();
     let mut killed = false;
-    let twos_on_a = |dir: &Path| {
+    let twos_on = |dir: &Path, on: u32| {
         effects(dir)
             .iter()
-            .filter(|(step, pid)| step == "two" && *pid == pid_a)
+            .filter(|(step, pid)| step == "two" && *pid == on)
             .count()
     };
+    let twos_on_a = |dir: &Path| twos_on(dir, pid_a);
     let mut twos_before = 0;
+    let mut handed_over = None;
     let drive = async {
         while let Some(line) = lines.next_line().await.unwrap() {
             let stage: Value = serde_json::from_str(&line)
@@ -110,6 +114,27 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
             if stage["stage"] == "shared" {
                 // Every run so far has settled.
                 twos_before = twos_on_a(dir.path());
+            }
+            if stage["stage"] == "joined-c" {
+                // Stop C (as Ctrl-C would) once it has begun step `two`.
+                for _ in 0..500 {
+                    if twos_on(dir.path(), pid_c) > 0 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert!(twos_on(dir.path(), pid_c) > 0, "C never began step two");
+                let sent = Command::new("kill")
+                    .args(["-INT", &pid_c.to_string()])
+                    .status()
+                    .await
+                    .unwrap();
+                assert!(sent.success());
+                let exited = tokio::time::timeout(Duration::from_secs(30), c.wait())
+                    .await
+                    .expect("C did not stop within 30 s of SIGINT")
+                    .unwrap();
+                handed_over = Some(exited);
             }
             if stage["stage"] == "joined" {
                 // Kill A once it has begun step `two` of the joined run.
@@ -169,9 +194,49 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
         "{trail:?}"
     );
 
-    // 2. Failover: the run completed once, each step applied once.
-    assert_eq!(seen["failover_status"], "success", "{seen}");
+    assert_eq!(seen["interrupted_status"], "interrupted", "{seen}");
+    assert_eq!(seen["interrupting_status"], "success", "{seen}");
+    let trail: Vec<&str> = seen["trail_interrupt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(trail.ends_with(&["one", "two", "three"]), "{trail:?}");
+    assert_eq!(
+        trail.iter().filter(|s| **s == "three").count(),
+        1,
+        "{trail:?}"
+    );
+    // The rolled-back run is gone, and so are its steps.
+    assert_eq!(
+        seen["rollback_listed"],
+        serde_json::json!([seen["rollback_run"]])
+    );
     let whole = serde_json::json!(["one", "two", "three"]);
+    assert_eq!(seen["trail_rollback"], whole, "{seen}");
+
+    // 2. Handing over: C stopped cleanly; another replica ran the step
+    // after C's last, and only that one.
+    let exited = handed_over.expect("the script never joined C's run");
+    assert!(exited.success(), "C exited with {exited}");
+    assert_eq!(seen["handover_status"], "success", "{seen}");
+    assert_eq!(seen["handover_updated"], whole, "{seen}");
+    assert_eq!(seen["handover_last"]["trail"], whole, "{seen}");
+    let all = effects(dir.path());
+    let on_c: Vec<&str> = all
+        .iter()
+        .filter(|(_, pid)| *pid == pid_c)
+        .map(|(s, _)| s.as_str())
+        .collect();
+    assert_eq!(on_c, ["one", "two"], "{all:?}");
+    // A or B (whichever reaped it first) went on with `three`.
+    let after_c = all.iter().rposition(|(_, pid)| *pid == pid_c).unwrap() + 1;
+    assert_eq!(all[after_c].0, "three", "{all:?}");
+    assert!([pid_a, pid_b].contains(&all[after_c].1), "{all:?}");
+
+    // 3. Failover: the run completed once, each step applied once.
+    assert_eq!(seen["failover_status"], "success", "{seen}");
     assert_eq!(seen["failover_state"]["trail"], whole, "{seen}");
     assert_eq!(
         seen["history_steps"],
@@ -199,8 +264,6 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     let all = effects(dir.path());
     let start = all.iter().rposition(|(s, _)| s == "one").unwrap();
     let run_effects = &all[start..];
-    let pid_b = run_effects.last().unwrap().1;
-    assert_ne!(pid_b, pid_a, "{run_effects:?}");
     assert_eq!(
         run_effects,
         &[

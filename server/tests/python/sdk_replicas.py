@@ -1,12 +1,17 @@
 """The real `langgraph-sdk` client, unmodified, against two harness-server
 replicas sharing one PostgreSQL (the `replica` example).
 
-Usage: python sdk_replicas.py URL_A URL_B
+Usage: python sdk_replicas.py URL_A URL_B URL_C
 
 1. Across replicas: a run on A makes the thread busy for B (`reject` is
    refused there), B queues one (`enqueue`), B cancels A's run, and the
    queued run then runs; either replica sees both runs settle.
-2. Failover: a run on A, joined from B; the Rust test kills A with SIGKILL
+   A run on A is interrupted by one B starts (`interrupt`), and another is
+   rolled back by one B starts (`rollback`).
+2. Handing over: a run on C, joined from B; the Rust test stops C (SIGINT)
+   mid-step; C stops the run at the step's end and releases it, and B
+   goes on with the next step at once (no step run twice).
+3. Failover: a run on A, joined from B; the Rust test kills A with SIGKILL
    mid-run once this script says it has joined. The joined stream must end
    with the run's outcome, which B finishes.
 
@@ -16,12 +21,14 @@ come; the last line is everything it saw.
 
 import json
 import sys
+import time
 
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import ConflictError
 
 a = get_sync_client(url=sys.argv[1])
 b = get_sync_client(url=sys.argv[2])
+c = get_sync_client(url=sys.argv[3])
 seen = {}
 
 
@@ -49,24 +56,59 @@ seen["queued_on_a"] = a.runs.get(thread, queued["run_id"])["status"]
 seen["trail_1"] = b.threads.get_state(thread)["values"]["trail"]
 seen["runs_listed_on_a"] = sorted(r["run_id"] for r in a.runs.list(thread))
 seen["runs_created"] = sorted([first["run_id"], queued["run_id"]])
+
+# `interrupt`: B's run stops A's at a step boundary, then runs.
+thread = a.threads.create()["thread_id"]
+stopped = a.runs.create(thread, "steps", input={"trail": []})
+time.sleep(0.3)
+taking = b.runs.create(thread, "steps", input={}, multitask_strategy="interrupt")
+b.runs.join(thread, taking["run_id"])
+seen["interrupted_status"] = b.runs.get(thread, stopped["run_id"])["status"]
+seen["interrupting_status"] = a.runs.get(thread, taking["run_id"])["status"]
+seen["trail_interrupt"] = a.threads.get_state(thread)["values"]["trail"]
+
+# `rollback`: B's run stops A's, takes the thread back to before it, and
+# the rolled-back run is gone.
+thread = a.threads.create()["thread_id"]
+rolled = a.runs.create(thread, "steps", input={"trail": []})
+time.sleep(0.3)
+rolling = b.runs.create(thread, "steps", input={}, multitask_strategy="rollback")
+a.runs.join(thread, rolling["run_id"])
+seen["rollback_listed"] = [r["run_id"] for r in b.runs.list(thread)]
+seen["rollback_run"] = rolling["run_id"]
+seen["trail_rollback"] = b.threads.get_state(thread)["values"]["trail"]
 say("shared", **seen)
 
-# ---- 2. failover: A is killed mid-run; B finishes the run ----
+
+def joined(client, stage, thread, run_id):
+    """Joins the run's stream on `client`; what it saw."""
+    events, updated, last = [], [], None
+    for part in client.runs.join_stream(thread, run_id, stream_mode=["values", "updates"]):
+        if not events:
+            say(stage, thread=thread, run=run_id)
+        events.append(part.event)
+        if part.event == "updates":
+            updated.extend(part.data.keys())
+        if part.event == "values":
+            last = part.data
+    return events, updated, last
+
+
+# ---- 2. handing over: C stops; B goes on with C's run ----
+thread = c.threads.create()["thread_id"]
+run = c.runs.create(thread, "steps", input={"trail": []})
+events, updated, last = joined(b, "joined-c", thread, run["run_id"])
+seen["handover_updated"] = updated
+seen["handover_last"] = last
+seen["handover_status"] = b.runs.get(thread, run["run_id"])["status"]
+say("handed-over", **seen)
+
+# ---- 3. failover: A is killed mid-run; B finishes the run ----
 thread = a.threads.create()["thread_id"]
 run = a.runs.create(thread, "steps", input={"trail": []})
 seen["failover_thread"] = thread
 seen["failover_run"] = run["run_id"]
-events = []
-updated = []
-last_values = None
-for part in b.runs.join_stream(thread, run["run_id"], stream_mode=["values", "updates"]):
-    if not events:
-        say("joined", thread=thread, run=run["run_id"])
-    events.append(part.event)
-    if part.event == "updates":
-        updated.extend(part.data.keys())
-    if part.event == "values":
-        last_values = part.data
+events, updated, last_values = joined(b, "joined", thread, run["run_id"])
 seen["events"] = events
 seen["updated"] = updated
 seen["last_values"] = last_values
