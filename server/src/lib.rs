@@ -468,7 +468,9 @@ impl Bound {
     /// Serves until `shutdown` completes; then stops accepting, stops the
     /// runs under way at their next step boundary (waiting for them up to
     /// the [grace](Server::shutdown_grace)), so that their threads go on
-    /// with the next run, and ends the streams still open.
+    /// with the next run, and ends the streams still open. A
+    /// [replica](Server::replicas) hands its runs over instead: stopped at
+    /// a step boundary and released, for another replica to continue.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
