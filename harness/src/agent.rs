@@ -391,8 +391,13 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         response: Value,
         session_id: &SessionId,
         interrupt_id: &InterruptId,
+        update: Option<S::Update>,
         slots: C::Run,
     ) -> Result<Run<S, C>, SessionError> {
+        let update = match &update {
+            Some(u) => Some(to_json(u, "update")?),
+            None => None,
+        };
         let head = self.session(session_id).await?;
         self.check_not_in_flight(&head)?;
         let pending = match &head.phase {
@@ -421,7 +426,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             run_id: None,
             at,
             journals,
-            input: None,
+            input: update,
             answering: Some(pending),
         };
         self.attached_run(head, slots, from).await
@@ -568,6 +573,29 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     {
         self.with(C::Run::none())
             .resume(response, session_id, interrupt_id)
+            .await
+    }
+
+    /// Answers the interrupt `interrupt_id` as [`resume`](Self::resume)
+    /// does, with `update` merged into the state through the reducers
+    /// first: the interrupted step runs again on the updated state (a
+    /// human who edits what the step proposed as they approve it;
+    /// LangGraph's `Command(update=…, resume=…)`). The update is recorded
+    /// in the session's log, in the same commit as the answer.
+    ///
+    /// Fails as [`resume`](Self::resume) does; nothing is merged then.
+    pub async fn resume_with_update(
+        &self,
+        response: impl Into<Value>,
+        session_id: &SessionId,
+        interrupt_id: &InterruptId,
+        update: S::Update,
+    ) -> Result<Run<S, C>, SessionError>
+    where
+        C::Run: NoSlots,
+    {
+        self.with(C::Run::none())
+            .resume_with_update(response, session_id, interrupt_id, update)
             .await
     }
 
@@ -737,7 +765,27 @@ impl<S: HarnessState, C: Context> AgentWith<'_, S, C> {
         interrupt_id: &InterruptId,
     ) -> Result<Run<S, C>, SessionError> {
         self.agent
-            .resume_with(response.into(), session_id, interrupt_id, self.slots)
+            .resume_with(response.into(), session_id, interrupt_id, None, self.slots)
+            .await
+    }
+
+    /// Answers an interrupt with an update merged first; see
+    /// [`Agent::resume_with_update`].
+    pub async fn resume_with_update(
+        self,
+        response: impl Into<Value>,
+        session_id: &SessionId,
+        interrupt_id: &InterruptId,
+        update: S::Update,
+    ) -> Result<Run<S, C>, SessionError> {
+        self.agent
+            .resume_with(
+                response.into(),
+                session_id,
+                interrupt_id,
+                Some(update),
+                self.slots,
+            )
             .await
     }
 

@@ -30,8 +30,9 @@ pub(crate) enum OneOrMany {
 }
 
 /// `command`: `resume` answers the thread's pending interrupt; `update`
-/// (alone) merges into the state before the run continues. `goto` is
-/// refused.
+/// merges into the state before the run continues (alone: from the loop's
+/// start, as an input; with `resume`: as the interrupt is answered, so the
+/// interrupted step runs again on the updated state). `goto` is refused.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Command {
     resume: Option<Value>,
@@ -282,15 +283,6 @@ impl Plan {
         }
         if let Some(c) = &mut body.command {
             if let Some(update) = c.update.take().filter(|u| !u.is_null()) {
-                if c.resume.is_some() {
-                    return Err(ApiError::unprocessable(
-                        "command.update",
-                        "`command.update` together with `command.resume` is not supported: \
-                         the harness core cannot merge an update into a paused session as \
-                         it answers it. Answer the interrupt with `resume`, or send the \
-                         update alone on a thread that waits for no answer",
-                    ));
-                }
                 let update = read_update(update)?;
                 app.agent(&body.assistant_id)?
                     .check_input(&update, "command.update")?;
@@ -567,13 +559,10 @@ pub(crate) async fn start(
         .or_else(|| body.checkpoint_id.clone().map(|c| (c, "checkpoint_id")));
     let body_webhook = body.webhook.clone().filter(|w| !w.is_empty());
     let on_completion = body.on_completion.clone();
-    // An update alone merges into the state as an input does.
+    // An update alone merges into the state as an input does; with a
+    // resume, it merges as the interrupt is answered.
     let (input, resume) = match body.command {
-        Some(Command {
-            resume: Some(resume),
-            ..
-        }) => (body.input, Some(resume)),
-        Some(Command { update, .. }) => (update, None),
+        Some(Command { resume, update, .. }) => (update, resume),
         None => (body.input, None),
     };
     let delay = plan.delay;
@@ -971,6 +960,7 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
                 record.session_id(),
                 interrupt.id.clone(),
                 answer,
+                input,
                 Arc::clone(run),
                 tokens,
             )

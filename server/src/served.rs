@@ -78,12 +78,14 @@ pub(crate) trait Served: Send + Sync {
         stopped: bool,
     ) -> Result<(), ApiError>;
     /// Answers the pending interrupt `interrupt` of `session` with `answer`
-    /// and drives the continued run into `record`.
+    /// (with `update`, read as the state's update type, merged first) and
+    /// drives the continued run into `record`.
     async fn resume(
         &self,
         session: SessionId,
         interrupt: InterruptId,
         answer: Value,
+        update: Option<Value>,
         record: Arc<RunRecord>,
         tokens: bool,
     ) -> Result<(), ApiError>;
@@ -342,11 +344,23 @@ where
         session: SessionId,
         interrupt: InterruptId,
         answer: Value,
+        update: Option<Value>,
         record: Arc<RunRecord>,
         tokens: bool,
     ) -> Result<(), ApiError> {
-        let state = self.current(&session).await?;
-        let run = self.agent.resume(answer, &session, &interrupt).await?;
+        let mut state = self.current(&session).await?;
+        let run = match update.filter(|u| !u.is_null()) {
+            Some(update) => {
+                let update = self.read_update(update, "command.update")?;
+                let run = self
+                    .agent
+                    .resume_with_update(answer, &session, &interrupt, update.clone())
+                    .await?;
+                state.apply(update);
+                run
+            }
+            None => self.agent.resume(answer, &session, &interrupt).await?,
+        };
         self.drive(run, state, record, tokens);
         Ok(())
     }

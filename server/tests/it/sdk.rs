@@ -390,7 +390,17 @@ async fn the_python_sdk_delays_runs_updates_state_by_command_and_streams_whole_m
         ])
     );
     assert_eq!(seen["update_while_paused"], json!([409, null]));
-    assert_eq!(seen["update_with_resume"], json!([422, "command.update"]));
+    assert_eq!(
+        seen["bad_update_with_resume"],
+        json!([422, "command.update.nope"])
+    );
+    assert_eq!(seen["still_waiting"], json!(["approve this draft?"]));
+    // The note is merged before the review step runs again and logs.
+    assert_eq!(
+        seen["update_with_resume"]["log"],
+        json!(["hello", "draft 1", "note", "review: approved"])
+    );
+    assert_eq!(seen["update_with_resume"]["decision"], "approved");
 
     // The `messages` mode: metadata once, the message growing, then whole.
     assert_eq!(

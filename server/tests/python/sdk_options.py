@@ -75,17 +75,24 @@ seen["bad_updates"] = [
     for u in ["limit", {"limit": "many"}, {"nope": 1}, [["limit"]], [[1, 2]]]
 ]
 
-# A thread that waits for an answer: an update alone does not skip it,
-# and with the answer it is refused (see the crate docs).
+# A thread that waits for an answer: an update alone does not skip it;
+# with the answer, it is merged as the interrupt is answered (a wrongly
+# shaped one is refused, and the interrupt still waits).
 thread = client.threads.create()["thread_id"]
 client.runs.wait(thread, "ticket", input={"log": ["hello"]})
 seen["update_while_paused"] = refused(
     lambda: client.runs.wait(thread, "ticket", command={"update": {"log": ["note"]}})
 )
-seen["update_with_resume"] = refused(
+seen["bad_update_with_resume"] = refused(
     lambda: client.runs.wait(
-        thread, "ticket", command={"update": {"log": ["note"]}, "resume": {"approve": True}}
+        thread, "ticket", command={"update": {"nope": 1}, "resume": {"approve": True}}
     )
+)
+seen["still_waiting"] = [
+    i["value"]["question"] for i in client.threads.get_state(thread)["interrupts"]
+]
+seen["update_with_resume"] = client.runs.wait(
+    thread, "ticket", command={"update": {"log": ["note"]}, "resume": {"approve": True}}
 )
 
 # The `messages` stream mode: metadata once, the message so far at each

@@ -31,6 +31,7 @@ mod memory;
 mod memory_backends;
 mod memory_throughput;
 mod permissions;
+mod resume;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;
 #[cfg(feature = "sled")]
