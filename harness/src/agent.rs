@@ -327,6 +327,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             mut journals,
             input,
             answering,
+            past_breakpoint,
         } = from;
         let store = Arc::clone(self.store()?);
         let mut tasks = rebuild_tasks::<S>(&*store, &head, None).await?;
@@ -367,6 +368,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         if let Some(interrupt) = answering {
             root.mark_answering(interrupt);
         }
+        root.past_breakpoint = past_breakpoint;
         let mut exec = Execution::new(
             S::default(),
             at,
@@ -417,17 +419,23 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         };
         let at = self.step_at(&head)?;
         let mut journals = journals(&head);
-        journals
-            .entry(pending.path.clone())
-            .or_default()
-            .responses
-            .push(response);
+        // A breakpoint's answer is no step's: the run goes on with the step
+        // it names, which does not pause again.
+        let past_breakpoint = pending.breakpoint.is_some();
+        if !past_breakpoint {
+            journals
+                .entry(pending.path.clone())
+                .or_default()
+                .responses
+                .push(response);
+        }
         let from = Continuation {
             run_id: None,
             at,
             journals,
             input: update,
-            answering: Some(pending),
+            answering: (!past_breakpoint).then_some(pending),
+            past_breakpoint,
         };
         self.attached_run(head, slots, from).await
     }
@@ -475,6 +483,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             journals: Journals::new(),
             input: Some(input),
             answering: None,
+            past_breakpoint: false,
         };
         self.attached_run(head, slots, from).await
     }
@@ -516,6 +525,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             journals,
             input: None,
             answering: None,
+            past_breakpoint: false,
         };
         self.attached_run(head, slots, from).await
     }
@@ -714,6 +724,8 @@ struct Continuation {
     input: Option<Value>,
     /// The interrupt the journal's last answer answers, if it does.
     answering: Option<Interrupt>,
+    /// Resumed from a breakpoint: the step at `at` runs without pausing.
+    past_breakpoint: bool,
 }
 
 /// `value` as stored JSON, or a typed error saying what could not be

@@ -123,7 +123,7 @@ pub use ids::{InterruptId, RunId, SessionId, TaskPath};
 pub use observe::Observer;
 pub use run::{
     Dispatch, NoInterrupt, Outcome, Run, RunError, RunEvent, RunEvents, StopHandle, SubAgent,
-    SubOutcome,
+    SubOutcome, UnknownStep,
 };
 pub use schemars::{self, JsonSchema};
 pub use session::{Busy, Submitted};
@@ -131,7 +131,8 @@ pub use signal::Signal;
 pub use slots::Context;
 pub use state::HarnessState;
 pub use step::{
-    Cx, Interrupt, ModelCallInfo, RunInfo, StepError, StepFn, StepInfo, StepResult, ToolCallInfo,
+    Breakpoint, Cx, Interrupt, ModelCallInfo, RunInfo, StepError, StepFn, StepInfo, StepResult,
+    ToolCallInfo,
 };
 pub use type_name::{short_type_name, shorten_type_name};
 

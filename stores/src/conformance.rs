@@ -422,6 +422,7 @@ pub async fn deepest_values(store: &dyn SessionStore) -> Result<(), Failure> {
             commit.head.phase = SessionPhase::Interrupted {
                 interrupt: Interrupt {
                     path: Default::default(),
+                    breakpoint: None,
                     id: InterruptId::from("int-deep"),
                     step: "ask".into(),
                     payload: deep(),
@@ -484,6 +485,7 @@ pub async fn round_trip(store: &dyn SessionStore) -> Result<(), Failure> {
             SessionPhase::Interrupted {
                 interrupt: Interrupt {
                     path: Default::default(),
+                    breakpoint: None,
                     id: InterruptId::from("int-1"),
                     step: "ask".into(),
                     payload: json!({"question": "ok?"}),

@@ -24,4 +24,13 @@ impl StopHandle {
 pub(crate) struct RunControl<S: HarnessState> {
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) events: Arc<EventHub<S>>,
+    /// The steps the run pauses before and after (its own loop's).
+    pub(crate) breakpoints: std::sync::Mutex<Breakpoints>,
+}
+
+/// The steps a run pauses at, by index in the loop.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Breakpoints {
+    pub(crate) before: Vec<usize>,
+    pub(crate) after: Vec<usize>,
 }

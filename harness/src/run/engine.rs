@@ -7,7 +7,7 @@ use crate::graph::{
     BranchFailure, Branches, CompiledStep, Exits, HarnessInner, SubCall, SubEnd, SubRun, SubStub,
     Target,
 };
-use crate::ids::TaskPath;
+use crate::ids::{InterruptId, TaskPath};
 use crate::session::head::{BranchDone, ChildDone, StepDone};
 use crate::session::{
     BranchRecord, BranchStart, CheckpointKind, ChildRecord, ForkRecord, Holder, JoinRecord,
@@ -18,8 +18,8 @@ use crate::signal::Signal;
 use crate::slots::Context;
 use crate::state::HarnessState;
 use crate::step::{
-    CallHooks, Cx, CxShared, Emitter, Interrupt, JournalSink, ModelCallInfo, RunInfo, StepError,
-    StepInfo, StepJournal, ToolCallInfo,
+    Breakpoint, CallHooks, Cx, CxShared, Emitter, Interrupt, JournalSink, ModelCallInfo, RunInfo,
+    StepError, StepInfo, StepJournal, ToolCallInfo,
 };
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -67,6 +67,8 @@ pub(crate) struct Task<S: HarnessState> {
     pub(crate) region: Option<Region<S>>,
     /// The sub-agents its current step runs, paused, by path.
     pub(crate) subs: BTreeMap<TaskPath, Box<dyn SubRun>>,
+    /// Resumed from a breakpoint: the step it is at runs without pausing.
+    pub(crate) past_breakpoint: bool,
 }
 
 /// What a branch carries to its join.
@@ -102,6 +104,7 @@ impl<S: HarnessState> Task<S> {
             branch: None,
             region: None,
             subs: BTreeMap::new(),
+            past_breakpoint: false,
         }
     }
 
@@ -812,6 +815,23 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                 return Ok(TaskEnd::Stopped);
             }
             let step = &harness.steps[task.at];
+            let here = task.at;
+            let own_loop = task.path.is_root() && task.branch.is_none() && env.scope.is_none();
+            // A breakpoint before the step: only where the step is entered
+            // afresh (not resumed, not retried from its journal).
+            if own_loop
+                && !std::mem::take(&mut task.past_breakpoint)
+                && task.answering.is_none()
+                && task.journal.responses.is_empty()
+                && task.journal.once.is_empty()
+                && breakpoint_at(control, here, true)
+            {
+                return Ok(TaskEnd::Interrupted(breakpoint(
+                    Breakpoint::Before,
+                    &step.name,
+                    serde_json::json!({"breakpoint": "before", "step": &*step.name}),
+                )));
+            }
             let taken = env.steps.load(Ordering::SeqCst);
             if taken >= harness.step_limit {
                 return Err(RunError::StepLimit {
@@ -1086,6 +1106,15 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                         return Ok(TaskEnd::Joined);
                     }
                     task.at = i;
+                    if own_loop && breakpoint_at(control, here, false) {
+                        let next = &harness.steps[i].name;
+                        return Ok(TaskEnd::Interrupted(breakpoint(
+                            Breakpoint::After,
+                            next,
+                            serde_json::json!({"breakpoint": "after", "step": &*step.name,
+                                               "next": &**next}),
+                        )));
+                    }
                 }
                 Target::Fork(f) => task.at = harness.forks[f].join,
                 Target::End => {
@@ -1103,6 +1132,31 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
         }
     }
     .boxed()
+}
+
+/// Whether the run was given a breakpoint before (`before`) or after step
+/// `at`.
+fn breakpoint_at<S: HarnessState>(control: &RunControl<S>, at: usize, before: bool) -> bool {
+    let points = control
+        .breakpoints
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if before {
+        points.before.contains(&at)
+    } else {
+        points.after.contains(&at)
+    }
+}
+
+/// The interrupt of a breakpoint of the run's own loop, at step `step`.
+fn breakpoint(side: Breakpoint, step: &str, payload: Value) -> Interrupt {
+    Interrupt {
+        id: InterruptId::random(),
+        step: step.to_string(),
+        path: TaskPath::root(),
+        payload,
+        breakpoint: Some(side),
+    }
 }
 
 /// Starts fork `f` of `task`: its branches, as a region of the task, and
@@ -1166,6 +1220,7 @@ fn start_region<S: HarnessState, C: Context>(
                 }),
                 region: None,
                 subs: BTreeMap::new(),
+                past_breakpoint: false,
             })
             .collect(),
     });

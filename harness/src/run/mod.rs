@@ -50,6 +50,17 @@ enum RunPhase<S: HarnessState> {
     Done,
 }
 
+/// A name given to [`Run::pause_before`] or [`Run::pause_after`] that is
+/// not a step of the loop.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{step}` is not a step of this loop (its steps: {})", steps.join(", "))]
+pub struct UnknownStep {
+    /// The name given.
+    pub step: String,
+    /// The loop's steps.
+    pub steps: Vec<String>,
+}
+
 /// A run of an agent. Await it for its [`Outcome`].
 ///
 /// `Run` is a future: it does nothing until polled, and `(&mut run).await`
@@ -100,6 +111,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
             control: Arc::new(RunControl {
                 stop: Arc::new(AtomicBool::new(false)),
                 events: Arc::new(EventHub::new()),
+                breakpoints: std::sync::Mutex::default(),
             }),
             info,
             phase: RunPhase::Ready(exec),
@@ -129,6 +141,84 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     pub fn events_with_tokens(&self) -> RunEvents<S> {
         self.control.events.want_tokens();
         self.control.events.subscribe()
+    }
+
+    /// Makes the run pause before each of `steps` (step names of the
+    /// loop), as if the step had asked a human: the run settles with
+    /// `$interrupt`, its session waits on an [`Interrupt`] whose
+    /// [`breakpoint`](Interrupt::breakpoint) is [`Breakpoint::Before`], and a
+    /// resume (with any answer, which no step sees) runs the step. The step a
+    /// run resumes at does not pause again. Breakpoints apply to the run's
+    /// own loop: a step run by a fork's branch or a sub-agent does not
+    /// pause. Set them before the run starts; a resumed or continued run has
+    /// only the breakpoints it is given.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownStep`] naming a name that is not a step of the loop (the
+    /// run is dropped with the error).
+    pub fn pause_before<I, N>(self, steps: I) -> Result<Self, UnknownStep>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<str>,
+    {
+        self.breakpoints(steps, true)
+    }
+
+    /// Makes the run pause after each of `steps` completes (its update
+    /// recorded), before the next one: the interrupt's
+    /// [`breakpoint`](Interrupt::breakpoint) is [`Breakpoint::After`] and
+    /// its [`step`](Interrupt::step) is the step to run next. A step that
+    /// ends the run, or whose next is a fork, does not pause after. See
+    /// [`pause_before`](Self::pause_before).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownStep`] naming a name that is not a step of the loop.
+    pub fn pause_after<I, N>(self, steps: I) -> Result<Self, UnknownStep>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<str>,
+    {
+        self.breakpoints(steps, false)
+    }
+
+    fn breakpoints<I, N>(self, steps: I, before: bool) -> Result<Self, UnknownStep>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<str>,
+    {
+        let mut found = Vec::new();
+        for name in steps {
+            let name = name.as_ref();
+            match self.harness.steps.iter().position(|s| &*s.name == name) {
+                Some(i) => found.push(i),
+                None => {
+                    return Err(UnknownStep {
+                        step: name.to_string(),
+                        steps: self
+                            .harness
+                            .steps
+                            .iter()
+                            .map(|s| s.name.to_string())
+                            .collect(),
+                    });
+                }
+            }
+        }
+        {
+            let mut points = self
+                .control
+                .breakpoints
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if before {
+                points.before.extend(found);
+            } else {
+                points.after.extend(found);
+            }
+        }
+        Ok(self)
     }
 
     /// Stops the run at its next step boundary (see [`StopHandle::stop`]).
@@ -176,7 +266,10 @@ impl<S: HarnessState, C: Context> Run<S, C> {
                 // sub-agent's loop.
                 let path = interrupt.path.clone();
                 let response = response.into();
-                if !exec.task.answer(&path, response.clone(), interrupt.clone()) {
+                if interrupt.breakpoint.is_some() {
+                    // No step asked: the run goes on with the step named.
+                    exec.task.past_breakpoint = true;
+                } else if !exec.task.answer(&path, response.clone(), interrupt.clone()) {
                     exec.task.journal.responses.push(response);
                     exec.task.answering = Some(interrupt);
                 }

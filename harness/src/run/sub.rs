@@ -572,6 +572,8 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubStep<S, C
             let control = Arc::new(RunControl {
                 stop: Arc::clone(&call.stop),
                 events: Arc::new(EventHub::forwarding(Arc::clone(&call.emitter))),
+                // A sub-agent's loop has no breakpoints of its own.
+                breakpoints: std::sync::Mutex::default(),
             });
             let env = Env {
                 harness: inner,

@@ -355,6 +355,7 @@ impl<C> Cx<C> {
                 step: self.shared.step.to_string(),
                 path: self.shared.path.clone(),
                 payload,
+                breakpoint: None,
             });
         }
         Err(StepError::interrupted())

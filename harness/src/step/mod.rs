@@ -57,6 +57,24 @@ pub struct Interrupt {
     pub path: TaskPath,
     /// What the step asked, as JSON.
     pub payload: Value,
+    /// Set when the run paused at a breakpoint it was given
+    /// ([`Run::pause_before`](crate::Run::pause_before),
+    /// [`Run::pause_after`](crate::Run::pause_after)) rather than because
+    /// a step asked: its answer is not given to any step, and a resume
+    /// goes on with the step it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakpoint: Option<Breakpoint>,
+}
+
+/// Which side of a step a run paused at (see [`Interrupt::breakpoint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Breakpoint {
+    /// Before the step ran ([`Interrupt::step`] is that step).
+    Before,
+    /// After a step completed ([`Interrupt::step`] is the step to run
+    /// next; the payload names the one that completed).
+    After,
 }
 
 /// A model call made through [`Cx::complete`], as observers see it.

@@ -627,3 +627,64 @@ async fn an_answer_of_the_wrong_shape_is_rejected_and_the_run_waits_on_the_same_
     let done = (&mut run).await.unwrap();
     assert_eq!(done.state.log, ["Ada", "true: fine"]);
 }
+
+#[tokio::test]
+async fn a_run_pauses_before_and_after_the_steps_it_is_given_and_goes_on_when_resumed() {
+    use harness::Breakpoint;
+    let agent = create_agent("counter", &counter_loop());
+
+    // Before `bump`: each time the loop comes back to it, not after a resume.
+    let mut run = agent
+        .run(Counter::default())
+        .pause_before(["bump"])
+        .unwrap();
+    let mut pauses = 0;
+    let out = loop {
+        let out = (&mut run).await.unwrap();
+        if out.signal != Signal::INTERRUPT {
+            break out;
+        }
+        let i = out.interrupt.unwrap();
+        assert_eq!(i.breakpoint, Some(Breakpoint::Before));
+        assert_eq!(i.step, "bump");
+        assert_eq!(i.payload["breakpoint"], "before");
+        // Nothing ran yet at this pause but the bumps before it.
+        assert_eq!(out.state.count, pauses);
+        pauses += 1;
+        // The answer goes to no step.
+        run.resume("any answer", &i.id).unwrap();
+    };
+    assert_eq!(pauses, 3);
+    assert_eq!(out.signal, "done");
+    assert_eq!(out.state.seen, [1, 2, 3]);
+
+    // After `bump`: the interrupt names the step to run next.
+    let mut run = agent
+        .run(Counter {
+            until: 1,
+            ..Counter::default()
+        })
+        .pause_after(["bump"])
+        .unwrap();
+    let out = (&mut run).await.unwrap();
+    let i = out.interrupt.unwrap();
+    assert_eq!(i.breakpoint, Some(Breakpoint::After));
+    assert_eq!((i.step.as_str(), &i.payload["step"]), ("check", &"bump".into()));
+    assert_eq!(out.state.count, 1, "bump's update is in before the pause");
+    run.resume(serde_json::Value::Null, &i.id).unwrap();
+    let out = run.await.unwrap();
+    assert_eq!((out.signal.as_str(), out.state.count), ("done", 1));
+
+    // Not a step: refused, naming it and the steps.
+    for name in ["Bump", "", "bump "] {
+        let err = agent
+            .run(Counter::default())
+            .pause_before([name])
+            .err()
+            .unwrap();
+        assert_eq!(err.step, name);
+        assert_eq!(err.steps, ["bump", "check"]);
+        assert!(err.to_string().contains("bump, check"), "{err}");
+    }
+    assert!(agent.run(Counter::default()).pause_after(["nope"]).is_err());
+}

@@ -117,3 +117,85 @@ async fn an_answer_with_an_update_reruns_the_step_on_the_updated_state_and_logs_
         "edited draft"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_run_paused_at_a_breakpoint_goes_on_in_a_later_run_and_no_step_gets_its_answer() {
+    use harness::Breakpoint;
+    let store = Arc::new(MemoryStore::new());
+    let asked = Arc::new(AtomicU32::new(0));
+    let agent = agent(store.clone(), Arc::clone(&asked));
+    let empty = || Draft {
+        text: String::new(),
+        log: Vec::new(),
+    };
+
+    // Before `approve`: the session waits on the breakpoint, at `approve`.
+    let paused = agent
+        .run(empty())
+        .pause_before(["approve"])
+        .unwrap()
+        .await
+        .unwrap();
+    let session = paused.session_id.clone();
+    let stop = paused.interrupt.unwrap();
+    assert_eq!(stop.breakpoint, Some(Breakpoint::Before));
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "approve has not run");
+    let head = store.load(&session).await.unwrap().unwrap();
+    assert_eq!(head.next_step.as_deref(), Some("approve"));
+    assert!(head.journal.responses.is_empty());
+
+    // Resumed by another run (as another process would): `approve` runs
+    // and asks its own question, which the breakpoint's answer does not
+    // answer.
+    let asking = agent
+        .resume(false, &session, &stop.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let question = asking.interrupt.unwrap();
+    assert_eq!(question.breakpoint, None);
+    assert_eq!(question.payload["draft"], "first draft");
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let done = agent
+        .resume(true, &session, &question.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(done.state.log, ["first draft: true"]);
+
+    // After `propose`, with an update given as the run goes on: the next
+    // step sees it.
+    let paused = agent
+        .run(empty())
+        .pause_after(["propose"])
+        .unwrap()
+        .await
+        .unwrap();
+    let stop = paused.interrupt.unwrap();
+    assert_eq!(
+        (stop.breakpoint, stop.step.as_str()),
+        (Some(Breakpoint::After), "approve")
+    );
+    let asking = agent
+        .resume_with_update(
+            serde_json::Value::Null,
+            &paused.session_id,
+            &stop.id,
+            DraftUpdate::new().text("reworded".to_string()),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(asking.interrupt.unwrap().payload["draft"], "reworded");
+    let steps: Vec<String> = agent
+        .history(&paused.session_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, ["$start", "propose", "$input"]);
+}

@@ -64,6 +64,7 @@ fn interrupted() -> SessionPhase {
     SessionPhase::Interrupted {
         interrupt: Interrupt {
             path: Default::default(),
+            breakpoint: None,
             id: InterruptId::from("int-1"),
             step: "ask".into(),
             payload: json!({"q": "ok?"}),
