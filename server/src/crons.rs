@@ -207,8 +207,8 @@ async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Resul
             return Err(ApiError::unprocessable(
                 field,
                 format!(
-                    "`{field}` is not supported: the harness core has no per-run breakpoints; \
-                     a step asks for a human with cx.interrupt(..)"
+                    "`{field}` is not supported for crons: a breakpoint pauses a run for a \
+                     client that follows it, and a cron's runs have none; give it to a run"
                 ),
             ));
         }

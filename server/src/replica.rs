@@ -133,6 +133,8 @@ pub(crate) struct LaunchDoc {
     /// A checkpoint to fork at, and the body field that named it.
     pub(crate) checkpoint: Option<(String, String)>,
     pub(crate) tokens: bool,
+    #[serde(default)]
+    pub(crate) pause: crate::served::Pause,
 }
 
 /// A run as the store keeps it.

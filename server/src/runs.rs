@@ -7,7 +7,7 @@ use crate::app::{Body, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
 use crate::record::{Mode, RunRecord, RunStatus};
 use crate::replica::{self, LaunchDoc, RunDoc, TakenOver};
-use crate::served::{Recovered, Served};
+use crate::served::{Pause, Recovered, Served};
 use crate::stream::{self, Want};
 use crate::threads::{self, CheckpointRef, Parent, ThreadRecord};
 use axum::Json;
@@ -89,6 +89,41 @@ struct Plan {
     create_thread: bool,
     /// How long the run waits before it starts (`after_seconds`).
     delay: Option<Duration>,
+    /// Its breakpoints (`interrupt_before`, `interrupt_after`).
+    pause: Pause,
+}
+
+/// `interrupt_before` or `interrupt_after`: `"*"` (every step) or a list
+/// of the agent's step names; `field` names it in errors.
+fn read_steps(agent: &dyn Served, v: Option<Value>, field: &str) -> Result<Vec<String>, ApiError> {
+    let names = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) if s == "*" => return Ok(agent.steps().to_vec()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(ApiError::unprocessable(
+                field,
+                format!("`{field}` is \"*\" (every step) or a list of step names; got {other}"),
+            ));
+        }
+    };
+    let mut steps = Vec::new();
+    for (i, name) in names.into_iter().enumerate() {
+        match name {
+            Value::String(s) if agent.steps().contains(&s) => steps.push(s),
+            other => {
+                return Err(ApiError::unprocessable(
+                    format!("{field}[{i}]"),
+                    format!(
+                        "{field}[{i}]: {other} is not a step of agent `{}` (its steps: {})",
+                        agent.id(),
+                        agent.steps().join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(steps)
 }
 
 /// The longest `after_seconds` taken: a year.
@@ -313,20 +348,11 @@ impl Plan {
             }
             app.agent(&body.assistant_id)?.check_input(input, "input")?;
         }
-        for (field, v) in [
-            ("interrupt_before", &body.interrupt_before),
-            ("interrupt_after", &body.interrupt_after),
-        ] {
-            if not_empty(v) {
-                return Err(ApiError::unprocessable(
-                    field,
-                    format!(
-                        "`{field}` is not supported: the harness core has no per-run breakpoints; \
-                     a step asks for a human with cx.interrupt(..)"
-                    ),
-                ));
-            }
-        }
+        let agent = app.agent(&body.assistant_id)?;
+        let pause = Pause {
+            before: read_steps(&**agent, body.interrupt_before.take(), "interrupt_before")?,
+            after: read_steps(&**agent, body.interrupt_after.take(), "interrupt_after")?,
+        };
         one_of(
             "multitask_strategy",
             body.multitask_strategy.as_deref(),
@@ -393,6 +419,7 @@ impl Plan {
             modes,
             create_thread,
             delay,
+            pause,
         })
     }
 }
@@ -465,6 +492,7 @@ struct Launch {
     resume: Option<Value>,
     checkpoint: Option<(String, &'static str)>,
     tokens: bool,
+    pause: Pause,
 }
 
 impl Launch {
@@ -478,6 +506,7 @@ impl Launch {
                 .as_ref()
                 .map(|(c, field)| (c.clone(), (*field).to_string())),
             tokens: self.tokens,
+            pause: self.pause.clone(),
         }
     }
 
@@ -498,6 +527,7 @@ impl Launch {
                 (c.clone(), field)
             }),
             tokens: launch.tokens,
+            pause: launch.pause.clone(),
         })
     }
 }
@@ -573,6 +603,7 @@ pub(crate) async fn start(
         resume,
         checkpoint,
         tokens: Mode::wants_tokens(&plan.modes),
+        pause: plan.pause,
     };
     let delete_thread = thread_id.is_none() && on_completion.as_deref() != Some("keep");
     let webhook = match (&app.webhooks, body_webhook) {
@@ -933,13 +964,23 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
         agent,
         thread,
         input,
-        resume,
+        mut resume,
         checkpoint,
         tokens,
+        pause,
     } = launch;
     let mut record = threads::get_record(app, &thread).await?;
     check_assistant(app, &record, &*agent).await?;
     let head = threads::head_of(app, &record).await?.map(|(h, _)| h);
+    // A thread paused at a breakpoint goes on from it (as LangGraph's run
+    // after `interrupt_before`/`after` does), the run's input merged first.
+    if resume.is_none()
+        && checkpoint.is_none()
+        && let Some(SessionPhase::Interrupted { interrupt }) = head.as_ref().map(|h| &h.phase)
+        && interrupt.breakpoint.is_some()
+    {
+        resume = Some(Value::Null);
+    }
     if let Some(resume) = resume {
         let Some(head) = &head else {
             return Err(ApiError::conflict(format!(
@@ -958,11 +999,11 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
         agent
             .resume(
                 record.session_id(),
-                interrupt.id.clone(),
-                answer,
+                (interrupt.id.clone(), answer),
                 input,
                 Arc::clone(run),
                 tokens,
+                &pause,
             )
             .await?;
     } else {
@@ -986,7 +1027,7 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
         let seq = agent.head(&record.session_id()).await?.map(|h| h.last_seq);
         write_ahead(app, run, &record.session, seq).await?;
         agent
-            .start(record.session_id(), input, Arc::clone(run), tokens)
+            .start(record.session_id(), input, Arc::clone(run), tokens, &pause)
             .await?;
     }
     Ok(())

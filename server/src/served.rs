@@ -15,6 +15,14 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The breakpoints a run is given (`interrupt_before`, `interrupt_after`):
+/// step names of its agent.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Pause {
+    pub(crate) before: Vec<String>,
+    pub(crate) after: Vec<String>,
+}
+
 /// What came of continuing a session whose run a replica died running.
 pub(crate) enum Recovered {
     /// The run goes on, driven into the record.
@@ -34,6 +42,8 @@ pub(crate) trait Served: Send + Sync {
     fn graph(&self) -> &Value;
     /// The schemas of `get_schemas`, without the graph id.
     fn schemas(&self) -> &Value;
+    /// The names of the loop's steps.
+    fn steps(&self) -> &[String];
     /// The session's head, if it exists.
     async fn head(&self, session: &SessionId) -> Result<Option<StoredRun>, ApiError>;
     /// The state after `index` steps (the latest when `None`), as JSON.
@@ -59,6 +69,7 @@ pub(crate) trait Served: Send + Sync {
         input: Option<Value>,
         record: Arc<RunRecord>,
         tokens: bool,
+        pause: &Pause,
     ) -> Result<(), ApiError>;
     /// Continues `session` from its last checkpoint (its run's process
     /// died), driven into `record`.
@@ -83,11 +94,11 @@ pub(crate) trait Served: Send + Sync {
     async fn resume(
         &self,
         session: SessionId,
-        interrupt: InterruptId,
-        answer: Value,
+        (interrupt, answer): (InterruptId, Value),
         update: Option<Value>,
         record: Arc<RunRecord>,
         tokens: bool,
+        pause: &Pause,
     ) -> Result<(), ApiError>;
 }
 
@@ -97,6 +108,7 @@ pub(crate) struct Typed<S: HarnessState, C: Context> {
     graph: Value,
     schemas: Value,
     fields: Option<Vec<String>>,
+    steps: Vec<String>,
 }
 
 impl<S: HarnessState, C: Context> Typed<S, C>
@@ -122,6 +134,7 @@ where
                 "context_schema": null,
             }),
             fields,
+            steps: harness.step_names().map(str::to_string).collect(),
         }
     }
 
@@ -221,6 +234,10 @@ where
         &self.schemas
     }
 
+    fn steps(&self) -> &[String] {
+        &self.steps
+    }
+
     async fn head(&self, session: &SessionId) -> Result<Option<StoredRun>, ApiError> {
         match self.agent.session(session).await {
             Ok(head) => Ok(Some(head)),
@@ -262,16 +279,19 @@ where
         input: Option<Value>,
         record: Arc<RunRecord>,
         tokens: bool,
+        pause: &Pause,
     ) -> Result<(), ApiError> {
         let update = match input {
             Some(v) if !v.is_null() => self.read_update(v, "input")?,
             _ => S::Update::default(),
         };
         let mut state = self.current(&session).await?;
-        let run = self
-            .agent
-            .continue_session(&session, update.clone())
-            .await?;
+        let run = paused(
+            self.agent
+                .continue_session(&session, update.clone())
+                .await?,
+            pause,
+        )?;
         state.apply(update);
         self.drive(run, state, record, tokens);
         Ok(())
@@ -307,7 +327,12 @@ where
         let (status, interrupts, error) = match &head.phase {
             SessionPhase::Interrupted { interrupt } => (
                 RunStatus::Interrupted,
-                vec![interrupt_json(interrupt)],
+                interrupt
+                    .breakpoint
+                    .is_none()
+                    .then(|| interrupt_json(interrupt))
+                    .into_iter()
+                    .collect(),
                 None,
             ),
             SessionPhase::Completed { signal } if *signal != Signal::STOPPED && !stopped => {
@@ -342,11 +367,11 @@ where
     async fn resume(
         &self,
         session: SessionId,
-        interrupt: InterruptId,
-        answer: Value,
+        (interrupt, answer): (InterruptId, Value),
         update: Option<Value>,
         record: Arc<RunRecord>,
         tokens: bool,
+        pause: &Pause,
     ) -> Result<(), ApiError> {
         let mut state = self.current(&session).await?;
         let run = match update.filter(|u| !u.is_null()) {
@@ -361,9 +386,22 @@ where
             }
             None => self.agent.resume(answer, &session, &interrupt).await?,
         };
+        let run = paused(run, pause)?;
         self.drive(run, state, record, tokens);
         Ok(())
     }
+}
+
+/// `run` with the breakpoints of `pause` (names the server checked).
+fn paused<S: HarnessState, C: Context>(
+    run: harness::Run<S, C>,
+    pause: &Pause,
+) -> Result<harness::Run<S, C>, ApiError> {
+    let bad = |e: harness::UnknownStep| ApiError::unprocessable("interrupt_before", e.to_string());
+    run.pause_before(&pause.before)
+        .map_err(bad)?
+        .pause_after(&pause.after)
+        .map_err(bad)
 }
 
 /// Turns a run's events into frames: keeps the run's state to send it whole
@@ -623,6 +661,10 @@ impl<S: HarnessState> Frames<S> {
                            "data": {"chunk": {"type": "AIMessageChunk", "content": &*text, "id": id}}}),
                 );
             }
+            // A breakpoint is no step's question: LangGraph shows none.
+            RunEvent::Interrupted(interrupt) if interrupt.breakpoint.is_some() => {
+                self.values(None);
+            }
             RunEvent::Interrupted(interrupt) => {
                 self.push(
                     Mode::Updates,
@@ -640,7 +682,12 @@ impl<S: HarnessState> Frames<S> {
         let (status, result) = match settled {
             Ok(outcome) => {
                 let values = serde_json::to_value(&outcome.state).unwrap_or(Value::Null);
-                let interrupts: Vec<Value> = outcome.interrupt.iter().map(interrupt_json).collect();
+                let interrupts: Vec<Value> = outcome
+                    .interrupt
+                    .iter()
+                    .filter(|i| i.breakpoint.is_none())
+                    .map(interrupt_json)
+                    .collect();
                 let status =
                     if outcome.signal == Signal::INTERRUPT || outcome.signal == Signal::STOPPED {
                         RunStatus::Interrupted

@@ -152,7 +152,8 @@ fn status(app: &Shared, record: &ThreadRecord, head: Option<&StoredRun>) -> &'st
 
 fn interrupts_of(head: &StoredRun) -> Vec<Value> {
     match &head.phase {
-        SessionPhase::Interrupted { interrupt } => {
+        // A breakpoint is no step's question (its step is in `next`).
+        SessionPhase::Interrupted { interrupt } if interrupt.breakpoint.is_none() => {
             vec![json!({"value": interrupt.payload, "id": interrupt.id.as_str()})]
         }
         _ => Vec::new(),

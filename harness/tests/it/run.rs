@@ -669,7 +669,10 @@ async fn a_run_pauses_before_and_after_the_steps_it_is_given_and_goes_on_when_re
     let out = (&mut run).await.unwrap();
     let i = out.interrupt.unwrap();
     assert_eq!(i.breakpoint, Some(Breakpoint::After));
-    assert_eq!((i.step.as_str(), &i.payload["step"]), ("check", &"bump".into()));
+    assert_eq!(
+        (i.step.as_str(), &i.payload["step"]),
+        ("check", &"bump".into())
+    );
     assert_eq!(out.state.count, 1, "bump's update is in before the pause");
     run.resume(serde_json::Value::Null, &i.id).unwrap();
     let out = run.await.unwrap();

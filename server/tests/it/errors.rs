@@ -254,8 +254,21 @@ async fn inputs_that_do_not_fit_the_state_are_422s_naming_the_field() {
     );
     // Options this server does not support are refused, never ignored.
     for (body, field) in [
+        // Breakpoints name steps of the agent, as a list or `"*"`.
         (
-            r#"{"assistant_id": "ticks", "interrupt_before": ["tick"]}"#,
+            r#"{"assistant_id": "ticks", "interrupt_before": ["tock"]}"#,
+            "interrupt_before[0]",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "interrupt_after": ["tick", 3]}"#,
+            "interrupt_after[1]",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "interrupt_after": "tick"}"#,
+            "interrupt_after",
+        ),
+        (
+            r#"{"assistant_id": "ticks", "interrupt_before": {"tick": true}}"#,
             "interrupt_before",
         ),
         (

@@ -402,6 +402,23 @@ async fn the_python_sdk_delays_runs_updates_state_by_command_and_streams_whole_m
     );
     assert_eq!(seen["update_with_resume"]["decision"], "approved");
 
+    // Breakpoints: paused before `review` (after `draft`), no interrupt
+    // shown; a run with no input goes on, and `review` asks its own.
+    assert_eq!(
+        seen["before_review"],
+        json!({"log": ["bp", "draft 1"], "interrupt_shown": false, "next": ["review"],
+               "interrupts": [], "status": "interrupted"})
+    );
+    assert_eq!(seen["past_before"], json!(["approve this draft?"]));
+    assert_eq!(seen["before_all_next"], json!(["draft"]));
+    assert_eq!(seen["before_all_log"], json!(["all"]));
+    assert_eq!(seen["after_draft_next"], json!(["review"]));
+    assert_eq!(seen["past_after"], json!(["approve this draft?"]));
+    assert_eq!(
+        seen["after_done"],
+        json!(["after", "draft 1", "review: approved"])
+    );
+
     // The `messages` mode: metadata once, the message growing, then whole.
     assert_eq!(
         seen["messages_events"],

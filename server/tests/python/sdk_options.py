@@ -95,6 +95,33 @@ seen["update_with_resume"] = client.runs.wait(
     thread, "ticket", command={"update": {"log": ["note"]}, "resume": {"approve": True}}
 )
 
+# Breakpoints: a run pauses before (or after) the steps named, with no
+# interrupt of a step to show; a run with no input goes on from there.
+thread = client.threads.create()["thread_id"]
+out = client.runs.wait(thread, "ticket", input={"log": ["bp"]}, interrupt_before=["review"])
+state = client.threads.get_state(thread)
+seen["before_review"] = {
+    "log": out["log"],
+    "interrupt_shown": "__interrupt__" in out,
+    "next": state["next"],
+    "interrupts": state["interrupts"],
+    "status": client.threads.get(thread)["status"],
+}
+out = client.runs.wait(thread, "ticket", input=None)
+seen["past_before"] = [i["value"]["question"] for i in out.get("__interrupt__", [])]
+thread = client.threads.create()["thread_id"]
+out = client.runs.wait(thread, "ticket", input={"log": ["all"]}, interrupt_before="*")
+seen["before_all_next"] = client.threads.get_state(thread)["next"]
+seen["before_all_log"] = out["log"]
+thread = client.threads.create()["thread_id"]
+client.runs.wait(thread, "ticket", input={"log": ["after"]}, interrupt_after=["draft"])
+seen["after_draft_next"] = client.threads.get_state(thread)["next"]
+# Going on with Command(resume=…) works as well; the review then asks.
+out = client.runs.wait(thread, "ticket", command={"resume": "go on"})
+seen["past_after"] = [i["value"]["question"] for i in out.get("__interrupt__", [])]
+out = client.runs.wait(thread, "ticket", command={"resume": {"approve": True}})
+seen["after_done"] = out["log"]
+
 # The `messages` stream mode: metadata once, the message so far at each
 # token, the whole message at the end of its step.
 parts = list(client.runs.stream(None, "chat", input={"messages": ["hi"]}, stream_mode="messages"))
