@@ -146,7 +146,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     /// Makes the run pause before each of `steps` (step names of the
     /// loop), as if the step had asked a human: the run settles with
     /// `$interrupt`, its session waits on an [`Interrupt`] whose
-    /// [`breakpoint`](Interrupt::breakpoint) is [`Breakpoint::Before`], and a
+    /// [`breakpoint`](Interrupt::breakpoint) is [`Breakpoint::Before`](crate::Breakpoint::Before), and a
     /// resume (with any answer, which no step sees) runs the step. The step a
     /// run resumes at does not pause again. Breakpoints apply to the run's
     /// own loop: a step run by a fork's branch or a sub-agent does not
@@ -167,7 +167,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
 
     /// Makes the run pause after each of `steps` completes (its update
     /// recorded), before the next one: the interrupt's
-    /// [`breakpoint`](Interrupt::breakpoint) is [`Breakpoint::After`] and
+    /// [`breakpoint`](Interrupt::breakpoint) is [`Breakpoint::After`](crate::Breakpoint::After) and
     /// its [`step`](Interrupt::step) is the step to run next. A step that
     /// ends the run, or whose next is a fork, does not pause after. See
     /// [`pause_before`](Self::pause_before).
