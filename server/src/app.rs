@@ -9,7 +9,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use harness::session::SessionStore;
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The server's state.
@@ -42,13 +42,36 @@ pub(crate) type Shared = Arc<App>;
 /// `join` and `join_stream`); older settled ones are forgotten.
 pub(crate) const RUNS_KEPT: usize = 100;
 
+/// How many runs the server remembers in all by default (see
+/// [`Server::runs_kept`](crate::Server::runs_kept)).
+pub(crate) const DEFAULT_RUNS_KEPT_IN_ALL: usize = 10_000;
+
 /// The runs this server started, by thread.
-#[derive(Default)]
 pub(crate) struct Runs {
     pub(crate) by_thread: HashMap<String, Vec<Arc<RunRecord>>>,
+    /// Every run remembered, oldest first: the settled ones at the front
+    /// are forgotten first once there are more than `cap`.
+    order: VecDeque<Arc<RunRecord>>,
+    cap: usize,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self::with_cap(DEFAULT_RUNS_KEPT_IN_ALL)
+    }
 }
 
 impl Runs {
+    /// Remembering at most `cap` settled runs in all (every unsettled one
+    /// besides).
+    pub(crate) fn with_cap(cap: usize) -> Self {
+        Self {
+            by_thread: HashMap::new(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
     /// The thread's run that has not settled, if any.
     pub(crate) fn active(&self, thread: &str) -> Option<Arc<RunRecord>> {
         self.by_thread
@@ -60,8 +83,10 @@ impl Runs {
     }
 
     /// Adds `run` to its thread's runs, forgetting the oldest settled ones
-    /// beyond [`RUNS_KEPT`].
+    /// beyond [`RUNS_KEPT`] on the thread, and the oldest settled ones of
+    /// any thread beyond the cap in all.
     pub(crate) fn add(&mut self, run: Arc<RunRecord>) {
+        self.order.push_back(Arc::clone(&run));
         let list = self.by_thread.entry(run.thread_id.clone()).or_default();
         list.push(run);
         let mut excess = list.len().saturating_sub(RUNS_KEPT);
@@ -73,6 +98,29 @@ impl Runs {
                 true
             }
         });
+        // Each run is looked at once per pass: unsettled ones go to the
+        // back, the order's entries of runs already forgotten are dropped.
+        let mut looked = 0;
+        while self.order.len() > self.cap && looked < self.order.len() {
+            looked += 1;
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            let Some(list) = self.by_thread.get_mut(&oldest.thread_id) else {
+                continue;
+            };
+            let Some(at) = list.iter().position(|r| Arc::ptr_eq(r, &oldest)) else {
+                continue;
+            };
+            if oldest.status().is_done() {
+                list.remove(at);
+                if list.is_empty() {
+                    self.by_thread.remove(&oldest.thread_id);
+                }
+            } else {
+                self.order.push_back(oldest);
+            }
+        }
     }
 
     /// The thread's runs that have not settled, oldest first.
@@ -334,6 +382,45 @@ mod tests {
         );
         assert!(runs.find("t", "r-1").is_none());
         assert!(runs.find("t", &format!("r-{}", RUNS_KEPT + 10)).is_some());
+    }
+
+    #[test]
+    fn the_server_forgets_the_oldest_settled_runs_of_any_thread_beyond_its_cap() {
+        let run = |id: &str, thread: &str, settled: bool| {
+            let r = RunRecord::new(
+                id.into(),
+                thread.into(),
+                "a".into(),
+                Value::Null,
+                Value::Null,
+                "reject",
+                Vec::new(),
+            );
+            if settled {
+                r.finish(RunStatus::Success, RunResult::default());
+            }
+            r
+        };
+        let mut runs = Runs::with_cap(3);
+        runs.add(run("u", "a", false));
+        for t in ["b", "c", "d", "e", "f"] {
+            runs.add(run(t, t, true));
+        }
+        let mut kept: Vec<&str> = runs
+            .by_thread
+            .values()
+            .flatten()
+            .map(|r| r.run_id.as_str())
+            .collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["e", "f", "u"], "the unsettled run stays");
+        assert!(!runs.by_thread.contains_key("b"), "an emptied thread goes");
+        // Unsettled runs beyond the cap are all kept.
+        let mut busy = Runs::with_cap(2);
+        for i in 0..5 {
+            busy.add(run(&format!("r{i}"), "t", false));
+        }
+        assert_eq!(busy.by_thread["t"].len(), 5);
     }
 
     #[test]

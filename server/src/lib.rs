@@ -104,6 +104,7 @@ pub struct Server {
     request_timeout: Duration,
     max_streams: usize,
     replicas: Option<Replicas>,
+    runs_kept: usize,
     #[cfg(feature = "studio")]
     studio: Option<(String, harness_studio::Studio)>,
 }
@@ -146,6 +147,7 @@ impl Server {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_streams: DEFAULT_MAX_STREAMS,
             replicas: None,
+            runs_kept: app::DEFAULT_RUNS_KEPT_IN_ALL,
             #[cfg(feature = "studio")]
             studio: None,
         }
@@ -172,6 +174,17 @@ impl Server {
     #[must_use]
     pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// How many settled runs the server remembers in memory in all
+    /// (default 10 000; each thread's latest 100 at most), with their
+    /// streams, for `get`, `join` and `join_stream`: beyond it the oldest
+    /// settled ones are forgotten (a 404 then; their threads' state stays
+    /// in the store). Runs under way are always kept.
+    #[must_use]
+    pub fn runs_kept(mut self, runs: usize) -> Self {
+        self.runs_kept = runs.max(1);
         self
     }
 
@@ -331,7 +344,7 @@ impl Server {
             store,
             memory: self.memory,
             webhooks: self.webhooks,
-            runs: Mutex::new(Runs::default()),
+            runs: Mutex::new(Runs::with_cap(self.runs_kept)),
             body_limit: self.body_limit,
             streams: limits::Streams::new(self.max_streams),
             started_at: now_millis(),
