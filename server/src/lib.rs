@@ -501,7 +501,12 @@ impl Bound {
                 for run in &runs {
                     run.hand_over();
                 }
-                let settled = futures::future::join_all(runs.iter().map(|r| r.settled()));
+                // Those not started yet are released at once (below).
+                let running: Vec<_> = runs
+                    .iter()
+                    .filter(|r| r.status() == record::RunStatus::Running)
+                    .collect();
+                let settled = futures::future::join_all(running.iter().map(|r| r.settled()));
                 if tokio::time::timeout(grace, settled).await.is_err() {
                     tracing::warn!(
                         "some runs did not reach a step boundary within the shutdown grace"

@@ -774,7 +774,10 @@ impl Keeper {
             let now = app.store.now();
             let renew_due = now.saturating_sub(st.renewed_at)
                 >= u64::try_from(rep.lease.as_millis() / 3).unwrap_or(u64::MAX);
-            let ending = (done && !handing_over) || (handing_over && status.is_done());
+            // A run handed over is released once it has stopped, or at
+            // once if it had not started.
+            let ending = (done && !handing_over)
+                || (handing_over && (status.is_done() || status == RunStatus::Pending));
             if !force && !ending && frames.is_empty() && doc == st.doc && !renew_due {
                 return Ok(());
             }

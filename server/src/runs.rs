@@ -632,13 +632,26 @@ pub(crate) async fn start(
                 return Err(e);
             }
         };
-        keeper.set_before(app, ids.clone()).await?;
-        let mut before = Vec::new();
-        for id in &ids {
-            if let Some(r) = find_any(app, Some(&thread), id).await? {
-                before.push(r);
+        // Admitted: a failure from here on takes the run out again, so that
+        // no replica starts a run whose client was told it failed.
+        let placed = async {
+            keeper.set_before(app, ids.clone()).await?;
+            let mut before = Vec::new();
+            for id in &ids {
+                if let Some(r) = find_any(app, Some(&thread), id).await? {
+                    before.push(r);
+                }
             }
-        }
+            Ok::<_, ApiError>(before)
+        };
+        let before = match placed.await {
+            Ok(before) => before,
+            Err(e) => {
+                keeper.refused(app).await;
+                let _ = replica::unlist(app, &thread, std::slice::from_ref(&run.run_id)).await;
+                return Err(e);
+            }
+        };
         if matches!(strategy, Strategy::Interrupt | Strategy::Rollback) {
             for r in &before {
                 r.cancel();
@@ -717,6 +730,10 @@ async fn proceed(
     }
     if run.was_cancelled() {
         run.cancelled_before_start();
+        return;
+    }
+    // Handed to another replica (this one is stopping): it starts it there.
+    if run.is_handing_over() {
         return;
     }
     if strategy == Strategy::Rollback

@@ -223,6 +223,13 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     assert_eq!(seen["handover_status"], "success", "{seen}");
     assert_eq!(seen["handover_updated"], whole, "{seen}");
     assert_eq!(seen["handover_last"]["trail"], whole, "{seen}");
+    // The run queued behind it on C ran elsewhere, after it.
+    assert_eq!(seen["handover_queued_status"], "success", "{seen}");
+    assert_eq!(
+        seen["handover_trail"],
+        serde_json::json!(["one", "two", "three", "one", "two", "three"]),
+        "{seen}"
+    );
     let all = effects(dir.path());
     let on_c: Vec<&str> = all
         .iter()

@@ -97,10 +97,15 @@ def joined(client, stage, thread, run_id):
 # ---- 2. handing over: C stops; B goes on with C's run ----
 thread = c.threads.create()["thread_id"]
 run = c.runs.create(thread, "steps", input={"trail": []})
+# Queued on C behind it: not started when C stops, released at once.
+behind = c.runs.create(thread, "steps", input={}, multitask_strategy="enqueue")
 events, updated, last = joined(b, "joined-c", thread, run["run_id"])
 seen["handover_updated"] = updated
 seen["handover_last"] = last
 seen["handover_status"] = b.runs.get(thread, run["run_id"])["status"]
+b.runs.join(thread, behind["run_id"])
+seen["handover_queued_status"] = a.runs.get(thread, behind["run_id"])["status"]
+seen["handover_trail"] = b.threads.get_state(thread)["values"]["trail"]
 say("handed-over", **seen)
 
 # ---- 3. failover: A is killed mid-run; B finishes the run ----
