@@ -264,30 +264,17 @@ impl RunRecord {
         multitask_strategy: &'static str,
         modes: Vec<Mode>,
     ) -> Arc<Self> {
-        let now = now_millis();
-        let record = Arc::new(RunRecord {
+        let record = Self::restore(
             run_id,
             thread_id,
             assistant_id,
-            created_at: now,
+            now_millis(),
             metadata,
             kwargs,
             multitask_strategy,
             modes,
-            live: Mutex::new(Live {
-                status: RunStatus::Pending,
-                updated_at: now,
-                frames: Vec::new(),
-                result: None,
-                stop: None,
-                cancelled: false,
-                start_point: None,
-                launched: None,
-                handing_over: false,
-            }),
-            tick: watch::channel(0).0,
-            mirror: AtomicBool::new(false),
-        });
+            false,
+        );
         let meta = json!({ "run_id": record.run_id, "attempt": 1 });
         record.push(Mode::Always, "metadata", None, meta);
         record

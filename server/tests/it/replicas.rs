@@ -74,6 +74,23 @@ fn effects(dir: &Path) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// A trail whose last run went through every step, after runs that
+/// stopped before `three`.
+fn ends_once_whole(trail: &Value) {
+    let trail: Vec<&str> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(trail.ends_with(&["one", "two", "three"]), "{trail:?}");
+    assert_eq!(
+        trail.iter().filter(|s| **s == "three").count(),
+        1,
+        "{trail:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_run() {
     let Some(url) = postgres() else { return };
@@ -181,33 +198,11 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     assert_eq!(seen["queued_on_a"], "success", "{seen}");
     assert_eq!(seen["runs_listed_on_a"], seen["runs_created"], "{seen}");
     // The cancelled run stopped before `three`; the queued one ran whole.
-    let trail: Vec<&str> = seen["trail_1"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
-    assert!(trail.ends_with(&["one", "two", "three"]), "{trail:?}");
-    assert_eq!(
-        trail.iter().filter(|s| **s == "three").count(),
-        1,
-        "{trail:?}"
-    );
+    ends_once_whole(&seen["trail_1"]);
 
     assert_eq!(seen["interrupted_status"], "interrupted", "{seen}");
     assert_eq!(seen["interrupting_status"], "success", "{seen}");
-    let trail: Vec<&str> = seen["trail_interrupt"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
-    assert!(trail.ends_with(&["one", "two", "three"]), "{trail:?}");
-    assert_eq!(
-        trail.iter().filter(|s| **s == "three").count(),
-        1,
-        "{trail:?}"
-    );
+    ends_once_whole(&seen["trail_interrupt"]);
     // The rolled-back run is gone, and so are its steps.
     assert_eq!(
         seen["rollback_listed"],
