@@ -26,6 +26,11 @@
 //! superseded snapshots it removed. That change is journaled (so that a
 //! replayed handler saves the same bytes), and it is the size of the run,
 //! not of the session: a session of many runs costs each run no more.
+//! Large values go by reference: a field of a checkpoint's state or update
+//! of [`BY_REFERENCE_BYTES`](crate::BY_REFERENCE_BYTES) or more
+//! is kept once under `val/{sha256}` (counted in `vals`, cleared when no
+//! kept checkpoint holds it), journaled in an entry of its own by the run
+//! that first holds it, and the checkpoint keeps its hash.
 //! Every `cx.once` of the run's steps, its sub-agents' included,
 //! goes through `ctx.run` ([`RestateEffects`], the core's
 //! [`EffectJournal`]). Both reach the attempt through a task-local of the
@@ -127,6 +132,8 @@ use tokio::sync::{mpsc, oneshot};
 pub use crate::sessions::{OBJECT, Snapshot};
 
 pub(crate) use crate::sessions::{HEAD, checkpoints_key, checkpoints_range};
+use crate::sessions::{Kept, VALUES, account, by_reference, hashes, restore, value_key};
+use std::collections::{BTreeMap, HashMap};
 
 /// How a `run` or `resume` settled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -520,8 +527,9 @@ enum Op {
 struct Saved {
     /// The session's new head, if it has one.
     head: Option<StoredRun>,
-    /// The checkpoints the run added.
-    append: Vec<Checkpoint>,
+    /// The checkpoints the run added, their large values by reference
+    /// (each journaled after this, in an entry of its own).
+    append: Vec<Kept>,
     /// The checkpoints it removed (superseded snapshots).
     remove: Vec<u64>,
     reply: Reply,
@@ -531,7 +539,9 @@ struct Saved {
 /// for a new session) and the checkpoint keys read, with what each holds.
 struct Loaded {
     last_seq: Option<u64>,
-    chunks: Vec<(String, Vec<Checkpoint>)>,
+    chunks: Vec<(String, Vec<Kept>)>,
+    /// How many kept checkpoints hold each value kept by reference.
+    counts: BTreeMap<String, u64>,
     /// The checkpoints given to the run (from the latest snapshot on): the
     /// only ones it can remove. A run's key may also hold older ones.
     imported: Vec<u64>,
@@ -553,13 +563,45 @@ macro_rules! read_chunks {
             .map(|(first, _, k)| (first, k))
             .collect();
         keys.sort_unstable();
-        let mut chunks: Vec<(String, Vec<Checkpoint>)> = Vec::with_capacity(keys.len());
+        let mut chunks: Vec<(String, Vec<Kept>)> = Vec::with_capacity(keys.len());
         for (_, key) in keys {
-            if let Some(Json(cps)) = $ctx.get::<Json<Vec<Checkpoint>>>(&key).await? {
+            if let Some(Json(cps)) = $ctx.get::<Json<Vec<Kept>>>(&key).await? {
                 chunks.push((key, cps));
             }
         }
         chunks
+    }};
+}
+
+/// `kept` whole again, with the values they hold by reference read from
+/// the object's state (a macro, as [`read_chunks`]); a value whose key is
+/// missing is a terminal error naming it (the state is damaged: retrying
+/// cannot help).
+macro_rules! restore_all {
+    ($ctx:expr, $kept:expr) => {{
+        let kept: Vec<Kept> = $kept;
+        let mut values = HashMap::new();
+        for hash in hashes(&kept) {
+            if let Some(Json(value)) = $ctx.get::<Json<Value>>(&value_key(&hash)).await? {
+                values.insert(hash, value);
+            }
+        }
+        let mut log = Vec::with_capacity(kept.len());
+        for k in kept {
+            let seq = k.cp.seq;
+            log.push(restore(k, &values).map_err(|hash| {
+                terminal(
+                    500,
+                    format!(
+                        "checkpoint {seq} of session {} holds a value by reference whose key \
+                         `{}` is missing from the object's state",
+                        $ctx.key(),
+                        value_key(&hash)
+                    ),
+                )
+            })?);
+        }
+        log
     }};
 }
 
@@ -570,22 +612,30 @@ async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, Ha
         return Ok(Loaded {
             last_seq: None,
             chunks: Vec::new(),
+            counts: BTreeMap::new(),
             imported: Vec::new(),
         });
     };
     let chunks = read_chunks!(ctx, head.snapshot_seq);
-    let log: Vec<Checkpoint> = chunks
+    let needed: Vec<Kept> = chunks
         .iter()
         .flat_map(|(_, cps)| cps.iter())
-        .filter(|cp| cp.seq >= head.snapshot_seq)
+        .filter(|k| k.cp.seq >= head.snapshot_seq)
         .cloned()
         .collect();
+    let log = restore_all!(ctx, needed);
+    let counts = ctx
+        .get::<Json<BTreeMap<String, u64>>>(VALUES)
+        .await?
+        .map(|Json(c)| c)
+        .unwrap_or_default();
     let imported = log.iter().map(|cp| cp.seq).collect();
     let last_seq = Some(head.last_seq);
     store.import(head, log);
     Ok(Loaded {
         last_seq,
         chunks,
+        counts,
         imported,
     })
 }
@@ -675,6 +725,12 @@ impl AgentObject {
             Ok(Err(refused)) => return Err(terminal(refused.code, refused.message)),
             Err(e) => return Err(terminal(500, format!("the run panicked: {e}"))),
         };
+        // The values the save moves out of its checkpoints, by hash, for
+        // the entries that journal them (a replay that did not run the save
+        // makes them again from its own run).
+        let moved = Arc::new(std::sync::Mutex::new(HashMap::<String, Value>::new()));
+        let (moved_by_save, again, again_session) =
+            (Arc::clone(&moved), Arc::clone(&attempt), session.clone());
         let Json(saved) = ctx
             .run(|| async move {
                 let (head, append, remove) = match attempt.store.export(&session) {
@@ -695,6 +751,17 @@ impl AgentObject {
                     }
                     None => (None, Vec::new(), Vec::new()),
                 };
+                let mut moved = moved_by_save
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let append = append
+                    .into_iter()
+                    .map(|cp: Checkpoint| {
+                        let (kept, values) = by_reference(cp);
+                        moved.extend(values);
+                        kept
+                    })
+                    .collect();
                 Ok(Json(Saved {
                     head,
                     append,
@@ -704,15 +771,62 @@ impl AgentObject {
             })
             .name("save session")
             .await?;
+        // Values kept by reference: each new one journaled in an entry of
+        // its own and kept once; one no kept checkpoint holds any more is
+        // cleared.
+        let mut counts = loaded.counts.clone();
+        let removed = loaded
+            .chunks
+            .iter()
+            .flat_map(|(_, ks)| ks.iter())
+            .filter(|k| saved.remove.contains(&k.cp.seq));
+        let (new, gone) = account(&mut counts, &saved.append, removed);
+        for hash in &new {
+            let value = moved
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(hash);
+            let (again, again_session, wanted) =
+                (Arc::clone(&again), again_session.clone(), hash.clone());
+            let Json(value) = ctx
+                .run(|| async move {
+                    if let Some(value) = value {
+                        return Ok(Json(value));
+                    }
+                    moved_again(&again, &again_session, last_seq, &wanted)
+                        .map(Json)
+                        .ok_or_else(|| {
+                            TerminalError::new(format!(
+                                "value {wanted} of session {again_session} is not what this \
+                                 replay's run made: the run is not deterministic (see \
+                                 harness::effect)"
+                            ))
+                            .into()
+                        })
+                })
+                .name(format!("save value {}", &hash[..12]))
+                .await?;
+            ctx.set(&value_key(hash), Json(value));
+        }
+        for hash in &gone {
+            ctx.clear(&value_key(hash));
+        }
+        if !new.is_empty() || !gone.is_empty() {
+            if counts.is_empty() {
+                ctx.clear(VALUES);
+            } else {
+                ctx.set(VALUES, Json(counts));
+            }
+        }
         // A removed checkpoint (a superseded snapshot) leaves its run's key
         // rewritten without it, or cleared.
         for (key, cps) in loaded.chunks {
-            if !cps.iter().any(|cp| saved.remove.contains(&cp.seq)) {
+            if !cps.iter().any(|k| saved.remove.contains(&k.cp.seq)) {
                 continue;
             }
-            let kept: Vec<Checkpoint> = cps
+            let kept: Vec<Kept> = cps
                 .into_iter()
-                .filter(|cp| !saved.remove.contains(&cp.seq))
+                .filter(|k| !saved.remove.contains(&k.cp.seq))
                 .collect();
             if kept.is_empty() {
                 ctx.clear(&key);
@@ -721,7 +835,7 @@ impl AgentObject {
             }
         }
         if let (Some(first), Some(last)) = (saved.append.first(), saved.append.last()) {
-            let key = checkpoints_key(first.seq, last.seq);
+            let key = checkpoints_key(first.cp.seq, last.cp.seq);
             ctx.set(&key, Json(saved.append));
         }
         if let Some(head) = saved.head {
@@ -729,6 +843,23 @@ impl AgentObject {
         }
         Ok(Json(saved.reply))
     }
+}
+
+/// The value `hash` that the run of `attempt` moves out of the checkpoints
+/// it adds after `last_seq`, made again (for a replay that did not run the
+/// save, whose entry holds only the hash).
+fn moved_again(
+    attempt: &Attempt,
+    session: &SessionId,
+    last_seq: Option<u64>,
+    hash: &str,
+) -> Option<Value> {
+    let (_, log) = attempt.store.export(session)?;
+    log.into_iter()
+        .filter(|cp| last_seq.is_none_or(|last| cp.seq > last))
+        .flat_map(|cp| by_reference(cp).1)
+        .find(|(h, _)| h == hash)
+        .map(|(_, v)| v)
 }
 
 /// Journals one effect with `ctx.run`: its closure lets the step run the
@@ -808,10 +939,11 @@ impl AgentObject {
         let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
             return Ok(Json(None));
         };
-        let log = read_chunks!(ctx, 0)
+        let kept = read_chunks!(ctx, 0)
             .into_iter()
             .flat_map(|(_, cps)| cps)
             .collect();
+        let log = restore_all!(ctx, kept);
         Ok(Json(Some(Snapshot { head, log })))
     }
 }

@@ -47,7 +47,7 @@ pub mod sessions;
 pub use agent::{
     AgentClient, AgentObject, Answer, Durable, NotDurable, Reply, RestateEffects, RestateSessions,
 };
-pub use sessions::{OBJECT, RestateSessionReader, Snapshot};
+pub use sessions::{BY_REFERENCE_BYTES, OBJECT, RestateSessionReader, Snapshot};
 
 /// What [`agent_object!`] expands to refers to; not part of the API.
 #[cfg(feature = "service")]

@@ -4,9 +4,10 @@
 
 use async_trait::async_trait;
 use harness::SessionId;
-use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
-
+use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreError, StoredRun};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::{Admin, RestateError};
 
@@ -19,6 +20,7 @@ pub(crate) const HEAD: &str = "head";
 /// The state key of the checkpoints a run added, `first..=last`: one key
 /// per run, so that a run writes (and journals) only what it adds, in one
 /// entry.
+#[cfg_attr(not(feature = "service"), allow(dead_code))]
 pub(crate) fn checkpoints_key(first: u64, last: u64) -> String {
     format!("cp/{first:020}-{last:020}")
 }
@@ -28,6 +30,141 @@ pub(crate) fn checkpoints_key(first: u64, last: u64) -> String {
 pub(crate) fn checkpoints_range(key: &str) -> Option<(u64, u64)> {
     let (first, last) = key.strip_prefix("cp/")?.split_once('-')?;
     Some((first.parse().ok()?, last.parse().ok()?))
+}
+
+/// The size (as JSON) from which a field of a checkpoint's state or update
+/// is kept by reference: once per session under `val/{sha256}`, whatever
+/// the number of checkpoints that hold it, journaled in an entry of its
+/// own.
+pub const BY_REFERENCE_BYTES: usize = 64 * 1024;
+
+/// The state key of the value whose SHA-256 (hex) is `hash`.
+pub(crate) fn value_key(hash: &str) -> String {
+    format!("val/{hash}")
+}
+
+/// The state key of the values' reference counts (a map from hash to the
+/// number of kept checkpoints that hold it).
+#[cfg_attr(not(feature = "service"), allow(dead_code))]
+pub(crate) const VALUES: &str = "vals";
+
+/// A checkpoint as the object keeps it: the fields of its state or update
+/// of [`BY_REFERENCE_BYTES`] or more replaced by `null`, and named in
+/// `refs` with the hash of the value kept under [`value_key`]. A key
+/// written before values were kept by reference reads as one without
+/// `refs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Kept {
+    #[serde(flatten)]
+    pub(crate) cp: Checkpoint,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) refs: BTreeMap<String, String>,
+}
+
+/// The SHA-256 of `bytes`, in hex.
+#[cfg_attr(not(feature = "service"), allow(dead_code))]
+fn sha256(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The object fields of a checkpoint that may be kept by reference: its
+/// snapshot's or update's.
+fn fields_of(kind: &mut CheckpointKind) -> Option<&mut serde_json::Map<String, Value>> {
+    match kind {
+        CheckpointKind::Snapshot(Value::Object(m)) | CheckpointKind::Update(Value::Object(m)) => {
+            Some(m)
+        }
+        _ => None,
+    }
+}
+
+/// `cp` as the object keeps it, and the values it moved out, by hash.
+#[cfg_attr(not(feature = "service"), allow(dead_code))]
+pub(crate) fn by_reference(mut cp: Checkpoint) -> (Kept, Vec<(String, Value)>) {
+    let mut refs = BTreeMap::new();
+    let mut moved = Vec::new();
+    if let Some(fields) = fields_of(&mut cp.kind) {
+        for (name, value) in fields.iter_mut() {
+            let text = value.to_string();
+            if text.len() < BY_REFERENCE_BYTES {
+                continue;
+            }
+            let hash = sha256(text.as_bytes());
+            refs.insert(name.clone(), hash.clone());
+            moved.push((hash, std::mem::take(value)));
+        }
+    }
+    (Kept { cp, refs }, moved)
+}
+
+/// `kept` whole again, its fields taken from `values` (by hash); the hash
+/// of a value `values` lacks, if one does.
+pub(crate) fn restore(
+    mut kept: Kept,
+    values: &HashMap<String, Value>,
+) -> Result<Checkpoint, String> {
+    if kept.refs.is_empty() {
+        return Ok(kept.cp);
+    }
+    let Some(fields) = fields_of(&mut kept.cp.kind) else {
+        return Err(format!(
+            "checkpoint {} names values by reference but holds no fields",
+            kept.cp.seq
+        ));
+    };
+    for (name, hash) in &kept.refs {
+        let value = values.get(hash).ok_or_else(|| hash.clone())?;
+        fields.insert(name.clone(), value.clone());
+    }
+    Ok(kept.cp)
+}
+
+/// The hashes `kept` refers to.
+#[cfg_attr(not(feature = "service"), allow(dead_code))]
+pub(crate) fn hashes<'a>(kept: impl IntoIterator<Item = &'a Kept>) -> Vec<String> {
+    let mut out: Vec<String> = kept
+        .into_iter()
+        .flat_map(|k| k.refs.values().cloned())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Counts the references of checkpoints `added` and drops those of
+/// `removed` in `counts`: the hashes counted for the first time (values to
+/// write) and those no longer counted (values to clear).
+#[cfg_attr(not(feature = "service"), allow(dead_code))]
+pub(crate) fn account<'a>(
+    counts: &mut BTreeMap<String, u64>,
+    added: impl IntoIterator<Item = &'a Kept>,
+    removed: impl IntoIterator<Item = &'a Kept>,
+) -> (Vec<String>, Vec<String>) {
+    let before: Vec<String> = counts.keys().cloned().collect();
+    for hash in added.into_iter().flat_map(|k| k.refs.values()) {
+        *counts.entry(hash.clone()).or_default() += 1;
+    }
+    for hash in removed.into_iter().flat_map(|k| k.refs.values()) {
+        if let Some(n) = counts.get_mut(hash) {
+            *n = n.saturating_sub(1);
+        }
+    }
+    let new = counts
+        .iter()
+        .filter(|(h, n)| **n > 0 && !before.contains(h))
+        .map(|(h, _)| h.clone())
+        .collect();
+    let gone: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(h, _)| h.clone())
+        .collect();
+    counts.retain(|_, n| *n > 0);
+    (new, gone)
 }
 
 /// A session as the object keeps it: its head and checkpoint log.
@@ -92,7 +229,8 @@ impl RestateSessionReader {
             message: format!("`{key}` is not part of a session: {e}"),
         };
         let mut head = None;
-        let mut log = Vec::new();
+        let mut kept = Vec::new();
+        let mut values = HashMap::new();
         for row in &rows {
             let (Some(key), Some(text)) = (row["key"].as_str(), row["value_utf8"].as_str()) else {
                 continue;
@@ -100,8 +238,24 @@ impl RestateSessionReader {
             if key == HEAD {
                 head = Some(serde_json::from_str::<StoredRun>(text).map_err(|e| bad(key, e))?);
             } else if checkpoints_range(key).is_some() {
-                log.extend(serde_json::from_str::<Vec<Checkpoint>>(text).map_err(|e| bad(key, e))?);
+                kept.extend(serde_json::from_str::<Vec<Kept>>(text).map_err(|e| bad(key, e))?);
+            } else if let Some(hash) = key.strip_prefix("val/") {
+                values.insert(
+                    hash.to_string(),
+                    serde_json::from_str::<Value>(text).map_err(|e| bad(key, e))?,
+                );
             }
+        }
+        let mut log = Vec::with_capacity(kept.len());
+        for k in kept {
+            let seq = k.cp.seq;
+            log.push(restore(k, &values).map_err(|hash| RestateError::Answer {
+                url: format!("the state of {}/{session}", self.object),
+                message: format!(
+                    "checkpoint {seq} holds a value by reference whose key `{}` is missing",
+                    value_key(&hash)
+                ),
+            })?);
         }
         log.sort_by_key(|cp| cp.seq);
         Ok(head.map(|head| Snapshot { head, log }))
@@ -159,5 +313,101 @@ impl SessionStore for RestateSessionReader {
 
     async fn flush(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BY_REFERENCE_BYTES, Kept, account, by_reference, hashes, restore};
+    use harness::session::{Checkpoint, CheckpointKind};
+    use serde_json::{Value, json};
+    use std::collections::{BTreeMap, HashMap};
+
+    fn cp(seq: u64, kind: CheckpointKind) -> Checkpoint {
+        Checkpoint {
+            seq,
+            index: seq,
+            step: "s".into(),
+            time: 1,
+            kind,
+        }
+    }
+
+    #[test]
+    fn large_fields_go_by_reference_and_come_back_whole() {
+        let big = "x".repeat(BY_REFERENCE_BYTES);
+        let other = json!({"list": vec![7; BY_REFERENCE_BYTES / 2]});
+        for kind in [
+            CheckpointKind::Snapshot(json!({"note": big, "small": 1, "other": other})),
+            CheckpointKind::Update(json!({"note": big, "small": "y"})),
+        ] {
+            let whole = cp(3, kind);
+            let (kept, moved) = by_reference(whole.clone());
+            // Only the large fields moved; in their place a null.
+            assert!(!kept.refs.is_empty());
+            assert_eq!(kept.refs.len(), moved.len());
+            let text = serde_json::to_string(&kept).unwrap();
+            assert!(text.len() < 1024, "{} bytes kept", text.len());
+            // The same value has the same hash wherever it is.
+            assert_eq!(
+                kept.refs["note"],
+                by_reference(whole.clone()).0.refs["note"]
+            );
+            // As stored and read back, then made whole.
+            let read: Kept = serde_json::from_str(&text).unwrap();
+            let values: HashMap<String, Value> = moved.into_iter().collect();
+            assert_eq!(restore(read.clone(), &values).unwrap(), whole);
+            // A value missing: its hash is named.
+            let missing = restore(read, &HashMap::new()).unwrap_err();
+            assert_eq!(missing.len(), 64);
+        }
+        // Small fields, non-objects and other kinds stay as they are.
+        for kind in [
+            CheckpointKind::Update(json!({"note": "short"})),
+            CheckpointKind::Snapshot(Value::String("x".repeat(BY_REFERENCE_BYTES))),
+            CheckpointKind::Update(json!([1, 2])),
+        ] {
+            let whole = cp(1, kind);
+            let (kept, moved) = by_reference(whole.clone());
+            assert!(moved.is_empty() && kept.refs.is_empty());
+            assert_eq!(kept.cp, whole);
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_stored_before_values_went_by_reference_reads_as_it_was() {
+        let old = cp(2, CheckpointKind::Update(json!({"note": "n"})));
+        let text = serde_json::to_string(&vec![old.clone()]).unwrap();
+        let read: Vec<Kept> = serde_json::from_str(&text).unwrap();
+        assert!(read[0].refs.is_empty());
+        assert_eq!(restore(read[0].clone(), &HashMap::new()).unwrap(), old);
+    }
+
+    #[test]
+    fn values_are_written_when_first_held_and_cleared_when_last_let_go() {
+        let kept = |seq, refs: &[(&str, &str)]| Kept {
+            cp: cp(seq, CheckpointKind::Update(json!({}))),
+            refs: refs
+                .iter()
+                .map(|(f, h)| (f.to_string(), h.to_string()))
+                .collect(),
+        };
+        let mut counts = BTreeMap::new();
+        let first = [
+            kept(1, &[("a", "h1")]),
+            kept(2, &[("a", "h1"), ("b", "h2")]),
+        ];
+        let (new, gone) = account(&mut counts, &first, []);
+        assert_eq!((new, gone), (vec!["h1".into(), "h2".into()], vec![]));
+        assert_eq!(counts, BTreeMap::from([("h1".into(), 2), ("h2".into(), 1)]));
+        assert_eq!(hashes(&first), ["h1", "h2"]);
+        // A later run holds h1 again and h3; checkpoint 2 is removed.
+        let later = [kept(3, &[("a", "h1"), ("c", "h3")])];
+        let (new, gone) = account(&mut counts, &later, [&first[1]]);
+        assert_eq!(
+            (new, gone),
+            (vec!["h3".to_string()], vec!["h2".to_string()])
+        );
+        assert_eq!(counts, BTreeMap::from([("h1".into(), 2), ("h3".into(), 1)]));
     }
 }

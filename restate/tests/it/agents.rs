@@ -576,6 +576,86 @@ async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_values_are_kept_and_journaled_once_by_reference() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let _service = rig.service(&[]);
+    rig.register().await;
+    let (session, _) = rig.session("large");
+    let note = |c: char| c.to_string().repeat(200_000);
+    let mut saves = Vec::new();
+    for c in ['a', 'a', 'a', 'b', 'b'] {
+        let invocation = rig
+            .agent
+            .submit(&session, &json!({"note": note(c)}), None)
+            .await
+            .unwrap();
+        let done = rig.agent.outcome(&invocation).await.unwrap();
+        let Reply::Completed { state, .. } = &done else {
+            panic!("{done:?}")
+        };
+        assert_eq!(state["note"], note(c));
+        // The reply carries the state, note included, journaled twice.
+        let reply = serde_json::to_string(&done).unwrap().len();
+        saves.push(saved_bytes(&rig.admin, &invocation).await - 2 * reply);
+    }
+    eprintln!("bytes saved per run, beside the reply: {saves:?}");
+    // A note journaled once (its entry, and the state write of its key),
+    // by the run that first held it; a run giving the same note again
+    // journals under 2 KB.
+    for (i, save) in saves.iter().enumerate() {
+        if i == 0 || i == 3 {
+            assert!(*save > 200_000, "run {i} journaled no note: {saves:?}");
+        } else {
+            assert!(*save < 20_000, "run {i} journaled a note again: {saves:?}");
+        }
+    }
+    // Kept once each: two values, and checkpoint keys of a few KB.
+    let rows = rig
+        .admin
+        .query(&format!(
+            "SELECT key, length(value) AS len FROM state \
+             WHERE service_name = 'HarnessAgent' AND service_key = '{session}'"
+        ))
+        .await
+        .unwrap();
+    let len_of = |prefix: &str| -> Vec<u64> {
+        rows.iter()
+            .filter(|r| r["key"].as_str().unwrap().starts_with(prefix))
+            .map(|r| r["len"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(len_of("val/").len(), 2, "{rows:?}");
+    assert!(len_of("val/").iter().all(|n| *n > 200_000), "{rows:?}");
+    let cps = len_of("cp/");
+    assert_eq!(cps.len(), 5, "{rows:?}");
+    assert!(cps.iter().all(|n| *n < 10_000), "{rows:?}");
+    // Read whole by the handler and by the reader alike: the first run's
+    // start snapshot and each later run's input hold its note.
+    let kept = rig.agent.session(&session).await.unwrap().unwrap();
+    let read = RestateSessionReader::new(rig.admin.clone())
+        .snapshot(&session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, kept);
+    let notes: Vec<char> = kept
+        .log
+        .iter()
+        .filter_map(|cp| match &cp.kind {
+            harness::session::CheckpointKind::Update(v)
+            | harness::session::CheckpointKind::Snapshot(v)
+                if cp.step == "$input" || cp.step == "$start" =>
+            {
+                v["note"].as_str().and_then(|n| n.chars().next())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notes, ['a', 'a', 'a', 'b', 'b']);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     let _serial = SHARED_SERVER.lock().await;
     let rig = Rig::shared();
