@@ -826,7 +826,12 @@ async fn continue_taken(
         }
         match launch
             .agent
-            .recover(session.clone(), Arc::clone(run), launch.tokens)
+            .recover(
+                session.clone(),
+                Arc::clone(run),
+                launch.tokens,
+                &launch.pause,
+            )
             .await?
         {
             Recovered::Running => return Ok(()),

@@ -78,6 +78,7 @@ pub(crate) trait Served: Send + Sync {
         session: SessionId,
         record: Arc<RunRecord>,
         tokens: bool,
+        pause: &Pause,
     ) -> Result<Recovered, ApiError>;
     /// Settles `record` from where `session` stands (a run that ended
     /// before its replica recorded it; `stopped`: one cancelled before it
@@ -302,11 +303,12 @@ where
         session: SessionId,
         record: Arc<RunRecord>,
         tokens: bool,
+        pause: &Pause,
     ) -> Result<Recovered, ApiError> {
         let state = self.current(&session).await?;
         match self.agent.recover(&session).await {
             Ok(run) => {
-                self.drive(run, state, record, tokens);
+                self.drive(paused(run, pause)?, state, record, tokens);
                 Ok(Recovered::Running)
             }
             Err(SessionError::InFlight(_)) => Ok(Recovered::InFlight),
