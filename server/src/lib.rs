@@ -602,7 +602,7 @@ fn routes() -> Router<Shared> {
         .route(
             "/threads/{id}",
             get(threads::get)
-                .delete(threads::delete)
+                .delete(runs::delete_thread)
                 .patch(protocol::patch_thread),
         )
         .route(

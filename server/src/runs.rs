@@ -1376,6 +1376,30 @@ pub(crate) async fn cancel(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// `DELETE /threads/{thread_id}`: with replicas, the thread's runs under
+/// way on other replicas are cancelled through the store first (those of
+/// this replica are cancelled by the thread's deletion itself).
+pub(crate) async fn delete_thread(
+    State(app): State<Shared>,
+    Path(thread): Path<String>,
+) -> Result<Response, ApiError> {
+    if app.replica.is_some() && threads::find(&app, &thread).await?.is_some() {
+        for id in replica::list(&app, &thread).await? {
+            let under_way = replica::run_json(&app, Some(&thread), &id)
+                .await?
+                .and_then(|r| r["status"].as_str().and_then(RunStatus::parse))
+                .is_some_and(|s| !s.is_done());
+            if under_way
+                && let Some(run) = find_any(&app, Some(&thread), &id).await?
+                && run.is_mirror()
+            {
+                run.cancel();
+            }
+        }
+    }
+    threads::delete(State(app), Path(thread)).await
+}
+
 pub(crate) async fn delete(
     State(app): State<Shared>,
     Path((thread, run)): Path<(String, String)>,

@@ -203,6 +203,7 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     assert_eq!(seen["interrupted_status"], "interrupted", "{seen}");
     assert_eq!(seen["interrupting_status"], "success", "{seen}");
     ends_once_whole(&seen["trail_interrupt"]);
+    assert_eq!(seen["deleted_thread_run"], "interrupted", "{seen}");
     // The rolled-back run is gone, and so are its steps.
     assert_eq!(
         seen["rollback_listed"],

@@ -77,6 +77,14 @@ a.runs.join(thread, rolling["run_id"])
 seen["rollback_listed"] = [r["run_id"] for r in b.runs.list(thread)]
 seen["rollback_run"] = rolling["run_id"]
 seen["trail_rollback"] = b.threads.get_state(thread)["values"]["trail"]
+
+# Deleting a thread on B cancels its run on A.
+thread = a.threads.create()["thread_id"]
+doomed = a.runs.create(thread, "steps", input={"trail": []})
+time.sleep(0.3)
+b.threads.delete(thread)
+a.runs.join(thread, doomed["run_id"])
+seen["deleted_thread_run"] = a.runs.get(thread, doomed["run_id"])["status"]
 say("shared", **seen)
 
 
