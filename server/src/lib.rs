@@ -497,7 +497,7 @@ impl Bound {
                 // A replica hands its runs over: stopped at a step
                 // boundary, their leases released, for another replica to
                 // continue; the runs it follows go on where they run.
-                let runs = replica::owned(&app);
+                let runs = replica::drain(&app);
                 for run in &runs {
                     run.hand_over();
                 }

@@ -91,6 +91,9 @@ pub(crate) struct Replica {
     poll: Duration,
     /// The keepers of the runs this replica runs, by run id.
     keepers: Mutex<HashMap<String, Arc<Keeper>>>,
+    /// Set when the replica starts stopping: it takes no run over any
+    /// more (it hands its own over).
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Replica {
@@ -100,6 +103,7 @@ impl Replica {
             lease: settings.lease.max(settings.poll * 3),
             poll: settings.poll,
             keepers: Mutex::new(HashMap::new()),
+            draining: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -1062,6 +1066,12 @@ where
                     continue;
                 }
             };
+            if replica(&app)
+                .draining
+                .load(std::sync::atomic::Ordering::Acquire)
+            {
+                return;
+            }
             for key in ids {
                 let Some(run) = key.as_str().strip_prefix(&format!("{RUN_OWNER}/")) else {
                     continue;
@@ -1085,6 +1095,12 @@ where
 /// every stored frame, and its keeper runs.
 async fn take(app: &Shared, run: &str) -> Result<Option<TakenOver>, ApiError> {
     let rep = replica(app);
+    // A run this replica still keeps (its keeper fell behind the lease) is
+    // renewed by its keeper, not taken a second time.
+    if let Some(keeper) = keeper(app, run) {
+        keeper.sync(app, true).await?;
+        return Ok(None);
+    }
     let key = run_key(run);
     let Some(kept) = read(app, &key, RUN_OWNER).await? else {
         return Ok(None);
@@ -1151,8 +1167,18 @@ async fn take(app: &Shared, run: &str) -> Result<Option<TakenOver>, ApiError> {
     }))
 }
 
+/// The runs this replica runs that have not settled; from now on it takes
+/// no run over (it is stopping).
+pub(crate) fn drain(app: &Shared) -> Vec<Arc<RunRecord>> {
+    if let Some(rep) = &app.replica {
+        rep.draining
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+    owned(app)
+}
+
 /// The runs this replica runs that have not settled.
-pub(crate) fn owned(app: &Shared) -> Vec<Arc<RunRecord>> {
+fn owned(app: &Shared) -> Vec<Arc<RunRecord>> {
     app.replica.as_ref().map_or_else(Vec::new, |rep| {
         rep.keepers().values().map(|k| Arc::clone(&k.run)).collect()
     })
