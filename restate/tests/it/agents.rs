@@ -497,6 +497,19 @@ async fn saved_bytes(admin: &Admin, invocation: &str) -> usize {
         .sum()
 }
 
+/// The session as the object's handler gives it, checked to be what the
+/// admin API's reader reads.
+async fn agreed_session(rig: &Rig, session: &SessionId) -> harness_restate::Snapshot {
+    let kept = rig.agent.session(session).await.unwrap().unwrap();
+    let read = RestateSessionReader::new(rig.admin.clone())
+        .snapshot(session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, kept);
+    kept
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
     let _serial = SHARED_SERVER.lock().await;
@@ -530,13 +543,7 @@ async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
         "the saved bytes grow with the session: {saves:?}"
     );
     // And the session holds every run.
-    let kept = rig.agent.session(&session).await.unwrap().unwrap();
-    let read = RestateSessionReader::new(rig.admin.clone())
-        .snapshot(&session)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(read, kept);
+    let kept = agreed_session(&rig, &session).await;
     assert_eq!(kept.head.last_seq, kept.log.last().unwrap().seq);
     let snapshots: Vec<u64> = kept
         .log
@@ -632,13 +639,7 @@ async fn large_values_are_kept_and_journaled_once_by_reference() {
     assert!(cps.iter().all(|n| *n < 10_000), "{rows:?}");
     // Read whole by the handler and by the reader alike: the first run's
     // start snapshot and each later run's input hold its note.
-    let kept = rig.agent.session(&session).await.unwrap().unwrap();
-    let read = RestateSessionReader::new(rig.admin.clone())
-        .snapshot(&session)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(read, kept);
+    let kept = agreed_session(&rig, &session).await;
     let notes: Vec<char> = kept
         .log
         .iter()
