@@ -339,7 +339,13 @@ fn message_at(segment: &[u8], at: usize, number: u64, segment_size: usize) -> Me
     let Ok(len) = usize::try_from(len) else {
         return Message::None;
     };
-    if at + header_len + len > segment_size {
+    // The length is whatever bytes stand there: stale bytes of a reused
+    // segment can read as any length up to `u64::MAX`.
+    if at
+        .checked_add(header_len)
+        .and_then(|end| end.checked_add(len))
+        .is_none_or(|end| end > segment_size)
+    {
         return Message::None;
     }
     if rest.len() < len {
@@ -441,5 +447,30 @@ mod tests {
         }
         let mut short: &[u8] = &[249, 1];
         assert_eq!(varint(&mut short), None);
+    }
+
+    /// Stale bytes that look like a header but give a length near
+    /// `u64::MAX` (or merely past the segment) are no message, never an
+    /// overflow: CI once met them in a reused segment.
+    #[test]
+    fn a_header_whose_length_runs_past_the_segment_is_no_message() {
+        let segment_size = 4096;
+        for len in [
+            &[255, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF][..],
+            &[255, 0xF0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF],
+            &[255, 0, 0, 0, 0, 0, 0, 0, 0x80],
+            &[250, 0, 0x10, 0],
+            &[249, 0x0F, 0xF0],
+        ] {
+            for at in [0, 17, 4000] {
+                let mut segment = vec![0u8; segment_size];
+                let header = [&[1, 2, 3, 4, 1][..], len, &[3], &[9]].concat();
+                segment[at..at + header.len()].copy_from_slice(&header);
+                assert!(
+                    matches!(message_at(&segment, at, 3, segment_size), Message::None),
+                    "length {len:?} at {at}"
+                );
+            }
+        }
     }
 }
