@@ -76,10 +76,6 @@
 //! object of another name, so that one deployment (and one Restate server)
 //! serves several agents; [`AgentClient::object`] calls it.
 //!
-//! Not yet: large values in the state are kept in its snapshots and
-//! updates, not by reference, so one checkpoint must fit in a Restate
-//! message (32 MiB by default).
-//!
 //! ```no_run
 //! use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
 //! use harness_restate::Durable;
