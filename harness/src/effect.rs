@@ -32,10 +32,17 @@
 //! set by timing: a fork's branches run side by side, and which one reaches
 //! its next effect first depends on how long the last one took. A journal
 //! that replays by order says so ([`EffectJournal::ordered`]), and the
-//! branches of every fork and fan-out then run one after the other, in
-//! branch order. Within a step, effects asked at once (`join!` of two
-//! `once`) are asked in the order the step's future polls them, which a
-//! replay repeats.
+//! branches' effects then **take turns**: every branch's first effect, in
+//! branch order, then every branch's second, and so on, a branch that has
+//! ended being passed over. The branches still run side by side, and so do
+//! their effects once handed to the journal (at most the fork's
+//! [`limit`](crate::graph::ForkBuilder::limit) at once): a branch that is
+//! slow to reach its next effect holds the branches after it back only
+//! until it asks, never until its effect is done. A fork inside such a
+//! branch (or inside a sub-agent it runs) is part of the branch's own
+//! sequence: its branches run one after the other. Within a step, effects
+//! asked at once (`join!` of two `once`) are asked in the order the step's
+//! future polls them, which a replay repeats.
 //!
 //! Under a journal an effect's failure is recorded too, as its message: a
 //! failed `try_once` returns `StepError::msg(message)` both when it runs and
@@ -82,6 +89,8 @@
 
 use crate::ids::{SessionId, TaskPath};
 use futures::future::BoxFuture;
+
+pub(crate) mod turns;
 use serde_json::Value;
 use std::fmt::{self, Debug};
 use std::sync::Arc;
@@ -192,11 +201,12 @@ pub trait EffectJournal: Send + Sync + Debug {
     /// Whether the journal holds a run's effects as one sequence that a
     /// replay must ask for in the same order (Restate's journal does; a
     /// journal keyed by the effects' names does not). When it does, the
-    /// branches of a fork or fan-out run one after the other, in branch
-    /// order, instead of side by side: branches running at once would ask
-    /// for their effects in an order set by timing, which a replay (whose
-    /// recorded effects return at once) would not repeat. The default is
-    /// `false`.
+    /// effects of a fork's or fan-out's branches take turns (see the
+    /// [module docs](self)): branches asking as they reach their effects
+    /// would ask in an order set by timing, which a replay (whose recorded
+    /// effects return at once) would not repeat. Such a journal is asked
+    /// about an effect while others it let run are still running, and
+    /// must let them run side by side. The default is `false`.
     fn ordered(&self) -> bool {
         false
     }

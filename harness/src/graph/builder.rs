@@ -596,7 +596,11 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
         }
     }
 
-    /// Runs at most `n` branches at once (default: all of them).
+    /// Runs at most `n` branches at once (default: all of them). Under an
+    /// effect journal that replays by order
+    /// ([`EffectJournal::ordered`](crate::effect::EffectJournal::ordered),
+    /// Restate's), every branch runs and at most `n` of their effects run
+    /// at once.
     #[must_use]
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);

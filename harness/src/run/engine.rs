@@ -1256,13 +1256,30 @@ async fn run_region<S: HarnessState, C: Context>(
     let mut failed: Vec<(usize, RunError)> = Vec::new();
     let outcome: Result<(), RunError> = async {
         // A journal that replays effects by their order needs the branches'
-        // effects in an order a replay repeats: one branch after another.
+        // effects in an order a replay repeats: the branches run side by
+        // side, and their effects take turns (`effect::turns`), at most the
+        // fork's limit running at once. A fork inside such a branch is part
+        // of the branch's own sequence: its branches run one after another.
         let ordered = env.effects.as_ref().is_some_and(|j| j.ordered());
-        let limit = if ordered { 1 } else { fork.limit.max(1) };
+        let ended: Vec<bool> = region
+            .branches
+            .iter()
+            .map(|b| b.branch.as_ref().is_some_and(|b| b.done))
+            .collect();
+        let turns = (ordered && !crate::effect::turns::taking_turns())
+            .then(|| crate::effect::turns::Turns::new(ended.len(), &ended, fork.limit));
+        let limit = match (&turns, ordered) {
+            (Some(_), _) => ended.len().max(1),
+            (None, true) => 1,
+            (None, false) => fork.limit.max(1),
+        };
         let mut todo = Vec::new();
         for (i, b) in region.branches.iter_mut().enumerate() {
-            if !b.branch.as_ref().is_some_and(|b| b.done) {
-                todo.push(drive_branch(env, i, b));
+            if !ended[i] {
+                todo.push(match &turns {
+                    Some(turns) => turns.branch(i, drive_branch(env, i, b)).boxed(),
+                    None => drive_branch(env, i, b),
+                });
             }
         }
         let mut running = futures::stream::iter(todo).buffer_unordered(limit);

@@ -765,7 +765,12 @@ impl<C> Cx<C> {
             attempt: shared.attempt,
             key: key.to_string(),
         };
-        let outcome = match journal.begin(&id).await.map_err(StepError::new)? {
+        // In a branch whose effects take turns, `_running` holds the
+        // effect's place among those running until its outcome is recorded.
+        let (journaled, _running) = crate::effect::turns::begin(journal, &id)
+            .await
+            .map_err(StepError::new)?;
+        let outcome = match journaled {
             Journaled::Recorded(outcome) => outcome,
             Journaled::Run(pending) => {
                 let outcome = match effect.await {

@@ -238,29 +238,59 @@ struct Spread {
     log: Vec<String>,
 }
 
+/// Effects running at once: now, and the most seen.
+#[derive(Debug, Default)]
+struct Overlap {
+    now: AtomicU32,
+    most: AtomicU32,
+}
+
+impl Overlap {
+    async fn during<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let out = work.await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+}
+
 /// A fan-out over `parts`: each branch makes two effects, the first taking
-/// `part` × 30 ms, so that side by side the later parts ask first.
-fn spread(journal: Recorder, ran: Arc<AtomicU32>) -> Harness<Spread> {
-    Harness::<Spread>::builder()
+/// `part` × 30 ms, so that side by side the later parts ask first; at most
+/// `limit` branches at once, if given.
+fn spread(
+    journal: Recorder,
+    ran: Arc<AtomicU32>,
+    overlap: Arc<Overlap>,
+    limit: Option<usize>,
+) -> Harness<Spread> {
+    let fork = Harness::<Spread>::builder()
         .step("split")
         .route(|_: &Spread| "parts")
         .on("parts")
-        .fan_out("part", |s: &Spread| s.parts.clone())
-        .join("done")
+        .fan_out("part", |s: &Spread| s.parts.clone());
+    let fork = match limit {
+        Some(n) => fork.limit(n),
+        None => fork,
+    };
+    fork.join("done")
         .step("part")
         .run_each(move |part: u64, _: Arc<Spread>, cx: Cx<()>| {
-            let ran = Arc::clone(&ran);
+            let (ran, overlap) = (Arc::clone(&ran), Arc::clone(&overlap));
             async move {
                 let mut log = Vec::new();
                 for i in 0..2 {
                     let line: String = cx
-                        .once(&format!("effect-{i}"), async {
-                            if i == 0 {
-                                tokio::time::sleep(Duration::from_millis(part * 30)).await;
-                            }
-                            ran.fetch_add(1, Ordering::SeqCst);
-                            format!("part {part} effect {i}")
-                        })
+                        .once(
+                            &format!("effect-{i}"),
+                            overlap.during(async {
+                                if i == 0 {
+                                    tokio::time::sleep(Duration::from_millis(part * 30)).await;
+                                }
+                                ran.fetch_add(1, Ordering::SeqCst);
+                                format!("part {part} effect {i}")
+                            }),
+                        )
                         .await?;
                     log.push(line);
                 }
@@ -278,54 +308,78 @@ fn spread(journal: Recorder, ran: Arc<AtomicU32>) -> Harness<Spread> {
         .unwrap()
 }
 
-#[tokio::test]
-async fn under_an_ordered_journal_a_fan_outs_branches_ask_in_branch_order_and_a_replay_repeats_it()
-{
-    let parts = vec![3, 2, 1];
-    let asked_in = |ordered: bool| {
-        let parts = parts.clone();
-        async move {
-            let journal = Recorder {
-                ordered,
-                ..Recorder::default()
-            };
-            let ran = Arc::new(AtomicU32::new(0));
-            let agent = create_agent("spread", &spread(journal.clone(), Arc::clone(&ran)));
-            let state = Spread {
-                parts,
-                ..Spread::default()
-            };
-            let first = agent
-                .run_in(SessionId::from("spread"), state.clone())
-                .await
-                .unwrap();
-            let order: Vec<String> = journal
-                .asked
-                .lock()
-                .unwrap()
-                .drain(..)
-                .map(|(name, _)| name)
-                .collect();
-            // A replay: answered from the journal, in the same order.
-            let replay = agent
-                .run_in(SessionId::from("spread"), state)
-                .await
-                .unwrap();
-            let again: Vec<(String, bool)> = journal.asked.lock().unwrap().clone();
-            assert_eq!(replay.state.log, first.state.log);
-            assert_eq!(ran.load(Ordering::SeqCst), 6, "each effect ran once");
-            assert!(again.iter().all(|(_, recorded)| *recorded), "{again:?}");
-            let replayed: Vec<String> = again.into_iter().map(|(name, _)| name).collect();
-            (order, replayed, first.state.log)
-        }
+/// What one run of the fan-out over `parts` shows, and its replay: the
+/// order the journal was asked in, the replay's order, the log, and the
+/// most effects that ran at once.
+async fn asked_in(
+    parts: &[u64],
+    ordered: bool,
+    limit: Option<usize>,
+) -> (Vec<String>, Vec<String>, Vec<String>, u32) {
+    let journal = Recorder {
+        ordered,
+        ..Recorder::default()
     };
-
-    let (order, replayed, log) = asked_in(true).await;
-    let branch_order: Vec<String> = (0..3)
-        .flat_map(|b| (0..2).map(move |i| format!("part#{b}/part#1.1:effect-{i}")))
+    let ran = Arc::new(AtomicU32::new(0));
+    let overlap = Arc::new(Overlap::default());
+    let harness = spread(
+        journal.clone(),
+        Arc::clone(&ran),
+        Arc::clone(&overlap),
+        limit,
+    );
+    let agent = create_agent("spread", &harness);
+    let state = Spread {
+        parts: parts.to_vec(),
+        ..Spread::default()
+    };
+    let first = agent
+        .run_in(SessionId::from("spread"), state.clone())
+        .await
+        .unwrap();
+    let order: Vec<String> = journal
+        .asked
+        .lock()
+        .unwrap()
+        .drain(..)
+        .map(|(name, _)| name)
         .collect();
-    assert_eq!(order, branch_order, "one branch after another");
+    // A replay: answered from the journal, in the same order.
+    let replay = agent
+        .run_in(SessionId::from("spread"), state)
+        .await
+        .unwrap();
+    let again: Vec<(String, bool)> = journal.asked.lock().unwrap().clone();
+    assert_eq!(replay.state.log, first.state.log);
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        2 * parts.len() as u32,
+        "each effect ran once"
+    );
+    assert!(again.iter().all(|(_, recorded)| *recorded), "{again:?}");
+    let replayed: Vec<String> = again.into_iter().map(|(name, _)| name).collect();
+    (
+        order,
+        replayed,
+        first.state.log,
+        overlap.most.load(Ordering::SeqCst),
+    )
+}
+
+/// Each branch's first effect, in branch order, then each branch's second.
+fn by_turns(branches: usize) -> Vec<String> {
+    (0..2)
+        .flat_map(|i| (0..branches).map(move |b| format!("part#{b}/part#1.1:effect-{i}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn under_an_ordered_journal_a_fan_outs_branches_run_side_by_side_and_ask_by_turns() {
+    // The later parts are quicker: they reach their second effect first.
+    let (order, replayed, log, most) = asked_in(&[3, 2, 1], true, None).await;
+    assert_eq!(order, by_turns(3), "by turns, whatever the timing");
     assert_eq!(replayed, order, "the replay asks in the same order");
+    assert!(most >= 2, "effects ran side by side: at most {most} at once");
     assert_eq!(
         log,
         [3, 2, 1]
@@ -333,13 +387,89 @@ async fn under_an_ordered_journal_a_fan_outs_branches_ask_in_branch_order_and_a_
             .flat_map(|p| (0..2).map(move |i| format!("part {p} effect {i}")))
             .collect::<Vec<_>>()
     );
+    // The other way round: the same order.
+    let (order, replayed, _, _) = asked_in(&[1, 2, 3], true, None).await;
+    assert_eq!(order, by_turns(3));
+    assert_eq!(replayed, order);
 
     // Without ordering, the branches run side by side and the order is set
     // by timing: the replay, whose effects return at once, asks in another.
-    let (order, replayed, _) = asked_in(false).await;
-    assert_ne!(
-        order, branch_order,
-        "side by side, the shortest part asks first"
-    );
+    let (order, replayed, _, _) = asked_in(&[3, 2, 1], false, None).await;
+    assert_ne!(order, by_turns(3), "side by side, the shortest part asks first");
     assert_ne!(replayed, order);
+}
+
+#[tokio::test]
+async fn under_an_ordered_journal_a_forks_limit_bounds_the_effects_running_at_once() {
+    for limit in [1, 2] {
+        let (order, replayed, _, most) = asked_in(&[3, 2, 1, 2], true, Some(limit)).await;
+        assert_eq!(order, by_turns(4), "limit {limit}");
+        assert_eq!(replayed, order, "limit {limit}");
+        assert_eq!(most, limit as u32, "limit {limit}");
+    }
+}
+
+/// A branch whose step times out while its effect waits for its turn gives
+/// the turn up: the branches after it are not held back for ever, and its
+/// retry asks again.
+#[tokio::test]
+async fn a_branch_cut_short_while_it_waits_for_its_turn_holds_no_one_back() {
+    let tries = Arc::new(AtomicU32::new(0));
+    let journal = Recorder {
+        ordered: true,
+        ..Recorder::default()
+    };
+    let harness = Harness::<Spread>::builder()
+        .step("split")
+        .route(|_: &Spread| "parts")
+        .on("parts")
+        .fan_out("part", |s: &Spread| s.parts.clone())
+        .join("done")
+        .step("part")
+        .run_each(move |part: u64, _: Arc<Spread>, cx: Cx<()>| {
+            let tries = Arc::clone(&tries);
+            async move {
+                // Branch 0's first three attempts are cut short by the 40 ms
+                // timeout before they ask for their effect; branches 1 and
+                // 2 ask at once and wait for branch 0's turn until the
+                // timeout cuts them short too, attempt after attempt.
+                if part == 0 && tries.fetch_add(1, Ordering::SeqCst) < 3 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let line: String = cx
+                    .once("effect", async move { format!("part {part}") })
+                    .await?;
+                Ok(SpreadUpdate::new().log(vec![line]))
+            }
+        })
+        .timeout(Duration::from_millis(40))
+        .retry(RetryPolicy::attempts(50).backoff(Duration::ZERO))
+        .writes(["log"])
+        .next("done")
+        .step("done")
+        .run(async |_: Arc<Spread>| Ok(SpreadUpdate::new()))
+        .end()
+        .start("split")
+        .effects(journal.clone())
+        .build()
+        .unwrap();
+    let state = Spread {
+        parts: vec![0, 1, 2],
+        ..Spread::default()
+    };
+    let done = tokio::time::timeout(
+        Duration::from_secs(20),
+        create_agent("spread", &harness).run_in(SessionId::from("cut"), state),
+    )
+    .await
+    .expect("no branch is held back for ever")
+    .unwrap();
+    assert_eq!(done.state.log, ["part 0", "part 1", "part 2"]);
+    let asked = journal.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3, "each branch's effect asked once: {asked:?}");
+    assert!(asked[0].0.starts_with("part#0/part#1.4:"), "{asked:?}");
+    assert!(
+        !asked[1].0.contains(".1:") && !asked[2].0.contains(".1:"),
+        "branches 1 and 2 were cut short while they waited: {asked:?}"
+    );
 }
