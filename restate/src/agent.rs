@@ -61,15 +61,17 @@
 //! **Reading sessions**: [`RestateSessionReader`](crate::RestateSessionReader)
 //! reads them from the admin API as a `SessionStore`, for the studio.
 //!
-//! **Forks and fan-outs** run their branches one after the other, in
-//! branch order ([`EffectJournal::ordered`]): Restate replays a journal by
-//! call order, and the Rust SDK journals one `ctx.run` at a time, so
-//! branches side by side would ask for their effects in an order set by
-//! timing that a replay would not repeat. The branches' effects would be
-//! journaled one at a time either way; what is given up is the overlap of
-//! their other work. A fan-out killed mid-way is replayed like any run: the
-//! effects journaled before the kill are answered from the journal, the
-//! rest run once.
+//! **Forks and fan-outs** run their branches side by side. Restate replays
+//! a journal by call order, so the order of the effects' entries must not
+//! depend on timing: the branches' effects take turns
+//! ([`EffectJournal::ordered`]: every branch's first effect, in branch
+//! order, then every branch's second, and so on). The effects themselves
+//! run one at a time: the Rust SDK (0.13) runs one `ctx.run` at a time —
+//! with two under way, it asks for the first to be run again when the
+//! second is made (restatedev/sdk-rust#72) — so what the branches overlap
+//! is their other work. A fan-out killed mid-way is replayed like any run:
+//! the effects journaled before the kill are answered from the journal,
+//! the rest run once.
 //!
 //! **Several agents**: an [`AgentObject`] bound as it is serves as
 //! `HarnessAgent`; [`agent_object!`](crate::agent_object) declares an
@@ -383,8 +385,9 @@ impl EffectJournal for RestateEffects {
         })
     }
 
-    /// Restate replays a journal by call order, and the SDK journals one
-    /// `ctx.run` at a time: a fork's branches run one after the other.
+    /// Restate replays a journal by call order: a fork's branches hand
+    /// their effects over by turns (the handler runs them one at a time:
+    /// the SDK runs one `ctx.run` at a time).
     fn ordered(&self) -> bool {
         true
     }

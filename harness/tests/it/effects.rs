@@ -379,7 +379,10 @@ async fn under_an_ordered_journal_a_fan_outs_branches_run_side_by_side_and_ask_b
     let (order, replayed, log, most) = asked_in(&[3, 2, 1], true, None).await;
     assert_eq!(order, by_turns(3), "by turns, whatever the timing");
     assert_eq!(replayed, order, "the replay asks in the same order");
-    assert!(most >= 2, "effects ran side by side: at most {most} at once");
+    assert!(
+        most >= 2,
+        "effects ran side by side: at most {most} at once"
+    );
     assert_eq!(
         log,
         [3, 2, 1]
@@ -395,7 +398,11 @@ async fn under_an_ordered_journal_a_fan_outs_branches_run_side_by_side_and_ask_b
     // Without ordering, the branches run side by side and the order is set
     // by timing: the replay, whose effects return at once, asks in another.
     let (order, replayed, _, _) = asked_in(&[3, 2, 1], false, None).await;
-    assert_ne!(order, by_turns(3), "side by side, the shortest part asks first");
+    assert_ne!(
+        order,
+        by_turns(3),
+        "side by side, the shortest part asks first"
+    );
     assert_ne!(replayed, order);
 }
 

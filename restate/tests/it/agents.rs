@@ -436,8 +436,10 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
 async fn a_fan_out_killed_mid_way_runs_each_branchs_effects_exactly_once() {
     let _serial = SHARED_SERVER.lock().await;
     let rig = Rig::shared();
-    // `work` makes one effect, then three `part` branches make two each;
-    // the service hangs in part 1 after its first effect, and is killed.
+    // `work` makes one effect, then three `part` branches make two each,
+    // side by side, their effects taking turns: each part's first, then
+    // each part's second. The service hangs in part 1 after its first
+    // effect, and is killed.
     let few = [("PROBE_EFFECTS", "1".to_owned())];
     let killed = rig.hanging(0, &[few[0].clone(), ("PROBE_HANG_PART", "1".into())]);
     rig.register().await;
@@ -448,32 +450,50 @@ async fn a_fan_out_killed_mid_way_runs_each_branchs_effects_exactly_once() {
         .await
         .unwrap();
     rig.hung().await;
+    // Part 2's first effect and part 0's second come before part 1's
+    // second in the turns: they run. Part 2's second comes after part 1's,
+    // which never asks.
     let first_pid = killed.pid();
+    let before_kill = [
+        format!("effect 0 by {first_pid}"),
+        format!("part 0 effect 0 by {first_pid}"),
+        format!("part 1 effect 0 by {first_pid}"),
+        format!("part 2 effect 0 by {first_pid}"),
+        format!("part 0 effect 1 by {first_pid}"),
+    ];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while lines(&file).len() < before_kill.len() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Long enough for part 2's second effect to show, had it been let run.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     drop(killed);
-    assert_eq!(
-        lines(&file).len(),
-        4,
-        "killed after work's effect, part 0's two and part 1's first: {:?}",
-        lines(&file)
-    );
+    assert_eq!(lines(&file), before_kill, "by turns, up to part 1's second");
     let service = rig.service(&few);
     let done = rig.agent.outcome(&invocation).await.unwrap();
     let pid = service.pid();
-    let expected = [
-        format!("effect 0 by {first_pid}"),
-        format!("part 0 effect 0 by {first_pid}"),
-        format!("part 0 effect 1 by {first_pid}"),
-        format!("part 1 effect 0 by {first_pid}"),
+    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
+    let ran_after = [
         format!("part 1 effect 1 by {pid}"),
-        format!("part 2 effect 0 by {pid}"),
         format!("part 2 effect 1 by {pid}"),
     ];
-    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
-    assert_eq!(log_of(&done), expected, "merged in branch order");
     assert_eq!(
         lines(&file),
-        expected,
-        "each effect ran exactly once; the replay answered the first four from the journal"
+        [&before_kill[..], &ran_after[..]].concat(),
+        "each effect ran exactly once; the replay answered the first five from the journal"
+    );
+    assert_eq!(
+        log_of(&done),
+        [
+            &before_kill[..2],
+            &before_kill[4..5],
+            &before_kill[2..3],
+            &ran_after[..1],
+            &before_kill[3..4],
+            &ran_after[1..],
+        ]
+        .concat(),
+        "merged in branch order"
     );
 }
 
