@@ -210,4 +210,32 @@ pub trait EffectJournal: Send + Sync + Debug {
     fn ordered(&self) -> bool {
         false
     }
+
+    /// Whether an [`ordered`](Self::ordered) journal takes the branches'
+    /// effects a round at a time ([`begin_all`](Self::begin_all)) rather
+    /// than one turn at a time: for an engine that journals one effect at a
+    /// time but can record several run side by side as one entry. A round
+    /// is every branch's next effect (at most the fork's limit), made of
+    /// the same effects on a replay; the next round is handed over once
+    /// the effects of this one are done. The default is `false`.
+    fn batches(&self) -> bool {
+        false
+    }
+
+    /// Asks about the effects of one round at once, in branch order: one
+    /// answer per effect, in the same order. Called only when
+    /// [`batches`](Self::batches) is `true`. The default asks
+    /// [`begin`](Self::begin) about each in turn.
+    fn begin_all<'a>(
+        &'a self,
+        effects: &'a [EffectId],
+    ) -> BoxFuture<'a, Result<Vec<Journaled>, EffectError>> {
+        Box::pin(async move {
+            let mut answers = Vec::with_capacity(effects.len());
+            for effect in effects {
+                answers.push(self.begin(effect).await?);
+            }
+            Ok(answers)
+        })
+    }
 }

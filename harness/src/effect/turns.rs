@@ -14,10 +14,18 @@
 //!
 //! A replay asks for the same effects of each branch in the same order (the
 //! rule for steps), so it hands the journal the same sequence.
+//!
+//! A journal that [`batches`](EffectJournal::batches) is handed a round at a
+//! time instead: the turns `(n, 0)`, `(n, 1)`, … of one round (at most the
+//! fork's limit of them), once every one of them has been asked for or can
+//! no longer come and the effects of the round before are done. Which
+//! turns make a round depends on the branches' logic only, so a replay
+//! hands over the same rounds.
 
 use super::{EffectError, EffectId, EffectJournal, Journaled};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 
 tokio::task_local! {
     /// The branch a future runs as, in the turns of its fork.
@@ -36,6 +44,19 @@ pub(crate) struct Turns {
     state: Mutex<State>,
     changed: Notify,
     limit: usize,
+    /// Handed over a round at a time ([`EffectJournal::batches`]).
+    batched: bool,
+}
+
+/// What a turn waiting in a round is answered with: the journal's answer,
+/// and the effect's place among those running (given up with the answer
+/// if the turn's step is gone).
+type Answer = Result<(Journaled, Running), EffectError>;
+
+/// A turn asked for and waiting for its round to be handed over.
+struct Asked {
+    effect: EffectId,
+    answer: oneshot::Sender<Answer>,
 }
 
 struct State {
@@ -50,8 +71,10 @@ struct State {
     next: (u64, usize),
     /// Effects handed over and not yet done.
     running: usize,
-    /// Whether a turn is being handed over now.
+    /// Whether a turn (or round) is being handed over now.
     handing: bool,
+    /// Rounds only: the turns asked for and not yet handed over.
+    asked_for: BTreeMap<(u64, usize), Asked>,
 }
 
 impl State {
@@ -63,6 +86,48 @@ impl State {
         } else {
             (round, i + 1)
         };
+    }
+
+    /// The round that can be handed over now, if one can: from `next`, the
+    /// turns of its round (at most `limit`), each asked for or passed over
+    /// as unable to come, with none running. Taken out of `asked_for`, and
+    /// `next` moved past them.
+    fn round(&mut self, limit: usize) -> Option<Vec<Asked>> {
+        if self.handing || self.running > 0 {
+            return None;
+        }
+        self.pass_over();
+        let (round, _) = self.next;
+        let mut at = self.next;
+        let mut turns = Vec::new();
+        while at.0 == round && turns.len() < limit {
+            let (n, i) = at;
+            let gone = self.ended[i] && self.asked[i] <= n;
+            if self.asked_for.contains_key(&at) {
+                turns.push(at);
+            } else if !gone && !self.abandoned.contains(&at) {
+                // A branch still to ask for its effect of this round.
+                return None;
+            }
+            at = if i + 1 == self.asked.len() {
+                (n + 1, 0)
+            } else {
+                (n, i + 1)
+            };
+        }
+        if turns.is_empty() {
+            return None;
+        }
+        let from = self.next;
+        self.abandoned.retain(|t| *t < from || *t >= at);
+        self.next = at;
+        self.handing = true;
+        Some(
+            turns
+                .iter()
+                .filter_map(|t| self.asked_for.remove(t))
+                .collect(),
+        )
     }
 
     /// Moves `next` past the turns that can no longer come.
@@ -84,8 +149,9 @@ impl State {
 
 impl Turns {
     /// Turns for `branches` branches, those in `ended` already at the join;
-    /// at most `limit` effects running at once.
-    pub(crate) fn new(branches: usize, ended: &[bool], limit: usize) -> Arc<Self> {
+    /// at most `limit` effects running at once; handed over a round at a
+    /// time if `batched`.
+    pub(crate) fn new(branches: usize, ended: &[bool], limit: usize, batched: bool) -> Arc<Self> {
         let mut state = State {
             asked: vec![0; branches],
             ended: ended.to_vec(),
@@ -93,12 +159,14 @@ impl Turns {
             next: (0, 0),
             running: 0,
             handing: false,
+            asked_for: BTreeMap::new(),
         };
         state.pass_over();
         Arc::new(Self {
             state: Mutex::new(state),
             changed: Notify::new(),
             limit: limit.max(1),
+            batched,
         })
     }
 
@@ -207,6 +275,9 @@ pub(crate) async fn begin(
         state.asked[branch.index] += 1;
         (round, branch.index)
     };
+    if turns.batched {
+        return in_round(journal, effect, turns, turn).await;
+    }
     let mut waiting = Waiting {
         turns: Arc::clone(turns),
         turn,
@@ -242,4 +313,112 @@ pub(crate) async fn begin(
         journaled?,
         Running(running.then(|| Arc::clone(&branch.turns))),
     ))
+}
+
+/// A turn asked for and waiting in its round: given up if dropped before
+/// its round is handed over.
+struct InRound {
+    turns: Arc<Turns>,
+    turn: (u64, usize),
+}
+
+impl Drop for InRound {
+    fn drop(&mut self) {
+        let mut state = self.turns.lock();
+        if state.asked_for.remove(&self.turn).is_some() {
+            state.abandoned.push(self.turn);
+            state.pass_over();
+        }
+        drop(state);
+        self.turns.changed.notify_waiters();
+    }
+}
+
+/// A round being handed over: `handing` is cleared when done, or when the
+/// step that hands it over is cut short (its turns then fail).
+struct Handing(Arc<Turns>);
+
+impl Drop for Handing {
+    fn drop(&mut self) {
+        self.0.lock().handing = false;
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// `effect`, the turn `turn`, in its round: whichever branch finds the
+/// round complete hands it over for all of its turns.
+async fn in_round(
+    journal: &dyn EffectJournal,
+    effect: &EffectId,
+    turns: &Arc<Turns>,
+    turn: (u64, usize),
+) -> Result<(Journaled, Running), EffectError> {
+    let (answer, mut answered) = oneshot::channel();
+    turns.lock().asked_for.insert(
+        turn,
+        Asked {
+            effect: effect.clone(),
+            answer,
+        },
+    );
+    let _waiting = InRound {
+        turns: Arc::clone(turns),
+        turn,
+    };
+    loop {
+        let changed = turns.changed.notified();
+        let round = turns.lock().round(turns.limit);
+        if let Some(round) = round {
+            hand_over(journal, turns, round).await;
+            continue;
+        }
+        tokio::select! {
+            answer = &mut answered => {
+                return answer.unwrap_or_else(|_| {
+                    Err(EffectError::new(format!(
+                        "effect {effect}: its round was being handed to the journal by a step \
+                         that was cut short"
+                    )))
+                });
+            }
+            () = changed => {}
+        }
+    }
+}
+
+/// Hands `round` to the journal and each turn its answer.
+async fn hand_over(journal: &dyn EffectJournal, turns: &Arc<Turns>, round: Vec<Asked>) {
+    let _handing = Handing(Arc::clone(turns));
+    let effects: Vec<EffectId> = round.iter().map(|a| a.effect.clone()).collect();
+    match journal.begin_all(&effects).await {
+        Ok(answers) if answers.len() == round.len() => {
+            for (asked, journaled) in round.into_iter().zip(answers) {
+                let running = if matches!(journaled, Journaled::Run(_)) {
+                    turns.lock().running += 1;
+                    Running(Some(Arc::clone(turns)))
+                } else {
+                    Running(None)
+                };
+                // A turn whose step is gone drops its answer, and with it
+                // its place among those running.
+                let _ = asked.answer.send(Ok((journaled, running)));
+            }
+        }
+        Ok(answers) => {
+            let message = format!(
+                "the journal answered {} of a round of {} effects",
+                answers.len(),
+                round.len()
+            );
+            for asked in round {
+                let _ = asked.answer.send(Err(EffectError::new(&message)));
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            for asked in round {
+                let _ = asked.answer.send(Err(EffectError::new(&message)));
+            }
+        }
+    }
 }

@@ -1266,8 +1266,10 @@ async fn run_region<S: HarnessState, C: Context>(
             .iter()
             .map(|b| b.branch.as_ref().is_some_and(|b| b.done))
             .collect();
-        let turns = (ordered && !crate::effect::turns::taking_turns())
-            .then(|| crate::effect::turns::Turns::new(ended.len(), &ended, fork.limit));
+        let turns = (ordered && !crate::effect::turns::taking_turns()).then(|| {
+            let batched = env.effects.as_ref().is_some_and(|j| j.batches());
+            crate::effect::turns::Turns::new(ended.len(), &ended, fork.limit, batched)
+        });
         let limit = match (&turns, ordered) {
             (Some(_), _) => ended.len().max(1),
             (None, true) => 1,

@@ -22,6 +22,10 @@ struct Recorder {
     asked: Arc<Mutex<Vec<(String, bool)>>>,
     /// What [`EffectJournal::ordered`] answers.
     ordered: bool,
+    /// What [`EffectJournal::batches`] answers.
+    batches: bool,
+    /// The names of each round asked with `begin_all`.
+    rounds: Arc<Mutex<Vec<Vec<String>>>>,
 }
 
 struct Pending {
@@ -63,6 +67,27 @@ impl EffectJournal for Recorder {
 
     fn ordered(&self) -> bool {
         self.ordered
+    }
+
+    fn batches(&self) -> bool {
+        self.batches
+    }
+
+    fn begin_all<'a>(
+        &'a self,
+        effects: &'a [EffectId],
+    ) -> BoxFuture<'a, Result<Vec<Journaled>, EffectError>> {
+        self.rounds
+            .lock()
+            .unwrap()
+            .push(effects.iter().map(EffectId::name).collect());
+        Box::pin(async move {
+            let mut answers = Vec::new();
+            for effect in effects {
+                answers.push(self.begin(effect).await?);
+            }
+            Ok(answers)
+        })
     }
 }
 
@@ -320,6 +345,15 @@ async fn asked_in(
         ordered,
         ..Recorder::default()
     };
+    asked_of(journal, parts, limit).await
+}
+
+/// [`asked_in`], on `journal`.
+async fn asked_of(
+    journal: Recorder,
+    parts: &[u64],
+    limit: Option<usize>,
+) -> (Vec<String>, Vec<String>, Vec<String>, u32) {
     let ran = Arc::new(AtomicU32::new(0));
     let overlap = Arc::new(Overlap::default());
     let harness = spread(
@@ -421,9 +455,16 @@ async fn under_an_ordered_journal_a_forks_limit_bounds_the_effects_running_at_on
 /// retry asks again.
 #[tokio::test]
 async fn a_branch_cut_short_while_it_waits_for_its_turn_holds_no_one_back() {
+    for batches in [false, true] {
+        cut_short(batches).await;
+    }
+}
+
+async fn cut_short(batches: bool) {
     let tries = Arc::new(AtomicU32::new(0));
     let journal = Recorder {
         ordered: true,
+        batches,
         ..Recorder::default()
     };
     let harness = Harness::<Spread>::builder()
@@ -479,4 +520,54 @@ async fn a_branch_cut_short_while_it_waits_for_its_turn_holds_no_one_back() {
         !asked[1].0.contains(".1:") && !asked[2].0.contains(".1:"),
         "branches 1 and 2 were cut short while they waited: {asked:?}"
     );
+}
+
+/// The names of turns `(n, i)` for `i` in `branches`.
+fn round(n: usize, branches: std::ops::Range<usize>) -> Vec<String> {
+    branches
+        .map(|b| format!("part#{b}/part#1.1:effect-{n}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_journal_that_batches_is_handed_a_round_at_a_time_the_same_on_a_replay() {
+    for (parts, limit, rounds) in [
+        (vec![3, 2, 1], None, vec![round(0, 0..3), round(1, 0..3)]),
+        (vec![1, 2, 3], None, vec![round(0, 0..3), round(1, 0..3)]),
+        (
+            vec![3, 2, 1, 2],
+            Some(2),
+            vec![
+                round(0, 0..2),
+                round(0, 2..4),
+                round(1, 0..2),
+                round(1, 2..4),
+            ],
+        ),
+    ] {
+        let journal = Recorder {
+            ordered: true,
+            batches: true,
+            ..Recorder::default()
+        };
+        let (order, replayed, log, most) = asked_of(journal.clone(), &parts, limit).await;
+        let handed = journal.rounds.lock().unwrap().clone();
+        let (first, again) = handed.split_at(handed.len() / 2);
+        assert_eq!(first, rounds, "{parts:?}, limit {limit:?}");
+        assert_eq!(again, rounds, "the replay: {parts:?}, limit {limit:?}");
+        assert_eq!(order, rounds.concat());
+        assert_eq!(replayed, order);
+        assert_eq!(
+            most,
+            limit.unwrap_or(parts.len()) as u32,
+            "a round's effects run side by side: {parts:?}, limit {limit:?}"
+        );
+        assert_eq!(
+            log,
+            parts
+                .iter()
+                .flat_map(|p| (0..2).map(move |i| format!("part {p} effect {i}")))
+                .collect::<Vec<_>>()
+        );
+    }
 }
