@@ -40,7 +40,11 @@
 //! slow to reach its next effect holds the branches after it back only
 //! until it asks, never until its effect is done. A fork inside such a
 //! branch (or inside a sub-agent it runs) is part of the branch's own
-//! sequence: its branches run one after the other. Within a step, effects
+//! sequence: its branches run one after the other. A journal that records
+//! one effect at a time but can record several run at once as one entry
+//! says so ([`EffectJournal::batches`]) and is handed a round at a time
+//! ([`EffectJournal::begin_all`]): every branch's next effect, the same
+//! rounds on a replay. Within a step, effects
 //! asked at once (`join!` of two `once`) are asked in the order the step's
 //! future polls them, which a replay repeats.
 //!

@@ -61,17 +61,22 @@
 //! **Reading sessions**: [`RestateSessionReader`](crate::RestateSessionReader)
 //! reads them from the admin API as a `SessionStore`, for the studio.
 //!
-//! **Forks and fan-outs** run their branches side by side. Restate replays
-//! a journal by call order, so the order of the effects' entries must not
-//! depend on timing: the branches' effects take turns
-//! ([`EffectJournal::ordered`]: every branch's first effect, in branch
-//! order, then every branch's second, and so on). The effects themselves
-//! run one at a time: the Rust SDK (0.13) runs one `ctx.run` at a time —
-//! with two under way, it asks for the first to be run again when the
-//! second is made (restatedev/sdk-rust#72) — so what the branches overlap
-//! is their other work. A fan-out killed mid-way is replayed like any run:
-//! the effects journaled before the kill are answered from the journal,
-//! the rest run once.
+//! **Forks and fan-outs** run their branches side by side, and their
+//! effects side by side by rounds. Restate replays a journal by call order,
+//! so the entries a run makes must not depend on timing; and the Rust SDK
+//! (0.13) runs one `ctx.run` at a time (with two under way, it asks for the
+//! first to be run again when the second is made: restatedev/sdk-rust#72).
+//! So the branches' effects are handed over a round at a time
+//! ([`EffectJournal::batches`]): every branch's first effect, then every
+//! branch's second, and so on (at most the fork's limit per round), each
+//! round one `ctx.run` (`round of N: first … last`) whose closure runs its
+//! effects at once and journals their outcomes together. A round is made
+//! once each of its branches has asked for its effect or ended, so a
+//! replay makes the same rounds. The price: a crash mid-round runs the
+//! whole round again, its finished effects included (one entry holds
+//! them all). A fan-out killed between rounds is replayed like any run:
+//! the rounds journaled before the kill are answered from the journal, the
+//! rest run once.
 //!
 //! **Several agents**: an [`AgentObject`] bound as it is serves as
 //! `HarnessAgent`; [`agent_object!`](crate::agent_object) declares an
@@ -310,8 +315,14 @@ impl SessionStore for RestateSessions {
     }
 }
 
-/// An effect a step asks for, sent to the handler that owns the context.
+/// Effects a step (or a round of a fork's branches) asks for, sent to the
+/// handler that owns the context: one `ctx.run` journals them all.
 struct EffectRequest {
+    effects: Vec<Asked>,
+}
+
+/// One effect of an [`EffectRequest`].
+struct Asked {
     name: String,
     /// Sent a channel for the outcome when `ctx.run` runs its closure;
     /// dropped unsent when Restate answers from its journal.
@@ -354,42 +365,78 @@ impl PendingEffect for Pending {
     }
 }
 
-impl EffectJournal for RestateEffects {
-    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>> {
-        Box::pin(async move {
-            let name = effect.name();
-            let tx = attempt()
-                .map(|a| a.effects.clone())
-                .ok_or_else(|| EffectError::new(format!("effect {name}: {OUTSIDE}")))?;
+impl RestateEffects {
+    /// Sends `effects` to the handler as one request, and gives each its
+    /// answer: run it now, or its outcome from the journal.
+    async fn ask(effects: &[EffectId]) -> Result<Vec<Journaled>, EffectError> {
+        let names: Vec<String> = effects.iter().map(EffectId::name).collect();
+        let first = names.first().cloned().unwrap_or_default();
+        let tx = attempt()
+            .map(|a| a.effects.clone())
+            .ok_or_else(|| EffectError::new(format!("effect {first}: {OUTSIDE}")))?;
+        let mut asked = Vec::with_capacity(names.len());
+        let mut waiting = Vec::with_capacity(names.len());
+        for name in names {
             let (decide, decided) = oneshot::channel();
             let (done_tx, done) = oneshot::channel();
-            tx.send(EffectRequest {
+            asked.push(Asked {
                 name: name.clone(),
                 decide,
                 done: done_tx,
-            })
-            .map_err(|_| journal_lost(&name, "has ended"))?;
-            match decided.await {
-                Ok(outcome) => Ok(Journaled::Run(Box::new(Pending {
+            });
+            waiting.push((name, decided, done));
+        }
+        tx.send(EffectRequest { effects: asked })
+            .map_err(|_| journal_lost(&first, "has ended"))?;
+        let mut answers = Vec::with_capacity(waiting.len());
+        for (name, decided, done) in waiting {
+            answers.push(match decided.await {
+                Ok(outcome) => Journaled::Run(Box::new(Pending {
                     outcome,
                     done,
                     name,
-                }))),
+                })),
                 // Answered from the journal: the closure never ran.
                 Err(_) => match done.await {
-                    Ok(Ok(outcome)) => Ok(Journaled::Recorded(outcome)),
-                    Ok(Err(e)) => Err(journal_lost(&name, &format!("could not replay it: {e}"))),
-                    Err(_) => Err(journal_lost(&name, "ended before answering")),
+                    Ok(Ok(outcome)) => Journaled::Recorded(outcome),
+                    Ok(Err(e)) => {
+                        return Err(journal_lost(&name, &format!("could not replay it: {e}")));
+                    }
+                    Err(_) => return Err(journal_lost(&name, "ended before answering")),
                 },
-            }
+            });
+        }
+        Ok(answers)
+    }
+}
+
+impl EffectJournal for RestateEffects {
+    fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>> {
+        Box::pin(async move {
+            let mut answers = Self::ask(std::slice::from_ref(effect)).await?;
+            answers
+                .pop()
+                .ok_or_else(|| journal_lost(&effect.name(), "gave no answer"))
         })
     }
 
     /// Restate replays a journal by call order: a fork's branches hand
-    /// their effects over by turns (the handler runs them one at a time:
-    /// the SDK runs one `ctx.run` at a time).
+    /// their effects over by rounds.
     fn ordered(&self) -> bool {
         true
+    }
+
+    /// The SDK runs one `ctx.run` at a time: a round of a fork's effects
+    /// is one `ctx.run`, whose closure runs them side by side.
+    fn batches(&self) -> bool {
+        true
+    }
+
+    fn begin_all<'a>(
+        &'a self,
+        effects: &'a [EffectId],
+    ) -> BoxFuture<'a, Result<Vec<Journaled>, EffectError>> {
+        Box::pin(Self::ask(effects))
     }
 }
 
@@ -696,7 +743,9 @@ impl AgentObject {
                     if cancelled {
                         // Not journaled, and the same on a replay: every
                         // effect after the cancellation fails.
-                        let _ = request.done.send(Ok(Err(STOPPED.to_string())));
+                        for asked in request.effects {
+                            let _ = asked.done.send(Ok(Err(STOPPED.to_string())));
+                        }
                         continue;
                     }
                     match effect(ctx, request).await {
@@ -861,47 +910,79 @@ fn moved_again(
         .map(|(_, v)| v)
 }
 
-/// Journals one effect with `ctx.run`: its closure lets the step run the
-/// effect and waits for the outcome; on a replay Restate answers from the
-/// journal without calling it.
+/// Journals the effects of `request` with one `ctx.run` (named after the
+/// effect, or `round of N: first … last`): its closure lets the steps run
+/// the effects, side by side, and waits for their outcomes; on a replay
+/// Restate answers from the journal without calling it.
 async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), TerminalError> {
-    let EffectRequest { name, decide, done } = request;
+    let EffectRequest { effects } = request;
+    let name = match effects.as_slice() {
+        [one] => one.name.clone(),
+        [first, .., last] => format!("round of {}: {} … {}", effects.len(), first.name, last.name),
+        [] => return Ok(()),
+    };
+    let (decides, dones): (Vec<_>, Vec<_>) =
+        effects.into_iter().map(|a| (a.decide, a.done)).unzip();
+    let single = decides.len() == 1;
     let journaled = ctx
         .run(|| async move {
-            let (tx, rx) = oneshot::channel();
-            if decide.send(tx).is_err() {
-                return Ok(Json(Err::<Value, _>(
-                    "the step no longer waits for this effect".to_string(),
-                )));
-            }
-            let mut outcome = rx
-                .await
-                .unwrap_or_else(|_| Err("the step was cancelled while the effect ran".to_string()));
-            // Journaled by Restate: without the process's secrets. The step
-            // goes on with the outcome as journaled, so a replay sees the
-            // same.
-            match &mut outcome {
-                Ok(value) => secrets::redact_json(value),
-                Err(message) => secrets::redact_string(message),
-            };
-            Ok(Json(outcome))
+            let outcomes = futures::future::join_all(decides.into_iter().map(run_one)).await;
+            // One effect is journaled as its outcome (as it always was);
+            // a round as the list of its outcomes.
+            Ok(Json(if single {
+                outcomes.into_iter().next().map_or(Value::Null, |o| {
+                    serde_json::to_value(o).unwrap_or(Value::Null)
+                })
+            } else {
+                serde_json::to_value(outcomes).unwrap_or(Value::Null)
+            }))
         })
         .name(name)
         .await;
     match journaled {
-        Ok(Json(outcome)) => {
-            let _ = done.send(Ok(outcome));
+        Ok(Json(value)) => {
+            let outcomes: Vec<Outcome> = if single {
+                serde_json::from_value(value).map(|o| vec![o])
+            } else {
+                serde_json::from_value(value)
+            }
+            .unwrap_or_else(|e| {
+                vec![Err(format!("the journaled outcome cannot be read: {e}")); dones.len()]
+            });
+            for (done, outcome) in dones.into_iter().zip(outcomes) {
+                let _ = done.send(Ok(outcome));
+            }
             Ok(())
         }
         Err(e) => {
-            let _ = done.send(if e.code() == 409 {
-                Ok(Err(STOPPED.to_string()))
-            } else {
-                Err(e.to_string())
-            });
+            for done in dones {
+                let _ = done.send(if e.code() == 409 {
+                    Ok(Err(STOPPED.to_string()))
+                } else {
+                    Err(e.to_string())
+                });
+            }
             Err(e)
         }
     }
+}
+
+/// Lets a step run one effect, inside `ctx.run`'s closure, and waits for
+/// its outcome, as journaled: without the process's secrets. The step goes
+/// on with the outcome as journaled, so a replay sees the same.
+async fn run_one(decide: oneshot::Sender<oneshot::Sender<Outcome>>) -> Outcome {
+    let (tx, rx) = oneshot::channel();
+    if decide.send(tx).is_err() {
+        return Err("the step no longer waits for this effect".to_string());
+    }
+    let mut outcome = rx
+        .await
+        .unwrap_or_else(|_| Err("the step was cancelled while the effect ran".to_string()));
+    match &mut outcome {
+        Ok(value) => secrets::redact_json(value),
+        Err(message) => secrets::redact_string(message),
+    };
+    outcome
 }
 
 /// What an effect asked for after the invocation was cancelled fails with.

@@ -7,7 +7,9 @@
 //! `ask` waits for a yes or no (`bool`) and makes one more effect,
 //! `shipped` or `held`. When the state's `parts` is not empty, `work` fans
 //! out instead: one `part` branch per entry, each making two effects
-//! (`{tag}part {p} effect {i} by {pid}`), joined by `gather`. With
+//! (`{tag}part {p} effect {i} by {pid}`, after `PROBE_PAUSE_MS`), joined by
+//! `gather`; as each starts, it appends how many part effects run in the
+//! process (itself too) to `{PROBE_DIR}/{session}.overlap`. With
 //! `PROBE_HANG_AFTER=i` the step hangs after effect `i` (for a test to kill
 //! the process there); with `PROBE_HANG_PART=p` as well, the hang is in
 //! part `p` after its effect `i` instead. Either hangs once per file named
@@ -128,15 +130,28 @@ async fn hang(set: &Settings) {
     }
 }
 
+/// The `part` effects running in this process now.
+static PARTS_RUNNING: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 async fn part(p: u32, s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpdate> {
     let file = set.dir.join(format!("{}.log", cx.session_id()));
+    let overlap = set.dir.join(format!("{}.overlap", cx.session_id()));
     let mut log = Vec::new();
     for i in 0..2 {
         let line = format!("{}part {p} effect {i} by {}", s.tag, std::process::id());
         let done: String = cx
             .try_once(&format!("part-{p}-effect-{i}"), async {
-                tokio::time::sleep(set.pause).await;
-                append(&file, &line).await.map(|()| line.clone())
+                use std::sync::atomic::Ordering::SeqCst;
+                // How many part effects run as this one starts (itself too).
+                let now = PARTS_RUNNING.fetch_add(1, SeqCst) + 1;
+                let ran = async {
+                    append(&overlap, &now.to_string()).await?;
+                    tokio::time::sleep(set.pause).await;
+                    append(&file, &line).await.map(|()| line.clone())
+                }
+                .await;
+                PARTS_RUNNING.fetch_sub(1, SeqCst);
+                ran
             })
             .await?;
         log.push(done);

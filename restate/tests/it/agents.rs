@@ -433,15 +433,25 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fan_out_killed_mid_way_runs_each_branchs_effects_exactly_once() {
+async fn a_fan_out_runs_its_effects_side_by_side_and_killed_mid_way_each_once() {
     let _serial = SHARED_SERVER.lock().await;
     let rig = Rig::shared();
-    // `work` makes one effect, then three `part` branches make two each,
-    // side by side, their effects taking turns: each part's first, then
-    // each part's second. The service hangs in part 1 after its first
-    // effect, and is killed.
-    let few = [("PROBE_EFFECTS", "1".to_owned())];
-    let killed = rig.hanging(0, &[few[0].clone(), ("PROBE_HANG_PART", "1".into())]);
+    // `work` makes one effect, then three `part` branches make two each, by
+    // rounds: the parts' first effects side by side in one `ctx.run`, then
+    // their second ones. Each part effect takes 300 ms. The service hangs
+    // in part 1 after its first effect, and is killed.
+    let env = [
+        ("PROBE_EFFECTS", "1".to_owned()),
+        ("PROBE_PAUSE_MS", "300".to_owned()),
+    ];
+    let killed = rig.hanging(
+        0,
+        &[
+            env[0].clone(),
+            env[1].clone(),
+            ("PROBE_HANG_PART", "1".into()),
+        ],
+    );
     rig.register().await;
     let (session, file) = rig.session("fanned");
     let invocation = rig
@@ -450,51 +460,58 @@ async fn a_fan_out_killed_mid_way_runs_each_branchs_effects_exactly_once() {
         .await
         .unwrap();
     rig.hung().await;
-    // Part 2's first effect and part 0's second come before part 1's
-    // second in the turns: they run. Part 2's second comes after part 1's,
-    // which never asks.
+    // The second round waits for part 1's second effect, which never comes.
+    tokio::time::sleep(Duration::from_millis(700)).await;
     let first_pid = killed.pid();
-    let before_kill = [
-        format!("effect 0 by {first_pid}"),
+    drop(killed);
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let first_round = [
         format!("part 0 effect 0 by {first_pid}"),
         format!("part 1 effect 0 by {first_pid}"),
         format!("part 2 effect 0 by {first_pid}"),
-        format!("part 0 effect 1 by {first_pid}"),
     ];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while lines(&file).len() < before_kill.len() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Long enough for part 2's second effect to show, had it been let run.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    drop(killed);
-    assert_eq!(lines(&file), before_kill, "by turns, up to part 1's second");
-    let service = rig.service(&few);
+    let before_kill = lines(&file);
+    assert_eq!(
+        before_kill.first(),
+        Some(&format!("effect 0 by {first_pid}"))
+    );
+    assert_eq!(
+        sorted(before_kill[1..].to_vec()),
+        first_round,
+        "killed after the first round"
+    );
+    let service = rig.service(&env);
     let done = rig.agent.outcome(&invocation).await.unwrap();
     let pid = service.pid();
-    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
-    let ran_after = [
+    let second_round = [
+        format!("part 0 effect 1 by {pid}"),
         format!("part 1 effect 1 by {pid}"),
         format!("part 2 effect 1 by {pid}"),
     ];
+    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
+    let after = lines(&file);
     assert_eq!(
-        lines(&file),
-        [&before_kill[..], &ran_after[..]].concat(),
-        "each effect ran exactly once; the replay answered the first five from the journal"
+        after[..4],
+        before_kill[..],
+        "the replay ran none of them again"
     );
     assert_eq!(
-        log_of(&done),
-        [
-            &before_kill[..2],
-            &before_kill[4..5],
-            &before_kill[2..3],
-            &ran_after[..1],
-            &before_kill[3..4],
-            &ran_after[1..],
-        ]
-        .concat(),
-        "merged in branch order"
+        sorted(after[4..].to_vec()),
+        second_round,
+        "each effect ran exactly once; the second round by the restarted service"
     );
+    let expected: Vec<String> = std::iter::once(format!("effect 0 by {first_pid}"))
+        .chain((0..3).flat_map(|p| [first_round[p].clone(), second_round[p].clone()]))
+        .collect();
+    assert_eq!(log_of(&done), expected, "merged in branch order");
+    let most = lines(&file.with_extension("overlap"))
+        .iter()
+        .map(|n| n.parse::<u32>().unwrap())
+        .max();
+    assert_eq!(most, Some(3), "each round's three effects ran side by side");
 }
 
 /// The bytes of `invocation`'s journal from its `save session` effect on:
