@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use harness::SessionId;
 use harness::session::{
-    Checkpoint, CheckpointKind, Commit, StoreError, load_value, now_millis, save_value,
+    Saved, StoreError, load_saved, load_value, now_millis, save_commit, save_value,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -349,20 +349,7 @@ pub(crate) async fn search(
 /// the tick, or `None` (not due, or another server fired it).
 async fn claim(app: &Shared, id: &str, now: u64) -> Result<Option<CronRecord>, ApiError> {
     let session = key(id);
-    let Some(head) = app.store.load(&session).await? else {
-        return Ok(None);
-    };
-    let snapshot = app
-        .store
-        .checkpoints(&session, head.snapshot_seq)
-        .await?
-        .into_iter()
-        .find(|c| c.seq == head.snapshot_seq);
-    let Some(Checkpoint {
-        kind: CheckpointKind::Snapshot(value),
-        ..
-    }) = snapshot
-    else {
+    let Some(Saved { head, value, .. }) = load_saved(&*app.store, OWNER, &session).await? else {
         return Ok(None);
     };
     let due: CronRecord = serde_json::from_value(value)
@@ -374,28 +361,8 @@ async fn claim(app: &Shared, id: &str, now: u64) -> Result<Option<CronRecord>, A
     moved.next_run = moved.next_after(now);
     moved.updated_at = now;
     let value = serde_json::to_value(&moved).map_err(|e| ApiError::Internal(e.to_string()))?;
-    // The record as `save_value` writes it, on the condition that nobody
-    // wrote it since it was read.
-    let seq = head.last_seq + 1;
-    let mut next = head.clone();
-    next.version = head.version + 1;
-    next.snapshot_seq = seq;
-    next.last_seq = seq;
-    next.state_bytes = value.to_string().len() as u64;
-    next.updated_at = now;
-    let commit = Commit {
-        head: next,
-        expected_version: Some(head.version),
-        append: vec![Checkpoint {
-            seq,
-            index: 0,
-            step: "$saved".into(),
-            time: now,
-            kind: CheckpointKind::Snapshot(value),
-        }],
-        remove: vec![head.snapshot_seq],
-        durable: true,
-    };
+    // Saved on the condition that nobody wrote the record since it was read.
+    let commit = save_commit(Some(&head), OWNER, &session, value);
     match app.store.commit(&commit).await {
         Ok(()) => Ok(Some(due)),
         Err(StoreError::Conflict { .. }) => Ok(None),

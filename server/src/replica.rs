@@ -32,7 +32,8 @@ use crate::error::ApiError;
 use crate::record::{Frame, Mode, RunRecord, RunResult, RunStatus};
 use crate::time::iso;
 use harness::session::{
-    Checkpoint, CheckpointKind, Commit, Lease, SCHEMA_VERSION, SessionPhase, StoreError, StoredRun,
+    Checkpoint, CheckpointKind, Commit, Lease, SCHEMA_VERSION, Saved, SessionError, SessionPhase,
+    StoreError, StoredRun, load_saved,
 };
 use harness::step::StepJournal;
 use harness::{RunId, SessionId, Signal};
@@ -283,46 +284,18 @@ pub(crate) fn strategy_name(name: &str) -> &'static str {
 
 // ---- records kept as one-snapshot sessions ----
 
-/// A record of the store: its head and its value (its latest snapshot).
-struct Kept {
-    head: StoredRun,
-    value: Value,
-}
-
 fn damaged(key: &SessionId, why: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(format!("the server's record {key} is damaged: {why}"))
 }
 
-/// The record `key` of `owner`, if it exists. The head and the snapshot
-/// are two reads: a writer may replace the snapshot in between, and the
-/// head is then read again; a snapshot missing from a head that did not
-/// change is damage.
-async fn read(app: &Shared, key: &SessionId, owner: &str) -> Result<Option<Kept>, ApiError> {
-    let mut last_version = None;
-    loop {
-        let Some(head) = app.store.load(key).await? else {
-            return Ok(None);
-        };
-        if head.agent_id != owner {
-            return Err(damaged(key, format!("it belongs to `{}`", head.agent_id)));
-        }
-        let value = app
-            .store
-            .checkpoints(key, head.snapshot_seq)
-            .await?
-            .into_iter()
-            .find(|c| c.seq == head.snapshot_seq)
-            .and_then(|c| match c.kind {
-                CheckpointKind::Snapshot(v) => Some(v),
-                _ => None,
-            });
-        match value {
-            Some(value) => return Ok(Some(Kept { head, value })),
-            None if last_version == Some(head.version) => {
-                return Err(damaged(key, "its value is missing"));
-            }
-            None => last_version = Some(head.version),
-        }
+/// The record `key` of `owner` (its head and its value), if it exists: as
+/// `load_saved` reads it, a record of another owner or without its value
+/// being damage.
+async fn read(app: &Shared, key: &SessionId, owner: &str) -> Result<Option<Saved>, ApiError> {
+    match load_saved(&*app.store, owner, key).await {
+        Ok(kept) => Ok(kept),
+        Err(e @ SessionError::Load(_)) => Err(damaged(key, e)),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -743,48 +743,62 @@ pub async fn save_value(
     value: Value,
 ) -> Result<(), SessionError> {
     commit_with_retry(store, session, |head| {
-        let now = now_millis();
         if let Some(head) = head {
             check_owner(head, owner)?;
         }
-        let seq = head.map_or(0, |h| h.last_seq + 1);
-        let next = StoredRun {
-            schema_version: SCHEMA_VERSION,
-            session_id: session.clone(),
-            agent_id: owner.to_string(),
-            run_id: head.map_or_else(RunId::random, |h| h.run_id.clone()),
-            phase: SessionPhase::Completed {
-                signal: Signal::new(SAVED),
-            },
-            next_step: None,
-            ended_with: None,
-            steps: 0,
-            journal: StepJournal::default(),
-            branch_journals: BTreeMap::new(),
-            version: head.map_or(1, |h| h.version + 1),
-            lease: None,
-            snapshot_seq: seq,
-            snapshot_index: 0,
-            state_bytes: json_len(&value),
-            bytes_since_snapshot: 0,
-            measured_index: 0,
-            last_seq: seq,
-            created_at: head.map_or(now, |h| h.created_at),
-            updated_at: now,
-            queued: Vec::new(),
-        };
-        let saved = Checkpoint {
-            seq,
-            index: 0,
-            step: SAVED.into(),
-            time: now,
-            kind: CheckpointKind::Snapshot(value.clone()),
-        };
-        let remove = head.map(|h| vec![h.snapshot_seq]).unwrap_or_default();
-        let expected = head.map(|h| h.version);
-        Ok((commit(next, expected, vec![saved], remove, true), ()))
+        Ok((save_commit(head, owner, session, value.clone()), ()))
     })
     .await
+}
+
+/// The commit [`save_value`] makes: `value` saved as session `session` of
+/// `owner` in place of `prev`, the head it was read under (`None` for a
+/// new session), on the condition that nobody wrote the session since (the
+/// store answers [`StoreError::Conflict`] otherwise). For a read-decide-
+/// write of a saved value: read it with [`load_saved`], decide, commit
+/// this, and read again on a conflict.
+pub fn save_commit(
+    prev: Option<&StoredRun>,
+    owner: &str,
+    session: &SessionId,
+    value: Value,
+) -> Commit {
+    let now = now_millis();
+    let seq = prev.map_or(0, |h| h.last_seq + 1);
+    let next = StoredRun {
+        schema_version: SCHEMA_VERSION,
+        session_id: session.clone(),
+        agent_id: owner.to_string(),
+        run_id: prev.map_or_else(RunId::random, |h| h.run_id.clone()),
+        phase: SessionPhase::Completed {
+            signal: Signal::new(SAVED),
+        },
+        next_step: None,
+        ended_with: None,
+        steps: 0,
+        journal: StepJournal::default(),
+        branch_journals: BTreeMap::new(),
+        version: prev.map_or(1, |h| h.version + 1),
+        lease: None,
+        snapshot_seq: seq,
+        snapshot_index: 0,
+        state_bytes: json_len(&value),
+        bytes_since_snapshot: 0,
+        measured_index: 0,
+        last_seq: seq,
+        created_at: prev.map_or(now, |h| h.created_at),
+        updated_at: now,
+        queued: Vec::new(),
+    };
+    let saved = Checkpoint {
+        seq,
+        index: 0,
+        step: SAVED.into(),
+        time: now,
+        kind: CheckpointKind::Snapshot(value),
+    };
+    let remove = prev.map(|h| vec![h.snapshot_seq]).unwrap_or_default();
+    commit(next, prev.map(|h| h.version), vec![saved], remove, true)
 }
 
 /// The value saved with [`save_value`] as session `session` of `owner`;
@@ -792,34 +806,74 @@ pub async fn save_value(
 ///
 /// # Errors
 ///
-/// [`SessionError::Load`] if the session belongs to another owner or its
-/// snapshot is missing; the store's error.
+/// As [`load_saved`].
 pub async fn load_value(
     store: &dyn SessionStore,
     owner: &str,
     session: &SessionId,
 ) -> Result<Option<Value>, SessionError> {
-    let Some(head) = store.load(session).await? else {
-        return Ok(None);
-    };
-    check_owner(&head, owner)?;
-    let snapshot = store
-        .checkpoints(session, head.snapshot_seq)
-        .await?
-        .into_iter()
-        .find(|c| c.seq == head.snapshot_seq);
-    match snapshot {
-        Some(Checkpoint {
-            kind: CheckpointKind::Snapshot(value),
-            ..
-        }) => Ok(Some(value)),
-        _ => Err(super::StoreLoad::new(
-            session.clone(),
-            format!("checkpoint {}", head.snapshot_seq),
-            "the saved value's snapshot is missing",
-        )
-        .into()),
+    Ok(load_saved(store, owner, session).await?.map(|s| s.value))
+}
+
+/// A value saved with [`save_value`], with the head it was read under.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Saved {
+    /// The session's head: [`save_commit`] takes it, to write the value
+    /// again on the condition that nobody wrote it since.
+    pub head: StoredRun,
+    /// The value.
+    pub value: Value,
+}
+
+/// The value saved with [`save_value`] as session `session` of `owner`,
+/// with its head; `None` if there is no such session.
+///
+/// The head and the value are two reads: a writer that saves the session
+/// in between replaces the snapshot the head names, and the head is then
+/// read again (up to 16 times).
+///
+/// # Errors
+///
+/// [`SessionError::Load`] if the session belongs to another owner, or if
+/// its snapshot is missing while its head stays the same (damage); the
+/// store's error, also when the session keeps changing while it is read.
+pub async fn load_saved(
+    store: &dyn SessionStore,
+    owner: &str,
+    session: &SessionId,
+) -> Result<Option<Saved>, SessionError> {
+    let mut read_under = None;
+    for _ in 0..16 {
+        let Some(head) = store.load(session).await? else {
+            return Ok(None);
+        };
+        check_owner(&head, owner)?;
+        let snapshot = store
+            .checkpoints(session, head.snapshot_seq)
+            .await?
+            .into_iter()
+            .find(|c| c.seq == head.snapshot_seq);
+        match snapshot {
+            Some(Checkpoint {
+                kind: CheckpointKind::Snapshot(value),
+                ..
+            }) => return Ok(Some(Saved { head, value })),
+            _ if read_under == Some(head.version) => {
+                return Err(super::StoreLoad::new(
+                    session.clone(),
+                    format!("checkpoint {}", head.snapshot_seq),
+                    "the saved value's snapshot is missing",
+                )
+                .into());
+            }
+            // Replaced since the head was read, or damaged: read again.
+            _ => read_under = Some(head.version),
+        }
     }
+    Err(SessionError::Store(StoreError::backend(format!(
+        "session {session} kept changing while it was being read"
+    ))))
 }
 
 /// A session of another owner is refused by name, before anything is read

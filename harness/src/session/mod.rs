@@ -32,7 +32,7 @@ pub use crate::error::{
 pub(crate) use cursor::{Holder, SessionCursor};
 pub use depth::MAX_VALUE_DEPTH;
 pub(crate) use depth::check_commit;
-pub use head::{Busy, Submitted, load_value, save_value};
+pub use head::{Busy, Saved, Submitted, load_saved, load_value, save_commit, save_value};
 pub(crate) use head::{Journals, journals};
 pub(crate) use rebuild::{
     Span, TaskRebuilt, child_visit, read_log, rebuild, rebuild_tasks, replay,

@@ -32,6 +32,7 @@ mod memory_backends;
 mod memory_throughput;
 mod permissions;
 mod resume;
+mod saved_value;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;
 #[cfg(feature = "sled")]
