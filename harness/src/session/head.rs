@@ -704,13 +704,21 @@ pub(crate) fn submit(
 
 /// Commits what `decide` makes of the session's current head (`None` if
 /// there is no such session), deciding again from the new head each time
-/// another writer wins the compare-and-set, up to 16 times.
+/// another writer wins the compare-and-set, up to 16 times. After each
+/// lost race it waits a random while, up to twice as long each time (50 µs
+/// to 25 ms): a writer that saves again and again at once would otherwise
+/// win every race against one whose read and commit take longer.
 pub(crate) async fn commit_with_retry<T>(
     store: &dyn SessionStore,
     session: &SessionId,
     mut decide: impl FnMut(Option<&StoredRun>) -> Result<(Commit, T), SessionError>,
 ) -> Result<T, SessionError> {
-    for _ in 0..16 {
+    for lost in 0..16u32 {
+        if lost > 0 {
+            let most = 50u64 << lost.min(9);
+            let micros = (uuid::Uuid::new_v4().as_u128() as u64) % (most + 1);
+            tokio::time::sleep(std::time::Duration::from_micros(micros)).await;
+        }
         let head = store.load(session).await?;
         let (mut commit, value) = decide(head.as_ref())?;
         super::depth::redact_commit(&mut commit);
