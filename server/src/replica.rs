@@ -982,12 +982,18 @@ fn tail(app: &Shared, run: Weak<RunRecord>, mut version: u64, mut next: u64) {
             if head.version == version {
                 continue;
             }
+            // The record first, then the frames: a commit writes a batch
+            // of frames and the record together, so the frames read after
+            // the record hold every frame written up to it. (Read the other
+            // way round, a run that settled in between would end the
+            // stream without its last frames.)
             let read = async {
-                let next = catch_up(&app, &run, &key, next).await?;
                 let kept = read(&app, &key, RUN_OWNER)
                     .await?
                     .ok_or_else(|| damaged(&key, "it vanished while read"))?;
-                Ok::<_, ApiError>((next, doc_of(&key, kept.value)?, kept.head.version))
+                let doc = doc_of(&key, kept.value)?;
+                let next = catch_up(&app, &run, &key, next).await?;
+                Ok::<_, ApiError>((next, doc, kept.head.version))
             };
             match read.await {
                 Ok((n, doc, v)) => {
