@@ -47,12 +47,10 @@ async fn readers_see_whole_values_while_writers_replace_them() {
             .map(|_| {
                 let (store, id) = (Arc::clone(&store), id.clone());
                 tokio::spawn(async move {
-                    let mut reads = 0;
-                    for _ in 0..600 {
+                    for read in 0..600 {
                         let value = load_value(&*store, "notes", &id).await;
-                        let value = value.unwrap_or_else(|e| panic!("read {reads}: {e}"));
+                        let value = value.unwrap_or_else(|e| panic!("read {read}: {e}"));
                         assert!(value.unwrap()["n"].is_u64());
-                        reads += 1;
                     }
                 })
             })
