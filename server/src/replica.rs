@@ -32,14 +32,13 @@ use crate::error::ApiError;
 use crate::record::{Frame, Mode, RunRecord, RunResult, RunStatus};
 use crate::time::iso;
 use harness::session::{
-    Checkpoint, CheckpointKind, Commit, Lease, SCHEMA_VERSION, Saved, SessionError, SessionPhase,
-    StoreError, StoredRun, load_saved,
+    Checkpoint, CheckpointKind, Commit, Lease, Saved, SessionError, SessionPhase, StoreError,
+    StoredRun, load_saved, save_commit,
 };
-use harness::step::StepJournal;
-use harness::{RunId, SessionId, Signal};
+use harness::{SessionId, Signal};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -300,7 +299,8 @@ async fn read(app: &Shared, key: &SessionId, owner: &str) -> Result<Option<Saved
 }
 
 /// A commit writing `value` as record `key`'s new snapshot (after
-/// `frames`, if any), replacing `prev`'s, in `phase` under `lease`.
+/// `frames`, if any), replacing `prev`'s, in `phase` under `lease`: the
+/// commit `save_commit` makes, with the frames before the snapshot.
 fn write(
     prev: Option<&StoredRun>,
     key: &SessionId,
@@ -310,56 +310,32 @@ fn write(
     (phase, lease): (SessionPhase, Option<Lease>),
     now: u64,
 ) -> Commit {
-    let mut seq = prev.map_or(0, |h| h.last_seq + 1);
-    let mut append = Vec::new();
+    let mut commit = save_commit(prev, owner, key, value);
+    commit.head.phase = phase;
+    commit.head.lease = lease;
+    commit.head.updated_at = now;
+    for c in &mut commit.append {
+        c.time = now;
+    }
     if let Some(frames) = frames {
-        append.push(Checkpoint {
-            seq,
-            index: 0,
-            step: FRAMES.into(),
-            time: now,
-            kind: CheckpointKind::Update(frames),
-        });
-        seq += 1;
+        let seq = commit.head.last_seq;
+        for c in &mut commit.append {
+            c.seq += 1;
+        }
+        commit.head.snapshot_seq += 1;
+        commit.head.last_seq += 1;
+        commit.append.insert(
+            0,
+            Checkpoint {
+                seq,
+                index: 0,
+                step: FRAMES.into(),
+                time: now,
+                kind: CheckpointKind::Update(frames),
+            },
+        );
     }
-    let bytes = value.to_string().len() as u64;
-    append.push(Checkpoint {
-        seq,
-        index: 0,
-        step: SAVED.into(),
-        time: now,
-        kind: CheckpointKind::Snapshot(value),
-    });
-    let head = StoredRun {
-        schema_version: SCHEMA_VERSION,
-        session_id: key.clone(),
-        agent_id: owner.to_string(),
-        run_id: prev.map_or_else(RunId::random, |h| h.run_id.clone()),
-        phase,
-        next_step: None,
-        ended_with: None,
-        steps: 0,
-        journal: StepJournal::default(),
-        branch_journals: BTreeMap::new(),
-        version: prev.map_or(1, |h| h.version + 1),
-        lease,
-        snapshot_seq: seq,
-        snapshot_index: 0,
-        state_bytes: bytes,
-        bytes_since_snapshot: 0,
-        measured_index: 0,
-        last_seq: seq,
-        created_at: prev.map_or(now, |h| h.created_at),
-        updated_at: now,
-        queued: Vec::new(),
-    };
-    Commit {
-        expected_version: prev.map(|h| h.version),
-        remove: prev.map(|h| vec![h.snapshot_seq]).unwrap_or_default(),
-        head,
-        append,
-        durable: true,
-    }
+    commit
 }
 
 fn doc_of(key: &SessionId, value: Value) -> Result<RunDoc, ApiError> {
