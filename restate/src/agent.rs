@@ -921,36 +921,51 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), T
         [first, .., last] => format!("round of {}: {} … {}", effects.len(), first.name, last.name),
         [] => return Ok(()),
     };
+    let names: Vec<String> = effects.iter().map(|a| a.name.clone()).collect();
     let (decides, dones): (Vec<_>, Vec<_>) =
         effects.into_iter().map(|a| (a.decide, a.done)).unzip();
     let single = decides.len() == 1;
+    let journaled_names = names.clone();
     let journaled = ctx
         .run(|| async move {
             let outcomes = futures::future::join_all(decides.into_iter().map(run_one)).await;
             // One effect is journaled as its outcome (as it always was);
-            // a round as the list of its outcomes.
+            // a round as its effects, each named with its outcome.
             Ok(Json(if single {
                 outcomes.into_iter().next().map_or(Value::Null, |o| {
                     serde_json::to_value(o).unwrap_or(Value::Null)
                 })
             } else {
-                serde_json::to_value(outcomes).unwrap_or(Value::Null)
+                let round: Vec<RoundEntry> = journaled_names
+                    .into_iter()
+                    .zip(outcomes)
+                    .map(|(effect, outcome)| RoundEntry { effect, outcome })
+                    .collect();
+                serde_json::to_value(round).unwrap_or(Value::Null)
             }))
         })
         .name(name)
         .await;
     match journaled {
         Ok(Json(value)) => {
-            let outcomes: Vec<Outcome> = if single {
-                serde_json::from_value(value).map(|o| vec![o])
+            let outcomes = if single {
+                serde_json::from_value::<Outcome>(value)
+                    .map(|o| vec![Ok(o)])
+                    .map_err(|e| e.to_string())
             } else {
-                serde_json::from_value(value)
-            }
-            .unwrap_or_else(|e| {
-                vec![Err(format!("the journaled outcome cannot be read: {e}")); dones.len()]
-            });
-            for (done, outcome) in dones.into_iter().zip(outcomes) {
-                let _ = done.send(Ok(outcome));
+                round_outcomes(&names, value)
+            };
+            match outcomes {
+                Ok(outcomes) => {
+                    for (done, outcome) in dones.into_iter().zip(outcomes) {
+                        let _ = done.send(outcome);
+                    }
+                }
+                Err(why) => {
+                    for done in dones {
+                        let _ = done.send(Err(why.clone()));
+                    }
+                }
             }
             Ok(())
         }
@@ -965,6 +980,44 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), T
             Err(e)
         }
     }
+}
+
+/// One effect of a round, as journaled: its name and its outcome.
+#[derive(Serialize, Deserialize)]
+struct RoundEntry {
+    effect: String,
+    outcome: Outcome,
+}
+
+/// The outcomes of a round journaled as `value`, each checked against the
+/// effect asked for in its place: a replay that asks for other effects (a
+/// divergence the round's name alone would not show) gets, for each one,
+/// an error naming the effect asked for and the one journaled.
+fn round_outcomes(asked: &[String], value: Value) -> Result<Vec<Result<Outcome, String>>, String> {
+    let round: Vec<RoundEntry> = serde_json::from_value(value)
+        .map_err(|e| format!("the journaled round cannot be read: {e}"))?;
+    if round.len() != asked.len() {
+        return Err(format!(
+            "the journal holds a round of {} effects where this run asks for {}",
+            round.len(),
+            asked.len()
+        ));
+    }
+    Ok(asked
+        .iter()
+        .zip(round)
+        .map(|(asked, entry)| {
+            if *asked == entry.effect {
+                Ok(entry.outcome)
+            } else {
+                Err(format!(
+                    "the run diverged from its journal: it asks for effect {asked} where the \
+                     journaled round holds {}",
+                    entry.effect
+                ))
+            }
+        })
+        .collect())
 }
 
 /// Lets a step run one effect, inside `ctx.run`'s closure, and waits for
@@ -1251,5 +1304,64 @@ impl AgentClient {
             )
             .await?;
         reply(answer, "session")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| (*s).to_string()).collect()
+    }
+
+    /// A round read back on a replay: its outcomes in place, or an error
+    /// for each effect the replay asks for in another's place.
+    #[test]
+    fn a_replayed_round_answers_only_the_effects_it_journaled() {
+        let journaled = json!([
+            {"effect": "part#0/part#1.1:a", "outcome": {"Ok": 1}},
+            {"effect": "part#1/part#1.1:a", "outcome": {"Err": "503"}},
+            {"effect": "part#2/part#1.1:a", "outcome": {"Ok": "three"}},
+        ]);
+        let asked = names(&[
+            "part#0/part#1.1:a",
+            "part#1/part#1.1:a",
+            "part#2/part#1.1:a",
+        ]);
+        let outcomes = round_outcomes(&asked, journaled.clone()).unwrap();
+        assert_eq!(
+            outcomes,
+            [
+                Ok(Ok(json!(1))),
+                Ok(Err("503".to_string())),
+                Ok(Ok(json!("three")))
+            ]
+        );
+
+        // The same first and last effect, another in the middle: the name
+        // of the round (first … last) is the same, the entry is not.
+        let other = names(&[
+            "part#0/part#1.1:a",
+            "part#1/part#1.1:b",
+            "part#2/part#1.1:a",
+        ]);
+        let outcomes = round_outcomes(&other, journaled.clone()).unwrap();
+        assert!(outcomes[0].is_ok() && outcomes[2].is_ok());
+        let e = outcomes[1].clone().unwrap_err();
+        assert!(
+            e.contains("part#1/part#1.1:b") && e.contains("part#1/part#1.1:a"),
+            "{e}"
+        );
+
+        // Another number of effects, or what is not a round.
+        let two = names(&["part#0/part#1.1:a", "part#2/part#1.1:a"]);
+        let e = round_outcomes(&two, journaled).unwrap_err();
+        assert!(e.contains("3 effects") && e.contains("asks for 2"), "{e}");
+        for bad in [json!({"Ok": 1}), json!([{"effect": 1}]), json!(null)] {
+            let e = round_outcomes(&asked, bad.clone()).unwrap_err();
+            assert!(e.contains("cannot be read"), "{bad}: {e}");
+        }
     }
 }
