@@ -70,7 +70,8 @@
 //! ([`EffectJournal::batches`]): every branch's first effect, then every
 //! branch's second, and so on (at most the fork's limit per round), each
 //! round one `ctx.run` (`round of N: first … last`) whose closure runs its
-//! effects at once and journals their outcomes together. A round is made
+//! effects at once and journals their outcomes together, each with its
+//! effect's name, checked on a replay (a divergence names both). A round is made
 //! once each of its branches has asked for its effect or ended, so a
 //! replay makes the same rounds. The price: a crash mid-round runs the
 //! whole round again, its finished effects included (one entry holds
