@@ -9,6 +9,8 @@
 //! cargo run -p harness-examples --example long_running
 //!     # offline (scripted model), in a new temporary directory
 //! cargo run -p harness-examples --example long_running -- --dir /tmp/wc --sessions 1
+//! cargo run -p harness-examples --example long_running -- --sessions 1 --turns 6
+//!     # each session's working agent stops after 6 model turns (default 30)
 //! cargo run -p harness-examples --example long_running -- --dir /tmp/wc
 //!     # a second process goes on with the same project where the first stopped
 //! HARNESS_PROVIDER=anthropic cargo run -p harness-examples --example long_running
@@ -18,6 +20,7 @@
 //! and `.harness/`), its sessions in a sled store in `DIR/store`.
 
 use harness::llm::{Expect, ModelResponse, ScriptedModel, ToolCall, Turn};
+use harness_kit::Limits;
 use harness_recipes::project::{FeatureStatus, ProjectAgent, ProjectError, SessionEnd};
 use harness_stores::SledStore;
 use serde_json::json;
@@ -30,7 +33,7 @@ standard input, `sh wc.sh -l` the number of lines and `sh wc.sh -c` the number o
 type Error = Box<dyn std::error::Error>;
 
 fn usage() -> ! {
-    eprintln!("usage: long_running [--dir DIR] [--sessions N]");
+    eprintln!("usage: long_running [--dir DIR] [--sessions N] [--turns N]");
     std::process::exit(2)
 }
 
@@ -43,13 +46,14 @@ async fn main() {
 }
 
 async fn run() -> Result<(), Error> {
-    let (mut dir, mut sessions) = (None, 10u32);
+    let (mut dir, mut sessions, mut turns) = (None, 10u32, None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
             "--dir" => dir = Some(PathBuf::from(value())),
             "--sessions" => sessions = value().parse().unwrap_or_else(|_| usage()),
+            "--turns" => turns = Some(value().parse::<u32>().unwrap_or_else(|_| usage())),
             _ => usage(),
         }
     }
@@ -79,7 +83,11 @@ async fn run() -> Result<(), Error> {
     drop(probe);
     // HARNESS_PROVIDER=openai|anthropic|gemini runs the same project on a real model.
     let model = harness_examples::providers_select::model_from_env(script(done))?;
-    let project = ProjectAgent::builder("wc", &repo, store, model).build()?;
+    let mut builder = ProjectAgent::builder("wc", &repo, store, model);
+    if let Some(turns) = turns {
+        builder = builder.limits(Limits::none().turns(turns));
+    }
+    let project = builder.build()?;
 
     if done.is_none() {
         let commit = project.initialize(DESCRIPTION).await?;

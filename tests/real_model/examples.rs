@@ -300,7 +300,16 @@ fn long_running_plans_the_project_and_runs_a_session_or_names_why_not() {
         "harness-examples",
         "long_running",
         dir.path(),
-        &["--dir", project.to_str().unwrap(), "--sessions", "1"],
+        // At most 8 model turns in the session: a small model that never
+        // finishes is stopped, and the test stays short.
+        &[
+            "--dir",
+            project.to_str().unwrap(),
+            "--sessions",
+            "1",
+            "--turns",
+            "8",
+        ],
         "",
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
