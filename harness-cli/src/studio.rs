@@ -422,9 +422,37 @@ async fn serve(args: &Args) -> Result<(), Error> {
     }
     outln!("open {}", serving.url());
     outln!("(the token in the URL is needed; stop with Ctrl-C)");
-    serving.wait().await?;
+    // Stopped by a signal, the server ends and the store and memory are
+    // dropped (with the runtime's tasks, at the latest): a sled copy's
+    // private directory is deleted with them.
+    serving.until(stop_asked()).await?;
     drop(memory);
     Ok(())
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM. Where a signal cannot be listened for, it
+/// never completes (the process then ends as the signal's default does).
+async fn stop_asked() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut interrupt), Ok(mut terminate)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 #[cfg(test)]

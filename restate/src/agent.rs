@@ -835,16 +835,27 @@ impl AgentObject {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(hash);
-            let (again, again_session, wanted) =
-                (Arc::clone(&again), again_session.clone(), hash.clone());
+            let (moved, again, again_session, wanted) = (
+                Arc::clone(&moved),
+                Arc::clone(&again),
+                again_session.clone(),
+                hash.clone(),
+            );
             let Json(value) = ctx
                 .run(|| async move {
                     if let Some(value) = value {
                         return Ok(Json(value));
                     }
-                    moved_again(&again, &again_session, last_seq, &wanted)
-                        .map(Json)
-                        .ok_or_else(|| {
+                    // A replay that did not run the save: every value the
+                    // run moves is made again at once, for this entry and
+                    // the next ones.
+                    let mut moved = moved
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if moved.is_empty() {
+                        moved.extend(moved_again(&again, &again_session, last_seq));
+                    }
+                    moved.remove(&wanted).map(Json).ok_or_else(|| {
                             TerminalError::new(format!(
                                 "value {wanted} of session {again_session} is not what this \
                                  replay's run made: the run is not deterministic (see \
@@ -894,21 +905,21 @@ impl AgentObject {
     }
 }
 
-/// The value `hash` that the run of `attempt` moves out of the checkpoints
-/// it adds after `last_seq`, made again (for a replay that did not run the
-/// save, whose entry holds only the hash).
+/// The values, by hash, that the run of `attempt` moves out of the
+/// checkpoints it adds after `last_seq`, made again (for a replay that did
+/// not run the save, whose entry holds only the hashes).
 fn moved_again(
     attempt: &Attempt,
     session: &SessionId,
     last_seq: Option<u64>,
-    hash: &str,
-) -> Option<Value> {
-    let (_, log) = attempt.store.export(session)?;
+) -> Vec<(String, Value)> {
+    let Some((_, log)) = attempt.store.export(session) else {
+        return Vec::new();
+    };
     log.into_iter()
         .filter(|cp| last_seq.is_none_or(|last| cp.seq > last))
         .flat_map(|cp| by_reference(cp).1)
-        .find(|(h, _)| h == hash)
-        .map(|(_, v)| v)
+        .collect()
 }
 
 /// Journals the effects of `request` with one `ctx.run` (named after the

@@ -7,7 +7,7 @@ use harness::SessionId;
 use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreError, StoredRun};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{Admin, RestateError};
 
@@ -144,7 +144,7 @@ pub(crate) fn account<'a>(
     added: impl IntoIterator<Item = &'a Kept>,
     removed: impl IntoIterator<Item = &'a Kept>,
 ) -> (Vec<String>, Vec<String>) {
-    let before: Vec<String> = counts.keys().cloned().collect();
+    let before: BTreeSet<String> = counts.keys().cloned().collect();
     for hash in added.into_iter().flat_map(|k| k.refs.values()) {
         *counts.entry(hash.clone()).or_default() += 1;
     }
@@ -155,7 +155,7 @@ pub(crate) fn account<'a>(
     }
     let new = counts
         .iter()
-        .filter(|(h, n)| **n > 0 && !before.contains(h))
+        .filter(|(h, n)| **n > 0 && !before.contains(*h))
         .map(|(h, _)| h.clone())
         .collect();
     let gone: Vec<String> = counts

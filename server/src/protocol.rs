@@ -221,7 +221,8 @@ pub(crate) struct SearchRuns {
 
 const AP_RUN_STATUSES: [&str; 5] = ["pending", "error", "success", "timeout", "interrupted"];
 
-/// `POST /runs/search`: the runs this server remembers, newest first.
+/// `POST /runs/search`: the runs this server remembers (with replicas,
+/// every run the store keeps, whichever replica ran it), newest first.
 pub(crate) async fn search_runs(
     State(app): State<Shared>,
     Body(body): Body<SearchRuns>,
@@ -248,7 +249,11 @@ pub(crate) async fn search_runs(
         app.agent(agent)
             .map_err(|_| ApiError::not_found("agent", agent))?;
     }
-    let mut all: Vec<Arc<RunRecord>> = app.runs().by_thread.values().flatten().cloned().collect();
+    let mut all: Vec<Arc<RunRecord>> = if app.replica.is_some() {
+        crate::replica::records(&app, body.thread_id.as_deref()).await?
+    } else {
+        app.runs().by_thread.values().flatten().cloned().collect()
+    };
     all.sort_by(|a, b| {
         b.created_at
             .cmp(&a.created_at)

@@ -508,6 +508,53 @@ pub(crate) async fn list(app: &Shared, thread: &str) -> Result<Vec<String>, ApiE
     Ok(index.runs.into_iter().rev().map(|e| e.id).collect())
 }
 
+/// Every run the store keeps (thread `thread`'s only, when given), as
+/// copies without their frames for the API to show: a run this replica
+/// runs as it stands here, any other as its record says. `/runs/search`
+/// lists these, so that every replica lists the same runs.
+pub(crate) async fn records(
+    app: &Shared,
+    thread: Option<&str>,
+) -> Result<Vec<Arc<RunRecord>>, ApiError> {
+    let ids: Vec<String> = match thread {
+        Some(thread) => list(app, thread).await?,
+        None => {
+            let prefix = format!("{RUN_OWNER}/");
+            app.store
+                .sessions()
+                .await?
+                .iter()
+                .filter_map(|s| s.as_str().strip_prefix(&prefix).map(str::to_owned))
+                .collect()
+        }
+    };
+    let local: HashMap<String, Arc<RunRecord>> = app
+        .runs()
+        .by_thread
+        .values()
+        .flatten()
+        .filter(|r| !r.is_mirror())
+        .map(|r| (r.run_id.clone(), Arc::clone(r)))
+        .collect();
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(run) = local.get(&id) {
+            out.push(Arc::clone(run));
+            continue;
+        }
+        let Some((_, doc)) = read_run(app, &id).await? else {
+            continue;
+        };
+        if doc.gone || thread.is_some_and(|t| t != doc.thread_id) {
+            continue;
+        }
+        let record = doc.record(true);
+        apply_doc(&record, &doc);
+        out.push(record);
+    }
+    Ok(out)
+}
+
 /// The settled or unsettled runs of thread `thread` as the API shows them,
 /// newest first.
 pub(crate) async fn list_json(app: &Shared, thread: &str) -> Result<Vec<Value>, ApiError> {

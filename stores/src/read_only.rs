@@ -99,7 +99,9 @@ impl From<StoreError> for ReadOnlyError {
 }
 
 /// A private directory (`0700`) under the system's temporary directory,
-/// deleted with what is in it when dropped.
+/// deleted with what is in it when dropped. A process that ends without
+/// dropping it (killed) leaves it behind: the next one made with the same
+/// tag deletes those whose process is gone (see [`sweep_stale`]).
 #[derive(Debug)]
 pub(crate) struct PrivateDir {
     path: PathBuf,
@@ -110,6 +112,7 @@ impl PrivateDir {
     pub(crate) fn new(tag: &str) -> Result<Self, StoreError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let base = std::env::temp_dir();
+        sweep_stale(&base, tag);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -140,6 +143,62 @@ impl Drop for PrivateDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.path);
     }
+}
+
+/// Deletes the private directories of tag `tag` under `base` that a process
+/// no longer running left behind (`harness-{tag}-{pid}-{nanos}-{n}`, a
+/// directory, owned by this user, whose process is gone): a reader killed
+/// mid-way leaves its copy of a store, which only a later reader can
+/// delete. Nothing else is touched: another name, a file, a directory of
+/// another user, one whose process runs (or whose process's state cannot
+/// be known: on a system without `/proc`, nothing is deleted). Errors are
+/// ignored: a copy left is no reason to refuse a reader.
+pub(crate) fn sweep_stale(base: &Path, tag: &str) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    let prefix = format!("harness-{tag}-");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let mut parts = rest.split('-');
+        let (Some(pid), Some(nanos), Some(n), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let well_formed = pid.parse::<u32>().is_ok()
+            && u32::from_str_radix(nanos, 16).is_ok()
+            && n.parse::<u64>().is_ok();
+        if !well_formed || proc.join(pid).exists() {
+            continue;
+        }
+        let Ok(meta) = fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if meta.is_dir() && owned_by_me(&meta) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(unix)]
+fn owned_by_me(meta: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // The owner of a directory this process makes is its effective user;
+    // /proc/self is owned by it too.
+    fs::metadata("/proc/self").is_ok_and(|me| me.uid() == meta.uid())
+}
+
+#[cfg(not(unix))]
+fn owned_by_me(_: &fs::Metadata) -> bool {
+    false
 }
 
 /// A builder of directories `0700` (on unix).
@@ -223,4 +282,66 @@ pub(crate) fn restrict_tree(path: &Path) -> io::Result<()> {
 
 pub(crate) fn io_error(what: &str, path: &Path, e: &io::Error) -> StoreError {
     StoreError::backend(format!("cannot {what} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Above any pid Linux gives (`pid_max` is at most 2^22).
+    const GONE: u32 = 4_194_305;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_copies_whose_process_is_gone_are_swept() {
+        let base = tempfile::tempdir().unwrap();
+        let make_dir = |name: &str| {
+            let dir = base.path().join(name);
+            fs::create_dir(&dir).unwrap();
+            fs::write(dir.join("db"), b"a copy").unwrap();
+            dir
+        };
+        let stale = [
+            make_dir(&format!("harness-sled-read-{GONE}-1a2b-0")),
+            make_dir(&format!("harness-sled-read-{}-0-17", GONE + 1)),
+        ];
+        let kept = [
+            // Its process runs: this one.
+            make_dir(&format!("harness-sled-read-{}-1a2b-0", std::process::id())),
+            // Another tag.
+            make_dir(&format!("harness-log-read-{GONE}-1a2b-0")),
+            // Not a name this module makes.
+            make_dir(&format!("harness-sled-read-{GONE}-zz-0")),
+            make_dir(&format!("harness-sled-read-{GONE}-1a2b")),
+            make_dir(&format!("harness-sled-read-{GONE}-1a2b-0-x")),
+            make_dir("harness-sled-read-x-1a2b-0"),
+            make_dir(&format!("my-harness-sled-read-{GONE}-1a2b-0")),
+        ];
+        // A file and a link named as a stale copy: not directories.
+        let file = base.path().join(format!("harness-sled-read-{GONE}-1a2b-1"));
+        fs::write(&file, b"not ours").unwrap();
+        let target = make_dir("linked");
+        let link = base.path().join(format!("harness-sled-read-{GONE}-1a2b-2"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+
+        sweep_stale(base.path(), "sled-read");
+
+        for dir in &stale {
+            assert!(!dir.exists(), "{} was left", dir.display());
+        }
+        for dir in &kept {
+            assert!(dir.join("db").exists(), "{} was deleted", dir.display());
+        }
+        assert!(file.is_file());
+        assert!(link.exists() && target.join("db").exists());
+    }
+
+    #[test]
+    fn a_private_dir_is_deleted_when_dropped() {
+        let dir = PrivateDir::new("sweep-test").unwrap();
+        let path = dir.path().to_path_buf();
+        fs::write(path.join("db"), b"a copy").unwrap();
+        drop(dir);
+        assert!(!path.exists());
+    }
 }

@@ -354,6 +354,20 @@ impl Studio {
     }
 }
 
+/// What the server task of a studio served at `addr` ended with.
+fn served(
+    addr: SocketAddr,
+    joined: Result<std::io::Result<()>, tokio::task::JoinError>,
+) -> Result<(), StudioError> {
+    match joined {
+        Ok(result) => result.map_err(|source| StudioError::Serve { addr, source }),
+        Err(e) => Err(StudioError::Serve {
+            addr,
+            source: std::io::Error::other(e.to_string()),
+        }),
+    }
+}
+
 /// A studio being served; dropping it stops the server, like
 /// [`shutdown`](Self::shutdown) without waiting.
 #[derive(Debug)]
@@ -388,12 +402,25 @@ impl Serving {
     /// [`StudioError::Serve`] when serving fails.
     pub async fn wait(self) -> Result<(), StudioError> {
         let addr = self.addr;
-        match self.task.await {
-            Ok(result) => result.map_err(|source| StudioError::Serve { addr, source }),
-            Err(e) => Err(StudioError::Serve {
-                addr,
-                source: std::io::Error::other(e.to_string()),
-            }),
+        served(addr, self.task.await)
+    }
+
+    /// Serves until `stop` completes (Ctrl-C, say), then shuts down as
+    /// [`shutdown`](Self::shutdown) does; returns earlier if serving
+    /// fails. `harness studio` serves so, and drops its store after: a
+    /// store's private copy is deleted then.
+    ///
+    /// # Errors
+    ///
+    /// [`StudioError::Serve`] when serving fails.
+    pub async fn until(mut self, stop: impl Future<Output = ()>) -> Result<(), StudioError> {
+        let ended = tokio::select! {
+            joined = &mut self.task => Some(joined),
+            () = stop => None,
+        };
+        match ended {
+            Some(joined) => served(self.addr, joined),
+            None => self.shutdown().await,
         }
     }
 

@@ -28,6 +28,9 @@ pub(crate) fn cargo_run(dir: &Path, example: &str, args: &[&str]) -> Output {
         .args(["-p", "harness-examples", "--example", example, "--"])
         .args(args)
         .current_dir(dir)
+        // What an example puts in the temporary directory (long_running's
+        // project, without `--dir`) goes with the test's own directory.
+        .env("TMPDIR", dir)
         .env_remove("HARNESS_PROVIDER")
         .env_remove("HARNESS_MODEL")
         .output()

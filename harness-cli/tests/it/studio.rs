@@ -63,7 +63,8 @@ fn workdir(name: &str) -> PathBuf {
     dir
 }
 
-/// `harness studio --store STORE`, running; kills it when dropped.
+/// `harness studio --store STORE`, running; stopped when dropped (SIGTERM,
+/// then SIGKILL if it has not ended within 5 s).
 struct Studio {
     child: Child,
     /// `127.0.0.1:PORT`.
@@ -73,6 +74,14 @@ struct Studio {
 
 impl Drop for Studio {
     fn drop(&mut self) {
+        if self.signal("TERM") {
+            for _ in 0..100 {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -84,10 +93,19 @@ impl Studio {
     }
 
     fn start_with(store: &Path, extra: &[&str]) -> Studio {
+        Self::start_in(store, extra, None)
+    }
+
+    /// With `tmp` as its TMPDIR, when given.
+    fn start_in(store: &Path, extra: &[&str], tmp: Option<&Path>) -> Studio {
         // sled's own threads may still hold the database's lock for a
         // moment after the store that wrote it is dropped: retry then.
         for _ in 0..100 {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+            let mut command = Command::new(env!("CARGO_BIN_EXE_harness"));
+            if let Some(tmp) = tmp {
+                command.env("TMPDIR", tmp);
+            }
+            let mut child = command
                 .args(["studio", "--store"])
                 .arg(store)
                 .args(extra)
@@ -130,6 +148,25 @@ impl Studio {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         panic!("the sled database stayed locked");
+    }
+
+    /// Sends it signal `name` (`TERM`, `INT`, `KILL`); whether it was sent.
+    fn signal(&self, name: &str) -> bool {
+        Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Waits up to 10 s for it to end; its exit status.
+    fn ended(&mut self) -> std::process::ExitStatus {
+        for _ in 0..200 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("harness studio did not end within 10 s");
     }
 
     /// One request; returns the status and the JSON body.
@@ -209,6 +246,53 @@ fn studio_serves_a_sled_database_read_only() {
     let store = dir.join("sessions");
     let session = waiting_session(harness_stores::SledStore::open(&store).unwrap());
     serves_read_only(&store, &session);
+}
+
+/// The private copies of sled databases under `tmp`.
+fn copies(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("harness-sled-read-"))
+        .collect()
+}
+
+/// Stopped with Ctrl-C (SIGINT) or SIGTERM, `harness studio` exits 0 and
+/// its private copy of the sled database is gone; the copy a killed studio
+/// leaves (SIGKILL) is deleted by the next reader.
+#[test]
+fn a_stopped_studio_leaves_no_copy_of_the_store_behind() {
+    let dir = workdir("studio-no-copy-left");
+    let store = dir.join("sessions");
+    let session = waiting_session(harness_stores::SledStore::open(&store).unwrap());
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    for signal in ["INT", "TERM"] {
+        let mut studio = Studio::start_in(&store, &[], Some(&tmp));
+        assert_eq!(studio.get("/api/sessions")[0]["id"], session);
+        assert_eq!(copies(&tmp).len(), 1, "the copy it serves from");
+        assert!(studio.signal(signal));
+        let status = studio.ended();
+        assert!(status.success(), "SIG{signal}: {status}");
+        assert_eq!(copies(&tmp), Vec::<String>::new(), "after SIG{signal}");
+    }
+    let mut studio = Studio::start_in(&store, &[], Some(&tmp));
+    assert!(studio.signal("KILL"));
+    studio.ended();
+    let left = copies(&tmp);
+    assert_eq!(left.len(), 1, "a killed studio cannot delete its copy");
+    // The next reader of a sled database deletes it, and only it.
+    std::fs::create_dir(tmp.join("harness-sled-read-notes")).unwrap();
+    let listed = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .env("TMPDIR", &tmp)
+        .args(["sessions", "--store"])
+        .arg(&store)
+        .arg("list")
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&session));
+    assert_eq!(copies(&tmp), ["harness-sled-read-notes"], "{left:?} was left");
 }
 
 #[test]

@@ -27,6 +27,10 @@
 //! PROBE_DIR=/tmp/probe restate-agent-probe 127.0.0.1:9080
 //! ```
 
+#[path = "shared/clock.rs"]
+mod clock;
+use clock::micros_now;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,14 +73,6 @@ struct Settings {
     key_prefix: String,
     /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
     clock: bool,
-}
-
-/// Microseconds since the epoch.
-fn micros_now() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0)
 }
 
 async fn append(file: &Path, line: &str) -> Result<(), StepError> {

@@ -17,6 +17,10 @@
 // The SDK's `#[object]` macro generates items without docs.
 #![allow(missing_docs)]
 
+#[path = "shared/clock.rs"]
+mod clock;
+use clock::micros_now;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,14 +53,6 @@ struct Probe {
     hang_after: Option<u32>,
     /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
     clock: bool,
-}
-
-/// Microseconds since the epoch.
-fn micros_now() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0)
 }
 
 #[object]

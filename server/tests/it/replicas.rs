@@ -197,6 +197,12 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     assert_eq!(seen["cancelled_on_b"], "interrupted", "{seen}");
     assert_eq!(seen["queued_on_a"], "success", "{seen}");
     assert_eq!(seen["runs_listed_on_a"], seen["runs_created"], "{seen}");
+    // `/runs/search` on C, which never saw the thread, lists both runs
+    // with their ends, by thread and among all runs.
+    assert_eq!(seen["searched_first"], "interrupted", "{seen}");
+    assert_eq!(seen["searched_queued"], "success", "{seen}");
+    assert_eq!(seen["searched_on_c"].as_object().unwrap().len(), 2, "{seen}");
+    assert_eq!(seen["searched_all_on_c"], seen["runs_created"], "{seen}");
     // The cancelled run stopped before `three`; the queued one ran whole.
     ends_once_whole(&seen["trail_1"]);
 

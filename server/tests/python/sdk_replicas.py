@@ -22,6 +22,7 @@ come; the last line is everything it saw.
 import json
 import sys
 import time
+import urllib.request
 
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import ConflictError
@@ -56,6 +57,24 @@ seen["queued_on_a"] = a.runs.get(thread, queued["run_id"])["status"]
 seen["trail_1"] = b.threads.get_state(thread)["values"]["trail"]
 seen["runs_listed_on_a"] = sorted(r["run_id"] for r in a.runs.list(thread))
 seen["runs_created"] = sorted([first["run_id"], queued["run_id"]])
+
+
+def search_runs(url, **body):
+    """The Agent Protocol's `POST /runs/search`, which the LangGraph SDK
+    has no call for."""
+    request = urllib.request.Request(url + "/runs/search", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request) as response:
+        return json.load(response)
+
+
+# C never saw this thread: it lists the runs A and B ran from the store.
+found = search_runs(sys.argv[3], thread_id=thread)
+seen["searched_on_c"] = {r["run_id"]: r["status"] for r in found}
+seen["searched_first"] = seen["searched_on_c"].get(first["run_id"])
+seen["searched_queued"] = seen["searched_on_c"].get(queued["run_id"])
+found = search_runs(sys.argv[3], limit=1000)
+seen["searched_all_on_c"] = sorted(r["run_id"] for r in found if r["run_id"] in seen["runs_created"])
 
 # `interrupt`: B's run stops A's at a step boundary, then runs.
 thread = a.threads.create()["thread_id"]

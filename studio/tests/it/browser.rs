@@ -66,6 +66,9 @@ impl Browser {
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg("about:blank")
+            // Its own temporary files (the singleton's socket) in the
+            // profile, deleted with it: a killed Chromium leaves them.
+            .env("TMPDIR", &profile)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -304,9 +307,20 @@ impl Browser {
         std::fs::write(dir.join(name), png).unwrap();
     }
 
+    /// Closes the browser (`Browser.close`, to the browser itself) and
+    /// waits for it to end with its processes, so that its profile can be
+    /// deleted whole (killed, its helpers went on writing there); killed
+    /// if it has not ended within 10 s.
     async fn close(mut self) {
-        let _ = self.ws.close(None).await;
-        let _ = self.child.kill().await;
+        self.next_id += 1;
+        let msg = json!({"id": self.next_id, "method": "Browser.close"});
+        let _ = self.ws.send(Message::Text(msg.to_string().into())).await;
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
     }
 }
 
