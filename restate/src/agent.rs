@@ -856,13 +856,13 @@ impl AgentObject {
                         moved.extend(moved_again(&again, &again_session, last_seq));
                     }
                     moved.remove(&wanted).map(Json).ok_or_else(|| {
-                            TerminalError::new(format!(
-                                "value {wanted} of session {again_session} is not what this \
+                        TerminalError::new(format!(
+                            "value {wanted} of session {again_session} is not what this \
                                  replay's run made: the run is not deterministic (see \
                                  harness::effect)"
-                            ))
-                            .into()
-                        })
+                        ))
+                        .into()
+                    })
                 })
                 .name(format!("save value {}", &hash[..12]))
                 .await?;

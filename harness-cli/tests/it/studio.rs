@@ -292,7 +292,11 @@ fn a_stopped_studio_leaves_no_copy_of_the_store_behind() {
         .unwrap();
     assert!(listed.status.success(), "{listed:?}");
     assert!(String::from_utf8_lossy(&listed.stdout).contains(&session));
-    assert_eq!(copies(&tmp), ["harness-sled-read-notes"], "{left:?} was left");
+    assert_eq!(
+        copies(&tmp),
+        ["harness-sled-read-notes"],
+        "{left:?} was left"
+    );
 }
 
 #[test]

@@ -11,10 +11,8 @@ use harness::llm::{
 
 /// A fresh path under the target directory's temp area, unique per test.
 fn temp_file(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "harness-llm-record-{}",
-        std::process::id()
-    ));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("harness-llm-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }

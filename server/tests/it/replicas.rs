@@ -201,7 +201,11 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     // with their ends, by thread and among all runs.
     assert_eq!(seen["searched_first"], "interrupted", "{seen}");
     assert_eq!(seen["searched_queued"], "success", "{seen}");
-    assert_eq!(seen["searched_on_c"].as_object().unwrap().len(), 2, "{seen}");
+    assert_eq!(
+        seen["searched_on_c"].as_object().unwrap().len(),
+        2,
+        "{seen}"
+    );
     assert_eq!(seen["searched_all_on_c"], seen["runs_created"], "{seen}");
     // The cancelled run stopped before `three`; the queued one ran whole.
     ends_once_whole(&seen["trail_1"]);
