@@ -24,6 +24,7 @@ use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 // ---- agents ----
 
@@ -723,6 +724,10 @@ async fn follow(app: &Shared, thread: &str, body: EventStream) -> Result<Follow,
         }
     }
     let slot = app.streams.open()?;
+    if app.replica.is_some() {
+        // The runs other replicas ran or run, known before the first look.
+        crate::replica::adopt(app, thread).await?;
+    }
     Ok(Follow {
         stopping: app.stopping.subscribe(),
         added: app.runs_added.subscribe(),
@@ -771,11 +776,30 @@ fn events(follow: Follow) -> impl futures::Stream<Item = (u64, Value)> + Send {
                         }
                     }
                 }
-                // No run yet: wait for one.
+                // No run yet: wait for one, here or, with replicas, on
+                // another replica (looked for in the store now and then).
                 None => {
+                    let replicas = f.app.replica.is_some();
+                    if replicas {
+                        match crate::replica::adopt(&f.app, &f.thread).await {
+                            Ok(true) => continue,
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!(
+                                thread = %f.thread,
+                                error = %e,
+                                "cannot look for the thread's runs in the store"
+                            ),
+                        }
+                    }
+                    let look_again = if replicas {
+                        crate::replica::poll(&f.app)
+                    } else {
+                        Duration::ZERO
+                    };
                     tokio::select! {
                         _ = f.added.changed() => {}
                         _ = f.stopping.changed() => {}
+                        () = tokio::time::sleep(look_again), if replicas => {}
                     }
                 }
             }

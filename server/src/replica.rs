@@ -508,6 +508,26 @@ pub(crate) async fn list(app: &Shared, thread: &str) -> Result<Vec<String>, ApiE
     Ok(index.runs.into_iter().rev().map(|e| e.id).collect())
 }
 
+/// Makes a mirror of each run of thread `thread` that the store keeps and
+/// this replica has none of, oldest first, so that a thread's stream here
+/// follows the runs other replicas run; whether it made any.
+pub(crate) async fn adopt(app: &Shared, thread: &str) -> Result<bool, ApiError> {
+    let mut ids = list(app, thread).await?;
+    ids.reverse();
+    let mut made = false;
+    for id in ids {
+        if app.runs().find(thread, &id).is_none() {
+            made |= find(app, Some(thread), &id).await?.is_some();
+        }
+    }
+    Ok(made)
+}
+
+/// How often a replica looks at the store for what other replicas did.
+pub(crate) fn poll(app: &Shared) -> Duration {
+    replica(app).poll
+}
+
 /// Every run the store keeps (thread `thread`'s only, when given), as
 /// copies without their frames for the API to show: a run this replica
 /// runs as it stands here, any other as its record says. `/runs/search`

@@ -199,6 +199,24 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     assert_eq!(seen["runs_listed_on_a"], seen["runs_created"], "{seen}");
     // `/runs/search` on C, which never saw the thread, lists both runs
     // with their ends, by thread and among all runs.
+    // C's stream of the thread's events followed both runs to their ends.
+    assert_eq!(
+        seen["c_stream_ended"],
+        serde_json::json!([
+            [seen["first_run"], "interrupted"],
+            [seen["queued_run"], "completed"]
+        ]),
+        "{seen}"
+    );
+    let updated = seen["c_stream_updated"].as_array().unwrap();
+    assert!(
+        updated.ends_with(&[
+            serde_json::json!("one"),
+            serde_json::json!("two"),
+            serde_json::json!("three")
+        ]),
+        "{seen}"
+    );
     assert_eq!(seen["searched_first"], "interrupted", "{seen}");
     assert_eq!(seen["searched_queued"], "success", "{seen}");
     assert_eq!(

@@ -21,6 +21,7 @@ come; the last line is everything it saw.
 
 import json
 import sys
+import threading
 import time
 import urllib.request
 
@@ -37,8 +38,38 @@ def say(stage, **fields):
     print(json.dumps({"stage": stage, **fields}), flush=True)
 
 
+def thread_events(url, thread, runs, connected, out):
+    """Reads the streaming protocol's events of `thread` on `url` (`POST
+    /threads/{id}/stream`, which the SDK has no call for) into `out` until
+    `runs` runs have ended there, or 30 s have passed."""
+    body = json.dumps({"channels": ["updates", "lifecycle"]}).encode()
+    request = urllib.request.Request(f"{url}/threads/{thread}/stream", data=body,
+                                     headers={"content-type": "application/json"})
+    deadline = time.monotonic() + 30
+    with urllib.request.urlopen(request, timeout=30) as response:
+        connected.set()
+        ended = 0
+        for raw in response:
+            if time.monotonic() > deadline:
+                return
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[len("data:"):])
+            out.append(event)
+            if event["method"] == "lifecycle" and event["params"]["data"]["event"] != "running":
+                ended += 1
+                if ended == runs:
+                    return
+
+
 # ---- 1. one thread, runs on both replicas ----
 thread = a.threads.create()["thread_id"]
+# C follows the thread's events, though A and B run its runs.
+on_c, connected = [], threading.Event()
+following = threading.Thread(target=thread_events, args=(sys.argv[3], thread, 2, connected, on_c))
+following.start()
+connected.wait(30)
 first = a.runs.create(thread, "steps", input={"trail": []})
 try:
     b.runs.create(thread, "steps", input={}, multitask_strategy="reject")
@@ -57,6 +88,12 @@ seen["queued_on_a"] = a.runs.get(thread, queued["run_id"])["status"]
 seen["trail_1"] = b.threads.get_state(thread)["values"]["trail"]
 seen["runs_listed_on_a"] = sorted(r["run_id"] for r in a.runs.list(thread))
 seen["runs_created"] = sorted([first["run_id"], queued["run_id"]])
+following.join(40)
+seen["c_stream_ended"] = [[e["params"]["data"]["run_id"], e["params"]["data"]["event"]]
+                          for e in on_c if e["method"] == "lifecycle"
+                          and e["params"]["data"]["event"] != "running"]
+seen["c_stream_updated"] = [k for e in on_c if e["method"] == "updates" for k in e["params"]["data"]]
+seen["first_run"], seen["queued_run"] = first["run_id"], queued["run_id"]
 
 
 def search_runs(url, **body):
