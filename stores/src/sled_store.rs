@@ -288,7 +288,12 @@ impl SledStore {
     /// [`ReadOnlyError::NotAStore`]: nothing is created. Records that fail
     /// their checksum are reported when read, as [`StoreError::Load`].
     /// Blocks while it copies and opens; the copy costs about the time to
-    /// read the database's files once and as much temporary disk.
+    /// read the database's files once and as much temporary disk. The copy
+    /// is in a private directory (`0700`) under the system's temporary
+    /// directory, deleted when the store is dropped; the copy of a process
+    /// that was killed before is deleted by the next `open_read_only` (of
+    /// any database) once that process is gone (on Linux, where `/proc`
+    /// tells).
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, ReadOnlyError> {
         let path = path.as_ref();
         let not_a_store = |why: String| ReadOnlyError::NotAStore {
