@@ -556,23 +556,32 @@ pub(crate) async fn records(
         .filter(|r| !r.is_mirror())
         .map(|r| (r.run_id.clone(), Arc::clone(r)))
         .collect();
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(run) = local.get(&id) {
-            out.push(Arc::clone(run));
-            continue;
+    // Read a few at a time: a remote store answers each read in a round
+    // trip.
+    use futures::{StreamExt, TryStreamExt};
+    let read = |id: String| {
+        let local = local.get(&id).cloned();
+        async move {
+            if let Some(run) = local {
+                return Ok(Some(run));
+            }
+            let Some((_, doc)) = read_run(app, &id).await? else {
+                return Ok(None);
+            };
+            if doc.gone || thread.is_some_and(|t| t != doc.thread_id) {
+                return Ok(None);
+            }
+            let record = doc.record(true);
+            apply_doc(&record, &doc);
+            Ok::<_, ApiError>(Some(record))
         }
-        let Some((_, doc)) = read_run(app, &id).await? else {
-            continue;
-        };
-        if doc.gone || thread.is_some_and(|t| t != doc.thread_id) {
-            continue;
-        }
-        let record = doc.record(true);
-        apply_doc(&record, &doc);
-        out.push(record);
-    }
-    Ok(out)
+    };
+    let found: Vec<Option<Arc<RunRecord>>> = futures::stream::iter(ids)
+        .map(read)
+        .buffered(16)
+        .try_collect()
+        .await?;
+    Ok(found.into_iter().flatten().collect())
 }
 
 /// The settled or unsettled runs of thread `thread` as the API shows them,
