@@ -7,7 +7,7 @@ use crate::app::{Body, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
 use crate::record::{Mode, RunRecord, RunStatus};
 use crate::replica::{self, LaunchDoc, RunDoc, TakenOver};
-use crate::served::{Pause, Recovered, Served};
+use crate::served::{Drive, Pause, Recovered, Served};
 use crate::stream::{self, Want};
 use crate::threads::{self, CheckpointRef, Parent, ThreadRecord};
 use axum::Json;
@@ -828,9 +828,11 @@ async fn continue_taken(
             .agent
             .recover(
                 session.clone(),
-                Arc::clone(run),
-                launch.tokens,
-                &launch.pause,
+                Drive {
+                    record: Arc::clone(run),
+                    tokens: launch.tokens,
+                    pause: &launch.pause,
+                },
             )
             .await?
         {
@@ -1023,9 +1025,11 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
                 record.session_id(),
                 (interrupt.id.clone(), answer),
                 input,
-                Arc::clone(run),
-                tokens,
-                &pause,
+                Drive {
+                    record: Arc::clone(run),
+                    tokens,
+                    pause: &pause,
+                },
             )
             .await?;
     } else {
@@ -1049,7 +1053,15 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
         let seq = agent.head(&record.session_id()).await?.map(|h| h.last_seq);
         write_ahead(app, run, &record.session, seq).await?;
         agent
-            .start(record.session_id(), input, Arc::clone(run), tokens, &pause)
+            .start(
+                record.session_id(),
+                input,
+                Drive {
+                    record: Arc::clone(run),
+                    tokens,
+                    pause: &pause,
+                },
+            )
             .await?;
     }
     Ok(())

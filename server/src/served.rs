@@ -23,6 +23,15 @@ pub(crate) struct Pause {
     pub(crate) after: Vec<String>,
 }
 
+/// Where a run's events go and how it runs: the record it is driven into,
+/// whether it streams tokens (`messages-tuple`), and its breakpoints.
+#[derive(Debug)]
+pub(crate) struct Drive<'a> {
+    pub(crate) record: Arc<RunRecord>,
+    pub(crate) tokens: bool,
+    pub(crate) pause: &'a Pause,
+}
+
 /// What came of continuing a session whose run a replica died running.
 pub(crate) enum Recovered {
     /// The run goes on, driven into the record.
@@ -61,25 +70,17 @@ pub(crate) trait Served: Send + Sync {
     ) -> Result<SessionId, ApiError>;
     /// Checks that `input` reads as an update of the state; `field` names it.
     fn check_input(&self, input: &Value, field: &str) -> Result<(), ApiError>;
-    /// Starts a run on `session` with `input` merged in, driven into
-    /// `record`.
+    /// Starts a run on `session` with `input` merged in, driven as `to`
+    /// says.
     async fn start(
         &self,
         session: SessionId,
         input: Option<Value>,
-        record: Arc<RunRecord>,
-        tokens: bool,
-        pause: &Pause,
+        to: Drive<'_>,
     ) -> Result<(), ApiError>;
     /// Continues `session` from its last checkpoint (its run's process
-    /// died), driven into `record`.
-    async fn recover(
-        &self,
-        session: SessionId,
-        record: Arc<RunRecord>,
-        tokens: bool,
-        pause: &Pause,
-    ) -> Result<Recovered, ApiError>;
+    /// died), driven as `to` says.
+    async fn recover(&self, session: SessionId, to: Drive<'_>) -> Result<Recovered, ApiError>;
     /// Settles `record` from where `session` stands (a run that ended
     /// before its replica recorded it; `stopped`: one cancelled before it
     /// went on).
@@ -91,15 +92,13 @@ pub(crate) trait Served: Send + Sync {
     ) -> Result<(), ApiError>;
     /// Answers the pending interrupt `interrupt` of `session` with `answer`
     /// (with `update`, read as the state's update type, merged first) and
-    /// drives the continued run into `record`.
+    /// drives the continued run as `to` says.
     async fn resume(
         &self,
         session: SessionId,
         (interrupt, answer): (InterruptId, Value),
         update: Option<Value>,
-        record: Arc<RunRecord>,
-        tokens: bool,
-        pause: &Pause,
+        to: Drive<'_>,
     ) -> Result<(), ApiError>;
 }
 
@@ -179,7 +178,21 @@ where
         }
     }
 
-    fn drive(&self, run: harness::Run<S, C>, state: S, record: Arc<RunRecord>, tokens: bool) {
+    /// Drives `run`, with the breakpoints of `to` (names the server
+    /// checked), into `to`'s record, from `state`.
+    fn drive(&self, run: harness::Run<S, C>, state: S, to: Drive<'_>) -> Result<(), ApiError> {
+        let Drive {
+            record,
+            tokens,
+            pause,
+        } = to;
+        let bad =
+            |e: harness::UnknownStep| ApiError::unprocessable("interrupt_before", e.to_string());
+        let run = run
+            .pause_before(&pause.before)
+            .map_err(bad)?
+            .pause_after(&pause.after)
+            .map_err(bad)?;
         let events = if tokens {
             run.events_with_tokens()
         } else {
@@ -215,6 +228,7 @@ where
             };
             frames.settle(settled);
         });
+        Ok(())
     }
 }
 
@@ -278,37 +292,26 @@ where
         &self,
         session: SessionId,
         input: Option<Value>,
-        record: Arc<RunRecord>,
-        tokens: bool,
-        pause: &Pause,
+        to: Drive<'_>,
     ) -> Result<(), ApiError> {
         let update = match input {
             Some(v) if !v.is_null() => self.read_update(v, "input")?,
             _ => S::Update::default(),
         };
         let mut state = self.current(&session).await?;
-        let run = paused(
-            self.agent
-                .continue_session(&session, update.clone())
-                .await?,
-            pause,
-        )?;
+        let run = self
+            .agent
+            .continue_session(&session, update.clone())
+            .await?;
         state.apply(update);
-        self.drive(run, state, record, tokens);
-        Ok(())
+        self.drive(run, state, to)
     }
 
-    async fn recover(
-        &self,
-        session: SessionId,
-        record: Arc<RunRecord>,
-        tokens: bool,
-        pause: &Pause,
-    ) -> Result<Recovered, ApiError> {
+    async fn recover(&self, session: SessionId, to: Drive<'_>) -> Result<Recovered, ApiError> {
         let state = self.current(&session).await?;
         match self.agent.recover(&session).await {
             Ok(run) => {
-                self.drive(paused(run, pause)?, state, record, tokens);
+                self.drive(run, state, to)?;
                 Ok(Recovered::Running)
             }
             Err(SessionError::InFlight(_)) => Ok(Recovered::InFlight),
@@ -371,9 +374,7 @@ where
         session: SessionId,
         (interrupt, answer): (InterruptId, Value),
         update: Option<Value>,
-        record: Arc<RunRecord>,
-        tokens: bool,
-        pause: &Pause,
+        to: Drive<'_>,
     ) -> Result<(), ApiError> {
         let mut state = self.current(&session).await?;
         let run = match update.filter(|u| !u.is_null()) {
@@ -388,22 +389,8 @@ where
             }
             None => self.agent.resume(answer, &session, &interrupt).await?,
         };
-        let run = paused(run, pause)?;
-        self.drive(run, state, record, tokens);
-        Ok(())
+        self.drive(run, state, to)
     }
-}
-
-/// `run` with the breakpoints of `pause` (names the server checked).
-fn paused<S: HarnessState, C: Context>(
-    run: harness::Run<S, C>,
-    pause: &Pause,
-) -> Result<harness::Run<S, C>, ApiError> {
-    let bad = |e: harness::UnknownStep| ApiError::unprocessable("interrupt_before", e.to_string());
-    run.pause_before(&pause.before)
-        .map_err(bad)?
-        .pause_after(&pause.after)
-        .map_err(bad)
 }
 
 /// Turns a run's events into frames: keeps the run's state to send it whole
