@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use harness::session::now_millis;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -604,6 +604,8 @@ struct Follow {
     stopping: tokio::sync::watch::Receiver<bool>,
     /// Changes when a run is added to any thread.
     added: tokio::sync::watch::Receiver<u64>,
+    /// With replicas: the thread's runs looked for in the store so far.
+    adopted: HashSet<String>,
     _slot: StreamSlot,
 }
 
@@ -724,11 +726,13 @@ async fn follow(app: &Shared, thread: &str, body: EventStream) -> Result<Follow,
         }
     }
     let slot = app.streams.open()?;
+    let mut adopted = HashSet::new();
     if app.replica.is_some() {
         // The runs other replicas ran or run, known before the first look.
-        crate::replica::adopt(app, thread).await?;
+        crate::replica::adopt(app, thread, &mut adopted).await?;
     }
     Ok(Follow {
+        adopted,
         stopping: app.stopping.subscribe(),
         added: app.runs_added.subscribe(),
         app: Arc::clone(app),
@@ -781,7 +785,7 @@ fn events(follow: Follow) -> impl futures::Stream<Item = (u64, Value)> + Send {
                 None => {
                     let replicas = f.app.replica.is_some();
                     if replicas {
-                        match crate::replica::adopt(&f.app, &f.thread).await {
+                        match crate::replica::adopt(&f.app, &f.thread, &mut f.adopted).await {
                             Ok(true) => continue,
                             Ok(false) => {}
                             Err(e) => tracing::warn!(

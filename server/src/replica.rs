@@ -38,7 +38,7 @@ use harness::session::{
 use harness::{SessionId, Signal};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -508,16 +508,28 @@ pub(crate) async fn list(app: &Shared, thread: &str) -> Result<Vec<String>, ApiE
     Ok(index.runs.into_iter().rev().map(|e| e.id).collect())
 }
 
-/// Makes a mirror of each run of thread `thread` that the store keeps and
-/// this replica has none of, oldest first, so that a thread's stream here
-/// follows the runs other replicas run; whether it made any.
-pub(crate) async fn adopt(app: &Shared, thread: &str) -> Result<bool, ApiError> {
+/// Makes a mirror of each run of thread `thread` that the store keeps,
+/// that is not in `seen` and that this replica has none of, oldest first,
+/// so that a thread's stream here follows the runs other replicas run;
+/// whether it made any. Each run found goes into `seen` and is not made
+/// again (once let go of when settled runs are capped); a run listed
+/// before its record is written is looked for again next time.
+pub(crate) async fn adopt(
+    app: &Shared,
+    thread: &str,
+    seen: &mut HashSet<String>,
+) -> Result<bool, ApiError> {
     let mut ids = list(app, thread).await?;
     ids.reverse();
     let mut made = false;
     for id in ids {
-        if app.runs().find(thread, &id).is_none() {
-            made |= find(app, Some(thread), &id).await?.is_some();
+        if seen.contains(&id) {
+            continue;
+        }
+        let here = app.runs().find(thread, &id).is_some();
+        if here || find(app, Some(thread), &id).await?.is_some() {
+            made |= !here;
+            seen.insert(id);
         }
     }
     Ok(made)
