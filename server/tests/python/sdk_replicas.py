@@ -6,6 +6,9 @@ Usage: python sdk_replicas.py URL_A URL_B URL_C
 1. Across replicas: a run on A makes the thread busy for B (`reject` is
    refused there), B queues one (`enqueue`), B cancels A's run, and the
    queued run then runs; either replica sees both runs settle.
+   C, which runs none of them, follows the thread's event stream to both
+   runs' ends and lists them with `/runs/search` (the Agent Protocol's;
+   these two calls are plain HTTP, as the SDK has none for them).
    A run on A is interrupted by one B starts (`interrupt`), and another is
    rolled back by one B starts (`rollback`).
 2. Handing over: a run on C, joined from B; the Rust test stops C (SIGINT)
