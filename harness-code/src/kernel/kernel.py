@@ -19,6 +19,7 @@ sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]
 
 import ast
 import builtins
+import ctypes
 import dis
 import faulthandler
 import gc
@@ -32,6 +33,7 @@ import pickle
 import reprlib
 import select
 import signal
+import struct
 import tempfile
 import threading
 import time
@@ -703,6 +705,128 @@ def escapes(module):
     return isinstance(path, str) and not os.path.abspath(path).startswith(_SKIPPED_PREFIXES)
 
 
+# numpy's MT19937 state as laid out in C: uint32_t key[624]; int pos.
+_MT_STATE_BYTES = 624 * 4 + 4
+# RandomState type -> where it keeps its cached Gaussian (see
+# _numpy_gauss_offset), or None when it could not be found.
+_gauss_offsets = {}
+
+
+# random.Random type -> where its C state (624 words, then the index) is,
+# or None (see _random_offsets).
+_random_layouts = {}
+
+
+def _random_offsets(kind):
+    """Where a random.Random object keeps its Mersenne Twister in C: the
+    offsets of the 624 state words and of the index, found on two fresh
+    instances and checked against `getstate`; None unless each is found
+    exactly once in both. The global generator is never touched."""
+    base = kind.__mro__[1]
+    found = []
+    for seed in (12345, 67890):
+        probe = kind(seed)
+        probe.getrandbits(32 * 100)
+        words = base.getstate(probe)
+        raw = ctypes.string_at(id(probe), base.__basicsize__)
+        state = struct.pack("624I", *words[:624])
+        at = raw.find(state)
+        if at < 0 or raw.find(state, at + 1) >= 0:
+            return None
+        index = struct.pack("i", words[624])
+        candidates = [i for i in range(0, len(raw) - 3, 4)
+                      if raw[i:i + 4] == index and not at <= i < at + len(state)]
+        if len(candidates) != 1:
+            return None
+        found.append((at, candidates[0]))
+    return found[0] if found[0] == found[1] else None
+
+
+def _random_state(module):
+    """The `random` module's generator state. For the stock random.Random,
+    the bytes of its C state and `gauss_next`, read in about a microsecond
+    (`getstate` builds a tuple of 625 ints: ~10 µs a cell); else
+    `getstate()`."""
+    generator = getattr(module.getstate, "__self__", None)
+    kind = type(generator)
+    if kind is getattr(module, "Random", None) and isinstance(kind, type):
+        layout = _random_layouts.get(kind, _MISSING)
+        if layout is _MISSING:
+            try:
+                layout = _random_offsets(kind)
+            except Exception:
+                layout = None
+            _random_layouts[kind] = layout
+        if layout is not None:
+            at, index = layout
+            return (ctypes.string_at(id(generator) + at, 624 * 4),
+                    ctypes.string_at(id(generator) + index, 4),
+                    generator.gauss_next)
+    return module.getstate()
+
+
+def _numpy_gauss_offset(kind, mt19937):
+    """Where a numpy RandomState object keeps its cached Gaussian: the
+    offset of `has_gauss` (a C int; `gauss`, a double, is 8 bytes on), found
+    on a fresh instance by setting three known states and reading the object
+    back; None unless exactly one offset matches all three, nothing else in
+    the object moved, and the MT19937 state reads back from
+    `ctypes.state_address` as set. The global generator is never touched."""
+    import numpy
+    probe = kind(mt19937(12345))
+    size = kind.__basicsize__
+    key = numpy.arange(1, 625, dtype=numpy.uint32) * numpy.uint32(2654435761)
+    samples = []
+    for has, value in ((1, 0.8765432101234567), (0, -2.5), (1, 1234.0625)):
+        probe.set_state(("MT19937", key, 17, has, value))
+        samples.append((has, value, ctypes.string_at(id(probe), size)))
+    moved = {i for i in range(size)
+             if len({raw[i] for _, _, raw in samples}) > 1}
+    found = None
+    for at in range(0, size - 15, 4):
+        if all(raw[at:at + 4] == struct.pack("i", has)
+               and raw[at + 8:at + 16] == struct.pack("d", value)
+               for has, value, raw in samples):
+            if found is not None:
+                return None
+            found = at
+    if found is None or not moved <= set(range(found, found + 16)):
+        return None
+    bits = probe._bit_generator
+    expected = key.tobytes() + struct.pack("i", 17)
+    if ctypes.string_at(bits.ctypes.state_address, _MT_STATE_BYTES) != expected:
+        return None
+    return found
+
+
+def _numpy_state(module):
+    """numpy's global generator state. For the legacy RandomState on
+    MT19937 (the default), the bytes of its C state and cached Gaussian,
+    read in about a microsecond (`get_state` builds its 624-word key one
+    word at a time: ~0.07 ms a cell); else a hash of `get_state`."""
+    generator = getattr(module.get_state, "__self__", None)
+    kind = type(generator)
+    mtrand = sys.modules.get("numpy.random.mtrand")
+    mt19937 = getattr(module, "MT19937", None)
+    if mtrand is not None and kind is getattr(mtrand, "RandomState", None) \
+            and isinstance(mt19937, type):
+        offset = _gauss_offsets.get(kind, _MISSING)
+        if offset is _MISSING:
+            try:
+                offset = _numpy_gauss_offset(kind, mt19937)
+            except Exception:
+                offset = None
+            _gauss_offsets[kind] = offset
+        bits = generator._bit_generator
+        if offset is not None and type(bits) is mt19937:
+            return (id(bits), ctypes.string_at(bits.ctypes.state_address, _MT_STATE_BYTES),
+                    ctypes.string_at(id(generator) + offset, 4),
+                    ctypes.string_at(id(generator) + offset + 8, 8))
+    h = hashlib.blake2b(digest_size=16)
+    _feed_state(h, module.get_state(legacy=False))
+    return h.digest()
+
+
 def state_fingerprints():
     """Snapshots of state kept inside modules that cells change through
     calls: the random generators and pyplot's figures and settings, compared
@@ -711,15 +835,13 @@ def state_fingerprints():
     module = sys.modules.get("random")
     if module is not None:
         try:
-            states["@random"] = module.getstate()
+            states["@random"] = _random_state(module)
         except Exception:
             pass
     module = sys.modules.get("numpy.random")
     if module is not None:
         try:
-            h = hashlib.blake2b(digest_size=16)
-            _feed_state(h, module.get_state(legacy=False))
-            states["@numpy.random"] = h.digest()
+            states["@numpy.random"] = _numpy_state(module)
         except Exception:
             pass
     helpers = sys.modules.get("matplotlib._pylab_helpers")
@@ -731,8 +853,12 @@ def state_fingerprints():
             h.update(repr([number for number, _ in managers]).encode())
             for _, manager in managers[-16:]:
                 _feed_matplotlib(h, manager.canvas.figure)
-            # A shallow copy: rcParams' validators store new values.
-            states["@matplotlib"] = (h.digest(), dict(dict.items(sys.modules["matplotlib"].rcParams)))
+            # The settings' keys and values as they stand (rcParams'
+            # validators store new values), in tuples: half the time of a
+            # dict copy, and compared item by item just the same.
+            params = sys.modules["matplotlib"].rcParams
+            states["@matplotlib"] = (h.digest(), tuple(dict.keys(params)),
+                                     tuple(dict.values(params)))
         except Exception:
             pass
     return states
@@ -916,6 +1042,9 @@ class Kernel:
         if self.trace:
             sys.addaudithook(audit)
             builtins.__build_class__ = build_class
+            # Finds where `random`'s generator keeps its state (imported
+            # already, by tempfile) now rather than in the first cell.
+            state_fingerprints()
 
     def reset_streams(self):
         # New wrappers if a cell closed ours; they never own the descriptors.

@@ -298,6 +298,84 @@ async fn numpy_shuffle_in_place_is_traced() {
     .await;
 }
 
+// The global generators' states are read straight from their C structs
+// (kernel.py, `_numpy_state` and `_random_state`). Each case below changes
+// one part of a state only: one that reading misses would fail its case.
+
+#[tokio::test]
+async fn numpy_cached_gaussian_taken_by_an_earlier_cell_is_traced() {
+    // Cell 1 takes the Gaussian cell 0 left cached: the Mersenne Twister's
+    // words and position stay as they were, only `has_gauss` changes.
+    traced_truth_catches(
+        &[
+            "import numpy as np\nnp.random.seed(0)\nfirst = np.random.standard_normal()",
+            "second = np.random.standard_normal()",
+            "print(round(float(np.random.standard_normal()), 6))",
+        ],
+        1,
+        "np.random.seed(3)\nsecond = np.random.standard_normal()",
+        2,
+        "0.978738",
+        "0.43651",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn numpy_generator_on_another_bit_generator_is_traced() {
+    // Not MT19937: the state is read through `get_state`.
+    traced_truth_catches(
+        &[
+            "import numpy as np\nnp.random.set_bit_generator(np.random.PCG64(0))",
+            "x = np.random.random()",
+            "print(round(float(np.random.random()), 6))",
+        ],
+        1,
+        "np.random.set_bit_generator(np.random.PCG64(0))\nx = np.random.random()\ny = np.random.random()",
+        2,
+        "0.269787",
+        "0.040974",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn random_draw_moving_only_the_index_is_traced() {
+    // After cell 0's first draw, one more moves the index, not the words.
+    traced_truth_catches(
+        &[
+            "import random\nrandom.seed(0)\nrandom.random()",
+            "x = random.random()",
+            "print(round(random.random(), 6))",
+        ],
+        1,
+        "random.seed(1)\nx = random.random()",
+        2,
+        "0.420572",
+        "0.847434",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn random_cached_gaussian_taken_by_an_earlier_cell_is_traced() {
+    // Cell 1 takes the Gaussian cell 0 left in `gauss_next`: the generator
+    // itself does not move.
+    traced_truth_catches(
+        &[
+            "import random\nrandom.seed(0)\nrandom.gauss(0, 1)",
+            "g = random.gauss(0, 1)",
+            "print(round(random.gauss(0, 1), 6))",
+        ],
+        1,
+        "random.seed(2)\ng = random.gauss(0, 1)",
+        2,
+        "-0.679714",
+        "-0.662854",
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn generator_advanced_by_an_earlier_cell_is_traced() {
     dynamic_catches(
