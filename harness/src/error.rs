@@ -169,6 +169,15 @@ pub enum StoreError {
         /// What failed, with the backend's own message.
         message: String,
     },
+    /// The store cannot keep a session of this id (a file store's id too
+    /// long for a file name). Nothing was read or written.
+    #[error("session id {session:?} cannot be kept by this store: {why}")]
+    SessionIdNotKept {
+        /// The session.
+        session: SessionId,
+        /// Why, and the store's limit.
+        why: String,
+    },
     /// The store's files are damaged: bytes the store wrote are not what
     /// it wrote, or a file is missing. The store was not opened, and
     /// nothing was changed: opening it would have lost what the damage

@@ -209,12 +209,53 @@ impl<T: DeserializeOwned> FromRequest<Shared> for Body<T> {
     }
 }
 
+/// The deepest nesting of arrays and objects a body may have, itself
+/// included: a session store's limit
+/// ([`MAX_VALUE_DEPTH`](harness::session::MAX_VALUE_DEPTH)) less room for
+/// the records the server keeps a body's values in (a thread's metadata, a
+/// run's arguments, a frame of its stream), so that whatever a body holds
+/// can be stored.
+pub(crate) const MAX_BODY_DEPTH: usize = harness::session::MAX_VALUE_DEPTH - 10;
+
+/// The path to a value of `value` nested deeper than `room` levels (the
+/// top-level field first), if there is one.
+pub(crate) fn too_deep(value: &serde_json::Value, room: usize) -> Option<Vec<String>> {
+    use serde_json::Value;
+    let found = match value {
+        Value::Object(_) | Value::Array(_) if room == 0 => return Some(Vec::new()),
+        Value::Object(map) => map
+            .iter()
+            .find_map(|(k, v)| too_deep(v, room - 1).map(|path| (k.clone(), path))),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| too_deep(v, room - 1).map(|path| (format!("[{i}]"), path))),
+        _ => None,
+    };
+    found.map(|(name, mut path)| {
+        path.insert(0, name);
+        path
+    })
+}
+
 /// `bytes` as a JSON object read as `T`, with the failing field's path.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad("", format!("the body is not valid JSON: {e}")))?;
     if !value.is_object() {
         return Err(ApiError::bad("", "the body must be a JSON object"));
+    }
+    if let Some(path) = too_deep(&value, MAX_BODY_DEPTH) {
+        let field = path.first().cloned().unwrap_or_default();
+        return Err(ApiError::bad(
+            field.clone(),
+            format!(
+                "field `{field}` nests deeper than this server takes: at most {MAX_BODY_DEPTH} \
+                 levels of arrays and objects, the body itself included (a session store reads \
+                 back {}); send a flatter value",
+                harness::session::MAX_VALUE_DEPTH
+            ),
+        ));
     }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
@@ -225,6 +266,36 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ApiError::bad(path.clone(), format!("field `{path}`: {inner}"))
         }
     })
+}
+
+/// A route's path parameters, read as axum's `Path` reads them, with a
+/// parameter that does not read (not UTF-8 once percent-decoded, not of
+/// its type) a JSON 400 naming it, like every other client mistake.
+pub(crate) struct Path<T>(pub(crate) T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        use axum::extract::path::ErrorKind;
+        use axum::extract::rejection::PathRejection;
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(PathRejection::FailedToDeserializePathParams(e)) => {
+                let field = match e.kind() {
+                    ErrorKind::InvalidUtf8InPathParam { key }
+                    | ErrorKind::ParseErrorAtKey { key, .. } => key.clone(),
+                    _ => String::new(),
+                };
+                Err(ApiError::syntax(field, e.body_text()))
+            }
+            Err(e) => Err(ApiError::syntax("", e.body_text())),
+        }
+    }
 }
 
 /// A query string as its pairs, percent-decoded, in order (a key may come
@@ -325,8 +396,17 @@ pub(crate) fn decode(s: &str) -> Option<String> {
 pub(crate) const MAX_ID: usize = 256;
 
 /// Checks an id a client gave: not empty, not too long, no control
-/// characters.
+/// characters, and not in the server's own part of the store: a thread's
+/// session is named by its id, and the server keeps its records (threads,
+/// crons, runs) in sessions under `harness-server/`.
 pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
+    let reserved = format!("{}/", crate::threads::OWNER);
+    if id.starts_with(&reserved) {
+        return Err(ApiError::bad(
+            field,
+            format!("ids starting with `{reserved}` name the server's own records"),
+        ));
+    }
     if id.is_empty() {
         return Err(ApiError::bad(field, "an id cannot be empty"));
     }

@@ -1,12 +1,12 @@
 //! Assistants: one per registered agent, named by the agent's id (which is
 //! also its graph id).
 
-use crate::app::{Body, Shared};
+use crate::app::{Body, Path, Shared};
 use crate::error::ApiError;
 use crate::served::Served;
 use crate::time::iso;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 

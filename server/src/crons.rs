@@ -6,12 +6,12 @@
 //! compare-and-set on the record: servers sharing a store fire each tick
 //! once.
 
-use crate::app::{Body, Shared};
+use crate::app::{Body, Path, Shared};
 use crate::error::ApiError;
 use crate::schedule::Schedule;
 use crate::time::iso;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use harness::SessionId;
@@ -145,47 +145,18 @@ pub(crate) struct CreateCron {
     multitask_strategy: Option<String>,
 }
 
-/// An RFC 3339 time in UTC (`...Z` or `...+00:00`) as ms since the epoch.
+/// An RFC 3339 time with its offset (`...Z`, `...+00:00`, `...+02:00`) as
+/// ms since the epoch; a time before 1970 or past 9999, a field out of its
+/// range or anything else is a 400 naming `field`.
 fn read_time(text: &str, field: &str) -> Result<u64, ApiError> {
-    let bad = || {
+    let bad = |why: String| {
         ApiError::syntax(
             field,
-            format!("`{text}` is not a time in UTC like 2030-01-31T12:00:00Z"),
+            format!("`{text}` is not a time with its offset like 2030-01-31T12:00:00Z: {why}"),
         )
     };
-    let body = text
-        .strip_suffix('Z')
-        .or_else(|| text.strip_suffix("+00:00"))
-        .ok_or_else(bad)?;
-    let (date, clock) = body.split_once('T').ok_or_else(bad)?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|p| p.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let (clock, frac) = clock.split_once('.').unwrap_or((clock, "0"));
-    let c: Vec<i64> = clock
-        .split(':')
-        .map(|p| p.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    if d.len() != 3 || c.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
-        return Err(bad());
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y, m) = if d[1] <= 2 {
-        (d[0] - 1, d[1] + 9)
-    } else {
-        (d[0], d[1] - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d[2] - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms: i64 = format!("{:0<3}", &frac[..frac.len().min(3)])
-        .parse()
-        .map_err(|_| bad())?;
-    let total = ((days * 86_400 + c[0] * 3600 + c[1] * 60 + c[2]) * 1000) + ms;
-    u64::try_from(total).map_err(|_| bad())
+    let time: jiff::Timestamp = text.parse().map_err(|e: jiff::Error| bad(e.to_string()))?;
+    u64::try_from(time.as_millisecond()).map_err(|_| bad("it is before 1970".into()))
 }
 
 async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Result<Value, ApiError> {
@@ -421,21 +392,39 @@ pub(crate) async fn scheduler(app: Shared) {
 #[cfg(test)]
 mod tests {
     use super::read_time;
+    use crate::error::ApiError;
 
     #[test]
-    fn end_times_read_as_utc() {
+    fn end_times_read_with_their_offset_and_bad_ones_refused() {
         assert_eq!(
             read_time("2024-02-29T12:34:56.789Z", "t").unwrap(),
             1_709_210_096_789
         );
         assert_eq!(read_time("1970-01-01T00:00:00+00:00", "t").unwrap(), 0);
+        assert_eq!(
+            read_time("2024-02-29T14:34:56.789+02:00", "t").unwrap(),
+            1_709_210_096_789
+        );
         for bad in [
             "2024-02-29",
+            "2024-02-29T12:34:56",
             "2024-13-01T00:00:00Z",
-            "2024-02-29T12:34:56+02:00",
+            "2023-02-29T00:00:00Z",
+            "2024-01-01T24:00:01Z",
+            "2024-01-01T99:99:99Z",
+            "2030-01-01T00:00:00.\u{e9}\u{e9}Z",
+            "2030-01-01T99999999999999999:00:00Z",
+            "9000000000000000000-01-01T00:00:00Z",
+            "-9000000000000000000-01-01T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+            "\u{1f600}",
+            "",
             "x",
         ] {
-            assert!(read_time(bad, "end_time").is_err(), "{bad}");
+            match read_time(bad, "end_time") {
+                Err(ApiError::BadRequest { field, .. }) => assert_eq!(field, "end_time"),
+                other => panic!("{bad}: {other:?}"),
+            }
         }
     }
 }

@@ -205,6 +205,15 @@ impl From<SessionError> for ApiError {
             SessionError::Unfinished { .. } | SessionError::NothingToRecover { .. } => {
                 ApiError::conflict(e.to_string())
             }
+            // A value nested deeper than a store reads back: what a client
+            // sent (a body is held to less, so this is one made from it).
+            SessionError::Store(harness::session::StoreError::TooDeep(e)) => {
+                ApiError::unprocessable("", e.to_string())
+            }
+            // An id the client chose that this store cannot keep.
+            SessionError::Store(e @ harness::session::StoreError::SessionIdNotKept { .. }) => {
+                ApiError::unprocessable("thread_id", e.to_string())
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

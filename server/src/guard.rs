@@ -58,11 +58,20 @@ impl Scope {
                 Scope::Admin
             };
         }
-        let reads = path == "/store/namespaces"
-            || path.ends_with("/search")
-            || path.ends_with("/count")
-            || path.ends_with("/history")
-            || path.ends_with("/state/checkpoint");
+        // The searches and reads sent as `POST`, by their whole shape: a
+        // client-chosen id is never taken for one (`PATCH /threads/history`
+        // changes thread `history`).
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let reads = *method == Method::POST
+            && matches!(
+                parts.as_slice(),
+                ["assistants" | "threads" | "agents" | "runs", "search"]
+                    | ["runs", "crons", "search"]
+                    | ["store", "items", "search"]
+                    | ["store", "namespaces"]
+                    | ["threads", _, "history"]
+                    | ["threads", _, "state", "checkpoint"]
+            );
         if reads { Scope::Read } else { Scope::Run }
     }
 }
@@ -369,6 +378,30 @@ mod tests {
             Scope::Read
         );
         assert_eq!(Scope::needed(&Method::GET, "/threads/t/stream"), Scope::Run);
+        // A thread whose id reads like a search or a read path is changed
+        // with the run scope, whatever its id.
+        for id in ["history", "count", "search", "checkpoint", "namespaces"] {
+            assert_eq!(
+                Scope::needed(&Method::PATCH, &format!("/threads/{id}")),
+                Scope::Run,
+                "{id}"
+            );
+            assert_eq!(
+                Scope::needed(&Method::POST, &format!("/threads/{id}/state")),
+                Scope::Run,
+                "{id}"
+            );
+        }
+        assert_eq!(
+            Scope::needed(&Method::PATCH, "/threads/t/state/checkpoint"),
+            Scope::Run
+        );
+        assert_eq!(Scope::needed(&Method::PUT, "/threads/search"), Scope::Run);
+        assert_eq!(
+            Scope::needed(&Method::POST, "/runs/crons/search"),
+            Scope::Read
+        );
+        assert_eq!(Scope::needed(&Method::POST, "/runs/crons"), Scope::Run);
         assert_eq!(
             Scope::needed(&Method::GET, "/threads/t/runs/r/stream"),
             Scope::Read

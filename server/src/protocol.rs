@@ -6,7 +6,7 @@
 //! shapes share (`/threads`, `/runs`, `/store`) are served by one handler
 //! each, which reads both request shapes (`runs::RunCreate`).
 
-use crate::app::{Body, QueryPairs, Shared, check_id};
+use crate::app::{Body, Path, QueryPairs, Shared, check_id};
 use crate::assistants;
 use crate::error::ApiError;
 use crate::limits::StreamSlot;
@@ -14,7 +14,7 @@ use crate::record::{Frame, Mode, RunRecord, RunResult, RunStatus};
 use crate::runs;
 use crate::threads::{self, CheckpointRef};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};

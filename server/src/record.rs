@@ -107,15 +107,35 @@ const EVENTS: [&str; 11] = [
 ];
 
 impl Frame {
-    /// The frame as a replica stores it: `[seq, mode, event, ns, data]`.
+    /// The frame as a replica stores it: `[seq, mode, event, ns, data]`, or
+    /// `[seq, mode, event, ns, null, text]` with the data as JSON text when
+    /// it nests too deeply to be stored as it is (a state at a session
+    /// store's depth limit, in the frames' batch and a debug event's
+    /// payload).
     pub(crate) fn to_stored(&self) -> Value {
+        // The batch (an array) and the frame (an array) around the data.
+        let room = harness::session::MAX_VALUE_DEPTH - 2;
+        if crate::app::too_deep(&self.data, room).is_some() {
+            return json!([
+                self.seq,
+                self.mode.name(),
+                self.event,
+                self.ns,
+                null,
+                self.data.to_string()
+            ]);
+        }
         json!([self.seq, self.mode.name(), self.event, self.ns, self.data])
     }
 
     /// A frame a replica stored; `None` if it does not read as one.
     pub(crate) fn from_stored(value: &Value) -> Option<Frame> {
-        let [seq, mode, event, ns, data] = value.as_array()?.as_slice() else {
-            return None;
+        let (seq, mode, event, ns, data) = match value.as_array()?.as_slice() {
+            [seq, mode, event, ns, data] => (seq, mode, event, ns, data.clone()),
+            [seq, mode, event, ns, Value::Null, Value::String(text)] => {
+                (seq, mode, event, ns, serde_json::from_str(text).ok()?)
+            }
+            _ => return None,
         };
         let mode = match mode.as_str()? {
             "always" => Mode::Always,
@@ -127,7 +147,7 @@ impl Frame {
             mode,
             event,
             ns: ns.as_str().map(str::to_string),
-            data: data.clone(),
+            data,
         })
     }
 }
@@ -583,5 +603,63 @@ impl RunRecord {
             "multitask_strategy": self.multitask_strategy,
             "kwargs": self.kwargs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Frame, Mode};
+    use crate::app::too_deep;
+    use harness::session::MAX_VALUE_DEPTH;
+    use serde_json::{Value, json};
+
+    fn nested(levels: usize) -> Value {
+        (1..levels).fold(json!({}), |inner, _| json!({ "a": inner }))
+    }
+
+    #[test]
+    fn frames_of_any_storable_depth_are_stored_and_read_back_as_they_were() {
+        for levels in [
+            0,
+            1,
+            50,
+            MAX_VALUE_DEPTH - 2,
+            MAX_VALUE_DEPTH - 1,
+            MAX_VALUE_DEPTH,
+            110,
+        ] {
+            let data = if levels == 0 {
+                json!(7)
+            } else {
+                nested(levels)
+            };
+            let frame = Frame {
+                seq: 3,
+                mode: Mode::Values,
+                event: "values",
+                ns: Some("task:1".into()),
+                data: data.clone(),
+            };
+            let batch = Value::Array(vec![frame.to_stored()]);
+            assert!(
+                too_deep(&batch, MAX_VALUE_DEPTH).is_none(),
+                "a batch holding data of {levels} levels is too deep to store"
+            );
+            let back = Frame::from_stored(&batch[0]).unwrap();
+            assert_eq!(back.data, data, "{levels} levels");
+            assert_eq!(
+                (back.seq, back.event, back.ns),
+                (3, "values", Some("task:1".into()))
+            );
+        }
+        // Neither form reads with anything else in its place.
+        for bad in [
+            json!([1, "values", "values", null, null, "{not json"]),
+            json!([1, "values", "values", null, {}, "{}"]),
+            json!([1, "values", "values", null]),
+            json!([1, "values", "values", null, 1, "1", 2]),
+        ] {
+            assert!(Frame::from_stored(&bad).is_none(), "{bad}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! state; `command.resume` answers the thread's pending interrupt; a run
 //! with `after_seconds` waits for its time.
 
-use crate::app::{Body, QueryPairs, Shared, check_id};
+use crate::app::{Body, Path, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
 use crate::record::{Mode, RunRecord, RunStatus};
 use crate::replica::{self, LaunchDoc, RunDoc, TakenOver};
@@ -11,7 +11,7 @@ use crate::served::{Drive, Pause, Recovered, Served};
 use crate::stream::{self, Want};
 use crate::threads::{self, CheckpointRef, Parent, ThreadRecord};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use harness::session::{SessionPhase, now_millis};
@@ -548,18 +548,35 @@ pub(crate) async fn start(
     }
     let plan = Plan::check(app, body, thread_id.is_none())?;
     let agent = Arc::clone(app.agent(&plan.body.assistant_id)?);
-    let record = match &thread_id {
+    let (record, created) = match &thread_id {
         Some(id) => match threads::find(app, id).await? {
-            Some(r) => r,
-            None if plan.create_thread => {
-                threads::create_record(app, Some(id.clone()), Map::new()).await?
-            }
+            Some(r) => (r, false),
+            None if plan.create_thread => (
+                threads::create_record(app, Some(id.clone()), Map::new()).await?,
+                true,
+            ),
             None => return Err(ApiError::not_found("thread", id.clone())),
         },
-        None => threads::create_record(app, None, Map::new()).await?,
+        None => (threads::create_record(app, None, Map::new()).await?, true),
     };
+    let started = start_on(app, &record, thread_id.is_none(), plan, agent).await;
+    if started.is_err() && created {
+        // A refused run leaves no thread of its own behind.
+        threads::discard(app, record).await;
+    }
+    started
+}
+
+/// [`start`] on thread `record`, found or made.
+async fn start_on(
+    app: &Shared,
+    record: &ThreadRecord,
+    stateless: bool,
+    plan: Plan,
+    agent: Arc<dyn Served>,
+) -> Result<Arc<RunRecord>, ApiError> {
     let thread = record.thread_id.clone();
-    check_assistant(app, &record, &*agent).await?;
+    check_assistant(app, record, &*agent).await?;
     let body = plan.body;
     let strategy = Strategy::read(body.multitask_strategy.as_deref());
     let kwargs = json!({
@@ -605,7 +622,7 @@ pub(crate) async fn start(
         tokens: Mode::wants_tokens(&plan.modes),
         pause: plan.pause,
     };
-    let delete_thread = thread_id.is_none() && on_completion.as_deref() != Some("keep");
+    let delete_thread = stateless && on_completion.as_deref() != Some("keep");
     let webhook = match (&app.webhooks, body_webhook) {
         (Some(hooks), Some(url)) => Some((hooks.clone(), hooks.check(&url)?)),
         _ => None,
@@ -1323,7 +1340,13 @@ pub(crate) async fn join_stream(
     let after = match headers.get("last-event-id") {
         None => None,
         Some(v) => {
-            let text = v.to_str().unwrap_or_default();
+            let text = v.to_str().map_err(|_| {
+                ApiError::bad(
+                    "Last-Event-ID",
+                    "the header is not text (visible ASCII): an event id of this server is a \
+                     whole number",
+                )
+            })?;
             if text.is_empty() {
                 None
             } else {

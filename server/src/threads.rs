@@ -3,12 +3,12 @@
 //! the session store, beside the sessions, as a saved value of the
 //! `harness-server` owner.
 
-use crate::app::{Body, QueryPairs, Shared, check_id};
+use crate::app::{Body, Path, QueryPairs, Shared, check_id};
 use crate::error::ApiError;
 use crate::served::Served;
 use crate::time::iso;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use harness::SessionId;
@@ -116,6 +116,22 @@ pub(crate) async fn create_record(
     };
     save(app, &record).await?;
     Ok(record)
+}
+
+/// Marks `record`, made for a request that then failed, deleted (what
+/// `DELETE /threads/{id}` leaves): the failed request leaves no thread —
+/// unless another request has started a run on it meanwhile. A failure to
+/// write it is logged; the request's own error is the answer.
+pub(crate) async fn discard(app: &Shared, mut record: ThreadRecord) {
+    let busy = !app.runs().unsettled(&record.thread_id).is_empty();
+    if busy || !matches!(app.store.load(&record.session_id()).await, Ok(None)) {
+        return;
+    }
+    record.deleted = true;
+    record.updated_at = now_millis();
+    if let Err(e) = save(app, &record).await {
+        tracing::warn!(thread = %record.thread_id, error = %e, "cannot discard the thread of a refused run");
+    }
 }
 
 /// The session head of a thread and the agent that runs it, if it has one.

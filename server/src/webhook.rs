@@ -155,24 +155,66 @@ impl Webhooks {
                 Ok(r) => r.status().is_server_error() || r.status().as_u16() == 429,
                 Err(_) => true,
             };
-            let why = match sent {
-                Ok(r) => format!("it answered {}", r.status()),
-                Err(e) => e.to_string(),
-            };
+            let why = failure(sent);
+            let host = url.host_str().unwrap_or_default();
             if !retry || attempt == self.attempts {
-                tracing::warn!(run, attempt, why, "the webhook call failed; giving up");
+                tracing::warn!(
+                    run,
+                    host,
+                    attempt,
+                    why,
+                    "the webhook call failed; giving up"
+                );
                 return;
             }
-            tracing::info!(run, attempt, why, "the webhook call failed; trying again");
+            tracing::info!(
+                run,
+                host,
+                attempt,
+                why,
+                "the webhook call failed; trying again"
+            );
             tokio::time::sleep(pause).await;
             pause = pause.saturating_mul(2);
         }
     }
 }
 
+/// Why a call failed, for the log: without the URL, whose path, query or
+/// user part may hold a token (the log names the host).
+fn failure(sent: Result<reqwest::Response, reqwest::Error>) -> String {
+    match sent {
+        Ok(r) => format!("it answered {}", r.status()),
+        Err(e) => e.without_url().to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Webhooks;
+    use super::{Webhooks, failure};
+
+    #[tokio::test]
+    async fn a_failed_call_is_logged_without_its_url() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // A port nothing listens on: the connection is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        for url in [
+            format!("http://hook-user:pw-7f3a@127.0.0.1:{port}/x"),
+            format!("http://127.0.0.1:{port}/services/T0/B0/tok-9c1e"),
+            format!("http://127.0.0.1:{port}/hook?token=tok-5b2d"),
+        ] {
+            let sent = reqwest::Client::new().post(&url).send().await;
+            assert!(sent.is_err(), "{url}");
+            let why = failure(sent);
+            for secret in ["pw-7f3a", "tok-9c1e", "tok-5b2d", "hook-user"] {
+                assert!(!why.contains(secret), "{why}");
+            }
+        }
+    }
 
     #[test]
     fn signatures_are_hmac_sha256_of_the_timestamp_and_body() {

@@ -764,11 +764,15 @@ fn io_error(session: Option<&SessionId>, what: &str, path: &Path, e: &io::Error)
 fn session_dir(root: &Path, session: &SessionId) -> Result<PathBuf, StoreError> {
     let name = encode(session.as_str());
     if name.len() > NAME_MAX {
-        return Err(StoreError::backend(format!(
-            "file store: session id {:?} is too long ({} bytes as a file name, at most {NAME_MAX})",
-            session.as_str(),
-            name.len()
-        )));
+        return Err(StoreError::SessionIdNotKept {
+            session: session.clone(),
+            why: format!(
+                "a file store keeps a session in a directory named by its id, with each byte \
+                 other than a-z, 0-9, - and _ written as three; this id makes {} bytes, at most \
+                 {NAME_MAX}",
+                name.len()
+            ),
+        });
     }
     Ok(root.join(name))
 }

@@ -1266,7 +1266,7 @@ impl VectorIndex {
     }
 
     fn routed(&self, query: &[f32], search: &Search, now: u64) -> (Vec<(Arc<Item>, f32)>, Route) {
-        let want = search.offset.saturating_add(search.limit);
+        let want = self.wanted(search);
         if want == 0 || query.len() != self.dimensions {
             return (Vec::new(), Route::Exact);
         }
@@ -1359,10 +1359,24 @@ impl VectorIndex {
         admitted as f32 / seen as f32
     }
 
+    /// How many of the nearest items a page of `search` needs: its offset
+    /// and limit, at most every item the index holds (what the heaps and
+    /// the walk are sized by, whatever offset a caller asks for), and none
+    /// when the offset is past them all.
+    fn wanted(&self, search: &Search) -> usize {
+        if search.offset >= self.items.len() {
+            return 0;
+        }
+        search
+            .offset
+            .saturating_add(search.limit)
+            .min(self.items.len())
+    }
+
     /// [`nearest`](Self::nearest) by comparing every admitted item: the
     /// true answer, which the graph's is measured against.
     pub fn nearest_exact(&self, query: &[f32], search: &Search, now: u64) -> Vec<(Arc<Item>, f32)> {
-        let want = search.offset.saturating_add(search.limit);
+        let want = self.wanted(search);
         if want == 0 || query.len() != self.dimensions {
             return Vec::new();
         }

@@ -154,6 +154,44 @@ fn the_graph_finds_at_least_95_percent_of_the_exact_top_10() {
     assert!(filtered >= 0.95, "filtered recall@10 {filtered}");
 }
 
+/// A page at any offset, through the graph and exactly: the offset a
+/// caller asks for sizes nothing (a server passes a client's on), an
+/// offset past every item is an empty page, and the last page holds what
+/// is left.
+#[test]
+fn a_page_at_any_offset_is_what_is_left_and_sizes_nothing() {
+    let data = uniform(300, 16, 91);
+    let index = approximate(&data, HnswParams::default());
+    let query = &data[7];
+    let full = keys(&index.nearest_exact(query, &everything().limit(300), 0));
+    assert_eq!(full.len(), 300);
+    for offset in [
+        299,
+        300,
+        301,
+        1 << 40,
+        100_000_000_000_000,
+        usize::MAX / 2,
+        usize::MAX - 1,
+        usize::MAX,
+    ] {
+        for limit in [1, 10, 1000, usize::MAX] {
+            let search = everything().offset(offset).limit(limit);
+            let want: Vec<String> = full.iter().skip(offset).take(limit).cloned().collect();
+            assert_eq!(
+                keys(&index.nearest_exact(query, &search, 0)),
+                want,
+                "exact, offset {offset}, limit {limit}"
+            );
+            let (got, _) = index.nearest_routed(query, &search, 0);
+            assert_eq!(keys(&got), want, "routed, offset {offset}, limit {limit}");
+        }
+    }
+    // A page inside the index, through the graph (or its exact fallback).
+    let (got, _) = index.nearest_routed(query, &everything().offset(290).limit(50), 0);
+    assert_eq!(keys(&got), full[290..].to_vec());
+}
+
 /// Uniform random vectors have no structure at all: the hardest case for
 /// a graph. A larger `ef_search` buys recall there; the figures are
 /// printed, and the larger setting must reach 0.95.

@@ -536,3 +536,292 @@ async fn a_resumable_stream_says_where_to_reconnect_and_names_its_run() {
         response.into_body().collect().await.unwrap();
     }
 }
+
+impl Api {
+    async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, axum::http::HeaderValue::from_bytes(value).unwrap());
+        }
+        let response = self
+            .router
+            .clone()
+            .oneshot(request.body(Body::from(body.to_string())).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!(
+                "{path}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        });
+        (status, value)
+    }
+
+    /// The ids of every thread `/threads/search` lists.
+    async fn thread_ids(&self) -> Vec<String> {
+        let (status, found) = self.post("/threads/search", r#"{"limit": 1000}"#).await;
+        assert_eq!(status, StatusCode::OK, "{found}");
+        let mut ids: Vec<String> = found
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["thread_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+/// `{"a": {"a": ... {}}}`, `levels` deep.
+fn nested(levels: usize) -> String {
+    let mut text = "{}".to_string();
+    for _ in 1..levels {
+        text = format!(r#"{{"a": {text}}}"#);
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_store_search_at_any_offset_answers_and_the_server_lives_on() {
+    let api = Api::new();
+    let (status, put) = api
+        .call(
+            Method::PUT,
+            "/store/items",
+            r#"{"namespace": ["docs"], "key": "k1", "value": {"text": "a note on tides"}}"#,
+        )
+        .await;
+    assert!(status.is_success(), "{put}");
+    for offset in [
+        "1",
+        "9007199254740993",
+        "100000000000000",
+        "1000000000000000000",
+        "18446744073709551615",
+    ] {
+        let body = format!(r#"{{"query": "tides", "offset": {offset}, "limit": 1000}}"#);
+        let (status, found) = api.post("/store/items/search", &body).await;
+        assert_eq!(status, StatusCode::OK, "offset {offset}: {found}");
+        assert_eq!(found["items"], json!([]), "offset {offset}");
+    }
+    let (_, found) = api
+        .post("/store/items/search", r#"{"query": "tides"}"#)
+        .await;
+    assert_eq!(found["items"][0]["key"], "k1", "{found}");
+}
+
+#[tokio::test]
+async fn cron_end_times_that_do_not_read_are_400s_naming_end_time() {
+    let api = Api::new();
+    for end in [
+        "2030-01-01T00:00:00.\u{e9}\u{e9}Z",
+        "2030-01-01T99999999999999999:00:00Z",
+        "9000000000000000000-01-01T00:00:00Z",
+        "2030-01-01T99:99:99Z",
+        "2030-02-30T00:00:00Z",
+        "2030-01-01T00:00:00",
+        "1969-07-20T20:17:00Z",
+        "soon",
+    ] {
+        let body = json!({"assistant_id": "ticks", "schedule": "0 * * * *", "end_time": end});
+        expect(
+            api.post("/runs/crons", &body.to_string()).await,
+            StatusCode::BAD_REQUEST,
+            Some("end_time"),
+            end,
+        );
+    }
+    let (status, none) = api.post("/runs/crons/search", "{}").await;
+    assert_eq!((status, none), (StatusCode::OK, json!([])));
+    // With another offset than UTC: the same instant.
+    let body = json!({"assistant_id": "ticks", "schedule": "0 * * * *",
+                      "end_time": "2030-01-01T02:00:00+02:00"});
+    let (status, cron) = api.post("/runs/crons", &body.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{cron}");
+    assert_eq!(cron["end_time"], "2030-01-01T00:00:00.000+00:00", "{cron}");
+}
+
+#[tokio::test]
+async fn ids_in_the_servers_own_part_of_the_store_are_refused() {
+    let api = Api::new();
+    let t = api.thread().await;
+    for id in [
+        "harness-server/cron/zz".to_string(),
+        format!("harness-server/thread/{t}"),
+        "harness-server/run/r1".to_string(),
+        format!("harness-server/runs-of/{t}"),
+        "harness-server/".to_string(),
+    ] {
+        expect(
+            api.post("/threads", &json!({ "thread_id": id }).to_string())
+                .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("thread_id"),
+            "harness-server/",
+        );
+        let path = format!("/threads/{}/runs", id.replace('/', "%2F"));
+        expect(
+            api.post(
+                &path,
+                r#"{"assistant_id": "ticks", "input": {"limit": 1}, "if_not_exists": "create"}"#,
+            )
+            .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("thread_id"),
+            "harness-server/",
+        );
+    }
+    // Nothing was written: the lists read as before.
+    assert_eq!(api.thread_ids().await, vec![t]);
+    let (status, crons) = api.post("/runs/crons/search", "{}").await;
+    assert_eq!((status, crons), (StatusCode::OK, json!([])));
+    // Ids merely holding the words are fine.
+    let (status, made) = api
+        .post("/threads", r#"{"thread_id": "my/harness-server/cron"}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{made}");
+}
+
+#[tokio::test]
+async fn bodies_nested_past_the_limit_are_422s_and_change_nothing() {
+    let api = Api::new();
+    let t = api.thread().await;
+    let (_, before) = api.get(&format!("/threads/{t}/state")).await;
+    // 2 levels for the body and `metadata`, then `a`'s.
+    for levels in [89, 95, 110, 120] {
+        let deep = nested(levels);
+        expect(
+            api.post("/threads", &format!(r#"{{"metadata": {{"a": {deep}}}}}"#))
+                .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("metadata"),
+            "at most 90 levels",
+        );
+        expect(
+            api.call(
+                Method::PATCH,
+                &format!("/threads/{t}"),
+                format!(r#"{{"values": {{"drafts": 100}}, "metadata": {{"a": {deep}}}}}"#),
+            )
+            .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("metadata"),
+            "at most 90 levels",
+        );
+        let cron = format!(
+            r#"{{"assistant_id": "ticks", "schedule": "0 * * * *", "metadata": {{"a": {deep}}}}}"#
+        );
+        expect(
+            api.post("/runs/crons", &cron).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("metadata"),
+            "at most 90 levels",
+        );
+        expect(
+            api.post(
+                &format!("/threads/{t}/runs/wait"),
+                &format!(r#"{{"assistant_id": "ticket", "input": {{"log": [{deep}]}}}}"#),
+            )
+            .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("input"),
+            "at most 90 levels",
+        );
+    }
+    // The thread is as it was, and the only one.
+    let (_, after) = api.get(&format!("/threads/{t}/state")).await;
+    assert_eq!(after, before);
+    assert_eq!(api.thread_ids().await, vec![t.clone()]);
+    // At the limit, metadata is kept and reads back.
+    let deep = nested(88);
+    let (status, made) = api
+        .post("/threads", &format!(r#"{{"metadata": {{"a": {deep}}}}}"#))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{made}");
+    let id = made["thread_id"].as_str().unwrap();
+    let (status, read) = api.get(&format!("/threads/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    assert_eq!(
+        read["metadata"]["a"],
+        serde_json::from_str::<Value>(&deep).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_refused_run_leaves_no_thread_behind() {
+    let api = Api::new();
+    let t = api.thread().await;
+    let bad_checkpoint = r#"{"assistant_id": "ticks", "input": {"limit": 1}, "checkpoint_id": "1.nope", "if_not_exists": "create"}"#;
+    for path in [
+        "/runs",
+        "/runs/wait",
+        "/threads/fresh/runs",
+        "/threads/fresh/runs/wait",
+    ] {
+        let (status, err) = api.post(path, bad_checkpoint).await;
+        assert!(status.is_client_error(), "{path}: {status} {err}");
+    }
+    // Refused by the thread's agent: another assistant's checkpoint.
+    let (status, err) = api
+        .post(
+            "/threads/fresh2/runs",
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}, "checkpoint_id": "0.elsewhere", "if_not_exists": "create"}"#,
+        )
+        .await;
+    assert!(status.is_client_error(), "{status} {err}");
+    assert_eq!(api.thread_ids().await, vec![t]);
+    for id in ["fresh", "fresh2"] {
+        let (status, _) = api.get(&format!("/threads/{id}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{id}");
+    }
+    // The id is free for a run that is not refused.
+    let (status, run) = api
+        .post(
+            "/threads/fresh/runs/wait",
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}, "if_not_exists": "create"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(run["ticks"], 1, "{run}");
+}
+
+#[tokio::test]
+async fn path_and_header_values_that_are_not_text_are_json_errors_naming_them() {
+    let api = Api::new();
+    for path in ["/threads/%FF", "/threads/%C3%28/state", "/assistants/%80"] {
+        let (status, err) = api.call_with(Method::GET, path, &[], "").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {err}");
+        assert!(!err["field"].as_str().unwrap().is_empty(), "{path}: {err}");
+        assert!(err["message"].as_str().unwrap().contains("UTF-8"), "{err}");
+    }
+    let t = api.thread().await;
+    let (_, run) = api
+        .post(
+            &format!("/threads/{t}/runs/wait"),
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}}"#,
+        )
+        .await;
+    assert_eq!(run["ticks"], 1, "{run}");
+    let (_, runs) = api.get(&format!("/threads/{t}/runs")).await;
+    let run_id = runs[0]["run_id"].as_str().unwrap();
+    let stream = format!("/threads/{t}/runs/{run_id}/stream");
+    for id in [&b"\xff\xfe"[..], b"1\x80", b"\xe9"] {
+        let (status, err) = api
+            .call_with(Method::GET, &stream, &[("last-event-id", id)], "")
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+        assert_eq!(err["field"], "Last-Event-ID", "{err}");
+    }
+}

@@ -288,17 +288,32 @@ async fn file_store_keeps_every_id_inside_its_root() {
 async fn file_store_refuses_ids_too_long_for_a_file_name() {
     let base = tempfile::tempdir().unwrap();
     let store = FileStore::open(base.path()).unwrap();
-    let long = "x".repeat(300);
-    let err = store
-        .commit(&create(head(&long), vec![snapshot(0, 0, json!(0))]))
-        .await;
-    assert!(matches!(err, Err(StoreError::Backend { .. })), "{err:?}");
-    assert!(matches!(
-        store.load(&id(&long)).await,
-        Err(StoreError::Backend { .. })
-    ));
+    // Too long as they are, or once each byte outside a-z, 0-9, - and _
+    // is written as three.
+    for long in [
+        "x".repeat(300),
+        "X".repeat(90),
+        "/".repeat(100),
+        "\u{e9}".repeat(45),
+    ] {
+        let err = store
+            .commit(&create(head(&long), vec![snapshot(0, 0, json!(0))]))
+            .await;
+        match err {
+            Err(StoreError::SessionIdNotKept { session, why }) => {
+                assert_eq!(session.as_str(), long);
+                assert!(why.contains("at most 255"), "{why}");
+            }
+            other => panic!("{long}: {other:?}"),
+        }
+        assert!(matches!(
+            store.load(&id(&long)).await,
+            Err(StoreError::SessionIdNotKept { .. })
+        ));
+    }
     // Short enough once encoded.
     create_sample(&store, &"x".repeat(250), 0).await;
+    create_sample(&store, &"X".repeat(80), 0).await;
 }
 
 /// A truncated or garbled record is reported, and left as it is.
