@@ -113,6 +113,66 @@ pub fn is_valid_hash(hash: &str) -> bool {
     hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Opens `path` for reading if it is a regular file (`None` otherwise:
+/// a FIFO, a device, a directory), without waiting for a FIFO's writer;
+/// `follow`: through a symbolic link (else a link is an `ELOOP` error).
+#[cfg(unix)]
+pub(crate) fn open_regular(path: &Path, follow: bool) -> std::io::Result<Option<fs::File>> {
+    use rustix::fs::{FileType, Mode, OFlags};
+
+    let mut flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let fd = rustix::fs::open(path, flags, Mode::empty())?;
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Ok(None);
+    }
+    Ok(Some(fs::File::from(fd)))
+}
+
+/// Opens `path` for reading if it is a regular file (`None` otherwise).
+#[cfg(not(unix))]
+pub(crate) fn open_regular(path: &Path, follow: bool) -> std::io::Result<Option<fs::File>> {
+    let meta = if follow {
+        fs::metadata(path)?
+    } else {
+        fs::symlink_metadata(path)?
+    };
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    fs::File::open(path).map(Some)
+}
+
+/// The bytes of `path` if it is a regular file (see [`open_regular`]).
+pub(crate) fn read_regular(path: &Path, follow: bool) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+
+    let Some(mut file) = open_regular(path, follow)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
+/// Whether an error opening a blob says it is not one: absent, or a
+/// symbolic link put in its place (opened without following).
+fn not_a_blob(error: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    if error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+        return true;
+    }
+    error.kind() == std::io::ErrorKind::NotFound
+}
+
+/// Whether `path` is a directory itself, not a link to one.
+fn is_real_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir())
+}
+
 /// A content-addressed store of blobs in a directory.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -152,7 +212,8 @@ impl BlobStore {
 
     /// Whether the blob `hash` is stored (false for a malformed hash).
     pub fn contains(&self, hash: &str) -> bool {
-        self.path(hash).is_ok_and(|path| path.is_file())
+        self.path(hash)
+            .is_ok_and(|path| fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file()))
     }
 
     /// Stores `bytes` durably and returns their hash: when `put` returns,
@@ -172,8 +233,9 @@ impl BlobStore {
     pub fn put(&self, bytes: &[u8]) -> Result<String, BlobError> {
         let hash = sha256_hex(bytes);
         let path = self.path(&hash)?;
-        if fs::metadata(&path).is_ok_and(|meta| meta.is_file() && meta.len() == bytes.len() as u64)
-            && fs::read(&path).is_ok_and(|stored| stored == bytes)
+        if fs::symlink_metadata(&path)
+            .is_ok_and(|meta| meta.is_file() && meta.len() == bytes.len() as u64)
+            && read_regular(&path, false).is_ok_and(|stored| stored.as_deref() == Some(bytes))
         {
             return Ok(hash);
         }
@@ -199,9 +261,12 @@ impl BlobStore {
         let mut dirs = BTreeSet::new();
         for hash in hashes {
             let path = self.path(hash)?;
-            let file = match fs::File::open(&path) {
-                Ok(file) => file,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            // Not a regular file (a FIFO, a link, made by a cell): not a
+            // blob, skipped as a missing one is.
+            let file = match open_regular(&path, false) {
+                Ok(Some(file)) => file,
+                Ok(None) => continue,
+                Err(e) if not_a_blob(&e) => continue,
                 Err(source) => {
                     return Err(BlobError::Io {
                         action: "open",
@@ -237,17 +302,21 @@ impl BlobStore {
     /// or [`BlobError::Io`].
     pub fn get(&self, hash: &str) -> Result<Vec<u8>, BlobError> {
         let path = self.path(hash)?;
-        let bytes = fs::read(&path).map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
-                BlobError::Missing(hash.to_owned())
-            } else {
-                BlobError::Io {
+        // Not a regular file (a FIFO, a link, made by a cell) is no blob.
+        let bytes = match read_regular(&path, false) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Err(BlobError::Missing(hash.to_owned())),
+            Err(source) if not_a_blob(&source) => {
+                return Err(BlobError::Missing(hash.to_owned()));
+            }
+            Err(source) => {
+                return Err(BlobError::Io {
                     action: "read",
                     path,
                     source,
-                }
+                });
             }
-        })?;
+        };
         let actual = sha256_hex(&bytes);
         if actual != hash {
             return Err(BlobError::Corrupt {
@@ -266,6 +335,10 @@ impl BlobStore {
     pub fn list(&self) -> Result<BTreeSet<String>, BlobError> {
         let mut found = BTreeSet::new();
         let base = self.root.join("sha256");
+        if !is_real_dir(&base) && fs::symlink_metadata(&base).is_ok() {
+            // A link or a file in the store's place: none of its blobs.
+            return Ok(found);
+        }
         let read = |path: &Path| {
             fs::read_dir(path).map_err(|source| BlobError::Io {
                 action: "list",
@@ -279,7 +352,8 @@ impl BlobStore {
                 path: base.clone(),
                 source,
             })?;
-            if !shard.path().is_dir() {
+            // A shard directory itself, not a link a cell put in its place.
+            if !shard.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
             for entry in read(&shard.path())? {
@@ -319,15 +393,23 @@ impl BlobStore {
             }
         }
         // Best effort: a file another writer is still filling may already
-        // be gone.
-        if let Ok(entries) = fs::read_dir(self.root.join("tmp")) {
+        // be gone. Only in the store's own directories: `tmp` or a shard
+        // that is a link (a cell can make one) is not walked into.
+        let tmp = self.root.join("tmp");
+        if is_real_dir(&tmp)
+            && let Ok(entries) = fs::read_dir(&tmp)
+        {
             for entry in entries.flatten() {
                 let _ = fs::remove_file(entry.path());
             }
         }
-        if let Ok(shards) = fs::read_dir(self.root.join("sha256")) {
+        let base = self.root.join("sha256");
+        if is_real_dir(&base)
+            && let Ok(shards) = fs::read_dir(&base)
+        {
             let shards = shards
                 .flatten()
+                .filter(|shard| shard.file_type().is_ok_and(|t| t.is_dir()))
                 .flat_map(|shard| fs::read_dir(shard.path()));
             for entry in shards.flatten().flatten() {
                 let name = entry.file_name();

@@ -428,11 +428,19 @@ impl Notebook {
     pub fn open(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, NotebookError> {
         let dir = dir.into();
         let path = dir.join(NOTEBOOK_FILE);
-        let bytes = std::fs::read(&path).map_err(|source| NotebookError::Io {
-            action: "read",
-            path: path.clone(),
-            source,
-        })?;
+        // Opened without waiting: a FIFO or a device in its place is an
+        // error, not a read that never ends.
+        let bytes = crate::blobs::read_regular(&path, true)
+            .and_then(|bytes| {
+                bytes.ok_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")
+                })
+            })
+            .map_err(|source| NotebookError::Io {
+                action: "read",
+                path: path.clone(),
+                source,
+            })?;
         let saved = decode(&bytes, &path.display().to_string())?;
         let notebook = Self::assemble(dir, config, saved.graph, saved.records, saved.cache)?;
         // A save fsynced these before it wrote the file just read.
@@ -1591,8 +1599,9 @@ fn timed_statement(command: &str) -> Option<&str> {
 }
 
 /// Files past this size are identified by size and modification time
-/// rather than read whole.
-const HASHED_FILE_BYTES: u64 = 256 << 20;
+/// rather than read whole: the host reads what cells wrote, and a cell
+/// can write many large files.
+const HASHED_FILE_BYTES: u64 = 32 << 20;
 
 /// The identity of a file a cell wrote and a later cell reads: the SHA-256
 /// of its content, `file:absent`, or, for what is not a regular file (a
@@ -1601,7 +1610,7 @@ const HASHED_FILE_BYTES: u64 = 256 << 20;
 fn file_identity(path: &Path) -> String {
     use std::io::Read;
 
-    let file = match open_regular(path) {
+    let file = match crate::blobs::open_regular(path, true) {
         Ok(Some(file)) => file,
         Ok(None) => return "file:special".to_owned(),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -1631,32 +1640,6 @@ fn file_identity(path: &Path) -> String {
         }
         Err(error) => format!("file:unreadable:{:?}", error.kind()),
     }
-}
-
-/// Opens `path` for reading if it is a regular file (`None` otherwise).
-#[cfg(unix)]
-fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>> {
-    use rustix::fs::{FileType, Mode, OFlags};
-
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
-        Mode::empty(),
-    )?;
-    let stat = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Ok(None);
-    }
-    Ok(Some(std::fs::File::from(fd)))
-}
-
-/// Opens `path` for reading if it is a regular file (`None` otherwise).
-#[cfg(not(unix))]
-fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>> {
-    if !std::fs::metadata(path)?.is_file() {
-        return Ok(None);
-    }
-    std::fs::File::open(path).map(Some)
 }
 
 fn output_summary(record: &CellRecord) -> OutputSummary {

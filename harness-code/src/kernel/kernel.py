@@ -999,6 +999,9 @@ class Kernel:
         self.trace = bool(config.get("trace", True))
         # name -> (value, fingerprint) as of the end of the last cell.
         self.fps = {}
+        # Keys of the namespace that are not strings, set aside between
+        # cells (see set_aside_odd_names).
+        self.odd = {}
         # state_fingerprints() and the names in sys.modules as of the end of
         # the last cell.
         self.states = None
@@ -1071,7 +1074,10 @@ class Kernel:
 
     def send(self, message):
         try:
-            self.proto_out.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+            # As UTF-8, a lone surrogate (a file name or a message made
+            # from undecodable bytes) as `?`: JSON readers refuse it.
+            text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+            self.proto_out.write(text.encode("utf-8", "replace") + b"\n")
             self.proto_out.flush()
         except (OSError, ValueError):
             # The protocol pipe is gone (closed by user code or the harness).
@@ -1103,6 +1109,7 @@ class Kernel:
                     self.ns.clear()
                     self.ns.update(__name__="__main__", __builtins__=builtins, __doc__=None)
                     self.fps = {}
+                    self.odd = {}
                     reply = {}
                 elif op == "shutdown":
                     self.send({"id": rid})
@@ -1134,6 +1141,8 @@ class Kernel:
         if self.check_reads or self.trace:
             tracker = Tracker(filename, before)
         prepared = self.trace_before(before) if self.trace else None
+        if self.odd:
+            ns.update(self.odd)
         error = None
         display = None
         self.running.set()
@@ -1158,6 +1167,7 @@ class Kernel:
             _track[0] = None
             elapsed = time.perf_counter() - start
             self.running.clear()
+        self.set_aside_odd_names()
         for stream in (sys.stdout, sys.stderr, self.stdout, self.stderr):
             try:
                 stream.flush()
@@ -1185,10 +1195,22 @@ class Kernel:
         reply["outputs"] = outputs
         reply["deleted"] = deleted
         if tracker is not None and self.check_reads:
-            reply["reads"] = sorted(tracker.observed)
+            reply["reads"] = sorted(name for name in tracker.observed if type(name) is str)
         if trace is not None:
             reply["trace"] = trace
         return reply
+
+    def set_aside_odd_names(self):
+        """Takes keys that are not strings (`globals()[1] = 2`) out of the
+        namespace until the next cell runs: what the kernel reads between
+        cells is names."""
+        ns = self.ns
+        if set(map(type, ns)) <= {str}:
+            self.odd = {}
+            return
+        self.odd = {key: _dict_getitem(ns, key) for key in [key for key in ns if type(key) is not str]}
+        for key in self.odd:
+            dict.__delitem__(ns, key)
 
     # -- trace -------------------------------------------------------------
 
@@ -1294,7 +1316,8 @@ class Kernel:
         for name, value in states_after.items():
             if states_before.get(name, _MISSING) != value:
                 mutated.add(name)
-        reads = {name for name in tracker.reads if not (name[:2] == "__" and name[-2:] == "__")}
+        reads = {name for name in tracker.reads
+                 if type(name) is str and not (name[:2] == "__" and name[-2:] == "__")}
         if tracker.evaluated:
             names = set()
             for code in tracker.evaluated:
@@ -1434,7 +1457,8 @@ class Kernel:
             pass
         try:
             shape = getattr(value, "shape", None)
-            if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+            if isinstance(shape, tuple) and all(
+                    type(n) is int and 0 <= n < 1 << 64 for n in shape):
                 summary["shape"] = list(shape)
         except Exception:
             pass
@@ -1737,7 +1761,25 @@ def watch(kernel):
     os.killpg(0, signal.SIGKILL)
 
 
+def close_inherited():
+    """Closes every descriptor but 0, 1 and 2: those the host's process
+    held without close-on-exec (a supervisor's pipe, a job server's, an
+    open file) are not the cells' to read."""
+    try:
+        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):
+        os.closerange(3, min(os.sysconf("SC_OPEN_MAX"), 1 << 16))
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def main():
+    close_inherited()
     config = json.loads(sys.argv[1])
     warnings = []
     set_limits(config, warnings)

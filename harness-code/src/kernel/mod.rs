@@ -638,12 +638,28 @@ impl Kernel {
         let reply = self
             .request(message, during.clone(), self.config.timeout)
             .await?;
-        let reply: ExecuteReply =
-            serde_json::from_value(reply).map_err(|error| KernelError::Protocol {
-                during,
-                detail: format!("malformed execute reply: {error}"),
-                restarted: false,
-            })?;
+        let reply: ExecuteReply = match serde_json::from_value(reply) {
+            Ok(reply) => reply,
+            Err(error) => {
+                return Err(self
+                    .replace(during, format!("malformed execute reply: {error}"))
+                    .await);
+            }
+        };
+        // A hash names a file of the blob store: one that is not a hash
+        // was not written by the kernel's own code.
+        if let Some((name, hash)) = reply.outputs.iter().find_map(|(name, summary)| {
+            summary
+                .stored
+                .hash()
+                .filter(|h| !crate::blobs::is_valid_hash(h))
+                .map(|h| (name, h))
+        }) {
+            let detail = format!(
+                "execute reply: output `{name}` is stored under {hash:?}, which is not a SHA-256"
+            );
+            return Err(self.replace(during, detail).await);
+        }
         let error = match (reply.ok, reply.error) {
             (true, _) => None,
             (false, Some(error)) => Some(error),
@@ -683,11 +699,31 @@ impl Kernel {
         let reply = self
             .request(message, Activity::Restore, self.config.timeout)
             .await?;
-        serde_json::from_value(reply).map_err(|error| KernelError::Protocol {
-            during: Activity::Restore,
-            detail: format!("malformed restore reply: {error}"),
-            restarted: false,
-        })
+        match serde_json::from_value(reply) {
+            Ok(report) => Ok(report),
+            Err(error) => Err(self
+                .replace(
+                    Activity::Restore,
+                    format!("malformed restore reply: {error}"),
+                )
+                .await),
+        }
+    }
+
+    /// A reply that does not read, or reads as what the kernel's own code
+    /// never sends: the process (whose namespace may hold what the cell did
+    /// before it broke the protocol) is replaced by a fresh one, as after
+    /// any other protocol error.
+    async fn replace(&mut self, during: Activity, detail: String) -> KernelError {
+        if let Some(process) = self.process.take() {
+            reap(process).await;
+        }
+        let restarted = self.start().await.is_ok();
+        KernelError::Protocol {
+            during,
+            detail,
+            restarted,
+        }
     }
 
     /// Clears the namespace without restarting the process.
@@ -816,17 +852,7 @@ impl Kernel {
                         }
                         Ok(Value::Object(map))
                     }
-                    Err(detail) => {
-                        if let Some(process) = self.process.take() {
-                            reap(process).await;
-                        }
-                        let restarted = self.start().await.is_ok();
-                        Err(KernelError::Protocol {
-                            during,
-                            detail,
-                            restarted,
-                        })
-                    }
+                    Err(detail) => Err(self.replace(during, detail).await),
                 }
             }
         }

@@ -132,3 +132,82 @@ fn put_replaces_a_blob_corrupted_at_the_same_size() {
         assert_eq!(store.get(HELLO).unwrap(), b"hello");
     }
 }
+
+/// A FIFO made with `mkfifo`: what a cell can put where a file is read.
+#[cfg(unix)]
+fn fifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+/// A cell can replace a blob or the notebook's file with a FIFO or a link:
+/// reading one is never a wait for a writer that never comes, and what is
+/// not a regular file of the store is no blob.
+#[cfg(unix)]
+#[test]
+fn fifos_and_links_in_place_of_blobs_are_no_blobs_and_never_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    fs::write(&elsewhere, b"hello").unwrap();
+    for plant in ["fifo", "link"] {
+        let hash = store.put(b"hello").unwrap();
+        let path = store.path(&hash).unwrap();
+        fs::remove_file(&path).unwrap();
+        match plant {
+            "fifo" => fifo(&path),
+            _ => std::os::unix::fs::symlink(&elsewhere, &path).unwrap(),
+        }
+        let started = std::time::Instant::now();
+        assert!(!store.contains(&hash), "{plant}");
+        assert!(
+            matches!(store.get(&hash), Err(BlobError::Missing(_))),
+            "{plant}"
+        );
+        store.sync([hash.as_str()]).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // A put writes the blob back in its place.
+        assert_eq!(store.put(b"hello").unwrap(), hash);
+        assert_eq!(store.get(&hash).unwrap(), b"hello");
+    }
+    // The notebook's own file as a FIFO: an error, at once.
+    let notebook = dir.path().join("nb");
+    fs::create_dir(&notebook).unwrap();
+    fifo(&notebook.join("session.json"));
+    let opened = harness_code::notebook::Notebook::open(&notebook, Default::default());
+    let error = opened.err().unwrap().to_string();
+    assert!(error.contains("not a regular file"), "{error}");
+}
+
+/// `retain` deletes only in the store's own directories: a link a cell put
+/// in place of `tmp` or of a shard is not walked into.
+#[cfg(unix)]
+#[test]
+fn retain_deletes_nothing_through_links_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path().join("blobs")).unwrap();
+    let victim = dir.path().join("victim");
+    fs::create_dir(&victim).unwrap();
+    let precious = [
+        "precious.txt".to_string(),
+        format!(".{HELLO}.0123.tmp"),
+        HELLO.to_string(),
+    ];
+    for name in &precious {
+        fs::write(victim.join(name), b"mine").unwrap();
+    }
+    fs::remove_dir(store.root().join("tmp")).unwrap();
+    std::os::unix::fs::symlink(&victim, store.root().join("tmp")).unwrap();
+    std::os::unix::fs::symlink(&victim, store.root().join("sha256/2c")).unwrap();
+    let kept = store.put(b"bye").unwrap();
+    assert_eq!(store.list().unwrap(), [kept.clone()].into());
+    assert_eq!(store.retain(&[].into()).unwrap(), 1);
+    let mut left = names(&victim);
+    left.sort();
+    let mut want = precious.to_vec();
+    want.sort();
+    assert_eq!(left, want);
+}

@@ -654,3 +654,161 @@ async fn restore_checks_each_blob_against_its_hash_and_removes_a_corrupt_one() {
         .unwrap();
     assert_eq!(blobs.get(&hash).unwrap(), pickle);
 }
+
+/// A cell that sends a reply of its own through the kernel's `send` (it
+/// can reach it through the stack), with `output` as its one output.
+fn forged_reply(output: &str) -> String {
+    format!(
+        r#"import sys
+frame = sys._getframe()
+while not ("rid" in frame.f_locals and hasattr(frame.f_locals.get("self"), "send")):
+    frame = frame.f_back
+empty = {{"text": "", "total_bytes": 0, "truncated": False}}
+frame.f_locals["self"].send({{"id": frame.f_locals["rid"], "ok": True, "stdout": empty,
+    "stderr": empty, "outputs": {{"x": {output}}}, "deleted": []}})
+"#
+    )
+}
+
+/// A reply that does not read, or names a blob by what is not a hash,
+/// replaces the kernel: its namespace (what the cell changed before it
+/// broke the protocol) is not the one the host knows of.
+#[tokio::test]
+async fn a_reply_the_host_cannot_take_replaces_the_kernel() {
+    let mut kernel = kernel().await;
+    for output in [
+        r#"{"type": "int", "repr": "1", "stored": {"kind": "blob", "hash": "../../../etc/passwd", "bytes": 1}}"#,
+        r#"{"type": "int", "repr": "1", "stored": {"kind": "blob", "hash": "ABC", "bytes": 1}}"#,
+        r#"{"type": "S", "repr": "s", "shape": [-1], "stored": {"kind": "module", "name": "os"}}"#,
+        r#"{"type": "S", "repr": "s", "stored": {"kind": "no such kind"}}"#,
+    ] {
+        let generation = kernel.generation();
+        kernel.execute(0, "keep = 42").await.unwrap();
+        let error = kernel
+            .execute(1, &format!("keep = 7\n{}", forged_reply(output)))
+            .await
+            .unwrap_err();
+        match &error {
+            KernelError::Protocol {
+                during, restarted, ..
+            } => {
+                assert_eq!(*during, Activity::Cell(1));
+                assert!(restarted, "{error}");
+            }
+            other => panic!("{output}: {other:?}"),
+        }
+        assert!(error.lost_namespace());
+        assert!(kernel.generation() > generation);
+        let next = kernel.execute(2, "keep").await.unwrap();
+        assert_eq!(next.error.unwrap().type_name, "NameError", "{output}");
+    }
+}
+
+/// What a cell's value says of its shape reaches the host only if it is a
+/// shape: whole numbers from 0 to 2^64 - 1.
+#[tokio::test]
+async fn shapes_that_are_no_shapes_are_left_out() {
+    let mut kernel = kernel().await;
+    let result = kernel
+        .execute(
+            0,
+            "class S:\n    def __init__(self, shape):\n        self.shape = shape\n\
+             a = S((-1, 3))\nb = S((True, 2))\nc = S((10**20,))\nd = S((2, 3))\n\
+             e = S([2, 3])\nf = S((2.0,))\nkeep = 1",
+        )
+        .await
+        .unwrap();
+    assert!(result.is_ok(), "{:?}", result.error);
+    for name in ["a", "b", "c", "e", "f"] {
+        assert_eq!(result.outputs[name].shape, None, "{name}");
+    }
+    assert_eq!(result.outputs["d"].shape, Some(vec![2, 3]));
+    let next = kernel.execute(1, "print(keep)").await.unwrap();
+    assert_eq!(next.stdout.text, "1\n");
+}
+
+/// A lone surrogate (from a file name or bytes decoded with
+/// `surrogateescape`) in whatever the kernel reports reaches the host as
+/// `?`, and the kernel, its namespace with it, goes on.
+#[tokio::test]
+async fn strings_with_lone_surrogates_reach_the_host_and_break_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kernel = Kernel::spawn(KernelConfig {
+        working_dir: Some(dir.path().to_path_buf()),
+        ..config()
+    })
+    .await
+    .unwrap();
+    kernel.execute(0, "keep = 42").await.unwrap();
+    let cells = [
+        "open(b'name\\xff', 'w').close()\nopen(b'name\\xff').read()",
+        "raise ValueError('bad \\udcff')",
+        "class R:\n    def __repr__(self):\n        return 'r\\udcff'\nr = R()\nr",
+        "print('out \\udcff')",
+        "globals()['\\udcff'] = 1",
+        "import os\nos.listdir(b'.')\n[n.decode(errors='surrogateescape') for n in os.listdir(b'.')]",
+    ];
+    for (i, source) in cells.iter().enumerate() {
+        let cell = u32::try_from(i).unwrap() + 1;
+        let result = kernel.execute(cell, source).await;
+        let result = result.unwrap_or_else(|e| panic!("{source}: {e}"));
+        if let Some(error) = &result.error {
+            assert_eq!(error.message, "bad ?", "{source}");
+        }
+    }
+    let last = kernel.execute(10, "print(keep)").await.unwrap();
+    assert_eq!(last.stdout.text, "42\n");
+}
+
+/// `globals()[1] = 2` is Python: the key stays for the cells, and the
+/// kernel, which reads names between cells, goes on.
+#[tokio::test]
+async fn keys_that_are_not_names_stay_and_break_nothing() {
+    let mut kernel = kernel().await;
+    for (cell, source) in [
+        "globals()[1] = 2\nglobals()[(3, 4)] = 'pair'\nx = 5",
+        "y = x + globals()[1]\nglobals()[1]",
+        "print(y, globals()[(3, 4)], sorted((k for k in globals() if not isinstance(k, str)), key=repr))",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let result = kernel
+            .execute(u32::try_from(cell).unwrap(), source)
+            .await
+            .unwrap_or_else(|e| panic!("{source}: {e}"));
+        assert!(result.is_ok(), "{source}: {:?}", result.error);
+        if cell == 2 {
+            assert_eq!(result.stdout.text, "7 pair [(3, 4), 1]\n");
+        }
+    }
+}
+
+/// Descriptors the host holds without close-on-exec (a supervisor's pipe,
+/// an open file) are closed in the kernel before any cell runs.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn descriptors_the_host_leaks_do_not_reach_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "SECRET-OF-THE-SUPERVISOR").unwrap();
+    let file = std::fs::File::open(&secret).unwrap();
+    // As a process started with `3<secret.txt` holds it.
+    rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()).unwrap();
+    let mut kernel = kernel().await;
+    drop(file);
+    let result = kernel
+        .execute(
+            0,
+            "import os\nfor fd in os.listdir('/proc/self/fd'):\n    try:\n        \
+             print(os.readlink('/proc/self/fd/' + fd))\n    except OSError:\n        pass",
+        )
+        .await
+        .unwrap();
+    assert!(result.is_ok(), "{:?}", result.error);
+    assert!(
+        !result.stdout.text.contains("secret.txt"),
+        "{}",
+        result.stdout.text
+    );
+}
