@@ -61,6 +61,19 @@ def is_blob_name(digest):
             and all(c in "0123456789abcdef" for c in digest))
 
 
+def _same_bytes(path, data):
+    """Whether the regular file `path` holds exactly `data`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(len(data) + 1) == data
+    except OSError:
+        return False
+
+
 def existing_size(path):
     try:
         return os.stat(path).st_size
@@ -1495,7 +1508,11 @@ class Kernel:
             return stored
         path = self.blob_path(digest)
         try:
-            if existing_size(path) == sink.size:
+            # A blob already there is kept only if it holds these bytes: one
+            # damaged at the same size is replaced. A spilled pickle is
+            # renamed into place (cheaper than reading the blob back).
+            if sink.file is None and existing_size(path) == sink.size \
+                    and _same_bytes(path, sink.buffer):
                 sink.discard()
             else:
                 os.makedirs(os.path.dirname(path), exist_ok=True)

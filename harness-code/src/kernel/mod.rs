@@ -638,7 +638,7 @@ impl Kernel {
         let reply = self
             .request(message, during.clone(), self.config.timeout)
             .await?;
-        let reply: ExecuteReply = match serde_json::from_value(reply) {
+        let reply: ExecuteReply = match serde_json::from_slice(&reply) {
             Ok(reply) => reply,
             Err(error) => {
                 return Err(self
@@ -699,7 +699,7 @@ impl Kernel {
         let reply = self
             .request(message, Activity::Restore, self.config.timeout)
             .await?;
-        match serde_json::from_value(reply) {
+        match serde_json::from_slice(&reply) {
             Ok(report) => Ok(report),
             Err(error) => Err(self
                 .replace(
@@ -758,7 +758,7 @@ impl Kernel {
         mut message: Map<String, Value>,
         during: Activity,
         timeout: Option<Duration>,
-    ) -> Result<Value, KernelError> {
+    ) -> Result<Vec<u8>, KernelError> {
         if self.process.as_ref().is_some_and(|p| p.in_flight) {
             tracing::warn!("kernel: an earlier request was abandoned; restarting the kernel");
             self.restart().await?;
@@ -833,25 +833,26 @@ impl Kernel {
             }
             Some(Ok(Some(bytes))) => {
                 process.in_flight = false;
-                let parsed = serde_json::from_slice::<Value>(&bytes)
-                    .map_err(|error| format!("reply is not JSON: {error}"))
-                    .and_then(|value| match value {
-                        Value::Object(map) if map.get("id") == Some(&Value::from(id)) => Ok(map),
-                        Value::Object(map) => {
-                            Err(format!("reply has id {:?}, expected {id}", map.get("id")))
+                // Its id and error only: the rest is read by the caller
+                // straight into its reply type, never as a tree of
+                // `Value`s, whose size a cell's forged line would set.
+                #[derive(Deserialize)]
+                struct Envelope {
+                    id: Option<u64>,
+                    kernel_error: Option<String>,
+                }
+                let parsed = serde_json::from_slice::<Envelope>(&bytes)
+                    .map_err(|error| format!("reply does not read: {error}"))
+                    .and_then(|envelope| {
+                        if envelope.id == Some(id) {
+                            Ok(envelope.kernel_error)
+                        } else {
+                            Err(format!("reply has id {:?}, expected {id}", envelope.id))
                         }
-                        _ => Err("reply is not a JSON object".to_owned()),
                     });
                 match parsed {
-                    Ok(mut map) => {
-                        if let Some(detail) = map.remove("kernel_error") {
-                            return Err(KernelError::Internal {
-                                during,
-                                detail: detail.as_str().unwrap_or_default().to_owned(),
-                            });
-                        }
-                        Ok(Value::Object(map))
-                    }
+                    Ok(Some(detail)) => Err(KernelError::Internal { during, detail }),
+                    Ok(None) => Ok(bytes),
                     Err(detail) => Err(self.replace(during, detail).await),
                 }
             }

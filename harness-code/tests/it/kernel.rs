@@ -812,3 +812,64 @@ async fn descriptors_the_host_leaks_do_not_reach_cells() {
         result.stdout.text
     );
 }
+
+/// The high-water mark of this process's resident memory, in KiB.
+#[cfg(target_os = "linux")]
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A reply line as long as the protocol allows, made of what the host does
+/// not read, costs the host about its own size, not the tens of bytes per
+/// element a tree of JSON values would.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_long_forged_reply_costs_the_host_no_more_than_its_length() {
+    let mut kernel = kernel().await;
+    let before = peak_kib();
+    // 30 million zeros: 60 MB of JSON, under the 64 MiB a line may have.
+    let forged =
+        forged_reply(r#"{"type": "int", "repr": "1", "stored": {"kind": "module", "name": "os"}}"#)
+            .replace(
+                r#""deleted": []"#,
+                r#""deleted": [], "pad": [0] * (30 << 20)"#,
+            );
+    let result = kernel.execute(0, &forged).await;
+    let grown_mib = (peak_kib() - before) / 1024;
+    assert!(result.is_ok(), "{result:?}");
+    assert!(grown_mib < 400, "the host grew by {grown_mib} MiB");
+}
+
+/// A snapshot whose blob is already there, damaged at the same size (or
+/// replaced by a FIFO), writes it again: a blob is kept only if it holds
+/// the pickle's bytes.
+#[tokio::test]
+async fn a_snapshot_replaces_a_blob_damaged_at_the_same_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = BlobStore::open(dir.path().join("blobs")).unwrap();
+    let mut kernel = Kernel::spawn(KernelConfig {
+        blob_dir: Some(blobs.root().to_path_buf()),
+        ..config()
+    })
+    .await
+    .unwrap();
+    // Small pickles are kept in memory, large ones spilled to a file.
+    for (cell, source) in [
+        (0, "xs = list(range(100))"),
+        (2, "big = bytes(range(256)) * 8192"),
+    ] {
+        let result = kernel.execute(cell, source).await.unwrap();
+        let (name, _) = result.outputs.iter().next().unwrap();
+        let hash = result.outputs[name].stored.hash().unwrap().to_owned();
+        let path = blobs.path(&hash).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(blobs.get(&hash).is_err());
+        kernel.execute(cell + 1, source).await.unwrap();
+        blobs.get(&hash).unwrap();
+    }
+}
