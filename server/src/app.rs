@@ -24,6 +24,8 @@ pub(crate) struct App {
     pub(crate) body_limit: usize,
     /// The streams open now, and how many may be.
     pub(crate) streams: crate::limits::Streams,
+    /// The runs waiting to start now, and how many may.
+    pub(crate) waiting: crate::limits::Waiting,
     /// When the server started (the assistants' creation time).
     pub(crate) started_at: u64,
     /// Turns true when the server stops: streams and waits end.

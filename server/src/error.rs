@@ -87,6 +87,19 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
+    /// As many runs as the server allows
+    /// ([`max_waiting_runs`](crate::Server::max_waiting_runs)) wait to
+    /// start (queued behind other runs of their threads, or delayed); the
+    /// run was not created.
+    #[error(
+        "this server already has its limit of {limit} runs waiting to start \
+         (Server::max_waiting_runs); the run was not created: wait for some to start, \
+         cancel some, or try again later"
+    )]
+    TooManyRuns {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl ApiError {
@@ -139,7 +152,9 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyStreams { .. } | ApiError::TooManyRuns { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
         }
     }
 
@@ -154,6 +169,7 @@ impl ApiError {
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Timeout { .. } => "timeout",
             ApiError::TooManyStreams { .. } => "too_many_streams",
+            ApiError::TooManyRuns { .. } => "too_many_runs",
         }
     }
 

@@ -72,6 +72,10 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`Server::max_streams`]).
 pub const DEFAULT_MAX_STREAMS: usize = 4096;
 
+/// How many runs may wait to start at once by default (see
+/// [`Server::max_waiting_runs`]).
+pub const DEFAULT_MAX_WAITING_RUNS: usize = 10_000;
+
 /// Where [`Server::studio`] serves the studio.
 #[cfg(feature = "studio")]
 pub const DEFAULT_STUDIO_PATH: &str = "/studio";
@@ -103,6 +107,7 @@ pub struct Server {
     webhooks: Option<Webhooks>,
     request_timeout: Duration,
     max_streams: usize,
+    max_waiting_runs: usize,
     replicas: Option<Replicas>,
     runs_kept: usize,
     #[cfg(feature = "studio")]
@@ -122,6 +127,7 @@ impl fmt::Debug for Server {
             .field("origins", &self.guard.origins)
             .field("request_timeout", &self.request_timeout)
             .field("max_streams", &self.max_streams)
+            .field("max_waiting_runs", &self.max_waiting_runs)
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +152,7 @@ impl Server {
             webhooks: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_streams: DEFAULT_MAX_STREAMS,
+            max_waiting_runs: DEFAULT_MAX_WAITING_RUNS,
             replicas: None,
             runs_kept: app::DEFAULT_RUNS_KEPT_IN_ALL,
             #[cfg(feature = "studio")]
@@ -288,6 +295,20 @@ impl Server {
         self
     }
 
+    /// How many runs may wait to start at once (default
+    /// [`DEFAULT_MAX_WAITING_RUNS`], 10 000): runs queued behind the runs
+    /// of their thread (`multitask_strategy` `enqueue`, `interrupt`,
+    /// `rollback`) or delayed (`after_seconds`), each holding its task and
+    /// input in this server's memory until it starts. One more is refused
+    /// with a 429 whose `error` is `too_many_runs` and whose message names
+    /// the limit, before anything is written. Runs that start at once do
+    /// not count.
+    #[must_use]
+    pub fn max_waiting_runs(mut self, limit: usize) -> Self {
+        self.max_waiting_runs = limit;
+        self
+    }
+
     /// Serves `studio` (a [`harness_studio::Studio`] over the server's own
     /// store: `Studio::read_only(store)` for every agent's sessions, or
     /// `Studio::for_agent(..)` to answer and fork one agent's) on the
@@ -347,6 +368,7 @@ impl Server {
             runs: Mutex::new(Runs::with_cap(self.runs_kept)),
             body_limit: self.body_limit,
             streams: limits::Streams::new(self.max_streams),
+            waiting: limits::Waiting::new(self.max_waiting_runs),
             started_at: now_millis(),
             stopping: tokio::sync::watch::channel(false).0,
             runs_added: tokio::sync::watch::channel(0).0,

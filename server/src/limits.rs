@@ -50,6 +50,39 @@ impl Streams {
     }
 }
 
+/// The runs that wait to start at once (queued behind a thread's runs, or
+/// delayed), at most `limit`: each holds its task and its input in memory
+/// until it starts.
+#[derive(Clone, Debug)]
+pub(crate) struct Waiting {
+    slots: Arc<Semaphore>,
+    limit: usize,
+}
+
+/// One waiting run: it counts until dropped (the run started, or was
+/// cancelled before it did).
+#[derive(Debug)]
+pub(crate) struct WaitSlot {
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Waiting {
+    pub(crate) fn new(limit: usize) -> Self {
+        Waiting {
+            slots: Arc::new(Semaphore::new(limit.min(Semaphore::MAX_PERMITS))),
+            limit,
+        }
+    }
+
+    /// A slot for one more waiting run, or a 429 naming the limit.
+    pub(crate) fn take(&self) -> Result<WaitSlot, ApiError> {
+        Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map(|permit| WaitSlot { _permit: permit })
+            .map_err(|_| ApiError::TooManyRuns { limit: self.limit })
+    }
+}
+
 /// The middleware of a mounted studio: its event stream (`/api/events`,
 /// one per open page) takes a slot among the server's open streams,
 /// which it holds until its body is dropped (the page went away, or the

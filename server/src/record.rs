@@ -502,6 +502,31 @@ impl RunRecord {
         }
     }
 
+    /// Waits until `other` settles; `false` as soon as this run is
+    /// cancelled (a run queued behind `other` settles at its cancel, not
+    /// once the runs before it have).
+    pub(crate) async fn wait_for_unless_cancelled(&self, other: &RunRecord) -> bool {
+        let mut mine = self.ticks();
+        let mut theirs = other.ticks();
+        loop {
+            if self.was_cancelled() {
+                return false;
+            }
+            if other.result().is_some() {
+                return true;
+            }
+            tokio::select! {
+                changed = mine.changed() => if changed.is_err() {
+                    other.settled().await;
+                    return !self.was_cancelled();
+                },
+                changed = theirs.changed() => if changed.is_err() {
+                    return !self.was_cancelled();
+                },
+            }
+        }
+    }
+
     /// Fails the run before it started: an `error` frame and the status.
     pub(crate) fn fail(&self, kind: &str, message: String) {
         self.push(

@@ -627,7 +627,7 @@ async fn start_on(
         (Some(hooks), Some(url)) => Some((hooks.clone(), hooks.check(&url)?)),
         _ => None,
     };
-    let before = if app.replica.is_some() {
+    let (before, slot) = if app.replica.is_some() {
         // Replicas: the run's record first, then its admission among the
         // thread's runs, which the store decides.
         let not_before = delay
@@ -661,8 +661,13 @@ async fn start_on(
             }
             Ok::<_, ApiError>(before)
         };
-        let before = match placed.await {
-            Ok(before) => before,
+        let placed = async {
+            let before = placed.await?;
+            let slot = waits(app, &before, delay)?;
+            Ok::<_, ApiError>((before, slot))
+        };
+        let (before, slot) = match placed.await {
+            Ok(placed) => placed,
             Err(e) => {
                 keeper.refused(app).await;
                 let _ = replica::unlist(app, &thread, std::slice::from_ref(&run.run_id)).await;
@@ -676,7 +681,7 @@ async fn start_on(
         }
         app.runs().add(Arc::clone(&run));
         replica::keep(app, keeper);
-        before
+        (before, slot)
     } else {
         // The check and the claim under one lock.
         let mut runs = app.runs();
@@ -690,13 +695,14 @@ async fn start_on(
                 active.run_id
             )));
         }
+        let slot = waits(app, &before, delay)?;
         if matches!(strategy, Strategy::Interrupt | Strategy::Rollback) {
             for r in &before {
                 r.cancel();
             }
         }
         runs.add(Arc::clone(&run));
-        before
+        (before, slot)
     };
     app.runs_added.send_modify(|n| *n = n.wrapping_add(1));
     if before.is_empty() && delay.is_none() {
@@ -719,13 +725,28 @@ async fn start_on(
         strategy,
         delay,
         launch,
+        slot,
     ));
     Ok(run)
 }
 
+/// A slot among the server's waiting runs for a run that waits (for the
+/// runs `before` it, or for its delay); `None` for one that starts at once.
+fn waits(
+    app: &Shared,
+    before: &[Arc<RunRecord>],
+    delay: Option<Duration>,
+) -> Result<Option<crate::limits::WaitSlot>, ApiError> {
+    if before.is_empty() && delay.is_none() {
+        return Ok(None);
+    }
+    app.waiting.take().map(Some)
+}
+
 /// Starts `run` once its time has come and the runs before it have
 /// settled (unless it is cancelled meanwhile); a rollback first takes the
-/// thread back to where it stood before them.
+/// thread back to where it stood before them. `_slot` (of a run a client
+/// made) counts it among the server's waiting runs until then.
 async fn proceed(
     app: Shared,
     run: Arc<RunRecord>,
@@ -733,6 +754,7 @@ async fn proceed(
     strategy: Strategy,
     delay: Option<Duration>,
     launch: Launch,
+    _slot: Option<crate::limits::WaitSlot>,
 ) {
     let thread = launch.thread.clone();
     // A delayed run stays pending until its time (or its cancel).
@@ -743,7 +765,9 @@ async fn proceed(
         return;
     }
     for r in &before {
-        r.settled().await;
+        if !run.wait_for_unless_cancelled(r).await {
+            break;
+        }
     }
     if run.was_cancelled() {
         run.cancelled_before_start();
@@ -801,7 +825,7 @@ pub(crate) async fn go_on(app: Shared, taken: TakenOver) {
             .not_before
             .map(|t| Duration::from_millis(t.saturating_sub(now_millis())));
         let strategy = Strategy::read(Some(&doc.multitask_strategy));
-        proceed(app, run, before, strategy, delay, launch).await;
+        proceed(app, run, before, strategy, delay, launch, None).await;
         return;
     }
     if let Err(e) = continue_taken(&app, &run, &launch).await {

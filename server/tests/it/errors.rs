@@ -15,8 +15,13 @@ struct Api {
 
 impl Api {
     fn new() -> Self {
+        Self::with(|server| server)
+    }
+
+    /// The test server, changed by `setup`.
+    fn with(setup: impl FnOnce(harness_server::Server) -> harness_server::Server) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let router = crate::server(dir.path()).router().unwrap();
+        let router = setup(crate::server(dir.path())).router().unwrap();
         Api { router, _dir: dir }
     }
 
@@ -824,4 +829,76 @@ async fn path_and_header_values_that_are_not_text_are_json_errors_naming_them() 
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
         assert_eq!(err["field"], "Last-Event-ID", "{err}");
     }
+}
+
+#[tokio::test]
+async fn runs_waiting_to_start_are_bounded_and_a_cancelled_one_settles_at_once() {
+    let api = Api::with(|server| server.max_waiting_runs(2));
+    let t = api.thread().await;
+    let runs = format!("/threads/{t}/runs");
+    // 200 ticks of 50 ms: under way for the whole test.
+    let (status, active) = api
+        .post(
+            &runs,
+            r#"{"assistant_id": "ticks", "input": {"limit": 200}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{active}");
+    let enqueue =
+        r#"{"assistant_id": "ticks", "input": {"limit": 1}, "multitask_strategy": "enqueue"}"#;
+    let mut queued = Vec::new();
+    for _ in 0..2 {
+        let (status, run) = api.post(&runs, enqueue).await;
+        assert_eq!(status, StatusCode::OK, "{run}");
+        assert_eq!(run["status"], "pending", "{run}");
+        queued.push(run["run_id"].as_str().unwrap().to_string());
+    }
+    let (status, err) = api.post(&runs, enqueue).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{err}");
+    assert_eq!(err["error"], "too_many_runs", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("limit of 2"),
+        "{err}"
+    );
+    // A delayed run waits too; one that starts at once does not count.
+    let other = api.thread().await;
+    let (status, err) = api
+        .post(
+            &format!("/threads/{other}/runs"),
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}, "after_seconds": 60}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{err}");
+    let (status, run) = api
+        .post(
+            &format!("/threads/{other}/runs/wait"),
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    // The refused runs were not recorded.
+    let (_, listed) = api.get(&runs).await;
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+    // A queued run cancelled settles at once, and frees its place.
+    let (status, _) = api.post(&format!("{runs}/{}/cancel", queued[0]), "").await;
+    assert!(status.is_success());
+    let mut settled = false;
+    for _ in 0..100 {
+        let (_, run) = api.get(&format!("{runs}/{}", queued[0])).await;
+        if run["status"] == "interrupted" {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(settled, "the cancelled run waits for the run before it");
+    let (status, run) = api.post(&runs, enqueue).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let (status, _) = api
+        .post(
+            &format!("{runs}/{}/cancel", active["run_id"].as_str().unwrap()),
+            "",
+        )
+        .await;
+    assert!(status.is_success());
 }
