@@ -167,7 +167,7 @@ class Namespace(dict):
                 tracker.traced.add(key)
                 value = _dict_get(self, key, _MISSING)
                 if value is _MISSING:
-                    if not hasattr(builtins, key):
+                    if type(key) is not str or not hasattr(builtins, key):
                         tracker.reads.add(key)
                 elif tracker.before.get(key, _MISSING) is value:
                     tracker.reads.add(key)
@@ -176,7 +176,7 @@ class Namespace(dict):
                     tracker.seen.add(key)
                     value = _dict_get(self, key, _MISSING)
                     if value is _MISSING:
-                        if not hasattr(builtins, key):
+                        if type(key) is not str or not hasattr(builtins, key):
                             tracker.observed.add(key)
                     elif tracker.before.get(key, _MISSING) is value:
                         tracker.observed.add(key)

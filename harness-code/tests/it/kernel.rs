@@ -767,7 +767,7 @@ async fn keys_that_are_not_names_stay_and_break_nothing() {
     let mut kernel = kernel().await;
     for (cell, source) in [
         "globals()[1] = 2\nglobals()[(3, 4)] = 'pair'\nx = 5",
-        "y = x + globals()[1]\nglobals()[1]",
+        "y = x + globals()[1]\ntry:\n    globals()[99]\nexcept KeyError:\n    pass\nglobals()[1]",
         "print(y, globals()[(3, 4)], sorted((k for k in globals() if not isinstance(k, str)), key=repr))",
     ]
     .iter()
