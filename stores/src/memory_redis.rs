@@ -16,7 +16,12 @@ const PAGE: usize = 256;
 /// write: `P`, member, record JSON, created_at, expires_at (`''`: none);
 /// `D`, member; `T`, member, expires_at. Checks the keys' types before
 /// its first write (Redis does not roll back a script that fails part
-/// way; nothing else in it can fail). Replies the created_at of each put.
+/// way); nothing else in it can fail: times in the meta hash it cannot
+/// read as the store writes them (`created expires`, each a `u64` in
+/// digits, the expiry possibly empty) are taken as a record that is not
+/// there, as the sled backend takes a record it cannot read: a put
+/// replaces it, a touch leaves it. Replies the created_at of each put,
+/// then the members whose times could not be read.
 const APPLY_LUA: &str = r"
 local expected = {'zset', 'hash', 'hash'}
 for i = 1, 3 do
@@ -25,12 +30,30 @@ for i = 1, 3 do
     return redis.error_reply('memory key ' .. KEYS[i] .. ' holds a ' .. t)
   end
 end
-local now = tonumber(ARGV[1])
+-- A u64 in digits, without its leading zeros; nil if it is not one.
+local function u64(s)
+  if not string.match(s, '^%d+$') then return nil end
+  local d = string.match(s, '^0*(%d*)$')
+  if #d > 20 or (#d == 20 and d > '18446744073709551615') then return nil end
+  return d
+end
+-- Whether the u64 a is more than b (both as u64 returns them).
+local function more(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local now = u64(ARGV[1])
+local unreadable = {}
 local function live_created(member)
   local meta = redis.call('HGET', KEYS[3], member)
   if not meta then return nil end
   local created, expires = string.match(meta, '^(%d+) (%d*)$')
-  if expires == '' or tonumber(expires) > now then return created end
+  local at = expires and expires ~= '' and u64(expires)
+  if not created or not u64(created) or (expires ~= '' and not at) then
+    unreadable[#unreadable + 1] = member
+    return nil
+  end
+  if expires == '' or more(at, now) then return created end
   return nil
 end
 local created = {}
@@ -55,7 +78,7 @@ while i <= #ARGV do
     i = i + 3
   end
 end
-return created
+return {created, unreadable}
 ";
 
 /// Reads a page in order. KEYS: index, records, meta. ARGV: min, max (as
@@ -91,7 +114,10 @@ return out
 ///
 /// **Writes.** A batch is one Lua script: Redis runs it alone, so readers
 /// see all of it or none of it. It checks the keys' types first (Redis
-/// does not roll back a script that fails part way); everything the
+/// does not roll back a script that fails part way), and times in the
+/// meta hash it cannot read are taken as no record there (a put replaces
+/// it, a touch leaves it, with a warning naming it), so a batch is applied
+/// whole or not at all; everything the
 /// backend refuses (a key or label with a control character, the empty
 /// namespace) is refused before the script runs.
 ///
@@ -138,12 +164,22 @@ fn parse_meta(member: &[u8], meta: &[u8]) -> Result<(u64, Option<u64>), MemoryEr
     };
     let text = std::str::from_utf8(meta).map_err(|_| bad())?;
     let (created, expires) = text.split_once(' ').ok_or_else(bad)?;
-    let created = created.parse().map_err(|_| bad())?;
+    let created = digits(created).ok_or_else(bad)?;
     let expires = match expires {
         "" => None,
-        at => Some(at.parse().map_err(|_| bad())?),
+        at => Some(digits(at).ok_or_else(bad)?),
     };
     Ok((created, expires))
+}
+
+/// A `u64` written in decimal digits only, as the store writes times (and
+/// as the apply script reads them: `parse` alone would also take `+5`,
+/// which the script does not).
+fn digits(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 fn corrupt(member: &[u8], why: String) -> MemoryError {
@@ -351,10 +387,28 @@ impl MemoryBackend for RedisMemory {
                 }
             }
         }
-        let created: Vec<String> = invocation
+        let (created, unreadable): (Vec<String>, Vec<Vec<u8>>) = invocation
             .invoke_async(&mut self.con.clone())
             .await
             .map_err(|e| redis_error("apply a batch", &e))?;
+        for member in unreadable {
+            // Named as a read names it.
+            let MemoryError::Corrupt {
+                namespace,
+                key,
+                why,
+            } = corrupt(&member, "unreadable times".into())
+            else {
+                continue;
+            };
+            tracing::warn!(
+                namespace,
+                key,
+                meta = %self.keys()[2],
+                "redis memory: {why}, taken as no record by a batch (a put replaces it, a \
+                 touch leaves it)"
+            );
+        }
         created
             .iter()
             .map(|c| {

@@ -50,7 +50,8 @@ const TREE: &str = "memory";
 ///
 /// **Files.** [`SledMemory::open`] creates its directory (and missing
 /// parents) `0700` on unix and takes group and other permissions away from
-/// sled's files, like [`SledStore::open`](crate::SledStore::open).
+/// sled's own files (nothing else in the directory), like
+/// [`SledStore::open`](crate::SledStore::open).
 ///
 /// ```
 /// use harness::memory::Memory;
@@ -100,7 +101,7 @@ impl SledMemory {
             .open()
             .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
         #[cfg(unix)]
-        crate::read_only::restrict_tree(path).map_err(|e| {
+        crate::read_only::restrict_sled_files(path).map_err(|e| {
             MemoryError::backend(format!(
                 "sled memory: cannot restrict the permissions of {}: {e}",
                 path.display()

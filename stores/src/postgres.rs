@@ -142,6 +142,11 @@ impl PostgresOptions {
     }
 }
 
+/// A regular expression (PostgreSQL's advanced flavour, with a negative
+/// lookahead) matching an `id` column that [`PostgresStore::stored_id`]
+/// never writes: one with a `%` not followed by `25` or `00`.
+const FOREIGN_ID: &str = "%(?!25|00)";
+
 /// The SQL of one store, with its schema in it.
 #[derive(Debug)]
 struct Sql {
@@ -190,11 +195,17 @@ impl Sql {
                  WHERE session_id = $1 AND seq >= $2::text::numeric ORDER BY seq"
             ),
             select_sessions: format!("SELECT id FROM {s}.sessions ORDER BY id"),
+            // Both finders pass over rows whose id is not one `stored_id`
+            // writes (a `%` not followed by `25` or `00`: a row another
+            // tool inserted): such a row is no session of this store, so it
+            // takes no place in the limit and is never claimed (a write to
+            // a row the store did not write).
             runnable_read: format!(
                 "SELECT id, updated_at FROM {s}.sessions \
                  WHERE phase = 'running' AND agent_id = $3 \
                    AND (lease_expires_at IS NULL OR lease_expires_at <= $1) \
                    AND (claimed_until IS NULL OR claimed_until <= $1) \
+                   AND id !~ '{FOREIGN_ID}' \
                  ORDER BY updated_at, id LIMIT $2"
             ),
             // One statement, so one round trip and one implicit
@@ -243,6 +254,7 @@ impl Sql {
                    WHERE phase = 'running' AND agent_id = $4 \
                      AND (lease_expires_at IS NULL OR lease_expires_at <= $1) \
                      AND (claimed_until IS NULL OR claimed_until <= $1) \
+                     AND id !~ '{FOREIGN_ID}' \
                    ORDER BY updated_at, id LIMIT $2 \
                    FOR UPDATE SKIP LOCKED) \
                  UPDATE {s}.sessions AS s SET claimed_until = $3 FROM picked \
@@ -343,6 +355,12 @@ impl Sql {
 /// costs a conflict, never a double run. With
 /// [`claim_ttl`](PostgresOptions::claim_ttl) zero, `runnable` is a plain
 /// read and changes nothing.
+///
+/// A row whose `id` this store never writes (a `%` not followed by `25` or
+/// `00`: inserted by another tool or by hand) is no session of the store:
+/// `runnable` passes over it (it is neither returned nor claimed), and
+/// [`sessions`](SessionStore::sessions) leaves it out with a warning naming
+/// it, so that one such row does not hide every other session.
 ///
 /// # Migrations
 ///
@@ -637,14 +655,21 @@ impl PostgresStore {
         Some(SessionId::from(out))
     }
 
-    fn session_from_column(stored: &str) -> Result<SessionId, StoreError> {
-        Self::session_of(stored).ok_or_else(|| {
-            load_error(
-                &SessionId::from(stored),
-                "id",
-                "not an id this store writes (a % not followed by 25 or 00)",
-            )
-        })
+    /// The session of an `id` column's value, or `None` with a warning
+    /// naming the row: a row whose id this store never writes (inserted by
+    /// another tool or by hand) is no session of this store, and must not
+    /// fail a listing of all the others.
+    fn session_or_warn(&self, stored: &str) -> Option<SessionId> {
+        let session = Self::session_of(stored);
+        if session.is_none() {
+            tracing::warn!(
+                schema = %self.schema,
+                id = stored,
+                "postgres store: skipping a sessions row whose id this store never writes \
+                 (a % not followed by 25 or 00)"
+            );
+        }
+        session
     }
 
     async fn client(&self, what: impl Display) -> Result<Object, StoreError> {
@@ -1119,12 +1144,12 @@ impl SessionStore for PostgresStore {
             .query(&self.sql.select_sessions, &[])
             .await
             .map_err(|e| pg_error(what, &e))?;
-        rows.iter()
-            .map(|row| {
-                let id: String = row.try_get(0).map_err(|e| pg_error(what, &e))?;
-                Self::session_from_column(&id)
-            })
-            .collect()
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: String = row.try_get(0).map_err(|e| pg_error(what, &e))?;
+            out.extend(self.session_or_warn(&id));
+        }
+        Ok(out)
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
@@ -1186,10 +1211,10 @@ impl SessionStore for PostgresStore {
         }
         // RETURNING has no order of its own.
         found.sort();
-        found
+        Ok(found
             .into_iter()
-            .map(|(_, id)| Self::session_from_column(&id))
-            .collect()
+            .filter_map(|(_, id)| self.session_or_warn(&id))
+            .collect())
     }
 }
 

@@ -259,23 +259,68 @@ pub(crate) fn try_lock_shared(file: &File, path: &Path) -> Result<bool, StoreErr
     }
 }
 
-/// Removes group and other permissions from `path` and, for a directory,
-/// from everything in it (following no symbolic link).
+/// Removes group and other permissions from sled's own entries in the
+/// database directory `dir`: its log `db`, its `conf`, its snapshots
+/// (`snap.` and 16 hex digits, with `.generating` while one is written),
+/// and its `blobs` directory with the blob files (named by number) in it.
+///
+/// Nothing else is touched: not `dir` itself (a directory the store
+/// creates is made `0700`, one that existed is the user's), not another
+/// file or directory in it (a database opened in a directory shared with
+/// other software must not change that software's files), not a symbolic
+/// link.
 #[cfg(unix)]
-pub(crate) fn restrict_tree(path: &Path) -> io::Result<()> {
+pub(crate) fn restrict_sled_files(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        // `file_type` does not follow a symbolic link: a link is neither.
+        let kind = entry.file_type()?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if kind.is_file() && is_sled_file(name) {
+            restrict(&entry.path())?;
+        } else if kind.is_dir() && name == "blobs" {
+            restrict(&entry.path())?;
+            for blob in fs::read_dir(entry.path())? {
+                let blob = blob?;
+                let is_blob = blob
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                if is_blob && blob.file_type()?.is_file() {
+                    restrict(&blob.path())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `name` is one of the files sled 0.34 keeps in a database's
+/// directory (besides `blobs`).
+#[cfg(unix)]
+fn is_sled_file(name: &str) -> bool {
+    if name == "db" || name == "conf" {
+        return true;
+    }
+    let Some(rest) = name.strip_prefix("snap.") else {
+        return false;
+    };
+    let lsn = rest.strip_suffix(".generating").unwrap_or(rest);
+    lsn.len() == 16 && lsn.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Takes group and other permissions away from `path` (not following a
+/// link), if it has any.
+#[cfg(unix)]
+fn restrict(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let meta = fs::symlink_metadata(path)?;
-    if meta.file_type().is_symlink() {
-        return Ok(());
-    }
     let mode = meta.permissions().mode();
-    if mode & 0o077 != 0 {
+    if !meta.file_type().is_symlink() && mode & 0o077 != 0 {
         fs::set_permissions(path, fs::Permissions::from_mode(mode & 0o700))?;
-    }
-    if meta.is_dir() {
-        for entry in fs::read_dir(path)? {
-            restrict_tree(&entry?.path())?;
-        }
     }
     Ok(())
 }
@@ -334,6 +379,38 @@ mod tests {
         }
         assert!(file.is_file());
         assert!(link.exists() && target.join("db").exists());
+    }
+
+    /// sled's own names, and names that only look like them.
+    #[cfg(unix)]
+    #[test]
+    fn only_sleds_own_file_names_are_sleds() {
+        for name in [
+            "db",
+            "conf",
+            "snap.000000000000ABCD",
+            "snap.00000000000abcde",
+            "snap.0000000000001000.generating",
+        ] {
+            assert!(is_sled_file(name), "{name}");
+        }
+        for name in [
+            "db.bak",
+            "dbx",
+            "database",
+            "conf.d",
+            "config",
+            "snap.",
+            "snap.txt",
+            "snap.000000000000ABC",
+            "snap.000000000000ABCDE",
+            "snap.000000000000ABCG",
+            "snap.000000000000ABCD.old",
+            "snapshot",
+            "notes.txt",
+        ] {
+            assert!(!is_sled_file(name), "{name}");
+        }
     }
 
     #[test]

@@ -24,6 +24,13 @@ const DEFAULT_CLAIM_TTL: Duration = Duration::from_secs(10);
 /// How much longer than its head a finished session's log lives, so that a
 /// reader who saw the head can still read the log.
 const LOG_TTL_MARGIN_MS: u64 = 1_000;
+/// The longest a finished session's keys are kept before they expire (1,000
+/// years, in ms): a longer [`RedisOptions::finished_ttl`] is taken as this.
+/// Redis keeps a key's expiry as ms since the epoch in a signed 64-bit
+/// integer and refuses a `PEXPIRE` past it, and the commit script sets the
+/// expiry after it has written the head: an unbounded TTL
+/// (`Duration::MAX`) would fail a commit that had been applied.
+const MAX_FINISHED_TTL_MS: u64 = 1_000 * 365 * 24 * 3_600 * 1_000;
 /// Checkpoint fields read per `HMGET` in the log script.
 const HMGET_CHUNK: usize = 500;
 
@@ -132,12 +139,37 @@ return out
 /// existed) has its agent read from its head; a head that cannot be read
 /// belongs to no agent.
 ///
+/// A lease or claim is an expiry in ms as the store writes it (digits). A
+/// value that is not one (an edit, another tool) is taken as none and its
+/// session id reported, never a failure of the walk: the walk is oldest
+/// first, so a failure would stop at the same value every time, and every
+/// worker of the agent with it. Taking the session is still the
+/// compare-and-set on its head, whose lease is the one that counts. The
+/// keys' types are checked before the first claim is written (Redis does
+/// not roll back a script that fails part way).
+///
 /// KEYS: running, leases, claims, agents. ARGV: now, limit, claim until,
-/// agent, key prefix.
+/// agent, key prefix. Replies the ids, then the ids whose lease could not
+/// be read, then those whose claim could not be read.
 const RUNNABLE_LUA: &str = r"
+local kinds = {'zset', 'hash', 'hash', 'hash'}
+for i = 1, 4 do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= kinds[i] then
+    return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kinds[i])
+  end
+end
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
-local out = {}
+local out, bad_leases, bad_claims = {}, {}, {}
+local function over(v, id, bad)
+  if not v then return true end
+  if not string.match(v, '^%d+$') then
+    bad[#bad + 1] = id
+    return true
+  end
+  return tonumber(v) <= now
+end
 local start = 0
 local page = 256
 while #out < limit do
@@ -158,7 +190,7 @@ while #out < limit do
     if agent == ARGV[4] then
       local lease = redis.call('HGET', KEYS[2], id)
       local claim = redis.call('HGET', KEYS[3], id)
-      if (not lease or tonumber(lease) <= now) and (not claim or tonumber(claim) <= now) then
+      if over(lease, id, bad_leases) and over(claim, id, bad_claims) then
         out[#out + 1] = id
         if ARGV[3] ~= '0' then
           redis.call('HSET', KEYS[3], id, ARGV[3])
@@ -169,7 +201,7 @@ while #out < limit do
   end
   start = start + page
 end
-return out
+return {out, bad_leases, bad_claims}
 ";
 
 #[derive(Debug)]
@@ -220,7 +252,8 @@ impl RedisOptions {
 
     /// Expire the keys of a session this long after a commit leaves it
     /// completed or failed (default: never). See
-    /// [`RedisStore::with_finished_ttl`].
+    /// [`RedisStore::with_finished_ttl`]; a TTL longer than 1,000 years is
+    /// taken as 1,000 years.
     pub fn finished_ttl(mut self, ttl: Duration) -> Self {
         self.finished_ttl = Some(ttl);
         self
@@ -310,7 +343,9 @@ impl RedisOptions {
 /// [`runnable`](SessionStore::runnable) is a script that walks `P:running`
 /// from the oldest `updated_at`, skipping other agents' sessions and
 /// sessions with a live lease or
-/// claim, and claims what it returns for
+/// claim (a lease or claim value that is not an expiry in ms is taken as
+/// none, with a warning; an id that is not UTF-8 is skipped, with a
+/// warning), and claims what it returns for
 /// [`claim_ttl`](RedisOptions::claim_ttl) (default 10 s), so that
 /// concurrent workers get different sessions (the same design as
 /// `PostgresStore`'s). Any commit clears the claim;
@@ -320,7 +355,8 @@ impl RedisOptions {
 /// # Finished sessions
 ///
 /// With [`with_finished_ttl`](Self::with_finished_ttl), a commit that leaves
-/// a session completed or failed expires its keys: the head after the TTL,
+/// a session completed or failed expires its keys (after at most 1,000
+/// years): the head after the TTL,
 /// its log a second later (so a reader who saw the head can read the log).
 /// A later commit of the session (a continued run) makes them permanent
 /// again. Once expired, the session is gone: `load` finds nothing and
@@ -433,7 +469,9 @@ impl RedisStore {
     }
 
     /// Expire the keys of a session `ttl` after a commit leaves it completed
-    /// or failed (see "Finished sessions").
+    /// or failed (see "Finished sessions"). A TTL longer than 1,000 years
+    /// (`Duration::MAX`, say) is taken as 1,000 years: Redis cannot keep an
+    /// expiry much past that.
     pub fn with_finished_ttl(mut self, ttl: Duration) -> Self {
         self.finished_ttl = Some(ttl);
         self
@@ -496,6 +534,27 @@ impl RedisStore {
         self.con.clone()
     }
 
+    /// The session ids in `reply`, read from the index `index`; an id that
+    /// is not UTF-8 (not one this store writes: a `SessionId` is a string)
+    /// is skipped with a warning naming it, so that one foreign member
+    /// does not hide every other session.
+    fn readable_ids(&self, reply: Vec<Vec<u8>>, index: &str) -> Vec<SessionId> {
+        let mut out = Vec::with_capacity(reply.len());
+        for id in reply {
+            match String::from_utf8(id) {
+                Ok(id) => out.push(SessionId::from(id)),
+                Err(e) => tracing::warn!(
+                    session = %String::from_utf8_lossy(e.as_bytes()),
+                    bytes = ?e.as_bytes(),
+                    key = %self.key(index),
+                    "redis store: skipping a session id that is not UTF-8: {}",
+                    e.utf8_error()
+                ),
+            }
+        }
+        out
+    }
+
     async fn commit_inner(&self, commit: &Commit) -> Result<(), StoreError> {
         self.refresh_clock_if_stale().await;
         let head = &commit.head;
@@ -509,7 +568,7 @@ impl RedisStore {
         );
         let (head_ttl, log_ttl) = match self.finished_ttl {
             Some(ttl) if finished => {
-                let ms = millis(ttl).max(1);
+                let ms = millis(ttl).clamp(1, MAX_FINISHED_TTL_MS);
                 (ms, ms.saturating_add(LOG_TTL_MARGIN_MS))
             }
             _ => (0, 0),
@@ -676,20 +735,7 @@ impl SessionStore for RedisStore {
             .invoke_async(&mut self.con())
             .await
             .map_err(|e| redis_error("list the sessions", &e))?;
-        let mut out = Vec::with_capacity(reply.len());
-        for id in reply {
-            match String::from_utf8(id) {
-                Ok(id) => out.push(SessionId::from(id)),
-                Err(e) => {
-                    let lossy = String::from_utf8_lossy(e.as_bytes()).into_owned();
-                    return Err(load_error(
-                        &SessionId::from(lossy),
-                        "session id",
-                        format!("the id is not UTF-8: {}", e.utf8_error()),
-                    ));
-                }
-            }
-        }
+        let mut out = self.readable_ids(reply, "sessions");
         out.sort();
         Ok(out)
     }
@@ -719,7 +765,8 @@ impl SessionStore for RedisStore {
         } else {
             now.saturating_add(claim)
         };
-        let reply: Vec<Vec<u8>> = self
+        type Reply = (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+        let (ids, bad_leases, bad_claims): Reply = self
             .scripts
             .runnable
             .key(self.key("running"))
@@ -734,17 +781,15 @@ impl SessionStore for RedisStore {
             .invoke_async(&mut self.con())
             .await
             .map_err(|e| redis_error("find runnable sessions", &e))?;
-        reply
-            .into_iter()
-            .map(|id| {
-                String::from_utf8(id).map(SessionId::from).map_err(|e| {
-                    load_error(
-                        &SessionId::from(String::from_utf8_lossy(e.as_bytes()).into_owned()),
-                        "session id",
-                        format!("the id is not UTF-8: {}", e.utf8_error()),
-                    )
-                })
-            })
-            .collect()
+        for (hash, bad) in [("leases", bad_leases), ("claims", bad_claims)] {
+            for id in bad {
+                tracing::warn!(
+                    session = %String::from_utf8_lossy(&id),
+                    key = %self.key(hash),
+                    "redis store: a value that is not an expiry in ms is taken as none"
+                );
+            }
+        }
+        Ok(self.readable_ids(ids, "running"))
     }
 }

@@ -35,6 +35,11 @@ const SNAPSHOTS: &str = "snapshots";
 /// an existing database opens with the size it was made with.
 const SEGMENT_SIZE: usize = 128 * 1024;
 
+/// The smallest segment size sled 0.34 opens a database with.
+const MIN_SEGMENT_SIZE: usize = 256;
+/// The largest segment size sled 0.34 opens a database with (16 MiB).
+const MAX_SEGMENT_SIZE: usize = 1 << 24;
+
 /// Sessions in a [sled](https://docs.rs/sled) database: the embedded default.
 ///
 /// Three trees:
@@ -56,8 +61,14 @@ const SEGMENT_SIZE: usize = 128 * 1024;
 ///
 /// **Files.** [`SledStore::open`] creates the database's directory (and
 /// any missing parent) `0700` on unix, and takes group and other
-/// permissions away from the files sled made (sled creates them `0644`);
-/// files sled makes later are inside the `0700` directory.
+/// permissions away from sled's own files (sled creates them `0644`): `db`,
+/// `conf`, `snap.*` and the `blobs` directory with its blobs. Nothing else
+/// in the directory is changed, nor the directory itself if it existed: a
+/// database opened in a directory that holds other files leaves them as
+/// they are. Files sled makes later are inside a directory the store
+/// created `0700`; in a directory that existed, give it the permissions you
+/// want (sled's `snap.*` files made after the open hold page locations, not
+/// records, and are restricted at the next open).
 ///
 /// **Reading without writing.** sled has no read-only mode, and opening a
 /// database recovers its log: a message that fails sled's checksum ends
@@ -213,8 +224,8 @@ impl SledStore {
     /// `spawn_blocking`.
     ///
     /// A new directory (and any missing parent) is created `0700` on unix,
-    /// and the files in the directory lose their group and other
-    /// permissions (see the type's docs).
+    /// and sled's own files in the directory lose their group and other
+    /// permissions; nothing else in it is changed (see the type's docs).
     ///
     /// Before sled opens an existing database, its log is read once: a log
     /// damaged in its middle (a record that fails sled's checksum followed
@@ -235,7 +246,21 @@ impl SledStore {
             .map_err(|e| {
                 StoreError::backend(format!("sled store: cannot create {}: {e}", path.display()))
             })?;
-        let segment_size = stored_segment_size(path).unwrap_or(SEGMENT_SIZE);
+        let segment_size = match stored_segment_size(path) {
+            Ok(size) => size.unwrap_or(SEGMENT_SIZE),
+            Err(why) => {
+                return Err(StoreError::Damaged {
+                    store: path.to_path_buf(),
+                    file: path.join("conf"),
+                    offset: None,
+                    what: format!(
+                        "{why}. The store was not opened and nothing was changed: sled's \
+                         `conf` was edited or damaged; put back the size the database was \
+                         created with ({SEGMENT_SIZE} for one `SledStore::open` created)"
+                    ),
+                });
+            }
+        };
         audit_log(path, segment_size)?;
         let db = sled::Config::new()
             .path(path)
@@ -243,7 +268,7 @@ impl SledStore {
             .open()
             .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
         #[cfg(unix)]
-        read_only::restrict_tree(path).map_err(|e| {
+        read_only::restrict_sled_files(path).map_err(|e| {
             StoreError::backend(format!(
                 "sled store: cannot restrict the permissions of {}: {e}",
                 path.display()
@@ -358,13 +383,17 @@ impl SledStore {
                 format!("the log is {len} bytes long, too short for sled's first segment header"),
             ));
         }
-        let segment_size = stored_segment_size(&copy).ok_or_else(|| {
-            damaged(
-                &conf_path,
-                None,
-                "no `segment_size` line: not sled's configuration".into(),
-            )
-        })?;
+        let segment_size = match stored_segment_size(&copy) {
+            Ok(Some(size)) => size,
+            Ok(None) => {
+                return Err(damaged(
+                    &conf_path,
+                    None,
+                    "no `segment_size` line: not sled's configuration".into(),
+                ));
+            }
+            Err(why) => return Err(damaged(&conf_path, None, why)),
+        };
         let config = sled::Config::new()
             .path(&copy)
             .segment_size(segment_size)
@@ -588,19 +617,24 @@ impl SledStore {
         Ok(out)
     }
 
+    /// The sessions, from the keys of the `heads` tree. A key that is not
+    /// UTF-8 (not one this store writes: a `SessionId` is a string) is
+    /// skipped with a warning naming it, so that one foreign key does not
+    /// hide every other session (from a listing, and from the default
+    /// [`runnable`](SessionStore::runnable), which lists first).
     fn sessions_blocking(&self) -> Result<Vec<SessionId>, StoreError> {
         let mut out = Vec::new();
         for key in self.heads.iter().keys() {
             let key = key.map_err(|e| sled_error("list the sessions", &e))?;
             match String::from_utf8(key.to_vec()) {
                 Ok(id) => out.push(SessionId::from(id)),
-                Err(e) => {
-                    return Err(load_error(
-                        &SessionId::from(String::from_utf8_lossy(&key).into_owned()),
-                        "head key",
-                        format!("the session id is not UTF-8: {e}"),
-                    ));
-                }
+                Err(e) => tracing::warn!(
+                    store = ?self.path,
+                    session = %String::from_utf8_lossy(&key),
+                    key = ?key.as_ref(),
+                    "sled store: skipping a key of the heads tree that is not UTF-8: {}",
+                    e.utf8_error()
+                ),
             }
         }
         Ok(out)
@@ -768,13 +802,37 @@ fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreError> {
 
 /// The segment size an existing database at `path` was created with, from
 /// the `conf` file sled keeps beside it (`segment_size: N` on a line, the
-/// lines followed by a binary checksum).
-fn stored_segment_size(path: &Path) -> Option<usize> {
-    let conf = std::fs::read(path.join("conf")).ok()?;
-    String::from_utf8_lossy(&conf)
+/// lines followed by a binary checksum): `Ok(None)` when there is no such
+/// file or line, `Err` saying why when the value is one sled never writes
+/// nor opens (not a number, not a power of two, below 256 bytes or above
+/// 16 MiB).
+///
+/// The file is read here without sled's checksum, before sled has checked
+/// anything, and the size read sizes the buffer the audit of the log
+/// allocates: an edited `conf` (`segment_size: 1099511627776`) would
+/// otherwise abort the process on that allocation.
+fn stored_segment_size(path: &Path) -> Result<Option<usize>, String> {
+    let Ok(conf) = std::fs::read(path.join("conf")) else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&conf);
+    let Some(value) = text
         .lines()
         .find_map(|line| line.strip_prefix("segment_size:"))
-        .and_then(|n| n.trim().parse().ok())
+        .map(str::trim)
+    else {
+        return Ok(None);
+    };
+    let size: usize = value
+        .parse()
+        .map_err(|_| format!("its segment size {value:?} is not a number"))?;
+    if !size.is_power_of_two() || !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&size) {
+        return Err(format!(
+            "its segment size {size} is not a power of two from {MIN_SEGMENT_SIZE} to \
+             {MAX_SEGMENT_SIZE} bytes, as sled requires"
+        ));
+    }
+    Ok(Some(size))
 }
 
 fn checkpoint_prefix(session: &SessionId) -> Vec<u8> {

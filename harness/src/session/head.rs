@@ -13,7 +13,7 @@
 use super::{
     BranchRecord, Checkpoint, CheckpointKind, Commit, Durability, ForkRecord, JoinRecord, Lease,
     SCHEMA_VERSION, SessionConfig, SessionError, SessionInFlight, SessionPendingInterrupt,
-    SessionPhase, SessionStore, StoreError, StoredRun, now_millis,
+    SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun, now_millis,
 };
 use crate::ids::{RunId, SessionId, TaskPath};
 use crate::signal::Signal;
@@ -27,6 +27,59 @@ pub(crate) const START: &str = "$start";
 pub(crate) const INPUT: &str = "$input";
 /// The step name of a value saved outside any run ([`save_value`]).
 pub(crate) const SAVED: &str = "$saved";
+
+/// The most a head's counters (`version`, `steps`, `last_seq`) may be for
+/// a writer to move the session on: `i64::MAX` (also the most the
+/// PostgreSQL store keeps as a version).
+///
+/// Every transition adds to them, and a counter that overflowed would
+/// panic (debug) or wrap (release: `last_seq` back to 0, whose checkpoint
+/// then overwrites the session's first snapshot). No session counts that
+/// far by its own commits, so a head past this was edited or damaged:
+/// [`check_counters`] refuses it wherever a head is read to be moved on
+/// (the agent's reads of its sessions through [`check_owner`],
+/// [`commit_with_retry`], [`load_saved`]), and from a head within it a run
+/// would need some 2^63 commits to reach `u64::MAX`. The transitions that
+/// return a `Result` add with `checked_add` all the same; those that
+/// cannot fail (a run's own commits, after its head was checked) add with
+/// `saturating_add`, which never wraps.
+pub(crate) const MAX_COUNTER: u64 = i64::MAX as u64;
+
+/// Refuses a head whose `version`, `steps` or `last_seq` is past
+/// [`MAX_COUNTER`], naming the counter: nothing is written over it.
+pub(crate) fn check_counters(head: &StoredRun) -> Result<(), StoreLoad> {
+    let counters = [
+        ("version", head.version),
+        ("steps", head.steps),
+        ("last_seq", head.last_seq),
+    ];
+    match counters.into_iter().find(|(_, value)| *value > MAX_COUNTER) {
+        Some((name, value)) => Err(past_limit(head, name, value)),
+        None => Ok(()),
+    }
+}
+
+/// The error for counter `name` of `head`, at `value`, which cannot be
+/// moved on.
+fn past_limit(head: &StoredRun, name: &str, value: u64) -> StoreLoad {
+    StoreLoad::new(
+        head.session_id.clone(),
+        "head",
+        format!(
+            "its `{name}` is {value}, past {MAX_COUNTER}, the most a session's counters reach: \
+             the next value would not fit (the head was edited or damaged); the session is \
+             left as it is"
+        ),
+    )
+}
+
+/// `value + by` for counter `name` of `head`; a [`StoreLoad`] naming the
+/// counter where the sum would overflow.
+fn checked(head: &StoredRun, name: &str, value: u64, by: u64) -> Result<u64, StoreLoad> {
+    value
+        .checked_add(by)
+        .ok_or_else(|| past_limit(head, name, value))
+}
 
 /// The journals of a run's current steps, by task: the root's and, while
 /// a fork is under way, each branch's.
@@ -135,7 +188,8 @@ fn next_with(
         steps: *steps,
         journal: journal.clone(),
         branch_journals: branch_journals.clone(),
-        version: version + 1,
+        // Never wraps: see `MAX_COUNTER` for why it cannot saturate either.
+        version: version.saturating_add(1),
         lease,
         snapshot_seq: *snapshot_seq,
         snapshot_index: *snapshot_index,
@@ -343,8 +397,9 @@ pub(crate) fn step_done(
     } = done;
     let now = now_millis();
     let mut next = next_with(head, now, Some(lease), next_step.map(str::to_string));
-    next.steps += 1;
-    next.last_seq += 1;
+    next.version = checked(head, "version", head.version, 1)?;
+    next.steps = checked(head, "steps", head.steps, 1)?;
+    next.last_seq = checked(head, "last_seq", head.last_seq, 1)?;
     // The last step: its signal, for `recover` should the process die
     // before `settle` records the end.
     next.ended_with = match next_step {
@@ -380,7 +435,7 @@ pub(crate) fn step_done(
     // A step that forks records the fork with it, and no snapshot: the log
     // of a fork under way is read from before it.
     if let Some(fork) = fork {
-        next.last_seq += 1;
+        next.last_seq = checked(head, "last_seq", next.last_seq, 1)?;
         append.push(Checkpoint {
             seq: next.last_seq,
             index: next.steps,
@@ -393,7 +448,7 @@ pub(crate) fn step_done(
         next.measured_index = next.steps;
         if since >= next.state_bytes.saturating_mul(2) {
             next.bytes_since_snapshot = 0;
-            next.last_seq += 1;
+            next.last_seq = checked(head, "last_seq", next.last_seq, 1)?;
             append.push(Checkpoint {
                 seq: next.last_seq,
                 index: next.steps,
@@ -437,8 +492,9 @@ pub(crate) fn branch_done(
 ) -> Commit {
     let now = now_millis();
     let mut next = next_of(head, now);
-    next.steps += 1;
-    next.last_seq += 1;
+    // Saturating, never wrapping (see `MAX_COUNTER`).
+    next.steps = next.steps.saturating_add(1);
+    next.last_seq = next.last_seq.saturating_add(1);
     next.lease = Some(lease);
     next.branch_journals.remove(&done.record.path);
     next.bytes_since_snapshot = head
@@ -452,7 +508,7 @@ pub(crate) fn branch_done(
         kind: CheckpointKind::Branch(done.record.clone()),
     }];
     if let Some(fork) = &done.fork {
-        next.last_seq += 1;
+        next.last_seq = next.last_seq.saturating_add(1);
         append.push(Checkpoint {
             seq: next.last_seq,
             index: next.steps,
@@ -490,8 +546,9 @@ pub(crate) fn child_done(
 ) -> Commit {
     let now = now_millis();
     let mut next = next_of(head, now);
+    // Saturating, never wrapping (see `MAX_COUNTER`).
     if done.is_step {
-        next.steps += 1;
+        next.steps = next.steps.saturating_add(1);
     }
     next.lease = Some(lease);
     for path in &done.clear {
@@ -499,7 +556,7 @@ pub(crate) fn child_done(
     }
     let mut append = Vec::with_capacity(done.records.len());
     for record in &done.records {
-        next.last_seq += 1;
+        next.last_seq = next.last_seq.saturating_add(1);
         append.push(Checkpoint {
             seq: next.last_seq,
             index: next.steps,
@@ -523,7 +580,8 @@ pub(crate) fn joined(
 ) -> Commit {
     let now = now_millis();
     let mut next = next_of(head, now);
-    next.last_seq += 1;
+    // Saturating, never wrapping (see `MAX_COUNTER`).
+    next.last_seq = next.last_seq.saturating_add(1);
     next.lease = Some(lease);
     next.branch_journals
         .retain(|path, _| !record.branches.iter().any(|b| path.starts_with(b)));
@@ -600,8 +658,11 @@ pub(crate) fn renew(
 }
 
 /// A session a worker sets aside because it cannot be run as it is: marked
-/// failed with `reason` and its lease released; `None` if it is not `agent`'s
-/// or is no longer waiting for a worker at `now` (the store's clock).
+/// failed with `reason` and its lease released; `None` if it is not `agent`'s,
+/// is no longer waiting for a worker at `now` (the store's clock), or its
+/// version is at `u64::MAX` (no commit can follow it: it is left as it is).
+/// A head past [`MAX_COUNTER`] otherwise is set aside: that is why it
+/// cannot run.
 pub(crate) fn quarantine(head: &StoredRun, agent: &str, reason: &str, now: u64) -> Option<Commit> {
     if head.agent_id != agent
         || head.phase != SessionPhase::Running
@@ -609,7 +670,9 @@ pub(crate) fn quarantine(head: &StoredRun, agent: &str, reason: &str, now: u64) 
     {
         return None;
     }
+    let version = head.version.checked_add(1)?;
     let mut next = next_of(head, now_millis());
+    next.version = version;
     next.phase = SessionPhase::Failed {
         error: format!("quarantined by a worker: {reason}"),
     };
@@ -653,6 +716,7 @@ pub(crate) fn submit(
     busy: Busy,
     start: &str,
 ) -> Result<(Commit, Submitted), SessionError> {
+    check_counters(head)?;
     let now = now_millis();
     let mut next = next_of(head, now);
     let mut append = Vec::new();
@@ -704,7 +768,9 @@ pub(crate) fn submit(
 
 /// Commits what `decide` makes of the session's current head (`None` if
 /// there is no such session), deciding again from the new head each time
-/// another writer wins the compare-and-set, up to 16 times. After each
+/// another writer wins the compare-and-set, up to 16 times. A head whose
+/// counters cannot be moved on is refused ([`check_counters`]) before
+/// `decide` sees it. After each
 /// lost race it waits a random while, up to twice as long each time (50 µs
 /// to 25 ms): a writer that saves again and again at once would otherwise
 /// win every race against one whose read and commit take longer.
@@ -720,6 +786,9 @@ pub(crate) async fn commit_with_retry<T>(
             tokio::time::sleep(std::time::Duration::from_micros(micros)).await;
         }
         let head = store.load(session).await?;
+        if let Some(head) = &head {
+            check_counters(head)?;
+        }
         let (mut commit, value) = decide(head.as_ref())?;
         super::depth::redact_commit(&mut commit);
         super::check_commit(&commit).map_err(StoreError::from)?;
@@ -742,8 +811,9 @@ pub(crate) async fn commit_with_retry<T>(
 ///
 /// # Errors
 ///
-/// [`SessionError::Load`] if `session` exists and belongs to another owner
-/// (nothing is written), or the store's error.
+/// [`SessionError::Load`] if `session` exists and belongs to another owner,
+/// or its counters are past what a session reaches (an edited head; see
+/// [`load_saved`]); nothing is written. Or the store's error.
 pub async fn save_value(
     store: &dyn SessionStore,
     owner: &str,
@@ -765,6 +835,11 @@ pub async fn save_value(
 /// store answers [`StoreError::Conflict`] otherwise). For a read-decide-
 /// write of a saved value: read it with [`load_saved`], decide, commit
 /// this, and read again on a conflict.
+///
+/// `prev` is a head [`load_saved`] read, which refuses one whose counters
+/// are past what a session reaches (its version and last checkpoint are
+/// moved on here); past `u64::MAX` they would stay where they are, never
+/// wrap.
 pub fn save_commit(
     prev: Option<&StoredRun>,
     owner: &str,
@@ -772,7 +847,7 @@ pub fn save_commit(
     value: Value,
 ) -> Commit {
     let now = now_millis();
-    let seq = prev.map_or(0, |h| h.last_seq + 1);
+    let seq = prev.map_or(0, |h| h.last_seq.saturating_add(1));
     let next = StoredRun {
         schema_version: SCHEMA_VERSION,
         session_id: session.clone(),
@@ -786,7 +861,7 @@ pub fn save_commit(
         steps: 0,
         journal: StepJournal::default(),
         branch_journals: BTreeMap::new(),
-        version: prev.map_or(1, |h| h.version + 1),
+        version: prev.map_or(1, |h| h.version.saturating_add(1)),
         lease: None,
         snapshot_seq: seq,
         snapshot_index: 0,
@@ -843,9 +918,11 @@ pub struct Saved {
 ///
 /// # Errors
 ///
-/// [`SessionError::Load`] if the session belongs to another owner, or if
-/// its snapshot is missing while its head stays the same (damage); the
-/// store's error, also when the session keeps changing while it is read.
+/// [`SessionError::Load`] if the session belongs to another owner, if its
+/// counters are past what a session reaches (an edited head, which
+/// [`save_commit`] could not move on), or if its snapshot is missing while
+/// its head stays the same (damage); the store's error, also when the
+/// session keeps changing while it is read.
 pub async fn load_saved(
     store: &dyn SessionStore,
     owner: &str,
@@ -885,9 +962,12 @@ pub async fn load_saved(
 }
 
 /// A session of another owner is refused by name, before anything is read
-/// or written.
+/// or written; so is one whose counters cannot be moved on
+/// ([`check_counters`]): every read of a head that an agent or a saved
+/// value acts on goes through here.
 pub(crate) fn check_owner(head: &StoredRun, owner: &str) -> Result<(), SessionError> {
     if head.agent_id == owner {
+        check_counters(head)?;
         return Ok(());
     }
     Err(super::StoreLoad::new(
@@ -902,8 +982,9 @@ pub(crate) fn check_owner(head: &StoredRun, owner: &str) -> Result<(), SessionEr
 /// log as an `$input` update, counted like any update; returns the
 /// checkpoint to commit with the head.
 fn push_input(head: &mut StoredRun, input: Value, time: u64) -> Checkpoint {
-    head.last_seq += 1;
-    head.steps += 1;
+    // Saturating, never wrapping (see `MAX_COUNTER`; `submit` checks).
+    head.last_seq = head.last_seq.saturating_add(1);
+    head.steps = head.steps.saturating_add(1);
     head.bytes_since_snapshot = head.bytes_since_snapshot.saturating_add(json_len(&input));
     Checkpoint {
         seq: head.last_seq,
@@ -932,4 +1013,145 @@ pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
     // was written before the error (callers serialize it for real anyway).
     let _ = serde_json::to_writer(&mut count, value);
     count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A running session of agent `a`, with these counters.
+    fn stored(version: u64, steps: u64, last_seq: u64) -> StoredRun {
+        let new = NewSession {
+            agent_id: "a",
+            run_id: RunId::from("r"),
+            session_id: SessionId::from("s"),
+            state: json!({}),
+            next_step: "think",
+            lease: None,
+        };
+        let mut head = create(new, &SessionConfig::default()).head;
+        head.version = version;
+        head.steps = steps;
+        head.last_seq = last_seq;
+        head
+    }
+
+    fn lease() -> Lease {
+        Lease {
+            owner: "me".into(),
+            expires_at: u64::MAX,
+        }
+    }
+
+    fn done() -> StepDone<'static> {
+        StepDone {
+            step: "think",
+            update: json!({"n": 1}),
+            next_step: Some("think"),
+            signal: None,
+            steps_this_run: 1,
+            fork: None,
+        }
+    }
+
+    fn step(head: &StoredRun, config: &SessionConfig) -> Result<Commit, StoreError> {
+        step_done(head, done(), lease(), config, || 0, || Ok(json!({})))
+    }
+
+    #[test]
+    fn counters_past_the_limit_are_refused_by_name() {
+        for (name, head) in [
+            ("version", stored(MAX_COUNTER + 1, 0, 0)),
+            ("version", stored(u64::MAX, 0, 0)),
+            ("steps", stored(1, MAX_COUNTER + 1, 0)),
+            ("steps", stored(1, u64::MAX, 0)),
+            ("last_seq", stored(1, 0, MAX_COUNTER + 1)),
+            ("last_seq", stored(1, 0, u64::MAX)),
+        ] {
+            let e = check_counters(&head).unwrap_err();
+            assert_eq!(e.record, "head");
+            assert!(e.reason.contains(&format!("`{name}` is")), "{e}");
+        }
+        let at_limit = stored(MAX_COUNTER, MAX_COUNTER, MAX_COUNTER);
+        assert_eq!(check_counters(&at_limit), Ok(()));
+        assert!(check_owner(&at_limit, "a").is_ok());
+        assert!(matches!(
+            check_owner(&stored(u64::MAX, 0, 0), "a"),
+            Err(SessionError::Load(_))
+        ));
+    }
+
+    /// A step whose counters would overflow is a load error naming the
+    /// counter; one that reaches `u64::MAX` exactly is made.
+    #[test]
+    fn a_step_past_u64_max_is_a_load_error_not_an_overflow() {
+        let plain = SessionConfig {
+            snapshot_every: 0,
+            ..SessionConfig::default()
+        };
+        // Every step measures and snapshots: two seqs per step.
+        let snapshots = SessionConfig {
+            snapshot_every: 1,
+            ..SessionConfig::default()
+        };
+        let max = u64::MAX;
+        for (config, head, counter) in [
+            (&plain, stored(max, 0, 0), "version"),
+            (&plain, stored(1, max, 0), "steps"),
+            (&plain, stored(1, 0, max), "last_seq"),
+            (&snapshots, stored(1, 0, max - 1), "last_seq"),
+        ] {
+            match step(&head, config) {
+                Err(StoreError::Load(e)) => {
+                    assert!(e.reason.contains(&format!("`{counter}` is")), "{e}")
+                }
+                other => panic!("{counter}: expected a load error, got {other:?}"),
+            }
+        }
+        let c = step(&stored(max - 1, max - 1, max - 1), &plain).unwrap();
+        assert_eq!(
+            (c.head.version, c.head.steps, c.head.last_seq),
+            (max, max, max)
+        );
+        assert_eq!(c.expected_version, Some(max - 1));
+        assert_eq!(c.append[0].seq, max);
+    }
+
+    /// `submit` refuses a head it cannot move on; `quarantine` sets aside a
+    /// head past the limit while its version can still be moved on, and
+    /// leaves one at `u64::MAX` as it is.
+    #[test]
+    fn submit_and_quarantine_never_overflow() {
+        let mut finished = stored(u64::MAX, 3, 3);
+        finished.phase = SessionPhase::Failed { error: "e".into() };
+        for head in [
+            finished.clone(),
+            stored(u64::MAX, 3, 3),
+            stored(1, u64::MAX, 3),
+            stored(1, 3, u64::MAX),
+        ] {
+            assert!(matches!(
+                submit(&head, &json!({"n": 1}), Busy::Queue, "think"),
+                Err(SessionError::Load(_))
+            ));
+        }
+        assert!(quarantine(&stored(u64::MAX, 0, 0), "a", "why", 0).is_none());
+        let set_aside = quarantine(&stored(MAX_COUNTER + 1, 0, 0), "a", "why", 0).unwrap();
+        assert_eq!(set_aside.head.version, MAX_COUNTER + 2);
+        assert!(matches!(set_aside.head.phase, SessionPhase::Failed { .. }));
+    }
+
+    /// Past `u64::MAX` (a head that did not come from `load_saved`, which
+    /// refuses it) `save_commit` keeps the counters where they are rather
+    /// than wrapping `last_seq` to 0, the seq of a first snapshot.
+    #[test]
+    fn save_commit_never_wraps() {
+        let mut prev = stored(u64::MAX, 0, u64::MAX);
+        prev.snapshot_seq = u64::MAX;
+        let c = save_commit(Some(&prev), "a", &SessionId::from("s"), json!(1));
+        assert_eq!(c.head.last_seq, u64::MAX);
+        assert_eq!(c.head.version, u64::MAX);
+        assert_eq!(c.append[0].seq, u64::MAX);
+    }
 }

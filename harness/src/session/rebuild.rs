@@ -150,20 +150,39 @@ fn check_log(
         ));
     }
 
+    // Seqs and step indexes are stored numbers: the arithmetic on them
+    // never overflows (an edited or damaged record at `u64::MAX` is a load
+    // error, not a panic nor a wrap).
     let mut prev = first;
     for cp in &log[1..] {
-        let expected = prev.seq + 1;
         if cp.seq <= prev.seq {
             let kind = if cp.seq == prev.seq {
                 GapKind::Duplicate
             } else {
                 GapKind::OutOfOrder
             };
-            return Err(gap(name(cp), kind, expected, Some(cp.seq)));
+            return Err(gap(
+                name(cp),
+                kind,
+                prev.seq.saturating_add(1),
+                Some(cp.seq),
+            ));
         }
+        // `prev.seq < cp.seq`: no overflow.
+        let expected = prev.seq + 1;
         let is_update = counts_as_step(&cp.kind);
         let want_index = if is_update {
-            prev.index + 1
+            prev.index.checked_add(1).ok_or_else(|| {
+                StoreLoad::new(
+                    session.clone(),
+                    name(cp),
+                    format!(
+                        "it is a step after step {}, the most a step index can be: the record \
+                         before it was edited or damaged",
+                        prev.index
+                    ),
+                )
+            })?
         } else {
             prev.index
         };
@@ -195,10 +214,13 @@ fn check_log(
     }
     if prev.seq != head.last_seq || prev.index != head.steps {
         if prev.seq < head.last_seq || prev.index < head.steps {
+            // The head's steps may be past the log's last record at seq
+            // `u64::MAX`, after which no record can come.
+            let next = prev.seq.saturating_add(1);
             return Err(gap(
-                format!("checkpoint {}", prev.seq + 1),
+                format!("checkpoint {next}"),
                 GapKind::EndsEarly,
-                prev.seq + 1,
+                next,
                 None,
             ));
         }
@@ -601,6 +623,58 @@ mod tests {
             let found = whole(&head, swapped);
             assert!(found.is_err(), "swap {i}");
         }
+    }
+
+    /// Seqs and step indexes at `u64::MAX` (an edited or damaged log or
+    /// head) are load errors naming the record, never an overflow.
+    #[test]
+    fn counters_at_their_end_are_load_errors_not_overflows() {
+        let max = u64::MAX;
+        // A step after a snapshot at step u64::MAX, and two steps from one
+        // at u64::MAX - 1 (the review's edited file store).
+        for (h, log) in [
+            (
+                head(1, max, 0, max),
+                vec![cp(0, max, true), cp(1, 5, false)],
+            ),
+            (
+                head(2, max, 0, max - 1),
+                vec![cp(0, max - 1, true), cp(1, max, false), cp(2, 0, false)],
+            ),
+            (
+                head(3, max, 1, max),
+                vec![cp(1, max, true), cp(2, max, true), cp(3, 0, false)],
+            ),
+        ] {
+            let e = latest(&h, log.clone()).unwrap_err();
+            assert!(e.reason.contains("the most a step index can be"), "{e}");
+            assert!(e.record.starts_with("checkpoint"), "{e}");
+        }
+        // The log ends at seq u64::MAX short of the head's steps.
+        let h = head(max, 3, max, 0);
+        let found = gap_of(latest(&h, vec![cp(max, 0, true)]));
+        assert_eq!(
+            found,
+            Some(LogGap {
+                kind: GapKind::EndsEarly,
+                expected_seq: max,
+                found_seq: None,
+            })
+        );
+        // Seq u64::MAX twice, and once more after its update.
+        let h = head(max, 0, max, 0);
+        let found = gap_of(latest(&h, vec![cp(max, 0, true), cp(max, 0, true)]));
+        assert_eq!(found.map(|g| g.kind), Some(GapKind::Duplicate));
+        let h = head(max, 1, max - 1, 0);
+        let log = vec![cp(max - 1, 0, true), cp(max, 1, false), cp(max, 1, false)];
+        assert_eq!(
+            gap_of(latest(&h, log)).map(|g| g.kind),
+            Some(GapKind::Duplicate)
+        );
+        // Up to u64::MAX exactly is a log like any other.
+        let h = head(max, max, max - 1, max - 1);
+        let log = vec![cp(max - 1, max - 1, true), cp(max, max, false)];
+        assert_eq!(latest(&h, log).map(|l| l.len()), Ok(2));
     }
 
     #[test]

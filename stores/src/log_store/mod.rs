@@ -654,7 +654,8 @@ impl Core {
                     tracing::warn!(dir = %compactor.dir.display(), error = %e, "log store: compaction failed; the log is kept as it was");
                 }
                 let mut shared = guard(&compactor.shared);
-                shared.next_compaction = shared.len + compactor.options.compact_at / 2;
+                shared.next_compaction =
+                    shared.len.saturating_add(compactor.options.compact_at / 2);
                 drop(shared);
                 compactor.compacting.store(false, Ordering::Release);
             });
@@ -700,9 +701,18 @@ impl Core {
                 shared.written,
             )
         };
-        let next = generation + 1;
-        let tmp = tmp_path(&self.dir, next);
         let old_path = log_path(&self.dir, generation);
+        // A log named `log.18446744073709551615` (renamed by hand) has no
+        // next generation: the log is kept as it is, uncompacted.
+        let next = generation.checked_add(1).ok_or_else(|| {
+            StoreError::backend(format!(
+                "log store: {} is the last generation a log can have, so it cannot be \
+                 compacted into the next; rename it to `{LOG_PREFIX}1` while no process has \
+                 the store open",
+                old_path.display()
+            ))
+        })?;
+        let tmp = tmp_path(&self.dir, next);
         // Old offset of each copied checkpoint → its new offset.
         let mut moved: HashMap<u64, u64> = HashMap::new();
         let copied = (|| {

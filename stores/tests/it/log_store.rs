@@ -1209,3 +1209,81 @@ async fn a_failed_compaction_leaves_the_log_as_it_was() {
     let store = LogStore::open(&dir).unwrap();
     assert_eq!(contents(&store).await, model);
 }
+
+/// Panics of the log store's compaction threads, counted by the panic hook
+/// [`watch_compactor_panics`] installs (a panic there ends the thread, not
+/// the test).
+static COMPACTOR_PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts the panics of threads named `harness-log-compact`, then hands
+/// every panic on to the hook there was.
+fn watch_compactor_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some("harness-log-compact") {
+                COMPACTOR_PANICS.fetch_add(1, Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// A log at the last generation there is (`log.18446744073709551615`,
+/// renamed by hand) has no next one to compact into: compaction fails (a
+/// warning) and is tried again later, the log stays as it is, commits go on
+/// and nothing is lost. A log one generation short of it is compacted into
+/// the last one, then kept. Before, the compaction thread panicked on the
+/// overflow in debug builds (leaving the store believing a compaction ran,
+/// so none ever ran again), and in release builds wrapped to `log.0`, a
+/// generation older than the log it replaced.
+#[tokio::test]
+async fn a_log_at_the_last_generation_is_kept_uncompacted() {
+    const COMPACT_AT: u64 = 16 * 1024;
+    watch_compactor_panics();
+    for first in [u64::MAX, u64::MAX - 1] {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("store");
+        let mut model = Contents::new();
+        {
+            let store = LogStore::open(&dir).unwrap();
+            let c = create(head("s"), vec![snapshot(0, 0, big_state(0))]);
+            commit(&store, &mut model, c).await;
+        }
+        std::fs::rename(dir.join("log.1"), dir.join(format!("log.{first}"))).unwrap();
+        let store =
+            LogStore::open_with(&dir, LogOptions::default().compact_at(COMPACT_AT)).unwrap();
+        assert_eq!(contents(&store).await, model, "{first}");
+        let last = dir.join(format!("log.{}", u64::MAX));
+        // Each commit replaces the one snapshot: nearly all of the log is
+        // dead, so compaction is due again and again.
+        let mut step = 0;
+        while store.log_path() != last || std::fs::metadata(&last).unwrap().len() < 8 * COMPACT_AT {
+            step += 1;
+            assert!(
+                step < 2_000,
+                "{first}: the log never reached its last generation"
+            );
+            let (prev, live) = &model[&id("s")];
+            let remove = live.iter().map(|cp| cp.seq).collect();
+            let next = advance(prev, vec![snapshot(step, step, big_state(step))], remove);
+            commit(&store, &mut model, next).await;
+        }
+        assert_eq!(contents(&store).await, model, "{first}");
+        drop(store);
+        assert_eq!(
+            listing(&dir),
+            ["LOCK".to_string(), format!("log.{}", u64::MAX)].into(),
+            "{first}"
+        );
+        let store = LogStore::open(&dir).unwrap();
+        assert_eq!(store.log_path(), last, "{first}");
+        assert_eq!(contents(&store).await, model, "{first}");
+    }
+    assert_eq!(
+        COMPACTOR_PANICS.load(Ordering::SeqCst),
+        0,
+        "a compaction thread panicked"
+    );
+}

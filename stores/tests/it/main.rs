@@ -22,6 +22,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod counters;
 mod depth;
 mod file;
 mod log_gaps;

@@ -489,6 +489,132 @@ mod redis_memory {
         drop_prefixes(&url, &[prefix]).await;
     }
 
+    /// Times in the meta hash that a batch cannot read as the backend
+    /// writes them (`created expires`, each a u64 in digits; damaged,
+    /// edited, or past u64) are taken as no record there, as the sled
+    /// backend takes a record it cannot read: the batch is applied whole
+    /// (before, the script failed part way and kept the writes before the
+    /// damaged one, or returned a created time the backend then could not
+    /// read), a put replaces the damaged times, a touch leaves them, and
+    /// a read reports them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_memory_batches_apply_whole_over_times_they_cannot_read() {
+        let Some(url) = server_url("HARNESS_TEST_REDIS_URL") else {
+            return;
+        };
+        let n = ns(&["m"]);
+        let put = |key: &str, v: u64, at: u64| Write::Put(record(&n, key, json!({"v": v}), at));
+        let bad_times = [
+            "garbage",
+            "",
+            "5",
+            "5 x",
+            " 5 ",
+            "+5 ",
+            "5 +6",
+            "5 5 5",
+            "99999999999999999999 ",
+            "18446744073709551616 ",
+            "5 18446744073709551616",
+            "5 99999999999999999999",
+        ];
+        let mut prefixes = Vec::new();
+        for bad in bad_times {
+            let prefix = unique("meta");
+            prefixes.push(prefix.clone());
+            let memory = RedisMemory::connect(&url, &prefix).await.unwrap();
+            memory.apply(vec![put("b", 0, T0)], T0).await.unwrap();
+            let [_, _, meta] = memory.keys();
+            let mut con = memory.connection();
+            let members: Vec<Vec<u8>> = redis::cmd("HKEYS")
+                .arg(&meta)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            let [member] = <[Vec<u8>; 1]>::try_from(members).unwrap();
+            let damage = || {
+                let mut con = con.clone();
+                let (meta, member) = (meta.clone(), member.clone());
+                async move {
+                    let _: () = redis::cmd("HSET")
+                        .arg(&meta)
+                        .arg(&member)
+                        .arg(bad)
+                        .query_async(&mut con)
+                        .await
+                        .unwrap();
+                }
+            };
+
+            // A put, then a put over the damaged times: both applied, the
+            // damaged record replaced with its new created time.
+            damage().await;
+            let created = memory
+                .apply(vec![put("a", 1, T0 + 1), put("b", 1, T0 + 1)], T0 + 1)
+                .await;
+            let created = created.unwrap_or_else(|e| panic!("{bad:?}: {e}"));
+            assert_eq!(created, vec![T0 + 1, T0 + 1], "{bad:?}");
+            for key in ["a", "b"] {
+                let got = memory.get(&n, key, T0 + 1).await.unwrap().unwrap();
+                assert_eq!(got.item.value, json!({"v": 1}), "{bad:?} {key}");
+                assert_eq!(got.item.created_at, T0 + 1, "{bad:?} {key}");
+            }
+
+            // A put, then a touch of damaged times: the put applied, the
+            // damaged times left as they are, and reported by a read.
+            damage().await;
+            let touch = Write::Touch {
+                namespace: n.clone(),
+                key: "b".into(),
+                expires_at: T0 + 100,
+            };
+            let created = memory.apply(vec![put("c", 2, T0 + 2), touch], T0 + 2).await;
+            let created = created.unwrap_or_else(|e| panic!("{bad:?}: {e}"));
+            assert_eq!(created, vec![T0 + 2], "{bad:?}");
+            assert!(memory.get(&n, "c", T0 + 2).await.unwrap().is_some());
+            let left: Vec<u8> = redis::cmd("HGET")
+                .arg(&meta)
+                .arg(&member)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            assert_eq!(left, bad.as_bytes(), "{bad:?}");
+            let err = memory.get(&n, "b", T0 + 2).await.unwrap_err();
+            assert!(
+                matches!(&err, MemoryError::Corrupt { namespace, key, .. }
+                    if namespace == "m" && key == "b"),
+                "{bad:?}: {err}"
+            );
+        }
+        // Times written oddly but readable (leading zeros) are read, by a
+        // batch as by a read: the created time is kept.
+        let prefix = unique("meta");
+        prefixes.push(prefix.clone());
+        let memory = RedisMemory::connect(&url, &prefix).await.unwrap();
+        memory.apply(vec![put("b", 0, T0)], T0).await.unwrap();
+        let [_, _, meta] = memory.keys();
+        let mut con = memory.connection();
+        let members: Vec<Vec<u8>> = redis::cmd("HKEYS")
+            .arg(&meta)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let odd = format!("{:0>30} ", T0 - 7);
+        let _: () = redis::cmd("HSET")
+            .arg(&meta)
+            .arg(&members[0])
+            .arg(&odd)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let created = memory
+            .apply(vec![put("b", 1, T0 + 1)], T0 + 1)
+            .await
+            .unwrap();
+        assert_eq!(created, vec![T0 - 7]);
+        drop_prefixes(&url, &prefixes).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_memory_searches_by_meaning_after_a_reopen() {
         let Some(url) = server_url("HARNESS_TEST_REDIS_URL") else {

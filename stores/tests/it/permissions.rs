@@ -76,3 +76,78 @@ async fn a_new_log_store_and_its_parents_are_private() {
     let store = harness_stores::LogStore::open(&root).unwrap();
     check(base.path(), &root, &store).await;
 }
+
+/// Opening a sled store, or sled memory, in a directory that already holds
+/// other files (the current directory, a data directory shared with other
+/// software) takes group and other permissions away from sled's own files
+/// only: `db`, `conf`, `blobs`. The directory itself and everything else in
+/// it keep their modes, also names that look like sled's and files behind
+/// a link. Before, the open stripped them from the whole tree.
+#[cfg(feature = "sled")]
+#[tokio::test]
+async fn a_sled_database_opened_among_other_files_changes_only_its_own() {
+    use std::os::unix::fs::symlink;
+    for kind in ["store", "memory"] {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("shared");
+        let outside = base.path().join("outside.txt");
+        std::fs::write(&outside, b"elsewhere").unwrap();
+        std::fs::create_dir_all(dir.join("site/sub")).unwrap();
+        std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+        let files: [(&str, u32); 9] = [
+            ("notes.txt", 0o644),
+            ("site/sub/run.sh", 0o755),
+            ("db.bak", 0o640),
+            ("database", 0o664),
+            ("snap-1.txt", 0o644),
+            ("snapshot", 0o644),
+            ("blobsy", 0o644),
+            ("conf.d/app.conf", 0o644),
+            ("config", 0o666),
+        ];
+        for (name, mode) in files {
+            std::fs::write(dir.join(name), b"user data").unwrap();
+            set_mode(&dir.join(name), mode);
+        }
+        for (name, mode) in [("site", 0o755), ("site/sub", 0o750), ("conf.d", 0o755)] {
+            set_mode(&dir.join(name), mode);
+        }
+        set_mode(&outside, 0o644);
+        symlink(&outside, dir.join("link")).unwrap();
+        set_mode(&dir, 0o755);
+        let before: Vec<(PathBuf, u32)> = files
+            .iter()
+            .map(|(name, _)| *name)
+            .chain(["site", "site/sub", "conf.d"])
+            .map(|name| dir.join(name))
+            .chain([dir.clone(), outside.clone()])
+            .map(|path| {
+                let m = mode(&path);
+                (path, m)
+            })
+            .collect();
+
+        match kind {
+            "store" => {
+                let store = harness_stores::SledStore::open(&dir).unwrap();
+                create_sample(&store, "s", 2).await;
+                store.flush().await.unwrap();
+            }
+            _ => drop(harness_stores::SledMemory::open(&dir).unwrap()),
+        }
+
+        for (path, was) in before {
+            assert_eq!(mode(&path), was, "{kind}: {} changed", path.display());
+        }
+        for name in ["db", "conf"] {
+            let m = mode(&dir.join(name));
+            assert_eq!(m & 0o077, 0, "{kind}: {name} is {m:o}");
+        }
+        let m = mode(&dir.join("blobs"));
+        assert_eq!(m & 0o077, 0, "{kind}: blobs is {m:o}");
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

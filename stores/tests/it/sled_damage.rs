@@ -574,3 +574,71 @@ async fn writer_open_audit_cost() {
         );
     }
 }
+
+/// A `conf` whose segment size sled never writes (edited: sled keeps the
+/// file beside a checksum it only warns about) is refused as damage to the
+/// `conf` file by the application's open, before anything is read by that
+/// size or changed: before, a size of 1 TiB made the open allocate a
+/// buffer of that size for the log's audit, which aborted the process.
+/// The reader reports it too. Put back, the store opens as it was.
+#[tokio::test]
+async fn the_writers_open_refuses_a_conf_whose_segment_size_sled_never_writes() {
+    let base = tempfile::tempdir().unwrap();
+    let pristine = base.path().join("pristine");
+    closed_db(&pristine, 2).await;
+    let conf = std::fs::read(pristine.join("conf")).unwrap();
+    let text = String::from_utf8_lossy(&conf);
+    assert!(text.contains("segment_size: 131072"), "{text}");
+    let sizes = [
+        "1099511627776",
+        "4611686018427387904",
+        "18446744073709551615",
+        "18446744073709551616",
+        "33554432",
+        "131073",
+        "0",
+        "128",
+        "-1",
+        "abc",
+        "",
+    ];
+    for (i, size) in sizes.into_iter().enumerate() {
+        let case = base.path().join(format!("case-{i}"));
+        copy_db(&pristine, &case);
+        let edited = String::from_utf8_lossy(&conf)
+            .replace("segment_size: 131072", &format!("segment_size: {size}"));
+        std::fs::write(case.join("conf"), edited.as_bytes()).unwrap();
+        let before = files(&case);
+        match SledStore::open(&case) {
+            Err(StoreError::Damaged {
+                store, file, what, ..
+            }) => {
+                assert_eq!(store, case, "{size:?}");
+                assert_eq!(file, case.join("conf"), "{size:?}");
+                assert!(what.contains("segment size"), "{size:?}: {what}");
+                assert!(what.contains("nothing was changed"), "{size:?}: {what}");
+            }
+            Err(other) => panic!("{size:?}: expected damage, got {other}"),
+            Ok(_) => panic!("{size:?}: opened"),
+        }
+        assert_eq!(files(&case), before, "{size:?}: the open changed the store");
+        match SledStore::open_read_only(&case) {
+            Err(ReadOnlyError::Damaged(damage)) => {
+                assert_eq!(damage.file, case.join("conf"), "{size:?}");
+            }
+            other => panic!("{size:?}: expected damage, got {other:?}"),
+        }
+        assert_eq!(files(&case), before, "{size:?}: the read changed the store");
+        std::fs::remove_dir_all(&case).unwrap();
+    }
+    // A valid size, not the one the database was made with: sled's own
+    // error, and the sizes that are sled's open.
+    let case = base.path().join("other-size");
+    copy_db(&pristine, &case);
+    let edited =
+        String::from_utf8_lossy(&conf).replace("segment_size: 131072", "segment_size: 65536");
+    std::fs::write(case.join("conf"), edited.as_bytes()).unwrap();
+    assert!(SledStore::open(&case).is_err());
+    let store = SledStore::open(&pristine).unwrap();
+    assert_eq!(store.sessions().await.unwrap(), vec![id("s0"), id("s1")]);
+}

@@ -541,3 +541,78 @@ async fn postgres_migration_2_gives_old_sessions_their_agent() {
     ));
     pg.cleanup().await;
 }
+
+/// `id` values this store never writes (a `%` not followed by `25` or
+/// `00`), as another tool or a hand edit would insert them.
+const FOREIGN_IDS: [&str; 7] = ["100%done", "%", "%2", "%zz", "a%2", "%%25", "x%25%"];
+
+/// A `sessions` row whose id this store never writes, running and of the
+/// agent, is no session of the store: `runnable` (claiming or not, any
+/// limit) passes over it and never claims it, and `sessions` leaves it
+/// out; every other session is found. Before, one such row failed both
+/// calls for every session (and the claiming `runnable` had claimed the
+/// good rows it then did not return).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_rows_whose_ids_the_store_never_writes_are_passed_over() {
+    let Some(pg) = Pg::new() else { return };
+    let now = now_millis();
+    for claim in [Duration::from_secs(60), Duration::ZERO] {
+        let schema = pg.fresh_schema("foreign");
+        let store = pg
+            .connect(&schema, PostgresOptions::default().claim_ttl(claim))
+            .await;
+        for (i, name) in ["a", "b%c", "d"].into_iter().enumerate() {
+            let mut c = create(head(name), vec![snapshot(0, 0, json!(i))]);
+            c.head.updated_at = now - 1_000 + i as u64;
+            store.commit(&c).await.unwrap();
+        }
+        let client = store.pool().get().await.unwrap();
+        // The foreign rows are the oldest: first in every walk.
+        for (i, bad) in FOREIGN_IDS.into_iter().enumerate() {
+            client
+                .execute(
+                    &format!(
+                        "INSERT INTO \"{schema}\".sessions \
+                         (id, head, version, phase, updated_at, agent_id) \
+                         VALUES ($1, '{{}}', 1, 'running', $2, 'conformance')"
+                    ),
+                    &[&bad, &((now - 5_000 + i as u64) as i64)],
+                )
+                .await
+                .unwrap();
+        }
+        let listed = store.sessions().await;
+        let listed = listed.unwrap_or_else(|e| panic!("claim {claim:?}: {e}"));
+        assert_eq!(names_of(listed), ["a", "b%c", "d"], "claim {claim:?}");
+        // One at a time, then the rest: the foreign rows take no place.
+        let first = store.runnable("conformance", now, 1).await;
+        let first = first.unwrap_or_else(|e| panic!("claim {claim:?}: {e}"));
+        assert_eq!(names_of(first), ["a"], "claim {claim:?}");
+        let want: &[&str] = if claim.is_zero() {
+            &["a", "b%c", "d"]
+        } else {
+            &["b%c", "d"]
+        };
+        let rest = store.runnable("conformance", now, 10).await.unwrap();
+        assert_eq!(names_of(rest), want, "claim {claim:?}");
+        // Never claimed, nor otherwise changed.
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT id, claimed_until, head, version FROM \"{schema}\".sessions \
+                     WHERE NOT (id = ANY ($1))"
+                ),
+                &[&vec!["a", "b%25c", "d"]],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), FOREIGN_IDS.len());
+        for row in rows {
+            let id: String = row.get(0);
+            assert_eq!(row.get::<_, Option<i64>>(1), None, "{id} was claimed");
+            assert_eq!(row.get::<_, String>(2), "{}", "{id}");
+            assert_eq!(row.get::<_, i64>(3), 1, "{id}");
+        }
+    }
+    pg.cleanup().await;
+}

@@ -70,7 +70,8 @@ impl Rd {
         for prefix in prefixes {
             let mut cursor: u64 = 0;
             loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                // Bytes: a test writes keys that are not UTF-8.
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
                     .arg(cursor)
                     .arg("MATCH")
                     .arg(format!("{prefix}:*"))
@@ -484,5 +485,216 @@ async fn redis_runnable_reads_the_agent_of_sessions_written_before_the_agents_ha
         ["b-1"]
     );
     assert_eq!(store.runnable("gamma", now, 10).await.unwrap(), vec![]);
+    rd.cleanup().await;
+}
+
+/// The values `runnable` finds in `P:leases` or `P:claims` that are not an
+/// expiry in ms as the store writes one (digits): edits, another tool.
+const NOT_AN_EXPIRY: [&str; 10] = [
+    "garbage", "", "12ab", "-5", "1e3", " 5", "0x10", "nan", "5.5", "inf",
+];
+
+/// A lease or claim value `runnable` cannot read is taken as none: the
+/// walk goes on past it and returns every runnable session at once, the
+/// damaged one too (taking it is the compare-and-set on its head, whose
+/// lease is the one that counts), and claims them all; a live lease still
+/// hides its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_runnable_takes_a_lease_or_claim_it_cannot_read_as_none() {
+    let Some(rd) = Rd::new() else { return };
+    let now = now_millis();
+    for bad in NOT_AN_EXPIRY {
+        for hash in ["leases", "claims"] {
+            let prefix = rd.fresh_prefix("unread");
+            let store = rd
+                .connect(
+                    &prefix,
+                    RedisOptions::default().claim_ttl(Duration::from_secs(60)),
+                )
+                .await;
+            // Oldest first: a, the damaged one, b, and one with a live
+            // lease.
+            for (i, name) in ["a", "damaged", "b"].into_iter().enumerate() {
+                super::put(
+                    &store,
+                    name,
+                    SessionPhase::Running,
+                    None,
+                    now - 900 + i as u64,
+                )
+                .await;
+            }
+            super::put(
+                &store,
+                "live",
+                SessionPhase::Running,
+                Some(now + 3_600_000),
+                now - 1_000,
+            )
+            .await;
+            let mut con = store.connection();
+            let _: () = redis::cmd("HSET")
+                .arg(format!("{prefix}:{hash}"))
+                .arg("damaged")
+                .arg(bad)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            let found = store.runnable("conformance", now, 10).await;
+            let found = found.unwrap_or_else(|e| panic!("{hash} {bad:?}: {e}"));
+            assert_eq!(names_of(found), ["a", "damaged", "b"], "{hash} {bad:?}");
+            // All three are claimed now (the damaged claim rewritten).
+            assert_eq!(
+                store.runnable("conformance", now, 10).await.unwrap(),
+                vec![],
+                "{hash} {bad:?}"
+            );
+            let claims: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(format!("{prefix}:claims"))
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            assert_eq!(
+                claims.keys().map(String::as_str).collect::<Vec<_>>(),
+                ["a", "b", "damaged"],
+                "{hash} {bad:?}"
+            );
+            assert!(
+                claims.values().all(|v| v.parse::<u64>().is_ok()),
+                "{hash} {bad:?}: {claims:?}"
+            );
+            // Taking the damaged one goes by its head, as for any other.
+            let h = store.load(&id("damaged")).await.unwrap().unwrap();
+            let mut take = advance(&h, vec![], vec![]);
+            take.head.lease = Some(Lease {
+                owner: "worker".into(),
+                expires_at: now + 60_000,
+            });
+            store.commit(&take).await.unwrap();
+        }
+    }
+    rd.cleanup().await;
+}
+
+/// A member of `P:running` or `P:sessions` that is not UTF-8 (no session
+/// id is) is skipped: the other sessions are still found and listed, and
+/// those the walk claimed are returned, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_runnable_and_sessions_skip_ids_that_are_not_utf8() {
+    let Some(rd) = Rd::new() else { return };
+    let now = now_millis();
+    let foreign: [&[u8]; 3] = [b"\xff", b"a\xfe\xffb", b"\xc3("];
+    for bytes in foreign {
+        let prefix = rd.fresh_prefix("utf8");
+        let store = rd
+            .connect(
+                &prefix,
+                RedisOptions::default().claim_ttl(Duration::from_secs(60)),
+            )
+            .await;
+        super::put(&store, "a", SessionPhase::Running, None, now - 900).await;
+        super::put(&store, "b", SessionPhase::Running, None, now - 800).await;
+        let mut con = store.connection();
+        // Oldest of all, and this agent's; listed, with a head.
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg(format!("{prefix}:running"))
+            .arg(now - 850)
+            .arg(bytes)
+            .ignore()
+            .cmd("HSET")
+            .arg(format!("{prefix}:agents"))
+            .arg(bytes)
+            .arg("conformance")
+            .ignore()
+            .cmd("SADD")
+            .arg(format!("{prefix}:sessions"))
+            .arg(bytes)
+            .ignore()
+            .cmd("SET")
+            .arg([format!("{prefix}:{{").as_bytes(), bytes, b"}:head"].concat())
+            .arg("{}")
+            .ignore()
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let found = store.runnable("conformance", now, 10).await;
+        let found = found.unwrap_or_else(|e| panic!("{bytes:?}: {e}"));
+        assert_eq!(names_of(found), ["a", "b"], "{bytes:?}");
+        let listed = store.sessions().await;
+        let listed = listed.unwrap_or_else(|e| panic!("{bytes:?}: {e}"));
+        assert_eq!(listed, vec![id("a"), id("b")], "{bytes:?}");
+    }
+    rd.cleanup().await;
+}
+
+/// A finished TTL longer than Redis can keep as an expiry (`Duration::MAX`
+/// and others past 2^63 ms) is taken as 1,000 years: the commit that
+/// finishes the session succeeds (before, Redis refused its `PEXPIRE`
+/// after the head was written, and the commit was reported failed), the
+/// keys expire in 1,000 years, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_a_finished_ttl_past_what_redis_keeps_is_capped() {
+    let Some(rd) = Rd::new() else { return };
+    const CAP_MS: i64 = 1_000 * 365 * 24 * 3_600 * 1_000;
+    let day = Duration::from_secs(24 * 3600);
+    let cases = [
+        (Duration::MAX, CAP_MS),
+        (Duration::from_millis(u64::MAX), CAP_MS),
+        (Duration::from_millis(1 << 63), CAP_MS),
+        (Duration::from_millis(i64::MAX as u64), CAP_MS),
+        (
+            Duration::from_millis(i64::MAX as u64 - 10_000_000_000_000),
+            CAP_MS,
+        ),
+        (Duration::from_millis(CAP_MS as u64 + 1), CAP_MS),
+        // Within the cap: as given.
+        (day, day.as_millis() as i64),
+    ];
+    for (i, (ttl, want)) in cases.into_iter().enumerate() {
+        // Set either way: on the store, and in the options.
+        let prefix = rd.fresh_prefix("bigttl");
+        let store = if i % 2 == 0 {
+            rd.connect(&prefix, RedisOptions::default())
+                .await
+                .with_finished_ttl(ttl)
+        } else {
+            rd.connect(&prefix, RedisOptions::default().finished_ttl(ttl))
+                .await
+        };
+        let c = create(head("done"), vec![snapshot(0, 0, json!(0))]);
+        store.commit(&c.clone()).await.unwrap();
+        let mut finish = advance(&c.head, vec![update(1, 1, "x", json!(1))], vec![]);
+        finish.head.phase = completed();
+        let done = store.commit(&finish.clone()).await;
+        done.unwrap_or_else(|e| panic!("{ttl:?}: {e}"));
+        assert_eq!(
+            store.load(&id("done")).await.unwrap(),
+            Some(finish.head.clone())
+        );
+        let con = store.connection();
+        let pttl = |key: String| {
+            let mut con = con.clone();
+            async move {
+                redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async::<i64>(&mut con)
+                    .await
+                    .unwrap()
+            }
+        };
+        let head_ttl = pttl(session_key(&store, &id("done"), "head")).await;
+        assert!(
+            head_ttl <= want && head_ttl > want - 60_000,
+            "{ttl:?}: {head_ttl} ms, want {want}"
+        );
+        let log_ttl = pttl(session_key(&store, &id("done"), "cp")).await;
+        assert!(log_ttl > head_ttl, "{ttl:?}: {log_ttl}");
+        // The session goes on: the next commit expects the version written.
+        let mut resume = advance(&finish.head, vec![update(2, 2, "y", json!(2))], vec![]);
+        resume.head.phase = SessionPhase::Running;
+        store.commit(&resume).await.unwrap();
+        assert_eq!(pttl(session_key(&store, &id("done"), "head")).await, -1);
+    }
     rd.cleanup().await;
 }
