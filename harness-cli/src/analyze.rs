@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use harness_code::kernel::KernelConfig;
 use harness_code::notebook::Notebook;
 use harness_code::{
     AnalysisError, AnalysisOptions, CellAnalysis, CellId, CellTrace, CodeCell, ExecutionStateGraph,
@@ -14,7 +13,8 @@ use serde::Serialize;
 /// Arguments of `harness analyze`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook.
+    /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook:
+    /// a regular file of at most 64 MiB.
     file: PathBuf,
     /// Print the cell graph in Graphviz DOT format instead of JSON.
     #[arg(long)]
@@ -79,10 +79,10 @@ struct DependsOn {
 }
 
 pub(crate) fn run(args: &Args) -> ExitCode {
-    let text = match std::fs::read_to_string(&args.file) {
+    let text = match crate::input::read_text(&args.file) {
         Ok(text) => text,
         Err(error) => {
-            errln!("harness: cannot read {}: {error}", args.file.display());
+            errln!("harness: {error}");
             return ExitCode::from(2);
         }
     };
@@ -274,13 +274,14 @@ fn add_traces(args: &Args, graph: &mut ExecutionStateGraph) -> Result<(), String
             state.display()
         ));
     }
-    let notebook = Notebook::open(&state, KernelConfig::default())
-        .map_err(|error| format!("--trace: {error}"))?;
+    // Only the graph is read: analyze never writes in the directory it
+    // reads (opening the notebook would create its blob store).
+    let stored_graph = Notebook::read_graph(&state).map_err(|error| format!("--trace: {error}"))?;
     let ids: Vec<CellId> = graph.cells().map(|node| node.id()).collect();
     for id in ids {
         let Ok(node) = graph.cell(id) else { continue };
         let source = node.source().to_owned();
-        let stored = notebook.graph().cell(id).ok();
+        let stored = stored_graph.cell(id).ok();
         let Some(trace) = stored
             .filter(|stored| stored.source() == source)
             .and_then(|stored| stored.trace())

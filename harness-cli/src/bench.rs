@@ -10,7 +10,9 @@ use harness_code::{AnalysisOptions, analyze_cell, check_syntax};
 /// Arguments of `harness bench-analyze`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A text file with one Python file path per line.
+    /// A text file with one Python file path per line (it and each file
+    /// it lists: a regular file of at most 64 MiB; a listed file that is
+    /// not one is counted as unreadable).
     list: PathBuf,
     /// Timed passes over all files; the fastest one is reported.
     #[arg(long, default_value_t = 3)]
@@ -21,10 +23,10 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: &Args) -> ExitCode {
-    let list = match std::fs::read_to_string(&args.list) {
+    let list = match crate::input::read_text(&args.list) {
         Ok(list) => list,
         Err(error) => {
-            errln!("harness: cannot read {}: {error}", args.list.display());
+            errln!("harness: {error}");
             return ExitCode::from(2);
         }
     };
@@ -32,7 +34,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     let mut sources = Vec::new();
     let mut unreadable = 0_usize;
     for path in list.lines().filter(|l| !l.trim().is_empty()) {
-        match std::fs::read_to_string(path) {
+        match crate::input::read_text(std::path::Path::new(path)) {
             Ok(source) => sources.push(source),
             Err(_) => unreadable += 1,
         }

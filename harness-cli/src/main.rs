@@ -22,6 +22,7 @@ macro_rules! errln {
 
 mod analyze;
 mod bench;
+mod input;
 mod out;
 mod run;
 mod sessions;

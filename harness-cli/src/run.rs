@@ -25,7 +25,8 @@ use harness_code::{
 /// Arguments of `harness run`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook.
+    /// A `.py` file (split into cells at `# %%` lines) or a `.ipynb` notebook:
+    /// a regular file of at most 64 MiB.
     file: PathBuf,
     /// Where the notebook is kept (default: `.harness/code/<file stem>`
     /// next to the file). A directory holding anything else than what
@@ -100,8 +101,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 }
 
 fn cells_of(file: &Path) -> Result<(Vec<CodeCell>, bool), String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+    let text = crate::input::read_text(file).map_err(|error| error.to_string())?;
     let is_notebook = file
         .extension()
         .is_some_and(|ext| ext.eq_ignore_ascii_case("ipynb"));

@@ -132,7 +132,8 @@ pub(crate) enum SessionsError {
     },
 }
 
-/// A store's path or URL as shown in messages: a URL loses its password.
+/// A store's path or URL as shown in messages (and by `harness studio`): a
+/// URL loses its password ([`without_password`]).
 #[derive(Debug)]
 pub(crate) struct Shown(String);
 
@@ -148,22 +149,94 @@ impl fmt::Display for Shown {
     }
 }
 
-/// `scheme://user:password@host…` → `scheme://user@host…`.
+/// `scheme://user:password@host…?password=…` → `scheme://user@host…`: the
+/// password of the userinfo and every query parameter naming one
+/// (`password`, `sslpassword`, which tokio-postgres reads) are left out.
+///
+/// The userinfo ends at the last `@` of the authority, as URL parsers read
+/// it. But tokio-postgres takes the credentials up to the first `@`
+/// anywhere (`postgres://ada:s3/cret@host/x`: the password `s3/cret`), so
+/// when an `@` comes after the authority, everything before the last `@`
+/// is taken as the userinfo: a URL shown with less than it has is better
+/// than a password shown.
 fn without_password(store: &str) -> String {
     let Some((scheme, rest)) = store.split_once("://") else {
         return store.to_owned();
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
+    let at = if rest[authority_end..].contains('@') {
+        rest.rfind('@')
+    } else {
+        rest[..authority_end].rfind('@')
+    };
+    let (user, tail) = match at {
+        Some(at) => {
+            let userinfo = &rest[..at];
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let user = if user.is_empty() { "" } else { user };
-            let at = if user.is_empty() { "" } else { "@" };
-            format!("{scheme}://{user}{at}{host}{tail}")
+            (user, &rest[at + 1..])
         }
-        None => store.to_owned(),
+        None => ("", rest),
+    };
+    let at = if user.is_empty() { "" } else { "@" };
+    format!("{scheme}://{user}{at}{}", without_password_parameters(tail))
+}
+
+/// `host/path?query#fragment` without the query parameters whose name
+/// (percent-decoded, any case) holds `password`.
+fn without_password_parameters(tail: &str) -> String {
+    let (before, fragment) = match tail.split_once('#') {
+        Some((before, fragment)) => (before, Some(fragment)),
+        None => (tail, None),
+    };
+    let Some((path, query)) = before.split_once('?') else {
+        return tail.to_owned();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let name = pair.split_once('=').map_or(*pair, |(name, _)| name);
+            !percent_decoded(name)
+                .to_ascii_lowercase()
+                .contains("password")
+        })
+        .collect();
+    let mut shown = path.to_owned();
+    if !kept.is_empty() {
+        shown.push('?');
+        shown.push_str(&kept.join("&"));
     }
+    if let Some(fragment) = fragment {
+        shown.push('#');
+        shown.push_str(fragment);
+    }
+    shown
+}
+
+/// `text` with its `%XX` escapes decoded (bytes that are not UTF-8 become
+/// U+FFFD): `pass%77ord` names the password too.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |i: usize| {
+            bytes
+                .get(i)
+                .and_then(|b| char::from(*b).to_digit(16))
+                .and_then(|d| u8::try_from(d).ok())
+        };
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(high << 4 | low);
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub(crate) fn run(args: Args) -> ExitCode {
@@ -256,6 +329,13 @@ async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError>
         store: Shown::new(url),
         source: StoreError::Backend { message },
     };
+    // `[USER:PASSWORD@]HOST:PORT[/OBJECT]`: the userinfo first, up to the
+    // last `@` (as the admin client reads it), so that a password holding a
+    // `/` is never read as an object's name (and quoted as one).
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((userinfo, rest)) => (Some(userinfo), rest),
+        None => (None, rest),
+    };
     // `HOST:PORT[/OBJECT]`: the object an agent is served as, `HarnessAgent`
     // unless named.
     let (authority, object) = match rest.split_once('/') {
@@ -274,12 +354,18 @@ async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError>
             "`{object}` is not the name of a virtual object (letters, digits, `_`, `-` and `.`)"
         )));
     };
-    let base = format!("{scheme}://{authority}");
-    let admin = Admin::new(base.clone()).map_err(|e| failed(e.to_string()))?;
+    // The admin client sends the userinfo as basic auth, and keeps it out
+    // of every URL it shows (its errors reach `harness sessions` and the
+    // studio's pages).
+    let base = match userinfo {
+        Some(userinfo) => format!("{scheme}://{userinfo}@{authority}"),
+        None => format!("{scheme}://{authority}"),
+    };
+    let admin = Admin::new(base).map_err(|e| failed(e.to_string()))?;
     if !admin.healthy().await {
         return Err(failed(format!(
             "no Restate admin API answers at {}",
-            without_password(&base)
+            admin.base()
         )));
     }
     Ok(Box::new(RestateSessionReader::new(admin).object(object)))
@@ -456,8 +542,47 @@ mod tests {
             ("redis://cache:6379/", "redis://cache:6379/"),
             ("postgres://ada@db/x", "postgres://ada@db/x"),
             ("/var/lib/sessions", "/var/lib/sessions"),
+            // A `password` query parameter (tokio-postgres reads it), in
+            // any place, case or escape; other parameters stay.
+            (
+                "postgres://ada@host/x?password=s3cret",
+                "postgres://ada@host/x",
+            ),
+            (
+                "postgres://ada@host/x?sslmode=disable&password=s3cret&application_name=a",
+                "postgres://ada@host/x?sslmode=disable&application_name=a",
+            ),
+            (
+                "postgres://host/x?user=ada&PassWord=s3cret#f",
+                "postgres://host/x?user=ada#f",
+            ),
+            ("postgres://host/x?pass%77ord=s3cret", "postgres://host/x"),
+            (
+                "postgres://host/x?sslpassword=s3cret&sslmode=require",
+                "postgres://host/x?sslmode=require",
+            ),
+            ("postgres://host/x?password", "postgres://host/x"),
+            // A password holding `/`, `?`, `#`, `:` or `@`: everything up
+            // to the last `@` is the userinfo.
+            ("postgres://ada:s3/cret@host/x", "postgres://ada@host/x"),
+            ("postgres://ada:s3?cret@host/x", "postgres://ada@host/x"),
+            ("postgres://ada:s3#cret@host/x", "postgres://ada@host/x"),
+            ("postgres://ada:s3:cr@et@host/x", "postgres://ada@host/x"),
+            ("redis://:s3/cret@cache:6379/0", "redis://cache:6379/0"),
+            (
+                "restate://ops:s3/cret@127.0.0.1:9070/Orders",
+                "restate://ops@127.0.0.1:9070/Orders",
+            ),
+            (
+                "http://key:s3cret@127.0.0.1:8081/v1",
+                "http://key@127.0.0.1:8081/v1",
+            ),
         ] {
-            assert_eq!(without_password(given), shown);
+            let got = without_password(given);
+            assert_eq!(got, shown, "{given}");
+            for secret in ["s3cret", "s3/cret", "s3?cret", "s3#cret", "cr@et"] {
+                assert!(!got.contains(secret), "{given} shows {got}");
+            }
         }
     }
 }

@@ -406,7 +406,8 @@ async fn serve(args: &Args) -> Result<(), Error> {
     let serving = studio
         .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))
         .await?;
-    outln!("harness studio: {} (read-only)", args.store);
+    // The store as every message shows it: a URL without its password.
+    outln!("harness studio: {} (read-only)", Shown::new(&args.store));
     if let Some(location) = &args.memory {
         let search = match &args.embed_model {
             Some(model) => format!("searched by meaning with {model}"),

@@ -427,25 +427,26 @@ impl Notebook {
     /// [`NotebookError::Format`] if it is corrupt.
     pub fn open(dir: impl Into<PathBuf>, config: KernelConfig) -> Result<Self, NotebookError> {
         let dir = dir.into();
-        let path = dir.join(NOTEBOOK_FILE);
-        // Opened without waiting: a FIFO or a device in its place is an
-        // error, not a read that never ends.
-        let bytes = crate::blobs::read_regular(&path, true)
-            .and_then(|bytes| {
-                bytes.ok_or_else(|| {
-                    std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")
-                })
-            })
-            .map_err(|source| NotebookError::Io {
-                action: "read",
-                path: path.clone(),
-                source,
-            })?;
-        let saved = decode(&bytes, &path.display().to_string())?;
+        let saved = read_saved(&dir)?;
         let notebook = Self::assemble(dir, config, saved.graph, saved.records, saved.cache)?;
         // A save fsynced these before it wrote the file just read.
         *notebook.synced_guard() = notebook.referenced_blobs();
         Ok(notebook)
+    }
+
+    /// The graph of the notebook saved in `dir` by [`save`](Self::save)
+    /// (its cells, with the trace of each one's last run), read without
+    /// opening the notebook: nothing is created or written in `dir` (no
+    /// blob store, unlike [`open`](Self::open)), so a tool that only looks
+    /// (`harness analyze --trace`) works on a directory it may not write.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open): [`NotebookError::Io`] if there is no
+    /// readable notebook file (a FIFO or a device in its place is one,
+    /// never waited on), [`NotebookError::Format`] if it is corrupt.
+    pub fn read_graph(dir: impl AsRef<Path>) -> Result<ExecutionStateGraph, NotebookError> {
+        Ok(read_saved(dir.as_ref())?.graph)
     }
 
     fn synced_guard(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
@@ -1400,6 +1401,25 @@ struct SavedRef<'a> {
     graph: &'a ExecutionStateGraph,
     records: &'a BTreeMap<CellId, CellRecord>,
     cache: &'a BTreeMap<String, CellRecord>,
+}
+
+/// The notebook saved in `dir`, read from its file. The file is opened
+/// without waiting: a FIFO or a device in its place is an error, not a read
+/// that never ends.
+fn read_saved(dir: &Path) -> Result<Saved, NotebookError> {
+    let path = dir.join(NOTEBOOK_FILE);
+    let bytes = crate::blobs::read_regular(&path, true)
+        .and_then(|bytes| {
+            bytes.ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")
+            })
+        })
+        .map_err(|source| NotebookError::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        })?;
+    decode(&bytes, &path.display().to_string())
 }
 
 fn decode(bytes: &[u8], location: &str) -> Result<Saved, NotebookError> {

@@ -13,7 +13,11 @@ pub enum OtelError {
     /// to.
     #[error("the OTLP endpoint `{endpoint}` cannot be used: {reason}")]
     Endpoint {
-        /// The endpoint as given.
+        /// The endpoint as given, but with the credentials an endpoint may
+        /// hold replaced by `[redacted]`: its userinfo (all before its last
+        /// `@`), and the values of its query parameters whose names look
+        /// like credentials (`api_key`, `token`, …). The reason never quotes
+        /// them either.
         endpoint: String,
         /// What is wrong with it.
         reason: String,
@@ -80,10 +84,11 @@ pub struct OtelConfig {
 
 impl fmt::Debug for OtelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Header values are left out: they are where collector keys go.
+        // Header values are left out: they are where collector keys go. The
+        // endpoint is shown as errors show it: without its credentials.
         let headers: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("OtelConfig")
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &shown(&self.endpoint))
             .field("service_name", &self.service_name)
             .field("capture_content", &self.capture_content)
             .field("level", &self.level)
@@ -204,9 +209,52 @@ impl OtelConfig {
     }
 }
 
+/// `endpoint` as errors and `Debug` show it: everything before its last `@`
+/// after the scheme (userinfo, `user:password`, whatever it holds: a `/`,
+/// `?` or `:` in a password does not end it) and the values of query
+/// parameters whose names look like credentials replaced by `[redacted]`.
+fn shown(endpoint: &str) -> String {
+    const HIDDEN: &str = "[redacted]";
+    let (scheme, rest) = match endpoint.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), endpoint),
+    };
+    let rest = match rest.rsplit_once('@') {
+        Some((_, after)) => format!("{HIDDEN}@{after}"),
+        None => rest.to_owned(),
+    };
+    let Some((before, query)) = rest.split_once('?') else {
+        return format!("{scheme}{rest}");
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, format!("#{fragment}")),
+        None => (query, String::new()),
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if looks_secret(name) || looks_secret(&name.replace('%', "")) => {
+                format!("{name}={HIDDEN}")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{scheme}{before}?{}{fragment}", query.join("&"))
+}
+
+/// Whether a query parameter named `name` may carry a credential: what
+/// the exporter drops as an attribute, and `token`, `key`, `sig`, `auth`.
+fn looks_secret(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    crate::export::looks_secret(&lower)
+        || ["token", "key", "sig", "auth", "pass", "credential"]
+            .iter()
+            .any(|word| lower.contains(word))
+}
+
 fn traces_url(endpoint: &str) -> Result<String, OtelError> {
     let bad = |reason: &str| OtelError::Endpoint {
-        endpoint: endpoint.to_owned(),
+        endpoint: shown(endpoint),
         reason: reason.to_owned(),
     };
     if endpoint.is_empty() {
@@ -217,6 +265,15 @@ fn traces_url(endpoint: &str) -> Result<String, OtelError> {
         .any(|c| c.is_whitespace() || c.is_control())
     {
         return Err(bad("it has spaces or control characters"));
+    }
+    // Credentials are refused before anything else is looked at, so that
+    // no later reason quotes a part of them (a password with a `/` would
+    // otherwise end the host early and be quoted as a port).
+    if endpoint.contains('@') {
+        return Err(bad(
+            "credentials in the URL would be sent in clear; use .header(..) for a collector's key \
+             (and %40 for an `@` that is no credentials' end)",
+        ));
     }
     let Some((scheme, rest)) = endpoint.split_once("://") else {
         return Err(bad(
@@ -242,11 +299,6 @@ fn traces_url(endpoint: &str) -> Result<String, OtelError> {
     };
     if authority.is_empty() {
         return Err(bad("it has no host"));
-    }
-    if authority.contains('@') {
-        return Err(bad(
-            "credentials in the URL would be sent in clear; use .header(..) for a collector's key",
-        ));
     }
     let host = match authority.rsplit_once(':') {
         // An IPv6 address without a port: `[::1]`.
@@ -338,6 +390,24 @@ mod tests {
             "http://tempo:4318/otlp/v1/traces"
         );
         assert_eq!(config.service_name, "harness");
+
+        // Credentials in the variable are refused and never shown.
+        for endpoint in [
+            "http://tenant:sk-collector-key@collector:4318",
+            "http://tenant:sk/collector-key@collector:4318",
+            "http://sk-collector-key@collector",
+            " https://tenant:sk-collector-key@collector ",
+        ] {
+            let config = from(&[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)]);
+            for shown in [
+                config.traces_url().unwrap_err().to_string(),
+                format!("{:?}", config.traces_url().unwrap_err()),
+                format!("{config:?}"),
+            ] {
+                assert!(!shown.contains("collector-key"), "{shown}");
+                assert!(shown.contains("[redacted]@collector"), "{shown}");
+            }
+        }
 
         // A bad value is reported when the config is used, naming it.
         let config = from(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://cloud")]);

@@ -75,8 +75,8 @@ pub(crate) fn looks_secret(key: &str) -> bool {
 ///   `gen_ai.tool.call.result`), and is dropped otherwise (the layer's
 ///   filter already keeps it out; this holds even if another layer let it
 ///   in);
-/// - attributes that look like credentials are dropped, on the span and on
-///   its events;
+/// - attributes that look like credentials are dropped, on the span, its
+///   events and its links;
 /// - the secrets the process holds are redacted from what is left (see
 ///   [`redact`]).
 pub(crate) fn finish(span: &mut SpanData, capture_content: bool) {
@@ -104,14 +104,20 @@ pub(crate) fn finish(span: &mut SpanData, capture_content: bool) {
     for event in &mut span.events.events {
         event.attributes.retain(|kv| !looks_secret(kv.key.as_str()));
     }
+    for link in &mut span.links.links {
+        link.attributes.retain(|kv| !looks_secret(kv.key.as_str()));
+    }
     redact(span);
 }
 
 /// Replaces every secret the process holds (see [`harness::secrets`]) in
-/// the span's name, status message, and the string values of its
-/// attributes and its events' attributes: a tool result, a model's answer
-/// or an error message may quote a key whatever the attribute is named.
-/// Nothing to do, and nothing done, when the process holds no secret.
+/// every text of the span: its name, its status message, its events' names
+/// (tracing-opentelemetry puts an event's message there: `warn!("tool
+/// printed: {out}")` is an event named by what the tool printed), and the
+/// string values of its attributes, its events' attributes and its links'
+/// attributes. A tool result, a model's answer or an error message may
+/// quote a key whatever carries it. Nothing to do, and nothing done, when
+/// the process holds no secret.
 fn redact(span: &mut SpanData) {
     if !harness::secrets::is_active() {
         return;
@@ -120,11 +126,16 @@ fn redact(span: &mut SpanData) {
     if let Status::Error { description } = &mut span.status {
         redact_cow(description);
     }
+    for event in &mut span.events.events {
+        redact_cow(&mut event.name);
+    }
     let events = span.events.events.iter_mut();
+    let links = span.links.links.iter_mut();
     let attributes = span
         .attributes
         .iter_mut()
-        .chain(events.flat_map(|e| e.attributes.iter_mut()));
+        .chain(events.flat_map(|e| e.attributes.iter_mut()))
+        .chain(links.flat_map(|l| l.attributes.iter_mut()));
     for kv in attributes {
         match &mut kv.value {
             Value::String(text) => {

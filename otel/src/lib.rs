@@ -82,14 +82,15 @@
 //!
 //! Whatever the setting, attributes whose names look like credentials
 //! (`authorization`, `api_key`, `cookie`, `password`, `secret`,
-//! `access_token`, …) are dropped from every span and event before export,
-//! whoever recorded them. Model requests carry no keys (providers hold
-//! them), and the providers' spans record no headers. And whatever an
+//! `access_token`, …) are dropped from every span, event and link before
+//! export, whoever recorded them. Model requests carry no keys (providers
+//! hold them), and the providers' spans record no headers. And whatever an
 //! attribute is named, the secrets the process holds (its provider keys,
 //! the values of its secret-looking environment variables; see
 //! [`harness::secrets`]) are replaced with `[redacted]` in every string
-//! attribute, span name and status message, so a tool result that printed
-//! the environment is exported without the keys.
+//! attribute (of a span, an event or a link), span name, event name (an
+//! event's `tracing` message) and status message, so a tool result that
+//! printed the environment is exported without the keys.
 //!
 //! # Transport
 //!

@@ -594,6 +594,31 @@ struct Loaded {
     imported: Vec<u64>,
 }
 
+/// The value of the state key `$key` as a `$ty`, or `None` if the key is
+/// unset (a macro, as [`read_chunks`]). The value is read as bytes and
+/// decoded here: the SDK's own decoding failure is a retryable error, so a
+/// value that does not read (written by another version of harness, or
+/// edited by hand) would be retried without end while later calls for the
+/// key wait behind it. Here it is a terminal error naming the key and the
+/// session: retrying cannot help.
+macro_rules! get_state {
+    ($ctx:expr, $key:expr, $ty:ty) => {{
+        let key: &str = $key;
+        match $ctx.get::<Vec<u8>>(key).await? {
+            None => None,
+            Some(bytes) => Some(serde_json::from_slice::<$ty>(&bytes).map_err(|e| {
+                terminal(
+                    500,
+                    format!(
+                        "state key `{key}` of session {} is not part of a session: {e}",
+                        $ctx.key()
+                    ),
+                )
+            })?),
+        }
+    }};
+}
+
 /// The object's checkpoint keys with what they hold, in order, keeping the
 /// keys whose checkpoints reach `$from` or later (a macro: the exclusive
 /// and the shared context each read them, and the SDK's state trait ties a
@@ -612,7 +637,7 @@ macro_rules! read_chunks {
         keys.sort_unstable();
         let mut chunks: Vec<(String, Vec<Kept>)> = Vec::with_capacity(keys.len());
         for (_, key) in keys {
-            if let Some(Json(cps)) = $ctx.get::<Json<Vec<Kept>>>(&key).await? {
+            if let Some(cps) = get_state!($ctx, &key, Vec<Kept>) {
                 chunks.push((key, cps));
             }
         }
@@ -629,7 +654,7 @@ macro_rules! restore_all {
         let kept: Vec<Kept> = $kept;
         let mut values = HashMap::new();
         for hash in hashes(&kept) {
-            if let Some(Json(value)) = $ctx.get::<Json<Value>>(&value_key(&hash)).await? {
+            if let Some(value) = get_state!($ctx, &value_key(&hash), Value) {
                 values.insert(hash, value);
             }
         }
@@ -655,7 +680,7 @@ macro_rules! restore_all {
 /// The part of a session a run needs, from the object's state: its head
 /// and its checkpoints from the latest snapshot on.
 async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, HandlerError> {
-    let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
+    let Some(head) = get_state!(ctx, HEAD, StoredRun) else {
         return Ok(Loaded {
             last_seq: None,
             chunks: Vec::new(),
@@ -671,11 +696,7 @@ async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, Ha
         .cloned()
         .collect();
     let log = restore_all!(ctx, needed);
-    let counts = ctx
-        .get::<Json<BTreeMap<String, u64>>>(VALUES)
-        .await?
-        .map(|Json(c)| c)
-        .unwrap_or_default();
+    let counts = get_state!(ctx, VALUES, BTreeMap<String, u64>).unwrap_or_default();
     let imported = log.iter().map(|cp| cp.seq).collect();
     let last_seq = Some(head.last_seq);
     store.import(head, log);
@@ -708,8 +729,20 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// A handler's terminal error: the caller gets its message, and Restate
+/// keeps it in the invocation's record. The message may quote what the
+/// caller sent (serde quotes a bad input's values), an id it gave, or a
+/// step's panic, so the process's secrets are replaced in it, as in the
+/// replies.
 fn terminal(code: u16, message: impl fmt::Display) -> HandlerError {
-    TerminalError::new_with_code(code, message.to_string()).into()
+    terminal_error(code, message).into()
+}
+
+/// [`terminal`]'s error, before it becomes a handler's.
+fn terminal_error(code: u16, message: impl fmt::Display) -> TerminalError {
+    let mut message = message.to_string();
+    secrets::redact_string(&mut message);
+    TerminalError::new_with_code(code, message)
 }
 
 impl AgentObject {
@@ -1081,7 +1114,7 @@ impl AgentObject {
         &self,
         ctx: SharedObjectContext<'_>,
     ) -> Result<Json<Option<Snapshot>>, HandlerError> {
-        let Some(Json(head)) = ctx.get::<Json<StoredRun>>(HEAD).await? else {
+        let Some(head) = get_state!(ctx, HEAD, StoredRun) else {
             return Ok(Json(None));
         };
         let kept = read_chunks!(ctx, 0)
@@ -1222,7 +1255,11 @@ fn reply<T: serde::de::DeserializeOwned>(
 ) -> Result<T, crate::RestateError> {
     serde_json::from_value(answer.clone()).map_err(|e| crate::RestateError::Answer {
         url: what.to_owned(),
-        message: format!("not a {}: {e}: {answer}", harness::short_type_name::<T>()),
+        message: format!(
+            "not a {}: {e}: {}",
+            harness::short_type_name::<T>(),
+            crate::excerpt(&answer.to_string())
+        ),
     })
 }
 
@@ -1323,6 +1360,24 @@ impl AgentClient {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A terminal error quotes what it is given (an input, an id, a
+    /// panic's message) without the process's secrets.
+    #[test]
+    fn a_terminal_errors_message_holds_no_secret() {
+        let secret = "sk-harness-restate-terminal-0123456789";
+        assert!(secrets::register(secret));
+        for message in [
+            format!("the run panicked: key={secret}"),
+            format!("invalid type: string \"{secret}\", expected u32"),
+            format!("the run is not paused on interrupt {secret}: it is not paused at all"),
+        ] {
+            let e = terminal_error(400, &message);
+            assert_eq!(e.code(), 400);
+            assert!(!e.message().contains(secret), "{}", e.message());
+            assert!(e.message().contains("[redacted]"), "{}", e.message());
+        }
+    }
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| (*s).to_string()).collect()

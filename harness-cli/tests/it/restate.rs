@@ -175,3 +175,169 @@ fn a_restate_url_that_does_not_reach_an_admin_api_or_names_no_object_is_refused_
         assert!(!err.contains("hunter2"), "the password is not shown: {err}");
     }
 }
+
+/// A fake Restate admin API on 127.0.0.1: `/health` answers 200, a query
+/// what `query` gives for its SQL (status and body); it records the
+/// `authorization` header of every request.
+struct FakeAdmin {
+    port: u16,
+    authorizations: Arc<std::sync::Mutex<Vec<Option<String>>>>,
+}
+
+impl FakeAdmin {
+    fn start(query: fn(&str) -> (u16, String)) -> FakeAdmin {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let authorizations = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&authorizations);
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let mut head = Vec::new();
+                let mut byte = [0_u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let header = |name: &str| {
+                    head.lines()
+                        .filter_map(|l| l.split_once(':'))
+                        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+                        .map(|(_, v)| v.trim().to_owned())
+                };
+                let length = header("content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0; length];
+                let _ = stream.read_exact(&mut body);
+                record.lock().unwrap().push(header("authorization"));
+                let (status, answer) = if head.starts_with("GET /health") {
+                    (200, "ok".to_owned())
+                } else {
+                    let sql = serde_json::from_slice::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|b| b["query"].as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    query(&sql)
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: \
+                     {}\r\nconnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            }
+        });
+        FakeAdmin {
+            port,
+            authorizations,
+        }
+    }
+
+    /// `restate://USERINFO@127.0.0.1:PORT`.
+    fn url(&self, userinfo: &str) -> String {
+        format!("restate://{userinfo}@127.0.0.1:{}", self.port)
+    }
+}
+
+/// Userinfos, the basic auth each makes (base64), and what of each must
+/// never be shown.
+const USERINFOS: [(&str, &str, &[&str]); 3] = [
+    ("ops:hunter2", "b3BzOmh1bnRlcjI=", &["hunter2"]),
+    ("ops:hun/ter2", "b3BzOmh1bi90ZXIy", &["hun/ter2", "ter2"]),
+    (
+        "ops:hun%2Fter2",
+        "b3BzOmh1bi90ZXIy",
+        &["hun%2Fter2", "hun/ter2"],
+    ),
+];
+
+#[test]
+fn a_password_in_a_restate_url_is_never_shown_when_the_admin_api_answers_with_an_error() {
+    let refusing = FakeAdmin::start(|_| (401, "denied".to_owned()));
+    let not_json = FakeAdmin::start(|_| (200, "not json".to_owned()));
+    let no_rows = FakeAdmin::start(|_| (200, "{\"x\": 1}".to_owned()));
+    for (userinfo, basic, hidden) in USERINFOS {
+        for fake in [&refusing, &not_json, &no_rows] {
+            let store = fake.url(userinfo);
+            for command in [&["list"][..], &["show", "s1"], &["history", "s1"]] {
+                let mut args = vec!["sessions"];
+                args.extend_from_slice(command);
+                args.extend_from_slice(&["--store", &store]);
+                let err = fails(&args, 1);
+                for secret in hidden {
+                    assert!(!err.contains(secret), "{store}: {err}");
+                }
+                let shown = format!("restate://ops@127.0.0.1:{}", fake.port);
+                assert!(err.contains(&shown), "{store}: {err}");
+            }
+            // The credentials still reach the server.
+            for sent in fake.authorizations.lock().unwrap().drain(..) {
+                assert_eq!(sent, Some(format!("Basic {basic}")), "{store}");
+            }
+        }
+    }
+    // Nothing listening, and a password with a `/` (never read as the
+    // object's name, nor quoted as one).
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for store in [
+        format!("restate://ops:hun/ter2@127.0.0.1:{closed}"),
+        format!("restate://ops:hun/ter2@127.0.0.1:{closed}/Orders"),
+        format!("restate://ops:hun/ter2@127.0.0.1:{closed}/bad'name"),
+    ] {
+        let err = fails(&["sessions", "list", "--store", &store], 1);
+        assert!(!err.contains("ter2"), "{store}: {err}");
+        assert!(err.contains("restate://ops@127.0.0.1"), "{store}: {err}");
+    }
+}
+
+#[test]
+fn the_studio_on_a_restate_url_never_shows_its_password() {
+    let refusing = FakeAdmin::start(|_| (401, "denied".to_owned()));
+    let serving = FakeAdmin::start(|sql| {
+        let rows = if sql.contains("key = 'head'") {
+            r#"[{"service_key": "s1"}]"#
+        } else {
+            "[]"
+        };
+        (200, format!("{{\"rows\": {rows}}}"))
+    });
+    for (userinfo, _, hidden) in USERINFOS {
+        for fake in [&refusing, &serving] {
+            let store = fake.url(userinfo);
+            let studio = super::studio::Studio::start(std::path::Path::new(&store));
+            let shown = format!("restate://ops@127.0.0.1:{}", fake.port);
+            assert!(
+                studio
+                    .printed
+                    .contains(&format!("harness studio: {shown} (read-only)")),
+                "{}",
+                studio.printed
+            );
+            let mut seen = vec![studio.printed.clone()];
+            for path in [
+                "/api/sessions",
+                "/api/sessions/s1",
+                "/api/sessions/s1/timeline",
+                "/api/info",
+            ] {
+                let (status, body) = studio.get_any(path);
+                seen.push(format!("{path}: {status} {body}"));
+            }
+            for text in &seen {
+                for secret in hidden {
+                    assert!(!text.contains(secret), "{store}: {text}");
+                }
+            }
+            if std::ptr::eq(fake, &refusing) {
+                assert!(seen[1].contains("401"), "the error is shown: {seen:?}");
+            }
+        }
+    }
+}

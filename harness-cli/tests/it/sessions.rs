@@ -466,6 +466,65 @@ fn a_postgres_url_needs_the_postgres_feature_and_its_password_stays_hidden() {
     assert!(!stderr.contains("s3cret"), "{stderr}");
 }
 
+#[test]
+fn a_stores_password_is_never_shown_whatever_form_it_takes() {
+    // Each store, with an option that does not fit it: refused before
+    // anything is opened, with the store named in the message.
+    for (store, option, shown, hidden) in [
+        (
+            "postgres://ada@127.0.0.1:1/x?password=s3cret",
+            "--prefix",
+            "postgres://ada@127.0.0.1:1/x",
+            &["s3cret", "password"][..],
+        ),
+        (
+            "postgres://ada@127.0.0.1:1/x?sslmode=disable&PassWord=s3cret&application_name=a",
+            "--prefix",
+            "postgres://ada@127.0.0.1:1/x?sslmode=disable&application_name=a",
+            &["s3cret"],
+        ),
+        (
+            "postgresql://127.0.0.1:1/x?pass%77ord=s3cret",
+            "--prefix",
+            "postgresql://127.0.0.1:1/x",
+            &["s3cret"],
+        ),
+        (
+            "postgres://ada:s3/cret@127.0.0.1:1/x",
+            "--prefix",
+            "postgres://ada@127.0.0.1:1/x",
+            &["s3/cret", "cret"],
+        ),
+        (
+            "postgres://ada:s3cr@et@127.0.0.1:1/x",
+            "--prefix",
+            "postgres://ada@127.0.0.1:1/x",
+            &["s3cr", "et@"],
+        ),
+        (
+            "redis://:s3/cret@127.0.0.1:1/0",
+            "--schema",
+            "redis://127.0.0.1:1/0",
+            &["s3/cret", "cret"],
+        ),
+        (
+            "restate://ops:s3/cret@127.0.0.1:1/Orders",
+            "--schema",
+            "restate://ops@127.0.0.1:1/Orders",
+            &["s3/cret", "cret"],
+        ),
+    ] {
+        let err = fails(&["sessions", "list", "--store", store, option, "x"], 1);
+        assert!(
+            err.contains(&format!("store {shown}: {option}")),
+            "{store}: {err}"
+        );
+        for secret in hidden {
+            assert!(!err.contains(secret), "{store} shows {secret:?}: {err}");
+        }
+    }
+}
+
 /// The server's URL from `var` (see `scripts/services`); `None` only when
 /// `HARNESS_SKIP_SERVER_TESTS=1`.
 #[cfg(any(feature = "postgres", feature = "redis"))]

@@ -65,11 +65,13 @@ fn workdir(name: &str) -> PathBuf {
 
 /// `harness studio --store STORE`, running; stopped when dropped (SIGTERM,
 /// then SIGKILL if it has not ended within 5 s).
-struct Studio {
+pub(super) struct Studio {
     child: Child,
     /// `127.0.0.1:PORT`.
     addr: String,
     token: String,
+    /// What it printed up to its URL's line (included).
+    pub(super) printed: String,
 }
 
 impl Drop for Studio {
@@ -88,7 +90,7 @@ impl Drop for Studio {
 }
 
 impl Studio {
-    fn start(store: &Path) -> Studio {
+    pub(super) fn start(store: &Path) -> Studio {
         Self::start_with(store, &[])
     }
 
@@ -130,6 +132,7 @@ impl Studio {
                         addr: addr.to_owned(),
                         token: token.to_owned(),
                         child,
+                        printed,
                     };
                 }
             }
@@ -170,7 +173,13 @@ impl Studio {
     }
 
     /// One request; returns the status and the JSON body.
-    fn call(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    pub(super) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (u16, Value) {
         let mut conn = TcpStream::connect(&self.addr).unwrap();
         let token = token.map_or(String::new(), |t| format!("x-studio-token: {t}\r\n"));
         write!(
@@ -188,8 +197,13 @@ impl Studio {
         (status, serde_json::from_str(body).unwrap_or(Value::Null))
     }
 
+    /// A GET with the token, whatever its status.
+    pub(super) fn get_any(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, Some(&self.token.clone()), "")
+    }
+
     fn get(&self, path: &str) -> Value {
-        let (status, body) = self.call("GET", path, Some(&self.token.clone()), "");
+        let (status, body) = self.get_any(path);
         assert_eq!(status, 200, "{path}: {body}");
         body
     }
@@ -197,6 +211,8 @@ impl Studio {
 
 fn serves_read_only(store: &Path, session: &str) {
     let studio = Studio::start(store);
+    let banner = format!("harness studio: {} (read-only)", store.display());
+    assert!(studio.printed.contains(&banner), "{}", studio.printed);
     let list = studio.get("/api/sessions");
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list[0]["id"], session);

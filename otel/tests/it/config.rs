@@ -8,7 +8,10 @@ fn endpoint_error(endpoint: &str) -> String {
             endpoint: given,
             reason,
         }) => {
-            assert_eq!(given, endpoint);
+            // As given, unless it has credentials (see below).
+            if !endpoint.contains('@') {
+                assert_eq!(given, endpoint);
+            }
             reason
         }
         other => panic!("{endpoint:?} gave {other:?}"),
@@ -55,6 +58,87 @@ fn endpoints_that_are_not_plain_http_urls_are_refused_with_the_reason() {
     ] {
         let reason = endpoint_error(endpoint);
         assert!(reason.contains(says), "{endpoint:?}: {reason}");
+    }
+}
+
+#[test]
+fn an_endpoints_credentials_are_shown_neither_in_its_error_nor_in_the_configs_debug() {
+    // Each endpoint, the texts of it that must never be shown, and what is
+    // shown in their place.
+    for (endpoint, hidden, shown) in [
+        (
+            "http://tenant:sk-collector-key@collector:4318",
+            &["sk-collector-key", "tenant"][..],
+            "http://[redacted]@collector:4318",
+        ),
+        (
+            "http://sk-collector-key@collector",
+            &["sk-collector-key"],
+            "http://[redacted]@collector",
+        ),
+        // A `/`, `?`, `:` or `@` in the password: all before the last `@`.
+        (
+            "http://tenant:sk/collector-key@collector:4318/v1/traces",
+            &["sk/collector-key", "collector-key", "tenant"],
+            "http://[redacted]@collector:4318/v1/traces",
+        ),
+        (
+            "http://tenant:sk?collector:key@collector",
+            &["collector:key", "sk?"],
+            "http://[redacted]@collector",
+        ),
+        (
+            "http://tenant:sk@collector-key@collector:4318",
+            &["sk@collector-key", "tenant"],
+            "http://[redacted]@collector:4318",
+        ),
+        // Refused for another reason first, still not shown.
+        (
+            "https://tenant:sk-collector-key@collector",
+            &["sk-collector-key"],
+            "https://[redacted]@collector",
+        ),
+        (
+            "grpc://tenant:sk-collector-key@collector:4317",
+            &["sk-collector-key"],
+            "grpc://[redacted]@collector:4317",
+        ),
+        (
+            "tenant:sk-collector-key@collector:4318",
+            &["sk-collector-key"],
+            "[redacted]@collector:4318",
+        ),
+        (
+            "http://tenant:sk-collector-key@collector:43x8",
+            &["sk-collector-key"],
+            "http://[redacted]@collector:43x8",
+        ),
+        (
+            "http://tenant:sk collector-key@collector",
+            &["collector-key"],
+            "http://[redacted]@collector",
+        ),
+        // A key in the query of an endpoint refused for its port.
+        (
+            "http://collector:43x8/v1/traces?api_key=sk-collector-key&tenant=t1",
+            &["sk-collector-key"],
+            "http://collector:43x8/v1/traces?api_key=[redacted]&tenant=t1",
+        ),
+    ] {
+        let config = OtelConfig::new(endpoint);
+        let e = config.traces_url().unwrap_err();
+        let OtelError::Endpoint {
+            endpoint: given, ..
+        } = &e
+        else {
+            panic!("{endpoint}: {e:?}")
+        };
+        assert_eq!(given, shown, "{endpoint}");
+        for text in [e.to_string(), format!("{e:?}"), format!("{config:?}")] {
+            for secret in hidden {
+                assert!(!text.contains(secret), "{endpoint}: {secret:?} in {text}");
+            }
+        }
     }
 }
 

@@ -123,3 +123,77 @@ fn a_secret_in_any_attribute_event_name_or_status_is_redacted_before_export() {
         }
     }
 }
+
+/// Registered by the next test only.
+const EVENT_SECRET: &str = "otel-secret-event-name-9c1e47";
+
+#[test]
+fn a_secret_in_an_events_message_or_a_links_attribute_is_redacted_before_export() {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    assert!(harness::secrets::register(EVENT_SECRET));
+    let collector = Collector::start();
+    let _serial = crate::serial();
+    let (layer, guard) = harness_otel::layer(OtelConfig::new(&collector.endpoint)).unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    // Messages an event may carry (tracing-opentelemetry names the event
+    // by its message), at every level the layer exports by default.
+    let messages = [
+        format!("tool printed: key={EVENT_SECRET}"),
+        format!("{EVENT_SECRET} at the start"),
+        format!("twice: {EVENT_SECRET}{EVENT_SECRET}"),
+        format!(
+            "quoted: \"{EVENT_SECRET}\" (as JSON: {})",
+            serde_json::json!(EVENT_SECRET)
+        ),
+    ];
+    tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!("step");
+        span.add_link_with_attributes(
+            SpanContext::new(
+                TraceId::from(7_u128),
+                SpanId::from(9_u64),
+                TraceFlags::SAMPLED,
+                true,
+                TraceState::default(),
+            ),
+            vec![
+                opentelemetry::KeyValue::new("link.note", format!("from {EVENT_SECRET}")),
+                opentelemetry::KeyValue::new("link.api_key", "looks like a credential"),
+            ],
+        );
+        span.in_scope(|| {
+            tracing::info!("{}", messages[0]);
+            tracing::warn!("{}", messages[1]);
+            tracing::error!(count = 2, "{}", messages[2]);
+            tracing::info!(message = %messages[3]);
+        });
+    });
+    guard.flush().unwrap();
+    guard.shutdown().unwrap();
+    let exported = format!("{:?}", collector.requests());
+    assert!(!exported.contains(EVENT_SECRET), "{exported}");
+    assert!(
+        !exported.contains(&EVENT_SECRET[..EVENT_SECRET.len() - 1]),
+        "no part of it either"
+    );
+    let spans: Vec<Span> = collector.spans().into_iter().map(|(_, s)| s).collect();
+    let step = spans.iter().find(|s| s.name == "step").unwrap();
+    let names: Vec<&str> = step.events.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "tool printed: key=[redacted]",
+            "[redacted] at the start",
+            "twice: [redacted][redacted]",
+            "quoted: \"[redacted]\" (as JSON: \"[redacted]\")",
+        ]
+    );
+    let link = &step.links[0];
+    assert_eq!(
+        text(&link.attributes, "link.note").as_deref(),
+        Some("from [redacted]")
+    );
+    assert!(text(&link.attributes, "link.api_key").is_none(), "{link:?}");
+}

@@ -1,6 +1,7 @@
 //! A harness agent served as Restate's `HarnessAgent` virtual object
 //! (`restate-agent-probe`), against the real server.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -732,14 +733,11 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     // Ids that are not invocation ids never reach a URL or a query.
     for bad in ["", "inv_x' OR 1=1 --", "../deployments", "inv_a/b"] {
         assert!(
-            matches!(
-                admin.invocation(bad).await,
-                Err(RestateError::Answer { .. })
-            ),
+            matches!(admin.invocation(bad).await, Err(RestateError::Input { .. })),
             "{bad}"
         );
         assert!(
-            matches!(admin.kill(bad).await, Err(RestateError::Answer { .. })),
+            matches!(admin.kill(bad).await, Err(RestateError::Input { .. })),
             "{bad}"
         );
     }
@@ -880,4 +878,246 @@ async fn the_services_secrets_are_kept_out_of_restate() {
     let written = lines(&file);
     assert_eq!(written.len(), 3);
     assert!(written[0].starts_with(secret), "{written:?}");
+}
+
+/// `text` as an SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_id_is_one_key_whatever_it_holds_and_never_addresses_another() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let _service = rig.service(&[("PROBE_CLOCK", "1".to_owned())]);
+    rig.register().await;
+    let run = format!("{}-{}", std::process::id(), rig.port);
+    let victim = SessionId::from(format!("alice-{run}"));
+    for id in [
+        format!("bob/../alice-{run}"),
+        format!("../HarnessAgent/alice-{run}"),
+        format!("x?y=1#z %41-{run}"),
+        format!("é/ü\\{run}"),
+        format!("./alice-{run}/."),
+    ] {
+        let session = SessionId::from(id.as_str());
+        let reply = rig
+            .agent
+            .run(&session, &json!({"tag": "t "}))
+            .await
+            .unwrap();
+        assert!(matches!(reply, Reply::Completed { .. }), "{id}: {reply:?}");
+        // Kept under the key as given, and read back by it.
+        let rows = rig
+            .admin
+            .query(&format!(
+                "SELECT service_key FROM state WHERE service_name = 'HarnessAgent' \
+                 AND key = 'head' AND service_key = {}",
+                literal(&id)
+            ))
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{id}: {rows:?}");
+        let kept = rig.agent.session(&session).await.unwrap().unwrap();
+        assert_eq!(kept.head.session_id, session);
+        // No other session was touched.
+        assert!(
+            rig.agent.session(&victim).await.unwrap().is_none(),
+            "{id} ran on {victim}"
+        );
+    }
+    for id in ["", ".", ".."] {
+        let e = rig
+            .agent
+            .run(&SessionId::from(id), &json!({}))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RestateError::Input { .. }), "{id:?}: {e:?}");
+    }
+}
+
+/// Kills the invocations of `service`'s object `key` that have not ended
+/// (a handler the old code retried without end).
+async fn kill_unfinished(admin: &Admin, service: &str, key: &str) {
+    let rows = admin
+        .query(&format!(
+            "SELECT id FROM sys_invocation WHERE target_service_name = {} \
+             AND target_service_key = {} AND status != 'completed'",
+            literal(service),
+            literal(key)
+        ))
+        .await
+        .unwrap();
+    for id in rows.iter().filter_map(|r| r["id"].as_str()) {
+        let _ = admin.kill(id).await;
+    }
+}
+
+/// The state of `key` of `HarnessAgent`, key by key, as bytes.
+async fn state_of(admin: &Admin, key: &str) -> BTreeMap<String, Vec<u8>> {
+    admin
+        .query(&format!(
+            "SELECT key, value FROM state WHERE service_name = 'HarnessAgent' \
+             AND service_key = {}",
+            literal(key)
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            // The bytes in hex.
+            let hex = r["value"].as_str()?;
+            let bytes = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+                .collect();
+            Some((r["key"].as_str()?.to_owned(), bytes))
+        })
+        .collect()
+}
+
+/// Replaces the state of `key` of `HarnessAgent` with `state` through the
+/// admin API (as `restate kv edit` does), and waits until it is applied.
+async fn set_state(admin_url: &str, admin: &Admin, key: &str, state: BTreeMap<String, Vec<u8>>) {
+    let body = json!({ "object_key": key, "new_state": state });
+    let answer = reqwest::Client::new()
+        .post(format!("{admin_url}/services/HarnessAgent/state"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success(), "{answer:?}");
+    let began = std::time::Instant::now();
+    loop {
+        let now = state_of(admin, key).await;
+        if now == state {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "state never set: {now:?} for {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_state_does_not_read_fails_at_once_and_holds_no_key() {
+    let _serial = SHARED_SERVER.lock().await;
+    let admin_url = var("HARNESS_RESTATE_ADMIN");
+    let rig = Rig::shared();
+    let _service = rig.service(&[("PROBE_CLOCK", "1".to_owned())]);
+    rig.register().await;
+    // A client that waits 20 s: a handler retried without end is a
+    // timeout here, not an answer.
+    let client = AgentClient::new(
+        Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(20)).unwrap(),
+    );
+    // Which key is damaged, how, and whether the shared `session` handler
+    // reads it too.
+    let cases: [(&str, &[u8], bool); 5] = [
+        ("head", br#"{"not": "a run"}"#, true),
+        ("head", b"\xff\xfe not JSON", true),
+        ("cp/", br#"[{"seq": "first"}]"#, true),
+        ("cp/", b"[", true),
+        ("vals", b"[1, 2]", false),
+    ];
+    for (i, (damaged, bytes, read_by_session)) in cases.into_iter().enumerate() {
+        let (session, _) = rig.session(&format!("damaged-{i}"));
+        let first = client.run(&session, &json!({"tag": "a "})).await.unwrap();
+        assert!(matches!(first, Reply::Completed { .. }), "{first:?}");
+        let mut state = state_of(&rig.admin, session.as_str()).await;
+        let key = if damaged == "cp/" {
+            state
+                .keys()
+                .rfind(|k| k.starts_with("cp/"))
+                .unwrap_or_else(|| panic!("no checkpoints in {state:?}"))
+                .clone()
+        } else {
+            damaged.to_owned()
+        };
+        state.insert(key.clone(), bytes.to_vec());
+        set_state(&admin_url, &rig.admin, session.as_str(), state).await;
+
+        let refused = |what: &str, answer: Result<String, RestateError>| match answer {
+            Err(RestateError::Status { status, body, .. }) => {
+                assert_eq!(status, 500, "{what}: {body}");
+                assert!(
+                    body.contains(&format!("state key `{key}`"))
+                        && body.contains(session.as_str())
+                        && body.contains("not part of a session"),
+                    "{what}: {body}"
+                );
+            }
+            other => panic!("{what} on a damaged `{key}`: {other:?}"),
+        };
+        // Twice: the first attempt ended, so the second is not queued
+        // behind it.
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let began = std::time::Instant::now();
+            let answer = client.run(&session, &json!({"tag": "b "})).await;
+            runs.push((answer.map(|r| format!("{r:?}")), began.elapsed()));
+        }
+        let read = client.session(&session).await;
+        // Before anything is checked: a handler retried without end would
+        // go on holding the key on the shared server, and a damaged
+        // session there would fail the other tests' listings of sessions.
+        kill_unfinished(&rig.admin, "HarnessAgent", session.as_str()).await;
+        set_state(&admin_url, &rig.admin, session.as_str(), BTreeMap::new()).await;
+        for (attempt, (answer, took)) in runs.into_iter().enumerate() {
+            refused(&format!("run {attempt}"), answer);
+            assert!(
+                took < Duration::from_secs(10),
+                "run {attempt} took {took:?}"
+            );
+        }
+        if read_by_session {
+            refused("session", read.map(|s| format!("{s:?}")));
+        } else {
+            assert!(read.unwrap().is_some());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_call_keeps_the_services_secrets_out_of_its_error() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let secret = "sk-harness-restate-refused-0123456789";
+    let _service = rig.service(&[
+        ("PROBE_CLOCK", "1".to_owned()),
+        ("PROBE_API_KEY", secret.to_owned()),
+    ]);
+    rig.register().await;
+    let (session, _) = rig.session("refused");
+    let done = rig
+        .agent
+        .run(&session, &json!({"tag": "a "}))
+        .await
+        .unwrap();
+    assert!(matches!(done, Reply::Completed { .. }), "{done:?}");
+    let check = |what: &str, answer: Result<Reply, RestateError>, code: u16| match answer {
+        Err(RestateError::Status { status, body, .. }) => {
+            assert_eq!(status, code, "{what}: {body}");
+            assert!(!body.contains(secret), "{what}: {body}");
+            assert!(body.contains("[redacted]"), "{what}: {body}");
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    // serde quotes the values and names of an input that is no update.
+    for bad in [
+        json!({"runs": secret}),
+        json!({"parts": [secret]}),
+        json!({ secret: 1 }),
+    ] {
+        let answer = rig.agent.run(&session, &bad).await;
+        check(&bad.to_string(), answer, 400);
+    }
+    // A session error quotes the interrupt id the caller gave.
+    let answer = rig
+        .agent
+        .resume(&session, &harness::InterruptId::from(secret), json!(true))
+        .await;
+    check("resume", answer, 404);
 }
