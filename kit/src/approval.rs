@@ -2,7 +2,7 @@
 //! ([`ApprovalRequest`]), the answer ([`Decisions`], one per call id) and
 //! what is wrong with an answer ([`ApprovalError`]).
 
-use crate::schema::{self, SchemaViolation};
+use crate::schema::{self, SchemaError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -182,19 +182,28 @@ pub enum DecisionProblem {
         /// How many it got.
         count: usize,
     },
-    /// Edited arguments do not match the tool's schema.
-    #[error(
-        "the edited arguments of call `{call_id}` ({tool}) do not match its schema: {}",
-        schema::describe(violations)
-    )]
+    /// Edited arguments do not match the tool's schema, or cannot be
+    /// checked against it ([`SchemaError::TooComplex`]).
+    #[error("{}", invalid_edit(call_id, tool, error))]
     InvalidEdit {
         /// The call.
         call_id: String,
         /// Its tool.
         tool: String,
-        /// Where they do not match.
-        violations: Vec<SchemaViolation>,
+        /// Where they do not match, or why they could not be checked.
+        error: SchemaError,
     },
+}
+
+fn invalid_edit(call_id: &str, tool: &str, error: &SchemaError) -> String {
+    match error {
+        SchemaError::TooComplex { .. } => format!(
+            "the edited arguments of call `{call_id}` ({tool}) cannot be checked against its schema: {error}"
+        ),
+        _ => format!(
+            "the edited arguments of call `{call_id}` ({tool}) do not match its schema: {error}"
+        ),
+    }
 }
 
 /// An answer that cannot be applied: every problem found, each naming its
@@ -258,12 +267,12 @@ impl ApprovalRequest {
                 1 => {
                     let decision = decisions.remove(0);
                     if let Decision::Edit { arguments } = &decision
-                        && let Err(violations) = schema::validate(&call.schema, arguments)
+                        && let Err(error) = schema::validate(&call.schema, arguments)
                     {
                         problems.push(DecisionProblem::InvalidEdit {
                             call_id: call.call_id.clone(),
                             tool: call.tool.clone(),
-                            violations,
+                            error,
                         });
                         continue;
                     }

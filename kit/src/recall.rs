@@ -34,12 +34,18 @@ use harness::memory::{Filter, Hit, Memory, MemoryError, Namespace, Search};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use std::collections::HashSet;
 
 /// The most memories one `recall` returns.
 pub const MAX_RECALL: usize = 20;
 
 /// Without an index, `recall` looks through at most this many memories.
 const SCAN_LIMIT: usize = 2_000;
+
+/// Without an index, `recall` matches at most this many distinct words of
+/// the query (the first ones): a query is a few words, and the matching
+/// costs a set lookup per word of each memory, whatever the query's length.
+pub const MAX_QUERY_WORDS: usize = 64;
 
 /// The three tools over `memory` in `namespace`.
 pub fn memory_tools(memory: Memory, namespace: Namespace) -> ToolSet {
@@ -145,11 +151,35 @@ impl Recall {
     }
 }
 
-fn words(text: &str) -> Vec<String> {
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.chars().count() > 2)
         .map(str::to_lowercase)
-        .collect()
+}
+
+/// The distinct words of `query`, the first [`MAX_QUERY_WORDS`]; and
+/// whether there were more.
+fn query_words(query: &str) -> (HashSet<String>, bool) {
+    let mut wanted = HashSet::new();
+    for word in words(query) {
+        if wanted.len() == MAX_QUERY_WORDS && !wanted.contains(&word) {
+            return (wanted, true);
+        }
+        wanted.insert(word);
+    }
+    (wanted, false)
+}
+
+/// How many distinct words of `wanted` `text` has: one pass over `text`,
+/// a set lookup per word (not a comparison with every word of the query).
+fn shared_words(wanted: &HashSet<String>, text: &str) -> usize {
+    let mut found = HashSet::new();
+    for word in words(text) {
+        if let Some(known) = wanted.get(&word) {
+            found.insert(known);
+        }
+    }
+    found.len()
 }
 
 fn render(hits: &[Hit]) -> String {
@@ -196,13 +226,12 @@ impl Tool for Recall {
             Err(MemoryError::Query { .. }) => {}
             Err(e) => return Err(e),
         }
-        let wanted = words(&args.query);
+        let (wanted, cut) = query_words(&args.query);
         let all = self.memory.search(&search.limit(SCAN_LIMIT)).await?;
         let mut scored: Vec<(usize, Hit)> = all
             .into_iter()
             .filter_map(|hit| {
-                let have = words(&hit.item.value.to_string());
-                let shared = wanted.iter().filter(|w| have.contains(w)).count();
+                let shared = shared_words(&wanted, &hit.item.value.to_string());
                 (shared > 0).then_some((shared, hit))
             })
             .collect();
@@ -211,7 +240,13 @@ impl Tool for Recall {
                 .then(b.1.item.updated_at.cmp(&a.1.item.updated_at))
         });
         let hits: Vec<Hit> = scored.into_iter().take(limit).map(|(_, h)| h).collect();
-        Ok(render(&hits))
+        let mut text = render(&hits);
+        if cut {
+            text.push_str(&format!(
+                "\n(only the first {MAX_QUERY_WORDS} distinct words of the query were looked for)"
+            ));
+        }
+        Ok(text)
     }
 }
 

@@ -633,8 +633,9 @@ async fn model_turn<S: AgentState, C: AgentContext>(
             Some(EMPTY_ANSWER_REPAIR.to_owned())
         }
         Err(ModelError::MalformedResponse { message }) => Some(format!(
-            "Your last answer could not be read ({message}). Answer the user in plain text, \
+            "Your last answer could not be read ({}). Answer the user in plain text, \
              or call one of these tools, by its exact name: {}.",
+            quoted(message, REPAIR_QUOTE_CHARS),
             config
                 .specs
                 .iter()
@@ -748,6 +749,29 @@ enum Action {
     Ask(PendingCall),
 }
 
+/// The most characters of a provider's message a repair turn quotes: a
+/// model need not read megabytes of what it wrote to write it again.
+const REPAIR_QUOTE_CHARS: usize = 1000;
+
+/// `text` with the process's secrets redacted, then cut to `max`
+/// characters and marked (in this order: a secret cut first would no
+/// longer be found whole). Only the start of `text` is looked at.
+fn quoted(text: &str, max: usize) -> String {
+    let mut end = max
+        .saturating_mul(4)
+        .saturating_add(64 << 10)
+        .min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let head = harness::secrets::redact(&text[..end]);
+    match head.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &head[..cut]),
+        None if end < text.len() => format!("{head}…"),
+        None => head.into_owned(),
+    }
+}
+
 fn classify(config: &Config, allowed: &BTreeSet<String>, call: &ToolCall) -> Action {
     let arguments = match &call.arguments {
         // Some providers hand over what the model wrote when it is not JSON.
@@ -781,12 +805,26 @@ fn classify(config: &Config, allowed: &BTreeSet<String>, call: &ToolCall) -> Act
         };
         return Action::Answer(ToolResult::failure(call, error.to_string()));
     };
-    if let Err(violations) = schema::validate(&spec.parameters, &arguments) {
-        let error = ToolError::InvalidArguments {
-            tool: call.name.clone(),
-            message: schema::describe(&violations),
-        };
-        return Action::Answer(ToolResult::failure(call, error.to_string()));
+    match schema::validate(&spec.parameters, &arguments) {
+        Ok(()) => {}
+        Err(error @ schema::SchemaError::TooComplex { .. }) => {
+            // Not the model's mistake: the tool's own schema cannot be
+            // checked, so the call does not run whatever its arguments.
+            return Action::Answer(ToolResult::failure(
+                call,
+                format!(
+                    "not run: the arguments of `{}` cannot be checked: {error}",
+                    call.name
+                ),
+            ));
+        }
+        Err(mismatch) => {
+            let error = ToolError::InvalidArguments {
+                tool: call.name.clone(),
+                message: mismatch.to_string(),
+            };
+            return Action::Answer(ToolResult::failure(call, error.to_string()));
+        }
     }
     let policy = config
         .policies

@@ -12,12 +12,33 @@
 //! this list is ignored, so a hand-written schema using one (`pattern`,
 //! say) is checked less strictly than it reads: the tool's own argument
 //! parsing still refuses what it cannot read.
+//!
+//! A schema can come from anyone who offers a tool (an MCP server among
+//! them), and a small one can describe an exponential amount of work:
+//! `{"allOf": [{"$ref": "#"}, {"$ref": "#"}]}` doubles at every level. So a
+//! check has a budget: it visits at most [`MAX_STEPS`] schema-and-value
+//! pairs and keeps at most [`MAX_VIOLATIONS`] violations; past the budget it
+//! stops with [`SchemaError::TooComplex`] instead of running on.
 
 use serde_json::{Map, Value};
 use std::fmt;
 
 /// How deep `$ref`s may nest before the schema counts as circular.
 const MAX_REF_DEPTH: usize = 64;
+
+/// The most schema-and-value pairs one [`validate`] visits (entries of
+/// `enum` and `required` lists count too). Arguments of ten thousand
+/// objects of ten fields each stay well within it; a schema that branches
+/// exponentially reaches it in a fraction of a second.
+pub const MAX_STEPS: usize = 200_000;
+
+/// The most violations one [`validate`] keeps; the others are counted
+/// ([`SchemaError::Mismatch::more`]).
+pub const MAX_VIOLATIONS: usize = 32;
+
+/// The most entries of an `enum` or of the allowed properties a message
+/// lists.
+const MAX_LISTED: usize = 20;
 
 /// One way a value does not match a schema: where (a JSON pointer into the
 /// value, `""` for the whole value) and what.
@@ -40,7 +61,59 @@ impl fmt::Display for SchemaViolation {
     }
 }
 
-/// Checks `value` against `schema`; every violation found is returned.
+/// Why a value was not accepted by [`validate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// The value does not match the schema.
+    Mismatch {
+        /// The first [`MAX_VIOLATIONS`] violations found, in order.
+        violations: Vec<SchemaViolation>,
+        /// How many more were found and not kept.
+        more: usize,
+    },
+    /// The check needed more than [`MAX_STEPS`] steps and was stopped: the
+    /// schema branches too much (or the value is too large) to be checked,
+    /// so the value is not accepted.
+    TooComplex {
+        /// The budget that ran out.
+        steps: usize,
+    },
+}
+
+impl SchemaError {
+    /// The violations kept (none when the check was stopped).
+    pub fn violations(&self) -> &[SchemaViolation] {
+        match self {
+            Self::Mismatch { violations, .. } => violations,
+            Self::TooComplex { .. } => &[],
+        }
+    }
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Mismatch { violations, more } => {
+                f.write_str(&describe(violations))?;
+                if *more > 0 {
+                    write!(f, "; and {more} more")?;
+                }
+                Ok(())
+            }
+            Self::TooComplex { steps } => write!(
+                f,
+                "the schema is too complex to check a value against (more than {steps} steps)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+/// Checks `value` against `schema`: the violations found (the first
+/// [`MAX_VIOLATIONS`]), or [`SchemaError::TooComplex`] when the check
+/// needs more than [`MAX_STEPS`] steps.
 ///
 /// ```
 /// use harness_kit::schema::validate;
@@ -52,19 +125,26 @@ impl fmt::Display for SchemaViolation {
 ///     "required": ["command"],
 /// });
 /// assert!(validate(&schema, &json!({ "command": "ls" })).is_ok());
-/// let errors = validate(&schema, &json!({ "command": 7 })).unwrap_err();
-/// assert_eq!(errors[0].to_string(), "at /command: expected a string, found the number 7");
+/// let error = validate(&schema, &json!({ "command": 7 })).unwrap_err();
+/// assert_eq!(error.to_string(), "at /command: expected a string, found the number 7");
 /// ```
-pub fn validate(schema: &Value, value: &Value) -> Result<(), Vec<SchemaViolation>> {
+pub fn validate(schema: &Value, value: &Value) -> Result<(), SchemaError> {
     let mut checker = Checker {
         root: schema,
         errors: Vec::new(),
+        more: 0,
+        steps: 0,
     };
     checker.check(schema, value, &mut String::new(), 0);
-    if checker.errors.is_empty() {
+    if checker.steps > MAX_STEPS {
+        Err(SchemaError::TooComplex { steps: MAX_STEPS })
+    } else if checker.errors.is_empty() && checker.more == 0 {
         Ok(())
     } else {
-        Err(checker.errors)
+        Err(SchemaError::Mismatch {
+            violations: checker.errors,
+            more: checker.more,
+        })
     }
 }
 
@@ -80,7 +160,24 @@ pub fn describe(violations: &[SchemaViolation]) -> String {
 
 struct Checker<'s> {
     root: &'s Value,
+    /// At most [`MAX_VIOLATIONS`].
     errors: Vec<SchemaViolation>,
+    /// Violations found past [`MAX_VIOLATIONS`].
+    more: usize,
+    /// Work done, shared by every probe of the check; once past
+    /// [`MAX_STEPS`] every check returns at once.
+    steps: usize,
+}
+
+/// `items` as a comma-separated list of at most [`MAX_LISTED`], saying how
+/// many there are in all when cut.
+fn listing<'a>(items: impl ExactSizeIterator<Item = String> + 'a) -> String {
+    let total = items.len();
+    let mut list = items.take(MAX_LISTED).collect::<Vec<_>>().join(", ");
+    if total > MAX_LISTED {
+        list.push_str(&format!(", … ({total} in all)"));
+    }
+    list
 }
 
 fn kind(value: &Value) -> String {
@@ -126,20 +223,38 @@ fn pointer_token(name: &str) -> String {
 
 impl<'s> Checker<'s> {
     fn fail(&mut self, path: &str, message: String) {
-        self.errors.push(SchemaViolation {
-            path: path.to_owned(),
-            message,
-        });
+        if self.errors.len() < MAX_VIOLATIONS {
+            self.errors.push(SchemaViolation {
+                path: path.to_owned(),
+                message,
+            });
+        } else {
+            self.more += 1;
+        }
     }
 
-    /// Whether `value` matches `schema`, without reporting.
-    fn matches(&self, schema: &'s Value, value: &Value, depth: usize) -> bool {
-        let mut probe = Checker {
-            root: self.root,
-            errors: Vec::new(),
-        };
-        probe.check(schema, value, &mut String::new(), depth);
-        probe.errors.is_empty()
+    /// Counts `n` steps of work; false once the budget is spent.
+    fn spend(&mut self, n: usize) -> bool {
+        self.steps = self.steps.saturating_add(n);
+        self.steps <= MAX_STEPS
+    }
+
+    fn exhausted(&self) -> bool {
+        self.steps > MAX_STEPS
+    }
+
+    /// Whether `value` matches `schema`, without reporting. The probe
+    /// spends from the same budget as the check it is part of, so that
+    /// nested `anyOf`s cannot multiply the work unseen.
+    fn matches(&mut self, schema: &'s Value, value: &Value, depth: usize) -> bool {
+        let (errors, more) = (self.errors.len(), self.more);
+        self.check(schema, value, &mut String::new(), depth);
+        let matched = self.errors.len() == errors && self.more == more;
+        self.errors.truncate(errors);
+        self.more = more;
+        // A stopped check matched nothing: the caller's verdict no longer
+        // counts (the whole validation fails as too complex).
+        matched && !self.exhausted()
     }
 
     fn resolve(&mut self, reference: &str, path: &str) -> Option<&'s Value> {
@@ -160,6 +275,9 @@ impl<'s> Checker<'s> {
     }
 
     fn check(&mut self, schema: &'s Value, value: &Value, path: &mut String, depth: usize) {
+        if !self.spend(1) {
+            return;
+        }
         let map = match schema {
             Value::Bool(true) => return,
             Value::Bool(false) => {
@@ -216,13 +334,10 @@ impl<'s> Checker<'s> {
 
     fn check_values(&mut self, map: &Map<String, Value>, value: &Value, path: &str) {
         if let Some(Value::Array(allowed)) = map.get("enum")
+            && self.spend(allowed.len())
             && !allowed.contains(value)
         {
-            let list = allowed
-                .iter()
-                .map(Value::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
+            let list = listing(allowed.iter().map(Value::to_string));
             self.fail(
                 path,
                 format!("expected one of {list}, found {}", kind(value)),
@@ -249,6 +364,7 @@ impl<'s> Checker<'s> {
         }
         if let Some(Value::Array(any)) = map.get("anyOf")
             && !any.iter().any(|s| self.matches(s, value, depth + 1))
+            && !self.exhausted()
         {
             self.fail_alternatives(any, value, path, depth, "none of the allowed forms");
         }
@@ -257,6 +373,9 @@ impl<'s> Checker<'s> {
                 .iter()
                 .filter(|s| self.matches(s, value, depth + 1))
                 .count();
+            if self.exhausted() {
+                return;
+            }
             match matching {
                 1 => {}
                 0 => self.fail_alternatives(one, value, path, depth, "none of the forms"),
@@ -289,6 +408,8 @@ impl<'s> Checker<'s> {
                 let mut probe = Checker {
                     root: self.root,
                     errors: Vec::new(),
+                    more: 0,
+                    steps: 0,
                 };
                 let map = match s {
                     Value::Object(map) => map,
@@ -312,7 +433,9 @@ impl<'s> Checker<'s> {
         depth: usize,
     ) {
         let properties = map.get("properties").and_then(Value::as_object);
-        if let Some(Value::Array(required)) = map.get("required") {
+        if let Some(Value::Array(required)) = map.get("required")
+            && self.spend(required.len())
+        {
             for name in required.iter().filter_map(Value::as_str) {
                 if !object.contains_key(name) {
                     self.fail(path, format!("the required property {name:?} is missing"));
@@ -320,6 +443,9 @@ impl<'s> Checker<'s> {
             }
         }
         for (name, item) in object {
+            if self.exhausted() {
+                break;
+            }
             let len = path.len();
             path.push('/');
             path.push_str(&pointer_token(name));
@@ -328,12 +454,7 @@ impl<'s> Checker<'s> {
                 None => match map.get("additionalProperties") {
                     Some(Value::Bool(false)) => {
                         let known = properties
-                            .map(|p| {
-                                p.keys()
-                                    .map(|k| format!("{k:?}"))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            })
+                            .map(|p| listing(p.keys().map(|k| format!("{k:?}"))))
                             .unwrap_or_default();
                         self.fail(
                             path,
@@ -377,6 +498,9 @@ impl<'s> Checker<'s> {
             .map(Vec::as_slice)
             .unwrap_or_default();
         for (i, item) in items.iter().enumerate() {
+            if self.exhausted() {
+                break;
+            }
             let schema = match prefix.get(i) {
                 Some(schema) => Some(schema),
                 None => map.get("items"),

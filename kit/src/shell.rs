@@ -355,17 +355,63 @@ impl Shell {
     }
 }
 
-/// `text` cut to at most `max` bytes, on a character boundary, marked.
-pub(crate) fn bounded(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("\n[cut]");
+/// How many bytes of each stream are kept past [`Shell::max_output`]:
+/// the text is redacted before it is cut, so that a secret that straddles
+/// the cut is still found whole (any secret shorter than this is).
+const REDACTION_MARGIN: usize = 64 << 10;
+
+/// `text` cut to at most `max` bytes, on a character boundary; whether it
+/// was cut.
+pub(crate) fn cut(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
     }
-    text
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    true
+}
+
+/// What a command wrote to one stream: the first bytes, up to a limit, and
+/// how many it wrote in all.
+#[derive(Default)]
+struct Captured {
+    kept: Vec<u8>,
+    total: u64,
+}
+
+impl Captured {
+    /// The kept bytes as text with the process's secrets redacted (before
+    /// any cut, see [`REDACTION_MARGIN`]).
+    fn redacted_text(&self) -> String {
+        let mut text = String::from_utf8_lossy(&self.kept).into_owned();
+        harness::secrets::redact_string(&mut text);
+        text
+    }
+}
+
+/// Reads `stream` to its end, keeping its first `keep` bytes and counting
+/// the rest: a command that writes gigabytes costs the host `keep` bytes,
+/// and it still runs to its end (or its timeout) as it would unread.
+async fn capture(stream: Option<impl tokio::io::AsyncRead + Unpin>, keep: usize) -> Captured {
+    use tokio::io::AsyncReadExt;
+    let mut captured = Captured::default();
+    let Some(mut stream) = stream else {
+        return captured;
+    };
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        captured.total += n as u64;
+        let room = keep.saturating_sub(captured.kept.len());
+        captured.kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+    captured
 }
 
 #[async_trait::async_trait]
@@ -387,25 +433,52 @@ impl Tool for Shell {
             .current_dir(&self.dir)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
-        let output = match tokio::time::timeout(self.timeout, command.output()).await {
+        command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot start `{}`: {e}", line.program()))?;
+        // Read as it comes, never more than a bound: `output()` would hold
+        // everything the command writes until it exits.
+        let keep = self.max_output.saturating_add(REDACTION_MARGIN);
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let running = async {
+            let (out, err, status) =
+                tokio::join!(capture(stdout, keep), capture(stderr, keep), child.wait());
+            (out, err, status)
+        };
+        // On timeout the child is dropped, and `kill_on_drop` stops it.
+        let (out, err, status) = match tokio::time::timeout(self.timeout, running).await {
             Err(_) => {
                 return Err(format!(
                     "`{line}` did not finish within {} s and was stopped",
                     self.timeout.as_secs()
                 ));
             }
-            Ok(Err(e)) => return Err(format!("cannot start `{}`: {e}", line.program())),
-            Ok(Ok(output)) => output,
+            Ok((_, _, Err(e))) => return Err(format!("`{line}` could not be waited for: {e}")),
+            Ok((out, err, Ok(status))) => (out, err, status),
         };
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        if output.status.success() {
-            Ok(bounded(stdout, self.max_output))
+        let partial = |c: &Captured| c.total > c.kept.len() as u64;
+        // A success shows the output; a failure its errors, then its output.
+        let (mut text, wrote, partial) = if status.success() {
+            let wrote = format!("the command wrote {} bytes", out.total);
+            (out.redacted_text(), wrote, partial(&out))
         } else {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            Err(bounded(
-                format!("{}: {stderr}{stdout}", output.status),
-                self.max_output,
-            ))
+            let wrote = format!(
+                "the command wrote {} bytes of errors and {} of output",
+                err.total, out.total
+            );
+            let text = format!("{status}: {}{}", err.redacted_text(), out.redacted_text());
+            (text, wrote, partial(&out) || partial(&err))
+        };
+        if cut(&mut text, self.max_output) || partial {
+            text.push_str(&format!("\n[cut: {wrote}]"));
+        }
+        if status.success() {
+            Ok(text)
+        } else {
+            Err(text)
         }
     }
 }

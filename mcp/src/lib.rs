@@ -13,6 +13,18 @@
 //! fails or a server that dies mid-call. Through a [`ToolSet`] they become
 //! failed tool results the model reads.
 //!
+//! A server is not trusted to be small or well-behaved: its messages
+//! ([`McpOptions::max_message_bytes`], over stdio), the text of a tool's
+//! answer ([`McpOptions::max_output_bytes`]), its tool list
+//! ([`McpOptions::max_tools`], [`MAX_LIST_PAGES`],
+//! [`McpOptions::max_list_bytes`]) and every wait on it are bounded, and
+//! each limit reached is an error that names it. Tool names the model APIs
+//! refuse are not offered ([`McpClient::refused_tools`]), and a server's
+//! tool never silently replaces another ([`McpClient::add_to`]). The bearer
+//! token, and the values of secret-looking variables set on a stdio
+//! server's command, are registered as secrets ([`harness::secrets`]), so
+//! that errors and tool results never show them.
+//!
 //! ```no_run
 //! use harness::llm::{ToolCall, ToolSet};
 //! use harness_mcp::McpClient;
@@ -32,29 +44,48 @@
 //! # }
 //! ```
 
+use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use harness::llm::{Tool, ToolSet, ToolSpec};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, PaginatedRequestParams};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
 use tokio::sync::watch;
+
+mod stdio;
+use stdio::Faults;
 
 /// How long a tool call may take before it fails with
 /// [`McpError::Timeout`], unless [`McpOptions::call_timeout`] says otherwise.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How long connecting (the handshake and the first listing of tools) may
-/// take, unless [`McpOptions::connect_timeout`] says otherwise.
+/// take, and each later listing, unless [`McpOptions::connect_timeout`]
+/// says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How to connect to a server; [`McpOptions::default`] for the defaults.
+/// The most pages one listing of a server's tools reads: a server whose
+/// every page names a next one would otherwise be listed without end.
+pub const MAX_LIST_PAGES: usize = 100;
+
+/// The longest tool name offered to a model, and the characters allowed in
+/// one (a letter or `_` first, then letters, digits, `_` and `-`): what
+/// OpenAI, Anthropic and Gemini all accept. A tool whose name (with the
+/// [prefix](McpClient::with_prefix)) does not fit is not offered, since
+/// every request offering it would be refused.
+pub const MAX_TOOL_NAME_CHARS: usize = 64;
+
+/// How to connect to a server, and the limits on what it sends;
+/// [`McpOptions::default`] for the defaults.
 ///
 /// ```
 /// use std::time::Duration;
@@ -68,14 +99,32 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct McpOptions {
-    /// Limit on connecting: the handshake and the first listing of tools.
+    /// Limit on connecting: the handshake and the first listing of tools;
+    /// and on each later listing (on [`McpClient::refresh`], or when the
+    /// server says its list changed).
     pub connect_timeout: Duration,
     /// Limit on each tool call.
     pub call_timeout: Duration,
     /// Offer the tools as `{prefix}{name}`; see [`McpClient::with_prefix`].
     pub prefix: String,
     /// A token sent as `Authorization: Bearer …` (streamable HTTP only).
+    /// It is registered as a secret when the client connects.
     pub bearer_token: Option<String>,
+    /// The largest message read from a stdio server, in bytes (default
+    /// 16 MiB). A larger one is dropped unread, and the call waiting for an
+    /// answer fails with [`McpError::BadMessage`] at once. (Over HTTP the
+    /// SDK's own limit, 16 MiB an event, applies.)
+    pub max_message_bytes: usize,
+    /// The most text a tool call returns, in bytes (default 1 MiB): the
+    /// rest of a longer answer is cut, and the text says so.
+    pub max_output_bytes: usize,
+    /// The most tools a server may list (default 1024); more is
+    /// [`McpError::ListTooLarge`].
+    pub max_tools: usize,
+    /// The most bytes a server's tool list may take, names, descriptions
+    /// and schemas together as JSON (default 8 MiB); more is
+    /// [`McpError::ListTooLarge`].
+    pub max_list_bytes: usize,
 }
 
 impl Default for McpOptions {
@@ -85,6 +134,10 @@ impl Default for McpOptions {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             prefix: String::new(),
             bearer_token: None,
+            max_message_bytes: 16 << 20,
+            max_output_bytes: 1 << 20,
+            max_tools: 1024,
+            max_list_bytes: 8 << 20,
         }
     }
 }
@@ -99,6 +152,10 @@ impl fmt::Debug for McpOptions {
                 "bearer_token",
                 &self.bearer_token.as_ref().map(|_| "<redacted>"),
             )
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .field("max_tools", &self.max_tools)
+            .field("max_list_bytes", &self.max_list_bytes)
             .finish()
     }
 }
@@ -122,9 +179,37 @@ impl McpOptions {
         self
     }
 
-    /// Sets the bearer token sent to an HTTP server.
+    /// Sets the bearer token sent to an HTTP server, and registers it as a
+    /// secret ([`harness::secrets::register`]): a server's error or a
+    /// tool's answer that quotes it shows `[redacted]`.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
-        self.bearer_token = Some(token.into());
+        let token = token.into();
+        harness::secrets::register(&token);
+        self.bearer_token = Some(token);
+        self
+    }
+
+    /// Sets the largest message read from a stdio server.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Sets the most text a tool call returns.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+
+    /// Sets the most tools a server may list.
+    pub fn max_tools(mut self, tools: usize) -> Self {
+        self.max_tools = tools;
+        self
+    }
+
+    /// Sets the most bytes a server's tool list may take.
+    pub fn max_list_bytes(mut self, bytes: usize) -> Self {
+        self.max_list_bytes = bytes;
         self
     }
 }
@@ -218,16 +303,184 @@ pub enum McpError {
         /// What kind of JSON value was given.
         found: &'static str,
     },
+    /// While a call waited, the server sent what the client cannot read
+    /// (a message over [`McpOptions::max_message_bytes`], a line that
+    /// starts as JSON but is not), or only text that is not JSON-RPC until
+    /// the call's time ran out. What it sent was dropped; the connection
+    /// stays open. The client cannot tell whose answer a dropped message
+    /// was, so every call waiting at the time fails so. (Stdio servers
+    /// only: over HTTP the SDK reads the messages.)
+    #[error("MCP server `{server}` sent {problem} while `{tool}` waited for its answer")]
+    BadMessage {
+        /// The server's name.
+        server: String,
+        /// The tool's name.
+        tool: String,
+        /// What the server sent, e.g. "a message of more than 16777216
+        /// bytes (…)".
+        problem: String,
+    },
+    /// The server's tool list goes past one of the client's limits
+    /// ([`McpOptions::max_tools`], [`McpOptions::max_list_bytes`],
+    /// [`MAX_LIST_PAGES`]); the tools were not taken.
+    #[error(
+        "the tool list of MCP server `{server}` goes past the client's limit of {limit} {what}"
+    )]
+    ListTooLarge {
+        /// The server's name.
+        server: String,
+        /// What was counted: `tools`, `bytes` or `pages`.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+    /// Tools of the server would replace tools of the same name already in
+    /// the set ([`McpClient::add_to`]); none was added.
+    #[error(
+        "the tool set already has tools named {}; give MCP server `{server}`'s tools a prefix (McpClient::with_prefix)",
+        names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+    )]
+    NameTaken {
+        /// The server's name.
+        server: String,
+        /// The names already taken.
+        names: Vec<String>,
+    },
 }
 
-/// What the client and its tools share: the server's name and its current
-/// tool list, updated when the server says it changed.
+impl McpError {
+    /// This error with every secret the process holds replaced in its
+    /// texts ([`harness::secrets`]): a server's message may quote a token.
+    /// Every error this crate returns is already redacted.
+    #[must_use]
+    pub fn redacted(mut self) -> Self {
+        let texts: Vec<&mut String> = match &mut self {
+            Self::Spawn {
+                server,
+                command,
+                message,
+            } => vec![server, command, message],
+            Self::Connect { server, message } | Self::List { server, message } => {
+                vec![server, message]
+            }
+            Self::ToolFailed {
+                server,
+                tool,
+                message,
+            }
+            | Self::Refused {
+                server,
+                tool,
+                message,
+                ..
+            }
+            | Self::Disconnected {
+                server,
+                tool,
+                message,
+            } => vec![server, tool, message],
+            Self::BadMessage {
+                server,
+                tool,
+                problem,
+            } => vec![server, tool, problem],
+            Self::Timeout { server, tool, .. } | Self::InvalidArguments { server, tool, .. } => {
+                vec![server, tool]
+            }
+            Self::ListTooLarge { server, .. } => vec![server],
+            Self::NameTaken { server, names } => {
+                let mut texts = vec![server];
+                texts.extend(names.iter_mut());
+                texts
+            }
+        };
+        for text in texts {
+            harness::secrets::redact_string(text);
+        }
+        self
+    }
+}
+
+/// A tool a server listed that is not offered to the model, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedTool {
+    /// Its name as offered (with the prefix), quoted and cut to 100
+    /// characters when long.
+    pub name: String,
+    /// Why it is not offered.
+    pub reason: String,
+}
+
+/// Why `name` cannot be offered to a model, if it cannot.
+fn name_problem(name: &str) -> Option<String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if name.is_empty() {
+        Some("the name is empty".into())
+    } else if name.chars().count() > MAX_TOOL_NAME_CHARS {
+        Some(format!(
+            "the name is longer than {MAX_TOOL_NAME_CHARS} characters"
+        ))
+    } else if !first_ok || !rest_ok {
+        Some(
+            "the name has characters the model APIs refuse (a letter or `_` first, then letters, digits, `_` or `-`)"
+                .into(),
+        )
+    } else {
+        None
+    }
+}
+
+/// `name` as shown in a [`RefusedTool`]: quoted, at most 100 characters.
+fn shown_name(name: &str) -> String {
+    match name.char_indices().nth(100) {
+        Some((cut, _)) => format!("{:?}…", &name[..cut]),
+        None => format!("{name:?}"),
+    }
+}
+
+/// The limits a client holds a server to, from its [`McpOptions`].
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    list_timeout: Duration,
+    max_tools: usize,
+    max_list_bytes: usize,
+    max_output_bytes: usize,
+}
+
+/// What the client and its tools share: the server's name, its current
+/// tool list (updated when the server says it changed) and what its
+/// transport could not read.
 #[derive(Debug)]
 struct Shared {
     name: String,
     tools: RwLock<Vec<ToolSpec>>,
     /// Bumped after each listing.
     listed: watch::Sender<u64>,
+    limits: Limits,
+    /// Held while the tools are listed: one listing at a time, however many
+    /// `list_changed` notifications come.
+    listing: tokio::sync::Mutex<()>,
+    /// A listing was asked for while one ran: the one running lists again.
+    stale: AtomicBool,
+    faults: Arc<Faults>,
+}
+
+/// Counts the bytes written to it: the size of a value's JSON, without
+/// keeping it.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(buf.len());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Shared {
@@ -247,14 +500,86 @@ impl Shared {
         }
     }
 
-    async fn list(&self, peer: &Peer<RoleClient>) -> Result<(), McpError> {
-        let tools = peer.list_all_tools().await.map_err(|e| McpError::List {
+    fn list_error(&self, message: String) -> McpError {
+        McpError::List {
             server: self.name.clone(),
-            message: e.to_string(),
-        })?;
+            message,
+        }
+    }
+
+    fn too_large(&self, what: &'static str, limit: usize) -> McpError {
+        McpError::ListTooLarge {
+            server: self.name.clone(),
+            what,
+            limit,
+        }
+    }
+
+    /// Every page of the server's tool list, within the limits.
+    async fn list_pages(
+        &self,
+        peer: &Peer<RoleClient>,
+    ) -> Result<Vec<rmcp::model::Tool>, McpError> {
+        let mut tools = Vec::new();
+        let mut bytes = 0usize;
+        let mut cursor = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor);
+            let page = peer
+                .list_tools(Some(params))
+                .await
+                .map_err(|e| self.list_error(e.to_string()))?;
+            for tool in page.tools {
+                let mut size = Counter(0);
+                // A listed tool is JSON it was read from; it writes.
+                let _ = serde_json::to_writer(&mut size, &tool);
+                bytes = bytes.saturating_add(size.0);
+                if bytes > self.limits.max_list_bytes {
+                    return Err(self.too_large("bytes", self.limits.max_list_bytes));
+                }
+                if tools.len() == self.limits.max_tools {
+                    return Err(self.too_large("tools", self.limits.max_tools));
+                }
+                tools.push(tool);
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
+        Err(self.too_large("pages", MAX_LIST_PAGES))
+    }
+
+    /// Lists the tools once, within `limit`, failing at once if the server
+    /// sends a message the client cannot read meanwhile.
+    async fn list_once(&self, peer: &Peer<RoleClient>, limit: Duration) -> Result<(), McpError> {
+        let mut dropped = self.faults.dropped();
+        let tools = tokio::select! {
+            listed = tokio::time::timeout(limit, self.list_pages(peer)) => listed
+                .map_err(|_| self.list_error(format!("the server did not list its tools within {limit:?}")))??,
+            problem = stdio::next_dropped(&mut dropped) => {
+                return Err(self.list_error(format!("the server sent {problem} while listing its tools")));
+            }
+        };
         tracing::debug!(server = %self.name, tools = tools.len(), "listed MCP tools");
         self.set_tools(tools);
         Ok(())
+    }
+
+    /// Lists the tools again, unless a listing is running: then that one
+    /// lists once more when it is done. A flood of `list_changed`
+    /// notifications costs one listing at a time.
+    async fn relist(&self, peer: &Peer<RoleClient>) {
+        self.stale.store(true, Ordering::SeqCst);
+        let Ok(_one_at_a_time) = self.listing.try_lock() else {
+            return;
+        };
+        while self.stale.swap(false, Ordering::SeqCst) {
+            if let Err(error) = self.list_once(peer, self.limits.list_timeout).await {
+                tracing::warn!(error = %error.redacted(), "could not refresh MCP tools");
+                break;
+            }
+        }
     }
 }
 
@@ -281,9 +606,7 @@ struct Handler {
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         tracing::debug!(server = %self.shared.name, "MCP tool list changed");
-        if let Err(error) = self.shared.list(&context.peer).await {
-            tracing::warn!(%error, "could not refresh MCP tools");
-        }
+        self.shared.relist(&context.peer).await;
     }
 }
 
@@ -317,6 +640,32 @@ impl fmt::Debug for McpClient {
     }
 }
 
+/// `command`'s program and arguments, quoted, with the process's secrets
+/// redacted: what an error shows of it. Never its environment (the
+/// `Debug` of a `Command` prints the variables set on it, tokens included).
+fn command_line(command: &std::process::Command) -> String {
+    let mut line = format!("{:?}", command.get_program());
+    for arg in command.get_args() {
+        line.push(' ');
+        line.push_str(&format!("{arg:?}"));
+    }
+    harness::secrets::redact(&line).into_owned()
+}
+
+/// Registers as secrets the values of the variables set on `command` whose
+/// names look secret ([`harness::secrets::is_secret_name`], e.g.
+/// `GITHUB_PERSONAL_ACCESS_TOKEN`): a server that quotes its token in an
+/// error or a result does not show it to the model.
+fn register_secrets(command: &std::process::Command) {
+    for (name, value) in command.get_envs() {
+        if let (Some(name), Some(Some(value))) = (name.to_str(), value.map(|v| v.to_str()))
+            && harness::secrets::is_secret_name(name)
+        {
+            harness::secrets::register(value);
+        }
+    }
+}
+
 impl McpClient {
     /// Starts `command` and talks MCP with it over its stdin and stdout
     /// (its stderr is inherited), with the default [`McpOptions`]. `name`
@@ -335,17 +684,35 @@ impl McpClient {
         options: McpOptions,
     ) -> Result<Self, McpError> {
         let name = name.into();
-        // The SDK kills the process from a task it spawns when the
-        // transport is dropped; a runtime shutting down drops that task, so
-        // the process is also killed when its handle is dropped.
-        command.kill_on_drop(true);
-        let line = format!("{:?}", command.as_std());
-        let transport = TokioChildProcess::new(command).map_err(|e| McpError::Spawn {
-            server: name.clone(),
-            command: line,
-            message: e.to_string(),
-        })?;
-        Self::connect(name, transport, options).await
+        register_secrets(command.as_std());
+        let line = command_line(command.as_std());
+        let spawn_error = |message: String| {
+            McpError::Spawn {
+                server: name.clone(),
+                command: line.clone(),
+                message,
+            }
+            .redacted()
+        };
+        // The process is killed when the task reading its output ends (the
+        // connection closes, or the runtime shuts down) and drops it.
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| spawn_error(e.to_string()))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(spawn_error(
+                "its standard input or output is not a pipe".into(),
+            ));
+        };
+        let faults = Arc::new(Faults::new());
+        let limit = options.max_message_bytes;
+        let reader = stdio::start(child, stdout, Arc::clone(&faults), limit);
+        // Every line that reaches the SDK is within the limit already.
+        let transport = AsyncRwTransport::<RoleClient, _, _>::new(reader, stdin)
+            .with_max_line_length(limit.saturating_add(1));
+        Self::connect(name, transport, options, faults).await
     }
 
     /// Connects to a server's streamable-HTTP endpoint, e.g.
@@ -368,48 +735,69 @@ impl McpClient {
         }
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
         if let Some(token) = &options.bearer_token {
+            // Also when the field was set directly rather than through
+            // `McpOptions::bearer_token`.
+            harness::secrets::register(token);
             config = config.auth_header(token.clone());
         }
         let transport = StreamableHttpClientTransport::from_config(config);
-        Self::connect(name.into(), transport, options).await
+        Self::connect(name.into(), transport, options, Arc::new(Faults::new())).await
     }
 
     async fn connect<T, E, A>(
         name: String,
         transport: T,
         options: McpOptions,
+        faults: Arc<Faults>,
     ) -> Result<Self, McpError>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
+        let limit = options.connect_timeout;
         let (listed, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             name: name.clone(),
             tools: RwLock::new(Vec::new()),
             listed,
+            limits: Limits {
+                list_timeout: limit,
+                max_tools: options.max_tools,
+                max_list_bytes: options.max_list_bytes,
+                max_output_bytes: options.max_output_bytes,
+            },
+            listing: tokio::sync::Mutex::new(()),
+            stale: AtomicBool::new(false),
+            faults,
         });
         let handler = Handler {
             shared: Arc::clone(&shared),
         };
-        let limit = options.connect_timeout;
-        let connecting = async {
-            let service = handler
-                .serve(transport)
-                .await
-                .map_err(|e| McpError::Connect {
-                    server: name.clone(),
-                    message: e.to_string(),
-                })?;
-            shared.list(service.peer()).await?;
-            Ok(service)
-        };
-        let service = tokio::time::timeout(limit, connecting)
-            .await
-            .map_err(|_| McpError::Connect {
+        let connect_error = |message: String| {
+            McpError::Connect {
                 server: name.clone(),
-                message: format!("the server did not finish the handshake within {limit:?}"),
-            })??;
+                message,
+            }
+            .redacted()
+        };
+        let started = tokio::time::Instant::now();
+        let mut dropped = shared.faults.dropped();
+        let service = tokio::select! {
+            served = tokio::time::timeout(limit, handler.serve(transport)) => served
+                .map_err(|_| connect_error(format!("the server did not finish the handshake within {limit:?}")))?
+                .map_err(|e| connect_error(e.to_string()))?,
+            problem = stdio::next_dropped(&mut dropped) => {
+                return Err(connect_error(format!("the server sent {problem} during the handshake")));
+            }
+        };
+        // The first listing has what is left of the same limit.
+        let left = limit.saturating_sub(started.elapsed());
+        let first = {
+            let _one_at_a_time = shared.listing.lock().await;
+            shared.stale.store(false, Ordering::SeqCst);
+            shared.list_once(service.peer(), left).await
+        };
+        first.map_err(McpError::redacted)?;
         Ok(Self {
             shared,
             service: Arc::new(service),
@@ -458,43 +846,103 @@ impl McpClient {
         self.tools().into_iter().map(|tool| tool.spec).collect()
     }
 
-    /// The server's tools as last listed, each calling the server.
+    /// The tools of the last listing offered to the model, and those that
+    /// are not ([`refused_tools`](Self::refused_tools)).
+    fn sorted(&self) -> (Vec<McpTool>, Vec<RefusedTool>) {
+        let mut offered = Vec::new();
+        let mut refused = Vec::new();
+        let mut seen = BTreeSet::new();
+        for mut spec in self.shared.tools() {
+            let remote = spec.name.clone();
+            let name = format!("{}{remote}", self.prefix);
+            let problem = name_problem(&name).or_else(|| {
+                (!seen.insert(name.clone()))
+                    .then(|| "the server lists two tools of this name".to_owned())
+            });
+            if let Some(reason) = problem {
+                refused.push(RefusedTool {
+                    name: shown_name(&name),
+                    reason,
+                });
+                continue;
+            }
+            spec.name = name;
+            offered.push(McpTool {
+                shared: Arc::clone(&self.shared),
+                service: Arc::clone(&self.service),
+                spec,
+                remote,
+                call_timeout: self.call_timeout,
+            });
+        }
+        (offered, refused)
+    }
+
+    /// The server's tools as last listed, each calling the server. A tool
+    /// whose name the model APIs would refuse (see [`MAX_TOOL_NAME_CHARS`]),
+    /// or that the server lists twice, is left out: see
+    /// [`refused_tools`](Self::refused_tools).
     pub fn tools(&self) -> Vec<McpTool> {
-        self.shared
-            .tools()
-            .into_iter()
-            .map(|mut spec| {
-                let remote = spec.name.clone();
-                spec.name = format!("{}{remote}", self.prefix);
-                McpTool {
-                    shared: Arc::clone(&self.shared),
-                    service: Arc::clone(&self.service),
-                    spec,
-                    remote,
-                    call_timeout: self.call_timeout,
-                }
-            })
-            .collect()
+        self.sorted().0
+    }
+
+    /// The tools of the last listing that are not offered, and why.
+    pub fn refused_tools(&self) -> Vec<RefusedTool> {
+        self.sorted().1
     }
 
     /// The server's tools as last listed, as a new [`ToolSet`].
     pub fn tool_set(&self) -> ToolSet {
         let mut set = ToolSet::new();
-        self.add_to(&mut set);
-        set
-    }
-
-    /// Adds the server's tools as last listed to `set` (replacing tools of
-    /// the same name).
-    pub fn add_to(&self, set: &mut ToolSet) {
         for tool in self.tools() {
             set.register(tool);
         }
+        set
     }
 
-    /// Lists the server's tools again now.
+    /// Adds the server's tools as last listed to `set`. If any has the name
+    /// of a tool already in the set, none is added
+    /// ([`McpError::NameTaken`]): a server listing `read_file` or `shell`
+    /// does not silently replace the host's own. A
+    /// [prefix](Self::with_prefix) keeps names apart.
+    pub fn add_to(&self, set: &mut ToolSet) -> Result<(), McpError> {
+        let tools = self.tools();
+        let taken: Vec<String> = tools
+            .iter()
+            .filter(|tool| set.contains(&tool.spec.name))
+            .map(|tool| tool.spec.name.clone())
+            .collect();
+        if !taken.is_empty() {
+            return Err(McpError::NameTaken {
+                server: self.shared.name.clone(),
+                names: taken,
+            }
+            .redacted());
+        }
+        for tool in tools {
+            set.register(tool);
+        }
+        Ok(())
+    }
+
+    /// Lists the server's tools again now, within
+    /// [`McpOptions::connect_timeout`] (after a listing that is running, if
+    /// one is).
     pub async fn refresh(&self) -> Result<(), McpError> {
-        self.shared.list(self.service.peer()).await
+        let listed = {
+            let _one_at_a_time = self.shared.listing.lock().await;
+            self.shared.stale.store(false, Ordering::SeqCst);
+            self.shared
+                .list_once(self.service.peer(), self.shared.limits.list_timeout)
+                .await
+        };
+        // A change announced meanwhile found the lock taken: list it now,
+        // in the background, as the notification would have.
+        if self.shared.stale.load(Ordering::SeqCst) {
+            let (shared, peer) = (Arc::clone(&self.shared), self.service.peer().clone());
+            tokio::spawn(async move { shared.relist(&peer).await });
+        }
+        listed.map_err(McpError::redacted)
     }
 
     /// A receiver whose value changes each time the tools are listed (on
@@ -523,7 +971,8 @@ impl McpClient {
 /// One tool of an MCP server, as a harness [`Tool`]: its spec is the one the
 /// server listed, its arguments are passed through as JSON, and its output
 /// is the result's content as text (text blocks joined by newlines; other
-/// blocks, and structured content when there is no text, as JSON).
+/// blocks, and structured content when there is no text, as JSON), cut at
+/// [`McpOptions::max_output_bytes`].
 #[derive(Clone)]
 pub struct McpTool {
     shared: Arc<Shared>,
@@ -589,6 +1038,18 @@ async fn call(
     arguments: Value,
     timeout: Duration,
 ) -> Result<String, McpError> {
+    call_unredacted(shared, service, tool, arguments, timeout)
+        .await
+        .map_err(McpError::redacted)
+}
+
+async fn call_unredacted(
+    shared: &Shared,
+    service: &RunningService<RoleClient, Handler>,
+    tool: &str,
+    arguments: Value,
+    timeout: Duration,
+) -> Result<String, McpError> {
     let arguments = match arguments {
         Value::Object(map) => map,
         Value::Null => serde_json::Map::new(),
@@ -602,15 +1063,42 @@ async fn call(
     };
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = Some(arguments);
-    let result = tokio::time::timeout(timeout, service.peer().call_tool(params))
-        .await
-        .map_err(|_| McpError::Timeout {
-            server: shared.name.clone(),
-            tool: tool.to_owned(),
-            after: timeout,
-        })?
-        .map_err(|error| call_error(shared, tool, error))?;
-    let text = content_text(&result);
+    let bad_message = |problem: String| McpError::BadMessage {
+        server: shared.name.clone(),
+        tool: tool.to_owned(),
+        problem,
+    };
+    let mut dropped = shared.faults.dropped();
+    let (noise_before, _) = shared.faults.noise();
+    let answered = tokio::select! {
+        answered = tokio::time::timeout(timeout, service.peer().call_tool(params)) => answered,
+        // The answer may be the message dropped: waiting on would only
+        // end in a timeout that says nothing of it.
+        problem = stdio::next_dropped(&mut dropped) => {
+            return Err(bad_message(format!("{problem}, which was dropped (it may have been the answer)")));
+        }
+    };
+    let result = match answered {
+        Ok(result) => result.map_err(|error| call_error(shared, tool, error))?,
+        Err(_) => {
+            let (noise, last) = shared.faults.noise();
+            if noise > noise_before {
+                let lines = match noise - noise_before {
+                    1 => "a line".to_owned(),
+                    n => format!("{n} lines"),
+                };
+                return Err(bad_message(format!(
+                    "{lines} of text that is not JSON-RPC (the last: {last}) and no answer within {timeout:?}"
+                )));
+            }
+            return Err(McpError::Timeout {
+                server: shared.name.clone(),
+                tool: tool.to_owned(),
+                after: timeout,
+            });
+        }
+    };
+    let text = content_text(&result, shared.limits.max_output_bytes);
     if result.is_error == Some(true) {
         return Err(McpError::ToolFailed {
             server: shared.name.clone(),
@@ -637,23 +1125,56 @@ fn call_error(shared: &Shared, tool: &str, error: ServiceError) -> McpError {
     }
 }
 
+/// How many bytes past [`McpOptions::max_output_bytes`] a tool's text is
+/// kept until it is redacted: a secret that straddles the cut is found
+/// whole if shorter than this.
+const REDACTION_MARGIN: usize = 64 << 10;
+
 /// The result's content as text: text blocks joined by newlines, other
 /// blocks as their JSON; the structured content if there is nothing else.
-fn content_text(result: &CallToolResult) -> String {
-    let parts: Vec<String> = result
-        .content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Text(text) => text.text.clone(),
-            other => serde_json::to_string(other).unwrap_or_default(),
-        })
-        .collect();
-    if parts.is_empty()
+/// Redacted, then cut to `max` bytes (in this order, so that a secret at
+/// the cut is still found whole), saying so when cut.
+fn content_text(result: &CallToolResult, max: usize) -> String {
+    let keep = max.saturating_add(REDACTION_MARGIN);
+    let mut text = String::new();
+    let mut total = 0usize;
+    let mut push = |part: &str, text: &mut String| {
+        total = total.saturating_add(part.len());
+        if text.len() < keep {
+            let room = keep - text.len();
+            text.push_str(cut_at(part, room));
+        }
+    };
+    for (i, block) in result.content.iter().enumerate() {
+        if i > 0 {
+            push("\n", &mut text);
+        }
+        match block {
+            ContentBlock::Text(block) => push(&block.text, &mut text),
+            other => push(&serde_json::to_string(other).unwrap_or_default(), &mut text),
+        }
+    }
+    if result.content.is_empty()
         && let Some(structured) = &result.structured_content
     {
-        return structured.to_string();
+        push(&structured.to_string(), &mut text);
     }
-    parts.join("\n")
+    harness::secrets::redact_string(&mut text);
+    if text.len() > max || total > keep {
+        text = cut_at(&text, max).to_owned();
+        text.push_str(&format!("\n[cut: the answer has {total} bytes]"));
+    }
+    text
+}
+
+/// The longest start of `text` of at most `max` bytes that ends on a
+/// character boundary.
+fn cut_at(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 fn kind(value: &Value) -> &'static str {

@@ -358,6 +358,44 @@ fn a_client_can_check_its_answer_before_sending_it() {
     assert!(request.resolve(Decisions::new().approve("c1")).is_ok());
 }
 
+#[test]
+fn an_edit_against_a_schema_too_complex_to_check_is_refused_saying_so() {
+    for schema in [
+        json!({"allOf": [{"$ref": "#"}, {"$ref": "#"}]}),
+        json!({"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}),
+        json!({
+            "type": "object",
+            "properties": {"x": {"$ref": "#/$defs/a"}},
+            "$defs": {"a": {"oneOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}},
+        }),
+    ] {
+        let request = ApprovalRequest::new(vec![harness_kit::PendingCall {
+            call_id: "c1".into(),
+            tool: "remote".into(),
+            arguments: json!({"x": {}}),
+            schema: schema.clone(),
+            allow_key: "remote".into(),
+        }]);
+        let error = request
+            .resolve(Decisions::new().edit("c1", json!({"x": {"y": 1}})))
+            .unwrap_err();
+        let [harness_kit::DecisionProblem::InvalidEdit { error: found, .. }] =
+            error.problems.as_slice()
+        else {
+            panic!("{schema}: {error}");
+        };
+        assert!(
+            matches!(found, harness_kit::schema::SchemaError::TooComplex { .. }),
+            "{schema}: {found}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("cannot be checked against its schema") && text.contains("too complex"),
+            "{schema}: {text}"
+        );
+    }
+}
+
 fn sled_agent(
     path: &std::path::Path,
     shell: &FakeShell,

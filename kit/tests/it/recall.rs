@@ -130,3 +130,76 @@ async fn what_one_session_remembers_the_next_recalls() {
         None
     );
 }
+
+#[tokio::test]
+async fn without_an_index_recall_ranks_by_distinct_shared_words_of_a_bounded_query() {
+    use harness::llm::ToolSet;
+    use harness_kit::recall::MAX_QUERY_WORDS;
+    let memory = Memory::in_memory();
+    let tools: ToolSet = memory_tools(memory.clone(), user());
+    let remember = |key: &str, content: &str| {
+        ToolCall::new("r", "remember", json!({"key": key, "content": content}))
+    };
+    for (key, content) in [
+        ("pets", "Ana has two cats"),
+        ("zoo", "Ana watches dogs and birds"),
+        ("far", "zebra crossing near the office"),
+    ] {
+        tools
+            .dispatch(&remember(key, content))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let recall = |query: String| {
+        let tools = tools.clone();
+        async move {
+            tools
+                .dispatch(&ToolCall::new(
+                    "q",
+                    "recall",
+                    json!({"query": query, "limit": 1}),
+                ))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .content
+        }
+    };
+    // A word said four times counts once: `zoo` shares two words, `pets`
+    // one (before, each repetition counted, and `pets` came first).
+    for query in [
+        "cats cats cats cats dogs birds",
+        "CATS cats Cats cats birds dogs dogs",
+        "dogs cats birds cats cats cats cats",
+    ] {
+        let found = recall(query.to_owned()).await;
+        assert!(found.starts_with("- zoo:"), "{query}: {found}");
+    }
+    // A long query: only its first distinct words are looked for, and the
+    // answer says so (the matching costs no more than for a short one).
+    let fillers: Vec<String> = (0..MAX_QUERY_WORDS).map(|i| format!("filler{i}")).collect();
+    for repeat in [1, 100, 10_000] {
+        let query = format!("{} zebra", fillers.join(" ").repeat_words(repeat));
+        let found = recall(query).await;
+        assert!(found.starts_with("nothing remembered matches"), "{found}");
+        assert!(
+            found.contains(&format!("first {MAX_QUERY_WORDS} distinct words")),
+            "{found}"
+        );
+    }
+    let found = recall(format!("zebra {}", fillers.join(" "))).await;
+    assert!(found.starts_with("- far:"), "{found}");
+    // Within the limit, nothing is said of it.
+    let found = recall("zebra office".to_owned()).await;
+    assert!(!found.contains("distinct words"), "{found}");
+}
+
+/// `self` (words separated by spaces) `n` times over.
+trait RepeatWords {
+    fn repeat_words(&self, n: usize) -> String;
+}
+
+impl RepeatWords for String {
+    fn repeat_words(&self, n: usize) -> String {
+        vec![self.as_str(); n].join(" ")
+    }
+}

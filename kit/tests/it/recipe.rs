@@ -742,3 +742,104 @@ async fn an_answer_the_server_could_not_read_gets_one_repair_turn_naming_the_too
         }
     }
 }
+
+/// A tool offering a schema of its own (as an MCP server's tool does);
+/// counts its calls.
+#[derive(Clone)]
+struct Schemed {
+    schema: serde_json::Value,
+    calls: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Schemed {
+    type Args = serde_json::Value;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "schemed"
+    }
+    fn description(&self) -> &str {
+        "Has a schema of its own"
+    }
+    async fn call(&self, _: serde_json::Value) -> Result<String, String> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok("ran".into())
+    }
+    fn spec(&self) -> harness::llm::ToolSpec {
+        harness::llm::ToolSpec::new(self.name(), self.description(), self.schema.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_tool_whose_schema_cannot_be_checked_is_not_run() {
+    // Schemas of a few dozen bytes that would take 2^20 and more steps to
+    // check (before the budget, the first ran the host out of memory).
+    for schema in [
+        json!({"allOf": [{"$ref": "#"}, {"$ref": "#"}]}),
+        json!({"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}),
+        json!({"type": "object", "oneOf": [{"$ref": "#"}, {"$ref": "#"}]}),
+    ] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tool = Schemed {
+            schema: schema.clone(),
+            calls: Arc::clone(&calls),
+        };
+        let model = scripted([
+            Expect::any().reply(ModelResponse::from_tool_calls([ToolCall::new(
+                "c1",
+                "schemed",
+                json!({"x": 1}),
+            )])),
+            Expect::any().reply(ModelResponse::from_text("done")),
+        ]);
+        let outcome = agent(AgentLoop::new(ToolSet::new().with(tool)), model.clone())
+            .run(AgentChat::with_task("go"))
+            .await
+            .unwrap_or_else(|e| panic!("{schema}: the run completes: {e}"));
+        assert_eq!(outcome.signal.as_str(), "answered", "{schema}");
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "{schema}: the tool ran");
+        let results = results_of(&model.requests()[1]);
+        assert!(
+            results[0].is_error
+                && results[0].content.contains("cannot be checked")
+                && results[0].content.contains("too complex"),
+            "{schema}: {:?}",
+            results[0].content
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_repair_turn_quotes_a_long_unreadable_answer_briefly_and_without_secrets() {
+    let secret = "sk-repair-quote-secret-7y6t5r4e3w";
+    assert!(harness::secrets::register(secret));
+    // Megabytes of what could not be read (a provider that quotes a whole
+    // event), a secret at the cut or far past it.
+    for (pad, tail) in [(985, 4 << 20), (995, 10), (999, 0), (3, 4 << 20)] {
+        let message = format!("{}{secret}{}", "m".repeat(pad), "t".repeat(tail));
+        let model = scripted([
+            Expect::any().fail(ModelError::malformed(message)),
+            Expect::any().reply(ModelResponse::from_text("5")),
+        ]);
+        agent(AgentLoop::new(tools()), model.clone())
+            .run(AgentChat::with_task("What is 2 + 3?"))
+            .await
+            .unwrap_or_else(|e| panic!("the repair is answered: {e}"));
+        let repair = model.requests()[1]
+            .messages
+            .last()
+            .map(Message::text)
+            .unwrap_or_default();
+        assert!(repair.contains("could not be read"), "{repair}");
+        assert!(
+            repair.len() < 1500 + 200,
+            "pad {pad}: {} bytes",
+            repair.len()
+        );
+        for part in secret.as_bytes().windows(8) {
+            let part = std::str::from_utf8(part).unwrap_or_default();
+            assert!(!repair.contains(part), "pad {pad}: {part:?} in {repair}");
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! The schema validator on the schemas schemars emits.
 
 use harness::llm::ToolSpec;
-use harness_kit::schema::validate;
+use harness_kit::schema::{MAX_STEPS, MAX_VIOLATIONS, SchemaError, validate};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -89,12 +89,9 @@ fn values_serde_refuses_fail_with_where_and_why() {
         ),
     ];
     for (bad, expected) in cases {
-        let errors = validate(&schema(), &bad).expect_err(&bad.to_string());
-        let text = errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
+        let text = validate(&schema(), &bad)
+            .expect_err(&bad.to_string())
+            .to_string();
         assert!(
             text.contains(expected),
             "{bad}: {text:?} lacks {expected:?}"
@@ -107,8 +104,137 @@ fn values_serde_refuses_fail_with_where_and_why() {
 fn refs_resolve_and_circular_or_missing_ones_are_reported() {
     let missing = json!({"$ref": "#/$defs/Nope"});
     let errors = validate(&missing, &json!(1)).expect_err("a missing definition");
-    assert!(errors[0].message.contains("does not define"));
+    assert!(errors.violations()[0].message.contains("does not define"));
     let circular = json!({"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"});
     let errors = validate(&circular, &json!(1)).expect_err("a circular reference");
-    assert!(errors[0].message.contains("nest deeper"));
+    assert!(errors.violations()[0].message.contains("nest deeper"));
+}
+
+/// `{"$defs": {"l0": {<combinator>: [{"$ref": "#/$defs/l1"}, {"$ref": "#/$defs/l1"}]}, …,
+/// "l<levels>": <leaf>}, "$ref": "#/$defs/l0"}`: 2^levels leaves from a
+/// schema of a few hundred bytes.
+fn doubling(combinator: &str, levels: usize, leaf: Value) -> Value {
+    let mut defs = serde_json::Map::new();
+    for level in 0..levels {
+        let next = json!({"$ref": format!("#/$defs/l{}", level + 1)});
+        defs.insert(
+            format!("l{level}"),
+            json!({ combinator: [next.clone(), next] }),
+        );
+    }
+    defs.insert(format!("l{levels}"), leaf);
+    json!({"$defs": defs, "$ref": "#/$defs/l0"})
+}
+
+#[test]
+fn schemas_that_branch_exponentially_stop_at_the_budget() {
+    // Each would take 2^20 to 2^64 steps (the self-referential ones: until
+    // the reference depth limit, 64 levels); before the budget, `allOf`
+    // kept one violation per leaf until memory ran out, and `anyOf`,
+    // `oneOf` and `not` spun.
+    let cases = [
+        (json!({"allOf": [{"$ref": "#"}, {"$ref": "#"}]}), json!({})),
+        (json!({"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}), json!({})),
+        (json!({"oneOf": [{"$ref": "#"}, {"$ref": "#"}]}), json!("x")),
+        (
+            json!({"not": {"allOf": [{"$ref": "#"}, {"$ref": "#"}]}}),
+            json!(1),
+        ),
+        (
+            json!({"allOf": [{"$ref": "#"}, {"$ref": "#"}, {"$ref": "#"}], "type": "object"}),
+            json!({"a": 1}),
+        ),
+        (doubling("allOf", 20, json!({"type": "string"})), json!(1)),
+        (doubling("allOf", 24, json!(false)), json!(null)),
+        (doubling("anyOf", 24, json!({"type": "string"})), json!([1])),
+        (doubling("oneOf", 24, json!({"type": "integer"})), json!(2)),
+        // Through the value: every item of a long array re-enters it.
+        (
+            json!({"type": "array", "items": {"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}}),
+            (0..24).fold(json!(1), |inner, _| json!([inner])),
+        ),
+    ];
+    for (schema, value) in cases {
+        let error = validate(&schema, &value).expect_err(&schema.to_string());
+        assert_eq!(
+            error,
+            SchemaError::TooComplex { steps: MAX_STEPS },
+            "{schema}"
+        );
+        assert!(
+            error.to_string().contains("too complex"),
+            "{schema}: {error}"
+        );
+    }
+}
+
+#[test]
+fn violations_are_kept_up_to_the_limit_and_the_rest_counted() {
+    // 2^14 failing leaves: within the step budget, over the violation limit.
+    for (schema, value, found) in [
+        (
+            doubling("allOf", 14, json!({"type": "string"})),
+            json!(1),
+            1usize << 14,
+        ),
+        // Many wrong items of an array.
+        (
+            json!({"items": {"type": "string"}}),
+            Value::Array(vec![json!(1); 5000]),
+            5000,
+        ),
+        // Many properties that are not allowed.
+        (
+            json!({"type": "object", "additionalProperties": false}),
+            Value::Object((0..300).map(|i| (format!("p{i}"), json!(i))).collect()),
+            300,
+        ),
+    ] {
+        let error = validate(&schema, &value).expect_err(&schema.to_string());
+        let SchemaError::Mismatch { violations, more } = &error else {
+            panic!("{schema}: {error}");
+        };
+        assert_eq!(violations.len(), MAX_VIOLATIONS, "{schema}");
+        assert_eq!(violations.len() + more, found, "{schema}");
+        assert!(
+            error.to_string().ends_with(&format!("; and {more} more")),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn long_lists_in_messages_are_cut() {
+    let allowed: Vec<Value> = (0..1000).map(|i| json!(format!("v{i}"))).collect();
+    let error = validate(&json!({"enum": allowed}), &json!("nope")).unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("(1000 in all)"), "{text}");
+    assert!(text.len() < 600, "{} bytes: {text}", text.len());
+    let properties: serde_json::Map<String, Value> =
+        (0..1000).map(|i| (format!("p{i}"), json!({}))).collect();
+    let schema = json!({"properties": properties, "additionalProperties": false});
+    let text = validate(&schema, &json!({"zzz": 1}))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("(1000 in all)"), "{text}");
+    assert!(text.len() < 600, "{} bytes: {text}", text.len());
+}
+
+#[test]
+fn large_ordinary_values_are_checked_within_the_budget() {
+    // Ten thousand objects of five fields: about 60 000 steps.
+    let schema = json!({
+        "type": "object",
+        "properties": {"rows": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"enum": ["x", "y"]},
+                "d": {"anyOf": [{"type": "null"}, {"type": "number"}]}, "e": {"type": "boolean"},
+            },
+            "required": ["a", "b"],
+        }}},
+    });
+    let row = json!({"a": 1, "b": "two", "c": "x", "d": null, "e": true});
+    let value = json!({"rows": vec![row; 10_000]});
+    assert_eq!(validate(&schema, &value), Ok(()));
 }

@@ -220,7 +220,7 @@ async fn the_shell_tool_runs_argv_without_a_shell_or_the_hosts_secrets() {
             json!({ "command": "printf 0123456789abcdef" }),
         ))
         .await;
-    assert_eq!(out.content, "0123456789\n[cut]");
+    assert_eq!(out.content, "0123456789\n[cut: the command wrote 16 bytes]");
     // A timeout stops the command.
     let slow = ToolSet::new().with(Shell::new(dir.path(), Duration::from_millis(200)));
     let out = slow
@@ -235,4 +235,108 @@ async fn the_shell_tool_runs_argv_without_a_shell_or_the_hosts_secrets() {
         "{}",
         out.content
     );
+}
+
+/// The peak resident memory of this process (Linux's `VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[tokio::test]
+async fn a_command_s_output_costs_the_host_its_bound_not_its_size() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tools =
+        ToolSet::new().with(Shell::new(dir.path(), Duration::from_secs(60)).max_output(1000));
+    const SIZE: u64 = 512 << 20;
+    let before = peak_rss();
+    let mut outs = Vec::new();
+    for (command, is_error) in [
+        // On standard output, with success.
+        (format!("head -c {SIZE} /dev/zero"), false),
+        // On standard output, then a failure.
+        (format!("head -c {SIZE} /dev/zero /nonexistent-file"), true),
+        // On standard error.
+        (
+            format!(
+                "dd if=/dev/zero of=/dev/stderr bs=1M count={} status=none",
+                SIZE >> 20
+            ),
+            false,
+        ),
+        // In small lines rather than one block.
+        (format!("seq {}", SIZE / 10), false),
+    ] {
+        let out = tools
+            .dispatch_or_report(&ToolCall::new("c", "shell", json!({ "command": command })))
+            .await;
+        outs.push((command, is_error, out));
+    }
+    // Each command wrote at least 512 MiB; reading it all (as before) took
+    // at least that much memory, twice over for the text.
+    let grown = peak_rss().saturating_sub(before);
+    assert!(
+        grown < 128 << 20,
+        "the peak memory grew by {} MiB",
+        grown >> 20
+    );
+    for (command, is_error, out) in outs {
+        assert_eq!(out.is_error, is_error, "{command}: {}", out.content);
+        assert!(
+            out.content.len() < 1200,
+            "{command}: {} bytes",
+            out.content.len()
+        );
+        if command.starts_with("dd") {
+            // Its errors, on a success, are not shown: nothing to cut.
+            assert_eq!(out.content, "", "{command}");
+        } else {
+            assert!(
+                out.content.contains("[cut: the command wrote"),
+                "{command}: {}",
+                out.content
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_secret_at_the_cut_is_redacted_before_the_output_is_cut() {
+    let secret = "shell-straddle-secret-5d8e1f0a7b9c2d4e";
+    assert!(harness::secrets::register(secret));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let max = 200;
+    let tools =
+        ToolSet::new().with(Shell::new(dir.path(), Duration::from_secs(10)).max_output(max));
+    // The secret starting before the cut, across it and just after it, on
+    // standard output and in a failure's message.
+    // (`ls` quotes its argument after about 20 bytes of its own.)
+    for start in (max - 45..=max + 5).step_by(2) {
+        for fails in [false, true] {
+            let pad = "p".repeat(start);
+            let command = if fails {
+                format!("ls {pad}{secret}")
+            } else {
+                format!("printf %s {pad}{secret}")
+            };
+            let out = tools
+                .dispatch_or_report(&ToolCall::new("c", "shell", json!({ "command": command })))
+                .await;
+            assert_eq!(out.is_error, fails, "{}", out.content);
+            // No 8 bytes of it in a row (cut first, then redacted, its
+            // first part was left whole).
+            for window in secret.as_bytes().windows(8) {
+                let part = std::str::from_utf8(window).unwrap_or_default();
+                assert!(
+                    !out.content.contains(part),
+                    "start {start}, fails {fails}: {:?} has {part:?}",
+                    out.content
+                );
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod hostile;
 mod http;
 mod stdio;
 

@@ -188,7 +188,7 @@ async fn a_prefix_keeps_two_servers_tools_apart() {
     let first = connect().await.with_prefix("one_");
     let second = connect().await.with_prefix("two_");
     let mut tools = first.tool_set();
-    second.add_to(&mut tools);
+    second.add_to(&mut tools).unwrap();
     assert_eq!(tools.len(), 10);
     assert!(tools.contains("one_add") && tools.contains("two_add") && !tools.contains("add"));
     let result = tools

@@ -2,7 +2,7 @@
 //! `message_delta`, `message_stop`.
 
 use harness::llm::{ModelError, PartialToolCalls, Reasoning, StreamEvent, Usage};
-use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body};
+use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body, excerpt};
 
 use crate::completion::{AnswerTool, PROVIDER, stop_reason, thinking};
 use crate::wire::{self, StreamEventIn};
@@ -109,7 +109,9 @@ impl SseDecoder for EventDecoder {
         let parsed: StreamEventIn = serde_json::from_str(&event.data).map_err(|e| {
             ModelError::malformed(format!(
                 "a stream event is not the expected JSON ({e}): {:?}",
-                event.data
+                // A bounded, redacted quote: the event may be megabytes,
+                // and the message goes back to the model and into logs.
+                excerpt(&event.data, 200)
             ))
         })?;
         match parsed {

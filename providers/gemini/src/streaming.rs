@@ -2,7 +2,7 @@
 //! carrying the next parts; the last one has a `finishReason`.
 
 use harness::llm::{ModelError, Reasoning, StreamEvent, Usage};
-use harness_provider_http::{Flow, SseDecoder, SseEvent};
+use harness_provider_http::{Flow, SseDecoder, SseEvent, excerpt};
 
 use crate::completion::{bare_signature, check_blocked, stop_reason, thought, tool_call, usage};
 use crate::wire;
@@ -34,7 +34,9 @@ impl SseDecoder for ChunkDecoder {
         let chunk: wire::GenerateResponse = serde_json::from_str(&event.data).map_err(|e| {
             ModelError::malformed(format!(
                 "a stream chunk is not the expected JSON ({e}): {:?}",
-                event.data
+                // A bounded, redacted quote: the event may be megabytes,
+                // and the message goes back to the model and into logs.
+                excerpt(&event.data, 200)
             ))
         })?;
         check_blocked(&chunk)?;

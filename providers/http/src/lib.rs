@@ -37,7 +37,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub use key::ApiKey;
 pub use retry::{HttpOptions, HttpRetryPolicy};
 pub use sse::{Flow, SseDecoder, SseEvent, SseEvents, decode_events};
-pub use status::{error_from_body, error_from_response, parse_retry_after};
+pub use status::{error_from_body, error_from_response, excerpt, parse_retry_after};
 pub use transport::{HttpTransport, endpoint};
 pub use turns::merged_turns;
 

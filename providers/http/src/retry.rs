@@ -115,6 +115,14 @@ pub struct HttpOptions {
     /// The largest server-sent event, and so the longest line of a stream,
     /// in bytes (default 4 MiB); larger is [`ModelError::ResponseTooLarge`].
     pub max_event_bytes: u64,
+    /// The most bytes one stream may carry in all, its events together
+    /// (default 256 MiB); past it the stream ends with
+    /// [`ModelError::ResponseTooLarge`]. A streamed answer is gathered in
+    /// memory by whoever reads it, so without this a server sending valid
+    /// events fast would be limited only by
+    /// [`stream_deadline`](Self::stream_deadline). The default is well above
+    /// the longest answers (128k tokens take about 40 MiB of events).
+    pub max_stream_bytes: u64,
     /// Retries of failed attempts.
     pub retry: HttpRetryPolicy,
 }
@@ -128,6 +136,7 @@ impl Default for HttpOptions {
             connect_timeout: Duration::from_secs(15),
             max_body_bytes: 32 << 20,
             max_event_bytes: 4 << 20,
+            max_stream_bytes: 256 << 20,
             retry: HttpRetryPolicy::default(),
         }
     }
@@ -147,6 +156,7 @@ impl HttpOptions {
         let zero_size = [
             ("max_body_bytes", self.max_body_bytes),
             ("max_event_bytes", self.max_event_bytes),
+            ("max_stream_bytes", self.max_stream_bytes),
         ]
         .into_iter()
         .find(|(_, n)| *n == 0);

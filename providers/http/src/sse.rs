@@ -102,13 +102,14 @@ pub fn decode_events<D: SseDecoder>(events: SseEvents, decoder: D) -> ModelStrea
 /// The events in `body`, failing with a [`ModelError::Timeout`] when no
 /// chunk arrives for the idle timeout or the stream outlasts its deadline,
 /// and with [`ModelError::ResponseTooLarge`] at a line or event over
-/// [`HttpOptions::max_event_bytes`].
+/// [`HttpOptions::max_event_bytes`] or a stream over
+/// [`HttpOptions::max_stream_bytes`].
 pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> SseEvents {
-    let (idle, deadline, limit) = (
-        options.stream_idle_timeout,
-        options.stream_deadline,
-        options.max_event_bytes,
-    );
+    let (idle, deadline) = (options.stream_idle_timeout, options.stream_deadline);
+    let limits = Limits {
+        event: options.max_event_bytes,
+        stream: options.max_stream_bytes,
+    };
     let guard = Arc::new(Mutex::new(EventSize::default()));
     let bytes = {
         let guard = Arc::clone(&guard);
@@ -116,7 +117,7 @@ pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> 
         // body there: the decoder never buffers it.
         response.bytes_stream().take_while(move |chunk| {
             let within = match chunk {
-                Ok(bytes) => lock(&guard).take(bytes, limit),
+                Ok(bytes) => lock(&guard).take(bytes, limits),
                 Err(_) => true,
             };
             futures::future::ready(within)
@@ -135,9 +136,14 @@ pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> 
                 });
                 let wait = idle.min(left);
                 let next = tokio::time::timeout(wait, decoder.next()).await;
-                if lock(&guard).over {
+                let over = lock(&guard).over;
+                if let Some(over) = over {
+                    let (what, limit) = match over {
+                        Over::Event => ("stream event (or line)", limits.event),
+                        Over::Stream => ("stream (its events together)", limits.stream),
+                    };
                     let error = ModelError::ResponseTooLarge {
-                        what: "stream event (or line)".into(),
+                        what: what.into(),
                         limit,
                     };
                     return Some((Err(error), None));
@@ -173,20 +179,44 @@ fn lock(m: &Mutex<EventSize>) -> std::sync::MutexGuard<'_, EventSize> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The size of the line and of the event being received, across chunks.
-/// Lines end at CR, LF or CRLF; an empty line ends an event.
+/// The limits [`EventSize`] checks, in bytes.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// A line, and an event.
+    event: u64,
+    /// The whole stream.
+    stream: u64,
+}
+
+/// Which limit a stream went past.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Event,
+    Stream,
+}
+
+/// The size of the line and of the event being received, across chunks,
+/// and of the stream so far. Lines end at CR, LF or CRLF; an empty line
+/// ends an event.
 #[derive(Debug, Default)]
 struct EventSize {
     line: u64,
     event: u64,
+    total: u64,
     after_cr: bool,
-    over: bool,
+    over: Option<Over>,
 }
 
 impl EventSize {
     /// Counts `bytes`; false (and `over` set) once a line or an event
-    /// exceeds `limit`.
-    fn take(&mut self, bytes: &[u8], limit: u64) -> bool {
+    /// exceeds `limits.event`, or the stream `limits.stream`.
+    fn take(&mut self, bytes: &[u8], limits: Limits) -> bool {
+        self.total = self.total.saturating_add(bytes.len() as u64);
+        if self.total > limits.stream {
+            self.over = Some(Over::Stream);
+            return false;
+        }
+        let limit = limits.event;
         for &b in bytes {
             match b {
                 b'\n' if self.after_cr => self.after_cr = false,
@@ -202,7 +232,7 @@ impl EventSize {
                     self.line += 1;
                     self.event += 1;
                     if self.line > limit || self.event > limit {
-                        self.over = true;
+                        self.over = Some(Over::Event);
                         return false;
                     }
                 }

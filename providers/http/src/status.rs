@@ -24,6 +24,7 @@ const MESSAGE_LIMIT: usize = 600;
 /// | 429 | `RateLimited` (OpenAI's `insufficient_quota`: `Auth`) |
 /// | 500 saying the model's output could not be parsed (llama.cpp) | `MalformedResponse` |
 /// | 5xx, 529 | `Overloaded` |
+/// | 3xx (a redirect not followed: to another origin, or too many) | `Configuration` |
 ///
 /// The message is [redacted](ModelError::redacted): a server that quotes
 /// the key it was sent (or text of the request) does not put it in the
@@ -34,6 +35,9 @@ pub fn error_from_response(
     body: &str,
     timeout: Duration,
 ) -> (ModelError, Option<Duration>) {
+    if (300..400).contains(&status) {
+        return (redirect_error(status, headers).redacted(), None);
+    }
     let json: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let message = error_message(&json, body, status);
     let retry_after = parse_retry_after(headers, &json);
@@ -123,6 +127,68 @@ fn unreadable(status: u16, message: &str) -> ModelError {
     }
 }
 
+/// How many bytes past what is shown [`excerpt`] redacts: a secret that
+/// starts in the part shown is found whole if it is shorter than this.
+const REDACTION_MARGIN: usize = 64 << 10;
+
+/// `text` as quoted in an error message: the process's secrets
+/// ([`harness::secrets`]) replaced first, then cut to at most `max_chars`
+/// characters, ending with `…` when cut.
+///
+/// In this order because redaction matches a secret whole: cut first, a
+/// key that straddles the cut would be left in up to its last characters.
+/// Only the start of `text` is looked at (what can be shown, and a margin
+/// for a secret that straddles the cut), so a quote of a large body costs
+/// what it shows.
+///
+/// ```
+/// let key = "sk-excerpt-doc-0123456789abcdef";
+/// harness::secrets::register(key);
+/// let body = format!("{} bad key {key}", "x".repeat(90));
+/// let quoted = harness_provider_http::excerpt(&body, 110);
+/// assert_eq!(quoted, format!("{} bad key [redacted]", "x".repeat(90)));
+/// let quoted = harness_provider_http::excerpt(&body, 105);
+/// assert!(!quoted.contains("sk-excerpt"), "{quoted}");
+/// assert!(quoted.ends_with('…'));
+/// ```
+pub fn excerpt(text: &str, max_chars: usize) -> String {
+    let mut end = max_chars
+        .saturating_mul(4)
+        .saturating_add(REDACTION_MARGIN)
+        .min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let head = harness::secrets::redact(&text[..end]);
+    match head.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &head[..cut]),
+        // Cut at the margin only: a text of many more bytes than characters.
+        None if end < text.len() => format!("{head}…"),
+        None => head.into_owned(),
+    }
+}
+
+/// A redirect the client did not follow: the transport follows them only
+/// within the origin the request went to, since the request carries the
+/// API key (see `HttpTransport`).
+fn redirect_error(status: u16, headers: &HeaderMap) -> ModelError {
+    let location = headers
+        .get(reqwest::header::LOCATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let to = match location {
+        Some(location) => format!("to {:?}", excerpt(&location, 200)),
+        None => "without saying where".to_owned(),
+    };
+    ModelError::Configuration {
+        message: format!(
+            "the server redirected the request (HTTP {status}) {to}, which was not followed: \
+             redirects are followed only within the base URL's scheme, host and port (at \
+             most 5 in a row), so that the API key goes nowhere else; set the base URL to \
+             the address that answers"
+        ),
+    }
+}
+
 fn error_message(json: &Value, body: &str, status: u16) -> String {
     let found = match json.get("error") {
         Some(Value::String(text)) => Some(text.as_str()),
@@ -133,10 +199,7 @@ fn error_message(json: &Value, body: &str, status: u16) -> String {
     if text.is_empty() {
         return format!("HTTP {status} with an empty body");
     }
-    match text.char_indices().nth(MESSAGE_LIMIT) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
+    excerpt(text, MESSAGE_LIMIT)
 }
 
 fn has_detail_reason(json: &Value, reason: &str) -> bool {
@@ -456,5 +519,97 @@ mod tests {
             error_from_body("mystery", "m"),
             ModelError::other("mystery: m")
         );
+    }
+
+    /// No `window` bytes of `key` in a row are in `text`.
+    fn assert_no_part_of(key: &str, text: &str, window: usize, case: &str) {
+        for part in key.as_bytes().windows(window) {
+            let part = std::str::from_utf8(part).unwrap();
+            assert!(!text.contains(part), "{case}: {part:?} is in {text:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_at_the_cut_of_a_quoted_message_is_redacted_whole() {
+        let key = "sk-ant-api03-STRADDLE-AAAABBBBCCCCDDDDEEEEFFFF";
+        harness::secrets::register(key);
+        // The key starting before, across and right at the 600-character
+        // cut, in the vendor's JSON and in a plain body, with ASCII and
+        // multi-byte padding.
+        for pad in (540..=605).step_by(3) {
+            for filler in ["x", "é"] {
+                let message = format!("{}{key} trailing text", filler.repeat(pad));
+                let json = json!({"error": {"type": "authentication_error", "message": message}});
+                for body in [json.to_string(), message.clone()] {
+                    for status in [401, 400, 429, 500, 404] {
+                        let (error, _) = error_from_response(
+                            status,
+                            &HeaderMap::new(),
+                            &body,
+                            Duration::from_secs(1),
+                        );
+                        let case = format!("pad {pad} of {filler:?}, status {status}");
+                        assert_no_part_of(key, &error.to_string(), 8, &case);
+                    }
+                }
+            }
+        }
+        // The quote itself: at most the characters asked for, then `…`.
+        for max in [0, 1, 10, 45, 46, 47, 100] {
+            let text = format!("{}{key}{}", "y".repeat(30), "z".repeat(30));
+            let quoted = excerpt(&text, max);
+            assert_no_part_of(key, &quoted, 8, &format!("max {max}"));
+            assert!(
+                quoted.trim_end_matches('…').chars().count() <= max,
+                "{quoted}"
+            );
+        }
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("", 10), "");
+        // A huge text is quoted from its start only.
+        let huge = format!("{key}{}", "w".repeat(8 << 20));
+        assert_eq!(excerpt(&huge, 15), "[redacted]wwwww…");
+    }
+
+    #[test]
+    fn a_redirect_not_followed_is_a_configuration_error_naming_where() {
+        for status in [301, 302, 303, 307, 308, 300, 399] {
+            for (location, shown) in [
+                (
+                    Some("http://elsewhere.example/v1/messages"),
+                    "elsewhere.example",
+                ),
+                (Some("/v1/other"), "/v1/other"),
+                (None, "without saying where"),
+            ] {
+                let mut map = HeaderMap::new();
+                if let Some(location) = location {
+                    map.insert("location", HeaderValue::from_static(location));
+                }
+                let (error, retry) =
+                    error_from_response(status, &map, "moved", Duration::from_secs(1));
+                let text = error.to_string();
+                assert!(
+                    matches!(error, ModelError::Configuration { .. }),
+                    "{status}: {text}"
+                );
+                assert!(retry.is_none());
+                assert!(
+                    text.contains(&format!("HTTP {status}")) && text.contains(shown),
+                    "{status}: {text}"
+                );
+                assert!(!error.is_retryable(), "{status}");
+            }
+        }
+        // A location that quotes a key, or goes on and on.
+        let key = "sk-loc-QWERTYzxcvb-0123456789";
+        harness::secrets::register(key);
+        let long = format!("http://x.example/{key}/{}", "p".repeat(100_000));
+        let mut map = HeaderMap::new();
+        map.insert("location", HeaderValue::from_str(&long).unwrap());
+        let (error, _) = error_from_response(307, &map, "", Duration::from_secs(1));
+        let text = error.to_string();
+        assert_no_part_of(key, &text, 8, "location");
+        assert!(text.len() < 1000, "{} bytes", text.len());
     }
 }

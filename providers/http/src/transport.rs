@@ -12,7 +12,12 @@ use tracing::Instrument;
 
 use crate::retry::HttpOptions;
 use crate::sse::{SseEvents, error_chain, sse_events};
-use crate::status::error_from_response;
+use crate::status::{error_from_response, excerpt};
+
+/// How much of an unparsable answer is decoded to be quoted: the 200
+/// characters shown and a margin in which a secret that straddles them is
+/// found whole.
+const QUOTE_BYTES: usize = 200 * 4 + (64 << 10);
 
 /// A failed attempt: the error and the wait the provider asked for.
 struct Failure {
@@ -75,6 +80,7 @@ impl HttpTransport {
         install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| ModelError::Configuration {
                 message: format!("cannot build the HTTP client: {}", error_chain(&e)),
@@ -139,9 +145,12 @@ impl HttpTransport {
             })
             .await?;
         serde_json::from_slice(&bytes).map_err(|e| {
+            // Only the start is quoted, and so only the start is decoded;
+            // `excerpt` redacts it before cutting it to 200 characters.
+            let head = &bytes[..bytes.len().min(QUOTE_BYTES)];
             ModelError::malformed(format!(
                 "the response is not the expected JSON ({e}); it begins {:?}",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                excerpt(&String::from_utf8_lossy(head), 200)
             ))
             .redacted()
         })
@@ -344,6 +353,29 @@ fn serialize(body: &impl Serialize) -> Result<Vec<u8>, ModelError> {
     let mut value: serde_json::Value = serde_json::from_slice(&bytes).map_err(cannot)?;
     harness::secrets::redact_json(&mut value);
     serde_json::to_vec(&value).map_err(cannot)
+}
+
+/// The most redirects followed for one request.
+const MAX_REDIRECTS: usize = 5;
+
+/// Redirects within the origin the request went to (same scheme, host and
+/// port) are followed, at most [`MAX_REDIRECTS`]; any other is not, and its
+/// 3xx answer becomes an error ([`error_from_response`]). reqwest's default
+/// follows a redirect anywhere, stripping only `Authorization` and cookies:
+/// Anthropic's `x-api-key` and Gemini's `x-goog-api-key` would go to the
+/// other host (or over plain http) with the request body.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if same_origin && attempt.previous().len() <= MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
 }
 
 /// reqwest is built without a default TLS crypto provider (the default would
@@ -652,6 +684,7 @@ mod tests {
             connect_timeout: Duration::MAX,
             max_body_bytes: u64::MAX,
             max_event_bytes: u64::MAX,
+            max_stream_bytes: u64::MAX,
             retry: HttpRetryPolicy {
                 max_attempts: u32::MAX,
                 initial_backoff: Duration::MAX,
@@ -709,6 +742,13 @@ mod tests {
                 },
                 "max_event_bytes",
             ),
+            (
+                HttpOptions {
+                    max_stream_bytes: 0,
+                    ..HttpOptions::default()
+                },
+                "max_stream_bytes",
+            ),
         ] {
             let err = HttpTransport::new("test", options).unwrap_err();
             assert!(
@@ -716,5 +756,269 @@ mod tests {
                 "{name}: {err}"
             );
         }
+    }
+
+    /// A server that answers each request by what `answer` makes of its
+    /// head (request line and headers), recording every head it reads.
+    async fn serve_heads(
+        answer: impl Fn(&str) -> String + Send + Sync + 'static,
+    ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let answer = Arc::new(answer);
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (answer, log) = (Arc::clone(&answer), Arc::clone(&log));
+                tokio::spawn(async move {
+                    loop {
+                        let mut seen = Vec::new();
+                        let mut buf = [0u8; 4096];
+                        let (head, body_len) = loop {
+                            let n = socket.read(&mut buf).await.unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            seen.extend_from_slice(&buf[..n]);
+                            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                                let head = String::from_utf8_lossy(&seen[..end]).into_owned();
+                                let len: usize = head
+                                    .to_lowercase()
+                                    .lines()
+                                    .find_map(|l| {
+                                        l.strip_prefix("content-length:").map(str::to_owned)
+                                    })
+                                    .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                                break (head, end + 4 + len);
+                            }
+                        };
+                        while seen.len() < body_len {
+                            let n = socket.read(&mut buf).await.unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            seen.extend_from_slice(&buf[..n]);
+                        }
+                        log.lock().unwrap().push(head.clone());
+                        if socket.write_all(answer(&head).as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}"), seen)
+    }
+
+    fn response(status: &str, extra: &str, content_type: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\n{extra}content-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[tokio::test]
+    async fn redirects_to_another_origin_are_not_followed_and_say_where() {
+        const KEY: &str = "sk-ant-api03-REDIRECTED-0123456789";
+        // Host B: whatever reaches it is a leak.
+        let (b, b_seen) = serve_heads(|_| response("200 OK", "", "application/json", "{}")).await;
+        let b_port = b.rsplit(':').next().unwrap().to_owned();
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", HeaderValue::from_static(KEY));
+        headers.insert("x-goog-api-key", HeaderValue::from_static(KEY));
+        for status in [
+            "301 Moved Permanently",
+            "302 Found",
+            "303 See Other",
+            "307 Temporary Redirect",
+            "308 Permanent Redirect",
+        ] {
+            for target in [
+                // Another port.
+                format!("{b}/v1/messages"),
+                // Another name for the same address: another host.
+                format!("http://localhost:{b_port}/v1/messages"),
+                // Another scheme (nothing listens there for TLS).
+                format!("https://127.0.0.1:{b_port}/v1/messages"),
+            ] {
+                let location = format!("location: {target}\r\n");
+                let (a, a_seen) =
+                    serve_heads(move |_| response(status, &location, "text/plain", "")).await;
+                for streaming in [false, true] {
+                    let t = transport(HttpOptions::default());
+                    let error = if streaming {
+                        t.post_sse(
+                            "m",
+                            &format!("{a}/v1/messages"),
+                            &headers,
+                            &serde_json::json!({}),
+                        )
+                        .await
+                        .err()
+                        .unwrap()
+                    } else {
+                        t.post_json::<serde_json::Value>(
+                            "m",
+                            &format!("{a}/v1/messages"),
+                            &headers,
+                            &serde_json::json!({}),
+                        )
+                        .await
+                        .unwrap_err()
+                    };
+                    let text = error.to_string();
+                    assert!(
+                        matches!(error, ModelError::Configuration { .. }),
+                        "{status} to {target}: {text}"
+                    );
+                    assert!(
+                        text.contains(&target) && text.contains(&status[..3]),
+                        "{text}"
+                    );
+                    assert!(!text.contains(KEY), "{text}");
+                }
+                assert_eq!(a_seen.lock().unwrap().len(), 2, "{status} to {target}");
+            }
+        }
+        assert!(
+            b_seen.lock().unwrap().is_empty(),
+            "host B got {:?}",
+            b_seen.lock().unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn redirects_within_the_origin_are_followed_a_few_times() {
+        // `/v1/old` moves to `/v1/new`, which answers.
+        let (a, seen) = serve_heads(|head| {
+            if head.starts_with("POST /v1/old") {
+                response(
+                    "308 Permanent Redirect",
+                    "location: /v1/new\r\n",
+                    "text/plain",
+                    "",
+                )
+            } else {
+                response("200 OK", "", "application/json", r#"{"answer": 42}"#)
+            }
+        })
+        .await;
+        let answer: serde_json::Value = transport(HttpOptions::default())
+            .post_json(
+                "m",
+                &format!("{a}/v1/old"),
+                &HeaderMap::new(),
+                &serde_json::json!({}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer["answer"], 42);
+        assert!(
+            seen.lock()
+                .unwrap()
+                .iter()
+                .any(|h| h.starts_with("POST /v1/new"))
+        );
+        // A loop within the origin stops after a few, as an error.
+        let (a, seen) = serve_heads(|_| {
+            response(
+                "307 Temporary Redirect",
+                "location: /again\r\n",
+                "text/plain",
+                "",
+            )
+        })
+        .await;
+        let error = transport(HttpOptions::default())
+            .post_json::<serde_json::Value>(
+                "m",
+                &format!("{a}/start"),
+                &HeaderMap::new(),
+                &serde_json::json!({}),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(error, ModelError::Configuration { .. }), "{error}");
+        assert_eq!(seen.lock().unwrap().len(), MAX_REDIRECTS + 1);
+    }
+
+    #[tokio::test]
+    async fn an_unparsable_answer_quoting_a_key_at_the_cut_keeps_none_of_it() {
+        const KEY: &str = "sk-proj-UNPARSABLE-STRADDLE-0123456789abcdef";
+        harness::secrets::register(KEY);
+        for pad in (170..=205).step_by(5) {
+            let body = format!("{}{KEY} and more", "<".repeat(pad));
+            let (a, _) = serve_heads(move |_| response("200 OK", "", "text/html", &body)).await;
+            let error = post_json(&a, HttpOptions::default()).await.unwrap_err();
+            let text = error.to_string();
+            assert!(
+                matches!(error, ModelError::MalformedResponse { .. }),
+                "{text}"
+            );
+            for part in KEY.as_bytes().windows(8) {
+                let part = std::str::from_utf8(part).unwrap();
+                assert!(!text.contains(part), "pad {pad}: {part:?} in {text:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_over_its_total_limit_ends_there() {
+        let event = |data: usize| format!("data: {}\n\n", "d".repeat(data)).into_bytes();
+        let limit = 64 * 1024;
+        for chunks in [
+            // Many small events.
+            (0..2000).map(|_| event(50)).collect::<Vec<_>>(),
+            // A few events just under the event limit.
+            (0..10).map(|_| event(30_000)).collect(),
+            // Many events in one chunk.
+            vec![event(10).repeat(10_000)],
+            // CRLF, comments and blank lines count too.
+            vec![b": keep-alive\r\n\r\n".repeat(10_000)],
+        ] {
+            let base = serve(chunked("200 OK", "text/event-stream", chunks)).await;
+            let options = HttpOptions {
+                max_event_bytes: 32 * 1024,
+                max_stream_bytes: limit,
+                ..HttpOptions::default()
+            };
+            let mut events = transport(options)
+                .post_sse(
+                    "m",
+                    &format!("{base}/x"),
+                    &HeaderMap::new(),
+                    &serde_json::json!({}),
+                )
+                .await
+                .unwrap();
+            let mut received = 0u64;
+            let error = loop {
+                match events.next().await {
+                    Some(Ok(event)) => received += event.data.len() as u64,
+                    Some(Err(e)) => break Some(e),
+                    None => break None,
+                }
+            };
+            assert!(
+                matches!(&error, Some(ModelError::ResponseTooLarge { limit: l, what }) if *l == limit && what.contains("stream")),
+                "{error:?}"
+            );
+            assert!(received <= limit, "{received} bytes of data passed");
+        }
+        // Under the limit: all read.
+        let base = serve(chunked(
+            "200 OK",
+            "text/event-stream",
+            (0..100).map(|_| event(50)).collect(),
+        ))
+        .await;
+        let options = HttpOptions {
+            max_stream_bytes: limit,
+            ..HttpOptions::default()
+        };
+        let (n, error) = post_sse(&base, options).await;
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(n, 100);
     }
 }

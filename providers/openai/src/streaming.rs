@@ -1,7 +1,7 @@
 //! Streamed chat completions: `data:` chunks up to `data: [DONE]`.
 
 use harness::llm::{ModelError, PartialToolCalls, ResponseFormat, StreamEvent, Usage};
-use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body};
+use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body, excerpt};
 
 use crate::completion::{stop_reason, usage};
 use crate::wire;
@@ -93,8 +93,11 @@ impl SseDecoder for ChunkDecoder {
             return Ok(Flow::Continue);
         }
         let chunk: wire::ChatChunk = serde_json::from_str(data).map_err(|e| {
+            // A bounded, redacted quote: the event may be megabytes, and
+            // the message goes back to the model and into logs.
             ModelError::malformed(format!(
-                "a stream chunk is not the expected JSON ({e}): {data:?}"
+                "a stream chunk is not the expected JSON ({e}): {:?}",
+                excerpt(data, 200)
             ))
         })?;
         if let Some(error) = chunk.error {

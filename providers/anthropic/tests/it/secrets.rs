@@ -158,3 +158,81 @@ async fn a_request_quoting_the_key_is_sent_without_it() {
         "the rest is as it was: {sent}"
     );
 }
+
+#[tokio::test]
+async fn a_redirect_to_another_host_does_not_carry_the_key() {
+    // Another host: whatever reaches it is a leak of the key and the body.
+    let elsewhere = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(404))
+        .expect(0)
+        .mount(&elsewhere)
+        .await;
+    let port = elsewhere.address().port();
+    for status in [301, 302, 303, 307, 308] {
+        for target in [
+            format!("{}/v1/anywhere", elsewhere.uri()),
+            format!("http://localhost:{port}/v1/anywhere"),
+            format!("https://127.0.0.1:{port}/v1/anywhere"),
+        ] {
+            let server = MockServer::start().await;
+            Mock::given(method("POST"))
+                .respond_with(
+                    ResponseTemplate::new(status).insert_header("location", target.as_str()),
+                )
+                .mount(&server)
+                .await;
+            let case = format!("{status} to {target}");
+            let error = model(&server).complete(&ask("Hi")).await.unwrap_err();
+            assert!(
+                matches!(error, ModelError::Configuration { .. }),
+                "{case}: {error}"
+            );
+            assert!(error.to_string().contains(&target), "{case}: {error}");
+            assert_redacted(&error, 0, &case);
+            let error = match model(&server).stream(&ask("Hi")).await {
+                Err(error) => error,
+                Ok(_) => panic!("{case}: a stream of a redirect"),
+            };
+            assert!(
+                matches!(error, ModelError::Configuration { .. }),
+                "{case}: {error}"
+            );
+        }
+    }
+    let leaked = elsewhere.received_requests().await.unwrap_or_default();
+    assert!(leaked.is_empty(), "the other host got {leaked:?}");
+}
+
+#[tokio::test]
+async fn a_stream_event_that_is_not_json_is_quoted_briefly_and_without_the_key() {
+    // A broken event of a megabyte, the key at or near the end of what is
+    // quoted (before, the whole event was quoted: megabytes, and a key
+    // anywhere in it).
+    for pad in [0usize, 150, 185, 190, 195, 199, 200, 205] {
+        let junk = format!("{{\"x\": \"{}{KEY}{}", "q".repeat(pad), "z".repeat(1 << 20));
+        let body = format!(
+            "event: message_start\ndata: {}\n\nevent: content_block_delta\ndata: {junk}\n\n",
+            message_start()
+        );
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+            .mount(&server)
+            .await;
+        let error = collect_stream(model(&server).stream(&ask("Hi")).await.unwrap())
+            .await
+            .unwrap_err();
+        let case = format!("pad {pad}");
+        assert!(
+            matches!(error, ModelError::MalformedResponse { .. }),
+            "{case}: {error}"
+        );
+        let text = error.to_string();
+        assert!(text.len() < 1024, "{case}: {} bytes", text.len());
+        for part in KEY.as_bytes().windows(8) {
+            let part = std::str::from_utf8(part).unwrap_or_default();
+            assert!(!text.contains(part), "{case}: {part:?} in {text}");
+        }
+    }
+}
