@@ -2,10 +2,11 @@
 //! `harness run FILE`, `harness bench-analyze LIST` and the files it lists),
 //! read as text: a regular file of at most [`MAX_INPUT_BYTES`], else a
 //! typed error naming the path. A FIFO, a device (`/dev/zero`) or a
-//! directory is refused before it is opened, so reading never waits on a
-//! FIFO's writer nor grows without end; what was opened is checked again,
-//! and never more than the limit is read (a file that grows as it is read,
-//! or a `/proc` file whose size says 0, included).
+//! directory is refused before a byte is read: it is opened without
+//! waiting on a FIFO's writer, and what was opened is looked at, so
+//! reading never waits nor grows without end; never more than the limit
+//! is read (a file that grows as it is read, or a `/proc` file whose size
+//! says 0, included).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -77,6 +78,27 @@ fn what(kind: std::fs::FileType) -> &'static str {
     }
 }
 
+/// Opens `path` for reading without waiting: a FIFO opens at once (and is
+/// then refused as what it is), never blocking for a writer.
+#[cfg(unix)]
+fn open(path: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
+}
+
+/// Opens `path` for reading, after checking that it is a regular file.
+#[cfg(not(unix))]
+fn open(path: &Path) -> io::Result<File> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    File::open(path)
+}
+
 /// The text of the file at `path` (through symbolic links); see the
 /// [module docs](self).
 pub(crate) fn read_text(path: &Path) -> Result<String, InputError> {
@@ -99,9 +121,8 @@ pub(crate) fn read_text(path: &Path) -> Result<String, InputError> {
         }
         Ok(())
     };
-    checked(std::fs::metadata(path).map_err(io)?)?;
-    let file = File::open(path).map_err(io)?;
-    // What was opened, in case the path changed in between.
+    let file = open(path).map_err(io)?;
+    // What was opened is looked at before a byte is read.
     checked(file.metadata().map_err(io)?)?;
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
