@@ -313,8 +313,13 @@ impl From<StoreError> for SessionError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
-    /// A step's `run` failed on its last attempt.
-    #[error("step `{step}` failed after {attempts} attempt(s): {source}")]
+    /// A step's `run` failed on its last attempt. The message redacts the
+    /// process's secrets from the step's error, which can quote what it ran
+    /// (a tool's stderr); `source` is the error as the step returned it.
+    #[error(
+        "step `{step}` failed after {attempts} attempt(s): {}",
+        crate::secrets::redact(&source.to_string())
+    )]
     Step {
         /// The step.
         step: String,

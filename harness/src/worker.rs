@@ -234,7 +234,8 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                     report.leases_lost += 1;
                 }
                 Err(e) => {
-                    tracing::warn!(session = %session, error = %e, "run failed");
+                    let error = crate::secrets::redact(&e.to_string()).into_owned();
+                    tracing::warn!(session = %session, error, "run failed");
                     report.failed += 1;
                 }
             }

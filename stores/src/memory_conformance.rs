@@ -411,8 +411,9 @@ pub async fn delete(backend: &dyn MemoryBackend) -> Result<(), Failure> {
 }
 
 /// A touch sets a live record's expiry (value and times otherwise kept);
-/// it does nothing to an expired record (no revival) or a missing one (no
-/// creation).
+/// it does nothing to an expired record (no revival), a missing one (no
+/// creation), or one put again since the read it refreshes (its expiry is
+/// no longer the one read).
 pub async fn touch(backend: &dyn MemoryBackend) -> Result<(), Failure> {
     run("touch", async {
         let n = ns(&["t"]);
@@ -429,6 +430,7 @@ pub async fn touch(backend: &dyn MemoryBackend) -> Result<(), Failure> {
             namespace: n.clone(),
             key: key.to_owned(),
             expires_at,
+            from: T0 + 100,
         };
         backend
             .apply(vec![touch("live", T0 + 500)], T0 + 50)
@@ -460,6 +462,42 @@ pub async fn touch(backend: &dyn MemoryBackend) -> Result<(), Failure> {
             get(backend, &n, "missing", T0 + 200).await?.is_none(),
             "a touch created a record"
         );
+        // Put again after the read the touch refreshes: without a TTL, or
+        // with another one. The touch leaves each as its put made it.
+        put(
+            backend,
+            vec![
+                expiring(&n, "permanent", json!({"v": 3}), T0, 100),
+                expiring(&n, "other", json!({"v": 4}), T0, 100),
+            ],
+            T0,
+        )
+        .await?;
+        put(
+            backend,
+            vec![
+                record(&n, "permanent", json!({"v": 5}), T0 + 10),
+                expiring(&n, "other", json!({"v": 6}), T0 + 10, 5_000),
+            ],
+            T0 + 10,
+        )
+        .await?;
+        backend
+            .apply(
+                vec![touch("permanent", T0 + 300), touch("other", T0 + 300)],
+                T0 + 50,
+            )
+            .await
+            .ctx("touch of records put again since the read")?;
+        let permanent = get(backend, &n, "permanent", T0 + 100_000)
+            .await?
+            .ok_or("a touch gave a record put without a TTL an expiry")?;
+        ensure_eq!(permanent.item.expires_at, None, "the permanent expiry");
+        ensure_eq!(permanent.item.value, json!({"v": 5}), "the permanent value");
+        let other = get(backend, &n, "other", T0 + 400)
+            .await?
+            .ok_or("a touch cut the TTL of a record put again with its own")?;
+        ensure_eq!(other.item.expires_at, Some(T0 + 5_010), "the other expiry");
         Ok(())
     })
     .await
@@ -839,6 +877,7 @@ pub async fn batch_in_order(backend: &dyn MemoryBackend) -> Result<(), Failure> 
                 namespace: n.clone(),
                 key: "t".into(),
                 expires_at: T0 + 1_000,
+                from: T0 + 10,
             },
             Write::Put(record(&n, "old", json!({"v": 1}), T0)),
         ];
@@ -1198,6 +1237,7 @@ pub async fn failed_batch(backend: &dyn MemoryBackend, refused: Write) -> Result
                 namespace: n.clone(),
                 key: "kept".into(),
                 expires_at: T0 + 99_999,
+                from: T0 + 1,
             },
             refused.clone(),
         ];

@@ -125,7 +125,8 @@ CREATE TABLE IF NOT EXISTS {table} (
             ),
             delete: format!("DELETE FROM {table} WHERE namespace = $1 AND key = $2"),
             touch: format!(
-                "UPDATE {table} SET expires_at = $4 WHERE namespace = $1 AND key = $2 AND {live}"
+                "UPDATE {table} SET expires_at = $4 \
+                 WHERE namespace = $1 AND key = $2 AND {live} AND expires_at = $5"
             ),
             get: format!(
                 "SELECT {COLUMNS} FROM {table} WHERE namespace = $1 AND key = $2 AND {live}"
@@ -568,6 +569,7 @@ impl PostgresMemory {
                     namespace,
                     key,
                     expires_at,
+                    from,
                 } => {
                     let stmt = tx
                         .prepare_cached(&self.sql.touch)
@@ -575,7 +577,13 @@ impl PostgresMemory {
                         .map_err(|e| fail("prepare a touch", e))?;
                     tx.execute(
                         &stmt,
-                        &[&namespace.labels(), key, &clamp(now), &clamp(*expires_at)],
+                        &[
+                            &namespace.labels(),
+                            key,
+                            &clamp(now),
+                            &clamp(*expires_at),
+                            &clamp(*from),
+                        ],
                     )
                     .await
                     .map_err(|e| fail("touch a record", e))?;

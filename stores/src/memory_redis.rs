@@ -14,7 +14,8 @@ const PAGE: usize = 256;
 
 /// Applies a batch. KEYS: index, records, meta. ARGV: now, then per
 /// write: `P`, member, record JSON, created_at, expires_at (`''`: none);
-/// `D`, member; `T`, member, expires_at. Checks the keys' types before
+/// `D`, member; `T`, member, expires_at, the expiry read (a touch applies
+/// only to a record that still has it). Checks the keys' types before
 /// its first write (Redis does not roll back a script that fails part
 /// way); nothing else in it can fail: times in the meta hash it cannot
 /// read as the store writes them (`created expires`, each a `u64` in
@@ -53,7 +54,7 @@ local function live_created(member)
     unreadable[#unreadable + 1] = member
     return nil
   end
-  if expires == '' or more(at, now) then return created end
+  if expires == '' or more(at, now) then return created, expires end
   return nil
 end
 local created = {}
@@ -73,9 +74,10 @@ while i <= #ARGV do
     redis.call('ZREM', KEYS[1], member)
     i = i + 2
   else
-    local c = live_created(member)
-    if c then redis.call('HSET', KEYS[3], member, c .. ' ' .. ARGV[i + 2]) end
-    i = i + 3
+    -- Only the record the refresh read: one that still expires then.
+    local c, e = live_created(member)
+    if c and e == ARGV[i + 3] then redis.call('HSET', KEYS[3], member, c .. ' ' .. ARGV[i + 2]) end
+    i = i + 4
   end
 end
 return {created, unreadable}
@@ -379,11 +381,13 @@ impl MemoryBackend for RedisMemory {
                     namespace,
                     key,
                     expires_at,
+                    from,
                 } => {
                     invocation
                         .arg("T")
                         .arg(record_key(namespace, key)?)
-                        .arg(*expires_at);
+                        .arg(*expires_at)
+                        .arg(*from);
                 }
             }
         }

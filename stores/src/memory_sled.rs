@@ -205,10 +205,15 @@ fn apply_in(tree: &Tree, writes: &[Keyed], now: u64) -> Result<Vec<u64>, MemoryE
                 Write::Delete { .. } => {
                     tx.remove(key.as_slice())?;
                 }
-                Write::Touch { expires_at, .. } => {
-                    if let Some(bytes) = live_old {
-                        let mut record = decode_record(key, &bytes)
-                            .map_err(ConflictableTransactionError::Abort)?;
+                Write::Touch {
+                    expires_at, from, ..
+                } => {
+                    let read = live_old
+                        .map(|bytes| decode_record(key, &bytes))
+                        .transpose()
+                        .map_err(ConflictableTransactionError::Abort)?;
+                    // Only the record the refresh read (see `Write::Touch`).
+                    if let Some(mut record) = read.filter(|r| r.item.expires_at == Some(*from)) {
                         record.item.expires_at = Some(*expires_at);
                         let bytes =
                             encode_record(&record).map_err(ConflictableTransactionError::Abort)?;

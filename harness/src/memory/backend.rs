@@ -45,8 +45,11 @@ pub enum Write {
         /// The key.
         key: String,
     },
-    /// Sets a live record's expiry (a TTL refreshed by a read); nothing if
-    /// there is no live record.
+    /// Sets a live record's expiry (a TTL refreshed by a read) if it still
+    /// expires at `from`, the expiry the read saw; nothing if there is no
+    /// live record, or if it was put again since (a put without a TTL made
+    /// it permanent, or one with another TTL gave it its own expiry: a
+    /// refresh of what was read must change neither).
     Touch {
         /// The namespace.
         namespace: Namespace,
@@ -54,6 +57,8 @@ pub enum Write {
         key: String,
         /// The new expiry, ms since the epoch.
         expires_at: u64,
+        /// The expiry the record had when it was read, ms since the epoch.
+        from: u64,
     },
 }
 
@@ -207,10 +212,11 @@ fn apply_to(records: &mut BTreeMap<Key, Record>, writes: Vec<Write>, now: u64) -
                 namespace,
                 key,
                 expires_at,
+                from,
             } => {
                 if let Some(record) = records
                     .get_mut(&(namespace, key))
-                    .filter(|r| r.is_live(now))
+                    .filter(|r| r.is_live(now) && r.item.expires_at == Some(from))
                 {
                     record.item.expires_at = Some(expires_at);
                 }

@@ -1179,10 +1179,13 @@ impl VectorIndex {
         self.remove_key(&(namespace.to_vec(), key.to_owned()));
     }
 
-    /// Sets the expiry of the item at `namespace`/`key`, if it is held.
-    pub fn touch(&mut self, namespace: &[String], key: &str, expires_at: u64) {
+    /// Sets the expiry of the item at `namespace`/`key` to `expires_at`, if
+    /// it is held and still expires at `from` (see
+    /// [`Write::Touch`](super::backend::Write::Touch)).
+    pub fn touch(&mut self, namespace: &[String], key: &str, expires_at: u64, from: u64) {
         if let Some(&node) = self.nodes.get(&(namespace.to_vec(), key.to_owned()))
             && let Some(item) = self.items[node as usize].as_mut()
+            && item.expires_at == Some(from)
         {
             Arc::make_mut(item).expires_at = Some(expires_at);
         }

@@ -565,6 +565,19 @@ impl Memory {
                     check_namespace(namespace)?;
                     types::check_key(namespace, key)?;
                     types::check_value(namespace, key, value)?;
+                    // Expiry is kept in whole milliseconds: a shorter TTL
+                    // would expire the item as it is written, and replace
+                    // the value before it with nothing.
+                    if options.ttl.is_some_and(|t| t < Duration::from_millis(1)) {
+                        return Err(MemoryError::Value {
+                            namespace: namespace.to_string(),
+                            key: key.clone(),
+                            why: format!(
+                                "a TTL of {:?} is under the 1 ms expiry is kept in",
+                                options.ttl.unwrap_or_default()
+                            ),
+                        });
+                    }
                     let text = match (&self.semantic, &options.index) {
                         (None, _) | (_, IndexFields::Off) => None,
                         (Some(s), IndexFields::Configured) => text_of(value, &s.config.fields),
@@ -651,13 +664,14 @@ impl Memory {
         let items: Vec<Item> = records
             .into_iter()
             .map(|mut r| {
-                if let Some(ttl) = r.ttl_ms {
+                if let (Some(ttl), Some(from)) = (r.ttl_ms, r.item.expires_at) {
                     let expires_at = now.saturating_add(ttl);
                     r.item.expires_at = Some(expires_at);
                     writes.push(Write::Touch {
                         namespace: r.item.namespace.clone(),
                         key: r.item.key.clone(),
                         expires_at,
+                        from,
                     });
                 }
                 r.item
@@ -678,9 +692,10 @@ impl Memory {
         texts: Vec<String>,
         what: &str,
     ) -> Result<Vec<Vec<f32>>, MemoryError> {
+        // The embedder's errors can quote its request or its key.
         let failed = |why: String| MemoryError::Embedding {
             what: what.to_owned(),
-            why,
+            why: crate::secrets::redact(&why).into_owned(),
         };
         let mut out: Vec<Option<Vec<f32>>> = {
             let cache = semantic
@@ -692,9 +707,12 @@ impl Memory {
                 .map(|t| cache.get(t).map(|v| v.to_vec()))
                 .collect()
         };
+        // Each text embedded once, in the order first seen (a set, not a
+        // scan of the list: a batch of many texts is linear, not quadratic).
         let mut missing: Vec<String> = Vec::new();
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for (text, got) in texts.iter().zip(&out) {
-            if got.is_none() && !missing.contains(text) {
+            if got.is_none() && seen.insert(text.as_str()) {
                 missing.push(text.clone());
             }
         }
@@ -824,7 +842,8 @@ impl Memory {
                     namespace,
                     key,
                     expires_at,
-                } => index.touch(namespace.labels(), key, *expires_at),
+                    from,
+                } => index.touch(namespace.labels(), key, *expires_at, *from),
             }
         }
     }

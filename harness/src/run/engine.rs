@@ -1672,7 +1672,9 @@ async fn run_step<S: HarnessState, C: Context>(
         let will_retry =
             attempt < step.retry.max_attempts() && !matches!(failure, Failure::Deadline(_));
         let rendered = match &failure {
-            Failure::Error(e) => e.to_string(),
+            // A step's own error can quote what it ran (a tool's stderr):
+            // redacted before the log and the event carry it.
+            Failure::Error(e) => crate::secrets::redact(&e.to_string()).into_owned(),
             Failure::Timeout(limit) => format!("timed out after {limit:?}"),
             Failure::Deadline(limit) => {
                 format!("cancelled: the run passed its deadline of {limit:?}")

@@ -195,6 +195,34 @@ async fn an_item_expires_at_its_ttl_and_a_refreshing_read_extends_it() {
     assert_eq!(listed, [n]);
 }
 
+/// Expiry is kept in whole milliseconds: a TTL under one is refused, and
+/// the value it would have replaced is kept.
+#[tokio::test]
+async fn a_ttl_under_a_millisecond_is_refused_and_replaces_nothing() {
+    let clock = Arc::new(ManualClock::at(0));
+    let memory = Memory::in_memory().with_clock(clock.clone());
+    let n = ns(&["s"]);
+    memory.put(&n, "kept", json!({"x": 1})).await.unwrap();
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(500),
+        Duration::from_micros(999),
+    ] {
+        let error = memory
+            .put_with(&n, "kept", json!({"x": 2}), PutOptions::default().ttl(ttl))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, MemoryError::Value { .. }),
+            "{ttl:?}: {error}"
+        );
+        assert!(error.to_string().contains("1 ms"), "{error}");
+        let got = memory.get(&n, "kept").await.unwrap().unwrap();
+        assert_eq!(got.value, json!({"x": 1}), "{ttl:?}");
+    }
+}
+
 #[tokio::test]
 async fn searches_filter_page_and_stay_under_their_prefix() {
     let memory = Memory::in_memory();

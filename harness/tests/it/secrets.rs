@@ -706,3 +706,37 @@ async fn tool_outputs_child() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A step's own error (a tool's stderr, say) can quote a secret: the
+/// event that reports the failed attempt carries it redacted, as the
+/// run's error does.
+#[tokio::test]
+async fn a_failed_steps_error_is_redacted_in_its_event() {
+    const SECRET: &str = "sk-step-error-test-7d1e9a";
+    assert!(secrets::register(SECRET));
+    let harness = Harness::<Chat>::builder()
+        .step("fail")
+        .run(|_cx: Cx<()>| async move {
+            Err::<ChatUpdate, _>(harness::StepError::msg(format!(
+                "git push failed: remote: token {SECRET} refused"
+            )))
+        })
+        .end()
+        .start("fail")
+        .build()
+        .unwrap();
+    let agent = create_agent("failing", &harness);
+    let run = agent.run(Chat::default());
+    let mut events = run.events();
+    let error = run.await.unwrap_err();
+    assert!(!error.to_string().contains(SECRET), "{error}");
+    let mut failed = Vec::new();
+    while let Some(event) = events.recv().await {
+        if let harness::RunEvent::StepFailed { error, .. } = event {
+            failed.push(error);
+        }
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].contains("git push failed"), "{failed:?}");
+    assert!(!failed[0].contains(SECRET), "{failed:?}");
+}

@@ -126,6 +126,7 @@ mod sled_memory {
             namespace: n.clone(),
             key: "bad".into(),
             expires_at: T0 + 5,
+            from: T0,
         };
         memory_conformance::failed_batch(&memory, touch)
             .await
@@ -567,6 +568,7 @@ mod redis_memory {
                 namespace: n.clone(),
                 key: "b".into(),
                 expires_at: T0 + 100,
+                from: T0 + 1,
             };
             let created = memory.apply(vec![put("c", 2, T0 + 2), touch], T0 + 2).await;
             let created = created.unwrap_or_else(|e| panic!("{bad:?}: {e}"));
