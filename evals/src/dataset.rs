@@ -110,13 +110,22 @@ pub struct Dataset<I, E> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DatasetError {
-    /// The file could not be read or written.
+    /// The file could not be read.
     #[error("dataset file {}: {source}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// What the system said.
         source: std::io::Error,
+    },
+    /// The file could not be replaced; the old file, if there was one, is
+    /// as it was, and no temporary file is left behind.
+    #[error("dataset file {}: {source}", path.display())]
+    Save {
+        /// The file.
+        path: PathBuf,
+        /// Which step of the atomic write failed, and on which path.
+        source: harness::durable::WriteError,
     },
     /// The file's name does not say its format.
     #[error(
@@ -294,17 +303,24 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
 }
 
 impl<I: Serialize, E: Serialize> Dataset<I, E> {
-    /// Writes the dataset, YAML or JSON Lines by the file's extension.
+    /// Writes the dataset, YAML or JSON Lines by the file's extension,
+    /// replacing the file atomically: a crash or a full disk leaves the old
+    /// dataset or the new one, whole, never a truncated file.
+    ///
+    /// The temporary file has a unique hidden name beside `path` (see
+    /// [`harness::durable::write_atomic`]), so no file of the user's is
+    /// overwritten.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), DatasetError> {
         let path = path.as_ref();
         let text = match format_of(path)? {
             Format::Yaml => self.to_yaml()?,
             Format::JsonLines => self.to_json_lines()?,
         };
-        fs::write(path, text).map_err(|source| DatasetError::Io {
-            path: path.to_owned(),
-            source,
-        })
+        harness::durable::write_atomic(path, text.as_bytes(), harness::durable::Sync::FileAndDir)
+            .map_err(|source| DatasetError::Save {
+                path: path.to_owned(),
+                source,
+            })
     }
 
     /// The dataset as a YAML document.

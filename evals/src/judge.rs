@@ -31,7 +31,9 @@ then answer with JSON only: {\"reason\": one or two sentences, \"passed\": true 
 /// The judge's requests go through [`EvalCase::model`], so they are recorded
 /// with the case, and a report re-scored offline answers them from the
 /// record. The score is the verdict's `score` (clamped to `0.0..=1.0`);
-/// the case passes when the verdict says `passed`.
+/// the case passes when the verdict says `passed`. The secrets the process
+/// holds (see [`harness::secrets`]) are replaced in the prompt before it is
+/// sent, wherever they appear: rubric, input, expected output or output.
 ///
 /// ```no_run
 /// # fn demo(model: std::sync::Arc<dyn harness::llm::LanguageModel>) {
@@ -116,6 +118,12 @@ impl Judge {
             prompt.push_str(&format!("\nExpected output:\n{expected}\n"));
         }
         prompt.push_str(&format!("\nOutput:\n{}\n", case.output_json()));
+        // The input, the expected output and above all the task's output may
+        // quote a key the process holds; the judge is another model provider,
+        // so it gets the text with those values replaced. A report re-scored
+        // offline builds the same prompt from its already redacted values, so
+        // the recorded request still matches.
+        let prompt = harness::secrets::redact(&prompt).into_owned();
         Ok(ModelRequest::builder()
             .system(SYSTEM)
             .user(prompt)

@@ -135,13 +135,22 @@ pub struct Report {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReportError {
-    /// The file could not be read or written.
+    /// The file could not be read.
     #[error("report {}: {source}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// What the system said.
         source: std::io::Error,
+    },
+    /// The file could not be replaced; the old file, if there was one, is
+    /// as it was, and no temporary file is left behind.
+    #[error("report {}: {source}", path.display())]
+    Save {
+        /// The file.
+        path: PathBuf,
+        /// Which step of the atomic write failed, and on which path.
+        source: harness::durable::WriteError,
     },
     /// The file is not a report (or not one this version reads).
     #[error("report {}: {message}", path.display())]
@@ -211,23 +220,25 @@ impl Report {
         Ok(report)
     }
 
-    /// Writes the report as JSON, replacing the file through a temporary
-    /// file (a crash leaves the old report or the new one, whole).
+    /// Writes the report as JSON, replacing the file atomically: a crash
+    /// leaves the old report or the new one, whole, and the write is on disk
+    /// when this returns.
+    ///
+    /// The temporary file has a unique hidden name beside `path` (see
+    /// [`harness::durable::write_atomic`]), so no file of the user's, such
+    /// as `report.json.tmp`, is overwritten, and two saves never share one.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ReportError> {
         let path = path.as_ref();
-        let io = |source| ReportError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let text = serde_json::to_string_pretty(self).map_err(|e| ReportError::Format {
+        let mut text = serde_json::to_string_pretty(self).map_err(|e| ReportError::Format {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
-        let mut temp = path.as_os_str().to_owned();
-        temp.push(".tmp");
-        let temp = PathBuf::from(temp);
-        fs::write(&temp, text + "\n").map_err(io)?;
-        fs::rename(&temp, path).map_err(io)
+        text.push('\n');
+        harness::durable::write_atomic(path, text.as_bytes(), harness::durable::Sync::FileAndDir)
+            .map_err(|source| ReportError::Save {
+                path: path.to_owned(),
+                source,
+            })
     }
 
     /// The case named `name`.

@@ -413,6 +413,10 @@ impl Experiment {
     /// without running the task or calling a model: a judge's requests are
     /// answered from the judge exchanges the report holds (a request it
     /// does not hold is an evaluator error naming the difference).
+    ///
+    /// The returned report keeps every recorded judge exchange, including
+    /// those no evaluator asked for this time (a judge left out or given
+    /// another rubric), so saving it over the original loses no answer.
     pub async fn rescore<I, E, O>(
         report: &Report,
         evaluators: &Evaluators<I, E, O>,
@@ -438,10 +442,16 @@ impl Experiment {
                 None => None,
             };
             let output: O = read_as(&case.name, "output", output)?;
-            let journal = Journal::default();
+            // The recorded judge exchanges stay in the record as they are.
+            // Offline, an evaluator can only replay one of them or fail to
+            // find its request; it never gets a new answer. So the record
+            // already holds every answer worth keeping, and replacing it
+            // with what this rescore's evaluators asked would drop the paid
+            // answers of judges that were removed or changed, for good once
+            // the report is saved over the original.
             let judge = JudgeMode::Offline(
-                Arc::new(std::mem::take(&mut case.record.judge_exchanges)),
-                journal.clone(),
+                Arc::new(case.record.judge_exchanges.clone()),
+                Journal::default(),
             );
             let scores = score(
                 evaluators,
@@ -460,7 +470,6 @@ impl Experiment {
             )
             .await;
             case.scores = scores;
-            case.record.judge_exchanges = journal.take();
         }
         Ok(out)
     }
@@ -625,7 +634,10 @@ impl Experiment {
                 Err(Failed::Task(e))
                     if replay.is_none() && e.is_transient() && attempt <= self.retries =>
                 {
-                    tracing::warn!(case = %case.name, attempt, error = %e, "transient model error; retrying");
+                    // A provider's error may quote a key, and logs leave the
+                    // process just as reports do.
+                    let error = harness::secrets::redact(&e.to_string()).into_owned();
+                    tracing::warn!(case = %case.name, attempt, %error, "transient model error; retrying");
                     tokio::time::sleep(self.backoff * attempt).await;
                 }
                 other => break (other, record),

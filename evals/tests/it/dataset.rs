@@ -190,3 +190,44 @@ fn files_of_unknown_format_or_missing_are_errors() {
     assert!(matches!(error, DatasetError::Io { .. }));
     assert!(error.to_string().contains("missing.yaml"), "{error}");
 }
+
+#[test]
+fn saving_a_dataset_replaces_the_file_and_never_writes_into_it() {
+    let dataset: Dataset<Question, Answer> = Dataset::from_yaml(YAML, "capitals.yaml").unwrap();
+    let smaller = dataset.tagged("europe");
+    for file in ["d.yaml", "d.jsonl"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(file);
+        dataset.save(&path).unwrap();
+        let before = std::fs::read_to_string(&path).unwrap();
+        // A second name for the same file: writing into the file would
+        // change what it reads; replacing the file leaves it the old one.
+        let link = dir.path().join("link");
+        std::fs::hard_link(&path, &link).unwrap();
+        let users = dir.path().join(format!("{file}.tmp"));
+        std::fs::write(&users, "the user's notes").unwrap();
+        smaller.save(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&link).unwrap(), before, "{file}");
+        let back: Dataset<Question, Answer> = Dataset::load(&path).unwrap();
+        assert_eq!(back.cases, smaller.cases, "{file}");
+        assert_eq!(std::fs::read_to_string(&users).unwrap(), "the user's notes");
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let mut expected = vec![file.to_owned(), format!("{file}.tmp"), "link".to_owned()];
+        expected.sort();
+        assert_eq!(names, expected, "{file}");
+    }
+    // A path that cannot be replaced (a directory) is a typed error naming it.
+    let dir = tempfile::tempdir().unwrap();
+    let blocked = dir.path().join("blocked.yaml");
+    std::fs::create_dir_all(blocked.join("inside")).unwrap();
+    let error = dataset.save(&blocked).unwrap_err();
+    assert!(
+        matches!(error, DatasetError::Save { ref path, .. } if path == &blocked),
+        "{error}"
+    );
+    assert!(error.to_string().contains("blocked.yaml"), "{error}");
+}

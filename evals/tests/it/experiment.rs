@@ -725,3 +725,260 @@ async fn several_models_run_side_by_side_in_one_call() {
         "{table}"
     );
 }
+
+/// A report run with a judge (one recorded verdict per case), saved to a
+/// fresh directory.
+async fn judged_report() -> (Report, tempfile::TempDir, std::path::PathBuf) {
+    let judge_model = Arc::new(ScriptedModel::new([
+        Expect::any().reply(verdict(true, 0.9)),
+        Expect::any().reply(verdict(false, 0.2)),
+    ]));
+    let judge = Judge::new(judge_model as Arc<dyn LanguageModel>, "States the result.");
+    let report = experiment("judged", Arc::new(Arith::default()))
+        .run(
+            &dataset(2),
+            &agent_task(calculator("Be exact.")),
+            &evaluators().with(judge),
+        )
+        .await
+        .unwrap();
+    for case in &report.cases {
+        assert_eq!(case.record.judge_exchanges.len(), 1, "{}", case.name);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.json");
+    report.save(&path).unwrap();
+    (report, dir, path)
+}
+
+#[tokio::test]
+async fn a_rescore_keeps_every_recorded_judge_answer() {
+    // A judge that can no longer be called: any live call would fail.
+    let gone = || Arc::new(ScriptedModel::new([])) as Arc<dyn LanguageModel>;
+    let same = || Judge::new(gone(), "States the result.");
+    // Rescored without the judge, with another rubric, under another name
+    // (a request nobody recorded under that name is still the same request),
+    // and with the judge as it was.
+    let variants: Vec<(&str, Evaluators<String, Expected, String>)> = vec![
+        ("no judge", evaluators()),
+        (
+            "another rubric",
+            evaluators().with(Judge::new(gone(), "Is it polite?")),
+        ),
+        ("renamed", evaluators().with(same().named("grader"))),
+        ("same judge", evaluators().with(same())),
+    ];
+    for (what, rescoring) in variants {
+        let (original, _dir, path) = judged_report().await;
+        let rescored = Experiment::rescore::<String, Expected, String>(
+            &Report::load(&path).unwrap(),
+            &rescoring,
+        )
+        .await
+        .unwrap();
+        for (a, b) in original.cases.iter().zip(&rescored.cases) {
+            assert_eq!(
+                b.record.judge_exchanges, a.record.judge_exchanges,
+                "{what}: {}",
+                a.name
+            );
+        }
+        // The normal workflow: the rescore saved over the original. The
+        // judge's answers are still there to rescore from.
+        rescored.save(&path).unwrap();
+        let again = Experiment::rescore::<String, Expected, String>(
+            &Report::load(&path).unwrap(),
+            &evaluators().with(same()),
+        )
+        .await
+        .unwrap();
+        for (a, b) in original.cases.iter().zip(&again.cases) {
+            assert_eq!(b.scores["judge"], a.scores["judge"], "{what}: {}", a.name);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_secret_in_a_case_never_reaches_the_judge() {
+    let secret = "sk-judge-test-9b1f7c3e5a2d4086";
+    harness::secrets::register(secret);
+    // The secret in the output, in the input, in the expected output.
+    let data = Dataset::<String, String>::new(
+        "secrets",
+        [
+            Case::new("in-output", "echo the key".to_owned()).expect("an answer".to_owned()),
+            Case::new("in-input", format!("the key is {secret}")).expect("an answer".to_owned()),
+            Case::new("in-expected", "answer".to_owned()).expect(format!("uses {secret}")),
+        ],
+    );
+    let task = task_fn(move |input: String, _cx: CaseCx| async move {
+        Ok::<_, TaskError>(if input.starts_with("echo") {
+            format!("the key is {secret}")
+        } else {
+            "an answer".to_owned()
+        })
+    });
+    let judge_model = Arc::new(ScriptedModel::new(
+        (0..3).map(|_| Expect::any().reply(verdict(true, 1.0))),
+    ));
+    let judged = Evaluators::<String, String, String>::new().with(
+        Judge::new(
+            judge_model.clone() as Arc<dyn LanguageModel>,
+            "Is it right?",
+        )
+        .with_expected(),
+    );
+    let report = experiment("secrets", Arc::new(Arith::default()))
+        .run(&data, &task, &judged)
+        .await
+        .unwrap();
+    let asked = judge_model.requests();
+    assert_eq!(asked.len(), 3);
+    for (case, request) in report.cases.iter().zip(&asked) {
+        assert!(case.passed(), "{case:?}");
+        let sent = serde_json::to_string(request).unwrap();
+        assert!(!sent.contains(secret), "{}: {sent}", case.name);
+        assert!(sent.contains("[redacted]"), "{}: {sent}", case.name);
+    }
+    // The prompt the record holds is the one rescoring builds again.
+    let again = Experiment::rescore::<String, String, String>(
+        &report,
+        &Evaluators::new()
+            .with(Judge::new(Arc::new(ScriptedModel::new([])), "Is it right?").with_expected()),
+    )
+    .await
+    .unwrap();
+    for case in &again.cases {
+        assert!(case.passed(), "{case:?}");
+    }
+}
+
+/// Every event's fields, as text.
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Logged {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test]
+async fn a_retried_model_error_is_logged_without_its_secret() {
+    let secret = "sk-retry-log-test-3c8e1a7f5b9d2064";
+    harness::secrets::register(secret);
+    let logged = Logged::default();
+    let _guard = tracing::subscriber::set_default(logged.clone());
+    for error in [
+        ModelError::RateLimited {
+            message: format!("slow down, key {secret}"),
+            retry_after: None,
+        },
+        ModelError::Overloaded {
+            status: Some(503),
+            message: format!("busy for {secret}"),
+        },
+    ] {
+        let model = Arc::new(Arith {
+            fail_first: 1,
+            failure: Some(error.clone()),
+            ..Arith::default()
+        });
+        let task = task_fn(|question: String, cx: CaseCx| async move {
+            let response = cx
+                .model()
+                .complete(&ModelRequest::builder().user(question).build())
+                .await?;
+            Ok::<_, TaskError>(response.text())
+        });
+        let report = experiment("retried", model)
+            .retries(1, Duration::from_millis(1))
+            .run(
+                &dataset(1),
+                &task,
+                &Evaluators::<String, Expected, String>::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(report.cases[0].record.metrics.attempts, 2, "{error:?}");
+    }
+    let lines = logged.0.lock().unwrap().clone();
+    let retries: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("transient model error"))
+        .collect();
+    assert_eq!(retries.len(), 2, "{lines:?}");
+    for line in retries {
+        assert!(line.contains("[redacted]"), "{line}");
+    }
+    for line in &lines {
+        assert!(!line.contains(secret), "{line}");
+    }
+}
+
+#[test]
+fn saving_a_report_leaves_the_users_files_alone() {
+    let report = Report {
+        version: harness_evals::REPORT_VERSION,
+        experiment: "e".into(),
+        dataset: "d".into(),
+        provider: None,
+        model: None,
+        evaluators: Vec::new(),
+        started_ms: 0,
+        elapsed_ms: 0.0,
+        cases: Vec::new(),
+    };
+    for name in ["report.json", "nested.report"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        let users = dir.path().join(format!("{name}.tmp"));
+        std::fs::write(&users, "the user's notes").unwrap();
+        // A new file, then a replaced one.
+        for _ in 0..2 {
+            report.save(&path).unwrap();
+            assert_eq!(Report::load(&path).unwrap(), report);
+            assert_eq!(std::fs::read_to_string(&users).unwrap(), "the user's notes");
+        }
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, [name.to_owned(), format!("{name}.tmp")]);
+    }
+    // A save that cannot rename into place (the path is a directory) names
+    // the path and leaves nothing behind.
+    let dir = tempfile::tempdir().unwrap();
+    let blocked = dir.path().join("blocked.json");
+    std::fs::create_dir_all(blocked.join("inside")).unwrap();
+    let error = report.save(&blocked).unwrap_err();
+    assert!(
+        matches!(error, harness_evals::ReportError::Save { ref path, .. } if path == &blocked),
+        "{error}"
+    );
+    assert!(error.to_string().contains("blocked.json"), "{error}");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["blocked.json"]);
+}
