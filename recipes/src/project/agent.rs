@@ -998,9 +998,6 @@ fn append_once(env: &ProjectEnv, entry: ProgressEntry) -> Result<(), ProjectErro
 pub fn read_ledger(dir: impl Into<PathBuf>) -> Result<Ledger, ProjectError> {
     let dir: PathBuf = dir.into();
     let path = files::path(&dir, files::LEDGER_PATH);
-    let text = std::fs::read_to_string(&path).map_err(|source| files::FileError::Read {
-        path: path.clone(),
-        source,
-    })?;
+    let text = files::read_ledger_file(&path)?;
     Ok(Ledger::parse(&text, &path.display().to_string())?)
 }

@@ -188,10 +188,7 @@ impl ProjectEnv {
     /// The ledger as the working directory holds it now.
     pub fn ledger_on_disk(&self) -> Result<Ledger, ProjectError> {
         let path = files::path(self.dir(), LEDGER_PATH);
-        let text = std::fs::read_to_string(&path).map_err(|source| files::FileError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let text = files::read_ledger_file(&path)?;
         Ok(Ledger::parse(&text, &path.display().to_string())?)
     }
 

@@ -43,6 +43,158 @@ pub enum FileError {
     /// It cannot be replaced.
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// One of the agent's own files under `.harness/` (or that directory)
+    /// is not one it uses: not a regular file (a FIFO, a device, a link),
+    /// too large, or not valid. Nothing is read from it or written through
+    /// it; the project goes on once it is repaired or removed.
+    #[error("{} cannot be used: {reason}; to go on, {remedy}", path.display())]
+    Unusable {
+        /// The file (or directory).
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+        /// What a person does to go on.
+        remedy: String,
+    },
+}
+
+/// The most bytes one of the agent's own files may hold.
+pub(crate) const MAX_AGENT_FILE: u64 = 16 << 20;
+
+/// The directory of the agent's own files, relative to the working
+/// directory.
+const AGENT_DIR: &str = ".harness";
+
+/// What a person does to go on when `file` cannot be used.
+fn remedy(file: &Path) -> String {
+    let shown = file.display();
+    if file.ends_with(PROGRESS_PATH) {
+        format!(
+            "remove {shown} or repair it (it is not committed: removed, the progress log starts anew; \
+             what each session did is in the project branch's commits)"
+        )
+    } else if file.ends_with(LEDGER_PATH) || file.ends_with(DECISIONS_PATH) {
+        let relative = if file.ends_with(LEDGER_PATH) {
+            LEDGER_PATH
+        } else {
+            DECISIONS_PATH
+        };
+        format!("restore it from the last commit (`git checkout HEAD -- {relative}`)")
+    } else {
+        format!("make {shown} a directory of the project (not a link), holding the agent's files")
+    }
+}
+
+fn unusable(path: &Path, reason: impl Into<String>) -> FileError {
+    FileError::Unusable {
+        path: path.to_owned(),
+        reason: reason.into(),
+        remedy: remedy(path),
+    }
+}
+
+/// Refuses a `.harness` directory (the parent of `file`, if that is it)
+/// that is a link or not a directory: the agent's files are never read or
+/// written through it, out of the project. `Ok(false)` if it is absent.
+fn check_agent_dir(file: &Path) -> Result<bool, FileError> {
+    let Some(parent) = file.parent().filter(|p| p.ends_with(AGENT_DIR)) else {
+        return Ok(true);
+    };
+    match std::fs::symlink_metadata(parent) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(FileError::Read {
+            path: parent.to_owned(),
+            source,
+        }),
+        Ok(meta) if meta.file_type().is_symlink() => Err(unusable(parent, "it is a symbolic link")),
+        Ok(meta) if !meta.is_dir() => Err(unusable(parent, "it is not a directory")),
+        Ok(_) => Ok(true),
+    }
+}
+
+/// The text of one of the agent's own files, `None` if it does not exist:
+/// read only if it is a regular file (never a FIFO, which is not waited
+/// on, a device, or a link, in `.harness/` or as `.harness/` itself), of at
+/// most [`MAX_AGENT_FILE`] bytes, in UTF-8.
+pub(crate) fn read_agent_file(file: &Path) -> Result<Option<String>, FileError> {
+    use std::io::Read;
+    if !check_agent_dir(file)? {
+        return Ok(None);
+    }
+    let read_error = |source| FileError::Read {
+        path: file.to_owned(),
+        source,
+    };
+    // Looked at before it is opened: a device or FIFO is never opened.
+    match std::fs::symlink_metadata(file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_error(e)),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(unusable(file, "it is a symbolic link"));
+        }
+        Ok(meta) if !meta.is_file() => {
+            return Err(unusable(
+                file,
+                "it is not a regular file (a FIFO, a device or a directory)",
+            ));
+        }
+        Ok(_) => {}
+    }
+    let Some(opened) = open_regular(file).map_err(read_error)? else {
+        return Err(unusable(file, "it is not a regular file, or is a link"));
+    };
+    let mut bytes = Vec::new();
+    opened
+        .take(MAX_AGENT_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_AGENT_FILE {
+        return Err(unusable(
+            file,
+            format!("it holds more than {MAX_AGENT_FILE} bytes"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|e| unusable(file, format!("it is not UTF-8 text: {e}")))
+}
+
+/// `file` opened for reading if it is a regular file (`None` if it is
+/// not, or is a link), without waiting for a FIFO's writer and without
+/// following a link, in its last component or in `.harness/` before it.
+#[cfg(unix)]
+fn open_regular(file: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use rustix::fs::{CWD, FileType, Mode, OFlags};
+    let flags =
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let (Some(parent), Some(name)) = (file.parent(), file.file_name()) else {
+        return Ok(None);
+    };
+    let parent_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let parent = if parent.ends_with(AGENT_DIR) {
+        rustix::fs::open(parent, parent_flags | OFlags::NOFOLLOW, Mode::empty())
+    } else {
+        rustix::fs::openat(CWD, parent, parent_flags, Mode::empty())
+    };
+    let fd = match parent.and_then(|dir| rustix::fs::openat(&dir, name, flags, Mode::empty())) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Ok(None);
+    }
+    Ok(Some(std::fs::File::from(fd)))
+}
+
+/// `file` opened for reading if it is a regular file (`None` otherwise).
+#[cfg(not(unix))]
+fn open_regular(file: &Path) -> std::io::Result<Option<std::fs::File>> {
+    if !std::fs::symlink_metadata(file)?.is_file() {
+        return Ok(None);
+    }
+    std::fs::File::open(file).map(Some)
 }
 
 /// One entry of the progress log: what a session (or the initializer, as
@@ -93,32 +245,33 @@ pub(crate) fn path(dir: &Path, relative: &str) -> PathBuf {
     dir.join(relative)
 }
 
-/// A JSON list file; empty if it does not exist.
+/// A JSON list file of the agent's (see [`read_agent_file`]); empty if
+/// it does not exist.
 pub(crate) fn read_list<T: DeserializeOwned>(file: &Path) -> Result<Vec<T>, FileError> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(FileError::Read {
-                path: file.to_owned(),
-                source,
-            });
-        }
+    let Some(text) = read_agent_file(file)? else {
+        return Ok(Vec::new());
     };
-    serde_json::from_str(&text).map_err(|e| FileError::Malformed {
-        path: file.to_owned(),
-        reason: e.to_string(),
-    })
+    serde_json::from_str(&text).map_err(|e| unusable(file, format!("it is not valid: {e}")))
 }
 
-/// Replaces `file` with `value` as JSON, atomically and durably.
-pub(crate) fn write_json<T: Serialize>(file: &Path, value: &T) -> Result<(), FileError> {
+/// Makes `file`'s directory if it is not there; a `.harness/` that is a
+/// link (out of the project, say) or not a directory is refused, before
+/// and after.
+fn make_parent(file: &Path) -> Result<(), FileError> {
+    check_agent_dir(file)?;
     if let Some(parent) = file.parent() {
         std::fs::create_dir_all(parent).map_err(|source| FileError::Read {
             path: parent.to_owned(),
             source,
         })?;
     }
+    check_agent_dir(file)?;
+    Ok(())
+}
+
+/// Replaces `file` with `value` as JSON, atomically and durably.
+pub(crate) fn write_json<T: Serialize>(file: &Path, value: &T) -> Result<(), FileError> {
+    make_parent(file)?;
     let text = serde_json::to_string_pretty(value).map_err(|e| FileError::Malformed {
         path: file.to_owned(),
         reason: e.to_string(),
@@ -129,14 +282,18 @@ pub(crate) fn write_json<T: Serialize>(file: &Path, value: &T) -> Result<(), Fil
 
 /// Replaces `file` with `text`, atomically and durably.
 pub(crate) fn write_text(file: &Path, text: &str) -> Result<(), FileError> {
-    if let Some(parent) = file.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| FileError::Read {
-            path: parent.to_owned(),
-            source,
-        })?;
-    }
+    make_parent(file)?;
     write_atomic(file, text.as_bytes(), Sync::FileAndDir)?;
     Ok(())
+}
+
+/// The text of the ledger file `file` (see [`read_agent_file`]); its
+/// absence is an error.
+pub(crate) fn read_ledger_file(file: &Path) -> Result<String, FileError> {
+    read_agent_file(file)?.ok_or_else(|| FileError::Read {
+        path: file.to_owned(),
+        source: std::io::ErrorKind::NotFound.into(),
+    })
 }
 
 /// The progress log of the project in `dir`.
@@ -170,5 +327,174 @@ mod short_tests {
         // byte 10 would split a character (and panic).
         assert_eq!(short("aéééééééééé"), "aééééééééé");
         assert_eq!(short("🦀🦀🦀🦀🦀🦀🦀🦀🦀🦀🦀"), "🦀🦀🦀🦀🦀🦀🦀🦀🦀🦀");
+    }
+}
+
+#[cfg(all(test, unix))]
+mod agent_file_tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+    use super::*;
+    use std::time::Duration;
+
+    /// `read` on another thread: its result, or `None` if it still waits
+    /// after 5 s.
+    fn within<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = send.send(read());
+        });
+        receive.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    fn mkfifo(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+    }
+
+    /// What a model's commands can leave in place of the agent's files: each
+    /// refused at once with an error naming the file and what to do.
+    #[test]
+    fn the_agents_files_are_read_only_if_regular_bounded_and_inside() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.json");
+        std::fs::write(&secret, "[]").unwrap();
+        for relative in [PROGRESS_PATH, DECISIONS_PATH, LEDGER_PATH] {
+            for (case, reason) in [
+                ("fifo", "not a regular file"),
+                ("link outside", "symbolic link"),
+                ("directory", "not a regular file"),
+                ("too large", "more than"),
+                ("not utf-8", "not UTF-8"),
+            ] {
+                let dir = tempfile::tempdir().unwrap();
+                let file = path(dir.path(), relative);
+                std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+                match case {
+                    "fifo" => mkfifo(&file),
+                    "link outside" => std::os::unix::fs::symlink(&secret, &file).unwrap(),
+                    "directory" => std::fs::create_dir(&file).unwrap(),
+                    "too large" => {
+                        let f = std::fs::File::create(&file).unwrap();
+                        f.set_len(MAX_AGENT_FILE + 1).unwrap();
+                    }
+                    _ => std::fs::write(&file, b"[\"\xff\"]").unwrap(),
+                }
+                let read = file.clone();
+                let got = within(move || read_agent_file(&read)).expect("waited on the file");
+                let e = got.unwrap_err();
+                let text = e.to_string();
+                assert!(
+                    matches!(&e, FileError::Unusable { path, .. } if *path == file),
+                    "{relative} {case}: {text}"
+                );
+                assert!(text.contains(reason), "{relative} {case}: {text}");
+                assert!(text.contains("to go on"), "{relative} {case}: {text}");
+            }
+        }
+    }
+
+    /// The same through the public readers, and a progress log that is not
+    /// valid JSON: an error that says what to do.
+    #[test]
+    fn the_public_readers_refuse_a_fifo_and_say_what_to_do_with_a_broken_log() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".harness")).unwrap();
+        mkfifo(&path(dir.path(), PROGRESS_PATH));
+        let d = dir.path().to_owned();
+        let got = within(move || read_progress(&d)).expect("waited on the FIFO");
+        assert!(matches!(got, Err(FileError::Unusable { .. })), "{got:?}");
+        mkfifo(&path(dir.path(), LEDGER_PATH));
+        let d = dir.path().to_owned();
+        let got = within(move || crate::project::read_ledger(d)).expect("waited on the FIFO");
+        assert!(
+            got.unwrap_err()
+                .to_string()
+                .contains("ledger.json cannot be used")
+        );
+
+        std::fs::remove_file(path(dir.path(), PROGRESS_PATH)).unwrap();
+        for broken in ["", "[{\"session\": 1}", "{}", "[1, 2]"] {
+            std::fs::write(path(dir.path(), PROGRESS_PATH), broken).unwrap();
+            let e = read_progress(dir.path()).unwrap_err().to_string();
+            assert!(
+                e.contains("progress.json cannot be used"),
+                "{broken:?}: {e}"
+            );
+            assert!(e.contains("remove"), "{broken:?}: {e}");
+        }
+        // Absent: an empty log.
+        std::fs::remove_file(path(dir.path(), PROGRESS_PATH)).unwrap();
+        assert!(read_progress(dir.path()).unwrap().is_empty());
+    }
+
+    /// A `.harness` that is a link out of the project: nothing is read
+    /// through it, nor written.
+    #[test]
+    fn a_linked_harness_directory_is_neither_read_nor_written_through() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("progress.json"), "[]").unwrap();
+        std::fs::write(outside.path().join("decisions.json"), "[]").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join(".harness")).unwrap();
+        assert!(matches!(
+            read_progress(dir.path()),
+            Err(FileError::Unusable { .. })
+        ));
+        assert!(matches!(
+            read_decisions(dir.path()),
+            Err(FileError::Unusable { .. })
+        ));
+        let entry = ProgressEntry {
+            session: 1,
+            action: "a".into(),
+            outcome: "b".into(),
+            commit: None,
+        };
+        assert!(append_progress(dir.path(), entry).is_err());
+        let ledger = path(dir.path(), LEDGER_PATH);
+        let e = write_text(&ledger, "{}").unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(write_json(&path(dir.path(), DECISIONS_PATH), &Vec::<Decision>::new()).is_err());
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("progress.json")).unwrap(),
+            "[]"
+        );
+        assert!(!outside.path().join("ledger.json").exists());
+        // A file in its place: refused too.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".harness"), "").unwrap();
+        assert!(matches!(
+            read_progress(dir.path()),
+            Err(FileError::Unusable { .. })
+        ));
+        // A real directory: read and written.
+        let dir = tempfile::tempdir().unwrap();
+        write_text(&path(dir.path(), LEDGER_PATH), "{}").unwrap();
+        assert_eq!(
+            read_agent_file(&path(dir.path(), LEDGER_PATH))
+                .unwrap()
+                .as_deref(),
+            Some("{}")
+        );
+    }
+
+    /// A link to an endless device: refused, not read (not run against the
+    /// old reader, which fills memory).
+    #[test]
+    fn a_link_to_an_endless_device_is_refused() {
+        for target in ["/dev/zero", "/dev/urandom", "/proc/self/environ"] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir(dir.path().join(".harness")).unwrap();
+            std::os::unix::fs::symlink(target, path(dir.path(), PROGRESS_PATH)).unwrap();
+            let e = read_progress(dir.path()).unwrap_err().to_string();
+            assert!(e.contains("symbolic link"), "{target}: {e}");
+        }
     }
 }

@@ -154,17 +154,11 @@ async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> Ste
         Err(e) => return fail(format!("cannot start sh: {e}")),
     };
     let group = child.id();
-    let read = |pipe: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>| {
-        tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = tokio::io::AsyncReadExt::read_to_end(&mut pipe, &mut bytes).await;
-            }
-            bytes
-        })
-    };
-    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    // Each stream is read as it comes and only its end is kept: a command
+    // that writes gigabytes costs the host `MAX_OUTPUT` bytes a stream.
+    let needle = step.expect_stdout.clone().map(String::into_bytes);
+    let stdout = tokio::spawn(capture(child.stdout.take(), needle));
+    let stderr = tokio::spawn(capture(child.stderr.take(), None));
     let status = tokio::time::timeout(timeout, child.wait()).await;
     // The command's end (or its time) is the end of whatever it started in
     // the background too, which would otherwise hold its output open.
@@ -172,45 +166,122 @@ async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> Ste
     let status = match status {
         Err(_) => {
             let _ = child.kill().await;
+            stdout.abort();
+            stderr.abort();
             return fail(format!("timed out after {} s", timeout.as_secs()));
         }
-        Ok(Err(e)) => return fail(format!("sh failed: {e}")),
+        Ok(Err(e)) => {
+            stdout.abort();
+            stderr.abort();
+            return fail(format!("sh failed: {e}"));
+        }
         Ok(Ok(status)) => status,
     };
     // A process that left the group may still hold the pipes: read what
-    // came within a grace period.
+    // came within a grace period, then stop reading.
     let grace = Duration::from_secs(2);
-    let collect = |task: tokio::task::JoinHandle<Vec<u8>>| async move {
-        tokio::time::timeout(grace, task)
+    let collect = |mut task: tokio::task::JoinHandle<Captured>| async move {
+        let captured = tokio::time::timeout(grace, &mut task)
             .await
             .ok()
             .and_then(Result::ok)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        task.abort();
+        captured
     };
-    let output = std::process::Output {
-        status,
-        stdout: collect(stdout).await,
-        stderr: collect(stderr).await,
-    };
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let expected = step
-        .expect_stdout
-        .as_deref()
-        .is_none_or(|text| stdout.contains(text));
-    let mut text = format!("{stdout}{stderr}");
-    if output.status.success() && !expected {
+    let out = collect(stdout).await;
+    let err = collect(stderr).await;
+    let expected = step.expect_stdout.is_none() || out.found;
+    let mut text = format!("{}{}", out.text(), err.text());
+    if status.success() && !expected {
         text.push_str(&format!(
             "\n[expected the output to contain {:?}]",
             step.expect_stdout.as_deref().unwrap_or_default()
         ));
     }
+    let mut text = tail(text);
+    if (out.cut || err.cut) && !text.starts_with(ELIDED) {
+        text.insert_str(0, ELIDED);
+    }
     StepOutcome {
         command: step.command.clone(),
-        exit_code: output.status.code(),
-        passed: output.status.success() && expected,
-        output: tail(text),
+        exit_code: status.code(),
+        passed: status.success() && expected,
+        output: text,
     }
+}
+
+/// What a command wrote to one stream: its last `MAX_OUTPUT` bytes (at
+/// most), whether anything came before them, and whether a text looked
+/// for appeared anywhere in it.
+#[derive(Debug, Default)]
+struct Captured {
+    kept: Vec<u8>,
+    cut: bool,
+    found: bool,
+}
+
+impl Captured {
+    /// The kept bytes as text; a cut mid-character drops that character's
+    /// rest.
+    fn text(&self) -> String {
+        let mut start = 0;
+        if self.cut {
+            while self.kept.get(start).is_some_and(|b| b & 0xC0 == 0x80) {
+                start += 1;
+            }
+        }
+        String::from_utf8_lossy(&self.kept[start..]).into_owned()
+    }
+}
+
+/// Reads `stream` to its end (or an error), keeping its last `MAX_OUTPUT`
+/// bytes and looking for `needle` in all of it, across reads: it holds at
+/// most about `2 * MAX_OUTPUT` bytes plus `needle`'s length, whatever the
+/// stream's size.
+async fn capture(
+    stream: Option<impl tokio::io::AsyncRead + Unpin>,
+    needle: Option<Vec<u8>>,
+) -> Captured {
+    use tokio::io::AsyncReadExt;
+    let mut captured = Captured {
+        found: needle.as_ref().is_some_and(Vec::is_empty),
+        ..Captured::default()
+    };
+    let Some(mut stream) = stream else {
+        return captured;
+    };
+    // The end of what came, as long as `needle` less one byte: a match
+    // that straddles two reads is found in it and the next read.
+    let mut window: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        if let Some(needle) = needle.as_deref().filter(|_| !captured.found) {
+            window.extend_from_slice(chunk);
+            captured.found = window.windows(needle.len()).any(|w| w == needle);
+            let keep = needle.len() - 1;
+            if window.len() > keep {
+                window.drain(..window.len() - keep);
+            }
+        }
+        captured.kept.extend_from_slice(chunk);
+        if captured.kept.len() > 2 * MAX_OUTPUT {
+            let drop = captured.kept.len() - MAX_OUTPUT;
+            captured.kept.drain(..drop);
+            captured.cut = true;
+        }
+    }
+    if captured.kept.len() > MAX_OUTPUT {
+        let drop = captured.kept.len() - MAX_OUTPUT;
+        captured.kept.drain(..drop);
+        captured.cut = true;
+    }
+    captured
 }
 
 /// Kills the process group a command ran in (its `sh` and whatever it
@@ -227,6 +298,9 @@ fn kill_group(group: Option<u32>) {
     let _ = group;
 }
 
+/// The mark before output whose beginning was dropped.
+const ELIDED: &str = "[…]";
+
 /// The last `MAX_OUTPUT` bytes of `text`, on a character boundary.
 pub(crate) fn tail(text: String) -> String {
     if text.len() <= MAX_OUTPUT {
@@ -236,5 +310,63 @@ pub(crate) fn tail(text: String) -> String {
     while !text.is_char_boundary(start) {
         start += 1;
     }
-    format!("[…]{}", &text[start..])
+    format!("{ELIDED}{}", &text[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream of `0` that gives at most `1` bytes a read.
+    struct Chunked(Vec<u8>, usize);
+
+    impl tokio::io::AsyncRead for Chunked {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let n = self.1.min(self.0.len()).min(buf.remaining());
+            buf.put_slice(&self.0[..n]);
+            self.0.drain(..n);
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn chunked(text: &[u8], size: usize) -> Chunked {
+        Chunked(text.to_vec(), size)
+    }
+
+    #[tokio::test]
+    async fn capture_finds_a_needle_across_reads_and_keeps_only_the_end() {
+        let mut text = vec![b'a'; 3 * MAX_OUTPUT + 17];
+        text.extend_from_slice(b"needle");
+        text.extend(std::iter::repeat_n(b'b', 3 * MAX_OUTPUT));
+        for size in [1, 2, 3, 5, 7, 4096, 100_000] {
+            for (needle, found) in [
+                ("needle", true),
+                ("aneedleb", true),
+                ("ab", false),
+                ("", true),
+            ] {
+                let got = capture(Some(chunked(&text, size)), Some(needle.into())).await;
+                assert_eq!(got.found, found, "{needle:?} in reads of {size}");
+                assert!(got.cut);
+                assert_eq!(got.kept, vec![b'b'; MAX_OUTPUT]);
+            }
+        }
+        let short = capture(Some(chunked(b"short", 2)), None).await;
+        assert!(!short.cut && !short.found);
+        assert_eq!(short.text(), "short");
+    }
+
+    #[tokio::test]
+    async fn a_cut_mid_character_drops_the_characters_rest() {
+        let text = "é".repeat(MAX_OUTPUT) + "x";
+        let got = capture(Some(chunked(text.as_bytes(), 1000)), None).await;
+        assert!(got.cut);
+        let shown = got.text();
+        assert!(!shown.contains('\u{FFFD}'), "{shown}");
+        assert!(shown.ends_with("éx"));
+    }
 }

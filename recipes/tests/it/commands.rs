@@ -246,3 +246,92 @@ async fn the_hosts_git_runs_no_hook_and_gives_a_filter_none_of_the_hosts_secrets
         assert!(!seen.contains(&format!("{k}={v}")), "the filter saw {k}");
     }
 }
+
+/// A line `key:  N kB` of `/proc/self/status`, in bytes.
+fn status_bytes(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+    let kb: u64 = line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+/// A command (the `run` tool's, or a verification step) that writes
+/// hundreds of megabytes costs the host the output it keeps, not what it
+/// wrote; the end of the output is what is kept.
+#[tokio::test]
+async fn a_commands_output_costs_the_host_its_bound_not_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    const BIG: u64 = 600 << 20;
+    for (command, end) in [
+        (format!("head -c {BIG} /dev/zero; echo OUT-END"), "OUT-END"),
+        (
+            format!("head -c {BIG} /dev/zero | tr '\\0' x >&2; echo ERR-END >&2"),
+            "ERR-END",
+        ),
+        (
+            format!("head -c {BIG} /dev/zero | tr '\\0' 'é'; echo UTF-END"),
+            "UTF-END",
+        ),
+    ] {
+        let before = status_bytes("VmHWM:").max(status_bytes("VmRSS:"));
+        let (passed, output) = run(dir.path(), &command, Duration::from_secs(60)).await;
+        let grew = status_bytes("VmHWM:").saturating_sub(before);
+        assert!(grew < 100 << 20, "`{command}` took {} MB", grew >> 20);
+        assert!(passed, "`{command}`: {}", &output[output.len() - 200..]);
+        assert!(output.starts_with("[…]"), "`{command}`");
+        assert!(output.trim_end().ends_with(end), "`{command}`");
+        assert!(
+            output.len() <= 4 * 1024 + 8,
+            "`{command}`: {}",
+            output.len()
+        );
+    }
+}
+
+/// `expect_stdout` is looked for in all of the output, not only in the end
+/// that is kept.
+#[tokio::test]
+async fn expected_text_is_found_anywhere_in_a_long_output() {
+    let dir = tempfile::tempdir().unwrap();
+    for (command, expect, passes) in [
+        (
+            "echo needle-here; head -c 10000000 /dev/zero",
+            "needle-here",
+            true,
+        ),
+        (
+            "head -c 10000000 /dev/zero; echo needle-here",
+            "needle-here",
+            true,
+        ),
+        (
+            "head -c 100000 /dev/zero | tr '\\0' n; echo",
+            "needle-here",
+            false,
+        ),
+        (
+            "echo needle-here >&2; head -c 100000 /dev/zero",
+            "needle-here",
+            false,
+        ),
+        ("echo short", "short", true),
+        ("echo short", "", true),
+    ] {
+        let step = VerificationStep::new("a command", command).expecting(expect);
+        let out = run_steps(dir.path(), &[step], Duration::from_secs(30))
+            .await
+            .remove(0);
+        assert_eq!(out.passed, passes, "`{command}`: {}", out.output);
+        assert_eq!(out.exit_code, Some(0), "`{command}`");
+        assert_eq!(
+            out.output.contains("[expected the output to contain"),
+            !passes,
+            "`{command}`"
+        );
+    }
+}
