@@ -287,6 +287,45 @@ pub(crate) fn write_text(file: &Path, text: &str) -> Result<(), FileError> {
     Ok(())
 }
 
+/// Adds `lines` to the user's ignore file `file` unless they are there:
+/// the file's own bytes are kept as they are (whatever their encoding),
+/// and one that cannot be read, or is a link (whose target is not the
+/// project's to replace), is a typed error, never an empty file replaced.
+pub(crate) fn add_to_gitignore(file: &Path, lines: &str) -> Result<(), FileError> {
+    let unusable = |reason: &str| FileError::Unusable {
+        path: file.to_owned(),
+        reason: reason.to_owned(),
+        remedy: format!("add these lines to it yourself: {}", lines.trim_end()),
+    };
+    let mut bytes = match std::fs::symlink_metadata(file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(source) => {
+            return Err(FileError::Read {
+                path: file.to_owned(),
+                source,
+            });
+        }
+        Ok(meta) if meta.file_type().is_symlink() => return Err(unusable("it is a link")),
+        Ok(meta) if !meta.is_file() => return Err(unusable("it is not a regular file")),
+        Ok(_) => std::fs::read(file).map_err(|source| FileError::Read {
+            path: file.to_owned(),
+            source,
+        })?,
+    };
+    if bytes
+        .windows(lines.len().max(1))
+        .any(|w| w == lines.as_bytes())
+    {
+        return Ok(());
+    }
+    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(lines.as_bytes());
+    write_atomic(file, &bytes, Sync::FileAndDir)?;
+    Ok(())
+}
+
 /// The text of the ledger file `file` (see [`read_agent_file`]); its
 /// absence is an error.
 pub(crate) fn read_ledger_file(file: &Path) -> Result<String, FileError> {
@@ -336,6 +375,57 @@ mod agent_file_tests {
 
     use super::*;
     use std::time::Duration;
+
+    /// The user's ignore file keeps its own bytes, whatever they are, and
+    /// gains the lines once; one that is a link or not a file is refused
+    /// and left as it is.
+    #[test]
+    fn the_users_gitignore_gains_the_lines_and_keeps_its_own() {
+        let lines = ".harness/progress.json\n";
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(".gitignore");
+        for (before, after) in [
+            (None, lines.as_bytes().to_vec()),
+            (
+                Some(&b"# caf\xe9\n*.o"[..]),
+                b"# caf\xe9\n*.o\n.harness/progress.json\n".to_vec(),
+            ),
+            (
+                Some(b"target/\n"),
+                b"target/\n.harness/progress.json\n".to_vec(),
+            ),
+            (
+                Some(b"\xff\xfe\x00x\n"),
+                b"\xff\xfe\x00x\n.harness/progress.json\n".to_vec(),
+            ),
+            (
+                Some(b"a\n.harness/progress.json\nb\n"),
+                b"a\n.harness/progress.json\nb\n".to_vec(),
+            ),
+        ] {
+            let _ = std::fs::remove_file(&file);
+            if let Some(bytes) = before {
+                std::fs::write(&file, bytes).unwrap();
+            }
+            add_to_gitignore(&file, lines).unwrap();
+            assert_eq!(std::fs::read(&file).unwrap(), after, "{before:?}");
+        }
+        // A link (its target is not the project's) and a directory.
+        let target = dir.path().join("shared-ignore");
+        std::fs::write(&target, b"mine\n").unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&target, &file).unwrap();
+        let error = add_to_gitignore(&file, lines).unwrap_err();
+        assert!(matches!(error, FileError::Unusable { .. }), "{error}");
+        assert!(error.to_string().contains("add these lines"), "{error}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"mine\n");
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        assert!(matches!(
+            add_to_gitignore(&file, lines),
+            Err(FileError::Unusable { .. })
+        ));
+    }
 
     /// `read` on another thread: its result, or `None` if it still waits
     /// after 5 s.

@@ -174,6 +174,9 @@ impl Git {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_TERMINAL_PROMPT", "0")
+            // git's messages in English, whatever the user's locale: a
+            // failure is told apart by its words (see `session.rs`).
+            .env("LC_ALL", "C")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .stdin(if input.is_some() {

@@ -115,14 +115,7 @@ async fn setup(state: Arc<InitState>, cx: Cx<SessionDeps>) -> StepResult<InitSta
             }
             let dir = env.dir();
             let ignore = files::path(dir, ".gitignore");
-            let mut text = std::fs::read_to_string(&ignore).unwrap_or_default();
-            if !text.contains(GITIGNORE) {
-                if !text.is_empty() && !text.ends_with('\n') {
-                    text.push('\n');
-                }
-                text.push_str(GITIGNORE);
-                files::write_text(&ignore, &text)?;
-            }
+            files::add_to_gitignore(&ignore, GITIGNORE)?;
             files::write_text(&files::path(dir, LEDGER_PATH), &ledger.to_json())?;
             files::write_json(
                 &files::path(dir, DECISIONS_PATH),

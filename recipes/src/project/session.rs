@@ -4,6 +4,7 @@
 
 use super::env::ProjectEnv;
 use super::files::{self, DECISIONS_PATH, Decision, LEDGER_PATH};
+use super::git::GitError;
 use super::ledger::{FeatureStatus, Ledger};
 use super::verify::{VerificationRun, VerificationStep, run_steps};
 use harness::llm::{LanguageModel, ModelRequest, ToolSet, TypedAnswerError};
@@ -757,7 +758,18 @@ async fn record(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
                 briefing.head
             ))
         })?,
-        Err(_) => Vec::new(),
+        // Only a commit without the file has none; any other failure of
+        // git (an index lock, a process that could not start) is an error,
+        // retried: read as "none", it would rewrite the file with this
+        // session's decision alone, and the decisions before it would be
+        // deleted from memory.
+        Err(e) if not_in_commit(&e) => Vec::new(),
+        Err(e) => {
+            return Err(StepError::msg(format!(
+                "cannot read {}:{DECISIONS_PATH}: {e}; nothing was written",
+                briefing.head
+            )));
+        }
     };
     decisions.push(decision.clone());
     files::write_json(&files::path(env.dir(), DECISIONS_PATH), &decisions)?;
@@ -769,6 +781,14 @@ async fn record(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
         decision,
         discarded_ledger_edit: discarded,
     })))
+}
+
+/// Whether `error`, from `git show COMMIT:PATH`, says only that the commit
+/// has no such file (git's own words, in English: `Git` runs it with
+/// `LC_ALL=C`).
+fn not_in_commit(error: &GitError) -> bool {
+    matches!(error, GitError::Failed { stderr, .. }
+        if stderr.contains("does not exist in") || stderr.contains("exists on disk, but not in"))
 }
 
 /// The trailer that names a session in its commit's message.
@@ -832,4 +852,59 @@ async fn commit(state: Arc<SessionState>, cx: Cx<SessionDeps>) -> StepResult<Ses
         })
         .await?;
     Ok(SessionStateUpdate::new().commit(Some(id)))
+}
+
+#[cfg(test)]
+mod show_tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+    use super::{GitError, not_in_commit};
+    use crate::project::git::Git;
+
+    /// Only "no such file in the commit" reads as no decisions: any other
+    /// failure of git is an error, so the decisions are never rewritten
+    /// from nothing.
+    #[tokio::test]
+    async fn only_a_file_missing_from_the_commit_reads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let status = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .env("LC_ALL", "C")
+                .status()
+                .unwrap();
+            assert!(status.success(), "{args:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        git(&["add", "a.txt"]);
+        git(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-q",
+            "-m",
+            "one",
+        ]);
+        std::fs::write(dir.path().join("new.txt"), "on disk only").unwrap();
+        let repo = Git::new(dir.path());
+        for (commit, path, missing) in [
+            ("HEAD", "nothing.json", true),
+            ("HEAD", "new.txt", true),
+            ("no-such-commit", "a.txt", false),
+            ("HEAD~5", "a.txt", false),
+        ] {
+            let error = repo.show(commit, path).await.unwrap_err();
+            assert_eq!(not_in_commit(&error), missing, "{commit}:{path}: {error}");
+        }
+        let spawn = GitError::Spawn {
+            args: "show".into(),
+            dir: dir.path().into(),
+            source: std::io::ErrorKind::NotFound.into(),
+        };
+        assert!(!not_in_commit(&spawn));
+    }
 }
