@@ -67,12 +67,25 @@ impl Drop for Service {
     }
 }
 
+/// A port free now and not handed out before in this process: the tests
+/// run side by side, and the system can give a port just released (by an
+/// earlier call whose service has not bound it yet) again.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 fn lines(file: &Path) -> Vec<String> {
@@ -215,15 +228,17 @@ async fn what_the_server_refuses_is_a_typed_error_naming_what() {
         }
         other => panic!("{other:?}"),
     }
-    let nowhere = format!("http://127.0.0.1:{}", free_port());
-    match admin.register(&nowhere, false).await {
+    // Port 1 (tcpmux, privileged): nothing listens there. A port found
+    // free could be taken meanwhile by a service another test starts.
+    let nowhere = "http://127.0.0.1:1";
+    match admin.register(nowhere, false).await {
         Err(RestateError::Status { status, body, .. }) => {
             assert!(status >= 400, "{status}: {body}");
         }
         other => panic!("{other:?}"),
     }
     // A server that is not there.
-    let gone = Admin::new(format!("http://127.0.0.1:{}", free_port())).unwrap();
+    let gone = Admin::new(nowhere).unwrap();
     assert!(!gone.healthy().await);
     assert!(matches!(
         gone.register("http://x", false).await,
