@@ -410,36 +410,45 @@ mod tests {
             while let Ok((mut socket, _)) = listener.accept().await {
                 let handler = Arc::clone(&handler);
                 tokio::spawn(async move {
-                    let mut seen = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    // Headers, then as many body bytes as they announce.
-                    let body_len = loop {
-                        let n = socket.read(&mut buf).await.unwrap_or(0);
-                        if n == 0 {
-                            return;
-                        }
-                        seen.extend_from_slice(&buf[..n]);
-                        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                            let head = String::from_utf8_lossy(&seen[..end]).to_lowercase();
-                            let len: usize = head
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:"))
-                                .map_or(0, |v| v.trim().parse().unwrap_or(0));
-                            break end + 4 + len;
-                        }
-                    };
-                    while seen.len() < body_len {
-                        let n = socket.read(&mut buf).await.unwrap_or(0);
-                        if n == 0 {
-                            return;
-                        }
-                        seen.extend_from_slice(&buf[..n]);
+                    if read_request(&mut socket).await.is_some() {
+                        handler(socket).await;
                     }
-                    handler(socket).await;
                 });
             }
         });
         format!("http://{addr}")
+    }
+
+    /// Reads one request from `socket`: its headers, then as many body
+    /// bytes as they announce. Its head (request line and headers), or
+    /// `None` if the connection ended first.
+    async fn read_request(socket: &mut TcpStream) -> Option<String> {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        let (head, body_len) = loop {
+            let n = socket.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&seen[..end]).into_owned();
+                let len: usize = head
+                    .to_lowercase()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:").map(str::to_owned))
+                    .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                break (head, end + 4 + len);
+            }
+        };
+        while seen.len() < body_len {
+            let n = socket.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        Some(head)
     }
 
     /// A handler writing `head` then each of `chunks` (HTTP chunked).
@@ -772,34 +781,7 @@ mod tests {
             while let Ok((mut socket, _)) = listener.accept().await {
                 let (answer, log) = (Arc::clone(&answer), Arc::clone(&log));
                 tokio::spawn(async move {
-                    loop {
-                        let mut seen = Vec::new();
-                        let mut buf = [0u8; 4096];
-                        let (head, body_len) = loop {
-                            let n = socket.read(&mut buf).await.unwrap_or(0);
-                            if n == 0 {
-                                return;
-                            }
-                            seen.extend_from_slice(&buf[..n]);
-                            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                                let head = String::from_utf8_lossy(&seen[..end]).into_owned();
-                                let len: usize = head
-                                    .to_lowercase()
-                                    .lines()
-                                    .find_map(|l| {
-                                        l.strip_prefix("content-length:").map(str::to_owned)
-                                    })
-                                    .map_or(0, |v| v.trim().parse().unwrap_or(0));
-                                break (head, end + 4 + len);
-                            }
-                        };
-                        while seen.len() < body_len {
-                            let n = socket.read(&mut buf).await.unwrap_or(0);
-                            if n == 0 {
-                                return;
-                            }
-                            seen.extend_from_slice(&buf[..n]);
-                        }
+                    while let Some(head) = read_request(&mut socket).await {
                         log.lock().unwrap().push(head.clone());
                         if socket.write_all(answer(&head).as_bytes()).await.is_err() {
                             return;
