@@ -90,7 +90,9 @@
 //! failed build is logged and reported ([`GraphStatus::Failed`],
 //! [`Memory::index_stats`]); searches stay exact. [`Memory::wait_for_graph`]
 //! waits for a running build (a warm-up; searches never wait).
-//! Embeddings are batched (one call per put or batch) and cached by text.
+//! Embeddings are batched (one call per put or batch) and cached by text
+//! (a SHA-256 digest of it is kept, not the text: the cache holds at most
+//! [`IndexConfig::cache`] vectors, whatever the texts' length).
 //! If the embedder fails or times out, the put fails as a whole and nothing
 //! is written. [`HashedWords`] is an embedder without a model (texts are
 //! close when they share words), for tests and examples.
@@ -225,7 +227,11 @@ impl IndexConfig {
         self
     }
 
-    /// Keeps the vectors of this many texts (default 10 000).
+    /// Keeps the vectors of at most this many texts (default 10 000), each
+    /// under a 32-byte digest of its text: the cache holds at most
+    /// `texts × (4 × dimensions + 32)` bytes of vectors and digests,
+    /// however long the texts. When it is full it is emptied, then filled
+    /// again by the texts embedded next; `0` keeps none.
     #[must_use]
     pub fn cache(mut self, texts: usize) -> Self {
         self.cache = texts;
@@ -233,11 +239,42 @@ impl IndexConfig {
     }
 }
 
+/// The vectors of texts embedded in this process, under a digest of each
+/// text (a text's length costs the cache nothing), at most
+/// [`IndexConfig::cache`] of them.
+#[derive(Default)]
+struct EmbeddingCache {
+    vectors: HashMap<[u8; 32], Arc<[f32]>>,
+}
+
+impl EmbeddingCache {
+    fn digest(text: &str) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(text.as_bytes()).into()
+    }
+
+    fn get(&self, text: &str) -> Option<Vec<f32>> {
+        self.vectors.get(&Self::digest(text)).map(|v| v.to_vec())
+    }
+
+    /// Keeps `vector` for `text`; a full cache is emptied first.
+    fn insert(&mut self, text: &str, vector: Vec<f32>, capacity: usize) {
+        if capacity == 0 {
+            return;
+        }
+        let key = Self::digest(text);
+        if self.vectors.len() >= capacity && !self.vectors.contains_key(&key) {
+            self.vectors.clear();
+        }
+        self.vectors.insert(key, Arc::from(vector));
+    }
+}
+
 /// The index in this process: the configuration, the vectors of texts
 /// seen, and the items with vectors (once loaded).
 struct Semantic {
     config: IndexConfig,
-    cache: Mutex<HashMap<String, Arc<[f32]>>>,
+    cache: Mutex<EmbeddingCache>,
     index: tokio::sync::RwLock<Option<VectorIndex>>,
 }
 
@@ -357,7 +394,7 @@ impl Memory {
     pub fn with_index(mut self, config: IndexConfig) -> Self {
         self.semantic = Some(Arc::new(Semantic {
             config,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(EmbeddingCache::default()),
             index: tokio::sync::RwLock::new(None),
         }));
         self
@@ -702,10 +739,7 @@ impl Memory {
                 .cache
                 .lock()
                 .map_err(|_| failed("the cache's lock is poisoned".into()))?;
-            texts
-                .iter()
-                .map(|t| cache.get(t).map(|v| v.to_vec()))
-                .collect()
+            texts.iter().map(|t| cache.get(t)).collect()
         };
         // Each text embedded once, in the order first seen (a set, not a
         // scan of the list: a batch of many texts is linear, not quadratic).
@@ -736,13 +770,6 @@ impl Memory {
                 let unit = normalized(vector).ok_or_else(|| failed("a zero vector".into()))?;
                 fresh.insert(text.as_str(), unit);
             }
-            let mut cache = semantic
-                .cache
-                .lock()
-                .map_err(|_| failed("the cache's lock is poisoned".into()))?;
-            if cache.len() + fresh.len() > semantic.config.cache {
-                cache.clear();
-            }
             for (text, got) in texts.iter().zip(out.iter_mut()) {
                 if got.is_none()
                     && let Some(v) = fresh.get(text.as_str())
@@ -750,8 +777,12 @@ impl Memory {
                     *got = Some(v.clone());
                 }
             }
+            let mut cache = semantic
+                .cache
+                .lock()
+                .map_err(|_| failed("the cache's lock is poisoned".into()))?;
             for (text, v) in fresh {
-                cache.insert(text.to_owned(), Arc::from(v));
+                cache.insert(text, v, semantic.config.cache);
             }
         }
         out.into_iter()

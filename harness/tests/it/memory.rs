@@ -508,6 +508,44 @@ async fn embeddings_are_batched_and_cached_by_text() {
 }
 
 #[tokio::test]
+async fn the_embedding_cache_keeps_at_most_its_capacity() {
+    // (capacity, distinct texts in one batch): the batch embeds every text
+    // once; putting them all again embeds those the cache could not keep.
+    for (capacity, count) in [(0, 3), (1, 4), (3, 5), (3, 3), (4, 9)] {
+        let words = Arc::new(HashedWords::new(64));
+        let memory = Memory::in_memory().with_index(
+            IndexConfig::new(words.clone(), 64)
+                .fields(["text"])
+                .cache(capacity),
+        );
+        let n = ns(&["c"]);
+        let batch = |round: usize| {
+            (0..count)
+                .map(|i| Op::Put {
+                    namespace: n.clone(),
+                    key: format!("k{round}-{i}"),
+                    // Long texts: the cache's cost does not grow with them.
+                    value: json!({"text": format!("text {i} {}", "word ".repeat(20_000))}),
+                    options: PutOptions::default(),
+                })
+                .collect::<Vec<_>>()
+        };
+        memory.batch(batch(0)).await.unwrap();
+        assert_eq!(words.texts(), count, "capacity {capacity}");
+        memory.batch(batch(1)).await.unwrap();
+        let again = words.texts() - count;
+        assert!(
+            again >= count.saturating_sub(capacity),
+            "capacity {capacity}, {count} texts: only {again} embedded again, so more than \
+             {capacity} were kept"
+        );
+        if capacity >= count {
+            assert_eq!(again, 0, "capacity {capacity}: every text fits");
+        }
+    }
+}
+
+#[tokio::test]
 async fn the_index_is_built_from_what_the_backend_holds() {
     // Two memories over one backend: the second builds its index from the
     // first's vectors, and reload picks up later writes.
