@@ -115,7 +115,7 @@ pub mod guide {
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
 pub use graph::{
     BranchFailure, DEFAULT_DEADLINE, ForkBuilder, Harness, HarnessBuilder, LoopValidationError,
-    MIN_LEASE_TTL, OnBuilder, RetryPolicy, StepBuilder, Violation,
+    MAX_BRANCHES, MIN_LEASE_TTL, OnBuilder, RetryPolicy, StepBuilder, Violation,
 };
 pub use graph::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub use harness_macros::{Context, HarnessState};

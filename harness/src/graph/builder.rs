@@ -282,6 +282,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                     BranchesDef::Each { step, inputs, .. } => Branches::Each {
                         step: index(step),
                         inputs: Arc::clone(inputs),
+                        max: fork.max_branches.unwrap_or(super::MAX_BRANCHES),
                     },
                 };
                 forks.push(CompiledFork {
@@ -573,6 +574,7 @@ pub struct ForkBuilder<S: HarnessState, C: Context = ()> {
     via: Option<Signal>,
     branches: BranchesDef<S>,
     limit: Option<usize>,
+    max_branches: Option<usize>,
     collect: Option<super::def::CollectFn<S>>,
 }
 
@@ -592,6 +594,7 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
             via,
             branches,
             limit: None,
+            max_branches: None,
             collect: None,
         }
     }
@@ -604,6 +607,23 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
     #[must_use]
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);
+        self
+    }
+
+    /// A fan-out starts at most `n` branches (default
+    /// [`MAX_BRANCHES`](crate::MAX_BRANCHES), 1 000): state with
+    /// more inputs fails the run with [`RunError::FanOut`](crate::RunError::FanOut)
+    /// at the fanning step, before any branch starts or anything is
+    /// written. The inputs come from the state, which a model's answers
+    /// fill: the bound keeps a list a model made too long from becoming as
+    /// many tasks, each branch's input kept in the session. Raise it when a
+    /// fan-out is meant to be that wide, and the run's
+    /// [`step_limit`](HarnessBuilder::step_limit) with it: every branch's
+    /// steps count towards that limit. A [`fork`](StepBuilder::fork)'s
+    /// branches are the steps it names; this does not apply to them.
+    #[must_use]
+    pub fn max_branches(mut self, n: usize) -> Self {
+        self.max_branches = Some(n);
         self
     }
 
@@ -627,6 +647,7 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
             branches: self.branches,
             join: step.into(),
             limit: self.limit,
+            max_branches: self.max_branches,
             collect: self.collect,
         }));
         match self.via {

@@ -23,8 +23,13 @@ pub(crate) enum Target {
 pub(crate) enum Branches<S: HarnessState> {
     /// One per step, in this order.
     Static(Vec<usize>),
-    /// One per input, each starting at `step`.
-    Each { step: usize, inputs: InputsFn<S> },
+    /// One per input, each starting at `step`; more than `max` inputs
+    /// fail the run.
+    Each {
+        step: usize,
+        inputs: InputsFn<S>,
+        max: usize,
+    },
 }
 
 /// A validated fork.

@@ -160,6 +160,7 @@ pub(crate) struct ForkDef<S: HarnessState> {
     pub(crate) branches: BranchesDef<S>,
     pub(crate) join: String,
     pub(crate) limit: Option<usize>,
+    pub(crate) max_branches: Option<usize>,
     pub(crate) collect: Option<CollectFn<S>>,
 }
 

@@ -30,6 +30,10 @@ pub use builder::{
     DEFAULT_DEADLINE, DEFAULT_STEP_LIMIT, ForkBuilder, HarnessBuilder, MIN_LEASE_TTL, OnBuilder,
     StepBuilder,
 };
+/// The most branches a fan-out starts unless its
+/// [`ForkBuilder::max_branches`] says otherwise.
+pub const MAX_BRANCHES: usize = 1_000;
+
 pub use cache::{CachePolicy, MemoryCache, StepCache, StepCacheError, StoreCache};
 pub(crate) use compiled::{Branches, CompiledStep, Exits, HarnessInner, Target};
 pub use def::{BranchFailure, RetryPolicy};

@@ -793,6 +793,19 @@ impl<'a, S: HarnessState, C> Edges<'a, S, C> {
                         reason: "0: no branch could run".into(),
                     });
                 }
+                match (&fork.branches, fork.max_branches) {
+                    (BranchesDef::Each { .. }, Some(0)) => v.push(Violation::InvalidSetting {
+                        setting: format!("max_branches of the fan-out at `{id}`"),
+                        reason: "0: any input would fail the run".into(),
+                    }),
+                    (BranchesDef::Static(_), Some(_)) => v.push(Violation::InvalidSetting {
+                        setting: format!("max_branches of the fork at `{id}`"),
+                        reason: "a fork's branches are the steps it names: max_branches bounds \
+                                 a fan-out's inputs"
+                            .into(),
+                    }),
+                    _ => {}
+                }
                 if let (Some(join), Some(starts)) =
                     (join, starts.into_iter().collect::<Option<Vec<usize>>>())
                     && !names.is_empty()

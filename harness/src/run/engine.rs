@@ -1175,13 +1175,21 @@ fn start_region<S: HarnessState, C: Context>(
             .iter()
             .map(|&s| (task.path.child(&harness.steps[s].name), s, None))
             .collect(),
-        Branches::Each { step, inputs } => {
+        Branches::Each { step, inputs, max } => {
             let name = &harness.steps[*step].name;
-            inputs(&task.state)
-                .map_err(|reason| RunError::FanOut {
-                    step: harness.steps[task.at].name.to_string(),
-                    reason,
-                })?
+            let fan_out = |reason| RunError::FanOut {
+                step: harness.steps[task.at].name.to_string(),
+                reason,
+            };
+            let inputs = inputs(&task.state).map_err(fan_out)?;
+            if inputs.len() > *max {
+                return Err(fan_out(format!(
+                    "{} inputs, more than the {max} branches a fan-out may start \
+                     (ForkBuilder::max_branches raises it)",
+                    inputs.len()
+                )));
+            }
+            inputs
                 .into_iter()
                 .enumerate()
                 .map(|(i, input)| (task.path.child(&format!("{name}#{i}")), *step, Some(input)))
@@ -1197,7 +1205,12 @@ fn start_region<S: HarnessState, C: Context>(
             .map(|(path, at, input)| BranchStart {
                 path: path.clone(),
                 step: harness.steps[*at].name.to_string(),
-                input: input.clone(),
+                // Kept in the session: without the process's secrets, as
+                // the state is (the branch itself runs on the input whole).
+                input: input.clone().map(|mut input| {
+                    crate::secrets::redact_json(&mut input);
+                    input
+                }),
             })
             .collect(),
     };

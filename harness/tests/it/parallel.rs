@@ -234,6 +234,124 @@ async fn a_fan_out_runs_one_branch_per_item_within_its_limit_and_merges_in_item_
     assert_eq!(out.steps, 2);
 }
 
+/// A fan-out of `items` to a step that counts its runs in `ran`, bounded
+/// by `max` branches (the default without).
+fn wide(max: Option<usize>, ran: Arc<AtomicU32>) -> Harness<Work> {
+    let fork = Harness::<Work>::builder()
+        .step("split")
+        .run(async |_: Arc<Work>| Ok(note("split")))
+        .fan_out("one", |s: &Work| s.items.clone());
+    let fork = match max {
+        Some(n) => fork.max_branches(n),
+        None => fork,
+    };
+    fork.join("sum")
+        .step("one")
+        .run_each(move |item: u64, _: Arc<Work>, _: Cx<()>| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(WorkUpdate::new().total(item)) }
+        })
+        .writes(["total"])
+        .next("sum")
+        .step("sum")
+        .run(async |_: Arc<Work>| Ok(note("sum")))
+        .end()
+        .start("split")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_fan_out_wider_than_its_max_branches_fails_before_any_branch_starts() {
+    let cases = [
+        (Some(3), 2, true),
+        (Some(3), 3, true),
+        (Some(3), 4, false),
+        (Some(1), 50, false),
+        (None, harness::MAX_BRANCHES, true),
+        (None, harness::MAX_BRANCHES + 1, false),
+        (None, 3 * harness::MAX_BRANCHES, false),
+    ];
+    for (max, count, fits) in cases {
+        let ran = Arc::new(AtomicU32::new(0));
+        let agent = create_agent("wide", &wide(max, Arc::clone(&ran)));
+        let items: Vec<u64> = (1..=u64::try_from(count).unwrap()).collect();
+        let state = Work {
+            items,
+            ..Work::default()
+        };
+        let result = agent.run(state).await;
+        let case = format!("max {max:?}, {count} inputs");
+        if fits {
+            let out = result.unwrap();
+            let n = u64::try_from(count).unwrap();
+            assert_eq!(out.state.total, n * (n + 1) / 2, "{case}");
+            assert_eq!(ran.load(Ordering::SeqCst), u32::try_from(count).unwrap());
+        } else {
+            let err = result.unwrap_err();
+            let RunError::FanOut { step, reason } = &err else {
+                panic!("{case}: {err}");
+            };
+            assert_eq!(step, "split", "{case}");
+            assert!(
+                reason.contains(&format!("{count} inputs")),
+                "{case}: {reason}"
+            );
+            assert!(reason.contains("max_branches"), "{case}: {reason}");
+            assert_eq!(ran.load(Ordering::SeqCst), 0, "{case}: a branch ran");
+        }
+    }
+}
+
+#[test]
+fn max_branches_of_zero_or_on_a_fork_of_named_steps_is_refused_when_built() {
+    let v = violations(
+        Harness::<Work>::builder()
+            .step("plan")
+            .run(async |_: Arc<Work>| Ok(note("p")))
+            .fork(["a", "b"])
+            .max_branches(5)
+            .join("join")
+            .step("a")
+            .run(async |_: Arc<Work>| Ok(note("a")))
+            .writes(["log"])
+            .next("join")
+            .step("b")
+            .run(async |_: Arc<Work>| Ok(note("b")))
+            .writes(["log"])
+            .next("join")
+            .step("join")
+            .route(|_: &Work| "more")
+            .on("more")
+            .fan_out("each", |s: &Work| s.items.clone())
+            .max_branches(0)
+            .join("done")
+            .step("each")
+            .run_each(async |_: u64, _: Arc<Work>, _: Cx<()>| Ok(note("e")))
+            .writes(["log"])
+            .next("done")
+            .step("done")
+            .run(async |_: Arc<Work>| Ok(note("d")))
+            .end()
+            .start("plan")
+            .build(),
+    );
+    let rendered: Vec<String> = v.iter().map(ToString::to_string).collect();
+    assert_eq!(rendered.len(), 2, "{rendered:#?}");
+    assert!(
+        rendered
+            .iter()
+            .any(|r| r.contains("max_branches of the fork at `plan`")),
+        "{rendered:#?}"
+    );
+    assert!(
+        rendered
+            .iter()
+            .any(|r| r.contains("max_branches of the fan-out at `join/more`") && r.contains("0")),
+        "{rendered:#?}"
+    );
+}
+
 fn failing(collect: bool, finished_late: Arc<AtomicBool>) -> Harness<Work> {
     let fork = Harness::<Work>::builder()
         .step("plan")

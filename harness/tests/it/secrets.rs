@@ -740,3 +740,54 @@ async fn a_failed_steps_error_is_redacted_in_its_event() {
     assert!(failed[0].contains("git push failed"), "{failed:?}");
     assert!(!failed[0].contains(SECRET), "{failed:?}");
 }
+
+/// A fan-out's inputs come from the state, which can quote a secret: each
+/// branch runs on its input whole, and the session keeps it redacted, as
+/// it keeps the state.
+#[tokio::test]
+async fn a_fan_outs_inputs_are_kept_redacted() {
+    const SECRET: &str = "sk-fan-out-input-4c2d9b1e";
+    assert!(secrets::register(SECRET));
+    let dir =
+        std::env::temp_dir().join(format!("harness-it-fan-out-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("commits.jsonl");
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let got = Arc::clone(&seen);
+    let harness = Harness::<Chat>::builder()
+        .step("plan")
+        .run(|_cx: Cx<()>| async move { Ok(ChatUpdate::new().note(format!("use {SECRET}"))) })
+        .fan_out("each", |chat: &Chat| {
+            vec![
+                chat.note.clone(),
+                format!("{SECRET}{SECRET}"),
+                format!("{{\"nested\": [\"{SECRET}\"]}}"),
+            ]
+        })
+        .join("done")
+        .step("each")
+        .run_each(move |input: String, _: Arc<Chat>, _: Cx<()>| {
+            got.lock().unwrap().push(input);
+            async move { Ok(ChatUpdate::new()) }
+        })
+        .writes(Vec::<&str>::new())
+        .next("done")
+        .step("done")
+        .run(|_cx: Cx<()>| async move { Ok(ChatUpdate::new()) })
+        .end()
+        .start("plan")
+        .store(Arc::new(JsonLinesStore::new(&file)))
+        .build()
+        .unwrap();
+    let agent = create_agent("fan-out", &harness);
+    agent.run(Chat::default()).await.unwrap();
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.iter().all(|s| s.contains(SECRET)), "{seen:?}");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("\"each\""), "{written}");
+    assert!(written.contains("[redacted]"), "{written}");
+    assert!(!written.contains(SECRET), "{written}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
