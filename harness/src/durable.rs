@@ -122,6 +122,84 @@ fn write(path: &Path, bytes: &[u8], sync: Sync, private: bool) -> Result<(), Wri
     Ok(())
 }
 
+/// [`write_atomic`] inside the open directory `dir`: the temporary file is
+/// created, and renamed to `name`, relative to `dir` itself (`openat`,
+/// `renameat`), never through a path. Whatever replaces the directory's
+/// path meanwhile (a symbolic link to somewhere else, say, made by a
+/// command running beside the write) changes nothing: the file lands in
+/// the directory that was opened. `name` is one file name (no `/`), never
+/// followed if a link; `shown` is the directory's path, for errors only.
+/// The temporary file is created `0600` when `private`, else with the
+/// mode [`write_atomic`] gives (`0666` less the umask).
+///
+/// Open `dir` with `O_DIRECTORY | O_NOFOLLOW` to refuse a link in its
+/// own last component.
+///
+/// # Errors
+///
+/// [`WriteError`] naming the action and the file that failed; the
+/// temporary file is removed.
+#[cfg(unix)]
+pub fn write_atomic_in(
+    dir: &File,
+    shown: &Path,
+    name: &std::ffi::OsStr,
+    bytes: &[u8],
+    sync: Sync,
+    private: bool,
+) -> Result<(), WriteError> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let fail = |action: &'static str, at: PathBuf| {
+        move |source: io::Error| WriteError {
+            action,
+            path: at,
+            source,
+        }
+    };
+    let target = shown.join(name);
+    if name.is_empty() || name.as_encoded_bytes().contains(&b'/') || name == ".." || name == "." {
+        return Err(fail("create", target)(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not one file name",
+        )));
+    }
+    let tmp = format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let at_tmp = shown.join(&tmp);
+    let flags = OFlags::WRONLY
+        | OFlags::CREATE
+        | OFlags::EXCL
+        | OFlags::NOFOLLOW
+        | OFlags::CLOEXEC
+        | OFlags::NOCTTY;
+    let mode = Mode::from_raw_mode(if private { 0o600 } else { 0o666 });
+    let fd = rustix::fs::openat(dir, tmp.as_str(), flags, mode)
+        .map_err(|e| fail("create", at_tmp.clone())(e.into()))?;
+    let written = (|| {
+        let mut file = File::from(fd);
+        file.write_all(bytes)
+            .map_err(fail("write", at_tmp.clone()))?;
+        if sync != Sync::None {
+            file.sync_all().map_err(fail("fsync", at_tmp.clone()))?;
+        }
+        drop(file);
+        rustix::fs::renameat(dir, tmp.as_str(), dir, name)
+            .map_err(|e| fail("rename into place", target.clone())(e.into()))
+    })();
+    if let Err(e) = written {
+        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+        return Err(e);
+    }
+    if sync == Sync::FileAndDir {
+        dir.sync_all()
+            .map_err(fail("fsync the directory", shown.to_path_buf()))?;
+    }
+    Ok(())
+}
+
 /// Fsyncs a directory, making the names created, renamed or removed in it
 /// durable. A no-op where directories cannot be opened as files (Windows).
 ///
@@ -202,6 +280,72 @@ mod tests {
             .count();
         assert_eq!(leftovers, 0);
         fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_write_in_an_open_directory_lands_there_whatever_its_path_becomes() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = temp_dir("in");
+        let real = root.join("real");
+        let outside = root.join("outside");
+        fs::create_dir_all(&real).expect("dir");
+        fs::create_dir_all(&outside).expect("dir");
+        let dir = File::open(&real).expect("open");
+        write_atomic_in(
+            &dir,
+            &real,
+            "a.json".as_ref(),
+            b"one",
+            Sync::FileAndDir,
+            false,
+        )
+        .expect("write");
+        // The directory's path now leads elsewhere: the write still lands
+        // in the directory opened, and nothing appears outside.
+        fs::rename(&real, root.join("moved")).expect("move");
+        std::os::unix::fs::symlink(&outside, &real).expect("link");
+        for (i, sync) in [Sync::None, Sync::File, Sync::FileAndDir]
+            .into_iter()
+            .enumerate()
+        {
+            let private = i == 1;
+            write_atomic_in(
+                &dir,
+                &real,
+                "a.json".as_ref(),
+                format!("v{i}").as_bytes(),
+                sync,
+                private,
+            )
+            .expect("write");
+            let moved = root.join("moved").join("a.json");
+            assert_eq!(fs::read_to_string(&moved).expect("read"), format!("v{i}"));
+            if private {
+                let mode = fs::metadata(&moved).expect("stat").permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600);
+            }
+        }
+        assert_eq!(fs::read_dir(&outside).expect("list").count(), 0);
+        let names: Vec<_> = fs::read_dir(root.join("moved"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["a.json"], "no temporary left");
+        // A name that is not one file name, or a link in the directory.
+        for bad in ["", ".", "..", "x/y", "../escape"] {
+            let err =
+                write_atomic_in(&dir, &real, bad.as_ref(), b"x", Sync::None, false).expect_err(bad);
+            assert_eq!(err.action, "create", "{bad:?}");
+        }
+        std::os::unix::fs::symlink(outside.join("target"), root.join("moved").join("link"))
+            .expect("link");
+        write_atomic_in(&dir, &real, "link".as_ref(), b"x", Sync::None, false).expect("write");
+        assert!(
+            !outside.join("target").exists(),
+            "the link was replaced, not followed"
+        );
+        fs::remove_dir_all(&root).expect("clean");
     }
 
     #[cfg(unix)]

@@ -1,7 +1,10 @@
 //! The project's files in the working directory: the ledger and the
 //! decision memory (committed), and the progress log (beside them, not
 //! committed: an entry names the commit it describes, so it is written
-//! after that commit). Every write replaces a file atomically.
+//! after that commit). Every write replaces a file atomically; one in
+//! `.harness/` is made through a handle on that directory, opened without
+//! following a link, so that a command of the model's that swaps the
+//! directory for a link meanwhile cannot send it out of the project.
 
 use harness::durable::{Sync, WriteError, write_atomic};
 use schemars::JsonSchema;
@@ -170,6 +173,11 @@ fn open_regular(file: &Path) -> std::io::Result<Option<std::fs::File>> {
     let (Some(parent), Some(name)) = (file.parent(), file.file_name()) else {
         return Ok(None);
     };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
     let parent_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let parent = if parent.ends_with(AGENT_DIR) {
         rustix::fs::open(parent, parent_flags | OFlags::NOFOLLOW, Mode::empty())
@@ -271,21 +279,132 @@ fn make_parent(file: &Path) -> Result<(), FileError> {
 
 /// Replaces `file` with `value` as JSON, atomically and durably.
 pub(crate) fn write_json<T: Serialize>(file: &Path, value: &T) -> Result<(), FileError> {
-    make_parent(file)?;
     let text = serde_json::to_string_pretty(value).map_err(|e| FileError::Malformed {
         path: file.to_owned(),
         reason: e.to_string(),
     })? + "\n";
-    write_atomic(file, text.as_bytes(), Sync::FileAndDir)?;
-    Ok(())
+    write_file(file, text.as_bytes())
 }
 
 /// Replaces `file` with `text`, atomically and durably.
 pub(crate) fn write_text(file: &Path, text: &str) -> Result<(), FileError> {
-    make_parent(file)?;
-    write_atomic(file, text.as_bytes(), Sync::FileAndDir)?;
+    write_file(file, text.as_bytes())
+}
+
+/// Replaces `file` with `bytes` as [`write_atomic`] does; one of the
+/// agent's files (in `.harness/`) is written inside the directory opened
+/// once, without following a link, whatever its path becomes meanwhile.
+#[cfg(unix)]
+fn write_file(file: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let (Some(dir), Some(name)) = (
+        file.parent().filter(|p| p.ends_with(AGENT_DIR)),
+        file.file_name(),
+    ) else {
+        make_parent(file)?;
+        write_atomic(file, bytes, Sync::FileAndDir)?;
+        return Ok(());
+    };
+    let opened = open_agent_dir(dir)?;
+    meanwhile(Moment::HarnessOpened);
+    let opened = std::fs::File::from(opened);
+    harness::durable::write_atomic_in(&opened, dir, name, bytes, Sync::FileAndDir, false)?;
     Ok(())
 }
+
+/// Replaces `file` with `bytes` as [`write_atomic`] does.
+#[cfg(not(unix))]
+fn write_file(file: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    make_parent(file)?;
+    write_atomic(file, bytes, Sync::FileAndDir)?;
+    Ok(())
+}
+
+/// The `.harness` directory `dir`, made if it is missing (with the
+/// project's directory above it, which is the user's and may be reached
+/// through links), and opened without following a link: one that is a
+/// link or not a directory is refused.
+#[cfg(unix)]
+fn open_agent_dir(dir: &Path) -> Result<rustix::fd::OwnedFd, FileError> {
+    use rustix::fs::{CWD, Mode, OFlags};
+    use rustix::io::Errno;
+    let failed = |source: Errno| FileError::Read {
+        path: dir.to_owned(),
+        source: source.into(),
+    };
+    if let Some(root) = dir.parent().filter(|r| !r.as_os_str().is_empty()) {
+        std::fs::create_dir_all(root).map_err(|source| FileError::Read {
+            path: root.to_owned(),
+            source,
+        })?;
+    }
+    // mkdir never follows a link in its last component: a link there is
+    // left alone (EEXIST) and refused when opened.
+    match rustix::fs::mkdirat(CWD, dir, Mode::from_raw_mode(0o777)) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(failed(e)),
+    }
+    meanwhile(Moment::HarnessMade);
+    let flags =
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    match rustix::fs::openat(CWD, dir, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::LOOP | Errno::NOTDIR) => {
+            let link = std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
+            Err(unusable(
+                dir,
+                if link {
+                    "it is a symbolic link"
+                } else {
+                    "it is not a directory"
+                },
+            ))
+        }
+        Err(e) => Err(failed(e)),
+    }
+}
+
+/// A moment of a write at which a model's command, running meanwhile,
+/// may change the project's files; tests make one happen there.
+#[cfg(unix)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Moment {
+    /// `.harness` made (or found), not yet opened.
+    HarnessMade,
+    /// `.harness` opened, nothing written in it yet.
+    HarnessOpened,
+    /// The user's ignore file looked at, not yet opened.
+    GitignoreLooked,
+}
+
+/// What a test makes a command do, and when.
+#[cfg(all(unix, test))]
+type Meanwhile = Option<(Moment, Box<dyn FnOnce()>)>;
+
+#[cfg(all(unix, test))]
+thread_local! {
+    static MEANWHILE: std::cell::RefCell<Meanwhile> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs, once, what a test set to happen at `moment` on this thread.
+#[cfg(all(unix, test))]
+fn meanwhile(moment: Moment) {
+    let due = MEANWHILE.with(|set| {
+        let mut set = set.borrow_mut();
+        match set.take() {
+            Some((at, change)) if at == moment => Some(change),
+            other => {
+                *set = other;
+                None
+            }
+        }
+    });
+    if let Some(change) = due {
+        change();
+    }
+}
+
+#[cfg(all(unix, not(test)))]
+fn meanwhile(_: Moment) {}
 
 /// Adds `lines` to the user's ignore file `file` unless they are there:
 /// the file's own bytes are kept as they are (whatever their encoding),
@@ -307,10 +426,12 @@ pub(crate) fn add_to_gitignore(file: &Path, lines: &str) -> Result<(), FileError
         }
         Ok(meta) if meta.file_type().is_symlink() => return Err(unusable("it is a link")),
         Ok(meta) if !meta.is_file() => return Err(unusable("it is not a regular file")),
-        Ok(_) => std::fs::read(file).map_err(|source| FileError::Read {
-            path: file.to_owned(),
-            source,
-        })?,
+        Ok(_) => read_regular(file)
+            .map_err(|source| FileError::Read {
+                path: file.to_owned(),
+                source,
+            })?
+            .ok_or_else(|| unusable("it is not a regular file, or is a link"))?,
     };
     if bytes
         .windows(lines.len().max(1))
@@ -324,6 +445,21 @@ pub(crate) fn add_to_gitignore(file: &Path, lines: &str) -> Result<(), FileError
     bytes.extend_from_slice(lines.as_bytes());
     write_atomic(file, &bytes, Sync::FileAndDir)?;
     Ok(())
+}
+
+/// The bytes of `file` if it is a regular file, `None` if it is not or is
+/// a link (which the caller looked for, but which a model's command may
+/// have put there since: it is not followed, nor a FIFO waited on).
+fn read_regular(file: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    #[cfg(unix)]
+    meanwhile(Moment::GitignoreLooked);
+    let Some(mut opened) = open_regular(file)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    opened.read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
 }
 
 /// The text of the ledger file `file` (see [`read_agent_file`]); its
@@ -585,6 +721,260 @@ mod agent_file_tests {
             std::os::unix::fs::symlink(target, path(dir.path(), PROGRESS_PATH)).unwrap();
             let e = read_progress(dir.path()).unwrap_err().to_string();
             assert!(e.contains("symbolic link"), "{target}: {e}");
+        }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod agent_write_tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+    use super::*;
+    use std::time::Duration;
+
+    /// Makes `change` happen at `moment` of the next write on this thread,
+    /// as a model's command running meanwhile would.
+    fn at(moment: Moment, change: impl FnOnce() + 'static) {
+        MEANWHILE.with(|set| *set.borrow_mut() = Some((moment, Box::new(change))));
+    }
+
+    /// `act` on a thread of its own with `change` made to happen at
+    /// `moment`: its result, or `None` if it still waits (on a FIFO) after
+    /// 5 s.
+    fn racing<T: Send + 'static>(
+        moment: Moment,
+        change: impl FnOnce() + Send + 'static,
+        act: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            at(moment, change);
+            let _ = send.send(act());
+        });
+        receive.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    fn mkfifo(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A project whose `.harness` holds a ledger, and a directory outside
+    /// it holding a file of the user's.
+    fn project_and_outside() -> (tempfile::TempDir, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        write_text(&path(dir.path(), LEDGER_PATH), "old").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("notes"), "mine").unwrap();
+        (dir, outside)
+    }
+
+    /// What a command does to swap `.harness` for a link out of the
+    /// project: the real directory moved aside, a link in its place.
+    fn swap_for_link(dir: &Path, outside: &Path) -> impl FnOnce() + 'static {
+        let (dir, outside) = (dir.to_owned(), outside.to_owned());
+        move || {
+            std::fs::rename(dir.join(".harness"), dir.join("moved")).unwrap();
+            std::os::unix::fs::symlink(&outside, dir.join(".harness")).unwrap();
+        }
+    }
+
+    /// `.harness` swapped after it was looked at but before it is opened:
+    /// the write is refused with a typed error, nothing lands outside and
+    /// the real directory keeps its file.
+    #[test]
+    fn a_harness_swapped_for_a_link_before_the_write_is_refused_and_nothing_lands_outside() {
+        let (dir, outside) = project_and_outside();
+        at(
+            Moment::HarnessMade,
+            swap_for_link(dir.path(), outside.path()),
+        );
+        let error = write_text(&path(dir.path(), LEDGER_PATH), "new").unwrap_err();
+        assert!(
+            matches!(&error, FileError::Unusable { path, .. } if path.ends_with(".harness")),
+            "{error}"
+        );
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        assert_eq!(listing(outside.path()), ["notes"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("moved/ledger.json")).unwrap(),
+            "old"
+        );
+        // The progress log, through its own writer: refused the same way.
+        let (dir, outside) = project_and_outside();
+        at(
+            Moment::HarnessMade,
+            swap_for_link(dir.path(), outside.path()),
+        );
+        let entry = ProgressEntry {
+            session: 1,
+            action: "a".into(),
+            outcome: "b".into(),
+            commit: None,
+        };
+        let error = append_progress(dir.path(), entry).unwrap_err();
+        assert!(matches!(error, FileError::Unusable { .. }), "{error}");
+        assert_eq!(listing(outside.path()), ["notes"]);
+    }
+
+    /// `.harness` replaced by a file (or a FIFO, never waited on) before
+    /// it is opened: refused as not a directory, the file left as it is.
+    #[test]
+    fn a_harness_replaced_by_a_file_or_fifo_before_the_write_is_refused() {
+        for fifo in [false, true] {
+            let (dir, _outside) = project_and_outside();
+            let harness = dir.path().join(".harness");
+            let replaced = harness.clone();
+            let file = path(dir.path(), DECISIONS_PATH);
+            let got = racing(
+                Moment::HarnessMade,
+                move || {
+                    std::fs::rename(&replaced, replaced.with_file_name("moved")).unwrap();
+                    if fifo {
+                        mkfifo(&replaced);
+                    } else {
+                        std::fs::write(&replaced, "a file").unwrap();
+                    }
+                },
+                move || write_json(&file, &Vec::<Decision>::new()),
+            )
+            .expect("waited on the FIFO");
+            let error = got.unwrap_err();
+            assert!(
+                matches!(&error, FileError::Unusable { path, .. } if *path == harness),
+                "fifo {fifo}: {error}"
+            );
+            assert!(
+                error.to_string().contains("not a directory"),
+                "fifo {fifo}: {error}"
+            );
+            if !fifo {
+                assert_eq!(std::fs::read_to_string(&harness).unwrap(), "a file");
+            }
+        }
+    }
+
+    /// `.harness` swapped for a link once it is open: the write lands in
+    /// the real directory (wherever it was moved), whole, with no temporary
+    /// file left, and nothing in the link's target.
+    #[test]
+    fn a_harness_swapped_for_a_link_during_the_write_keeps_it_in_the_real_directory() {
+        let (dir, outside) = project_and_outside();
+        at(
+            Moment::HarnessOpened,
+            swap_for_link(dir.path(), outside.path()),
+        );
+        write_text(&path(dir.path(), LEDGER_PATH), "new").unwrap();
+        assert_eq!(listing(outside.path()), ["notes"]);
+        assert_eq!(listing(&dir.path().join("moved")), ["ledger.json"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("moved/ledger.json")).unwrap(),
+            "new"
+        );
+    }
+
+    /// An ordinary write makes the project's directory and `.harness` if
+    /// they are missing, replaces the file by a new one (a reader holding
+    /// the old one still reads it whole), with the mode a plain write
+    /// gives, and leaves no temporary file.
+    #[test]
+    fn an_ordinary_write_lands_replaces_atomically_and_leaves_no_temporary() {
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("new-project");
+        let ledger = path(&dir, LEDGER_PATH);
+        write_text(&ledger, "old").unwrap();
+        let mut held = std::fs::File::open(&ledger).unwrap();
+        write_text(&ledger, "new").unwrap();
+        write_json(&path(&dir, DECISIONS_PATH), &Vec::<Decision>::new()).unwrap();
+        assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "new");
+        let mut before = String::new();
+        held.read_to_string(&mut before).unwrap();
+        assert_eq!(before, "old");
+        assert_eq!(
+            listing(&dir.join(".harness")),
+            ["decisions.json", "ledger.json"]
+        );
+        assert_eq!(
+            read_decisions(&dir).unwrap(),
+            Vec::<Decision>::new(),
+            "read back"
+        );
+        let plain = root.path().join("plain");
+        std::fs::write(&plain, "").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&ledger), mode(&plain));
+    }
+
+    /// A write that cannot be renamed into place (a directory holds the
+    /// name) fails naming the file, and removes its temporary file.
+    #[test]
+    fn a_failed_write_names_the_file_and_removes_its_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = path(dir.path(), LEDGER_PATH);
+        std::fs::create_dir_all(ledger.join("inside")).unwrap();
+        let error = write_text(&ledger, "new").unwrap_err();
+        assert!(
+            matches!(&error, FileError::Write(w) if w.action == "rename into place" && w.path == ledger),
+            "{error}"
+        );
+        assert_eq!(listing(&dir.path().join(".harness")), ["ledger.json"]);
+    }
+
+    /// The user's ignore file swapped, after it was looked at, for a link
+    /// to a file of theirs outside (or for a FIFO): refused, the outside
+    /// file neither copied into the project nor changed, nothing waited on.
+    #[test]
+    fn a_gitignore_swapped_for_a_link_or_fifo_is_not_read_through() {
+        for fifo in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let outside = tempfile::tempdir().unwrap();
+            let secret = outside.path().join("secret");
+            std::fs::write(&secret, "a secret\n").unwrap();
+            let file = dir.path().join(".gitignore");
+            std::fs::write(&file, "target/\n").unwrap();
+            let (swapped, target, adding) = (file.clone(), secret.clone(), file.clone());
+            let got = racing(
+                Moment::GitignoreLooked,
+                move || {
+                    std::fs::remove_file(&swapped).unwrap();
+                    if fifo {
+                        mkfifo(&swapped);
+                    } else {
+                        std::os::unix::fs::symlink(&target, &swapped).unwrap();
+                    }
+                },
+                move || add_to_gitignore(&adding, "/.harness/progress.json\n"),
+            )
+            .expect("waited on the FIFO");
+            let error = got.unwrap_err();
+            assert!(
+                matches!(error, FileError::Unusable { .. }),
+                "fifo {fifo}: {error}"
+            );
+            assert!(error.to_string().contains("add these lines"), "{error}");
+            assert_eq!(std::fs::read_to_string(&secret).unwrap(), "a secret\n");
+            let meta = std::fs::symlink_metadata(&file).unwrap();
+            assert!(
+                !meta.is_file(),
+                "fifo {fifo}: the swapped name was replaced"
+            );
         }
     }
 }
