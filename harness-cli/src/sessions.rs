@@ -36,8 +36,8 @@
 //! has it open): a log that ends damaged (a frame cut short, failing its
 //! checksum or not parsing), a log that is not a log, or a `LOCK` without
 //! a log is reported naming the store, the file and the offset, with exit
-//! status 1 — where the application's open would move the damaged end
-//! aside, the inspector changes nothing. A file store is read in place
+//! status 1 — where the application's open would move a torn end aside
+//! (or refuse damage before the end), the inspector changes nothing. A file store is read in place
 //! too ([`harness_stores::FileStore::open_read_only`]): reading one never
 //! writes.
 

@@ -29,8 +29,11 @@ pub(crate) const FRAME_HEAD: usize = 8;
 /// The largest payload a frame may have: larger commits are refused, and
 /// a length field beyond it marks a damaged frame.
 pub(crate) const MAX_PAYLOAD: usize = 1 << 30;
+/// The smallest payload a frame can have: flags, an empty id, nothing
+/// removed or appended, no head body.
+pub(crate) const MIN_PAYLOAD: usize = 1 + 2 + 4 + 4 + 4;
 /// Flag bit: the frame carries a head.
-const HAS_HEAD: u8 = 1;
+pub(crate) const HAS_HEAD: u8 = 1;
 
 /// The header of a new log file.
 pub(crate) fn header() -> [u8; HEADER_LEN as usize] {

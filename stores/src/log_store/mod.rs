@@ -1,6 +1,7 @@
 //! The log store: every session in one append-only log file, indexed in
 //! memory, with group commit.
 
+mod damage;
 mod frame;
 mod frames;
 
@@ -10,6 +11,7 @@ use crate::record::{
     checkpoint_from_slice, head_from_slice, head_version, load_error, write_checkpoint, write_head,
 };
 use async_trait::async_trait;
+use damage::Beyond;
 use frame::{FRAME_HEAD, Frame, HEADER_LEN, MAX_PAYLOAD};
 use frames::{Frames, Pool};
 use harness::SessionId;
@@ -33,7 +35,8 @@ const LOG_PREFIX: &str = "log.";
 /// size, the head in the last.
 const COMPACT_FRAME: usize = 64 << 20;
 
-/// How a [`LogStore`] reclaims space; see [`LogStore::open_with`].
+/// How a [`LogStore`] reclaims space, and what it does with a log damaged
+/// before its end; see [`LogStore::open_with`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LogOptions {
@@ -41,21 +44,75 @@ pub struct LogOptions {
     /// this many bytes *and* more than half of it is dead (heads since
     /// replaced, checkpoints since removed). Default: 64 MiB.
     pub compact_at: u64,
+    /// Whether opening a log damaged before its end (a frame that is cut
+    /// short, fails its checksum or does not parse, *followed by whole
+    /// frames*) moves the damage and everything after it aside instead of
+    /// refusing to open. Default: `false`.
+    ///
+    /// With `false`, such a log is refused as [`StoreError::Damaged`]
+    /// (naming the log, the offset of the damaged frame, how many bytes
+    /// and whole frames follow it) and nothing is changed. With `true`,
+    /// the bytes from the damaged frame to the end of the log, the whole
+    /// commits after it among them, are copied into
+    /// `log.{generation}.tail-{offset}` and synced, the log is cut where
+    /// the damage begins, a `tracing` warning says so and
+    /// [`LogStore::set_aside`] names the file: the store then holds the
+    /// commits before the damage only, and new commits follow them. The
+    /// commits in the moved bytes are not read again; recovering them is
+    /// done by hand. A log whose end only is damaged (nothing whole after
+    /// it: a commit a crash cut short) is moved aside either way.
+    ///
+    /// The commits after the damage are not kept in the log (only the
+    /// damaged bytes skipped) because what the damaged bytes held cannot
+    /// be known: which sessions they committed to (the id is among them),
+    /// which checkpoints they appended and which they removed. Keeping the
+    /// commits after them would show sessions in states they never had: a
+    /// head whose checkpoints are missing from under it, checkpoints a
+    /// later snapshot was meant to replace.
+    ///
+    /// Keep a copy of the store's directory before opening it this way.
+    ///
+    /// ```
+    /// use harness::session::StoreError;
+    /// use harness_stores::{LogOptions, LogStore};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = match LogStore::open(dir.path()) {
+    ///     Err(StoreError::Damaged { .. }) => {
+    ///         // After keeping a copy of the directory:
+    ///         LogStore::open_with(dir.path(), LogOptions::default().set_aside_damage(true))?
+    ///     }
+    ///     opened => opened?,
+    /// };
+    /// assert_eq!(store.set_aside(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub set_aside_damage: bool,
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
         Self {
             compact_at: 64 << 20,
+            set_aside_damage: false,
         }
     }
 }
 
 impl LogOptions {
-    /// The default options with another compaction threshold.
+    /// These options with another compaction threshold.
     #[must_use]
     pub fn compact_at(mut self, bytes: u64) -> Self {
         self.compact_at = bytes;
+        self
+    }
+
+    /// These options with [`set_aside_damage`](Self::set_aside_damage)
+    /// set: `true` opens a log damaged before its end by moving the damage
+    /// and everything after it aside.
+    #[must_use]
+    pub fn set_aside_damage(mut self, yes: bool) -> Self {
+        self.set_aside_damage = yes;
         self
     }
 }
@@ -82,19 +139,44 @@ impl LogOptions {
 /// [`checkpoints`](SessionStore::checkpoints) reads each checkpoint with
 /// one positioned read. The heads are kept in memory as their JSON.
 ///
-/// **Crashes.** A frame is read whole or not at all: a commit torn by a
-/// crash fails its checksum and is, with everything after it, the end of
-/// the log. When the store opens it moves those bytes aside into
-/// `log.{generation}.tail-{offset}` (a commit that was acknowledged durable
-/// is never among them, short of the disk damaging what it had synced)
-/// and says so in a `tracing` warning and in [`LogStore::set_aside`]. A
-/// write or sync that fails leaves the store refusing commits until it is
-/// opened again, since what reached the disk is then unknown.
+/// **Crashes and damage.** A frame is read whole or not at all: a commit
+/// torn by a crash is cut short or fails its checksum, and nothing whole
+/// follows it. When the store opens it moves such an end aside into
+/// `log.{generation}.tail-{offset}` (a commit acknowledged as durable is
+/// never among those bytes: its sync covered everything before it) and says
+/// so in a `tracing` warning and in [`LogStore::set_aside`]. A damaged frame
+/// that whole frames follow is damage before the end, which a crash of the
+/// process does not leave. A power cut can: the disk may have stored some
+/// pages of the last unsynced writes and not others, and a page it never
+/// stored reads as zeros. Damage holding a page-aligned page of zeros is
+/// taken for that, and moved aside as a torn end is, the whole frames
+/// after it with it (none was acknowledged: their sync never returned).
+/// Any other damage before the end is the disk damaging bytes it had
+/// written, or something else writing into the file; the commits after it
+/// may have been acknowledged as durable, so the store is not opened and
+/// nothing is changed: [`StoreError::Damaged`] names the log, the offset of the
+/// damaged frame, how many bytes and whole frames follow, and what to do;
+/// [`LogOptions::set_aside_damage`] opens it with the commits before the
+/// damage only, moving the rest aside as for a torn end. To tell the two
+/// apart, opening looks past the damaged frame, at every byte, for a whole
+/// frame (a length that fits, a table that adds up to it, a matching
+/// crc32); random bytes form one with a probability below 2^-64 per
+/// position. Damage to the last frame alone, with nothing after it,
+/// cannot be told from a torn end and is moved aside like one.
+///
+/// A compaction checks the checksum of every frame of the log it replaces
+/// (after copying what is live, so that a body damaged when it was copied
+/// is found); on damage it keeps the log as it was, and the store takes no
+/// more commits, so that opening it again reports the damage rather than
+/// finding commits piled up after it. A write or sync that fails also
+/// leaves the store refusing commits until it is opened again, since what
+/// reached the disk is then unknown.
 ///
 /// **Space.** Replaced heads and removed checkpoints stay in the file until
 /// a compaction rewrites it with only what is live (see [`LogOptions`]):
-/// into `log.{generation + 1}.tmp`, synced, renamed into place, after which
-/// the old file is deleted. It runs on a thread of its own; commits go on
+/// into `log.{generation + 1}.tmp`, synced, renamed into place once every
+/// frame of the old file is checked (see above), after which the old file
+/// is deleted. It runs on a thread of its own; commits go on
 /// meanwhile, and durable ones wait for it only while it copies what was
 /// written to the old file since it started and swaps the files (not
 /// while it copies the rest). A crash at any point
@@ -326,7 +408,10 @@ impl LogStore {
         })?;
         let (generation, stale) = generations(&dir)?;
         let (generation, opened) = match generation {
-            Some(generation) => (generation, open_log(&dir, generation)?),
+            Some(generation) => (
+                generation,
+                open_log(&dir, generation, options.set_aside_damage)?,
+            ),
             None => (1, create_log(&dir, 1)?),
         };
         let (file, len, sessions, live, set_aside) = opened;
@@ -382,11 +467,12 @@ impl LogStore {
     /// [`flush`](SessionStore::flush) does nothing.
     ///
     /// Nothing is moved aside, cut or deleted: where [`LogStore::open`]
-    /// would move a damaged end aside, this reports it as
-    /// [`ReadOnlyError::Damaged`], naming the log file and the offset of
-    /// the first frame that is cut short, fails its checksum or does not
-    /// parse; a log whose first bytes are not a log header, and a `LOCK`
-    /// file without any log, are damage too. Older generations and
+    /// would move a torn end aside, or refuses a log damaged before its
+    /// end, this reports [`ReadOnlyError::Damaged`], naming the log file
+    /// and the offset of the first frame that is cut short, fails its
+    /// checksum or does not parse (and, for damage before the end, how
+    /// many whole frames follow it); a log whose first bytes are not a log
+    /// header, and a `LOCK` file without any log, are damage too. Older generations and
     /// interrupted compactions (which [`LogStore::open`] deletes) are left
     /// alone and not read. A log cut exactly between two frames reads as a
     /// shorter log and is not detected.
@@ -461,17 +547,23 @@ impl LogStore {
             }
         };
         if let Some(why) = indexed.damage {
-            return Err(damaged(
-                path,
-                Some(indexed.end),
-                format!(
-                    "{why}; the {} bytes from there on cannot be read (nothing was changed; \
+            let (end, bytes) = (indexed.end, indexed.size - indexed.end);
+            let what = match indexed.beyond {
+                None => format!(
+                    "{why}; the {bytes} bytes from there on cannot be read (nothing was changed; \
                      opening the store to write, as the application does, moves them aside \
-                     into `{LOG_PREFIX}{generation}.tail-{}`)",
-                    indexed.size - indexed.end,
-                    indexed.end
+                     into `{LOG_PREFIX}{generation}.tail-{end}`)"
                 ),
-            ));
+                Some(beyond) => format!(
+                    "{why}, and {}: the log is damaged before its end, and the {bytes} bytes \
+                     from there on cannot be read (nothing was changed; opening the store to \
+                     write, as the application does, refuses it too, unless it is opened with \
+                     `LogOptions::set_aside_damage`, which moves those bytes aside into \
+                     `{LOG_PREFIX}{generation}.tail-{end}`)",
+                    beyond.describe()
+                ),
+            };
+            return Err(damaged(path, Some(end), what));
         }
         // The log is read: its lock is let go (see the docs).
         drop(lock);
@@ -517,8 +609,9 @@ impl LogStore {
         &self.core.dir
     }
 
-    /// Where the damaged end of the log was moved when the store opened
-    /// (see the type's docs), if it had one.
+    /// Where the damaged end of the log was moved when the store opened, if
+    /// it had one: a torn end, or damage before the end with
+    /// [`LogOptions::set_aside_damage`] (see the type's docs).
     pub fn set_aside(&self) -> Option<&Path> {
         self.core.set_aside.as_deref()
     }
@@ -766,12 +859,27 @@ impl Core {
             }
             out.flush().map_err(write_err)?;
             drop(out);
+            // The old log's frames are checked once what is live has been
+            // copied out of them: a body damaged when it was read is found
+            // here, where copying it under a new checksum would hide it.
+            let mut check = damage::Checker::new(HEADER_LEN);
+            let mut piece = vec![0u8; TAIL_PIECE.min((start - HEADER_LEN) as usize)];
+            let mut from = HEADER_LEN;
+            while from < start {
+                let piece = &mut piece[..TAIL_PIECE.min((start - from) as usize)];
+                old.read_exact_at(piece, from)
+                    .map_err(|e| io_error("read", &old_path, &e))?;
+                check
+                    .feed(piece)
+                    .map_err(|bad| self.damaged(&old_path, bad))?;
+                from += piece.len() as u64;
+            }
             // Synced before the index's lock is taken: under it, only the
             // frames added meanwhile are left to sync.
             file.sync_data().map_err(|e| io_error("sync", &tmp, &e))?;
-            Ok::<_, StoreError>((file, at))
+            Ok::<_, StoreError>((file, at, check))
         })();
-        let (file, copied_len) = match copied {
+        let (file, copied_len, mut check) = match copied {
             Ok(done) => done,
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
@@ -798,10 +906,14 @@ impl Core {
                 let piece = &mut buf[..TAIL_PIECE.min((end - at) as usize)];
                 old.read_exact_at(piece, at)
                     .map_err(|e| io_error("read", &old_path, &e))?;
+                check
+                    .feed(piece)
+                    .map_err(|bad| self.damaged(&old_path, bad))?;
                 file.write_all_at(piece, copied_len + (at - start))
                     .map_err(|e| io_error("write", &tmp, &e))?;
                 at += piece.len() as u64;
             }
+            check.finish().map_err(|bad| self.damaged(&old_path, bad))?;
             file.sync_data().map_err(|e| io_error("sync", &tmp, &e))?;
             Ok(end - start)
         })();
@@ -874,6 +986,27 @@ impl Core {
             tracing::warn!(path = %old_path.display(), error = %e, "log store: cannot delete the compacted log");
         }
         Ok(())
+    }
+
+    /// Stops the store taking commits because a compaction found its log
+    /// damaged; returns the error saying so.
+    fn damaged(&self, path: &Path, bad: damage::Bad) -> StoreError {
+        let what = format!(
+            "{}; found by a compaction, which kept the log as it was. The store takes no more \
+             commits; opening it again reports the damage",
+            bad.why
+        );
+        guard(&self.shared).broken = Some(format!(
+            "log store: {} is damaged at offset {}: {what}",
+            path.display(),
+            bad.offset
+        ));
+        StoreError::Damaged {
+            store: self.dir.clone(),
+            file: path.to_path_buf(),
+            offset: Some(bad.offset),
+            what,
+        }
     }
 }
 
@@ -1037,14 +1170,16 @@ fn create_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
 }
 
 /// A log read into an index: how far it reads whole, its size, the
-/// sessions and their live bytes, and why it stops before its end, if it
-/// does.
+/// sessions and their live bytes, why it stops before its end, if it
+/// does, and the whole frames after that point, if there are any (damage
+/// before the end rather than a torn end).
 struct Indexed {
     end: u64,
     size: u64,
     sessions: HashMap<SessionId, Entry>,
     live: u64,
     damage: Option<String>,
+    beyond: Option<Beyond>,
 }
 
 /// Why a log could not be indexed.
@@ -1063,8 +1198,8 @@ impl From<StoreError> for IndexError {
 
 /// Reads the log `file` (at `path`) into an index, frame by frame, to its
 /// end or to the first frame that is cut short, fails its checksum or does
-/// not parse (`damage` says which; `end` is where that frame starts).
-/// Reads only.
+/// not parse (`damage` says which; `end` is where that frame starts; and
+/// `beyond` finds the whole frames after it, if any). Reads only.
 fn index_log(file: &File, path: &Path) -> Result<Indexed, IndexError> {
     let size = file
         .metadata()
@@ -1129,19 +1264,27 @@ fn index_log(file: &File, path: &Path) -> Result<Indexed, IndexError> {
         }
         entry.head.is_some()
     });
+    let beyond = match damage {
+        Some(_) => damage::whole_frames_after(file, at + 1, size).map_err(read_err)?,
+        None => None,
+    };
     Ok(Indexed {
         end: at,
         size,
         sessions,
         live,
         damage,
+        beyond,
     })
 }
 
-/// Reads the log of `generation` into an index. A damaged end (a frame
-/// that is cut short, fails its checksum or does not parse, and all after
-/// it) is moved aside and cut off.
-fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
+/// Reads the log of `generation` into an index. A torn end (a frame that
+/// is cut short, fails its checksum or does not parse, and nothing whole
+/// after it) is moved aside and cut off. Damage before the end (whole
+/// frames after it) is refused as [`StoreError::Damaged`], the log left
+/// as it is, unless `set_aside_damage`, which moves it aside as a torn
+/// end.
+fn open_log(dir: &Path, generation: u64, set_aside_damage: bool) -> Result<Opened, StoreError> {
     let path = log_path(dir, generation);
     let file = OpenOptions::new()
         .read(true)
@@ -1164,17 +1307,93 @@ fn open_log(dir: &Path, generation: u64) -> Result<Opened, StoreError> {
         sessions,
         live,
         damage,
+        beyond,
     } = indexed;
-    let set_aside = match damage {
-        None => None,
-        Some(why) => Some(set_aside(dir, &path, &file, generation, end, size, &why)?),
+    let bytes = size - end;
+    // A page of zeros in the damage: pages a power cut kept from the disk
+    // (see `damage`), whose whole frames after them were never acknowledged.
+    let power_cut = match beyond {
+        Some(beyond) if damage.is_some() => damage::zero_page_between(&file, end, beyond.first)
+            .map_err(|e| io_error("read", &path, &e))?,
+        _ => false,
+    };
+    let set_aside = match (damage, beyond) {
+        (None, _) => None,
+        (Some(why), None) => {
+            let aside = set_aside(dir, &path, &file, generation, end, size)?;
+            tracing::warn!(
+                log = %path.display(),
+                offset = end,
+                bytes,
+                moved_to = %aside.display(),
+                "log store: {why}, and no whole frame follows it; the log now ends there, and \
+                 the {bytes} bytes from there on were moved aside: a commit a crash cut short \
+                 before it was acknowledged as durable (or damage to the last commit alone)"
+            );
+            Some(aside)
+        }
+        (Some(why), Some(beyond)) if power_cut => {
+            let aside = set_aside(dir, &path, &file, generation, end, size)?;
+            tracing::warn!(
+                log = %path.display(),
+                offset = end,
+                bytes,
+                whole_frames = beyond.frames,
+                moved_to = %aside.display(),
+                "log store: {why}, and {}, past a page of zeros: the pages a power cut kept \
+                 from the disk, whose commits were never acknowledged as durable. The log now \
+                 ends there, and the {bytes} bytes from there on were moved aside",
+                beyond.describe()
+            );
+            Some(aside)
+        }
+        (Some(why), Some(beyond)) if set_aside_damage => {
+            let aside = set_aside(dir, &path, &file, generation, end, size)?;
+            tracing::warn!(
+                log = %path.display(),
+                offset = end,
+                bytes,
+                whole_frames = beyond.frames,
+                moved_to = %aside.display(),
+                "log store: {why}, and {}: the log was damaged before its end. As \
+                 `LogOptions::set_aside_damage` asks, the log now ends there, and the {bytes} \
+                 bytes from there on were moved aside: the commits among them are no longer in \
+                 the store, to recover by hand",
+                beyond.describe()
+            );
+            Some(aside)
+        }
+        (Some(why), Some(beyond)) => {
+            return Err(StoreError::Damaged {
+                store: dir.to_path_buf(),
+                file: path.clone(),
+                offset: Some(end),
+                what: format!(
+                    "{why}, and {}: the log is damaged before its end ({bytes} bytes from \
+                     offset {end} on). The store was not opened and nothing was changed: a \
+                     crash of the process only cuts the end of the log, so the disk damaged \
+                     bytes it had written, or something else wrote into the file (a power \
+                     cut leaves a page of zeros, and this damage holds none); the commits \
+                     after the damage may have been acknowledged as durable, and opening the store \
+                     would drop them. Keep a copy of the directory first (e.g. `cp -a {dir} \
+                     {dir}.damaged`); `harness sessions list --store {dir}` reports the same \
+                     damage without changing a byte. To open the store with the commits \
+                     before offset {end} only, moving the bytes from there on (the commits \
+                     after the damage among them, to recover by hand) aside into \
+                     `{LOG_PREFIX}{generation}.tail-{end}`, open it with \
+                     `LogOptions::default().set_aside_damage(true)`",
+                    beyond.describe(),
+                    dir = dir.display()
+                ),
+            });
+        }
     };
     Ok((file, end, sessions, live, set_aside))
 }
 
 /// Moves the bytes of `file` from `at` to `size` into a file of their own
 /// (a new name, never one an earlier damage was set aside to), synced,
-/// then cuts the log at `at`.
+/// then cuts the log at `at`. The caller says why in a warning.
 fn set_aside(
     dir: &Path,
     path: &Path,
@@ -1182,7 +1401,6 @@ fn set_aside(
     generation: u64,
     at: u64,
     size: u64,
-    why: &str,
 ) -> Result<PathBuf, StoreError> {
     let mut n = 0u32;
     let (aside, mut out) = loop {
@@ -1217,17 +1435,6 @@ fn set_aside(
     file.set_len(at)
         .and_then(|()| file.sync_all())
         .map_err(|e| io_error("cut the damaged end of", path, &e))?;
-    tracing::warn!(
-        log = %path.display(),
-        offset = at,
-        bytes = size - at,
-        moved_to = %aside.display(),
-        "log store: {why}; the log now ends there, and the {} bytes from there on were moved \
-         aside. If that was the last commit written, a crash cut it short before it was \
-         acknowledged as durable; if whole commits follow it, the disk damaged the log and \
-         those commits are in the moved bytes, to recover by hand",
-        size - at
-    );
     Ok(aside)
 }
 

@@ -3,43 +3,13 @@
 //! the offset (never shown as another state, never moved aside), nothing is
 //! created, and no byte of any file changes.
 
-use crate::log_store::{Contents, Fixture, contents, header, listing};
+use crate::log_store::{Contents, Fixture, contents, files, header, listing, random};
 use crate::{create_sample, id};
-use harness::session::SessionStore;
+use harness::session::{SessionStore, StoreError};
 use harness_stores::conformance::{advance, update};
 use harness_stores::{Damage, LogOptions, LogStore, ReadOnlyError};
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// Every file under `dir`, with its bytes.
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                todo.push(path);
-            } else {
-                out.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
-}
-
-/// `n` bytes of a xorshift sequence.
-fn random(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// A directory holding `LOCK` (empty, as the store leaves it) and the
 /// given files.
@@ -195,8 +165,11 @@ struct Case {
 /// in the last byte; the log cut inside a frame (the last and one in the
 /// middle); bytes after the last frame; a file of random bytes; an empty
 /// file; a newer generation of garbage beside a whole log; the log
-/// deleted. No file changes, nothing is set aside; the writer's open then
-/// still sets aside exactly the bytes the reader named.
+/// deleted. No file changes, nothing is set aside. Where whole frames
+/// follow the damage (damage before the end) the reader says so, and the
+/// writer's open refuses the log too, changing nothing, unless asked to
+/// set the damage aside; a torn end it sets aside. Either way it sets
+/// aside exactly the bytes the reader named.
 #[tokio::test]
 async fn a_damaged_log_is_reported_where_it_is_and_never_changed() {
     let fx = Fixture::new().await;
@@ -322,11 +295,26 @@ async fn a_damaged_log_is_reported_where_it_is_and_never_changed() {
 
     assert!(cases.len() >= 20, "{} cases", cases.len());
     let base = tempfile::tempdir().unwrap();
+    let mut before_the_end = 0;
     for (i, case) in cases.iter().enumerate() {
         let name = &case.name;
         let logs: Vec<(&str, &[u8])> = case.logs.iter().map(|(f, b)| (*f, &b[..])).collect();
         let dir = store_dir(base.path(), &format!("case-{i}"), &logs);
         let before = files(&dir);
+        // Frames of the fixture as written after damage to a frame:
+        // damage before the end (a header that is not a log's is no
+        // frame's damage).
+        let log1 = logs.iter().find(|(f, _)| *f == "log.1").map(|(_, b)| *b);
+        let whole_after = fx
+            .frames
+            .iter()
+            .filter(|f| {
+                case.file == "log.1"
+                    && case.offset.is_some_and(|o| o != 0 && f.start as u64 > o)
+                    && log1.and_then(|b| b.get((*f).clone())) == Some(&bytes[(*f).clone()])
+            })
+            .count();
+        before_the_end += usize::from(whole_after > 0);
         for _ in 0..2 {
             match LogStore::open_read_only(&dir) {
                 Err(ReadOnlyError::Damaged(damage)) => {
@@ -345,6 +333,16 @@ async fn a_damaged_log_is_reported_where_it_is_and_never_changed() {
                     assert_eq!(file, &want, "{name}: {damage}");
                     assert_eq!(*offset, case.offset, "{name}: {damage}");
                     assert!(what.contains(case.says), "{name}: {damage}");
+                    assert_eq!(
+                        what.contains("whole frame"),
+                        whole_after > 0,
+                        "{name}: {damage}"
+                    );
+                    if whole_after > 0 {
+                        let s = if whole_after == 1 { "" } else { "s" };
+                        let follow = format!("{whole_after} whole frame{s} (commits) follow");
+                        assert!(what.contains(&follow), "{name}: {damage}");
+                    }
                     let shown = ReadOnlyError::Damaged(damage.clone()).to_string();
                     assert!(
                         shown.contains(&format!(
@@ -362,11 +360,25 @@ async fn a_damaged_log_is_reported_where_it_is_and_never_changed() {
             }
             assert_eq!(files(&dir), before, "{name}: the reader changed the store");
         }
-        // The writer's open sets aside exactly what the reader named (a
-        // damaged end), or refuses the file too.
+        // The writer's open refuses damage before the end, and changes
+        // nothing; asked to, it sets aside exactly what the reader named,
+        // as it does a torn end.
         if case.file == "log.1" && case.offset != Some(0) {
             let offset = case.offset.unwrap();
-            let store = LogStore::open(&dir).unwrap();
+            let mut options = LogOptions::default();
+            if whole_after > 0 {
+                match LogStore::open(&dir) {
+                    Err(StoreError::Damaged {
+                        file, offset: o, ..
+                    }) => {
+                        assert_eq!((file, o), (dir.join("log.1"), Some(offset)), "{name}");
+                    }
+                    other => panic!("{name}: expected damage, got {other:?}"),
+                }
+                assert_eq!(files(&dir), before, "{name}: the writer changed the store");
+                options = options.set_aside_damage(true);
+            }
+            let store = LogStore::open_with(&dir, options).unwrap();
             let tail = dir.join(format!("log.1.tail-{offset}"));
             assert_eq!(store.set_aside(), Some(tail.as_path()), "{name}");
             let k = fx
@@ -379,6 +391,10 @@ async fn a_damaged_log_is_reported_where_it_is_and_never_changed() {
             }
         }
     }
+    assert!(
+        before_the_end >= 5,
+        "{before_the_end} cases of damage before the end"
+    );
 }
 
 /// An intact store written by the application (sessions, updates,

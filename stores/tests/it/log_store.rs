@@ -1,7 +1,7 @@
-//! The log store: the suite, reopening, a damaged end set aside, files it
-//! refuses to read, records it cannot read, its lock, compaction (during
-//! reads and commits, failed, and what a crash leaves of one),
-//! permissions.
+//! The log store: the suite, reopening, a torn end set aside, damage before
+//! the end refused (or set aside when asked), files it refuses to read,
+//! records it cannot read, its lock, compaction (during reads and commits,
+//! failed, on a damaged log, and what a crash leaves of one), permissions.
 //!
 //! The layout, as the rustdoc and `log_store/frame.rs` document it: a
 //! directory holding `LOCK` and `log.{generation}`; a log is a 16-byte
@@ -12,9 +12,9 @@
 
 use crate::{GARBAGE, create_sample, id};
 use harness::SessionId;
-use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoredRun};
+use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreError, StoredRun};
 use harness_stores::conformance::{self, advance, create, head, snapshot, update};
-use harness_stores::{LogOptions, LogStore};
+use harness_stores::{LogOptions, LogStore, ReadOnlyError};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -144,6 +144,35 @@ pub(crate) fn header(format: u32) -> Vec<u8> {
 fn generation(path: &Path) -> u64 {
     let name = path.file_name().unwrap().to_str().unwrap();
     name.strip_prefix("log.").unwrap().parse().unwrap()
+}
+
+/// Every file under `dir`, with its bytes.
+pub(crate) fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                out.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// `n` bytes of a xorshift sequence.
+pub(crate) fn random(n: usize, mut x: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 /// The names of the files in `dir`.
@@ -348,11 +377,13 @@ impl Damaged {
         }
     }
 
-    /// A new directory whose `log.1` is `bytes`.
+    /// A new directory whose `log.1` is `bytes`, beside the `LOCK` file
+    /// the store leaves.
     fn dir(&mut self, bytes: &[u8]) -> PathBuf {
         self.n += 1;
         let dir = self.base.path().join(self.n.to_string());
         std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("LOCK"), b"").unwrap();
         std::fs::write(dir.join("log.1"), bytes).unwrap();
         dir
     }
@@ -362,8 +393,21 @@ impl Damaged {
     /// the store holding `want`. The store then takes commits, and opens
     /// again with nothing more set aside, the tail kept.
     async fn check(&mut self, case: &str, bytes: &[u8], cut: usize, want: &Contents) {
+        self.check_with(case, bytes, cut, want, LogOptions::default())
+            .await;
+    }
+
+    /// [`Damaged::check`], the store opened with `options`.
+    async fn check_with(
+        &mut self,
+        case: &str,
+        bytes: &[u8],
+        cut: usize,
+        want: &Contents,
+        options: LogOptions,
+    ) {
         let dir = self.dir(bytes);
-        let store = LogStore::open(&dir).unwrap();
+        let store = LogStore::open_with(&dir, options).unwrap();
         let tail = dir.join(format!("log.1.tail-{cut}"));
         assert_eq!(store.set_aside(), Some(tail.as_path()), "{case}");
         assert_eq!(std::fs::read(&tail).unwrap(), &bytes[cut..], "{case}: tail");
@@ -480,21 +524,323 @@ async fn a_flipped_bit_in_the_last_frame_loses_only_that_commit() {
     }
 }
 
-/// A bit flipped in a frame before the last sets that frame and every one
-/// after it aside: the store holds exactly the commits before it.
-#[tokio::test]
-async fn a_flipped_bit_in_a_middle_frame_sets_aside_everything_from_it() {
-    let fx = Fixture::new().await;
-    let mut damaged = Damaged::new();
-    for k in [0, 1, fx.commits() / 2, fx.commits() - 2] {
-        let frame = fx.frames[k].clone();
-        let at = frame.start + FRAME_HEAD + frame.len() / 3;
+/// Logs damaged before their end, each with whole commits after the
+/// damage: (what, the log, the frame where the damage begins, how many
+/// whole frames follow it).
+fn damaged_before_the_end(fx: &Fixture) -> Vec<(String, Vec<u8>, usize, usize)> {
+    let n = fx.commits();
+    let frame = |k: usize| fx.frames[k].clone();
+    let mut out = Vec::new();
+    for k in [0, 1, n / 2, n - 2] {
+        let at = frame(k).start + FRAME_HEAD + frame(k).len() / 3;
         let mut bytes = fx.bytes.clone();
         bytes[at] ^= 0x10;
-        let case = format!("frame {k} ({frame:?}), byte {at}");
+        out.push((
+            format!("a byte flipped in frame {k}'s payload"),
+            bytes,
+            k,
+            n - k - 1,
+        ));
+    }
+    for at in [4, 7] {
+        let mut bytes = fx.bytes.clone();
+        bytes[frame(2).start + at] ^= 0xff;
+        out.push((format!("byte {at} of frame 2's checksum"), bytes, 2, n - 3));
+    }
+    // Zeros from inside frame 3 to past frame 4's length.
+    let mut bytes = fx.bytes.clone();
+    bytes[frame(3).end - 5..frame(4).start + 6].fill(0);
+    out.push((
+        "zeros across the boundary of frames 3 and 4".into(),
+        bytes,
+        3,
+        n - 5,
+    ));
+    for len in [0x3fff_ffff, u32::MAX] {
+        let mut bytes = fx.bytes.clone();
+        bytes[frame(1).start..frame(1).start + 4].copy_from_slice(&len.to_le_bytes());
+        out.push((format!("frame 1's length made {len}"), bytes, 1, n - 2));
+    }
+    let mut bytes = fx.bytes.clone();
+    let short = (frame(5).len() - FRAME_HEAD - 1) as u32;
+    bytes[frame(5).start..frame(5).start + 4].copy_from_slice(&short.to_le_bytes());
+    out.push(("frame 5's length one short".into(), bytes, 5, n - 6));
+    // Past further damage, the frames after it are counted too.
+    let mut bytes = fx.bytes.clone();
+    for k in [1, 4] {
+        bytes[frame(k).start + FRAME_HEAD + 2] ^= 0x01;
+    }
+    out.push(("frames 1 and 4 damaged".into(), bytes, 1, n - 3));
+    out
+}
+
+/// How [`LogStore`] reports how many whole frames follow damage, and where.
+fn whole_frames_follow(fx: &Fixture, bytes: &[u8], k: usize, whole: usize) -> String {
+    // The first frame after frame `k` that is as written.
+    let first = fx.frames[k + 1..]
+        .iter()
+        .find(|f| bytes[(*f).clone()] == fx.bytes[(*f).clone()])
+        .unwrap()
+        .start;
+    let s = if whole == 1 { "" } else { "s" };
+    format!("{whole} whole frame{s} (commits) follow it, the first at offset {first}")
+}
+
+/// A log damaged before its end (a byte flipped in an early frame's
+/// payload, in a checksum, zeros across a frame boundary, a length made
+/// huge or one short, two frames damaged), with whole commits after the
+/// damage, is refused with `StoreError::Damaged` naming the store, the log
+/// and the offset of the damaged frame, how many whole frames follow and
+/// what to do, and no file in the directory changes (nothing is set
+/// aside, nothing cut), however often it is opened. The reader reports the
+/// same. Before, the store opened and silently set aside every commit
+/// after the damage.
+#[tokio::test]
+async fn a_log_damaged_before_its_end_is_refused_and_left_unchanged() {
+    let fx = Fixture::new().await;
+    let mut damaged = Damaged::new();
+    for (case, bytes, k, whole) in damaged_before_the_end(&fx) {
+        let dir = damaged.dir(&bytes);
+        let log = dir.join("log.1");
+        let offset = fx.frames[k].start as u64;
+        let follow = whole_frames_follow(&fx, &bytes, k, whole);
+        let before = files(&dir);
+        for options in [
+            LogOptions::default(),
+            LogOptions::default().compact_at(1),
+            LogOptions::default().set_aside_damage(false),
+        ] {
+            let err = LogStore::open_with(&dir, options).unwrap_err();
+            let shown = err.to_string();
+            let StoreError::Damaged {
+                store,
+                file,
+                offset: at,
+                what,
+            } = err
+            else {
+                panic!("{case}: {err:?}");
+            };
+            assert_eq!(
+                (store, file, at),
+                (dir.clone(), log.clone(), Some(offset)),
+                "{case}"
+            );
+            for says in [
+                &follow[..],
+                "damaged before its end",
+                "nothing was changed",
+                "LogOptions::default().set_aside_damage(true)",
+                &format!("log.1.tail-{offset}"),
+            ] {
+                assert!(what.contains(says), "{case}: `{says}` in {what}");
+            }
+            assert!(
+                shown.contains(&format!(
+                    "the store {} is damaged: {} at offset {offset}: ",
+                    dir.display(),
+                    log.display()
+                )),
+                "{case}: {shown}"
+            );
+            assert_eq!(files(&dir), before, "{case}: a file changed");
+        }
+        match LogStore::open_read_only(&dir) {
+            Err(ReadOnlyError::Damaged(d)) => {
+                assert_eq!(d.offset, Some(offset), "{case}: {d}");
+                assert!(d.what.contains(&follow), "{case}: {d}");
+                assert!(d.what.contains("set_aside_damage"), "{case}: {d}");
+            }
+            other => panic!("{case}: {other:?}"),
+        }
+        assert_eq!(files(&dir), before, "{case}: the reader changed a file");
+    }
+}
+
+/// A power cut can leave whole frames after pages the disk never stored,
+/// which read as zeros: damage holding a page-aligned page of zeros is a
+/// torn end, set aside with the whole frames after it (never acknowledged
+/// as durable), the commits before it kept. Zeros short of an aligned page
+/// are damage before the end, refused as any other.
+#[tokio::test]
+async fn whole_frames_after_a_page_of_zeros_are_a_power_cuts_torn_end() {
+    let fx = Fixture::new().await;
+    let mut damaged = Damaged::new();
+    for k in 1..fx.commits() - 1 {
+        for torn in [0, 3, FRAME_HEAD + 1] {
+            for pages in [1u64, 2] {
+                // Frame `k` cut `torn` bytes in, then zeros through `pages`
+                // whole aligned pages, then the frames after `k` as written.
+                let start = fx.frames[k].start;
+                let bytes = fx.bytes[..start + torn].to_vec();
+                let through = (bytes.len() as u64).div_ceil(4096) * 4096 + 4096 * pages;
+                let short = |bytes: &mut Vec<u8>, by: u64| {
+                    bytes.resize(usize::try_from(through - by).unwrap(), 0);
+                    bytes.extend_from_slice(&fx.bytes[fx.frames[k + 1].start..]);
+                };
+                let case = format!("frame {k} cut {torn} bytes in, {pages} page(s) of zeros");
+                let mut cut = bytes.clone();
+                short(&mut cut, 0);
+                damaged.check(&case, &cut, start, &fx.after[k]).await;
+                if pages == 1 {
+                    // One byte short of the aligned page: not a power cut's.
+                    let mut near = bytes.clone();
+                    short(&mut near, 1);
+                    let dir = damaged.dir(&near);
+                    let before = files(&dir);
+                    match LogStore::open(&dir) {
+                        Err(StoreError::Damaged { offset, .. }) => {
+                            assert_eq!(offset, Some(start as u64), "{case}, one byte short");
+                        }
+                        other => panic!("{case}, one byte short: {other:?}"),
+                    }
+                    assert_eq!(files(&dir), before, "{case}, one byte short");
+                }
+            }
+        }
+    }
+}
+
+/// With `LogOptions::set_aside_damage(true)`, a log damaged before its end
+/// opens: the damaged frame and everything after it (the whole commits
+/// among them) are set aside byte for byte, `set_aside` names the file, the
+/// store holds exactly the commits before the damage, takes new ones, and
+/// opens again with the default options. A torn end is set aside as
+/// without the option, an intact log is left alone.
+#[tokio::test]
+async fn set_aside_damage_opens_a_log_damaged_before_its_end_with_the_commits_before_it() {
+    let fx = Fixture::new().await;
+    let aside = || LogOptions::default().set_aside_damage(true);
+    let mut damaged = Damaged::new();
+    for (case, bytes, k, _) in damaged_before_the_end(&fx) {
         damaged
-            .check(&case, &bytes, frame.start, &fx.after[k])
+            .check_with(&case, &bytes, fx.frames[k].start, &fx.after[k], aside())
             .await;
+    }
+    let torn = &fx.bytes[..fx.bytes.len() - 3];
+    damaged
+        .check_with(
+            "a torn end",
+            torn,
+            fx.last(),
+            &fx.after[fx.commits() - 1],
+            aside(),
+        )
+        .await;
+    let dir = damaged.dir(&fx.bytes);
+    let store = LogStore::open_with(&dir, aside()).unwrap();
+    assert_eq!(store.set_aside(), None);
+    assert_eq!(contents(&store).await, fx.after[fx.commits()]);
+    assert_eq!(std::fs::read(dir.join("log.1")).unwrap(), fx.bytes);
+}
+
+/// Random bytes after the last frame, of many lengths and seeds, are a
+/// torn end: set aside, every commit kept (their chance of forming a whole
+/// frame, a table that adds up to the length and a matching crc32, is
+/// about 2^-64 a position). The same bytes followed by a whole frame are
+/// damage before the end, and refused.
+#[tokio::test]
+async fn random_bytes_after_the_last_frame_are_a_torn_end_unless_a_whole_frame_follows() {
+    let fx = Fixture::new().await;
+    let end = fx.bytes.len();
+    let mut damaged = Damaged::new();
+    for seed in 1..=20u64 {
+        for len in [1, FRAME_HEAD, 23, 200, 4096, 1 << 16] {
+            let mut bytes = fx.bytes.clone();
+            bytes.extend(random(len, seed));
+            let case = format!("{len} random bytes, seed {seed}");
+            let dir = damaged.dir(&bytes);
+            let store = LogStore::open(&dir).unwrap();
+            let tail = dir.join(format!("log.1.tail-{end}"));
+            assert_eq!(store.set_aside(), Some(tail.as_path()), "{case}");
+            assert_eq!(std::fs::read(&tail).unwrap(), &bytes[end..], "{case}");
+            assert_eq!(contents(&store).await, fx.after[fx.commits()], "{case}");
+        }
+    }
+    let later = create(head("later"), vec![snapshot(0, 0, json!("later"))]);
+    let mut bytes = fx.bytes.clone();
+    bytes.extend(random(300, 42));
+    let first = bytes.len();
+    bytes.extend(commit_frame(&later));
+    let dir = damaged.dir(&bytes);
+    let before = files(&dir);
+    match LogStore::open(&dir) {
+        Err(StoreError::Damaged { offset, what, .. }) => {
+            assert_eq!(offset, Some(end as u64), "{what}");
+            let follow = format!("1 whole frame (commits) follow it, the first at offset {first}");
+            assert!(what.contains(&follow), "{what}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(files(&dir), before);
+}
+
+/// A log damaged under an open store (a letter of a live checkpoint
+/// changed, so that it is still JSON) is never compacted: the compaction
+/// checks every frame of the log it would replace, finds the damage, keeps
+/// the log as it was, and the store takes no more commits, refusing them
+/// naming the damage. Opened again, the store reports the damage where it
+/// is. Before, the compaction copied the changed checkpoint under a new,
+/// matching checksum and deleted the damaged log: the damage was gone, and
+/// the store opened showing a checkpoint that was never committed.
+#[tokio::test]
+async fn a_compaction_never_rewrites_a_damaged_log() {
+    use std::os::unix::fs::FileExt;
+    const COMPACT_AT: u64 = 16 * 1024;
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
+    let store = LogStore::open_with(&dir, LogOptions::default().compact_at(COMPACT_AT)).unwrap();
+    let log = dir.join("log.1");
+    let mut model = Contents::new();
+    let keep = create(
+        head("keep"),
+        vec![snapshot(0, 0, json!({"text": "unchanged"}))],
+    );
+    commit(&store, &mut model, keep).await;
+    let bytes = std::fs::read(&log).unwrap();
+    let at = bytes.windows(9).position(|w| w == b"unchanged").unwrap() + 8;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .write_all_at(b"e", at as u64)
+        .unwrap();
+    let c = create(head("s"), vec![snapshot(0, 0, big_state(0))]);
+    commit(&store, &mut model, c).await;
+    // Each commit replaces the one snapshot: the log is soon mostly dead.
+    let mut refused = None;
+    for step in 1..=2_000u64 {
+        let (prev, live) = &model[&id("s")];
+        let remove = live.iter().map(|cp| cp.seq).collect();
+        let next = advance(prev, vec![snapshot(step, step, big_state(step))], remove);
+        if let Err(e) = store.commit(&next).await {
+            refused = Some(e.to_string());
+            break;
+        }
+        apply(&mut model, &next);
+        assert_eq!(
+            store.log_path(),
+            log,
+            "step {step}: the damaged log was replaced"
+        );
+    }
+    let refused = refused.expect("the store went on taking commits");
+    assert!(
+        refused.contains(&format!(
+            "{} is damaged at offset {HEADER_LEN}",
+            log.display()
+        )),
+        "{refused}"
+    );
+    assert!(refused.contains("found by a compaction"), "{refused}");
+    assert_eq!(listing(&dir), ["LOCK", "log.1"].map(String::from).into());
+    drop(store);
+    assert_eq!(std::fs::read(&log).unwrap()[at], b'e', "the damage is kept");
+    match LogStore::open(&dir) {
+        Err(StoreError::Damaged { file, offset, .. }) => {
+            assert_eq!((file, offset), (log, Some(HEADER_LEN as u64)));
+        }
+        other => panic!("{other:?}"),
     }
 }
 
