@@ -14,8 +14,8 @@
 //! failed tool results the model reads.
 //!
 //! A server is not trusted to be small or well-behaved: its messages
-//! ([`McpOptions::max_message_bytes`], over stdio), the text of a tool's
-//! answer ([`McpOptions::max_output_bytes`]), its tool list
+//! ([`McpOptions::max_message_bytes`], over stdio and HTTP alike), the text
+//! of a tool's answer ([`McpOptions::max_output_bytes`]), its tool list
 //! ([`McpOptions::max_tools`], [`MAX_LIST_PAGES`],
 //! [`McpOptions::max_list_bytes`]) and every wait on it are bounded, and
 //! each limit reached is an error that names it. Tool names the model APIs
@@ -54,15 +54,15 @@ use async_trait::async_trait;
 use harness::llm::{Tool, ToolSet, ToolSpec};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, PaginatedRequestParams};
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
 use tokio::sync::watch;
 
+mod faults;
+mod http;
 mod stdio;
-use stdio::Faults;
+use faults::Faults;
 
 /// How long a tool call may take before it fails with
 /// [`McpError::Timeout`], unless [`McpOptions::call_timeout`] says otherwise.
@@ -110,10 +110,13 @@ pub struct McpOptions {
     /// A token sent as `Authorization: Bearer …` (streamable HTTP only).
     /// It is registered as a secret when the client connects.
     pub bearer_token: Option<String>,
-    /// The largest message read from a stdio server, in bytes (default
-    /// 16 MiB). A larger one is dropped unread, and the call waiting for an
-    /// answer fails with [`McpError::BadMessage`] at once. (Over HTTP the
-    /// SDK's own limit, 16 MiB an event, applies.)
+    /// The largest message read from a server, in bytes (default 16 MiB):
+    /// a line from a stdio server; a JSON answer, or an SSE event, from an
+    /// HTTP one (an event may take 1 KiB more, for its `data: ` and `id:`
+    /// fields). A larger one is dropped once the limit is passed, no more
+    /// of it read than the limit and a read buffer (an HTTP answer whose
+    /// `Content-Length` says it is larger, none), and the calls waiting for
+    /// an answer fail with [`McpError::BadMessage`] at once.
     pub max_message_bytes: usize,
     /// The most text a tool call returns, in bytes (default 1 MiB): the
     /// rest of a longer answer is cut, and the text says so.
@@ -189,7 +192,7 @@ impl McpOptions {
         self
     }
 
-    /// Sets the largest message read from a stdio server.
+    /// Sets the largest message read from a server.
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {
         self.max_message_bytes = bytes;
         self
@@ -304,12 +307,12 @@ pub enum McpError {
         found: &'static str,
     },
     /// While a call waited, the server sent what the client cannot read
-    /// (a message over [`McpOptions::max_message_bytes`], a line that
-    /// starts as JSON but is not), or only text that is not JSON-RPC until
-    /// the call's time ran out. What it sent was dropped; the connection
-    /// stays open. The client cannot tell whose answer a dropped message
-    /// was, so every call waiting at the time fails so. (Stdio servers
-    /// only: over HTTP the SDK reads the messages.)
+    /// (a message over [`McpOptions::max_message_bytes`], over stdio or
+    /// HTTP; a stdio line that starts as JSON but is not), or only text
+    /// that is not JSON-RPC until the call's time ran out (stdio). What it
+    /// sent was dropped; the connection stays open. The client cannot tell
+    /// whose answer a dropped message was, so every call waiting at the
+    /// time fails so.
     #[error("MCP server `{server}` sent {problem} while `{tool}` waited for its answer")]
     BadMessage {
         /// The server's name.
@@ -554,12 +557,23 @@ impl Shared {
     /// sends a message the client cannot read meanwhile.
     async fn list_once(&self, peer: &Peer<RoleClient>, limit: Duration) -> Result<(), McpError> {
         let mut dropped = self.faults.dropped();
+        let dropped_error = |problem: String| {
+            self.list_error(format!("the server sent {problem} while listing its tools"))
+        };
         let tools = tokio::select! {
-            listed = tokio::time::timeout(limit, self.list_pages(peer)) => listed
-                .map_err(|_| self.list_error(format!("the server did not list its tools within {limit:?}")))??,
-            problem = stdio::next_dropped(&mut dropped) => {
-                return Err(self.list_error(format!("the server sent {problem} while listing its tools")));
-            }
+            listed = tokio::time::timeout(limit, self.list_pages(peer)) => match listed {
+                Ok(Ok(tools)) => tools,
+                Ok(Err(error @ McpError::List { .. })) => {
+                    return Err(faults::dropped_since(&mut dropped).map_or(error, dropped_error));
+                }
+                Ok(Err(error)) => return Err(error),
+                Err(_) => {
+                    return Err(self.list_error(format!(
+                        "the server did not list its tools within {limit:?}"
+                    )));
+                }
+            },
+            problem = faults::next_dropped(&mut dropped) => return Err(dropped_error(problem)),
         };
         tracing::debug!(server = %self.name, tools = tools.len(), "listed MCP tools");
         self.set_tools(tools);
@@ -733,15 +747,21 @@ impl McpClient {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        let name = name.into();
         if let Some(token) = &options.bearer_token {
             // Also when the field was set directly rather than through
             // `McpOptions::bearer_token`.
             harness::secrets::register(token);
-            config = config.auth_header(token.clone());
         }
-        let transport = StreamableHttpClientTransport::from_config(config);
-        Self::connect(name.into(), transport, options, Arc::new(Faults::new())).await
+        let faults = Arc::new(Faults::new());
+        let transport = http::transport(url, &options, Arc::clone(&faults)).map_err(|message| {
+            McpError::Connect {
+                server: name.clone(),
+                message,
+            }
+            .redacted()
+        })?;
+        Self::connect(name, transport, options, faults).await
     }
 
     async fn connect<T, E, A>(
@@ -782,13 +802,25 @@ impl McpClient {
         };
         let started = tokio::time::Instant::now();
         let mut dropped = shared.faults.dropped();
+        let dropped_error = |problem: String| {
+            connect_error(format!("the server sent {problem} during the handshake"))
+        };
         let service = tokio::select! {
-            served = tokio::time::timeout(limit, handler.serve(transport)) => served
-                .map_err(|_| connect_error(format!("the server did not finish the handshake within {limit:?}")))?
-                .map_err(|e| connect_error(e.to_string()))?,
-            problem = stdio::next_dropped(&mut dropped) => {
-                return Err(connect_error(format!("the server sent {problem} during the handshake")));
-            }
+            served = tokio::time::timeout(limit, handler.serve(transport)) => match served {
+                Ok(Ok(service)) => service,
+                Ok(Err(error)) => {
+                    return Err(match faults::dropped_since(&mut dropped) {
+                        Some(problem) => dropped_error(problem),
+                        None => connect_error(error.to_string()),
+                    });
+                }
+                Err(_) => {
+                    return Err(connect_error(format!(
+                        "the server did not finish the handshake within {limit:?}"
+                    )));
+                }
+            },
+            problem = faults::next_dropped(&mut dropped) => return Err(dropped_error(problem)),
         };
         // The first listing has what is left of the same limit.
         let left = limit.saturating_sub(started.elapsed());
@@ -1068,16 +1100,26 @@ async fn call_unredacted(
         tool: tool.to_owned(),
         problem,
     };
+    let dropped_answer = |problem: String| {
+        bad_message(format!(
+            "{problem}, which was dropped (it may have been the answer)"
+        ))
+    };
     let mut dropped = shared.faults.dropped();
     let (noise_before, _) = shared.faults.noise();
     let answered = tokio::select! {
         answered = tokio::time::timeout(timeout, service.peer().call_tool(params)) => answered,
         // The answer may be the message dropped: waiting on would only
         // end in a timeout that says nothing of it.
-        problem = stdio::next_dropped(&mut dropped) => {
-            return Err(bad_message(format!("{problem}, which was dropped (it may have been the answer)")));
-        }
+        problem = faults::next_dropped(&mut dropped) => return Err(dropped_answer(problem)),
     };
+    // Over HTTP, the SDK fails the call whose answer was dropped itself,
+    // saying nothing of why, just after the drop is reported.
+    if !matches!(answered, Ok(Ok(_)))
+        && let Some(problem) = faults::dropped_since(&mut dropped)
+    {
+        return Err(dropped_answer(problem));
+    }
     let result = match answered {
         Ok(result) => result.map_err(|error| call_error(shared, tool, error))?,
         Err(_) => {

@@ -11,12 +11,14 @@
 //! [`McpOptions::max_message_bytes`]: crate::McpOptions::max_message_bytes
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, DuplexStream, ReadBuf};
 use tokio::process::{Child, ChildStdout};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
+
+use crate::faults::{self, Faults};
 
 /// How much of a line that is not a message an error quotes, in characters.
 const QUOTED_CHARS: usize = 100;
@@ -24,67 +26,6 @@ const QUOTED_CHARS: usize = 100;
 /// How long a server whose connection ended may take to exit by itself
 /// before it is killed.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// What the server wrote that the client could not read.
-#[derive(Debug)]
-pub(crate) struct Faults {
-    /// Messages dropped that may have been an answer: lines over the size
-    /// limit, and lines that start as JSON but do not parse. The count, and
-    /// what the last one was.
-    dropped: watch::Sender<(u64, String)>,
-    /// Other lines that are not JSON (a banner, a stray `print`): servers
-    /// write those by mistake, and the answer may still come. The count,
-    /// and a quote of the last one.
-    noise: Mutex<(u64, String)>,
-}
-
-impl Faults {
-    pub(crate) fn new() -> Self {
-        Self {
-            dropped: watch::channel((0, String::new())).0,
-            noise: Mutex::new((0, String::new())),
-        }
-    }
-
-    /// A watch of the dropped messages, marked seen as they are now.
-    pub(crate) fn dropped(&self) -> watch::Receiver<(u64, String)> {
-        let mut receiver = self.dropped.subscribe();
-        receiver.borrow_and_update();
-        receiver
-    }
-
-    /// How many lines of noise there have been, and a quote of the last.
-    pub(crate) fn noise(&self) -> (u64, String) {
-        self.noise
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    fn drop_message(&self, what: String) {
-        tracing::warn!(problem = %what, "dropped a message from an MCP server");
-        self.dropped.send_modify(|(count, last)| {
-            *count += 1;
-            *last = what;
-        });
-    }
-
-    fn note_noise(&self, quote: String) {
-        tracing::debug!(line = %quote, "an MCP server wrote a line that is not JSON-RPC");
-        let mut noise = self.noise.lock().unwrap_or_else(PoisonError::into_inner);
-        noise.0 += 1;
-        noise.1 = quote;
-    }
-}
-
-/// Waits until a message is dropped; what it was.
-pub(crate) async fn next_dropped(receiver: &mut watch::Receiver<(u64, String)>) -> String {
-    if receiver.changed().await.is_err() {
-        // The faults outlive every wait on them; never reached.
-        std::future::pending::<()>().await;
-    }
-    receiver.borrow_and_update().1.clone()
-}
 
 /// `text` quoted for an error: secrets redacted, then cut to
 /// [`QUOTED_CHARS`] characters (in this order, so that a secret at the cut
@@ -232,9 +173,7 @@ async fn pump(
                     faults.note_noise(quote(text));
                 }
             }
-            Ok(Line::TooLong) => faults.drop_message(format!(
-                "a message of more than {limit} bytes (the limit, McpOptions::max_message_bytes)"
-            )),
+            Ok(Line::TooLong) => faults.drop_message(faults::too_large(limit)),
             Ok(Line::End) | Err(_) => break,
         }
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod hostile;
+mod hostile_http;
 mod http;
 mod stdio;
 

@@ -1,0 +1,91 @@
+//! What a server sent that the client could not read, as the transports
+//! report it to the calls (and the handshake, and listings) that wait.
+//!
+//! The SDK, when it drops a message, fails no request for it (a stdio line
+//! too long or not JSON is only logged) or fails one without saying why
+//! (an HTTP answer over its limit is "a transport error", an SSE event over
+//! it "a stream closed before its final response"). The transports report
+//! each such message here first, so that whatever waits fails saying what
+//! the server sent.
+
+use std::sync::{Mutex, PoisonError};
+
+use tokio::sync::watch;
+
+/// What the server sent that the client could not read.
+#[derive(Debug)]
+pub(crate) struct Faults {
+    /// Messages dropped that may have been an answer: messages over the
+    /// size limit, and stdio lines that start as JSON but do not parse. The
+    /// count, and what the last one was.
+    dropped: watch::Sender<(u64, String)>,
+    /// Other stdio lines that are not JSON (a banner, a stray `print`):
+    /// servers write those by mistake, and the answer may still come. The
+    /// count, and a quote of the last one.
+    noise: Mutex<(u64, String)>,
+}
+
+impl Faults {
+    pub(crate) fn new() -> Self {
+        Self {
+            dropped: watch::channel((0, String::new())).0,
+            noise: Mutex::new((0, String::new())),
+        }
+    }
+
+    /// A watch of the dropped messages, marked seen as they are now.
+    pub(crate) fn dropped(&self) -> watch::Receiver<(u64, String)> {
+        let mut receiver = self.dropped.subscribe();
+        receiver.borrow_and_update();
+        receiver
+    }
+
+    /// How many lines of noise there have been, and a quote of the last.
+    pub(crate) fn noise(&self) -> (u64, String) {
+        self.noise
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reports a message dropped; `what` says what it was, e.g. from
+    /// [`too_large`].
+    pub(crate) fn drop_message(&self, what: String) {
+        tracing::warn!(problem = %what, "dropped a message from an MCP server");
+        self.dropped.send_modify(|(count, last)| {
+            *count += 1;
+            *last = what;
+        });
+    }
+
+    pub(crate) fn note_noise(&self, quote: String) {
+        tracing::debug!(line = %quote, "an MCP server wrote a line that is not JSON-RPC");
+        let mut noise = self.noise.lock().unwrap_or_else(PoisonError::into_inner);
+        noise.0 += 1;
+        noise.1 = quote;
+    }
+}
+
+/// What a message over `limit` bytes is reported as.
+pub(crate) fn too_large(limit: usize) -> String {
+    format!("a message of more than {limit} bytes (the limit, McpOptions::max_message_bytes)")
+}
+
+/// Waits until a message is dropped; what it was.
+pub(crate) async fn next_dropped(receiver: &mut watch::Receiver<(u64, String)>) -> String {
+    if receiver.changed().await.is_err() {
+        // The faults outlive every wait on them; never reached.
+        std::future::pending::<()>().await;
+    }
+    receiver.borrow_and_update().1.clone()
+}
+
+/// What was dropped since `receiver` last looked, if anything. A request
+/// that failed meanwhile may have failed for it: over HTTP, the SDK fails
+/// the request whose answer was too large just after it is reported here.
+pub(crate) fn dropped_since(receiver: &mut watch::Receiver<(u64, String)>) -> Option<String> {
+    receiver
+        .has_changed()
+        .unwrap_or(false)
+        .then(|| receiver.borrow_and_update().1.clone())
+}
