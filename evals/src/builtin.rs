@@ -19,9 +19,13 @@ pub(crate) fn text_of(value: &Value) -> Cow<'_, str> {
     }
 }
 
-/// Shortens `text` for a reason line.
+/// Shortens `text` for a reason line, with the process's secrets replaced
+/// first: a secret cut in two would no longer be found whole by the
+/// redaction of the report.
 pub(crate) fn brief(text: &str) -> String {
     const MAX: usize = 80;
+    let text = crate::redact::shown(text);
+    let text = text.as_ref();
     if text.chars().count() <= MAX {
         return text.to_owned();
     }

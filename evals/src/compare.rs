@@ -89,7 +89,8 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Compares `candidate` with `baseline`.
+    /// Compares `candidate` with `baseline`. Names are redacted (see the
+    /// crate's docs on secrets).
     pub fn new(baseline: &Report, candidate: &Report) -> Self {
         let evaluators: Vec<String> = baseline
             .evaluators
@@ -153,12 +154,16 @@ impl Comparison {
                 candidate: if both == 0 { 0.0 } else { c / both as f64 },
             })
             .collect();
-        Self {
+        let mut comparison = Self {
             baseline: baseline.experiment.clone(),
             candidate: candidate.experiment.clone(),
             cases,
             means,
-        }
+        };
+        // It is printed and saved as JSON (`harness-evals compare --json`),
+        // and a report read from a file may hold what a run would redact.
+        crate::redact::comparison(&mut comparison);
+        comparison
     }
 
     /// The cases that got better.

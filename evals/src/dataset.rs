@@ -9,6 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::redact;
+
 /// One case: an input for the task, what is expected of its output, and
 /// labels to select and group cases by.
 ///
@@ -210,20 +212,21 @@ impl<I, E> Dataset<I, E> {
         }
     }
 
-    /// Checks that every case has a name and that names are unique.
+    /// Checks that every case has a name and that names are unique. The
+    /// error's names are redacted (see the crate's docs on secrets).
     pub fn check(&self, origin: &str) -> Result<(), DatasetError> {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, case) in self.cases.iter().enumerate() {
             if case.name.trim().is_empty() {
                 return Err(DatasetError::EmptyName {
-                    origin: origin.to_owned(),
+                    origin: redact::owned(origin),
                     index: i + 1,
                 });
             }
             if let Some(first) = seen.insert(&case.name, i + 1) {
                 return Err(DatasetError::DuplicateName {
-                    origin: origin.to_owned(),
-                    name: case.name.clone(),
+                    origin: redact::owned(origin),
+                    name: redact::owned(&case.name),
                     first,
                     second: i + 1,
                 });
@@ -274,9 +277,10 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
 
     /// Reads a YAML dataset document; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Self, DatasetError> {
+        // The parser's message quotes the text it could not read.
         let dataset: Self = serde_saphyr::from_str(text).map_err(|e| DatasetError::Yaml {
-            origin: origin.to_owned(),
-            message: e.to_string(),
+            origin: redact::owned(origin),
+            message: redact::owned(e.to_string()),
         })?;
         dataset.check(origin)?;
         Ok(dataset)
@@ -290,9 +294,9 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
                 continue;
             }
             let case = serde_json::from_str(line).map_err(|e| DatasetError::JsonLine {
-                origin: origin.to_owned(),
+                origin: redact::owned(origin),
                 line: i + 1,
-                message: e.to_string(),
+                message: redact::owned(e.to_string()),
             })?;
             cases.push(case);
         }
@@ -309,7 +313,7 @@ impl<I: Serialize, E: Serialize> Dataset<I, E> {
     ///
     /// The temporary file has a unique hidden name beside `path` (see
     /// [`harness::durable::write_atomic`]), so no file of the user's is
-    /// overwritten.
+    /// overwritten. The text is redacted as [`Dataset::to_yaml`] says.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), DatasetError> {
         let path = path.as_ref();
         let text = match format_of(path)? {
@@ -324,25 +328,108 @@ impl<I: Serialize, E: Serialize> Dataset<I, E> {
     }
 
     /// The dataset as a YAML document.
+    ///
+    /// No secret the process holds is written (see [`harness::secrets`]):
+    /// a case can quote one (a task's output kept as an expected value, a
+    /// name or metadata copied from an environment). When the dataset holds
+    /// one (in a name, a tag, metadata keys or values, the input or the
+    /// expected output), every case is written from its JSON form with the
+    /// secrets replaced; a dataset that holds none is written as it is. A
+    /// case whose input or expected output has no JSON form then cannot be
+    /// checked and is an error, as is a secret left where replacing it
+    /// would break the format: nothing is written unchecked.
     pub fn to_yaml(&self) -> Result<String, DatasetError> {
-        serde_saphyr::to_string(self).map_err(|e| DatasetError::Write {
-            origin: self.name.clone(),
-            message: e.to_string(),
-        })
+        let text = match self.redacted()? {
+            Some(redacted) => redacted.yaml(),
+            None => self.yaml(),
+        }?;
+        self.checked(text)
     }
 
-    /// The dataset as JSON Lines, one case per line.
+    /// The dataset as JSON Lines, one case per line, redacted as
+    /// [`Dataset::to_yaml`] says.
     pub fn to_json_lines(&self) -> Result<String, DatasetError> {
+        let text = match self.redacted()? {
+            Some(redacted) => redacted.json_lines(),
+            None => self.json_lines(),
+        }?;
+        self.checked(text)
+    }
+
+    fn yaml(&self) -> Result<String, DatasetError> {
+        serde_saphyr::to_string(self).map_err(|e| self.write_error(e.to_string()))
+    }
+
+    fn json_lines(&self) -> Result<String, DatasetError> {
         let mut out = String::new();
         for case in &self.cases {
-            let line = serde_json::to_string(case).map_err(|e| DatasetError::Write {
-                origin: self.name.clone(),
-                message: e.to_string(),
-            })?;
+            let line = serde_json::to_string(case).map_err(|e| self.write_error(e.to_string()))?;
             out.push_str(&line);
             out.push('\n');
         }
         Ok(out)
+    }
+
+    /// The dataset as JSON with the process's secrets replaced, or `None`
+    /// when there was nothing to replace.
+    fn redacted(&self) -> Result<Option<Dataset<Value, Value>>, DatasetError> {
+        if !harness::secrets::is_active() {
+            return Ok(None);
+        }
+        let mut redacted = Dataset {
+            name: self.name.clone(),
+            cases: Vec::with_capacity(self.cases.len()),
+        };
+        let mut changed = redact::text(&mut redacted.name);
+        for case in &self.cases {
+            let mut case = Case {
+                name: case.name.clone(),
+                input: self.to_json(&case.name, "input", &case.input)?,
+                expected: match &case.expected {
+                    Some(e) => Some(self.to_json(&case.name, "expected output", e)?),
+                    None => None,
+                },
+                metadata: case.metadata.clone(),
+                tags: case.tags.clone(),
+            };
+            changed |= redact::dataset_case(&mut case);
+            redacted.cases.push(case);
+        }
+        Ok(changed.then_some(redacted))
+    }
+
+    /// `text`, unless it still holds a secret.
+    fn checked(&self, text: String) -> Result<String, DatasetError> {
+        if harness::secrets::contains_secret(&text) {
+            return Err(self.write_error(
+                "it holds one of the process's secrets where replacing it would break the \
+                 format (a field name); it was not written"
+                    .to_owned(),
+            ));
+        }
+        Ok(text)
+    }
+}
+
+impl<I, E> Dataset<I, E> {
+    fn to_json<T: Serialize>(
+        &self,
+        case: &str,
+        what: &str,
+        value: &T,
+    ) -> Result<Value, DatasetError> {
+        serde_json::to_value(value).map_err(|e| {
+            self.write_error(format!(
+                "cannot look for secrets in the {what} of case `{case}`: {e}"
+            ))
+        })
+    }
+
+    fn write_error(&self, message: String) -> DatasetError {
+        DatasetError::Write {
+            origin: redact::owned(&self.name),
+            message: redact::owned(message),
+        }
     }
 }
 

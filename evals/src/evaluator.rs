@@ -145,7 +145,7 @@ pub struct EvalCase<'a, I, E, O> {
 impl<I, E, O> fmt::Debug for EvalCase<'_, I, E, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EvalCase")
-            .field("name", &self.name)
+            .field("name", &crate::redact::shown(self.name))
             .finish_non_exhaustive()
     }
 }
@@ -265,7 +265,7 @@ pub struct FnEvaluator<F> {
 impl<F> fmt::Debug for FnEvaluator<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FnEvaluator")
-            .field("name", &self.name)
+            .field("name", &crate::redact::shown(&self.name))
             .finish()
     }
 }
@@ -295,7 +295,7 @@ pub struct Evaluators<I, E, O> {
 impl<I, E, O> fmt::Debug for Evaluators<I, E, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.list.iter().map(|e| e.name()))
+            .entries(self.list.iter().map(|e| crate::redact::shown(e.name())))
             .finish()
     }
 }
@@ -330,6 +330,6 @@ impl<I, E, O> Evaluators<I, E, O> {
             .iter()
             .enumerate()
             .find(|(i, n)| names[..*i].contains(n))
-            .map(|(_, n)| (*n).to_owned())
+            .map(|(_, n)| crate::redact::owned(*n))
     }
 }

@@ -56,9 +56,9 @@ pub struct Judge {
 impl std::fmt::Debug for Judge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Judge")
-            .field("name", &self.name)
+            .field("name", &crate::redact::shown(&self.name))
             .field("model", &self.model.model_name())
-            .field("rubric", &self.rubric)
+            .field("rubric", &crate::redact::shown(&self.rubric))
             .finish_non_exhaustive()
     }
 }

@@ -13,9 +13,8 @@
 //!   evaluators, and [replayed](Experiment::replay) exactly: a run whose
 //!   requests diverge from the recording fails as
 //!   [`CaseFailure::Diverged`], naming the model call and the first
-//!   difference. The secrets the process holds (see [`harness::secrets`])
-//!   are replaced in reports, as everywhere text leaves the process; a
-//!   replay of a request that carried one diverges at that call.
+//!   difference. The secrets the process holds are replaced in everything
+//!   this crate keeps, saves or prints (see [Secrets](#secrets)).
 //! - [`Evaluator`]s score cases: [`Equals`], [`Contains`], [`Matches`]
 //!   (regex), [`JsonSchemaValid`], [`FieldMatch`], [`NumericTolerance`],
 //!   [`ToolTrajectory`] and [`StepTrajectory`] (strict, unordered, subset,
@@ -28,10 +27,10 @@
 //!   `harness-evals compare` command exits 1 when it did, for CI.
 //!   [`side_by_side`] shows several models' reports in one table.
 //! - Each case runs in a `tracing` span named `eval {case}` with the
-//!   attributes `harness.eval.experiment` and `harness.eval.case`; the
-//!   agent's spans (`invoke_agent`, `chat`, `execute_tool`) are its
-//!   children, so an OpenTelemetry backend shows which case a trace belongs
-//!   to.
+//!   attributes `harness.eval.experiment` and `harness.eval.case` (names
+//!   redacted); the agent's spans (`invoke_agent`, `chat`, `execute_tool`)
+//!   are its children, so an OpenTelemetry backend shows which case a
+//!   trace belongs to.
 //!
 //! # An experiment
 //!
@@ -121,6 +120,58 @@
 //!
 //! `compare` exits 0 when the candidate is within the threshold, 1 when it
 //! regressed, 2 when it could not read a report.
+//!
+//! # Secrets
+//!
+//! Text leaves the process through this crate in reports, datasets,
+//! tables, comparisons, logs and judges' prompts, and any of it may quote
+//! a key the process holds (see [`harness::secrets`]): a task's output, a
+//! model's answer or error, a case name or metadata copied from an
+//! environment. Each of those values is replaced by `[redacted]`:
+//!
+//! - In a [`Report`] made by [`Experiment::run`], [`replay`](Experiment::replay)
+//!   or [`rescore`](Experiment::rescore): the experiment, dataset,
+//!   provider, model and evaluator names; in every case its name, tags,
+//!   metadata (keys and values, however nested), input, expected output,
+//!   output, failure, the scores' reasons and errors, and its whole
+//!   [`CaseRecord`]: the task's and the judges' model exchanges (requests,
+//!   answers, stream events, errors), events and sessions.
+//! - In files: [`Report::save`] writes a report that still holds a secret
+//!   (one built or changed by hand) redacted the same way;
+//!   [`Dataset::save`] (and [`Dataset::to_yaml`], [`Dataset::to_json_lines`])
+//!   writes a dataset's names, tags, metadata, inputs and expected outputs
+//!   redacted.
+//! - In what is printed: [`Report::table`], [`Comparison`] (its names, its
+//!   table, its JSON) and [`side_by_side`] redact every cell, so a report
+//!   read from an older file is shown redacted too; a reason shortened for
+//!   a table is redacted before it is cut, so no part of a secret is left
+//!   at the cut. The `eval {case}` span and its attributes, the retry log
+//!   line, the progress bar, the errors that quote a name or a value, and
+//!   the `Debug` of an [`Experiment`], a [`CaseCx`], an [`EvalCase`] or a
+//!   [`Judge`] show names redacted; a judge's prompt is redacted before it
+//!   is sent.
+//!
+//! Redaction fails closed. A case's record is redacted by walking its typed
+//! fields (not by a round trip through JSON, which can fail), then
+//! serialized and searched once more. A record that still holds a secret
+//! (in a field or a kind of `harness::llm` this crate does not know yet, or
+//! as a name such as a role, which cannot be replaced without breaking the
+//! format) or that cannot be serialized is **withheld**: its exchanges,
+//! events and sessions are dropped, its metrics kept, and
+//! [`CaseRecord::withheld`] says why. Its scores stand (they were made from
+//! the run); a replay of the case diverges at its first model call, and a
+//! re-score reports an error for every evaluator. A report or a dataset
+//! whose text would still hold a secret is not written
+//! ([`ReportError::Format`], [`DatasetError::Write`]).
+//!
+//! What is redacted no longer matches the original: a replay of a request
+//! that carried a secret diverges at that call, and one of a case whose
+//! name holds a secret finds no recording for it
+//! ([`ExperimentError::NotRecorded`]). The task itself and the evaluators
+//! see the case and the output as they are.
+//!
+//! When the process holds no secret ([`harness::secrets::is_active`]),
+//! none of this changes anything, and each step is one check.
 
 #![forbid(unsafe_code)]
 
@@ -130,6 +181,7 @@ mod dataset;
 mod evaluator;
 mod judge;
 mod record;
+mod redact;
 mod report;
 mod run;
 mod trajectory;

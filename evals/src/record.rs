@@ -164,6 +164,12 @@ pub struct CaseRecord {
     pub sessions: Vec<String>,
     /// What the case cost.
     pub metrics: Metrics,
+    /// Why the exchanges, events and sessions are missing, when they were
+    /// dropped because they could not be redacted (see the crate's docs on
+    /// secrets): a replay of this case diverges at its first model call, and
+    /// a re-score reports an error for every evaluator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<String>,
 }
 
 impl CaseRecord {

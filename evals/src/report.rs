@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::evaluator::Score;
 use crate::record::CaseRecord;
+use crate::redact;
 
 /// The report file format version this crate writes and reads.
 pub const REPORT_VERSION: u32 = 1;
@@ -204,9 +205,10 @@ impl Report {
             path: path.to_owned(),
             source,
         })?;
+        // The parser's message quotes the text it could not read.
         let report: Report = serde_json::from_str(&text).map_err(|e| ReportError::Format {
             path: path.to_owned(),
-            message: format!("it is not a report: {e}"),
+            message: redact::owned(format!("it is not a report: {e}")),
         })?;
         if report.version != REPORT_VERSION {
             return Err(ReportError::Format {
@@ -227,12 +229,39 @@ impl Report {
     /// The temporary file has a unique hidden name beside `path` (see
     /// [`harness::durable::write_atomic`]), so no file of the user's, such
     /// as `report.json.tmp`, is overwritten, and two saves never share one.
+    ///
+    /// No secret the process holds is written (see [`harness::secrets`]): a
+    /// report made by [`Experiment`](crate::Experiment) is redacted already,
+    /// and one that still holds a secret (built or changed by hand) is
+    /// written redacted as a run's would be. If a secret is still in the
+    /// text after that (where replacing it would break the format), the
+    /// file is not written: [`ReportError::Format`].
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ReportError> {
         let path = path.as_ref();
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| ReportError::Format {
+        let format = |message: String| ReportError::Format {
             path: path.to_owned(),
-            message: e.to_string(),
-        })?;
+            message: redact::owned(message),
+        };
+        let to_text = |report: &Report| {
+            serde_json::to_string_pretty(report).map_err(|e| format(e.to_string()))
+        };
+        let mut text = to_text(self)?;
+        // The text is searched first, to keep the usual save to one pass;
+        // its numbers may match a numeric secret by chance, so the
+        // report's strings decide.
+        if harness::secrets::contains_secret(&text) {
+            let mut redacted = self.clone();
+            redact::report(&mut redacted);
+            let json = serde_json::to_value(&redacted).map_err(|e| format(e.to_string()))?;
+            if redact::holds_secret(&json) {
+                return Err(format(
+                    "it holds one of the process's secrets where replacing it would break the \
+                     report's format (a field name or a kind); it was not written"
+                        .to_owned(),
+                ));
+            }
+            text = to_text(&redacted)?;
+        }
         text.push('\n');
         harness::durable::write_atomic(path, text.as_bytes(), harness::durable::Sync::FileAndDir)
             .map_err(|source| ReportError::Save {
@@ -310,7 +339,11 @@ impl Report {
             row.push(format!("{:.0}", m.latency_ms));
             row.push((m.usage.input_tokens + m.usage.output_tokens).to_string());
             row.push(match &case.failure {
-                Some(f) => crate::builtin::brief(&format!("{f:?}")),
+                Some(f) => {
+                    let mut f = f.clone();
+                    redact::failure(&mut f);
+                    crate::builtin::brief(&format!("{f:?}"))
+                }
                 None => String::new(),
             });
             rows.push(row);
@@ -361,13 +394,25 @@ pub(crate) fn short(value: f64) -> String {
     }
 }
 
-/// A plain text table with aligned columns.
+/// A plain text table with aligned columns, every cell redacted (a report
+/// read from a file may hold what a run today would have redacted).
 pub(crate) fn render(
     title: &str,
     header: &[String],
     rows: &[Vec<String>],
     footer: Option<&Vec<String>>,
 ) -> String {
+    let shown = |cells: &[String]| -> Vec<String> {
+        cells
+            .iter()
+            .map(|c| redact::shown(c).into_owned())
+            .collect()
+    };
+    let title = redact::shown(title);
+    let header = shown(header);
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| shown(r)).collect();
+    let footer = footer.map(|f| shown(f));
+    let footer = footer.as_ref();
     let width = |s: &str| s.chars().count();
     let mut widths: Vec<usize> = header.iter().map(|h| width(h)).collect();
     for row in rows.iter().chain(footer) {
@@ -393,10 +438,10 @@ pub(crate) fn render(
     };
     let mut out = String::new();
     let _ = writeln!(out, "{title}");
-    let _ = writeln!(out, "{}", line(header));
+    let _ = writeln!(out, "{}", line(&header));
     let rule: usize = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
     let _ = writeln!(out, "{}", "─".repeat(rule));
-    for row in rows {
+    for row in &rows {
         let _ = writeln!(out, "{}", line(row));
     }
     if let Some(footer) = footer {

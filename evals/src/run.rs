@@ -24,6 +24,7 @@ use tracing::Instrument;
 use crate::dataset::{Case, Dataset};
 use crate::evaluator::{EvalCase, Evaluators, JudgeMode};
 use crate::record::{CaseModel, CaseRecord, EventRecord, Journal, measure};
+use crate::redact;
 use crate::report::{CaseFailure, CaseReport, REPORT_VERSION, Report, Scored};
 
 /// A boxed error, as tasks return them.
@@ -96,8 +97,8 @@ pub struct CaseCx {
 impl fmt::Debug for CaseCx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CaseCx")
-            .field("case", &self.case)
-            .field("experiment", &self.experiment)
+            .field("case", &redact::shown(&self.case))
+            .field("experiment", &redact::shown(&self.experiment))
             .finish_non_exhaustive()
     }
 }
@@ -275,7 +276,7 @@ pub struct Experiment {
 impl fmt::Debug for Experiment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Experiment")
-            .field("name", &self.name)
+            .field("name", &redact::shown(&self.name))
             .field(
                 "model",
                 &self.model.as_ref().map(|m| m.model_name().to_owned()),
@@ -390,8 +391,8 @@ impl Experiment {
         for case in &dataset.cases {
             if !by_name.contains_key(case.name.as_str()) {
                 return Err(ExperimentError::NotRecorded {
-                    case: case.name.clone(),
-                    experiment: recorded.experiment.clone(),
+                    case: redact::owned(&case.name),
+                    experiment: redact::owned(&recorded.experiment),
                 });
             }
         }
@@ -416,7 +417,10 @@ impl Experiment {
     ///
     /// The returned report keeps every recorded judge exchange, including
     /// those no evaluator asked for this time (a judge left out or given
-    /// another rubric), so saving it over the original loses no answer.
+    /// another rubric), so saving it over the original loses no answer. A
+    /// case whose record was [withheld](CaseRecord::withheld) has nothing
+    /// to score from: every evaluator's result on it is an error saying so.
+    /// Like a run's, the returned report is redacted (see the crate's docs).
     pub async fn rescore<I, E, O>(
         report: &Report,
         evaluators: &Evaluators<I, E, O>,
@@ -436,6 +440,17 @@ impl Experiment {
                 case.scores.clear();
                 continue;
             };
+            if let Some(withheld) = &case.record.withheld {
+                // Scoring an empty record would pass or fail trajectories
+                // and budgets on calls that were made but are not there.
+                let error = format!("the case's record cannot be re-scored ({withheld})");
+                case.scores = evaluators
+                    .names()
+                    .into_iter()
+                    .map(|name| (name.to_owned(), Scored::Error(error.clone())))
+                    .collect();
+                continue;
+            }
             let input: I = read_as(&case.name, "input", &case.input)?;
             let expected: Option<E> = match &case.expected {
                 Some(v) => Some(read_as(&case.name, "expected", v)?),
@@ -471,6 +486,7 @@ impl Experiment {
             .await;
             case.scores = scores;
         }
+        redact::report(&mut out);
         Ok(out)
     }
 
@@ -524,7 +540,11 @@ impl Experiment {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let clock = Instant::now();
-        let bar = Bar::new(self.progress, &self.name, dataset.cases.len());
+        let bar = Bar::new(
+            self.progress,
+            &redact::shown(&self.name),
+            dataset.cases.len(),
+        );
         let mut cases: Vec<(usize, CaseReport)> =
             futures::stream::iter(dataset.cases.iter().enumerate())
                 .map(|(index, case)| {
@@ -548,7 +568,7 @@ impl Experiment {
             ),
             (None, None) => (None, None),
         };
-        Ok(Report {
+        let mut report = Report {
             version: REPORT_VERSION,
             experiment: self.name.clone(),
             dataset: dataset.name.clone(),
@@ -558,7 +578,9 @@ impl Experiment {
             started_ms,
             elapsed_ms: clock.elapsed().as_secs_f64() * 1e3,
             cases: cases.into_iter().map(|(_, c)| c).collect(),
-        })
+        };
+        redact::report(&mut report);
+        Ok(report)
     }
 
     async fn run_case<I, E, O, T>(
@@ -574,11 +596,13 @@ impl Experiment {
         O: Serialize + Send + Sync,
         T: Task<I, O> + ?Sized,
     {
+        // Spans and logs leave the process as reports do.
+        let shown_case = redact::shown(&case.name);
         let span = tracing::info_span!(
             "eval_case",
-            otel.name = %format!("eval {}", case.name),
-            harness.eval.experiment = %self.name,
-            harness.eval.case = %case.name,
+            otel.name = %format!("eval {shown_case}"),
+            harness.eval.experiment = %redact::shown(&self.name),
+            harness.eval.case = %shown_case,
             harness.eval.attempts = tracing::field::Empty,
         );
         let mut attempt = 0;
@@ -629,15 +653,15 @@ impl Experiment {
                 events: std::mem::take(&mut *cx.events.lock().unwrap_or_else(|p| p.into_inner())),
                 sessions: std::mem::take(&mut *cx.lock_sessions()),
                 metrics,
+                withheld: None,
             };
             match result {
                 Err(Failed::Task(e))
                     if replay.is_none() && e.is_transient() && attempt <= self.retries =>
                 {
-                    // A provider's error may quote a key, and logs leave the
-                    // process just as reports do.
-                    let error = harness::secrets::redact(&e.to_string()).into_owned();
-                    tracing::warn!(case = %case.name, attempt, %error, "transient model error; retrying");
+                    // A provider's error may quote a key.
+                    let error = redact::owned(e.to_string());
+                    tracing::warn!(case = %shown_case, attempt, %error, "transient model error; retrying");
                     tokio::time::sleep(self.backoff * attempt).await;
                 }
                 other => break (other, record),
@@ -692,47 +716,11 @@ impl Experiment {
                     Some(ModelError::ReplayMismatch { turn, message }) => CaseFailure::Diverged(
                         format!("model call {turn} differs from the recording: {message}"),
                     ),
-                    _ => CaseFailure::Error(
-                        harness::secrets::redact(&error.to_string()).into_owned(),
-                    ),
+                    _ => CaseFailure::Error(error.to_string()),
                 });
             }
         }
-        redact(&mut report);
         report
-    }
-}
-
-/// Replaces the secrets the process holds (see [`harness::secrets`]) in
-/// everything a case report keeps: a report is a file, and what a task or
-/// a model wrote may quote a key. Free when the process holds none.
-fn redact(report: &mut CaseReport) {
-    use harness::secrets::{is_active, redact_json, redact_string};
-    if !is_active() {
-        return;
-    }
-    redact_json(&mut report.input);
-    for value in [&mut report.expected, &mut report.output]
-        .into_iter()
-        .flatten()
-    {
-        redact_json(value);
-    }
-    for scored in report.scores.values_mut() {
-        match scored {
-            Scored::Score(score) => {
-                redact_string(&mut score.reason);
-            }
-            Scored::Error(message) => {
-                redact_string(message);
-            }
-        }
-    }
-    if let Ok(mut record) = serde_json::to_value(&report.record)
-        && redact_json(&mut record)
-        && let Ok(record) = serde_json::from_value(record)
-    {
-        report.record = record;
     }
 }
 
@@ -741,10 +729,11 @@ fn read_as<T: DeserializeOwned>(
     what: &'static str,
     value: &Value,
 ) -> Result<T, ExperimentError> {
+    // The deserializer's message quotes the value it could not read.
     T::deserialize(value).map_err(|e| ExperimentError::Type {
-        case: case.to_owned(),
+        case: redact::owned(case),
         what,
-        message: e.to_string(),
+        message: redact::owned(e.to_string()),
     })
 }
 

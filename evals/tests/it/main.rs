@@ -6,6 +6,7 @@ mod cli;
 mod dataset;
 mod evaluators;
 mod experiment;
+mod secrets;
 mod trajectory;
 
 use harness::llm::{Exchange, ModelRequest, ModelResponse, Outcome, ToolCall};
