@@ -1057,20 +1057,18 @@ async fn migrate(client: &mut Object, schema: &str, quoted: &str) -> Result<(), 
 /// last estimate (this machine's clock before the first): the clock is
 /// measured again at the next chance.
 async fn refresh_clock(clock: &ServerClock, client: &Object) {
-    let before = harness::session::now_millis();
-    let read = client
-        .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-            &[],
-        )
-        .await
-        .and_then(|row| row.try_get::<_, i64>(0));
-    let after = harness::session::now_millis();
-    match read {
-        Ok(server) => clock.record(before, u64::try_from(server).unwrap_or(0), after),
-        Err(e) => {
-            tracing::warn!(error = %describe(&e), "postgres store: cannot read the server's clock")
-        }
+    let read = clock.measure(async {
+        let server: i64 = client
+            .query_one(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                &[],
+            )
+            .await
+            .and_then(|row| row.try_get(0))?;
+        Ok::<_, tokio_postgres::Error>(u64::try_from(server).unwrap_or(0))
+    });
+    if let Err(e) = read.await {
+        tracing::warn!(error = %describe(&e), "postgres store: cannot read the server's clock");
     }
 }
 

@@ -513,16 +513,13 @@ impl RedisStore {
         if !self.clock.is_stale() {
             return;
         }
-        let before = harness::session::now_millis();
-        let read: Result<(u64, u64), _> = redis::cmd("TIME").query_async(&mut self.con()).await;
-        let after = harness::session::now_millis();
-        match read {
-            Ok((secs, micros)) => self.clock.record(
-                before,
-                secs.saturating_mul(1000).saturating_add(micros / 1000),
-                after,
-            ),
-            Err(e) => tracing::warn!(error = %e, "redis store: cannot read the server's clock"),
+        let read = self.clock.measure(async {
+            let (secs, micros): (u64, u64) =
+                redis::cmd("TIME").query_async(&mut self.con()).await?;
+            Ok::<_, redis::RedisError>(secs.saturating_mul(1000).saturating_add(micros / 1000))
+        });
+        if let Err(e) = read.await {
+            tracing::warn!(error = %e, "redis store: cannot read the server's clock");
         }
     }
 
