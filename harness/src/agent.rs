@@ -497,10 +497,31 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         session_id: &SessionId,
         slots: C::Run,
     ) -> Result<Run<S, C>, SessionError> {
+        self.recover_from(session_id, slots, false).await
+    }
+
+    /// [`recover_with`](Self::recover_with); `running_only`: a session
+    /// that is not running (it failed, was stopped or quarantined since it
+    /// was listed) is [`SessionError::NothingToRecover`], never restarted.
+    /// The head is read once, and the run takes it by its version: a
+    /// session changed after it was read is a lost race.
+    async fn recover_from(
+        &self,
+        session_id: &SessionId,
+        slots: C::Run,
+        running_only: bool,
+    ) -> Result<Run<S, C>, SessionError> {
         let head = self.session(session_id).await?;
         self.check_not_in_flight(&head)?;
         let why = match &head.phase {
-            SessionPhase::Running | SessionPhase::Failed { .. } => None,
+            SessionPhase::Running => None,
+            SessionPhase::Failed { .. } if running_only => {
+                Some("it failed (a worker only takes running sessions)".to_owned())
+            }
+            SessionPhase::Completed { signal } if running_only => Some(format!(
+                "it completed with `{signal}` (a worker only takes running sessions)"
+            )),
+            SessionPhase::Failed { .. } => None,
             SessionPhase::Completed { signal } if *signal == Signal::STOPPED => None,
             SessionPhase::Completed { signal } => Some(format!("it completed with `{signal}`")),
             SessionPhase::Interrupted { interrupt } => Some(format!(
@@ -816,5 +837,15 @@ impl<S: HarnessState, C: Context> AgentWith<'_, S, C> {
     /// Continues a session whose run did not finish; see [`Agent::recover`].
     pub async fn recover(self, session_id: &SessionId) -> Result<Run<S, C>, SessionError> {
         self.agent.recover_with(session_id, self.slots).await
+    }
+
+    /// What a worker takes: [`recover`](Self::recover) of a session that
+    /// is still running, and nothing else (one listed as runnable may have
+    /// failed, been stopped or quarantined by another worker since).
+    pub(crate) async fn take_running(
+        self,
+        session_id: &SessionId,
+    ) -> Result<Run<S, C>, SessionError> {
+        self.agent.recover_from(session_id, self.slots, true).await
     }
 }

@@ -66,6 +66,8 @@ pub struct WorkerReport {
 struct Backoff {
     failures: u32,
     until: Instant,
+    /// The first failure of those in a row.
+    since: Instant,
 }
 
 /// Takes runnable sessions of one agent from its store and runs them, one at
@@ -79,8 +81,10 @@ struct Backoff {
 ///   [`Agent::recover`](crate::Agent::recover) once the cause is fixed;
 /// - a store error while taking a session is retried with exponential
 ///   backoff, other sessions going first meanwhile; after
-///   [`max_attempts`](Self::max_attempts) failures in a row the session is
-///   quarantined;
+///   [`max_attempts`](Self::max_attempts) failures in a row, the first at
+///   least [`quarantine_after`](Self::quarantine_after) ago (default five
+///   minutes: a database's failover or a network blip quarantines
+///   nothing), the session is quarantined;
 /// - a store error while listing sessions makes
 ///   [`run_until`](Self::run_until) back off and ask again.
 pub struct Worker<S: HarnessState, C: Context> {
@@ -89,6 +93,7 @@ pub struct Worker<S: HarnessState, C: Context> {
     poll: Duration,
     batch: usize,
     max_attempts: u32,
+    quarantine_after: Duration,
     max_backoff: Duration,
     backoff: Mutex<HashMap<SessionId, Backoff>>,
 }
@@ -100,6 +105,7 @@ impl<S: HarnessState, C: Context> fmt::Debug for Worker<S, C> {
             .field("poll", &self.poll)
             .field("batch", &self.batch)
             .field("max_attempts", &self.max_attempts)
+            .field("quarantine_after", &self.quarantine_after)
             .field("max_backoff", &self.max_backoff)
             .finish_non_exhaustive()
     }
@@ -125,6 +131,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
             poll: Duration::from_millis(100),
             batch: 1,
             max_attempts: 5,
+            quarantine_after: Duration::from_secs(300),
             max_backoff: Duration::from_secs(30),
             backoff: Mutex::new(HashMap::new()),
         }
@@ -153,6 +160,18 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
     #[must_use]
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n.max(1);
+        self
+    }
+
+    /// How long store errors must go on taking one session before it is
+    /// quarantined (default 5 minutes), besides
+    /// [`max_attempts`](Self::max_attempts) of them in a row: a session
+    /// that the store fails to hand over for a short while (a failover, a
+    /// restart, a network blip) is tried again, never set aside. A session
+    /// that cannot be loaded at all is quarantined at once.
+    #[must_use]
+    pub fn quarantine_after(mut self, after: Duration) -> Self {
+        self.quarantine_after = after;
         self
     }
 
@@ -205,7 +224,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         let found = store.runnable(self.agent.id(), store.now(), ask).await?;
         let mut taken = 0;
         for session in found.into_iter().filter(|s| !waiting.contains(s)) {
-            let run = match self.agent.with((self.slots)()).recover(&session).await {
+            let run = match self.agent.with((self.slots)()).take_running(&session).await {
                 Ok(run) => run,
                 // Another worker was faster, or the session moved on.
                 Err(SessionError::InFlight(_) | SessionError::NothingToRecover { .. }) => {
@@ -252,20 +271,25 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         report: &mut WorkerReport,
     ) {
         report.retries += 1;
-        let failures = {
+        let (failures, since) = {
             let mut backoffs = self.backoffs();
+            let now = Instant::now();
             let entry = backoffs.entry(session.clone()).or_insert(Backoff {
                 failures: 0,
-                until: Instant::now(),
+                until: now,
+                since: now,
             });
             entry.failures = entry.failures.saturating_add(1);
             entry.until = self.backoff_until(entry.failures);
-            entry.failures
+            (entry.failures, entry.since)
         };
         tracing::warn!(session = %session, error = %e, failures, "cannot take session; backing off");
-        if failures >= self.max_attempts {
+        if failures >= self.max_attempts && since.elapsed() >= self.quarantine_after {
             self.backoffs().remove(session);
-            let reason = format!("taking it failed {failures} times in a row; the last error: {e}");
+            let reason = format!(
+                "taking it failed {failures} times in a row, over {:?}; the last error: {e}",
+                since.elapsed()
+            );
             self.quarantine(session, &reason, report).await;
         }
     }
@@ -283,9 +307,11 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                 // Not even the head can be written: try again later.
                 tracing::warn!(session = %session, error = %e, "cannot quarantine session");
                 let mut backoffs = self.backoffs();
+                let now = Instant::now();
                 let entry = backoffs.entry(session.clone()).or_insert(Backoff {
                     failures: 0,
-                    until: Instant::now(),
+                    until: now,
+                    since: now,
                 });
                 entry.failures = entry.failures.saturating_add(1);
                 entry.until = self.backoff_until(entry.failures);

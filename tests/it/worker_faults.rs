@@ -287,6 +287,7 @@ async fn two_agents_and_unreadable_sessions(store: Arc<dyn SessionStore>) {
             .poll_interval(Duration::from_millis(5))
             .max_backoff(Duration::from_millis(40))
             .max_attempts(3)
+            .quarantine_after(Duration::from_millis(100))
     };
     let (a, b, n) = tokio::join!(
         until_settled(worker(&jobs), jobs.clone(), all_jobs.clone()),
@@ -325,7 +326,11 @@ async fn two_agents_and_unreadable_sessions(store: Arc<dyn SessionStore>) {
         assert!(error.starts_with("quarantined by a worker"), "{error}");
         assert!(error.contains(why), "{session}: {error} should say {why:?}");
     }
-    assert!(reason(&unreachable).await.contains("3 times"));
+    assert!(
+        reason(&unreachable)
+            .await
+            .contains(" times in a row, over ")
+    );
     let jobs_reports = [&a, &b];
     let sum = |f: fn(&WorkerReport) -> u64| jobs_reports.iter().map(|r| f(r)).sum::<u64>();
     assert_eq!(sum(|r| r.completed), 6, "{a:?} {b:?}");
@@ -704,4 +709,179 @@ async fn shutdown_lets_the_run_in_progress_finish() {
     assert_eq!(effects.finished.load(Ordering::SeqCst), 1);
     let head = agent.session(&session).await.unwrap();
     assert!(matches!(head.phase, SessionPhase::Completed { .. }));
+}
+
+// ---------------------------------------------------------------------------
+// Sessions that fail, or panic, under workers.
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Chore {
+    /// 0: waits at the gate, then succeeds; 1: fails; 2: panics.
+    kind: u32,
+    #[field(reduce = add)]
+    done: u32,
+}
+
+/// What the chores' step saw: calls of each kind, and the gate the
+/// waiting ones wait at.
+#[derive(Default)]
+struct Chores {
+    calls: [AtomicU32; 3],
+    gate: tokio::sync::Notify,
+    waiting: AtomicU32,
+}
+
+fn chores(store: Arc<dyn SessionStore>, seen: Arc<Chores>) -> Agent<Chore> {
+    let h = Harness::<Chore>::builder()
+        .step("chore")
+        .run(move |s: Arc<Chore>| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.calls[s.kind as usize].fetch_add(1, Ordering::SeqCst);
+                match s.kind {
+                    0 => {
+                        let open = seen.gate.notified();
+                        seen.waiting.fetch_add(1, Ordering::SeqCst);
+                        open.await;
+                    }
+                    1 => return Err(harness::StepError::msg("this chore fails")),
+                    _ => panic!("this chore panics"),
+                }
+                Ok(ChoreUpdate::new().done(1))
+            }
+        })
+        .end()
+        .start("chore")
+        .store(store)
+        .build()
+        .unwrap();
+    create_agent("chores", &h)
+}
+
+/// A worker lists two runnable sessions and runs the first; meanwhile
+/// another worker takes the second, which fails. The first worker, reaching
+/// it, finds it failed and leaves it: a worker takes only running sessions
+/// (before, it recovered the failed one and ran its failing step again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_failed_after_it_was_listed_is_not_run_again() {
+    for store in [
+        Arc::new(SledStore::temporary().unwrap()) as Arc<dyn SessionStore>,
+        Arc::new(harness_stores::MemoryStore::new()),
+    ] {
+        let seen = Arc::new(Chores::default());
+        let agent = chores(store, Arc::clone(&seen));
+        let waits = agent.submit(Chore { kind: 0, done: 0 }).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let fails = agent.submit(Chore { kind: 1, done: 0 }).await.unwrap();
+        let first = {
+            let agent = agent.clone();
+            tokio::spawn(async move {
+                let mut report = WorkerReport::default();
+                let worker = Worker::new(agent).batch(2);
+                worker.run_once(&mut report).await.unwrap();
+                report
+            })
+        };
+        while seen.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut second = WorkerReport::default();
+        Worker::new(agent.clone())
+            .run_once(&mut second)
+            .await
+            .unwrap();
+        assert_eq!((second.runs, second.failed), (1, 1), "{second:?}");
+        assert!(matches!(
+            agent.session(&fails).await.unwrap().phase,
+            SessionPhase::Failed { .. }
+        ));
+        seen.gate.notify_one();
+        let first = first.await.unwrap();
+        assert_eq!((first.runs, first.completed), (1, 1), "{first:?}");
+        assert_eq!(first.lost_races, 1, "{first:?}");
+        assert_eq!(
+            seen.calls[1].load(Ordering::SeqCst),
+            1,
+            "the failing step ran again"
+        );
+        assert!(matches!(
+            agent.session(&waits).await.unwrap().phase,
+            SessionPhase::Completed { .. }
+        ));
+    }
+}
+
+/// A session whose step panics fails as one whose step errs: the worker
+/// lives on, reports it failed and takes the next session (before, the
+/// panic took the worker down, and the session, still running, took down
+/// every worker that picked it up after its lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_step_panics_fails_and_the_worker_goes_on() {
+    let store: Arc<dyn SessionStore> = Arc::new(SledStore::temporary().unwrap());
+    let seen = Arc::new(Chores::default());
+    let agent = chores(store, Arc::clone(&seen));
+    let panics = agent.submit(Chore { kind: 2, done: 0 }).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let fails = agent.submit(Chore { kind: 1, done: 0 }).await.unwrap();
+    let worker = Worker::new(agent.clone()).poll_interval(Duration::from_millis(5));
+    let report = until_settled(worker, agent.clone(), vec![panics.clone(), fails]).await;
+    assert_eq!((report.runs, report.failed), (2, 2), "{report:?}");
+    assert_eq!(seen.calls[2].load(Ordering::SeqCst), 1);
+    let SessionPhase::Failed { error } = agent.session(&panics).await.unwrap().phase else {
+        panic!("the panicking session did not fail");
+    };
+    assert!(
+        error.contains("the step panicked: this chore panics"),
+        "{error}"
+    );
+}
+
+/// A store that cannot hand a session over for a while (a failover, a
+/// blip) retries it with backoff, many more times than `max_attempts`, and
+/// never quarantines it while the errors last less than `quarantine_after`:
+/// once the store is back, the session completes (before, five failures in
+/// a row, 1.5 s, set a healthy session aside for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_store_outage_quarantines_nothing() {
+    for (outage, quarantine_after) in [
+        (Duration::from_millis(300), None),
+        (Duration::from_millis(300), Some(Duration::from_secs(5))),
+        (Duration::from_millis(600), Some(Duration::from_secs(2))),
+    ] {
+        let faulty = Faulty::new(Arc::new(SledStore::temporary().unwrap()));
+        let agent = jobs(faulty.clone(), Duration::from_secs(30));
+        let session = agent.submit(Job { done: vec![] }).await.unwrap();
+        faulty.unreachable.lock().unwrap().insert(session.clone());
+        let back = {
+            let faulty = faulty.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(outage).await;
+                faulty.unreachable.lock().unwrap().clear();
+            })
+        };
+        let worker = Worker::new(agent.clone())
+            .poll_interval(Duration::from_millis(5))
+            .max_backoff(Duration::from_millis(20))
+            .max_attempts(3);
+        let worker = match quarantine_after {
+            Some(after) => worker.quarantine_after(after),
+            None => worker,
+        };
+        let report = until_settled(worker, agent.clone(), vec![session.clone()]).await;
+        back.await.unwrap();
+        let case = format!("an outage of {outage:?}, quarantine after {quarantine_after:?}");
+        assert_eq!(report.quarantined, 0, "{case}: {report:?}");
+        assert!(report.retries > 3, "{case}: {report:?}");
+        assert_eq!(
+            (report.runs, report.completed),
+            (1, 1),
+            "{case}: {report:?}"
+        );
+        let head = agent.session(&session).await.unwrap();
+        assert!(
+            matches!(head.phase, SessionPhase::Completed { .. }),
+            "{case}: {:?}",
+            head.phase
+        );
+    }
 }

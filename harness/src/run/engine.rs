@@ -1585,6 +1585,19 @@ impl<F: std::future::Future + Unpin> std::future::Future for Limited<F> {
     }
 }
 
+/// The error of a step that panicked, with the panic's message when it
+/// has one (redacted, as a step's error is).
+fn panicked(panic: &(dyn std::any::Any + Send)) -> StepError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    StepError::msg(match message {
+        Some(message) => format!("the step panicked: {}", crate::secrets::redact(message)),
+        None => "the step panicked".to_owned(),
+    })
+}
+
 /// Runs a step's `run`, with its timeout and retry policy.
 async fn run_step<S: HarnessState, C: Context>(
     env: &Env<'_, S, C>,
@@ -1627,7 +1640,20 @@ async fn run_step<S: HarnessState, C: Context>(
             ctx: Arc::clone(env.ctx),
             shared: Arc::clone(&shared),
         };
-        let mut fut = run(Arc::clone(&task.state), cx);
+        // A step that panics fails as if it had returned an error (its
+        // retries included), rather than taking the run, and the worker or
+        // server that drives it, down with it: a session whose step panics
+        // would otherwise take down every worker that picks it up.
+        let state = Arc::clone(&task.state);
+        let fut = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(state, cx))) {
+            Ok(fut) => fut,
+            Err(panic) => Box::pin(std::future::ready(Err(panicked(&*panic)))),
+        };
+        let mut fut = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(fut));
+        let settled = |r: std::thread::Result<Result<S::Update, StepError>>| match r {
+            Ok(r) => r.map_err(Failure::Error),
+            Err(panic) => Err(Failure::Error(panicked(&*panic))),
+        };
         // The step's own timeout or the run's deadline, whichever falls
         // first.
         let first = step
@@ -1637,11 +1663,11 @@ async fn run_step<S: HarnessState, C: Context>(
             .chain(env.deadline.map(|d| (d.at, Failure::Deadline(d.limit))))
             .min_by_key(|(at, _)| *at);
         let result = match first {
-            None => fut.await.map_err(Failure::Error),
+            None => settled(fut.await),
             // A step that only computes is done at its first poll: it needs
             // no timer (none could have cut it short anyway).
             Some((at, failure)) => match futures::poll!(&mut fut) {
-                std::task::Poll::Ready(r) => r.map_err(Failure::Error),
+                std::task::Poll::Ready(r) => settled(r),
                 // Boxed: held across the await, it would make every
                 // step's future larger, with or without a limit.
                 std::task::Poll::Pending => match Box::pin(Limited {
@@ -1652,7 +1678,7 @@ async fn run_step<S: HarnessState, C: Context>(
                 })
                 .await
                 {
-                    Some(r) => r.map_err(Failure::Error),
+                    Some(r) => settled(r),
                     None => Err(failure),
                 },
             },

@@ -691,3 +691,87 @@ async fn a_run_pauses_before_and_after_the_steps_it_is_given_and_goes_on_when_re
     }
     assert!(agent.run(Counter::default()).pause_after(["nope"]).is_err());
 }
+
+/// How a step panics: before its future exists (in the closure itself),
+/// or inside it, with a `&str`, a `String` or another payload.
+#[derive(Clone, Copy, Debug)]
+enum Panic {
+    BeforeTheFuture,
+    WithStr,
+    WithString,
+    WithNumber,
+}
+
+/// A step that panics in attempts up to `panics` as `how`, then counts;
+/// with a timeout if `limited` (its future is then polled once before the
+/// timer starts).
+fn panicking(
+    how: Panic,
+    limited: bool,
+    panics: u32,
+    attempts: u32,
+    calls: Arc<AtomicU32>,
+) -> Harness<Counter> {
+    let step = Harness::<Counter>::builder()
+        .step("bump")
+        .run(move |_: Arc<Counter>| {
+            let call = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            if call <= panics && matches!(how, Panic::BeforeTheFuture) {
+                panic!("boom before the future, call {call}");
+            }
+            async move {
+                if call <= panics {
+                    match how {
+                        Panic::BeforeTheFuture => unreachable!(),
+                        Panic::WithStr => panic!("boom"),
+                        Panic::WithString => panic!("boom in call {call}"),
+                        Panic::WithNumber => std::panic::panic_any(42_u8),
+                    }
+                }
+                Ok(CounterUpdate::new().count(1))
+            }
+        })
+        .retry(RetryPolicy::attempts(attempts).backoff(Duration::from_millis(1)));
+    let step = if limited {
+        step.timeout(Duration::from_secs(30))
+    } else {
+        step
+    };
+    step.end().start("bump").build().unwrap()
+}
+
+#[tokio::test]
+async fn a_panicking_step_fails_as_an_error_would_and_is_retried() {
+    let ways = [
+        Panic::BeforeTheFuture,
+        Panic::WithStr,
+        Panic::WithString,
+        Panic::WithNumber,
+    ];
+    for (how, limited) in ways.into_iter().flat_map(|how| [(how, false), (how, true)]) {
+        // Panics on every attempt: the run fails, naming the step and the
+        // panic; the process (this test) goes on.
+        let calls = Arc::new(AtomicU32::new(0));
+        let agent = create_agent(
+            "panics",
+            &panicking(how, limited, u32::MAX, 2, Arc::clone(&calls)),
+        );
+        let err = agent.run(Counter::default()).await.unwrap_err();
+        let RunError::Step { step, attempts, .. } = &err else {
+            panic!("{how:?}: {err:?}");
+        };
+        assert_eq!((step.as_str(), *attempts), ("bump", 2), "{how:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{how:?}");
+        let shown = err.to_string();
+        assert!(shown.contains("the step panicked"), "{how:?}: {shown}");
+        if matches!(how, Panic::WithStr | Panic::WithString) {
+            assert!(shown.contains("boom"), "{how:?}: {shown}");
+        }
+        // Panics once: the retry succeeds.
+        let calls = Arc::new(AtomicU32::new(0));
+        let agent = create_agent("panics", &panicking(how, limited, 1, 2, Arc::clone(&calls)));
+        let out = agent.run(Counter::default()).await.unwrap();
+        assert_eq!(out.state.count, 1, "{how:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{how:?}");
+    }
+}
