@@ -565,7 +565,9 @@ mod agent_file_tests {
 
     /// `read` on another thread: its result, or `None` if it still waits
     /// after 5 s.
-    fn within<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    pub(super) fn within<T: Send + 'static>(
+        read: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
         let (send, receive) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = send.send(read());
@@ -573,7 +575,7 @@ mod agent_file_tests {
         receive.recv_timeout(Duration::from_secs(5)).ok()
     }
 
-    fn mkfifo(path: &Path) {
+    pub(super) fn mkfifo(path: &Path) {
         rustix::fs::mknodat(
             rustix::fs::CWD,
             path,
@@ -729,8 +731,8 @@ mod agent_file_tests {
 mod agent_write_tests {
     #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
+    use super::agent_file_tests::{mkfifo, within};
     use super::*;
-    use std::time::Duration;
 
     /// Makes `change` happen at `moment` of the next write on this thread,
     /// as a model's command running meanwhile would.
@@ -746,23 +748,10 @@ mod agent_write_tests {
         change: impl FnOnce() + Send + 'static,
         act: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
-        let (send, receive) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
+        within(move || {
             at(moment, change);
-            let _ = send.send(act());
-        });
-        receive.recv_timeout(Duration::from_secs(5)).ok()
-    }
-
-    fn mkfifo(path: &Path) {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            path,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o644),
-            0,
-        )
-        .unwrap();
+            act()
+        })
     }
 
     fn listing(dir: &Path) -> Vec<String> {

@@ -1332,33 +1332,24 @@ fn open_log(dir: &Path, generation: u64, set_aside_damage: bool) -> Result<Opene
             );
             Some(aside)
         }
-        (Some(why), Some(beyond)) if power_cut => {
+        (Some(why), Some(beyond)) if power_cut || set_aside_damage => {
             let aside = set_aside(dir, &path, &file, generation, end, size)?;
+            let what = if power_cut {
+                "past a page of zeros: the pages a power cut kept from the disk, whose commits \
+                 were never acknowledged as durable"
+            } else {
+                "the log was damaged before its end. As `LogOptions::set_aside_damage` asks, \
+                 the commits among the bytes moved aside are no longer in the store, to \
+                 recover by hand"
+            };
             tracing::warn!(
                 log = %path.display(),
                 offset = end,
                 bytes,
                 whole_frames = beyond.frames,
                 moved_to = %aside.display(),
-                "log store: {why}, and {}, past a page of zeros: the pages a power cut kept \
-                 from the disk, whose commits were never acknowledged as durable. The log now \
-                 ends there, and the {bytes} bytes from there on were moved aside",
-                beyond.describe()
-            );
-            Some(aside)
-        }
-        (Some(why), Some(beyond)) if set_aside_damage => {
-            let aside = set_aside(dir, &path, &file, generation, end, size)?;
-            tracing::warn!(
-                log = %path.display(),
-                offset = end,
-                bytes,
-                whole_frames = beyond.frames,
-                moved_to = %aside.display(),
-                "log store: {why}, and {}: the log was damaged before its end. As \
-                 `LogOptions::set_aside_damage` asks, the log now ends there, and the {bytes} \
-                 bytes from there on were moved aside: the commits among them are no longer in \
-                 the store, to recover by hand",
+                "log store: {why}, and {}, {what}. The log now ends there, and the {bytes} \
+                 bytes from there on were moved aside",
                 beyond.describe()
             );
             Some(aside)
