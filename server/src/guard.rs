@@ -183,6 +183,18 @@ impl Guard {
         })
     }
 
+    /// Whether `path` is the studio's page or one of its files, which hold
+    /// no data and which a browser loads without the page's token (its
+    /// script and stylesheet are fetched by the page's own tags, and a
+    /// reload finds the token in the tab's storage, not the URL): served
+    /// without a key. The studio's API still needs one.
+    fn studio_file(&self, path: &str) -> bool {
+        self.studio.as_deref().is_some_and(|base| {
+            path.strip_prefix(base)
+                .is_some_and(|rest| matches!(rest, "" | "/" | "/studio.js" | "/studio.css"))
+        })
+    }
+
     /// Whether a studio request from `origin` comes from a page of this
     /// very server (its studio page posting an answer): the origin names
     /// the host the request is addressed to, and that host is one the
@@ -273,7 +285,9 @@ pub(crate) async fn check(
             return response;
         }
     }
-    let open = request.uri().path() == "/ok";
+    let open = request.uri().path() == "/ok"
+        || ((request.method() == Method::GET || request.method() == Method::HEAD)
+            && guard.studio_file(request.uri().path()));
     if !guard.keys.is_empty() && !open {
         let from_studio = if in_studio {
             studio_key(&request)

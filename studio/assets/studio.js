@@ -2,7 +2,23 @@
 // token from its URL and follows the store over server-sent events.
 'use strict';
 
-const token = new URLSearchParams(location.search).get('token') || '';
+// The token comes in the URL the studio printed. It is kept in this tab's
+// session storage and taken out of the address bar at once, so that it is
+// neither in the history, nor in a link copied from the page, nor in what
+// a bookmark or a screenshot shows; a reload finds it in the storage.
+const token = (() => {
+  const key = 'harness-studio-token ' + location.pathname;
+  const params = new URLSearchParams(location.search);
+  const given = params.get('token');
+  if (given === null) {
+    try { return sessionStorage.getItem(key) || ''; } catch (_) { return ''; }
+  }
+  try { sessionStorage.setItem(key, given); } catch (_) { /* kept for this page only */ }
+  params.delete('token');
+  const rest = params.toString();
+  history.replaceState(null, '', location.pathname + (rest ? '?' + rest : '') + location.hash);
+  return given;
+})();
 const $ = (sel) => document.querySelector(sel);
 const SVG = 'http://www.w3.org/2000/svg';
 
@@ -13,6 +29,7 @@ const ui = {
   detail: null,
   timeline: null,
   seq: null, // the checkpoint whose state is shown; null: the latest
+  offset: null, // the timeline's page: its first entry; null: the last page
   picked: null, // the graph node of that checkpoint's step
 };
 
@@ -31,15 +48,44 @@ async function api(path, options = {}) {
   return data;
 }
 
+// Characters that change how text around them reads without showing
+// themselves: controls, formatting (bidi embeddings, overrides and
+// isolates, zero-width spaces and joiners, marks), line and paragraph
+// separators. Text a model wrote could reorder the studio's own words
+// with them (an approval's "always allow (…)"); they are shown as \uXXXX.
+// Line feeds and tabs stay: they show as what they are.
+const INVISIBLE = /(?![\n\t])[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
+
+function visible(text) {
+  if (typeof text !== 'string') return text;
+  return text.replace(INVISIBLE, (c) => {
+    const hex = c.codePointAt(0).toString(16).toUpperCase();
+    return hex.length <= 4 ? '\\u' + hex.padStart(4, '0') : '\\u{' + hex + '}';
+  });
+}
+
+// Text from the store (a model's, a step's, an error's) is always set as
+// text, never markup, with its invisible characters shown; the stylesheet
+// isolates each element holding it from the text around it (`m` wraps it
+// inside a sentence of the studio's own words).
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k === 'class') node.className = v;
-    else if (k === 'text') node.textContent = v;
+    else if (k === 'text') node.textContent = visible(v);
+    else if (k === 'title') node.setAttribute(k, visible(v));
     else node.setAttribute(k, v);
   }
-  for (const c of children) node.append(c);
+  for (const c of children) node.append(visible(c));
   return node;
+}
+
+/** Text a model or a store wrote, inside a sentence of the studio's. */
+const m = (text) => el('bdi', { text: String(text) });
+
+/** Sets a node's text from the store. */
+function setText(node, text) {
+  node.textContent = visible(text);
 }
 
 function svg(tag, attrs = {}) {
@@ -56,13 +102,13 @@ function ago(ms) {
   return new Date(ms).toISOString().slice(0, 16).replace('T', ' ');
 }
 
-const compact = (v) => JSON.stringify(v);
+const compact = (v) => visible(JSON.stringify(v));
 
 // ---- JSON as a tree ----
 
 function leaf(value) {
   const type = value === null ? 'null' : typeof value;
-  return el('span', { class: 't-' + type, text: JSON.stringify(value) });
+  return el('span', { class: 't-' + type, text: compact(value) });
 }
 
 function treeItem(key, value) {
@@ -128,7 +174,7 @@ async function loadList() {
     $('#list-error').textContent = '';
     renderList();
   } catch (e) {
-    $('#list-error').textContent = e.message;
+    setText($('#list-error'), e.message);
   }
 }
 
@@ -279,7 +325,7 @@ function drawGraph(detail) {
     const g = drawNode(n, p, cls);
     const cluster = (graph.clusters || []).find((c) => c.id === n.id);
     const t = svg('text', { x: p.x - p.w / 2 + 10, y: p.y - p.h / 2 + 15, class: 'cluster-title' });
-    t.textContent = cluster ? cluster.label : n.label;
+    setText(t, cluster ? cluster.label : n.label);
     g.append(t);
     root.append(g);
     boxes.set(n.id, g);
@@ -320,7 +366,7 @@ function drawGraph(detail) {
     g.append(svg('path', { d, 'marker-end': 'url(#arrow)' }));
     if (e.label) {
       const t = svg('text', { x: lx, y: ly + 4 });
-      t.textContent = e.label;
+      setText(t, e.label);
       const w = e.label.length * 6.5 + 8;
       g.append(svg('rect', { x: lx - w / 2, y: ly - 8, width: w, height: 15, rx: 3 }), t);
     }
@@ -346,7 +392,7 @@ function drawGraph(detail) {
     if (forks.has(n.id)) g.append(svg('rect', { class: 'bar fork-bar', x: p.x - p.w / 2 - 6, y: p.y + p.h / 2 + 3, width: p.w + 12, height: 4 }));
     if (joins.has(n.id)) g.append(svg('rect', { class: 'bar join-bar', x: p.x - p.w / 2 - 6, y: p.y - p.h / 2 - 8, width: p.w + 12, height: 4 }));
     const t = svg('text', { x: p.x, y: p.y });
-    t.textContent = n.label;
+    setText(t, n.label);
     g.append(t);
     (n.parent && boxes.get(n.parent) || root).append(g);
   }
@@ -365,20 +411,20 @@ function renderDetail() {
   const s = d.summary;
   $('#empty-pane').hidden = true;
   $('#session-pane').hidden = false;
-  $('#session-id').textContent = s.id;
-  $('#session-agent').textContent = s.agent;
+  setText($('#session-id'), s.id);
+  setText($('#session-agent'), s.agent);
   $('#phase').replaceChildren(phaseBadge(s.phase));
   $('#phase').dataset.phase = s.phase;
   $('#session-steps').textContent = String(s.steps);
-  $('#session-next').textContent = s.next_step || '—';
-  $('#session-detail').textContent = s.detail ? (s.phase === 'failed' ? 'error: ' : 'signal: ') + s.detail : '';
+  setText($('#session-next'), s.next_step || '—');
+  $('#session-detail').replaceChildren(...(s.detail ? [s.phase === 'failed' ? 'error: ' : 'signal: ', m(s.detail)] : []));
   drawGraph(d);
   const waiting = $('#waiting-panel');
   if (d.interrupt) {
     const fresh = waiting.dataset.interrupt !== d.interrupt.id;
     waiting.hidden = false;
     waiting.dataset.interrupt = d.interrupt.id;
-    $('#interrupt-step').textContent = 'step ' + d.interrupt.step + ', interrupt ' + d.interrupt.id;
+    $('#interrupt-step').replaceChildren('step ', m(d.interrupt.step), ', interrupt ', m(d.interrupt.id));
     const where = $('#interrupt-path');
     const path = d.interrupt.path || '';
     where.dataset.path = path;
@@ -386,7 +432,7 @@ function renderDetail() {
     if (path) {
       const sub = (d.positions || []).find((p) => p.waiting && p.node && p.node.includes('/'));
       where.append('asked inside ', pathTag(path, sub ? 'sub-agent' : 'branch'),
-        sub ? ` (the sub-agent run by step \u201c${sub.node.split('/')[0]}\u201d)` : ' (a parallel branch)',
+        ...(sub ? [' (the sub-agent run by step \u201c', m(sub.node.split('/')[0]), '\u201d)'] : [' (a parallel branch)']),
         '; the answer resumes the run there.');
     } else {
       where.textContent = 'asked by the run\u2019s own loop.';
@@ -422,7 +468,7 @@ function renderDetail() {
   $('#journal').replaceChildren(tree(d.journal));
   $('#fork-form').hidden = !d.writable;
   if (d.update_schema && d.update_schema.properties) {
-    $('#fork-fields').textContent = 'fields of an update: ' + Object.keys(d.update_schema.properties).join(', ');
+    setText($('#fork-fields'), 'fields of an update: ' + Object.keys(d.update_schema.properties).join(', '));
   }
 }
 
@@ -453,15 +499,15 @@ const DECISIONS = [
   ['correct', 'correct'],
 ];
 
-const pretty = (v) => JSON.stringify(v, null, 2);
+const pretty = (v) => visible(JSON.stringify(v, null, 2));
 
 function approvalRow(call, i) {
   const row = el('div', { class: 'call', 'data-call-id': call.call_id });
   const choices = el('div', { class: 'choices' });
   for (const [value, label] of DECISIONS) {
-    const text = value === 'always_allow' && call.allow_key ? label + ' (' + call.allow_key + ')' : label;
+    const key = value === 'always_allow' && call.allow_key ? [' (', m(call.allow_key), ')'] : [];
     choices.append(el('label', { class: 'choice' },
-      el('input', { type: 'radio', name: 'decision-' + i, value }), ' ' + text));
+      el('input', { type: 'radio', name: 'decision-' + i, value }), ' ' + label, ...key));
   }
   const edit = el('textarea', { class: 'call-edit', rows: '4', spellcheck: 'false' });
   edit.value = pretty(call.arguments);
@@ -517,7 +563,7 @@ function widgetAnswer(calls) {
   calls.forEach((call, i) => {
     const row = rows[i];
     const error = row.querySelector('.call-error');
-    const fail = (text) => { error.textContent = text; ok = false; };
+    const fail = (text) => { setText(error, text); ok = false; };
     error.textContent = '';
     const d = chosen(row);
     if (!d) return fail('choose a decision for this call');
@@ -614,7 +660,7 @@ function showProblems(problems) {
     const row = [...document.querySelectorAll('#approval-calls .call')].find((r) => r.dataset.callId === p.call_id);
     if (!row) continue;
     const error = row.querySelector('.call-error');
-    error.textContent = (error.textContent ? error.textContent + '\n' : '') + p.message;
+    error.textContent = (error.textContent ? error.textContent + '\n' : '') + visible(p.message);
   }
 }
 
@@ -626,20 +672,27 @@ function depth(path) {
   return path ? path.split('/').length : 0;
 }
 
+// A value as the timeline sends it: whole, or the beginning of a large
+// one (`cut`), marked with its size.
+function shown(value, cut) {
+  if (cut) return el('bdi', { class: 'cut', text: `${cut.preview}\u2026 (${cut.bytes.toLocaleString()} bytes)` });
+  return m(compact(value));
+}
+
 function changeLines(e) {
   const out = [];
   if (e.changes_of === 'branch' && e.changes.length) {
-    out.push(el('div', { class: 'note muted', text: `in branch ${e.path}\u2019s own state (the run gets it at the join):` }));
+    out.push(el('div', { class: 'note muted' }, 'in branch ', m(e.path), '\u2019s own state (the run gets it at the join):'));
   }
   if (!e.changes.length) {
     out.push(el('div', { class: 'change muted', text: e.kind === 'snapshot' ? 'the state at the start' : e.kind === 'fork' ? 'no change: the branches start from this state' : 'no change' }));
   }
   for (const c of e.changes) {
-    const text = c.op === 'changed' ? `${c.path}: ${compact(c.before)} → ${compact(c.after)}`
-      : c.op === 'removed' ? `${c.path}: ${compact(c.before)}`
-      : `${c.path}: ${compact(c.after)}`;
-    out.push(el('div', { class: 'change op-' + c.op, text: (c.op === 'appended' ? '+ appended ' : c.op + ' ') + text }));
+    const before = shown(c.before, c.before_cut), after = shown(c.after, c.after_cut);
+    const what = c.op === 'changed' ? [before, ' → ', after] : c.op === 'removed' ? [before] : [after];
+    out.push(el('div', { class: 'change op-' + c.op }, (c.op === 'appended' ? '+ appended ' : c.op + ' '), m(c.path), ': ', ...what));
   }
+  if (e.more_changes) out.push(el('div', { class: 'change muted', text: `\u2026 and ${e.more_changes} more changes` }));
   return out;
 }
 
@@ -652,27 +705,27 @@ function renderPathFilter(t) {
   select.value = [...select.options].some((o) => o.value === chosen) ? chosen : '*';
 }
 
-function keep(filter, path) {
-  if (filter === '*') return true;
-  if (filter === '') return path === '';
-  return path === filter || path.startsWith(filter + '/');
-}
-
 function renderTimeline() {
   const t = ui.timeline;
   $('#timeline-note').textContent = t.merged
     ? 'each checkpoint, its task, and what it changed in the state'
     : 'each checkpoint as stored (what it changed needs the agent\u2019s reducers: serve the agent\u2019s own studio)';
   renderPathFilter(t);
-  const filter = $('#path-filter').value;
-  const latest = t.entries.length ? t.entries[t.entries.length - 1].seq : null;
-  const shown = ui.seq === null ? latest : ui.seq;
+  // The entries come a page at a time; the last page holds the latest.
+  const atEnd = t.offset + t.entries.length >= t.total;
+  const latest = atEnd && t.entries.length ? t.entries[t.entries.length - 1].seq : null;
+  const picked = ui.seq === null ? latest : ui.seq;
+  $('#timeline-pager').hidden = t.total <= t.entries.length;
+  $('#timeline-range').textContent = t.entries.length
+    ? `${(t.offset + 1).toLocaleString()}\u2013${(t.offset + t.entries.length).toLocaleString()} of ${t.total.toLocaleString()}`
+    : '';
+  $('#timeline-earlier').disabled = t.offset === 0;
+  $('#timeline-later').disabled = atEnd;
   const items = [];
   let group = null;
   for (const e of t.entries) {
-    if (!keep(filter, e.path)) continue;
     const li = el('li', {
-      class: `checkpoint kind-${e.kind} task-${e.task}` + (e.seq === shown ? ' selected' : ''),
+      class: `checkpoint kind-${e.kind} task-${e.task}` + (e.seq === picked ? ' selected' : ''),
       'data-seq': String(e.seq), 'data-step': e.step, 'data-path': e.path, 'data-kind': e.kind,
     });
     // (Set through the DOM: the page's policy refuses inline styles.)
@@ -685,26 +738,34 @@ function renderTimeline() {
       el('span', { class: 'muted', text: e.kind }),
       el('span', { class: 'muted', text: new Date(e.time).toLocaleTimeString() })));
     if (e.branches) {
-      const names = e.branches.map((b) => b.input !== undefined ? `${b.path} (${compact(b.input)})` : b.path);
-      li.append(el('div', { class: 'branches', text: e.kind === 'fork'
-        ? `forks ${names.length} branch${names.length === 1 ? '' : 'es'}: ${names.join(', ')}; they join at ${e.join}`
-        : `joins ${names.join(', ')}, merged in this order` }));
+      const names = [];
+      e.branches.forEach((b, i) => {
+        if (i) names.push(', ');
+        names.push(m(b.path));
+        if (b.input !== undefined || b.input_cut) names.push(' (', shown(b.input, b.input_cut), ')');
+      });
+      const count = e.branches.length + (e.more_branches || 0);
+      if (e.more_branches) names.push(`, \u2026 and ${e.more_branches} more`);
+      li.append(e.kind === 'fork'
+        ? el('div', { class: 'branches' }, `forks ${count} branch${count === 1 ? '' : 'es'}: `, ...names, '; they join at ', m(e.join))
+        : el('div', { class: 'branches' }, 'joins ', ...names, ', merged in this order'));
     }
+    const record = shown(e.value, e.value_cut);
     if (e.sub_agent) {
-      li.append(el('div', { class: 'change muted', text: 'the sub-agent\u2019s own update (its own state type): ' + compact(e.value) }));
-      if (e.signal) li.append(el('div', { class: 'change muted', text: 'the sub-agent ends: ' + e.signal }));
-      else if (e.next) li.append(el('div', { class: 'change muted', text: 'next in the sub-agent: ' + e.next }));
+      li.append(el('div', { class: 'change muted' }, 'the sub-agent\u2019s own update (its own state type): ', record));
+      if (e.signal) li.append(el('div', { class: 'change muted' }, 'the sub-agent ends: ', m(e.signal)));
+      else if (e.next) li.append(el('div', { class: 'change muted' }, 'next in the sub-agent: ', m(e.next)));
     } else if (e.changes) {
       li.append(...changeLines(e));
     } else {
-      li.append(el('div', { class: 'change', text: compact(e.value) }));
+      li.append(el('div', { class: 'change' }, record));
     }
     li.addEventListener('click', () => { ui.seq = e.seq; renderTimeline(); loadState(); });
     // A sub-agent's records, grouped under the step that runs it.
     if (e.sub_agent) {
       if (!group || group.dataset.subAgent !== e.sub_agent) {
         group = el('li', { class: 'sub-group', 'data-sub-agent': e.sub_agent },
-          el('div', { class: 'sub-head' }, 'sub-agent ', pathTag(e.sub_agent, 'sub-agent'), ` \u2014 run by step \u201c${e.sub_agent.split('/').pop()}\u201d`),
+          el('div', { class: 'sub-head' }, 'sub-agent ', pathTag(e.sub_agent, 'sub-agent'), ' \u2014 run by step \u201c', m(e.sub_agent.split('/').pop()), '\u201d'),
           el('ol', { class: 'sub-records' }));
         group.style.marginLeft = Math.min(depth(e.sub_agent) - 1, 4) * 14 + 'px';
         items.push(group);
@@ -716,8 +777,8 @@ function renderTimeline() {
     }
   }
   $('#timeline').replaceChildren(...items);
-  const picked = t.entries.find((e) => e.seq === shown);
-  ui.picked = picked && picked.node ? picked.node : null;
+  const entry = t.entries.find((e) => e.seq === picked);
+  ui.picked = entry && entry.node ? entry.node : null;
   markPicked();
 }
 
@@ -736,13 +797,13 @@ async function loadState() {
   try {
     const s = await api(`/api/sessions/${encodeURIComponent(id)}/state${q}`);
     if (id !== ui.selected) return;
-    const where = s.path ? (s.sub_agent ? ` in sub-agent ${s.path}` : ` in branch ${s.path}`) : '';
-    $('#state-at').textContent = `after step ${s.index} (\`${s.step}\`${where}, checkpoint ${s.seq})` + (s.merged ? '' : ' — as stored, not merged');
+    const where = s.path ? [s.sub_agent ? ' in sub-agent ' : ' in branch ', m(s.path)] : [];
+    $('#state-at').replaceChildren(`after step ${s.index} (\``, m(s.step), '\`', ...where, `, checkpoint ${s.seq})` + (s.merged ? '' : ' — as stored, not merged'));
     const box = $('#state-tree');
     if (s.merged) {
       box.replaceChildren();
       if (s.task_state) {
-        box.append(el('div', { class: 'muted', text: `branch ${s.path}\u2019s own state:` }), tree(s.task_state),
+        box.append(el('div', { class: 'muted' }, 'branch ', m(s.path), '\u2019s own state:'), tree(s.task_state),
           el('div', { class: 'muted', text: 'the run\u2019s state (it gets the branch\u2019s updates at the join):' }));
       } else if (s.sub_agent) {
         box.append(el('div', { class: 'muted', text: 'the run\u2019s state (a sub-agent\u2019s records change only its own state):' }));
@@ -750,15 +811,39 @@ async function loadState() {
       box.append(tree(s.state));
     } else {
       box.replaceChildren();
-      if (s.snapshot) box.append(el('div', { class: 'muted', text: `snapshot of checkpoint ${s.snapshot.seq} (step ${s.snapshot.index}, \`${s.snapshot.step}\`):` }), tree(s.snapshot.value));
+      if (s.snapshot) box.append(el('div', { class: 'muted' }, `snapshot of checkpoint ${s.snapshot.seq} (step ${s.snapshot.index}, \``, m(s.snapshot.step), '\`):'), tree(s.snapshot.value));
       if (s.updates.length) box.append(el('div', { class: 'muted', text: 'updates after it, unmerged:' }));
-      for (const u of s.updates) box.append(el('div', { class: 'muted', text: `checkpoint ${u.seq} (\`${u.step}\`)` }), tree(u.value));
+      for (const u of s.updates) box.append(el('div', { class: 'muted' }, `checkpoint ${u.seq} (\``, m(u.step), '\`)'), tree(u.value));
     }
     $('#fork-form').dataset.index = String(s.index);
-    $('#fork-form h4').textContent = `Fork after step ${s.index} (\`${s.step}\`)`
-      + (s.path ? ' \u2014 from the run\u2019s state: a branch\u2019s or sub-agent\u2019s changes are in it only once merged' : '');
+    $('#fork-form h4').replaceChildren(`Fork after step ${s.index} (\``, m(s.step), '\`)'
+      + (s.path ? ' \u2014 from the run\u2019s state: a branch\u2019s or sub-agent\u2019s changes are in it only once merged' : ''));
   } catch (e) {
-    $('#session-error').textContent = e.message;
+    setText($('#session-error'), e.message);
+  }
+}
+
+// The timeline's URL: the task chosen, and the page (the server filters
+// and pages; without an offset it sends the last page).
+function timelineUrl(id) {
+  const params = new URLSearchParams();
+  const filter = $('#path-filter').value;
+  if (filter !== '*') params.set('path', filter);
+  if (ui.offset !== null) params.set('offset', String(ui.offset));
+  const q = params.toString();
+  return `/api/sessions/${encodeURIComponent(id)}/timeline` + (q ? '?' + q : '');
+}
+
+async function loadTimeline() {
+  const id = ui.selected;
+  if (!id) return;
+  try {
+    const timeline = await api(timelineUrl(id));
+    if (id !== ui.selected) return;
+    ui.timeline = timeline;
+    renderTimeline();
+  } catch (e) {
+    setText($('#session-error'), e.message);
   }
 }
 
@@ -768,7 +853,7 @@ async function loadSession() {
   try {
     const [detail, timeline] = await Promise.all([
       api(`/api/sessions/${encodeURIComponent(id)}`),
-      api(`/api/sessions/${encodeURIComponent(id)}/timeline`),
+      api(timelineUrl(id)),
     ]);
     if (id !== ui.selected) return;
     ui.detail = detail;
@@ -778,12 +863,16 @@ async function loadSession() {
     renderTimeline();
     await loadState();
   } catch (e) {
-    $('#session-error').textContent = e.message;
+    setText($('#session-error'), e.message);
   }
 }
 
 function select(id) {
-  if (ui.selected !== id) ui.seq = null;
+  if (ui.selected !== id) {
+    ui.seq = null;
+    ui.offset = null;
+    $('#path-filter').value = '*';
+  }
   ui.selected = id;
   history.replaceState(null, '', location.search + '#session=' + encodeURIComponent(id));
   renderList();
@@ -808,7 +897,7 @@ $('#answer-form').addEventListener('submit', async (ev) => {
     try {
       answer = JSON.parse($('#answer').value);
     } catch (e) {
-      error.textContent = 'not JSON: ' + e.message + ' (a text answer is quoted: "yes")';
+      setText(error, 'not JSON: ' + e.message + ' (a text answer is quoted: "yes")');
       return;
     }
   }
@@ -821,7 +910,7 @@ $('#answer-form').addEventListener('submit', async (ev) => {
     });
     $('#answer-status').textContent = 'answered; following the run…';
   } catch (e) {
-    error.textContent = e.message;
+    setText(error, e.message);
     showProblems(e.problems || []);
     $('#answer-submit').disabled = false;
   }
@@ -844,7 +933,7 @@ $('#fork-form').addEventListener('submit', async (ev) => {
   try {
     update = JSON.parse($('#fork-update').value);
   } catch (e) {
-    error.textContent = 'not JSON: ' + e.message;
+    setText(error, 'not JSON: ' + e.message);
     return;
   }
   try {
@@ -853,11 +942,11 @@ $('#fork-form').addEventListener('submit', async (ev) => {
       method: 'POST',
       body: JSON.stringify({ index, update }),
     });
-    $('#fork-status').textContent = 'forked: ' + r.session;
+    setText($('#fork-status'), 'forked: ' + r.session);
     await loadList();
     select(r.session);
   } catch (e) {
-    error.textContent = e.message;
+    setText(error, e.message);
   }
 });
 
@@ -865,7 +954,19 @@ $('#answer').addEventListener('input', () => { $('#answer-error').textContent = 
 $('#fork-update').addEventListener('input', () => { $('#fork-error').textContent = ''; });
 $('#search').addEventListener('input', renderList);
 $('#phase-filter').addEventListener('change', renderList);
-$('#path-filter').addEventListener('change', () => { if (ui.timeline) renderTimeline(); });
+$('#path-filter').addEventListener('change', () => { ui.offset = null; loadTimeline(); });
+$('#timeline-earlier').addEventListener('click', () => {
+  const t = ui.timeline;
+  ui.offset = Math.max(0, t.offset - t.limit);
+  loadTimeline();
+});
+$('#timeline-later').addEventListener('click', () => {
+  const t = ui.timeline;
+  const next = t.offset + t.limit;
+  // The last page is followed live as the session grows.
+  ui.offset = next + t.limit >= t.total ? null : next;
+  loadTimeline();
+});
 
 // ---- long-term memory ----
 
@@ -908,7 +1009,7 @@ async function loadNamespaces(more) {
     $('#ns-error').textContent = '';
     renderNamespaces();
   } catch (e) {
-    $('#ns-error').textContent = e.message;
+    setText($('#ns-error'), e.message);
   }
 }
 
@@ -974,7 +1075,7 @@ function valueBox(item) {
         const whole = await api('/api/memory/item?' + new URLSearchParams({ namespace: nsParam(item.namespace), key: item.key }));
         box.replaceWith(valueBox(whole));
       } catch (e) {
-        $('#memory-error').textContent = e.message;
+        setText($('#memory-error'), e.message);
       }
     });
     box.append(el('pre', { class: 'value', text: item.preview + '\u2026' }),
@@ -998,14 +1099,14 @@ function renderItems(page) {
   $('#items').replaceChildren(...rows);
   $('#items-empty').hidden = rows.length > 0;
   const first = page.offset + 1, last = page.offset + rows.length;
-  $('#items-range').textContent = memory.q ? `closest to \u201c${memory.q}\u201d` : '';
+  setText($('#items-range'), memory.q ? `closest to \u201c${memory.q}\u201d` : '');
   $('#items-page').textContent = rows.length ? `${first}\u2013${last}${page.more ? ' of more' : ''}` : '';
   $('#items-prev').disabled = page.offset === 0;
   $('#items-next').disabled = !page.more;
 }
 
 async function loadItems() {
-  $('#items-namespace').textContent = nsText(memory.selected);
+  setText($('#items-namespace'), nsText(memory.selected));
   const paging = { limit: String(memory.limit), offset: String(memory.offset) };
   const path = memory.q
     ? '/api/memory/search?' + memoryQuery({ q: memory.q, ...paging })
@@ -1015,7 +1116,7 @@ async function loadItems() {
     $('#memory-error').textContent = '';
     renderItems(page);
   } catch (e) {
-    $('#memory-error').textContent = e.message;
+    setText($('#memory-error'), e.message);
     $('#items').replaceChildren();
     $('#items-empty').hidden = true;
     $('#items-page').textContent = '';
@@ -1050,7 +1151,7 @@ async function loadReports() {
     evals.reports = await api('/api/evals');
     $('#reports-error').textContent = '';
   } catch (e) {
-    $('#reports-error').textContent = e.message;
+    setText($('#reports-error'), e.message);
     return;
   }
   $('#reports tbody').replaceChildren(...evals.reports.map((r) => {
@@ -1111,13 +1212,13 @@ async function loadReport(index) {
     r = await api('/api/evals/' + index);
     $('#report-error').textContent = '';
   } catch (e) {
-    $('#report-error').textContent = e.message;
+    setText($('#report-error'), e.message);
     return;
   }
   if (evals.selected !== index) evals.open.clear();
   evals.selected = index;
   for (const tr of document.querySelectorAll('#reports tbody tr')) tr.classList.toggle('selected', tr.dataset.report === String(index));
-  $('#report-title').textContent = `${r.experiment} on ${r.dataset}` + (r.model ? ` (${r.model})` : '');
+  $('#report-title').replaceChildren(m(r.experiment), ' on ', m(r.dataset), ...(r.model ? [' (', m(r.model), ')'] : []));
   $('#report-title').classList.remove('muted');
   const means = r.evaluators.map((e) => `${e.name} ${e.mean.toFixed(2)}`).join(' \u00b7 ');
   $('#report-facts').replaceChildren(
@@ -1183,17 +1284,17 @@ async function start() {
   try {
     ui.info = await api('/api/info');
   } catch (e) {
-    $('#list-error').textContent = e.message;
+    setText($('#list-error'), e.message);
     return;
   }
-  $('#title').textContent = ui.info.title;
+  setText($('#title'), ui.info.title);
   $('#mode').textContent = ui.info.writable ? 'answers and forks' : 'read-only';
   $('#views').hidden = !ui.info.memory && !ui.info.evals;
   $('#views .tab[data-view="memory"]').hidden = !ui.info.memory;
   $('#views .tab[data-view="evals"]').hidden = !ui.info.evals;
   await loadList();
-  const m = location.hash.match(/session=([^&]+)/);
-  if (m) select(decodeURIComponent(m[1]));
+  const linked = location.hash.match(/session=([^&]+)/);
+  if (linked) select(decodeURIComponent(linked[1]));
   if (ui.info.memory && location.hash === '#memory') showView('memory');
   if (ui.info.evals && location.hash === '#evals') showView('evals');
   follow();

@@ -1,6 +1,7 @@
 //! Errors: [`StudioError`] for starting the studio, [`ApiError`] for a
 //! request, answered as `{"error": "…"}` with its HTTP status.
 
+use crate::redact;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -134,13 +135,26 @@ pub(crate) enum ApiError {
     Memory(MemoryError),
     #[error(transparent)]
     Session(#[from] SessionError),
+    #[error("a write sends JSON: Content-Type must be application/json, not {0:?}")]
+    NotJson(String),
+    #[error(
+        "a write comes from the studio's own page: origin {origin:?} is not this studio's \
+         ({host:?})"
+    )]
+    ForeignOrigin { origin: String, host: String },
+    /// The work of a request ended without an answer (it panicked).
+    #[error("the studio could not answer: {0}")]
+    Failed(String),
 }
 
 impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized | ApiError::TokenNotInHeader => StatusCode::UNAUTHORIZED,
-            ApiError::ReadOnly | ApiError::OtherAgent { .. } => StatusCode::FORBIDDEN,
+            ApiError::ReadOnly | ApiError::OtherAgent { .. } | ApiError::ForeignOrigin { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            ApiError::NotJson(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NoSession(_)
             | ApiError::NoCheckpoint { .. }
             | ApiError::NoMemory
@@ -168,9 +182,10 @@ impl ApiError {
                 | SessionError::NoInterrupt(_)
                 | SessionError::PendingInterrupt(_),
             ) => StatusCode::CONFLICT,
-            ApiError::Unreadable { .. } | ApiError::Store { .. } | ApiError::Session(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            ApiError::Unreadable { .. }
+            | ApiError::Store { .. }
+            | ApiError::Session(_)
+            | ApiError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -178,9 +193,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let mut body = serde_json::json!({ "error": self.to_string() });
+        // A message may quote what a store or a model wrote.
+        let mut body = serde_json::json!({ "error": redact::text(&self.to_string()) });
         if let ApiError::Decisions { problems, .. } = &self {
             body["problems"] = serde_json::json!(problems);
+            redact::json(&mut body["problems"]);
         }
         if let ApiError::Memory(e) = &self {
             body["kind"] = serde_json::json!(memory_kind(e));

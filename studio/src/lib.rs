@@ -19,9 +19,15 @@
 //!   its step), the update as stored and, with the agent's state type,
 //!   what it changed in the state (a diff of the merged states: a branch's
 //!   step in the branch's own state, the run's state at the join); a fork
-//!   or a join lists its branches. It can be filtered by path. Checkpoints record updates, not model or tool
-//!   calls; the page shows the current step's journal (interrupt answers
-//!   and `cx.once` results) as recorded, and nothing it does not have.
+//!   or a join lists its branches. It can be filtered by path. It comes a
+//!   page at a time, the latest first, and each entry is bounded (a large
+//!   value is sent as its beginning, marked with its size): the states are
+//!   merged in one pass up to the page, and only the page's records are
+//!   diffed, from the fields their updates wrote, so a long session with a
+//!   growing state costs its length, not its length times its state.
+//!   Checkpoints record updates, not model or tool calls; the page shows
+//!   the current step's journal (interrupt answers and `cx.once` results)
+//!   as recorded, and nothing it does not have.
 //! - **State** at any checkpoint, as a tree: merged through the reducers
 //!   with the state type, else the snapshot and the updates after it as
 //!   stored.
@@ -57,10 +63,22 @@
 //!
 //! The studio listens on loopback only ([`StudioError::NotLoopback`]
 //! otherwise) and makes a random token at start; every API call needs it
-//! (the URL [`Serving::url`] prints carries it, and the page sends it in the
-//! `x-studio-token` header). Answering and forking need the header, and a
-//! read-only studio ([`Studio::read_only`], what `harness studio` runs) has
-//! no write action at all.
+//! (the URL [`Serving::url`] prints carries it; the page keeps it in its
+//! tab's session storage, takes it out of the address bar and its history,
+//! and sends it in the `x-studio-token` header). Answering and forking need
+//! the header, a JSON body (`Content-Type: application/json`, else 415) and,
+//! when the request names an origin, the studio's own (else 403): a page of
+//! another site cannot write through a visitor's browser, even to a
+//! mounted studio, which has no token. A read-only studio
+//! ([`Studio::read_only`], what `harness studio` runs) has no write action
+//! at all.
+//!
+//! Everything the page shows is text a model or a store wrote: it is set
+//! as text, never markup; invisible characters (bidi controls, zero-width
+//! ones) are shown as `\uXXXX`, and each element holding such text is
+//! isolated from the studio's own words. Every response asks for no
+//! `Referer`, and the process's secrets ([`harness::secrets`]) are replaced
+//! in every error, JSON body and event the studio sends.
 //!
 //! # Serving an application's agent
 //!
@@ -87,6 +105,9 @@ mod error;
 mod evals;
 mod graph;
 mod memory;
+mod pick;
+mod redact;
+mod replay;
 mod server;
 mod source;
 mod view;

@@ -4,6 +4,7 @@ use crate::approval;
 use crate::error::ApiError;
 use crate::evals;
 use crate::memory;
+use crate::redact;
 use crate::source::Source;
 use crate::view::{self, PHASES, Summary};
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -89,7 +90,19 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/memory/search", get(memory::search))
         .route("/api/evals", get(evals::list))
         .route("/api/evals/{index}", get(evals::report))
+        .layer(axum::middleware::from_fn(redact::responses))
+        .layer(axum::middleware::map_response(no_referrer))
         .with_state(Arc::new(app))
+}
+
+/// Every response: a page of the studio names nothing of it (a session's
+/// id in its URL, a token) to a site a link leads to.
+async fn no_referrer(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
 }
 
 /// The page and its script with their absolute URLs (`/studio.css`,
@@ -231,6 +244,49 @@ impl FromRequestParts<Shared> for Authorized {
     }
 }
 
+/// A write a browser could only have sent from the studio's own page: its
+/// body is JSON (which a page of another site cannot post without a
+/// preflight, which the studio does not answer), and the origin it names,
+/// if any, is the one the request is addressed to. A client that is no
+/// browser names no origin. A mounted studio has no token of its own, so
+/// this is what keeps another site's page from writing through a
+/// visitor's browser.
+pub(crate) struct SameOriginJson;
+
+impl FromRequestParts<Shared> for SameOriginJson {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &Shared) -> Result<Self, ApiError> {
+        let text = |name| {
+            parts
+                .headers
+                .get(name)
+                .map(|v| v.to_str().unwrap_or("(not text)").trim().to_owned())
+        };
+        let kind = text(header::CONTENT_TYPE).unwrap_or_default();
+        let mime = kind.split(';').next().unwrap_or_default().trim();
+        if !mime.eq_ignore_ascii_case("application/json") {
+            return Err(ApiError::NotJson(kind));
+        }
+        if let Some(origin) = text(header::ORIGIN) {
+            let host = text(header::HOST)
+                .or_else(|| parts.uri.authority().map(|a| a.to_string()))
+                .unwrap_or_default();
+            let own = !host.is_empty()
+                && ["http://", "https://"].iter().any(|scheme| {
+                    origin
+                        .get(..scheme.len())
+                        .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+                        && origin[scheme.len()..].eq_ignore_ascii_case(&host)
+                });
+            if !own {
+                return Err(ApiError::ForeignOrigin { origin, host });
+            }
+        }
+        Ok(SameOriginJson)
+    }
+}
+
 async fn info(State(app): State<Shared>, _: Authorized) -> Json<Value> {
     Json(json!({
         "title": app.title,
@@ -320,6 +376,21 @@ struct TimelineQuery {
     /// A task's path: its records and those of the tasks inside it; empty
     /// for the run's own loop alone.
     path: Option<String>,
+    /// The position of the page's first record among those kept; the last
+    /// page without it.
+    offset: Option<usize>,
+    /// Records per page (default and most: [`view::TIMELINE_PAGE`]).
+    limit: Option<usize>,
+}
+
+/// Runs `work` (merging a session's states: as long as its log) on a
+/// thread that may block, not on the server's own.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::Failed(e.to_string()))?
 }
 
 async fn timeline(
@@ -340,10 +411,27 @@ async fn timeline(
             )));
         }
     };
+    let (default, most) = view::TIMELINE_PAGE;
+    let limit = match query.limit {
+        None => default,
+        Some(n) if (1..=most).contains(&n) => n,
+        Some(n) => {
+            return Err(ApiError::BadRequest(format!(
+                "limit {n}: a page holds 1 to {most} records"
+            )));
+        }
+    };
+    let page = view::Page {
+        offset: query.offset,
+        limit,
+    };
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
     let log = view::log(app.source.store(), &head).await?;
-    Ok(Json(view::timeline(&*app.source, &head, log, only.as_ref())?).into_response())
+    let source = Arc::clone(&app.source);
+    let timeline =
+        blocking(move || view::timeline(&*source, &head, &log, only.as_ref(), page)).await?;
+    Ok(Json(timeline).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -360,7 +448,9 @@ async fn state(
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
     let log = view::log(app.source.store(), &head).await?;
-    Ok(Json(view::state_at(&*app.source, &head, log, query.seq)?).into_response())
+    let source = Arc::clone(&app.source);
+    let state = blocking(move || view::state_at(&*source, &head, &log, query.seq)).await?;
+    Ok(Json(state).into_response())
 }
 
 /// A JSON body, refused with a typed error that says what is wrong.
@@ -378,6 +468,7 @@ struct AnswerBody {
 async fn answer(
     State(app): State<Shared>,
     _: Authorized,
+    _: SameOriginJson,
     Path(id): Path<String>,
     raw: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
@@ -452,6 +543,7 @@ struct ForkBody {
 async fn fork(
     State(app): State<Shared>,
     _: Authorized,
+    _: SameOriginJson,
     Path(id): Path<String>,
     raw: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
@@ -482,6 +574,11 @@ struct Watch {
 }
 
 fn event(name: &str, data: &impl serde::Serialize) -> Event {
+    let mut data = match serde_json::to_value(data) {
+        Ok(data) => data,
+        Err(e) => return Event::default().event("error").data(e.to_string()),
+    };
+    redact::json(&mut data);
     Event::default()
         .event(name)
         .json_data(data)

@@ -2,7 +2,7 @@
 //! state at a checkpoint, read from the store (and merged through the
 //! agent's reducers when the studio has them).
 
-use crate::diff::{Change, diff};
+use crate::diff::{Bound, Change, Cut, bounded};
 use crate::error::ApiError;
 use crate::graph::{self, Graph};
 use crate::source::Source;
@@ -239,6 +239,20 @@ pub(crate) fn task_of(kind: &CheckpointKind) -> Option<(TaskPath, bool)> {
     })
 }
 
+/// What one timeline entry may carry: each value (the record as stored, a
+/// change's before and after, a branch's input) at most this many bytes of
+/// compact JSON, and at most this many changes.
+pub(crate) const ENTRY_BOUND: Bound = Bound {
+    value_bytes: 2048,
+    changes: 20,
+};
+
+/// The branches a fork's or a join's entry lists at most.
+pub(crate) const ENTRY_BRANCHES: usize = 100;
+
+/// Timeline entries sent per page unless asked otherwise, and at most.
+pub(crate) const TIMELINE_PAGE: (usize, usize) = (100, 500);
+
 /// A branch a fork started, as the timeline lists it.
 #[derive(Debug, Serialize)]
 pub(crate) struct BranchInfo {
@@ -248,6 +262,9 @@ pub(crate) struct BranchInfo {
     /// A fan-out branch's input.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) input: Option<Value>,
+    /// The input, when too large to send whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) input_cut: Option<Cut>,
 }
 
 /// One checkpoint on the timeline.
@@ -271,27 +288,42 @@ pub(crate) struct Entry {
     /// The step's node in the graph, when drawn.
     pub(crate) node: Option<String>,
     /// For a fork: the branches it started, in merge order; for a join:
-    /// the branches it merged, in the order applied.
+    /// the branches it merged, in the order applied (at most
+    /// [`ENTRY_BRANCHES`]).
     pub(crate) branches: Option<Vec<BranchInfo>>,
+    /// Branches past those listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) more_branches: usize,
     /// For a fork: the step its branches join at.
     pub(crate) join: Option<String>,
     /// For a sub-agent's update: its next step, or the signal it ended
     /// with.
     pub(crate) next: Option<String>,
     pub(crate) signal: Option<String>,
-    /// The record as stored (a sub-agent's record: the record inside).
+    /// The record as stored (a sub-agent's record: the record inside);
+    /// null when too large to send whole.
     pub(crate) value: Value,
+    /// The record, when too large to send whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) value_cut: Option<Cut>,
     /// What it changed, merged through the reducers: in the run's state,
     /// or for a branch's record in the branch's own state (`changes_of`).
     /// `None` without the state type, and for a sub-agent's records (in
     /// its own state type).
     pub(crate) changes: Option<Vec<Change>>,
+    /// Changes past those listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) more_changes: usize,
     /// Whose state `changes` is about: `run` or `branch`.
     pub(crate) changes_of: Option<&'static str>,
 }
 
-/// The timeline: every record of the log, with what it changed when the
-/// state can be merged.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The timeline: a page of the records of the log, with what each changed
+/// when the state can be merged.
 #[derive(Debug, Serialize)]
 pub(crate) struct Timeline {
     /// Whether `changes` are diffs of the merged state (true), or absent
@@ -300,73 +332,119 @@ pub(crate) struct Timeline {
     /// Every task the records show (`""` for the run's own loop), in the
     /// order they first appear: what `?path=` filters on.
     pub(crate) paths: Vec<TaskPath>,
+    /// How many records the filter keeps.
+    pub(crate) total: usize,
+    /// The position of the first entry among them.
+    pub(crate) offset: usize,
+    /// The most entries a page holds.
+    pub(crate) limit: usize,
     pub(crate) entries: Vec<Entry>,
 }
 
+/// Which page of the timeline: `limit` entries from `offset`, or the last
+/// `limit` without one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Page {
+    pub(crate) offset: Option<usize>,
+    pub(crate) limit: usize,
+}
+
 /// The timeline; with `only`, the records of that task and of the tasks
-/// inside it (the run's loop alone for the root).
+/// inside it (the run's loop alone for the root), a page of them. The
+/// state is merged up to the page's last record, and only the page's
+/// records say what they changed.
 pub(crate) fn timeline(
     source: &dyn Source,
     head: &StoredRun,
-    log: Vec<Checkpoint>,
+    log: &[Checkpoint],
     only: Option<&TaskPath>,
+    page: Page,
 ) -> Result<Timeline, ApiError> {
-    let states = source.merge(&head.session_id, &log).transpose()?;
-    let graph = graph_of(source, head, &log);
-    let mut entries = Vec::with_capacity(log.len());
     let mut paths: Vec<TaskPath> = Vec::new();
-    for (i, cp) in log.into_iter().enumerate() {
-        let (path, is_step) = task_of(&cp.kind).unwrap_or((TaskPath::root(), false));
-        if !paths.contains(&path) {
-            paths.push(path.clone());
-        }
+    let mut kept = Vec::new();
+    for (i, cp) in log.iter().enumerate() {
+        let (path, _) = task_of(&cp.kind).unwrap_or((TaskPath::root(), false));
         let keep = match only {
             None => true,
             Some(p) if p.is_root() => path.is_root(),
             Some(p) => path.starts_with(p),
         };
-        if !keep {
-            continue;
+        if !paths.contains(&path) {
+            paths.push(path);
         }
-        let sub_agent = match &cp.kind {
-            CheckpointKind::Child(c) => Some(c.path.clone()),
-            _ => None,
+        if keep {
+            kept.push(i);
+        }
+    }
+    let total = kept.len();
+    let offset = page
+        .offset
+        .unwrap_or(total.saturating_sub(page.limit))
+        .min(total);
+    let shown = &kept[offset..total.min(offset.saturating_add(page.limit))];
+    // A sub-agent's records change its own state, of another type.
+    let asked: Vec<usize> = shown
+        .iter()
+        .copied()
+        .filter(|&i| !matches!(log[i].kind, CheckpointKind::Child(_)))
+        .collect();
+    let changed = source
+        .changes(&head.session_id, log, &asked, ENTRY_BOUND)
+        .transpose()?;
+    let merged = changed.is_some();
+    let mut changed = changed.map(Vec::into_iter);
+    let graph = graph_of(source, head, log);
+    let max = ENTRY_BOUND.value_bytes;
+    let mut entries = Vec::with_capacity(shown.len());
+    for &i in shown {
+        let cp = &log[i];
+        let (path, is_step) = task_of(&cp.kind).unwrap_or((TaskPath::root(), false));
+        let (sub_agent, next, signal, inner) = match &cp.kind {
+            CheckpointKind::Child(c) => (
+                Some(c.path.clone()),
+                c.next.clone(),
+                c.signal.as_ref().map(|s| s.to_string()),
+                &*c.record,
+            ),
+            kind => (None, None, None, kind),
         };
-        let (changes, changes_of) = match (&states, &sub_agent) {
-            (Some(s), None) => match &s[i].task {
-                Some((before, after)) => (Some(diff(before, after)), Some("branch")),
-                None if i == 0 => (Some(Vec::new()), Some("run")),
-                None => (Some(diff(&s[i - 1].run, &s[i].run)), Some("run")),
+        let (changes, more_changes, changes_of) = match (&mut changed, &sub_agent) {
+            (Some(changed), None) => match changed.next() {
+                Some(c) => (Some(c.changes.list), c.changes.more, Some(c.of)),
+                None => (None, 0, None),
             },
-            _ => (None, None),
+            _ => (None, 0, None),
         };
-        let (mut next, mut signal) = (None, None);
-        let inner = match cp.kind {
-            CheckpointKind::Child(c) => {
-                next = c.next;
-                signal = c.signal.map(|s| s.to_string());
-                *c.record
-            }
-            kind => kind,
-        };
-        let (branches, join) = match &inner {
+        let (branches, more_branches, join) = match inner {
             CheckpointKind::Fork(f) => (
                 Some(
                     f.branches
                         .iter()
-                        .map(|b| BranchInfo {
-                            path: b.path.clone(),
-                            step: b.step.clone(),
-                            input: b.input.clone(),
+                        .take(ENTRY_BRANCHES)
+                        .map(|b| {
+                            let (input, input_cut) = match b.input.as_ref().map(|v| bounded(v, max))
+                            {
+                                None => (None, None),
+                                Some(Ok(v)) => (Some(v), None),
+                                Some(Err(cut)) => (None, Some(cut)),
+                            };
+                            BranchInfo {
+                                path: b.path.clone(),
+                                step: b.step.clone(),
+                                input,
+                                input_cut,
+                            }
                         })
                         .collect(),
                 ),
+                f.branches.len().saturating_sub(ENTRY_BRANCHES),
                 Some(f.join.clone()),
             ),
             CheckpointKind::Join(j) => (
                 Some(
                     j.branches
                         .iter()
+                        .take(ENTRY_BRANCHES)
                         .map(|b| BranchInfo {
                             path: b.clone(),
                             step: b
@@ -376,12 +454,14 @@ pub(crate) fn timeline(
                                 .unwrap_or_default()
                                 .to_owned(),
                             input: None,
+                            input_cut: None,
                         })
                         .collect(),
                 ),
+                j.branches.len().saturating_sub(ENTRY_BRANCHES),
                 None,
             ),
-            _ => (None, None),
+            _ => (None, 0, None),
         };
         let task = if sub_agent.is_some() {
             "sub-agent"
@@ -390,7 +470,11 @@ pub(crate) fn timeline(
         } else {
             "branch"
         };
-        let (kind, value) = record_value(inner);
+        let (kind, record) = record_of(inner);
+        let (value, value_cut) = match bounded(&record, max) {
+            Ok(v) => (v, None),
+            Err(cut) => (Value::Null, Some(cut)),
+        };
         entries.push(Entry {
             seq: cp.seq,
             index: cp.index,
@@ -399,24 +483,30 @@ pub(crate) fn timeline(
             } else {
                 None
             },
-            step: cp.step,
+            step: cp.step.clone(),
             time: cp.time,
             kind,
             path,
             task,
             sub_agent,
             branches,
+            more_branches,
             join,
             next,
             signal,
             value,
+            value_cut,
             changes,
+            more_changes,
             changes_of,
         });
     }
     Ok(Timeline {
-        merged: states.is_some(),
+        merged,
         paths,
+        total,
+        offset,
+        limit: page.limit,
         entries,
     })
 }
@@ -457,7 +547,7 @@ pub(crate) struct StateAt {
 pub(crate) fn state_at(
     source: &dyn Source,
     head: &StoredRun,
-    log: Vec<Checkpoint>,
+    log: &[Checkpoint],
     seq: Option<u64>,
 ) -> Result<StateAt, ApiError> {
     let seq = seq.unwrap_or(head.last_seq);
@@ -474,9 +564,8 @@ pub(crate) fn state_at(
         CheckpointKind::Child(c) => Some(c.path.clone()),
         _ => None,
     };
-    if let Some(states) = source.merge(&head.session_id, &log) {
-        let mut states = states?;
-        let merged = states.swap_remove(at);
+    if let Some(states) = source.states_at(&head.session_id, log, at) {
+        let states = states?;
         return Ok(StateAt {
             seq,
             index,
@@ -484,14 +573,14 @@ pub(crate) fn state_at(
             path,
             sub_agent,
             merged: true,
-            state: Some(merged.run),
-            task_state: merged.task.map(|(_, after)| after),
+            state: Some(states.run),
+            task_state: states.task,
             snapshot: None,
             updates: Vec::new(),
         });
     }
     let record = |cp: &Checkpoint| {
-        let value = record_value(cp.kind.clone()).1;
+        let value = serde_json::to_value(record_of(&cp.kind).1).unwrap_or_default();
         Record {
             seq: cp.seq,
             index: cp.index,
@@ -523,25 +612,55 @@ pub(crate) fn state_at(
 /// What a record is called in the timeline, and the value it shows: a
 /// state, an update (a branch's, with its error if it failed, or a
 /// sub-agent's), or the branches of a fork or a join.
-fn record_value(kind: CheckpointKind) -> (&'static str, Value) {
+fn record_of(kind: &CheckpointKind) -> (&'static str, Shown<'_>) {
     match kind {
-        CheckpointKind::Snapshot(v) => ("snapshot", v),
-        CheckpointKind::Update(v) => ("update", v),
-        CheckpointKind::Branch(b) => match b.failed {
-            None => ("branch", b.update),
+        CheckpointKind::Snapshot(v) => ("snapshot", Shown::Value(v)),
+        CheckpointKind::Update(v) => ("update", Shown::Value(v)),
+        CheckpointKind::Branch(b) => match &b.failed {
+            None => ("branch", Shown::Value(&b.update)),
             Some(error) => (
                 "branch",
-                serde_json::json!({ "failed": error, "update": b.update }),
+                Shown::Failed {
+                    failed: error,
+                    update: &b.update,
+                },
             ),
         },
         CheckpointKind::Fork(f) => (
             "fork",
-            serde_json::json!({ "path": f.path, "join": f.join, "branches": f.branches.iter().map(|b| &b.path).collect::<Vec<_>>() }),
+            Shown::Fork {
+                path: &f.path,
+                join: &f.join,
+                branches: f.branches.iter().map(|b| &b.path).collect(),
+            },
         ),
         CheckpointKind::Join(j) => (
             "join",
-            serde_json::json!({ "path": j.path, "branches": j.branches }),
+            Shown::Join {
+                path: &j.path,
+                branches: &j.branches,
+            },
         ),
-        CheckpointKind::Child(c) => record_value(*c.record),
+        CheckpointKind::Child(c) => record_of(&c.record),
     }
+}
+
+/// A record's value, borrowed from the log.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Shown<'a> {
+    Value(&'a Value),
+    Failed {
+        failed: &'a str,
+        update: &'a Value,
+    },
+    Fork {
+        path: &'a TaskPath,
+        join: &'a str,
+        branches: Vec<&'a TaskPath>,
+    },
+    Join {
+        path: &'a TaskPath,
+        branches: &'a [TaskPath],
+    },
 }

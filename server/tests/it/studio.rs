@@ -142,12 +142,19 @@ async fn the_studio_refuses_a_request_without_the_api_key_when_keys_are_set() {
     })
     .await;
 
+    // The page and its files hold no data, and a browser loads the files
+    // without the page's token: served without a key.
+    for path in ["/studio", "/studio/studio.js", "/studio/studio.css"] {
+        let (status, body) = http(addr, "GET", path, &[], "").await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        assert!(!body.contains(READ_KEY) && !body.contains(RUN_KEY));
+    }
     // No key, a wrong key, a key in the query of a write: 401.
     for (method, path, headers) in [
-        ("GET", "/studio", vec![]),
-        ("GET", "/studio/", vec![]),
-        ("GET", "/studio/studio.js", vec![]),
         ("GET", "/studio/api/sessions", vec![]),
+        ("GET", "/studio/api/info", vec![]),
+        ("GET", "/studio/api/memory/namespaces", vec![]),
+        ("GET", "/studio/studio.js/x", vec![]),
         ("GET", "/studio/api/events", vec![]),
         ("GET", "/studio/api/sessions?token=not-a-key", vec![]),
         (

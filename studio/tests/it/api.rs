@@ -496,3 +496,48 @@ async fn a_fork_takes_an_edited_update_checked_as_the_state_s_update() {
     assert_eq!(state["state"]["log"], json!(["drafted", "review: fine"]));
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_response_asks_for_no_referrer() {
+    let w = World::new("referrer").await;
+    let s = w.studio().await;
+    let timeline = format!("/api/sessions/{}/timeline", w.done);
+    let events = format!("/api/events?token={}", s.token());
+    for (path, headers, status) in [
+        ("/", vec![], 200),
+        ("/studio.js", vec![], 200),
+        ("/studio.css", vec![], 200),
+        ("/api/info", vec![("x-studio-token", s.token())], 200),
+        (&timeline, vec![("x-studio-token", s.token())], 200),
+        ("/api/sessions", vec![], 401),
+        (
+            "/api/sessions/nobody",
+            vec![("x-studio-token", s.token())],
+            404,
+        ),
+    ] {
+        let r = request(&s, "GET", path, &headers, None).await;
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        assert_eq!(r.header("referrer-policy"), Some("no-referrer"), "{path}");
+    }
+    // The event stream's head.
+    let mut conn = tokio::net::TcpStream::connect(s.local_addr())
+        .await
+        .unwrap();
+    let req = format!("GET {events} HTTP/1.1\r\nHost: studio\r\n\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut conn, req.as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::io::AsyncReadExt::read(&mut conn, &mut buf)
+            .await
+            .unwrap();
+        assert!(n > 0);
+        head.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.contains("referrer-policy: no-referrer"), "{head}");
+    s.shutdown().await.unwrap();
+}

@@ -42,7 +42,7 @@ fn chromium() -> PathBuf {
 }
 
 /// A headless browser and one page, attached with a flat session.
-struct Browser {
+pub(crate) struct Browser {
     child: Child,
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     session: String,
@@ -51,7 +51,7 @@ struct Browser {
 }
 
 impl Browser {
-    async fn launch() -> Browser {
+    pub(crate) async fn launch() -> Browser {
         let profile = temp_dir("chromium");
         let mut child = Command::new(chromium())
             .args([
@@ -118,7 +118,7 @@ impl Browser {
     }
 
     /// A browser showing `url`.
-    async fn open(url: &str) -> Browser {
+    pub(crate) async fn open(url: &str) -> Browser {
         let mut b = Browser::launch().await;
         b.call("Page.enable", json!({})).await;
         b.call("Page.navigate", json!({"url": url})).await;
@@ -126,17 +126,30 @@ impl Browser {
     }
 
     /// Opens the studio at `url` and picks `session` in its list.
-    async fn open_session(url: &str, session: &impl std::fmt::Display) -> Browser {
+    pub(crate) async fn open_session(url: &str, session: &impl std::fmt::Display) -> Browser {
         let mut b = Browser::open(url).await;
         let row = format!("#sessions tr[data-id=\"{session}\"]");
         b.wait_for("the session", &format!("document.querySelector('{row}')"))
             .await;
-        b.click(&row).await;
+        // The list is drawn again when the event stream first reports, and
+        // a press and a release on two drawings of the row are no click:
+        // clicked until the row is picked.
+        let picked = format!("document.querySelector('{row}.selected')");
+        for _ in 0..20 {
+            b.click(&row).await;
+            for _ in 0..20 {
+                if b.has(&format!("{row}.selected")).await {
+                    return b;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        b.wait_for("the session picked", &picked).await;
         b
     }
 
     /// The text of the element (`null`'s text if there is none).
-    async fn text(&mut self, selector: &str) -> String {
+    pub(crate) async fn text(&mut self, selector: &str) -> String {
         let v = self
             .eval(&format!(
                 "(document.querySelector({}) || {{}}).textContent",
@@ -147,7 +160,7 @@ impl Browser {
     }
 
     /// The value of a form field.
-    async fn value(&mut self, selector: &str) -> String {
+    pub(crate) async fn value(&mut self, selector: &str) -> String {
         let v = self
             .eval(&format!(
                 "document.querySelector({}).value",
@@ -158,14 +171,14 @@ impl Browser {
     }
 
     /// Whether the element matching `selector` exists.
-    async fn has(&mut self, selector: &str) -> bool {
+    pub(crate) async fn has(&mut self, selector: &str) -> bool {
         self.eval(&format!("!!document.querySelector({})", json!(selector)))
             .await
             == json!(true)
     }
 
     /// Every error the page shows, joined.
-    async fn errors(&mut self) -> String {
+    pub(crate) async fn errors(&mut self) -> String {
         let v = self
             .eval("[...document.querySelectorAll('.error')].map(e => e.textContent).filter(t => t).join(' | ')")
             .await;
@@ -173,7 +186,7 @@ impl Browser {
     }
 
     /// Sends a command (to the page once attached) and returns its result.
-    async fn call(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let mut msg = json!({"id": id, "method": method, "params": params});
@@ -202,7 +215,7 @@ impl Browser {
     }
 
     /// Evaluates `expr` in the page (promises awaited) and returns its value.
-    async fn eval(&mut self, expr: &str) -> Value {
+    pub(crate) async fn eval(&mut self, expr: &str) -> Value {
         let r = self
             .call(
                 "Runtime.evaluate",
@@ -219,7 +232,7 @@ impl Browser {
     /// net.
     /// Waits until the open session is done and its waiting panel gone,
     /// as the page follows a resumed run live.
-    async fn wait_until_done(&mut self) {
+    pub(crate) async fn wait_until_done(&mut self) {
         self.wait_for(
             "the session done",
             "document.querySelector('#phase').dataset.phase === 'done'",
@@ -232,7 +245,7 @@ impl Browser {
         .await;
     }
 
-    async fn wait_for(&mut self, what: &str, expr: &str) {
+    pub(crate) async fn wait_for(&mut self, what: &str, expr: &str) {
         for _ in 0..300 {
             if self.eval(&format!("!!({expr})")).await == json!(true) {
                 return;
@@ -244,7 +257,7 @@ impl Browser {
     }
 
     /// The centre of the element, scrolled into view.
-    async fn centre(&mut self, selector: &str) -> (f64, f64) {
+    pub(crate) async fn centre(&mut self, selector: &str) -> (f64, f64) {
         let v = self
             .eval(&format!(
                 "(() => {{ const e = document.querySelector({sel}); e.scrollIntoView({{block: 'center'}}); \
@@ -256,7 +269,7 @@ impl Browser {
     }
 
     /// A real mouse click on the element.
-    async fn click(&mut self, selector: &str) {
+    pub(crate) async fn click(&mut self, selector: &str) {
         let (x, y) = self.centre(selector).await;
         for kind in ["mousePressed", "mouseReleased"] {
             self.call(
@@ -268,7 +281,7 @@ impl Browser {
     }
 
     /// Clicks into a text field, clears it and types `text`.
-    async fn type_into(&mut self, selector: &str, text: &str) {
+    pub(crate) async fn type_into(&mut self, selector: &str, text: &str) {
         self.click(selector).await;
         self.eval(&format!(
             "document.querySelector({}).select()",
@@ -279,7 +292,7 @@ impl Browser {
     }
 
     /// A PNG of the element.
-    async fn screenshot(&mut self, selector: &str, name: &str) {
+    pub(crate) async fn screenshot(&mut self, selector: &str, name: &str) {
         self.centre(selector).await;
         let r = self
             .eval(&format!(
@@ -311,7 +324,7 @@ impl Browser {
     /// waits for it to end with its processes, so that its profile can be
     /// deleted whole (killed, its helpers went on writing there); killed
     /// if it has not ended within 10 s.
-    async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         self.next_id += 1;
         let msg = json!({"id": self.next_id, "method": "Browser.close"});
         let _ = self.ws.send(Message::Text(msg.to_string().into())).await;
@@ -1097,4 +1110,74 @@ async fn in_a_browser_an_eval_report_shows_each_case_its_scores_and_reasons_and_
     );
     assert_eq!(b.errors().await, "");
     b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_the_token_leaves_the_address_bar_and_the_page_still_works() {
+    let w = World::new("browser-token").await;
+    let studio = w.studio().await;
+    let token = studio.token().to_owned();
+    assert!(studio.url().contains(&token));
+    // Opened on a session's link: the token, then the session.
+    let mut b = Browser::open(&format!("{}#session={}", studio.url(), w.done)).await;
+    b.wait_for(
+        "the session's timeline",
+        "document.querySelectorAll('#timeline .checkpoint').length === 4",
+    )
+    .await;
+    b.wait_for(
+        "the page live",
+        "document.querySelector('#live').classList.contains('on')",
+    )
+    .await;
+
+    // Out of the address bar (and so of the history and of any link
+    // copied), kept for this tab.
+    let href = b.eval("location.href").await;
+    let href = href.as_str().unwrap();
+    assert!(!href.contains(&token) && !href.contains("token"), "{href}");
+    assert!(href.ends_with(&format!("/#session={}", w.done)), "{href}");
+    assert_eq!(
+        b.eval("Object.keys(sessionStorage).map(k => sessionStorage.getItem(k)).join()")
+            .await,
+        json!(token)
+    );
+    let carrying = b
+        .eval(&format!(
+            "[...document.querySelectorAll('[href], [src]')].filter(e => (e.href || e.src).includes({})).length",
+            json!(token)
+        ))
+        .await;
+    assert_eq!(carrying, 0, "no link or file of the page names the token");
+
+    // Another session, then a reload: the token comes from the tab's
+    // storage, the session from the address.
+    b.click(&format!("#sessions tr[data-id=\"{}\"]", w.waiting))
+        .await;
+    b.wait_for(
+        "the waiting session",
+        &format!(
+            "location.hash === '#session={}' && !document.querySelector('#waiting-panel').hidden",
+            w.waiting
+        ),
+    )
+    .await;
+    b.eval("window.before_reload = true").await;
+    b.call("Page.reload", json!({})).await;
+    b.wait_for(
+        "the page again, live, with the waiting session",
+        &format!(
+            "window.before_reload === undefined && document.querySelector('#session-id') && \
+             document.querySelector('#session-id').textContent === '{}' && \
+             document.querySelectorAll('#timeline .checkpoint').length === 2 && \
+             document.querySelector('#live').classList.contains('on')",
+            w.waiting
+        ),
+    )
+    .await;
+    let href = b.eval("location.href").await;
+    assert!(!href.as_str().unwrap().contains("token"), "{href}");
+    assert_eq!(b.errors().await, "", "no error on the page");
+    b.close().await;
+    studio.shutdown().await.unwrap();
 }

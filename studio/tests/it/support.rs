@@ -272,11 +272,23 @@ pub async fn request(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> Response {
-    let mut conn = TcpStream::connect(serving.local_addr()).await.unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-        serving.local_addr()
-    );
+    request_to(serving.local_addr(), method, path, headers, body).await
+}
+
+/// One request to `addr` on a new connection (`Connection: close`), with
+/// `Host: addr` unless `headers` name one.
+pub async fn request_to(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Response {
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
