@@ -78,11 +78,18 @@ struct DependsOn {
     traced: Vec<String>,
 }
 
+/// `errln!` with the control characters of the text escaped
+/// ([`crate::run::escape_controls`]): an error can quote the cell's source
+/// or a trace file, which a model or a cell wrote.
+macro_rules! say_err {
+    ($($arg:tt)*) => { errln!("{}", crate::run::escape_controls(&format!($($arg)*))) };
+}
+
 pub(crate) fn run(args: &Args) -> ExitCode {
     let text = match crate::input::read_text(&args.file) {
         Ok(text) => text,
         Err(error) => {
-            errln!("harness: {error}");
+            say_err!("harness: {error}");
             return ExitCode::from(2);
         }
     };
@@ -94,7 +101,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         match notebook_code_cells(&text) {
             Ok(cells) => cells,
             Err(error) => {
-                errln!("harness: {}: {error}", args.file.display());
+                say_err!("harness: {}: {error}", args.file.display());
                 return ExitCode::from(2);
             }
         }
@@ -119,7 +126,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             }
             Err(GraphError::Analysis { source, .. }) => ids.push(Err(source)),
             Err(error) => {
-                errln!("harness: internal error: {error}");
+                say_err!("harness: internal error: {error}");
                 return ExitCode::from(2);
             }
         }
@@ -128,7 +135,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         match add_traces(args, &mut graph) {
             Ok(()) => {}
             Err(message) => {
-                errln!("harness: {message}");
+                say_err!("harness: {message}");
                 return ExitCode::from(2);
             }
         }
@@ -136,7 +143,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     let had_errors = ids.iter().any(Result::is_err);
     for (cell, id) in cells.iter().zip(&ids) {
         if let Err(error) = id {
-            errln!(
+            say_err!(
                 "harness: {}: cell {} (line {} of the file): {error}",
                 args.file.display(),
                 cell.index,
@@ -171,7 +178,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         match serde_json::to_string_pretty(&report) {
             Ok(json) => outln!("{json}"),
             Err(error) => {
-                errln!("harness: cannot serialise the report: {error}");
+                say_err!("harness: cannot serialise the report: {error}");
                 return ExitCode::from(2);
             }
         }

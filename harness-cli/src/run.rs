@@ -6,11 +6,16 @@
 //! [`state_dir`]), so a later invocation, in a new process, compares the
 //! file with what ran before, runs the changed cells and those whose inputs
 //! changed, and reuses the rest. One run at a time uses a notebook
-//! directory: a second is refused while the first holds its lock.
+//! directory: a second is refused while the first holds its lock, and a
+//! symbolic link at it (a cell can make one) is refused before anything is
+//! written. What it prints for people has its control characters escaped
+//! ([`escape_controls`]): cell output must not drive the terminal.
 
 pub(crate) mod state_dir;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,6 +26,17 @@ use harness_code::replay::{ReplayAction, ReplayEntry, ReplayOptions, ReplayReaso
 use harness_code::{
     AnalysisOptions, CellId, CodeCell, Provenance, notebook_code_cells, split_percent_script,
 };
+
+/// `outln!` for people: the line with its control characters escaped
+/// ([`escape_controls`]). Only `--json` output is printed as it is.
+macro_rules! say {
+    ($($arg:tt)*) => { outln!("{}", escape_controls(&format!($($arg)*))) };
+}
+
+/// `errln!` for people, escaped as `say!` is.
+macro_rules! say_err {
+    ($($arg:tt)*) => { errln!("{}", escape_controls(&format!($($arg)*))) };
+}
 
 /// Arguments of `harness run`.
 #[derive(Debug, clap::Args)]
@@ -93,7 +109,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            errln!("harness: cannot start the async runtime: {error}");
+            say_err!("harness: cannot start the async runtime: {error}");
             return ExitCode::from(2);
         }
     };
@@ -120,7 +136,7 @@ async fn run_async(args: &Args) -> ExitCode {
     let (cells, _) = match cells_of(&args.file) {
         Ok(found) => found,
         Err(message) => {
-            errln!("harness: {message}");
+            say_err!("harness: {message}");
             return ExitCode::from(2);
         }
     };
@@ -136,11 +152,19 @@ async fn run_async(args: &Args) -> ExitCode {
             .join("code")
             .join(state_dir::state_name(&file))
     });
+    if let Some(link) = linked_state(&base, &state, args.state.is_none()) {
+        say_err!(
+            "harness: {} is a symbolic link; harness run does not follow a link to its notebook \
+             directory (a cell can make one): remove it, or give a real directory as --state",
+            link.display()
+        );
+        return ExitCode::from(2);
+    }
     // Held until the run is saved: no other run uses the directory.
     let _claimed = match state_dir::StateDir::claim(&state, args.fresh, &file) {
         Ok(claimed) => claimed,
         Err(error) => {
-            errln!("harness: {error}");
+            say_err!("harness: {error}");
             return ExitCode::from(2);
         }
     };
@@ -168,7 +192,7 @@ async fn run_async(args: &Args) -> ExitCode {
     let mut notebook = match opened {
         Ok(notebook) => notebook,
         Err(error) => {
-            errln!("harness: {error}");
+            say_err!("harness: {error}");
             return ExitCode::from(2);
         }
     };
@@ -178,7 +202,7 @@ async fn run_async(args: &Args) -> ExitCode {
         Provenance::now("harness run", format!("cell {cell} of {}", file.display()))
     });
     if let Err(error) = sync {
-        errln!("harness: {}: {error}", args.file.display());
+        say_err!("harness: {}: {error}", args.file.display());
         return ExitCode::from(1);
     }
     let options = ReplayOptions {
@@ -188,24 +212,24 @@ async fn run_async(args: &Args) -> ExitCode {
     let report = match notebook.replay_with(options).await {
         Ok(report) => report,
         Err(error) => {
-            errln!("harness: {error}");
+            say_err!("harness: {error}");
             notebook.shutdown().await;
             return ExitCode::from(2);
         }
     };
     notebook.shutdown().await;
     if let Err(error) = notebook.save() {
-        errln!("harness: cannot save the notebook: {error}");
+        say_err!("harness: cannot save the notebook: {error}");
     }
 
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(json) => outln!("{json}"),
-            Err(error) => errln!("harness: cannot serialise the report: {error}"),
+            Err(error) => say_err!("harness: cannot serialise the report: {error}"),
         }
     } else {
         let rel_state = state.strip_prefix(&base).unwrap_or(&state);
-        outln!(
+        say!(
             "harness run {} ({} cells, notebook in {})",
             args.file.display(),
             cells.len(),
@@ -246,13 +270,29 @@ async fn run_async(args: &Args) -> ExitCode {
                 report.kernel_start_us as f64 / 1000.0
             ));
         }
-        outln!("{summary}");
+        say!("{summary}");
     }
     if report.succeeded() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The first symbolic link among the notebook directory `state` and, for
+/// the default one, `.harness` and `.harness/code` above it in `base`.
+/// The directory is under the kernel's working directory, so a cell can
+/// put a link there, and the run would then write its lock, blobs and
+/// notebook wherever it points.
+fn linked_state(base: &Path, state: &Path, default: bool) -> Option<PathBuf> {
+    let harness = base.join(".harness");
+    let mut paths = vec![state.to_path_buf()];
+    if default {
+        paths.extend([harness.join("code"), harness]);
+    }
+    paths.into_iter().rev().find(|path| {
+        std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink())
+    })
 }
 
 fn cell_name(cell_of: &BTreeMap<CellId, &CodeCell>, cell: CellId) -> String {
@@ -307,7 +347,7 @@ fn print_entry(
     } else {
         String::new()
     };
-    outln!(
+    say!(
         "cell {index:<3} line {line:<4} {action:<9} {}{timing}",
         reason_text(&entry.reason, cell_of)
     );
@@ -324,7 +364,7 @@ fn print_entry(
                 .collect();
             parts.push(format!("re-ran {} to recompute inputs", cells.join(", ")));
         }
-        outln!("                    ({})", parts.join("; "));
+        say!("                    ({})", parts.join("; "));
     }
     if entry.action != ReplayAction::Executed {
         return;
@@ -336,7 +376,7 @@ fn print_entry(
         && !check.is_consistent()
     {
         let names: Vec<&str> = check.unexpected.iter().map(String::as_str).collect();
-        outln!(
+        say!(
             "                    note: read {} that the static analysis did not predict; now a dependency",
             names.join(", ")
         );
@@ -344,7 +384,7 @@ fn print_entry(
     if let Some(trace) = &record.trace {
         let analysis = notebook.graph().cell(entry.cell).ok().map(|n| n.analysis());
         for text in trace_lines(trace, analysis) {
-            outln!("                    {text}");
+            say!("                    {text}");
         }
     }
     if quiet {
@@ -366,7 +406,7 @@ fn print_entry(
         shown.push_str(error);
     }
     for text_line in shown.lines() {
-        outln!("    | {text_line}");
+        say!("    | {text_line}");
     }
 }
 
@@ -435,4 +475,28 @@ pub(crate) fn trace_lines(
         ));
     }
     lines
+}
+
+/// `text` with every control character but newline and tab (C0, DEL, C1)
+/// shown as text: `\x1b`, `\x0d`, `\u{9b}`. What `harness run` prints for
+/// people holds text a cell chose (its output, its error, the names of the
+/// files it wrote): on a terminal, control sequences in it would clear the
+/// screen, move the cursor to overwrite earlier lines or the summary, set
+/// the window title or the clipboard (OSC 52).
+pub(crate) fn escape_controls(text: &str) -> Cow<'_, str> {
+    let escaped = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !escaped(c) {
+            out.push(c);
+        } else if u32::from(c) < 0x80 {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+    Cow::Owned(out)
 }

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
 use crate::diagnose::{self as diag, CellFailure, Diagnosis};
-use crate::kernel::{Kernel, KernelConfig, RestoreValue, Stored, ValueSummary};
+use crate::kernel::{Kernel, RestoreValue, Stored, ValueSummary};
 use crate::notebook::Notebook;
 use crate::patch::{ModelPatcher, Patcher};
 use crate::replay::ReplayReport;
@@ -218,13 +218,10 @@ async fn python_check(
             }
         }
     }
-    let mut config = notebook
-        .kernel()
-        .map_or_else(KernelConfig::default, |k| k.config().clone());
-    config.blob_dir = Some(notebook.blobs().root().to_path_buf());
-    if config.working_dir.is_none() {
-        config.working_dir = Some(notebook.dir().join("work"));
-    }
+    // The notebook's own configuration, kernel running or not (a notebook
+    // reopened in a new process has none yet): the check unpickles what
+    // cells wrote, so it runs under their sandbox, limits and environment.
+    let config = notebook.kernel_config().clone();
     let mut kernel = Kernel::spawn(config)
         .await
         .map_err(|e| CodeAgentError::Check(e.to_string()))?;

@@ -6,7 +6,6 @@
 //! for the full list of rules and heuristics).
 
 use std::collections::BTreeSet;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 use rustpython_ruff_python_ast::visitor::{self, Visitor};
@@ -17,48 +16,13 @@ use serde::{Deserialize, Serialize};
 use crate::error::AnalysisError;
 use crate::parse::{LineCursor, with_module};
 
-/// A set of names borrowed from the source.
-type NameSet<'a> = std::collections::HashSet<&'a str, BuildHasherDefault<NameHasher>>;
-
-/// A fast multiplicative hash for short identifiers. Names come from code
-/// the process runs anyway, so resistance to crafted collisions (SipHash,
-/// the std default) buys nothing here, and hashing is a visible share of the
-/// analysis time.
-#[derive(Debug, Default, Clone, Copy)]
-struct NameHasher(u64);
-
-impl NameHasher {
-    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
-    }
-}
-
-impl Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        self.add(u64::from(byte));
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// A set of names borrowed from the source, hashed with `foldhash`: fast on
+/// short identifiers, and seeded anew per process and per set. Names come
+/// from code a model wrote; under a fixed hash a cell of names crafted to
+/// collide would make its analysis quadratic. (Measured on 300 files of the
+/// standard library, the analysis runs as many instructions as with the
+/// fixed multiplicative hash it replaces.)
+type NameSet<'a> = std::collections::HashSet<&'a str, foldhash::fast::RandomState>;
 
 /// What one Python cell does to the shared namespace.
 ///

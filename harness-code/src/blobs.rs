@@ -161,11 +161,19 @@ pub(crate) fn read_regular(path: &Path, follow: bool) -> std::io::Result<Option<
 /// Whether an error opening a blob says it is not one: absent, or a
 /// symbolic link put in its place (opened without following).
 fn not_a_blob(error: &std::io::Error) -> bool {
+    is_link_error(error) || error.kind() == std::io::ErrorKind::NotFound
+}
+
+/// Whether opening without following a link failed because of one
+/// (`ELOOP`).
+pub(crate) fn is_link_error(error: &std::io::Error) -> bool {
     #[cfg(unix)]
     if error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
         return true;
     }
-    error.kind() == std::io::ErrorKind::NotFound
+    #[cfg(not(unix))]
+    let _ = error;
+    false
 }
 
 /// Whether `path` is a directory itself, not a link to one.
@@ -177,6 +185,10 @@ fn is_real_dir(path: &Path) -> bool {
 #[derive(Debug, Clone)]
 pub struct BlobStore {
     root: PathBuf,
+    /// `root` with its links resolved when the store was opened: what
+    /// [`retain`](Self::retain) opens (without following a link), so that
+    /// a link put in the store's place since is never walked into.
+    resolved: PathBuf,
 }
 
 impl BlobStore {
@@ -190,7 +202,8 @@ impl BlobStore {
         for dir in [root.join("sha256"), root.join("tmp")] {
             create_dir_durable(&dir)?;
         }
-        Ok(Self { root })
+        let resolved = fs::canonicalize(&root).unwrap_or_else(|_| root.clone());
+        Ok(Self { root, resolved })
     }
 
     /// The store's directory (what the kernel is given as `blob_dir`).
@@ -376,10 +389,88 @@ impl BlobStore {
     /// the kernel in `ROOT/tmp/`, of an interrupted [`put`](Self::put) in a
     /// blob directory). Returns how many blobs were deleted.
     ///
+    /// Only the store's own directories are walked, and each is walked
+    /// through a handle opened without following a link (`O_NOFOLLOW`):
+    /// every name is read and deleted relative to that handle (`unlinkat`),
+    /// never through a path. `tmp`, `sha256` or a shard that is a link (a
+    /// cell can make one) is skipped, and one swapped for a link while it
+    /// is being emptied (by a process that outlived its kernel) changes
+    /// nothing: the deletions stay in the directory that was opened.
+    ///
     /// # Errors
     ///
-    /// [`BlobError::Io`] if the store cannot be listed or a file removed.
+    /// [`BlobError::Io`] if the store cannot be opened or listed or a blob
+    /// removed.
     pub fn retain(&self, keep: &BTreeSet<String>) -> Result<usize, BlobError> {
+        #[cfg(unix)]
+        return self.retain_at(keep);
+        #[cfg(not(unix))]
+        return self.retain_by_path(keep);
+    }
+
+    #[cfg(unix)]
+    fn retain_at(&self, keep: &BTreeSet<String>) -> Result<usize, BlobError> {
+        use harness::durable::{open_child_dir, open_dir};
+        use rustix::fs::AtFlags;
+        use std::os::unix::ffi::OsStrExt;
+
+        let io = |action: &'static str, path: PathBuf| {
+            move |source: std::io::Error| BlobError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let root = open_dir(&self.resolved).map_err(io("open", self.root.clone()))?;
+        let mut removed = 0;
+        let base = self.root.join("sha256");
+        if let Some(sha) =
+            open_child_dir(&root, "sha256".as_ref()).map_err(io("open", base.clone()))?
+        {
+            for (shard, _) in dir_entries(&sha).map_err(io("list", base.clone()))? {
+                let shard = std::ffi::OsStr::from_bytes(shard.as_bytes());
+                let shard_path = base.join(shard);
+                let Some(shard_dir) =
+                    open_child_dir(&sha, shard).map_err(io("open", shard_path.clone()))?
+                else {
+                    continue;
+                };
+                for (entry, _) in dir_entries(&shard_dir).map_err(io("list", shard_path.clone()))? {
+                    let Ok(name) = entry.to_str() else {
+                        continue;
+                    };
+                    if is_valid_hash(name) && !keep.contains(name) {
+                        match rustix::fs::unlinkat(&shard_dir, &entry, AtFlags::empty()) {
+                            Ok(()) => removed += 1,
+                            Err(rustix::io::Errno::NOENT) => {}
+                            Err(error) => {
+                                return Err(io("remove", shard_path.join(name))(error.into()));
+                            }
+                        }
+                    } else if name.starts_with('.') && name.ends_with(".tmp") {
+                        // The temporary names of `durable::write_atomic`;
+                        // best effort, as a writer may still be renaming.
+                        let _ = rustix::fs::unlinkat(&shard_dir, &entry, AtFlags::empty());
+                    }
+                }
+            }
+        }
+        // Best effort: a file another writer is still filling may already
+        // be gone.
+        if let Ok(Some(tmp)) = open_child_dir(&root, "tmp".as_ref())
+            && let Ok(entries) = dir_entries(&tmp)
+        {
+            for (entry, kind) in entries {
+                if kind != rustix::fs::FileType::Directory {
+                    let _ = rustix::fs::unlinkat(&tmp, &entry, AtFlags::empty());
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    #[cfg(not(unix))]
+    fn retain_by_path(&self, keep: &BTreeSet<String>) -> Result<usize, BlobError> {
         let mut removed = 0;
         for hash in self.list()? {
             if !keep.contains(&hash) {
@@ -392,9 +483,6 @@ impl BlobStore {
                 removed += 1;
             }
         }
-        // Best effort: a file another writer is still filling may already
-        // be gone. Only in the store's own directories: `tmp` or a shard
-        // that is a link (a cell can make one) is not walked into.
         let tmp = self.root.join("tmp");
         if is_real_dir(&tmp)
             && let Ok(entries) = fs::read_dir(&tmp)
@@ -414,7 +502,6 @@ impl BlobStore {
             for entry in shards.flatten().flatten() {
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                // The temporary names of `durable::write_atomic`.
                 if name.starts_with('.') && name.ends_with(".tmp") {
                     let _ = fs::remove_file(entry.path());
                 }
@@ -422,6 +509,22 @@ impl BlobStore {
         }
         Ok(removed)
     }
+}
+
+/// The entries of the open directory `dir` (not `.` and `..`), with their
+/// kinds as the directory reports them.
+#[cfg(unix)]
+fn dir_entries(dir: &fs::File) -> std::io::Result<Vec<(std::ffi::CString, rustix::fs::FileType)>> {
+    let mut list = rustix::fs::Dir::read_from(dir)?;
+    let mut entries = Vec::new();
+    while let Some(entry) = list.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            entries.push((name.to_owned(), entry.file_type()));
+        }
+    }
+    Ok(entries)
 }
 
 /// Creates `dir` and its missing ancestors, fsyncing the parent of each

@@ -375,9 +375,104 @@ impl CellNode {
 /// assert_eq!(graph.cell(load).unwrap().status(), CellStatus::Ok);
 /// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(try_from = "StoredGraph")]
 pub struct ExecutionStateGraph {
     graph: StableDiGraph<CellNode, Dependency>,
     options: AnalysisOptions,
+}
+
+/// An [`ExecutionStateGraph`] as it is serialized (petgraph's layout of a
+/// `StableGraph`), read into plain parts so that its shape is checked
+/// before any method relies on it: a saved notebook is a file that cells
+/// can write. Every method indexes cells by id, so the checks are those of
+/// a graph this module built: cell `i` at position `i` with id `i`, no
+/// hole where a cell was removed (none ever is), every edge between two
+/// cells, forward, at most one per pair.
+#[derive(Deserialize)]
+struct StoredGraph {
+    graph: StoredCells,
+    options: AnalysisOptions,
+}
+
+#[derive(Deserialize)]
+struct StoredCells {
+    nodes: Vec<CellNode>,
+    #[serde(default)]
+    node_holes: Vec<u32>,
+    edge_property: String,
+    /// `None`: a free slot left by a removed edge (inference replaces edges).
+    edges: Vec<Option<(u32, u32, Dependency)>>,
+}
+
+impl TryFrom<StoredGraph> for ExecutionStateGraph {
+    type Error = String;
+
+    fn try_from(stored: StoredGraph) -> Result<Self, String> {
+        let StoredCells {
+            nodes,
+            node_holes,
+            edge_property,
+            edges,
+        } = stored.graph;
+        if edge_property != "directed" {
+            return Err(format!(
+                "the cell graph is {edge_property:?}, not \"directed\""
+            ));
+        }
+        if let Some(hole) = node_holes.first() {
+            return Err(format!(
+                "the cell graph has a hole at position {hole}; cells are never removed"
+            ));
+        }
+        let count = nodes.len();
+        let mut graph = StableDiGraph::with_capacity(count, edges.len());
+        for (position, node) in nodes.into_iter().enumerate() {
+            if node.id.index() != position {
+                return Err(format!(
+                    "the cell at position {position} has id {}",
+                    node.id
+                ));
+            }
+            graph.add_node(node);
+        }
+        // Edges go back to the slots they had (free ones too, filled and
+        // emptied again in order), so that the graph serializes as it was
+        // read and later edges take the same slots.
+        let mut free = Vec::new();
+        let mut pairs = BTreeSet::new();
+        for slot in edges {
+            let Some((from, to, dependency)) = slot else {
+                if count == 0 {
+                    return Err("the cell graph has edges and no cells".to_owned());
+                }
+                let first = NodeIndex::new(0);
+                free.push(graph.add_edge(first, first, Dependency::default()));
+                continue;
+            };
+            let within = |cell: u32| usize::try_from(cell).is_ok_and(|c| c < count);
+            if !within(from) || !within(to) {
+                return Err(format!(
+                    "an edge from cell {from} to cell {to}, in a graph of {count} cells"
+                ));
+            }
+            if from >= to {
+                return Err(format!(
+                    "an edge from cell {from} to cell {to} does not point forward"
+                ));
+            }
+            if !pairs.insert((from, to)) {
+                return Err(format!("two edges from cell {from} to cell {to}"));
+            }
+            graph.add_edge(CellId(from).node(), CellId(to).node(), dependency);
+        }
+        for edge in free {
+            graph.remove_edge(edge);
+        }
+        Ok(Self {
+            graph,
+            options: stored.options,
+        })
+    }
 }
 
 impl ExecutionStateGraph {
@@ -1161,6 +1256,10 @@ impl ExecutionStateGraph {
     }
 }
 
+/// `text` inside a DOT string: quotes and backslashes escaped, newlines
+/// as `\n`, and every other control character (C0, DEL, C1) shown as
+/// text (`\x1b`, `\u{9b}`): edge labels carry names a cell's run chose
+/// (the paths of files it wrote), and the DOT is printed to terminals.
 fn escape_dot(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -1168,8 +1267,23 @@ fn escape_dot(text: &str) -> String {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
+            c if c.is_control() => {
+                // Shown as the text `\x1b`: its backslash escaped for DOT.
+                out.push('\\');
+                out.push_str(&control_text(c));
+            }
             _ => out.push(c),
         }
     }
     out
+}
+
+/// A control character as text: `\x1b` for C0 and DEL, `\u{9b}` for C1.
+fn control_text(c: char) -> String {
+    let code = u32::from(c);
+    if code < 0x80 {
+        format!("\\x{code:02x}")
+    } else {
+        format!("\\u{{{code:x}}}")
+    }
 }

@@ -66,7 +66,7 @@ use crate::kernel::{
 };
 use crate::trace::{CellTrace, FILE_PREFIX};
 use crate::{AnalysisOptions, GraphError};
-use harness::durable::{self, WriteError, write_atomic};
+use harness::durable::{self, WriteError, write_atomic_private};
 use harness::ids::SessionId;
 use harness::session::{SessionError, SessionStore, load_value, save_value};
 
@@ -138,7 +138,43 @@ pub enum NotebookError {
     /// The session store has no notebook with this id.
     #[error("no notebook {0} in the store")]
     NoNotebook(SessionId),
+    /// A notebook file is larger than [`MAX_NOTEBOOK_BYTES`]: refused
+    /// before it is read, or, saving, not written.
+    #[error(
+        "notebook file {} is {bytes} bytes or more, larger than the {limit} bytes a notebook file may be",
+        path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size (at least), or the size it would have.
+        bytes: u64,
+        /// The most allowed, [`MAX_NOTEBOOK_BYTES`].
+        limit: u64,
+    },
+    /// The file a [`save`](Notebook::save) would replace is not a notebook
+    /// of this format (another program's file, a notebook of a newer
+    /// format, a link): it is left as it is, and nothing is written.
+    #[error(
+        "{} is not a notebook of this format ({found}); not replacing it: move it away, or keep the notebook in another directory",
+        path.display()
+    )]
+    NotANotebook {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        found: String,
+    },
 }
+
+/// The largest notebook file read by [`Notebook::open`] and
+/// [`Notebook::read_graph`], and written by [`Notebook::save`]: 256 MiB.
+/// A cell can write the notebook's file (the directory is usually under
+/// the kernel's working directory), so its size is checked before it is
+/// read, never trusted. A notebook is far smaller: outputs are kept to
+/// [`KernelConfig::output_cap`] per stream and cached runs to a few per
+/// cell.
+pub const MAX_NOTEBOOK_BYTES: u64 = 256 << 20;
 
 impl From<WriteError> for NotebookError {
     fn from(error: WriteError) -> Self {
@@ -505,41 +541,74 @@ impl Notebook {
     /// Writes the notebook (graph, records, cached runs) to
     /// `DIR/session.json`, atomically and durably: the blobs it refers to
     /// (in `DIR/blobs`) are fsynced first, then the file is written with
-    /// [`write_atomic`] (a temporary name, fsynced, renamed into place, the
-    /// directory fsynced). When `save` returns, the notebook survives a
-    /// crash.
+    /// [`write_atomic_private`] (a temporary name, fsynced, renamed into
+    /// place, the directory fsynced). When `save` returns, the notebook
+    /// survives a crash.
+    ///
+    /// What cells printed, raised and displayed is in the file, so it is
+    /// written readable by its owner alone (`0600`), with every secret
+    /// registered with [`harness::secrets`] redacted.
+    ///
+    /// A file already there is replaced only if it is a notebook of this
+    /// format: a notebook just [created](Self::create) in a directory
+    /// holding another program's `session.json` does not overwrite it.
     ///
     /// # Errors
     ///
     /// [`NotebookError::Io`] if the file cannot be written,
-    /// [`NotebookError::Blob`] if a blob cannot be fsynced.
+    /// [`NotebookError::Blob`] if a blob cannot be fsynced,
+    /// [`NotebookError::NotANotebook`] if the file there is not a notebook,
+    /// [`NotebookError::TooLarge`] if the notebook would be larger than
+    /// [`MAX_NOTEBOOK_BYTES`] (a file `open` would refuse).
     pub fn save(&self) -> Result<(), NotebookError> {
         let bytes = self.encode()?;
+        let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if size > MAX_NOTEBOOK_BYTES {
+            return Err(NotebookError::TooLarge {
+                path: self.dir.join(NOTEBOOK_FILE),
+                bytes: size,
+                limit: MAX_NOTEBOOK_BYTES,
+            });
+        }
         self.sync_blobs()?;
         std::fs::create_dir_all(&self.dir).map_err(|source| NotebookError::Io {
             action: "create the directory",
             path: self.dir.clone(),
             source,
         })?;
-        write_atomic(
-            &self.dir.join(NOTEBOOK_FILE),
-            &bytes,
-            durable::Sync::FileAndDir,
-        )?;
+        let path = self.dir.join(NOTEBOOK_FILE);
+        check_replaceable(&path)?;
+        write_atomic_private(&path, &bytes, durable::Sync::FileAndDir)?;
         Ok(())
     }
 
+    /// The notebook as saved, every registered secret redacted
+    /// ([`harness::secrets`]: what cells print, raise and display can hold
+    /// a key read from the environment, and the file and the store outlive
+    /// the process). Without a secret registered it is encoded directly.
     fn encode(&self) -> Result<Vec<u8>, NotebookError> {
-        let saved = SavedRef {
-            format: FORMAT_VERSION,
-            graph: &self.graph,
-            records: &self.records,
-            cache: &self.cache,
-        };
-        serde_json::to_vec(&saved).map_err(|error| NotebookError::Format {
+        let fail = |error: serde_json::Error| NotebookError::Format {
             location: self.dir.display().to_string(),
             detail: format!("cannot encode: {error}"),
-        })
+        };
+        if harness::secrets::is_active() {
+            // Part by part: the top-level order stays the one the format
+            // starts with (`{"format":`).
+            serde_json::to_vec(&SavedRef {
+                format: FORMAT_VERSION,
+                graph: redacted(&self.graph).map_err(fail)?,
+                records: redacted(&self.records).map_err(fail)?,
+                cache: redacted(&self.cache).map_err(fail)?,
+            })
+        } else {
+            serde_json::to_vec(&SavedRef {
+                format: FORMAT_VERSION,
+                graph: &self.graph,
+                records: &self.records,
+                cache: &self.cache,
+            })
+        }
+        .map_err(fail)
     }
 
     /// Saves the notebook into a [`SessionStore`] as session `id`, with
@@ -623,6 +692,18 @@ impl Notebook {
     /// The running kernel, if it has started.
     pub fn kernel(&self) -> Option<&Kernel> {
         self.kernel.as_ref()
+    }
+
+    /// The configuration the notebook starts its kernels with: the one it
+    /// was created or opened with, its blob store and working directory
+    /// filled in. It is there whether or not a kernel runs (a notebook
+    /// reopened in a new process has none until a cell runs): start any
+    /// other kernel that loads this notebook's blobs with it, so that what
+    /// cells pickled is unpickled under the same sandbox
+    /// ([`command_prefix`](KernelConfig::command_prefix)), interpreter,
+    /// limits and environment as the cells ran.
+    pub fn kernel_config(&self) -> &KernelConfig {
+        &self.config
     }
 
     /// Appends a cell (see [`ExecutionStateGraph::add_cell`]); it does not run.
@@ -839,6 +920,16 @@ impl Notebook {
     /// the cell that last changed it, which is re-run when the kernel does
     /// not hold that state.
     pub(crate) fn sources(&self, cell: CellId) -> Result<BTreeMap<String, Source>, NotebookError> {
+        self.sources_with(cell, &mut FileIdentities::default())
+    }
+
+    /// [`sources`](Self::sources), identifying files through `files`, which
+    /// identifies each file once.
+    fn sources_with(
+        &self,
+        cell: CellId,
+        files: &mut FileIdentities,
+    ) -> Result<BTreeMap<String, Source>, NotebookError> {
         let mut wanted = self.needed_names(cell)?;
         let mut found = BTreeMap::new();
         for (&producer, record) in self.records.range(..cell).rev() {
@@ -856,7 +947,7 @@ impl Notebook {
                             name.clone(),
                             Source {
                                 producer,
-                                identity: file_identity(Path::new(path)),
+                                identity: files.identity(path),
                                 restore: Restore::External,
                             },
                         );
@@ -1041,12 +1132,23 @@ impl Notebook {
         sources: &BTreeMap<String, Source>,
     ) -> Result<Vec<(CellId, BTreeMap<String, Source>)>, NotebookError> {
         let mut reruns: BTreeSet<CellId> = BTreeSet::new();
+        // Nothing runs while planning: the sources of a cell (and the files
+        // they identify) found once hold for every round.
+        let mut files = FileIdentities::default();
+        let mut found: BTreeMap<CellId, BTreeMap<String, Source>> = BTreeMap::new();
         loop {
             let mut live = self.live.clone();
             let mut missing = BTreeSet::new();
             let mut plan = Vec::new();
             for &rerun in &reruns {
-                let rerun_sources = self.sources(rerun)?;
+                let rerun_sources = match found.get(&rerun) {
+                    Some(sources) => sources.clone(),
+                    None => {
+                        let sources = self.sources_with(rerun, &mut files)?;
+                        found.insert(rerun, sources.clone());
+                        sources
+                    }
+                };
                 simulate(&mut live, &rerun_sources, &mut missing);
                 if let Some(record) = self.records.get(&rerun) {
                     apply_record(&mut live, record);
@@ -1395,30 +1497,106 @@ impl Notebook {
     }
 }
 
+/// A notebook as written: its parts borrowed, or redacted as JSON.
 #[derive(Serialize)]
-struct SavedRef<'a> {
+struct SavedRef<G, R, C> {
     format: u32,
-    graph: &'a ExecutionStateGraph,
-    records: &'a BTreeMap<CellId, CellRecord>,
-    cache: &'a BTreeMap<String, CellRecord>,
+    graph: G,
+    records: R,
+    cache: C,
+}
+
+/// `part` as JSON with every registered secret redacted.
+fn redacted(part: &impl Serialize) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(part)?;
+    harness::secrets::redact_json(&mut value);
+    Ok(value)
+}
+
+/// Refuses to replace `path` unless it is absent or a notebook of this
+/// format (as [`Notebook::encode`] writes it: `{"format":1,` first).
+fn check_replaceable(path: &Path) -> Result<(), NotebookError> {
+    use std::io::Read;
+
+    let refuse = |found: &str| {
+        Err(NotebookError::NotANotebook {
+            path: path.to_path_buf(),
+            found: found.to_owned(),
+        })
+    };
+    let file = match crate::blobs::open_regular(path, false) {
+        Ok(Some(file)) => file,
+        Ok(None) => return refuse("not a regular file"),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) if crate::blobs::is_link_error(&error) => {
+            return refuse("a symbolic link");
+        }
+        Err(source) => {
+            return Err(NotebookError::Io {
+                action: "read",
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut head = Vec::new();
+    file.take(32)
+        .read_to_end(&mut head)
+        .map_err(|source| NotebookError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let ours = format!("{{\"format\":{FORMAT_VERSION}");
+    if head.starts_with(ours.as_bytes()) && matches!(head.get(ours.len()), Some(b',' | b'}')) {
+        Ok(())
+    } else if head.starts_with(b"{\"format\":") {
+        refuse("a notebook of another format version")
+    } else if head.is_empty() {
+        refuse("an empty file")
+    } else {
+        refuse("not a notebook file")
+    }
 }
 
 /// The notebook saved in `dir`, read from its file. The file is opened
 /// without waiting: a FIFO or a device in its place is an error, not a read
-/// that never ends.
+/// that never ends. One over [`MAX_NOTEBOOK_BYTES`] is refused by its size
+/// before it is read, and never read past the limit (it may grow).
 fn read_saved(dir: &Path) -> Result<Saved, NotebookError> {
+    use std::io::Read;
+
     let path = dir.join(NOTEBOOK_FILE);
-    let bytes = crate::blobs::read_regular(&path, true)
-        .and_then(|bytes| {
-            bytes.ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")
-            })
-        })
-        .map_err(|source| NotebookError::Io {
-            action: "read",
-            path: path.clone(),
-            source,
+    let io = |source| NotebookError::Io {
+        action: "read",
+        path: path.clone(),
+        source,
+    };
+    let too_large = |bytes: u64| NotebookError::TooLarge {
+        path: path.clone(),
+        bytes,
+        limit: MAX_NOTEBOOK_BYTES,
+    };
+    let file = crate::blobs::open_regular(&path, true)
+        .map_err(io)?
+        .ok_or_else(|| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ))
         })?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > MAX_NOTEBOOK_BYTES {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(MAX_NOTEBOOK_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > MAX_NOTEBOOK_BYTES {
+        return Err(too_large(read));
+    }
     decode(&bytes, &path.display().to_string())
 }
 
@@ -1445,6 +1623,21 @@ fn decode(bytes: &[u8], location: &str) -> Result<Saved, NotebookError> {
         location: location.to_owned(),
         detail: error.to_string(),
     })?;
+    // The graph checked its own shape as it was read (see
+    // `ExecutionStateGraph`'s `Deserialize`); records belong to its cells.
+    if let Some(cell) = saved
+        .records
+        .keys()
+        .find(|&&cell| saved.graph.cell(cell).is_err())
+    {
+        return Err(NotebookError::Format {
+            location: location.to_owned(),
+            detail: format!(
+                "a record of cell {cell}, which the graph of {} cells does not have",
+                saved.graph.len()
+            ),
+        });
+    }
     for record in saved.records.values().chain(saved.cache.values()) {
         if let Some(bad) = record.blobs().find(|h| !crate::blobs::is_valid_hash(h)) {
             return Err(NotebookError::Format {
@@ -1623,26 +1816,102 @@ fn timed_statement(command: &str) -> Option<&str> {
 /// can write many large files.
 const HASHED_FILE_BYTES: u64 = 32 << 20;
 
-/// The identity of a file a cell wrote and a later cell reads: the SHA-256
-/// of its content, `file:absent`, or, for what is not a regular file (a
-/// FIFO, a device: never read, so that a cell cannot make the host block),
-/// `file:special`. Opened without following into a FIFO's wait.
+/// Bytes of files read to identify them for one cell's sources or one
+/// plan of re-runs; past it, files are identified by size and
+/// modification time (a cell's trace names at most 256 files, and a plan
+/// covers many cells).
+const HASHED_BYTES_PER_PLAN: u64 = 256 << 20;
+
+/// The identities of the files cells wrote ([`file_identity_within`]), each file
+/// identified once, and at most [`HASHED_BYTES_PER_PLAN`] bytes read in all.
+/// One lives as long as nothing runs (the sources of one cell, one plan).
+#[derive(Debug, Default)]
+pub(crate) struct FileIdentities {
+    known: BTreeMap<String, String>,
+    read: u64,
+}
+
+impl FileIdentities {
+    /// The identity of the file at `path` (as the kernel reported it).
+    pub(crate) fn identity(&mut self, path: &str) -> String {
+        if let Some(known) = self.known.get(path) {
+            return known.clone();
+        }
+        let budget = HASHED_BYTES_PER_PLAN.saturating_sub(self.read);
+        let (identity, read) = file_identity_within(Path::new(path), budget);
+        self.read = self.read.saturating_add(read);
+        self.known.insert(path.to_owned(), identity.clone());
+        identity
+    }
+}
+
+/// The identity of a file a cell wrote and a later cell reads
+/// ([`file_identity_within`] with the whole budget).
+#[cfg(test)]
 fn file_identity(path: &Path) -> String {
+    file_identity_within(path, HASHED_BYTES_PER_PLAN).0
+}
+
+/// The identity of a file a cell wrote and a later cell reads, and how
+/// many bytes were read for it: the SHA-256 of its content (of its size
+/// and modification time past [`HASHED_FILE_BYTES`] or `budget`),
+/// `file:absent`, `file:link:…` (a symbolic link, identified by where it
+/// points, never followed), or `file:special`, never read: what is not a
+/// regular file (a FIFO, a device), and anything of the host's kernel
+/// interfaces (`/proc`, `/sys`, `/dev`, and file systems of their kinds
+/// mounted elsewhere), whose content is the host's, not a cell's.
+///
+/// The path comes from the kernel, so a cell can forge it: its directory
+/// is resolved first (a link a cell made to `/proc/self` is seen as
+/// `/proc`), then the file is opened without following any link
+/// (`openat2` with `RESOLVE_NO_SYMLINKS` on Linux, else `O_NOFOLLOW` on
+/// the last component) and without waiting on a FIFO, and checked with
+/// `fstat` before a byte is read.
+fn file_identity_within(path: &Path, budget: u64) -> (String, u64) {
     use std::io::Read;
 
-    let file = match crate::blobs::open_regular(path, true) {
-        Ok(Some(file)) => file,
-        Ok(None) => return "file:special".to_owned(),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return "file:absent".to_owned();
-        }
-        Err(error) => return format!("file:unreadable:{:?}", error.kind()),
+    let special = || ("file:special".to_owned(), 0);
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return special();
     };
+    if !path.is_absolute() {
+        return special();
+    }
+    let real = match std::fs::canonicalize(parent) {
+        Ok(parent) => parent.join(name),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return ("file:absent".to_owned(), 0);
+        }
+        Err(error) => return (format!("file:unreadable:{:?}", error.kind()), 0),
+    };
+    if ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|system| real.starts_with(system))
+    {
+        return special();
+    }
+    let file = match open_written(&real) {
+        Ok(Some(file)) => file,
+        Ok(None) => return special(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return ("file:absent".to_owned(), 0);
+        }
+        Err(error) if crate::blobs::is_link_error(&error) => {
+            let target = std::fs::read_link(&real).unwrap_or_default();
+            let mut hasher = Hasher::default();
+            hasher.part(target.as_os_str().as_encoded_bytes());
+            return (format!("file:link:{}", hasher.finish()), 0);
+        }
+        Err(error) => return (format!("file:unreadable:{:?}", error.kind()), 0),
+    };
+    if is_kernel_interface(&file) {
+        return special();
+    }
     let mut hasher = Hasher::default();
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if size > HASHED_FILE_BYTES {
-        let modified = file
-            .metadata()
+    let metadata = file.metadata();
+    let size = metadata.as_ref().map_or(0, std::fs::Metadata::len);
+    if size > HASHED_FILE_BYTES || size > budget {
+        let modified = metadata
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -1650,16 +1919,73 @@ fn file_identity(path: &Path) -> String {
         hasher
             .part(&size.to_le_bytes())
             .part(&modified.to_le_bytes());
-        return format!("file:large:{}", hasher.finish());
+        return (format!("file:large:{}", hasher.finish()), 0);
     }
     let mut content = Vec::new();
-    match file.take(HASHED_FILE_BYTES).read_to_end(&mut content) {
-        Ok(_) => {
+    match file.take(size.min(budget)).read_to_end(&mut content) {
+        Ok(read) => {
             hasher.part(&content);
-            format!("file:{}", hasher.finish())
+            (
+                format!("file:{}", hasher.finish()),
+                u64::try_from(read).unwrap_or(u64::MAX),
+            )
         }
-        Err(error) => format!("file:unreadable:{:?}", error.kind()),
+        Err(error) => (format!("file:unreadable:{:?}", error.kind()), 0),
     }
+}
+
+/// Opens `path` (whose directories have been resolved) for reading if it
+/// is a regular file, following no link at all and not waiting on a FIFO.
+#[cfg(target_os = "linux")]
+fn open_written(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let fd = match rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve) {
+        // Kernels before 5.6 (or a seccomp filter) have no `openat2`.
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+            return crate::blobs::open_regular(path, false);
+        }
+        other => other?,
+    };
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Ok(None);
+    }
+    Ok(Some(std::fs::File::from(fd)))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_written(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    crate::blobs::open_regular(path, false)
+}
+
+/// Whether `file` is on a file system of the kernel's interfaces (procfs,
+/// sysfs and the like, wherever mounted): its "regular files" are the
+/// host's state.
+#[cfg(target_os = "linux")]
+fn is_kernel_interface(file: &std::fs::File) -> bool {
+    // From linux/magic.h.
+    const KINDS: [i128; 11] = [
+        0x9fa0,      // proc
+        0x6265_6572, // sysfs
+        0x6462_6720, // debugfs
+        0x7472_6163, // tracefs
+        0x7363_6673, // securityfs
+        0x0027_e0eb, // cgroup
+        0x6367_7270, // cgroup2
+        0xcafe_4a11, // bpf
+        0xde5e_81e4, // efivarfs
+        0x6265_6570, // configfs
+        0x6165_676c, // pstore
+    ];
+    rustix::fs::fstatfs(file).is_ok_and(|fs| KINDS.contains(&i128::from(fs.f_type)))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn is_kernel_interface(_file: &std::fs::File) -> bool {
+    false
 }
 
 fn output_summary(record: &CellRecord) -> OutputSummary {
@@ -1686,7 +2012,86 @@ fn millis(clock: Instant) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::timed_statement;
+    use std::path::Path;
+
+    use super::{FileIdentities, HASHED_BYTES_PER_PLAN, file_identity, timed_statement};
+
+    /// Files of the host's kernel interfaces are identified without being
+    /// read (their content is the host's, not something a cell wrote):
+    /// named directly, or through a directory link a cell made.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn files_of_the_hosts_kernel_interfaces_are_never_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let linked = dir.path().join("proc-self");
+        std::os::unix::fs::symlink("/proc/self", &linked).unwrap();
+        let mut paths = vec![
+            Path::new("/proc/self/environ").to_path_buf(),
+            Path::new("/proc/self/status").to_path_buf(),
+            Path::new("/proc/version").to_path_buf(),
+            linked.join("environ"),
+            linked.join("cmdline"),
+            Path::new("/dev/null").to_path_buf(),
+        ];
+        let sys = Path::new("/sys/kernel/uevent_seqnum");
+        if sys.exists() {
+            paths.push(sys.to_path_buf());
+        }
+        for path in paths {
+            assert_eq!(file_identity(&path), "file:special", "{}", path.display());
+        }
+    }
+
+    /// A link a cell put where it wrote a file is not followed: the host
+    /// never hashes what the link points at.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_in_place_of_a_written_file_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("host-only.txt");
+        std::fs::write(&secret, b"the host's data").unwrap();
+        let plain = file_identity(&secret);
+        assert!(plain.starts_with("file:") && plain.len() > 60, "{plain}");
+        let link = dir.path().join("written.txt");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let linked = file_identity(&link);
+        assert!(linked.starts_with("file:link:"), "{linked}");
+        // A link in a directory of the path is resolved, the file's own
+        // link is not followed.
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::os::unix::fs::symlink(&secret, sub.join("written.txt")).unwrap();
+        let via = dir.path().join("via");
+        std::os::unix::fs::symlink(&sub, &via).unwrap();
+        assert!(file_identity(&via.join("written.txt")).starts_with("file:link:"));
+        assert_eq!(file_identity(&via.join("nothing")), "file:absent");
+    }
+
+    /// Within one plan a file is read once, and the bytes read in all are
+    /// bounded: past the budget a file is identified by size and time.
+    #[test]
+    fn a_plan_reads_each_file_once_and_within_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.csv");
+        std::fs::write(&path, b"a,b\n1,2\n").unwrap();
+        let path = path.to_str().unwrap();
+        let mut files = FileIdentities::default();
+        let first = files.identity(path);
+        assert!(first.starts_with("file:") && !first.starts_with("file:large:"));
+        assert_eq!(files.read, 8);
+        std::fs::write(path, b"changed\n").unwrap();
+        assert_eq!(files.identity(path), first, "read again");
+        assert_eq!(files.read, 8);
+        // A fresh plan sees the change.
+        assert_ne!(FileIdentities::default().identity(path), first);
+
+        let mut spent = FileIdentities {
+            read: HASHED_BYTES_PER_PLAN - 3,
+            ..FileIdentities::default()
+        };
+        assert!(spent.identity(path).starts_with("file:large:"));
+        assert_eq!(spent.read, HASHED_BYTES_PER_PLAN - 3);
+    }
 
     #[test]
     fn timing_magics_give_their_statement() {

@@ -132,8 +132,8 @@ fn write(path: &Path, bytes: &[u8], sync: Sync, private: bool) -> Result<(), Wri
 /// The temporary file is created `0600` when `private`, else with the
 /// mode [`write_atomic`] gives (`0666` less the umask).
 ///
-/// Open `dir` with `O_DIRECTORY | O_NOFOLLOW` to refuse a link in its
-/// own last component.
+/// Open `dir` with [`open_dir`] to refuse a link in its own last
+/// component.
 ///
 /// # Errors
 ///
@@ -198,6 +198,49 @@ pub fn write_atomic_in(
             .map_err(fail("fsync the directory", shown.to_path_buf()))?;
     }
     Ok(())
+}
+
+/// Opens the directory `path` for [`write_atomic_in`] and `*at` calls,
+/// refusing a link in its last component (`O_DIRECTORY | O_NOFOLLOW`):
+/// a link there fails with `ELOOP`, a file with `ENOTDIR`.
+///
+/// # Errors
+///
+/// The [`io::Error`] of the open.
+#[cfg(unix)]
+pub fn open_dir(path: &Path) -> io::Result<File> {
+    open_dir_at(rustix::fs::CWD, path.as_os_str()).map_err(io::Error::from)
+}
+
+/// Opens the directory `name` inside the open directory `dir`, without
+/// following a link: `None` if it is absent, a link or not a directory.
+/// Walking a tree from one handle down this way, and deleting or writing
+/// relative to the handles, never follows a directory swapped for a link
+/// since it was listed.
+///
+/// # Errors
+///
+/// Any other [`io::Error`] of the open (permission denied, say).
+#[cfg(unix)]
+pub fn open_child_dir(dir: &File, name: &std::ffi::OsStr) -> io::Result<Option<File>> {
+    use rustix::io::Errno;
+    match open_dir_at(dir, name) {
+        Ok(file) => Ok(Some(file)),
+        Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+#[cfg(unix)]
+fn open_dir_at(at: impl rustix::fd::AsFd, path: &std::ffi::OsStr) -> rustix::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::openat(
+        at,
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map(File::from)
 }
 
 /// Fsyncs a directory, making the names created, renamed or removed in it

@@ -153,8 +153,9 @@ impl StateDir {
     /// [`StateDirError::Locked`]), with `fresh` deletes the notebook there,
     /// and marks it as harness's.
     pub(crate) fn claim(dir: &Path, fresh: bool, script: &Path) -> Result<Self, StateDirError> {
-        // Refused before anything is written into it.
-        match fs::metadata(dir) {
+        // Refused before anything is written into it; a link is no
+        // directory of ours, wherever it points (a cell can make one).
+        match fs::symlink_metadata(dir) {
             Ok(meta) if !meta.is_dir() => {
                 return Err(StateDirError::NotADirectory {
                     dir: dir.to_path_buf(),
@@ -170,7 +171,7 @@ impl StateDir {
         let contents = Contents::of(dir)?;
         contents.check(dir, fresh)?;
         if fresh {
-            contents.delete()?;
+            contents.delete(dir)?;
         }
         if !contents.marked {
             let text = format!(
@@ -235,9 +236,10 @@ struct Contents {
     occupied: bool,
     /// Whether `session.json` is there and is not a notebook.
     foreign_notebook: bool,
-    /// The notebook's files, to delete on `--fresh`.
+    /// The notebook's files, to delete on `--fresh`, relative to the
+    /// directory.
     files: Vec<PathBuf>,
-    /// Its directories, children before parents.
+    /// Its directories, children before parents, relative to it.
     dirs: Vec<PathBuf>,
     /// The first entry harness does not write, relative to the directory.
     foreign: Option<(PathBuf, &'static str)>,
@@ -261,11 +263,11 @@ impl Contents {
                 Some(NOTEBOOK_FILE) if file => {
                     found.occupied = true;
                     found.foreign_notebook = !is_notebook(&path)?;
-                    found.files.push(path);
+                    found.files.push(name);
                 }
                 Some(n) if file && is_temporary(n, &[NOTEBOOK_FILE, MARKER]) => {
                     found.occupied = true;
-                    found.files.push(path);
+                    found.files.push(name);
                 }
                 Some(BLOBS) if !file => {
                     found.occupied = true;
@@ -303,35 +305,35 @@ impl Contents {
                             self.foreign(&rel_shard, "not a blob shard directory");
                             continue;
                         }
-                        for (blob, blob_path, kind) in entries(&shard_path)? {
+                        for (blob, _, kind) in entries(&shard_path)? {
                             let ok = kind == Kind::File
                                 && blob
                                     .to_str()
                                     .is_some_and(|b| is_valid_hash(b) || is_temporary_blob(b));
                             if ok {
-                                self.files.push(blob_path);
+                                self.files.push(rel_shard.join(&blob));
                             } else {
                                 self.foreign(&rel_shard.join(&blob), "not a blob");
                             }
                         }
-                        self.dirs.push(shard_path);
+                        self.dirs.push(rel_shard);
                     }
-                    self.dirs.push(child);
+                    self.dirs.push(rel_child);
                 }
                 (Some("tmp"), Kind::Dir) => {
-                    for (file, file_path, kind) in entries(&child)? {
+                    for (file, _, kind) in entries(&child)? {
                         if kind == Kind::File {
-                            self.files.push(file_path);
+                            self.files.push(rel_child.join(&file));
                         } else {
                             self.foreign(&rel_child.join(&file), kind.what());
                         }
                     }
-                    self.dirs.push(child);
+                    self.dirs.push(rel_child);
                 }
                 _ => self.foreign(&rel_child, kind.what()),
             }
         }
-        self.dirs.push(path.to_path_buf());
+        self.dirs.push(rel.to_path_buf());
         Ok(())
     }
 
@@ -359,24 +361,114 @@ impl Contents {
         }
     }
 
-    /// Deletes the notebook's files, then its directories, which must then
-    /// be empty: anything that appeared meanwhile stays, and is reported.
-    fn delete(&self) -> Result<(), StateDirError> {
+    /// Deletes the notebook's files in `dir`, then its directories, which
+    /// must then be empty: anything that appeared meanwhile stays, and is
+    /// reported.
+    ///
+    /// Each is deleted relative to its directory, opened from `dir` down
+    /// without following a link (`openat` with `O_NOFOLLOW`, `unlinkat`),
+    /// never through a path: a directory swapped for a link since it was
+    /// listed (by a process that outlived its kernel) is not walked into,
+    /// and the link itself is reported as a directory that cannot be
+    /// deleted.
+    #[cfg(unix)]
+    fn delete(&self, dir: &Path) -> Result<(), StateDirError> {
+        let mut tree = OpenTree::open(dir)?;
         for file in &self.files {
-            match fs::remove_file(file) {
+            tree.remove(file, false)?;
+        }
+        for sub in &self.dirs {
+            tree.remove(sub, true)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the notebook's files in `dir`, then its directories, which
+    /// must then be empty: anything that appeared meanwhile stays, and is
+    /// reported.
+    #[cfg(not(unix))]
+    fn delete(&self, dir: &Path) -> Result<(), StateDirError> {
+        for file in &self.files {
+            let file = dir.join(file);
+            match fs::remove_file(&file) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_error("delete", file)(e)),
+                Err(e) => return Err(io_error("delete", &file)(e)),
             }
         }
-        for dir in &self.dirs {
-            match fs::remove_dir(dir) {
+        for sub in &self.dirs {
+            let sub = dir.join(sub);
+            match fs::remove_dir(&sub) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_error("delete the directory", dir)(e)),
+                Err(e) => return Err(io_error("delete the directory", &sub)(e)),
             }
         }
         Ok(())
+    }
+}
+
+/// The directories of a state directory being emptied, each opened once,
+/// from the state directory down, without following a link.
+#[cfg(unix)]
+struct OpenTree {
+    root: PathBuf,
+    /// Relative path (empty: the state directory) → its handle; `None`:
+    /// gone, or a link or a file now.
+    opened: std::collections::BTreeMap<PathBuf, Option<fs::File>>,
+}
+
+#[cfg(unix)]
+impl OpenTree {
+    fn open(root: &Path) -> Result<Self, StateDirError> {
+        let dir = harness::durable::open_dir(root).map_err(io_error("open the directory", root))?;
+        let mut opened = std::collections::BTreeMap::new();
+        opened.insert(PathBuf::new(), Some(dir));
+        Ok(Self {
+            root: root.to_path_buf(),
+            opened,
+        })
+    }
+
+    /// The handle of `rel`, opening it (and what is above it) if needed.
+    fn handle(&mut self, rel: &Path) -> Result<Option<&fs::File>, StateDirError> {
+        if !self.opened.contains_key(rel) {
+            let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+                return Ok(None);
+            };
+            let opened = match self.handle(parent)? {
+                None => None,
+                Some(parent) => harness::durable::open_child_dir(parent, name)
+                    .map_err(io_error("open the directory", &self.root.join(rel)))?,
+            };
+            self.opened.insert(rel.to_path_buf(), opened);
+        }
+        Ok(self.opened.get(rel).and_then(Option::as_ref))
+    }
+
+    /// Deletes the file (or, with `dir`, the empty directory) `rel`, in
+    /// its directory's handle. One whose directory is gone or was
+    /// replaced by a link is not there to delete.
+    fn remove(&mut self, rel: &Path, dir: bool) -> Result<(), StateDirError> {
+        use rustix::fs::AtFlags;
+
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return Ok(());
+        };
+        let path = self.root.join(rel);
+        let Some(parent) = self.handle(parent)? else {
+            return Ok(());
+        };
+        let flags = if dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        match rustix::fs::unlinkat(parent, name, flags) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) if dir => Err(io_error("delete the directory", &path)(e.into())),
+            Err(e) => Err(io_error("delete", &path)(e.into())),
+        }
     }
 }
 
@@ -507,6 +599,69 @@ mod tests {
         let n = name(&long);
         assert!(n.len() <= NAME_MAX, "{}", n.len());
         assert_ne!(n, name(&format!("{}.py", "%".repeat(249))));
+    }
+
+    /// A directory of the notebook swapped for a link between the listing
+    /// and the deletion of `--fresh` is not walked into: what the link
+    /// points at stays, and the link is reported.
+    #[cfg(unix)]
+    #[test]
+    fn fresh_deletes_nothing_through_a_directory_swapped_for_a_link_after_the_listing() {
+        let top =
+            std::env::temp_dir().join(format!("harness-state-dir-swap-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&top);
+        let dir = top.join("state");
+        let hash = sha256_hex(b"x");
+        for sub in ["blobs/tmp", &format!("blobs/sha256/{}", &hash[..2])] {
+            fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        fs::write(dir.join(MARKER), b"").unwrap();
+        fs::write(dir.join(NOTEBOOK_FILE), b"{\"format\":1}").unwrap();
+        fs::write(dir.join("blobs/tmp/leftover"), b"kernel").unwrap();
+        fs::write(dir.join("blobs/sha256").join(&hash[..2]).join(&hash), b"x").unwrap();
+        let victim = top.join("victim");
+        fs::create_dir_all(victim.join(&hash[..2])).unwrap();
+        fs::write(victim.join("leftover"), b"mine").unwrap();
+        fs::write(victim.join(&hash[..2]).join(&hash), b"mine").unwrap();
+
+        let contents = Contents::of(&dir).unwrap();
+        contents.check(&dir, true).unwrap();
+        // Swapped after the listing, before the deletion.
+        fs::rename(dir.join("blobs/tmp"), top.join("tmp-moved")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("blobs/tmp")).unwrap();
+        fs::rename(dir.join("blobs/sha256"), top.join("sha256-moved")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("blobs/sha256")).unwrap();
+        let error = contents.delete(&dir).unwrap_err();
+        assert!(error.to_string().contains("blobs"), "{error}");
+
+        assert_eq!(fs::read(victim.join("leftover")).unwrap(), b"mine");
+        assert_eq!(
+            fs::read(victim.join(&hash[..2]).join(&hash)).unwrap(),
+            b"mine"
+        );
+        assert!(!dir.join(NOTEBOOK_FILE).exists());
+        fs::remove_dir_all(&top).unwrap();
+    }
+
+    /// A link in place of the state directory is refused before anything is
+    /// written, wherever it points.
+    #[cfg(unix)]
+    #[test]
+    fn a_state_directory_that_is_a_link_is_refused() {
+        let top =
+            std::env::temp_dir().join(format!("harness-state-dir-link-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&top);
+        let elsewhere = top.join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        let link = top.join("state");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let error = StateDir::claim(&link, false, Path::new("s.py")).unwrap_err();
+        assert!(
+            matches!(error, StateDirError::NotADirectory { .. }),
+            "{error}"
+        );
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+        fs::remove_dir_all(&top).unwrap();
     }
 
     #[test]

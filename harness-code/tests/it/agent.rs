@@ -385,3 +385,76 @@ async fn a_rust_check_reads_the_recorded_values() {
     assert!(outcome.state.events.iter().any(|e| matches!(e,
         AgentEvent::Checked { passed: false, message } if message.contains("no `totals` yet"))));
 }
+
+/// An executable shell script at `path` that appends `label` to `log`,
+/// then runs its arguments (`prefix`) or `python3` with them (`python`).
+#[cfg(unix)]
+fn recording_wrapper(path: &std::path::Path, log: &std::path::Path, label: &str, exec: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = format!(
+        "#!/bin/sh\necho {label} >> '{}'\nexec {exec} \"$@\"\n",
+        log.display()
+    );
+    std::fs::write(path, script).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A notebook reopened in a new process has no kernel until a cell runs;
+/// a Python check on it, which unpickles values cells wrote, must still
+/// start its kernel with the notebook's configuration (sandbox prefix,
+/// interpreter, environment), never with the defaults.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_python_check_on_a_reopened_notebook_runs_under_the_notebooks_kernel_config() {
+    let tools = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = tools.path().join("started.log");
+    let prefix = tools.path().join("sandbox.sh");
+    let python = tools.path().join("python.sh");
+    recording_wrapper(&prefix, &log, "prefix", "");
+    recording_wrapper(&python, &log, "python", "python3");
+    let configured = KernelConfig {
+        python: python.clone(),
+        command_prefix: vec![prefix.clone().into()],
+        env: vec![(
+            "HARNESS_TEST_CHECK_CONFIG".into(),
+            "from-the-notebook".into(),
+        )],
+        ..config()
+    };
+    let mut notebook = Notebook::create(dir.path(), configured.clone()).unwrap();
+    let run = notebook.execute("total = 6", user()).await.unwrap();
+    assert!(run.result.is_ok(), "{:?}", run.result.error);
+    notebook.save().unwrap();
+    notebook.shutdown().await;
+    drop(notebook);
+    std::fs::remove_file(&log).unwrap();
+
+    // Another process: the notebook is reopened, no kernel runs.
+    let reopened = Notebook::open(dir.path(), configured).unwrap();
+    assert!(reopened.kernel().is_none());
+    let check = Check::python(
+        "total == 6 and __import__('os').environ.get('HARNESS_TEST_CHECK_CONFIG') == 'from-the-notebook'",
+    );
+    let outcome = check.evaluate(&reopened).await.unwrap();
+    assert!(outcome.passed, "{}", outcome.message);
+    let started = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        started.lines().collect::<Vec<_>>(),
+        ["prefix", "python"],
+        "the check's kernel was not started under the notebook's prefix and interpreter"
+    );
+
+    // The same through the agent: a saved state with proposals made and
+    // nothing pending resumes straight into the check.
+    std::fs::remove_file(&log).unwrap();
+    let shared = Arc::new(Mutex::new(reopened));
+    let model = Arc::new(ScriptedModel::new(Vec::<harness::llm::Turn>::new()));
+    let agent = CodeAgent::new(shared, model, Check::python("total == 6"));
+    let mut state = CodeAgentState::new("Make `total` six.");
+    state.proposals = 1;
+    let outcome = agent.resume(state).await.unwrap();
+    assert_eq!(outcome.state.status, AgentStatus::Solved);
+    let started = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(started.lines().collect::<Vec<_>>(), ["prefix", "python"]);
+}

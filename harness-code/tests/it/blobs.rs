@@ -211,3 +211,85 @@ fn retain_deletes_nothing_through_links_in_the_store() {
     want.sort();
     assert_eq!(left, want);
 }
+
+/// `retain` empties `tmp/` through the directory it opened: a process that
+/// outlives the kernel and swaps `tmp/` for a link to another directory
+/// while `retain` is emptying it (here, as soon as the first leftover is
+/// gone) sends no deletion there.
+#[cfg(unix)]
+#[test]
+fn retain_deletes_nothing_through_a_tmp_swapped_for_a_link_while_it_is_emptied() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const LEFTOVERS: usize = 5_000;
+    let mut swapped_mid_walk = 0;
+    for _attempt in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path().join("blobs")).unwrap();
+        let tmp = store.root().join("tmp");
+        let victim = dir.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        for i in 0..LEFTOVERS {
+            let name = format!("leftover-{i}");
+            fs::write(tmp.join(&name), b"kernel").unwrap();
+            fs::write(victim.join(&name), b"mine").unwrap();
+        }
+        // The leftover `retain` lists, and so deletes, first.
+        let first = fs::read_dir(&tmp).unwrap().next().unwrap().unwrap().path();
+        let moved = store.root().join("tmp-moved");
+        let stop = Arc::new(AtomicBool::new(false));
+        let left_at_swap = Arc::new(AtomicUsize::new(0));
+        let swapper = {
+            let (tmp, victim, moved) = (tmp.clone(), victim.clone(), moved.clone());
+            let (stop, left_at_swap) = (stop.clone(), left_at_swap.clone());
+            std::thread::spawn(move || {
+                while fs::symlink_metadata(&first).is_ok() {
+                    if stop.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                    std::hint::spin_loop();
+                }
+                fs::rename(&tmp, &moved).unwrap();
+                std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+                left_at_swap.store(fs::read_dir(&moved).unwrap().count(), Ordering::Relaxed);
+                true
+            })
+        };
+        store.retain(&Default::default()).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let swapped = swapper.join().unwrap();
+        assert_eq!(
+            names(&victim).len(),
+            LEFTOVERS,
+            "retain deleted files through the link"
+        );
+        if swapped && left_at_swap.load(Ordering::Relaxed) > 0 {
+            swapped_mid_walk += 1;
+        }
+    }
+    assert!(
+        swapped_mid_walk > 0,
+        "the swap never happened while retain was emptying tmp/"
+    );
+}
+
+/// A store whose directory was replaced by a link after it was opened (a
+/// cell can do that to a notebook's `blobs`) is not walked into: `retain`
+/// fails, and deletes nothing where the link points.
+#[cfg(unix)]
+#[test]
+fn retain_does_not_walk_a_store_directory_swapped_for_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path().join("blobs")).unwrap();
+    let victim = dir.path().join("victim");
+    fs::create_dir_all(victim.join("tmp")).unwrap();
+    fs::create_dir_all(victim.join("sha256/2c")).unwrap();
+    fs::write(victim.join("tmp/notes.txt"), b"mine").unwrap();
+    fs::write(victim.join("sha256/2c").join(HELLO), b"mine").unwrap();
+    fs::rename(store.root(), dir.path().join("blobs-moved")).unwrap();
+    std::os::unix::fs::symlink(&victim, store.root()).unwrap();
+    assert!(store.retain(&[].into()).is_err());
+    assert_eq!(names(&victim.join("tmp")), ["notes.txt"]);
+    assert_eq!(names(&victim.join("sha256/2c")), [HELLO]);
+}

@@ -335,3 +335,102 @@ fn diagnosis_and_rule_patches_survive_deep_cells() {
         }
     }
 }
+
+/// The fixed multiplicative hash the analysis once used for names: rotate
+/// by 5, xor the next 8-byte word, multiply by a constant; a string ends
+/// with a `0xff` byte (as `Hash for str` writes it).
+fn fixed_hash(name: &[u8]) -> u64 {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    let add = |h: u64, word: u64| (h.rotate_left(5) ^ word).wrapping_mul(SEED);
+    let mut h = 0;
+    for chunk in name.chunks(8) {
+        let mut word = [0; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        h = add(h, u64::from_le_bytes(word));
+    }
+    add(h, 0xff)
+}
+
+/// Distinct 16-byte identifiers (about `count`) whose [`fixed_hash`]es
+/// share their low 21 bits: under that hash every one lands in the same
+/// bucket of a hash table. Built the way an attacker who knows the hash
+/// would, in well under a second.
+fn names_colliding_under_a_fixed_hash(count: usize) -> Vec<String> {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let add = |h: u64, word: u64| (h.rotate_left(5) ^ word).wrapping_mul(SEED);
+    let word = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().unwrap());
+    let identifier = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut rng = Rng(7);
+    let mut pick =
+        |len: usize| -> Vec<u8> { (0..len).map(|_| CHARS[rng.below(CHARS.len())]).collect() };
+    let mut names = Vec::with_capacity(count);
+    let mut low_target = None;
+    let mut top_target = None;
+    while names.len() < count {
+        let mut name = b"v".to_vec();
+        name.extend(pick(7));
+        let first = add(0, word(&name[..8]));
+        // The first two bytes of the second word fix the low 16 bits of
+        // the state after it.
+        let low = *low_target.get_or_insert((first.rotate_left(5) ^ 0x6161) & 0xffff);
+        let [b0, b1, ..] = ((first.rotate_left(5) ^ low) & 0xffff).to_le_bytes();
+        if !identifier(b0) || !identifier(b1) {
+            continue;
+        }
+        for _ in 0..256 {
+            let mut candidate = name.clone();
+            candidate.extend([b0, b1]);
+            candidate.extend(pick(6));
+            // The state's top 5 bits become the final hash's low 5 bits.
+            let state = add(first, word(&candidate[8..]));
+            if *top_target.get_or_insert(state >> 59) == state >> 59 {
+                names.push(String::from_utf8(candidate).unwrap());
+                break;
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Names are hashed with a seed of the process's own: a cell of many names
+/// crafted to collide under a fixed hash is analysed about as fast as one
+/// of as many ordinary names (with the fixed hash it was quadratic: 20 000
+/// such names took over ten times as long).
+#[test]
+fn names_crafted_to_collide_do_not_make_the_analysis_quadratic() {
+    const COUNT: usize = 20_000;
+    let crafted = names_colliding_under_a_fixed_hash(COUNT);
+    assert!(crafted.len() > COUNT * 9 / 10, "{}", crafted.len());
+    let buckets: std::collections::BTreeSet<u64> = crafted
+        .iter()
+        .map(|name| fixed_hash(name.as_bytes()) & 0x1f_ffff)
+        .collect();
+    assert_eq!(buckets.len(), 1, "the crafted names do not collide");
+    let mut rng = Rng(11);
+    let ordinary: Vec<String> = (0..crafted.len())
+        .map(|i| format!("w{i:07}{:08x}", rng.next() as u32))
+        .collect();
+    let cell =
+        |names: &[String]| -> String { names.iter().map(|name| format!("{name} = 1\n")).collect() };
+    let time = |source: &str| {
+        (0..2)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                let analysis = analyze_cell(source).unwrap();
+                assert_eq!(analysis.writes.len(), crafted.len());
+                started.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    let (crafted_cell, ordinary_cell) = (cell(&crafted), cell(&ordinary));
+    let ordinary_time = time(&ordinary_cell);
+    let crafted_time = time(&crafted_cell);
+    assert!(
+        crafted_time < ordinary_time * 4 + std::time::Duration::from_millis(200),
+        "crafted names: {crafted_time:?}, ordinary names: {ordinary_time:?}"
+    );
+}

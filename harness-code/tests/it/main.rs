@@ -12,6 +12,7 @@ mod kernel;
 mod notebooks;
 mod patch;
 mod replay;
+mod saved;
 mod stdlib_sweep;
 mod support;
 mod trust_boundary;
