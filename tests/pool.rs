@@ -16,6 +16,19 @@ pub struct Job {
     /// Every step that ran, with the process that ran it.
     #[field(reduce = append)]
     pub ticks: Vec<(u32, u32)>,
+    /// How many steps the job runs ([`STEPS_PER_JOB`] unless set).
+    #[field(default = STEPS_PER_JOB)]
+    pub steps: u32,
+}
+
+impl Job {
+    /// A job of `steps` steps (`Job::default()` has [`STEPS_PER_JOB`]).
+    pub fn with_steps(steps: u32) -> Self {
+        Self {
+            ticks: Vec::new(),
+            steps,
+        }
+    }
 }
 
 async fn tick(s: Arc<Job>, cx: Cx<Announce>) -> StepResult<JobUpdate> {
@@ -48,7 +61,7 @@ pub fn agent_on(
         .step("tick")
         .run(tick)
         .route(|s: &Job| {
-            if (s.ticks.len() as u32) < STEPS_PER_JOB {
+            if (s.ticks.len() as u32) < s.steps {
                 "again"
             } else {
                 "done"

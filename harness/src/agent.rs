@@ -9,7 +9,7 @@ use crate::run::{Execution, Run, SessionLink, attach_sub_journals, task_from};
 use crate::session::head::{self, check_owner};
 use crate::session::{
     Busy, CheckpointInfo, Holder, Journals, SessionCursor, SessionPhase, SessionStore, Span,
-    StoredRun, Submitted, journals, read_log, rebuild, rebuild_tasks,
+    Stopping, StoredRun, Submitted, journals, read_log, rebuild, rebuild_tasks,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
@@ -212,6 +212,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             Some(current) => {
                 check_owner(current, &self.inner.id)?;
                 head::submit(current, &input_json, busy, harness.start_name())
+                    .map(|(commit, submitted)| (Some(commit), submitted))
             }
             None => {
                 let mut state = S::default();
@@ -227,8 +228,45 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
                     },
                     &harness.session_config,
                 );
-                Ok((commit, Submitted::Runnable))
+                Ok((Some(commit), Submitted::Runnable))
             }
+        })
+        .await
+    }
+
+    /// Stops the run of `session_id` wherever it runs: in a worker of
+    /// another process, say, which a [`StopHandle`](crate::StopHandle)
+    /// cannot reach. A run that holds the session is asked to stop, through
+    /// the store, and stops at its next step boundary (the step running now
+    /// is not cancelled; its update is kept), with the signal `$stopped`; a
+    /// run that waits for a worker is recorded as stopped at once. Either
+    /// way, a run queued behind it then starts.
+    ///
+    /// The running process sees the request when it next writes the
+    /// session: when the step running now completes.
+    ///
+    /// # Errors
+    ///
+    /// [`NoSession`](SessionError::NoSession) if there is no such session,
+    /// [`SessionError::Load`] if it is another agent's, or the store's
+    /// error.
+    pub async fn stop_session(&self, session_id: &SessionId) -> Result<Stopping, SessionError> {
+        let store = Arc::clone(self.store()?);
+        let harness = &self.inner.harness;
+        head::commit_with_retry(&*store, session_id, |current| match current {
+            Some(current) => {
+                check_owner(current, &self.inner.id)?;
+                Ok(head::stop(
+                    current,
+                    store.now(),
+                    harness.start_name(),
+                    &harness.session_config,
+                ))
+            }
+            None => Err(NoSession {
+                session: session_id.clone(),
+            }
+            .into()),
         })
         .await
     }

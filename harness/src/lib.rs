@@ -126,7 +126,7 @@ pub use run::{
     SubOutcome, UnknownStep,
 };
 pub use schemars::{self, JsonSchema};
-pub use session::{Busy, Submitted};
+pub use session::{Busy, Stopping, Submitted};
 pub use signal::Signal;
 pub use slots::Context;
 pub use state::HarnessState;

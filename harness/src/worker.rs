@@ -42,7 +42,8 @@ pub struct WorkerReport {
     pub completed: u64,
     /// Runs that paused for a human.
     pub interrupted: u64,
-    /// Runs that failed (recorded as failed in their session).
+    /// Runs that failed: recorded as failed in their session, or, when
+    /// another run was queued behind them, followed by that run.
     pub failed: u64,
     /// Runs stopped because their lease was lost (the session stays
     /// runnable, and a worker continues it from its last checkpoint).
@@ -52,9 +53,9 @@ pub struct WorkerReport {
     /// Sessions that could not be taken because the store failed; each is
     /// tried again after a backoff.
     pub retries: u64,
-    /// Sessions that cannot be loaded (a corrupt record, a state of another
-    /// schema), or that failed to load on every attempt: marked failed, with
-    /// the reason, so that the other sessions keep flowing.
+    /// Sessions that could not be taken on every attempt, for long enough
+    /// (see [`Worker::quarantine_after`]): marked failed, with the reason,
+    /// so that the other sessions keep flowing.
     pub quarantined: u64,
     /// Times the store failed to list runnable sessions; the worker backs off
     /// and asks again.
@@ -75,16 +76,19 @@ struct Backoff {
 ///
 /// A worker only takes sessions of its own agent, so agents can share a
 /// store. What cannot stop it:
-/// - a session that cannot be loaded (a corrupt record, a state of another
-///   schema) is **quarantined**: marked failed with the reason, visible in
-///   `harness sessions show`, and recoverable with
-///   [`Agent::recover`](crate::Agent::recover) once the cause is fixed;
-/// - a store error while taking a session is retried with exponential
-///   backoff, other sessions going first meanwhile; after
+/// - a session it cannot take, because it cannot load it (a corrupt
+///   record, a state of another schema, a step it does not have) or
+///   because the store fails, is tried again with exponential backoff,
+///   other sessions going first meanwhile; after
 ///   [`max_attempts`](Self::max_attempts) failures in a row, the first at
 ///   least [`quarantine_after`](Self::quarantine_after) ago (default five
-///   minutes: a database's failover or a network blip quarantines
-///   nothing), the session is quarantined;
+///   minutes), the session is **quarantined**: marked failed with the
+///   reason, visible in `harness sessions show`, and recoverable with
+///   [`Agent::recover`](crate::Agent::recover) once the cause is fixed.
+///   A database's failover or a network blip quarantines nothing, nor
+///   does a rolling deploy: a worker of the old version that cannot load
+///   a session the new version wrote (a step it added) leaves it, and a
+///   worker of the new version takes it;
 /// - a store error while listing sessions makes
 ///   [`run_until`](Self::run_until) back off and ask again.
 pub struct Worker<S: HarnessState, C: Context> {
@@ -155,20 +159,24 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         self
     }
 
-    /// How many times in a row taking one session may fail with a store
-    /// error before the session is quarantined (default 5, at least 1).
+    /// How many times in a row taking one session may fail (it cannot be
+    /// loaded, or the store fails) before the session is quarantined
+    /// (default 5, at least 1).
     #[must_use]
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n.max(1);
         self
     }
 
-    /// How long store errors must go on taking one session before it is
+    /// How long taking one session must go on failing before it is
     /// quarantined (default 5 minutes), besides
-    /// [`max_attempts`](Self::max_attempts) of them in a row: a session
+    /// [`max_attempts`](Self::max_attempts) failures in a row: a session
     /// that the store fails to hand over for a short while (a failover, a
-    /// restart, a network blip) is tried again, never set aside. A session
-    /// that cannot be loaded at all is quarantined at once.
+    /// restart, a network blip) is tried again, never set aside; so is one
+    /// this worker cannot load but a worker of a newer version can (a step
+    /// the new version added, during a rolling deploy), which that worker
+    /// takes meanwhile. `Duration::ZERO` quarantines a session that cannot
+    /// be loaded after `max_attempts` at once.
     #[must_use]
     pub fn quarantine_after(mut self, after: Duration) -> Self {
         self.quarantine_after = after;
@@ -231,12 +239,10 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                     report.lost_races += 1;
                     continue;
                 }
-                // It can never be loaded as it is: set it aside.
-                Err(SessionError::Load(e)) => {
-                    self.backoffs().remove(&session);
-                    self.quarantine(&session, &e.to_string(), report).await;
-                    continue;
-                }
+                // A store error, or a session this worker cannot load: a
+                // corrupt one, or one a newer version of the agent wrote
+                // (a rolling deploy), which its workers take meanwhile.
+                // Set aside only once it has gone on long enough.
                 Err(e) => {
                     self.failed_to_take(&session, &e, report).await;
                     continue;
@@ -262,8 +268,9 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         Ok(taken)
     }
 
-    /// A store error while taking `session`: back off from it, or
-    /// quarantine it after too many in a row.
+    /// A failure to take `session` (a store error, or it cannot be loaded):
+    /// back off from it, or quarantine it after too many in a row over
+    /// long enough.
     async fn failed_to_take(
         &self,
         session: &SessionId,

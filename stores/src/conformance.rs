@@ -161,6 +161,7 @@ pub fn head(session: &str) -> StoredRun {
         created_at: T0,
         updated_at: T0,
         queued: Vec::new(),
+        stop_requested: None,
     }
 }
 

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use harness::session::{SessionConfig, SessionPhase};
+use harness::{Signal, Stopping};
 use harness_tests::pool::{STEPS_PER_JOB, agent_on, connect};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -34,7 +35,7 @@ async fn contention(backend: &str, url: &str, sessions: usize, workers: usize) {
     let agent = agent_on(store, SessionConfig::default(), false).unwrap();
     for _ in 0..sessions {
         agent
-            .submit(harness_tests::pool::Job { ticks: vec![] })
+            .submit(harness_tests::pool::Job::default())
             .await
             .unwrap();
     }
@@ -119,6 +120,89 @@ async fn contention(backend: &str, url: &str, sessions: usize, workers: usize) {
     assert_eq!(heads.len(), sessions);
     assert_eq!((duplicates, lost), (0, 0));
     assert!(per_pid.len() >= 2, "the work was shared: {per_pid:?}");
+}
+
+/// A run in a worker process is stopped from this one, through the store
+/// alone: it stops at its next step boundary, with `$stopped`, its steps
+/// kept, and the worker goes on.
+async fn stop_from_another_process(backend: &str, url: &str) {
+    let namespace = format!("stop_{}_{backend}", std::process::id());
+    let store = connect(backend, url, &namespace).await.unwrap();
+    let agent = agent_on(store, SessionConfig::default(), false).unwrap();
+    let long = agent
+        .submit(harness_tests::pool::Job::with_steps(100_000))
+        .await
+        .unwrap();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_pool_worker"))
+        .args([backend, url, &namespace, "1000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(worker.stdout.take().unwrap()).lines();
+    for _ in 0..5 {
+        lines.next().unwrap().unwrap();
+    }
+    let asked = agent.stop_session(&long).await.unwrap();
+    assert!(matches!(asked, Stopping::Asked { .. }), "{asked:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let head = loop {
+        let head = agent.session(&long).await.unwrap();
+        if head.phase != SessionPhase::Running {
+            break head;
+        }
+        assert!(Instant::now() < deadline, "not stopped: {head:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        head.phase,
+        SessionPhase::Completed {
+            signal: Signal::STOPPED
+        }
+    );
+    assert_eq!(head.stop_requested, None);
+    assert!(head.lease.is_none());
+    let state = agent.state_at(&long, None).await.unwrap();
+    let numbers: Vec<u32> = state.ticks.iter().map(|t| t.0).collect();
+    assert!(
+        numbers.len() >= 5 && numbers.len() < 100_000,
+        "{}",
+        numbers.len()
+    );
+    assert_eq!(numbers, (1..=numbers.len() as u32).collect::<Vec<_>>());
+    // The worker is alive and takes the next session.
+    let next = agent
+        .submit(harness_tests::pool::Job::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !matches!(
+        agent.session(&next).await.unwrap().phase,
+        SessionPhase::Completed { .. }
+    ) {
+        assert!(
+            Instant::now() < deadline,
+            "the worker took no other session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_a_worker_process_is_stopped_from_another_process_on_postgres() {
+    let Some(url) = url("HARNESS_TEST_POSTGRES_URL") else {
+        return;
+    };
+    stop_from_another_process("postgres", &url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_a_worker_process_is_stopped_from_another_process_on_redis() {
+    let Some(url) = url("HARNESS_TEST_REDIS_URL") else {
+        return;
+    };
+    stop_from_another_process("redis", &url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,9 @@
 
 use harness::session::{SessionConfig, SessionError, SessionPhase};
 use harness::worker::{Worker, WorkerReport};
-use harness::{Agent, Busy, Harness, HarnessState, StepResult, Submitted, create_agent};
+use harness::{
+    Agent, Busy, Harness, HarnessState, Signal, StepResult, Stopping, Submitted, create_agent,
+};
 use harness_stores::MemoryStore;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -23,6 +25,9 @@ struct Job {
 
 async fn work(s: Arc<Job>) -> StepResult<JobUpdate> {
     tokio::time::sleep(Duration::from_millis(1)).await;
+    if s.done.last().is_some_and(|d| d == "boom") {
+        return Err(harness::StepError::msg("the input says boom"));
+    }
     Ok(JobUpdate::new()
         .steps(1)
         .done(vec![format!("step {}", s.steps + 1)]))
@@ -155,6 +160,246 @@ async fn a_second_run_on_a_busy_session_is_rejected_or_queued() {
         .await
         .unwrap();
     assert_eq!(again, Submitted::Runnable);
+}
+
+/// A run that fails does not strand the runs queued behind it: each
+/// starts in turn from the state the one before left, as LangGraph's
+/// `enqueue` does.
+#[tokio::test]
+async fn the_runs_queued_behind_a_failed_run_still_run_in_order() {
+    let store = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), Duration::from_secs(30));
+    let session = agent.submit(job()).await.unwrap();
+    for (input, position) in [("boom", 1), ("after", 2), ("boom", 3), ("last", 4)] {
+        let queued = agent
+            .submit_input(
+                &session,
+                JobUpdate::new().done(vec![input.into()]),
+                Busy::Queue,
+            )
+            .await
+            .unwrap();
+        assert_eq!(queued, Submitted::Queued { position });
+    }
+    let reports = tokio::time::timeout(Duration::from_secs(20), drain(1, &agent, 1))
+        .await
+        .expect("the queued runs ran");
+    assert_eq!(
+        (reports[0].completed, reports[0].failed),
+        (3, 2),
+        "{reports:?}"
+    );
+    let head = agent.session(&session).await.unwrap();
+    assert!(head.queued.is_empty());
+    let state = agent.state_at(&session, None).await.unwrap();
+    assert_eq!(
+        state.done,
+        [
+            "step 1", "step 2", "step 3", "boom", "after", "step 4", "step 5", "step 6", "boom",
+            "last", "step 7", "step 8", "step 9"
+        ],
+    );
+}
+
+fn stopped() -> SessionPhase {
+    SessionPhase::Completed {
+        signal: Signal::STOPPED,
+    }
+}
+
+/// A stop for a session no run holds ends its run at once; the run queued
+/// behind it starts; a session that is not running is left as it is.
+#[tokio::test]
+async fn a_stop_ends_a_run_waiting_for_a_worker_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    let agent = agent(store.clone(), Duration::from_secs(30));
+    let session = agent.submit(job()).await.unwrap();
+    agent
+        .submit_input(
+            &session,
+            JobUpdate::new().done(vec!["queued".into()]),
+            Busy::Queue,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        agent.stop_session(&session).await.unwrap(),
+        Stopping::Stopped
+    );
+    let head = agent.session(&session).await.unwrap();
+    assert_eq!(head.phase, SessionPhase::Running, "the queued run started");
+    assert!(head.queued.is_empty());
+    // Without a queue it stays stopped, and no worker runs it.
+    assert_eq!(
+        agent.stop_session(&session).await.unwrap(),
+        Stopping::Stopped
+    );
+    let head = agent.session(&session).await.unwrap();
+    assert_eq!(head.phase, stopped());
+    let mut report = WorkerReport::default();
+    assert_eq!(
+        Worker::new(agent.clone())
+            .run_once(&mut report)
+            .await
+            .unwrap(),
+        0
+    );
+    let state = agent.state_at(&session, None).await.unwrap();
+    assert_eq!(state.done, ["queued"], "no step ran");
+    // Stopped, completed: not running, nothing written.
+    let version = head.version;
+    assert_eq!(
+        agent.stop_session(&session).await.unwrap(),
+        Stopping::NotRunning(stopped())
+    );
+    assert_eq!(agent.session(&session).await.unwrap().version, version);
+    // No such session; another agent's.
+    let none = harness::SessionId::from("no-such-session");
+    assert!(matches!(
+        agent.stop_session(&none).await,
+        Err(SessionError::NoSession(_))
+    ));
+    let h = Harness::<Job>::builder()
+        .step("work")
+        .run(work)
+        .end()
+        .start("work")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let other = create_agent("other jobs", &h);
+    assert!(other.stop_session(&session).await.is_err());
+}
+
+/// A run held by a worker (of another agent handle, as another process
+/// would be) stops at its next step boundary when asked through the store;
+/// its steps are kept; one whose worker died after the stop was asked is
+/// stopped by the worker that takes it over, before it runs a step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_asked_through_the_store_stops_a_workers_run_at_its_next_step() {
+    let store = Arc::new(MemoryStore::new());
+    let here = agent(store.clone(), Duration::from_secs(30));
+    let there = agent(store.clone(), Duration::from_secs(30));
+    let session = here
+        .submit(Job {
+            per_run: 1_000_000,
+            ..job()
+        })
+        .await
+        .unwrap();
+    let worker = tokio::spawn(async move {
+        Worker::new(there)
+            .poll_interval(Duration::from_millis(5))
+            .run_until(tokio::time::sleep(Duration::from_secs(30)))
+            .await
+    });
+    while here.session(&session).await.unwrap().steps < 5 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let asked = here.stop_session(&session).await.unwrap();
+    assert!(matches!(asked, Stopping::Asked { .. }), "{asked:?}");
+    let head = loop {
+        let head = here.session(&session).await.unwrap();
+        if head.phase != SessionPhase::Running {
+            break head;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    worker.abort();
+    assert_eq!(head.phase, stopped());
+    assert_eq!(
+        (head.stop_requested.clone(), head.lease.clone()),
+        (None, None)
+    );
+    let state = here.state_at(&session, None).await.unwrap();
+    let n = state.done.len();
+    assert!((5..1_000_000).contains(&n), "{n}");
+    let expected: Vec<String> = (1..=n).map(|i| format!("step {i}")).collect();
+    assert_eq!(state.done, expected, "every step's update kept, none twice");
+
+    // A worker that dies after the stop was asked: the next one stops the
+    // run before its first step.
+    let store = Arc::new(MemoryStore::new());
+    let here = agent(store.clone(), Duration::from_millis(300));
+    let session = here
+        .submit(Job {
+            per_run: 1_000_000,
+            ..job()
+        })
+        .await
+        .unwrap();
+    let doomed = {
+        let there = agent(store.clone(), Duration::from_millis(300));
+        tokio::spawn(async move { Worker::new(there).run_until(std::future::pending()).await })
+    };
+    while here.session(&session).await.unwrap().steps < 3 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    doomed.abort();
+    let _ = doomed.await;
+    let asked = here.stop_session(&session).await.unwrap();
+    assert!(matches!(asked, Stopping::Asked { .. }), "{asked:?}");
+    let steps = here.session(&session).await.unwrap().steps;
+    let reports = tokio::time::timeout(Duration::from_secs(10), drain(1, &here, 1))
+        .await
+        .expect("taken over and stopped");
+    assert_eq!(reports[0].completed, 1, "{reports:?}");
+    let head = here.session(&session).await.unwrap();
+    assert_eq!(head.phase, stopped());
+    assert_eq!(head.steps, steps, "no step ran after the stop was asked");
+}
+
+async fn prepare(_s: Arc<Job>) -> StepResult<JobUpdate> {
+    Ok(JobUpdate::new().done(vec!["prepared".into()]))
+}
+
+/// A rolling deploy: a worker of the old version cannot load a session the
+/// new version wrote (it starts at a step the old one does not have). It
+/// backs off from it and never quarantines it; a worker of the new version
+/// runs it.
+#[tokio::test]
+async fn an_old_worker_leaves_a_session_of_a_newer_version_to_a_new_one() {
+    let store = Arc::new(MemoryStore::new());
+    let old = agent(store.clone(), Duration::from_secs(30));
+    let h = Harness::<Job>::builder()
+        .step("prepare")
+        .run(prepare)
+        .next("work")
+        .step("work")
+        .run(work)
+        .route(|s: &Job| {
+            if !s.steps.is_multiple_of(s.per_run) {
+                "again"
+            } else {
+                "done"
+            }
+        })
+        .on("again")
+        .to("work")
+        .on("done")
+        .end()
+        .start("prepare")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let new = create_agent("jobs", &h);
+    let session = new.submit(job()).await.unwrap();
+    let report = Worker::new(old.clone())
+        .poll_interval(Duration::from_millis(5))
+        .max_backoff(Duration::from_millis(20))
+        .max_attempts(2)
+        .run_until(tokio::time::sleep(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert_eq!((report.runs, report.quarantined), (0, 0), "{report:?}");
+    assert!(report.retries >= 2, "it tried, and backed off: {report:?}");
+    assert_eq!(
+        new.session(&session).await.unwrap().phase,
+        SessionPhase::Running
+    );
+    drain(1, &new, 1).await;
+    let state = new.state_at(&session, None).await.unwrap();
+    assert_eq!(state.done, ["prepared", "step 1", "step 2", "step 3"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -412,6 +412,9 @@ pub(crate) fn start<S: HarnessState, C: Context>(
     async move {
         let result = match attach(&harness, &info, &mut exec).await {
             Ok(cursor) => {
+                if let Some(c) = &cursor {
+                    c.forward_stop(Arc::clone(&control.stop));
+                }
                 let env = Env {
                     harness: &harness,
                     ctx: &ctx,

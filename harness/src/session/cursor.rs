@@ -11,7 +11,8 @@ use crate::step::{JournalSink, StepJournal};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::Mutex;
 
 /// A run's handle on its session. Shared with the lease renewer.
@@ -25,6 +26,11 @@ pub(crate) struct SessionCursor {
     expires_at: AtomicU64,
     /// Steps the session has completed, as last written.
     steps: AtomicU64,
+    /// Whether the run was asked to stop from outside its process (see
+    /// [`head::stop`]), as last read.
+    stop_asked: AtomicBool,
+    /// The run's stop flag, set when such a request is read.
+    stop: OnceLock<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for SessionCursor {
@@ -123,6 +129,7 @@ impl SessionCursor {
     ) -> Self {
         let expires_at = head.lease.as_ref().map_or(0, |l| l.expires_at);
         let steps = head.steps;
+        let stop_asked = AtomicBool::new(head::stop_asked(&head));
         Self {
             store,
             config,
@@ -130,6 +137,26 @@ impl SessionCursor {
             head: Mutex::new(head),
             expires_at: AtomicU64::new(expires_at),
             steps: AtomicU64::new(steps),
+            stop_asked,
+            stop: OnceLock::new(),
+        }
+    }
+
+    /// Passes a stop asked through the store ([`head::stop`]) on to the
+    /// run's stop `flag`, which its steps' boundaries check: at once if the
+    /// session was taken with the request in it, else when a commit reads
+    /// it.
+    pub(crate) fn forward_stop(&self, flag: Arc<AtomicBool>) {
+        if self.stop_asked.load(Ordering::Acquire) {
+            flag.store(true, Ordering::Release);
+        }
+        let _ = self.stop.set(flag);
+    }
+
+    fn note_stop(&self) {
+        self.stop_asked.store(true, Ordering::Release);
+        if let Some(flag) = self.stop.get() {
+            flag.store(true, Ordering::Release);
         }
     }
 
@@ -142,8 +169,9 @@ impl SessionCursor {
     /// rather than an `async fn`, whose arguments would be held twice (as
     /// this method's callers are too).
     ///
-    /// While this run holds the lease, the only other writer of the head is
-    /// a run queued behind it ([`Busy::Queue`](super::Busy::Queue)); when
+    /// While this run holds the lease, the only other writers of the head
+    /// are a run queued behind it ([`Busy::Queue`](super::Busy::Queue)) and
+    /// a stop asked from another process ([`head::stop`]); when
     /// one wins the compare-and-set, the commit is made again from the new
     /// head, and `make` gets the commit that was refused, to take back what
     /// it moved into it (so that a step's update is moved into its commit,
@@ -187,6 +215,11 @@ impl SessionCursor {
                                     && held(&fresh)
                                     && fresh.version > current.version =>
                             {
+                                // The only other writers while the lease is
+                                // held: a run queued, a stop asked.
+                                if head::stop_asked(&fresh) {
+                                    self.note_stop();
+                                }
                                 *current = fresh;
                                 refused = Some(commit);
                             }

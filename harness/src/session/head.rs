@@ -176,6 +176,7 @@ fn next_with(
         created_at,
         updated_at: _,
         queued,
+        stop_requested,
     } = head;
     StoredRun {
         schema_version: *schema_version,
@@ -200,6 +201,8 @@ fn next_with(
         created_at: *created_at,
         updated_at: now,
         queued: queued.clone(),
+        // A request for another run than this head's is spent.
+        stop_requested: stop_requested.as_ref().filter(|r| *r == run_id).cloned(),
     }
 }
 
@@ -262,6 +265,7 @@ pub(crate) fn create(new: NewSession<'_>, config: &SessionConfig) -> Commit {
         created_at: now,
         updated_at: now,
         queued: Vec::new(),
+        stop_requested: None,
     };
     let first = Checkpoint {
         seq: 0,
@@ -596,9 +600,12 @@ pub(crate) fn joined(
     commit(next, Some(head.version), append, Vec::new(), durable)
 }
 
-/// How the run settled, with the lease released. When the run completed
-/// and another run is queued on the session, that run's input is merged
-/// and the session becomes runnable again at `start`.
+/// How the run settled, with the lease released. When the run ended
+/// (completed, was stopped or failed) and another run is queued on the
+/// session, that run's input is merged and the session becomes runnable
+/// again at `start`: a failed run does not strand the runs queued behind
+/// it (as with LangGraph's `enqueue`, each queued run is a run of its own).
+/// A run that paused for a human keeps them queued until it is resumed.
 pub(crate) fn settle(
     head: &StoredRun,
     phase: SessionPhase,
@@ -610,9 +617,14 @@ pub(crate) fn settle(
     let now = now_millis();
     let mut next = next_with(head, now, None, next_step.map(str::to_string));
     next.ended_with = None;
+    next.stop_requested = None;
     set_journals(&mut next, journals);
     let mut append = Vec::new();
-    if matches!(phase, SessionPhase::Completed { .. }) && !next.queued.is_empty() {
+    let ended = matches!(
+        phase,
+        SessionPhase::Completed { .. } | SessionPhase::Failed { .. }
+    );
+    if ended && !next.queued.is_empty() {
         let input = next.queued.remove(0);
         append.push(push_input(&mut next, input, now));
         next.phase = SessionPhase::Running;
@@ -692,7 +704,8 @@ pub(crate) fn quarantine(head: &StoredRun, agent: &str, reason: &str, now: u64) 
 pub enum Busy {
     /// Refuse it with [`SessionError::InFlight`].
     Reject,
-    /// Queue it: it starts when the runs before it complete.
+    /// Queue it: it starts when the runs before it end (complete, fail or
+    /// are stopped), in the order they were queued.
     Queue,
 }
 
@@ -710,6 +723,9 @@ pub enum Submitted {
 
 /// A new run submitted on an existing session with `input` to merge: made
 /// runnable at `start` if the session is idle, queued or refused if busy.
+/// An ended session that still has runs queued (one a worker quarantined
+/// keeps them) is busy with them: the first of them is made runnable, and
+/// `input` queued behind the rest, never ahead of them.
 pub(crate) fn submit(
     head: &StoredRun,
     input: &Value,
@@ -751,13 +767,30 @@ pub(crate) fn submit(
             }
         },
         SessionPhase::Completed { .. } | SessionPhase::Failed { .. } => {
-            append.push(push_input(&mut next, input.clone(), now));
+            let submitted = if next.queued.is_empty() {
+                append.push(push_input(&mut next, input.clone(), now));
+                Submitted::Runnable
+            } else if busy == Busy::Reject {
+                return Err(SessionInFlight {
+                    session: head.session_id.clone(),
+                    owner: format!("{} queued runs", head.queued.len()),
+                    expires_at: 0,
+                }
+                .into());
+            } else {
+                let first = next.queued.remove(0);
+                append.push(push_input(&mut next, first, now));
+                next.queued.push(input.clone());
+                Submitted::Queued {
+                    position: next.queued.len(),
+                }
+            };
             next.phase = SessionPhase::Running;
             next.lease = None;
             next.run_id = RunId::random();
             next.journal = StepJournal::default();
             next.next_step = Some(start.to_string());
-            Submitted::Runnable
+            submitted
         }
     };
     Ok((
@@ -766,8 +799,83 @@ pub(crate) fn submit(
     ))
 }
 
+/// What [`Agent::stop_session`](crate::Agent::stop_session) did.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Stopping {
+    /// No run held the session (it waited for a worker, or its worker
+    /// died): the run is recorded as stopped (`$stopped`) now, and a run
+    /// queued behind it starts.
+    Stopped,
+    /// A run holds the session: it is asked to stop, and stops at its next
+    /// step boundary, as [`StopHandle::stop`](crate::StopHandle::stop)
+    /// stops a run of this process (the step running now is not
+    /// cancelled), in whichever process it runs. Should that process die
+    /// first, the worker that takes the session over stops it before it
+    /// runs a step.
+    Asked {
+        /// The lease's owner: the run asked.
+        owner: String,
+    },
+    /// No run is going: the session paused for a human, completed or
+    /// failed. Nothing is written.
+    NotRunning(SessionPhase),
+}
+
+/// What a stop asked of the session `head` at `now` (the store's clock)
+/// makes of it: the run settled as stopped at once if no run holds it,
+/// else the request recorded for the run that does.
+pub(crate) fn stop(
+    head: &StoredRun,
+    now: u64,
+    start: &str,
+    config: &SessionConfig,
+) -> (Option<Commit>, Stopping) {
+    if head.phase != SessionPhase::Running {
+        return (None, Stopping::NotRunning(head.phase.clone()));
+    }
+    match in_flight(head, now) {
+        None => {
+            // A run whose last step ended it, its end not yet recorded,
+            // ended as that step said.
+            let signal = head.ended_with.clone().unwrap_or(Signal::STOPPED);
+            let phase = SessionPhase::Completed { signal };
+            let next_step = head
+                .ended_with
+                .is_none()
+                .then_some(head.next_step.as_deref())
+                .flatten();
+            let settled = settle(head, phase, next_step, journals(head), start, config);
+            (Some(settled), Stopping::Stopped)
+        }
+        Some(held) => {
+            let asked = Stopping::Asked { owner: held.owner };
+            if head.stop_requested.as_ref() == Some(&head.run_id) {
+                return (None, asked);
+            }
+            let mut next = next_of(head, now_millis());
+            next.stop_requested = Some(head.run_id.clone());
+            (
+                Some(commit(
+                    next,
+                    Some(head.version),
+                    Vec::new(),
+                    Vec::new(),
+                    true,
+                )),
+                asked,
+            )
+        }
+    }
+}
+
+/// Whether the run of `head` was asked to stop from outside its process.
+pub(crate) fn stop_asked(head: &StoredRun) -> bool {
+    head.stop_requested.as_ref() == Some(&head.run_id)
+}
+
 /// Commits what `decide` makes of the session's current head (`None` if
-/// there is no such session), deciding again from the new head each time
+/// there is no such session; `decide` may make no commit), deciding again from the new head each time
 /// another writer wins the compare-and-set, up to 16 times. A head whose
 /// counters cannot be moved on is refused ([`check_counters`]) before
 /// `decide` sees it. After each
@@ -777,7 +885,7 @@ pub(crate) fn submit(
 pub(crate) async fn commit_with_retry<T>(
     store: &dyn SessionStore,
     session: &SessionId,
-    mut decide: impl FnMut(Option<&StoredRun>) -> Result<(Commit, T), SessionError>,
+    mut decide: impl FnMut(Option<&StoredRun>) -> Result<(Option<Commit>, T), SessionError>,
 ) -> Result<T, SessionError> {
     for lost in 0..16u32 {
         if lost > 0 {
@@ -789,7 +897,10 @@ pub(crate) async fn commit_with_retry<T>(
         if let Some(head) = &head {
             check_counters(head)?;
         }
-        let (mut commit, value) = decide(head.as_ref())?;
+        let (commit, value) = decide(head.as_ref())?;
+        let Some(mut commit) = commit else {
+            return Ok(value);
+        };
         super::depth::redact_commit(&mut commit);
         super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(&commit).await {
@@ -824,7 +935,7 @@ pub async fn save_value(
         if let Some(head) = head {
             check_owner(head, owner)?;
         }
-        Ok((save_commit(head, owner, session, value.clone()), ()))
+        Ok((Some(save_commit(head, owner, session, value.clone())), ()))
     })
     .await
 }
@@ -872,6 +983,7 @@ pub fn save_commit(
         created_at: prev.map_or(now, |h| h.created_at),
         updated_at: now,
         queued: Vec::new(),
+        stop_requested: None,
     };
     let saved = Checkpoint {
         seq,
@@ -1140,6 +1252,104 @@ mod tests {
         let set_aside = quarantine(&stored(MAX_COUNTER + 1, 0, 0), "a", "why", 0).unwrap();
         assert_eq!(set_aside.head.version, MAX_COUNTER + 2);
         assert!(matches!(set_aside.head.phase, SessionPhase::Failed { .. }));
+    }
+
+    /// An ended session that still has runs queued (a quarantined one
+    /// keeps them) starts the first of them on the next submit, and queues
+    /// the new run behind the rest; `Reject` refuses it and changes nothing.
+    #[test]
+    fn a_submit_on_an_ended_session_never_jumps_its_queue() {
+        for phase in [
+            SessionPhase::Failed {
+                error: "quarantined".into(),
+            },
+            SessionPhase::Completed {
+                signal: Signal::from("done"),
+            },
+        ] {
+            let mut head = stored(5, 3, 3);
+            head.phase = phase.clone();
+            head.queued = vec![json!({"n": 1}), json!({"n": 2})];
+            let (commit, submitted) =
+                submit(&head, &json!({"n": 3}), Busy::Queue, "think").unwrap();
+            assert_eq!(submitted, Submitted::Queued { position: 2 }, "{phase:?}");
+            assert_eq!(commit.head.phase, SessionPhase::Running);
+            assert_eq!(commit.head.next_step.as_deref(), Some("think"));
+            assert_eq!(commit.head.queued, [json!({"n": 2}), json!({"n": 3})]);
+            assert_eq!(commit.append.len(), 1);
+            assert!(
+                matches!(&commit.append[0].kind, CheckpointKind::Update(v) if *v == json!({"n": 1})),
+                "the first queued run starts: {:?}",
+                commit.append[0].kind
+            );
+            assert!(matches!(
+                submit(&head, &json!({"n": 3}), Busy::Reject, "think"),
+                Err(SessionError::InFlight(_))
+            ));
+            // Without a queue, the run starts at once.
+            head.queued.clear();
+            let (commit, submitted) =
+                submit(&head, &json!({"n": 3}), Busy::Reject, "think").unwrap();
+            assert_eq!(submitted, Submitted::Runnable);
+            assert!(commit.head.queued.is_empty());
+        }
+    }
+
+    /// A run that fails, or is stopped, starts the next run queued on its
+    /// session, as one that completes does; one that pauses keeps it.
+    #[test]
+    fn an_ended_run_starts_the_next_queued_one_a_paused_run_keeps_it() {
+        let config = SessionConfig::default();
+        let ends = [
+            SessionPhase::Failed {
+                error: "boom".into(),
+            },
+            SessionPhase::Completed {
+                signal: Signal::from("$stopped"),
+            },
+            SessionPhase::Completed {
+                signal: Signal::from("done"),
+            },
+        ];
+        for phase in ends {
+            let mut head = stored(5, 3, 3);
+            head.queued = vec![json!({"n": 1}), json!({"n": 2})];
+            let c = settle(
+                &head,
+                phase.clone(),
+                None,
+                Journals::new(),
+                "think",
+                &config,
+            );
+            assert_eq!(c.head.phase, SessionPhase::Running, "{phase:?}");
+            assert_eq!(c.head.queued, [json!({"n": 2})]);
+            assert_eq!(c.head.next_step.as_deref(), Some("think"));
+            assert_ne!(c.head.run_id, head.run_id);
+            assert!(c.durable, "the start of a queued run waits for the disk");
+        }
+        let mut head = stored(5, 3, 3);
+        head.queued = vec![json!({"n": 1})];
+        let paused = SessionPhase::Interrupted {
+            interrupt: crate::step::Interrupt {
+                id: "i1".into(),
+                step: "ask".into(),
+                path: TaskPath::default(),
+                payload: json!("ok?"),
+                breakpoint: None,
+            },
+        };
+        let c = settle(
+            &head,
+            paused.clone(),
+            Some("ask"),
+            Journals::new(),
+            "think",
+            &config,
+        );
+        assert_eq!(c.head.phase, paused);
+        assert_eq!(c.head.queued, [json!({"n": 1})]);
+        assert!(c.append.is_empty());
     }
 
     /// Past `u64::MAX` (a head that did not come from `load_saved`, which

@@ -32,7 +32,7 @@ pub use crate::error::{
 pub(crate) use cursor::{Holder, SessionCursor};
 pub use depth::MAX_VALUE_DEPTH;
 pub(crate) use depth::check_commit;
-pub use head::{Busy, Saved, Submitted, load_saved, load_value, save_commit, save_value};
+pub use head::{Busy, Saved, Stopping, Submitted, load_saved, load_value, save_commit, save_value};
 pub(crate) use head::{Journals, journals};
 pub(crate) use rebuild::{
     Span, TaskRebuilt, child_visit, read_log, rebuild, rebuild_tasks, replay,
@@ -156,9 +156,14 @@ pub struct StoredRun {
     /// When the head was last written (ms since the epoch).
     pub updated_at: u64,
     /// Inputs of runs submitted while the session was busy, in order; each
-    /// starts a run when the one before it completes.
+    /// starts a run when the one before it ends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queued: Vec<Value>,
+    /// The run asked to stop from outside the process that runs it
+    /// ([`Agent::stop_session`](crate::Agent::stop_session)): it stops at
+    /// its next step boundary when this is its [`run_id`](Self::run_id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_requested: Option<RunId>,
 }
 
 /// What a checkpoint holds.

@@ -531,6 +531,7 @@ mod tests {
             created_at: 0,
             updated_at: 0,
             queued: Vec::new(),
+            stop_requested: None,
         }
     }
 
