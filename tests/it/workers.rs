@@ -33,17 +33,20 @@ async fn work(s: Arc<Job>) -> StepResult<JobUpdate> {
         .done(vec![format!("step {}", s.steps + 1)]))
 }
 
+/// Another step until the run has made `per_run` steps.
+fn again_or_done(s: &Job) -> &'static str {
+    if s.steps.is_multiple_of(s.per_run) {
+        "done"
+    } else {
+        "again"
+    }
+}
+
 fn agent(store: Arc<MemoryStore>, lease: Duration) -> Agent<Job> {
     let h = Harness::<Job>::builder()
         .step("work")
         .run(work)
-        .route(|s: &Job| {
-            if !s.steps.is_multiple_of(s.per_run) {
-                "again"
-            } else {
-                "done"
-            }
-        })
+        .route(again_or_done)
         .on("again")
         .to("work")
         .on("done")
@@ -367,13 +370,7 @@ async fn an_old_worker_leaves_a_session_of_a_newer_version_to_a_new_one() {
         .next("work")
         .step("work")
         .run(work)
-        .route(|s: &Job| {
-            if !s.steps.is_multiple_of(s.per_run) {
-                "again"
-            } else {
-                "done"
-            }
-        })
+        .route(again_or_done)
         .on("again")
         .to("work")
         .on("done")

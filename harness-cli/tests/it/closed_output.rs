@@ -2,17 +2,10 @@
 //! `harness` still writes. Every command ends quietly (status 0, no panic);
 //! with stderr closed, errors still give their status, not a panic.
 
+use crate::support::workdir;
 use harness::SessionId;
 use harness::session::save_value;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn workdir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Runs `harness ARGS` with its stdout a pipe whose reading end is closed
 /// before the command starts, so that its first write already fails.

@@ -15,3 +15,4 @@ mod run_state_links;
 mod run_terminal;
 mod sessions;
 mod studio;
+mod support;

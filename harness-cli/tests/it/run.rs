@@ -3,9 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use crate::support::workdir;
 use serde_json::Value;
 
 const SCRIPT: &str = r#"# %% Load the data
@@ -33,13 +34,6 @@ def label(city):
 report = [label(c) for c in warm]
 print(report)
 "#;
-
-fn workdir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Runs `harness run --json FILE`; returns (the report, exit code).
 fn run(file: &Path) -> (Value, Option<i32>) {

@@ -4,25 +4,8 @@
 //! oversized file is refused with a message naming it (exit status 2),
 //! never a panic, and is left as it was.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
+use crate::support::{harness_in, workdir};
 use serde_json::{Value, json};
-
-fn workdir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn harness(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_harness"))
-        .current_dir(cwd)
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 const SCRIPT: &str = "# %%\na = 1\n\n# %%\nb = a + 1\n\n# %%\nc = a + b\nprint(c)\n";
 
@@ -58,7 +41,7 @@ fn damages() -> Vec<(&'static str, Damage)> {
 fn a_damaged_notebook_is_refused_by_name_and_left_as_it_was() {
     let dir = workdir("run-saved-damaged");
     std::fs::write(dir.join("s.py"), SCRIPT).unwrap();
-    let out = harness(&dir, &["run", "--quiet", "s.py"]);
+    let out = harness_in(&dir, &["run", "--quiet", "s.py"]);
     assert_eq!(out.status.code(), Some(0));
     let path = dir.join(".harness/code/s/session.json");
     let good: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -71,7 +54,7 @@ fn a_damaged_notebook_is_refused_by_name_and_left_as_it_was() {
             &["run", "--quiet", "s.py"][..],
             &["analyze", "--trace", "s.py"][..],
         ] {
-            let out = harness(&dir, args);
+            let out = harness_in(&dir, args);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{name}, {args:?}: {stderr}");
             assert!(
@@ -92,7 +75,7 @@ fn a_damaged_notebook_is_refused_by_name_and_left_as_it_was() {
 fn a_notebook_file_over_the_limit_is_refused_unread() {
     let dir = workdir("run-saved-oversized");
     std::fs::write(dir.join("s.py"), SCRIPT).unwrap();
-    let out = harness(&dir, &["run", "--quiet", "s.py"]);
+    let out = harness_in(&dir, &["run", "--quiet", "s.py"]);
     assert_eq!(out.status.code(), Some(0));
     let path = dir.join(".harness/code/s/session.json");
     // Sparse: nothing is written to disk.
@@ -104,7 +87,7 @@ fn a_notebook_file_over_the_limit_is_refused_unread() {
         &["analyze", "--trace", "s.py"][..],
     ] {
         let started = std::time::Instant::now();
-        let out = harness(&dir, args);
+        let out = harness_in(&dir, args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(

@@ -5,15 +5,8 @@
 
 #![cfg(unix)]
 
-use std::path::{Path, PathBuf};
+use crate::support::workdir;
 use std::process::Command;
-
-fn workdir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 const SCRIPT: &str = "# %%\nx = 1\n\n# %%\ny = x + 1\n";
 

@@ -5,23 +5,7 @@
 //! set the window title or the clipboard, or overwrite the summary.
 //! `--json` is left as it is.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn workdir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn harness(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_harness"))
-        .current_dir(cwd)
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::support::{harness_in, workdir};
 
 /// Cells that print, display, raise and name files with terminal control
 /// sequences: ESC with CSI (erase, cursor up), OSC (window title, OSC 52
@@ -66,7 +50,7 @@ fn controls(bytes: &[u8]) -> Vec<String> {
 fn harness_run_escapes_control_characters_a_cell_prints() {
     let dir = workdir("run-terminal-controls");
     std::fs::write(dir.join("controls.py"), SCRIPT).unwrap();
-    let out = harness(&dir, &["run", "controls.py"]);
+    let out = harness_in(&dir, &["run", "controls.py"]);
     assert_eq!(out.status.code(), Some(1), "the last cell fails");
     let stdout = String::from_utf8_lossy(&out.stdout);
     for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
@@ -98,7 +82,7 @@ fn harness_run_escapes_control_characters_a_cell_prints() {
     assert!(last.contains("1 failed"), "{last}");
 
     // `--json` is JSON as before: the text is there, escaped by JSON.
-    let out = harness(&dir, &["run", "--json", "controls.py"]);
+    let out = harness_in(&dir, &["run", "--json", "controls.py"]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let error = report["entries"][4]["error"].as_str().unwrap();
     assert!(error.contains("boom \x1b]0;title\x07"), "{error}");
@@ -108,9 +92,9 @@ fn harness_run_escapes_control_characters_a_cell_prints() {
 fn harness_analyze_trace_dot_escapes_file_names_a_cell_chose() {
     let dir = workdir("analyze-terminal-controls");
     std::fs::write(dir.join("controls.py"), SCRIPT).unwrap();
-    let out = harness(&dir, &["run", "--quiet", "controls.py"]);
+    let out = harness_in(&dir, &["run", "--quiet", "controls.py"]);
     assert_eq!(out.status.code(), Some(1));
-    let out = harness(&dir, &["analyze", "--trace", "--dot", "controls.py"]);
+    let out = harness_in(&dir, &["analyze", "--trace", "--dot", "controls.py"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -142,7 +126,7 @@ fn harness_analyze_escapes_control_characters_in_its_errors() {
     ];
     for (name, text) in cases {
         std::fs::write(dir.join(name), text).unwrap();
-        let out = harness(&dir, &["analyze", name]);
+        let out = harness_in(&dir, &["analyze", name]);
         assert_ne!(out.status.code(), Some(0), "{name:?} is refused");
         assert!(!out.stderr.is_empty(), "{name:?}: an error is shown");
         let found = controls(&out.stderr);
@@ -152,7 +136,7 @@ fn harness_analyze_escapes_control_characters_in_its_errors() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let out = harness(&dir, &["analyze", "bad\x1b[2J\x07.py"]);
+    let out = harness_in(&dir, &["analyze", "bad\x1b[2J\x07.py"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(r"bad\x1b[2J\x07.py"), "{stderr}");
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
+use crate::support::workdir;
 use harness::session::SessionStore;
 use harness::{Cx, Harness, HarnessState, Signal, StepResult, create_agent};
 use serde::{Deserialize, Serialize};
@@ -87,13 +88,6 @@ fn create_sessions(
             completed: completed.session_id.to_string(),
         }
     })
-}
-
-fn workdir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn harness(args: &[&str]) -> Output {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{config, user};
 use harness::llm::{Expect, ModelResponse, ScriptedModel};
 use harness_code::agent::{
     AgentEvent, AgentStatus, Check, CodeAgent, CodeAgentError, CodeAgentState, latest_value,
@@ -15,19 +16,8 @@ use harness_code::diagnose::{CellFailure, Diagnosis, ErrorClass, FailureKind, di
 use harness_code::kernel::KernelConfig;
 use harness_code::notebook::Notebook;
 use harness_code::patch::{Patch, PatchProvenance, RulePatcher};
-use harness_code::{CellId, Provenance, Timestamp};
+use harness_code::{CellId, Timestamp};
 use tokio::sync::Mutex;
-
-fn config() -> KernelConfig {
-    KernelConfig {
-        timeout: Some(Duration::from_secs(20)),
-        ..KernelConfig::default()
-    }
-}
-
-fn user() -> Provenance {
-    Provenance::now("test", "cell")
-}
 
 /// Runs `cells` in a fresh notebook (each must succeed but the last), turns
 /// the last one's failure into a `CellFailure` and diagnoses it.

@@ -12,14 +12,7 @@ use harness_code::kernel::{
 };
 
 #[cfg(target_os = "linux")]
-use crate::support::process_gone;
-
-fn config() -> KernelConfig {
-    KernelConfig {
-        timeout: Some(Duration::from_secs(20)),
-        ..KernelConfig::default()
-    }
-}
+use crate::support::{config, process_gone};
 
 async fn kernel() -> Kernel {
     Kernel::spawn(config()).await.unwrap()

@@ -14,11 +14,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::user;
 use harness_code::kernel::KernelConfig;
 use harness_code::notebook::Notebook;
 use harness_code::{
-    AnalysisOptions, CellId, ExecutionStateGraph, Provenance, split_percent_script,
-    traced_downstream,
+    AnalysisOptions, CellId, ExecutionStateGraph, split_percent_script, traced_downstream,
 };
 
 /// The Python of the venv `scripts/notebook-venv` makes (numpy, pandas,
@@ -46,10 +46,6 @@ fn config() -> KernelConfig {
         timeout: Some(Duration::from_secs(120)),
         ..KernelConfig::default()
     }
-}
-
-fn user() -> Provenance {
-    Provenance::now("test", "cell")
 }
 
 const OPTIONS: AnalysisOptions = AnalysisOptions { ipython: true };

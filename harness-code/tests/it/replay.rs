@@ -7,24 +7,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::support::{config, user};
 use harness::SessionId;
 use harness::session::SessionStore;
 use harness_code::kernel::{KernelConfig, KernelError};
 use harness_code::notebook::{Notebook, NotebookError};
 use harness_code::replay::{ReplayAction, ReplayReason};
-use harness_code::{CellId, CellStatus, Provenance};
+use harness_code::{CellId, CellStatus};
 use harness_stores::MemoryStore;
-
-fn config() -> KernelConfig {
-    KernelConfig {
-        timeout: Some(Duration::from_secs(20)),
-        ..KernelConfig::default()
-    }
-}
-
-fn user() -> Provenance {
-    Provenance::now("test", "cell")
-}
 
 fn ids(list: &[u32]) -> Vec<CellId> {
     list.iter().map(|&i| CellId::new(i)).collect()

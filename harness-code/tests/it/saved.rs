@@ -7,26 +7,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::time::Duration;
 
+use crate::support::{config, user};
 use harness::SessionId;
 use harness::session::SessionStore;
-use harness_code::kernel::KernelConfig;
+use harness_code::CellId;
 use harness_code::notebook::{MAX_NOTEBOOK_BYTES, Notebook, NotebookError};
-use harness_code::{CellId, Provenance};
 use harness_stores::MemoryStore;
 use serde_json::{Value, json};
-
-fn config() -> KernelConfig {
-    KernelConfig {
-        timeout: Some(Duration::from_secs(20)),
-        ..KernelConfig::default()
-    }
-}
-
-fn user() -> Provenance {
-    Provenance::now("test", "cell")
-}
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack

@@ -2,7 +2,22 @@
 
 #![allow(dead_code, clippy::unwrap_used)] // each file uses what it needs
 
+use harness_code::kernel::KernelConfig;
 use harness_code::{CellId, CellRun, ExecutionStateGraph, Provenance, Timestamp};
+
+/// The kernel configuration of the tests: the defaults, with a 20 s
+/// timeout per cell.
+pub(crate) fn config() -> KernelConfig {
+    KernelConfig {
+        timeout: Some(std::time::Duration::from_secs(20)),
+        ..KernelConfig::default()
+    }
+}
+
+/// The provenance of a cell the test (its user) wrote.
+pub(crate) fn user() -> Provenance {
+    Provenance::now("test", "cell")
+}
 
 /// A graph of `cells`, added in order, and their ids.
 pub(crate) fn graph_of(cells: &[&str]) -> (ExecutionStateGraph, Vec<CellId>) {

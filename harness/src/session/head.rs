@@ -222,6 +222,11 @@ fn commit(
     }
 }
 
+/// A commit of the head `next` alone, made from `prev`.
+fn head_only(next: StoredRun, prev: &StoredRun, durable: bool) -> Commit {
+    commit(next, Some(prev.version), Vec::new(), Vec::new(), durable)
+}
+
 /// What a new session starts with.
 pub(crate) struct NewSession<'a> {
     /// The agent whose loop it runs.
@@ -315,7 +320,7 @@ pub(crate) fn reacquire(head: &StoredRun, lease: Lease, journals: Journals) -> C
     next.lease = Some(lease);
     next.phase = SessionPhase::Running;
     set_journals(&mut next, journals);
-    commit(next, Some(head.version), Vec::new(), Vec::new(), true)
+    head_only(next, head, true)
 }
 
 /// The current step's journal recorded while the step runs (a `once`
@@ -343,7 +348,7 @@ pub(crate) fn record_journal(
         held.responses.clone_from(&journal.responses);
     }
     next.lease = Some(lease);
-    commit(next, Some(head.version), Vec::new(), Vec::new(), true)
+    head_only(next, head, true)
 }
 
 /// A completed step, as [`step_done`] records it.
@@ -660,13 +665,7 @@ pub(crate) fn renew(
     }
     let mut next = next_of(head, now_millis());
     next.lease = Some(lease);
-    Some(commit(
-        next,
-        Some(head.version),
-        Vec::new(),
-        Vec::new(),
-        false,
-    ))
+    Some(head_only(next, head, false))
 }
 
 /// A session a worker sets aside because it cannot be run as it is: marked
@@ -689,13 +688,7 @@ pub(crate) fn quarantine(head: &StoredRun, agent: &str, reason: &str, now: u64) 
         error: format!("quarantined by a worker: {reason}"),
     };
     next.lease = None;
-    Some(commit(
-        next,
-        Some(head.version),
-        Vec::new(),
-        Vec::new(),
-        true,
-    ))
+    Some(head_only(next, head, true))
 }
 
 /// What to do with a run submitted to a session that is busy (running, or
@@ -855,16 +848,7 @@ pub(crate) fn stop(
             }
             let mut next = next_of(head, now_millis());
             next.stop_requested = Some(head.run_id.clone());
-            (
-                Some(commit(
-                    next,
-                    Some(head.version),
-                    Vec::new(),
-                    Vec::new(),
-                    true,
-                )),
-                asked,
-            )
+            (Some(head_only(next, head, true)), asked)
         }
     }
 }
