@@ -698,3 +698,173 @@ async fn redis_a_finished_ttl_past_what_redis_keeps_is_capped() {
     }
     rd.cleanup().await;
 }
+
+/// The members of the sorted set `key`, with their scores.
+async fn zset(store: &RedisStore, key: &str) -> Vec<(String, f64)> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut store.connection())
+        .await
+        .unwrap()
+}
+
+/// Workers find work in their agent's own index: its ready set (no lease
+/// nor claim, by `updated_at`) and its waiting set (by when the lease or
+/// claim ends), which commits keep; never in another agent's. The index is
+/// built from `P:running` the first time, and a session an older version
+/// of the store wrote without it (a rolling deploy) is found within a few
+/// calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_runnable_finds_work_in_its_agents_own_index() {
+    let Some(rd) = Rd::new() else { return };
+    let prefix = rd.fresh_prefix("index");
+    let store = rd
+        .connect(&prefix, RedisOptions::default().claim_ttl(Duration::ZERO))
+        .await;
+    let now = now_millis();
+    super::put(&store, "free", SessionPhase::Running, None, now - 900).await;
+    super::put(
+        &store,
+        "held",
+        SessionPhase::Running,
+        Some(now + 60_000),
+        now - 800,
+    )
+    .await;
+    super::put(&store, "done", completed(), None, now - 700).await;
+    let ready = format!("{prefix}:ready:conformance");
+    let waiting = format!("{prefix}:waiting:conformance");
+    assert_eq!(
+        zset(&store, &ready).await,
+        [("free".into(), (now - 900) as f64)]
+    );
+    assert_eq!(
+        zset(&store, &waiting).await,
+        [("held".into(), (now + 60_000) as f64)]
+    );
+    // Another agent's index is never read: damaged, it fails only its own
+    // agent's calls.
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}:ready:another agent"))
+        .arg("not a sorted set")
+        .query_async(&mut store.connection())
+        .await
+        .unwrap();
+    assert_eq!(
+        names_of(store.runnable("conformance", now, 10).await.unwrap()),
+        ["free"]
+    );
+    let refused = store.runnable("another agent", now, 10).await.unwrap_err();
+    assert!(refused.to_string().contains("not a zset"), "{refused}");
+    // The held session's lease ends: it moves to the ready set.
+    assert_eq!(
+        names_of(
+            store
+                .runnable("conformance", now + 60_000, 10)
+                .await
+                .unwrap()
+        ),
+        ["free", "held"]
+    );
+    assert_eq!(zset(&store, &waiting).await, []);
+    // Finished, it leaves the index.
+    let h = store.load(&id("free")).await.unwrap().unwrap();
+    let mut done = advance(&h, vec![], vec![]);
+    done.head.phase = completed();
+    store.commit(&done).await.unwrap();
+    assert_eq!(
+        zset(&store, &ready)
+            .await
+            .into_iter()
+            .map(|m| m.0)
+            .collect::<Vec<_>>(),
+        ["held"]
+    );
+
+    // An older version's writer: a running session in `P:running` and
+    // `P:agents`, not in the index. Found within a few rounds of the
+    // re-indexing (32 sessions a call).
+    for i in 0..100 {
+        super::put(
+            &store,
+            &format!("more-{i:03}"),
+            SessionPhase::Running,
+            Some(now + 3_600_000),
+            now - 600 + i,
+        )
+        .await;
+    }
+    super::put(
+        &store,
+        "old-writer",
+        SessionPhase::Running,
+        None,
+        now - 1_000,
+    )
+    .await;
+    let _: () = redis::cmd("ZREM")
+        .arg(&ready)
+        .arg("old-writer")
+        .query_async(&mut store.connection())
+        .await
+        .unwrap();
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        let found = names_of(
+            store
+                .runnable("conformance", now + 60_000, 1)
+                .await
+                .unwrap(),
+        );
+        if found == ["old-writer"] {
+            break;
+        }
+        assert!(calls <= 5, "not found in {calls} calls: {found:?}");
+    }
+
+    // Data written before the index existed: built from `P:running` at
+    // the first call, in `updated_at` order, other agents' left out.
+    let legacy = rd.fresh_prefix("legacy");
+    let store = rd
+        .connect(&legacy, RedisOptions::default().claim_ttl(Duration::ZERO))
+        .await;
+    sessions_of_two_agents(&store).await;
+    super::put(
+        &store,
+        "leased",
+        SessionPhase::Running,
+        Some(now + 60_000),
+        now - 500,
+    )
+    .await;
+    let mut con = store.connection();
+    for key in [
+        "ready:alpha",
+        "ready:beta",
+        "waiting:conformance",
+        "ready:conformance",
+    ] {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{legacy}:{key}"))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        names_of(store.runnable("alpha", now, 10).await.unwrap()),
+        ["a-1", "a-2", "bad"]
+    );
+    assert_eq!(
+        names_of(store.runnable("beta", now, 10).await.unwrap()),
+        ["b-1"]
+    );
+    assert_eq!(
+        zset(&store, &format!("{legacy}:waiting:conformance")).await,
+        [("leased".into(), (now + 60_000) as f64)]
+    );
+    rd.cleanup().await;
+}
