@@ -113,7 +113,11 @@ pub struct Dataset<I, E> {
 #[non_exhaustive]
 pub enum DatasetError {
     /// The file could not be read.
-    #[error("dataset file {}: {source}", path.display())]
+    #[error(
+        "dataset file {}: {}",
+        crate::redact::path(path),
+        crate::redact::error(source)
+    )]
     Io {
         /// The file.
         path: PathBuf,
@@ -122,7 +126,11 @@ pub enum DatasetError {
     },
     /// The file could not be replaced; the old file, if there was one, is
     /// as it was, and no temporary file is left behind.
-    #[error("dataset file {}: {source}", path.display())]
+    #[error(
+        "dataset file {}: {}",
+        crate::redact::path(path),
+        crate::redact::error(source)
+    )]
     Save {
         /// The file.
         path: PathBuf,
@@ -132,14 +140,18 @@ pub enum DatasetError {
     /// The file's name does not say its format.
     #[error(
         "dataset file {}: unknown format; name it .yaml, .yml or .jsonl",
-        path.display()
+        crate::redact::path(path)
     )]
     UnknownFormat {
         /// The file.
         path: PathBuf,
     },
     /// The YAML document does not read as a dataset of these types.
-    #[error("dataset {origin}: {message}")]
+    #[error(
+        "dataset {}: {}",
+        crate::redact::shown(origin),
+        crate::redact::shown(message)
+    )]
     Yaml {
         /// Where the text came from (a file name).
         origin: String,
@@ -147,7 +159,11 @@ pub enum DatasetError {
         message: String,
     },
     /// A line of a JSON Lines dataset does not read as a case of these types.
-    #[error("dataset {origin}, line {line}: {message}")]
+    #[error(
+        "dataset {}, line {line}: {}",
+        crate::redact::shown(origin),
+        crate::redact::shown(message)
+    )]
     JsonLine {
         /// Where the text came from.
         origin: String,
@@ -157,7 +173,10 @@ pub enum DatasetError {
         message: String,
     },
     /// A case has an empty name.
-    #[error("dataset {origin}: case {index} has an empty name; every case needs one")]
+    #[error(
+        "dataset {}: case {index} has an empty name; every case needs one",
+        crate::redact::shown(origin)
+    )]
     EmptyName {
         /// Where the dataset came from.
         origin: String,
@@ -166,7 +185,9 @@ pub enum DatasetError {
     },
     /// Two cases have the same name.
     #[error(
-        "dataset {origin}: cases {first} and {second} are both named `{name}`; names must be unique"
+        "dataset {}: cases {first} and {second} are both named `{}`; names must be unique",
+        crate::redact::shown(origin),
+        crate::redact::shown(name)
     )]
     DuplicateName {
         /// Where the dataset came from.
@@ -179,7 +200,11 @@ pub enum DatasetError {
         second: usize,
     },
     /// The dataset could not be written in the format asked for.
-    #[error("dataset {origin}: cannot write it: {message}")]
+    #[error(
+        "dataset {}: cannot write it: {}",
+        crate::redact::shown(origin),
+        crate::redact::shown(message)
+    )]
     Write {
         /// Where it was to go.
         origin: String,

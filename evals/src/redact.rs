@@ -51,6 +51,18 @@ pub(crate) fn shown(text: &str) -> Cow<'_, str> {
     secrets::redact(text)
 }
 
+/// The path `path` as shown in an error, the process's secrets replaced (a
+/// directory can be named after a key, or a token be in a path).
+pub(crate) fn path(path: &std::path::Path) -> String {
+    owned(path.display().to_string())
+}
+
+/// `error`'s message, the process's secrets replaced (an I/O error can
+/// quote a path).
+pub(crate) fn error(error: &dyn std::fmt::Display) -> String {
+    owned(error.to_string())
+}
+
 /// `text` with the process's secrets replaced, owned.
 pub(crate) fn owned(text: impl Into<String>) -> String {
     let mut text = text.into();

@@ -137,7 +137,11 @@ pub struct Report {
 #[non_exhaustive]
 pub enum ReportError {
     /// The file could not be read.
-    #[error("report {}: {source}", path.display())]
+    #[error(
+        "report {}: {}",
+        crate::redact::path(path),
+        crate::redact::error(source)
+    )]
     Io {
         /// The file.
         path: PathBuf,
@@ -146,7 +150,11 @@ pub enum ReportError {
     },
     /// The file could not be replaced; the old file, if there was one, is
     /// as it was, and no temporary file is left behind.
-    #[error("report {}: {source}", path.display())]
+    #[error(
+        "report {}: {}",
+        crate::redact::path(path),
+        crate::redact::error(source)
+    )]
     Save {
         /// The file.
         path: PathBuf,
@@ -154,7 +162,11 @@ pub enum ReportError {
         source: harness::durable::WriteError,
     },
     /// The file is not a report (or not one this version reads).
-    #[error("report {}: {message}", path.display())]
+    #[error(
+        "report {}: {}",
+        crate::redact::path(path),
+        crate::redact::shown(message)
+    )]
     Format {
         /// The file.
         path: PathBuf,

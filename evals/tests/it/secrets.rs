@@ -810,3 +810,75 @@ fn the_command_prints_no_secret_of_its_environment() {
         assert_hidden(secret, &stderr, &format!("{args:?}: stderr"));
     }
 }
+
+/// A secret in a file's path (a directory named after a key, a token in a
+/// path) is in no error about that file: reading, writing or parsing a
+/// dataset or a report, whichever the error.
+#[test]
+fn a_secret_in_a_files_path_is_in_no_error_about_it() {
+    let secret = "sk-in-a-path-4f8e2a9c7b1d3e56";
+    register(&[secret]);
+    let dir = tempfile::tempdir().unwrap();
+    let secret_dir = dir.path().join(format!("keys-{secret}"));
+    let mut errors: Vec<(String, String)> = Vec::new();
+    let mut shown = |what: &str, error: &dyn std::fmt::Display| {
+        errors.push((what.to_owned(), error.to_string()));
+    };
+    // Absent files, in a directory that does not exist.
+    let absent = secret_dir.join("cases.yaml");
+    shown(
+        "reading an absent dataset",
+        &Dataset::<String, String>::load(&absent).unwrap_err(),
+    );
+    shown(
+        "reading an absent report",
+        &Report::load(secret_dir.join("r.json")).unwrap_err(),
+    );
+    // Writing where a directory cannot be made.
+    std::fs::write(dir.path().join("file"), b"x").unwrap();
+    let under_file = dir.path().join("file").join(format!("{secret}.json"));
+    // Files that do not read as what they should.
+    std::fs::create_dir_all(&secret_dir).unwrap();
+    let bad_yaml = secret_dir.join("bad.yaml");
+    std::fs::write(&bad_yaml, "cases: [").unwrap();
+    shown(
+        "parsing a bad YAML dataset",
+        &Dataset::<String, String>::load(&bad_yaml).unwrap_err(),
+    );
+    let bad_lines = secret_dir.join("bad.jsonl");
+    std::fs::write(&bad_lines, "{not json}\n").unwrap();
+    shown(
+        "parsing a bad JSON Lines dataset",
+        &Dataset::<String, String>::load(&bad_lines).unwrap_err(),
+    );
+    let unknown = secret_dir.join("cases.txt");
+    std::fs::write(&unknown, "x").unwrap();
+    shown(
+        "a dataset of an unknown format",
+        &Dataset::<String, String>::load(&unknown).unwrap_err(),
+    );
+    let bad_report = secret_dir.join("report.json");
+    std::fs::write(&bad_report, "{}").unwrap();
+    shown(
+        "parsing a bad report",
+        &Report::load(&bad_report).unwrap_err(),
+    );
+    let dataset = Dataset::new(
+        "cases",
+        vec![Case::new("one", "in".to_owned()).expect("out".to_owned())],
+    );
+    shown(
+        "saving a dataset under a file",
+        &dataset
+            .save(under_file.with_extension("yaml"))
+            .unwrap_err(),
+    );
+    assert!(errors.len() >= 7);
+    for (what, text) in &errors {
+        assert!(
+            text.contains("keys-") || text.contains("file"),
+            "{what}: names the file: {text}"
+        );
+        assert_hidden(secret, text, what);
+    }
+}
