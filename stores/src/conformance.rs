@@ -119,6 +119,7 @@ where
     results.push(schema_version(&make()).await);
     results.push(lease_is_data(&make()).await);
     results.push(runnable_by_agent(&make()).await);
+    results.push(runnable_leases(&make()).await);
     results.push(takeover_race(Arc::new(make())).await);
     results.push(concurrent_create(Arc::new(make())).await);
     results.push(concurrent_increments(Arc::new(make())).await);
@@ -1192,6 +1193,170 @@ pub async fn runnable_by_agent(store: &dyn SessionStore) -> Result<(), Failure> 
             ),
             Vec::<String>::new(),
             "the empty agent id"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// What workers rely on from `runnable`: a running session is runnable
+/// when it has no lease or its lease has ended (`expires_at <= now`), never
+/// while a lease is live, never when it paused, completed or failed; oldest
+/// `updated_at` first, up to the limit. Taking it (a commit with a live
+/// lease) hides it; releasing it (a commit without one) shows it again,
+/// now the newest; finishing it removes it. A store may hide what it has
+/// just returned from the calls that follow (a claim, as PostgreSQL's and
+/// Redis's do), so each later call is checked for what it must and must
+/// not hold, not for all of it.
+pub async fn runnable_leases(store: &dyn SessionStore) -> Result<(), Failure> {
+    run("runnable_leases", async {
+        let now = T0 + 10_000;
+        let paused = SessionPhase::Interrupted {
+            interrupt: harness::Interrupt {
+                id: "i-1".into(),
+                step: "ask".into(),
+                path: Default::default(),
+                payload: json!({"q": "ok?"}),
+                breakpoint: None,
+            },
+        };
+        let sessions = [
+            ("paused", paused, None, 1),
+            (
+                "completed",
+                SessionPhase::Completed {
+                    signal: harness::Signal::END,
+                },
+                None,
+                2,
+            ),
+            (
+                "failed",
+                SessionPhase::Failed { error: "e".into() },
+                None,
+                3,
+            ),
+            ("submitted", SessionPhase::Running, None, 4),
+            ("expired", SessionPhase::Running, Some(now - 1), 5),
+            ("expires-now", SessionPhase::Running, Some(now), 6),
+            ("live-for-1ms", SessionPhase::Running, Some(now + 1), 7),
+            ("live", SessionPhase::Running, Some(now + 3_600_000), 8),
+            ("later", SessionPhase::Running, None, 9),
+        ];
+        for (name, phase, lease, t) in sessions {
+            let mut c = create(head(name), vec![snapshot(0, 0, json!({"n": t}))]);
+            c.head.phase = phase;
+            c.head.lease = lease.map(|expires_at| Lease {
+                owner: format!("owner-of-{name}"),
+                expires_at,
+            });
+            c.head.updated_at = T0 + t;
+            commit_ok(store, c).await?;
+        }
+        let names = |ids: Vec<SessionId>| {
+            ids.iter()
+                .map(|id| id.as_str().to_string())
+                .collect::<Vec<_>>()
+        };
+        ensure_eq!(
+            names(
+                store
+                    .runnable("conformance", now, 0)
+                    .await
+                    .ctx("runnable, limit 0")?
+            ),
+            Vec::<String>::new(),
+            "a limit of 0"
+        );
+        ensure_eq!(
+            names(
+                store
+                    .runnable("conformance", now, 2)
+                    .await
+                    .ctx("runnable, limit 2")?
+            ),
+            ["submitted", "expired"],
+            "the two oldest runnable sessions"
+        );
+        let found = names(
+            store
+                .runnable("conformance", now, 10)
+                .await
+                .ctx("runnable")?,
+        );
+        let rest = ["submitted", "expired", "expires-now", "later"];
+        ensure!(
+            found == rest || found == rest[2..],
+            "the runnable sessions at {now}, oldest first (a store that claims \
+             returns the two it did not return before): got {found:?}"
+        );
+        // A millisecond later, the short lease has ended too; the long one
+        // has not.
+        let later = names(
+            store
+                .runnable("conformance", now + 1, 10)
+                .await
+                .ctx("runnable later")?,
+        );
+        ensure!(
+            later.contains(&"live-for-1ms".to_string()) && !later.contains(&"live".to_string()),
+            "a lease ending at {} is over at {}, one an hour later is not: got {later:?}",
+            now + 1,
+            now + 1
+        );
+        ensure!(
+            later
+                .iter()
+                .all(|n| !["paused", "completed", "failed"].contains(&n.as_str())),
+            "a session that is not running is never runnable: got {later:?}"
+        );
+        // Taken (a live lease), it is hidden; released, it is back, newest.
+        let h = load_some(store, "submitted").await?;
+        let mut take = advance(&h, vec![], vec![]);
+        take.head.lease = Some(Lease {
+            owner: "worker".into(),
+            expires_at: now + 60_000,
+        });
+        take.head.updated_at = now;
+        commit_ok(store, take.clone()).await?;
+        let found = names(
+            store
+                .runnable("conformance", now + 1, 10)
+                .await
+                .ctx("runnable")?,
+        );
+        ensure!(
+            !found.contains(&"submitted".to_string()),
+            "a session taken (a live lease) is not runnable: got {found:?}"
+        );
+        let mut release = advance(&take.head, vec![], vec![]);
+        release.head.lease = None;
+        release.head.updated_at = now + 1;
+        commit_ok(store, release.clone()).await?;
+        let found = names(
+            store
+                .runnable("conformance", now + 1, 10)
+                .await
+                .ctx("runnable")?,
+        );
+        ensure!(
+            found.last().map(String::as_str) == Some("submitted"),
+            "a session released is runnable again, the newest: got {found:?}"
+        );
+        let mut done = advance(&release.head, vec![], vec![]);
+        done.head.phase = SessionPhase::Completed {
+            signal: harness::Signal::END,
+        };
+        commit_ok(store, done).await?;
+        let found = names(
+            store
+                .runnable("conformance", now + 2, 10)
+                .await
+                .ctx("runnable")?,
+        );
+        ensure!(
+            !found.contains(&"submitted".to_string()),
+            "a finished session is not runnable: got {found:?}"
         );
         Ok(())
     })
