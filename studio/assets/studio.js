@@ -25,15 +25,18 @@ const SVG = 'http://www.w3.org/2000/svg';
 const ui = {
   info: null,
   sessions: new Map(),
+  next: null, // the `after` of the list's next page (percent-encoded); null at its end
   selected: null,
   detail: null,
   timeline: null,
   seq: null, // the checkpoint whose state is shown; null: the latest
   offset: null, // the timeline's page: its first entry; null: the last page
   picked: null, // the graph node of that checkpoint's step
+  stateSeq: null, // the checkpoint of the state shown, for opening what was cut
 };
 
-async function api(path, options = {}) {
+// A call of the JSON API: its data and the response (for its headers).
+async function call(path, options = {}) {
   const headers = { 'x-studio-token': token };
   if (options.body !== undefined) headers['content-type'] = 'application/json';
   const response = await fetch(path, { method: options.method || 'GET', headers, body: options.body });
@@ -45,7 +48,11 @@ async function api(path, options = {}) {
     error.problems = Array.isArray(data.problems) ? data.problems : [];
     throw error;
   }
-  return data;
+  return { data, response };
+}
+
+async function api(path, options = {}) {
+  return (await call(path, options)).data;
 }
 
 // Characters that change how text around them reads without showing
@@ -106,22 +113,94 @@ const compact = (v) => visible(JSON.stringify(v));
 
 // ---- JSON as a tree ----
 
+// A large state comes cut: the server lists each cut by its JSON pointer
+// in `cuts` (a value: its beginning and size; an array or object: how
+// many of its entries were sent). Each opens on demand: the value at its
+// pointer, or the entries after those shown.
+
+/** A key as a JSON pointer's segment. */
+const segment = (key) => '/' + String(key).replace(/~/g, '~0').replace(/\//g, '~1');
+
+/** The cuts of an answer, by pointer. */
+const cutMap = (cuts) => new Map((Array.isArray(cuts) ? cuts : []).map((c) => [c.pointer, c]));
+
 function leaf(value) {
   const type = value === null ? 'null' : typeof value;
   return el('span', { class: 't-' + type, text: compact(value) });
 }
 
-function treeItem(key, value) {
+/** The value at `pointer` in the state shown (entries from `offset`). */
+function stateAt(pointer, offset) {
+  const params = new URLSearchParams({ seq: String(ui.stateSeq), pointer });
+  if (offset) params.set('offset', String(offset));
+  return api(`/api/sessions/${encodeURIComponent(ui.selected)}/state?` + params);
+}
+
+/** A value cut: its beginning and size, and (once) a way to see more. */
+function cutValue(cut, openable) {
+  const box = el('span', { class: 'cut', 'data-pointer': cut.pointer },
+    el('span', { class: 'preview', text: cut.preview + '\u2026' }),
+    ` (${cut.bytes.toLocaleString()} bytes, cut) `);
+  if (openable) {
+    const more = el('button', { type: 'button', class: 'open-cut', text: 'show more' });
+    more.addEventListener('click', async () => {
+      try {
+        const r = await stateAt(cut.pointer);
+        const cuts = cutMap(r.cuts);
+        const again = cuts.get(cut.pointer);
+        if (again && again.kind === 'value') box.replaceWith(cutValue(again, false));
+        else if (r.value !== null && typeof r.value === 'object') box.replaceWith(tree(r.value, cut.pointer, cuts));
+        else box.replaceWith(leaf(r.value));
+      } catch (e) {
+        setText($('#session-error'), e.message);
+      }
+    });
+    box.append(more);
+  }
+  return box;
+}
+
+/** The entries of the array or object at `pointer` past those shown. */
+function moreEntries(pointer, cut, ul) {
+  const left = cut.total - cut.offset - cut.kept;
+  const li = el('li', { class: 'cut', 'data-pointer': pointer },
+    el('span', { class: 'muted', text: `\u2026 ${left.toLocaleString()} more of ${cut.total.toLocaleString()} (cut) ` }));
+  const more = el('button', { type: 'button', class: 'open-cut', text: 'show more' });
+  more.addEventListener('click', async () => {
+    try {
+      const r = await stateAt(pointer, cut.offset + cut.kept);
+      const cuts = cutMap(r.cuts);
+      const entries = Array.isArray(r.value)
+        ? r.value.map((v, i) => [String(i + r.offset), v])
+        : Object.entries(r.value || {});
+      li.replaceWith(...entries.map(([k, v]) => treeItem(k, v, pointer + segment(k), cuts)));
+      const again = cuts.get(pointer);
+      if (again && again.kind === 'entries' && again.offset + again.kept < again.total) ul.append(moreEntries(pointer, again, ul));
+    } catch (e) {
+      setText($('#session-error'), e.message);
+    }
+  });
+  li.append(more);
+  return li;
+}
+
+function treeItem(key, value, pointer = '', cuts = new Map()) {
   const li = el('li');
   const label = key === null ? [] : [el('span', { class: 'k', text: key }), ': '];
-  if (value !== null && typeof value === 'object') {
-    const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
-    const brackets = Array.isArray(value) ? `[${entries.length}]` : `{${entries.length}}`;
+  const cut = cuts.get(pointer);
+  if (cut && cut.kind === 'value') {
+    li.append(...label, cutValue(cut, true));
+  } else if (value !== null && typeof value === 'object') {
+    const first = cut && cut.kind === 'entries' ? cut.offset : 0;
+    const entries = Array.isArray(value) ? value.map((v, i) => [String(i + first), v]) : Object.entries(value);
+    const count = cut && cut.kind === 'entries' ? cut.total : entries.length;
+    const brackets = Array.isArray(value) ? `[${count}]` : `{${count}}`;
     const details = el('details');
     details.open = entries.length <= 20;
     details.append(el('summary', {}, ...label, el('span', { class: 'muted', text: brackets })));
     const ul = el('ul');
-    for (const [k, v] of entries) ul.append(treeItem(k, v));
+    for (const [k, v] of entries) ul.append(treeItem(k, v, pointer + segment(k), cuts));
+    if (cut && cut.kind === 'entries' && cut.offset + cut.kept < cut.total) ul.append(moreEntries(pointer, cut, ul));
     details.append(ul);
     li.append(details);
   } else {
@@ -130,8 +209,9 @@ function treeItem(key, value) {
   return li;
 }
 
-function tree(value) {
-  return el('ul', {}, treeItem(null, value));
+/** `value` as a tree; `pointer` is where it is in an answer with `cuts`. */
+function tree(value, pointer = '', cuts = new Map()) {
+  return el('ul', {}, treeItem(null, value, pointer, cuts));
 }
 
 // ---- sessions ----
@@ -167,10 +247,16 @@ function renderList() {
   $('#list-empty').hidden = rows.length > 0;
 }
 
-async function loadList() {
+// The first page of the list, or (`more`) the next: the server pages on
+// the sessions' ids, and says in `x-next-after` where the next page starts.
+async function loadList(more = false) {
   try {
-    const list = await api('/api/sessions');
-    ui.sessions = new Map(list.map((s) => [s.id, s]));
+    const after = more && ui.next ? '?after=' + ui.next : '';
+    const { data, response } = await call('/api/sessions' + after);
+    if (!more) ui.sessions = new Map();
+    for (const s of data) ui.sessions.set(s.id, s);
+    ui.next = response.headers.get('x-next-after');
+    $('#list-more').hidden = !ui.next;
     $('#list-error').textContent = '';
     renderList();
   } catch (e) {
@@ -797,23 +883,27 @@ async function loadState() {
   try {
     const s = await api(`/api/sessions/${encodeURIComponent(id)}/state${q}`);
     if (id !== ui.selected) return;
+    ui.stateSeq = s.seq;
+    const cuts = cutMap(s.cuts);
     const where = s.path ? [s.sub_agent ? ' in sub-agent ' : ' in branch ', m(s.path)] : [];
     $('#state-at').replaceChildren(`after step ${s.index} (\``, m(s.step), '\`', ...where, `, checkpoint ${s.seq})` + (s.merged ? '' : ' — as stored, not merged'));
     const box = $('#state-tree');
     if (s.merged) {
       box.replaceChildren();
       if (s.task_state) {
-        box.append(el('div', { class: 'muted' }, 'branch ', m(s.path), '\u2019s own state:'), tree(s.task_state),
+        box.append(el('div', { class: 'muted' }, 'branch ', m(s.path), '\u2019s own state:'), tree(s.task_state, '/task_state', cuts),
           el('div', { class: 'muted', text: 'the run\u2019s state (it gets the branch\u2019s updates at the join):' }));
       } else if (s.sub_agent) {
         box.append(el('div', { class: 'muted', text: 'the run\u2019s state (a sub-agent\u2019s records change only its own state):' }));
       }
-      box.append(tree(s.state));
+      box.append(tree(s.state, '/state', cuts));
     } else {
       box.replaceChildren();
-      if (s.snapshot) box.append(el('div', { class: 'muted' }, `snapshot of checkpoint ${s.snapshot.seq} (step ${s.snapshot.index}, \``, m(s.snapshot.step), '\`):'), tree(s.snapshot.value));
+      if (s.snapshot) box.append(el('div', { class: 'muted' }, `snapshot of checkpoint ${s.snapshot.seq} (step ${s.snapshot.index}, \``, m(s.snapshot.step), '\`):'), tree(s.snapshot.value, '/snapshot/value', cuts));
       if (s.updates.length) box.append(el('div', { class: 'muted', text: 'updates after it, unmerged:' }));
-      for (const u of s.updates) box.append(el('div', { class: 'muted' }, `checkpoint ${u.seq} (\``, m(u.step), '\`)'), tree(u.value));
+      s.updates.forEach((u, i) => box.append(el('div', { class: 'muted' }, `checkpoint ${u.seq} (\``, m(u.step), '\`)'), tree(u.value, `/updates/${i}/value`, cuts)));
+      const left = cuts.get('/updates');
+      if (left && left.kind === 'entries') box.append(el('div', { class: 'muted cut', text: `\u2026 ${left.total - left.kept} more updates, not sent (cut)` }));
     }
     $('#fork-form').dataset.index = String(s.index);
     $('#fork-form h4').replaceChildren(`Fork after step ${s.index} (\``, m(s.step), '\`)'
@@ -877,6 +967,8 @@ function select(id) {
   history.replaceState(null, '', location.search + '#session=' + encodeURIComponent(id));
   renderList();
   loadSession();
+  // The stream follows the session shown, wherever it is in the list.
+  if (live.events) follow();
 }
 
 // ---- writes ----
@@ -953,6 +1045,7 @@ $('#fork-form').addEventListener('submit', async (ev) => {
 $('#answer').addEventListener('input', () => { $('#answer-error').textContent = ''; });
 $('#fork-update').addEventListener('input', () => { $('#fork-error').textContent = ''; });
 $('#search').addEventListener('input', renderList);
+$('#list-more').addEventListener('click', () => loadList(true));
 $('#phase-filter').addEventListener('change', renderList);
 $('#path-filter').addEventListener('change', () => { ui.offset = null; loadTimeline(); });
 $('#timeline-earlier').addEventListener('click', () => {
@@ -1258,15 +1351,30 @@ $('#items-next').addEventListener('click', () => { memory.offset += memory.limit
 
 // ---- live ----
 
+// The event stream follows the first page of the list, the sessions that
+// appear, and the session shown (`watch`): it is opened again when the
+// session shown changes.
+const live = { events: null, watched: null };
+
 function follow() {
-  const events = new EventSource('/api/events?token=' + encodeURIComponent(token));
+  if (live.events && live.watched === ui.selected) return;
+  if (live.events) live.events.close();
+  live.watched = ui.selected;
+  const watch = ui.selected ? '&watch=' + encodeURIComponent(ui.selected) : '';
+  const events = new EventSource('/api/events?token=' + encodeURIComponent(token) + watch);
+  live.events = events;
   events.addEventListener('open', () => { $('#live').textContent = 'live'; $('#live').classList.add('on'); });
   events.addEventListener('error', () => { $('#live').textContent = 'reconnecting…'; $('#live').classList.remove('on'); });
+  // The first page and the session shown, merged into those loaded.
   events.addEventListener('sessions', (m) => {
-    const list = JSON.parse(m.data);
-    ui.sessions = new Map(list.map((s) => [s.id, s]));
+    let changed = false;
+    for (const s of JSON.parse(m.data)) {
+      const had = ui.sessions.get(s.id);
+      if (s.id === ui.selected && (!had || had.version !== s.version)) changed = true;
+      ui.sessions.set(s.id, s);
+    }
     renderList();
-    if (ui.selected) loadSession();
+    if (changed) loadSession();
   });
   events.addEventListener('session', (m) => {
     const s = JSON.parse(m.data);

@@ -1,5 +1,6 @@
 //! Errors: [`StudioError`] for starting the studio, [`ApiError`] for a
-//! request, answered as `{"error": "…"}` with its HTTP status.
+//! request, answered as `{"error": "…"}` with its HTTP status (and, for a
+//! bad query parameter, `"kind": "parameter"` and `"parameter": NAME`).
 
 use crate::redact;
 use axum::Json;
@@ -113,6 +114,14 @@ pub(crate) enum ApiError {
     BadUpdate(String),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A query parameter the call does not take, or cannot read; the
+    /// body's `kind` is `parameter` and its `parameter` names it.
+    #[error("parameter `{parameter}` is {value:?}: {why}")]
+    BadParameter {
+        parameter: String,
+        value: String,
+        why: String,
+    },
     #[error("session {session}, checkpoint {seq}: cannot be read as the agent's {what}: {error}")]
     Unreadable {
         session: SessionId,
@@ -173,7 +182,7 @@ impl ApiError {
             | ApiError::NotDecisions { .. }
             | ApiError::Decisions { .. }
             | ApiError::BadUpdate(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::BadParameter { .. } => StatusCode::BAD_REQUEST,
             ApiError::Session(SessionError::NoSession(_) | SessionError::NoCheckpoint { .. }) => {
                 StatusCode::NOT_FOUND
             }
@@ -201,6 +210,10 @@ impl IntoResponse for ApiError {
         }
         if let ApiError::Memory(e) = &self {
             body["kind"] = serde_json::json!(memory_kind(e));
+        }
+        if let ApiError::BadParameter { parameter, .. } = &self {
+            body["kind"] = serde_json::json!("parameter");
+            body["parameter"] = serde_json::json!(redact::text(parameter));
         }
         (status, Json(body)).into_response()
     }

@@ -11,9 +11,10 @@
 //!   edge is labelled `each`, and each sub-agent is a box holding its own
 //!   loop; the steps running or waiting now are highlighted, in every
 //!   branch and sub-agent (found by their task's path).
-//! - **Sessions**: every session of the store with its phase (`running`,
+//! - **Sessions**: the sessions of the store with their phase (`running`,
 //!   `waiting` for a human, `done`, `failed`), agent, steps and last update,
-//!   filtered by phase and searched by text.
+//!   filtered by phase and searched by text, a page at a time (see
+//!   [Sessions, a page at a time](#sessions-a-page-at-a-time)).
 //! - **Timeline**: each checkpoint with its step, its task's path (the
 //!   run's loop, a branch, a sub-agent, whose records are grouped under
 //!   its step), the update as stored and, with the agent's state type,
@@ -30,7 +31,9 @@
 //!   as recorded, and nothing it does not have.
 //! - **State** at any checkpoint, as a tree: merged through the reducers
 //!   with the state type, else the snapshot and the updates after it as
-//!   stored.
+//!   stored. A state is sent whole up to 256 KiB of JSON; a larger one is
+//!   cut (see [A large state](#a-large-state)), and the page opens what was
+//!   cut on demand.
 //! - **Waiting for a human**: the interrupt's payload, where it was asked
 //!   (a branch's or a sub-agent's path), and a form to answer it, checked against the answer's type when the application declared
 //!   it ([`Studio::expect_answer`]); answering resumes the run through the
@@ -58,6 +61,66 @@
 //! (`/api/events`): the studio looks at the store every
 //! [`poll_interval`](Studio::poll_interval) (and at once after its own
 //! writes), so it sees runs of other processes too.
+//!
+//! # Sessions, a page at a time
+//!
+//! A store may hold a hundred thousand sessions, and
+//! [`SessionStore::sessions`] lists their ids only, in no set order: so
+//! `GET /api/sessions` sorts the store's ids and pages on them. A page is
+//! a JSON array of sessions (newest first within the page); `limit` sets
+//! its size (default 100, at most 1000) and `after` the id the page
+//! starts after. When more sessions follow, the response's `x-next-after`
+//! header holds the `after` of the next page, percent-encoded for the
+//! query string; it is absent on the last page. A page costs one listing
+//! of the store's ids (sorted: n log n on ids, no head) and the heads of
+//! the sessions it looks at: `limit` of them, or up to 1000 when filters
+//! (`phase`, `agent`, `q`) or hidden agents leave sessions out; a page
+//! can then be short, or empty, and still have a next one. Ids are random
+//! (UUIDs), so pages do not follow time: the page shows each page's
+//! sessions newest first and offers the next page ("load more"); its
+//! search and phase filter apply to the sessions loaded. An `after` that
+//! is no session of the store (a session removed from the store between
+//! two pages) is refused: start again from the first page.
+//!
+//! Every query parameter of the list, of a state and of the event stream
+//! is read strictly: an unknown one, one given twice, or a value that does
+//! not read (a negative, non-numeric or too large number, an unknown
+//! cursor) is answered 400 with a body naming it:
+//!
+//! ```json
+//! {"error": "parameter `limit` is \"-1\": negative: …", "kind": "parameter", "parameter": "limit"}
+//! ```
+//!
+//! # Following the store at a bounded cost
+//!
+//! The event stream does not reload every head at each look. It follows
+//! a bounded set of sessions: the first page of the list (which the first
+//! event, `sessions`, carries), each session that appears after it, and
+//! those the client names with `watch=ID` (at most 20; the page names the
+//! session it shows). A look lists the store's ids (to see new sessions:
+//! the stream keeps the last listing's ids), loads the head of each
+//! session followed (at most 200; past it, the one changed least recently
+//! is let go, and the page no longer sees it change), and those of at
+//! most 100 new sessions (more wait for the next look). So a look costs
+//! one listing of ids and at most about 320 heads, however many sessions
+//! the store holds. It sends `session` for each followed or new session
+//! that changed, and `removed` for each followed one gone.
+//!
+//! # A large state
+//!
+//! `GET /api/sessions/{id}/state` merges the state (as long as the log,
+//! in memory) and sends it whole when its answer is at most 256 KiB of
+//! JSON. A larger answer is cut: values up to 2 KiB (the timeline's
+//! bound) are kept whole, larger arrays and objects are opened and their
+//! first 100 entries kept, larger strings are replaced by `null`, and
+//! about 256 KiB are kept in all. The answer's `cuts` lists each cut by
+//! its JSON pointer in the whole answer (`/state/log`,
+//! `/updates/0/value/text`): a value with the beginning of its JSON
+//! (`preview`) and its size (`bytes`), or an array's or object's entries
+//! with how many were sent (`offset`, `kept`) of how many (`total`).
+//! `?pointer=/state/log` asks for the value there alone, bounded alike
+//! (a string up to 256 KiB), and `&offset=100` for an array's or object's
+//! entries from there: `{"seq", "pointer", "offset", "value", "cuts"}`.
 //!
 //! # Safe by default
 //!
@@ -106,10 +169,12 @@ mod evals;
 mod graph;
 mod memory;
 mod pick;
+mod query;
 mod redact;
 mod replay;
 mod server;
 mod source;
+mod trim;
 mod view;
 
 // Docs only: the guide, an empty module.

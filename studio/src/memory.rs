@@ -14,6 +14,7 @@
 //! `truncated`.
 
 use crate::error::ApiError;
+use crate::query::decode;
 use crate::server::{Authorized, Shared};
 use axum::Json;
 use axum::extract::{RawQuery, State};
@@ -139,33 +140,6 @@ impl Params {
             .map(|(_, v)| filter(v))
             .collect()
     }
-}
-
-/// Percent-decodes `text` (UTF-8); `what` names it in the error.
-fn decode(text: &str, what: &str) -> Result<String, ApiError> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            let Some(byte) = hex else {
-                return Err(ApiError::BadRequest(format!(
-                    "{what}: `%` at byte {i} is not followed by two hex digits"
-                )));
-            };
-            out.push(byte);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out)
-        .map_err(|_| ApiError::BadRequest(format!("{what}: not UTF-8 once percent-decoded")))
 }
 
 /// A namespace written as its labels joined by `/`, each percent-encoded;

@@ -4,10 +4,12 @@ use crate::approval;
 use crate::error::ApiError;
 use crate::evals;
 use crate::memory;
+use crate::query::{self, Query};
 use crate::redact;
 use crate::source::Source;
+use crate::trim;
 use crate::view::{self, PHASES, Summary};
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query as Parsed, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -20,7 +22,7 @@ use harness::step::Interrupt;
 use harness::{InterruptId, SessionId, TaskPath};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -300,44 +302,62 @@ async fn info(State(app): State<Shared>, _: Authorized) -> Json<Value> {
     }))
 }
 
-#[derive(Debug, Deserialize)]
-struct ListQuery {
-    q: Option<String>,
-    phase: Option<String>,
-    agent: Option<String>,
-}
+/// The name of the header saying how to ask for the next page of
+/// `GET /api/sessions`: the `after` to send, percent-encoded.
+pub(crate) const NEXT_AFTER: &str = "x-next-after";
 
+/// `GET /api/sessions?q=&phase=&agent=&limit=&after=`: a page of the
+/// sessions (see [`view::page`]), newest first, as a JSON array; when
+/// more follow, the `x-next-after` header holds the `after` of the next
+/// page (percent-encoded, ready for the query string).
 async fn sessions(
     State(app): State<Shared>,
     _: Authorized,
-    Query(query): Query<ListQuery>,
-) -> Result<Json<Vec<Summary>>, ApiError> {
-    let phase = match query.phase.as_deref().filter(|p| !p.is_empty()) {
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let query = Query::parse(
+        raw.as_deref(),
+        &["q", "phase", "agent", "limit", "after"],
+        &[],
+    )?;
+    let phase = match query.get("phase").filter(|p| !p.is_empty()) {
         Some(p) if !PHASES.contains(&p) => {
-            return Err(ApiError::BadRequest(format!(
-                "phase `{p}` is none of {}",
-                PHASES.join(", ")
-            )));
+            return Err(query::bad(
+                "phase",
+                p,
+                format!("a phase is one of {}", PHASES.join(", ")),
+            ));
         }
         other => other,
     };
-    let q = query.q.unwrap_or_default().trim().to_lowercase();
-    let now = app.source.store().now();
-    let list = view::heads(app.source.store())
-        .await?
-        .iter()
-        .filter(|h| !app.hidden.contains(&h.agent_id))
-        .map(|h| Summary::of(h, now))
-        .filter(|s| phase.is_none_or(|p| s.phase == p))
-        .filter(|s| {
-            query
-                .agent
-                .as_deref()
-                .is_none_or(|a| a.is_empty() || s.agent == a)
-        })
-        .filter(|s| q.is_empty() || s.matches(&q))
-        .collect();
-    Ok(Json(list))
+    let limit = query.limit(view::SESSIONS_PAGE)?;
+    let after = match query.get("after") {
+        Some("") => {
+            return Err(query::bad(
+                "after",
+                "",
+                "empty: a cursor is the `x-next-after` of an earlier page".into(),
+            ));
+        }
+        other => other.map(SessionId::from),
+    };
+    let q = query.get("q").unwrap_or_default().trim().to_lowercase();
+    let agent = query.get("agent").filter(|a| !a.is_empty());
+    let ids = view::listing(app.source.store()).await?;
+    let page = view::page(app.source.store(), &ids, after.as_ref(), limit, |s| {
+        !app.hidden.contains(&s.agent)
+            && phase.is_none_or(|p| s.phase == p)
+            && agent.is_none_or(|a| s.agent == a)
+            && (q.is_empty() || s.matches(&q))
+    })
+    .await?;
+    let mut response = Json(page.sessions).into_response();
+    if let Some(next) = page.next
+        && let Ok(value) = HeaderValue::from_str(&query::encode(next.as_str()))
+    {
+        response.headers_mut().insert(NEXT_AFTER, value);
+    }
+    Ok(response)
 }
 
 async fn session(
@@ -397,7 +417,7 @@ async fn timeline(
     State(app): State<Shared>,
     _: Authorized,
     Path(id): Path<String>,
-    Query(query): Query<TimelineQuery>,
+    Parsed(query): Parsed<TimelineQuery>,
 ) -> Result<Response, ApiError> {
     let only = match query.path.as_deref() {
         None => None,
@@ -434,23 +454,83 @@ async fn timeline(
     Ok(Json(timeline).into_response())
 }
 
-#[derive(Debug, Deserialize)]
-struct StateQuery {
-    seq: Option<u64>,
-}
-
+/// `GET /api/sessions/{id}/state?seq=&pointer=&offset=`: the state after
+/// checkpoint `seq` (the last without it), bounded as [`trim`] says: whole
+/// within 256 KiB, else cut, each cut listed in `cuts` by its JSON pointer
+/// in the whole answer (`/state/log`, `/updates/0/value/text`). With
+/// `pointer`, the value there alone, as `{pointer, offset, value, cuts}`
+/// (a string previewed up to 256 KiB); with `offset` too, an array's or
+/// object's entries from there.
 async fn state(
     State(app): State<Shared>,
     _: Authorized,
     Path(id): Path<String>,
-    Query(query): Query<StateQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
+    let query = Query::parse(raw.as_deref(), &["seq", "pointer", "offset"], &[])?;
+    let seq = query.whole("seq", 0, u64::MAX)?;
+    let pointer = query.get("pointer").map(str::to_owned);
+    if let Some(p) = &pointer
+        && !p.starts_with('/')
+    {
+        return Err(query::bad(
+            "pointer",
+            p,
+            "a JSON pointer starts with `/` (`/state/log/3`), as a cut's `pointer` does".into(),
+        ));
+    }
+    let offset = query
+        .whole("offset", 0, u64::MAX)?
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if offset.is_some() && pointer.is_none() {
+        return Err(query::bad(
+            "offset",
+            query.get("offset").unwrap_or_default(),
+            "an offset is into the array or object at `pointer`, which is missing".into(),
+        ));
+    }
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
     let log = view::log(app.source.store(), &head).await?;
     let source = Arc::clone(&app.source);
-    let state = blocking(move || view::state_at(&*source, &head, &log, query.seq)).await?;
-    Ok(Json(state).into_response())
+    let body = blocking(move || {
+        let state = view::state_at(&*source, &head, &log, seq)?;
+        let document = serde_json::to_value(&state).map_err(|e| ApiError::Failed(e.to_string()))?;
+        drop(state);
+        let Some(pointer) = pointer else {
+            let trimmed = trim::document(document);
+            let mut body = trimmed.value;
+            body["cuts"] = json!(trimmed.cuts);
+            return Ok(body);
+        };
+        let at = seq.unwrap_or(head.last_seq);
+        let trimmed = trim::at(document, &pointer, offset).map_err(|missing| match missing {
+            trim::Missing::Pointer => query::bad(
+                "pointer",
+                &pointer,
+                format!("the state after checkpoint {at} has no value there"),
+            ),
+            trim::Missing::Offset(Some(len)) => query::bad(
+                "offset",
+                &offset.unwrap_or_default().to_string(),
+                format!("the value at {pointer:?} has {len} entries"),
+            ),
+            trim::Missing::Offset(None) => query::bad(
+                "offset",
+                &offset.unwrap_or_default().to_string(),
+                format!("the value at {pointer:?} is no array or object"),
+            ),
+        })?;
+        Ok(json!({
+            "seq": at,
+            "pointer": pointer,
+            "offset": offset.unwrap_or(0),
+            "value": trimmed.value,
+            "cuts": trimmed.cuts,
+        }))
+    })
+    .await?;
+    Ok(Json(body).into_response())
 }
 
 /// A JSON body, refused with a typed error that says what is wrong.
@@ -563,12 +643,37 @@ async fn fork(
         .into_response())
 }
 
-/// The event stream's position: the versions of the sessions last sent.
+/// The most sessions an event stream follows: the heads it loads at each
+/// look, besides new sessions and those the client names.
+pub(crate) const FOLLOWED: usize = 200;
+
+/// The most new sessions an event stream loads at one look; those past it
+/// are new at the next look.
+pub(crate) const NEW_PER_LOOK: usize = 100;
+
+/// The most sessions a client names with `watch=`.
+pub(crate) const WATCH_IDS: usize = 20;
+
+/// A session an event stream follows: the version it last sent, and when
+/// the session last changed (the least recently changed are let go first).
+struct Followed {
+    version: u64,
+    updated_at: u64,
+}
+
+/// The event stream's position: the ids the store listed at the last look,
+/// and the sessions it follows.
 struct Watch {
     app: Shared,
     changed: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
-    seen: HashMap<SessionId, u64>,
+    /// The store's ids at the last look: a session not among them is new.
+    listed: HashSet<SessionId>,
+    /// At most [`FOLLOWED`], besides `pinned`.
+    followed: HashMap<SessionId, Followed>,
+    /// The sessions the client named (`watch=`): followed while they exist,
+    /// never let go.
+    pinned: Vec<SessionId>,
     first: bool,
     queue: VecDeque<Event>,
 }
@@ -586,52 +691,170 @@ fn event(name: &str, data: &impl serde::Serialize) -> Event {
 }
 
 impl Watch {
-    /// Looks at the store and queues what changed: on the first look every
-    /// session (`sessions`), then each changed or new one (`session`) and
-    /// each gone (`removed`).
+    /// Looks at the store and queues what changed: on the first look the
+    /// first page of the list and the sessions named (`sessions`), then
+    /// each followed session that changed, each new one (`session`) and
+    /// each followed one gone (`removed`).
     async fn look(&mut self) {
-        let heads = match view::heads(self.app.source.store()).await {
-            Ok(heads) => heads,
-            Err(e) => {
-                self.queue
-                    .push_back(event("error", &json!({ "error": e.to_string() })));
-                return;
-            }
-        };
-        let now = self.app.source.store().now();
-        let summaries: Vec<Summary> = heads
-            .iter()
+        if let Err(e) = self.try_look().await {
+            self.queue
+                .push_back(event("error", &json!({ "error": e.to_string() })));
+        }
+    }
+
+    /// A head, unless gone or hidden.
+    async fn load(&self, id: &SessionId, now: u64) -> Result<Option<Summary>, ApiError> {
+        let head = self
+            .app
+            .source
+            .store()
+            .load(id)
+            .await
+            .map_err(|source| ApiError::Store {
+                session: id.to_string(),
+                source,
+            })?;
+        Ok(head
             .filter(|h| !self.app.hidden.contains(&h.agent_id))
-            .map(|h| Summary::of(h, now))
-            .collect();
+            .map(|h| Summary::of(&h, now)))
+    }
+
+    fn follow(&mut self, s: &Summary) {
+        self.followed.insert(
+            s.id.clone(),
+            Followed {
+                version: s.version,
+                updated_at: s.updated_at,
+            },
+        );
+    }
+
+    async fn try_look(&mut self) -> Result<(), ApiError> {
+        let app = Arc::clone(&self.app);
+        let store = app.source.store();
+        let ids = view::listing(store).await?;
+        let now = store.now();
         if self.first {
             self.first = false;
-            self.queue.push_back(event("sessions", &summaries));
-        } else {
-            for s in &summaries {
-                if self.seen.get(&s.id) != Some(&s.version) {
-                    self.queue.push_back(event("session", s));
+            let hidden = &app.hidden;
+            let page = view::page(store, &ids, None, view::SESSIONS_PAGE.0, |s| {
+                !hidden.contains(&s.agent)
+            })
+            .await?;
+            let mut list = page.sessions;
+            for id in self.pinned.clone() {
+                if !list.iter().any(|s| s.id == id)
+                    && let Some(s) = self.load(&id, now).await?
+                {
+                    list.push(s);
                 }
             }
-            for id in self.seen.keys() {
-                if !summaries.iter().any(|s| &s.id == id) {
-                    self.queue.push_back(event("removed", &json!({ "id": id })));
+            for s in &list {
+                self.follow(s);
+            }
+            self.listed = ids.into_iter().collect();
+            self.queue.push_back(event("sessions", &list));
+            return Ok(());
+        }
+        // The sessions followed, and those named that were not there yet.
+        let mut known: Vec<SessionId> = self.followed.keys().cloned().collect();
+        known.extend(
+            self.pinned
+                .iter()
+                .filter(|id| !self.followed.contains_key(*id))
+                .cloned(),
+        );
+        for id in known {
+            match self.load(&id, now).await? {
+                Some(s) => {
+                    if self.followed.get(&id).map(|f| f.version) != Some(s.version) {
+                        self.queue.push_back(event("session", &s));
+                    }
+                    self.follow(&s);
+                }
+                None => {
+                    if self.followed.remove(&id).is_some() {
+                        self.queue.push_back(event("removed", &json!({ "id": id })));
+                    }
                 }
             }
         }
-        self.seen = summaries.into_iter().map(|s| (s.id, s.version)).collect();
+        // New sessions, a bounded number per look.
+        let mut listed = HashSet::with_capacity(ids.len());
+        let mut loaded = 0;
+        for id in ids {
+            if !self.listed.contains(&id) {
+                if loaded == NEW_PER_LOOK {
+                    // Left unlisted: new again at the next look.
+                    continue;
+                }
+                loaded += 1;
+                if !self.followed.contains_key(&id)
+                    && let Some(s) = self.load(&id, now).await?
+                {
+                    self.queue.push_back(event("session", &s));
+                    self.follow(&s);
+                }
+            }
+            listed.insert(id);
+        }
+        self.listed = listed;
+        // Lets go of the least recently changed past the bound.
+        while self.followed.len() > FOLLOWED + self.pinned.len() {
+            let oldest = self
+                .followed
+                .iter()
+                .filter(|(id, _)| !self.pinned.contains(id))
+                .min_by_key(|(id, f)| (f.updated_at, (*id).clone()))
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(id) => self.followed.remove(&id),
+                None => break,
+            };
+        }
+        Ok(())
     }
 }
 
+/// `GET /api/events?watch=ID&watch=ID`: the event stream. It follows a
+/// bounded set of sessions (see the crate's docs): the first page of the
+/// list, the sessions that appear after, and those named by `watch` (at
+/// most [`WATCH_IDS`]), so that a look costs one listing of the store's
+/// ids and a bounded number of heads however many sessions it holds.
 async fn events(
     State(app): State<Shared>,
     _: Authorized,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    RawQuery(raw): RawQuery,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let query = Query::parse(raw.as_deref(), &["watch"], &["watch"])?;
+    let mut pinned: Vec<SessionId> = Vec::new();
+    for id in query.all("watch") {
+        if id.is_empty() {
+            return Err(query::bad(
+                "watch",
+                id,
+                "empty: name a session by its id".into(),
+            ));
+        }
+        if pinned.len() == WATCH_IDS {
+            return Err(query::bad(
+                "watch",
+                id,
+                format!("a stream follows at most {WATCH_IDS} sessions named by `watch`"),
+            ));
+        }
+        let id = SessionId::from(id);
+        if !pinned.contains(&id) {
+            pinned.push(id);
+        }
+    }
     let watch = Watch {
         changed: app.changed.subscribe(),
         stopping: app.stopping.clone(),
         app,
-        seen: HashMap::new(),
+        listed: HashSet::new(),
+        followed: HashMap::new(),
+        pinned,
         first: true,
         queue: VecDeque::new(),
     };
@@ -655,7 +878,7 @@ async fn events(
             w.look().await;
         }
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
 #[cfg(test)]

@@ -73,28 +73,89 @@ impl Summary {
     }
 }
 
-/// Every session's head, newest first; sessions listed then gone are left
-/// out.
-pub(crate) async fn heads(store: &dyn SessionStore) -> Result<Vec<StoredRun>, ApiError> {
-    let store_err = |source| ApiError::Store {
+/// Sessions the list sends per page unless asked otherwise, and at most.
+pub(crate) const SESSIONS_PAGE: (usize, usize) = (100, 1000);
+
+/// The most heads one page of the list loads. A filter (or hidden agents)
+/// that few sessions match gives a short page, with a cursor to go on
+/// from, rather than a scan of the whole store in one request.
+pub(crate) const SCAN_HEADS: usize = 1000;
+
+/// A page of the session list.
+#[derive(Debug)]
+pub(crate) struct SessionPage {
+    /// The sessions kept, newest first.
+    pub(crate) sessions: Vec<Summary>,
+    /// The last session looked at, to ask for the page after it; `None`
+    /// when the page reached the end of the store.
+    pub(crate) next: Option<SessionId>,
+}
+
+/// Every session id of the store, sorted: the order pages follow. The
+/// store lists ids, not times, so this costs its number of sessions in
+/// ids, and no head.
+pub(crate) async fn listing(store: &dyn SessionStore) -> Result<Vec<SessionId>, ApiError> {
+    let mut ids = store.sessions().await.map_err(|source| ApiError::Store {
         session: "(listing)".into(),
         source,
+    })?;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// The page of `ids` (sorted, as [`listing`] returns them) after `after`:
+/// the heads of the ids that follow it, loaded one by one, until `limit`
+/// pass `keep` or [`SCAN_HEADS`] were loaded. Sessions listed then gone
+/// are left out.
+///
+/// # Errors
+///
+/// [`ApiError::BadParameter`] if `after` is no session of the store.
+pub(crate) async fn page(
+    store: &dyn SessionStore,
+    ids: &[SessionId],
+    after: Option<&SessionId>,
+    limit: usize,
+    keep: impl Fn(&Summary) -> bool,
+) -> Result<SessionPage, ApiError> {
+    let start = match after {
+        None => 0,
+        Some(after) => match ids.binary_search(after) {
+            Ok(at) => at + 1,
+            Err(_) => {
+                return Err(crate::query::bad(
+                    "after",
+                    after.as_str(),
+                    "no session of the store has this id: a cursor is the `x-next-after` of an \
+                     earlier page (start again without `after`)"
+                        .into(),
+                ));
+            }
+        },
     };
-    let mut heads = Vec::new();
-    for id in store.sessions().await.map_err(store_err)? {
-        if let Some(head) = store.load(&id).await.map_err(|source| ApiError::Store {
+    let now = store.now();
+    let mut sessions = Vec::new();
+    let mut next = None;
+    for (scanned, at) in (start..ids.len()).enumerate() {
+        if sessions.len() == limit || scanned == SCAN_HEADS {
+            next = Some(ids[at - 1].clone());
+            break;
+        }
+        let id = &ids[at];
+        let loaded = store.load(id).await.map_err(|source| ApiError::Store {
             session: id.to_string(),
             source,
-        })? {
-            heads.push(head);
+        })?;
+        if let Some(head) = loaded {
+            let summary = Summary::of(&head, now);
+            if keep(&summary) {
+                sessions.push(summary);
+            }
         }
     }
-    heads.sort_by(|a, b| {
-        b.updated_at
-            .cmp(&a.updated_at)
-            .then(a.session_id.cmp(&b.session_id))
-    });
-    Ok(heads)
+    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+    Ok(SessionPage { sessions, next })
 }
 
 /// A session's head.

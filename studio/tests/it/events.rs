@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// An open `/api/events` stream.
-struct Events {
+pub(crate) struct Events {
     conn: TcpStream,
     raw: Vec<u8>,
     /// Where the body starts in `raw`.
@@ -19,9 +19,14 @@ struct Events {
 
 impl Events {
     async fn open(serving: &Serving) -> (u16, String, Events) {
+        Events::open_with(serving, "").await
+    }
+
+    /// The stream with `query` (`&watch=…`) after the token.
+    pub(crate) async fn open_with(serving: &Serving, query: &str) -> (u16, String, Events) {
         let mut conn = TcpStream::connect(serving.local_addr()).await.unwrap();
         let req = format!(
-            "GET /api/events?token={} HTTP/1.1\r\nHost: studio\r\nAccept: text/event-stream\r\n\r\n",
+            "GET /api/events?token={}{query} HTTP/1.1\r\nHost: studio\r\nAccept: text/event-stream\r\n\r\n",
             serving.token()
         );
         conn.write_all(req.as_bytes()).await.unwrap();
@@ -73,7 +78,7 @@ impl Events {
 
     /// The next event; `None` when the stream ends. The timeout is a safety
     /// net.
-    async fn next(&mut self) -> Option<(String, Value)> {
+    pub(crate) async fn next(&mut self) -> Option<(String, Value)> {
         let mut buf = [0u8; 4096];
         loop {
             let decoded = self.decoded();

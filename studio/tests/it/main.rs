@@ -12,6 +12,7 @@ mod events;
 mod hostile;
 mod long;
 mod memory;
+mod scale;
 mod secrets;
 mod support;
 mod support_kit;

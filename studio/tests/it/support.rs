@@ -55,6 +55,35 @@ async fn crash(_: Arc<Doc>, _: Cx<()>) -> StepResult<DocUpdate> {
     Err(StepError::msg("the printer is on fire"))
 }
 
+/// `draft`, then `review` (which asks a human for a [`Review`]), then
+/// `publish` when approved, else `draft` again; on `store`.
+pub fn review_harness(store: Arc<dyn SessionStore>) -> Harness<Doc> {
+    Harness::<Doc>::builder()
+        .step("draft")
+        .run(draft)
+        .next("review")
+        .step("review")
+        .run(review)
+        .route(|d: &Doc| {
+            if d.approved == Some(true) {
+                "approved"
+            } else {
+                "rejected"
+            }
+        })
+        .on("approved")
+        .to("publish")
+        .on("rejected")
+        .to("draft")
+        .step("publish")
+        .run(publish)
+        .end()
+        .start("draft")
+        .store(store)
+        .build()
+        .unwrap()
+}
+
 /// A directory removed (best effort) when dropped.
 pub struct TempDir(pub PathBuf);
 
@@ -96,30 +125,7 @@ impl World {
     pub async fn new(name: &str) -> World {
         let dir = temp_dir(name);
         let store: Arc<dyn SessionStore> = Arc::new(SledStore::open(dir.join("db")).unwrap());
-        let harness = Harness::<Doc>::builder()
-            .step("draft")
-            .run(draft)
-            .next("review")
-            .step("review")
-            .run(review)
-            .route(|d: &Doc| {
-                if d.approved == Some(true) {
-                    "approved"
-                } else {
-                    "rejected"
-                }
-            })
-            .on("approved")
-            .to("publish")
-            .on("rejected")
-            .to("draft")
-            .step("publish")
-            .run(publish)
-            .end()
-            .start("draft")
-            .store(Arc::clone(&store))
-            .build()
-            .unwrap();
+        let harness = review_harness(Arc::clone(&store));
         let agent = create_agent("reviews", &harness);
 
         let waiting = agent.run(Doc::default()).await.unwrap();

@@ -1,0 +1,580 @@
+//! A store with many sessions, and sessions with large states: the list
+//! comes a page at a time, the event stream loads a bounded number of
+//! heads per look, and a large state is cut, each cut opening by its
+//! pointer. Bad query parameters are refused by name.
+
+use crate::browser::Browser;
+use crate::events::Events;
+use crate::support::{Doc, DocUpdate, Review, TempDir, World, get, review_harness, temp_dir};
+use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
+use harness::{Agent, SessionId, create_agent};
+use harness_stores::SledStore;
+use harness_studio::{Serving, Studio};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// A real store, counting the heads loaded and the listings made.
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn SessionStore>,
+    loads: AtomicUsize,
+    listings: AtomicUsize,
+}
+
+impl Counting {
+    fn reset(&self) {
+        self.loads.store(0, Ordering::SeqCst);
+        self.listings.store(0, Ordering::SeqCst);
+    }
+
+    fn loads(&self) -> usize {
+        self.loads.load(Ordering::SeqCst)
+    }
+
+    fn listings(&self) -> usize {
+        self.listings.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Counting {
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load(session).await
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
+        self.inner.commit(commit).await
+    }
+
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        self.inner.checkpoints(session, from_seq).await
+    }
+
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.listings.fetch_add(1, Ordering::SeqCst);
+        self.inner.sessions().await
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush().await
+    }
+
+    fn now(&self) -> u64 {
+        self.inner.now()
+    }
+}
+
+/// The review agent on a counting sled store holding `n` sessions, each
+/// waiting for its review.
+struct Crowd {
+    counting: Arc<Counting>,
+    store: Arc<dyn SessionStore>,
+    agent: Agent<Doc>,
+    harness: harness::Harness<Doc>,
+    /// Each session's id and the interrupt it waits on.
+    waiting: Vec<(String, String)>,
+    _dir: TempDir,
+}
+
+impl Crowd {
+    async fn new(name: &str, n: usize) -> Crowd {
+        let dir = temp_dir(name);
+        let counting = Arc::new(Counting {
+            inner: Arc::new(SledStore::open(dir.join("db")).unwrap()),
+            loads: AtomicUsize::new(0),
+            listings: AtomicUsize::new(0),
+        });
+        let store: Arc<dyn SessionStore> = counting.clone();
+        let harness = review_harness(Arc::clone(&store));
+        let agent = create_agent("reviews", &harness);
+        let mut waiting = Vec::new();
+        for _ in 0..n {
+            let out = agent.run(Doc::default()).await.unwrap();
+            waiting.push((
+                out.session_id.to_string(),
+                out.interrupt.unwrap().id.to_string(),
+            ));
+        }
+        Crowd {
+            counting,
+            store,
+            agent,
+            harness,
+            waiting,
+            _dir: TempDir(dir),
+        }
+    }
+
+    async fn studio(&self) -> Serving {
+        Studio::for_agent(&self.agent, &self.harness, Arc::clone(&self.store))
+            .unwrap()
+            .expect_answer::<Review>("review")
+            .poll_interval(Duration::from_millis(50))
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+    }
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_list_comes_a_page_at_a_time_loading_only_the_page_s_heads() {
+    let c = Crowd::new("pages", 250).await;
+    let s = c.studio().await;
+    let all: BTreeSet<String> = c.waiting.iter().map(|(id, _)| id.clone()).collect();
+
+    // The first page: the default size, and where the next one starts.
+    c.counting.reset();
+    let r = get(&s, "/api/sessions").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let first = ids(&r.json());
+    assert_eq!(first.len(), 100);
+    assert!(
+        c.counting.loads() <= 100,
+        "a page of 100 loaded {} heads",
+        c.counting.loads()
+    );
+    assert!(r.header("x-next-after").is_some(), "{:?}", r.headers);
+    // Newest first within the page.
+    let times: Vec<u64> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["updated_at"].as_u64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+
+    // Page after page, each session once, up to a last page without a
+    // cursor.
+    let mut seen: Vec<String> = Vec::new();
+    let mut path = "/api/sessions?limit=30".to_owned();
+    let mut pages = 0;
+    loop {
+        c.counting.reset();
+        let r = get(&s, &path).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert!(
+            c.counting.loads() <= 30,
+            "{path}: {} heads",
+            c.counting.loads()
+        );
+        let page = ids(&r.json());
+        assert!(page.len() <= 30);
+        seen.extend(page);
+        pages += 1;
+        match r.header("x-next-after") {
+            Some(after) => path = format!("/api/sessions?limit=30&after={after}"),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 9, "250 sessions in pages of 30");
+    assert_eq!(seen.len(), 250, "no session twice");
+    assert_eq!(seen.iter().cloned().collect::<BTreeSet<_>>(), all);
+
+    // The largest page holds them all, and says there is no more.
+    let r = get(&s, "/api/sessions?limit=1000").await;
+    assert_eq!(ids(&r.json()).len(), 250);
+    assert!(r.header("x-next-after").is_none());
+
+    // A filter that matches few: pages keep their bound, and the cursor
+    // goes on from the last session looked at.
+    let (done, interrupt) = c.waiting[7].clone();
+    c.agent
+        .resume(
+            json!({"approve": true, "note": "ok"}),
+            &done.clone().into(),
+            &interrupt.into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    let mut path = "/api/sessions?phase=done&limit=1".to_owned();
+    loop {
+        let r = get(&s, &path).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        found.extend(ids(&r.json()));
+        match r.header("x-next-after") {
+            Some(after) => path = format!("/api/sessions?phase=done&limit=1&after={after}"),
+            None => break,
+        }
+    }
+    assert_eq!(found, [done]);
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_loads_a_bounded_number_of_heads_per_look() {
+    let c = Crowd::new("stream", 250).await;
+    let s = c.studio().await;
+    // A session past the first page of the list, named by the client.
+    let first = ids(&get(&s, "/api/sessions").await.json());
+    let (named, interrupt) = c
+        .waiting
+        .iter()
+        .find(|(id, _)| !first.contains(id))
+        .unwrap()
+        .clone();
+    let (status, head, mut events) = Events::open_with(&s, &format!("&watch={named}")).await;
+    assert_eq!(status, 200, "{head}");
+    let (name, list) = events.next().await.unwrap();
+    assert_eq!(name, "sessions");
+    let listed = ids(&list);
+    assert_eq!(listed.len(), 101, "the first page and the session named");
+    assert!(listed.contains(&named));
+    for id in &first {
+        assert!(listed.contains(id), "{id}");
+    }
+
+    // Looks while nothing changes: a listing of ids each, and the heads of
+    // the sessions followed only.
+    c.counting.reset();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (looks, loads) = (c.counting.listings(), c.counting.loads());
+    assert!(looks >= 3, "{looks} looks");
+    // A look under way at the reset may count its heads, not its listing.
+    assert!(
+        loads <= (looks + 1) * 101,
+        "{loads} heads in {looks} looks: more than the 101 followed"
+    );
+
+    // The session named changes elsewhere: the stream says so.
+    c.agent
+        .resume(
+            json!({"approve": true, "note": "from elsewhere"}),
+            &named.clone().into(),
+            &interrupt.into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // A new session appears.
+    let new = c
+        .agent
+        .run(Doc::default())
+        .await
+        .unwrap()
+        .session_id
+        .to_string();
+    let (mut named_done, mut new_seen) = (false, false);
+    while !(named_done && new_seen) {
+        let (name, data) = events.next().await.expect("the stream goes on");
+        assert_eq!(name, "session", "{data}");
+        let id = data["id"].as_str().unwrap();
+        if id == named && data["phase"] == "done" {
+            named_done = true;
+        } else if id == new {
+            new_seen = true;
+        } else {
+            assert!(id == named, "only the changed sessions: {data}");
+        }
+    }
+    s.shutdown().await.unwrap();
+}
+
+/// `text` percent-encoded for a query string.
+fn enc(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_state_is_cut_and_each_cut_opens_by_its_pointer() {
+    let w = World::new("large-state").await;
+    let big = "word ".repeat(200_000);
+    let items: Vec<String> = (0..3000).map(|i| format!("{i:0>100}")).collect();
+    let mut log = vec![big.clone()];
+    log.extend(items.iter().cloned());
+    let fork = w
+        .agent
+        .fork(&w.done.clone().into(), 1, Some(DocUpdate::new().log(log)))
+        .await
+        .unwrap()
+        .to_string();
+    let s = w.studio().await;
+    let r = get(&s, &format!("/api/sessions/{fork}/state")).await;
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(500)]);
+    assert!(
+        r.body.len() < 300 * 1024,
+        "a state of 1.3 MB sent as {} bytes",
+        r.body.len()
+    );
+    let st = r.json();
+    assert_eq!(st["merged"], true);
+    // The log: "drafted", the large one, then the items.
+    assert_eq!(st["state"]["log"][0], "drafted");
+    assert!(st["state"]["log"][1].is_null());
+    assert_eq!(st["state"]["log"][2], items[0].as_str());
+    assert_eq!(st["state"]["log"].as_array().unwrap().len(), 100);
+    assert_eq!(st["state"]["drafts"], 1);
+    let cuts = st["cuts"].as_array().unwrap();
+    let cut = |pointer: &str| {
+        cuts.iter()
+            .find(|c| c["pointer"] == pointer)
+            .unwrap_or_else(|| panic!("no cut at {pointer}: {cuts:?}"))
+            .clone()
+    };
+    let text = cut("/state/log/1");
+    assert_eq!(text["kind"], "value");
+    assert_eq!(text["bytes"], big.len() + 2);
+    assert_eq!(text["preview"].as_str().unwrap().len(), 2048);
+    assert!(text["preview"].as_str().unwrap().starts_with("\"word word"));
+    let entries = cut("/state/log");
+    assert_eq!(
+        entries,
+        json!({"kind": "entries", "pointer": "/state/log", "offset": 0, "kept": 100, "total": 3002})
+    );
+
+    // The large string by its pointer: a longer beginning.
+    let seq = st["seq"].as_u64().unwrap();
+    let at = |q: String| {
+        let s = &s;
+        let path = format!("/api/sessions/{fork}/state?seq={seq}&{q}");
+        async move { get(s, &path).await }
+    };
+    let r = at(format!("pointer={}", enc("/state/log/1"))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let one = r.json();
+    assert!(one["value"].is_null());
+    assert_eq!(one["cuts"][0]["pointer"], "/state/log/1");
+    assert_eq!(
+        one["cuts"][0]["preview"].as_str().unwrap().len(),
+        256 * 1024
+    );
+    // The items from an offset: the last ones, numbered in the whole log.
+    let tail = at(format!("pointer={}&offset=2950", enc("/state/log")))
+        .await
+        .json();
+    assert_eq!(tail["offset"], 2950);
+    assert_eq!(tail["value"].as_array().unwrap().len(), 52);
+    assert_eq!(tail["value"][0], items[2948].as_str());
+    assert_eq!(
+        tail["cuts"],
+        json!([{"kind": "entries", "pointer": "/state/log", "offset": 2950, "kept": 52, "total": 3002}])
+    );
+    // A small value by its pointer: whole.
+    let one = at(format!("pointer={}", enc("/state/log/2"))).await.json();
+    assert_eq!(one["value"], items[0].as_str());
+    assert_eq!(one["cuts"], json!([]));
+
+    // Read-only, the state as stored is cut alike, and each cut opens.
+    let ro = w.read_only().await;
+    let r = get(&ro, &format!("/api/sessions/{fork}/state")).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.len() < 300 * 1024, "{} bytes", r.body.len());
+    let st = r.json();
+    assert_eq!(st["merged"], false);
+    let cuts = st["cuts"].as_array().unwrap();
+    assert!(!cuts.is_empty());
+    for c in cuts {
+        let pointer = c["pointer"].as_str().unwrap();
+        let path = format!(
+            "/api/sessions/{fork}/state?seq={}&pointer={}",
+            st["seq"],
+            enc(pointer)
+        );
+        let r = get(&ro, &path).await;
+        assert_eq!(r.status, 200, "{pointer}: {}", r.body);
+        assert!(
+            r.body.len() < 300 * 1024,
+            "{pointer}: {} bytes",
+            r.body.len()
+        );
+    }
+    ro.shutdown().await.unwrap();
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_query_parameters_are_refused_with_a_typed_error_naming_each() {
+    let w = World::new("bad-query").await;
+    let s = w.studio().await;
+    let state = format!("/api/sessions/{}/state", w.done);
+    let cases = [
+        ("/api/sessions?limit=0".to_owned(), "limit", "out of range"),
+        ("/api/sessions?limit=-1".to_owned(), "limit", "negative"),
+        (
+            "/api/sessions?limit=ten".to_owned(),
+            "limit",
+            "not a number",
+        ),
+        (
+            "/api/sessions?limit=1001".to_owned(),
+            "limit",
+            "from 1 to 1000",
+        ),
+        (
+            "/api/sessions?limit=99999999999999999999999".to_owned(),
+            "limit",
+            "too large",
+        ),
+        ("/api/sessions?limit=".to_owned(), "limit", "empty"),
+        (
+            "/api/sessions?limit=5&limit=6".to_owned(),
+            "limit",
+            "more than once",
+        ),
+        (
+            "/api/sessions?after=no-such-session".to_owned(),
+            "after",
+            "no session",
+        ),
+        ("/api/sessions?after=".to_owned(), "after", "empty"),
+        (
+            "/api/sessions?limt=5".to_owned(),
+            "limt",
+            "no such parameter",
+        ),
+        ("/api/sessions?phase=paused".to_owned(), "phase", "waiting"),
+        (format!("{state}?seq=-1"), "seq", "negative"),
+        (format!("{state}?seq=first"), "seq", "not a number"),
+        (
+            format!("{state}?pointer=state"),
+            "pointer",
+            "starts with `/`",
+        ),
+        (
+            format!("{state}?pointer=%2Fnope"),
+            "pointer",
+            "no value there",
+        ),
+        (format!("{state}?offset=3"), "offset", "`pointer`"),
+        (
+            format!("{state}?pointer=%2Fstate%2Flog&offset=-3"),
+            "offset",
+            "negative",
+        ),
+        (
+            format!("{state}?pointer=%2Fstate%2Flog&offset=9"),
+            "offset",
+            "3 entries",
+        ),
+        (
+            format!("{state}?pointer=%2Fstate%2Fdrafts&offset=0"),
+            "offset",
+            "no array",
+        ),
+        ("/api/events?watch=".to_owned(), "watch", "empty"),
+        ("/api/events?wtch=x".to_owned(), "wtch", "no such parameter"),
+        (
+            format!(
+                "/api/events?{}",
+                (0..21)
+                    .map(|i| format!("watch=s{i}"))
+                    .collect::<Vec<_>>()
+                    .join("&")
+            ),
+            "watch",
+            "at most 20",
+        ),
+    ];
+    for (path, parameter, says) in cases {
+        let r = get(&s, &path).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        let body = r.json();
+        assert_eq!(body["kind"], "parameter", "{path}: {}", r.body);
+        assert_eq!(body["parameter"], parameter, "{path}: {}", r.body);
+        assert!(r.error().contains(says), "{path}: {}", r.body);
+    }
+    // The token is no parameter of the calls: given in the URL, it is read.
+    let r = get(&s, &format!("/api/sessions?limit=2&token={}", s.token())).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_more_sessions_load_on_demand_and_a_cut_state_opens_where_cut() {
+    let c = Crowd::new("browser-pages", 130).await;
+    let mut log = vec!["word ".repeat(100_000)];
+    log.extend((0..3000).map(|i| format!("{i:0>100}")));
+    let (first, _) = &c.waiting[0];
+    let fork = c
+        .agent
+        .fork(&first.clone().into(), 1, Some(DocUpdate::new().log(log)))
+        .await
+        .unwrap();
+    let s = c.studio().await;
+    // Linked to the fork: the page shows it, and the first page of the list.
+    let mut b = Browser::open(&format!("{}#session={fork}", s.url())).await;
+    let rows = "document.querySelectorAll('#sessions tbody tr').length";
+    b.wait_for(
+        "the first page and the fork",
+        &format!(
+            "{rows} >= 100 && document.querySelector('#sessions tr[data-id=\"{fork}\"]') && \
+             !document.querySelector('#list-more').hidden"
+        ),
+    )
+    .await;
+    b.click("#list-more").await;
+    b.wait_for(
+        "every session",
+        &format!("{rows} === 131 && document.querySelector('#list-more').hidden"),
+    )
+    .await;
+
+    // The fork's state is cut: the large text and the log's entries past
+    // the first hundred.
+    let entries = "#state-tree li.cut[data-pointer=\"/state/log\"]";
+    let text = "#state-tree span.cut[data-pointer=\"/state/log/1\"]";
+    b.wait_for(
+        "the cuts",
+        &format!("document.querySelector('{entries}') && document.querySelector('{text}')"),
+    )
+    .await;
+    assert!(
+        b.text(entries).await.contains("2,902 more of 3,002"),
+        "{}",
+        b.text(entries).await
+    );
+    assert!(b.text(text).await.contains("500,002 bytes, cut"));
+    let log = "document.querySelector('#state-tree li.cut[data-pointer=\"/state/log\"]') \
+               ? document.querySelector('#state-tree li.cut[data-pointer=\"/state/log\"]').parentElement \
+               : null";
+    let count = format!("({log}).querySelectorAll(':scope > li:not(.cut)').length");
+    assert_eq!(b.eval(&count).await, json!(100));
+    b.eval(&format!(
+        "document.querySelector('{entries} button').click()"
+    ))
+    .await;
+    b.wait_for("the next hundred", &format!("{count} === 200"))
+        .await;
+    assert!(b.text(entries).await.contains("2,802 more of 3,002"));
+    b.eval(&format!("document.querySelector('{text} button').click()"))
+        .await;
+    b.wait_for(
+        "a longer beginning",
+        &format!(
+            "document.querySelector('{text} .preview').textContent.length > 200000 && \
+             !document.querySelector('{text} button')"
+        ),
+    )
+    .await;
+    assert_eq!(b.errors().await, "");
+    b.close().await;
+    s.shutdown().await.unwrap();
+}
