@@ -869,9 +869,7 @@ fn a_secret_in_a_files_path_is_in_no_error_about_it() {
     );
     shown(
         "saving a dataset under a file",
-        &dataset
-            .save(under_file.with_extension("yaml"))
-            .unwrap_err(),
+        &dataset.save(under_file.with_extension("yaml")).unwrap_err(),
     );
     assert!(errors.len() >= 7);
     for (what, text) in &errors {
