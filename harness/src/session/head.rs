@@ -632,6 +632,10 @@ pub(crate) fn settle(
     if ended && !next.queued.is_empty() {
         let input = next.queued.remove(0);
         append.push(push_input(&mut next, input, now));
+        // The new run starts afresh, as one submitted to the ended session
+        // would: the journal a failed or stopped step kept (its `once`
+        // results, its answers) is not the new run's.
+        set_journals(&mut next, Journals::new());
         next.phase = SessionPhase::Running;
         next.next_step = Some(start.to_string());
         next.run_id = RunId::random();
@@ -1298,14 +1302,16 @@ mod tests {
         for phase in ends {
             let mut head = stored(5, 3, 3);
             head.queued = vec![json!({"n": 1}), json!({"n": 2})];
-            let c = settle(
-                &head,
-                phase.clone(),
-                None,
-                Journals::new(),
-                "think",
-                &config,
-            );
+            // The journals the ended run's step kept (a failed step keeps
+            // its `once` results, for a recover).
+            let mut kept = Journals::new();
+            let mut journal = StepJournal::default();
+            journal.once.insert("charge".into(), json!("paid"));
+            kept.insert(TaskPath::root(), journal.clone());
+            kept.insert(TaskPath::from("branch-0"), journal);
+            let c = settle(&head, phase.clone(), Some("think"), kept, "think", &config);
+            assert_eq!(c.head.journal, StepJournal::default(), "{phase:?}");
+            assert!(c.head.branch_journals.is_empty(), "{phase:?}");
             assert_eq!(c.head.phase, SessionPhase::Running, "{phase:?}");
             assert_eq!(c.head.queued, [json!({"n": 2})]);
             assert_eq!(c.head.next_step.as_deref(), Some("think"));
