@@ -245,6 +245,10 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     /// The running process sees the request when it next writes the
     /// session: when the step running now completes.
     ///
+    /// The stop is for the run going when it is asked: should that run end
+    /// meanwhile, and a run queued behind it start, the answer is
+    /// [`Stopping::Ended`] and the new run goes on.
+    ///
     /// # Errors
     ///
     /// [`NoSession`](SessionError::NoSession) if there is no such session,
@@ -253,9 +257,15 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     pub async fn stop_session(&self, session_id: &SessionId) -> Result<Stopping, SessionError> {
         let store = Arc::clone(self.store()?);
         let harness = &self.inner.harness;
+        // The run the stop is for: the one going now.
+        let mut asked_of: Option<RunId> = None;
         head::commit_with_retry(&*store, session_id, |current| match current {
             Some(current) => {
                 check_owner(current, &self.inner.id)?;
+                let run = asked_of.get_or_insert_with(|| current.run_id.clone());
+                if current.run_id != *run {
+                    return Ok((None, Stopping::Ended));
+                }
                 Ok(head::stop(
                     current,
                     store.now(),

@@ -85,10 +85,12 @@ struct Backoff {
 ///   minutes), the session is **quarantined**: marked failed with the
 ///   reason, visible in `harness sessions show`, and recoverable with
 ///   [`Agent::recover`](crate::Agent::recover) once the cause is fixed.
-///   A database's failover or a network blip quarantines nothing, nor
-///   does a rolling deploy: a worker of the old version that cannot load
-///   a session the new version wrote (a step it added) leaves it, and a
-///   worker of the new version takes it;
+///   A database's failover or a network blip shorter than that
+///   quarantines nothing, nor does a rolling deploy whose new workers run
+///   within it: a worker of the old version that cannot load a session the
+///   new version wrote (a step it added) leaves it, and a worker of the new
+///   version takes it (when the old worker's claim on it, if the store
+///   claims, has run out);
 /// - a store error while listing sessions makes
 ///   [`run_until`](Self::run_until) back off and ask again.
 pub struct Worker<S: HarnessState, C: Context> {

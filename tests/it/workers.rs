@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-use harness::session::{SessionConfig, SessionError, SessionPhase};
+use harness::session::{SessionConfig, SessionError, SessionPhase, SessionStore};
 use harness::worker::{Worker, WorkerReport};
 use harness::{
     Agent, Busy, Harness, HarnessState, Signal, StepResult, Stopping, Submitted, create_agent,
@@ -431,4 +431,200 @@ async fn a_dead_workers_session_is_finished_by_another_without_repeating_steps()
     let state = agent.state_at(&session, None).await.unwrap();
     let expected: Vec<String> = (1..=40).map(|i| format!("step {i}")).collect();
     assert_eq!(state.done, expected, "no step lost, none applied twice");
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Review {
+    #[field(reduce = append)]
+    log: Vec<String>,
+}
+
+async fn review_plan(_: Arc<Review>) -> StepResult<ReviewUpdate> {
+    Ok(ReviewUpdate::new().log(vec!["plan".into()]))
+}
+
+/// Fails in a session's first run, which no input has followed yet.
+async fn review_a(s: Arc<Review>) -> StepResult<ReviewUpdate> {
+    if !s.log.iter().any(|l| l == "second run") {
+        return Err(harness::StepError::msg("branch a fails in the first run"));
+    }
+    Ok(ReviewUpdate::new().log(vec!["a".into()]))
+}
+
+async fn review_b(_: Arc<Review>) -> StepResult<ReviewUpdate> {
+    Ok(ReviewUpdate::new().log(vec!["b".into()]))
+}
+
+async fn review_publish(_: Arc<Review>) -> StepResult<ReviewUpdate> {
+    Ok(ReviewUpdate::new().log(vec!["publish".into()]))
+}
+
+/// A run that fails with a fork under way (one branch failed, the other
+/// done) ends the fork with it: the next run, queued or submitted after,
+/// starts from the state the fork started from, and the session still
+/// loads (before, the new run's input in the middle of the fork made it
+/// unloadable for good).
+#[tokio::test]
+async fn a_run_that_fails_in_a_fork_leaves_the_next_run_a_session_that_loads() {
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::<Review>::builder()
+        .step("plan")
+        .run(review_plan)
+        .fork(["a", "b"])
+        .join("publish")
+        .step("a")
+        .run(review_a)
+        .writes(["log"])
+        .next("publish")
+        .step("b")
+        .run(review_b)
+        .writes(["log"])
+        .next("publish")
+        .step("publish")
+        .run(review_publish)
+        .end()
+        .start("plan")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let agent = create_agent("review", &h);
+    let second = || ReviewUpdate::new().log(vec!["second run".into()]);
+    let expected = ["plan", "second run", "plan", "a", "b", "publish"];
+
+    // Queued behind the run that fails.
+    let queued = agent.submit(Review::default()).await.unwrap();
+    agent
+        .submit_input(&queued, second(), Busy::Queue)
+        .await
+        .unwrap();
+    let mut report = WorkerReport::default();
+    let worker = Worker::new(agent.clone());
+    while worker.run_once(&mut report).await.unwrap() > 0 {}
+    assert_eq!(
+        (report.failed, report.completed, report.quarantined),
+        (1, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(agent.state_at(&queued, None).await.unwrap().log, expected);
+
+    // Submitted after the run failed.
+    let later = agent.submit(Review::default()).await.unwrap();
+    while worker.run_once(&mut report).await.unwrap() > 0 {}
+    assert!(matches!(
+        agent.session(&later).await.unwrap().phase,
+        SessionPhase::Failed { .. }
+    ));
+    agent
+        .submit_input(&later, second(), Busy::Reject)
+        .await
+        .unwrap();
+    while worker.run_once(&mut report).await.unwrap() > 0 {}
+    assert_eq!(agent.state_at(&later, None).await.unwrap().log, expected);
+    let head = agent.session(&later).await.unwrap();
+    assert!(
+        matches!(head.phase, SessionPhase::Completed { .. }),
+        "{head:?}"
+    );
+    assert!(head.branch_journals.is_empty());
+}
+
+/// A store on which the run going ends, and the next one starts, between
+/// a stop's read of the session and its write.
+#[derive(Debug)]
+struct Racing {
+    inner: MemoryStore,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Racing {
+    async fn load(
+        &self,
+        s: &harness::SessionId,
+    ) -> Result<Option<harness::session::StoredRun>, harness::session::StoreError> {
+        self.inner.load(s).await
+    }
+    async fn commit(
+        &self,
+        c: &harness::session::Commit,
+    ) -> Result<(), harness::session::StoreError> {
+        if c.head.stop_requested.is_some()
+            && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let current = self.inner.load(&c.head.session_id).await?.unwrap();
+            let mut next = current.clone();
+            next.version += 1;
+            next.run_id = harness::RunId::from("the next run");
+            next.lease = None;
+            self.inner
+                .commit(&harness::session::Commit {
+                    head: next,
+                    expected_version: Some(current.version),
+                    append: vec![],
+                    remove: vec![],
+                    durable: true,
+                })
+                .await?;
+        }
+        self.inner.commit(c).await
+    }
+    async fn checkpoints(
+        &self,
+        s: &harness::SessionId,
+        from: u64,
+    ) -> Result<Vec<harness::session::Checkpoint>, harness::session::StoreError> {
+        self.inner.checkpoints(s, from).await
+    }
+    async fn sessions(&self) -> Result<Vec<harness::SessionId>, harness::session::StoreError> {
+        self.inner.sessions().await
+    }
+    async fn flush(&self) -> Result<(), harness::session::StoreError> {
+        Ok(())
+    }
+}
+
+/// A stop is for the run going when it is asked: if that run ends and the
+/// next starts before the stop is written, the next run is not stopped.
+#[tokio::test]
+async fn a_stop_that_races_the_end_of_its_run_does_not_stop_the_next() {
+    let store = Arc::new(Racing {
+        inner: MemoryStore::new(),
+        raced: Default::default(),
+    });
+    let h = Harness::<Job>::builder()
+        .step("work")
+        .run(work)
+        .end()
+        .start("work")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let agent = create_agent("jobs", &h);
+    let session = agent.submit(job()).await.unwrap();
+    // A worker holds it.
+    let current = store.inner.load(&session).await.unwrap().unwrap();
+    let mut held = current.clone();
+    held.version += 1;
+    held.lease = Some(harness::session::Lease {
+        owner: "a worker".into(),
+        expires_at: u64::MAX / 2,
+    });
+    store
+        .inner
+        .commit(&harness::session::Commit {
+            head: held,
+            expected_version: Some(current.version),
+            append: vec![],
+            remove: vec![],
+            durable: true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(agent.stop_session(&session).await.unwrap(), Stopping::Ended);
+    let head = agent.session(&session).await.unwrap();
+    assert_eq!(head.run_id, harness::RunId::from("the next run"));
+    assert_eq!(
+        (head.phase, head.stop_requested),
+        (SessionPhase::Running, None)
+    );
 }

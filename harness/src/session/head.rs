@@ -692,6 +692,9 @@ pub(crate) fn quarantine(head: &StoredRun, agent: &str, reason: &str, now: u64) 
         error: format!("quarantined by a worker: {reason}"),
     };
     next.lease = None;
+    // A stop asked of the run is spent: a recover once the cause is fixed
+    // runs it, never stops it at once.
+    next.stop_requested = None;
     Some(head_only(next, head, true))
 }
 
@@ -785,7 +788,9 @@ pub(crate) fn submit(
             next.phase = SessionPhase::Running;
             next.lease = None;
             next.run_id = RunId::random();
-            next.journal = StepJournal::default();
+            // Afresh: the journals an ended run's step kept, of the root
+            // and of the branches of a fork it ended in, are not this run's.
+            set_journals(&mut next, Journals::new());
             next.next_step = Some(start.to_string());
             submitted
         }
@@ -801,8 +806,9 @@ pub(crate) fn submit(
 #[non_exhaustive]
 pub enum Stopping {
     /// No run held the session (it waited for a worker, or its worker
-    /// died): the run is recorded as stopped (`$stopped`) now, and a run
-    /// queued behind it starts.
+    /// died): the run is recorded as stopped (`$stopped`) now, or, if its
+    /// last step had ended it and only the end was not yet recorded, as
+    /// ended with that step's signal; a run queued behind it starts.
     Stopped,
     /// A run holds the session: it is asked to stop, and stops at its next
     /// step boundary, as [`StopHandle::stop`](crate::StopHandle::stop)
@@ -817,6 +823,10 @@ pub enum Stopping {
     /// No run is going: the session paused for a human, completed or
     /// failed. Nothing is written.
     NotRunning(SessionPhase),
+    /// The run that was going when the stop was asked ended meanwhile;
+    /// another run of the session (one queued behind it) may be going now,
+    /// and is not stopped. Nothing is written.
+    Ended,
 }
 
 /// What a stop asked of the session `head` at `now` (the store's clock)
@@ -1340,6 +1350,18 @@ mod tests {
         assert_eq!(c.head.phase, paused);
         assert_eq!(c.head.queued, [json!({"n": 1})]);
         assert!(c.append.is_empty());
+    }
+
+    /// A quarantine spends a stop asked of the run: a recover after it
+    /// runs the session instead of stopping it at once.
+    #[test]
+    fn a_quarantine_spends_a_stop_asked_of_the_run() {
+        let mut head = stored(5, 3, 3);
+        head.stop_requested = Some(head.run_id.clone());
+        assert!(stop_asked(&head));
+        let set_aside = quarantine(&head, "a", "why", 0).unwrap();
+        assert_eq!(set_aside.head.stop_requested, None);
+        assert!(!stop_asked(&set_aside.head));
     }
 
     /// Past `u64::MAX` (a head that did not come from `load_saved`, which

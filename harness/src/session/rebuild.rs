@@ -394,10 +394,19 @@ pub(crate) fn replay<'a, S: HarnessState>(
                 let u = update(cp, v)?;
                 let mut own = task(&mut tasks, &root)?;
                 if own.open.is_some() {
-                    return Err(bad(
-                        cp,
-                        "an update of the run while a fork is under way".into(),
-                    ));
+                    if cp.step != super::head::INPUT {
+                        return Err(bad(
+                            cp,
+                            "an update of the run while a fork is under way".into(),
+                        ));
+                    }
+                    // A new run's input: the run before it failed or was
+                    // stopped with a fork under way, which ends with it.
+                    // Its branches never joined, so nothing of theirs
+                    // reaches the state; the new run starts from the state
+                    // the fork started from.
+                    own.open = None;
+                    tasks.clear();
                 }
                 own.state.apply(u);
                 if let Some(next) = root_next {
