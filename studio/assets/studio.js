@@ -26,6 +26,10 @@ const ui = {
   info: null,
   sessions: new Map(),
   next: null, // the `after` of the list's next page (percent-encoded); null at its end
+  filter: { q: '', phase: '' }, // what the list was asked for: `q` lower case
+  listRun: 0, // counts the list's first pages asked for: later answers win
+  listing: false, // a first page is being asked for
+  loadingMore: false,
   selected: null,
   detail: null,
   timeline: null,
@@ -221,17 +225,23 @@ function phaseBadge(phase) {
   return el('span', { class: 'phase phase-' + phase, text: names[phase] || phase });
 }
 
+// Whether a session passes the list's filter: the server's rules
+// (`Summary::matches`), for the sessions the event stream sends. `q` is
+// lower case and trimmed; each field is matched as sent (secrets
+// replaced), lower-cased.
 function matches(s, q) {
   return [s.id, s.agent, s.phase, s.next_step, s.detail]
     .some((x) => x && x.toLowerCase().includes(q));
 }
 
+function listed(s) {
+  const { q, phase } = ui.filter;
+  return (!phase || s.phase === phase) && (!q || matches(s, q));
+}
+
 function renderList() {
-  const q = $('#search').value.trim().toLowerCase();
-  const phase = $('#phase-filter').value;
   const rows = [...ui.sessions.values()]
-    .filter((s) => !phase || s.phase === phase)
-    .filter((s) => !q || matches(s, q))
+    .filter(listed)
     .sort((a, b) => b.updated_at - a.updated_at || a.id.localeCompare(b.id));
   const body = $('#sessions tbody');
   body.replaceChildren(...rows.map((s) => {
@@ -244,24 +254,76 @@ function renderList() {
     tr.addEventListener('click', () => select(s.id));
     return tr;
   }));
-  $('#list-empty').hidden = rows.length > 0;
+  const empty = $('#list-empty');
+  empty.hidden = rows.length > 0;
+  empty.textContent = ui.listing ? 'Looking\u2026'
+    : ui.next ? 'No session matches among those looked at: load more to look further.'
+      : 'No session matches.';
 }
 
-// The first page of the list, or (`more`) the next: the server pages on
-// the sessions' ids, and says in `x-next-after` where the next page starts.
+// The list's filter as the search box and the phase filter say.
+function readFilter() {
+  return { q: $('#search').value.trim().toLowerCase(), phase: $('#phase-filter').value };
+}
+
+// The first page of the list, or (`more`) the next, with the filter of
+// the page before. The server filters (`q`, `phase`) and pages on the
+// sessions' ids, and says in `x-next-after` where the next page starts.
+// An answer to a request the list has moved on from (the filter changed
+// since) is dropped.
 async function loadList(more = false) {
+  if (more && (!ui.next || ui.loadingMore)) return;
+  const run = more ? ui.listRun : ++ui.listRun;
+  const params = new URLSearchParams();
+  if (ui.filter.q) params.set('q', ui.filter.q);
+  if (ui.filter.phase) params.set('phase', ui.filter.phase);
+  let query = params.toString();
+  // The cursor comes percent-encoded.
+  if (more) query += (query ? '&' : '') + 'after=' + ui.next;
+  if (more) {
+    ui.loadingMore = true;
+    $('#list-more').disabled = true;
+  } else {
+    ui.next = null;
+    ui.listing = true;
+    $('#list-more').hidden = true;
+  }
   try {
-    const after = more && ui.next ? '?after=' + ui.next : '';
-    const { data, response } = await call('/api/sessions' + after);
+    const { data, response } = await call('/api/sessions' + (query ? '?' + query : ''));
+    if (run !== ui.listRun) return;
     if (!more) ui.sessions = new Map();
     for (const s of data) ui.sessions.set(s.id, s);
     ui.next = response.headers.get('x-next-after');
+    ui.listing = false;
     $('#list-more').hidden = !ui.next;
     $('#list-error').textContent = '';
     renderList();
   } catch (e) {
+    if (run !== ui.listRun) return;
+    ui.listing = false;
     setText($('#list-error'), e.message);
+    renderList();
+  } finally {
+    if (more) {
+      ui.loadingMore = false;
+      $('#list-more').disabled = false;
+    }
   }
+}
+
+// The search box (once typing pauses) and the phase filter ask the server
+// again, from the first page.
+const SEARCH_PAUSE_MS = 250;
+let searchTimer = null;
+
+function applyFilter() {
+  clearTimeout(searchTimer);
+  searchTimer = null;
+  const filter = readFilter();
+  if (filter.q === ui.filter.q && filter.phase === ui.filter.phase) return;
+  ui.filter = filter;
+  renderList();
+  loadList();
 }
 
 // ---- the graph ----
@@ -1044,9 +1106,12 @@ $('#fork-form').addEventListener('submit', async (ev) => {
 
 $('#answer').addEventListener('input', () => { $('#answer-error').textContent = ''; });
 $('#fork-update').addEventListener('input', () => { $('#fork-error').textContent = ''; });
-$('#search').addEventListener('input', renderList);
+$('#search').addEventListener('input', () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(applyFilter, SEARCH_PAUSE_MS);
+});
 $('#list-more').addEventListener('click', () => loadList(true));
-$('#phase-filter').addEventListener('change', renderList);
+$('#phase-filter').addEventListener('change', applyFilter);
 $('#path-filter').addEventListener('change', () => { ui.offset = null; loadTimeline(); });
 $('#timeline-earlier').addEventListener('click', () => {
   const t = ui.timeline;
@@ -1356,6 +1421,13 @@ $('#items-next').addEventListener('click', () => { memory.offset += memory.limit
 // session shown changes.
 const live = { events: null, watched: null };
 
+// A session the stream sent: in the list if it passes the list's filter,
+// else out of it.
+function keep(s) {
+  if (listed(s)) ui.sessions.set(s.id, s);
+  else ui.sessions.delete(s.id);
+}
+
 function follow() {
   if (live.events && live.watched === ui.selected) return;
   if (live.events) live.events.close();
@@ -1365,20 +1437,22 @@ function follow() {
   live.events = events;
   events.addEventListener('open', () => { $('#live').textContent = 'live'; $('#live').classList.add('on'); });
   events.addEventListener('error', () => { $('#live').textContent = 'reconnecting…'; $('#live').classList.remove('on'); });
-  // The first page and the session shown, merged into those loaded.
+  // The first page and the session shown, merged into those loaded; with
+  // a search or a phase filter, only those that pass it (a session that
+  // no longer passes leaves the list).
   events.addEventListener('sessions', (m) => {
     let changed = false;
     for (const s of JSON.parse(m.data)) {
       const had = ui.sessions.get(s.id);
       if (s.id === ui.selected && (!had || had.version !== s.version)) changed = true;
-      ui.sessions.set(s.id, s);
+      keep(s);
     }
     renderList();
     if (changed) loadSession();
   });
   events.addEventListener('session', (m) => {
     const s = JSON.parse(m.data);
-    ui.sessions.set(s.id, s);
+    keep(s);
     renderList();
     if (s.id === ui.selected) loadSession();
   });
@@ -1400,6 +1474,8 @@ async function start() {
   $('#views').hidden = !ui.info.memory && !ui.info.evals;
   $('#views .tab[data-view="memory"]').hidden = !ui.info.memory;
   $('#views .tab[data-view="evals"]').hidden = !ui.info.evals;
+  // A reload may find the search box and the filter as they were left.
+  ui.filter = readFilter();
   await loadList();
   const linked = location.hash.match(/session=([^&]+)/);
   if (linked) select(decodeURIComponent(linked[1]));

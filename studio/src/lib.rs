@@ -77,15 +77,23 @@
 //! (`phase`, `agent`, `q`) or hidden agents leave sessions out; a page
 //! can then be short, or empty, and still have a next one. Ids are random
 //! (UUIDs), so pages do not follow time: the page shows each page's
-//! sessions newest first and offers the next page ("load more"); its
-//! search and phase filter apply to the sessions loaded. An `after` that
-//! is no session of the store (a session removed from the store between
-//! two pages) is refused: start again from the first page.
+//! sessions newest first and offers the next page ("load more"). Its
+//! search box (once typing pauses for 250 ms) and its phase filter ask
+//! the server (`q`, `phase`) from the first page, dropping the sessions
+//! loaded, and "load more" goes on with the same filter: a session on a
+//! page not loaded yet is found. `q` is matched, case-insensitively, in
+//! a session's id, agent, phase, next step and detail as the studio sends
+//! them (the process's secrets replaced); while a filter is set, a
+//! session the event stream sends is listed only if it passes the same
+//! check. An `after` that is no session of the store (a session removed
+//! from the store between two pages) is refused: start again from the
+//! first page.
 //!
-//! Every query parameter of the list, of a state and of the event stream
-//! is read strictly: an unknown one, one given twice, or a value that does
-//! not read (a negative, non-numeric or too large number, an unknown
-//! cursor) is answered 400 with a body naming it:
+//! Every query parameter of the list, of a timeline, of a state and of
+//! the event stream is read strictly: an unknown one, one given twice, or
+//! a value that does not read (a negative, non-numeric or too large
+//! number, an unknown cursor, a bad task path, text that does not
+//! percent-decode) is answered 400 with a body naming it:
 //!
 //! ```json
 //! {"error": "parameter `limit` is \"-1\": negative: …", "kind": "parameter", "parameter": "limit"}

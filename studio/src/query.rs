@@ -1,6 +1,6 @@
 //! Query strings read strictly: a parameter the call does not take, one
-//! given twice, or a value that does not read is refused with
-//! [`ApiError::BadParameter`], which names the parameter and says why
+//! given twice, or a value that does not read (nor percent-decode) is
+//! refused with [`ApiError::BadParameter`], which names the parameter and says why
 //! (`{"error": …, "kind": "parameter", "parameter": NAME}`, status 400),
 //! rather than ignored or answered with a plain-text rejection.
 
@@ -28,7 +28,7 @@ impl Query {
         for part in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (name, value) = part.split_once('=').unwrap_or((part, ""));
             let name = decode(&name.replace('+', " "), "a parameter's name")?;
-            let value = decode(&value.replace('+', " "), &format!("parameter `{name}`"))?;
+            let value = decoded(&value.replace('+', " ")).map_err(|why| bad(&name, value, why))?;
             if name == "token" {
                 continue;
             }
@@ -139,6 +139,11 @@ pub(crate) fn bad(parameter: &str, value: &str, why: String) -> ApiError {
 
 /// Percent-decodes `text` (UTF-8); `what` names it in the error.
 pub(crate) fn decode(text: &str, what: &str) -> Result<String, ApiError> {
+    decoded(text).map_err(|why| ApiError::BadRequest(format!("{what}: {why}")))
+}
+
+/// Percent-decodes `text` (UTF-8); the error says why it does not.
+fn decoded(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -149,9 +154,7 @@ pub(crate) fn decode(text: &str, what: &str) -> Result<String, ApiError> {
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok());
             let Some(byte) = hex else {
-                return Err(ApiError::BadRequest(format!(
-                    "{what}: `%` at byte {i} is not followed by two hex digits"
-                )));
+                return Err(format!("`%` at byte {i} is not followed by two hex digits"));
             };
             out.push(byte);
             i += 3;
@@ -160,8 +163,7 @@ pub(crate) fn decode(text: &str, what: &str) -> Result<String, ApiError> {
             i += 1;
         }
     }
-    String::from_utf8(out)
-        .map_err(|_| ApiError::BadRequest(format!("{what}: not UTF-8 once percent-decoded")))
+    String::from_utf8(out).map_err(|_| "not UTF-8 once percent-decoded".to_owned())
 }
 
 /// `text` percent-encoded for a query string: every byte but the
@@ -236,6 +238,20 @@ mod tests {
         let q = Query::parse(Some("w=a&w=b%2Cc&token=t"), &["w"], &["w"]).unwrap();
         assert_eq!(q.all("w").collect::<Vec<_>>(), ["a", "b,c"]);
         assert_eq!(q.get("token"), None);
+    }
+
+    #[test]
+    fn a_value_that_does_not_decode_is_refused_by_its_parameter_s_name() {
+        for raw in ["path=%zz", "path=a%2", "path=%FF"] {
+            let (parameter, why) = why(Query::parse(Some(raw), &["path"], &[]).unwrap_err());
+            assert_eq!(parameter, "path", "{raw}");
+            assert!(why.contains("%") || why.contains("UTF-8"), "{raw}: {why}");
+        }
+        // A name that does not decode has no name to give.
+        assert!(matches!(
+            Query::parse(Some("%zz=1"), &["path"], &[]),
+            Err(ApiError::BadRequest(_))
+        ));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::redact;
 use crate::source::Source;
 use crate::trim;
 use crate::view::{self, PHASES, Summary};
-use axum::extract::{FromRequestParts, Path, Query as Parsed, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -390,19 +390,6 @@ fn shape_for<'a>(app: &'a App, interrupt: &Interrupt) -> Option<(String, &'a Ans
         .find_map(|key| app.shapes.get(&key).map(|s| (key, s)))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TimelineQuery {
-    /// A task's path: its records and those of the tasks inside it; empty
-    /// for the run's own loop alone.
-    path: Option<String>,
-    /// The position of the page's first record among those kept; the last
-    /// page without it.
-    offset: Option<usize>,
-    /// Records per page (default and most: [`view::TIMELINE_PAGE`]).
-    limit: Option<usize>,
-}
-
 /// Runs `work` (merging a session's states: as long as its log) on a
 /// thread that may block, not on the server's own.
 async fn blocking<T: Send + 'static>(
@@ -413,37 +400,41 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::Failed(e.to_string()))?
 }
 
+/// `GET /api/sessions/{id}/timeline?path=&offset=&limit=`: a page of the
+/// session's records (see [`view::timeline`]). `path` keeps a task's
+/// records and those of the tasks inside it (empty: the run's own loop
+/// alone); `offset` is the position of the page's first record among
+/// those kept (without it, the last page); `limit` the records per page
+/// (default and most: [`view::TIMELINE_PAGE`]). Each is read strictly, as
+/// [`Query::parse`] says: a bad one is a 400 naming it.
 async fn timeline(
     State(app): State<Shared>,
     _: Authorized,
     Path(id): Path<String>,
-    Parsed(query): Parsed<TimelineQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let only = match query.path.as_deref() {
+    let query = Query::parse(raw.as_deref(), &["path", "offset", "limit"], &[])?;
+    let only = match query.get("path") {
         None => None,
         Some(p) if p.is_empty() || p.split('/').all(|s| !s.trim().is_empty()) => {
             Some(TaskPath::from(p))
         }
         Some(p) => {
-            return Err(ApiError::BadRequest(format!(
-                "path {p:?}: a task's path is step names joined with `/` (`review`, \
-                 `square#1`, `review/check`), or empty for the run's own loop"
-            )));
+            return Err(query::bad(
+                "path",
+                p,
+                "a task's path is step names joined with `/` (`review`, `square#1`, \
+                 `review/check`), or empty for the run's own loop"
+                    .into(),
+            ));
         }
     };
-    let (default, most) = view::TIMELINE_PAGE;
-    let limit = match query.limit {
-        None => default,
-        Some(n) if (1..=most).contains(&n) => n,
-        Some(n) => {
-            return Err(ApiError::BadRequest(format!(
-                "limit {n}: a page holds 1 to {most} records"
-            )));
-        }
-    };
+    let offset = query
+        .whole("offset", 0, u64::MAX)?
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let page = view::Page {
-        offset: query.offset,
-        limit,
+        offset,
+        limit: query.limit(view::TIMELINE_PAGE)?,
     };
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;

@@ -58,7 +58,10 @@ impl Summary {
     }
 
     /// Whether `q` (lower case) is in its id, agent, phase, next step or
-    /// detail.
+    /// detail, lower-cased, as the studio sends them: with the process's
+    /// secrets replaced ([`crate::redact`]), so that a search cannot tell
+    /// a secret's characters one by one. The page checks a session the
+    /// event stream sends against its search the same way.
     pub(crate) fn matches(&self, q: &str) -> bool {
         [
             Some(self.id.as_str()),
@@ -69,7 +72,7 @@ impl Summary {
         ]
         .into_iter()
         .flatten()
-        .any(|s| s.to_lowercase().contains(q))
+        .any(|s| harness::secrets::redact(s).to_lowercase().contains(q))
     }
 }
 

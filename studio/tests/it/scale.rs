@@ -508,6 +508,235 @@ async fn bad_query_parameters_are_refused_with_a_typed_error_naming_each() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_timeline_query_values_are_refused_with_a_typed_error_naming_each() {
+    let w = World::new("bad-timeline").await;
+    let s = w.studio().await;
+    let timeline = format!("/api/sessions/{}/timeline", w.done);
+    let cases = [
+        ("limit=0", "limit", "out of range"),
+        ("limit=501", "limit", "from 1 to 500"),
+        ("limit=-1", "limit", "negative"),
+        ("limit=ten", "limit", "not a number"),
+        ("limit=", "limit", "empty"),
+        ("limit=5&limit=6", "limit", "more than once"),
+        ("offset=-3", "offset", "negative"),
+        ("offset=first", "offset", "not a number"),
+        ("offset=99999999999999999999999", "offset", "too large"),
+        ("offset=1&limit=1.5", "limit", "not a number"),
+        ("path=a//b", "path", "task's path"),
+        ("path=%2Freview", "path", "task's path"),
+        ("path=%20", "path", "task's path"),
+        ("path=a&path=b", "path", "more than once"),
+        ("path=%zz", "path", "two hex digits"),
+        ("path=%FF", "path", "not UTF-8"),
+        ("task=review", "task", "no such parameter"),
+        ("seq=1", "seq", "no such parameter"),
+    ];
+    for (query, parameter, says) in cases {
+        let path = format!("{timeline}?{query}");
+        let r = get(&s, &path).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        assert!(
+            r.header("content-type")
+                .is_some_and(|t| t.starts_with("application/json")),
+            "{path}: {:?}",
+            r.headers
+        );
+        let body = r.json();
+        assert_eq!(body["kind"], "parameter", "{path}: {}", r.body);
+        assert_eq!(body["parameter"], parameter, "{path}: {}", r.body);
+        assert!(r.error().contains(says), "{path}: {}", r.body);
+    }
+
+    // Good values read as before; the token may come in the URL.
+    let all = get(&s, &timeline).await.json();
+    let total = all["total"].as_u64().unwrap();
+    assert!(total >= 3, "{all}");
+    assert_eq!(all["limit"], 100);
+    for (query, offset, entries) in [
+        ("limit=1".to_owned(), total - 1, 1),
+        ("offset=0&limit=2".to_owned(), 0, 2),
+        ("offset=1&limit=500".to_owned(), 1, total - 1),
+        ("offset=999999".to_owned(), total, 0),
+        ("path=".to_owned(), total.saturating_sub(100), total),
+        (format!("limit=1&token={}", s.token()), total - 1, 1),
+    ] {
+        let r = get(&s, &format!("{timeline}?{query}")).await;
+        assert_eq!(r.status, 200, "{query}: {}", r.body);
+        let t = r.json();
+        assert_eq!(t["offset"], offset, "{query}: {t}");
+        assert_eq!(
+            t["entries"].as_array().unwrap().len() as u64,
+            entries,
+            "{query}: {t}"
+        );
+    }
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_search_and_the_phase_filter_find_sessions_past_the_first_page() {
+    let c = Crowd::new("browser-filter", 150).await;
+    let s = c.studio().await;
+    let first = ids(&get(&s, "/api/sessions").await.json());
+    assert_eq!(first.len(), 100);
+    let beyond: Vec<(String, String)> = c
+        .waiting
+        .iter()
+        .filter(|(id, _)| !first.contains(id))
+        .cloned()
+        .collect();
+    let within: Vec<(String, String)> = c
+        .waiting
+        .iter()
+        .filter(|(id, _)| first.contains(id))
+        .cloned()
+        .collect();
+    assert_eq!(beyond.len(), 50);
+    let approve = |(id, interrupt): (String, String)| {
+        let agent = &c.agent;
+        async move {
+            agent
+                .resume(
+                    json!({"approve": true, "note": "ok"}),
+                    &id.clone().into(),
+                    &interrupt.into(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            id
+        }
+    };
+    // Done: one session of the first page, two past it.
+    let mut done = vec![
+        approve(within[0].clone()).await,
+        approve(beyond[0].clone()).await,
+        approve(beyond[1].clone()).await,
+    ];
+    let sought = beyond[2].0.clone();
+
+    let mut b = Browser::open(&s.url()).await;
+    let rows = "document.querySelectorAll('#sessions tbody tr').length";
+    let row = |id: &str| format!("document.querySelector('#sessions tr[data-id=\"{id}\"]')");
+    b.wait_for(
+        "the first page",
+        &format!("{rows} === 100 && !document.querySelector('#list-more').hidden"),
+    )
+    .await;
+    assert!(!b.has(&format!("#sessions tr[data-id=\"{sought}\"]")).await);
+    // Every URL the page asks for, from here on.
+    b.eval(
+        "window.asked = []; const f = window.fetch; \
+         window.fetch = (url, options) => { window.asked.push(String(url)); return f(url, options); }; true",
+    )
+    .await;
+
+    // A session only on the second page, found by searching its id.
+    b.type_into("#search", &sought).await;
+    b.wait_for(
+        "the session searched for",
+        &format!("{rows} === 1 && {}", row(&sought)),
+    )
+    .await;
+    let asked = b.eval("window.asked.join(' ')").await;
+    assert!(
+        asked.as_str().unwrap().contains(&format!("q={sought}")),
+        "{asked}"
+    );
+    // Part of its id, in capitals: the server's search, case-insensitive.
+    b.type_into("#search", &sought[..13].to_uppercase()).await;
+    b.wait_for("the part searched for", &row(&sought)).await;
+    // The search cleared: the first page again.
+    b.eval(
+        "document.querySelector('#search').value = ''; \
+         document.querySelector('#search').dispatchEvent(new Event('input'))",
+    )
+    .await;
+    b.wait_for(
+        "the first page again",
+        &format!("{rows} === 100 && !document.querySelector('#list-more').hidden"),
+    )
+    .await;
+
+    // The phase filter: the done sessions past the first page too.
+    let phase = |p: &str| {
+        format!(
+            "(() => {{ const f = document.querySelector('#phase-filter'); f.value = '{p}'; \
+             f.dispatchEvent(new Event('change')); return true; }})()"
+        )
+    };
+    b.eval(&phase("done")).await;
+    let every_done = format!(
+        "{rows} === {} && {} && document.querySelector('#list-more').hidden",
+        done.len(),
+        done.iter()
+            .map(|id| row(id))
+            .collect::<Vec<_>>()
+            .join(" && ")
+    );
+    b.wait_for("the three done sessions", &every_done).await;
+
+    // Live, under the filter: a session done elsewhere comes in; a new
+    // waiting one does not.
+    let new = c
+        .agent
+        .run(Doc::default())
+        .await
+        .unwrap()
+        .session_id
+        .to_string();
+    done.push(approve(within[1].clone()).await);
+    let every_done = format!(
+        "{rows} === {} && {}",
+        done.len(),
+        done.iter()
+            .map(|id| row(id))
+            .collect::<Vec<_>>()
+            .join(" && ")
+    );
+    b.wait_for("the session done elsewhere", &every_done).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(b.eval(rows).await, json!(done.len()));
+    assert!(!b.has(&format!("#sessions tr[data-id=\"{new}\"]")).await);
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#sessions tbody tr')].every(r => r.dataset.phase === 'done')")
+            .await,
+        json!(true)
+    );
+
+    // Waiting: a first page, then "load more" with the same filter.
+    let waiting = 150 + 1 - done.len();
+    b.eval(&phase("waiting")).await;
+    b.wait_for(
+        "the first page of those waiting",
+        &format!("{rows} === 100 && !document.querySelector('#list-more').hidden"),
+    )
+    .await;
+    b.click("#list-more").await;
+    b.wait_for(
+        "every session waiting",
+        &format!("{rows} === {waiting} && document.querySelector('#list-more').hidden"),
+    )
+    .await;
+    let more = b
+        .eval("window.asked.filter(u => u.includes('after=')).join(' ')")
+        .await;
+    let more = more.as_str().unwrap();
+    assert!(more.contains("phase=waiting&after="), "{more}");
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#sessions tbody tr')].every(r => r.dataset.phase === 'waiting')")
+            .await,
+        json!(true)
+    );
+    assert!(b.has(&format!("#sessions tr[data-id=\"{new}\"]")).await);
+    assert_eq!(b.errors().await, "");
+    b.close().await;
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_more_sessions_load_on_demand_and_a_cut_state_opens_where_cut() {
     let c = Crowd::new("browser-pages", 130).await;
     let mut log = vec!["word ".repeat(100_000)];

@@ -159,6 +159,15 @@ async fn a_secret_registered_after_a_session_stored_it_is_redacted_in_what_the_s
         let v = r.json();
         assert!(!v.is_null(), "{path}");
     }
+    // The list's search matches what it sends: a secret's characters
+    // find nothing, its mark finds the session.
+    for q in [TOKEN, "late-token-8e41", "8e41b7c3d2"] {
+        let r = get(&s, &format!("/api/sessions?q={q}")).await;
+        assert_eq!(r.status, 200, "{q}: {}", r.body);
+        assert_eq!(r.json(), json!([]), "{q}");
+    }
+    let found = get(&s, "/api/sessions?q=token+%5Bredacted%5D").await.json();
+    assert_eq!(found[0]["id"], json!(id.to_string()), "{found}");
     let state = get(&s, &format!("/api/sessions/{id}/state?seq=1"))
         .await
         .json();
