@@ -1440,11 +1440,14 @@ function follow() {
   // The first page and the session shown, merged into those loaded; with
   // a search or a phase filter, only those that pass it (a session that
   // no longer passes leaves the list).
+  // The session shown is loaded again only when the stream brings a
+  // version other than the one shown: a reload rebuilds its state tree,
+  // closing the cuts the reader opened.
+  const stale = (s) => s.id === ui.selected && !(ui.detail && ui.detail.summary.id === s.id && ui.detail.summary.version === s.version);
   events.addEventListener('sessions', (m) => {
     let changed = false;
     for (const s of JSON.parse(m.data)) {
-      const had = ui.sessions.get(s.id);
-      if (s.id === ui.selected && (!had || had.version !== s.version)) changed = true;
+      if (stale(s)) changed = true;
       keep(s);
     }
     renderList();
@@ -1454,7 +1457,7 @@ function follow() {
     const s = JSON.parse(m.data);
     keep(s);
     renderList();
-    if (s.id === ui.selected) loadSession();
+    if (stale(s)) loadSession();
   });
   events.addEventListener('removed', (m) => {
     ui.sessions.delete(JSON.parse(m.data).id);
