@@ -401,7 +401,19 @@ fn sled_agent(
     shell: &FakeShell,
     model: Arc<ScriptedModel>,
 ) -> harness::Agent<AgentChat, ModelDeps> {
-    let store = SledStore::open(path).unwrap_or_else(|e| panic!("the store opens: {e}"));
+    // Sled releases a database's lock only once its own threads have let go
+    // of it too, a moment after the previous agent was dropped: retry.
+    let mut tries = 0;
+    let store = loop {
+        match SledStore::open(path) {
+            Ok(store) => break store,
+            Err(_) if tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => panic!("the store opens: {e}"),
+        }
+    };
     let harness = AgentLoop::new(ToolSet::new().with(shell.clone()))
         .policy("shell", harness_kit::shell::policy())
         .builder()

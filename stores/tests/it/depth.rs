@@ -121,18 +121,10 @@ async fn values_as_deep_as_the_limit_are_stored_and_read_back_by_every_store() {
     #[cfg(feature = "sled")]
     stores.push((
         "sled",
-        // Sled releases its lock when the last handle (some held by its own
-        // threads) is gone: retry briefly.
         Box::new(|| {
-            let mut last = None;
-            for _ in 0..50 {
-                match harness_stores::SledStore::open(&sled_path) {
-                    Ok(store) => return Arc::new(store),
-                    Err(e) => last = Some(e),
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            panic!("cannot reopen the sled store: {last:?}")
+            Arc::new(crate::reopen(|| {
+                harness_stores::SledStore::open(&sled_path)
+            }))
         }),
     ));
     #[cfg(not(feature = "sled"))]

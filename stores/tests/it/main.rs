@@ -53,6 +53,24 @@ fn id(s: &str) -> SessionId {
     SessionId::from(s)
 }
 
+/// Opens what `open` opens, retrying for up to five seconds while it fails:
+/// sled releases a database's lock only when the last handle to it is gone,
+/// and some are held for a moment by sled's own threads after the
+/// application dropped its last one, so reopening a database in the process
+/// that just closed it can fail with "could not acquire lock".
+#[cfg(feature = "sled")]
+fn reopen<T, E: std::fmt::Debug>(mut open: impl FnMut() -> Result<T, E>) -> T {
+    let mut last = None;
+    for _ in 0..50 {
+        match open() {
+            Ok(opened) => return opened,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("cannot reopen the sled database: {last:?}")
+}
+
 /// Creates `session` with a snapshot and `updates` updates.
 async fn create_sample(store: &dyn SessionStore, session: &str, updates: u64) -> Commit {
     let mut append = vec![snapshot(0, 0, json!({"n": 0}))];

@@ -205,8 +205,9 @@ mod sled_memory {
         let path = dir.path().join("memory");
         search_by_meaning_after_reopen(|| {
             // One process opens a sled database once: the previous handle
-            // is dropped before this runs.
-            Arc::new(SledMemory::open(&path).unwrap())
+            // is dropped before this runs (sled's threads may hold it for a
+            // moment longer).
+            Arc::new(crate::reopen(|| SledMemory::open(&path)))
         })
         .await;
     }

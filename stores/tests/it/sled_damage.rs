@@ -482,7 +482,7 @@ async fn the_writers_open_opens_a_log_whose_end_only_is_torn() {
         create_sample(&store, "after", 1).await;
         store.flush().await.unwrap();
         drop(store);
-        let store = SledStore::open(&case).unwrap_or_else(|e| panic!("{name}: reopened: {e}"));
+        let store = crate::reopen(|| SledStore::open(&case));
         assert!(store.load(&id("after")).await.unwrap().is_some(), "{name}");
     }
 }
@@ -498,7 +498,7 @@ async fn a_healthy_store_reopens_through_the_audit_after_segments_are_reused() {
     let path = base.path().join("db");
     let mut heads: BTreeMap<String, harness::session::StoredRun> = BTreeMap::new();
     for round in 0..6u64 {
-        let store = SledStore::open(&path).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let store = crate::reopen(|| SledStore::open(&path));
         for (session, head) in &heads {
             assert_eq!(
                 store.load(&id(session)).await.unwrap().as_ref(),

@@ -116,15 +116,7 @@ async fn sled_store_reopened_sees_commits() {
 /// Sled releases its lock when its last handle (some held by its own
 /// threads) is gone; retry briefly.
 async fn reopen_sled(path: &Path) -> SledStore {
-    let mut last = None;
-    for _ in 0..50 {
-        match SledStore::open(path) {
-            Ok(store) => return store,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("cannot reopen the sled store: {last:?}");
+    crate::reopen(|| SledStore::open(path))
 }
 
 #[tokio::test]
