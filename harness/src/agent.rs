@@ -379,6 +379,18 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         } = from;
         let store = Arc::clone(self.store()?);
         let mut tasks = rebuild_tasks::<S>(&*store, &head, None).await?;
+        if input.is_some() {
+            // A new run ends a fork the run before it failed or was stopped
+            // in, as the loader does at the run's `$input` (`replay`): its
+            // branches never joined, and the run starts from the state the
+            // fork started from, never finishing them.
+            let mut root = tasks.remove(&TaskPath::root());
+            if let Some(root) = &mut root {
+                root.open = None;
+            }
+            tasks.clear();
+            tasks.extend(root.map(|r| (TaskPath::root(), r)));
+        }
         let input_update = match &input {
             Some(v) => Some(serde_json::from_value::<S::Update>(v.clone()).map_err(|e| {
                 SessionError::Store(StoreError::backend(format!(

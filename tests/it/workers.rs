@@ -526,6 +526,30 @@ async fn a_run_that_fails_in_a_fork_leaves_the_next_run_a_session_that_loads() {
         "{head:?}"
     );
     assert!(head.branch_journals.is_empty());
+
+    // In this process: a run that fails in the fork, then a new run on
+    // its session. The new run starts afresh as the loaded one would,
+    // never finishing the old fork's branches in memory.
+    let run = agent.run(Review::default());
+    let in_process = run.session_id().clone();
+    assert!(run.await.is_err(), "branch a fails in the first run");
+    let outcome = agent
+        .continue_session(&in_process, second())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(outcome.state.log, expected);
+    assert_eq!(
+        agent.state_at(&in_process, None).await.unwrap().log,
+        expected
+    );
+    let head = agent.session(&in_process).await.unwrap();
+    assert!(
+        matches!(head.phase, SessionPhase::Completed { .. }),
+        "{head:?}"
+    );
+    assert!(head.branch_journals.is_empty());
 }
 
 /// A store on which the run going ends, and the next one starts, between
