@@ -144,6 +144,53 @@ end
 return out
 ";
 
+/// What both runnable scripts begin with: `check_types(kinds)` (the reply
+/// naming the first key among `KEYS[1..]` that holds another type than
+/// `kinds` says, or nil), `now` and `limit` (`ARGV[1]`, `ARGV[2]`),
+/// `over(v, id, bad)` (whether a lease or claim value has ended; one that
+/// is not a whole number is listed in `bad` and counts as ended) and
+/// `agent_of(id)` (`P:agents`, or the head of a session written before it:
+/// the key prefix is `ARGV[5]`). A macro, so that each script is one
+/// literal at compile time.
+macro_rules! runnable_prelude {
+    () => {
+        r"
+local function check_types(kinds)
+  for i = 1, #kinds do
+    local t = redis.call('TYPE', KEYS[i]).ok
+    if t ~= 'none' and t ~= kinds[i] then
+      return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kinds[i])
+    end
+  end
+  return nil
+end
+local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local prefix = ARGV[5]
+local function over(v, id, bad)
+  if not v then return true end
+  if not string.match(v, '^%d+$') then
+    bad[#bad + 1] = id
+    return true
+  end
+  return tonumber(v) <= now
+end
+local function agent_of(id)
+  local agent = redis.call('HGET', KEYS[4], id)
+  if agent then return agent end
+  local head = redis.call('GET', prefix .. ':{' .. id .. '}:head')
+  if head then
+    local ok, doc = pcall(cjson.decode, head)
+    if ok and type(doc) == 'table' and type(doc.agent_id) == 'string' then
+      return doc.agent_id
+    end
+  end
+  return nil
+end
+"
+    };
+}
+
 /// Up to `limit` running sessions of one agent with no live lease nor
 /// claim, oldest `updated_at` first; claims them until ARGV[3] unless it is
 /// '0'. A running session missing from the agents hash (written before it
@@ -162,43 +209,19 @@ return out
 /// KEYS: running, leases, claims, agents. ARGV: now, limit, claim until,
 /// agent, key prefix. Replies the ids, then the ids whose lease could not
 /// be read, then those whose claim could not be read.
-const RUNNABLE_LUA: &str = r"
-local kinds = {'zset', 'hash', 'hash', 'hash'}
-for i = 1, 4 do
-  local t = redis.call('TYPE', KEYS[i]).ok
-  if t ~= 'none' and t ~= kinds[i] then
-    return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kinds[i])
-  end
-end
-local now = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
+const RUNNABLE_LUA: &str = concat!(
+    runnable_prelude!(),
+    r"
+local failed = check_types({'zset', 'hash', 'hash', 'hash'})
+if failed then return failed end
 local out, bad_leases, bad_claims = {}, {}, {}
-local function over(v, id, bad)
-  if not v then return true end
-  if not string.match(v, '^%d+$') then
-    bad[#bad + 1] = id
-    return true
-  end
-  return tonumber(v) <= now
-end
 local start = 0
 local page = 256
 while #out < limit do
   local ids = redis.call('ZRANGE', KEYS[1], start, start + page - 1)
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
-    local agent = redis.call('HGET', KEYS[4], id)
-    if not agent then
-      agent = ''
-      local head = redis.call('GET', ARGV[5] .. ':{' .. id .. '}:head')
-      if head then
-        local ok, doc = pcall(cjson.decode, head)
-        if ok and type(doc) == 'table' and type(doc.agent_id) == 'string' then
-          agent = doc.agent_id
-        end
-      end
-    end
-    if agent == ARGV[4] then
+    if agent_of(id) == ARGV[4] then
       local lease = redis.call('HGET', KEYS[2], id)
       local claim = redis.call('HGET', KEYS[3], id)
       if over(lease, id, bad_leases) and over(claim, id, bad_claims) then
@@ -213,7 +236,8 @@ while #out < limit do
   start = start + page
 end
 return {out, bad_leases, bad_claims}
-";
+"
+);
 
 /// Running sessions re-indexed per [`RUNNABLE_INDEXED_LUA`] call, from a
 /// cursor over `P:running`: what sessions written by a version of this
@@ -240,32 +264,14 @@ const REINDEX_PER_CALL: usize = 32;
 /// KEYS: running, leases, claims, agents, ready, waiting, marker, cursor.
 /// ARGV: now, limit, claim until, agent, key prefix, re-index per call.
 /// Replies as [`RUNNABLE_LUA`].
-const RUNNABLE_INDEXED_LUA: &str = r"
-local kinds = {'zset', 'hash', 'hash', 'hash', 'zset', 'zset'}
-for i = 1, 6 do
-  local t = redis.call('TYPE', KEYS[i]).ok
-  if t ~= 'none' and t ~= kinds[i] then
-    return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kinds[i])
-  end
-end
-local now = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local prefix = ARGV[5]
+const RUNNABLE_INDEXED_LUA: &str = concat!(
+    runnable_prelude!(),
+    r"
+local failed = check_types({'zset', 'hash', 'hash', 'hash', 'zset', 'zset'})
+if failed then return failed end
 local function expiry(v)
   if v and string.match(v, '^%d+$') then return tonumber(v) end
   return 0
-end
-local function agent_of(id)
-  local agent = redis.call('HGET', KEYS[4], id)
-  if agent then return agent end
-  local head = redis.call('GET', prefix .. ':{' .. id .. '}:head')
-  if head then
-    local ok, doc = pcall(cjson.decode, head)
-    if ok and type(doc) == 'table' and type(doc.agent_id) == 'string' then
-      return doc.agent_id
-    end
-  end
-  return nil
 end
 local function index(id, updated)
   local agent = agent_of(id)
@@ -309,14 +315,6 @@ while true do
   end
 end
 local out, bad_leases, bad_claims = {}, {}, {}
-local function over(v, id, bad)
-  if not v then return true end
-  if not string.match(v, '^%d+$') then
-    bad[#bad + 1] = id
-    return true
-  end
-  return tonumber(v) <= now
-end
 local offset = 0
 while #out < limit do
   local ids = redis.call('ZRANGE', KEYS[5], offset, offset + 255)
@@ -347,7 +345,8 @@ while #out < limit do
   end
 end
 return {out, bad_leases, bad_claims}
-";
+"
+);
 
 #[derive(Debug)]
 struct Scripts {
