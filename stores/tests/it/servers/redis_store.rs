@@ -450,6 +450,61 @@ async fn redis_read_only_store_reads_and_never_writes() {
     assert!(members().await.contains("gone"), "the reader forgot an id");
     assert_eq!(writer.sessions().await.unwrap(), vec![id("r")]);
     assert!(!members().await.contains("gone"));
+    // A key of the walk holding another type fails the reader's walk with
+    // the key and both types named, each in turn, and is left as it was.
+    let before = reader
+        .runnable("conformance", now_millis(), 10)
+        .await
+        .unwrap();
+    for (key, kind) in [("leases", "hash"), ("claims", "hash"), ("agents", "hash")] {
+        let key = format!("{prefix}:{key}");
+        let kept: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("RPUSH")
+            .arg(&key)
+            .arg("not a hash")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let refused = reader
+            .runnable("conformance", now_millis(), 10)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains(&key) && refused.contains("holds a list") && refused.contains(kind),
+            "{refused}"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        for (field, value) in kept {
+            let _: () = redis::cmd("HSET")
+                .arg(&key)
+                .arg(field)
+                .arg(value)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        reader
+            .runnable("conformance", now_millis(), 10)
+            .await
+            .unwrap(),
+        before
+    );
     rd.cleanup().await;
 }
 
