@@ -125,6 +125,20 @@ impl Browser {
         b
     }
 
+    /// A browser showing `url`, with `script` run in the page before the
+    /// page's own (to watch or hold what the page asks for).
+    pub(crate) async fn open_with(url: &str, script: &str) -> Browser {
+        let mut b = Browser::launch().await;
+        b.call("Page.enable", json!({})).await;
+        b.call(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({ "source": script }),
+        )
+        .await;
+        b.call("Page.navigate", json!({"url": url})).await;
+        b
+    }
+
     /// Opens the studio at `url` and picks `session` in its list.
     pub(crate) async fn open_session(url: &str, session: &impl std::fmt::Display) -> Browser {
         let mut b = Browser::open(url).await;
