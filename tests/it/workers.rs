@@ -405,23 +405,26 @@ async fn a_dead_workers_session_is_finished_by_another_without_repeating_steps()
     let agent = agent(store.clone(), Duration::from_millis(200));
     let session = agent
         .submit(Job {
-            per_run: 40,
+            per_run: 200,
             ..job()
         })
         .await
         .unwrap();
-    // The first worker dies mid-run: its task is aborted.
+    // The first worker dies mid-run, once it has made a step: its task is
+    // aborted.
     let doomed = {
         let agent = agent.clone();
         tokio::spawn(async move { Worker::new(agent).run_until(std::future::pending()).await })
     };
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    while agent.session(&session).await.unwrap().steps == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     doomed.abort();
     let _ = doomed.await;
     let head = agent.session(&session).await.unwrap();
     assert_eq!(head.phase, SessionPhase::Running);
     assert!(
-        head.steps > 0 && head.steps < 40,
+        head.steps > 0 && head.steps < 200,
         "died mid-run at {}",
         head.steps
     );
@@ -429,7 +432,7 @@ async fn a_dead_workers_session_is_finished_by_another_without_repeating_steps()
     let reports = drain(2, &agent, 1).await;
     assert_eq!(reports.iter().map(|r| r.completed).sum::<u64>(), 1);
     let state = agent.state_at(&session, None).await.unwrap();
-    let expected: Vec<String> = (1..=40).map(|i| format!("step {i}")).collect();
+    let expected: Vec<String> = (1..=200).map(|i| format!("step {i}")).collect();
     assert_eq!(state.done, expected, "no step lost, none applied twice");
 }
 

@@ -67,8 +67,10 @@ async fn thread(router: &Router) -> String {
 async fn a_request_slower_than_the_timeout_gets_a_504_naming_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let router = crate::server(dir.path())
-        .memory(slow_memory(Duration::from_millis(600)))
-        .request_timeout(Duration::from_millis(150))
+        // Far apart, so that the requests meant to be fast (a thread
+        // written to sled among them) are, on a busy machine too.
+        .memory(slow_memory(Duration::from_millis(3_000)))
+        .request_timeout(Duration::from_millis(1_000))
         .router()
         .unwrap();
     let slow = [
@@ -92,7 +94,7 @@ async fn a_request_slower_than_the_timeout_gets_a_504_naming_the_limit() {
         );
         assert_eq!(error["error"], "timeout", "{error}");
         assert!(
-            error["message"].as_str().unwrap().contains("150 ms"),
+            error["message"].as_str().unwrap().contains("1000 ms"),
             "{error}"
         );
     }
@@ -126,11 +128,12 @@ async fn a_request_slower_than_the_timeout_gets_a_504_naming_the_limit() {
 async fn waiting_for_a_run_and_streaming_it_outlast_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let router = crate::server(dir.path())
-        .request_timeout(Duration::from_millis(100))
+        .request_timeout(Duration::from_millis(1_000))
         .router()
         .unwrap();
-    let input = json!({"assistant_id": "ticks", "input": {"limit": 5}});
-    // Five ticks of 50 ms: longer than the limit.
+    let input = json!({"assistant_id": "ticks", "input": {"limit": 30}});
+    // Thirty ticks of 50 ms: longer than the limit, which is far above what
+    // the requests meant to be fast take, on a busy machine too.
     let t = thread(&router).await;
     let (status, out) = call(
         &router,
@@ -140,10 +143,10 @@ async fn waiting_for_a_run_and_streaming_it_outlast_the_timeout() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{out}");
-    assert_eq!(out["ticks"], 5);
+    assert_eq!(out["ticks"], 30);
     let (status, out) = call(&router, Method::POST, "/runs/wait", input.clone()).await;
     assert_eq!(status, StatusCode::OK, "{out}");
-    assert_eq!(out["ticks"], 5);
+    assert_eq!(out["ticks"], 30);
 
     // A background run, joined.
     let t = thread(&router).await;
@@ -164,7 +167,7 @@ async fn waiting_for_a_run_and_streaming_it_outlast_the_timeout() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{out}");
-    assert_eq!(out["ticks"], 5);
+    assert_eq!(out["ticks"], 30);
 
     // A stream: every event, to the end.
     let t = thread(&router).await;
@@ -173,14 +176,14 @@ async fn waiting_for_a_run_and_streaming_it_outlast_the_timeout() {
         .oneshot(request(
             Method::POST,
             &format!("/threads/{t}/runs/stream"),
-            json!({"assistant_id": "ticks", "input": {"limit": 5}, "stream_mode": "values"}),
+            json!({"assistant_id": "ticks", "input": {"limit": 30}, "stream_mode": "values"}),
         ))
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let text = String::from_utf8_lossy(&bytes);
-    assert!(text.contains("\"ticks\":5"), "{text}");
+    assert!(text.contains("\"ticks\":30"), "{text}");
 }
 
 /// Opens a stream and returns its response (its body unread, so the

@@ -31,8 +31,16 @@ seen["run_metadata"] = runs[-1]["metadata"].get("cron_id") == cron["cron_id"]
 found = client.crons.search(thread_id=thread)
 seen["searched"] = [c["cron_id"] == cron["cron_id"] for c in found]
 client.crons.delete(cron["cron_id"])
-time.sleep(0.5)
-before = len(client.runs.list(thread, limit=100))
+# A tick taken before the delete may still make its run, later on a busy
+# machine: wait until the count holds for two seconds (at most 15), then
+# expect it to hold on.
+deadline = time.monotonic() + 15
+before, held_since = len(client.runs.list(thread, limit=100)), time.monotonic()
+while time.monotonic() < deadline and time.monotonic() - held_since < 2:
+    time.sleep(0.2)
+    now = len(client.runs.list(thread, limit=100))
+    if now != before:
+        before, held_since = now, time.monotonic()
 time.sleep(1.5)
 seen["quiet_after_delete"] = len(client.runs.list(thread, limit=100)) == before
 try:

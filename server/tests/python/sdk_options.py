@@ -34,13 +34,15 @@ def refused(call):
 # after_seconds: the run waits, pending, then runs.
 thread = client.threads.create()["thread_id"]
 began = time.monotonic()
-run = client.runs.create(thread, "ticks", input={"limit": 1}, after_seconds=1)
+# Three seconds, so that a busy machine's stall does not let it start
+# before it is looked at.
+run = client.runs.create(thread, "ticks", input={"limit": 1}, after_seconds=3)
 seen["delayed_created"] = run["status"]
 time.sleep(0.4)
 seen["delayed_before"] = client.runs.get(thread, run["run_id"])["status"]
 seen["delayed_state_before"] = client.threads.get_state(thread)["values"]
 seen["delayed_joined"] = client.runs.join(thread, run["run_id"])
-seen["delayed_waited"] = time.monotonic() - began >= 1.0
+seen["delayed_waited"] = time.monotonic() - began >= 3.0
 seen["delayed_after"] = client.runs.get(thread, run["run_id"])["status"]
 
 # A delayed run cancelled before its time never runs.

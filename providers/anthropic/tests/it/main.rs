@@ -19,8 +19,10 @@ fn model(server: &MockServer) -> CompletionModel {
     Client::builder()
         .api_key(KEY)
         .base_url(server.uri())
-        .timeout(Duration::from_millis(300))
-        .stream_idle_timeout(Duration::from_millis(300))
+        // Far above what the local mock takes on a busy machine: a late
+        // answer would be retried, and the tests count requests.
+        .timeout(Duration::from_secs(5))
+        .stream_idle_timeout(Duration::from_secs(5))
         .retry_policy(HttpRetryPolicy {
             max_attempts: 3,
             initial_backoff: Duration::from_millis(5),

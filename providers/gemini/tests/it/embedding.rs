@@ -22,7 +22,7 @@ fn embedder(server: &MockServer) -> EmbeddingModel {
     Client::builder()
         .api_key(KEY)
         .base_url(format!("{}/v1beta", server.uri()))
-        .timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(5))
         .retry_policy(HttpRetryPolicy {
             max_attempts: 1,
             initial_backoff: Duration::from_millis(5),
