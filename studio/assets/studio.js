@@ -37,6 +37,12 @@ const ui = {
   offset: null, // the timeline's page: its first entry; null: the last page
   picked: null, // the graph node of that checkpoint's step
   stateSeq: null, // the checkpoint of the state shown, for opening what was cut
+  // Loads of the session shown and of its state are numbered: the answer
+  // of one that a later one overtook is dropped, so that it never
+  // replaces what the later one showed.
+  sessionRun: 0,
+  stateRun: 0,
+  loading: false, // the latest load of the session shown is under way
 };
 
 // A call of the JSON API: its data and the response (for its headers).
@@ -48,6 +54,7 @@ async function call(path, options = {}) {
   try { data = await response.json(); } catch (_) { data = { error: response.statusText }; }
   if (!response.ok) {
     const error = new Error(data.error || response.statusText);
+    error.status = response.status;
     // A refused tool-approval answer names each call's problem.
     error.problems = Array.isArray(data.problems) ? data.problems : [];
     throw error;
@@ -941,10 +948,11 @@ function markPicked() {
 
 async function loadState() {
   const id = ui.selected;
+  const run = ++ui.stateRun;
   const q = ui.seq === null ? '' : '?seq=' + ui.seq;
   try {
     const s = await api(`/api/sessions/${encodeURIComponent(id)}/state${q}`);
-    if (id !== ui.selected) return;
+    if (id !== ui.selected || run !== ui.stateRun) return;
     ui.stateSeq = s.seq;
     const cuts = cutMap(s.cuts);
     const where = s.path ? [s.sub_agent ? ' in sub-agent ' : ' in branch ', m(s.path)] : [];
@@ -999,23 +1007,35 @@ async function loadTimeline() {
   }
 }
 
+// Loads the session shown: its detail, timeline and state. Once loaded,
+// it is loaded again if the event stream brought a newer version meanwhile
+// (`refresh`).
 async function loadSession() {
   const id = ui.selected;
   if (!id) return;
+  const run = ++ui.sessionRun;
+  ui.loading = true;
+  let loaded = false;
   try {
     const [detail, timeline] = await Promise.all([
       api(`/api/sessions/${encodeURIComponent(id)}`),
       api(timelineUrl(id)),
     ]);
-    if (id !== ui.selected) return;
+    if (id !== ui.selected || run !== ui.sessionRun) return;
     ui.detail = detail;
     ui.timeline = timeline;
     $('#session-error').textContent = '';
     renderDetail();
     renderTimeline();
     await loadState();
+    loaded = true;
   } catch (e) {
-    setText($('#session-error'), e.message);
+    if (run === ui.sessionRun) setText($('#session-error'), e.message);
+  } finally {
+    if (run === ui.sessionRun) {
+      ui.loading = false;
+      if (loaded) refresh();
+    }
   }
 }
 
@@ -1302,7 +1322,26 @@ function showView(view) {
 
 // ---- eval reports ----
 
-const evals = { reports: [], selected: null, open: new Set() };
+const evals = { reports: [], selected: null, open: new Set(), stored: new Map() };
+
+// Whether this studio's store holds a session a report names: asked of the
+// server (`/summary`: 404 when it holds none), not read from the sessions
+// the list has loaded, so that a session on a page of the list not loaded
+// is linked too. The answer, true or false, is kept for the page's life; a
+// failed question is asked again next time.
+function stored(id) {
+  if (!evals.stored.has(id)) {
+    const asked = api(`/api/sessions/${encodeURIComponent(id)}/summary`).then(
+      () => true,
+      (e) => {
+        if (e.status === 404) return false;
+        evals.stored.delete(id);
+        throw e;
+      });
+    evals.stored.set(id, asked);
+  }
+  return evals.stored.get(id);
+}
 
 async function loadReports() {
   try {
@@ -1350,8 +1389,10 @@ function caseDetail(c, columns) {
     el('p', { class: 'muted', text: 'tool calls: ' + (c.tool_calls.map((t) => `${t.name}(${compact(t.arguments)})`).join(', ') || 'none') }));
   const runs = el('p', { class: 'sessions' }, 'runs: ');
   for (const id of c.sessions) {
-    const known = ui.sessions.has(id);
-    const link = el('a', { href: '#session=' + encodeURIComponent(id), class: 'timeline-link', 'data-session': id, text: id.slice(0, 8) + (known ? ' (timeline)' : ' (not in this store)') });
+    const link = el('a', { href: '#session=' + encodeURIComponent(id), class: 'timeline-link', 'data-session': id, text: id.slice(0, 8) + ' (looking in this store\u2026)' });
+    stored(id).then(
+      (found) => setText(link, id.slice(0, 8) + (found ? ' (timeline)' : ' (not in this store)')),
+      (e) => setText(link, id.slice(0, 8) + ' (could not look in this store: ' + e.message + ')'));
     link.addEventListener('click', (ev) => {
       ev.preventDefault();
       showView('sessions');
@@ -1418,8 +1459,28 @@ $('#items-next').addEventListener('click', () => { memory.offset += memory.limit
 
 // The event stream follows the first page of the list, the sessions that
 // appear, and the session shown (`watch`): it is opened again when the
-// session shown changes.
-const live = { events: null, watched: null };
+// session shown changes. `seen` is the newest version of the session shown
+// that it brought.
+const live = { events: null, watched: null, seen: null };
+
+// Notes the version of a session the stream sent, if it is the one shown.
+function saw(s) {
+  if (s.id !== ui.selected) return;
+  if (!live.seen || live.seen.id !== s.id || live.seen.version < s.version) live.seen = { id: s.id, version: s.version };
+}
+
+// Loads the session shown again when the stream brought a newer version
+// than the one shown. Never while a load of it is under way: the stream's
+// first event comes while the page loads the session it opened with, and a
+// second load would rebuild its state tree after the reader opened its
+// cuts; the load under way calls this again when done, with the version
+// it got.
+function refresh() {
+  const s = live.seen;
+  if (!s || s.id !== ui.selected || ui.loading) return;
+  const d = ui.detail;
+  if (!d || d.summary.id !== s.id || d.summary.version < s.version) loadSession();
+}
 
 // A session the stream sent: in the list if it passes the list's filter,
 // else out of it.
@@ -1439,25 +1500,23 @@ function follow() {
   events.addEventListener('error', () => { $('#live').textContent = 'reconnecting…'; $('#live').classList.remove('on'); });
   // The first page and the session shown, merged into those loaded; with
   // a search or a phase filter, only those that pass it (a session that
-  // no longer passes leaves the list).
-  // The session shown is loaded again only when the stream brings a
-  // version other than the one shown: a reload rebuilds its state tree,
-  // closing the cuts the reader opened.
-  const stale = (s) => s.id === ui.selected && !(ui.detail && ui.detail.summary.id === s.id && ui.detail.summary.version === s.version);
+  // no longer passes leaves the list). The session shown is loaded again
+  // only for a newer version (`refresh`): a reload rebuilds its state
+  // tree, closing the cuts the reader opened.
   events.addEventListener('sessions', (m) => {
-    let changed = false;
     for (const s of JSON.parse(m.data)) {
-      if (stale(s)) changed = true;
+      saw(s);
       keep(s);
     }
     renderList();
-    if (changed) loadSession();
+    refresh();
   });
   events.addEventListener('session', (m) => {
     const s = JSON.parse(m.data);
+    saw(s);
     keep(s);
     renderList();
-    if (stale(s)) loadSession();
+    refresh();
   });
   events.addEventListener('removed', (m) => {
     ui.sessions.delete(JSON.parse(m.data).id);

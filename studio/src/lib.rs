@@ -89,8 +89,13 @@
 //! from the store between two pages) is refused: start again from the
 //! first page.
 //!
-//! Every query parameter of the list, of a timeline, of a state and of
-//! the event stream is read strictly: an unknown one, one given twice, or
+//! `GET /api/sessions/{id}/summary` answers one session as the list shows
+//! it, from its head alone, or 404 (`{"error": "no session … in the
+//! store"}`) when the store holds none: how the page tells whether a run
+//! an eval report names is in this store.
+//!
+//! Every query parameter of the list, of a timeline, of a state, of a
+//! summary (it takes none) and of the event stream is read strictly: an unknown one, one given twice, or
 //! a value that does not read (a negative, non-numeric or too large
 //! number, an unknown cursor, a bad task path, text that does not
 //! percent-decode) is answered 400 with a body naming it:
@@ -362,7 +367,10 @@ impl Studio {
     /// Shows eval reports ([`harness_evals::Report`]): each one case by
     /// case, with its inputs, outputs, scores and their reasons, and a link
     /// to the timeline of each case's run when this studio's store holds
-    /// its session.
+    /// its session (the page asks the server about each session of a case
+    /// it opens, `GET /api/sessions/{id}/summary`, so a session on a page
+    /// of the list not loaded is linked too; a 404 is shown as "not in this
+    /// store").
     #[must_use]
     pub fn reports(mut self, reports: impl IntoIterator<Item = harness_evals::Report>) -> Self {
         self.reports.extend(reports);

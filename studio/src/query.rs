@@ -33,16 +33,17 @@ impl Query {
                 continue;
             }
             if !allowed.contains(&name.as_str()) {
-                let takes = allowed
-                    .iter()
-                    .map(|a| format!("`{a}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(bad(
-                    &name,
-                    &value,
-                    format!("this call takes no such parameter; it takes {takes}"),
-                ));
+                let why = if allowed.is_empty() {
+                    "this call takes no parameter".to_owned()
+                } else {
+                    let takes = allowed
+                        .iter()
+                        .map(|a| format!("`{a}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    format!("this call takes no such parameter; it takes {takes}")
+                };
+                return Err(bad(&name, &value, why));
             }
             if !repeated.contains(&name.as_str()) && pairs.iter().any(|(n, _)| *n == name) {
                 return Err(bad(&name, &value, "it is given more than once".into()));

@@ -81,6 +81,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/info", get(info))
         .route("/api/sessions", get(sessions))
         .route("/api/sessions/{id}", get(session))
+        .route("/api/sessions/{id}/summary", get(summary))
         .route("/api/sessions/{id}/timeline", get(timeline))
         .route("/api/sessions/{id}/state", get(state))
         .route("/api/sessions/{id}/answer", post(answer))
@@ -375,6 +376,23 @@ async fn session(
         _ => None,
     };
     Ok(Json(view::detail(&*app.source, &head, &log, shape)).into_response())
+}
+
+/// `GET /api/sessions/{id}/summary`: the session as the list shows it,
+/// from its head alone (not its log), or a 404 when the store holds no
+/// such session: how the page tells whether a session named elsewhere (a
+/// run of an eval report) is in this store, wherever it is in the list.
+/// It takes no parameter (a 400 names one given).
+async fn summary(
+    State(app): State<Shared>,
+    _: Authorized,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Summary>, ApiError> {
+    Query::parse(raw.as_deref(), &[], &[])?;
+    let store = app.source.store();
+    let head = view::head(store, &SessionId::from(id)).await?;
+    Ok(Json(Summary::of(&head, store.now())))
 }
 
 /// The answer declared for the step an interrupt asks from: by its node

@@ -1127,6 +1127,58 @@ async fn in_a_browser_an_eval_report_shows_each_case_its_scores_and_reasons_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_a_report_links_a_run_past_the_list_s_first_page_and_marks_one_not_in_the_store()
+ {
+    let (studio, _dir, report, elsewhere) = crate::evals::served_past_the_first_page().await;
+    let run = report.cases[1].record.sessions[0].clone();
+    let mut b = Browser::open(&format!("{}#evals", studio.url())).await;
+    // The list's first page is loaded, without the case's run.
+    b.wait_for(
+        "the list's first page",
+        "document.querySelectorAll('#sessions tbody tr').length === 100",
+    )
+    .await;
+    assert!(!b.has(&format!("#sessions tr[data-id=\"{run}\"]")).await);
+    b.wait_for(
+        "the report's cases",
+        "document.querySelectorAll('#report-cases tr.case').length === 3",
+    )
+    .await;
+    b.click("#report-cases tr.case[data-case=\"japan\"]").await;
+    let link = |id: &str| format!("tr.case-detail[data-case=\"japan\"] a[data-session=\"{id}\"]");
+    let says = |id: &str, what: &str| {
+        format!(
+            "(document.querySelector('{}') || {{}}).textContent === '{}{what}'",
+            link(id),
+            &id[..8]
+        )
+    };
+    b.wait_for("the run linked", &says(&run, " (timeline)"))
+        .await;
+    b.wait_for(
+        "the session of another store marked",
+        &says(&elsewhere, " (not in this store)"),
+    )
+    .await;
+    // Still not loaded in the list: the server was asked.
+    assert!(!b.has(&format!("#sessions tr[data-id=\"{run}\"]")).await);
+
+    // The link opens the run's timeline.
+    b.click(&link(&run)).await;
+    b.wait_for(
+        "the run's timeline",
+        &format!(
+            "!document.querySelector('#sessions-view').hidden && \
+             document.querySelector('#session-id').textContent === '{run}' && \
+             document.querySelectorAll('#timeline li').length > 0"
+        ),
+    )
+    .await;
+    assert_eq!(b.errors().await, "");
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_the_token_leaves_the_address_bar_and_the_page_still_works() {
     let w = World::new("browser-token").await;
     let studio = w.studio().await;
