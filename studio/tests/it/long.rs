@@ -3,7 +3,7 @@
 //! checkpoint costs the whole state at every checkpoint (counted by the
 //! items' own serializations).
 
-use crate::support::{TempDir, get, temp_dir};
+use crate::support::{TempDir, get, temp_dir, thousands};
 use harness::session::SessionStore;
 use harness::{Agent, Harness, HarnessState, JsonSchema, create_agent};
 use harness_stores::SledStore;
@@ -191,7 +191,12 @@ async fn in_a_browser_a_long_timeline_comes_a_page_at_a_time_from_the_latest() {
         .unwrap();
     let mut b = crate::browser::Browser::open_session(&s.url(), &w.session).await;
     let page = |from: u64, to: u64| {
-        let range = format!("{}\u{2013}{} of {}", fmt(from), fmt(to), fmt(total));
+        let range = format!(
+            "{}\u{2013}{} of {}",
+            thousands(from),
+            thousands(to),
+            thousands(total)
+        );
         format!(
             "document.querySelectorAll('#timeline .checkpoint').length === {} && \
              !document.querySelector('#timeline-pager').hidden && \
@@ -222,17 +227,4 @@ async fn in_a_browser_a_long_timeline_comes_a_page_at_a_time_from_the_latest() {
     assert_eq!(b.errors().await, "", "no error on the page");
     b.close().await;
     s.shutdown().await.unwrap();
-}
-
-/// `n` as the page writes it (`1,234`).
-fn fmt(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

@@ -5,7 +5,9 @@
 
 use crate::browser::Browser;
 use crate::events::Events;
-use crate::support::{Doc, DocUpdate, Review, TempDir, World, get, review_harness, temp_dir};
+use crate::support::{
+    Doc, DocUpdate, Review, TempDir, World, get, review_harness, temp_dir, thousands,
+};
 use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
 use harness::{Agent, SessionId, create_agent};
 use harness_stores::SledStore;
@@ -818,14 +820,14 @@ async fn in_a_browser_more_sessions_load_on_demand_and_a_cut_state_opens_where_c
     assert!(
         b.text(entries)
             .await
-            .contains(&format!("2,903 more of {}", thousands(total))),
+            .contains(&format!("2,903 more of {}", thousands(total as u64))),
         "{}",
         b.text(entries).await
     );
     assert!(
         b.text(text)
             .await
-            .contains(&format!("{} bytes, cut", thousands(big.len() + 2)))
+            .contains(&format!("{} bytes, cut", thousands((big.len() + 2) as u64)))
     );
     let log = format!("document.querySelector('{entries}').parentElement");
     let count = format!("({log}).querySelectorAll(':scope > li:not(.cut)').length");
@@ -841,7 +843,7 @@ async fn in_a_browser_more_sessions_load_on_demand_and_a_cut_state_opens_where_c
     assert!(
         b.text(entries)
             .await
-            .contains(&format!("2,803 more of {}", thousands(total)))
+            .contains(&format!("2,803 more of {}", thousands(total as u64)))
     );
     let entry =
         |i: usize| format!("({log}).querySelectorAll(':scope > li:not(.cut)')[{i}].textContent");
@@ -875,7 +877,7 @@ async fn in_a_browser_more_sessions_load_on_demand_and_a_cut_state_opens_where_c
     assert!(
         b.text(text)
             .await
-            .contains(&format!("{} bytes, cut", thousands(big.len() + 2)))
+            .contains(&format!("{} bytes, cut", thousands((big.len() + 2) as u64)))
     );
 
     // The shorter text, within what an opened value sends: whole.
@@ -913,18 +915,4 @@ async fn in_a_browser_more_sessions_load_on_demand_and_a_cut_state_opens_where_c
     assert_eq!(b.errors().await, "");
     b.close().await;
     s.shutdown().await.unwrap();
-}
-
-/// `n` as the page shows it (`toLocaleString` in Chromium's default
-/// locale): thousands separated by commas.
-fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

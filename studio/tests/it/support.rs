@@ -93,6 +93,20 @@ impl Drop for TempDir {
     }
 }
 
+/// `n` as the page writes it (`toLocaleString` in Chromium's default
+/// locale): thousands separated by commas (`1,234`).
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A fresh directory under the system's temporary directory.
 pub fn temp_dir(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
