@@ -9,7 +9,7 @@ use crate::run::{Execution, Run, SessionLink, attach_sub_journals, task_from};
 use crate::session::head::{self, check_owner};
 use crate::session::{
     Busy, CheckpointInfo, Holder, Journals, SessionCursor, SessionPhase, SessionStore, Span,
-    Stopping, StoredRun, Submitted, journals, read_log, rebuild, rebuild_tasks,
+    Stopping, StoredRun, Submitted, end_open_fork, journals, read_log, rebuild, rebuild_tasks,
 };
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
@@ -380,16 +380,8 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let store = Arc::clone(self.store()?);
         let mut tasks = rebuild_tasks::<S>(&*store, &head, None).await?;
         if input.is_some() {
-            // A new run ends a fork the run before it failed or was stopped
-            // in, as the loader does at the run's `$input` (`replay`): its
-            // branches never joined, and the run starts from the state the
-            // fork started from, never finishing them.
-            let mut root = tasks.remove(&TaskPath::root());
-            if let Some(root) = &mut root {
-                root.open = None;
-            }
-            tasks.clear();
-            tasks.extend(root.map(|r| (TaskPath::root(), r)));
+            // A new run: it never finishes a fork the run before it left.
+            end_open_fork(&mut tasks, &TaskPath::root());
         }
         let input_update = match &input {
             Some(v) => Some(serde_json::from_value::<S::Update>(v.clone()).map_err(|e| {

@@ -319,6 +319,25 @@ pub(crate) async fn rebuild_tasks<S: HarnessState>(
     replay(session, TaskPath::root(), root_state, records)
 }
 
+/// A new run's start (its `$input`) where the run before it failed or was
+/// stopped with a fork of `root` under way: that fork ends with it. Its
+/// branches never joined, so nothing of theirs reaches the state; the new
+/// run starts from the state the fork started from, with `root` the only
+/// task left. The loader (`replay`, at the input's record) and a new run
+/// started in this process (before its input is committed) both end it
+/// here, so that the run and its log agree.
+pub(crate) fn end_open_fork<S: HarnessState>(
+    tasks: &mut BTreeMap<TaskPath, TaskRebuilt<S>>,
+    root: &TaskPath,
+) {
+    let own = tasks.remove(root).map(|mut own| {
+        own.open = None;
+        own
+    });
+    tasks.clear();
+    tasks.extend(own.map(|own| (root.clone(), own)));
+}
+
 /// The records of the current visit of the sub-agent at `child` (run by a
 /// step of the task at `parent`), unwrapped: those after the parent task's
 /// last record, each with the sub-agent's next step for its own updates.
@@ -392,22 +411,16 @@ pub(crate) fn replay<'a, S: HarnessState>(
             CheckpointKind::Snapshot(_) => {}
             CheckpointKind::Update(v) => {
                 let u = update(cp, v)?;
-                let mut own = task(&mut tasks, &root)?;
-                if own.open.is_some() {
+                if tasks.get(&root).is_some_and(|own| own.open.is_some()) {
                     if cp.step != super::head::INPUT {
                         return Err(bad(
                             cp,
                             "an update of the run while a fork is under way".into(),
                         ));
                     }
-                    // A new run's input: the run before it failed or was
-                    // stopped with a fork under way, which ends with it.
-                    // Its branches never joined, so nothing of theirs
-                    // reaches the state; the new run starts from the state
-                    // the fork started from.
-                    own.open = None;
-                    tasks.clear();
+                    end_open_fork(&mut tasks, &root);
                 }
+                let mut own = task(&mut tasks, &root)?;
                 own.state.apply(u);
                 if let Some(next) = root_next {
                     own.next = next;
