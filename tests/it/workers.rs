@@ -62,6 +62,19 @@ fn agent(store: Arc<MemoryStore>, lease: Duration) -> Agent<Job> {
     create_agent("jobs", &h)
 }
 
+/// The agent `name` whose runs make one step of `work` on `store`.
+fn one_step_agent(name: &str, store: Arc<dyn SessionStore>) -> Agent<Job> {
+    let h = Harness::<Job>::builder()
+        .step("work")
+        .run(work)
+        .end()
+        .start("work")
+        .store(store)
+        .build()
+        .unwrap();
+    create_agent(name, &h)
+}
+
 fn job() -> Job {
     Job {
         done: vec![],
@@ -262,15 +275,7 @@ async fn a_stop_ends_a_run_waiting_for_a_worker_at_once() {
         agent.stop_session(&none).await,
         Err(SessionError::NoSession(_))
     ));
-    let h = Harness::<Job>::builder()
-        .step("work")
-        .run(work)
-        .end()
-        .start("work")
-        .store(store.clone())
-        .build()
-        .unwrap();
-    let other = create_agent("other jobs", &h);
+    let other = one_step_agent("other jobs", store.clone());
     assert!(other.stop_session(&session).await.is_err());
 }
 
@@ -618,15 +623,7 @@ async fn a_stop_that_races_the_end_of_its_run_does_not_stop_the_next() {
         inner: MemoryStore::new(),
         raced: Default::default(),
     });
-    let h = Harness::<Job>::builder()
-        .step("work")
-        .run(work)
-        .end()
-        .start("work")
-        .store(store.clone())
-        .build()
-        .unwrap();
-    let agent = create_agent("jobs", &h);
+    let agent = one_step_agent("jobs", store.clone());
     let session = agent.submit(job()).await.unwrap();
     // A worker holds it.
     let current = store.inner.load(&session).await.unwrap().unwrap();

@@ -115,6 +115,22 @@ impl Crowd {
         }
     }
 
+    /// Approves the review the session `id` waits on (`interrupt`), which
+    /// ends it; returns `id`.
+    async fn approve(&self, (id, interrupt): (String, String)) -> String {
+        self.agent
+            .resume(
+                json!({"approve": true, "note": "ok"}),
+                &id.clone().into(),
+                &interrupt.into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        id
+    }
+
     async fn studio(&self) -> Serving {
         Studio::for_agent(&self.agent, &self.harness, Arc::clone(&self.store))
             .unwrap()
@@ -196,17 +212,7 @@ async fn the_session_list_comes_a_page_at_a_time_loading_only_the_page_s_heads()
 
     // A filter that matches few: pages keep their bound, and the cursor
     // goes on from the last session looked at.
-    let (done, interrupt) = c.waiting[7].clone();
-    c.agent
-        .resume(
-            json!({"approve": true, "note": "ok"}),
-            &done.clone().into(),
-            &interrupt.into(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    let done = c.approve(c.waiting[7].clone()).await;
     let mut found = Vec::new();
     let mut path = "/api/sessions?phase=done&limit=1".to_owned();
     loop {
@@ -595,27 +601,11 @@ async fn in_a_browser_search_and_the_phase_filter_find_sessions_past_the_first_p
         .cloned()
         .collect();
     assert_eq!(beyond.len(), 50);
-    let approve = |(id, interrupt): (String, String)| {
-        let agent = &c.agent;
-        async move {
-            agent
-                .resume(
-                    json!({"approve": true, "note": "ok"}),
-                    &id.clone().into(),
-                    &interrupt.into(),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-            id
-        }
-    };
     // Done: one session of the first page, two past it.
     let mut done = vec![
-        approve(within[0].clone()).await,
-        approve(beyond[0].clone()).await,
-        approve(beyond[1].clone()).await,
+        c.approve(within[0].clone()).await,
+        c.approve(beyond[0].clone()).await,
+        c.approve(beyond[1].clone()).await,
     ];
     let sought = beyond[2].0.clone();
 
@@ -689,7 +679,7 @@ async fn in_a_browser_search_and_the_phase_filter_find_sessions_past_the_first_p
         .unwrap()
         .session_id
         .to_string();
-    done.push(approve(within[1].clone()).await);
+    done.push(c.approve(within[1].clone()).await);
     let every_done = format!(
         "{rows} === {} && {}",
         done.len(),
