@@ -23,14 +23,20 @@
 //! run needs) into a [`MemoryStore`] of its own, runs the agent on it
 //! ([`RestateSessions`], the core's `SessionStore`), and when the run
 //! settles saves what changed: the new head, the checkpoints it added, the
-//! superseded snapshots it removed. That change is journaled (so that a
-//! replayed handler saves the same bytes), and it is the size of the run,
+//! superseded snapshots it removed. That change is the size of the run,
 //! not of the session: a session of many runs costs each run no more.
+//! A replayed handler must write the same bytes (Restate checks each state
+//! write against its journal). A run of one task at a time takes its ids
+//! and times from its journal, so its change is written as plain state,
+//! with no round trip of its own; any other run (a fork, a fan-out, a
+//! sub-agent, a cancelled run, one with no effect) journals its change in
+//! an entry of its own first (`save session`); see [`replayable`].
 //! Large values go by reference: a field of a checkpoint's state or update
 //! of [`BY_REFERENCE_BYTES`](crate::BY_REFERENCE_BYTES) or more
 //! is kept once under `val/{sha256}` (counted in `vals`, cleared when no
-//! kept checkpoint holds it), journaled in an entry of its own by the run
-//! that first holds it, and the checkpoint keeps its hash.
+//! kept checkpoint holds it), written by the run that first holds it (and
+//! journaled in an entry of its own when its save is), and the checkpoint
+//! keeps its hash.
 //! Every `cx.once` of the run's steps, its sub-agents' included,
 //! goes through `ctx.run` ([`RestateEffects`], the core's
 //! [`EffectJournal`]). Both reach the attempt through a task-local of the
@@ -138,6 +144,9 @@ pub use crate::sessions::{OBJECT, Snapshot};
 pub(crate) use crate::sessions::{HEAD, checkpoints_key, checkpoints_range};
 use crate::sessions::{Kept, VALUES, account, by_reference, hashes, restore, value_key};
 use std::collections::{BTreeMap, HashMap};
+
+pub mod replayable;
+use replayable::{Before, Clock, Stamped};
 
 /// How a `run` or `resume` settled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -260,6 +269,17 @@ struct Attempt {
     store: MemoryStore,
     /// Stops the run when the invocation is cancelled.
     stop: std::sync::Mutex<Option<harness::StopHandle>>,
+    /// The run's times and seed as its journal tells them (see
+    /// [`replayable`]).
+    clock: std::sync::Mutex<Clock>,
+}
+
+impl Attempt {
+    fn clock(&self) -> std::sync::MutexGuard<'_, Clock> {
+        self.clock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 tokio::task_local! {
@@ -296,7 +316,12 @@ impl SessionStore for RestateSessions {
     }
 
     async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
-        store()?.store.commit(commit).await
+        let attempt = store()?;
+        attempt.store.commit(commit).await?;
+        attempt
+            .clock()
+            .committed(commit.append.iter().map(|cp| cp.seq));
+        Ok(())
     }
 
     async fn checkpoints(
@@ -592,6 +617,8 @@ struct Loaded {
     /// The checkpoints given to the run (from the latest snapshot on): the
     /// only ones it can remove. A run's key may also hold older ones.
     imported: Vec<u64>,
+    /// What the save keeps of the head loaded.
+    before: Before,
 }
 
 /// The value of the state key `$key` as a `$ty`, or `None` if the key is
@@ -686,8 +713,10 @@ async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, Ha
             chunks: Vec::new(),
             counts: BTreeMap::new(),
             imported: Vec::new(),
+            before: Before::default(),
         });
     };
+    let before = Before::of(&head);
     let chunks = read_chunks!(ctx, head.snapshot_seq);
     let needed: Vec<Kept> = chunks
         .iter()
@@ -705,6 +734,7 @@ async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, Ha
         chunks,
         counts,
         imported,
+        before,
     })
 }
 
@@ -751,12 +781,12 @@ impl AgentObject {
         let store = MemoryStore::new();
         let loaded = load(ctx, &store).await?;
         let last_seq = loaded.last_seq;
-        let loaded_seqs = loaded.imported.clone();
         let (tx, mut requests) = mpsc::unbounded_channel();
         let attempt = Arc::new(Attempt {
             effects: tx,
             store,
             stop: std::sync::Mutex::new(None),
+            clock: std::sync::Mutex::new(Clock::default()),
         });
         let driver = Arc::clone(&self.driver);
         let id = session.clone();
@@ -782,12 +812,13 @@ impl AgentObject {
                         }
                         continue;
                     }
-                    match effect(ctx, request).await {
+                    match effect(ctx, request, &attempt).await {
                         Ok(()) => {}
                         // Cancelled (Restate's 409): the run stops at its
                         // next step boundary, and the session is saved.
                         Err(e) if e.code() == 409 => {
                             cancelled = true;
+                            attempt.clock().untimed();
                             if let Some(stop) = attempt
                                 .stop
                                 .lock()
@@ -807,55 +838,30 @@ impl AgentObject {
             Ok(Err(refused)) => return Err(terminal(refused.code, refused.message)),
             Err(e) => return Err(terminal(500, format!("the run panicked: {e}"))),
         };
-        // The values the save moves out of its checkpoints, by hash, for
-        // the entries that journal them (a replay that did not run the save
-        // makes them again from its own run).
-        let moved = Arc::new(std::sync::Mutex::new(HashMap::<String, Value>::new()));
-        let (moved_by_save, again, again_session) =
-            (Arc::clone(&moved), Arc::clone(&attempt), session.clone());
-        let Json(saved) = ctx
-            .run(|| async move {
-                let (head, append, remove) = match attempt.store.export(&session) {
-                    Some((head, log)) => {
-                        let remove = loaded_seqs
-                            .iter()
-                            .filter(|seq| {
-                                last_seq.is_some_and(|last| **seq <= last)
-                                    && !log.iter().any(|cp| cp.seq == **seq)
-                            })
-                            .copied()
-                            .collect();
-                        let append = log
-                            .into_iter()
-                            .filter(|cp| last_seq.is_none_or(|last| cp.seq > last))
-                            .collect();
-                        (Some(head), append, remove)
-                    }
-                    None => (None, Vec::new(), Vec::new()),
-                };
-                let mut moved = moved_by_save
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let append = append
-                    .into_iter()
-                    .map(|cp: Checkpoint| {
-                        let (kept, values) = by_reference(cp);
-                        moved.extend(values);
-                        kept
-                    })
-                    .collect();
-                Ok(Json(Saved {
-                    head,
-                    append,
-                    remove,
-                    reply,
-                }))
-            })
-            .name("save session")
-            .await?;
-        // Values kept by reference: each new one journaled in an entry of
-        // its own and kept once; one no kept checkpoint holds any more is
-        // cleared.
+        // The values the save moves out of its checkpoints, by hash.
+        let mut moved = HashMap::new();
+        let mut saved = save_of(
+            &attempt,
+            &session,
+            &loaded.imported,
+            last_seq,
+            reply,
+            &mut moved,
+        );
+        // Written as plain state when the journal fixes its ids and times
+        // (see `replayable`); else journaled in an entry of its own, which
+        // a replay answers from the journal.
+        let fixed = replayable::canonical(&mut saved, &attempt.clock(), &loaded.before);
+        if !fixed {
+            let Json(journaled) = ctx
+                .run(|| async move { Ok(Json(saved)) })
+                .name("save session")
+                .await?;
+            saved = journaled;
+        }
+        // Values kept by reference: each new one kept once (journaled in an
+        // entry of its own when the save is); one no kept checkpoint holds
+        // any more is cleared.
         let mut counts = loaded.counts.clone();
         let removed = loaded
             .chunks
@@ -864,41 +870,24 @@ impl AgentObject {
             .filter(|k| saved.remove.contains(&k.cp.seq));
         let (new, gone) = account(&mut counts, &saved.append, removed);
         for hash in &new {
-            let value = moved
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(hash);
-            let (moved, again, again_session, wanted) = (
-                Arc::clone(&moved),
-                Arc::clone(&again),
-                again_session.clone(),
-                hash.clone(),
-            );
-            let Json(value) = ctx
-                .run(|| async move {
-                    if let Some(value) = value {
-                        return Ok(Json(value));
-                    }
-                    // A replay that did not run the save: every value the
-                    // run moves is made again at once, for this entry and
-                    // the next ones.
-                    let mut moved = moved
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if moved.is_empty() {
-                        moved.extend(moved_again(&again, &again_session, last_seq));
-                    }
-                    moved.remove(&wanted).map(Json).ok_or_else(|| {
-                        TerminalError::new(format!(
-                            "value {wanted} of session {again_session} is not what this \
-                                 replay's run made: the run is not deterministic (see \
-                                 harness::effect)"
-                        ))
-                        .into()
-                    })
-                })
-                .name(format!("save value {}", &hash[..12]))
-                .await?;
+            let value = moved.remove(hash).ok_or_else(|| {
+                format!(
+                    "value {hash} of session {session} is not what this replay's run made: \
+                     the run is not deterministic (see harness::effect)"
+                )
+            });
+            let value = if fixed {
+                // The journal fixes the save, and so the values it holds.
+                value.map_err(|e| terminal(500, e))?
+            } else {
+                let Json(value) = ctx
+                    .run(
+                        || async move { value.map(Json).map_err(|e| TerminalError::new(e).into()) },
+                    )
+                    .name(format!("save value {}", &hash[..12]))
+                    .await?;
+                value
+            };
             ctx.set(&value_key(hash), Json(value));
         }
         for hash in &gone {
@@ -938,28 +927,57 @@ impl AgentObject {
     }
 }
 
-/// The values, by hash, that the run of `attempt` moves out of the
-/// checkpoints it adds after `last_seq`, made again (for a replay that did
-/// not run the save, whose entry holds only the hashes).
-fn moved_again(
+/// What the run of `attempt` changed in `session`: the head, the
+/// checkpoints added after `last_seq` (their large values moved into
+/// `moved`, by hash) and those of `loaded` it removed; with `reply`.
+fn save_of(
     attempt: &Attempt,
     session: &SessionId,
+    loaded: &[u64],
     last_seq: Option<u64>,
-) -> Vec<(String, Value)> {
-    let Some((_, log)) = attempt.store.export(session) else {
-        return Vec::new();
+    reply: Reply,
+    moved: &mut HashMap<String, Value>,
+) -> Saved {
+    let (head, append, remove) = match attempt.store.export(session) {
+        Some((head, log)) => {
+            let remove = loaded
+                .iter()
+                .filter(|seq| {
+                    last_seq.is_some_and(|last| **seq <= last)
+                        && !log.iter().any(|cp| cp.seq == **seq)
+                })
+                .copied()
+                .collect();
+            let append = log
+                .into_iter()
+                .filter(|cp| last_seq.is_none_or(|last| cp.seq > last))
+                .map(|cp| {
+                    let (kept, values) = by_reference(cp);
+                    moved.extend(values);
+                    kept
+                })
+                .collect();
+            (Some(head), append, remove)
+        }
+        None => (None, Vec::new(), Vec::new()),
     };
-    log.into_iter()
-        .filter(|cp| last_seq.is_none_or(|last| cp.seq > last))
-        .flat_map(|cp| by_reference(cp).1)
-        .collect()
+    Saved {
+        head,
+        append,
+        remove,
+        reply,
+    }
 }
 
 /// Journals the effects of `request` with one `ctx.run` (named after the
 /// effect, or `round of N: first … last`): its closure lets the steps run
 /// the effects, side by side, and waits for their outcomes; on a replay
 /// Restate answers from the journal without calling it.
-async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), TerminalError> {
+async fn effect(
+    ctx: &ObjectContext<'_>,
+    request: EffectRequest,
+    attempt: &Attempt,
+) -> Result<(), TerminalError> {
     let EffectRequest { effects } = request;
     let name = match effects.as_slice() {
         [one] => one.name.clone(),
@@ -973,12 +991,19 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), T
     let journaled_names = names.clone();
     let journaled = ctx
         .run(|| async move {
+            let start = harness::session::now_millis();
             let outcomes = futures::future::join_all(decides.into_iter().map(run_one)).await;
-            // One effect is journaled as its outcome (as it always was);
-            // a round as its effects, each named with its outcome.
+            // One effect is journaled as its outcome (as it always was),
+            // stamped with when it ran and a seed (see `replayable`); a
+            // round as its effects, each named with its outcome.
             Ok(Json(if single {
-                outcomes.into_iter().next().map_or(Value::Null, |o| {
-                    serde_json::to_value(o).unwrap_or(Value::Null)
+                outcomes.into_iter().next().map_or(Value::Null, |outcome| {
+                    let stamped = Stamped {
+                        outcome,
+                        at: Some((start, harness::session::now_millis())),
+                        seed: Some(harness::RunId::random().to_string()),
+                    };
+                    serde_json::to_value(stamped).unwrap_or(Value::Null)
                 })
             } else {
                 let round: Vec<RoundEntry> = journaled_names
@@ -994,10 +1019,14 @@ async fn effect(ctx: &ObjectContext<'_>, request: EffectRequest) -> Result<(), T
     match journaled {
         Ok(Json(value)) => {
             let outcomes = if single {
-                serde_json::from_value::<Outcome>(value)
-                    .map(|o| vec![Ok(o)])
+                serde_json::from_value::<Stamped>(value)
+                    .map(|entry| {
+                        attempt.clock().entry(entry.at.zip(entry.seed));
+                        vec![Ok(entry.outcome)]
+                    })
                     .map_err(|e| e.to_string())
             } else {
+                attempt.clock().untimed();
                 round_outcomes(&names, value)
             };
             match outcomes {

@@ -63,7 +63,7 @@ pub(crate) struct Kept {
 
 /// The SHA-256 of `bytes`, in hex.
 #[cfg_attr(not(feature = "service"), allow(dead_code))]
-fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, bytes)
         .as_ref()
         .iter()

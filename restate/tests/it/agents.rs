@@ -323,14 +323,33 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
         .bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let listed = reqwest::Client::new()
-        .get(format!("http://{}/api/sessions", studio.local_addr()))
-        .header("x-studio-token", studio.token())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(listed.status(), 200);
-    let listed = listed.text().await.unwrap();
+    // Every page of the list, in the studio's order (by id; the server
+    // keeps the sessions of earlier runs of the suite too).
+    let mut listed = String::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut url = format!("http://{}/api/sessions", studio.local_addr());
+        if let Some(after) = &after {
+            let encoded: String = after.bytes().map(|b| format!("%{b:02X}")).collect();
+            url = format!("{url}?after={encoded}");
+        }
+        let page = reqwest::Client::new()
+            .get(&url)
+            .header("x-studio-token", studio.token())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200);
+        after = page
+            .headers()
+            .get("x-next-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        listed.push_str(&page.text().await.unwrap());
+        if after.is_none() {
+            break;
+        }
+    }
     assert!(listed.contains(&format!("plain-{run}")), "{listed}");
     assert!(listed.contains(&format!("ask-{run}")), "{listed}");
     drop(service);
@@ -515,24 +534,36 @@ async fn a_fan_out_runs_its_effects_side_by_side_and_killed_mid_way_each_once() 
     assert_eq!(most, Some(3), "each round's three effects ran side by side");
 }
 
-/// The bytes of `invocation`'s journal from its `save session` effect on:
-/// the saved session's outcome, the state it writes, the reply.
-async fn saved_bytes(admin: &Admin, invocation: &str) -> usize {
+/// The bytes of `invocation`'s journal from its save on (its first state
+/// write, or its `save session` entry when journaled): the state it
+/// writes, values kept by reference, the reply; less the reply itself,
+/// `reply` bytes, which is journaled once as the handler's output and once
+/// more in a journaled save.
+async fn saved_bytes(admin: &Admin, invocation: &str, reply: usize) -> usize {
     let rows = admin
         .query(&format!(
-            "SELECT index, name, raw FROM sys_journal WHERE id = '{invocation}' ORDER BY index"
+            "SELECT index, entry_type, name, raw FROM sys_journal WHERE id = '{invocation}' ORDER BY index"
         ))
         .await
         .unwrap();
+    let is_save = |r: &serde_json::Value| {
+        let name = r["name"].as_str().unwrap_or_default();
+        let ty = r["entry_type"].as_str().unwrap_or_default();
+        name.starts_with("save ") || ty.contains("SetState") || ty.contains("ClearState")
+    };
     let save = rows
         .iter()
-        .position(|r| r["name"].as_str() == Some("save session"))
-        .unwrap_or_else(|| panic!("no `save session` in {invocation}: {rows:?}"));
+        .position(is_save)
+        .unwrap_or_else(|| panic!("no save in {invocation}: {rows:?}"));
+    let journaled = rows
+        .iter()
+        .any(|r| r["name"].as_str() == Some("save session"));
     rows[save..]
         .iter()
         .filter_map(|r| r["raw"].as_str())
         .map(|hex| hex.len() / 2)
-        .sum()
+        .sum::<usize>()
+        - reply * (1 + usize::from(journaled))
 }
 
 /// The session as the object's handler gives it, checked to be what the
@@ -568,10 +599,9 @@ async fn a_run_journals_and_writes_only_the_checkpoints_it_adds() {
             .unwrap();
         let done = rig.agent.outcome(&invocation).await.unwrap();
         assert_eq!(log_of(&done).len(), i + 1);
-        // The reply carries the state, which grows by a line each run; it
-        // is journaled twice (the saved outcome and the handler's output).
+        // The reply carries the state, which grows by a line each run.
         let reply = serde_json::to_string(&done).unwrap().len();
-        saves.push(saved_bytes(&rig.admin, &invocation).await - 2 * reply);
+        saves.push(saved_bytes(&rig.admin, &invocation, reply).await);
     }
     eprintln!("bytes saved per run, beside the reply: {saves:?}");
     // What the eighth run saves beside its reply is what the first did
@@ -640,9 +670,9 @@ async fn large_values_are_kept_and_journaled_once_by_reference() {
             panic!("{done:?}")
         };
         assert_eq!(state["note"], note(c));
-        // The reply carries the state, note included, journaled twice.
+        // The reply carries the state, note included.
         let reply = serde_json::to_string(&done).unwrap().len();
-        saves.push(saved_bytes(&rig.admin, &invocation).await - 2 * reply);
+        saves.push(saved_bytes(&rig.admin, &invocation, reply).await);
     }
     eprintln!("bytes saved per run, beside the reply: {saves:?}");
     // A note journaled once (its entry, and the state write of its key),
@@ -784,6 +814,163 @@ async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
     );
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(lines(&file).len(), done, "no effect ran after the stop");
+}
+
+/// The names of `invocation`'s journal entries, in order, with their
+/// types (`Command: Run`, `Command: SetState`, …).
+async fn journal_of(admin: &Admin, invocation: &str) -> Vec<(u64, String, String)> {
+    admin
+        .query(&format!(
+            "SELECT index, entry_type, name FROM sys_journal WHERE id = '{invocation}' ORDER BY index"
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap(),
+                r["entry_type"].as_str().unwrap_or_default().to_owned(),
+                r["name"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Restarts the ended `invocation` as a new one that replays its journal
+/// up to its last state write, included (Restate's restart-as-new), and
+/// waits for the new one to end: a replay that writes other bytes than the
+/// journal holds is a journal mismatch, which Restate retries without end.
+async fn replayed_to_its_last_write(rig: &Rig, invocation: &str) -> Reply {
+    let journal = journal_of(&rig.admin, invocation).await;
+    let (last_write, _, _) = journal
+        .iter()
+        .rev()
+        .find(|(_, ty, _)| ty.contains("SetState"))
+        .unwrap_or_else(|| panic!("no state write in {journal:?}"));
+    let url = format!(
+        "{}/invocations/{invocation}/restart-as-new?from={last_write}",
+        rig.admin.base()
+    );
+    let text = reqwest::Client::new()
+        .patch(&url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let answer: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: {e}: {text}"));
+    let again = answer["new_invocation_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{url}: {answer}"))
+        .to_owned();
+    let began = std::time::Instant::now();
+    loop {
+        let info = rig.admin.invocation(&again).await.unwrap().unwrap();
+        if info.status == "completed" {
+            break;
+        }
+        assert!(
+            info.last_failure.is_none() && began.elapsed() < Duration::from_secs(60),
+            "the replay of {invocation}'s journal did not end: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    rig.agent.outcome(&again).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loops_save_is_plain_state_that_a_replay_of_its_journal_writes_again() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let _service = rig.service(&[]);
+    rig.register().await;
+    let (session, _) = rig.session("plain-save");
+    let (admin, agent) = (&rig.admin, &rig.agent);
+    let began = harness::session::now_millis();
+
+    // A run of one task: its save is written as plain state, with no
+    // entry of its own; its checkpoints carry the journal's times.
+    let first = agent
+        .submit(&session, &json!({"tag": "a "}), None)
+        .await
+        .unwrap();
+    let done = agent.outcome(&first).await.unwrap();
+    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
+    let journal = journal_of(admin, &first).await;
+    assert!(
+        !journal.iter().any(|(_, _, name)| name == "save session"),
+        "{journal:?}"
+    );
+    assert!(journal.iter().any(|(_, ty, _)| ty.contains("SetState")));
+    let kept = agreed_session(&rig, &session).await;
+    let ended = harness::session::now_millis();
+    let times: Vec<u64> = kept.log.iter().map(|cp| cp.time).collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]) && times.iter().all(|t| (began..=ended).contains(t)),
+        "checkpoint times {times:?} out of order or outside {began}..={ended}"
+    );
+    assert_eq!(kept.head.updated_at, *times.last().unwrap());
+    assert_eq!(kept.head.created_at, times[0]);
+
+    // A run that stops for a human: the interrupt's id is the journal's,
+    // and a resume with it from the reply continues the run.
+    let asked = agent
+        .submit(&session, &json!({"tag": "b ", "approve": true}), None)
+        .await
+        .unwrap();
+    let Reply::Interrupted { interrupt, .. } = agent.outcome(&asked).await.unwrap() else {
+        panic!("no interrupt")
+    };
+    let kept = agreed_session(&rig, &session).await;
+    assert!(
+        matches!(&kept.head.phase, SessionPhase::Interrupted { interrupt: i } if i.id == interrupt.id),
+        "{:?}",
+        kept.head.phase
+    );
+    assert!(
+        !journal_of(admin, &asked)
+            .await
+            .iter()
+            .any(|(_, _, name)| name == "save session")
+    );
+    // Replayed up to its last state write, the run writes the same bytes
+    // (else Restate reports a mismatch and retries): the same ids, the
+    // same times, the same interrupt.
+    let replayed = replayed_to_its_last_write(&rig, &asked).await;
+    assert!(
+        matches!(&replayed, Reply::Interrupted { interrupt: again, .. } if again.id == interrupt.id),
+        "{replayed:?}"
+    );
+    assert_eq!(agreed_session(&rig, &session).await, kept);
+    let resumed = agent
+        .resume(&session, &interrupt.id, json!(true))
+        .await
+        .unwrap();
+    assert!(
+        log_of(&resumed).contains(&"shipped".to_owned()),
+        "{resumed:?}"
+    );
+
+    // A fan-out's branches commit side by side, in an order the journal
+    // does not fix: its save is journaled, and replays just the same.
+    let (spread, _) = rig.session("spread-save");
+    let fanned = agent
+        .submit(&spread, &json!({"parts": [1, 2]}), None)
+        .await
+        .unwrap();
+    let done = agent.outcome(&fanned).await.unwrap();
+    assert!(matches!(&done, Reply::Completed { .. }), "{done:?}");
+    assert!(
+        journal_of(admin, &fanned)
+            .await
+            .iter()
+            .any(|(_, _, name)| name == "save session")
+    );
+    let kept = agreed_session(&rig, &spread).await;
+    assert_eq!(replayed_to_its_last_write(&rig, &fanned).await, done);
+    assert_eq!(agreed_session(&rig, &spread).await, kept);
 }
 
 #[derive(

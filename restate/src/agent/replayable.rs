@@ -1,0 +1,296 @@
+//! A run's save as plain object state, made a function of the journal.
+//!
+//! The save of a run (its head, the checkpoints it added, the reply) is
+//! written with `ctx.set`, and Restate checks, on a replay, that every
+//! state write the journal holds is made again with the same bytes. The
+//! run's own ids (its run id, a new interrupt's id) and times (when each
+//! checkpoint was written) are made by the core from the machine's clock
+//! and its random numbers, which a replay makes anew. Journaling the save
+//! in a `ctx.run` of its own keeps them, at the price of one more
+//! acknowledged round trip to the server per run.
+//!
+//! This module takes them from the journal instead, where a run allows it
+//! (a [`Clock`] collects what it needs as the run goes):
+//! - each effect's entry journals, beside its outcome, when it started and
+//!   ended and a random seed ([`Stamped`]);
+//! - a checkpoint's time is that of the last entry completed before the
+//!   commit that wrote it (the first entry's start for those before it):
+//!   the run's time as its journal tells it, late by at most the pure
+//!   computation between an effect's end and the next commit;
+//! - a new run id and a new interrupt id are derived from the first
+//!   entry's seed, and the head's version is the loaded one plus one.
+//!
+//! Only a run whose commits follow one another in an order the journal
+//! fixes qualifies: one task at a time (no fork, fan-out or sub-agent
+//! record added), at least one effect journaled with its stamp, not
+//! cancelled, settled (no lease, nothing queued). Any other run journals
+//! its save in an entry of its own (`save session`), which a replay is
+//! answered from. Which of the two a run takes depends only on its
+//! journal, so a replay takes the path of the attempt it replays.
+//!
+//! Checked against the real server by restarting a finished invocation as
+//! a new one that replays its journal up to its last state write (the
+//! restate tests' `a_loops_save_is_plain_state_that_a_replay_of_its_journal_writes_again`):
+//! any byte a replay makes otherwise is a journal mismatch.
+
+use std::collections::BTreeMap;
+
+use harness::session::{CheckpointKind, SessionPhase, StoredRun};
+use harness::{InterruptId, RunId};
+use serde::{Deserialize, Serialize};
+
+use super::{Outcome, Reply, Saved};
+
+/// An effect's entry as journaled: its outcome (the shape it always had,
+/// so that an entry journaled before stamps reads), when it ran (ms since
+/// the epoch) and a random seed.
+#[derive(Serialize, Deserialize)]
+pub(super) struct Stamped {
+    #[serde(flatten)]
+    pub(super) outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) at: Option<(u64, u64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) seed: Option<String>,
+}
+
+/// What a run's journal tells of its times, collected as the run goes.
+#[derive(Debug, Default)]
+pub(super) struct Clock {
+    /// The entries journaled so far: when each started and ended.
+    entries: Vec<(u64, u64)>,
+    /// The first entry's seed.
+    seed: Option<String>,
+    /// Set when the journal cannot fix the run's ids and times: an entry
+    /// without a stamp, a round of a fork's effects, a cancellation.
+    untimed: bool,
+    /// For each checkpoint the run wrote, the number of entries completed
+    /// when its commit was made.
+    written_after: BTreeMap<u64, usize>,
+}
+
+impl Clock {
+    /// An effect's entry, as journaled (or replayed).
+    pub(super) fn entry(&mut self, stamp: Option<((u64, u64), String)>) {
+        match stamp {
+            Some((at, seed)) => {
+                self.entries.push(at);
+                self.seed.get_or_insert(seed);
+            }
+            None => self.untimed = true,
+        }
+    }
+
+    /// Something the journal cannot order: the save is journaled.
+    pub(super) fn untimed(&mut self) {
+        self.untimed = true;
+    }
+
+    /// A commit that appended the checkpoints `seqs`, made now.
+    pub(super) fn committed(&mut self, seqs: impl IntoIterator<Item = u64>) {
+        let done = self.entries.len();
+        for seq in seqs {
+            self.written_after.insert(seq, done);
+        }
+    }
+
+    /// The time of a commit made after `done` entries.
+    fn time(&self, done: usize) -> u64 {
+        match done.checked_sub(1) {
+            None => self.entries[0].0,
+            Some(last) => self.entries[last.min(self.entries.len() - 1)].1,
+        }
+    }
+}
+
+/// What the run's save must keep of the head it loaded.
+#[derive(Debug, Default)]
+pub(super) struct Before {
+    pub(super) run_id: Option<RunId>,
+    pub(super) interrupt: Option<InterruptId>,
+    pub(super) version: u64,
+}
+
+impl Before {
+    pub(super) fn of(head: &StoredRun) -> Self {
+        Self {
+            run_id: Some(head.run_id.clone()),
+            interrupt: match &head.phase {
+                SessionPhase::Interrupted { interrupt } => Some(interrupt.id.clone()),
+                _ => None,
+            },
+            version: head.version,
+        }
+    }
+}
+
+/// An id derived from `seed` for `what`, in the shape of a UUID.
+fn derived(seed: &str, what: &str) -> String {
+    let hex = crate::sessions::sha256(format!("{seed}/{what}").as_bytes());
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// Whether a record can only come from tasks running side by side.
+fn side_by_side(kind: &CheckpointKind) -> bool {
+    matches!(
+        kind,
+        CheckpointKind::Fork(_)
+            | CheckpointKind::Branch(_)
+            | CheckpointKind::Join(_)
+            | CheckpointKind::Child(_)
+    )
+}
+
+/// Takes `saved`'s ids and times from the journal and answers `true`, or
+/// answers `false` and leaves it as it is when the run does not qualify
+/// (see the module docs): its save must then be journaled.
+pub(super) fn canonical(saved: &mut Saved, clock: &Clock, before: &Before) -> bool {
+    let Some(seed) = clock.seed.as_deref() else {
+        return false;
+    };
+    let Some(head) = saved.head.as_ref() else {
+        return false;
+    };
+    if clock.untimed
+        || clock.entries.is_empty()
+        || head.lease.is_some()
+        || !head.queued.is_empty()
+        || head.stop_requested.is_some()
+        || !head.branch_journals.is_empty()
+        || matches!(head.phase, SessionPhase::Running)
+        || saved
+            .append
+            .iter()
+            .any(|k| side_by_side(&k.cp.kind) || !clock.written_after.contains_key(&k.cp.seq))
+    {
+        return false;
+    }
+    // The ids the run made, each to be replaced where the save is known to
+    // hold it; one found anywhere else (a step put it in its state, an
+    // error quotes it) would keep a value the journal does not fix.
+    let new_run = before.run_id.as_ref() != Some(&head.run_id);
+    let new_interrupt = match &head.phase {
+        SessionPhase::Interrupted { interrupt }
+            if before.interrupt.as_ref() != Some(&interrupt.id) =>
+        {
+            Some(interrupt.id.clone())
+        }
+        _ => None,
+    };
+    if new_run || new_interrupt.is_some() {
+        let Ok(text) = serde_json::to_string(&(&saved.head, &saved.append, &saved.reply)) else {
+            return false;
+        };
+        if new_run && text.matches(head.run_id.as_str()).count() != 1 {
+            return false;
+        }
+        if let Some(id) = &new_interrupt {
+            let in_reply =
+                matches!(&saved.reply, Reply::Interrupted { interrupt, .. } if interrupt.id == *id);
+            if text.matches(id.as_str()).count() != 1 + usize::from(in_reply) {
+                return false;
+            }
+        }
+    }
+    for kept in &mut saved.append {
+        kept.cp.time = clock.time(clock.written_after[&kept.cp.seq]);
+    }
+    let Some(head) = saved.head.as_mut() else {
+        return false;
+    };
+    let last = clock.time(clock.entries.len());
+    head.updated_at = saved.append.last().map_or(last, |k| k.cp.time);
+    if before.run_id.is_none() {
+        head.created_at = saved.append.first().map_or(last, |k| k.cp.time);
+    }
+    head.version = before.version + 1;
+    if new_run {
+        head.run_id = RunId::from(derived(seed, "run"));
+    }
+    if let Some(made) = new_interrupt {
+        let id = InterruptId::from(derived(seed, "interrupt"));
+        if let SessionPhase::Interrupted { interrupt } = &mut head.phase {
+            interrupt.id = id.clone();
+        }
+        if let Reply::Interrupted { interrupt, .. } = &mut saved.reply
+            && interrupt.id == made
+        {
+            interrupt.id = id;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamped(entries: &[(u64, u64)]) -> Clock {
+        let mut clock = Clock::default();
+        for (i, at) in entries.iter().enumerate() {
+            clock.entry(Some((*at, format!("seed-{i}"))));
+        }
+        clock
+    }
+
+    #[test]
+    fn a_commit_takes_the_time_of_the_last_entry_before_it() {
+        let clock = stamped(&[(10, 20), (30, 45)]);
+        assert_eq!(clock.time(0), 10, "before any entry: the first's start");
+        assert_eq!(clock.time(1), 20);
+        assert_eq!(clock.time(2), 45);
+        assert_eq!(
+            clock.seed.as_deref(),
+            Some("seed-0"),
+            "the first entry's seed"
+        );
+    }
+
+    #[test]
+    fn an_entry_without_a_stamp_or_a_round_leaves_the_run_untimed() {
+        let mut clock = stamped(&[(1, 2)]);
+        assert!(!clock.untimed);
+        clock.entry(None);
+        assert!(clock.untimed);
+        let mut round = stamped(&[(1, 2)]);
+        round.untimed();
+        assert!(round.untimed);
+    }
+
+    #[test]
+    fn derived_ids_are_uuid_shaped_and_differ_by_seed_and_purpose() {
+        let a = derived("s", "run");
+        assert_eq!(a.len(), 36);
+        assert_eq!(a.matches('-').count(), 4);
+        assert_eq!(a, derived("s", "run"));
+        assert_ne!(a, derived("s", "interrupt"));
+        assert_ne!(a, derived("t", "run"));
+    }
+
+    #[test]
+    fn a_stamped_entry_reads_an_entry_journaled_before_stamps() {
+        let old: Stamped = serde_json::from_str(r#"{"Ok":{"n":1}}"#).unwrap();
+        assert!(old.at.is_none() && old.seed.is_none());
+        assert_eq!(old.outcome, Ok(serde_json::json!({"n": 1})));
+        let failed: Stamped = serde_json::from_str(r#"{"Err":"no"}"#).unwrap();
+        assert_eq!(failed.outcome, Err("no".to_string()));
+        let new = Stamped {
+            outcome: Ok(serde_json::json!([1, 2])),
+            at: Some((5, 9)),
+            seed: Some("x".into()),
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        let back: Stamped = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (back.outcome, back.at, back.seed),
+            (new.outcome, new.at, new.seed)
+        );
+    }
+}
