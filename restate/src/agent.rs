@@ -29,7 +29,7 @@
 //! write against its journal). A run of one task at a time takes its ids
 //! and times from its journal, so its change is written as plain state,
 //! with no round trip of its own; any other run (a fork, a fan-out, a
-//! sub-agent, a cancelled run, one with no effect) journals its change in
+//! sub-agent, a cancelled or failed run, one with no effect) journals its change in
 //! an entry of its own first (`save session`); see [`replayable`].
 //! Large values go by reference: a field of a checkpoint's state or update
 //! of [`BY_REFERENCE_BYTES`](crate::BY_REFERENCE_BYTES) or more

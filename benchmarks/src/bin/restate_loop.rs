@@ -553,8 +553,9 @@ async fn main() -> Result<(), Error> {
 
     println!(
         "One run of K = {k} writes, besides its effects: harness, the session as saved ({} bytes \
-         of JSON, journaled by the save's `ctx.run` and set as the object's state) and its reply \
-         ({} bytes); the bare handler, its reply ({} bytes).",
+         of JSON, set as the object's state: a loop of one task takes its ids and times from its \
+         journal, so no `ctx.run` of its own journals the save) and its reply ({} bytes); the \
+         bare handler, its reply ({} bytes).",
         sizes.0, sizes.1, sizes.2
     );
     println!();

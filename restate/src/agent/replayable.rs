@@ -23,7 +23,9 @@
 //! Only a run whose commits follow one another in an order the journal
 //! fixes qualifies: one task at a time (no fork, fan-out or sub-agent
 //! record added), at least one effect journaled with its stamp, not
-//! cancelled, settled (no lease, nothing queued). Any other run journals
+//! cancelled, settled (no lease, nothing queued), and not failed (a
+//! failure may come from time itself: a step's time limit, which a replay
+//! answered from the journal would not reach). Any other run journals
 //! its save in an entry of its own (`save session`), which a replay is
 //! answered from. Which of the two a run takes depends only on its
 //! journal, so a replay takes the path of the attempt it replays.
@@ -164,7 +166,9 @@ pub(super) fn canonical(saved: &mut Saved, clock: &Clock, before: &Before) -> bo
         || !head.queued.is_empty()
         || head.stop_requested.is_some()
         || !head.branch_journals.is_empty()
-        || matches!(head.phase, SessionPhase::Running)
+        // A failure may come from time itself (a step's time limit: the
+        // replay, answered from the journal, would not run out of it).
+        || matches!(head.phase, SessionPhase::Running | SessionPhase::Failed { .. })
         || saved
             .append
             .iter()
@@ -262,6 +266,179 @@ mod tests {
         let mut round = stamped(&[(1, 2)]);
         round.untimed();
         assert!(round.untimed);
+    }
+
+    /// The save of a run that completed a new session, with its one
+    /// checkpoint committed after `done` entries of `clock`.
+    fn saved(clock: &mut Clock, done: usize, state: serde_json::Value) -> Saved {
+        let commit = harness::session::save_commit(
+            None,
+            "probe",
+            &harness::SessionId::from("s"),
+            state.clone(),
+        );
+        let mut stamps = std::mem::take(&mut clock.entries);
+        let later = stamps.split_off(done);
+        clock.entries = stamps;
+        clock.committed(commit.append.iter().map(|cp| cp.seq));
+        clock.entries.extend(later);
+        Saved {
+            head: Some(commit.head),
+            append: commit
+                .append
+                .into_iter()
+                .map(|cp| crate::sessions::Kept {
+                    cp,
+                    refs: BTreeMap::new(),
+                })
+                .collect(),
+            remove: Vec::new(),
+            reply: Reply::Completed {
+                signal: "done".into(),
+                state,
+            },
+        }
+    }
+
+    fn text(saved: &Saved) -> String {
+        serde_json::to_string(&(&saved.head, &saved.append, &saved.reply)).unwrap()
+    }
+
+    #[test]
+    fn a_qualifying_save_takes_its_times_and_ids_from_the_journal_alone() {
+        let make = |wall_clock_shift: u64| {
+            let mut clock = stamped(&[(100, 150), (160, 200)]);
+            let mut save = saved(&mut clock, 1, serde_json::json!({"n": 1}));
+            // What the core wrote from the machine's clock and random ids.
+            let head = save.head.as_mut().unwrap();
+            head.updated_at += wall_clock_shift;
+            head.created_at += wall_clock_shift;
+            head.version += wall_clock_shift;
+            head.run_id = RunId::random();
+            save.append[0].cp.time += wall_clock_shift;
+            assert!(canonical(&mut save, &clock, &Before::default()));
+            save
+        };
+        let (a, b) = (make(0), make(7));
+        assert_eq!(text(&a), text(&b), "two attempts, one save");
+        let head = a.head.as_ref().unwrap();
+        assert_eq!(a.append[0].cp.time, 150, "committed after the first entry");
+        assert_eq!(
+            (head.created_at, head.updated_at, head.version),
+            (150, 150, 1)
+        );
+        assert_eq!(head.run_id.as_str(), derived("seed-0", "run"));
+    }
+
+    #[test]
+    fn a_new_interrupt_takes_the_journals_id_in_the_head_and_the_reply() {
+        let mut clock = stamped(&[(1, 2)]);
+        let mut save = saved(&mut clock, 1, serde_json::json!({}));
+        let asked = harness::step::Interrupt {
+            id: InterruptId::random(),
+            step: "ask".into(),
+            path: Default::default(),
+            payload: serde_json::json!("ship it?"),
+            breakpoint: None,
+        };
+        save.head.as_mut().unwrap().phase = SessionPhase::Interrupted {
+            interrupt: asked.clone(),
+        };
+        save.reply = Reply::Interrupted {
+            interrupt: asked.clone(),
+            state: serde_json::json!({}),
+        };
+        assert!(canonical(&mut save, &clock, &Before::default()));
+        let want = derived("seed-0", "interrupt");
+        let SessionPhase::Interrupted { interrupt } = &save.head.as_ref().unwrap().phase else {
+            panic!()
+        };
+        assert_eq!(interrupt.id.as_str(), want);
+        assert!(
+            matches!(&save.reply, Reply::Interrupted { interrupt, .. } if interrupt.id.as_str() == want)
+        );
+        assert!(!text(&save).contains(asked.id.as_str()));
+        // A run that goes on waiting on the interrupt it loaded keeps its id.
+        let mut clock = stamped(&[(1, 2)]);
+        let mut again = saved(&mut clock, 1, serde_json::json!({}));
+        again.head.as_mut().unwrap().phase = SessionPhase::Interrupted {
+            interrupt: asked.clone(),
+        };
+        let before = Before {
+            interrupt: Some(asked.id.clone()),
+            ..Before::default()
+        };
+        assert!(canonical(&mut again, &clock, &before));
+        assert!(matches!(
+            &again.head.as_ref().unwrap().phase,
+            SessionPhase::Interrupted { interrupt } if interrupt.id == asked.id
+        ));
+    }
+
+    /// Makes a qualifying run one that does not qualify.
+    type Spoil = dyn Fn(&mut Saved, &mut Clock);
+
+    #[test]
+    fn a_run_the_journal_does_not_fix_keeps_its_save_as_it_is() {
+        let cases: Vec<(&str, Box<Spoil>)> = vec![
+            (
+                "failed",
+                Box::new(|s, _| {
+                    s.head.as_mut().unwrap().phase = SessionPhase::Failed {
+                        error: "late".into(),
+                    };
+                }),
+            ),
+            (
+                "running",
+                Box::new(|s, _| {
+                    s.head.as_mut().unwrap().phase = SessionPhase::Running;
+                }),
+            ),
+            (
+                "a fork",
+                Box::new(|s, _| {
+                    s.append[0].cp.kind = CheckpointKind::Join(harness::session::JoinRecord {
+                        path: Default::default(),
+                        branches: Vec::new(),
+                    });
+                }),
+            ),
+            ("untimed", Box::new(|_, c| c.untimed())),
+            ("no entry", Box::new(|_, c| c.entries.clear())),
+            ("uncommitted", Box::new(|_, c| c.written_after.clear())),
+            (
+                "queued",
+                Box::new(|s, _| s.head.as_mut().unwrap().queued.push(serde_json::json!({}))),
+            ),
+            (
+                "leased",
+                Box::new(|s, _| {
+                    s.head.as_mut().unwrap().lease = Some(harness::session::Lease {
+                        owner: "w".into(),
+                        expires_at: 9,
+                    });
+                }),
+            ),
+            (
+                "its run id in the state",
+                Box::new(|s, _| {
+                    let id = s.head.as_ref().unwrap().run_id.to_string();
+                    s.reply = Reply::Completed {
+                        signal: "done".into(),
+                        state: serde_json::json!({"run": id}),
+                    };
+                }),
+            ),
+        ];
+        for (what, spoil) in cases {
+            let mut clock = stamped(&[(1, 2)]);
+            let mut save = saved(&mut clock, 1, serde_json::json!({"n": 1}));
+            spoil(&mut save, &mut clock);
+            let as_it_was = text(&save);
+            assert!(!canonical(&mut save, &clock, &Before::default()), "{what}");
+            assert_eq!(text(&save), as_it_was, "{what}: changed");
+        }
     }
 
     #[test]
