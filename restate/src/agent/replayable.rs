@@ -10,9 +10,9 @@
 //! acknowledged round trip to the server per run.
 //!
 //! This module takes them from the journal instead, where a run allows it
-//! (a [`Clock`] collects what it needs as the run goes):
+//! (collected as the run goes):
 //! - each effect's entry journals, beside its outcome, when it started and
-//!   ended and a random seed ([`Stamped`]);
+//!   ended and a random seed;
 //! - a checkpoint's time is that of the last entry completed before the
 //!   commit that wrote it (the first entry's start for those before it):
 //!   the run's time as its journal tells it, late by at most the pure
