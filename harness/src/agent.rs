@@ -134,7 +134,19 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             None => SessionLink::Detached,
         };
         let exec = Execution::new(state, harness.start, StepJournal::default(), link);
-        self.new_run(slots, exec, RunId::random(), session_id)
+        self.new_run(slots, exec, self.fresh_run_id(), session_id)
+    }
+
+    /// A new run's id: the effect journal's when it fixes one
+    /// ([`EffectJournal::run_id`](crate::effect::EffectJournal::run_id)),
+    /// else a random one.
+    fn fresh_run_id(&self) -> RunId {
+        self.inner
+            .harness
+            .effects
+            .as_ref()
+            .and_then(|journal| journal.run_id())
+            .unwrap_or_else(RunId::random)
     }
 
     fn new_run(
@@ -530,7 +542,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let input = to_json(&input, "input")?;
         let at = self.inner.harness.start;
         let from = Continuation {
-            run_id: Some(RunId::random()),
+            run_id: Some(self.fresh_run_id()),
             at,
             journals: Journals::new(),
             input: Some(input),

@@ -91,7 +91,7 @@
 //! }
 //! ```
 
-use crate::ids::{SessionId, TaskPath};
+use crate::ids::{RunId, SessionId, TaskPath};
 use futures::future::BoxFuture;
 
 pub(crate) mod turns;
@@ -224,6 +224,15 @@ pub trait EffectJournal: Send + Sync + Debug {
     /// the effects of this one are done. The default is `false`.
     fn batches(&self) -> bool {
         false
+    }
+
+    /// The id of a run about to start, when the journal fixes it. An engine
+    /// that checks a replay against what the first attempt wrote (Restate
+    /// checks every state write) needs the run's id to be the same on every
+    /// attempt: the id steps see (`cx.run_id()`), the one traces carry and
+    /// the one the session keeps. `None` (the default): a random id.
+    fn run_id(&self) -> Option<RunId> {
+        None
     }
 
     /// Asks about the effects of one round at once, in branch order: one

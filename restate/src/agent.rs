@@ -272,6 +272,8 @@ struct Attempt {
     /// The run's times and seed as its journal tells them (see
     /// [`replayable`]).
     clock: std::sync::Mutex<Clock>,
+    /// The id of a run this attempt starts (see [`replayable`]).
+    run_id: harness::RunId,
 }
 
 impl Attempt {
@@ -437,6 +439,12 @@ impl RestateEffects {
 }
 
 impl EffectJournal for RestateEffects {
+    /// The attempt's: derived from what its journal holds before the run
+    /// (see [`replayable`]).
+    fn run_id(&self) -> Option<harness::RunId> {
+        attempt().map(|a| a.run_id.clone())
+    }
+
     fn begin<'a>(&'a self, effect: &'a EffectId) -> BoxFuture<'a, Result<Journaled, EffectError>> {
         Box::pin(async move {
             let mut answers = Self::ask(std::slice::from_ref(effect)).await?;
@@ -781,12 +789,18 @@ impl AgentObject {
         let store = MemoryStore::new();
         let loaded = load(ctx, &store).await?;
         let last_seq = loaded.last_seq;
+        let input = match &op {
+            Op::Start(input) => Some(input),
+            Op::Resume(_) => None,
+        };
+        let run_id = replayable::run_id(ctx.key(), &loaded.before, input);
         let (tx, mut requests) = mpsc::unbounded_channel();
         let attempt = Arc::new(Attempt {
             effects: tx,
             store,
             stop: std::sync::Mutex::new(None),
             clock: std::sync::Mutex::new(Clock::default()),
+            run_id,
         });
         let driver = Arc::clone(&self.driver);
         let id = session.clone();
@@ -1021,7 +1035,13 @@ async fn effect(
             let outcomes = if single {
                 serde_json::from_value::<Stamped>(value)
                     .map(|entry| {
-                        attempt.clock().entry(entry.at.zip(entry.seed));
+                        let mut clock = attempt.clock();
+                        clock.entry(entry.at.zip(entry.seed));
+                        // A step that gave up waiting (its time limit) may
+                        // not give up on a replay, answered at once.
+                        if matches!(&entry.outcome, Err(e) if e == ABANDONED || e == UNWAITED) {
+                            clock.untimed();
+                        }
                         vec![Ok(entry.outcome)]
                     })
                     .map_err(|e| e.to_string())
@@ -1100,17 +1120,23 @@ fn round_outcomes(asked: &[String], value: Value) -> Result<Vec<Result<Outcome, 
 async fn run_one(decide: oneshot::Sender<oneshot::Sender<Outcome>>) -> Outcome {
     let (tx, rx) = oneshot::channel();
     if decide.send(tx).is_err() {
-        return Err("the step no longer waits for this effect".to_string());
+        return Err(UNWAITED.to_string());
     }
-    let mut outcome = rx
-        .await
-        .unwrap_or_else(|_| Err("the step was cancelled while the effect ran".to_string()));
+    let mut outcome = rx.await.unwrap_or_else(|_| Err(ABANDONED.to_string()));
     match &mut outcome {
         Ok(value) => secrets::redact_json(value),
         Err(message) => secrets::redact_string(message),
     };
     outcome
 }
+
+/// The outcome journaled for an effect whose step stopped waiting before
+/// it was let run.
+const UNWAITED: &str = "the step no longer waits for this effect";
+
+/// The outcome journaled for an effect whose step was cancelled while it
+/// ran (a time limit).
+const ABANDONED: &str = "the step was cancelled while the effect ran";
 
 /// What an effect asked for after the invocation was cancelled fails with.
 const STOPPED: &str = "the run was stopped: its Restate invocation was cancelled";

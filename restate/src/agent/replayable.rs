@@ -17,7 +17,12 @@
 //!   commit that wrote it (the first entry's start for those before it):
 //!   the run's time as its journal tells it, late by at most the pure
 //!   computation between an effect's end and the next commit;
-//! - a new run id and a new interrupt id are derived from the first
+//! - the run's id is decided before the run starts, from what the journal
+//!   holds by then (the object's key and the head loaded, or a new
+//!   session's input), and given to the core through
+//!   `EffectJournal::run_id`: steps (`cx.run_id()`), traces and the
+//!   session all see that one;
+//! - a new interrupt's id (which no step sees) is derived from the first
 //!   entry's seed, and the head's version is the loaded one plus one.
 //!
 //! Only a run whose commits follow one another in an order the journal
@@ -111,6 +116,8 @@ pub(super) struct Before {
     pub(super) run_id: Option<RunId>,
     pub(super) interrupt: Option<InterruptId>,
     pub(super) version: u64,
+    /// A fork was under way: the run may go on in its branches.
+    pub(super) in_fork: bool,
 }
 
 impl Before {
@@ -122,8 +129,24 @@ impl Before {
                 _ => None,
             },
             version: head.version,
+            in_fork: !head.branch_journals.is_empty()
+                || matches!(&head.phase, SessionPhase::Interrupted { interrupt } if !interrupt.path.is_root()),
         }
     }
+}
+
+/// The id of the run an attempt starts: derived from the object's `key`
+/// and the head loaded (its run and version), or, for a new session, from
+/// its `input`: what the journal holds before the run, so that a replay
+/// of the attempt, and an invocation restarted from its journal, derive
+/// the same id, while each run of a session gets its own (every run moves
+/// the head on).
+pub(super) fn run_id(key: &str, before: &Before, input: Option<&serde_json::Value>) -> RunId {
+    let basis = match &before.run_id {
+        Some(run) => serde_json::json!([key, run, before.version]),
+        None => serde_json::json!([key, input]),
+    };
+    RunId::from(derived(&basis.to_string(), "run"))
 }
 
 /// An id derived from `seed` for `what`, in the shape of a UUID.
@@ -162,6 +185,7 @@ pub(super) fn canonical(saved: &mut Saved, clock: &Clock, before: &Before) -> bo
     };
     if clock.untimed
         || clock.entries.is_empty()
+        || before.in_fork
         || head.lease.is_some()
         || !head.queued.is_empty()
         || head.stop_requested.is_some()
@@ -176,10 +200,9 @@ pub(super) fn canonical(saved: &mut Saved, clock: &Clock, before: &Before) -> bo
     {
         return false;
     }
-    // The ids the run made, each to be replaced where the save is known to
-    // hold it; one found anywhere else (a step put it in its state, an
-    // error quotes it) would keep a value the journal does not fix.
-    let new_run = before.run_id.as_ref() != Some(&head.run_id);
+    // A new interrupt's id, to be replaced where the save is known to hold
+    // it; found anywhere else (no step sees it, but an error may quote it)
+    // it would keep a value the journal does not fix.
     let new_interrupt = match &head.phase {
         SessionPhase::Interrupted { interrupt }
             if before.interrupt.as_ref() != Some(&interrupt.id) =>
@@ -188,19 +211,14 @@ pub(super) fn canonical(saved: &mut Saved, clock: &Clock, before: &Before) -> bo
         }
         _ => None,
     };
-    if new_run || new_interrupt.is_some() {
+    if let Some(id) = &new_interrupt {
         let Ok(text) = serde_json::to_string(&(&saved.head, &saved.append, &saved.reply)) else {
             return false;
         };
-        if new_run && text.matches(head.run_id.as_str()).count() != 1 {
+        let in_reply =
+            matches!(&saved.reply, Reply::Interrupted { interrupt, .. } if interrupt.id == *id);
+        if text.matches(id.as_str()).count() != 1 + usize::from(in_reply) {
             return false;
-        }
-        if let Some(id) = &new_interrupt {
-            let in_reply =
-                matches!(&saved.reply, Reply::Interrupted { interrupt, .. } if interrupt.id == *id);
-            if text.matches(id.as_str()).count() != 1 + usize::from(in_reply) {
-                return false;
-            }
         }
     }
     for kept in &mut saved.append {
@@ -209,15 +227,13 @@ pub(super) fn canonical(saved: &mut Saved, clock: &Clock, before: &Before) -> bo
     let Some(head) = saved.head.as_mut() else {
         return false;
     };
+    // The settle came after every entry.
     let last = clock.time(clock.entries.len());
-    head.updated_at = saved.append.last().map_or(last, |k| k.cp.time);
+    head.updated_at = last;
     if before.run_id.is_none() {
         head.created_at = saved.append.first().map_or(last, |k| k.cp.time);
     }
     head.version = before.version + 1;
-    if new_run {
-        head.run_id = RunId::from(derived(seed, "run"));
-    }
     if let Some(made) = new_interrupt {
         let id = InterruptId::from(derived(seed, "interrupt"));
         if let SessionPhase::Interrupted { interrupt } = &mut head.phase {
@@ -306,15 +322,17 @@ mod tests {
 
     #[test]
     fn a_qualifying_save_takes_its_times_and_ids_from_the_journal_alone() {
+        let run = run_id("s", &Before::default(), Some(&serde_json::json!({"n": 1})));
         let make = |wall_clock_shift: u64| {
             let mut clock = stamped(&[(100, 150), (160, 200)]);
             let mut save = saved(&mut clock, 1, serde_json::json!({"n": 1}));
-            // What the core wrote from the machine's clock and random ids.
+            // What the core wrote from the machine's clock, with the run id
+            // the journal gave it.
             let head = save.head.as_mut().unwrap();
             head.updated_at += wall_clock_shift;
             head.created_at += wall_clock_shift;
             head.version += wall_clock_shift;
-            head.run_id = RunId::random();
+            head.run_id = run.clone();
             save.append[0].cp.time += wall_clock_shift;
             assert!(canonical(&mut save, &clock, &Before::default()));
             save
@@ -325,9 +343,10 @@ mod tests {
         assert_eq!(a.append[0].cp.time, 150, "committed after the first entry");
         assert_eq!(
             (head.created_at, head.updated_at, head.version),
-            (150, 150, 1)
+            (150, 200, 1),
+            "created at its first checkpoint, updated after the last entry"
         );
-        assert_eq!(head.run_id.as_str(), derived("seed-0", "run"));
+        assert_eq!(head.run_id, run, "the run keeps the id it ran with");
     }
 
     #[test]
@@ -376,14 +395,14 @@ mod tests {
     }
 
     /// Makes a qualifying run one that does not qualify.
-    type Spoil = dyn Fn(&mut Saved, &mut Clock);
+    type Spoil = dyn Fn(&mut Saved, &mut Clock, &mut Before);
 
     #[test]
     fn a_run_the_journal_does_not_fix_keeps_its_save_as_it_is() {
         let cases: Vec<(&str, Box<Spoil>)> = vec![
             (
                 "failed",
-                Box::new(|s, _| {
+                Box::new(|s, _, _| {
                     s.head.as_mut().unwrap().phase = SessionPhase::Failed {
                         error: "late".into(),
                     };
@@ -391,29 +410,29 @@ mod tests {
             ),
             (
                 "running",
-                Box::new(|s, _| {
+                Box::new(|s, _, _| {
                     s.head.as_mut().unwrap().phase = SessionPhase::Running;
                 }),
             ),
             (
                 "a fork",
-                Box::new(|s, _| {
+                Box::new(|s, _, _| {
                     s.append[0].cp.kind = CheckpointKind::Join(harness::session::JoinRecord {
                         path: Default::default(),
                         branches: Vec::new(),
                     });
                 }),
             ),
-            ("untimed", Box::new(|_, c| c.untimed())),
-            ("no entry", Box::new(|_, c| c.entries.clear())),
-            ("uncommitted", Box::new(|_, c| c.written_after.clear())),
+            ("untimed", Box::new(|_, c, _| c.untimed())),
+            ("no entry", Box::new(|_, c, _| c.entries.clear())),
+            ("uncommitted", Box::new(|_, c, _| c.written_after.clear())),
             (
                 "queued",
-                Box::new(|s, _| s.head.as_mut().unwrap().queued.push(serde_json::json!({}))),
+                Box::new(|s, _, _| s.head.as_mut().unwrap().queued.push(serde_json::json!({}))),
             ),
             (
                 "leased",
-                Box::new(|s, _| {
+                Box::new(|s, _, _| {
                     s.head.as_mut().unwrap().lease = Some(harness::session::Lease {
                         owner: "w".into(),
                         expires_at: 9,
@@ -421,24 +440,50 @@ mod tests {
                 }),
             ),
             (
-                "its run id in the state",
-                Box::new(|s, _| {
-                    let id = s.head.as_ref().unwrap().run_id.to_string();
-                    s.reply = Reply::Completed {
-                        signal: "done".into(),
-                        state: serde_json::json!({"run": id}),
+                "its new interrupt's id quoted",
+                Box::new(|s, _, _| {
+                    let id = InterruptId::random();
+                    s.head.as_mut().unwrap().phase = SessionPhase::Interrupted {
+                        interrupt: harness::step::Interrupt {
+                            id: id.clone(),
+                            step: "ask".into(),
+                            path: Default::default(),
+                            payload: serde_json::json!({"asked": id.as_str()}),
+                            breakpoint: None,
+                        },
                     };
                 }),
             ),
+            ("in a fork", Box::new(|_, _, b| b.in_fork = true)),
         ];
         for (what, spoil) in cases {
             let mut clock = stamped(&[(1, 2)]);
             let mut save = saved(&mut clock, 1, serde_json::json!({"n": 1}));
-            spoil(&mut save, &mut clock);
+            let mut before = Before::default();
+            spoil(&mut save, &mut clock, &mut before);
             let as_it_was = text(&save);
-            assert!(!canonical(&mut save, &clock, &Before::default()), "{what}");
+            assert!(!canonical(&mut save, &clock, &before), "{what}");
             assert_eq!(text(&save), as_it_was, "{what}: changed");
         }
+    }
+
+    #[test]
+    fn a_runs_id_is_fixed_by_what_the_journal_holds_before_it() {
+        let input = serde_json::json!({"n": 1});
+        let new = Before::default();
+        let first = run_id("s", &new, Some(&input));
+        assert_eq!(first, run_id("s", &new, Some(&input)), "a replay's");
+        assert_ne!(first, run_id("t", &new, Some(&input)), "another session's");
+        assert_ne!(first, run_id("s", &new, Some(&serde_json::json!({"n": 2}))));
+        let after = |version| Before {
+            run_id: Some(first.clone()),
+            version,
+            ..Before::default()
+        };
+        let second = run_id("s", &after(3), Some(&input));
+        assert_ne!(second, first, "the next run of the session");
+        assert_ne!(second, run_id("s", &after(4), Some(&input)));
+        assert_eq!(first.as_str().len(), 36);
     }
 
     #[test]

@@ -73,6 +73,7 @@ struct Settings {
     key_prefix: String,
     /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
     clock: bool,
+    run_tag: bool,
 }
 
 async fn append(file: &Path, line: &str) -> Result<(), StepError> {
@@ -112,7 +113,13 @@ async fn work(s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult<JobUpda
             hang(&set).await;
         }
     }
-    Ok(JobUpdate::new().log(log).runs(1))
+    let update = JobUpdate::new().log(log).runs(1);
+    if set.run_tag {
+        // Made from the run's id, straight into the state (not through
+        // `once`): a replay must see the same id.
+        return Ok(update.note(format!("run {}", &cx.run_id().as_str()[..8])));
+    }
+    Ok(update)
 }
 
 /// Hangs (for a test to kill the process), once per `PROBE_HANG_ONCE` file.
@@ -189,6 +196,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         hang_part: env_num("PROBE_HANG_PART").and_then(|n| u32::try_from(n).ok()),
         key_prefix: std::env::var("PROBE_KEY_PREFIX").unwrap_or_default(),
         clock: std::env::var("PROBE_CLOCK").is_ok_and(|v| v == "1"),
+        run_tag: std::env::var("PROBE_RUN_TAG").is_ok_and(|v| v == "1"),
     });
     let durable = Durable::new();
     let (a, b, c) = (Arc::clone(&set), Arc::clone(&set), Arc::clone(&set));

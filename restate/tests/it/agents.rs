@@ -330,8 +330,8 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
     loop {
         let mut url = format!("http://{}/api/sessions", studio.local_addr());
         if let Some(after) = &after {
-            let encoded: String = after.bytes().map(|b| format!("%{b:02X}")).collect();
-            url = format!("{url}?after={encoded}");
+            // Percent-encoded by the server, ready for the query string.
+            url = format!("{url}?after={after}");
         }
         let page = reqwest::Client::new()
             .get(&url)
@@ -884,7 +884,8 @@ async fn replayed_to_its_last_write(rig: &Rig, invocation: &str) -> Reply {
 async fn a_loops_save_is_plain_state_that_a_replay_of_its_journal_writes_again() {
     let _serial = SHARED_SERVER.lock().await;
     let rig = Rig::shared();
-    let _service = rig.service(&[]);
+    // Each run's work step notes a value made from its run id.
+    let _service = rig.service(&[("PROBE_RUN_TAG", "1".into())]);
     rig.register().await;
     let (session, _) = rig.session("plain-save");
     let (admin, agent) = (&rig.admin, &rig.agent);
@@ -911,8 +912,16 @@ async fn a_loops_save_is_plain_state_that_a_replay_of_its_journal_writes_again()
         times.windows(2).all(|w| w[0] <= w[1]) && times.iter().all(|t| (began..=ended).contains(t)),
         "checkpoint times {times:?} out of order or outside {began}..={ended}"
     );
-    assert_eq!(kept.head.updated_at, *times.last().unwrap());
+    assert!((*times.last().unwrap()..=ended).contains(&kept.head.updated_at));
     assert_eq!(kept.head.created_at, times[0]);
+    // The id the step saw is the one the session keeps.
+    let Reply::Completed { state, .. } = &done else {
+        unreachable!()
+    };
+    assert_eq!(
+        state["note"],
+        format!("run {}", &kept.head.run_id.as_str()[..8])
+    );
 
     // A run that stops for a human: the interrupt's id is the journal's,
     // and a resume with it from the reply continues the run.
