@@ -27,10 +27,11 @@
 //!
 //! Only a run whose commits follow one another in an order the journal
 //! fixes qualifies: one task at a time (no fork, fan-out or sub-agent
-//! record added), at least one effect journaled with its stamp, not
-//! cancelled, settled (no lease, nothing queued), and not failed (a
-//! failure may come from time itself: a step's time limit, which a replay
-//! answered from the journal would not reach). Any other run journals
+//! record added, not resumed inside a fork), at least one effect
+//! journaled with its stamp, not cancelled, settled (no lease, nothing
+//! queued), and with nothing that time itself may have decided: not
+//! failed, and no effect its step gave up on (a step's time limit, which
+//! a replay answered from the journal would not reach). Any other run journals
 //! its save in an entry of its own (`save session`), which a replay is
 //! answered from. Which of the two a run takes depends only on its
 //! journal, so a replay takes the path of the attempt it replays.
@@ -69,7 +70,8 @@ pub(super) struct Clock {
     /// The first entry's seed.
     seed: Option<String>,
     /// Set when the journal cannot fix the run's ids and times: an entry
-    /// without a stamp, a round of a fork's effects, a cancellation.
+    /// without a stamp, a round of a fork's effects, a cancellation, an
+    /// effect its step gave up on.
     untimed: bool,
     /// For each checkpoint the run wrote, the number of entries completed
     /// when its commit was made.
