@@ -1003,19 +1003,22 @@ async fn effect(
         effects.into_iter().map(|a| (a.decide, a.done)).unzip();
     let single = decides.len() == 1;
     let journaled_names = names.clone();
+    // The run's first entry carries its seed (see `replayable`).
+    let seeded = attempt.clock().unseeded();
     let journaled = ctx
         .run(|| async move {
             let start = harness::session::now_millis();
             let outcomes = futures::future::join_all(decides.into_iter().map(run_one)).await;
             // One effect is journaled as its outcome (as it always was),
-            // stamped with when it ran and a seed (see `replayable`); a
-            // round as its effects, each named with its outcome.
+            // stamped with when it ran (and the run's first with a seed;
+            // see `replayable`); a round as its effects, each named with its
+            // outcome.
             Ok(Json(if single {
                 outcomes.into_iter().next().map_or(Value::Null, |outcome| {
                     let stamped = Stamped {
                         outcome,
                         at: Some((start, harness::session::now_millis())),
-                        seed: Some(harness::RunId::random().to_string()),
+                        seed: seeded.then(|| harness::RunId::random().to_string()),
                     };
                     serde_json::to_value(stamped).unwrap_or(Value::Null)
                 })
@@ -1036,7 +1039,7 @@ async fn effect(
                 serde_json::from_value::<Stamped>(value)
                     .map(|entry| {
                         let mut clock = attempt.clock();
-                        clock.entry(entry.at.zip(entry.seed));
+                        clock.entry(entry.at, entry.seed);
                         // A step that gave up waiting (its time limit) may
                         // not give up on a replay, answered at once.
                         if matches!(&entry.outcome, Err(e) if e == ABANDONED || e == UNWAITED) {

@@ -12,7 +12,7 @@
 //! This module takes them from the journal instead, where a run allows it
 //! (collected as the run goes):
 //! - each effect's entry journals, beside its outcome, when it started and
-//!   ended and a random seed;
+//!   ended, and the run's first entry a random seed;
 //! - a checkpoint's time is that of the last entry completed before the
 //!   commit that wrote it (the first entry's start for those before it):
 //!   the run's time as its journal tells it, late by at most the pure
@@ -67,7 +67,7 @@ pub(super) struct Stamped {
 pub(super) struct Clock {
     /// The entries journaled so far: when each started and ended.
     entries: Vec<(u64, u64)>,
-    /// The first entry's seed.
+    /// The seed of the run's first entry.
     seed: Option<String>,
     /// Set when the journal cannot fix the run's ids and times: an entry
     /// without a stamp, a round of a fork's effects, a cancellation, an
@@ -79,15 +79,24 @@ pub(super) struct Clock {
 }
 
 impl Clock {
-    /// An effect's entry, as journaled (or replayed).
-    pub(super) fn entry(&mut self, stamp: Option<((u64, u64), String)>) {
-        match stamp {
-            Some((at, seed)) => {
+    /// An effect's entry, as journaled (or replayed): when it ran, and the
+    /// seed the run's first entry carries.
+    pub(super) fn entry(&mut self, at: Option<(u64, u64)>, seed: Option<String>) {
+        match at {
+            Some(at) => {
+                if self.entries.is_empty() {
+                    self.seed = seed;
+                }
                 self.entries.push(at);
-                self.seed.get_or_insert(seed);
             }
             None => self.untimed = true,
         }
+    }
+
+    /// Whether no entry has been journaled yet: the next one is the run's
+    /// first, and carries its seed.
+    pub(super) fn unseeded(&self) -> bool {
+        self.entries.is_empty() && !self.untimed
     }
 
     /// Something the journal cannot order: the save is journaled.
@@ -226,26 +235,27 @@ pub(super) fn canonical(saved: &mut Saved, clock: &Clock, before: &Before) -> bo
     for kept in &mut saved.append {
         kept.cp.time = clock.time(clock.written_after[&kept.cp.seq]);
     }
-    let Some(head) = saved.head.as_mut() else {
-        return false;
-    };
     // The settle came after every entry.
     let last = clock.time(clock.entries.len());
-    head.updated_at = last;
-    if before.run_id.is_none() {
-        head.created_at = saved.append.first().map_or(last, |k| k.cp.time);
-    }
-    head.version = before.version + 1;
-    if let Some(made) = new_interrupt {
-        let id = InterruptId::from(derived(seed, "interrupt"));
-        if let SessionPhase::Interrupted { interrupt } = &mut head.phase {
+    let first = saved.append.first().map_or(last, |k| k.cp.time);
+    let id = new_interrupt
+        .as_ref()
+        .map(|_| InterruptId::from(derived(seed, "interrupt")));
+    if let Some(head) = saved.head.as_mut() {
+        head.updated_at = last;
+        if before.run_id.is_none() {
+            head.created_at = first;
+        }
+        head.version = before.version + 1;
+        if let (Some(id), SessionPhase::Interrupted { interrupt }) = (&id, &mut head.phase) {
             interrupt.id = id.clone();
         }
-        if let Reply::Interrupted { interrupt, .. } = &mut saved.reply
-            && interrupt.id == made
-        {
-            interrupt.id = id;
-        }
+    }
+    if let (Some(made), Some(id)) = (new_interrupt, id)
+        && let Reply::Interrupted { interrupt, .. } = &mut saved.reply
+        && interrupt.id == made
+    {
+        interrupt.id = id;
     }
     true
 }
@@ -257,7 +267,7 @@ mod tests {
     fn stamped(entries: &[(u64, u64)]) -> Clock {
         let mut clock = Clock::default();
         for (i, at) in entries.iter().enumerate() {
-            clock.entry(Some((*at, format!("seed-{i}"))));
+            clock.entry(Some(*at), (i == 0).then(|| format!("seed-{i}")));
         }
         clock
     }
@@ -279,11 +289,17 @@ mod tests {
     fn an_entry_without_a_stamp_or_a_round_leaves_the_run_untimed() {
         let mut clock = stamped(&[(1, 2)]);
         assert!(!clock.untimed);
-        clock.entry(None);
+        assert!(!clock.unseeded(), "the seed came with the first entry");
+        clock.entry(None, None);
         assert!(clock.untimed);
-        let mut round = stamped(&[(1, 2)]);
+        // A round first: no seed is asked for, and a stamped entry after
+        // it does not make the run timed again.
+        let mut round = Clock::default();
+        assert!(round.unseeded());
         round.untimed();
-        assert!(round.untimed);
+        assert!(!round.unseeded());
+        round.entry(Some((3, 4)), None);
+        assert!(round.untimed && round.seed.is_none());
     }
 
     /// The save of a run that completed a new session, with its one
