@@ -26,8 +26,10 @@ import gc
 import hashlib
 import importlib
 import io
+import itertools
 import json
 import linecache
+import operator
 import os
 import pickle
 import reprlib
@@ -130,7 +132,8 @@ class Tracker:
     def __init__(self, filename, before):
         self.filename = filename
         self.before = before
-        self.seen = set()
+        # Names read by the cell's own code: later reads of them add nothing.
+        self.done = set()
         self.observed = set()
         self.traced = set()
         self.reads = set()
@@ -155,14 +158,15 @@ class Namespace(dict):
     an exact dict (CPython's `LOAD_GLOBAL` and `LOAD_NAME` slow paths), so
     every read by the cell's code, by functions defined in cells and by
     comprehensions in them comes here; library code has its own module
-    globals and is not slowed down. Only the first read of each name per
-    cell does more than a set lookup."""
+    globals and is not slowed down. Once the cell's own code has read a
+    name, every read of it costs one set lookup; until then, reads from
+    functions also look at the caller's frame."""
 
     __slots__ = ()
 
     def __getitem__(self, key):
         tracker = _track[0]
-        if tracker is not None:
+        if tracker is not None and key not in tracker.done:
             if key not in tracker.traced:
                 tracker.traced.add(key)
                 value = _dict_get(self, key, _MISSING)
@@ -171,15 +175,16 @@ class Namespace(dict):
                         tracker.reads.add(key)
                 elif tracker.before.get(key, _MISSING) is value:
                     tracker.reads.add(key)
-            if key not in tracker.seen:
-                if _getframe(1).f_code.co_filename == tracker.filename:
-                    tracker.seen.add(key)
-                    value = _dict_get(self, key, _MISSING)
-                    if value is _MISSING:
-                        if type(key) is not str or not hasattr(builtins, key):
-                            tracker.observed.add(key)
-                    elif tracker.before.get(key, _MISSING) is value:
+            if _getframe(1).f_code.co_filename == tracker.filename:
+                # Read by the cell's own code: nothing more to learn about
+                # this name in this cell.
+                tracker.done.add(key)
+                value = _dict_get(self, key, _MISSING)
+                if value is _MISSING:
+                    if type(key) is not str or not hasattr(builtins, key):
                         tracker.observed.add(key)
+                elif tracker.before.get(key, _MISSING) is value:
+                    tracker.observed.add(key)
         return _dict_getitem(self, key)
 
 
@@ -772,10 +777,28 @@ def _random_state(module):
             _random_layouts[kind] = layout
         if layout is not None:
             at, index = layout
-            return (ctypes.string_at(id(generator) + at, 624 * 4),
-                    ctypes.string_at(id(generator) + index, 4),
-                    generator.gauss_next)
+            view = _memory_view(generator, ((at, 624 * 4), (index, 4)))
+            return view[0].raw, view[1].raw, generator.gauss_next
     return module.getstate()
+
+
+# id(owner) -> (owner, [ctypes arrays over parts of its memory]).
+_views = {}
+
+
+def _memory_view(owner, parts, base=None):
+    """ctypes arrays over `parts` ((offset, size) from `base`, else from the
+    object's own address) of the memory of `owner`, which the cache keeps
+    alive so the memory stays valid: read with `.raw` each cell, with no
+    new object and no audit event (as ctypes.string_at makes)."""
+    cached = _views.get(id(owner))
+    if cached is None or cached[0] is not owner:
+        start = id(owner) if base is None else base
+        if len(_views) >= 16:
+            _views.clear()
+        cached = _views[id(owner)] = (owner, [(ctypes.c_char * size).from_address(start + at)
+                                             for at, size in parts])
+    return cached[1]
 
 
 def _numpy_gauss_offset(kind, mt19937):
@@ -832,9 +855,9 @@ def _numpy_state(module):
             _gauss_offsets[kind] = offset
         bits = generator._bit_generator
         if offset is not None and type(bits) is mt19937:
-            return (id(bits), ctypes.string_at(bits.ctypes.state_address, _MT_STATE_BYTES),
-                    ctypes.string_at(id(generator) + offset, 4),
-                    ctypes.string_at(id(generator) + offset + 8, 8))
+            state = _memory_view(bits, ((0, _MT_STATE_BYTES),), bits.ctypes.state_address)
+            gauss = _memory_view(generator, ((offset, 4), (offset + 8, 8)))
+            return id(bits), state[0].raw, gauss[0].raw, gauss[1].raw
     h = hashlib.blake2b(digest_size=16)
     _feed_state(h, module.get_state(legacy=False))
     return h.digest()
@@ -963,25 +986,88 @@ def build_class(func, name, *bases, **keywords):
     return _build_class(func, name, *bases, **keywords)
 
 
-def alias_groups(ns):
+def changes(before, after):
+    """(names bound, names deleted) from dict `before` to dict `after`: a
+    name is bound when it is new or holds another object (`is not`). In C
+    when no name was deleted or moved (dicts keep their order: a rebound
+    name keeps its place, a new one comes last)."""
+    keys = list(after)
+    count = len(before)
+    if keys[:count] == list(before):
+        bound = list(itertools.compress(keys, map(operator.is_not, after.values(),
+                                                   before.values())))
+        bound.extend(keys[count:])
+        return bound, []
+    bound = [name for name, value in after.items() if before.get(name, _MISSING) is not value]
+    deleted = [name for name in before if not _dict_contains(after, name)]
+    return bound, deleted
+
+
+def alias_root(value):
+    """The id of the object whose name groups `value` with others: the
+    value itself, or for a numpy array the array at the bottom of its
+    `.base` chain (a view and its base share memory); None for values
+    that cannot be changed in place."""
+    if isinstance(value, _ATOMIC) or isinstance(value, _OPAQUE):
+        return None
+    root = value
+    kind = type(value)
+    if kind.__name__ == "ndarray" and kind.__module__ == "numpy":
+        for _ in range(64):
+            base = getattr(root, "base", None)
+            if base is None or type(base).__name__ != "ndarray":
+                break
+            root = base
+    return id(root)
+
+
+class AliasIndex:
     """Groups of names bound to one object, or to numpy arrays over the same
     memory (a view and its base), which restoring the names one by one would
-    separate."""
-    groups = {}
-    for name, value in ns.items():
-        if (name[:2] == "__" and name[-2:] == "__") or isinstance(value, _ATOMIC) \
-                or isinstance(value, _OPAQUE):
-            continue
-        root = value
-        kind = type(value)
-        if kind.__name__ == "ndarray" and kind.__module__ == "numpy":
-            for _ in range(64):
-                base = getattr(root, "base", None)
-                if base is None or type(base).__name__ != "ndarray":
-                    break
-                root = base
-        groups.setdefault(id(root), []).append(name)
-    return sorted(sorted(names) for names in groups.values() if len(names) > 1)[:TRACE_FILES]
+    separate; kept up to date from the names each cell binds and deletes.
+    The ids stay valid: a name's value keeps its root alive."""
+
+    def __init__(self, items):
+        self.root_of = {}
+        self.names_at = {}
+        self.shared = set()
+        for name, value in items:
+            self.add(name, value)
+
+    def add(self, name, value):
+        if name[:2] == "__" and name[-2:] == "__":
+            return
+        root = alias_root(value)
+        if root is None:
+            return
+        self.root_of[name] = root
+        names = self.names_at.setdefault(root, set())
+        names.add(name)
+        if len(names) > 1:
+            self.shared.add(root)
+
+    def remove(self, name):
+        root = self.root_of.pop(name, None)
+        if root is None:
+            return
+        names = self.names_at[root]
+        names.discard(name)
+        if len(names) < 2:
+            self.shared.discard(root)
+            if not names:
+                del self.names_at[root]
+
+    def update(self, ns, bound, deleted):
+        for name in deleted:
+            self.remove(name)
+        for name in bound:
+            self.remove(name)
+            self.add(name, _dict_getitem(ns, name))
+
+    def groups(self):
+        if not self.shared:
+            return []
+        return sorted(sorted(self.names_at[root]) for root in self.shared)[:TRACE_FILES]
 
 
 def code_names(code, out, budget=4096):
@@ -1010,8 +1096,11 @@ class Kernel:
         self.max_blob = int(config.get("max_blob_bytes") or (256 << 20))
         self.check_reads = bool(config.get("check_reads", True))
         self.trace = bool(config.get("trace", True))
-        # name -> (value, fingerprint) as of the end of the last cell.
-        self.fps = {}
+        # What the trace keeps between cells: name -> fingerprint_entry() of
+        # its value, the names' ids, the index from ids of objects to the
+        # names whose values hold them, and the alias groups, as of the end
+        # of the last cell (see forget_trace).
+        self.forget_trace()
         # Keys of the namespace that are not strings, set aside between
         # cells (see set_aside_odd_names).
         self.odd = {}
@@ -1121,7 +1210,7 @@ class Kernel:
                 elif op == "reset":
                     self.ns.clear()
                     self.ns.update(__name__="__main__", __builtins__=builtins, __doc__=None)
-                    self.fps = {}
+                    self.forget_trace()
                     self.odd = {}
                     reply = {}
                 elif op == "shutdown":
@@ -1244,26 +1333,77 @@ class Kernel:
         return fresh
 
     def trace_before(self, before):
+        """What the trace of the cell about to run compares against: the
+        fingerprints of the namespace's values, the states of modules and
+        how many modules are imported. When the namespace holds the very
+        objects the last cell left (compared in C), its fingerprints are
+        taken as they are."""
         start = time.perf_counter()
-        fps = self.fingerprint_all(before.items())
+        if self.last is None or changes(self.last, before) != ([], []):
+            self.fps = self.fingerprint_all(before.items())
+            self.index_holdings()
+            self.roots = None
+        fps = self.fps
         states = self.states if self.states is not None else state_fingerprints()
         if self.modules is None:
             self.modules = set(sys.modules)
         return fps, states, len(sys.modules), time.perf_counter() - start
 
-    def reached(self, before, fps_before, tracker):
+    def forget_trace(self):
+        """Drops what the trace keeps between cells (the namespace was
+        reset)."""
+        self.fps = {}
+        self.last = None
+        self.holders = {}
+        self.unknown = set()
+        self.roots = None
+
+    def index_holdings(self):
+        """Rebuilds `holders` (object id -> the names whose value holds it)
+        and `unknown` (names whose holdings are unknown) from `fps`."""
+        self.holders = {}
+        self.unknown = set()
+        for name, entry in self.fps.items():
+            self.hold(name, None, entry[2])
+
+    def hold(self, name, old, new):
+        """Moves `name` in the index from holdings `old` to `new` (either
+        None for unknown, or a missing entry's _MISSING)."""
+        holders = self.holders
+        if old is None:
+            self.unknown.discard(name)
+        elif old is not _MISSING:
+            for key in old:
+                names = holders.get(key)
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del holders[key]
+        if new is None:
+            self.unknown.add(name)
+        elif new is not _MISSING:
+            for key in new:
+                names = holders.get(key)
+                if names is None:
+                    holders[key] = {name}
+                else:
+                    names.add(name)
+
+    def reached(self, before, fps_before, tracker, fresh):
         """The ids the cell could have reached (see `holdings`), from the
         names it loaded (by its own code, the functions it called, class
-        bodies, code run through exec or eval) and the values it bound; None
-        when it could have reached anything (it loaded `globals`, `vars`,
-        `sys`, `gc`, ..., or a value whose holdings are unknown)."""
-        names = set(tracker.traced)
-        for code in tracker.evaluated:
-            code_names(code, names)
-        if names & ESCAPES:
+        bodies, code run through exec or eval) and the values it bound
+        (`fresh`, their new entries); None when it could have reached
+        anything (it loaded `globals`, `vars`, `sys`, `gc`, ..., or a value
+        whose holdings are unknown)."""
+        names = tracker.traced
+        if tracker.evaluated:
+            names = set(names)
+            for code in tracker.evaluated:
+                code_names(code, names)
+        if not names.isdisjoint(ESCAPES):
             return None
         reach = set()
-        ns = self.ns
         for name in names:
             entry = fps_before.get(name)
             if entry is not None:
@@ -1275,56 +1415,64 @@ class Kernel:
                 value = before.get(name, _MISSING)
             if isinstance(value, types.ModuleType) and escapes(value):
                 return None
-        for name, value in ns.items():
-            if before.get(name, _MISSING) is not value and not (
-                    name[:2] == "__" and name[-2:] == "__"):
-                if isinstance(value, types.ModuleType):
-                    if escapes(value):
-                        return None
-                    continue
-                held = holdings(value)
-                if held is None:
+        for entry in fresh.values():
+            value = entry[0]
+            if isinstance(value, types.ModuleType):
+                if escapes(value):
                     return None
-                reach.update(held)
+                continue
+            if entry[2] is None:
+                return None
+            reach.update(entry[2])
         return reach
 
     def trace_after(self, before, tracker, prepared):
         start = time.perf_counter()
         fps_before, states_before, modules_before, spent = prepared
         ns = self.ns
+        bound, deleted = changes(before, ns)
+        bound = [name for name in bound if not (name[:2] == "__" and name[-2:] == "__")]
+        fresh = {name: fingerprint_entry(_dict_getitem(ns, name)) for name in bound}
         # A value is fingerprinted again when the cell could have reached it
         # (any of them may have changed), else it keeps its fingerprint.
-        reach = self.reached(before, fps_before, tracker)
-        loaded = tracker.traced
-        fps_after = {}
-        for name, value in list(ns.items()):
-            if name[:2] == "__" and name[-2:] == "__":
-                continue
-            entry = fps_before.get(name)
-            if (entry is not None and entry[0] is value and reach is not None
-                    and entry[2] is not None and name not in loaded
-                    and reach.isdisjoint(entry[2])):
-                fps_after[name] = entry
-            else:
-                fps_after[name] = fingerprint_entry(value)
-        self.fps = fps_after
-        bound = []
-        for name, value in ns.items():
-            if name[:2] == "__" and name[-2:] == "__":
-                continue
-            if before.get(name, _MISSING) is not value:
-                bound.append(name)
-        deleted = [name for name in before if not _dict_contains(ns, name)]
+        reach = self.reached(before, fps_before, tracker, fresh)
+        if reach is None:
+            again = set(fps_before)
+        else:
+            again = tracker.traced & fps_before.keys()
+            again |= self.unknown
+            holders = self.holders
+            for key in reach & holders.keys():
+                again |= holders[key]
+        again.difference_update(fresh, deleted)
+        again.intersection_update(fps_before.keys())
         mutated = set()
-        for name, (value, old, _, _) in fps_before.items():
-            if old is None:
-                continue
-            now = fps_after.get(name)
+        for name in again:
+            old = fps_before[name]
+            now = fresh[name] = fingerprint_entry(old[0])
             # Past FP_HASH_CAP an array is only sampled: a cell that reached
             # it may have changed it.
-            if now is not None and now[0] is value and (
-                    now[1] != old or (now[3] and now is not fps_before[name])):
+            if old[1] is not None and (now[1] != old[1] or now[3]):
                 mutated.add(name)
+        # The index and the fingerprints as this cell leaves them (the last
+        # cell's, changed in place: the only reference to them is ours).
+        fps = fps_before
+        for name in deleted:
+            entry = fps.pop(name, None)
+            if entry is not None:
+                self.hold(name, entry[2], _MISSING)
+        for name, entry in fresh.items():
+            old = fps.get(name)
+            held = old[2] if old is not None else _MISSING
+            if held is not entry[2] and held != entry[2]:
+                self.hold(name, held, entry[2])
+            fps[name] = entry
+        self.fps = fps
+        self.last = dict(ns)
+        if self.roots is None:
+            self.roots = AliasIndex(ns.items())
+        elif bound or deleted:
+            self.roots.update(ns, bound, deleted)
         states_after = self.states = state_fingerprints()
         for name, value in states_after.items():
             if states_before.get(name, _MISSING) != value:
@@ -1364,7 +1512,7 @@ class Kernel:
                 names_dropped += len(ordered) - TRACE_NAMES
                 ordered = ordered[:TRACE_NAMES]
             fields[key] = ordered
-        fields["aliases"] = alias_groups(ns)
+        fields["aliases"] = self.roots.groups()
         fields["files_read"] = sorted(tracker.files_read)
         fields["files_written"] = sorted(tracker.files_written)
         fields["imports"] = imported[:TRACE_NAMES]

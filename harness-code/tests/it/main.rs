@@ -15,4 +15,5 @@ mod replay;
 mod saved;
 mod stdlib_sweep;
 mod support;
+mod trace_steps;
 mod trust_boundary;
