@@ -356,10 +356,40 @@ def _word_sums(array):
     return zlib.crc32(words[full:].tobytes(), crc)
 
 
+# ndarray type -> the offset of its data pointer in the object, or None
+# (see _array_data).
+_data_offsets = {}
+
+
+def _array_data(array):
+    """The address of an array's data: read from the object (the field after
+    the object header, where numpy's C struct keeps it) once that offset is
+    checked on probes of the type, else from `__array_interface__`, which
+    builds a dict (about 3 µs)."""
+    kind = type(array)
+    offset = _data_offsets.get(kind, _MISSING)
+    if offset is _MISSING:
+        offset = 2 * ctypes.sizeof(ctypes.c_void_p)
+        try:
+            probes = [array[:0].copy(), array.reshape(-1)[:1].copy()]
+            if any(ctypes.c_void_p.from_address(id(probe) + offset).value
+                   != probe.__array_interface__["data"][0] for probe in probes):
+                offset = None
+        except Exception:
+            offset = None
+        _data_offsets[kind] = offset
+    if offset is None:
+        return array.__array_interface__["data"][0]
+    return ctypes.c_void_p.from_address(id(array) + offset).value or 0
+
+
 def _feed_ndarray(h, array):
-    h.update(repr((array.shape, array.dtype.str, array.strides)).encode())
+    # Shape, type and strides by their hash (a repr costs 2.5 µs), then
+    # where the data is.
+    h.update(hash((array.shape, array.dtype.str, array.strides)).to_bytes(
+        8, "little", signed=True))
     try:
-        h.update(array.__array_interface__["data"][0].to_bytes(8, "little"))
+        h.update(_array_data(array).to_bytes(8, "little"))
     except Exception:
         pass
     if array.dtype.hasobject:
