@@ -9,7 +9,7 @@
 //!
 //! Sessions live in a sled database (`--store DIR`, default
 //! `.harness/sessions`). `interrupt_resume sessions list|show ID|history
-//! ID|resume ID ANSWER` is a command-line view of them (`harness::cli`,
+//! ID|resume ID ANSWER|stop ID` is a command-line view of them (`harness::cli`,
 //! feature `cli`). The side effect before the question (notifying a
 //! manager) is journaled with `cx.once`, so resuming does not repeat it.
 
@@ -74,7 +74,7 @@ async fn pay(claim: Arc<Claim>) -> StepResult<ClaimUpdate> {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: interrupt_resume [--store DIR]\n       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]\n       interrupt_resume [--store DIR] sessions list | show SESSION | history SESSION | resume SESSION ANSWER"
+        "usage: interrupt_resume [--store DIR]\n       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]\n       interrupt_resume [--store DIR] sessions list | show SESSION | history SESSION | resume SESSION ANSWER | stop SESSION"
     );
     std::process::exit(2)
 }

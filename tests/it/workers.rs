@@ -357,6 +357,105 @@ async fn a_stop_asked_through_the_store_stops_a_workers_run_at_its_next_step() {
     assert_eq!(head.steps, steps, "no step ran after the stop was asked");
 }
 
+/// `sessions stop SESSION`, the application binary's command: a run a
+/// worker holds is asked and stops at its next step; one waiting for a
+/// worker stops at once; a session not running, another agent's, an
+/// unknown one and a bad command line are each told apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_command_stops_a_run_wherever_it_runs() {
+    use harness::cli::{CommandError, sessions_command};
+    let store = Arc::new(MemoryStore::new());
+    let here = agent(store.clone(), Duration::from_secs(30));
+    let there = agent(store.clone(), Duration::from_secs(30));
+    let long = Job {
+        per_run: 1_000_000,
+        ..job()
+    };
+    let held = here.submit(long.clone()).await.unwrap();
+    let worker = tokio::spawn(async move {
+        Worker::new(there)
+            .poll_interval(Duration::from_millis(5))
+            .run_until(tokio::time::sleep(Duration::from_secs(30)))
+            .await
+    });
+    while here.session(&held).await.unwrap().steps < 3 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let out = sessions_command(&here, ["stop", held.as_str()], || ())
+        .await
+        .unwrap();
+    let owner = here.session(&held).await.unwrap().lease.map(|l| l.owner);
+    assert!(
+        out.contains("asked to stop") && owner.is_some_and(|o| out.contains(&o)),
+        "{out}"
+    );
+    let head = loop {
+        let head = here.session(&held).await.unwrap();
+        if head.phase != SessionPhase::Running {
+            break head;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    worker.abort();
+    assert_eq!(head.phase, stopped());
+    let steps = head.steps;
+    assert!(steps < 1_000_000, "{steps}");
+
+    // Waiting for a worker: stopped at once, and no worker runs it.
+    let waiting = here.submit(long).await.unwrap();
+    let out = sessions_command(&here, ["stop", waiting.as_str()], || ())
+        .await
+        .unwrap();
+    assert!(out.contains("stopped (no run held it"), "{out}");
+    assert_eq!(here.session(&waiting).await.unwrap().phase, stopped());
+    let mut report = WorkerReport::default();
+    let ran = Worker::new(here.clone())
+        .run_once(&mut report)
+        .await
+        .unwrap();
+    assert_eq!(ran, 0);
+    assert_eq!(here.session(&waiting).await.unwrap().steps, 0);
+
+    // Not running: said so, nothing written.
+    let version = here.session(&held).await.unwrap().version;
+    let out = sessions_command(&here, ["stop", held.as_str()], || ())
+        .await
+        .unwrap();
+    assert!(
+        out.contains("not running, nothing to stop") && out.contains("completed with `$stopped`"),
+        "{out}"
+    );
+    assert_eq!(here.session(&held).await.unwrap().version, version);
+    assert_eq!(here.session(&held).await.unwrap().steps, steps);
+
+    // Unknown, another agent's, a bad command line.
+    match sessions_command(&here, ["stop", "no-such-session"], || ()).await {
+        Err(CommandError::Session(SessionError::NoSession(e))) => {
+            assert_eq!(e.session.as_str(), "no-such-session")
+        }
+        other => panic!("expected NoSession, got {other:?}"),
+    }
+    let other = one_step_agent("other jobs", store.clone());
+    let fresh = here.submit(job()).await.unwrap();
+    match sessions_command(&other, ["stop", fresh.as_str()], || ()).await {
+        Err(CommandError::Session(SessionError::Load(e))) => {
+            assert!(e.to_string().contains("belongs to"), "{e}")
+        }
+        other => panic!("expected a refusal of another agent's session, got {other:?}"),
+    }
+    assert_eq!(
+        here.session(&fresh).await.unwrap().phase,
+        SessionPhase::Running,
+        "another agent's stop changed nothing"
+    );
+    for bad in [&["stop"][..], &["stop", "a", "b"]] {
+        assert!(matches!(
+            sessions_command(&here, bad, || ()).await,
+            Err(CommandError::Usage(_))
+        ));
+    }
+}
+
 async fn prepare(_s: Arc<Job>) -> StepResult<JobUpdate> {
     Ok(JobUpdate::new().done(vec!["prepared".into()]))
 }

@@ -242,6 +242,16 @@ class Sink:
 # value holds one of the objects or the memory (numpy bases, pandas blocks
 # and indexes) this value holds. Values the cell could not reach keep their
 # fingerprint, so a large array costs its hash only in the cells that use it.
+#
+# What a cell costs the trace grows with what it touched, not with the
+# namespace: the kernel keeps, from one cell to the next, the fingerprints,
+# an index from the ids of held objects to the names holding them
+# (`Kernel.holders`, so the names a cell reached are looked up, not
+# searched for), the alias groups (`AliasIndex`) and a copy of the
+# namespace. The names a cell bound or deleted are found in C (`changes`).
+# Whatever changed the namespace between cells (a restore, a reset, a
+# thread a cell started) makes the next cell's trace start from the
+# namespace as it is.
 
 FP_FULL_BYTES = 1 << 14
 FP_HASH_CAP = 1 << 28

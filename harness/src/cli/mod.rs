@@ -5,8 +5,8 @@
 //!   and the steps: [`sessions_command`] (or [`SessionsCommand::run`] when
 //!   the application embeds [`SessionsCommand`] in its own clap parser)
 //!   lists, shows and lists the history of the agent's sessions, with the
-//!   state merged through the reducers, and resumes a session waiting for an
-//!   answer;
+//!   state merged through the reducers, resumes a session waiting for an
+//!   answer, and stops a session's run wherever it runs;
 //! - **untyped and read-only**, on any
 //!   [`SessionStore`](crate::session::SessionStore):
 //!   [`InspectCommand::run`], which the `harness` binary runs as
@@ -19,6 +19,7 @@
 //! my-agent sessions show SESSION          # phase, next step, the question asked, the state
 //! my-agent sessions history SESSION       # the checkpoints: the state after each step
 //! my-agent sessions resume SESSION ANSWER
+//! my-agent sessions stop SESSION          # the run going, at its next step boundary
 //! ```
 //!
 //! ```no_run
@@ -45,7 +46,7 @@ mod render;
 
 use crate::agent::Agent;
 use crate::ids::SessionId;
-use crate::session::{SessionError, SessionPhase};
+use crate::session::{SessionError, SessionPhase, Stopping};
 use crate::slots::Context;
 use crate::state::HarnessState;
 use clap::{Parser, Subcommand};
@@ -74,7 +75,7 @@ pub enum InspectCommand {
 }
 
 /// The `sessions` command line of an application's binary: the read-only
-/// subcommands of [`InspectCommand`], and `resume`.
+/// subcommands of [`InspectCommand`], `resume` and `stop`.
 ///
 /// Embed it in your own clap parser (`#[command(subcommand)]`) and call
 /// [`run`](Self::run), or hand the raw arguments to [`sessions_command`].
@@ -91,6 +92,15 @@ pub enum SessionsCommand {
         /// The answer: read as JSON when it parses as JSON (`true`, `3`,
         /// `{"a":1}`), else as a string.
         answer: String,
+    },
+    /// Stop the session's run wherever it runs
+    /// ([`Agent::stop_session`]): a run a process holds stops at its next
+    /// step boundary (the step running now completes and is kept); a run
+    /// waiting for a worker is stopped at once; a run queued behind it then
+    /// starts. A session not running is left as it is.
+    Stop {
+        /// The session's id.
+        session: String,
     },
 }
 
@@ -144,9 +154,11 @@ impl SessionsCommand {
     /// Runs the command for `agent` and returns what to print. `slots` gives
     /// the run slots a resumed run needs.
     ///
-    /// `list` lists the agent's sessions only, and `show`, `history` and
-    /// `resume` refuse another agent's session; `show` prints the state
-    /// merged through the reducers.
+    /// `list` lists the agent's sessions only, and `show`, `history`,
+    /// `resume` and `stop` refuse another agent's session; `show` prints
+    /// the state merged through the reducers. `stop` of a session that is
+    /// not running says so and changes nothing (it is not an error: the
+    /// session is stopped either way).
     ///
     /// # Errors
     ///
@@ -199,6 +211,27 @@ impl SessionsCommand {
                 if let Some(i) = outcome.interrupt {
                     let _ = writeln!(out, "asks again: {} ({})", i.payload, i.id);
                 }
+            }
+            SessionsCommand::Stop { session } => {
+                let id = SessionId::from(session);
+                let text = match agent.stop_session(&id).await? {
+                    Stopping::Stopped => {
+                        format!("session {id}: stopped (no run held it; it ends with `$stopped`)")
+                    }
+                    Stopping::Asked { owner } => format!(
+                        "session {id}: asked to stop; the run held by {owner} stops at its next \
+                         step boundary"
+                    ),
+                    Stopping::NotRunning(phase) => format!(
+                        "session {id}: not running, nothing to stop: it is {}",
+                        render::phase_of(&phase)
+                    ),
+                    Stopping::Ended => format!(
+                        "session {id}: the run asked to stop ended meanwhile; a run queued behind \
+                         it may be going, and was not stopped"
+                    ),
+                };
+                let _ = writeln!(out, "{text}");
             }
         }
         Ok(out)
@@ -265,14 +298,22 @@ mod tests {
                 answer: "{\"a\":1}".into()
             })
         );
+        assert_eq!(
+            parse(&["stop", "s-1"]).ok(),
+            Some(SessionsCommand::Stop {
+                session: "s-1".into()
+            })
+        );
     }
 
     #[test]
     fn a_bad_command_line_is_a_usage_error_that_shows_the_usage() {
-        let cases: [(&[&str], ErrorKind); 5] = [
+        let cases: [(&[&str], ErrorKind); 7] = [
             (&["bogus"], ErrorKind::InvalidSubcommand),
             (&["show"], ErrorKind::MissingRequiredArgument),
             (&["resume", "s-1"], ErrorKind::MissingRequiredArgument),
+            (&["stop"], ErrorKind::MissingRequiredArgument),
+            (&["stop", "s-1", "s-2"], ErrorKind::UnknownArgument),
             (&["list", "extra"], ErrorKind::UnknownArgument),
             (&[], ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand),
         ];
@@ -288,7 +329,7 @@ mod tests {
         let help = parse(&["--help"]).expect_err("help");
         assert_eq!(help.kind(), ErrorKind::DisplayHelp);
         assert_eq!(help.exit_code(), 0);
-        for sub in ["list", "show", "history", "resume"] {
+        for sub in ["list", "show", "history", "resume", "stop"] {
             assert!(help.to_string().contains(sub), "{sub} in {help}");
         }
     }

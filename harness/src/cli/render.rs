@@ -15,6 +15,14 @@ pub(super) fn phase(head: &StoredRun) -> String {
                   a worker or recover continues it)"
                 .into(),
         },
+        other => phase_of(other),
+    }
+}
+
+/// A phase in words, without the lease a running session's words name.
+pub(super) fn phase_of(phase: &SessionPhase) -> String {
+    match phase {
+        SessionPhase::Running => "running".into(),
         SessionPhase::Interrupted { interrupt } => {
             format!("interrupted at `{}` ({})", interrupt.step, interrupt.id)
         }
