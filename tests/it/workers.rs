@@ -223,6 +223,17 @@ fn stopped() -> SessionPhase {
     }
 }
 
+/// The head of `session` once its run is no longer running.
+async fn settled(agent: &Agent<Job>, session: &harness::SessionId) -> harness::session::StoredRun {
+    loop {
+        let head = agent.session(session).await.unwrap();
+        if head.phase != SessionPhase::Running {
+            return head;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// A stop for a session no run holds ends its run at once; the run queued
 /// behind it starts; a session that is not running is left as it is.
 #[tokio::test]
@@ -306,13 +317,7 @@ async fn a_stop_asked_through_the_store_stops_a_workers_run_at_its_next_step() {
     }
     let asked = here.stop_session(&session).await.unwrap();
     assert!(matches!(asked, Stopping::Asked { .. }), "{asked:?}");
-    let head = loop {
-        let head = here.session(&session).await.unwrap();
-        if head.phase != SessionPhase::Running {
-            break head;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
+    let head = settled(&here, &session).await;
     worker.abort();
     assert_eq!(head.phase, stopped());
     assert_eq!(
@@ -378,24 +383,21 @@ async fn the_sessions_command_stops_a_run_wherever_it_runs() {
             .run_until(tokio::time::sleep(Duration::from_secs(30)))
             .await
     });
-    while here.session(&held).await.unwrap().steps < 3 {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let out = sessions_command(&here, ["stop", held.as_str()], || ())
-        .await
-        .unwrap();
-    let owner = here.session(&held).await.unwrap().lease.map(|l| l.owner);
-    assert!(
-        out.contains("asked to stop") && owner.is_some_and(|o| out.contains(&o)),
-        "{out}"
-    );
-    let head = loop {
+    let owner = loop {
         let head = here.session(&held).await.unwrap();
-        if head.phase != SessionPhase::Running {
-            break head;
+        if head.steps >= 3 {
+            break head.lease.map(|l| l.owner).expect("held by the worker");
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
+    let out = sessions_command(&here, ["stop", held.as_str()], || ())
+        .await
+        .unwrap();
+    assert!(
+        out.contains("asked to stop") && out.contains(&owner),
+        "{out}"
+    );
+    let head = settled(&here, &held).await;
     worker.abort();
     assert_eq!(head.phase, stopped());
     let steps = head.steps;
