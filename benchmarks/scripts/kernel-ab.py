@@ -9,7 +9,8 @@ of each, on the same notebooks, in one run.
         harness-code/tests/notebooks/*.py NOTEBOOKS.ipynb ...
 
 Each kernel file is started as the host starts it (`python -s -u -c FILE
-CONFIG`, in the notebook's directory, matplotlib on Agg) and sent every code
+CONFIG`, matplotlib on Agg; an .ipynb in its own directory, a script in
+a fresh one) and sent every code
 cell of each notebook (`# %%` scripts or .ipynb; lines of IPython magics
 and shell escapes are dropped, `%time` and `%timeit` prefixes removed), once
 traced and once untraced, the versions and modes alternating, REPEATS times
@@ -51,6 +52,15 @@ def cells_of(path):
     return runnable
 
 
+def workdir(path):
+    """Where a notebook runs: an .ipynb in its own directory (its data
+    files are there), a `# %%` script in a fresh one, so that the files
+    the test notebooks write stay out of the repository."""
+    if path.endswith(".ipynb"):
+        return os.path.dirname(path) or "."
+    return tempfile.mkdtemp(prefix="kernel-ab-")
+
+
 def run(source, path, trace, cells):
     """[(run µs, overhead µs) or None for a cell the kernel refused]."""
     config = {"trace": trace, "check_reads": trace, "blob_dir": tempfile.mkdtemp(),
@@ -59,7 +69,7 @@ def run(source, path, trace, cells):
     # A session of its own: the kernel's watchdog kills its process group.
     kernel = subprocess.Popen(
         [sys.executable, "-s", "-u", "-c", source, json.dumps(config)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=os.path.dirname(path) or ".",
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=workdir(path),
         start_new_session=True, env=env)
     kernel.stdout.readline()
     times = []
