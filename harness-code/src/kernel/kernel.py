@@ -381,7 +381,8 @@ def _array_data(array):
     if offset is _MISSING:
         offset = 2 * ctypes.sizeof(ctypes.c_void_p)
         try:
-            probes = [array[:0].copy(), array.reshape(-1)[:1].copy()]
+            # One element or none, copied (never the whole array).
+            probes = [array.flat[:0], array.flat[:1]]
             if any(ctypes.c_void_p.from_address(id(probe) + offset).value
                    != probe.__array_interface__["data"][0] for probe in probes):
                 offset = None
@@ -1469,10 +1470,18 @@ class Kernel:
     def trace_after(self, before, tracker, prepared):
         start = time.perf_counter()
         fps_before, states_before, modules_before, spent = prepared
+        # Until this trace is complete, the next one starts afresh: an
+        # exception raised in it (a cell's signal handler) may leave the
+        # fingerprints and the index out of step.
+        self.last = None
         ns = self.ns
-        bound, deleted = changes(before, ns)
+        # One copy of the namespace for the whole trace: whatever binds a
+        # name meanwhile (a thread, a value's pickle hook) is a change the
+        # next cell's trace sees.
+        after = dict(ns)
+        bound, deleted = changes(before, after)
         bound = [name for name in bound if not (name[:2] == "__" and name[-2:] == "__")]
-        fresh = {name: fingerprint_entry(_dict_getitem(ns, name)) for name in bound}
+        fresh = {name: fingerprint_entry(after[name]) for name in bound}
         # A value is fingerprinted again when the cell could have reached it
         # (any of them may have changed), else it keeps its fingerprint.
         reach = self.reached(before, fps_before, tracker, fresh)
@@ -1508,11 +1517,13 @@ class Kernel:
                 self.hold(name, held, entry[2])
             fps[name] = entry
         self.fps = fps
-        self.last = dict(ns)
         if self.roots is None:
-            self.roots = AliasIndex(ns.items())
+            self.roots = AliasIndex(after.items())
         elif bound or deleted:
-            self.roots.update(ns, bound, deleted)
+            roots, self.roots = self.roots, None
+            roots.update(after, bound, deleted)
+            self.roots = roots
+        self.last = after
         states_after = self.states = state_fingerprints()
         for name, value in states_after.items():
             if states_before.get(name, _MISSING) != value:
