@@ -1474,11 +1474,10 @@ class Kernel:
         # exception raised in it (a cell's signal handler) may leave the
         # fingerprints and the index out of step.
         self.last = None
-        ns = self.ns
         # One copy of the namespace for the whole trace: whatever binds a
         # name meanwhile (a thread, a value's pickle hook) is a change the
         # next cell's trace sees.
-        after = dict(ns)
+        after = dict(self.ns)
         bound, deleted = changes(before, after)
         bound = [name for name in bound if not (name[:2] == "__" and name[-2:] == "__")]
         fresh = {name: fingerprint_entry(after[name]) for name in bound}
