@@ -7,11 +7,11 @@ to vLLM, Ollama or LM Studio. It runs llama.cpp in-process through the
 
     python serve.py --model M.gguf --template chat-template.jinja --port 58080
 
-Settings chosen for a 2-core machine without a GPU: one thread per
-generation (measured fastest there), two parallel slots so that two tests can
-talk to it at once, embeddings on (the same model answers /v1/embeddings with
-mean pooling), and a low default temperature so that runs
-vary little; no fixed seed, so that a retried request can come out
+Settings chosen for a 2-core machine without a GPU: two parallel slots so
+that two tests can talk to it at once (llama.cpp decodes both in one batch,
+on --threads threads: scripts/local-model gives it every core), embeddings
+on (the same model answers /v1/embeddings with mean pooling), and a low
+default temperature so that runs vary little; no fixed seed, so that a retried request can come out
 differently. A request's own settings win.
 """
 
@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument("--alias", required=True, help="the model name clients use")
     parser.add_argument("--template", required=True, help="a Jinja chat template")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--ctx", type=int, default=16384, help="context, shared by the slots")
     args = parser.parse_args()
