@@ -1065,7 +1065,8 @@ def alias_root(value):
 class AliasIndex:
     """Groups of names bound to one object, or to numpy arrays over the same
     memory (a view and its base), which restoring the names one by one would
-    separate; kept up to date from the names each cell binds and deletes.
+    separate; kept up to date from the names each cell binds, deletes and
+    changes in place.
     The ids stay valid: a name's value keeps its root alive."""
 
     def __init__(self, items):
@@ -1518,9 +1519,12 @@ class Kernel:
         self.fps = fps
         if self.roots is None:
             self.roots = AliasIndex(after.items())
-        elif bound or deleted:
+        elif bound or deleted or mutated:
+            # A value changed in place may have changed what it shares
+            # memory with (`a.data = b`, `a.resize(...)`): its group is read
+            # again, as a bound name's is.
             roots, self.roots = self.roots, None
-            roots.update(after, bound, deleted)
+            roots.update(after, [*bound, *(mutated & after.keys())], deleted)
             self.roots = roots
         self.last = after
         states_after = self.states = state_fingerprints()

@@ -40,7 +40,8 @@ fn python() -> PathBuf {
     path
 }
 
-fn config() -> KernelConfig {
+/// A kernel on the Python with numpy, pandas and matplotlib.
+pub(crate) fn config() -> KernelConfig {
     KernelConfig {
         python: python(),
         timeout: Some(Duration::from_secs(120)),

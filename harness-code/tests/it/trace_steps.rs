@@ -280,3 +280,31 @@ async fn generators_are_traced_when_advanced_through_library_code() {
     assert!(trace(&words).mutated.contains("@random"), "{words:?}");
     kernel.shutdown().await.unwrap();
 }
+
+/// numpy arrays over one memory are one group: a view is grouped with its
+/// base when it is made, and an array that comes to share another's memory
+/// in place (its buffer replaced, without a rebind) joins that array's
+/// group then; one that stops sharing leaves it.
+#[tokio::test]
+async fn arrays_that_come_to_share_memory_in_place_are_grouped() {
+    let mut kernel = Kernel::spawn(crate::notebooks::config()).await.unwrap();
+    let k = &mut kernel;
+    // (`.data` is deprecated: its warning is silenced.)
+    let imports = "import warnings\nwarnings.simplefilter('ignore')\nimport numpy as np";
+    trace(&k.execute(0, imports).await.unwrap());
+    step(
+        k,
+        1,
+        "a = np.zeros(4)\nb = np.arange(4.0)\nv = b[1:]",
+        &["a", "b", "v"],
+        &[],
+        &[],
+        &[&["b", "v"]],
+    )
+    .await;
+    // `a`'s buffer becomes `b`'s: its base is now `b`.
+    step(k, 2, "a.data = b", &[], &[], &["a"], &[&["a", "b", "v"]]).await;
+    // A copy made in place leaves the group: `v`'s buffer is its own again.
+    step(k, 3, "v.data = v.copy()", &[], &[], &["v"], &[&["a", "b"]]).await;
+    kernel.shutdown().await.unwrap();
+}
