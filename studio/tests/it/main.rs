@@ -7,6 +7,7 @@ mod api;
 mod approval;
 mod browser;
 mod composed;
+mod cuts;
 mod evals;
 mod events;
 mod hostile;
