@@ -52,24 +52,31 @@ def cells_of(path):
     return runnable
 
 
-def workdir(path):
+def workdir(path, scratch):
     """Where a notebook runs: an .ipynb in its own directory (its data
-    files are there), a `# %%` script in a fresh one, so that the files
-    the test notebooks write stay out of the repository."""
+    files are there), a `# %%` script in `scratch`, a fresh directory, so
+    that the files the test notebooks write stay out of the repository."""
     if path.endswith(".ipynb"):
         return os.path.dirname(path) or "."
-    return tempfile.mkdtemp(prefix="kernel-ab-")
+    return scratch
 
 
 def run(source, path, trace, cells):
-    """[(run µs, overhead µs) or None for a cell the kernel refused]."""
-    config = {"trace": trace, "check_reads": trace, "blob_dir": tempfile.mkdtemp(),
+    """[(run µs, overhead µs) or None for a cell the kernel refused]. The
+    directories the run makes (its blobs, a script's files) go with it."""
+    with tempfile.TemporaryDirectory(prefix="kernel-ab-") as scratch:
+        return run_in(source, path, trace, cells, scratch)
+
+
+def run_in(source, path, trace, cells, scratch):
+    blobs = os.path.join(scratch, ".blobs")
+    config = {"trace": trace, "check_reads": trace, "blob_dir": blobs,
               "drop_privileges": False}
     env = dict(os.environ, MPLBACKEND="Agg")
     # A session of its own: the kernel's watchdog kills its process group.
     kernel = subprocess.Popen(
         [sys.executable, "-s", "-u", "-c", source, json.dumps(config)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=workdir(path),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=workdir(path, scratch),
         start_new_session=True, env=env)
     kernel.stdout.readline()
     times = []
