@@ -23,26 +23,7 @@ pub(crate) fn assistant() -> &'static Path {
             .parent()
             .and_then(Path::parent)
             .unwrap_or_else(|| panic!("{} is in target/<profile>/deps", exe.display()));
-        // Under ./scripts/test (which names its features in
-        // HARNESS_TEST_CARGO_FEATURES and builds every target first), asked
-        // exactly as the suite's build was, which finds it up to date: a
-        // build of one package resolves the dependencies' features
-        // differently, and so built the example and its dependencies a
-        // second time. Alone, as `cargo run -p harness-examples` would.
-        let features = std::env::var("HARNESS_TEST_CARGO_FEATURES");
-        let mut build = match &features {
-            Ok(features) => vec![
-                "build",
-                "--workspace",
-                "--locked",
-                "--features",
-                features,
-                "--tests",
-                "--bins",
-                "--examples",
-            ],
-            Err(_) => vec!["build", "-p", "harness-examples", "--example", "assistant"],
-        };
+        let mut build = vec!["build", "-p", "harness-examples", "--example", "assistant"];
         if profile.file_name().is_some_and(|name| name == "release") {
             build.push("--release");
         }
