@@ -1,6 +1,7 @@
-//! The composition examples, run as a new user runs them: `cargo run -p
-//! harness-examples --example NAME` in a fresh directory, offline (the
-//! scripted model), reading what they print.
+//! The composition examples, run as a new user runs them (`cargo run -p
+//! harness-examples --example NAME`: the example's binary, built as the
+//! suite is, see [`harness_tests::example`]) in a fresh directory, offline
+//! (the scripted model), reading what they print.
 //!
 //! `map_reduce` fans out over five documents two at a time and joins once;
 //! `sub_agent` stops at the approval its sub-agent asks for, and a second
@@ -14,18 +15,13 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-pub(crate) use harness_tests::{stdout_of, workspace_manifest};
+pub(crate) use harness_tests::stdout_of;
 
-/// `cargo run -p harness-examples --example EXAMPLE -- ARGS` in `dir`,
-/// with no provider chosen (so offline); builds the example the first time.
+/// Example `EXAMPLE` of harness-examples run with `ARGS` in `dir`, with no
+/// provider chosen (so offline), as `cargo run -p harness-examples
+/// --example EXAMPLE -- ARGS` runs it; built first if it is not up to date.
 pub(crate) fn cargo_run(dir: &Path, example: &str, args: &[&str]) -> Output {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    Command::new(cargo)
-        .arg("run")
-        .arg("--quiet")
-        .arg("--manifest-path")
-        .arg(workspace_manifest())
-        .args(["-p", "harness-examples", "--example", example, "--"])
+    Command::new(harness_tests::example("harness-examples", example))
         .args(args)
         .current_dir(dir)
         // What an example puts in the temporary directory (long_running's
@@ -333,17 +329,7 @@ fn orchestrator_killed_mid_plan_is_resumed_with_resume_and_does_not_redo_what_is
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
-    // Built first, so the run below starts at once.
-    stdout_of(&cargo_run(
-        dir.path(),
-        "orchestrator",
-        &["--store", "warm-up"],
-    ));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut first = Command::new(cargo)
-        .args(["run", "--quiet", "--manifest-path"])
-        .arg(workspace_manifest())
-        .args(["-p", "harness-examples", "--example", "orchestrator"])
+    let mut first = Command::new(harness_tests::example("harness-examples", "orchestrator"))
         .current_dir(dir.path())
         .env_remove("HARNESS_PROVIDER")
         .env_remove("HARNESS_MODEL")
@@ -364,7 +350,7 @@ fn orchestrator_killed_mid_plan_is_resumed_with_resume_and_does_not_redo_what_is
             break;
         }
     }
-    // SIGKILL the whole group: cargo and the example under it.
+    // SIGKILL the example's whole process group.
     let killed = Command::new("kill")
         .args(["-s", "KILL", "--", &format!("-{}", first.id())])
         .status()

@@ -118,10 +118,22 @@ fn long_running_hint_quotes_its_directory_so_the_shell_runs_it_as_printed() {
         project.to_str().unwrap()
     );
     // And the printed command, run by the shell as a user pastes it, goes
-    // on with that project (nothing else is run on the way).
+    // on with that project (nothing else is run on the way). Its `cargo
+    // run -p harness-examples --example long_running --` (checked above)
+    // runs the example built for the suite: a build of that one package
+    // resolves other features, and so would build the example and its
+    // dependencies again, over the suite's own build.
     let workspace = harness_tests::workspace_manifest();
+    let cargo = "cargo() { \
+        [ \"$1 $2 $3 $4 $5 $6\" = 'run -p harness-examples --example long_running --' ] \
+        || { echo \"not the printed command: cargo $*\" >&2; exit 97; }; \
+        shift 6; exec \"$EXAMPLE\" \"$@\"; }";
     let cont = Command::new("sh")
-        .args(["-c", &format!("{hint} --sessions 1")])
+        .args(["-c", &format!("{cargo}\n{hint} --sessions 1")])
+        .env(
+            "EXAMPLE",
+            harness_tests::example("harness-examples", "long_running"),
+        )
         .current_dir(workspace.parent().unwrap())
         .env_remove("HARNESS_PROVIDER")
         .env_remove("HARNESS_MODEL")

@@ -13,27 +13,18 @@ use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 use crate::server;
-use harness_tests::{stdout_of, workspace_manifest};
+use harness_tests::stdout_of;
 
-/// `cargo run -p PACKAGE --example EXAMPLE -- ARGS` in `dir` against the
-/// local model, with `input` on its standard input; prints how long it took
-/// (the figures of the note come from these lines).
+/// Example `EXAMPLE` of `PACKAGE` run with `ARGS` in `dir` against the
+/// local model (as `cargo run -p PACKAGE --example EXAMPLE -- ARGS` runs
+/// it), with `input` on its standard input; prints how long it took (the
+/// figures of the note come from these lines).
 fn run_example(package: &str, example: &str, dir: &Path, args: &[&str], input: &str) -> Output {
     let (url, model) = server();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // Built first, so that the time printed is the run's, not the build's.
-    let built = Command::new(&cargo)
-        .args(["build", "--quiet", "--manifest-path"])
-        .arg(workspace_manifest())
-        .args(["-p", package, "--example", example])
-        .status()
-        .unwrap();
-    assert!(built.success(), "cargo build of {example} failed");
+    let binary = harness_tests::example(package, example);
     let began = Instant::now();
-    let mut child = Command::new(cargo)
-        .args(["run", "--quiet", "--manifest-path"])
-        .arg(workspace_manifest())
-        .args(["-p", package, "--example", example, "--"])
+    let mut child = Command::new(binary)
         .args(args)
         .current_dir(dir)
         .env("HARNESS_PROVIDER", "openai")

@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+// The cargo of `harness_tests::cargo` (that crate sits above the kit;
+// there its function is exported, here it is private to the tests).
+#[allow(unreachable_pub)]
+#[path = "../../../tests/cargo_command.rs"]
+mod cargo_command;
+
 const README: &str = "line one about an agent\nline two\nthe agent kit\n";
 
 /// Builds the example (once) and returns its path.
@@ -23,12 +29,30 @@ pub(crate) fn assistant() -> &'static Path {
             .parent()
             .and_then(Path::parent)
             .unwrap_or_else(|| panic!("{} is in target/<profile>/deps", exe.display()));
-        let mut build = vec!["build", "-p", "harness-examples", "--example", "assistant"];
+        // Under ./scripts/test (which names its features in
+        // HARNESS_TEST_CARGO_FEATURES and builds every target first), asked
+        // exactly as the suite's build was, which finds it up to date: a
+        // build of one package resolves the dependencies' features
+        // differently, and so built the example and its dependencies a
+        // second time. Alone, as `cargo run -p harness-examples` would.
+        let features = std::env::var("HARNESS_TEST_CARGO_FEATURES");
+        let mut build = match &features {
+            Ok(features) => vec![
+                "build",
+                "--workspace",
+                "--locked",
+                "--features",
+                features,
+                "--tests",
+                "--bins",
+                "--examples",
+            ],
+            Err(_) => vec!["build", "-p", "harness-examples", "--example", "assistant"],
+        };
         if profile.file_name().is_some_and(|name| name == "release") {
             build.push("--release");
         }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
+        let status = cargo_command::cargo()
             .args(&build)
             .current_dir(workspace)
             .status()
