@@ -394,6 +394,30 @@ pub(crate) fn decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The ids under `prefix` with it taken off: one kind of the server's
+/// records (threads, runs, crons), read a page at a time
+/// ([`SessionStore::sessions_page`]), so that listing one kind reads no
+/// id of the others nor of the agents' own sessions sharing the store.
+pub(crate) async fn ids_under(
+    store: &dyn SessionStore,
+    prefix: &str,
+) -> Result<Vec<String>, harness::session::StoreError> {
+    const PAGE: usize = 1000;
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.sessions_page(prefix, after.as_ref(), PAGE).await?;
+        out.extend(
+            page.iter()
+                .filter_map(|s| s.as_str().strip_prefix(prefix).map(str::to_owned)),
+        );
+        if page.len() < PAGE {
+            return Ok(out);
+        }
+        after = page.last().cloned();
+    }
+}
+
 /// The longest id (thread, run, assistant) the server accepts.
 pub(crate) const MAX_ID: usize = 256;
 

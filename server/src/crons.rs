@@ -283,10 +283,8 @@ pub(crate) struct SearchCrons {
 /// Every cron in the store.
 async fn all(app: &Shared) -> Result<Vec<CronRecord>, ApiError> {
     let mut out = Vec::new();
-    for session in app.store.sessions().await? {
-        if let Some(id) = session.as_str().strip_prefix(PREFIX)
-            && let Some(cron) = load(app, id).await?
-        {
+    for id in crate::app::ids_under(app.store.as_ref(), PREFIX).await? {
+        if let Some(cron) = load(app, &id).await? {
             out.push(cron);
         }
     }

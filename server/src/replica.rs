@@ -550,15 +550,7 @@ pub(crate) async fn records(
 ) -> Result<Vec<Arc<RunRecord>>, ApiError> {
     let ids: Vec<String> = match thread {
         Some(thread) => list(app, thread).await?,
-        None => {
-            let prefix = format!("{RUN_OWNER}/");
-            app.store
-                .sessions()
-                .await?
-                .iter()
-                .filter_map(|s| s.as_str().strip_prefix(&prefix).map(str::to_owned))
-                .collect()
-        }
+        None => crate::app::ids_under(app.store.as_ref(), &format!("{RUN_OWNER}/")).await?,
     };
     let local: HashMap<String, Arc<RunRecord>> = app
         .runs()

@@ -324,10 +324,8 @@ pub(crate) async fn search(
     let offset = body.offset.unwrap_or(0);
     let prefix = format!("{OWNER}/thread/");
     let mut records = Vec::new();
-    for session in app.store.sessions().await? {
-        let Some(id) = session.as_str().strip_prefix(&prefix) else {
-            continue;
-        };
+    for id in crate::app::ids_under(app.store.as_ref(), &prefix).await? {
+        let id = id.as_str();
         if body
             .ids
             .as_ref()

@@ -112,6 +112,7 @@ where
     results.push(remove(&make()).await);
     results.push(from_seq(&make()).await);
     results.push(sessions(&make()).await);
+    results.push(sessions_page(&make()).await);
     results.push(isolation(&make()).await);
     results.push(fork(&make()).await);
     results.push(branches(&make()).await);
@@ -787,6 +788,149 @@ pub async fn sessions(store: &dyn SessionStore) -> Result<(), Failure> {
                 "the session id of the head loaded for {s:?}"
             );
         }
+        Ok(())
+    })
+    .await
+}
+
+/// Every page of `prefix` of `limit` ids, from the first to the first
+/// empty one; fails if a page is longer than `limit`, or is short and not
+/// the last.
+async fn all_pages(
+    store: &dyn SessionStore,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut after: Option<SessionId> = None;
+    let mut short = false;
+    loop {
+        let page = store
+            .sessions_page(prefix, after.as_ref(), limit)
+            .await
+            .ctx(format!(
+                "sessions_page({prefix:?}, after {after:?}, {limit})"
+            ))?;
+        if page.is_empty() {
+            return Ok(out);
+        }
+        ensure!(
+            !short,
+            "sessions_page({prefix:?}, {limit}): a page after a short one is not empty: {page:?}"
+        );
+        ensure!(
+            page.len() <= limit,
+            "sessions_page({prefix:?}, {limit}) returned {} ids",
+            page.len()
+        );
+        short = page.len() < limit;
+        after = page.last().cloned();
+        out.extend(page.iter().map(|s| s.as_str().to_owned()));
+        ensure!(
+            out.len() <= 1000,
+            "sessions_page({prefix:?}, {limit}) never ends: {out:?}"
+        );
+    }
+}
+
+/// `sessions_page` lists the sessions under a prefix in pages, each once,
+/// in byte order for ids without `%` or NUL (the one order every store
+/// agrees on), from after an id that need not exist.
+pub async fn sessions_page(store: &dyn SessionStore) -> Result<(), Failure> {
+    run("sessions_page", async {
+        let prefixed = [
+            "run/1",
+            "run/2",
+            "run/10",
+            "run/",
+            "run",
+            "runs/x",
+            "rum/z",
+            "run/é",
+            "run/%41",
+            "run/a\0b",
+            "run/\u{10FFFF}",
+            "ruo",
+        ];
+        let all: Vec<&str> = TRICKY_IDS.iter().chain(&prefixed).copied().collect();
+        for s in &all {
+            commit_ok(store, sample(s, 0)).await?;
+        }
+        let plain = |ids: &[String]| -> Vec<String> {
+            ids.iter()
+                .filter(|s| !s.contains(['%', '\0']))
+                .cloned()
+                .collect()
+        };
+        for (prefix, limit) in [
+            ("", 3),
+            ("", 1),
+            ("", 100),
+            ("run/", 2),
+            ("run", 4),
+            ("r", 1),
+            ("zzz", 5),
+        ] {
+            let listed = all_pages(store, prefix, limit).await?;
+            let mut sorted = listed.clone();
+            sorted.sort();
+            sorted.dedup();
+            ensure_eq!(
+                sorted.len(),
+                listed.len(),
+                "pages of {prefix:?} by {limit} list each id once"
+            );
+            let mut want: Vec<String> = all
+                .iter()
+                .filter(|s| s.starts_with(prefix))
+                .map(|s| (*s).to_owned())
+                .collect();
+            want.sort();
+            ensure_eq!(
+                sorted,
+                want,
+                "the ids listed in pages of {prefix:?} by {limit}"
+            );
+            ensure_eq!(
+                plain(&listed),
+                plain(&want),
+                "the ids without % or NUL of {prefix:?} by {limit}, in order"
+            );
+        }
+        // After an id that is no session, and after one below the prefix.
+        let page = |prefix: &'static str, after: &'static str, limit| async move {
+            store
+                .sessions_page(prefix, Some(&id(after)), limit)
+                .await
+                .ctx(format!(
+                    "sessions_page({prefix:?}, after {after:?}, {limit})"
+                ))
+                .map(|ids| {
+                    ids.iter()
+                        .map(|s| s.as_str().to_owned())
+                        .collect::<Vec<_>>()
+                })
+        };
+        let got = page("run/", "run/15", 100).await?;
+        ensure_eq!(
+            plain(&got),
+            ["run/2", "run/é", "run/\u{10FFFF}"]
+                .map(String::from)
+                .to_vec(),
+            "the ids of run/ after run/15, which is no session"
+        );
+        let got = page("run/", "a", 2).await?;
+        ensure_eq!(
+            got,
+            ["run/", "run/%41"].map(String::from).to_vec(),
+            "the first page of run/ after an id below it"
+        );
+        ensure_eq!(
+            page("run/", "s", 5).await?,
+            Vec::<String>::new(),
+            "run/ after an id above it"
+        );
+        ensure_eq!(page("", "a", 0).await?, Vec::<String>::new(), "a page of 0");
         Ok(())
     })
     .await
@@ -1692,6 +1836,14 @@ impl<S: SessionStore> SessionStore for RoundRobin<S> {
     }
     async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
         self.pick().sessions().await
+    }
+    async fn sessions_page(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        self.pick().sessions_page(prefix, after, limit).await
     }
     async fn flush(&self) -> Result<(), StoreError> {
         for store in &self.stores {

@@ -68,7 +68,32 @@ $migrate$;
 DROP INDEX {s}.sessions_runnable;
 CREATE INDEX sessions_runnable ON {s}.sessions (agent_id, updated_at, id) WHERE phase = 'running';",
     ),
+    (
+        3,
+        "the ids in byte order, for pages of sessions",
+        r#"CREATE INDEX sessions_by_id_bytes ON {s}.sessions (id COLLATE "C");"#,
+    ),
 ];
+
+/// The least string above every string that starts with `prefix` (its
+/// last char that has a next one, moved to it), in the byte order of UTF-8,
+/// which is the order of code points; `None` if there is none (`prefix` is
+/// empty, or only `char::MAX`).
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        // Past the surrogates, which are no chars.
+        let next = match u32::from(last) + 1 {
+            0xD800 => 0xE000,
+            next => next,
+        };
+        if let Some(next) = char::from_u32(next) {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
 
 /// How a [`PostgresStore`] connects: its schema, pool size and claim time.
 ///
@@ -158,6 +183,9 @@ struct Sql {
     upsert_checkpoints: String,
     select_checkpoints: String,
     select_sessions: String,
+    /// `select_sessions_page[after?][prefix end?]`: see
+    /// [`PostgresStore::sessions_page`].
+    select_sessions_page: [[String; 2]; 2],
     runnable_read: String,
     runnable_claim: String,
     fast_update: String,
@@ -195,6 +223,23 @@ impl Sql {
                  WHERE session_id = $1 AND seq >= $2::text::numeric ORDER BY seq"
             ),
             select_sessions: format!("SELECT id FROM {s}.sessions ORDER BY id"),
+            select_sessions_page: [false, true].map(|after| {
+                [false, true].map(|end| {
+                    // $1: the first id, or the one before the first; $2:
+                    // the end of the prefix's ids, or '' when it has none
+                    // (still typed, as every parameter must be); $3: the
+                    // limit.
+                    let from = if after { ">" } else { ">=" };
+                    let end = if end {
+                        r#"AND id COLLATE "C" < $2 "#
+                    } else {
+                        "AND $2::text = '' "
+                    };
+                    format!(
+                        r#"SELECT id FROM {s}.sessions WHERE id COLLATE "C" {from} $1 {end}AND id !~ '{FOREIGN_ID}' ORDER BY id COLLATE "C" LIMIT $3"#
+                    )
+                })
+            }),
             // Both finders pass over rows whose id is not one `stored_id`
             // writes (a `%` not followed by `25` or `00`: a row another
             // tool inserted): such a row is no session of this store, so it
@@ -1150,6 +1195,40 @@ impl SessionStore for PostgresStore {
         Ok(out)
     }
 
+    /// In the byte order of the stored ids (an index of migration 3): the
+    /// ids' own order, but that `%` and NUL are stored escaped (`%25`,
+    /// `%00`), so an id holding one sorts as its escaped form.
+    async fn sessions_page(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let what = "list a page of the sessions";
+        let prefix = Self::stored_id(&SessionId::from(prefix));
+        // Escaping is char by char, so an id starts with the prefix if and
+        // only if its stored form starts with the prefix's.
+        let after = after
+            .map(Self::stored_id)
+            .filter(|after| after.as_str() >= prefix.as_str());
+        let end = prefix_end(&prefix);
+        let sql = &self.sql.select_sessions_page[usize::from(after.is_some())]
+            [usize::from(end.is_some())];
+        let from = after.as_deref().unwrap_or(&prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.client(what).await?;
+        let rows = client
+            .query(sql, &[&from, &end.as_deref().unwrap_or(""), &limit])
+            .await
+            .map_err(|e| pg_error(what, &e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: String = row.try_get(0).map_err(|e| pg_error(what, &e))?;
+            out.extend(self.session_or_warn(&id));
+        }
+        Ok(out)
+    }
+
     async fn flush(&self) -> Result<(), StoreError> {
         if self.read_only {
             // Nothing was written.
@@ -1219,6 +1298,27 @@ impl SessionStore for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_ends_at_the_least_string_above_its_strings() {
+        for (prefix, end) in [
+            ("", None),
+            ("a", Some("b")),
+            ("harness-server/cron/", Some("harness-server/cron0")),
+            ("a\u{D7FF}", Some("a\u{E000}")),
+            ("a\u{10FFFF}", Some("b")),
+            ("\u{10FFFF}\u{10FFFF}", None),
+            ("é", Some("ê")),
+        ] {
+            let got = prefix_end(prefix);
+            assert_eq!(got.as_deref(), end, "{prefix:?}");
+            if let Some(end) = got {
+                for under in [prefix.to_owned(), format!("{prefix}\u{10FFFF}\u{10FFFF}")] {
+                    assert!(under.as_bytes() < end.as_bytes(), "{under:?} < {end:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn stored_ids_round_trip() {

@@ -623,9 +623,48 @@ impl SledStore {
     /// hide every other session (from a listing, and from the default
     /// [`runnable`](SessionStore::runnable), which lists first).
     fn sessions_blocking(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.ids_blocking(self.heads.iter(), usize::MAX, "list the sessions")
+    }
+
+    /// A page of ids: the heads tree is keyed by the ids' bytes, so its
+    /// range from `after` (or `prefix`) on, as long as keys start with
+    /// `prefix`, is the page in byte order.
+    fn sessions_page_blocking(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        use std::ops::Bound;
+        let from = match after {
+            Some(after) if after.as_str() >= prefix => Bound::Excluded(after.as_str().as_bytes()),
+            _ => Bound::Included(prefix.as_bytes()),
+        };
+        let range = self
+            .heads
+            .range::<&[u8], _>((from, Bound::Unbounded))
+            .take_while(|entry| {
+                entry
+                    .as_ref()
+                    .map_or(true, |(key, _)| key.starts_with(prefix.as_bytes()))
+            });
+        self.ids_blocking(range, limit, "list a page of the sessions")
+    }
+
+    /// The ids of up to `limit` heads of `entries`; a key that is not UTF-8
+    /// (never written by this store) is skipped with a warning.
+    fn ids_blocking(
+        &self,
+        entries: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+        limit: usize,
+        what: &str,
+    ) -> Result<Vec<SessionId>, StoreError> {
         let mut out = Vec::new();
-        for key in self.heads.iter().keys() {
-            let key = key.map_err(|e| sled_error("list the sessions", &e))?;
+        for entry in entries {
+            if out.len() == limit {
+                break;
+            }
+            let (key, _) = entry.map_err(|e| sled_error(what, &e))?;
             match String::from_utf8(key.to_vec()) {
                 Ok(id) => out.push(SessionId::from(id)),
                 Err(e) => tracing::warn!(
@@ -906,6 +945,17 @@ impl SessionStore for SledStore {
 
     async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
         self.blocking(SledStore::sessions_blocking).await
+    }
+
+    async fn sessions_page(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let (prefix, after) = (prefix.to_owned(), after.cloned());
+        self.blocking(move |store| store.sessions_page_blocking(&prefix, after.as_ref(), limit))
+            .await
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

@@ -64,16 +64,17 @@
 //!
 //! # Sessions, a page at a time
 //!
-//! A store may hold a hundred thousand sessions, and
-//! [`SessionStore::sessions`] lists their ids only, in no set order: so
-//! `GET /api/sessions` sorts the store's ids and pages on them. A page is
+//! A store may hold a hundred thousand sessions, so `GET /api/sessions`
+//! reads them a page at a time, in the store's order
+//! ([`SessionStore::sessions_page`]: the ids' byte order). A page is
 //! a JSON array of sessions (newest first within the page); `limit` sets
 //! its size (default 100, at most 1000) and `after` the id the page
 //! starts after. When more sessions follow, the response's `x-next-after`
 //! header holds the `after` of the next page, percent-encoded for the
-//! query string; it is absent on the last page. A page costs one listing
-//! of the store's ids (sorted: n log n on ids, no head) and the heads of
-//! the sessions it looks at: `limit` of them, or up to 1000 when filters
+//! query string; it is absent on the last page. A page costs the ids and
+//! the heads of the sessions it looks at (and one id more, to know whether
+//! more follow; on sled and PostgreSQL a range of an index, whatever the
+//! store holds besides): `limit` of them, or up to 1000 when filters
 //! (`phase`, `agent`, `q`) or hidden agents leave sessions out; a page
 //! can then be short, or empty, and still have a next one. Ids are random
 //! (UUIDs), so pages do not follow time: the page shows each page's
@@ -86,8 +87,8 @@
 //! them (the process's secrets replaced); while a filter is set, a
 //! session the event stream sends is listed only if it passes the same
 //! check. An `after` that is no session of the store (a session removed
-//! from the store between two pages) is refused: start again from the
-//! first page.
+//! between two pages) is a place in that order all the same: the page
+//! starts at the first session after it.
 //!
 //! `GET /api/sessions/{id}/summary` answers one session as the list shows
 //! it, from its head alone, or 404 (`{"error": "no session … in the
@@ -97,7 +98,7 @@
 //! Every query parameter of the list, of a timeline, of a state, of a
 //! summary (it takes none) and of the event stream is read strictly: an unknown one, one given twice, or
 //! a value that does not read (a negative, non-numeric or too large
-//! number, an unknown cursor, a bad task path, text that does not
+//! number, an empty cursor, a bad task path, text that does not
 //! percent-decode) is answered 400 with a body naming it:
 //!
 //! ```json

@@ -344,8 +344,7 @@ async fn sessions(
     };
     let q = query.get("q").unwrap_or_default().trim().to_lowercase();
     let agent = query.get("agent").filter(|a| !a.is_empty());
-    let ids = view::listing(app.source.store()).await?;
-    let page = view::page(app.source.store(), &ids, after.as_ref(), limit, |s| {
+    let page = view::page(app.source.store(), after.as_ref(), limit, |s| {
         !app.hidden.contains(&s.agent)
             && phase.is_none_or(|p| s.phase == p)
             && agent.is_none_or(|a| s.agent == a)
@@ -746,7 +745,7 @@ impl Watch {
         if self.first {
             self.first = false;
             let hidden = &app.hidden;
-            let page = view::page(store, &ids, None, view::SESSIONS_PAGE.0, |s| {
+            let page = view::page(store, None, view::SESSIONS_PAGE.0, |s| {
                 !hidden.contains(&s.agent)
             })
             .await?;

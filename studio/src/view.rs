@@ -94,9 +94,9 @@ pub(crate) struct SessionPage {
     pub(crate) next: Option<SessionId>,
 }
 
-/// Every session id of the store, sorted: the order pages follow. The
-/// store lists ids, not times, so this costs its number of sessions in
-/// ids, and no head.
+/// Every session id of the store, sorted: what the event stream compares
+/// look after look to find the sessions that appeared. This costs the
+/// store's number of sessions in ids, and no head.
 pub(crate) async fn listing(store: &dyn SessionStore) -> Result<Vec<SessionId>, ApiError> {
     let mut ids = store.sessions().await.map_err(|source| ApiError::Store {
         session: "(listing)".into(),
@@ -107,54 +107,58 @@ pub(crate) async fn listing(store: &dyn SessionStore) -> Result<Vec<SessionId>, 
     Ok(ids)
 }
 
-/// The page of `ids` (sorted, as [`listing`] returns them) after `after`:
-/// the heads of the ids that follow it, loaded one by one, until `limit`
-/// pass `keep` or [`SCAN_HEADS`] were loaded. Sessions listed then gone
-/// are left out.
-///
-/// # Errors
-///
-/// [`ApiError::BadParameter`] if `after` is no session of the store.
+/// The page of the store's sessions after `after` (in the store's order,
+/// [`SessionStore::sessions_page`]; `after` need not exist any more): the
+/// heads of the ids that follow it, loaded one by one, until `limit` pass
+/// `keep` or [`SCAN_HEADS`] were loaded. The ids are read a page at a
+/// time, as many as the page may still look at and one more (to know
+/// whether the store holds more), so a page reads no more of the store
+/// than it shows. Sessions listed then gone are left out.
 pub(crate) async fn page(
     store: &dyn SessionStore,
-    ids: &[SessionId],
     after: Option<&SessionId>,
     limit: usize,
     keep: impl Fn(&Summary) -> bool,
 ) -> Result<SessionPage, ApiError> {
-    let start = match after {
-        None => 0,
-        Some(after) => match ids.binary_search(after) {
-            Ok(at) => at + 1,
-            Err(_) => {
-                return Err(crate::query::bad(
-                    "after",
-                    after.as_str(),
-                    "no session of the store has this id: a cursor is the `x-next-after` of an \
-                     earlier page (start again without `after`)"
-                        .into(),
-                ));
-            }
-        },
+    let listing_error = |source| ApiError::Store {
+        session: "(listing)".into(),
+        source,
     };
     let now = store.now();
     let mut sessions = Vec::new();
+    let mut cursor = after.cloned();
+    let mut scanned = 0;
     let mut next = None;
-    for (scanned, at) in (start..ids.len()).enumerate() {
-        if sessions.len() == limit || scanned == SCAN_HEADS {
-            next = Some(ids[at - 1].clone());
+    loop {
+        let want = (limit - sessions.len()).min(SCAN_HEADS - scanned);
+        if want == 0 {
             break;
         }
-        let id = &ids[at];
-        let loaded = store.load(id).await.map_err(|source| ApiError::Store {
-            session: id.to_string(),
-            source,
-        })?;
-        if let Some(head) = loaded {
-            let summary = Summary::of(&head, now);
-            if keep(&summary) {
-                sessions.push(summary);
+        let ids = store
+            .sessions_page("", cursor.as_ref(), want + 1)
+            .await
+            .map_err(listing_error)?;
+        for id in ids.iter().take(want) {
+            let loaded = store.load(id).await.map_err(|source| ApiError::Store {
+                session: id.to_string(),
+                source,
+            })?;
+            if let Some(head) = loaded {
+                let summary = Summary::of(&head, now);
+                if keep(&summary) {
+                    sessions.push(summary);
+                }
             }
+        }
+        scanned += want.min(ids.len());
+        if ids.len() <= want {
+            // The end of the store.
+            break;
+        }
+        cursor = Some(ids[want - 1].clone());
+        if sessions.len() == limit || scanned == SCAN_HEADS {
+            next = cursor;
+            break;
         }
     }
     sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));

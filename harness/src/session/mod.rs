@@ -317,6 +317,39 @@ pub trait SessionStore: Send + Sync + Debug {
     /// Every session in the store.
     async fn sessions(&self) -> Result<Vec<SessionId>, StoreError>;
 
+    /// Up to `limit` sessions whose ids start with `prefix`, in the
+    /// store's order, from the one after `after` (an id an earlier page
+    /// returned, which need not exist any more), or from the first: the
+    /// pages of a listing that reads no more than it returns.
+    ///
+    /// The order is the same at every call, so pages asked one after the
+    /// other each return a session at most once, and every session that
+    /// existed throughout. It is the ids' byte order in every store of
+    /// this crate's family but PostgreSQL's, where an id holding `%` or a
+    /// NUL (stored escaped) may sort elsewhere. The default sorts
+    /// [`sessions`](Self::sessions) and filters them: correct for any
+    /// store, but it reads every id at each page; a store that can read a
+    /// range of ids (sled, PostgreSQL) overrides it. Applications sharing
+    /// one store between kinds of records under prefixes (the HTTP
+    /// server's threads, runs and crons) list one kind through it.
+    async fn sessions_page(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let mut ids: Vec<SessionId> = self
+            .sessions()
+            .await?
+            .into_iter()
+            .filter(|id| id.as_str().starts_with(prefix))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let from = after.map_or(0, |after| ids.partition_point(|id| id <= after));
+        Ok(ids.into_iter().skip(from).take(limit).collect())
+    }
+
     /// Makes every earlier commit durable.
     async fn flush(&self) -> Result<(), StoreError>;
 
@@ -415,6 +448,20 @@ impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
         Self: 'a,
     {
         (**self).sessions()
+    }
+    fn sessions_page<'s, 'p, 'i, 'a>(
+        &'s self,
+        prefix: &'p str,
+        after: Option<&'i SessionId>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<SessionId>>
+    where
+        's: 'a,
+        'p: 'a,
+        'i: 'a,
+        Self: 'a,
+    {
+        (**self).sessions_page(prefix, after, limit)
     }
     fn flush<'s, 'a>(&'s self) -> StoreFuture<'a, ()>
     where
