@@ -329,8 +329,10 @@ impl Sql {
 ///   `lease_expires_at` and `updated_at` (bigint, ms since the epoch; values
 ///   past `i64::MAX` are stored as `i64::MAX`), and `claimed_until` (see
 ///   "Finding work"), which is not part of the head. A partial index on
-///   `(updated_at, id) WHERE phase = 'running'` serves
-///   [`runnable`](SessionStore::runnable).
+///   `(agent_id, updated_at, id) WHERE phase = 'running'` serves
+///   [`runnable`](SessionStore::runnable), and an index on
+///   `(id COLLATE "C")` (the ids in byte order, whatever the database's
+///   collation) serves [`sessions_page`](SessionStore::sessions_page).
 /// - `checkpoints`: one row per checkpoint: `session_id` (references
 ///   `sessions`, deleting a session deletes its log), `seq`
 ///   (`numeric(20,0)`: every `u64`), `checkpoint` (the [`Checkpoint`] as

@@ -7,6 +7,7 @@ mod conformance;
 mod errors;
 mod guard;
 mod limits;
+mod listing;
 mod replicas;
 mod sdk;
 #[cfg(feature = "studio")]
