@@ -395,27 +395,21 @@ pub(crate) fn decode(s: &str) -> Option<String> {
 }
 
 /// The ids under `prefix` with it taken off: one kind of the server's
-/// records (threads, runs, crons), read a page at a time
-/// ([`SessionStore::sessions_page`]), so that listing one kind reads no
-/// id of the others nor of the agents' own sessions sharing the store.
+/// records (threads, runs, crons), in one
+/// [`SessionStore::sessions_page`] (the caller reads each of them), so
+/// that on sled and PostgreSQL listing one kind reads no id of the others
+/// nor of the agents' own sessions sharing the store; another store lists
+/// every id once, as before.
 pub(crate) async fn ids_under(
     store: &dyn SessionStore,
     prefix: &str,
 ) -> Result<Vec<String>, harness::session::StoreError> {
-    const PAGE: usize = 1000;
-    let mut out = Vec::new();
-    let mut after = None;
-    loop {
-        let page = store.sessions_page(prefix, after.as_ref(), PAGE).await?;
-        out.extend(
-            page.iter()
-                .filter_map(|s| s.as_str().strip_prefix(prefix).map(str::to_owned)),
-        );
-        if page.len() < PAGE {
-            return Ok(out);
-        }
-        after = page.last().cloned();
-    }
+    Ok(store
+        .sessions_page(prefix, None, usize::MAX)
+        .await?
+        .iter()
+        .filter_map(|s| s.as_str().strip_prefix(prefix).map(str::to_owned))
+        .collect())
 }
 
 /// The longest id (thread, run, assistant) the server accepts.

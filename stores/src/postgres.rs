@@ -68,12 +68,19 @@ $migrate$;
 DROP INDEX {s}.sessions_runnable;
 CREATE INDEX sessions_runnable ON {s}.sessions (agent_id, updated_at, id) WHERE phase = 'running';",
     ),
-    (
-        3,
-        "the ids in byte order, for pages of sessions",
-        r#"CREATE INDEX sessions_by_id_bytes ON {s}.sessions (id COLLATE "C");"#,
-    ),
 ];
+
+/// Indexes that only make reads faster: not migrations, so that a build
+/// that does not know one works beside it (a migration makes older builds
+/// refuse the schema) and a reader does without it (it reads the same rows,
+/// slower). A writer that owns the tables creates each one missing, in its
+/// migration transaction: `(name, SQL)`, `{s}` the quoted schema.
+const READ_INDEXES: &[(&str, &str)] = &[(
+    // `sessions_page`: the ids in byte order, whatever the database's
+    // collation.
+    "sessions_by_id_bytes",
+    r#"CREATE INDEX IF NOT EXISTS sessions_by_id_bytes ON {s}.sessions (id COLLATE "C");"#,
+)];
 
 /// The least string above every string that starts with `prefix` (its
 /// last char that has a next one, moved to it), in the byte order of UTF-8,
@@ -333,6 +340,10 @@ impl Sql {
 ///   [`runnable`](SessionStore::runnable), and an index on
 ///   `(id COLLATE "C")` (the ids in byte order, whatever the database's
 ///   collation) serves [`sessions_page`](SessionStore::sessions_page).
+///   That index is no migration: a writer whose role owns the table
+///   creates it when missing (at its first open after an upgrade, in the
+///   migration transaction, which holds commits while it builds), older
+///   builds work beside it, and without it a page scans the table.
 /// - `checkpoints`: one row per checkpoint: `session_id` (references
 ///   `sessions`, deleting a session deletes its log), `seq`
 ///   (`numeric(20,0)`: every `u64`), `checkpoint` (the [`Checkpoint`] as
@@ -988,6 +999,12 @@ fn schema_sql(s: &str) -> String {
             sql.replace("{s}", s)
         ));
     }
+    for (name, sql) in READ_INDEXES {
+        out.push_str(&format!(
+            "-- read index {name} (no migration)\n{}\n",
+            sql.replace("{s}", s)
+        ));
+    }
     out
 }
 
@@ -1097,6 +1114,42 @@ async fn migrate(client: &mut Object, schema: &str, quoted: &str) -> Result<(), 
         .await
         .map_err(|e| pg_error(what(&format!("record migration {version}")), &e))?;
     }
+    // The read indexes missing, when this role owns the sessions table (as
+    // creating an index asks); otherwise reads go on without them.
+    let owner = tx
+        .query_one(
+            "SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c \
+             WHERE c.oid = to_regclass($1)",
+            &[&format!("{quoted}.sessions")],
+        )
+        .await
+        .and_then(|row| row.try_get::<_, bool>(0))
+        .map_err(|e| pg_error(what("look up the owner of the sessions table"), &e))?;
+    for (name, sql) in READ_INDEXES {
+        let exists = tx
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&format!("{quoted}.{}", quote_ident(name))],
+            )
+            .await
+            .and_then(|row| row.try_get::<_, bool>(0))
+            .map_err(|e| pg_error(what(&format!("look for index {name}")), &e))?;
+        if exists {
+            continue;
+        }
+        if owner {
+            tx.batch_execute(&sql.replace("{s}", quoted))
+                .await
+                .map_err(|e| pg_error(what(&format!("create index {name}")), &e))?;
+        } else {
+            tracing::info!(
+                schema,
+                index = name,
+                "postgres store: this role does not own the sessions table, so it does not \
+                 create the index; reads that would use it scan the table instead"
+            );
+        }
+    }
     tx.commit().await.map_err(|e| pg_error(what("commit"), &e))
 }
 
@@ -1197,7 +1250,7 @@ impl SessionStore for PostgresStore {
         Ok(out)
     }
 
-    /// In the byte order of the stored ids (an index of migration 3): the
+    /// In the byte order of the stored ids (the index `sessions_by_id_bytes`): the
     /// ids' own order, but that `%` and NUL are stored escaped (`%25`,
     /// `%00`), so an id holding one sorts as its escaped form.
     async fn sessions_page(
@@ -1219,8 +1272,13 @@ impl SessionStore for PostgresStore {
         let from = after.as_deref().unwrap_or(&prefix);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let client = self.client(what).await?;
+        // Prepared once per connection: a listing of pages asks many.
+        let statement = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| pg_error(what, &e))?;
         let rows = client
-            .query(sql, &[&from, &end.as_deref().unwrap_or(""), &limit])
+            .query(&statement, &[&from, &end.as_deref().unwrap_or(""), &limit])
             .await
             .map_err(|e| pg_error(what, &e))?;
         let mut out = Vec::with_capacity(rows.len());

@@ -66,15 +66,17 @@
 //!
 //! A store may hold a hundred thousand sessions, so `GET /api/sessions`
 //! reads them a page at a time, in the store's order
-//! ([`SessionStore::sessions_page`]: the ids' byte order). A page is
+//! ([`SessionStore::sessions_page`]: the ids' byte order, but for
+//! PostgreSQL ids holding `%` or a NUL). A page is
 //! a JSON array of sessions (newest first within the page); `limit` sets
 //! its size (default 100, at most 1000) and `after` the id the page
 //! starts after. When more sessions follow, the response's `x-next-after`
 //! header holds the `after` of the next page, percent-encoded for the
-//! query string; it is absent on the last page. A page costs the ids and
-//! the heads of the sessions it looks at (and one id more, to know whether
-//! more follow; on sled and PostgreSQL a range of an index, whatever the
-//! store holds besides): `limit` of them, or up to 1000 when filters
+//! query string; it is absent on the last page. A page costs the heads of
+//! the sessions it looks at and their ids (read in a few rounds when a
+//! filter keeps few; on sled and PostgreSQL a range of an index, whatever
+//! the store holds besides, and on the other stores a listing of every id
+//! per round): `limit` of them, or up to 1000 when filters
 //! (`phase`, `agent`, `q`) or hidden agents leave sessions out; a page
 //! can then be short, or empty, and still have a next one. Ids are random
 //! (UUIDs), so pages do not follow time: the page shows each page's

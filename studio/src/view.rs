@@ -111,9 +111,10 @@ pub(crate) async fn listing(store: &dyn SessionStore) -> Result<Vec<SessionId>, 
 /// [`SessionStore::sessions_page`]; `after` need not exist any more): the
 /// heads of the ids that follow it, loaded one by one, until `limit` pass
 /// `keep` or [`SCAN_HEADS`] were loaded. The ids are read a page at a
-/// time, as many as the page may still look at and one more (to know
-/// whether the store holds more), so a page reads no more of the store
-/// than it shows. Sessions listed then gone are left out.
+/// time: first as many as the page still needs, then twice as many at
+/// each round a filter left it short (so a filter that keeps few costs a
+/// few reads, not one per session), each with one more id to know whether
+/// the store holds more. Sessions listed then gone are left out.
 pub(crate) async fn page(
     store: &dyn SessionStore,
     after: Option<&SessionId>,
@@ -128,17 +129,22 @@ pub(crate) async fn page(
     let mut sessions = Vec::new();
     let mut cursor = after.cloned();
     let mut scanned = 0;
-    let mut next = None;
+    let mut ask = 0;
     loop {
-        let want = (limit - sessions.len()).min(SCAN_HEADS - scanned);
-        if want == 0 {
-            break;
-        }
+        ask = (limit - sessions.len())
+            .max(ask * 2)
+            .min(SCAN_HEADS - scanned);
         let ids = store
-            .sessions_page("", cursor.as_ref(), want + 1)
+            .sessions_page("", cursor.as_ref(), ask + 1)
             .await
             .map_err(listing_error)?;
-        for id in ids.iter().take(want) {
+        let mut looked = 0;
+        for id in ids.iter().take(ask) {
+            if sessions.len() == limit {
+                break;
+            }
+            looked += 1;
+            cursor = Some(id.clone());
             let loaded = store.load(id).await.map_err(|source| ApiError::Store {
                 session: id.to_string(),
                 source,
@@ -150,19 +156,18 @@ pub(crate) async fn page(
                 }
             }
         }
-        scanned += want.min(ids.len());
-        if ids.len() <= want {
+        scanned += looked;
+        let next = if looked == ids.len() {
             // The end of the store.
-            break;
-        }
-        cursor = Some(ids[want - 1].clone());
-        if sessions.len() == limit || scanned == SCAN_HEADS {
-            next = cursor;
-            break;
-        }
+            None
+        } else if sessions.len() == limit || scanned == SCAN_HEADS {
+            cursor
+        } else {
+            continue;
+        };
+        sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+        return Ok(SessionPage { sessions, next });
     }
-    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-    Ok(SessionPage { sessions, next })
 }
 
 /// A session's head.

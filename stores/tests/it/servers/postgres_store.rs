@@ -616,3 +616,88 @@ async fn postgres_rows_whose_ids_the_store_never_writes_are_passed_over() {
     }
     pg.cleanup().await;
 }
+
+/// The index that serves `sessions_page` is no migration: a writer creates
+/// it when it is missing, a reader pages without it (the same pages), and
+/// the schema's migrations do not name it (so older builds work beside
+/// it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_pages_use_an_index_a_writer_makes_and_a_reader_does_without() {
+    let Some(pg) = Pg::new() else { return };
+    let schema = pg.fresh_schema("pages");
+    let writer = pg.connect(&schema, PostgresOptions::default()).await;
+    for s in ["b/1", "b/2", "b/%3", "a", "c"] {
+        crate::create_sample(&writer, s, 0).await;
+    }
+    let index = format!("\"{schema}\".sessions_by_id_bytes");
+    let exists = |store: PostgresStore, index: String| async move {
+        store
+            .pool()
+            .get()
+            .await
+            .unwrap()
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&index])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    };
+    assert!(
+        exists(writer.clone(), index.clone()).await,
+        "a writer made {index}"
+    );
+    let names: Vec<String> = writer
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .query(
+            &format!("SELECT name FROM \"{schema}\".schema_migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("byte order")), "{names:?}");
+    let pages = |store: PostgresStore| async move {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store.sessions_page("b/", after.as_ref(), 1).await.unwrap();
+            let Some(last) = page.last().cloned() else {
+                return out;
+            };
+            out.extend(page);
+            after = Some(last);
+        }
+    };
+    let with_index = pages(writer.clone()).await;
+    assert_eq!(with_index, [id("b/%3"), id("b/1"), id("b/2")]);
+    // Dropped (as by an older build's schema, or a role that cannot make
+    // it): a reader pages alike, and makes nothing.
+    writer
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(&format!("DROP INDEX {index}"))
+        .await
+        .unwrap();
+    let reader = pg
+        .connect(&schema, PostgresOptions::default().read_only(true))
+        .await;
+    assert_eq!(pages(reader.clone()).await, with_index);
+    assert!(
+        !exists(reader, index.clone()).await,
+        "a reader made nothing"
+    );
+    // The next writer to open makes it again.
+    let again = pg.connect(&schema, PostgresOptions::default()).await;
+    assert!(
+        exists(again.clone(), index.clone()).await,
+        "{index} made again"
+    );
+    assert_eq!(pages(again).await, with_index);
+    pg.cleanup().await;
+}
