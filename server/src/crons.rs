@@ -1,7 +1,8 @@
 //! Crons: runs on a schedule, on a thread or each on a new thread.
 //!
 //! A cron is a record in the session store (beside the thread records).
-//! Each server's scheduler looks at the crons every second; a tick is fired
+//! Each server's scheduler looks at the crons every 250 ms (their ids
+//! alone, `app::ids_under`, then each record); a tick is fired
 //! by the one server that moves the cron's next time forward, with a
 //! compare-and-set on the record: servers sharing a store fire each tick
 //! once.
