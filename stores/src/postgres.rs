@@ -730,6 +730,21 @@ impl PostgresStore {
         session
     }
 
+    /// The sessions of rows whose first column is an id, those the store
+    /// never writes passed over (with a warning).
+    fn sessions_of(
+        &self,
+        rows: &[tokio_postgres::Row],
+        what: &str,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: String = row.try_get(0).map_err(|e| pg_error(what, &e))?;
+            out.extend(self.session_or_warn(&id));
+        }
+        Ok(out)
+    }
+
     async fn client(&self, what: impl Display) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(|e| pool_error(what, &e))
     }
@@ -1242,17 +1257,13 @@ impl SessionStore for PostgresStore {
             .query(&self.sql.select_sessions, &[])
             .await
             .map_err(|e| pg_error(what, &e))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: String = row.try_get(0).map_err(|e| pg_error(what, &e))?;
-            out.extend(self.session_or_warn(&id));
-        }
-        Ok(out)
+        self.sessions_of(&rows, what)
     }
 
-    /// In the byte order of the stored ids (the index `sessions_by_id_bytes`): the
-    /// ids' own order, but that `%` and NUL are stored escaped (`%25`,
-    /// `%00`), so an id holding one sorts as its escaped form.
+    /// In the byte order of the stored ids (the index
+    /// `sessions_by_id_bytes`): the ids' own order, but that `%` and NUL
+    /// are stored escaped (`%25`, `%00`), so an id holding one sorts as its
+    /// escaped form.
     async fn sessions_page(
         &self,
         prefix: &str,
@@ -1281,12 +1292,7 @@ impl SessionStore for PostgresStore {
             .query(&statement, &[&from, &end.as_deref().unwrap_or(""), &limit])
             .await
             .map_err(|e| pg_error(what, &e))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: String = row.try_get(0).map_err(|e| pg_error(what, &e))?;
-            out.extend(self.session_or_warn(&id));
-        }
-        Ok(out)
+        self.sessions_of(&rows, what)
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
