@@ -7,61 +7,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-// The cargo of `harness_tests::cargo` (that crate sits above the kit;
-// there its function is exported, here it is private to the tests).
+// `harness_tests::example` and its cargo (that crate sits above the kit;
+// there its functions are exported, here they are private to the tests).
 #[allow(unreachable_pub)]
 #[path = "../../../tests/cargo_command.rs"]
 mod cargo_command;
 
 const README: &str = "line one about an agent\nline two\nthe agent kit\n";
 
-/// Builds the example (once) and returns its path.
+/// The example's binary, built as `harness_tests::example` builds it
+/// (once per test process).
 pub(crate) fn assistant() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap_or_else(|| panic!("the kit sits in the workspace"));
-        // This test binary is target/<profile>/deps/it-…; the example is
-        // built into target/<profile>/examples, in the same profile.
-        let exe = std::env::current_exe().unwrap_or_else(|e| panic!("the test binary: {e}"));
-        let profile = exe
-            .parent()
-            .and_then(Path::parent)
-            .unwrap_or_else(|| panic!("{} is in target/<profile>/deps", exe.display()));
-        // Under ./scripts/test (which names its features in
-        // HARNESS_TEST_CARGO_FEATURES and builds every target first), asked
-        // exactly as the suite's build was, which finds it up to date: a
-        // build of one package resolves the dependencies' features
-        // differently, and so built the example and its dependencies a
-        // second time. Alone, as `cargo run -p harness-examples` would.
-        let features = std::env::var("HARNESS_TEST_CARGO_FEATURES");
-        let mut build = match &features {
-            Ok(features) => vec![
-                "build",
-                "--workspace",
-                "--locked",
-                "--features",
-                features,
-                "--tests",
-                "--bins",
-                "--examples",
-            ],
-            Err(_) => vec!["build", "-p", "harness-examples", "--example", "assistant"],
-        };
-        if profile.file_name().is_some_and(|name| name == "release") {
-            build.push("--release");
-        }
-        let status = cargo_command::cargo()
-            .args(&build)
-            .current_dir(workspace)
-            .status()
-            .unwrap_or_else(|e| panic!("cargo runs: {e}"));
-        assert!(status.success(), "the example builds");
-        let path = profile.join("examples").join("assistant");
-        assert!(path.exists(), "{} exists", path.display());
-        path
-    })
+    BUILT.get_or_init(|| cargo_command::example("harness-examples", "assistant"))
 }
 
 /// A working directory with a README.md of known size.
