@@ -397,9 +397,9 @@ pub(crate) fn decode(s: &str) -> Option<String> {
 /// The ids under `prefix` with it taken off: one kind of the server's
 /// records (threads, runs, crons), in one
 /// [`SessionStore::sessions_page`] (the caller reads each of them), so
-/// that on sled and PostgreSQL listing one kind reads no id of the others
-/// nor of the agents' own sessions sharing the store; another store lists
-/// every id once, as before.
+/// that on sled, PostgreSQL and Redis listing one kind reads no id of the
+/// others nor of the agents' own sessions sharing the store; another store
+/// lists every id once, as before.
 pub(crate) async fn ids_under(
     store: &dyn SessionStore,
     prefix: &str,

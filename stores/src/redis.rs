@@ -40,8 +40,8 @@ const HMGET_CHUNK: usize = 500;
 /// stored version, '' for none) or `{'unreadable', stored head}`.
 ///
 /// KEYS: head, checkpoints, seqs, sessions, running, leases, claims, agents,
-/// and the agent's ready and waiting sets (see "Finding work" on
-/// [`RedisStore`]).
+/// the agent's ready and waiting sets (see "Finding work" on
+/// [`RedisStore`]), and the sorted index of ids (see "Listing").
 /// ARGV: id, expected ('' for none), head JSON, schema version, running
 /// ('1'/'0'), updated_at, lease expiry ('' for none), head TTL ms ('0' for
 /// none), log TTL ms, number of removals, the agent, the removed fields,
@@ -73,6 +73,7 @@ while i < #ARGV do
 end
 redis.call('SET', KEYS[1], ARGV[3])
 redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('ZADD', KEYS[11], 0, ARGV[1])
 if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
   redis.call('HSET', KEYS[8], ARGV[1], ARGV[11])
@@ -128,10 +129,10 @@ end
 return out
 ";
 
-/// The sessions whose head exists; forgets the ids of expired ones unless
-/// ARGV[2] is '0'.
+/// The sessions whose head exists; forgets the ids of expired ones (in both
+/// indexes of ids) unless ARGV[2] is '0'.
 ///
-/// KEYS: sessions. ARGV: the prefix, forget ('1'/'0').
+/// KEYS: sessions, ids. ARGV: the prefix, forget ('1'/'0').
 const SESSIONS_LUA: &str = r"
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -139,9 +140,86 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     out[#out + 1] = id
   elseif ARGV[2] == '1' then
     redis.call('SREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
   end
 end
 return out
+";
+
+/// The `SSCAN` count of each step that builds `P:ids` from `P:sessions`,
+/// one step per call until the index is built (see [`PAGE_LUA`]).
+const IDS_BUILD_PER_CALL: usize = 4_096;
+/// The `SSCAN` count of the step of `P:sessions` re-indexed into `P:ids` at
+/// each call once it is built: what finds the sessions an older version of
+/// this store wrote meanwhile (a rolling deploy).
+const IDS_REINDEX_PER_CALL: usize = 64;
+
+/// A page of session ids from the sorted index `P:ids` (every score 0, so
+/// members sort by their bytes): those from the bound ARGV[3] on
+/// (`ZRANGEBYLEX` syntax) that start with ARGV[2], whose head exists, at
+/// most ARGV[4]. An id whose head is gone (expired) is skipped, and a
+/// writer (ARGV[5] = '1') forgets it in both indexes.
+///
+/// Sessions written before the index existed are in `P:sessions` only: a
+/// writer builds the index from it by steps of ARGV[6] ids (`SSCAN`, its
+/// cursor in KEYS[4]) and replies `{'unbuilt', {}}` until the step that
+/// ends the scan, which sets the marker KEYS[3]; a reader replies
+/// `{'unbuilt', {}}` while the marker is absent. Once built, each writer's
+/// call re-indexes ARGV[7] ids of `P:sessions`, round and round.
+///
+/// KEYS: ids, sessions, marker, cursor. ARGV: key prefix, id prefix, lower
+/// bound, limit, writer, build step, re-index step. Replies `{'page', ids}`
+/// or `{'unbuilt', {}}`.
+const PAGE_LUA: &str = r"
+for i, kind in ipairs({'zset', 'set'}) do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= kind then
+    return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kind)
+  end
+end
+local writer = ARGV[5] == '1'
+local function index(count)
+  local scan = redis.call('SSCAN', KEYS[2], redis.call('GET', KEYS[4]) or '0', 'COUNT', count)
+  for _, id in ipairs(scan[2]) do redis.call('ZADD', KEYS[1], 0, id) end
+  return scan[1]
+end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  if not writer then return {'unbuilt', {}} end
+  local cursor = index(ARGV[6])
+  if cursor ~= '0' then
+    redis.call('SET', KEYS[4], cursor)
+    return {'unbuilt', {}}
+  end
+  redis.call('SET', KEYS[3], '1')
+  redis.call('DEL', KEYS[4])
+elseif writer then
+  redis.call('SET', KEYS[4], index(ARGV[7]))
+end
+local prefix = ARGV[2]
+local min = ARGV[3]
+local limit = tonumber(ARGV[4])
+local heads = ARGV[1] .. ':{'
+local out = {}
+while #out < limit do
+  local want = math.min(limit - #out, 256)
+  local ids = redis.call('ZRANGEBYLEX', KEYS[1], min, '+', 'LIMIT', 0, want)
+  local done = #ids < want
+  for _, id in ipairs(ids) do
+    if string.sub(id, 1, #prefix) ~= prefix then
+      done = true
+      break
+    end
+    if redis.call('EXISTS', heads .. id .. '}:head') == 1 then
+      out[#out + 1] = id
+    elseif writer then
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('SREM', KEYS[2], id)
+    end
+    min = '(' .. id
+  end
+  if done then break end
+end
+return {'page', out}
 ";
 
 /// What both runnable scripts begin with: `check_types(kinds)` (the reply
@@ -353,6 +431,7 @@ struct Scripts {
     commit: Script,
     checkpoints: Script,
     sessions: Script,
+    page: Script,
     runnable: Script,
     runnable_indexed: Script,
 }
@@ -446,6 +525,10 @@ impl RedisOptions {
 ///   that `ZRANGEBYLEX` reads the log in seq order (scores are doubles and
 ///   would not tell `u64::MAX - 1` from `u64::MAX`);
 /// - `P:sessions`: the set of session ids;
+/// - `P:ids`: the same ids in a sorted set, every score 0, so that
+///   `ZRANGEBYLEX` reads them in byte order (see "Listing"); `P:ids-built`
+///   marks it built, and `P:ids-cursor` is where its building or
+///   re-indexing from `P:sessions` goes on;
 /// - `P:running`: a sorted set of the running sessions, scored by
 ///   `updated_at`;
 /// - `P:leases`: a hash, id → lease expiry (ms since the epoch), of the
@@ -513,6 +596,28 @@ impl RedisOptions {
 /// session an older version writes during a rolling deploy is found within
 /// a few rounds. A store opened [read-only](RedisOptions::read_only) writes
 /// no index: its `runnable` walks `P:running` as before.
+///
+/// # Listing
+///
+/// [`sessions`](SessionStore::sessions) lists `P:sessions`, every id.
+/// [`sessions_page`](SessionStore::sessions_page) reads a range of `P:ids`
+/// instead: from the page's lower bound, the ids under its prefix, each
+/// checked against its head, until the page is full. A page costs the ids
+/// it returns (and those of expired sessions it meets, which a writer then
+/// forgets), not the store's size, so the HTTP server's scheduler, which
+/// lists its crons a few times a second, reads its crons and nothing else.
+///
+/// Data written by a version of this store before `P:ids` existed is in
+/// `P:sessions` only. Each page a writer asks for then builds the index
+/// from it by one `SSCAN` step of count 4 096 (about as many ids) and is
+/// answered from the listing of every id until the step that ends the
+/// scan: a store of a few thousand sessions is indexed at its first page.
+/// After that, each writer's page re-indexes a step of count 64, round and
+/// round, so that a session an older version writes during a rolling
+/// deploy is listed after at most one round (`P:sessions`' hash table over
+/// 64: 256 pages with 10 000 sessions). A store opened
+/// [read-only](RedisOptions::read_only) writes no index: until a writer
+/// has built it, its pages come from the listing of every id.
 ///
 /// # Finished sessions
 ///
@@ -625,6 +730,7 @@ impl RedisStore {
                 commit: Script::new(COMMIT_LUA),
                 checkpoints: Script::new(CHECKPOINTS_LUA),
                 sessions: Script::new(SESSIONS_LUA),
+                page: Script::new(PAGE_LUA),
                 runnable: Script::new(RUNNABLE_LUA),
                 runnable_indexed: Script::new(RUNNABLE_INDEXED_LUA),
             }),
@@ -757,6 +863,7 @@ impl RedisStore {
             .key(self.key("agents"))
             .key(self.key(&format!("ready:{}", head.agent_id)))
             .key(self.key(&format!("waiting:{}", head.agent_id)))
+            .key(self.key("ids"))
             .arg(session.as_str())
             .arg(
                 commit
@@ -892,6 +999,7 @@ impl SessionStore for RedisStore {
             .scripts
             .sessions
             .key(self.key("sessions"))
+            .key(self.key("ids"))
             .arg(&self.prefix)
             .arg(if self.read_only { "0" } else { "1" })
             .invoke_async(&mut self.con())
@@ -900,6 +1008,64 @@ impl SessionStore for RedisStore {
         let mut out = self.readable_ids(reply, "sessions");
         out.sort();
         Ok(out)
+    }
+
+    async fn sessions_page(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // The lower bound, in `ZRANGEBYLEX` syntax: past `after` when it
+        // is not below the prefix, else from the prefix.
+        let mut min = match after {
+            Some(after) if after.as_str() >= prefix => [b"(", after.as_str().as_bytes()].concat(),
+            _ if prefix.is_empty() => b"-".to_vec(),
+            _ => [b"[", prefix.as_bytes()].concat(),
+        };
+        let mut out = Vec::new();
+        loop {
+            let want = limit - out.len();
+            let (status, ids): (Vec<u8>, Vec<Vec<u8>>) = self
+                .scripts
+                .page
+                .key(self.key("ids"))
+                .key(self.key("sessions"))
+                .key(self.key("ids-built"))
+                .key(self.key("ids-cursor"))
+                .arg(&self.prefix)
+                .arg(prefix)
+                .arg(&min)
+                .arg(want)
+                .arg(if self.read_only { "0" } else { "1" })
+                .arg(IDS_BUILD_PER_CALL)
+                .arg(IDS_REINDEX_PER_CALL)
+                .invoke_async(&mut self.con())
+                .await
+                .map_err(|e| redis_error("list a page of the sessions", &e))?;
+            if status == b"unbuilt" {
+                // No index yet (written by an older version): the listing
+                // of every id, as `sessions` reads it, sorted.
+                let mut ids = self.sessions().await?;
+                ids.retain(|id| id.as_str().starts_with(prefix) && after.is_none_or(|a| id > a));
+                ids.truncate(limit);
+                return Ok(ids);
+            }
+            if status != b"page" {
+                return Err(bad_reply("list a page of the sessions", status));
+            }
+            let full = ids.len() >= want;
+            let last = ids.last().map(|id| [b"(", id.as_slice()].concat());
+            out.extend(self.readable_ids(ids, "ids"));
+            // An id that is not UTF-8 was skipped: the page reads on.
+            match last {
+                Some(last) if full && out.len() < limit => min = last,
+                _ => return Ok(out),
+            }
+        }
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

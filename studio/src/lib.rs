@@ -74,7 +74,7 @@
 //! header holds the `after` of the next page, percent-encoded for the
 //! query string; it is absent on the last page. A page costs the heads of
 //! the sessions it looks at and their ids (read in a few rounds when a
-//! filter keeps few; on sled and PostgreSQL a range of an index, whatever
+//! filter keeps few; on sled, PostgreSQL and Redis a range of an index, whatever
 //! the store holds besides, and on the other stores a listing of every id
 //! per round): `limit` of them, or up to 1000 when filters
 //! (`phase`, `agent`, `q`) or hidden agents leave sessions out; a page

@@ -329,7 +329,7 @@ pub trait SessionStore: Send + Sync + Debug {
     /// NUL (stored escaped) may sort elsewhere. The default sorts
     /// [`sessions`](Self::sessions) and filters them: correct for any
     /// store, but it reads every id at each page; a store that can read a
-    /// range of ids (sled, PostgreSQL) overrides it. Applications sharing
+    /// range of ids (sled, PostgreSQL, Redis) overrides it. Applications sharing
     /// one store between kinds of records under prefixes (the HTTP
     /// server's threads, runs and crons) list one kind through it.
     async fn sessions_page(

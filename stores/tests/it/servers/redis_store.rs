@@ -679,6 +679,219 @@ async fn redis_runnable_and_sessions_skip_ids_that_are_not_utf8() {
         let listed = store.sessions().await;
         let listed = listed.unwrap_or_else(|e| panic!("{bytes:?}: {e}"));
         assert_eq!(listed, vec![id("a"), id("b")], "{bytes:?}");
+        // A page skips it too, and reads on past it: two ids are asked
+        // for, and two are given, whether it sorts between them or after.
+        let page = store.sessions_page("", None, 2).await;
+        let page = page.unwrap_or_else(|e| panic!("{bytes:?}: {e}"));
+        assert_eq!(page, vec![id("a"), id("b")], "{bytes:?}");
+    }
+    rd.cleanup().await;
+}
+
+/// The ids of `P:ids`, the sorted index pages are read from.
+async fn indexed_ids(store: &RedisStore) -> Vec<String> {
+    zset(store, &format!("{}:ids", store.prefix()))
+        .await
+        .into_iter()
+        .map(|(id, score)| {
+            assert_eq!(score, 0.0, "{id}");
+            id
+        })
+        .collect()
+}
+
+/// Whether `key` exists.
+async fn exists(store: &RedisStore, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut store.connection())
+        .await
+        .unwrap()
+}
+
+/// Pages of ids are read from the sorted index `P:ids`, which commits
+/// keep, not from the set `P:sessions`. Data an older version wrote (in
+/// `P:sessions` only) is indexed by steps, one per page a writer asks for,
+/// the pages answered from the listing of every id meanwhile; a session an
+/// older version writes once the index is built is listed within a round
+/// of the re-indexing; a reader writes no index; an expired session is
+/// skipped by both, and forgotten by the writer only; a key of another
+/// type fails the page, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_pages_read_a_sorted_index_of_the_ids() {
+    let Some(rd) = Rd::new() else { return };
+    let store = rd.store("pages").await;
+    let prefix = store.prefix().to_owned();
+    for name in ["b-2", "a-1", "b-1", "c"] {
+        crate::create_sample(&store, name, 0).await;
+    }
+    assert_eq!(indexed_ids(&store).await, ["a-1", "b-1", "b-2", "c"]);
+    // With `P:sessions` moved away, the pages are the same and the listing
+    // is empty: pages never read the set.
+    let mut con = store.connection();
+    let rename = |from: String, to: String| {
+        let mut con = con.clone();
+        async move {
+            let _: () = redis::cmd("RENAME")
+                .arg(from)
+                .arg(to)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+        }
+    };
+    let (set, away) = (format!("{prefix}:sessions"), format!("{prefix}:away"));
+    rename(set.clone(), away.clone()).await;
+    assert_eq!(store.sessions().await.unwrap(), []);
+    let page = |prefix: &'static str, after: Option<&'static str>, limit: usize| {
+        let store = store.clone();
+        async move {
+            let after = after.map(id);
+            names_of(
+                store
+                    .sessions_page(prefix, after.as_ref(), limit)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(page("b-", None, 10).await, ["b-1", "b-2"]);
+    assert_eq!(page("", Some("a-1"), 2).await, ["b-1", "b-2"]);
+    assert_eq!(page("", Some("b-2"), 2).await, ["c"]);
+    assert_eq!(page("b-", Some("a"), 1).await, ["b-1"]);
+    rename(away, set).await;
+
+    // 5 000 sessions as an older version wrote them: a head each, the ids
+    // in `P:sessions` only.
+    let legacy = rd.fresh_prefix("pages-legacy");
+    let writer = rd.connect(&legacy, RedisOptions::default()).await;
+    let reader = rd
+        .connect(&legacy, RedisOptions::default().read_only(true))
+        .await;
+    let put_legacy = |names: Vec<String>| {
+        let mut con = writer.connection();
+        let legacy = legacy.clone();
+        async move {
+            let mut pipe = redis::pipe();
+            for name in &names {
+                pipe.cmd("SET")
+                    .arg(format!("{legacy}:{{{name}}}:head"))
+                    .arg("{}")
+                    .ignore()
+                    .cmd("SADD")
+                    .arg(format!("{legacy}:sessions"))
+                    .arg(name)
+                    .ignore();
+            }
+            let _: () = pipe.query_async(&mut con).await.unwrap();
+        }
+    };
+    put_legacy((0..5_000).map(|i| format!("s-{i:04}")).collect()).await;
+    let expect = |from: usize, n: usize| -> Vec<String> {
+        (from..from + n).map(|i| format!("s-{i:04}")).collect()
+    };
+    let page_of = |store: &RedisStore, prefix: &str, after: Option<&str>, limit: usize| {
+        let store = store.clone();
+        let (prefix, after) = (prefix.to_owned(), after.map(id));
+        async move {
+            names_of(
+                store
+                    .sessions_page(&prefix, after.as_ref(), limit)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    // The reader pages through the listing and writes nothing.
+    assert_eq!(page_of(&reader, "s-1", None, 3).await, expect(1_000, 3));
+    for key in ["ids", "ids-built", "ids-cursor"] {
+        assert!(!exists(&reader, &format!("{legacy}:{key}")).await, "{key}");
+    }
+    // The writer's pages build the index by steps, each page right
+    // meanwhile; built, it holds every id.
+    let mut pages = 0;
+    while !exists(&writer, &format!("{legacy}:ids-built")).await {
+        pages += 1;
+        assert!(pages <= 8, "not built in {pages} pages");
+        let after = format!("s-{:04}", 100 * pages);
+        assert_eq!(
+            page_of(&writer, "s-", Some(&after), 2).await,
+            expect(100 * pages + 1, 2),
+            "page {pages}"
+        );
+    }
+    assert!(pages > 1, "5 000 ids were indexed in one step");
+    assert_eq!(indexed_ids(&writer).await, expect(0, 5_000));
+    assert_eq!(page_of(&reader, "s-4", Some("s-4998"), 5).await, ["s-4999"]);
+    // An older version's writer, once the index is built: listed within a
+    // round of the re-indexing (the set's 8 192 buckets, 64 a page).
+    put_legacy(vec!["s-old".into()]).await;
+    let mut pages = 0;
+    loop {
+        pages += 1;
+        assert!(pages <= 8_192 / 64 + 2, "not listed in {pages} pages");
+        if page_of(&writer, "s-o", None, 10).await == ["s-old"] {
+            break;
+        }
+    }
+    assert_eq!(page_of(&reader, "s-o", None, 10).await, ["s-old"]);
+    // An expired session: skipped by both, forgotten by the writer alone.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{legacy}:{{s-0001}}:head"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let member = |key: &'static str| {
+        let store = writer.clone();
+        let legacy = legacy.clone();
+        async move {
+            let key = format!("{legacy}:{key}");
+            let (in_set, score): (bool, Option<f64>) = redis::pipe()
+                .cmd("SISMEMBER")
+                .arg(&key)
+                .arg("s-0001")
+                .cmd("ZSCORE")
+                .arg(format!("{legacy}:ids"))
+                .arg("s-0001")
+                .query_async(&mut store.connection())
+                .await
+                .unwrap();
+            (in_set, score.is_some())
+        }
+    };
+    let kept = ["s-0000", "s-0002", "s-0003"];
+    assert_eq!(page_of(&reader, "s-000", None, 3).await, kept);
+    assert_eq!(member("sessions").await, (true, true));
+    assert_eq!(page_of(&writer, "s-000", None, 3).await, kept);
+    assert_eq!(member("sessions").await, (false, false));
+
+    // A key of another type fails the page, named, for writer and reader.
+    for (key, kind) in [("ids", "zset"), ("sessions", "set")] {
+        let damaged = rd.fresh_prefix("pages-damaged");
+        let writer = rd.connect(&damaged, RedisOptions::default()).await;
+        let reader = rd
+            .connect(&damaged, RedisOptions::default().read_only(true))
+            .await;
+        let key = format!("{damaged}:{key}");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("not an index")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        for store in [&writer, &reader] {
+            let refused = store
+                .sessions_page("", None, 10)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains(&key)
+                    && refused.contains("holds a string")
+                    && refused.contains(kind),
+                "{refused}"
+            );
+        }
     }
     rd.cleanup().await;
 }
