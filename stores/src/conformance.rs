@@ -24,8 +24,8 @@
 
 use async_trait::async_trait;
 use harness::session::{
-    Checkpoint, CheckpointKind, Commit, Lease, MAX_VALUE_DEPTH, SCHEMA_VERSION, SessionPhase,
-    SessionStore, StoreError, StoredRun,
+    Checkpoint, CheckpointKind, Commit, Created, Lease, MAX_VALUE_DEPTH, SCHEMA_VERSION,
+    SessionPhase, SessionStore, StoreError, StoredRun,
 };
 use harness::{Interrupt, InterruptId, RunId, SessionId, Signal};
 use serde_json::{Value, json};
@@ -124,6 +124,7 @@ where
     results.push(takeover_race(Arc::new(make())).await);
     results.push(concurrent_create(Arc::new(make())).await);
     results.push(concurrent_increments(Arc::new(make())).await);
+    results.push(created_feed(Arc::new(make())).await);
     if let Some(corrupt) = corrupt {
         let store = make();
         results.push(corrupt_head(&store, &|id, r| corrupt(&store, id, r)).await);
@@ -1642,6 +1643,158 @@ pub async fn concurrent_create(store: Arc<dyn SessionStore>) -> Result<(), Failu
     .await
 }
 
+/// The feed of created sessions, in a store that keeps one
+/// ([`SessionStore::created_since`]; a store that keeps none passes): from
+/// the position `None` gives, each session created later once, in the
+/// order of the commits that created them, by pages of any size; a commit
+/// that only advances a session, or a refused creation, adds nothing; the
+/// feed is ordered whatever the concurrency: a reader that follows it while
+/// eight writers create sessions sees each once, and none it had not seen
+/// before the position it reached.
+pub async fn created_feed(store: Arc<dyn SessionStore>) -> Result<(), Failure> {
+    run("created_feed", async {
+        let Some(start) = store
+            .created_since(None, 10)
+            .await
+            .map_err(|e| format!("created_since(None): {e}"))?
+        else {
+            return Ok(());
+        };
+        ensure!(
+            start.sessions.is_empty(),
+            "created_since(None) gives no session: {:?}",
+            start.sessions
+        );
+        let feed = |since: u64, limit: usize| {
+            let store = Arc::clone(&store);
+            async move {
+                store
+                    .created_since(Some(since), limit)
+                    .await
+                    .map_err(|e| format!("created_since({since}, {limit}): {e}"))?
+                    .ok_or_else(|| format!("created_since({since}, {limit}): no feed, after one"))
+            }
+        };
+        let names = |page: &Created| -> Vec<String> {
+            page.sessions
+                .iter()
+                .map(|s| s.as_str().to_owned())
+                .collect()
+        };
+        for s in ["feed-b", "feed-a", "feed-c"] {
+            commit_ok(&*store, sample(s, 0)).await?;
+        }
+        let a = load_some(&*store, "feed-a").await?;
+        commit_ok(
+            &*store,
+            advance(&a, vec![update(1, 1, "think", json!(1))], vec![]),
+        )
+        .await?;
+        expect_conflict(
+            store.commit(&sample("feed-b", 0)).await,
+            "feed-b",
+            None,
+            Some(1),
+        )?;
+        let all = feed(start.next, 10).await?;
+        ensure_eq!(
+            names(&all),
+            ["feed-b", "feed-a", "feed-c"],
+            "the feed from the start, in the order of creation"
+        );
+        ensure!(all.next > start.next, "the position did not move: {all:?}");
+        let tip = store
+            .created_since(None, 10)
+            .await
+            .map_err(|e| format!("created_since(None): {e}"))?
+            .ok_or("created_since(None): no feed, after one")?;
+        ensure_eq!(
+            tip.next,
+            all.next,
+            "the position now, after the last creation"
+        );
+        let mut one_by_one = Vec::new();
+        let mut at = start.next;
+        for _ in 0..4 {
+            let page = feed(at, 1).await?;
+            ensure!(page.sessions.len() <= 1, "a page of 1 gave {page:?}");
+            ensure!(
+                page.next >= at && page.sessions.is_empty() == (page.next == at),
+                "from {at}, a page of 1 gave {page:?}"
+            );
+            one_by_one.extend(names(&page));
+            at = page.next;
+        }
+        ensure_eq!(one_by_one, names(&all), "the feed a session at a time");
+        ensure_eq!(at, all.next, "the position after the last page");
+        let none = feed(all.next, 0).await?;
+        ensure!(
+            none.sessions.is_empty() && none.next == all.next,
+            "a page of 0 gave {none:?}"
+        );
+
+        // Eight writers create 80 sessions while a reader follows.
+        const WRITERS: usize = 8;
+        let mut writers = Vec::new();
+        for w in 0..WRITERS {
+            let store = Arc::clone(&store);
+            writers.push(tokio::spawn(async move {
+                for i in 0..10 {
+                    let mut c = sample(&format!("feed-{w}-{i}"), 0);
+                    c.durable = i % 3 == 0;
+                    store.commit(&c).await?;
+                    tokio::task::yield_now().await;
+                }
+                Ok::<_, StoreError>(())
+            }));
+        }
+        let mut seen: Vec<String> = Vec::new();
+        let mut at = all.next;
+        let follow = async |seen: &mut Vec<String>, at: &mut u64| -> Result<(), String> {
+            let page = feed(*at, 7).await?;
+            ensure!(page.next >= *at, "the position went back: {at} → {page:?}");
+            seen.extend(names(&page));
+            *at = page.next;
+            Ok(())
+        };
+        while !writers.iter().all(|w| w.is_finished()) {
+            follow(&mut seen, &mut at).await?;
+            tokio::task::yield_now().await;
+        }
+        for w in writers {
+            w.await
+                .map_err(|e| format!("a writer task failed: {e}"))?
+                .map_err(|e| format!("a writer's commit: {e}"))?;
+        }
+        for _ in 0..20 {
+            follow(&mut seen, &mut at).await?;
+        }
+        let mut expected: Vec<String> = (0..WRITERS)
+            .flat_map(|w| (0..10).map(move |i| format!("feed-{w}-{i}")))
+            .collect();
+        expected.sort();
+        let mut sorted = seen.clone();
+        sorted.sort();
+        ensure_eq!(
+            sorted,
+            expected,
+            "the sessions a reader following the feed saw (each once)"
+        );
+        // Each writer's sessions in the order it created them.
+        for w in 0..WRITERS {
+            let own: Vec<&String> = seen
+                .iter()
+                .filter(|s| s.starts_with(&format!("feed-{w}-")))
+                .collect();
+            let mut ordered = own.clone();
+            ordered.sort_by_key(|s| s.rsplit('-').next().and_then(|i| i.parse::<u32>().ok()));
+            ensure_eq!(own, ordered, "writer {w}'s sessions in the feed");
+        }
+        Ok(())
+    })
+    .await
+}
+
 /// Eight writers each doing fifty compare-and-set increments of one session
 /// (each appending a checkpoint), retrying on conflict: the final version is
 /// 1 + 400, and no increment or checkpoint is lost or doubled.
@@ -1851,6 +2004,13 @@ impl<S: SessionStore> SessionStore for RoundRobin<S> {
         limit: usize,
     ) -> Result<Vec<SessionId>, StoreError> {
         self.pick().sessions_page(prefix, after, limit).await
+    }
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        self.pick().created_since(since, limit).await
     }
     async fn flush(&self) -> Result<(), StoreError> {
         for store in &self.stores {

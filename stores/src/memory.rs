@@ -3,7 +3,7 @@
 use crate::record::check_head;
 use async_trait::async_trait;
 use harness::SessionId;
-use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
+use harness::session::{Checkpoint, Commit, Created, SessionStore, StoreError, StoredRun};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -11,6 +11,15 @@ use std::sync::Mutex;
 struct Session {
     head: Option<StoredRun>,
     log: BTreeMap<u64, Checkpoint>,
+    /// Its position in the feed of created sessions, if a commit created it.
+    created: Option<u64>,
+}
+
+/// The feed of created sessions ([`SessionStore::created_since`]).
+#[derive(Debug, Default)]
+struct Feed {
+    last: u64,
+    ids: BTreeMap<u64, SessionId>,
 }
 
 /// Sessions in memory: gone with the process. Every commit is atomic and
@@ -30,6 +39,8 @@ struct Session {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<BTreeMap<SessionId, Session>>,
+    /// Taken while `sessions` is held, so in the commits' order.
+    feed: Mutex<Feed>,
 }
 
 impl MemoryStore {
@@ -55,13 +66,23 @@ impl MemoryStore {
         let session = Session {
             log: log.into_iter().map(|cp| (cp.seq, cp)).collect(),
             head: Some(head),
+            created: None,
         };
         self.lock().insert(id, session);
     }
 
     /// Forgets `session`, head and log.
     pub fn remove(&self, session: &SessionId) {
-        self.lock().remove(session);
+        let mut sessions = self.lock();
+        if let Some(position) = sessions.remove(session).and_then(|s| s.created) {
+            self.feed().ids.remove(&position);
+        }
+    }
+
+    fn feed(&self) -> std::sync::MutexGuard<'_, Feed> {
+        self.feed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, Session>> {
@@ -107,6 +128,15 @@ impl SessionStore for MemoryStore {
             session.log.insert(cp.seq, cp.clone());
         }
         session.head = Some(commit.head.clone());
+        if found.is_none() {
+            let mut feed = self.feed();
+            feed.last += 1;
+            let position = feed.last;
+            feed.ids.insert(position, commit.head.session_id.clone());
+            if let Some(old) = session.created.replace(position) {
+                feed.ids.remove(&old);
+            }
+        }
         Ok(())
     }
 
@@ -129,6 +159,34 @@ impl SessionStore for MemoryStore {
             .filter(|(_, s)| s.head.is_some())
             .map(|(id, _)| id.clone())
             .collect())
+    }
+
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        use std::ops::Bound;
+        let feed = self.feed();
+        let Some(since) = since else {
+            return Ok(Some(Created {
+                sessions: Vec::new(),
+                next: feed.last,
+            }));
+        };
+        let mut page = Created {
+            sessions: Vec::new(),
+            next: since,
+        };
+        for (&position, id) in feed
+            .ids
+            .range((Bound::Excluded(since), Bound::Unbounded))
+            .take(limit)
+        {
+            page.next = position;
+            page.sessions.push(id.clone());
+        }
+        Ok(Some(page))
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

@@ -7,7 +7,7 @@ use crate::record::{
 use async_trait::async_trait;
 use harness::SessionId;
 use harness::session::{
-    Checkpoint, Commit, SCHEMA_VERSION, SessionPhase, SessionStore, StoreError, StoredRun,
+    Checkpoint, Commit, Created, SCHEMA_VERSION, SessionPhase, SessionStore, StoreError, StoredRun,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
@@ -41,7 +41,8 @@ const HMGET_CHUNK: usize = 500;
 ///
 /// KEYS: head, checkpoints, seqs, sessions, running, leases, claims, agents,
 /// the agent's ready and waiting sets (see "Finding work" on
-/// [`RedisStore`]), and the sorted index of ids (see "Listing").
+/// [`RedisStore`]), the sorted index of ids (see "Listing"), and the feed of
+/// created sessions with its counter.
 /// ARGV: id, expected ('' for none), head JSON, schema version, running
 /// ('1'/'0'), updated_at, lease expiry ('' for none), head TTL ms ('0' for
 /// none), log TTL ms, number of removals, the agent, the removed fields,
@@ -74,6 +75,9 @@ end
 redis.call('SET', KEYS[1], ARGV[3])
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[11], 0, ARGV[1])
+if found == '' then
+  redis.call('ZADD', KEYS[12], redis.call('INCR', KEYS[13]), ARGV[1])
+end
 if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
   redis.call('HSET', KEYS[8], ARGV[1], ARGV[11])
@@ -132,7 +136,7 @@ return out
 /// The sessions whose head exists; forgets the ids of expired ones (in both
 /// indexes of ids) unless ARGV[2] is '0'.
 ///
-/// KEYS: sessions, ids. ARGV: the prefix, forget ('1'/'0').
+/// KEYS: sessions, ids, created. ARGV: the prefix, forget ('1'/'0').
 const SESSIONS_LUA: &str = r"
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -141,6 +145,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   elseif ARGV[2] == '1' then
     redis.call('SREM', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
+    redis.call('ZREM', KEYS[3], id)
   end
 end
 return out
@@ -158,7 +163,8 @@ const IDS_REINDEX_PER_CALL: usize = 64;
 /// members sort by their bytes): those from the bound ARGV[3] on
 /// (`ZRANGEBYLEX` syntax) that start with ARGV[2], whose head exists, at
 /// most ARGV[4]. An id whose head is gone (expired) is skipped, and a
-/// writer (ARGV[5] = '1') forgets it in both indexes.
+/// writer (ARGV[5] = '1') forgets it in both indexes and the feed of
+/// created sessions.
 ///
 /// Sessions written before the index existed are in `P:sessions` only: a
 /// writer builds the index from it by steps of ARGV[6] ids (`SSCAN`, its
@@ -167,7 +173,7 @@ const IDS_REINDEX_PER_CALL: usize = 64;
 /// `{'unbuilt', {}}` while the marker is absent. Once built, each writer's
 /// call re-indexes ARGV[7] ids of `P:sessions`, round and round.
 ///
-/// KEYS: ids, sessions, marker, cursor. ARGV: key prefix, id prefix, lower
+/// KEYS: ids, sessions, marker, cursor, created. ARGV: key prefix, id prefix, lower
 /// bound, limit, writer, build step, re-index step. Replies `{'page', ids}`
 /// or `{'unbuilt', {}}`.
 const PAGE_LUA: &str = r"
@@ -214,6 +220,7 @@ while #out < limit do
     elseif writer then
       redis.call('ZREM', KEYS[1], id)
       redis.call('SREM', KEYS[2], id)
+      redis.call('ZREM', KEYS[5], id)
     end
     min = '(' .. id
   end
@@ -529,6 +536,14 @@ impl RedisOptions {
 ///   `ZRANGEBYLEX` reads them in byte order (see "Listing"); `P:ids-built`
 ///   marks it built, and `P:ids-cursor` is where its building or
 ///   re-indexing from `P:sessions` goes on;
+/// - `P:created`: the feed of created sessions
+///   ([`created_since`](SessionStore::created_since)), a sorted set of the
+///   ids scored by their position, which the commit that creates a session
+///   takes from the counter `P:created-last` (`INCR`, in the same script,
+///   so positions follow the commits' order; scores are doubles, exact up
+///   to 2^53 creations); an expired session leaves it when a writer's
+///   listing or page forgets its id. Sessions created by a version of this
+///   store before it are not in it;
 /// - `P:running`: a sorted set of the running sessions, scored by
 ///   `updated_at`;
 /// - `P:leases`: a hash, id → lease expiry (ms since the epoch), of the
@@ -864,6 +879,8 @@ impl RedisStore {
             .key(self.key(&format!("ready:{}", head.agent_id)))
             .key(self.key(&format!("waiting:{}", head.agent_id)))
             .key(self.key("ids"))
+            .key(self.key("created"))
+            .key(self.key("created-last"))
             .arg(session.as_str())
             .arg(
                 commit
@@ -1000,6 +1017,7 @@ impl SessionStore for RedisStore {
             .sessions
             .key(self.key("sessions"))
             .key(self.key("ids"))
+            .key(self.key("created"))
             .arg(&self.prefix)
             .arg(if self.read_only { "0" } else { "1" })
             .invoke_async(&mut self.con())
@@ -1036,6 +1054,7 @@ impl SessionStore for RedisStore {
                 .key(self.key("sessions"))
                 .key(self.key("ids-built"))
                 .key(self.key("ids-cursor"))
+                .key(self.key("created"))
                 .arg(&self.prefix)
                 .arg(prefix)
                 .arg(&min)
@@ -1066,6 +1085,56 @@ impl SessionStore for RedisStore {
                 _ => return Ok(out),
             }
         }
+    }
+
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        let mut con = self.con();
+        let Some(since) = since else {
+            let key = self.key("created-last");
+            let last: Option<Vec<u8>> = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut con)
+                .await
+                .map_err(|e| redis_error(format_args!("read the counter {key}"), &e))?;
+            let next = match last {
+                None => 0,
+                Some(bytes) => std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| bad_reply(format_args!("read the counter {key}"), bytes))?,
+            };
+            return Ok(Some(Created {
+                sessions: Vec::new(),
+                next,
+            }));
+        };
+        let key = self.key("created");
+        let what = format!("read the feed of created sessions {key}");
+        let page: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&key)
+            .arg(format!("({since}"))
+            .arg("+inf")
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit.min(i64::MAX as usize))
+            .query_async(&mut con)
+            .await
+            .map_err(|e| redis_error(&what, &e))?;
+        let mut out = Created {
+            sessions: Vec::new(),
+            next: since,
+        };
+        for (id, position) in page {
+            // Exact: positions are whole numbers below 2^53.
+            out.next = position as u64;
+            out.sessions.extend(self.readable_ids(vec![id], "created"));
+        }
+        Ok(Some(out))
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

@@ -8,8 +8,12 @@ use crate::record::{
 };
 use async_trait::async_trait;
 use harness::SessionId;
-use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreError, StoredRun};
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use harness::session::{
+    Checkpoint, CheckpointKind, Commit, Created, SessionStore, StoreError, StoredRun,
+};
+use sled::transaction::{
+    ConflictableTransactionResult, TransactionError, Transactional, TransactionalTree,
+};
 use sled::{IVec, Tree};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +26,8 @@ const HEADS: &str = "heads";
 const CHECKPOINTS: &str = "checkpoints";
 /// The tree of snapshot checkpoints.
 const SNAPSHOTS: &str = "snapshots";
+/// The feed of created sessions: the position (big-endian `u64`) → the id.
+const CREATED: &str = "created";
 
 /// sled's segment size (the unit of its log and of its write buffer) for
 /// new databases: 128 KiB rather than sled's 512 KiB.
@@ -83,7 +89,13 @@ const MAX_SEGMENT_SIZE: usize = 1 << 24;
 /// sharing a node with the small updates appended after it would be
 /// rewritten every few steps. Apart, it is written about once.
 ///
-/// A commit is one sled transaction over the three trees, so it is all or
+/// A commit that creates a session also writes its id at the next position
+/// of the `created` tree, in the same transaction: the feed of
+/// [`created_since`](SessionStore::created_since), in the order the
+/// commits were applied (one thread applies them). Sessions created by a
+/// version of this store before it are not in it.
+///
+/// A commit is one sled transaction over the trees it writes, so it is all or
 /// nothing, also across a crash; a `durable` commit flushes the database
 /// before it returns. One process at a time can open a database (sled
 /// locks it).
@@ -100,6 +112,7 @@ pub struct SledStore {
     heads: Tree,
     checkpoints: Tree,
     snapshots: Tree,
+    created: Tree,
     path: Option<PathBuf>,
     /// sled's log file, synced after each flush (see [`SledStore::flush_db`]);
     /// `None` for a temporary database.
@@ -153,7 +166,7 @@ struct Applier {
 }
 
 impl Applier {
-    fn start(trees: Trees) -> Result<Self, StoreError> {
+    fn start(mut trees: Trees) -> Result<Self, StoreError> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("harness-sled-commit".into())
@@ -203,6 +216,9 @@ struct Trees {
     heads: Tree,
     checkpoints: Tree,
     snapshots: Tree,
+    created: Tree,
+    /// The last position of `created`; only the applier thread moves it.
+    last_created: u64,
     group: Arc<GroupFlush>,
 }
 
@@ -495,11 +511,17 @@ impl SledStore {
         let snapshots = db
             .open_tree(SNAPSHOTS)
             .map_err(|e| sled_error("open the snapshots tree", &e))?;
+        let created = db
+            .open_tree(CREATED)
+            .map_err(|e| sled_error("open the created tree", &e))?;
+        let last_created = last_position(&created)?;
         let group = Arc::new(GroupFlush::new("sled store"));
         let applier = Applier::start(Trees {
             heads: heads.clone(),
             checkpoints: checkpoints.clone(),
             snapshots: snapshots.clone(),
+            created: created.clone(),
+            last_created,
             group: Arc::clone(&group),
         })?;
         Ok(Self {
@@ -507,6 +529,7 @@ impl SledStore {
             heads,
             checkpoints,
             snapshots,
+            created,
             path,
             log_file,
             group,
@@ -651,6 +674,47 @@ impl SledStore {
         self.ids_blocking(range, limit, "list a page of the sessions")
     }
 
+    /// The feed of created sessions after `since` (see
+    /// [`SessionStore::created_since`]).
+    fn created_since_blocking(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Created, StoreError> {
+        let Some(since) = since else {
+            return Ok(Created {
+                sessions: Vec::new(),
+                next: last_position(&self.created)?,
+            });
+        };
+        let what = "read the created tree";
+        let mut page = Created {
+            sessions: Vec::new(),
+            next: since,
+        };
+        let from = std::ops::Bound::Excluded(since.to_be_bytes());
+        for entry in self
+            .created
+            .range::<[u8; 8], _>((from, std::ops::Bound::Unbounded))
+        {
+            if page.sessions.len() == limit {
+                break;
+            }
+            let (key, id) = entry.map_err(|e| sled_error(what, &e))?;
+            page.next = position_of_key(&key)?;
+            match String::from_utf8(id.to_vec()) {
+                Ok(id) => page.sessions.push(SessionId::from(id)),
+                Err(e) => tracing::warn!(
+                    store = ?self.path,
+                    position = page.next,
+                    "sled store: skipping a created session whose id is not UTF-8: {}",
+                    e.utf8_error()
+                ),
+            }
+        }
+        Ok(page)
+    }
+
     /// The ids of up to `limit` heads of `entries`; a key that is not UTF-8
     /// (never written by this store) is skipped with a warning.
     fn ids_blocking(
@@ -691,48 +755,29 @@ impl Trees {
     /// sled writes out its log buffer at the start and the end of every
     /// transaction (one write and one `sync_file_range` each), which for a
     /// transaction per commit cost more than the commits themselves.
-    fn commit_batch(&self, commits: &[Encoded]) -> Vec<Result<u64, StoreError>> {
-        let trees = (&self.heads, &self.checkpoints, &self.snapshots);
-        let result = trees.transaction(|(heads, cps, snaps)| {
-            // Why each commit was refused; `None` for those applied.
-            let mut out: Vec<Option<StoreError>> = Vec::with_capacity(commits.len());
-            for commit in commits {
-                let session = &commit.session;
-                let found = match heads.get(&commit.head_key)? {
-                    None => None,
-                    Some(bytes) => match unframe(session, "head", &bytes)
-                        .and_then(|json| head_version(session, json))
-                    {
-                        Ok(version) => Some(version),
-                        Err(e) => {
-                            out.push(Some(e));
-                            continue;
-                        }
-                    },
-                };
-                if found != commit.expected {
-                    out.push(Some(StoreError::Conflict {
-                        session: session.clone(),
-                        expected: commit.expected,
-                        found,
-                    }));
-                    continue;
-                }
-                for key in &commit.remove {
-                    cps.remove(key.as_slice())?;
-                    snaps.remove(key.as_slice())?;
-                }
-                for (snapshot, key, value) in &commit.append {
-                    let tree = if *snapshot { snaps } else { cps };
-                    tree.insert(key.as_slice(), value.clone())?;
-                }
-                heads.insert(commit.head_key.as_slice(), commit.head.clone())?;
-                out.push(None);
-            }
-            Ok::<_, ConflictableTransactionError<StoreError>>(out)
-        });
+    fn commit_batch(&mut self, commits: &[Encoded]) -> Vec<Result<u64, StoreError>> {
+        let last = self.last_created;
+        // The created tree joins the transaction only when a commit of the
+        // batch may create a session: a batch of steps costs what it did
+        // before the feed.
+        let result = if commits.iter().any(|c| c.expected.is_none()) {
+            (
+                &self.heads,
+                &self.checkpoints,
+                &self.snapshots,
+                &self.created,
+            )
+                .transaction(|(heads, cps, snaps, created)| {
+                    apply_batch(commits, (heads, cps, snaps), Some(created), last)
+                })
+        } else {
+            (&self.heads, &self.checkpoints, &self.snapshots).transaction(|(heads, cps, snaps)| {
+                apply_batch(commits, (heads, cps, snaps), None, last)
+            })
+        };
         match result {
-            Ok(out) => {
+            Ok((out, last_created)) => {
+                self.last_created = last_created;
                 // Taken once the whole batch is applied: a flush that
                 // starts later covers every commit of it.
                 let ticket = self.group.ticket();
@@ -754,6 +799,61 @@ impl Trees {
                 .collect(),
         }
     }
+}
+
+/// The body of [`Trees::commit_batch`]'s transaction: each commit checked
+/// against the heads as the commits before it left them, and applied
+/// unless refused; a commit that creates a session is written at the next
+/// position of `created` (given when a commit of the batch may create
+/// one), after `last`. Returns why each commit was refused (`None` for
+/// those applied) and the last position written.
+fn apply_batch(
+    commits: &[Encoded],
+    (heads, cps, snaps): (&TransactionalTree, &TransactionalTree, &TransactionalTree),
+    created: Option<&TransactionalTree>,
+    mut last: u64,
+) -> ConflictableTransactionResult<(Vec<Option<StoreError>>, u64), StoreError> {
+    let mut out = Vec::with_capacity(commits.len());
+    for commit in commits {
+        let session = &commit.session;
+        let found = match heads.get(&commit.head_key)? {
+            None => None,
+            Some(bytes) => {
+                match unframe(session, "head", &bytes).and_then(|json| head_version(session, json))
+                {
+                    Ok(version) => Some(version),
+                    Err(e) => {
+                        out.push(Some(e));
+                        continue;
+                    }
+                }
+            }
+        };
+        if found != commit.expected {
+            out.push(Some(StoreError::Conflict {
+                session: session.clone(),
+                expected: commit.expected,
+                found,
+            }));
+            continue;
+        }
+        for key in &commit.remove {
+            cps.remove(key.as_slice())?;
+            snaps.remove(key.as_slice())?;
+        }
+        for (snapshot, key, value) in &commit.append {
+            let tree = if *snapshot { snaps } else { cps };
+            tree.insert(key.as_slice(), value.clone())?;
+        }
+        heads.insert(commit.head_key.as_slice(), commit.head.clone())?;
+        // `found` is `None` only where `expected` is, so `created` is given.
+        if let (None, Some(created)) = (found, created) {
+            last += 1;
+            created.insert(&last.to_be_bytes(), commit.head_key.as_slice())?;
+        }
+        out.push(None);
+    }
+    Ok((out, last))
 }
 
 /// A commit as the records it writes.
@@ -874,6 +974,26 @@ fn stored_segment_size(path: &Path) -> Result<Option<usize>, String> {
     Ok(Some(size))
 }
 
+/// The last position of the feed of created sessions (0 when empty).
+fn last_position(created: &Tree) -> Result<u64, StoreError> {
+    match created
+        .last()
+        .map_err(|e| sled_error("read the created tree", &e))?
+    {
+        None => Ok(0),
+        Some((key, _)) => position_of_key(&key),
+    }
+}
+
+/// The position a key of the `created` tree holds.
+fn position_of_key(key: &[u8]) -> Result<u64, StoreError> {
+    key.try_into().map(u64::from_be_bytes).map_err(|_| {
+        StoreError::backend(format!(
+            "sled store: the created tree holds a key that is not a position: {key:?}"
+        ))
+    })
+}
+
 fn checkpoint_prefix(session: &SessionId) -> Vec<u8> {
     let id = session.as_str().as_bytes();
     let mut key = Vec::with_capacity(8 + id.len() + 8);
@@ -955,6 +1075,15 @@ impl SessionStore for SledStore {
     ) -> Result<Vec<SessionId>, StoreError> {
         let (prefix, after) = (prefix.to_owned(), after.cloned());
         self.blocking(move |store| store.sessions_page_blocking(&prefix, after.as_ref(), limit))
+            .await
+    }
+
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        self.blocking(move |store| store.created_since_blocking(since, limit).map(Some))
             .await
     }
 

@@ -113,14 +113,19 @@
 //! a bounded set of sessions: the first page of the list (which the first
 //! event, `sessions`, carries), each session that appears after it, and
 //! those the client names with `watch=ID` (at most 20; the page names the
-//! session it shows). A look lists the store's ids (to see new sessions:
-//! the stream keeps the last listing's ids), loads the head of each
-//! session followed (at most 200; past it, the one changed least recently
-//! is let go, and the page no longer sees it change), and those of at
-//! most 100 new sessions (more wait for the next look). So a look costs
-//! one listing of ids and at most about 320 heads, however many sessions
-//! the store holds. It sends `session` for each followed or new session
-//! that changed, and `removed` for each followed one gone.
+//! session it shows). A look reads the sessions created since the last
+//! from the store's feed of created sessions
+//! ([`SessionStore::created_since`](harness::session::SessionStore::created_since):
+//! the memory, sled and Redis stores keep one; on another store, it lists
+//! the store's ids and keeps them, a session not in the last listing being
+//! new), loads the head of each session followed (at most 200; past it,
+//! the one changed least recently is let go, and the page no longer sees
+//! it change), and those of at most 100 new sessions (more wait for the
+//! next look). So a look costs at most about 320 heads and the ids of the
+//! sessions created since the last (a listing of every id on a store with
+//! no feed), however many sessions the store holds. It sends `session` for
+//! each followed or new session that changed, and `removed` for each
+//! followed one gone.
 //!
 //! # A large state
 //!

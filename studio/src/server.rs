@@ -669,14 +669,26 @@ struct Followed {
     updated_at: u64,
 }
 
-/// The event stream's position: the ids the store listed at the last look,
-/// and the sessions it follows.
+/// How an event stream finds the sessions that appeared since its last look.
+enum NewSessions {
+    /// Not known before the first look.
+    Unknown,
+    /// From this position of the store's feed of created sessions
+    /// ([`SessionStore::created_since`](harness::session::SessionStore::created_since)):
+    /// a look costs the sessions created since the last.
+    Feed(u64),
+    /// The store keeps no feed: the store's ids at the last look, a session
+    /// not among them new (a look costs a listing of every id).
+    Listed(HashSet<SessionId>),
+}
+
+/// The event stream's position: where new sessions are found from, and
+/// the sessions it follows.
 struct Watch {
     app: Shared,
     changed: watch::Receiver<u64>,
     stopping: watch::Receiver<bool>,
-    /// The store's ids at the last look: a session not among them is new.
-    listed: HashSet<SessionId>,
+    new: NewSessions,
     /// At most [`FOLLOWED`], besides `pinned`.
     followed: HashMap<SessionId, Followed>,
     /// The sessions the client named (`watch=`): followed while they exist,
@@ -740,10 +752,19 @@ impl Watch {
     async fn try_look(&mut self) -> Result<(), ApiError> {
         let app = Arc::clone(&self.app);
         let store = app.source.store();
-        let ids = view::listing(store).await?;
         let now = store.now();
         if self.first {
             self.first = false;
+            // Before the first page, so that a session created meanwhile
+            // is new at the next look (and sent once: it is followed).
+            let feed = store
+                .created_since(None, 0)
+                .await
+                .map_err(view::listing_error)?;
+            self.new = match feed {
+                Some(feed) => NewSessions::Feed(feed.next),
+                None => NewSessions::Listed(view::listing(store).await?.into_iter().collect()),
+            };
             let hidden = &app.hidden;
             let page = view::page(store, None, view::SESSIONS_PAGE.0, |s| {
                 !hidden.contains(&s.agent)
@@ -760,7 +781,6 @@ impl Watch {
             for s in &list {
                 self.follow(s);
             }
-            self.listed = ids.into_iter().collect();
             self.queue.push_back(event("sessions", &list));
             return Ok(());
         }
@@ -787,26 +807,48 @@ impl Watch {
                 }
             }
         }
-        // New sessions, a bounded number per look.
-        let mut listed = HashSet::with_capacity(ids.len());
-        let mut loaded = 0;
-        for id in ids {
-            if !self.listed.contains(&id) {
-                if loaded == NEW_PER_LOOK {
-                    // Left unlisted: new again at the next look.
-                    continue;
-                }
-                loaded += 1;
-                if !self.followed.contains_key(&id)
-                    && let Some(s) = self.load(&id, now).await?
-                {
-                    self.queue.push_back(event("session", &s));
-                    self.follow(&s);
-                }
+        // New sessions, a bounded number per look; where the next look
+        // finds them from is kept only once they are sent.
+        let (new, then) = match &self.new {
+            NewSessions::Feed(at) => {
+                let page = store
+                    .created_since(Some(*at), NEW_PER_LOOK)
+                    .await
+                    .map_err(view::listing_error)?
+                    .ok_or_else(|| {
+                        view::listing_error(harness::session::StoreError::backend(
+                            "the store's feed of created sessions is gone",
+                        ))
+                    })?;
+                (page.sessions, NewSessions::Feed(page.next))
             }
-            listed.insert(id);
+            NewSessions::Listed(before) => {
+                let ids = view::listing(store).await?;
+                let mut listed = HashSet::with_capacity(ids.len());
+                let mut new = Vec::new();
+                for id in ids {
+                    if !before.contains(&id) {
+                        if new.len() == NEW_PER_LOOK {
+                            // Left unlisted: new again at the next look.
+                            continue;
+                        }
+                        new.push(id.clone());
+                    }
+                    listed.insert(id);
+                }
+                (new, NewSessions::Listed(listed))
+            }
+            NewSessions::Unknown => (Vec::new(), NewSessions::Unknown),
+        };
+        for id in new {
+            if !self.followed.contains_key(&id)
+                && let Some(s) = self.load(&id, now).await?
+            {
+                self.queue.push_back(event("session", &s));
+                self.follow(&s);
+            }
         }
-        self.listed = listed;
+        self.new = then;
         // Lets go of the least recently changed past the bound.
         while self.followed.len() > FOLLOWED + self.pinned.len() {
             let oldest = self
@@ -827,8 +869,10 @@ impl Watch {
 /// `GET /api/events?watch=ID&watch=ID`: the event stream. It follows a
 /// bounded set of sessions (see the crate's docs): the first page of the
 /// list, the sessions that appear after, and those named by `watch` (at
-/// most [`WATCH_IDS`]), so that a look costs one listing of the store's
-/// ids and a bounded number of heads however many sessions it holds.
+/// most [`WATCH_IDS`]), so that a look costs a bounded number of heads
+/// however many sessions the store holds, and the ids created since the
+/// last look (a listing of every id on a store that keeps no feed of
+/// created sessions).
 async fn events(
     State(app): State<Shared>,
     _: Authorized,
@@ -860,7 +904,7 @@ async fn events(
         changed: app.changed.subscribe(),
         stopping: app.stopping.clone(),
         app,
-        listed: HashSet::new(),
+        new: NewSessions::Unknown,
         followed: HashMap::new(),
         pinned,
         first: true,

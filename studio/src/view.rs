@@ -6,7 +6,9 @@ use crate::diff::{Bound, Change, Cut, bounded};
 use crate::error::ApiError;
 use crate::graph::{self, Graph};
 use crate::source::Source;
-use harness::session::{Checkpoint, CheckpointKind, SessionPhase, SessionStore, StoredRun};
+use harness::session::{
+    Checkpoint, CheckpointKind, SessionPhase, SessionStore, StoreError, StoredRun,
+};
 use harness::step::{Interrupt, StepJournal};
 use harness::{SessionId, TaskPath};
 use serde::Serialize;
@@ -94,14 +96,21 @@ pub(crate) struct SessionPage {
     pub(crate) next: Option<SessionId>,
 }
 
-/// Every session id of the store, sorted: what the event stream compares
-/// look after look to find the sessions that appeared. This costs the
-/// store's number of sessions in ids, and no head.
-pub(crate) async fn listing(store: &dyn SessionStore) -> Result<Vec<SessionId>, ApiError> {
-    let mut ids = store.sessions().await.map_err(|source| ApiError::Store {
+/// A store's failure to list its sessions (or a page, or its feed of
+/// created sessions).
+pub(crate) fn listing_error(source: StoreError) -> ApiError {
+    ApiError::Store {
         session: "(listing)".into(),
         source,
-    })?;
+    }
+}
+
+/// Every session id of the store, sorted: what the event stream compares
+/// look after look to find the sessions that appeared, on a store that
+/// keeps no feed of created sessions. This costs the store's number of
+/// sessions in ids, and no head.
+pub(crate) async fn listing(store: &dyn SessionStore) -> Result<Vec<SessionId>, ApiError> {
+    let mut ids = store.sessions().await.map_err(listing_error)?;
     ids.sort_unstable();
     ids.dedup();
     Ok(ids)
@@ -121,10 +130,6 @@ pub(crate) async fn page(
     limit: usize,
     keep: impl Fn(&Summary) -> bool,
 ) -> Result<SessionPage, ApiError> {
-    let listing_error = |source| ApiError::Store {
-        session: "(listing)".into(),
-        source,
-    };
     let now = store.now();
     let mut sessions = Vec::new();
     let mut cursor = after.cloned();

@@ -291,6 +291,17 @@ pub struct Commit {
     pub durable: bool,
 }
 
+/// A page of a store's feed of created sessions
+/// ([`SessionStore::created_since`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Created {
+    /// The sessions, oldest creation first.
+    pub sessions: Vec<SessionId>,
+    /// The position to ask from next: that of the last session given, or
+    /// the one asked from when none was.
+    pub next: u64,
+}
+
 /// A session store: heads and checkpoint logs, with atomic compare-and-set
 /// commits. See the [module docs](self) for the guarantees.
 #[async_trait]
@@ -348,6 +359,30 @@ pub trait SessionStore: Send + Sync + Debug {
         ids.dedup();
         let from = after.map_or(0, |after| ids.partition_point(|id| id <= after));
         Ok(ids.into_iter().skip(from).take(limit).collect())
+    }
+
+    /// The sessions created after position `since` of the store's feed of
+    /// creations, oldest first, at most `limit`, with the position to ask
+    /// from next; with `since` `None`, no session and the feed's position
+    /// now, which a reader starting now asks from. What a reader that
+    /// follows a store (the studio's event stream) finds new sessions by,
+    /// at the cost of what appeared rather than of a listing of every id.
+    ///
+    /// A session is in the feed once per creation (the commit that wrote
+    /// its first head), and again if it is created again after it was gone
+    /// (expired); it may be gone by the time it is read, so a reader loads
+    /// each. Positions only grow, and mean nothing to another store.
+    ///
+    /// `Ok(None)` when the store keeps no such feed, which is the default:
+    /// a reader then compares listings ([`sessions`](Self::sessions)). The
+    /// memory, sled and Redis stores keep one.
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        let _ = (since, limit);
+        Ok(None)
     }
 
     /// Makes every earlier commit durable.
@@ -462,6 +497,17 @@ impl<T: SessionStore + ?Sized> SessionStore for std::sync::Arc<T> {
         Self: 'a,
     {
         (**self).sessions_page(prefix, after, limit)
+    }
+    fn created_since<'s, 'a>(
+        &'s self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> StoreFuture<'a, Option<Created>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        (**self).created_since(since, limit)
     }
     fn flush<'s, 'a>(&'s self) -> StoreFuture<'a, ()>
     where

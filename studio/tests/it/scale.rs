@@ -8,7 +8,7 @@ use crate::events::Events;
 use crate::support::{
     Doc, DocUpdate, Review, TempDir, World, get, review_harness, temp_dir, thousands,
 };
-use harness::session::{Checkpoint, Commit, SessionStore, StoreError, StoredRun};
+use harness::session::{Checkpoint, Commit, Created, SessionStore, StoreError, StoredRun};
 use harness::{Agent, SessionId, create_agent};
 use harness_stores::SledStore;
 use harness_studio::{Serving, Studio};
@@ -18,15 +18,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// A real store, counting the heads loaded, the listings of every id made
-/// and the ids read (by listings and pages).
+/// A real store, counting the heads loaded, the listings of every id made,
+/// the ids read (by listings and pages) and the reads of its feed of
+/// created sessions; with `feed` false, it keeps no feed (as a store
+/// without one).
 #[derive(Debug)]
 struct Counting {
     inner: Arc<dyn SessionStore>,
+    feed: bool,
     loads: AtomicUsize,
     listings: AtomicUsize,
     ids_read: AtomicUsize,
     pages: AtomicUsize,
+    feeds: AtomicUsize,
 }
 
 impl Counting {
@@ -35,6 +39,11 @@ impl Counting {
         self.listings.store(0, Ordering::SeqCst);
         self.ids_read.store(0, Ordering::SeqCst);
         self.pages.store(0, Ordering::SeqCst);
+        self.feeds.store(0, Ordering::SeqCst);
+    }
+
+    fn feeds(&self) -> usize {
+        self.feeds.load(Ordering::SeqCst)
     }
 
     fn pages(&self) -> usize {
@@ -92,6 +101,23 @@ impl SessionStore for Counting {
         Ok(ids)
     }
 
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        if !self.feed {
+            return Ok(None);
+        }
+        self.feeds.fetch_add(1, Ordering::SeqCst);
+        let page = self.inner.created_since(since, limit).await?;
+        if let Some(page) = &page {
+            self.ids_read
+                .fetch_add(page.sessions.len(), Ordering::SeqCst);
+        }
+        Ok(page)
+    }
+
     async fn flush(&self) -> Result<(), StoreError> {
         self.inner.flush().await
     }
@@ -115,13 +141,20 @@ struct Crowd {
 
 impl Crowd {
     async fn new(name: &str, n: usize) -> Crowd {
+        Self::with_feed(name, n, true).await
+    }
+
+    /// A crowd whose store keeps a feed of created sessions, or not.
+    async fn with_feed(name: &str, n: usize, feed: bool) -> Crowd {
         let dir = temp_dir(name);
         let counting = Arc::new(Counting {
             inner: Arc::new(SledStore::open(dir.join("db")).unwrap()),
+            feed,
             loads: AtomicUsize::new(0),
             listings: AtomicUsize::new(0),
             ids_read: AtomicUsize::new(0),
             pages: AtomicUsize::new(0),
+            feeds: AtomicUsize::new(0),
         });
         let store: Arc<dyn SessionStore> = counting.clone();
         let harness = review_harness(Arc::clone(&store));
@@ -286,9 +319,19 @@ async fn the_session_list_comes_a_page_at_a_time_loading_only_the_page_s_heads()
     s.shutdown().await.unwrap();
 }
 
+/// Each look of the event stream loads the heads it follows and no more,
+/// and finds new sessions in the store's feed of created sessions, reading
+/// no id that was not created since (sled keeps a feed); on a store that
+/// keeps none, by a listing of every id at each look.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_event_stream_loads_a_bounded_number_of_heads_per_look() {
-    let c = Crowd::new("stream", 250).await;
+    for feed in [true, false] {
+        event_stream_looks(feed).await;
+    }
+}
+
+async fn event_stream_looks(feed: bool) {
+    let c = Crowd::with_feed("stream", 250, feed).await;
     let s = c.studio().await;
     // A session past the first page of the list, named by the client.
     let first = ids(&get(&s, "/api/sessions").await.json());
@@ -309,11 +352,24 @@ async fn the_event_stream_loads_a_bounded_number_of_heads_per_look() {
         assert!(listed.contains(id), "{id}");
     }
 
-    // Looks while nothing changes: a listing of ids each, and the heads of
-    // the sessions followed only.
+    // Looks while nothing changes: a read of the feed each and no id read
+    // (or, with no feed, a listing of every id), and the heads of the
+    // sessions followed only.
     c.counting.reset();
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let (looks, loads) = (c.counting.listings(), c.counting.loads());
+    let (feeds, listings, loads) = (
+        c.counting.feeds(),
+        c.counting.listings(),
+        c.counting.loads(),
+    );
+    let looks = if feed {
+        assert_eq!(listings, 0, "no listing of every id, {feeds} looks");
+        assert_eq!(c.counting.ids_read(), 0, "ids read in {feeds} looks");
+        feeds
+    } else {
+        assert_eq!(feeds, 0);
+        listings
+    };
     assert!(looks >= 3, "{looks} looks");
     // A look under way at the reset may count its heads, not its listing.
     assert!(
@@ -352,6 +408,27 @@ async fn the_event_stream_loads_a_bounded_number_of_heads_per_look() {
         } else {
             assert!(id == named, "only the changed sessions: {data}");
         }
+    }
+
+    // 120 new sessions at once: each sent once, over two looks (at most
+    // 100 new heads a look), reading from the feed their ids and no other.
+    c.counting.reset();
+    let mut created = BTreeSet::new();
+    for _ in 0..120 {
+        let out = c.agent.run(Doc::default()).await.unwrap();
+        created.insert(out.session_id.to_string());
+    }
+    let mut sent = BTreeSet::new();
+    while sent.len() < created.len() {
+        let (name, data) = events.next().await.expect("the stream goes on");
+        assert_eq!(name, "session", "{data}");
+        let id = data["id"].as_str().unwrap().to_owned();
+        assert!(created.contains(&id), "only the new sessions: {data}");
+        assert!(sent.insert(id), "sent twice: {data}");
+    }
+    if feed {
+        assert_eq!(c.counting.listings(), 0);
+        assert_eq!(c.counting.ids_read(), 120, "ids read for 120 new sessions");
     }
     s.shutdown().await.unwrap();
 }

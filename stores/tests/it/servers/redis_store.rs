@@ -760,6 +760,25 @@ async fn redis_pages_read_a_sorted_index_of_the_ids() {
     assert_eq!(page("", Some("b-2"), 2).await, ["c"]);
     assert_eq!(page("b-", Some("a"), 1).await, ["b-1"]);
     rename(away, set).await;
+    // The feed of created sessions holds the four, in creation order; one
+    // that expired leaves it (and the index) when a writer's page meets it.
+    let created = format!("{prefix}:created");
+    let in_feed = || async {
+        zset(&store, &created)
+            .await
+            .into_iter()
+            .map(|m| m.0)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(in_feed().await, ["b-2", "a-1", "b-1", "c"]);
+    let _: () = redis::cmd("DEL")
+        .arg(session_key(&store, &id("c"), "head"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(page("", Some("a-1"), 10).await, ["b-1", "b-2"]);
+    assert_eq!(in_feed().await, ["b-2", "a-1", "b-1"]);
+    assert_eq!(indexed_ids(&store).await, ["a-1", "b-1", "b-2"]);
 
     // 5 000 sessions as an older version wrote them: a head each, the ids
     // in `P:sessions` only.
