@@ -61,6 +61,14 @@ end
 if found ~= ARGV[2] then
   return {'conflict', found}
 end
+-- The listing's index and the feed first: Redis does not undo a script
+-- that fails part way, and an id they hold without a head is skipped by
+-- their readers, so a key of theirs that fails (another type, a counter
+-- that is no integer) fails the commit before it wrote anything else.
+redis.call('ZADD', KEYS[11], 0, ARGV[1])
+if found == '' then
+  redis.call('ZADD', KEYS[12], redis.call('INCR', KEYS[13]), ARGV[1])
+end
 local i = 12
 for _ = 1, tonumber(ARGV[10]) do
   redis.call('HDEL', KEYS[2], ARGV[i])
@@ -74,10 +82,6 @@ while i < #ARGV do
 end
 redis.call('SET', KEYS[1], ARGV[3])
 redis.call('SADD', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[11], 0, ARGV[1])
-if found == '' then
-  redis.call('ZADD', KEYS[12], redis.call('INCR', KEYS[13]), ARGV[1])
-end
 if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
   redis.call('HSET', KEYS[8], ARGV[1], ARGV[11])

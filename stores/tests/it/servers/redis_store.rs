@@ -884,6 +884,49 @@ async fn redis_pages_read_a_sorted_index_of_the_ids() {
     assert_eq!(page_of(&writer, "s-000", None, 3).await, kept);
     assert_eq!(member("sessions").await, (false, false));
 
+    // A key of the listing or the feed that a commit cannot write fails
+    // the commit before it wrote the session: no head, no log, no run
+    // found; the same commit goes through once the key is mended.
+    for (key, bad) in [
+        ("ids", "not a sorted set"),
+        ("created", "not a sorted set"),
+        ("created-last", "not a number"),
+    ] {
+        let damaged = rd.fresh_prefix("commit-damaged");
+        let store = rd.connect(&damaged, RedisOptions::default()).await;
+        let key = format!("{damaged}:{key}");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(bad)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let commit = conformance::create(conformance::head("s"), vec![snapshot(0, 0, json!(0))]);
+        let refused = store.commit(&commit).await.unwrap_err().to_string();
+        assert!(refused.contains("commit session s"), "{key}: {refused}");
+        assert_eq!(store.load(&id("s")).await.unwrap(), None, "{key}");
+        assert_eq!(store.checkpoints(&id("s"), 0).await.unwrap(), [], "{key}");
+        assert_eq!(
+            store
+                .runnable("conformance", now_millis(), 10)
+                .await
+                .unwrap(),
+            [],
+            "{key}"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        store.commit(&commit).await.unwrap();
+        assert_eq!(
+            store.load(&id("s")).await.unwrap(),
+            Some(commit.head),
+            "{key}"
+        );
+    }
+
     // A key of another type fails the page, named, for writer and reader.
     for (key, kind) in [("ids", "zset"), ("sessions", "set")] {
         let damaged = rd.fresh_prefix("pages-damaged");
