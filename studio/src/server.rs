@@ -682,6 +682,20 @@ enum NewSessions {
     Listed(HashSet<SessionId>),
 }
 
+impl NewSessions {
+    /// From now on: the feed's position, or the store's ids.
+    async fn start(store: &dyn harness::session::SessionStore) -> Result<Self, ApiError> {
+        let feed = store
+            .created_since(None, 0)
+            .await
+            .map_err(view::listing_error)?;
+        Ok(match feed {
+            Some(feed) => Self::Feed(feed.next),
+            None => Self::Listed(view::listing(store).await?.into_iter().collect()),
+        })
+    }
+}
+
 /// The event stream's position: where new sessions are found from, and
 /// the sessions it follows.
 struct Watch {
@@ -757,14 +771,7 @@ impl Watch {
             self.first = false;
             // Before the first page, so that a session created meanwhile
             // is new at the next look (and sent once: it is followed).
-            let feed = store
-                .created_since(None, 0)
-                .await
-                .map_err(view::listing_error)?;
-            self.new = match feed {
-                Some(feed) => NewSessions::Feed(feed.next),
-                None => NewSessions::Listed(view::listing(store).await?.into_iter().collect()),
-            };
+            self.new = NewSessions::start(store).await?;
             let hidden = &app.hidden;
             let page = view::page(store, None, view::SESSIONS_PAGE.0, |s| {
                 !hidden.contains(&s.agent)
@@ -838,7 +845,8 @@ impl Watch {
                 }
                 (new, NewSessions::Listed(listed))
             }
-            NewSessions::Unknown => (Vec::new(), NewSessions::Unknown),
+            // The first look failed before it knew: from now on.
+            NewSessions::Unknown => (Vec::new(), NewSessions::start(store).await?),
         };
         for id in new {
             if !self.followed.contains_key(&id)
