@@ -63,12 +63,15 @@ impl MemoryStore {
     /// that session (the head's): the inverse of [`export`](Self::export).
     pub fn import(&self, head: StoredRun, log: Vec<Checkpoint>) {
         let id = head.session_id.clone();
+        let mut sessions = self.lock();
         let session = Session {
             log: log.into_iter().map(|cp| (cp.seq, cp)).collect(),
             head: Some(head),
-            created: None,
+            // Not a creation: an imported session keeps the place in the
+            // feed of created sessions it had, if any, and takes none.
+            created: sessions.get(&id).and_then(|s| s.created),
         };
-        self.lock().insert(id, session);
+        sessions.insert(id, session);
     }
 
     /// Forgets `session`, head and log.

@@ -142,6 +142,12 @@ return out
 ///
 /// KEYS: sessions, ids, created. ARGV: the prefix, forget ('1'/'0').
 const SESSIONS_LUA: &str = r"
+for i, kind in pairs({[1] = 'set', [2] = 'zset', [3] = 'zset'}) do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= kind then
+    return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kind)
+  end
+end
 local out = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if redis.call('EXISTS', ARGV[1] .. ':{' .. id .. '}:head') == 1 then
@@ -181,7 +187,7 @@ const IDS_REINDEX_PER_CALL: usize = 64;
 /// bound, limit, writer, build step, re-index step. Replies `{'page', ids}`
 /// or `{'unbuilt', {}}`.
 const PAGE_LUA: &str = r"
-for i, kind in ipairs({'zset', 'set'}) do
+for i, kind in pairs({[1] = 'zset', [2] = 'set', [5] = 'zset'}) do
   local t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= kind then
     return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kind)
@@ -547,7 +553,8 @@ impl RedisOptions {
 ///   so positions follow the commits' order; scores are doubles, exact up
 ///   to 2^53 creations); an expired session leaves it when a writer's
 ///   listing or page forgets its id. Sessions created by a version of this
-///   store before it are not in it;
+///   store before it, or by one still running beside it (a rolling
+///   deploy), are not in it;
 /// - `P:running`: a sorted set of the running sessions, scored by
 ///   `updated_at`;
 /// - `P:leases`: a hash, id → lease expiry (ms since the epoch), of the

@@ -210,7 +210,8 @@ impl Drop for Applier {
     }
 }
 
-/// The three trees and the group flush: what applying a commit needs.
+/// The trees, the feed's last position and the group flush: what applying
+/// a commit needs.
 #[derive(Clone)]
 struct Trees {
     heads: Tree,
@@ -793,10 +794,17 @@ impl Trees {
                 .iter()
                 .map(|_| Err(StoreError::backend(e.to_string())))
                 .collect(),
-            Err(TransactionError::Storage(e)) => commits
-                .iter()
-                .map(|c| Err(sled_error(&format!("commit session {}", c.session), &e)))
-                .collect(),
+            Err(TransactionError::Storage(e)) => {
+                // sled may have applied part of the batch: the next
+                // position is past whatever the feed now holds.
+                if let Ok(last) = last_position(&self.created) {
+                    self.last_created = self.last_created.max(last);
+                }
+                commits
+                    .iter()
+                    .map(|c| Err(sled_error(&format!("commit session {}", c.session), &e)))
+                    .collect()
+            }
         }
     }
 }

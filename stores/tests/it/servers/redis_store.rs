@@ -927,14 +927,27 @@ async fn redis_pages_read_a_sorted_index_of_the_ids() {
         );
     }
 
-    // A key of another type fails the page, named, for writer and reader.
-    for (key, kind) in [("ids", "zset"), ("sessions", "set")] {
+    // A key of another type fails the page and the listing, named, for
+    // writer and reader, before either wrote: an expired session they
+    // would forget is still in the set of ids.
+    for (key, kind) in [("ids", "zset"), ("sessions", "set"), ("created", "zset")] {
         let damaged = rd.fresh_prefix("pages-damaged");
         let writer = rd.connect(&damaged, RedisOptions::default()).await;
         let reader = rd
             .connect(&damaged, RedisOptions::default().read_only(true))
             .await;
+        crate::create_sample(&writer, "gone", 0).await;
+        let _: () = redis::cmd("DEL")
+            .arg(session_key(&writer, &id("gone"), "head"))
+            .query_async(&mut con)
+            .await
+            .unwrap();
         let key = format!("{damaged}:{key}");
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
         let _: () = redis::cmd("SET")
             .arg(&key)
             .arg("not an index")
@@ -942,17 +955,27 @@ async fn redis_pages_read_a_sorted_index_of_the_ids() {
             .await
             .unwrap();
         for store in [&writer, &reader] {
-            let refused = store
-                .sessions_page("", None, 10)
+            for refused in [
+                store.sessions_page("", None, 10).await.unwrap_err(),
+                store.sessions().await.unwrap_err(),
+            ] {
+                let refused = refused.to_string();
+                assert!(
+                    refused.contains(&key)
+                        && refused.contains("holds a string")
+                        && refused.contains(kind),
+                    "{refused}"
+                );
+            }
+        }
+        if kind != "set" {
+            let kept: bool = redis::cmd("SISMEMBER")
+                .arg(format!("{damaged}:sessions"))
+                .arg("gone")
+                .query_async(&mut con)
                 .await
-                .unwrap_err()
-                .to_string();
-            assert!(
-                refused.contains(&key)
-                    && refused.contains("holds a string")
-                    && refused.contains(kind),
-                "{refused}"
-            );
+                .unwrap();
+            assert!(kept, "{key}: a refused call forgot an id");
         }
     }
     rd.cleanup().await;
