@@ -396,6 +396,15 @@ async fn event_stream_looks(feed: bool) {
         .unwrap()
         .session_id
         .to_string();
+    // A look may meet the new session mid-run and send it again once it
+    // stops: wait for the version it stopped at.
+    let last = c
+        .store
+        .load(&new.clone().into())
+        .await
+        .unwrap()
+        .unwrap()
+        .version;
     let (mut named_done, mut new_seen) = (false, false);
     while !(named_done && new_seen) {
         let (name, data) = events.next().await.expect("the stream goes on");
@@ -404,7 +413,9 @@ async fn event_stream_looks(feed: bool) {
         if id == named && data["phase"] == "done" {
             named_done = true;
         } else if id == new {
-            new_seen = true;
+            let version = data["version"].as_u64().unwrap();
+            assert!(version <= last, "{data}");
+            new_seen = version == last;
         } else {
             assert!(id == named, "only the changed sessions: {data}");
         }
