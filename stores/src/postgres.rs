@@ -7,7 +7,9 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use harness::SessionId;
-use harness::session::{Checkpoint, Commit, SessionPhase, SessionStore, StoreError, StoredRun};
+use harness::session::{
+    Checkpoint, Commit, Created, SessionPhase, SessionStore, StoreError, StoredRun,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Display};
 use std::sync::Arc;
@@ -81,6 +83,17 @@ const READ_INDEXES: &[(&str, &str)] = &[(
     "sessions_by_id_bytes",
     r#"CREATE INDEX IF NOT EXISTS sessions_by_id_bytes ON {s}.sessions (id COLLATE "C");"#,
 )];
+
+/// The feed of created sessions ([`SessionStore::created_since`]): like
+/// the read indexes, no migration (older builds work beside it, leaving
+/// their creations out of it), created by a writer whose role owns the
+/// sessions table on a server of version 13 or later (`xid8`). Each
+/// creation adds a row stamped with its transaction's id. `{s}` the quoted
+/// schema.
+const FEED_TABLE: &str = "CREATE TABLE {s}.created (\n    \
+    xid xid8 NOT NULL,\n    \
+    id  text NOT NULL,\n    \
+    PRIMARY KEY (xid, id)\n);";
 
 /// The least string above every string that starts with `prefix` (its
 /// last char that has a next one, moved to it), in the byte order of UTF-8,
@@ -197,10 +210,25 @@ struct Sql {
     runnable_claim: String,
     fast_update: String,
     fast_create: String,
+    /// A creation's row in the feed, in the fallback transaction.
+    insert_created: String,
+    /// The feed's rows after a position, below the oldest transaction
+    /// still running.
+    select_created: String,
 }
 
 impl Sql {
-    fn new(s: &str) -> Self {
+    /// The statements of the store on schema `s` (quoted); `feed`: whether
+    /// creations are written to the feed.
+    fn new(s: &str, feed: bool) -> Self {
+        // The feed's row of a creation, in the creating statement itself.
+        let created = if feed {
+            format!(
+                "c AS (INSERT INTO {s}.created (xid, id) SELECT pg_current_xact_id(), h.id FROM h), "
+            )
+        } else {
+            String::new()
+        };
         Self {
             select_head: format!("SELECT head FROM {s}.sessions WHERE id = $1"),
             select_head_for_update: format!(
@@ -292,6 +320,7 @@ impl Sql {
                    (id, head, version, phase, lease_owner, lease_expires_at, updated_at, agent_id) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING \
                    RETURNING id), \
+                 {created}\
                  i AS (\
                    INSERT INTO {s}.checkpoints (session_id, seq, checkpoint) \
                    SELECT h.id, u.seq::numeric, u.doc FROM h, unnest($9::text[], $10::text[]) AS u (seq, doc) \
@@ -299,6 +328,22 @@ impl Sql {
                  SELECT (SELECT count(*) FROM h) AS applied, \
                    set_config('synchronous_commit', \
                      coalesce($11::text, current_setting('synchronous_commit')), true) AS sync"
+            ),
+            insert_created: format!(
+                "INSERT INTO {s}.created (xid, id) VALUES (pg_current_xact_id(), $1)"
+            ),
+            // Whole transactions: the first `$2` of them (one creation
+            // each, as this store writes them) and all their rows. Every
+            // transaction below the snapshot's xmin has ended, so no row
+            // can appear later below the position this read moves to.
+            select_created: format!(
+                "WITH picked AS (\
+                   SELECT DISTINCT xid FROM {s}.created \
+                   WHERE xid > $1::text::xid8 \
+                     AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+                   ORDER BY xid LIMIT $2) \
+                 SELECT c.xid::text, c.id FROM {s}.created AS c JOIN picked USING (xid) \
+                 ORDER BY c.xid, c.id"
             ),
             runnable_claim: format!(
                 "WITH picked AS (\
@@ -348,6 +393,10 @@ impl Sql {
 ///   `sessions`, deleting a session deletes its log), `seq`
 ///   (`numeric(20,0)`: every `u64`), `checkpoint` (the [`Checkpoint`] as
 ///   JSON); primary key `(session_id, seq)`.
+/// - `created`: the feed of created sessions (see below): `xid` (`xid8`,
+///   the creating transaction's id) and `id`, primary key `(xid, id)`. No
+///   migration either, made by the same rule as the index above on
+///   PostgreSQL 13 or later.
 /// - `schema_migrations`: `version`, `name`, `applied_at` of each applied
 ///   migration.
 ///
@@ -393,6 +442,33 @@ impl Sql {
 /// process) may lose the last few hundred milliseconds of such commits.
 /// [`flush`](SessionStore::flush) commits a small synchronous transaction,
 /// which flushes the WAL of every earlier commit.
+///
+/// # Feed of created sessions
+///
+/// [`created_since`](SessionStore::created_since) reads `created`, which
+/// every creation writes in its own transaction (the one statement, or the
+/// transaction after it), stamped with `pg_current_xact_id()`. Positions
+/// are transaction ids. Transactions commit in another order than they
+/// began, so a read gives only the rows of transactions older than the
+/// oldest one still running on the server (`pg_snapshot_xmin`): every such
+/// transaction has ended, so no creation can appear later behind the
+/// position a reader moves to, and a creation waits for the transactions
+/// begun before it, whatever they do, to end. A transaction left open (an
+/// idle session `BEGIN`, a long report on the same server) holds new
+/// sessions back from the feed until it ends; the store's own transactions
+/// are one statement or a few. The position of `None` is just below that
+/// oldest transaction, so a creation committed just before it, but after
+/// it began, is given again after it. A read takes whole transactions, so
+/// a page may pass its limit if a writer other than this store created
+/// several sessions in one.
+///
+/// A store finds the table when it opens: without it (a server before 13,
+/// a schema whose owner has not opened it since, a role without the
+/// rights to read it, or to write it unless read-only) the store keeps no
+/// feed, and readers list every id instead. A writer opened while the
+/// table was there refuses creations, with an error naming the feed, if
+/// it is dropped. Sessions a build before this one creates beside it are
+/// not in the feed.
 ///
 /// # Finding work
 ///
@@ -454,6 +530,9 @@ pub struct PostgresStore {
     read_only: bool,
     /// The server's clock, by which leases are judged.
     clock: Arc<ServerClock>,
+    /// The schema has the feed of created sessions, and this role may use
+    /// it (write it, unless read-only, and read it).
+    feed: bool,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -640,13 +719,15 @@ impl PostgresStore {
             .await
             .and_then(|row| row.try_get(0))
             .map_err(|e| pg_error("read synchronous_commit", &e))?;
+        let feed = has_feed(&client, &schema, &quoted, options.read_only).await?;
         let clock = Arc::new(ServerClock::default());
         refresh_clock(&clock, &client).await;
         drop(client);
         Ok(Self {
             clock,
             pool,
-            sql: Arc::new(Sql::new(&quoted)),
+            feed,
+            sql: Arc::new(Sql::new(&quoted, feed)),
             schema,
             claim_ttl: if options.read_only {
                 Duration::ZERO
@@ -928,6 +1009,15 @@ impl PostgresStore {
                         found,
                     });
                 }
+                if self.feed {
+                    let insert = tx
+                        .prepare_cached(&sql.insert_created)
+                        .await
+                        .map_err(|e| pg_error(what("prepare"), &e))?;
+                    tx.execute(&insert, &[&id])
+                        .await
+                        .map_err(|e| pg_error(what("add the session to the feed"), &e))?;
+                }
             }
             Some(expected) => {
                 let select = tx
@@ -1020,7 +1110,34 @@ fn schema_sql(s: &str) -> String {
             sql.replace("{s}", s)
         ));
     }
+    out.push_str(&format!(
+        "-- the feed of created sessions (no migration; PostgreSQL 13 or later)\n{}\n",
+        FEED_TABLE.replace("{s}", s)
+    ));
     out
+}
+
+/// Whether the schema has the feed of created sessions and this role may
+/// read it and, unless `read_only`, write it.
+async fn has_feed(
+    client: &Object,
+    schema: &str,
+    quoted: &str,
+    read_only: bool,
+) -> Result<bool, StoreError> {
+    let table = format!("{quoted}.created");
+    let row = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL \
+               AND has_table_privilege(to_regclass($1), 'SELECT') \
+               AND ($2 OR has_table_privilege(to_regclass($1), 'INSERT'))",
+            &[&table, &read_only],
+        )
+        .await
+        .map_err(|e| pg_error(format!("look for the feed of schema {schema:?}"), &e))?;
+    row.try_get::<_, Option<bool>>(0)
+        .map(|found| found.unwrap_or(false))
+        .map_err(|e| pg_error(format!("look for the feed of schema {schema:?}"), &e))
 }
 
 /// Refuses a schema migrated by a newer build (a migration this build does
@@ -1165,6 +1282,33 @@ async fn migrate(client: &mut Object, schema: &str, quoted: &str) -> Result<(), 
             );
         }
     }
+    // The feed of created sessions, by the same rule; `xid8` is new in 13.
+    let version: i32 = tx
+        .query_one("SELECT current_setting('server_version_num')::integer", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| pg_error(what("read the server's version"), &e))?;
+    let exists = tx
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[&format!("{quoted}.created")],
+        )
+        .await
+        .and_then(|row| row.try_get::<_, bool>(0))
+        .map_err(|e| pg_error(what("look for the feed of created sessions"), &e))?;
+    if !exists && owner && version >= 130_000 {
+        tx.batch_execute(&FEED_TABLE.replace("{s}", quoted))
+            .await
+            .map_err(|e| pg_error(what("create the feed of created sessions"), &e))?;
+    } else if !exists {
+        tracing::info!(
+            schema,
+            server_version = version,
+            "postgres store: no feed of created sessions (it needs PostgreSQL 13 or later and \
+             the role that owns the sessions table); readers that follow new sessions list \
+             every id instead"
+        );
+    }
     tx.commit().await.map_err(|e| pg_error(what("commit"), &e))
 }
 
@@ -1293,6 +1437,66 @@ impl SessionStore for PostgresStore {
             .await
             .map_err(|e| pg_error(what, &e))?;
         self.sessions_of(&rows, what)
+    }
+
+    /// From the table `created` (see "Feed of created sessions"):
+    /// positions are transaction ids.
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        if !self.feed {
+            return Ok(None);
+        }
+        let what = "read the feed of created sessions";
+        let client = self.client(what).await?;
+        let Some(since) = since else {
+            // Every transaction below the oldest one running has ended: a
+            // creation not yet visible has a later id.
+            let xmin: String = client
+                .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(|e| pg_error(what, &e))?;
+            let xmin: u64 = xmin.parse().map_err(|_| {
+                StoreError::backend(format!("postgres store: {what}: xmin {xmin:?} is no u64"))
+            })?;
+            return Ok(Some(Created {
+                sessions: Vec::new(),
+                next: xmin.saturating_sub(1),
+            }));
+        };
+        if limit == 0 {
+            return Ok(Some(Created {
+                sessions: Vec::new(),
+                next: since,
+            }));
+        }
+        let statement = client
+            .prepare_cached(&self.sql.select_created)
+            .await
+            .map_err(|e| pg_error(what, &e))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = client
+            .query(&statement, &[&since.to_string(), &limit])
+            .await
+            .map_err(|e| pg_error(what, &e))?;
+        let mut page = Created {
+            sessions: Vec::with_capacity(rows.len()),
+            next: since,
+        };
+        for row in &rows {
+            let xid: String = row.try_get(0).map_err(|e| pg_error(what, &e))?;
+            let id: String = row.try_get(1).map_err(|e| pg_error(what, &e))?;
+            page.next = xid.parse().map_err(|_| {
+                StoreError::backend(format!(
+                    "postgres store: {what}: transaction id {xid:?} is no u64"
+                ))
+            })?;
+            page.sessions.extend(self.session_or_warn(&id));
+        }
+        Ok(Some(page))
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

@@ -243,7 +243,10 @@ async fn postgres_migrations_are_idempotent_and_safe_concurrently() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(tables, ["checkpoints", "schema_migrations", "sessions"]);
+    assert_eq!(
+        tables,
+        ["checkpoints", "created", "schema_migrations", "sessions"]
+    );
     // And the SQL the store prints for them says so.
     let sql = again.schema();
     for table in tables {
@@ -700,4 +703,179 @@ async fn postgres_pages_use_an_index_a_writer_makes_and_a_reader_does_without() 
     );
     assert_eq!(pages(again).await, with_index);
     pg.cleanup().await;
+}
+
+/// The feed of created sessions gives a creation only once every
+/// transaction begun before it has ended: a creation that commits while an
+/// older transaction is still open waits for it, so a reader never moves
+/// past a creation that the older transaction commits later (as a reader
+/// going by a sequence would), and it gets both, in the order they began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_feed_never_moves_past_a_creation_still_under_way() {
+    let Some(pg) = Pg::new() else { return };
+    let store = pg.store("feed-order").await;
+    let s = store.schema_name().to_owned();
+    let start = store.created_since(None, 10).await.unwrap().unwrap();
+    crate::create_sample(&store, "first", 0).await;
+    // (Other tests' transactions on the server may hold it back a moment.)
+    let first = until_given(&store, start.next).await;
+    assert_eq!(first.sessions, [id("first")]);
+
+    // A slow creator: a transaction that has its id and has not committed.
+    let mut slow = store.pool().get().await.unwrap();
+    let tx = slow.transaction().await.unwrap();
+    tx.query_one("SELECT pg_current_xact_id()::text", &[])
+        .await
+        .unwrap();
+    // Creations commit meanwhile: none is given while it is open, however
+    // often the reader looks.
+    for name in ["later-1", "later-2"] {
+        crate::create_sample(&store, name, 0).await;
+    }
+    for _ in 0..5 {
+        let page = store.created_since(Some(first.next), 10).await.unwrap();
+        assert_eq!(
+            page.unwrap(),
+            harness::session::Created {
+                sessions: Vec::new(),
+                next: first.next
+            },
+            "nothing given past the open transaction"
+        );
+    }
+    assert!(store.load(&id("later-1")).await.unwrap().is_some());
+    // The slow creator writes its feed row (as a creation does) and commits.
+    tx.execute(
+        &format!("INSERT INTO \"{s}\".created (xid, id) VALUES (pg_current_xact_id(), 'slow')"),
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    drop(slow);
+    let mut seen = Vec::new();
+    let mut at = first.next;
+    for _ in 0..100 {
+        let page = store.created_since(Some(at), 1).await.unwrap().unwrap();
+        assert!(page.next >= at);
+        at = page.next;
+        seen.extend(page.sessions);
+        if seen.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, [id("slow"), id("later-1"), id("later-2")]);
+    pg.cleanup().await;
+}
+
+/// The feed is no migration: without its table (an older build's schema,
+/// a role that could not make it) the store keeps no feed and commits as
+/// before; a reader makes nothing and reads the feed a writer made; the
+/// schema's migrations do not name it; the fallback commit (a transaction,
+/// after the one statement failed) writes the feed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_feed_is_made_by_a_writer_and_done_without() {
+    let Some(pg) = Pg::new() else { return };
+    let schema = pg.fresh_schema("feed-made");
+    let writer = pg.connect(&schema, PostgresOptions::default()).await;
+    let client = writer.pool().get().await.unwrap();
+    let table = format!("\"{schema}\".created");
+    let start = writer.created_since(None, 0).await.unwrap().unwrap();
+    crate::create_sample(&writer, "a", 0).await;
+    let reader = pg
+        .connect(&schema, PostgresOptions::default().read_only(true))
+        .await;
+    let a = until_given(&reader, start.next).await;
+    assert_eq!(a.sessions, [id("a")]);
+    assert_eq!(until_given(&writer, start.next).await, a);
+    let names: Vec<String> = client
+        .query(
+            &format!("SELECT name FROM \"{schema}\".schema_migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("feed")), "{names:?}");
+
+    // A creation the one statement cannot make (here a trigger refuses
+    // the statement that begins `WITH`) goes through the transaction, which
+    // writes the feed as well.
+    client
+        .batch_execute(&format!(
+            "CREATE FUNCTION \"{schema}\".refuse_one_statement() RETURNS trigger LANGUAGE plpgsql AS $f$
+             BEGIN
+               IF current_query() LIKE 'WITH%' THEN
+                 RAISE EXCEPTION 'no one-statement commit here';
+               END IF;
+               RETURN NEW;
+             END $f$;
+             CREATE TRIGGER refuse_one_statement BEFORE INSERT ON \"{schema}\".sessions
+               FOR EACH ROW EXECUTE FUNCTION \"{schema}\".refuse_one_statement();"
+        ))
+        .await
+        .unwrap();
+    crate::create_sample(&writer, "b", 0).await;
+    assert_eq!(until_given(&writer, a.next).await.sessions, [id("b")]);
+
+    // Without the table: no feed, and commits go on.
+    client
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
+    let reader = pg
+        .connect(&schema, PostgresOptions::default().read_only(true))
+        .await;
+    assert_eq!(reader.created_since(None, 10).await.unwrap(), None);
+    assert!(
+        !exists_after(&reader, &table).await,
+        "a reader made nothing"
+    );
+    // A writer opened before the drop refuses creations, naming the feed,
+    // rather than leave them out of it; opened again, it does without.
+    let refused = writer
+        .commit(&create(head("d"), vec![snapshot(0, 0, json!({"n": 0}))]))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("feed"), "{refused}");
+    assert_eq!(writer.load(&id("d")).await.unwrap(), None);
+    let again = pg.connect(&schema, PostgresOptions::default()).await;
+    assert!(
+        exists_after(&again, &table).await,
+        "a writer that owns the tables makes the feed again"
+    );
+    let after = again.created_since(None, 0).await.unwrap().unwrap();
+    crate::create_sample(&again, "c", 0).await;
+    assert_eq!(until_given(&again, after.next).await.sessions, [id("c")]);
+    pg.cleanup().await;
+}
+
+async fn exists_after(store: &PostgresStore, table: &str) -> bool {
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+}
+
+/// The feed's first page after `at` that gives a session, read again for
+/// up to 5 s (a creation is given once the transactions begun before it
+/// have ended, other tests' too); empty if none came.
+async fn until_given(store: &PostgresStore, at: u64) -> harness::session::Created {
+    let mut page = store.created_since(Some(at), 10).await.unwrap().unwrap();
+    for _ in 0..250 {
+        if !page.sessions.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        page = store.created_since(Some(at), 10).await.unwrap().unwrap();
+    }
+    page
 }
