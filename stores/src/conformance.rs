@@ -1749,6 +1749,14 @@ pub async fn created_feed(store: Arc<dyn SessionStore>) -> Result<(), Failure> {
         }
         ensure_eq!(one_by_one, names(&all), "the feed a session at a time");
         ensure_eq!(at, all.next, "the position after the last page");
+        // A position past the feed's end (its data was lost, or restored
+        // elsewhere, and it began again below): the feed from its start.
+        let past = feed(all.next.saturating_add(1 << 40), 10).await?;
+        ensure_eq!(
+            past,
+            all,
+            "the feed asked from past its end (begun again below)"
+        );
         let none = feed(all.next, 0).await?;
         ensure!(
             none.sessions.is_empty() && none.next == all.next,

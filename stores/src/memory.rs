@@ -177,6 +177,8 @@ impl SessionStore for MemoryStore {
                 next: feed.last,
             }));
         };
+        // Past the end: another store's position (see the trait's docs).
+        let since = if since > feed.last { 0 } else { since };
         let mut page = Created {
             sessions: Vec::new(),
             next: since,

@@ -336,11 +336,17 @@ impl Sql {
             // each, as this store writes them) and all their rows. Every
             // transaction below the snapshot's xmin has ended, so no row
             // can appear later below the position this read moves to.
+            // A position at or above the oldest transaction running is of
+            // no transaction of this server's that has ended (the database
+            // was restored into another): the feed from its start.
             select_created: format!(
-                "WITH picked AS (\
-                   SELECT DISTINCT xid FROM {s}.created \
-                   WHERE xid > $1::text::xid8 \
-                     AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+                "WITH bound AS (\
+                   SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin), \
+                 picked AS (\
+                   SELECT DISTINCT xid FROM {s}.created, bound \
+                   WHERE xid > (CASE WHEN $1::text::xid8 < bound.xmin \
+                                     THEN $1::text::xid8 ELSE '0'::xid8 END) \
+                     AND xid < bound.xmin \
                    ORDER BY xid LIMIT $2) \
                  SELECT c.xid::text, c.id FROM {s}.created AS c JOIN picked USING (xid) \
                  ORDER BY c.xid, c.id"
@@ -458,7 +464,10 @@ impl Sql {
 /// sessions back from the feed until it ends; the store's own transactions
 /// are one statement or a few. The position of `None` is just below that
 /// oldest transaction, so a creation committed just before it, but after
-/// it began, is given again after it. A read takes whole transactions, so
+/// it began, is given again after it. Asked from a position no ended
+/// transaction of the server has (at or above the oldest one running: the
+/// database was restored into another server, whose ids are lower), the
+/// feed is read from its start. A read takes whole transactions, so
 /// a page may pass its limit if a writer other than this store created
 /// several sessions in one.
 ///

@@ -554,7 +554,9 @@ impl RedisOptions {
 ///   to 2^53 creations); an expired session leaves it when a writer's
 ///   listing or page forgets its id. Sessions created by a version of this
 ///   store before it, or by one still running beside it (a rolling
-///   deploy), are not in it;
+///   deploy), are not in it. Asked from a position above the counter (the
+///   server lost its data, and the counter began again), the feed is read
+///   from its start, in the same round trip when nothing is new;
 /// - `P:running`: a sorted set of the running sessions, scored by
 ///   `updated_at`;
 /// - `P:leases`: a hash, id → lease expiry (ms since the epoch), of the
@@ -1104,35 +1106,45 @@ impl SessionStore for RedisStore {
         limit: usize,
     ) -> Result<Option<Created>, StoreError> {
         let mut con = self.con();
+        let last_key = self.key("created-last");
+        let last_of = |last: Option<Vec<u8>>| match last {
+            None => Ok(0),
+            Some(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| bad_reply(format_args!("read the counter {last_key}"), bytes)),
+        };
         let Some(since) = since else {
-            let key = self.key("created-last");
             let last: Option<Vec<u8>> = redis::cmd("GET")
-                .arg(&key)
+                .arg(&last_key)
                 .query_async(&mut con)
                 .await
-                .map_err(|e| redis_error(format_args!("read the counter {key}"), &e))?;
-            let next = match last {
-                None => 0,
-                Some(bytes) => std::str::from_utf8(&bytes)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .ok_or_else(|| bad_reply(format_args!("read the counter {key}"), bytes))?,
-            };
+                .map_err(|e| redis_error(format_args!("read the counter {last_key}"), &e))?;
             return Ok(Some(Created {
                 sessions: Vec::new(),
-                next,
+                next: last_of(last)?,
             }));
         };
         let key = self.key("created");
         let what = format!("read the feed of created sessions {key}");
-        let page: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGEBYSCORE")
-            .arg(&key)
-            .arg(format!("({since}"))
-            .arg("+inf")
-            .arg("WITHSCORES")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit.min(i64::MAX as usize))
+        let range = |from: u64| {
+            let mut cmd = redis::cmd("ZRANGEBYSCORE");
+            cmd.arg(&key)
+                .arg(format!("({from}"))
+                .arg("+inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit.min(i64::MAX as usize));
+            cmd
+        };
+        // The page and the counter in one round trip: a counter below the
+        // position asked from means the feed was lost (the server's data
+        // was) and begun again, so it is read from its start.
+        let (mut page, last): (Vec<(Vec<u8>, f64)>, Option<Vec<u8>>) = redis::pipe()
+            .add_command(range(since))
+            .cmd("GET")
+            .arg(&last_key)
             .query_async(&mut con)
             .await
             .map_err(|e| redis_error(&what, &e))?;
@@ -1140,6 +1152,21 @@ impl SessionStore for RedisStore {
             sessions: Vec::new(),
             next: since,
         };
+        if page.is_empty() && last_of(last)? < since {
+            tracing::warn!(
+                key = %key,
+                since,
+                "redis store: the feed of created sessions ends below the position asked from \
+                 (the server lost its data?): reading it from its start"
+            );
+            out.next = 0;
+            if limit > 0 {
+                page = range(0)
+                    .query_async(&mut con)
+                    .await
+                    .map_err(|e| redis_error(&what, &e))?;
+            }
+        }
         for (id, position) in page {
             // Exact: positions are whole numbers below 2^53.
             out.next = position as u64;

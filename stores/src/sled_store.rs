@@ -689,6 +689,12 @@ impl SledStore {
             });
         };
         let what = "read the created tree";
+        // Past the end: another store's position (see the trait's docs).
+        let since = if since > last_position(&self.created)? {
+            0
+        } else {
+            since
+        };
         let mut page = Created {
             sessions: Vec::new(),
             next: since,

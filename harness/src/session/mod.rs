@@ -371,14 +371,17 @@ pub trait SessionStore: Send + Sync + Debug {
     /// A session is in the feed once per creation (the commit that wrote
     /// its first head), and again if it is created again after it was gone
     /// (expired); it may be gone by the time it is read, so a reader loads
-    /// each. Positions only grow, and mean nothing to another store. A
+    /// each. Positions grow with each creation, and mean nothing to another store. A
     /// store may hold a creation back until the ones begun before it have
     /// ended, so that what it gives stays in order; it may give again,
     /// after the position of `None`, a session created just before it
     /// (PostgreSQL's does both); and it leaves out the sessions a writer
     /// that knows no feed created (an older build running beside), or that
     /// came in by other ways its docs name. So the feed tells a reader
-    /// what is new at the cost of what appeared; it is no inventory.
+    /// what is new at the cost of what appeared; it is no inventory. A
+    /// store whose feed began again below `since` (its data was lost, or
+    /// restored elsewhere) reads it from its start, so `next` then goes
+    /// back: a reader asks from the `next` it was given, whatever it is.
     ///
     /// `Ok(None)` when the store keeps no such feed, which is the default:
     /// a reader then compares listings ([`sessions`](Self::sessions)). The

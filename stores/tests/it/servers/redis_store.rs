@@ -1221,3 +1221,66 @@ async fn redis_runnable_finds_work_in_its_agents_own_index() {
     );
     rd.cleanup().await;
 }
+
+/// A reader following the feed of created sessions goes on when the
+/// server loses its data (here: every key of the store deleted, as a
+/// restart without persistence would): the counter begins again below the
+/// reader's position, and the sessions created after are given from the
+/// feed's start, rather than passed over until the counter caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_feed_read_past_its_end_begins_again() {
+    let Some(rd) = Rd::new() else { return };
+    let store = rd.store("feed-lost").await;
+    let mut at = store.created_since(None, 0).await.unwrap().unwrap().next;
+    for i in 0..5 {
+        crate::create_sample(&store, &format!("before-{i}"), 0).await;
+    }
+    let page = store.created_since(Some(at), 10).await.unwrap().unwrap();
+    assert_eq!(page.sessions.len(), 5);
+    at = page.next;
+    assert_eq!(at, 5);
+    // The server's data is lost.
+    let mut con = store.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", store.prefix()))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // Nothing yet: the feed, from its start, is empty.
+    let empty = store.created_since(Some(at), 10).await.unwrap().unwrap();
+    assert!(empty.sessions.is_empty(), "{empty:?}");
+    at = empty.next;
+    for i in 0..2 {
+        crate::create_sample(&store, &format!("after-{i}"), 0).await;
+    }
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let page = store.created_since(Some(at), 1).await.unwrap().unwrap();
+        seen.extend(page.sessions);
+        at = page.next;
+    }
+    assert_eq!(seen, [id("after-0"), id("after-1")]);
+    // Lost again, with sessions already created past the reader's
+    // position by then: the page reads them from the start.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", store.prefix()))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    crate::create_sample(&store, "again", 0).await;
+    let page = store.created_since(Some(at), 10).await.unwrap().unwrap();
+    assert_eq!(page.sessions, [id("again")]);
+    assert_eq!(page.next, 1);
+    rd.cleanup().await;
+}
