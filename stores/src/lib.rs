@@ -78,6 +78,6 @@ pub use memory_sled::SledMemory;
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use read_only::{Damage, ReadOnlyError};
 #[cfg(feature = "redis")]
-pub use redis::{RedisOptions, RedisStore};
+pub use redis::{MIN_REDIS_VERSION, RedisOptions, RedisStore};
 #[cfg(feature = "sled")]
 pub use sled_store::SledStore;

@@ -526,7 +526,32 @@ impl RedisOptions {
     }
 }
 
+/// The oldest server the store works with: scripts are replicated by their
+/// effects from 5.0 on, and only then may one write after a command whose
+/// reply varies (`SSCAN`), as the listing's scripts do.
+pub const MIN_REDIS_VERSION: (u32, u32, u32) = (5, 0, 0);
+
+/// The `redis_version` of an `INFO server` reply, if it has one that reads
+/// as `major.minor.patch`.
+fn redis_version(info: &str) -> Option<(u32, u32, u32)> {
+    let value = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("redis_version:"))?;
+    let mut parts = value.trim().splitn(3, '.').map(|p| {
+        let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u32>().ok()
+    });
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let patch = parts.next().flatten().unwrap_or(0);
+    Some((major, minor, patch))
+}
+
 /// Sessions in Redis, shared by any number of processes.
+///
+/// Needs Redis 5.0 or later ([`MIN_REDIS_VERSION`];
+/// [`connect`](Self::connect) refuses an older server by the version it
+/// reports).
 ///
 /// Built on the `redis` crate's tokio [`ConnectionManager`] (one
 /// multiplexed connection, reconnecting by itself).
@@ -731,8 +756,34 @@ impl RedisStore {
             .await
             .map_err(|e| redis_error(format_args!("connect to {addr}"), &e))?;
         let store = Self::from_manager(con, options)?;
+        store.check_version(&addr).await?;
         store.refresh_clock_if_stale().await;
         Ok(store)
+    }
+
+    /// Refuses a server older than [`MIN_REDIS_VERSION`], by the version
+    /// `INFO server` reports; a server that does not say (`INFO` refused or
+    /// renamed, another field layout) is taken as it is.
+    async fn check_version(&self, addr: &str) -> Result<(), StoreError> {
+        let info: Result<String, _> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut self.con())
+            .await;
+        let version = match info {
+            Ok(info) => redis_version(&info),
+            Err(e) => {
+                tracing::debug!(error = %e, "redis store: INFO server refused; the server's version is not checked");
+                None
+            }
+        };
+        match version {
+            Some(version) if version < MIN_REDIS_VERSION => Err(StoreError::backend(format!(
+                "redis store: the server at {addr} is Redis {}.{}.{}, and the store needs {}.{} or \
+                 later (its scripts write after SSCAN, which older servers refuse)",
+                version.0, version.1, version.2, MIN_REDIS_VERSION.0, MIN_REDIS_VERSION.1
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// A store on an existing connection manager.
@@ -1238,5 +1289,28 @@ impl SessionStore for RedisStore {
             }
         }
         Ok(self.readable_ids(ids, "running"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redis_version;
+
+    #[test]
+    fn the_version_is_read_from_info_server() {
+        let info = |v: &str| format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n");
+        assert_eq!(redis_version(&info("7.0.15")), Some((7, 0, 15)));
+        assert_eq!(redis_version(&info("4.0.14")), Some((4, 0, 14)));
+        assert_eq!(redis_version(&info("5.0")), Some((5, 0, 0)));
+        assert_eq!(redis_version(&info("6")), Some((6, 0, 0)));
+        assert_eq!(redis_version(&info("7.2.4-rc1")), Some((7, 2, 4)));
+        assert_eq!(redis_version(&info("255.255.255")), Some((255, 255, 255)));
+        // No version, or none that reads as one: not checked.
+        assert_eq!(redis_version("# Server\r\nredis_mode:standalone\r\n"), None);
+        assert_eq!(redis_version(&info("unknown")), None);
+        assert_eq!(redis_version(&info("")), None);
+        assert_eq!(redis_version(""), None);
+        // A field that only ends with the name is another field.
+        assert_eq!(redis_version("xredis_version:3.0.0\r\n"), None);
     }
 }

@@ -1284,3 +1284,75 @@ async fn redis_feed_read_past_its_end_begins_again() {
     assert_eq!(page.next, 1);
     rd.cleanup().await;
 }
+
+/// A server that answers `INFO` with `info` and every other command `+OK`
+/// (a stand-in for an old Redis, which cannot run here); its address.
+async fn fake_redis(info: &'static str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut read = BufReader::new(read);
+                loop {
+                    // A command: an array of bulk strings.
+                    let mut line = String::new();
+                    if read.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let n: usize = line.trim().trim_start_matches('*').parse().unwrap_or(0);
+                    let mut words = Vec::new();
+                    for _ in 0..n {
+                        line.clear();
+                        read.read_line(&mut line).await.unwrap();
+                        let len: usize = line.trim().trim_start_matches('$').parse().unwrap();
+                        let mut word = vec![0; len + 2];
+                        read.read_exact(&mut word).await.unwrap();
+                        word.truncate(len);
+                        words.push(String::from_utf8_lossy(&word).to_uppercase());
+                    }
+                    let reply = if words.first().map(String::as_str) == Some("INFO") {
+                        format!("${}\r\n{info}\r\n", info.len())
+                    } else {
+                        "+OK\r\n".to_owned()
+                    };
+                    if write.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("redis://{addr}/")
+}
+
+/// A server older than 5.0 (by the version it reports) is refused when the
+/// store connects, with an error naming the versions; a newer one, or one
+/// that does not say, is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_servers_older_than_5_are_refused() {
+    for old in [
+        "# Server\r\nredis_version:4.0.14\r\nredis_mode:standalone\r\n",
+        "# Server\r\nredis_version:3.2.12\r\n",
+        "redis_version:2.8.24",
+    ] {
+        let url = fake_redis(old).await;
+        let error = RedisStore::connect(&url).await.unwrap_err().to_string();
+        assert!(
+            error.contains("needs 5.0 or later") && error.contains(&url[8..url.len() - 1]),
+            "{error}"
+        );
+    }
+    for fine in [
+        "# Server\r\nredis_version:5.0.0\r\n",
+        "# Server\r\nredis_version:7.2.4\r\n",
+        "# Server\r\nredis_mode:standalone\r\n",
+    ] {
+        let url = fake_redis(fine).await;
+        if let Err(e) = RedisStore::connect(&url).await {
+            panic!("{fine:?}: {e}");
+        }
+    }
+}
