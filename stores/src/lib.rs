@@ -35,6 +35,7 @@
 mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod feed;
 mod file;
 mod group;
 mod log_store;

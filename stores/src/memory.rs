@@ -1,5 +1,6 @@
 //! The in-memory store.
 
+use crate::feed::Feed;
 use crate::record::check_head;
 use async_trait::async_trait;
 use harness::SessionId;
@@ -13,13 +14,6 @@ struct Session {
     log: BTreeMap<u64, Checkpoint>,
     /// Its position in the feed of created sessions, if a commit created it.
     created: Option<u64>,
-}
-
-/// The feed of created sessions ([`SessionStore::created_since`]).
-#[derive(Debug, Default)]
-struct Feed {
-    last: u64,
-    ids: BTreeMap<u64, SessionId>,
 }
 
 /// Sessions in memory: gone with the process. Every commit is atomic and
@@ -78,7 +72,7 @@ impl MemoryStore {
     pub fn remove(&self, session: &SessionId) {
         let mut sessions = self.lock();
         if let Some(position) = sessions.remove(session).and_then(|s| s.created) {
-            self.feed().ids.remove(&position);
+            self.feed().remove(position);
         }
     }
 
@@ -133,11 +127,9 @@ impl SessionStore for MemoryStore {
         session.head = Some(commit.head.clone());
         if found.is_none() {
             let mut feed = self.feed();
-            feed.last += 1;
-            let position = feed.last;
-            feed.ids.insert(position, commit.head.session_id.clone());
+            let position = feed.push(commit.head.session_id.clone());
             if let Some(old) = session.created.replace(position) {
-                feed.ids.remove(&old);
+                feed.remove(old);
             }
         }
         Ok(())
@@ -169,29 +161,7 @@ impl SessionStore for MemoryStore {
         since: Option<u64>,
         limit: usize,
     ) -> Result<Option<Created>, StoreError> {
-        use std::ops::Bound;
-        let feed = self.feed();
-        let Some(since) = since else {
-            return Ok(Some(Created {
-                sessions: Vec::new(),
-                next: feed.last,
-            }));
-        };
-        // Past the end: another store's position (see the trait's docs).
-        let since = if since > feed.last { 0 } else { since };
-        let mut page = Created {
-            sessions: Vec::new(),
-            next: since,
-        };
-        for (&position, id) in feed
-            .ids
-            .range((Bound::Excluded(since), Bound::Unbounded))
-            .take(limit)
-        {
-            page.next = position;
-            page.sessions.push(id.clone());
-        }
-        Ok(Some(page))
+        Ok(Some(self.feed().page(since, limit)))
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

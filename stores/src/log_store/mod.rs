@@ -5,6 +5,7 @@ mod damage;
 mod frame;
 mod frames;
 
+use crate::feed::Feed;
 use crate::group::GroupFlush;
 use crate::read_only::{Damage, ReadOnlyError};
 use crate::record::{
@@ -16,7 +17,8 @@ use frame::{FRAME_HEAD, Frame, HEADER_LEN, MAX_PAYLOAD};
 use frames::{Frames, Pool};
 use harness::SessionId;
 use harness::session::{
-    Checkpoint, CheckpointKind, Commit, SCHEMA_VERSION, SessionStore, StoreError, StoredRun,
+    Checkpoint, CheckpointKind, Commit, Created, SCHEMA_VERSION, SessionStore, StoreError,
+    StoredRun,
 };
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -286,6 +288,8 @@ struct Shared {
     /// compaction, or one that failed).
     next_compaction: u64,
     sessions: HashMap<SessionId, Entry>,
+    /// The sessions created since the store opened, in order.
+    created: Feed,
     /// Why the store takes no more commits: a failed write or sync.
     broken: Option<String>,
 }
@@ -434,6 +438,7 @@ impl LogStore {
                 live,
                 next_compaction: 0,
                 sessions,
+                created: Feed::default(),
                 broken: None,
             }),
             writing: Mutex::new(()),
@@ -581,6 +586,7 @@ impl LogStore {
                 live: indexed.live,
                 next_compaction: u64::MAX,
                 sessions: indexed.sessions,
+                created: Feed::default(),
                 broken: None,
             }),
             writing: Mutex::new(()),
@@ -663,6 +669,9 @@ impl Core {
                 indexed
             }
         };
+        if commit.expected.is_none() {
+            shared.created.push(session.clone());
+        }
         shared.live = shared.live.saturating_sub(dead) + added;
         shared.pending.extend(commit.bytes, &mut shared.pool);
         shared.len += commit.bytes.len() as u64;
@@ -1606,6 +1615,17 @@ impl SessionStore for LogStore {
             .collect();
         out.sort();
         Ok(out)
+    }
+
+    /// The sessions created since the store opened (positions begin
+    /// again at each open; a store opened read-only, a snapshot, has
+    /// none).
+    async fn created_since(
+        &self,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Option<Created>, StoreError> {
+        Ok(Some(guard(&self.core.shared).created.page(since, limit)))
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
