@@ -459,10 +459,12 @@ impl Sql {
 /// oldest one still running on the server (`pg_snapshot_xmin`): every such
 /// transaction has ended, so no creation can appear later behind the
 /// position a reader moves to, and a creation waits for the transactions
-/// begun before it, whatever they do, to end. A transaction left open (an
-/// idle session `BEGIN`, a long report on the same server) holds new
-/// sessions back from the feed until it ends; the store's own transactions
-/// are one statement or a few. The position of `None` is just below that
+/// begun before it, whatever they do, to end. A transaction anywhere on the
+/// server that has written and stays open (a long batch update, a client
+/// idle in a transaction after a write) holds new sessions back from the
+/// feed until it ends; one that only reads holds nothing back, as it has
+/// no transaction id. The store's own transactions are one statement or a
+/// few. The position of `None` is just below that
 /// oldest transaction, so a creation committed just before it, but after
 /// it began, is given again after it. Asked from a position no ended
 /// transaction of the server has (at or above the oldest one running: the
