@@ -633,35 +633,11 @@ async fn postgres_pages_use_an_index_a_writer_makes_and_a_reader_does_without() 
         crate::create_sample(&writer, s, 0).await;
     }
     let index = format!("\"{schema}\".sessions_by_id_bytes");
-    let exists = |store: PostgresStore, index: String| async move {
-        store
-            .pool()
-            .get()
-            .await
-            .unwrap()
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&index])
-            .await
-            .unwrap()
-            .get::<_, bool>(0)
-    };
     assert!(
-        exists(writer.clone(), index.clone()).await,
+        relation_exists(&writer, &index).await,
         "a writer made {index}"
     );
-    let names: Vec<String> = writer
-        .pool()
-        .get()
-        .await
-        .unwrap()
-        .query(
-            &format!("SELECT name FROM \"{schema}\".schema_migrations"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let names = migration_names(&writer).await;
     assert!(names.iter().all(|n| !n.contains("byte order")), "{names:?}");
     let pages = |store: PostgresStore| async move {
         let mut out = Vec::new();
@@ -692,15 +668,12 @@ async fn postgres_pages_use_an_index_a_writer_makes_and_a_reader_does_without() 
         .await;
     assert_eq!(pages(reader.clone()).await, with_index);
     assert!(
-        !exists(reader, index.clone()).await,
+        !relation_exists(&reader, &index).await,
         "a reader made nothing"
     );
     // The next writer to open makes it again.
     let again = pg.connect(&schema, PostgresOptions::default()).await;
-    assert!(
-        exists(again.clone(), index.clone()).await,
-        "{index} made again"
-    );
+    assert!(relation_exists(&again, &index).await, "{index} made again");
     assert_eq!(pages(again).await, with_index);
     pg.cleanup().await;
 }
@@ -789,16 +762,7 @@ async fn postgres_feed_is_made_by_a_writer_and_done_without() {
     let a = until_given(&reader, start.next).await;
     assert_eq!(a.sessions, [id("a")]);
     assert_eq!(until_given(&writer, start.next).await, a);
-    let names: Vec<String> = client
-        .query(
-            &format!("SELECT name FROM \"{schema}\".schema_migrations"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let names = migration_names(&writer).await;
     assert!(names.iter().all(|n| !n.contains("feed")), "{names:?}");
 
     // A creation the one statement cannot make (here a trigger refuses
@@ -831,7 +795,7 @@ async fn postgres_feed_is_made_by_a_writer_and_done_without() {
         .await;
     assert_eq!(reader.created_since(None, 10).await.unwrap(), None);
     assert!(
-        !exists_after(&reader, &table).await,
+        !relation_exists(&reader, &table).await,
         "a reader made nothing"
     );
     // A writer opened before the drop refuses creations, naming the feed,
@@ -844,7 +808,7 @@ async fn postgres_feed_is_made_by_a_writer_and_done_without() {
     assert_eq!(writer.load(&id("d")).await.unwrap(), None);
     let again = pg.connect(&schema, PostgresOptions::default()).await;
     assert!(
-        exists_after(&again, &table).await,
+        relation_exists(&again, &table).await,
         "a writer that owns the tables makes the feed again"
     );
     let after = again.created_since(None, 0).await.unwrap().unwrap();
@@ -853,16 +817,36 @@ async fn postgres_feed_is_made_by_a_writer_and_done_without() {
     pg.cleanup().await;
 }
 
-async fn exists_after(store: &PostgresStore, table: &str) -> bool {
+/// Whether the table or index `name` (schema-qualified) exists.
+async fn relation_exists(store: &PostgresStore, name: &str) -> bool {
     store
         .pool()
         .get()
         .await
         .unwrap()
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
         .await
         .unwrap()
         .get::<_, bool>(0)
+}
+
+/// The names of the migrations applied to `store`'s schema.
+async fn migration_names(store: &PostgresStore) -> Vec<String> {
+    let schema = store.schema_name();
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .query(
+            &format!("SELECT name FROM \"{schema}\".schema_migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }
 
 /// The feed's first page after `at` that gives a session, read again for
