@@ -43,6 +43,27 @@
 //! run's task (a run is one future: its branches and sub-agents are in it),
 //! so an attempt Restate gave up on cannot touch the next one's session or
 //! journal; a step that spawns a task of its own must not use `cx` in it.
+//!
+//! **An effect's entry and its completion go out together** where they
+//! can. Until a `ctx.run` of the attempt has run its closure, Restate may
+//! still be replaying the journal, so a step waits to be told to run its
+//! effect: the closure tells it (Restate, answering from the journal, never
+//! calls it), and the SDK sends the entry when the `ctx.run` is made and
+//! its completion when the effect ends, in two messages. Once a closure
+//! has run, the journal has been replayed to its end and no later effect
+//! of the attempt can be answered from it: the step runs each later
+//! effect as soon as it asks, and the `ctx.run` is made with the outcome
+//! in hand, so its closure returns at once and the SDK sends the entry and
+//! its completion in one message, as a bare handler does with an effect
+//! that takes no time. So only an invocation's first effect pays for the
+//! second message (with Nagle's algorithm on the service's sockets, a
+//! completion sent alone waits for the server's delayed ACK, about 40 ms;
+//! see [`nodelay_listener`](crate::nodelay_listener)). The entry is the
+//! same either way, and a replay reads both alike. A cancellation that
+//! arrives while an effect runs ahead is seen when its entry is made: the
+//! effect has run, its outcome is not journaled, and the step gets the
+//! cancellation's failure.
+//!
 //! When the service dies mid-run, Restate
 //! invokes the handler again, the run starts again from the state saved
 //! before it, and each effect already journaled returns its journaled
@@ -126,6 +147,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use harness::effect::{EffectError, EffectId, EffectJournal, Journaled, PendingEffect};
@@ -274,6 +296,12 @@ struct Attempt {
     clock: std::sync::Mutex<Clock>,
     /// The id of a run this attempt starts (see [`replayable`]).
     run_id: harness::RunId,
+    /// Set once a `ctx.run` of this attempt has run its closure: Restate
+    /// has replayed the whole journal, so no later effect of the attempt
+    /// can be answered from it, and a step runs each effect before its
+    /// entry is made ([`Go::Ahead`]). Cleared for good when the invocation
+    /// is cancelled.
+    ahead: AtomicBool,
 }
 
 impl Attempt {
@@ -352,11 +380,29 @@ struct EffectRequest {
 /// One effect of an [`EffectRequest`].
 struct Asked {
     name: String,
-    /// Sent a channel for the outcome when `ctx.run` runs its closure;
-    /// dropped unsent when Restate answers from its journal.
-    decide: oneshot::Sender<oneshot::Sender<Outcome>>,
+    go: Go,
     /// The outcome as journaled.
     done: oneshot::Sender<Result<Outcome, String>>,
+}
+
+/// How the step that asked for an effect learns that it runs it.
+enum Go {
+    /// While the journal may hold the effect: sent a channel for the
+    /// outcome when `ctx.run` runs its closure; dropped unsent when Restate
+    /// answers from its journal.
+    Decide(oneshot::Sender<oneshot::Sender<Outcome>>),
+    /// Past the journal's end ([`Attempt::ahead`]): the step was told to run
+    /// the effect when it asked (at `started`, ms since the epoch), and
+    /// sends its outcome here. The `ctx.run` is made once the outcome is
+    /// in, so its closure returns at once and the SDK sends the entry and
+    /// its completion together, as a handler whose effect runs inside
+    /// `ctx.run` does with an effect that takes no time; made with the
+    /// effect still running, the entry would go out alone, and the
+    /// completion after it in a second message.
+    Ahead {
+        started: u64,
+        outcome: oneshot::Receiver<Outcome>,
+    },
 }
 
 /// An effect's outcome, as journaled: its value or its failure's message.
@@ -399,9 +445,31 @@ impl RestateEffects {
     async fn ask(effects: &[EffectId]) -> Result<Vec<Journaled>, EffectError> {
         let names: Vec<String> = effects.iter().map(EffectId::name).collect();
         let first = names.first().cloned().unwrap_or_default();
-        let tx = attempt()
-            .map(|a| a.effects.clone())
-            .ok_or_else(|| EffectError::new(format!("effect {first}: {OUTSIDE}")))?;
+        let attempt =
+            attempt().ok_or_else(|| EffectError::new(format!("effect {first}: {OUTSIDE}")))?;
+        let tx = attempt.effects.clone();
+        if attempt.ahead.load(Ordering::Acquire) {
+            let started = harness::session::now_millis();
+            let mut asked = Vec::with_capacity(names.len());
+            let mut answers = Vec::with_capacity(names.len());
+            for name in names {
+                let (outcome_tx, outcome) = oneshot::channel();
+                let (done_tx, done) = oneshot::channel();
+                asked.push(Asked {
+                    name: name.clone(),
+                    go: Go::Ahead { started, outcome },
+                    done: done_tx,
+                });
+                answers.push(Journaled::Run(Box::new(Pending {
+                    outcome: outcome_tx,
+                    done,
+                    name,
+                })));
+            }
+            tx.send(EffectRequest { effects: asked })
+                .map_err(|_| journal_lost(&first, "has ended"))?;
+            return Ok(answers);
+        }
         let mut asked = Vec::with_capacity(names.len());
         let mut waiting = Vec::with_capacity(names.len());
         for name in names {
@@ -409,7 +477,7 @@ impl RestateEffects {
             let (done_tx, done) = oneshot::channel();
             asked.push(Asked {
                 name: name.clone(),
-                decide,
+                go: Go::Decide(decide),
                 done: done_tx,
             });
             waiting.push((name, decided, done));
@@ -801,6 +869,7 @@ impl AgentObject {
             stop: std::sync::Mutex::new(None),
             clock: std::sync::Mutex::new(Clock::default()),
             run_id,
+            ahead: AtomicBool::new(false),
         });
         let driver = Arc::clone(&self.driver);
         let id = session.clone();
@@ -832,6 +901,7 @@ impl AgentObject {
                         // next step boundary, and the session is saved.
                         Err(e) if e.code() == 409 => {
                             cancelled = true;
+                            attempt.ahead.store(false, Ordering::Release);
                             attempt.clock().untimed();
                             if let Some(stop) = attempt
                                 .stop
@@ -999,40 +1069,42 @@ async fn effect(
         [] => return Ok(()),
     };
     let names: Vec<String> = effects.iter().map(|a| a.name.clone()).collect();
-    let (decides, dones): (Vec<_>, Vec<_>) =
-        effects.into_iter().map(|a| (a.decide, a.done)).unzip();
-    let single = decides.len() == 1;
+    let (gos, dones): (Vec<_>, Vec<_>) = effects.into_iter().map(|a| (a.go, a.done)).unzip();
+    let single = gos.len() == 1;
     let journaled_names = names.clone();
     // The run's first entry carries its seed (see `replayable`).
     let seeded = attempt.clock().unseeded();
-    let journaled = ctx
-        .run(|| async move {
+    let ahead = match gos.first() {
+        Some(Go::Ahead { started, .. }) => Some(*started),
+        _ => None,
+    };
+    let journaled = if let Some(started) = ahead {
+        // Run ahead: journaled as it would have been inside the closure.
+        let outcomes = futures::future::join_all(gos.into_iter().map(outcome_of)).await;
+        let entry = entry_of(
+            journaled_names,
+            outcomes,
+            (started, harness::session::now_millis()),
+            seeded,
+        );
+        ctx.run(|| async move { Ok(Json(entry)) }).name(name).await
+    } else {
+        let past_the_journal = &attempt.ahead;
+        ctx.run(|| async move {
+            // The closure runs: Restate holds no entry from here on.
+            past_the_journal.store(true, Ordering::Release);
             let start = harness::session::now_millis();
-            let outcomes = futures::future::join_all(decides.into_iter().map(run_one)).await;
-            // One effect is journaled as its outcome (as it always was),
-            // stamped with when it ran (and the run's first with a seed;
-            // see `replayable`); a round as its effects, each named with its
-            // outcome.
-            Ok(Json(if single {
-                outcomes.into_iter().next().map_or(Value::Null, |outcome| {
-                    let stamped = Stamped {
-                        outcome,
-                        at: Some((start, harness::session::now_millis())),
-                        seed: seeded.then(|| harness::RunId::random().to_string()),
-                    };
-                    serde_json::to_value(stamped).unwrap_or(Value::Null)
-                })
-            } else {
-                let round: Vec<RoundEntry> = journaled_names
-                    .into_iter()
-                    .zip(outcomes)
-                    .map(|(effect, outcome)| RoundEntry { effect, outcome })
-                    .collect();
-                serde_json::to_value(round).unwrap_or(Value::Null)
-            }))
+            let outcomes = futures::future::join_all(gos.into_iter().map(outcome_of)).await;
+            Ok(Json(entry_of(
+                journaled_names,
+                outcomes,
+                (start, harness::session::now_millis()),
+                seeded,
+            )))
         })
         .name(name)
-        .await;
+        .await
+    };
     match journaled {
         Ok(Json(value)) => {
             let outcomes = if single {
@@ -1117,15 +1189,46 @@ fn round_outcomes(asked: &[String], value: Value) -> Result<Vec<Result<Outcome, 
         .collect())
 }
 
-/// Lets a step run one effect, inside `ctx.run`'s closure, and waits for
-/// its outcome, as journaled: without the process's secrets. The step goes
-/// on with the outcome as journaled, so a replay sees the same.
-async fn run_one(decide: oneshot::Sender<oneshot::Sender<Outcome>>) -> Outcome {
-    let (tx, rx) = oneshot::channel();
-    if decide.send(tx).is_err() {
-        return Err(UNWAITED.to_string());
+/// The entry journaled for `outcomes`, which ran from `at.0` to `at.1`
+/// (ms since the epoch). One effect is journaled as its outcome (as it
+/// always was), stamped with when it ran (and the run's first with a seed;
+/// see `replayable`); a round as its effects, each named with its outcome.
+fn entry_of(names: Vec<String>, outcomes: Vec<Outcome>, at: (u64, u64), seeded: bool) -> Value {
+    if let [_] = outcomes.as_slice() {
+        outcomes.into_iter().next().map_or(Value::Null, |outcome| {
+            let stamped = Stamped {
+                outcome,
+                at: Some(at),
+                seed: seeded.then(|| harness::RunId::random().to_string()),
+            };
+            serde_json::to_value(stamped).unwrap_or(Value::Null)
+        })
+    } else {
+        let round: Vec<RoundEntry> = names
+            .into_iter()
+            .zip(outcomes)
+            .map(|(effect, outcome)| RoundEntry { effect, outcome })
+            .collect();
+        serde_json::to_value(round).unwrap_or(Value::Null)
     }
-    let mut outcome = rx.await.unwrap_or_else(|_| Err(ABANDONED.to_string()));
+}
+
+/// Lets a step run one effect (inside `ctx.run`'s closure, or already
+/// under way when run ahead) and waits for its outcome, as journaled:
+/// without the process's secrets. The step goes on with the outcome as
+/// journaled, so a replay sees the same.
+async fn outcome_of(go: Go) -> Outcome {
+    let outcome = match go {
+        Go::Decide(decide) => {
+            let (tx, rx) = oneshot::channel();
+            if decide.send(tx).is_err() {
+                return Err(UNWAITED.to_string());
+            }
+            rx.await
+        }
+        Go::Ahead { outcome, .. } => outcome.await,
+    };
+    let mut outcome = outcome.unwrap_or_else(|_| Err(ABANDONED.to_string()));
     match &mut outcome {
         Ok(value) => secrets::redact_json(value),
         Err(message) => secrets::redact_string(message),

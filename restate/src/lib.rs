@@ -253,11 +253,13 @@ fn path_segment(text: &str, what: &str, base: &str) -> Result<String, RestateErr
 /// (`TCP_NODELAY` on the listening socket, which Linux passes on to the
 /// sockets it accepts), to hand to the SDK's `HttpServer::serve`.
 ///
-/// Serve a harness agent this way: each effect's `ctx.run` reaches Restate
-/// as two small writes (the command, then its completion once the step has
-/// run the effect), and with Nagle's algorithm on (the SDK's
-/// `listen_and_serve`) the second waits for the server's delayed ACK, about
-/// 40 ms per effect at low concurrency (`benchmarks/scripts/bench-restate`).
+/// Serve a harness agent this way: an invocation's first effect reaches
+/// Restate as two small writes (the `ctx.run` command, then its completion
+/// once the step has run the effect; see the [`agent`] module's docs), and
+/// with Nagle's algorithm on (the SDK's `listen_and_serve`) the second
+/// waits for the server's delayed ACK, about 40 ms at low concurrency
+/// (`benchmarks/scripts/bench-restate`). So does any message the service
+/// sends while one it sent earlier is not yet acknowledged.
 ///
 /// ```no_run
 /// # async fn serve(endpoint: restate_sdk::prelude::Endpoint) -> std::io::Result<()> {
