@@ -116,7 +116,7 @@
 //! session it shows). A look reads the sessions created since the last
 //! from the store's feed of created sessions
 //! ([`SessionStore::created_since`](harness::session::SessionStore::created_since):
-//! the memory, log, sled, Redis and PostgreSQL stores keep one; on another store, it lists
+//! the memory, log, file, sled, Redis and PostgreSQL stores keep one; on another store, it lists
 //! the store's ids and keeps them, a session not in the last listing being
 //! new), loads the head of each session followed (at most 200; past it,
 //! the one changed least recently is let go, and the page no longer sees

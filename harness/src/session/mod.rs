@@ -385,7 +385,7 @@ pub trait SessionStore: Send + Sync + Debug {
     ///
     /// `Ok(None)` when the store keeps no such feed, which is the default:
     /// a reader then compares listings ([`sessions`](Self::sessions)). The
-    /// memory, log, sled, Redis and PostgreSQL stores keep one.
+    /// memory, log, file, sled, Redis and PostgreSQL stores keep one.
     async fn created_since(
         &self,
         since: Option<u64>,

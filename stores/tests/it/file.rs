@@ -270,10 +270,15 @@ async fn file_store_keeps_every_id_inside_its_root() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(beside, vec![std::ffi::OsString::from("root")]);
-    // Every entry of the root is a session directory, one per id.
-    assert_eq!(std::fs::read_dir(&root).unwrap().count(), ids.len());
+    // Every entry of the root is a session directory, one per id, but the
+    // feed of created sessions.
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), ids.len() + 1);
+    assert!(feed_path(&root).is_file());
     for entry in std::fs::read_dir(&root).unwrap() {
         let entry = entry.unwrap();
+        if entry.path() == feed_path(&root) {
+            continue;
+        }
         assert!(entry.file_type().unwrap().is_dir());
         assert!(entry.file_name().to_str().unwrap().starts_with("s-"));
     }
@@ -422,4 +427,183 @@ async fn file_store_lists_only_its_sessions() {
     // And it can be created over the leftover.
     let c = create_sample(&store, "half", 0).await;
     assert_eq!(store.checkpoints(&id("half"), 0).await.unwrap(), c.append);
+}
+
+/// The feed of created sessions, as [`FileStore`] documents it.
+fn feed_path(root: &Path) -> PathBuf {
+    root.join("created.feed")
+}
+
+/// Appends `bytes` to the feed of the store at `root`, as another writer
+/// (or a crash) would have left them.
+fn append_to_feed(root: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(feed_path(root))
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
+}
+
+/// The feed after `since`, whole: the ids and the position after them.
+async fn feed_from(store: &FileStore, since: Option<u64>) -> (Vec<String>, u64) {
+    let page = store
+        .created_since(since, 1000)
+        .await
+        .unwrap()
+        .expect("the file store keeps a feed");
+    let names = page
+        .sessions
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    (names, page.next)
+}
+
+#[tokio::test]
+async fn file_feed_skips_each_line_that_names_no_session_and_gives_the_rest() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    create_sample(&store, "first", 0).await;
+    let lines: [&[u8]; 8] = [
+        b"\n",
+        b"s-%\n",
+        b"notes\n",
+        b"s-%zz\n",
+        b"s-%61\n",
+        b"s-Upper\n",
+        b"s-\xff\xfe\n",
+        b"s-a/b\n",
+    ];
+    let mut expected = vec!["first".to_owned()];
+    for (i, line) in lines.iter().enumerate() {
+        append_to_feed(base.path(), line);
+        let name = format!("after-{i}");
+        create_sample(&store, &name, 0).await;
+        expected.push(name);
+    }
+    let len = std::fs::metadata(feed_path(base.path())).unwrap().len();
+    assert_eq!(feed_from(&store, Some(0)).await, (expected.clone(), len));
+    // A page at a time: each skipped line moves the position past it.
+    let mut at = 0;
+    let mut one_by_one = Vec::new();
+    while at < len {
+        let page = store.created_since(Some(at), 1).await.unwrap().unwrap();
+        assert!(page.next > at, "stuck at {at}: {page:?}");
+        one_by_one.extend(page.sessions.iter().map(|s| s.as_str().to_owned()));
+        at = page.next;
+    }
+    assert_eq!(one_by_one, expected);
+    assert_eq!(at, len);
+}
+
+#[tokio::test]
+async fn file_feed_ends_a_line_a_crash_cut_short_before_the_next_creation() {
+    // A cut escape and a byte that is not UTF-8 name no session; `s-` (the
+    // empty id) and `s-half-writ` name ones that may not exist, which a
+    // reader loads and does not find.
+    let torn_lines: [(&[u8], Option<&str>); 4] = [
+        (b"s-ab%4", None),
+        (b"s-", Some("")),
+        (b"\xff", None),
+        (b"s-half-writ", Some("half-writ")),
+    ];
+    for (torn, read_as) in torn_lines {
+        let base = tempfile::tempdir().unwrap();
+        let store = FileStore::open(base.path()).unwrap();
+        create_sample(&store, "first", 0).await;
+        let whole = std::fs::metadata(feed_path(base.path())).unwrap().len();
+        append_to_feed(base.path(), torn);
+        // The position now is the end of the last whole line.
+        let (none, tip) = feed_from(&store, None).await;
+        assert!(none.is_empty());
+        assert_eq!(tip, whole, "{torn:?}");
+        assert_eq!(feed_from(&store, Some(tip)).await, (vec![], tip));
+        create_sample(&store, "after", 0).await;
+        let mut expected: Vec<String> = read_as.iter().map(|s| (*s).to_owned()).collect();
+        expected.push("after".into());
+        let len = std::fs::metadata(feed_path(base.path())).unwrap().len();
+        assert_eq!(
+            feed_from(&store, Some(tip)).await,
+            (expected, len),
+            "{torn:?}"
+        );
+        let bytes = std::fs::read(feed_path(base.path())).unwrap();
+        let mut ends = torn.to_vec();
+        ends.extend_from_slice(b"\ns-after\n");
+        assert!(bytes.ends_with(&ends), "{torn:?}: {bytes:?}");
+    }
+}
+
+#[tokio::test]
+async fn file_feed_from_a_position_of_another_feed_reads_from_its_start() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    for s in ["b", "a", "c"] {
+        create_sample(&store, s, 0).await;
+    }
+    let all = feed_from(&store, Some(0)).await;
+    assert_eq!(all.0, ["b", "a", "c"]);
+    let len = all.1;
+    assert_eq!(
+        len,
+        std::fs::metadata(feed_path(base.path())).unwrap().len()
+    );
+    // Inside a line, or past the end: not a position of this feed.
+    // Lines of 4 bytes (`s-b\n`).
+    assert_eq!(len, 12);
+    for since in [1, 2, 3, 5, 7, len - 1, len + 1, u64::MAX] {
+        assert_eq!(feed_from(&store, Some(since)).await, all, "from {since}");
+    }
+    // After each line: the lines after it.
+    assert_eq!(
+        feed_from(&store, Some(4)).await,
+        (vec!["a".to_owned(), "c".to_owned()], len)
+    );
+    assert_eq!(
+        feed_from(&store, Some(8)).await,
+        (vec!["c".to_owned()], len)
+    );
+    assert_eq!(feed_from(&store, Some(len)).await, (vec![], len));
+}
+
+#[tokio::test]
+async fn file_feed_is_made_by_the_first_creation_and_read_by_a_read_only_store() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    // A store made before the feed: its sessions are listed, not in it.
+    create_sample(&store, "older", 0).await;
+    std::fs::remove_file(feed_path(base.path())).unwrap();
+    let reader = FileStore::open_read_only(base.path()).unwrap();
+    assert_eq!(feed_from(&reader, None).await, (vec![], 0));
+    assert_eq!(feed_from(&reader, Some(0)).await, (vec![], 0));
+    assert_eq!(feed_from(&reader, Some(9)).await, (vec![], 0));
+    assert!(
+        !feed_path(base.path()).exists(),
+        "a reader made the feed file"
+    );
+    assert_eq!(reader.sessions().await.unwrap(), vec![id("older")]);
+    // A commit that only advances a session adds nothing.
+    let older = store.load(&id("older")).await.unwrap().unwrap();
+    store
+        .commit(&advance(&older, vec![update(1, 1, "x", json!(1))], vec![]))
+        .await
+        .unwrap();
+    assert!(!feed_path(base.path()).exists());
+    create_sample(&store, "newer", 0).await;
+    assert_eq!(
+        feed_from(&reader, Some(0)).await.0,
+        vec!["newer".to_owned()]
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(feed_path(base.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
 }
