@@ -270,6 +270,21 @@ impl SessionStore for FileStore {
         self.blocking(Inner::sessions).await
     }
 
+    /// One listing of the root, with no file read: a head is looked for
+    /// only in the directories of the page (a directory with no head, a
+    /// first commit that did not complete, is skipped).
+    async fn sessions_page(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let prefix = prefix.to_owned();
+        let after = after.cloned();
+        self.blocking(move |inner| inner.sessions_page(&prefix, after.as_ref(), limit))
+            .await
+    }
+
     async fn created_since(
         &self,
         since: Option<u64>,
@@ -461,28 +476,55 @@ impl Inner {
     }
 
     fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
-        let entries = fs::read_dir(&self.root)
-            .map_err(|e| io_error(None, "list the store directory", &self.root, &e))?;
-        let mut out = BTreeSet::new();
-        for entry in entries {
-            let entry =
-                entry.map_err(|e| io_error(None, "list the store directory", &self.root, &e))?;
-            // Anything not named by `encode` is not a session of this store.
-            let Some(id) = entry.file_name().to_str().and_then(decode) else {
-                continue;
-            };
-            let head = entry.path().join(HEAD_FILE);
-            match fs::symlink_metadata(&head) {
-                Ok(_) => {
-                    out.insert(SessionId::from(id));
-                }
-                // A directory without a head: a first commit that did not
-                // complete. Not a session.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_error(None, "read", &head, &e)),
+        let mut out = Vec::new();
+        for (id, dir) in self.session_dirs()? {
+            if has_head(&dir)? {
+                out.push(SessionId::from(id));
             }
         }
-        Ok(out.into_iter().collect())
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    fn sessions_page(
+        &self,
+        prefix: &str,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let mut candidates: Vec<(String, PathBuf)> = self
+            .session_dirs()?
+            .into_iter()
+            .filter(|(id, _)| {
+                id.starts_with(prefix) && after.is_none_or(|after| id.as_str() > after.as_str())
+            })
+            .collect();
+        candidates.sort_unstable();
+        let mut out = Vec::with_capacity(limit.min(candidates.len()));
+        for (id, dir) in candidates {
+            if out.len() == limit {
+                break;
+            }
+            if has_head(&dir)? {
+                out.push(SessionId::from(id));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every session directory under the root, with its id, in the order
+    /// the file system lists them: anything not named by `encode` is not a
+    /// session of this store.
+    fn session_dirs(&self) -> Result<Vec<(String, PathBuf)>, StoreError> {
+        let fail = |e: io::Error| io_error(None, "list the store directory", &self.root, &e);
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.root).map_err(fail)? {
+            let entry = entry.map_err(fail)?;
+            if let Some(id) = entry.file_name().to_str().and_then(decode) {
+                out.push((id, entry.path()));
+            }
+        }
+        Ok(out)
     }
 
     /// Syncs what non-durable commits of `session` left unsynced.
@@ -504,6 +546,17 @@ impl Inner {
             sync_dir(session, &self.root)?;
         }
         Ok(())
+    }
+}
+
+/// Whether the session directory `dir` holds a head: one without is a
+/// first commit that did not complete, not a session.
+fn has_head(dir: &Path) -> Result<bool, StoreError> {
+    let head = dir.join(HEAD_FILE);
+    match fs::symlink_metadata(&head) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error(None, "read", &head, &e)),
     }
 }
 

@@ -422,6 +422,17 @@ async fn file_store_lists_only_its_sessions() {
     )
     .unwrap();
     assert_eq!(store.sessions().await.unwrap(), vec![id("real")]);
+    // A page skips them too, and is still full when it can be.
+    create_sample(&store, "zed", 0).await;
+    assert_eq!(
+        store.sessions_page("", None, 2).await.unwrap(),
+        vec![id("real"), id("zed")]
+    );
+    assert_eq!(
+        store.sessions_page("", Some(&id("a")), 1).await.unwrap(),
+        vec![id("real")]
+    );
+    assert!(store.sessions_page("h", None, 5).await.unwrap().is_empty());
     assert_eq!(store.load(&id("half")).await.unwrap(), None);
     assert_eq!(store.checkpoints(&id("half"), 0).await.unwrap(), vec![]);
     // And it can be created over the leftover.
