@@ -45,24 +45,33 @@
 //! journal; a step that spawns a task of its own must not use `cx` in it.
 //!
 //! **An effect's entry and its completion go out together** where they
-//! can. Until a `ctx.run` of the attempt has run its closure, Restate may
-//! still be replaying the journal, so a step waits to be told to run its
-//! effect: the closure tells it (Restate, answering from the journal, never
-//! calls it), and the SDK sends the entry when the `ctx.run` is made and
-//! its completion when the effect ends, in two messages. Once a closure
-//! has run, the journal has been replayed to its end and no later effect
-//! of the attempt can be answered from it: the step runs each later
-//! effect as soon as it asks, and the `ctx.run` is made with the outcome
-//! in hand, so its closure returns at once and the SDK sends the entry and
-//! its completion in one message, as a bare handler does with an effect
-//! that takes no time. So only an invocation's first effect pays for the
-//! second message (with Nagle's algorithm on the service's sockets, a
-//! completion sent alone waits for the server's delayed ACK, about 40 ms;
-//! see [`nodelay_listener`](crate::nodelay_listener)). The entry is the
-//! same either way, and a replay reads both alike. A cancellation that
-//! arrives while an effect runs ahead is seen when its entry is made: the
-//! effect has run, its outcome is not journaled, and the step gets the
-//! cancellation's failure.
+//! can. Until a `ctx.run` of the attempt has started its closure, Restate
+//! may still be replaying the journal, so a step waits to be told to run
+//! its effect: the closure tells it (Restate, answering from the journal,
+//! never calls it), and the SDK sends the entry when the `ctx.run` is made
+//! and its completion when the effect ends, in two writes. Once a closure
+//! has started, the journal has been replayed to its end (the SDK starts
+//! one only then) and no later effect of the attempt can be answered from
+//! it: the step runs each later effect as soon as it asks, and the
+//! `ctx.run` is made with the outcome in hand, so its closure returns at
+//! once and the SDK queues the entry and its completion together, which
+//! then usually go out in one write, as a bare handler's do with an effect
+//! that takes no time. So the effects asked before the first closure of
+//! an attempt starts (its first effect, or the first round of a fork, on
+//! each attempt: retries and resumptions too) pay for the second write
+//! (with Nagle's algorithm on the service's sockets, a completion sent
+//! alone waits for the server's delayed ACK, about 40 ms; see
+//! [`nodelay_listener`](crate::nodelay_listener)). The entry is the same
+//! either way, and a replay reads both alike. An effect run ahead runs
+//! before its entry exists: a service that dies (or a handler that
+//! suspends) between the two runs it again on the next attempt, as one
+//! that dies before its completion is acknowledged does. A cancellation
+//! that arrives while an effect runs ahead is seen when its entry is made
+//! or acknowledged: the effect has run (its outcome is journaled if the
+//! cancellation came after the entry was made), and the step gets the
+//! cancellation's failure. Were Restate ever to answer an effect run ahead
+//! from its journal (past a started closure, the SDK does not), the step
+//! fails with an error saying so, logged.
 //!
 //! When the service dies mid-run, Restate
 //! invokes the handler again, the run starts again from the state saved
@@ -76,9 +85,10 @@
 //! is refused (the reply says why) and the session still waits.
 //!
 //! **Stop** is Restate's cancellation of the invocation
-//! ([`Admin::cancel`](crate::Admin::cancel)): the step waiting on its next
-//! effect learns of it, the run ends there, failed with a message saying it
-//! was cancelled, and the session is saved.
+//! ([`Admin::cancel`](crate::Admin::cancel)): the step learns of it at its
+//! next effect (when the effect's entry is made or acknowledged, so an
+//! effect run ahead has run; see above), the run ends there, failed with a
+//! message saying it was cancelled, and the session is saved.
 //!
 //! **Divergence**: a replay that asks for an effect other than the one the
 //! journal holds at that point is refused by Restate (a journal mismatch,
@@ -1087,7 +1097,26 @@ async fn effect(
             (started, harness::session::now_millis()),
             seeded,
         );
-        ctx.run(|| async move { Ok(Json(entry)) }).name(name).await
+        let ran = AtomicBool::new(false);
+        let journaled = ctx
+            .run(|| async {
+                ran.store(true, Ordering::Relaxed);
+                Ok(Json(entry))
+            })
+            .name(name)
+            .await;
+        if journaled.is_ok() && !ran.load(Ordering::Relaxed) {
+            // Answered from the journal: the effect ran twice. Past a closure
+            // that ran, the SDK (0.13) never does this; say so if one does.
+            let why = "answered from the journal after the step had run it ahead (past the \
+                       journal's end, which this SDK version should not do)";
+            tracing::error!(effect = %names.join(", "), "harness-restate: an effect was {why}");
+            for done in dones {
+                let _ = done.send(Err(format!("the effect was {why}")));
+            }
+            return Ok(());
+        }
+        journaled
     } else {
         let past_the_journal = &attempt.ahead;
         ctx.run(|| async move {

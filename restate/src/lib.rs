@@ -253,8 +253,8 @@ fn path_segment(text: &str, what: &str, base: &str) -> Result<String, RestateErr
 /// (`TCP_NODELAY` on the listening socket, which Linux passes on to the
 /// sockets it accepts), to hand to the SDK's `HttpServer::serve`.
 ///
-/// Serve a harness agent this way: an invocation's first effect reaches
-/// Restate as two small writes (the `ctx.run` command, then its completion
+/// Serve a harness agent this way: the first effect of each attempt of an
+/// invocation reaches Restate as two small writes (the `ctx.run` command, then its completion
 /// once the step has run the effect; see the [`agent`] module's docs), and
 /// with Nagle's algorithm on (the SDK's `listen_and_serve`) the second
 /// waits for the server's delayed ACK, about 40 ms at low concurrency
