@@ -25,8 +25,8 @@ const DIR_PREFIX: &str = "s-";
 const NAME_MAX: usize = 255;
 /// The feed of created sessions, at the root (see [`FileStore`]).
 const FEED_FILE: &str = "created.feed";
-/// How much of the feed's end a reader looks at for its last whole line:
-/// more than a line (a directory name and its newline) can hold.
+/// How much of the feed a reader holds at a time: more than a line this
+/// store writes (a directory name and its newline) can hold.
 const FEED_TAIL: u64 = 4096;
 /// How many sessions a store remembers having cleaned of a crash's
 /// temporary files; past this it forgets them all, and cleans each once
@@ -616,15 +616,19 @@ fn created_page(root: &Path, since: Option<u64>, limit: usize) -> Result<Created
             .map_err(|e| fail("read", e))
     };
     let Some(since) = since else {
-        // The end of the last whole line.
-        let from = len.saturating_sub(FEED_TAIL);
-        let mut tail = vec![0; usize::try_from(len - from).unwrap_or(0)];
-        read_at(from, &mut tail)?;
-        let end = tail
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |i| from + i as u64 + 1);
-        return Ok(empty(end));
+        // The end of the last whole line, looked for from the end back.
+        let mut end = len;
+        let mut chunk = Vec::new();
+        while end > 0 {
+            let from = end.saturating_sub(FEED_TAIL);
+            chunk.resize(usize::try_from(end - from).unwrap_or(0), 0);
+            read_at(from, &mut chunk)?;
+            if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+                return Ok(empty(from + i as u64 + 1));
+            }
+            end = from;
+        }
+        return Ok(empty(0));
     };
     let since = if since > len {
         0
@@ -644,25 +648,58 @@ fn created_page(root: &Path, since: Option<u64>, limit: usize) -> Result<Created
     let mut line = Vec::with_capacity(NAME_MAX + 1);
     while page.sessions.len() < limit {
         line.clear();
-        let n = lines
+        // At most `FEED_TAIL` bytes of a line are held: no line this store
+        // writes is longer.
+        let n = (&mut lines)
+            .take(FEED_TAIL)
             .read_until(b'\n', &mut line)
             .map_err(|e| fail("read", e))?;
-        if line.last() != Some(&b'\n') {
+        let at = page.next;
+        let whole = if line.last() == Some(&b'\n') {
+            n as u64
+        } else if (n as u64) < FEED_TAIL {
             // The end, or a line still cut short.
             break;
-        }
-        let at = page.next;
-        page.next += n as u64;
-        match std::str::from_utf8(&line[..n - 1]).ok().and_then(decode) {
+        } else {
+            match skip_line(&mut lines).map_err(|e| fail("read", e))? {
+                Some(rest) => n as u64 + rest,
+                None => break,
+            }
+        };
+        page.next += whole;
+        let id = (whole == n as u64)
+            .then(|| std::str::from_utf8(&line[..n - 1]).ok().and_then(decode))
+            .flatten();
+        match id {
             Some(id) => page.sessions.push(SessionId::from(id)),
             None => tracing::warn!(
                 feed = %path.display(),
                 position = at,
+                bytes = whole,
                 "file store: skipping a line of the feed of created sessions that names no session"
             ),
         }
     }
     Ok(page)
+}
+
+/// Reads `lines` past the end of the line it is in, holding none of it:
+/// how many bytes that took, or `None` if the line has no end yet.
+fn skip_line(lines: &mut impl BufRead) -> io::Result<Option<u64>> {
+    let mut skipped = 0;
+    loop {
+        let buf = lines.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            lines.consume(i + 1);
+            return Ok(Some(skipped + i as u64 + 1));
+        }
+        let n = buf.len();
+        lines.consume(n);
+        skipped += n as u64;
+    }
 }
 
 /// Appended seqs must be new (beyond the stored `last_seq`: committed

@@ -618,3 +618,40 @@ async fn file_feed_is_made_by_the_first_creation_and_read_by_a_read_only_store()
         assert_eq!(mode & 0o777, 0o600);
     }
 }
+
+#[tokio::test]
+async fn file_feed_skips_a_line_longer_than_any_it_writes_and_finds_the_end_before_one_cut_short() {
+    let base = tempfile::tempdir().unwrap();
+    let store = FileStore::open(base.path()).unwrap();
+    create_sample(&store, "first", 0).await;
+    // A line of a megabyte, ended, and one of 64 KiB, not ended (yet).
+    let mut long = vec![b's', b'-'];
+    long.extend(std::iter::repeat_n(b'x', 1 << 20));
+    long.push(b'\n');
+    append_to_feed(base.path(), &long);
+    create_sample(&store, "second", 0).await;
+    let before_cut = std::fs::metadata(feed_path(base.path())).unwrap().len();
+    append_to_feed(base.path(), &vec![b'y'; 1 << 16]);
+    assert_eq!(
+        feed_from(&store, Some(0)).await,
+        (vec!["first".to_owned(), "second".to_owned()], before_cut)
+    );
+    assert_eq!(feed_from(&store, None).await, (vec![], before_cut));
+    // The next creation ends the cut line: it is skipped, whole.
+    create_sample(&store, "third", 0).await;
+    let len = std::fs::metadata(feed_path(base.path())).unwrap().len();
+    assert_eq!(
+        feed_from(&store, Some(before_cut)).await,
+        (vec!["third".to_owned()], len)
+    );
+    // A page at a time, past each long line.
+    let mut at = 0;
+    let mut pages = Vec::new();
+    while at < len {
+        let page = store.created_since(Some(at), 1).await.unwrap().unwrap();
+        assert!(page.next > at, "stuck at {at}: {page:?}");
+        pages.extend(page.sessions.iter().map(|s| s.as_str().to_owned()));
+        at = page.next;
+    }
+    assert_eq!(pages, ["first", "second", "third"]);
+}
