@@ -306,7 +306,7 @@ struct Attempt {
     clock: std::sync::Mutex<Clock>,
     /// The id of a run this attempt starts (see [`replayable`]).
     run_id: harness::RunId,
-    /// Set once a `ctx.run` of this attempt has run its closure: Restate
+    /// Set once a `ctx.run` of this attempt has started its closure: Restate
     /// has replayed the whole journal, so no later effect of the attempt
     /// can be answered from it, and a step runs each effect before its
     /// entry is made ([`Go::Ahead`]). Cleared for good when the invocation
@@ -404,11 +404,11 @@ enum Go {
     /// Past the journal's end ([`Attempt::ahead`]): the step was told to run
     /// the effect when it asked (at `started`, ms since the epoch), and
     /// sends its outcome here. The `ctx.run` is made once the outcome is
-    /// in, so its closure returns at once and the SDK sends the entry and
-    /// its completion together, as a handler whose effect runs inside
-    /// `ctx.run` does with an effect that takes no time; made with the
-    /// effect still running, the entry would go out alone, and the
-    /// completion after it in a second message.
+    /// in, so its closure returns at once and the SDK queues the entry and
+    /// its completion together (usually one write), as a handler whose
+    /// effect runs inside `ctx.run` does with an effect that takes no
+    /// time; made with the effect still running, the entry would go out
+    /// alone, and the completion after it in a second write.
     Ahead {
         started: u64,
         outcome: oneshot::Receiver<Outcome>,
