@@ -773,6 +773,53 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     }
 }
 
+/// Until a `ctx.run` closure of an attempt has started, an effect's entry
+/// is made before the effect runs (the journal may still answer it); from
+/// then on, once the effect has run, with its outcome (see the agent
+/// module's docs). Each effect takes 1.5 s and then writes its line: a look
+/// at the journal and then at the file that finds an effect's entry and not
+/// yet its line shows the entry was made before the effect ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_journals_end_an_effects_entry_is_made_once_it_has_run() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let _service = rig.service(&[
+        ("PROBE_PAUSE_MS", "1500".into()),
+        ("PROBE_EFFECTS", "3".into()),
+    ]);
+    rig.register().await;
+    let (session, file) = rig.session("ahead");
+    let invocation = rig.agent.submit(&session, &json!({}), None).await.unwrap();
+    let mut entry_before_line = [false; 3];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the run did not end");
+        // The journal first, then the file.
+        let journal = journal_of(&rig.admin, &invocation).await;
+        let written = lines(&file);
+        for (i, early) in entry_before_line.iter_mut().enumerate() {
+            let entry = journal.iter().any(|(_, kind, name)| {
+                // Named `{step}#{run}.{task}:{effect}`.
+                kind == "Command: Run" && name.ends_with(&format!(":effect-{i}"))
+            });
+            let line = written
+                .iter()
+                .any(|l| l.starts_with(&format!("effect {i} by")));
+            *early |= entry && !line;
+        }
+        if journal.iter().any(|(_, kind, _)| kind == "Command: Output") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(lines(&file).len(), 3);
+    assert_eq!(
+        entry_before_line,
+        [true, false, false],
+        "whether each effect's entry was seen before it had run"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
     let _serial = SHARED_SERVER.lock().await;
