@@ -473,6 +473,21 @@ async fn feed_from(store: &FileStore, since: Option<u64>) -> (Vec<String>, u64) 
     (names, page.next)
 }
 
+/// The feed from its start to `len`, read by pages of one: each page moves
+/// the position forward (past a line skipped too), and ends at `len`.
+async fn feed_a_line_at_a_time(store: &FileStore, len: u64) -> Vec<String> {
+    let mut at = 0;
+    let mut names = Vec::new();
+    while at < len {
+        let page = store.created_since(Some(at), 1).await.unwrap().unwrap();
+        assert!(page.next > at, "stuck at {at}: {page:?}");
+        names.extend(page.sessions.iter().map(|s| s.as_str().to_owned()));
+        at = page.next;
+    }
+    assert_eq!(at, len);
+    names
+}
+
 #[tokio::test]
 async fn file_feed_skips_each_line_that_names_no_session_and_gives_the_rest() {
     let base = tempfile::tempdir().unwrap();
@@ -498,16 +513,7 @@ async fn file_feed_skips_each_line_that_names_no_session_and_gives_the_rest() {
     let len = std::fs::metadata(feed_path(base.path())).unwrap().len();
     assert_eq!(feed_from(&store, Some(0)).await, (expected.clone(), len));
     // A page at a time: each skipped line moves the position past it.
-    let mut at = 0;
-    let mut one_by_one = Vec::new();
-    while at < len {
-        let page = store.created_since(Some(at), 1).await.unwrap().unwrap();
-        assert!(page.next > at, "stuck at {at}: {page:?}");
-        one_by_one.extend(page.sessions.iter().map(|s| s.as_str().to_owned()));
-        at = page.next;
-    }
-    assert_eq!(one_by_one, expected);
-    assert_eq!(at, len);
+    assert_eq!(feed_a_line_at_a_time(&store, len).await, expected);
 }
 
 #[tokio::test]
@@ -645,13 +651,8 @@ async fn file_feed_skips_a_line_longer_than_any_it_writes_and_finds_the_end_befo
         (vec!["third".to_owned()], len)
     );
     // A page at a time, past each long line.
-    let mut at = 0;
-    let mut pages = Vec::new();
-    while at < len {
-        let page = store.created_since(Some(at), 1).await.unwrap().unwrap();
-        assert!(page.next > at, "stuck at {at}: {page:?}");
-        pages.extend(page.sessions.iter().map(|s| s.as_str().to_owned()));
-        at = page.next;
-    }
-    assert_eq!(pages, ["first", "second", "third"]);
+    assert_eq!(
+        feed_a_line_at_a_time(&store, len).await,
+        ["first", "second", "third"]
+    );
 }
