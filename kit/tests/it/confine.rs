@@ -303,35 +303,44 @@ fn writes_stay_inside_and_replace_links_rather_than_write_through_them() {
 
 /// A process swaps a directory for a link out of the root, over and over,
 /// while reads go on: no read ever returns the outside file.
+///
+/// The reads go on until both sides have done enough (a deadline bounds a
+/// machine too loaded for either), so that a busy machine, where the swapper
+/// may hold the link in place for most of the reads, still proves reads got
+/// through between the swaps.
 #[test]
 fn a_link_swapped_in_during_reads_never_leads_out() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    const ENOUGH: u32 = 200;
     let f = fixture();
     write(&f.root.join("sub/secret.txt"), "inside-too");
     write(&f.outside.join("secret.txt"), "SECRET-OUTSIDE");
     let r = root(&f);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let swaps = std::sync::Arc::new(AtomicU32::new(0));
     let swapper = {
-        let (root_dir, outside, stop) = (f.root.clone(), f.outside.clone(), stop.clone());
+        let (root_dir, outside) = (f.root.clone(), f.outside.clone());
+        let (stop, swaps) = (stop.clone(), swaps.clone());
         std::thread::spawn(move || {
-            let (sub, parked, link) = (
-                root_dir.join("sub"),
-                root_dir.join("parked"),
-                root_dir.join("sub"),
-            );
-            let mut swaps = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let (sub, parked) = (root_dir.join("sub"), root_dir.join("parked"));
+            while !stop.load(Ordering::Relaxed) {
                 if std::fs::rename(&sub, &parked).is_ok() {
-                    let _ = symlink(&outside, &link);
-                    let _ = std::fs::remove_file(&link);
+                    let _ = symlink(&outside, &sub);
+                    let _ = std::fs::remove_file(&sub);
                     let _ = std::fs::rename(&parked, &sub);
-                    swaps += 1;
+                    swaps.fetch_add(1, Ordering::Relaxed);
                 }
+                // Leave the directory in place a moment, so reads get through.
+                std::thread::yield_now();
             }
-            swaps
         })
     };
-    let mut inside = 0;
-    for _ in 0..20_000 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (mut inside, mut reads) = (0u32, 0u32);
+    while (inside < ENOUGH || swaps.load(Ordering::Relaxed) < ENOUGH)
+        && std::time::Instant::now() < deadline
+    {
+        reads += 1;
         match read(&r, "sub/secret.txt") {
             Ok(text) => {
                 assert_eq!(text, "inside-too", "a read led out of the root");
@@ -341,13 +350,14 @@ fn a_link_swapped_in_during_reads_never_leads_out() {
             Err(e) => panic!("unexpected: {e}"),
         }
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let swaps = swapper
+    stop.store(true, Ordering::Relaxed);
+    swapper
         .join()
         .unwrap_or_else(|_| panic!("the swapper ended"));
+    let swaps = swaps.load(Ordering::Relaxed);
     assert!(
-        swaps > 0 && inside > 0,
-        "swaps {swaps}, reads inside {inside}"
+        swaps >= ENOUGH && inside >= ENOUGH,
+        "in 60 s: swaps {swaps}, reads {reads}, of them inside {inside}"
     );
 }
 
