@@ -268,6 +268,8 @@ FP_PICKLE_BYTES = 1 << 16
 FP_DEPTH = 3
 TRACE_FILES = 256
 TRACE_NAMES = 4096
+# pyplot's figures whose changes are looked at after each cell (the newest).
+MATPLOTLIB_FIGURES = 1024
 
 _ATOMIC = (int, float, complex, bool, str, bytes, type(None), range, type(Ellipsis))
 _OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
@@ -464,11 +466,77 @@ def _feed_pandas(h, value, depth):
     h.update(repr(len(value) if hasattr(value, "__len__") else None).encode())
 
 
-def _feed_matplotlib(h, value):
+class _ChangeCount:
+    """A figure's `stale_callback`, wrapped to count its changes.
+
+    matplotlib marks an artist stale on every change that would show when
+    the figure is drawn next (a line restyled, a title set, data added) and
+    passes the mark up through its axes to the figure, whose callback is
+    called each time: pyplot's redraw in interactive mode, or none. This
+    counts those calls, then makes the call it replaced. Marks made while
+    the figure is being saved or drawn for pyplot (`plt.savefig` draws it
+    again once saved) are not counted: drawing computes tick labels and
+    positions, which is not a change made by the cell, and pyplot skips them
+    too. Artists set `animated` pass no marks up, and changes matplotlib
+    makes without a mark (an attribute set directly) are not seen."""
+
+    __slots__ = ("inner", "count")
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.count = 0
+
+    def __call__(self, figure, value):
+        try:
+            canvas = figure.canvas
+            drawing = canvas.is_saving() or getattr(canvas, "_is_idle_drawing", False)
+        except Exception:
+            drawing = False
+        if not drawing:
+            self.count += 1
+        inner = self.inner
+        if inner is not None:
+            inner(figure, value)
+
+
+def _root_figure(value):
+    """The figure `value` is drawn in (the top one, for a subfigure), or
+    None."""
     figure = value if type(value).__name__ in ("Figure", "SubFigure") else getattr(
         value, "figure", None)
+    for _ in range(16):
+        parent = getattr(figure, "figure", None)
+        if parent is None or parent is figure:
+            break
+        figure = parent
+    return figure
+
+
+def _feed_matplotlib(h, value):
+    """A matplotlib object: the figure it is drawn in, by identity and its
+    count of changes (`_ChangeCount`, installed on the figure the first
+    time), in about a microsecond however much the figure holds. A figure
+    whose callback cannot be replaced: its axes, their artists' count,
+    titles, labels and data limits."""
+    figure = _root_figure(value)
+    if figure is None:
+        h.update(b"-")
+        return
     axes = getattr(figure, "axes", None) or []
-    h.update(repr(len(axes)).encode())
+    h.update(id(figure).to_bytes(8, "little") + len(axes).to_bytes(8, "little"))
+    try:
+        counter = figure.stale_callback
+        if type(counter) is not _ChangeCount:
+            counter = _ChangeCount(counter)
+            figure.stale_callback = counter
+        # Its id too: a callback replaced by the cell (and so the counter
+        # installed afresh) counts as a change.
+        h.update(id(counter).to_bytes(8, "little") + counter.count.to_bytes(8, "little"))
+        return
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:
+        pass
     for ax in axes[:64]:
         try:
             # dataLim, not get_xlim(): reading the view limits autoscales.
@@ -652,6 +720,12 @@ def holdings(value):
                 continue
             out.add(key)
             if module.startswith("matplotlib."):
+                # Not entered, but its figure is held: a cell that reaches
+                # one artist may change any other of the figure (they share
+                # its count of changes).
+                figure = _root_figure(item)
+                if figure is not None:
+                    out.add(id(figure))
                 continue
             if module.startswith("pandas."):
                 # Attributes by kind: DataFrame._data warns, and warnings are slow.
@@ -928,7 +1002,7 @@ def state_fingerprints():
             # Read without pyplot's accessors, which make a figure current.
             managers = list(helpers.Gcf.figs.items())
             h.update(repr([number for number, _ in managers]).encode())
-            for _, manager in managers[-16:]:
+            for _, manager in managers[-MATPLOTLIB_FIGURES:]:
                 _feed_matplotlib(h, manager.canvas.figure)
             # The settings' keys and values as they stand (rcParams'
             # validators store new values), in tuples: half the time of a

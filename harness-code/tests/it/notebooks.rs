@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::user;
-use harness_code::kernel::KernelConfig;
+use harness_code::kernel::{Kernel, KernelConfig};
 use harness_code::notebook::Notebook;
 use harness_code::{
     AnalysisOptions, CellId, ExecutionStateGraph, split_percent_script, traced_downstream,
@@ -458,6 +458,89 @@ async fn pyplot_drawing_on_the_current_axes_is_traced() {
         "2",
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_line_restyled_through_pyplot_is_traced() {
+    // Nothing the figure's old fingerprint read moves (its artists' count,
+    // titles, labels, data limits): the change is seen by the figure's count
+    // of changes.
+    dynamic_catches(
+        &[
+            "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt",
+            "fig, ax = plt.subplots()\nline, = ax.plot([1, 2])",
+            "plt.gca().lines[0].set_color('red')",
+            "print(line.get_color())",
+        ],
+        2,
+        "plt.gca().lines[0].set_color('blue')",
+        3,
+        "red",
+        "blue",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn drawing_on_the_oldest_of_many_figures_is_traced() {
+    // Figure 1 is the oldest of 18 that pyplot keeps: every one is looked at.
+    // (The cell that makes them closes those of its last run, as it may run
+    // again to remake `ax1` for the edited cell.)
+    dynamic_catches(
+        &[
+            "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt",
+            "plt.close('all')\nfirst = plt.figure(1)\nax1 = first.add_subplot()\nfor i in range(2, 19):\n    plt.figure(i)",
+            "ax1.set_title('a')",
+            "print(plt.figure(1).axes[0].get_title())",
+        ],
+        2,
+        "ax1.set_title('b')",
+        3,
+        "a",
+        "b",
+    )
+    .await;
+}
+
+/// A figure is changed by what draws on it, through any name or none, and
+/// not by saving it (drawing computes ticks, which pyplot does not count as
+/// a change either) or by reading it. A cell that reaches one of its
+/// artists may have changed them all; one that reaches none changes
+/// pyplot's state, which every cell that reads a matplotlib value reads.
+#[tokio::test]
+async fn a_figure_is_changed_by_drawing_not_by_saving_or_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kernel = Kernel::spawn(config()).await.unwrap();
+    let png = dir.path().join("f.png");
+    let all: &[&str] = &["@matplotlib", "ax", "fig", "line"];
+    let pyplot: &[&str] = &["@matplotlib"];
+    let cells: [(String, &[&str]); 8] = [
+        (
+            "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt".into(),
+            &[],
+        ),
+        ("fig, ax = plt.subplots()\nline, = ax.plot([1, 2])".into(), &[]),
+        (format!("fig.savefig({png:?})"), &[]),
+        ("n = (len(ax.lines), ax.get_title(), line.get_color())".into(), &[]),
+        ("line.set_linestyle('--')".into(), all),
+        ("plt.gca().set_xlabel('x')".into(), pyplot),
+        ("fig.suptitle('t')".into(), all),
+        (format!("plt.savefig({png:?})"), &[]),
+    ];
+    for (cell, (source, changed)) in cells.iter().enumerate() {
+        let result = kernel.execute(cell as u32, source).await.unwrap();
+        assert!(result.is_ok(), "{source}: {:?}", result.error);
+        if cell > 1 {
+            let mutated = &result.trace.as_ref().unwrap().mutated;
+            let seen: Vec<&str> = all
+                .iter()
+                .copied()
+                .filter(|name| mutated.contains(*name))
+                .collect();
+            assert_eq!(seen, *changed, "{source}: {mutated:?}");
+        }
+    }
+    kernel.shutdown().await.unwrap();
 }
 
 #[tokio::test]
