@@ -16,6 +16,17 @@ use serde::{Deserialize, Serialize};
 /// [`reads`](Self::reads) and [`mutated`](Self::mutated); a cell that read a
 /// name bound to a matplotlib module or object reads `@matplotlib`.
 ///
+/// A figure's changes are seen the way matplotlib itself sees them: every
+/// change that would show when the figure is drawn next marks its artist
+/// stale, and the mark is passed up to the figure, where the kernel counts
+/// it (saving the figure and pyplot's own redraws are not counted). So a
+/// line restyled through any name, or none (`plt.gca().lines[0]`), changes
+/// its figure, every pyplot figure is looked at after each cell, and a name
+/// bound to one of a figure's artists (a figure, its axes, a line) is
+/// changed with the others when a cell reaches any of them. Artists made
+/// `animated` pass no marks up, and an attribute set directly, without
+/// matplotlib's setters, is not seen.
+///
 /// ```
 /// use harness_code::CellTrace;
 ///
