@@ -519,9 +519,15 @@ async fn a_figure_is_changed_by_drawing_not_by_saving_or_reading() {
             "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt".into(),
             &[],
         ),
-        ("fig, ax = plt.subplots()\nline, = ax.plot([1, 2])".into(), &[]),
+        (
+            "fig, ax = plt.subplots()\nline, = ax.plot([1, 2])".into(),
+            &[],
+        ),
         (format!("fig.savefig({png:?})"), &[]),
-        ("n = (len(ax.lines), ax.get_title(), line.get_color())".into(), &[]),
+        (
+            "n = (len(ax.lines), ax.get_title(), line.get_color())".into(),
+            &[],
+        ),
         ("line.set_linestyle('--')".into(), all),
         ("plt.gca().set_xlabel('x')".into(), pyplot),
         ("fig.suptitle('t')".into(), all),
