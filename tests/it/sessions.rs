@@ -340,9 +340,12 @@ async fn fork_starts_a_new_session_from_any_checkpoint_with_an_update() {
 
 #[tokio::test]
 async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Set when a step begins to hang.
+    static HUNG: AtomicBool = AtomicBool::new(false);
     let store = Arc::new(MemoryStore::new());
     let config = SessionConfig {
-        lease_ttl: Duration::from_millis(300),
+        lease_ttl: Duration::from_millis(1_500),
         ..SessionConfig::default()
     };
 
@@ -353,6 +356,7 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
     }
     async fn step(s: Arc<Tally>, cx: Cx<Gate>) -> StepResult<TallyUpdate> {
         if s.count == cx.hang_at {
+            HUNG.store(true, Ordering::SeqCst);
             std::future::pending::<()>().await;
         }
         Ok(TallyUpdate::new()
@@ -378,7 +382,19 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
     let run = agent.with(GateRun { hang_at: 2 }).run(Tally::default());
     let session = run.session_id().clone();
     // The "process" dies while step 3 runs: the run future is dropped.
-    let _ = tokio::time::timeout(Duration::from_millis(50), run).await;
+    let hung = async {
+        while !HUNG.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::select! {
+            out = run => panic!("the run ended: {out:?}"),
+            () = hung => {}
+        }
+    })
+    .await
+    .expect("step 3 did not begin within 60 s");
     let head = store.load(&session).await.unwrap().unwrap();
     assert_eq!(head.phase, SessionPhase::Running);
     assert_eq!(head.steps, 2);
@@ -393,7 +409,7 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
         matches!(early, SessionError::InFlight(_)),
         "lease still live: {early}"
     );
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
     let out = fresh
         .with(GateRun { hang_at: 99 })
         .recover(&session)

@@ -447,17 +447,18 @@ async fn start_slow(store: Arc<dyn SessionStore>, length: Duration, lease: Durat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_blip_shorter_than_the_lease_does_not_stop_the_step() {
-    // Lease 600 ms, renewed every 200 ms and given up at 540 ms; each blip
-    // starts 150 ms into the step and ends well before that. A renewal
-    // failing at 200 ms is retried at about 220, 260, 340 and 500 ms: the
-    // blips end before the 220 or 260 ms retry, the 340 ms one and the
-    // 500 ms one (by 100 ms: a blip ending nearer 500 ms raced that retry
-    // and lost it one run in several on a busy machine).
+    // Lease 2.4 s, renewed every 800 ms and given up at 2 160 ms; each blip
+    // starts 600 ms into the step and ends well before that. A renewal
+    // failing at 800 ms is retried at about 880, 1 040, 1 360 and 2 000 ms:
+    // the blips end before the 880 or 1 040 ms retry, the 1 360 ms one and
+    // the 2 000 ms one (by 400 ms: at a quarter of these times, a blip
+    // ending 100 ms before that retry lost it one run in several on a busy
+    // machine).
     for (blip, kind) in [
-        (Duration::from_millis(60), Blip::Errors),
-        (Duration::from_millis(120), Blip::Errors),
-        (Duration::from_millis(250), Blip::Errors),
-        (Duration::from_millis(250), Blip::Hangs),
+        (Duration::from_millis(240), Blip::Errors),
+        (Duration::from_millis(480), Blip::Errors),
+        (Duration::from_millis(1_000), Blip::Errors),
+        (Duration::from_millis(1_000), Blip::Hangs),
     ] {
         let faulty = Faulty::new(Arc::new(SledStore::temporary().unwrap()));
         let Started {
@@ -467,8 +468,8 @@ async fn a_store_blip_shorter_than_the_lease_does_not_stop_the_step() {
             driving,
         } = start_slow(
             faulty.clone(),
-            Duration::from_millis(900),
-            Duration::from_millis(600),
+            Duration::from_millis(3_600),
+            Duration::from_millis(2_400),
         )
         .await;
         // A worker stands by, ready to take the session should its lease
@@ -482,7 +483,7 @@ async fn a_store_blip_shorter_than_the_lease_does_not_stop_the_step() {
                     .await
             })
         };
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
         faulty.blip(blip, kind);
         let out = driving.await.unwrap().unwrap_or_else(|e| {
             panic!("a {kind:?} blip of {blip:?} stopped the run: {e}");

@@ -122,14 +122,14 @@ async fn a_real_failure_carries_line_and_value_summaries() {
 #[tokio::test]
 async fn a_timeout_is_a_failure_of_the_running_cell() {
     let config = KernelConfig {
-        timeout: Some(Duration::from_secs(1)),
+        timeout: Some(Duration::from_secs(3)),
         ..KernelConfig::default()
     };
     let (failure, diagnosis, _dir) =
         diagnose_last(&["import time", "n = 3", "time.sleep(30)"], config).await;
     assert!(matches!(
         failure.kind,
-        FailureKind::Timeout { after_ms: 1000 }
+        FailureKind::Timeout { after_ms: 3000 }
     ));
     assert_eq!(diagnosis.class, ErrorClass::Timeout);
     assert_eq!(culprit(&diagnosis), 2);

@@ -223,8 +223,12 @@ fn retain_deletes_nothing_through_a_tmp_swapped_for_a_link_while_it_is_emptied()
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     const LEFTOVERS: usize = 5_000;
-    let mut swapped_mid_walk = 0;
-    for _attempt in 0..5 {
+    // Tries until one swap lands mid-walk (a loaded machine may not run the
+    // swapper before `retain` is done), every try checking the victim.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (mut swapped_mid_walk, mut tries) = (0, 0);
+    while swapped_mid_walk == 0 && std::time::Instant::now() < deadline {
+        tries += 1;
         let dir = tempfile::tempdir().unwrap();
         let store = BlobStore::open(dir.path().join("blobs")).unwrap();
         let tmp = store.root().join("tmp");
@@ -270,7 +274,7 @@ fn retain_deletes_nothing_through_a_tmp_swapped_for_a_link_while_it_is_emptied()
     }
     assert!(
         swapped_mid_walk > 0,
-        "the swap never happened while retain was emptying tmp/"
+        "in {tries} tries over 60 s, the swap never happened while retain was emptying tmp/"
     );
 }
 

@@ -225,7 +225,7 @@ async fn snapshots_go_to_the_blob_store_and_restore_in_a_new_kernel() {
 #[tokio::test]
 async fn timeout_kills_and_restarts() {
     let mut kernel = Kernel::spawn(KernelConfig {
-        timeout: Some(Duration::from_millis(700)),
+        timeout: Some(Duration::from_secs(3)),
         ..config()
     })
     .await
@@ -242,7 +242,7 @@ async fn timeout_kills_and_restarts() {
             restarted,
         } => {
             assert_eq!(*during, Activity::Cell(1));
-            assert_eq!(*after, Duration::from_millis(700));
+            assert_eq!(*after, Duration::from_secs(3));
             assert!(restarted);
         }
         other => panic!("expected a timeout, got {other:?}"),
@@ -493,7 +493,7 @@ async fn assert_gone(pid: u32, after: &str) {
 #[tokio::test]
 async fn timeout_kills_what_the_cell_started() {
     let mut kernel = Kernel::spawn(KernelConfig {
-        timeout: Some(Duration::from_secs(2)),
+        timeout: Some(Duration::from_secs(3)),
         ..config()
     })
     .await

@@ -190,7 +190,7 @@ async fn timeout_then_next_cell_runs_in_a_restored_namespace() {
     let mut notebook = Notebook::create(
         dir.path(),
         KernelConfig {
-            timeout: Some(Duration::from_millis(800)),
+            timeout: Some(Duration::from_secs(3)),
             ..config()
         },
     )

@@ -203,18 +203,31 @@ async fn a_namespace_changed_between_cells_is_read_again() {
     )
     .await;
 
-    // A thread started by a cell rebinds a name after the cell ended.
+    // A thread started by a cell rebinds a name after the cell ended, then
+    // says so in a file.
+    let dir = tempfile::tempdir().unwrap();
+    let done = dir.path().join("done");
     kernel
         .execute(
             7,
-            "import threading, time\n\
-             box = [0]\n\
-             def later():\n    time.sleep(0.2)\n    globals()['box'] = [5]\n\
-             threading.Thread(target=later).start()",
+            &format!(
+                "import threading, time\n\
+                 box = [0]\n\
+                 def later():\n    time.sleep(0.2)\n    globals()['box'] = [5]\n    \
+                 open({done:?}, 'w').close()\n\
+                 threading.Thread(target=later).start()"
+            ),
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the thread never rebound `box`"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     step(
         &mut kernel,
         8,

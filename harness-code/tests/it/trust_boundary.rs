@@ -738,7 +738,7 @@ async fn output_over_the_cap_is_cut_and_counted_wherever_it_is_written() {
 #[tokio::test]
 async fn cells_that_never_end_are_stopped_by_the_timeout() {
     let mut kernel = Kernel::spawn(KernelConfig {
-        timeout: Some(Duration::from_secs(1)),
+        timeout: Some(Duration::from_secs(3)),
         ..KernelConfig::default()
     })
     .await
