@@ -113,7 +113,9 @@ async fn a_listing_too_large_to_read_fails_at_once_saying_so() {
 
 #[tokio::test]
 async fn a_listing_that_is_never_answered_times_out_naming_the_listing() {
-    let limit = Duration::from_secs(2);
+    // Also the connection's limit: Python's start, the handshake and the
+    // first listing take it on a loaded machine.
+    let limit = Duration::from_secs(5);
     let client = hostile("refresh-hang", McpOptions::default().connect_timeout(limit))
         .await
         .unwrap();
@@ -152,7 +154,9 @@ async fn a_flood_of_list_changed_notifications_lists_one_at_a_time() {
             .unwrap()
             .parse()
             .unwrap();
-        if count == last {
+        // Settled: two looks alike, once listings have begun (a loaded
+        // machine may not have begun the first 200 ms on).
+        if count == last && count >= 2 {
             break;
         }
         last = count;

@@ -836,11 +836,11 @@ async fn runs_waiting_to_start_are_bounded_and_a_cancelled_one_settles_at_once()
     let api = Api::with(|server| server.max_waiting_runs(2));
     let t = api.thread().await;
     let runs = format!("/threads/{t}/runs");
-    // 200 ticks of 50 ms: under way for the whole test.
+    // 2 000 ticks of 50 ms: under way for the whole test (which cancels it).
     let (status, active) = api
         .post(
             &runs,
-            r#"{"assistant_id": "ticks", "input": {"limit": 200}}"#,
+            r#"{"assistant_id": "ticks", "input": {"limit": 2000}}"#,
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{active}");
@@ -883,7 +883,7 @@ async fn runs_waiting_to_start_are_bounded_and_a_cancelled_one_settles_at_once()
     let (status, _) = api.post(&format!("{runs}/{}/cancel", queued[0]), "").await;
     assert!(status.is_success());
     let mut settled = false;
-    for _ in 0..100 {
+    for _ in 0..1_500 {
         let (_, run) = api.get(&format!("{runs}/{}", queued[0])).await;
         if run["status"] == "interrupted" {
             settled = true;
@@ -891,7 +891,15 @@ async fn runs_waiting_to_start_are_bounded_and_a_cancelled_one_settles_at_once()
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert!(settled, "the cancelled run waits for the run before it");
+    assert!(settled, "the cancelled run did not settle in 30 s");
+    // ... while the run before it goes on.
+    let (_, still) = api
+        .get(&format!("{runs}/{}", active["run_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        still["status"], "running",
+        "the cancelled run waited for the run before it"
+    );
     let (status, run) = api.post(&runs, enqueue).await;
     assert_eq!(status, StatusCode::OK, "{run}");
     let (status, _) = api

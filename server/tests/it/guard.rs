@@ -150,7 +150,21 @@ async fn a_stopping_server_stops_its_runs_at_a_step_boundary_and_its_threads_go_
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Stopped once the run has made a step (up to 30 s on a loaded machine).
+    let session = SessionId::from("long".to_string());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store
+        .load(&session)
+        .await
+        .unwrap()
+        .is_none_or(|head| head.steps == 0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run made no step in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(30), serving)
         .await

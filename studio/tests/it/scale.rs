@@ -356,7 +356,15 @@ async fn event_stream_looks(feed: bool) {
     // (or, with no feed, a listing of every id), and the heads of the
     // sessions followed only.
     c.counting.reset();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // At least 3 looks (about 800 ms; up to 30 s on a loaded machine).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let looks = c.counting.feeds().max(c.counting.listings());
+        if looks >= 3 || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
     let (feeds, listings, loads) = (
         c.counting.feeds(),
         c.counting.listings(),
