@@ -103,7 +103,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .start("pay")
         .store(SledStore::open(dir)?)
         .session_config(SessionConfig {
-            lease_ttl: Duration::from_millis(300),
+            // The effects sync their file on this one thread, which a busy
+            // disk may hold up: the first process keeps its lease through
+            // that; the second, alone, waits out the killed one's.
+            lease_ttl: if mode == "start" {
+                Duration::from_millis(1_500)
+            } else {
+                Duration::from_secs(30)
+            },
             ..SessionConfig::default()
         })
         .build()?;

@@ -636,11 +636,12 @@ async fn a_run_queued_behind_a_running_one_does_not_break_its_lease() {
         driving,
     } = start_slow(
         store.clone(),
-        Duration::from_millis(300),
+        Duration::from_secs(3),
         Duration::from_secs(5),
     )
     .await;
-    // Written into the head while the running run holds it (and renews it).
+    // Written into the head while the running run holds it (and renews it):
+    // the step takes 3 s, so that a loaded machine still submits mid-step.
     let queued = agent
         .submit_input(&session, SlowUpdate::new(), harness::Busy::Queue)
         .await
