@@ -747,10 +747,16 @@ async fn a_pause_stops_the_session_at_a_step_boundary_and_resume_goes_on_where_i
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     let marker = dir.path().join("marker");
+    let go = dir.path().join("go");
+    // The command runs until the pause has been asked for (up to 60 s).
     let model = Arc::new(ScriptedModel::new([
         Expect::any().reply(text(plan())),
         pick("count-words"),
-        write_words_then(format!("touch {}; sleep 1", marker.display())),
+        write_words_then(format!(
+            "touch {}; i=0; while [ ! -e {} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
+            marker.display(),
+            go.display()
+        )),
     ]));
     let project = Arc::new(agent(dir.path(), store(dir.path()), Arc::clone(&model)));
     project.initialize("wc").await.unwrap();
@@ -763,6 +769,7 @@ async fn a_pause_stops_the_session_at_a_step_boundary_and_resume_goes_on_where_i
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     project.pause().await.unwrap();
+    std::fs::write(&go, "").unwrap();
     assert_eq!(running.await.unwrap().unwrap(), SessionEnd::Stopped);
     let status = project.status().await.unwrap();
     assert_eq!(status.state, ProjectState::Paused);
