@@ -43,11 +43,17 @@ fn replica_bin() -> PathBuf {
     bin
 }
 
+/// How long step `two` takes: long enough that a loaded machine still
+/// stops or kills a replica in the middle of it (the test waits for the
+/// SDK script's line, then for the step to begin, then 400 ms).
+const TWO_MS: &str = "3000";
+
 /// Starts a replica; its child process and its URL.
 async fn start(url: &str, schema: &str, dir: &Path) -> (Child, String) {
     let mut child = Command::new(replica_bin())
         .args(["--store", url, "--schema", schema, "--dir"])
         .arg(dir)
+        .env("TWO_MS", TWO_MS)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -134,7 +140,7 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
             }
             if stage["stage"] == "joined-c" {
                 // Stop C (as Ctrl-C would) once it has begun step `two`.
-                for _ in 0..500 {
+                for _ in 0..6_000 {
                     if twos_on(dir.path(), pid_c) > 0 {
                         break;
                     }
@@ -155,7 +161,7 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
             }
             if stage["stage"] == "joined" {
                 // Kill A once it has begun step `two` of the joined run.
-                for _ in 0..500 {
+                for _ in 0..6_000 {
                     if twos_on_a(dir.path()) > twos_before {
                         break;
                     }
