@@ -545,7 +545,7 @@ mod tests {
         drop(SledStore::open(&sessions).unwrap());
         // Sled's threads may hold the lock a moment after the drop.
         let mut e = String::new();
-        for _ in 0..50 {
+        for _ in 0..600 {
             e = open_memory(&sessions).err().unwrap().to_string();
             if !e.contains("open in another process") {
                 break;

@@ -60,7 +60,7 @@ fn summarize_loop(store: &SledStore, calls: &Arc<AtomicUsize>) -> Harness<Page> 
 /// closed handle still hold its lock.
 fn open(path: &Path) -> SledStore {
     let mut last = None;
-    for _ in 0..50 {
+    for _ in 0..600 {
         match SledStore::open(path) {
             Ok(store) => return store,
             Err(e) => last = Some(e),

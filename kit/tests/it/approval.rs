@@ -407,7 +407,7 @@ fn sled_agent(
     let store = loop {
         match SledStore::open(path) {
             Ok(store) => break store,
-            Err(_) if tries < 50 => {
+            Err(_) if tries < 600 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }

@@ -53,7 +53,7 @@ fn id(s: &str) -> SessionId {
     SessionId::from(s)
 }
 
-/// Opens what `open` opens, retrying for up to five seconds while it fails:
+/// Opens what `open` opens, retrying for up to 60 seconds while it fails:
 /// sled releases a database's lock only when the last handle to it is gone,
 /// and some are held for a moment by sled's own threads after the
 /// application dropped its last one, so reopening a database in the process
@@ -61,7 +61,7 @@ fn id(s: &str) -> SessionId {
 #[cfg(feature = "sled")]
 fn reopen<T, E: std::fmt::Debug>(mut open: impl FnMut() -> Result<T, E>) -> T {
     let mut last = None;
-    for _ in 0..50 {
+    for _ in 0..600 {
         match open() {
             Ok(opened) => return opened,
             Err(e) => last = Some(e),

@@ -42,14 +42,14 @@ async fn closed_db(path: &Path, sessions: usize) {
     // moment after the last handle is dropped: a read-only open right
     // after would find the store in use.
     let db = std::fs::File::open(path.join("db")).unwrap();
-    for _ in 0..50 {
+    for _ in 0..600 {
         if db.try_lock().is_ok() {
             db.unlock().unwrap();
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("sled still holds the lock of {} after 5 s", path.display());
+    panic!("sled still holds the lock of {} after 60 s", path.display());
 }
 
 /// Replaces the stored bytes of `key` in `tree` by what `change` makes of
