@@ -334,7 +334,8 @@ async fn the_time_limit_cuts_a_model_call_short() {
 
 #[tokio::test]
 async fn time_waiting_for_a_person_does_not_count() {
-    let limit = Duration::from_millis(300);
+    // Room for two model turns and a tool call on a loaded machine.
+    let limit = Duration::from_secs(3);
     let model = scripted([
         Expect::any().reply(ModelResponse::from_tool_call(ToolCall::new(
             "c1",

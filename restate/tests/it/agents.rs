@@ -480,7 +480,13 @@ async fn a_fan_out_runs_its_effects_side_by_side_and_killed_mid_way_each_once() 
         .await
         .unwrap();
     rig.hung().await;
-    // The second round waits for part 1's second effect, which never comes.
+    // The first round's three effects (after the step's own), up to 60 s;
+    // then the second round waits for part 1's second effect, which never
+    // comes: a moment more shows nothing else is written.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while lines(&file).len() < 4 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     tokio::time::sleep(Duration::from_millis(700)).await;
     let first_pid = killed.pid();
     drop(killed);
