@@ -615,9 +615,22 @@ fn studio_searches_a_sled_memory_by_meaning() {
         &url,
         &model,
     );
-    // sled lets go of its lock a moment after the last handle is dropped.
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    until_sled_lets_go(&path);
     searches_memory_by_meaning(path.to_str().unwrap(), &[], &url, &model, "sled");
+}
+
+/// Waits (up to 60 s) for sled to let go of the lock of the database at
+/// `path`, which it does a moment after the last handle is dropped.
+fn until_sled_lets_go(path: &Path) {
+    let db = std::fs::File::open(path.join("db")).unwrap();
+    for _ in 0..3_000 {
+        if db.try_lock().is_ok() {
+            db.unlock().unwrap();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("sled still holds the lock of {} after 60 s", path.display());
 }
 
 /// `harness studio` with `args` fails; its stderr.
@@ -659,7 +672,7 @@ fn studio_refuses_bad_memory_and_embedder_options_naming_them() {
             .block_on(memory.put(&ns, "k", json!({"v": 1})))
             .unwrap();
     }
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    until_sled_lets_go(&sled);
     let sled = sled.to_str().unwrap();
     let nowhere = "http://127.0.0.1:9/v1";
     let secret = "sk-studio-test-secret-4242";

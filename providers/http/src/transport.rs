@@ -642,7 +642,8 @@ mod tests {
             })
         });
         let base = serve(trickle).await;
-        let deadline = Duration::from_millis(400);
+        // Long enough that events arrive first on a loaded machine too.
+        let deadline = Duration::from_secs(2);
         let (n, error) = post_sse(
             &base,
             HttpOptions {
@@ -668,7 +669,7 @@ mod tests {
             })
         });
         let base = serve(stall).await;
-        let idle = Duration::from_millis(200);
+        let idle = Duration::from_secs(1);
         let (n, error) = post_sse(
             &base,
             HttpOptions {

@@ -231,7 +231,21 @@ async fn two_servers_on_one_store_fire_each_cron_tick_once() {
         .unwrap()
         .to_bytes();
     let cron: Value = serde_json::from_slice(&bytes).unwrap();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let ticks = || async {
+        store
+            .sessions()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|s| s.as_str().starts_with("harness-server/thread/"))
+            .count() as u64
+    };
+    // At least 3 s, and until two ticks have fired (30 s at most).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while ticks().await < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let path = format!("/runs/crons/{}", cron["cron_id"].as_str().unwrap());
     let response = call(
         &a,
@@ -241,13 +255,7 @@ async fn two_servers_on_one_store_fire_each_cron_tick_once() {
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     let elapsed = started.elapsed().as_secs() + 1;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let threads = store
-        .sessions()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|s| s.as_str().starts_with("harness-server/thread/"))
-        .count() as u64;
+    let threads = ticks().await;
     // One tick per second fired, by one of the two servers: never both.
     assert!(threads >= 2, "{threads} ticks");
     assert!(threads <= elapsed, "{threads} ticks in {elapsed} s");
