@@ -708,7 +708,11 @@ impl Follow {
 
 /// A connection's view of `thread`'s events, once its request is checked
 /// (the thread exists, the channels are the protocol's) and a stream place
-/// is taken.
+/// is taken. The thread's runs are looked at here, before the response is
+/// sent: a run started once the client has the response's headers is
+/// followed, however soon it ends (looked at when the stream is first
+/// read, a run that had ended by then was taken for one before the
+/// connection).
 async fn follow(app: &Shared, thread: &str, body: EventStream) -> Result<Follow, ApiError> {
     threads::get_record(app, thread).await?;
     if body.channels.is_empty() {
@@ -731,7 +735,7 @@ async fn follow(app: &Shared, thread: &str, body: EventStream) -> Result<Follow,
         // The runs other replicas ran or run, known before the first look.
         crate::replica::adopt(app, thread, &mut adopted).await?;
     }
-    Ok(Follow {
+    let mut follow = Follow {
         adopted,
         stopping: app.stopping.subscribe(),
         added: app.runs_added.subscribe(),
@@ -749,7 +753,10 @@ async fn follow(app: &Shared, thread: &str, body: EventStream) -> Result<Follow,
         started: false,
         queue: VecDeque::new(),
         _slot: slot,
-    })
+    };
+    follow.added.borrow_and_update();
+    follow.pick();
+    Ok(follow)
 }
 
 /// The protocol's events a connection follows, with their sequence

@@ -258,6 +258,21 @@ impl Conformance {
         body: Option<Value>,
         enough: Enough<'_>,
     ) -> Answer {
+        self.call_until_opened(method, path, url, body, enough, None)
+            .await
+    }
+
+    /// [`call_until`](Self::call_until), saying on `opened` when the
+    /// answer's headers have come.
+    pub async fn call_until_opened(
+        &self,
+        method: &str,
+        path: &str,
+        url: &str,
+        body: Option<Value>,
+        enough: Enough<'_>,
+        opened: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> Answer {
         let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let mut request = self.client.request(m, format!("{}{url}", self.base));
         if let Some(body) = &body {
@@ -266,6 +281,9 @@ impl Conformance {
                 .body(body.to_string());
         }
         let mut response = request.send().await.unwrap();
+        if let Some(opened) = opened {
+            let _ = opened.send(());
+        }
         let status = response.status().as_u16();
         let media = response
             .headers()
@@ -893,24 +911,28 @@ async fn every_operation_of_the_agent_protocol_conforms_to_its_spec() {
     let events = {
         let c = &c;
         let url = stream_url.clone();
+        // The run starts once the stream's headers have come: the server
+        // has looked at the thread's runs by then.
+        let (opened, is_open) = tokio::sync::oneshot::channel();
         let reading = async move {
             let paused = |events: &[Value]| {
                 events.iter().any(|e| {
                     e["method"] == "lifecycle" && e["params"]["data"]["event"] != "running"
                 })
             };
-            c.call_until(
+            c.call_until_opened(
                 "post",
                 "/threads/{thread_id}/stream",
                 &url,
                 Some(json!({"channels": ["values", "updates", "lifecycle"],
                             "namespaces": [[]]})),
                 Some(&paused),
+                Some(opened),
             )
             .await
         };
         let starting = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            is_open.await.unwrap();
             c.call(
                 "post",
                 "/threads/{thread_id}/commands",
