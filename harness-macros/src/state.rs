@@ -95,7 +95,11 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         };
         quote! {
             #docs
-            #[serde(default, skip_serializing_if = "::core::option::Option::is_none")]
+            #[serde(
+                default,
+                skip_serializing_if = "::core::option::Option::is_none",
+                deserialize_with = "::harness::__private::present"
+            )]
             pub #ident: ::core::option::Option<#ty>,
         }
     });
@@ -281,6 +285,15 @@ fn parse_field(field: &syn::Field) -> syn::Result<StateField> {
         .ident
         .clone()
         .ok_or_else(|| syn::Error::new(field.span(), "expected a named field"))?;
+    if ident == "new" || ident == "is_empty" {
+        return Err(syn::Error::new(
+            ident.span(),
+            format!(
+                "a state field cannot be named `{ident}`: the generated update type has a \
+                 method of that name (`new`, `is_empty`) beside each field's setter; rename the field"
+            ),
+        ));
+    }
     let mut default = None;
     let mut reducer = Reducer::Replace;
     for attr in &field.attrs {

@@ -416,6 +416,15 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             None,
         )?;
         attach_sub_journals(&mut root, journals);
+        // The steps the run has taken before: none for a new run; for the
+        // same run resumed or recovered, what its head counts, so that its
+        // step limit and outcome count it whole, as one resumed in its own
+        // process does.
+        let steps_before = if run_id.is_some() {
+            0
+        } else {
+            head.run_steps()
+        };
         let cursor = SessionCursor::acquire(
             Arc::clone(&store),
             self.inner.harness.session_config.clone(),
@@ -443,6 +452,7 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             },
         );
         exec.task = root;
+        exec.steps = steps_before;
         Ok(self.new_run(slots, exec, run_id_used, session_id))
     }
 
@@ -813,18 +823,18 @@ struct Continuation {
     past_breakpoint: bool,
 }
 
-/// `value` as stored JSON, or a typed error saying what could not be
-/// serialized.
 /// `value` as JSON for the store, the process's secrets redacted
-/// ([`crate::secrets`]).
-fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<Value, SessionError> {
-    let mut json = serde_json::to_value(value).map_err(|e| {
+/// ([`crate::secrets`]), or a typed error saying what could not be stored
+/// (see [`stored_checked`](crate::run::stored_checked)).
+fn to_json<T>(value: &T, what: &str) -> Result<Value, SessionError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    crate::run::stored_checked(value).map_err(|e| {
         SessionError::Store(StoreError::backend(format!(
-            "the {what} cannot be serialized: {e}"
+            "the {what} cannot be stored: {e}"
         )))
-    })?;
-    crate::secrets::redact_json(&mut json);
-    Ok(json)
+    })
 }
 
 /// An agent with the run slots of its next operation; see [`Agent::with`].

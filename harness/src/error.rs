@@ -145,9 +145,7 @@ pub struct ValueTooDeep {
 pub enum StoreError {
     /// A commit's expected version did not match: another writer changed the
     /// session first. Nothing was written.
-    #[error(
-        "session {session} changed underneath this writer (expected version {expected:?}, found {found:?})"
-    )]
+    #[error("{}", conflict_text(.session, *.expected, *.found))]
     Conflict {
         /// The session.
         session: SessionId,
@@ -211,9 +209,7 @@ impl StoreError {
 
 /// Another run holds the session's lease.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "session {session} is being run by {owner} (lease until {expires_at} ms since the epoch); try again when it settles"
-)]
+#[error("{}", in_flight_text(self))]
 pub struct SessionInFlight {
     /// The session.
     pub session: SessionId,
@@ -483,4 +479,55 @@ pub struct NoInterrupt {
     pub given: InterruptId,
     /// The interrupt the run is paused on, if any.
     pub pending: Option<InterruptId>,
+}
+
+/// What [`StoreError::Conflict`] says: a session created first by another
+/// writer is named as such, as is one removed underneath.
+fn conflict_text(session: &SessionId, expected: Option<u64>, found: Option<u64>) -> String {
+    match (expected, found) {
+        (None, Some(_)) => format!(
+            "session {session} already exists (another writer created it first): a new \
+             session needs an id of its own, and a run on an existing one \
+             `continue_session` or `resume`"
+        ),
+        (Some(expected), None) => format!(
+            "session {session} is gone: it was removed underneath this writer (expected \
+             version {expected})"
+        ),
+        (expected, found) => format!(
+            "session {session} changed underneath this writer (expected version {}, found {})",
+            version_text(expected),
+            version_text(found)
+        ),
+    }
+}
+
+fn version_text(version: Option<u64>) -> String {
+    version.map_or_else(|| "none".to_owned(), |v| v.to_string())
+}
+
+/// What [`SessionInFlight`] says: when the lease ends, counted from now,
+/// since a run dropped without settling (its task aborted, its future
+/// dropped) keeps the lease until then.
+fn in_flight_text(e: &SessionInFlight) -> String {
+    let SessionInFlight {
+        session,
+        owner,
+        expires_at,
+    } = e;
+    if *expires_at == 0 {
+        return format!("session {session} is being run by {owner}; try again when it settles");
+    }
+    // The clock as the session's leases read it (ms since the epoch).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let left = expires_at.saturating_sub(now);
+    format!(
+        "session {session} is being run by {owner}, whose lease ends at {expires_at} ms since \
+         the epoch (in {}.{:03} s) unless renewed; try again when the run settles, or once \
+         the lease has ended if the run was dropped without settling",
+        left / 1000,
+        left % 1000
+    )
 }

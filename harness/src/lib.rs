@@ -59,6 +59,7 @@ pub mod secrets;
 pub mod llm;
 
 pub mod memory;
+mod panics;
 mod type_name;
 
 // Docs only: the guide's chapters, each an empty module.
@@ -141,4 +142,21 @@ pub use type_name::{short_type_name, shorten_type_name};
 pub mod __private {
     pub use schemars;
     pub use serde;
+
+    /// An update field that is present, whatever it holds: `null` too, so
+    /// that an `Option` field set to `None` reads back as set (`Some(None)`)
+    /// rather than as absent, and a `null` where the field's type has no
+    /// null (a NaN or an infinity that JSON wrote as `null`) is an error,
+    /// not an update that silently leaves the field as it was.
+    ///
+    /// # Errors
+    ///
+    /// The field's own deserialization error.
+    pub fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+        T: serde::Deserialize<'de>,
+    {
+        T::deserialize(deserializer).map(Some)
+    }
 }

@@ -122,7 +122,7 @@
 //! serves several agents; [`AgentClient::object`] calls it.
 //!
 //! ```no_run
-//! use harness::{Cx, Harness, HarnessState, StepResult, create_agent};
+//! use harness::{Cx, Harness, HarnessState, StepResult, create_agent, schemars};
 //! use harness_restate::Durable;
 //! use restate_sdk::prelude::{Endpoint, HttpServer};
 //! use std::sync::Arc;

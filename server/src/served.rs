@@ -223,7 +223,11 @@ where
                 Err(join) => Err(RunError::Step {
                     step: "(the run's task)".into(),
                     attempts: 1,
-                    source: join.to_string().into(),
+                    // A panic's message may quote a secret: `Debug`
+                    // prints the source as it is.
+                    source: harness::secrets::redact(&join.to_string())
+                        .into_owned()
+                        .into(),
                 }),
             };
             frames.settle(settled);

@@ -165,6 +165,7 @@ pub fn head(session: &str) -> StoredRun {
         updated_at: T0,
         queued: Vec::new(),
         stop_requested: None,
+        run_start: None,
     }
 }
 

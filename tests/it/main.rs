@@ -12,5 +12,6 @@ mod provider_swap;
 mod recipe_examples;
 mod sessions;
 mod step_cache;
+mod stored_values;
 mod worker_faults;
 mod workers;

@@ -177,6 +177,130 @@ async fn resume_with_the_wrong_interrupt_id_is_no_interrupt() {
     }
 }
 
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Asks {
+    #[field(reduce = add)]
+    n: u32,
+}
+
+/// A loop whose one step asks a human each time, six times over, with a
+/// step limit of `limit`.
+fn asking(store: Arc<MemoryStore>, limit: u64) -> Harness<Asks> {
+    Harness::<Asks>::builder()
+        .step("ask")
+        .run(async |cx: Cx<()>| {
+            let _: bool = cx.interrupt("go on?")?;
+            Ok(AsksUpdate::new().n(1))
+        })
+        .route(|s: &Asks| if s.n < 6 { "again" } else { "done" })
+        .on("again")
+        .to("ask")
+        .on("done")
+        .end()
+        .start("ask")
+        .step_limit(limit)
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+/// What each settling of a run of `asking` gave: the steps its outcome
+/// counts, or the step limit's error.
+fn settled(out: Result<harness::Outcome<Asks>, RunError>) -> Result<u64, u64> {
+    match out {
+        Ok(o) => Ok(o.steps),
+        Err(RunError::StepLimit { limit, .. }) => Err(limit),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_run_resumed_from_the_store_counts_its_steps_as_one_resumed_in_its_process() {
+    for limit in [3, 4, 100] {
+        // In its process: one run handle, resumed each time.
+        let agent = create_agent("asks", &asking(Arc::new(MemoryStore::new()), limit));
+        let mut run = agent.run(Asks::default());
+        let mut in_process = Vec::new();
+        loop {
+            let out = (&mut run).await;
+            let interrupt = out.as_ref().ok().and_then(|o| o.interrupt.clone());
+            in_process.push(settled(out));
+            match interrupt {
+                Some(i) => run.resume(true, &i.id).unwrap(),
+                None => break,
+            }
+        }
+        // Through the store: a fresh agent for each answer, as another
+        // process would resume it.
+        let store = Arc::new(MemoryStore::new());
+        let out = create_agent("asks", &asking(Arc::clone(&store), limit))
+            .run(Asks::default())
+            .await;
+        let (session, mut interrupt) = {
+            let o = out.as_ref().unwrap();
+            (o.session_id.clone(), o.interrupt.clone().unwrap().id)
+        };
+        let mut stored = vec![settled(out)];
+        loop {
+            let agent = create_agent("asks", &asking(Arc::clone(&store), limit));
+            let out = agent
+                .resume(true, &session, &interrupt)
+                .await
+                .unwrap()
+                .await;
+            let next = out.as_ref().ok().and_then(|o| o.interrupt.clone());
+            stored.push(settled(out));
+            match next {
+                Some(i) => interrupt = i.id,
+                None => break,
+            }
+        }
+        assert_eq!(stored, in_process, "limit {limit}");
+        if limit < 6 {
+            assert_eq!(stored.last(), Some(&Err(limit)), "limit {limit}");
+        } else {
+            assert_eq!(stored.last(), Some(&Ok(6)), "limit {limit}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_new_session_under_the_id_of_one_that_exists_is_refused_as_such() {
+    let agent = fresh_agent();
+    let (session, interrupt) = paused(&agent).await;
+    let before = agent.session(&session).await.unwrap();
+    for state in [
+        Tally::default(),
+        Tally {
+            count: 7,
+            ..Tally::default()
+        },
+    ] {
+        let err = agent.run_in(session.clone(), state).await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                RunError::Store(harness::session::StoreError::Conflict { .. })
+            ),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("session {session} already exists")),
+            "{text}"
+        );
+    }
+    // The session is as it was, and still waits for its answer.
+    let after = agent.session(&session).await.unwrap();
+    assert_eq!(after.version, before.version);
+    agent
+        .resume(true, &session, &interrupt)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_new_run_on_a_session_waiting_for_an_answer_is_refused() {
     let agent = fresh_agent();
@@ -199,6 +323,13 @@ async fn two_resumes_of_one_session_cannot_both_proceed() {
     // The first resume holds the lease: the second is refused by name.
     let second = agent.resume(false, &session, &interrupt).await.unwrap_err();
     assert!(matches!(second, SessionError::InFlight(_)), "{second}");
+    // It says when the lease ends, counted from now: a run dropped without
+    // settling keeps it until then.
+    let text = second.to_string();
+    assert!(
+        text.contains("whose lease ends at") && text.contains(" s) unless renewed"),
+        "{text}"
+    );
     let out = first.await.unwrap();
     assert_eq!(out.state.log.last().unwrap(), "approved=true receipt=1");
     // Now the session is completed, so the interrupt is gone.
@@ -864,7 +995,8 @@ async fn the_sessions_command_lists_shows_and_resumes() {
     let resumed = sessions_command(&agent, ["resume", &session, "true"], || ())
         .await
         .unwrap();
-    assert!(resumed.contains("done after 1 steps"), "{resumed}");
+    // The run's steps in all: three `work`s before the pause, `approve` after.
+    assert!(resumed.contains("done after 4 steps"), "{resumed}");
     let state = agent
         .state_at(&SessionId::from(session.as_str()), None)
         .await

@@ -49,6 +49,7 @@ fn running(id: &str, agent: &str, at: u64, lease: Option<u64>) -> Commit {
         updated_at: at,
         queued: Vec::new(),
         stop_requested: None,
+        run_start: None,
     };
     debug_assert_eq!(head.phase, SessionPhase::Running);
     Commit {

@@ -1,7 +1,7 @@
 //! The fluent loop builder.
 
 use super::compiled::{Branches, CompiledFork, CompiledStep, Exits, HarnessInner, Target};
-use super::def::{BranchFailure, BranchesDef, Dest, ForkDef, RetryPolicy, StepDef, TypeTag};
+use super::def::{self, BranchFailure, BranchesDef, Dest, ForkDef, RetryPolicy, StepDef, TypeTag};
 use super::harness::Harness;
 use super::validate::{self, LoopValidationError, Violation};
 use crate::effect::EffectJournal;
@@ -130,6 +130,7 @@ impl<S: HarnessState, C: Context> HarnessBuilder<S, C> {
                 input: None,
                 sub: None,
                 cache_without_run: false,
+                twice: Vec::new(),
             },
         }
     }
@@ -362,6 +363,9 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     /// state, the context, both or nothing: see [`StepFn`] for the shapes.
     #[must_use]
     pub fn run<Args, F: StepFn<S, C, Args>>(mut self, f: F) -> Self {
+        let already =
+            self.step.run.is_some() && !self.step.cache_without_run || self.step.sub.is_some();
+        self.step.again(already, def::BODY);
         self.step.run = Some(Arc::new(move |s, cx| f.call(s, cx)));
         self
     }
@@ -382,6 +386,9 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
         Fut: Future<Output = StepResult<S::Update>> + Send + 'static,
     {
         let f = Arc::new(f);
+        let already =
+            self.step.run.is_some() && !self.step.cache_without_run || self.step.sub.is_some();
+        self.step.again(already, def::BODY);
         self.step.input = Some(TypeTag::of::<I>());
         self.step.run = Some(Arc::new(move |s, cx: Cx<C>| {
             let f = Arc::clone(&f);
@@ -441,6 +448,7 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
         F: Fn(&S) -> R + Send + Sync + 'static,
         R: Into<Signal>,
     {
+        self.step.again(self.step.route.is_some(), def::ROUTER);
         self.step.route = Some(Arc::new(move |s| f(s).into()));
         self
     }
@@ -456,6 +464,7 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     /// After `run`, always continue at `step` (no `route`, no `on`).
     #[must_use]
     pub fn next(mut self, step: impl Into<String>) -> Self {
+        self.step.again(self.step.next.is_some(), def::AFTER_RUN);
         self.step.next = Some(Dest::Step(step.into()));
         self
     }
@@ -464,6 +473,7 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     /// signal is [`Signal::END`].
     #[must_use]
     pub fn end(mut self) -> Self {
+        self.step.again(self.step.next.is_some(), def::AFTER_RUN);
         self.step.next = Some(Dest::End);
         self
     }
@@ -651,7 +661,11 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
             collect: self.collect,
         }));
         match self.via {
-            None => self.step.step.next = Some(dest),
+            None => {
+                let already = self.step.step.next.is_some();
+                self.step.step.again(already, def::AFTER_RUN);
+                self.step.step.next = Some(dest);
+            }
             Some(signal) => self.step.step.on.push((signal, dest)),
         }
         self.step

@@ -311,6 +311,25 @@ pub(crate) struct StepDef<S: HarnessState, C> {
     pub(crate) sub: Option<Arc<dyn SubStep<S, C>>>,
     /// Whether `.cache` was declared with no `run` to cache.
     pub(crate) cache_without_run: bool,
+    /// What the step declared more than once (each once): a violation.
+    pub(crate) twice: Vec<&'static str>,
+}
+
+/// What [`StepDef::again`] notes: the step's body,
+pub(crate) const BODY: &str = "its body (`.run`, `.run_each`, `.sub_agent`, `.dispatch`)";
+/// its router,
+pub(crate) const ROUTER: &str = "its router (`.route`)";
+/// and where it goes after `run`.
+pub(crate) const AFTER_RUN: &str =
+    "where it goes after `run` (`.next`, `.end`, `.fork`/`.fan_out` with `.join`)";
+
+impl<S: HarnessState, C> StepDef<S, C> {
+    /// Notes that `what` is declared again when `already` is.
+    pub(crate) fn again(&mut self, already: bool, what: &'static str) {
+        if already && !self.twice.contains(&what) {
+            self.twice.push(what);
+        }
+    }
 }
 
 impl<S: HarnessState, C> StepDef<S, C> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// Cheap to clone (shared).
 ///
 /// ```
-/// use harness::{Harness, HarnessState, StepResult, Cx};
+/// use harness::{Harness, HarnessState, StepResult, Cx, schemars};
 /// use std::sync::Arc;
 /// # use serde::{Serialize, Deserialize};
 ///

@@ -21,7 +21,7 @@
 mod builder;
 pub mod cache;
 mod compiled;
-mod def;
+pub(crate) mod def;
 mod export;
 mod harness;
 mod validate;

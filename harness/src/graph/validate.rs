@@ -94,7 +94,8 @@ pub enum Violation {
         /// The field it names.
         field: String,
     },
-    /// A fork starts no branch, or names a branch twice.
+    /// A fork starts no branch, names a branch twice, or starts a branch
+    /// at its own join.
     BadFork {
         /// The fork: the step it leaves and how (`plan`, `plan/signal`).
         fork: String,
@@ -148,6 +149,16 @@ pub enum Violation {
     CacheWithoutRun {
         /// The step.
         step: String,
+    },
+    /// A step declares its body, its router or where it goes after `run`
+    /// more than once: the later declaration would replace the earlier one
+    /// without a word.
+    DeclaredTwice {
+        /// The step.
+        step: String,
+        /// What it declares twice: `.run`, `.route`, or where it goes after
+        /// `run` (`.next`, `.end`, `.fork`/`.fan_out` with `.join`).
+        what: String,
     },
     /// A setting of the harness has a value no run can work with.
     InvalidSetting {
@@ -257,6 +268,11 @@ impl fmt::Display for Violation {
                 f,
                 "step `{step}` declares .cache(..) without a .run(..) before it: declare the cache after the step's run"
             ),
+            Violation::DeclaredTwice { step, what } => write!(
+                f,
+                "step `{step}` declares {what} more than once: a step has one, and the later \
+                 declaration would replace the earlier one"
+            ),
             Violation::InvalidSetting { setting, reason } => {
                 write!(f, "the setting `{setting}` is invalid: {reason}")
             }
@@ -354,6 +370,12 @@ pub(super) fn validate<S: HarnessState, C>(
         }
         if s.cache_without_run {
             v.push(Violation::CacheWithoutRun { step: name.clone() });
+        }
+        for what in &s.twice {
+            v.push(Violation::DeclaredTwice {
+                step: name.clone(),
+                what: (*what).to_string(),
+            });
         }
         if s.route.is_none() && !s.on.is_empty() {
             v.push(Violation::OnWithoutRoute { step: name.clone() });
@@ -561,7 +583,13 @@ fn check_fork<S: HarnessState, C>(
     let fields = S::fields();
     // Per branch: the fields it may write, `None` for any.
     let mut written: Vec<(String, Option<BTreeSet<String>>)> = Vec::new();
+    // A branch named twice is one violation of its own (`BadFork`), not a
+    // branch competing with itself.
+    let mut seen = BTreeSet::new();
     for &start in &fork.starts {
+        if !seen.insert(start) {
+            continue;
+        }
         let (region, joins, ends_at) = region(steps, &index, start, fork.join);
         let branch = steps[start].name.clone();
         if let Some(at) = ends_at {
@@ -743,6 +771,9 @@ impl<'a, S: HarnessState, C> Edges<'a, S, C> {
                     via: via.to_string(),
                     target: target.to_string(),
                 });
+                // Taken as a way to the end: whether the step meant can end
+                // is unknown, and a `NoWayOut` would only repeat this.
+                graph.add_edge(self.nodes[i], self.end, ());
                 None
             }
         }
@@ -785,6 +816,16 @@ impl<'a, S: HarnessState, C> Edges<'a, S, C> {
                     v.push(Violation::BadFork {
                         fork: id.to_string(),
                         reason: "names a branch more than once".into(),
+                    });
+                }
+                if names.iter().any(|n| **n == fork.join) {
+                    v.push(Violation::BadFork {
+                        fork: id.to_string(),
+                        reason: format!(
+                            "starts a branch at its own join `{}`: the join runs once, after \
+                             the branches, and cannot be one of them",
+                            fork.join
+                        ),
                     });
                 }
                 if fork.limit == Some(0) {

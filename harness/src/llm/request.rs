@@ -27,6 +27,7 @@ pub enum ToolChoice {
 ///
 /// ```
 /// use harness::llm::ResponseFormat;
+/// use harness::schemars;
 ///
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
 /// struct Weather { city: String, celsius: f64 }

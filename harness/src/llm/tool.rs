@@ -45,6 +45,7 @@ impl ToolSpec {
     ///
     /// ```
     /// use harness::llm::ToolSpec;
+    /// use harness::schemars;
     ///
     /// #[derive(serde::Deserialize, schemars::JsonSchema)]
     /// struct WeatherArgs {
@@ -78,6 +79,7 @@ fn args_schema<A: JsonSchema>() -> Value {
 ///
 /// ```
 /// use harness::llm::{Tool, ToolCall, ToolSet};
+/// use harness::schemars;
 /// use serde_json::json;
 ///
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -236,7 +238,8 @@ impl ToolSet {
     /// Runs the tool `call` names with its arguments.
     ///
     /// An unknown name, arguments that do not fit the tool's `Args`, and the
-    /// tool's own failure are [`ToolError`]s whose messages suit the model.
+    /// tool's own failure (a panic too) are [`ToolError`]s whose messages
+    /// suit the model.
     ///
     /// The output and the error messages are redacted (see
     /// [`crate::secrets`]): a tool that reads `/proc/self/environ`, runs
@@ -254,11 +257,27 @@ impl ToolSet {
                 }
                 .redacted()
             })?;
-        let mut content = entry
-            .tool
-            .call_json(&call.name, &call.arguments)
-            .await
-            .map_err(ToolError::redacted)?;
+        // A tool that panics fails its own call, as a tool that returns an
+        // error does: the model is told, and the other calls of its turn
+        // still run.
+        let called = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+            entry.tool.call_json(&call.name, &call.arguments),
+        ))
+        .await;
+        let mut content = match called {
+            Ok(result) => result.map_err(ToolError::redacted)?,
+            Err(panic) => {
+                let message = match crate::panics::panic_message(&*panic) {
+                    Some(message) => format!("the tool panicked: {message}"),
+                    None => "the tool panicked".to_owned(),
+                };
+                return Err(ToolError::Failed {
+                    tool: call.name.clone(),
+                    message,
+                }
+                .redacted());
+            }
+        };
         crate::secrets::redact_string(&mut content);
         Ok(ToolResult::success(call, content))
     }

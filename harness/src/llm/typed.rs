@@ -201,6 +201,7 @@ fn repair_prompt(format: &ResponseFormat, mismatch: &SchemaMismatch, cut_off: bo
 ///
 /// ```
 /// use harness::llm::{Expect, LanguageModelExt, ModelRequest, ModelResponse, ScriptedModel};
+/// use harness::schemars;
 ///
 /// #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 /// struct Weather { city: String, celsius: f64 }

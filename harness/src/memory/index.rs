@@ -726,11 +726,8 @@ enum GraphState {
 
 /// The message of a caught panic.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
+    crate::panics::panic_message(panic)
+        .map_or_else(|| "a panic without a message".into(), str::to_owned)
 }
 
 /// Links nodes `graph.len()..codes.len()` into `graph`; `None` if

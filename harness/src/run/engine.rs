@@ -551,6 +551,80 @@ fn stored_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, serde_j
     Ok(json)
 }
 
+/// `value` as [`stored_json`] makes it, refused if it does not read back as
+/// a `T`. JSON has no NaN or infinity (serde_json writes them as `null`), so
+/// a float that is one would be stored as something else: a field the
+/// session later reads as never set, or cannot read at all. Read back only
+/// where the JSON holds a `null`, the one value such a float becomes, so
+/// that nothing else pays for the check.
+pub(crate) fn stored_checked<T>(value: &T) -> Result<Value, String>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let json = stored_json(value).map_err(|e| e.to_string())?;
+    if holds_null(&json)
+        && let Err(e) = T::deserialize(&json)
+    {
+        let at = match &json {
+            Value::Object(fields) => fields
+                .iter()
+                .filter(|(_, v)| holds_null(v))
+                .map(|(k, _)| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => String::new(),
+        };
+        let at = if at.is_empty() {
+            String::new()
+        } else {
+            format!(", and {at} holds a null")
+        };
+        return Err(format!(
+            "it would not read back as written ({e}): JSON has no NaN or infinite \
+             number, and writes one as null{at}"
+        ));
+    }
+    Ok(json)
+}
+
+fn holds_null(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Array(items) => items.iter().any(holds_null),
+        Value::Object(fields) => fields.values().any(holds_null),
+        _ => false,
+    }
+}
+
+/// A step's error as the run keeps it (`RunError::Step`'s `source`): as the
+/// step returned it, unless one of the process's secrets appears in it (in
+/// its message, a cause's, or its `Debug`, which a `main` returning the
+/// error prints). Then a message with them replaced stands for it: its type
+/// is lost, since whoever has the error could print the secret.
+fn without_secrets(source: crate::error::BoxError) -> crate::error::BoxError {
+    use crate::secrets::contains_secret;
+    let mut leaks = contains_secret(&format!("{source:?}"));
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*source);
+    while let Some(c) = cause
+        && !leaks
+    {
+        leaks = contains_secret(&c.to_string());
+        cause = c.source();
+    }
+    if !leaks {
+        return source;
+    }
+    let mut message = source.to_string();
+    let mut cause = source.source();
+    while let Some(c) = cause {
+        message.push_str(": ");
+        message.push_str(&c.to_string());
+        cause = c.source();
+    }
+    crate::secrets::redact_string(&mut message);
+    message.into()
+}
+
 /// Creates or re-leases the run's session, if it has a store.
 async fn attach<S: HarnessState, C: Context>(
     harness: &HarnessInner<S, C>,
@@ -561,9 +635,9 @@ async fn attach<S: HarnessState, C: Context>(
     let cursor = match link {
         SessionLink::Detached => return Ok(None),
         SessionLink::New(store, config) => {
-            let state = stored_json(&*exec.task.state).map_err(|e| {
+            let state = stored_checked(&*exec.task.state).map_err(|e| {
                 RunError::Store(StoreError::backend(format!(
-                    "the state cannot be serialized: {e}"
+                    "the state cannot be stored: {e}"
                 )))
             })?;
             let next = &harness.steps[exec.task.at].name;
@@ -916,9 +990,9 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
             // Serialized before it is merged: the stored update is the step's own.
             let stored_update = match env.cursor {
                 Some(_) => Some(match &update {
-                    Some(u) => stored_json(u).map_err(|e| {
+                    Some(u) => stored_checked(u).map_err(|e| {
                         RunError::Store(StoreError::backend(format!(
-                            "the update of step `{}` cannot be serialized: {e}",
+                            "the update of step `{}` cannot be stored: {e}",
                             step.name
                         )))
                     })?,
@@ -1034,8 +1108,8 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                         let state = &task.state;
                         let measure = || crate::session::head::json_len(&**state);
                         let snapshot = || {
-                            stored_json(&**state).map_err(|e| {
-                                StoreError::backend(format!("the state cannot be serialized: {e}"))
+                            stored_checked(&**state).map_err(|e| {
+                                StoreError::backend(format!("the state cannot be stored: {e}"))
                             })
                         };
                         cursor
@@ -1591,11 +1665,7 @@ impl<F: std::future::Future + Unpin> std::future::Future for Limited<F> {
 /// The error of a step that panicked, with the panic's message when it
 /// has one (redacted, as a step's error is).
 fn panicked(panic: &(dyn std::any::Any + Send)) -> StepError {
-    let message = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
-    StepError::msg(match message {
+    StepError::msg(match crate::panics::panic_message(panic) {
         Some(message) => format!("the step panicked: {}", crate::secrets::redact(message)),
         None => "the step panicked".to_owned(),
     })
@@ -1741,7 +1811,7 @@ async fn run_step<S: HarnessState, C: Context>(
             Failure::Error(e) => RunError::Step {
                 step: step.name.to_string(),
                 attempts: attempt,
-                source: e.into_source(),
+                source: without_secrets(e.into_source()),
             },
             Failure::Timeout(limit) => RunError::Timeout {
                 step: step.name.to_string(),

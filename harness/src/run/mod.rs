@@ -13,6 +13,7 @@
 
 mod control;
 mod engine;
+pub(crate) use engine::stored_checked;
 mod events;
 mod outcome;
 mod sub;

@@ -392,6 +392,8 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
         mut self,
         sub: SubAgent<S, C, CS, CC, I>,
     ) -> Self {
+        let already = self.step.run.is_some() || self.step.sub.is_some();
+        self.step.again(already, crate::graph::def::BODY);
         self.step.run = None;
         self.step.input = sub.input;
         self.step.sub = Some(Arc::new(sub));
@@ -402,6 +404,8 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
     /// the sub-agent of the item's role: see [`Dispatch`].
     #[must_use]
     pub fn dispatch<I: 'static>(mut self, dispatch: Dispatch<S, C, I>) -> Self {
+        let already = self.step.run.is_some() || self.step.sub.is_some();
+        self.step.again(already, crate::graph::def::BODY);
         self.step.run = None;
         self.step.input = dispatch.input();
         self.step.sub = Some(Arc::new(dispatch));

@@ -177,6 +177,7 @@ fn next_with(
         updated_at: _,
         queued,
         stop_requested,
+        run_start,
     } = head;
     StoredRun {
         schema_version: *schema_version,
@@ -203,6 +204,7 @@ fn next_with(
         queued: queued.clone(),
         // A request for another run than this head's is spent.
         stop_requested: stop_requested.as_ref().filter(|r| *r == run_id).cloned(),
+        run_start: *run_start,
     }
 }
 
@@ -271,6 +273,7 @@ pub(crate) fn create(new: NewSession<'_>, config: &SessionConfig) -> Commit {
         updated_at: now,
         queued: Vec::new(),
         stop_requested: None,
+        run_start: Some(0),
     };
     let first = Checkpoint {
         seq: 0,
@@ -303,6 +306,7 @@ pub(crate) fn acquire(
     let mut next = next_of(head, now);
     next.lease = Some(lease);
     next.phase = SessionPhase::Running;
+    let new_run = run_id.is_some();
     if let Some(run_id) = run_id {
         next.run_id = run_id;
     }
@@ -311,6 +315,9 @@ pub(crate) fn acquire(
     let append = input
         .map(|input| vec![push_input(&mut next, input, now)])
         .unwrap_or_default();
+    if new_run {
+        next.run_start = Some(next.steps);
+    }
     commit(next, Some(head.version), append, Vec::new(), true)
 }
 
@@ -639,6 +646,7 @@ pub(crate) fn settle(
         next.phase = SessionPhase::Running;
         next.next_step = Some(start.to_string());
         next.run_id = RunId::random();
+        next.run_start = Some(next.steps);
     } else {
         next.phase = phase;
     }
@@ -788,6 +796,7 @@ pub(crate) fn submit(
             next.phase = SessionPhase::Running;
             next.lease = None;
             next.run_id = RunId::random();
+            next.run_start = Some(next.steps);
             // Afresh: the journals an ended run's step kept, of the root
             // and of the branches of a fork it ended in, are not this run's.
             set_journals(&mut next, Journals::new());
@@ -982,6 +991,7 @@ pub fn save_commit(
         updated_at: now,
         queued: Vec::new(),
         stop_requested: None,
+        run_start: Some(0),
     };
     let saved = Checkpoint {
         seq,

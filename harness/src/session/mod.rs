@@ -164,6 +164,21 @@ pub struct StoredRun {
     /// its next step boundary when this is its [`run_id`](Self::run_id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<RunId>,
+    /// [`steps`](Self::steps) when the latest run began (after its input):
+    /// the run has taken `steps - run_start` steps, which its step limit and
+    /// its outcome count across pauses and processes. `None` in a head
+    /// written before it was kept: a run resumed from it counts from there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_start: Option<u64>,
+}
+
+impl StoredRun {
+    /// The steps the latest run has taken (its branches' included), as far
+    /// as this head knows: from [`run_start`](Self::run_start), else none.
+    pub fn run_steps(&self) -> u64 {
+        self.run_start
+            .map_or(0, |start| self.steps.saturating_sub(start))
+    }
 }
 
 /// What a checkpoint holds.

@@ -554,6 +554,7 @@ mod tests {
             updated_at: 0,
             queued: Vec::new(),
             stop_requested: None,
+            run_start: None,
         }
     }
 

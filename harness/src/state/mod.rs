@@ -8,10 +8,10 @@
 //! can be observed, streamed and stored.
 //!
 //! ```
-//! use harness::HarnessState;
+//! use harness::{HarnessState, JsonSchema, schemars};
 //! use serde::{Deserialize, Serialize};
 //!
-//! #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+//! #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
 //! struct Chat {
 //!     /// Messages so far; an update's messages are appended.
 //!     #[field(reduce = append)]

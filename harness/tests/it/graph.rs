@@ -113,6 +113,12 @@ fn every_violation_is_reported_at_once() {
         "{err}"
     );
     assert!(has(&Violation::Unreachable { step: "x".into() }), "{err}");
+    // The unknown target is said once: not again as a step with no way out.
+    assert!(
+        !v.iter()
+            .any(|x| matches!(x, Violation::NoWayOut { steps } if steps.contains(&"a".to_string()) || steps.contains(&"b".to_string()))),
+        "{err}"
+    );
     assert!(v.len() >= 9, "{err}");
     // The message lists each violation on its own line.
     assert_eq!(err.to_string().lines().count(), v.len() + 1, "{err}");
@@ -400,4 +406,182 @@ fn settings_no_run_can_work_with_are_violations_listed_with_the_others() {
         .session_config(lease(harness::MIN_LEASE_TTL))
         .build()
         .unwrap();
+}
+
+/// The one `DeclaredTwice` violation of `err`, as (step, what).
+fn declared_twice(err: &harness::LoopValidationError) -> Vec<(String, String)> {
+    err.violations
+        .iter()
+        .filter_map(|v| match v {
+            Violation::DeclaredTwice { step, what } => Some((step.clone(), what.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_step_that_declares_its_body_router_or_exit_twice_is_refused_naming_it() {
+    type Declare = fn(harness::StepBuilder<S>) -> harness::StepBuilder<S>;
+    let cases: [(&str, Declare); 7] = [
+        ("body", |b| b.run(inc).run(inc).end()),
+        ("router", |b| {
+            b.run(inc)
+                .route(done_when_three)
+                .route(|_: &S| "done")
+                .on("done")
+                .end()
+                .on("again")
+                .to("b")
+        }),
+        ("after `run`", |b| b.run(inc).next("b").next("c")),
+        ("after `run`", |b| b.run(inc).end().next("c")),
+        ("after `run`", |b| b.run(inc).next("b").end()),
+        ("after `run`", |b| {
+            b.run(inc).fork(["b", "c"]).join("d").end()
+        }),
+        ("after `run`", |b| {
+            b.run(inc).next("b").fork(["b", "c"]).join("d")
+        }),
+    ];
+    for (i, (what, declare)) in cases.into_iter().enumerate() {
+        let builder = declare(Harness::<S>::builder().step("a"));
+        let err = builder
+            .step("b")
+            .run(inc)
+            .next("d")
+            .step("c")
+            .run(inc)
+            .next("d")
+            .step("d")
+            .run(inc)
+            .end()
+            .start("a")
+            .build()
+            .unwrap_err();
+        let twice = declared_twice(&err);
+        assert_eq!(twice.len(), 1, "case {i}: {err}");
+        assert_eq!(twice[0].0, "a", "case {i}: {err}");
+        assert!(twice[0].1.contains(what), "case {i}: {err}");
+        assert!(
+            err.to_string().contains("step `a` declares"),
+            "case {i}: {err}"
+        );
+    }
+}
+
+#[test]
+fn declaring_each_part_once_or_a_cache_after_the_body_is_no_violation() {
+    let cache = harness::CachePolicy::new(harness::MemoryCache::new(), "graph");
+    Harness::<S>::builder()
+        .step("a")
+        .run(inc)
+        .cache(cache)
+        .route(done_when_three)
+        .on("again")
+        .to("a")
+        .on("done")
+        .end()
+        .start("a")
+        .build()
+        .unwrap();
+    // A cache declared first is its own violation, and the run after it
+    // is not a second body.
+    let cache = harness::CachePolicy::new(harness::MemoryCache::new(), "graph");
+    let err = Harness::<S>::builder()
+        .step("a")
+        .cache(cache)
+        .run(inc)
+        .end()
+        .start("a")
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.violations,
+        [Violation::CacheWithoutRun { step: "a".into() }]
+    );
+}
+
+#[test]
+fn a_fork_whose_join_is_one_of_its_branches_is_refused() {
+    for branches in [vec!["x", "j"], vec!["j"], vec!["j", "x"]] {
+        let err = Harness::<S>::builder()
+            .step("plan")
+            .run(inc)
+            .fork(branches.clone())
+            .join("j")
+            .step("x")
+            .run(inc)
+            .writes(["n"])
+            .next("j")
+            .step("j")
+            .run(inc)
+            .writes(["n"])
+            .end()
+            .start("plan")
+            .build()
+            .unwrap_err();
+        assert!(
+            err.violations.iter().any(|v| matches!(v,
+                Violation::BadFork { fork, reason } if fork == "plan" && reason.contains("own join `j`"))),
+            "{branches:?}: {err}"
+        );
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Pick {
+    choice: String,
+}
+
+#[test]
+fn a_branch_named_twice_is_one_violation_not_a_branch_racing_itself() {
+    let err = Harness::<Pick>::builder()
+        .step("plan")
+        .run(async |_: Arc<Pick>| Ok(PickUpdate::new()))
+        .fork(["x", "x"])
+        .join("j")
+        .step("x")
+        .run(async |_: Arc<Pick>| Ok(PickUpdate::new().choice("x")))
+        .writes(["choice"])
+        .next("j")
+        .step("j")
+        .run(async |_: Arc<Pick>| Ok(PickUpdate::new()))
+        .end()
+        .start("plan")
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.violations,
+        [Violation::BadFork {
+            fork: "plan".into(),
+            reason: "names a branch more than once".into()
+        }],
+        "{err}"
+    );
+    // Two different branches writing the field still race.
+    let err = Harness::<Pick>::builder()
+        .step("plan")
+        .run(async |_: Arc<Pick>| Ok(PickUpdate::new()))
+        .fork(["x", "y"])
+        .join("j")
+        .step("x")
+        .run(async |_: Arc<Pick>| Ok(PickUpdate::new().choice("x")))
+        .writes(["choice"])
+        .next("j")
+        .step("y")
+        .run(async |_: Arc<Pick>| Ok(PickUpdate::new().choice("y")))
+        .writes(["choice"])
+        .next("j")
+        .step("j")
+        .run(async |_: Arc<Pick>| Ok(PickUpdate::new()))
+        .end()
+        .start("plan")
+        .build()
+        .unwrap_err();
+    assert!(
+        err.violations
+            .iter()
+            .any(|v| matches!(v, Violation::ParallelWrite { field, .. } if field == "choice")),
+        "{err}"
+    );
 }

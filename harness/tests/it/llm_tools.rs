@@ -184,6 +184,78 @@ async fn tool_failure_is_reported_to_the_model() {
     assert_eq!(reported.content, "tool `add` failed: overflow");
 }
 
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct HowArgs {
+    how: String,
+}
+
+/// A tool that panics as its argument says.
+struct Boom;
+
+#[async_trait]
+impl Tool for Boom {
+    type Args = HowArgs;
+    type Output = String;
+    type Error = String;
+    fn name(&self) -> &str {
+        "boom"
+    }
+    fn description(&self) -> &str {
+        "Panics"
+    }
+    async fn call(&self, args: HowArgs) -> Result<String, String> {
+        tokio::task::yield_now().await;
+        match args.how.as_str() {
+            "literal" => panic!("boom tool exploded"),
+            "formatted" => panic!("boom tool exploded after {} tries", 3),
+            "any" => std::panic::panic_any(42_u32),
+            "index" => Ok(Vec::<String>::new()[1].clone()),
+            _ => Ok("no panic".into()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tool_that_panics_fails_its_own_call_and_the_others_still_run() {
+    let set = tools().with(Boom);
+    for (how, says) in [
+        ("literal", "the tool panicked: boom tool exploded"),
+        (
+            "formatted",
+            "the tool panicked: boom tool exploded after 3 tries",
+        ),
+        ("any", "the tool panicked"),
+        ("index", "the tool panicked: index out of bounds"),
+    ] {
+        let call = ToolCall::new("c1", "boom", json!({ "how": how }));
+        let error = set.dispatch(&call).await.unwrap_err();
+        let ToolError::Failed { tool, message } = &error else {
+            panic!("{how}: {error:?}");
+        };
+        assert_eq!(tool, "boom");
+        assert!(message.starts_with(says), "{how}: {message}");
+        let reported = set.dispatch_or_report(&call).await;
+        assert!(reported.is_error, "{how}");
+        assert_eq!(reported.call_id, "c1");
+        assert!(
+            reported.content.contains("tool `boom` failed"),
+            "{how}: {}",
+            reported.content
+        );
+        // The set still serves every tool, the one that panicked too.
+        let add = set
+            .dispatch(&ToolCall::new("c2", "add", json!({"a": 1, "b": 2})))
+            .await
+            .unwrap();
+        assert_eq!(add.content, "3");
+        let calm = set
+            .dispatch(&ToolCall::new("c3", "boom", json!({"how": "not"})))
+            .await
+            .unwrap();
+        assert_eq!(calm.content, "no panic");
+    }
+}
+
 #[test]
 fn specs_follow_registration_order_and_replacing_keeps_the_place() {
     let mut set = tools();

@@ -741,6 +741,101 @@ async fn a_failed_steps_error_is_redacted_in_its_event() {
     assert!(!failed[0].contains(SECRET), "{failed:?}");
 }
 
+/// An error that shows a secret only in its `Debug`, or through its cause.
+#[derive(Debug)]
+struct Upstream {
+    token: String,
+    cause: Option<std::io::Error>,
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the upstream refused the push")
+    }
+}
+
+impl std::error::Error for Upstream {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_ref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The run's error as a step failing with `error` leaves it.
+async fn failed_with(error: fn() -> harness::StepError) -> harness::RunError {
+    let harness = Harness::<Chat>::builder()
+        .step("fail")
+        .run(move |_cx: Cx<()>| async move { Err::<ChatUpdate, _>(error()) })
+        .end()
+        .start("fail")
+        .build()
+        .unwrap();
+    create_agent("failing", &harness)
+        .run(Chat::default())
+        .await
+        .unwrap_err()
+}
+
+/// `main` returning a run's error prints its `Debug`: no secret may be in
+/// it, whether the step's error shows it in its message, its `Debug` or a
+/// cause. An error with no secret in it is kept as the step returned it.
+#[tokio::test]
+async fn a_failed_steps_error_keeps_no_secret_in_its_debug() {
+    const SECRET: &str = "sk-step-debug-test-3b8e1f";
+    assert!(secrets::register(SECRET));
+    let cases: [fn() -> harness::StepError; 4] = [
+        || harness::StepError::msg(format!("token {SECRET} refused")),
+        || {
+            harness::StepError::from(Upstream {
+                token: SECRET.into(),
+                cause: None,
+            })
+        },
+        || {
+            harness::StepError::from(Upstream {
+                token: "none".into(),
+                cause: Some(std::io::Error::other(format!("401 for {SECRET}"))),
+            })
+        },
+        || harness::StepError::from(std::io::Error::other(format!("{SECRET}{SECRET}"))),
+    ];
+    for (i, error) in cases.into_iter().enumerate() {
+        let error = failed_with(error).await;
+        for text in [
+            error.to_string(),
+            format!("{error:?}"),
+            format!("{error:#?}"),
+        ] {
+            assert!(!text.contains(SECRET), "case {i}: {text}");
+        }
+        // Where the message quoted it, the message says what stood there.
+        if i != 1 {
+            assert!(
+                format!("{error:?}").contains("[redacted]"),
+                "case {i}: {error:?}"
+            );
+        }
+    }
+    // No secret: the step's own error, whose type a caller may look for.
+    let error = failed_with(|| {
+        harness::StepError::from(Upstream {
+            token: "public".into(),
+            cause: None,
+        })
+    })
+    .await;
+    let harness::RunError::Step { source, .. } = &error else {
+        panic!("{error:?}");
+    };
+    let upstream = source.downcast_ref::<Upstream>();
+    assert_eq!(
+        upstream.map(|u| u.token.as_str()),
+        Some("public"),
+        "{error:?}"
+    );
+}
+
 /// A fan-out's inputs come from the state, which can quote a secret: each
 /// branch runs on its input whole, and the session keeps it redacted, as
 /// it keeps the state.
