@@ -304,8 +304,10 @@ macro_rules! provider_client {
 /// the key, and the [`HttpTransport`]. Made by [`ClientBuilder::connect`].
 ///
 /// Its `Debug` output reads `Client { base_url, api_key, options }`, the key
-/// shown as `"<redacted>"` (or `"<none>"` when the headers carry none), so a
-/// provider's `Client` can use it as its own.
+/// shown as `"<redacted>"` (or `"<none>"` when the headers carry none) and
+/// the base URL as [`shown_url`](crate::shown_url) shows it (a key in its
+/// user info or query redacted too), so a provider's `Client` can use it as
+/// its own.
 pub struct Connection {
     base_url: String,
     headers: HeaderMap,
@@ -316,7 +318,7 @@ pub struct Connection {
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::shown_url(&self.base_url))
             .field(
                 "api_key",
                 &if self.has_key { "<redacted>" } else { "<none>" },

@@ -38,7 +38,7 @@ pub use key::ApiKey;
 pub use retry::{HttpOptions, HttpRetryPolicy};
 pub use sse::{Flow, SseDecoder, SseEvent, SseEvents, decode_events};
 pub use status::{error_from_body, error_from_response, excerpt, parse_retry_after};
-pub use transport::{HttpTransport, endpoint};
+pub use transport::{HttpTransport, endpoint, shown_url};
 pub use turns::merged_turns;
 
 /// What [`provider_client!`] expands to names; not part of the API.

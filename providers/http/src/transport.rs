@@ -57,20 +57,70 @@ impl fmt::Debug for HttpTransport {
     }
 }
 
-/// `base` and `path` joined with exactly one slash.
+/// `base` and `path` joined with exactly one slash; a query of `base` (an
+/// `?api-version=` some deployments require) goes after the path, joined
+/// with the path's own.
 ///
 /// ```
+/// use harness_provider_http::endpoint;
 /// assert_eq!(
-///     harness_provider_http::endpoint("http://localhost:11434/v1/", "/chat/completions"),
+///     endpoint("http://localhost:11434/v1/", "/chat/completions"),
 ///     "http://localhost:11434/v1/chat/completions"
+/// );
+/// assert_eq!(
+///     endpoint("https://example.net/v1?api-version=2", "models/m:stream?alt=sse"),
+///     "https://example.net/v1/models/m:stream?alt=sse&api-version=2"
 /// );
 /// ```
 pub fn endpoint(base: &str, path: &str) -> String {
-    format!(
+    let (base, base_query) = match base.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (base, None),
+    };
+    let mut url = format!(
         "{}/{}",
         base.trim_end_matches('/'),
         path.trim_start_matches('/')
-    )
+    );
+    if let Some(query) = base_query.filter(|q| !q.is_empty()) {
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(query);
+    }
+    url
+}
+
+/// `url` as it may be shown (an error, a `Debug`): a user name and
+/// password in it, and the values of its query, replaced by `redacted`,
+/// since a key is sometimes passed there (`https://user:key@…`, `?key=…`).
+/// A text that is not a URL is shown as `<not a URL>`.
+///
+/// ```
+/// use harness_provider_http::shown_url;
+/// assert_eq!(
+///     shown_url("https://me:sk-1@example.net/v1?key=sk-1&api-version=2"),
+///     "https://redacted:redacted@example.net/v1?key=redacted&api-version=redacted"
+/// );
+/// assert_eq!(shown_url("http://localhost:8080/v1"), "http://localhost:8080/v1");
+/// ```
+pub fn shown_url(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return "<not a URL>".to_owned();
+    };
+    if !parsed.username().is_empty() {
+        let _ = parsed.set_username("redacted");
+    }
+    if parsed.password().is_some() {
+        let _ = parsed.set_password(Some("redacted"));
+    }
+    if parsed.query().is_some() {
+        let names: Vec<String> = parsed.query_pairs().map(|(k, _)| k.into_owned()).collect();
+        let mut pairs = parsed.query_pairs_mut();
+        pairs.clear();
+        for name in &names {
+            pairs.append_pair(name, "redacted");
+        }
+    }
+    parsed.to_string()
 }
 
 impl HttpTransport {
@@ -103,12 +153,25 @@ impl HttpTransport {
         let parsed = reqwest::Url::parse(url).map_err(|e| ModelError::Configuration {
             message: format!("the base URL {url:?} is not a valid URL: {e}"),
         })?;
+        let shown = shown_url(url);
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(ModelError::Configuration {
-                message: format!("the base URL {url:?} must start with http:// or https://"),
+                message: format!("the base URL {shown:?} must start with http:// or https://"),
             });
         }
-        Ok(url.trim_end_matches('/').to_owned())
+        if parsed.fragment().is_some() {
+            return Err(ModelError::Configuration {
+                message: format!(
+                    "the base URL {shown:?} has a fragment (`#…`), which is never sent to the \
+                     server: leave it out"
+                ),
+            });
+        }
+        // Without a trailing slash on the path; a query stays as written.
+        Ok(match url.split_once('?') {
+            Some((base, query)) => format!("{}?{query}", base.trim_end_matches('/')),
+            None => url.trim_end_matches('/').to_owned(),
+        })
     }
 
     /// POSTs `body` as JSON to `url` and parses the JSON answer as `T`,
@@ -174,7 +237,28 @@ impl HttpTransport {
                     let response = self.send(url, headers, body.clone(), true).await?;
                     let status = response.status().as_u16();
                     if (200..300).contains(&status) {
-                        return Ok(response);
+                        if is_event_stream(&response) {
+                            return Ok(response);
+                        }
+                        // An answer that is not a stream (a server that
+                        // ignores `stream: true`, a proxy's page): said as
+                        // such, not as a stream cut off.
+                        let kind = response
+                            .headers()
+                            .get(CONTENT_TYPE)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("no content type")
+                            .to_owned();
+                        let bytes = self.read_body(response, false).await?;
+                        let head = &bytes[..bytes.len().min(QUOTE_BYTES)];
+                        return Err(Failure::from(
+                            ModelError::malformed(format!(
+                                "the response to a streaming request is not an event stream \
+                                 ({kind}, not text/event-stream); it begins {:?}",
+                                excerpt(&String::from_utf8_lossy(head), 200)
+                            ))
+                            .redacted(),
+                        ));
                     }
                     let response_headers = response.headers().clone();
                     let text = match self.read_body(response, false).await {
@@ -278,9 +362,12 @@ impl HttpTransport {
                 after: self.options.timeout,
             }
         } else {
-            ModelError::Transport {
-                message: error_chain(error),
+            // reqwest names the URL: shown without what may be a key.
+            let mut message = error_chain(error);
+            if let Some(url) = error.url() {
+                message = message.replace(url.as_str(), &shown_url(url.as_str()));
             }
+            ModelError::Transport { message }
         }
     }
 
@@ -1003,5 +1090,18 @@ mod tests {
         let (n, error) = post_sse(&base, options).await;
         assert!(error.is_none(), "{error:?}");
         assert_eq!(n, 100);
+    }
+}
+
+/// Whether `response` says it is server-sent events, or says nothing of
+/// its type (some servers send a stream without one).
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    match response.headers().get(CONTENT_TYPE) {
+        None => true,
+        Some(value) => value.to_str().is_ok_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        }),
     }
 }

@@ -734,3 +734,143 @@ async fn a_request_without_a_bound_is_sent_with_the_default_one() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_base_url_with_a_query_keeps_it_after_the_path() {
+    use wiremock::matchers::query_param;
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(query_param("api-version", "2024-10-21"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "ok", "refusal": null }),
+            "stop",
+        )))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(query_param("api-version", "2024-10-21"))
+        .and(body_partial_json(json!({ "stream": true })))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            sse(&[chunk(json!({ "content": "ok" }), json!("stop"))], true),
+            "text/event-stream",
+        ))
+        .expect(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    for base in [
+        format!("{}/v1?api-version=2024-10-21", server.uri()),
+        format!("{}/v1/?api-version=2024-10-21", server.uri()),
+    ] {
+        let model = Client::builder()
+            .api_key(KEY)
+            .base_url(base.clone())
+            .build()
+            .unwrap()
+            .completion_model("gpt-test");
+        if base.contains("/v1/?") {
+            let events: Vec<_> = model.stream(&ask("Hi")).await.unwrap().collect().await;
+            assert!(events.iter().all(Result::is_ok), "{base}: {events:?}");
+        } else {
+            let answer = model.complete(&ask("Hi")).await.unwrap();
+            assert_eq!(answer.text(), "ok", "{base}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_key_in_the_base_url_is_shown_neither_in_debug_nor_in_errors() {
+    const IN_URL: &str = "sk-in-the-url-5e6f7a";
+    for base in [
+        format!("http://me:{IN_URL}@127.0.0.1:9/v1"),
+        format!("http://127.0.0.1:9/v1?key={IN_URL}"),
+        format!("http://{IN_URL}@127.0.0.1:9/v1?api-version=1&key={IN_URL}"),
+    ] {
+        let client = Client::builder()
+            .api_key(KEY)
+            .base_url(base.clone())
+            .max_attempts(1)
+            .build()
+            .unwrap();
+        let shown = format!("{client:?}");
+        assert!(!shown.contains(IN_URL) && !shown.contains(KEY), "{shown}");
+        assert!(shown.contains("127.0.0.1:9"), "{shown}");
+        // Nothing listens on port 9: the transport error names the URL.
+        let error = client
+            .completion_model("gpt-test")
+            .complete(&ask("Hi"))
+            .await
+            .unwrap_err();
+        let text = format!("{error} {error:?}");
+        assert!(matches!(error, ModelError::Transport { .. }), "{text}");
+        assert!(!text.contains(IN_URL), "{text}");
+    }
+}
+
+#[test]
+fn a_base_url_with_a_fragment_is_refused() {
+    for base in [
+        "https://example.net/v1#part",
+        "https://example.net/v1?api-version=2#x",
+        "https://example.net/#",
+    ] {
+        let error = Client::builder()
+            .api_key(KEY)
+            .base_url(base)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&error, ModelError::Configuration { message } if message.contains("fragment")),
+            "{base}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_answered_with_something_else_is_said_to_be_so() {
+    for (body, kind, begins) in [
+        (
+            completion(json!({ "role": "assistant", "content": "whole" }), "stop").to_string(),
+            "application/json",
+            "choices",
+        ),
+        (
+            "<html><body>502 Bad Gateway</body></html>".to_owned(),
+            "text/html",
+            "502 Bad Gateway",
+        ),
+        (
+            "plain words".to_owned(),
+            "text/plain; charset=utf-8",
+            "plain words",
+        ),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(body.clone(), kind))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let error = match model(&server).stream(&ask("Hi")).await {
+            Err(e) => e,
+            Ok(stream) => {
+                let events: Vec<_> = stream.collect().await;
+                panic!("{kind}: a stream of {events:?}")
+            }
+        };
+        let text = error.to_string();
+        assert!(
+            matches!(error, ModelError::MalformedResponse { .. }),
+            "{kind}: {text}"
+        );
+        assert!(text.contains("not an event stream"), "{kind}: {text}");
+        assert!(
+            text.contains(kind.split(';').next().unwrap()),
+            "{kind}: {text}"
+        );
+        assert!(text.contains(begins), "{kind}: {text}");
+    }
+}
