@@ -47,6 +47,15 @@ pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 /// The bound on working memory's summary of evicted turns.
 const SUMMARY_MAX_TOKENS: u32 = 1024;
 
+/// Ends what a summarizer is given when the rest would not fit.
+const CUT_MARK: &str = "\n[… the rest of this part is cut: it does not fit one request]\n";
+
+/// What a summarizer is told.
+const SUMMARY_PROMPT: &str = "Summarize this earlier part of a conversation between a user and an assistant \
+             that uses tools, for the assistant's own later reference. Keep facts learnt, \
+             decisions taken, file names, numbers and open questions; drop pleasantries. \
+             Answer with the summary only.";
+
 /// The kind of the run event working memory sends when it evicts units
 /// ([`Cx::emit`]); its payload is a [`MemoryEvicted`].
 pub const MEMORY_EVICTED: &str = "memory.evicted";
@@ -64,6 +73,10 @@ pub struct MemoryEvicted {
     pub budget: u64,
     /// Whether a model summarized them (else they were dropped).
     pub summarized: bool,
+    /// Why the summarizer gave no summary, when it failed: the units were
+    /// dropped instead, and the turn went on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_failed: Option<String>,
 }
 
 /// A state the agent loop can run on: it embeds an [`AgentMemory`] (with
@@ -372,7 +385,11 @@ where
         self
     }
 
-    /// The limits.
+    /// The limits. By default there are none: a model that keeps making
+    /// the same bad call is stopped only by the harness's step limit
+    /// ([`DEFAULT_STEP_LIMIT`](harness::graph::DEFAULT_STEP_LIMIT) steps,
+    /// about half as many model calls), so set the turns, tokens or time a
+    /// task may take.
     #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
         self.config_mut().limits = limits;
@@ -565,11 +582,28 @@ async fn model_turn<S: AgentState, C: AgentContext>(
         &config.memory,
         memory.calibration(),
     ) {
+        let mut summary_failed = None;
         let summary = match cx.context().summarizer() {
             Some(summarizer) => {
-                let (text, usage) = summarize(cx, summarizer, &transcript, &plan.units).await?;
-                update = update.spent(model_key(summarizer), usage);
-                Some(text)
+                // Its request is held to the same budget as the agent's.
+                let counter: &dyn TokenCounter = &*config.memory.counter;
+                let room = plan
+                    .budget
+                    .saturating_sub(counter.message(&Message::system(SUMMARY_PROMPT)));
+                match summarize(cx, summarizer, &transcript, &plan.units, counter, room).await {
+                    Ok((text, usage)) => {
+                        update = update.spent(model_key(summarizer), usage);
+                        Some(text)
+                    }
+                    // A summary is a help, not the turn: without one the
+                    // units are dropped, as with no summarizer, and the
+                    // model the agent talks to is not blamed for it.
+                    Err(error) => {
+                        summary_failed =
+                            Some(harness::secrets::redact(&error.to_string()).into_owned());
+                        None
+                    }
+                }
             }
             None => None,
         };
@@ -581,6 +615,7 @@ async fn model_turn<S: AgentState, C: AgentContext>(
                 tokens_after: plan.tokens_after,
                 budget: plan.budget,
                 summarized: summary.is_some(),
+                summary_failed,
             },
         );
         let evict = Transcript::evict(plan.units, summary);
@@ -690,12 +725,16 @@ fn is_empty_answer(response: &harness::llm::ModelResponse) -> bool {
     !response.has_tool_calls() && response.text().trim().is_empty()
 }
 
-/// Asks `summarizer` to summarize the units `ids` of `transcript`.
+/// Asks `summarizer` to summarize the units `ids` of `transcript`, in a
+/// request of about `room` tokens at most (as `counter` counts them): what
+/// would not fit is cut from the end, and said to be.
 async fn summarize<C>(
     cx: &Cx<C>,
     summarizer: &dyn LanguageModel,
     transcript: &Transcript,
     ids: &[u64],
+    counter: &dyn TokenCounter,
+    room: u64,
 ) -> Result<(String, Usage), ModelError> {
     let mut messages = Vec::new();
     for unit in transcript.units().iter().filter(|u| ids.contains(&u.id)) {
@@ -725,13 +764,24 @@ async fn summarize<C>(
             text.push('\n');
         }
     }
+    let tokens = counter.message(&Message::user(text.as_str()));
+    if tokens > room {
+        // Proportionally, at a character boundary (the counts are
+        // estimates), with room for the mark that says so.
+        let room = room.saturating_sub(counter.message(&Message::user(CUT_MARK)));
+        let keep =
+            usize::try_from(u128::from(room) * text.len() as u128 / u128::from(tokens.max(1)))
+                .unwrap_or(usize::MAX)
+                .min(text.len());
+        let mut end = keep;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(CUT_MARK);
+    }
     let request = ModelRequest::builder()
-        .system(
-            "Summarize this earlier part of a conversation between a user and an assistant \
-             that uses tools, for the assistant's own later reference. Keep facts learnt, \
-             decisions taken, file names, numbers and open questions; drop pleasantries. \
-             Answer with the summary only.",
-        )
+        .system(SUMMARY_PROMPT)
         .user(text)
         .max_tokens(SUMMARY_MAX_TOKENS)
         .build();

@@ -184,6 +184,134 @@ async fn with_a_summarizer_evicted_turns_are_replaced_by_its_summary() {
     assert_eq!(memory.usage().get("scripted"), Some(Usage::new(200, 3)));
 }
 
+/// The eviction events of a run.
+fn evictions(events: &mut harness::RunEvents<AgentChat>) -> Vec<MemoryEvicted> {
+    let mut evicted = Vec::new();
+    while let Some(event) = events.try_recv() {
+        if let RunEvent::Custom { kind, payload, .. } = event
+            && &*kind == MEMORY_EVICTED
+        {
+            evicted.push(
+                serde_json::from_value::<MemoryEvicted>(payload)
+                    .unwrap_or_else(|e| panic!("the payload is a MemoryEvicted: {e}")),
+            );
+        }
+    }
+    evicted
+}
+
+#[tokio::test]
+async fn a_summarizer_that_fails_leaves_the_units_dropped_and_the_turn_going() {
+    for error in [
+        ModelError::Overloaded {
+            status: Some(500),
+            message: "provider unavailable".into(),
+        },
+        ModelError::InvalidRequest {
+            status: Some(400),
+            message: "request exceeds the available context size".into(),
+        },
+        ModelError::Auth {
+            message: "bad key".into(),
+        },
+    ] {
+        let said = error.to_string();
+        let summarizer = Arc::new(Named(
+            "summarizer",
+            ScriptedModel::new([Expect::any().fail(error)]),
+        ));
+        let model = Arc::new(ScriptedModel::new([Expect::any()
+            .check("the oldest went", |r| !contains(r, "OUTPUT0"))
+            .check("every call answered", |r| {
+                check_pairing(&r.messages).is_ok()
+            })
+            .reply(ModelResponse::from_text("done"))]));
+        let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools())
+            .memory(MemoryConfig::budget(900))
+            .builder()
+            .build()
+            .unwrap_or_else(|e| panic!("the loop builds: {e}"));
+        let agent = create_agent_with(
+            "summaries",
+            &harness,
+            ModelDepsAgent {
+                model,
+                summarizer: Some(summarizer),
+            },
+        );
+        let run = agent.run(AgentChat {
+            memory: history(6, 800).into(),
+        });
+        let mut events = run.events();
+        let outcome = run
+            .await
+            .unwrap_or_else(|e| panic!("{said}: the run completes: {e}"));
+        assert_eq!(outcome.signal.as_str(), "answered", "{said}");
+        let units = outcome.state.memory.transcript().units();
+        assert!(
+            units
+                .iter()
+                .all(|u| !matches!(u.body, UnitBody::Summary { .. })),
+            "{said}"
+        );
+        let evicted = evictions(&mut events);
+        assert_eq!(evicted.len(), 1, "{said}");
+        assert!(!evicted[0].summarized, "{said}");
+        assert_eq!(evicted[0].summary_failed.as_deref(), Some(said.as_str()));
+    }
+}
+
+#[tokio::test]
+async fn what_a_summarizer_is_asked_fits_the_budget() {
+    const BUDGET: u64 = 2_000;
+    let summarizer = Arc::new(Named(
+        "summarizer",
+        ScriptedModel::new([Expect::any()
+            .check("the request fits the budget", |r| {
+                let chars: usize = r
+                    .messages
+                    .iter()
+                    .flat_map(|m| &m.content)
+                    .map(|p| match p {
+                        harness::llm::ContentPart::Text { text } => text.len(),
+                        _ => 0,
+                    })
+                    .sum();
+                // About four characters a token (the default estimate).
+                (chars as u64) / 4 <= BUDGET
+            })
+            .check("it says it was cut", |r| contains(r, "is cut"))
+            .check("it starts with the oldest", |r| contains(r, "OUTPUT0"))
+            .reply(ModelResponse::from_text("SUMMARY: long outputs"))]),
+    ));
+    let model = Arc::new(ScriptedModel::new([Expect::any()
+        .check("the summary is sent", |r| {
+            contains(r, "SUMMARY: long outputs")
+        })
+        .reply(ModelResponse::from_text("done"))]));
+    let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools())
+        .memory(MemoryConfig::budget(BUDGET))
+        .builder()
+        .build()
+        .unwrap_or_else(|e| panic!("the loop builds: {e}"));
+    let agent = create_agent_with(
+        "summaries",
+        &harness,
+        ModelDepsAgent {
+            model,
+            summarizer: Some(summarizer.clone()),
+        },
+    );
+    let outcome = agent
+        .run(AgentChat {
+            memory: history(6, 8_000).into(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the run completes: {e}"));
+    assert_eq!(outcome.signal.as_str(), "answered");
+    assert_eq!(summarizer.1.requests().len(), 1);
+}
+
 #[test]
 fn eviction_never_takes_pinned_recent_or_unanswered_units() {
     let mut t = history(4, 400);
