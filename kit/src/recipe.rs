@@ -411,7 +411,9 @@ where
     }
 
     /// The most tokens the model may generate per turn (default
-    /// [`DEFAULT_MAX_OUTPUT_TOKENS`]).
+    /// [`DEFAULT_MAX_OUTPUT_TOKENS`]). Every request of the loop sets it, so
+    /// a provider's own default for requests that set none (such as
+    /// `default_max_tokens` on a model) does not apply inside the loop.
     #[must_use]
     pub fn max_output_tokens(mut self, tokens: u32) -> Self {
         self.config_mut().max_output_tokens = Some(tokens);

@@ -138,7 +138,10 @@ pub enum ModelError {
         message: String,
     },
 
-    /// Any other failure, from a custom [`LanguageModel`](crate::llm::LanguageModel).
+    /// Any other failure: one a custom [`LanguageModel`](crate::llm::LanguageModel)
+    /// reports, or an error a provider's stream sent without a kind the
+    /// provider's crate maps to another variant (its message is then the
+    /// provider's own).
     #[error("{message}")]
     Other {
         /// What went wrong.
