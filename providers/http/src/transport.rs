@@ -200,6 +200,7 @@ impl HttpTransport {
                             &text,
                             self.options.timeout,
                         );
+                        let error = naming_a_missing_url(error, url);
                         return Err(Failure { error, retry_after });
                     }
                     Ok(bytes)
@@ -267,6 +268,7 @@ impl HttpTransport {
                     };
                     let (error, retry_after) =
                         error_from_response(status, &response_headers, &text, self.options.timeout);
+                    let error = naming_a_missing_url(error, url);
                     Err(Failure { error, retry_after })
                 };
                 self.within_timeout(attempt).await
@@ -1103,5 +1105,24 @@ fn is_event_stream(response: &reqwest::Response) -> bool {
                 .next()
                 .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
         }),
+    }
+}
+
+/// `error`, and when it is the server's 404 for the URL itself, the URL
+/// named (as [`shown_url`] shows it): a wrong base URL is the usual cause,
+/// and the server's own text ("Not Found") does not say which was asked.
+fn naming_a_missing_url(error: ModelError, url: &str) -> ModelError {
+    match error {
+        ModelError::InvalidRequest {
+            status: Some(404),
+            message,
+        } => ModelError::InvalidRequest {
+            status: Some(404),
+            message: format!(
+                "{message} (nothing at POST {}: check the base URL and the model's name)",
+                shown_url(url)
+            ),
+        },
+        other => other,
     }
 }

@@ -874,3 +874,37 @@ async fn a_stream_answered_with_something_else_is_said_to_be_so() {
         assert!(text.contains(begins), "{kind}: {text}");
     }
 }
+
+#[tokio::test]
+async fn a_404_names_the_url_asked_so_that_a_wrong_base_url_shows() {
+    // Nothing is mounted: the mock answers every request with a 404.
+    let server = MockServer::start().await;
+    let model = Client::builder()
+        .api_key(KEY)
+        .base_url(format!("{}/wrong/v1?key={KEY}", server.uri()))
+        .max_attempts(1)
+        .build()
+        .unwrap()
+        .completion_model("gpt-test");
+    let complete = model.complete(&ask("Hi")).await.unwrap_err();
+    let stream = match model.stream(&ask("Hi")).await {
+        Err(e) => e,
+        Ok(_) => panic!("a stream from a 404"),
+    };
+    for error in [complete, stream] {
+        let text = error.to_string();
+        assert!(
+            matches!(
+                error,
+                ModelError::InvalidRequest {
+                    status: Some(404),
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(text.contains("/wrong/v1/chat/completions"), "{text}");
+        assert!(text.contains("check the base URL"), "{text}");
+        assert!(!text.contains(KEY), "{text}");
+    }
+}
