@@ -103,17 +103,7 @@ async fn over_budget_the_oldest_turns_are_dropped_whole_and_the_task_stays() {
             .all(|u| !matches!(u.body, UnitBody::Summary { .. }))
     );
     assert!(units[0].pinned);
-    let mut evicted = Vec::new();
-    while let Some(event) = events.try_recv() {
-        if let RunEvent::Custom { kind, payload, .. } = event
-            && &*kind == MEMORY_EVICTED
-        {
-            evicted.push(
-                serde_json::from_value::<MemoryEvicted>(payload)
-                    .unwrap_or_else(|e| panic!("the payload is a MemoryEvicted: {e}")),
-            );
-        }
-    }
+    let evicted = evictions(&mut events);
     assert_eq!(evicted.len(), 1, "one eviction event");
     let event = &evicted[0];
     assert!(!event.summarized);
@@ -127,6 +117,28 @@ async fn over_budget_the_oldest_turns_are_dropped_whole_and_the_task_stays() {
             .iter()
             .all(|id| units.iter().all(|u| u.id != *id))
     );
+}
+
+/// An agent loop with working memory by `memory`, talking to `model` and
+/// summarizing with `summarizer`.
+fn summarizing(
+    memory: MemoryConfig,
+    model: Arc<ScriptedModel>,
+    summarizer: Arc<Named>,
+) -> harness::Agent<AgentChat, ModelDeps> {
+    let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools())
+        .memory(memory)
+        .builder()
+        .build()
+        .unwrap_or_else(|e| panic!("the loop builds: {e}"));
+    create_agent_with(
+        "summaries",
+        &harness,
+        ModelDepsAgent {
+            model,
+            summarizer: Some(summarizer),
+        },
+    )
 }
 
 #[tokio::test]
@@ -150,19 +162,7 @@ async fn with_a_summarizer_evicted_turns_are_replaced_by_its_summary() {
             check_pairing(&r.messages).is_ok()
         })
         .reply(ModelResponse::from_text("done").with_usage(Usage::new(200, 3)))]));
-    let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools())
-        .memory(MemoryConfig::budget(900))
-        .builder()
-        .build()
-        .unwrap_or_else(|e| panic!("the loop builds: {e}"));
-    let agent = create_agent_with(
-        "summaries",
-        &harness,
-        ModelDepsAgent {
-            model,
-            summarizer: Some(summarizer),
-        },
-    );
+    let agent = summarizing(MemoryConfig::budget(900), model, summarizer);
     let outcome = agent
         .run(AgentChat {
             memory: history(6, 800).into(),
@@ -226,19 +226,7 @@ async fn a_summarizer_that_fails_leaves_the_units_dropped_and_the_turn_going() {
                 check_pairing(&r.messages).is_ok()
             })
             .reply(ModelResponse::from_text("done"))]));
-        let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools())
-            .memory(MemoryConfig::budget(900))
-            .builder()
-            .build()
-            .unwrap_or_else(|e| panic!("the loop builds: {e}"));
-        let agent = create_agent_with(
-            "summaries",
-            &harness,
-            ModelDepsAgent {
-                model,
-                summarizer: Some(summarizer),
-            },
-        );
+        let agent = summarizing(MemoryConfig::budget(900), model, summarizer);
         let run = agent.run(AgentChat {
             memory: history(6, 800).into(),
         });
@@ -289,19 +277,7 @@ async fn what_a_summarizer_is_asked_fits_the_budget() {
             contains(r, "SUMMARY: long outputs")
         })
         .reply(ModelResponse::from_text("done"))]));
-    let harness = AgentLoop::<AgentChat, ModelDeps>::new(tools())
-        .memory(MemoryConfig::budget(BUDGET))
-        .builder()
-        .build()
-        .unwrap_or_else(|e| panic!("the loop builds: {e}"));
-    let agent = create_agent_with(
-        "summaries",
-        &harness,
-        ModelDepsAgent {
-            model,
-            summarizer: Some(summarizer.clone()),
-        },
-    );
+    let agent = summarizing(MemoryConfig::budget(BUDGET), model, summarizer.clone());
     let outcome = agent
         .run(AgentChat {
             memory: history(6, 8_000).into(),
