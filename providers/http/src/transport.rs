@@ -477,6 +477,38 @@ fn install_crypto_provider() {
     }
 }
 
+/// Whether `response` says it is server-sent events, or says nothing of
+/// its type (some servers send a stream without one).
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    match response.headers().get(CONTENT_TYPE) {
+        None => true,
+        Some(value) => value.to_str().is_ok_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        }),
+    }
+}
+
+/// `error`, and when it is the server's 404 for the URL itself, the URL
+/// named (as [`shown_url`] shows it): a wrong base URL is the usual cause,
+/// and the server's own text ("Not Found") does not say which was asked.
+fn naming_a_missing_url(error: ModelError, url: &str) -> ModelError {
+    match error {
+        ModelError::InvalidRequest {
+            status: Some(404),
+            message,
+        } => ModelError::InvalidRequest {
+            status: Some(404),
+            message: format!(
+                "{message} (nothing at POST {}: check the base URL and the model's name)",
+                shown_url(url)
+            ),
+        },
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The size and time limits against a real HTTP server on loopback
@@ -1092,37 +1124,5 @@ mod tests {
         let (n, error) = post_sse(&base, options).await;
         assert!(error.is_none(), "{error:?}");
         assert_eq!(n, 100);
-    }
-}
-
-/// Whether `response` says it is server-sent events, or says nothing of
-/// its type (some servers send a stream without one).
-fn is_event_stream(response: &reqwest::Response) -> bool {
-    match response.headers().get(CONTENT_TYPE) {
-        None => true,
-        Some(value) => value.to_str().is_ok_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
-        }),
-    }
-}
-
-/// `error`, and when it is the server's 404 for the URL itself, the URL
-/// named (as [`shown_url`] shows it): a wrong base URL is the usual cause,
-/// and the server's own text ("Not Found") does not say which was asked.
-fn naming_a_missing_url(error: ModelError, url: &str) -> ModelError {
-    match error {
-        ModelError::InvalidRequest {
-            status: Some(404),
-            message,
-        } => ModelError::InvalidRequest {
-            status: Some(404),
-            message: format!(
-                "{message} (nothing at POST {}: check the base URL and the model's name)",
-                shown_url(url)
-            ),
-        },
-        other => other,
     }
 }
