@@ -114,6 +114,11 @@ pub mod guide {
 }
 
 pub use agent::{Agent, AgentWith, create_agent, create_agent_with};
+/// The attribute that an implementation of [`Tool`](llm::Tool),
+/// [`LanguageModel`](llm::LanguageModel), [`Observer`]
+/// or [`SessionStore`](session::SessionStore) takes (`#[harness::async_trait]`),
+/// re-exported so that an application need not depend on `async-trait`.
+pub use async_trait::async_trait;
 pub use graph::{
     BranchFailure, DEFAULT_DEADLINE, ForkBuilder, Harness, HarnessBuilder, LoopValidationError,
     MAX_BRANCHES, MIN_LEASE_TTL, OnBuilder, RetryPolicy, StepBuilder, Violation,

@@ -87,7 +87,7 @@ fn args_schema<A: JsonSchema>() -> Value {
 ///
 /// struct Add;
 ///
-/// #[async_trait::async_trait]
+/// #[harness::async_trait]
 /// impl Tool for Add {
 ///     type Args = AddArgs;
 ///     type Output = i64;
