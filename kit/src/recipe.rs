@@ -51,10 +51,10 @@ const SUMMARY_MAX_TOKENS: u32 = 1024;
 const CUT_MARK: &str = "\n[… the rest of this part is cut: it does not fit one request]\n";
 
 /// What a summarizer is told.
-const SUMMARY_PROMPT: &str = "Summarize this earlier part of a conversation between a user and an assistant \
-             that uses tools, for the assistant's own later reference. Keep facts learnt, \
-             decisions taken, file names, numbers and open questions; drop pleasantries. \
-             Answer with the summary only.";
+const SUMMARY_PROMPT: &str = "Summarize this earlier part of a conversation between a user and \
+    an assistant that uses tools, for the assistant's own later reference. Keep facts learnt, \
+    decisions taken, file names, numbers and open questions; drop pleasantries. Answer with the \
+    summary only.";
 
 /// The kind of the run event working memory sends when it evicts units
 /// ([`Cx::emit`]); its payload is a [`MemoryEvicted`].
