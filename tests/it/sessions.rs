@@ -3,12 +3,13 @@
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
+use futures::StreamExt;
 use harness::session::{
     CheckpointKind, Durability, SessionConfig, SessionError, SessionPhase, SessionStore,
 };
 use harness::{
-    Context, Cx, Harness, HarnessState, InterruptId, RunError, SessionId, Signal, StepResult,
-    create_agent, create_agent_with,
+    Context, Cx, Harness, HarnessState, InterruptId, RunError, RunEvent, SessionId, Signal,
+    StepResult, create_agent, create_agent_with,
 };
 use harness_stores::MemoryStore;
 use serde::{Deserialize, Serialize};
@@ -1196,12 +1197,32 @@ async fn a_stored_session_refuses_a_wrongly_shaped_answer_and_keeps_waiting() {
         serde_json::json!(null),
     ] {
         let agent = build();
-        let err = agent
+        let mut run = agent
             .resume(bad.clone(), &session, &asked.id)
             .await
-            .unwrap()
-            .await
-            .unwrap_err();
+            .unwrap();
+        let events = run.events();
+        let err = (&mut run).await.unwrap_err();
+        drop(run);
+        // The stream says why the run paused again, then that it did.
+        let events: Vec<_> = events.collect().await;
+        let kinds: Vec<&str> = events.iter().map(RunEvent::kind).collect();
+        assert_eq!(
+            kinds[kinds.len() - 2..],
+            ["answer_rejected", "interrupted"],
+            "{bad}: {kinds:?}"
+        );
+        match &events[events.len() - 2] {
+            RunEvent::AnswerRejected {
+                path,
+                interrupt,
+                reason,
+            } => {
+                assert_eq!((interrupt, path), (&asked.id, &asked.path), "{bad}");
+                assert!(reason.contains("u32"), "{bad}: {reason}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
         assert!(
             matches!(&err, RunError::AnswerRejected { interrupt, .. } if *interrupt == asked.id),
             "{bad}: {err}"

@@ -841,6 +841,13 @@ async fn drive<S: HarnessState, C: Context>(
             finished(observers, control, info, &Signal::STOPPED, steps).await;
         }
         Ok(Settle::Interrupted(interrupt) | Settle::Rejected(interrupt, _)) => {
+            if let Ok(Settle::Rejected(_, reason)) = &settled {
+                control.events.send(RunEvent::AnswerRejected {
+                    path: interrupt.path.clone(),
+                    interrupt: interrupt.id.clone(),
+                    reason: reason.clone(),
+                });
+            }
             for o in observers {
                 o.interrupted(info, interrupt).await;
             }

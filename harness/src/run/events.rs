@@ -1,6 +1,6 @@
 //! A live stream of a run's events.
 
-use crate::ids::{RunId, SessionId, TaskPath};
+use crate::ids::{InterruptId, RunId, SessionId, TaskPath};
 use crate::signal::Signal;
 use crate::state::HarnessState;
 use crate::step::{Emitter, Interrupt};
@@ -66,6 +66,19 @@ pub enum RunEvent<S: HarnessState> {
     /// The run paused for a human; the interrupt's `path` says which task
     /// asked.
     Interrupted(Interrupt),
+    /// The answer a resume gave to an interrupt was refused: it does not
+    /// have the shape the step reads it as, and nothing of it was kept. The
+    /// run pauses on the same interrupt again, so an
+    /// [`Interrupted`](Self::Interrupted) follows, and the run settles with
+    /// [`RunError::AnswerRejected`](crate::RunError::AnswerRejected).
+    AnswerRejected {
+        /// The task whose step asked (the interrupt's `path`).
+        path: TaskPath,
+        /// The interrupt, still pending.
+        interrupt: InterruptId,
+        /// What is wrong with the answer, and the type the step expects.
+        reason: String,
+    },
     /// A step forked: its branches start.
     Forked {
         /// The task that forked.
@@ -141,7 +154,7 @@ impl<S: HarnessState> RunEvent<S> {
     /// The event's kind, to filter a stream by (in place of LangGraph's
     /// "stream modes"): `started`, `step_started`, `step_finished`,
     /// `step_failed`, `forked`, `joined`, `child`, `token`, `custom`,
-    /// `interrupted`, `finished`, `failed`.
+    /// `interrupted`, `answer_rejected`, `finished`, `failed`.
     ///
     /// ```
     /// # use harness::{HarnessState, RunEvent, RunEvents};
@@ -162,6 +175,7 @@ impl<S: HarnessState> RunEvent<S> {
             RunEvent::Token { .. } => "token",
             RunEvent::Custom { .. } => "custom",
             RunEvent::Interrupted(_) => "interrupted",
+            RunEvent::AnswerRejected { .. } => "answer_rejected",
             RunEvent::Finished { .. } => "finished",
             RunEvent::Failed { .. } => "failed",
         }
@@ -178,7 +192,8 @@ impl<S: HarnessState> RunEvent<S> {
             | RunEvent::Joined { path, .. }
             | RunEvent::Child { path, .. }
             | RunEvent::Token { path, .. }
-            | RunEvent::Custom { path, .. } => path.clone(),
+            | RunEvent::Custom { path, .. }
+            | RunEvent::AnswerRejected { path, .. } => path.clone(),
             RunEvent::Interrupted(i) => i.path.clone(),
             RunEvent::Started { .. } | RunEvent::Finished { .. } | RunEvent::Failed { .. } => {
                 TaskPath::root()
@@ -318,6 +333,7 @@ fn forward<S: HarnessState>(run: &dyn Emitter, event: &RunEvent<S>) {
         // The run that holds the sub-agent reports these itself.
         RunEvent::Started { .. }
         | RunEvent::Interrupted(_)
+        | RunEvent::AnswerRejected { .. }
         | RunEvent::Finished { .. }
         | RunEvent::Failed { .. } => {}
     }
