@@ -507,8 +507,8 @@ fn version_text(version: Option<u64>) -> String {
 }
 
 /// What [`SessionInFlight`] says: when the lease ends, counted from now,
-/// since a run dropped without settling (its task aborted, its future
-/// dropped) keeps the lease until then.
+/// since a run whose process died keeps the lease until then (a run
+/// dropped in a live process gives it up at once).
 fn in_flight_text(e: &SessionInFlight) -> String {
     let SessionInFlight {
         session,
@@ -526,7 +526,7 @@ fn in_flight_text(e: &SessionInFlight) -> String {
     format!(
         "session {session} is being run by {owner}, whose lease ends at {expires_at} ms since \
          the epoch (in {}.{:03} s) unless renewed; try again when the run settles, or once \
-         the lease has ended if the run was dropped without settling",
+         the lease has ended if its process died",
         left / 1000,
         left % 1000
     )

@@ -511,9 +511,8 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
             .unwrap()
     };
     let agent = create_agent("crashy", &build());
-    let run = agent.with(GateRun { hang_at: 2 }).run(Tally::default());
+    let mut run = agent.with(GateRun { hang_at: 2 }).run(Tally::default());
     let session = run.session_id().clone();
-    // The "process" dies while step 3 runs: the run future is dropped.
     let hung = async {
         while !HUNG.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -521,12 +520,16 @@ async fn a_run_that_died_mid_step_is_recovered_without_repeating_completed_steps
     };
     tokio::time::timeout(Duration::from_secs(60), async {
         tokio::select! {
-            out = run => panic!("the run ended: {out:?}"),
+            out = &mut run => panic!("the run ended: {out:?}"),
             () = hung => {}
         }
     })
     .await
     .expect("step 3 did not begin within 60 s");
+    // The "process" dies while step 3 runs: nothing of the run is dropped
+    // (a run dropped in a live process gives its lease up), it is never
+    // polled again.
+    std::mem::forget(run);
     let head = store.load(&session).await.unwrap().unwrap();
     assert_eq!(head.phase, SessionPhase::Running);
     assert_eq!(head.steps, 2);
@@ -1104,6 +1107,128 @@ fn loses_the_end(fail_end: &Arc<std::sync::atomic::AtomicBool>) -> Watched {
         }
         Ok(())
     })
+}
+
+/// Polls `recover` until the session is free, for at most 20 s (its lease
+/// is 10 minutes): how long a dropped run's lease takes to be given up.
+async fn recover_within<C: Context>(
+    agent: &harness::Agent<Tally, C>,
+    session: &SessionId,
+) -> harness::Run<Tally, C>
+where
+    C::Run: harness::slots::NoSlots,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match agent.recover(session).await {
+            Ok(run) => return run,
+            Err(SessionError::InFlight(_)) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("the dropped run's lease was not given up: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dropped_mid_step_gives_its_lease_up_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    let long = SessionConfig {
+        lease_ttl: Duration::from_secs(600),
+        ..SessionConfig::default()
+    };
+    let hang = Arc::new(AtomicU32::new(2));
+    let hung = Arc::new(tokio::sync::Notify::new());
+    let h = {
+        let (hang, hung) = (Arc::clone(&hang), Arc::clone(&hung));
+        Harness::<Tally>::builder()
+            .step("step")
+            .run(move |s: Arc<Tally>, _cx: Cx<()>| {
+                let (hang, hung) = (Arc::clone(&hang), Arc::clone(&hung));
+                async move {
+                    if s.count == hang.load(Ordering::SeqCst) {
+                        hung.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(TallyUpdate::new()
+                        .count(1)
+                        .log(vec![format!("step {}", s.count + 1)]))
+                }
+            })
+            .route(|s: &Tally| if s.count < 5 { "again" } else { "done" })
+            .on("again")
+            .to("step")
+            .on("done")
+            .end()
+            .start("step")
+            .store(store.clone())
+            .session_config(long)
+            .build()
+            .unwrap()
+    };
+    let agent = create_agent("dropped", &h);
+    // Dropped mid-step, as `tokio::time::timeout` or `select!` drop a run.
+    let run = agent.run(Tally::default());
+    let session = run.session_id().clone();
+    let waited = tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::select! {
+            out = run => panic!("the run ended: {out:?}"),
+            () = hung.notified() => {}
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "step 3 did not begin within 60 s");
+    hang.store(99, Ordering::SeqCst);
+    let out = recover_within(&agent, &session).await.await.unwrap();
+    assert_eq!(out.signal, "done");
+    assert_eq!(
+        out.state.log,
+        ["step 1", "step 2", "step 3", "step 4", "step 5"],
+        "no step lost, none applied twice"
+    );
+
+    // Dropped in a task that is aborted.
+    hang.store(1, Ordering::SeqCst);
+    let run = agent.run(Tally::default());
+    let session = run.session_id().clone();
+    let task = tokio::spawn(run);
+    tokio::time::timeout(Duration::from_secs(60), hung.notified())
+        .await
+        .expect("step 2 did not begin within 60 s");
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    hang.store(99, Ordering::SeqCst);
+    let out = recover_within(&agent, &session).await.await.unwrap();
+    assert_eq!(out.state.count, 5);
+    assert_eq!(out.steps, 5, "the steps before the abort still count");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_dropped_before_it_is_awaited_gives_its_lease_up() {
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::<Tally>::builder()
+        .step("ask")
+        .run(ask_amount)
+        .end()
+        .start("ask")
+        .store(store.clone())
+        .session_config(SessionConfig {
+            lease_ttl: Duration::from_secs(600),
+            ..SessionConfig::default()
+        })
+        .build()
+        .unwrap();
+    let agent = create_agent("amounts", &h);
+    let paused = agent.run(Tally::default()).await.unwrap();
+    let (session, asked) = (paused.session_id, paused.interrupt.unwrap());
+    // `resume` takes the lease and records the answer; the run it gives is
+    // dropped unpolled.
+    let taken = agent.resume(4, &session, &asked.id).await.unwrap();
+    let held = store.load(&session).await.unwrap().unwrap();
+    assert!(held.lease.is_some(), "resume holds the lease");
+    drop(taken);
+    let done = recover_within(&agent, &session).await.await.unwrap();
+    assert_eq!((done.signal, done.state.count), (Signal::END, 4));
 }
 
 #[tokio::test]

@@ -385,6 +385,52 @@ impl SessionCursor {
     }
 }
 
+/// A run dropped without settling (its future dropped, its task aborted,
+/// a `Run` never awaited) gives its lease up at once, so that its session
+/// can be resumed, recovered or taken by a worker without waiting for the
+/// lease to end. The session is left as the run last wrote it. This is done
+/// in the background, on the tokio runtime the cursor is dropped in (none:
+/// nothing is given up), and only while the lease is still this run's; a
+/// process that dies gives nothing up, and its lease ends by itself.
+impl Drop for SessionCursor {
+    fn drop(&mut self) {
+        if *self.expires_at.get_mut() == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let head = self.head.get_mut().clone();
+        let store = Arc::clone(&self.store);
+        let owner = std::mem::take(&mut self.owner);
+        runtime.spawn(release(store, head, owner));
+    }
+}
+
+/// Gives up `owner`'s lease on the session whose head it last wrote as
+/// `head`; when that commit is refused (one was under way when the run was
+/// dropped, or a run queued behind it wrote), reads the head again, while
+/// the lease is still `owner`'s.
+async fn release(store: Arc<dyn SessionStore>, mut head: StoredRun, owner: String) {
+    for _ in 0..4 {
+        let Some(commit) = head::release(&head, &owner) else {
+            return;
+        };
+        match store.commit(&commit).await {
+            Ok(()) => return,
+            Err(StoreError::Conflict { .. }) => match store.load(&head.session_id).await {
+                Ok(Some(fresh)) => head = fresh,
+                _ => return,
+            },
+            Err(e) => {
+                tracing::debug!(session = %head.session_id, error = %e,
+                    "a dropped run's lease could not be given up; it ends by itself");
+                return;
+            }
+        }
+    }
+}
+
 impl JournalSink for SessionCursor {
     fn record<'a>(
         &'a self,

@@ -680,6 +680,16 @@ pub(crate) fn renew(
     Some(head_only(next, head, false))
 }
 
+/// `head` with the lease `owner` holds given up, the session left as it
+/// is (a run dropped without settling: its session can be resumed,
+/// recovered or taken by a worker at once); `None` if `owner` does not
+/// hold the lease.
+pub(crate) fn release(head: &StoredRun, owner: &str) -> Option<Commit> {
+    head.lease.as_ref().filter(|l| l.owner == owner)?;
+    let next = next_with(head, now_millis(), None, head.next_step.clone());
+    Some(head_only(next, head, false))
+}
+
 /// A session a worker sets aside because it cannot be run as it is: marked
 /// failed with `reason` and its lease released; `None` if it is not `agent`'s,
 /// is no longer waiting for a worker at `now` (the store's clock), or its
