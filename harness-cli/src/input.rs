@@ -138,3 +138,19 @@ pub(crate) fn read_text(path: &Path) -> Result<String, InputError> {
         source,
     })
 }
+
+/// The language a notebook's kernel runs, as its metadata says
+/// (`language_info.name`, else `kernelspec.language`); `None` when it says
+/// none, or the text is not a JSON object.
+pub(crate) fn notebook_language(text: &str) -> Option<String> {
+    let notebook: serde_json::Value = serde_json::from_str(text).ok()?;
+    let metadata = notebook.get("metadata")?;
+    [
+        metadata.pointer("/language_info/name"),
+        metadata.pointer("/kernelspec/language"),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|v| v.as_str())
+    .map(str::to_owned)
+}

@@ -10,6 +10,12 @@
 //! symbolic link at it (a cell can make one) is refused before anything is
 //! written. What it prints for people has its control characters escaped
 //! ([`escape_controls`]): cell output must not drive the terminal.
+//!
+//! A file with cells that do not parse is not run: each such cell is
+//! reported with the line of the file. Cells that are not Python (`%%bash`)
+//! and IPython lines (`!ls`, `%time`) are not run, and the listing says so
+//! where they are; a notebook whose kernel runs another language is
+//! refused.
 
 pub(crate) mod state_dir;
 
@@ -24,7 +30,8 @@ use harness_code::kernel::KernelConfig;
 use harness_code::notebook::Notebook;
 use harness_code::replay::{ReplayAction, ReplayEntry, ReplayOptions, ReplayReason};
 use harness_code::{
-    AnalysisOptions, CellId, CodeCell, Provenance, notebook_code_cells, split_percent_script,
+    AnalysisError, AnalysisOptions, CellId, CodeCell, Provenance, notebook_code_cells,
+    split_percent_script,
 };
 
 /// `outln!` for people: the line with its control characters escaped
@@ -116,30 +123,90 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     runtime.block_on(run_async(args))
 }
 
+/// The code cells of `file`, skipped ones (`%%bash`) included; a notebook
+/// whose kernel runs another language than Python is refused.
 fn cells_of(file: &Path) -> Result<(Vec<CodeCell>, bool), String> {
     let text = crate::input::read_text(file).map_err(|error| error.to_string())?;
     let is_notebook = file
         .extension()
         .is_some_and(|ext| ext.eq_ignore_ascii_case("ipynb"));
-    let cells = if is_notebook {
-        notebook_code_cells(&text).map_err(|error| format!("{}: {error}", file.display()))?
-    } else {
-        split_percent_script(&text)
-    };
-    Ok((
-        cells.into_iter().filter(|c| !c.skipped).collect(),
-        is_notebook,
-    ))
+    if !is_notebook {
+        return Ok((split_percent_script(&text), false));
+    }
+    let cells =
+        notebook_code_cells(&text).map_err(|error| format!("{}: {error}", file.display()))?;
+    if let Some(language) = crate::input::notebook_language(&text)
+        && !language.eq_ignore_ascii_case("python")
+    {
+        return Err(format!(
+            "{}: the notebook's kernel runs {language}, not Python; harness run runs Python cells only",
+            file.display()
+        ));
+    }
+    Ok((cells, true))
+}
+
+/// Every cell that does not parse, each said with where it is: a notebook
+/// with a syntax error is not run, as a script with one would not be.
+fn syntax_errors(file: &Path, cells: &[CodeCell], is_notebook: bool) -> Vec<String> {
+    let options = AnalysisOptions { ipython: true };
+    cells
+        .iter()
+        .filter(|cell| !cell.skipped)
+        .filter_map(|cell| {
+            let error = harness_code::analyze_cell_with(&cell.source, options).err()?;
+            // A notebook's cells are texts of their own; a script's cell
+            // starts at `cell.line` of the file.
+            Some(match (&error, is_notebook) {
+                (_, true) => format!("{}: cell {}: {error}", file.display(), cell.index),
+                (
+                    AnalysisError::Syntax {
+                        line,
+                        column,
+                        message,
+                    },
+                    false,
+                ) => format!(
+                    "{}: cell {}: syntax error at line {}, column {column}: {message}",
+                    file.display(),
+                    cell.index,
+                    cell.line + usize::try_from(*line).unwrap_or(1) - 1
+                ),
+                (_, false) => format!(
+                    "{}: cell {} (from line {} of the file): {error}",
+                    file.display(),
+                    cell.index,
+                    cell.line
+                ),
+            })
+        })
+        .collect()
 }
 
 async fn run_async(args: &Args) -> ExitCode {
-    let (cells, _) = match cells_of(&args.file) {
+    let (all, is_notebook) = match cells_of(&args.file) {
         Ok(found) => found,
         Err(message) => {
             say_err!("harness: {message}");
             return ExitCode::from(2);
         }
     };
+    let errors = syntax_errors(&args.file, &all, is_notebook);
+    if !errors.is_empty() {
+        for error in &errors {
+            say_err!("harness: {error}");
+        }
+        say_err!(
+            "harness: nothing was run: fix the {} above first",
+            if errors.len() == 1 {
+                "cell".to_owned()
+            } else {
+                format!("{} cells", errors.len())
+            }
+        );
+        return ExitCode::from(1);
+    }
+    let cells: Vec<CodeCell> = all.iter().filter(|c| !c.skipped).cloned().collect();
     let file = std::path::absolute(&args.file).unwrap_or_else(|_| args.file.clone());
     // The script's directory as the file system resolves it (`a/../b.py`
     // is next to `b.py`).
@@ -229,10 +296,16 @@ async fn run_async(args: &Args) -> ExitCode {
         }
     } else {
         let rel_state = state.strip_prefix(&base).unwrap_or(&state);
+        let skipped = all.len() - cells.len();
         say!(
-            "harness run {} ({} cells, notebook in {})",
+            "harness run {} ({} cells{}, notebook in {})",
             args.file.display(),
-            cells.len(),
+            all.len(),
+            if skipped > 0 {
+                format!(", {skipped} not Python")
+            } else {
+                String::new()
+            },
             rel_state.display()
         );
         let cell_of: BTreeMap<CellId, &CodeCell> = cells
@@ -240,7 +313,26 @@ async fn run_async(args: &Args) -> ExitCode {
             .enumerate()
             .map(|(i, c)| (CellId::new(u32::try_from(i).unwrap_or(u32::MAX)), c))
             .collect();
-        for entry in &report.entries {
+        // In the file's order: the cells that ran or were reused, and those
+        // skipped because they are not Python.
+        let mut entries = report.entries.iter().peekable();
+        for cell in &all {
+            if cell.skipped {
+                say!(
+                    "cell {:<3} line {:<4} skipped   {}",
+                    cell.index,
+                    cell.line,
+                    cell.notes.join("; ")
+                );
+                continue;
+            }
+            while let Some(entry) =
+                entries.next_if(|e| cell_of.get(&e.cell).is_some_and(|c| c.index <= cell.index))
+            {
+                print_entry(&notebook, entry, &cell_of, args.quiet);
+            }
+        }
+        for entry in entries {
             print_entry(&notebook, entry, &cell_of, args.quiet);
         }
         let count = |action| report.entries.iter().filter(|e| e.action == action).count();
@@ -351,6 +443,20 @@ fn print_entry(
         "cell {index:<3} line {line:<4} {action:<9} {}{timing}",
         reason_text(&entry.reason, cell_of)
     );
+    if let Some(cell) = cell_of.get(&entry.cell) {
+        for note in &cell.notes {
+            say!("                    note: {note}");
+        }
+    }
+    if let Ok(node) = notebook.graph().cell(entry.cell) {
+        for escape in &node.analysis().ipython_escapes {
+            say!(
+                "                    note: IPython command on line {} not run: {}",
+                escape.line,
+                escape.command
+            );
+        }
+    }
     if !entry.restored.is_empty() || !entry.recomputed.is_empty() {
         let mut parts = Vec::new();
         if !entry.restored.is_empty() {

@@ -325,3 +325,112 @@ fn analyze_trace_without_a_run_says_to_run_first() {
     assert!(stderr.contains("harness run"), "{stderr}");
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn cells_that_do_not_parse_are_each_located_and_nothing_runs() {
+    let dir = workdir("run-syntax");
+    let file = dir.join("broken.py");
+    // Cells 1 and 3 do not parse; cell 0 writes a file if it runs.
+    std::fs::write(
+        &file,
+        "# %%\nopen('ran.txt', 'w').write('x')\n# %%\nb = (1,\n# %%\nc = 2\n# %%\n\nd = = 3\n",
+    )
+    .unwrap();
+    let output = harness(&["run", file.to_str().unwrap()]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    // Each names its cell and the line of the file, not of the cell.
+    assert!(
+        lines[0].contains("broken.py: cell 1: syntax error at line 4, column"),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].contains("broken.py: cell 3: syntax error at line 9, column"),
+        "{stderr}"
+    );
+    assert!(lines[2].contains("nothing was run"), "{stderr}");
+    assert!(!dir.join("ran.txt").exists(), "no cell ran");
+
+    // In a notebook, cells are texts of their own: the line is the cell's.
+    let notebook = dir.join("broken.ipynb");
+    let cells = serde_json::json!({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": "# title"},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": null,
+             "source": "x = 1\ny = (x,\n"}
+        ]
+    });
+    std::fs::write(&notebook, cells.to_string()).unwrap();
+    let output = harness(&["run", notebook.to_str().unwrap()]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("broken.ipynb: cell 1: syntax error at line 3, column"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cells_and_lines_that_are_not_python_are_shown_not_dropped() {
+    let dir = workdir("run-magics");
+    let file = dir.join("magic.ipynb");
+    let code = |source: &str| {
+        serde_json::json!({"cell_type": "code", "metadata": {}, "outputs": [],
+                           "execution_count": null, "source": source})
+    };
+    let notebook = serde_json::json!({
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
+        "cells": [
+            code("r = 2"),
+            code("%%bash\necho hi\n"),
+            code("files = !ls\nn = r + 1"),
+            code("print(n)"),
+        ]
+    });
+    std::fs::write(&file, notebook.to_string()).unwrap();
+    let output = harness(&["run", file.to_str().unwrap()]);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("(4 cells, 1 not Python,"), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line {prefix:?}: {stdout}"))
+    };
+    // In the file's order, the skipped cell with why.
+    assert!(at("cell 0 ") < at("cell 1 ") && at("cell 1 ") < at("cell 2 "));
+    assert!(
+        lines[at("cell 1 ")].contains("skipped")
+            && lines[at("cell 1 ")].contains("`%%bash` does not run Python"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("note: IPython command on line 1 not run: !ls"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| 3"), "{stdout}");
+
+    // A notebook of another language is refused, naming it.
+    let other = dir.join("r.ipynb");
+    let r = serde_json::json!({
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "ir", "language": "R"},
+                     "language_info": {"name": "R"}},
+        "cells": [code("x <- c(1, 2)")]
+    });
+    std::fs::write(&other, r.to_string()).unwrap();
+    let output = harness(&["run", other.to_str().unwrap()]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("kernel runs R, not Python"), "{stderr}");
+    assert!(
+        !dir.join(".harness/code/r").exists(),
+        "nothing was made for it"
+    );
+}
