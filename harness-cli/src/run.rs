@@ -284,7 +284,16 @@ async fn run_async(args: &Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // What the kernel could not set up (a limit root is not held to, say)
+    // is the user's to know.
+    let warnings = notebook
+        .kernel()
+        .map(|kernel| kernel.info().warnings.clone())
+        .unwrap_or_default();
     notebook.shutdown().await;
+    for warning in &warnings {
+        say_err!("harness: warning: the kernel: {warning}");
+    }
     if let Err(error) = notebook.save() {
         say_err!("harness: cannot save the notebook: {error}");
     }

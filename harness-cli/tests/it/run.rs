@@ -434,3 +434,24 @@ fn cells_and_lines_that_are_not_python_are_shown_not_dropped() {
         "nothing was made for it"
     );
 }
+
+#[test]
+fn what_the_kernel_could_not_set_up_is_said() {
+    let dir = workdir("run-warnings");
+    let file = dir.join("one.py");
+    std::fs::write(&file, "x = 1\n").unwrap();
+    let output = harness(&["run", file.to_str().unwrap()]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    // Linux does not hold root to the process limit: the kernel says so,
+    // and so must the run.
+    assert_eq!(
+        stderr.contains("harness: warning: the kernel: ") && stderr.contains("RLIMIT_NPROC"),
+        root,
+        "root: {root}; {stderr}"
+    );
+}
