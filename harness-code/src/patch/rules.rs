@@ -17,7 +17,9 @@ use crate::{AnalysisOptions, ExecutionStateGraph, Timestamp, analyze_cell_with};
 /// - [`Suggestion::AddImport`]: inserts the import at the top of the cell
 ///   (after a docstring and `from __future__` imports);
 /// - [`Suggestion::FixImport`]: replaces the module name in the import
-///   statement on the given line;
+///   statement on the given line, and, when that import binds the
+///   misspelled name (`import colections`), the name wherever the cell
+///   uses it;
 /// - [`Suggestion::RenameKey`]: replaces a string-literal subscript key
 ///   (on the given line, or anywhere in the cell without one);
 /// - [`Suggestion::RenameAttribute`]: replaces the attribute name on the
@@ -91,13 +93,32 @@ impl RulePatcher {
                 }
             }
             Suggestion::FixImport { line, from, to, .. } => {
-                let spots: Vec<_> = source
+                let mut spots: Vec<_> = source
                     .import_module_spots(from)
                     .into_iter()
                     .filter(|(_, l)| l == line)
                     .map(|(range, _)| (range, to.clone()))
                     .collect();
-                edit(old, spots).map(|new| (new, format!("import `{to}` instead of `{from}`")))
+                // `import colections` binds the misspelled name, which the
+                // cell then uses: it is renamed with the module, where
+                // `import pandsa as pd` binds `pd`, left as it is.
+                let binds = !spots.is_empty() && node.analysis().writes.contains(from);
+                if binds {
+                    spots.extend(
+                        source
+                            .global_name_spots(from)
+                            .into_iter()
+                            .map(|range| (range, to.clone())),
+                    );
+                }
+                edit(old, spots).map(|new| {
+                    let also = if binds {
+                        format!(", and use it as `{to}`")
+                    } else {
+                        String::new()
+                    };
+                    (new, format!("import `{to}` instead of `{from}`{also}"))
+                })
             }
             Suggestion::RenameKey { line, from, to, .. } => {
                 let facts = source.facts();
@@ -204,5 +225,75 @@ impl Patcher for RulePatcher {
             cell: diagnosis.cell,
             class: diagnosis.class,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Provenance;
+
+    /// The cell's source after the rule patcher applied `suggestion` to
+    /// cell 0 of a graph of `source`.
+    fn fixed(source: &str, line: u32, from: &str, to: &str) -> Option<(String, String)> {
+        let mut graph = ExecutionStateGraph::with_options(AnalysisOptions { ipython: true });
+        let cell = graph
+            .add_cell(source.to_owned(), Provenance::now("test", "cell"))
+            .unwrap();
+        let suggestion = Suggestion::FixImport {
+            cell,
+            line,
+            from: from.into(),
+            to: to.into(),
+        };
+        RulePatcher::new().apply(&suggestion, &graph).unwrap()
+    }
+
+    #[test]
+    fn a_misspelled_module_is_fixed_where_the_cell_uses_the_name_it_binds() {
+        let cases = [
+            // The import binds the misspelled name: every use is renamed.
+            (
+                "import colections\nc = colections.Counter('abc')",
+                1,
+                "import collections\nc = collections.Counter('abc')",
+            ),
+            (
+                "import os, colections\n\ndef f():\n    return colections.deque()\nd = colections.OrderedDict()",
+                1,
+                "import os, collections\n\ndef f():\n    return collections.deque()\nd = collections.OrderedDict()",
+            ),
+            (
+                "import colections.abc\nok = isinstance([], colections.abc.Sequence)",
+                1,
+                "import collections.abc\nok = isinstance([], collections.abc.Sequence)",
+            ),
+            // An alias is bound instead: only the module's name changes.
+            (
+                "import colections as co\nc = co.Counter('abc')",
+                1,
+                "import collections as co\nc = co.Counter('abc')",
+            ),
+            (
+                "from colections import Counter\nc = Counter('abc')",
+                1,
+                "from collections import Counter\nc = Counter('abc')",
+            ),
+        ];
+        for (source, line, expected) in cases {
+            let (new, description) = fixed(source, line, "colections", "collections")
+                .unwrap_or_else(|| panic!("no patch for {source:?}"));
+            assert_eq!(new, expected, "{description}");
+        }
+    }
+
+    #[test]
+    fn a_name_local_to_a_function_is_not_taken_for_the_module() {
+        let source = "import colections\n\ndef f(colections):\n    return colections\nx = colections.deque()";
+        let (new, _) = fixed(source, 1, "colections", "collections").unwrap();
+        assert_eq!(
+            new,
+            "import collections\n\ndef f(colections):\n    return colections\nx = collections.deque()"
+        );
     }
 }
