@@ -894,6 +894,51 @@ impl<'g> Diagnoser<'g> {
             ErrorClass::Syntax | ErrorClass::Timeout | ErrorClass::Crash | ErrorClass::Other => {}
         }
         self.blame_failing_cell(class, message);
+        self.blame_called_cells();
+    }
+
+    /// Cells whose functions the failing cell called on its way to the
+    /// error (the traceback's frames in `<cell N>` of other cells of the
+    /// graph): the error raised in a function another cell defined blames
+    /// that cell's code too, and shows it in the context.
+    fn blame_called_cells(&mut self) {
+        let frames = self
+            .failure
+            .traceback
+            .as_deref()
+            .map(classify::frames)
+            .unwrap_or_default();
+        let failing = self.failing();
+        for (depth, frame) in frames.iter().rev().enumerate() {
+            let Some(cell) = frame
+                .file
+                .strip_prefix("<cell ")
+                .and_then(|rest| rest.strip_suffix('>'))
+                .and_then(|number| number.parse::<u32>().ok())
+                .map(CellId::new)
+                .filter(|&cell| cell != failing && self.graph.cell(cell).is_ok())
+            else {
+                continue;
+            };
+            let function = frame.function.as_str();
+            let reason = if depth == 0 {
+                format!(
+                    "the error was raised in `{function}`, on line {} of cell {cell}, which cell {failing} called",
+                    frame.line
+                )
+            } else {
+                format!(
+                    "cell {failing} reached the error through `{function}`, on line {} of cell {cell}",
+                    frame.line
+                )
+            };
+            let names: &[&str] = if function.starts_with('<') {
+                &[]
+            } else {
+                &[function]
+            };
+            self.blame(cell, Some(frame.line), names, reason);
+        }
     }
 
     /// The failing cell is always a candidate; it comes first when no rule
@@ -1760,4 +1805,100 @@ fn truncate(source: &str) -> (String, bool) {
     }
     let cut = source[..end].rfind('\n').unwrap_or(end);
     (format!("{}\n# ... (truncated)", &source[..cut]), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Provenance;
+
+    fn graph_of(sources: &[&str]) -> (ExecutionStateGraph, Vec<CellId>) {
+        let mut graph = ExecutionStateGraph::new();
+        let cells = sources
+            .iter()
+            .map(|s| {
+                graph
+                    .add_cell((*s).to_owned(), Provenance::now("test", "cell"))
+                    .unwrap()
+            })
+            .collect();
+        (graph, cells)
+    }
+
+    /// A traceback as the kernel formats it, its frames outermost first.
+    fn traceback(frames: &[(&str, u32, &str)], last: &str) -> String {
+        let mut text = String::from("Traceback (most recent call last):\n");
+        for (file, line, function) in frames {
+            text.push_str(&format!("  File \"{file}\", line {line}, in {function}\n"));
+        }
+        text.push_str(last);
+        text
+    }
+
+    #[test]
+    fn an_error_raised_in_a_function_of_another_cell_blames_that_cell_too() {
+        let (graph, s) = graph_of(&[
+            "def f(d):\n    return d['kee']",
+            "def g(d):\n    return f(d)",
+            "r = g({'key': 1})",
+        ]);
+        let failure = CellFailure::exception(s[2], "KeyError", "'kee'")
+            .at_line(1)
+            .with_traceback(traceback(
+                &[
+                    ("<cell 2>", 1, "<module>"),
+                    ("<cell 1>", 2, "g"),
+                    ("<cell 0>", 2, "f"),
+                ],
+                "KeyError: 'kee'",
+            ));
+        let d = diagnose(&failure, &graph);
+        let blamed: Vec<(CellId, Option<u32>)> =
+            d.culprits.iter().map(|c| (c.cell, c.line)).collect();
+        assert!(blamed.contains(&(s[0], Some(2))), "{blamed:?}");
+        assert!(blamed.contains(&(s[1], Some(2))), "{blamed:?}");
+        let raised = d.culprits.iter().find(|c| c.cell == s[0]).unwrap();
+        assert!(
+            raised.reasons.iter().any(|r| r.contains("raised in `f`")),
+            "{:?}",
+            raised.reasons
+        );
+        let shown: Vec<CellId> = d.context.cells.iter().map(|c| c.cell).collect();
+        assert!(shown.contains(&s[0]) && shown.contains(&s[1]), "{shown:?}");
+    }
+
+    #[test]
+    fn frames_that_are_not_cells_of_the_graph_blame_nothing_more() {
+        let (graph, s) = graph_of(&["import json", "v = json.loads('{')"]);
+        for frames in [
+            // A library's frames, a cell unknown to the graph, the failing
+            // cell itself (recursion), a file named like a cell.
+            vec![
+                ("<cell 1>", 1, "<module>"),
+                ("/usr/lib/python3/json/__init__.py", 346, "loads"),
+            ],
+            vec![("<cell 1>", 1, "<module>"), ("<cell 7>", 3, "h")],
+            vec![("<cell 1>", 1, "<module>"), ("<cell 1>", 1, "<module>")],
+            vec![
+                ("<cell 1>", 1, "<module>"),
+                ("<cell x>", 1, "k"),
+                ("<cell 0", 1, "k"),
+            ],
+        ] {
+            let failure = CellFailure::exception(s[1], "ValueError", "bad")
+                .at_line(1)
+                .with_traceback(traceback(&frames, "ValueError: bad"));
+            let d = diagnose(&failure, &graph);
+            let blamed: Vec<CellId> = d.culprits.iter().map(|c| c.cell).collect();
+            assert!(!blamed.contains(&CellId::new(7)), "{frames:?}: {blamed:?}");
+            assert_eq!(blamed.first(), Some(&s[1]), "{frames:?}: {blamed:?}");
+            assert!(
+                d.culprits
+                    .iter()
+                    .all(|c| c.reasons.iter().all(|r| !r.contains("raised in"))),
+                "{frames:?}: {:?}",
+                d.culprits
+            );
+        }
+    }
 }
