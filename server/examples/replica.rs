@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Leases are short (1 s), so that a replica killed mid-run is taken over
-//! quickly.
+//! quickly. With `--single`, it is a server of its own (no
+//! [`Replicas`]): its runs are kept in its memory, its threads in the store.
 
 use harness::session::SessionConfig;
 use harness::{Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent, schemars};
@@ -70,7 +71,12 @@ type StepFuture =
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (mut url, mut schema, mut dir) = (None, None, None);
+    let mut single = false;
     while let Some(flag) = args.next() {
+        if flag == "--single" {
+            single = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--store" => url = Some(value),
@@ -104,16 +110,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .build()?;
     let agent = create_agent("steps", &harness);
-    let bound = Server::new()
-        .agent(&agent, &harness)
-        .store(store)
-        .replicas(
+    let mut server = Server::new().agent(&agent, &harness).store(store);
+    if !single {
+        server = server.replicas(
             Replicas::new()
                 .lease(Duration::from_secs(1))
                 .poll(Duration::from_millis(50)),
-        )
-        .bind("127.0.0.1:0".parse()?)
-        .await?;
+        );
+    }
+    let bound = server.bind("127.0.0.1:0".parse()?).await?;
     println!(
         "{}",
         serde_json::json!({ "addr": bound.addr().to_string() })

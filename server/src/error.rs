@@ -208,18 +208,26 @@ impl From<SessionError> for ApiError {
     fn from(e: SessionError) -> Self {
         match e {
             SessionError::NoInterrupt(e) => ApiError::conflict(e.to_string()),
-            SessionError::InFlight(e) => ApiError::conflict(e.to_string()),
+            // A thread's session may be a fork the client never saw: the
+            // messages speak of the thread.
+            SessionError::InFlight(e) => ApiError::conflict(in_flight(e.expires_at)),
             SessionError::PendingInterrupt(e) => ApiError::conflict(format!(
-                "thread {} waits for an answer to interrupt {}: answer it with \
+                "the thread waits for an answer to interrupt {}: answer it with \
                  `command: {{\"resume\": ...}}`",
-                e.session, e.interrupt
+                e.interrupt
             )),
-            SessionError::NoSession(e) => ApiError::not_found("thread", e.session.to_string()),
+            SessionError::NoSession(_) => ApiError::conflict(
+                "the thread's session is missing from the store (removed outside the server)",
+            ),
             SessionError::NoCheckpoint { session, index, .. } => {
                 ApiError::not_found("checkpoint", format!("{index}.{session}"))
             }
-            SessionError::Unfinished { .. } | SessionError::NothingToRecover { .. } => {
-                ApiError::conflict(e.to_string())
+            SessionError::Unfinished { .. } => ApiError::conflict(
+                "the thread's last run stopped mid-way (its process ended): a run with no \
+                 input continues it; a run with an input starts from its last checkpoint",
+            ),
+            SessionError::NothingToRecover { why, .. } => {
+                ApiError::conflict(format!("the thread has no unfinished run: {why}"))
             }
             // A value nested deeper than a store reads back: what a client
             // sent (a body is held to less, so this is one made from it).
@@ -233,6 +241,22 @@ impl From<SessionError> for ApiError {
             other => ApiError::Internal(other.to_string()),
         }
     }
+}
+
+/// What a 409 says of a thread another run holds until `expires_at` (ms
+/// since the epoch; 0: no end).
+fn in_flight(expires_at: u64) -> String {
+    if expires_at == 0 {
+        return "the thread is being run by another run: try again when it settles".into();
+    }
+    let left = expires_at.saturating_sub(harness::session::now_millis());
+    format!(
+        "the thread is being run by another run, whose lease ends in {}.{:03} s unless \
+         renewed: try again when the run settles, or once the lease has ended if its \
+         process died",
+        left / 1000,
+        left % 1000
+    )
 }
 
 impl From<harness::session::StoreError> for ApiError {

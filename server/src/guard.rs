@@ -15,10 +15,12 @@ pub enum Scope {
     /// Read assistants, threads, state, history and runs, and stream them.
     Read,
     /// Also create threads, start, cancel and resume runs, update state,
-    /// send the streaming protocol's commands (to `/threads/{id}/commands`
-    /// or over the thread's WebSocket, which needs this scope).
+    /// create crons, put and delete memory items (`/store/items`: a running
+    /// client writes and removes them), send the streaming protocol's
+    /// commands (to `/threads/{id}/commands` or over the thread's
+    /// WebSocket, which needs this scope).
     Run,
-    /// Also delete threads and runs.
+    /// Also delete threads, runs and crons.
     Admin,
 }
 
@@ -135,7 +137,11 @@ fn given_key(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            // The scheme is case-insensitive (RFC 9110, 11.1).
+            let (scheme, key) = v.trim_start().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(key)
+        })
         .map(str::trim)
 }
 

@@ -503,7 +503,9 @@ impl Bound {
     /// Serves until `shutdown` completes; then stops accepting, stops the
     /// runs under way at their next step boundary (waiting for them up to
     /// the [grace](Server::shutdown_grace)), so that their threads go on
-    /// with the next run, and ends the streams still open. A
+    /// with the next run, and ends the streams still open. Runs waiting to
+    /// start (queued or delayed), held in this server's memory, are lost
+    /// with it (they settle `interrupted` for the clients still joined). A
     /// [replica](Server::replicas) hands its runs over instead: stopped at
     /// a step boundary and released, for another replica to continue.
     pub async fn serve(
@@ -584,16 +586,36 @@ async fn ok() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"ok": true}))
 }
 
-async fn no_route() -> Response {
-    ApiError::not_found("route", "(this path)").into_response()
+/// `METHOD /path` of a request, as an answer names it: the path only (a
+/// query may hold a key), the process's secrets redacted.
+fn call_of(method: &axum::http::Method, uri: &axum::http::Uri) -> String {
+    harness::secrets::redact(&format!("{method} {}", uri.path())).into_owned()
 }
 
-async fn no_method() -> Response {
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({
+            "error": "not_found",
+            "message": format!(
+                "`{}` is not supported by this server: no such path (see the crate docs of \
+                 harness-server for what it serves)",
+                call_of(&method, &uri)
+            ),
+        })),
+    )
+        .into_response()
+}
+
+async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     (
         StatusCode::METHOD_NOT_ALLOWED,
         axum::Json(serde_json::json!({
             "error": "method_not_allowed",
-            "message": "this path does not take this method",
+            "message": format!(
+                "`{}` is not supported by this server: this path does not take {method}",
+                call_of(&method, &uri)
+            ),
         })),
     )
         .into_response()

@@ -293,9 +293,9 @@ pub(crate) async fn history(
 ) -> Result<Json<Vec<Value>>, ApiError> {
     let body = threads::History {
         limit: Some(query.count("limit", 10, 1000)?),
-        before: query.get("before").map(|b| CheckpointRef {
-            checkpoint_id: Some(b.to_string()),
-        }),
+        before: query
+            .get("before")
+            .map(|b| threads::Before::Id(b.to_string())),
         metadata: None,
         checkpoint: None,
     };

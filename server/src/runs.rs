@@ -74,12 +74,105 @@ pub(crate) struct RunCreate {
     webhook: Option<String>,
     after_seconds: Option<f64>,
     durability: Option<String>,
-    #[serde(rename = "feedback_keys")]
-    _feedback_keys: Option<Vec<String>>,
+    feedback_keys: Option<Value>,
+    /// Honoured whatever it says: every step is committed before the next.
     #[serde(rename = "checkpoint_during")]
     _checkpoint_during: Option<bool>,
-    #[serde(rename = "strict_resume")]
-    _strict_resume: Option<bool>,
+    strict_resume: Option<bool>,
+    langsmith_tracer: Option<Value>,
+    /// Fields this server does not know: refused unless they ask nothing
+    /// (null, false, empty).
+    #[serde(flatten)]
+    other: Map<String, Value>,
+}
+
+/// Whether a value asks for nothing: null, false, or empty.
+fn asks_nothing(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::String(s) => s.is_empty(),
+        Value::Number(_) | Value::Bool(true) => false,
+    }
+}
+
+/// Refuses, with a 422 naming it, every run option this server would not
+/// honour (LangGraph's server honours them all; a client must not be left
+/// believing it got what it asked for).
+fn refuse_unhonoured(body: &RunCreate) -> Result<(), ApiError> {
+    for (key, value) in body.config.iter().flatten() {
+        if asks_nothing(value) {
+            continue;
+        }
+        let why = match key.as_str() {
+            "recursion_limit" => {
+                "a run's step limit is its harness's (HarnessBuilder::step_limit): this server \
+                 cannot set one per run"
+            }
+            "configurable" => {
+                "a harness agent reads no configurable values: its steps read the state and \
+                 the slots of their context, set in code"
+            }
+            "tags" | "metadata" | "run_name" | "callbacks" => {
+                "this server does not trace runs to LangSmith; give run metadata as `metadata`"
+            }
+            _ => "this server knows no such run configuration",
+        };
+        return Err(ApiError::unprocessable(
+            format!("config.{key}"),
+            format!("`config.{key}` is not supported: {why}"),
+        ));
+    }
+    if let Some(context) = &body.context
+        && !context.is_empty()
+    {
+        return Err(ApiError::unprocessable(
+            "context",
+            "a run `context` is not supported: a harness agent's context is its slots, set in code",
+        ));
+    }
+    if body.durability.as_deref() == Some("exit") {
+        return Err(ApiError::unprocessable(
+            "durability",
+            "durability `exit` is not supported: this server commits every step before the \
+             next one (`sync`, which also satisfies `async`)",
+        ));
+    }
+    if body
+        .feedback_keys
+        .as_ref()
+        .is_some_and(|f| !asks_nothing(f))
+    {
+        return Err(ApiError::unprocessable(
+            "feedback_keys",
+            "`feedback_keys` is not supported: this server keeps no LangSmith feedback",
+        ));
+    }
+    if body
+        .langsmith_tracer
+        .as_ref()
+        .is_some_and(|f| !asks_nothing(f))
+    {
+        return Err(ApiError::unprocessable(
+            "langsmith_tracer",
+            "`langsmith_tracer` is not supported: this server does not trace runs to LangSmith",
+        ));
+    }
+    if body.strict_resume == Some(false) {
+        return Err(ApiError::unprocessable(
+            "strict_resume",
+            "`strict_resume: false` is not supported: this server always refuses an answer to \
+             an interrupt that is not waiting",
+        ));
+    }
+    if let Some((key, _)) = body.other.iter().find(|(_, v)| !asks_nothing(v)) {
+        return Err(ApiError::unprocessable(
+            key.clone(),
+            format!("`{key}` is not a run option this server knows"),
+        ));
+    }
+    Ok(())
 }
 
 /// A run body, checked.
@@ -378,6 +471,7 @@ impl Plan {
             body.durability.as_deref(),
             &["sync", "async", "exit"],
         )?;
+        refuse_unhonoured(&body)?;
         if let Some(url) = body.webhook.as_deref().filter(|w| !w.is_empty()) {
             match &app.webhooks {
                 Some(hooks) => {
@@ -992,22 +1086,27 @@ async fn roll_back(app: &Shared, thread: &str, runs: &[Arc<RunRecord>]) -> Resul
                 };
                 let session = harness::SessionId::from(session);
                 let fork = agent.fork(&session, index, None, "").await?;
+                threads::mark_fork(app, thread, &fork).await?;
                 // The rolled-back steps leave the history: the fork's
                 // parent is the session up to where the run started.
                 let current = record.session.clone();
                 record.parents.retain(|p| p.session != current);
+                record.abandoned.retain(|p| p.session != current);
                 record.parents.insert(
                     0,
                     Parent {
                         session: session.to_string(),
                         index,
+                        fork: Some(fork.to_string()),
                     },
                 );
                 record.session = fork.to_string();
             }
             None => {
                 record.session = uuid::Uuid::new_v4().to_string();
+                threads::mark_fork(app, thread, &record.session_id()).await?;
                 record.parents.clear();
+                record.abandoned.clear();
             }
         }
         record.updated_at = now_millis();
@@ -1075,18 +1174,48 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
             .await?;
     } else {
         let mut steps = head.as_ref().map(|h| h.steps);
+        let mut fork_at = None;
         if let Some((c, field)) = checkpoint {
             // A run from an earlier checkpoint forks the thread there.
             let (session, index) = threads::read_checkpoint(&record, &c, field)?;
+            fork_at = Some((session, index, field));
+        } else if let Some(h) = head.as_ref().filter(|h| unfinished(app, h)) {
+            // The thread's last run stopped mid-way (its process died) and
+            // its lease has ended. Without an input the run continues it
+            // from its last checkpoint, as LangGraph goes on with a
+            // thread's pending tasks on a `None` input; with one, the
+            // unfinished rest is left (LangGraph discards a checkpoint's
+            // pending tasks on a new input) and the run starts from the
+            // last checkpoint, the input merged.
+            if input.as_ref().is_none_or(Value::is_null) {
+                run.set_start_point(Some((record.session.clone(), h.steps)));
+                write_ahead(app, run, &record.session, Some(h.last_seq)).await?;
+                let drive = Drive {
+                    record: Arc::clone(run),
+                    tokens,
+                    pause: &pause,
+                };
+                return match agent.recover(record.session_id(), drive).await? {
+                    Recovered::Running => Ok(()),
+                    Recovered::InFlight => Err(ApiError::conflict(format!(
+                        "thread {thread} is being run by another process: try again when its \
+                         run settles"
+                    ))),
+                    // Its last step had been checkpointed: the end is now
+                    // recorded, and the run settles with it.
+                    Recovered::Ended => {
+                        agent
+                            .settle_from(&record.session_id(), Arc::clone(run), false)
+                            .await
+                    }
+                };
+            }
+            fork_at = Some((record.session_id(), h.steps, ""));
+        }
+        if let Some((session, index, field)) = fork_at {
             let fork = agent.fork(&session, index, None, field).await?;
-            record.parents.insert(
-                0,
-                Parent {
-                    session: session.to_string(),
-                    index,
-                },
-            );
-            record.session = fork.to_string();
+            threads::mark_fork(app, &thread, &fork).await?;
+            record.move_to(&session, index, &fork, steps.unwrap_or(0));
             threads::save(app, &record).await?;
             steps = agent.head(&fork).await?.map(|h| h.steps);
         }
@@ -1106,6 +1235,16 @@ async fn launch_run(app: &Shared, run: &Arc<RunRecord>, launch: Launch) -> Resul
             .await?;
     }
     Ok(())
+}
+
+/// Whether `head` is a session whose run stopped mid-way (its process
+/// died) and whose lease has ended: no run holds it, none will finish it.
+fn unfinished(app: &Shared, head: &harness::session::StoredRun) -> bool {
+    head.phase == SessionPhase::Running
+        && !head
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.is_live(app.store.now()))
 }
 
 /// With replicas: records in the store that the run is about to start

@@ -25,12 +25,23 @@ fn record_key(id: &str) -> SessionId {
     SessionId::from(format!("{OWNER}/thread/{id}"))
 }
 
+/// The session under which the server marks session `session` as a fork
+/// it made for one of its threads: such a session is never a thread of its
+/// own (see [`find`]).
+fn fork_key(session: &str) -> SessionId {
+    SessionId::from(format!("{OWNER}/fork/{session}"))
+}
+
 /// A session the thread's state came from: `session` up to checkpoint
-/// `index` (a fork at that checkpoint made the session after it).
+/// `index` (a fork at that checkpoint made the session after it, `fork`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Parent {
     pub(crate) session: String,
     pub(crate) index: u64,
+    /// The session forked from it (absent in records written before it
+    /// was kept: the next newer one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fork: Option<String>,
 }
 
 /// A thread as the store keeps it.
@@ -45,6 +56,11 @@ pub(crate) struct ThreadRecord {
     /// Earlier sessions, newest first.
     #[serde(default)]
     pub(crate) parents: Vec<Parent>,
+    /// Sessions the thread left for a fork, with the checkpoints they had
+    /// reached (`index`): they stay in the thread's history, as LangGraph
+    /// keeps a thread's abandoned branches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) abandoned: Vec<Parent>,
     #[serde(default)]
     pub(crate) deleted: bool,
 }
@@ -53,6 +69,45 @@ impl ThreadRecord {
     pub(crate) fn session_id(&self) -> SessionId {
         SessionId::from(self.session.clone())
     }
+
+    /// Moves the thread to `fork`, made from `from` after `index` steps;
+    /// the session it leaves, at `steps`, stays in its history. Saved by
+    /// the caller ([`save`]), after [`mark_fork`].
+    pub(crate) fn move_to(&mut self, from: &SessionId, index: u64, fork: &SessionId, steps: u64) {
+        let left = Parent {
+            session: self.session.clone(),
+            index: steps,
+            fork: None,
+        };
+        self.abandoned.retain(|p| p.session != left.session);
+        self.abandoned.insert(0, left);
+        self.parents.insert(
+            0,
+            Parent {
+                session: from.to_string(),
+                index,
+                fork: Some(fork.to_string()),
+            },
+        );
+        self.session = fork.to_string();
+    }
+}
+
+/// Marks `fork` as a session the server made for thread `thread` (a fork):
+/// it answers as no thread of its own.
+pub(crate) async fn mark_fork(
+    app: &Shared,
+    thread: &str,
+    fork: &SessionId,
+) -> Result<(), ApiError> {
+    save_value(
+        &*app.store,
+        OWNER,
+        &fork_key(fork.as_str()),
+        json!({ "thread_id": thread }),
+    )
+    .await?;
+    Ok(())
 }
 
 /// The record of thread `id`, if it exists and is not deleted. A session of
@@ -73,6 +128,13 @@ pub(crate) async fn find(app: &Shared, id: &str) -> Result<Option<ThreadRecord>,
     if !app.agents.contains_key(&head.agent_id) {
         return Ok(None);
     }
+    // A fork the server made for a thread is part of that thread.
+    if load_value(&*app.store, OWNER, &fork_key(id))
+        .await?
+        .is_some()
+    {
+        return Ok(None);
+    }
     Ok(Some(ThreadRecord {
         thread_id: id.to_string(),
         created_at: head.created_at,
@@ -80,6 +142,7 @@ pub(crate) async fn find(app: &Shared, id: &str) -> Result<Option<ThreadRecord>,
         metadata: Map::new(),
         session: id.to_string(),
         parents: Vec::new(),
+        abandoned: Vec::new(),
         deleted: false,
     }))
 }
@@ -112,6 +175,7 @@ pub(crate) async fn create_record(
         metadata,
         session: id,
         parents: Vec::new(),
+        abandoned: Vec::new(),
         deleted: false,
     };
     save(app, &record).await?;
@@ -398,6 +462,7 @@ pub(crate) fn read_checkpoint(
         || record
             .parents
             .iter()
+            .chain(&record.abandoned)
             .any(|p| p.session == session && index <= p.index);
     if !known {
         return Err(ApiError::not_found("checkpoint", id));
@@ -485,11 +550,19 @@ pub(crate) async fn state_json(
 
 /// The session `session` was forked from, if it was.
 fn parent_of<'a>(record: &'a ThreadRecord, session: &str) -> Option<&'a Parent> {
+    if let Some(p) = record
+        .parents
+        .iter()
+        .find(|p| p.fork.as_deref() == Some(session))
+    {
+        return Some(p);
+    }
+    // Records written before a parent named its fork: the chain.
     if record.session == session {
-        return record.parents.first();
+        return record.parents.first().filter(|p| p.fork.is_none());
     }
     let at = record.parents.iter().position(|p| p.session == session)?;
-    record.parents.get(at + 1)
+    record.parents.get(at + 1).filter(|p| p.fork.is_none())
 }
 
 pub(crate) async fn get_state(
@@ -535,16 +608,34 @@ pub(crate) async fn post_state_at(
     Ok(Json(state_json(&app, &record, at).await?))
 }
 
+/// `before` in a history request: a checkpoint id, or `{"checkpoint_id"}`
+/// (the SDK's `str | Checkpoint`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Before {
+    Id(String),
+    Checkpoint(CheckpointRef),
+}
+
+impl Before {
+    fn checkpoint_id(&self) -> Option<&str> {
+        match self {
+            Before::Id(id) => Some(id),
+            Before::Checkpoint(c) => c.checkpoint_id.as_deref(),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct History {
     pub(crate) limit: Option<usize>,
-    pub(crate) before: Option<CheckpointRef>,
+    pub(crate) before: Option<Before>,
     pub(crate) metadata: Option<Map<String, Value>>,
     pub(crate) checkpoint: Option<CheckpointRef>,
 }
 
 /// The thread's checkpoints, newest first, across the sessions it was
-/// forked from.
+/// forked from and those it left for a fork, each once.
 pub(crate) async fn history(
     State(app): State<Shared>,
     Path(id): Path<String>,
@@ -552,8 +643,12 @@ pub(crate) async fn history(
 ) -> Result<Json<Vec<Value>>, ApiError> {
     let record = get_record(&app, &id).await?;
     let limit = body.limit.unwrap_or(10).min(1000);
-    let before = match body.before.as_ref().and_then(|b| b.checkpoint_id.as_ref()) {
-        Some(c) => Some(read_checkpoint(&record, c, "before.checkpoint_id")?),
+    let before = match &body.before {
+        Some(Before::Id(c)) => Some(read_checkpoint(&record, c, "before")?),
+        Some(b) => match b.checkpoint_id() {
+            Some(c) => Some(read_checkpoint(&record, c, "before.checkpoint_id")?),
+            None => None,
+        },
         None => None,
     };
     if let Some(c) = body
@@ -566,28 +661,31 @@ pub(crate) async fn history(
     let Some((head, agent)) = head_of(&app, &record).await? else {
         return Ok(Json(Vec::new()));
     };
-    // Every (session, index), newest first.
-    let mut points: Vec<(SessionId, u64)> = Vec::new();
-    let mut segments = vec![(record.session_id(), head.steps)];
-    segments.extend(
-        record
-            .parents
-            .iter()
-            .map(|p| (SessionId::from(p.session.clone()), p.index)),
-    );
-    for (session, upto) in segments {
-        let mut indexes: Vec<u64> = agent
-            .history(&session)
-            .await?
-            .iter()
-            .map(|c| c.index)
-            .filter(|i| *i <= upto)
-            .collect();
-        indexes.dedup();
-        indexes.sort_unstable();
-        indexes.dedup();
-        points.extend(indexes.into_iter().rev().map(|i| (session.clone(), i)));
+    // Each session of the thread, up to the furthest checkpoint of it the
+    // thread has had.
+    let mut upto: Vec<(String, u64)> = vec![(record.session.clone(), head.steps)];
+    for p in record.parents.iter().chain(&record.abandoned) {
+        match upto.iter_mut().find(|(s, _)| *s == p.session) {
+            Some((_, i)) => *i = (*i).max(p.index),
+            None => upto.push((p.session.clone(), p.index)),
+        }
     }
+    // Every (time, session, index), newest first: a fork's checkpoints
+    // are newer than those it was made from.
+    let mut points: Vec<(u64, SessionId, u64)> = Vec::new();
+    for (session, upto) in upto {
+        let session = SessionId::from(session);
+        let mut seen = std::collections::BTreeMap::new();
+        for c in agent.history(&session).await? {
+            if c.index <= upto {
+                // The latest record of an index is its checkpoint.
+                seen.insert(c.index, c.time);
+            }
+        }
+        points.extend(seen.into_iter().map(|(i, t)| (t, session.clone(), i)));
+    }
+    points.sort_by_key(|p| std::cmp::Reverse((p.0, p.2)));
+    let mut points: Vec<(SessionId, u64)> = points.into_iter().map(|(_, s, i)| (s, i)).collect();
     if let Some(b) = &before {
         match points.iter().position(|p| p == b) {
             Some(at) => {
@@ -664,14 +762,8 @@ pub(crate) async fn update_state(
     };
     let values = body.values.filter(|v| !v.is_null());
     let fork = agent.fork(&session, index, values, "values").await?;
-    record.parents.insert(
-        0,
-        Parent {
-            session: session.to_string(),
-            index,
-        },
-    );
-    record.session = fork.to_string();
+    mark_fork(&app, &id, &fork).await?;
+    record.move_to(&session, index, &fork, head.steps);
     record.updated_at = now_millis();
     save(&app, &record).await?;
     let steps = agent.head(&fork).await?.map_or(0, |h| h.steps);
@@ -700,6 +792,7 @@ pub(crate) async fn copy(
         metadata: record.metadata.clone(),
         session: String::new(),
         parents: Vec::new(),
+        abandoned: record.abandoned.clone(),
         deleted: false,
     };
     match head_of(&app, &record).await? {
@@ -708,10 +801,12 @@ pub(crate) async fn copy(
             let fork = agent
                 .fork(&record.session_id(), head.steps, None, "")
                 .await?;
+            mark_fork(&app, &copy.thread_id, &fork).await?;
             copy.session = fork.to_string();
             copy.parents.push(Parent {
                 session: record.session.clone(),
                 index: head.steps,
+                fork: Some(fork.to_string()),
             });
             copy.parents.extend(record.parents.iter().cloned());
         }

@@ -180,12 +180,31 @@ async fn unknown_assistants_threads_runs_and_checkpoints_are_404s() {
         "thread `no-such-thread`",
     );
     // An unknown route is a JSON 404 too; a wrong method a JSON 405.
+    // Both name the call and say it is not supported.
     let (status, body) = api.get("/nowhere").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"], "not_found");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("`GET /nowhere` is not supported"),
+        "{message}"
+    );
     let (status, body) = api.call(Method::PUT, "/threads", Body::empty()).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(body["error"], "method_not_allowed");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("`PUT /threads` is not supported"),
+        "{message}"
+    );
+    // The SDK's `threads.count` (a path the server has for another method).
+    let (status, body) = api.post("/threads/count", "{}").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("`POST /threads/count` is not supported"),
+        "{message}"
+    );
     // A checkpoint id that is not one, or not this thread's.
     let (_, _) = api
         .post(

@@ -22,6 +22,45 @@ async fn call(router: &axum::Router, request: Request<Body>) -> axum::response::
 }
 
 #[tokio::test]
+async fn a_bearer_key_is_taken_whatever_the_case_of_its_scheme() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path())
+        .api_key("key-read-0123456789", harness_server::Scope::Read)
+        .router()
+        .unwrap();
+    let with = |value: &str| {
+        Request::post("/assistants/search")
+            .header(header::AUTHORIZATION, value)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{}"))
+            .unwrap()
+    };
+    // The scheme is case-insensitive (RFC 9110, 11.1).
+    for value in [
+        "Bearer key-read-0123456789",
+        "bearer key-read-0123456789",
+        "BEARER key-read-0123456789",
+    ] {
+        assert_eq!(
+            call(&router, with(value)).await.status(),
+            StatusCode::OK,
+            "{value}"
+        );
+    }
+    for value in [
+        "bearer wrong-key",
+        "Basic key-read-0123456789",
+        "key-read-0123456789",
+    ] {
+        assert_eq!(
+            call(&router, with(value)).await.status(),
+            StatusCode::UNAUTHORIZED,
+            "{value}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn pages_of_other_origins_are_refused_and_listed_ones_get_cors() {
     let dir = tempfile::tempdir().unwrap();
     let router = crate::server(dir.path())

@@ -50,9 +50,16 @@ const TWO_MS: &str = "3000";
 
 /// Starts a replica; its child process and its URL.
 async fn start(url: &str, schema: &str, dir: &Path) -> (Child, String) {
+    start_as(url, schema, dir, &[]).await
+}
+
+/// Starts the `replica` example with `more` arguments (`--single`: a
+/// server of its own); its child process and its URL.
+async fn start_as(url: &str, schema: &str, dir: &Path, more: &[&str]) -> (Child, String) {
     let mut child = Command::new(replica_bin())
         .args(["--store", url, "--schema", schema, "--dir"])
         .arg(dir)
+        .args(more)
         .env("TWO_MS", TWO_MS)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -310,5 +317,136 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
             ("three".to_string(), pid_b),
         ],
         "the killed run's effects, in order"
+    );
+}
+
+/// A server of its own (no replicas) on PostgreSQL, killed with SIGKILL in
+/// the middle of two runs and started again: once the dead process's
+/// leases end, a run with no input continues one thread's run from its
+/// last checkpoint (the step under way runs again, no completed one
+/// does), and a run with an input starts the other thread over from its
+/// last checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_left_unfinished_by_a_killed_server_is_usable_once_its_lease_ends() {
+    let Some(url) = postgres() else { return };
+    let schema = format!("recovery_{}", uuid::Uuid::new_v4().simple());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, url_1) = start_as(&url, &schema, dir.path(), &["--single"]).await;
+    let pid_1 = first.id().unwrap();
+    let mut script = Command::new(crate::sdk::python())
+        .arg(crate::sdk::script("sdk_recovery.py"))
+        .arg(&url_1)
+        .env_remove("LANGGRAPH_API_KEY")
+        .env_remove("LANGSMITH_API_KEY")
+        .env_remove("LANGCHAIN_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = script.stdin.take().unwrap();
+    let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
+    let mut second = None;
+    let mut last = Value::Null;
+    let drive = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let stage: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("the script printed no JSON ({e}): {line}"));
+            if stage["stage"] == "started" {
+                // Both runs in step `two`, then the process dies.
+                for _ in 0..6_000 {
+                    if effects(dir.path())
+                        .iter()
+                        .filter(|(s, _)| s == "two")
+                        .count()
+                        == 2
+                    {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                first.start_kill().unwrap();
+                first.wait().await.unwrap();
+                let (child, url_2) = start_as(&url, &schema, dir.path(), &["--single"]).await;
+                second = Some(child);
+                use tokio::io::AsyncWriteExt;
+                stdin
+                    .write_all(format!("{url_2}\n").as_bytes())
+                    .await
+                    .unwrap();
+                stdin.flush().await.unwrap();
+            }
+            last = stage;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), drive)
+        .await
+        .expect("the SDK script did not finish in 120 s");
+    let out = script.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "sdk_recovery.py failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = last;
+    println!("sdk_recovery.py saw: {seen}");
+    let pid_2 = second.as_ref().and_then(Child::id).unwrap();
+    let whole = serde_json::json!(["one", "two", "three"]);
+
+    // Left unfinished: not busy once the lease ended; `next` names the
+    // step under way when the process died.
+    assert_eq!(seen["status_unfinished"], "error", "{seen}");
+    assert_eq!(
+        seen["next_unfinished"],
+        serde_json::json!(["two"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["values_unfinished"]["trail"],
+        serde_json::json!(["one"])
+    );
+    // No input: continued, and each step applied once.
+    assert_eq!(seen["continued"]["trail"], whole, "{seen}");
+    assert_eq!(seen["continued_runs"], serde_json::json!(["success"]));
+    assert_eq!(seen["continued_status"], "idle");
+    // An input: from the last checkpoint, the input merged, then the loop.
+    assert_eq!(
+        seen["restarted"]["trail"],
+        serde_json::json!(["one", "again", "one", "two", "three"]),
+        "{seen}"
+    );
+    assert_eq!(seen["restarted_status"], "idle");
+    assert_eq!(seen["restarted_history_unique"], true, "{seen}");
+    assert_eq!(seen["restarted_history_head"], seen["restarted"]["trail"]);
+    assert_eq!(
+        seen["again"]["trail"],
+        serde_json::json!(["one", "two", "three", "more", "one", "two", "three"]),
+        "{seen}"
+    );
+    // The first process ran `one` twice and began `two` twice; the second
+    // ran the rest: `two` and `three` of the continued run, and the whole
+    // loop twice more.
+    let all = effects(dir.path());
+    let count = |pid: u32, step: &str| all.iter().filter(|(s, p)| *p == pid && s == step).count();
+    assert_eq!(
+        (
+            count(pid_1, "one"),
+            count(pid_1, "two"),
+            count(pid_1, "three")
+        ),
+        (2, 2, 0),
+        "{all:?}"
+    );
+    assert_eq!(
+        (
+            count(pid_2, "one"),
+            count(pid_2, "two"),
+            count(pid_2, "three")
+        ),
+        (2, 3, 3),
+        "{all:?}"
     );
 }

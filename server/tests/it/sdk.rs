@@ -449,3 +449,50 @@ async fn the_python_sdk_delays_runs_updates_state_by_command_and_streams_whole_m
         ])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_sees_one_history_across_forks_and_options_it_cannot_have_refused() {
+    let seen = drive("sdk_threads.py", |s| s).await;
+
+    // Two forks: every checkpoint once, newest first, the original
+    // session's whole history kept, the head the thread's state.
+    assert_eq!(seen["history_len"], json!([3, 5]), "{seen}");
+    assert_eq!(seen["history_unique"], true, "{seen}");
+    assert_eq!(seen["history_newest_first"], true, "{seen}");
+    assert_eq!(seen["history_has_all_before"], true, "{seen}");
+    assert_eq!(seen["history_head"], json!(["a", "draft 1", "f"]));
+    assert_eq!(seen["history_head_is_state"], true);
+
+    // `before` as a checkpoint id, as the object.
+    assert_eq!(seen["before_by_id"], true, "{seen}");
+    assert_eq!(seen["before_same"], true, "{seen}");
+    assert_eq!(seen["before_unknown"], json!([404, null]), "{seen}");
+
+    // A fork's session: not a thread, not named.
+    assert_eq!(seen["fork_is_new_session"], true);
+    assert_eq!(seen["paused_input"], 409);
+    assert_eq!(seen["paused_message_names_fork"], false, "{seen}");
+    assert_eq!(seen["fork_get"], 404);
+    assert_eq!(seen["fork_delete"], 404);
+    assert_eq!(seen["fork_run"], 404);
+    assert_eq!(seen["fork_listed"], false);
+    assert_eq!(seen["thread_after"], "interrupted");
+
+    // Options not honoured: a 422 naming each; no run started.
+    assert_eq!(
+        seen["options_refused"],
+        json!([
+            [422, "config.recursion_limit"],
+            [422, "config.configurable"],
+            [422, "context"],
+            [422, "durability"],
+            [422, "strict_resume"],
+            [422, "feedback_keys"],
+            [422, "surprise"]
+        ]),
+        "{seen}"
+    );
+    assert_eq!(seen["no_run_started"], json!([]));
+    assert_eq!(seen["options_taken"], json!({"ticks": 2, "limit": 2}));
+    assert_eq!(seen["unknown_null_taken"], json!({"ticks": 3, "limit": 3}));
+}
