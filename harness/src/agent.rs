@@ -774,6 +774,53 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         index: u64,
         update: Option<S::Update>,
     ) -> Result<SessionId, SessionError> {
+        self.fork_as(session_id, index, update, false).await
+    }
+
+    /// [`fork`](Self::fork), except that a fork at the checkpoint where the
+    /// session waits on an interrupt (its last, while it waits) waits on
+    /// that interrupt too: the same id, the step that asked it, and what
+    /// that step journaled before it asked (its `once` results are not
+    /// repeated). [`resume`](Self::resume) answers it on the fork, whose
+    /// step then runs on the fork's state, `update` merged; the session
+    /// forked from still waits on its own. This is what LangGraph's
+    /// `update_state` does to a thread waiting on an interrupt.
+    ///
+    /// Only an interrupt asked by the loop's own steps is kept: one asked
+    /// inside a branch of a fork or a sub-agent is not (the fork is then
+    /// completed, as [`fork`](Self::fork) makes it), nor is one at an
+    /// earlier checkpoint.
+    pub async fn fork_waiting(
+        &self,
+        session_id: &SessionId,
+        index: u64,
+        update: Option<S::Update>,
+    ) -> Result<SessionId, SessionError> {
+        self.fork_as(session_id, index, update, true).await
+    }
+
+    async fn fork_as(
+        &self,
+        session_id: &SessionId,
+        index: u64,
+        update: Option<S::Update>,
+        keep_interrupt: bool,
+    ) -> Result<SessionId, SessionError> {
+        let head = self.session(session_id).await?;
+        // The interrupt the fork waits on, its step and that step's journal.
+        let waiting = match &head.phase {
+            SessionPhase::Interrupted { interrupt }
+                if keep_interrupt
+                    && index == head.steps
+                    && interrupt.path.is_root()
+                    && head.branch_journals.is_empty() =>
+            {
+                head.next_step
+                    .clone()
+                    .map(|step| (interrupt.clone(), step, head.journal.clone()))
+            }
+            _ => None,
+        };
         let mut state = self.state_at(session_id, Some(index)).await?;
         if let Some(u) = update {
             state.apply(u);
@@ -793,16 +840,32 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
             Holder::ThisRun,
         )
         .await?;
-        cursor
-            .settle(
-                SessionPhase::Completed {
-                    signal: Signal::new(format!("$fork:{session_id}@{index}")),
-                },
-                None,
-                Journals::new(),
-                start,
-            )
-            .await?;
+        match waiting {
+            Some((interrupt, step, journal)) => {
+                let mut journals = Journals::new();
+                journals.insert(TaskPath::root(), journal);
+                cursor
+                    .settle(
+                        SessionPhase::Interrupted { interrupt },
+                        Some(&step),
+                        journals,
+                        start,
+                    )
+                    .await?;
+            }
+            None => {
+                cursor
+                    .settle(
+                        SessionPhase::Completed {
+                            signal: Signal::new(format!("$fork:{session_id}@{index}")),
+                        },
+                        None,
+                        Journals::new(),
+                        start,
+                    )
+                    .await?;
+            }
+        }
         Ok(fork)
     }
 }

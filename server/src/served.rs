@@ -68,6 +68,15 @@ pub(crate) trait Served: Send + Sync {
         values: Option<Value>,
         field: &str,
     ) -> Result<SessionId, ApiError>;
+    /// [`fork`](Self::fork), keeping the interrupt `session` waits on at
+    /// `index` ([`harness::Agent::fork_waiting`]).
+    async fn fork_waiting(
+        &self,
+        session: &SessionId,
+        index: u64,
+        values: Option<Value>,
+        field: &str,
+    ) -> Result<SessionId, ApiError>;
     /// Checks that `input` reads as an update of the state; `field` names it.
     fn check_input(&self, input: &Value, field: &str) -> Result<(), ApiError>;
     /// Starts a run on `session` with `input` merged in, driven as `to`
@@ -286,6 +295,20 @@ where
             None => None,
         };
         Ok(self.agent.fork(session, index, update).await?)
+    }
+
+    async fn fork_waiting(
+        &self,
+        session: &SessionId,
+        index: u64,
+        values: Option<Value>,
+        field: &str,
+    ) -> Result<SessionId, ApiError> {
+        let update = match values {
+            Some(v) => Some(self.read_update(v, field)?),
+            None => None,
+        };
+        Ok(self.agent.fork_waiting(session, index, update).await?)
     }
 
     fn check_input(&self, input: &Value, field: &str) -> Result<(), ApiError> {

@@ -761,7 +761,15 @@ pub(crate) async fn update_state(
         None => (record.session_id(), head.steps),
     };
     let values = body.values.filter(|v| !v.is_null());
-    let fork = agent.fork(&session, index, values, "values").await?;
+    // The thread still waits on its interrupt, as with LangGraph, unless
+    // the update is made as a step's (which moves the loop on).
+    let fork = if body.as_node.is_none() {
+        agent
+            .fork_waiting(&session, index, values, "values")
+            .await?
+    } else {
+        agent.fork(&session, index, values, "values").await?
+    };
     mark_fork(&app, &id, &fork).await?;
     record.move_to(&session, index, &fork, head.steps);
     record.updated_at = now_millis();
@@ -798,8 +806,9 @@ pub(crate) async fn copy(
     match head_of(&app, &record).await? {
         None => copy.session = copy.thread_id.clone(),
         Some((head, agent)) => {
+            // A copy of a thread waiting on an interrupt waits on it too.
             let fork = agent
-                .fork(&record.session_id(), head.steps, None, "")
+                .fork_waiting(&record.session_id(), head.steps, None, "")
                 .await?;
             mark_fork(&app, &copy.thread_id, &fork).await?;
             copy.session = fork.to_string();

@@ -1546,3 +1546,97 @@ async fn only_an_end_already_in_a_durable_step_commit_is_settled_without_a_flush
         );
     }
 }
+
+#[tokio::test]
+async fn a_fork_of_a_session_waiting_on_an_interrupt_waits_on_it_too() {
+    let store = Arc::new(MemoryStore::new());
+    let effects = Arc::new(AtomicU32::new(0));
+    /// Charges once, then asks how many to add, and logs the answer.
+    async fn charge_then_ask(s: Arc<Tally>, cx: Cx<Effects>) -> StepResult<TallyUpdate> {
+        let charged: u32 = cx
+            .once("charge", async {
+                cx.side_effects.fetch_add(1, Ordering::SeqCst) + 1
+            })
+            .await?;
+        let amount: u32 = cx.interrupt("how many?")?;
+        Ok(TallyUpdate::new()
+            .count(amount)
+            .log(vec![format!("charge {charged}, {amount} on {:?}", s.log)]))
+    }
+    let h = Harness::<Tally, Effects>::builder()
+        .step("ask")
+        .run(charge_then_ask)
+        .end()
+        .start("ask")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let agent = create_agent_with(
+        "forks",
+        &h,
+        EffectsAgent {
+            side_effects: Arc::clone(&effects),
+        },
+    );
+    let paused = agent.run(Tally::default()).await.unwrap();
+    let (session, asked) = (paused.session_id, paused.interrupt.unwrap());
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+
+    // Forked where it waits, with an update: the fork waits on the same
+    // interrupt, and answering it runs the step on the fork's state
+    // without charging again.
+    let fork = agent
+        .fork_waiting(
+            &session,
+            paused.steps,
+            Some(TallyUpdate::new().log(vec!["edited".into()])),
+        )
+        .await
+        .unwrap();
+    let head = agent.session(&fork).await.unwrap();
+    match &head.phase {
+        SessionPhase::Interrupted { interrupt } => assert_eq!(interrupt.id, asked.id),
+        other => panic!("the fork does not wait: {other:?}"),
+    }
+    let done = agent
+        .resume(5, &fork, &asked.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(done.state.count, 5);
+    assert_eq!(done.state.log, ["edited", "charge 1, 5 on [\"edited\"]"]);
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "the charge is not repeated"
+    );
+
+    // The session forked from still waits on its own, and is answered
+    // apart.
+    let original = agent
+        .resume(2, &session, &asked.id)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(original.state.count, 2);
+    assert_eq!(original.state.log, ["charge 1, 2 on []"]);
+
+    // `fork` makes a completed session, as it always did; so does
+    // `fork_waiting` at a checkpoint where the session did not wait.
+    let again = agent.run(Tally::default()).await.unwrap();
+    let plain = agent
+        .fork(&again.session_id, again.steps, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        agent.session(&plain).await.unwrap().phase,
+        SessionPhase::Completed { .. }
+    ));
+    let finished = agent.fork_waiting(&session, 1, None).await.unwrap();
+    assert!(matches!(
+        agent.session(&finished).await.unwrap().phase,
+        SessionPhase::Completed { .. }
+    ));
+}

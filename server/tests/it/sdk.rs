@@ -478,6 +478,25 @@ async fn the_python_sdk_sees_one_history_across_forks_and_options_it_cannot_have
     assert_eq!(seen["fork_listed"], false);
     assert_eq!(seen["thread_after"], "interrupted");
 
+    // The interrupt a thread waits on is kept through `update_state` and
+    // `copy`, and answered on the updated state.
+    assert_eq!(
+        seen["waiting_after_update"],
+        json!(["interrupted", ["review"], true]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["waiting_in_copy"],
+        json!(["interrupted", true]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["answered_after_update"],
+        json!(["w", "draft 1", "edited while waiting", "review: approved"]),
+        "{seen}"
+    );
+    assert_eq!(seen["answered_in_copy"], "rejected", "{seen}");
+
     // Options not honoured: a 422 naming each; no run started.
     assert_eq!(
         seen["options_refused"],

@@ -1,7 +1,7 @@
 """Threads across forks and run options, through the real `langgraph-sdk`
 client: history without duplicates, newest first, across two forks;
 `before` as a checkpoint id; a fork's session never shown as a thread;
-the run options the server does not honour refused, naming them.
+an interrupt kept through update_state and copy; the run options the server does not honour refused, naming them.
 
 Usage: python sdk_threads.py URL
 
@@ -90,6 +90,31 @@ seen["fork_listed"] = any(
     x["thread_id"] == fork for x in client.threads.search(limit=1000)
 )
 seen["thread_after"] = client.threads.get(t)["status"]
+
+# A thread waiting on an interrupt still waits on it after update_state
+# and in a copy; `command.resume` answers it on the updated state.
+w = client.threads.create()["thread_id"]
+client.runs.wait(w, "ticket", input={"log": ["w"]})
+asked = [i["id"] for i in client.threads.get_state(w)["interrupts"]]
+client.threads.update_state(w, {"log": ["edited while waiting"]})
+after = client.threads.get_state(w)
+seen["waiting_after_update"] = [
+    client.threads.get(w)["status"],
+    after["next"],
+    [i["id"] for i in after["interrupts"]] == asked,
+]
+copied = client.threads.copy(w)["thread_id"]
+in_copy = client.threads.get_state(copied)
+seen["waiting_in_copy"] = [
+    client.threads.get(copied)["status"],
+    [i["id"] for i in in_copy["interrupts"]] == asked,
+]
+seen["answered_after_update"] = client.runs.wait(
+    w, "ticket", command={"resume": {"approve": True}}
+)["log"]
+seen["answered_in_copy"] = client.runs.wait(
+    copied, "ticket", command={"resume": {"approve": False}}
+)["decision"]
 
 # Run options not honoured: refused, naming them.
 t = client.threads.create()["thread_id"]
