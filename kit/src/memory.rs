@@ -85,7 +85,9 @@ pub enum LimitKind {
 /// one appends its transcript's units and changes, adds its tools to the
 /// allow-list, adds its usage, turns and time, and takes its status if it
 /// has one. The kit's steps build the updates; your steps can add to the
-/// conversation with `AgentMemory::from(Transcript::new().user(".."))`.
+/// conversation with `AgentMemory::from(Transcript::new().user(".."))`,
+/// and the usage of their own model calls with
+/// [`spending`](AgentMemory::spending).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentMemory {
     #[serde(default)]
@@ -171,6 +173,27 @@ impl AgentMemory {
                 UnitBody::Turn(turn) => Some(turn.message.text()),
                 _ => None,
             })
+    }
+
+    /// This update with `usage` of a call to `model` (by the name a
+    /// [`PriceTable`](harness::llm::PriceTable) prices) added, so that
+    /// [`usage`](Self::usage), the token limit and the cost count calls
+    /// your own steps make (a classifier before the agent, a check after
+    /// it) beside the agent's.
+    ///
+    /// ```
+    /// use harness::llm::Usage;
+    /// use harness::state::reduce::Appendable;
+    /// use harness_kit::AgentMemory;
+    ///
+    /// let mut memory = AgentMemory::default().spending("small", Usage::new(100, 5));
+    /// memory.append_from(AgentMemory::default().spending("small", Usage::new(40, 2)));
+    /// assert_eq!(memory.usage().get("small"), Some(Usage::new(140, 7)));
+    /// assert_eq!(memory.turns(), 0, "no turn of the agent loop");
+    /// ```
+    #[must_use]
+    pub fn spending(self, model: impl Into<String>, usage: Usage) -> Self {
+        self.spent(model.into(), usage)
     }
 
     // Updates, built by the kit's steps.

@@ -6,6 +6,7 @@ use harness::llm::{
     ContentPart, Expect, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, Role,
     Tool, ToolCall, ToolResult, ToolSet, Usage,
 };
+use harness::state::reduce::Appendable;
 use harness::{
     Context, Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent_with, schemars,
 };
@@ -302,6 +303,36 @@ async fn the_token_limit_counts_every_turn() {
         })
     );
     assert_eq!(model.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn the_token_limit_counts_what_the_users_own_steps_spent() {
+    // A step of the user's own spent 900 tokens of a model of its own
+    // before the agent loop: the loop's limit of 1 000 leaves it one turn.
+    let mut chat = AgentChat::with_task("go");
+    chat.memory
+        .append_from(AgentMemory::default().spending("classifier", Usage::new(850, 50)));
+    let call = ModelResponse::from_tool_call(ToolCall::new("c1", "add", json!({"a": 1, "b": 1})))
+        .with_usage(Usage::new(80, 20));
+    let model = scripted([Expect::any().reply(call)]);
+    let recipe = AgentLoop::new(tools()).limits(Limits::none().tokens(1_000));
+    let outcome = agent(recipe, model.clone())
+        .run(chat)
+        .await
+        .unwrap_or_else(|e| panic!("the run completes: {e}"));
+    assert_eq!(
+        outcome.state.memory.status(),
+        Some(&AgentStatus::LimitReached {
+            limit: LimitKind::Tokens {
+                max: 1_000,
+                used: 1_000
+            }
+        })
+    );
+    assert_eq!(model.requests().len(), 1);
+    let usage = outcome.state.memory.usage();
+    assert_eq!(usage.get("classifier"), Some(Usage::new(850, 50)));
+    assert_eq!(usage.total(), Usage::new(930, 70));
 }
 
 /// A model that takes its time.
