@@ -519,9 +519,7 @@ fn in_flight_text(e: &SessionInFlight) -> String {
         return format!("session {session} is being run by {owner}; try again when it settles");
     }
     // The clock as the session's leases read it (ms since the epoch).
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let now = crate::clock::now_millis();
     let left = expires_at.saturating_sub(now);
     format!(
         "session {session} is being run by {owner}, whose lease ends at {expires_at} ms since \

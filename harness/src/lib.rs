@@ -58,6 +58,7 @@ pub mod secrets;
 
 pub mod llm;
 
+mod clock;
 pub mod memory;
 mod panics;
 mod type_name;

@@ -47,7 +47,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::pin::Pin;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The version of the stored format; a record of another version is refused
 /// with [`StoreLoad`] rather than misread.
@@ -55,9 +55,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    crate::clock::now_millis()
 }
 
 /// Where a session's latest run is.

@@ -22,7 +22,15 @@ const ORDER: &[&str] = &[
 ];
 /// Modules that use no module of [`ORDER`], only leaves before them; any
 /// module may use them.
-const LEAVES: &[&str] = &["type_name", "panics", "durable", "secrets", "llm", "memory"];
+const LEAVES: &[&str] = &[
+    "clock",
+    "type_name",
+    "panics",
+    "durable",
+    "secrets",
+    "llm",
+    "memory",
+];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
