@@ -836,7 +836,8 @@ impl ExecutionStateGraph {
     /// cells by the static analysis *and* by these records: a later cell
     /// depends on `cell` if what `cell` wrote, deleted or changed (by its
     /// analysis or in this run, files included) meets what the later cell
-    /// reads (by its analysis or in its own last run). Names only a trace
+    /// reads or changes in place (by its analysis or in its own last run:
+    /// a change in place depends on the value before it). Names only a trace
     /// gives are possible writes, never certain ones, so a trace only ever
     /// adds edges. Dependencies of `cell` and of the cells after it are
     /// inferred again; up-to-date cells that are now downstream of `cell`
@@ -1141,7 +1142,8 @@ impl ExecutionStateGraph {
             }
         }
         // What the last run did: its writes are possible writes (the walk
-        // back from a reader goes on past them), its reads are needed.
+        // back from a reader goes on past them), its reads and what it
+        // changed in place are needed.
         let mut traced_needs: BTreeSet<String> = BTreeSet::new();
         if let Some(trace) = &node.trace {
             for name in trace.writes() {
@@ -1150,7 +1152,10 @@ impl ExecutionStateGraph {
                     effects.may_produce.insert(name);
                 }
             }
-            for name in trace.inputs() {
+            // A value changed in place was read too: what the cell left in
+            // it depends on what it held before (through a name the cell
+            // never loaded, too: a list changed through a dict holding it).
+            for name in trace.inputs().chain(trace.mutated.iter().cloned()) {
                 if !needed.contains(&name) {
                     traced_needs.insert(name.clone());
                     needed.insert(name);

@@ -19,10 +19,17 @@
 //! with nothing re-run up front.
 //!
 //! Each run has a *cache key*: the SHA-256 of the cell's code and of the
-//! identities of the values it reads (blob hashes; for an unpicklable value,
-//! the key of the run that produced it and the name). Runs are cached by
-//! key, so [`replay`](Notebook::replay) can reuse a cell whose code and
-//! inputs are unchanged instead of running it, as a build system would.
+//! identities of the values it reads or changes in place (blob hashes; for
+//! an unpicklable value, the key of the run that produced it and the name;
+//! for a file a cell wrote, its content). Runs are cached by key, so
+//! [`replay`](Notebook::replay) can reuse a cell whose code and inputs are
+//! unchanged instead of running it, as a build system would. A run is
+//! cached only if its key held everything its trace shows it depended on
+//! and that an earlier cell produced, and reused only while what it read
+//! from outside the notebook ([`CellRecord::external`]) still has no
+//! producer: a dependency found by the run's own trace (a list changed
+//! through a dict holding it, a file linked after the key was made) never
+//! lets an older run stand for a new one.
 //!
 //! # Limits
 //!
@@ -43,9 +50,15 @@
 //! not seen (declare such a dependency with
 //! [`ExecutionStateGraph::add_edge`], or the cell reruns only when its code
 //! or inputs change). Names are pickled one by one; names that shared one
-//! object at the end of their cell (an alias, a numpy view and its base)
-//! are recomputed by re-running that cell rather than loaded as separate
-//! objects. Module state (`@numpy.random`, `@matplotlib`) cannot be loaded:
+//! object at the end of their cell (an alias, a numpy view and its base, a
+//! list held by a dict and by a name of its own, a pandas Series and its
+//! frame: [`CellTrace::aliases`]) are recomputed by re-running that cell
+//! rather than loaded as separate objects; and when one name of such a
+//! group is given a new object in the kernel, the others are restored
+//! again before a cell that needs them. Names a cell reads that the kernel
+//! holds but no earlier cell produces (an edit renamed them, or a later
+//! cell bound them) are deleted before it runs, as a fresh run would not
+//! have them. Module state (`@numpy.random`, `@matplotlib`) cannot be loaded:
 //! a kernel that does not hold it re-runs the cell that made it, which
 //! restores it only as far as running that cell again does.
 
@@ -239,6 +252,13 @@ pub struct CellRecord {
     /// ([`ExecutionStateGraph::record_trace`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<CellTrace>,
+    /// What the run's trace shows it read or changed in place (names,
+    /// `file:PATH`, `@` states) that no earlier cell produced when it ran,
+    /// so that its cache key does not hold it (a file no cell wrote, a name
+    /// it found missing). The run is reused only while none of them has a
+    /// producer; every other dependency of the run is in [`inputs`](Self::inputs).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub external: BTreeSet<String>,
     /// Time in the kernel, in microseconds.
     pub duration_us: u64,
     /// When it ran.
@@ -372,6 +392,10 @@ pub struct Notebook {
     kernel: Option<Kernel>,
     /// What the kernel's namespace holds: name → identity.
     live: BTreeMap<String, String>,
+    /// The groups of names sharing an object in the kernel, as the last
+    /// cell that ran there left them ([`CellTrace::aliases`]), less the
+    /// names restored since.
+    groups: Vec<BTreeSet<String>>,
     live_generation: u64,
     /// Blobs the kernel failed to load (missing, unreadable, corrupt: the
     /// kernel checks every blob against its hash before unpickling it);
@@ -447,6 +471,7 @@ impl Notebook {
             config,
             kernel: None,
             live: BTreeMap::new(),
+            groups: Vec::new(),
             live_generation: 0,
             bad_blobs: BTreeSet::new(),
             synced: std::sync::Mutex::new(BTreeSet::new()),
@@ -841,6 +866,7 @@ impl Notebook {
             let _ = kernel.shutdown().await;
         }
         self.live.clear();
+        self.groups.clear();
     }
 
     /// Runs `cell` now, whatever its status: restores what it needs, runs it,
@@ -930,7 +956,38 @@ impl Notebook {
         cell: CellId,
         files: &mut FileIdentities,
     ) -> Result<BTreeMap<String, Source>, NotebookError> {
-        let mut wanted = self.needed_names(cell)?;
+        let wanted = self.needed_names(cell)?;
+        Ok(self.sources_of(cell, wanted, files))
+    }
+
+    /// Whether a cell before `cell` produced `name` (a value, a `file:`
+    /// path or an `@` state) in its last run, as [`sources`](Self::sources)
+    /// would find it.
+    fn has_producer(&self, cell: CellId, name: &str) -> bool {
+        self.records.range(..cell).rev().any(|(_, record)| {
+            if let Some(path) = name.strip_prefix(FILE_PREFIX) {
+                record
+                    .trace
+                    .as_ref()
+                    .is_some_and(|t| t.files_written.contains(path))
+            } else if name.starts_with('@') {
+                record
+                    .trace
+                    .as_ref()
+                    .is_some_and(|t| t.mutated.contains(name))
+            } else {
+                record.identity(name).is_some()
+            }
+        })
+    }
+
+    /// The sources of the names in `wanted` (see [`sources`](Self::sources)).
+    fn sources_of(
+        &self,
+        cell: CellId,
+        mut wanted: BTreeSet<String>,
+        files: &mut FileIdentities,
+    ) -> BTreeMap<String, Source> {
         let mut found = BTreeMap::new();
         for (&producer, record) in self.records.range(..cell).rev() {
             if wanted.is_empty() {
@@ -1012,7 +1069,7 @@ impl Notebook {
                 false
             });
         }
-        Ok(found)
+        found
     }
 
     /// SHA-256 of the cell's code and its inputs' identities.
@@ -1036,8 +1093,20 @@ impl Notebook {
         Ok(hasher.finish())
     }
 
-    pub(crate) fn cached(&self, key: &str) -> Option<&CellRecord> {
-        self.cache.get(key).filter(|record| record.is_ok())
+    /// The cached successful run of `cell` with cache key `key`, if it can
+    /// stand for a run now: everything its trace shows it read or changed
+    /// in place was in its key, or had no producer then and still has none
+    /// (a run whose key missed a dependency, found only by its trace, is
+    /// never reused).
+    pub(crate) fn cached(&self, cell: CellId, key: &str) -> Option<&CellRecord> {
+        let record = self.cache.get(key).filter(|record| record.is_ok())?;
+        let complete = record.trace.as_ref().is_none_or(|trace| {
+            trace_dependencies(trace).all(|name| {
+                record.inputs.contains_key(&name)
+                    || (record.external.contains(&name) && !self.has_producer(cell, &name))
+            })
+        });
+        complete.then_some(record)
     }
 
     pub(crate) fn previous_record(&self, cell: CellId) -> Option<&CellRecord> {
@@ -1046,7 +1115,7 @@ impl Notebook {
 
     /// Marks `cell` as reusing the cached run `key`.
     pub(crate) fn reuse(&mut self, cell: CellId, key: &str) -> Result<(), NotebookError> {
-        let Some(mut record) = self.cached(key).cloned() else {
+        let Some(mut record) = self.cached(cell, key).cloned() else {
             return Ok(());
         };
         let node = self.graph.cell(cell)?;
@@ -1077,6 +1146,7 @@ impl Notebook {
         let generation = self.kernel.as_ref().map_or(0, Kernel::generation);
         if generation != self.live_generation {
             self.live.clear();
+            self.groups.clear();
             self.live_generation = generation;
         }
     }
@@ -1087,6 +1157,13 @@ impl Notebook {
         Ok(runnable_source(node.source(), node.analysis()))
     }
 
+    /// The names the kernel reports as outputs of `cell` even if it did not
+    /// see them change, when the cell succeeds: those it binds or changes in
+    /// place by its analysis (rebinding a name to the object it held, or a
+    /// change the kernel's fingerprints may miss), directly or through the
+    /// functions of earlier cells it calls. Not what only the last run
+    /// wrote (`traced`): a name an earlier version of the cell bound (before
+    /// an edit renamed it) is no output of this one.
     fn declared(&self, cell: CellId) -> Result<Vec<String>, NotebookError> {
         let node = self.graph.cell(cell)?;
         let analysis = node.analysis();
@@ -1097,7 +1174,12 @@ impl Notebook {
             .iter()
             .chain(&analysis.mutations)
             .chain(&effects.produces)
-            .chain(&effects.may_produce)
+            .chain(
+                effects
+                    .may_produce
+                    .iter()
+                    .filter(|name| !effects.traced.contains(*name)),
+            )
             .filter(|name| !name.starts_with('@') && !name.starts_with(FILE_PREFIX))
             .collect();
         Ok(names.into_iter().cloned().collect())
@@ -1120,6 +1202,13 @@ impl Notebook {
         };
         let result = kernel.execute_with(cell.get(), &source, &options).await;
         self.sync_generation();
+        if let Ok(result) = &result {
+            self.groups = result
+                .trace
+                .as_ref()
+                .map(|trace| trace.aliases.clone())
+                .unwrap_or_default();
+        }
         result
     }
 
@@ -1170,8 +1259,16 @@ impl Notebook {
         &mut self,
         cell: CellId,
         sources: &BTreeMap<String, Source>,
+        disturbed: &mut BTreeSet<String>,
     ) -> Result<(Vec<String>, Vec<String>), NotebookError> {
         let mut values = Vec::new();
+        let absent = self.unproduced(cell, sources)?;
+        for name in &absent {
+            values.push(RestoreValue::Delete {
+                name: name.clone(),
+                delete: true,
+            });
+        }
         for (name, source) in sources {
             if self.live.get(name) == Some(&source.identity) {
                 continue;
@@ -1202,8 +1299,26 @@ impl Notebook {
             cell: Some(cell),
             source,
         })?;
+        // A name given a new object no longer shares it with the names
+        // of its group in the kernel: they are no longer known to hold
+        // their values as a fresh run would (a change through one would
+        // not show on the other), so a cell that needs them restores them.
         for name in &report.restored {
-            if let Some(source) = sources.get(name) {
+            for group in &mut self.groups {
+                if group.remove(name) {
+                    for other in group.iter() {
+                        if self.live.remove(other).is_some() {
+                            disturbed.insert(other.clone());
+                        }
+                    }
+                }
+            }
+        }
+        for name in &report.restored {
+            if absent.contains(name) {
+                self.live.remove(name);
+                disturbed.insert(name.clone());
+            } else if let Some(source) = sources.get(name) {
                 if source.identity == DELETED {
                     self.live.remove(name);
                 } else {
@@ -1232,6 +1347,63 @@ impl Notebook {
         Ok((report.restored, failed))
     }
 
+    /// Names the kernel holds that `cell` may read (by its analysis or its
+    /// last run) but that no cell before it produces: left there by a later
+    /// cell, or by an earlier version of a cell (a name an edit renamed). A
+    /// fresh run of the cells would not have them: they are deleted before
+    /// the cell runs, so that reading one raises `NameError` (or finds the
+    /// builtin it shadowed). For a cell that defeats the analysis
+    /// (`globals()`, `exec`), every such name the kernel holds.
+    fn unproduced(
+        &self,
+        cell: CellId,
+        sources: &BTreeMap<String, Source>,
+    ) -> Result<BTreeSet<String>, NotebookError> {
+        let node = self.graph.cell(cell)?;
+        let candidates: Vec<&String> = if node.effects().opaque {
+            self.live.keys().collect()
+        } else {
+            let analysis = node.analysis();
+            analysis
+                .reads
+                .iter()
+                .chain(&analysis.builtins)
+                .chain(&analysis.mutations)
+                .chain(
+                    node.trace()
+                        .into_iter()
+                        .flat_map(|trace| trace.reads.iter().chain(&trace.mutated)),
+                )
+                .collect()
+        };
+        Ok(candidates
+            .into_iter()
+            .filter(|name| {
+                !name.starts_with('@')
+                    && !name.starts_with(FILE_PREFIX)
+                    && self.live.contains_key(*name)
+                    && !sources.contains_key(*name)
+                    && !self.has_producer(cell, name)
+            })
+            .cloned()
+            .collect())
+    }
+
+    /// Whether a source in `sources` was `disturbed` (taken out of `live`)
+    /// and is not back as it should be.
+    fn unsettled(&self, sources: &BTreeMap<String, Source>, disturbed: &BTreeSet<String>) -> bool {
+        sources.iter().any(|(name, source)| {
+            disturbed.contains(name)
+                && match source.restore {
+                    Restore::Delete => self.live.contains_key(name),
+                    Restore::External => false,
+                    Restore::Load(_) | Restore::Rerun => {
+                        self.live.get(name) != Some(&source.identity)
+                    }
+                }
+        })
+    }
+
     /// Blobs the kernel has just written are whole again: no longer bad.
     fn forget_rewritten(&mut self, result: &CellResult) {
         for summary in result.outputs.values() {
@@ -1255,18 +1427,23 @@ impl Notebook {
     ) -> Result<Prepared, NotebookError> {
         let mut prepared = Prepared::default();
         let mut sources = sources.clone();
+        // Names taken out of `live` meanwhile (deleted as unproduced, or
+        // parted from the object they shared): a plan that counted on them
+        // is made again.
+        let mut disturbed = BTreeSet::new();
         // A blob that fails to load is marked bad and the plan is made again
         // (its producer is re-run instead); bounded, as each round marks one.
         for _ in 0..8 {
             let plan = self.plan(&sources)?;
             let mut retry = false;
             for (rerun, rerun_sources) in plan {
-                let (restored, failed) = self.load(rerun, &rerun_sources).await?;
+                let (restored, failed) = self.load(rerun, &rerun_sources, &mut disturbed).await?;
                 prepared.restored.extend(restored);
-                if !failed.is_empty() {
+                if !failed.is_empty() || self.unsettled(&rerun_sources, &disturbed) {
                     retry = true;
                     break;
                 }
+                let groups = self.groups.clone();
                 // Snapshots are skipped for a recomputation unless a blob of
                 // the producer is missing (or was found corrupt and removed):
                 // writing the value again heals the store.
@@ -1291,6 +1468,22 @@ impl Notebook {
                     });
                 }
                 prepared.recomputed.push(rerun);
+                // A cell re-run out of order rebinds names that other names
+                // of the kernel shared objects with: those are parted from
+                // them, and restored again when needed.
+                let rebound: BTreeSet<&String> = match &result.trace {
+                    Some(trace) => trace.bound.iter().chain(&trace.deleted).collect(),
+                    None => result.outputs.keys().chain(&result.deleted).collect(),
+                };
+                for group in &groups {
+                    if group.iter().any(|name| rebound.contains(name)) {
+                        for other in group.iter().filter(|name| !rebound.contains(name)) {
+                            if self.live.remove(other).is_some() {
+                                disturbed.insert(other.clone());
+                            }
+                        }
+                    }
+                }
                 let record = self.records.get(&rerun).cloned();
                 for name in result.outputs.keys() {
                     match record.as_ref().and_then(|r| r.identity(name)) {
@@ -1309,9 +1502,9 @@ impl Notebook {
                 sources = self.sources(cell)?;
                 continue;
             }
-            let (restored, failed) = self.load(cell, &sources).await?;
+            let (restored, failed) = self.load(cell, &sources, &mut disturbed).await?;
             prepared.restored.extend(restored);
-            if failed.is_empty() {
+            if failed.is_empty() && !self.unsettled(&sources, &disturbed) {
                 return Ok(prepared);
             }
             sources = self.sources(cell)?;
@@ -1350,6 +1543,7 @@ impl Notebook {
             display: None,
             read_check: None,
             trace: None,
+            external: BTreeSet::new(),
             duration_us: 0,
             ran_at: started_at,
         };
@@ -1405,6 +1599,24 @@ impl Notebook {
                 }
             }
         }
+        // What the run depended on beyond its key: with no producer, outside
+        // the notebook (kept, so that a producer appearing later is seen);
+        // with one, the key was incomplete (the dependency was found by
+        // this very trace) and the run is not cached under it.
+        let mut external = BTreeSet::new();
+        let mut complete = true;
+        if let Some(trace) = &result.trace {
+            for name in trace_dependencies(trace) {
+                if inputs.contains_key(&name) {
+                    continue;
+                }
+                if self.has_producer(cell, &name) {
+                    complete = false;
+                } else {
+                    external.insert(name);
+                }
+            }
+        }
         let record = CellRecord {
             version,
             source_hash,
@@ -1418,6 +1630,7 @@ impl Notebook {
             display: result.display.clone(),
             read_check: read_check.clone(),
             trace: result.trace.clone(),
+            external,
             duration_us: result.duration_us,
             ran_at: started_at,
         };
@@ -1439,7 +1652,7 @@ impl Notebook {
             outputs: output_summary(&record),
         };
         self.graph.record_run(cell, run)?;
-        if record.is_ok() {
+        if record.is_ok() && complete {
             self.cache.insert(key, record.clone());
             self.trim_cache();
         }
@@ -1696,6 +1909,13 @@ fn apply_states(live: &mut BTreeMap<String, String>, record: &CellRecord) {
             live.insert(name.clone(), state_identity(record, name));
         }
     }
+}
+
+/// What a run's trace shows it depended on: the names (and `@` states) it
+/// read, those it changed in place (their new value depends on the old),
+/// and the files it read, as `file:PATH`.
+fn trace_dependencies(trace: &CellTrace) -> impl Iterator<Item = String> + '_ {
+    trace.inputs().chain(trace.mutated.iter().cloned())
 }
 
 /// The identity of module state `name` as the run of `record` left it.

@@ -6,8 +6,10 @@
 //! A cell that is up to date is skipped. A stale or pending cell gets its
 //! cache key (its code plus the content hashes of the values it reads, from
 //! the records of their producing cells, which were brought up to date
-//! first); if a successful run with that key is cached, its outputs are
-//! reused and the cell does not run. Otherwise it runs, its inputs restored
+//! first); if a successful run with that key is cached, and its key held
+//! everything its trace shows it depended on (see
+//! [`CellRecord::external`](crate::notebook::CellRecord::external)), its
+//! outputs are reused and the cell does not run. Otherwise it runs, its inputs restored
 //! lazily. So after an edit, only cells whose inputs actually changed run: a
 //! cell downstream of the edit whose inputs hash the same as before (the
 //! edit did not change what it reads) is reused — the early cut-off of a
@@ -300,7 +302,7 @@ impl Notebook {
             }
             let sources = self.sources(cell)?;
             let key = self.cache_key(cell, &sources)?;
-            if options.use_cache && self.cached(&key).is_some() {
+            if options.use_cache && self.cached(cell, &key).is_some() {
                 self.reuse(cell, &key)?;
                 entry.action = ReplayAction::Reused;
                 entry.reason = ReplayReason::CacheHit { key };

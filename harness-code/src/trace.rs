@@ -70,10 +70,14 @@ pub struct CellTrace {
     /// Top-level modules first imported by the cell.
     #[serde(default)]
     pub imports: BTreeSet<String>,
-    /// Groups of names bound, at the end of the run, to one object (or to
-    /// numpy arrays over the same memory, a view and its base). Values are
-    /// pickled one by one, so a notebook re-runs the cell that made such a
-    /// group rather than load its names from separate blobs.
+    /// Groups of names that share an object at the end of the run: bound
+    /// to one object (or to numpy arrays over the same memory, a view and
+    /// its base), or holding one mutable object that their pickles would
+    /// copy apart (a list held by a dict and by a name of its own, a pandas
+    /// Series and the block of its frame; not what is pickled by reference,
+    /// such as a class of the notebook). Values are pickled one by one, so
+    /// a notebook re-runs the cell that made such a group rather than load
+    /// its names from separate blobs.
     #[serde(default)]
     pub aliases: Vec<BTreeSet<String>>,
     /// Entries left out past the kernel's bounds (4 096 names, 256 files per

@@ -627,8 +627,14 @@ def _feed(h, value, depth):
         return
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException:
+    except PickleLimit:
         pass
+    except BaseException:
+        # What an unpicklable object keeps in C (a generator's frame, an
+        # iterator's position, a file's offset) is not seen: such a value
+        # counts as changed by every cell that could reach it, as a sampled
+        # array does.
+        _over_cap[0] = True
     # Large or unpicklable objects: their attributes, shallowly.
     attributes = getattr(value, "__dict__", None)
     if isinstance(attributes, dict):
@@ -691,134 +697,166 @@ def holdings(value):
     None when the walk is cut short (past HOLD_DEPTH levels or HOLD_NODES
     objects), meaning "could hold anything". Modules, classes of libraries
     and matplotlib objects (which copy the data they are given) are not
-    entered."""
+    entered.
+
+    Returned with the part of them the value's pickle holds as copies (a
+    pair): not what is pickled by reference (classes and functions, and
+    what is reached through them), nor tuples and frozensets, which cannot
+    change (their items count). Two names whose copies meet share an
+    object that restoring them from separate blobs would split."""
     out = set()
+    refs = set()
     budget = HOLD_NODES
     level = [value]
-    # Level by level (no tuple per object: allocations wake the collector).
+    level_refs = []
+    # Level by level (no tuple per object: allocations wake the collector);
+    # what is reached through a class or a function goes in a list of its
+    # own (by reference).
     for depth in range(HOLD_DEPTH + 1):
         below = []
-        push = below.append
-        extend = below.extend
-        for item in level:
-            if isinstance(item, _ATOMIC) or isinstance(item, types.ModuleType):
-                continue
-            key = id(item)
-            if key in out:
-                continue
-            budget -= 1
-            if budget < 0:
-                return None
-            kind = type(item)
-            module = getattr(kind, "__module__", "") or ""
-            if module == "numpy" and kind.__name__ == "ndarray":
-                _array_roots(item, out)
-                if item.dtype.hasobject:
-                    if item.size > FP_ITEMS:
-                        return None
-                    extend(item.ravel(order="K"))
-                continue
-            out.add(key)
-            if module.startswith("matplotlib."):
-                # Not entered, but its figure is held: a cell that reaches
-                # one artist may change any other of the figure (they share
-                # its count of changes).
-                figure = _root_figure(item)
-                if figure is not None:
-                    out.add(id(figure))
-                continue
-            if module.startswith("pandas."):
-                # Attributes by kind: DataFrame._data warns, and warnings are slow.
-                name = kind.__name__
-                if name in ("DataFrame", "Series"):
-                    wanted = ("_mgr", "index", "columns") if name == "DataFrame" else (
-                        "_mgr", "index")
-                elif name.endswith("Index"):
-                    wanted = ("_data",)
-                elif name.endswith("Manager"):
-                    wanted = ("arrays",)
-                else:
-                    wanted = ("_ndarray", "_data", "_mask", "_codes")
-                for part in wanted:
-                    inner = getattr(item, part, None)
-                    if isinstance(inner, list) and name.endswith("Manager"):
-                        extend(inner[:FP_ITEMS])
-                    elif inner is not None:
-                        push(inner)
-                continue
-            if isinstance(item, (list, tuple, set, frozenset)) or (
-                    module == "collections" and hasattr(item, "__iter__")
-                    and not isinstance(item, dict)):
-                if len(item) > FP_ITEMS:
-                    # Past the bound, unless every sampled item is atomic.
-                    sample = list(item)[::len(item) // FP_ITEMS + 1]
-                    if any(not isinstance(x, _ATOMIC) for x in sample):
-                        return None
+        below_refs = []
+        for by_reference, items in ((False, level), (True, level_refs)):
+            for item in items:
+                if isinstance(item, _ATOMIC) or isinstance(item, types.ModuleType):
                     continue
-                extend(item)
-                continue
-            if isinstance(item, dict):
-                if len(item) > FP_ITEMS:
+                key = id(item)
+                if key in out:
+                    continue
+                budget -= 1
+                if budget < 0:
                     return None
-                extend(item.values())
-                extend(item.keys())
-                continue
-            if isinstance(item, types.FunctionType):
-                extend(item.__defaults__ or ())
-                extend((item.__kwdefaults__ or {}).values())
-                for cell in item.__closure__ or ():
-                    try:
-                        push(cell.cell_contents)
-                    except ValueError:
-                        pass
-                continue
-            if isinstance(item, type):
-                if item.__module__ == "__main__":
-                    extend(list(vars(item).values()))
-                continue
-            if isinstance(item, types.CodeType):
-                continue
-            if isinstance(item, memoryview):
-                push(item.obj)
-                continue
-            if module == "numpy":
-                # Iterators and other numpy objects over an array (a.flat).
-                base = getattr(item, "base", None)
-                if base is not None:
-                    push(base)
-            # Anything else (instances, bound methods, partials, iterators):
-            # what the garbage collector says it refers to, but never the
-            # notebook namespace itself, modules, or classes from libraries.
-            for referent in gc.get_referents(item):
-                if id(referent) == _namespace_id[0] or isinstance(
-                        referent, (types.ModuleType, types.CodeType)):
+                kind = type(item)
+                module = getattr(kind, "__module__", "") or ""
+                if by_reference or isinstance(item, (type, types.FunctionType)):
+                    push = below_refs.append
+                    extend = below_refs.extend
+                    mark = True
+                else:
+                    push = below.append
+                    extend = below.extend
+                    mark = isinstance(item, (tuple, frozenset))
+                if module == "numpy" and kind.__name__ == "ndarray":
+                    if by_reference:
+                        roots = set()
+                        _array_roots(item, roots)
+                        out.update(roots)
+                        refs.update(roots)
+                    else:
+                        _array_roots(item, out)
+                    if item.dtype.hasobject:
+                        if item.size > FP_ITEMS:
+                            return None
+                        extend(item.ravel(order="K"))
                     continue
-                if isinstance(referent, type) and referent.__module__ != "__main__":
+                out.add(key)
+                if mark:
+                    refs.add(key)
+                if module.startswith("matplotlib."):
+                    # Not entered, but its figure is held: a cell that reaches
+                    # one artist may change any other of the figure (they share
+                    # its count of changes).
+                    figure = _root_figure(item)
+                    if figure is not None:
+                        out.add(id(figure))
+                        if by_reference:
+                            refs.add(id(figure))
                     continue
-                push(referent)
+                if module.startswith("pandas."):
+                    # Attributes by kind: DataFrame._data warns, and warnings are slow.
+                    name = kind.__name__
+                    if name in ("DataFrame", "Series"):
+                        wanted = ("_mgr", "index", "columns") if name == "DataFrame" else (
+                            "_mgr", "index")
+                    elif name.endswith("Index"):
+                        wanted = ("_data",)
+                    elif name.endswith("Manager"):
+                        wanted = ("arrays",)
+                    else:
+                        wanted = ("_ndarray", "_data", "_mask", "_codes")
+                    for part in wanted:
+                        inner = getattr(item, part, None)
+                        if isinstance(inner, list) and name.endswith("Manager"):
+                            extend(inner[:FP_ITEMS])
+                        elif inner is not None:
+                            push(inner)
+                    continue
+                if isinstance(item, (list, tuple, set, frozenset)) or (
+                        module == "collections" and hasattr(item, "__iter__")
+                        and not isinstance(item, dict)):
+                    if len(item) > FP_ITEMS:
+                        # Past the bound, unless every sampled item is atomic.
+                        sample = list(item)[::len(item) // FP_ITEMS + 1]
+                        if any(not isinstance(x, _ATOMIC) for x in sample):
+                            return None
+                        continue
+                    extend(item)
+                    continue
+                if isinstance(item, dict):
+                    if len(item) > FP_ITEMS:
+                        return None
+                    extend(item.values())
+                    extend(item.keys())
+                    continue
+                if isinstance(item, types.FunctionType):
+                    extend(item.__defaults__ or ())
+                    extend((item.__kwdefaults__ or {}).values())
+                    for cell in item.__closure__ or ():
+                        try:
+                            push(cell.cell_contents)
+                        except ValueError:
+                            pass
+                    continue
+                if isinstance(item, type):
+                    if item.__module__ == "__main__":
+                        extend(list(vars(item).values()))
+                    continue
+                if isinstance(item, types.CodeType):
+                    continue
+                if isinstance(item, memoryview):
+                    push(item.obj)
+                    continue
+                if module == "numpy":
+                    # Iterators and other numpy objects over an array (a.flat).
+                    base = getattr(item, "base", None)
+                    if base is not None:
+                        push(base)
+                # Anything else (instances, bound methods, partials, iterators):
+                # what the garbage collector says it refers to, but never the
+                # notebook namespace itself, modules, or classes from libraries.
+                for referent in gc.get_referents(item):
+                    if id(referent) == _namespace_id[0] or isinstance(
+                            referent, (types.ModuleType, types.CodeType)):
+                        continue
+                    if isinstance(referent, type) and referent.__module__ != "__main__":
+                        continue
+                    push(referent)
         level = below
-        if not level:
+        level_refs = below_refs
+        if not level and not level_refs:
             break
     else:
         # Objects left past HOLD_DEPTH levels: unknown unless all atomic.
         if any(not isinstance(x, _ATOMIC) and not isinstance(x, types.ModuleType)
-               for x in level):
+               for x in itertools.chain(level, level_refs)):
             return None
-    return frozenset(out)
+    held = frozenset(out)
+    return held, (held - refs if refs else held)
 
 
 def fingerprint_entry(value):
-    """(value, fingerprint, holdings, past the cap) of a namespace value."""
+    """(value, fingerprint, holdings, past the cap, copied holdings) of a
+    namespace value (see `holdings`; the holdings None when unknown)."""
     _over_cap[0] = False
     fp = fingerprint(value)
     over = _over_cap[0]
     try:
-        held = holdings(value)
+        found = holdings(value)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:
-        held = None
-    return value, fp, held, over
+        found = None
+    held, copied = found if found is not None else (None, None)
+    return value, fp, held, over, copied
 
 
 # Names whose value, read by a cell, reaches every value of the namespace
@@ -1252,6 +1290,11 @@ class Kernel:
         self.stdin = self.stdout = self.stderr = None
         self.reset_streams()
         faulthandler.enable(file=self.diag)
+        # A process a cell forks (`os.fork()` without exec) runs on from the
+        # cell into the kernel's own code: it must never answer the host.
+        self.forked = False
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.in_forked_child)
         if self.blob_dir:
             os.makedirs(os.path.join(self.blob_dir, "tmp"), exist_ok=True)
         threading.Thread(target=self.watch_output, daemon=True).start()
@@ -1266,6 +1309,28 @@ class Kernel:
             # Finds where `random`'s generator keeps its state (imported
             # already, by tempfile) now rather than in the first cell.
             state_fingerprints()
+
+    def in_forked_child(self):
+        """Runs in every process forked from the kernel once it is set up:
+        the protocol descriptors become /dev/null there (a request is never
+        read by the child, a reply never written), and the child exits
+        quietly when it gets back to the kernel's code (`leave_if_forked`)."""
+        self.forked = True
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                for handle in (self.proto_in, self.proto_out):
+                    os.dup2(null, handle.fileno())
+            finally:
+                os.close(null)
+        except (OSError, ValueError):
+            pass
+
+    def leave_if_forked(self):
+        """Ends a forked child that came back from a cell (or from a value's
+        unpickling) to the kernel: only the kernel itself replies."""
+        if self.forked:
+            os._exit(0)
 
     def reset_streams(self):
         # New wrappers if a cell closed ours; they never own the descriptors.
@@ -1291,6 +1356,7 @@ class Kernel:
             self.err.trim()
 
     def send(self, message):
+        self.leave_if_forked()
         try:
             # As UTF-8, a lone surrogate (a file name or a message made
             # from undecodable bytes) as `?`: JSON readers refuse it.
@@ -1309,6 +1375,7 @@ class Kernel:
                 os._exit(71)
             if not line:
                 os._exit(0)
+            self.leave_if_forked()
             try:
                 request = json.loads(line)
             except ValueError as error:
@@ -1385,6 +1452,7 @@ class Kernel:
             _track[0] = None
             elapsed = time.perf_counter() - start
             self.running.clear()
+        self.leave_if_forked()
         self.set_aside_odd_names()
         for stream in (sys.stdout, sys.stderr, self.stdout, self.stderr):
             try:
@@ -1405,6 +1473,10 @@ class Kernel:
         if display is not None:
             reply["display"] = display
         trace = None
+        if error is not None:
+            # What the cell was to bind may not have been reached: only what
+            # it did bind or change is its output.
+            declared = []
         if prepared is not None:
             trace = self.trace_after(before, tracker, prepared)
             declared = list(declared) + [name for name in trace["mutated"]
@@ -1472,6 +1544,8 @@ class Kernel:
         self.last = None
         self.holders = {}
         self.unknown = set()
+        self.copies = {}
+        self.shared = set()
         self.roots = None
 
     def index_holdings(self):
@@ -1479,8 +1553,11 @@ class Kernel:
         and `unknown` (names whose holdings are unknown) from `fps`."""
         self.holders = {}
         self.unknown = set()
+        self.copies = {}
+        self.shared = set()
         for name, entry in self.fps.items():
             self.hold(name, None, entry[2])
+            self.share(name, None, entry[4])
 
     def hold(self, name, old, new):
         """Moves `name` in the index from holdings `old` to `new` (either
@@ -1504,6 +1581,54 @@ class Kernel:
                     holders[key] = {name}
                 else:
                     names.add(name)
+
+    def share(self, name, old, new):
+        """Moves `name` in the index of copied holdings (object id -> the
+        names whose pickle would copy it) from `old` to `new` (None or
+        _MISSING for none), keeping `shared`: the ids two names or more
+        hold."""
+        copies = self.copies
+        shared = self.shared
+        if old is not None and old is not _MISSING:
+            for key in old:
+                names = copies.get(key)
+                if names is not None:
+                    names.discard(name)
+                    if len(names) < 2:
+                        shared.discard(key)
+                        if not names:
+                            del copies[key]
+        if new is not None and new is not _MISSING:
+            for key in new:
+                names = copies.get(key)
+                if names is None:
+                    copies[key] = {name}
+                else:
+                    names.add(name)
+                    if len(names) == 2:
+                        shared.add(key)
+
+    def alias_groups(self):
+        """Groups of names that share an object: bound to one object (or to
+        numpy arrays over the same memory), or holding one mutable object
+        their pickles would copy apart (a list held by a dict and by a name
+        of its own, a pandas Series and its frame's block)."""
+        found = self.roots.groups()
+        if not self.shared:
+            return found
+        group_of = {}
+        sets = []
+        for names in itertools.chain(found, (self.copies[key] for key in self.shared)):
+            merged = set(names)
+            for name in names:
+                index = group_of.get(name)
+                if index is not None and sets[index] is not None:
+                    merged |= sets[index]
+                    sets[index] = None
+            sets.append(merged)
+            for name in merged:
+                group_of[name] = len(sets) - 1
+        return sorted(sorted(group) for group in sets if group is not None)[:TRACE_FILES]
 
     def reached(self, before, fps_before, tracker, fresh):
         """The ids the cell could have reached (see `holdings`), from the
@@ -1584,11 +1709,15 @@ class Kernel:
             entry = fps.pop(name, None)
             if entry is not None:
                 self.hold(name, entry[2], _MISSING)
+                self.share(name, entry[4], _MISSING)
         for name, entry in fresh.items():
             old = fps.get(name)
             held = old[2] if old is not None else _MISSING
             if held is not entry[2] and held != entry[2]:
                 self.hold(name, held, entry[2])
+            copied = old[4] if old is not None else _MISSING
+            if copied is not entry[4] and copied != entry[4]:
+                self.share(name, copied, entry[4])
             fps[name] = entry
         self.fps = fps
         if self.roots is None:
@@ -1640,7 +1769,7 @@ class Kernel:
                 names_dropped += len(ordered) - TRACE_NAMES
                 ordered = ordered[:TRACE_NAMES]
             fields[key] = ordered
-        fields["aliases"] = self.roots.groups()
+        fields["aliases"] = self.alias_groups()
         fields["files_read"] = sorted(tracker.files_read)
         fields["files_written"] = sorted(tracker.files_written)
         fields["imports"] = imported[:TRACE_NAMES]

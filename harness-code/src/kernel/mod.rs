@@ -271,7 +271,8 @@ pub struct KernelInfo {
 pub struct ExecuteOptions {
     /// Names to summarise even if the cell did not rebind them: what the
     /// static analysis says it writes or mutates (rebound and new names are
-    /// found by the kernel itself).
+    /// found by the kernel itself). Ignored when the cell raises: its
+    /// outputs are then only what it did bind or change.
     pub declared: Vec<String>,
     /// Write the pickles of the outputs to the blob directory (if the
     /// kernel has one); hashes are computed either way.

@@ -5,6 +5,7 @@ mod agent;
 mod analyze_scoping;
 mod blobs;
 mod diagnose;
+mod fresh;
 mod graph;
 mod graph_properties;
 mod hostile;
