@@ -146,10 +146,15 @@ pub fn split_percent_script(text: &str) -> Vec<CodeCell> {
 ///
 /// [`IpynbError::InvalidJson`] or [`IpynbError::NotANotebook`].
 pub fn notebook_code_cells(json: &str) -> Result<Vec<CodeCell>, IpynbError> {
-    let value: Value = serde_json::from_str(json).map_err(|e| IpynbError::InvalidJson {
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
+    let value: Value = serde_json::from_str(json).map_err(|e| {
+        // The parser's text ends with the position, given apart here.
+        let text = e.to_string();
+        let position = format!(" at line {} column {}", e.line(), e.column());
+        IpynbError::InvalidJson {
+            line: e.line(),
+            column: e.column(),
+            message: text.strip_suffix(&position).unwrap_or(&text).to_owned(),
+        }
     })?;
     match value.get("nbformat").and_then(Value::as_u64) {
         Some(4) => {}
@@ -225,5 +230,14 @@ mod tests {
         assert!(matches!(error, IpynbError::NotANotebook(_)));
         let error = notebook_code_cells("{").unwrap_err();
         assert!(matches!(error, IpynbError::InvalidJson { line: 1, .. }));
+        // The position is said once.
+        for bad in ["{", "{1: 2}", "[1,\n 2,,]", "{\"cells\": [} "] {
+            let text = notebook_code_cells(bad).unwrap_err().to_string();
+            assert_eq!(text.matches("line").count(), 1, "{text}");
+            assert!(
+                text.starts_with("notebook is not valid JSON at line "),
+                "{text}"
+            );
+        }
     }
 }
