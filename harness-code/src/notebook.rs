@@ -103,7 +103,7 @@ pub enum NotebookError {
     /// The kernel failed while running or preparing a cell (timeout, crash,
     /// cannot start). The cell is recorded as failed; the kernel has been
     /// restarted and later cells restore what they need.
-    #[error("{}: {source}", cell.map_or_else(|| "kernel".to_owned(), |s| format!("cell {s}")))]
+    #[error("{}", kernel_text(*cell, source))]
     Kernel {
         /// The cell that was running or being prepared.
         cell: Option<CellId>,
@@ -178,6 +178,27 @@ pub enum NotebookError {
         /// What it is instead.
         found: String,
     },
+}
+
+/// What [`NotebookError::Kernel`] says: the cell, unless the kernel's own
+/// text names it already ("the kernel died during cell 3").
+fn kernel_text(cell: Option<CellId>, source: &KernelError) -> String {
+    let text = source.to_string();
+    let Some(cell) = cell else {
+        return format!("kernel: {text}");
+    };
+    let named = format!("cell {cell}");
+    let names_it = text.match_indices(&named).any(|(at, _)| {
+        !text[at + named.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    });
+    if names_it {
+        text
+    } else {
+        format!("{named}: {text}")
+    }
 }
 
 /// The largest notebook file read by [`Notebook::open`] and
@@ -2235,6 +2256,35 @@ mod tests {
     use std::path::Path;
 
     use super::{FileIdentities, HASHED_BYTES_PER_PLAN, file_identity, timed_statement};
+
+    #[test]
+    fn a_kernel_error_names_its_cell_once() {
+        use crate::kernel::{Activity, KernelError};
+        let died = |during| KernelError::Died {
+            during,
+            status: "exit status: 3".into(),
+            code: Some(3),
+            signal: None,
+            stderr: String::new(),
+            restarted: true,
+        };
+        let text = |cell: Option<u32>, source| {
+            super::NotebookError::Kernel {
+                cell: cell.map(crate::CellId::new),
+                source,
+            }
+            .to_string()
+        };
+        let said = text(Some(1), died(Activity::Cell(1)));
+        assert_eq!(said.matches("cell 1").count(), 1, "{said}");
+        assert!(said.starts_with("the kernel died during cell 1"), "{said}");
+        // Cell 1 while restoring for it; cell 1 while cell 12 ran.
+        for (cell, during) in [(1, Activity::Restore), (1, Activity::Cell(12))] {
+            let said = text(Some(cell), died(during));
+            assert!(said.starts_with("cell 1: the kernel died"), "{said}");
+        }
+        assert!(text(None, died(Activity::Startup)).starts_with("kernel: "));
+    }
 
     /// Files of the host's kernel interfaces are identified without being
     /// read (their content is the host's, not something a cell wrote):
