@@ -505,9 +505,14 @@ fn print_entry(
     if quiet {
         return;
     }
-    let mut shown = String::new();
-    shown.push_str(&record.stdout.to_string());
-    shown.push_str(&record.stderr.to_string());
+    let mut shown = record.stdout.to_string();
+    let stderr = record.stderr.to_string();
+    // A truncated stdout ends with its note, not a line break: stderr
+    // starts on a line of its own.
+    if record.stdout.truncated && !stderr.is_empty() {
+        shown.push('\n');
+    }
+    shown.push_str(&stderr);
     if let Some(display) = &record.display {
         if !shown.is_empty() && !shown.ends_with('\n') {
             shown.push('\n');

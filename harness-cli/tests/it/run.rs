@@ -455,3 +455,26 @@ fn what_the_kernel_could_not_set_up_is_said() {
         "root: {root}; {stderr}"
     );
 }
+
+#[test]
+fn a_truncated_output_ends_its_line_before_the_errors_begin() {
+    let dir = workdir("run-truncated");
+    let file = dir.join("loud.py");
+    std::fs::write(
+        &file,
+        "import sys\nprint('x' * 200_000)\nsys.stderr.write('e' * 10)\n",
+    )
+    .unwrap();
+    let output = harness(&["run", file.to_str().unwrap()]);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let note = stdout
+        .lines()
+        .find(|l| l.contains("[output truncated:"))
+        .unwrap_or_else(|| panic!("no note: {}", &stdout[..200]));
+    assert!(note.trim_end().ends_with("bytes shown]"), "{note:.120}");
+    assert!(
+        stdout.lines().any(|l| l == "    | eeeeeeeeee"),
+        "stderr on a line of its own"
+    );
+}
