@@ -1268,12 +1268,25 @@ impl<'g> Diagnoser<'g> {
             .or(self.line);
         match &owner {
             AttrOwner::Module(module) => {
+                // The kernel names the module's closest attribute.
+                let hint = classify::split_hint(message).1.map(str::to_owned);
+                let close = hint
+                    .as_deref()
+                    .map_or_else(String::new, |h| format!("; `{h}` is close"));
                 self.blame(
                     failing,
                     line,
                     &[],
-                    format!("cell {failing} reads `{attr}` of module `{module}`, which has no such attribute"),
+                    format!("cell {failing} reads `{attr}` of module `{module}`, which has no such attribute{close}"),
                 );
+                if let Some(to) = hint {
+                    self.suggest(Suggestion::RenameAttribute {
+                        cell: failing,
+                        line,
+                        from: attr.clone(),
+                        to,
+                    });
+                }
             }
             AttrOwner::Object(type_name) | AttrOwner::Type(type_name) => {
                 // A misspelled attribute of a well-known type: the failing cell.

@@ -1822,6 +1822,10 @@ class Kernel:
             message = str(exc)
         except Exception as inner:
             message = "<str() failed: %r>" % (inner,)
+        if isinstance(exc, AttributeError) and ". Did you mean" not in message:
+            hint = close_attribute(exc)
+            if hint is not None:
+                message = "%s. Did you mean: '%s'?" % (message, hint)
         try:
             formatted = "".join(te.format())
         except Exception as inner:
@@ -1988,6 +1992,25 @@ class Kernel:
                 failed.append({"name": name, "reason": bounded(
                     "%s: %s" % (type(error).__name__, error), 500)})
         return {"restored": restored, "failed": failed}
+
+
+def close_attribute(exc):
+    """For an AttributeError on a module (`os.path.joinn`), the public
+    attribute of the module closest to the name asked, if one is close, as
+    Python suggests for other objects; else None."""
+    owner = getattr(exc, "obj", None)
+    asked = getattr(exc, "name", None)
+    if not isinstance(owner, types.ModuleType) or not isinstance(asked, str):
+        return None
+    try:
+        names = [n for n in dir(owner) if isinstance(n, str) and n[:1] != "_"]
+    except Exception:
+        return None
+    if len(names) > 20000:
+        return None
+    import difflib
+    found = difflib.get_close_matches(asked, names, n=1, cutoff=0.8)
+    return found[0] if found else None
 
 
 def rlimit(resource, which, wanted):

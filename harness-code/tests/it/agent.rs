@@ -448,3 +448,40 @@ async fn a_python_check_on_a_reopened_notebook_runs_under_the_notebooks_kernel_c
     let started = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(started.lines().collect::<Vec<_>>(), ["prefix", "python"]);
 }
+
+#[tokio::test]
+async fn a_misspelled_attribute_of_a_module_is_named_and_fixed() {
+    for (cells, fixed) in [
+        (
+            vec!["import os", "p = os.path.joinn('a', 'b')"],
+            "p = os.path.join('a', 'b')",
+        ),
+        (
+            vec!["import json", "d = json.lods('{}')"],
+            "d = json.loads('{}')",
+        ),
+        (
+            vec!["import math\nr = math.sqr(4.0)"],
+            "import math\nr = math.sqrt(4.0)",
+        ),
+    ] {
+        let (failure, diagnosis, _dir) = diagnose_last(&cells, config()).await;
+        assert!(
+            failure.message().contains("Did you mean"),
+            "{}",
+            failure.message()
+        );
+        let (graph, _) = crate::support::graph_of(&cells);
+        let patch = harness_code::patch::Patcher::propose(&RulePatcher::new(), &diagnosis, &graph)
+            .await
+            .unwrap_or_else(|e| panic!("{cells:?}: no patch: {e}"));
+        assert_eq!(patch.new_source, fixed, "{}", diagnosis.report());
+    }
+    // Nothing close: no suggestion, no patch.
+    let (_, diagnosis, _dir) = diagnose_last(&["import os", "p = os.qqqqqq"], config()).await;
+    assert!(
+        diagnosis.suggestions.is_empty(),
+        "{:?}",
+        diagnosis.suggestions
+    );
+}
