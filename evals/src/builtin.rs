@@ -607,7 +607,10 @@ impl<I: Sync, E: Sync, O: Sync> Evaluator<I, E, O> for Budget {
         }
         if let Some(limit) = self.tokens {
             let used = m.usage.input_tokens + m.usage.output_tokens;
-            let line = format!("{used} tokens of {limit}");
+            let line = format!(
+                "{} of {limit}",
+                crate::report::count(used, "token", "tokens")
+            );
             if used > limit {
                 over.push(line)
             } else {
@@ -630,7 +633,10 @@ impl<I: Sync, E: Sync, O: Sync> Evaluator<I, E, O> for Budget {
             }
         }
         if let Some(limit) = self.model_calls {
-            let line = format!("{} model calls of {limit}", m.model_calls);
+            let line = format!(
+                "{} of {limit}",
+                crate::report::count(m.model_calls, "model call", "model calls")
+            );
             if m.model_calls > limit {
                 over.push(line)
             } else {

@@ -1,6 +1,7 @@
 //! Comparing reports: a baseline and a candidate, or several models.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -49,32 +50,145 @@ impl CaseDelta {
 pub struct MeanDelta {
     /// The evaluator.
     pub name: String,
-    /// Its mean over the cases both reports have, in the baseline.
-    pub baseline: f64,
-    /// In the candidate.
-    pub candidate: f64,
+    /// Its mean in the baseline, over all the baseline's cases (the
+    /// baseline's own [summary](Report::summary)); `None` when the baseline
+    /// has no cases.
+    pub baseline: Option<f64>,
+    /// Its mean in the candidate, over all the candidate's cases; `None`
+    /// when the candidate has no cases.
+    pub candidate: Option<f64>,
 }
 
 impl MeanDelta {
-    /// `candidate − baseline`.
-    pub fn delta(&self) -> f64 {
-        self.candidate - self.baseline
+    /// `candidate − baseline`, when both reports have cases.
+    pub fn delta(&self) -> Option<f64> {
+        Some(self.candidate? - self.baseline?)
     }
+}
+
+/// A way in which the candidate falls short of the baseline: why a
+/// comparison [regressed](Comparison::regressed). Its `Display` says it in
+/// a sentence (names redacted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
+pub enum Shortfall {
+    /// A case of the baseline is not in the candidate.
+    MissingCase {
+        /// The case.
+        case: String,
+    },
+    /// An evaluator of the baseline is not in the candidate.
+    MissingEvaluator {
+        /// The evaluator.
+        evaluator: String,
+    },
+    /// An evaluator's mean dropped by more than the threshold.
+    MeanDropped {
+        /// The evaluator.
+        evaluator: String,
+        /// Its mean in the baseline.
+        baseline: f64,
+        /// Its mean in the candidate.
+        candidate: f64,
+    },
+    /// A case's value for an evaluator dropped by more than the threshold.
+    CaseDropped {
+        /// The case.
+        case: String,
+        /// The evaluator.
+        evaluator: String,
+        /// The case's value in the baseline.
+        baseline: f64,
+        /// Its value in the candidate.
+        candidate: f64,
+    },
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |s: &str| crate::redact::shown(s).into_owned();
+        match self {
+            Shortfall::MissingCase { case } => write!(
+                f,
+                "case `{}` of the baseline is missing from the candidate",
+                shown(case)
+            ),
+            Shortfall::MissingEvaluator { evaluator } => write!(
+                f,
+                "evaluator `{}` of the baseline is missing from the candidate",
+                shown(evaluator)
+            ),
+            Shortfall::MeanDropped {
+                evaluator,
+                baseline,
+                candidate,
+            } => write!(
+                f,
+                "the mean of evaluator `{}` dropped from {baseline:.3} to {candidate:.3}",
+                shown(evaluator)
+            ),
+            Shortfall::CaseDropped {
+                case,
+                evaluator,
+                baseline,
+                candidate,
+            } => write!(
+                f,
+                "case `{}` dropped from {} to {} on evaluator `{}`",
+                shown(case),
+                short(*baseline),
+                short(*candidate),
+                shown(evaluator)
+            ),
+        }
+    }
+}
+
+/// A threshold that is not a finite number ≥ 0 (NaN, negative, infinite).
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("threshold {threshold}: give a finite number ≥ 0, e.g. 0.05")]
+#[non_exhaustive]
+pub struct InvalidThreshold {
+    /// The threshold given.
+    pub threshold: f64,
 }
 
 /// A baseline report against a candidate: cases matched by name,
 /// evaluators by name.
 ///
+/// The candidate [regressed](Comparison::regressed) when it lost anything
+/// the baseline had, or scored lower beyond a threshold; each reason is a
+/// [`Shortfall`]:
+///
+/// - a case of the baseline that the candidate does not have
+///   ([`Change::Removed`]), whatever the threshold: dropping a failing case
+///   must not pass the gate;
+/// - an evaluator of the baseline that the candidate does not have
+///   ([`Comparison::missing_evaluators`]), whatever the threshold;
+/// - an evaluator's mean (each report's own, over all its cases, as its
+///   [summary](Report::summary) gives it) that dropped by more than the
+///   threshold; the candidate's new cases count in its mean;
+/// - a case both have whose value for an evaluator dropped by more than
+///   the threshold. With pass/fail evaluators every drop is `1.0`, so one
+///   flipped case fails any threshold below `1.0`.
+///
+/// The candidate's new cases and evaluators are listed, never a shortfall.
+///
 /// ```
-/// # fn demo(baseline: &harness_evals::Report, candidate: &harness_evals::Report) {
+/// # fn demo(baseline: &harness_evals::Report, candidate: &harness_evals::Report) -> Result<(), harness_evals::InvalidThreshold> {
 /// use harness_evals::Comparison;
 ///
 /// let comparison = Comparison::new(baseline, candidate);
 /// println!("{}", comparison.table());
-/// if comparison.regressed(0.05) {
+/// let shortfalls = comparison.shortfalls(0.05)?;
+/// for shortfall in &shortfalls {
+///     eprintln!("{shortfall}");
+/// }
+/// if !shortfalls.is_empty() {
 ///     std::process::exit(1);
 /// }
-/// # }
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
@@ -84,8 +198,12 @@ pub struct Comparison {
     pub candidate: String,
     /// Per case, in the baseline's order then the candidate's new cases.
     pub cases: Vec<CaseDelta>,
-    /// Per evaluator both reports have, over the cases both have.
+    /// Per evaluator both reports have, each report's own mean.
     pub means: Vec<MeanDelta>,
+    /// The baseline's evaluators the candidate does not have, with their
+    /// mean in the baseline (`None` when it has no cases).
+    #[serde(default)]
+    pub missing_evaluators: Vec<(String, Option<f64>)>,
 }
 
 impl Comparison {
@@ -108,8 +226,6 @@ impl Comparison {
                 .map(|c| c.name.as_str())
                 .filter(|n| !known.contains(n)),
         );
-        let mut sums = vec![(0.0, 0.0); evaluators.len()];
-        let mut both = 0usize;
         for name in names {
             let b = baseline.case(name);
             let c = candidate.case(name);
@@ -121,11 +237,6 @@ impl Comparison {
                 (None, _) => Change::Added,
                 (_, None) => Change::Removed,
                 (Some(_), Some(_)) => {
-                    both += 1;
-                    for (i, (_, bv, cv)) in scores.iter().enumerate() {
-                        sums[i].0 += bv.unwrap_or(0.0);
-                        sums[i].1 += cv.unwrap_or(0.0);
-                    }
                     let down = scores
                         .iter()
                         .any(|(_, b, c)| c.unwrap_or(0.0) < b.unwrap_or(0.0) - 1e-9);
@@ -147,18 +258,24 @@ impl Comparison {
         }
         let means = evaluators
             .iter()
-            .zip(sums)
-            .map(|(name, (b, c))| MeanDelta {
+            .map(|name| MeanDelta {
                 name: name.clone(),
-                baseline: if both == 0 { 0.0 } else { b / both as f64 },
-                candidate: if both == 0 { 0.0 } else { c / both as f64 },
+                baseline: own_mean(baseline, name),
+                candidate: own_mean(candidate, name),
             })
+            .collect();
+        let missing_evaluators = baseline
+            .evaluators
+            .iter()
+            .filter(|e| !candidate.evaluators.contains(e))
+            .map(|e| (e.clone(), own_mean(baseline, e)))
             .collect();
         let mut comparison = Self {
             baseline: baseline.experiment.clone(),
             candidate: candidate.experiment.clone(),
             cases,
             means,
+            missing_evaluators,
         };
         // It is printed and saved as JSON (`harness-evals compare --json`),
         // and a report read from a file may hold what a run would redact.
@@ -176,12 +293,77 @@ impl Comparison {
         self.cases.iter().filter(|c| c.change == Change::Regressed)
     }
 
-    /// Whether the candidate is worse beyond `threshold`: an evaluator's
-    /// mean dropped by more than it, or a case's value did. With `0.0`,
-    /// any drop counts.
+    /// The cases of the baseline that the candidate does not have.
+    pub fn removed(&self) -> impl Iterator<Item = &CaseDelta> {
+        self.cases.iter().filter(|c| c.change == Change::Removed)
+    }
+
+    /// Every way in which the candidate falls short of the baseline beyond
+    /// `threshold` (see [`Comparison`]): missing cases and evaluators, then
+    /// means and cases that dropped by more than `threshold`. Empty when
+    /// the candidate passes. With `0.0`, any drop counts.
+    ///
+    /// A `threshold` that is NaN, negative or infinite is an error.
+    pub fn shortfalls(&self, threshold: f64) -> Result<Vec<Shortfall>, InvalidThreshold> {
+        if !(threshold.is_finite() && threshold >= 0.0) {
+            return Err(InvalidThreshold { threshold });
+        }
+        let beyond = |drop: f64| drop > threshold + 1e-9;
+        let mut out: Vec<Shortfall> = self
+            .removed()
+            .map(|c| Shortfall::MissingCase {
+                case: c.name.clone(),
+            })
+            .collect();
+        out.extend(
+            self.missing_evaluators
+                .iter()
+                .map(|(e, _)| Shortfall::MissingEvaluator {
+                    evaluator: e.clone(),
+                }),
+        );
+        for m in &self.means {
+            if let (Some(baseline), Some(candidate)) = (m.baseline, m.candidate)
+                && beyond(baseline - candidate)
+            {
+                out.push(Shortfall::MeanDropped {
+                    evaluator: m.name.clone(),
+                    baseline,
+                    candidate,
+                });
+            }
+        }
+        for case in &self.cases {
+            for (evaluator, b, c) in &case.scores {
+                if let (Some(baseline), Some(candidate)) = (*b, *c)
+                    && beyond(baseline - candidate)
+                {
+                    out.push(Shortfall::CaseDropped {
+                        case: case.name.clone(),
+                        evaluator: evaluator.clone(),
+                        baseline,
+                        candidate,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the candidate falls short of the baseline beyond
+    /// `threshold`: whether [`shortfalls`](Comparison::shortfalls) finds
+    /// any. A missing case or evaluator always counts. A threshold that is
+    /// not a finite number ≥ 0 (NaN, negative, infinite) is taken as `0.0`,
+    /// the strictest (`harness-evals compare` refuses it; use
+    /// [`shortfalls`](Comparison::shortfalls) for the error).
     pub fn regressed(&self, threshold: f64) -> bool {
-        self.means.iter().any(|m| -m.delta() > threshold + 1e-9)
-            || self.cases.iter().any(|c| c.worst_drop() > threshold + 1e-9)
+        let threshold = if threshold.is_finite() && threshold >= 0.0 {
+            threshold
+        } else {
+            0.0
+        };
+        self.shortfalls(threshold)
+            .map_or(true, |shortfalls| !shortfalls.is_empty())
     }
 
     /// The comparison as a terminal table: the means, then every case that
@@ -191,18 +373,27 @@ impl Comparison {
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
-        let rows: Vec<Vec<String>> = self
+        let mean = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+        let mut rows: Vec<Vec<String>> = self
             .means
             .iter()
             .map(|m| {
                 vec![
                     m.name.clone(),
-                    format!("{:.3}", m.baseline),
-                    format!("{:.3}", m.candidate),
-                    format!("{:+.3}", m.delta()),
+                    mean(m.baseline),
+                    mean(m.candidate),
+                    m.delta().map_or("-".to_owned(), |d| format!("{d:+.3}")),
                 ]
             })
             .collect();
+        rows.extend(self.missing_evaluators.iter().map(|(name, baseline)| {
+            vec![
+                name.clone(),
+                mean(*baseline),
+                "missing".to_owned(),
+                "-".to_owned(),
+            ]
+        }));
         let mut out = render(
             &format!("{} → {}", self.baseline, self.candidate),
             &header,
@@ -235,23 +426,46 @@ impl Comparison {
                 .map(|s| (*s).to_owned())
                 .collect();
             out.push('\n');
-            out.push_str(&render(
-                &format!(
-                    "{} improved, {} regressed",
-                    self.improved().count(),
-                    self.regressions().count()
-                ),
-                &header,
-                &moved,
-                None,
-            ));
+            let mut title = format!(
+                "{} improved, {} regressed",
+                self.improved().count(),
+                self.regressions().count()
+            );
+            let removed = self.removed().count();
+            if removed > 0 {
+                title.push_str(&format!(", {removed} missing from the candidate"));
+            }
+            let added = self
+                .cases
+                .iter()
+                .filter(|c| c.change == Change::Added)
+                .count();
+            if added > 0 {
+                title.push_str(&format!(", {added} new"));
+            }
+            out.push_str(&render(&title, &header, &moved, None));
         }
         out
     }
 }
 
+/// `evaluator`'s mean over all of `report`'s cases (what its summary
+/// says), or `None` when it has no cases.
+fn own_mean(report: &Report, evaluator: &str) -> Option<f64> {
+    if report.cases.is_empty() {
+        return None;
+    }
+    let n = report.cases.len();
+    Some(crate::report::mean(
+        report.cases.iter().map(|c| c.value(evaluator)),
+        n,
+    ))
+}
+
 /// Several reports of one dataset side by side (several models, say): a
-/// row per case, a column per report and evaluator, and the means.
+/// row per case, a column per report and evaluator (`-` where a report
+/// lacks the case), and each report's own means over all its cases (`-`
+/// for a report with no cases).
 pub fn side_by_side(reports: &[Report]) -> String {
     let mut header = vec!["case".to_owned()];
     let mut columns = Vec::new();
@@ -291,13 +505,9 @@ pub fn side_by_side(reports: &[Report]) -> String {
         .collect();
     let mut footer = vec!["mean".to_owned()];
     for (i, evaluator) in &columns {
-        let summary = reports[*i].summary();
-        let mean = summary
-            .evaluators
-            .iter()
-            .find(|e| &e.name == evaluator)
-            .map_or(0.0, |e| e.mean);
-        footer.push(format!("{mean:.3}"));
+        // Each report's own mean; none for a report without cases.
+        footer
+            .push(own_mean(&reports[*i], evaluator).map_or("-".to_owned(), |m| format!("{m:.3}")));
     }
     let title = reports
         .iter()

@@ -77,8 +77,9 @@ impl<I, E> Case<I, E> {
 ///
 /// A dataset is a file: YAML (`.yaml`, `.yml`: a document with `name` and
 /// `cases`) or JSON Lines (`.jsonl`: one case per line, the dataset named
-/// after the file). [`Dataset::json_schema`] gives the YAML document's
-/// schema for editors.
+/// after the file); the extension is matched in any case (`.YML`), and a
+/// UTF-8 byte order mark at the start of the text is skipped.
+/// [`Dataset::json_schema`] gives the YAML document's schema for editors.
 ///
 /// ```
 /// use harness_evals::{Case, Dataset};
@@ -213,13 +214,23 @@ pub enum DatasetError {
     },
 }
 
+/// `text` without the byte order mark an editor may put at its start.
+fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 enum Format {
     Yaml,
     JsonLines,
 }
 
+/// The format a file's extension names, in any case (`.YAML`, `.Jsonl`).
 fn format_of(path: &Path) -> Result<Format, DatasetError> {
-    match path.extension().and_then(|e| e.to_str()) {
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match extension.as_deref() {
         Some("yaml" | "yml") => Ok(Format::Yaml),
         Some("jsonl") => Ok(Format::JsonLines),
         _ => Err(DatasetError::UnknownFormat {
@@ -302,6 +313,7 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
 
     /// Reads a YAML dataset document; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Self, DatasetError> {
+        let text = without_bom(text);
         // The parser's message quotes the text it could not read.
         let dataset: Self = serde_saphyr::from_str(text).map_err(|e| DatasetError::Yaml {
             origin: redact::owned(origin),
@@ -314,7 +326,7 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
     /// Reads JSON Lines, one case per line (blank lines are skipped).
     pub fn from_json_lines(name: &str, text: &str, origin: &str) -> Result<Self, DatasetError> {
         let mut cases = Vec::new();
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in without_bom(text).lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }

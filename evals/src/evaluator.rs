@@ -16,6 +16,12 @@ use crate::record::{CaseModel, CaseRecord, Journal};
 /// fails, a grade between for graded evaluators (a judge's score, a
 /// trajectory's overlap). Reports average values and count passes;
 /// comparisons subtract values.
+///
+/// The fields are public, so a score can be made with any value; an
+/// experiment (a run, a replay or a re-score) refuses one whose value is
+/// NaN, infinite or outside `0.0..=1.0`: the case gets an error for that
+/// evaluator instead ([`EvalError::InvalidScore`], naming the evaluator,
+/// the case and the value). Use [`Score::graded`] to clamp a grade.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Score {
     /// The grade, `0.0..=1.0`.
@@ -106,6 +112,30 @@ pub enum EvalError {
         /// The evaluator.
         evaluator: String,
         /// The model's error.
+        message: String,
+    },
+    /// The evaluator returned a [`Score`] whose value is not a number in
+    /// `0.0..=1.0` (NaN, infinite, or out of range). The score is refused,
+    /// not clamped: a value out of range is a bug in the evaluator.
+    #[error(
+        "evaluator `{evaluator}` gave case `{case}` the value {value}; a score's value must be a number in 0.0..=1.0"
+    )]
+    InvalidScore {
+        /// The evaluator.
+        evaluator: String,
+        /// The case.
+        case: String,
+        /// The value it gave.
+        value: f64,
+    },
+    /// The evaluator panicked while scoring the case.
+    #[error("evaluator `{evaluator}` panicked on case `{case}`: {message}")]
+    Panicked {
+        /// The evaluator.
+        evaluator: String,
+        /// The case.
+        case: String,
+        /// The panic's message (or a note that its payload is not a string).
         message: String,
     },
 }
@@ -232,7 +262,9 @@ pub trait Evaluator<I, E, O>: Send + Sync {
     /// The evaluator's name: a report's column, unique in an experiment.
     fn name(&self) -> &str;
 
-    /// Scores one case, or says why it cannot.
+    /// Scores one case, or says why it cannot. A panic here, or a score
+    /// whose value is not a number in `0.0..=1.0`, is reported as this
+    /// evaluator's error on this case; the experiment goes on.
     async fn evaluate(&self, case: &EvalCase<'_, I, E, O>) -> Result<Score, EvalError>;
 }
 

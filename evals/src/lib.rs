@@ -23,9 +23,21 @@
 //! - Reports print as a [table](Report::table), save as JSON, and compare:
 //!   a [`Comparison`] of a baseline and a candidate lists improved and
 //!   regressed cases and says whether the candidate
-//!   [regressed](Comparison::regressed) beyond a threshold; the
-//!   `harness-evals compare` command exits 1 when it did, for CI.
+//!   [regressed](Comparison::regressed): lost a case or an evaluator, or
+//!   dropped beyond a threshold; the `harness-evals compare` command exits
+//!   1 when it did, for CI, and says why.
 //!   [`side_by_side`] shows several models' reports in one table.
+//! - A case that fails is reported as failed and the others run on: a task
+//!   that returns an error, runs past the timeout or **panics** fails its
+//!   case ([`CaseFailure::Error`] says `the task panicked: {message}`); an
+//!   evaluator that returns an error, panics ([`EvalError::Panicked`]) or
+//!   gives a value that is not a number in `0.0..=1.0`
+//!   ([`EvalError::InvalidScore`]: refused, not clamped) loses its score on
+//!   that case alone. A panic is caught only where panics unwind (not under
+//!   `panic = "abort"`), and the panic hook still prints it.
+//!   [`Report::save`] never writes a file that [`Report::load`] refuses: it
+//!   refuses a report holding a NaN or infinite number, naming the case and
+//!   the field.
 //! - Each case runs in a `tracing` span named `eval {case}` with the
 //!   attributes `harness.eval.experiment` and `harness.eval.case` (names
 //!   redacted); the agent's spans (`invoke_agent`, `chat`, `execute_tool`)
@@ -119,7 +131,13 @@
 //! ```
 //!
 //! `compare` exits 0 when the candidate is within the threshold, 1 when it
-//! regressed, 2 when it could not read a report.
+//! regressed, 2 when it could not read a report. A candidate regressed when
+//! it lacks a case or an evaluator the baseline has (whatever the
+//! threshold: dropping a failing case does not pass the gate), or when an
+//! evaluator's mean or a case's value dropped by more than the threshold;
+//! it prints each reason on stderr (see [`Comparison`] and [`Shortfall`]).
+//! The means in its table, and in `side-by-side`, are each report's own,
+//! over all its cases (`-` for a report with none).
 //!
 //! # Secrets
 //!
@@ -189,7 +207,9 @@ mod trajectory;
 pub use builtin::{
     Budget, Contains, Equals, FieldMatch, JsonSchemaValid, Matches, NumericTolerance,
 };
-pub use compare::{CaseDelta, Change, Comparison, MeanDelta, side_by_side};
+pub use compare::{
+    CaseDelta, Change, Comparison, InvalidThreshold, MeanDelta, Shortfall, side_by_side,
+};
 pub use dataset::{Case, Dataset, DatasetError};
 pub use evaluator::{EvalCase, EvalError, Evaluator, Evaluators, FnEvaluator, Score, from_fn};
 pub use judge::{Judge, Verdict};

@@ -207,7 +207,9 @@ pub(crate) fn comparison(comparison: &mut Comparison) {
         candidate,
         cases,
         means,
+        missing_evaluators,
     } = comparison;
+    texts(missing_evaluators.iter_mut().map(|(name, _)| name));
     texts([baseline, candidate]);
     for CaseDelta {
         name,

@@ -217,8 +217,10 @@ impl Report {
             path: path.to_owned(),
             source,
         })?;
+        // An editor on Windows may start the file with a byte order mark.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         // The parser's message quotes the text it could not read.
-        let report: Report = serde_json::from_str(&text).map_err(|e| ReportError::Format {
+        let report: Report = serde_json::from_str(text).map_err(|e| ReportError::Format {
             path: path.to_owned(),
             message: redact::owned(format!("it is not a report: {e}")),
         })?;
@@ -248,12 +250,24 @@ impl Report {
     /// written redacted as a run's would be. If a secret is still in the
     /// text after that (where replacing it would break the format), the
     /// file is not written: [`ReportError::Format`].
+    ///
+    /// What is written reads back with [`Report::load`]: a report that holds
+    /// a number JSON cannot carry (a NaN or infinite score value, latency or
+    /// cost, which only a report built or changed by hand can hold, since an
+    /// experiment refuses such scores) is not written, and the error names
+    /// the case and the field; so is one whose text would not read back as a
+    /// report for any other reason.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ReportError> {
         let path = path.as_ref();
         let format = |message: String| ReportError::Format {
             path: path.to_owned(),
             message: redact::owned(message),
         };
+        if let Some(place) = self.non_finite() {
+            return Err(format(format!(
+                "{place}, which JSON cannot hold; the report was not written"
+            )));
+        }
         let to_text = |report: &Report| {
             serde_json::to_string_pretty(report).map_err(|e| format(e.to_string()))
         };
@@ -274,12 +288,49 @@ impl Report {
             }
             text = to_text(&redacted)?;
         }
+        // Never write a file that `load` refuses.
+        if let Err(e) = serde_json::from_str::<Report>(&text) {
+            return Err(format(format!(
+                "it would not read back as a report ({e}); it was not written"
+            )));
+        }
         text.push('\n');
         harness::durable::write_atomic(path, text.as_bytes(), harness::durable::Sync::FileAndDir)
             .map_err(|source| ReportError::Save {
                 path: path.to_owned(),
                 source,
             })
+    }
+
+    /// Where the report holds a number that JSON cannot carry (NaN or
+    /// infinite), described for an error, if it does.
+    fn non_finite(&self) -> Option<String> {
+        if !self.elapsed_ms.is_finite() {
+            return Some(format!("its elapsed_ms is {}", self.elapsed_ms));
+        }
+        for case in &self.cases {
+            let metrics = &case.record.metrics;
+            if !metrics.latency_ms.is_finite() {
+                return Some(format!(
+                    "case `{}`: its latency_ms is {}",
+                    case.name, metrics.latency_ms
+                ));
+            }
+            if let Some(cost) = metrics.cost.filter(|c| !c.is_finite()) {
+                return Some(format!("case `{}`: its cost is {cost}", case.name));
+            }
+            for (evaluator, scored) in &case.scores {
+                if let Scored::Score(score) = scored
+                    && !score.value.is_finite()
+                {
+                    return Some(format!(
+                        "case `{}`: the value of evaluator `{evaluator}` is {}",
+                        case.name, score.value
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// The case named `name`.
@@ -361,7 +412,7 @@ impl Report {
             rows.push(row);
         }
         let summary = self.summary();
-        let mut total = vec![format!("mean ({} cases)", summary.cases)];
+        let mut total = vec![format!("mean ({})", count(summary.cases, "case", "cases"))];
         for e in &summary.evaluators {
             total.push(format!(
                 "{} ({}/{})",
@@ -396,6 +447,13 @@ pub(crate) fn mean(values: impl Iterator<Item = f64>, n: usize) -> f64 {
     } else {
         values.sum::<f64>() / n as f64
     }
+}
+
+/// `n` and the noun for it: `1 case`, `2 cases`.
+pub(crate) fn count(n: impl std::fmt::Display, one: &str, many: &str) -> String {
+    let n = n.to_string();
+    let noun = if n == "1" { one } else { many };
+    format!("{n} {noun}")
 }
 
 pub(crate) fn short(value: f64) -> String {

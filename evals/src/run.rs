@@ -1,11 +1,13 @@
 //! Running a task over a dataset: concurrency, retries, timeouts, progress,
 //! recording; replaying and re-scoring.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::io::{IsTerminal, Write as _};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,7 +24,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::dataset::{Case, Dataset};
-use crate::evaluator::{EvalCase, Evaluators, JudgeMode};
+use crate::evaluator::{EvalCase, EvalError, Evaluators, JudgeMode, Score};
 use crate::record::{CaseModel, CaseRecord, EventRecord, Journal, measure};
 use crate::redact;
 use crate::report::{CaseFailure, CaseReport, REPORT_VERSION, Report, Scored};
@@ -352,6 +354,13 @@ impl Experiment {
     /// Runs `task` on every case of `dataset` and scores it with
     /// `evaluators`. A case that fails is reported as failed; the
     /// experiment fails only when it cannot start.
+    ///
+    /// A task that panics fails its case alone, as
+    /// [`CaseFailure::Error`] with `the task panicked: {message}`; an
+    /// evaluator that panics, or returns a score whose value is not a
+    /// number in `0.0..=1.0`, gets an error on that case alone
+    /// ([`EvalError::Panicked`], [`EvalError::InvalidScore`]). The other
+    /// cases' and evaluators' results are kept.
     pub async fn run<I, E, O, T>(
         &self,
         dataset: &Dataset<I, E>,
@@ -631,15 +640,21 @@ impl Experiment {
                 experiment: Arc::from(self.name.as_str()),
             };
             let clock = Instant::now();
-            let running = task
-                .run(case.input.clone(), cx.clone())
+            // A task that panics fails its case alone; the experiment and
+            // the other cases go on.
+            let running = AssertUnwindSafe(task.run(case.input.clone(), cx.clone()))
+                .catch_unwind()
+                .map(|caught| match caught {
+                    Ok(result) => result.map_err(Failed::Task),
+                    Err(payload) => Err(Failed::Panic(panic_message(payload.as_ref()))),
+                })
                 .instrument(span.clone());
             let result = match self.timeout {
                 Some(limit) => match tokio::time::timeout(limit, running).await {
-                    Ok(result) => result.map_err(Failed::Task),
+                    Ok(result) => result,
                     Err(_) => Err(Failed::Timeout(limit)),
                 },
-                None => running.await.map_err(Failed::Task),
+                None => running.await,
             };
             let latency = clock.elapsed();
             let exchanges = journal.take();
@@ -711,6 +726,9 @@ impl Experiment {
                     "the task ran past the timeout of {limit:?}"
                 )));
             }
+            Err(Failed::Panic(message)) => {
+                report.failure = Some(CaseFailure::Error(format!("the task panicked: {message}")));
+            }
             Err(Failed::Task(error)) => {
                 report.failure = Some(match error.model_error() {
                     Some(ModelError::ReplayMismatch { turn, message }) => CaseFailure::Diverged(
@@ -740,6 +758,20 @@ fn read_as<T: DeserializeOwned>(
 enum Failed {
     Task(TaskError),
     Timeout(Duration),
+    /// The task panicked; the panic's message.
+    Panic(String),
+}
+
+/// The message of a panic: its payload when that is a string (what
+/// `panic!` with a message gives), else a sentence saying it is not.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&'static str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "(its payload is not a string)".to_owned()
+    }
 }
 
 struct ReplaySource {
@@ -754,13 +786,44 @@ async fn score<I, E, O>(
 ) -> std::collections::BTreeMap<String, Scored> {
     let mut scores = std::collections::BTreeMap::new();
     for evaluator in &evaluators.list {
-        let scored = match evaluator.evaluate(&case).await {
-            Ok(score) => Scored::Score(score),
-            Err(error) => Scored::Error(error.to_string()),
+        let name = evaluator.name();
+        // An evaluator that panics loses its score on this case alone.
+        let evaluated = AssertUnwindSafe(evaluator.evaluate(&case))
+            .catch_unwind()
+            .await;
+        let scored = match evaluated {
+            Ok(Ok(score)) => match check_score(name, case.name, score) {
+                Ok(score) => Scored::Score(score),
+                Err(error) => Scored::Error(error.to_string()),
+            },
+            Ok(Err(error)) => Scored::Error(error.to_string()),
+            Err(payload) => Scored::Error(
+                EvalError::Panicked {
+                    evaluator: name.to_owned(),
+                    case: case.name.to_owned(),
+                    message: panic_message(payload.as_ref()),
+                }
+                .to_string(),
+            ),
         };
-        scores.insert(evaluator.name().to_owned(), scored);
+        scores.insert(name.to_owned(), scored);
     }
     scores
+}
+
+/// `score`, unless its value is not a number in `0.0..=1.0`: such a value
+/// would make means meaningless and a report that cannot be saved as JSON
+/// and read back (JSON has no NaN or infinity).
+fn check_score(evaluator: &str, case: &str, score: Score) -> Result<Score, EvalError> {
+    if (0.0..=1.0).contains(&score.value) {
+        Ok(score)
+    } else {
+        Err(EvalError::InvalidScore {
+            evaluator: evaluator.to_owned(),
+            case: case.to_owned(),
+            value: score.value,
+        })
+    }
 }
 
 /// The model of an experiment that has none.

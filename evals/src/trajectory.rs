@@ -62,14 +62,14 @@ pub(crate) fn compare<A, R>(
         return match actual.len().cmp(&reference.len()) {
             std::cmp::Ordering::Equal => Ok(()),
             std::cmp::Ordering::Less => Err(format!(
-                "{} entries, want {}: missing {}",
-                actual.len(),
+                "{}, want {}: missing {}",
+                crate::report::count(actual.len(), "entry", "entries"),
                 reference.len(),
                 show_r(&reference[actual.len()])
             )),
             std::cmp::Ordering::Greater => Err(format!(
-                "{} entries, want {}: extra {}",
-                actual.len(),
+                "{}, want {}: extra {}",
+                crate::report::count(actual.len(), "entry", "entries"),
                 reference.len(),
                 show_a(&actual[reference.len()])
             )),

@@ -6,8 +6,11 @@
 //! harness-evals side-by-side REPORT.json REPORT.json...
 //! ```
 //!
-//! `compare` exits 1 when the candidate regressed beyond the threshold
-//! (default 0: any drop), 2 on a usage error or an unreadable report.
+//! `compare` exits 1 when the candidate regressed: it lacks a case or an
+//! evaluator the baseline has, or an evaluator's mean or a case's value
+//! dropped by more than the threshold (default 0: any drop); it says why on
+//! stderr, one line per reason. It exits 2 on a usage error or an
+//! unreadable report.
 
 use std::process::ExitCode;
 
@@ -83,11 +86,17 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             } else {
                 print!("{}", comparison.table());
             }
-            if comparison.regressed(threshold) {
-                eprintln!("harness-evals: the candidate regressed beyond {threshold}");
-                Ok(ExitCode::from(1))
-            } else {
+            let shortfalls = comparison
+                .shortfalls(threshold)
+                .map_err(|e| e.to_string())?;
+            if shortfalls.is_empty() {
                 Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("harness-evals: the candidate regressed (threshold {threshold}):");
+                for shortfall in &shortfalls {
+                    eprintln!("  - {shortfall}");
+                }
+                Ok(ExitCode::from(1))
             }
         }
         "side-by-side" => {

@@ -142,3 +142,82 @@ fn show_and_side_by_side_print_tables() {
         "{out}"
     );
 }
+
+#[test]
+fn compare_exits_non_zero_when_the_candidate_lost_cases_or_evaluators() {
+    let dir = tempfile::tempdir().unwrap();
+    report("base", &[1.0, 0.0, 1.0])
+        .save(dir.path().join("base.json"))
+        .unwrap();
+    report("empty", &[])
+        .save(dir.path().join("empty.json"))
+        .unwrap();
+    // The failing case dropped: the rest is unchanged.
+    let mut dropped = report("dropped", &[1.0, 0.0, 1.0]);
+    dropped.cases.remove(1);
+    dropped.save(dir.path().join("dropped.json")).unwrap();
+    let mut none = report("none", &[1.0, 0.0, 1.0]);
+    none.evaluators.clear();
+    for case in &mut none.cases {
+        case.scores.clear();
+    }
+    none.save(dir.path().join("none.json")).unwrap();
+
+    let (code, out, err) = evals(&["compare", "base.json", "empty.json"], dir.path());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("case `case-0` of the baseline is missing from the candidate"),
+        "{err}"
+    );
+    // Each report's own mean; none for the empty one.
+    assert!(out.contains("score      0.667     -"), "{out}");
+
+    let (code, _, err) = evals(
+        &["compare", "base.json", "dropped.json", "--threshold", "0.5"],
+        dir.path(),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("case `case-1` of the baseline is missing"),
+        "{err}"
+    );
+
+    let (code, out, err) = evals(
+        &["compare", "base.json", "none.json", "--threshold", "0.5"],
+        dir.path(),
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("evaluator `score` of the baseline is missing from the candidate"),
+        "{err}"
+    );
+    assert!(out.contains("missing"), "{out}");
+
+    // A candidate's new cases are no shortfall, but count in its mean: the
+    // new failing case lowers it from 1.0 to 0.667.
+    let (code, _, err) = evals(&["compare", "dropped.json", "base.json"], dir.path());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the mean of evaluator `score` dropped from 1.000 to 0.667"),
+        "{err}"
+    );
+    assert_eq!(
+        evals(
+            &["compare", "dropped.json", "base.json", "--threshold", "0.5"],
+            dir.path()
+        )
+        .0,
+        0
+    );
+
+    let (code, out, _) = evals(&["side-by-side", "base.json", "empty.json"], dir.path());
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .last()
+            .unwrap()
+            .split_whitespace()
+            .eq(["mean", "0.667", "-"]),
+        "{out}"
+    );
+}

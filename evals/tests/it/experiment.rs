@@ -635,7 +635,7 @@ async fn comparisons_list_improved_and_regressed_cases() {
     let improved: Vec<&str> = comparison.improved().map(|c| c.name.as_str()).collect();
     let regressed: Vec<&str> = comparison.regressions().map(|c| c.name.as_str()).collect();
     assert_eq!((improved, regressed), (vec!["case-2"], vec!["case-3"]));
-    assert_eq!(comparison.means[0].delta(), 0.0);
+    assert_eq!(comparison.means[0].delta(), Some(0.0));
     // A case dropped by 1.0: a regression under any threshold below 1.
     assert!(comparison.regressed(0.0) && comparison.regressed(0.5));
     assert!(!comparison.regressed(1.0));

@@ -6,6 +6,7 @@ mod cli;
 mod dataset;
 mod evaluators;
 mod experiment;
+mod robustness;
 mod secrets;
 mod trajectory;
 
