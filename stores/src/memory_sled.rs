@@ -65,6 +65,8 @@ pub struct SledMemory {
     db: sled::Db,
     tree: Tree,
     lock: Arc<RwLock<()>>,
+    /// Held while a write's flush runs: one at a time.
+    flushing: Arc<std::sync::Mutex<()>>,
     flush: bool,
     path: Option<PathBuf>,
 }
@@ -132,6 +134,7 @@ impl SledMemory {
             db: db.clone(),
             tree,
             lock: Arc::new(RwLock::new(())),
+            flushing: Arc::new(std::sync::Mutex::new(())),
             flush: true,
             path: None,
         })
@@ -321,10 +324,19 @@ impl MemoryBackend for SledMemory {
         })
         .await?;
         if self.flush {
-            self.db
-                .flush_async()
-                .await
-                .map_err(|e| sled_error("flush", &e))?;
+            // sled's own `flush_async` can hang for good when several run
+            // at once (sled 0.34): the flush is sled's blocking one, on a
+            // blocking thread, one at a time (each covers every write
+            // applied before it started).
+            let (db, flushing) = (self.db.clone(), Arc::clone(&self.flushing));
+            Self::blocking(move || {
+                let _one = flushing
+                    .lock()
+                    .map_err(|_| MemoryError::backend("sled memory: the flush lock is poisoned"))?;
+                db.flush().map_err(|e| sled_error("flush", &e))?;
+                Ok(())
+            })
+            .await?;
         }
         Ok(created)
     }

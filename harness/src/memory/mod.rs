@@ -100,8 +100,8 @@
 //! # Bad input
 //!
 //! An empty or malformed namespace, an empty, long or control-character
-//! key, a value that is not an object or is larger than
-//! [`MAX_VALUE_BYTES`], a filter with an empty path or an ordering on
+//! key, a value that is not an object, is larger than [`MAX_VALUE_BYTES`]
+//! or nests deeper than [`MAX_VALUE_DEPTH`], a filter with an empty path or an ordering on
 //! something other than numbers and strings, a vector of the wrong length:
 //! each is a [`MemoryError`] naming what and where, and nothing is written.
 //! Concurrent puts on one key: the last writer wins.
@@ -120,7 +120,8 @@ pub use index::{
 };
 pub use types::{
     Cmp, Filter, Hit, IndexFields, Item, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_DEPTH,
-    MAX_VALUE_BYTES, MemoryError, Namespace, NamespaceQuery, PutOptions, Search, lookup,
+    MAX_VALUE_BYTES, MAX_VALUE_DEPTH, MemoryError, Namespace, NamespaceQuery, PutOptions, Search,
+    lookup,
 };
 
 use crate::llm::Embedder;

@@ -15,6 +15,11 @@ pub const MAX_LABEL_BYTES: usize = 256;
 pub const MAX_KEY_BYTES: usize = 1024;
 /// The largest value, as compact JSON, in bytes: 1 MiB.
 pub const MAX_VALUE_BYTES: usize = 1024 * 1024;
+/// The deepest a value nests (objects and arrays in one another, the value
+/// itself at depth 1): a stored record holds it a few levels down, and
+/// JSON readers stop at 128, so a deeper value could be written and never
+/// read back.
+pub const MAX_VALUE_DEPTH: usize = 100;
 
 /// What is wrong with a request to long-term memory, or what failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -248,7 +253,8 @@ pub(crate) fn check_key(namespace: &Namespace, key: &str) -> Result<(), MemoryEr
     }
 }
 
-/// Checks a value: a JSON object of at most [`MAX_VALUE_BYTES`].
+/// Checks a value: a JSON object of at most [`MAX_VALUE_BYTES`], nested
+/// at most [`MAX_VALUE_DEPTH`] deep.
 pub(crate) fn check_value(
     namespace: &Namespace,
     key: &str,
@@ -262,6 +268,12 @@ pub(crate) fn check_value(
     if !value.is_object() {
         return Err(refuse(format!("it is {}, not a JSON object", kind(value))));
     }
+    // Before it is serialized, which recurses as deep as the value goes.
+    if deeper_than(value, MAX_VALUE_DEPTH) {
+        return Err(refuse(format!(
+            "it nests deeper than {MAX_VALUE_DEPTH} levels of objects and arrays"
+        )));
+    }
     let size = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
     if size > MAX_VALUE_BYTES {
         return Err(refuse(format!(
@@ -269,6 +281,24 @@ pub(crate) fn check_value(
         )));
     }
     Ok(())
+}
+
+/// Whether `value` nests deeper than `limit` levels, walked without
+/// recursion (a value built in code can be deeper than the stack).
+fn deeper_than(value: &Value, limit: usize) -> bool {
+    let mut stack = vec![(value, 1_usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(fields) => Box::new(fields.values()),
+            _ => continue,
+        };
+        if depth > limit {
+            return true;
+        }
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    false
 }
 
 fn kind(value: &Value) -> &'static str {

@@ -8,8 +8,8 @@
 use async_trait::async_trait;
 use harness::llm::{Embedder, Embeddings, ModelError};
 use harness::memory::{
-    Filter, HashedWords, IndexConfig, IndexFields, ManualClock, Memory, MemoryError, Namespace,
-    NamespaceQuery, Op, OpResult, PutOptions, Search,
+    Filter, HashedWords, IndexConfig, IndexFields, MAX_VALUE_DEPTH, ManualClock, Memory,
+    MemoryError, Namespace, NamespaceQuery, Op, OpResult, PutOptions, Search,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -654,4 +654,46 @@ mod through_a_slot {
         let ana = memory.get(&ns(&["users", "ana"]), "visits").await.unwrap();
         assert_eq!(ana.map(|i| i.value), Some(json!({"count": 2})));
     }
+}
+
+/// `{"a": {"a": ... {"a": 1}}}`, `depth` objects deep.
+fn nested(depth: usize) -> Value {
+    let mut value = json!(1);
+    for _ in 0..depth {
+        value = json!({ "a": value });
+    }
+    value
+}
+
+#[tokio::test]
+async fn a_value_nested_deeper_than_the_limit_is_refused_and_nothing_is_written() {
+    let memory = Memory::in_memory();
+    let space = Namespace::new(["deep"]).unwrap();
+    // At the limit: kept, read back, found.
+    memory
+        .put(&space, "ok", nested(MAX_VALUE_DEPTH))
+        .await
+        .unwrap();
+    assert_eq!(
+        memory.get(&space, "ok").await.unwrap().unwrap().value,
+        nested(MAX_VALUE_DEPTH)
+    );
+    // Past it, by objects or by arrays, or far past it: refused by name.
+    let mut arrays = json!(0);
+    for _ in 0..MAX_VALUE_DEPTH {
+        arrays = json!([arrays]);
+    }
+    for (key, value) in [
+        ("one-more", nested(MAX_VALUE_DEPTH + 1)),
+        ("arrays", json!({ "list": arrays })),
+        ("far", nested(1_000)),
+    ] {
+        let err = memory.put(&space, key, value).await.unwrap_err();
+        assert!(matches!(err, MemoryError::Value { .. }), "{key}: {err}");
+        assert!(err.to_string().contains(&format!("deep/{key}")), "{err}");
+        assert!(err.to_string().contains("deeper than 100"), "{err}");
+        assert!(memory.get(&space, key).await.unwrap().is_none(), "{key}");
+    }
+    let all = memory.search(&Search::under(space)).await.unwrap();
+    assert_eq!(all.len(), 1);
 }

@@ -107,6 +107,52 @@ mod sled_memory {
         .await;
     }
 
+    /// Writers putting at once on a memory that flushes each write all
+    /// finish (sled's own `flush_async` hung for good with 8 of them, and
+    /// took the runtime's threads with it: the writers run on a runtime of
+    /// their own, on a thread the test waits for at most 60 s).
+    #[test]
+    fn concurrent_flushed_writers_all_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(4)
+                .enable_all()
+                .build()
+                .unwrap();
+            let found = runtime.block_on(async move {
+                let memory = harness::memory::Memory::new(SledMemory::open(&path).unwrap());
+                let space = harness::memory::Namespace::new(["w"]).unwrap();
+                for writers in [8_usize, 16] {
+                    let tasks: Vec<_> = (0..writers)
+                        .map(|w| {
+                            let (memory, space) = (memory.clone(), space.clone());
+                            tokio::spawn(async move {
+                                for i in 0..10 {
+                                    let key = format!("{writers}-{w}-{i}");
+                                    memory.put(&space, &key, json!({"w": w, "i": i})).await?;
+                                }
+                                Ok::<_, harness::memory::MemoryError>(())
+                            })
+                        })
+                        .collect();
+                    for task in tasks {
+                        task.await.unwrap().unwrap();
+                    }
+                }
+                let search = harness::memory::Search::under(space).limit(1000);
+                memory.search(&search).await.unwrap().len()
+            });
+            let _ = done.send(found);
+        });
+        let found = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the writers did not finish in 60 s");
+        assert_eq!(found, 240);
+    }
+
     /// A touch of a damaged record aborts the sled transaction after the
     /// batch's earlier writes were made in it: none of them is left.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
