@@ -72,8 +72,12 @@
 //! the items the search admits (prefix, filters, not expired) by cosine
 //! similarity, in an index held in this process ([`VectorIndex`]): built
 //! from the backend's vectors at the first search by text and kept up to
-//! date with this process's writes ([`Memory::reload_index`] picks up other
-//! processes'). Up to [`EXACT_UP_TO`] items it compares every one; from
+//! date with the writes made through this `Memory` and its clones; writes
+//! made through another `Memory` (in this process or another one) show
+//! once [`Memory::reload_index`] has picked them up, and until then a
+//! search by text may return an item as it was before them (with
+//! [`Search::refresh_ttl`], every hit is read again from the backend, and
+//! one no longer there is not returned). Up to [`EXACT_UP_TO`] items it compares every one; from
 //! then on it also keeps an HNSW graph (approximate, with recall@10 of 0.95
 //! or more at its default settings on sentence embeddings), and each search
 //! takes whichever route, exact or the graph, the index has measured to be
@@ -519,16 +523,21 @@ impl Memory {
             }
         };
         if search.refresh_ttl {
-            let (records, scores): (Vec<Record>, Vec<Option<f32>>) = hits.into_iter().unzip();
             // The index keeps no TTL: the backend's records say which
-            // items have one.
-            let mut live = Vec::with_capacity(records.len());
-            for r in records {
+            // items have one. An item the backend no longer holds (deleted
+            // or expired meanwhile, by another `Memory` or process) is not
+            // returned.
+            let mut live = Vec::with_capacity(hits.len());
+            let mut scores = Vec::with_capacity(hits.len());
+            for (r, score) in hits {
                 let stored = self
                     .backend
                     .get(&r.item.namespace, &r.item.key, now)
                     .await?;
-                live.push(stored.unwrap_or(r));
+                if let Some(stored) = stored {
+                    live.push(stored);
+                    scores.push(score);
+                }
             }
             let items = self.refresh(live, now).await?;
             return Ok(items

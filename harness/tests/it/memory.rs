@@ -697,3 +697,42 @@ async fn a_value_nested_deeper_than_the_limit_is_refused_and_nothing_is_written(
     let all = memory.search(&Search::under(space)).await.unwrap();
     assert_eq!(all.len(), 1);
 }
+
+#[tokio::test]
+async fn a_search_by_text_that_reads_its_hits_again_drops_those_deleted_elsewhere() {
+    // Two memories over one backend: the reader's index still holds what
+    // the writer deleted and changed, until it reloads.
+    let backend: Arc<dyn harness::memory::MemoryBackend> =
+        Arc::new(harness::memory::InMemory::new());
+    let config = IndexConfig::new(Arc::new(HashedWords::new(64)), 64).fields(["text"]);
+    let writer = Memory::from_arc(backend.clone()).with_index(config.clone());
+    let reader = Memory::from_arc(backend).with_index(config);
+    let n = ns(&["notes"]);
+    for (key, text) in [
+        ("bike", "a red bike"),
+        ("tea", "green tea"),
+        ("trip", "a bike trip"),
+    ] {
+        writer.put(&n, key, json!({"text": text})).await.unwrap();
+    }
+    let query = Search::under(n.clone()).text("bike");
+    assert_eq!(reader.search(&query).await.unwrap().len(), 3);
+    writer.delete(&n, "bike").await.unwrap();
+    writer
+        .put(&n, "tea", json!({"text": "green tea", "cups": 2}))
+        .await
+        .unwrap();
+    // Read again from the backend: the deleted item is gone, the changed
+    // one is as it is now, the scores kept with their items.
+    let hits = reader.search(&query.clone().refresh_ttl()).await.unwrap();
+    let keys: Vec<&str> = hits.iter().map(|h| h.item.key.as_str()).collect();
+    assert!(!keys.contains(&"bike"), "{keys:?}");
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let tea = hits.iter().find(|h| h.item.key == "tea").unwrap();
+    assert_eq!(tea.item.value["cups"], 2);
+    assert!(hits.iter().all(|h| h.score.is_some()));
+    assert_eq!(hits[0].item.key, "trip", "the closest first, as before");
+    // Reloaded, the index agrees without reading again.
+    reader.reload_index().await.unwrap();
+    assert_eq!(reader.search(&query).await.unwrap().len(), 2);
+}
