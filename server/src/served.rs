@@ -178,6 +178,11 @@ where
         })
     }
 
+    /// `values`, if given, read as [`read_update`](Self::read_update) does.
+    fn update_of(&self, values: Option<Value>, field: &str) -> Result<Option<S::Update>, ApiError> {
+        values.map(|v| self.read_update(v, field)).transpose()
+    }
+
     /// The state of `session` now, or the default if it has none yet.
     async fn current(&self, session: &SessionId) -> Result<S, ApiError> {
         match self.agent.state_at(session, None).await {
@@ -290,10 +295,7 @@ where
         values: Option<Value>,
         field: &str,
     ) -> Result<SessionId, ApiError> {
-        let update = match values {
-            Some(v) => Some(self.read_update(v, field)?),
-            None => None,
-        };
+        let update = self.update_of(values, field)?;
         Ok(self.agent.fork(session, index, update).await?)
     }
 
@@ -304,10 +306,7 @@ where
         values: Option<Value>,
         field: &str,
     ) -> Result<SessionId, ApiError> {
-        let update = match values {
-            Some(v) => Some(self.read_update(v, field)?),
-            None => None,
-        };
+        let update = self.update_of(values, field)?;
         Ok(self.agent.fork_waiting(session, index, update).await?)
     }
 

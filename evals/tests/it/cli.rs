@@ -2,40 +2,7 @@
 
 use std::process::Command;
 
-use harness_evals::{CaseRecord, CaseReport, REPORT_VERSION, Report, Score, Scored};
-use serde_json::json;
-
-fn report(name: &str, values: &[f64]) -> Report {
-    Report {
-        version: REPORT_VERSION,
-        experiment: name.into(),
-        dataset: "d".into(),
-        provider: None,
-        model: Some(name.into()),
-        evaluators: vec!["score".into()],
-        started_ms: 0,
-        elapsed_ms: 1.0,
-        cases: values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| CaseReport {
-                name: format!("case-{i}"),
-                tags: vec![],
-                metadata: Default::default(),
-                input: json!(i),
-                expected: None,
-                output: Some(json!(v)),
-                failure: None,
-                scores: [(
-                    "score".to_owned(),
-                    Scored::Score(Score::graded(*v, 0.5, "")),
-                )]
-                .into(),
-                record: CaseRecord::default(),
-            })
-            .collect(),
-    }
-}
+use crate::report;
 
 fn evals(args: &[&str], dir: &std::path::Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_harness-evals"))

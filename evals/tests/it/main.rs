@@ -11,7 +11,8 @@ mod secrets;
 mod trajectory;
 
 use harness::llm::{Exchange, ModelRequest, ModelResponse, Outcome, ToolCall};
-use harness_evals::{CaseRecord, EventRecord};
+use harness_evals::{CaseRecord, CaseReport, EventRecord, REPORT_VERSION, Report, Score, Scored};
+use serde_json::json;
 
 /// A record whose model asked for `calls` (one exchange each, then an
 /// answer) and whose loop finished `steps` (`path/step` or `step`).
@@ -43,4 +44,42 @@ pub fn record(calls: &[(&str, serde_json::Value)], steps: &[&str]) -> CaseRecord
         record.events.push(event);
     }
     record
+}
+
+/// A report of one evaluator, `score`, with a case of each value (passed
+/// from 0.5), made by hand: any value, NaN included, is kept as it is.
+pub fn report(name: &str, values: &[f64]) -> Report {
+    Report {
+        version: REPORT_VERSION,
+        experiment: name.into(),
+        dataset: "d".into(),
+        provider: None,
+        model: Some(name.into()),
+        evaluators: vec!["score".into()],
+        started_ms: 0,
+        elapsed_ms: 1.0,
+        cases: values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| CaseReport {
+                name: format!("case-{i}"),
+                tags: vec![],
+                metadata: Default::default(),
+                input: json!(i),
+                expected: None,
+                output: Some(json!(v)),
+                failure: None,
+                scores: [(
+                    "score".to_owned(),
+                    Scored::Score(Score {
+                        value: *v,
+                        passed: *v >= 0.5,
+                        reason: String::new(),
+                    }),
+                )]
+                .into(),
+                record: CaseRecord::default(),
+            })
+            .collect(),
+    }
 }

@@ -6,12 +6,13 @@
 use async_trait::async_trait;
 use harness::llm::Usage;
 use harness_evals::{
-    Budget, Case, CaseFailure, CaseRecord, CaseReport, Change, Comparison, Dataset, EvalCase,
-    EvalError, Evaluator, Evaluators, Experiment, InvalidThreshold, Match, Progress,
-    REPORT_VERSION, Report, ReportError, Score, Scored, Shortfall, StepTrajectory, TaskError,
-    from_fn, side_by_side, task_fn,
+    Budget, Case, CaseFailure, CaseRecord, Change, Comparison, Dataset, EvalCase, EvalError,
+    Evaluator, Evaluators, Experiment, InvalidThreshold, Match, Progress, Report, ReportError,
+    Score, Scored, Shortfall, StepTrajectory, TaskError, from_fn, side_by_side, task_fn,
 };
 use serde_json::json;
+
+use crate::report;
 
 type Ev<'a> = EvalCase<'a, String, String, String>;
 
@@ -232,42 +233,6 @@ async fn a_score_out_of_range_is_an_error_and_every_report_loads_back() {
             .await
             .unwrap();
         assert_eq!(report.case("a").unwrap().scores["fixed"].value(), value);
-    }
-}
-
-fn report(name: &str, values: &[f64]) -> Report {
-    Report {
-        version: REPORT_VERSION,
-        experiment: name.into(),
-        dataset: "d".into(),
-        provider: None,
-        model: Some(name.into()),
-        evaluators: vec!["score".into()],
-        started_ms: 0,
-        elapsed_ms: 1.0,
-        cases: values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| CaseReport {
-                name: format!("case-{i}"),
-                tags: vec![],
-                metadata: Default::default(),
-                input: json!(i),
-                expected: None,
-                output: Some(json!(v)),
-                failure: None,
-                scores: [(
-                    "score".to_owned(),
-                    Scored::Score(Score {
-                        value: *v,
-                        passed: *v >= 0.5,
-                        reason: String::new(),
-                    }),
-                )]
-                .into(),
-                record: CaseRecord::default(),
-            })
-            .collect(),
     }
 }
 

@@ -667,6 +667,15 @@ impl<'g> Diagnoser<'g> {
         self.node.id()
     }
 
+    /// The traceback's frames, outermost first (none without one).
+    fn frames(&self) -> Vec<classify::Frame> {
+        self.failure
+            .traceback
+            .as_deref()
+            .map(classify::frames)
+            .unwrap_or_default()
+    }
+
     fn at_line(&self) -> String {
         match self.line {
             Some(line) => format!("line {line} of cell {}", self.failing()),
@@ -902,12 +911,7 @@ impl<'g> Diagnoser<'g> {
     /// graph): the error raised in a function another cell defined blames
     /// that cell's code too, and shows it in the context.
     fn blame_called_cells(&mut self) {
-        let frames = self
-            .failure
-            .traceback
-            .as_deref()
-            .map(classify::frames)
-            .unwrap_or_default();
+        let frames = self.frames();
         let failing = self.failing();
         for (depth, frame) in frames.iter().rev().enumerate() {
             let Some(cell) = frame
@@ -1091,12 +1095,7 @@ impl<'g> Diagnoser<'g> {
     /// it local, and reads it before. Blame the cell defining the function
     /// named by the traceback's innermost frame.
     fn unbound_local(&mut self, name: &str) {
-        let frames = self
-            .failure
-            .traceback
-            .as_deref()
-            .map(classify::frames)
-            .unwrap_or_default();
+        let frames = self.frames();
         let Some(function) = frames
             .iter()
             .rev()
