@@ -341,15 +341,36 @@ async fn a_stop_asked_through_the_store_stops_a_workers_run_at_its_next_step() {
         })
         .await
         .unwrap();
-    let doomed = {
+    // It runs on a runtime of its own, on one thread; it "dies" when that
+    // thread stops for good: nothing of it is dropped (a run dropped in a
+    // live process gives its lease up), nothing of it is polled again, its
+    // lease is not renewed.
+    let (die, dying) = tokio::sync::oneshot::channel::<()>();
+    let (dead, died) = tokio::sync::oneshot::channel::<()>();
+    {
         let there = agent(store.clone(), Duration::from_millis(300));
-        tokio::spawn(async move { Worker::new(there).run_until(std::future::pending()).await })
-    };
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                tokio::spawn(async move {
+                    let _ = dying.await;
+                    let _ = dead.send(());
+                    loop {
+                        std::thread::park();
+                    }
+                });
+                Worker::new(there).run_until(std::future::pending()).await
+            })
+        });
+    }
     while here.session(&session).await.unwrap().steps < 3 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    doomed.abort();
-    let _ = doomed.await;
+    let _ = die.send(());
+    died.await.unwrap();
     let asked = here.stop_session(&session).await.unwrap();
     assert!(matches!(asked, Stopping::Asked { .. }), "{asked:?}");
     let steps = here.session(&session).await.unwrap().steps;
