@@ -77,6 +77,7 @@ where
     results.push(search_order(&make()).await);
     results.push(prefix_containment(&make()).await);
     results.push(filters(&make()).await);
+    results.push(exact_numbers(&make()).await);
     results.push(offset_limit(&make()).await);
     results.push(namespaces(&make()).await);
     results.push(batch_in_order(&make()).await);
@@ -728,6 +729,62 @@ pub async fn filters(backend: &dyn MemoryBackend) -> Result<(), Failure> {
             let got = search(backend, &n, &filters, 0, 100, T0).await?;
             let got: Vec<&str> = got.iter().map(|r| r.item.key.as_str()).collect();
             ensure_eq!(got, expected.to_vec(), "the records meeting {filters:?}");
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Numbers in filters compare by the exact value of their decimal text:
+/// integers beyond 2^53 (snowflake ids, nanosecond times) keep every
+/// digit, where a comparison as `f64` would take neighbours for equal.
+pub async fn exact_numbers(backend: &dyn MemoryBackend) -> Result<(), Failure> {
+    run("exact_numbers", async {
+        let n = ns(&["exact"]);
+        let big = 9_007_199_254_740_993_u64; // 2^53 + 1
+        let values = [
+            ("below", json!({"id": big - 1})),
+            ("at", json!({"id": big})),
+            ("above", json!({"id": big + 1})),
+            ("max", json!({"id": u64::MAX})),
+            ("min", json!({"id": i64::MIN})),
+            ("float", json!({"id": 9_007_199_254_740_992.0})),
+        ];
+        let records = values
+            .iter()
+            .map(|(k, v)| record(&n, k, v.clone(), T0))
+            .collect();
+        put(backend, records, T0).await?;
+        let cases: Vec<(Filter, &[&str])> = vec![
+            (Filter::eq("id", big), &["at"]),
+            (
+                Filter::ne("id", big),
+                &["above", "below", "float", "max", "min"],
+            ),
+            (Filter::gt("id", big), &["above", "max"]),
+            (Filter::gte("id", big), &["above", "at", "max"]),
+            (Filter::lt("id", big), &["below", "float", "min"]),
+            (Filter::eq("id", big - 1), &["below", "float"]),
+            (
+                Filter::eq("id", 9_007_199_254_740_992.0),
+                &["below", "float"],
+            ),
+            (Filter::eq("id", u64::MAX), &["max"]),
+            (
+                Filter::lt("id", u64::MAX),
+                &["above", "at", "below", "float", "min"],
+            ),
+            (Filter::eq("id", i64::MIN), &["min"]),
+            (
+                Filter::gt("id", i64::MIN),
+                &["above", "at", "below", "float", "max"],
+            ),
+            (Filter::gt("id", 1e19), &["max"]),
+        ];
+        for (filter, expected) in cases {
+            let got = search(backend, &n, std::slice::from_ref(&filter), 0, 100, T0).await?;
+            let got: Vec<&str> = got.iter().map(|r| r.item.key.as_str()).collect();
+            ensure_eq!(got, expected.to_vec(), "the records meeting {filter:?}");
         }
         Ok(())
     })

@@ -169,8 +169,9 @@ CREATE TABLE IF NOT EXISTS {table} (
 /// **Search.** The namespace prefix, expiry and filters are SQL: the
 /// prefix as a range of the primary key plus `namespace[1:n] = prefix`;
 /// a field as `value -> 'a' -> 'b'` (which, like the core, does not index
-/// into arrays); numbers compared as `float8` (as the core compares them,
-/// `1 = 1.0`), strings in the `"C"` collation (byte order), and a value
+/// into arrays); numbers compared as `numeric`, by the exact value of
+/// their decimal text (as the core compares them: `1 = 1.0`, and integers
+/// beyond 2^53 keep every digit), strings in the `"C"` collation (byte order), and a value
 /// of another type matching no ordering. Offset and limit are SQL too,
 /// except when a filter compares a field with an array or an object: that
 /// filter is applied in this process (the core's equality there, which
@@ -184,7 +185,10 @@ CREATE TABLE IF NOT EXISTS {table} (
 ///
 /// **Limits.** jsonb cannot hold the character U+0000 in a string: a put
 /// of such a value is refused ([`MemoryError::Value`]) and its batch left
-/// unapplied. Times and TTLs above `i64::MAX` ms are stored as `i64::MAX`.
+/// unapplied. jsonb keeps a number as `numeric`, which has no negative
+/// zero: `-0.0` reads back as `0.0` (equal to it in every filter), and a
+/// float's exponent is written out (`1e20` reads back as
+/// `100000000000000000000`, the same `f64`). Times and TTLs above `i64::MAX` ms are stored as `i64::MAX`.
 /// Expired rows stay until a put or delete of their key (never returned);
 /// [`purge_expired`](Self::purge_expired) deletes them.
 #[derive(Clone)]
@@ -318,10 +322,10 @@ impl Query {
         let eq = |q: &mut Self| -> Option<String> {
             Some(match &filter.value {
                 Value::Number(n) => {
-                    let p = q.param(n.as_f64()?);
+                    let p = q.param(n.to_string());
                     format!(
                         "CASE WHEN jsonb_typeof({x}) = 'number' \
-                         THEN ({x} #>> '{{}}')::float8 = {p}::float8 ELSE FALSE END"
+                         THEN ({x} #>> '{{}}')::numeric = {p}::text::numeric ELSE FALSE END"
                     )
                 }
                 Value::String(s) => {
@@ -340,16 +344,13 @@ impl Query {
         };
         let ordered = |q: &mut Self, op: &str| -> String {
             match &filter.value {
-                Value::Number(n) => match n.as_f64() {
-                    Some(f) => {
-                        let p = q.param(f);
-                        format!(
-                            "CASE WHEN jsonb_typeof({x}) = 'number' \
-                             THEN ({x} #>> '{{}}')::float8 {op} {p}::float8 ELSE FALSE END"
-                        )
-                    }
-                    None => "FALSE".into(),
-                },
+                Value::Number(n) => {
+                    let p = q.param(n.to_string());
+                    format!(
+                        "CASE WHEN jsonb_typeof({x}) = 'number' \
+                         THEN ({x} #>> '{{}}')::numeric {op} {p}::text::numeric ELSE FALSE END"
+                    )
+                }
                 Value::String(s) => {
                     let p = q.param(s.clone());
                     format!(

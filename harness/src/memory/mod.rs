@@ -443,7 +443,10 @@ impl Memory {
     }
 
     /// The item at `namespace`/`key`, unless it is missing or expired.
+    /// The root namespace holds no item: asking there is an error, as a put
+    /// or a delete there is.
     pub async fn get(&self, namespace: &Namespace, key: &str) -> Result<Option<Item>, MemoryError> {
+        check_namespace(namespace)?;
         types::check_key(namespace, key)?;
         let now = self.clock.now();
         Ok(self.backend.get(namespace, key, now).await?.map(|r| r.item))
@@ -455,6 +458,7 @@ impl Memory {
         namespace: &Namespace,
         key: &str,
     ) -> Result<Option<Item>, MemoryError> {
+        check_namespace(namespace)?;
         types::check_key(namespace, key)?;
         let now = self.clock.now();
         let Some(record) = self.backend.get(namespace, key, now).await? else {

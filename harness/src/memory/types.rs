@@ -403,6 +403,12 @@ pub enum Cmp {
 /// A condition on one field of an item's value, by a dotted path
 /// (`"kind"`, `"meta.score"`).
 ///
+/// Numbers compare by the exact value of their decimal text, on every
+/// backend: `1` equals `1.0`, and integers beyond 2^53 (snowflake ids,
+/// nanosecond times) keep every digit. Strings order by their bytes. An
+/// ordering between a number and a string, or with a field of another
+/// type, holds for no item.
+///
 /// ```
 /// use harness::memory::Filter;
 /// use serde_json::json;
@@ -511,16 +517,114 @@ pub fn lookup<'v>(value: &'v Value, path: &str) -> Option<&'v Value> {
 /// Equality where numbers compare by value (`1` equals `1.0`).
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y) == Ordering::Equal,
         _ => a == b,
     }
 }
 
 fn order(a: &Value, b: &Value) -> Option<Ordering> {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64()?.partial_cmp(&y.as_f64()?),
+        (Value::Number(x), Value::Number(y)) => Some(compare_numbers(x, y)),
         (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
         _ => None,
+    }
+}
+
+/// Two JSON numbers compared by the exact value of their decimal text (as
+/// PostgreSQL's `numeric` compares them): `1` equals `1.0`, and integers
+/// beyond 2^53 (ids, nanosecond times) keep every digit, where a
+/// comparison as `f64` would take `9007199254740993` for
+/// `9007199254740992`.
+pub(crate) fn compare_numbers(a: &serde_json::Number, b: &serde_json::Number) -> Ordering {
+    let int = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    if let (Some(x), Some(y)) = (int(a), int(b)) {
+        return x.cmp(&y);
+    }
+    // Two floats: their shortest texts (what JSON holds) are ordered as
+    // the floats are. serde_json holds no NaN.
+    if let (true, true, Some(x), Some(y)) = (a.is_f64(), b.is_f64(), a.as_f64(), b.as_f64()) {
+        if let Some(o) = x.partial_cmp(&y) {
+            return o;
+        }
+    }
+    Decimal::parse(&a.to_string()).cmp(&Decimal::parse(&b.to_string()))
+}
+
+/// A decimal number's exact value: `0.d1d2d3… × 10^exponent`, with no
+/// leading or trailing zero digit (zero has no digits and no sign).
+#[derive(PartialEq, Eq)]
+struct Decimal {
+    negative: bool,
+    digits: Vec<u8>,
+    exponent: i64,
+}
+
+impl Decimal {
+    /// The value of a JSON number's text (`-12.5e-3`); a text that is not
+    /// one reads as zero (serde_json writes only numbers).
+    fn parse(text: &str) -> Self {
+        let (negative, text) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (mantissa, exp) = match text.find(['e', 'E']) {
+            Some(i) => (&text[..i], text[i + 1..].parse::<i64>().unwrap_or(0)),
+            None => (text, 0),
+        };
+        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let all: Vec<u8> = whole.bytes().chain(fraction.bytes()).collect();
+        let Some(first) = all.iter().position(|d| *d != b'0') else {
+            return Self {
+                negative: false,
+                digits: Vec::new(),
+                exponent: 0,
+            };
+        };
+        let last = all.iter().rposition(|d| *d != b'0').unwrap_or(first);
+        let whole_len = i64::try_from(whole.len()).unwrap_or(i64::MAX);
+        let first_at = i64::try_from(first).unwrap_or(i64::MAX);
+        Self {
+            negative,
+            digits: all[first..=last].to_vec(),
+            exponent: exp.saturating_add(whole_len).saturating_sub(first_at),
+        }
+    }
+
+    fn magnitude(&self, other: &Self) -> Ordering {
+        match (self.digits.is_empty(), other.digits.is_empty()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Less,
+            (false, true) => Ordering::Greater,
+            (false, false) => self
+                .exponent
+                .cmp(&other.exponent)
+                .then_with(|| self.digits.cmp(&other.digits)),
+        }
+    }
+}
+
+impl Ord for Decimal {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let sign = |d: &Self| match (d.digits.is_empty(), d.negative) {
+            (true, _) => 0,
+            (false, true) => -1,
+            (false, false) => 1,
+        };
+        match sign(self).cmp(&sign(other)) {
+            Ordering::Equal if sign(self) < 0 => other.magnitude(self),
+            Ordering::Equal => self.magnitude(other),
+            unequal => unequal,
+        }
+    }
+}
+
+impl PartialOrd for Decimal {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -637,5 +741,104 @@ impl NamespaceQuery {
             .skip(self.offset)
             .take(self.limit.unwrap_or(usize::MAX))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare_numbers;
+    use serde_json::{Number, json};
+    use std::cmp::Ordering::{self, Equal, Greater, Less};
+
+    fn cmp(a: serde_json::Value, b: serde_json::Value) -> Ordering {
+        let (serde_json::Value::Number(a), serde_json::Value::Number(b)) = (a, b) else {
+            panic!("numbers only")
+        };
+        compare_numbers(&a, &b)
+    }
+
+    #[test]
+    fn integers_beyond_2_53_keep_every_digit() {
+        let cases = [
+            (
+                json!(9_007_199_254_740_993_u64),
+                json!(9_007_199_254_740_992_u64),
+                Greater,
+            ),
+            (
+                json!(9_007_199_254_740_993_u64),
+                json!(9_007_199_254_740_993_i64),
+                Equal,
+            ),
+            (json!(u64::MAX), json!(u64::MAX - 1), Greater),
+            (json!(i64::MIN), json!(i64::MIN + 1), Less),
+            (json!(-1), json!(u64::MAX), Less),
+            // An integer against a float: the float's exact decimal text.
+            (
+                json!(9_007_199_254_740_993_u64),
+                json!(9_007_199_254_740_992.0),
+                Greater,
+            ),
+            (
+                json!(1_152_921_504_606_846_976_u64),
+                json!(1_152_921_504_606_846_976.0),
+                Less,
+            ),
+        ];
+        for (a, b, expected) in cases {
+            assert_eq!(cmp(a.clone(), b.clone()), expected, "{a} against {b}");
+            assert_eq!(
+                cmp(b.clone(), a.clone()),
+                expected.reverse(),
+                "{b} against {a}"
+            );
+        }
+    }
+
+    #[test]
+    fn numbers_compare_by_value_across_kinds() {
+        let cases = [
+            (json!(1), json!(1.0), Equal),
+            (json!(0), json!(-0.0), Equal),
+            (json!(-0.0), json!(0.0), Equal),
+            (json!(2), json!(1.5), Greater),
+            (json!(-2), json!(-1.5), Less),
+            (json!(0.1), json!(0.10000000000000002), Less),
+            (json!(1e20), json!(u64::MAX), Greater),
+            (json!(-1e20), json!(i64::MIN), Less),
+            (json!(1.5e-300), json!(0), Greater),
+            (json!(-1.5e-300), json!(0), Less),
+            (json!(100), json!(1e2), Equal),
+            (json!(120), json!(1.2e2), Equal),
+            (json!(5), json!(0.5e1), Equal),
+        ];
+        for (a, b, expected) in cases {
+            assert_eq!(cmp(a.clone(), b.clone()), expected, "{a} against {b}");
+            assert_eq!(
+                cmp(b.clone(), a.clone()),
+                expected.reverse(),
+                "{b} against {a}"
+            );
+        }
+    }
+
+    /// Against the floats' own order, wherever a float is exact.
+    #[test]
+    fn small_values_order_as_floats_do() {
+        let values: Vec<Number> = [-1000.5, -3.0, -0.25, 0.0, 0.125, 1.0, 2.5, 7.0, 1e6]
+            .iter()
+            .map(|f| Number::from_f64(*f).unwrap())
+            .chain([-1000_i64, -3, 0, 1, 7, 1_000_000].map(Number::from))
+            .collect();
+        for a in &values {
+            for b in &values {
+                let expected = a
+                    .as_f64()
+                    .unwrap()
+                    .partial_cmp(&b.as_f64().unwrap())
+                    .unwrap();
+                assert_eq!(compare_numbers(a, b), expected, "{a} against {b}");
+            }
+        }
     }
 }
