@@ -503,7 +503,8 @@ impl Bound {
     /// Serves until `shutdown` completes; then stops accepting, stops the
     /// runs under way at their next step boundary (waiting for them up to
     /// the [grace](Server::shutdown_grace)), so that their threads go on
-    /// with the next run, and ends the streams still open. Runs waiting to
+    /// with the next run, and ends the streams still open (a stopped run's
+    /// stream with an `error` event, `ServerStopping`). Runs waiting to
     /// start (queued or delayed), held in this server's memory, are lost
     /// with it (they settle `interrupted` for the clients still joined). A
     /// [replica](Server::replicas) hands its runs over instead: stopped at
@@ -549,7 +550,7 @@ impl Bound {
                 .cloned()
                 .collect();
             for run in &runs {
-                run.cancel();
+                run.cancel_for_shutdown();
             }
             let settled = futures::future::join_all(runs.iter().map(|r| r.settled()));
             if tokio::time::timeout(grace, settled).await.is_err() {

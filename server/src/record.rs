@@ -225,6 +225,10 @@ impl RunResult {
     }
 }
 
+/// What the last event of a run stopped by a stopping server says.
+const SERVER_STOPPING: &str = "the server is stopping: the run stopped at a step boundary; \
+its thread keeps every step the run made, and a new run on it goes on from there";
+
 struct Live {
     status: RunStatus,
     updated_at: u64,
@@ -241,6 +245,8 @@ struct Live {
     launched: Option<(String, Option<u64>)>,
     /// Stopped to be handed to another replica, not settled.
     handing_over: bool,
+    /// Stopped because this server is stopping (without replicas).
+    server_stopping: bool,
 }
 
 /// A run of the server.
@@ -334,6 +340,7 @@ impl RunRecord {
                 start_point: None,
                 launched: None,
                 handing_over: false,
+                server_stopping: false,
             }),
             tick: watch::channel(0).0,
             mirror: AtomicBool::new(mirror),
@@ -449,11 +456,22 @@ impl RunRecord {
         live.stop = Some(stop);
     }
 
-    /// The run settled.
+    /// The run settled. A run the stopping server stopped ends its stream
+    /// with an `error` event that says so (a client that reads to the end
+    /// otherwise could not tell it from a run that finished).
     pub(crate) fn finish(&self, status: RunStatus, mut result: RunResult) {
         harness::secrets::redact_json(&mut result.values);
         if let Some((_, message)) = &mut result.error {
             harness::secrets::redact_string(message);
+        }
+        let stopped_by_server = self.live().server_stopping;
+        if status == RunStatus::Interrupted && result.interrupts.is_empty() && stopped_by_server {
+            self.push(
+                Mode::Always,
+                "error",
+                None,
+                json!({"error": "ServerStopping", "message": SERVER_STOPPING}),
+            );
         }
         {
             let mut live = self.live();
@@ -463,6 +481,12 @@ impl RunRecord {
             live.stop = None;
         }
         self.tick.send_modify(|_| {});
+    }
+
+    /// [`cancel`](Self::cancel), because this server is stopping.
+    pub(crate) fn cancel_for_shutdown(&self) -> bool {
+        self.live().server_stopping = true;
+        self.cancel()
     }
 
     /// Asks the run to stop at its next step boundary; `false` if it has

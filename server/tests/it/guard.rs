@@ -180,15 +180,21 @@ async fn a_stopping_server_stops_its_runs_at_a_step_boundary_and_its_threads_go_
     }));
     let (status, body) = raw(addr, "POST", "/threads", &host, r#"{"thread_id": "long"}"#).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = raw(
-        addr,
-        "POST",
-        "/threads/long/runs",
-        &host,
-        r#"{"assistant_id": "ticks", "input": {"limit": 100000}}"#,
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    // The run is streamed: its stream is read to its end, which the
+    // server's stop brings.
+    let streamed = tokio::spawn({
+        let host = host.clone();
+        async move {
+            raw(
+                addr,
+                "POST",
+                "/threads/long/runs/stream",
+                &host,
+                r#"{"assistant_id": "ticks", "input": {"limit": 100000}, "stream_mode": ["custom"]}"#,
+            )
+            .await
+        }
+    });
     // Stopped once the run has made a step (up to 30 s on a loaded machine).
     let session = SessionId::from("long".to_string());
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -210,6 +216,17 @@ async fn a_stopping_server_stops_its_runs_at_a_step_boundary_and_its_threads_go_
         .expect("the server did not stop")
         .unwrap()
         .unwrap();
+    // The stream's last event says the server stopped the run.
+    let (status, body) = streamed.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let last = body
+        .rsplit("event: ")
+        .next()
+        .expect("the stream has events");
+    assert!(
+        last.starts_with("error") && last.contains("ServerStopping"),
+        "the stream's last event: {last}\n(the whole stream: {body})"
+    );
     let head = store
         .load(&SessionId::from("long".to_string()))
         .await
