@@ -68,7 +68,12 @@
 //!
 //! With [`Memory::with_index`], each put embeds the item's indexed text
 //! (the configured fields, or [`IndexFields`] per put) and the backend keeps
-//! the vector beside the item. Searching by text embeds the query and ranks
+//! the vector beside the item. Only puts embed: an item put through a
+//! `Memory` without an index (before one was configured, say), with
+//! [`IndexFields::Off`], or without any of the indexed fields has no vector
+//! (one embedded by a model of another length has none the index can use),
+//! and a search by text never returns it (searches by filter do) until it
+//! is put again through an indexed `Memory`. Searching by text embeds the query and ranks
 //! the items the search admits (prefix, filters, not expired) by cosine
 //! similarity, in an index held in this process ([`VectorIndex`]): built
 //! from the backend's vectors at the first search by text and kept up to
