@@ -140,6 +140,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How many hits of a search by text with [`Search::refresh_ttl`] are read
+/// again from the backend at once.
+const REREAD_AT_ONCE: usize = 16;
+
 /// How items are embedded for search by meaning.
 #[derive(Clone)]
 pub struct IndexConfig {
@@ -532,22 +536,33 @@ impl Memory {
             }
         };
         if search.refresh_ttl {
-            // The index keeps no TTL: the backend's records say which
-            // items have one. An item the backend no longer holds (deleted
-            // or expired meanwhile, by another `Memory` or process) is not
-            // returned.
-            let mut live = Vec::with_capacity(hits.len());
-            let mut scores = Vec::with_capacity(hits.len());
-            for (r, score) in hits {
-                let stored = self
-                    .backend
-                    .get(&r.item.namespace, &r.item.key, now)
+            let (live, scores): (Vec<Record>, Vec<Option<f32>>) = if search.text.is_some() {
+                // The index keeps no TTL: the backend's records say which
+                // items have one, read again a few at a time. An item the
+                // backend no longer holds (deleted or expired meanwhile, by
+                // another `Memory` or process) is not returned.
+                use futures::{StreamExt as _, TryStreamExt as _};
+                let reads: Vec<_> = hits
+                    .iter()
+                    .map(|(r, _)| {
+                        let backend = Arc::clone(&self.backend);
+                        let (namespace, key) = (r.item.namespace.clone(), r.item.key.clone());
+                        async move { backend.get(&namespace, &key, now).await }
+                    })
+                    .collect();
+                let stored: Vec<Option<Record>> = futures::stream::iter(reads)
+                    .buffered(REREAD_AT_ONCE)
+                    .try_collect()
                     .await?;
-                if let Some(stored) = stored {
-                    live.push(stored);
-                    scores.push(score);
-                }
-            }
+                stored
+                    .into_iter()
+                    .zip(hits.into_iter().map(|(_, score)| score))
+                    .filter_map(|(stored, score)| Some((stored?, score)))
+                    .unzip()
+            } else {
+                // The backend's own records, read just now.
+                hits.into_iter().unzip()
+            };
             let items = self.refresh(live, now).await?;
             return Ok(items
                 .into_iter()

@@ -142,6 +142,44 @@ async fn bad_namespaces_keys_and_values_are_refused_naming_them() {
     );
 }
 
+/// A search with `refresh_ttl` starts again the TTL of the items it
+/// returns, and of no other.
+#[tokio::test]
+async fn a_refreshing_search_extends_the_items_it_finds_only() {
+    let clock = Arc::new(ManualClock::at(0));
+    let memory = Memory::in_memory().with_clock(clock.clone());
+    let n = ns(&["s"]);
+    let ttl = PutOptions::default().ttl(Duration::from_secs(10));
+    for (key, kind) in [("a", "found"), ("b", "found"), ("c", "other")] {
+        memory
+            .put_with(&n, key, json!({"kind": kind}), ttl.clone())
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(9));
+    let search = Search::under(n.clone())
+        .filter(Filter::eq("kind", "found"))
+        .limit(1)
+        .refresh_ttl();
+    let hits = memory.search(&search).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].item.key, "a");
+    assert_eq!(hits[0].item.expires_at, Some(19_000), "the hit returned");
+    clock.advance(Duration::from_secs(2)); // t = 11 s
+    let live: Vec<String> = memory
+        .search(&Search::under(n))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.item.key)
+        .collect();
+    assert_eq!(
+        live,
+        ["a"],
+        "b (found, but past the limit) and c expired at 10 s"
+    );
+}
+
 #[tokio::test]
 async fn an_item_expires_at_its_ttl_and_a_refreshing_read_extends_it() {
     let clock = Arc::new(ManualClock::at(0));
