@@ -8,7 +8,7 @@ use harness::session::{
     CheckpointKind, Durability, SessionConfig, SessionError, SessionPhase, SessionStore,
 };
 use harness::{
-    Context, Cx, Harness, HarnessState, InterruptId, RunError, RunEvent, SessionId, Signal,
+    Agent, Context, Cx, Harness, HarnessState, InterruptId, RunError, RunEvent, SessionId, Signal,
     StepResult, create_agent, create_agent_with,
 };
 use harness_stores::MemoryStore;
@@ -1206,19 +1206,11 @@ async fn a_run_dropped_mid_step_gives_its_lease_up_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_run_dropped_before_it_is_awaited_gives_its_lease_up() {
     let store = Arc::new(MemoryStore::new());
-    let h = Harness::<Tally>::builder()
-        .step("ask")
-        .run(ask_amount)
-        .end()
-        .start("ask")
-        .store(store.clone())
-        .session_config(SessionConfig {
-            lease_ttl: Duration::from_secs(600),
-            ..SessionConfig::default()
-        })
-        .build()
-        .unwrap();
-    let agent = create_agent("amounts", &h);
+    let config = SessionConfig {
+        lease_ttl: Duration::from_secs(600),
+        ..SessionConfig::default()
+    };
+    let agent = asking_agent(&store, config);
     let paused = agent.run(Tally::default()).await.unwrap();
     let (session, asked) = (paused.session_id, paused.interrupt.unwrap());
     // `resume` takes the lease and records the answer; the run it gives is
@@ -1297,20 +1289,24 @@ async fn ask_amount(_: Arc<Tally>, cx: Cx<()>) -> StepResult<TallyUpdate> {
     Ok(TallyUpdate::new().count(amount))
 }
 
+/// An agent of one step that asks for an amount, its sessions in `store`.
+fn asking_agent(store: &Arc<MemoryStore>, config: SessionConfig) -> Agent<Tally> {
+    let h = Harness::<Tally>::builder()
+        .step("ask")
+        .run(ask_amount)
+        .end()
+        .start("ask")
+        .store(store.clone())
+        .session_config(config)
+        .build()
+        .unwrap();
+    create_agent("amounts", &h)
+}
+
 #[tokio::test]
 async fn a_stored_session_refuses_a_wrongly_shaped_answer_and_keeps_waiting() {
     let store = Arc::new(MemoryStore::new());
-    let build = || {
-        let h = Harness::<Tally>::builder()
-            .step("ask")
-            .run(ask_amount)
-            .end()
-            .start("ask")
-            .store(store.clone())
-            .build()
-            .unwrap();
-        create_agent("amounts", &h)
-    };
+    let build = || asking_agent(&store, SessionConfig::default());
     let paused = build().run(Tally::default()).await.unwrap();
     let (session, asked) = (paused.session_id, paused.interrupt.unwrap());
     // Each wrong answer comes from a fresh agent, as from another process.
@@ -1379,15 +1375,7 @@ async fn recover_drops_an_unreadable_answer_left_in_an_old_journal_and_asks_agai
     // Before answers were checked, a bad answer failed the run and stayed in
     // the journal; such a session must not stay bricked.
     let store = Arc::new(MemoryStore::new());
-    let h = Harness::<Tally>::builder()
-        .step("ask")
-        .run(ask_amount)
-        .end()
-        .start("ask")
-        .store(store.clone())
-        .build()
-        .unwrap();
-    let agent = create_agent("amounts", &h);
+    let agent = asking_agent(&store, SessionConfig::default());
     let paused = agent.run(Tally::default()).await.unwrap();
     let (session, asked) = (paused.session_id, paused.interrupt.unwrap());
     for bad in [serde_json::json!("three"), serde_json::json!({"n": 3})] {
