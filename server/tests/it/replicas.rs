@@ -76,6 +76,35 @@ async fn start_as(url: &str, schema: &str, dir: &Path, more: &[&str]) -> (Child,
 }
 
 /// The lines of the effect log: `step pid`.
+/// Starts the SDK script `name` (in `server/tests/python`) with `args`,
+/// its standard streams piped, without the host's LangChain keys.
+fn sdk_script(name: &str, args: &[&str]) -> Child {
+    Command::new(crate::sdk::python())
+        .arg(crate::sdk::script(name))
+        .args(args)
+        .env_remove("LANGGRAPH_API_KEY")
+        .env_remove("LANGSMITH_API_KEY")
+        .env_remove("LANGCHAIN_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for the SDK script `name` to end, and fails with its stderr
+/// unless it succeeded.
+async fn succeeded(script: Child, name: &str) {
+    let out = script.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn effects(dir: &Path) -> Vec<(String, u32)> {
     std::fs::read_to_string(dir.join("effects"))
         .unwrap_or_default()
@@ -114,17 +143,7 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     let (mut c, url_c) = start(&url, &schema, dir.path()).await;
     let (pid_a, pid_b, pid_c) = (a.id().unwrap(), b.id().unwrap(), c.id().unwrap());
 
-    let mut script = Command::new(crate::sdk::python())
-        .arg(crate::sdk::script("sdk_replicas.py"))
-        .args([&url_a, &url_b, &url_c])
-        .env_remove("LANGGRAPH_API_KEY")
-        .env_remove("LANGSMITH_API_KEY")
-        .env_remove("LANGCHAIN_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut script = sdk_script("sdk_replicas.py", &[&url_a, &url_b, &url_c]);
     let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
     let mut stages = Vec::new();
     let mut killed = false;
@@ -191,13 +210,7 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     tokio::time::timeout(Duration::from_secs(120), drive)
         .await
         .expect("the SDK script did not finish in 120 s");
-    let out = script.wait_with_output().await.unwrap();
-    assert!(
-        out.status.success(),
-        "sdk_replicas.py failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(script, "sdk_replicas.py").await;
     assert!(killed, "the script never joined the run: {stages:?}");
     let seen = stages.last().unwrap();
     println!("sdk_replicas.py saw: {seen}");
@@ -333,18 +346,7 @@ async fn a_thread_left_unfinished_by_a_killed_server_is_usable_once_its_lease_en
     let dir = tempfile::tempdir().unwrap();
     let (mut first, url_1) = start_as(&url, &schema, dir.path(), &["--single"]).await;
     let pid_1 = first.id().unwrap();
-    let mut script = Command::new(crate::sdk::python())
-        .arg(crate::sdk::script("sdk_recovery.py"))
-        .arg(&url_1)
-        .env_remove("LANGGRAPH_API_KEY")
-        .env_remove("LANGSMITH_API_KEY")
-        .env_remove("LANGCHAIN_API_KEY")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut script = sdk_script("sdk_recovery.py", &[&url_1]);
     let mut stdin = script.stdin.take().unwrap();
     let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
     let mut second = None;
@@ -384,13 +386,7 @@ async fn a_thread_left_unfinished_by_a_killed_server_is_usable_once_its_lease_en
     tokio::time::timeout(Duration::from_secs(120), drive)
         .await
         .expect("the SDK script did not finish in 120 s");
-    let out = script.wait_with_output().await.unwrap();
-    assert!(
-        out.status.success(),
-        "sdk_recovery.py failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(script, "sdk_recovery.py").await;
     let seen = last;
     println!("sdk_recovery.py saw: {seen}");
     let pid_2 = second.as_ref().and_then(Child::id).unwrap();
