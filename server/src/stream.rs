@@ -49,6 +49,9 @@ struct Cursor {
     ticks: tokio::sync::watch::Receiver<u64>,
     stopping: tokio::sync::watch::Receiver<bool>,
     done: bool,
+    /// Ended by the server's stop, the run not settled here: the stream's
+    /// last event says so.
+    cut: bool,
     guard: CancelGuard,
     /// Counts this stream among the server's open ones until it ends.
     _slot: StreamSlot,
@@ -64,6 +67,12 @@ fn event(frame: &Frame) -> Event {
         .event(name)
         .data(frame.data.to_string())
 }
+
+/// What the last event of a stream says when the server stops before the
+/// run has ended (a replica hands its runs over to the others).
+const CUT: &str = "this server is stopping before the run's end; with replicas, another one \
+goes on with it: join the run's stream there, with the Last-Event-ID of the last event read, \
+to read on";
 
 /// The events of `run` that `want` asks for, until it settles.
 pub(crate) fn frames(
@@ -81,6 +90,7 @@ pub(crate) fn frames(
         queue: VecDeque::new(),
         stopping,
         done: false,
+        cut: false,
         guard,
         _slot: slot,
     };
@@ -90,6 +100,17 @@ pub(crate) fn frames(
                 return Some((event(&frame), c));
             }
             if c.done {
+                if std::mem::take(&mut c.cut) {
+                    // Not one of the run's frames (those are the store's,
+                    // numbered for every replica): no id, so a client
+                    // that joins elsewhere with its Last-Event-ID reads on
+                    // from the last frame it had.
+                    let data = serde_json::json!({
+                        "error": "ServerStopping",
+                        "message": CUT,
+                    });
+                    return Some((Event::default().event("error").data(data.to_string()), c));
+                }
                 c.guard.0.take();
                 return None;
             }
@@ -104,10 +125,13 @@ pub(crate) fn frames(
                 .extend(frames.into_iter().filter(|f| c.want.shows(f)));
             if done {
                 c.done = true;
+                // Stopped here to be handed to another replica.
+                c.cut = c.run.is_handing_over();
                 continue;
             }
             if *c.stopping.borrow() {
                 c.done = true;
+                c.cut = true;
                 continue;
             }
             if c.queue.is_empty() {

@@ -75,7 +75,6 @@ async fn start_as(url: &str, schema: &str, dir: &Path, more: &[&str]) -> (Child,
     (child, format!("http://{}", addr["addr"].as_str().unwrap()))
 }
 
-/// The lines of the effect log: `step pid`.
 /// Starts the SDK script `name` (in `server/tests/python`) with `args`,
 /// its standard streams piped, without the host's LangChain keys.
 fn sdk_script(name: &str, args: &[&str]) -> Child {
@@ -105,6 +104,7 @@ async fn succeeded(script: Child, name: &str) {
     );
 }
 
+/// The lines of the effect log: `step pid`.
 fn effects(dir: &Path) -> Vec<(String, u32)> {
     std::fs::read_to_string(dir.join("effects"))
         .unwrap_or_default()
@@ -273,6 +273,12 @@ async fn replicas_on_postgres_share_runs_and_finish_the_run_of_one_killed_mid_ru
     assert_eq!(seen["handover_status"], "success", "{seen}");
     assert_eq!(seen["handover_updated"], whole, "{seen}");
     assert_eq!(seen["handover_last"]["trail"], whole, "{seen}");
+    // A client joined on C was told C handed the run over.
+    assert_eq!(seen["handover_on_c"]["last_event"], "error", "{seen}");
+    assert_eq!(
+        seen["handover_on_c"]["last_error"], "ServerStopping",
+        "{seen}"
+    );
     // The run queued behind it on C ran elsewhere, after it.
     assert_eq!(seen["handover_queued_status"], "success", "{seen}");
     assert_eq!(

@@ -13,7 +13,8 @@ Usage: python sdk_replicas.py URL_A URL_B URL_C
    rolled back by one B starts (`rollback`).
 2. Handing over: a run on C, joined from B; the Rust test stops C (SIGINT)
    mid-step; C stops the run at the step's end and releases it, and B
-   goes on with the next step at once (no step run twice).
+   goes on with the next step at once (no step run twice). A client joined
+   on C sees its stream end with an `error` event, `ServerStopping`.
 3. Failover: a run on A, joined from B; the Rust test kills A with SIGKILL
    mid-run once this script says it has joined. The joined stream must end
    with the run's outcome, which B finishes.
@@ -166,7 +167,32 @@ thread = c.threads.create()["thread_id"]
 run = c.runs.create(thread, "steps", input={"trail": []})
 # Queued on C behind it: not started when C stops, released at once.
 behind = c.runs.create(thread, "steps", input={}, multitask_strategy="enqueue")
+# A client joined on C itself: its stream ends with an event that says C
+# handed the run over (after which it would join elsewhere).
+on_c, following_c = {}, threading.Event()
+
+
+def follow_c():
+    parts = []
+    try:
+        for part in c.runs.join_stream(thread, run["run_id"], stream_mode=["updates"]):
+            parts.append(part)
+            following_c.set()
+    except Exception as e:  # noqa: BLE001 - recorded for the Rust test
+        on_c["raised"] = repr(e)
+    following_c.set()
+    if parts:
+        on_c["last_event"] = parts[-1].event
+        data = parts[-1].data
+        on_c["last_error"] = data.get("error") if isinstance(data, dict) else None
+
+
+c_follower = threading.Thread(target=follow_c)
+c_follower.start()
+following_c.wait(timeout=60)
 events, updated, last = joined(b, "joined-c", thread, run["run_id"])
+c_follower.join(timeout=60)
+seen["handover_on_c"] = on_c
 seen["handover_updated"] = updated
 seen["handover_last"] = last
 seen["handover_status"] = b.runs.get(thread, run["run_id"])["status"]
