@@ -118,21 +118,29 @@ impl OtelConfig {
         }
     }
 
-    /// A config from the standard OpenTelemetry environment variables:
-    /// the endpoint from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, else `http://localhost:4318`; the
-    /// service name from `OTEL_SERVICE_NAME`, else `harness`. Contents stay
-    /// off: opting in is a decision of the code, not of the environment.
+    /// A config from the standard OpenTelemetry environment variables, read
+    /// as the OTLP exporter specification says: the endpoint from
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, a base to which `/v1/traces` is added
+    /// (`http://host:4318/otlp` sends to `http://host:4318/otlp/v1/traces`,
+    /// as Grafana's and Langfuse's endpoints expect), else
+    /// `http://localhost:4318`; the service name from `OTEL_SERVICE_NAME`,
+    /// else `harness`. Contents stay off: opting in is a decision of the
+    /// code, not of the environment.
     pub fn from_env() -> Self {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
-        let endpoint = set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
-            .unwrap_or_else(|| "http://localhost:4318".to_owned());
-        let config = Self::new(endpoint.trim());
+        let endpoint = match set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            Some(signal) => signal.trim().to_owned(),
+            None => set("OTEL_EXPORTER_OTLP_ENDPOINT").map_or_else(
+                || "http://localhost:4318".to_owned(),
+                |base| traces_of(base.trim()),
+            ),
+        };
+        let config = Self::new(endpoint);
         match set("OTEL_SERVICE_NAME") {
             Some(name) => config.service_name(name),
             None => config,
@@ -149,7 +157,10 @@ impl OtelConfig {
     /// (`gen_ai.input.messages`, `gen_ai.system_instructions`), their
     /// answers (`gen_ai.output.messages`), tool arguments and results
     /// (`gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`). Off by
-    /// default: contents hold what users and tools said.
+    /// default: contents hold what users and tools said. With it on, the
+    /// process's registered secrets ([`harness::secrets`]) are still
+    /// replaced wherever they appear, but nothing else is judged by its
+    /// name: a tool argument `{"password": "…"}` is exported as it is.
     pub fn capture_content(mut self, capture: bool) -> Self {
         self.capture_content = capture;
         self
@@ -315,11 +326,23 @@ fn traces_url(endpoint: &str) -> Result<String, OtelError> {
     if host.is_empty() {
         return Err(bad("it has no host"));
     }
-    if path.is_empty() || path == "/" {
-        Ok(format!("{scheme}://{authority}/v1/traces"))
+    let (path_only, query) = path.split_at(path.find('?').unwrap_or(path.len()));
+    if path_only.is_empty() || path_only == "/" {
+        Ok(format!("{scheme}://{authority}/v1/traces{query}"))
     } else {
         Ok(endpoint.to_owned())
     }
+}
+
+/// The traces URL of a base endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`):
+/// `/v1/traces` added to its path, before any query.
+fn traces_of(base: &str) -> String {
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    let query_at = base[after_scheme..]
+        .find('?')
+        .map_or(base.len(), |i| after_scheme + i);
+    let (url, query) = base.split_at(query_at);
+    format!("{}/v1/traces{query}", url.trim_end_matches('/'))
 }
 
 fn check_header(name: &str, value: &str) -> Result<(), OtelError> {
@@ -390,6 +413,44 @@ mod tests {
             "http://tempo:4318/otlp/v1/traces"
         );
         assert_eq!(config.service_name, "harness");
+
+        // The generic variable is a base: `/v1/traces` is added to its
+        // path (the OTLP exporter specification), before any query; the
+        // signal's own variable is taken as it is.
+        for (base, url) in [
+            (
+                "http://collector:4318/otlp",
+                "http://collector:4318/otlp/v1/traces",
+            ),
+            (
+                "http://collector:4318/otlp/",
+                "http://collector:4318/otlp/v1/traces",
+            ),
+            ("http://collector:4318/", "http://collector:4318/v1/traces"),
+            (
+                "http://collector:4318?x=1",
+                "http://collector:4318/v1/traces?x=1",
+            ),
+            (
+                "http://cloud:4318/api/public/otel?a=b/c",
+                "http://cloud:4318/api/public/otel/v1/traces?a=b/c",
+            ),
+        ] {
+            let config = from(&[("OTEL_EXPORTER_OTLP_ENDPOINT", base)]);
+            assert_eq!(config.traces_url().unwrap(), url, "{base}");
+        }
+        let config = from(&[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://collector:4318/otlp",
+        )]);
+        assert_eq!(config.traces_url().unwrap(), "http://collector:4318/otlp");
+        // Given to `new`, a URL with no path but a query gets the path too.
+        assert_eq!(
+            OtelConfig::new("http://collector:4318?x=1")
+                .traces_url()
+                .unwrap(),
+            "http://collector:4318/v1/traces?x=1"
+        );
 
         // Credentials in the variable are refused and never shown.
         for endpoint in [

@@ -61,6 +61,16 @@
 //! `gen_ai.provider.name` is set on `chat` spans only: a run is not tied to
 //! one provider (a loop may call several models, or none).
 //!
+//! A sub-agent's run is an `invoke_agent {step}` span under its parent's
+//! step, with its `path` and without a `run_id` of its own (it is part of
+//! its parent's run). A failed run's `invoke_agent` span has the status
+//! `Error` and `error.type` (`step_failed` for a step's error); the failed
+//! step's own span keeps the status unset, as every step span does. Spans
+//! also carry harness's own attributes beside those above
+//! (`harness.step`, `harness.path` on `chat` and `execute_tool`,
+//! `session_id`, `agent`), and a provider crate's HTTP call is a
+//! `model_request` span (`provider`, `model`, `attempt`) under its `chat`.
+//!
 //! # Contents stay out unless asked for
 //!
 //! By default no message content leaves the process: not the messages sent
@@ -130,10 +140,17 @@ pub const CONTENT_TARGET: &str = "harness::gen_ai::content";
 /// Keeps the export pipeline alive; dropping it flushes the spans not yet
 /// sent and stops the pipeline. Keep it for as long as the program runs
 /// agents (`let _traces = ...`, not `let _ = ...`, which drops it at once).
+///
+/// Runs never wait for the collector; [`flush`](Self::flush),
+/// [`shutdown`](Self::shutdown) and the drop do, each at most 5 s (the
+/// OpenTelemetry SDK's limit) for a collector that takes connections and
+/// does not answer.
 #[derive(Debug)]
 #[must_use = "dropping the guard stops exporting spans"]
 pub struct OtelGuard {
     provider: Option<SdkTracerProvider>,
+    /// Where spans go, as an error names it (without its query).
+    endpoint: String,
 }
 
 impl OtelGuard {
@@ -141,9 +158,7 @@ impl OtelGuard {
     /// answered.
     pub fn flush(&self) -> Result<(), OtelError> {
         match &self.provider {
-            Some(provider) => provider
-                .force_flush()
-                .map_err(|e| OtelError::Export(e.to_string())),
+            Some(provider) => provider.force_flush().map_err(|e| self.failed(&e)),
             None => Ok(()),
         }
     }
@@ -152,11 +167,13 @@ impl OtelGuard {
     /// the error if there was one.
     pub fn shutdown(mut self) -> Result<(), OtelError> {
         match self.provider.take() {
-            Some(provider) => provider
-                .shutdown()
-                .map_err(|e| OtelError::Export(e.to_string())),
+            Some(provider) => provider.shutdown().map_err(|e| self.failed(&e)),
             None => Ok(()),
         }
+    }
+
+    fn failed(&self, error: &dyn std::fmt::Display) -> OtelError {
+        OtelError::Export(format!("to {}: {error}", self.endpoint))
     }
 }
 
@@ -217,6 +234,8 @@ where
 {
     let capture = config.capture_content;
     let level = config.level;
+    let url = config.traces_url()?;
+    let endpoint = url.split('?').next().unwrap_or_default().to_owned();
     let provider = provider(config)?;
     let scope = InstrumentationScope::builder("harness")
         .with_version(env!("CARGO_PKG_VERSION"))
@@ -239,6 +258,7 @@ where
         layer,
         OtelGuard {
             provider: Some(provider),
+            endpoint,
         },
     ))
 }

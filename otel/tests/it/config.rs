@@ -201,3 +201,32 @@ fn init_refuses_a_second_global_subscriber() {
     );
     first.shutdown().unwrap();
 }
+
+/// A collector that cannot be reached: the flush's error names where the
+/// spans were going (without the endpoint's query), and the program goes
+/// on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_export_names_its_endpoint() {
+    use tracing_subscriber::layer::SubscriberExt;
+    // A port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}/otlp/v1/traces");
+    let config = OtelConfig::new(format!("{endpoint}?tenant=t-1"));
+    let (layer, guard) = harness_otel::layer(config).unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::info_span!("doomed").in_scope(|| {});
+    });
+    let err = tokio::task::spawn_blocking(move || guard.flush())
+        .await
+        .unwrap()
+        .unwrap_err();
+    let shown = err.to_string();
+    assert!(matches!(err, OtelError::Export(_)), "{err:?}");
+    assert!(shown.contains(&endpoint), "{shown}");
+    assert!(!shown.contains("tenant"), "{shown}");
+}
