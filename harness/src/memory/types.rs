@@ -546,10 +546,10 @@ pub(crate) fn compare_numbers(a: &serde_json::Number, b: &serde_json::Number) ->
     }
     // Two floats: their shortest texts (what JSON holds) are ordered as
     // the floats are. serde_json holds no NaN.
-    if let (true, true, Some(x), Some(y)) = (a.is_f64(), b.is_f64(), a.as_f64(), b.as_f64()) {
-        if let Some(o) = x.partial_cmp(&y) {
-            return o;
-        }
+    if let (true, true, Some(x), Some(y)) = (a.is_f64(), b.is_f64(), a.as_f64(), b.as_f64())
+        && let Some(o) = x.partial_cmp(&y)
+    {
+        return o;
     }
     Decimal::parse(&a.to_string()).cmp(&Decimal::parse(&b.to_string()))
 }
