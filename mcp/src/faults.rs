@@ -1,14 +1,17 @@
-//! What a server sent that the client could not read, as the transports
-//! report it to the calls (and the handshake, and listings) that wait.
+//! What a server sent that the client could not read, and how a stdio
+//! server went away, as the transports report it to the calls (and the
+//! handshake, and listings) that wait.
 //!
 //! The SDK, when it drops a message, fails no request for it (a stdio line
 //! too long or not JSON is only logged) or fails one without saying why
 //! (an HTTP answer over its limit is "a transport error", an SSE event over
 //! it "a stream closed before its final response"). The transports report
 //! each such message here first, so that whatever waits fails saying what
-//! the server sent.
+//! the server sent. Likewise the SDK says only "connection closed" when a
+//! stdio server's process exits; the stdio transport reports how it ended.
 
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -23,6 +26,20 @@ pub(crate) struct Faults {
     /// servers write those by mistake, and the answer may still come. The
     /// count, and a quote of the last one.
     noise: Mutex<(u64, String)>,
+    /// How a stdio server went away, once it has (never over HTTP).
+    ended: watch::Sender<Option<Ending>>,
+}
+
+/// How a stdio server went away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// It closed its output; its process has not exited yet.
+    OutputClosed,
+    /// Its process exited, so: `exit status: 2`, `signal: 9 (SIGKILL)`.
+    Exited(String),
+    /// It closed its output, did not exit within the grace given, and was
+    /// killed.
+    Killed,
 }
 
 impl Faults {
@@ -30,7 +47,39 @@ impl Faults {
         Self {
             dropped: watch::channel((0, String::new())).0,
             noise: Mutex::new((0, String::new())),
+            ended: watch::channel(None).0,
         }
+    }
+
+    /// Reports how the server went away, or (after
+    /// [`Ending::OutputClosed`]) how its process ended.
+    pub(crate) fn end(&self, ending: Ending) {
+        self.ended.send_replace(Some(ending));
+    }
+
+    /// Whether the server went away.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.ended.borrow().is_some()
+    }
+
+    /// If the server went away, how, in words: waiting up to `within`
+    /// for its process to exit if it has only closed its output yet.
+    pub(crate) async fn ending(&self, within: Duration) -> Option<String> {
+        let mut ended = self.ended.subscribe();
+        ended.borrow().as_ref()?;
+        let _ = tokio::time::timeout(
+            within,
+            ended.wait_for(|e| !matches!(e, Some(Ending::OutputClosed))),
+        )
+        .await;
+        let ending = ended.borrow().clone();
+        ending.map(|ending| match ending {
+            Ending::OutputClosed => "the server closed its output".to_owned(),
+            Ending::Exited(status) => format!("the server's process exited ({status})"),
+            Ending::Killed => {
+                "the server closed its output and, as it did not exit, was stopped".to_owned()
+            }
+        })
     }
 
     /// A watch of the dropped messages, marked seen as they are now.

@@ -54,6 +54,46 @@ pub(crate) struct Client {
     limits: StreamableHttpResponseLimits,
 }
 
+/// The HTTP client's error inside `error`, if it is the SDK's wrapping of
+/// one: the SDK's `Client error: …` does not give it as its source, so an
+/// error's sources stop before the reason (`Connection refused`).
+pub(crate) fn client_error<'e>(
+    error: &'e (dyn std::error::Error + Send + Sync + 'static),
+) -> Option<&'e (dyn std::error::Error + 'static)> {
+    match error.downcast_ref::<StreamableHttpError<reqwest::Error>>()? {
+        StreamableHttpError::Client(error) => Some(error),
+        _ => None,
+    }
+}
+
+/// Checks that `url` is an `http://` or `https://` URL, saying what is
+/// wrong with it if not (the HTTP client says only "builder error" when it
+/// first sends). A password in it is registered as a secret, and never
+/// shown.
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            let quoted = crate::stdio::quote(url.as_bytes());
+            return Err(format!(
+                "{quoted} is not a URL ({error}); give the server's endpoint, e.g. `http://127.0.0.1:8000/mcp`"
+            ));
+        }
+    };
+    let mut shown = parsed.clone();
+    if let Some(password) = parsed.password() {
+        harness::secrets::register(password);
+        let _ = shown.set_password(Some("***"));
+    }
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "the URL `{shown}` is not an http:// or https:// URL (its scheme is `{}`)",
+            parsed.scheme()
+        ));
+    }
+    Ok(())
+}
+
 /// The streamable-HTTP transport to `url`, held to `options`' limits and
 /// sending its bearer token, if any; what it refuses is reported to
 /// `faults`. Fails if the HTTP client cannot be built (no TLS backend).

@@ -19,11 +19,35 @@
 //! ([`McpOptions::max_tools`], [`MAX_LIST_PAGES`],
 //! [`McpOptions::max_list_bytes`]) and every wait on it are bounded, and
 //! each limit reached is an error that names it. Tool names the model APIs
-//! refuse are not offered ([`McpClient::refused_tools`]), and a server's
-//! tool never silently replaces another ([`McpClient::add_to`]). The bearer
-//! token, and the values of secret-looking variables set on a stdio
-//! server's command, are registered as secrets ([`harness::secrets`]), so
-//! that errors and tool results never show them.
+//! refuse are not offered ([`McpClient::refused_tools`]), and
+//! [`McpClient::add_to`] never silently replaces a tool already in a set.
+//! (The set [`McpClient::tool_set`] returns, and [`ToolSet::register`] with
+//! the tools of [`McpClient::tools`], do: `register` replaces a tool of the
+//! same name, so a second server's `search` takes the first one's place.)
+//! The bearer token, and the values of secret-looking variables a stdio
+//! server's process is given, are registered as secrets
+//! ([`harness::secrets`]), so that errors and tool results never show them.
+//!
+//! # A stdio server's environment
+//!
+//! A stdio server is a program the host starts, often a third-party package
+//! (`uvx …`, `npx …`), so it does not inherit the host's environment, where
+//! the host's API keys and tokens are. Its process gets only:
+//! - the host's variables named in [`PASS_ENV`] (`PATH`, `HOME`, the
+//!   locale, the temporary directory, and what Windows needs to start a
+//!   program), what a program needs to find programs and read text;
+//! - the host's variables the application names, with
+//!   [`McpOptions::pass_env`] (e.g. `GITHUB_TOKEN` for a GitHub server);
+//! - the variables set on the command itself (`command.env(…)`), which win
+//!   over the host's; one removed with `command.env_remove(…)` stays
+//!   removed (`command.env_clear()` does not remove [`PASS_ENV`]: remove
+//!   those one by one).
+//!
+//! [`McpOptions::inherit_env`] gives a server the host's whole environment
+//! instead, as [`std::process::Command`] does by default: only for a server
+//! trusted as much as the host. A server that fails to start for want of a
+//! variable usually says which on its stderr, which it shares with the
+//! host.
 //!
 //! ```no_run
 //! use harness::llm::{ToolCall, ToolSet};
@@ -53,12 +77,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use harness::llm::{Tool, ToolSet, ToolSpec};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, PaginatedRequestParams};
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::Value;
 use tokio::sync::watch;
 
+mod environment;
 mod faults;
 mod http;
 mod stdio;
@@ -83,6 +108,43 @@ pub const MAX_LIST_PAGES: usize = 100;
 /// [prefix](McpClient::with_prefix)) does not fit is not offered, since
 /// every request offering it would be refused.
 pub const MAX_TOOL_NAME_CHARS: usize = 64;
+
+/// The host's environment variables a stdio server's process gets without
+/// being named ([`McpOptions::pass_env`]): what a program needs to find
+/// programs, its home and temporary directories, and read text, on Unix and
+/// on Windows, and nothing that could hold a secret. Those the host does
+/// not have are left out. The kit's `shell::PASS_ENV` has the same Unix
+/// variables, `SHELL` aside. See the [crate docs](crate#a-stdio-servers-environment).
+pub const PASS_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "TERM",
+    "SHELL",
+    // Windows: a program does not start without `SYSTEMROOT`; the rest are
+    // the user's directories and how programs are found.
+    "SYSTEMROOT",
+    "SYSTEMDRIVE",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "TEMP",
+    "TMP",
+    "USERNAME",
+    "USERPROFILE",
+    "HOMEDRIVE",
+    "HOMEPATH",
+    "APPDATA",
+    "LOCALAPPDATA",
+    "PROCESSOR_ARCHITECTURE",
+];
 
 /// How to connect to a server, and the limits on what it sends;
 /// [`McpOptions::default`] for the defaults.
@@ -128,6 +190,14 @@ pub struct McpOptions {
     /// and schemas together as JSON (default 8 MiB); more is
     /// [`McpError::ListTooLarge`].
     pub max_list_bytes: usize,
+    /// The host's environment variables a stdio server's process gets
+    /// besides [`PASS_ENV`] (default none); see
+    /// [`McpOptions::pass_env`].
+    pub pass_env: Vec<String>,
+    /// Whether a stdio server's process gets the host's whole environment,
+    /// API keys included (default `false`); see
+    /// [`McpOptions::inherit_env`].
+    pub inherit_env: bool,
 }
 
 impl Default for McpOptions {
@@ -141,6 +211,8 @@ impl Default for McpOptions {
             max_output_bytes: 1 << 20,
             max_tools: 1024,
             max_list_bytes: 8 << 20,
+            pass_env: Vec::new(),
+            inherit_env: false,
         }
     }
 }
@@ -159,6 +231,8 @@ impl fmt::Debug for McpOptions {
             .field("max_output_bytes", &self.max_output_bytes)
             .field("max_tools", &self.max_tools)
             .field("max_list_bytes", &self.max_list_bytes)
+            .field("pass_env", &self.pass_env)
+            .field("inherit_env", &self.inherit_env)
             .finish()
     }
 }
@@ -215,6 +289,41 @@ impl McpOptions {
         self.max_list_bytes = bytes;
         self
     }
+
+    /// Passes the host's variable `name` to a stdio server's process, as
+    /// well as [`PASS_ENV`] (call it once per variable). If the host does
+    /// not have it, the server does not either. Its value is registered as
+    /// a secret if the name looks secret
+    /// ([`harness::secrets::is_secret_name`]). A name that cannot be a
+    /// variable's (empty, or with `=` or NUL) fails the connection with
+    /// [`McpError::Spawn`].
+    ///
+    /// ```no_run
+    /// use harness_mcp::{McpClient, McpOptions};
+    ///
+    /// # async fn run() -> Result<(), harness_mcp::McpError> {
+    /// let mut command = tokio::process::Command::new("npx");
+    /// command.args(["-y", "@modelcontextprotocol/server-github"]);
+    /// // The server reads its token from GITHUB_PERSONAL_ACCESS_TOKEN; the
+    /// // host's other keys stay with the host.
+    /// let options = McpOptions::default().pass_env("GITHUB_PERSONAL_ACCESS_TOKEN");
+    /// let github = McpClient::stdio_with("github", command, options).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        self.pass_env.push(name.into());
+        self
+    }
+
+    /// Whether a stdio server's process gets the host's whole environment,
+    /// API keys and tokens included, rather than [`PASS_ENV`] and the
+    /// variables named with [`pass_env`](Self::pass_env). Only for a
+    /// server trusted as much as the host itself.
+    pub fn inherit_env(mut self, inherit: bool) -> Self {
+        self.inherit_env = inherit;
+        self
+    }
 }
 
 /// Why talking to an MCP server failed. Every message names the server,
@@ -249,7 +358,7 @@ pub enum McpError {
         message: String,
     },
     /// The tool ran and reported a failure (`isError: true`).
-    #[error("tool `{tool}` of MCP server `{server}` failed: {message}")]
+    #[error("MCP server `{server}` answered the call to `{tool}` with an error: {message}")]
     ToolFailed {
         /// The server's name.
         server: String,
@@ -271,17 +380,18 @@ pub enum McpError {
         /// The server's message.
         message: String,
     },
-    /// The connection failed during the call, or the server went away
-    /// (its process exited, the HTTP session ended).
-    #[error(
-        "lost the connection to MCP server `{server}` while calling `{tool}`: {message}; the server may have exited"
-    )]
+    /// The connection failed during the call, or is closed: the server
+    /// went away (its process exited, the HTTP session ended), or the
+    /// client was [closed](McpClient::close).
+    #[error("lost the connection to MCP server `{server}` while calling `{tool}`: {message}")]
     Disconnected {
         /// The server's name.
         server: String,
         /// The tool's name.
         tool: String,
-        /// What the transport reported.
+        /// What happened: how a stdio server's process ended (`the
+        /// server's process exited (exit status: 3)`), what the transport
+        /// reported, or that the client was closed.
         message: String,
     },
     /// The call took longer than the client's limit.
@@ -469,6 +579,9 @@ struct Shared {
     listing: tokio::sync::Mutex<()>,
     /// A listing was asked for while one ran: the one running lists again.
     stale: AtomicBool,
+    /// A call found the connection closed (over HTTP, the SDK may say so
+    /// before its own state does).
+    lost: AtomicBool,
     faults: Arc<Faults>,
 }
 
@@ -531,7 +644,7 @@ impl Shared {
             let page = peer
                 .list_tools(Some(params))
                 .await
-                .map_err(|e| self.list_error(e.to_string()))?;
+                .map_err(|e| self.list_error(service_error_text(&e)))?;
             for tool in page.tools {
                 let mut size = Counter(0);
                 // A listed tool is JSON it was read from; it writes.
@@ -564,7 +677,13 @@ impl Shared {
             listed = tokio::time::timeout(limit, self.list_pages(peer)) => match listed {
                 Ok(Ok(tools)) => tools,
                 Ok(Err(error @ McpError::List { .. })) => {
-                    return Err(faults::dropped_since(&mut dropped).map_or(error, dropped_error));
+                    if let Some(problem) = faults::dropped_since(&mut dropped) {
+                        return Err(dropped_error(problem));
+                    }
+                    return Err(match self.faults.ending(EXIT_WAIT).await {
+                        Some(ending) => self.list_error(format!("{ending} while it listed its tools")),
+                        None => error,
+                    });
                 }
                 Ok(Err(error)) => return Err(error),
                 Err(_) => {
@@ -684,6 +803,11 @@ impl McpClient {
     /// Starts `command` and talks MCP with it over its stdin and stdout
     /// (its stderr is inherited), with the default [`McpOptions`]. `name`
     /// names the server in errors.
+    ///
+    /// The process does not inherit the host's environment: it gets
+    /// [`PASS_ENV`], the variables named with [`McpOptions::pass_env`] and
+    /// those set on `command`; see the
+    /// [crate docs](crate#a-stdio-servers-environment).
     pub async fn stdio(
         name: impl Into<String>,
         command: tokio::process::Command,
@@ -691,13 +815,16 @@ impl McpClient {
         Self::stdio_with(name, command, McpOptions::default()).await
     }
 
-    /// [`McpClient::stdio`] with `options`.
+    /// [`McpClient::stdio`] with `options`: their limits, and the
+    /// environment the process gets ([`McpOptions::pass_env`],
+    /// [`McpOptions::inherit_env`]).
     pub async fn stdio_with(
         name: impl Into<String>,
         mut command: tokio::process::Command,
         options: McpOptions,
     ) -> Result<Self, McpError> {
         let name = name.into();
+        let confined = environment::confine(&mut command, &options);
         register_secrets(command.as_std());
         let line = command_line(command.as_std());
         let spawn_error = |message: String| {
@@ -708,6 +835,7 @@ impl McpClient {
             }
             .redacted()
         };
+        confined.map_err(spawn_error)?;
         // The process is killed when the task reading its output ends (the
         // connection closes, or the runtime shuts down) and drops it.
         command
@@ -753,14 +881,17 @@ impl McpClient {
             // `McpOptions::bearer_token`.
             harness::secrets::register(token);
         }
-        let faults = Arc::new(Faults::new());
-        let transport = http::transport(url, &options, Arc::clone(&faults)).map_err(|message| {
+        let connect_error = |message: String| {
             McpError::Connect {
                 server: name.clone(),
                 message,
             }
             .redacted()
-        })?;
+        };
+        http::check_url(url).map_err(connect_error)?;
+        let faults = Arc::new(Faults::new());
+        let transport =
+            http::transport(url, &options, Arc::clone(&faults)).map_err(connect_error)?;
         Self::connect(name, transport, options, faults).await
     }
 
@@ -788,6 +919,7 @@ impl McpClient {
             },
             listing: tokio::sync::Mutex::new(()),
             stale: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
             faults,
         });
         let handler = Handler {
@@ -809,10 +941,15 @@ impl McpClient {
             served = tokio::time::timeout(limit, handler.serve(transport)) => match served {
                 Ok(Ok(service)) => service,
                 Ok(Err(error)) => {
-                    return Err(match faults::dropped_since(&mut dropped) {
-                        Some(problem) => dropped_error(problem),
-                        None => connect_error(error.to_string()),
-                    });
+                    if let Some(problem) = faults::dropped_since(&mut dropped) {
+                        return Err(dropped_error(problem));
+                    }
+                    return Err(connect_error(match shared.faults.ending(EXIT_WAIT).await {
+                        Some(ending) => format!(
+                            "{ending} before it answered the `initialize` request (what it wrote to stderr may say why)"
+                        ),
+                        None => initialize_error_text(&error),
+                    }));
                 }
                 Err(_) => {
                     return Err(connect_error(format!(
@@ -855,9 +992,15 @@ impl McpClient {
     }
 
     /// Whether the connection is closed: by [`close`](Self::close), or
-    /// because the server went away.
+    /// because the server went away (a stdio server closed its output, as
+    /// when its process exits; an HTTP server's connection ended, which the
+    /// client may learn only when a call fails). A closed client stays
+    /// closed: connect again to go on.
     pub fn is_closed(&self) -> bool {
         self.service.is_closed()
+            || self.service.peer().is_transport_closed()
+            || self.shared.faults.has_ended()
+            || self.shared.lost.load(Ordering::SeqCst)
     }
 
     /// Sets how long a tool call may take, builder-style (default
@@ -1121,7 +1264,8 @@ async fn call_unredacted(
         return Err(dropped_answer(problem));
     }
     let result = match answered {
-        Ok(result) => result.map_err(|error| call_error(shared, tool, error))?,
+        Ok(Ok(result)) => result,
+        Ok(Err(error)) => return Err(call_error(shared, service, tool, error).await),
         Err(_) => {
             let (noise, last) = shared.faults.noise();
             if noise > noise_before {
@@ -1151,19 +1295,94 @@ async fn call_unredacted(
     Ok(text)
 }
 
-fn call_error(shared: &Shared, tool: &str, error: ServiceError) -> McpError {
+/// How long an error waits for a stdio server whose output ended to exit,
+/// to say how it did: a process that closed its output is exiting, or will
+/// be when the client closes its input.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+async fn call_error(
+    shared: &Shared,
+    service: &RunningService<RoleClient, Handler>,
+    tool: &str,
+    error: ServiceError,
+) -> McpError {
+    let message = match error {
+        ServiceError::McpError(data) => {
+            return McpError::Refused {
+                server: shared.name.clone(),
+                tool: tool.to_owned(),
+                code: data.code.0,
+                message: data.message.into_owned(),
+            };
+        }
+        _ if service.is_closed() => "the client closed the connection (McpClient::close)".into(),
+        error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+            if matches!(error, ServiceError::TransportClosed) {
+                shared.lost.store(true, Ordering::SeqCst);
+            }
+            match shared.faults.ending(EXIT_WAIT).await {
+                Some(ending) => ending,
+                None => format!("{}; the server may have exited", service_error_text(&error)),
+            }
+        }
+        other => service_error_text(&other),
+    };
+    McpError::Disconnected {
+        server: shared.name.clone(),
+        tool: tool.to_owned(),
+        message,
+    }
+}
+
+/// `error` and its sources, each said once (an error often repeats its
+/// source's text in its own): the HTTP client's error wraps the
+/// connection's, which wraps the operating system's (`Connection
+/// refused`).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        let part = inner.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+/// What a transport's error says: the HTTP client's own error and its
+/// sources when there is one (the SDK keeps those out of its error's
+/// sources).
+fn transport_error_text(error: &rmcp::transport::DynamicTransportError) -> String {
+    match http::client_error(error.error.as_ref()) {
+        Some(client) => error_chain(client),
+        None => error_chain(error.error.as_ref()),
+    }
+}
+
+/// What a request's failure says, without the SDK's type names.
+fn service_error_text(error: &ServiceError) -> String {
     match error {
-        ServiceError::McpError(data) => McpError::Refused {
-            server: shared.name.clone(),
-            tool: tool.to_owned(),
-            code: data.code.0,
-            message: data.message.into_owned(),
-        },
-        other => McpError::Disconnected {
-            server: shared.name.clone(),
-            tool: tool.to_owned(),
-            message: other.to_string(),
-        },
+        ServiceError::TransportSend(error) => transport_error_text(error),
+        ServiceError::TransportClosed => "the connection is closed".into(),
+        other => error_chain(other),
+    }
+}
+
+/// What a failed handshake says, without the SDK's type names.
+fn initialize_error_text(error: &ClientInitializeError) -> String {
+    match error {
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{} (when trying to {context})", transport_error_text(error))
+        }
+        ClientInitializeError::ConnectionClosed(context) => {
+            format!(
+                "the server closed the connection before the handshake was done (waiting for the {context})"
+            )
+        }
+        other => error_chain(other),
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, DuplexStre
 use tokio::process::{Child, ChildStdout};
 use tokio::sync::oneshot;
 
-use crate::faults::{self, Faults};
+use crate::faults::{self, Ending, Faults};
 
 /// How much of a line that is not a message an error quotes, in characters.
 const QUOTED_CHARS: usize = 100;
@@ -148,6 +148,8 @@ async fn pump(
 ) {
     let mut reader = BufReader::with_capacity(64 << 10, stdout);
     let mut line = Vec::new();
+    // Whether the server ended the connection, rather than the client.
+    let mut server_ended = false;
     loop {
         let read = tokio::select! {
             _ = &mut closed => break,
@@ -174,13 +176,28 @@ async fn pump(
                 }
             }
             Ok(Line::TooLong) => faults.drop_message(faults::too_large(limit)),
-            Ok(Line::End) | Err(_) => break,
+            Ok(Line::End) | Err(_) => {
+                server_ended = true;
+                break;
+            }
         }
+    }
+    // Reported before the SDK sees the end, so that the calls it fails
+    // then find the client closed, and can wait for how the process ended.
+    if server_ended {
+        faults.end(Ending::OutputClosed);
     }
     // The SDK sees the end of the output. The process, its input closed
     // by now or soon, gets a moment to exit by itself (as the SDK's own
     // transport gives it), then is killed as the child is dropped.
     drop(out);
-    let _ = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+    let exited = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+    if server_ended {
+        faults.end(match exited {
+            Ok(Ok(status)) => Ending::Exited(status.to_string()),
+            Ok(Err(error)) => Ending::Exited(format!("its status could not be read: {error}")),
+            Err(_) => Ending::Killed,
+        });
+    }
     drop(child);
 }

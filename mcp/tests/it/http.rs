@@ -72,7 +72,15 @@ async fn tools_are_listed_and_called_over_streamable_http() {
     let server = start().await;
     let client = connect(&server).await;
     let tools = client.tool_set();
-    for name in ["add", "echo", "fail", "unlock", "die"] {
+    for name in [
+        "add",
+        "echo",
+        "fail",
+        "unlock",
+        "die",
+        "exit_later",
+        "environment",
+    ] {
         assert!(tools.contains(name), "{name}: {tools:?}");
     }
     let result = tools
@@ -130,6 +138,15 @@ async fn a_server_that_dies_mid_call_is_a_typed_error_over_http() {
         "{}",
         result.content
     );
+    // The client knows: it is closed.
+    let closed = async {
+        while !client.is_closed() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, closed)
+        .await
+        .expect("is_closed() stays false after the server exited");
 }
 
 #[tokio::test]
@@ -148,6 +165,46 @@ async fn nothing_listening_is_a_connect_error() {
         matches!(&error, McpError::Connect { server, .. } if server == "nobody"),
         "{error}"
     );
+    // What failed, down to the operating system's word for it, and not
+    // the SDK's type names.
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("error sending request for url ({url})"))
+            && message.contains("Connection refused")
+            && !message.contains("rmcp::"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_url_that_is_not_http_is_refused_saying_so() {
+    for (url, expected) in [
+        (
+            "not a url",
+            "\"not a url\" is not a URL (relative URL without a base); give the server's endpoint, e.g. `http://127.0.0.1:8000/mcp`",
+        ),
+        (
+            "ftp://x/mcp",
+            "the URL `ftp://x/mcp` is not an http:// or https:// URL (its scheme is `ftp`)",
+        ),
+        (
+            "ftp://user:pa55word-SECRET@x/mcp",
+            "the URL `ftp://user:***@x/mcp` is not an http:// or https:// URL (its scheme is `ftp`)",
+        ),
+    ] {
+        let error = tokio::time::timeout(PATIENCE, McpClient::http("bad-url", url))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            error,
+            McpError::Connect {
+                server: "bad-url".into(),
+                message: expected.into()
+            },
+            "{url}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod environment;
 mod hostile;
 mod hostile_http;
 mod http;

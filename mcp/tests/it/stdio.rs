@@ -20,7 +20,18 @@ async fn the_servers_tools_become_a_tool_set_that_calls_them() {
     let client = connect().await;
     let mut names: Vec<String> = client.specs().into_iter().map(|s| s.name).collect();
     names.sort();
-    assert_eq!(names, ["add", "die", "echo", "fail", "unlock"]);
+    assert_eq!(
+        names,
+        [
+            "add",
+            "die",
+            "echo",
+            "environment",
+            "exit_later",
+            "fail",
+            "unlock"
+        ]
+    );
 
     let tools = client.tool_set();
     let add = tools.specs().into_iter().find(|s| s.name == "add").unwrap();
@@ -137,7 +148,15 @@ async fn a_server_that_dies_mid_call_is_a_typed_error() {
         panic!("{error}");
     };
     assert_eq!((server.as_str(), tool.as_str()), ("pytest-server", "die"));
-    assert!(error.to_string().contains("may have exited"), "{error}");
+    // How the process ended, not a guess: `die` exits with code 3.
+    assert!(
+        error
+            .to_string()
+            .contains("the server's process exited (exit status: 3)"),
+        "{error}"
+    );
+    // Closed as soon as a call finds the server gone.
+    assert!(client.is_closed());
 
     // Later calls fail the same way, through a tool set too.
     let error = client
@@ -153,6 +172,50 @@ async fn a_server_that_dies_mid_call_is_a_typed_error() {
         result.is_error && result.content.contains("`pytest-server`"),
         "{}",
         result.content
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_exits_while_idle_is_closed_and_calls_say_how_it_ended() {
+    let client = connect().await;
+    assert_eq!(
+        client.call("exit_later", json!({})).await.unwrap(),
+        "exiting"
+    );
+    let closed = async {
+        while !client.is_closed() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, closed)
+        .await
+        .expect("is_closed() stays false after the server exited");
+    let error = client
+        .call("add", json!({ "a": 1, "b": 2 }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, McpError::Disconnected { message, .. }
+            if message == "the server's process exited (exit status: 4)"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_exits_at_start_is_a_connect_error_with_its_exit_status() {
+    let mut command = tokio::process::Command::new(python());
+    command.args([
+        "-c",
+        "import sys; sys.stderr.write('fatal: missing TOKEN (test server, on purpose)\\n'); sys.exit(2)",
+    ]);
+    let error = tokio::time::timeout(PATIENCE, McpClient::stdio("dies", command))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "could not connect to MCP server `dies`: the server's process exited (exit status: 2) \
+         before it answered the `initialize` request (what it wrote to stderr may say why)"
     );
 }
 
@@ -189,7 +252,7 @@ async fn a_prefix_keeps_two_servers_tools_apart() {
     let second = connect().await.with_prefix("two_");
     let mut tools = first.tool_set();
     second.add_to(&mut tools).unwrap();
-    assert_eq!(tools.len(), 10);
+    assert_eq!(tools.len(), 14);
     assert!(tools.contains("one_add") && tools.contains("two_add") && !tools.contains("add"));
     let result = tools
         .dispatch(&ToolCall::new("c1", "two_add", json!({ "a": 3, "b": 4 })))
@@ -201,7 +264,7 @@ async fn a_prefix_keeps_two_servers_tools_apart() {
         .dispatch_or_report(&ToolCall::new("c2", "one_fail", json!({ "reason": "x" })))
         .await;
     assert!(
-        result.is_error && result.content.contains("tool `fail`"),
+        result.is_error && result.content.contains("the call to `fail`"),
         "{}",
         result.content
     );
@@ -217,10 +280,12 @@ async fn a_closed_client_s_tools_fail_as_disconnected() {
         .dispatch(&ToolCall::new("c1", "add", json!({ "a": 1, "b": 2 })))
         .await
         .unwrap_err();
+    // The client closed it, not the server.
     assert!(
-        error
-            .to_string()
-            .contains("lost the connection to MCP server `pytest-server`"),
+        error.to_string().contains(
+            "lost the connection to MCP server `pytest-server` while calling `add`: \
+             the client closed the connection (McpClient::close)"
+        ) && !error.to_string().contains("exited"),
         "{error}"
     );
     assert!(client.is_closed());

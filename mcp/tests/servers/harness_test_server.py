@@ -8,12 +8,15 @@ Over HTTP with `HARNESS_MCP_TOKEN` set, requests without
 `Authorization: Bearer <token>` are refused with 401.
 
 Tools: `add`, `echo`, `fail` (an isError result), `unlock` (adds the tool
-`bonus` and says the tool list changed) and `die` (the process exits in the
-middle of the call).
+`bonus` and says the tool list changed), `die` (the process exits in the
+middle of the call), `exit_later` (the process exits with code 4 just after
+answering) and `environment` (the process's environment, as JSON).
 """
 
+import json
 import os
 import sys
+import threading
 
 from mcp import types
 from mcp.server.fastmcp import Context, FastMCP
@@ -74,6 +77,19 @@ def die() -> str:
     """Exits the server's process in the middle of the call."""
     sys.stdout.flush()
     os._exit(3)
+
+
+@server.tool()
+def exit_later() -> str:
+    """Exits the server's process with code 4 a moment after answering."""
+    threading.Timer(0.2, os._exit, [4]).start()
+    return "exiting"
+
+
+@server.tool()
+def environment() -> str:
+    """The server process's environment variables, as a JSON object."""
+    return json.dumps(dict(os.environ))
 
 
 def require_token(app, token):
