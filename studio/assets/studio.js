@@ -607,6 +607,13 @@ function renderDetail() {
       $('#approval-calls').replaceChildren(...(approval ? d.interrupt.payload.calls.map(approvalRow) : []));
     }
     $('#approval').hidden = !approval;
+    // The run refused this studio's last answer to it (after the request
+    // was answered): why, where the answer's error goes.
+    if (d.refused && d.refused.interrupt === d.interrupt.id) {
+      setText($('#answer-error'), 'the run refused the answer: ' + d.refused.reason + '; it still waits: answer again');
+      $('#answer-status').textContent = '';
+      $('#answer-submit').disabled = false;
+    }
     showAdvanced();
     const shape = $('#answer-shape');
     shape.replaceChildren();
@@ -1078,11 +1085,13 @@ $('#answer-form').addEventListener('submit', async (ev) => {
   for (const e of document.querySelectorAll('#approval-calls .call-error')) e.textContent = '';
   $('#answer-submit').disabled = true;
   try {
-    await api(`/api/sessions/${encodeURIComponent(d.summary.id)}/answer`, {
+    const r = await api(`/api/sessions/${encodeURIComponent(d.summary.id)}/answer`, {
       method: 'POST',
       body: JSON.stringify({ interrupt: d.interrupt.id, answer }),
     });
-    $('#answer-status').textContent = 'answered; following the run…';
+    $('#answer-status').textContent = r.kept
+      ? 'answered; following the run…'
+      : 'answered; the run is still on the step (a refusal would show here)…';
   } catch (e) {
     setText(error, e.message);
     showProblems(e.problems || []);

@@ -49,6 +49,31 @@ pub enum StudioError {
     /// plain path below the root.
     #[error("studio: cannot be mounted there: {0}")]
     Base(String),
+    /// [`Studio::expect_answer`](crate::Studio::expect_answer) names a step
+    /// the agent's loop does not have (a typo would otherwise leave the
+    /// answers of the step meant unchecked).
+    #[error(
+        "studio: expect_answer names step `{step}`, which the agent's loop does not have; \
+         its steps are {}",
+        known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownStep {
+        /// The name given.
+        step: String,
+        /// The names a declared answer can take: the loop's steps, each
+        /// sub-agent's steps as `sub/step` and by their own name.
+        known: Vec<String>,
+    },
+    /// The agent given to [`Studio::for_agent`](crate::Studio::for_agent)
+    /// has no session store: it could answer or fork nothing.
+    #[error(
+        "studio: agent `{agent}` has no session store; build its harness with \
+         .store(..) and give the studio that same store"
+    )]
+    NoStore {
+        /// The agent.
+        agent: String,
+    },
 }
 
 /// Why a request failed.
@@ -90,6 +115,39 @@ pub(crate) enum ApiError {
         session: SessionId,
         given: String,
         pending: String,
+    },
+    /// The run read the answer and refused it (a wrong type, or the step's
+    /// own check): nothing of it was kept, and the session still waits on
+    /// the same interrupt.
+    #[error(
+        "the run refused the answer to interrupt {interrupt} of step `{step}`: {reason}; \
+         nothing was kept and session {session} still waits on that interrupt: answer it again"
+    )]
+    AnswerRejected {
+        session: SessionId,
+        interrupt: String,
+        step: String,
+        reason: String,
+    },
+    /// The studio's store holds the session, the agent's does not: the
+    /// studio was given another store than the one its harness was built
+    /// with.
+    #[error(
+        "session {session} is in the studio's store but not in the store agent `{agent}` was \
+         built with: this studio was given another store than its harness's (give \
+         Studio::for_agent the store passed to the harness's .store(..)), so it can answer \
+         and fork none of the sessions it lists"
+    )]
+    NotInAgentStore { session: SessionId, agent: String },
+    /// A fork's `index` past the session's last checkpoint.
+    #[error(
+        "`index` {index}: session {session} has no checkpoint after {index} steps to fork from; \
+         it has taken {steps} steps, so `index` is 0 (its start) to {steps}"
+    )]
+    ForkIndex {
+        session: SessionId,
+        index: u64,
+        steps: u64,
     },
     #[error("the answer to step `{step}` must be {expected}: {error}")]
     AnswerShape {
@@ -166,6 +224,7 @@ impl ApiError {
             ApiError::NotJson(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NoSession(_)
             | ApiError::NoCheckpoint { .. }
+            | ApiError::ForkIndex { .. }
             | ApiError::NoMemory
             | ApiError::NoItem { .. } => StatusCode::NOT_FOUND,
             ApiError::Memory(e) => match e {
@@ -179,6 +238,7 @@ impl ApiError {
             },
             ApiError::NotWaiting { .. } | ApiError::WrongInterrupt { .. } => StatusCode::CONFLICT,
             ApiError::AnswerShape { .. }
+            | ApiError::AnswerRejected { .. }
             | ApiError::NotDecisions { .. }
             | ApiError::Decisions { .. }
             | ApiError::BadUpdate(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -192,6 +252,7 @@ impl ApiError {
                 | SessionError::PendingInterrupt(_),
             ) => StatusCode::CONFLICT,
             ApiError::Unreadable { .. }
+            | ApiError::NotInAgentStore { .. }
             | ApiError::Store { .. }
             | ApiError::Session(_)
             | ApiError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -210,6 +271,18 @@ impl IntoResponse for ApiError {
         }
         if let ApiError::Memory(e) = &self {
             body["kind"] = serde_json::json!(memory_kind(e));
+        }
+        if let ApiError::AnswerRejected {
+            interrupt, reason, ..
+        } = &self
+        {
+            body["kind"] = serde_json::json!("answer_rejected");
+            body["field"] = serde_json::json!("answer");
+            body["interrupt"] = serde_json::json!(redact::text(interrupt));
+            body["reason"] = serde_json::json!(redact::text(reason));
+        }
+        if let ApiError::ForkIndex { .. } = &self {
+            body["field"] = serde_json::json!("index");
         }
         if let ApiError::BadParameter { parameter, .. } = &self {
             body["kind"] = serde_json::json!("parameter");

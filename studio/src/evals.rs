@@ -4,9 +4,9 @@
 //! timeline when the store holds them).
 
 use crate::error::ApiError;
-use crate::server::{Authorized, Shared};
+use crate::server::{Authorized, PathParam, Shared};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use harness_evals::Report;
 use serde_json::{Value, json};
 
@@ -47,7 +47,7 @@ pub(crate) async fn list(State(app): State<Shared>, _: Authorized) -> Json<Value
 pub(crate) async fn report(
     State(app): State<Shared>,
     _: Authorized,
-    Path(index): Path<String>,
+    PathParam(index): PathParam,
 ) -> Result<Json<Value>, ApiError> {
     let n = app.reports.len();
     let (i, report) = index
@@ -55,10 +55,14 @@ pub(crate) async fn report(
         .ok()
         .and_then(|i| Some((i, app.reports.get(i)?)))
         .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "no eval report {index:?}: this studio has {n} (0 to {})",
-                n.saturating_sub(1)
-            ))
+            ApiError::BadRequest(match n {
+                0 => format!("no eval report {index:?}: this studio shows no eval report"),
+                1 => format!("no eval report {index:?}: this studio has 1, report 0"),
+                n => format!(
+                    "no eval report {index:?}: this studio has {n}, reports 0 to {}",
+                    n - 1
+                ),
+            })
         })?;
     let mut body = summary(i, report);
     body["evaluator_names"] = json!(report.evaluators);

@@ -84,8 +84,34 @@ impl Graph {
         self.nodes.iter().find(|n| n.id == id)
     }
 
+    /// The names a step can be declared by
+    /// ([`Studio::expect_answer`](crate::Studio::expect_answer)): each
+    /// step's node (`ask`, `review/ask`) and each sub-agent step's own name
+    /// (`ask`).
+    pub(crate) fn step_names(&self) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        for n in &self.nodes {
+            if matches!(n.kind, "start" | "end") {
+                continue;
+            }
+            names.insert(n.id.clone());
+            if n.parent.is_some() {
+                names.insert(n.label.clone());
+            }
+        }
+        names
+    }
+
+    /// Whether step `step` of the loop runs a sub-agent.
+    fn is_sub_agent(&self, step: &str) -> bool {
+        self.node(step).is_some_and(|n| n.kind == "sub-agent")
+            || self.clusters.iter().any(|c| c.id == step)
+    }
+
     /// The node of step `step` running in task `path`: a step of the
     /// sub-agent the path is inside (the nearest), else a step of the loop.
+    /// A step inside a sub-agent whose box does not draw it has no node:
+    /// it is never the loop's step of the same name.
     pub(crate) fn node_for(&self, path: &TaskPath, step: &str) -> Option<String> {
         let segments: Vec<&str> = path.segments().collect();
         for seg in segments.iter().rev() {
@@ -96,6 +122,16 @@ impl Graph {
                 .is_some_and(|n| n.parent.as_deref() == Some(sub))
             {
                 return Some(id);
+            }
+            // A sub-agent's task is named by the step that runs it (no
+            // `#n`): a step asked in it is not drawn. (A branch named by
+            // its first step, `review#0` or `review`, runs that step.)
+            if sub == *seg
+                && sub != step
+                && self.is_sub_agent(sub)
+                && !self.edges.iter().any(|e| e.kind == "branch" && e.to == sub)
+            {
+                return None;
             }
         }
         self.node(step).map(|n| n.id.clone())
@@ -560,6 +596,21 @@ pub(crate) fn observed(head: &StoredRun, log: &[Checkpoint]) -> Graph {
         }
         return walk.graph;
     }
+    // A step under way inside a sub-agent that has recorded nothing yet (a
+    // sub-agent's first step asking a human): the step that runs it is
+    // one, and the step is in its box, never the loop's step so named.
+    let branches = branch_paths(log);
+    for p in positions(head, log, &walk.graph) {
+        if let Some(sub) = sub_agent_of(&p.path, &branches) {
+            walk.graph.add_node(sub, "sub-agent", None);
+            if !walk.graph.clusters.iter().any(|k| k.id == sub) {
+                walk.graph.clusters.push(Cluster {
+                    id: sub.to_owned(),
+                    label: format!("{sub} (sub-agent)"),
+                });
+            }
+        }
+    }
     // The steps under way, from the last step of their task.
     let mut sofar = walk.graph.clone();
     for p in positions(head, log, &sofar) {
@@ -578,11 +629,49 @@ pub(crate) fn observed(head: &StoredRun, log: &[Checkpoint]) -> Graph {
             Some(last) if last != node => walk.graph.add_edge(&last, &node, None, "next"),
             Some(_) => {}
             None if p.path.is_root() => walk.graph.add_edge(START, &node, None, "next"),
-            None => {}
+            None => {
+                // A sub-agent's first step: entered from the step running it.
+                if let Some(sub) = sub_agent_of(&p.path, &branches)
+                    && node.starts_with(&format!("{sub}/"))
+                {
+                    walk.graph.add_edge(sub, &node, None, "enter");
+                }
+            }
         }
         sofar = walk.graph.clone();
     }
     walk.graph
+}
+
+/// The paths of the branches a log's forks started (in the loop or in a
+/// sub-agent).
+fn branch_paths(log: &[Checkpoint]) -> BTreeSet<TaskPath> {
+    fn of(kind: &CheckpointKind, out: &mut BTreeSet<TaskPath>) {
+        match kind {
+            CheckpointKind::Fork(f) => out.extend(f.branches.iter().map(|b| b.path.clone())),
+            CheckpointKind::Child(c) => of(&c.record, out),
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    for cp in log {
+        of(&cp.kind, &mut out);
+    }
+    out
+}
+
+/// The step of the loop whose sub-agent task `path` is, when `path` is a
+/// sub-agent's run by a step of the loop or of one of its branches (not a
+/// branch, and not deeper: the observed graph draws one level of boxes).
+fn sub_agent_of<'p>(path: &'p TaskPath, branches: &BTreeSet<TaskPath>) -> Option<&'p str> {
+    if path.is_root() || branches.contains(path) {
+        return None;
+    }
+    let segments: Vec<&str> = path.segments().collect();
+    let (last, outer) = segments.split_last()?;
+    // Its task is the loop's, or a branch of it.
+    let parent = TaskPath::from(outer.join("/").as_str());
+    (outer.is_empty() || branches.contains(&parent)).then_some(*last)
 }
 
 #[cfg(test)]
@@ -870,5 +959,73 @@ mod tests {
         assert!(positions(&done, &log, &g).is_empty());
         let g = observed(&done, &log[..2]);
         assert!(g.edges.iter().any(|e| e.from == "plan" && e.to == END));
+    }
+
+    #[test]
+    fn a_sub_agent_asking_before_its_first_record_is_not_the_loop_s_step_so_named() {
+        use serde_json::json;
+        // `work`, then `sub` (a sub-agent whose first step, `ask`, asks at
+        // once: it has recorded nothing), then the loop's own `ask`.
+        let log = [
+            record(0, "$start", json!({"kind": "snapshot", "value": {}})),
+            record(1, "work", json!({"kind": "update", "value": {}})),
+        ];
+        let h = head(
+            json!({"phase": "interrupted", "interrupt":
+                {"id": "i1", "step": "ask", "path": "sub", "payload": "proceed?"}}),
+            "sub",
+        );
+        let g = observed(&h, &log);
+        assert!(
+            g.node("ask").is_none(),
+            "the loop's `ask` has not run: {g:?}"
+        );
+        assert_eq!(g.node("sub").map(|n| n.kind), Some("sub-agent"));
+        assert_eq!(
+            g.node("sub/ask").and_then(|n| n.parent.as_deref()),
+            Some("sub")
+        );
+        assert!(g.clusters.iter().any(|c| c.id == "sub"));
+        assert!(
+            g.edges
+                .iter()
+                .any(|e| e.from == "sub" && e.to == "sub/ask" && e.kind == "enter"),
+            "{g:?}"
+        );
+        let waiting: Vec<(String, String, Option<String>)> = positions(&h, &log, &g)
+            .into_iter()
+            .filter(|p| p.waiting)
+            .map(|p| (p.path.to_string(), p.step, p.node))
+            .collect();
+        assert_eq!(
+            waiting,
+            [("sub".into(), "ask".into(), Some("sub/ask".into()))]
+        );
+        assert_eq!(
+            g.node_for(&TaskPath::from("sub"), "ask").as_deref(),
+            Some("sub/ask")
+        );
+
+        // A declared graph whose sub-agent box does not draw the step asked
+        // in it: no node, never the loop's step of that name.
+        let mut declared = from_dot(COMPOSED).expect("reads");
+        declared.nodes.push(Node {
+            id: "ask".into(),
+            kind: "step",
+            label: "ask".into(),
+            parent: None,
+        });
+        assert_eq!(declared.node_for(&TaskPath::from("review"), "ask"), None);
+        assert_eq!(
+            declared.node_for(&TaskPath::root(), "ask").as_deref(),
+            Some("ask")
+        );
+        // A branch is not a sub-agent: its steps are the loop's.
+        assert_eq!(
+            declared
+                .node_for(&TaskPath::from("left"), "merge")
+                .as_deref(),
+            Some("merge")
+        );
     }
 }

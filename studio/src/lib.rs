@@ -36,8 +36,14 @@
 //!   cut on demand.
 //! - **Waiting for a human**: the interrupt's payload, where it was asked
 //!   (a branch's or a sub-agent's path), and a form to answer it, checked against the answer's type when the application declared
-//!   it ([`Studio::expect_answer`]); answering resumes the run through the
-//!   typed [`Agent`], and the page follows it live. A tool-approval request
+//!   it ([`Studio::expect_answer`], whose step names are checked against
+//!   the loop when the studio is bound or mounted); answering resumes the
+//!   run through the typed [`Agent`], and the page follows it live. The run
+//!   checks the answer again when the step reads it: an answer it refuses
+//!   (not of the step's type, or refused by the step's own check) is
+//!   answered 422 with the interrupt and the run's reason, nothing of it
+//!   kept and the session still waiting (see [`Studio::answer_wait`] for a
+//!   step that takes longer to read it). A tool-approval request
 //!   of the agent kit (`harness_kit::ApprovalRequest`, raised by its
 //!   `AgentLoop`) gets one row per pending call (tool, call id, arguments)
 //!   with a decision each: approve, always allow, edit the arguments
@@ -107,6 +113,9 @@
 //! {"error": "parameter `limit` is \"-1\": negative: …", "kind": "parameter", "parameter": "limit"}
 //! ```
 //!
+//! A session's id or a report's index in a URL's path that does not
+//! percent-decode to UTF-8 is answered the same way (`"parameter": "id"`).
+//!
 //! # Following the store at a bounded cost
 //!
 //! The event stream does not reload every head at each look. It follows
@@ -115,7 +124,7 @@
 //! those the client names with `watch=ID` (at most 20; the page names the
 //! session it shows). A look reads the sessions created since the last
 //! from the store's feed of created sessions
-//! ([`SessionStore::created_since`](harness::session::SessionStore::created_since):
+//! ([`SessionStore::created_since`]:
 //! the memory, log, file, sled, Redis and PostgreSQL stores keep one; on another store, it lists
 //! the store's ids and keeps them, a session not in the last listing being
 //! new), loads the head of each session followed (at most 200; past it,
@@ -172,7 +181,8 @@
 //! # async fn f(harness: harness::Harness<Claim>, store: std::sync::Arc<dyn harness::session::SessionStore>) -> Result<(), Box<dyn std::error::Error>> {
 //! use harness_studio::Studio;
 //!
-//! // `store` is the store the harness was built with (`.store(Arc::clone(&store))`).
+//! // `store` is the store the harness was built with (`.store(Arc::clone(&store))`):
+//! // the studio lists `store`'s sessions, and answers them in the harness's.
 //! let agent = harness::create_agent("expenses", &harness);
 //! let studio = Studio::for_agent(&agent, &harness, store)?
 //!     // The `approve` step reads its answer as a `String`.
@@ -226,6 +236,7 @@ pub struct Studio {
     shapes: BTreeMap<String, AnswerShape>,
     hidden: Vec<String>,
     poll: Duration,
+    answer_wait: Duration,
     title: String,
 }
 
@@ -235,6 +246,7 @@ impl fmt::Debug for Studio {
             .field("agent", &self.source.agent_id())
             .field("answers", &self.shapes.keys().collect::<Vec<_>>())
             .field("poll", &self.poll)
+            .field("answer_wait", &self.answer_wait)
             .field("title", &self.title)
             .field("memory", &self.memory.is_some())
             .field("reports", &self.reports.len())
@@ -251,6 +263,7 @@ impl Studio {
             shapes: BTreeMap::new(),
             hidden: Vec::new(),
             poll: Duration::from_millis(500),
+            answer_wait: Duration::from_secs(10),
             title,
         }
     }
@@ -264,12 +277,21 @@ impl Studio {
 
     /// A studio serving `agent`, whose context has no run slots: it draws
     /// `harness`'s loop, merges states through the reducers, answers
-    /// interrupts and forks sessions through the agent. `store` must be the
-    /// store `harness` was built with.
+    /// interrupts and forks sessions through the agent.
+    ///
+    /// `store` must be the store `harness` was built with
+    /// (`.store(Arc::clone(&store))`): the studio lists and reads the
+    /// sessions of `store`, and answers and forks them through the agent,
+    /// in the harness's store. The harness does not let the studio see its
+    /// store, so the two cannot be compared here: given another store, the
+    /// studio lists that store's sessions, and answering or forking one is
+    /// refused (HTTP 500) with a message saying that the session is not in
+    /// the agent's store and that the studio was given another store.
     ///
     /// # Errors
     ///
-    /// [`StudioError::Graph`] if the harness's DOT export cannot be read.
+    /// [`StudioError::Graph`] if the harness's DOT export cannot be read,
+    /// [`StudioError::NoStore`] if the agent has no session store.
     pub fn for_agent<S: HarnessState, C: Context>(
         agent: &Agent<S, C>,
         harness: &Harness<S, C>,
@@ -282,17 +304,25 @@ impl Studio {
     }
 
     /// [`for_agent`](Self::for_agent) for a context with run slots:
-    /// `slots` makes those of each run the studio resumes.
+    /// `slots` makes those of each run the studio resumes. `store` must be
+    /// the store `harness` was built with, as for
+    /// [`for_agent`](Self::for_agent).
     ///
     /// # Errors
     ///
-    /// [`StudioError::Graph`] if the harness's DOT export cannot be read.
+    /// [`StudioError::Graph`] if the harness's DOT export cannot be read,
+    /// [`StudioError::NoStore`] if the agent has no session store.
     pub fn for_agent_with<S: HarnessState, C: Context>(
         agent: &Agent<S, C>,
         harness: &Harness<S, C>,
         store: Arc<dyn SessionStore>,
         slots: impl Fn() -> C::Run + Send + Sync + 'static,
     ) -> Result<Self, StudioError> {
+        if !agent.has_store() {
+            return Err(StudioError::NoStore {
+                agent: agent.id().to_owned(),
+            });
+        }
         let graph =
             graph::from_dot(&harness.to_dot()).map_err(|e| StudioError::Graph(e.to_string()))?;
         let title = format!("agent {}", agent.id());
@@ -316,6 +346,20 @@ impl Studio {
     /// for step `ask` of the sub-agent run by step `review`. That name is
     /// looked up first, then the step's own name (`ask`), which stands for
     /// every step so named.
+    ///
+    /// The run checks the answer too, when the step reads it: an answer it
+    /// refuses (not of the step's type, or refused by the step's own check,
+    /// `cx.interrupt_with`) is answered as refused (HTTP 422 with the run's
+    /// reason, see [Waiting for a human](crate#waiting-for-a-human)), so an
+    /// undeclared step's answers are checked all the same, only later.
+    ///
+    /// On a studio serving an agent ([`for_agent`](Self::for_agent)),
+    /// [`bind`](Self::bind) and [`mount`](Self::mount) refuse a `step` the
+    /// agent's loop does not have ([`StudioError::UnknownStep`], naming the
+    /// steps it has): a typo would leave the step meant unchecked. The
+    /// loop's steps and its sub-agents' are known, not those of a sub-agent
+    /// run inside a sub-agent. A read-only studio does not know the steps
+    /// and checks no name (it answers nothing).
     #[must_use]
     pub fn expect_answer<R: DeserializeOwned + JsonSchema>(
         mut self,
@@ -334,6 +378,19 @@ impl Studio {
                 check: Arc::new(check),
             },
         );
+        self
+    }
+
+    /// How long answering an interrupt (`POST /api/sessions/{id}/answer`)
+    /// waits to learn whether the run kept the answer (default 10 s): until
+    /// the step that asked has finished with it, or the run settles. A run
+    /// that refuses the answer within that time makes the request fail
+    /// (HTTP 422); past it, the request is answered 202 with `"kept":
+    /// false`, and a refusal that comes later shows with the session
+    /// (`refused` in `GET /api/sessions/{id}`).
+    #[must_use]
+    pub fn answer_wait(mut self, wait: Duration) -> Self {
+        self.answer_wait = wait;
         self
     }
 
@@ -404,7 +461,25 @@ impl Studio {
             title: self.title,
             changed,
             stopping,
+            answer_wait: self.answer_wait,
+            refused: Arc::default(),
         })
+    }
+
+    /// Refuses an answer declared for a step the agent's loop does not
+    /// have, when the studio knows the loop.
+    fn check_answers(&self) -> Result<(), StudioError> {
+        let Some(graph) = self.source.graph() else {
+            return Ok(());
+        };
+        let known = graph.step_names();
+        match self.shapes.keys().find(|step| !known.contains(*step)) {
+            Some(step) => Err(StudioError::UnknownStep {
+                step: step.clone(),
+                known: known.into_iter().collect(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The studio as an axum router to [`nest`](axum::Router::nest) at
@@ -418,13 +493,16 @@ impl Studio {
     /// # Errors
     ///
     /// [`StudioError::Base`] if `base` is not a plain path below the root
-    /// (`/` then segments of letters, digits, `-`, `_`, `.`).
+    /// (`/` then segments of letters, digits, `-`, `_`, `.`),
+    /// [`StudioError::UnknownStep`] if [`expect_answer`](Self::expect_answer)
+    /// names a step the agent's loop does not have.
     pub fn mount(
         self,
         base: &str,
         stopping: watch::Receiver<bool>,
     ) -> Result<axum::Router, StudioError> {
         server::check_base(base).map_err(StudioError::Base)?;
+        self.check_answers()?;
         Ok(self.app(None, base, stopping))
     }
 
@@ -434,11 +512,14 @@ impl Studio {
     /// # Errors
     ///
     /// [`StudioError::NotLoopback`] for another address,
+    /// [`StudioError::UnknownStep`] if [`expect_answer`](Self::expect_answer)
+    /// names a step the agent's loop does not have,
     /// [`StudioError::Bind`] if it cannot be bound.
     pub async fn bind(self, addr: SocketAddr) -> Result<Serving, StudioError> {
         if !addr.ip().is_loopback() {
             return Err(StudioError::NotLoopback { addr });
         }
+        self.check_answers()?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| StudioError::Bind { addr, source })?;

@@ -6,7 +6,7 @@ use crate::evals;
 use crate::memory;
 use crate::query::{self, Query};
 use crate::redact;
-use crate::source::Source;
+use crate::source::{Resumed, Source};
 use crate::trim;
 use crate::view::{self, PHASES, Summary};
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
@@ -69,6 +69,60 @@ pub(crate) struct App {
     pub(crate) changed: watch::Sender<u64>,
     /// Turns true when the studio stops: event streams end.
     pub(crate) stopping: watch::Receiver<bool>,
+    /// How long an answer's request waits to learn whether the run kept
+    /// the answer.
+    pub(crate) answer_wait: Duration,
+    /// The answers runs refused, by session: shown with the session while
+    /// it waits on the interrupt answered.
+    pub(crate) refused: Arc<Refused>,
+}
+
+/// An answer a run refused.
+#[derive(Clone, Debug)]
+pub(crate) struct Refusal {
+    /// The interrupt answered, on which the session still waits.
+    pub(crate) interrupt: InterruptId,
+    /// Why, as the run said.
+    pub(crate) reason: String,
+}
+
+/// The most refusals kept (one per session); past it, the oldest goes.
+const REFUSALS: usize = 1000;
+
+/// The last answer each session's run refused, while no later answer was
+/// kept; at most [`REFUSALS`] sessions, in memory (a studio's own record:
+/// a reader never writes it to the store).
+#[derive(Default)]
+pub(crate) struct Refused {
+    by_session: std::sync::Mutex<VecDeque<(SessionId, Refusal)>>,
+}
+
+impl Refused {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(SessionId, Refusal)>> {
+        self.by_session
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record(&self, session: &SessionId, refusal: Option<Refusal>) {
+        let mut all = self.lock();
+        all.retain(|(s, _)| s != session);
+        if let Some(refusal) = refusal {
+            if all.len() == REFUSALS {
+                all.pop_front();
+            }
+            all.push_back((session.clone(), refusal));
+        }
+    }
+
+    /// The refusal of an answer to `interrupt` of `session`, if its run
+    /// refused the last one.
+    fn of(&self, session: &SessionId, interrupt: &InterruptId) -> Option<Refusal> {
+        self.lock()
+            .iter()
+            .find(|(s, r)| s == session && r.interrupt == *interrupt)
+            .map(|(_, r)| r.clone())
+    }
 }
 
 pub(crate) type Shared = Arc<App>;
@@ -247,6 +301,38 @@ impl FromRequestParts<Shared> for Authorized {
     }
 }
 
+/// The one parameter of a route's path (a session's `id`, a report's
+/// `index`), percent-decoded. One that does not decode (not UTF-8) is a
+/// 400 naming it, as JSON like every error of the API (`"kind":
+/// "parameter"`), not axum's plain text.
+pub(crate) struct PathParam(pub(crate) String);
+
+impl FromRequestParts<Shared> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, app).await {
+            Ok(Path(value)) => Ok(PathParam(value)),
+            Err(rejection) => {
+                use axum::extract::path::ErrorKind;
+                use axum::extract::rejection::PathRejection;
+                let name = match &rejection {
+                    PathRejection::FailedToDeserializePathParams(e) => match e.kind() {
+                        ErrorKind::InvalidUtf8InPathParam { key }
+                        | ErrorKind::ParseErrorAtKey { key, .. } => key.clone(),
+                        _ => String::new(),
+                    },
+                    _ => String::new(),
+                };
+                // Every route's parameter is its path's third segment
+                // (`/api/sessions/{id}…`, `/api/evals/{index}`), as sent.
+                let raw = parts.uri.path().split('/').nth(3).unwrap_or_default();
+                Err(query::bad(&name, raw, rejection.body_text()))
+            }
+        }
+    }
+}
+
 /// A write a browser could only have sent from the studio's own page: its
 /// body is JSON (which a page of another site cannot post without a
 /// preflight, which the studio does not answer), and the origin it names,
@@ -363,7 +449,7 @@ async fn sessions(
 async fn session(
     State(app): State<Shared>,
     _: Authorized,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Response, ApiError> {
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
@@ -374,7 +460,14 @@ async fn session(
             .or_else(|| approval::request_of(&interrupt.payload).map(|_| approval::shape())),
         _ => None,
     };
-    Ok(Json(view::detail(&*app.source, &head, &log, shape)).into_response())
+    let mut detail = view::detail(&*app.source, &head, &log, shape);
+    if let SessionPhase::Interrupted { interrupt } = &head.phase {
+        detail.refused = app
+            .refused
+            .of(&id, &interrupt.id)
+            .map(|r| json!({ "interrupt": r.interrupt, "reason": r.reason }));
+    }
+    Ok(Json(detail).into_response())
 }
 
 /// `GET /api/sessions/{id}/summary`: the session as the list shows it,
@@ -385,7 +478,7 @@ async fn session(
 async fn summary(
     State(app): State<Shared>,
     _: Authorized,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Summary>, ApiError> {
     Query::parse(raw.as_deref(), &[], &[])?;
@@ -427,7 +520,7 @@ async fn blocking<T: Send + 'static>(
 async fn timeline(
     State(app): State<Shared>,
     _: Authorized,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref(), &["path", "offset", "limit"], &[])?;
@@ -472,7 +565,7 @@ async fn timeline(
 async fn state(
     State(app): State<Shared>,
     _: Authorized,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref(), &["seq", "pointer", "offset"], &[])?;
@@ -557,7 +650,7 @@ async fn answer(
     State(app): State<Shared>,
     _: Authorized,
     _: SameOriginJson,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     raw: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     if app.source.agent_id().is_none() {
@@ -592,19 +685,58 @@ async fn answer(
     if let Some(approval) = approval::request_of(&interrupt.payload) {
         approval::check(&approval, &request.answer)?;
     }
-    let run = app
-        .source
-        .answer(&id, &InterruptId::from(request.interrupt), request.answer)
-        .await?;
+    let interrupt = interrupt.clone();
+    let resumed = app.source.answer(&id, &interrupt, request.answer).await?;
+    // The run reads the answer when the step that asked runs again: the
+    // request waits (at most `answer_wait`) for whether it kept it, so that
+    // a refused answer is answered as one, never as accepted.
+    let (verdict, told) = tokio::sync::oneshot::channel::<Option<String>>();
     let changed = app.changed.clone();
+    let refused = Arc::clone(&app.refused);
+    let (session, answered) = (id.clone(), interrupt.id.clone());
     tokio::spawn(async move {
-        run.await;
+        let Resumed { mut run, kept } = resumed;
+        let mut verdict = Some(verdict);
+        let rejected = tokio::select! {
+            rejected = &mut run => rejected,
+            () = kept => {
+                refused.record(&session, None);
+                if let Some(v) = verdict.take() {
+                    let _ = v.send(None);
+                }
+                run.await
+            }
+        };
+        refused.record(
+            &session,
+            rejected.clone().map(|reason| Refusal {
+                interrupt: answered,
+                reason,
+            }),
+        );
+        if let Some(v) = verdict.take() {
+            let _ = v.send(rejected);
+        }
         changed.send_modify(|n| *n += 1);
     });
     app.changed.send_modify(|n| *n += 1);
+    let kept = match tokio::time::timeout(app.answer_wait, told).await {
+        Ok(Ok(Some(reason))) => {
+            return Err(ApiError::AnswerRejected {
+                session: id,
+                interrupt: interrupt.id.to_string(),
+                step: interrupt.step.clone(),
+                reason,
+            });
+        }
+        Ok(Ok(None)) => true,
+        // Still working on it (or its task ended without a word): a
+        // refusal shows with the session (`refused`) when it comes.
+        Ok(Err(_)) | Err(_) => false,
+    };
     Ok((
         axum::http::StatusCode::ACCEPTED,
-        Json(json!({ "session": id, "resumed": true })),
+        Json(json!({ "session": id, "resumed": true, "kept": kept })),
     )
         .into_response())
 }
@@ -632,7 +764,7 @@ async fn fork(
     State(app): State<Shared>,
     _: Authorized,
     _: SameOriginJson,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     raw: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     if app.source.agent_id().is_none() {
@@ -642,6 +774,13 @@ async fn fork(
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
     check_agent(&app, &head)?;
+    if request.index > head.steps {
+        return Err(ApiError::ForkIndex {
+            session: id,
+            index: request.index,
+            steps: head.steps,
+        });
+    }
     let fork = app.source.fork(&id, request.index, request.update).await?;
     app.changed.send_modify(|n| *n += 1);
     Ok((

@@ -5,11 +5,26 @@ use crate::diff::Bound;
 use crate::error::ApiError;
 use crate::graph::Graph;
 use crate::replay::{self, Changed, StatesAt};
+use futures::StreamExt;
 use futures::future::BoxFuture;
-use harness::session::{Checkpoint, SessionStore};
-use harness::{Agent, Context, HarnessState, InterruptId, SessionId};
+use harness::session::{Checkpoint, SessionError, SessionStore};
+use harness::step::Interrupt;
+use harness::{Agent, Context, HarnessState, RunError, RunEvent, SessionId};
 use serde_json::Value;
 use std::sync::Arc;
+
+/// A run resumed with an answer, to be driven to where it settles.
+pub(crate) struct Resumed {
+    /// Drives the run until it settles (done, failed, asking again, or
+    /// refusing the answer); resolves with the reason when the run refused
+    /// the answer ([`RunError::AnswerRejected`]): nothing of it was kept,
+    /// and the session waits on the same interrupt.
+    pub(crate) run: BoxFuture<'static, Option<String>>,
+    /// Resolves as soon as the answer is known to be kept (the step that
+    /// asked finished its visit past it), which may be long before the run
+    /// settles; never resolves otherwise (the run's end tells then).
+    pub(crate) kept: BoxFuture<'static, ()>,
+}
 
 /// What the server reads and writes through.
 pub(crate) trait Source: Send + Sync + 'static {
@@ -46,13 +61,13 @@ pub(crate) trait Source: Send + Sync + 'static {
     ) -> Option<Result<StatesAt, ApiError>>;
 
     /// Answers the interrupt and returns the continued run, to be driven to
-    /// its end.
+    /// its end, and how to know whether the run kept the answer.
     fn answer<'a>(
         &'a self,
         session: &'a SessionId,
-        interrupt: &'a InterruptId,
+        interrupt: &'a Interrupt,
         answer: Value,
-    ) -> BoxFuture<'a, Result<BoxFuture<'static, ()>, ApiError>>;
+    ) -> BoxFuture<'a, Result<Resumed, ApiError>>;
 
     /// Forks the session after `index` steps with `update` merged in.
     fn fork<'a>(
@@ -107,9 +122,9 @@ impl Source for ReadOnly {
     fn answer<'a>(
         &'a self,
         _: &'a SessionId,
-        _: &'a InterruptId,
+        _: &'a Interrupt,
         _: Value,
-    ) -> BoxFuture<'a, Result<BoxFuture<'static, ()>, ApiError>> {
+    ) -> BoxFuture<'a, Result<Resumed, ApiError>> {
         Box::pin(async { Err(ApiError::ReadOnly) })
     }
 
@@ -132,6 +147,23 @@ pub(crate) struct Typed<S: HarnessState, C: Context> {
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) graph: Graph,
     pub(crate) slots: Slots<C>,
+}
+
+impl<S: HarnessState, C: Context> Typed<S, C> {
+    /// The agent's error, except that a session the studio's store holds
+    /// (the handlers read its head there first) but the agent's does not
+    /// says so: the studio was given another store than the harness's.
+    fn own_store(&self, session: &SessionId, error: SessionError) -> ApiError {
+        match error {
+            SessionError::NoSession(missing) if missing.session == *session => {
+                ApiError::NotInAgentStore {
+                    session: missing.session,
+                    agent: self.agent.id().to_owned(),
+                }
+            }
+            other => ApiError::Session(other),
+        }
+    }
 }
 
 impl<S: HarnessState, C: Context> Source for Typed<S, C> {
@@ -173,21 +205,59 @@ impl<S: HarnessState, C: Context> Source for Typed<S, C> {
     fn answer<'a>(
         &'a self,
         session: &'a SessionId,
-        interrupt: &'a InterruptId,
+        interrupt: &'a Interrupt,
         answer: Value,
-    ) -> BoxFuture<'a, Result<BoxFuture<'static, ()>, ApiError>> {
+    ) -> BoxFuture<'a, Result<Resumed, ApiError>> {
         Box::pin(async move {
             let run = self
                 .agent
                 .with((self.slots)())
-                .resume(answer, session, interrupt)
-                .await?;
-            // The run records how it ends (done, failed, asking again) in
-            // the session, which is what the page shows.
-            let drive: BoxFuture<'static, ()> = Box::pin(async move {
-                let _ = run.await;
+                .resume(answer, session, &interrupt.id)
+                .await
+                .map_err(|e| self.own_store(session, e))?;
+            // Subscribed before the run is driven: no event is missed.
+            let events = run.events();
+            let (path, step) = (interrupt.path.clone(), interrupt.step.clone());
+            let kept: BoxFuture<'static, ()> = Box::pin(async move {
+                let mut events = events;
+                while let Some(event) = events.next().await {
+                    // The step that asked finished its visit: it read the
+                    // answer (a refused answer ends the visit with no
+                    // update, and no such event).
+                    let finished = match &event {
+                        RunEvent::StepFinished {
+                            path: p, step: s, ..
+                        } => *p == path && **s == *step,
+                        RunEvent::Child {
+                            path: p,
+                            step: s,
+                            kind,
+                            ..
+                        } => &**kind == "step_finished" && *p == path && **s == *step,
+                        _ => false,
+                    };
+                    if finished {
+                        return;
+                    }
+                }
+                // The run settled: its outcome tells.
+                futures::future::pending::<()>().await;
             });
-            Ok(drive)
+            let answered = interrupt.id.clone();
+            // The run records how it ends (done, failed, asking again) in
+            // the session, which is what the page shows; a refused answer
+            // is recorded nowhere, so it is returned.
+            let run: BoxFuture<'static, Option<String>> = Box::pin(async move {
+                match run.await {
+                    Err(RunError::AnswerRejected { interrupt, reason })
+                        if interrupt == answered =>
+                    {
+                        Some(reason)
+                    }
+                    _ => None,
+                }
+            });
+            Ok(Resumed { run, kept })
         })
     }
 
@@ -206,7 +276,10 @@ impl<S: HarnessState, C: Context> Source for Typed<S, C> {
                         .map_err(|e| ApiError::BadUpdate(e.to_string()))?,
                 )
             };
-            Ok(self.agent.fork(session, index, update).await?)
+            self.agent
+                .fork(session, index, update)
+                .await
+                .map_err(|e| self.own_store(session, e))
         })
     }
 }

@@ -233,6 +233,10 @@ pub(crate) struct Detail {
     pub(crate) interrupt_node: Option<String>,
     /// The JSON schema of an update of the state (for forking), when known.
     pub(crate) update_schema: Option<Value>,
+    /// When this studio's last answer to the interrupt waited on was
+    /// refused by the run: `{"interrupt", "reason"}` (kept in the studio's
+    /// memory, not in the store).
+    pub(crate) refused: Option<Value>,
 }
 
 /// The graph to draw for a session: the declared one, or the one its log
@@ -292,6 +296,7 @@ pub(crate) fn detail(
         interrupt,
         answer_shape,
         journal: head.journal.clone(),
+        refused: None,
     }
 }
 

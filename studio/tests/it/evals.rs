@@ -223,7 +223,11 @@ async fn a_studio_without_reports_says_so() {
         json(&get(&studio, "/api/evals").await.body),
         serde_json::json!([])
     );
-    assert_eq!(get(&studio, "/api/evals/0").await.status, 400);
+    let r = get(&studio, "/api/evals/0").await;
+    assert_eq!(r.status, 400);
+    let error = json(&r.body)["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("shows no eval report"), "{error}");
+    assert!(!error.contains("0 to"), "{error}");
     drop(TempDir(dir));
 }
 

@@ -13,6 +13,7 @@ mod events;
 mod hostile;
 mod long;
 mod memory;
+mod refused;
 mod scale;
 mod secrets;
 mod support;
