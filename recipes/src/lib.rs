@@ -2,5 +2,6 @@
 #![forbid(unsafe_code)]
 
 pub mod guide;
+mod ids;
 pub mod orchestrator;
 pub mod project;

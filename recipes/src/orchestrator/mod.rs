@@ -79,7 +79,8 @@ pub struct TaskInput {
     pub wave: u32,
 }
 
-/// A task's result, kept as soon as its sub-agent is done.
+/// A task's result: durable as soon as its sub-agent is done, in the
+/// state's [`results`](OrchestratorState::results) from the wave's join on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskResult {
     /// The role of the sub-agent that did it.
@@ -107,6 +108,45 @@ pub struct TaskFailure {
     /// The wave it ran in.
     pub wave: u32,
 }
+
+impl TaskFailure {
+    /// Whether the task was cut short by the run's
+    /// [deadline](harness::HarnessBuilder::deadline) rather than failing
+    /// (its error is a [`RunError::Deadline`](harness::RunError::Deadline),
+    /// possibly inside the sub-agent's or the branch's error). Such a
+    /// failure is kept in [`OrchestratorState::failures`] but leads to no
+    /// replan: the deadline ends the orchestrator's run (see the guide's
+    /// chapter, [`crate::guide::orchestrator`]).
+    ///
+    /// ```
+    /// use harness_recipes::orchestrator::TaskFailure;
+    ///
+    /// let failure = |error: &str| TaskFailure {
+    ///     task: "h".into(), agent: "work".into(), error: error.into(), plan: 1, wave: 1,
+    /// };
+    /// assert!(failure(
+    ///     "sub-agent `task#0/task` failed: the run passed its deadline of 2s in step `w`; raise it with .deadline(..), or remove it with .without_deadline()"
+    /// ).passed_deadline());
+    /// assert!(!failure("step `w` failed after 1 attempt(s): broke").passed_deadline());
+    /// ```
+    pub fn passed_deadline(&self) -> bool {
+        let mut error = self.error.as_str();
+        // The sub-agent's and the branch's errors wrap their loop's.
+        while let Some(rest) = error
+            .strip_prefix("sub-agent `")
+            .or_else(|| error.strip_prefix("branch `"))
+        {
+            match rest.split_once("` failed: ") {
+                Some((_, inner)) => error = inner,
+                None => return false,
+            }
+        }
+        error.starts_with(DEADLINE_ERROR)
+    }
+}
+
+/// How [`RunError::Deadline`](harness::RunError::Deadline) begins.
+const DEADLINE_ERROR: &str = "the run passed its deadline of ";
 
 impl fmt::Display for TaskFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -253,7 +293,8 @@ pub struct OrchestratorState {
     /// How many waves of tasks have started.
     #[field(reduce = add)]
     pub waves: u32,
-    /// The results of the tasks done, by task id, from every plan.
+    /// The results of the tasks done, by task id, from every plan; a wave's
+    /// results are merged in when the whole wave has ended (its join).
     #[field(reduce = extend)]
     pub results: BTreeMap<String, TaskResult>,
     /// Every task failure, in order.
@@ -299,11 +340,13 @@ impl OrchestratorState {
             .collect()
     }
 
-    /// The failures of the current plan.
+    /// The failures of the current plan, but for tasks cut short by the
+    /// run's deadline ([`TaskFailure::passed_deadline`]): those did not
+    /// fail, and run again when the run is recovered.
     pub fn current_failures(&self) -> Vec<TaskFailure> {
         self.failures
             .iter()
-            .filter(|f| f.plan == self.plans)
+            .filter(|f| f.plan == self.plans && !f.passed_deadline())
             .cloned()
             .collect()
     }
@@ -648,6 +691,7 @@ fn plan_step(
     max_replans: usize,
 ) -> BoxFuture<'static, StepResult<OrchestratorStateUpdate>> {
     Box::pin(async move {
+        past_deadline().await;
         let request = prompt::planning(&s, &roles);
         let number = s.plans + 1;
         let done: BTreeSet<String> = s.results.keys().cloned().collect();
@@ -720,7 +764,24 @@ fn branch_failed(f: BranchFailure) -> OrchestratorStateUpdate {
     }])
 }
 
+/// Gives the engine a moment to end the run if it is past its deadline.
+///
+/// The engine cancels a step that is waiting when the run's deadline falls
+/// (with [`RunError::Deadline`](harness::RunError::Deadline)), and one that
+/// starts waiting after it at once; a step that never waits is never cut
+/// short. Awaited where the orchestrator must not go on past the deadline:
+/// before it asks a model, and at a join where a task was cut short by it.
+/// Without a deadline, or before it, this only yields to the scheduler.
+async fn past_deadline() {
+    tokio::task::yield_now().await;
+}
+
 /// The join of a wave: reports each task's end and decides what is next.
+///
+/// A task of the wave cut short by the run's deadline ends the run with
+/// [`RunError::Deadline`](harness::RunError::Deadline) here (the results
+/// merged at the join are kept); in a recovered run, whose deadline
+/// starts again, such tasks run again with the next wave.
 async fn collect_step(
     s: Arc<OrchestratorState>,
     cx: Cx<OrchestratorDeps>,
@@ -731,6 +792,23 @@ async fn collect_step(
             "task",
             serde_json::json!({ "task": id, "agent": r.agent, "status": "done" }),
         );
+    }
+    let cut: Vec<&TaskFailure> = s
+        .failures
+        .iter()
+        .filter(|f| f.plan == s.plans && f.wave == s.waves && f.passed_deadline())
+        .collect();
+    if !cut.is_empty() {
+        // Past the deadline, the run ends here: no replan, no new wave.
+        past_deadline().await;
+        // Still going: a recovered run, with a deadline of its own. The
+        // tasks cut short run again with the next wave.
+        for f in cut {
+            cx.emit(
+                "task",
+                serde_json::json!({ "task": f.task, "agent": f.agent, "status": "cut_short", "error": f.error }),
+            );
+        }
     }
     let failures = s.current_failures();
     for f in failures.iter().filter(|f| f.wave == s.waves) {
@@ -778,6 +856,7 @@ async fn synthesize_step(
     request: ModelRequest,
     cx: Cx<OrchestratorDeps>,
 ) -> StepResult<OrchestratorStateUpdate> {
+    past_deadline().await;
     let answer = cx.complete(&*cx.synthesizer, &request).await?;
     Ok(OrchestratorStateUpdate::new()
         .answer(Some(answer.text().trim().to_string()))

@@ -19,8 +19,9 @@ pub struct Plan {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PlanTask {
     /// The task's id, unique in the plan: dependencies and results name it.
-    /// A task whose id already has a result (from an earlier plan) is
-    /// done, and does not run again.
+    /// One or more ASCII letters, digits, `-` and `_` (else the plan is
+    /// refused with [`PlanProblem::InvalidId`]). A task whose id already
+    /// has a result (from an earlier plan) is done, and does not run again.
     pub id: String,
     /// The role of the sub-agent that does it: one of the orchestrator's.
     pub agent: String,
@@ -39,6 +40,23 @@ pub enum PlanProblem {
     /// The plan has no task left to run, and the goal has no result yet.
     #[error("the plan has no tasks")]
     Empty,
+    /// A task's id, or an id in a task's `needs`, is empty or holds
+    /// anything but ASCII letters, digits, `-` and `_`.
+    #[error(
+        "{} is not a valid task id: {reason}; use ASCII letters, digits, `-` and `_`",
+        match needed_by {
+            None => format!("the id {id:?}"),
+            Some(task) => format!("{id:?}, in the `needs` of task {task:?},"),
+        }
+    )]
+    InvalidId {
+        /// The id.
+        id: String,
+        /// The task whose `needs` holds it; `None` for a task's own id.
+        needed_by: Option<String>,
+        /// What is wrong with it, and where.
+        reason: String,
+    },
     /// Two tasks share an id.
     #[error("task id `{id}` is used by more than one task")]
     DuplicateId {
@@ -85,6 +103,16 @@ pub fn check_plan(plan: &Plan, roles: &[String], done: &BTreeSet<String>) -> Vec
     let mut problems = Vec::new();
     let mut ids = BTreeSet::new();
     for t in &plan.tasks {
+        if let Some(reason) = crate::ids::problem(&t.id) {
+            let invalid = PlanProblem::InvalidId {
+                id: t.id.clone(),
+                needed_by: None,
+                reason,
+            };
+            if !problems.contains(&invalid) {
+                problems.push(invalid);
+            }
+        }
         if !ids.insert(t.id.as_str()) {
             let dup = PlanProblem::DuplicateId { id: t.id.clone() };
             if !problems.contains(&dup) {
@@ -104,7 +132,13 @@ pub fn check_plan(plan: &Plan, roles: &[String], done: &BTreeSet<String>) -> Vec
             });
         }
         for need in &t.needs {
-            if !ids.contains(need.as_str()) && !done.contains(need) {
+            if let Some(reason) = crate::ids::problem(need) {
+                problems.push(PlanProblem::InvalidId {
+                    id: need.clone(),
+                    needed_by: Some(t.id.clone()),
+                    reason,
+                });
+            } else if !ids.contains(need.as_str()) && !done.contains(need) {
                 problems.push(PlanProblem::MissingDependency {
                     task: t.id.clone(),
                     missing: need.clone(),
@@ -276,6 +310,76 @@ mod tests {
         // With t3 done, the chain is no longer circular.
         let done = BTreeSet::from(["t3".to_string()]);
         assert_eq!(check_plan(&long, &roles(), &done), []);
+    }
+
+    #[test]
+    fn ids_that_are_empty_or_hold_other_characters_are_refused_saying_where() {
+        let invalid = |id: &str, needed_by: Option<&str>, reason: &str| PlanProblem::InvalidId {
+            id: id.into(),
+            needed_by: needed_by.map(Into::into),
+            reason: reason.into(),
+        };
+        // (the plan's tasks, a problem it must have)
+        let cases = [
+            (
+                vec![task("", "write", &[])],
+                invalid("", None, "it is empty"),
+            ),
+            (
+                vec![task("a/b", "write", &[])],
+                invalid("a/b", None, "it holds '/' at byte 1"),
+            ),
+            (
+                vec![task("x\ny", "write", &[])],
+                invalid("x\ny", None, r"it holds '\n' at byte 1"),
+            ),
+            (
+                vec![task("a b", "write", &[])],
+                invalid("a b", None, "it holds ' ' at byte 1"),
+            ),
+            (
+                vec![task("a", "write", &[""])],
+                invalid("", Some("a"), "it is empty"),
+            ),
+            (
+                vec![task("a", "write", &["b/c"]), task("b", "write", &[])],
+                invalid("b/c", Some("a"), "it holds '/' at byte 1"),
+            ),
+        ];
+        for (tasks, expected) in cases {
+            let plan = Plan { tasks };
+            let problems = check_plan(&plan, &roles(), &BTreeSet::new());
+            assert!(problems.contains(&expected), "{plan:?}: {problems:?}");
+            // A bad need is not also reported as missing.
+            assert!(
+                !problems
+                    .iter()
+                    .any(|p| matches!(p, PlanProblem::MissingDependency { .. })),
+                "{problems:?}"
+            );
+        }
+        // Two tasks with the same bad id: one problem.
+        let twice = Plan {
+            tasks: vec![task("", "write", &[]), task("", "write", &[])],
+        };
+        let problems = check_plan(&twice, &roles(), &BTreeSet::new());
+        assert_eq!(
+            problems
+                .iter()
+                .filter(|p| matches!(p, PlanProblem::InvalidId { .. }))
+                .count(),
+            1,
+            "{problems:?}"
+        );
+        // The planner is told what and where.
+        assert_eq!(
+            invalid("", Some("a"), "it is empty").to_string(),
+            "\"\", in the `needs` of task \"a\", is not a valid task id: it is empty; use ASCII letters, digits, `-` and `_`"
+        );
+        assert_eq!(
+            invalid("x\ny", None, r"it holds '\n' at byte 1").to_string(),
+            r#"the id "x\ny" is not a valid task id: it holds '\n' at byte 1; use ASCII letters, digits, `-` and `_`"#
+        );
     }
 
     #[test]

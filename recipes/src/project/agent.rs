@@ -124,9 +124,12 @@ impl ProjectAgentBuilder {
     ///
     /// # Errors
     ///
+    /// [`ProjectError::InvalidName`] for a name that is empty or holds
+    /// anything but ASCII letters, digits, `-` and `_`;
     /// [`ProjectError::Loop`] if a loop does not validate (a category name
     /// that makes two steps of one name, say).
     pub fn build(self) -> Result<ProjectAgent, ProjectError> {
+        check_name(&self.name)?;
         let git = Git::new(self.dir.clone());
         let env = Arc::new(ProjectEnv {
             name: self.name,
@@ -244,8 +247,14 @@ fn now_entry(
 }
 
 impl ProjectAgent {
-    /// A project named `name` (it names its sessions in `store`) in the
+    /// A project named `name` (it names its sessions in `store`, and is
+    /// named in the `Project-Session:` trailer of its commits) in the
     /// working directory `dir`, whose model is `model`.
+    ///
+    /// The name is one or more ASCII letters, digits, `-` and `_`, as a
+    /// feature id is; [`build`](ProjectAgentBuilder::build) refuses any
+    /// other with [`ProjectError::InvalidName`]. Projects that share a store
+    /// need names of their own.
     pub fn builder(
         name: impl Into<String>,
         dir: impl Into<PathBuf>,
@@ -665,10 +674,13 @@ impl ProjectAgent {
     ///
     /// # Errors
     ///
-    /// [`ProjectError::NotInitialized`], a ledger that fails its checks,
-    /// git's or the store's error.
+    /// [`ProjectError::NotInitialized`]; [`ProjectError::NotOwned`] for a
+    /// directory without the project's first commit (the project of this
+    /// name in the store was initialized in another one); a ledger that
+    /// fails its checks, git's or the store's error.
     pub async fn status(&self) -> Result<ProjectStatus, ProjectError> {
         let record = self.record().await?;
+        self.env.check_repository(&record).await?;
         let ledger = self.env.head_ledger().await?;
         let mut working = None;
         if let Some((_, id)) = &record.current
@@ -702,7 +714,8 @@ impl ProjectAgent {
     }
 
     /// The project as a markdown report: its state, the ledger, the
-    /// progress log and the decision memory.
+    /// progress log and the decision memory, [redacted](harness::secrets)
+    /// of the process's secrets.
     ///
     /// # Errors
     ///
@@ -751,6 +764,9 @@ impl ProjectAgent {
                 ));
             }
         }
+        // The files are written redacted; a log written before that, or a
+        // secret registered since, is redacted here.
+        harness::secrets::redact_string(&mut text);
         Ok(text)
     }
 
@@ -925,6 +941,20 @@ impl ProjectAgent {
                 project: self.env.name().to_owned(),
                 source,
             })
+    }
+}
+
+/// Refuses a project name that could not name its sessions and trailers:
+/// empty, or with anything but ASCII letters, digits, `-` and `_` (a
+/// newline would split the trailer; a space, `/` or `:` would not survive
+/// as a session id or trailer value).
+fn check_name(name: &str) -> Result<(), ProjectError> {
+    match crate::ids::problem(name) {
+        None => Ok(()),
+        Some(reason) => Err(ProjectError::InvalidName {
+            name: name.to_owned(),
+            reason,
+        }),
     }
 }
 

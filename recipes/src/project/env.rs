@@ -149,12 +149,15 @@ impl ProjectEnv {
         SessionId::from(format!("{}-evidence-{run}", self.name))
     }
 
-    /// Keeps `run` in the store, where the ledger's evidence is looked up.
+    /// Keeps `run` in the store, where the ledger's evidence is looked up;
+    /// [redacted](harness::secrets) of the process's secrets first, as the
+    /// engine redacts what it commits (`save_value` does not).
     pub(crate) async fn save_run(&self, run: &VerificationRun) -> Result<(), ProjectError> {
-        let value = serde_json::to_value(run).map_err(|e| ProjectError::Record {
+        let mut value = serde_json::to_value(run).map_err(|e| ProjectError::Record {
             project: self.name.clone(),
             reason: e.to_string(),
         })?;
+        harness::secrets::redact_json(&mut value);
         save_value(
             &*self.store,
             EVIDENCE_OWNER,
@@ -339,16 +342,21 @@ impl ProjectEnv {
     }
 
     /// Whether the agent made `commit`: its identity, and a trailer of this
-    /// project's initializer or sessions.
+    /// project's initializer or sessions, exactly: `{name}-init` or
+    /// `{name}-session-{number}` (not `{name}-session-x-session-1`, a
+    /// session of the project `{name}-session-x`).
     pub(crate) fn is_agent_commit(&self, commit: &CommitDetail) -> bool {
         let init = super::session::trailer(&format!("{}-init", self.name));
         let session = super::session::trailer(&format!("{}-session-", self.name));
+        let ours = |line: &str| {
+            line == init
+                || line.strip_prefix(&session).is_some_and(|number| {
+                    !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit())
+                })
+        };
         commit.author == AGENT_NAME
             && commit.email == AGENT_EMAIL
-            && commit
-                .message
-                .lines()
-                .any(|l| l.trim() == init || l.trim().starts_with(&session))
+            && commit.message.lines().any(|l| ours(l.trim()))
     }
 
     /// Refuses unless the project's branch is checked out.
@@ -365,13 +373,44 @@ impl ProjectEnv {
         })
     }
 
-    /// Refuses unless the repository is still the project's: its branch is
-    /// checked out, holds the initializer's commit, and every commit since
-    /// is the agent's.
+    /// Refuses a directory that does not hold the initializer's commit at
+    /// all (not a git repository, or no such commit): the project of this
+    /// name in the store was initialized in another directory, or its
+    /// repository was removed. Said so, rather than as git's error or a
+    /// wrong branch.
+    pub(crate) async fn check_repository(
+        &self,
+        record: &ProjectRecord,
+    ) -> Result<(), ProjectError> {
+        let Some(init) = &record.init_commit else {
+            return Ok(());
+        };
+        let missing = if !self.git.is_repository() {
+            "it is not a git repository"
+        } else if self.git.resolve(init).await.is_err() {
+            "its repository has no such commit"
+        } else {
+            return Ok(());
+        };
+        Err(ProjectError::NotOwned {
+            project: self.name.clone(),
+            dir: self.dir().to_owned(),
+            reason: format!(
+                "{missing}, while project `{}` in this store was initialized with commit {}: it was initialized in another directory, or its repository was removed; projects that share a store need names of their own",
+                self.name,
+                files::short(init)
+            ),
+        })
+    }
+
+    /// Refuses unless the repository is still the project's: it holds the
+    /// initializer's commit, its branch is checked out and holds that
+    /// commit, and every commit since is the agent's.
     pub(crate) async fn check_owned(&self, record: &ProjectRecord) -> Result<(), ProjectError> {
         let Some(init) = &record.init_commit else {
             return Ok(());
         };
+        self.check_repository(record).await?;
         if let Some(branch) = &record.branch {
             self.check_branch(branch).await?;
         }

@@ -11,6 +11,17 @@ fn list(paths: &[String]) -> String {
     paths.join(", ")
 }
 
+/// The run that failed, as [`ProjectError::Session`] names it.
+fn failed_run(project: &str, number: u32) -> String {
+    if number == 0 {
+        format!(
+            "the initializer (session `{project}-init`; `initialize` again goes on where it stood, in the repository as the initializer took it)"
+        )
+    } else {
+        format!("session {number}")
+    }
+}
+
 fn commits(commits: &[CommitInfo]) -> String {
     commits
         .iter()
@@ -50,8 +61,10 @@ pub enum ProjectError {
     },
     /// A session's run failed; the session stays unfinished and
     /// [`run_until_complete`](super::ProjectAgent::run_until_complete)
-    /// recovers it.
-    #[error("session {number} of project `{project}` failed: {source}")]
+    /// recovers it. Number 0 is the initializer's run (session
+    /// `{project}-init`), which the next
+    /// [`initialize`](super::ProjectAgent::initialize) goes on with.
+    #[error("{} of project `{project}` failed: {source}", failed_run(project, *number))]
     Session {
         /// The project.
         project: String,
@@ -61,6 +74,17 @@ pub enum ProjectError {
         #[source]
         source: Box<RunError>,
     },
+    /// The project's name cannot name its sessions and commit trailers
+    /// (refused when the agent is built).
+    #[error(
+        "the project name {name:?} is not valid: {reason}; use ASCII letters, digits, `-` and `_` (the name is part of the project's session ids and of the `Project-Session:` trailer of its commits)"
+    )]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it, and where.
+        reason: String,
+    },
     /// The project has not been initialized.
     #[error("project `{project}` is not initialized; call `initialize` with its description first")]
     NotInitialized {
@@ -68,7 +92,9 @@ pub enum ProjectError {
         project: String,
     },
     /// The project was initialized already.
-    #[error("project `{project}` was initialized already (commit {commit})")]
+    #[error(
+        "project `{project}` was initialized already (commit {commit}); a project of its own needs a name of its own in the store"
+    )]
     AlreadyInitialized {
         /// The project.
         project: String,

@@ -277,12 +277,23 @@ fn make_parent(file: &Path) -> Result<(), FileError> {
     Ok(())
 }
 
-/// Replaces `file` with `value` as JSON, atomically and durably.
+/// Replaces `file` with `value` as JSON, atomically and durably; every
+/// string in it [redacted](harness::secrets) of the process's secrets (the
+/// progress log quotes verification output, the decisions a model's words).
 pub(crate) fn write_json<T: Serialize>(file: &Path, value: &T) -> Result<(), FileError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| FileError::Malformed {
+    let malformed = |e: serde_json::Error| FileError::Malformed {
         path: file.to_owned(),
         reason: e.to_string(),
-    })? + "\n";
+    };
+    let mut text = serde_json::to_string_pretty(value).map_err(malformed)?;
+    // Redacted as JSON, string by string, so that the file stays valid
+    // whatever a secret holds; only when one is there.
+    if harness::secrets::contains_secret(&text) {
+        let mut json = serde_json::to_value(value).map_err(malformed)?;
+        harness::secrets::redact_json(&mut json);
+        text = serde_json::to_string_pretty(&json).map_err(malformed)?;
+    }
+    text.push('\n');
     write_file(file, text.as_bytes())
 }
 

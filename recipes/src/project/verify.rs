@@ -101,6 +101,13 @@ impl VerificationRun {
 /// Runs `steps` in `dir`, each with at most `timeout`, and returns their
 /// outcomes. A step that cannot start or times out fails; the others still
 /// run.
+///
+/// Each outcome's output and command are [redacted](harness::secrets) of
+/// the process's secrets before they are returned (a step that prints a
+/// configuration file holding a provider key, say): the outcome is what
+/// the session's state, the evidence kept in the store, the progress log,
+/// the report and the model's prompts are made from. Whether a step passed
+/// (`expect_stdout`) is decided on its output as it came.
 pub async fn run_steps(
     dir: &Path,
     steps: &[VerificationStep],
@@ -108,7 +115,10 @@ pub async fn run_steps(
 ) -> Vec<StepOutcome> {
     let mut outcomes = Vec::with_capacity(steps.len());
     for step in steps {
-        outcomes.push(run_step(dir, step, timeout).await);
+        let mut outcome = run_step(dir, step, timeout).await;
+        harness::secrets::redact_string(&mut outcome.output);
+        harness::secrets::redact_string(&mut outcome.command);
+        outcomes.push(outcome);
     }
     outcomes
 }

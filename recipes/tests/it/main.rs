@@ -6,3 +6,4 @@ mod project;
 mod project_crash;
 mod project_memory;
 mod project_ownership;
+mod project_secrets;

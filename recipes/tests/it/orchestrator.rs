@@ -8,7 +8,9 @@
 use futures::StreamExt;
 use harness::llm::{Expect, ModelResponse, ScriptedModel, Tool, ToolCall, ToolSet};
 use harness::slots::NoSlots;
-use harness::{Harness, HarnessState, JsonSchema, RunEvent, StepError, create_agent_with};
+use harness::{
+    Harness, HarnessState, JsonSchema, RunError, RunEvent, StepError, create_agent_with,
+};
 use harness_kit::{AgentChat, AgentLoop, Decision, Decisions, ModelDeps, ModelDepsAgent, Policy};
 use harness_recipes::orchestrator::{
     Orchestrator, OrchestratorDeps, OrchestratorDepsAgent, OrchestratorState, Phase, PlanProblem,
@@ -18,7 +20,7 @@ use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -139,6 +141,18 @@ async fn a_plan_that_cannot_run_is_replanned_with_its_problems() {
             "task id `a` is used by more",
         ),
         (plan(&[]), "the plan has no tasks"),
+        (
+            plan(&[("", "work", &[])]),
+            "the id \"\" is not a valid task id: it is empty",
+        ),
+        (
+            plan(&[("x/y", "work", &[])]),
+            "the id \"x/y\" is not a valid task id: it holds '/' at byte 1",
+        ),
+        (
+            plan(&[("b", "work", &[""])]),
+            "\"\", in the `needs` of task \"b\", is not a valid task id",
+        ),
     ];
     for (answer, problem) in bad {
         let seen = Arc::new(Seen::default());
@@ -371,6 +385,167 @@ async fn a_failed_task_is_replanned_with_the_failure_and_what_is_done_and_done_t
     assert_eq!(after_first.failures.len(), 1);
     let branch_steps = history.iter().filter(|c| c.step == "task").count();
     assert_eq!(branch_steps, 4, "a, b, b again, c: {history:?}");
+}
+
+/// A worker whose task `h` waits for an hour while `hang` is set; the
+/// others are quick. Counts runs in `seen`. With `timeout`, its step has
+/// that timeout.
+fn hanging_worker(
+    seen: &Arc<Seen>,
+    hang: &Arc<AtomicBool>,
+    timeout: Option<Duration>,
+) -> harness_recipes::orchestrator::Worker<Job, ()> {
+    let (seen, hang) = (Arc::clone(seen), Arc::clone(hang));
+    let step = Harness::<Job>::builder()
+        .step("work")
+        .run(move |j: Arc<Job>| {
+            let (seen, hang) = (Arc::clone(&seen), Arc::clone(&hang));
+            async move {
+                *seen.runs.lock().unwrap().entry(j.id.clone()).or_default() += 1;
+                if j.id == "h" && hang.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Ok(JobUpdate::new().output(format!("{} made", j.id)))
+            }
+        });
+    let step = match timeout {
+        Some(limit) => step.timeout(limit),
+        None => step,
+    };
+    let job = step.end().start("work").build().unwrap();
+    worker(
+        &job,
+        |t: &TaskInput| Job {
+            id: t.task.id.clone(),
+            inputs: t.inputs.clone(),
+            output: String::new(),
+        },
+        |_, out| Ok(out.state.output),
+    )
+}
+
+/// The run's deadline cuts a hanging task short: the run ends with
+/// `RunError::Deadline`, the planner and the synthesizer are not asked
+/// again, the wave's finished result is kept in the store, and a recovered
+/// run runs the cut task again (only it) and finishes.
+#[tokio::test]
+async fn the_deadline_ends_the_run_without_a_replan_and_keeps_what_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Seen::default());
+    let hang = Arc::new(AtomicBool::new(true));
+    // One plan only: a second request would find the script empty.
+    let planner = Arc::new(ScriptedModel::new([
+        Expect::any().reply(says(plan(&[("q", "work", &[]), ("h", "work", &[])])))
+    ]));
+    let synthesizer = Arc::new(ScriptedModel::new([Expect::any()
+        .last_message_contains("h made")
+        .reply(says("the answer"))]));
+    let limit = Duration::from_millis(700);
+    let h = Orchestrator::new()
+        .role("work", "does work", hanging_worker(&seen, &hang, None))
+        .builder()
+        .store(SledStore::open(dir.path().join("store")).unwrap())
+        .deadline(limit)
+        .build()
+        .unwrap();
+    let agent = create_agent_with(
+        "o",
+        &h,
+        OrchestratorDepsAgent {
+            planner: Arc::clone(&planner) as _,
+            synthesizer: Arc::clone(&synthesizer) as _,
+        },
+    );
+    let run = agent.run(OrchestratorState::new("g"));
+    let session = run.session_id().clone();
+    let events = run.events();
+    let ended = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the deadline ends the run");
+    match ended {
+        Err(RunError::Deadline { limit: l, step }) => {
+            assert_eq!(l, limit);
+            assert_eq!(step, "collect");
+        }
+        Err(other) => panic!("expected the run's deadline, got: {other}"),
+        Ok(out) => panic!(
+            "expected the run's deadline, the run ended with `{}`: {:?}",
+            out.signal, out.state.failures
+        ),
+    }
+    assert_eq!(planner.requests().len(), 1, "no replan after the deadline");
+    assert_eq!(synthesizer.requests().len(), 0);
+    let kinds: Vec<String> = events
+        .filter_map(|e| async move {
+            match e {
+                RunEvent::Custom { kind, .. } => Some(kind.to_string()),
+                _ => None,
+            }
+        })
+        .collect()
+        .await;
+    assert!(!kinds.iter().any(|k| k == "replan"), "{kinds:?}");
+
+    // What was done is kept: q's result; h, cut short, is not a failure
+    // that asks for a replan.
+    let kept = agent.state_at(&session, None).await.unwrap();
+    assert_eq!(kept.results.keys().collect::<Vec<_>>(), ["q"]);
+    let [cut] = &kept.failures[..] else {
+        panic!("{:?}", kept.failures)
+    };
+    assert_eq!(cut.task, "h");
+    assert!(cut.passed_deadline(), "{cut:?}");
+    assert!(kept.current_failures().is_empty());
+    assert!(kept.replans.is_empty());
+
+    // Recovered (with a deadline of its own), the run does h again, not
+    // q, and finishes without a replan.
+    hang.store(false, Ordering::SeqCst);
+    let out = agent.recover(&session).await.unwrap().await.unwrap();
+    assert_eq!(out.signal, signals::DONE);
+    assert_eq!(out.state.answer.as_deref(), Some("the answer"));
+    assert_eq!((seen.runs("q"), seen.runs("h")), (1, 2));
+    assert_eq!(planner.requests().len(), 1);
+    assert!(out.state.replans.is_empty());
+}
+
+/// As the guide says, a timeout on a worker's step bounds its task: the
+/// task fails (it is not cut short by the deadline) and is replanned.
+#[tokio::test]
+async fn a_timeout_on_a_workers_step_bounds_its_task_and_leads_to_a_replan() {
+    let seen = Arc::new(Seen::default());
+    let hang = Arc::new(AtomicBool::new(true));
+    let planner = ScriptedModel::new([
+        Expect::any().reply(says(plan(&[("h", "work", &[])]))),
+        Expect::any()
+            .last_message_contains("These tasks of the last plan failed:\n- h (work)")
+            .reply(says(plan(&[("q", "work", &[])]))),
+    ]);
+    let h = Orchestrator::new()
+        .role(
+            "work",
+            "does work",
+            hanging_worker(&seen, &hang, Some(Duration::from_millis(200))),
+        )
+        .harness()
+        .unwrap();
+    let agent = create_agent_with("o", &h, deps(planner, synthesizer()));
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        agent.run(OrchestratorState::new("g")),
+    )
+    .await
+    .expect("the step's timeout ends the task")
+    .unwrap();
+    assert_eq!(out.signal, signals::DONE);
+    let [failure] = &out.state.failures[..] else {
+        panic!("{:?}", out.state.failures)
+    };
+    assert_eq!(failure.task, "h");
+    assert!(failure.error.contains("timed out"), "{failure:?}");
+    assert!(!failure.passed_deadline());
+    assert_eq!(out.state.replans.len(), 1);
+    assert_eq!(seen.runs("q"), 1);
 }
 
 #[tokio::test]

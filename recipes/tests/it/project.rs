@@ -840,3 +840,25 @@ async fn a_plan_the_ledger_refuses_is_sent_back_with_the_reason_up_to_three_plan
     assert!(error.contains("count-words"), "{error}");
     assert!(!dir.path().join("repo/.harness/ledger.json").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_initializer_is_named_as_the_initializer_not_as_a_session_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        answer("I would rather chat than plan."),
+        answer("Still no plan."),
+    ]));
+    let project = agent(dir.path(), store(dir.path()), model);
+    let error = project.initialize("wc").await.unwrap_err();
+    assert!(
+        matches!(error, ProjectError::Session { number: 0, .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.starts_with("the initializer (session `wc-init`; `initialize` again goes on"),
+        "{message}"
+    );
+    assert!(message.contains("of project `wc` failed: "), "{message}");
+    assert!(!message.contains("session 0"), "{message}");
+}

@@ -725,3 +725,155 @@ async fn a_session_commits_only_on_its_branch_on_top_of_where_it_started() {
         "{error:?}"
     );
 }
+
+#[test]
+fn a_project_name_that_cannot_name_its_sessions_and_trailers_is_refused_by_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let build = |name: &str| {
+        ProjectAgent::builder(
+            name,
+            dir.path().join("repo"),
+            Arc::clone(&store) as _,
+            Arc::new(ScriptedModel::new(Vec::<Turn>::new())),
+        )
+        .build()
+    };
+    // (name, what the error says is wrong, and where)
+    for (name, reason) in [
+        ("", "it is empty"),
+        ("x\ny", r"'\n' at byte 1"),
+        ("a\nProject-Session: b", r"'\n' at byte 1"),
+        ("a b/../c", "' ' at byte 1"),
+        ("a/b", "'/' at byte 1"),
+        ("wc:", "':' at byte 2"),
+        ("café", "'é' at byte 3"),
+    ] {
+        let error = build(name).unwrap_err();
+        let ProjectError::InvalidName {
+            name: refused,
+            reason: why,
+        } = &error
+        else {
+            panic!("{name:?}: {error:?}");
+        };
+        assert_eq!(refused, name);
+        assert!(why.contains(reason), "{name:?}: {why}");
+        let message = error.to_string();
+        assert!(message.contains(&format!("{name:?}")), "{message}");
+        assert!(message.contains(reason), "{message}");
+    }
+    assert!(!dir.path().join("repo").exists(), "nothing was made");
+    for name in ["wc", "foo-session-x", "A_1"] {
+        build(name).unwrap();
+    }
+}
+
+/// `git ARGS` with the agent's identity: a commit only its trailer can
+/// tell from the agent's own.
+fn agent_identity_git(repo: &Path, args: &[&str]) {
+    let name = format!("user.name={}", harness_recipes::project::AGENT_NAME);
+    let email = format!("user.email={}", harness_recipes::project::AGENT_EMAIL);
+    let out = Command::new("git")
+        .args(["-c", &name, "-c", &email, "-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_trailer_naming_exactly_this_projects_session_makes_a_commit_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let model = Arc::new(ScriptedModel::new([Expect::any().reply(text(plan()))]));
+    let agent = ProjectAgent::builder("foo", &repo, store(dir.path()), model)
+        .build()
+        .unwrap();
+    let init = agent.initialize("wc").await.unwrap();
+    // (the trailer's value, whether the commit is project `foo`'s)
+    for (session, own) in [
+        // A session of the project `foo-session-x`.
+        ("foo-session-x-session-1", false),
+        ("foo-session-", false),
+        ("foo-session-1 and more", false),
+        ("foo-session-1/2", false),
+        ("foo-sessions-1", false),
+        ("foo-session-12", true),
+    ] {
+        agent_identity_git(
+            &repo,
+            &[
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                &format!("crafted\n\nProject-Session: {session}\n"),
+            ],
+        );
+        let crafted = git(&repo, &["rev-parse", "HEAD"]);
+        match agent.roll_back().await {
+            Ok(_) => assert!(own, "{session:?} was taken for foo's own"),
+            Err(ProjectError::ForeignCommits { foreign, .. }) => {
+                assert!(!own, "{session:?} was taken for a foreign commit");
+                assert_eq!(foreign.len(), 1);
+                assert_eq!(foreign[0].id, crafted);
+            }
+            Err(other) => panic!("{session:?}: {other}"),
+        }
+        user_git(&repo, &["reset", "-q", "--keep", &init]);
+    }
+}
+
+/// Two directories, one store, one name: the second directory is told the
+/// project of that name is another directory's, not given git's error or
+/// advice to switch branches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_directory_under_the_same_name_is_told_the_project_is_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::create_dir_all(&two).unwrap();
+    let model = Arc::new(ScriptedModel::new([Expect::any().reply(text(plan()))]));
+    let store = store(dir.path());
+    let first = ProjectAgent::builder("same", &one, Arc::clone(&store) as _, model)
+        .build()
+        .unwrap();
+    let init = first.initialize("wc").await.unwrap();
+    let second = ProjectAgent::builder(
+        "same",
+        &two,
+        store,
+        Arc::new(ScriptedModel::new(Vec::<Turn>::new())),
+    )
+    .build()
+    .unwrap();
+    let error = second.initialize("wc").await.unwrap_err();
+    assert!(
+        error.to_string().contains("needs a name of its own"),
+        "{error}"
+    );
+    // Not a repository, then a repository without the commit.
+    for setup in [None, Some(["init", "-q"])] {
+        if let Some(args) = setup {
+            user_git(&two, &args);
+        }
+        for error in [
+            second.status().await.unwrap_err(),
+            second.run_session().await.unwrap_err(),
+            second.roll_back().await.unwrap_err(),
+        ] {
+            let ProjectError::NotOwned { reason, .. } = &error else {
+                panic!("{setup:?}: {error:?}");
+            };
+            assert!(
+                reason.contains(&format!("initialized with commit {}", &init[..10])),
+                "{reason}"
+            );
+            assert!(reason.contains("in another directory"), "{reason}");
+        }
+    }
+    assert!(first.status().await.is_ok());
+}
