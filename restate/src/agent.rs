@@ -106,9 +106,11 @@
 //! So the branches' effects are handed over a round at a time
 //! ([`EffectJournal::batches`]): every branch's first effect, then every
 //! branch's second, and so on (at most the fork's limit per round), each
-//! round one `ctx.run` (`round of N: first … last`) whose closure runs its
-//! effects at once and journals their outcomes together, each with its
-//! effect's name, checked on a replay (a divergence names both). A round is made
+//! round one `ctx.run` (`round of N: first … last #digest`, the digest of
+//! every effect's name in it) whose closure runs its effects at once and
+//! journals their outcomes together, each with its effect's name: a replay
+//! that asks for another effect anywhere in a round is a journal mismatch,
+//! refused and retried as a single effect's is. A round is made
 //! once each of its branches has asked for its effect or ended, so a
 //! replay makes the same rounds. The price: a crash mid-round runs the
 //! whole round again, its finished effects included (one entry holds
@@ -1064,7 +1066,7 @@ fn save_of(
 }
 
 /// Journals the effects of `request` with one `ctx.run` (named after the
-/// effect, or `round of N: first … last`): its closure lets the steps run
+/// effect, or `round of N: first … last #digest`): its closure lets the steps run
 /// the effects, side by side, and waits for their outcomes; on a replay
 /// Restate answers from the journal without calling it.
 async fn effect(
@@ -1075,7 +1077,11 @@ async fn effect(
     let EffectRequest { effects } = request;
     let name = match effects.as_slice() {
         [one] => one.name.clone(),
-        [first, .., last] => format!("round of {}: {} … {}", effects.len(), first.name, last.name),
+        [first, .., last] => round_name(
+            &effects.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+            &first.name,
+            &last.name,
+        ),
         [] => return Ok(()),
     };
     let names: Vec<String> = effects.iter().map(|a| a.name.clone()).collect();
@@ -1185,6 +1191,21 @@ async fn effect(
 struct RoundEntry {
     effect: String,
     outcome: Outcome,
+}
+
+/// The name of a round's entry: `round of N: first … last #digest`, the
+/// digest (of every effect's name, in order) making a replay that asks
+/// for another effect anywhere in the round a journal mismatch Restate
+/// refuses and retries, as for a single effect, where a name of the first
+/// and last alone would let a change in between through.
+fn round_name(names: &[&str], first: &str, last: &str) -> String {
+    let each: String = names.iter().map(|n| format!("{}:{n}", n.len())).collect();
+    let digest = crate::sessions::sha256(each.as_bytes());
+    format!(
+        "round of {}: {first} … {last} #{}",
+        names.len(),
+        &digest[..12.min(digest.len())]
+    )
 }
 
 /// The outcomes of a round journaled as `value`, each checked against the
@@ -1320,7 +1341,7 @@ impl AgentObject {
 mod object {
     use super::*;
 
-    #[restate_sdk::object(name = "HarnessAgent")]
+    #[restate_sdk::object(name = "HarnessAgent", lazy_state)]
     impl AgentObject {
         /// Starts a run on the session with this update of the state.
         #[handler]
@@ -1387,11 +1408,13 @@ mod object {
 /// ```
 #[macro_export]
 macro_rules! agent_object {
-    ($(#[$meta:meta])* $vis:vis struct $ty:ident = $name:literal $(;)?) => {
+    ($(#[$meta:meta])* $vis:vis struct $ty:ident = $name:tt $(;)?) => {
         $(#[$meta])*
         $vis struct $ty(pub $crate::AgentObject);
 
-        #[::restate_sdk::object(name = $name)]
+        // State read key by key: a run reads its head and its checkpoints
+        // from the latest snapshot on, never the session's whole history.
+        #[::restate_sdk::object(name = $name, lazy_state)]
         impl $ty {
             #[handler]
             async fn run(

@@ -15,7 +15,9 @@
 //! part `p` after its effect `i` instead. Either hangs once per file named
 //! by `PROBE_HANG_ONCE` if that is set. `PROBE_KEY_PREFIX` is put before
 //! each effect's key: a service restarted with another prefix asks for
-//! other effects than its journal holds (a divergence, for the tests).
+//! other effects than its journal holds (a divergence, for the tests);
+//! `PROBE_DIVERGE_PART=p` puts `v2-` before part `p`'s keys only (a
+//! divergence inside a round).
 //! With `PROBE_CLOCK=1` (the
 //! benchmark, `benchmarks/scripts/bench-restate`) an effect writes no file
 //! and takes no pause: it returns `{tag}effect {i} at {µs}`, the time it ran
@@ -71,6 +73,9 @@ struct Settings {
     /// `hang_after`), instead of `work`.
     hang_part: Option<u32>,
     key_prefix: String,
+    /// `PROBE_DIVERGE_PART`: the part whose effects' keys get `v2-` before
+    /// them (a divergence inside a round, for the tests).
+    diverge_part: Option<u32>,
     /// `PROBE_CLOCK`: effects return the time they ran, and write nothing.
     clock: bool,
     run_tag: bool,
@@ -143,19 +148,29 @@ async fn part(p: u32, s: Arc<Job>, cx: Cx<()>, set: Arc<Settings>) -> StepResult
     for i in 0..2 {
         let line = format!("{}part {p} effect {i} by {}", s.tag, std::process::id());
         let done: String = cx
-            .try_once(&format!("part-{p}-effect-{i}"), async {
-                use std::sync::atomic::Ordering::SeqCst;
-                // How many part effects run as this one starts (itself too).
-                let now = PARTS_RUNNING.fetch_add(1, SeqCst) + 1;
-                let ran = async {
-                    append(&overlap, &now.to_string()).await?;
-                    tokio::time::sleep(set.pause).await;
-                    append(&file, &line).await.map(|()| line.clone())
-                }
-                .await;
-                PARTS_RUNNING.fetch_sub(1, SeqCst);
-                ran
-            })
+            .try_once(
+                &format!(
+                    "{}part-{p}-effect-{i}",
+                    if set.diverge_part == Some(p) {
+                        "v2-"
+                    } else {
+                        ""
+                    }
+                ),
+                async {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    // How many part effects run as this one starts (itself too).
+                    let now = PARTS_RUNNING.fetch_add(1, SeqCst) + 1;
+                    let ran = async {
+                        append(&overlap, &now.to_string()).await?;
+                        tokio::time::sleep(set.pause).await;
+                        append(&file, &line).await.map(|()| line.clone())
+                    }
+                    .await;
+                    PARTS_RUNNING.fetch_sub(1, SeqCst);
+                    ran
+                },
+            )
             .await?;
         log.push(done);
         if set.hang_part == Some(p) && set.hang_after == Some(i) {
@@ -195,6 +210,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         hang_once: std::env::var("PROBE_HANG_ONCE").ok().map(PathBuf::from),
         hang_part: env_num("PROBE_HANG_PART").and_then(|n| u32::try_from(n).ok()),
         key_prefix: std::env::var("PROBE_KEY_PREFIX").unwrap_or_default(),
+        diverge_part: env_num("PROBE_DIVERGE_PART").and_then(|n| u32::try_from(n).ok()),
         clock: std::env::var("PROBE_CLOCK").is_ok_and(|v| v == "1"),
         run_tag: std::env::var("PROBE_RUN_TAG").is_ok_and(|v| v == "1"),
     });

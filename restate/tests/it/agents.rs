@@ -381,6 +381,11 @@ impl OwnServer {
     }
 
     fn start(data: &Path) -> OwnServer {
+        Self::start_with(data, &[])
+    }
+
+    /// A server with more settings (`RESTATE_…` variables).
+    fn start_with(data: &Path, settings: &[(&'static str, &str)]) -> OwnServer {
         // Three ports: the node's 10 below the ingress, the admin 10 above.
         let base = (0..200)
             .map(|_| free_port())
@@ -391,10 +396,11 @@ impl OwnServer {
                         .all(|q| std::net::TcpListener::bind(("127.0.0.1", *q)).is_ok())
             })
             .unwrap();
-        let env = vec![
+        let mut env = vec![
             ("HARNESS_RESTATE_PORT", base.to_string()),
             ("HARNESS_RESTATE_DATA", data.display().to_string()),
         ];
+        env.extend(settings.iter().map(|(k, v)| (*k, (*v).to_owned())));
         let urls = Self::script(&env, "start");
         let url = |name: &str| {
             urls.lines()
@@ -450,6 +456,59 @@ async fn a_run_survives_a_restart_of_the_restate_server_itself() {
         expected,
         "each journaled effect ran exactly once"
     );
+}
+
+/// The object's state is read key by key: a session whose kept history
+/// (here 8 notes of 400 KB, by reference) outgrows what the server lets
+/// one invocation read (2 MiB here) still runs, each run reading its head
+/// and its checkpoints from the latest snapshot on. Read whole (Restate's
+/// eager state), the history would pause every later invocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_history_outgrows_what_one_invocation_may_read_still_runs() {
+    var("HARNESS_RESTATE_ADMIN"); // the suite's server: the package is installed
+    let data = tempfile::tempdir().unwrap();
+    let server = OwnServer::start_with(
+        data.path(),
+        &[(
+            "RESTATE_WORKER__INVOKER__PER_INVOCATION_MEMORY_LIMIT",
+            "2MiB",
+        )],
+    );
+    let rig = Rig::on(server.admin.clone(), server.ingress.clone());
+    let _service = rig.service(&[]);
+    rig.register().await;
+    let (session, _) = rig.session("long-history");
+    let note = |i: usize| format!("{i}").repeat(400_000 / format!("{i}").len());
+    for i in 0..8 {
+        let invocation = rig
+            .agent
+            .submit(&session, &json!({"note": note(i)}), None)
+            .await
+            .unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(60), rig.agent.outcome(&invocation))
+            .await
+            .unwrap_or_else(|_| panic!("run {i} did not end within 60 s"))
+            .unwrap();
+        let Reply::Completed { state, .. } = &done else {
+            panic!("run {i}: {done:?}")
+        };
+        assert_eq!(state["note"], note(i), "run {i}");
+    }
+    // Every note is still kept: the history is past the limit.
+    let rows = rig
+        .admin
+        .query(&format!(
+            "SELECT key, length(value) AS len FROM state \
+             WHERE service_name = 'HarnessAgent' AND service_key = '{session}'"
+        ))
+        .await
+        .unwrap();
+    let kept: u64 = rows
+        .iter()
+        .filter(|r| r["key"].as_str().unwrap().starts_with("val/"))
+        .map(|r| r["len"].as_u64().unwrap())
+        .sum();
+    assert!(kept > 3_000_000, "{kept} bytes of notes kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -777,6 +836,66 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
             "{bad}"
         );
     }
+}
+
+/// A replay that asks for another effect in the middle of a round (the
+/// round's first and last effects the same) is refused by Restate as a
+/// journal mismatch and retried, as for a single effect: the run neither
+/// goes on nor fails for good, and no effect runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_asks_for_another_effect_inside_a_round_is_a_divergence() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let env = [
+        ("PROBE_EFFECTS", "1".to_owned()),
+        ("PROBE_PAUSE_MS", "100".to_owned()),
+    ];
+    let killed = rig.hanging(
+        0,
+        &[
+            env[0].clone(),
+            env[1].clone(),
+            ("PROBE_HANG_PART", "1".into()),
+        ],
+    );
+    rig.register().await;
+    let (session, file) = rig.session("round-diverged");
+    let invocation = rig
+        .agent
+        .submit(&session, &json!({"parts": [0, 1, 2]}), None)
+        .await
+        .unwrap();
+    rig.hung().await;
+    // The step's own effect and the first round's three, journaled.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while lines(&file).len() < 4 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(killed);
+    let before = lines(&file);
+    assert_eq!(before.len(), 4, "{before:?}");
+    // Back with code that names part 1's effects otherwise.
+    let mut changed = env.to_vec();
+    changed.push(("PROBE_DIVERGE_PART", "1".into()));
+    let _changed = rig.service(&changed);
+    let admin = &rig.admin;
+    let began = std::time::Instant::now();
+    let (divergence, status) = loop {
+        let info = admin.invocation(&invocation).await.unwrap().unwrap();
+        if let Some(d) = info.divergence() {
+            break (d.to_owned(), info.status.clone());
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "no divergence reported: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(divergence.contains("round of 3"), "{divergence}");
+    assert_ne!(status, "completed", "{divergence}");
+    assert_eq!(lines(&file), before, "the diverging replay ran no effect");
+    admin.kill(&invocation).await.unwrap();
 }
 
 /// Until a `ctx.run` closure of an attempt has started, an effect's entry
