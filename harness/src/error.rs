@@ -222,7 +222,7 @@ pub struct SessionInFlight {
 /// A new run was asked on a session that waits for an answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "session {session} waits for an answer to interrupt {interrupt}: answer it with agent.resume(..)"
+    "session {session} waits for an answer to interrupt {interrupt}: answer it (Agent::resume, or the resume call of what serves the agent) before a new run"
 )]
 pub struct SessionPendingInterrupt {
     /// The session.
@@ -285,7 +285,7 @@ pub enum SessionError {
     #[error("this harness has no session store: attach one with Harness::builder().store(..)")]
     NoStore,
     /// No checkpoint with this index.
-    #[error("session {session} has no checkpoint {index} (it has {last} steps)")]
+    #[error("session {session} has no checkpoint {index} (its checkpoints are 0 to {last})")]
     NoCheckpoint {
         /// The session.
         session: SessionId,
