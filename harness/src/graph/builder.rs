@@ -478,7 +478,11 @@ impl<S: HarnessState, C: Context> StepBuilder<S, C> {
         self
     }
 
-    /// Fails an attempt of `run` that takes longer than `limit`.
+    /// Fails an attempt of `run` that takes longer than `limit`; on a
+    /// sub-agent step (`.sub_agent`), its sub-agent's whole run (its own
+    /// steps retry as they declare; the step does not). A sub-agent also
+    /// keeps its own harness's deadline, from when it starts or resumes,
+    /// where that falls before its parent's.
     #[must_use]
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.step.timeout = Some(limit);

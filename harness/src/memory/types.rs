@@ -746,7 +746,7 @@ impl NamespaceQuery {
 
 #[cfg(test)]
 mod tests {
-    use super::compare_numbers;
+    use crate::memory::types::compare_numbers;
     use serde_json::{Number, json};
     use std::cmp::Ordering::{self, Equal, Greater, Less};
 

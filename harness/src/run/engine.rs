@@ -1591,6 +1591,11 @@ async fn run_sub<S: HarnessState, C: Context>(
         gen_ai.conversation.id = %env.info.session_id,
         path = %path,
     );
+    // The step's timeout bounds its sub-agent's run as a deadline: each of
+    // the sub-agent's steps is cut at it, as at the run's own.
+    let timeout = crate::step::RunDeadline::starting_now(step.timeout);
+    let deadline = crate::step::RunDeadline::earliest(env.deadline, timeout);
+    let timed = timeout.is_some() && deadline.map(|d| d.at) == timeout.map(|t| t.at);
     let call = SubCall {
         state: Arc::clone(&task.state),
         input: task.input.as_ref(),
@@ -1604,9 +1609,17 @@ async fn run_sub<S: HarnessState, C: Context>(
         emitter: Arc::clone(&env.emitter),
         hooks: env.hooks.clone(),
         effects: env.effects.clone(),
-        deadline: env.deadline,
+        deadline,
     };
     match sub.call(call).instrument(span).await {
+        // The step's timeout fell (not the run's deadline): the step timed
+        // out, once (a sub-agent step is not retried; its own steps retry
+        // as they declare).
+        Err(RunError::Deadline { .. }) if timed => Err(Halt::Error(RunError::Timeout {
+            step: step.name.to_string(),
+            limit: step.timeout.unwrap_or_default(),
+            attempts: 1,
+        })),
         Ok(SubEnd::Done(update)) => Ok(update),
         Ok(SubEnd::Paused(interrupt, held)) => {
             task.subs.insert(path, held);

@@ -590,7 +590,12 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubStep<S, C
                 scope: Some(call.path.clone()),
                 hooks: call.hooks.clone(),
                 effects: call.effects.clone(),
-                deadline: call.deadline,
+                // The child's own deadline, from when it starts (or
+                // resumes), where it falls before its parent's.
+                deadline: crate::step::RunDeadline::earliest(
+                    call.deadline,
+                    crate::step::RunDeadline::starting_now(inner.deadline),
+                ),
             };
             let end = drive_task(&env, &mut root).await?;
             let steps = env.steps.load(Ordering::SeqCst);

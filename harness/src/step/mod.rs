@@ -123,6 +123,14 @@ impl RunDeadline {
             limit,
         })
     }
+
+    /// Whichever of two deadlines falls first.
+    pub(crate) fn earliest(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.at < a.at { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// Identifies a run to observers and spans.

@@ -10,6 +10,7 @@ use harness::{
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
 struct Research {
@@ -318,4 +319,89 @@ async fn a_sub_agent_in_a_branch_pauses_the_run_under_the_branch_and_resumes_the
         ["plan", "about tides true", "other", "write 3"]
     );
     assert_eq!(counts.gather.load(Ordering::SeqCst), 1);
+}
+
+/// A child that sleeps for an hour in its one step.
+fn sleeping_child(deadline: Option<Duration>) -> Harness<Research> {
+    let builder = Harness::<Research>::builder()
+        .step("gather")
+        .run(
+            async |_: Arc<Research>| -> harness::StepResult<ResearchUpdate> {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(ResearchUpdate::new().sources(1))
+            },
+        )
+        .end()
+        .start("gather");
+    match deadline {
+        Some(limit) => builder.deadline(limit),
+        None => builder.without_deadline(),
+    }
+    .build()
+    .unwrap()
+}
+
+fn parent_of(child: &Harness<Research>, timeout: Option<Duration>) -> Harness<Report> {
+    let step = Harness::<Report>::builder()
+        .step("research")
+        .sub_agent(SubAgent::new(
+            child,
+            |_: &Report| Research::default(),
+            |_: &Report, _| ReportUpdate::new(),
+        ));
+    let step = match timeout {
+        Some(limit) => step.timeout(limit),
+        None => step,
+    };
+    step.end()
+        .start("research")
+        .without_deadline()
+        .build()
+        .unwrap()
+}
+
+/// A sub-agent step's timeout bounds the sub-agent's run: the step times
+/// out, named, where the sub-agent ran on for good.
+#[tokio::test(start_paused = true)]
+async fn a_sub_agent_steps_timeout_bounds_its_sub_agent() {
+    let parent = parent_of(&sleeping_child(None), Some(Duration::from_secs(5)));
+    let began = tokio::time::Instant::now();
+    let err = create_agent("r", &parent)
+        .run(Report::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RunError::Timeout { step, limit, .. }
+            if step == "research" && *limit == Duration::from_secs(5)),
+        "{err:?}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        began.elapsed()
+    );
+}
+
+/// A sub-agent keeps its own harness's deadline inside a parent with none.
+#[tokio::test(start_paused = true)]
+async fn a_sub_agent_keeps_its_own_deadline() {
+    let parent = parent_of(&sleeping_child(Some(Duration::from_secs(7))), None);
+    let began = tokio::time::Instant::now();
+    let err = create_agent("r", &parent)
+        .run(Report::default())
+        .await
+        .unwrap_err();
+    let RunError::SubAgent { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(&**source, RunError::Deadline { step, limit }
+            if step == "gather" && *limit == Duration::from_secs(7)),
+        "{err:?}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        began.elapsed()
+    );
 }
