@@ -757,6 +757,18 @@ mod tests {
         compare_numbers(&a, &b)
     }
 
+    /// Each case compared both ways round.
+    fn both_ways(cases: &[(serde_json::Value, serde_json::Value, Ordering)]) {
+        for (a, b, expected) in cases {
+            assert_eq!(cmp(a.clone(), b.clone()), *expected, "{a} against {b}");
+            assert_eq!(
+                cmp(b.clone(), a.clone()),
+                expected.reverse(),
+                "{b} against {a}"
+            );
+        }
+    }
+
     #[test]
     fn integers_beyond_2_53_keep_every_digit() {
         let cases = [
@@ -785,14 +797,7 @@ mod tests {
                 Less,
             ),
         ];
-        for (a, b, expected) in cases {
-            assert_eq!(cmp(a.clone(), b.clone()), expected, "{a} against {b}");
-            assert_eq!(
-                cmp(b.clone(), a.clone()),
-                expected.reverse(),
-                "{b} against {a}"
-            );
-        }
+        both_ways(&cases);
     }
 
     #[test]
@@ -812,14 +817,7 @@ mod tests {
             (json!(120), json!(1.2e2), Equal),
             (json!(5), json!(0.5e1), Equal),
         ];
-        for (a, b, expected) in cases {
-            assert_eq!(cmp(a.clone(), b.clone()), expected, "{a} against {b}");
-            assert_eq!(
-                cmp(b.clone(), a.clone()),
-                expected.reverse(),
-                "{b} against {a}"
-            );
-        }
+        both_ways(&cases);
     }
 
     /// Against the floats' own order, wherever a float is exact.
