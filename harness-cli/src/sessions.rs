@@ -7,12 +7,16 @@
 //! feature, a `postgres://` or `redis://` URL. It is only read: the server
 //! stores are opened read-only and nothing is ever committed.
 //!
-//! With the `restate` feature, `restate://HOST:PORT[/OBJECT]` (or
+//! With the `restate` feature, `restate://HOST[:PORT][/OBJECT]` (or
 //! `restate+https://…`) reads the sessions of an agent served on Restate
 //! (`harness-restate`) as the virtual object `OBJECT` (`HarnessAgent`
-//! unless named) from the Restate server's admin API (its port, 9070 by
-//! default), through its SQL introspection: no service needs to be up, and
-//! nothing is written.
+//! unless named) from the Restate server's admin API, through its SQL
+//! introspection: no service needs to be up, and nothing is written.
+//! `PORT` is the admin API's, 9070 (Restate's default) when none is
+//! written, for `restate+https://` too. An object the server has not
+//! registered is refused, naming those it has (a typo would otherwise read
+//! as a store without sessions); a URL with no host, or a port that is no
+//! number, is refused saying so.
 //!
 //! Every store on disk is opened read-only: nothing is created, moved,
 //! cut or deleted, and a damaged store is reported, never shown as another
@@ -55,8 +59,9 @@ use harness::session::{SessionStore, StoreError};
 pub(crate) struct Args {
     /// The store: a sled database directory, a log-store directory, a
     /// file-store directory, or a
-    /// `postgres://…`, `redis://…` or `restate://HOST:ADMIN_PORT` URL (when
-    /// built with the `postgres`, `redis` or `restate` feature).
+    /// `postgres://…`, `redis://…` or `restate://HOST[:ADMIN_PORT][/OBJECT]`
+    /// URL (when built with the `postgres`, `redis` or `restate` feature;
+    /// Restate's admin port is 9070 unless written).
     #[arg(long, global = true, value_name = "PATH|URL")]
     store: Option<String>,
     /// The PostgreSQL schema holding the sessions (default `harness`).
@@ -316,11 +321,23 @@ pub(crate) async fn open(
     open_path(Path::new(store))
 }
 
-/// `restate://HOST:PORT…` (the admin API over HTTP) or
-/// `restate+https://HOST:PORT…`.
+/// The admin API's port when a `restate://` URL names none: Restate's
+/// default (its ingress is 8080).
+#[cfg(feature = "restate")]
+const RESTATE_ADMIN_PORT: u16 = 9070;
+
+/// `restate://[USER:PASSWORD@]HOST[:PORT][/OBJECT]` (the admin API over
+/// HTTP, at port [`RESTATE_ADMIN_PORT`] unless one is written) or
+/// `restate+https://…`. The URL is read as the admin client reads a base
+/// URL ([`harness_restate::BaseUrl`]): the userinfo ends within the
+/// authority (an `@` after it is refused where it could be read either
+/// way), and its password is never shown. The object must be one of the
+/// virtual objects the server has registered: a name it does not have is
+/// refused, naming those it has, where it would read as a store without
+/// sessions.
 #[cfg(feature = "restate")]
 async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError> {
-    use harness_restate::{Admin, RestateSessionReader};
+    use harness_restate::{Admin, BaseUrl, RestateError, RestateSessionReader};
     let (scheme, rest) = match url.strip_prefix("restate+https://") {
         Some(rest) => ("https", rest),
         None => ("http", url.trim_start_matches("restate://")),
@@ -329,19 +346,24 @@ async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError>
         store: Shown::new(url),
         source: StoreError::Backend { message },
     };
-    // `[USER:PASSWORD@]HOST:PORT[/OBJECT]`: the userinfo first, up to the
-    // last `@` (as the admin client reads it), so that a password holding a
-    // `/` is never read as an object's name (and quoted as one).
-    let (userinfo, rest) = match rest.rsplit_once('@') {
-        Some((userinfo, rest)) => (Some(userinfo), rest),
-        None => (None, rest),
-    };
-    // `HOST:PORT[/OBJECT]`: the object an agent is served as, `HarnessAgent`
-    // unless named.
-    let (authority, object) = match rest.split_once('/') {
-        Some((authority, object)) => (authority, object.trim_end_matches('/')),
-        None => (rest, ""),
-    };
+    let http = format!("{scheme}://{rest}");
+    let parsed = BaseUrl::parse(&http).map_err(|e| {
+        // What is wrong with it, without the client's `http://…` form of
+        // the URL (the store is named as given).
+        let why = match &e {
+            RestateError::Input { message, .. } => message
+                .split_once("): ")
+                .map_or(message.as_str(), |(_, why)| why)
+                .to_owned(),
+            other => other.to_string(),
+        };
+        failed(format!(
+            "not a Restate URL (`restate://[USER:PASSWORD@]HOST[:PORT][/OBJECT]`): {why}"
+        ))
+    })?;
+    // `/OBJECT`: the object an agent is served as, `HarnessAgent` unless
+    // named.
+    let object = parsed.path.trim_start_matches('/');
     let object = if object.is_empty() {
         harness_restate::OBJECT
     } else if object
@@ -357,7 +379,9 @@ async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError>
     // The admin client sends the userinfo as basic auth, and keeps it out
     // of every URL it shows (its errors reach `harness sessions` and the
     // studio's pages).
-    let base = match userinfo {
+    let port = parsed.port.unwrap_or(RESTATE_ADMIN_PORT);
+    let authority = format!("{}:{port}", parsed.host);
+    let base = match parsed.userinfo {
         Some(userinfo) => format!("{scheme}://{userinfo}@{authority}"),
         None => format!("{scheme}://{authority}"),
     };
@@ -365,6 +389,25 @@ async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError>
     if !admin.healthy().await {
         return Err(failed(format!(
             "no Restate admin API answers at {}",
+            admin.base()
+        )));
+    }
+    let objects = admin
+        .virtual_objects()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if !objects.iter().any(|o| o == object) {
+        let registered = if objects.is_empty() {
+            "none".to_owned()
+        } else {
+            objects
+                .iter()
+                .map(|o| format!("`{o}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(failed(format!(
+            "no virtual object `{object}` is registered at {} (its virtual objects: {registered})",
             admin.base()
         )));
     }

@@ -1389,7 +1389,7 @@ mod object {
 /// ```no_run
 /// use harness_restate::{Durable, agent_object};
 /// use restate_sdk::prelude::{Endpoint, HttpServer};
-/// # use harness::{Harness, HarnessState, StepResult, create_agent};
+/// # use harness::{Harness, HarnessState, StepResult, create_agent, schemars};
 /// # #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema, HarnessState)]
 /// # struct Job { n: u32 }
 ///
@@ -1477,6 +1477,30 @@ fn reply<T: serde::de::DeserializeOwned>(
 }
 
 impl AgentClient {
+    /// `input` as the body of a run: an object as it is, `null` as `{}`
+    /// (no change); anything else is a [`RestateError::Input`](crate::RestateError::Input)
+    /// naming what it is, and nothing is sent.
+    fn update(&self, session: &SessionId, input: &Value) -> Result<Value, crate::RestateError> {
+        let what = match input {
+            Value::Object(_) => return Ok(input.clone()),
+            Value::Null => return Ok(Value::Object(serde_json::Map::new())),
+            Value::Array(_) => "an array",
+            Value::String(_) => "a string",
+            Value::Number(_) => "a number",
+            Value::Bool(_) => "a boolean",
+        };
+        Err(crate::RestateError::Input {
+            url: self
+                .ingress
+                .handler_url(&self.object, Some(session.as_str()), "run")?,
+            message: format!(
+                "the input of a run is an update of the agent's state, a JSON object of the \
+                 fields to change (`{{}}` for none), not {what}: {}",
+                crate::excerpt(&input.to_string())
+            ),
+        })
+    }
+
     /// A client of the agent served behind `ingress` as `HarnessAgent`.
     pub fn new(ingress: crate::Ingress) -> Self {
         Self {
@@ -1494,33 +1518,44 @@ impl AgentClient {
 
     /// Runs the agent on `session` with `input` (an update of its state)
     /// and waits for the run to settle.
+    ///
+    /// `input` is a JSON object of the fields to change, as the state's
+    /// update type reads it: `{}` is the empty update (run again with no
+    /// change), and `null` is the same as `{}`. Any other JSON (an array, a
+    /// string, a number, a boolean) is a
+    /// [`RestateError::Input`](crate::RestateError::Input), and nothing is
+    /// sent. [`submit`](Self::submit) reads `input` the same way.
     pub async fn run(
         &self,
         session: &SessionId,
         input: &Value,
     ) -> Result<Reply, crate::RestateError> {
+        let input = self.update(session, input)?;
         let answer = self
             .ingress
-            .call(&self.object, Some(session.as_str()), "run", input)
+            .call(&self.object, Some(session.as_str()), "run", &input)
             .await?;
         reply(answer, "run")
     }
 
     /// Submits a run without waiting: returns the invocation's id, for
     /// [`outcome`](Self::outcome). A repeated submit with the same
-    /// `idempotency_key` is the same run.
+    /// `idempotency_key` is the same run. `input` is read as
+    /// [`run`](Self::run) reads it (`{}` or `null`: no change; what is not
+    /// an object is refused before anything is sent).
     pub async fn submit(
         &self,
         session: &SessionId,
         input: &Value,
         idempotency_key: Option<&str>,
     ) -> Result<String, crate::RestateError> {
+        let input = self.update(session, input)?;
         self.ingress
             .send(
                 &self.object,
                 Some(session.as_str()),
                 "run",
-                input,
+                &input,
                 idempotency_key,
             )
             .await

@@ -68,7 +68,10 @@ pub mod __private {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RestateError {
-    /// The server could not be reached, or did not answer in time.
+    /// The server could not be reached, or did not answer in time. The
+    /// message says which (`connection refused`, `no answer within …`:
+    /// the invocation may still be running, Restate does not stop it when
+    /// its caller gives up), then the causes of the HTTP client's error.
     #[error("Restate at {url}: {message}")]
     Transport {
         /// What was asked.
@@ -104,9 +107,10 @@ pub enum RestateError {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// What the caller gave cannot go into a request: a virtual object's
-    /// key that is no path segment (empty, `.` or `..`), an invocation id
-    /// that is not one. Nothing was sent.
+    /// What the caller gave cannot go into a request: a base URL that is
+    /// not one ([`BaseUrl`]), a virtual object's key that is no path
+    /// segment (empty, `.` or `..`), an invocation id that is not one, a
+    /// run's input that is no JSON object. Nothing was sent.
     #[error("Restate at {url}: {message}")]
     Input {
         /// The server (or the request) it was for.
@@ -162,27 +166,25 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// `base` (no trailing slash needed). Everything between `://` and the
-    /// base's last `@` is its userinfo, `user[:password]`, percent-decoded:
-    /// the last `@`, not the first or the end of the host, so that a
-    /// password holding `/`, `:`, `?` or `@` never stays in the URL shown.
-    /// A base has no query or fragment (paths are added to it).
-    fn parse(base: String) -> Self {
-        let base = base.trim_end_matches('/');
-        let split = base.split_once("://").and_then(|(scheme, rest)| {
-            let (userinfo, host) = rest.rsplit_once('@')?;
-            let (user, password) = match userinfo.split_once(':') {
-                Some((user, password)) => (user, Some(password)),
-                None => (userinfo, None),
-            };
-            Some(Server {
-                base: format!("{scheme}://{host}"),
-                credentials: Some((percent_decode(user), password.map(percent_decode))),
-            })
-        });
-        split.unwrap_or_else(|| Server {
-            base: base.to_owned(),
-            credentials: None,
+    /// `base`, read as [`BaseUrl::parse`] reads it; its userinfo,
+    /// `user[:password]`, percent-decoded.
+    fn parse(base: &str) -> Result<Self, RestateError> {
+        let url = BaseUrl::parse(base)?;
+        let port = url.port.map(|p| format!(":{p}")).unwrap_or_default();
+        Ok(Server {
+            base: format!(
+                "{}://{}{port}{}",
+                url.scheme.to_ascii_lowercase(),
+                url.host,
+                url.path
+            ),
+            credentials: url.userinfo.map(|userinfo| {
+                let (user, password) = match userinfo.split_once(':') {
+                    Some((user, password)) => (user, Some(password)),
+                    None => (userinfo, None),
+                };
+                (percent_decode(user), password.map(percent_decode))
+            }),
         })
     }
 
@@ -193,6 +195,225 @@ impl Server {
             None => request,
         }
     }
+}
+
+/// A server's base URL, `http[s]://[userinfo@]host[:port][/path]`, as
+/// [`Admin::new`] and [`Ingress::new`] read it (and `harness sessions
+/// --store restate://…`), checked: the scheme is `http` or `https`, there
+/// is a host (a name, an IPv4 address or a bracketed IPv6 one), a port is
+/// a number (0 to 65535), and there is no query or fragment (paths are
+/// added to a base).
+///
+/// The userinfo ends at the last `@` of the authority (which ends at the
+/// first `/`, `?` or `#`), so that an `@` in the path stays in the path.
+/// A password holding an unencoded `/`, `?` or `#` (`ops:pa/ss@host`) is
+/// still read as one when the text before that character cannot be a
+/// host and port (`ops:pa` cannot: `pa` is no port): the userinfo then
+/// ends at the last `@`. A base that reads both ways
+/// (`http://host:8080/a@b`: a path `/a@b`, or the password `8080/a` of
+/// the user `host` at the host `b`) is refused: write the path's `@` as
+/// `%40`, or the password's `/` as `%2F`.
+///
+/// No error quotes what comes before the text's last `@`: a userinfo,
+/// whichever way it is read, ends there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct BaseUrl<'a> {
+    /// `http` or `https` (in any case), as written.
+    pub scheme: &'a str,
+    /// `user[:password]` as written (percent-encoded), if any: the
+    /// credentials, never to be shown.
+    pub userinfo: Option<&'a str>,
+    /// The host: a name, an IPv4 address, or an IPv6 address in brackets.
+    pub host: &'a str,
+    /// The port, when one is written.
+    pub port: Option<u16>,
+    /// The path: empty or starting with `/`, without trailing `/`.
+    pub path: &'a str,
+}
+
+impl std::fmt::Debug for BaseUrl<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BaseUrl")
+            .field("scheme", &self.scheme)
+            .field("userinfo", &self.userinfo.map(|_| "[hidden]"))
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl<'a> BaseUrl<'a> {
+    /// `url` checked and split; a text that is no base URL is a
+    /// [`RestateError::Input`] saying what is wrong with it (no scheme,
+    /// another scheme, no host, a port that is no number, …), quoting
+    /// nothing of a userinfo.
+    pub fn parse(url: &'a str) -> Result<Self, RestateError> {
+        let bad = |why: String| RestateError::Input {
+            url: shown_base(url),
+            message: format!("not a base URL (`http[s]://host[:port][/path]`): {why}"),
+        };
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(bad(if url.trim().is_empty() {
+                "it is empty".to_owned()
+            } else if url.contains('@') || url.contains(char::is_whitespace) {
+                "it has no scheme: write `http://` (or `https://`) before the host, as in \
+                 `http://127.0.0.1:8080`"
+                    .to_owned()
+            } else {
+                format!(
+                    "it has no scheme: write `http://` (or `https://`) before the host: \
+                     `http://{}`",
+                    excerpt(url)
+                )
+            }));
+        };
+        if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+            let named = if scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            {
+                format!("the scheme `{scheme}`")
+            } else {
+                "its scheme".to_owned()
+            };
+            return Err(bad(format!("{named} is not `http` or `https`")));
+        }
+        let (userinfo, authority, path) = split_userinfo(rest).map_err(bad)?;
+        let (host, port) = host_and_port(authority).map_err(bad)?;
+        if path.contains(['?', '#']) {
+            return Err(bad(
+                "a base has no query or fragment (`?`, `#`): paths are added to it".to_owned(),
+            ));
+        }
+        Ok(BaseUrl {
+            scheme,
+            userinfo,
+            host,
+            port,
+            path: path.trim_end_matches('/'),
+        })
+    }
+}
+
+/// `url` as an error shows it: nothing before its last `@` (a userinfo,
+/// however it is read, ends there), at most [`QUOTED_BYTES`] of it.
+fn shown_base(url: &str) -> String {
+    if url.trim().is_empty() {
+        return format!("{url:?}");
+    }
+    let Some(at) = url.rfind('@') else {
+        return excerpt(url);
+    };
+    let after = excerpt(&url[at + 1..]);
+    match url[..at].split_once("://") {
+        Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) => {
+            format!("{scheme}://…@{after}")
+        }
+        _ => format!("…@{after}"),
+    }
+}
+
+/// `rest` (a URL after its `scheme://`) as its userinfo, its authority
+/// (`host[:port]`) and the rest (path, query, fragment); see
+/// [`BaseUrl`] for where the userinfo ends. An error quotes nothing.
+fn split_userinfo(rest: &str) -> Result<(Option<&str>, &str, &str), String> {
+    let end = |s: &str| s.find(['/', '?', '#']).unwrap_or(s.len());
+    let authority_end = end(rest);
+    let (authority, tail) = rest.split_at(authority_end);
+    let strict = match authority.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &authority[at + 1..], tail),
+        None => (None, authority, tail),
+    };
+    let Some(at) = rest.rfind('@').filter(|at| *at > authority_end) else {
+        return Ok(strict);
+    };
+    let after = &rest[at + 1..];
+    let (host, tail) = after.split_at(end(after));
+    let lenient = (Some(&rest[..at]), host, tail);
+    match (
+        host_and_port(strict.1).is_ok(),
+        host_and_port(lenient.1).is_ok(),
+    ) {
+        (true, true) => Err(
+            "it has an `@` after the host's `/`, `?` or `#`, which is either in its path or in a \
+             password: write a path's `@` as `%40`, or a password's `/`, `?`, `#` as `%2F`, \
+             `%3F`, `%23`"
+                .to_owned(),
+        ),
+        (true, false) => Ok(strict),
+        (false, _) => Ok(lenient),
+    }
+}
+
+/// `authority` (`host[:port]`, no userinfo) checked: a host (a name, an
+/// IPv4 address, or an IPv6 address in brackets) and a port that is a
+/// number.
+fn host_and_port(authority: &str) -> Result<(&str, Option<u16>), String> {
+    let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
+        let Some((address, after)) = inner.split_once(']') else {
+            return Err(format!(
+                "the IPv6 address `{}` has no closing `]`",
+                excerpt(authority)
+            ));
+        };
+        if address.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("`[{}]` is not an IPv6 address", excerpt(address)));
+        }
+        let port = match after {
+            "" => None,
+            after => match after.strip_prefix(':') {
+                Some(port) => Some(port),
+                None => {
+                    return Err(format!(
+                        "`{}` follows the IPv6 address where a `:PORT` may",
+                        excerpt(after)
+                    ));
+                }
+            },
+        };
+        (&authority[..address.len() + 2], port)
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let ipv6_hint = if port.is_some_and(|p| p.contains(':')) {
+        " (an IPv6 address goes in brackets: `http://[::1]:8080`)"
+    } else {
+        ""
+    };
+    if host.is_empty() {
+        return Err(format!("it has no host{ipv6_hint}"));
+    }
+    let bad_char = |c: &char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if let Some(c) = host
+        .chars()
+        .find(bad_char)
+        .filter(|_| !host.starts_with('['))
+    {
+        return Err(format!(
+            "the host `{}` holds {c:?}, which no host name has",
+            excerpt(host)
+        ));
+    }
+    let port = match port {
+        None => None,
+        Some("") => return Err(format!("no port follows the `:` after `{host}`")),
+        Some(port) => Some(
+            port.parse::<u16>()
+                .ok()
+                .filter(|_| port.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| {
+                    format!(
+                        "the port `{}` is not a number from 0 to 65535{ipv6_hint}",
+                        excerpt(port)
+                    )
+                })?,
+        ),
+    };
+    Ok((host, port))
 }
 
 /// `text` with its `%XX` escapes decoded (a `%` not followed by two hex
@@ -297,10 +518,76 @@ fn client(timeout: Duration) -> Result<reqwest::Client, RestateError> {
         })
 }
 
-async fn send(request: reqwest::RequestBuilder, url: &str) -> Result<String, RestateError> {
+/// How long a client waits for an answer, and what a caller should know
+/// when none came in time.
+#[derive(Clone, Copy, Debug)]
+struct Wait {
+    /// The client's timeout.
+    timeout: Duration,
+    /// Said after "no answer within {timeout}".
+    on_timeout: &'static str,
+}
+
+/// What a caller of the admin API is told of a timeout.
+const ADMIN_TIMEOUT: &str = "";
+/// What a caller of [`Ingress::call`] is told of a timeout.
+const CALL_TIMEOUT: &str = "; the invocation may still be running: Restate goes on with it (to \
+     wait for it without a call held open, send it (`submit`) and pick it up with `outcome`)";
+/// What a caller of [`Ingress::send`] is told of a timeout.
+const SEND_TIMEOUT: &str = "; the invocation may or may not have been accepted: send it again \
+     with the same idempotency key to be sure it runs once";
+/// What a caller of [`Ingress::attach`] is told of a timeout.
+const ATTACH_TIMEOUT: &str =
+    "; the invocation may still be running: `outcome` (attach) again picks it up";
+
+/// A transport error in words: reqwest's own (without the URL, which
+/// the error shows already), then each cause of its `source()` chain that
+/// it does not already say, first of all whether no answer came in time
+/// or the connection was refused.
+fn transport_message(e: reqwest::Error, wait: Wait) -> String {
+    let timed_out = e.is_timeout();
+    let connect = e.is_connect();
+    let e = e.without_url();
+    let mut causes = e.to_string();
+    let mut refused = false;
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        refused |= cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+        let text = cause.to_string();
+        if !causes.contains(&text) {
+            causes.push_str(": ");
+            causes.push_str(&text);
+        }
+        source = cause.source();
+    }
+    refused |= causes.to_ascii_lowercase().contains("connection refused");
+    if timed_out {
+        format!(
+            "no answer within {:?}{} ({causes})",
+            wait.timeout, wait.on_timeout
+        )
+    } else if refused {
+        format!(
+            "connection refused: nothing listens there (is the server up, and is this its \
+             port?) ({causes})"
+        )
+    } else if connect {
+        format!("cannot connect: {causes}")
+    } else {
+        causes
+    }
+}
+
+async fn send(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    wait: Wait,
+) -> Result<String, RestateError> {
     let transport = |e: reqwest::Error| RestateError::Transport {
         url: url.to_owned(),
-        message: e.to_string(),
+        message: transport_message(e, wait),
     };
     let mut response = request.send().await.map_err(transport)?;
     let status = response.status();
@@ -374,15 +661,27 @@ pub struct Admin {
     http: reqwest::Client,
 }
 
+/// How long the admin client waits for an answer.
+const ADMIN_WAIT: Wait = Wait {
+    timeout: Duration::from_secs(30),
+    on_timeout: ADMIN_TIMEOUT,
+};
+
 impl Admin {
     /// The admin API at `base` (no trailing slash needed). Credentials in
     /// its userinfo (`http://user:password@host:9070`, for a proxy in front
     /// of the server) are sent as basic auth and never shown: not in
     /// errors, not in `Debug`.
+    ///
+    /// A `base` that is no `http[s]://host[:port][/path]` URL
+    /// ([`BaseUrl`]: no scheme, another scheme, no host, a port that is no
+    /// number, …) is a [`RestateError::Input`] saying what is wrong with
+    /// it; nothing is sent. The port is the URL's (80 for `http`) when
+    /// none is written: write the admin API's (9070 by default).
     pub fn new(base: impl Into<String>) -> Result<Self, RestateError> {
         Ok(Self {
-            server: Server::parse(base.into()),
-            http: client(Duration::from_secs(30))?,
+            server: Server::parse(&base.into())?,
+            http: client(ADMIN_WAIT.timeout)?,
         })
     }
 
@@ -394,7 +693,7 @@ impl Admin {
     /// Whether the server says it is healthy.
     pub async fn healthy(&self) -> bool {
         let url = format!("{}/health", self.server.base);
-        send(self.server.auth(self.http.get(&url)), &url)
+        send(self.server.auth(self.http.get(&url)), &url, ADMIN_WAIT)
             .await
             .is_ok()
     }
@@ -411,6 +710,7 @@ impl Admin {
                 .header("content-type", "application/json")
                 .body(body.to_string()),
             &url,
+            ADMIN_WAIT,
         )
         .await?;
         let answer = json(&text, &url)?;
@@ -426,6 +726,35 @@ impl Admin {
             .collect())
     }
 
+    /// The names of the virtual objects the server has registered (an
+    /// agent's, served with `agent_object!` or as `HarnessAgent`, is one), from
+    /// its services list, sorted.
+    pub async fn virtual_objects(&self) -> Result<Vec<String>, RestateError> {
+        let url = format!("{}/services", self.server.base);
+        let text = send(
+            self.server
+                .auth(self.http.get(&url))
+                .header("accept", "application/json"),
+            &url,
+            ADMIN_WAIT,
+        )
+        .await?;
+        let answer = json(&text, &url)?;
+        let services = answer["services"]
+            .as_array()
+            .ok_or_else(|| RestateError::Answer {
+                url: url.clone(),
+                message: format!("no `services` list in {}", excerpt(&text)),
+            })?;
+        let mut names: Vec<String> = services
+            .iter()
+            .filter(|s| s["ty"].as_str() == Some("VirtualObject"))
+            .filter_map(|s| s["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// The rows of `sql`, a query of the server's introspection tables
     /// (`sys_invocation`, `sys_journal`, `state`, …), as JSON objects.
     pub async fn query(&self, sql: &str) -> Result<Vec<Value>, RestateError> {
@@ -437,6 +766,7 @@ impl Admin {
                 .header("accept", "application/json")
                 .body(serde_json::json!({ "query": sql }).to_string()),
             &url,
+            ADMIN_WAIT,
         )
         .await?;
         match json(&text, &url)?.get_mut("rows").map(Value::take) {
@@ -449,15 +779,25 @@ impl Admin {
     }
 
     /// Where the invocation `id` is, or `None` if the server does not know
-    /// it (or no longer keeps it).
+    /// it (or no longer keeps it). An `id` that is not an invocation id
+    /// (`inv_1…`, 38 characters) is a [`RestateError::Input`], and nothing
+    /// is sent.
     pub async fn invocation(&self, id: &str) -> Result<Option<Invocation>, RestateError> {
         let id = invocation_id(id, &self.server.base)?;
-        let rows = self
+        let rows = match self
             .query(&format!(
                 "SELECT id, status, retry_count, last_failure, last_failure_error_code \
                  FROM sys_invocation WHERE id = '{id}'"
             ))
-            .await?;
+            .await
+        {
+            // The server cannot read the id as one of its own (another
+            // codec than this client checks): it knows no such invocation.
+            Err(RestateError::Status { body, .. }) if body.contains("non valid invocation id") => {
+                return Ok(None);
+            }
+            rows => rows?,
+        };
         Ok(rows.into_iter().next().map(|row| Invocation {
             id: id.to_owned(),
             status: row["status"].as_str().unwrap_or_default().to_owned(),
@@ -469,6 +809,8 @@ impl Admin {
 
     /// Cancels the invocation `id`: its handler sees a terminal error at
     /// its next journaled operation (a harness run: at its next effect).
+    /// An `id` that is not an invocation id is a [`RestateError::Input`];
+    /// one the server does not know, its 404 ([`RestateError::Status`]).
     pub async fn cancel(&self, id: &str) -> Result<(), RestateError> {
         self.invocation_op(id, "cancel").await
     }
@@ -482,27 +824,61 @@ impl Admin {
     async fn invocation_op(&self, id: &str, op: &str) -> Result<(), RestateError> {
         let id = invocation_id(id, &self.server.base)?;
         let url = format!("{}/invocations/{id}/{op}", self.server.base);
-        send(self.server.auth(self.http.patch(&url)), &url)
+        send(self.server.auth(self.http.patch(&url)), &url, ADMIN_WAIT)
             .await
             .map(drop)
     }
 }
 
-/// An invocation id as the server writes them (`inv_` and base62), checked
-/// before it goes into a URL or a query: any other text is a
-/// [`RestateError::Input`], and nothing is sent.
+/// An invocation id as the server writes them, checked before it goes into
+/// a URL or a query: `inv_`, the codec version `1`, then 33 base62 digits
+/// (`0-9a-zA-Z`): 11 of the partition key (a `u64`) and 22 of the
+/// invocation's UUID (a `u128`), each at most its type's largest value. Any
+/// other text is a [`RestateError::Input`] saying what is wrong with it
+/// (quoting at most [`QUOTED_BYTES`] of it), and nothing is sent.
 fn invocation_id<'a>(id: &'a str, base: &str) -> Result<&'a str, RestateError> {
-    if id.starts_with("inv_")
-        && id.len() < 100
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    {
-        Ok(id)
-    } else {
-        Err(RestateError::Input {
-            url: base.to_owned(),
-            message: format!("{id:?} is not an invocation id (`inv_…`)"),
-        })
+    let bad = |why: &str| RestateError::Input {
+        url: base.to_owned(),
+        message: format!(
+            "{:?} is not an invocation id (`inv_1` and 33 letters and digits, as \
+             `inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7n`): {why}",
+            excerpt(id)
+        ),
+    };
+    let Some(digits) = id.strip_prefix("inv_") else {
+        return Err(bad("it does not start with `inv_`"));
+    };
+    if let Some(c) = digits.chars().find(|c| !c.is_ascii_alphanumeric()) {
+        return Err(bad(&format!("it holds {c:?}")));
     }
+    if digits.len() != 34 {
+        return Err(bad(&format!(
+            "it has {} digits after `inv_`, not 34",
+            digits.len()
+        )));
+    }
+    if !digits.starts_with('1') {
+        return Err(bad("its codec version (the first digit) is not `1`"));
+    }
+    let (key, uuid) = digits[1..].split_at(11);
+    if base62(key).is_none_or(|n| n > u128::from(u64::MAX)) || base62(uuid).is_none() {
+        return Err(bad("its digits are larger than an invocation id holds"));
+    }
+    Ok(id)
+}
+
+/// `digits` (`0-9a-zA-Z`, the most significant first) as a number, or
+/// `None` past `u128::MAX`.
+fn base62(digits: &str) -> Option<u128> {
+    digits.bytes().try_fold(0_u128, |n, b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'z' => b - b'a' + 10,
+            b'A'..=b'Z' => b - b'A' + 36,
+            _ => return None,
+        };
+        n.checked_mul(62)?.checked_add(u128::from(digit))
+    })
 }
 
 /// Where an invocation is, as the admin API tells.
@@ -539,17 +915,31 @@ impl Invocation {
 pub struct Ingress {
     server: Server,
     http: reqwest::Client,
+    timeout: Duration,
 }
 
 impl Ingress {
     /// The ingress at `base`; a call waits for its answer up to `timeout`.
-    /// Credentials in its userinfo are sent as basic auth and never shown
-    /// (see [`Admin::new`]).
+    /// Credentials in its userinfo are sent as basic auth and never shown,
+    /// and a `base` that is no URL is refused (see [`Admin::new`]; the
+    /// ingress's port is 8080 by default).
+    ///
+    /// A call that gets no answer within `timeout` is a
+    /// [`RestateError::Transport`] saying so: the invocation may still be
+    /// running (Restate does not stop it when its caller hangs up).
     pub fn new(base: impl Into<String>, timeout: Duration) -> Result<Self, RestateError> {
         Ok(Self {
-            server: Server::parse(base.into()),
+            server: Server::parse(&base.into())?,
             http: client(timeout)?,
+            timeout,
         })
+    }
+
+    fn wait(&self, on_timeout: &'static str) -> Wait {
+        Wait {
+            timeout: self.timeout,
+            on_timeout,
+        }
     }
 
     /// The URL of `handler` of `service` (of the virtual object `key`).
@@ -593,7 +983,7 @@ impl Ingress {
                 .header("content-type", "application/json")
                 .body(input.to_string()),
         };
-        json(&send(request, &url).await?, &url)
+        json(&send(request, &url, self.wait(CALL_TIMEOUT)).await?, &url)
     }
 
     /// Sends the call without waiting; returns its invocation id. The
@@ -616,7 +1006,7 @@ impl Ingress {
         if let Some(idem) = idempotency_key {
             request = request.header("idempotency-key", idem);
         }
-        let answer = json(&send(request, &url).await?, &url)?;
+        let answer = json(&send(request, &url, self.wait(SEND_TIMEOUT)).await?, &url)?;
         answer["invocationId"]
             .as_str()
             .map(str::to_owned)
@@ -627,12 +1017,18 @@ impl Ingress {
     }
 
     /// Waits for the invocation `id` to end and returns its answer. An id
-    /// that is not an invocation id (`inv_…`) is a [`RestateError::Input`],
-    /// and nothing is sent.
+    /// that is not an invocation id (`inv_1…`, 38 characters) is a
+    /// [`RestateError::Input`], and nothing is sent; one the server does
+    /// not know is its 404 ([`RestateError::Status`]).
     pub async fn attach(&self, id: &str) -> Result<Value, RestateError> {
         let id = invocation_id(id, &self.server.base)?;
         let url = format!("{}/restate/invocation/{id}/attach", self.server.base);
-        let text = send(self.server.auth(self.http.get(&url)), &url).await?;
+        let text = send(
+            self.server.auth(self.http.get(&url)),
+            &url,
+            self.wait(ATTACH_TIMEOUT),
+        )
+        .await?;
         json(&text, &url)
     }
 }
@@ -656,6 +1052,8 @@ mod tests {
         Raw(Vec<u8>),
         /// A 200 whose chunked body never ends (until the client hangs up).
         Endless,
+        /// Nothing, for a minute: the connection stays open.
+        Silent,
     }
 
     /// A complete answer with `status` and `body`.
@@ -675,6 +1073,8 @@ mod tests {
     struct Seen {
         path: String,
         authorization: Option<String>,
+        content_type: Option<String>,
+        body: String,
     }
 
     /// An HTTP server on 127.0.0.1 answering each request (one a
@@ -741,6 +1141,8 @@ mod tests {
         record.lock().unwrap().push(Seen {
             path: path.clone(),
             authorization: header("authorization"),
+            content_type: header("content-type"),
+            body: String::from_utf8_lossy(&body).into_owned(),
         });
         match answer(&path) {
             Reply::Raw(bytes) => {
@@ -754,6 +1156,7 @@ mod tests {
                 let chunk = format!("{:x}\r\n{}\r\n", 1 << 16, " ".repeat(1 << 16));
                 while stream.write_all(chunk.as_bytes()).is_ok() {}
             }
+            Reply::Silent => std::thread::sleep(Duration::from_secs(60)),
         }
     }
 
@@ -862,7 +1265,7 @@ mod tests {
             shows_none("a transport error", &e.to_string(), hidden);
             let e = Ingress::new(gone, Duration::from_secs(10))
                 .unwrap()
-                .attach("inv_1")
+                .attach(REAL_ID)
                 .await
                 .unwrap_err();
             shows_none("a transport error", &e.to_string(), hidden);
@@ -937,10 +1340,10 @@ mod tests {
             assert!(e.to_string().contains("not an invocation id"), "{e}");
         }
         assert_eq!(fake.seen().len(), sent, "nothing refused was sent");
-        ingress.attach("inv_1abcXYZ").await.unwrap();
+        ingress.attach(REAL_ID).await.unwrap();
         assert_eq!(
-            last_path().as_deref(),
-            Some("/restate/invocation/inv_1abcXYZ/attach")
+            last_path(),
+            Some(format!("/restate/invocation/{REAL_ID}/attach"))
         );
     }
 
@@ -1031,5 +1434,333 @@ mod tests {
             cut.ends_with(&format!("({} bytes in all)", text.len())),
             "{cut}"
         );
+    }
+
+    /// An id as the test server printed it (`sys_invocation`).
+    const REAL_ID: &str = "inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7n";
+
+    /// The message of an [`RestateError::Input`], or a panic naming what
+    /// came instead.
+    fn input_message<T: std::fmt::Debug>(result: Result<T, RestateError>, what: &str) -> String {
+        match result {
+            Err(e @ RestateError::Input { .. }) => e.to_string(),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_base_url_that_is_not_one_is_refused_saying_what_is_wrong() {
+        for (base, says) in [
+            ("", "it is empty"),
+            ("   ", "it is empty"),
+            ("not a url", "no scheme"),
+            (
+                "127.0.0.1:58180",
+                "no scheme: write `http://` (or `https://`) before the host: `http://127.0.0.1:58180`",
+            ),
+            ("localhost", "no scheme"),
+            (
+                "ftp://127.0.0.1:21",
+                "the scheme `ftp` is not `http` or `https`",
+            ),
+            ("ws://host", "the scheme `ws`"),
+            ("http://", "no host"),
+            ("https://:8080", "no host"),
+            ("http:///base", "no host"),
+            ("http://[::1:1", "no closing `]`"),
+            ("http://[not-v6]:80", "not an IPv6 address"),
+            ("http://[::1]x", "follows the IPv6 address"),
+            ("http://::1:8080", "IPv6 address goes in brackets"),
+            ("http://host:", "no port follows"),
+            ("http://host:80a", "the port `80a` is not a number"),
+            (
+                "http://host:99999",
+                "the port `99999` is not a number from 0 to 65535",
+            ),
+            ("http://host:-1", "the port `-1`"),
+            ("http://host:+80", "the port `+80`"),
+            ("http://ho st:8080", "the host `ho st` holds ' '"),
+            ("http://host:8080?x=1", "no query or fragment"),
+            ("http://host:8080/base#frag", "no query or fragment"),
+        ] {
+            let admin = input_message(Admin::new(base), base);
+            assert!(admin.contains(says), "{base:?}: {admin}");
+            assert!(admin.contains("not a base URL"), "{base:?}: {admin}");
+            let ingress = input_message(Ingress::new(base, Duration::from_secs(1)), base);
+            assert_eq!(ingress, admin, "{base:?}");
+        }
+        // A bad base with credentials: said what is wrong, never them.
+        for base in [
+            "ops:hunter2@127.0.0.1:9070",
+            "ftp://ops:hunter2@host",
+            "http://ops:hunter2@",
+            "http://ops:hunter2@:9070",
+            "http://ops:hunter2@host:port",
+            "http://ops:hun/ter2@",
+            "http://ops:hunter2@[::1",
+        ] {
+            let e = input_message(Admin::new(base), base);
+            assert!(!e.contains("hunter2") && !e.contains("ter2"), "{e}");
+            assert!(e.contains("not a base URL"), "{base:?}: {e}");
+        }
+        // Bases that are ones.
+        for (base, shown) in [
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+            ("https://restate.example.com", "https://restate.example.com"),
+            ("HTTP://host:9070/", "http://host:9070"),
+            ("http://[::1]:9070", "http://[::1]:9070"),
+            ("http://[::1]", "http://[::1]"),
+            (
+                "http://host:8080/proxy/restate/",
+                "http://host:8080/proxy/restate",
+            ),
+            (
+                "http://ops:pw@host_1.internal:8080",
+                "http://host_1.internal:8080",
+            ),
+        ] {
+            assert_eq!(Admin::new(base).unwrap().base(), shown, "{base}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_at_in_a_base_urls_path_never_sends_the_requests_to_another_host() {
+        let fake = Fake::start(|_| http("200 OK", "{}"));
+        let port = fake.base.rsplit(':').next().unwrap().to_owned();
+        // Read both ways (a path with `@`, or a password with `/`): refused,
+        // saying how to write either.
+        for base in [
+            format!("http://127.0.0.1:{port}/base@evil"),
+            format!("http://127.0.0.1:{port}/base@evil:80/x"),
+            format!("http://ops:pw@127.0.0.1:{port}/base@evil"),
+            format!("http://127.0.0.1:{port}?q@evil"),
+        ] {
+            let e = input_message(Ingress::new(base.clone(), Duration::from_secs(1)), &base);
+            assert!(e.contains("%40") && e.contains("%2F"), "{base}: {e}");
+            assert!(!e.contains("127.0.0.1"), "nothing before the `@`: {e}");
+            let e = input_message(Admin::new(base.clone()), &base);
+            assert!(e.contains("%40"), "{base}: {e}");
+        }
+        // An `@` in a path that cannot be read as a userinfo's: the path's.
+        let base = format!("http://127.0.0.1:{port}/base@");
+        let parsed = BaseUrl::parse(&base).unwrap();
+        assert_eq!(
+            (parsed.userinfo, parsed.host, parsed.port, parsed.path),
+            (None, "127.0.0.1", port.parse().ok(), "/base@")
+        );
+        // Encoded, it is a path, and the requests go to the host.
+        let ingress = Ingress::new(
+            format!("http://127.0.0.1:{port}/base%40x"),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert!(format!("{ingress:?}").contains("127.0.0.1"), "{ingress:?}");
+        ingress
+            .call("Svc", Some("k"), "run", &json!({}))
+            .await
+            .unwrap();
+        let seen = fake.seen().pop().unwrap();
+        assert_eq!(seen.path, "/base%40x/Svc/k/run");
+        assert_eq!(seen.authorization, None);
+        // A password with a `/` whose text before it is no host and port
+        // (`ops:pa`): still the password.
+        let parsed = BaseUrl::parse("http://ops:pa/ss@host:8080/base").unwrap();
+        assert_eq!(
+            (parsed.userinfo, parsed.host, parsed.port, parsed.path),
+            (Some("ops:pa/ss"), "host", Some(8080), "/base")
+        );
+        assert!(!format!("{parsed:?}").contains("pa/ss"), "{parsed:?}");
+    }
+
+    #[tokio::test]
+    async fn a_transport_error_says_whether_the_server_refused_or_did_not_answer_in_time() {
+        let closed = format!("http://127.0.0.1:{}", closed_port());
+        let admin = Admin::new(closed.clone()).unwrap();
+        let ingress = Ingress::new(closed, Duration::from_secs(10)).unwrap();
+        let errors = [
+            admin.query("SELECT 1").await.unwrap_err(),
+            admin.register("http://x", false).await.unwrap_err(),
+            ingress
+                .call("Svc", Some("k"), "run", &json!({}))
+                .await
+                .unwrap_err(),
+            ingress.attach(REAL_ID).await.unwrap_err(),
+        ];
+        for e in errors {
+            assert!(matches!(e, RestateError::Transport { .. }), "{e:?}");
+            let shown = e.to_string();
+            assert!(shown.contains("connection refused"), "{shown}");
+            assert!(shown.contains("is the server up"), "{shown}");
+            assert!(!shown.contains("no answer within"), "{shown}");
+        }
+
+        let silent = Fake::start(|_| Reply::Silent);
+        let ingress = Ingress::new(silent.base.clone(), Duration::from_millis(300)).unwrap();
+        let began = Instant::now();
+        let call = ingress
+            .call("Svc", Some("k"), "run", &json!({}))
+            .await
+            .unwrap_err();
+        assert!(began.elapsed() < Duration::from_secs(20));
+        let send = ingress
+            .send("Svc", Some("k"), "run", &json!({}), Some("idem"))
+            .await
+            .unwrap_err();
+        let attach = ingress.attach(REAL_ID).await.unwrap_err();
+        for (e, then) in [
+            (&call, "may still be running"),
+            (&call, "`outcome`"),
+            (&send, "same idempotency key"),
+            (&attach, "`outcome` (attach) again picks it up"),
+        ] {
+            assert!(matches!(e, RestateError::Transport { .. }), "{e:?}");
+            let shown = e.to_string();
+            assert!(shown.contains("no answer within 300ms"), "{shown}");
+            assert!(shown.contains(then), "{shown}");
+            assert!(!shown.contains("refused"), "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_invocation_id_of_another_shape_is_refused_before_anything_is_sent() {
+        let unknown = Fake::start(|path| {
+            if path.contains("/query") {
+                http("200 OK", r#"{"rows": []}"#)
+            } else {
+                http("404 Not Found", r#"{"message": "not found"}"#)
+            }
+        });
+        let admin = Admin::new(unknown.base.clone()).unwrap();
+        let ingress = Ingress::new(unknown.base.clone(), Duration::from_secs(10)).unwrap();
+        for (id, says) in [
+            ("inv_nope", "has 4 digits"),
+            ("inv_1234", "has 4 digits after `inv_`, not 34"),
+            ("inv_doesnotexist123", "has 15 digits"),
+            ("inv_../../deployments", "holds '.'"),
+            ("inv_20jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7n", "codec version"),
+            ("inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7", "33 digits"),
+            ("inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7nn", "35 digits"),
+            ("inv_1zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "larger than"),
+            ("inv_1zzzzzzzzzzz0000000000000000000000", "larger than"),
+            ("INV_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7n", "`inv_`"),
+            ("inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7_", "holds '_'"),
+            ("inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9kyé", "holds 'é'"),
+        ] {
+            let results = [
+                input_message(admin.invocation(id).await, id),
+                input_message(admin.cancel(id).await, id),
+                input_message(admin.kill(id).await, id),
+                input_message(ingress.attach(id).await, id),
+            ];
+            for e in results {
+                assert!(e.contains(says), "{id}: {e}");
+                assert!(e.contains("is not an invocation id"), "{id}: {e}");
+            }
+        }
+        assert!(unknown.seen().is_empty(), "{:?}", unknown.seen());
+
+        // Well-formed and unknown: `None`, whether the server finds no row
+        // or cannot read the id as one of its own.
+        let no_id = "inv_1000000000000000000000000000000000";
+        assert_eq!(admin.invocation(no_id).await.unwrap(), None);
+        assert_eq!(admin.invocation(REAL_ID).await.unwrap(), None);
+        let unreadable = Fake::start(|_| {
+            http(
+                "500 Internal Server Error",
+                r#"{"message": "Datafusion error: External error: non valid invocation id"}"#,
+            )
+        });
+        let admin = Admin::new(unreadable.base.clone()).unwrap();
+        assert_eq!(admin.invocation(REAL_ID).await.unwrap(), None);
+        // Any other error of the server is still one.
+        let failing = Fake::start(|_| http("500 Internal Server Error", "disk full"));
+        let e = Admin::new(failing.base.clone())
+            .unwrap()
+            .invocation(REAL_ID)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, RestateError::Status { status: 500, .. }),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_virtual_objects_are_the_services_of_that_type() {
+        let fake = Fake::start(|_| {
+            http(
+                "200 OK",
+                r#"{"services": [{"name": "Orders", "ty": "VirtualObject"},
+                    {"name": "Greeter", "ty": "Service"},
+                    {"name": "HarnessAgent", "ty": "VirtualObject"}]}"#,
+            )
+        });
+        let admin = Admin::new(fake.base.clone()).unwrap();
+        assert_eq!(
+            admin.virtual_objects().await.unwrap(),
+            ["HarnessAgent", "Orders"]
+        );
+        assert_eq!(fake.seen().pop().unwrap().path, "/services");
+        let wrong = Fake::start(|_| http("200 OK", r#"{"rows": []}"#));
+        let e = Admin::new(wrong.base.clone())
+            .unwrap()
+            .virtual_objects()
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no `services` list"), "{e}");
+    }
+
+    #[cfg(feature = "service")]
+    #[tokio::test]
+    async fn run_and_submit_read_an_input_alike_and_refuse_what_is_no_update() {
+        let fake = Fake::start(|path| {
+            if path.ends_with("/send") {
+                http("200 OK", &format!(r#"{{"invocationId": "{REAL_ID}"}}"#))
+            } else {
+                http(
+                    "200 OK",
+                    r#"{"Completed": {"state": {}, "terminal": "done"}}"#,
+                )
+            }
+        });
+        let client =
+            AgentClient::new(Ingress::new(fake.base.clone(), Duration::from_secs(10)).unwrap());
+        let session = harness::SessionId::from("s1");
+        for (input, sent) in [
+            (json!(null), "{}"),
+            (json!({}), "{}"),
+            (json!({"n": 1}), r#"{"n":1}"#),
+        ] {
+            // What the run's answer is does not matter here: what was sent.
+            let _ = client.run(&session, &input).await;
+            let _ = client.submit(&session, &input, None).await;
+            let seen = fake.seen.lock().unwrap().drain(..).collect::<Vec<_>>();
+            assert_eq!(seen.len(), 2, "{input}: {seen:?}");
+            for request in seen {
+                assert_eq!(request.body, sent, "{input}: {request:?}");
+                assert_eq!(
+                    request.content_type.as_deref(),
+                    Some("application/json"),
+                    "{input}: {request:?}"
+                );
+            }
+        }
+        for (input, what) in [
+            (json!([1, 2]), "not an array"),
+            (json!("charge"), "not a string"),
+            (json!(5), "not a number"),
+            (json!(true), "not a boolean"),
+        ] {
+            for e in [
+                input_message(client.run(&session, &input).await, "run"),
+                input_message(client.submit(&session, &input, None).await, "submit"),
+            ] {
+                assert!(e.contains(what), "{input}: {e}");
+                assert!(e.contains("a JSON object"), "{input}: {e}");
+                assert!(e.contains("`{}` for none"), "{input}: {e}");
+                assert!(e.contains("/HarnessAgent/s1/run"), "{input}: {e}");
+            }
+        }
+        assert!(fake.seen().is_empty(), "nothing refused was sent");
     }
 }

@@ -133,11 +133,24 @@ fn lists_shows_and_histories_the_sessions_of_an_agent_served_on_restate() {
         "{steps:?} in {history}"
     );
 
-    // The object named: the same sessions; another object: none of them.
+    // The object named: the same sessions; an object the server has not
+    // registered: refused, naming those it has (not an empty store).
     let named = sessions(&format!("{store}/HarnessAgent"), &["list"]);
     assert!(named.contains(paused.as_str()), "{named}");
-    let other = sessions(&format!("{store}/HarnessNoSuchObject"), &["list"]);
-    assert!(!other.contains(paused.as_str()), "{other}");
+    let err = fails(
+        &[
+            "sessions",
+            "list",
+            "--store",
+            &format!("{store}/HarnessNoSuchObject"),
+        ],
+        1,
+    );
+    assert!(
+        err.contains("no virtual object `HarnessNoSuchObject` is registered"),
+        "{err}"
+    );
+    assert!(err.contains("`HarnessAgent`"), "{err}");
 
     // A session the object does not hold.
     let err = fails(
@@ -176,9 +189,15 @@ fn a_restate_url_that_does_not_reach_an_admin_api_or_names_no_object_is_refused_
     }
 }
 
-/// A fake Restate admin API on 127.0.0.1: `/health` answers 200, a query
-/// what `query` gives for its SQL (status and body); it records the
-/// `authorization` header of every request.
+/// The services list of [`FakeAdmin`]: two virtual objects and a service.
+const SERVICES: &str = r#"{"services": [
+    {"name": "HarnessAgent", "ty": "VirtualObject"},
+    {"name": "Orders", "ty": "VirtualObject"},
+    {"name": "Greeter", "ty": "Service"}]}"#;
+
+/// A fake Restate admin API on 127.0.0.1: `/health` answers 200,
+/// `/services` [`SERVICES`], a query what `query` gives for its SQL (status
+/// and body); it records the `authorization` header of every request.
 struct FakeAdmin {
     port: u16,
     authorizations: Arc<std::sync::Mutex<Vec<Option<String>>>>,
@@ -216,6 +235,8 @@ impl FakeAdmin {
                 record.lock().unwrap().push(header("authorization"));
                 let (status, answer) = if head.starts_with("GET /health") {
                     (200, "ok".to_owned())
+                } else if head.starts_with("GET /services") {
+                    (200, SERVICES.to_owned())
                 } else {
                     let sql = serde_json::from_slice::<serde_json::Value>(&body)
                         .ok()
@@ -340,4 +361,93 @@ fn the_studio_on_a_restate_url_never_shows_its_password() {
             }
         }
     }
+}
+
+#[test]
+fn a_restate_url_naming_an_object_the_server_has_not_registered_is_refused_naming_those_it_has() {
+    let fake = FakeAdmin::start(|_| (200, r#"{"rows": []}"#.to_owned()));
+    let base = format!("restate://127.0.0.1:{}", fake.port);
+    for object in ["NoSuchObj", "harnessagent", "Order", "Greeter"] {
+        let store = format!("{base}/{object}");
+        let err = fails(&["sessions", "list", "--store", &store], 1);
+        assert!(err.contains(&store), "{err}");
+        assert!(
+            err.contains(&format!("no virtual object `{object}` is registered")),
+            "{err}"
+        );
+        assert!(
+            err.contains("its virtual objects: `HarnessAgent`, `Orders`"),
+            "{err}"
+        );
+    }
+    // The objects it has: read (no sessions).
+    for store in [
+        base.clone(),
+        format!("{base}/Orders"),
+        format!("{base}/HarnessAgent/"),
+    ] {
+        let list = sessions(&store, &["list"]);
+        assert!(list.contains("no sessions"), "{store}: {list}");
+    }
+}
+
+#[test]
+fn a_restate_url_with_no_host_or_a_bad_port_is_refused_saying_so_and_no_port_is_9070() {
+    for (store, says) in [
+        ("restate://", "has no host"),
+        ("restate+https://", "has no host"),
+        ("restate:///HarnessAgent", "has no host"),
+        ("restate://ops:hunter2@", "has no host"),
+        ("restate://:9070", "has no host"),
+        ("restate://127.0.0.1:abc", "the port `abc` is not a number"),
+        (
+            "restate://127.0.0.1:99999",
+            "the port `99999` is not a number",
+        ),
+        ("restate://127.0.0.1:", "no port follows"),
+        ("restate://[::1", "no closing `]`"),
+        ("restate://127.0.0.1:9070?x=1", "no query or fragment"),
+    ] {
+        let err = fails(&["sessions", "list", "--store", store], 1);
+        assert!(err.contains("not a Restate URL"), "{store}: {err}");
+        assert!(err.contains(says), "{store}: {err}");
+        assert!(!err.contains("hunter2"), "{store}: {err}");
+    }
+    // No port: the admin API's default, 9070 (nothing listens there here).
+    for (store, asked) in [
+        ("restate://127.0.0.1", "http://127.0.0.1:9070"),
+        ("restate://127.0.0.1/Orders", "http://127.0.0.1:9070"),
+        ("restate+https://127.0.0.1", "https://127.0.0.1:9070"),
+    ] {
+        let err = fails(&["sessions", "list", "--store", store], 1);
+        assert!(
+            err.contains(&format!("no Restate admin API answers at {asked}")),
+            "{store}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_at_in_a_restate_urls_path_never_sends_the_requests_to_another_host() {
+    let named = FakeAdmin::start(|_| (200, r#"{"rows": []}"#.to_owned()));
+    let other = FakeAdmin::start(|_| (200, r#"{"rows": []}"#.to_owned()));
+    for store in [
+        format!(
+            "restate://127.0.0.1:{}/Orders@127.0.0.1:{}",
+            named.port, other.port
+        ),
+        format!(
+            "restate://127.0.0.1:{}/x@127.0.0.1:{}/Orders",
+            named.port, other.port
+        ),
+        format!(
+            "restate://ops:pw@127.0.0.1:{}/Orders@127.0.0.1:{}",
+            named.port, other.port
+        ),
+    ] {
+        let err = fails(&["sessions", "list", "--store", &store], 1);
+        assert!(err.contains("%40"), "{store}: {err}");
+    }
+    assert!(named.authorizations.lock().unwrap().is_empty());
+    assert!(other.authorizations.lock().unwrap().is_empty());
 }

@@ -160,7 +160,7 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
 
     // 2. Input that is not an update of the state: a typed error, nothing
     //    run.
-    for bad in [json!({"runs": "many"}), json!({"nope": 1}), json!([1, 2])] {
+    for bad in [json!({"runs": "many"}), json!({"nope": 1})] {
         match agent
             .run(&SessionId::from(format!("bad-{run}")), &bad)
             .await
@@ -168,6 +168,33 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
             Err(RestateError::Status { status, body, .. }) => {
                 assert_eq!(status, 400, "{body}");
                 assert!(body.contains("Job"), "{body}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    // `null` is `{}`, the empty update, to `run` and to `submit` alike:
+    // a run with no change.
+    let unchanged = SessionId::from(format!("null-{run}"));
+    let ran = agent.run(&unchanged, &json!(null)).await.unwrap();
+    let Reply::Completed { state, .. } = &ran else {
+        panic!("{ran:?}")
+    };
+    assert_eq!(state["runs"], 1, "{ran:?}");
+    let submitted = agent.submit(&unchanged, &json!(null), None).await.unwrap();
+    let ran = agent.outcome(&submitted).await.unwrap();
+    let Reply::Completed { state, .. } = &ran else {
+        panic!("{ran:?}")
+    };
+    assert_eq!(state["runs"], 2, "{ran:?}");
+    // What is no JSON object is no update at all: refused before it is
+    // sent, saying what an update is.
+    for bad in [json!([1, 2]), json!("x"), json!(3)] {
+        match agent
+            .run(&SessionId::from(format!("bad-{run}")), &bad)
+            .await
+        {
+            Err(e @ RestateError::Input { .. }) => {
+                assert!(e.to_string().contains("a JSON object"), "{e}");
             }
             other => panic!("{bad}: {other:?}"),
         }

@@ -245,3 +245,55 @@ async fn what_the_server_refuses_is_a_typed_error_naming_what() {
         Err(RestateError::Transport { .. })
     ));
 }
+
+#[tokio::test]
+async fn an_invocation_id_the_server_does_not_know_is_none_and_a_malformed_one_is_refused() {
+    let admin = Admin::new(var("HARNESS_RESTATE_ADMIN")).unwrap();
+    let ingress = Ingress::new(var("HARNESS_RESTATE_INGRESS"), Duration::from_secs(10)).unwrap();
+    // Well-formed (`inv_1`, 33 base62 digits), and no invocation's.
+    for unknown in [
+        "inv_1000000000000000000000000000000000",
+        "inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7x",
+    ] {
+        assert_eq!(admin.invocation(unknown).await.unwrap(), None, "{unknown}");
+        for e in [
+            ingress.attach(unknown).await.unwrap_err(),
+            admin.cancel(unknown).await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, RestateError::Status { status: 404, .. }),
+                "{unknown}: {e:?}"
+            );
+        }
+    }
+    // What the server answered 500 or 400 to: refused here, nothing sent.
+    for malformed in [
+        "inv_nope",
+        "inv_1234",
+        "inv_doesnotexist123",
+        "inv_1zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+        "inv_20jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7n",
+        "inv_10jbAz9k9FrW2zeIOlzyPEh5SbPGq9ky7",
+    ] {
+        for e in [
+            admin.invocation(malformed).await.unwrap_err(),
+            admin.cancel(malformed).await.unwrap_err(),
+            ingress.attach(malformed).await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, RestateError::Input { .. }),
+                "{malformed}: {e:?}"
+            );
+            assert!(e.to_string().contains("is not an invocation id"), "{e}");
+        }
+    }
+    // The ids the server writes pass the check.
+    let rows = admin
+        .query("SELECT id FROM sys_invocation LIMIT 20")
+        .await
+        .unwrap();
+    for row in rows {
+        let id = row["id"].as_str().unwrap();
+        assert!(admin.invocation(id).await.is_ok(), "{id}");
+    }
+}
