@@ -570,10 +570,16 @@ impl Refused {
             | SessionError::Unfinished { .. } => 409,
             _ => 500,
         };
-        Self {
-            code,
-            message: e.to_string(),
-        }
+        let message = match e {
+            // Said the way a Restate client answers it.
+            SessionError::PendingInterrupt(p) => format!(
+                "session {} waits for an answer to interrupt {}: answer it with the object's \
+                 `resume` handler (AgentClient::resume) before a new run",
+                p.session, p.interrupt
+            ),
+            _ => e.to_string(),
+        };
+        Self { code, message }
     }
 }
 

@@ -302,6 +302,14 @@ async fn a_harness_agent_on_restate_runs_each_effect_once_and_waits_for_a_human(
         Err(RestateError::Status { status, .. }) => assert_eq!(status, 404),
         other => panic!("{other:?}"),
     }
+    // A new run on the waiting session: refused, saying how to answer.
+    match agent.run(&session, &json!({})).await {
+        Err(RestateError::Status { status, body, .. }) => {
+            assert_eq!(status, 409, "{body}");
+            assert!(body.contains("AgentClient::resume"), "{body}");
+        }
+        other => panic!("{other:?}"),
+    }
     let done = agent
         .resume(&session, &interrupt.id, json!(true))
         .await
