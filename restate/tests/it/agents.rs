@@ -546,19 +546,30 @@ async fn a_session_whose_history_outgrows_what_one_invocation_may_read_still_run
     assert!(kept > 3_000_000, "{kept} bytes of notes kept");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fan_out_runs_its_effects_side_by_side_and_killed_mid_way_each_once() {
-    let _serial = SHARED_SERVER.lock().await;
-    let rig = Rig::shared();
-    // `work` makes one effect, then three `part` branches make two each, by
-    // rounds: the parts' first effects side by side in one `ctx.run`, then
-    // their second ones. Each part effect takes 300 ms. The service hangs
-    // in part 1 after its first effect, and is killed.
+/// A fan-out on a service of its own, hung after its first round: `work`
+/// makes one effect, then three `part` branches make two each, by rounds
+/// (the parts' first effects side by side in one `ctx.run`, then their
+/// second ones), each part effect taking `pause_ms`; the service hangs in
+/// part 1 after its first effect. Waits for the first round's three
+/// effects (after the step's own), up to 60 s, and a moment more (the
+/// second round waits for part 1's second effect, which never comes).
+/// The settings for the service's next start, the hung service, the
+/// invocation and the session's effect log.
+async fn hung_after_a_round(
+    rig: &Rig,
+    name: &str,
+    pause_ms: u64,
+) -> (
+    [(&'static str, String); 2],
+    Service,
+    String,
+    std::path::PathBuf,
+) {
     let env = [
         ("PROBE_EFFECTS", "1".to_owned()),
-        ("PROBE_PAUSE_MS", "300".to_owned()),
+        ("PROBE_PAUSE_MS", pause_ms.to_string()),
     ];
-    let killed = rig.hanging(
+    let hung = rig.hanging(
         0,
         &[
             env[0].clone(),
@@ -567,21 +578,30 @@ async fn a_fan_out_runs_its_effects_side_by_side_and_killed_mid_way_each_once() 
         ],
     );
     rig.register().await;
-    let (session, file) = rig.session("fanned");
+    let (session, file) = rig.session(name);
     let invocation = rig
         .agent
         .submit(&session, &json!({"parts": [0, 1, 2]}), None)
         .await
         .unwrap();
     rig.hung().await;
-    // The first round's three effects (after the step's own), up to 60 s;
-    // then the second round waits for part 1's second effect, which never
-    // comes: a moment more shows nothing else is written.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while lines(&file).len() < 4 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(2 * pause_ms + 100)).await;
+    (env, hung, invocation, file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_runs_its_effects_side_by_side_and_killed_mid_way_each_once() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    // `work` makes one effect, then three `part` branches make two each, by
+    // rounds: the parts' first effects side by side in one `ctx.run`, then
+    // their second ones. Each part effect takes 300 ms. The service hangs
+    // in part 1 after its first effect, and is killed.
+    let (env, killed, invocation, file) = hung_after_a_round(&rig, "fanned", 300).await;
     let first_pid = killed.pid();
     drop(killed);
     let sorted = |mut v: Vec<String>| {
@@ -881,32 +901,7 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
 async fn a_replay_that_asks_for_another_effect_inside_a_round_is_a_divergence() {
     let _serial = SHARED_SERVER.lock().await;
     let rig = Rig::shared();
-    let env = [
-        ("PROBE_EFFECTS", "1".to_owned()),
-        ("PROBE_PAUSE_MS", "100".to_owned()),
-    ];
-    let killed = rig.hanging(
-        0,
-        &[
-            env[0].clone(),
-            env[1].clone(),
-            ("PROBE_HANG_PART", "1".into()),
-        ],
-    );
-    rig.register().await;
-    let (session, file) = rig.session("round-diverged");
-    let invocation = rig
-        .agent
-        .submit(&session, &json!({"parts": [0, 1, 2]}), None)
-        .await
-        .unwrap();
-    rig.hung().await;
-    // The step's own effect and the first round's three, journaled.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while lines(&file).len() < 4 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (env, killed, invocation, file) = hung_after_a_round(&rig, "round-diverged", 100).await;
     drop(killed);
     let before = lines(&file);
     assert_eq!(before.len(), 4, "{before:?}");
