@@ -74,12 +74,33 @@ pub(crate) struct Args {
     command: InspectCommand,
 }
 
+/// The URL schemes of the stores this tool opens.
+const KNOWN_SCHEMES: &[&str] = &[
+    "postgres",
+    "postgresql",
+    "redis",
+    "rediss",
+    "restate",
+    "restate+https",
+];
+
 /// Why `harness sessions` (or opening the store of `harness studio`)
 /// failed; every message names the store, and the session when there is one.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SessionsError {
+    /// A URL of a kind no store has.
+    #[error(
+        "store {store}: `{scheme}://` is no store this tool opens (postgres://, postgresql://, \
+         redis://, rediss://, restate://, restate+https://, or a directory)"
+    )]
+    UnknownScheme {
+        /// The store as given (a URL without its password).
+        store: Shown,
+        /// Its scheme, in lower case.
+        scheme: String,
+    },
     /// The path is neither kind of store.
-    #[error("{}: not a session store: {why}", path.display())]
+    #[error("{}: not a session store: {why}", Shown::new(&path.display().to_string()))]
     NotAStore {
         /// The path given.
         path: PathBuf,
@@ -166,7 +187,17 @@ impl fmt::Display for Shown {
 /// than a password shown.
 fn without_password(store: &str) -> String {
     let Some((scheme, rest)) = store.split_once("://") else {
-        return store.to_owned();
+        // Not a URL: a path, or a libpq `key=value` string, whose
+        // `password=…` words are left out.
+        return store
+            .split(' ')
+            .filter(|word| {
+                !word
+                    .split_once('=')
+                    .is_some_and(|(key, _)| key.to_ascii_lowercase().contains("password"))
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let at = if rest[authority_end..].contains('@') {
@@ -266,13 +297,16 @@ pub(crate) fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // What is printed has the secrets this process knows replaced (those
+    // of its environment, as the studio does): a state kept before a
+    // secret was registered by the application may hold it.
     match runtime.block_on(inspect(&store, args)) {
         Ok(text) => {
-            out!("{text}");
+            out!("{}", harness::secrets::redact(&text));
             ExitCode::SUCCESS
         }
         Err(e) => {
-            errln!("error: {e}");
+            errln!("error: {}", harness::secrets::redact(&e.to_string()));
             ExitCode::FAILURE
         }
     }
@@ -280,13 +314,27 @@ pub(crate) fn run(args: Args) -> ExitCode {
 
 async fn inspect(store: &str, args: Args) -> Result<String, SessionsError> {
     let opened = open(store, args.schema.as_deref(), args.prefix.as_deref()).await?;
-    args.command
+    let text = args
+        .command
         .run(&*opened)
         .await
         .map_err(|source| SessionsError::Command {
             store: Shown::new(store),
             source,
-        })
+        })?;
+    // Redis keeps no mark of a store: a prefix with a typo reads as a
+    // store with no sessions, so the prefix read is said.
+    let redis = ["redis://", "rediss://"]
+        .iter()
+        .any(|s| store.to_ascii_lowercase().starts_with(s));
+    if redis && text == "no sessions\n" {
+        let prefix = args.prefix.as_deref().unwrap_or("harness");
+        return Ok(format!(
+            "no sessions under the Redis key prefix `{prefix}` (--prefix names another; the \
+             default is `harness`)\n"
+        ));
+    }
+    Ok(text)
 }
 
 /// Opens `store` for reading (`harness sessions` and `harness studio`):
@@ -296,6 +344,23 @@ pub(crate) async fn open(
     schema: Option<&str>,
     prefix: Option<&str>,
 ) -> Result<Box<dyn SessionStore>, SessionsError> {
+    // A URL's scheme is read in any case (`Postgres://`); one this tool
+    // does not know is refused as such, not looked for as a directory.
+    let lowered;
+    let store = match store.split_once("://") {
+        Some((scheme, rest)) => {
+            let scheme = scheme.to_ascii_lowercase();
+            if !KNOWN_SCHEMES.contains(&scheme.as_str()) {
+                return Err(SessionsError::UnknownScheme {
+                    store: Shown::new(store),
+                    scheme,
+                });
+            }
+            lowered = format!("{scheme}://{rest}");
+            lowered.as_str()
+        }
+        None => store,
+    };
     let is_postgres = store.starts_with("postgres://") || store.starts_with("postgresql://");
     let is_redis = store.starts_with("redis://") || store.starts_with("rediss://");
     let misplaced = |option, applies_to| SessionsError::Option {

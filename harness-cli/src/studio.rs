@@ -21,8 +21,9 @@ use crate::sessions::{SessionsError, Shown};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The store: a sled database directory, a log-store directory, a
-    /// file-store directory, or a `postgres://…` or `redis://…` URL (when
-    /// built with the `postgres` or `redis` feature). A sled database is
+    /// file-store directory, or a `postgres://…`, `redis://…` or
+    /// `restate://HOST[:ADMIN_PORT][/OBJECT]` URL (when built with the
+    /// `postgres`, `redis` or `restate` feature). A sled database is
     /// read from a private copy made when the studio starts, a log store
     /// from its log as it was when the studio started; neither changes a
     /// byte of the store, and a damaged one is refused, naming the file and

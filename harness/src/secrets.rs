@@ -171,8 +171,10 @@ impl SecretSet {
         }
     }
 
-    /// Redacts every string in `value` in place (object keys stay as they
-    /// are: they are names, not data); whether anything was replaced.
+    /// Redacts every string in `value` in place, object keys included (a
+    /// map keyed by a token holds it as much as a value would; two keys
+    /// that become the same keep their values apart as `[redacted]` and
+    /// `[redacted]#2`); whether anything was replaced.
     pub fn redact_json(&self, value: &mut Value) -> bool {
         if self.matcher.is_none() {
             return false;
@@ -185,7 +187,26 @@ impl SecretSet {
             match value {
                 Value::String(text) => changed |= self.redact_string(text),
                 Value::Array(items) => stack.extend(items.iter_mut()),
-                Value::Object(fields) => stack.extend(fields.values_mut()),
+                Value::Object(fields) => {
+                    let matcher = self.matcher.as_ref();
+                    if fields
+                        .keys()
+                        .any(|k| matcher.is_some_and(|m| m.is_match(k)))
+                    {
+                        changed = true;
+                        for (mut key, field) in std::mem::take(fields) {
+                            self.redact_string(&mut key);
+                            let mut unique = key.clone();
+                            let mut n = 2;
+                            while fields.contains_key(&unique) {
+                                unique = format!("{key}#{n}");
+                                n += 1;
+                            }
+                            fields.insert(unique, field);
+                        }
+                    }
+                    stack.extend(fields.values_mut());
+                }
                 Value::Null | Value::Bool(_) | Value::Number(_) => {}
             }
         }
@@ -368,7 +389,7 @@ pub fn redact_string(text: &mut String) -> bool {
     active().is_some_and(|set| set.redact_string(text))
 }
 
-/// Redacts every string in `value` (not object keys) in place with the
+/// Redacts every string in `value`, object keys included, in place with the
 /// process's secrets; whether anything was replaced.
 pub fn redact_json(value: &mut Value) -> bool {
     active().is_some_and(|set| set.redact_json(value))

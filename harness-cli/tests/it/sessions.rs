@@ -328,6 +328,41 @@ fn a_path_that_is_no_store_is_refused_by_name() {
     assert!(!missing.exists(), "the inspector created {missing:?}");
 }
 
+/// A store given in a form this tool does not read is refused saying so,
+/// and its password is never shown: a URL of an unknown scheme (or of a
+/// known one written in capitals, which is read), a libpq `key=value`
+/// string taken for a path.
+#[test]
+fn a_store_in_a_form_not_read_is_refused_without_its_password() {
+    for (store, says) in [
+        ("Postgres://ada:pw-sk-4821@127.0.0.1:1/x", "cannot open it"),
+        (
+            "POSTGRESQL://ada:pw-sk-4821@127.0.0.1:1/x",
+            "cannot open it",
+        ),
+        (
+            "redis+unix://:pw-sk-4821@/tmp/redis.sock",
+            "`redis+unix://` is no store",
+        ),
+        (
+            "postgress://ada:pw-sk-4821@host/x",
+            "`postgress://` is no store",
+        ),
+        (
+            "mysql://root:pw-sk-4821@localhost/db",
+            "`mysql://` is no store",
+        ),
+        (
+            "host=localhost password=pw-sk-4821 dbname=x",
+            "not a session store",
+        ),
+    ] {
+        let stderr = fails(&["sessions", "list", "--store", store], 1);
+        assert!(stderr.contains(says), "{store}: {stderr}");
+        assert!(!stderr.contains("pw-sk-4821"), "{store}: {stderr}");
+    }
+}
+
 #[test]
 fn an_unknown_session_is_an_error_naming_the_store_and_the_session() {
     let dir = workdir("sessions-unknown").join("store");
@@ -614,6 +649,13 @@ fn lists_shows_and_histories_the_sessions_of_a_redis_store() {
     let show = sessions(&url, &["show", &s.completed, "--prefix", &prefix]);
     assert_eq!(field(&show, "phase"), "completed with `done`");
     assert_eq!(updates(&show).len(), 2, "{show}");
+    // A prefix with a typo finds nothing, and says which prefix it read.
+    let typo = format!("{prefix}x");
+    let none = sessions(&url, &["list", "--prefix", &typo]);
+    assert!(
+        none.starts_with("no sessions") && none.contains(&format!("`{typo}`")),
+        "{none}"
+    );
     // The keys stay under their unique prefix: the test Redis keeps
     // nothing on disk (`scripts/services`).
 }

@@ -17,7 +17,7 @@
 //! ```text
 //! my-agent sessions list
 //! my-agent sessions show SESSION          # phase, next step, the question asked, the state
-//! my-agent sessions history SESSION       # the checkpoints: the state after each step
+//! my-agent sessions history SESSION       # the checkpoints: index, time and step of each
 //! my-agent sessions resume SESSION ANSWER
 //! my-agent sessions stop SESSION          # the run going, at its next step boundary
 //! ```
@@ -66,8 +66,9 @@ pub enum InspectCommand {
         /// The session's id.
         session: String,
     },
-    /// List a session's checkpoints: the state after each step, with the
-    /// step and when it was written.
+    /// List a session's checkpoints, one per step: its index (what a fork
+    /// takes), when it was written and the step that wrote it (`show`
+    /// prints the state).
     History {
         /// The session's id.
         session: String,

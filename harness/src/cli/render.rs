@@ -31,6 +31,25 @@ pub(super) fn phase_of(phase: &SessionPhase) -> String {
     }
 }
 
+/// `text` as one line a terminal shows as it is: its control characters
+/// (a new line, an escape sequence from a session id or an error message)
+/// written as escapes (`\n`, `\u{1b}`).
+fn line(text: impl std::fmt::Display) -> String {
+    let text = text.to_string();
+    if !text.chars().any(char::is_control) {
+        return text;
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// One line per session, oldest first.
 pub(super) fn list(out: &mut String, mut heads: Vec<StoredRun>) {
     if heads.is_empty() {
@@ -41,26 +60,26 @@ pub(super) fn list(out: &mut String, mut heads: Vec<StoredRun>) {
         let _ = writeln!(
             out,
             "{}  agent {}  {} steps  {}",
-            h.session_id,
-            h.agent_id,
+            line(&h.session_id),
+            line(&h.agent_id),
             h.steps,
-            phase(&h)
+            line(phase(&h))
         );
     }
 }
 
 /// The head: who, where, what it asks.
 pub(super) fn head(out: &mut String, head: &StoredRun) {
-    let _ = writeln!(out, "session:   {}", head.session_id);
-    let _ = writeln!(out, "agent:     {}", head.agent_id);
-    let _ = writeln!(out, "phase:     {}", phase(head));
+    let _ = writeln!(out, "session:   {}", line(&head.session_id));
+    let _ = writeln!(out, "agent:     {}", line(&head.agent_id));
+    let _ = writeln!(out, "phase:     {}", line(phase(head)));
     if let SessionPhase::Interrupted { interrupt } = &head.phase {
         let _ = writeln!(out, "asks:      {}", interrupt.payload);
     }
     let _ = writeln!(
         out,
         "next step: {}",
-        head.next_step.as_deref().unwrap_or("(none)")
+        line(head.next_step.as_deref().unwrap_or("(none)"))
     );
     let _ = writeln!(out, "steps:     {}", head.steps);
     let _ = writeln!(out, "updated:   {}", utc(head.updated_at));
@@ -68,10 +87,21 @@ pub(super) fn head(out: &mut String, head: &StoredRun) {
 
 /// The checkpoints, one per line.
 pub(super) fn history(out: &mut String, session: &SessionId, history: &[CheckpointInfo]) {
-    let _ = writeln!(out, "session {session}: {} checkpoints", history.len());
+    let _ = writeln!(
+        out,
+        "session {}: {} checkpoints",
+        line(session),
+        history.len()
+    );
     let _ = writeln!(out, "{:>6}  {:<24}  step", "after", "written (UTC)");
     for cp in history {
-        let _ = writeln!(out, "{:>6}  {:<24}  {}", cp.index, utc(cp.time), cp.step);
+        let _ = writeln!(
+            out,
+            "{:>6}  {:<24}  {}",
+            cp.index,
+            utc(cp.time),
+            line(&cp.step)
+        );
     }
 }
 
@@ -116,6 +146,15 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_written_as_escapes() {
+        assert_eq!(super::line("plain id"), "plain id");
+        assert_eq!(super::line("a\nb"), "a\\nb");
+        assert_eq!(super::line("\u{1b}[2Jgone"), "\\u{1b}[2Jgone");
+        assert_eq!(super::line("tab\there\r"), "tab\\there\\r");
+        assert_eq!(super::line("é ünïcode"), "é ünïcode");
+    }
 
     #[test]
     fn times_are_utc_dates() {

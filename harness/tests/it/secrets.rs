@@ -141,7 +141,7 @@ fn unicode_around_and_inside_a_secret_stays_whole() {
 }
 
 #[test]
-fn json_strings_are_redacted_and_keys_and_numbers_stay() {
+fn json_strings_and_keys_are_redacted_and_numbers_stay() {
     let set = set(&["sk-json-0123456789"]);
     let mut value = serde_json::json!({
         "sk-json-0123456789": "sk-json-0123456789",
@@ -152,9 +152,21 @@ fn json_strings_are_redacted_and_keys_and_numbers_stay() {
     assert_eq!(
         value,
         serde_json::json!({
-            "sk-json-0123456789": "[redacted]",
+            "[redacted]": "[redacted]",
             "nested": [1, true, null, {"deep": ["k=[redacted];", 12345678]}],
             "plain": "nothing here",
+        })
+    );
+    // Keys that become the same keep their values apart; a key alone is
+    // enough to count as a change.
+    let mut keyed = serde_json::json!({
+        "tokens": {"sk-json-0123456789": 1, "[redacted]": 2, "a sk-json-0123456789": 3},
+    });
+    assert!(set.redact_json(&mut keyed));
+    assert_eq!(
+        keyed,
+        serde_json::json!({
+            "tokens": {"[redacted]": 2, "[redacted]#2": 1, "a [redacted]": 3},
         })
     );
     // Nested deeper than a recursion of a debug build's test thread could
