@@ -9,8 +9,9 @@
 //! cargo run -p harness-examples --example long_running
 //!     # offline (scripted model), in a new temporary directory
 //! cargo run -p harness-examples --example long_running -- --dir /tmp/wc --sessions 1
-//! cargo run -p harness-examples --example long_running -- --sessions 1 --turns 6
+//! cargo run -p harness-examples --example long_running -- --sessions 1 --turns 6 --seconds 120
 //!     # each session's working agent stops after 6 model turns (default 30)
+//!     # or 120 s of work, whichever comes first
 //! cargo run -p harness-examples --example long_running -- --dir /tmp/wc
 //!     # a second process goes on with the same project where the first stopped
 //! HARNESS_PROVIDER=anthropic cargo run -p harness-examples --example long_running
@@ -33,7 +34,7 @@ standard input, `sh wc.sh -l` the number of lines and `sh wc.sh -c` the number o
 type Error = Box<dyn std::error::Error>;
 
 fn usage() -> ! {
-    eprintln!("usage: long_running [--dir DIR] [--sessions N] [--turns N]");
+    eprintln!("usage: long_running [--dir DIR] [--sessions N] [--turns N] [--seconds N]");
     std::process::exit(2)
 }
 
@@ -46,7 +47,7 @@ async fn main() {
 }
 
 async fn run() -> Result<(), Error> {
-    let (mut dir, mut sessions, mut turns) = (None, 10u32, None);
+    let (mut dir, mut sessions, mut turns, mut seconds) = (None, 10u32, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
@@ -54,6 +55,7 @@ async fn run() -> Result<(), Error> {
             "--dir" => dir = Some(PathBuf::from(value())),
             "--sessions" => sessions = value().parse().unwrap_or_else(|_| usage()),
             "--turns" => turns = Some(value().parse::<u32>().unwrap_or_else(|_| usage())),
+            "--seconds" => seconds = Some(value().parse::<u64>().unwrap_or_else(|_| usage())),
             _ => usage(),
         }
     }
@@ -84,8 +86,15 @@ async fn run() -> Result<(), Error> {
     // HARNESS_PROVIDER=openai|anthropic|gemini runs the same project on a real model.
     let model = harness_examples::providers_select::model_from_env(script(done))?;
     let mut builder = ProjectAgent::builder("wc", &repo, store, model);
-    if let Some(turns) = turns {
-        builder = builder.limits(Limits::none().turns(turns));
+    if turns.is_some() || seconds.is_some() {
+        let mut limits = Limits::none();
+        if let Some(turns) = turns {
+            limits = limits.turns(turns);
+        }
+        if let Some(seconds) = seconds {
+            limits = limits.time(std::time::Duration::from_secs(seconds));
+        }
+        builder = builder.limits(limits);
     }
     let project = builder.build()?;
 

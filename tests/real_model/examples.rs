@@ -291,9 +291,10 @@ fn long_running_plans_the_project_and_runs_a_session_or_names_why_not() {
         "harness-examples",
         "long_running",
         dir.path(),
-        // At most 4 model turns in the session: a small model that never
-        // finishes is stopped, and the test stays short (with 8, one run
-        // here took 47 s and the next 893 s).
+        // At most 4 model turns and 90 s of work in the session: a small
+        // model that never finishes is stopped, and the test stays short
+        // (with 8 turns, one run here took 47 s and the next 893 s; with 4,
+        // one answer of 4 096 tokens took 268 s).
         &[
             "--dir",
             project.to_str().unwrap(),
@@ -301,6 +302,8 @@ fn long_running_plans_the_project_and_runs_a_session_or_names_why_not() {
             "1",
             "--turns",
             "4",
+            "--seconds",
+            "90",
         ],
         "",
     );
