@@ -149,11 +149,11 @@ mod tests {
 
     #[test]
     fn control_characters_are_written_as_escapes() {
-        assert_eq!(super::line("plain id"), "plain id");
-        assert_eq!(super::line("a\nb"), "a\\nb");
-        assert_eq!(super::line("\u{1b}[2Jgone"), "\\u{1b}[2Jgone");
-        assert_eq!(super::line("tab\there\r"), "tab\\there\\r");
-        assert_eq!(super::line("é ünïcode"), "é ünïcode");
+        assert_eq!(line("plain id"), "plain id");
+        assert_eq!(line("a\nb"), "a\\nb");
+        assert_eq!(line("\u{1b}[2Jgone"), "\\u{1b}[2Jgone");
+        assert_eq!(line("tab\there\r"), "tab\\there\\r");
+        assert_eq!(line("é ünïcode"), "é ünïcode");
     }
 
     #[test]
