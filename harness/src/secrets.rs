@@ -65,7 +65,7 @@
 //! assert!(set.register("hunter2hunter2"));
 //! let mut json = serde_json::json!({"hunter2hunter2": ["pw=hunter2hunter2"]});
 //! assert!(set.redact_json(&mut json));
-//! assert_eq!(json, serde_json::json!({"hunter2hunter2": ["pw=[redacted]"]}));
+//! assert_eq!(json, serde_json::json!({"[redacted]": ["pw=[redacted]"]}));
 //! ```
 
 use std::borrow::Cow;
