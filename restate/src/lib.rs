@@ -714,12 +714,7 @@ impl Admin {
         )
         .await?;
         let answer = json(&text, &url)?;
-        let services = answer["services"]
-            .as_array()
-            .ok_or_else(|| RestateError::Answer {
-                url: url.clone(),
-                message: format!("no `services` list in {}", excerpt(&answer.to_string())),
-            })?;
+        let services = services_of(&answer, &url)?;
         Ok(services
             .iter()
             .filter_map(|s| s["name"].as_str().map(str::to_owned))
@@ -740,12 +735,7 @@ impl Admin {
         )
         .await?;
         let answer = json(&text, &url)?;
-        let services = answer["services"]
-            .as_array()
-            .ok_or_else(|| RestateError::Answer {
-                url: url.clone(),
-                message: format!("no `services` list in {}", excerpt(&text)),
-            })?;
+        let services = services_of(&answer, &url)?;
         let mut names: Vec<String> = services
             .iter()
             .filter(|s| s["ty"].as_str() == Some("VirtualObject"))
@@ -907,6 +897,16 @@ impl Invocation {
             .as_deref()
             .filter(|f| f.contains("570") || f.to_ascii_lowercase().contains("mismatch"))
     }
+}
+
+/// The `services` list of an admin API answer from `url`.
+fn services_of<'a>(answer: &'a Value, url: &str) -> Result<&'a Vec<Value>, RestateError> {
+    answer["services"]
+        .as_array()
+        .ok_or_else(|| RestateError::Answer {
+            url: url.to_owned(),
+            message: format!("no `services` list in {}", excerpt(&answer.to_string())),
+        })
 }
 
 /// A Restate server's ingress (`http://host:8080` by default): calls
