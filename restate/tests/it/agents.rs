@@ -530,18 +530,11 @@ async fn a_session_whose_history_outgrows_what_one_invocation_may_read_still_run
         assert_eq!(state["note"], note(i), "run {i}");
     }
     // Every note is still kept: the history is past the limit.
-    let rows = rig
-        .admin
-        .query(&format!(
-            "SELECT key, length(value) AS len FROM state \
-             WHERE service_name = 'HarnessAgent' AND service_key = '{session}'"
-        ))
+    let kept: usize = state_of(&rig.admin, session.as_str())
         .await
-        .unwrap();
-    let kept: u64 = rows
         .iter()
-        .filter(|r| r["key"].as_str().unwrap().starts_with("val/"))
-        .map(|r| r["len"].as_u64().unwrap())
+        .filter(|(key, _)| key.starts_with("val/"))
+        .map(|(_, value)| value.len())
         .sum();
     assert!(kept > 3_000_000, "{kept} bytes of notes kept");
 }
