@@ -230,16 +230,24 @@ async fn embeddings_come_one_per_text_in_order_from_the_same_server() {
     assert!(forward.usage.input_tokens > 0, "{:?}", forward.usage);
     // Each vector belongs to its text, whatever the order asked in: nearer
     // to the same text's vector from the other request than to the other
-    // text's. (Not equal to the last digit: llama.cpp's batched arithmetic
-    // moves a vector a little with what it is batched with.)
+    // text's. Only the order is asserted, not closeness to a figure:
+    // llama.cpp's batched arithmetic moves a vector with what it is batched
+    // with. Idle, the same text comes back at cosine 1.0000 and the two
+    // texts sit at 0.39; once, under the suite's load, the same text came
+    // back at 0.83 (CI of 2026-11-28).
     let cos = |a: &[f32], b: &[f32]| {
         let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
         let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
         dot / (norm(a) * norm(b))
     };
     let (f, b) = (&forward.vectors, &backward.vectors);
-    assert!(cos(&f[0], &b[1]) > 0.99, "{}", cos(&f[0], &b[1]));
-    assert!(cos(&f[1], &b[0]) > 0.99, "{}", cos(&f[1], &b[0]));
-    assert!(cos(&f[0], &b[1]) > cos(&f[0], &b[0]));
-    assert!(cos(&f[1], &b[0]) > cos(&f[1], &b[1]));
+    let seen = format!(
+        "same text: {:.4} {:.4}; other text: {:.4} {:.4}",
+        cos(&f[0], &b[1]),
+        cos(&f[1], &b[0]),
+        cos(&f[0], &b[0]),
+        cos(&f[1], &b[1])
+    );
+    assert!(cos(&f[0], &b[1]) > cos(&f[0], &b[0]), "{seen}");
+    assert!(cos(&f[1], &b[0]) > cos(&f[1], &b[1]), "{seen}");
 }
