@@ -644,7 +644,10 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
     /// A branch that fails (after its step's retries) does not fail the
     /// run: `f` turns its failure into an update, merged at the join in
     /// the branch's place. Without this, the first failing branch fails
-    /// the run and the other branches are cancelled.
+    /// the run and the other branches are cancelled. A branch cut short
+    /// by the run's deadline is collected too, marked as such
+    /// ([`BranchFailure::deadline`]); the store's and the lease's errors
+    /// are the run's, never collected.
     #[must_use]
     pub fn collect_errors<F>(mut self, f: F) -> Self
     where

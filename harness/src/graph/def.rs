@@ -140,6 +140,16 @@ pub struct BranchFailure {
     pub error: String,
     /// The input of the branch, for a fan-out's branch.
     pub input: Option<Value>,
+    /// Whether the branch was cut short by the deadline of the loop the
+    /// fork is in (the run's [deadline](crate::HarnessBuilder::deadline),
+    /// or a sub-agent's own) rather than failing on its own: its error is a
+    /// [`RunError::Deadline`](crate::RunError::Deadline), in the branch or
+    /// in a sub-agent it ran, and that deadline has fallen. A step's
+    /// timeout, or a sub-agent's own deadline falling before the loop's,
+    /// is the branch's failure (`false`). A run past its deadline ends at
+    /// the next step it starts after the join; a recovered run, whose
+    /// deadline starts again, can run such a branch's work again.
+    pub deadline: bool,
 }
 
 /// Which branches a fork starts, as declared.

@@ -1337,6 +1337,16 @@ fn collectable(e: &RunError) -> bool {
     }
 }
 
+/// Whether `e` is a [`RunError::Deadline`], in the branch or in a
+/// sub-agent (or a nested fork's branch) it ran.
+fn is_deadline(e: &RunError) -> bool {
+    match e {
+        RunError::Deadline { .. } => true,
+        RunError::Branch { source, .. } | RunError::SubAgent { source, .. } => is_deadline(source),
+        _ => false,
+    }
+}
+
 /// Runs the branches of `task`'s fork that have not reached the join, at
 /// most the fork's limit at once, and merges them at the join when all
 /// have: `None`, and the task goes on at the join. A branch that pauses or
@@ -1353,7 +1363,7 @@ async fn run_region<S: HarnessState, C: Context>(
     let harness = env.harness;
     let fork = &harness.forks[region.fork];
     let mut paused: Vec<(usize, TaskEnd)> = Vec::new();
-    let mut failed: Vec<(usize, RunError)> = Vec::new();
+    let mut failed: Vec<(usize, RunError, bool)> = Vec::new();
     let outcome: Result<(), RunError> = async {
         // A journal that replays effects by their order needs the branches'
         // effects in an order a replay repeats: the branches run side by
@@ -1389,7 +1399,15 @@ async fn run_region<S: HarnessState, C: Context>(
             match result {
                 Ok(TaskEnd::Joined) => {}
                 Ok(end) => paused.push((i, end)),
-                Err(e) if fork.collect.is_some() && collectable(&e) => failed.push((i, e)),
+                Err(e) if fork.collect.is_some() && collectable(&e) => {
+                    // Judged when the branch fails: a branch that failed
+                    // before the deadline fell failed on its own.
+                    let cut = is_deadline(&e)
+                        && env
+                            .deadline
+                            .is_some_and(|d| tokio::time::Instant::now() >= d.at);
+                    failed.push((i, e, cut));
+                }
                 // Dropping `running` cancels the other branches.
                 Err(e) => {
                     return Err(RunError::Branch {
@@ -1408,8 +1426,8 @@ async fn run_region<S: HarnessState, C: Context>(
     }
     // Failed branches, collected as values: each reaches the join with the
     // update its error makes (after the updates of its completed steps).
-    failed.sort_by_key(|(i, _)| *i);
-    for (i, error) in failed {
+    failed.sort_by_key(|(i, _, _)| *i);
+    for (i, error, cut) in failed {
         let Some(collect) = &fork.collect else {
             break;
         };
@@ -1419,6 +1437,7 @@ async fn run_region<S: HarnessState, C: Context>(
             step: harness.steps[b.at].name.to_string(),
             error: error.to_string(),
             input: b.input.clone(),
+            deadline: cut,
         });
         if let Some(cursor) = env.cursor {
             let stored = stored_json(&update).map_err(|e| {

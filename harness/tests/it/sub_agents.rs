@@ -5,11 +5,12 @@
 
 use futures::StreamExt;
 use harness::{
-    Cx, Harness, HarnessState, RunError, RunEvent, StepError, SubAgent, TaskPath, create_agent,
+    BranchFailure, Cx, Harness, HarnessState, RunError, RunEvent, StepError, SubAgent, TaskPath,
+    create_agent,
 };
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
@@ -404,4 +405,66 @@ async fn a_sub_agent_keeps_its_own_deadline() {
         "{:?}",
         began.elapsed()
     );
+}
+
+/// A fork that collects its branches' errors is told which of them the
+/// run's deadline cut short, and which failed on their own: a step's
+/// timeout, a sub-agent's own deadline falling first.
+#[tokio::test(start_paused = true)]
+async fn a_collected_branch_says_whether_the_runs_deadline_cut_it_short() {
+    let own = sleeping_child(Some(Duration::from_secs(7)));
+    let none = sleeping_child(None);
+    let into = |_: &Report| Research::default();
+    let out = |_: &Report, _| ReportUpdate::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let hang = async |_: Arc<Report>| -> harness::StepResult<ReportUpdate> {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(ReportUpdate::new())
+    };
+    let h = Harness::<Report>::builder()
+        .step("plan")
+        .run(async |_: Arc<Report>| Ok(ReportUpdate::new()))
+        .fork(["own", "cut", "timed", "hangs"])
+        .collect_errors(move |f: BranchFailure| {
+            s.lock().unwrap().push((f.path.to_string(), f.deadline));
+            ReportUpdate::new().log(vec![f.path.to_string()])
+        })
+        .join("join")
+        .step("own")
+        .sub_agent(SubAgent::new(&own, into, out))
+        .writes(["log"])
+        .next("join")
+        .step("cut")
+        .sub_agent(SubAgent::new(&none, into, out))
+        .writes(["log"])
+        .next("join")
+        .step("timed")
+        .run(hang)
+        .timeout(Duration::from_secs(5))
+        .writes(["log"])
+        .next("join")
+        .step("hangs")
+        .run(hang)
+        .writes(["log"])
+        .next("join")
+        .step("join")
+        .run(async |_: Arc<Report>| Ok(ReportUpdate::new()))
+        .end()
+        .start("plan")
+        .deadline(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let began = tokio::time::Instant::now();
+    let ended = create_agent("r", &h).run(Report::default()).await;
+    assert!(began.elapsed() < Duration::from_secs(61), "{ended:?}");
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    let expected = [
+        ("cut", true),
+        ("hangs", true),
+        ("own", false),
+        ("timed", false),
+    ];
+    assert_eq!(seen, expected.map(|(p, d)| (p.to_owned(), d)), "{ended:?}");
 }

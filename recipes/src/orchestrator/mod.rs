@@ -107,46 +107,28 @@ pub struct TaskFailure {
     pub plan: u32,
     /// The wave it ran in.
     pub wave: u32,
+    /// Whether the run's deadline cut the task short, rather than the
+    /// task failing on its own (a step's timeout, a worker's own deadline,
+    /// an error): the fork says so
+    /// ([`BranchFailure::deadline`](harness::BranchFailure::deadline)).
+    /// Absent from a failure stored before this field was added, and then
+    /// `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
 }
 
 impl TaskFailure {
     /// Whether the task was cut short by the run's
-    /// [deadline](harness::HarnessBuilder::deadline) rather than failing
-    /// (its error is a [`RunError::Deadline`](harness::RunError::Deadline),
-    /// possibly inside the sub-agent's or the branch's error). Such a
-    /// failure is kept in [`OrchestratorState::failures`] but leads to no
-    /// replan: the deadline ends the orchestrator's run (see the guide's
-    /// chapter, [`crate::guide::orchestrator`]).
-    ///
-    /// ```
-    /// use harness_recipes::orchestrator::TaskFailure;
-    ///
-    /// let failure = |error: &str| TaskFailure {
-    ///     task: "h".into(), agent: "work".into(), error: error.into(), plan: 1, wave: 1,
-    /// };
-    /// assert!(failure(
-    ///     "sub-agent `task#0/task` failed: the run passed its deadline of 2s in step `w`; raise it with .deadline(..), or remove it with .without_deadline()"
-    /// ).passed_deadline());
-    /// assert!(!failure("step `w` failed after 1 attempt(s): broke").passed_deadline());
-    /// ```
+    /// [deadline](harness::HarnessBuilder::deadline) rather than failing:
+    /// [`cut_short`](Self::cut_short), as the fork reported it
+    /// ([`BranchFailure::deadline`](harness::BranchFailure::deadline)).
+    /// Such a failure is kept in [`OrchestratorState::failures`] but leads
+    /// to no replan: the deadline ends the orchestrator's run (see the
+    /// guide's chapter, [`crate::guide::orchestrator`]).
     pub fn passed_deadline(&self) -> bool {
-        let mut error = self.error.as_str();
-        // The sub-agent's and the branch's errors wrap their loop's.
-        while let Some(rest) = error
-            .strip_prefix("sub-agent `")
-            .or_else(|| error.strip_prefix("branch `"))
-        {
-            match rest.split_once("` failed: ") {
-                Some((_, inner)) => error = inner,
-                None => return false,
-            }
-        }
-        error.starts_with(DEADLINE_ERROR)
+        self.cut_short
     }
 }
-
-/// How [`RunError::Deadline`](harness::RunError::Deadline) begins.
-const DEADLINE_ERROR: &str = "the run passed its deadline of ";
 
 impl fmt::Display for TaskFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -411,6 +393,7 @@ fn record<CS: HarnessState>(
             error,
             plan: t.plan,
             wave: t.wave,
+            cut_short: false,
         }]),
     }
 }
@@ -761,6 +744,7 @@ fn branch_failed(f: BranchFailure) -> OrchestratorStateUpdate {
         error: f.error,
         plan,
         wave,
+        cut_short: f.deadline,
     }])
 }
 
