@@ -390,10 +390,20 @@ async fn a_failed_task_is_replanned_with_the_failure_and_what_is_done_and_done_t
 /// A worker whose task `h` waits for an hour while `hang` is set; the
 /// others are quick. Counts runs in `seen`. With `timeout`, its step has
 /// that timeout.
+/// What bounds a worker's task, besides the orchestrator's deadline.
+#[derive(Clone, Copy)]
+enum Bound {
+    Nothing,
+    /// A timeout on the worker's step.
+    StepTimeout(Duration),
+    /// The worker's own deadline.
+    OwnDeadline(Duration),
+}
+
 fn hanging_worker(
     seen: &Arc<Seen>,
     hang: &Arc<AtomicBool>,
-    timeout: Option<Duration>,
+    bound: Bound,
 ) -> harness_recipes::orchestrator::Worker<Job, ()> {
     let (seen, hang) = (Arc::clone(seen), Arc::clone(hang));
     let step = Harness::<Job>::builder()
@@ -408,11 +418,13 @@ fn hanging_worker(
                 Ok(JobUpdate::new().output(format!("{} made", j.id)))
             }
         });
-    let step = match timeout {
-        Some(limit) => step.timeout(limit),
-        None => step,
-    };
-    let job = step.end().start("work").build().unwrap();
+    let job = match bound {
+        Bound::Nothing => step.end().start("work"),
+        Bound::StepTimeout(limit) => step.timeout(limit).end().start("work"),
+        Bound::OwnDeadline(limit) => step.end().start("work").deadline(limit),
+    }
+    .build()
+    .unwrap();
     worker(
         &job,
         |t: &TaskInput| Job {
@@ -442,7 +454,11 @@ async fn the_deadline_ends_the_run_without_a_replan_and_keeps_what_is_done() {
         .reply(says("the answer"))]));
     let limit = Duration::from_millis(700);
     let h = Orchestrator::new()
-        .role("work", "does work", hanging_worker(&seen, &hang, None))
+        .role(
+            "work",
+            "does work",
+            hanging_worker(&seen, &hang, Bound::Nothing),
+        )
         .builder()
         .store(SledStore::open(dir.path().join("store")).unwrap())
         .deadline(limit)
@@ -513,6 +529,22 @@ async fn the_deadline_ends_the_run_without_a_replan_and_keeps_what_is_done() {
 /// task fails (it is not cut short by the deadline) and is replanned.
 #[tokio::test]
 async fn a_timeout_on_a_workers_step_bounds_its_task_and_leads_to_a_replan() {
+    let error = a_bounded_task_is_replanned(Bound::StepTimeout(Duration::from_millis(200))).await;
+    assert!(error.contains("timed out"), "{error}");
+}
+
+/// So does a worker's own deadline: the worker's loop passed it, not the
+/// orchestrator's run.
+#[tokio::test]
+async fn a_workers_own_deadline_bounds_its_task_and_leads_to_a_replan() {
+    let error = a_bounded_task_is_replanned(Bound::OwnDeadline(Duration::from_millis(200))).await;
+    assert!(error.contains("deadline of 200ms"), "{error}");
+}
+
+/// Runs a plan whose one task hangs past `bound`: the task fails, is not
+/// taken as cut short by the run's deadline, and the planner's second
+/// plan runs. The task's error.
+async fn a_bounded_task_is_replanned(bound: Bound) -> String {
     let seen = Arc::new(Seen::default());
     let hang = Arc::new(AtomicBool::new(true));
     let planner = ScriptedModel::new([
@@ -522,11 +554,7 @@ async fn a_timeout_on_a_workers_step_bounds_its_task_and_leads_to_a_replan() {
             .reply(says(plan(&[("q", "work", &[])]))),
     ]);
     let h = Orchestrator::new()
-        .role(
-            "work",
-            "does work",
-            hanging_worker(&seen, &hang, Some(Duration::from_millis(200))),
-        )
+        .role("work", "does work", hanging_worker(&seen, &hang, bound))
         .harness()
         .unwrap();
     let agent = create_agent_with("o", &h, deps(planner, synthesizer()));
@@ -535,17 +563,17 @@ async fn a_timeout_on_a_workers_step_bounds_its_task_and_leads_to_a_replan() {
         agent.run(OrchestratorState::new("g")),
     )
     .await
-    .expect("the step's timeout ends the task")
+    .expect("the bound ends the task")
     .unwrap();
     assert_eq!(out.signal, signals::DONE);
     let [failure] = &out.state.failures[..] else {
         panic!("{:?}", out.state.failures)
     };
     assert_eq!(failure.task, "h");
-    assert!(failure.error.contains("timed out"), "{failure:?}");
-    assert!(!failure.passed_deadline());
+    assert!(!failure.passed_deadline(), "{failure:?}");
     assert_eq!(out.state.replans.len(), 1);
     assert_eq!(seen.runs("q"), 1);
+    failure.error.clone()
 }
 
 #[tokio::test]
