@@ -109,6 +109,7 @@ impl EventRecord {
             RunEvent::Interrupted(interrupt) => {
                 record.payload = Some(interrupt.payload.clone());
             }
+            RunEvent::AnswerAccepted { step, .. } => record.step = Some(step.to_string()),
             RunEvent::Finished { signal, .. } => {
                 record.signal = Some(signal.as_str().to_owned());
             }

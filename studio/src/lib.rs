@@ -383,7 +383,9 @@ impl Studio {
 
     /// How long answering an interrupt (`POST /api/sessions/{id}/answer`)
     /// waits to learn whether the run kept the answer (default 10 s): until
-    /// the step that asked has finished with it, or the run settles. A run
+    /// the step that asked has read it and kept it
+    /// ([`RunEvent::AnswerAccepted`](harness::RunEvent::AnswerAccepted)),
+    /// or the run settles. A run
     /// that refuses the answer within that time makes the request fail
     /// (HTTP 422); past it, the request is answered 202 with `"kept":
     /// false`, and a refusal that comes later shows with the session

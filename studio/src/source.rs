@@ -218,13 +218,16 @@ impl<S: HarnessState, C: Context> Source for Typed<S, C> {
             // Subscribed before the run is driven: no event is missed.
             let events = run.events();
             let (path, step) = (interrupt.path.clone(), interrupt.step.clone());
+            let id = interrupt.id.clone();
             let kept: BoxFuture<'static, ()> = Box::pin(async move {
                 let mut events = events;
                 while let Some(event) = events.next().await {
-                    // The step that asked finished its visit: it read the
-                    // answer (a refused answer ends the visit with no
-                    // update, and no such event).
+                    // The step that asked read the answer and kept it, or
+                    // finished its visit (the answer to a breakpoint,
+                    // which no step reads): a refused answer ends the
+                    // visit with neither.
                     let finished = match &event {
+                        RunEvent::AnswerAccepted { interrupt, .. } => *interrupt == id,
                         RunEvent::StepFinished {
                             path: p, step: s, ..
                         } => *p == path && **s == *step,

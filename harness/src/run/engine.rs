@@ -1749,7 +1749,8 @@ async fn run_step<S: HarnessState, C: Context>(
                 Some(Arc::clone(&env.emitter)),
             )
             .observed(env.hooks.clone())
-            .journaled(env.effects.clone()),
+            .journaled(env.effects.clone())
+            .answering(task.answering.as_ref().map(|a| a.id.clone())),
         );
         let cx = Cx {
             ctx: Arc::clone(env.ctx),
@@ -1800,6 +1801,10 @@ async fn run_step<S: HarnessState, C: Context>(
         };
         let visit = shared.finish();
         task.journal = visit.journal;
+        if visit.accepted {
+            // Told once: a retry of the step reads the answer untold.
+            task.answering = None;
+        }
         if let Some(rejected) = visit.rejected {
             // The unreadable answer is dropped, never replayed, and the run
             // waits on the interrupt it answered. Without that interrupt (a

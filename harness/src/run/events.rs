@@ -79,6 +79,20 @@ pub enum RunEvent<S: HarnessState> {
         /// What is wrong with the answer, and the type the step expects.
         reason: String,
     },
+    /// A step read the answer a resume gave to its interrupt, and kept it:
+    /// it has the shape the step reads it as, and passed the step's check
+    /// ([`Cx::interrupt_with`](crate::Cx::interrupt_with)). Sent once a
+    /// run, as soon as the step's `interrupt` call returns the answer,
+    /// which may be well before the step finishes. Not sent for the answer
+    /// to a breakpoint, which no step reads.
+    AnswerAccepted {
+        /// The task whose step asked (the interrupt's `path`).
+        path: TaskPath,
+        /// The step that asked.
+        step: Arc<str>,
+        /// The interrupt answered.
+        interrupt: InterruptId,
+    },
     /// A step forked: its branches start.
     Forked {
         /// The task that forked.
@@ -154,7 +168,8 @@ impl<S: HarnessState> RunEvent<S> {
     /// The event's kind, to filter a stream by (in place of LangGraph's
     /// "stream modes"): `started`, `step_started`, `step_finished`,
     /// `step_failed`, `forked`, `joined`, `child`, `token`, `custom`,
-    /// `interrupted`, `answer_rejected`, `finished`, `failed`.
+    /// `interrupted`, `answer_accepted`, `answer_rejected`, `finished`,
+    /// `failed`.
     ///
     /// ```
     /// # use harness::{HarnessState, RunEvent, RunEvents};
@@ -176,6 +191,7 @@ impl<S: HarnessState> RunEvent<S> {
             RunEvent::Custom { .. } => "custom",
             RunEvent::Interrupted(_) => "interrupted",
             RunEvent::AnswerRejected { .. } => "answer_rejected",
+            RunEvent::AnswerAccepted { .. } => "answer_accepted",
             RunEvent::Finished { .. } => "finished",
             RunEvent::Failed { .. } => "failed",
         }
@@ -193,7 +209,8 @@ impl<S: HarnessState> RunEvent<S> {
             | RunEvent::Child { path, .. }
             | RunEvent::Token { path, .. }
             | RunEvent::Custom { path, .. }
-            | RunEvent::AnswerRejected { path, .. } => path.clone(),
+            | RunEvent::AnswerRejected { path, .. }
+            | RunEvent::AnswerAccepted { path, .. } => path.clone(),
             RunEvent::Interrupted(i) => i.path.clone(),
             RunEvent::Started { .. } | RunEvent::Finished { .. } | RunEvent::Failed { .. } => {
                 TaskPath::root()
@@ -330,6 +347,11 @@ fn forward<S: HarnessState>(run: &dyn Emitter, event: &RunEvent<S>) {
             detail,
         } => run.child(path, step, kind, detail.clone()),
         RunEvent::Token { path, step, text } => run.token(path, step, text),
+        RunEvent::AnswerAccepted {
+            path,
+            step,
+            interrupt,
+        } => run.accepted(path, step, interrupt),
         // The run that holds the sub-agent reports these itself.
         RunEvent::Started { .. }
         | RunEvent::Interrupted(_)
@@ -364,6 +386,14 @@ impl<S: HarnessState> Emitter for EventHub<S> {
 
     fn active(&self) -> bool {
         EventHub::active(self)
+    }
+
+    fn accepted(&self, path: &TaskPath, step: &Arc<str>, interrupt: &InterruptId) {
+        self.send(RunEvent::AnswerAccepted {
+            path: path.clone(),
+            step: Arc::clone(step),
+            interrupt: interrupt.clone(),
+        });
     }
 
     fn emit(&self, path: &TaskPath, step: &Arc<str>, kind: &str, payload: Value) {

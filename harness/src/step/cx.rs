@@ -56,6 +56,9 @@ pub(crate) trait Emitter: Send + Sync {
     fn wants_tokens(&self) -> bool;
     /// Sends text a model is streaming.
     fn token(&self, path: &TaskPath, step: &Arc<str>, text: &str);
+    /// Tells that step `step` at `path` read and kept the answer to
+    /// `interrupt`.
+    fn accepted(&self, path: &TaskPath, step: &Arc<str>, interrupt: &InterruptId);
 }
 
 /// The run's observers, for the model and tool calls a step makes through
@@ -95,6 +98,11 @@ pub(crate) struct CxShared {
     next_interrupt: AtomicUsize,
     pending: Mutex<Option<Interrupt>>,
     rejected: Mutex<Option<RejectedAnswer>>,
+    /// The interrupt whose answer is the journal's newest, until the step
+    /// has read and kept it (then told, once).
+    answering: Mutex<Option<InterruptId>>,
+    /// Whether the step read and kept that answer.
+    accepted: std::sync::atomic::AtomicBool,
 }
 
 /// An answer to an interrupt that does not have the shape the step asked
@@ -115,6 +123,9 @@ pub(crate) struct Visit {
     pub(crate) pending: Option<Interrupt>,
     /// An answer the step could not read, if any.
     pub(crate) rejected: Option<RejectedAnswer>,
+    /// Whether the step read and kept the answer it was resumed with
+    /// ([`CxShared::answering`]).
+    pub(crate) accepted: bool,
 }
 
 /// Locks a mutex whose data stays consistent even if a holder panicked:
@@ -152,7 +163,17 @@ impl CxShared {
             next_interrupt: AtomicUsize::new(0),
             pending: Mutex::new(None),
             rejected: Mutex::new(None),
+            answering: Mutex::new(None),
+            accepted: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The step runs again with the answer to `interrupt` as its journal's
+    /// newest: its reading the answer, and keeping it, is told
+    /// ([`RunEvent::AnswerAccepted`](crate::RunEvent::AnswerAccepted)).
+    pub(crate) fn answering(self, interrupt: Option<InterruptId>) -> Self {
+        *lock(&self.answering) = interrupt;
+        self
     }
 
     /// Places the step in task `path`, sending its custom events to
@@ -181,6 +202,21 @@ impl CxShared {
         self
     }
 
+    /// The step read and kept answer `k`: if that is the answer the run was
+    /// resumed with (the journal's newest), it is told, once.
+    fn keep_answer(&self, k: usize) {
+        if lock(&self.journal).responses.len() != k + 1 {
+            return;
+        }
+        let Some(interrupt) = lock(&self.answering).take() else {
+            return;
+        };
+        self.accepted.store(true, Ordering::SeqCst);
+        if let Some(emitter) = &self.emitter {
+            emitter.accepted(&self.path, &self.step, &interrupt);
+        }
+    }
+
     /// Whether the step has asked to pause (an interrupt, or an answer it
     /// refused), whatever it returns.
     pub(crate) fn pausing(&self) -> bool {
@@ -190,10 +226,13 @@ impl CxShared {
     /// What the visit left: the journal, the interrupt the step asked for,
     /// an answer it could not read.
     pub(crate) fn finish(&self) -> Visit {
+        let rejected = lock(&self.rejected).take();
         Visit {
             journal: std::mem::take(&mut *lock(&self.journal)),
             pending: lock(&self.pending).take(),
-            rejected: lock(&self.rejected).take(),
+            // Told, and not refused later in the visit.
+            accepted: rejected.is_none() && self.accepted.load(Ordering::SeqCst),
+            rejected,
         }
     }
 }
@@ -320,7 +359,10 @@ impl<C> Cx<C> {
         if let Some(response) = answered {
             let reason = match serde_json::from_value::<R>(response) {
                 Ok(answer) => match check(answer) {
-                    Ok(checked) => return Ok(checked),
+                    Ok(checked) => {
+                        self.shared.keep_answer(k);
+                        return Ok(checked);
+                    }
                     Err(reason) => format!(
                         "interrupt #{} of step `{}` refused the answer: {reason}",
                         k + 1,

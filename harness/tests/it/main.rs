@@ -1,5 +1,6 @@
 //! The core crate's integration tests, one binary: each module is one area.
 
+mod answers;
 mod calls;
 mod deadline;
 mod derive_ui;

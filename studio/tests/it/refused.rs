@@ -210,6 +210,47 @@ async fn a_refusal_that_comes_after_the_request_is_answered_shows_with_the_sessi
     s.shutdown().await.unwrap();
 }
 
+/// A step that reads its answer and then works on (here, until the test
+/// lets it go): the request learns the answer was kept as soon as the step
+/// read it, not when the step finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_kept_as_soon_as_the_step_reads_it() {
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let go = Arc::new(tokio::sync::Notify::new());
+    let g = Arc::clone(&go);
+    let harness = Harness::<Order>::builder()
+        .step("approve")
+        .run(move |cx: Cx<()>| {
+            let go = Arc::clone(&g);
+            async move {
+                let ok: bool = cx.interrupt("approve?")?;
+                go.notified().await;
+                Ok(OrderUpdate::new().log(vec![format!("approved={ok}")]))
+            }
+        })
+        .end()
+        .start("approve")
+        .store(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let agent = create_agent("orders", &harness);
+    let (session, interrupt) = waiting_on(&agent, "approve").await;
+    // The default wait, 10 s: the step does not finish within it.
+    let s = serve(Studio::for_agent(&agent, &harness, Arc::clone(&store)).unwrap()).await;
+    let r = answer(&s, &session, &interrupt, json!(true)).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(r.json()["kept"], true, "{}", r.body);
+    let d = detail(&s, &session).await;
+    assert_eq!(d["summary"]["steps"], 0, "the step still works: {d}");
+    go.notify_one();
+    eventually("the run to end", || {
+        let (s, session) = (&s, &session);
+        async move { (detail(s, session).await["summary"]["phase"] == "done").then_some(()) }
+    })
+    .await;
+    s.shutdown().await.unwrap();
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, HarnessState)]
 pub struct Inner {
     #[field(reduce = append)]
