@@ -196,6 +196,17 @@ pub enum StoreError {
         /// What is wrong, and what to do.
         what: String,
     },
+    /// The path holds data another program wrote in the store's format (a
+    /// sled database without harness's trees): most likely a wrong path.
+    /// The store was not opened, and nothing of the store's was written
+    /// there.
+    #[error("{} is not a harness session store: {found}", path.display())]
+    NotAStore {
+        /// The path given.
+        path: std::path::PathBuf,
+        /// What the path holds, and what to do.
+        found: String,
+    },
 }
 
 impl StoreError {

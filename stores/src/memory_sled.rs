@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 /// The tree the records live in.
-const TREE: &str = "memory";
+pub(crate) const TREE: &str = "memory";
 
 /// Long-term memory in a [sled](https://docs.rs/sled) database: the
 /// embedded default, for one process.
@@ -87,6 +87,16 @@ fn sled_error(what: &str, e: &sled::Error) -> MemoryError {
 impl SledMemory {
     /// Opens (or creates) a database of its own at `path`. Blocks while
     /// sled recovers its log.
+    ///
+    /// A database of another program (data, but none of harness's trees:
+    /// neither `memory` nor a [`SledStore`](crate::SledStore)'s) is refused
+    /// as [`MemoryError::Backend`], its message naming the path and the
+    /// trees found, and nothing of harness's is written to it (no tree, no
+    /// key, no permission; sled's own open does its housekeeping, as
+    /// [`SledStore::open`](crate::SledStore::open) tells). A database
+    /// holding a session store's trees is harness's: the memory joins it.
+    /// To keep memory in a database of your own that holds other trees,
+    /// open it with sled and use [`SledMemory::in_db`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, MemoryError> {
         let path = path.as_ref();
         crate::read_only::private_dir_builder()
@@ -98,10 +108,37 @@ impl SledMemory {
                     path.display()
                 ))
             })?;
-        let db = sled::Config::new()
-            .path(path)
+        let mut config = sled::Config::new().path(path);
+        // An existing database opens with the segment size it was made
+        // with (sled refuses any other): a session store's is 128 KiB, a
+        // new memory's sled's own 512 KiB.
+        match crate::sled_store::stored_segment_size(path) {
+            Ok(Some(size)) => config = config.segment_size(size),
+            Ok(None) => {}
+            Err(why) => {
+                return Err(MemoryError::backend(format!(
+                    "sled memory: cannot open {}: {why}; nothing was changed",
+                    path.display()
+                )));
+            }
+        }
+        let db = config
             .open()
             .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
+        // Before anything of harness's is written: its tree, the files'
+        // permissions.
+        let found = crate::sled_store::foreign_contents(&db)
+            .map_err(|e| sled_error(&format!("list the trees of {}", path.display()), &e))?;
+        if let Some(found) = found {
+            return Err(MemoryError::backend(format!(
+                "sled memory: {} is another program's sled database, not harness's: \
+                 {found}. Nothing was written to it (no tree, no key, no permission). Give \
+                 the directory of a harness memory or store, or a new or empty one; to keep \
+                 memory in a database of your own, open it with sled and use \
+                 `SledMemory::in_db`",
+                path.display()
+            )));
+        }
         #[cfg(unix)]
         crate::read_only::restrict_sled_files(path).map_err(|e| {
             MemoryError::backend(format!(

@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[non_exhaustive]
 pub enum ReadOnlyError {
     /// Nothing at the path is a store of this kind: the path is missing,
-    /// is a file, or is a directory without the store's files. Nothing is
-    /// created there.
+    /// is a file, is a directory without the store's files, or holds
+    /// another program's data in the store's format (a sled database
+    /// without harness's trees). Nothing is created there.
     NotAStore {
         /// The path given.
         path: PathBuf,

@@ -29,6 +29,24 @@ const SNAPSHOTS: &str = "snapshots";
 /// The feed of created sessions: the position (big-endian `u64`) → the id.
 const CREATED: &str = "created";
 
+/// The trees harness writes in a sled database: the session store's (the
+/// first version wrote `heads` and `checkpoints`, `snapshots` and
+/// `created` came later) and the long-term memory's
+/// ([`SledMemory`](crate::SledMemory)). One of them marks a database as
+/// harness's (see [`foreign_contents`]).
+const HARNESS_TREES: [&str; 5] = [
+    HEADS,
+    CHECKPOINTS,
+    SNAPSHOTS,
+    CREATED,
+    crate::memory_sled::TREE,
+];
+/// The most tree names the refusal of another program's database lists.
+const TREES_SHOWN: usize = 8;
+/// The most keys of sled's default tree the refusal of another program's
+/// database counts.
+const KEYS_COUNTED: usize = 1000;
+
 /// sled's segment size (the unit of its log and of its write buffer) for
 /// new databases: 128 KiB rather than sled's 512 KiB.
 ///
@@ -94,6 +112,22 @@ const MAX_SEGMENT_SIZE: usize = 1 << 24;
 /// [`created_since`](SessionStore::created_since), in the order the
 /// commits were applied (one thread applies them). Sessions created by a
 /// version of this store before it are not in it.
+///
+/// **Another program's database.** [`SledStore::open`] and
+/// [`SledStore::open_read_only`] refuse a sled database that holds data but
+/// none of harness's trees (`heads`, `checkpoints`, `snapshots`, `created`,
+/// or `memory` of a [`SledMemory`](crate::SledMemory)), naming what it
+/// holds: a wrong path would otherwise read as a store without sessions,
+/// and the open would add harness's trees to that program's database. A
+/// database with one of harness's trees is harness's, whatever else it
+/// holds (an application may keep trees of its own in it through
+/// [`SledStore::db`]); a new or empty one (no tree but sled's default, and
+/// that one empty) is used. The layout is recognised by its trees, with no
+/// marker of its own: every version of this store created its trees when
+/// it opened a database, and a marker could not be required of the stores
+/// those versions left. To keep sessions in a database of your own that
+/// holds other trees, open it with [`SledStore::with_config`], which takes
+/// the database as it is.
 ///
 /// A commit is one sled transaction over the trees it writes, so it is all or
 /// nothing, also across a crash; a `durable` commit flushes the database
@@ -255,6 +289,19 @@ impl SledStore {
     /// (measured in a debug build, `writer_open_audit_cost`: 25 ms to open
     /// a store of 1,000 sessions, 2.2 MB, against 16 ms without it; 103 ms
     /// against 63 ms for 5,000 sessions, 10 MB).
+    ///
+    /// A database of another program (data, but none of harness's trees:
+    /// see the type's docs) is refused as [`StoreError::NotAStore`], naming
+    /// the path and the trees found, and harness writes
+    /// nothing to it: no tree, no key, no permission. sled itself has
+    /// opened it by then, to list its trees, and sled's open does its own
+    /// housekeeping: the first open after the database's writer closed it
+    /// zeroes log space sled had already freed, pads the log to the end of
+    /// its segment with zeros and writes sled's page table to a new
+    /// `snap.*` file (measured: no byte turned into anything but zero, and
+    /// a second open changed nothing), as that program's own next open
+    /// would. A log damaged in its middle is refused before sled opens it
+    /// (above), whoever wrote it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
         read_only::private_dir_builder()
@@ -284,6 +331,21 @@ impl SledStore {
             .segment_size(segment_size)
             .open()
             .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
+        // Before anything of harness's is written: its trees, the files'
+        // permissions.
+        let found = foreign_contents(&db)
+            .map_err(|e| sled_error(&format!("list the trees of {}", path.display()), &e))?;
+        if let Some(found) = found {
+            return Err(StoreError::NotAStore {
+                path: path.to_path_buf(),
+                found: format!(
+                    "another program's sled database: {found}. Nothing was written to it (no \
+                     tree, no key, no permission). Give the directory of a harness store, or a \
+                     new or empty one; to keep sessions in a database of your own, open it \
+                     with `SledStore::with_config`"
+                ),
+            });
+        }
         #[cfg(unix)]
         read_only::restrict_sled_files(path).map_err(|e| {
             StoreError::backend(format!(
@@ -326,7 +388,9 @@ impl SledStore {
     /// bytes). A log cut exactly between two records looks like a shorter
     /// log and is not detected.
     ///
-    /// A path that is missing, or a directory without sled's files, is
+    /// A path that is missing, a directory without sled's files, or a
+    /// database of another program (data, but none of harness's trees: see
+    /// the type's docs; `why` names the trees found) is
     /// [`ReadOnlyError::NotAStore`]: nothing is created. Records that fail
     /// their checksum are reported when read, as [`StoreError::Load`].
     /// Blocks while it copies and opens; the copy costs about the time to
@@ -444,6 +508,18 @@ impl SledStore {
             return Err(damaged(&db_path, Some(lost.offset), lost.what));
         }
         drop(db_file);
+        // Before `with_db` opens harness's trees in the copy.
+        let found = foreign_contents(&db).map_err(|e| {
+            sled_error(
+                &format!("list the trees of the copy of {}", path.display()),
+                &e,
+            )
+        })?;
+        if let Some(found) = found {
+            return Err(not_a_store(format!(
+                "another program's sled database: {found}"
+            )));
+        }
         let mut store = Self::with_db(db, Some(copy))?;
         store.copy = Some(Arc::new(ReadCopy {
             original: path.to_path_buf(),
@@ -964,7 +1040,7 @@ fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreError> {
 /// anything, and the size read sizes the buffer the audit of the log
 /// allocates: an edited `conf` (`segment_size: 1099511627776`) would
 /// otherwise abort the process on that allocation.
-fn stored_segment_size(path: &Path) -> Result<Option<usize>, String> {
+pub(crate) fn stored_segment_size(path: &Path) -> Result<Option<usize>, String> {
     let Ok(conf) = std::fs::read(path.join("conf")) else {
         return Ok(None);
     };
@@ -986,6 +1062,65 @@ fn stored_segment_size(path: &Path) -> Result<Option<usize>, String> {
         ));
     }
     Ok(Some(size))
+}
+
+/// What `db` holds, when harness did not write it: `None` for a database
+/// holding one of harness's trees ([`HARNESS_TREES`]), whatever else it
+/// holds, or holding nothing (no tree but sled's default, and that one
+/// empty: a new database); otherwise what it holds, for the message of its
+/// refusal (the trees, the keys of sled's default tree). Reads only.
+pub(crate) fn foreign_contents(db: &sled::Db) -> sled::Result<Option<String>> {
+    let default = db.name();
+    let names = db.tree_names();
+    let mut others: Vec<&IVec> = names.iter().filter(|name| **name != default).collect();
+    others.sort();
+    let harness = |name: &IVec| HARNESS_TREES.iter().any(|t| name.as_ref() == t.as_bytes());
+    if others.iter().any(|name| harness(name)) {
+        return Ok(None);
+    }
+    let mut keys = 0;
+    for key in db.iter().keys().take(KEYS_COUNTED) {
+        key?;
+        keys += 1;
+    }
+    if others.is_empty() && keys == 0 {
+        return Ok(None);
+    }
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let mut held = Vec::new();
+    if !others.is_empty() {
+        let shown: Vec<String> = others
+            .iter()
+            .take(TREES_SHOWN)
+            .map(|name| format!("`{}`", String::from_utf8_lossy(name).escape_debug()))
+            .collect();
+        let more = match others.len().saturating_sub(TREES_SHOWN) {
+            0 => String::new(),
+            more => format!(" and {more} more"),
+        };
+        held.push(format!(
+            "the tree{} {}{more}",
+            plural(others.len()),
+            shown.join(", ")
+        ));
+    }
+    if keys > 0 {
+        let at_least = if keys == KEYS_COUNTED {
+            "at least "
+        } else {
+            ""
+        };
+        held.push(format!(
+            "{at_least}{keys} key{} in sled's default tree",
+            plural(keys)
+        ));
+    }
+    let ours: Vec<String> = HARNESS_TREES.iter().map(|t| format!("`{t}`")).collect();
+    Ok(Some(format!(
+        "it holds {}, but none of harness's trees ({})",
+        held.join(" and "),
+        ours.join(", ")
+    )))
 }
 
 /// The last position of the feed of created sessions (0 when empty).

@@ -328,6 +328,71 @@ fn a_path_that_is_no_store_is_refused_by_name() {
     assert!(!missing.exists(), "the inspector created {missing:?}");
 }
 
+/// A sled database another program wrote (trees and keys of its own, none
+/// of harness's) is refused as no session store, naming what it holds,
+/// never listed as a store without sessions; the inspector and the studio
+/// change no byte of it.
+#[test]
+fn another_programs_sled_database_is_refused_naming_its_trees() {
+    let dir = workdir("sessions-sled-foreign").join("db");
+    let db = harness_stores::sled::Config::new()
+        .path(&dir)
+        .flush_every_ms(None)
+        .open()
+        .unwrap();
+    db.open_tree("users")
+        .unwrap()
+        .insert("ada", "lovelace")
+        .unwrap();
+    db.open_tree("orders").unwrap();
+    db.insert("version", "3").unwrap();
+    db.flush().unwrap();
+    drop(db);
+    // sled's threads let go of the lock a moment after the last handle.
+    let log = std::fs::File::open(dir.join("db")).unwrap();
+    let mut unlocked = false;
+    for _ in 0..600 {
+        if log.try_lock().is_ok() {
+            log.unlock().unwrap();
+            unlocked = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(unlocked, "sled still holds {}", dir.display());
+    let before = tree(&dir);
+    let p = dir.to_str().unwrap();
+    for args in [
+        vec!["sessions", "list", "--store", p],
+        vec!["sessions", "show", "s-1", "--store", p],
+        vec!["studio", "--store", p],
+    ] {
+        let stderr = fails(&args, 1);
+        assert!(
+            stderr.contains(&format!(
+                "{p}: not a session store: another program's sled database: it holds the \
+                 trees `orders`, `users` and 1 key in sled's default tree, but none of \
+                 harness's trees"
+            )),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(tree(&dir), before, "{args:?} changed the database");
+    }
+    // Given to the studio as its long-term memory, beside a store.
+    let store = workdir("sessions-sled-foreign-store");
+    harness_stores::FileStore::open(&store).unwrap();
+    let args = ["studio", "--store", store.to_str().unwrap(), "--memory", p];
+    let stderr = fails(&args, 1);
+    assert!(
+        stderr.contains(&format!(
+            "memory {p}: not a sled database holding long-term memory: another program's sled \
+             database: it holds the trees `orders`, `users`"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(tree(&dir), before, "the studio changed the database");
+}
+
 /// A store given in a form this tool does not read is refused saying so,
 /// and its password is never shown: a URL of an unknown scheme (or of a
 /// known one written in capitals, which is read), a libpq `key=value`

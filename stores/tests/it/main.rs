@@ -39,6 +39,8 @@ mod servers;
 #[cfg(feature = "sled")]
 mod sled_damage;
 #[cfg(feature = "sled")]
+mod sled_foreign;
+#[cfg(feature = "sled")]
 mod sled_store;
 
 use harness::SessionId;
