@@ -11,6 +11,8 @@
 //!   from the state's defaults.
 //! - `resume` (`{"interrupt": id, "answer": …}`) answers the interrupt the
 //!   session waits on ([`Agent::resume`]).
+//! - `stop` ends the run that waits for an answer, as stopped (see
+//!   **Stop** below).
 //! - `session` (shared: it does not wait for a running handler) reads the
 //!   session's head and checkpoint log ([`Snapshot`]).
 //!
@@ -90,6 +92,31 @@
 //! effect run ahead has run; see above), the run ends there, failed with a
 //! message saying it was cancelled, and the session is saved.
 //!
+//! **A run that waits for an answer** has no invocation under way: the
+//! handler that paused it has returned, so there is nothing to cancel
+//! (Restate answers a cancellation of that invocation 409, *already
+//! completed*), and a new run is refused while the session waits (409).
+//! [`AgentClient::stop`] (the object's `stop` handler) ends it. The core's
+//! [`Agent::stop_session`] leaves a session paused for a human as it is
+//! ([`Stopping::NotRunning`]), for in the core a pause is a run's end as
+//! far as stopping goes; here `stop` is the way to end exactly that run,
+//! and it ends it as the core ends a run no process holds (one waiting for
+//! a worker, [`Stopping::Stopped`]), through that same call of the core:
+//! the session completes with `$stopped` (its state as the interrupt left
+//! it, the interrupted step kept as the step to run next, with what its
+//! journal held, as a stopped run keeps them), the interrupt is no longer
+//! pending, and the reply is [`Reply::Completed`] with that signal, as a
+//! run stopped in its own process reports it. No step runs, and no answer
+//! is recorded. The session then takes new runs; a late answer to the old
+//! interrupt is refused (`resume` answers 404, a
+//! [`RestateError::Status`](crate::RestateError::Status) saying the run is
+//! not paused on that interrupt), never applied. A completed or failed
+//! session is left as it is, as the core leaves it: `stop` answers 409
+//! saying how its last run ended (404 for no session). The handler is
+//! exclusive: called while a run of the session is under way, it waits for
+//! that run to settle (as every call on the session does), then stops it if
+//! it paused for an answer; to stop a run under way, cancel its invocation.
+//!
 //! **Divergence**: a replay that asks for an effect other than the one the
 //! journal holds at that point is refused by Restate (a journal mismatch,
 //! retried by its policy); [`Admin::invocation`](crate::Admin::invocation)
@@ -163,10 +190,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use harness::effect::{EffectError, EffectId, EffectJournal, Journaled, PendingEffect};
-use harness::session::{Checkpoint, Commit, SessionError, SessionStore, StoreError, StoredRun};
+use harness::session::{
+    Checkpoint, Commit, SessionError, SessionPhase, SessionStore, StoreError, StoredRun,
+};
 use harness::slots::NoSlots;
 use harness::step::Interrupt;
-use harness::{Agent, Context, HarnessState, InterruptId, RunError, SessionId, secrets};
+use harness::{
+    Agent, Context, HarnessState, InterruptId, RunError, SessionId, Signal, Stopping, secrets,
+};
 use harness_stores::MemoryStore;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -182,7 +213,8 @@ use std::collections::{BTreeMap, HashMap};
 pub mod replayable;
 use replayable::{Before, Clock, Stamped};
 
-/// How a `run` or `resume` settled.
+/// How a `run` or `resume` settled (or a `stop` ended a run: `Completed`
+/// with `$stopped`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -574,7 +606,8 @@ impl Refused {
             // Said the way a Restate client answers it.
             SessionError::PendingInterrupt(p) => format!(
                 "session {} waits for an answer to interrupt {}: answer it with the object's \
-                 `resume` handler (AgentClient::resume) before a new run",
+                 `resume` handler (AgentClient::resume), or end its run with `stop` \
+                 (AgentClient::stop), before a new run",
                 p.session, p.interrupt
             ),
             _ => e.to_string(),
@@ -592,6 +625,7 @@ trait Driver: Send + Sync + 'static {
         session: SessionId,
         answer: Answer,
     ) -> BoxFuture<'static, Result<Reply, Refused>>;
+    fn stop(&self, session: SessionId) -> BoxFuture<'static, Result<Reply, Refused>>;
 }
 
 impl<S, C> Driver for Agent<S, C>
@@ -636,6 +670,87 @@ where
             Ok(settle(run).await)
         })
     }
+
+    /// Ends the run that waits for an answer as the core's stop ends a run
+    /// no process holds: the head, presented to the core as what it is (a
+    /// run held by no process) rather than as paused, is settled by
+    /// [`Agent::stop_session`] (`$stopped`, the interrupted step next, its
+    /// journal kept). Only the attempt's own copy of the head is presented
+    /// so; what is saved is the core's commit.
+    fn stop(&self, session: SessionId) -> BoxFuture<'static, Result<Reply, Refused>> {
+        let agent = self.clone();
+        Box::pin(async move {
+            let head = agent.session(&session).await.map_err(|e| Refused::of(&e))?;
+            if !matches!(head.phase, SessionPhase::Interrupted { .. }) {
+                return Err(Refused {
+                    code: 409,
+                    message: nothing_waits(&session, &head.phase),
+                });
+            }
+            let attempt = attempt().ok_or_else(|| Refused {
+                code: 500,
+                message: format!("the stop of session {session} ran {OUTSIDE}"),
+            })?;
+            let Some((mut waiting, log)) = attempt.store.export(&session) else {
+                return Err(Refused {
+                    code: 500,
+                    message: format!("session {session} was loaded, yet is not in the attempt"),
+                });
+            };
+            waiting.phase = SessionPhase::Running;
+            waiting.lease = None;
+            attempt.store.import(waiting, log);
+            match agent
+                .stop_session(&session)
+                .await
+                .map_err(|e| Refused::of(&e))?
+            {
+                Stopping::Stopped => {}
+                other => {
+                    return Err(Refused {
+                        code: 500,
+                        message: format!(
+                            "the stop of session {session}, which waited for an answer, was \
+                             not recorded: the core answered {other:?}"
+                        ),
+                    });
+                }
+            }
+            let state = agent
+                .state_at(&session, None)
+                .await
+                .map_err(|e| Refused::of(&e))?;
+            Ok(Reply::Completed {
+                signal: Signal::STOPPED.to_string(),
+                state: redacted(&state),
+            })
+        })
+    }
+}
+
+/// Why `stop` has nothing to stop in a session in `phase`.
+fn nothing_waits(session: &SessionId, phase: &SessionPhase) -> String {
+    let how = match phase {
+        SessionPhase::Completed { signal } => format!("its last run completed with `{signal}`"),
+        SessionPhase::Failed { error } => format!("its last run failed: {error}"),
+        SessionPhase::Running => "its run is under way (cancel its invocation to stop it: \
+                                  Admin::cancel)"
+            .to_owned(),
+        SessionPhase::Interrupted { interrupt } => {
+            format!("it waits for an answer to interrupt {}", interrupt.id)
+        }
+    };
+    format!(
+        "session {session} has no run waiting for an answer to stop: {how}; nothing was changed"
+    )
+}
+
+/// `state` as a reply holds it: the process's secrets replaced, as in
+/// everything the session keeps.
+fn redacted<S: serde::Serialize>(state: &S) -> Value {
+    let mut value = serde_json::to_value(state).unwrap_or(Value::Null);
+    secrets::redact_json(&mut value);
+    value
 }
 
 async fn settle<S: HarnessState, C: Context>(mut run: harness::Run<S, C>) -> Reply {
@@ -647,11 +762,7 @@ async fn settle<S: HarnessState, C: Context>(mut run: harness::Run<S, C>) -> Rep
     }
     // The reply is journaled (and goes to the caller): the process's
     // secrets are replaced in it, as in everything the session keeps.
-    let state = |s: &S| {
-        let mut value = serde_json::to_value(s).unwrap_or(Value::Null);
-        secrets::redact_json(&mut value);
-        value
-    };
+    let state = redacted::<S>;
     let text = |mut text: String| {
         secrets::redact_string(&mut text);
         text
@@ -684,6 +795,7 @@ async fn settle<S: HarnessState, C: Context>(mut run: harness::Run<S, C>) -> Rep
 enum Op {
     Start(Value),
     Resume(Answer),
+    Stop,
 }
 
 /// The journaled end of a handler: what changed in the session, and the
@@ -877,7 +989,7 @@ impl AgentObject {
         let last_seq = loaded.last_seq;
         let input = match &op {
             Op::Start(input) => Some(input),
-            Op::Resume(_) => None,
+            Op::Resume(_) | Op::Stop => None,
         };
         let run_id = replayable::run_id(ctx.key(), &loaded.before, input);
         let (tx, mut requests) = mpsc::unbounded_channel();
@@ -897,6 +1009,7 @@ impl AgentObject {
                 match op {
                     Op::Start(input) => driver.start(id, input).await,
                     Op::Resume(answer) => driver.resume(id, answer).await,
+                    Op::Stop => driver.stop(id).await,
                 }
             },
         )));
@@ -1325,6 +1438,13 @@ impl AgentObject {
         self.invoke(&ctx, Op::Resume(answer.0)).await
     }
 
+    /// The `stop` handler: ends the run that waits for an answer on the
+    /// session, as stopped (see the [module docs](self), **A run that
+    /// waits for an answer**).
+    pub async fn handle_stop(&self, ctx: ObjectContext<'_>) -> Result<Json<Reply>, HandlerError> {
+        self.invoke(&ctx, Op::Stop).await
+    }
+
     /// The shared `session` handler: the session's head and log, if it
     /// exists. It does not wait for a running handler.
     pub async fn handle_session(
@@ -1369,6 +1489,12 @@ mod object {
             self.handle_resume(ctx, answer).await
         }
 
+        /// Ends the run that waits for an answer, as stopped.
+        #[handler]
+        async fn stop(&self, ctx: ObjectContext<'_>) -> Result<Json<Reply>, HandlerError> {
+            self.handle_stop(ctx).await
+        }
+
         /// The session's head and log, if it exists.
         #[handler]
         async fn session(
@@ -1386,7 +1512,7 @@ mod object {
 ///
 /// `agent_object!(pub struct Orders = "Orders");` declares `Orders`, a
 /// newtype over [`AgentObject`] served as the virtual object `Orders` with
-/// the same handlers (`run`, `resume`, shared `session`). Call it with
+/// the same handlers (`run`, `resume`, `stop`, shared `session`). Call it with
 /// [`AgentClient::object`] and read its sessions with
 /// [`RestateSessionReader::object`](crate::RestateSessionReader::object).
 /// The crate that calls the macro depends on `restate-sdk`, as a service
@@ -1447,6 +1573,17 @@ macro_rules! agent_object {
             }
 
             #[handler]
+            async fn stop(
+                &self,
+                ctx: ::restate_sdk::prelude::ObjectContext<'_>,
+            ) -> ::core::result::Result<
+                ::restate_sdk::prelude::Json<$crate::Reply>,
+                ::restate_sdk::prelude::HandlerError,
+            > {
+                self.0.handle_stop(ctx).await
+            }
+
+            #[handler]
             async fn session(
                 &self,
                 ctx: ::restate_sdk::prelude::SharedObjectContext<'_>,
@@ -1461,7 +1598,7 @@ macro_rules! agent_object {
 }
 
 /// Calls a served agent through a Restate ingress: a run, an answer to an
-/// interrupt, a session read back.
+/// interrupt, the stop of a run that waits for one, a session read back.
 #[derive(Clone, Debug)]
 pub struct AgentClient {
     ingress: crate::Ingress,
@@ -1574,6 +1711,12 @@ impl AgentClient {
 
     /// Answers the interrupt `interrupt` of `session` and waits for the run
     /// to settle.
+    ///
+    /// An interrupt the session does not wait on (answered already, or
+    /// whose run was [stopped](Self::stop)) is refused and nothing runs: a
+    /// [`RestateError::Status`](crate::RestateError::Status) 404 saying the
+    /// run is not paused on it (and which interrupt it is paused on, if
+    /// any).
     pub async fn resume(
         &self,
         session: &SessionId,
@@ -1590,6 +1733,34 @@ impl AgentClient {
             .call(&self.object, Some(session.as_str()), "resume", &input)
             .await?;
         reply(answer, "resume")
+    }
+
+    /// Ends the run of `session` that waits for an answer (to an interrupt
+    /// no one will answer), as stopped, and waits for that to be recorded.
+    ///
+    /// The reply is [`Reply::Completed`] with the signal `$stopped` and the
+    /// state as the interrupt left it, as a run stopped in its own process
+    /// ends. The session then takes new runs ([`run`](Self::run)), and an
+    /// answer to the old interrupt is refused ([`resume`](Self::resume):
+    /// 404). No step runs. See the [module docs](self), **A run that waits
+    /// for an answer**.
+    ///
+    /// # Errors
+    ///
+    /// A [`RestateError::Status`](crate::RestateError::Status): 409 if the
+    /// session waits for no answer (its last run completed or failed; the
+    /// message says which, and nothing is changed), 404 if there is no such
+    /// session. Called while a run of the session is under way, the stop
+    /// waits for it to settle (Restate runs a session's calls one after the
+    /// other), then stops it if it paused for an answer, or answers 409 if
+    /// it ended; a run under way is stopped by cancelling its invocation
+    /// ([`Admin::cancel`](crate::Admin::cancel)).
+    pub async fn stop(&self, session: &SessionId) -> Result<Reply, crate::RestateError> {
+        let answer = self
+            .ingress
+            .call(&self.object, Some(session.as_str()), "stop", &Value::Null)
+            .await?;
+        reply(answer, "stop")
     }
 
     /// The session's head and checkpoint log, or `None` if it has none.

@@ -4,7 +4,8 @@
 //!   ([`Durable`], [`AgentObject`]), one session per key, each effect of a
 //!   step journaled with `ctx.run` through the core's effect journal, the
 //!   session in the object's state; and [`AgentClient`], which calls it
-//!   through the ingress (run, resume, read a session).
+//!   through the ingress (run, resume, stop a run that waits for an answer
+//!   no one gives, read a session).
 //! - [`Admin`] and [`Ingress`], clients of a Restate server's admin API
 //!   (health, registering a deployment) and ingress (calling a handler and
 //!   waiting for its answer, sending one and attaching to it later), with
@@ -13,6 +14,12 @@
 //!   not in `Debug`); an answer is read up to [`MAX_ANSWER_BYTES`], and an
 //!   error quotes at most [`QUOTED_BYTES`] of it; a virtual object's key is
 //!   always one path segment of the URL (percent-encoded).
+//! - [`RestateSessionReader`]: the sessions of an agent's virtual object,
+//!   read from the admin API as a `SessionStore` (for the studio and
+//!   `harness sessions`). A name the server has no virtual object for is a
+//!   [`RestateError::NoSuchObject`] naming the object and those the server
+//!   has, never an object without sessions (checked before the first read,
+//!   and kept once found).
 //! - The `restate-probe` binary: a bare Restate virtual object written with
 //!   the official Rust SDK, whose handler makes journaled effects that
 //!   append to a file, so that a test counts how often each effect ran: the
@@ -22,7 +29,10 @@
 //! starts it): an agent's effects run once across a SIGKILL of the service
 //! and across a restart of the Restate server, an interrupt is answered from another
 //! process, a wrongly shaped answer is refused and the session still waits,
-//! two runs on one session go one after the other.
+//! two runs on one session go one after the other, a run that waits for an
+//! answer is stopped (its session then takes a new run, and the late answer
+//! is refused), a reader of an object the server does not have is refused
+//! naming those it has.
 //!
 //! # Features
 //!
@@ -118,6 +128,39 @@ pub enum RestateError {
         /// What is wrong with it.
         message: String,
     },
+    /// The server has registered no virtual object of the name asked for
+    /// (a [`RestateSessionReader`] of an object no deployment serves: a
+    /// typo in its name, say, which would otherwise read as an object
+    /// without sessions). The message names the object asked for and those
+    /// the server has (at most [`QUOTED_BYTES`] of their list).
+    #[error(
+        "Restate at {url}: no virtual object `{}` is registered (its virtual objects: {})",
+        excerpt(object),
+        listed(objects)
+    )]
+    NoSuchObject {
+        /// The admin API asked.
+        url: String,
+        /// The object asked for.
+        object: String,
+        /// The virtual objects the server has, sorted.
+        objects: Vec<String>,
+    },
+}
+
+/// `names` for a message: each quoted, at most [`QUOTED_BYTES`] in all;
+/// `none` when there are none.
+fn listed(names: &[String]) -> String {
+    if names.is_empty() {
+        return "none".to_owned();
+    }
+    excerpt(
+        &names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 /// The most of one answer of the server this client reads: 64 MiB. A
@@ -1073,7 +1116,10 @@ mod tests {
     struct Seen {
         path: String,
         authorization: Option<String>,
+        // Read by the agent client's tests (the `service` feature).
+        #[cfg_attr(not(feature = "service"), allow(dead_code))]
         content_type: Option<String>,
+        #[cfg_attr(not(feature = "service"), allow(dead_code))]
         body: String,
     }
 
@@ -1708,6 +1754,112 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("no `services` list"), "{e}");
+    }
+
+    /// A reader asks for the server's virtual objects before its first
+    /// read, once: an object the server has is not asked about again (by
+    /// the reader or its clones); one it does not have is refused on every
+    /// read, naming it and those the server has, and nothing is queried.
+    #[tokio::test]
+    async fn a_reader_checks_once_that_the_server_has_its_object() {
+        use harness::session::SessionStore;
+        let fake = Fake::start(|path| {
+            if path == "/services" {
+                http(
+                    "200 OK",
+                    r#"{"services": [{"name": "Orders", "ty": "VirtualObject"},
+                        {"name": "Greeter", "ty": "Service"},
+                        {"name": "HarnessAgent", "ty": "VirtualObject"}]}"#,
+                )
+            } else {
+                http("200 OK", r#"{"rows": []}"#)
+            }
+        });
+        let paths = |fake: &Fake| -> Vec<String> {
+            fake.seen
+                .lock()
+                .unwrap()
+                .drain(..)
+                .map(|s| s.path)
+                .collect()
+        };
+        let admin = Admin::new(fake.base.clone()).unwrap();
+        let session = harness::SessionId::from("s1");
+        let reader = RestateSessionReader::new(admin.clone()).object("Orders");
+        assert!(reader.sessions().await.unwrap().is_empty());
+        assert!(reader.load(&session).await.unwrap().is_none());
+        let clone = reader.clone();
+        assert!(clone.checkpoints(&session, 0).await.unwrap().is_empty());
+        assert_eq!(paths(&fake), ["/services", "/query", "/query", "/query"]);
+        // Another object: checked afresh.
+        let other = reader.object("HarnessAgent");
+        assert!(other.snapshot(&session).await.unwrap().is_none());
+        assert_eq!(paths(&fake), ["/services", "/query"]);
+
+        // Not a virtual object the server has: a typo, or a service that
+        // is no virtual object.
+        for missing in ["Ordres", "Greeter"] {
+            let reader = RestateSessionReader::new(admin.clone()).object(missing);
+            for _ in 0..2 {
+                let e = reader.snapshot(&session).await.unwrap_err();
+                let RestateError::NoSuchObject {
+                    url,
+                    object,
+                    objects,
+                } = &e
+                else {
+                    panic!("{e:?}")
+                };
+                assert_eq!(
+                    (url.as_str(), object.as_str()),
+                    (fake.base.as_str(), missing)
+                );
+                assert_eq!(objects, &["HarnessAgent", "Orders"]);
+                let message = e.to_string();
+                assert!(
+                    message.contains(&format!("no virtual object `{missing}` is registered"))
+                        && message.contains("`HarnessAgent`, `Orders`")
+                        && message.contains(&fake.base),
+                    "{message}"
+                );
+                let e = reader.sessions().await.unwrap_err().to_string();
+                assert!(
+                    e.contains(&format!("`{missing}`")) && e.contains("`Orders`"),
+                    "{e}"
+                );
+                let e = reader
+                    .checkpoints(&session, 0)
+                    .await
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains(&format!("`{missing}`")), "{e}");
+            }
+            // Asked each time, and nothing read.
+            assert_eq!(paths(&fake), ["/services"; 6]);
+        }
+    }
+
+    #[test]
+    fn a_missing_objects_message_names_none_or_at_most_what_an_error_quotes() {
+        let none = RestateError::NoSuchObject {
+            url: "http://h:9070".into(),
+            object: "Orders".into(),
+            objects: vec![],
+        };
+        assert_eq!(
+            none.to_string(),
+            "Restate at http://h:9070: no virtual object `Orders` is registered (its virtual \
+             objects: none)"
+        );
+        let many = RestateError::NoSuchObject {
+            url: "http://h:9070".into(),
+            object: "x".repeat(4 * QUOTED_BYTES),
+            objects: (0..1000).map(|i| format!("Object{i}")).collect(),
+        };
+        let message = many.to_string();
+        assert!(message.len() < 3 * QUOTED_BYTES, "{} bytes", message.len());
+        assert!(message.contains("`Object0`, `Object1`"), "{message}");
+        assert!(message.contains("bytes in all"), "{message}");
     }
 
     #[cfg(feature = "service")]

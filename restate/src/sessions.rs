@@ -8,6 +8,8 @@ use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreEr
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{Admin, RestateError};
 
@@ -181,10 +183,31 @@ pub struct Snapshot {
 /// runs. Read-only: a commit is refused, for only the object's handlers
 /// write its sessions. (Through the ingress, the object's shared `session`
 /// handler gives one session too: [`AgentClient::session`](crate::AgentClient::session).)
+///
+/// # The object must be one the server has
+///
+/// The `state` table holds no row for an object the server does not
+/// know, so a name no deployment serves (a typo) would read as an object
+/// without sessions. Before its first read the reader asks the server for
+/// its virtual objects ([`Admin::virtual_objects`]); an object it does not
+/// have is a [`RestateError::NoSuchObject`] naming the object asked for and
+/// those the server has (through [`SessionStore`], a
+/// [`StoreError::Backend`] with that message), and nothing is read.
+///
+/// The check is made once: once the server has been found to have the
+/// object, later reads (of this reader and of its clones) trust it, and
+/// cost no more than the query they make. A check that fails (no such
+/// object, or the server not answering) is not kept: the next read checks
+/// again, so an object registered meanwhile is then found. An object whose
+/// deployment is removed after the check reads as the server then keeps
+/// it. [`check`](Self::check) makes the check at once (`harness sessions`
+/// refuses a `restate://…/OBJECT` URL with it before reading anything).
 #[derive(Clone, Debug)]
 pub struct RestateSessionReader {
     admin: Admin,
     object: String,
+    /// Set once the server was found to have `object` (shared by clones).
+    found: Arc<AtomicBool>,
 }
 
 /// `text` as an SQL string literal.
@@ -204,18 +227,56 @@ impl RestateSessionReader {
         Self {
             admin,
             object: OBJECT.to_owned(),
+            found: Arc::new(AtomicBool::new(false)),
         }
     }
 
     /// The same reader, of the sessions of the virtual object `name` (an
-    /// agent served under a name of its own, `agent_object!`).
+    /// agent served under a name of its own, `agent_object!`). Nothing is
+    /// asked of the server here: its first read checks that the server has
+    /// the object (see [above](Self#the-object-must-be-one-the-server-has)),
+    /// as [`check`](Self::check) does.
     pub fn object(mut self, name: impl Into<String>) -> Self {
         self.object = name.into();
+        self.found = Arc::new(AtomicBool::new(false));
         self
     }
 
+    /// Checks that the server has registered the virtual object this reader
+    /// reads, unless that was found before (by this reader or a clone).
+    ///
+    /// # Errors
+    ///
+    /// [`RestateError::NoSuchObject`] naming the object and the virtual
+    /// objects the server has; or the admin API's error (it did not answer,
+    /// or answered with an error). Neither is kept: the next call asks
+    /// again.
+    pub async fn check(&self) -> Result<(), RestateError> {
+        if self.found.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let objects = self.admin.virtual_objects().await?;
+        if !objects.contains(&self.object) {
+            return Err(RestateError::NoSuchObject {
+                url: self.admin.base().to_owned(),
+                object: self.object.clone(),
+                objects,
+            });
+        }
+        self.found.store(true, Ordering::Release);
+        Ok(())
+    }
+
     /// The session `session` as the object keeps it, if it has one.
+    ///
+    /// # Errors
+    ///
+    /// [`RestateError::NoSuchObject`] if the server has no such object
+    /// ([`check`](Self::check)); the admin API's error; a
+    /// [`RestateError::Answer`] naming the state key that is not part of a
+    /// session.
     pub async fn snapshot(&self, session: &SessionId) -> Result<Option<Snapshot>, RestateError> {
+        self.check().await?;
         let rows = self
             .admin
             .query(&format!(
@@ -295,6 +356,7 @@ impl SessionStore for RestateSessionReader {
     }
 
     async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.check().await.map_err(backend)?;
         let rows = self
             .admin
             .query(&format!(

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use harness::SessionId;
 use harness::session::SessionPhase;
 use harness::session::SessionStore;
+use harness::{SessionId, Signal};
 use harness_restate::{Admin, AgentClient, Ingress, Reply, RestateError, RestateSessionReader};
 use serde_json::json;
 
@@ -1009,6 +1009,155 @@ async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
     );
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(lines(&file).len(), done, "no effect ran after the stop");
+}
+
+/// A run that waits for an answer no one gives has no invocation under
+/// way to cancel: `stop` ends it as stopped, as the core records a stop of
+/// a run no process holds; the session then takes new runs, and a late
+/// answer to the old interrupt is refused, never applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_for_an_answer_is_stopped_and_its_session_runs_again() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    let _service = rig.service(&[]);
+    rig.register().await;
+    let (session, file) = rig.session("unanswered");
+    let (admin, agent) = (&rig.admin, &rig.agent);
+    let invocation = agent
+        .submit(&session, &json!({"approve": true, "tag": "a "}), None)
+        .await
+        .unwrap();
+    let asked = agent.outcome(&invocation).await.unwrap();
+    let Reply::Interrupted { interrupt, .. } = &asked else {
+        panic!("{asked:?}")
+    };
+    // The handler that paused the run has ended: cancelling its invocation
+    // stops nothing, and the session still waits.
+    match admin.cancel(&invocation).await {
+        Err(RestateError::Status { status, body, .. }) => assert_eq!(status, 409, "{body}"),
+        other => panic!("{other:?}"),
+    }
+    let waits = agent.session(&session).await.unwrap().unwrap().head;
+    assert!(
+        matches!(&waits.phase, SessionPhase::Interrupted { interrupt: i } if i.id == interrupt.id),
+        "{:?}",
+        waits.phase
+    );
+
+    // Stopped: the run ends as a run stopped in its own process ends, with
+    // the state the interrupt left; no step ran, no answer is recorded.
+    let stopped = agent.stop(&session).await.unwrap();
+    assert!(
+        matches!(&stopped, Reply::Completed { signal, .. } if signal == "$stopped"),
+        "{stopped:?}"
+    );
+    assert_eq!(log_of(&stopped).len(), 3, "{stopped:?}");
+    let head = agent.session(&session).await.unwrap().unwrap().head;
+    assert_eq!(
+        head.phase,
+        SessionPhase::Completed {
+            signal: Signal::STOPPED
+        }
+    );
+    assert_eq!(
+        head.next_step.as_deref(),
+        Some("ask"),
+        "the step it stopped at"
+    );
+    assert!(head.journal.responses.is_empty(), "{:?}", head.journal);
+    assert_eq!(head.run_id, waits.run_id, "the same run, ended");
+    assert_eq!(head.version, waits.version + 1);
+    let read = RestateSessionReader::new(admin.clone())
+        .load(&session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        read.phase, head.phase,
+        "the admin API's reader sees it stopped"
+    );
+    assert_eq!(lines(&file).len(), 3, "{:?}", lines(&file));
+    // The stop's save is journaled: a replay of its invocation writes the
+    // same bytes (Restate refuses any other) and replies the same.
+    let stops = admin
+        .query(&format!(
+            "SELECT id FROM sys_invocation WHERE target_service_key = {} \
+             AND target_handler_name = 'stop'",
+            literal(session.as_str())
+        ))
+        .await
+        .unwrap();
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    let replayed = replayed_to_its_last_write(&rig, stops[0]["id"].as_str().unwrap()).await;
+    assert_eq!(replayed, stopped);
+    assert_eq!(agent.session(&session).await.unwrap().unwrap().head, head);
+    // Nothing waits any more: another stop changes nothing, saying why; a
+    // session that does not exist has nothing to stop.
+    match agent.stop(&session).await {
+        Err(RestateError::Status { status, body, .. }) => {
+            assert_eq!(status, 409, "{body}");
+            assert!(body.contains("completed with `$stopped`"), "{body}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let (none, _) = rig.session("never-ran");
+    match agent.stop(&none).await {
+        Err(RestateError::Status { status, body, .. }) => assert_eq!(status, 404, "{body}"),
+        other => panic!("{other:?}"),
+    }
+    let unchanged = agent.session(&session).await.unwrap().unwrap().head;
+    assert_eq!(unchanged.version, head.version);
+
+    // A new run on the session: it runs from the state the stopped run
+    // left, and pauses on an interrupt of its own.
+    let again = agent.run(&session, &json!({"tag": "b "})).await.unwrap();
+    let Reply::Interrupted {
+        interrupt: second,
+        state,
+    } = &again
+    else {
+        panic!("{again:?}")
+    };
+    assert_ne!(second.id, interrupt.id);
+    assert_eq!(state["runs"], 2, "{again:?}");
+    // The late answer to the old interrupt: refused, naming both; the new
+    // run still waits on its own, and nothing ran.
+    match agent.resume(&session, &interrupt.id, json!(true)).await {
+        Err(RestateError::Status { status, body, .. }) => {
+            assert_eq!(status, 404, "{body}");
+            assert!(
+                body.contains(interrupt.id.as_str()) && body.contains(second.id.as_str()),
+                "{body}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let head = agent.session(&session).await.unwrap().unwrap().head;
+    assert!(
+        matches!(&head.phase, SessionPhase::Interrupted { interrupt: i } if i.id == second.id),
+        "{:?}",
+        head.phase
+    );
+    assert_eq!(lines(&file).len(), 6, "{:?}", lines(&file));
+    // The new run, answered, completes; the old interrupt is still refused.
+    let done = agent
+        .resume(&session, &second.id, json!(false))
+        .await
+        .unwrap();
+    assert_eq!(log_of(&done).last().unwrap(), "held", "{done:?}");
+    match agent.resume(&session, &interrupt.id, json!(true)).await {
+        Err(RestateError::Status { status, body, .. }) => {
+            assert_eq!(status, 404, "{body}");
+            assert!(body.contains("not paused"), "{body}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let written = lines(&file);
+    assert_eq!(written.len(), 7, "{written:?}");
+    assert!(
+        !written.iter().any(|l| l == "shipped"),
+        "the late answer was applied: {written:?}"
+    );
 }
 
 /// The names of `invocation`'s journal entries, in order, with their

@@ -7,7 +7,7 @@ use std::time::Duration;
 use harness::session::SessionStore;
 use harness::{Cx, Harness, HarnessState, SessionId, create_agent};
 use harness_restate::{
-    Admin, AgentClient, Durable, Ingress, Reply, RestateSessionReader, agent_object,
+    Admin, AgentClient, Durable, Ingress, Reply, RestateError, RestateSessionReader, agent_object,
 };
 use restate_sdk::prelude::{Endpoint, HttpServer};
 use serde::{Deserialize, Serialize};
@@ -110,12 +110,46 @@ async fn two_agents_are_served_side_by_side_as_objects_of_their_own_names() {
         checkpoints.len(),
         refund_checkpoints.len()
     );
-    // `HarnessAgent`'s sessions do not include it.
-    assert!(
-        !RestateSessionReader::new(admin)
-            .sessions()
-            .await
-            .unwrap()
-            .contains(&session)
-    );
+    // `HarnessAgent`'s sessions do not include it (on a server that has
+    // `HarnessAgent`: another test registers it).
+    match RestateSessionReader::new(admin.clone()).sessions().await {
+        Ok(sessions) => assert!(!sessions.contains(&session)),
+        Err(e) => assert!(
+            e.to_string()
+                .contains("no virtual object `HarnessAgent` is registered"),
+            "{e}"
+        ),
+    }
+
+    // A name the server has no virtual object for (a typo): not an object
+    // without sessions, but an error naming it and those the server has.
+    let typo = RestateSessionReader::new(admin.clone()).object("HarnessTestOrdres");
+    let e = typo.snapshot(&session).await.unwrap_err();
+    let RestateError::NoSuchObject {
+        url,
+        object,
+        objects,
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(url, admin.base());
+    assert_eq!(object, "HarnessTestOrdres");
+    assert_eq!(objects, &admin.virtual_objects().await.unwrap());
+    for named in ["HarnessTestOrders", "HarnessTestRefunds"] {
+        assert!(objects.iter().any(|o| o == named), "{objects:?}");
+        assert!(e.to_string().contains(&format!("`{named}`")), "{e}");
+    }
+    for read in [
+        typo.sessions().await.map(drop),
+        typo.load(&session).await.map(drop),
+        typo.checkpoints(&session, 0).await.map(drop),
+    ] {
+        let e = read.unwrap_err().to_string();
+        assert!(
+            e.contains("no virtual object `HarnessTestOrdres` is registered")
+                && e.contains("`HarnessTestOrders`"),
+            "{e}"
+        );
+    }
 }
