@@ -329,12 +329,78 @@ async fn inspect(store: &str, args: Args) -> Result<String, SessionsError> {
         .any(|s| store.to_ascii_lowercase().starts_with(s));
     if redis && text == "no sessions\n" {
         let prefix = args.prefix.as_deref().unwrap_or("harness");
+        let there = match redis_prefixes(store).await {
+            Some(found) if found.is_empty() => {
+                "; this database holds no session store under any prefix".to_owned()
+            }
+            Some(found) => format!(
+                "; this database holds session stores under {}",
+                nearest_first(prefix, found)
+            ),
+            None => String::new(),
+        };
         return Ok(format!(
-            "no sessions under the Redis key prefix `{prefix}` (--prefix names another; the \
-             default is `harness`)\n"
+            "no sessions under the Redis key prefix `{}` (--prefix names another; the \
+             default is `harness`){there}\n",
+            prefix.escape_debug()
         ));
     }
     Ok(text)
+}
+
+/// The most prefixes a listing of an empty Redis prefix names.
+const PREFIXES_SHOWN: usize = 8;
+
+/// `found`, the nearest to `asked` first (by edit distance, then in byte
+/// order), at most [`PREFIXES_SHOWN`] of them, as text.
+fn nearest_first(asked: &str, mut found: Vec<String>) -> String {
+    found.sort_by_cached_key(|p| (edit_distance(asked, p), p.clone()));
+    let shown: Vec<String> = found
+        .iter()
+        .take(PREFIXES_SHOWN)
+        .map(|p| format!("`{}`", p.escape_debug()))
+        .collect();
+    let more = match found.len().saturating_sub(PREFIXES_SHOWN) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    let s = if found.len() == 1 { "" } else { "es" };
+    format!("the prefix{s} {}{more}", shown.join(", "))
+}
+
+/// The Levenshtein distance between `a` and `b`, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The prefixes of the session stores on the Redis database at `url`
+/// ([`harness_stores::RedisStore::store_prefixes`], at most 100 000 keys
+/// looked at), or `None` when they cannot be read.
+#[cfg(feature = "redis")]
+async fn redis_prefixes(url: &str) -> Option<Vec<String>> {
+    use harness_stores::{RedisOptions, RedisStore};
+    let store = RedisStore::connect_with(url, RedisOptions::default().read_only(true))
+        .await
+        .ok()?;
+    store.store_prefixes(100_000).await.ok()
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_prefixes(_url: &str) -> Option<Vec<String>> {
+    None
 }
 
 /// Opens `store` for reading (`harness sessions` and `harness studio`):
@@ -398,8 +464,10 @@ const RESTATE_ADMIN_PORT: u16 = 9070;
 /// authority (an `@` after it is refused where it could be read either
 /// way), and its password is never shown. The object must be one of the
 /// virtual objects the server has registered: a name it does not have is
-/// refused, naming those it has, where it would read as a store without
-/// sessions.
+/// refused before anything is read, naming those it has, where it would
+/// read as a store without sessions (the reader's check,
+/// [`RestateSessionReader::check`](harness_restate::RestateSessionReader::check),
+/// made at once).
 #[cfg(feature = "restate")]
 async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError> {
     use harness_restate::{Admin, BaseUrl, RestateError, RestateSessionReader};
@@ -457,26 +525,12 @@ async fn open_restate(url: &str) -> Result<Box<dyn SessionStore>, SessionsError>
             admin.base()
         )));
     }
-    let objects = admin
-        .virtual_objects()
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    if !objects.iter().any(|o| o == object) {
-        let registered = if objects.is_empty() {
-            "none".to_owned()
-        } else {
-            objects
-                .iter()
-                .map(|o| format!("`{o}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        return Err(failed(format!(
-            "no virtual object `{object}` is registered at {} (its virtual objects: {registered})",
-            admin.base()
-        )));
-    }
-    Ok(Box::new(RestateSessionReader::new(admin).object(object)))
+    // The reader's own check, made now rather than at the first read: the
+    // studio then refuses to start, as `list` does, rather than show an
+    // error on each page.
+    let reader = RestateSessionReader::new(admin).object(object);
+    reader.check().await.map_err(|e| failed(e.to_string()))?;
+    Ok(Box::new(reader))
 }
 
 #[cfg(not(feature = "restate"))]
@@ -638,6 +692,28 @@ fn read_only_error(path: &Path, e: harness_stores::ReadOnlyError) -> SessionsErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prefixes_of_an_empty_listing_come_nearest_first() {
+        assert_eq!(edit_distance("harness", "harness"), 0);
+        assert_eq!(edit_distance("harnes", "harness"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("prod", "harness"), 6);
+        let found = ["zeta", "prod", "harness", "harness-eu"].map(String::from);
+        assert_eq!(
+            nearest_first("harnes", found.to_vec()),
+            "the prefixes `harness`, `harness-eu`, `prod`, `zeta`"
+        );
+        assert_eq!(
+            nearest_first("x", vec!["a\u{1b}[2J".to_owned()]),
+            "the prefix `a\\u{1b}[2J`"
+        );
+        let many: Vec<String> = (0..11).map(|i| format!("p{i:02}")).collect();
+        let shown = nearest_first("p00", many);
+        assert!(shown.starts_with("the prefixes `p00`, `p01`"), "{shown}");
+        assert!(shown.ends_with("`p07` and 3 more"), "{shown}");
+    }
 
     #[test]
     fn urls_in_messages_lose_their_password() {

@@ -835,6 +835,59 @@ impl RedisStore {
         &self.prefix
     }
 
+    /// The key prefixes of the session stores on this Redis database (this
+    /// one's too, if it has sessions), in byte order: those with a
+    /// `P:sessions` set of session ids. Redis keeps no other mark of a
+    /// store, so a prefix with a typo reads as a store without sessions;
+    /// this names the ones there are. Found with `SCAN` (never `KEYS`,
+    /// which blocks the server), looking at no more than about
+    /// `scan_at_most` keys: on a larger database, some may be missed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if Redis fails.
+    pub async fn store_prefixes(&self, scan_at_most: usize) -> Result<Vec<String>, StoreError> {
+        const SUFFIX: &str = ":sessions";
+        let mut con = self.con();
+        let mut found = std::collections::BTreeSet::new();
+        let (mut cursor, mut scanned) = (0u64, 0usize);
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("*{SUFFIX}"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut con)
+                .await
+                .map_err(|e| redis_error("scan the keys for session stores", &e))?;
+            for key in keys {
+                // Of a store: a set (an application's key of that name is
+                // not), whose prefix is text.
+                let Some(prefix) = std::str::from_utf8(&key)
+                    .ok()
+                    .and_then(|k| k.strip_suffix(SUFFIX))
+                else {
+                    continue;
+                };
+                let kind: String = redis::cmd("TYPE")
+                    .arg(&key)
+                    .query_async(&mut con)
+                    .await
+                    .map_err(|e| redis_error("read the type of a key", &e))?;
+                if kind == "set" {
+                    found.insert(prefix.to_owned());
+                }
+            }
+            scanned += 1000;
+            cursor = next;
+            if cursor == 0 || scanned >= scan_at_most {
+                break;
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
+
     /// The key of `session`'s head.
     fn head_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:head", self.prefix)

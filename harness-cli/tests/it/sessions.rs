@@ -714,11 +714,17 @@ fn lists_shows_and_histories_the_sessions_of_a_redis_store() {
     let show = sessions(&url, &["show", &s.completed, "--prefix", &prefix]);
     assert_eq!(field(&show, "phase"), "completed with `done`");
     assert_eq!(updates(&show).len(), 2, "{show}");
-    // A prefix with a typo finds nothing, and says which prefix it read.
+    // A prefix with a typo finds nothing, says which prefix it read, and
+    // names the stores there are, the nearest first.
     let typo = format!("{prefix}x");
     let none = sessions(&url, &["list", "--prefix", &typo]);
     assert!(
         none.starts_with("no sessions") && none.contains(&format!("`{typo}`")),
+        "{none}"
+    );
+    assert!(
+        none.contains(&format!("session stores under the prefix `{prefix}`"))
+            || none.contains(&format!("session stores under the prefixes `{prefix}`")),
         "{none}"
     );
     // The keys stay under their unique prefix: the test Redis keeps
