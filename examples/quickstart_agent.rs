@@ -10,7 +10,9 @@ use harness::llm::{
     Expect, LanguageModel, Message, ModelRequest, ModelResponse, Role, ScriptedModel, Tool,
     ToolCall, ToolSet,
 };
-use harness::{Context, Cx, Harness, HarnessBuilder, HarnessState, JsonSchema, StepResult};
+use harness::{
+    Context, Cx, Harness, HarnessBuilder, HarnessState, JsonSchema, RetryPolicy, StepResult,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::Arc;
@@ -125,6 +127,10 @@ pub fn harness() -> HarnessBuilder<Chat, Deps> {
     Harness::<Chat, Deps>::builder_with(DepsFixed { tools })
         .step("think")
         .run(think)
+        // A model's answer can fail where asking again would not: a local
+        // model's tool call its server cannot parse, a dropped connection
+        // past the client's own retries. One more try, then the run fails.
+        .retry(RetryPolicy::attempts(2))
         .route(after_think)
         .on("call_tools")
         .to("call_tools")
