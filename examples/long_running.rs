@@ -11,7 +11,8 @@
 //! cargo run -p harness-examples --example long_running -- --dir /tmp/wc --sessions 1
 //! cargo run -p harness-examples --example long_running -- --sessions 1 --turns 6 --seconds 120
 //!     # each session's working agent stops after 6 model turns (default 30)
-//!     # or 120 s of work, whichever comes first
+//!     # or 120 s of work, whichever comes first; planning the project may
+//!     # take 120 s too
 //! cargo run -p harness-examples --example long_running -- --dir /tmp/wc
 //!     # a second process goes on with the same project where the first stopped
 //! HARNESS_PROVIDER=anthropic cargo run -p harness-examples --example long_running
@@ -92,7 +93,10 @@ async fn run() -> Result<(), Error> {
             limits = limits.turns(turns);
         }
         if let Some(seconds) = seconds {
-            limits = limits.time(std::time::Duration::from_secs(seconds));
+            let bound = std::time::Duration::from_secs(seconds);
+            limits = limits.time(bound);
+            // The planning too: a model that rambles is cut there as well.
+            builder = builder.init_deadline(bound);
         }
         builder = builder.limits(limits);
     }

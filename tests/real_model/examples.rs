@@ -291,10 +291,12 @@ fn long_running_plans_the_project_and_runs_a_session_or_names_why_not() {
         "harness-examples",
         "long_running",
         dir.path(),
-        // At most 4 model turns and 90 s of work in the session: a small
-        // model that never finishes is stopped, and the test stays short
-        // (with 8 turns, one run here took 47 s and the next 893 s; with 4,
-        // one answer of 4 096 tokens took 268 s).
+        // At most 4 model turns and 90 s of work in the session, and 90 s
+        // to plan the project: a small model that never finishes is
+        // stopped, and the test stays short (with 8 turns, one run here
+        // took 47 s and the next 893 s; with 4, one answer of 4 096 tokens
+        // took 268 s; with the planning unbounded, plans of 2 048 tokens
+        // and their repairs held the suite for over 10 minutes).
         &[
             "--dir",
             project.to_str().unwrap(),

@@ -38,6 +38,7 @@ pub struct ProjectAgentBuilder {
     recent_commits: usize,
     lessons: usize,
     decision_memory: Option<(Memory, Namespace)>,
+    init_deadline: Duration,
 }
 
 impl std::fmt::Debug for ProjectAgentBuilder {
@@ -83,6 +84,20 @@ impl ProjectAgentBuilder {
     #[must_use]
     pub fn session_config(mut self, config: SessionConfig) -> Self {
         self.session_config = config;
+        self
+    }
+
+    /// The longest the initializer ([`ProjectAgent::initialize`]: the
+    /// model's plan, its repair turns and the first commit) may run, from
+    /// when it starts or resumes (default
+    /// [`DEFAULT_DEADLINE`](harness::DEFAULT_DEADLINE), an hour). Past it,
+    /// the initializer fails with the run's
+    /// [`RunError::Deadline`](harness::RunError::Deadline) naming the step,
+    /// and goes on where it stood when called again. The sessions' own
+    /// bound is [`limits`](Self::limits).
+    #[must_use]
+    pub fn init_deadline(mut self, deadline: Duration) -> Self {
+        self.init_deadline = deadline;
         self
     }
 
@@ -155,6 +170,7 @@ impl ProjectAgentBuilder {
         let init = init_loop()
             .store(Arc::clone(&self.store))
             .session_config(self.session_config.clone())
+            .deadline(self.init_deadline)
             .build()?;
         let slots = || SessionDepsAgent {
             model: Arc::clone(&self.model),
@@ -275,6 +291,7 @@ impl ProjectAgent {
             recent_commits: 5,
             lessons: 10,
             decision_memory: None,
+            init_deadline: harness::DEFAULT_DEADLINE,
         }
     }
 

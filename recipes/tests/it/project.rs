@@ -862,3 +862,51 @@ async fn a_failed_initializer_is_named_as_the_initializer_not_as_a_session_0() {
     assert!(message.contains("of project `wc` failed: "), "{message}");
     assert!(!message.contains("session 0"), "{message}");
 }
+
+/// A planner whose first answer takes a minute; later ones come at once.
+struct SlowFirst(std::sync::atomic::AtomicU32);
+
+#[async_trait::async_trait]
+impl harness::llm::LanguageModel for SlowFirst {
+    async fn complete(
+        &self,
+        _: &harness::llm::ModelRequest,
+    ) -> Result<ModelResponse, harness::llm::ModelError> {
+        if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok(text(plan()))
+    }
+}
+
+/// The initializer's deadline cuts a planner that does not answer: the
+/// initializer fails with the run's deadline, naming the step, nothing is
+/// committed, and `initialize` again goes on with a deadline of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_initializers_deadline_cuts_a_planner_that_does_not_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let model = Arc::new(SlowFirst(std::sync::atomic::AtomicU32::new(0)));
+    let limit = Duration::from_millis(300);
+    let project = ProjectAgent::builder("wc", &repo, store(dir.path()), Arc::clone(&model) as _)
+        .init_deadline(limit)
+        .build()
+        .unwrap();
+    let began = std::time::Instant::now();
+    let error = project.initialize("wc").await.unwrap_err();
+    assert!(began.elapsed() < Duration::from_secs(30), "{error}");
+    let ProjectError::Session {
+        number: 0, source, ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert!(
+        matches!(&**source, harness::RunError::Deadline { limit: l, step } if *l == limit && step == "plan"),
+        "{source:?}"
+    );
+    assert!(!repo.join(".harness/ledger.json").exists());
+    project.initialize("wc").await.unwrap();
+    assert_eq!(read_ledger(&repo).unwrap().features.len(), 2);
+}
