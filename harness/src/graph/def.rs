@@ -147,8 +147,10 @@ pub struct BranchFailure {
     /// in a sub-agent it ran, and that deadline has fallen. A step's
     /// timeout, or a sub-agent's own deadline falling before the loop's,
     /// is the branch's failure (`false`). A run past its deadline ends at
-    /// the next step it starts after the join; a recovered run, whose
-    /// deadline starts again, can run such a branch's work again.
+    /// the next step that waits (one that only computes runs on); the
+    /// branch is recorded as done at the join, so it is the application
+    /// that may do its work again (the orchestrator does, with its next
+    /// wave, in a recovered run).
     pub deadline: bool,
 }
 

@@ -59,6 +59,10 @@ pub(crate) struct Task<S: HarnessState> {
     /// The interrupt whose answer was just given (the last one in the
     /// journal): the task waits on it again if the answer is rejected.
     pub(crate) answering: Option<Interrupt>,
+    /// The interrupt whose answer the step was told to have kept
+    /// ([`RunEvent::AnswerAccepted`]): a retry of the step reads it untold,
+    /// and may still refuse it (on `answering`).
+    pub(crate) told: Option<crate::ids::InterruptId>,
     /// A fan-out branch's input, for its first step.
     pub(crate) input: Option<Value>,
     /// For a branch: its join and its updates so far.
@@ -100,6 +104,7 @@ impl<S: HarnessState> Task<S> {
             at,
             journal,
             answering: None,
+            told: None,
             input: None,
             branch: None,
             region: None,
@@ -1047,6 +1052,7 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
             let steps_this_run = env.steps.fetch_add(1, Ordering::SeqCst) + 1;
             task.journal = StepJournal::default();
             task.answering = None;
+            task.told = None;
             task.input = None;
             // Where the fork's branches count their visits from: the
             // session's steps once this one is recorded.
@@ -1311,6 +1317,7 @@ fn start_region<S: HarnessState, C: Context>(
                 at,
                 journal: StepJournal::default(),
                 answering: None,
+                told: None,
                 input,
                 branch: Some(BranchState {
                     join: fork.join,
@@ -1750,7 +1757,12 @@ async fn run_step<S: HarnessState, C: Context>(
             )
             .observed(env.hooks.clone())
             .journaled(env.effects.clone())
-            .answering(task.answering.as_ref().map(|a| a.id.clone())),
+            .answering(
+                task.answering
+                    .as_ref()
+                    .map(|a| a.id.clone())
+                    .filter(|id| task.told.as_ref() != Some(id)),
+            ),
         );
         let cx = Cx {
             ctx: Arc::clone(env.ctx),
@@ -1803,7 +1815,7 @@ async fn run_step<S: HarnessState, C: Context>(
         task.journal = visit.journal;
         if visit.accepted {
             // Told once: a retry of the step reads the answer untold.
-            task.answering = None;
+            task.told = task.answering.as_ref().map(|a| a.id.clone());
         }
         if let Some(rejected) = visit.rejected {
             // The unreadable answer is dropped, never replayed, and the run

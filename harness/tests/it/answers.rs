@@ -193,3 +193,58 @@ async fn an_answer_in_a_sub_agent_is_told_with_its_path() {
         [(TaskPath::from("review"), "confirm".to_owned(), interrupt.id)]
     );
 }
+
+/// An answer kept, then refused by the step's retry (a check that reads
+/// the world, which changed): the refusal is the run's as for any refused
+/// answer, on the same interrupt, which still waits.
+#[tokio::test]
+async fn an_answer_told_kept_that_a_retry_refuses_is_refused_on_the_same_interrupt() {
+    let checks = Arc::new(AtomicU32::new(0));
+    let c = Arc::clone(&checks);
+    let h = Harness::<Form>::builder()
+        .step("book")
+        .run(move |cx: Cx<()>| {
+            let c = Arc::clone(&c);
+            async move {
+                let check = c.fetch_add(1, Ordering::SeqCst);
+                // Kept at the first reading; the slot is gone by the second.
+                let n: u32 = cx.interrupt_with("which slot?", |n: u32| {
+                    if check == 1 {
+                        Ok(n)
+                    } else {
+                        Err(format!("slot {n} is taken"))
+                    }
+                })?;
+                Err(StepError::msg(format!("could not book slot {n}")))
+            }
+        })
+        .retry(harness::RetryPolicy::attempts(2))
+        .end()
+        .start("book")
+        .build()
+        .unwrap();
+    let agent = create_agent("book", &h);
+    let mut run = agent.run(Form::default());
+    let events = run.events();
+    let asked = (&mut run).await.unwrap().interrupt.unwrap();
+    run.resume(4, &asked.id).unwrap();
+    let err = (&mut run).await.unwrap_err();
+    let harness::RunError::AnswerRejected { interrupt, reason } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*interrupt, asked.id);
+    assert!(reason.contains("slot 4 is taken"), "{reason}");
+    drop(run);
+    let events: Vec<_> = events.collect().await;
+    let kinds: Vec<&str> = events.iter().map(RunEvent::kind).collect();
+    let at = |kind: &str| {
+        kinds
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or_else(|| panic!("no {kind}: {kinds:?}"))
+    };
+    assert!(at("answer_accepted") < at("step_failed"), "{kinds:?}");
+    assert!(at("step_failed") < at("answer_rejected"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"interrupted"), "{kinds:?}");
+    assert_eq!(accepted(&events).len(), 1, "{kinds:?}");
+}
