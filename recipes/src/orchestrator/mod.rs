@@ -109,12 +109,13 @@ pub struct TaskFailure {
     pub wave: u32,
     /// Whether the run's deadline cut the task short, rather than the
     /// task failing on its own (a step's timeout, a worker's own deadline,
-    /// an error): the fork says so
+    /// an error), as the fork said
     /// ([`BranchFailure::deadline`](harness::BranchFailure::deadline)).
-    /// Absent from a failure stored before this field was added, and then
-    /// `false`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cut_short: bool,
+    /// `None` in a failure stored before this field was added: then
+    /// [`passed_deadline`](Self::passed_deadline) reads the error's text,
+    /// as that version did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<bool>,
 }
 
 impl TaskFailure {
@@ -125,9 +126,52 @@ impl TaskFailure {
     /// Such a failure is kept in [`OrchestratorState::failures`] but leads
     /// to no replan: the deadline ends the orchestrator's run (see the
     /// guide's chapter, [`crate::guide::orchestrator`]).
+    ///
+    /// A failure stored by a version before `cut_short` (`None`) is read as
+    /// that version read it: cut short if its error is a
+    /// [`RunError::Deadline`](harness::RunError::Deadline), possibly
+    /// inside the sub-agent's or the branch's error, by its text.
+    ///
+    /// ```
+    /// use harness_recipes::orchestrator::TaskFailure;
+    ///
+    /// let stored = |json: serde_json::Value| serde_json::from_value::<TaskFailure>(json).unwrap();
+    /// let failure = serde_json::json!({
+    ///     "task": "h", "agent": "work", "plan": 1, "wave": 1,
+    ///     "error": "sub-agent `task#0/task` failed: the run passed its deadline of 2s in step `w`; \
+    ///               raise it with .deadline(..), or remove it with .without_deadline()",
+    /// });
+    /// assert!(stored(failure.clone()).passed_deadline());
+    /// let mut told = failure.clone();
+    /// told["cut_short"] = false.into();
+    /// assert!(!stored(told).passed_deadline());
+    /// let mut other = failure;
+    /// other["error"] = "step `w` failed after 1 attempt(s): broke".into();
+    /// assert!(!stored(other).passed_deadline());
+    /// ```
     pub fn passed_deadline(&self) -> bool {
         self.cut_short
+            .unwrap_or_else(|| stored_before_cut_short(&self.error))
     }
+}
+
+/// Whether `error`, the text of a failure stored before
+/// [`TaskFailure::cut_short`], is the run's deadline, as that version
+/// read it: a [`RunError::Deadline`](harness::RunError::Deadline), possibly
+/// inside the sub-agent's or the branch's error.
+fn stored_before_cut_short(error: &str) -> bool {
+    let mut error = error;
+    // The sub-agent's and the branch's errors wrap their loop's.
+    while let Some(rest) = error
+        .strip_prefix("sub-agent `")
+        .or_else(|| error.strip_prefix("branch `"))
+    {
+        match rest.split_once("` failed: ") {
+            Some((_, inner)) => error = inner,
+            None => return false,
+        }
+    }
+    error.starts_with("the run passed its deadline of ")
 }
 
 impl fmt::Display for TaskFailure {
@@ -393,7 +437,7 @@ fn record<CS: HarnessState>(
             error,
             plan: t.plan,
             wave: t.wave,
-            cut_short: false,
+            cut_short: Some(false),
         }]),
     }
 }
@@ -744,7 +788,7 @@ fn branch_failed(f: BranchFailure) -> OrchestratorStateUpdate {
         error: f.error,
         plan,
         wave,
-        cut_short: f.deadline,
+        cut_short: Some(f.deadline),
     }])
 }
 

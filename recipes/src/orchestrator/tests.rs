@@ -114,7 +114,7 @@ fn a_failed_plans_messages_name_each_task_its_agent_and_its_error() {
         error: error.into(),
         plan: 1,
         wave: 1,
-        cut_short: false,
+        cut_short: Some(false),
     };
     let event = ReplanEvent::new(Replan {
         plan: 1,

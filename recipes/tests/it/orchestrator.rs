@@ -387,9 +387,6 @@ async fn a_failed_task_is_replanned_with_the_failure_and_what_is_done_and_done_t
     assert_eq!(branch_steps, 4, "a, b, b again, c: {history:?}");
 }
 
-/// A worker whose task `h` waits for an hour while `hang` is set; the
-/// others are quick. Counts runs in `seen`. With `timeout`, its step has
-/// that timeout.
 /// What bounds a worker's task, besides the orchestrator's deadline.
 #[derive(Clone, Copy)]
 enum Bound {
@@ -400,6 +397,8 @@ enum Bound {
     OwnDeadline(Duration),
 }
 
+/// A worker whose task `h` waits for an hour while `hang` is set; the
+/// others are quick. Counts runs in `seen`. `bound` bounds its task.
 fn hanging_worker(
     seen: &Arc<Seen>,
     hang: &Arc<AtomicBool>,
