@@ -329,13 +329,21 @@ async fn inspect(store: &str, args: Args) -> Result<String, SessionsError> {
         .any(|s| store.to_ascii_lowercase().starts_with(s));
     if redis && text == "no sessions\n" {
         let prefix = args.prefix.as_deref().unwrap_or("harness");
-        let there = match redis_prefixes(store).await {
-            Some(found) if found.is_empty() => {
-                "; this database holds no session store under any prefix".to_owned()
+        // The prefix read is left out: ids in its set whose sessions are
+        // gone would name it as a store.
+        let others = redis_prefixes(store).await.map(|found| {
+            found
+                .into_iter()
+                .filter(|p| p != prefix)
+                .collect::<Vec<_>>()
+        });
+        let there = match others {
+            Some(others) if others.is_empty() => {
+                "; this database holds no other session store".to_owned()
             }
-            Some(found) => format!(
+            Some(others) => format!(
                 "; this database holds session stores under {}",
-                nearest_first(prefix, found)
+                nearest_first(prefix, others)
             ),
             None => String::new(),
         };

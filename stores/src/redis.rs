@@ -836,18 +836,23 @@ impl RedisStore {
     }
 
     /// The key prefixes of the session stores on this Redis database (this
-    /// one's too, if it has sessions), in byte order: those with a
-    /// `P:sessions` set of session ids. Redis keeps no other mark of a
-    /// store, so a prefix with a typo reads as a store without sessions;
-    /// this names the ones there are. Found with `SCAN` (never `KEYS`,
-    /// which blocks the server), looking at no more than about
-    /// `scan_at_most` keys: on a larger database, some may be missed.
+    /// one's too, if it has sessions), in byte order. Redis keeps no mark
+    /// of a store, so a prefix with a typo reads as a store without
+    /// sessions; this names the ones there are. A prefix `P` counts when
+    /// `P:sessions` is a set and one of its members, taken at random, has a
+    /// head, `P:{id}:head` (an application's set of that name has none): a
+    /// store whose sessions have all expired but for ids not yet forgotten
+    /// may be missed. Found with `SCAN` (never `KEYS`, which blocks the
+    /// server), three pipelined round trips per thousand keys looked at, and
+    /// no more than about `scan_at_most` keys: on a larger database, some
+    /// may be missed.
     ///
     /// # Errors
     ///
     /// [`StoreError::Backend`] if Redis fails.
     pub async fn store_prefixes(&self, scan_at_most: usize) -> Result<Vec<String>, StoreError> {
         const SUFFIX: &str = ":sessions";
+        const BATCH: usize = 1000;
         let mut con = self.con();
         let mut found = std::collections::BTreeSet::new();
         let (mut cursor, mut scanned) = (0u64, 0usize);
@@ -857,29 +862,65 @@ impl RedisStore {
                 .arg("MATCH")
                 .arg(format!("*{SUFFIX}"))
                 .arg("COUNT")
-                .arg(1000)
+                .arg(BATCH)
                 .query_async(&mut con)
                 .await
                 .map_err(|e| redis_error("scan the keys for session stores", &e))?;
-            for key in keys {
-                // Of a store: a set (an application's key of that name is
-                // not), whose prefix is text.
-                let Some(prefix) = std::str::from_utf8(&key)
-                    .ok()
-                    .and_then(|k| k.strip_suffix(SUFFIX))
-                else {
-                    continue;
-                };
-                let kind: String = redis::cmd("TYPE")
-                    .arg(&key)
+            // The candidates whose prefix is text, then those that are
+            // sets, then those whose member has a head.
+            let candidates: Vec<(&[u8], &str)> = keys
+                .iter()
+                .filter_map(|key| {
+                    let prefix = std::str::from_utf8(key).ok()?.strip_suffix(SUFFIX)?;
+                    Some((key.as_slice(), prefix))
+                })
+                .collect();
+            if !candidates.is_empty() {
+                let mut types = redis::pipe();
+                for (key, _) in &candidates {
+                    types.cmd("TYPE").arg(*key);
+                }
+                let kinds: Vec<String> = types
                     .query_async(&mut con)
                     .await
-                    .map_err(|e| redis_error("read the type of a key", &e))?;
-                if kind == "set" {
-                    found.insert(prefix.to_owned());
+                    .map_err(|e| redis_error("read the types of keys", &e))?;
+                let sets: Vec<&(&[u8], &str)> = candidates
+                    .iter()
+                    .zip(&kinds)
+                    .filter(|(_, kind)| *kind == "set")
+                    .map(|(c, _)| c)
+                    .collect();
+                let mut members = redis::pipe();
+                for (key, _) in &sets {
+                    members.cmd("SRANDMEMBER").arg(*key);
+                }
+                let picked: Vec<Option<Vec<u8>>> = members
+                    .query_async(&mut con)
+                    .await
+                    .map_err(|e| redis_error("read a member of the session sets", &e))?;
+                let heads: Vec<(&str, String)> = sets
+                    .iter()
+                    .zip(picked)
+                    .filter_map(|((_, prefix), id)| {
+                        let id = String::from_utf8(id?).ok()?;
+                        Some((*prefix, format!("{prefix}:{{{id}}}:head")))
+                    })
+                    .collect();
+                let mut exists = redis::pipe();
+                for (_, head) in &heads {
+                    exists.cmd("EXISTS").arg(head);
+                }
+                let there: Vec<bool> = exists
+                    .query_async(&mut con)
+                    .await
+                    .map_err(|e| redis_error("look for the heads of sessions", &e))?;
+                for ((prefix, _), there) in heads.iter().zip(there) {
+                    if there {
+                        found.insert((*prefix).to_owned());
+                    }
                 }
             }
-            scanned += 1000;
+            scanned += BATCH;
             cursor = next;
             if cursor == 0 || scanned >= scan_at_most {
                 break;

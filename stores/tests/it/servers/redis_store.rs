@@ -1368,3 +1368,43 @@ async fn redis_servers_older_than_5_are_refused() {
         }
     }
 }
+
+/// `store_prefixes` names the stores on the database, not the keys that
+/// only look like one: a string `…:sessions`, an application's set of that
+/// name whose members have no head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_store_prefixes_are_those_with_sessions() {
+    let Some(rd) = Rd::new() else { return };
+    let (a, b) = (rd.store("pa").await, rd.store("pb").await);
+    for store in [&a, &b] {
+        store
+            .commit(&create(head("s"), vec![snapshot(0, 0, json!(0))]))
+            .await
+            .unwrap();
+    }
+    let (text, app) = (rd.fresh_prefix("ps"), rd.fresh_prefix("papp"));
+    let mut con = a.connection();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{text}:sessions"))
+        .arg("not a set")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("SADD")
+        .arg(format!("{app}:sessions"))
+        .arg("token-1")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let found = a.store_prefixes(usize::MAX).await.unwrap();
+    for store in [&a, &b] {
+        assert!(found.iter().any(|p| p == store.prefix()), "{found:?}");
+    }
+    for other in [&text, &app] {
+        assert!(!found.contains(other), "{other} in {found:?}");
+    }
+    let mut sorted = found.clone();
+    sorted.sort();
+    assert_eq!(found, sorted);
+    rd.cleanup().await;
+}
