@@ -73,6 +73,21 @@ async fn waiting_on(agent: &Agent<Order>, step: &str) -> (String, String) {
     (session.to_string(), interrupt.id.to_string())
 }
 
+/// A studio for an `orders` agent (its own store) with `tune` applied,
+/// and a session of it waiting on `step`: the studio, the session, its
+/// interrupt.
+async fn orders_waiting_on(
+    step: &str,
+    tune: impl FnOnce(Studio) -> Studio,
+) -> (Serving, String, String) {
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let harness = order_harness(Arc::clone(&store));
+    let agent = create_agent("orders", &harness);
+    let (session, interrupt) = waiting_on(&agent, step).await;
+    let studio = tune(Studio::for_agent(&agent, &harness, store).unwrap());
+    (serve(studio).await, session, interrupt)
+}
+
 async fn detail(s: &Serving, session: &str) -> Value {
     get(s, &format!("/api/sessions/{session}")).await.json()
 }
@@ -93,12 +108,8 @@ async fn answer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_the_run_refuses_is_answered_as_refused_and_the_session_still_waits() {
-    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-    let harness = order_harness(Arc::clone(&store));
-    let agent = create_agent("orders", &harness);
-    let (session, first) = waiting_on(&agent, "approve").await;
     // No answer declared: the run's own check is all there is.
-    let s = serve(Studio::for_agent(&agent, &harness, Arc::clone(&store)).unwrap()).await;
+    let (s, session, first) = orders_waiting_on("approve", |studio| studio).await;
 
     let r = answer(&s, &session, &first, json!("yes")).await;
     assert_eq!(r.status, 422, "{}", r.body);
@@ -174,17 +185,11 @@ async fn an_answer_the_run_refuses_is_answered_as_refused_and_the_session_still_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_that_comes_after_the_request_is_answered_shows_with_the_session() {
-    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-    let harness = order_harness(Arc::clone(&store));
-    let agent = create_agent("orders", &harness);
-    let (session, interrupt) = waiting_on(&agent, "copies").await;
     // `copies` takes 300 ms before it reads the answer: longer than the
     // request waits.
-    let s = serve(
-        Studio::for_agent(&agent, &harness, Arc::clone(&store))
-            .unwrap()
-            .answer_wait(Duration::from_millis(20)),
-    )
+    let (s, session, interrupt) = orders_waiting_on("copies", |studio| {
+        studio.answer_wait(Duration::from_millis(20))
+    })
     .await;
     let r = answer(&s, &session, &interrupt, json!(0)).await;
     assert_eq!(r.status, 202, "{}", r.body);
@@ -430,11 +435,7 @@ async fn a_studio_given_another_store_than_its_harness_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_session_id_or_fork_index_is_a_json_error_naming_it() {
-    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-    let harness = order_harness(Arc::clone(&store));
-    let agent = create_agent("orders", &harness);
-    let (session, _) = waiting_on(&agent, "copies").await;
-    let s = serve(Studio::for_agent(&agent, &harness, Arc::clone(&store)).unwrap()).await;
+    let (s, session, _) = orders_waiting_on("copies", |studio| studio).await;
 
     for path in [
         "/api/sessions/%00%ff",
