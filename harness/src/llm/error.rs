@@ -46,10 +46,17 @@ pub enum ModelError {
     },
 
     /// No answer (or no further stream chunk) arrived in time.
-    #[error("the model did not answer within {after:?}; retry, or raise the timeout")]
+    ///
+    /// Made with [`ModelError::timeout`]; the HTTP providers name the model
+    /// the request was for (see [`ModelError::for_model`]), so that an agent
+    /// calling several can tell which did not answer.
+    #[error("the model{} did not answer within {after:?}; retry, or raise the timeout", model_hint(model.as_deref()))]
     Timeout {
         /// The time limit that ran out.
         after: Duration,
+        /// The model the request was for, when the caller knew it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
 
     /// The provider refused the request as malformed (HTTP 400, 404, 413, 422):
@@ -156,6 +163,10 @@ fn retry_hint(retry_after: Option<Duration>) -> String {
     }
 }
 
+fn model_hint(model: Option<&str>) -> String {
+    model.map_or_else(String::new, |model| format!(" {model:?}"))
+}
+
 fn status_hint(status: Option<u16>) -> String {
     match status {
         Some(code) => format!(" (HTTP {code})"),
@@ -230,7 +241,44 @@ impl ModelError {
             Self::ContentFiltered { reason } => {
                 crate::secrets::redact_string(reason);
             }
-            Self::Timeout { .. } => {}
+            Self::Timeout { model, .. } => {
+                if let Some(model) = model {
+                    crate::secrets::redact_string(model);
+                }
+            }
+        }
+        self
+    }
+
+    /// A [`ModelError::Timeout`] after `after`, naming no model.
+    ///
+    /// ```
+    /// use harness::llm::ModelError;
+    /// use std::time::Duration;
+    ///
+    /// let error = ModelError::timeout(Duration::from_secs(60)).for_model("qwen3-4b");
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "the model \"qwen3-4b\" did not answer within 60s; retry, or raise the timeout"
+    /// );
+    /// ```
+    pub fn timeout(after: Duration) -> Self {
+        Self::Timeout { after, model: None }
+    }
+
+    /// This error naming `model` where its variant has room for it and
+    /// names none yet ([`ModelError::Timeout`]); any other error as it is
+    /// (a provider's own message usually names the model).
+    #[must_use]
+    pub fn for_model(mut self, name: &str) -> Self {
+        if let Self::Timeout {
+            model: model @ None,
+            ..
+        } = &mut self
+        {
+            if !name.is_empty() {
+                *model = Some(name.to_owned());
+            }
         }
         self
     }

@@ -144,9 +144,7 @@ async fn a_stream_ending_inside_a_tool_call_was_cut_off() {
 async fn the_first_error_ends_collection() {
     let stream = futures::stream::iter(vec![
         Ok(StreamEvent::text("a")),
-        Err(ModelError::Timeout {
-            after: std::time::Duration::from_millis(5),
-        }),
+        Err(ModelError::timeout(std::time::Duration::from_millis(5))),
         Ok(StreamEvent::finish(StopReason::EndTurn)),
     ]);
     assert!(matches!(

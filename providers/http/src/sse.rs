@@ -103,8 +103,13 @@ pub fn decode_events<D: SseDecoder>(events: SseEvents, decoder: D) -> ModelStrea
 /// chunk arrives for the idle timeout or the stream outlasts its deadline,
 /// and with [`ModelError::ResponseTooLarge`] at a line or event over
 /// [`HttpOptions::max_event_bytes`] or a stream over
-/// [`HttpOptions::max_stream_bytes`].
-pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> SseEvents {
+/// [`HttpOptions::max_stream_bytes`]. A timeout names `model`.
+pub(crate) fn sse_events(
+    response: reqwest::Response,
+    options: &HttpOptions,
+    model: &str,
+) -> SseEvents {
+    let model = model.to_owned();
     let (idle, deadline) = (options.stream_idle_timeout, options.stream_deadline);
     let limits = Limits {
         event: options.max_event_bytes,
@@ -128,6 +133,7 @@ pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> 
     let ends_at = Instant::now().checked_add(deadline);
     Box::pin(futures::stream::unfold(Some(decoder), move |decoder| {
         let guard = Arc::clone(&guard);
+        let model = model.clone();
         async move {
             let mut decoder = decoder?;
             loop {
@@ -151,7 +157,8 @@ pub(crate) fn sse_events(response: reqwest::Response, options: &HttpOptions) -> 
                 match next {
                     Err(_) => {
                         let after = if wait < idle { deadline } else { idle };
-                        return Some((Err(ModelError::Timeout { after }), None));
+                        let error = ModelError::timeout(after).for_model(&model).redacted();
+                        return Some((Err(error), None));
                     }
                     Ok(None) => return None,
                     Ok(Some(Ok(sse))) => {

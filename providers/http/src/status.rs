@@ -45,7 +45,7 @@ pub fn error_from_response(
         401 | 403 => ModelError::Auth { message },
         // Gemini answers a bad key with 400 INVALID_ARGUMENT.
         400 if has_detail_reason(&json, "API_KEY_INVALID") => ModelError::Auth { message },
-        408 => ModelError::Timeout { after: timeout },
+        408 => ModelError::timeout(timeout),
         429 if error_code(&json) == Some("insufficient_quota") => ModelError::Auth {
             message: format!(
                 "{message} (insufficient_quota: check the account's plan and billing)"
@@ -501,7 +501,7 @@ mod tests {
         );
         assert_eq!(
             error_from_response(408, &none, "", t).0,
-            ModelError::Timeout { after: t }
+            ModelError::timeout(t)
         );
     }
 

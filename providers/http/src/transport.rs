@@ -274,7 +274,7 @@ impl HttpTransport {
                 self.within_timeout(attempt).await
             })
             .await?;
-        Ok(sse_events(response, &self.options))
+        Ok(sse_events(response, &self.options, model))
     }
 
     async fn send(
@@ -351,18 +351,12 @@ impl HttpTransport {
     ) -> Result<T, Failure> {
         tokio::time::timeout(self.options.timeout, attempt)
             .await
-            .unwrap_or_else(|_| {
-                Err(Failure::from(ModelError::Timeout {
-                    after: self.options.timeout,
-                }))
-            })
+            .unwrap_or_else(|_| Err(Failure::from(ModelError::timeout(self.options.timeout))))
     }
 
     fn transport_error(&self, error: &reqwest::Error) -> ModelError {
         if error.is_timeout() {
-            ModelError::Timeout {
-                after: self.options.timeout,
-            }
+            ModelError::timeout(self.options.timeout)
         } else {
             // reqwest names the URL: shown without what may be a key.
             let mut message = error_chain(error);
@@ -401,7 +395,7 @@ impl HttpTransport {
                 };
                 // Before it is logged or returned: whatever built it, a
                 // server's text in it may quote a secret.
-                let error = error.redacted();
+                let error = error.for_model(model).redacted();
                 match self
                     .options
                     .retry
@@ -775,7 +769,7 @@ mod tests {
         .await;
         assert!(n > 0, "events arrived before the deadline");
         assert!(
-            matches!(error, Some(ModelError::Timeout { after }) if after == deadline),
+            matches!(&error, Some(ModelError::Timeout { after, model }) if *after == deadline && model.as_deref() == Some("m")),
             "{error:?}"
         );
 
@@ -801,7 +795,7 @@ mod tests {
         .await;
         assert_eq!(n, 1);
         assert!(
-            matches!(error, Some(ModelError::Timeout { after }) if after == idle),
+            matches!(&error, Some(ModelError::Timeout { after, model }) if *after == idle && model.as_deref() == Some("m")),
             "{error:?}"
         );
     }

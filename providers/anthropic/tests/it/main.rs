@@ -407,7 +407,8 @@ async fn slow_answers_time_out() {
     assert_eq!(
         error,
         ModelError::Timeout {
-            after: Duration::from_millis(100)
+            after: Duration::from_millis(100),
+            model: Some("claude-test".into()),
         }
     );
 }

@@ -573,7 +573,8 @@ async fn slow_answers_time_out() {
     assert_eq!(
         error,
         ModelError::Timeout {
-            after: Duration::from_millis(100)
+            after: Duration::from_millis(100),
+            model: Some("gemini-test".into()),
         }
     );
     assert_eq!(requests(&server).await.len(), 2, "a timeout is retried");
@@ -642,7 +643,8 @@ async fn a_stream_whose_headers_are_late_times_out() {
     assert_eq!(
         model.stream(&ask("Hi")).await.err(),
         Some(ModelError::Timeout {
-            after: Duration::from_millis(100)
+            after: Duration::from_millis(100),
+            model: Some("gemini-test".into()),
         })
     );
 }

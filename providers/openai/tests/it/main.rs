@@ -416,7 +416,8 @@ async fn slow_answers_time_out() {
     assert_eq!(
         error,
         ModelError::Timeout {
-            after: Duration::from_millis(100)
+            after: Duration::from_millis(100),
+            model: Some("gpt-test".into()),
         }
     );
     // Long before the answer's 30 s.
