@@ -131,7 +131,7 @@ fn open_memory(path: &Path) -> Result<(SledStore, Memory), Error> {
     let copy = SledStore::open_read_only(path).map_err(|source| match source {
         ReadOnlyError::NotAStore { why, .. } => Error::NoMemory {
             path: path.to_path_buf(),
-            why: format!("not a sled database holding long-term memory: {why}"),
+            why: format!("not a harness memory: {why}"),
         },
         source => Error::Memory {
             path: path.to_path_buf(),

@@ -90,15 +90,31 @@ impl SledMemory {
     ///
     /// A database of another program (data, but none of harness's trees:
     /// neither `memory` nor a [`SledStore`](crate::SledStore)'s) is refused
-    /// as [`MemoryError::Backend`], its message naming the path and the
+    /// as [`MemoryError::NotAStore`], its message naming the path and the
     /// trees found, and nothing of harness's is written to it (no tree, no
     /// key, no permission; sled's own open does its housekeeping, as
     /// [`SledStore::open`](crate::SledStore::open) tells). A database
     /// holding a session store's trees is harness's: the memory joins it.
     /// To keep memory in a database of your own that holds other trees,
-    /// open it with sled and use [`SledMemory::in_db`].
+    /// open it with sled and use [`SledMemory::in_db`]. A directory that
+    /// is not a sled database and not empty is refused the same way, as
+    /// `SledStore::open` refuses it, and a log damaged in its middle is
+    /// refused as `SledStore::open` refuses it, before sled would cut it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, MemoryError> {
         let path = path.as_ref();
+        let not_a_store = |found: String| MemoryError::NotAStore {
+            path: path.to_path_buf(),
+            found,
+        };
+        let found = crate::sled_store::foreign_directory(path).map_err(|e| {
+            MemoryError::backend(format!("sled memory: cannot list {}: {e}", path.display()))
+        })?;
+        if let Some(found) = found {
+            return Err(not_a_store(format!(
+                "{found}. Nothing was written there. Give the directory of a harness memory \
+                 or store, or a new or empty one"
+            )));
+        }
         crate::read_only::private_dir_builder()
             .recursive(true)
             .create(path)
@@ -113,7 +129,11 @@ impl SledMemory {
         // with (sled refuses any other): a session store's is 128 KiB, a
         // new memory's sled's own 512 KiB.
         match crate::sled_store::stored_segment_size(path) {
-            Ok(Some(size)) => config = config.segment_size(size),
+            Ok(Some(size)) => {
+                crate::sled_store::audit_log(path, size)
+                    .map_err(|e| MemoryError::backend(format!("sled memory: {e}")))?;
+                config = config.segment_size(size);
+            }
             Ok(None) => {}
             Err(why) => {
                 return Err(MemoryError::backend(format!(
@@ -130,13 +150,11 @@ impl SledMemory {
         let found = crate::sled_store::foreign_contents(&db)
             .map_err(|e| sled_error(&format!("list the trees of {}", path.display()), &e))?;
         if let Some(found) = found {
-            return Err(MemoryError::backend(format!(
-                "sled memory: {} is another program's sled database, not harness's: \
-                 {found}. Nothing was written to it (no tree, no key, no permission). Give \
-                 the directory of a harness memory or store, or a new or empty one; to keep \
-                 memory in a database of your own, open it with sled and use \
-                 `SledMemory::in_db`",
-                path.display()
+            return Err(not_a_store(format!(
+                "another program's sled database: {found}. Nothing was written to it (no \
+                 tree, no key, no permission). Give the directory of a harness memory or \
+                 store, or a new or empty one; to keep memory in a database of your own, \
+                 open it with sled and use `SledMemory::in_db`"
             )));
         }
         #[cfg(unix)]

@@ -87,9 +87,10 @@ const MAX_SEGMENT_SIZE: usize = 1 << 24;
 /// any missing parent) `0700` on unix, and takes group and other
 /// permissions away from sled's own files (sled creates them `0644`): `db`,
 /// `conf`, `snap.*` and the `blobs` directory with its blobs. Nothing else
-/// in the directory is changed, nor the directory itself if it existed: a
-/// database opened in a directory that holds other files leaves them as
-/// they are. Files sled makes later are inside a directory the store
+/// in the directory is changed, nor the directory itself if it existed. A
+/// directory that holds other files and no database is refused (see
+/// [`SledStore::open`]); a database's directory that also holds other
+/// files leaves them as they are. Files sled makes later are inside a directory the store
 /// created `0700`; in a directory that existed, give it the permissions you
 /// want (sled's `snap.*` files made after the open hold page locations, not
 /// records, and are restricted at the next open).
@@ -290,6 +291,12 @@ impl SledStore {
     /// a store of 1,000 sessions, 2.2 MB, against 16 ms without it; 103 ms
     /// against 63 ms for 5,000 sessions, 10 MB).
     ///
+    /// A directory that is no sled database and not empty (a `LogStore`'s,
+    /// a `FileStore`'s, a project's: no `conf` or `db`, and an entry that is
+    /// not hidden) is refused as [`StoreError::NotAStore`], naming what it
+    /// holds, and nothing is written there: sled would add its files among
+    /// them.
+    ///
     /// A database of another program (data, but none of harness's trees:
     /// see the type's docs) is refused as [`StoreError::NotAStore`], naming
     /// the path and the trees found, and harness writes
@@ -304,6 +311,18 @@ impl SledStore {
     /// (above), whoever wrote it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
+        let found = foreign_directory(path).map_err(|e| {
+            StoreError::backend(format!("sled store: cannot list {}: {e}", path.display()))
+        })?;
+        if let Some(found) = found {
+            return Err(StoreError::NotAStore {
+                path: path.to_path_buf(),
+                found: format!(
+                    "{found}. Nothing was written there. Give the directory of a harness \
+                     store, or a new or empty one"
+                ),
+            });
+        }
         read_only::private_dir_builder()
             .recursive(true)
             .create(path)
@@ -991,7 +1010,7 @@ impl Encoded {
 /// [`StoreError::Damaged`], since sled's recovery would drop what follows
 /// the damage and zero it on disk. A log whose end only is cut short (a
 /// crash) opens: recovery drops that end, as it should.
-fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreError> {
+pub(crate) fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreError> {
     let db_path = path.join("db");
     let mut file = match std::fs::File::open(&db_path) {
         Ok(file) => file,
@@ -1120,6 +1139,64 @@ pub(crate) fn foreign_contents(db: &sled::Db) -> sled::Result<Option<String>> {
         "it holds {}, but none of harness's trees ({})",
         held.join(" and "),
         ours.join(", ")
+    )))
+}
+
+/// What the existing, non-empty directory `path` holds when it is not a
+/// sled database (neither sled's `conf` nor its `db`, and an entry sled
+/// does not write: a `LogStore`'s or a `FileStore`'s directory, a
+/// project's), said for an error; `None` when sled may open it: it does
+/// not exist, it is empty (hidden entries aside, such as `.gitkeep`), or
+/// it holds sled's files. sled would otherwise add its own files among
+/// the user's.
+pub(crate) fn foreign_directory(path: &Path) -> std::io::Result<Option<String>> {
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let sled = |name: &str| matches!(name, "conf" | "db" | "blobs") || name.starts_with("snap.");
+    let mut names = Vec::new();
+    let mut has_sled_files = false;
+    for entry in entries {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        has_sled_files |= name == "conf" || name == "db";
+        if !name.starts_with('.') && !sled(&name) {
+            names.push(name);
+        }
+    }
+    if has_sled_files || names.is_empty() {
+        return Ok(None);
+    }
+    names.sort();
+    let has = |name: &str| names.iter().any(|n| n == name);
+    if has("LOCK") && names.iter().any(|n| n.starts_with("log.")) {
+        return Ok(Some(
+            "a harness `LogStore`'s directory (its `LOCK` and `log.*` files); open it with \
+             `LogStore::open`"
+                .into(),
+        ));
+    }
+    if has("created.feed") || names.iter().any(|n| n.starts_with("s-")) {
+        return Ok(Some(
+            "a harness `FileStore`'s directory (`created.feed`, `s-*` session directories); \
+             open it with `FileStore::open`"
+                .into(),
+        ));
+    }
+    let shown: Vec<String> = names
+        .iter()
+        .take(TREES_SHOWN)
+        .map(|name| format!("`{}`", name.escape_debug()))
+        .collect();
+    let more = match names.len().saturating_sub(TREES_SHOWN) {
+        0 => String::new(),
+        more => format!(" and {more} more"),
+    };
+    Ok(Some(format!(
+        "a directory that is not a sled database: it holds {}{more}, and neither sled's \
+         `conf` nor its `db`",
+        shown.join(", ")
     )))
 }
 

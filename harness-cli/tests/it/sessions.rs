@@ -385,8 +385,8 @@ fn another_programs_sled_database_is_refused_naming_its_trees() {
     let stderr = fails(&args, 1);
     assert!(
         stderr.contains(&format!(
-            "memory {p}: not a sled database holding long-term memory: another program's sled \
-             database: it holds the trees `orders`, `users`"
+            "memory {p}: not a harness memory: another program's sled database: it holds the \
+             trees `orders`, `users`"
         )),
         "{stderr}"
     );

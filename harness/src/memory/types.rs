@@ -89,6 +89,16 @@ pub enum MemoryError {
     /// The backend failed.
     #[error("the memory store failed: {0}")]
     Backend(String),
+    /// The path given to open a memory holds something else: another
+    /// program's database, another kind of store, a project's files.
+    /// Nothing was written there.
+    #[error("{} is not a harness memory: {found}", path.display())]
+    NotAStore {
+        /// The path given.
+        path: std::path::PathBuf,
+        /// What the path holds, and what to do.
+        found: String,
+    },
 }
 
 impl MemoryError {

@@ -432,6 +432,15 @@ async fn the_writers_open_refuses_a_log_damaged_in_its_middle_and_changes_nothin
                 Ok(_) => panic!("{name}: the damaged log opened"),
             }
             assert_eq!(files(&case), before, "{name}: the open changed the store");
+            match harness_stores::SledMemory::open(&case) {
+                Err(e) => assert!(
+                    e.to_string()
+                        .contains(&format!("the store {} is damaged", case.display())),
+                    "{name}: {e}"
+                ),
+                Ok(_) => panic!("{name}: the damaged log opened as memory"),
+            }
+            assert_eq!(files(&case), before, "{name}: the memory changed the store");
             assert!(
                 matches!(
                     SledStore::open_read_only(&case),

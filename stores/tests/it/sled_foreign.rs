@@ -4,7 +4,7 @@
 //! long-term memory) still open.
 
 use crate::{create_sample, id, reopen};
-use harness::memory::{Memory, Namespace};
+use harness::memory::{Memory, MemoryError, Namespace};
 use harness::session::{SessionStore, StoreError};
 use harness_stores::sled::{Config, Db};
 use harness_stores::{ReadOnlyError, SledMemory, SledStore};
@@ -170,9 +170,10 @@ fn read_only_refusal(path: &Path, holds: &[&str]) {
 fn memory_refusal(path: &Path, holds: &[&str]) {
     let e = SledMemory::open(path).expect_err("another program's database opened as memory");
     let shown = e.to_string();
+    assert!(matches!(e, MemoryError::NotAStore { .. }), "{e:?}");
     assert!(
-        shown.contains(&format!(
-            "{} is another program's sled database, not harness's",
+        shown.starts_with(&format!(
+            "{} is not a harness memory: another program's sled database",
             path.display()
         )),
         "{shown}"
@@ -479,32 +480,127 @@ async fn a_new_or_empty_database_is_used() {
     memory.put(&users, "k", json!({"v": 1})).await.unwrap();
 }
 
-/// A directory that holds no sled database (other files): the read-only
-/// open refuses it and creates nothing; the writer's open creates a new
-/// database beside the files, which it leaves as they are (the store's
-/// documented behaviour).
+/// A directory that holds no sled database but other things (a project's
+/// files, a `LogStore`'s, a `FileStore`'s, a sub-directory): every open
+/// refuses it, naming what it holds, and creates nothing there (sled
+/// would have added its files among them). An empty directory, one with
+/// hidden entries only, and a path that does not exist yet are used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_directory_without_a_database() {
+async fn a_directory_without_a_database_is_refused_unless_empty() {
     let base = tempfile::tempdir().unwrap();
-    let dir = base.path().join("notes");
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("notes.txt"), "not a store").unwrap();
-    let before = contents(&dir);
-    match SledStore::open_read_only(&dir) {
-        Err(ReadOnlyError::NotAStore { path, why }) => {
-            assert_eq!(path, dir);
-            assert!(why.contains("no sled database here"), "{why}");
-        }
-        other => panic!("{:?}", other.map(|_| "opened")),
+    let notes = base.path().join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    std::fs::write(notes.join("notes.txt"), "not a store").unwrap();
+    std::fs::write(notes.join("db.sqlite"), "not sled's").unwrap();
+    let many = base.path().join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..12 {
+        std::fs::write(many.join(format!("f{i:02}")), "x").unwrap();
     }
-    assert_eq!(contents(&dir), before);
-
-    let store = SledStore::open(&dir).unwrap();
-    create_sample(&store, "s", 0).await;
+    let nested = base.path().join("nested");
+    std::fs::create_dir_all(nested.join("src")).unwrap();
+    let log = base.path().join("log");
+    let store = harness_stores::LogStore::open(&log).unwrap();
+    create_sample(&store, "s", 1).await;
     drop(store);
-    closed(&dir);
-    let after = contents(&dir);
-    let notes = dir.join("notes.txt");
-    assert_eq!(after[&notes], before[&notes]);
-    assert!(after.contains_key(&dir.join("db")));
+    let files = base.path().join("files");
+    let store = harness_stores::FileStore::open(&files).unwrap();
+    create_sample(&store, "s", 1).await;
+    drop(store);
+
+    for (dir, holds) in [
+        (
+            &notes,
+            &[
+                "a directory that is not a sled database",
+                "`db.sqlite`, `notes.txt`",
+            ][..],
+        ),
+        (&many, &["`f00`", "`f07`", "and 4 more"][..]),
+        (&nested, &["`src`"][..]),
+        (&log, &["`LogStore`", "LogStore::open"][..]),
+        (&files, &["`FileStore`", "FileStore::open"][..]),
+    ] {
+        let before = contents(dir);
+        let e = SledStore::open(dir).expect_err("a directory of other files opened");
+        let shown = e.to_string();
+        let StoreError::NotAStore { path, found } = e else {
+            panic!("{}: not refused as no store: {shown}", dir.display());
+        };
+        assert_eq!(&path, dir);
+        assert!(
+            shown.starts_with(&format!("{} is not a harness session store", dir.display())),
+            "{shown}"
+        );
+        assert!(found.contains("Nothing was written there"), "{shown}");
+        for what in holds {
+            assert!(found.contains(what), "{what} not named: {shown}");
+        }
+        assert_eq!(
+            contents(dir),
+            before,
+            "{}: the open changed it",
+            dir.display()
+        );
+
+        let e = SledMemory::open(dir).expect_err("a directory of other files opened as memory");
+        let shown = e.to_string();
+        let MemoryError::NotAStore { path, found } = e else {
+            panic!("{}: not refused as no memory: {shown}", dir.display());
+        };
+        assert_eq!(&path, dir);
+        for what in holds {
+            assert!(found.contains(what), "{what} not named: {shown}");
+        }
+        assert_eq!(
+            contents(dir),
+            before,
+            "{}: the memory changed it",
+            dir.display()
+        );
+
+        assert!(
+            matches!(
+                SledStore::open_read_only(dir),
+                Err(ReadOnlyError::NotAStore { .. })
+            ),
+            "{}",
+            dir.display()
+        );
+        assert_eq!(
+            contents(dir),
+            before,
+            "{}: the reader changed it",
+            dir.display()
+        );
+    }
+    // The log and file stores still open as what they are.
+    let store = harness_stores::LogStore::open(&log).unwrap();
+    assert_eq!(store.sessions().await.unwrap(), vec![id("s")]);
+    let store = harness_stores::FileStore::open(&files).unwrap();
+    assert_eq!(store.sessions().await.unwrap(), vec![id("s")]);
+
+    let empty = base.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let hidden = base.path().join("hidden");
+    std::fs::create_dir(&hidden).unwrap();
+    std::fs::write(hidden.join(".gitkeep"), "").unwrap();
+    for dir in [&empty, &hidden, &base.path().join("not-yet")] {
+        let store = SledStore::open(dir).unwrap();
+        create_sample(&store, "s", 0).await;
+        drop(store);
+        closed(dir);
+        let store = reopen(|| SledStore::open(dir));
+        assert_eq!(store.sessions().await.unwrap(), vec![id("s")]);
+        drop(store);
+        closed(dir);
+    }
+    assert_eq!(std::fs::read(hidden.join(".gitkeep")).unwrap(), b"");
+    let memory_dir = base.path().join("memory-empty");
+    std::fs::create_dir(&memory_dir).unwrap();
+    let memory = Memory::new(SledMemory::open(&memory_dir).unwrap());
+    memory
+        .put(&Namespace::new(["users"]).unwrap(), "k", json!({"v": 1}))
+        .await
+        .unwrap();
 }
