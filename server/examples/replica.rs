@@ -12,11 +12,15 @@
 //! Leases are short (1 s), so that a replica killed mid-run is taken over
 //! quickly. With `--single`, it is a server of its own (no
 //! [`Replicas`]): its runs are kept in its memory, its threads in the store.
+//! A `--store` that is not a `postgres://` URL is the directory of a sled
+//! store (`--schema` is then not used): one process at a time, whose runs,
+//! as a replica's, are kept in the store and outlive it.
 
 use harness::session::SessionConfig;
+use harness::session::SessionStore;
 use harness::{Cx, Harness, HarnessState, JsonSchema, StepResult, create_agent, schemars};
 use harness_server::{Replicas, Server};
-use harness_stores::{PostgresOptions, PostgresStore};
+use harness_stores::{PostgresOptions, PostgresStore, SledStore};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
@@ -85,13 +89,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("unknown option {other}").into()),
         }
     }
-    let url = url.ok_or("--store postgres://… is required")?;
+    let url = url.ok_or("--store postgres://… (or a sled directory) is required")?;
     let dir = dir.ok_or("--dir is required")?;
     DIR.set(dir).map_err(|_| "the directory is set once")?;
-    let options = PostgresOptions::default()
-        .schema(schema.unwrap_or_else(|| "harness".into()))
-        .claim_ttl(Duration::from_millis(500));
-    let store = Arc::new(PostgresStore::connect_with(&url, options).await?);
+    let store: Arc<dyn SessionStore> = if url.starts_with("postgres") {
+        let options = PostgresOptions::default()
+            .schema(schema.unwrap_or_else(|| "harness".into()))
+            .claim_ttl(Duration::from_millis(500));
+        Arc::new(PostgresStore::connect_with(&url, options).await?)
+    } else {
+        Arc::new(SledStore::open(&url)?)
+    };
     let harness = Harness::<Steps>::builder()
         .step("one")
         .run(step("one"))

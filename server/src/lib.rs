@@ -204,7 +204,9 @@ impl Server {
     /// [`Replicas`] and the crate docs' "Replicas".
     ///
     /// Without it, a server keeps its runs in memory: faster, and right
-    /// for one process.
+    /// for one process whose runs waiting to start may be lost when it
+    /// stops. A lone server that must keep them across a restart is made a
+    /// replica of its own, on a store that persists (sled included).
     #[must_use]
     pub fn replicas(mut self, replicas: Replicas) -> Self {
         self.replicas = Some(replicas);
@@ -506,7 +508,8 @@ impl Bound {
     /// with the next run, and ends the streams still open (a stopped run's
     /// stream with an `error` event, `ServerStopping`). Runs waiting to
     /// start (queued or delayed), held in this server's memory, are lost
-    /// with it (they settle `interrupted` for the clients still joined). A
+    /// with it (they settle `interrupted` for the clients still joined),
+    /// unless it is a replica, even of its own. A
     /// [replica](Server::replicas) hands its runs over instead: stopped at
     /// a step boundary and released, for another replica to continue.
     pub async fn serve(

@@ -452,3 +452,86 @@ async fn a_thread_left_unfinished_by_a_killed_server_is_usable_once_its_lease_en
         "{all:?}"
     );
 }
+
+/// One server process on a sled store, as a replica of its own, stopped
+/// (SIGINT) while a run is under way and two more wait behind it on its
+/// thread (`enqueue`), then started again on the same store: the runs
+/// waiting to start were kept in the store, not in the stopped process's
+/// memory, and every run finishes in the second process, each step applied
+/// once. (Without [`Replicas`](harness_server::Replicas) those two are
+/// lost with the process: `--single`, the negative control.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_server_on_sled_keeps_its_waiting_runs_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = store.to_str().unwrap();
+    let (mut first, url_1) = start(store, "-", dir.path()).await;
+    let pid_1 = first.id().unwrap();
+    let mut script = sdk_script("sdk_restart.py", &[&url_1]);
+    let mut stdin = script.stdin.take().unwrap();
+    let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
+    let mut second = None;
+    let mut stages = Vec::new();
+    let drive = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let stage: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("the script printed no JSON ({e}): {line}"));
+            if stage["stage"] == "started" {
+                // The first run in step `two`, then the process is told to stop.
+                for _ in 0..6_000 {
+                    if effects(dir.path()).iter().any(|(s, _)| s == "two") {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                let status = std::process::Command::new("kill")
+                    .args(["-INT", &pid_1.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+                let exit = tokio::time::timeout(Duration::from_secs(60), first.wait())
+                    .await
+                    .expect("the server did not stop in 60 s")
+                    .unwrap();
+                assert!(exit.success(), "the stopped server exited with {exit}");
+                let (child, url_2) = start(store, "-", dir.path()).await;
+                second = Some(child);
+                use tokio::io::AsyncWriteExt;
+                stdin
+                    .write_all(format!("{url_2}\n").as_bytes())
+                    .await
+                    .unwrap();
+                stdin.flush().await.unwrap();
+            }
+            stages.push(stage);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), drive)
+        .await
+        .expect("the SDK script did not finish in 120 s");
+    succeeded(script, "sdk_restart.py").await;
+    println!("sdk_restart.py saw: {stages:?}");
+    let pid_2 = second.as_ref().and_then(Child::id).unwrap();
+    let [started, done] = &stages[..] else {
+        panic!("{stages:?}")
+    };
+    // The two behind the first wait to start when the process is stopped.
+    assert_eq!(started["statuses"][1], "pending", "{started}");
+    assert_eq!(started["statuses"][2], "pending", "{started}");
+    assert_eq!(
+        done["statuses"],
+        serde_json::json!(["success", "success", "success"]),
+        "{done}"
+    );
+    assert_eq!(done["thread_status"], "idle", "{done}");
+    let whole = ["one", "two", "three"];
+    assert_eq!(done["trail"], serde_json::json!(whole.repeat(3)), "{done}");
+    // The first process ran the first run's `one` and `two` (stopped at
+    // the boundary after it); the second ran the rest, each step once.
+    let all = effects(dir.path());
+    let count = |pid: u32, step: &str| all.iter().filter(|(s, p)| *p == pid && s == step).count();
+    let counts = |pid| whole.map(|step| count(pid, step));
+    assert_eq!(counts(pid_1), [1, 1, 0], "{all:?}");
+    assert_eq!(counts(pid_2), [2, 2, 3], "{all:?}");
+}
