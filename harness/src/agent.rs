@@ -209,6 +209,10 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     /// [`Worker`](crate::worker::Worker) to take. If the session is busy,
     /// `busy` says whether to refuse the run or queue it behind the current
     /// one.
+    ///
+    /// The session's log is read first (from its latest snapshot), as a
+    /// run would read it: a broken one is a [`SessionError::Load`] naming
+    /// the gap, and nothing is committed over the session.
     pub async fn submit_input(
         &self,
         session_id: &SessionId,
@@ -218,6 +222,13 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         let store = Arc::clone(self.store()?);
         let input_json = to_json(&input, "input")?;
         let harness = &self.inner.harness;
+        // A log that is broken is left as it is, as every other write
+        // leaves it (the guide's "Verified reads"): the run submitted would
+        // fail on it, and a worker retry it until it is quarantined.
+        if let Some(head) = store.load(session_id).await? {
+            check_owner(&head, &self.inner.id)?;
+            read_log(&*store, &head, Span::Latest).await?;
+        }
         // Compare-and-set can lose to a worker settling the session at the
         // same moment, or to another submitter creating it: decide again.
         head::commit_with_retry(&*store, session_id, |current| match current {

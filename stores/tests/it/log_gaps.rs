@@ -393,6 +393,48 @@ async fn continuing_a_session_with_a_damaged_log_is_refused_before_any_commit() 
     }
 }
 
+/// Submitting input for a worker (`submit_input`, queued or not) to a
+/// session whose log is broken is refused with the gap, and nothing is
+/// committed: the session is not made runnable on a log no run could
+/// read. With the damage gone, the same submission is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submitting_input_to_a_session_with_a_damaged_log_is_refused_before_any_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, inner) in stores(dir.path()) {
+        let store = Damaged::new(inner);
+        let agent = agent(store.clone(), SessionConfig::default());
+        let (session, interrupt) = paused(&agent).await;
+        still_resumable(&store, &agent, &session, &interrupt).await;
+        let before = stored(&store, &session).await;
+        for damage in [
+            Damage::Drop(2),
+            Damage::Drop(before.0.last_seq),
+            Damage::Duplicate(4),
+            Damage::Swap(3, 5),
+        ] {
+            for busy in [harness::Busy::Queue, harness::Busy::Reject] {
+                store.set(damage);
+                let what = format!("{name}, {damage:?}, {busy:?}");
+                let submitted = agent
+                    .submit_input(&session, CountUpdate::new().note("more"), busy)
+                    .await;
+                gap_of(submitted, &session, &what);
+                assert_eq!(stored(&store, &session).await, before, "{what}");
+            }
+        }
+        store.set(Damage::None);
+        let submitted = agent
+            .submit_input(
+                &session,
+                CountUpdate::new().note("more"),
+                harness::Busy::Queue,
+            )
+            .await
+            .unwrap();
+        assert_eq!(submitted, harness::Submitted::Runnable, "{name}");
+    }
+}
+
 /// A checkpoint file deleted from a file store's session directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_file_deleted_on_disk_is_a_gap() {
