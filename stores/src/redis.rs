@@ -47,7 +47,27 @@ const HMGET_CHUNK: usize = 500;
 /// ('1'/'0'), updated_at, lease expiry ('' for none), head TTL ms ('0' for
 /// none), log TTL ms, number of removals, the agent, the removed fields,
 /// then pairs of appended field and checkpoint JSON.
+///
+/// Redis does not undo a script that fails part way, so every key's type
+/// (and the feed's counter, an integer) is checked before anything is
+/// written: a key of another type (an application's, a hand-made one)
+/// fails the commit with nothing written, naming the key, where it would
+/// have left a head without its indexes (a session no worker finds).
 const COMMIT_LUA: &str = r"
+local kinds = {'string', 'hash', 'zset', 'set', 'zset', 'hash', 'hash', 'hash', 'zset', 'zset',
+  'zset', 'zset', 'string'}
+for i = 1, #kinds do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= kinds[i] then
+    return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kinds[i] ..
+      '; nothing was written')
+  end
+end
+local counter = redis.call('GET', KEYS[13])
+if counter and not string.match(counter, '^%d+$') then
+  return redis.error_reply('key ' .. KEYS[13] .. ' holds ' .. string.format('%q', counter) ..
+    ', not a count; nothing was written')
+end
 local cur = redis.call('GET', KEYS[1])
 local found = ''
 if cur then
@@ -61,10 +81,6 @@ end
 if found ~= ARGV[2] then
   return {'conflict', found}
 end
--- The listing's index and the feed first: Redis does not undo a script
--- that fails part way, and an id they hold without a head is skipped by
--- their readers, so a key of theirs that fails (another type, a counter
--- that is no integer) fails the commit before it wrote anything else.
 redis.call('ZADD', KEYS[11], 0, ARGV[1])
 if found == '' then
   redis.call('ZADD', KEYS[12], redis.call('INCR', KEYS[13]), ARGV[1])
@@ -606,7 +622,11 @@ fn redis_version(info: &str) -> Option<(u32, u32, u32)> {
 /// [`StoreError::Load`]; nothing is written), compares its version with the
 /// expected one (else [`StoreError::Conflict`] with the version found), and
 /// only then writes the head, the removals and appends, and the indexes.
-/// Redis runs a script alone, so a commit is atomic for every reader.
+/// Redis runs a script alone, so a commit is atomic for every reader. Redis
+/// does not undo a script that fails part way, so the script first checks
+/// the type of every key it writes (and that the feed's counter is a
+/// number): a key holding something else, an application's or one edited
+/// by hand, fails the commit with nothing written, naming the key.
 /// Leases need nothing more: they are in the head, taken by compare-and-set.
 ///
 /// # Durability

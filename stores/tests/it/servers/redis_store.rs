@@ -896,13 +896,25 @@ async fn redis_pages_read_a_sorted_index_of_the_ids() {
     assert_eq!(page_of(&writer, "s-000", None, 3).await, kept);
     assert_eq!(member("sessions").await, (false, false));
 
-    // A key of the listing or the feed that a commit cannot write fails
-    // the commit before it wrote the session: no head, no log, no run
-    // found; the same commit goes through once the key is mended.
+    // Any key a commit writes that it cannot write (another type, a
+    // counter that is no number) fails the commit before it wrote
+    // anything: no head, no log, no run found (before, a commit that
+    // failed on an index after it had set the head left a session no
+    // worker would take); the same commit goes through once the key is
+    // mended. The head's own key holding another type is refused too.
     for (key, bad) in [
         ("ids", "not a sorted set"),
         ("created", "not a sorted set"),
         ("created-last", "not a number"),
+        ("sessions", "not a set"),
+        ("running", "not a sorted set"),
+        ("leases", "not a hash"),
+        ("claims", "not a hash"),
+        ("agents", "not a hash"),
+        ("ready:conformance", "not a sorted set"),
+        ("waiting:conformance", "not a sorted set"),
+        ("{s}:cp", "not a hash"),
+        ("{s}:seqs", "not a sorted set"),
     ] {
         let damaged = rd.fresh_prefix("commit-damaged");
         let store = rd.connect(&damaged, RedisOptions::default()).await;
@@ -916,6 +928,15 @@ async fn redis_pages_read_a_sorted_index_of_the_ids() {
         let commit = conformance::create(conformance::head("s"), vec![snapshot(0, 0, json!(0))]);
         let refused = store.commit(&commit).await.unwrap_err().to_string();
         assert!(refused.contains("commit session s"), "{key}: {refused}");
+        assert!(refused.contains(&key), "{key}: {refused}");
+        assert!(refused.contains("nothing was written"), "{key}: {refused}");
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        // The key mended: nothing of the refused commit is there.
+        assert_eq!(store.sessions().await.unwrap(), [], "{key}: listed");
         assert_eq!(store.load(&id("s")).await.unwrap(), None, "{key}");
         assert_eq!(store.checkpoints(&id("s"), 0).await.unwrap(), [], "{key}");
         assert_eq!(
@@ -926,11 +947,15 @@ async fn redis_pages_read_a_sorted_index_of_the_ids() {
             [],
             "{key}"
         );
-        let _: () = redis::cmd("DEL")
-            .arg(&key)
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{damaged}:*"))
             .query_async(&mut con)
             .await
             .unwrap();
+        assert!(
+            keys.iter().all(|k| !k.contains("{s}")),
+            "{key}: the session's keys were written: {keys:?}"
+        );
         store.commit(&commit).await.unwrap();
         assert_eq!(
             store.load(&id("s")).await.unwrap(),
