@@ -140,7 +140,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             Ok(text) => print!("{text}"),
             // The usage, or the help; exits 2 (0 for --help).
             Err(harness::cli::CommandError::Usage(e)) => e.exit(),
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // What could be read, before the error says what could not.
+                if let harness::cli::CommandError::Unreadable { shown, .. } = &e {
+                    print!("{shown}");
+                }
+                return Err(e.into());
+            }
         }
         return Ok(());
     }

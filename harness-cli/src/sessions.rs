@@ -306,6 +306,14 @@ pub(crate) fn run(args: Args) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // What could be read first, then what could not.
+            if let SessionsError::Command {
+                source: CommandError::Unreadable { shown, .. },
+                ..
+            } = &e
+            {
+                out!("{}", harness::secrets::redact(shown));
+            }
             errln!("error: {}", harness::secrets::redact(&e.to_string()));
             ExitCode::FAILURE
         }

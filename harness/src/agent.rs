@@ -1,7 +1,9 @@
 //! Agents: a harness with its agent slots, ready to run, and the operations
 //! on its stored sessions (resume, continue, recover, time travel).
 
-use crate::error::{NoInterrupt, NoSession, SessionError, SessionPendingInterrupt, StoreError};
+use crate::error::{
+    NoInterrupt, NoSession, SessionError, SessionPendingInterrupt, StoreError, StoreLoad,
+};
 use crate::graph::{Harness, HarnessInner};
 use crate::ids::TaskPath;
 use crate::ids::{InterruptId, RunId, SessionId};
@@ -305,17 +307,35 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
     }
 
     /// The heads of this agent's sessions in the store.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::Load`] for the first head that does not read
+    /// (naming its session), or the store's error.
     pub async fn sessions(&self) -> Result<Vec<StoredRun>, SessionError> {
+        let (heads, unreadable) = self.readable_sessions().await?;
+        match unreadable.into_iter().next() {
+            Some(load) => Err(load.into()),
+            None => Ok(heads),
+        }
+    }
+
+    /// The heads of this agent's sessions that read, and the heads in the
+    /// store that do not (whose agent cannot be told).
+    pub(crate) async fn readable_sessions(
+        &self,
+    ) -> Result<(Vec<StoredRun>, Vec<StoreLoad>), SessionError> {
         let store = self.store()?;
-        let mut heads = Vec::new();
+        let (mut heads, mut unreadable) = (Vec::new(), Vec::new());
         for id in store.sessions().await? {
-            if let Some(head) = store.load(&id).await?
-                && head.agent_id == *self.inner.id
-            {
-                heads.push(head);
+            match store.load(&id).await {
+                Ok(Some(head)) if head.agent_id == *self.inner.id => heads.push(head),
+                Ok(_) => {}
+                Err(StoreError::Load(load)) => unreadable.push(load),
+                Err(e) => return Err(e.into()),
             }
         }
-        Ok(heads)
+        Ok((heads, unreadable))
     }
 
     /// The head of a stored session of this agent.

@@ -49,7 +49,7 @@ async fn approve(s: Arc<Tally>, cx: Cx<Effects>) -> StepResult<TallyUpdate> {
     Ok(TallyUpdate::new().log(vec![format!("approved={ok} receipt={receipt}")]))
 }
 
-fn harness(store: Arc<MemoryStore>, config: SessionConfig) -> Harness<Tally, Effects> {
+fn harness(store: Arc<dyn SessionStore>, config: SessionConfig) -> Harness<Tally, Effects> {
     Harness::<Tally, Effects>::builder()
         .step("work")
         .run(work)
@@ -1032,6 +1032,97 @@ async fn the_sessions_command_lists_shows_and_resumes() {
             other => panic!("{bad:?}: expected a usage error, got {other:?}"),
         }
     }
+}
+
+/// A head that does not read hides no other session from the typed
+/// `sessions list`: it lists the agent's other sessions and a line for the
+/// unreadable one, and fails with both ([`CommandError::Unreadable`]);
+/// `show` of a session whose log does not read shows its head.
+/// `Agent::sessions` still fails on the head, naming it. Nothing is
+/// written.
+#[tokio::test]
+async fn the_sessions_command_lists_what_reads_beside_a_damaged_head() {
+    use harness::cli::{CommandError, sessions_command};
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SessionStore> =
+        Arc::new(harness_stores::FileStore::open(dir.path()).unwrap());
+    let agent = create_agent_with(
+        "tally",
+        &harness(store, SessionConfig::default()),
+        EffectsAgent {
+            side_effects: Arc::new(AtomicU32::new(0)),
+        },
+    );
+    let (healthy, _) = paused(&agent).await;
+    let (broken_log, _) = paused(&agent).await;
+    let (broken_head, _) = paused(&agent).await;
+    // The file store's documented layout: `s-{id}/head.json`,
+    // `s-{id}/cp-{seq:020}.json`.
+    let session_dir = |id: &SessionId| dir.path().join(format!("s-{id}"));
+    std::fs::write(session_dir(&broken_head).join("head.json"), b"{\"torn").unwrap();
+    std::fs::write(
+        session_dir(&broken_log).join(format!("cp-{:020}.json", 2)),
+        b"not json",
+    )
+    .unwrap();
+    let files = |id: &SessionId| {
+        let mut all: Vec<_> = std::fs::read_dir(session_dir(id))
+            .unwrap()
+            .map(|e| {
+                let path = e.unwrap().path();
+                let bytes = std::fs::read(&path).unwrap();
+                (path, bytes)
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    let before: Vec<_> = [&healthy, &broken_log, &broken_head].map(files).into();
+
+    match sessions_command(&agent, ["list"], || ()).await {
+        Err(CommandError::Unreadable { shown, unreadable }) => {
+            let lines: Vec<&str> = shown.lines().collect();
+            assert_eq!(lines.len(), 3, "{shown}");
+            assert!(
+                shown.contains(&format!("{healthy}  agent tally")),
+                "{shown}"
+            );
+            assert!(
+                shown.contains(&format!("{broken_log}  agent tally")),
+                "{shown}"
+            );
+            assert!(
+                shown.contains(&format!("{broken_head}  cannot be read: its head")),
+                "{shown}"
+            );
+            assert_eq!(unreadable.len(), 1);
+            assert_eq!(unreadable[0].session, broken_head);
+        }
+        other => panic!("expected the listing and the unreadable head, got {other:?}"),
+    }
+    match sessions_command(&agent, ["show", broken_log.as_str()], || ()).await {
+        Err(e @ CommandError::Unreadable { .. }) => {
+            assert!(e.to_string().contains("checkpoint 2"), "{e}");
+            let CommandError::Unreadable { shown, .. } = e else {
+                unreachable!()
+            };
+            assert!(shown.contains("next step: approve"), "{shown}");
+            assert!(!shown.contains("state:"), "{shown}");
+        }
+        other => panic!("expected the head and the unreadable log, got {other:?}"),
+    }
+    match sessions_command(&agent, ["show", broken_head.as_str()], || ()).await {
+        Err(CommandError::Session(SessionError::Load(e))) => {
+            assert_eq!(e.session, broken_head)
+        }
+        other => panic!("expected the unreadable head, got {other:?}"),
+    }
+    match agent.sessions().await {
+        Err(SessionError::Load(e)) => assert_eq!(e.session, broken_head),
+        other => panic!("expected the unreadable head, got {other:?}"),
+    }
+    let after: Vec<_> = [&healthy, &broken_log, &broken_head].map(files).into();
+    assert!(after == before, "the commands changed the store");
 }
 
 /// A memory store that shows every commit to `watch` first, which may

@@ -120,6 +120,15 @@ pub(super) fn fails(args: &[&str], code: i32) -> String {
     stderr
 }
 
+/// Runs `harness ARGS…`, which must fail with `code`; returns its stderr.
+/// What it printed on stdout before (what could be read) is not checked.
+fn fails_after_showing(args: &[&str], code: i32) -> String {
+    let out = harness(args);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(code), "harness {args:?}: {stderr}");
+    stderr
+}
+
 /// The value of `name:` in `show`'s head lines.
 pub(super) fn field<'a>(show: &'a str, name: &str) -> &'a str {
     show.lines()
@@ -456,7 +465,7 @@ fn a_corrupt_record_is_an_error_naming_the_session_and_the_record() {
     )
     .unwrap();
     for sub in ["show", "history"] {
-        let stderr = fails(&["sessions", sub, &s.completed, "--store", store], 1);
+        let stderr = fails_after_showing(&["sessions", sub, &s.completed, "--store", store], 1);
         assert!(
             stderr.contains(&format!(
                 "store {store}: cannot load session {}: checkpoint 1",
@@ -465,19 +474,42 @@ fn a_corrupt_record_is_an_error_naming_the_session_and_the_record() {
             "{stderr}"
         );
     }
+    // `show` still shows the head, which reads: its phase, its step.
+    let out = harness(&["sessions", "show", &s.completed, "--store", store]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("session:   {}", s.completed)) && stdout.contains("phase:"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("state:"), "{stdout}");
     std::fs::write(
         dir.join(format!("s-{}", s.paused)).join("head.json"),
         b"\0garbage",
     )
     .unwrap();
+    let before = tree(&dir);
     let head_error = format!("store {store}: cannot load session {}: head", s.paused);
     for args in [vec!["show", s.paused.as_str()], vec!["list"]] {
         let mut all = vec!["sessions"];
         all.extend(args);
         all.extend(["--store", store]);
-        let stderr = fails(&all, 1);
+        let stderr = fails_after_showing(&all, 1);
         assert!(stderr.contains(&head_error), "{stderr}");
     }
+    // `list` lists the session whose head reads, and a line for the one
+    // whose head does not; it fails, and changes nothing.
+    let out = harness(&["sessions", "list", "--store", store]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(lines[0].starts_with(s.completed.as_str()), "{stdout}");
+    assert!(
+        lines[1].starts_with(&format!("{}  cannot be read: its head", s.paused)),
+        "{stdout}"
+    );
+    assert_eq!(tree(&dir), before, "the inspector changed the store");
 }
 
 /// A checkpoint file deleted from the log (in the middle, or the last one)
@@ -501,7 +533,7 @@ fn a_checkpoint_missing_from_the_log_is_an_error_naming_the_gap() {
         (&s.paused, "expected checkpoint 1, the log ends there"),
     ] {
         for sub in ["show", "history"] {
-            let stderr = fails(&["sessions", sub, session, "--store", store], 1);
+            let stderr = fails_after_showing(&["sessions", sub, session, "--store", store], 1);
             assert!(
                 stderr.contains(&format!("store {store}: cannot load session {session}"))
                     && stderr.contains("the checkpoint log is broken")

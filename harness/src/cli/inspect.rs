@@ -5,7 +5,7 @@ use super::{CommandError, InspectCommand};
 use crate::ids::SessionId;
 use crate::session::{
     Checkpoint, CheckpointInfo, CheckpointKind, NoSession, SessionError, SessionStore, Span,
-    StoreLoad, StoredRun, read_log,
+    StoreError, StoreLoad, StoredRun, read_log,
 };
 use std::fmt::Write;
 
@@ -32,25 +32,45 @@ impl InspectCommand {
     /// [`CommandError::Session`]: [`SessionError::NoSession`] for an unknown
     /// id, [`SessionError::Load`] for a record that cannot be read (naming
     /// the session and the record), [`SessionError::Store`] when the store
-    /// fails.
+    /// fails. [`CommandError::Unreadable`] when `list` finds heads that do
+    /// not read (the others are listed) or `show` a log that does not (the
+    /// head is shown).
     pub async fn run(self, store: &dyn SessionStore) -> Result<String, CommandError> {
         let mut out = String::new();
         match self {
             InspectCommand::List => {
-                let mut heads = Vec::new();
+                let (mut heads, mut unreadable) = (Vec::new(), Vec::new());
                 for id in store.sessions().await.map_err(SessionError::from)? {
                     // Listed, then gone (finished and expired, or removed):
                     // not a session any more.
-                    if let Some(head) = store.load(&id).await.map_err(SessionError::from)? {
-                        heads.push(head);
+                    match store.load(&id).await {
+                        Ok(Some(head)) => heads.push(head),
+                        Ok(None) => {}
+                        Err(StoreError::Load(load)) => unreadable.push(load),
+                        Err(e) => return Err(SessionError::from(e).into()),
                     }
                 }
-                render::list(&mut out, heads);
+                render::list(&mut out, heads, &unreadable);
+                if !unreadable.is_empty() {
+                    return Err(CommandError::Unreadable {
+                        shown: out,
+                        unreadable,
+                    });
+                }
             }
             InspectCommand::Show { session } => {
                 let head = load(store, &SessionId::from(session)).await?;
                 render::head(&mut out, &head);
-                stored_state(&mut out, store, &head).await?;
+                match stored_state(&mut out, store, &head).await {
+                    Ok(()) => {}
+                    Err(SessionError::Load(load)) => {
+                        return Err(CommandError::Unreadable {
+                            shown: out,
+                            unreadable: vec![load],
+                        });
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             InspectCommand::History { session } => {
                 let head = load(store, &SessionId::from(session)).await?;

@@ -33,6 +33,14 @@
 //!     Ok(text) => print!("{text}"),
 //!     // Prints the usage (or the help) and exits with clap's status.
 //!     Err(CommandError::Usage(e)) => e.exit(),
+//!     // What could be read, then what could not.
+//!     Err(e @ CommandError::Unreadable { .. }) => {
+//!         if let CommandError::Unreadable { shown, .. } = &e {
+//!             print!("{shown}");
+//!         }
+//!         eprintln!("error: {e}");
+//!         std::process::exit(1);
+//!     }
 //!     Err(e) => {
 //!         eprintln!("error: {e}");
 //!         std::process::exit(1);
@@ -46,7 +54,7 @@ mod render;
 
 use crate::agent::Agent;
 use crate::ids::SessionId;
-use crate::session::{SessionError, SessionPhase, Stopping};
+use crate::session::{SessionError, SessionPhase, Stopping, StoreLoad};
 use crate::slots::Context;
 use crate::state::HarnessState;
 use clap::{Parser, Subcommand};
@@ -135,6 +143,43 @@ pub enum CommandError {
         /// Its phase, described.
         phase: String,
     },
+    /// Some stored records could not be read (damaged, of another schema
+    /// version, missing from a log), and what could be read is in `shown`:
+    /// `list` of a store where some heads do not read lists every other
+    /// session, with a line for each of those; `show` of a session whose
+    /// head reads and whose log does not shows the head. Print `shown`,
+    /// then this error. Nothing was changed: the records are left as they
+    /// are, for their owner to restore.
+    #[error("{}", unreadable_text(unreadable))]
+    Unreadable {
+        /// What could be read, ready to print.
+        shown: String,
+        /// Each record that could not be read, naming its session.
+        unreadable: Vec<StoreLoad>,
+    },
+}
+
+/// The most unreadable records an [`CommandError::Unreadable`] names.
+const UNREADABLE_SHOWN: usize = 8;
+
+fn unreadable_text(unreadable: &[StoreLoad]) -> String {
+    let [one] = unreadable else {
+        let shown: Vec<String> = unreadable
+            .iter()
+            .take(UNREADABLE_SHOWN)
+            .map(ToString::to_string)
+            .collect();
+        let more = match unreadable.len().saturating_sub(UNREADABLE_SHOWN) {
+            0 => String::new(),
+            more => format!("; and {more} more"),
+        };
+        return format!(
+            "{} sessions cannot be read (the rest is shown): {}{more}",
+            unreadable.len(),
+            shown.join("; ")
+        );
+    };
+    format!("{one} (what could be read is shown)")
 }
 
 impl SessionsCommand {
@@ -174,14 +219,31 @@ impl SessionsCommand {
         let mut out = String::new();
         match self {
             SessionsCommand::Inspect(InspectCommand::List) => {
-                render::list(&mut out, agent.sessions().await?);
+                let (heads, unreadable) = agent.readable_sessions().await?;
+                render::list(&mut out, heads, &unreadable);
+                if !unreadable.is_empty() {
+                    return Err(CommandError::Unreadable {
+                        shown: out,
+                        unreadable,
+                    });
+                }
             }
             SessionsCommand::Inspect(InspectCommand::Show { session }) => {
                 let id = SessionId::from(session);
                 let head = agent.session(&id).await?;
-                let state = agent.state_at(&id, Some(head.steps)).await?;
                 render::head(&mut out, &head);
-                let _ = writeln!(out, "state:\n{}", render::pretty(&state));
+                match agent.state_at(&id, Some(head.steps)).await {
+                    Ok(state) => {
+                        let _ = writeln!(out, "state:\n{}", render::pretty(&state));
+                    }
+                    Err(SessionError::Load(load)) => {
+                        return Err(CommandError::Unreadable {
+                            shown: out,
+                            unreadable: vec![load],
+                        });
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             SessionsCommand::Inspect(InspectCommand::History { session }) => {
                 let id = SessionId::from(session);

@@ -2,7 +2,7 @@
 //! untyped command.
 
 use crate::ids::SessionId;
-use crate::session::{CheckpointInfo, SessionPhase, StoredRun, now_millis};
+use crate::session::{CheckpointInfo, SessionPhase, StoreLoad, StoredRun, now_millis};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -50,9 +50,10 @@ fn line(text: impl std::fmt::Display) -> String {
         .collect()
 }
 
-/// One line per session, oldest first.
-pub(super) fn list(out: &mut String, mut heads: Vec<StoredRun>) {
-    if heads.is_empty() {
+/// One line per session, oldest first, then one per session whose head
+/// does not read.
+pub(super) fn list(out: &mut String, mut heads: Vec<StoredRun>, unreadable: &[StoreLoad]) {
+    if heads.is_empty() && unreadable.is_empty() {
         out.push_str("no sessions\n");
     }
     heads.sort_by(|a, b| (a.created_at, &a.session_id).cmp(&(b.created_at, &b.session_id)));
@@ -64,6 +65,15 @@ pub(super) fn list(out: &mut String, mut heads: Vec<StoredRun>) {
             line(&h.agent_id),
             h.steps,
             line(phase(&h))
+        );
+    }
+    for load in unreadable {
+        let _ = writeln!(
+            out,
+            "{}  cannot be read: its {} ({})",
+            line(&load.session),
+            line(&load.record),
+            line(&load.reason)
         );
     }
 }
