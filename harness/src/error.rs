@@ -497,8 +497,8 @@ pub struct NoInterrupt {
 fn conflict_text(session: &SessionId, expected: Option<u64>, found: Option<u64>) -> String {
     match (expected, found) {
         (None, Some(_)) => format!(
-            "session {session} already exists (another writer created it first): a new \
-             session needs an id of its own, and a run on an existing one \
+            "session {session} already exists (made earlier, or by another writer just \
+             now): a new session needs an id of its own, and a run on an existing one \
              `continue_session` or `resume`"
         ),
         (Some(expected), None) => format!(

@@ -90,7 +90,17 @@ struct Backoff {
 ///   within it: a worker of the old version that cannot load a session the
 ///   new version wrote (a step it added) leaves it, and a worker of the new
 ///   version takes it (when the old worker's claim on it, if the store
-///   claims, has run out);
+///   claims, has run out).
+///   A try comes no sooner than the store offers the session again: a
+///   store that claims what [`runnable`](crate::session::SessionStore::runnable)
+///   returns (PostgreSQL and Redis, `claim_ttl`, 10 s by default) hides it
+///   for that long, so the backoff between tries is at least the claim
+///   time, whatever [`max_backoff`](Self::max_backoff) says, and a
+///   quarantine comes after `max_attempts` claim times at the least.
+///   A session whose head itself does not read is never quarantined,
+///   since nothing is written over a record that does not read: the
+///   worker keeps backing off from it (one load a try, a warning naming
+///   the record each time) until the record is restored or removed;
 /// - a store error while listing sessions makes
 ///   [`run_until`](Self::run_until) back off and ask again.
 pub struct Worker<S: HarnessState, C: Context> {
