@@ -187,6 +187,21 @@ impl fmt::Display for Shown {
 /// than a password shown.
 fn without_password(store: &str) -> String {
     let Some((scheme, rest)) = store.split_once("://") else {
+        // A URL whose `//` is missing (`postgres:ada:pw@host`): what lies
+        // between its scheme and its last `@` may be a password, and is
+        // not shown.
+        if let Some((scheme, rest)) = store.split_once(':')
+            && let Some(at) = rest.rfind('@')
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+        {
+            return format!(
+                "{scheme}:…@{}",
+                without_password_parameters(&rest[at + 1..])
+            );
+        }
         // Not a URL: a path, or a libpq `key=value` string, whose
         // `password=…` words are left out.
         return store
@@ -634,7 +649,7 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
         path: path.to_path_buf(),
         why,
     };
-    let meta = std::fs::metadata(path).map_err(|e| not_a_store(e.to_string()))?;
+    let meta = std::fs::metadata(path).map_err(|e| not_a_store(missing(path, &e)))?;
     if !meta.is_dir() {
         return Err(not_a_store(
             "a file; a store is a sled database, log-store or file-store directory".into(),
@@ -680,6 +695,30 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
          files) nor a file store (no `s-…` session directories)"
             .into(),
     ))
+}
+
+/// Why `path` cannot be read, with what it may have been meant as when it
+/// does not exist: a URL whose `//` is missing (`postgres:/db`), a libpq
+/// `key=value` connection string.
+fn missing(path: &Path, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return e.to_string();
+    }
+    let text = path.to_string_lossy();
+    if let Some((scheme, _)) = text.split_once(':') {
+        let scheme = scheme.to_ascii_lowercase();
+        if KNOWN_SCHEMES.contains(&scheme.as_str()) {
+            return format!(
+                "no such directory; a {scheme} URL is written `{scheme}://…`, with its `//`"
+            );
+        }
+    }
+    if text.contains('=') {
+        return "no such directory; a `key=value` connection string is not read: give the \
+                store as a postgres:// URL"
+            .into();
+    }
+    e.to_string()
 }
 
 fn open_path(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
@@ -742,6 +781,13 @@ mod tests {
             ("redis://cache:6379/", "redis://cache:6379/"),
             ("postgres://ada@db/x", "postgres://ada@db/x"),
             ("/var/lib/sessions", "/var/lib/sessions"),
+            // A URL without its `//`: nothing between the scheme and the
+            // last `@` is shown.
+            ("postgres:/ada:s3cret@db/x", "postgres:…@db/x"),
+            ("Redis::s3cret@cache:6379", "Redis:…@cache:6379"),
+            ("redis:s3cret@cache", "redis:…@cache"),
+            ("postgres:ada:s3/cr@et@db/x?password=p", "postgres:…@db/x"),
+            ("/home/ada@work/sessions", "/home/ada@work/sessions"),
             // A `password` query parameter (tokio-postgres reads it), in
             // any place, case or escape; other parameters stay.
             (

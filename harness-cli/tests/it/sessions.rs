@@ -428,7 +428,15 @@ fn a_store_in_a_form_not_read_is_refused_without_its_password() {
         ),
         (
             "host=localhost password=pw-sk-4821 dbname=x",
-            "not a session store",
+            "a `key=value` connection string is not read",
+        ),
+        (
+            "postgres:/ada:pw-sk-4821@host/x",
+            "a postgres URL is written `postgres://…`",
+        ),
+        (
+            "Redis:pw-sk-4821@host",
+            "a redis URL is written `redis://…`",
         ),
     ] {
         let stderr = fails(&["sessions", "list", "--store", store], 1);
