@@ -910,35 +910,9 @@ impl RedisStore {
                     .filter(|(_, kind)| *kind == "set")
                     .map(|(c, _)| c)
                     .collect();
-                let mut members = redis::pipe();
-                for (key, _) in &sets {
-                    members.cmd("SRANDMEMBER").arg(*key);
-                }
-                let picked: Vec<Option<Vec<u8>>> = members
-                    .query_async(&mut con)
-                    .await
-                    .map_err(|e| redis_error("read a member of the session sets", &e))?;
-                let heads: Vec<(&str, String)> = sets
-                    .iter()
-                    .zip(picked)
-                    .filter_map(|((_, prefix), id)| {
-                        let id = String::from_utf8(id?).ok()?;
-                        Some((*prefix, format!("{prefix}:{{{id}}}:head")))
-                    })
-                    .collect();
-                let mut exists = redis::pipe();
-                for (_, head) in &heads {
-                    exists.cmd("EXISTS").arg(head);
-                }
-                let there: Vec<bool> = exists
-                    .query_async(&mut con)
-                    .await
-                    .map_err(|e| redis_error("look for the heads of sessions", &e))?;
-                for ((prefix, _), there) in heads.iter().zip(there) {
-                    if there {
-                        found.insert((*prefix).to_owned());
-                    }
-                }
+                // An empty pipeline is refused by the client: a batch
+                // without a set (or a set without a member) ends here.
+                found.extend(Self::prefixes_with_heads(&mut con, &sets).await?);
             }
             scanned += BATCH;
             cursor = next;
@@ -947,6 +921,51 @@ impl RedisStore {
             }
         }
         Ok(found.into_iter().collect())
+    }
+
+    /// Those of `sets` (a `P:sessions` key and its prefix `P`) whose
+    /// member, taken at random, has a head: two pipelined round trips, none
+    /// for no set.
+    async fn prefixes_with_heads(
+        con: &mut ConnectionManager,
+        sets: &[&(&[u8], &str)],
+    ) -> Result<Vec<String>, StoreError> {
+        if sets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut members = redis::pipe();
+        for (key, _) in sets {
+            members.cmd("SRANDMEMBER").arg(*key);
+        }
+        let picked: Vec<Option<Vec<u8>>> = members
+            .query_async(con)
+            .await
+            .map_err(|e| redis_error("read a member of the session sets", &e))?;
+        let heads: Vec<(&str, String)> = sets
+            .iter()
+            .zip(picked)
+            .filter_map(|((_, prefix), id)| {
+                let id = String::from_utf8(id?).ok()?;
+                Some((*prefix, format!("{prefix}:{{{id}}}:head")))
+            })
+            .collect();
+        if heads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut exists = redis::pipe();
+        for (_, head) in &heads {
+            exists.cmd("EXISTS").arg(head);
+        }
+        let there: Vec<bool> = exists
+            .query_async(con)
+            .await
+            .map_err(|e| redis_error("look for the heads of sessions", &e))?;
+        Ok(heads
+            .iter()
+            .zip(there)
+            .filter(|(_, there)| *there)
+            .map(|((prefix, _), _)| (*prefix).to_owned())
+            .collect())
     }
 
     /// The key of `session`'s head.

@@ -77,12 +77,14 @@ async fn a_new_log_store_and_its_parents_are_private() {
     check(base.path(), &root, &store).await;
 }
 
-/// Opening a sled store, or sled memory, in a directory that already holds
-/// other files (the current directory, a data directory shared with other
-/// software) takes group and other permissions away from sled's own files
-/// only: `db`, `conf`, `blobs`. The directory itself and everything else in
-/// it keep their modes, also names that look like sled's and files behind
-/// a link. Before, the open stripped them from the whole tree.
+/// Opening a sled store, or sled memory, whose directory also holds other
+/// files (a data directory shared with other software, files put there
+/// after the database was made) takes group and other permissions away
+/// from sled's own files only: `db`, `conf`, `blobs`. The directory itself
+/// and everything else in it keep their modes, also names that look like
+/// sled's and files behind a link. Before, the open stripped them from the
+/// whole tree. (A directory of other files that holds no database yet is
+/// refused: `sled_foreign`.)
 #[cfg(feature = "sled")]
 #[tokio::test]
 async fn a_sled_database_opened_among_other_files_changes_only_its_own() {
@@ -90,6 +92,12 @@ async fn a_sled_database_opened_among_other_files_changes_only_its_own() {
     for kind in ["store", "memory"] {
         let base = tempfile::tempdir().unwrap();
         let dir = base.path().join("shared");
+        // The database first, in its own directory; the other files after.
+        match kind {
+            "store" => drop(harness_stores::SledStore::open(&dir).unwrap()),
+            _ => drop(harness_stores::SledMemory::open(&dir).unwrap()),
+        }
+        wait_unlocked(&dir);
         let outside = base.path().join("outside.txt");
         std::fs::write(&outside, b"elsewhere").unwrap();
         std::fs::create_dir_all(dir.join("site/sub")).unwrap();
@@ -127,6 +135,10 @@ async fn a_sled_database_opened_among_other_files_changes_only_its_own() {
             })
             .collect();
 
+        for name in ["db", "conf"] {
+            set_mode(&dir.join(name), 0o644);
+        }
+        set_mode(&dir.join("blobs"), 0o755);
         match kind {
             "store" => {
                 let store = harness_stores::SledStore::open(&dir).unwrap();
@@ -150,4 +162,19 @@ async fn a_sled_database_opened_among_other_files_changes_only_its_own() {
 
 fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Waits until sled's threads let go of the database at `dir` (a moment
+/// after its last handle is dropped).
+#[cfg(feature = "sled")]
+fn wait_unlocked(dir: &std::path::Path) {
+    let db = std::fs::File::open(dir.join("db")).unwrap();
+    for _ in 0..600 {
+        if db.try_lock().is_ok() {
+            db.unlock().unwrap();
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("sled still holds {} after 60 s", dir.display());
 }

@@ -1394,6 +1394,54 @@ async fn redis_servers_older_than_5_are_refused() {
     }
 }
 
+/// A database whose only `…:sessions` keys are no sets, or sets of no
+/// session, holds no store: `store_prefixes` says so, where it failed on
+/// the empty pipeline it then sent ("empty command"). On a database of
+/// its own (index 13 of the test server), emptied first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_store_prefixes_of_a_database_without_stores_are_none() {
+    let Some(rd) = Rd::new() else { return };
+    // The server's URL with its database (the path) replaced.
+    let authority = rd.url.find("://").map_or(0, |i| i + 3);
+    let end = rd.url[authority..]
+        .find(['/', '?'])
+        .map_or(rd.url.len(), |i| authority + i);
+    let url = format!("{}/13", &rd.url[..end]);
+    let store = RedisStore::connect(&url).await.unwrap();
+    let mut con = store.connection();
+    let _: () = redis::cmd("FLUSHDB").query_async(&mut con).await.unwrap();
+    assert_eq!(
+        store.store_prefixes(usize::MAX).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let _: () = redis::cmd("SET")
+        .arg("text:sessions")
+        .arg("not a set")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.store_prefixes(usize::MAX).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let _: i64 = redis::cmd("SADD")
+        .arg("app:sessions")
+        .arg("token-1")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.store_prefixes(usize::MAX).await.unwrap(),
+        Vec::<String>::new()
+    );
+    store
+        .commit(&create(head("s"), vec![snapshot(0, 0, json!(0))]))
+        .await
+        .unwrap();
+    assert_eq!(store.store_prefixes(usize::MAX).await.unwrap(), ["harness"]);
+    let _: () = redis::cmd("FLUSHDB").query_async(&mut con).await.unwrap();
+}
+
 /// `store_prefixes` names the stores on the database, not the keys that
 /// only look like one: a string `…:sessions`, an application's set of that
 /// name whose members have no head.
