@@ -46,6 +46,9 @@ pub(crate) struct Turns {
     limit: usize,
     /// Handed over a round at a time ([`EffectJournal::batches`]).
     batched: bool,
+    /// The branches' model calls that are not journaled (`cx.complete`):
+    /// at most `limit` at once, as their effects ([`call_permit`]).
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 /// What a turn waiting in a round is answered with: the journal's answer,
@@ -167,6 +170,9 @@ impl Turns {
             changed: Notify::new(),
             limit: limit.max(1),
             batched,
+            calls: Arc::new(tokio::sync::Semaphore::new(
+                limit.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
         })
     }
 
@@ -202,6 +208,17 @@ impl Turns {
 /// part of this branch's sequence).
 pub(crate) fn taking_turns() -> bool {
     BRANCH.try_with(|_| ()).is_ok()
+}
+
+/// In a branch of a fork whose effects take turns, a permit for a model
+/// call that is not journaled (`cx.complete`), to hold while it runs: at
+/// most the fork's limit of them at once, as for its effects, since every
+/// branch runs. `None` elsewhere (the fork's limit bounds the branches
+/// themselves there). Which call gets a permit first depends on timing,
+/// which is harmless: nothing of it is journaled.
+pub(crate) async fn call_permit() -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let calls = BRANCH.try_with(|b| Arc::clone(&b.turns.calls)).ok()?;
+    calls.acquire_owned().await.ok()
 }
 
 struct EndOnDrop {

@@ -617,7 +617,9 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
     /// effect journal that replays by order
     /// ([`EffectJournal::ordered`](crate::effect::EffectJournal::ordered),
     /// Restate's), every branch runs and at most `n` of their effects run
-    /// at once.
+    /// at once, and at most `n` of their model calls made with
+    /// [`Cx::complete`](crate::Cx::complete) (which are not journaled);
+    /// what a branch does outside `cx` is not bounded there.
     #[must_use]
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);

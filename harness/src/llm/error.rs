@@ -275,10 +275,9 @@ impl ModelError {
             model: model @ None,
             ..
         } = &mut self
+            && !name.is_empty()
         {
-            if !name.is_empty() {
-                *model = Some(name.to_owned());
-            }
+            *model = Some(name.to_owned());
         }
         self
     }

@@ -462,6 +462,11 @@ impl<C> Cx<C> {
     /// with this step's path, so a sub-agent's tokens show live.
     ///
     /// The answer is the one `model.complete` gives.
+    ///
+    /// In a branch of a fork on an effect journal that replays by order
+    /// (Restate), where every branch runs and their effects take turns, the
+    /// fork's [`limit`](crate::ForkBuilder::limit) bounds these calls too:
+    /// at most that many at once, the others waiting their turn.
     pub async fn complete(
         &self,
         model: &dyn crate::llm::LanguageModel,
@@ -469,6 +474,7 @@ impl<C> Cx<C> {
     ) -> Result<crate::llm::ModelResponse, crate::llm::ModelError> {
         use futures::StreamExt;
         use tracing::Instrument;
+        let _permit = crate::effect::turns::call_permit().await;
         let provider = model.provider();
         let name = model.model_name();
         // The GenAI conventions' inference span; what a sampler reads

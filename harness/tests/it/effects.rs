@@ -571,3 +571,90 @@ async fn a_journal_that_batches_is_handed_a_round_at_a_time_the_same_on_a_replay
         );
     }
 }
+
+/// A model that keeps each call 40 ms and counts the calls at once.
+struct SlowModel {
+    overlap: Arc<Overlap>,
+}
+
+#[async_trait::async_trait]
+impl harness::llm::LanguageModel for SlowModel {
+    async fn complete(
+        &self,
+        _: &harness::llm::ModelRequest,
+    ) -> Result<harness::llm::ModelResponse, harness::llm::ModelError> {
+        self.overlap
+            .during(tokio::time::sleep(Duration::from_millis(40)))
+            .await;
+        Ok(harness::llm::ModelResponse::from_text("ok"))
+    }
+}
+
+/// Under an ordered journal every branch of a fork runs, so its limit
+/// bounds their model calls made with `cx.complete` (not journaled) as it
+/// bounds their effects: at most `limit` at once. Without a limit they
+/// all run at once, and without an ordered journal the limit bounds the
+/// branches themselves.
+#[tokio::test]
+async fn under_an_ordered_journal_a_forks_limit_bounds_its_model_calls() {
+    for (ordered, limit, expected) in [
+        (true, Some(1), 1),
+        (true, Some(2), 2),
+        (true, None, 4),
+        (false, Some(2), 2),
+    ] {
+        let overlap = Arc::new(Overlap::default());
+        let model: Arc<dyn harness::llm::LanguageModel> = Arc::new(SlowModel {
+            overlap: Arc::clone(&overlap),
+        });
+        let fork = Harness::<Spread>::builder()
+            .step("split")
+            .route(|_: &Spread| "parts")
+            .on("parts")
+            .fan_out("part", |s: &Spread| s.parts.clone());
+        let fork = match limit {
+            Some(n) => fork.limit(n),
+            None => fork,
+        };
+        let harness = fork
+            .join("done")
+            .step("part")
+            .run_each(move |part: u64, _: Arc<Spread>, cx: Cx<()>| {
+                let model = Arc::clone(&model);
+                async move {
+                    let request =
+                        harness::llm::ModelRequest::new(vec![harness::llm::Message::user(
+                            format!("part {part}"),
+                        )]);
+                    let first = cx.once("before", async { part }).await?;
+                    let answer = cx.complete(&*model, &request).await?;
+                    Ok(SpreadUpdate::new().log(vec![format!("{first} {}", answer.text())]))
+                }
+            })
+            .writes(["log"])
+            .next("done")
+            .step("done")
+            .run(async |_: Arc<Spread>| Ok(SpreadUpdate::new()))
+            .end()
+            .start("split")
+            .effects(Recorder {
+                ordered,
+                ..Recorder::default()
+            })
+            .build()
+            .unwrap();
+        let out = create_agent("spread", &harness)
+            .run_in(
+                SessionId::from("calls"),
+                Spread {
+                    parts: vec![1, 2, 3, 4],
+                    ..Spread::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.state.log.len(), 4);
+        let most = overlap.most.load(Ordering::SeqCst);
+        assert_eq!(most, expected, "ordered {ordered}, limit {limit:?}");
+    }
+}
