@@ -241,17 +241,31 @@ function matches(s, q) {
     .some((x) => x && x.toLowerCase().includes(q));
 }
 
+// A session whose head does not read (`unreadable`) passes every filter,
+// as on the server: whether it matches cannot be told.
 function listed(s) {
+  if (s.unreadable) return true;
   const { q, phase } = ui.filter;
   return (!phase || s.phase === phase) && (!q || matches(s, q));
+}
+
+// A session whose head does not read: its id and the store's error, first
+// in the list, with nothing to pick (its timeline does not read either).
+function unreadableRow(s) {
+  return el('tr', { class: 'unreadable', 'data-id': s.id, 'data-unreadable': 'true' },
+    el('td', { class: 'id', title: s.id, text: s.id.slice(0, 8) }),
+    el('td', { colspan: '4', class: 'unreadable-error' },
+      el('span', { class: 'phase phase-unreadable', text: 'unreadable' }), ' ', m(s.error)));
 }
 
 function renderList() {
   const rows = [...ui.sessions.values()]
     .filter(listed)
-    .sort((a, b) => b.updated_at - a.updated_at || a.id.localeCompare(b.id));
+    .sort((a, b) => (b.unreadable ? 1 : 0) - (a.unreadable ? 1 : 0)
+      || (a.unreadable ? 0 : b.updated_at - a.updated_at) || a.id.localeCompare(b.id));
   const body = $('#sessions tbody');
   body.replaceChildren(...rows.map((s) => {
+    if (s.unreadable) return unreadableRow(s);
     const tr = el('tr', { class: 'row' + (s.id === ui.selected ? ' selected' : ''), 'data-id': s.id, 'data-phase': s.phase },
       el('td', { class: 'id', title: s.id, text: s.id.slice(0, 8) }),
       el('td', { text: s.agent }),
@@ -1475,6 +1489,12 @@ const live = { events: null, watched: null, seen: null };
 // Notes the version of a session the stream sent, if it is the one shown.
 function saw(s) {
   if (s.id !== ui.selected) return;
+  // One whose head does not read has no version: the next that reads is
+  // newer than any seen.
+  if (s.unreadable) {
+    live.seen = null;
+    return;
+  }
   if (!live.seen || live.seen.id !== s.id || live.seen.version < s.version) live.seen = { id: s.id, version: s.version };
 }
 

@@ -98,6 +98,20 @@
 //! between two pages) is a place in that order all the same: the page
 //! starts at the first session after it.
 //!
+//! A session whose head does not read (a damaged record: the store's
+//! [`StoreError::Load`](harness::session::StoreError::Load)) hides no
+//! other: the page lists it after its sessions as `{"id", "unreadable":
+//! true, "record", "error"}` (the record, `head`, and the store's message
+//! naming the session and the record, the process's secrets replaced),
+//! whatever the filter (whether it matches cannot be told), counted in
+//! `limit` and passed by the cursor like any session looked at; the page
+//! shows it first in its list, with its error and nothing to open. The
+//! event stream sends it the same way (`sessions`, `session`: once when
+//! it turns unreadable, again when it reads). Opening it answers the
+//! store's error (500, `{"error": "session …: cannot load session …:
+//! head: …"}`). Any other failure of the store (it cannot be reached)
+//! fails the page, as ever. The studio writes nothing to the store.
+//!
 //! `GET /api/sessions/{id}/summary` answers one session as the list shows
 //! it, from its head alone, or 404 (`{"error": "no session … in the
 //! store"}`) when the store holds none: how the page tells whether a run

@@ -8,7 +8,7 @@ use crate::query::{self, Query};
 use crate::redact;
 use crate::source::{Resumed, Source};
 use crate::trim;
-use crate::view::{self, PHASES, Summary};
+use crate::view::{self, Listed, PHASES, Summary, Unreadable};
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, header};
@@ -394,9 +394,11 @@ async fn info(State(app): State<Shared>, _: Authorized) -> Json<Value> {
 pub(crate) const NEXT_AFTER: &str = "x-next-after";
 
 /// `GET /api/sessions?q=&phase=&agent=&limit=&after=`: a page of the
-/// sessions (see [`view::page`]), newest first, as a JSON array; when
-/// more follow, the `x-next-after` header holds the `after` of the next
-/// page (percent-encoded, ready for the query string).
+/// sessions (see [`view::page`]), newest first, as a JSON array, then
+/// each session looked at whose head does not read, as `{"id",
+/// "unreadable": true, "record", "error"}` ([`Unreadable`]); when more
+/// follow, the `x-next-after` header holds the `after` of the next page
+/// (percent-encoded, ready for the query string).
 async fn sessions(
     State(app): State<Shared>,
     _: Authorized,
@@ -437,8 +439,9 @@ async fn sessions(
             && (q.is_empty() || s.matches(&q))
     })
     .await?;
-    let mut response = Json(page.sessions).into_response();
-    if let Some(next) = page.next
+    let next = page.next.clone();
+    let mut response = Json(page.entries()).into_response();
+    if let Some(next) = next
         && let Ok(value) = HeaderValue::from_str(&query::encode(next.as_str()))
     {
         response.headers_mut().insert(NEXT_AFTER, value);
@@ -801,10 +804,12 @@ pub(crate) const NEW_PER_LOOK: usize = 100;
 /// The most sessions a client names with `watch=`.
 pub(crate) const WATCH_IDS: usize = 20;
 
-/// A session an event stream follows: the version it last sent, and when
-/// the session last changed (the least recently changed are let go first).
+/// A session an event stream follows: the version it last sent (`None`:
+/// it sent the session as [`Unreadable`], its head not reading), and when
+/// the session last changed (the least recently changed are let go first;
+/// an unreadable one first of all).
 struct Followed {
-    version: u64,
+    version: Option<u64>,
     updated_at: u64,
 }
 
@@ -875,31 +880,42 @@ impl Watch {
         }
     }
 
-    /// A head, unless gone or hidden.
-    async fn load(&self, id: &SessionId, now: u64) -> Result<Option<Summary>, ApiError> {
-        let head = self
-            .app
-            .source
-            .store()
-            .load(id)
-            .await
-            .map_err(|source| ApiError::Store {
-                session: id.to_string(),
-                source,
-            })?;
-        Ok(head
-            .filter(|h| !self.app.hidden.contains(&h.agent_id))
-            .map(|h| Summary::of(&h, now)))
+    /// A session as the list shows it, unless gone or hidden; one whose
+    /// head does not read is [`Unreadable`] (whose agent cannot be told,
+    /// so never hidden), not a failure of the look.
+    async fn load(&self, id: &SessionId, now: u64) -> Result<Option<Listed>, ApiError> {
+        Ok(view::listed(self.app.source.store(), id, now)
+            .await?
+            .filter(|l| match l {
+                Listed::Session(s) => !self.app.hidden.contains(&s.agent),
+                Listed::Unreadable(_) => true,
+            }))
     }
 
-    fn follow(&mut self, s: &Summary) {
-        self.followed.insert(
-            s.id.clone(),
-            Followed {
-                version: s.version,
-                updated_at: s.updated_at,
-            },
-        );
+    /// The version the stream last sent of the session `id`: `Some(None)`
+    /// when it sent it unreadable, `None` when it follows it not.
+    fn sent(&self, id: &SessionId) -> Option<Option<u64>> {
+        self.followed.get(id).map(|f| f.version)
+    }
+
+    fn follow(&mut self, entry: &Listed) {
+        let (id, followed) = match entry {
+            Listed::Session(s) => (
+                &s.id,
+                Followed {
+                    version: Some(s.version),
+                    updated_at: s.updated_at,
+                },
+            ),
+            Listed::Unreadable(Unreadable { id, .. }) => (
+                id,
+                Followed {
+                    version: None,
+                    updated_at: 0,
+                },
+            ),
+        };
+        self.followed.insert(id.clone(), followed);
     }
 
     async fn try_look(&mut self) -> Result<(), ApiError> {
@@ -916,12 +932,12 @@ impl Watch {
                 !hidden.contains(&s.agent)
             })
             .await?;
-            let mut list = page.sessions;
+            let mut list = page.entries();
             for id in self.pinned.clone() {
-                if !list.iter().any(|s| s.id == id)
-                    && let Some(s) = self.load(&id, now).await?
+                if !list.iter().any(|l| l.id() == &id)
+                    && let Some(l) = self.load(&id, now).await?
                 {
-                    list.push(s);
+                    list.push(l);
                 }
             }
             for s in &list {
@@ -940,11 +956,13 @@ impl Watch {
         );
         for id in known {
             match self.load(&id, now).await? {
-                Some(s) => {
-                    if self.followed.get(&id).map(|f| f.version) != Some(s.version) {
-                        self.queue.push_back(event("session", &s));
+                Some(l) => {
+                    // Sent when it changed, or turned unreadable (once),
+                    // or readable again.
+                    if self.sent(&id) != Some(l.version()) {
+                        self.queue.push_back(event("session", &l));
                     }
-                    self.follow(&s);
+                    self.follow(&l);
                 }
                 None => {
                     if self.followed.remove(&id).is_some() {
@@ -989,10 +1007,10 @@ impl Watch {
         };
         for id in new {
             if !self.followed.contains_key(&id)
-                && let Some(s) = self.load(&id, now).await?
+                && let Some(l) = self.load(&id, now).await?
             {
-                self.queue.push_back(event("session", &s));
-                self.follow(&s);
+                self.queue.push_back(event("session", &l));
+                self.follow(&l);
             }
         }
         self.new = then;

@@ -5,9 +5,10 @@
 use crate::diff::{Bound, Change, Cut, bounded};
 use crate::error::ApiError;
 use crate::graph::{self, Graph};
+use crate::redact;
 use crate::source::Source;
 use harness::session::{
-    Checkpoint, CheckpointKind, SessionPhase, SessionStore, StoreError, StoredRun,
+    Checkpoint, CheckpointKind, SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun,
 };
 use harness::step::{Interrupt, StepJournal};
 use harness::{SessionId, TaskPath};
@@ -78,6 +79,76 @@ impl Summary {
     }
 }
 
+/// A session in the list whose head does not read (a damaged record,
+/// [`StoreError::Load`]): its id and why, so that one damaged session
+/// hides no other. Sent as `{"id", "unreadable": true, "record",
+/// "error"}`, in the list beside the sessions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct Unreadable {
+    pub(crate) id: SessionId,
+    /// Always true: what tells it from a [`Summary`].
+    pub(crate) unreadable: bool,
+    /// The record that does not read (`head`).
+    pub(crate) record: String,
+    /// The store's message, naming the session and the record, with the
+    /// process's secrets replaced ([`crate::redact`]).
+    pub(crate) error: String,
+}
+
+impl Unreadable {
+    pub(crate) fn of(id: &SessionId, load: &StoreLoad) -> Self {
+        Unreadable {
+            id: id.clone(),
+            unreadable: true,
+            record: redact::text(&load.record),
+            error: redact::text(&load.to_string()),
+        }
+    }
+}
+
+/// An entry of the list: a session, or one whose head does not read.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Listed {
+    Session(Summary),
+    Unreadable(Unreadable),
+}
+
+impl Listed {
+    pub(crate) fn id(&self) -> &SessionId {
+        match self {
+            Listed::Session(s) => &s.id,
+            Listed::Unreadable(u) => &u.id,
+        }
+    }
+
+    /// The session's version; `None` when its head does not read.
+    pub(crate) fn version(&self) -> Option<u64> {
+        match self {
+            Listed::Session(s) => Some(s.version),
+            Listed::Unreadable(_) => None,
+        }
+    }
+}
+
+/// The session `id` as the list shows it: its summary, [`Unreadable`] when
+/// its head does not read, `None` when the store holds no such session.
+/// Any other failure of the store (it cannot be reached) is an error.
+pub(crate) async fn listed(
+    store: &dyn SessionStore,
+    id: &SessionId,
+    now: u64,
+) -> Result<Option<Listed>, ApiError> {
+    match store.load(id).await {
+        Ok(head) => Ok(head.map(|h| Listed::Session(Summary::of(&h, now)))),
+        Err(StoreError::Load(load)) => Ok(Some(Listed::Unreadable(Unreadable::of(id, &load)))),
+        Err(source) => Err(ApiError::Store {
+            session: id.to_string(),
+            source,
+        }),
+    }
+}
+
 /// Sessions the list sends per page unless asked otherwise, and at most.
 pub(crate) const SESSIONS_PAGE: (usize, usize) = (100, 1000);
 
@@ -91,9 +162,24 @@ pub(crate) const SCAN_HEADS: usize = 1000;
 pub(crate) struct SessionPage {
     /// The sessions kept, newest first.
     pub(crate) sessions: Vec<Summary>,
+    /// The sessions looked at whose head does not read, by id: kept
+    /// whatever the filter (whether they pass it cannot be told), and
+    /// counted in the page's `limit`.
+    pub(crate) unreadable: Vec<Unreadable>,
     /// The last session looked at, to ask for the page after it; `None`
     /// when the page reached the end of the store.
     pub(crate) next: Option<SessionId>,
+}
+
+impl SessionPage {
+    /// The page as the list sends it: the sessions, newest first, then
+    /// those whose head does not read.
+    pub(crate) fn entries(self) -> Vec<Listed> {
+        let sessions = self.sessions.into_iter().map(Listed::Session);
+        sessions
+            .chain(self.unreadable.into_iter().map(Listed::Unreadable))
+            .collect()
+    }
 }
 
 /// A store's failure to list its sessions (or a page, or its feed of
@@ -123,7 +209,11 @@ pub(crate) async fn listing(store: &dyn SessionStore) -> Result<Vec<SessionId>, 
 /// time: first as many as the page still needs, then twice as many at
 /// each round a filter left it short (so a filter that keeps few costs a
 /// few reads, not one per session), each with one more id to know whether
-/// the store holds more. Sessions listed then gone are left out.
+/// the store holds more. Sessions listed then gone are left out. A head
+/// that does not read ([`StoreError::Load`]: a damaged record) is no
+/// failure of the page: it is listed as [`Unreadable`], whatever `keep`
+/// (which cannot judge it), counts among the `limit`, and the page goes
+/// on after it; any other failure of the store fails the page.
 pub(crate) async fn page(
     store: &dyn SessionStore,
     after: Option<&SessionId>,
@@ -132,11 +222,14 @@ pub(crate) async fn page(
 ) -> Result<SessionPage, ApiError> {
     let now = store.now();
     let mut sessions = Vec::new();
+    let mut unreadable = Vec::new();
     let mut cursor = after.cloned();
     let mut scanned = 0;
     let mut ask = 0;
     loop {
-        ask = (limit - sessions.len())
+        let kept =
+            |sessions: &[Summary], unreadable: &[Unreadable]| sessions.len() + unreadable.len();
+        ask = (limit - kept(&sessions, &unreadable))
             .max(ask * 2)
             .min(SCAN_HEADS - scanned);
         let ids = store
@@ -145,33 +238,33 @@ pub(crate) async fn page(
             .map_err(listing_error)?;
         let mut looked = 0;
         for id in ids.iter().take(ask) {
-            if sessions.len() == limit {
+            if kept(&sessions, &unreadable) == limit {
                 break;
             }
             looked += 1;
             cursor = Some(id.clone());
-            let loaded = store.load(id).await.map_err(|source| ApiError::Store {
-                session: id.to_string(),
-                source,
-            })?;
-            if let Some(head) = loaded {
-                let summary = Summary::of(&head, now);
-                if keep(&summary) {
-                    sessions.push(summary);
-                }
+            match listed(store, id, now).await? {
+                Some(Listed::Session(summary)) if keep(&summary) => sessions.push(summary),
+                Some(Listed::Unreadable(u)) => unreadable.push(u),
+                Some(Listed::Session(_)) | None => {}
             }
         }
         scanned += looked;
         let next = if looked == ids.len() {
             // The end of the store.
             None
-        } else if sessions.len() == limit || scanned == SCAN_HEADS {
+        } else if kept(&sessions, &unreadable) == limit || scanned == SCAN_HEADS {
             cursor
         } else {
             continue;
         };
         sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-        return Ok(SessionPage { sessions, next });
+        unreadable.sort_by(|a, b| a.id.cmp(&b.id));
+        return Ok(SessionPage {
+            sessions,
+            unreadable,
+            next,
+        });
     }
 }
 

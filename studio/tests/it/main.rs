@@ -18,4 +18,5 @@ mod scale;
 mod secrets;
 mod support;
 mod support_kit;
+mod unreadable;
 mod writes;
