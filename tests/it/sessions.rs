@@ -1719,3 +1719,78 @@ async fn a_fork_of_a_session_waiting_on_an_interrupt_waits_on_it_too() {
         SessionPhase::Completed { .. }
     ));
 }
+
+/// A parent whose step runs a sub-agent of three steps that asks a human
+/// after its second, then one step of its own; a step limit of `limit`.
+fn nested(store: Arc<dyn SessionStore>, limit: u64) -> Harness<Tally> {
+    let child = Harness::<Tally>::builder()
+        .step("one")
+        .run(work)
+        .next("two")
+        .step("two")
+        .run(work)
+        .next("ask")
+        .step("ask")
+        .run(async |cx: Cx<()>| {
+            let ok: bool = cx.interrupt("go on?")?;
+            Ok(TallyUpdate::new().log(vec![format!("asked {ok}")]))
+        })
+        .end()
+        .start("one")
+        .build()
+        .unwrap();
+    Harness::<Tally>::builder()
+        .step("first")
+        .run(work)
+        .next("nested")
+        .step("nested")
+        .sub_agent(harness::SubAgent::new(
+            &child,
+            |_: &Tally| Tally::default(),
+            |_: &Tally, done| TallyUpdate::new().log(done.state.log),
+        ))
+        .next("last")
+        .step("last")
+        .run(work)
+        .end()
+        .start("first")
+        .store(store)
+        .step_limit(limit)
+        .build()
+        .unwrap()
+}
+
+/// A run counts the steps of its own loop (its outcome, its step limit),
+/// not its sub-agents' (which the session's checkpoints count): the same
+/// whether it was resumed in its own process or, from the store, in
+/// another. Before, a run resumed from the store counted the sub-agent's
+/// steps too: 5 steps where the process that ran it said 3, and a limit
+/// of 3 failed it there only.
+#[tokio::test]
+async fn a_run_resumed_from_the_store_counts_its_steps_as_its_own_process_does() {
+    for limit in [3, 100] {
+        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+        let agent = create_agent("nested", &nested(Arc::clone(&store), limit));
+        let mut run = agent.run(Tally::default());
+        let paused = (&mut run).await.unwrap();
+        let interrupt = paused.interrupt.unwrap();
+        run.resume(true, &interrupt.id).unwrap();
+        let here = run.await.unwrap();
+
+        let paused = agent.run(Tally::default()).await.unwrap();
+        let session = paused.session_id.clone();
+        let interrupt = paused.interrupt.unwrap();
+        let elsewhere = create_agent("nested", &nested(Arc::clone(&store), limit));
+        let there = elsewhere
+            .resume(true, &session, &interrupt.id)
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(here.steps, 3, "limit {limit}: first, nested, last");
+        assert_eq!(there.steps, here.steps, "limit {limit}");
+        assert_eq!(there.state, here.state, "limit {limit}");
+        // The session counts every step, the sub-agent's too.
+        assert_eq!(elsewhere.session(&session).await.unwrap().steps, 6);
+    }
+}

@@ -565,6 +565,12 @@ pub(crate) fn child_done(
     // Saturating, never wrapping (see `MAX_COUNTER`).
     if done.is_step {
         next.steps = next.steps.saturating_add(1);
+        // A sub-agent's step is the session's (its checkpoints' indexes
+        // count it), not the run's own: the run counts the steps of its
+        // own loop (its step limit, its outcome), as the process that runs
+        // it does, so a run resumed from here counts as one resumed in
+        // that process.
+        next.run_start = next.run_start.map(|start| start.saturating_add(1));
     }
     next.lease = Some(lease);
     for path in &done.clear {

@@ -162,10 +162,14 @@ pub struct StoredRun {
     /// its next step boundary when this is its [`run_id`](Self::run_id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<RunId>,
-    /// [`steps`](Self::steps) when the latest run began (after its input):
-    /// the run has taken `steps - run_start` steps, which its step limit and
-    /// its outcome count across pauses and processes. `None` in a head
-    /// written before it was kept: a run resumed from it counts from there.
+    /// [`steps`](Self::steps) when the latest run began (after its input),
+    /// plus the steps its sub-agents' loops have taken since: the run has
+    /// taken `steps - run_start` steps of its own loop (its branches'
+    /// included), which its step limit and its outcome count across pauses
+    /// and processes, as the process that runs it counts them; a
+    /// sub-agent's steps are the session's (`steps` counts them), not the
+    /// run's. `None` in a head written before it was kept: a run resumed
+    /// from it counts from there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_start: Option<u64>,
 }
