@@ -103,6 +103,10 @@ pub(crate) struct CxShared {
     answering: Mutex<Option<InterruptId>>,
     /// Whether the step read and kept that answer.
     accepted: std::sync::atomic::AtomicBool,
+    /// The span the step runs in, made when the step began: the parent of
+    /// the model and tool calls its `Cx` makes from a task of their own
+    /// (spawned), where no span is current.
+    span: tracing::Span,
 }
 
 /// An answer to an interrupt that does not have the shape the step asked
@@ -165,6 +169,18 @@ impl CxShared {
             rejected: Mutex::new(None),
             answering: Mutex::new(None),
             accepted: std::sync::atomic::AtomicBool::new(false),
+            span: tracing::Span::current(),
+        }
+    }
+
+    /// The span a model or tool call made now nests under: the current
+    /// one, or the step's where there is none (a task the step spawned).
+    fn call_parent(&self) -> tracing::Span {
+        let current = tracing::Span::current();
+        if current.is_none() {
+            self.span.clone()
+        } else {
+            current
         }
     }
 
@@ -481,6 +497,7 @@ impl<C> Cx<C> {
         // (operation, provider, model) is set at its start. Token counts are
         // recorded as i64: OpenTelemetry has no unsigned integers.
         let span = tracing::info_span!(
+            parent: &self.shared.call_parent(),
             "gen_ai.chat",
             otel.name = %format_args!("chat {name}"),
             otel.kind = "client",
@@ -643,6 +660,7 @@ impl<C> Cx<C> {
         // The GenAI conventions' tool span: INTERNAL (the tool runs here),
         // with the call's id.
         let span = tracing::info_span!(
+            parent: &self.shared.call_parent(),
             "gen_ai.execute_tool",
             otel.name = %format_args!("execute_tool {}", call.name),
             otel.kind = "internal",
