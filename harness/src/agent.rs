@@ -227,9 +227,26 @@ impl<S: HarnessState, C: Context> Agent<S, C> {
         // A log that is broken is left as it is, as every other write
         // leaves it (the guide's "Verified reads"): the run submitted would
         // fail on it, and a worker retry it until it is quarantined.
-        if let Some(head) = store.load(session_id).await? {
+        // A step committed meanwhile may have taken a new snapshot and
+        // dropped the one the head read names: a gap read against a head
+        // that has moved on is read again, and only one that stays is
+        // the log's.
+        let mut tries = 0;
+        while let Some(head) = store.load(session_id).await? {
             check_owner(&head, &self.inner.id)?;
-            read_log(&*store, &head, Span::Latest).await?;
+            match read_log(&*store, &head, Span::Latest).await {
+                Ok(_) => break,
+                Err(e) => {
+                    tries += 1;
+                    let moved = store
+                        .load(session_id)
+                        .await?
+                        .is_some_and(|now| now.version != head.version);
+                    if !moved || tries == 8 {
+                        return Err(e.into());
+                    }
+                }
+            }
         }
         // Compare-and-set can lose to a worker settling the session at the
         // same moment, or to another submitter creating it: decide again.

@@ -92,6 +92,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = url.ok_or("--store postgres://… (or a sled directory) is required")?;
     let dir = dir.ok_or("--dir is required")?;
     DIR.set(dir).map_err(|_| "the directory is set once")?;
+    if !url.starts_with("postgres") && url.contains("://") {
+        return Err(format!("--store {url}: a postgres:// URL or a sled directory").into());
+    }
+    if schema.is_some() && !url.starts_with("postgres") {
+        return Err("--schema applies to a PostgreSQL store only".into());
+    }
     let store: Arc<dyn SessionStore> = if url.starts_with("postgres") {
         let options = PostgresOptions::default()
             .schema(schema.unwrap_or_else(|| "harness".into()))

@@ -54,20 +54,20 @@ const HMGET_CHUNK: usize = 500;
 /// fails the commit with nothing written, naming the key, where it would
 /// have left a head without its indexes (a session no worker finds).
 const COMMIT_LUA: &str = r"
+local function check(first, last, kinds)
+  for i = first, last do
+    local t = redis.call('TYPE', KEYS[i]).ok
+    if t ~= 'none' and t ~= kinds[i] then
+      return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kinds[i] ..
+        '; nothing was written')
+    end
+  end
+  return nil
+end
 local kinds = {'string', 'hash', 'zset', 'set', 'zset', 'hash', 'hash', 'hash', 'zset', 'zset',
   'zset', 'zset', 'string'}
-for i = 1, #kinds do
-  local t = redis.call('TYPE', KEYS[i]).ok
-  if t ~= 'none' and t ~= kinds[i] then
-    return redis.error_reply('key ' .. KEYS[i] .. ' holds a ' .. t .. ', not a ' .. kinds[i] ..
-      '; nothing was written')
-  end
-end
-local counter = redis.call('GET', KEYS[13])
-if counter and not string.match(counter, '^%d+$') then
-  return redis.error_reply('key ' .. KEYS[13] .. ' holds ' .. string.format('%q', counter) ..
-    ', not a count; nothing was written')
-end
+local bad = check(1, 11, kinds)
+if bad then return bad end
 local cur = redis.call('GET', KEYS[1])
 local found = ''
 if cur then
@@ -80,6 +80,18 @@ if cur then
 end
 if found ~= ARGV[2] then
   return {'conflict', found}
+end
+-- The feed of created sessions is written by a creation only: a key of
+-- it that cannot be written fails creations, never the commits of
+-- sessions under way.
+if found == '' then
+  bad = check(12, 13, kinds)
+  if bad then return bad end
+  local counter = redis.call('GET', KEYS[13])
+  if counter and not string.match(counter, '^%d+$') then
+    return redis.error_reply('key ' .. KEYS[13] .. ' holds ' .. string.format('%q', counter) ..
+      ', not a count; nothing was written')
+  end
 end
 redis.call('ZADD', KEYS[11], 0, ARGV[1])
 if found == '' then

@@ -1146,9 +1146,10 @@ pub(crate) fn foreign_contents(db: &sled::Db) -> sled::Result<Option<String>> {
 /// sled database (neither sled's `conf` nor its `db`, and an entry sled
 /// does not write: a `LogStore`'s or a `FileStore`'s directory, a
 /// project's), said for an error; `None` when sled may open it: it does
-/// not exist, it is empty (hidden entries aside, such as `.gitkeep`), or
-/// it holds sled's files. sled would otherwise add its own files among
-/// the user's.
+/// not exist, it is empty (hidden entries aside, such as `.gitkeep`, and
+/// what a file system or a desktop puts anywhere: `lost+found` at a
+/// volume's root, `Thumbs.db`, `desktop.ini`), or it holds sled's files.
+/// sled would otherwise add its own files among the user's.
 pub(crate) fn foreign_directory(path: &Path) -> std::io::Result<Option<String>> {
     let entries = match std::fs::read_dir(path) {
         Ok(entries) => entries,
@@ -1156,12 +1157,15 @@ pub(crate) fn foreign_directory(path: &Path) -> std::io::Result<Option<String>> 
         Err(e) => return Err(e),
     };
     let sled = |name: &str| matches!(name, "conf" | "db" | "blobs") || name.starts_with("snap.");
+    // What a file system or a desktop puts in any directory: the root of a
+    // volume (a container's mount) has `lost+found`.
+    let incidental = |name: &str| matches!(name, "lost+found" | "Thumbs.db" | "desktop.ini");
     let mut names = Vec::new();
     let mut has_sled_files = false;
     for entry in entries {
         let name = entry?.file_name().to_string_lossy().into_owned();
         has_sled_files |= name == "conf" || name == "db";
-        if !name.starts_with('.') && !sled(&name) {
+        if !name.starts_with('.') && !sled(&name) && !incidental(&name) {
             names.push(name);
         }
     }

@@ -210,15 +210,16 @@ pub(crate) fn taking_turns() -> bool {
     BRANCH.try_with(|_| ()).is_ok()
 }
 
-/// In a branch of a fork whose effects take turns, a permit for a model
-/// call that is not journaled (`cx.complete`), to hold while it runs: at
-/// most the fork's limit of them at once, as for its effects, since every
-/// branch runs. `None` elsewhere (the fork's limit bounds the branches
-/// themselves there). Which call gets a permit first depends on timing,
-/// which is harmless: nothing of it is journaled.
-pub(crate) async fn call_permit() -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let calls = BRANCH.try_with(|b| Arc::clone(&b.turns.calls)).ok()?;
-    calls.acquire_owned().await.ok()
+/// In a branch of a fork whose effects take turns, the permits of the
+/// model calls that are not journaled (`cx.complete`), one held while a
+/// call runs: at most the fork's limit of them at once, as for its
+/// effects, since every branch runs. `None` elsewhere (the fork's limit
+/// bounds the branches themselves there). Taken when a step's context is
+/// made, so that its calls from a task it spawned hold them too. Which
+/// call gets a permit first depends on timing, which is harmless: nothing
+/// of it is journaled.
+pub(crate) fn call_permits() -> Option<Arc<tokio::sync::Semaphore>> {
+    BRANCH.try_with(|b| Arc::clone(&b.turns.calls)).ok()
 }
 
 struct EndOnDrop {

@@ -105,8 +105,12 @@ pub(crate) struct CxShared {
     accepted: std::sync::atomic::AtomicBool,
     /// The span the step runs in, made when the step began: the parent of
     /// the model and tool calls its `Cx` makes from a task of their own
-    /// (spawned), where no span is current.
+    /// (spawned), where no span is current. A `Cx` kept past its step
+    /// keeps it open.
     span: tracing::Span,
+    /// In a branch of a fork on a journal that replays by order, the
+    /// permits its model calls take ([`crate::effect::turns::call_permits`]).
+    calls: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// An answer to an interrupt that does not have the shape the step asked
@@ -170,6 +174,7 @@ impl CxShared {
             answering: Mutex::new(None),
             accepted: std::sync::atomic::AtomicBool::new(false),
             span: tracing::Span::current(),
+            calls: crate::effect::turns::call_permits(),
         }
     }
 
@@ -490,7 +495,10 @@ impl<C> Cx<C> {
     ) -> Result<crate::llm::ModelResponse, crate::llm::ModelError> {
         use futures::StreamExt;
         use tracing::Instrument;
-        let _permit = crate::effect::turns::call_permit().await;
+        let _permit = match &self.shared.calls {
+            Some(calls) => Arc::clone(calls).acquire_owned().await.ok(),
+            None => None,
+        };
         let provider = model.provider();
         let name = model.model_name();
         // The GenAI conventions' inference span; what a sampler reads

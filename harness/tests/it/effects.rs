@@ -592,7 +592,8 @@ impl harness::llm::LanguageModel for SlowModel {
 
 /// Under an ordered journal every branch of a fork runs, so its limit
 /// bounds their model calls made with `cx.complete` (not journaled) as it
-/// bounds their effects: at most `limit` at once. Without a limit they
+/// bounds their effects: at most `limit` at once, those made from a task
+/// a step spawned included. Without a limit they
 /// all run at once, and without an ordered journal the limit bounds the
 /// branches themselves.
 #[tokio::test]
@@ -627,7 +628,16 @@ async fn under_an_ordered_journal_a_forks_limit_bounds_its_model_calls() {
                             format!("part {part}"),
                         )]);
                     let first = cx.once("before", async { part }).await?;
-                    let answer = cx.complete(&*model, &request).await?;
+                    // Even parts call from a task of their own: the limit
+                    // holds there too.
+                    let answer = if part % 2 == 0 {
+                        let cx = cx.clone();
+                        tokio::spawn(async move { cx.complete(&*model, &request).await })
+                            .await
+                            .unwrap()?
+                    } else {
+                        cx.complete(&*model, &request).await?
+                    };
                     Ok(SpreadUpdate::new().log(vec![format!("{first} {}", answer.text())]))
                 }
             })

@@ -56,8 +56,16 @@ async fn start(url: &str, schema: &str, dir: &Path) -> (Child, String) {
 /// Starts the `replica` example with `more` arguments (`--single`: a
 /// server of its own); its child process and its URL.
 async fn start_as(url: &str, schema: &str, dir: &Path, more: &[&str]) -> (Child, String) {
+    // No schema for a sled store.
+    let schema: &[&str] = if schema.is_empty() {
+        &[]
+    } else {
+        &["--schema", schema]
+    };
     let mut child = Command::new(replica_bin())
-        .args(["--store", url, "--schema", schema, "--dir"])
+        .args(["--store", url])
+        .args(schema)
+        .arg("--dir")
         .arg(dir)
         .args(more)
         .env("TWO_MS", TWO_MS)
@@ -465,7 +473,7 @@ async fn a_lone_server_on_sled_keeps_its_waiting_runs_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let store = store.to_str().unwrap();
-    let (mut first, url_1) = start(store, "-", dir.path()).await;
+    let (mut first, url_1) = start(store, "", dir.path()).await;
     let pid_1 = first.id().unwrap();
     let mut script = sdk_script("sdk_restart.py", &[&url_1]);
     let mut stdin = script.stdin.take().unwrap();
@@ -495,7 +503,7 @@ async fn a_lone_server_on_sled_keeps_its_waiting_runs_across_a_restart() {
                     .expect("the server did not stop in 60 s")
                     .unwrap();
                 assert!(exit.success(), "the stopped server exited with {exit}");
-                let (child, url_2) = start(store, "-", dir.path()).await;
+                let (child, url_2) = start(store, "", dir.path()).await;
                 second = Some(child);
                 use tokio::io::AsyncWriteExt;
                 stdin

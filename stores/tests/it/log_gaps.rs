@@ -435,6 +435,82 @@ async fn submitting_input_to_a_session_with_a_damaged_log_is_refused_before_any_
     }
 }
 
+/// A store whose first head read is one version behind and whose first
+/// log read lacks the snapshot that head names: what a reader sees when a
+/// step of a run under way took a new snapshot (dropping the old one)
+/// between its two reads.
+#[derive(Debug)]
+struct Racing {
+    inner: Arc<dyn SessionStore>,
+    stale: Mutex<bool>,
+    torn: Mutex<bool>,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Racing {
+    async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        let mut head = self.inner.load(session).await?;
+        if std::mem::take(&mut *self.stale.lock().unwrap())
+            && let Some(head) = &mut head
+        {
+            head.version -= 1;
+        }
+        Ok(head)
+    }
+    async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
+        self.inner.commit(commit).await
+    }
+    async fn checkpoints(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        let mut log = self.inner.checkpoints(session, from_seq).await?;
+        if std::mem::take(&mut *self.torn.lock().unwrap()) {
+            log.retain(|cp| cp.seq != from_seq);
+        }
+        Ok(log)
+    }
+    async fn sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.inner.sessions().await
+    }
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush().await
+    }
+}
+
+/// `submit_input` racing a step that moved the session on between its
+/// reads of the head and of the log is not a broken log: it reads again,
+/// and the submission is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submitting_input_while_a_step_moves_the_snapshot_on_is_no_gap() {
+    let racing = Arc::new(Racing {
+        inner: Arc::new(MemoryStore::new()),
+        stale: Mutex::new(false),
+        torn: Mutex::new(false),
+    });
+    let agent = agent(racing.clone(), SessionConfig::default());
+    let (session, interrupt) = paused(&agent).await;
+    let out = agent
+        .resume(true, &session, &interrupt)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(out.signal, Signal::END);
+    *racing.stale.lock().unwrap() = true;
+    *racing.torn.lock().unwrap() = true;
+    let submitted = agent
+        .submit_input(
+            &session,
+            CountUpdate::new().note("more"),
+            harness::Busy::Queue,
+        )
+        .await
+        .unwrap();
+    assert_eq!(submitted, harness::Submitted::Runnable);
+}
+
 /// A checkpoint file deleted from a file store's session directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_file_deleted_on_disk_is_a_gap() {

@@ -484,7 +484,8 @@ async fn a_new_or_empty_database_is_used() {
 /// files, a `LogStore`'s, a `FileStore`'s, a sub-directory): every open
 /// refuses it, naming what it holds, and creates nothing there (sled
 /// would have added its files among them). An empty directory, one with
-/// hidden entries only, and a path that does not exist yet are used.
+/// hidden entries only, a volume's root (`lost+found`) and a path that
+/// does not exist yet are used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_without_a_database_is_refused_unless_empty() {
     let base = tempfile::tempdir().unwrap();
@@ -585,7 +586,10 @@ async fn a_directory_without_a_database_is_refused_unless_empty() {
     let hidden = base.path().join("hidden");
     std::fs::create_dir(&hidden).unwrap();
     std::fs::write(hidden.join(".gitkeep"), "").unwrap();
-    for dir in [&empty, &hidden, &base.path().join("not-yet")] {
+    // The root of a volume, as a container mounts it.
+    let volume = base.path().join("volume");
+    std::fs::create_dir_all(volume.join("lost+found")).unwrap();
+    for dir in [&empty, &hidden, &volume, &base.path().join("not-yet")] {
         let store = SledStore::open(dir).unwrap();
         create_sample(&store, "s", 0).await;
         drop(store);

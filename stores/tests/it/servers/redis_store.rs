@@ -1394,6 +1394,49 @@ async fn redis_servers_older_than_5_are_refused() {
     }
 }
 
+/// A key of the feed of created sessions that cannot be written fails
+/// creations only: the sessions under way go on committing their steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_a_damaged_feed_fails_creations_not_the_sessions_under_way() {
+    let Some(rd) = Rd::new() else { return };
+    for (key, bad) in [("created-last", "x"), ("created", "not a sorted set")] {
+        let prefix = rd.fresh_prefix("feed-damaged");
+        let store = rd.connect(&prefix, RedisOptions::default()).await;
+        let created = create(head("s"), vec![snapshot(0, 0, json!(0))]);
+        store.commit(&created).await.unwrap();
+        let mut con = store.connection();
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{prefix}:{key}"))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(format!("{prefix}:{key}"))
+            .arg(bad)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let step = advance(&created.head, vec![update(1, 1, "work", json!(1))], vec![]);
+        store.commit(&step).await.unwrap();
+        assert_eq!(
+            store.load(&id("s")).await.unwrap(),
+            Some(step.head),
+            "{key}"
+        );
+        let refused = store
+            .commit(&create(head("t"), vec![snapshot(0, 0, json!(0))]))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains(&format!("{prefix}:{key}")) && refused.contains("nothing was written"),
+            "{key}: {refused}"
+        );
+        assert_eq!(store.load(&id("t")).await.unwrap(), None, "{key}");
+    }
+    rd.cleanup().await;
+}
+
 /// A database whose only `…:sessions` keys are no sets, or sets of no
 /// session, holds no store: `store_prefixes` says so, where it failed on
 /// the empty pipeline it then sent ("empty command"). On a database of
