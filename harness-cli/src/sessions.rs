@@ -187,32 +187,33 @@ impl fmt::Display for Shown {
 /// than a password shown.
 fn without_password(store: &str) -> String {
     let Some((scheme, rest)) = store.split_once("://") else {
-        // A URL whose `//` is missing (`postgres:ada:pw@host`): what lies
-        // between its scheme and its last `@` may be a password, and is
-        // not shown.
+        // A URL whose `//` is missing (`postgres:ada:pw@host`,
+        // `postgres:ada:pw`): what lies between its scheme and its last
+        // `@` may be a password, and is not shown; without an `@`, nothing
+        // after a known scheme is.
         if let Some((scheme, rest)) = store.split_once(':')
-            && let Some(at) = rest.rfind('@')
             && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
             && scheme
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
         {
-            return format!(
-                "{scheme}:…@{}",
-                without_password_parameters(&rest[at + 1..])
-            );
+            if let Some(at) = rest.rfind('@') {
+                return format!(
+                    "{scheme}:…@{}",
+                    without_password_parameters(&rest[at + 1..])
+                );
+            }
+            if KNOWN_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()) {
+                return format!("{scheme}:…");
+            }
         }
-        // Not a URL: a path, or a libpq `key=value` string, whose
-        // `password=…` words are left out.
-        return store
-            .split(' ')
-            .filter(|word| {
-                !word
-                    .split_once('=')
-                    .is_some_and(|(key, _)| key.to_ascii_lowercase().contains("password"))
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
+        // Not a URL: a path, or a libpq `key=value` string, shown up to
+        // its first `password` (a value may be quoted, spaces and all, or
+        // written `password = …`: nothing from there on is shown).
+        return match store.to_ascii_lowercase().find("password") {
+            Some(at) => format!("{}…", &store[..at]),
+            None => store.to_owned(),
+        };
     };
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let at = if rest[authority_end..].contains('@') {
@@ -239,8 +240,16 @@ fn without_password_parameters(tail: &str) -> String {
         Some((before, fragment)) => (before, Some(fragment)),
         None => (tail, None),
     };
-    let Some((path, query)) = before.split_once('?') else {
-        return tail.to_owned();
+    // Without a `?`, the pairs after the first `&` are read as a query
+    // all the same: an `@` in the query (`?user=ada@server&password=…`)
+    // was taken for the end of the userinfo, and what follows it is the
+    // rest of the query.
+    let (path, query, mark) = match before.split_once('?') {
+        Some((path, query)) => (path, query, '?'),
+        None => match before.split_once('&') {
+            Some((path, query)) => (path, query, '&'),
+            None => return tail.to_owned(),
+        },
     };
     let kept: Vec<&str> = query
         .split('&')
@@ -253,7 +262,7 @@ fn without_password_parameters(tail: &str) -> String {
         .collect();
     let mut shown = path.to_owned();
     if !kept.is_empty() {
-        shown.push('?');
+        shown.push(mark);
         shown.push_str(&kept.join("&"));
     }
     if let Some(fragment) = fragment {
@@ -788,6 +797,25 @@ mod tests {
             ("redis:s3cret@cache", "redis:…@cache"),
             ("postgres:ada:s3/cr@et@db/x?password=p", "postgres:…@db/x"),
             ("/home/ada@work/sessions", "/home/ada@work/sessions"),
+            ("postgres:ada:s3cret", "postgres:…"),
+            // An `@` in the query (Azure's `user@server`): the password
+            // after it is left out all the same.
+            (
+                "postgres://host/db?user=ada@server&password=s3cret",
+                "postgres://host/db?user=ada@server",
+            ),
+            (
+                "postgres://host/db?user=ada@server&sslmode=require&password=s3cret",
+                "postgres://host/db?user=ada@server&sslmode=require",
+            ),
+            (
+                "postgres:/db?user=ada@server&password=s3cret",
+                "postgres:…@server",
+            ),
+            // libpq: a quoted value, spaces and all, or `password = …`.
+            ("host=db password='s3 cret' dbname=x", "host=db …"),
+            ("host=db password = s3cret", "host=db …"),
+            ("host=db dbname=x", "host=db dbname=x"),
             // A `password` query parameter (tokio-postgres reads it), in
             // any place, case or escape; other parameters stay.
             (
