@@ -25,8 +25,20 @@
 //! A value shorter than [`MIN_SECRET_LEN`] bytes (8) is not registered:
 //! replacing every `true`, `1234` or `admin` in a transcript would mangle
 //! ordinary text and hide nothing worth hiding. A value is registered
-//! trimmed, and also in its JSON-escaped form when that differs (a secret
-//! with a quote or a backslash, as it appears inside JSON text).
+//! trimmed, and also in the forms JSON gives it when they differ, so that a
+//! secret with a quote, a backslash, a control character or a non-ASCII
+//! character is found inside JSON text too:
+//! - escaped once, as in a JSON string (`pa"ss` → `pa\"ss`): a tool's JSON
+//!   output, a model's answer quoting a configuration, a state snapshot;
+//! - escaped twice, as in JSON text that is itself held in a JSON string
+//!   (`pa\\\"ss`): the configuration a model wrote in its answer, once
+//!   that answer is serialized into a trace attribute or a store.
+//!
+//! Both with non-ASCII characters kept (serde_json, JavaScript) and with
+//! them written as `\u00e4` or `\u00E4` escapes (Python's `json.dumps`,
+//! .NET), at either level. Deeper nestings, and escapes JSON does not require
+//! (`\/` for `/`, `\u002B` for `+`), are not looked for. A secret without
+//! such characters has one form, itself, and costs nothing more.
 //!
 //! # Where it is applied
 //!
@@ -42,14 +54,18 @@
 //! - Session stores: the engine redacts the JSON of every state snapshot and
 //!   step update it commits.
 //! - Traces: `harness-otel` redacts every string attribute, event attribute,
-//!   span name and status message before export.
+//!   span name and status message before export, and exports a number
+//!   attribute whose digits hold a secret as its redacted text.
 //!
 //! # Cost
 //!
 //! With no secret registered, [`redact`] is two atomic loads and returns
 //! the text [borrowed](Cow::Borrowed). With secrets, it is one pass of an
 //! Aho-Corasick automaton (rebuilt when a value is registered) over the
-//! text, and still borrowed when nothing matched.
+//! text, and still borrowed when nothing matched. A secret with characters
+//! JSON escapes adds its JSON forms to the automaton (2 more patterns for a
+//! quote or a backslash, up to 8 with non-ASCII characters too); one
+//! without adds only itself.
 //!
 //! ```
 //! use harness::secrets::{self, SecretSet};
@@ -112,19 +128,19 @@ impl SecretSet {
         }
     }
 
-    /// Adds `value` (trimmed), and its JSON-escaped form when that differs.
-    /// False, and nothing added, for a value shorter than
-    /// [`MIN_SECRET_LEN`] bytes or one that [`REDACTED`] contains (which
-    /// redacting would then redact again).
+    /// Adds `value` (trimmed), and the forms JSON gives it when they differ
+    /// (escaped once and twice, non-ASCII characters kept or `\u`-escaped;
+    /// see the [module's documentation](self)). False, and nothing added,
+    /// for a value shorter than [`MIN_SECRET_LEN`] bytes or one that
+    /// [`REDACTED`] contains (which redacting would then redact again).
     pub fn register(&mut self, value: &str) -> bool {
         let value = value.trim();
         if value.len() < MIN_SECRET_LEN || REDACTED.contains(value) {
             return false;
         }
-        let mut added = self.values.insert(value.to_owned());
-        let escaped = escaped(value);
-        if escaped != value {
-            added |= self.values.insert(escaped);
+        let mut added = false;
+        for form in json_forms(value) {
+            added |= self.values.insert(form);
         }
         if added {
             self.rebuild();
@@ -132,7 +148,7 @@ impl SecretSet {
         true
     }
 
-    /// How many values the set holds (escaped forms included).
+    /// How many values the set holds (JSON forms included).
     pub fn len(&self) -> usize {
         self.values.len()
     }
@@ -232,12 +248,74 @@ impl SecretSet {
     }
 }
 
-fn escaped(value: &str) -> String {
-    let json = serde_json::to_string(value).unwrap_or_default();
-    json.strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
-        .unwrap_or(value)
-        .to_owned()
+/// How a JSON encoder writes a character outside ASCII.
+#[derive(Clone, Copy)]
+enum NonAscii {
+    /// As it is (serde_json, JavaScript's `JSON.stringify`, Go).
+    Kept,
+    /// As `\u` escapes of its UTF-16 units in lowercase hex (Python's
+    /// `json.dumps`).
+    Lower,
+    /// In uppercase hex (.NET's `System.Text.Json`).
+    Upper,
+}
+
+/// `value` as it appears between the quotes of a JSON string: `"`, `\` and
+/// control characters escaped as every encoder does (the short escapes
+/// `\n`, `\t`, … where JSON has one), non-ASCII characters as `non_ascii`
+/// says.
+fn json_escaped(value: &str, non_ascii: NonAscii) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(value.len() + 8);
+    let hex = |out: &mut String, unit: u16| {
+        // Writing to a String cannot fail.
+        let _ = match non_ascii {
+            NonAscii::Upper => write!(out, "\\u{unit:04X}"),
+            NonAscii::Kept | NonAscii::Lower => write!(out, "\\u{unit:04x}"),
+        };
+    };
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if c < ' ' => hex(&mut out, c as u16),
+            c if c.is_ascii() || matches!(non_ascii, NonAscii::Kept) => out.push(c),
+            c => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    hex(&mut out, *unit);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `value` and the forms JSON gives it, each once: escaped once and twice,
+/// by encoders that keep non-ASCII characters or escape them in either
+/// case, mixed as nested encoders may mix them. Just `value` when it has
+/// no character JSON escapes: the common case adds no pattern.
+fn json_forms(value: &str) -> BTreeSet<String> {
+    const ENCODERS: [NonAscii; 3] = [NonAscii::Kept, NonAscii::Lower, NonAscii::Upper];
+    let mut forms = BTreeSet::from([value.to_owned()]);
+    if !value
+        .chars()
+        .any(|c| matches!(c, '"' | '\\') || c < ' ' || !c.is_ascii())
+    {
+        return forms;
+    }
+    for inner in ENCODERS {
+        let once = json_escaped(value, inner);
+        for outer in ENCODERS {
+            forms.insert(json_escaped(&once, outer));
+        }
+        forms.insert(once);
+    }
+    forms
 }
 
 fn redact_with<'t>(matcher: &AhoCorasick, text: &'t str) -> Cow<'t, str> {
@@ -393,4 +471,133 @@ pub fn redact_string(text: &mut String) -> bool {
 /// process's secrets; whether anything was replaced.
 pub fn redact_json(value: &mut Value) -> bool {
     active().is_some_and(|set| set.redact_json(value))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+    use super::{REDACTED, SecretSet, json_forms};
+    use serde_json::json;
+
+    fn set(values: &[&str]) -> SecretSet {
+        let mut set = SecretSet::new();
+        for value in values {
+            assert!(set.register(value), "{value}");
+        }
+        set
+    }
+
+    /// A JSON string's text without its quotes, as serde_json writes it.
+    fn serde_escaped(text: &str) -> String {
+        let quoted = serde_json::to_string(text).unwrap();
+        quoted[1..quoted.len() - 1].to_owned()
+    }
+
+    #[test]
+    fn a_secret_without_characters_json_escapes_adds_one_pattern() {
+        for secret in [
+            "sk-plain-0123456789",
+            "ghp_AbC/+=~`'<>&-xyz",
+            "98765432101234",
+        ] {
+            assert_eq!(json_forms(secret).len(), 1, "{secret}");
+            let set = set(&[secret]);
+            assert_eq!(set.len(), 1, "{secret}");
+        }
+    }
+
+    #[test]
+    fn a_secret_with_quotes_or_backslashes_is_found_escaped_once_and_twice() {
+        let secret = r#"pa"ss\word-123"#;
+        let set = set(&[secret]);
+        // The value, escaped once, escaped twice: nothing else.
+        assert_eq!(set.len(), 3);
+        let once = serde_escaped(secret);
+        let twice = serde_escaped(&once);
+        assert_eq!(once, r#"pa\"ss\\word-123"#);
+        assert_eq!(twice, r#"pa\\\"ss\\\\word-123"#);
+        // The reproducer's shape: a model writes a configuration in JSON in
+        // its answer; the answer is serialized as JSON again (a trace
+        // attribute, a stored state).
+        let config = json!({ "password": secret }).to_string();
+        let answer = format!("here is the config: {config} and more");
+        let stored = json!([{ "content": answer }]).to_string();
+        for text in [secret, &once, &twice, &config, &answer, &stored] {
+            let out = set.redact(text);
+            for fragment in ["pa\"ss", "ss\\", "word-123"] {
+                assert!(!out.contains(fragment), "{text} → {out}");
+            }
+            assert!(out.contains(REDACTED), "{text} → {out}");
+            assert!(set.contains_secret(text), "{text}");
+        }
+        assert_eq!(
+            set.redact(&stored),
+            r#"[{"content":"here is the config: {\"password\":\"[redacted]\"} and more"}]"#
+        );
+        // A JSON value holding the configuration as text.
+        let mut value = json!({ "config": config, "nested": [answer] });
+        assert!(set.redact_json(&mut value));
+        assert!(!value.to_string().contains("word-123"), "{value}");
+    }
+
+    #[test]
+    fn a_secret_with_non_ascii_characters_is_found_as_python_and_dotnet_escape_it() {
+        let secret = "pä\"ss\\wörd-🙂";
+        let secrets = set(&[secret]);
+        // What Python's json.dumps writes, once and twice (its defaults
+        // escape non-ASCII characters as lowercase `\u` escapes, astral
+        // ones as surrogate pairs).
+        let python_once = r#"p\u00e4\"ss\\w\u00f6rd-\ud83d\ude42"#;
+        let python_twice = r#"p\\u00e4\\\"ss\\\\w\\u00f6rd-\\ud83d\\ude42"#;
+        // Python over serde_json: the inner encoder kept the characters,
+        // the outer one escaped them.
+        let mixed = r#"p\u00e4\\\"ss\\\\w\u00f6rd-\ud83d\ude42"#;
+        let dotnet_once = r#"p\u00E4\"ss\\w\u00F6rd-\uD83D\uDE42"#;
+        let serde_once = serde_escaped(secret);
+        let serde_twice = serde_escaped(&serde_once);
+        for text in [
+            secret,
+            python_once,
+            python_twice,
+            mixed,
+            dotnet_once,
+            &serde_once,
+            &serde_twice,
+            &serde_escaped(python_once),
+        ] {
+            let framed = format!("«{text}»");
+            assert_eq!(secrets.redact(&framed), "«[redacted]»", "{text}");
+        }
+        // A plain non-ASCII secret: itself and its escapes, each level.
+        assert_eq!(
+            set(&["pässwörd-ünïcode"]).len(),
+            5,
+            "the value, its lower and upper escapes once and twice"
+        );
+    }
+
+    #[test]
+    fn control_characters_are_found_with_jsons_short_escapes() {
+        let secret = "line-one\tline-two\u{1}";
+        let set = set(&["x\tsecret-with-tab", secret]);
+        for text in [
+            json!({ "k": "x\tsecret-with-tab" }).to_string(),
+            json!({ "k": secret }).to_string(),
+            json!({ "k": json!({ "k": secret }).to_string() }).to_string(),
+        ] {
+            let out = set.redact(&text);
+            assert!(!out.contains("secret-with-tab"), "{out}");
+            assert!(!out.contains("line-two"), "{out}");
+        }
+    }
+
+    #[test]
+    fn a_third_level_of_escaping_is_not_looked_for() {
+        // The documented limit, so that a change of it is a decision.
+        let secret = r#"pa"ss\word-123"#;
+        let set = set(&[secret]);
+        let thrice = serde_escaped(&serde_escaped(&serde_escaped(secret)));
+        assert!(!set.contains_secret(&thrice), "{thrice}");
+    }
 }

@@ -53,10 +53,71 @@ pub enum OtelError {
     )]
     SubscriberAlreadySet(String),
 
-    /// Spans could not be flushed to the collector, or the pipeline could
-    /// not be shut down.
+    /// The batch queue's bounds cannot be used (a size of 0, set in the
+    /// code or in `OTEL_BSP_MAX_QUEUE_SIZE` / `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`).
+    #[error("the batch queue cannot be set up: {0}")]
+    Queue(String),
+
+    /// A flush, or the pipeline's shutdown, failed with no span known lost
+    /// yet: e.g. a flush that waited its 5 s for a collector that had not
+    /// answered (the export goes on; the next flush tells how it ended).
     #[error("exporting spans to the collector failed: {0}")]
     Export(String),
+
+    /// Spans finished since the last [`flush`](crate::OtelGuard::flush)
+    /// (or since the pipeline started) never reached the collector: dropped
+    /// because the batch queue was full, or sent in exports that failed
+    /// (after the exporter's retries). The other spans were exported, and
+    /// the counts start again from zero.
+    #[error("{}", lost(*.dropped, *.failed, *.max_queue_size, .endpoint, .error.as_deref()))]
+    SpansLost {
+        /// Spans dropped when they finished, because
+        /// [`max_queue_size`](OtelConfig::max_queue_size) spans were already
+        /// waiting for the collector.
+        dropped: usize,
+        /// Spans in exports the collector refused, or did not answer in
+        /// time, or could not be reached for.
+        failed: usize,
+        /// The queue's bound.
+        max_queue_size: usize,
+        /// Where the spans were going (the URL without its query).
+        endpoint: String,
+        /// The error of the last export that failed (or, if none did, of
+        /// the flush), secrets redacted.
+        error: Option<String>,
+    },
+}
+
+fn lost(
+    dropped: usize,
+    failed: usize,
+    queue: usize,
+    endpoint: &str,
+    error: Option<&str>,
+) -> String {
+    let spans = |n: usize| match n {
+        1 => "1 span was".to_owned(),
+        n => format!("{n} spans were"),
+    };
+    let mut parts = Vec::new();
+    if dropped > 0 {
+        parts.push(format!(
+            "{} dropped before export: {queue} spans were already waiting for the collector \
+             (raise OtelConfig::max_queue_size, or OTEL_BSP_MAX_QUEUE_SIZE)",
+            spans(dropped)
+        ));
+    }
+    if failed > 0 {
+        parts.push(format!("{} sent in exports that failed", spans(failed)));
+    }
+    let mut message = format!(
+        "spans were lost on their way to {endpoint}: {}",
+        parts.join("; ")
+    );
+    if let Some(error) = error {
+        message.push_str(&format!(" (last error: {error})"));
+    }
+    message
 }
 
 /// Where a run's traces go and what they carry: build with
@@ -80,7 +141,16 @@ pub struct OtelConfig {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) timeout: Duration,
     pub(crate) sampler: Option<Box<dyn ShouldSample>>,
+    pub(crate) max_queue_size: Option<usize>,
+    pub(crate) max_export_batch_size: Option<usize>,
 }
+
+/// The batch queue's bound when neither the code nor
+/// `OTEL_BSP_MAX_QUEUE_SIZE` sets it (the OpenTelemetry specification's).
+pub(crate) const DEFAULT_QUEUE_SIZE: usize = 2048;
+/// The largest export when neither the code nor
+/// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` sets it (the specification's).
+pub(crate) const DEFAULT_BATCH_SIZE: usize = 512;
 
 impl fmt::Debug for OtelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -95,6 +165,8 @@ impl fmt::Debug for OtelConfig {
             .field("headers", &headers)
             .field("timeout", &self.timeout)
             .field("sampler", &self.sampler)
+            .field("max_queue_size", &self.max_queue_size)
+            .field("max_export_batch_size", &self.max_export_batch_size)
             .finish()
     }
 }
@@ -105,7 +177,10 @@ impl OtelConfig {
     /// path `/v1/traces` is added unless the URL has a path already.
     ///
     /// The defaults: service name `harness`, no message contents, spans of
-    /// level INFO and above, a 10 s export timeout, every trace sampled.
+    /// level INFO and above, a 10 s export timeout, every trace sampled, at
+    /// most 2048 spans waiting for the collector, exported 512 at a time
+    /// (or what `OTEL_BSP_MAX_QUEUE_SIZE` and
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` say).
     pub fn new(endpoint: impl Into<String>) -> Self {
         Self {
             endpoint: endpoint.into(),
@@ -115,6 +190,8 @@ impl OtelConfig {
             headers: Vec::new(),
             timeout: Duration::from_secs(10),
             sampler: None,
+            max_queue_size: None,
+            max_export_batch_size: None,
         }
     }
 
@@ -168,6 +245,17 @@ impl OtelConfig {
 
     /// The least severe level of the spans and events exported (INFO by
     /// default, which takes every span harness emits).
+    ///
+    /// Some of what a run tells is below INFO, and so not exported by
+    /// default: a step retried by its [`RetryPolicy`](harness::RetryPolicy)
+    /// is one `step` span over all its attempts, and each failed attempt is
+    /// a DEBUG event `step attempt failed` on it (`attempt`, `will_retry`,
+    /// `error`, redacted). At INFO a step that failed twice and then
+    /// succeeded looks like one that succeeded at once (a run that fails
+    /// still ends with the error status on its `invoke_agent` span). Set
+    /// `Level::DEBUG` to see the attempts. A provider's HTTP retries are
+    /// WARN events (`model request failed; retrying`) on its
+    /// `model_request` span, exported at INFO.
     pub fn level(mut self, level: tracing::Level) -> Self {
         self.level = level;
         self
@@ -187,12 +275,146 @@ impl OtelConfig {
         self
     }
 
-    /// The sampler deciding which traces are kept (all by default). It sees
-    /// every span's GenAI attributes when the span starts: operation,
-    /// agent, provider, model, conversation.
+    /// The sampler deciding which spans are kept (all by default). It is
+    /// asked about every span, children included, and sees its GenAI
+    /// attributes when it starts: operation, agent, provider, model,
+    /// conversation.
+    ///
+    /// It is used as it is, so its answer for a span is that span's fate
+    /// alone: a sampler that drops an agent's `invoke_agent` span but keeps
+    /// the spans under it (what a sampler looking only at
+    /// `gen_ai.agent.name` does, since the `step`, `chat` and
+    /// `execute_tool` spans do not carry it) exports them as a trace
+    /// without its root, whose parent never arrives. To decide per trace,
+    /// wrap it in [`Sampler::ParentBased`](opentelemetry_sdk::trace::Sampler::ParentBased):
+    /// yours is then asked about root spans only (an agent's run; a
+    /// sub-agent's run is a child of its parent's step) and every child
+    /// follows its parent, as with the SDK's default sampler,
+    /// `ParentBased(AlwaysOn)`. Or follow the parent in yours, as below, and
+    /// keep deciding on the other spans (e.g. dropping the `execute_tool`
+    /// spans of one tool, which have no children). This crate does not wrap
+    /// it for you: wrapped, a sampler no longer sees the `chat` and
+    /// `execute_tool` spans whose model and tool it may want to decide on.
+    ///
+    /// ```
+    /// use harness_otel::OtelConfig;
+    /// use opentelemetry::trace::{Link, SpanKind, TraceContextExt, TraceId};
+    /// use opentelemetry::{Context, KeyValue};
+    /// use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
+    ///
+    /// /// Drops the runs of the agent `internal`.
+    /// #[derive(Clone, Debug)]
+    /// struct NotInternal;
+    ///
+    /// impl ShouldSample for NotInternal {
+    ///     fn should_sample(
+    ///         &self,
+    ///         parent: Option<&Context>,
+    ///         _: TraceId,
+    ///         _: &str,
+    ///         _: &SpanKind,
+    ///         attributes: &[KeyValue],
+    ///         _: &[Link],
+    ///     ) -> SamplingResult {
+    ///         let internal = attributes.iter().any(|kv| {
+    ///             kv.key.as_str() == "gen_ai.agent.name" && kv.value.as_str() == "internal"
+    ///         });
+    ///         SamplingResult {
+    ///             decision: if internal {
+    ///                 SamplingDecision::Drop
+    ///             } else {
+    ///                 SamplingDecision::RecordAndSample
+    ///             },
+    ///             attributes: Vec::new(),
+    ///             trace_state: parent
+    ///                 .map(|cx| cx.span().span_context().trace_state().clone())
+    ///                 .unwrap_or_default(),
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// // Decided per trace: a dropped run takes its steps, model and tool
+    /// // calls with it.
+    /// let config = OtelConfig::new("http://localhost:4318")
+    ///     .sampler(Sampler::ParentBased(Box::new(NotInternal)));
+    /// ```
     pub fn sampler(mut self, sampler: impl ShouldSample + 'static) -> Self {
         self.sampler = Some(Box::new(sampler));
         self
+    }
+
+    /// How many finished spans may wait for the collector: 2048 by default,
+    /// or `OTEL_BSP_MAX_QUEUE_SIZE` (this call wins over it).
+    ///
+    /// Spans are exported by a thread of their own, in batches of
+    /// [`max_export_batch_size`](Self::max_export_batch_size), as soon as a
+    /// batch is full and otherwise every 5 s (`OTEL_BSP_SCHEDULE_DELAY`), one
+    /// export at a time. Runs never wait for it: a span that finishes while
+    /// the queue is full is dropped. Each drop is counted, and the next
+    /// [`flush`](crate::OtelGuard::flush) or
+    /// [`shutdown`](crate::OtelGuard::shutdown) (or the guard's drop) fails
+    /// with [`OtelError::SpansLost`] saying how many.
+    ///
+    /// Every step is a span, so a loop of many quick steps outpaces the
+    /// exports: three runs of 3 000 trivial steps make 9 003 spans in about
+    /// a quarter of a second, and lost 200 to 1 650 of them with the
+    /// default queue in our runs against a collector on the same machine.
+    /// Size the queue for the largest burst the program makes between two
+    /// exports. Its slots are allocated when the pipeline starts, about
+    /// 360 bytes each (16 384 spans: 6 MB), and each waiting span holds its
+    /// attributes (and, with [`capture_content`](Self::capture_content),
+    /// its messages) besides.
+    /// Refused (at [`init`](crate::init) or [`layer`](crate::layer)) if 0.
+    pub fn max_queue_size(mut self, spans: usize) -> Self {
+        self.max_queue_size = Some(spans);
+        self
+    }
+
+    /// The most spans one export request carries: 512 by default, or
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (this call wins over it); never more
+    /// than [`max_queue_size`](Self::max_queue_size). Fewer, larger requests
+    /// let the exports keep up with a faster burst; a collector may limit
+    /// the size of a request's body. Refused if 0.
+    pub fn max_export_batch_size(mut self, spans: usize) -> Self {
+        self.max_export_batch_size = Some(spans);
+        self
+    }
+
+    /// The queue's bound and the largest batch, as set here, else in the
+    /// environment (`var`), else the defaults; the batch no larger than the
+    /// queue.
+    pub(crate) fn queue(
+        &self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<(usize, usize), OtelError> {
+        let size = |set: Option<usize>, name: &str, default: usize| {
+            let (size, from) = match set {
+                Some(size) => (size, "the code"),
+                // Read as the SDK reads it: a value that is no number is
+                // ignored.
+                None => match var(name).and_then(|v| v.trim().parse::<usize>().ok()) {
+                    Some(size) => (size, name),
+                    None => (default, "the default"),
+                },
+            };
+            if size == 0 {
+                return Err(OtelError::Queue(format!(
+                    "a size of 0 (from {from}) would drop every span; the OpenTelemetry default is {default}"
+                )));
+            }
+            Ok(size)
+        };
+        let queue = size(
+            self.max_queue_size,
+            "OTEL_BSP_MAX_QUEUE_SIZE",
+            DEFAULT_QUEUE_SIZE,
+        )?;
+        let batch = size(
+            self.max_export_batch_size,
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            DEFAULT_BATCH_SIZE,
+        )?;
+        Ok((queue, batch.min(queue)))
     }
 
     /// The URL spans are posted to, or why the endpoint cannot be used.
@@ -216,6 +438,7 @@ impl OtelConfig {
         for (name, value) in &self.headers {
             check_header(name, value)?;
         }
+        self.queue(|name| std::env::var(name).ok())?;
         Ok(url)
     }
 }
@@ -477,5 +700,45 @@ mod tests {
             err.contains("https://cloud") && err.contains("TLS"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_queue_is_sized_by_the_code_else_the_environment_else_the_defaults() {
+        let vars = |pairs: &[(&'static str, &'static str)]| {
+            let pairs = pairs.to_vec();
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let config = OtelConfig::new("http://127.0.0.1:4318");
+        assert_eq!(config.queue(vars(&[])).unwrap(), (2048, 512));
+        let env = [
+            ("OTEL_BSP_MAX_QUEUE_SIZE", " 8192 "),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1024"),
+        ];
+        assert_eq!(config.queue(vars(&env)).unwrap(), (8192, 1024));
+        // The code wins; the batch is never larger than the queue.
+        let sized = config
+            .clone()
+            .max_queue_size(100)
+            .max_export_batch_size(5000);
+        assert_eq!(sized.queue(vars(&env)).unwrap(), (100, 100));
+        // What is no number is ignored, as the SDK ignores it.
+        let bad = [("OTEL_BSP_MAX_QUEUE_SIZE", "lots")];
+        assert_eq!(config.queue(vars(&bad)).unwrap(), (2048, 512));
+        // 0 would drop every span: refused, naming where it came from.
+        let zero = [("OTEL_BSP_MAX_QUEUE_SIZE", "0")];
+        let err = config.queue(vars(&zero)).unwrap_err().to_string();
+        assert!(err.contains("OTEL_BSP_MAX_QUEUE_SIZE"), "{err}");
+        let err = config
+            .clone()
+            .max_export_batch_size(0)
+            .queue(vars(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("from the code"), "{err}");
     }
 }

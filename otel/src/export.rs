@@ -4,21 +4,120 @@
 
 use crate::content;
 use opentelemetry::trace::Status;
-use opentelemetry::{Array, Key, KeyValue, StringValue, Value};
+use opentelemetry::{Array, Context, Key, KeyValue, StringValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// The name of the span event the core emits with a call's contents.
 const CONTENT_EVENT: &str = "harness.gen_ai.content";
 
-/// Wraps the OTLP exporter; see [`finish`].
+/// What the pipeline lost, counted as it happens; each flush takes the
+/// counts since the last one.
+#[derive(Debug, Default)]
+pub(crate) struct Losses {
+    /// Spans handed to the batch processor and not yet to the exporter:
+    /// the queue [`Queue`] bounds.
+    waiting: AtomicUsize,
+    /// Spans dropped because the queue was full.
+    dropped: AtomicUsize,
+    /// Spans in exports that failed (after the exporter's own retries).
+    failed: AtomicUsize,
+    /// The last failed export's error.
+    error: Mutex<Option<String>>,
+}
+
+/// The losses since they were last taken.
+#[derive(Debug, Default)]
+pub(crate) struct Lost {
+    pub(crate) dropped: usize,
+    pub(crate) failed: usize,
+    pub(crate) error: Option<String>,
+}
+
+impl Losses {
+    /// The losses counted since the last call, and the counts set back to
+    /// zero.
+    pub(crate) fn take(&self) -> Lost {
+        Lost {
+            dropped: self.dropped.swap(0, Ordering::AcqRel),
+            failed: self.failed.swap(0, Ordering::AcqRel),
+            error: self
+                .error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        }
+    }
+
+    fn exporting(&self, spans: usize) {
+        // Saturating: only spans that went through the queue are exported,
+        // but an underflow would drop every span after it.
+        let _ = self
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(spans))
+            });
+    }
+
+    fn failed(&self, spans: usize, error: String) {
+        self.failed.fetch_add(spans, Ordering::AcqRel);
+        *self.error.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+    }
+}
+
+/// The batch processor behind a bound of its own: at most `capacity`
+/// spans wait for the exporter, and a span that finishes while as many
+/// wait is dropped here and counted in [`Losses`], where the SDK's
+/// processor would drop it with no count anyone can read. `capacity` is
+/// the processor's own queue size, so the processor never drops one
+/// itself: its channel holds at most the spans counted as waiting.
+#[derive(Debug)]
+pub(crate) struct Queue<P> {
+    pub(crate) inner: P,
+    pub(crate) capacity: usize,
+    pub(crate) losses: Arc<Losses>,
+}
+
+impl<P: SpanProcessor> SpanProcessor for Queue<P> {
+    fn on_start(&self, span: &mut Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        let waiting = &self.losses.waiting;
+        if waiting.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            waiting.fetch_sub(1, Ordering::AcqRel);
+            self.losses.dropped.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// Wraps the OTLP exporter; see [`finish`]. Counts the spans of failed
+/// exports in `losses`.
 #[derive(Debug)]
 pub(crate) struct GenAiExporter<E> {
     pub(crate) inner: E,
     pub(crate) capture_content: bool,
+    pub(crate) losses: Arc<Losses>,
 }
 
 impl<E: SpanExporter> SpanExporter for GenAiExporter<E> {
@@ -26,10 +125,22 @@ impl<E: SpanExporter> SpanExporter for GenAiExporter<E> {
         &self,
         mut batch: Vec<SpanData>,
     ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let spans = batch.len();
+        self.losses.exporting(spans);
         for span in &mut batch {
             finish(span, self.capture_content);
         }
-        self.inner.export(batch)
+        let export = self.inner.export(batch);
+        let losses = Arc::clone(&self.losses);
+        async move {
+            let result = export.await;
+            if let Err(error) = &result {
+                // A collector's answer may quote what it was sent.
+                let error = harness::secrets::redact(&error.to_string()).into_owned();
+                losses.failed(spans, error);
+            }
+            result
+        }
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
@@ -115,9 +226,10 @@ pub(crate) fn finish(span: &mut SpanData, capture_content: bool) {
 /// (tracing-opentelemetry puts an event's message there: `warn!("tool
 /// printed: {out}")` is an event named by what the tool printed), and the
 /// string values of its attributes, its events' attributes and its links'
-/// attributes. A tool result, a model's answer or an error message may
-/// quote a key whatever carries it. Nothing to do, and nothing done, when
-/// the process holds no secret.
+/// attributes, and their numbers whose text holds a secret (replaced by
+/// that text, redacted). A tool result, a model's answer or an error
+/// message may quote a key whatever carries it. Nothing to do, and nothing
+/// done, when the process holds no secret.
 fn redact(span: &mut SpanData) {
     if !harness::secrets::is_active() {
         return;
@@ -148,6 +260,33 @@ fn redact(span: &mut SpanData) {
                     if let Cow::Owned(redacted) = harness::secrets::redact(text.as_str()) {
                         *text = StringValue::from(redacted);
                     }
+                }
+            }
+            // A number holds a secret too when its digits do (an account
+            // number registered as text): it is exported as its text,
+            // redacted, and so becomes a string. The text of a `bool`, or of
+            // an integer of under 8 characters, is shorter than any secret:
+            // none is made.
+            Value::I64(n) if (-999_999..=9_999_999).contains(&*n) => {}
+            number @ (Value::I64(_) | Value::F64(_)) => {
+                let text = number.as_str().into_owned();
+                if let Cow::Owned(redacted) = harness::secrets::redact(&text) {
+                    *number = Value::String(redacted.into());
+                }
+            }
+            Value::Array(numbers @ (Array::I64(_) | Array::F64(_))) => {
+                let texts: Vec<String> = match numbers {
+                    Array::I64(items) => items.iter().map(ToString::to_string).collect(),
+                    Array::F64(items) => items.iter().map(ToString::to_string).collect(),
+                    _ => Vec::new(),
+                };
+                if texts.iter().any(|t| harness::secrets::contains_secret(t)) {
+                    // One type per array: all of it becomes text.
+                    let texts = texts
+                        .iter()
+                        .map(|t| StringValue::from(harness::secrets::redact(t).into_owned()))
+                        .collect();
+                    *numbers = Array::String(texts);
                 }
             }
             _ => {}

@@ -8,12 +8,20 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), harness_otel::OtelError> {
-//! let _traces = harness_otel::init(
+//! let traces = harness_otel::init(
 //!     harness_otel::OtelConfig::new("http://localhost:4318").service_name("support-bot"),
 //! )?;
 //! // ... run agents ...
+//! traces.shutdown()?; // or let it drop
 //! # Ok(()) }
 //! ```
+//!
+//! Spans are exported in the background and runs never wait for the
+//! collector, so what goes wrong there (a collector down, a queue
+//! overflowing) is told by [`OtelGuard::flush`] and [`OtelGuard::shutdown`]:
+//! call them to see it. A guard merely dropped (`let _traces = ...;` to the
+//! end of `main`) reports a failure once itself, on stderr for the guard of
+//! [`init`]; see [`OtelGuard`].
 //!
 //! [`OtelConfig::from_env`] reads the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
 //! and `OTEL_SERVICE_NAME` instead.
@@ -100,7 +108,13 @@
 //! [`harness::secrets`]) are replaced with `[redacted]` in every string
 //! attribute (of a span, an event or a link), span name, event name (an
 //! event's `tracing` message) and status message, so a tool result that
-//! printed the environment is exported without the keys.
+//! printed the environment is exported without the keys. That includes a
+//! secret's JSON-escaped forms (a password with a quote, quoted in JSON a
+//! model wrote, then serialized again into `gen_ai.output.messages`), and
+//! numbers: an integer or float attribute whose digits hold a secret
+//! (`tracing::info!(account = 98765432101234_i64)` with that account
+//! number registered) is exported as its text, redacted (a string). With no
+//! secret registered, none of this costs anything.
 //!
 //! # Transport
 //!
@@ -109,6 +123,12 @@
 //! needs no async runtime and never blocks a run. Plain `http://` only: no
 //! TLS is compiled in; point it at a collector on the same machine or
 //! network, which forwards over TLS.
+//!
+//! Finished spans wait for export in a bounded queue (2048 spans by default,
+//! [`OtelConfig::max_queue_size`]); one that finishes while it is full is
+//! dropped rather than make a run wait, and counted: the next flush or
+//! shutdown fails with [`OtelError::SpansLost`]. A burst of thousands of
+//! quick steps can fill it.
 
 mod config;
 mod content;
@@ -126,7 +146,9 @@ use opentelemetry::InstrumentationScope;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+use std::sync::Arc;
 use tracing::Subscriber;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{LevelFilter, Targets};
@@ -145,52 +167,142 @@ pub const CONTENT_TARGET: &str = "harness::gen_ai::content";
 /// [`shutdown`](Self::shutdown) and the drop do, each at most 5 s (the
 /// OpenTelemetry SDK's limit) for a collector that takes connections and
 /// does not answer.
+///
+/// # Errors are seen at `flush` and `shutdown`
+///
+/// Spans are exported in the background, and what goes wrong there (a
+/// collector down or refusing, a [queue](OtelConfig::max_queue_size)
+/// overflowing) is counted, not reported as it happens: the next
+/// [`flush`](Self::flush) or [`shutdown`](Self::shutdown) returns it, as
+/// [`OtelError::SpansLost`] with how many spans were lost and the last
+/// export's error. So call them, where the program can say what went wrong,
+/// rather than rely on the drop:
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let traces = harness_otel::init(harness_otel::OtelConfig::new("http://localhost:4318"))?;
+/// // ... run agents; a long-running program may call traces.flush() now and
+/// // then, and log what it returns ...
+/// if let Err(e) = traces.shutdown() {
+///     eprintln!("traces: {e}");
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// A guard dropped without them has no caller to return the error to, so
+/// the drop reports it itself, once: the guard of [`init`] writes one line
+/// to stderr (`harness-otel: ...`), because with `init` this crate's layer
+/// is the program's only `tracing` subscriber and an event would reach no
+/// one; the guard of [`layer`] emits it as a WARN event of the target
+/// `harness_otel`, to the subscriber the program composed (the one current
+/// where the guard is dropped). A program that wants neither calls
+/// [`shutdown`](Self::shutdown).
 #[derive(Debug)]
 #[must_use = "dropping the guard stops exporting spans"]
 pub struct OtelGuard {
     provider: Option<SdkTracerProvider>,
     /// Where spans go, as an error names it (without its query).
     endpoint: String,
+    /// What the pipeline lost since the last flush.
+    losses: Arc<export::Losses>,
+    /// The batch queue's bound.
+    max_queue_size: usize,
+    /// How the drop reports an error.
+    on_drop: DropReport,
+}
+
+/// Where the guard's drop reports what it cannot return.
+#[derive(Clone, Copy, Debug)]
+enum DropReport {
+    /// A `tracing` WARN event: the program has its own subscriber.
+    Event,
+    /// A line on stderr: this crate's layer is the only subscriber.
+    Stderr,
 }
 
 impl OtelGuard {
     /// Sends every finished span now and waits until the collector has
     /// answered.
+    ///
+    /// Fails with [`OtelError::SpansLost`] if spans were lost since the last
+    /// flush (dropped from a full queue, or in exports that failed, these
+    /// included), with [`OtelError::Export`] if the flush itself failed
+    /// with nothing known lost (e.g. the collector did not answer within
+    /// 5 s: the export goes on, and the next flush tells how it ended).
     pub fn flush(&self) -> Result<(), OtelError> {
         match &self.provider {
-            Some(provider) => provider.force_flush().map_err(|e| self.failed(&e)),
+            Some(provider) => self.outcome(provider.force_flush()),
             None => Ok(()),
         }
     }
 
     /// Flushes, then stops the pipeline; what dropping the guard does, with
-    /// the error if there was one.
+    /// the error if there was one (as [`flush`](Self::flush) tells it).
     pub fn shutdown(mut self) -> Result<(), OtelError> {
         match self.provider.take() {
-            Some(provider) => provider.shutdown().map_err(|e| self.failed(&e)),
+            Some(provider) => self.outcome(provider.shutdown()),
             None => Ok(()),
         }
     }
 
+    /// The error of a flush or a shutdown that returned `result`: the spans
+    /// lost since the last one first, else `result`'s own.
+    fn outcome(&self, result: OTelSdkResult) -> Result<(), OtelError> {
+        let lost = self.losses.take();
+        if lost.dropped == 0 && lost.failed == 0 {
+            return result.map_err(|e| self.failed(&e));
+        }
+        let error = lost.error.or_else(|| {
+            result
+                .err()
+                .map(|e| harness::secrets::redact(&e.to_string()).into_owned())
+        });
+        Err(OtelError::SpansLost {
+            dropped: lost.dropped,
+            failed: lost.failed,
+            max_queue_size: self.max_queue_size,
+            endpoint: self.endpoint.clone(),
+            error,
+        })
+    }
+
     fn failed(&self, error: &dyn std::fmt::Display) -> OtelError {
+        let error = harness::secrets::redact(&error.to_string()).into_owned();
         OtelError::Export(format!("to {}: {error}", self.endpoint))
     }
 }
 
 impl Drop for OtelGuard {
     fn drop(&mut self) {
-        if let Some(provider) = self.provider.take() {
-            // Nothing to report to from a destructor; `shutdown` gives the
-            // error to whoever wants it.
-            let _ = provider.shutdown();
+        let Some(provider) = self.provider.take() else {
+            return;
+        };
+        let Err(error) = self.outcome(provider.shutdown()) else {
+            return;
+        };
+        // No caller to return it to; see the type's documentation.
+        match self.on_drop {
+            DropReport::Event => tracing::warn!(
+                target: "harness_otel",
+                %error,
+                "the OtelGuard was dropped with spans not exported; call OtelGuard::shutdown() to handle this error"
+            ),
+            DropReport::Stderr => eprintln!(
+                "harness-otel: {error} (reported by the dropped OtelGuard; call its shutdown() to handle it)"
+            ),
         }
     }
 }
 
 /// Builds the pipeline: the OTLP exporter behind the GenAI pass, a batch
-/// processor, the resource.
-fn provider(config: OtelConfig) -> Result<SdkTracerProvider, OtelError> {
+/// processor behind a counted bound, the resource.
+/// Returns it with the queue's bound.
+fn provider(
+    config: OtelConfig,
+    losses: &Arc<export::Losses>,
+) -> Result<(SdkTracerProvider, usize), OtelError> {
     let url = config.check()?;
+    let (max_queue_size, max_export_batch_size) = config.queue(|name| std::env::var(name).ok())?;
     // With reqwest's rustls compiled in by another crate (the harness
     // providers), its client refuses to build without a crypto provider.
     if rustls::crypto::CryptoProvider::get_default().is_none() {
@@ -208,17 +320,31 @@ fn provider(config: OtelConfig) -> Result<SdkTracerProvider, OtelError> {
     let exporter = export::GenAiExporter {
         inner: exporter,
         capture_content: config.capture_content,
+        losses: Arc::clone(losses),
+    };
+    // The SDK's defaults and environment (`OTEL_BSP_SCHEDULE_DELAY`, ...),
+    // with the bounds resolved above.
+    let batch = BatchConfigBuilder::default()
+        .with_max_queue_size(max_queue_size)
+        .with_max_export_batch_size(max_export_batch_size)
+        .build();
+    let processor = export::Queue {
+        inner: BatchSpanProcessor::builder(exporter)
+            .with_batch_config(batch)
+            .build(),
+        capacity: max_queue_size,
+        losses: Arc::clone(losses),
     };
     let resource = Resource::builder()
         .with_service_name(config.service_name)
         .build();
     let mut builder = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_span_processor(processor)
         .with_resource(resource);
     if let Some(sampler) = config.sampler {
         builder = builder.with_sampler(sampler);
     }
-    Ok(builder.build())
+    Ok((builder.build(), max_queue_size))
 }
 
 /// A `tracing` layer exporting spans as configured by `config`, and the
@@ -236,7 +362,8 @@ where
     let level = config.level;
     let url = config.traces_url()?;
     let endpoint = url.split('?').next().unwrap_or_default().to_owned();
-    let provider = provider(config)?;
+    let losses = Arc::default();
+    let (provider, max_queue_size) = provider(config, &losses)?;
     let scope = InstrumentationScope::builder("harness")
         .with_version(env!("CARGO_PKG_VERSION"))
         .build();
@@ -259,6 +386,9 @@ where
         OtelGuard {
             provider: Some(provider),
             endpoint,
+            losses,
+            max_queue_size,
+            on_drop: DropReport::Event,
         },
     ))
 }
@@ -269,9 +399,12 @@ where
 /// Fails with [`OtelError::SubscriberAlreadySet`] if the program already
 /// has a global subscriber: add [`layer`] to it instead.
 pub fn init(config: OtelConfig) -> Result<OtelGuard, OtelError> {
-    let (layer, guard) = layer(config)?;
+    let (layer, mut guard) = layer(config)?;
     let subscriber = tracing_subscriber::registry().with(layer);
     tracing::subscriber::set_global_default(subscriber)
         .map_err(|e| OtelError::SubscriberAlreadySet(e.to_string()))?;
+    // This crate's layer is the program's only subscriber: a WARN event
+    // from the guard's drop would reach no one.
+    guard.on_drop = DropReport::Stderr;
     Ok(guard)
 }

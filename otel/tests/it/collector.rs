@@ -15,12 +15,26 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
 struct Received {
     requests: Vec<ExportTraceServiceRequest>,
     headers: Vec<HeaderMap>,
+    /// The bodies of the requests taken, as they came.
+    bodies: Vec<Bytes>,
+    /// Requests answered with an error status (not in `requests`).
+    refused: usize,
+}
+
+/// How the receiver answers, switchable while it runs.
+struct Behaviour {
+    received: Mutex<Received>,
+    /// The status of the answers: 200, or an error refusing the spans.
+    status: AtomicU16,
+    /// While true, requests wait before they are read.
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 /// An HTTP server on 127.0.0.1, serving on its own thread until dropped.
@@ -79,28 +93,37 @@ impl Drop for Server {
 pub(crate) struct Collector {
     /// Its base URL, `http://127.0.0.1:{port}`.
     pub(crate) endpoint: String,
-    received: Arc<Mutex<Received>>,
+    behaviour: Arc<Behaviour>,
     _server: Server,
 }
 
 async fn traces(
-    State(received): State<Arc<Mutex<Received>>>,
+    State(behaviour): State<Arc<Behaviour>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> impl IntoResponse {
+    let mut held = behaviour.held.subscribe();
+    let _ = held.wait_for(|held| !held).await;
+    let status = behaviour.status.load(Ordering::SeqCst);
+    if status != 200 {
+        behaviour.lock().refused += 1;
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        return (status, Vec::new()).into_response();
+    }
     let protobuf = headers
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v == "application/x-protobuf");
     if !protobuf {
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, Vec::new()).into_response();
     }
-    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+    let Ok(request) = ExportTraceServiceRequest::decode(body.clone()) else {
         return (StatusCode::BAD_REQUEST, Vec::new()).into_response();
     };
     {
-        let mut received = received.lock().unwrap_or_else(|e| e.into_inner());
+        let mut received = behaviour.lock();
         received.requests.push(request);
         received.headers.push(headers);
+        received.bodies.push(body);
     }
     (
         [(header::CONTENT_TYPE, "application/x-protobuf")],
@@ -111,16 +134,47 @@ async fn traces(
 
 impl Collector {
     pub(crate) fn start() -> Self {
-        let received = Arc::new(Mutex::new(Received::default()));
+        let behaviour = Arc::new(Behaviour {
+            received: Mutex::default(),
+            status: AtomicU16::new(200),
+            held: tokio::sync::watch::Sender::new(false),
+        });
         let app = Router::new()
             .route("/v1/traces", post(traces))
-            .with_state(Arc::clone(&received));
+            .with_state(Arc::clone(&behaviour));
         let server = Server::start(app);
         Self {
             endpoint: server.endpoint.clone(),
-            received,
+            behaviour,
             _server: server,
         }
+    }
+
+    /// From now on, requests wait unanswered (an export in flight blocks
+    /// the batch processor) until [`release`](Self::release).
+    pub(crate) fn hold(&self) {
+        self.behaviour.held.send_replace(true);
+    }
+
+    /// Answers the requests held and those to come.
+    pub(crate) fn release(&self) {
+        self.behaviour.held.send_replace(false);
+    }
+
+    /// From now on, answers with `status` (an error status refuses the
+    /// spans; 200 takes them).
+    pub(crate) fn answer(&self, status: u16) {
+        self.behaviour.status.store(status, Ordering::SeqCst);
+    }
+
+    /// How many requests were answered with an error status.
+    pub(crate) fn refused(&self) -> usize {
+        self.lock().refused
+    }
+
+    /// The bodies of every export request taken, as they were sent.
+    pub(crate) fn bodies(&self) -> Vec<Bytes> {
+        self.lock().bodies.clone()
     }
 
     /// Every export request received so far.
@@ -153,6 +207,12 @@ impl Collector {
         out
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Received> {
+        self.behaviour.lock()
+    }
+}
+
+impl Behaviour {
     fn lock(&self) -> std::sync::MutexGuard<'_, Received> {
         self.received.lock().unwrap_or_else(|e| e.into_inner())
     }

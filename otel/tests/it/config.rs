@@ -202,31 +202,24 @@ fn init_refuses_a_second_global_subscriber() {
     first.shutdown().unwrap();
 }
 
-/// A collector that cannot be reached: the flush's error names where the
-/// spans were going (without the endpoint's query), and the program goes
-/// on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_export_names_its_endpoint() {
-    use tracing_subscriber::layer::SubscriberExt;
-    // A port nothing listens on: bound, then let go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let endpoint = format!("http://127.0.0.1:{port}/otlp/v1/traces");
-    let config = OtelConfig::new(format!("{endpoint}?tenant=t-1"));
-    let (layer, guard) = harness_otel::layer(config).unwrap();
-    let subscriber = tracing_subscriber::registry().with(layer);
-    tracing::subscriber::with_default(subscriber, || {
-        tracing::info_span!("doomed").in_scope(|| {});
-    });
-    let err = tokio::task::spawn_blocking(move || guard.flush())
-        .await
-        .unwrap()
-        .unwrap_err();
-    let shown = err.to_string();
-    assert!(matches!(err, OtelError::Export(_)), "{err:?}");
-    assert!(shown.contains(&endpoint), "{shown}");
-    assert!(!shown.contains("tenant"), "{shown}");
+#[test]
+fn a_queue_or_a_batch_of_zero_spans_is_refused() {
+    for (config, said) in [
+        (
+            OtelConfig::new("http://127.0.0.1:4318").max_queue_size(0),
+            "from the code",
+        ),
+        (
+            OtelConfig::new("http://127.0.0.1:4318").max_export_batch_size(0),
+            "from the code",
+        ),
+    ] {
+        match harness_otel::layer::<tracing_subscriber::Registry>(config) {
+            Err(OtelError::Queue(reason)) => {
+                assert!(reason.contains("0") && reason.contains(said), "{reason}");
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a size of 0 was taken"),
+        }
+    }
 }

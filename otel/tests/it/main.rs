@@ -7,6 +7,7 @@ mod collector;
 mod config;
 mod evals;
 mod provider;
+mod queue;
 mod secrets;
 mod traces;
 

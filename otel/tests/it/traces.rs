@@ -735,3 +735,159 @@ fn a_sub_agents_steps_and_calls_nest_under_the_step_that_runs_it() {
         ["step approve", "step answer"]
     );
 }
+
+/// Drops the spans that carry `gen_ai.agent.name` = `hidden`, and looks at
+/// nothing else: not at the parent.
+#[derive(Clone, Debug)]
+struct ByAgentName;
+
+impl ShouldSample for ByAgentName {
+    fn should_sample(
+        &self,
+        _: Option<&Context>,
+        _: TraceId,
+        _: &str,
+        _: &ApiKind,
+        attributes: &[KeyValue],
+        _: &[opentelemetry::trace::Link],
+    ) -> SamplingResult {
+        let hidden = attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "gen_ai.agent.name" && kv.value.as_str() == "hidden");
+        SamplingResult {
+            decision: if hidden {
+                SamplingDecision::Drop
+            } else {
+                SamplingDecision::RecordAndSample
+            },
+            attributes: Vec::new(),
+            trace_state: Default::default(),
+        }
+    }
+}
+
+/// The spans whose parent was not exported.
+fn orphans(spans: &[Span]) -> Vec<&str> {
+    spans
+        .iter()
+        .filter(|s| {
+            !s.parent_span_id.is_empty() && !spans.iter().any(|p| p.span_id == s.parent_span_id)
+        })
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
+/// What `OtelConfig::sampler` documents: a sampler used as it is decides
+/// each span alone, so dropping an agent's root leaves its steps and calls
+/// as an orphan trace; wrapped in `Sampler::ParentBased`, the whole run
+/// goes.
+#[test]
+fn a_sampler_dropping_a_root_orphans_its_children_unless_wrapped_in_parent_based() {
+    use opentelemetry_sdk::trace::Sampler;
+    for wrapped in [false, true] {
+        let collector = Collector::start();
+        let config = OtelConfig::new(&collector.endpoint);
+        let config = if wrapped {
+            config.sampler(Sampler::ParentBased(Box::new(ByAgentName)))
+        } else {
+            config.sampler(ByAgentName)
+        };
+        traced(config, || async {
+            let model = Arc::new(ScriptedModel::new([Expect::any().reply(
+                ModelResponse::from_tool_call(ToolCall::new(
+                    "c1",
+                    "add",
+                    serde_json::json!({ "a": 1, "b": 2 }),
+                )),
+            )]));
+            let agent = Harness::<Task>::builder()
+                .step("think")
+                .run(move |cx: Cx<()>| {
+                    let model = Arc::clone(&model);
+                    async move {
+                        let answer = cx
+                            .complete(&*model, &ModelRequest::builder().user("1+2").build())
+                            .await?;
+                        let tools = ToolSet::new().with(Add);
+                        let mut log = Vec::new();
+                        for call in answer.tool_calls() {
+                            log.push(cx.call_tool(&tools, call).await.content);
+                        }
+                        Ok(TaskUpdate::new().log(log))
+                    }
+                })
+                .end()
+                .start("think")
+                .build()
+                .unwrap();
+            create_agent("hidden", &agent)
+                .run(Task::default())
+                .await
+                .unwrap();
+        });
+        let spans = spans_of(&collector);
+        assert!(named(&spans, "invoke_agent hidden").is_empty());
+        if wrapped {
+            assert!(spans.is_empty(), "{:?}", names(&spans));
+        } else {
+            assert_eq!(orphans(&spans), ["step think"], "{:?}", names(&spans));
+            assert_eq!(named(&spans, "chat scripted").len(), 1);
+            assert_eq!(named(&spans, "execute_tool add").len(), 1);
+        }
+    }
+}
+
+/// What `OtelConfig::level` documents: a step's failed attempts are DEBUG
+/// events on its one span, exported only from DEBUG on.
+#[test]
+fn a_retried_steps_failed_attempts_are_debug_events_on_its_span() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    for level in [tracing::Level::INFO, tracing::Level::DEBUG] {
+        let collector = Collector::start();
+        let tries = Arc::new(AtomicU32::new(0));
+        traced(OtelConfig::new(&collector.endpoint).level(level), || {
+            let tries = Arc::clone(&tries);
+            async move {
+                let flaky = Harness::<Task>::builder()
+                    .step("flaky")
+                    .run(move |_cx: Cx<()>| {
+                        let tries = Arc::clone(&tries);
+                        async move {
+                            if tries.fetch_add(1, Ordering::SeqCst) < 2 {
+                                return Err(harness::StepError::msg("not yet"));
+                            }
+                            Ok(TaskUpdate::new())
+                        }
+                    })
+                    .retry(harness::RetryPolicy::attempts(3))
+                    .end()
+                    .start("flaky")
+                    .build()
+                    .unwrap();
+                create_agent("flaky", &flaky)
+                    .run(Task::default())
+                    .await
+                    .unwrap();
+            }
+        });
+        let spans = spans_of(&collector);
+        let step = one(&spans, "step flaky");
+        let failed: Vec<_> = step
+            .events
+            .iter()
+            .filter(|e| e.name == "step attempt failed")
+            .collect();
+        if level == tracing::Level::INFO {
+            assert!(failed.is_empty(), "{:?}", step.events);
+        } else {
+            assert_eq!(failed.len(), 2, "{:?}", step.events);
+            // tracing-opentelemetry records an event's unsigned integers as
+            // text.
+            assert_eq!(text(&failed[0].attributes, "attempt").as_deref(), Some("1"));
+            assert_eq!(
+                text(&failed[1].attributes, "error").as_deref(),
+                Some("not yet")
+            );
+        }
+    }
+}
