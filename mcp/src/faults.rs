@@ -5,15 +5,35 @@
 //! The SDK, when it drops a message, fails no request for it (a stdio line
 //! too long or not JSON is only logged) or fails one without saying why
 //! (an HTTP answer over its limit is "a transport error", an SSE event over
-//! it "a stream closed before its final response"). The transports report
-//! each such message here first, so that whatever waits fails saying what
-//! the server sent. Likewise the SDK says only "connection closed" when a
-//! stdio server's process exits; the stdio transport reports how it ended.
+//! it "a stream closed before its final response"). So the transports
+//! deal with such a message first, so that whatever waits fails saying
+//! what the server sent, and only what waits for it:
+//! - an answer over the limit to a request the transport can tell (a stdio
+//!   line whose `id` was read as it was skipped; anything on an HTTP POST's
+//!   own answer) is replaced by a [stand-in](Faults::stand_in): an error
+//!   answer to that request, which the SDK hands to the call waiting for
+//!   it, if one still does (a call that gave up is not waiting: the SDK
+//!   drops it), and which the call knows for the client's own
+//!   ([`Faults::stood_in`]);
+//! - a notification or a request of the server's over the limit is no
+//!   call's answer, and only logged ([`Faults::drop_notice`]);
+//! - any other message dropped is reported here
+//!   ([`Faults::drop_message`]), and every call waiting fails for it.
+//!
+//! Likewise the SDK says only "connection closed" when a stdio server's
+//! process exits; the stdio transport reports how it ended.
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use rmcp::model::{ErrorCode, ErrorData, RequestId, ServerJsonRpcMessage};
+use serde_json::Value;
 use tokio::sync::watch;
+
+/// The key, in the `data` of a [stand-in](Faults::stand_in) error answer,
+/// of the client's mark.
+const STAND_IN_MARK: &str = "harnessMcpDroppedAnswer";
 
 /// What the server sent that the client could not read.
 #[derive(Debug)]
@@ -28,6 +48,9 @@ pub(crate) struct Faults {
     noise: Mutex<(u64, String)>,
     /// How a stdio server went away, once it has (never over HTTP).
     ended: watch::Sender<Option<Ending>>,
+    /// Marks the [stand-in](Faults::stand_in) answers as this client's
+    /// (random, so that a server cannot make one).
+    mark: String,
 }
 
 /// How a stdio server went away.
@@ -48,7 +71,56 @@ impl Faults {
             dropped: watch::channel((0, String::new())).0,
             noise: Mutex::new((0, String::new())),
             ended: watch::channel(None).0,
+            mark: format!(
+                "{:016x}{:016x}",
+                RandomState::new().hash_one(1u8),
+                RandomState::new().hash_one(2u8)
+            ),
         }
+    }
+
+    /// The error answer to request `id` that takes the place of its
+    /// answer, dropped for `what` (e.g. from [`too_large`]); logged. The
+    /// call waiting for the answer, if one still does, fails with it
+    /// ([`stood_in`](Self::stood_in)); a call that gave up is not waiting
+    /// any more, and the SDK drops it.
+    pub(crate) fn stand_in_message(&self, id: RequestId, what: &str) -> ServerJsonRpcMessage {
+        tracing::warn!(
+            problem = %what,
+            request = %id,
+            "dropped an answer from an MCP server (its call, if it still waits, fails)"
+        );
+        let mut data = serde_json::Map::new();
+        data.insert(STAND_IN_MARK.to_owned(), Value::String(self.mark.clone()));
+        let error = ErrorData::new(
+            ErrorCode::INTERNAL_ERROR,
+            what.to_owned(),
+            Some(Value::Object(data)),
+        );
+        ServerJsonRpcMessage::error(error, Some(id))
+    }
+
+    /// [`stand_in_message`](Self::stand_in_message) as a line of JSON,
+    /// without its newline.
+    pub(crate) fn stand_in(&self, id: RequestId, what: &str) -> Vec<u8> {
+        // A message of the SDK's own types always serializes.
+        serde_json::to_vec(&self.stand_in_message(id, what)).unwrap_or_default()
+    }
+
+    /// If `error` is a [stand-in](Self::stand_in) of this client's, what
+    /// was dropped.
+    pub(crate) fn stood_in(&self, error: &ErrorData) -> Option<String> {
+        let mark = error.data.as_ref()?.get(STAND_IN_MARK)?;
+        (mark.as_str() == Some(self.mark.as_str())).then(|| error.message.to_string())
+    }
+
+    /// Reports a message dropped that is no call's answer (a notification,
+    /// or a request of the server's); only logged.
+    pub(crate) fn drop_notice(&self, what: &str) {
+        tracing::warn!(
+            problem = %what,
+            "dropped a notification or request from an MCP server (no call's answer)"
+        );
     }
 
     /// Reports how the server went away, or (after

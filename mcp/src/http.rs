@@ -10,10 +10,16 @@
 //! them says nothing of why, though: the request whose JSON answer is too
 //! large fails with a transport error, and one whose SSE event is too large
 //! fails as "closed before its final response" (an event on the standing
-//! GET stream fails nothing). [`Client`] wraps the SDK's client to report
-//! each refusal to [`Faults`] as it happens, before the SDK fails the
-//! request, so that the calls waiting fail saying what the server sent, as
-//! over stdio.
+//! GET stream fails nothing). [`Client`] wraps the SDK's client so that
+//! the calls fail saying what the server sent, as over stdio: what is too
+//! large on a POST's own answer (its JSON body, or an event of its SSE
+//! stream) is that POST's request's answer, and becomes a
+//! [stand-in](Faults::stand_in) error answer to that request only (none
+//! other fails; if its call gave up, nothing does); what is too large on a
+//! GET stream, whose request the client cannot tell, is reported to
+//! [`Faults`], and the calls waiting fail. The handshake's answer too large
+//! is reported likewise (nothing else waits then, and the SDK needs a
+//! session from its answer).
 //!
 //! [`McpOptions::max_message_bytes`]: crate::McpOptions::max_message_bytes
 
@@ -22,7 +28,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::ClientJsonRpcMessage;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
@@ -41,6 +47,19 @@ pub(crate) const SSE_FIELD_BYTES: usize = 1 << 10;
 
 /// The most redirects followed for one request.
 const MAX_REDIRECTS: usize = 10;
+
+/// What a result holds when it is `Ok`.
+trait OkOf {
+    type Ok;
+}
+
+impl<T, E> OkOf for Result<T, E> {
+    type Ok = T;
+}
+
+/// An SSE event, as the SDK's streams yield them (its type is not
+/// exported).
+type SseEvent = <<BoxedSseResponse as futures::Stream>::Item as OkOf>::Ok;
 
 /// The SDK's reqwest client, reporting to [`Faults`] each message it
 /// refuses for its size.
@@ -66,32 +85,251 @@ pub(crate) fn client_error<'e>(
     }
 }
 
+/// What `***` stands for in a URL the crate shows.
+const HIDDEN: &str = "***";
+
+/// Whether a URL parameter named `name` (percent-decoded, `+` as a space)
+/// holds a secret: a name [`harness::secrets::is_secret_name`] finds secret
+/// (`key`, `api_key`, `apikey`, `api-key`, `token`, `access_token`,
+/// `secret`, `client_secret`, `password`, `passwd`, `X-Amz-Credential`,
+/// …), or one with a word (split at `_`, `-`, `.` and spaces, case
+/// ignored) that ends with `KEY` (`accessKey`) or is `AUTH`,
+/// `AUTHORIZATION`, `SIG`, `SIGNATURE`, `CODE`, `PWD`, `JWT`, `SESSION` or
+/// `SESSIONID` (`X-Amz-Signature`, an OAuth `code`). Unless the last word
+/// is `FILE`, `PATH` or `DIR`, which name where a secret is.
+pub(crate) fn is_secret_param(name: &str) -> bool {
+    if harness::secrets::is_secret_name(name) {
+        return true;
+    }
+    let upper = name.to_ascii_uppercase();
+    let words: Vec<&str> = upper
+        .split(['_', '-', '.', ' '])
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words
+        .last()
+        .is_none_or(|last| matches!(*last, "FILE" | "PATH" | "DIR"))
+    {
+        return false;
+    }
+    words.iter().any(|word| {
+        word.ends_with("KEY")
+            || matches!(
+                *word,
+                "AUTH"
+                    | "AUTHORIZATION"
+                    | "SIG"
+                    | "SIGNATURE"
+                    | "CODE"
+                    | "PWD"
+                    | "JWT"
+                    | "SESSION"
+                    | "SESSIONID"
+            )
+    })
+}
+
+/// `text` with its `%XX` escapes decoded (and `+` as a space if
+/// `plus_as_space`); a `%` without two hex digits stays as is.
+fn percent_decode(text: &str, plus_as_space: bool) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| {
+            bytes
+                .get(at)
+                .and_then(|&b| char::from(b).to_digit(16))
+                .map(|d| d as u8)
+        };
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(high << 4 | low);
+                i += 3;
+            }
+            (b'+', ..) if plus_as_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A URL's secrets found by [`mask`]: each as written and decoded.
+#[derive(Default)]
+struct Found {
+    /// The values (as written in the URL, percent-decoded, and decoded as
+    /// a form's, `+` as a space).
+    values: Vec<String>,
+    /// Each `name=value` of a secret parameter as written, and as shown.
+    pieces: Vec<(String, String)>,
+}
+
+impl Found {
+    fn value(&mut self, raw: &str) {
+        for form in [
+            raw.to_owned(),
+            percent_decode(raw, false),
+            percent_decode(raw, true),
+        ] {
+            if !self.values.contains(&form) {
+                self.values.push(form);
+            }
+        }
+    }
+}
+
+/// `params` (a query or a fragment: `name=value` pieces joined with `&`)
+/// with the values of the secret ones ([`is_secret_param`]) replaced by
+/// [`HIDDEN`].
+fn mask_params(params: &str, found: &mut Found) -> String {
+    let pieces: Vec<String> = params
+        .split('&')
+        .map(|piece| match piece.split_once('=') {
+            Some((name, value))
+                if !value.is_empty() && is_secret_param(&percent_decode(name, true)) =>
+            {
+                found.value(value);
+                let shown = format!("{name}={HIDDEN}");
+                found.pieces.push((piece.to_owned(), shown.clone()));
+                shown
+            }
+            _ => piece.to_owned(),
+        })
+        .collect();
+    pieces.join("&")
+}
+
+/// `url` (a URL, or what was given as one) with its password and the
+/// values of its secret-looking query and fragment parameters
+/// ([`is_secret_param`]) replaced by [`HIDDEN`].
+fn mask(url: &str, found: &mut Found) -> String {
+    let (rest, fragment) = match url.split_once('#') {
+        Some((rest, fragment)) => (rest, Some(fragment)),
+        None => (url, None),
+    };
+    let (base, query) = match rest.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (rest, None),
+    };
+    let mut shown = base.to_owned();
+    // `scheme://user:password@host…`: the password.
+    if let Some(start) = base.find("://").map(|i| i + 3) {
+        let authority_end = base[start..].find('/').map_or(base.len(), |i| start + i);
+        let authority = &base[start..authority_end];
+        if let Some(at) = authority.rfind('@')
+            && let Some(colon) = authority[..at].find(':')
+            && colon + 1 < at
+        {
+            found.value(&authority[colon + 1..at]);
+            shown = format!(
+                "{}{HIDDEN}{}",
+                &base[..start + colon + 1],
+                &base[start + at..]
+            );
+        }
+    }
+    if let Some(query) = query {
+        shown.push('?');
+        shown.push_str(&mask_params(query, found));
+    }
+    if let Some(fragment) = fragment {
+        shown.push('#');
+        shown.push_str(&mask_params(fragment, found));
+    }
+    shown
+}
+
+/// What the crate shows of a server's URL: every form of it that holds a
+/// secret (a password, the value of a secret-looking parameter), as the
+/// application wrote it and as the HTTP client writes it, and what is shown
+/// instead. Its `Debug` shows none of them.
+#[derive(Clone, Default)]
+pub(crate) struct UrlMask {
+    /// Longest first.
+    replacements: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for UrlMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlMask")
+            .field("replacements", &self.replacements.len())
+            .finish()
+    }
+}
+
+impl UrlMask {
+    /// The mask of `forms` (one URL, written in several ways); registers
+    /// its secrets ([`harness::secrets::register`]).
+    fn new(forms: &[&str]) -> Self {
+        let mut found = Found::default();
+        let mut replacements = Vec::new();
+        for form in forms {
+            replacements.push((form.to_string(), mask(form, &mut found)));
+        }
+        for value in &found.values {
+            harness::secrets::register(value);
+        }
+        replacements.extend(found.pieces);
+        replacements.retain(|(from, to)| from != to);
+        replacements.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        replacements.dedup();
+        Self { replacements }
+    }
+
+    /// The URL `url` as shown (when it is one of the forms masked).
+    pub(crate) fn shown(&self, url: &str) -> String {
+        let mut text = url.to_owned();
+        self.hide(&mut text);
+        text
+    }
+
+    /// Replaces in `text` every form of the URL, and every secret
+    /// parameter of it, with what is shown instead.
+    pub(crate) fn hide(&self, text: &mut String) {
+        for (from, to) in &self.replacements {
+            if text.contains(from.as_str()) {
+                *text = text.replace(from.as_str(), to);
+            }
+        }
+    }
+}
+
 /// Checks that `url` is an `http://` or `https://` URL, saying what is
 /// wrong with it if not (the HTTP client says only "builder error" when it
-/// first sends). A password in it is registered as a secret, and never
-/// shown.
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
+/// first sends); the mask of the URL for what the client shows later. Its
+/// password and the values of its secret-looking query and fragment
+/// parameters ([`is_secret_param`]) are registered as secrets
+/// ([`harness::secrets::register`]), so that what a server or the HTTP
+/// client says with them is redacted, and the crate shows the URL without
+/// them (`?api_key=***`).
+pub(crate) fn check_url(url: &str) -> Result<UrlMask, String> {
     let parsed = match reqwest::Url::parse(url) {
         Ok(parsed) => parsed,
         Err(error) => {
-            let quoted = crate::stdio::quote(url.as_bytes());
+            let mask = UrlMask::new(&[url]);
+            let quoted = crate::stdio::quote(mask.shown(url).as_bytes());
             return Err(format!(
                 "{quoted} is not a URL ({error}); give the server's endpoint, e.g. `http://127.0.0.1:8000/mcp`"
             ));
         }
     };
-    let mut shown = parsed.clone();
-    if let Some(password) = parsed.password() {
-        harness::secrets::register(password);
-        let _ = shown.set_password(Some("***"));
-    }
+    let mut unfragmented = parsed.clone();
+    unfragmented.set_fragment(None);
+    let mask = UrlMask::new(&[url, parsed.as_str(), unfragmented.as_str()]);
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!(
-            "the URL `{shown}` is not an http:// or https:// URL (its scheme is `{}`)",
+            "the URL `{}` is not an http:// or https:// URL (its scheme is `{}`)",
+            mask.shown(parsed.as_str()),
             parsed.scheme()
         ));
     }
-    Ok(())
+    Ok(mask)
 }
 
 /// The streamable-HTTP transport to `url`, held to `options`' limits and
@@ -162,19 +400,57 @@ fn is_event_too_large(error: &SseError) -> bool {
 }
 
 impl Client {
-    /// `stream`, reporting the event that ends it for its size.
-    fn watched(&self, stream: BoxedSseResponse) -> BoxedSseResponse {
+    /// `stream`, with the event that ends it for its size dealt with: if
+    /// the stream is the answer to request `answers`, the event becomes a
+    /// [stand-in](Faults::stand_in) error answer to it, and the stream
+    /// ends; otherwise it is reported to [`Faults`].
+    fn watched(&self, stream: BoxedSseResponse, answers: Option<RequestId>) -> BoxedSseResponse {
         let faults = Arc::clone(&self.faults);
         let limit = self.limit;
         stream
-            .inspect(move |event| {
-                if let Err(error) = event
-                    && is_event_too_large(error)
-                {
-                    faults.drop_message(faults::too_large(limit));
+            .scan(false, move |ended, event| {
+                if *ended {
+                    return futures::future::ready(None);
                 }
+                let event = match event {
+                    Err(error) if is_event_too_large(&error) => {
+                        let what = faults::too_large(limit);
+                        match &answers {
+                            Some(id) => {
+                                *ended = true;
+                                let stand_in = faults.stand_in(id.clone(), &what);
+                                Ok(SseEvent {
+                                    data: Some(String::from_utf8_lossy(&stand_in).into_owned()),
+                                    ..SseEvent::default()
+                                })
+                            }
+                            None => {
+                                faults.drop_message(what);
+                                Err(error)
+                            }
+                        }
+                    }
+                    other => other,
+                };
+                futures::future::ready(Some(event))
             })
             .boxed()
+    }
+}
+
+/// The request `message` is, if it is one whose answer over the limit is
+/// stood in for ([`Faults::stand_in`]): any but the handshake's.
+fn request_answered(message: &ClientJsonRpcMessage) -> Option<RequestId> {
+    match message {
+        ClientJsonRpcMessage::Request(request)
+            if !matches!(
+                request.request,
+                ClientRequest::InitializeRequest(_) | ClientRequest::DiscoverRequest(_)
+            ) =>
+        {
+            Some(request.id.clone())
+        }
+        _ => None,
     }
 }
 
@@ -231,6 +507,7 @@ impl StreamableHttpClient for Client {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let answers = request_answered(&message);
         let response = self
             .inner
             .post_message_with_response_limits(
@@ -244,11 +521,20 @@ impl StreamableHttpClient for Client {
             .await;
         match response {
             Err(StreamableHttpError::ResponseBodyTooLarge { max_size }) => {
-                self.faults.drop_message(faults::too_large(self.limit));
-                Err(StreamableHttpError::ResponseBodyTooLarge { max_size })
+                let what = faults::too_large(self.limit);
+                match answers {
+                    Some(id) => Ok(StreamableHttpPostResponse::Json(
+                        self.faults.stand_in_message(id, &what),
+                        None,
+                    )),
+                    None => {
+                        self.faults.drop_message(what);
+                        Err(StreamableHttpError::ResponseBodyTooLarge { max_size })
+                    }
+                }
             }
             Ok(StreamableHttpPostResponse::Sse(stream, session)) => Ok(
-                StreamableHttpPostResponse::Sse(self.watched(stream), session),
+                StreamableHttpPostResponse::Sse(self.watched(stream, answers), session),
             ),
             other => other,
         }
@@ -305,6 +591,116 @@ impl StreamableHttpClient for Client {
                 max_sse_event_size,
             )
             .await?;
-        Ok(self.watched(stream))
+        Ok(self.watched(stream, None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_looking_parameter_names() {
+        for name in [
+            "key",
+            "api_key",
+            "apikey",
+            "api-key",
+            "API_KEY",
+            "apiKey",
+            "x-api-key",
+            "subscription-key",
+            "token",
+            "access_token",
+            "accessToken",
+            "auth",
+            "Authorization",
+            "secret",
+            "client_secret",
+            "password",
+            "passwd",
+            "pwd",
+            "sig",
+            "signature",
+            "X-Amz-Signature",
+            "X-Amz-Credential",
+            "X-Amz-Security-Token",
+            "code",
+            "jwt",
+            "session",
+        ] {
+            assert!(is_secret_param(name), "{name}");
+        }
+        for name in [
+            "version",
+            "v",
+            "lang",
+            "state",
+            "user",
+            "format",
+            "key_file",
+            "keyPath",
+            "",
+            "limit",
+            "max_tokens",
+        ] {
+            assert!(!is_secret_param(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%5Fb%2fc+d", false), "a_b/c+d");
+        assert_eq!(percent_decode("a%5Fb%2fc+d", true), "a_b/c d");
+        // A `%` without two hex digits stays.
+        assert_eq!(percent_decode("100%", false), "100%");
+        assert_eq!(percent_decode("%zz%4", false), "%zz%4");
+    }
+
+    #[test]
+    fn urls_are_shown_without_their_secrets() {
+        let cases = [
+            (
+                "http://h/mcp?version=2&api_key=s1&x=y",
+                "http://h/mcp?version=2&api_key=***&x=y",
+                &["s1"][..],
+            ),
+            (
+                "https://bob:p%40ss@h:8/mcp?Api%5FKey=a+b%2F#token=t1",
+                "https://bob:***@h:8/mcp?Api%5FKey=***#token=***",
+                &["p%40ss", "p@ss", "a+b%2F", "a+b/", "a b/", "t1"][..],
+            ),
+            // The last `@` ends the userinfo; a query without secrets.
+            (
+                "http://u:p@ss@h/mcp?flag&=x&token=",
+                "http://u:***@h/mcp?flag&=x&token=",
+                &["p@ss"][..],
+            ),
+            ("not a url?sig=zz", "not a url?sig=***", &["zz"][..]),
+            ("http://h/mcp#section", "http://h/mcp#section", &[][..]),
+        ];
+        for (url, shown, secrets) in cases {
+            let mut found = Found::default();
+            assert_eq!(mask(url, &mut found), shown, "{url}");
+            for secret in secrets {
+                assert!(
+                    found.values.iter().any(|v| v == secret),
+                    "{url}: {secret:?} in {:?}",
+                    found.values
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_mask_hides_every_form_of_the_url_and_shows_the_rest() {
+        let mask = UrlMask::new(&["http://h/mcp?v=1&key=abc", "http://h/mcp?v=1&key=abc#frag"]);
+        let mut text = "GET http://h/mcp?v=1&key=abc#frag failed; /mcp?v=1&key=abc".to_owned();
+        mask.hide(&mut text);
+        assert_eq!(
+            text,
+            "GET http://h/mcp?v=1&key=***#frag failed; /mcp?v=1&key=***"
+        );
+        assert!(!format!("{mask:?}").contains("abc"));
     }
 }

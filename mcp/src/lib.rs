@@ -24,9 +24,12 @@
 //! (The set [`McpClient::tool_set`] returns, and [`ToolSet::register`] with
 //! the tools of [`McpClient::tools`], do: `register` replaces a tool of the
 //! same name, so a second server's `search` takes the first one's place.)
-//! The bearer token, and the values of secret-looking variables a stdio
-//! server's process is given, are registered as secrets
-//! ([`harness::secrets`]), so that errors and tool results never show them.
+//! The bearer token, the password and secret-looking query parameters of
+//! an HTTP server's URL (`?api_key=…`; see [`McpClient::http_with`]), and
+//! the values of secret-looking variables a stdio server's process is
+//! given, are registered as secrets ([`harness::secrets`]), so that errors
+//! and tool results never show them; errors show such a URL with `***` in
+//! their place.
 //!
 //! # A stdio server's environment
 //!
@@ -86,6 +89,7 @@ use tokio::sync::watch;
 mod environment;
 mod faults;
 mod http;
+mod sniff;
 mod stdio;
 use faults::Faults;
 
@@ -176,9 +180,29 @@ pub struct McpOptions {
     /// a line from a stdio server; a JSON answer, or an SSE event, from an
     /// HTTP one (an event may take 1 KiB more, for its `data: ` and `id:`
     /// fields). A larger one is dropped once the limit is passed, no more
-    /// of it read than the limit and a read buffer (an HTTP answer whose
-    /// `Content-Length` says it is larger, none), and the calls waiting for
-    /// an answer fail with [`McpError::BadMessage`] at once.
+    /// of it held than the limit and a read buffer (an HTTP answer whose
+    /// `Content-Length` says it is larger is not read at all). Then:
+    /// - if it is the answer to a request the client can tell, that call
+    ///   alone fails, at once, with [`McpError::BadMessage`]; if that call
+    ///   gave up already ([timed out](McpError::Timeout), or was dropped),
+    ///   the late answer is dropped with a log, and no call fails. The
+    ///   client can tell the request of a stdio line that is a JSON object
+    ///   with a `result` or an `error` and a number or string `id` (read,
+    ///   wherever it is among the fields, as the line is skipped), and of
+    ///   anything on an HTTP POST's own answer (its JSON body, or an event
+    ///   of its SSE stream), which answers that POST's request;
+    /// - if it is a stdio line with a `method` (a notification, or a
+    ///   request of the server's), it is no call's answer: dropped with a
+    ///   log, and no call fails;
+    /// - otherwise (a stdio line that is not a JSON object of either kind;
+    ///   an event on an HTTP GET stream, which answers no request the
+    ///   client can name; the answer to the handshake), the client cannot
+    ///   tell whose answer it was, and every call waiting for an answer
+    ///   then fails with [`McpError::BadMessage`] at once (as does the
+    ///   handshake, or a listing, waiting then).
+    ///
+    /// The calls that do not fail go on, each within its own
+    /// [`call_timeout`](Self::call_timeout).
     pub max_message_bytes: usize,
     /// The most text a tool call returns, in bytes (default 1 MiB): the
     /// rest of a longer answer is cut, and the text says so.
@@ -420,9 +444,12 @@ pub enum McpError {
     /// (a message over [`McpOptions::max_message_bytes`], over stdio or
     /// HTTP; a stdio line that starts as JSON but is not), or only text
     /// that is not JSON-RPC until the call's time ran out (stdio). What it
-    /// sent was dropped; the connection stays open. The client cannot tell
-    /// whose answer a dropped message was, so every call waiting at the
-    /// time fails so.
+    /// sent was dropped; the connection stays open. A message over the
+    /// limit that the client can tell is another request's answer (or a
+    /// notification) fails no other call, and one whose call gave up fails
+    /// none (see [`McpOptions::max_message_bytes`]); otherwise the client
+    /// cannot tell whose answer a dropped message was, and every call
+    /// waiting at the time fails so.
     #[error("MCP server `{server}` sent {problem} while `{tool}` waited for its answer")]
     BadMessage {
         /// The server's name.
@@ -467,7 +494,26 @@ impl McpError {
     /// Every error this crate returns is already redacted.
     #[must_use]
     pub fn redacted(mut self) -> Self {
-        let texts: Vec<&mut String> = match &mut self {
+        for text in self.texts_mut() {
+            harness::secrets::redact_string(text);
+        }
+        self
+    }
+
+    /// This error with the server's URL shown without its secrets
+    /// (`?api_key=***`), then [redacted](Self::redacted): the HTTP client's
+    /// errors quote the URL, and a key in it may be too short to be
+    /// registered as a secret.
+    fn hiding(mut self, url: &http::UrlMask) -> Self {
+        for text in self.texts_mut() {
+            url.hide(text);
+        }
+        self.redacted()
+    }
+
+    /// The texts of this error.
+    fn texts_mut(&mut self) -> Vec<&mut String> {
+        match self {
             Self::Spawn {
                 server,
                 command,
@@ -506,11 +552,7 @@ impl McpError {
                 texts.extend(names.iter_mut());
                 texts
             }
-        };
-        for text in texts {
-            harness::secrets::redact_string(text);
         }
-        self
     }
 }
 
@@ -583,6 +625,8 @@ struct Shared {
     /// before its own state does).
     lost: AtomicBool,
     faults: Arc<Faults>,
+    /// What is shown of an HTTP server's URL (nothing to hide over stdio).
+    url: http::UrlMask,
 }
 
 /// Counts the bytes written to it: the size of a value's JSON, without
@@ -600,6 +644,12 @@ impl std::io::Write for Counter {
 }
 
 impl Shared {
+    /// `error` as the client returns it: the URL shown without its
+    /// secrets, and every secret redacted.
+    fn finish(&self, error: McpError) -> McpError {
+        error.hiding(&self.url)
+    }
+
     fn set_tools(&self, tools: Vec<rmcp::model::Tool>) {
         let specs: Vec<ToolSpec> = tools.into_iter().map(spec).collect();
         match self.tools.write() {
@@ -613,6 +663,15 @@ impl Shared {
         match self.tools.read() {
             Ok(tools) => tools.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// If `error` is the error answer a transport put in place of an
+    /// answer it dropped ([`Faults::stand_in`]), what was dropped.
+    fn stood_in(&self, error: &ServiceError) -> Option<String> {
+        match error {
+            ServiceError::McpError(data) => self.faults.stood_in(data),
+            _ => None,
         }
     }
 
@@ -641,10 +700,15 @@ impl Shared {
         let mut cursor = None;
         for _ in 0..MAX_LIST_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor);
-            let page = peer
-                .list_tools(Some(params))
-                .await
-                .map_err(|e| self.list_error(service_error_text(&e)))?;
+            let page =
+                peer.list_tools(Some(params))
+                    .await
+                    .map_err(|e| match self.stood_in(&e) {
+                        Some(problem) => self.list_error(format!(
+                            "the server sent {problem} while listing its tools"
+                        )),
+                        None => self.list_error(service_error_text(&e)),
+                    })?;
             for tool in page.tools {
                 let mut size = Counter(0);
                 // A listed tool is JSON it was read from; it writes.
@@ -709,7 +773,7 @@ impl Shared {
         };
         while self.stale.swap(false, Ordering::SeqCst) {
             if let Err(error) = self.list_once(peer, self.limits.list_timeout).await {
-                tracing::warn!(error = %error.redacted(), "could not refresh MCP tools");
+                tracing::warn!(error = %self.finish(error), "could not refresh MCP tools");
                 break;
             }
         }
@@ -854,7 +918,7 @@ impl McpClient {
         // Every line that reaches the SDK is within the limit already.
         let transport = AsyncRwTransport::<RoleClient, _, _>::new(reader, stdin)
             .with_max_line_length(limit.saturating_add(1));
-        Self::connect(name, transport, options, faults).await
+        Self::connect(name, transport, options, faults, http::UrlMask::default()).await
     }
 
     /// Connects to a server's streamable-HTTP endpoint, e.g.
@@ -865,6 +929,31 @@ impl McpClient {
     }
 
     /// [`McpClient::http`] with `options` (a bearer token among them).
+    ///
+    /// A key in the URL is kept from what the client shows: its password,
+    /// and the values of its query's (and fragment's) parameters whose
+    /// names look secret (`?api_key=…`, `?token=…`, `?sig=…`; the rule is
+    /// [below](#a-key-in-the-url)), are registered as secrets
+    /// ([`harness::secrets`]), so that an error, or a tool result, that
+    /// quotes them shows `[redacted]`; and the client's errors show the URL
+    /// with `***` in their place (`…/mcp?version=2&api_key=***`).
+    ///
+    /// # A key in the URL
+    ///
+    /// A parameter's value is taken as a secret when its name,
+    /// percent-decoded (`+` as a space), is one
+    /// [`harness::secrets::is_secret_name`] finds secret (`key`,
+    /// `api_key`, `apikey`, `api-key`, `token`, `access_token`, `secret`,
+    /// `client_secret`, `password`, `passwd`, `X-Amz-Credential`, …), or has
+    /// a word (split at `_`, `-`, `.` and spaces, case ignored) that ends
+    /// with `KEY` or is `AUTH`, `AUTHORIZATION`, `SIG`, `SIGNATURE`, `CODE`,
+    /// `PWD`, `JWT`, `SESSION` or `SESSIONID`; unless its last word is
+    /// `FILE`, `PATH` or `DIR`. Parameters are `name=value` pieces split at
+    /// `&`, in the query and in the fragment alike. A value shorter than
+    /// [`harness::secrets::MIN_SECRET_LEN`] is hidden in the client's
+    /// errors but not registered (so a server that quotes it shows it). A
+    /// key elsewhere in the URL (in its path: `/mcp/sk-…`) is not found:
+    /// register it yourself ([`harness::secrets::register`]).
     pub async fn http_with(
         name: impl Into<String>,
         url: &str,
@@ -888,11 +977,11 @@ impl McpClient {
             }
             .redacted()
         };
-        http::check_url(url).map_err(connect_error)?;
+        let shown = http::check_url(url).map_err(connect_error)?;
         let faults = Arc::new(Faults::new());
-        let transport =
-            http::transport(url, &options, Arc::clone(&faults)).map_err(connect_error)?;
-        Self::connect(name, transport, options, faults).await
+        let transport = http::transport(url, &options, Arc::clone(&faults))
+            .map_err(|message| connect_error(shown.shown(&message)))?;
+        Self::connect(name, transport, options, faults, shown).await
     }
 
     async fn connect<T, E, A>(
@@ -900,6 +989,7 @@ impl McpClient {
         transport: T,
         options: McpOptions,
         faults: Arc<Faults>,
+        url: http::UrlMask,
     ) -> Result<Self, McpError>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -921,16 +1011,16 @@ impl McpClient {
             stale: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             faults,
+            url,
         });
         let handler = Handler {
             shared: Arc::clone(&shared),
         };
         let connect_error = |message: String| {
-            McpError::Connect {
+            shared.finish(McpError::Connect {
                 server: name.clone(),
                 message,
-            }
-            .redacted()
+            })
         };
         let started = tokio::time::Instant::now();
         let mut dropped = shared.faults.dropped();
@@ -942,6 +1032,11 @@ impl McpClient {
                 Ok(Ok(service)) => service,
                 Ok(Err(error)) => {
                     if let Some(problem) = faults::dropped_since(&mut dropped) {
+                        return Err(dropped_error(problem));
+                    }
+                    if let ClientInitializeError::JsonRpcError(data) = &error
+                        && let Some(problem) = shared.faults.stood_in(data)
+                    {
                         return Err(dropped_error(problem));
                     }
                     return Err(connect_error(match shared.faults.ending(EXIT_WAIT).await {
@@ -966,7 +1061,7 @@ impl McpClient {
             shared.stale.store(false, Ordering::SeqCst);
             shared.list_once(service.peer(), left).await
         };
-        first.map_err(McpError::redacted)?;
+        first.map_err(|error| shared.finish(error))?;
         Ok(Self {
             shared,
             service: Arc::new(service),
@@ -1117,7 +1212,7 @@ impl McpClient {
             let (shared, peer) = (Arc::clone(&self.shared), self.service.peer().clone());
             tokio::spawn(async move { shared.relist(&peer).await });
         }
-        listed.map_err(McpError::redacted)
+        listed.map_err(|error| self.shared.finish(error))
     }
 
     /// A receiver whose value changes each time the tools are listed (on
@@ -1215,7 +1310,7 @@ async fn call(
 ) -> Result<String, McpError> {
     call_unredacted(shared, service, tool, arguments, timeout)
         .await
-        .map_err(McpError::redacted)
+        .map_err(|error| shared.finish(error))
 }
 
 async fn call_unredacted(
@@ -1256,6 +1351,15 @@ async fn call_unredacted(
         // end in a timeout that says nothing of it.
         problem = faults::next_dropped(&mut dropped) => return Err(dropped_answer(problem)),
     };
+    // The answer to this call, dropped, and an error answer of the
+    // transport's in its place (over stdio and HTTP alike).
+    if let Ok(Err(error)) = &answered
+        && let Some(problem) = shared.stood_in(error)
+    {
+        return Err(bad_message(format!(
+            "{problem}, which was dropped (it was the answer)"
+        )));
+    }
     // Over HTTP, the SDK fails the call whose answer was dropped itself,
     // saying nothing of why, just after the drop is reported.
     if !matches!(answered, Ok(Ok(_)))

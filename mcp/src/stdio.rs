@@ -4,9 +4,15 @@
 //! The SDK drops a line that is too long or is not JSON with only a log
 //! line, and the call waiting for that answer then waits its whole timeout
 //! and reports that the server "did not answer". Here every line is read
-//! first (never more than [`McpOptions::max_message_bytes`] of it held), and
-//! one that cannot be a message is reported to the calls that wait
-//! ([`Faults`]), which then fail saying what the server sent.
+//! first (never more than [`McpOptions::max_message_bytes`] of it held). A
+//! line too long is read through a [`Sniffer`] as it is skipped: if it is
+//! an answer whose `id` was found, the SDK is given a
+//! [stand-in](Faults::stand_in) error answer to that request in its place
+//! (the call waiting for it, if any still does, fails saying what the
+//! server sent; no other call does); if it is a notification or a request
+//! of the server's, it is only logged. Any other line that cannot be a
+//! message is reported to the calls that wait ([`Faults`]), which then
+//! fail saying what the server sent.
 //!
 //! [`McpOptions::max_message_bytes`]: crate::McpOptions::max_message_bytes
 
@@ -19,6 +25,7 @@ use tokio::process::{Child, ChildStdout};
 use tokio::sync::oneshot;
 
 use crate::faults::{self, Ending, Faults};
+use crate::sniff::{Owner, Sniffer};
 
 /// How much of a line that is not a message an error quotes, in characters.
 const QUOTED_CHARS: usize = 100;
@@ -91,41 +98,52 @@ pub(crate) fn start(
 enum Line {
     /// A whole line is in the buffer (its newline included).
     Whole,
-    /// The line was longer than the limit; it was skipped.
-    TooLong,
+    /// The line was longer than the limit; it was skipped, read through
+    /// only to tell whose answer it was.
+    TooLong(Owner),
     /// The output ended.
     End,
 }
 
 /// Reads the next line into `line`, holding at most `limit` bytes of it
-/// (and its newline): a longer one is skipped to its end.
+/// (and its newline): a longer one is skipped to its end, through a
+/// [`Sniffer`].
 async fn next_line(
     reader: &mut BufReader<ChildStdout>,
     line: &mut Vec<u8>,
     limit: usize,
 ) -> std::io::Result<Line> {
     line.clear();
-    let mut too_long = false;
+    let mut too_long: Option<Sniffer> = None;
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
             // A last line without a newline is no message either.
-            return Ok(if too_long { Line::TooLong } else { Line::End });
+            return Ok(match too_long {
+                Some(sniffer) => Line::TooLong(sniffer.finish()),
+                None => Line::End,
+            });
         }
         let newline = available.iter().position(|&b| b == b'\n');
         let take = newline.map_or(available.len(), |i| i + 1);
-        if !too_long {
-            let content = line.len() + take - usize::from(newline.is_some());
-            if content > limit {
-                too_long = true;
+        let content = &available[..newline.unwrap_or(take)];
+        match &mut too_long {
+            Some(sniffer) => sniffer.feed(content),
+            None if line.len() + content.len() > limit => {
+                let mut sniffer = Sniffer::default();
+                sniffer.feed(line);
+                sniffer.feed(content);
                 line.clear();
-            } else {
-                line.extend_from_slice(&available[..take]);
+                too_long = Some(sniffer);
             }
+            None => line.extend_from_slice(&available[..take]),
         }
         reader.consume(take);
         if newline.is_some() {
-            return Ok(if too_long { Line::TooLong } else { Line::Whole });
+            return Ok(match too_long {
+                Some(sniffer) => Line::TooLong(sniffer.finish()),
+                None => Line::Whole,
+            });
         }
     }
 }
@@ -175,7 +193,24 @@ async fn pump(
                     faults.note_noise(quote(text));
                 }
             }
-            Ok(Line::TooLong) => faults.drop_message(faults::too_large(limit)),
+            Ok(Line::TooLong(Owner::Answer(id))) => {
+                // In its place, an error answer: the call waiting for it
+                // fails, saying why; if none waits any more (it gave up),
+                // the SDK drops it.
+                let mut stand_in = faults.stand_in(id, &faults::too_large(limit));
+                stand_in.push(b'\n');
+                let sent = tokio::select! {
+                    _ = &mut closed => break,
+                    sent = out.write_all(&stand_in) => sent,
+                };
+                if sent.is_err() {
+                    break;
+                }
+            }
+            Ok(Line::TooLong(Owner::NoAnswer)) => {
+                faults.drop_notice(&faults::too_large(limit));
+            }
+            Ok(Line::TooLong(Owner::Unknown)) => faults.drop_message(faults::too_large(limit)),
             Ok(Line::End) | Err(_) => {
                 server_ended = true;
                 break;

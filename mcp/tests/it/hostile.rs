@@ -3,6 +3,8 @@
 //! APIs refuse, and secrets in what they say. Nothing of it may crash, hang
 //! or leak; each failure says what happened.
 
+use std::time::Instant;
+
 use harness::llm::{Tool, ToolCall, ToolSet};
 use harness_mcp::{McpClient, McpError, McpOptions};
 use serde_json::{Value, json};
@@ -489,4 +491,107 @@ async fn names_the_model_apis_refuse_are_not_offered_and_none_replaces_a_host_to
     let offered: Vec<String> = long.specs().into_iter().map(|s| s.name).collect();
     assert_eq!(offered.len(), 3, "{offered:?}");
     assert_eq!(long.refused_tools().len(), 2);
+}
+
+#[tokio::test]
+async fn an_oversized_late_answer_to_a_call_that_gave_up_fails_no_other_call() {
+    // The server reads nothing while it prepares an answer, so the calls
+    // made meanwhile wait for it: the late answer comes while they wait.
+    let limit = 1 << 20;
+    let options = McpOptions::default()
+        .max_message_bytes(limit)
+        .call_timeout(Duration::from_millis(300));
+    let client = hostile("normal", options).await.unwrap();
+    let error = client
+        .call("big", json!({"bytes": 4 * limit, "delay": 1.0}))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, McpError::Timeout { .. }), "{error}");
+    // This call waits for the server, which first sends the answer of 4 MiB
+    // to the call that gave up: the SDK drops it; this call goes on.
+    let client = client.with_call_timeout(PATIENCE);
+    let answer = client.call("say", json!({"text": "still here"})).await;
+    assert_eq!(answer.unwrap(), "still here");
+
+    // An oversized answer to a call that waits fails that call, at once,
+    // and only it: the call made after it, answered after it, goes on.
+    let started = Instant::now();
+    let big = client.call("big", json!({"bytes": 4 * limit, "delay": 0.5}));
+    let say = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        client
+            .call("say", json!({"text": "after the big one"}))
+            .await
+    };
+    let (big, say) = tokio::join!(big, say);
+    let error = big.unwrap_err();
+    assert!(
+        matches!(&error, McpError::BadMessage { tool, problem, .. }
+            if tool == "big" && problem.contains("a message of more than 1048576 bytes")),
+        "{error}"
+    );
+    assert!(started.elapsed() < PATIENCE / 2, "{:?}", started.elapsed());
+    assert_eq!(say.unwrap(), "after the big one");
+}
+
+#[tokio::test]
+async fn an_oversized_message_no_call_can_own_is_told_apart() {
+    let limit = 1 << 20;
+    let options = McpOptions::default()
+        .max_message_bytes(limit)
+        .call_timeout(PATIENCE);
+    let client = hostile("normal", options).await.unwrap();
+    // A notification (a method, no id) is nobody's answer: dropped, and the
+    // call waiting is answered.
+    let notification = format!(
+        r#"{{"jsonrpc": "2.0", "method": "notifications/message", "params": {{"level": "info", "data": "{}"}}}}"#,
+        "n".repeat(2 * limit)
+    );
+    // Nor is a request of the server's (a method and an id).
+    let request = format!(
+        r#"{{"jsonrpc": "2.0", "id": 7, "method": "sampling/createMessage", "params": {{"messages": [{{"role": "user", "content": {{"type": "text", "text": "{}"}}}}], "maxTokens": 1}}}}"#,
+        "r".repeat(2 * limit)
+    );
+    let answer = client
+        .call(
+            "raw",
+            json!({"lines": [notification, request], "answer": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer, "after");
+    // A line that is no JSON object, or an answer without an id (or with an
+    // id that is not a number or a string), could be anyone's: the calls
+    // waiting fail at once, as before.
+    let answer = |id: &str| {
+        format!(
+            r#"{{"jsonrpc": "2.0", {id}"result": {{"content": [{{"type": "text", "text": "{}"}}]}}}}"#,
+            "a".repeat(2 * limit)
+        )
+    };
+    for line in [
+        "z".repeat(2 * limit),
+        format!("[{}]", answer(r#""id": 1, "#)),
+        answer(""),
+        answer(r#""id": null, "#),
+        answer(r#""id": {"n": 1}, "#),
+        // Cut before its end.
+        answer(r#""id": 1, "#)[..(3 * limit / 2)].to_owned(),
+    ] {
+        let started = Instant::now();
+        let error = client
+            .call("raw", json!({"lines": [line]}))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, McpError::BadMessage { tool, problem, .. }
+                if tool == "raw" && problem.contains("a message of more than 1048576 bytes")),
+            "{error}"
+        );
+        assert!(started.elapsed() < PATIENCE / 2, "{:?}", started.elapsed());
+    }
+    assert_eq!(
+        client.call("say", json!({"text": "ok"})).await.unwrap(),
+        "ok"
+    );
 }

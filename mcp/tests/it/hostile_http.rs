@@ -80,6 +80,10 @@ struct State {
 ///   never ends;
 /// - `{"kind": "get", "bytes": n}`: an SSE stream that stays empty, and an
 ///   event of `n` bytes in one line on the GET stream.
+///
+/// With `"delay_ms": ms`, the answer starts after `ms` milliseconds; with
+/// `"pause_ms": ms` (`sse` only), its event comes `ms` milliseconds after
+/// its stream opened.
 async fn start() -> Server {
     // The server's send buffer small, so that what it counts as written is
     // close to what the client read.
@@ -262,6 +266,9 @@ async fn answer(
     id: &Value,
     how: &Value,
 ) -> std::io::Result<()> {
+    if let Some(delay) = how["delay_ms"].as_u64() {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
     let bytes = how["bytes"].as_u64().map_or(0, |n| n as usize);
     state.sent.bytes.store(0, Ordering::SeqCst);
     let socket = connection.get_mut();
@@ -289,6 +296,9 @@ async fn answer(
         }
         "sse" => {
             socket.write_all(SSE_HEAD.as_bytes()).await?;
+            if let Some(pause) = how["pause_ms"].as_u64() {
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
             let mut body = Body {
                 socket,
                 chunked: true,
@@ -621,4 +631,56 @@ async fn a_handshake_or_listing_over_the_limit_fails_at_once_naming_it() {
         "{error}"
     );
     assert!(started.elapsed() < AT_ONCE, "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn an_oversized_late_answer_to_a_call_that_gave_up_fails_no_other_call_over_http() {
+    let server = start().await;
+    let mut client = connect(&server, LIMIT).await;
+    for late in [
+        json!({"kind": "json", "bytes": 3 * LIMIT, "length": false, "delay_ms": 1000}),
+        json!({"kind": "json", "bytes": 3 * LIMIT, "length": true, "delay_ms": 1000}),
+        json!({"kind": "sse", "bytes": 3 * LIMIT, "line": usize::MAX, "delay_ms": 1000}),
+        // The answer's stream open when the call gives up; its event after.
+        json!({"kind": "sse", "bytes": 3 * LIMIT, "line": usize::MAX, "pause_ms": 1000}),
+        json!({"kind": "sse", "bytes": 3 * LIMIT, "line": 1000, "pause_ms": 1000}),
+    ] {
+        client = client.with_call_timeout(Duration::from_millis(300));
+        let error = client.call("answer", late.clone()).await.unwrap_err();
+        assert!(matches!(error, McpError::Timeout { .. }), "{late}: {error}");
+        // Answered after the late answer came, and dropped.
+        client = client.with_call_timeout(PATIENCE);
+        let started = Instant::now();
+        let text = client
+            .call(
+                "answer",
+                json!({"kind": "json", "bytes": 100, "length": true, "delay_ms": 2000}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{late}: after {:?}: {e}", started.elapsed()));
+        assert!(is_text_of(&text, 100), "{late}: {text}");
+    }
+
+    // An oversized answer to a call that waits fails that call, and only
+    // it: a call answered after it goes on.
+    for big in [
+        json!({"kind": "json", "bytes": 3 * LIMIT, "length": false, "delay_ms": 500}),
+        json!({"kind": "sse", "bytes": 3 * LIMIT, "line": usize::MAX, "delay_ms": 500}),
+    ] {
+        let (refused, answered) = tokio::join!(
+            client.call("answer", big.clone()),
+            client.call(
+                "answer",
+                json!({"kind": "json", "bytes": 100, "length": true, "delay_ms": 1500}),
+            ),
+        );
+        let error = refused.unwrap_err();
+        assert!(
+            matches!(&error, McpError::BadMessage { problem, .. }
+                if problem.contains(&format!("a message of more than {LIMIT} bytes"))),
+            "{big}: {error}"
+        );
+        let text = answered.unwrap_or_else(|e| panic!("{big}: {e}"));
+        assert!(is_text_of(&text, 100), "{big}: {text}");
+    }
 }

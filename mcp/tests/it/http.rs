@@ -11,14 +11,14 @@ use tokio::process::Child;
 use super::*;
 
 /// The server's process, killed when dropped.
-struct Server {
-    url: String,
+pub(super) struct Server {
+    pub(super) url: String,
     _child: Child,
 }
 
 /// Starts the test server on a free port and waits until it accepts
 /// connections.
-async fn start() -> Server {
+pub(super) async fn start() -> Server {
     start_with_token(None).await
 }
 

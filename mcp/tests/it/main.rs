@@ -9,7 +9,9 @@ mod environment;
 mod hostile;
 mod hostile_http;
 mod http;
+mod late_answers;
 mod stdio;
+mod url_secrets;
 
 /// A safety net for waits that should end at once; no test relies on it.
 const PATIENCE: Duration = Duration::from_secs(60);

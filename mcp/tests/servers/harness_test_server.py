@@ -10,13 +10,19 @@ Over HTTP with `HARNESS_MCP_TOKEN` set, requests without
 Tools: `add`, `echo`, `fail` (an isError result), `unlock` (adds the tool
 `bonus` and says the tool list changed), `die` (the process exits in the
 middle of the call), `exit_later` (the process exits with code 4 just after
-answering) and `environment` (the process's environment, as JSON).
+answering), `environment` (the process's environment, as JSON), `slow`
+(answers after some seconds), `huge` (answers a text of `n` bytes after
+`delay` seconds, in which the server does nothing else) and `request_url`
+(over HTTP, the URL the request was sent to, as the server saw it; empty
+over stdio).
 """
 
+import asyncio
 import json
 import os
 import sys
 import threading
+import time
 
 from mcp import types
 from mcp.server.fastmcp import Context, FastMCP
@@ -90,6 +96,28 @@ def exit_later() -> str:
 def environment() -> str:
     """The server process's environment variables, as a JSON object."""
     return json.dumps(dict(os.environ))
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Answers after `seconds`."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool()
+def huge(n: int, delay: float = 0.0) -> str:
+    """Answers a text of `n` bytes after `delay` seconds, in which the
+    server does nothing else (not even read a cancellation)."""
+    time.sleep(delay)
+    return "y" * n
+
+
+@server.tool()
+def request_url(ctx: Context) -> str:
+    """The URL the HTTP request was sent to (empty over stdio)."""
+    request = ctx.request_context.request
+    return str(request.url) if request is not None else ""
 
 
 def require_token(app, token):

@@ -16,13 +16,15 @@ MODE shapes `tools/list`:
 Tools (`tools/call`), by name:
   say    {"text", "repeat"}: answers the text repeated
   raw    {"lines", "answer"}: writes each line as is, then answers "after" if `answer`
-  big    {"bytes"}: answers with a text of that many bytes
+  big    {"bytes", "delay"}: answers with a text of that many bytes, after
+         `delay` seconds (default none) in which it reads nothing
   flood  {"n"}: sends n `notifications/tools/list_changed`, then answers "flooded"
   count  answers how many `tools/list` requests it has read
 """
 
 import json
 import sys
+import time
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "normal"
 lists = 0
@@ -70,6 +72,7 @@ def call(name, args):
         out.flush()
         return "after" if args.get("answer") else None
     if name == "big":
+        time.sleep(float(args.get("delay", 0)))
         return "x" * int(args["bytes"])
     if name == "flood":
         for _ in range(int(args.get("n", 1))):
