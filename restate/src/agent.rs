@@ -5,12 +5,17 @@
 //! Its handlers are exclusive, so the runs of one session go one after the
 //! other (Restate queues later calls), while sessions run side by side.
 //!
-//! - `run` (an update of the agent's state, as JSON) starts a run on the
-//!   session: its stored state with the update merged, from the start step
-//!   ([`Agent::continue_session`]); a session that does not exist yet starts
-//!   from the state's defaults.
-//! - `resume` (`{"interrupt": id, "answer": …}`) answers the interrupt the
-//!   session waits on ([`Agent::resume`]).
+//! - `run` (an update of the agent's state, a JSON object of the fields to
+//!   change) starts a run on the session: its stored state with the update
+//!   merged, from the start step ([`Agent::continue_session`]); a session
+//!   that does not exist yet starts from the state's defaults. Its input
+//!   must be a JSON object: any other JSON (an array, which serde would
+//!   read as the update's fields in order; a string, a number, a boolean,
+//!   `null`) is refused with a terminal error, 400, as
+//!   [`AgentClient::run`] refuses it before sending, and nothing runs.
+//! - `resume` (`{"interrupt": id, "answer": …}`, a JSON object too: any
+//!   other JSON is refused, 400) answers the interrupt the session waits
+//!   on ([`Agent::resume`]).
 //! - `stop` ends the run that waits for an answer, as stopped (see
 //!   **Stop** below).
 //! - `session` (shared: it does not wait for a running handler) reads the
@@ -92,6 +97,14 @@
 //! effect run ahead has run; see above), the run ends there, failed with a
 //! message saying it was cancelled, and the session is saved.
 //!
+//! **A run after a cancelled or failed one** starts, as every `run` does,
+//! from the start step, with the state the session saved (the updates of
+//! the steps the earlier run completed included): it does not pick up
+//! where that run stopped. The steps it runs again run their effects
+//! again, for their journal was the earlier invocation's: an effect that
+//! must not run twice needs a step that checks, from the state or the
+//! world, whether it ran.
+//!
 //! **A run that waits for an answer** has no invocation under way: the
 //! handler that paused it has returned, so there is nothing to cancel
 //! (Restate answers a cancellation of that invocation 409, *already
@@ -121,6 +134,13 @@
 //! journal holds at that point is refused by Restate (a journal mismatch,
 //! retried by its policy); [`Admin::invocation`](crate::Admin::invocation)
 //! shows it, naming both effects ([`Invocation::divergence`](crate::Invocation::divergence)).
+//! Its session waits behind it until it is killed
+//! ([`Admin::kill`](crate::Admin::kill)). The killed run is not saved: the
+//! session keeps what it held before the run (a session the run created
+//! has nothing: [`AgentClient::session`] answers `None`), for a handler
+//! writes the session only when the run settles. The effects it ran are
+//! not undone. The next run starts afresh from that last saved state, at
+//! the start step, and runs its effects anew.
 //!
 //! **Reading sessions**: [`RestateSessionReader`](crate::RestateSessionReader)
 //! reads them from the admin API as a `SessionStore`, for the studio.
@@ -1421,21 +1441,34 @@ impl AgentObject {
     /// with `input`, an update of the state. For an object of another name
     /// ([`agent_object!`](crate::agent_object)), or one with handlers of
     /// its own.
+    ///
+    /// An `input` that is no JSON object is refused, a terminal error (400,
+    /// not retried) saying what it is, as [`AgentClient::run`] refuses it,
+    /// and nothing is read or run: serde would read an array as the
+    /// update's fields in order.
     pub async fn handle_run(
         &self,
         ctx: ObjectContext<'_>,
         input: Json<Value>,
     ) -> Result<Json<Reply>, HandlerError> {
+        if let Some(what) = not_an_object(&input.0) {
+            return Err(terminal(400, no_update(what, &input.0)));
+        }
         self.invoke(&ctx, Op::Start(input.0)).await
     }
 
     /// The `resume` handler: answers the interrupt the session waits on.
+    /// Its input is an [`Answer`] as a JSON object
+    /// (`{"interrupt": ID, "answer": …}`); any other JSON (an array, which
+    /// serde would read as its fields in order) is refused, a terminal
+    /// error (400), and nothing runs.
     pub async fn handle_resume(
         &self,
         ctx: ObjectContext<'_>,
-        answer: Json<Answer>,
+        answer: Json<Value>,
     ) -> Result<Json<Reply>, HandlerError> {
-        self.invoke(&ctx, Op::Resume(answer.0)).await
+        let answer = answer_of(answer.0).map_err(|message| terminal(400, message))?;
+        self.invoke(&ctx, Op::Resume(answer)).await
     }
 
     /// The `stop` handler: ends the run that waits for an answer on the
@@ -1484,7 +1517,7 @@ mod object {
         async fn resume(
             &self,
             ctx: ObjectContext<'_>,
-            answer: Json<Answer>,
+            answer: Json<Value>,
         ) -> Result<Json<Reply>, HandlerError> {
             self.handle_resume(ctx, answer).await
         }
@@ -1564,7 +1597,7 @@ macro_rules! agent_object {
             async fn resume(
                 &self,
                 ctx: ::restate_sdk::prelude::ObjectContext<'_>,
-                answer: ::restate_sdk::prelude::Json<$crate::Answer>,
+                answer: ::restate_sdk::prelude::Json<$crate::__private::Value>,
             ) -> ::core::result::Result<
                 ::restate_sdk::prelude::Json<$crate::Reply>,
                 ::restate_sdk::prelude::HandlerError,
@@ -1597,8 +1630,73 @@ macro_rules! agent_object {
     };
 }
 
+/// What `input` is when it is no JSON object; `None` for an object.
+fn not_an_object(input: &Value) -> Option<&'static str> {
+    match input {
+        Value::Object(_) => None,
+        Value::Null => Some("null"),
+        Value::Array(_) => Some("an array"),
+        Value::String(_) => Some("a string"),
+        Value::Number(_) => Some("a number"),
+        Value::Bool(_) => Some("a boolean"),
+    }
+}
+
+/// Why `input` (`what`: no JSON object) is no run's input: the refusal of
+/// [`AgentClient::run`] and of the `run` handler alike.
+fn no_update(what: &str, input: &Value) -> String {
+    format!(
+        "the input of a run is an update of the agent's state, a JSON object of the fields to \
+         change (`{{}}` for none), not {what}: {}",
+        crate::excerpt(&input.to_string())
+    )
+}
+
+/// `input` as the `resume` handler's [`Answer`], or why it is none: a JSON
+/// object with the answer's fields, never an array read as them in order.
+fn answer_of(input: Value) -> Result<Answer, String> {
+    const SHAPE: &str = r#"`{"interrupt": ID, "answer": …}`"#;
+    if let Some(what) = not_an_object(&input) {
+        return Err(format!(
+            "the input of `resume` is an answer to the interrupt the session waits on, a JSON \
+             object {SHAPE}, not {what}: {}",
+            crate::excerpt(&input.to_string())
+        ));
+    }
+    serde_json::from_value(input).map_err(|e| {
+        format!("the input of `resume` is not an answer to an interrupt ({SHAPE}): {e}")
+    })
+}
+
+/// What a caller of [`AgentClient::run`] is told when no answer came in
+/// time.
+const RUN_TIMEOUT: &str = "; the run may still be under way: Restate goes on with it (the \
+     session (`session`) shows where it is; to wait for a run without a call held open, send it \
+     with `submit` and pick it up with `outcome`)";
+/// What a caller of [`AgentClient::resume`] is told when no answer came
+/// in time.
+const RESUME_TIMEOUT: &str = "; the answer may have been taken and the run it resumes still be \
+     under way: Restate goes on with it (the session (`session`) shows where it is; to wait \
+     without a call held open, send the answer with `submit_resume` and pick the run up with \
+     `outcome`)";
+/// What a caller of [`AgentClient::stop`] is told when no answer came in
+/// time.
+const STOP_TIMEOUT: &str = "; the stop may still be under way: Restate makes it once the \
+     session's earlier calls are done (the session (`session`) shows whether its run was \
+     stopped; to wait without a call held open, send it with `submit_stop` and pick it up with \
+     `outcome`)";
+/// What a caller of [`AgentClient::session`] is told when no answer came
+/// in time.
+const SESSION_TIMEOUT: &str = "; reading a session changes nothing: read it again";
+
 /// Calls a served agent through a Restate ingress: a run, an answer to an
 /// interrupt, the stop of a run that waits for one, a session read back.
+///
+/// Every call names a session: an id longer than
+/// [`MAX_SESSION_ID_BYTES`](crate::MAX_SESSION_ID_BYTES) as sent
+/// (percent-encoded) is refused with
+/// [`RestateError::SessionIdTooLong`](crate::RestateError::SessionIdTooLong)
+/// before anything is sent.
 #[derive(Clone, Debug)]
 pub struct AgentClient {
     ingress: crate::Ingress,
@@ -1620,27 +1718,39 @@ fn reply<T: serde::de::DeserializeOwned>(
 }
 
 impl AgentClient {
+    /// `session` as a call's key, or a
+    /// [`RestateError::SessionIdTooLong`](crate::RestateError::SessionIdTooLong)
+    /// when it is longer than
+    /// [`MAX_SESSION_ID_BYTES`](crate::MAX_SESSION_ID_BYTES) as sent.
+    fn key<'s>(&self, session: &'s SessionId) -> Result<&'s str, crate::RestateError> {
+        let id = session.as_str();
+        let bytes = crate::segment_len(id);
+        if bytes <= crate::MAX_SESSION_ID_BYTES {
+            return Ok(id);
+        }
+        Err(crate::RestateError::SessionIdTooLong {
+            url: self.ingress.service_url(&self.object)?,
+            start: id.chars().take(32).collect(),
+            chars: id.chars().count(),
+            bytes,
+            limit: crate::MAX_SESSION_ID_BYTES,
+        })
+    }
+
     /// `input` as the body of a run: an object as it is, `null` as `{}`
     /// (no change); anything else is a [`RestateError::Input`](crate::RestateError::Input)
     /// naming what it is, and nothing is sent.
     fn update(&self, session: &SessionId, input: &Value) -> Result<Value, crate::RestateError> {
-        let what = match input {
-            Value::Object(_) => return Ok(input.clone()),
-            Value::Null => return Ok(Value::Object(serde_json::Map::new())),
-            Value::Array(_) => "an array",
-            Value::String(_) => "a string",
-            Value::Number(_) => "a number",
-            Value::Bool(_) => "a boolean",
+        let what = match not_an_object(input) {
+            None => return Ok(input.clone()),
+            Some("null") => return Ok(Value::Object(serde_json::Map::new())),
+            Some(what) => what,
         };
         Err(crate::RestateError::Input {
             url: self
                 .ingress
                 .handler_url(&self.object, Some(session.as_str()), "run")?,
-            message: format!(
-                "the input of a run is an update of the agent's state, a JSON object of the \
-                 fields to change (`{{}}` for none), not {what}: {}",
-                crate::excerpt(&input.to_string())
-            ),
+            message: no_update(what, input),
         })
     }
 
@@ -1667,16 +1777,30 @@ impl AgentClient {
     /// change), and `null` is the same as `{}`. Any other JSON (an array, a
     /// string, a number, a boolean) is a
     /// [`RestateError::Input`](crate::RestateError::Input), and nothing is
-    /// sent. [`submit`](Self::submit) reads `input` the same way.
+    /// sent (the `run` handler refuses it too, 400, when another client
+    /// sends it). [`submit`](Self::submit) reads `input` the same way.
+    ///
+    /// Every run starts from the start step with the state the session
+    /// saved, the update merged: after a run that was cancelled or failed
+    /// too, which it does not pick up where it stopped. The steps it runs
+    /// again run their effects again (see the [module docs](self), **A run
+    /// after a cancelled or failed one**).
+    ///
+    /// A run that does not settle within the ingress's timeout is a
+    /// [`RestateError::Transport`](crate::RestateError::Transport) saying
+    /// so: the run goes on, and the session ([`session`](Self::session))
+    /// shows where it is; [`submit`](Self::submit) and
+    /// [`outcome`](Self::outcome) wait for a run without a call held open.
     pub async fn run(
         &self,
         session: &SessionId,
         input: &Value,
     ) -> Result<Reply, crate::RestateError> {
+        let key = self.key(session)?;
         let input = self.update(session, input)?;
         let answer = self
             .ingress
-            .call(&self.object, Some(session.as_str()), "run", &input)
+            .call_advising(&self.object, Some(key), "run", &input, RUN_TIMEOUT)
             .await?;
         reply(answer, "run")
     }
@@ -1692,19 +1816,16 @@ impl AgentClient {
         input: &Value,
         idempotency_key: Option<&str>,
     ) -> Result<String, crate::RestateError> {
+        let key = self.key(session)?;
         let input = self.update(session, input)?;
         self.ingress
-            .send(
-                &self.object,
-                Some(session.as_str()),
-                "run",
-                &input,
-                idempotency_key,
-            )
+            .send(&self.object, Some(key), "run", &input, idempotency_key)
             .await
     }
 
-    /// Waits for the submitted run `invocation` to settle.
+    /// Waits for the submitted run `invocation` to settle (or the submitted
+    /// answer's run: [`submit_resume`](Self::submit_resume); or the
+    /// submitted stop: [`submit_stop`](Self::submit_stop)).
     pub async fn outcome(&self, invocation: &str) -> Result<Reply, crate::RestateError> {
         reply(self.ingress.attach(invocation).await?, "attach")
     }
@@ -1717,22 +1838,44 @@ impl AgentClient {
     /// [`RestateError::Status`](crate::RestateError::Status) 404 saying the
     /// run is not paused on it (and which interrupt it is paused on, if
     /// any).
+    ///
+    /// An answer whose run does not settle within the ingress's timeout is
+    /// a [`RestateError::Transport`](crate::RestateError::Transport) saying
+    /// so: the answer may have been taken and its run go on; the session
+    /// ([`session`](Self::session)) shows where it is.
+    /// [`submit_resume`](Self::submit_resume) and
+    /// [`outcome`](Self::outcome) wait for it without a call held open.
     pub async fn resume(
         &self,
         session: &SessionId,
         interrupt: &InterruptId,
         answer: Value,
     ) -> Result<Reply, crate::RestateError> {
-        let input = serde_json::to_value(Answer {
-            interrupt: interrupt.clone(),
-            answer,
-        })
-        .unwrap_or(Value::Null);
+        let key = self.key(session)?;
+        let input = answer_input(interrupt, answer);
         let answer = self
             .ingress
-            .call(&self.object, Some(session.as_str()), "resume", &input)
+            .call_advising(&self.object, Some(key), "resume", &input, RESUME_TIMEOUT)
             .await?;
         reply(answer, "resume")
+    }
+
+    /// Sends the answer to `interrupt` of `session` without waiting;
+    /// returns the invocation's id, for [`outcome`](Self::outcome), which
+    /// gives what [`resume`](Self::resume) would have. A repeated send with
+    /// the same `idempotency_key` is the same invocation.
+    pub async fn submit_resume(
+        &self,
+        session: &SessionId,
+        interrupt: &InterruptId,
+        answer: Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<String, crate::RestateError> {
+        let key = self.key(session)?;
+        let input = answer_input(interrupt, answer);
+        self.ingress
+            .send(&self.object, Some(key), "resume", &input, idempotency_key)
+            .await
     }
 
     /// Ends the run of `session` that waits for an answer (to an interrupt
@@ -1755,12 +1898,43 @@ impl AgentClient {
     /// other), then stops it if it paused for an answer, or answers 409 if
     /// it ended; a run under way is stopped by cancelling its invocation
     /// ([`Admin::cancel`](crate::Admin::cancel)).
+    ///
+    /// A stop that gets no answer within the ingress's timeout (it waits
+    /// behind the session's earlier calls) is a
+    /// [`RestateError::Transport`](crate::RestateError::Transport) saying
+    /// so: the stop goes on, and the session ([`session`](Self::session))
+    /// shows whether its run was stopped. [`submit_stop`](Self::submit_stop)
+    /// and [`outcome`](Self::outcome) wait for it without a call held open.
     pub async fn stop(&self, session: &SessionId) -> Result<Reply, crate::RestateError> {
+        let key = self.key(session)?;
         let answer = self
             .ingress
-            .call(&self.object, Some(session.as_str()), "stop", &Value::Null)
+            .call_advising(&self.object, Some(key), "stop", &Value::Null, STOP_TIMEOUT)
             .await?;
         reply(answer, "stop")
+    }
+
+    /// Sends the stop of `session`'s run that waits for an answer without
+    /// waiting; returns the invocation's id, for
+    /// [`outcome`](Self::outcome), which gives what [`stop`](Self::stop)
+    /// would have (its refusal too, as a
+    /// [`RestateError::Status`](crate::RestateError::Status)). A repeated
+    /// send with the same `idempotency_key` is the same invocation.
+    pub async fn submit_stop(
+        &self,
+        session: &SessionId,
+        idempotency_key: Option<&str>,
+    ) -> Result<String, crate::RestateError> {
+        let key = self.key(session)?;
+        self.ingress
+            .send(
+                &self.object,
+                Some(key),
+                "stop",
+                &Value::Null,
+                idempotency_key,
+            )
+            .await
     }
 
     /// The session's head and checkpoint log, or `None` if it has none.
@@ -1768,17 +1942,28 @@ impl AgentClient {
         &self,
         session: &SessionId,
     ) -> Result<Option<Snapshot>, crate::RestateError> {
+        let key = self.key(session)?;
         let answer = self
             .ingress
-            .call(
+            .call_advising(
                 &self.object,
-                Some(session.as_str()),
+                Some(key),
                 "session",
                 &Value::Null,
+                SESSION_TIMEOUT,
             )
             .await?;
         reply(answer, "session")
     }
+}
+
+/// The input of `resume`: the answer to `interrupt`.
+fn answer_input(interrupt: &InterruptId, answer: Value) -> Value {
+    serde_json::to_value(Answer {
+        interrupt: interrupt.clone(),
+        answer,
+    })
+    .unwrap_or(Value::Null)
 }
 
 #[cfg(test)]

@@ -11,15 +11,21 @@
 //!   waiting for its answer, sending one and attaching to it later), with
 //!   typed errors that say what the server answered. Credentials in a base
 //!   URL's userinfo go as basic auth and are never shown (not in errors,
-//!   not in `Debug`); an answer is read up to [`MAX_ANSWER_BYTES`], and an
-//!   error quotes at most [`QUOTED_BYTES`] of it; a virtual object's key is
-//!   always one path segment of the URL (percent-encoded).
+//!   not in `Debug`), nor are the values of a query or a fragment written
+//!   in a base (which is refused); an answer is read up to
+//!   [`MAX_ANSWER_BYTES`], and an error quotes at most [`QUOTED_BYTES`] of
+//!   it (and of a URL: a longer one is shown cut); a virtual object's key
+//!   is always one path segment of the URL (percent-encoded). An agent's
+//!   session id takes at most [`MAX_SESSION_ID_BYTES`] as sent: a longer
+//!   one is refused before anything is sent.
 //! - [`RestateSessionReader`]: the sessions of an agent's virtual object,
 //!   read from the admin API as a `SessionStore` (for the studio and
 //!   `harness sessions`). A name the server has no virtual object for is a
 //!   [`RestateError::NoSuchObject`] naming the object and those the server
 //!   has, never an object without sessions (checked before the first read,
-//!   and kept once found).
+//!   and kept once found). A listing reads the sessions' ids, and `load`
+//!   the head alone, by its partition key, the heads of listed sessions a
+//!   batch at a time ([`HEADS_PER_QUERY`]).
 //! - The `restate-probe` binary: a bare Restate virtual object written with
 //!   the official Rust SDK, whose handler makes journaled effects that
 //!   append to a file, so that a test counts how often each effect ran: the
@@ -61,7 +67,9 @@ pub mod sessions;
 pub use agent::{
     AgentClient, AgentObject, Answer, Durable, NotDurable, Reply, RestateEffects, RestateSessions,
 };
-pub use sessions::{BY_REFERENCE_BYTES, OBJECT, RestateSessionReader, Snapshot};
+pub use sessions::{
+    BY_REFERENCE_BYTES, HEAD_KEPT_FOR, HEADS_PER_QUERY, OBJECT, RestateSessionReader, Snapshot,
+};
 
 /// What [`agent_object!`] expands to refers to; not part of the API.
 #[cfg(feature = "service")]
@@ -73,8 +81,13 @@ pub mod __private {
 /// What went wrong talking to a Restate server.
 ///
 /// No message holds the credentials of a base URL's userinfo (they go as
-/// basic auth, apart from the URL shown), nor more than the first
-/// [`QUOTED_BYTES`] of what the server answered.
+/// basic auth, apart from the URL shown), nor the values of a base URL's
+/// query or its fragment (a base has neither: one written with them is
+/// refused, and shown as `?name=…`, `#…`), nor more than the first
+/// [`QUOTED_BYTES`] of what the server answered. A URL longer than
+/// [`QUOTED_BYTES`] (a call whose key is long) is shown cut: its start and
+/// its end (the handler), and how long it was; the `url` field holds it
+/// whole.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RestateError {
@@ -82,7 +95,7 @@ pub enum RestateError {
     /// message says which (`connection refused`, `no answer within …`:
     /// the invocation may still be running, Restate does not stop it when
     /// its caller gives up), then the causes of the HTTP client's error.
-    #[error("Restate at {url}: {message}")]
+    #[error("Restate at {}: {message}", shown_url(url))]
     Transport {
         /// What was asked.
         url: String,
@@ -90,7 +103,7 @@ pub enum RestateError {
         message: String,
     },
     /// The server answered with an error status.
-    #[error("Restate at {url} answered {status}: {body}")]
+    #[error("Restate at {} answered {status}: {body}", shown_url(url))]
     Status {
         /// What was asked.
         url: String,
@@ -101,7 +114,7 @@ pub enum RestateError {
         body: String,
     },
     /// The server's answer is not the JSON this client expects.
-    #[error("Restate at {url}: unexpected answer: {message}")]
+    #[error("Restate at {}: unexpected answer: {message}", shown_url(url))]
     Answer {
         /// What was asked.
         url: String,
@@ -110,7 +123,10 @@ pub enum RestateError {
     },
     /// The server's answer is larger than this client reads
     /// ([`MAX_ANSWER_BYTES`]); nothing past the limit was read.
-    #[error("Restate at {url}: the answer is larger than the {limit} bytes this client reads")]
+    #[error(
+        "Restate at {}: the answer is larger than the {limit} bytes this client reads",
+        shown_url(url)
+    )]
     TooLarge {
         /// What was asked.
         url: String,
@@ -121,7 +137,7 @@ pub enum RestateError {
     /// not one ([`BaseUrl`]), a virtual object's key that is no path
     /// segment (empty, `.` or `..`), an invocation id that is not one, a
     /// run's input that is no JSON object. Nothing was sent.
-    #[error("Restate at {url}: {message}")]
+    #[error("Restate at {}: {message}", shown_url(url))]
     Input {
         /// The server (or the request) it was for.
         url: String,
@@ -134,7 +150,8 @@ pub enum RestateError {
     /// without sessions). The message names the object asked for and those
     /// the server has (at most [`QUOTED_BYTES`] of their list).
     #[error(
-        "Restate at {url}: no virtual object `{}` is registered (its virtual objects: {})",
+        "Restate at {}: no virtual object `{}` is registered (its virtual objects: {})",
+        shown_url(url),
         excerpt(object),
         listed(objects)
     )]
@@ -146,6 +163,84 @@ pub enum RestateError {
         /// The virtual objects the server has, sorted.
         objects: Vec<String>,
     },
+    /// A session id longer than a call may carry: more than
+    /// [`MAX_SESSION_ID_BYTES`] once percent-encoded as the URL's path
+    /// segment. Nothing was sent (Restate would take the call, and then
+    /// retry its invocation without end: the service's HTTP server refuses
+    /// a request whose headers are that large, and the key would wait
+    /// behind it).
+    #[error(
+        "Restate at {}: the session id `{start}…` is {chars} characters, {bytes} bytes as \
+         sent (percent-encoded in the URL), more than the {limit} bytes a session id may \
+         take: nothing was sent",
+        shown_url(url)
+    )]
+    SessionIdTooLong {
+        /// The virtual object called (`{ingress}/{object}`).
+        url: String,
+        /// The id's first characters, to tell which it is.
+        start: String,
+        /// Its length in characters.
+        chars: usize,
+        /// Its length in bytes as sent (percent-encoded).
+        bytes: usize,
+        /// The bound, [`MAX_SESSION_ID_BYTES`].
+        limit: usize,
+    },
+}
+
+/// `url` as a message shows it: whole up to [`QUOTED_BYTES`], else its
+/// start and its end (the handler a call's URL ends with) around `…`, and
+/// how long it was.
+fn shown_url(url: &str) -> String {
+    if url.len() <= QUOTED_BYTES {
+        return url.to_owned();
+    }
+    let mut head = QUOTED_BYTES / 2;
+    while !url.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = url.len() - QUOTED_BYTES / 4;
+    while !url.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}…{} ({} bytes in all)",
+        &url[..head],
+        &url[tail..],
+        url.len()
+    )
+}
+
+/// The most bytes a session id may take as sent: percent-encoded as one
+/// path segment of a call's URL, a byte that is a letter, a digit, `-`,
+/// `.`, `_` or `~` takes one, any other three (`/` is `%2F`; `é`, two
+/// bytes in UTF-8, takes six). So an id of those ASCII characters may be
+/// 4 096 characters long, one of other characters a third of its UTF-8
+/// bytes.
+///
+/// [`AgentClient`] refuses a longer id with
+/// [`RestateError::SessionIdTooLong`] before it sends anything. Restate
+/// takes a call with a longer key, but past some 15 000 bytes the
+/// service's HTTP server (the SDK's) answers Restate's request for the
+/// invocation 431 (Request Header Fields Too Large), which Restate retries
+/// without end (`RT0012`), holding the key's later calls behind it, while
+/// the caller sees only that no answer came in time. An id of 15 000
+/// ASCII characters was found to work, one of 16 000 not: the bound keeps
+/// well under that, however the id's bytes are encoded on the way.
+pub const MAX_SESSION_ID_BYTES: usize = 4096;
+
+/// How many bytes `text` takes as one path segment ([`path_segment`]).
+#[cfg_attr(not(feature = "service"), allow(dead_code))]
+pub(crate) fn segment_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| if unreserved(b) { 1 } else { 3 })
+        .sum()
+}
+
+/// A byte a path segment holds as it is.
+fn unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
 }
 
 /// `names` for a message: each quoted, at most [`QUOTED_BYTES`] in all;
@@ -307,7 +402,7 @@ impl<'a> BaseUrl<'a> {
                 format!(
                     "it has no scheme: write `http://` (or `https://`) before the host: \
                      `http://{}`",
-                    excerpt(url)
+                    excerpt(&without_query_values(url))
                 )
             }));
         };
@@ -340,21 +435,56 @@ impl<'a> BaseUrl<'a> {
 }
 
 /// `url` as an error shows it: nothing before its last `@` (a userinfo,
-/// however it is read, ends there), at most [`QUOTED_BYTES`] of it.
+/// however it is read, ends there), no value of its query nor its
+/// fragment ([`without_query_values`]), at most [`QUOTED_BYTES`] of it.
 fn shown_base(url: &str) -> String {
     if url.trim().is_empty() {
         return format!("{url:?}");
     }
     let Some(at) = url.rfind('@') else {
-        return excerpt(url);
+        return excerpt(&without_query_values(url));
     };
-    let after = excerpt(&url[at + 1..]);
+    let after = excerpt(&without_query_values(&url[at + 1..]));
     match url[..at].split_once("://") {
         Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric()) => {
             format!("{scheme}://…@{after}")
         }
         _ => format!("…@{after}"),
     }
+}
+
+/// `url` with the values of its query and its fragment hidden: a
+/// parameter `name=value` shown as `name=…`, one without `=` as `…`, the
+/// fragment as `#…` (a token in a query is as secret as a password).
+fn without_query_values(url: &str) -> String {
+    let (before, fragment) = match url.split_once('#') {
+        Some((before, _)) => (before, "#…"),
+        None => (url, ""),
+    };
+    let shown = match before.split_once('?') {
+        None => before.to_owned(),
+        Some((path, query)) => {
+            let parameters: Vec<&str> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((name, _)) => name,
+                    None => "",
+                })
+                .collect();
+            let hidden: Vec<String> = parameters
+                .iter()
+                .map(|name| {
+                    if name.is_empty() {
+                        "…".to_owned()
+                    } else {
+                        format!("{name}=…")
+                    }
+                })
+                .collect();
+            format!("{path}?{}", hidden.join("&"))
+        }
+    };
+    format!("{shown}{fragment}")
 }
 
 /// `rest` (a URL after its `scheme://`) as its userinfo, its authority
@@ -504,7 +634,7 @@ fn path_segment(text: &str, what: &str, base: &str) -> Result<String, RestateErr
     }
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+        if unreserved(byte) {
             out.push(char::from(byte));
         } else {
             out.push_str(&format!("%{byte:02X}"));
@@ -573,9 +703,11 @@ struct Wait {
 
 /// What a caller of the admin API is told of a timeout.
 const ADMIN_TIMEOUT: &str = "";
-/// What a caller of [`Ingress::call`] is told of a timeout.
+/// What a caller of [`Ingress::call`] is told of a timeout (the agent
+/// client says more: see `AgentClient`'s calls).
 const CALL_TIMEOUT: &str = "; the invocation may still be running: Restate goes on with it (to \
-     wait for it without a call held open, send it (`submit`) and pick it up with `outcome`)";
+     wait for it without a call held open, send it (`Ingress::send`) and pick it up with \
+     `attach`; an agent's run: `submit`, then `outcome`)";
 /// What a caller of [`Ingress::send`] is told of a timeout.
 const SEND_TIMEOUT: &str = "; the invocation may or may not have been accepted: send it again \
      with the same idempotency key to be sure it runs once";
@@ -850,6 +982,16 @@ impl Admin {
 
     /// Kills the invocation `id`: it ends at once, without its handler
     /// running again (an invocation whose replay diverges, for one).
+    ///
+    /// A harness agent's run killed so (see the [`agent`] module's docs,
+    /// **Divergence**) is not saved: its session keeps what it held before
+    /// the run (a new session has none: [`AgentClient::session`] answers
+    /// `None`), for the run's state writes are its invocation's, dropped
+    /// with it. The effects it ran are not undone. The next run on the
+    /// session starts afresh from that last saved state, at the start
+    /// step, and runs its effects anew (the killed invocation's journal is
+    /// gone with it). Its caller, waiting on it (`outcome`), gets a
+    /// [`RestateError::Status`] 409 `killed`.
     pub async fn kill(&self, id: &str) -> Result<(), RestateError> {
         self.invocation_op(id, "kill").await
     }
@@ -1008,6 +1150,17 @@ impl Ingress {
         })
     }
 
+    /// The URL of `service` (a virtual object's, without a key), for an
+    /// error about a call to it.
+    #[cfg_attr(not(feature = "service"), allow(dead_code))]
+    pub(crate) fn service_url(&self, service: &str) -> Result<String, RestateError> {
+        let base = &self.server.base;
+        Ok(format!(
+            "{base}/{}",
+            path_segment(service, "the service name", base)?
+        ))
+    }
+
     /// Calls `handler` of `service` (with `key` for a virtual object) with
     /// `input` as JSON (`null`: no input at all), and waits for its answer.
     pub async fn call(
@@ -1017,21 +1170,29 @@ impl Ingress {
         handler: &str,
         input: &Value,
     ) -> Result<Value, RestateError> {
+        self.call_advising(service, key, handler, input, CALL_TIMEOUT)
+            .await
+    }
+
+    /// [`call`](Self::call), whose timeout says `on_timeout` after "no
+    /// answer within …".
+    pub(crate) async fn call_advising(
+        &self,
+        service: &str,
+        key: Option<&str>,
+        handler: &str,
+        input: &Value,
+        on_timeout: &'static str,
+    ) -> Result<Value, RestateError> {
         let url = self.handler_url(service, key, handler)?;
-        let post = self.server.auth(self.http.post(&url));
-        let request = match input {
-            // A handler without input takes an empty body, with no type.
-            Value::Null => post,
-            input => post
-                .header("content-type", "application/json")
-                .body(input.to_string()),
-        };
-        json(&send(request, &url, self.wait(CALL_TIMEOUT)).await?, &url)
+        let request = with_input(self.server.auth(self.http.post(&url)), input);
+        json(&send(request, &url, self.wait(on_timeout)).await?, &url)
     }
 
     /// Sends the call without waiting; returns its invocation id. The
     /// `idempotency_key`, if given, makes a repeated send the same
-    /// invocation.
+    /// invocation. `input` is sent as [`call`](Self::call) sends it
+    /// (`null`: no input at all).
     pub async fn send(
         &self,
         service: &str,
@@ -1041,11 +1202,7 @@ impl Ingress {
         idempotency_key: Option<&str>,
     ) -> Result<String, RestateError> {
         let url = format!("{}/send", self.handler_url(service, key, handler)?);
-        let mut request = self
-            .server
-            .auth(self.http.post(&url))
-            .header("content-type", "application/json")
-            .body(input.to_string());
+        let mut request = with_input(self.server.auth(self.http.post(&url)), input);
         if let Some(idem) = idempotency_key {
             request = request.header("idempotency-key", idem);
         }
@@ -1073,6 +1230,17 @@ impl Ingress {
         )
         .await?;
         json(&text, &url)
+    }
+}
+
+/// `post` with `input` as its JSON body; `null` as no body, with no type
+/// (a handler without input takes that).
+fn with_input(post: reqwest::RequestBuilder, input: &Value) -> reqwest::RequestBuilder {
+    match input {
+        Value::Null => post,
+        input => post
+            .header("content-type", "application/json")
+            .body(input.to_string()),
     }
 }
 
@@ -1133,6 +1301,12 @@ mod tests {
 
     impl Fake {
         fn start(answer: impl Fn(&str) -> Reply + Send + Sync + 'static) -> Fake {
+            Fake::reading(move |path, _| answer(path))
+        }
+
+        /// [`start`](Self::start), answering each request by its path and
+        /// its body.
+        fn reading(answer: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -> Fake {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             let base = format!("http://{}", listener.local_addr().unwrap());
             let seen = Arc::new(Mutex::new(Vec::new()));
@@ -1157,7 +1331,11 @@ mod tests {
         }
     }
 
-    fn serve(mut stream: TcpStream, record: &Mutex<Vec<Seen>>, answer: &dyn Fn(&str) -> Reply) {
+    fn serve(
+        mut stream: TcpStream,
+        record: &Mutex<Vec<Seen>>,
+        answer: &dyn Fn(&str, &str) -> Reply,
+    ) {
         let mut head = Vec::new();
         let mut byte = [0_u8; 1];
         while !head.ends_with(b"\r\n\r\n") {
@@ -1184,13 +1362,14 @@ mod tests {
             .unwrap_or(0);
         let mut body = vec![0; length];
         let _ = stream.read_exact(&mut body);
+        let body = String::from_utf8_lossy(&body).into_owned();
         record.lock().unwrap().push(Seen {
             path: path.clone(),
             authorization: header("authorization"),
             content_type: header("content-type"),
-            body: String::from_utf8_lossy(&body).into_owned(),
+            body: body.clone(),
         });
-        match answer(&path) {
+        match answer(&path, &body) {
             Reply::Raw(bytes) => {
                 let _ = stream.write_all(&bytes);
             }
@@ -1492,6 +1671,96 @@ mod tests {
             Err(e @ RestateError::Input { .. }) => e.to_string(),
             other => panic!("{what}: {other:?}"),
         }
+    }
+
+    /// A base URL's query and fragment are refused, and no message (nor
+    /// `Debug`) shows their values: a token in a query is as secret as a
+    /// password.
+    #[test]
+    fn a_base_urls_query_values_and_fragment_are_never_shown() {
+        for (base, shown) in [
+            (
+                "http://127.0.0.1:8080?token=s3cr3tPW",
+                "http://127.0.0.1:8080?token=…",
+            ),
+            (
+                "http://127.0.0.1:8080/base?token=s3cr3tPW&user=s3cr3tUSER#s3cr3tFRAG",
+                "http://127.0.0.1:8080/base?token=…&user=…#…",
+            ),
+            (
+                "http://ops:pw@127.0.0.1:8080?token=s3cr3tPW",
+                "http://…@127.0.0.1:8080?token=…",
+            ),
+            ("http://127.0.0.1:8080?s3cr3tPW", "http://127.0.0.1:8080?…"),
+            (
+                "http://127.0.0.1:8080/#s3cr3tFRAG",
+                "http://127.0.0.1:8080/#…",
+            ),
+            ("HTTPS://h?a=s3cr3t1&&b=s3cr3t2", "HTTPS://h?a=…&…&b=…"),
+            // No scheme: the message's suggestion hides them too.
+            (
+                "127.0.0.1:8080?token=s3cr3tPW",
+                "`http://127.0.0.1:8080?token=…`",
+            ),
+        ] {
+            let errors = [
+                Ingress::new(base, Duration::from_secs(1)).unwrap_err(),
+                Admin::new(base).unwrap_err(),
+                BaseUrl::parse(base).unwrap_err(),
+            ];
+            for e in errors {
+                let (text, debug) = (e.to_string(), format!("{e:?}"));
+                assert!(matches!(e, RestateError::Input { .. }), "{debug}");
+                assert!(
+                    !text.contains("s3cr3t") && !debug.contains("s3cr3t"),
+                    "{debug}"
+                );
+                assert!(text.contains(shown), "{base}: {text}");
+            }
+        }
+    }
+
+    /// A URL longer than an error quotes (a call whose key is long) is
+    /// shown cut, its start and its end (the handler) kept; the error's
+    /// field holds it whole.
+    #[tokio::test]
+    async fn a_long_url_is_shown_cut_in_a_message() {
+        let fake = Fake::start(|_| http("404 Not Found", r#"{"message": "no"}"#));
+        let ingress = Ingress::new(fake.base.clone(), Duration::from_secs(10)).unwrap();
+        let key = "k".repeat(20_000);
+        let e = ingress
+            .call("Svc", Some(&key), "run", &json!({}))
+            .await
+            .unwrap_err();
+        let RestateError::Status { url, status, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(*status, 404);
+        assert!(
+            url.contains(&key) && url.ends_with("/run"),
+            "the field: whole"
+        );
+        let shown = e.to_string();
+        assert!(shown.len() < 2 * QUOTED_BYTES, "{} bytes", shown.len());
+        assert!(
+            shown.starts_with(&format!("Restate at {}/Svc/kkk", fake.base)),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(&format!(
+                "kkk/run ({} bytes in all) answered 404",
+                url.len()
+            )),
+            "{shown}"
+        );
+        // Cut on characters' boundaries.
+        let wide = format!("the state of X/{}", "é".repeat(3 * QUOTED_BYTES));
+        let cut = shown_url(&wide);
+        assert!(
+            cut.len() < QUOTED_BYTES + 40 && cut.contains("é…é"),
+            "{cut}"
+        );
+        assert_eq!(shown_url("http://h/x"), "http://h/x");
     }
 
     #[test]
@@ -1839,6 +2108,147 @@ mod tests {
         }
     }
 
+    /// A head as the object keeps it, of `session`.
+    fn head_text(session: &str) -> String {
+        json!({
+            "schema_version": 1, "session_id": session, "agent_id": "probe",
+            "run_id": "b7166644-28a3-9472-9a59-7672bcf1332e",
+            "phase": {"phase": "completed", "signal": "$end"}, "next_step": null,
+            "steps": 4, "journal": {"responses": [], "once": {}}, "version": 3,
+            "lease": null, "snapshot_seq": 0, "snapshot_index": 0, "last_seq": 4,
+            "created_at": 1, "updated_at": 2
+        })
+        .to_string()
+    }
+
+    /// `harness sessions list` lists, then loads each session: the heads
+    /// are read a batch at a time, each query naming the partition keys
+    /// the listing gave and reading the `head` key alone; a head that does
+    /// not read fails its own load with the error a read of it alone
+    /// gives, and no other; a head read with others is given once, and
+    /// only while fresh.
+    #[tokio::test]
+    async fn a_listing_reads_the_heads_a_batch_at_a_time_and_nothing_else() {
+        use harness::session::SessionStore;
+        let ids: Vec<String> = (0..150).map(|i| format!("s{i:03}")).collect();
+        // Partition keys past 2^53, as the server's are: read as u64.
+        let partition = |i: usize| u64::MAX - i as u64;
+        let known = ids.clone();
+        let fake = Fake::reading(move |path, body| {
+            if path == "/services" {
+                return http(
+                    "200 OK",
+                    r#"{"services": [{"name": "HarnessAgent", "ty": "VirtualObject"}]}"#,
+                );
+            }
+            let sql: Value = serde_json::from_str(body).unwrap();
+            let sql = sql["query"].as_str().unwrap();
+            let rows: Vec<Value> = if sql.starts_with("SELECT service_key, partition_key") {
+                (0..known.len())
+                    .map(|i| json!({"service_key": known[i], "partition_key": partition(i)}))
+                    .collect()
+            } else if sql.starts_with("SELECT partition_key") {
+                (0..known.len())
+                    .filter(|i| sql.contains(&format!("service_key = '{}'", known[*i])))
+                    .map(|i| json!({"partition_key": partition(i)}))
+                    .collect()
+            } else if sql.starts_with("SELECT service_key, value_utf8") {
+                (0..known.len())
+                    .filter(|i| sql.contains(&format!("'{}'", known[*i])))
+                    .map(|i| {
+                        let text = if known[i] == "s077" {
+                            r#"{"nope": 1}"#.to_owned()
+                        } else {
+                            head_text(&known[i])
+                        };
+                        json!({"service_key": known[i], "value_utf8": text})
+                    })
+                    .collect()
+            } else {
+                panic!("unexpected query: {sql}")
+            };
+            http("200 OK", &json!({ "rows": rows }).to_string())
+        });
+        let queries = |fake: &Fake| -> Vec<String> {
+            fake.seen
+                .lock()
+                .unwrap()
+                .drain(..)
+                .filter(|s| s.path == "/query")
+                .map(|s| {
+                    let body: Value = serde_json::from_str(&s.body).unwrap();
+                    body["query"].as_str().unwrap().to_owned()
+                })
+                .collect()
+        };
+        let admin = Admin::new(fake.base.clone()).unwrap();
+        let alone = RestateSessionReader::new(admin.clone());
+        let bad = harness::SessionId::from("s077");
+        let bad_alone = alone.load(&bad).await.unwrap_err().to_string();
+        assert!(
+            bad_alone.contains("`head` is not part of a session") && bad_alone.contains("s077"),
+            "{bad_alone}"
+        );
+        // Alone: its partition key, then its head by that key.
+        let read = queries(&fake);
+        assert_eq!(read.len(), 2, "{read:?}");
+        assert!(read[1].contains(&format!("partition_key IN ({})", partition(77))));
+        // Not there: one query.
+        let none = alone.load(&harness::SessionId::from("t1")).await.unwrap();
+        assert!(none.is_none());
+        assert_eq!(queries(&fake).len(), 1);
+
+        let reader = RestateSessionReader::new(admin.clone());
+        let listed = reader.sessions().await.unwrap();
+        assert_eq!(listed.len(), 150);
+        assert_eq!(queries(&fake).len(), 1, "the listing: one query");
+        for id in &listed {
+            match reader.load(id).await {
+                Ok(Some(head)) => assert_eq!(head.session_id, *id),
+                Ok(None) => panic!("{id}: no head"),
+                Err(e) => {
+                    assert_eq!(id.as_str(), "s077");
+                    assert_eq!(e.to_string(), bad_alone, "the same error as alone");
+                }
+            }
+        }
+        let read = queries(&fake);
+        assert_eq!(read.len(), 3, "150 heads, 64 a query: {read:?}");
+        for (n, sql) in read.iter().enumerate() {
+            assert!(sql.contains("key = 'head'"), "{sql}");
+            assert!(!sql.contains("SELECT key"), "{sql}");
+            // The partition keys of the batch's sessions, exactly.
+            let first = n * HEADS_PER_QUERY;
+            let last = (first + HEADS_PER_QUERY).min(150) - 1;
+            for i in [first, last] {
+                assert!(sql.contains(&format!("{}", partition(i))), "{i}: {sql}");
+                assert!(sql.contains(&format!("'{}'", ids[i])), "{i}: {sql}");
+            }
+            assert!(
+                !sql.contains(&format!("'{}'", ids[(last + 1) % 150])),
+                "{sql}"
+            );
+        }
+        // Each head read with others is given once: loaded again, read
+        // again (with those listed after it).
+        reader.load(&listed[3]).await.unwrap().unwrap();
+        reader.load(&listed[4]).await.unwrap().unwrap();
+        assert_eq!(queries(&fake).len(), 1);
+        // Given only while fresh: past that, read again.
+        tokio::time::sleep(HEAD_KEPT_FOR + Duration::from_millis(50)).await;
+        reader.load(&listed[5]).await.unwrap().unwrap();
+        assert_eq!(queries(&fake).len(), 1);
+        // A session the listing does not hold: alone.
+        assert!(
+            reader
+                .load(&harness::SessionId::from("t2"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(queries(&fake).len(), 1);
+    }
+
     #[test]
     fn a_missing_objects_message_names_none_or_at_most_what_an_error_quotes() {
         let none = RestateError::NoSuchObject {
@@ -1860,6 +2270,162 @@ mod tests {
         assert!(message.len() < 3 * QUOTED_BYTES, "{} bytes", message.len());
         assert!(message.contains("`Object0`, `Object1`"), "{message}");
         assert!(message.contains("bytes in all"), "{message}");
+    }
+
+    /// An agent call that gets no answer in time says what the caller can
+    /// do for that call: the invocation goes on, the session shows where it
+    /// is, and the call that sends it without waiting (there is one for a
+    /// run, an answer and a stop).
+    #[cfg(feature = "service")]
+    #[tokio::test]
+    async fn an_agent_call_that_times_out_says_what_goes_on_and_what_to_do() {
+        let silent = Fake::start(|_| Reply::Silent);
+        let client = AgentClient::new(
+            Ingress::new(silent.base.clone(), Duration::from_millis(300)).unwrap(),
+        );
+        let session = harness::SessionId::from("s1");
+        let interrupt = harness::InterruptId::from("i");
+        for (e, says, not) in [
+            (
+                client.run(&session, &json!({})).await.map(drop),
+                &[
+                    "run may still be under way",
+                    "(`session`)",
+                    "with `submit` and pick it up with `outcome`",
+                ][..],
+                "submit_",
+            ),
+            (
+                client
+                    .resume(&session, &interrupt, json!(1))
+                    .await
+                    .map(drop),
+                &[
+                    "answer may have been taken",
+                    "(`session`)",
+                    "`submit_resume`",
+                    "`outcome`",
+                ][..],
+                "(`submit`)",
+            ),
+            (
+                client.stop(&session).await.map(drop),
+                &[
+                    "stop may still be under way",
+                    "(`session`)",
+                    "`submit_stop`",
+                    "`outcome`",
+                ][..],
+                "(`submit`)",
+            ),
+            (
+                client.session(&session).await.map(drop),
+                &["changes nothing: read it again"][..],
+                "submit",
+            ),
+        ] {
+            let e = e.unwrap_err();
+            assert!(matches!(e, RestateError::Transport { .. }), "{e:?}");
+            let shown = e.to_string();
+            assert!(shown.contains("no answer within 300ms"), "{shown}");
+            for says in says {
+                assert!(shown.contains(says), "{says}: {shown}");
+            }
+            assert!(!shown.contains(not), "{not}: {shown}");
+        }
+    }
+
+    /// Every call of the agent client that names a session refuses an id
+    /// longer than `MAX_SESSION_ID_BYTES` as sent (percent-encoded), naming
+    /// its length and the bound, and sends nothing; an id at the bound
+    /// goes.
+    #[cfg(feature = "service")]
+    #[tokio::test]
+    async fn an_agent_call_refuses_a_session_id_longer_than_the_bound() {
+        let fake = Fake::start(|path| {
+            if path.ends_with("/send") {
+                http("200 OK", &format!(r#"{{"invocationId": "{REAL_ID}"}}"#))
+            } else {
+                http("200 OK", "null")
+            }
+        });
+        let client =
+            AgentClient::new(Ingress::new(fake.base.clone(), Duration::from_secs(10)).unwrap())
+                .object("Orders");
+        let interrupt = harness::InterruptId::from("i");
+        let calls = |id: harness::SessionId| {
+            let client = client.clone();
+            let interrupt = interrupt.clone();
+            async move {
+                vec![
+                    client.run(&id, &json!({})).await.map(drop),
+                    client.submit(&id, &json!({}), None).await.map(drop),
+                    client.resume(&id, &interrupt, json!(1)).await.map(drop),
+                    client
+                        .submit_resume(&id, &interrupt, json!(1), None)
+                        .await
+                        .map(drop),
+                    client.stop(&id).await.map(drop),
+                    client.submit_stop(&id, None).await.map(drop),
+                    client.session(&id).await.map(drop),
+                ]
+            }
+        };
+        for (id, chars, bytes) in [
+            ("a".repeat(MAX_SESSION_ID_BYTES + 1), 4097, 4097),
+            (
+                format!("{}/", "a".repeat(MAX_SESSION_ID_BYTES - 2)),
+                4095,
+                4097,
+            ),
+            ("é".repeat(683), 683, 4098),
+            ("x".repeat(20_000), 20_000, 20_000),
+        ] {
+            for e in calls(harness::SessionId::from(id.as_str())).await {
+                let e = e.unwrap_err();
+                let RestateError::SessionIdTooLong {
+                    url,
+                    start,
+                    chars: c,
+                    bytes: b,
+                    limit,
+                } = &e
+                else {
+                    panic!("{e:?}")
+                };
+                assert_eq!((*c, *b, *limit), (chars, bytes, MAX_SESSION_ID_BYTES));
+                assert_eq!(url, &format!("{}/Orders", fake.base));
+                assert_eq!(start, &id.chars().take(32).collect::<String>());
+                let shown = e.to_string();
+                assert!(
+                    shown.contains(&format!(
+                        "is {chars} characters, {bytes} bytes as sent (percent-encoded in the \
+                         URL), more than the 4096 bytes a session id may take"
+                    )),
+                    "{shown}"
+                );
+                assert!(shown.len() < 400, "{shown}");
+            }
+        }
+        assert!(fake.seen().is_empty(), "{:?}", fake.seen().len());
+        // At the bound, whatever its characters: sent, by every call.
+        for id in [
+            "a".repeat(MAX_SESSION_ID_BYTES),
+            format!("{}/", "a".repeat(MAX_SESSION_ID_BYTES - 3)),
+            "é".repeat(682) + "abcd",
+        ] {
+            let key = path_segment(&id, "key", "").unwrap();
+            assert_eq!(key.len(), MAX_SESSION_ID_BYTES);
+            for result in calls(harness::SessionId::from(id.as_str())).await {
+                assert!(
+                    !matches!(result, Err(RestateError::SessionIdTooLong { .. })),
+                    "{result:?}"
+                );
+            }
+            let seen = fake.seen.lock().unwrap().drain(..).collect::<Vec<_>>();
+            assert_eq!(seen.len(), 7);
+            assert!(seen.iter().all(|s| s.path.contains(&key)), "{seen:?}");
+        }
     }
 
     #[cfg(feature = "service")]

@@ -8,8 +8,9 @@ use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreEr
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::{Admin, RestateError};
 
@@ -202,12 +203,108 @@ pub struct Snapshot {
 /// deployment is removed after the check reads as the server then keeps
 /// it. [`check`](Self::check) makes the check at once (`harness sessions`
 /// refuses a `restate://…/OBJECT` URL with it before reading anything).
+///
+/// # What a read costs
+///
+/// The server's SQL (Restate 1.7, measured) scans the `state` table's
+/// rows of every partition a query does not rule out by its partition
+/// key, whatever else it asks, and pays for the values it selects in each
+/// row scanned: a query for one session's values that names no partition
+/// key costs the values of every session of every object on the server
+/// (80 ms on a server of 90 MB of state, where the same query naming the
+/// partition key takes 4 ms, and one that selects no value 5 ms). So each
+/// read here names the partition keys of the sessions it reads (learnt
+/// first from a query that selects no value), and reads no more values
+/// than it returns:
+///
+/// - [`sessions`](SessionStore::sessions) (and the pages of
+///   [`sessions_page`](SessionStore::sessions_page), which read it) reads
+///   the ids and partition keys of the heads, no value;
+/// - [`load`](SessionStore::load) reads the head's key alone (`head`), no
+///   checkpoint or value kept by reference. A session the reader's latest
+///   listing holds has its head read with those of the sessions listed
+///   after it, [`HEADS_PER_QUERY`] in one query, as `harness sessions list`
+///   and the studio's pages load them one after the other: each later
+///   `load` of one of them, within [`HEAD_KEPT_FOR`] of that query, takes
+///   the head it read (once; after that, or later, its own `load` reads
+///   it again). Any other session's head costs two queries (its partition
+///   key, then its head), or one when it has none;
+/// - [`checkpoints`](SessionStore::checkpoints) and
+///   [`snapshot`](Self::snapshot) read the session's whole state (its
+///   partition key first).
+///
+/// So a head that `load` returns was read at most [`HEAD_KEPT_FOR`] before
+/// the call, by the `load` of a session listed before it; errors are the
+/// same as a read of that head alone (a head that does not read fails its
+/// own `load`, not the others').
 #[derive(Clone, Debug)]
 pub struct RestateSessionReader {
     admin: Admin,
     object: String,
     /// Set once the server was found to have `object` (shared by clones).
     found: Arc<AtomicBool>,
+    /// The latest listing, and the heads read with others (shared by
+    /// clones).
+    heads: Arc<Mutex<Heads>>,
+}
+
+/// How many heads one query reads when a session of the reader's latest
+/// listing is loaded: its own and those of the sessions listed after it.
+pub const HEADS_PER_QUERY: usize = 64;
+
+/// How long a head read with others stays for its own `load` (which takes
+/// it once); later, that `load` reads it again.
+pub const HEAD_KEPT_FOR: Duration = Duration::from_millis(250);
+
+/// The most bytes of session ids one query of several heads names (the
+/// rest are read by a later query).
+const IDS_PER_QUERY_BYTES: usize = 64 * 1024;
+
+/// What a reader keeps between its reads: the ids of its latest listing,
+/// in its order, each with its partition key (when the server gave one),
+/// and the heads read with others, not yet taken.
+#[derive(Debug, Default)]
+struct Heads {
+    listed: Vec<(SessionId, Option<u64>)>,
+    /// Where each id is in `listed`.
+    at: HashMap<SessionId, usize>,
+    /// By id: when the query that read the head was made, and its text
+    /// (`None`: the session had no head then).
+    read: HashMap<SessionId, (Instant, Option<String>)>,
+}
+
+impl Heads {
+    /// The head read for `session` with others, if one was read within
+    /// [`HEAD_KEPT_FOR`] and not taken yet.
+    fn take(&mut self, session: &SessionId) -> Option<Option<String>> {
+        let (at, text) = self.read.remove(session)?;
+        (at.elapsed() < HEAD_KEPT_FOR).then_some(text)
+    }
+
+    /// `session` and the sessions listed after it whose heads are not
+    /// held, with their partition keys: the heads to read in one query.
+    /// Empty when the latest listing does not hold `session`.
+    fn batch(&mut self, session: &SessionId) -> Vec<(SessionId, Option<u64>)> {
+        self.read.retain(|_, (at, _)| at.elapsed() < HEAD_KEPT_FOR);
+        let Some(&at) = self.at.get(session) else {
+            return Vec::new();
+        };
+        let mut bytes = 0;
+        let mut batch = Vec::new();
+        for (id, key) in &self.listed[at..] {
+            if batch.len() == HEADS_PER_QUERY
+                || (bytes > 0 && bytes + id.as_str().len() > IDS_PER_QUERY_BYTES)
+            {
+                break;
+            }
+            if id != session && self.read.contains_key(id) {
+                continue;
+            }
+            bytes += id.as_str().len();
+            batch.push((id.clone(), *key));
+        }
+        batch
+    }
 }
 
 /// `text` as an SQL string literal.
@@ -228,6 +325,7 @@ impl RestateSessionReader {
             admin,
             object: OBJECT.to_owned(),
             found: Arc::new(AtomicBool::new(false)),
+            heads: Arc::default(),
         }
     }
 
@@ -239,6 +337,7 @@ impl RestateSessionReader {
     pub fn object(mut self, name: impl Into<String>) -> Self {
         self.object = name.into();
         self.found = Arc::new(AtomicBool::new(false));
+        self.heads = Arc::default();
         self
     }
 
@@ -277,18 +376,19 @@ impl RestateSessionReader {
     /// session.
     pub async fn snapshot(&self, session: &SessionId) -> Result<Option<Snapshot>, RestateError> {
         self.check().await?;
+        let Some(partition) = self.partition_key(session).await? else {
+            return Ok(None);
+        };
         let rows = self
             .admin
             .query(&format!(
-                "SELECT key, value_utf8 FROM state WHERE service_name = {} AND service_key = {}",
+                "SELECT key, value_utf8 FROM state WHERE {}service_name = {} AND service_key = {}",
+                partitions(&[partition]),
                 literal(&self.object),
                 literal(session.as_str())
             ))
             .await?;
-        let bad = |key: &str, e: serde_json::Error| RestateError::Answer {
-            url: format!("the state of {}/{session}", self.object),
-            message: format!("`{key}` is not part of a session: {e}"),
-        };
+        let bad = |key: &str, e: serde_json::Error| self.unreadable(session, key, e);
         let mut head = None;
         let mut kept = Vec::new();
         let mut values = HashMap::new();
@@ -321,16 +421,151 @@ impl RestateSessionReader {
         log.sort_by_key(|cp| cp.seq);
         Ok(head.map(|head| Snapshot { head, log }))
     }
+
+    /// The error of a state key of `session` that does not read.
+    fn unreadable(&self, session: &SessionId, key: &str, e: serde_json::Error) -> RestateError {
+        RestateError::Answer {
+            url: format!("the state of {}/{session}", self.object),
+            message: format!("`{key}` is not part of a session: {e}"),
+        }
+    }
+
+    /// The partition key of `session`'s state, read with no value (`None`:
+    /// the session has no head; `Some(None)`: the server gave no partition
+    /// key, and the reads that follow do without).
+    async fn partition_key(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<Option<u64>>, RestateError> {
+        let rows = self
+            .admin
+            .query(&format!(
+                "SELECT partition_key FROM state \
+                 WHERE service_name = {} AND service_key = {} AND key = '{HEAD}'",
+                literal(&self.object),
+                literal(session.as_str())
+            ))
+            .await?;
+        Ok(rows.first().map(|row| row["partition_key"].as_u64()))
+    }
+
+    /// The head of `session`, read alone: its partition key, then its
+    /// `head` key only.
+    async fn head(&self, session: &SessionId) -> Result<Option<StoredRun>, RestateError> {
+        let Some(partition) = self.partition_key(session).await? else {
+            return Ok(None);
+        };
+        let read = self.heads_of(&[(session.clone(), partition)]).await?;
+        self.head_of(session, read.into_iter().next().and_then(|(_, text)| text))
+    }
+
+    /// The texts of the heads of `sessions` (with their partition keys),
+    /// in one query that reads the `head` key of each and nothing else:
+    /// each session with its head's text, `None` when it has none.
+    async fn heads_of(
+        &self,
+        sessions: &[(SessionId, Option<u64>)],
+    ) -> Result<Vec<(SessionId, Option<String>)>, RestateError> {
+        let keys: Vec<Option<u64>> = sessions.iter().map(|(_, key)| *key).collect();
+        let ids: Vec<String> = sessions
+            .iter()
+            .map(|(id, _)| literal(id.as_str()))
+            .collect();
+        let rows = self
+            .admin
+            .query(&format!(
+                "SELECT service_key, value_utf8 FROM state \
+                 WHERE {}service_name = {} AND key = '{HEAD}' AND service_key IN ({})",
+                partitions(&keys),
+                literal(&self.object),
+                ids.join(", ")
+            ))
+            .await?;
+        let mut texts: HashMap<&str, String> = HashMap::new();
+        for row in &rows {
+            if let (Some(id), Some(text)) =
+                (row["service_key"].as_str(), row["value_utf8"].as_str())
+            {
+                texts.insert(id, text.to_owned());
+            }
+        }
+        Ok(sessions
+            .iter()
+            .map(|(id, _)| (id.clone(), texts.remove(id.as_str())))
+            .collect())
+    }
+
+    /// The head `text` of `session` read, if it has one.
+    fn head_of(
+        &self,
+        session: &SessionId,
+        text: Option<String>,
+    ) -> Result<Option<StoredRun>, RestateError> {
+        text.map(|text| {
+            serde_json::from_str::<StoredRun>(&text).map_err(|e| self.unreadable(session, HEAD, e))
+        })
+        .transpose()
+    }
+
+    /// The head of `session` ([`SessionStore::load`]): read with the heads
+    /// of the sessions listed after it when the latest listing holds it
+    /// (see [above](Self#what-a-read-costs)), else alone.
+    async fn load_head(&self, session: &SessionId) -> Result<Option<StoredRun>, RestateError> {
+        self.check().await?;
+        let (held, batch) = {
+            let mut heads = self
+                .heads
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match heads.take(session) {
+                Some(text) => (Some(text), Vec::new()),
+                None => (None, heads.batch(session)),
+            }
+        };
+        if let Some(text) = held {
+            return self.head_of(session, text);
+        }
+        if batch.is_empty() {
+            return self.head(session).await;
+        }
+        let asked = Instant::now();
+        let read = match self.heads_of(&batch).await {
+            Ok(read) => read,
+            // Heads too large to read together: this one alone.
+            Err(RestateError::TooLarge { .. }) => return self.head(session).await,
+            Err(e) => return Err(e),
+        };
+        let mut own = None;
+        let mut heads = self
+            .heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (id, text) in read {
+            if id == *session {
+                own = text;
+            } else {
+                heads.read.insert(id, (asked, text));
+            }
+        }
+        drop(heads);
+        self.head_of(session, own)
+    }
+}
+
+/// The condition on the partition keys `keys` that lets the server read
+/// their partitions' rows alone, followed by ` AND `.
+fn partitions(keys: &[Option<u64>]) -> String {
+    let keys: Option<Vec<String>> = keys.iter().map(|k| k.map(|k| k.to_string())).collect();
+    match keys {
+        Some(keys) if !keys.is_empty() => format!("partition_key IN ({}) AND ", keys.join(", ")),
+        _ => String::new(),
+    }
 }
 
 #[async_trait]
 impl SessionStore for RestateSessionReader {
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
-        Ok(self
-            .snapshot(session)
-            .await
-            .map_err(backend)?
-            .map(|s| s.head))
+        self.load_head(session).await.map_err(backend)
     }
 
     async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
@@ -360,17 +595,33 @@ impl SessionStore for RestateSessionReader {
         let rows = self
             .admin
             .query(&format!(
-                "SELECT service_key FROM state \
-                 WHERE service_name = {} AND key = 'head' ORDER BY service_key",
+                "SELECT service_key, partition_key FROM state \
+                 WHERE service_name = {} AND key = '{HEAD}' ORDER BY service_key",
                 literal(&self.object)
             ))
             .await
             .map_err(backend)?;
-        Ok(rows
+        let listed: Vec<(SessionId, Option<u64>)> = rows
             .iter()
-            .filter_map(|r| r["service_key"].as_str())
-            .map(SessionId::from)
-            .collect())
+            .filter_map(|r| {
+                let id = r["service_key"].as_str()?;
+                Some((SessionId::from(id), r["partition_key"].as_u64()))
+            })
+            .collect();
+        let ids: Vec<SessionId> = listed.iter().map(|(id, _)| id.clone()).collect();
+        let at = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
+        let mut heads = self
+            .heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        heads.listed = listed;
+        heads.at = at;
+        drop(heads);
+        Ok(ids)
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

@@ -630,7 +630,7 @@ async fn under_an_ordered_journal_a_forks_limit_bounds_its_model_calls() {
                     let first = cx.once("before", async { part }).await?;
                     // Even parts call from a task of their own: the limit
                     // holds there too.
-                    let answer = if part % 2 == 0 {
+                    let answer = if part.is_multiple_of(2) {
                         let cx = cx.clone();
                         tokio::spawn(async move { cx.complete(&*model, &request).await })
                             .await

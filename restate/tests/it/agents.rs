@@ -837,13 +837,23 @@ async fn large_values_are_kept_and_journaled_once_by_reference() {
     assert_eq!(notes, ['a', 'a', 'a', 'b', 'b']);
 }
 
+/// Killed ([`Admin::kill`]), the diverged run is not saved: the session
+/// keeps the state its last saved run left, the effects the killed run
+/// ran stay done, and the next run starts afresh from that state, running
+/// its effects anew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
     let _serial = SHARED_SERVER.lock().await;
     let rig = Rig::shared();
-    let hanging = rig.hanging(0, &[]);
+    // A run saved first.
+    let service = rig.service(&[]);
     rig.register().await;
     let (session, file) = rig.session("diverged");
+    let first = rig.agent.run(&session, &json!({})).await.unwrap();
+    assert_eq!(log_of(&first).len(), 3, "{first:?}");
+    let saved = rig.agent.session(&session).await.unwrap().unwrap();
+    drop(service);
+    let hanging = rig.hanging(0, &[]);
     let invocation = rig.agent.submit(&session, &json!({}), None).await.unwrap();
     rig.hung().await;
     drop(hanging);
@@ -864,15 +874,44 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert!(divergence.contains("work#0.1:effect-0"), "{divergence}");
-    assert!(divergence.contains("work#0.1:v2-effect-0"), "{divergence}");
-    let lines = lines(&file);
-    assert_eq!(
-        lines.len(),
-        1,
-        "the diverging replay ran no effect: {lines:?}"
+    // Named `{step}#{visit}.{attempt}:{key}`: the second run's visit of
+    // `work`, the same on both sides.
+    let visit = divergence
+        .split("work#")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_default();
+    assert!(
+        divergence.contains(&format!("work#{visit}:effect-0"))
+            && divergence.contains(&format!("work#{visit}:v2-effect-0")),
+        "{divergence}"
     );
+    let ran = lines(&file);
+    assert_eq!(ran.len(), 4, "the diverging replay ran no effect: {ran:?}");
     admin.kill(&invocation).await.unwrap();
+    // Its caller learns it was killed; the session is as the first run
+    // saved it; the effect the killed run ran is not undone.
+    match rig.agent.outcome(&invocation).await {
+        Err(RestateError::Status { status, body, .. }) => {
+            assert_eq!(status, 409, "{body}");
+            assert!(body.contains("killed"), "{body}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rig.agent.session(&session).await.unwrap().unwrap(), saved);
+    assert_eq!(lines(&file), ran);
+    // The next run starts afresh from the saved state, its effects anew
+    // (their keys as the changed code names them).
+    let next = rig.agent.run(&session, &json!({})).await.unwrap();
+    let Reply::Completed { state, .. } = &next else {
+        panic!("{next:?}")
+    };
+    assert_eq!(state["runs"], 2, "from the first run's state: {next:?}");
+    assert_eq!(log_of(&next)[..3], log_of(&first)[..]);
+    let after = lines(&file);
+    assert_eq!(after.len(), 7, "{after:?}");
+    assert_eq!(after[..4], ran[..]);
+    assert_eq!(log_of(&next)[3..], after[4..]);
     // Ids that are not invocation ids never reach a URL or a query.
     for bad in ["", "inv_x' OR 1=1 --", "../deployments", "inv_a/b"] {
         assert!(
@@ -1009,6 +1048,19 @@ async fn a_cancelled_invocation_stops_the_run_and_keeps_its_session() {
     );
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(lines(&file).len(), done, "no effect ran after the stop");
+    // A new run starts at the start step, from the state saved: the
+    // effects of the step the stopped run had begun run again, from the
+    // first.
+    let again = agent.run(&session, &json!({})).await.unwrap();
+    let Reply::Completed { state, .. } = &again else {
+        panic!("{again:?}")
+    };
+    assert_eq!(state["runs"], 1, "{again:?}");
+    let written = lines(&file);
+    assert_eq!(written.len(), done + 6, "{written:?}");
+    assert!(written[0].starts_with("effect 0 by"), "{written:?}");
+    assert!(written[done].starts_with("effect 0 by"), "{written:?}");
+    assert_eq!(log_of(&again), written[done..]);
 }
 
 /// A run that waits for an answer no one gives has no invocation under

@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod agents;
+mod calls;
+mod listing;
 mod named;
 
 use harness_restate::{Admin, Ingress, RestateError};
