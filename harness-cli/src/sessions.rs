@@ -248,16 +248,16 @@ fn without_password_parameters(tail: &str) -> String {
         Some((path, query)) => (path, query, '?'),
         None => match before.split_once('&') {
             Some((path, query)) => (path, query, '&'),
+            None if fragment.is_some() => return format!("{before}#…"),
             None => return tail.to_owned(),
         },
     };
     let kept: Vec<&str> = query
         .split('&')
         .filter(|pair| {
-            let name = pair.split_once('=').map_or(*pair, |(name, _)| name);
-            !percent_decoded(name)
-                .to_ascii_lowercase()
-                .contains("password")
+            let name = percent_decoded(pair.split_once('=').map_or(*pair, |(name, _)| name));
+            !name.to_ascii_lowercase().contains("password")
+                && !harness::secrets::is_secret_name(&name)
         })
         .collect();
     let mut shown = path.to_owned();
@@ -265,9 +265,9 @@ fn without_password_parameters(tail: &str) -> String {
         shown.push(mark);
         shown.push_str(&kept.join("&"));
     }
-    if let Some(fragment) = fragment {
-        shown.push('#');
-        shown.push_str(fragment);
+    // A store's URL means nothing by its fragment, which may hold a key.
+    if fragment.is_some() {
+        shown.push_str("#…");
     }
     shown
 }
@@ -798,6 +798,16 @@ mod tests {
             ("postgres:ada:s3/cr@et@db/x?password=p", "postgres:…@db/x"),
             ("/home/ada@work/sessions", "/home/ada@work/sessions"),
             ("postgres:ada:s3cret", "postgres:…"),
+            // Any parameter named like a secret, and the fragment.
+            (
+                "restate://127.0.0.1:9070?token=s3cret&object=Orders#s3cret",
+                "restate://127.0.0.1:9070?object=Orders#…",
+            ),
+            ("redis://cache:6379/0#s3cret", "redis://cache:6379/0#…"),
+            (
+                "postgres://host/x?api_key=s3cret&sslmode=require",
+                "postgres://host/x?sslmode=require",
+            ),
             // An `@` in the query (Azure's `user@server`): the password
             // after it is left out all the same.
             (
@@ -828,7 +838,7 @@ mod tests {
             ),
             (
                 "postgres://host/x?user=ada&PassWord=s3cret#f",
-                "postgres://host/x?user=ada#f",
+                "postgres://host/x?user=ada#…",
             ),
             ("postgres://host/x?pass%77ord=s3cret", "postgres://host/x"),
             (

@@ -2184,9 +2184,14 @@ mod tests {
         let admin = Admin::new(fake.base.clone()).unwrap();
         let alone = RestateSessionReader::new(admin.clone());
         let bad = harness::SessionId::from("s077");
-        let bad_alone = alone.load(&bad).await.unwrap_err().to_string();
+        let bad_alone = alone.load(&bad).await.unwrap_err();
         assert!(
-            bad_alone.contains("`head` is not part of a session") && bad_alone.contains("s077"),
+            matches!(&bad_alone, harness::session::StoreError::Load(load) if load.session == bad),
+            "a damaged record, not a failure of the server: {bad_alone:?}"
+        );
+        let bad_alone = bad_alone.to_string();
+        assert!(
+            bad_alone.contains("a `head` that is not a session's") && bad_alone.contains("s077"),
             "{bad_alone}"
         );
         // Alone: its partition key, then its head by that key.

@@ -4,7 +4,9 @@
 
 use async_trait::async_trait;
 use harness::SessionId;
-use harness::session::{Checkpoint, CheckpointKind, Commit, SessionStore, StoreError, StoredRun};
+use harness::session::{
+    Checkpoint, CheckpointKind, Commit, SessionStore, StoreError, StoreLoad, StoredRun,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -451,11 +453,14 @@ impl RestateSessionReader {
 
     /// The head of `session`, read alone: its partition key, then its
     /// `head` key only.
-    async fn head(&self, session: &SessionId) -> Result<Option<StoredRun>, RestateError> {
-        let Some(partition) = self.partition_key(session).await? else {
+    async fn head(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        let Some(partition) = self.partition_key(session).await.map_err(backend)? else {
             return Ok(None);
         };
-        let read = self.heads_of(&[(session.clone(), partition)]).await?;
+        let read = self
+            .heads_of(&[(session.clone(), partition)])
+            .await
+            .map_err(backend)?;
         self.head_of(session, read.into_iter().next().and_then(|(_, text)| text))
     }
 
@@ -495,14 +500,26 @@ impl RestateSessionReader {
             .collect())
     }
 
-    /// The head `text` of `session` read, if it has one.
+    /// The head `text` of `session` read, if it has one. One that is no
+    /// session's head is a [`StoreError::Load`] naming the session and the
+    /// record, as every store reports a damaged record: the listings show
+    /// the other sessions beside it.
     fn head_of(
         &self,
         session: &SessionId,
         text: Option<String>,
-    ) -> Result<Option<StoredRun>, RestateError> {
+    ) -> Result<Option<StoredRun>, StoreError> {
         text.map(|text| {
-            serde_json::from_str::<StoredRun>(&text).map_err(|e| self.unreadable(session, HEAD, e))
+            serde_json::from_str::<StoredRun>(&text).map_err(|e| {
+                StoreError::Load(StoreLoad::new(
+                    session.clone(),
+                    HEAD,
+                    format!(
+                        "the state of {}/{session} holds a `{HEAD}` that is not a session's: {e}",
+                        self.object
+                    ),
+                ))
+            })
         })
         .transpose()
     }
@@ -510,8 +527,8 @@ impl RestateSessionReader {
     /// The head of `session` ([`SessionStore::load`]): read with the heads
     /// of the sessions listed after it when the latest listing holds it
     /// (see [above](Self#what-a-read-costs)), else alone.
-    async fn load_head(&self, session: &SessionId) -> Result<Option<StoredRun>, RestateError> {
-        self.check().await?;
+    async fn load_head(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
+        self.check().await.map_err(backend)?;
         let (held, batch) = {
             let mut heads = self
                 .heads
@@ -533,7 +550,7 @@ impl RestateSessionReader {
             Ok(read) => read,
             // Heads too large to read together: this one alone.
             Err(RestateError::TooLarge { .. }) => return self.head(session).await,
-            Err(e) => return Err(e),
+            Err(e) => return Err(backend(e)),
         };
         let mut own = None;
         let mut heads = self
@@ -565,7 +582,7 @@ fn partitions(keys: &[Option<u64>]) -> String {
 #[async_trait]
 impl SessionStore for RestateSessionReader {
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
-        self.load_head(session).await.map_err(backend)
+        self.load_head(session).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<(), StoreError> {
