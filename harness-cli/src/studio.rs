@@ -563,7 +563,7 @@ mod tests {
         }] {
             let e = open_memory(&bad).err().unwrap().to_string();
             assert!(e.contains(&bad.display().to_string()), "{e}");
-            assert!(e.contains("not a sled database"), "{e}");
+            assert!(e.contains("not a harness memory"), "{e}");
             assert!(!e.contains("session"), "{e}");
             assert!(
                 !bad.join("db").exists(),
