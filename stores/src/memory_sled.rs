@@ -96,10 +96,11 @@ impl SledMemory {
     /// [`SledStore::open`](crate::SledStore::open) tells). A database
     /// holding a session store's trees is harness's: the memory joins it.
     /// To keep memory in a database of your own that holds other trees,
-    /// open it with sled and use [`SledMemory::in_db`]. A directory that
-    /// is not a sled database and not empty is refused the same way, as
-    /// `SledStore::open` refuses it, and a log damaged in its middle is
-    /// refused as `SledStore::open` refuses it, before sled would cut it.
+    /// open it with sled and use [`SledMemory::in_db`]. A non-empty
+    /// directory that holds no sled database is refused the same way. A log
+    /// damaged in its middle is refused before sled's recovery would cut it
+    /// there, as [`MemoryError::Backend`] naming the file and the offset
+    /// (as `SledStore::open` refuses it).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, MemoryError> {
         let path = path.as_ref();
         let not_a_store = |found: String| MemoryError::NotAStore {

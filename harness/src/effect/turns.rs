@@ -47,7 +47,7 @@ pub(crate) struct Turns {
     /// Handed over a round at a time ([`EffectJournal::batches`]).
     batched: bool,
     /// The branches' model calls that are not journaled (`cx.complete`):
-    /// at most `limit` at once, as their effects ([`call_permit`]).
+    /// at most `limit` at once, as their effects ([`call_permits`]).
     calls: Arc<tokio::sync::Semaphore>,
 }
 
