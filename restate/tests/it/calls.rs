@@ -14,7 +14,7 @@ use harness_restate::{
     Admin, AgentClient, Durable, Ingress, MAX_SESSION_ID_BYTES, QUOTED_BYTES, Reply, RestateError,
     agent_object,
 };
-use restate_sdk::prelude::{Endpoint, HttpServer};
+use restate_sdk::prelude::Endpoint;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -77,13 +77,7 @@ async fn serve() -> (Admin, AgentClient) {
     let endpoint = Endpoint::builder()
         .bind(Calls(durable.object(desk(&durable)).unwrap()))
         .build();
-    let listener = harness_restate::nodelay_listener("127.0.0.1:0".parse().unwrap()).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(HttpServer::new(endpoint).serve(listener));
-    let services = admin
-        .register(&format!("http://127.0.0.1:{port}"), true)
-        .await
-        .unwrap();
+    let (services, _) = crate::serve_registered(&admin, endpoint).await;
     assert_eq!(services, [OBJECT]);
     (admin, AgentClient::new(ingress).object(OBJECT))
 }

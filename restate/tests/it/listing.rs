@@ -12,7 +12,7 @@ use harness::{Cx, Harness, HarnessState, SessionId, create_agent};
 use harness_restate::{
     Admin, AgentClient, Durable, Ingress, Reply, RestateSessionReader, agent_object,
 };
-use restate_sdk::prelude::{Endpoint, HttpServer};
+use restate_sdk::prelude::Endpoint;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -157,13 +157,7 @@ async fn listing_sessions_reads_their_heads_alone() {
     let endpoint = Endpoint::builder()
         .bind(Listed(durable.object(notes(&durable)).unwrap()))
         .build();
-    let listener = harness_restate::nodelay_listener("127.0.0.1:0".parse().unwrap()).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(HttpServer::new(endpoint).serve(listener));
-    admin
-        .register(&format!("http://127.0.0.1:{port}"), true)
-        .await
-        .unwrap();
+    crate::serve_registered(&admin, endpoint).await;
     let agent = AgentClient::new(ingress).object(OBJECT);
     let have: HashSet<SessionId> = RestateSessionReader::new(admin.clone())
         .object(OBJECT)

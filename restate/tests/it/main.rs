@@ -17,6 +17,23 @@ mod named;
 use harness_restate::{Admin, Ingress, RestateError};
 use serde_json::json;
 
+/// Serves `endpoint` in this runtime on a free loopback port and registers
+/// it with the admin API (with force: the tests register their objects
+/// again); the services it offers, and its port.
+async fn serve_registered(
+    admin: &Admin,
+    endpoint: restate_sdk::prelude::Endpoint,
+) -> (Vec<String>, u16) {
+    let listener = harness_restate::nodelay_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(restate_sdk::prelude::HttpServer::new(endpoint).serve(listener));
+    let services = admin
+        .register(&format!("http://127.0.0.1:{port}"), true)
+        .await
+        .unwrap();
+    (services, port)
+}
+
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!(

@@ -9,7 +9,7 @@ use harness::{Cx, Harness, HarnessState, SessionId, create_agent};
 use harness_restate::{
     Admin, AgentClient, Durable, Ingress, Reply, RestateError, RestateSessionReader, agent_object,
 };
-use restate_sdk::prelude::{Endpoint, HttpServer};
+use restate_sdk::prelude::Endpoint;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -58,13 +58,7 @@ async fn two_agents_are_served_side_by_side_as_objects_of_their_own_names() {
         .bind(Orders(durable.object(desk(&durable, "order")).unwrap()))
         .bind(Refunds(durable.object(desk(&durable, "refund")).unwrap()))
         .build();
-    let listener = harness_restate::nodelay_listener("127.0.0.1:0".parse().unwrap()).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(HttpServer::new(endpoint).serve(listener));
-    let mut services = admin
-        .register(&format!("http://127.0.0.1:{port}"), true)
-        .await
-        .unwrap();
+    let (mut services, port) = crate::serve_registered(&admin, endpoint).await;
     services.sort();
     assert_eq!(services, ["HarnessTestOrders", "HarnessTestRefunds"]);
 
