@@ -255,9 +255,10 @@ fn without_password_parameters(tail: &str) -> String {
     let kept: Vec<&str> = query
         .split('&')
         .filter(|pair| {
-            let name = percent_decoded(pair.split_once('=').map_or(*pair, |(name, _)| name));
+            let name = pair.split_once('=').map_or(*pair, |(name, _)| name);
+            let name = harness::secrets::percent_decoded(name, true);
             !name.to_ascii_lowercase().contains("password")
-                && !harness::secrets::is_secret_name(&name)
+                && !harness::secrets::is_secret_parameter(&name)
         })
         .collect();
     let mut shown = path.to_owned();
@@ -270,33 +271,6 @@ fn without_password_parameters(tail: &str) -> String {
         shown.push_str("#…");
     }
     shown
-}
-
-/// `text` with its `%XX` escapes decoded (bytes that are not UTF-8 become
-/// U+FFFD): `pass%77ord` names the password too.
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |i: usize| {
-            bytes
-                .get(i)
-                .and_then(|b| char::from(*b).to_digit(16))
-                .and_then(|d| u8::try_from(d).ok())
-        };
-        match (bytes[i], hex(i + 1), hex(i + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push(high << 4 | low);
-                i += 3;
-            }
-            (byte, _, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub(crate) fn run(args: Args) -> ExitCode {

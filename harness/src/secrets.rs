@@ -440,6 +440,92 @@ pub fn is_secret_name(name: &str) -> bool {
         })
 }
 
+/// Whether a URL parameter named `name` (percent-decoded, `+` as a space)
+/// holds a secret: a name [`is_secret_name`] finds secret
+/// (`key`, `api_key`, `apikey`, `api-key`, `token`, `access_token`,
+/// `secret`, `client_secret`, `password`, `passwd`, `X-Amz-Credential`,
+/// …), or one with a word (split at `_`, `-`, `.` and spaces, case
+/// ignored) that ends with `KEY` (`accessKey`) or is `AUTH`,
+/// `AUTHORIZATION`, `SIG`, `SIGNATURE`, `CODE`, `PWD`, `JWT`, `SESSION` or
+/// `SESSIONID` (`X-Amz-Signature`, an OAuth `code`). Unless the last word
+/// is `FILE`, `PATH` or `DIR`, which name where a secret is. The rule the
+/// crates that show or send URLs (an MCP server's, a store's) hide values
+/// by; `name` is taken decoded ([`percent_decoded`]).
+///
+/// ```
+/// use harness::secrets::is_secret_parameter;
+/// assert!(is_secret_parameter("api_key") && is_secret_parameter("X-Amz-Signature"));
+/// assert!(!is_secret_parameter("version") && !is_secret_parameter("key_file"));
+/// ```
+pub fn is_secret_parameter(name: &str) -> bool {
+    if is_secret_name(name) {
+        return true;
+    }
+    let upper = name.to_ascii_uppercase();
+    let words: Vec<&str> = upper
+        .split(['_', '-', '.', ' '])
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words
+        .last()
+        .is_none_or(|last| matches!(*last, "FILE" | "PATH" | "DIR"))
+    {
+        return false;
+    }
+    words.iter().any(|word| {
+        word.ends_with("KEY")
+            || matches!(
+                *word,
+                "AUTH"
+                    | "AUTHORIZATION"
+                    | "SIG"
+                    | "SIGNATURE"
+                    | "CODE"
+                    | "PWD"
+                    | "JWT"
+                    | "SESSION"
+                    | "SESSIONID"
+            )
+    })
+}
+
+/// `text` with its `%XX` escapes decoded (and `+` as a space if
+/// `plus_as_space`), as a secret written in a URL reads; a `%` without two
+/// hex digits stays as is, and bytes that are not UTF-8 become U+FFFD.
+///
+/// ```
+/// use harness::secrets::percent_decoded;
+/// assert_eq!(percent_decoded("api%5Fkey=a+b", true), "api_key=a b");
+/// ```
+pub fn percent_decoded(text: &str, plus_as_space: bool) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| {
+            bytes
+                .get(at)
+                .and_then(|&b| char::from(b).to_digit(16))
+                .map(|d| d as u8)
+        };
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(high << 4 | low);
+                i += 3;
+            }
+            (b'+', ..) if plus_as_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Whether the process holds any secret (after reading the environment):
 /// when false, every redaction returns its input untouched.
 pub fn is_active() -> bool {
@@ -477,8 +563,66 @@ pub fn redact_json(value: &mut Value) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-    use super::{REDACTED, SecretSet, json_forms};
+    use super::{REDACTED, SecretSet, is_secret_parameter, json_forms, percent_decoded};
     use serde_json::json;
+
+    #[test]
+    fn secret_looking_parameter_names() {
+        for name in [
+            "key",
+            "api_key",
+            "apikey",
+            "api-key",
+            "API_KEY",
+            "apiKey",
+            "x-api-key",
+            "subscription-key",
+            "token",
+            "access_token",
+            "accessToken",
+            "auth",
+            "Authorization",
+            "secret",
+            "client_secret",
+            "password",
+            "passwd",
+            "pwd",
+            "sig",
+            "signature",
+            "X-Amz-Signature",
+            "X-Amz-Credential",
+            "X-Amz-Security-Token",
+            "code",
+            "jwt",
+            "session",
+        ] {
+            assert!(is_secret_parameter(name), "{name}");
+        }
+        for name in [
+            "version",
+            "v",
+            "lang",
+            "state",
+            "user",
+            "format",
+            "key_file",
+            "keyPath",
+            "",
+            "limit",
+            "max_tokens",
+        ] {
+            assert!(!is_secret_parameter(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decoded("a%5Fb%2fc+d", false), "a_b/c+d");
+        assert_eq!(percent_decoded("a%5Fb%2fc+d", true), "a_b/c d");
+        // A `%` without two hex digits stays.
+        assert_eq!(percent_decoded("100%", false), "100%");
+        assert_eq!(percent_decoded("%zz%4", false), "%zz%4");
+    }
 
     fn set(values: &[&str]) -> SecretSet {
         let mut set = SecretSet::new();

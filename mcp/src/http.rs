@@ -88,78 +88,6 @@ pub(crate) fn client_error<'e>(
 /// What `***` stands for in a URL the crate shows.
 const HIDDEN: &str = "***";
 
-/// Whether a URL parameter named `name` (percent-decoded, `+` as a space)
-/// holds a secret: a name [`harness::secrets::is_secret_name`] finds secret
-/// (`key`, `api_key`, `apikey`, `api-key`, `token`, `access_token`,
-/// `secret`, `client_secret`, `password`, `passwd`, `X-Amz-Credential`,
-/// …), or one with a word (split at `_`, `-`, `.` and spaces, case
-/// ignored) that ends with `KEY` (`accessKey`) or is `AUTH`,
-/// `AUTHORIZATION`, `SIG`, `SIGNATURE`, `CODE`, `PWD`, `JWT`, `SESSION` or
-/// `SESSIONID` (`X-Amz-Signature`, an OAuth `code`). Unless the last word
-/// is `FILE`, `PATH` or `DIR`, which name where a secret is.
-pub(crate) fn is_secret_param(name: &str) -> bool {
-    if harness::secrets::is_secret_name(name) {
-        return true;
-    }
-    let upper = name.to_ascii_uppercase();
-    let words: Vec<&str> = upper
-        .split(['_', '-', '.', ' '])
-        .filter(|w| !w.is_empty())
-        .collect();
-    if words
-        .last()
-        .is_none_or(|last| matches!(*last, "FILE" | "PATH" | "DIR"))
-    {
-        return false;
-    }
-    words.iter().any(|word| {
-        word.ends_with("KEY")
-            || matches!(
-                *word,
-                "AUTH"
-                    | "AUTHORIZATION"
-                    | "SIG"
-                    | "SIGNATURE"
-                    | "CODE"
-                    | "PWD"
-                    | "JWT"
-                    | "SESSION"
-                    | "SESSIONID"
-            )
-    })
-}
-
-/// `text` with its `%XX` escapes decoded (and `+` as a space if
-/// `plus_as_space`); a `%` without two hex digits stays as is.
-fn percent_decode(text: &str, plus_as_space: bool) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |at: usize| {
-            bytes
-                .get(at)
-                .and_then(|&b| char::from(b).to_digit(16))
-                .map(|d| d as u8)
-        };
-        match (bytes[i], hex(i + 1), hex(i + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push(high << 4 | low);
-                i += 3;
-            }
-            (b'+', ..) if plus_as_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            (b, ..) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// A URL's secrets found by [`mask`]: each as written and decoded.
 #[derive(Default)]
 struct Found {
@@ -174,8 +102,8 @@ impl Found {
     fn value(&mut self, raw: &str) {
         for form in [
             raw.to_owned(),
-            percent_decode(raw, false),
-            percent_decode(raw, true),
+            harness::secrets::percent_decoded(raw, false),
+            harness::secrets::percent_decoded(raw, true),
         ] {
             if !self.values.contains(&form) {
                 self.values.push(form);
@@ -185,14 +113,17 @@ impl Found {
 }
 
 /// `params` (a query or a fragment: `name=value` pieces joined with `&`)
-/// with the values of the secret ones ([`is_secret_param`]) replaced by
+/// with the values of the secret ones ([`is_secret_parameter`](harness::secrets::is_secret_parameter)) replaced by
 /// [`HIDDEN`].
 fn mask_params(params: &str, found: &mut Found) -> String {
     let pieces: Vec<String> = params
         .split('&')
         .map(|piece| match piece.split_once('=') {
             Some((name, value))
-                if !value.is_empty() && is_secret_param(&percent_decode(name, true)) =>
+                if !value.is_empty()
+                    && harness::secrets::is_secret_parameter(
+                        &harness::secrets::percent_decoded(name, true),
+                    ) =>
             {
                 found.value(value);
                 let shown = format!("{name}={HIDDEN}");
@@ -207,7 +138,7 @@ fn mask_params(params: &str, found: &mut Found) -> String {
 
 /// `url` (a URL, or what was given as one) with its password and the
 /// values of its secret-looking query and fragment parameters
-/// ([`is_secret_param`]) replaced by [`HIDDEN`].
+/// ([`is_secret_parameter`](harness::secrets::is_secret_parameter)) replaced by [`HIDDEN`].
 fn mask(url: &str, found: &mut Found) -> String {
     let (rest, fragment) = match url.split_once('#') {
         Some((rest, fragment)) => (rest, Some(fragment)),
@@ -304,7 +235,7 @@ impl UrlMask {
 /// wrong with it if not (the HTTP client says only "builder error" when it
 /// first sends); the mask of the URL for what the client shows later. Its
 /// password and the values of its secret-looking query and fragment
-/// parameters ([`is_secret_param`]) are registered as secrets
+/// parameters ([`is_secret_parameter`](harness::secrets::is_secret_parameter)) are registered as secrets
 /// ([`harness::secrets::register`]), so that what a server or the HTTP
 /// client says with them is redacted, and the crate shows the URL without
 /// them (`?api_key=***`).
@@ -598,64 +529,6 @@ impl StreamableHttpClient for Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_looking_parameter_names() {
-        for name in [
-            "key",
-            "api_key",
-            "apikey",
-            "api-key",
-            "API_KEY",
-            "apiKey",
-            "x-api-key",
-            "subscription-key",
-            "token",
-            "access_token",
-            "accessToken",
-            "auth",
-            "Authorization",
-            "secret",
-            "client_secret",
-            "password",
-            "passwd",
-            "pwd",
-            "sig",
-            "signature",
-            "X-Amz-Signature",
-            "X-Amz-Credential",
-            "X-Amz-Security-Token",
-            "code",
-            "jwt",
-            "session",
-        ] {
-            assert!(is_secret_param(name), "{name}");
-        }
-        for name in [
-            "version",
-            "v",
-            "lang",
-            "state",
-            "user",
-            "format",
-            "key_file",
-            "keyPath",
-            "",
-            "limit",
-            "max_tokens",
-        ] {
-            assert!(!is_secret_param(name), "{name}");
-        }
-    }
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("a%5Fb%2fc+d", false), "a_b/c+d");
-        assert_eq!(percent_decode("a%5Fb%2fc+d", true), "a_b/c d");
-        // A `%` without two hex digits stays.
-        assert_eq!(percent_decode("100%", false), "100%");
-        assert_eq!(percent_decode("%zz%4", false), "%zz%4");
-    }
 
     #[test]
     fn urls_are_shown_without_their_secrets() {

@@ -321,7 +321,8 @@ impl Server {
                     Some((user, password)) => (user, Some(password)),
                     None => (userinfo, None),
                 };
-                (percent_decode(user), password.map(percent_decode))
+                let decoded = |text: &str| harness::secrets::percent_decoded(text, false);
+                (decoded(user), password.map(decoded))
             }),
         })
     }
@@ -587,33 +588,6 @@ fn host_and_port(authority: &str) -> Result<(&str, Option<u16>), String> {
         ),
     };
     Ok((host, port))
-}
-
-/// `text` with its `%XX` escapes decoded (a `%` not followed by two hex
-/// digits stays as it is); bytes that are not UTF-8 become U+FFFD.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(high), Some(low)) => {
-                // Two hex digits: below 256.
-                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
-                i += 3;
-            }
-            (byte, _, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `text` as one path segment of a URL: every byte but the unreserved ones
