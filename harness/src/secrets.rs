@@ -489,6 +489,41 @@ pub fn is_secret_parameter(name: &str) -> bool {
     })
 }
 
+/// Whether `segment` (one segment of a URL's path, taken decoded:
+/// [`percent_decoded`]) looks like a token rather than a name: at least 16
+/// characters, only letters, digits and `-`, `_`, `.`, `~`, `=`, `+`, and at
+/// least four changes between a letter and a digit. Services that put a
+/// key in the URL's path (an MCP server's `/s/<key>/mcp`, a webhook's
+/// `/hooks/<id>/<token>`) write such segments; names rarely change that
+/// often (`my-service-v2`, `2024-06-18`, `mcp`). UUIDs and hashes count as
+/// tokens: hiding one more id costs less than showing a key.
+///
+/// ```
+/// use harness::secrets::is_token_like;
+/// assert!(is_token_like("ZjM2NDc1YjAtYjA3Mi00OGRhLWE3"));
+/// assert!(is_token_like("550e8400-e29b-41d4-a716-446655440000"));
+/// assert!(!is_token_like("my-long-service-name-v2") && !is_token_like("2025-06-18"));
+/// ```
+pub fn is_token_like(segment: &str) -> bool {
+    if segment.chars().count() < 16
+        || !segment
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '=' | '+'))
+    {
+        return false;
+    }
+    let mut changes = 0;
+    let mut last: Option<bool> = None;
+    for c in segment.chars().filter(char::is_ascii_alphanumeric) {
+        let digit = c.is_ascii_digit();
+        if last.is_some_and(|was| was != digit) {
+            changes += 1;
+        }
+        last = Some(digit);
+    }
+    changes >= 4
+}
+
 /// `text` with its `%XX` escapes decoded (and `+` as a space if
 /// `plus_as_space`), as a secret written in a URL reads; a `%` without two
 /// hex digits stays as is, and bytes that are not UTF-8 become U+FFFD.
@@ -563,7 +598,9 @@ pub fn redact_json(value: &mut Value) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
-    use super::{REDACTED, SecretSet, is_secret_parameter, json_forms, percent_decoded};
+    use super::{
+        REDACTED, SecretSet, is_secret_parameter, is_token_like, json_forms, percent_decoded,
+    };
     use serde_json::json;
 
     #[test]
@@ -612,6 +649,39 @@ mod tests {
             "max_tokens",
         ] {
             assert!(!is_secret_parameter(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn tokens_in_a_path_are_told_from_names() {
+        for segment in [
+            // Zapier's and similar MCP URLs, a webhook token, ids and hashes.
+            "ZjM2NDc1YjAtYjA3Mi00OGRhLWE3",
+            "a1b2c3d4e5f6g7h8",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "3f2a9c0e8d7b6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+            "B0A1B2C3DxYz9Q8w7E6r",
+            "sk-proj-Ab3dE5fG7hI9jK1lM3nO",
+        ] {
+            assert!(is_token_like(segment), "{segment}");
+        }
+        for segment in [
+            "mcp",
+            "sse",
+            "v1",
+            "2025-06-18",
+            "my-long-service-name-v2",
+            "api-gateway-production",
+            "python3.11-site-packages",
+            "index.html",
+            "",
+            // Long and mixed, but with a character no token has.
+            "a1b2c3d4e5f6g7h8%",
+            "a1b2c3d4 e5f6g7h8",
+            // Short.
+            "a1b2c3d4e5",
+        ] {
+            assert!(!is_token_like(segment), "{segment}");
         }
     }
 

@@ -136,8 +136,9 @@ fn mask_params(params: &str, found: &mut Found) -> String {
     pieces.join("&")
 }
 
-/// `url` (a URL, or what was given as one) with its password and the
-/// values of its secret-looking query and fragment parameters
+/// `url` (a URL, or what was given as one) with its password, the path
+/// segments that look like tokens ([`is_token_like`](harness::secrets::is_token_like))
+/// and the values of its secret-looking query and fragment parameters
 /// ([`is_secret_parameter`](harness::secrets::is_secret_parameter)) replaced by [`HIDDEN`].
 fn mask(url: &str, found: &mut Found) -> String {
     let (rest, fragment) = match url.split_once('#') {
@@ -148,11 +149,16 @@ fn mask(url: &str, found: &mut Found) -> String {
         Some((base, query)) => (base, Some(query)),
         None => (rest, None),
     };
-    let mut shown = base.to_owned();
+    let (mut shown, path) = match base.find("://").map(|i| i + 3) {
+        Some(start) => {
+            let authority_end = base[start..].find('/').map_or(base.len(), |i| start + i);
+            (base[..authority_end].to_owned(), &base[authority_end..])
+        }
+        None => (String::new(), base),
+    };
     // `scheme://user:password@host…`: the password.
-    if let Some(start) = base.find("://").map(|i| i + 3) {
-        let authority_end = base[start..].find('/').map_or(base.len(), |i| start + i);
-        let authority = &base[start..authority_end];
+    if let Some(start) = shown.find("://").map(|i| i + 3) {
+        let authority = &shown[start..];
         if let Some(at) = authority.rfind('@')
             && let Some(colon) = authority[..at].find(':')
             && colon + 1 < at
@@ -160,11 +166,27 @@ fn mask(url: &str, found: &mut Found) -> String {
             found.value(&authority[colon + 1..at]);
             shown = format!(
                 "{}{HIDDEN}{}",
-                &base[..start + colon + 1],
-                &base[start + at..]
+                &shown[..start + colon + 1],
+                &shown[start + at..]
             );
         }
     }
+    // A key written as a segment of the path (`/s/<key>/mcp`).
+    let segments: Vec<&str> = path
+        .split('/')
+        .map(|segment| {
+            if harness::secrets::is_token_like(&harness::secrets::percent_decoded(segment, false)) {
+                found.value(segment);
+                found
+                    .pieces
+                    .push((format!("/{segment}"), format!("/{HIDDEN}")));
+                HIDDEN
+            } else {
+                segment
+            }
+        })
+        .collect();
+    shown.push_str(&segments.join("/"));
     if let Some(query) = query {
         shown.push('?');
         shown.push_str(&mask_params(query, found));
@@ -551,6 +573,34 @@ mod tests {
             ),
             ("not a url?sig=zz", "not a url?sig=***", &["zz"][..]),
             ("http://h/mcp#section", "http://h/mcp#section", &[][..]),
+            // A key as a segment of the path, plain or percent-encoded.
+            (
+                "https://mcp.example.com/api/mcp/s/ZjM2NDc1YjAtYjA3Mi00OGRh/mcp",
+                "https://mcp.example.com/api/mcp/s/***/mcp",
+                &["ZjM2NDc1YjAtYjA3Mi00OGRh"][..],
+            ),
+            (
+                "http://u:pw@h/hooks/550e8400-e29b-41d4-a716-446655440000/a1b2c3d4e5f6g7h8%3D?key=k",
+                "http://u:***@h/hooks/***/***?key=***",
+                &[
+                    "pw",
+                    "550e8400-e29b-41d4-a716-446655440000",
+                    "a1b2c3d4e5f6g7h8%3D",
+                    "a1b2c3d4e5f6g7h8=",
+                    "k",
+                ][..],
+            ),
+            // Names stay.
+            (
+                "http://h:8000/v1/my-long-service-name-v2/2025-06-18/mcp",
+                "http://h:8000/v1/my-long-service-name-v2/2025-06-18/mcp",
+                &[][..],
+            ),
+            (
+                "h/s/a1b2c3d4e5f6g7h8/mcp",
+                "h/s/***/mcp",
+                &["a1b2c3d4e5f6g7h8"][..],
+            ),
         ];
         for (url, shown, secrets) in cases {
             let mut found = Found::default();
@@ -575,5 +625,11 @@ mod tests {
             "GET http://h/mcp?v=1&key=***#frag failed; /mcp?v=1&key=***"
         );
         assert!(!format!("{mask:?}").contains("abc"));
+        // A key in the path is hidden wherever the text quotes it.
+        let mask = UrlMask::new(&["http://h/s/a1b2c3d4e5f6g7h8/mcp"]);
+        let mut text =
+            "POST /s/a1b2c3d4e5f6g7h8/mcp: 401 at http://h/s/a1b2c3d4e5f6g7h8/mcp".to_owned();
+        mask.hide(&mut text);
+        assert_eq!(text, "POST /s/***/mcp: 401 at http://h/s/***/mcp");
     }
 }

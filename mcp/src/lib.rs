@@ -24,8 +24,9 @@
 //! (The set [`McpClient::tool_set`] returns, and [`ToolSet::register`] with
 //! the tools of [`McpClient::tools`], do: `register` replaces a tool of the
 //! same name, so a second server's `search` takes the first one's place.)
-//! The bearer token, the password and secret-looking query parameters of
-//! an HTTP server's URL (`?api_key=…`; see [`McpClient::http_with`]), and
+//! The bearer token, the password, path segments that look like tokens
+//! (`/s/<key>/mcp`) and secret-looking query parameters of an HTTP
+//! server's URL (`?api_key=…`; see [`McpClient::http_with`]), and
 //! the values of secret-looking variables a stdio server's process is
 //! given, are registered as secrets ([`harness::secrets`]), so that errors
 //! and tool results never show them; errors show such a URL with `***` in
@@ -931,8 +932,10 @@ impl McpClient {
     /// [`McpClient::http`] with `options` (a bearer token among them).
     ///
     /// A key in the URL is kept from what the client shows: its password,
-    /// and the values of its query's (and fragment's) parameters whose
-    /// names look secret (`?api_key=…`, `?token=…`, `?sig=…`; the rule is
+    /// the segments of its path that look like tokens rather than names
+    /// ([`harness::secrets::is_token_like`]: `…/s/<key>/mcp`), and the
+    /// values of its query's (and fragment's) parameters whose names look
+    /// secret (`?api_key=…`, `?token=…`, `?sig=…`; the rule is
     /// [below](#a-key-in-the-url)), are registered as secrets
     /// ([`harness::secrets`]), so that an error, or a tool result, that
     /// quotes them shows `[redacted]`; and the client's errors show the URL
@@ -951,9 +954,14 @@ impl McpClient {
     /// `FILE`, `PATH` or `DIR`. Parameters are `name=value` pieces split at
     /// `&`, in the query and in the fragment alike. A value shorter than
     /// [`harness::secrets::MIN_SECRET_LEN`] is hidden in the client's
-    /// errors but not registered (so a server that quotes it shows it). A
-    /// key elsewhere in the URL (in its path: `/mcp/sk-…`) is not found:
-    /// register it yourself ([`harness::secrets::register`]).
+    /// errors but not registered (so a server that quotes it shows it).
+    ///
+    /// A segment of the path is taken as a secret when it looks like a
+    /// token ([`harness::secrets::is_token_like`]: 16 characters or more,
+    /// letters, digits and `-_.~=+` only, switching between letters and
+    /// digits at least four times), so a UUID or a hash in the path is
+    /// hidden too. A key that does not look so (`/mcp/my-secret-word`) is
+    /// not found: register it yourself ([`harness::secrets::register`]).
     pub async fn http_with(
         name: impl Into<String>,
         url: &str,
