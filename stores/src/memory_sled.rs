@@ -99,8 +99,8 @@ impl SledMemory {
     /// open it with sled and use [`SledMemory::in_db`]. A non-empty
     /// directory that holds no sled database is refused the same way. A log
     /// damaged in its middle is refused before sled's recovery would cut it
-    /// there, as [`MemoryError::Backend`] naming the file and the offset
-    /// (as `SledStore::open` refuses it).
+    /// there, as [`MemoryError::Damaged`] naming the file and the offset
+    /// (as `SledStore::open` refuses it), and nothing is changed.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, MemoryError> {
         let path = path.as_ref();
         let not_a_store = |found: String| MemoryError::NotAStore {
@@ -131,8 +131,25 @@ impl SledMemory {
         // new memory's sled's own 512 KiB.
         match crate::sled_store::stored_segment_size(path) {
             Ok(Some(size)) => {
-                crate::sled_store::audit_log(path, size)
+                let damage = crate::sled_store::damage(path, size)
                     .map_err(|e| MemoryError::backend(format!("sled memory: {e}")))?;
+                if let Some((file, lost)) = damage {
+                    return Err(MemoryError::Damaged {
+                        store: path.to_path_buf(),
+                        file,
+                        offset: Some(lost.offset),
+                        what: format!(
+                            "{}. The memory was not opened and nothing was changed: opening it \
+                             would lose the records after the damage. Keep a copy of the \
+                             directory first (e.g. `cp -a {dir} {dir}.damaged`). To go on with \
+                             what precedes the damage and lose what follows it, open a copy \
+                             with sled (`sled::Config::new().path(…).open()`, sled's own \
+                             recovery) and use `SledMemory::in_db`",
+                            lost.what,
+                            dir = path.display()
+                        ),
+                    });
+                }
                 config = config.segment_size(size);
             }
             Ok(None) => {}

@@ -1011,28 +1011,11 @@ impl Encoded {
 /// the damage and zero it on disk. A log whose end only is cut short (a
 /// crash) opens: recovery drops that end, as it should.
 pub(crate) fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreError> {
-    let db_path = path.join("db");
-    let mut file = match std::fs::File::open(&db_path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(read_only::io_error("open", &db_path, &e)),
-    };
-    let lost = crate::sled_audit::audit_before_open(&mut file, &db_path, segment_size)
-        .map_err(|e| read_only::io_error("read", &db_path, &e))?;
-    match lost {
+    match damage(path, segment_size)? {
         None => Ok(()),
-        Some(lost) if lost.torn_end => {
-            tracing::warn!(
-                log = %db_path.display(),
-                offset = lost.offset,
-                "sled store: {}; sled's recovery drops that end (a commit a crash cut short)",
-                lost.what
-            );
-            Ok(())
-        }
-        Some(lost) => Err(StoreError::Damaged {
+        Some((file, lost)) => Err(StoreError::Damaged {
             store: path.to_path_buf(),
-            file: db_path,
+            file,
             offset: Some(lost.offset),
             what: format!(
                 "{}. The store was not opened and nothing was changed: opening it would lose \
@@ -1045,6 +1028,36 @@ pub(crate) fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreErr
                 dir = path.display()
             ),
         }),
+    }
+}
+
+/// The damage in the log of the database at `path` that sled's recovery
+/// would cut (the log file and where), if any; a log whose end only is cut
+/// short is no damage (logged as a warning).
+pub(crate) fn damage(
+    path: &Path,
+    segment_size: usize,
+) -> Result<Option<(std::path::PathBuf, crate::sled_audit::Lost)>, StoreError> {
+    let db_path = path.join("db");
+    let mut file = match std::fs::File::open(&db_path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_only::io_error("open", &db_path, &e)),
+    };
+    let lost = crate::sled_audit::audit_before_open(&mut file, &db_path, segment_size)
+        .map_err(|e| read_only::io_error("read", &db_path, &e))?;
+    match lost {
+        Some(lost) if lost.torn_end => {
+            tracing::warn!(
+                log = %db_path.display(),
+                offset = lost.offset,
+                "sled database: {}; sled's recovery drops that end (a commit a crash cut short)",
+                lost.what
+            );
+            Ok(None)
+        }
+        Some(lost) => Ok(Some((db_path, lost))),
+        None => Ok(None),
     }
 }
 

@@ -99,6 +99,26 @@ pub enum MemoryError {
         /// What the path holds, and what to do.
         found: String,
     },
+    /// The memory's files are damaged: a log holds bytes other than those
+    /// it wrote before its last records. The memory was not opened, and
+    /// nothing was changed: opening it would have lost what follows the
+    /// damage (`what` says what to do).
+    #[error(
+        "the memory {} is damaged: {}{}: {what}",
+        store.display(),
+        file.display(),
+        offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
+    )]
+    Damaged {
+        /// The memory's directory.
+        store: std::path::PathBuf,
+        /// The damaged file.
+        file: std::path::PathBuf,
+        /// The first byte of `file` found damaged, when known.
+        offset: Option<u64>,
+        /// What is wrong, and what to do.
+        what: String,
+    },
 }
 
 impl MemoryError {

@@ -3,6 +3,7 @@
 //! never shown as another state.
 
 use crate::{create_sample, id};
+use harness::memory::MemoryError;
 use harness::session::{SessionStore, StoreError};
 use harness_stores::{ReadOnlyError, SledStore};
 use std::collections::BTreeMap;
@@ -433,11 +434,33 @@ async fn the_writers_open_refuses_a_log_damaged_in_its_middle_and_changes_nothin
             }
             assert_eq!(files(&case), before, "{name}: the open changed the store");
             match harness_stores::SledMemory::open(&case) {
-                Err(e) => assert!(
-                    e.to_string()
-                        .contains(&format!("the store {} is damaged", case.display())),
-                    "{name}: {e}"
-                ),
+                Err(e @ MemoryError::Damaged { .. }) => {
+                    let shown = e.to_string();
+                    let MemoryError::Damaged {
+                        store,
+                        file,
+                        offset,
+                        what,
+                    } = e
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!(store, case, "{name}");
+                    assert_eq!(file, case.join("db"), "{name}");
+                    let offset = offset.unwrap_or_else(|| panic!("{name}: no offset"));
+                    assert!(offset <= *at as u64, "{name}: {shown}");
+                    assert!(what.contains("nothing was changed"), "{name}: {shown}");
+                    assert!(what.contains("SledMemory::in_db"), "{name}: {shown}");
+                    assert!(
+                        shown.contains(&format!(
+                            "the memory {} is damaged: {} at offset {offset}",
+                            case.display(),
+                            case.join("db").display()
+                        )),
+                        "{name}: {shown}"
+                    );
+                }
+                Err(other) => panic!("{name}: expected damage, got {other}"),
                 Ok(_) => panic!("{name}: the damaged log opened as memory"),
             }
             assert_eq!(files(&case), before, "{name}: the memory changed the store");
