@@ -328,7 +328,9 @@ pub fn confined(program: &str) -> Result<tokio::process::Command, String> {
 /// The `shell` tool: runs one command ([`CommandLine`], no shell) in a
 /// directory, [`confined`] (only [`PASS_ENV`] in its environment, the host
 /// non-dumpable, no capabilities), with no input, a timeout, and its
-/// output bounded.
+/// output bounded. The command runs in a process group of its own, killed
+/// when the command ends or its time is up: what it started in the
+/// background ends with it ([`kill_group`]).
 #[derive(Clone, Debug)]
 pub struct Shell {
     dir: PathBuf,
@@ -414,6 +416,55 @@ async fn capture(stream: Option<impl tokio::io::AsyncRead + Unpin>, keep: usize)
     captured
 }
 
+/// How long the output of a command that has ended is still read: a
+/// process that left the command's group (`setsid`) may hold its streams
+/// open; what came by then is kept.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// What a capture task read, waiting at most [`OUTPUT_GRACE`] for its end.
+async fn collect(mut task: tokio::task::JoinHandle<Captured>) -> Captured {
+    let captured = tokio::time::timeout(OUTPUT_GRACE, &mut task)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    task.abort();
+    captured
+}
+
+/// Kills the process group `group` leads (a command started with
+/// `process_group(0)`: the process and whatever it started, unless they
+/// left the group), if it is still there. Unix only; elsewhere nothing.
+/// The [`Shell`] tool, and the project recipe's commands, end each command
+/// so when it ends or its time is up.
+pub fn kill_group(group: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = group
+        .and_then(|g| i32::try_from(g).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    #[cfg(not(unix))]
+    let _ = group;
+}
+
+/// A command's process group, killed once: by [`Group::kill`], or when
+/// dropped (a call dropped while its command runs).
+struct Group(Option<u32>);
+
+impl Group {
+    fn kill(&mut self) {
+        kill_group(self.0.take());
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 #[async_trait::async_trait]
 impl Tool for Shell {
     type Args = ShellArgs;
@@ -436,29 +487,44 @@ impl Tool for Shell {
         command
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
+        // Its own process group, so that what it starts in the background
+        // is stopped with it.
+        #[cfg(unix)]
+        command.process_group(0);
         let mut child = command
             .spawn()
             .map_err(|e| format!("cannot start `{}`: {e}", line.program()))?;
+        // Killed however the call ends, a dropped call included.
+        let mut group = Group(child.id());
         // Read as it comes, never more than a bound: `output()` would hold
         // everything the command writes until it exits.
         let keep = self.max_output.saturating_add(REDACTION_MARGIN);
-        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let running = async {
-            let (out, err, status) =
-                tokio::join!(capture(stdout, keep), capture(stderr, keep), child.wait());
-            (out, err, status)
-        };
-        // On timeout the child is dropped, and `kill_on_drop` stops it.
-        let (out, err, status) = match tokio::time::timeout(self.timeout, running).await {
+        let stdout = tokio::spawn(capture(child.stdout.take(), keep));
+        let stderr = tokio::spawn(capture(child.stderr.take(), keep));
+        let status = tokio::time::timeout(self.timeout, child.wait()).await;
+        // The command's end (or its time) is the end of whatever it started
+        // in the background too, which would otherwise hold its output
+        // open and outlive it.
+        group.kill();
+        let status = match status {
             Err(_) => {
+                let _ = child.kill().await;
+                stdout.abort();
+                stderr.abort();
                 return Err(format!(
                     "`{line}` did not finish within {} s and was stopped",
                     self.timeout.as_secs()
                 ));
             }
-            Ok((_, _, Err(e))) => return Err(format!("`{line}` could not be waited for: {e}")),
-            Ok((out, err, Ok(status))) => (out, err, status),
+            Ok(Err(e)) => {
+                stdout.abort();
+                stderr.abort();
+                return Err(format!("`{line}` could not be waited for: {e}"));
+            }
+            Ok(Ok(status)) => status,
         };
+        let out = collect(stdout).await;
+        let err = collect(stderr).await;
         let partial = |c: &Captured| c.total > c.kept.len() as u64;
         // A success shows the output; a failure its errors, then its output.
         let (mut text, wrote, partial) = if status.success() {

@@ -237,6 +237,107 @@ async fn the_shell_tool_runs_argv_without_a_shell_or_the_hosts_secrets() {
     );
 }
 
+/// Whether process `pid` has ended (gone, or a zombie left to its new
+/// parent), waiting up to 5 s for it.
+#[cfg(target_os = "linux")]
+async fn ended(pid: &str) -> bool {
+    for _ in 0..50 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    false
+}
+
+/// What a command starts in the background ends with it: when the command
+/// ends (its output is there at once, not after the timeout), when its
+/// time is up, and when the call is dropped while it runs.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn what_a_command_starts_in_the_background_ends_with_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let pid = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .trim()
+            .to_owned()
+    };
+    // The command ends: its output, no timeout, the background gone.
+    let patient = ToolSet::new().with(Shell::new(dir.path(), Duration::from_secs(120)));
+    let quick = [
+        "sh -c 'sleep 300 & echo $! > p1; echo started'",
+        "sh -c '(sleep 300; echo late) & echo $! > p2; echo started'",
+        "sh -c 'sh -c \"sleep 300\" & echo $! > p3; echo started; exit 3'",
+    ];
+    for (i, command) in quick.iter().enumerate() {
+        let out = patient
+            .dispatch_or_report(&ToolCall::new("c", "shell", json!({ "command": command })))
+            .await;
+        assert!(
+            out.content.contains("started"),
+            "{command}: {}",
+            out.content
+        );
+        assert!(
+            !out.content.contains("did not finish"),
+            "{command}: {}",
+            out.content
+        );
+        assert_eq!(out.is_error, i == 2, "{command}: {}", out.content);
+        let p = pid(&format!("p{}", i + 1));
+        assert!(ended(&p).await, "{command}: {p} still runs");
+    }
+    // Its time is up.
+    let slow = ToolSet::new().with(Shell::new(dir.path(), Duration::from_millis(300)));
+    let out = slow
+        .dispatch_or_report(&ToolCall::new(
+            "c",
+            "shell",
+            json!({ "command": "sh -c 'sleep 300 & echo $! > p4; sleep 300'" }),
+        ))
+        .await;
+    assert!(
+        out.is_error && out.content.contains("did not finish"),
+        "{}",
+        out.content
+    );
+    assert!(
+        ended(&pid("p4")).await,
+        "the background of a stopped command still runs"
+    );
+    // The call is dropped while the command runs.
+    let call = ToolCall::new(
+        "c",
+        "shell",
+        json!({ "command": "sh -c 'sleep 300 & echo $! > p5; sleep 300'" }),
+    );
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(500),
+        patient.dispatch_or_report(&call),
+    )
+    .await;
+    assert!(dropped.is_err(), "the call ended on its own");
+    for _ in 0..50 {
+        if dir.path().join("p5").exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        ended(&pid("p5")).await,
+        "the background of a dropped call still runs"
+    );
+}
+
 /// The peak resident memory of this process (Linux's `VmHWM`), in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -172,7 +172,7 @@ async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> Ste
     let status = tokio::time::timeout(timeout, child.wait()).await;
     // The command's end (or its time) is the end of whatever it started in
     // the background too, which would otherwise hold its output open.
-    kill_group(group);
+    harness_kit::shell::kill_group(group);
     let status = match status {
         Err(_) => {
             let _ = child.kill().await;
@@ -292,20 +292,6 @@ async fn capture(
         captured.cut = true;
     }
     captured
-}
-
-/// Kills the process group a command ran in (its `sh` and whatever it
-/// started), if it is still there.
-fn kill_group(group: Option<u32>) {
-    #[cfg(unix)]
-    if let Some(pid) = group
-        .and_then(|g| i32::try_from(g).ok())
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    }
-    #[cfg(not(unix))]
-    let _ = group;
 }
 
 /// The mark before output whose beginning was dropped.
