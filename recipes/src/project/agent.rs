@@ -875,12 +875,14 @@ impl ProjectAgent {
                         rollback.restored.push(change.path);
                     }
                 }
-                git.restore(&rollback.restored).await?;
+                // What the session created goes first: a link it put where
+                // a tracked directory was (`.harness`, `src`) is removed as
+                // a link before git puts the directory back in its place.
                 for path in &rollback.removed {
                     let file = self.env.dir().join(path);
                     match std::fs::remove_file(&file) {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                            return Err(files::FileError::Read {
+                            return Err(files::FileError::Remove {
                                 path: file,
                                 source: e,
                             }
@@ -889,6 +891,7 @@ impl ProjectAgent {
                         _ => {}
                     }
                 }
+                git.restore(&rollback.restored).await?;
             }
         }
         rollback.commits = git

@@ -35,6 +35,15 @@ pub enum FileError {
         #[source]
         source: std::io::Error,
     },
+    /// It cannot be removed.
+    #[error("cannot remove {}: {source}", path.display())]
+    Remove {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// It is not what it should hold.
     #[error("{} is not valid: {reason}", path.display())]
     Malformed {

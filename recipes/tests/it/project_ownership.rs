@@ -512,6 +512,74 @@ async fn a_rollback_after_a_failed_session_discards_only_the_agents_work_and_lis
     assert!(repo.join("mine.txt").exists());
 }
 
+/// A session whose command put a link out of the project where `.harness`
+/// was fails; the rollback then removes the link (not what it points to),
+/// puts the directory back, and clears the session, in one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_removes_a_link_the_session_put_in_place_of_a_tracked_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let model = Arc::new(ScriptedModel::new([Expect::any().reply(text(plan()))]));
+    let agent = project(&repo, dir.path(), Arc::clone(&model));
+    agent.initialize("wc").await.unwrap();
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let tracked = files(&repo.join(".harness"));
+    let swap = format!(
+        "cp -r .harness ../copy && rm -rf .harness && ln -s {} .harness && cp ../copy/* .harness/",
+        outside.display()
+    );
+    push(
+        &model,
+        vec![
+            pick("count-words"),
+            super::project::write_words_then(swap),
+            answer("done"),
+            reflect("links"),
+        ],
+    );
+    let error = agent.run_session().await.unwrap_err();
+    assert!(
+        matches!(error, ProjectError::Session { number: 1, .. }),
+        "{error:?}"
+    );
+    assert!(
+        std::fs::symlink_metadata(repo.join(".harness"))
+            .unwrap()
+            .is_symlink()
+    );
+    let outside_before = files(&outside);
+
+    let rollback = agent.roll_back().await.unwrap();
+    assert_eq!(rollback.session, Some(1));
+    assert!(
+        rollback.removed.contains(&PathBuf::from(".harness"))
+            && rollback.removed.contains(&PathBuf::from("wc.sh")),
+        "{rollback:?}"
+    );
+    // The directory is back, as committed; what the link pointed to is
+    // left as it was; the session is over.
+    assert!(
+        std::fs::symlink_metadata(repo.join(".harness"))
+            .unwrap()
+            .is_dir()
+    );
+    let mut restored = files(&repo.join(".harness"));
+    restored.remove(Path::new("progress.json"));
+    let mut committed = tracked.clone();
+    committed.remove(Path::new("progress.json"));
+    assert_eq!(restored, committed);
+    assert!(!repo.join("wc.sh").exists());
+    assert_eq!(files(&outside), outside_before);
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head);
+    assert_eq!(agent.status().await.unwrap().current, None);
+    let last = read_progress(&repo).unwrap().pop().unwrap();
+    assert_eq!(last.session, 1, "{last:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_commit_or_another_branch_stops_the_agent_and_is_never_reset_over() {
     let dir = tempfile::tempdir().unwrap();
