@@ -219,7 +219,9 @@ impl Limits {
         Self::default()
     }
 
-    /// At most `max` model calls.
+    /// At most `max` model calls (the repair call after an empty or
+    /// unreadable answer counts as one: with no call left for it, the loop
+    /// stops with [`LimitKind::Turns`] instead).
     #[must_use]
     pub fn turns(mut self, max: u32) -> Self {
         self.turns = Some(max);
@@ -639,25 +641,29 @@ async fn model_turn<S: AgentState, C: AgentContext>(
     let request = request.build();
 
     let model = cx.context().model();
-    let response = match config.limits.time_left(memory) {
+    // A model call held to the time left; `None` when the time is up.
+    let call = async |request: &ModelRequest| match config.limits.time_left(memory) {
         Some(left) => {
             let left = left.saturating_sub(started.elapsed());
-            match tokio::time::timeout(left, cx.complete(model, &request)).await {
-                Ok(response) => response,
-                Err(_) => {
-                    let used_ms = memory.active_ms().saturating_add(elapsed_ms(started));
-                    let limit = LimitKind::Time {
-                        max_ms: config.limits.time_ms().unwrap_or_default(),
-                        used_ms,
-                    };
-                    let update = update
-                        .with_status(AgentStatus::LimitReached { limit })
-                        .worked(elapsed_ms(started));
-                    return Ok(S::memory_update(update));
-                }
-            }
+            tokio::time::timeout(left, cx.complete(model, request))
+                .await
+                .ok()
         }
-        None => cx.complete(model, &request).await,
+        None => Some(cx.complete(model, request).await),
+    };
+    let time_up = |update: AgentMemory| {
+        let used_ms = memory.active_ms().saturating_add(elapsed_ms(started));
+        let limit = LimitKind::Time {
+            max_ms: config.limits.time_ms().unwrap_or_default(),
+            used_ms,
+        };
+        let update = update
+            .with_status(AgentStatus::LimitReached { limit })
+            .worked(elapsed_ms(started));
+        Ok(S::memory_update(update))
+    };
+    let Some(response) = call(&request).await else {
+        return time_up(update);
     };
     // An answer with neither text nor a tool call (seen from small local
     // models, and from any model cut at its bound before it wrote a word),
@@ -685,9 +691,25 @@ async fn model_turn<S: AgentState, C: AgentContext>(
     let response = match repair {
         None => response?,
         Some(repair) => {
+            // The repair is a model call like any other: counted, and held
+            // to the limits.
+            update = update.turn_taken();
+            if let Some(max) = config.limits.turns
+                && memory.turns().saturating_add(1) >= max
+            {
+                let update = update
+                    .with_status(AgentStatus::LimitReached {
+                        limit: LimitKind::Turns { max },
+                    })
+                    .worked(elapsed_ms(started));
+                return Ok(S::memory_update(update));
+            }
             let mut again = request.clone();
             again.messages.push(Message::user(repair));
-            let second = cx.complete(model, &again).await?;
+            let Some(second) = call(&again).await else {
+                return time_up(update);
+            };
+            let second = second?;
             if is_empty_answer(&second) {
                 return Err(harness::StepError::msg(format!(
                     "the model answered with nothing after a repair turn (its last stop \

@@ -702,8 +702,8 @@ async fn an_empty_answer_gets_one_repair_turn() {
             // Only the repaired answer is kept; the empty one is not in the
             // conversation, and the nudge is not either.
             assert_eq!(memory.transcript().messages().len(), 2);
-            // One turn, both calls' tokens.
-            assert_eq!(memory.turns(), 1);
+            // Two model calls, both calls' tokens.
+            assert_eq!(memory.turns(), 2);
             assert_eq!(memory.usage().get("scripted"), Some(spent));
         } else {
             let error = result.unwrap_err().to_string();
@@ -713,6 +713,81 @@ async fn an_empty_answer_gets_one_repair_turn() {
             );
         }
     }
+}
+
+/// Answers with nothing at once, then takes its time.
+struct EmptyThenSlow(AtomicUsize);
+
+#[async_trait]
+impl LanguageModel for EmptyThenSlow {
+    async fn complete(&self, _: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        if self.0.fetch_add(1, Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok(ModelResponse::new(
+            Vec::new(),
+            Usage::new(50, 0),
+            Default::default(),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_repair_turn_is_a_model_call_counted_and_held_to_the_limits() {
+    let empty = || ModelResponse::new(Vec::new(), Usage::new(50, 0), Default::default());
+    // A turn limit of 1 leaves no room for the repair: the loop stops
+    // there; 2 leaves room for it.
+    for max in [1, 2] {
+        let model = scripted([
+            Expect::any().reply(empty()),
+            Expect::any().reply(ModelResponse::from_text("5")),
+        ]);
+        let recipe = AgentLoop::new(tools()).limits(Limits::none().turns(max));
+        let outcome = agent(recipe, model.clone())
+            .run(AgentChat::with_task("go"))
+            .await
+            .unwrap_or_else(|e| panic!("the run completes: {e}"));
+        let memory = &outcome.state.memory;
+        if max == 1 {
+            assert_eq!(outcome.signal.as_str(), "limit");
+            assert_eq!(
+                memory.status(),
+                Some(&AgentStatus::LimitReached {
+                    limit: LimitKind::Turns { max: 1 }
+                })
+            );
+            assert_eq!(model.requests().len(), 1);
+            assert_eq!(memory.turns(), 1);
+            assert_eq!(memory.usage().get("scripted"), Some(Usage::new(50, 0)));
+            assert_eq!(memory.answer(), None);
+        } else {
+            assert_eq!(model.requests().len(), 2);
+            assert_eq!(memory.turns(), 2);
+            assert_eq!(memory.answer().as_deref(), Some("5"));
+        }
+    }
+    // The time limit holds the repair call too.
+    let recipe = AgentLoop::new(tools()).limits(Limits::none().time(Duration::from_millis(300)));
+    let model = Arc::new(EmptyThenSlow(AtomicUsize::new(0)));
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(30),
+        agent(recipe, model.clone()).run(AgentChat::with_task("go")),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the repair call was not cut short"))
+    .unwrap_or_else(|e| panic!("the run completes: {e}"));
+    assert!(
+        matches!(
+            outcome.state.memory.status(),
+            Some(AgentStatus::LimitReached {
+                limit: LimitKind::Time { max_ms: 300, .. }
+            })
+        ),
+        "{:?}",
+        outcome.state.memory.status()
+    );
+    assert_eq!(model.0.load(Ordering::SeqCst), 2);
+    assert_eq!(outcome.state.memory.turns(), 1);
 }
 
 #[tokio::test]
