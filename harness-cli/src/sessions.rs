@@ -704,6 +704,13 @@ fn missing(path: &Path, e: &std::io::Error) -> String {
     e.to_string()
 }
 
+/// Whether `store`, as given to [`open`], is read from what it held when it
+/// was opened (a sled database's private copy, a log store's log as it
+/// was), so that what other processes write later is not seen.
+pub(crate) fn is_snapshot(store: &str) -> bool {
+    !store.contains("://") && matches!(on_disk(Path::new(store)), Ok(OnDisk::Sled | OnDisk::Log))
+}
+
 fn open_path(path: &Path) -> Result<Box<dyn SessionStore>, SessionsError> {
     use harness_stores::{FileStore, LogStore, SledStore};
     let opened = match on_disk(path)? {

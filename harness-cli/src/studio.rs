@@ -389,6 +389,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 
 async fn serve(args: &Args) -> Result<(), Error> {
     check_options(args)?;
+    let opened_at = harness::session::now_millis();
     let store =
         crate::sessions::open(&args.store, args.schema.as_deref(), args.prefix.as_deref()).await?;
     // A sled memory's copy lives as long as the studio.
@@ -403,6 +404,11 @@ async fn serve(args: &Args) -> Result<(), Error> {
         .reports(reports);
     if let Some(opened) = &memory {
         studio = studio.memory(opened.memory.clone());
+    }
+    // A sled database or a log store is read as it was when opened: the
+    // page says so rather than *live*.
+    if crate::sessions::is_snapshot(&args.store) {
+        studio = studio.snapshot(opened_at);
     }
     let serving = studio
         .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))

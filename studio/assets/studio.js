@@ -42,7 +42,9 @@ const ui = {
   // replaces what the later one showed.
   sessionRun: 0,
   stateRun: 0,
+  timelineRun: 0,
   loading: false, // the latest load of the session shown is under way
+  shown: null, // the session whose panels are drawn; null: none (or cleared)
 };
 
 // A call of the JSON API: its data and the response (for its headers).
@@ -55,6 +57,9 @@ async function call(path, options = {}) {
   if (!response.ok) {
     const error = new Error(data.error || response.statusText);
     error.status = response.status;
+    // `damaged`: a record of the store does not read (the session's log
+    // is broken, say); `parameter`, `route`, …
+    error.kind = data.kind || null;
     // A refused tool-approval answer names each call's problem.
     error.problems = Array.isArray(data.problems) ? data.problems : [];
     throw error;
@@ -580,6 +585,7 @@ function renderDetail() {
   const s = d.summary;
   $('#empty-pane').hidden = true;
   $('#session-pane').hidden = false;
+  $('#session-pane').dataset.damaged = 'false';
   setText($('#session-id'), s.id);
   setText($('#session-agent'), s.agent);
   $('#phase').replaceChildren(phaseBadge(s.phase));
@@ -971,9 +977,12 @@ async function loadState() {
   const id = ui.selected;
   const run = ++ui.stateRun;
   const q = ui.seq === null ? '' : '?seq=' + ui.seq;
+  // Marked while it loads: the state drawn is the one before.
+  $('#state-panel').dataset.loading = 'true';
   try {
     const s = await api(`/api/sessions/${encodeURIComponent(id)}/state${q}`);
     if (id !== ui.selected || run !== ui.stateRun) return;
+    delete $('#state-panel').dataset.loading;
     ui.stateSeq = s.seq;
     const cuts = cutMap(s.cuts);
     const where = s.path ? [s.sub_agent ? ' in sub-agent ' : ' in branch ', m(s.path)] : [];
@@ -1000,6 +1009,10 @@ async function loadState() {
     $('#fork-form h4').replaceChildren(`Fork after step ${s.index} (\``, m(s.step), '\`)'
       + (s.path ? ' \u2014 from the run\u2019s state: a branch\u2019s or sub-agent\u2019s changes are in it only once merged' : ''));
   } catch (e) {
+    if (id !== ui.selected || run !== ui.stateRun) return;
+    delete $('#state-panel').dataset.loading;
+    $('#state-at').textContent = '';
+    $('#state-tree').replaceChildren();
     setText($('#session-error'), e.message);
   }
 }
@@ -1018,14 +1031,76 @@ function timelineUrl(id) {
 async function loadTimeline() {
   const id = ui.selected;
   if (!id) return;
+  // A later page asked for (or a later load of the session) wins.
+  const run = ++ui.timelineRun;
   try {
     const timeline = await api(timelineUrl(id));
-    if (id !== ui.selected) return;
+    if (id !== ui.selected || run !== ui.timelineRun) return;
     ui.timeline = timeline;
     renderTimeline();
   } catch (e) {
-    setText($('#session-error'), e.message);
+    if (id === ui.selected && run === ui.timelineRun) setText($('#session-error'), e.message);
   }
+}
+
+// Clears every panel drawn of a session, for session `id`: when another
+// session is opened (nothing of the one before stays on screen while it
+// loads), and when opening it fails (nothing of another session stays
+// under its error: above all not its answer form). The header names `id`,
+// with what the list knows of it (its head, which reads); the graph, the
+// timeline, the state and the journal are empty, the state marked as
+// loading while `loading`.
+function clearSession(id, loading) {
+  ui.detail = null;
+  ui.timeline = null;
+  ui.stateSeq = null;
+  ui.picked = null;
+  ui.shown = null;
+  $('#empty-pane').hidden = true;
+  $('#session-pane').hidden = false;
+  $('#session-pane').dataset.loading = loading ? 'true' : 'false';
+  const s = ui.sessions.get(id);
+  const known = s && !s.unreadable ? s : null;
+  setText($('#session-id'), id);
+  setText($('#session-agent'), known ? known.agent : '');
+  $('#phase').replaceChildren(...(known ? [phaseBadge(known.phase)] : []));
+  if (known) $('#phase').dataset.phase = known.phase;
+  else delete $('#phase').dataset.phase;
+  $('#session-steps').textContent = known ? String(known.steps) : '';
+  $('#session-next').textContent = '';
+  $('#session-detail').replaceChildren();
+  $('#session-error').textContent = '';
+  // The question and its form, with whatever was typed in them.
+  const waiting = $('#waiting-panel');
+  waiting.hidden = true;
+  delete waiting.dataset.interrupt;
+  $('#interrupt-step').replaceChildren();
+  $('#interrupt-path').replaceChildren();
+  $('#interrupt-payload').replaceChildren();
+  $('#answer-form').hidden = true;
+  $('#answer-readonly').hidden = true;
+  $('#answer').value = '';
+  $('#answer-error').textContent = '';
+  $('#answer-status').textContent = '';
+  $('#approval-calls').replaceChildren();
+  $('#approval').hidden = true;
+  $('#answer-shape').replaceChildren();
+  $('#graph').replaceChildren();
+  $('#graph-source').textContent = loading ? 'loading\u2026' : '';
+  $('#timeline').replaceChildren();
+  $('#timeline-note').textContent = loading ? 'loading\u2026' : '';
+  $('#timeline-pager').hidden = true;
+  $('#timeline-range').textContent = '';
+  $('#path-filter').replaceChildren(el('option', { value: '*', text: 'every task' }));
+  $('#state-at').textContent = loading ? 'loading\u2026' : '';
+  $('#state-tree').replaceChildren();
+  if (loading) $('#state-panel').dataset.loading = 'true';
+  else delete $('#state-panel').dataset.loading;
+  $('#fork-form').hidden = true;
+  $('#fork-status').textContent = '';
+  $('#fork-error').textContent = '';
+  $('#fork-fields').textContent = '';
+  $('#journal').replaceChildren();
 }
 
 // Loads the session shown: its detail, timeline and state. Once loaded,
@@ -1035,8 +1110,13 @@ async function loadSession() {
   const id = ui.selected;
   if (!id) return;
   const run = ++ui.sessionRun;
+  // A page of the timeline asked for before this load is overtaken by it.
+  const timelineRun = ++ui.timelineRun;
   ui.loading = true;
   let loaded = false;
+  // Another session's panels go at once: none of them stays while this
+  // one loads (a large state takes seconds).
+  if (ui.shown !== id) clearSession(id, true);
   try {
     const [detail, timeline] = await Promise.all([
       api(`/api/sessions/${encodeURIComponent(id)}`),
@@ -1044,14 +1124,22 @@ async function loadSession() {
     ]);
     if (id !== ui.selected || run !== ui.sessionRun) return;
     ui.detail = detail;
-    ui.timeline = timeline;
+    if (timelineRun === ui.timelineRun) ui.timeline = timeline;
     $('#session-error').textContent = '';
+    $('#session-pane').dataset.loading = 'false';
     renderDetail();
-    renderTimeline();
+    // (A page asked for meanwhile draws itself when it comes.)
+    if (ui.timeline) renderTimeline();
+    ui.shown = id;
     await loadState();
     loaded = true;
   } catch (e) {
-    if (run === ui.sessionRun) setText($('#session-error'), e.message);
+    if (id !== ui.selected || run !== ui.sessionRun) return;
+    // Nothing drawn of this session (or of another) stays under its
+    // error: a damaged session shows the error alone.
+    clearSession(id, false);
+    setText($('#session-error'), e.message);
+    $('#session-pane').dataset.damaged = e.kind === 'damaged' ? 'true' : 'false';
   } finally {
     if (run === ui.sessionRun) {
       ui.loading = false;
@@ -1079,6 +1167,8 @@ function select(id) {
 $('#answer-form').addEventListener('submit', async (ev) => {
   ev.preventDefault();
   const d = ui.detail;
+  // Only the question of the session shown is answered.
+  if (!d || !d.interrupt || d.summary.id !== ui.selected) return;
   const error = $('#answer-error');
   error.textContent = '';
   let answer;
@@ -1174,7 +1264,12 @@ $('#timeline-later').addEventListener('click', () => {
 // A namespace as the API reads it: labels joined by '/', each encoded so
 // that a label may hold a '/'.
 const nsParam = (labels) => labels.map(encodeURIComponent).join('/');
-const nsText = (labels) => labels.length ? labels.join(' / ') : 'every namespace';
+// A label as shown: its `%` and `/` encoded as the API reads them, so that
+// label `a/b` (`a%2Fb`) never reads as labels `a` and `b`; a namespace
+// shown is its labels so written, joined by `/`, which the API reads back.
+const nsLabel = (label) => label.replace(/%/g, '%25').replace(/\//g, '%2F');
+const nsPath = (labels) => labels.map(nsLabel).join('/');
+const nsText = (labels) => labels.length ? labels.map(nsLabel).join(' / ') : 'every namespace';
 
 function until(ms) {
   const s = Math.round((ms - Date.now()) / 1000);
@@ -1231,7 +1326,7 @@ function renderNamespaces() {
     const b = el('button', {
       type: 'button',
       class: 'ns' + (holds ? ' holds' : '') + (same(labels, memory.selected) ? ' selected' : ''),
-      'data-ns': labels.join('/'), title: nsText(labels), text,
+      'data-ns': nsPath(labels), title: nsText(labels), text,
     });
     b.addEventListener('click', () => selectNamespace(labels));
     return b;
@@ -1240,7 +1335,7 @@ function renderNamespaces() {
     const ul = el('ul');
     for (const [label, child] of node.children) {
       const path = labels.concat([label]);
-      const li = el('li', {}, button(path, label, child.holds));
+      const li = el('li', {}, button(path, nsLabel(label), child.holds));
       if (child.children.size) li.append(branch(child, path));
       ul.append(li);
     }
@@ -1291,11 +1386,11 @@ function renderItems(page) {
   const rows = page.items.map((item) => {
     const head = el('div', { class: 'item-head' },
       el('span', { class: 'item-key', text: item.key }),
-      el('span', { class: 'path-tag', text: item.namespace.join('/') }),
+      el('span', { class: 'path-tag', text: nsPath(item.namespace) }),
       el('span', { class: 'muted', title: new Date(item.updated_at).toISOString(), text: 'updated ' + ago(item.updated_at) }),
       el('span', { class: 'muted', text: item.expires_at ? 'expires ' + until(item.expires_at) : 'no expiry' }));
     if (item.score !== undefined) head.append(el('span', { class: 'score', text: 'score ' + item.score.toFixed(3) }));
-    return el('li', { class: 'item', 'data-key': item.key, 'data-namespace': item.namespace.join('/') }, head, valueBox(item));
+    return el('li', { class: 'item', 'data-key': item.key, 'data-namespace': nsPath(item.namespace) }, head, valueBox(item));
   });
   $('#items').replaceChildren(...rows);
   $('#items-empty').hidden = rows.length > 0;
@@ -1525,8 +1620,14 @@ function follow() {
   const watch = ui.selected ? '&watch=' + encodeURIComponent(ui.selected) : '';
   const events = new EventSource('/api/events?token=' + encodeURIComponent(token) + watch);
   live.events = events;
-  events.addEventListener('open', () => { $('#live').textContent = 'live'; $('#live').classList.add('on'); });
-  events.addEventListener('error', () => { $('#live').textContent = 'reconnecting…'; $('#live').classList.remove('on'); });
+  // A store read from a copy taken at start never changes: the badge says
+  // so, whatever the stream does.
+  if (ui.info && ui.info.snapshot) {
+    showSnapshot(ui.info.snapshot);
+  } else {
+    events.addEventListener('open', () => { $('#live').textContent = 'live'; $('#live').classList.add('on'); });
+    events.addEventListener('error', () => { $('#live').textContent = 'reconnecting…'; $('#live').classList.remove('on'); });
+  }
   // The first page and the session shown, merged into those loaded; with
   // a search or a phase filter, only those that pass it (a session that
   // no longer passes leaves the list). The session shown is loaded again
@@ -1551,6 +1652,19 @@ function follow() {
     ui.sessions.delete(JSON.parse(m.data).id);
     renderList();
   });
+}
+
+// The badge of a studio reading a copy of its store taken at start: what
+// it shows is the store as it was then, not live.
+function showSnapshot(snapshot) {
+  const badge = $('#live');
+  const at = new Date(snapshot.taken_at);
+  badge.classList.remove('on');
+  badge.classList.add('snapshot');
+  badge.dataset.takenAt = String(snapshot.taken_at);
+  badge.title = 'this studio reads a copy of the store taken when it started (' + at.toISOString()
+    + '): later writes by other processes do not show; start it again to see them';
+  badge.textContent = 'snapshot taken at ' + at.toLocaleString();
 }
 
 async function start() {

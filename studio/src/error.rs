@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use harness::SessionId;
 use harness::memory::MemoryError;
-use harness::session::{SessionError, StoreError};
+use harness::session::{GapKind, SessionError, StoreError, StoreLoad};
 use std::net::SocketAddr;
 
 /// Why the studio could not start or stopped.
@@ -209,6 +209,12 @@ pub(crate) enum ApiError {
          ({host:?})"
     )]
     ForeignOrigin { origin: String, host: String },
+    /// No route of the API answers this path (the body's `kind` is
+    /// `route`, its `path` the path asked).
+    #[error(
+        "no such API call: {path} (the studio's API is under /api: sessions, events, memory, evals)"
+    )]
+    NoRoute { path: String },
     /// The work of a request ended without an answer (it panicked).
     #[error("the studio could not answer: {0}")]
     Failed(String),
@@ -226,7 +232,8 @@ impl ApiError {
             | ApiError::NoCheckpoint { .. }
             | ApiError::ForkIndex { .. }
             | ApiError::NoMemory
-            | ApiError::NoItem { .. } => StatusCode::NOT_FOUND,
+            | ApiError::NoItem { .. }
+            | ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ApiError::Memory(e) => match e {
                 MemoryError::Namespace { .. }
                 | MemoryError::Key { .. }
@@ -288,7 +295,47 @@ impl IntoResponse for ApiError {
             body["kind"] = serde_json::json!("parameter");
             body["parameter"] = serde_json::json!(redact::text(parameter));
         }
+        if let ApiError::Store {
+            source: StoreError::Load(load),
+            ..
+        } = &self
+        {
+            damaged(&mut body, load);
+        }
+        if let ApiError::NoRoute { path } = &self {
+            body["kind"] = serde_json::json!("route");
+            body["path"] = serde_json::json!(redact::text(path));
+        }
         (status, Json(body)).into_response()
+    }
+}
+
+/// A damaged record's error body: `"kind": "damaged"`, the session and
+/// the record, and where its checkpoint log breaks when it does (`"gap":
+/// {"kind", "expected_seq", "found_seq"}`, `found_seq` null when the log
+/// ends there), so that a client tells damage from a failure to reach the
+/// store without reading the message.
+fn damaged(body: &mut serde_json::Value, load: &StoreLoad) {
+    body["kind"] = serde_json::json!("damaged");
+    body["session"] = serde_json::json!(redact::text(load.session.as_str()));
+    body["record"] = serde_json::json!(redact::text(&load.record));
+    if let Some(gap) = &load.gap {
+        body["gap"] = serde_json::json!({
+            "kind": gap_kind(gap.kind),
+            "expected_seq": gap.expected_seq,
+            "found_seq": gap.found_seq,
+        });
+    }
+}
+
+/// A break of a checkpoint log, as a body's `gap.kind` names it.
+fn gap_kind(kind: GapKind) -> &'static str {
+    match kind {
+        GapKind::Missing => "missing",
+        GapKind::Duplicate => "duplicate",
+        GapKind::OutOfOrder => "out_of_order",
+        GapKind::EndsEarly => "ends_early",
+        _ => "broken",
     }
 }
 

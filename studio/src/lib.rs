@@ -66,7 +66,14 @@
 //! The page follows the store live over server-sent events
 //! (`/api/events`): the studio looks at the store every
 //! [`poll_interval`](Studio::poll_interval) (and at once after its own
-//! writes), so it sees runs of other processes too.
+//! writes), so on a store it reads in place (memory, file, PostgreSQL,
+//! Redis, or an application's own) it sees runs of other processes too. A
+//! store read from a copy taken once (a sled database opened with
+//! `SledStore::open_read_only`, a log store with
+//! `LogStore::open_read_only`) shows that copy, and nothing written after
+//! it was taken: declared with [`Studio::snapshot`], the page says
+//! *snapshot taken at* its time instead of *live*, and `GET /api/info`
+//! answers `"snapshot": {"taken_at": MS}` (else `null`).
 //!
 //! # Sessions, a page at a time
 //!
@@ -112,6 +119,22 @@
 //! head: …"}`). Any other failure of the store (it cannot be reached)
 //! fails the page, as ever. The studio writes nothing to the store.
 //!
+//! A session whose head reads but whose checkpoint log does not add up (a
+//! record missing in the middle, its last record missing, one repeated or
+//! out of order: what a run and `harness sessions history` refuse too, by
+//! the same check, [`harness::session::read_log`]) is listed as its head
+//! says, and opening it (its detail, its timeline, its state) answers the
+//! damage rather than a shorter timeline: 500, `{"error": "session …:
+//! cannot load session …: checkpoint 6 (…): the checkpoint log is broken
+//! (missing records): expected checkpoint 5, found checkpoint 6 …", "kind":
+//! "damaged", "session", "record", "gap": {"kind", "expected_seq",
+//! "found_seq"}}`, the gap's `kind` one of `missing`, `duplicate`,
+//! `out_of_order` and `ends_early` (then `found_seq` is null: the log ends
+//! there). A head that does not read answers the same `kind`, `session`
+//! and `record`, without a `gap`. The page shows the error under the
+//! session's id, agent and phase (from its head) and nothing else of it,
+//! nor of the session shown before.
+//!
 //! `GET /api/sessions/{id}/summary` answers one session as the list shows
 //! it, from its head alone, or 404 (`{"error": "no session … in the
 //! store"}`) when the store holds none: how the page tells whether a run
@@ -129,6 +152,13 @@
 //!
 //! A session's id or a report's index in a URL's path that does not
 //! percent-decode to UTF-8 is answered the same way (`"parameter": "id"`).
+//! A timeline's `path` is a task's path: empty for the run's own loop,
+//! else segments joined by `/`, each a step's name, and for a fan-out's
+//! branch `#` and its index (`square#1`, `review/check#0`); a segment
+//! without a name, with an index that is not digits or too large, or with
+//! more than one `#` is refused, the error naming the segment. A path
+//! under `/api` that no call answers is a 404 naming it: `{"error": "no
+//! such API call: /api/…", "kind": "route", "path": "/api/…"}`.
 //!
 //! # Following the store at a bounded cost
 //!
@@ -252,6 +282,9 @@ pub struct Studio {
     poll: Duration,
     answer_wait: Duration,
     title: String,
+    /// When the store is a copy taken once: when it was taken, in
+    /// milliseconds since the Unix epoch.
+    snapshot: Option<u64>,
 }
 
 impl fmt::Debug for Studio {
@@ -264,6 +297,7 @@ impl fmt::Debug for Studio {
             .field("title", &self.title)
             .field("memory", &self.memory.is_some())
             .field("reports", &self.reports.len())
+            .field("snapshot", &self.snapshot)
             .finish()
     }
 }
@@ -279,6 +313,7 @@ impl Studio {
             poll: Duration::from_millis(500),
             answer_wait: Duration::from_secs(10),
             title,
+            snapshot: None,
         }
     }
 
@@ -445,6 +480,22 @@ impl Studio {
         self
     }
 
+    /// Says that the store is a copy of the user's store taken once, at
+    /// `taken_at` (milliseconds since the Unix epoch,
+    /// [`now_millis`](harness::session::now_millis) when the copy was
+    /// made): what a sled database opened with
+    /// `SledStore::open_read_only` or a log store opened with
+    /// `LogStore::open_read_only` reads. Such a store never shows what
+    /// other processes write after it was taken, so the page does not say
+    /// *live*: it says *snapshot taken at* that time, and `GET /api/info`
+    /// answers `"snapshot": {"taken_at": MS}` (`null` for a store read in
+    /// place). To see later writes, start the studio again on a new copy.
+    #[must_use]
+    pub fn snapshot(mut self, taken_at: u64) -> Self {
+        self.snapshot = Some(taken_at);
+        self
+    }
+
     /// Shows eval reports ([`harness_evals::Report`]): each one case by
     /// case, with its inputs, outputs, scores and their reasons, and a link
     /// to the timeline of each case's run when this studio's store holds
@@ -479,6 +530,7 @@ impl Studio {
             stopping,
             answer_wait: self.answer_wait,
             refused: Arc::default(),
+            snapshot: self.snapshot,
         })
     }
 

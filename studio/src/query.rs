@@ -5,6 +5,7 @@
 //! rather than ignored or answered with a plain-text rejection.
 
 use crate::error::ApiError;
+use harness::TaskPath;
 use std::num::IntErrorKind;
 
 /// The most bytes of a bad value an error quotes.
@@ -117,6 +118,55 @@ impl Query {
             None => default,
         })
     }
+}
+
+/// A task's path given as parameter `name`: empty for the run's own loop,
+/// else segments joined by `/`, each a step's name (not empty, without
+/// `#`), and for a fan-out's branch `#` then its index (digits only, a
+/// number that fits an index): `review`, `square#1`, `review/check#0`.
+/// Any other is refused naming the parameter and its first bad segment,
+/// rather than read as a path no task has (an empty timeline).
+pub(crate) fn task_path(name: &str, text: &str) -> Result<TaskPath, ApiError> {
+    const FORM: &str = "a task's path is step names joined with `/`, a fan-out's branch with                         `#` and its index (`review`, `square#1`, `review/check`), or empty for                         the run's own loop";
+    if text.is_empty() {
+        return Ok(TaskPath::root());
+    }
+    for (i, segment) in text.split('/').enumerate() {
+        let at = |what: String| {
+            let mut quoted: String = segment.chars().take(QUOTED).collect();
+            if quoted.len() < segment.len() {
+                quoted.push('…');
+            }
+            bad(
+                name,
+                text,
+                format!("segment {} `{quoted}` {what}: {FORM}", i + 1),
+            )
+        };
+        let (step, index) = match segment.split_once('#') {
+            Some((step, index)) => (step, Some(index)),
+            None => (segment, None),
+        };
+        if step.trim().is_empty() {
+            return Err(at("has no step name".into()));
+        }
+        let Some(index) = index else { continue };
+        if index.contains('#') {
+            return Err(at("holds more than one `#`".into()));
+        }
+        if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(at(format!(
+                "has {index:?} after `#`, where a branch's index (digits only) is expected"
+            )));
+        }
+        if index.parse::<usize>().is_err() {
+            return Err(at(format!(
+                "has {index} after `#`, more than a branch's index can be ({})",
+                usize::MAX
+            )));
+        }
+    }
+    Ok(TaskPath::from(text))
 }
 
 /// A [`ApiError::BadParameter`] quoting at most [`QUOTED`] bytes of
@@ -253,6 +303,32 @@ mod tests {
             Query::parse(Some("%zz=1"), &["path"], &[]),
             Err(ApiError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn a_task_path_is_names_with_a_branch_s_index_and_a_bad_segment_is_named() {
+        for good in ["", "review", "square#1", "review/check#0", "a#0/b/c#12"] {
+            assert_eq!(task_path("path", good).unwrap().as_str(), good);
+        }
+        for (bad, segment) in [
+            ("branch#x", "segment 1 `branch#x`"),
+            ("#", "segment 1 `#`"),
+            ("##", "segment 1 `##`"),
+            ("#3", "segment 1 `#3`"),
+            ("branch#-1", "segment 1 `branch#-1`"),
+            ("branch#", "segment 1 `branch#`"),
+            (
+                "review/branch#99999999999999999999",
+                "segment 2 `branch#9999",
+            ),
+            ("review/", "segment 2 ``"),
+            ("a#1#2", "segment 1 `a#1#2`"),
+            ("a/ /b", "segment 2 ` `"),
+        ] {
+            let (parameter, why) = why(task_path("path", bad).unwrap_err());
+            assert_eq!(parameter, "path", "{bad}");
+            assert!(why.starts_with(segment), "{bad}: {why}");
+        }
     }
 
     #[test]

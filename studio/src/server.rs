@@ -19,7 +19,7 @@ use axum::{Json, Router};
 use futures::Stream;
 use harness::session::SessionPhase;
 use harness::step::Interrupt;
-use harness::{InterruptId, SessionId, TaskPath};
+use harness::{InterruptId, SessionId};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -75,6 +75,9 @@ pub(crate) struct App {
     /// The answers runs refused, by session: shown with the session while
     /// it waits on the interrupt answered.
     pub(crate) refused: Arc<Refused>,
+    /// When the store is a copy taken once ([`Studio::snapshot`](crate::Studio::snapshot)):
+    /// when, in milliseconds since the Unix epoch.
+    pub(crate) snapshot: Option<u64>,
 }
 
 /// An answer a run refused.
@@ -147,9 +150,26 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/memory/search", get(memory::search))
         .route("/api/evals", get(evals::list))
         .route("/api/evals/{index}", get(evals::report))
+        .fallback(no_route)
         .layer(axum::middleware::from_fn(redact::responses))
         .layer(axum::middleware::map_response(no_referrer))
         .with_state(Arc::new(app))
+}
+
+/// A path no route answers: under `/api`, a JSON error naming it
+/// ([`ApiError::NoRoute`], 404) like every other error of the API, to a
+/// caller with the token (else the token's 401, as for every API call);
+/// elsewhere a bare 404 (the page is at `/`).
+async fn no_route(State(app): State<Shared>, request: axum::extract::Request) -> Response {
+    let (mut parts, _) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    if path != "/api" && !path.starts_with("/api/") {
+        return axum::http::StatusCode::NOT_FOUND.into_response();
+    }
+    if let Err(e) = Authorized::from_request_parts(&mut parts, &app).await {
+        return e.into_response();
+    }
+    ApiError::NoRoute { path }.into_response()
 }
 
 /// Every response: a page of the studio names nothing of it (a session's
@@ -386,6 +406,8 @@ async fn info(State(app): State<Shared>, _: Authorized) -> Json<Value> {
         "phases": PHASES,
         "memory": app.memory.is_some(),
         "evals": !app.reports.is_empty(),
+        // A copy taken once shows nothing written after: not live.
+        "snapshot": app.snapshot.map(|at| json!({ "taken_at": at })),
     }))
 }
 
@@ -516,7 +538,7 @@ async fn blocking<T: Send + 'static>(
 /// `GET /api/sessions/{id}/timeline?path=&offset=&limit=`: a page of the
 /// session's records (see [`view::timeline`]). `path` keeps a task's
 /// records and those of the tasks inside it (empty: the run's own loop
-/// alone); `offset` is the position of the page's first record among
+/// alone; a path that is no task's path is refused, [`query::task_path`]); `offset` is the position of the page's first record among
 /// those kept (without it, the last page); `limit` the records per page
 /// (default and most: [`view::TIMELINE_PAGE`]). Each is read strictly, as
 /// [`Query::parse`] says: a bad one is a 400 naming it.
@@ -527,21 +549,10 @@ async fn timeline(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref(), &["path", "offset", "limit"], &[])?;
-    let only = match query.get("path") {
-        None => None,
-        Some(p) if p.is_empty() || p.split('/').all(|s| !s.trim().is_empty()) => {
-            Some(TaskPath::from(p))
-        }
-        Some(p) => {
-            return Err(query::bad(
-                "path",
-                p,
-                "a task's path is step names joined with `/` (`review`, `square#1`, \
-                 `review/check`), or empty for the run's own loop"
-                    .into(),
-            ));
-        }
-    };
+    let only = query
+        .get("path")
+        .map(|p| query::task_path("path", p))
+        .transpose()?;
     let offset = query
         .whole("offset", 0, u64::MAX)?
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));

@@ -8,7 +8,8 @@ use crate::graph::{self, Graph};
 use crate::redact;
 use crate::source::Source;
 use harness::session::{
-    Checkpoint, CheckpointKind, SessionPhase, SessionStore, StoreError, StoreLoad, StoredRun,
+    Checkpoint, CheckpointKind, SessionPhase, SessionStore, Span, StoreError, StoreLoad, StoredRun,
+    read_log,
 };
 use harness::step::{Interrupt, StepJournal};
 use harness::{SessionId, TaskPath};
@@ -281,20 +282,22 @@ pub(crate) async fn head(store: &dyn SessionStore, id: &SessionId) -> Result<Sto
 }
 
 /// The session's log as the head knows it: from its first record to the
-/// head's last (records a later commit appended are left out).
+/// head's last (records a later commit appended are left out), checked as
+/// the core checks it before a run or `harness sessions history` reads it
+/// ([`read_log`]). A log that does not add up (a record missing, one
+/// repeated or out of order, a log that ends before the head's last
+/// checkpoint) is the store's [`StoreError::Load`] naming the break: the
+/// session is damaged, and nothing of it is shown as if whole.
 pub(crate) async fn log(
     store: &dyn SessionStore,
     head: &StoredRun,
 ) -> Result<Vec<Checkpoint>, ApiError> {
-    let mut log = store
-        .checkpoints(&head.session_id, 0)
+    read_log(store, head, Span::Whole)
         .await
         .map_err(|source| ApiError::Store {
             session: head.session_id.to_string(),
             source,
-        })?;
-    log.retain(|cp| cp.seq <= head.last_seq);
-    Ok(log)
+        })
 }
 
 /// A session in full, for its page.

@@ -209,10 +209,25 @@ impl Studio {
     }
 }
 
-fn serves_read_only(store: &Path, session: &str) {
+/// `snapshot`: whether the store is read as it was when the studio
+/// started (a sled database's copy), which the page must say.
+fn serves_read_only(store: &Path, session: &str, snapshot: bool) {
+    let before = harness::session::now_millis();
     let studio = Studio::start(store);
     let banner = format!("harness studio: {} (read-only)", store.display());
     assert!(studio.printed.contains(&banner), "{}", studio.printed);
+    let info = studio.get("/api/info");
+    if snapshot {
+        let taken_at = info["snapshot"]["taken_at"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{info}"));
+        assert!(
+            taken_at >= before && taken_at <= harness::session::now_millis(),
+            "{info}"
+        );
+    } else {
+        assert_eq!(info["snapshot"], Value::Null, "{info}");
+    }
     let list = studio.get("/api/sessions");
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list[0]["id"], session);
@@ -261,7 +276,7 @@ fn studio_serves_a_sled_database_read_only() {
     let dir = workdir("studio-sled");
     let store = dir.join("sessions");
     let session = waiting_session(harness_stores::SledStore::open(&store).unwrap());
-    serves_read_only(&store, &session);
+    serves_read_only(&store, &session, true);
 }
 
 /// The private copies of sled databases under `tmp`.
@@ -320,7 +335,7 @@ fn studio_serves_a_file_store_read_only() {
     let dir = workdir("studio-files");
     let store = dir.join("sessions");
     let session = waiting_session(harness_stores::FileStore::open(&store).unwrap());
-    serves_read_only(&store, &session);
+    serves_read_only(&store, &session, false);
 }
 
 #[test]

@@ -34,9 +34,8 @@ pub use depth::MAX_VALUE_DEPTH;
 pub(crate) use depth::check_commit;
 pub use head::{Busy, Saved, Stopping, Submitted, load_saved, load_value, save_commit, save_value};
 pub(crate) use head::{Journals, journals};
-pub(crate) use rebuild::{
-    Span, TaskRebuilt, child_visit, end_open_fork, read_log, rebuild, rebuild_tasks, replay,
-};
+pub use rebuild::{Span, read_log};
+pub(crate) use rebuild::{TaskRebuilt, child_visit, end_open_fork, rebuild, rebuild_tasks, replay};
 
 use crate::ids::{RunId, SessionId, TaskPath};
 use crate::signal::Signal;

@@ -16,9 +16,9 @@ use crate::state::HarnessState;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// Which part of a session's log to read.
+/// Which part of a session's log [`read_log`] reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Span {
+pub enum Span {
     /// From the first snapshot: the whole history.
     Whole,
     /// From the latest snapshot, which the head names.
@@ -42,7 +42,26 @@ pub(crate) enum Span {
 ///
 /// Records past the head's `last_seq` (a commit made after the head was
 /// read) are left out.
-pub(crate) async fn read_log(
+///
+/// A log that does not add up is refused with [`StoreError::Load`], whose
+/// [`StoreLoad`]'s `gap` names the break ([`LogGap`]: the seq expected,
+/// and the one found or that the log ends there). Nothing is written: this is how a tool that only reads a store
+/// (the CLI's `sessions history`, the studio) tells a damaged session from
+/// a short one, as a run would.
+///
+/// ```
+/// # async fn f(store: &dyn harness::session::SessionStore, head: &harness::session::StoredRun)
+/// # -> Result<(), harness::session::StoreError> {
+/// use harness::session::{Span, StoreError, read_log};
+///
+/// match read_log(store, head, Span::Whole).await {
+///     Ok(log) => println!("{} checkpoints", log.len()),
+///     Err(StoreError::Load(load)) if load.gap.is_some() => println!("damaged: {load}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn read_log(
     store: &dyn SessionStore,
     head: &StoredRun,
     span: Span,

@@ -919,7 +919,7 @@ async fn in_a_browser_the_memory_view_shows_namespaces_and_items_as_text_a_page_
         .await;
     assert_eq!(
         nodes,
-        ",agents,agents/planner,agents/planner/notes,facts,notes,odd,odd/a/b,users,users/ada,\
+        ",agents,agents/planner,agents/planner/notes,facts,notes,odd,odd/a%2Fb,users,users/ada,\
          users/ada/preferences,users/bob,users/bob/preferences"
     );
     assert!(

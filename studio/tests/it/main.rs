@@ -5,6 +5,7 @@
 
 mod api;
 mod approval;
+mod broken_log;
 mod browser;
 mod composed;
 mod cuts;
@@ -13,9 +14,11 @@ mod events;
 mod hostile;
 mod long;
 mod memory;
+mod page;
 mod refused;
 mod scale;
 mod secrets;
+mod strict;
 mod support;
 mod support_kit;
 mod unreadable;
