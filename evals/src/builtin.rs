@@ -7,9 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Number, Value};
 
-use crate::evaluator::{EvalCase, EvalError, Evaluator, Score};
+use crate::evaluator::{EvalCase, EvalError, Evaluator, Score, unsigned_zero};
+use crate::json::json_form;
 
 /// A value as text: a JSON string is its content, anything else its JSON.
 pub(crate) fn text_of(value: &Value) -> Cow<'_, str> {
@@ -37,7 +38,7 @@ pub(crate) fn brief(text: &str) -> String {
 /// may write either).
 pub(crate) fn same_json(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Number(x), Value::Number(y)) => same_number(x, y),
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
         }
@@ -48,6 +49,47 @@ pub(crate) fn same_json(a: &Value, b: &Value) -> bool {
         }
         (x, y) => x == y,
     }
+}
+
+/// Two JSON numbers equal in value, exactly: two integers as integers (a
+/// `u64` or `i64` beyond 2^53 is not rounded to a float first), an integer
+/// and a float when the float is that very integer (`1` and `1.0`), two
+/// floats as floats.
+fn same_number(x: &Number, y: &Number) -> bool {
+    fn integer(n: &Number) -> Option<i128> {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    }
+    /// Whether `float` is exactly `integer`.
+    fn is(float: Option<f64>, integer: i128) -> bool {
+        // 2^127: beyond it a float is no i128, and the cast would saturate.
+        const LIMIT: f64 = 1.7014118346046923e38;
+        float.is_some_and(|f| f.fract() == 0.0 && f.abs() < LIMIT && f as i128 == integer)
+    }
+    match (integer(x), integer(y)) {
+        (Some(a), Some(b)) => a == b,
+        (Some(a), None) => is(y.as_f64(), a),
+        (None, Some(b)) => is(x.as_f64(), b),
+        (None, None) => x.as_f64() == y.as_f64(),
+    }
+}
+
+/// `value` as JSON for an evaluator's own setting (the value it compares
+/// with), kept as the reason it has none until the evaluator is used.
+fn setting(value: impl Serialize) -> Result<Value, String> {
+    json_form(&value)
+}
+
+/// The setting made by [`setting`], or [`EvalError::Config`].
+fn read_setting<'v>(
+    setting: &'v Result<Value, String>,
+    evaluator: &str,
+) -> Result<&'v Value, EvalError> {
+    setting.as_ref().map_err(|why| EvalError::Config {
+        evaluator: evaluator.to_owned(),
+        message: format!("the value to compare with has no JSON form: {why}"),
+    })
 }
 
 fn pointer<'v>(
@@ -76,11 +118,22 @@ macro_rules! named {
 #[derive(Debug, Clone)]
 enum Target {
     Expected,
-    Value(Value),
+    /// The value, or why it has no JSON form.
+    Value(Result<Value, String>),
 }
 
 /// Passes when the output equals the expected output (as JSON, numbers by
 /// value: `5` equals `5.0`), or a given value.
+///
+/// Numbers compare exactly: two integers as integers (`9007199254740993`
+/// is not `9007199254740992`, though both are the same `f64`), an integer
+/// and a float when the float is that integer (`5` and `5.0`), two floats
+/// as floats. The reason shows both values as written in JSON.
+///
+/// A value with no JSON form is an error, never `null`: an output or an
+/// expected output holding NaN or a map with keys that are not strings
+/// is [`EvalError::NoJson`], and a value given to [`Equals::value`] that
+/// has none is [`EvalError::Config`] when the evaluator is used.
 #[derive(Debug, Clone)]
 pub struct Equals {
     name: String,
@@ -96,11 +149,13 @@ impl Equals {
         }
     }
 
-    /// Compares with `value`.
+    /// Compares with `value`. A value with no JSON form (NaN, a map with
+    /// keys that are not strings) makes every case an
+    /// [`EvalError::Config`] naming why.
     pub fn value(value: impl Serialize) -> Self {
         Self {
             name: "equals".into(),
-            target: Target::Value(serde_json::to_value(value).unwrap_or(Value::Null)),
+            target: Target::Value(setting(value)),
         }
     }
 
@@ -116,9 +171,9 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for E
     async fn evaluate(&self, case: &EvalCase<'_, I, E, O>) -> Result<Score, EvalError> {
         let want = match &self.target {
             Target::Expected => case.require_expected(&self.name)?,
-            Target::Value(v) => v,
+            Target::Value(v) => read_setting(v, &self.name)?,
         };
-        let got = case.output_json();
+        let got = case.output_json(&self.name)?;
         Ok(Score::check(
             same_json(got, want),
             format!(
@@ -178,7 +233,7 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for C
             Some(n) => Cow::Borrowed(n.as_str()),
             None => text_of(case.require_expected(&self.name)?),
         };
-        let haystack = text_of(case.output_json());
+        let haystack = text_of(case.output_json(&self.name)?);
         let found = if self.ignore_case {
             haystack.to_lowercase().contains(&needle.to_lowercase())
         } else {
@@ -236,8 +291,7 @@ impl<I: Sync, E: Sync, O: Serialize + Sync> Evaluator<I, E, O> for Matches {
     }
 
     async fn evaluate(&self, case: &EvalCase<'_, I, E, O>) -> Result<Score, EvalError> {
-        let text = serde_json::to_value(case.output).unwrap_or(Value::Null);
-        let text = text_of(&text);
+        let text = text_of(case.output_json(&self.name)?);
         let found = self.regex.is_match(&text);
         Ok(Score::check(
             found,
@@ -305,7 +359,7 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for J
     }
 
     async fn evaluate(&self, case: &EvalCase<'_, I, E, O>) -> Result<Score, EvalError> {
-        let output = case.output_json();
+        let output = case.output_json(&self.name)?;
         let parsed;
         let instance = match output {
             Value::String(text) if self.parse_text => match serde_json::from_str::<Value>(text) {
@@ -347,7 +401,8 @@ pub struct FieldMatch {
 #[derive(Debug, Clone)]
 enum FieldTarget {
     Expected(String),
-    Value(Value),
+    /// The value, or why it has no JSON form.
+    Value(Result<Value, String>),
 }
 
 impl FieldMatch {
@@ -367,9 +422,10 @@ impl FieldMatch {
         self
     }
 
-    /// Compares with `value` instead.
+    /// Compares with `value` instead (a value with no JSON form makes every
+    /// case an [`EvalError::Config`], as with [`Equals::value`]).
     pub fn equals(mut self, value: impl Serialize) -> Self {
-        self.want = FieldTarget::Value(serde_json::to_value(value).unwrap_or(Value::Null));
+        self.want = FieldTarget::Value(setting(value));
         self
     }
 
@@ -390,9 +446,9 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for F
                 "expected output",
                 &self.name,
             )?,
-            FieldTarget::Value(v) => v,
+            FieldTarget::Value(v) => read_setting(v, &self.name)?,
         };
-        let Some(got) = case.output_json().pointer(&self.field) else {
+        let Some(got) = case.output_json(&self.name)?.pointer(&self.field) else {
             return Ok(Score::fail(format!("the output has no `{}`", self.field)));
         };
         Ok(Score::check(
@@ -412,7 +468,24 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for F
 ///
 /// The number is the output itself, a field of it ([`at`](Self::at)), or —
 /// when that is text, like a model's answer "12 × 7 = 84" — the last number
-/// written in the text.
+/// written in the text, read by these rules:
+///
+/// - A number is digits, with an optional fraction (`.` and digits: `.5`
+///   is `0.5`; the dot of `5.` ends a sentence and is not read) and an
+///   optional exponent (`e` or `E`, an optional sign, digits: `6.02e23`,
+///   `1e3`, `1E-3`).
+/// - A `-` (or the minus sign `−`) or a `+` right before it is its sign
+///   only when it does not follow a letter or a digit: `x = -3` is `-3`,
+///   but `10-12` and `2026-11-29` are ranges and dates whose last number
+///   is `12` and `29`. `-0` is `0`.
+/// - A comma is a thousands separator only between groups of exactly
+///   three digits after a first group of one to three (not starting with
+///   `0`): `1,234,567.5` is `1234567.5`; otherwise it separates numbers:
+///   the last number of `(3,4)` is `4`, of `1,5` is `5`.
+/// - Digits joined by two dots or more (`v1.2.3`, `192.168.0.1`) are a
+///   version or an address, not a number: each group counts alone, so the
+///   last number of `v1.2.3` is `3`.
+/// - A number too large for an `f64` (`1e999`) is not read.
 #[derive(Debug, Clone)]
 pub struct NumericTolerance {
     name: String,
@@ -468,32 +541,99 @@ pub(crate) fn number_in(value: &Value) -> Option<f64> {
     }
 }
 
+/// The last number written in `text`, by the rules of [`NumericTolerance`].
 fn last_number(text: &str) -> Option<f64> {
-    let bytes = text.as_bytes();
-    let mut end = bytes.len();
-    while end > 0 {
-        // Find the last digit, then the start of its number.
-        let last_digit = bytes[..end].iter().rposition(u8::is_ascii_digit)?;
-        let mut start = last_digit;
-        while start > 0
-            && (bytes[start - 1].is_ascii_digit() || matches!(bytes[start - 1], b'.' | b','))
-        {
-            start -= 1;
+    let chars: Vec<char> = text.chars().collect();
+    let mut last = None;
+    let mut at = 0;
+    while at < chars.len() {
+        match number_at(&chars, at) {
+            Some((value, end)) => {
+                if let Some(value) = value {
+                    last = Some(value);
+                }
+                at = end;
+            }
+            None => at += 1,
         }
-        if start > 0 && bytes[start - 1] == b'-' {
-            start -= 1;
-        }
-        let candidate: String = text[start..=last_digit]
-            .chars()
-            .filter(|c| *c != ',')
-            .collect();
-        let candidate = candidate.trim_start_matches('.');
-        if let Ok(n) = candidate.parse::<f64>() {
-            return Some(n);
-        }
-        end = start;
     }
-    None
+    last
+}
+
+/// The number that starts at `chars[start]` (its sign included), and the
+/// position after it; `None` when no number starts there. The value is
+/// `None` for a number an `f64` cannot hold.
+fn number_at(chars: &[char], start: usize) -> Option<(Option<f64>, usize)> {
+    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
+    let digit = |i: usize| at(i).is_ascii_digit();
+    let digits_from = |mut i: usize| {
+        while digit(i) {
+            i += 1;
+        }
+        i
+    };
+    // A number starts with a digit, or a dot followed by one.
+    let begins = |i: usize| digit(i) || (at(i) == '.' && digit(i + 1));
+    let mut i = start;
+    let mut text = String::new();
+    if matches!(at(i), '-' | '+' | '−') {
+        let after_word = start > 0 && at(start - 1).is_alphanumeric();
+        if after_word || !begins(i + 1) {
+            return None;
+        }
+        if at(i) != '+' {
+            text.push('-');
+        }
+        i += 1;
+    }
+    if !begins(i) || (at(i) == '.' && i > 0 && digit(i - 1)) {
+        return None;
+    }
+    // The whole part, with thousands separators.
+    let end = digits_from(i);
+    text.extend(&chars[i..end]);
+    if end == i {
+        text.push('0');
+    }
+    let grouped = (1..=3).contains(&(end - i)) && at(i) != '0';
+    i = end;
+    while grouped && at(i) == ',' && digits_from(i + 1) == i + 4 {
+        text.extend(&chars[i + 1..i + 4]);
+        i += 4;
+    }
+    // The fraction; two dots or more make a version, whose last group counts.
+    if at(i) == '.' && digit(i + 1) {
+        let end = digits_from(i + 1);
+        if at(end) == '.' && digit(end + 1) {
+            let mut group = end + 1;
+            let mut end = digits_from(group);
+            while at(end) == '.' && digit(end + 1) {
+                group = end + 1;
+                end = digits_from(group);
+            }
+            let last: String = chars[group..end].iter().collect();
+            return Some((last.parse().ok(), end));
+        }
+        text.push('.');
+        text.extend(&chars[i + 1..end]);
+        i = end;
+    }
+    // The exponent.
+    if matches!(at(i), 'e' | 'E') {
+        let sign = usize::from(matches!(at(i + 1), '-' | '+'));
+        if digit(i + 1 + sign) {
+            let end = digits_from(i + 1 + sign);
+            text.push('e');
+            text.extend(&chars[i + 1..end]);
+            i = end;
+        }
+    }
+    let value = text
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .map(unsigned_zero);
+    Some((value, i))
 }
 
 #[async_trait]
@@ -515,7 +655,7 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for N
                 brief(&expected.to_string())
             ),
         })?;
-        let output = case.output_json();
+        let output = case.output_json(&self.name)?;
         let output = match &self.field {
             Some(at) => match output.pointer(at) {
                 Some(v) => v,
@@ -653,15 +793,110 @@ impl<I: Sync, E: Sync, O: Sync> Evaluator<I, E, O> for Budget {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
     fn last_number_in_text() {
-        assert_eq!(last_number("12 * 7 = 84"), Some(84.0));
-        assert_eq!(last_number("The answer is 1,234.5."), Some(1234.5));
-        assert_eq!(last_number("it is -3"), Some(-3.0));
-        assert_eq!(last_number("no digits here"), None);
-        assert_eq!(last_number("version 2. done"), Some(2.0));
-        assert_eq!(last_number(""), None);
+        let table: &[(&str, Option<f64>)] = &[
+            ("12 * 7 = 84", Some(84.0)),
+            ("The answer is 1,234.5.", Some(1234.5)),
+            ("it is -3", Some(-3.0)),
+            ("x = -3", Some(-3.0)),
+            ("x=-3", Some(-3.0)),
+            ("no digits here", None),
+            ("version 2. done", Some(2.0)),
+            ("", None),
+            // A dash after a digit or a letter is no sign.
+            ("pages 10-12", Some(12.0)),
+            ("on 2026-11-29", Some(29.0)),
+            ("COVID-19", Some(19.0)),
+            ("between -5 and -7", Some(-7.0)),
+            ("(-4)", Some(-4.0)),
+            ("it is −8", Some(-8.0)),
+            // Commas: thousands only between groups of three.
+            ("the point (3,4)", Some(4.0)),
+            ("1,5", Some(5.0)),
+            ("1,234,567", Some(1_234_567.0)),
+            ("-1,234", Some(-1234.0)),
+            ("1,2345", Some(2345.0)),
+            ("12345,678", Some(678.0)),
+            ("1,234,56", Some(56.0)),
+            ("0,123", Some(123.0)),
+            ("1,234 apples", Some(1234.0)),
+            // Exponents.
+            ("6.02e23", Some(6.02e23)),
+            ("about 1e3", Some(1000.0)),
+            ("1E-3", Some(0.001)),
+            ("2.5e+2 m", Some(250.0)),
+            ("5em", Some(5.0)),
+            ("1e999", None),
+            ("7 then 1e999", Some(7.0)),
+            // Versions and addresses: the last group.
+            ("v1.2.3", Some(3.0)),
+            ("192.168.0.17", Some(17.0)),
+            // Signs, dots and zeros.
+            ("+5", Some(5.0)),
+            (".5", Some(0.5)),
+            ("-.5", Some(-0.5)),
+            ("5.", Some(5.0)),
+            ("12.375", Some(12.375)),
+            ("a+b", None),
+            ("- 3", Some(3.0)),
+        ];
+        for (text, want) in table {
+            assert_eq!(last_number(text), *want, "in {text:?}");
+        }
+        // -0 is 0, not -0.
+        let zero = last_number("-0").unwrap();
+        assert_eq!(zero, 0.0);
+        assert!(zero.is_sign_positive());
+    }
+
+    #[test]
+    fn numbers_compare_exactly() {
+        let n = |v: Value| match v {
+            Value::Number(n) => n,
+            _ => unreachable!(),
+        };
+        let equal = [
+            (json!(1), json!(1.0)),
+            (json!(-3), json!(-3.0)),
+            (
+                json!(9_007_199_254_740_993_u64),
+                json!(9_007_199_254_740_993_i64),
+            ),
+            (json!(u64::MAX), json!(u64::MAX)),
+            (json!(0.5), json!(0.5)),
+            (
+                json!(9_007_199_254_740_992_u64),
+                json!(9_007_199_254_740_992.0),
+            ),
+        ];
+        for (a, b) in equal {
+            assert!(same_number(&n(a.clone()), &n(b.clone())), "{a} == {b}");
+            assert!(same_number(&n(b.clone()), &n(a.clone())), "{b} == {a}");
+        }
+        let different = [
+            (
+                json!(9_007_199_254_740_993_u64),
+                json!(9_007_199_254_740_992_u64),
+            ),
+            (
+                json!(9_007_199_254_740_993_u64),
+                json!(9_007_199_254_740_992.0),
+            ),
+            (json!(i64::MIN), json!(i64::MIN + 1)),
+            (json!(u64::MAX), json!(u64::MAX - 1)),
+            (json!(u64::MAX), json!(1.8446744073709552e19)),
+            (json!(1), json!(1.5)),
+            (json!(-1), json!(u64::MAX)),
+            (json!(1), json!(1e300)),
+        ];
+        for (a, b) in different {
+            assert!(!same_number(&n(a.clone()), &n(b.clone())), "{a} != {b}");
+            assert!(!same_number(&n(b.clone()), &n(a.clone())), "{b} != {a}");
+        }
     }
 }

@@ -1,11 +1,11 @@
 //! Comparing reports: a baseline and a candidate, or several models.
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::{Report, render, short};
+use crate::report::{CaseReport, Report, render, short};
 
 /// How one case moved between two reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,7 +155,9 @@ pub struct InvalidThreshold {
 }
 
 /// A baseline report against a candidate: cases matched by name,
-/// evaluators by name.
+/// evaluators by name. Case names are unique in a report an experiment
+/// made or [`Report::load`] read; in one built by hand with a name twice,
+/// the second case of that name is matched with the other report's second.
 ///
 /// The candidate [regressed](Comparison::regressed) when it lost anything
 /// the baseline had, or scored lower beyond a threshold; each reason is a
@@ -217,18 +219,17 @@ impl Comparison {
             .cloned()
             .collect();
         let mut cases = Vec::new();
-        let mut names: Vec<&str> = baseline.cases.iter().map(|c| c.name.as_str()).collect();
-        let known: BTreeSet<&str> = names.iter().copied().collect();
-        names.extend(
-            candidate
-                .cases
-                .iter()
-                .map(|c| c.name.as_str())
-                .filter(|n| !known.contains(n)),
+        let (in_baseline, in_candidate) = (ranked(baseline), ranked(candidate));
+        let mut keys = keys(baseline);
+        keys.extend(
+            self::keys(candidate)
+                .into_iter()
+                .filter(|k| !in_baseline.contains_key(k)),
         );
-        for name in names {
-            let b = baseline.case(name);
-            let c = candidate.case(name);
+        for key in keys {
+            let name = key.0;
+            let b = in_baseline.get(&key).copied();
+            let c = in_candidate.get(&key).copied();
             let scores: Vec<(String, Option<f64>, Option<f64>)> = evaluators
                 .iter()
                 .map(|e| (e.clone(), b.map(|b| b.value(e)), c.map(|c| c.value(e))))
@@ -449,6 +450,33 @@ impl Comparison {
     }
 }
 
+/// A case's name, and how many cases of that name come before it.
+type Key<'r> = (&'r str, usize);
+
+/// The key of each case of `report`, in order: its name, and `0` unless
+/// the name was given before (only in a report built by hand: an
+/// experiment and [`Report::load`] keep names unique), so that the second
+/// case of a name is matched with the other report's second, never with
+/// its first.
+fn keys(report: &Report) -> Vec<Key<'_>> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    report
+        .cases
+        .iter()
+        .map(|case| {
+            let rank = seen.entry(case.name.as_str()).or_default();
+            let key = (case.name.as_str(), *rank);
+            *rank += 1;
+            key
+        })
+        .collect()
+}
+
+/// `report`'s cases by [`Key`].
+fn ranked(report: &Report) -> HashMap<Key<'_>, &CaseReport> {
+    keys(report).into_iter().zip(&report.cases).collect()
+}
+
 /// `evaluator`'s mean over all of `report`'s cases (what its summary
 /// says), or `None` when it has no cases.
 fn own_mean(report: &Report, evaluator: &str) -> Option<f64> {
@@ -481,22 +509,23 @@ pub fn side_by_side(reports: &[Report]) -> String {
             columns.push((i, evaluator.clone()));
         }
     }
-    let mut names: Vec<&str> = Vec::new();
+    let by_key: Vec<HashMap<Key<'_>, &CaseReport>> = reports.iter().map(ranked).collect();
+    let mut rows_of: Vec<Key<'_>> = Vec::new();
     for report in reports {
-        for case in &report.cases {
-            if !names.contains(&case.name.as_str()) {
-                names.push(&case.name);
+        for key in keys(report) {
+            if !rows_of.contains(&key) {
+                rows_of.push(key);
             }
         }
     }
-    let rows: Vec<Vec<String>> = names
+    let rows: Vec<Vec<String>> = rows_of
         .iter()
-        .map(|name| {
-            let mut row = vec![(*name).to_owned()];
+        .map(|key| {
+            let mut row = vec![key.0.to_owned()];
             for (i, evaluator) in &columns {
                 row.push(
-                    reports[*i]
-                        .case(name)
+                    by_key[*i]
+                        .get(key)
                         .map_or("-".to_owned(), |c| short(c.value(evaluator))),
                 );
             }

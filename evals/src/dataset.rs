@@ -161,7 +161,7 @@ pub enum DatasetError {
     },
     /// A line of a JSON Lines dataset does not read as a case of these types.
     #[error(
-        "dataset {}, line {line}: {}",
+        "dataset {}, line {line}, column {column}: {}",
         crate::redact::shown(origin),
         crate::redact::shown(message)
     )]
@@ -170,35 +170,62 @@ pub enum DatasetError {
         origin: String,
         /// The line, counted from 1.
         line: usize,
+        /// The column in that line where the parser stopped, counted from 1
+        /// in characters (`0` when the line ended first).
+        column: usize,
         /// What is wrong.
         message: String,
     },
+    /// The file is not UTF-8 text.
+    #[error(
+        "dataset file {}: it is not UTF-8 text: the byte at offset {offset} (line {line}) is not valid UTF-8",
+        crate::redact::path(path)
+    )]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// The offset of the first byte that is not valid UTF-8, counted
+        /// from 0.
+        offset: usize,
+        /// Its line, counted from 1.
+        line: usize,
+    },
     /// A case has an empty name.
     #[error(
-        "dataset {}: case {index} has an empty name; every case needs one",
-        crate::redact::shown(origin)
+        "dataset {}{}: case {index} has an empty name; every case needs one",
+        crate::redact::shown(origin),
+        line.map(|l| format!(", line {l}")).unwrap_or_default()
     )]
     EmptyName {
         /// Where the dataset came from.
         origin: String,
-        /// The case's position, counted from 1.
+        /// The case's position among the cases, counted from 1.
         index: usize,
+        /// The line where the case starts in the text it was read from,
+        /// counted from 1 (`None` for a dataset made in code).
+        line: Option<usize>,
     },
     /// Two cases have the same name.
     #[error(
-        "dataset {}: cases {first} and {second} are both named `{}`; names must be unique",
+        "dataset {}: {}; names must be unique",
         crate::redact::shown(origin),
-        crate::redact::shown(name)
+        duplicate(&crate::redact::shown(name), *first, *second, *first_line, *second_line)
     )]
     DuplicateName {
         /// Where the dataset came from.
         origin: String,
         /// The name.
         name: String,
-        /// The first case with it, counted from 1.
+        /// The first case with it, its position among the cases, counted
+        /// from 1.
         first: usize,
         /// The second.
         second: usize,
+        /// The line where the first case starts in the text it was read
+        /// from, counted from 1 (`None` for a dataset made in code).
+        first_line: Option<usize>,
+        /// The line where the second starts.
+        second_line: Option<usize>,
     },
     /// The dataset could not be written in the format asked for.
     #[error(
@@ -212,6 +239,64 @@ pub enum DatasetError {
         /// Why.
         message: String,
     },
+}
+
+/// The parser's message without the ` at line L column C` it ends with
+/// (the error gives the position once, in its own words).
+fn without_position(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    let position = format!(" at line {} column {}", error.line(), error.column());
+    match message.strip_suffix(&position) {
+        Some(message) => message.to_owned(),
+        None => message,
+    }
+}
+
+/// The column in characters of the parser's column in bytes (1-based: the
+/// byte it stopped at) in `line`.
+fn char_column(line: &str, byte_column: usize) -> usize {
+    line.char_indices()
+        .take_while(|(at, _)| *at < byte_column)
+        .count()
+}
+
+/// The line where each case of a YAML dataset document starts, in order
+/// (`None` where the parser gives none).
+fn yaml_case_lines(text: &str) -> Vec<Option<usize>> {
+    #[derive(Deserialize)]
+    struct Lines {
+        cases: Vec<serde_saphyr::Spanned<serde::de::IgnoredAny>>,
+    }
+    serde_saphyr::from_str::<Lines>(text)
+        .map(|doc| {
+            doc.cases
+                .iter()
+                .map(|case| {
+                    usize::try_from(case.referenced.line())
+                        .ok()
+                        .filter(|l| *l > 0)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Where two cases share `name`: their lines when they are known, else
+/// their positions.
+fn duplicate(
+    name: &str,
+    first: usize,
+    second: usize,
+    first_line: Option<usize>,
+    second_line: Option<usize>,
+) -> String {
+    match (first_line, second_line) {
+        (Some(first_line), Some(second_line)) => format!(
+            "line {second_line}: case {second} is named `{name}`, as is case {first} on line \
+             {first_line}"
+        ),
+        _ => format!("cases {first} and {second} are both named `{name}`"),
+    }
 }
 
 /// `text` without the byte order mark an editor may put at its start.
@@ -249,22 +334,38 @@ impl<I, E> Dataset<I, E> {
     }
 
     /// Checks that every case has a name and that names are unique. The
-    /// error's names are redacted (see the crate's docs on secrets).
+    /// error's names are redacted (see the crate's docs on secrets). It
+    /// gives the cases' positions (counted from 1); the errors of
+    /// [`Dataset::load`], [`Dataset::from_yaml`] and
+    /// [`Dataset::from_json_lines`] give their lines too.
     pub fn check(&self, origin: &str) -> Result<(), DatasetError> {
+        self.check_at(origin, |_| None)
+    }
+
+    /// [`Dataset::check`], with `line(i)` the line where case `i` (counted
+    /// from 0) starts, when it is known.
+    fn check_at(
+        &self,
+        origin: &str,
+        line: impl Fn(usize) -> Option<usize>,
+    ) -> Result<(), DatasetError> {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, case) in self.cases.iter().enumerate() {
             if case.name.trim().is_empty() {
                 return Err(DatasetError::EmptyName {
                     origin: redact::owned(origin),
                     index: i + 1,
+                    line: line(i),
                 });
             }
-            if let Some(first) = seen.insert(&case.name, i + 1) {
+            if let Some(first) = seen.insert(&case.name, i) {
                 return Err(DatasetError::DuplicateName {
                     origin: redact::owned(origin),
                     name: redact::owned(&case.name),
-                    first,
+                    first: first + 1,
                     second: i + 1,
+                    first_line: line(first),
+                    second_line: line(i),
                 });
             }
         }
@@ -294,9 +395,14 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
     pub fn load(path: impl AsRef<Path>) -> Result<Self, DatasetError> {
         let path = path.as_ref();
         let format = format_of(path)?;
-        let text = fs::read_to_string(path).map_err(|source| DatasetError::Io {
+        let bytes = fs::read(path).map_err(|source| DatasetError::Io {
             path: path.to_owned(),
             source,
+        })?;
+        let text = crate::report::utf8(bytes).map_err(|(offset, line)| DatasetError::NotUtf8 {
+            path: path.to_owned(),
+            offset,
+            line,
         })?;
         let origin = path.display().to_string();
         match format {
@@ -311,7 +417,9 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
         }
     }
 
-    /// Reads a YAML dataset document; `origin` names it in errors.
+    /// Reads a YAML dataset document; `origin` names it in errors. An
+    /// empty or duplicate case name is an error naming the line where each
+    /// case concerned starts (its `- ` item).
     pub fn from_yaml(text: &str, origin: &str) -> Result<Self, DatasetError> {
         let text = without_bom(text);
         // The parser's message quotes the text it could not read.
@@ -319,13 +427,19 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
             origin: redact::owned(origin),
             message: redact::owned(e.to_string()),
         })?;
-        dataset.check(origin)?;
+        if dataset.check(origin).is_err() {
+            // Read again for the cases' lines, only when they are needed.
+            let lines = yaml_case_lines(text);
+            dataset.check_at(origin, |i| lines.get(i).copied().flatten())?;
+        }
         Ok(dataset)
     }
 
-    /// Reads JSON Lines, one case per line (blank lines are skipped).
+    /// Reads JSON Lines, one case per line (blank lines are skipped, and
+    /// errors give the line in the text, blank lines counted).
     pub fn from_json_lines(name: &str, text: &str, origin: &str) -> Result<Self, DatasetError> {
         let mut cases = Vec::new();
+        let mut lines = Vec::new();
         for (i, line) in without_bom(text).lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -333,12 +447,14 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
             let case = serde_json::from_str(line).map_err(|e| DatasetError::JsonLine {
                 origin: redact::owned(origin),
                 line: i + 1,
-                message: redact::owned(e.to_string()),
+                column: char_column(line, e.column()),
+                message: redact::owned(without_position(&e)),
             })?;
             cases.push(case);
+            lines.push(i + 1);
         }
         let dataset = Self::new(name, cases);
-        dataset.check(origin)?;
+        dataset.check_at(origin, |i| lines.get(i).copied())?;
         Ok(dataset)
     }
 }

@@ -2,26 +2,33 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use harness::llm::{Exchange, LanguageModel};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::json::json_form;
 use crate::record::{CaseModel, CaseRecord, Journal};
 
 /// An evaluator's verdict on one case.
 ///
 /// `value` is in `0.0..=1.0`: `1.0` or `0.0` for a check that passes or
-/// fails, a grade between for graded evaluators (a judge's score, a
-/// trajectory's overlap). Reports average values and count passes;
-/// comparisons subtract values.
+/// fails, a grade between for graded evaluators (a [`Judge`](crate::Judge)'s
+/// score, or one of your own made with [`Score::graded`]). Every other
+/// built-in evaluator is a check, [`ToolTrajectory`](crate::ToolTrajectory)
+/// and [`StepTrajectory`](crate::StepTrajectory) included: a trajectory
+/// matches its reference in the chosen mode or it does not (the reason says
+/// where it differs), so they give `1.0` or `0.0`, never a partial overlap.
+/// Reports average values and count passes; comparisons subtract values.
 ///
 /// The fields are public, so a score can be made with any value; an
 /// experiment (a run, a replay or a re-score) refuses one whose value is
 /// NaN, infinite or outside `0.0..=1.0`: the case gets an error for that
 /// evaluator instead ([`EvalError::InvalidScore`], naming the evaluator,
-/// the case and the value). Use [`Score::graded`] to clamp a grade.
+/// the case and the value). Use [`Score::graded`] to clamp a grade. A value
+/// of `-0.0` is kept as `0.0`, so that no table shows `-0`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Score {
     /// The grade, `0.0..=1.0`.
@@ -67,7 +74,7 @@ impl Score {
         let value = if value.is_nan() {
             0.0
         } else {
-            value.clamp(0.0, 1.0)
+            unsigned_zero(value.clamp(0.0, 1.0))
         };
         Self {
             value,
@@ -75,6 +82,12 @@ impl Score {
             reason: reason.into(),
         }
     }
+}
+
+/// `value`, with `-0.0` made `0.0` (`-0.0 + 0.0` is `0.0`; any other value
+/// is unchanged), so that a score or a sum is never shown as `-0`.
+pub(crate) fn unsigned_zero(value: f64) -> f64 {
+    value + 0.0
 }
 
 /// Why an evaluator could not score a case (as opposed to a case that
@@ -138,6 +151,34 @@ pub enum EvalError {
         /// The panic's message (or a note that its payload is not a string).
         message: String,
     },
+    /// The evaluator did not finish scoring the case within the bound set
+    /// with [`Evaluators::timeout`] (a judge whose model never answers, an
+    /// evaluator that waits forever); it was stopped.
+    #[error(
+        "evaluator `{evaluator}` did not finish on case `{case}` within {limit:?}; it was stopped"
+    )]
+    TimedOut {
+        /// The evaluator.
+        evaluator: String,
+        /// The case.
+        case: String,
+        /// The bound.
+        limit: Duration,
+    },
+    /// A value the evaluator reads (the case's input, expected output or
+    /// output) has no JSON form: a float that is NaN or infinite, or a map
+    /// whose keys are not strings or numbers. It is not read as `null`.
+    #[error("evaluator `{evaluator}` cannot read the {what} of case `{case}` as JSON: {message}")]
+    NoJson {
+        /// The evaluator.
+        evaluator: String,
+        /// The case.
+        case: String,
+        /// `input`, `expected output` or `output`.
+        what: &'static str,
+        /// Why, and where in the value.
+        message: String,
+    },
 }
 
 /// Whether an evaluator's model calls go to the model or come from the record.
@@ -168,8 +209,8 @@ pub struct EvalCase<'a, I, E, O> {
     /// The run's exchanges, events and metrics.
     pub record: &'a CaseRecord,
     pub(crate) judge: JudgeMode,
-    pub(crate) output_json: OnceLock<Value>,
-    pub(crate) expected_json: OnceLock<Option<Value>>,
+    pub(crate) output_json: OnceLock<Result<Value, String>>,
+    pub(crate) expected_json: OnceLock<Option<Result<Value, String>>>,
 }
 
 impl<I, E, O> fmt::Debug for EvalCase<'_, I, E, O> {
@@ -180,29 +221,53 @@ impl<I, E, O> fmt::Debug for EvalCase<'_, I, E, O> {
     }
 }
 
-impl<'a, I, E: Serialize, O: Serialize> EvalCase<'a, I, E, O> {
-    /// The output as JSON (serialized once).
-    pub fn output_json(&self) -> &Value {
+impl<I, E, O: Serialize> EvalCase<'_, I, E, O> {
+    /// The output as JSON (serialized once), or [`EvalError::NoJson`] for
+    /// `evaluator` when it has no JSON form (a NaN, a map with keys that
+    /// are not strings).
+    pub fn output_json(&self, evaluator: &str) -> Result<&Value, EvalError> {
         self.output_json
-            .get_or_init(|| serde_json::to_value(self.output).unwrap_or(Value::Null))
-    }
-
-    /// The expected output as JSON, if the case has one.
-    pub fn expected_json(&self) -> Option<&Value> {
-        self.expected_json
-            .get_or_init(|| {
-                self.expected
-                    .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
-            })
+            .get_or_init(|| json_form(self.output))
             .as_ref()
+            .map_err(|message| self.no_json(evaluator, "output", message))
+    }
+}
+
+impl<I, E: Serialize, O> EvalCase<'_, I, E, O> {
+    /// The expected output as JSON, if the case has one, or
+    /// [`EvalError::NoJson`] for `evaluator` when it has no JSON form.
+    pub fn expected_json(&self, evaluator: &str) -> Result<Option<&Value>, EvalError> {
+        match self
+            .expected_json
+            .get_or_init(|| self.expected.map(|e| json_form(e)))
+        {
+            None => Ok(None),
+            Some(Ok(value)) => Ok(Some(value)),
+            Some(Err(message)) => Err(self.no_json(evaluator, "expected output", message)),
+        }
     }
 
-    /// The expected output as JSON, or [`EvalError::NoExpected`].
+    /// The expected output as JSON, or [`EvalError::NoExpected`] (or
+    /// [`EvalError::NoJson`]) for `evaluator`.
     pub fn require_expected(&self, evaluator: &str) -> Result<&Value, EvalError> {
-        self.expected_json().ok_or_else(|| EvalError::NoExpected {
-            case: self.name.to_owned(),
+        self.expected_json(evaluator)?
+            .ok_or_else(|| EvalError::NoExpected {
+                case: self.name.to_owned(),
+                evaluator: evaluator.to_owned(),
+            })
+    }
+}
+
+impl<I, E, O> EvalCase<'_, I, E, O> {
+    /// [`EvalError::NoJson`] for `evaluator` on this case.
+    pub(crate) fn no_json(&self, evaluator: &str, what: &'static str, message: &str) -> EvalError {
+        EvalError::NoJson {
             evaluator: evaluator.to_owned(),
-        })
+            case: self.name.to_owned(),
+            what,
+            // The message can quote a map's key.
+            message: crate::redact::owned(message),
+        }
     }
 }
 
@@ -262,9 +327,10 @@ pub trait Evaluator<I, E, O>: Send + Sync {
     /// The evaluator's name: a report's column, unique in an experiment.
     fn name(&self) -> &str;
 
-    /// Scores one case, or says why it cannot. A panic here, or a score
-    /// whose value is not a number in `0.0..=1.0`, is reported as this
-    /// evaluator's error on this case; the experiment goes on.
+    /// Scores one case, or says why it cannot. A panic here, a score whose
+    /// value is not a number in `0.0..=1.0`, or not finishing within
+    /// [`Evaluators::timeout`] is reported as this evaluator's error on
+    /// this case; the experiment goes on.
     async fn evaluate(&self, case: &EvalCase<'_, I, E, O>) -> Result<Score, EvalError>;
 }
 
@@ -319,29 +385,66 @@ where
     }
 }
 
-/// The evaluators of an experiment, in report order.
+/// The evaluators of an experiment, in report order, and how long each
+/// may take on a case.
+///
+/// An evaluator that has not finished scoring a case within the bound (by
+/// default [`Evaluators::DEFAULT_TIMEOUT`], five minutes; set it with
+/// [`Evaluators::timeout`]) is stopped and loses its score on that case
+/// alone ([`EvalError::TimedOut`]); the other evaluators and cases go on.
+/// The bound holds in a run, a replay and a re-score alike, which is why it
+/// belongs to the evaluators rather than to the [`Experiment`](crate::Experiment)
+/// ([`Experiment::rescore`](crate::Experiment::rescore) has none). It is
+/// checked when the evaluator awaits: one that blocks its thread without
+/// awaiting (a busy loop in a closure) cannot be stopped.
 pub struct Evaluators<I, E, O> {
     pub(crate) list: Vec<Box<dyn Evaluator<I, E, O>>>,
+    pub(crate) timeout: Duration,
 }
 
 impl<I, E, O> fmt::Debug for Evaluators<I, E, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list()
-            .entries(self.list.iter().map(|e| crate::redact::shown(e.name())))
+        f.debug_struct("Evaluators")
+            .field(
+                "names",
+                &self
+                    .list
+                    .iter()
+                    .map(|e| crate::redact::shown(e.name()))
+                    .collect::<Vec<_>>(),
+            )
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
 
 impl<I, E, O> Default for Evaluators<I, E, O> {
     fn default() -> Self {
-        Self { list: Vec::new() }
+        Self {
+            list: Vec::new(),
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
     }
 }
 
 impl<I, E, O> Evaluators<I, E, O> {
+    /// How long an evaluator may take on one case unless
+    /// [`timeout`](Self::timeout) says otherwise: five minutes, long enough
+    /// for a judge's model call and its retries, short enough that an
+    /// evaluator that hangs does not hang a CI job.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
     /// No evaluators yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Stops an evaluator that has not finished scoring a case within
+    /// `limit` (see [`Evaluators`]): its result on that case is
+    /// [`EvalError::TimedOut`].
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = limit;
+        self
     }
 
     /// Adds an evaluator.

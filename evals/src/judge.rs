@@ -7,7 +7,8 @@ use harness::llm::{LanguageModel, LanguageModelExt, ModelRequest};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::evaluator::{EvalCase, EvalError, Evaluator, Score};
+use crate::evaluator::{EvalCase, EvalError, Evaluator, Score, unsigned_zero};
+use crate::json::json_text;
 
 /// What a judge answers: a typed answer, validated on arrival (one repair
 /// turn when it does not fit).
@@ -107,17 +108,15 @@ impl Judge {
     ) -> Result<ModelRequest, EvalError> {
         let mut prompt = format!("Rubric:\n{}\n", self.rubric);
         if self.with_input {
-            let input = serde_json::to_string(case.input).map_err(|e| EvalError::Value {
-                evaluator: self.name.clone(),
-                message: format!("cannot show the input as JSON: {e}"),
-            })?;
+            let input = json_text(case.input)
+                .map_err(|message| case.no_json(&self.name, "input", &message))?;
             prompt.push_str(&format!("\nInput:\n{input}\n"));
         }
         if self.with_expected {
             let expected = case.require_expected(&self.name)?;
             prompt.push_str(&format!("\nExpected output:\n{expected}\n"));
         }
-        prompt.push_str(&format!("\nOutput:\n{}\n", case.output_json()));
+        prompt.push_str(&format!("\nOutput:\n{}\n", case.output_json(&self.name)?));
         // The input, the expected output and above all the task's output may
         // quote a key the process holds; the judge is another model provider,
         // so it gets the text with those values replaced. A report re-scored
@@ -158,7 +157,7 @@ where
         let value = if verdict.score.is_nan() {
             0.0
         } else {
-            verdict.score.clamp(0.0, 1.0)
+            unsigned_zero(verdict.score.clamp(0.0, 1.0))
         };
         Ok(Score {
             value,

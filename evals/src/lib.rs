@@ -30,14 +30,20 @@
 //! - A case that fails is reported as failed and the others run on: a task
 //!   that returns an error, runs past the timeout or **panics** fails its
 //!   case ([`CaseFailure::Error`] says `the task panicked: {message}`); an
-//!   evaluator that returns an error, panics ([`EvalError::Panicked`]) or
-//!   gives a value that is not a number in `0.0..=1.0`
-//!   ([`EvalError::InvalidScore`]: refused, not clamped) loses its score on
-//!   that case alone. A panic is caught only where panics unwind (not under
+//!   evaluator that returns an error, panics ([`EvalError::Panicked`]),
+//!   does not finish within its bound ([`EvalError::TimedOut`]; see
+//!   [`Evaluators::timeout`], five minutes by default) or gives a value
+//!   that is not a number in `0.0..=1.0` ([`EvalError::InvalidScore`]:
+//!   refused, not clamped) loses its score on that case alone. A value a
+//!   report cannot hold as JSON (a NaN, a map whose keys are not strings)
+//!   is never recorded as `null`: a case whose input, expected output or
+//!   output is one fails, naming why and where, and an evaluator reading
+//!   one gets [`EvalError::NoJson`]. A panic is caught only where panics unwind (not under
 //!   `panic = "abort"`), and the panic hook still prints it.
 //!   [`Report::save`] never writes a file that [`Report::load`] refuses: it
 //!   refuses a report holding a NaN or infinite number, naming the case and
-//!   the field.
+//!   the field, and gives `load`'s own error for one of another version,
+//!   with a case name twice or with a score out of `0.0..=1.0`.
 //! - Each case runs in a `tracing` span named `eval {case}` with the
 //!   attributes `harness.eval.experiment` and `harness.eval.case` (names
 //!   redacted); the agent's spans (`invoke_agent`, `chat`, `execute_tool`)
@@ -119,7 +125,10 @@
 //!
 //! A YAML dataset is a document with a `name` and a list of `cases`; a
 //! JSON Lines dataset has one case per line. Unknown fields, empty and
-//! duplicate case names are errors that name the file and the line.
+//! duplicate case names are errors that name the file and the line (for a
+//! case name, the line where each case concerned starts; for a JSON line,
+//! the line and the column); a file that is not UTF-8 text is an error
+//! naming the offset and the line of its first invalid byte.
 //! [`Dataset::json_schema`] gives the schema for an editor.
 //!
 //! # In CI
@@ -136,6 +145,10 @@
 //! threshold: dropping a failing case does not pass the gate), or when an
 //! evaluator's mean or a case's value dropped by more than the threshold;
 //! it prints each reason on stderr (see [`Comparison`] and [`Shortfall`]).
+//! `compare --json` prints the [`Comparison`] as JSON with the verdict
+//! added: `threshold`, `regressed` (whether it exits 1), `shortfalls` (each
+//! a [`Shortfall`], tagged by `kind`) and `reasons` (the sentences of
+//! stderr). A `--threshold` given twice is a usage error (exit 2).
 //! The means in its table, and in `side-by-side`, are each report's own,
 //! over all its cases (`-` for a report with none).
 //!
@@ -182,6 +195,15 @@
 //! whose text would still hold a secret is not written
 //! ([`ReportError::Format`], [`DatasetError::Write`]).
 //!
+//! Redaction can make two case names equal (`with-{key}` and
+//! `with-{token}` both read `with-[redacted]`), and cases are matched by
+//! name. So in a report a name that held a secret and, redacted, is the
+//! name of another case gets the suffix ` (2)` (or ` (3)`, …: the smallest
+//! that no case has); the first such case keeps the plain redacted name,
+//! and names that held no secret are never changed. The rule depends only
+//! on the cases' order, so the same dataset run again gets the same names.
+//! [`Report::load`] refuses a report with a case name twice.
+//!
 //! What is redacted no longer matches the original: a replay of a request
 //! that carried a secret diverges at that call, and one of a case whose
 //! name holds a secret finds no recording for it
@@ -197,6 +219,7 @@ mod builtin;
 mod compare;
 mod dataset;
 mod evaluator;
+mod json;
 mod judge;
 mod record;
 mod redact;

@@ -21,7 +21,7 @@
 //! ([`harness::secrets::is_active`]).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use harness::llm::{
     ContentPart, Exchange, ImageSource, Message, ModelError, ModelRequest, ModelResponse, Outcome,
@@ -192,8 +192,36 @@ pub(crate) fn report(report: &mut Report) {
     texts([experiment, dataset]);
     texts(provider.iter_mut().chain(model.iter_mut()));
     texts(evaluators.iter_mut());
-    for case in cases {
-        self::case(case);
+    let renamed: Vec<bool> = cases.iter_mut().map(self::case).collect();
+    distinct_names(cases, &renamed);
+}
+
+/// Keeps apart the cases whose names redaction made equal (`with-{key}`
+/// and `with-{token}` both become `with-[redacted]`): a name that held a
+/// secret and is now the name of another case gets the suffix ` (2)`, or
+/// ` (3)`, …: the smallest that no case of the report has. Names that held
+/// no secret are kept as they are; the cases are taken in order, so the
+/// first of them keeps the plain redacted name. The same dataset, run
+/// again with the same secrets, gets the same names.
+fn distinct_names(cases: &mut [CaseReport], renamed: &[bool]) {
+    let mut taken: HashSet<String> = cases
+        .iter()
+        .zip(renamed)
+        .filter(|(_, renamed)| !**renamed)
+        .map(|(case, _)| case.name.clone())
+        .collect();
+    for (case, renamed) in cases.iter_mut().zip(renamed) {
+        if !renamed {
+            continue;
+        }
+        if taken.contains(&case.name) {
+            let name = (2..)
+                .map(|n| format!("{} ({n})", case.name))
+                .find(|name| !taken.contains(name))
+                .unwrap_or_default();
+            case.name = name;
+        }
+        taken.insert(case.name.clone());
     }
 }
 
@@ -247,10 +275,11 @@ pub(crate) fn dataset_case(case: &mut Case<Value, Value>) -> bool {
 }
 
 /// Redacts a case report: name, tags, metadata, input, expected output,
-/// output, failure, scores (their evaluators' names too) and record.
-fn case(case: &mut CaseReport) {
+/// output, failure, scores (their evaluators' names too) and record;
+/// whether its name was changed.
+fn case(case: &mut CaseReport) -> bool {
     if !secrets::is_active() {
-        return;
+        return false;
     }
     let CaseReport {
         name,
@@ -263,7 +292,7 @@ fn case(case: &mut CaseReport) {
         scores,
         record,
     } = case;
-    text(name);
+    let renamed = text(name);
     texts(tags.iter_mut());
     object(metadata);
     json(input);
@@ -285,6 +314,7 @@ fn case(case: &mut CaseReport) {
         };
     }
     self::record(record);
+    renamed
 }
 
 /// Redacts a case's failure message.

@@ -1,6 +1,6 @@
 //! Reports: every case's output, scores and record; summaries and tables.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::evaluator::Score;
+use crate::evaluator::{Score, unsigned_zero};
 use crate::record::CaseRecord;
 use crate::redact;
 
@@ -173,6 +173,118 @@ pub enum ReportError {
         /// What is wrong.
         message: String,
     },
+    /// The file is not UTF-8 text.
+    #[error(
+        "report {}: it is not UTF-8 text: the byte at offset {offset} (line {line}) is not valid UTF-8",
+        crate::redact::path(path)
+    )]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// The offset of the first byte that is not valid UTF-8, counted
+        /// from 0.
+        offset: usize,
+        /// Its line, counted from 1.
+        line: usize,
+    },
+    /// Two cases have the same name: reports and comparisons match cases by
+    /// name.
+    #[error(
+        "report {}: cases {first} and {second} are both named `{}`; a report's case names must be unique",
+        crate::redact::path(path),
+        crate::redact::shown(name)
+    )]
+    DuplicateCase {
+        /// The file.
+        path: PathBuf,
+        /// The name.
+        name: String,
+        /// The first case with it, counted from 1.
+        first: usize,
+        /// The second.
+        second: usize,
+    },
+    /// A score's value is not a number in `0.0..=1.0`.
+    #[error(
+        "report {}: case `{}`: evaluator `{}` has the value {value}; a score's value must be a number in 0.0..=1.0",
+        crate::redact::path(path),
+        crate::redact::shown(case),
+        crate::redact::shown(evaluator)
+    )]
+    InvalidScore {
+        /// The file.
+        path: PathBuf,
+        /// The case.
+        case: String,
+        /// The evaluator.
+        evaluator: String,
+        /// The value.
+        value: f64,
+    },
+}
+
+/// What [`Report::load`] refuses in a report that reads as JSON; saving
+/// refuses it too.
+enum Invalid {
+    Version(u32),
+    DuplicateCase {
+        name: String,
+        first: usize,
+        second: usize,
+    },
+    Score {
+        case: String,
+        evaluator: String,
+        value: f64,
+    },
+}
+
+impl Invalid {
+    fn at(self, path: &Path) -> ReportError {
+        let path = path.to_owned();
+        match self {
+            Invalid::Version(version) => ReportError::Format {
+                path,
+                message: format!(
+                    "it has format version {version}, this crate reads {REPORT_VERSION}"
+                ),
+            },
+            Invalid::DuplicateCase {
+                name,
+                first,
+                second,
+            } => ReportError::DuplicateCase {
+                path,
+                name: redact::owned(name),
+                first,
+                second,
+            },
+            Invalid::Score {
+                case,
+                evaluator,
+                value,
+            } => ReportError::InvalidScore {
+                path,
+                case: redact::owned(case),
+                evaluator: redact::owned(evaluator),
+                value,
+            },
+        }
+    }
+}
+
+/// `bytes` as text, or [`ReportError::NotUtf8`] /
+/// [`DatasetError::NotUtf8`](crate::DatasetError::NotUtf8) material: the
+/// offset and the line of the first byte that is not valid UTF-8.
+pub(crate) fn utf8(bytes: Vec<u8>) -> Result<String, (usize, usize)> {
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..offset]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        (offset, line)
+    })
 }
 
 /// One evaluator's figures over a report.
@@ -211,11 +323,22 @@ pub struct Summary {
 
 impl Report {
     /// Reads a report file.
+    ///
+    /// It refuses, naming what and where: a file that is not UTF-8 text
+    /// ([`ReportError::NotUtf8`]), not a report or of another format
+    /// version ([`ReportError::Format`]), with two cases of one name
+    /// ([`ReportError::DuplicateCase`]: cases are matched by name), or with
+    /// a score whose value is not in `0.0..=1.0` ([`ReportError::InvalidScore`]).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ReportError> {
         let path = path.as_ref();
-        let text = fs::read_to_string(path).map_err(|source| ReportError::Io {
+        let bytes = fs::read(path).map_err(|source| ReportError::Io {
             path: path.to_owned(),
             source,
+        })?;
+        let text = utf8(bytes).map_err(|(offset, line)| ReportError::NotUtf8 {
+            path: path.to_owned(),
+            offset,
+            line,
         })?;
         // An editor on Windows may start the file with a byte order mark.
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
@@ -224,16 +347,38 @@ impl Report {
             path: path.to_owned(),
             message: redact::owned(format!("it is not a report: {e}")),
         })?;
-        if report.version != REPORT_VERSION {
-            return Err(ReportError::Format {
-                path: path.to_owned(),
-                message: format!(
-                    "it has format version {}, this crate reads {REPORT_VERSION}",
-                    report.version
-                ),
-            });
-        }
+        report.validate().map_err(|invalid| invalid.at(path))?;
         Ok(report)
+    }
+
+    /// What `load` checks beyond the JSON: the version, unique case names,
+    /// scores in range.
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.version != REPORT_VERSION {
+            return Err(Invalid::Version(self.version));
+        }
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, case) in self.cases.iter().enumerate() {
+            if let Some(first) = seen.insert(&case.name, i + 1) {
+                return Err(Invalid::DuplicateCase {
+                    name: case.name.clone(),
+                    first,
+                    second: i + 1,
+                });
+            }
+            for (evaluator, scored) in &case.scores {
+                if let Scored::Score(score) = scored
+                    && !(0.0..=1.0).contains(&score.value)
+                {
+                    return Err(Invalid::Score {
+                        case: case.name.clone(),
+                        evaluator: evaluator.clone(),
+                        value: score.value,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes the report as JSON, replacing the file atomically: a crash
@@ -251,12 +396,17 @@ impl Report {
     /// text after that (where replacing it would break the format), the
     /// file is not written: [`ReportError::Format`].
     ///
-    /// What is written reads back with [`Report::load`]: a report that holds
-    /// a number JSON cannot carry (a NaN or infinite score value, latency or
-    /// cost, which only a report built or changed by hand can hold, since an
-    /// experiment refuses such scores) is not written, and the error names
-    /// the case and the field; so is one whose text would not read back as a
-    /// report for any other reason.
+    /// What is written reads back with [`Report::load`]: nothing is written,
+    /// and the error is the one `load` would give, for a report of another
+    /// [`version`](Report::version) ([`ReportError::Format`]), with two cases
+    /// of one name ([`ReportError::DuplicateCase`]) or with a score out of
+    /// `0.0..=1.0` ([`ReportError::InvalidScore`]). Only a report built or
+    /// changed by hand can be one of those, as can one that holds a number
+    /// JSON cannot carry (a NaN or infinite score value, latency or cost):
+    /// that is not written either, and the error names the case and the
+    /// field; nor is one whose text would not read back as a report for any
+    /// other reason. (Two case names that redaction makes equal are kept
+    /// apart, as in a run: see the crate's docs on secrets.)
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ReportError> {
         let path = path.as_ref();
         let format = |message: String| ReportError::Format {
@@ -289,10 +439,13 @@ impl Report {
             text = to_text(&redacted)?;
         }
         // Never write a file that `load` refuses.
-        if let Err(e) = serde_json::from_str::<Report>(&text) {
-            return Err(format(format!(
-                "it would not read back as a report ({e}); it was not written"
-            )));
+        match serde_json::from_str::<Report>(&text) {
+            Err(e) => {
+                return Err(format(format!(
+                    "it would not read back as a report ({e}); it was not written"
+                )));
+            }
+            Ok(back) => back.validate().map_err(|invalid| invalid.at(path))?,
         }
         text.push('\n');
         harness::durable::write_atomic(path, text.as_bytes(), harness::durable::Sync::FileAndDir)
@@ -333,7 +486,9 @@ impl Report {
         None
     }
 
-    /// The case named `name`.
+    /// The case named `name`. Names are unique in a report that an
+    /// experiment made or [`Report::load`] read; in one built by hand with
+    /// a name twice, this is the first.
     pub fn case(&self, name: &str) -> Option<&CaseReport> {
         self.cases.iter().find(|c| c.name == name)
     }
@@ -376,7 +531,8 @@ impl Report {
                 .iter()
                 .map(|c| u64::from(c.record.metrics.model_calls))
                 .sum(),
-            cost: costs.map(|c| c.iter().sum()),
+            // An empty sum of floats is -0.0.
+            cost: costs.map(|c| unsigned_zero(c.iter().sum())),
         }
     }
 
@@ -445,7 +601,7 @@ pub(crate) fn mean(values: impl Iterator<Item = f64>, n: usize) -> f64 {
     if n == 0 {
         0.0
     } else {
-        values.sum::<f64>() / n as f64
+        unsigned_zero(values.sum::<f64>() / n as f64)
     }
 }
 
@@ -457,6 +613,7 @@ pub(crate) fn count(n: impl std::fmt::Display, one: &str, many: &str) -> String 
 }
 
 pub(crate) fn short(value: f64) -> String {
+    let value = unsigned_zero(value);
     if value == value.trunc() {
         format!("{value:.0}")
     } else {

@@ -24,7 +24,8 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::dataset::{Case, Dataset};
-use crate::evaluator::{EvalCase, EvalError, Evaluators, JudgeMode, Score};
+use crate::evaluator::{EvalCase, EvalError, Evaluators, JudgeMode, Score, unsigned_zero};
+use crate::json::json_form;
 use crate::record::{CaseModel, CaseRecord, EventRecord, Journal, measure};
 use crate::redact;
 use crate::report::{CaseFailure, CaseReport, REPORT_VERSION, Report, Scored};
@@ -328,7 +329,9 @@ impl Experiment {
         self
     }
 
-    /// Fails a case whose attempt runs longer than `limit`.
+    /// Fails a case whose attempt runs longer than `limit`. This bounds the
+    /// task; each evaluator has a bound of its own on each case
+    /// ([`Evaluators::timeout`], five minutes by default).
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
         self
@@ -359,8 +362,18 @@ impl Experiment {
     /// [`CaseFailure::Error`] with `the task panicked: {message}`; an
     /// evaluator that panics, or returns a score whose value is not a
     /// number in `0.0..=1.0`, gets an error on that case alone
-    /// ([`EvalError::Panicked`], [`EvalError::InvalidScore`]). The other
-    /// cases' and evaluators' results are kept.
+    /// ([`EvalError::Panicked`], [`EvalError::InvalidScore`]), as does one
+    /// that has not finished within [`Evaluators::timeout`]
+    /// ([`EvalError::TimedOut`]). The other cases' and evaluators' results
+    /// are kept.
+    ///
+    /// What a report holds is JSON, so a case whose input, expected output
+    /// or output has no JSON form (a float that is NaN or infinite, a map
+    /// whose keys are not strings or numbers) fails as
+    /// [`CaseFailure::Error`], naming the case, the value and where in it;
+    /// it is never recorded as `null`. The task is not run for a case
+    /// whose input or expected output has none; a case whose output has
+    /// none is not scored.
     pub async fn run<I, E, O, T>(
         &self,
         dataset: &Dataset<I, E>,
@@ -430,6 +443,8 @@ impl Experiment {
     /// case whose record was [withheld](CaseRecord::withheld) has nothing
     /// to score from: every evaluator's result on it is an error saying so.
     /// Like a run's, the returned report is redacted (see the crate's docs).
+    /// Each evaluator is bounded by [`Evaluators::timeout`] on each case, as
+    /// in a run.
     pub async fn rescore<I, E, O>(
         report: &Report,
         evaluators: &Evaluators<I, E, O>,
@@ -614,6 +629,35 @@ impl Experiment {
             harness.eval.case = %shown_case,
             harness.eval.attempts = tracing::field::Empty,
         );
+        // What the report cannot hold is a failure, not a `null`; the task
+        // is not run for a case that could not be recorded.
+        let input = json_form(&case.input);
+        let expected = case.expected.as_ref().map(json_form).transpose();
+        let (input, expected) = match (input, expected) {
+            (Ok(input), Ok(expected)) => (input, expected),
+            (input, expected) => {
+                let (what, why) = match (&input, &expected) {
+                    (Err(why), _) => ("input", why.clone()),
+                    (_, Err(why)) => ("expected output", why.clone()),
+                    (Ok(_), Ok(_)) => unreachable!("matched above"),
+                };
+                return CaseReport {
+                    name: case.name.clone(),
+                    tags: case.tags.clone(),
+                    metadata: case.metadata.clone(),
+                    input: input.unwrap_or(Value::Null),
+                    expected: expected.ok().flatten(),
+                    output: None,
+                    failure: Some(CaseFailure::Error(format!(
+                        "case `{}`: its {what} has no JSON form, so the report cannot hold \
+                         it; the task was not run: {why}",
+                        case.name
+                    ))),
+                    scores: Default::default(),
+                    record: CaseRecord::default(),
+                };
+            }
+        };
         let mut attempt = 0;
         let (result, record) = loop {
             attempt += 1;
@@ -687,11 +731,8 @@ impl Experiment {
             name: case.name.clone(),
             tags: case.tags.clone(),
             metadata: case.metadata.clone(),
-            input: serde_json::to_value(&case.input).unwrap_or(Value::Null),
-            expected: case
-                .expected
-                .as_ref()
-                .map(|e| serde_json::to_value(e).unwrap_or(Value::Null)),
+            input,
+            expected,
             output: None,
             failure: None,
             scores: Default::default(),
@@ -699,7 +740,18 @@ impl Experiment {
         };
         match result {
             Ok(output) => {
-                report.output = Some(serde_json::to_value(&output).unwrap_or(Value::Null));
+                let output_json = match json_form(&output) {
+                    Ok(json) => json,
+                    Err(why) => {
+                        report.failure = Some(CaseFailure::Error(format!(
+                            "case `{}`: the task's output has no JSON form, so the report \
+                             cannot hold it and it was not scored: {why}",
+                            case.name
+                        )));
+                        return report;
+                    }
+                };
+                report.output = Some(output_json.clone());
                 let journal = Journal::default();
                 let scores = score(
                     evaluators,
@@ -712,8 +764,8 @@ impl Experiment {
                         output: &output,
                         record: &report.record,
                         judge: JudgeMode::Live(journal.clone()),
-                        output_json: OnceLock::new(),
-                        expected_json: OnceLock::new(),
+                        output_json: OnceLock::from(Ok(output_json)),
+                        expected_json: OnceLock::from(report.expected.clone().map(Ok)),
                     },
                 )
                 .instrument(span)
@@ -787,10 +839,18 @@ async fn score<I, E, O>(
     let mut scores = std::collections::BTreeMap::new();
     for evaluator in &evaluators.list {
         let name = evaluator.name();
-        // An evaluator that panics loses its score on this case alone.
-        let evaluated = AssertUnwindSafe(evaluator.evaluate(&case))
-            .catch_unwind()
-            .await;
+        // An evaluator that panics or hangs loses its score on this case
+        // alone.
+        let evaluating = AssertUnwindSafe(evaluator.evaluate(&case)).catch_unwind();
+        let Ok(evaluated) = tokio::time::timeout(evaluators.timeout, evaluating).await else {
+            let error = EvalError::TimedOut {
+                evaluator: name.to_owned(),
+                case: case.name.to_owned(),
+                limit: evaluators.timeout,
+            };
+            scores.insert(name.to_owned(), Scored::Error(error.to_string()));
+            continue;
+        };
         let scored = match evaluated {
             Ok(Ok(score)) => match check_score(name, case.name, score) {
                 Ok(score) => Scored::Score(score),
@@ -813,9 +873,11 @@ async fn score<I, E, O>(
 
 /// `score`, unless its value is not a number in `0.0..=1.0`: such a value
 /// would make means meaningless and a report that cannot be saved as JSON
-/// and read back (JSON has no NaN or infinity).
-fn check_score(evaluator: &str, case: &str, score: Score) -> Result<Score, EvalError> {
+/// and read back (JSON has no NaN or infinity). A value of `-0.0` is made
+/// `0.0`.
+fn check_score(evaluator: &str, case: &str, mut score: Score) -> Result<Score, EvalError> {
     if (0.0..=1.0).contains(&score.value) {
+        score.value = unsigned_zero(score.value);
         Ok(score)
     } else {
         Err(EvalError::InvalidScore {

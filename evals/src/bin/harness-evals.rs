@@ -9,8 +9,30 @@
 //! `compare` exits 1 when the candidate regressed: it lacks a case or an
 //! evaluator the baseline has, or an evaluator's mean or a case's value
 //! dropped by more than the threshold (default 0: any drop); it says why on
-//! stderr, one line per reason. It exits 2 on a usage error or an
-//! unreadable report.
+//! stderr, one line per reason. It exits 2 on a usage error (an unknown
+//! option, `--threshold` given twice or not a number ≥ 0) or an unreadable
+//! report.
+//!
+//! With `--json`, `compare` prints the comparison as JSON instead of its
+//! table: the fields of `harness_evals::Comparison` (`baseline`,
+//! `candidate`, `cases`, `means`, `missing_evaluators`) and the verdict
+//! the exit status gives:
+//!
+//! ```text
+//! {
+//!   "baseline": "…", "candidate": "…", "cases": […], "means": […],
+//!   "missing_evaluators": […],
+//!   "threshold": 0.05,
+//!   "regressed": true,
+//!   "shortfalls": [{"kind": "case_dropped", "case": "…", "evaluator": "…",
+//!                   "baseline": 1.0, "candidate": 0.0}, …],
+//!   "reasons": ["case `…` dropped from 1 to 0 on evaluator `…`", …]
+//! }
+//! ```
+//!
+//! `regressed` is whether it exits 1; `shortfalls` are the reasons as
+//! `harness_evals::Shortfall`s (tagged by `kind`), `reasons` the same as
+//! the sentences printed on stderr.
 
 use std::process::ExitCode;
 
@@ -50,7 +72,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         "compare" => {
             let mut files = Vec::new();
-            let mut threshold = 0.0;
+            let mut threshold = None;
             let mut json = false;
             let mut it = rest.iter();
             while let Some(arg) = it.next() {
@@ -59,13 +81,19 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                         let value = it
                             .next()
                             .ok_or("--threshold needs a value, e.g. --threshold 0.05")?;
+                        if threshold.is_some() {
+                            return Err(format!(
+                                "--threshold is given twice; give it once\n{USAGE}"
+                            ));
+                        }
                         threshold = value
                             .parse::<f64>()
                             .ok()
                             .filter(|t| t.is_finite() && *t >= 0.0)
                             .ok_or_else(|| {
                                 format!("--threshold {value:?}: give a number ≥ 0, e.g. 0.05")
-                            })?;
+                            })
+                            .map(Some)?;
                     }
                     "--json" => json = true,
                     other if other.starts_with("--") => {
@@ -77,18 +105,32 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             let [baseline, candidate] = files[..] else {
                 return Err(USAGE.to_owned());
             };
+            let threshold = threshold.unwrap_or(0.0);
             let comparison = Comparison::new(&load(baseline)?, &load(candidate)?);
+            let shortfalls = comparison
+                .shortfalls(threshold)
+                .map_err(|e| e.to_string())?;
             if json {
+                let mut out = serde_json::to_value(&comparison).map_err(|e| e.to_string())?;
+                if let serde_json::Value::Object(fields) = &mut out {
+                    fields.insert("threshold".into(), threshold.into());
+                    fields.insert("regressed".into(), (!shortfalls.is_empty()).into());
+                    fields.insert(
+                        "shortfalls".into(),
+                        serde_json::to_value(&shortfalls).map_err(|e| e.to_string())?,
+                    );
+                    fields.insert(
+                        "reasons".into(),
+                        shortfalls.iter().map(|s| s.to_string()).collect(),
+                    );
+                }
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(&comparison).map_err(|e| e.to_string())?
+                    serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
                 );
             } else {
                 print!("{}", comparison.table());
             }
-            let shortfalls = comparison
-                .shortfalls(threshold)
-                .map_err(|e| e.to_string())?;
             if shortfalls.is_empty() {
                 Ok(ExitCode::SUCCESS)
             } else {

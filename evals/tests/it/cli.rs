@@ -188,3 +188,104 @@ fn compare_exits_non_zero_when_the_candidate_lost_cases_or_evaluators() {
         "{out}"
     );
 }
+
+#[test]
+fn a_threshold_given_twice_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    report("base", &[1.0, 1.0])
+        .save(dir.path().join("base.json"))
+        .unwrap();
+    report("worse", &[1.0, 0.5])
+        .save(dir.path().join("worse.json"))
+        .unwrap();
+    for args in [
+        vec!["--threshold", "0.6", "--threshold", "0"],
+        vec!["--threshold", "0", "--threshold", "0.6"],
+        vec!["--threshold", "0.6", "--json", "--threshold", "0.6"],
+    ] {
+        let mut all = vec!["compare", "base.json", "worse.json"];
+        all.extend(&args);
+        let (code, out, err) = evals(&all, dir.path());
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(
+            err.starts_with("harness-evals: --threshold is given twice; give it once"),
+            "{args:?}: {err}"
+        );
+        assert!(out.is_empty(), "nothing is compared: {out}");
+    }
+    // Once is fine, either side of the files.
+    let (code, _, _) = evals(
+        &["compare", "--threshold", "0.6", "base.json", "worse.json"],
+        dir.path(),
+    );
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn compare_json_gives_the_verdict_of_the_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    report("base", &[1.0, 1.0, 0.5])
+        .save(dir.path().join("base.json"))
+        .unwrap();
+    report("worse", &[1.0, 0.0, 0.5])
+        .save(dir.path().join("worse.json"))
+        .unwrap();
+    report("same", &[1.0, 1.0, 0.5])
+        .save(dir.path().join("same.json"))
+        .unwrap();
+    for (candidate, threshold, regressed) in [
+        ("worse.json", "0", true),
+        ("worse.json", "0.4", true),
+        ("worse.json", "1", false),
+        ("same.json", "0", false),
+    ] {
+        let (code, out, err) = evals(
+            &[
+                "compare",
+                "base.json",
+                candidate,
+                "--json",
+                "--threshold",
+                threshold,
+            ],
+            dir.path(),
+        );
+        assert_eq!(code, if regressed { 1 } else { 0 }, "{out}{err}");
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            json["regressed"], regressed,
+            "{candidate} {threshold}: {out}"
+        );
+        assert_eq!(json["threshold"], threshold.parse::<f64>().unwrap());
+        let reasons: Vec<&str> = json["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        // The same reasons as on stderr, one line each.
+        let printed: Vec<&str> = err.lines().filter_map(|l| l.strip_prefix("  - ")).collect();
+        assert_eq!(reasons, printed, "{err}");
+        assert_eq!(reasons.is_empty(), !regressed);
+        assert_eq!(json["shortfalls"].as_array().unwrap().len(), reasons.len());
+        // The comparison's own fields are still there.
+        assert_eq!(json["baseline"], "base");
+        assert_eq!(json["cases"].as_array().unwrap().len(), 3);
+    }
+    let (_, out, _) = evals(
+        &["compare", "base.json", "worse.json", "--json"],
+        dir.path(),
+    );
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        json["shortfalls"],
+        serde_json::json!([
+            {"kind": "mean_dropped", "evaluator": "score", "baseline": 2.5 / 3.0, "candidate": 1.5 / 3.0},
+            {"kind": "case_dropped", "case": "case-1", "evaluator": "score", "baseline": 1.0, "candidate": 0.0},
+        ])
+    );
+    assert_eq!(
+        json["reasons"][1],
+        "case `case-1` dropped from 1 to 0 on evaluator `score`"
+    );
+}

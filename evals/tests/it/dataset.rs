@@ -231,3 +231,190 @@ fn saving_a_dataset_replaces_the_file_and_never_writes_into_it() {
     );
     assert!(error.to_string().contains("blocked.yaml"), "{error}");
 }
+
+type Questions = Dataset<Question, Answer>;
+
+fn case_line(name: &str) -> String {
+    format!(r#"{{"name": "{name}", "input": {{"question": "q"}}}}"#)
+}
+
+#[test]
+fn duplicate_and_empty_names_in_json_lines_name_the_lines_blank_ones_counted() {
+    let (a, b, c) = (case_line("a"), case_line("b"), case_line("c"));
+    let empty = case_line(" ");
+    // (text, name, case positions, lines)
+    let duplicates = [
+        (format!("{a}\n\n{b}\n{a}\n"), "a", (1, 3), (1, 4)),
+        (format!("\n\n{b}\n{c}\n   \n\n{c}\n"), "c", (2, 3), (4, 7)),
+        (format!("{a}\n{a}"), "a", (1, 2), (1, 2)),
+        (format!("\u{feff}{b}\r\n\r\n{b}\r\n"), "b", (1, 2), (1, 3)),
+    ];
+    for (text, want, (first, second), (first_line, second_line)) in duplicates {
+        let error = Questions::from_json_lines("d", &text, "d.jsonl").unwrap_err();
+        match &error {
+            DatasetError::DuplicateName {
+                name,
+                first: f,
+                second: s,
+                first_line: fl,
+                second_line: sl,
+                ..
+            } => assert_eq!(
+                (name.as_str(), *f, *s, *fl, *sl),
+                (want, first, second, Some(first_line), Some(second_line)),
+                "{text:?}"
+            ),
+            other => panic!("{text:?}: {other:?}"),
+        }
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "dataset d.jsonl: line {second_line}: case {second} is named `{want}`, as is case \
+                 {first} on line {first_line}; names must be unique"
+            )
+        );
+    }
+    for (text, index, line) in [
+        (format!("{a}\n\n\n{empty}\n"), 2, 4),
+        (format!("\n{empty}\n"), 1, 2),
+        (format!("{a}\n{b}\n\n{}\n", case_line("")), 3, 4),
+    ] {
+        let error = Questions::from_json_lines("d", &text, "d.jsonl").unwrap_err();
+        assert!(
+            matches!(error, DatasetError::EmptyName { index: i, line: Some(l), .. } if (i, l) == (index, line)),
+            "{text:?}: {error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "dataset d.jsonl, line {line}: case {index} has an empty name; every case needs one"
+            )
+        );
+    }
+}
+
+#[test]
+fn duplicate_and_empty_names_in_yaml_name_the_lines_where_the_cases_start() {
+    let block = "name: x\ncases:\n  - name: a\n    input: { question: q }\n\n  - name: b\n    input:\n      question: q\n  - name: a\n    input: { question: r }\n";
+    let flow = "name: x\ncases:\n  - { name: a, input: { question: q } }\n  - { name: b, input: { question: q } }\n  # a comment\n  - { name: b, input: { question: r } }\n";
+    let later = "# a dataset\n\nname: x\ncases:\n\n  - name: z\n    input: { question: q }\n  - input: { question: q }\n    name: z\n";
+    for (text, want, (first, second), (first_line, second_line)) in [
+        (block, "a", (1, 3), (3, 9)),
+        (flow, "b", (2, 3), (4, 6)),
+        (later, "z", (1, 2), (6, 8)),
+    ] {
+        let error = Questions::from_yaml(text, "dup.yaml").unwrap_err();
+        assert!(
+            matches!(&error, DatasetError::DuplicateName { name, first: f, second: s, first_line: fl, second_line: sl, .. }
+                if (name.as_str(), *f, *s, *fl, *sl) == (want, first, second, Some(first_line), Some(second_line))),
+            "{text}: {error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "dataset dup.yaml: line {second_line}: case {second} is named `{want}`, as is \
+                 case {first} on line {first_line}; names must be unique"
+            )
+        );
+    }
+    for (text, index, line) in [
+        (
+            "name: x\ncases:\n  - name: a\n    input: { question: q }\n  - name: ''\n    input: { question: q }\n",
+            2,
+            5,
+        ),
+        (
+            "name: x\ncases:\n\n\n  - { name: \"  \", input: { question: q } }\n",
+            1,
+            5,
+        ),
+    ] {
+        let error = Questions::from_yaml(text, "e.yaml").unwrap_err();
+        assert!(
+            matches!(error, DatasetError::EmptyName { index: i, line: Some(l), .. } if (i, l) == (index, line)),
+            "{text}: {error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("dataset e.yaml, line {line}: case {index}")),
+            "{error}"
+        );
+    }
+    // A dataset made in code has no lines: the positions are given.
+    let built = Dataset::new(
+        "d",
+        [
+            Case::<String, String>::new("a", "x".into()),
+            Case::new("b", "y".into()),
+            Case::new("a", "z".into()),
+        ],
+    );
+    assert_eq!(
+        built.check("built").unwrap_err().to_string(),
+        "dataset built: cases 1 and 3 are both named `a`; names must be unique"
+    );
+}
+
+#[test]
+fn a_bad_json_line_gives_its_line_and_column_once() {
+    let good = case_line("a");
+    for (text, line, column) in [
+        (
+            format!("{good}\n{{\"name\": \"b\", \"input\": {{}}}}\n"),
+            2,
+            25,
+        ),
+        (format!("{good}\n\n{{not json\n"), 3, 2),
+        ("\n{\"name\": \"é\", \"input\": 7}\n".to_owned(), 2, 24),
+        ("[1, 2]\n".to_owned(), 1, 2),
+    ] {
+        let error = Questions::from_json_lines("d", &text, "d.jsonl").unwrap_err();
+        assert!(
+            matches!(error, DatasetError::JsonLine { line: l, column: c, .. } if (l, c) == (line, column)),
+            "{text:?}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!("dataset d.jsonl, line {line}, column {column}: ")),
+            "{message}"
+        );
+        assert!(
+            !message.contains("at line"),
+            "the position is given once: {message}"
+        );
+    }
+}
+
+#[test]
+fn a_dataset_file_that_is_not_utf8_names_the_offset_and_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = case_line("a");
+    for (file, bytes, offset, line) in [
+        ("start.jsonl", b"\xff\n".to_vec(), 0, 1),
+        (
+            "third.jsonl",
+            [good.as_bytes(), b"\n\n{\"name\": \"\xc3\x28\"}\n"].concat(),
+            good.len() + 12,
+            3,
+        ),
+        ("cut.yaml", b"name: x\ncases: []\n# caf\xc3".to_vec(), 23, 3),
+        ("latin1.yml", b"name: caf\xe9\ncases: []\n".to_vec(), 9, 1),
+    ] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, &bytes).unwrap();
+        let error = Questions::load(&path).unwrap_err();
+        assert!(
+            matches!(error, DatasetError::NotUtf8 { offset: o, line: l, .. } if (o, l) == (offset, line)),
+            "{file}: {error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "dataset file {}: it is not UTF-8 text: the byte at offset {offset} (line {line}) \
+                 is not valid UTF-8",
+                path.display()
+            )
+        );
+    }
+}

@@ -268,3 +268,92 @@ async fn closures_are_evaluators() {
         .unwrap();
     assert!(!s.passed && s.value == 0.0, "{s:?}");
 }
+
+#[tokio::test]
+async fn equals_compares_integers_exactly_and_shows_them_exactly() {
+    let e = Equals::expected();
+    // Distinct integers that are the same f64.
+    for (want, got) in [
+        (
+            json!(9_007_199_254_740_993_u64),
+            json!(9_007_199_254_740_992_u64),
+        ),
+        (json!(u64::MAX), json!(u64::MAX - 1)),
+        (json!(i64::MIN + 1), json!(i64::MIN)),
+        (
+            json!([1, 9_007_199_254_740_993_i64]),
+            json!([1, 9_007_199_254_740_992_i64]),
+        ),
+        (
+            json!({"id": 9_007_199_254_740_993_u64}),
+            json!({"id": 9_007_199_254_740_992.0}),
+        ),
+    ] {
+        let s = score(&e, Some(want.clone()), got.clone()).await.unwrap();
+        assert!(!s.passed, "{got} is not {want}");
+        assert_eq!(s.reason, format!("got {got}, want {want}"));
+    }
+    let s = score(
+        &e,
+        Some(json!(9_007_199_254_740_993_u64)),
+        json!(9_007_199_254_740_992_u64),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.reason, "got 9007199254740992, want 9007199254740993");
+    // Equal values, however written: an integer and the same float too.
+    for (want, got) in [
+        (
+            json!(9_007_199_254_740_993_u64),
+            json!(9_007_199_254_740_993_i64),
+        ),
+        (json!(u64::MAX), json!(u64::MAX)),
+        (json!(1), json!(1.0)),
+        (json!(-7.0), json!(-7)),
+        (json!({"n": [2, 0.5]}), json!({"n": [2.0, 0.5]})),
+    ] {
+        assert!(
+            passes(&e, Some(want.clone()), got.clone()).await,
+            "{got} is {want}"
+        );
+    }
+    assert!(!passes(&e, Some(json!(1)), json!(1.5)).await);
+    // A field compares the same way.
+    let field = FieldMatch::new("/id");
+    assert!(
+        !passes(
+            &field,
+            Some(json!({"id": 9_007_199_254_740_993_u64})),
+            json!({"id": 9_007_199_254_740_992_u64})
+        )
+        .await
+    );
+}
+
+#[tokio::test]
+async fn numeric_tolerance_reads_the_last_number_written_in_text() {
+    let n = NumericTolerance::new(0.0);
+    for (text, number) in [
+        ("pages 10-12", 12.0),
+        ("on 2026-11-29", 29.0),
+        ("the point (3,4)", 4.0),
+        ("1,5", 5.0),
+        ("6.02e23", 6.02e23),
+        ("about 1e3", 1000.0),
+        ("v1.2.3", 3.0),
+        ("x = -3", -3.0),
+        ("1,234,567", 1_234_567.0),
+        ("1E-3", 0.001),
+        ("+5", 5.0),
+        (".5", 0.5),
+        ("5.", 5.0),
+        ("-0", 0.0),
+    ] {
+        let s = score(&n, Some(json!(number)), json!(text)).await.unwrap();
+        assert!(s.passed, "{text:?} reads {number}: {}", s.reason);
+        // And no other number.
+        let other = number * 2.0 + 1.0;
+        let off = score(&n, Some(json!(other)), json!(text)).await.unwrap();
+        assert!(!off.passed, "{text:?}: {}", off.reason);
+    }
+}

@@ -3,11 +3,15 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod cli;
+mod collisions;
 mod dataset;
 mod evaluators;
 mod experiment;
+mod json_form;
+mod reports;
 mod robustness;
 mod secrets;
+mod timeouts;
 mod trajectory;
 
 use harness::llm::{Exchange, ModelRequest, ModelResponse, Outcome, ToolCall};
