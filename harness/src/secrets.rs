@@ -491,16 +491,21 @@ pub fn is_secret_parameter(name: &str) -> bool {
 
 /// Whether `segment` (one segment of a URL's path, taken decoded:
 /// [`percent_decoded`]) looks like a token rather than a name: at least 16
-/// characters, only letters, digits and `-`, `_`, `.`, `~`, `=`, `+`, and at
-/// least four changes between a letter and a digit. Services that put a
+/// characters, only letters, digits and `-`, `_`, `.`, `~`, `=`, `+`, and
+/// either upper-case letters, lower-case letters and digits all three, or
+/// at least four changes between a letter and a digit. Services that put a
 /// key in the URL's path (an MCP server's `/s/<key>/mcp`, a webhook's
-/// `/hooks/<id>/<token>`) write such segments; names rarely change that
-/// often (`my-service-v2`, `2024-06-18`, `mcp`). UUIDs and hashes count as
-/// tokens: hiding one more id costs less than showing a key.
+/// `/hooks/<id>/<token>`) write such segments; names rarely do
+/// (`my-service-v2`, `2024-06-18`, `mcp`). Of random keys of 16
+/// characters (base62 or base64url) about 6 in 100 have no digit and may
+/// change between letters and digits less often: the longer a key, the
+/// fewer are missed. UUIDs, hashes and camel-case names with a digit count
+/// as tokens: hiding one more id costs less than showing a key.
 ///
 /// ```
 /// use harness::secrets::is_token_like;
 /// assert!(is_token_like("ZjM2NDc1YjAtYjA3Mi00OGRhLWE3"));
+/// assert!(is_token_like("kTqLmZpXvRwYhBnAsDfGjKe9"));
 /// assert!(is_token_like("550e8400-e29b-41d4-a716-446655440000"));
 /// assert!(!is_token_like("my-long-service-name-v2") && !is_token_like("2025-06-18"));
 /// ```
@@ -511,6 +516,10 @@ pub fn is_token_like(segment: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '=' | '+'))
     {
         return false;
+    }
+    let has = |f: fn(&char) -> bool| segment.chars().any(|c| f(&c));
+    if has(char::is_ascii_uppercase) && has(char::is_ascii_lowercase) && has(char::is_ascii_digit) {
+        return true;
     }
     let mut changes = 0;
     let mut last: Option<bool> = None;
@@ -662,6 +671,9 @@ mod tests {
             "3f2a9c0e8d7b6a5f4e3d2c1b0a9f8e7d6c5b4a39",
             "B0A1B2C3DxYz9Q8w7E6r",
             "sk-proj-Ab3dE5fG7hI9jK1lM3nO",
+            // Mostly letters, one change between letters and digits.
+            "kTqLmZpXvRwYhBnAsDfGjKe9",
+            "AbcdefghijklmnoP1",
         ] {
             assert!(is_token_like(segment), "{segment}");
         }
@@ -673,6 +685,8 @@ mod tests {
             "my-long-service-name-v2",
             "api-gateway-production",
             "python3.11-site-packages",
+            "ThisIsACamelCaseName",
+            "all-lower-case-words-only",
             "index.html",
             "",
             // Long and mixed, but with a character no token has.

@@ -256,8 +256,10 @@ impl UrlMask {
 /// Checks that `url` is an `http://` or `https://` URL, saying what is
 /// wrong with it if not (the HTTP client says only "builder error" when it
 /// first sends); the mask of the URL for what the client shows later. Its
-/// password and the values of its secret-looking query and fragment
-/// parameters ([`is_secret_parameter`](harness::secrets::is_secret_parameter)) are registered as secrets
+/// password, the path segments that look like tokens
+/// ([`is_token_like`](harness::secrets::is_token_like)) and the values of its
+/// secret-looking query and fragment parameters
+/// ([`is_secret_parameter`](harness::secrets::is_secret_parameter)) are registered as secrets
 /// ([`harness::secrets::register`]), so that what a server or the HTTP
 /// client says with them is redacted, and the crate shows the URL without
 /// them (`?api_key=***`).

@@ -958,10 +958,12 @@ impl McpClient {
     ///
     /// A segment of the path is taken as a secret when it looks like a
     /// token ([`harness::secrets::is_token_like`]: 16 characters or more,
-    /// letters, digits and `-_.~=+` only, switching between letters and
-    /// digits at least four times), so a UUID or a hash in the path is
-    /// hidden too. A key that does not look so (`/mcp/my-secret-word`) is
-    /// not found: register it yourself ([`harness::secrets::register`]).
+    /// letters, digits and `-_.~=+` only, with upper- and lower-case letters
+    /// and digits, or switching between letters and digits at least four
+    /// times), so a UUID or a hash in the path is hidden too. A key that
+    /// does not look so (`/mcp/my-secret-word`, or a short key with no
+    /// digit, a few in a hundred of random 16-character keys) is not found:
+    /// register it yourself ([`harness::secrets::register`]).
     pub async fn http_with(
         name: impl Into<String>,
         url: &str,
