@@ -651,7 +651,9 @@ async fn model_turn<S: AgentState, C: AgentContext>(
         }
         None => Some(cx.complete(model, request).await),
     };
+    // (The call cut short was made: it counts.)
     let time_up = |update: AgentMemory| {
+        let update = update.turn_taken();
         let used_ms = memory.active_ms().saturating_add(elapsed_ms(started));
         let limit = LimitKind::Time {
             max_ms: config.limits.time_ms().unwrap_or_default(),

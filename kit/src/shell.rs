@@ -330,7 +330,7 @@ pub fn confined(program: &str) -> Result<tokio::process::Command, String> {
 /// non-dumpable, no capabilities), with no input, a timeout, and its
 /// output bounded. The command runs in a process group of its own, killed
 /// when the command ends or its time is up: what it started in the
-/// background ends with it ([`kill_group`]).
+/// background ends with it ([`ProcessGroup`]).
 #[derive(Clone, Debug)]
 pub struct Shell {
     dir: PathBuf,
@@ -421,22 +421,33 @@ async fn capture(stream: Option<impl tokio::io::AsyncRead + Unpin>, keep: usize)
 /// open; what came by then is kept.
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
-/// What a capture task read, waiting at most [`OUTPUT_GRACE`] for its end.
-async fn collect(mut task: tokio::task::JoinHandle<Captured>) -> Captured {
-    let captured = tokio::time::timeout(OUTPUT_GRACE, &mut task)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    task.abort();
-    captured
+/// A task reading a stream, stopped when dropped (a call dropped while its
+/// command runs).
+struct Reading(tokio::task::JoinHandle<Captured>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What two reading tasks read, waiting at most [`OUTPUT_GRACE`] in all
+/// for their end.
+async fn collect(out: &mut Reading, err: &mut Reading) -> (Captured, Captured) {
+    async fn read(task: &mut Reading) -> Captured {
+        tokio::time::timeout(OUTPUT_GRACE, &mut task.0)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    }
+    tokio::join!(read(out), read(err))
 }
 
 /// Kills the process group `group` leads (a command started with
 /// `process_group(0)`: the process and whatever it started, unless they
 /// left the group), if it is still there. Unix only; elsewhere nothing.
-/// The [`Shell`] tool, and the project recipe's commands, end each command
-/// so when it ends or its time is up.
+/// See [`ProcessGroup`] to have it done however a call ends.
 pub fn kill_group(group: Option<u32>) {
     #[cfg(unix)]
     if let Some(pid) = group
@@ -449,17 +460,29 @@ pub fn kill_group(group: Option<u32>) {
     let _ = group;
 }
 
-/// A command's process group, killed once: by [`Group::kill`], or when
-/// dropped (a call dropped while its command runs).
-struct Group(Option<u32>);
+/// The process group of a command started with `process_group(0)`, killed
+/// once ([`kill_group`]): by [`ProcessGroup::kill`] when the command has
+/// ended or its time is up, or when dropped (a call dropped while its
+/// command runs), so that what the command started in the background
+/// never outlives it. The [`Shell`] tool and the project recipe's
+/// commands hold one each.
+#[derive(Debug)]
+pub struct ProcessGroup(Option<u32>);
 
-impl Group {
-    fn kill(&mut self) {
+impl ProcessGroup {
+    /// The group `child` leads (nothing when it has no id: it has been
+    /// waited for already).
+    pub fn of(child: &tokio::process::Child) -> Self {
+        Self(child.id())
+    }
+
+    /// Kills the group now, once.
+    pub fn kill(&mut self) {
         kill_group(self.0.take());
     }
 }
 
-impl Drop for Group {
+impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
     }
@@ -495,12 +518,12 @@ impl Tool for Shell {
             .spawn()
             .map_err(|e| format!("cannot start `{}`: {e}", line.program()))?;
         // Killed however the call ends, a dropped call included.
-        let mut group = Group(child.id());
+        let mut group = ProcessGroup::of(&child);
         // Read as it comes, never more than a bound: `output()` would hold
         // everything the command writes until it exits.
         let keep = self.max_output.saturating_add(REDACTION_MARGIN);
-        let stdout = tokio::spawn(capture(child.stdout.take(), keep));
-        let stderr = tokio::spawn(capture(child.stderr.take(), keep));
+        let mut stdout = Reading(tokio::spawn(capture(child.stdout.take(), keep)));
+        let mut stderr = Reading(tokio::spawn(capture(child.stderr.take(), keep)));
         let status = tokio::time::timeout(self.timeout, child.wait()).await;
         // The command's end (or its time) is the end of whatever it started
         // in the background too, which would otherwise hold its output
@@ -509,22 +532,15 @@ impl Tool for Shell {
         let status = match status {
             Err(_) => {
                 let _ = child.kill().await;
-                stdout.abort();
-                stderr.abort();
                 return Err(format!(
                     "`{line}` did not finish within {} s and was stopped",
                     self.timeout.as_secs()
                 ));
             }
-            Ok(Err(e)) => {
-                stdout.abort();
-                stderr.abort();
-                return Err(format!("`{line}` could not be waited for: {e}"));
-            }
+            Ok(Err(e)) => return Err(format!("`{line}` could not be waited for: {e}")),
             Ok(Ok(status)) => status,
         };
-        let out = collect(stdout).await;
-        let err = collect(stderr).await;
+        let (out, err) = collect(&mut stdout, &mut stderr).await;
         let partial = |c: &Captured| c.total > c.kept.len() as u64;
         // A success shows the output; a failure its errors, then its output.
         let (mut text, wrote, partial) = if status.success() {

@@ -787,7 +787,7 @@ async fn a_repair_turn_is_a_model_call_counted_and_held_to_the_limits() {
         outcome.state.memory.status()
     );
     assert_eq!(model.0.load(Ordering::SeqCst), 2);
-    assert_eq!(outcome.state.memory.turns(), 1);
+    assert_eq!(outcome.state.memory.turns(), 2);
 }
 
 #[tokio::test]

@@ -163,7 +163,8 @@ async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> Ste
         Ok(child) => child,
         Err(e) => return fail(format!("cannot start sh: {e}")),
     };
-    let group = child.id();
+    // Killed however this ends, a dropped call included.
+    let mut group = harness_kit::shell::ProcessGroup::of(&child);
     // Each stream is read as it comes and only its end is kept: a command
     // that writes gigabytes costs the host `MAX_OUTPUT` bytes a stream.
     let needle = step.expect_stdout.clone().map(String::into_bytes);
@@ -172,7 +173,7 @@ async fn run_step(dir: &Path, step: &VerificationStep, timeout: Duration) -> Ste
     let status = tokio::time::timeout(timeout, child.wait()).await;
     // The command's end (or its time) is the end of whatever it started in
     // the background too, which would otherwise hold its output open.
-    harness_kit::shell::kill_group(group);
+    group.kill();
     let status = match status {
         Err(_) => {
             let _ = child.kill().await;
