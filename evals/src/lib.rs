@@ -36,9 +36,10 @@
 //!   that is not a number in `0.0..=1.0` ([`EvalError::InvalidScore`]:
 //!   refused, not clamped) loses its score on that case alone. A value a
 //!   report cannot hold as JSON (a NaN, a map whose keys are not strings)
-//!   is never recorded as `null`: a case whose input, expected output or
-//!   output is one fails, naming why and where, and an evaluator reading
-//!   one gets [`EvalError::NoJson`]. A panic is caught only where panics unwind (not under
+//!   is never scored as `null`: a case whose input, expected output or
+//!   output is one fails, naming why and where (its report then holds
+//!   `null` for that input and no expected output, beside the failure),
+//!   and an evaluator reading one gets [`EvalError::NoJson`]. A panic is caught only where panics unwind (not under
 //!   `panic = "abort"`), and the panic hook still prints it.
 //!   [`Report::save`] never writes a file that [`Report::load`] refuses: it
 //!   refuses a report holding a NaN or infinite number, naming the case and

@@ -1059,6 +1059,7 @@ function clearSession(id, loading) {
   $('#empty-pane').hidden = true;
   $('#session-pane').hidden = false;
   $('#session-pane').dataset.loading = loading ? 'true' : 'false';
+  $('#session-pane').dataset.damaged = 'false';
   const s = ui.sessions.get(id);
   const known = s && !s.unreadable ? s : null;
   setText($('#session-id'), id);
@@ -1135,9 +1136,14 @@ async function loadSession() {
     loaded = true;
   } catch (e) {
     if (id !== ui.selected || run !== ui.sessionRun) return;
-    // Nothing drawn of this session (or of another) stays under its
-    // error: a damaged session shows the error alone.
-    clearSession(id, false);
+    // Nothing drawn of another session stays under this one's error, nor
+    // anything of this one when it is damaged or gone. A reload of the
+    // session shown that failed otherwise (the network, the store out of
+    // reach for a moment) keeps what is drawn, and what is being typed,
+    // under the error.
+    const gone = e.kind === 'damaged' || e.status === 404;
+    if (ui.shown !== id || gone) clearSession(id, false);
+    else $('#session-pane').dataset.loading = 'false';
     setText($('#session-error'), e.message);
     $('#session-pane').dataset.damaged = e.kind === 'damaged' ? 'true' : 'false';
   } finally {

@@ -215,6 +215,15 @@ pub(crate) enum ApiError {
         "no such API call: {path} (the studio's API is under /api: sessions, events, memory, evals)"
     )]
     NoRoute { path: String },
+    /// A path of the API asked with a method it does not take (the body's
+    /// `kind` is `method`, `allowed` the methods it takes, as in the
+    /// `Allow` header).
+    #[error("{path} is not called with {method}: it takes {allowed}")]
+    WrongMethod {
+        method: String,
+        path: String,
+        allowed: String,
+    },
     /// The work of a request ended without an answer (it panicked).
     #[error("the studio could not answer: {0}")]
     Failed(String),
@@ -234,6 +243,7 @@ impl ApiError {
             | ApiError::NoMemory
             | ApiError::NoItem { .. }
             | ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ApiError::WrongMethod { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Memory(e) => match e {
                 MemoryError::Namespace { .. }
                 | MemoryError::Key { .. }
@@ -305,6 +315,17 @@ impl IntoResponse for ApiError {
         if let ApiError::NoRoute { path } = &self {
             body["kind"] = serde_json::json!("route");
             body["path"] = serde_json::json!(redact::text(path));
+        }
+        if let ApiError::WrongMethod { allowed, .. } = &self {
+            body["kind"] = serde_json::json!("method");
+            body["allowed"] = serde_json::json!(allowed);
+            let mut response = (status, Json(body)).into_response();
+            if let Ok(value) = axum::http::HeaderValue::from_str(allowed) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::ALLOW, value);
+            }
+            return response;
         }
         (status, Json(body)).into_response()
     }

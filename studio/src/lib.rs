@@ -153,12 +153,14 @@
 //! A session's id or a report's index in a URL's path that does not
 //! percent-decode to UTF-8 is answered the same way (`"parameter": "id"`).
 //! A timeline's `path` is a task's path: empty for the run's own loop,
-//! else segments joined by `/`, each a step's name, and for a fan-out's
-//! branch `#` and its index (`square#1`, `review/check#0`); a segment
-//! without a name, with an index that is not digits or too large, or with
-//! more than one `#` is refused, the error naming the segment. A path
+//! else segments joined by `/`, each a step's name and for a fan-out's
+//! branch `#` and its index (`square#1`, `review/check#0`); a step's name
+//! may hold `#` itself, so only an empty or blank segment is refused, the error
+//! naming it, and a path no task has keeps nothing. A path
 //! under `/api` that no call answers is a 404 naming it: `{"error": "no
-//! such API call: /api/…", "kind": "route", "path": "/api/…"}`.
+//! such API call: /api/…", "kind": "route", "path": "/api/…"}`; one asked
+//! with a method it does not take is a 405 naming the methods it takes, in
+//! the body (`"kind": "method", "allowed": "GET,HEAD"`) and in `Allow`.
 //!
 //! # Following the store at a bounded cost
 //!

@@ -151,6 +151,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/evals", get(evals::list))
         .route("/api/evals/{index}", get(evals::report))
         .fallback(no_route)
+        .layer(axum::middleware::from_fn(wrong_method))
         .layer(axum::middleware::from_fn(redact::responses))
         .layer(axum::middleware::map_response(no_referrer))
         .with_state(Arc::new(app))
@@ -170,6 +171,33 @@ async fn no_route(State(app): State<Shared>, request: axum::extract::Request) ->
         return e.into_response();
     }
     ApiError::NoRoute { path }.into_response()
+}
+
+/// A path of the API asked with a method it does not take: a JSON error
+/// ([`ApiError::WrongMethod`], 405, with its `Allow` header) rather than
+/// axum's empty body.
+async fn wrong_method(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let method = request.method().to_string();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    if response.status() != axum::http::StatusCode::METHOD_NOT_ALLOWED
+        || !(path == "/api" || path.starts_with("/api/"))
+    {
+        return response;
+    }
+    // (axum adds its `Allow` header outside this layer: the router's
+    // routes say it here.)
+    let allowed = if path.ends_with("/answer") || path.ends_with("/fork") {
+        "POST"
+    } else {
+        "GET,HEAD"
+    };
+    ApiError::WrongMethod {
+        method,
+        path,
+        allowed: allowed.to_owned(),
+    }
+    .into_response()
 }
 
 /// Every response: a page of the studio names nothing of it (a session's

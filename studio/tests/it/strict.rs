@@ -9,25 +9,15 @@ use serde_json::json;
 use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeline_path_that_is_no_task_s_path_is_refused_naming_its_bad_segment() {
+async fn a_timeline_path_with_an_empty_segment_is_refused_naming_it() {
     let w = TripWorld::new("strict-paths").await;
     let s = w.read_only().await;
     let timeline = format!("/api/sessions/{}/timeline", w.waiting);
     for (path, segment) in [
-        ("square%23x", "segment 1 `square#x`"),
-        ("%23", "segment 1 `#`"),
-        ("%23%23", "segment 1 `##`"),
-        ("square%23-1", "segment 1 `square#-1`"),
-        ("square%23", "segment 1 `square#`"),
-        (
-            "square%2399999999999999999999",
-            "segment 1 `square#99999999999999999999`",
-        ),
-        ("square%231%232", "segment 1 `square#1#2`"),
-        ("review%2F", "segment 2 ``"),
-        ("review%2F%2Fnote", "segment 2 ``"),
-        ("%2Freview", "segment 1 ``"),
-        ("review%2Fnote%23y", "segment 2 `note#y`"),
+        ("review%2F", "segment 2 is empty"),
+        ("review%2F%2Fnote", "segment 2 is empty"),
+        ("%2Freview", "segment 1 is empty"),
+        ("%2F", "segment 1 is empty"),
     ] {
         let r = get(&s, &format!("{timeline}?path={path}")).await;
         assert_eq!(r.status, 400, "{path}: {}", r.body);
@@ -49,6 +39,10 @@ async fn a_timeline_path_that_is_no_task_s_path_is_refused_naming_its_bad_segmen
         ("", true),
         ("square%237", false),
         ("nowhere", false),
+        // A step's name may hold `#`: these are paths, of no task here.
+        ("square%23x", false),
+        ("square%231%232", false),
+        ("%23", false),
     ] {
         let r = get(&s, &format!("{timeline}?path={path}")).await;
         assert_eq!(r.status, 200, "{path}: {}", r.body);
@@ -94,6 +88,34 @@ async fn a_path_no_route_answers_under_api_is_a_json_404_naming_it() {
     // Outside the API: a bare 404.
     let r = get(&s, "/nothing").await;
     assert_eq!(r.status, 404, "{}", r.body);
+    // A path of the API with a method it does not take: a JSON 405 naming
+    // what it takes.
+    for (method, path, allowed) in [
+        ("POST", "/api/sessions".to_owned(), "GET"),
+        ("DELETE", format!("/api/sessions/{}", w.waiting), "GET"),
+        ("PUT", "/api/info".to_owned(), "GET"),
+        ("GET", format!("/api/sessions/{}/answer", w.waiting), "POST"),
+    ] {
+        let r = request(&s, method, &path, &[], Some("{}")).await;
+        assert_eq!(r.status, 405, "{method} {path}: {}", r.body);
+        let body = r.json();
+        assert_eq!(body["kind"], "method", "{method} {path}: {body}");
+        assert!(
+            body["allowed"]
+                .as_str()
+                .is_some_and(|a| a.contains(allowed)),
+            "{method} {path}: {body}"
+        );
+        assert!(
+            r.error().contains(method) && r.error().contains(&path),
+            "{body}"
+        );
+        assert!(
+            r.header("allow").is_some_and(|a| a.contains(allowed)),
+            "{method} {path}: {:?}",
+            r.headers
+        );
+    }
     s.shutdown().await.unwrap();
 }
 
