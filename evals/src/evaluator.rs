@@ -458,13 +458,16 @@ impl<I, E, O> Evaluators<I, E, O> {
         self.list.iter().map(|e| e.name()).collect()
     }
 
-    /// The first name used twice, if one is.
+    /// The first name used twice, if one is, as a report would hold it:
+    /// two names that redaction makes equal (`judge-{key}` and
+    /// `judge-{token}`) count as one used twice, since a case's scores are
+    /// kept by name.
     pub(crate) fn duplicate(&self) -> Option<String> {
-        let names = self.names();
+        let names: Vec<String> = self.names().into_iter().map(crate::redact::owned).collect();
         names
             .iter()
             .enumerate()
             .find(|(i, n)| names[..*i].contains(n))
-            .map(|(_, n)| crate::redact::owned(*n))
+            .map(|(_, n)| n.clone())
     }
 }

@@ -216,7 +216,8 @@ pub enum Progress {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExperimentError {
-    /// Two evaluators have the same name (a report's columns are by name).
+    /// Two evaluators have the same name (a report's columns are by name),
+    /// or names that are the same once the process's secrets are redacted.
     #[error("two evaluators are named `{0}`; rename one with .named(..)")]
     DuplicateEvaluator(String),
     /// The dataset's names are not unique or empty.

@@ -9,8 +9,8 @@
 use std::process::Command;
 
 use harness_evals::{
-    Case, Change, Comparison, Dataset, Equals, Evaluators, Experiment, Progress, Report,
-    ReportError, Shortfall, TaskError, task_fn,
+    Case, Change, Comparison, Dataset, Equals, Evaluators, Experiment, ExperimentError, Progress,
+    Report, ReportError, Shortfall, TaskError, task_fn,
 };
 
 use crate::report;
@@ -178,4 +178,50 @@ fn a_comparison_of_reports_made_by_hand_matches_a_repeated_name_by_rank() {
     let changes: Vec<Change> = comparison.cases.iter().map(|c| c.change).collect();
     assert_eq!(changes, [Change::Unchanged, Change::Regressed]);
     assert!(comparison.regressed(0.5));
+}
+
+/// Two evaluators whose names the secrets make equal would share one score
+/// of each case: the experiment refuses them, naming the redacted name,
+/// and so does a rescore.
+#[tokio::test]
+async fn evaluator_names_that_redaction_makes_equal_are_refused() {
+    if std::env::var_os(CHILD).is_none() {
+        return in_child_with_secrets("evaluator_names_that_redaction_makes_equal_are_refused");
+    }
+    let key = std::env::var("OPENAI_API_KEY").unwrap();
+    let token = std::env::var("GITHUB_TOKEN").unwrap();
+    let evaluators = || {
+        Evaluators::new()
+            .with(Equals::expected().named(format!("judge-{key}")))
+            .with(Equals::expected().named(format!("judge-{token}")))
+    };
+    let dataset = dataset(&key, &token, true);
+    let task = task_fn(|input: String, _cx| async move { Ok::<_, TaskError>(input) });
+    let error = Experiment::new("evaluators")
+        .progress(Progress::Off)
+        .run(&dataset, &task, &evaluators())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ExperimentError::DuplicateEvaluator(name) if name == "judge-[redacted]"),
+        "{error:?}"
+    );
+    let report = run("base", &dataset).await;
+    let error = Experiment::rescore(&report, &evaluators())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ExperimentError::DuplicateEvaluator(name) if name == "judge-[redacted]"),
+        "{error:?}"
+    );
+    // Names that differ once redacted are kept apart.
+    let distinct = Evaluators::new()
+        .with(Equals::expected().named(format!("judge-{key}")))
+        .with(Equals::expected().named(format!("strict-{token}")));
+    let report = Experiment::new("evaluators")
+        .progress(Progress::Off)
+        .run(&dataset, &task, &distinct)
+        .await
+        .unwrap();
+    assert_eq!(report.evaluators, ["judge-[redacted]", "strict-[redacted]"]);
 }
