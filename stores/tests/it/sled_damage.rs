@@ -402,6 +402,28 @@ async fn the_writers_open_refuses_a_log_damaged_in_its_middle_and_changes_nothin
             bytes[*at] ^= bit;
             std::fs::write(case.join("db"), bytes).unwrap();
             let before = files(&case);
+            let damage = |kind: &str,
+                          shown: String,
+                          store: PathBuf,
+                          file: PathBuf,
+                          offset: Option<u64>,
+                          what: String,
+                          remedy: &str| {
+                assert_eq!(store, case, "{name}");
+                assert_eq!(file, case.join("db"), "{name}");
+                let offset = offset.unwrap_or_else(|| panic!("{name}: no offset"));
+                assert!(offset <= *at as u64, "{name}: {shown}");
+                assert!(what.contains("nothing was changed"), "{name}: {shown}");
+                assert!(what.contains(remedy), "{name}: {shown}");
+                assert!(
+                    shown.contains(&format!(
+                        "the {kind} {} is damaged: {} at offset {offset}",
+                        case.display(),
+                        case.join("db").display()
+                    )),
+                    "{name}: {shown}"
+                );
+            };
             match SledStore::open(&case) {
                 Err(e @ StoreError::Damaged { .. }) => {
                     let shown = e.to_string();
@@ -414,20 +436,7 @@ async fn the_writers_open_refuses_a_log_damaged_in_its_middle_and_changes_nothin
                     else {
                         unreachable!()
                     };
-                    assert_eq!(store, case, "{name}");
-                    assert_eq!(file, case.join("db"), "{name}");
-                    let offset = offset.unwrap_or_else(|| panic!("{name}: no offset"));
-                    assert!(offset <= *at as u64, "{name}: {shown}");
-                    assert!(what.contains("nothing was changed"), "{name}: {shown}");
-                    assert!(what.contains("cp -a"), "{name}: {shown}");
-                    assert!(
-                        shown.contains(&format!(
-                            "the store {} is damaged: {} at offset {offset}",
-                            case.display(),
-                            case.join("db").display()
-                        )),
-                        "{name}: {shown}"
-                    );
+                    damage("store", shown, store, file, offset, what, "cp -a");
                 }
                 Err(other) => panic!("{name}: expected damage, got {other}"),
                 Ok(_) => panic!("{name}: the damaged log opened"),
@@ -445,19 +454,14 @@ async fn the_writers_open_refuses_a_log_damaged_in_its_middle_and_changes_nothin
                     else {
                         unreachable!()
                     };
-                    assert_eq!(store, case, "{name}");
-                    assert_eq!(file, case.join("db"), "{name}");
-                    let offset = offset.unwrap_or_else(|| panic!("{name}: no offset"));
-                    assert!(offset <= *at as u64, "{name}: {shown}");
-                    assert!(what.contains("nothing was changed"), "{name}: {shown}");
-                    assert!(what.contains("SledMemory::in_db"), "{name}: {shown}");
-                    assert!(
-                        shown.contains(&format!(
-                            "the memory {} is damaged: {} at offset {offset}",
-                            case.display(),
-                            case.join("db").display()
-                        )),
-                        "{name}: {shown}"
+                    damage(
+                        "memory",
+                        shown,
+                        store,
+                        file,
+                        offset,
+                        what,
+                        "SledMemory::in_db",
                     );
                 }
                 Err(other) => panic!("{name}: expected damage, got {other}"),

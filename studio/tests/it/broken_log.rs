@@ -359,22 +359,6 @@ const NOTHING_DRAWN: &str = "document.querySelector('#waiting-panel').hidden && 
      document.querySelector('#journal').childElementCount === 0 && \
      document.querySelector('#fork-form').hidden";
 
-/// Picks the session `id` in the list, clicking until it is picked (the
-/// list is drawn again as the event stream reports).
-async fn pick(b: &mut Browser, id: &str) {
-    let row = format!("#sessions tr.row[data-id=\"{id}\"]");
-    for _ in 0..50 {
-        b.click(&row).await;
-        for _ in 0..10 {
-            if b.has(&format!("{row}.selected")).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    panic!("{id} never picked");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_a_session_with_a_broken_log_shows_its_damage_and_nothing_of_the_one_before() {
     let dir = temp_dir("broken-log-browser");
@@ -422,7 +406,7 @@ async fn in_a_browser_a_session_with_a_broken_log_shows_its_damage_and_nothing_o
     b.type_into("#answer", "{\"approve\": true}").await;
 
     // The broken one: its damage, and nothing of the waiting one.
-    pick(&mut b, &broken).await;
+    b.pick(&broken).await;
     b.wait_for(
         "the damage",
         "document.querySelector('#session-error').textContent.includes('the checkpoint log is broken')",
@@ -454,7 +438,7 @@ async fn in_a_browser_a_session_with_a_broken_log_shows_its_damage_and_nothing_o
     assert_eq!(b.text("#session-id").await, broken);
 
     // Back to the waiting one: all of it again.
-    pick(&mut b, &waiting).await;
+    b.pick(&waiting).await;
     b.wait_for(
         "the waiting session again",
         "!document.querySelector('#answer-form').hidden && \

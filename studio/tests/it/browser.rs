@@ -145,21 +145,26 @@ impl Browser {
         let row = format!("#sessions tr[data-id=\"{session}\"]");
         b.wait_for("the session", &format!("document.querySelector('{row}')"))
             .await;
-        // The list is drawn again when the event stream first reports, and
-        // a press and a release on two drawings of the row are no click:
-        // clicked until the row is picked.
-        let picked = format!("document.querySelector('{row}.selected')");
+        b.pick(session).await;
+        b
+    }
+
+    /// Picks `session` in the list. The list is drawn again as the event
+    /// stream reports, and a press and a release on two drawings of the row
+    /// are no click: clicked until the row is picked.
+    pub(crate) async fn pick(&mut self, session: &impl std::fmt::Display) {
+        let row = format!("#sessions tr[data-id=\"{session}\"]");
         for _ in 0..20 {
-            b.click(&row).await;
+            self.click(&row).await;
             for _ in 0..20 {
-                if b.has(&format!("{row}.selected")).await {
-                    return b;
+                if self.has(&format!("{row}.selected")).await {
+                    return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        b.wait_for("the session picked", &picked).await;
-        b
+        let picked = format!("document.querySelector('{row}.selected')");
+        self.wait_for("the session picked", &picked).await;
     }
 
     /// The text of the element (`null`'s text if there is none).

@@ -30,22 +30,6 @@ const HOLD: &str = "(() => {
     window.release = () => { const h = held; held = []; h.forEach((go) => go()); return h.length; };
 })();";
 
-/// Picks the session `id` in the list, clicking until it is picked (the
-/// list is drawn again as the event stream reports).
-async fn pick(b: &mut Browser, id: &str) {
-    let row = format!("#sessions tr.row[data-id=\"{id}\"]");
-    for _ in 0..50 {
-        b.click(&row).await;
-        for _ in 0..10 {
-            if b.has(&format!("{row}.selected")).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    panic!("{id} never picked");
-}
-
 /// The state drawn: loaded, not marked loading.
 const STATE_SHOWN: &str = "document.querySelector('#state-tree').childElementCount > 0 && \
      document.querySelector('#state-at').textContent.startsWith('after step') && \
@@ -65,7 +49,7 @@ async fn in_a_browser_a_session_loading_shows_nothing_of_the_one_before_and_a_la
         ),
     )
     .await;
-    pick(&mut b, &w.waiting).await;
+    b.pick(&w.waiting).await;
     b.wait_for(
         "the waiting session",
         &format!("!document.querySelector('#answer-form').hidden && {STATE_SHOWN}"),
@@ -79,7 +63,7 @@ async fn in_a_browser_a_session_loading_shows_nothing_of_the_one_before_and_a_la
         w.done
     ))
     .await;
-    pick(&mut b, &w.done).await;
+    b.pick(&w.done).await;
     b.wait_for(
         "the done session's header and timeline",
         &format!(
@@ -117,7 +101,7 @@ async fn in_a_browser_a_session_loading_shows_nothing_of_the_one_before_and_a_la
         w.waiting
     ))
     .await;
-    pick(&mut b, &w.waiting).await;
+    b.pick(&w.waiting).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         b.eval("document.querySelector('#state-tree').childElementCount")
@@ -126,7 +110,7 @@ async fn in_a_browser_a_session_loading_shows_nothing_of_the_one_before_and_a_la
         "the done session's state went at once"
     );
     b.eval("window.holdIf = null; true").await;
-    pick(&mut b, &w.failed).await;
+    b.pick(&w.failed).await;
     b.wait_for(
         "the failed session",
         &format!(
