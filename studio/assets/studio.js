@@ -45,6 +45,13 @@ const ui = {
   timelineRun: 0,
   loading: false, // the latest load of the session shown is under way
   shown: null, // the session whose panels are drawn; null: none (or cleared)
+  // The session whose latest load failed: `{ id, version, gone }`, with
+  // the newest version known when it was asked for, and whether it is
+  // damaged or not found. The stream loads one gone again only for a newer
+  // version (not at each of its events, its error blinking); one that
+  // failed otherwise (the network, the store out of reach) at its next
+  // event.
+  failed: null,
 };
 
 // A call of the JSON API: its data and the response (for its headers).
@@ -1115,9 +1122,12 @@ async function loadSession() {
   const timelineRun = ++ui.timelineRun;
   ui.loading = true;
   let loaded = false;
+  const version = knownVersion(id);
   // Another session's panels go at once: none of them stays while this
-  // one loads (a large state takes seconds).
-  if (ui.shown !== id) clearSession(id, true);
+  // one loads (a large state takes seconds). A session whose load failed
+  // keeps its error on screen while it is asked for again.
+  const retry = ui.failed !== null && ui.failed.id === id;
+  if (ui.shown !== id && !retry) clearSession(id, true);
   try {
     const [detail, timeline] = await Promise.all([
       api(`/api/sessions/${encodeURIComponent(id)}`),
@@ -1125,7 +1135,9 @@ async function loadSession() {
     ]);
     if (id !== ui.selected || run !== ui.sessionRun) return;
     ui.detail = detail;
+    ui.failed = null;
     if (timelineRun === ui.timelineRun) ui.timeline = timeline;
+    if (retry) clearSession(id, false);
     $('#session-error').textContent = '';
     $('#session-pane').dataset.loading = 'false';
     renderDetail();
@@ -1142,6 +1154,7 @@ async function loadSession() {
     // reach for a moment) keeps what is drawn, and what is being typed,
     // under the error.
     const gone = e.kind === 'damaged' || e.status === 404;
+    ui.failed = { id, version, gone };
     if (ui.shown !== id || gone) clearSession(id, false);
     else $('#session-pane').dataset.loading = 'false';
     setText($('#session-error'), e.message);
@@ -1156,6 +1169,8 @@ async function loadSession() {
 
 function select(id) {
   if (ui.selected !== id) {
+    // (What failed is on screen no more.)
+    ui.failed = null;
     ui.seq = null;
     ui.offset = null;
     $('#path-filter').value = '*';
@@ -1608,8 +1623,20 @@ function saw(s) {
 function refresh() {
   const s = live.seen;
   if (!s || s.id !== ui.selected || ui.loading) return;
+  const f = ui.failed;
+  if (f && f.gone && f.id === s.id && f.version !== null && f.version >= s.version) return;
   const d = ui.detail;
   if (!d || d.summary.id !== s.id || d.summary.version < s.version) loadSession();
+}
+
+// The newest version of session `id` the page knows of: from the stream
+// or from the list; null when neither has it.
+function knownVersion(id) {
+  const versions = [];
+  if (live.seen && live.seen.id === id) versions.push(live.seen.version);
+  const listed = ui.sessions.get(id);
+  if (listed && !listed.unreadable && typeof listed.version === 'number') versions.push(listed.version);
+  return versions.length ? Math.max(...versions) : null;
 }
 
 // A session the stream sent: in the list if it passes the list's filter,
