@@ -486,6 +486,11 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for F
 ///   version or an address, not a number: each group counts alone, so the
 ///   last number of `v1.2.3` is `3`.
 /// - A number too large for an `f64` (`1e999`) is not read.
+///
+/// Two integers (digits with no fraction nor exponent, in the text, or
+/// JSON integers) are compared exactly, however large:
+/// `9007199254740993` is 1 away from `9007199254740992`, which an `f64`
+/// holds as the same number. Any other pair is compared as `f64`s.
 #[derive(Debug, Clone)]
 pub struct NumericTolerance {
     name: String,
@@ -532,17 +537,57 @@ impl NumericTolerance {
     named!();
 }
 
+/// A number read by [`NumericTolerance`]: an integer, kept exactly, or
+/// any other number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Numeral {
+    Integer(i128),
+    Float(f64),
+}
+
+impl Numeral {
+    fn as_f64(self) -> f64 {
+        match self {
+            // (The nearest f64: exact up to 2^53.)
+            Numeral::Integer(n) => n as f64,
+            Numeral::Float(f) => f,
+        }
+    }
+
+    /// How far `self` is from `other`: exact between two integers (as
+    /// near as an f64 holds it).
+    fn distance(self, other: Numeral) -> f64 {
+        match (self, other) {
+            (Numeral::Integer(a), Numeral::Integer(b)) => a.abs_diff(b) as f64,
+            _ => (self.as_f64() - other.as_f64()).abs(),
+        }
+    }
+}
+
+impl fmt::Display for Numeral {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Numeral::Integer(n) => write!(f, "{n}"),
+            Numeral::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
 /// A number from a JSON value: a number, or the last number in a text.
-pub(crate) fn number_in(value: &Value) -> Option<f64> {
+fn number_in(value: &Value) -> Option<Numeral> {
     match value {
-        Value::Number(n) => n.as_f64(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Some(Numeral::Integer(i.into())),
+            (None, Some(u)) => Some(Numeral::Integer(u.into())),
+            _ => n.as_f64().map(|f| Numeral::Float(unsigned_zero(f))),
+        },
         Value::String(text) => last_number(text),
         _ => None,
     }
 }
 
 /// The last number written in `text`, by the rules of [`NumericTolerance`].
-fn last_number(text: &str) -> Option<f64> {
+fn last_number(text: &str) -> Option<Numeral> {
     let chars: Vec<char> = text.chars().collect();
     let mut last = None;
     let mut at = 0;
@@ -563,7 +608,7 @@ fn last_number(text: &str) -> Option<f64> {
 /// The number that starts at `chars[start]` (its sign included), and the
 /// position after it; `None` when no number starts there. The value is
 /// `None` for a number an `f64` cannot hold.
-fn number_at(chars: &[char], start: usize) -> Option<(Option<f64>, usize)> {
+fn number_at(chars: &[char], start: usize) -> Option<(Option<Numeral>, usize)> {
     let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
     let digit = |i: usize| at(i).is_ascii_digit();
     let digits_from = |mut i: usize| {
@@ -602,6 +647,7 @@ fn number_at(chars: &[char], start: usize) -> Option<(Option<f64>, usize)> {
         i += 4;
     }
     // The fraction; two dots or more make a version, whose last group counts.
+    let mut integer = true;
     if at(i) == '.' && digit(i + 1) {
         let end = digits_from(i + 1);
         if at(end) == '.' && digit(end + 1) {
@@ -612,10 +658,11 @@ fn number_at(chars: &[char], start: usize) -> Option<(Option<f64>, usize)> {
                 end = digits_from(group);
             }
             let last: String = chars[group..end].iter().collect();
-            return Some((last.parse().ok(), end));
+            return Some((read_number(&last, true), end));
         }
         text.push('.');
         text.extend(&chars[i + 1..end]);
+        integer = false;
         i = end;
     }
     // The exponent.
@@ -625,15 +672,23 @@ fn number_at(chars: &[char], start: usize) -> Option<(Option<f64>, usize)> {
             let end = digits_from(i + 1 + sign);
             text.push('e');
             text.extend(&chars[i + 1..end]);
+            integer = false;
             i = end;
         }
     }
-    let value = text
-        .parse::<f64>()
+    Some((read_number(&text, integer), i))
+}
+
+/// The number `text` (as `number_at` gathered it) writes: an integer
+/// when it is one and an `i128` holds it, else an `f64` when one holds it.
+fn read_number(text: &str, integer: bool) -> Option<Numeral> {
+    if integer && let Ok(n) = text.parse::<i128>() {
+        return Some(Numeral::Integer(n));
+    }
+    text.parse::<f64>()
         .ok()
         .filter(|v| v.is_finite())
-        .map(unsigned_zero);
-    Some((value, i))
+        .map(|v| Numeral::Float(unsigned_zero(v)))
 }
 
 #[async_trait]
@@ -669,8 +724,8 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for N
                 brief(&text_of(output))
             )));
         };
-        let allowed = self.absolute.max(self.relative * want.abs());
-        let off = (got - want).abs();
+        let allowed = self.absolute.max(self.relative * want.as_f64().abs());
+        let off = got.distance(want);
         Ok(Score::check(
             off <= allowed,
             format!("got {got}, want {want} ± {allowed}"),
@@ -846,12 +901,63 @@ mod tests {
             ("- 3", Some(3.0)),
         ];
         for (text, want) in table {
-            assert_eq!(last_number(text), *want, "in {text:?}");
+            assert_eq!(last_number(text).map(Numeral::as_f64), *want, "in {text:?}");
         }
         // -0 is 0, not -0.
-        let zero = last_number("-0").unwrap();
-        assert_eq!(zero, 0.0);
-        assert!(zero.is_sign_positive());
+        for zero in ["-0", "-0.0", "-0e3"] {
+            let zero = last_number(zero).unwrap().as_f64();
+            assert_eq!(zero, 0.0);
+            assert!(zero.is_sign_positive());
+        }
+    }
+
+    #[test]
+    fn integers_are_read_and_compared_exactly() {
+        let table: &[(&str, Option<Numeral>)] = &[
+            (
+                "9007199254740993",
+                Some(Numeral::Integer(9_007_199_254_740_993)),
+            ),
+            (
+                "id -9007199254740993",
+                Some(Numeral::Integer(-9_007_199_254_740_993)),
+            ),
+            (
+                "9,007,199,254,740,993",
+                Some(Numeral::Integer(9_007_199_254_740_993)),
+            ),
+            (
+                "u128 max is 340282366920938463463374607431768211455",
+                Some(Numeral::Float(3.402_823_669_209_385e38)),
+            ),
+            (
+                "v1.2.9007199254740993",
+                Some(Numeral::Integer(9_007_199_254_740_993)),
+            ),
+            ("12", Some(Numeral::Integer(12))),
+            ("12.0", Some(Numeral::Float(12.0))),
+            ("12e0", Some(Numeral::Float(12.0))),
+        ];
+        for (text, want) in table {
+            assert_eq!(last_number(text), *want, "in {text:?}");
+        }
+        let n = |v: Value| number_in(&v).unwrap();
+        assert_eq!(n(json!(u64::MAX)), Numeral::Integer(u64::MAX.into()));
+        assert_eq!(n(json!(i64::MIN)), Numeral::Integer(i64::MIN.into()));
+        assert_eq!(n(json!(-0.0)), Numeral::Float(0.0));
+        // Two integers 1 apart that an f64 holds as one number.
+        let (a, b) = (
+            n(json!(9_007_199_254_740_993_u64)),
+            n(json!("9007199254740992")),
+        );
+        assert_eq!(a.as_f64(), b.as_f64());
+        assert_eq!(a.distance(b), 1.0);
+        assert_eq!(
+            Numeral::Integer(i128::MIN).distance(Numeral::Integer(i128::MAX)),
+            u128::MAX as f64
+        );
+        // An integer and any other number: as f64s.
+        assert_eq!(Numeral::Integer(3).distance(Numeral::Float(2.5)), 0.5);
     }
 
     #[test]

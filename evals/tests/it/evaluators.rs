@@ -357,3 +357,36 @@ async fn numeric_tolerance_reads_the_last_number_written_in_text() {
         assert!(!off.passed, "{text:?}: {}", off.reason);
     }
 }
+
+#[tokio::test]
+async fn numeric_tolerance_compares_large_integers_exactly() {
+    let exact = NumericTolerance::new(0.0);
+    let one = NumericTolerance::new(1.0);
+    let want = json!(9_007_199_254_740_992_u64);
+    for (output, passes_exact, passes_one) in [
+        (json!("the id is 9007199254740992"), true, true),
+        (json!("the id is 9007199254740993"), false, true),
+        (json!(9_007_199_254_740_993_u64), false, true),
+        (json!("9,007,199,254,740,994"), false, false),
+        (json!(9.007_199_254_740_992e15), true, true),
+    ] {
+        let s = score(&exact, Some(want.clone()), output.clone())
+            .await
+            .unwrap();
+        assert_eq!(s.passed, passes_exact, "{output} ± 0: {}", s.reason);
+        let s = score(&one, Some(want.clone()), output.clone())
+            .await
+            .unwrap();
+        assert_eq!(s.passed, passes_one, "{output} ± 1: {}", s.reason);
+    }
+    // The reason shows each number as written.
+    let s = score(&exact, Some(want), json!("9007199254740993"))
+        .await
+        .unwrap();
+    assert!(
+        s.reason
+            .contains("got 9007199254740993, want 9007199254740992"),
+        "{}",
+        s.reason
+    );
+}
