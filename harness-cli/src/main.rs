@@ -52,8 +52,8 @@ enum Command {
     /// definitions, flags and dependencies as JSON.
     Analyze(analyze::Args),
     /// Run a `# %%` script or a notebook in a Python kernel, keeping the
-    /// notebook in `.harness/code/<file stem>/`; later runs execute only
-    /// the cells affected by edits and reuse the rest.
+    /// notebook in `.harness/code/<file stem>/` next to the file; later runs
+    /// execute only the cells affected by edits and reuse the rest.
     Run(run::Args),
     /// Inspect the sessions of any store, read-only: `list`, `show SESSION`
     /// (the head, and the state as stored), `history SESSION`.

@@ -304,7 +304,7 @@ async fn run_async(args: &Args) -> ExitCode {
             Err(error) => say_err!("harness: cannot serialise the report: {error}"),
         }
     } else {
-        let rel_state = state.strip_prefix(&base).unwrap_or(&state);
+        let shown_state = shown_path(&state, args.file.is_relative());
         let skipped = all.len() - cells.len();
         say!(
             "harness run {} ({} cells{}, notebook in {})",
@@ -315,7 +315,7 @@ async fn run_async(args: &Args) -> ExitCode {
             } else {
                 String::new()
             },
-            rel_state.display()
+            shown_state.display()
         );
         let cell_of: BTreeMap<CellId, &CodeCell> = cells
             .iter()
@@ -619,4 +619,19 @@ pub(crate) fn escape_controls(text: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// `path` as the user reaches it: as it is when absolute and the user
+/// wrote absolute paths (`relative` false), else relative to the current
+/// directory when under it (a relative `--state` as given).
+fn shown_path(path: &Path, relative: bool) -> PathBuf {
+    if path.is_relative() || !relative {
+        return path.to_path_buf();
+    }
+    std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .unwrap_or_else(|| path.to_path_buf())
 }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::workdir;
@@ -477,4 +477,38 @@ fn a_truncated_output_ends_its_line_before_the_errors_begin() {
         stdout.lines().any(|l| l == "    | eeeeeeeeee"),
         "stderr on a line of its own"
     );
+}
+
+/// The notebook's directory is printed as the user reaches it from where
+/// they ran `harness run`: next to the file, whatever the file's path.
+#[test]
+fn the_notebook_directory_is_printed_from_where_harness_runs() {
+    let dir = std::fs::canonicalize(workdir("run-shown-state")).unwrap();
+    std::fs::create_dir_all(dir.join("py")).unwrap();
+    std::fs::write(dir.join("py/s.py"), "# %%\nx = 1\n").unwrap();
+    let notebook = dir.join("py/.harness/code/s");
+    for (cwd, file, shown) in [
+        (dir.clone(), "py/s.py", "py/.harness/code/s".to_string()),
+        (dir.join("py"), "s.py", ".harness/code/s".to_string()),
+        (dir.join("py"), "../py/s.py", ".harness/code/s".to_string()),
+        (
+            PathBuf::from("/"),
+            dir.join("py/s.py").to_str().unwrap(),
+            notebook.display().to_string(),
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(["run", file])
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{file}: {stdout}");
+        assert!(
+            stdout.contains(&format!("notebook in {shown})")),
+            "{file} from {}: {stdout}",
+            cwd.display()
+        );
+    }
+    assert!(notebook.is_dir());
 }
