@@ -28,7 +28,9 @@
 //! copy instead ([`harness_stores::SledStore::open_read_only`]): no byte of
 //! the database changes, and a damaged one (a record or a segment of sled's
 //! log failing its checksum, a file cut short, `db` or `conf` missing) is
-//! reported, naming the store, the file and the offset, with exit status 1;
+//! reported, naming the store, the file and the offset (when sled, finding
+//! the damage itself, does not say where, the message says so), with exit
+//! status 1;
 //! a head or checkpoint failing its own checksum is reported naming the
 //! session and the record. A path that holds no store is refused, and
 //! nothing is created there. The copy is refused while another process (the
