@@ -101,6 +101,20 @@ pub(crate) enum SessionsError {
         /// Its scheme, in lower case.
         scheme: String,
     },
+    /// `--store` was given empty.
+    #[error(
+        "--store is empty: give a store's directory, or a URL (postgres://, redis://, \
+         restate://)"
+    )]
+    EmptyStore,
+    /// The path cannot be read (it may well be a store).
+    #[error("{}: cannot read it: {source}", Shown::new(&path.display().to_string()))]
+    Unreadable {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The path is neither kind of store.
     #[error("{}: not a session store: {why}", Shown::new(&path.display().to_string()))]
     NotAStore {
@@ -426,6 +440,9 @@ pub(crate) async fn open(
     schema: Option<&str>,
     prefix: Option<&str>,
 ) -> Result<Box<dyn SessionStore>, SessionsError> {
+    if store.is_empty() {
+        return Err(SessionsError::EmptyStore);
+    }
     // A URL's scheme is read in any case (`Postgres://`); one this tool
     // does not know is refused as such, not looked for as a directory.
     let lowered;
@@ -634,7 +651,14 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
         path: path.to_path_buf(),
         why,
     };
-    let meta = std::fs::metadata(path).map_err(|e| not_a_store(missing(path, &e)))?;
+    let unreadable = |source: std::io::Error| SessionsError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => unreadable(e),
+        _ => not_a_store(missing(path, &e)),
+    })?;
     if !meta.is_dir() {
         return Err(not_a_store(
             "a file; a store is a sled database, log-store or file-store directory".into(),
@@ -652,15 +676,15 @@ fn on_disk(path: &Path) -> Result<OnDisk, SessionsError> {
             .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
     };
     let has_log = std::fs::read_dir(path)
-        .map_err(|e| not_a_store(e.to_string()))?
+        .map_err(unreadable)?
         .flatten()
         .any(|e| e.file_name().to_str().is_some_and(is_log));
     if has_log || path.join("LOCK").is_file() {
         return Ok(OnDisk::Log);
     }
     let mut entries = 0;
-    for entry in std::fs::read_dir(path).map_err(|e| not_a_store(e.to_string()))? {
-        let entry = entry.map_err(|e| not_a_store(e.to_string()))?;
+    for entry in std::fs::read_dir(path).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
         entries += 1;
         let is_session = entry
             .file_name()

@@ -96,6 +96,7 @@ enum Error {
     NoMemory { path: PathBuf, why: String },
     /// A memory server cannot be reached or holds no memory.
     #[error("--memory {memory}: {source}")]
+    #[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
     MemoryServer { memory: Shown, source: MemoryError },
     /// This build cannot open that kind of memory.
     #[error(
@@ -278,25 +279,17 @@ async fn open_any_memory(args: &Args) -> Result<Option<Opened>, Error> {
         }
         _ => None,
     };
-    let server = |source| Error::MemoryServer {
-        memory: Shown::new(location),
-        source,
-    };
     let mut opened = if is_postgres(location) {
         Opened {
             memory: Memory::from_arc(
-                open_postgres_memory(location, args.memory_schema.as_deref())
-                    .await
-                    .map_err(server)?,
+                open_postgres_memory(location, args.memory_schema.as_deref()).await?,
             ),
             _copy: None,
         }
     } else if is_redis(location) {
         Opened {
             memory: Memory::from_arc(
-                open_redis_memory(location, args.memory_prefix.as_deref())
-                    .await
-                    .map_err(server)?,
+                open_redis_memory(location, args.memory_prefix.as_deref()).await?,
             ),
             _copy: None,
         }
@@ -313,11 +306,20 @@ async fn open_any_memory(args: &Args) -> Result<Option<Opened>, Error> {
     Ok(Some(opened))
 }
 
+/// A memory server's error, for `--memory URL`.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn memory_server(url: &str) -> impl FnOnce(MemoryError) -> Error + '_ {
+    move |source| Error::MemoryServer {
+        memory: Shown::new(url),
+        source,
+    }
+}
+
 #[cfg(feature = "postgres")]
 async fn open_postgres_memory(
     url: &str,
     schema: Option<&str>,
-) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, Error> {
     use harness_stores::{PostgresMemory, PostgresMemoryOptions};
     let mut options = PostgresMemoryOptions::default()
         .read_only(true)
@@ -325,46 +327,44 @@ async fn open_postgres_memory(
     if let Some(schema) = schema {
         options = options.schema(schema);
     }
-    Ok(Arc::new(PostgresMemory::connect_with(url, options).await?))
+    let memory = PostgresMemory::connect_with(url, options)
+        .await
+        .map_err(memory_server(url))?;
+    Ok(Arc::new(memory))
 }
 
 #[cfg(not(feature = "postgres"))]
 async fn open_postgres_memory(
     url: &str,
     _schema: Option<&str>,
-) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
-    Err(MemoryError::backend(
-        Error::Unsupported {
-            memory: Shown::new(url),
-            feature: "postgres",
-        }
-        .to_string(),
-    ))
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, Error> {
+    Err(Error::Unsupported {
+        memory: Shown::new(url),
+        feature: "postgres",
+    })
 }
 
 #[cfg(feature = "redis")]
 async fn open_redis_memory(
     url: &str,
     prefix: Option<&str>,
-) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, Error> {
     use harness_stores::RedisMemory;
-    Ok(Arc::new(
-        RedisMemory::connect(url, prefix.unwrap_or("harness")).await?,
-    ))
+    let memory = RedisMemory::connect(url, prefix.unwrap_or("harness"))
+        .await
+        .map_err(memory_server(url))?;
+    Ok(Arc::new(memory))
 }
 
 #[cfg(not(feature = "redis"))]
 async fn open_redis_memory(
     url: &str,
     _prefix: Option<&str>,
-) -> Result<Arc<dyn harness::memory::MemoryBackend>, MemoryError> {
-    Err(MemoryError::backend(
-        Error::Unsupported {
-            memory: Shown::new(url),
-            feature: "redis",
-        }
-        .to_string(),
-    ))
+) -> Result<Arc<dyn harness::memory::MemoryBackend>, Error> {
+    Err(Error::Unsupported {
+        memory: Shown::new(url),
+        feature: "redis",
+    })
 }
 
 pub(crate) fn run(args: &Args) -> ExitCode {

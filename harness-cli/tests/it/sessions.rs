@@ -1155,3 +1155,40 @@ fn reading_a_file_store_leaves_a_crashs_temporary_files_alone() {
     check_store(dir.to_str().unwrap(), &s);
     assert_eq!(tree(&dir), before, "the inspector changed the store");
 }
+
+/// An empty `--store` is said to be empty; a directory that cannot be read
+/// is said to be unreadable (it may well be a store), not "not a store".
+#[test]
+fn an_empty_or_unreadable_store_is_said_to_be_so() {
+    for args in [
+        &["sessions", "list", "--store", ""][..],
+        &["sessions", "--store", "", "show", "s"][..],
+    ] {
+        let stderr = fails(args, 1);
+        assert!(stderr.contains("--store is empty"), "{args:?}: {stderr}");
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    let dir = workdir("sessions-unreadable").join("store");
+    harness_stores::FileStore::open(&dir).unwrap();
+    // Root reads any directory: the inspector runs as nobody on one only
+    // its owner reads; anyone else, on one of mode 000.
+    let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    let mode = if root { 0o700 } else { 0o000 };
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_harness"));
+    command.args(["sessions", "list", "--store", dir.to_str().unwrap()]);
+    if root {
+        command.uid(65534).gid(65534);
+    }
+    let out = command.output().unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: cannot read it:", dir.display()))
+            && stderr.contains("ermission denied")
+            && !stderr.contains("not a session store"),
+        "{stderr}"
+    );
+}

@@ -766,6 +766,11 @@ fn studio_refuses_bad_memory_and_embedder_options_naming_them() {
             "{stderr}"
         );
     }
+    // The memory is named once, whether the build can open it or not.
+    for memory in ["postgres://ada:s3cret@127.0.0.1:1/x", "redis://127.0.0.1:1"] {
+        let stderr = studio_fails(&store, &["--memory", memory], &[]);
+        assert_eq!(stderr.matches("--memory ").count(), 1, "{stderr}");
+    }
     if let Some(pg) = server_url("HARNESS_TEST_POSTGRES_URL").filter(|_| cfg!(feature = "postgres"))
     {
         // A database without the memory's table: refused, nothing created.
