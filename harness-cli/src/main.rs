@@ -1,8 +1,8 @@
 //! The `harness` command line.
 //!
 //! Each subcommand lives in its own module with an `Args` type and a `run`
-//! function returning the process exit code; add new subcommands (e.g.
-//! `sessions`) as further variants of [`Command`].
+//! function returning the process exit code; a new subcommand is a further
+//! variant of [`Command`].
 
 /// `print!` to stdout, without panicking when the reader has gone: see
 /// [`out::stdout`].
