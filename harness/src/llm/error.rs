@@ -36,7 +36,8 @@ pub enum ModelError {
     },
 
     /// The provider is overloaded or failed internally (HTTP 5xx, Anthropic's
-    /// 529, or an overload error event inside a stream). Usually transient.
+    /// 529, or an overload error event inside a stream), or gave up waiting
+    /// for the request (HTTP 408). Usually transient.
     #[error("provider unavailable{}: {message}; retry later", status_hint(*status))]
     Overloaded {
         /// The HTTP status, when the failure came with one.

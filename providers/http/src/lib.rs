@@ -37,7 +37,9 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub use key::ApiKey;
 pub use retry::{HttpOptions, HttpRetryPolicy};
 pub use sse::{Flow, SseDecoder, SseEvent, SseEvents, decode_events};
-pub use status::{error_from_body, error_from_response, excerpt, parse_retry_after};
+pub use status::{
+    error_from_body, error_from_code, error_from_response, excerpt, parse_retry_after,
+};
 pub use transport::{HttpTransport, endpoint, shown_url};
 pub use turns::merged_turns;
 

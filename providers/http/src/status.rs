@@ -20,7 +20,7 @@ const MESSAGE_LIMIT: usize = 600;
 /// | --- | --- |
 /// | 400, 404, 409, 413, 422, other 4xx | `InvalidRequest` |
 /// | 401, 403; Gemini's 400 `API_KEY_INVALID` | `Auth` |
-/// | 408 | `Timeout` (with `timeout`) |
+/// | 408 (the server gave up waiting for the request) | `Overloaded` |
 /// | 429 | `RateLimited` (OpenAI's `insufficient_quota`: `Auth`) |
 /// | 500 saying the model's output could not be parsed (llama.cpp) | `MalformedResponse` |
 /// | 5xx, 529 | `Overloaded` |
@@ -33,7 +33,6 @@ pub fn error_from_response(
     status: u16,
     headers: &HeaderMap,
     body: &str,
-    timeout: Duration,
 ) -> (ModelError, Option<Duration>) {
     if (300..400).contains(&status) {
         return (redirect_error(status, headers).redacted(), None);
@@ -41,12 +40,43 @@ pub fn error_from_response(
     let json: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let message = error_message(&json, body, status);
     let retry_after = parse_retry_after(headers, &json);
-    let error = match status {
+    (
+        error_of_status(status, &json, message, retry_after).redacted(),
+        retry_after,
+    )
+}
+
+/// The typed error for an error a body reports with an HTTP status as its
+/// code, answered with status 200 (OpenRouter's `{"error": {"code": 429,
+/// "message": …}}`), by the table of [`error_from_response`];
+/// [redacted](ModelError::redacted). A code that is no error status (not
+/// 400–599) is read as a failure of the provider's own.
+pub fn error_from_code(code: u16, message: impl Into<String>) -> ModelError {
+    let message = message.into();
+    let error = match code {
+        400..=599 => error_of_status(code, &Value::Null, message, None),
+        _ => ModelError::other(format!("error code {code}: {message}")),
+    };
+    error.redacted()
+}
+
+fn error_of_status(
+    status: u16,
+    json: &Value,
+    message: String,
+    retry_after: Option<Duration>,
+) -> ModelError {
+    match status {
         401 | 403 => ModelError::Auth { message },
         // Gemini answers a bad key with 400 INVALID_ARGUMENT.
-        400 if has_detail_reason(&json, "API_KEY_INVALID") => ModelError::Auth { message },
-        408 => ModelError::timeout(timeout),
-        429 if error_code(&json) == Some("insufficient_quota") => ModelError::Auth {
+        400 if has_detail_reason(json, "API_KEY_INVALID") => ModelError::Auth { message },
+        // The server's own timeout, waiting for the request: not ours
+        // (the request's `timeout` was not reached), and worth a retry.
+        408 => ModelError::Overloaded {
+            status: Some(status),
+            message,
+        },
+        429 if error_code(json) == Some("insufficient_quota") => ModelError::Auth {
             message: format!(
                 "{message} (insufficient_quota: check the account's plan and billing)"
             ),
@@ -64,8 +94,7 @@ pub fn error_from_response(
             status: Some(status),
             message,
         },
-    };
-    (error.redacted(), retry_after)
+    }
 }
 
 /// The typed error for an error reported inside a stream or a 200 body,
@@ -336,8 +365,7 @@ mod tests {
 
     #[test]
     fn a_500_that_says_the_models_output_was_unreadable_is_a_malformed_answer() {
-        let parse =
-            |body: &str| error_from_response(500, &HeaderMap::new(), body, Duration::ZERO).0;
+        let parse = |body: &str| error_from_response(500, &HeaderMap::new(), body).0;
         let llama = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
         match parse(llama) {
             ModelError::MalformedResponse { message } => {
@@ -462,16 +490,15 @@ mod tests {
 
     #[test]
     fn statuses_map_to_typed_errors() {
-        let t = Duration::from_secs(1);
         let none = HeaderMap::new();
         let body = r#"{"error": {"message": "bad key", "type": "invalid_request_error"}}"#;
         assert_eq!(
-            error_from_response(401, &none, body, t).0,
+            error_from_response(401, &none, body).0,
             ModelError::Auth {
                 message: "bad key".into()
             }
         );
-        let (limited, wait) = error_from_response(429, &headers(&[("retry-after", "2")]), "{}", t);
+        let (limited, wait) = error_from_response(429, &headers(&[("retry-after", "2")]), "{}");
         assert_eq!(wait, Some(Duration::from_secs(2)));
         assert!(matches!(
             limited,
@@ -482,26 +509,67 @@ mod tests {
         ));
         let quota = r#"{"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}"#;
         assert!(matches!(
-            error_from_response(429, &none, quota, t).0,
+            error_from_response(429, &none, quota).0,
             ModelError::Auth { .. }
         ));
         assert_eq!(
-            error_from_response(529, &none, "", t).0,
+            error_from_response(529, &none, "").0,
             ModelError::Overloaded {
                 status: Some(529),
                 message: "HTTP 529 with an empty body".into()
             }
         );
         assert_eq!(
-            error_from_response(404, &none, r#"{"error": "model 'x' not found"}"#, t).0,
+            error_from_response(404, &none, r#"{"error": "model 'x' not found"}"#).0,
             ModelError::InvalidRequest {
                 status: Some(404),
                 message: "model 'x' not found".into()
             }
         );
         assert_eq!(
-            error_from_response(408, &none, "", t).0,
-            ModelError::timeout(t)
+            error_from_response(408, &none, "").0,
+            ModelError::Overloaded {
+                status: Some(408),
+                message: "HTTP 408 with an empty body".into()
+            }
+        );
+        assert!(error_from_response(408, &none, "").0.is_retryable());
+    }
+
+    #[test]
+    fn error_codes_in_a_body_map_as_statuses() {
+        assert!(matches!(
+            error_from_code(429, "slow down"),
+            ModelError::RateLimited {
+                retry_after: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            error_from_code(503, "busy"),
+            ModelError::Overloaded {
+                status: Some(503),
+                ..
+            }
+        ));
+        assert!(matches!(
+            error_from_code(401, "who"),
+            ModelError::Auth { .. }
+        ));
+        assert!(matches!(
+            error_from_code(404, "no model"),
+            ModelError::InvalidRequest {
+                status: Some(404),
+                ..
+            }
+        ));
+        assert_eq!(
+            error_from_code(200, "odd"),
+            ModelError::other("error code 200: odd")
+        );
+        assert_eq!(
+            error_from_code(302, "odd"),
+            ModelError::other("error code 302: odd")
         );
     }
 
@@ -542,12 +610,7 @@ mod tests {
                 let json = json!({"error": {"type": "authentication_error", "message": message}});
                 for body in [json.to_string(), message.clone()] {
                     for status in [401, 400, 429, 500, 404] {
-                        let (error, _) = error_from_response(
-                            status,
-                            &HeaderMap::new(),
-                            &body,
-                            Duration::from_secs(1),
-                        );
+                        let (error, _) = error_from_response(status, &HeaderMap::new(), &body);
                         let case = format!("pad {pad} of {filler:?}, status {status}");
                         assert_no_part_of(key, &error.to_string(), 8, &case);
                     }
@@ -586,8 +649,7 @@ mod tests {
                 if let Some(location) = location {
                     map.insert("location", HeaderValue::from_static(location));
                 }
-                let (error, retry) =
-                    error_from_response(status, &map, "moved", Duration::from_secs(1));
+                let (error, retry) = error_from_response(status, &map, "moved");
                 let text = error.to_string();
                 assert!(
                     matches!(error, ModelError::Configuration { .. }),
@@ -607,7 +669,7 @@ mod tests {
         let long = format!("http://x.example/{key}/{}", "p".repeat(100_000));
         let mut map = HeaderMap::new();
         map.insert("location", HeaderValue::from_str(&long).unwrap());
-        let (error, _) = error_from_response(307, &map, "", Duration::from_secs(1));
+        let (error, _) = error_from_response(307, &map, "");
         let text = error.to_string();
         assert_no_part_of(key, &text, 8, "location");
         assert!(text.len() < 1000, "{} bytes", text.len());

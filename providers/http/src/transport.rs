@@ -194,12 +194,8 @@ impl HttpTransport {
                     let bytes = self.read_body(response, ok).await?;
                     if !ok {
                         let text = String::from_utf8_lossy(&bytes);
-                        let (error, retry_after) = error_from_response(
-                            status,
-                            &response_headers,
-                            &text,
-                            self.options.timeout,
-                        );
+                        let (error, retry_after) =
+                            error_from_response(status, &response_headers, &text);
                         let error = naming_a_missing_url(error, url);
                         return Err(Failure { error, retry_after });
                     }
@@ -267,7 +263,7 @@ impl HttpTransport {
                         Err(_) => String::new(),
                     };
                     let (error, retry_after) =
-                        error_from_response(status, &response_headers, &text, self.options.timeout);
+                        error_from_response(status, &response_headers, &text);
                     let error = naming_a_missing_url(error, url);
                     Err(Failure { error, retry_after })
                 };

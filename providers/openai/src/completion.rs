@@ -289,6 +289,9 @@ fn response(
     wire: wire::ChatResponse,
     wrapped: Option<&ResponseFormat>,
 ) -> Result<ModelResponse, ModelError> {
+    if let Some(error) = wire.error {
+        return Err(error.into_model_error());
+    }
     let choice = wire
         .choices
         .into_iter()

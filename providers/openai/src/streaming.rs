@@ -1,7 +1,7 @@
 //! Streamed chat completions: `data:` chunks up to `data: [DONE]`.
 
 use harness::llm::{ModelError, PartialToolCalls, ResponseFormat, StreamEvent, Usage};
-use harness_provider_http::{Flow, SseDecoder, SseEvent, error_from_body, excerpt};
+use harness_provider_http::{Flow, SseDecoder, SseEvent, excerpt};
 
 use crate::completion::{stop_reason, usage};
 use crate::wire;
@@ -11,8 +11,10 @@ use crate::wire;
 #[derive(Debug, Default)]
 pub(crate) struct ChunkDecoder {
     calls: PartialToolCalls,
-    /// Indexes of calls seen, in order.
-    seen: Vec<usize>,
+    /// Indexes of calls seen, in order, with each one's id.
+    seen: Vec<(usize, String)>,
+    /// The call each index of the wire last started.
+    wire: Vec<(usize, usize)>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
     refusal: String,
@@ -53,26 +55,71 @@ impl ChunkDecoder {
         Ok(())
     }
 
+    /// The call a delta continues, if it continues one: the one its wire
+    /// index last started, unless it names another id; without an index
+    /// (some servers and proxies send none), the one of its id, or with no
+    /// id either, the last one started.
+    fn continued(&self, delta: &wire::ToolCallDelta) -> Option<usize> {
+        let id_of = |index: usize| {
+            self.seen
+                .iter()
+                .find(|(i, _)| *i == index)
+                .map(|(_, id)| id)
+        };
+        match (delta.index, delta.id.as_deref().filter(|id| !id.is_empty())) {
+            (Some(wire), id) => {
+                let (_, ours) = self.wire.iter().rev().find(|(w, _)| *w == wire)?;
+                // A new id at an index already used starts another call
+                // (servers that number every call 0).
+                match id {
+                    Some(id) if id_of(*ours).is_some_and(|seen| seen != id) => None,
+                    _ => Some(*ours),
+                }
+            }
+            (None, Some(id)) => self.seen.iter().find(|(_, s)| s == id).map(|(i, _)| *i),
+            (None, None) => self.seen.last().map(|(i, _)| *i),
+        }
+    }
+
     fn tool_call_delta(
         &mut self,
         position: usize,
         delta: wire::ToolCallDelta,
         out: &mut Vec<StreamEvent>,
     ) -> Result<(), ModelError> {
-        let index = delta.index.unwrap_or(position);
+        let continued = self.continued(&delta);
         let function = delta.function.unwrap_or(wire::FunctionDelta {
             name: None,
             arguments: None,
         });
-        if !self.seen.contains(&index) {
-            let name = function.name.ok_or_else(|| {
-                ModelError::malformed(format!("tool call {index} began without a function name"))
-            })?;
-            let id = delta.id.unwrap_or_else(|| format!("call_{index}"));
-            self.calls.start(index, id.clone(), name.clone());
-            self.seen.push(index);
-            out.push(StreamEvent::ToolCallStart { index, id, name });
-        }
+        let index = match continued {
+            Some(index) => index,
+            None => {
+                // The wire's index when no call has it yet, else the next
+                // one free.
+                let taken = |i: usize| self.seen.iter().any(|(s, _)| *s == i);
+                let wanted = delta.index.unwrap_or(position);
+                let index = if taken(wanted) {
+                    self.seen.iter().map(|(s, _)| s + 1).max().unwrap_or(0)
+                } else {
+                    wanted
+                };
+                let name = function.name.ok_or_else(|| {
+                    ModelError::malformed(format!(
+                        "tool call {index} began without a function name"
+                    ))
+                })?;
+                let id = delta
+                    .id
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| format!("call_{index}"));
+                self.calls.start(index, id.clone(), name.clone());
+                self.seen.push((index, id.clone()));
+                self.wire.push((wanted, index));
+                out.push(StreamEvent::ToolCallStart { index, id, name });
+                index
+            }
+        };
         if let Some(arguments) = function.arguments.filter(|a| !a.is_empty())
             && self.calls.append(index, &arguments)
         {
@@ -101,11 +148,7 @@ impl SseDecoder for ChunkDecoder {
             ))
         })?;
         if let Some(error) = chunk.error {
-            let kind = error
-                .kind
-                .or_else(|| error.code.and_then(|c| c.as_str().map(str::to_owned)))
-                .unwrap_or_default();
-            return Err(error_from_body(&kind, error.message));
+            return Err(error.into_model_error());
         }
         if let Some(chunk_usage) = chunk.usage {
             self.usage = Some(usage(Some(chunk_usage)));

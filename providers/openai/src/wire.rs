@@ -116,6 +116,10 @@ pub(crate) struct ChatResponse {
     pub(crate) choices: Vec<Choice>,
     #[serde(default)]
     pub(crate) usage: Option<UsageIn>,
+    /// An error answered with status 200 (proxies such as OpenRouter and
+    /// LiteLLM do), as in a stream.
+    #[serde(default)]
+    pub(crate) error: Option<ErrorIn>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -192,6 +196,30 @@ pub(crate) struct ErrorIn {
     pub(crate) kind: Option<String>,
     #[serde(default)]
     pub(crate) code: Option<Value>,
+}
+
+impl ErrorIn {
+    /// The typed error: by its type, or its code when that is a name
+    /// (`rate_limit_exceeded`) or an HTTP status (`429`, as proxies send).
+    pub(crate) fn into_model_error(self) -> harness::llm::ModelError {
+        let status = self
+            .code
+            .as_ref()
+            .and_then(|c| c.as_u64().or_else(|| c.as_str()?.parse().ok()))
+            .and_then(|c| u16::try_from(c).ok());
+        let kind = self
+            .kind
+            .or_else(|| self.code.and_then(|c| c.as_str().map(str::to_owned)))
+            .unwrap_or_default();
+        // A type this crate does not know says less than a status.
+        let known = harness_provider_http::error_from_body(&kind, self.message.clone());
+        match (status, &known) {
+            (Some(status), harness::llm::ModelError::Other { .. }) => {
+                harness_provider_http::error_from_code(status, self.message)
+            }
+            _ => known,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -296,6 +296,161 @@ async fn streamed_parallel_tool_calls_are_assembled_by_index() {
     assert_eq!(response.usage, Usage::new(9, 3));
 }
 
+/// Servers and proxies that send parallel calls without `index` (or with
+/// `index` 0 for each): a new id starts a new call, a delta without one
+/// continues the last; each shape gives the same two calls.
+#[tokio::test]
+async fn streamed_parallel_tool_calls_without_their_own_index_stay_apart() {
+    let start = |index: Option<usize>, id: &str, name: &str, args: &str| {
+        let mut call = json!({ "id": id, "type": "function",
+                               "function": { "name": name, "arguments": args } });
+        if let Some(index) = index {
+            call["index"] = json!(index);
+        }
+        json!({ "tool_calls": [call] })
+    };
+    let more = |index: Option<usize>, id: Option<&str>, args: &str| {
+        let mut call = json!({ "function": { "arguments": args } });
+        if let Some(index) = index {
+            call["index"] = json!(index);
+        }
+        if let Some(id) = id {
+            call["id"] = json!(id);
+        }
+        json!({ "tool_calls": [call] })
+    };
+    let shapes: Vec<(&str, Vec<Value>)> = vec![
+        (
+            "no index, whole calls",
+            vec![
+                start(None, "call_a", "f", "{\"x\":1}"),
+                start(None, "call_b", "g", "{\"y\":2}"),
+            ],
+        ),
+        (
+            "no index, arguments in pieces without an id",
+            vec![
+                start(None, "call_a", "f", "{\"x\""),
+                more(None, None, ":1}"),
+                start(None, "call_b", "g", ""),
+                more(None, None, "{\"y\":2}"),
+            ],
+        ),
+        (
+            "no index, pieces naming their call",
+            vec![
+                start(None, "call_a", "f", ""),
+                start(None, "call_b", "g", ""),
+                more(None, Some("call_a"), "{\"x\":1}"),
+                more(None, Some("call_b"), "{\"y\":2}"),
+            ],
+        ),
+        (
+            "index 0 for each call",
+            vec![
+                start(Some(0), "call_a", "f", "{\"x\":"),
+                more(Some(0), None, "1}"),
+                start(Some(0), "call_b", "g", "{\"y\":"),
+                more(Some(0), Some("call_b"), "2}"),
+            ],
+        ),
+        (
+            "an index each, the id repeated",
+            vec![
+                start(Some(0), "call_a", "f", "{\"x\":"),
+                start(Some(1), "call_b", "g", ""),
+                more(Some(0), Some("call_a"), "1}"),
+                more(Some(1), Some("call_b"), "{\"y\":2}"),
+            ],
+        ),
+    ];
+    for (shape, deltas) in shapes {
+        let server = MockServer::start().await;
+        let mut chunks = vec![chunk(
+            json!({ "role": "assistant", "content": null }),
+            Value::Null,
+        )];
+        chunks.extend(deltas.into_iter().map(|d| chunk(d, Value::Null)));
+        chunks.push(chunk(json!({}), json!("tool_calls")));
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_raw(sse(&chunks, true), "text/event-stream"),
+            )
+            .mount(&server)
+            .await;
+        let stream = model(&server).stream(&ask("Both?")).await.unwrap();
+        let response = collect_stream(stream).await.unwrap();
+        assert_eq!(
+            response.tool_calls().cloned().collect::<Vec<_>>(),
+            vec![
+                ToolCall::new("call_a", "f", json!({ "x": 1 })),
+                ToolCall::new("call_b", "g", json!({ "y": 2 })),
+            ],
+            "{shape}"
+        );
+    }
+}
+
+/// An error a server answers with status 200 (proxies such as OpenRouter
+/// and LiteLLM do), whole or in a stream, is the error it says, not a
+/// response without choices: by its type, or its code (a name or a status).
+#[tokio::test]
+async fn an_error_answered_with_status_200_is_the_error_it_says() {
+    let cases: Vec<(Value, fn(&ModelError) -> bool)> = vec![
+        (
+            json!({ "message": "Provider returned error: upstream rate limit", "code": 429 }),
+            |e| matches!(e, ModelError::RateLimited { message, .. } if message.contains("upstream rate limit")),
+        ),
+        (
+            json!({ "message": "bad gateway upstream", "code": 502 }),
+            |e| {
+                matches!(
+                    e,
+                    ModelError::Overloaded {
+                        status: Some(502),
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            json!({ "message": "slow down", "code": "429", "type": "provider_error" }),
+            |e| matches!(e, ModelError::RateLimited { .. }),
+        ),
+        (
+            json!({ "message": "try later", "type": "server_error" }),
+            |e| matches!(e, ModelError::Overloaded { status: None, .. }),
+        ),
+        (
+            json!({ "message": "no such model", "type": "invalid_request_error", "code": "model_not_found" }),
+            |e| matches!(e, ModelError::InvalidRequest { .. }),
+        ),
+        (
+            json!({ "message": "what now", "code": 200 }),
+            |e| matches!(e, ModelError::Other { message } if message.contains("what now")),
+        ),
+    ];
+    for (error, expected) in cases {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({ "error": error })))
+            .mount(&server)
+            .await;
+        let got = model(&server).complete(&ask("Hi")).await.unwrap_err();
+        assert!(expected(&got), "{error}: {got:?}");
+
+        let server = MockServer::start().await;
+        let body = format!("data: {}\n\n", json!({ "error": error }));
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+            .mount(&server)
+            .await;
+        let stream = model(&server).stream(&ask("Hi")).await.unwrap();
+        let got = collect_stream(stream).await.unwrap_err();
+        assert!(expected(&got), "streamed {error}: {got:?}");
+    }
+}
+
 #[tokio::test]
 async fn unauthorized_is_an_auth_error_without_retries() {
     let server = MockServer::start().await;
