@@ -345,6 +345,9 @@ pub(crate) fn check_blocked(response: &wire::GenerateResponse) -> Result<(), Mod
 }
 
 fn response(wire: wire::GenerateResponse) -> Result<ModelResponse, ModelError> {
+    if let Some(error) = wire.error {
+        return Err(error.into_model_error());
+    }
     check_blocked(&wire)?;
     let usage = wire.usage_metadata.map(usage).unwrap_or_default();
     let candidate = wire

@@ -39,6 +39,9 @@ impl SseDecoder for ChunkDecoder {
                 excerpt(&event.data, 200)
             ))
         })?;
+        if let Some(error) = chunk.error {
+            return Err(error.into_model_error());
+        }
         check_blocked(&chunk)?;
         if let Some(metadata) = chunk.usage_metadata {
             self.usage = Some(usage(metadata));

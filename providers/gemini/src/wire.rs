@@ -114,6 +114,36 @@ pub(crate) struct GenerateResponse {
     pub(crate) prompt_feedback: Option<PromptFeedback>,
     #[serde(default)]
     pub(crate) usage_metadata: Option<UsageMetadata>,
+    /// An error sent inside a stream (or a 200 body) instead of a chunk.
+    #[serde(default)]
+    pub(crate) error: Option<ErrorIn>,
+}
+
+/// Google's error object: `{"code": 503, "message": …, "status":
+/// "UNAVAILABLE"}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorIn {
+    #[serde(default)]
+    pub(crate) code: Option<u16>,
+    #[serde(default)]
+    pub(crate) message: String,
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+}
+
+impl ErrorIn {
+    /// The typed error: by its status (`UNAVAILABLE`,
+    /// `RESOURCE_EXHAUSTED`, …), else by its code as an HTTP status.
+    pub(crate) fn into_model_error(self) -> harness::llm::ModelError {
+        let status = self.status.unwrap_or_default();
+        let known = harness_provider_http::error_from_body(&status, self.message.clone());
+        match (self.code, &known) {
+            (Some(code), harness::llm::ModelError::Other { .. }) => {
+                harness_provider_http::error_from_code(code, self.message)
+            }
+            _ => known,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

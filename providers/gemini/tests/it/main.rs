@@ -252,6 +252,64 @@ async fn streamed_answer() {
     );
 }
 
+/// An error Google sends inside a stream (or in a 200 body) is the error
+/// it says, by its status or its code: not a stream cut short.
+#[tokio::test]
+async fn an_error_inside_a_stream_or_a_200_body_is_the_error_it_says() {
+    let chunk = json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": "Hel" }] }, "index": 0 }] });
+    let cases: Vec<(Value, fn(&ModelError) -> bool)> = vec![
+        (
+            json!({ "code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE" }),
+            |e| matches!(e, ModelError::Overloaded { message, .. } if message.contains("overloaded")),
+        ),
+        (
+            json!({ "code": 429, "message": "Quota exceeded.", "status": "RESOURCE_EXHAUSTED" }),
+            |e| matches!(e, ModelError::RateLimited { .. }),
+        ),
+        (json!({ "code": 500, "message": "Internal error." }), |e| {
+            matches!(
+                e,
+                ModelError::Overloaded {
+                    status: Some(500),
+                    ..
+                }
+            )
+        }),
+        (
+            json!({ "code": 400, "message": "Bad part.", "status": "INVALID_ARGUMENT" }),
+            |e| matches!(e, ModelError::InvalidRequest { .. }),
+        ),
+    ];
+    for (error, expected) in cases {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path(STREAM))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(
+                sse(&[chunk.clone(), json!({ "error": error })]),
+                "text/event-stream",
+            ))
+            .mount(&server)
+            .await;
+        let events: Vec<_> = model(&server)
+            .stream(&ask("Hi"))
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert_eq!(events[0], Ok(StreamEvent::text("Hel")), "{error}");
+        let got = events.last().unwrap().clone().unwrap_err();
+        assert!(expected(&got), "streamed {error}: {got:?}");
+
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({ "error": error })))
+            .mount(&server)
+            .await;
+        let got = model(&server).complete(&ask("Hi")).await.unwrap_err();
+        assert!(expected(&got), "{error}: {got:?}");
+    }
+}
+
 #[tokio::test]
 async fn parallel_calls_keep_gemini_ids_and_the_first_call_signature() {
     let server = MockServer::start().await;
