@@ -16,6 +16,10 @@ pub(crate) struct EventDecoder {
     calls: PartialToolCalls,
     /// `(content block index, tool call index)` of tool-use blocks.
     tool_blocks: Vec<(usize, usize)>,
+    /// Blocks of a kind this crate does not read (a server tool's call and
+    /// result: web search, code execution, MCP): their deltas are skipped,
+    /// as a whole answer's are.
+    skipped_blocks: Vec<usize>,
     /// `(content block index, reasoning so far)` of open thinking blocks.
     thinking_blocks: Vec<(usize, Reasoning)>,
     input_tokens: u64,
@@ -168,8 +172,10 @@ impl SseDecoder for EventDecoder {
                 wire::BlockStartIn::RedactedThinking { data } => self
                     .thinking_blocks
                     .push((index, Reasoning::redacted(PROVIDER, data))),
-                wire::BlockStartIn::Other => {}
+                wire::BlockStartIn::Other => self.skipped_blocks.push(index),
             },
+            StreamEventIn::ContentBlockDelta { index, .. }
+                if self.skipped_blocks.contains(&index) => {}
             StreamEventIn::ContentBlockDelta { index, delta } => match delta {
                 wire::DeltaIn::TextDelta { text } => {
                     if !text.is_empty() {

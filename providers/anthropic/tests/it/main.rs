@@ -248,6 +248,67 @@ async fn streamed_answer() {
     assert_eq!(requests(&server).await[0]["stream"], true);
 }
 
+/// A server tool's blocks (web search, code execution, MCP: its call
+/// with its input streamed, and its result) are skipped in a stream as in
+/// a whole answer; the text and a client tool's call around them stay.
+#[tokio::test]
+async fn streamed_server_tool_blocks_are_skipped() {
+    let server = MockServer::start().await;
+    let [delta, stop] = message_end("end_turn");
+    let json_delta = |index: usize, fragment: &str| {
+        json!({ "type": "content_block_delta", "index": index,
+                "delta": { "type": "input_json_delta", "partial_json": fragment } })
+    };
+    Mock::given(method("POST"))
+        .respond_with(stream_of(&[
+            message_start(),
+            json!({ "type": "content_block_start", "index": 0, "content_block":
+                    { "type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {} } }),
+            json_delta(0, "{\"query\": "),
+            json_delta(0, "\"weather\"}"),
+            json!({ "type": "content_block_stop", "index": 0 }),
+            json!({ "type": "content_block_start", "index": 1, "content_block":
+                    { "type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [] } }),
+            json!({ "type": "content_block_delta", "index": 1, "delta": { "type": "citations_delta", "citation": {} } }),
+            json!({ "type": "content_block_stop", "index": 1 }),
+            json!({ "type": "content_block_start", "index": 2, "content_block": { "type": "text", "text": "" } }),
+            json!({ "type": "content_block_delta", "index": 2, "delta": { "type": "text_delta", "text": "Sunny." } }),
+            json!({ "type": "content_block_stop", "index": 2 }),
+            json!({ "type": "content_block_start", "index": 3, "content_block":
+                    { "type": "mcp_tool_use", "id": "mcptoolu_01", "name": "lookup", "server_name": "s", "input": {} } }),
+            json_delta(3, "{}"),
+            json!({ "type": "content_block_stop", "index": 3 }),
+            delta,
+            stop,
+        ]))
+        .mount(&server)
+        .await;
+    let response = collect_stream(model(&server).stream(&ask("Weather?")).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.content, vec![ContentPart::text("Sunny.")]);
+    assert_eq!(response.stop_reason, StopReason::EndTurn);
+    // A delta for a block never started is still malformed.
+    let server = MockServer::start().await;
+    let [delta, stop] = message_end("end_turn");
+    Mock::given(method("POST"))
+        .respond_with(stream_of(&[
+            message_start(),
+            json_delta(5, "{}"),
+            delta,
+            stop,
+        ]))
+        .mount(&server)
+        .await;
+    let error = collect_stream(model(&server).stream(&ask("Weather?")).await.unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ModelError::MalformedResponse { .. }),
+        "{error:?}"
+    );
+}
+
 #[tokio::test]
 async fn streamed_tool_call_assembles_input_json_deltas() {
     let server = MockServer::start().await;
