@@ -53,12 +53,16 @@
 //! object at the end of their cell (an alias, a numpy view and its base, a
 //! list held by a dict and by a name of its own, a pandas Series and its
 //! frame: [`CellTrace::aliases`]) are recomputed by re-running that cell
-//! rather than loaded as separate objects; and when one name of such a
-//! group is given a new object in the kernel, the others are restored
-//! again before a cell that needs them. Names a cell reads that the kernel
+//! rather than loaded as separate objects (so are a function and the
+//! list its default or closure holds); and when one name of such a group
+//! is given a new object in the kernel, the others are restored again
+//! before a cell that needs them, unless a fresh run has them apart too (a
+//! name rebound by a later cell than the one that made the alias). Names a cell reads that the kernel
 //! holds but no earlier cell produces (an edit renamed them, or a later
 //! cell bound them) are deleted before it runs, as a fresh run would not
-//! have them. Module state (`@numpy.random`, `@matplotlib`) cannot be loaded:
+//! have them. A cell that failed produces the names it bound before its
+//! exception: they are restored by re-running it, which must fail the same
+//! way again. Module state (`@numpy.random`, `@matplotlib`) cannot be loaded:
 //! a kernel that does not hold it re-runs the cell that made it, which
 //! restores it only as far as running that cell again does.
 
@@ -121,6 +125,21 @@ pub enum NotebookError {
         producer: CellId,
         /// What it raised.
         error: Box<PythonError>,
+    },
+    /// The inputs of a cell could not be put back as a fresh run of the
+    /// cells before it has them: restoring some of them parted others, round
+    /// after round, or a cell that had failed, re-run for the names it bound
+    /// before its exception, now ran through (what it bound may differ).
+    /// The cell is recorded as failed; a notebook file is not at fault.
+    #[error(
+        "cannot restore the inputs of cell {cell}: {} could not be put back as a fresh run of the cells before it has them",
+        names.join(", ")
+    )]
+    Unsettled {
+        /// The cell being prepared.
+        cell: CellId,
+        /// The inputs that were still not in place.
+        names: Vec<String>,
     },
     /// The blob store failed.
     #[error(transparent)]
@@ -900,7 +919,12 @@ impl Notebook {
     ///
     /// [`NotebookError::Kernel`] if the kernel timed out or died (the cell
     /// is recorded as failed, the kernel restarted),
-    /// [`NotebookError::Restore`] if an input could not be recomputed,
+    /// [`NotebookError::Restore`] if an input could not be recomputed
+    /// (re-running its cell raised, or raised otherwise than its last run
+    /// did: a cell that failed is re-run for the names it bound before the
+    /// failure, and the same failure is accepted),
+    /// [`NotebookError::Unsettled`] if the inputs could not be put back
+    /// together as a fresh run has them,
     /// [`NotebookError::Graph`] for an unknown cell.
     pub async fn run_cell(&mut self, cell: CellId) -> Result<CellExecution, NotebookError> {
         let sources = self.sources(cell)?;
@@ -1324,10 +1348,18 @@ impl Notebook {
         // of its group in the kernel: they are no longer known to hold
         // their values as a fresh run would (a change through one would
         // not show on the other), so a cell that needs them restores them.
+        // Not a name this cell takes from a cell before the one `name` comes
+        // from: a blob is loaded only for a name that shared nothing at the
+        // end of its cell, so a fresh run has them apart too (`b = a` then
+        // `a = [5]`: loading `a` must not send `b` back to be recomputed).
         for name in &report.restored {
+            let producer = sources.get(name).map(|source| source.producer);
             for group in &mut self.groups {
                 if group.remove(name) {
                     for other in group.iter() {
+                        if producer.is_some_and(|producer| earlier(sources, other, producer)) {
+                            continue;
+                        }
                         if self.live.remove(other).is_some() {
                             disturbed.insert(other.clone());
                         }
@@ -1481,7 +1513,24 @@ impl Notebook {
                             source,
                         })?;
                 self.forget_rewritten(&result);
-                if let Some(error) = result.error {
+                // A cell whose last run failed binds what it bound before
+                // the failure, as sequential Python does: re-running it
+                // restores those names if it fails the same way again. If
+                // it now runs through, what it bound may differ from what
+                // it had bound when it failed (a name bound before and after
+                // the failing line).
+                let recorded = self.records.get(&rerun).and_then(|r| r.error.clone());
+                if result.error.is_none() && recorded.is_some() {
+                    let names = self
+                        .records
+                        .get(&rerun)
+                        .map(|record| record.outputs.keys().cloned().collect())
+                        .unwrap_or_default();
+                    return Err(NotebookError::Unsettled { cell, names });
+                }
+                if let Some(error) = result.error
+                    && recorded != Some(error.to_string())
+                {
                     return Err(NotebookError::Restore {
                         cell,
                         producer: rerun,
@@ -1499,6 +1548,13 @@ impl Notebook {
                 for group in &groups {
                     if group.iter().any(|name| rebound.contains(name)) {
                         for other in group.iter().filter(|name| !rebound.contains(name)) {
+                            // As in `load`: a name the cell takes from a cell
+                            // before this one is apart from what this one
+                            // binds in a fresh run too, unless this run's
+                            // own sharing says otherwise (and that it makes).
+                            if earlier(&sources, other, rerun) {
+                                continue;
+                            }
                             if self.live.remove(other).is_some() {
                                 disturbed.insert(other.clone());
                             }
@@ -1530,10 +1586,16 @@ impl Notebook {
             }
             sources = self.sources(cell)?;
         }
-        Err(NotebookError::Format {
-            location: self.dir.display().to_string(),
-            detail: format!("the inputs of cell {cell} could not be restored after 8 attempts"),
-        })
+        let names = sources
+            .iter()
+            .filter(|(name, source)| match source.restore {
+                Restore::Delete => self.live.contains_key(*name),
+                Restore::External => false,
+                Restore::Load(_) | Restore::Rerun => self.live.get(*name) != Some(&source.identity),
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        Err(NotebookError::Unsettled { cell, names })
     }
 
     pub(crate) async fn run_prepared(
@@ -1881,6 +1943,13 @@ fn decode(bytes: &[u8], location: &str) -> Result<Saved, NotebookError> {
         }
     }
     Ok(saved)
+}
+
+/// Whether `sources` takes `name` from a cell before `producer`.
+fn earlier(sources: &BTreeMap<String, Source>, name: &str, producer: CellId) -> bool {
+    sources
+        .get(name)
+        .is_some_and(|source| source.producer < producer)
 }
 
 /// Applies `sources` to a simulated namespace; producers of values that are

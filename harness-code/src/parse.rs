@@ -23,12 +23,19 @@
 //! for any tokenization. A property test checks the bound against the depth
 //! of the trees of random token sequences, valid and not.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use rustpython_ruff_python_ast::token::TokenKind;
-use rustpython_ruff_python_ast::{self as ast, PySourceType};
+use rustpython_ruff_python_ast::visitor::{self, Visitor};
+use rustpython_ruff_python_ast::{
+    self as ast, Expr, ExprContext, PySourceType, PythonVersion, Stmt,
+};
+use rustpython_ruff_python_parser::semantic_errors::{
+    LazyImportContext, SemanticSyntaxChecker, SemanticSyntaxContext, SemanticSyntaxError,
+};
 use rustpython_ruff_python_parser::{Mode, lexer, parse_unchecked_source};
 use rustpython_ruff_text_size::{TextRange, TextSize};
 
@@ -83,6 +90,10 @@ thread_local! {
 /// Parses `source` and calls `f` with it and its syntax tree, on a stack
 /// deep enough for both; the tree is dropped there too.
 ///
+/// A source that parses but that CPython's compiler refuses (`return`
+/// outside a function, ...; see [`check_compiles`]) is an
+/// [`AnalysisError::Syntax`] too.
+///
 /// # Errors
 ///
 /// [`AnalysisError::Syntax`], [`AnalysisError::TooDeeplyNested`],
@@ -98,6 +109,7 @@ pub(crate) fn with_module<T: Send + 'static>(
     let plan = plan(source, mode(options))?;
     let parse = move |source: &str| {
         let module = parse_chunks(source, options, &plan.chunks)?;
+        check_compiles(source, &module)?;
         let result = f(source, &module);
         drop(module);
         Ok(result)
@@ -891,6 +903,702 @@ impl<'a> LineCursor<'a> {
         self.line
     }
 }
+// -- What CPython's compiler refuses in a tree that parses ------------------
+
+/// The Python whose compiler [`check_compiles`] follows. Its version
+/// matters for few checks, which agree from 3.11 to 3.13 (3.10 also refuses
+/// an asynchronous comprehension inside a synchronous one, 3.14 a walrus or
+/// `yield` in an annotation): code that only some versions refuse is
+/// accepted.
+const COMPILED_AS: PythonVersion = PythonVersion::PY311;
+
+/// Why code that parses would not compile, where break, continue or
+/// return would leave an `except*` block.
+const EXCEPT_STAR_EXIT: &str = "'break', 'continue' and 'return' cannot appear in an except* block";
+
+/// Refuses what CPython's compiler refuses in a tree that parses, as the
+/// kernel compiles a cell (`exec` mode, no top-level `await`): `return`,
+/// `yield` or `await` outside a function (or `await` outside an `async`
+/// one), `break` and `continue` outside a loop or leaving an `except*`
+/// block, a duplicate parameter, an unknown or late `from __future__`
+/// import, `nonlocal` at module level or without a binding, a name used or
+/// bound before its `global` or `nonlocal` declaration, a parameter
+/// declared `global` or `nonlocal`, assignment to `__debug__`, `import *`
+/// in a function or class, misplaced starred expressions, unreachable or
+/// conflicting `match` patterns, a walrus rebinding a comprehension
+/// variable or in a comprehension of a class body. The checks are Ruff's
+/// semantic syntax checks ([`SemanticSyntaxChecker`]) and a few more, on
+/// the scopes tracked here. Names crafted to collide cannot slow it: its
+/// sets are seeded like the analysis'.
+///
+/// # Errors
+///
+/// [`AnalysisError::Syntax`] at the first offending place, with Ruff's or
+/// CPython's message.
+pub(crate) fn check_compiles<'a>(
+    source: &'a str,
+    module: &'a ast::ModModule,
+) -> Result<(), AnalysisError> {
+    let mut walker = Compile {
+        checker: SemanticSyntaxChecker::new(),
+        cx: CompileContext {
+            source,
+            scopes: vec![Scope::new(ScopeKind::Module, declared(&module.body, None))],
+            errors: RefCell::new(Vec::new()),
+            iterables: Cell::new(0),
+        },
+    };
+    walker.visit_body(&module.body);
+    let first = walker
+        .cx
+        .errors
+        .into_inner()
+        .into_iter()
+        .min_by_key(|(range, _)| range.start());
+    match first {
+        None => Ok(()),
+        Some((range, message)) => {
+            let (line, column) = line_and_column(source, usize::from(range.start()));
+            Err(AnalysisError::Syntax {
+                line,
+                column,
+                message,
+            })
+        }
+    }
+}
+
+type NameSet<'a> = HashSet<&'a str, foldhash::fast::RandomState>;
+type NameRanges<'a> = HashMap<&'a str, TextRange, foldhash::fast::RandomState>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScopeKind {
+    Module,
+    Function {
+        is_async: bool,
+    },
+    Lambda,
+    Class,
+    /// A list, set or dict comprehension, or (`generator`) a generator
+    /// expression.
+    Comprehension {
+        is_async: bool,
+        generator: bool,
+    },
+}
+
+/// What a scope declares, found before it is walked (Python's scopes are
+/// decided for the whole block).
+#[derive(Debug, Default)]
+struct Declared<'a> {
+    /// Names declared `global`, with the first declaration.
+    globals: NameRanges<'a>,
+    /// Names declared `nonlocal`, with the first declaration.
+    nonlocals: NameRanges<'a>,
+    /// Names the scope may bind: every target, import, definition, handler
+    /// and pattern name, comprehension targets included (more names than
+    /// Python binds only make `nonlocal` accept more).
+    bound: NameSet<'a>,
+    /// The parameters of a function or lambda.
+    parameters: NameSet<'a>,
+}
+
+/// What `body` (of a function with `parameters`, or a module or class)
+/// declares, without looking into nested functions and classes.
+fn declared<'a>(body: &'a [Stmt], parameters: Option<&'a ast::Parameters>) -> Declared<'a> {
+    let mut declared = Declared::default();
+    if let Some(parameters) = parameters {
+        for parameter in parameters {
+            declared.parameters.insert(parameter.name().as_str());
+        }
+    }
+    declared.visit_body(body);
+    declared
+}
+
+impl<'a> Visitor<'a> for Declared<'a> {
+    fn visit_stmt(&mut self, stmt: &'a Stmt) {
+        match stmt {
+            Stmt::FunctionDef(def) => {
+                self.bound.insert(def.name.as_str());
+                for decorator in &def.decorator_list {
+                    self.visit_decorator(decorator);
+                }
+                self.visit_parameters(&def.parameters);
+                if let Some(returns) = &def.returns {
+                    self.visit_annotation(returns);
+                }
+            }
+            Stmt::ClassDef(class) => {
+                self.bound.insert(class.name.as_str());
+                for decorator in &class.decorator_list {
+                    self.visit_decorator(decorator);
+                }
+                if let Some(arguments) = &class.arguments {
+                    self.visit_arguments(arguments);
+                }
+            }
+            Stmt::Global(ast::StmtGlobal { names, range, .. }) => {
+                for name in names {
+                    self.globals.entry(name.as_str()).or_insert(*range);
+                }
+            }
+            Stmt::Nonlocal(ast::StmtNonlocal { names, range, .. }) => {
+                for name in names {
+                    self.nonlocals.entry(name.as_str()).or_insert(*range);
+                    self.bound.insert(name.as_str());
+                }
+            }
+            Stmt::Import(ast::StmtImport { names, .. }) => {
+                for alias in names {
+                    let bound = match &alias.asname {
+                        Some(asname) => asname.as_str(),
+                        None => alias.name.as_str().split('.').next().unwrap_or_default(),
+                    };
+                    self.bound.insert(bound);
+                }
+            }
+            Stmt::ImportFrom(ast::StmtImportFrom { names, .. }) => {
+                for alias in names {
+                    self.bound
+                        .insert(alias.asname.as_ref().unwrap_or(&alias.name).as_str());
+                }
+            }
+            _ => visitor::walk_stmt(self, stmt),
+        }
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        match expr {
+            Expr::Name(ast::ExprName {
+                id,
+                ctx: ExprContext::Store | ExprContext::Del,
+                ..
+            }) => {
+                self.bound.insert(id.as_str());
+            }
+            // The body is the lambda's own scope.
+            Expr::Lambda(lambda) => {
+                if let Some(parameters) = &lambda.parameters {
+                    self.visit_parameters(parameters);
+                }
+            }
+            _ => visitor::walk_expr(self, expr),
+        }
+    }
+
+    fn visit_except_handler(&mut self, handler: &'a ast::ExceptHandler) {
+        let ast::ExceptHandler::ExceptHandler(inner) = handler;
+        if let Some(name) = &inner.name {
+            self.bound.insert(name.as_str());
+        }
+        visitor::walk_except_handler(self, handler);
+    }
+
+    fn visit_pattern(&mut self, pattern: &'a ast::Pattern) {
+        let name = match pattern {
+            ast::Pattern::MatchAs(ast::PatternMatchAs { name, .. })
+            | ast::Pattern::MatchStar(ast::PatternMatchStar { name, .. }) => name.as_ref(),
+            ast::Pattern::MatchMapping(ast::PatternMatchMapping { rest, .. }) => rest.as_ref(),
+            _ => None,
+        };
+        if let Some(name) = name {
+            self.bound.insert(name.as_str());
+        }
+        visitor::walk_pattern(self, pattern);
+    }
+}
+
+/// A scope being walked.
+#[derive(Debug)]
+struct Scope<'a> {
+    kind: ScopeKind,
+    declared: Declared<'a>,
+    /// In the body of a loop of this scope.
+    in_loop: bool,
+    /// In an `except*` block inside the innermost loop (or outside any).
+    loop_exit_blocked: bool,
+    /// In an `except*` block of this scope.
+    return_blocked: bool,
+}
+
+impl<'a> Scope<'a> {
+    fn new(kind: ScopeKind, declared: Declared<'a>) -> Self {
+        Self {
+            kind,
+            declared,
+            in_loop: false,
+            loop_exit_blocked: false,
+            return_blocked: false,
+        }
+    }
+}
+
+/// The scopes of the walk and the errors found, for Ruff's checker.
+#[derive(Debug)]
+struct CompileContext<'a> {
+    source: &'a str,
+    /// The module first; never empty.
+    scopes: Vec<Scope<'a>>,
+    errors: RefCell<Vec<(TextRange, String)>>,
+    /// How many iterables of comprehensions the walk is in (a walrus is
+    /// refused anywhere inside one, nested functions included).
+    iterables: Cell<u32>,
+}
+
+impl<'a> CompileContext<'a> {
+    fn kind(&self) -> ScopeKind {
+        self.scopes.last().map_or(ScopeKind::Module, |s| s.kind)
+    }
+
+    fn declared(&self) -> Option<&Declared<'a>> {
+        self.scopes.last().map(|s| &s.declared)
+    }
+
+    fn report(&self, range: TextRange, message: impl Into<String>) {
+        self.errors.borrow_mut().push((range, message.into()));
+    }
+
+    /// The checks Ruff's checker does not make.
+    fn check_stmt(&self, stmt: &'a Stmt) {
+        let Some(scope) = self.scopes.last() else {
+            return;
+        };
+        match stmt {
+            Stmt::Break(ast::StmtBreak { range, .. })
+            | Stmt::Continue(ast::StmtContinue { range, .. })
+                if scope.in_loop && scope.loop_exit_blocked =>
+            {
+                self.report(*range, EXCEPT_STAR_EXIT);
+            }
+            Stmt::Return(ast::StmtReturn { range, .. }) if scope.return_blocked => {
+                self.report(*range, EXCEPT_STAR_EXIT);
+            }
+            Stmt::Nonlocal(ast::StmtNonlocal { names, .. }) => {
+                for name in names {
+                    if scope.declared.globals.contains_key(name.as_str()) {
+                        self.report(name.range, format!("name '{name}' is nonlocal and global"));
+                    } else if scope.declared.parameters.contains(name.as_str()) {
+                        self.report(
+                            name.range,
+                            format!("name '{name}' is parameter and nonlocal"),
+                        );
+                    }
+                }
+            }
+            Stmt::AnnAssign(ast::StmtAnnAssign { target, .. }) => {
+                if let Expr::Name(ast::ExprName { id, range, .. }) = target.as_ref()
+                    && scope.declared.nonlocals.contains_key(id.as_str())
+                {
+                    self.report(*range, format!("annotated name '{id}' can't be nonlocal"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The checks Ruff's checker does not make.
+    fn check_expr(&self, expr: &'a Expr) {
+        match expr {
+            // Not `del x.__debug__` nor `x.__debug__ += 1` (see `visit_stmt`):
+            // CPython compiles those.
+            Expr::Attribute(ast::ExprAttribute {
+                attr,
+                ctx: ExprContext::Store,
+                ..
+            }) if attr.as_str() == "__debug__" => {
+                self.report(attr.range, "cannot assign to __debug__");
+            }
+            Expr::Named(ast::ExprNamed { range, .. }) => {
+                if self.iterables.get() > 0 {
+                    self.report(
+                        *range,
+                        "assignment expression cannot be used in a comprehension iterable expression",
+                    );
+                }
+                let outer = self
+                    .scopes
+                    .iter()
+                    .rev()
+                    .find(|s| !matches!(s.kind, ScopeKind::Comprehension { .. }));
+                if matches!(self.kind(), ScopeKind::Comprehension { .. })
+                    && outer.is_some_and(|s| s.kind == ScopeKind::Class)
+                {
+                    self.report(
+                        *range,
+                        "assignment expression within a comprehension cannot be used in a class body",
+                    );
+                }
+            }
+            Expr::Name(ast::ExprName { id, ctx, range, .. }) => {
+                let declaration = self
+                    .declared()
+                    .and_then(|d| d.nonlocals.get(id.as_str()))
+                    .copied();
+                if let Some(declaration) = declaration
+                    && range.start() < declaration.start()
+                {
+                    let message = match ctx {
+                        ExprContext::Load => {
+                            format!("name '{id}' is used prior to nonlocal declaration")
+                        }
+                        _ => format!("name '{id}' is assigned to before nonlocal declaration"),
+                    };
+                    self.report(*range, message);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl SemanticSyntaxContext for CompileContext<'_> {
+    fn future_annotations_or_stub(&self) -> bool {
+        // Only adds checks of annotations that CPython before 3.14 skips.
+        false
+    }
+
+    fn lazy_import_context(&self) -> Option<LazyImportContext> {
+        None
+    }
+
+    fn python_version(&self) -> PythonVersion {
+        COMPILED_AS
+    }
+
+    fn source(&self) -> &str {
+        self.source
+    }
+
+    fn global(&self, name: &str) -> Option<TextRange> {
+        self.declared().and_then(|d| d.globals.get(name)).copied()
+    }
+
+    fn has_nonlocal_binding(&self, name: &str) -> bool {
+        // As CPython's symbol table: the names bound by the enclosing
+        // functions, outermost first, less those an inner one declares global.
+        let enclosing = self.scopes.len().saturating_sub(1);
+        let mut bound = false;
+        for scope in self.scopes.iter().take(enclosing) {
+            // A class body gives its methods the cell `__class__` (and
+            // from 3.12 `__classdict__`), which they may declare nonlocal.
+            if scope.kind == ScopeKind::Class && matches!(name, "__class__" | "__classdict__") {
+                bound = true;
+            } else if matches!(scope.kind, ScopeKind::Function { .. } | ScopeKind::Lambda) {
+                if scope.declared.globals.contains_key(name) {
+                    bound = false;
+                } else if scope.declared.bound.contains(name)
+                    || scope.declared.parameters.contains(name)
+                {
+                    bound = true;
+                }
+            }
+        }
+        bound
+    }
+
+    fn in_async_context(&self) -> bool {
+        for scope in self.scopes.iter().rev() {
+            match scope.kind {
+                ScopeKind::Function { is_async } => return is_async,
+                ScopeKind::Comprehension { .. } => {}
+                ScopeKind::Lambda | ScopeKind::Class | ScopeKind::Module => return false,
+            }
+        }
+        false
+    }
+
+    fn in_await_allowed_context(&self) -> bool {
+        for scope in self.scopes.iter().rev() {
+            match scope.kind {
+                ScopeKind::Function { .. }
+                | ScopeKind::Lambda
+                | ScopeKind::Comprehension {
+                    generator: true, ..
+                } => return true,
+                ScopeKind::Comprehension { .. } => {}
+                ScopeKind::Class | ScopeKind::Module => return false,
+            }
+        }
+        false
+    }
+
+    fn in_yield_allowed_context(&self) -> bool {
+        matches!(self.kind(), ScopeKind::Function { .. } | ScopeKind::Lambda)
+    }
+
+    fn in_sync_comprehension(&self) -> bool {
+        self.scopes.iter().any(|s| {
+            matches!(
+                s.kind,
+                ScopeKind::Comprehension {
+                    is_async: false,
+                    ..
+                }
+            )
+        })
+    }
+
+    fn in_module_scope(&self) -> bool {
+        self.kind() == ScopeKind::Module
+    }
+
+    fn in_function_scope(&self) -> bool {
+        matches!(self.kind(), ScopeKind::Function { .. })
+    }
+
+    fn in_generator_context(&self) -> bool {
+        for scope in self.scopes.iter().rev() {
+            match scope.kind {
+                ScopeKind::Comprehension {
+                    generator: true, ..
+                } => return true,
+                ScopeKind::Comprehension { .. } => {}
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    fn in_notebook(&self) -> bool {
+        // The kernel compiles cells without top-level `await`, IPython
+        // syntax or not.
+        false
+    }
+
+    fn report_semantic_error(&self, error: SemanticSyntaxError) {
+        self.report(error.range, error.to_string());
+    }
+
+    fn in_loop_context(&self) -> bool {
+        self.scopes.last().is_some_and(|s| s.in_loop)
+    }
+
+    fn is_bound_parameter(&self, name: &str) -> bool {
+        matches!(self.kind(), ScopeKind::Function { .. } | ScopeKind::Lambda)
+            && self.declared().is_some_and(|d| d.parameters.contains(name))
+    }
+}
+
+/// The walk of [`check_compiles`]: Ruff's checker sees every statement and
+/// expression in its scope.
+#[derive(Debug)]
+struct Compile<'a> {
+    checker: SemanticSyntaxChecker,
+    cx: CompileContext<'a>,
+}
+
+/// The loop and `except*` state of a scope, to restore.
+type Blocks = (bool, bool, bool);
+
+impl<'a> Compile<'a> {
+    fn blocks(&self) -> Blocks {
+        self.cx.scopes.last().map_or((false, false, false), |s| {
+            (s.in_loop, s.loop_exit_blocked, s.return_blocked)
+        })
+    }
+
+    fn set_blocks(&mut self, (in_loop, loop_exit_blocked, return_blocked): Blocks) {
+        if let Some(scope) = self.cx.scopes.last_mut() {
+            scope.in_loop = in_loop;
+            scope.loop_exit_blocked = loop_exit_blocked;
+            scope.return_blocked = return_blocked;
+        }
+    }
+
+    fn loop_body(&mut self, body: &'a [Stmt]) {
+        let saved = self.blocks();
+        self.set_blocks((true, false, saved.2));
+        self.visit_body(body);
+        self.set_blocks(saved);
+    }
+
+    fn scoped(&mut self, kind: ScopeKind, declared: Declared<'a>, walk: impl FnOnce(&mut Self)) {
+        self.cx.scopes.push(Scope::new(kind, declared));
+        walk(self);
+        self.cx.scopes.pop();
+    }
+
+    fn iterable(&mut self, iter: &'a Expr) {
+        let iterables = &self.cx.iterables;
+        iterables.set(iterables.get().saturating_add(1));
+        self.visit_expr(iter);
+        let iterables = &self.cx.iterables;
+        iterables.set(iterables.get().saturating_sub(1));
+    }
+
+    /// A comprehension: its first iterable in the enclosing scope, the rest
+    /// in its own.
+    fn comprehension(
+        &mut self,
+        generators: &'a [ast::Comprehension],
+        generator: bool,
+        elements: &[&'a Expr],
+    ) {
+        let Some((first, rest)) = generators.split_first() else {
+            for element in elements {
+                self.visit_expr(element);
+            }
+            return;
+        };
+        self.iterable(&first.iter);
+        let kind = ScopeKind::Comprehension {
+            is_async: generators.iter().any(|g| g.is_async),
+            generator,
+        };
+        self.scoped(kind, Declared::default(), |walk| {
+            walk.visit_expr(&first.target);
+            for condition in &first.ifs {
+                walk.visit_expr(condition);
+            }
+            for comprehension in rest {
+                walk.iterable(&comprehension.iter);
+                walk.visit_expr(&comprehension.target);
+                for condition in &comprehension.ifs {
+                    walk.visit_expr(condition);
+                }
+            }
+            for element in elements {
+                walk.visit_expr(element);
+            }
+        });
+    }
+}
+
+impl<'a> Visitor<'a> for Compile<'a> {
+    fn visit_stmt(&mut self, stmt: &'a Stmt) {
+        self.checker.visit_stmt(stmt, &self.cx);
+        self.cx.check_stmt(stmt);
+        match stmt {
+            Stmt::FunctionDef(def) => {
+                for decorator in &def.decorator_list {
+                    self.visit_decorator(decorator);
+                }
+                if let Some(type_params) = &def.type_params {
+                    self.visit_type_params(type_params);
+                }
+                self.visit_parameters(&def.parameters);
+                if let Some(returns) = &def.returns {
+                    self.visit_annotation(returns);
+                }
+                let kind = ScopeKind::Function {
+                    is_async: def.is_async,
+                };
+                let declared = declared(&def.body, Some(&def.parameters));
+                self.scoped(kind, declared, |walk| walk.visit_body(&def.body));
+            }
+            Stmt::ClassDef(class) => {
+                for decorator in &class.decorator_list {
+                    self.visit_decorator(decorator);
+                }
+                if let Some(type_params) = &class.type_params {
+                    self.visit_type_params(type_params);
+                }
+                if let Some(arguments) = &class.arguments {
+                    self.visit_arguments(arguments);
+                }
+                let declared = declared(&class.body, None);
+                self.scoped(ScopeKind::Class, declared, |walk| {
+                    walk.visit_body(&class.body);
+                });
+            }
+            Stmt::For(ast::StmtFor {
+                target,
+                iter,
+                body,
+                orelse,
+                ..
+            }) => {
+                self.visit_expr(iter);
+                self.visit_expr(target);
+                self.loop_body(body);
+                self.visit_body(orelse);
+            }
+            Stmt::While(ast::StmtWhile {
+                test, body, orelse, ..
+            }) => {
+                self.visit_expr(test);
+                self.loop_body(body);
+                self.visit_body(orelse);
+            }
+            Stmt::Try(ast::StmtTry {
+                body,
+                handlers,
+                orelse,
+                finalbody,
+                is_star,
+                ..
+            }) => {
+                self.visit_body(body);
+                for handler in handlers {
+                    let saved = self.blocks();
+                    if *is_star {
+                        self.set_blocks((saved.0, true, true));
+                    }
+                    self.visit_except_handler(handler);
+                    self.set_blocks(saved);
+                }
+                self.visit_body(orelse);
+                self.visit_body(finalbody);
+            }
+            // CPython compiles `x.__debug__ += 1`.
+            Stmt::AugAssign(ast::StmtAugAssign {
+                target, op, value, ..
+            }) if target.is_attribute_expr() => {
+                self.visit_expr(value);
+                self.visit_operator(op);
+                self.checker.visit_expr(target, &self.cx);
+                visitor::walk_expr(self, target);
+            }
+            _ => visitor::walk_stmt(self, stmt),
+        }
+    }
+
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        self.checker.visit_expr(expr, &self.cx);
+        self.cx.check_expr(expr);
+        match expr {
+            Expr::Lambda(lambda) => {
+                let mut declared = Declared::default();
+                if let Some(parameters) = &lambda.parameters {
+                    self.visit_parameters(parameters);
+                    for parameter in parameters.as_ref() {
+                        declared.parameters.insert(parameter.name().as_str());
+                    }
+                }
+                self.scoped(ScopeKind::Lambda, declared, |walk| {
+                    walk.visit_expr(&lambda.body);
+                });
+            }
+            Expr::ListComp(ast::ExprListComp {
+                elt, generators, ..
+            })
+            | Expr::SetComp(ast::ExprSetComp {
+                elt, generators, ..
+            }) => self.comprehension(generators, false, &[elt]),
+            Expr::DictComp(ast::ExprDictComp {
+                key,
+                value,
+                generators,
+                ..
+            }) => self.comprehension(generators, false, &[key, value]),
+            Expr::Generator(ast::ExprGenerator {
+                elt, generators, ..
+            }) => self.comprehension(generators, true, &[elt]),
+            _ => visitor::walk_expr(self, expr),
+        }
+    }
+
+    fn visit_keyword(&mut self, keyword: &'a ast::Keyword) {
+        if let Some(arg) = &keyword.arg
+            && arg.as_str() == "__debug__"
+        {
+            self.cx.report(arg.range, "cannot assign to __debug__");
+        }
+        visitor::walk_keyword(self, keyword);
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

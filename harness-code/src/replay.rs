@@ -325,7 +325,8 @@ impl Notebook {
                     entry.restored = run.restored;
                 }
                 Err(error @ NotebookError::Kernel { cell: Some(_), .. })
-                | Err(error @ NotebookError::Restore { .. }) => {
+                | Err(error @ NotebookError::Restore { .. })
+                | Err(error @ NotebookError::Unsettled { .. }) => {
                     entry.error = Some(error.to_string());
                 }
                 Err(error) => return Err(error),

@@ -1664,8 +1664,15 @@ impl<'g> Diagnoser<'g> {
     }
 
     /// A key close to `key`: among the quoted strings of the subscripted
-    /// values' reprs, then the string literals of their producers.
+    /// values' reprs, then the string literals of their producers. A loop
+    /// variable of the cell (`row` in `for row in rows`) stands for the
+    /// items of its iterable, so the iterable's names count too (`rows`):
+    /// its repr shows the items' keys, its producer wrote them, and the
+    /// loop variable may have no recorded value of its own (a re-run that
+    /// rebinds it to the same object does not report it).
     fn close_key(&self, key: &str, roots: &[String]) -> Option<(String, String)> {
+        let roots = self.with_iterables(roots);
+        let roots = roots.as_slice();
         let mut best: Option<(usize, String, String)> = None;
         let mut consider = |candidate: &str, seen_in: String| {
             if let Some(distance) = tables::closeness(key, candidate)
@@ -1692,6 +1699,28 @@ impl<'g> Diagnoser<'g> {
             }
         }
         best.map(|(_, key, seen_in)| (key, seen_in))
+    }
+
+    /// `names`, then the names of the iterables the failing cell binds
+    /// them from as loop targets, and so on for nested loops (`group` in
+    /// `for group in groups`, then `groups`), without repeats.
+    fn with_iterables(&self, names: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = names.to_vec();
+        let mut next = 0;
+        while next < out.len() {
+            let name = out[next].clone();
+            next += 1;
+            for iter in &self.facts.iters {
+                if iter.targets.contains(&name) {
+                    for source in &iter.names {
+                        if !out.contains(source) {
+                            out.push(source.clone());
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     fn import_error(&mut self, message: &str) {

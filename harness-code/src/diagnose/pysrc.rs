@@ -88,7 +88,11 @@ pub(crate) struct CallUse {
 /// The iterable of a `for` loop or comprehension.
 #[derive(Debug, Clone)]
 pub(crate) struct IterUse {
+    /// Names loaded by the iterable.
     pub(crate) names: Vec<String>,
+    /// Names the loop's target binds to the items (`row` in `for row in
+    /// rows`, `k` and `v` in `for k, v in d.items()`).
+    pub(crate) targets: Vec<String>,
     pub(crate) range: TextRange,
 }
 
@@ -373,6 +377,7 @@ impl<'a> Visitor<'a> for Collector<'_> {
         match stmt {
             Stmt::For(for_stmt) => self.facts.iters.push(IterUse {
                 names: loaded_names(&for_stmt.iter),
+                targets: stored_names(&for_stmt.target),
                 range: for_stmt.iter.range(),
             }),
             Stmt::AugAssign(aug) => self.facts.ops.push(OpUse {
@@ -396,6 +401,7 @@ impl<'a> Visitor<'a> for Collector<'_> {
     fn visit_comprehension(&mut self, comprehension: &'a ast::Comprehension) {
         self.facts.iters.push(IterUse {
             names: loaded_names(&comprehension.iter),
+            targets: stored_names(&comprehension.target),
             range: comprehension.iter.range(),
         });
         visitor::walk_comprehension(self, comprehension);
@@ -508,6 +514,26 @@ pub(crate) fn loaded_names(expr: &Expr) -> Vec<String> {
     let mut names = Names(Vec::new());
     names.visit_expr(expr);
     names.0
+}
+
+/// Names bound by an assignment target (`row`, `k, v`, `(a, *rest)`), in
+/// source order, without repeats; not the roots of attribute or subscript
+/// targets.
+pub(crate) fn stored_names(target: &Expr) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut pending = vec![target];
+    while let Some(expr) = pending.pop() {
+        match expr {
+            Expr::Name(name) if !out.iter().any(|n| n == name.id.as_str()) => {
+                out.push(name.id.to_string());
+            }
+            Expr::Tuple(tuple) => pending.extend(tuple.elts.iter().rev()),
+            Expr::List(list) => pending.extend(list.elts.iter().rev()),
+            Expr::Starred(starred) => pending.push(&starred.value),
+            _ => {}
+        }
+    }
+    out
 }
 
 struct ReturnFinder {

@@ -567,10 +567,44 @@ def _feed_items(h, items, depth):
                 _feed(h, item, depth - 1)
 
 
+def _function_state(function):
+    """What a function holds that a cell can change without rebinding it:
+    its defaults, the contents of its closure's cells and its attributes
+    (empty for most functions)."""
+    state = list(function.__defaults__ or ())
+    if function.__kwdefaults__:
+        state.extend(function.__kwdefaults__.values())
+    for cell in function.__closure__ or ():
+        try:
+            state.append(cell.cell_contents)
+        except ValueError:
+            state.append(_MISSING)
+    attributes = getattr(function, "__dict__", None)
+    if attributes:
+        for name, value in attributes.items():
+            state.append(name)
+            state.append(value)
+    return state
+
+
 def _feed(h, value, depth):
     kind = type(value)
     if isinstance(value, _ATOMIC):
         h.update(hash(value).to_bytes(8, "little", signed=True))
+        return
+    if kind is types.FunctionType:
+        # The function, and the state it keeps (a default list it appends
+        # to, a counter in its closure): calling it changes that state.
+        h.update(id(value).to_bytes(8, "little"))
+        if depth > 0:
+            # Item by item, never by the hash of a tuple of them: an
+            # instance in a closure hashes by identity, not by its state.
+            for item in _function_state(value)[:FP_ITEMS]:
+                if isinstance(item, _ATOMIC):
+                    h.update(hash(item).to_bytes(8, "little", signed=True))
+                else:
+                    h.update(id(item).to_bytes(8, "little"))
+                    _feed(h, item, depth - 1)
         return
     if isinstance(value, _OPAQUE):
         h.update(id(value).to_bytes(8, "little"))
@@ -659,8 +693,12 @@ def _feed_state(h, state):
 
 def fingerprint(value):
     """A bounded fingerprint of `value`, or None for values that cannot be
-    changed in place (numbers, strings, modules, functions, classes)."""
-    if isinstance(value, _ATOMIC) or isinstance(value, _OPAQUE):
+    changed in place (numbers, strings, modules, classes, functions that
+    keep no defaults, closure or attributes)."""
+    if isinstance(value, _ATOMIC) or isinstance(value, _OPAQUE) and not (
+            type(value) is types.FunctionType and (
+                value.__defaults__ or value.__kwdefaults__ or value.__closure__
+                or getattr(value, "__dict__", None))):
         return None
     h = hashlib.blake2b(digest_size=16)
     try:
@@ -702,7 +740,11 @@ def holdings(value):
     Returned with the part of them the value's pickle holds as copies (a
     pair): not what is pickled by reference (classes and functions, and
     what is reached through them), nor tuples and frozensets, which cannot
-    change (their items count). Two names whose copies meet share an
+    change (their items count). A value that is itself a function is
+    restored by re-running its cell, not from a blob: what its defaults,
+    closure and attributes hold counts as copied (that cell must re-run
+    when another name holding it is loaded apart), though not the function
+    itself. Two names whose copies meet share an
     object that restoring them from separate blobs would split."""
     out = set()
     refs = set()
@@ -727,14 +769,19 @@ def holdings(value):
                     return None
                 kind = type(item)
                 module = getattr(kind, "__module__", "") or ""
-                if by_reference or isinstance(item, (type, types.FunctionType)):
+                if by_reference or isinstance(item, type) or (
+                        depth and isinstance(item, types.FunctionType)):
                     push = below_refs.append
                     extend = below_refs.extend
                     mark = True
                 else:
+                    # The value itself a function (defined in a cell: it has
+                    # no blob, its cell re-runs): what its defaults, closure
+                    # and attributes hold is held as a copy would be, since
+                    # loading another name's blob parts them from it.
                     push = below.append
                     extend = below.extend
-                    mark = isinstance(item, (tuple, frozenset))
+                    mark = isinstance(item, (tuple, frozenset, types.FunctionType))
                 if module == "numpy" and kind.__name__ == "ndarray":
                     if by_reference:
                         roots = set()
@@ -800,6 +847,9 @@ def holdings(value):
                 if isinstance(item, types.FunctionType):
                     extend(item.__defaults__ or ())
                     extend((item.__kwdefaults__ or {}).values())
+                    attributes = getattr(item, "__dict__", None)
+                    if attributes:
+                        extend(attributes.values())
                     for cell in item.__closure__ or ():
                         try:
                             push(cell.cell_contents)

@@ -195,6 +195,27 @@ pub enum PatchError {
         /// The cell's current version.
         found: u32,
     },
+    /// The cell's code is not the code the patch was made from (or, for a
+    /// rollback, not the code the patch made), although its version number
+    /// may be the expected one: the graph was rebuilt, or the patch was
+    /// written against other code. Nothing was changed.
+    #[error(
+        "cell {cell} (version {version}) does not have the code the {operation} expects: line {line} is {found:?} where {expected:?} was expected"
+    )]
+    SourceConflict {
+        /// The cell.
+        cell: CellId,
+        /// The cell's current version.
+        version: u32,
+        /// `patch` or `rollback`.
+        operation: &'static str,
+        /// The first line (1-based) where the codes differ.
+        line: u32,
+        /// That line of the code expected (empty past its end).
+        expected: String,
+        /// That line of the cell's code (empty past its end).
+        found: String,
+    },
     /// The graph refused the change.
     #[error("the graph rejected the change of cell {cell}: {source}")]
     Graph {
@@ -240,6 +261,46 @@ pub struct AppliedPatch {
     /// The minimal replay after the patch ([`ExecutionStateGraph::replay_order`]
     /// of the cell): the stale cells plus out-of-date cells they need.
     pub replay: Vec<CellId>,
+    /// The code the patch replaced, which [`rollback_patch`] restores
+    /// (`None` in a record serialized before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_source: Option<String>,
+    /// The code the patch made current; [`rollback_patch`] refuses a cell
+    /// whose code is no longer this (`None` as above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// [`PatchError::SourceConflict`] if `found` (the code of `cell` at
+/// `version`) is not `expected`.
+fn check_source(
+    cell: CellId,
+    version: u32,
+    operation: &'static str,
+    expected: &str,
+    found: &str,
+) -> Result<(), PatchError> {
+    if expected == found {
+        return Ok(());
+    }
+    let mut expected_lines = expected.split('\n');
+    let mut found_lines = found.split('\n');
+    let mut line: u32 = 1;
+    loop {
+        match (expected_lines.next(), found_lines.next()) {
+            (Some(a), Some(b)) if a == b => line = line.saturating_add(1),
+            (a, b) => {
+                return Err(PatchError::SourceConflict {
+                    cell,
+                    version,
+                    operation,
+                    line,
+                    expected: a.unwrap_or_default().to_owned(),
+                    found: b.unwrap_or_default().to_owned(),
+                });
+            }
+        }
+    }
 }
 
 /// Makes `patch` the new version of its cell, with provenance from the
@@ -248,8 +309,14 @@ pub struct AppliedPatch {
 /// # Errors
 ///
 /// [`PatchError::UnknownCell`]; [`PatchError::Conflict`] if the cell is no
-/// longer at the patch's base version; [`PatchError::Graph`] if the graph
-/// rejects the new source (it does not parse with the graph's options).
+/// longer at the patch's base version; [`PatchError::SourceConflict`] if
+/// its code is not the patch's [`old_source`](Patch::old_source) (a graph
+/// rebuilt since, such as by
+/// [`Notebook::sync_sources`](crate::notebook::Notebook::sync_sources),
+/// numbers versions anew, so the version alone does not tell);
+/// [`PatchError::Graph`] if the graph rejects the new source (it does not
+/// parse with the graph's options, or CPython would not compile it). The
+/// graph is unchanged on error.
 pub fn apply_patch(
     graph: &mut ExecutionStateGraph,
     patch: &Patch,
@@ -266,6 +333,14 @@ pub fn apply_patch(
             found: previous_version,
         });
     }
+    let previous_source = node.source().to_owned();
+    check_source(
+        cell,
+        previous_version,
+        "patch",
+        &patch.old_source,
+        &previous_source,
+    )?;
     let stale = graph
         .replace_code(cell, patch.new_source.clone(), patch.graph_provenance())
         .map_err(|source| PatchError::Graph { cell, source })?;
@@ -289,6 +364,8 @@ pub fn apply_patch(
         version,
         stale,
         replay,
+        previous_source: Some(previous_source),
+        source: Some(patch.new_source.clone()),
     })
 }
 
@@ -299,23 +376,27 @@ pub fn apply_patch(
 /// # Errors
 ///
 /// [`PatchError::UnknownCell`]; [`PatchError::Conflict`] if the cell
-/// changed after the patch was applied; [`PatchError::Graph`].
+/// changed after the patch was applied; [`PatchError::SourceConflict`] if
+/// its code is not the code the patch made (the graph was rebuilt);
+/// [`PatchError::Graph`]. The graph is unchanged on error.
 pub fn rollback_patch(
     graph: &mut ExecutionStateGraph,
     applied: &AppliedPatch,
 ) -> Result<Vec<CellId>, PatchError> {
     let cell = applied.cell;
-    let current = graph
+    let node = graph
         .cell(cell)
-        .map_err(|_| PatchError::UnknownCell(cell))?
-        .current_version()
-        .number;
+        .map_err(|_| PatchError::UnknownCell(cell))?;
+    let current = node.current_version().number;
     if current != applied.version {
         return Err(PatchError::Conflict {
             cell,
             expected: applied.version,
             found: current,
         });
+    }
+    if let Some(source) = &applied.source {
+        check_source(cell, current, "rollback", source, node.source())?;
     }
     let provenance = Provenance::now(
         "patcher:rollback",
@@ -324,7 +405,11 @@ pub fn rollback_patch(
             applied.version, applied.previous_version
         ),
     );
-    graph
-        .rollback(cell, applied.previous_version, provenance)
-        .map_err(|source| PatchError::Graph { cell, source })
+    // The code the patch replaced, rather than the graph's version of that
+    // number, which a rebuilt graph would give other code for.
+    match &applied.previous_source {
+        Some(previous) => graph.replace_code(cell, previous.clone(), provenance),
+        None => graph.rollback(cell, applied.previous_version, provenance),
+    }
+    .map_err(|source| PatchError::Graph { cell, source })
 }

@@ -81,10 +81,15 @@ async fn real_failures_are_converted_and_blamed_on_the_right_cell() {
             &["xs = [1, 2]", "assert len(xs) == 3"],
             0,
         ),
-        // code compiled at run time, and code that parses but that CPython
-        // refuses to compile (`break` outside a loop)
+        // code compiled at run time: code that does not parse, and code
+        // that parses but that CPython refuses to compile (`break` outside
+        // a loop; a cell holding it is refused before it runs)
         (ErrorClass::Syntax, &["n = 1", "value = eval('n +')"], 1),
-        (ErrorClass::Syntax, &["n = 1", "if n:\n    break"], 1),
+        (
+            ErrorClass::Syntax,
+            &["n = 1", "exec('if n:\\n    break')"],
+            1,
+        ),
     ];
     for (class, cells, expected) in cases {
         let (failure, diagnosis, _dir) = diagnose_last(cells, config()).await;
