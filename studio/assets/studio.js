@@ -1127,6 +1127,10 @@ async function loadSession() {
   // one loads (a large state takes seconds). A session whose load failed
   // keeps its error on screen while it is asked for again.
   const retry = ui.failed !== null && ui.failed.id === id;
+  // What a load that succeeds after a failure clears: what the error was
+  // shown over, unless it kept the panels drawn (a transient failure of the
+  // session shown keeps them, and what is being typed in them).
+  const clearAfter = retry && (ui.failed.gone || ui.shown !== id);
   if (ui.shown !== id && !retry) clearSession(id, true);
   try {
     const [detail, timeline] = await Promise.all([
@@ -1137,7 +1141,7 @@ async function loadSession() {
     ui.detail = detail;
     ui.failed = null;
     if (timelineRun === ui.timelineRun) ui.timeline = timeline;
-    if (retry) clearSession(id, false);
+    if (clearAfter) clearSession(id, false);
     $('#session-error').textContent = '';
     $('#session-pane').dataset.loading = 'false';
     renderDetail();

@@ -55,29 +55,53 @@ impl ChunkDecoder {
         Ok(())
     }
 
-    /// The call a delta continues, if it continues one: the one its wire
-    /// index last started, unless it names another id; without an index
-    /// (some servers and proxies send none), the one of its id, or with no
-    /// id either, the last one started.
-    fn continued(&self, delta: &wire::ToolCallDelta) -> Option<usize> {
+    /// The call a delta continues, if it continues one. Only a delta that
+    /// names a function starts a call: one of an index no call has yet,
+    /// one naming both a function and an id other than that of the call
+    /// its index holds (servers that number every call 0), or one naming a
+    /// function without an index (some servers and proxies send none) and
+    /// without the id of a call already started. A delta without a
+    /// function's name continues the call of its index, else of its id,
+    /// else the last one started at its position in the chunk.
+    fn continued(&self, delta: &wire::ToolCallDelta, position: usize) -> Option<usize> {
         let id_of = |index: usize| {
             self.seen
                 .iter()
                 .find(|(i, _)| *i == index)
                 .map(|(_, id)| id)
         };
-        match (delta.index, delta.id.as_deref().filter(|id| !id.is_empty())) {
-            (Some(wire), id) => {
-                let (_, ours) = self.wire.iter().rev().find(|(w, _)| *w == wire)?;
-                // A new id at an index already used starts another call
-                // (servers that number every call 0).
+        let at_wire = |wire: usize| {
+            self.wire
+                .iter()
+                .rev()
+                .find(|(w, _)| *w == wire)
+                .map(|(_, ours)| *ours)
+        };
+        let named = delta
+            .function
+            .as_ref()
+            .and_then(|f| f.name.as_deref())
+            .is_some_and(|name| !name.is_empty());
+        let id = delta.id.as_deref().filter(|id| !id.is_empty());
+        match delta.index {
+            Some(wire) => {
+                let ours = at_wire(wire)?;
                 match id {
-                    Some(id) if id_of(*ours).is_some_and(|seen| seen != id) => None,
-                    _ => Some(*ours),
+                    Some(id) if named && id_of(ours).is_some_and(|seen| seen != id) => None,
+                    _ => Some(ours),
                 }
             }
-            (None, Some(id)) => self.seen.iter().find(|(_, s)| s == id).map(|(i, _)| *i),
-            (None, None) => self.seen.last().map(|(i, _)| *i),
+            None => {
+                if let Some(id) = id
+                    && let Some((ours, _)) = self.seen.iter().find(|(_, s)| s == id)
+                {
+                    return Some(*ours);
+                }
+                if named {
+                    return None;
+                }
+                at_wire(position).or_else(|| self.seen.last().map(|(i, _)| *i))
+            }
         }
     }
 
@@ -87,7 +111,7 @@ impl ChunkDecoder {
         delta: wire::ToolCallDelta,
         out: &mut Vec<StreamEvent>,
     ) -> Result<(), ModelError> {
-        let continued = self.continued(&delta);
+        let continued = self.continued(&delta, position);
         let function = delta.function.unwrap_or(wire::FunctionDelta {
             name: None,
             arguments: None,

@@ -355,6 +355,28 @@ async fn streamed_parallel_tool_calls_without_their_own_index_stay_apart() {
             ],
         ),
         (
+            "an id that changes on a delta without a name (one call)",
+            vec![
+                start(Some(0), "call_a", "f", "{\"x\""),
+                more(Some(0), Some("call_z"), ":1}"),
+                start(Some(1), "call_b", "g", ""),
+                more(Some(1), Some("call_y"), "{\"y\":2}"),
+            ],
+        ),
+        (
+            "two calls in one delta, their pieces by position",
+            vec![
+                json!({ "tool_calls": [
+                    { "id": "call_a", "function": { "name": "f", "arguments": "" } },
+                    { "id": "call_b", "function": { "name": "g", "arguments": "{\"y\"" } },
+                ] }),
+                json!({ "tool_calls": [
+                    { "function": { "arguments": "{\"x\":1}" } },
+                    { "function": { "arguments": ":2}" } },
+                ] }),
+            ],
+        ),
+        (
             "an index each, the id repeated",
             vec![
                 start(Some(0), "call_a", "f", "{\"x\":"),
@@ -364,6 +386,53 @@ async fn streamed_parallel_tool_calls_without_their_own_index_stay_apart() {
             ],
         ),
     ];
+    // Two calls in one delta with neither index nor id, and a call whose id
+    // comes after its first delta: apart, each under an id of its own.
+    let more_shapes: Vec<(&str, Vec<Value>, Vec<(&str, Value)>)> = vec![
+        (
+            "two calls in one delta, no index nor id",
+            vec![json!({ "tool_calls": [
+                { "function": { "name": "f", "arguments": "{\"x\":1}" } },
+                { "function": { "name": "g", "arguments": "{\"y\":2}" } },
+            ] })],
+            vec![("f", json!({ "x": 1 })), ("g", json!({ "y": 2 }))],
+        ),
+        (
+            "the id after the first delta",
+            vec![
+                json!({ "tool_calls": [{ "index": 0, "function": { "name": "f", "arguments": "{\"x\"" } }] }),
+                more(Some(0), Some("call_late"), ":1}"),
+            ],
+            vec![("f", json!({ "x": 1 }))],
+        ),
+    ];
+    for (shape, deltas, calls) in more_shapes {
+        let server = MockServer::start().await;
+        let mut chunks = vec![chunk(
+            json!({ "role": "assistant", "content": null }),
+            Value::Null,
+        )];
+        chunks.extend(deltas.into_iter().map(|d| chunk(d, Value::Null)));
+        chunks.push(chunk(json!({}), json!("tool_calls")));
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_raw(sse(&chunks, true), "text/event-stream"),
+            )
+            .mount(&server)
+            .await;
+        let stream = model(&server).stream(&ask("Both?")).await.unwrap();
+        let response = collect_stream(stream).await.unwrap();
+        let got: Vec<_> = response.tool_calls().cloned().collect();
+        let ids: std::collections::BTreeSet<_> = got.iter().map(|c| c.id.clone()).collect();
+        assert_eq!(ids.len(), got.len(), "{shape}: {got:?}");
+        assert_eq!(
+            got.iter()
+                .map(|c| (c.name.as_str(), c.arguments.clone()))
+                .collect::<Vec<_>>(),
+            calls,
+            "{shape}"
+        );
+    }
     for (shape, deltas) in shapes {
         let server = MockServer::start().await;
         let mut chunks = vec![chunk(
