@@ -35,6 +35,7 @@ use rustpython_ruff_python_ast::{
 };
 use rustpython_ruff_python_parser::semantic_errors::{
     LazyImportContext, SemanticSyntaxChecker, SemanticSyntaxContext, SemanticSyntaxError,
+    SemanticSyntaxErrorKind,
 };
 use rustpython_ruff_python_parser::{Mode, lexer, parse_unchecked_source};
 use rustpython_ruff_text_size::{TextRange, TextSize};
@@ -946,6 +947,7 @@ pub(crate) fn check_compiles<'a>(
             scopes: vec![Scope::new(ScopeKind::Module, declared(&module.body, None))],
             errors: RefCell::new(Vec::new()),
             iterables: Cell::new(0),
+            future_annotations: imports_future_annotations(&module.body),
         },
     };
     walker.visit_body(&module.body);
@@ -966,6 +968,32 @@ pub(crate) fn check_compiles<'a>(
             })
         }
     }
+}
+
+/// Whether `body` starts (after its docstring and other `__future__`
+/// imports) with `from __future__ import annotations`.
+fn imports_future_annotations(body: &[Stmt]) -> bool {
+    let mut statements = body.iter().peekable();
+    if let Some(Stmt::Expr(first)) = statements.peek()
+        && first.value.is_string_literal_expr()
+    {
+        statements.next();
+    }
+    for statement in statements {
+        match statement {
+            Stmt::ImportFrom(import) if import.module.as_deref() == Some("__future__") => {
+                if import
+                    .names
+                    .iter()
+                    .any(|a| a.name.as_str() == "annotations")
+                {
+                    return true;
+                }
+            }
+            _ => return false,
+        }
+    }
+    false
 }
 
 type NameSet<'a> = HashSet<&'a str, foldhash::fast::RandomState>;
@@ -1144,11 +1172,25 @@ struct CompileContext<'a> {
     /// How many iterables of comprehensions the walk is in (a walrus is
     /// refused anywhere inside one, nested functions included).
     iterables: Cell<u32>,
+    /// The module imports `annotations` from `__future__`: annotations are
+    /// kept as text, never compiled.
+    future_annotations: bool,
 }
 
 impl<'a> CompileContext<'a> {
     fn kind(&self) -> ScopeKind {
         self.scopes.last().map_or(ScopeKind::Module, |s| s.kind)
+    }
+
+    /// Whether an annotated assignment's annotation is compiled here: not
+    /// in a function (where it is never evaluated), nor under `from
+    /// __future__ import annotations` (where it is kept as text).
+    fn annotations_compiled(&self) -> bool {
+        !self.future_annotations
+            && !self
+                .scopes
+                .iter()
+                .any(|s| matches!(s.kind, ScopeKind::Function { .. }))
     }
 
     fn declared(&self) -> Option<&Declared<'a>> {
@@ -1186,11 +1228,19 @@ impl<'a> CompileContext<'a> {
                     }
                 }
             }
-            Stmt::AnnAssign(ast::StmtAnnAssign { target, .. }) => {
-                if let Expr::Name(ast::ExprName { id, range, .. }) = target.as_ref()
-                    && scope.declared.nonlocals.contains_key(id.as_str())
-                {
-                    self.report(*range, format!("annotated name '{id}' can't be nonlocal"));
+            // (A parenthesised target, `(x): int`, is no annotated name.)
+            Stmt::AnnAssign(ast::StmtAnnAssign { target, simple, .. }) if *simple => {
+                if let Expr::Name(ast::ExprName { id, range, .. }) = target.as_ref() {
+                    if scope.declared.nonlocals.contains_key(id.as_str()) {
+                        self.report(*range, format!("annotated name '{id}' can't be nonlocal"));
+                    } else if !self.annotations_compiled()
+                        && self.kind() != ScopeKind::Module
+                        && scope.declared.globals.contains_key(id.as_str())
+                    {
+                        // (Ruff's checker, which says so otherwise, does not
+                        // see this statement: see `visit_stmt`.)
+                        self.report(*range, format!("annotated name '{id}' can't be global"));
+                    }
                 }
             }
             _ => {}
@@ -1367,6 +1417,15 @@ impl SemanticSyntaxContext for CompileContext<'_> {
     }
 
     fn report_semantic_error(&self, error: SemanticSyntaxError) {
+        // Ruff's looks into a lambda inside the comprehension, whose
+        // walrus binds in the lambda (CPython compiles `[lambda: (a := 0)
+        // for a in b]`): `Compile::comprehension` makes this check.
+        if matches!(
+            error.kind,
+            SemanticSyntaxErrorKind::ReboundComprehensionVariable
+        ) {
+            return;
+        }
         self.report(error.range, error.to_string());
     }
 
@@ -1441,6 +1500,25 @@ impl<'a> Compile<'a> {
             }
             return;
         };
+        // A walrus in an element may not rebind an iteration variable (one
+        // in a lambda binds in the lambda).
+        let variables: Vec<&str> = generators
+            .iter()
+            .filter_map(|g| g.target.as_name_expr().map(|n| n.id.as_str()))
+            .collect();
+        for element in elements {
+            let mut rebound = Rebound {
+                variables: &variables,
+                found: Vec::new(),
+            };
+            rebound.visit_expr(element);
+            for range in rebound.found {
+                self.cx.report(
+                    range,
+                    "assignment expression cannot rebind comprehension variable",
+                );
+            }
+        }
         self.iterable(&first.iter);
         let kind = ScopeKind::Comprehension {
             is_async: generators.iter().any(|g| g.is_async),
@@ -1465,10 +1543,54 @@ impl<'a> Compile<'a> {
     }
 }
 
+/// The walruses of a comprehension's element that rebind one of its
+/// iteration variables, outside lambdas.
+struct Rebound<'v> {
+    variables: &'v [&'v str],
+    found: Vec<TextRange>,
+}
+
+impl<'a> Visitor<'a> for Rebound<'_> {
+    fn visit_expr(&mut self, expr: &'a Expr) {
+        match expr {
+            Expr::Lambda(_) => {}
+            Expr::Named(ast::ExprNamed { target, .. }) => {
+                if let Expr::Name(ast::ExprName { id, range, .. }) = target.as_ref()
+                    && self.variables.contains(&id.as_str())
+                {
+                    self.found.push(*range);
+                }
+                visitor::walk_expr(self, expr);
+            }
+            _ => visitor::walk_expr(self, expr),
+        }
+    }
+}
+
 impl<'a> Visitor<'a> for Compile<'a> {
     fn visit_stmt(&mut self, stmt: &'a Stmt) {
-        self.checker.visit_stmt(stmt, &self.cx);
+        // An annotated assignment whose annotation is not compiled, or
+        // whose target is parenthesised, is not shown to Ruff's checker,
+        // which would check its annotation and call its name global
+        // (`check_stmt` makes the checks that still hold).
+        let annotation = match stmt {
+            Stmt::AnnAssign(ann) => Some((ann, ann.simple && self.cx.annotations_compiled())),
+            _ => None,
+        };
+        if annotation.is_none_or(|(_, checked)| checked) {
+            self.checker.visit_stmt(stmt, &self.cx);
+        }
         self.cx.check_stmt(stmt);
+        if let Some((ann, _)) = annotation {
+            self.visit_expr(&ann.target);
+            if self.cx.annotations_compiled() {
+                self.visit_annotation(&ann.annotation);
+            }
+            if let Some(value) = &ann.value {
+                self.visit_expr(value);
+            }
+            return;
+        }
         match stmt {
             Stmt::FunctionDef(def) => {
                 for decorator in &def.decorator_list {

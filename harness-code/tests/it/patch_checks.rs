@@ -160,6 +160,24 @@ const COMPILES: &[&str] = &[
     "x.__debug__.y = 1",
     "class C:\n    def f(self):\n        nonlocal __class__\n        __class__ = 1",
     "class C:\n    def f(self):\n        def g():\n            nonlocal __class__",
+    // A walrus in a lambda binds in the lambda.
+    "[lambda: (a := 0) for a in b]",
+    "[lambda a: (a := 0) for a in b]",
+    "[[lambda: (a := 0)] for a in b]",
+    "[(lambda: [(a := 0) for q in r]) for a in b]",
+    // An annotation a function never evaluates, or kept as text.
+    "def f():\n    x: (await y)",
+    "def f():\n    x: (await y) = 1",
+    "def f():\n    x.a: (await y)",
+    "def f():\n    x[0]: (await y)",
+    "def f():\n    (x): (await y)",
+    "def f():\n    x: [y async for y in z]",
+    "def f():\n    x: lambda: (await y)",
+    "def f():\n    x: (__debug__ := 1)",
+    "from __future__ import annotations\nx: [y async for y in z]",
+    // A parenthesised target is no annotated name.
+    "def f():\n    global x\n    (x): int = 1",
+    "def f():\n    x = 1\n    def g():\n        nonlocal x\n        (x): int = 1",
 ];
 
 /// Sources that parse but that CPython's compiler refuses; the static check
@@ -305,14 +323,28 @@ const REFUSED: &[&str] = &[
     "x.y.__debug__ = 1",
     "def f():\n    nonlocal __class__",
     "class C:\n    nonlocal __class__",
+    // What the fixes above must still refuse.
+    "[(a := 0) for a in b]",
+    "[[(a := 0)] for a in b]",
+    "[(lambda: 1, (a := 0)) for a in b]",
+    "x: (await y)",
+    "class C:\n    x: (yield)",
+    "def f():\n    global x\n    x: int = 1",
+    "def f():\n    x = 1\n    def g():\n        nonlocal x\n        x: int = 1",
 ];
 
 /// Sources CPython 3.11 refuses that the static check accepts: a duplicate
-/// mapping key equal only by value (`0` and `False`), and a `type` alias,
-/// which is syntax from 3.12 on.
+/// mapping key equal only by value (`0` and `False`), a `type` alias,
+/// which is syntax from 3.12 on, and an `await` in an annotation kept as
+/// text. (The other way, Ruff's parser refuses a duplicate keyword argument
+/// even in an annotation CPython never compiles: `def f(): x: f(a=1,
+/// a=2)`.)
 const NOT_CHECKED: &[&str] = &[
     "match x:\n    case {0: a, False: b}:\n        pass",
     "type X = int",
+    // An annotation kept as text is not checked, though CPython still
+    // refuses an `await` in one outside a function.
+    "'''doc'''\nfrom __future__ import annotations\nclass C:\n    x: (await y)",
 ];
 
 /// For each source, whether the notebook's Python compiles it as the kernel
