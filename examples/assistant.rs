@@ -34,6 +34,7 @@
 use harness::llm::{Expect, ModelResponse, PriceTable, Role, ScriptedModel, ToolCall, Usage};
 use harness::session::SessionPhase;
 use harness::{RunError, RunEvent, SessionId, create_agent_with};
+use harness_examples::args::{self, Args, existing_store, in_store, not_waiting};
 use harness_examples::assistant_agent;
 use harness_kit::{
     AgentChat, ApprovalRequest, Decision, Decisions, MEMORY_EVICTED, ModelDepsAgent, PendingCall,
@@ -80,12 +81,16 @@ fn script(skip: usize) -> ScriptedModel {
     ScriptedModel::new(turns.into_iter().skip(skip))
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: assistant [--store DIR] [--prices FILE] [--task TEXT]\n       assistant [--store DIR] [--prices FILE] --resume SESSION"
-    );
-    std::process::exit(2)
-}
+const USAGE: args::Usage = args::Usage {
+    synopsis: "usage: assistant [--store DIR] [--prices FILE] [--task TEXT]
+       assistant [--store DIR] [--prices FILE] --resume SESSION",
+    options: "  --store DIR       the sled store of the sessions (default .harness/assistant);
+                    a new run creates it, --resume reads an existing one
+  --prices FILE     prices per million tokens by model name, as JSON:
+                    {\"claude-sonnet-4-5\": {\"input\": 3, \"output\": 15}}
+  --task TEXT       what to ask the assistant (a new session)
+  --resume SESSION  answer the question SESSION stopped at, and go on",
+};
 
 #[tokio::main]
 async fn main() {
@@ -99,17 +104,25 @@ type Error = Box<dyn std::error::Error>;
 
 async fn run() -> Result<(), Error> {
     let mut store_dir = PathBuf::from(".harness/assistant");
-    let (mut task, mut resume, mut prices) = (DEFAULT_TASK.to_owned(), None, None);
-    let mut args = std::env::args().skip(1);
+    let (mut task, mut resume, mut prices) = (None, None, None);
+    let mut args = Args::from_env(USAGE);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
-            "--store" => store_dir = PathBuf::from(value()),
-            "--task" => task = value(),
-            "--resume" => resume = Some(SessionId::from(value())),
-            "--prices" => prices = Some(value()),
-            _ => usage(),
+            "--store" => store_dir = PathBuf::from(args.value("--store")),
+            "--task" => task = Some(args.value("--task")),
+            "--resume" => resume = Some(SessionId::from(args.value("--resume"))),
+            "--prices" => prices = Some(args.value("--prices")),
+            other => args.unknown(other),
         }
+    }
+    if task.is_some() && resume.is_some() {
+        USAGE.fail("--task starts a new session; a resumed one goes on with its own task");
+    }
+    let task = task.unwrap_or_else(|| DEFAULT_TASK.to_owned());
+    // Only a new session may create the store: a resumed one must be in
+    // one already.
+    if resume.is_some() {
+        existing_store(&store_dir)?;
     }
 
     // A JSON object of model name to prices per million tokens, e.g.
@@ -137,7 +150,11 @@ async fn run() -> Result<(), Error> {
     let taken = match &resume {
         Some(session) => {
             let probe = create_agent_with("assistant", &harness, slots(script(0))?);
-            probe.state_at(session, None).await?.memory.turns() as usize
+            let state = probe
+                .state_at(session, None)
+                .await
+                .map_err(|e| in_store(e, &store_dir))?;
+            state.memory.turns() as usize
         }
         None => 0,
     };
@@ -147,9 +164,12 @@ async fn run() -> Result<(), Error> {
     let mut run = match resume {
         None => agent.run(AgentChat::with_task(task)),
         Some(session) => {
-            let stored = agent.session(&session).await?;
+            let stored = agent
+                .session(&session)
+                .await
+                .map_err(|e| in_store(e, &store_dir))?;
             let SessionPhase::Interrupted { interrupt } = stored.phase else {
-                return Err(format!("session {session} is not waiting for an answer").into());
+                return Err(not_waiting(&session, &stored.phase).into());
             };
             let state = agent.state_at(&session, None).await?;
             show(&state, &mut shown);

@@ -17,6 +17,11 @@
 //! threshold. With `--models a,b,…` it runs the same cases on each model of
 //! the provider (`scripted` among them runs the script) and prints them side
 //! by side, a report per model (`evals-report-{model}.json`).
+//!
+//! A usage error exits 2 before any case runs: an unknown argument, a
+//! `--threshold` that is not a number ≥ 0, a `--baseline` that cannot be
+//! read as a report, an `--out` that cannot be written (`--help` prints
+//! the usage).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -29,6 +34,7 @@ use harness_evals::{
     Budget, CaseCx, Comparison, Dataset, Evaluators, Experiment, Match, NumericTolerance, Report,
     StepTrajectory, TaskError, ToolTrajectory, side_by_side, task_fn,
 };
+use harness_examples::args::{Args, Usage};
 use harness_examples::providers_select::{model_from_env, select};
 use harness_kit::{AgentChat, AgentLoop, Limits, ModelDeps, ModelDepsAgent};
 use schemars::JsonSchema;
@@ -127,48 +133,138 @@ fn scripted(dataset: &Dataset<String, Expected>) -> ScriptedModel {
     ScriptedModel::new(turns)
 }
 
+const USAGE: Usage = Usage {
+    synopsis: "usage: evals [--out FILE] [--baseline FILE [--threshold X]]
+       evals --models A,B,...",
+    options: "  --out FILE        where to write the report (default evals-report.json)
+  --baseline FILE   compare with this earlier report; exit 1 on a regression
+  --threshold X     how far a score may drop before it is a regression: a number
+                    ≥ 0 (default 0: any drop)
+  --models A,B,...  the same cases on each model of HARNESS_PROVIDER (scripted among
+                    them runs the script), side by side; a report per model,
+                    evals-report-MODEL.json",
+};
+
 struct Options {
     models: Vec<String>,
     out: PathBuf,
-    baseline: Option<PathBuf>,
+    /// The earlier report, read before any case runs.
+    baseline: Option<Report>,
     threshold: f64,
 }
 
-fn options() -> Result<Options, String> {
-    let mut options = Options {
-        models: Vec::new(),
-        out: PathBuf::from("evals-report.json"),
-        baseline: None,
-        threshold: 0.0,
-    };
-    let mut args = std::env::args().skip(1);
+/// The options; a usage error (an unreadable baseline, an `--out` that
+/// cannot be written among them: found before the cases run) exits 2.
+fn options() -> Options {
+    let (mut models, mut out, mut baseline, mut threshold) = (None, None, None, None);
+    let mut args = Args::from_env(USAGE);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
-            "--out" => options.out = value()?.into(),
+            "--out" => out = Some(PathBuf::from(args.value("--out"))),
             "--models" => {
-                options.models = value()?
+                let list: Vec<String> = args
+                    .value("--models")
                     .split(',')
                     .map(|m| m.trim().to_owned())
                     .filter(|m| !m.is_empty())
                     .collect();
+                if list.is_empty() {
+                    USAGE.fail("--models needs model names, separated by commas");
+                }
+                models = Some(list);
             }
-            "--baseline" => options.baseline = Some(value()?.into()),
+            "--baseline" => baseline = Some(PathBuf::from(args.value("--baseline"))),
             "--threshold" => {
-                let v = value()?;
-                options.threshold = v
-                    .parse()
-                    .map_err(|_| format!("--threshold {v:?}: give a number, e.g. 0.05"))?;
+                threshold = Some(args.number(
+                    "--threshold",
+                    "a number ≥ 0, e.g. 0.05",
+                    |t: &f64| t.is_finite() && *t >= 0.0,
+                ));
             }
-            other => return Err(format!("unknown argument {other:?}")),
+            other => args.unknown(other),
         }
     }
-    Ok(options)
+    if threshold.is_some() && baseline.is_none() {
+        USAGE.fail("--threshold is the drop allowed against --baseline: give --baseline FILE too");
+    }
+    if let Some(models) = models {
+        if out.is_some() || baseline.is_some() {
+            USAGE.fail(
+                "--models writes a report per model (evals-report-MODEL.json) and compares \
+                 with none: it does not go with --out or --baseline",
+            );
+        }
+        // Where the reports go: the working directory.
+        if let Err(e) = writable(Path::new("evals-report-MODEL.json")) {
+            USAGE.fail(format!("--models: {e}"));
+        }
+        return Options {
+            models,
+            out: PathBuf::new(),
+            baseline: None,
+            threshold: 0.0,
+        };
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from("evals-report.json"));
+    if let Err(e) = writable(&out) {
+        USAGE.fail(format!("--out: {e}"));
+    }
+    let baseline = baseline
+        .map(|path| Report::load(&path).unwrap_or_else(|e| USAGE.fail(format!("--baseline: {e}"))));
+    Options {
+        models: Vec::new(),
+        out,
+        baseline,
+        threshold: threshold.unwrap_or(0.0),
+    }
+}
+
+/// Whether a report can be saved at `path`, asked before the cases run:
+/// saving writes a new file in its directory and renames it over `path`,
+/// so that directory must take a new file, and `path` must not be a
+/// directory.
+fn writable(path: &Path) -> Result<(), String> {
+    if path.file_name().is_none() || path.is_dir() {
+        return Err(format!(
+            "{} is a directory, not a file to write the report to",
+            path.display()
+        ));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let probe = dir.join(format!(".evals-report-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| {
+            format!(
+                "cannot write the report {}: its directory {} takes no new file: {e}",
+                path.display(),
+                dir.display()
+            )
+        })?;
+    // Only the probe: nothing is left behind.
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 #[tokio::main]
-async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let options = options()?;
+async fn main() -> ExitCode {
+    // A usage error exits 2 here, before anything runs.
+    let options = options();
+    match run(options).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(options: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("evals/calculator.yaml");
     let dataset: Dataset<String, Expected> = Dataset::load(&file)?;
     let model = model_from_env(scripted(&dataset))?;
@@ -276,8 +372,8 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         })
     );
 
-    if let Some(baseline) = options.baseline {
-        let comparison = Comparison::new(&Report::load(baseline)?, &report);
+    if let Some(baseline) = &options.baseline {
+        let comparison = Comparison::new(baseline, &report);
         print!("{}", comparison.table());
         if comparison.regressed(options.threshold) {
             eprintln!("regressed beyond {}", options.threshold);

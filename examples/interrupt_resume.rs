@@ -13,13 +13,16 @@
 //! feature `cli`). The side effect before the question (notifying a
 //! manager) is journaled with `cx.once`, so resuming does not repeat it.
 
+use harness::cli::{CommandError, SessionsCommand};
 use harness::session::SessionPhase;
 use harness::{
-    Context, Cx, Harness, HarnessState, JsonSchema, SessionId, Signal, StepResult, create_agent,
-    schemars,
+    Context, Cx, Harness, HarnessState, InterruptId, JsonSchema, SessionId, Signal, StepResult,
+    create_agent, schemars,
 };
+use harness_examples::args::{Args, Usage, existing_store, in_store, not_waiting};
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// An expense claim going through approval.
@@ -72,12 +75,17 @@ async fn pay(claim: Arc<Claim>) -> StepResult<ClaimUpdate> {
     Ok(ClaimUpdate::new().log(vec![format!("paid {} cents", claim.amount_cents)]))
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: interrupt_resume [--store DIR]\n       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]\n       interrupt_resume [--store DIR] sessions list | show SESSION | history SESSION | resume SESSION ANSWER | stop SESSION"
-    );
-    std::process::exit(2)
-}
+const USAGE: Usage = Usage {
+    synopsis: "usage: interrupt_resume [--store DIR]
+       interrupt_resume [--store DIR] --resume SESSION --answer TEXT [--interrupt ID]
+       interrupt_resume [--store DIR] sessions list | show SESSION | history SESSION | resume SESSION ANSWER | stop SESSION",
+    options: "  --store DIR       the sled store of the sessions (default .harness/sessions);
+                    a new run creates it, the other modes read an existing one
+  --resume SESSION  answer the question SESSION waits on, in this process
+  --answer TEXT     the answer (yes approves the claim)
+  --interrupt ID    the question answered (default: the one SESSION waits on)
+  sessions ...      a command-line view of the stored sessions (sessions --help)",
+};
 
 #[tokio::main]
 async fn main() {
@@ -87,26 +95,70 @@ async fn main() {
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let mut store_dir = ".harness/sessions".to_string();
+/// What the command line asks for.
+enum Mode {
+    /// A new claim, run until it asks.
+    New,
+    /// An answer to a stored session's question.
+    Resume {
+        session: SessionId,
+        answer: String,
+        interrupt: Option<InterruptId>,
+    },
+    /// A `sessions` command.
+    Sessions(SessionsCommand),
+}
+
+/// The store's directory and the mode; a usage error exits.
+fn options() -> (PathBuf, Mode) {
+    let mut store_dir = PathBuf::from(".harness/sessions");
     let (mut resume, mut answer, mut interrupt) = (None, None, None);
     let mut sessions_args = None;
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::from_env(USAGE);
     while let Some(arg) = args.next() {
-        if arg == "sessions" {
-            sessions_args = Some(args.by_ref().collect::<Vec<_>>());
-            break;
-        }
-        let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
-            "--store" => store_dir = value(),
-            "--resume" => resume = Some(SessionId::from(value())),
-            "--answer" => answer = Some(value()),
-            "--interrupt" => interrupt = Some(harness::InterruptId::from(value())),
-            _ => usage(),
+            "sessions" => {
+                sessions_args = Some(args.rest());
+                break;
+            }
+            "--store" => store_dir = PathBuf::from(args.value("--store")),
+            "--resume" => resume = Some(SessionId::from(args.value("--resume"))),
+            "--answer" => answer = Some(args.value("--answer")),
+            "--interrupt" => interrupt = Some(InterruptId::from(args.value("--interrupt"))),
+            other => args.unknown(other),
         }
     }
+    let mode = match (sessions_args, resume, answer) {
+        (Some(sessions_args), None, None) if interrupt.is_none() => {
+            // Its usage, or its help: exits 2 (0 for --help).
+            match SessionsCommand::parse_args(sessions_args) {
+                Ok(command) => Mode::Sessions(command),
+                Err(CommandError::Usage(e)) => e.exit(),
+                Err(e) => USAGE.fail(e),
+            }
+        }
+        (Some(_), ..) => {
+            USAGE.fail("`sessions` does not go with --resume, --answer or --interrupt")
+        }
+        (None, None, None) if interrupt.is_none() => Mode::New,
+        (None, Some(session), Some(answer)) => Mode::Resume {
+            session,
+            answer,
+            interrupt,
+        },
+        (None, Some(_), None) => USAGE.fail("--resume needs --answer TEXT"),
+        (None, None, _) => USAGE.fail("--answer and --interrupt go with --resume SESSION"),
+    };
+    (store_dir, mode)
+}
 
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let (store_dir, mode) = options();
+    // Only a new run may create the store: the other modes read a session
+    // that must be there already.
+    if !matches!(mode, Mode::New) {
+        existing_store(&store_dir)?;
+    }
     let store = SledStore::open(&store_dir)?;
     let notify: Arc<dyn Fn(&str) + Send + Sync> =
         Arc::new(|m: &str| println!("  side effect: {m}"));
@@ -135,24 +187,22 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let agent = create_agent("expenses", &harness);
 
-    if let Some(args) = sessions_args {
-        match harness::cli::sessions_command(&agent, args, || ()).await {
-            Ok(text) => print!("{text}"),
-            // The usage, or the help; exits 2 (0 for --help).
-            Err(harness::cli::CommandError::Usage(e)) => e.exit(),
-            Err(e) => {
-                // What could be read, before the error says what could not.
-                if let harness::cli::CommandError::Unreadable { shown, .. } = &e {
-                    print!("{shown}");
+    let outcome = match mode {
+        Mode::Sessions(command) => {
+            match command.run(&agent, || ()).await {
+                Ok(text) => print!("{text}"),
+                Err(CommandError::Session(e)) => return Err(in_store(e, &store_dir)),
+                Err(e) => {
+                    // What could be read, before the error says what could not.
+                    if let CommandError::Unreadable { shown, .. } = &e {
+                        print!("{shown}");
+                    }
+                    return Err(e.into());
                 }
-                return Err(e.into());
             }
+            return Ok(());
         }
-        return Ok(());
-    }
-
-    let outcome = match (resume, answer) {
-        (None, None) => {
+        Mode::New => {
             let claim = Claim {
                 employee: "Ada".into(),
                 amount_cents: 12_345,
@@ -161,21 +211,24 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             };
             agent.run(claim).await?
         }
-        (Some(session), Some(answer)) => {
-            let id = match interrupt {
-                Some(id) => id,
-                // The session knows what it waits for.
-                None => match agent.session(&session).await?.phase {
-                    SessionPhase::Interrupted { interrupt } => interrupt.id,
-                    other => {
-                        return Err(format!("session {session} is not waiting: {other:?}").into());
-                    }
-                },
+        Mode::Resume {
+            session,
+            answer,
+            interrupt,
+        } => {
+            // The session knows what it waits for.
+            let head = agent
+                .session(&session)
+                .await
+                .map_err(|e| in_store(e, &store_dir))?;
+            let id = match (interrupt, head.phase) {
+                (Some(id), SessionPhase::Interrupted { .. }) => id,
+                (None, SessionPhase::Interrupted { interrupt }) => interrupt.id,
+                (_, other) => return Err(not_waiting(&session, &other).into()),
             };
             println!("resuming session {session} with answer {answer:?}");
             agent.resume(answer, &session, &id).await?.await?
         }
-        _ => usage(),
     };
 
     if outcome.signal == Signal::INTERRUPT {
@@ -187,7 +240,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!("session:   {}", outcome.session_id);
         println!("interrupt: {}", i.id);
         println!(
-            "continue in another process:\n  cargo run -p harness-examples --example interrupt_resume -- --store {store_dir} --resume {} --answer yes",
+            "continue in another process:\n  cargo run -p harness-examples --example interrupt_resume -- --store {} --resume {} --answer yes",
+            store_dir.display(),
             outcome.session_id
         );
     } else {

@@ -22,6 +22,7 @@
 //! and `.harness/`), its sessions in a sled store in `DIR/store`.
 
 use harness::llm::{Expect, ModelResponse, ScriptedModel, ToolCall, Turn};
+use harness_examples::args::{Args, Usage};
 use harness_kit::Limits;
 use harness_recipes::project::{FeatureStatus, ProjectAgent, ProjectError, SessionEnd};
 use harness_stores::SledStore;
@@ -34,10 +35,19 @@ standard input, `sh wc.sh -l` the number of lines and `sh wc.sh -c` the number o
 
 type Error = Box<dyn std::error::Error>;
 
-fn usage() -> ! {
-    eprintln!("usage: long_running [--dir DIR] [--sessions N] [--turns N] [--seconds N]");
-    std::process::exit(2)
-}
+/// The longest `--seconds`: a year.
+const MAX_SECONDS: u64 = 365 * 24 * 3600;
+
+const USAGE: Usage = Usage {
+    synopsis: "usage: long_running [--dir DIR] [--sessions N] [--turns N] [--seconds N]",
+    options: "  --dir DIR      the project's directory: its repository in DIR/repo, its sessions
+                 in DIR/store (default: a new temporary directory); an existing
+                 project goes on where it stopped
+  --sessions N   at most N working sessions in this process (default 10; 0: none)
+  --turns N      each session's agent stops after N model turns (default 30)
+  --seconds N    each session's agent stops after N s of work; planning the
+                 project may take N s too",
+};
 
 #[tokio::main]
 async fn main() {
@@ -49,15 +59,24 @@ async fn main() {
 
 async fn run() -> Result<(), Error> {
     let (mut dir, mut sessions, mut turns, mut seconds) = (None, 10u32, None, None);
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::from_env(USAGE);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
-            "--dir" => dir = Some(PathBuf::from(value())),
-            "--sessions" => sessions = value().parse().unwrap_or_else(|_| usage()),
-            "--turns" => turns = Some(value().parse::<u32>().unwrap_or_else(|_| usage())),
-            "--seconds" => seconds = Some(value().parse::<u64>().unwrap_or_else(|_| usage())),
-            _ => usage(),
+            "--dir" => dir = Some(PathBuf::from(args.value("--dir"))),
+            "--sessions" => {
+                sessions = args.number("--sessions", "a whole number ≥ 0", |_: &u32| true);
+            }
+            "--turns" => {
+                turns = Some(args.number("--turns", "a whole number ≥ 1", |n: &u32| *n >= 1));
+            }
+            "--seconds" => {
+                seconds = Some(args.number(
+                    "--seconds",
+                    &format!("a whole number of seconds from 1 to {MAX_SECONDS}"),
+                    |n: &u64| (1..=MAX_SECONDS).contains(n),
+                ));
+            }
+            other => args.unknown(other),
         }
     }
     let dir = dir.unwrap_or_else(|| {
@@ -70,8 +89,17 @@ async fn run() -> Result<(), Error> {
         ))
     });
     let repo = dir.join("repo");
-    std::fs::create_dir_all(&repo)?;
-    let store = Arc::new(SledStore::open(dir.join("store"))?);
+    std::fs::create_dir_all(&repo).map_err(|e| {
+        format!(
+            "--dir {}: cannot create the project's repository directory {}: {e}",
+            dir.display(),
+            repo.display()
+        )
+    })?;
+    let store = Arc::new(
+        SledStore::open(dir.join("store"))
+            .map_err(|e| format!("--dir {}: cannot open its store: {e}", dir.display()))?,
+    );
     println!("project directory: {}", repo.display());
 
     // The offline script, from where the project stands (a second process

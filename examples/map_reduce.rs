@@ -22,6 +22,7 @@ use harness::{
     Context, Cx, Harness, HarnessState, JsonSchema, RunEvent, StepResult, TaskPath,
     create_agent_with, schemars,
 };
+use harness_examples::args::{Args, Usage};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -221,15 +222,29 @@ fn at(path: &TaskPath) -> String {
     }
 }
 
+const USAGE: Usage = Usage {
+    synopsis: "usage: map_reduce [--tokens]",
+    options: "  --tokens  print the text the model streams to each branch, as it comes",
+};
+
 #[tokio::main]
 async fn main() {
-    if let Err(e) = run().await {
+    // The arguments first: `--help` or a wrong one prints nothing else.
+    let mut tokens = false;
+    let mut args = Args::from_env(USAGE);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--tokens" => tokens = true,
+            other => args.unknown(other),
+        }
+    }
+    if let Err(e) = run(tokens).await {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+async fn run(tokens: bool) -> Result<(), Box<dyn std::error::Error>> {
     let harness = Harness::<Digest, Deps>::builder()
         .step("split")
         .route(|_: &Digest| "docs")
@@ -257,14 +272,6 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     let agent = create_agent_with("map_reduce", &harness, DepsAgent { model });
 
-    let tokens = match std::env::args().nth(1).as_deref() {
-        None => false,
-        Some("--tokens") => true,
-        Some(_) => {
-            eprintln!("usage: map_reduce [--tokens]");
-            std::process::exit(2)
-        }
-    };
     let docs = docs();
     println!("{} documents, {LIMIT} branches at a time", docs.len());
     let run = agent.run(Digest {

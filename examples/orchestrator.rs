@@ -23,6 +23,7 @@ use harness::{
     Context, Cx, Harness, HarnessState, JsonSchema, RunEvent, SessionId, StepResult,
     create_agent_with, schemars,
 };
+use harness_examples::args::{Args, Usage, existing_store, in_store};
 use harness_recipes::orchestrator::{
     Orchestrator, OrchestratorDeps, OrchestratorDepsAgent, OrchestratorState, ReplanEvent,
     TaskInput, Worker, worker_with_slots,
@@ -30,7 +31,7 @@ use harness_recipes::orchestrator::{
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -228,6 +229,7 @@ const LEASE: Duration = Duration::from_secs(3);
 async fn recover(
     agent: &harness::Agent<OrchestratorState, OrchestratorDeps>,
     session: &SessionId,
+    store_dir: &Path,
 ) -> Result<harness::Run<OrchestratorState, OrchestratorDeps>, Error> {
     let give_up = tokio::time::Instant::now() + 4 * LEASE;
     let mut said = false;
@@ -243,7 +245,7 @@ async fn recover(
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(in_store(e, store_dir)),
         }
     }
 }
@@ -258,10 +260,13 @@ fn model(offline: impl LanguageModel + 'static) -> Result<Arc<dyn LanguageModel>
     })
 }
 
-fn usage() -> ! {
-    eprintln!("usage: orchestrator [--store DIR] [--resume SESSION] [--max-replans N]");
-    std::process::exit(2)
-}
+const USAGE: Usage = Usage {
+    synopsis: "usage: orchestrator [--store DIR] [--resume SESSION] [--max-replans N]",
+    options: "  --store DIR        the sled store of the runs (default .harness/orchestrator);
+                     a new run creates it, --resume reads an existing one
+  --resume SESSION   go on with a run killed mid-plan, where it stopped
+  --max-replans N    how many times the planner may try again (default 3)",
+};
 
 #[tokio::main]
 async fn main() {
@@ -275,15 +280,22 @@ async fn run() -> Result<(), Error> {
     let mut store_dir = PathBuf::from(".harness/orchestrator");
     let mut resume = None;
     let mut max_replans = Orchestrator::MAX_REPLANS;
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::from_env(USAGE);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
-            "--store" => store_dir = PathBuf::from(value()),
-            "--resume" => resume = Some(SessionId::from(value())),
-            "--max-replans" => max_replans = value().parse().unwrap_or_else(|_| usage()),
-            _ => usage(),
+            "--store" => store_dir = PathBuf::from(args.value("--store")),
+            "--resume" => resume = Some(SessionId::from(args.value("--resume"))),
+            "--max-replans" => {
+                max_replans =
+                    args.number("--max-replans", "a whole number ≥ 0", |_: &usize| true);
+            }
+            other => args.unknown(other),
         }
+    }
+    // Only a new run may create the store: a resumed one must be in one
+    // already.
+    if resume.is_some() {
+        existing_store(&store_dir)?;
     }
 
     let researcher = one_call(
@@ -338,7 +350,7 @@ async fn run() -> Result<(), Error> {
 
     let run = match resume {
         None => agent.run(OrchestratorState::new(GOAL)),
-        Some(session) => recover(&agent, &session).await?,
+        Some(session) => recover(&agent, &session, &store_dir).await?,
     };
     let session = run.session_id().clone();
     println!("session: {session}");

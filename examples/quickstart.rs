@@ -13,10 +13,21 @@
 
 use harness::llm::{ContentPart, Message};
 use harness::{RunEvent, create_agent_with};
+use harness_examples::args::{Args, Usage};
 use harness_examples::quickstart_agent::{self, Chat, DepsAgent};
+
+const USAGE: Usage = Usage {
+    synopsis: "usage: quickstart",
+    options: "Takes no arguments: runs the agent offline on a scripted model, or on the \
+              model HARNESS_PROVIDER=openai|anthropic|gemini names.",
+};
 
 #[tokio::main]
 async fn main() {
+    let mut args = Args::from_env(USAGE);
+    if let Some(arg) = args.next() {
+        args.unknown(&arg);
+    }
     if let Err(e) = run().await {
         eprintln!("error: {e}");
         std::process::exit(1);

@@ -37,6 +37,7 @@ use harness::create_agent_with;
 use harness::llm::{
     LanguageModel, ModelError, ModelRequest, ModelResponse, Role, ScriptedModel, ToolCall,
 };
+use harness_examples::args::{Args, Usage};
 use harness_examples::{assistant_agent, quickstart_agent};
 use harness_kit::ModelDepsAgent;
 use harness_server::Server;
@@ -153,10 +154,12 @@ fn server(dir: &Path, root: &Path, pick: PickModel) -> Result<Server, Error> {
         .store(store))
 }
 
-fn usage() -> ! {
-    eprintln!("usage: serve [--addr 127.0.0.1:2024] [--store DIR]");
-    std::process::exit(2)
-}
+const USAGE: Usage = Usage {
+    synopsis: "usage: serve [--addr 127.0.0.1:2024] [--store DIR]",
+    options: "  --addr ADDR   where to listen: a loopback address and port (default
+                127.0.0.1:2024; port 0 picks a free one); this machine only
+  --store DIR   the sled store of the sessions (default .harness/serve)",
+};
 
 #[tokio::main]
 async fn main() {
@@ -169,13 +172,26 @@ async fn main() {
 async fn run() -> Result<(), Error> {
     let mut addr: SocketAddr = harness_server::DEFAULT_ADDR;
     let mut store = PathBuf::from(".harness/serve");
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::from_env(USAGE);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
-            "--addr" => addr = value().parse().unwrap_or_else(|_| usage()),
-            "--store" => store = PathBuf::from(value()),
-            _ => usage(),
+            "--addr" => {
+                addr = args.number(
+                    "--addr",
+                    "a loopback address and port, e.g. 127.0.0.1:2024 or [::1]:2024",
+                    |_: &SocketAddr| true,
+                );
+                // The server refuses others (it has no API key); refused
+                // here, before the store is created.
+                if !addr.ip().is_loopback() {
+                    USAGE.fail(format!(
+                        "--addr {addr}: not a loopback address; this example listens on this \
+                         machine only (e.g. 127.0.0.1:2024)"
+                    ));
+                }
+            }
+            "--store" => store = PathBuf::from(args.value("--store")),
+            other => args.unknown(other),
         }
     }
     let bound = server(&store, Path::new("."), model)?.bind(addr).await?;

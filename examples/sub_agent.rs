@@ -28,8 +28,10 @@ use harness::{
     Context, Cx, Harness, HarnessState, InterruptId, JsonSchema, SessionId, Signal, StepResult,
     SubAgent, SubOutcome, create_agent, schemars,
 };
+use harness_examples::args::{Args, Usage, existing_store, in_store, not_waiting};
 use harness_stores::SledStore;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The parent's state: a brief on a topic.
@@ -226,12 +228,15 @@ fn brief(
         .build()
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: sub_agent [--store DIR]\n       sub_agent [--store DIR] --resume SESSION --answer yes|no [--interrupt ID]"
-    );
-    std::process::exit(2)
-}
+const USAGE: Usage = Usage {
+    synopsis: "usage: sub_agent [--store DIR]
+       sub_agent [--store DIR] --resume SESSION --answer yes|no [--interrupt ID]",
+    options: "  --store DIR       the sled store of the sessions (default .harness/sub_agent);
+                    a new run creates it, --resume reads an existing one
+  --resume SESSION  answer the question SESSION waits on, in this process
+  --answer yes|no   whether the sub-agent keeps its notes
+  --interrupt ID    the question answered (default: the one SESSION waits on)",
+};
 
 #[tokio::main]
 async fn main() {
@@ -241,27 +246,62 @@ async fn main() {
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let mut store_dir = ".harness/sub_agent".to_string();
+/// An answer to a stored session's question.
+struct Resume {
+    session: SessionId,
+    answer: String,
+    interrupt: Option<InterruptId>,
+}
+
+/// The store's directory, and the answer to give (none: a new run); a
+/// usage error exits.
+fn options() -> (PathBuf, Option<Resume>) {
+    let mut store_dir = PathBuf::from(".harness/sub_agent");
     let (mut resume, mut answer, mut interrupt) = (None, None, None);
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::from_env(USAGE);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
-            "--store" => store_dir = value(),
-            "--resume" => resume = Some(SessionId::from(value())),
-            "--answer" => answer = Some(value()),
-            "--interrupt" => interrupt = Some(InterruptId::from(value())),
-            _ => usage(),
+            "--store" => store_dir = PathBuf::from(args.value("--store")),
+            "--resume" => resume = Some(SessionId::from(args.value("--resume"))),
+            "--answer" => answer = Some(args.value("--answer")),
+            "--interrupt" => interrupt = Some(InterruptId::from(args.value("--interrupt"))),
+            other => args.unknown(other),
         }
+    }
+    let resume = match (resume, answer) {
+        (None, None) if interrupt.is_none() => None,
+        (Some(session), Some(answer)) => {
+            // The approve step refuses anything else too; checking here
+            // refuses it before the session is touched.
+            if !["yes", "y", "no", "n"].contains(&answer.trim().to_ascii_lowercase().as_str()) {
+                USAGE.fail(format!("answer yes or no, not {answer:?}"));
+            }
+            Some(Resume {
+                session,
+                answer,
+                interrupt,
+            })
+        }
+        (Some(_), None) => USAGE.fail("--resume needs --answer yes|no"),
+        (None, _) => USAGE.fail("--answer and --interrupt go with --resume SESSION"),
+    };
+    (store_dir, resume)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let (store_dir, resume) = options();
+    // Only a new run may create the store: a resumed session must be in
+    // one already.
+    if resume.is_some() {
+        existing_store(&store_dir)?;
     }
 
     // HARNESS_PROVIDER=openai|anthropic|gemini: the research on a real model.
     let model = harness_examples::providers_select::model_from_env(script())?;
     let harness = brief(SledStore::open(&store_dir)?, model)?;
     let agent = create_agent("brief", &harness);
-    let outcome = match (resume, answer) {
-        (None, None) => {
+    let outcome = match resume {
+        None => {
             println!("The loop:\n{}", harness.to_mermaid());
             agent
                 .run(Brief {
@@ -270,26 +310,24 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .await?
         }
-        (Some(session), Some(answer)) => {
-            // The approve step refuses anything else too; checking here
-            // refuses it before the session is touched.
-            if !["yes", "y", "no", "n"].contains(&answer.trim().to_ascii_lowercase().as_str()) {
-                return Err(format!("answer yes or no, not {answer:?}").into());
-            }
-            let id = match interrupt {
-                Some(id) => id,
-                // The session knows what it waits for.
-                None => match agent.session(&session).await?.phase {
-                    SessionPhase::Interrupted { interrupt } => interrupt.id,
-                    other => {
-                        return Err(format!("session {session} is not waiting: {other:?}").into());
-                    }
-                },
+        Some(Resume {
+            session,
+            answer,
+            interrupt,
+        }) => {
+            // The session knows what it waits for.
+            let head = agent
+                .session(&session)
+                .await
+                .map_err(|e| in_store(e, &store_dir))?;
+            let id = match (interrupt, head.phase) {
+                (Some(id), SessionPhase::Interrupted { .. }) => id,
+                (None, SessionPhase::Interrupted { interrupt }) => interrupt.id,
+                (_, other) => return Err(not_waiting(&session, &other).into()),
             };
             println!("resuming session {session} with answer {answer:?}");
             agent.resume(answer, &session, &id).await?.await?
         }
-        _ => usage(),
     };
 
     if outcome.signal == Signal::INTERRUPT {
@@ -301,7 +339,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!("session:   {}", outcome.session_id);
         println!("interrupt: {}", i.id);
         println!(
-            "continue in another process:\n  cargo run -p harness-examples --example sub_agent -- --store {store_dir} --resume {} --answer yes",
+            "continue in another process:\n  cargo run -p harness-examples --example sub_agent -- --store {} --resume {} --answer yes",
+            store_dir.display(),
             outcome.session_id
         );
     } else {

@@ -6,6 +6,7 @@ mod agent_loop;
 mod compose_examples;
 mod contention;
 mod crash;
+mod example_args;
 mod once;
 mod parallel_sessions;
 mod provider_swap;
