@@ -257,7 +257,7 @@ async fn streamed_answer() {
 #[tokio::test]
 async fn an_error_inside_a_stream_or_a_200_body_is_the_error_it_says() {
     let chunk = json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": "Hel" }] }, "index": 0 }] });
-    let cases: Vec<(Value, fn(&ModelError) -> bool)> = vec![
+    let cases: Vec<(Value, Expected)> = vec![
         (
             json!({ "code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE" }),
             |e| matches!(e, ModelError::Overloaded { message, .. } if message.contains("overloaded")),
@@ -844,3 +844,6 @@ async fn a_request_without_a_bound_is_sent_with_the_default_one() {
         ]
     );
 }
+
+/// Whether an error is the one a case expects.
+type Expected = fn(&ModelError) -> bool;

@@ -388,7 +388,7 @@ async fn streamed_parallel_tool_calls_without_their_own_index_stay_apart() {
     ];
     // Two calls in one delta with neither index nor id, and a call whose id
     // comes after its first delta: apart, each under an id of its own.
-    let more_shapes: Vec<(&str, Vec<Value>, Vec<(&str, Value)>)> = vec![
+    let more_shapes: Vec<(&str, Vec<Value>, Calls)> = vec![
         (
             "two calls in one delta, no index nor id",
             vec![json!({ "tool_calls": [
@@ -465,7 +465,7 @@ async fn streamed_parallel_tool_calls_without_their_own_index_stay_apart() {
 /// response without choices: by its type, or its code (a name or a status).
 #[tokio::test]
 async fn an_error_answered_with_status_200_is_the_error_it_says() {
-    let cases: Vec<(Value, fn(&ModelError) -> bool)> = vec![
+    let cases: Vec<(Value, Expected)> = vec![
         (
             json!({ "message": "Provider returned error: upstream rate limit", "code": 429 }),
             |e| matches!(e, ModelError::RateLimited { message, .. } if message.contains("upstream rate limit")),
@@ -1133,3 +1133,9 @@ async fn a_404_names_the_url_asked_so_that_a_wrong_base_url_shows() {
         assert!(!text.contains(KEY), "{text}");
     }
 }
+
+/// Whether an error is the one a case expects.
+type Expected = fn(&ModelError) -> bool;
+
+/// The calls a stream must give: each one's name and arguments.
+type Calls = Vec<(&'static str, Value)>;
