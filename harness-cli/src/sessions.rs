@@ -328,7 +328,12 @@ pub(crate) fn run(args: Args) -> ExitCode {
             {
                 out!("{}", harness::secrets::redact(shown));
             }
-            errln!("error: {}", harness::secrets::redact(&e.to_string()));
+            // The message may quote the user's own argument (a session
+            // id): its control characters must not drive the terminal.
+            errln!(
+                "error: {}",
+                crate::run::escape_controls(&harness::secrets::redact(&e.to_string()))
+            );
             ExitCode::FAILURE
         }
     }

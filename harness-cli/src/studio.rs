@@ -381,7 +381,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            errln!("error: {e}");
+            errln!("error: {}", crate::run::escape_controls(&e.to_string()));
             ExitCode::FAILURE
         }
     }

@@ -20,7 +20,14 @@ use harness::llm::{Expect, ModelResponse, ScriptedModel};
 use harness_code::agent::{AgentEvent, Check, CodeAgent, CodeAgentError, latest_value};
 use harness_code::kernel::KernelConfig;
 use harness_code::notebook::Notebook;
+use harness_examples::args::{Args, Usage};
 use harness_examples::providers_select::model_from_env;
+
+const USAGE: Usage = Usage {
+    synopsis: "usage: code_agent",
+    options: "Takes no arguments: runs offline on a scripted transcript, or on the model \
+              HARNESS_PROVIDER=openai|anthropic|gemini names.",
+};
 
 const TASK: &str = "The CSV text below lists sales per region and product. Parse it into `rows` \
 (a list of dicts), compute `totals`, a dict of the total sales per region (as ints), and \
@@ -91,6 +98,10 @@ fn show(index: usize, event: &AgentEvent) {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = Args::from_env(USAGE);
+    if let Some(arg) = args.next() {
+        args.unknown(&arg);
+    }
     let model = model_from_env(transcript())?;
     let dir = std::env::temp_dir().join(format!("harness-code-agent-{}", std::process::id()));
     let notebook = Notebook::create(&dir, KernelConfig::default())?;

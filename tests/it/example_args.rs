@@ -23,7 +23,7 @@ fn binary(example: &'static str) -> PathBuf {
     let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
     built
         .entry(example)
-        .or_insert_with(|| harness_tests::example("harness-examples", example))
+        .or_insert_with(|| harness_tests::example(package(example), example))
         .clone()
 }
 
@@ -41,8 +41,17 @@ fn cargo_run(dir: &Path, example: &'static str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Every example of harness-examples that reads its command line.
-const EXAMPLES: [&str; 9] = [
+/// The package whose example `example` is.
+fn package(example: &str) -> &'static str {
+    if example == "code_agent" {
+        "harness-code"
+    } else {
+        "harness-examples"
+    }
+}
+
+/// Every example that reads its command line.
+const EXAMPLES: [&str; 10] = [
     "quickstart",
     "interrupt_resume",
     "map_reduce",
@@ -52,6 +61,7 @@ const EXAMPLES: [&str; 9] = [
     "long_running",
     "evals",
     "serve",
+    "code_agent",
 ];
 
 fn text(bytes: &[u8]) -> String {

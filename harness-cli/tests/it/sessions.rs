@@ -460,6 +460,30 @@ fn an_unknown_session_is_an_error_naming_the_store_and_the_session() {
 }
 
 #[test]
+fn a_session_id_given_with_control_characters_is_echoed_escaped() {
+    let dir = workdir("sessions-controls").join("store");
+    file_store(&dir);
+    let store = dir.to_str().unwrap();
+    for (id, shown) in [
+        ("\u{1b}[2Jgone", "\\x1b[2Jgone"),
+        ("two\rlines", "two\\x0dlines"),
+        ("bell\u{7}\u{9b}31m", "bell\\x07\\u{9b}31m"),
+    ] {
+        for sub in ["show", "history"] {
+            let stderr = fails(&["sessions", sub, id, "--store", store], 1);
+            assert!(
+                stderr.contains(&format!("no session {shown}")),
+                "{sub} {id:?}: {stderr:?}"
+            );
+            assert!(
+                !stderr.contains(['\u{1b}', '\r', '\u{7}', '\u{9b}']),
+                "{sub} {id:?}: {stderr:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_corrupt_record_is_an_error_naming_the_session_and_the_record() {
     let dir = workdir("sessions-corrupt").join("store");
     let s = file_store(&dir);
