@@ -21,9 +21,23 @@ pub struct Client {
 
 pub(crate) struct ClientInner {
     pub(crate) connection: Connection,
-    /// OpenAI itself wants `max_completion_tokens`; compatible servers
-    /// mostly know only `max_tokens`.
-    pub(crate) legacy_max_tokens: bool,
+    /// Whether the base URL is OpenAI's own API (its strict schemas).
+    pub(crate) is_openai: bool,
+    /// The field that bounds an answer's length.
+    pub(crate) token_limit: TokenLimitField,
+}
+
+/// The request field that bounds an answer's length
+/// ([`ClientBuilder::token_limit_field`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenLimitField {
+    /// `max_completion_tokens`: what OpenAI's own API wants (its reasoning
+    /// models refuse `max_tokens`); the default for OpenAI's URL.
+    MaxCompletionTokens,
+    /// `max_tokens`: what most OpenAI-compatible servers (vLLM, llama.cpp,
+    /// Ollama, …) know; the default for any other URL.
+    MaxTokens,
 }
 
 /// Configures a [`Client`]. The key and base URL default to the environment
@@ -45,6 +59,7 @@ pub(crate) struct ClientInner {
 #[derive(Clone, Default)]
 pub struct ClientBuilder {
     core: harness_provider_http::ClientBuilder,
+    token_limit: Option<TokenLimitField>,
 }
 
 harness_provider_http::provider_client! {
@@ -64,6 +79,27 @@ harness_provider_http::provider_client! {
 }
 
 impl ClientBuilder {
+    /// Bounds answers with this field instead of the one the base URL
+    /// implies ([`TokenLimitField::MaxCompletionTokens`] for OpenAI's own
+    /// URL, [`TokenLimitField::MaxTokens`] for any other): a gateway or
+    /// proxy in front of OpenAI's reasoning models (Azure OpenAI, LiteLLM)
+    /// needs `max_completion_tokens` at another URL.
+    ///
+    /// ```
+    /// use harness_openai::{Client, TokenLimitField};
+    ///
+    /// let client = Client::builder()
+    ///     .base_url("https://gateway.example.com/v1")
+    ///     .api_key("sk-test")
+    ///     .token_limit_field(TokenLimitField::MaxCompletionTokens)
+    ///     .build()?;
+    /// # Ok::<(), harness::llm::ModelError>(())
+    /// ```
+    pub fn token_limit_field(mut self, field: TokenLimitField) -> Self {
+        self.token_limit = Some(field);
+        self
+    }
+
     /// The client. Fails with [`ModelError::Configuration`] for an invalid
     /// base URL, or a missing key when talking to OpenAI itself.
     pub fn build(self) -> Result<Client, ModelError> {
@@ -84,7 +120,12 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(ClientInner {
                 connection: self.core.connect("openai", base_url, headers)?,
-                legacy_max_tokens: !is_openai,
+                is_openai,
+                token_limit: self.token_limit.unwrap_or(if is_openai {
+                    TokenLimitField::MaxCompletionTokens
+                } else {
+                    TokenLimitField::MaxTokens
+                }),
             }),
         })
     }

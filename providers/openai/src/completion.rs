@@ -8,7 +8,7 @@ use harness::llm::{
 use harness_provider_http::{endpoint, request_body};
 use serde_json::{Value, json};
 
-use crate::client::Client;
+use crate::client::{Client, TokenLimitField};
 use crate::schema::strict_schema;
 use crate::streaming::ChunkDecoder;
 use crate::wire;
@@ -98,10 +98,9 @@ impl CompletionModel {
         let tool_choice = (!tools.is_empty() || request.tool_choice != ToolChoice::Auto)
             .then(|| tool_choice(&request.tool_choice));
         let bound = Some(request.max_tokens.unwrap_or(self.default_max_tokens));
-        let (max_tokens, max_completion_tokens) = if self.client.inner.legacy_max_tokens {
-            (bound, None)
-        } else {
-            (None, bound)
+        let (max_tokens, max_completion_tokens) = match self.client.inner.token_limit {
+            TokenLimitField::MaxTokens => (bound, None),
+            TokenLimitField::MaxCompletionTokens => (None, bound),
         };
         let wire = wire::ChatRequest {
             model: &self.model,
@@ -120,7 +119,7 @@ impl CompletionModel {
             response_format: request.response_format.as_ref().map(|format| {
                 let adapt = self
                     .adapt_schemas
-                    .unwrap_or(!self.client.inner.legacy_max_tokens);
+                    .unwrap_or(self.client.inner.is_openai);
                 response_format(format, adapt)
             }),
         };

@@ -35,7 +35,7 @@ mod schema;
 mod streaming;
 mod wire;
 
-pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL};
+pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL, TokenLimitField};
 pub use completion::{CompletionModel, DEFAULT_MAX_TOKENS};
 pub use embedding::EmbeddingModel;
 pub use harness_provider_http::{ApiKey, HttpOptions, HttpRetryPolicy};

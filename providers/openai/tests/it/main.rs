@@ -961,6 +961,51 @@ async fn a_request_without_a_bound_is_sent_with_the_default_one() {
 }
 
 #[tokio::test]
+async fn the_token_limit_field_is_the_one_asked_for_whatever_the_url() {
+    use harness_openai::TokenLimitField;
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({ "role": "assistant", "content": "ok" }),
+            "stop",
+        )))
+        .mount(&server)
+        .await;
+    let at = |field: Option<TokenLimitField>| {
+        let builder = Client::builder()
+            .api_key(KEY)
+            .base_url(format!("{}/v1", server.uri()));
+        let builder = match field {
+            Some(field) => builder.token_limit_field(field),
+            None => builder,
+        };
+        builder.build().unwrap().completion_model("gpt-test")
+    };
+    for field in [
+        None,
+        Some(TokenLimitField::MaxCompletionTokens),
+        Some(TokenLimitField::MaxTokens),
+    ] {
+        at(field).complete(&ask("Hi")).await.unwrap();
+    }
+    // One field each, never both: a server that knows one may refuse the
+    // other.
+    let sent: Vec<(Value, Value)> = requests(&server)
+        .await
+        .iter()
+        .map(|b| (b["max_tokens"].clone(), b["max_completion_tokens"].clone()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (json!(64), Value::Null),
+            (Value::Null, json!(64)),
+            (json!(64), Value::Null),
+        ]
+    );
+}
+
+#[tokio::test]
 async fn a_base_url_with_a_query_keeps_it_after_the_path() {
     use wiremock::matchers::query_param;
     let server = MockServer::start().await;
