@@ -117,9 +117,7 @@ impl CompletionModel {
                 include_usage: true,
             }),
             response_format: request.response_format.as_ref().map(|format| {
-                let adapt = self
-                    .adapt_schemas
-                    .unwrap_or(self.client.inner.is_openai);
+                let adapt = self.adapt_schemas.unwrap_or(self.client.inner.is_openai);
                 response_format(format, adapt)
             }),
         };
