@@ -122,6 +122,7 @@ impl Offline {
             rhythm.push(Expect::any().fail(ModelError::Overloaded {
                 status: Some(529),
                 message: "overloaded, staged by the example".into(),
+                retry_after: None,
             }));
         }
         rhythm.push(Expect::any().reply(says(

@@ -895,6 +895,7 @@ async fn a_retried_model_error_is_logged_without_its_secret() {
         ModelError::Overloaded {
             status: Some(503),
             message: format!("busy for {secret}"),
+            retry_after: None,
         },
     ] {
         let model = Arc::new(Arith {

@@ -38,12 +38,17 @@ pub enum ModelError {
     /// The provider is overloaded or failed internally (HTTP 5xx, Anthropic's
     /// 529, or an overload error event inside a stream), or gave up waiting
     /// for the request (HTTP 408). Usually transient.
-    #[error("provider unavailable{}: {message}; retry later", status_hint(*status))]
+    #[error("provider unavailable{}: {message}{}", status_hint(*status), retry_hint(*retry_after))]
     Overloaded {
         /// The HTTP status, when the failure came with one.
         status: Option<u16>,
         /// What the provider said.
         message: String,
+        /// How long the provider asked us to wait (`Retry-After` on a 503),
+        /// if it said: after the HTTP client's own retries, the caller
+        /// still knows when to try again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after: Option<Duration>,
     },
 
     /// No answer (or no further stream chunk) arrived in time.
@@ -181,7 +186,8 @@ impl ModelError {
     ///
     /// ```
     /// use harness::llm::ModelError;
-    /// assert!(ModelError::Overloaded { status: Some(503), message: "busy".into() }.is_retryable());
+    /// let busy = ModelError::Overloaded { status: Some(503), message: "busy".into(), retry_after: None };
+    /// assert!(busy.is_retryable());
     /// assert!(!ModelError::Auth { message: "bad key".into() }.is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
@@ -197,7 +203,9 @@ impl ModelError {
     /// How long the provider asked to wait before retrying, if it said.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::RateLimited { retry_after, .. } => *retry_after,
+            Self::RateLimited { retry_after, .. } | Self::Overloaded { retry_after, .. } => {
+                *retry_after
+            }
             _ => None,
         }
     }

@@ -128,6 +128,7 @@ async fn scripted_errors_are_returned() {
         Expect::any().fail(ModelError::Overloaded {
             status: Some(529),
             message: "busy".into(),
+            retry_after: None,
         }),
     ]);
     let request = ModelRequest::new([Message::user("hi")]);

@@ -272,6 +272,7 @@ fn the_process_set_redacts_errors_of_models_and_tools() {
         ModelError::Overloaded {
             status: Some(503),
             message: message(),
+            retry_after: None,
         },
         ModelError::InvalidRequest {
             status: Some(400),

@@ -206,6 +206,7 @@ async fn a_summarizer_that_fails_leaves_the_units_dropped_and_the_turn_going() {
         ModelError::Overloaded {
             status: Some(500),
             message: "provider unavailable".into(),
+            retry_after: None,
         },
         ModelError::InvalidRequest {
             status: Some(400),

@@ -556,6 +556,7 @@ async fn a_failed_model_call_is_retried_by_the_model_retry_policy() {
             Expect::any().fail(ModelError::Overloaded {
                 status: Some(503),
                 message: "the model is loading".into(),
+                retry_after: None,
             }),
             Expect::any().reply(ModelResponse::from_text("second try")),
         ])

@@ -213,6 +213,7 @@ mod tests {
         ModelError::Overloaded {
             status: Some(503),
             message: "busy".into(),
+            retry_after: None,
         }
     }
 

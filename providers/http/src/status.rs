@@ -20,10 +20,10 @@ const MESSAGE_LIMIT: usize = 600;
 /// | --- | --- |
 /// | 400, 404, 409, 413, 422, other 4xx | `InvalidRequest` |
 /// | 401, 403; Gemini's 400 `API_KEY_INVALID` | `Auth` |
-/// | 408 (the server gave up waiting for the request) | `Overloaded` |
+/// | 408 (the server gave up waiting for the request) | `Overloaded` (with its `Retry-After`) |
 /// | 429 | `RateLimited` (OpenAI's `insufficient_quota`: `Auth`) |
 /// | 500 saying the model's output could not be parsed (llama.cpp) | `MalformedResponse` |
-/// | 5xx, 529 | `Overloaded` |
+/// | 5xx, 529 | `Overloaded` (with its `Retry-After`, as a 429's) |
 /// | 3xx (a redirect not followed: to another origin, or too many) | `Configuration` |
 ///
 /// The message is [redacted](ModelError::redacted): a server that quotes
@@ -75,6 +75,7 @@ fn error_of_status(
         408 => ModelError::Overloaded {
             status: Some(status),
             message,
+            retry_after,
         },
         429 if error_code(json) == Some("insufficient_quota") => ModelError::Auth {
             message: format!(
@@ -89,6 +90,7 @@ fn error_of_status(
         500..=599 => ModelError::Overloaded {
             status: Some(status),
             message,
+            retry_after,
         },
         _ => ModelError::InvalidRequest {
             status: Some(status),
@@ -122,6 +124,7 @@ fn error_of_kind(kind: &str, message: String) -> ModelError {
             ModelError::Overloaded {
                 status: None,
                 message,
+                retry_after: None,
             }
         }
         "invalid_request_error"
@@ -516,7 +519,8 @@ mod tests {
             error_from_response(529, &none, "").0,
             ModelError::Overloaded {
                 status: Some(529),
-                message: "HTTP 529 with an empty body".into()
+                message: "HTTP 529 with an empty body".into(),
+                retry_after: None,
             }
         );
         assert_eq!(
@@ -530,10 +534,56 @@ mod tests {
             error_from_response(408, &none, "").0,
             ModelError::Overloaded {
                 status: Some(408),
-                message: "HTTP 408 with an empty body".into()
+                message: "HTTP 408 with an empty body".into(),
+                retry_after: None,
             }
         );
         assert!(error_from_response(408, &none, "").0.is_retryable());
+    }
+
+    #[test]
+    fn an_unavailable_server_keeps_the_wait_it_asked_for() {
+        let none = HeaderMap::new();
+        for (status, pairs, wait) in [
+            (
+                503,
+                &[("retry-after", "3")][..],
+                Some(Duration::from_secs(3)),
+            ),
+            (
+                529,
+                &[("retry-after-ms", "250")][..],
+                Some(Duration::from_millis(250)),
+            ),
+            (
+                502,
+                &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")][..],
+                Some(Duration::ZERO),
+            ),
+            (504, &[("retry-after", "soon")][..], None),
+            (
+                408,
+                &[("retry-after", "1")][..],
+                Some(Duration::from_secs(1)),
+            ),
+            (500, &[][..], None),
+        ] {
+            let (error, asked) = error_from_response(status, &headers(pairs), "busy");
+            assert!(
+                matches!(&error, ModelError::Overloaded { status: Some(s), .. } if *s == status),
+                "{status}: {error:?}"
+            );
+            assert_eq!(error.retry_after(), wait, "{status}: {error:?}");
+            assert_eq!(asked, wait, "{status}");
+            if let Some(wait) = wait {
+                assert!(
+                    error.to_string().contains(&format!("retry after {wait:?}")),
+                    "{error}"
+                );
+            }
+        }
+        let (error, _) = error_from_response(503, &none, "busy");
+        assert!(error.to_string().ends_with("; retry later"), "{error}");
     }
 
     #[test]

@@ -532,7 +532,8 @@ async fn an_error_event_mid_stream_is_typed() {
         error,
         ModelError::Overloaded {
             status: None,
-            message: "Overloaded".into()
+            message: "Overloaded".into(),
+            retry_after: None,
         }
     );
 }

@@ -608,9 +608,34 @@ async fn persistent_server_errors_give_up_after_the_last_attempt() {
         error,
         ModelError::Overloaded {
             status: Some(503),
-            message: "upstream down".into()
+            message: "upstream down".into(),
+            retry_after: None,
         }
     );
+}
+
+#[tokio::test]
+async fn a_server_still_unavailable_after_the_last_attempt_says_when_to_come_back() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(503)
+                .insert_header("retry-after-ms", "30")
+                .set_body_string("warming up"),
+        )
+        .expect(3)
+        .mount(&server)
+        .await;
+    let error = model(&server).complete(&ask("Hi")).await.err().unwrap();
+    assert_eq!(
+        error,
+        ModelError::Overloaded {
+            status: Some(503),
+            message: "warming up".into(),
+            retry_after: Some(Duration::from_millis(30)),
+        }
+    );
+    assert_eq!(error.retry_after(), Some(Duration::from_millis(30)));
 }
 
 #[tokio::test]
