@@ -119,3 +119,85 @@ fn a_providers_key_never_reaches_the_collector() {
         assert_eq!(everything.contains("Say hello in French."), capture);
     }
 }
+
+/// A provider's HTTP retries show on its `model_request` span: one WARN
+/// event per failed attempt, each with its own attempt number and the
+/// wait, and the span's `attempt` the number of attempts made.
+#[test]
+fn each_retried_attempt_is_an_event_with_its_own_number() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let _serial = crate::serial();
+    let calls = Arc::new(AtomicU32::new(0));
+    let reply = serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Bonjour."},
+                     "logprobs": null, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
+    })
+    .to_string();
+    let counted = Arc::clone(&calls);
+    let server = Server::start(Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let call = counted.fetch_add(1, Ordering::SeqCst);
+            let reply = reply.clone();
+            async move {
+                if call < 2 {
+                    (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        [("retry-after-ms", "1")],
+                        "warming up".to_owned(),
+                    )
+                } else {
+                    (
+                        axum::http::StatusCode::OK,
+                        [("content-type", "application/json")],
+                        reply,
+                    )
+                }
+            }
+        }),
+    ));
+    let collector = Collector::start();
+    let model = harness_openai::Client::builder()
+        .api_key(KEY)
+        .base_url(format!("{}/v1", server.endpoint))
+        .max_attempts(3)
+        .build()
+        .unwrap()
+        .completion_model("gpt-test");
+    let (layer, guard) = harness_otel::layer(OtelConfig::new(&collector.endpoint)).unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let answer = tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(model.complete(&ModelRequest::builder().user("Hi").build()))
+            .unwrap()
+    });
+    assert_eq!(answer.text(), "Bonjour.");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    guard.shutdown().unwrap();
+
+    let spans: Vec<_> = collector.spans().into_iter().map(|(_, s)| s).collect();
+    let request = spans.iter().find(|s| s.name == "model_request").unwrap();
+    // tracing-opentelemetry records unsigned integers as text.
+    assert_eq!(text(&request.attributes, "attempt").as_deref(), Some("3"));
+    let failed: Vec<_> = request
+        .events
+        .iter()
+        .filter(|e| e.name == "model request failed; retrying")
+        .collect();
+    assert_eq!(failed.len(), 2, "{:?}", request.events);
+    for (event, number) in failed.iter().zip(["1", "2"]) {
+        assert_eq!(text(&event.attributes, "attempt").as_deref(), Some(number));
+        assert_eq!(text(&event.attributes, "delay_ms").as_deref(), Some("1"));
+        assert!(
+            text(&event.attributes, "error").is_some_and(|e| e.contains("warming up")),
+            "{:?}",
+            event.attributes
+        );
+    }
+}

@@ -39,8 +39,10 @@ impl From<ModelError> for Failure {
 /// connection pool.
 ///
 /// Each request runs in a `model_request` tracing span with the fields
-/// `provider`, `model`, `streaming` and `attempt`; headers (and so keys) are
-/// never recorded.
+/// `provider`, `model`, `streaming` and `attempt` (how many attempts were
+/// made, once the request is over); each failed attempt is an event in it
+/// with its own `attempt` number, the error and, before a retry, the wait
+/// (`delay_ms`). Headers (and so keys) are never recorded.
 #[derive(Clone)]
 pub struct HttpTransport {
     client: reqwest::Client,
@@ -381,12 +383,20 @@ impl HttpTransport {
             attempt = tracing::field::Empty,
         );
         async {
+            // Recorded once, when the request is over: a field recorded
+            // again is exported again (OpenTelemetry keeps every value, as
+            // attributes of one name), not replaced.
+            let made = |number: u32| {
+                tracing::Span::current().record("attempt", number);
+            };
             let mut number = 0u32;
             loop {
                 number += 1;
-                tracing::Span::current().record("attempt", number);
                 let Failure { error, retry_after } = match attempt().await {
-                    Ok(value) => return Ok(value),
+                    Ok(value) => {
+                        made(number);
+                        return Ok(value);
+                    }
                     Err(failure) => failure,
                 };
                 // Before it is logged or returned: whatever built it, a
@@ -398,11 +408,12 @@ impl HttpTransport {
                     .delay_before_retry(number, &error, retry_after)
                 {
                     Some(delay) => {
-                        tracing::warn!(%error, delay_ms = delay.as_millis() as u64, "model request failed; retrying");
+                        tracing::warn!(%error, attempt = number, delay_ms = delay.as_millis() as u64, "model request failed; retrying");
                         tokio::time::sleep(delay).await;
                     }
                     None => {
-                        tracing::debug!(%error, "model request failed");
+                        tracing::debug!(%error, attempt = number, "model request failed");
+                        made(number);
                         return Err(error);
                     }
                 }
