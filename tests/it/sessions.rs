@@ -338,6 +338,88 @@ async fn two_resumes_of_one_session_cannot_both_proceed() {
     assert!(matches!(third, SessionError::NoInterrupt(_)), "{third}");
 }
 
+/// A memory store whose next two commits, once armed, wait for each
+/// other: two runs that both read the head before either writes.
+#[derive(Debug, Default)]
+struct Gated {
+    inner: MemoryStore,
+    gate: std::sync::Mutex<Option<Arc<tokio::sync::Barrier>>>,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Gated {
+    async fn load(
+        &self,
+        s: &SessionId,
+    ) -> Result<Option<harness::session::StoredRun>, harness::session::StoreError> {
+        self.inner.load(s).await
+    }
+    async fn commit(
+        &self,
+        c: &harness::session::Commit,
+    ) -> Result<(), harness::session::StoreError> {
+        let gate = self.gate.lock().unwrap().clone();
+        if let Some(gate) = gate
+            && gate.wait().await.is_leader()
+        {
+            *self.gate.lock().unwrap() = None;
+        }
+        self.inner.commit(c).await
+    }
+    async fn checkpoints(
+        &self,
+        s: &SessionId,
+        from: u64,
+    ) -> Result<Vec<harness::session::Checkpoint>, harness::session::StoreError> {
+        self.inner.checkpoints(s, from).await
+    }
+    async fn sessions(&self) -> Result<Vec<SessionId>, harness::session::StoreError> {
+        self.inner.sessions().await
+    }
+    async fn flush(&self) -> Result<(), harness::session::StoreError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_loser_of_two_resumes_at_once_is_told_when_the_winners_lease_ends() {
+    let store = Arc::new(Gated::default());
+    let effects = Arc::new(AtomicU32::new(0));
+    let agent = create_agent_with(
+        "tally",
+        &harness(store.clone(), SessionConfig::default()),
+        EffectsAgent {
+            side_effects: effects,
+        },
+    );
+    let (session, interrupt) = paused(&agent).await;
+    *store.gate.lock().unwrap() = Some(Arc::new(tokio::sync::Barrier::new(2)));
+    let (a, b) = tokio::join!(
+        agent.resume(true, &session, &interrupt),
+        agent.resume(false, &session, &interrupt)
+    );
+    let (winner, loser) = match (a, b) {
+        (Ok(run), Err(e)) | (Err(e), Ok(run)) => (run, e),
+        (a, b) => panic!("one resume must win: {:?} {:?}", a.err(), b.err()),
+    };
+    let SessionError::InFlight(held) = &loser else {
+        panic!("{loser}");
+    };
+    // The lease the winner took, not "ends now": a caller retrying at
+    // `expires_at` would otherwise retry at once, again and again.
+    let head = store.load(&session).await.unwrap().unwrap();
+    let lease = head.lease.as_ref().unwrap();
+    assert_eq!(held.expires_at, lease.expires_at, "{loser}");
+    assert_eq!(held.owner, lease.owner, "{loser}");
+    assert!(
+        held.expires_at > store.now() + 1_000,
+        "{loser}: the lease ends at {}, now is {}",
+        held.expires_at,
+        store.now()
+    );
+    winner.await.unwrap();
+}
+
 #[tokio::test]
 async fn racing_resumes_from_many_tasks_let_exactly_one_through() {
     let agent = fresh_agent();

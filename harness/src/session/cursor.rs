@@ -110,13 +110,23 @@ impl SessionCursor {
         super::check_commit(&commit).map_err(StoreError::from)?;
         match store.commit(&commit).await {
             Ok(()) => Ok(Self::holding(store, config, owner, commit.head)),
-            // Someone else took it between our read and our write.
-            Err(StoreError::Conflict { .. }) => Err(SessionInFlight {
-                session: current.session_id,
-                owner: "another run".into(),
-                expires_at: now,
+            // Someone else took it between our read and our write: its
+            // lease as the store now has it, so that the caller knows when
+            // to try again; when it is over already (the other run ended),
+            // now.
+            Err(StoreError::Conflict { .. }) => {
+                let winner = match store.load(&current.session_id).await {
+                    Ok(Some(head)) => head::in_flight(&head, store.now()),
+                    Ok(None) | Err(_) => None,
+                };
+                Err(winner
+                    .unwrap_or(SessionInFlight {
+                        session: current.session_id,
+                        owner: "another run".into(),
+                        expires_at: now,
+                    })
+                    .into())
             }
-            .into()),
             Err(e) => Err(e.into()),
         }
     }
