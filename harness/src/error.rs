@@ -420,6 +420,25 @@ pub enum RunError {
         /// The field it set.
         field: String,
     },
+    /// The update a fork's [`collect_errors`](crate::ForkBuilder::collect_errors)
+    /// made of a failed branch sets a field that keeps one value (`replace`)
+    /// which the failed step does not declare with
+    /// [`writes`](crate::StepBuilder::writes): the update stands in the
+    /// step's place, so the loop's check of parallel branches (which judged
+    /// the step's declaration) would not hold.
+    #[error(
+        "the update collect_errors made of branch `{branch}`'s failure at step `{step}` sets the \
+         field `{field}`, which the step does not declare in .writes([..]); it stands in the \
+         step's place, and the loop's check of parallel branches relies on what steps declare"
+    )]
+    UndeclaredCollectedWrite {
+        /// The branch that failed (`search`, `summarize#2`).
+        branch: String,
+        /// The step it failed at.
+        step: String,
+        /// The field the collected update set.
+        field: String,
+    },
     /// A fan-out could not make its branches' inputs.
     #[error("the fan-out after step `{step}` cannot start its branches: {reason}")]
     FanOut {

@@ -650,6 +650,16 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
     /// by the run's deadline is collected too, marked as such
     /// ([`BranchFailure::deadline`]); the store's and the lease's errors
     /// are the run's, never collected.
+    ///
+    /// The update stands in the failed step's place: when that step
+    /// declares what it writes ([`writes`](StepBuilder::writes)), a field
+    /// whose reducer keeps one value (`replace`) may be set only if the
+    /// step declares it (the build's check of parallel writes judged what
+    /// steps declare: two failed branches would otherwise each set it, one
+    /// value lost), else the run fails with
+    /// [`RunError::UndeclaredCollectedWrite`](crate::RunError::UndeclaredCollectedWrite).
+    /// A field that merges (`append`, `add`, …) may be set freely: collect
+    /// failures into one.
     #[must_use]
     pub fn collect_errors<F>(mut self, f: F) -> Self
     where

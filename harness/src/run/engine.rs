@@ -478,6 +478,16 @@ pub(crate) fn start<S: HarnessState, C: Context>(
     .boxed()
 }
 
+/// Whether field `name` of `S` merges concurrent writes (its reducer is not
+/// `replace`); false when the state does not describe its reducers.
+fn merges<S: HarnessState>(name: &str) -> bool {
+    S::fields().is_some_and(|fields| {
+        fields
+            .iter()
+            .any(|f| f.name == name && f.reducer != crate::state::ReducerKind::Replace)
+    })
+}
+
 /// A short name for the kind of a run's error, for traces (`error.type`).
 fn error_type(e: &RunError) -> &'static str {
     match e {
@@ -492,7 +502,9 @@ fn error_type(e: &RunError) -> &'static str {
         RunError::Branch { .. } => "branch_failed",
         RunError::SubAgent { .. } => "sub_agent_failed",
         RunError::FanOut { .. } => "fan_out",
-        RunError::UndeclaredWrite { .. } => "undeclared_write",
+        RunError::UndeclaredWrite { .. } | RunError::UndeclaredCollectedWrite { .. } => {
+            "undeclared_write"
+        }
         _ => "run_error",
     }
 }
@@ -1446,6 +1458,24 @@ async fn run_region<S: HarnessState, C: Context>(
             input: b.input.clone(),
             deadline: cut,
         });
+        // It stands in the failed step's place: a field that keeps one
+        // value it may set only when the step declares it (the build's check
+        // of parallel writes judged what steps declare); one that merges,
+        // freely.
+        let failed_step = &harness.steps[b.at];
+        if let Some(writes) = &failed_step.writes
+            && let Some(field) = S::written(&update)
+                .into_iter()
+                .find(|f| !writes.iter().any(|w| w == f) && !merges::<S>(f))
+        {
+            let error = RunError::UndeclaredCollectedWrite {
+                branch: b.path.to_string(),
+                step: failed_step.name.to_string(),
+                field: field.to_string(),
+            };
+            task.region = Some(region);
+            return Err(error);
+        }
         if let Some(cursor) = env.cursor {
             let stored = stored_json(&update).map_err(|e| {
                 RunError::Store(StoreError::backend(format!(

@@ -415,6 +415,74 @@ async fn a_failing_branch_fails_the_run_and_cancels_the_others_by_default() {
     );
 }
 
+/// A fan-out whose branch step declares it writes `total` only, and whose
+/// collected failures set `collected(path)`.
+fn collecting_fan_out(
+    collected: impl Fn(&TaskPath) -> WorkUpdate + Send + Sync + 'static,
+) -> Harness<Work> {
+    Harness::<Work>::builder()
+        .step("split")
+        .run(async |_: Arc<Work>| Ok(WorkUpdate::new().items(vec![1, 2, 3])))
+        .fan_out("each", |w: &Work| w.items.clone())
+        .collect_errors(move |f: BranchFailure| collected(&f.path))
+        .join("done")
+        .step("each")
+        .run_each(async |i: u64, _: Arc<Work>, _: Cx<()>| {
+            if i > 1 {
+                Err(StepError::msg(format!("bad {i}")))
+            } else {
+                Ok(WorkUpdate::new().total(i))
+            }
+        })
+        .writes(["total"])
+        .next("done")
+        .step("done")
+        .run(async |_: Arc<Work>| Ok(WorkUpdate::new()))
+        .end()
+        .start("split")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_collected_failure_sets_a_field_that_keeps_one_value_only_if_its_step_declares_it() {
+    // `summary` keeps one value and the step does not declare it: two
+    // failed branches would each set it, one silently lost. The run fails
+    // naming the branch, the step and the field, before anything is merged.
+    type Collected = Box<dyn Fn(&TaskPath) -> WorkUpdate + Send + Sync>;
+    let refused: [Collected; 3] = [
+        Box::new(|p: &TaskPath| WorkUpdate::new().summary(format!("{p} failed"))),
+        Box::new(|p: &TaskPath| WorkUpdate::new().total(0).summary(p.to_string())),
+        Box::new(|p: &TaskPath| note("x").summary(p.to_string()).total(1)),
+    ];
+    for collected in refused {
+        let agent = create_agent("collect", &collecting_fan_out(collected));
+        let err = agent.run(Work::default()).await.unwrap_err();
+        match &err {
+            RunError::UndeclaredCollectedWrite {
+                branch,
+                step,
+                field,
+            } => {
+                assert_eq!(branch, "each#1", "{err}");
+                assert_eq!(step, "each");
+                assert_eq!(field, "summary");
+            }
+            other => panic!("expected UndeclaredCollectedWrite, got {other}"),
+        }
+        assert!(err.to_string().contains(".writes("), "{err}");
+    }
+    // A field the step declares, or one that merges (`log` appends), may
+    // be set: both failures count.
+    let agent = create_agent(
+        "collect",
+        &collecting_fan_out(|p: &TaskPath| note(&format!("{p} failed")).total(100)),
+    );
+    let out = agent.run(Work::default()).await.unwrap();
+    assert_eq!(out.state.total, 201);
+    assert_eq!(out.state.log, ["each#1 failed", "each#2 failed"]);
+}
+
 #[tokio::test]
 async fn a_fork_that_collects_errors_merges_the_failure_as_a_value() {
     let agent = create_agent("collect", &failing(true, Arc::default()));
