@@ -2,7 +2,7 @@
 //! `None` through the store and the step cache, and a float JSON cannot
 //! hold (NaN, an infinity) is refused where it is written, naming the
 //! field, instead of being stored as a `null` that a later read takes for
-//! "not set".
+//! "not set"; a map key JSON cannot write is refused naming the field.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -220,5 +220,48 @@ async fn a_null_the_type_allows_is_stored_and_one_it_does_not_is_refused_at_the_
             "{error}"
         );
         assert!(store.sessions().await.unwrap().is_empty());
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Pairs {
+    #[field(reduce = extend)]
+    by_pair: std::collections::BTreeMap<(u32, u32), String>,
+    #[field(reduce = append)]
+    nested: Vec<std::collections::BTreeMap<Vec<u8>, u32>>,
+}
+
+#[tokio::test]
+async fn an_update_json_cannot_hold_is_refused_naming_where_it_is() {
+    // Map keys JSON cannot write (a tuple, a list): serde_json's own error
+    // says only "key must be a string"; the field is named.
+    type Make = fn() -> PairsUpdate;
+    let cases: [(Make, &str); 2] = [
+        (
+            || PairsUpdate::new().by_pair([((1, 2), "x".to_string())].into()),
+            "by_pair",
+        ),
+        (
+            || PairsUpdate::new().nested(vec![Default::default(), [(vec![1], 2)].into()]),
+            "nested",
+        ),
+    ];
+    for (make, at) in cases {
+        let store = Arc::new(MemoryStore::new());
+        let harness = Harness::<Pairs>::builder()
+            .step("set")
+            .run(move |_: Arc<Pairs>| async move { Ok(make()) })
+            .end()
+            .start("set")
+            .store(Arc::clone(&store))
+            .build()
+            .unwrap();
+        let error = create_agent("pairs", &harness)
+            .run(Pairs::default())
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("key must be a string"), "{text}");
+        assert!(text.contains(&format!("`{at}`")), "{at}: {text}");
     }
 }

@@ -563,7 +563,19 @@ async fn keep_lease(cursor: &SessionCursor) -> String {
 /// it) is not written to disk. One pass over the strings when the process
 /// holds secrets, none otherwise.
 fn stored_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::Error> {
-    let mut json = serde_json::to_value(value)?;
+    let mut json = serde_json::to_value(value).map_err(|e| {
+        // Serialized again, only on failure, to say where: a map whose keys
+        // are not strings, a value whose Serialize fails.
+        match serde_path_to_error::serialize(value, serde_json::value::Serializer) {
+            Err(tracked) if tracked.path().iter().next().is_some() => {
+                <serde_json::Error as serde::ser::Error>::custom(format!(
+                    "{e} (at `{}`)",
+                    tracked.path()
+                ))
+            }
+            _ => e,
+        }
+    })?;
     crate::secrets::redact_json(&mut json);
     Ok(json)
 }
