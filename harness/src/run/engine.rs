@@ -1040,12 +1040,13 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                 None => None,
             };
             if let Some(update) = update {
+                let state = Arc::make_mut(&mut task.state);
                 match &mut task.branch {
                     Some(branch) => {
-                        Arc::make_mut(&mut task.state).apply(update.clone());
+                        guarded(&step.name, "reducer", || state.apply(update.clone()))?;
                         branch.updates.push(update);
                     }
-                    None => Arc::make_mut(&mut task.state).apply(update),
+                    None => guarded(&step.name, "reducer", || state.apply(update))?,
                 }
             }
 
@@ -1060,7 +1061,7 @@ pub(super) fn drive_task<'a, S: HarnessState, C: Context>(
                             declared: on.iter().map(|(s, _)| s.clone()).collect(),
                         });
                     };
-                    let signal = route(&task.state);
+                    let signal = guarded(&step.name, "route", || route(&task.state))?;
                     match on.iter().find(|(s, _)| *s == signal) {
                         Some((_, t)) => (*t, Some(signal)),
                         None => {
@@ -1298,7 +1299,10 @@ fn start_region<S: HarnessState, C: Context>(
                 step: harness.steps[task.at].name.to_string(),
                 reason,
             };
-            let inputs = inputs(&task.state).map_err(fan_out)?;
+            let inputs = guarded(&harness.steps[task.at].name, "fan-out's items", || {
+                inputs(&task.state)
+            })?
+            .map_err(fan_out)?;
             if inputs.len() > *max {
                 return Err(fan_out(format!(
                     "{} inputs, more than the {max} branches a fan-out may start \
@@ -1463,13 +1467,22 @@ async fn run_region<S: HarnessState, C: Context>(
             break;
         };
         let b = &mut region.branches[i];
-        let update = collect(BranchFailure {
+        let failure = BranchFailure {
             path: b.path.clone(),
             step: harness.steps[b.at].name.to_string(),
             error: error.to_string(),
             input: b.input.clone(),
             deadline: cut,
-        });
+        };
+        let update = match guarded(&harness.steps[b.at].name, "collect_errors", || {
+            collect(failure)
+        }) {
+            Ok(update) => update,
+            Err(error) => {
+                task.region = Some(region);
+                return Err(error);
+            }
+        };
         // It stands in the failed step's place: a field that keeps one
         // value it may set only when the step declares it (the build's check
         // of parallel writes judged what steps declare); one that merges,
@@ -1554,17 +1567,19 @@ async fn run_region<S: HarnessState, C: Context>(
         return Ok(paused.into_iter().next().map(|(_, end)| end));
     }
     // Every branch reached the join: merge in branch order.
+    let join_name = &harness.steps[fork.join].name;
     let mut order = Vec::with_capacity(region.branches.len());
     for b in region.branches {
         order.push(b.path);
         let Some(branch) = b.branch else { continue };
         for update in branch.updates {
+            let state = Arc::make_mut(&mut task.state);
             match &mut task.branch {
                 Some(parent) => {
-                    Arc::make_mut(&mut task.state).apply(update.clone());
+                    guarded(join_name, "reducer", || state.apply(update.clone()))?;
                     parent.updates.push(update);
                 }
-                None => Arc::make_mut(&mut task.state).apply(update),
+                None => guarded(join_name, "reducer", || state.apply(update))?,
             }
         }
     }
@@ -1751,6 +1766,18 @@ impl<F: std::future::Future + Unpin> std::future::Future for Limited<F> {
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
         timer.as_mut().poll(cx).map(|()| None)
     }
+}
+
+/// `f`, a piece of the user's code the loop calls beside a step's body
+/// (`what`: its route, a reducer, a fan-out's items, …); a panic in it is
+/// step `step`'s error, as a panic in the body is, rather than the run's
+/// task's.
+fn guarded<T>(step: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, RunError> {
+    crate::panics::caught(&format!("its {what}"), f).map_err(|message| RunError::Step {
+        step: step.to_owned(),
+        attempts: 1,
+        source: message.into(),
+    })
 }
 
 /// The error of a step that panicked, with the panic's message when it

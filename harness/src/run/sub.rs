@@ -436,9 +436,12 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubAgent<S, 
         call: &SubCall<'_, S, C>,
         outcome: SubOutcome<CS>,
     ) -> Result<SubEnd<S::Update>, RunError> {
-        (self.map_out)(&call.state, call.input, outcome)
-            .map(SubEnd::Done)
-            .map_err(|reason| Self::cannot(call, reason))
+        crate::panics::caught("its map_out", || {
+            (self.map_out)(&call.state, call.input, outcome)
+        })
+        .and_then(|update| update)
+        .map(SubEnd::Done)
+        .map_err(|reason| Self::cannot(call, reason))
     }
 
     /// The sub-agent's loop as its step's visit left it: fresh, or rebuilt
@@ -449,7 +452,10 @@ impl<S: HarnessState, C: Context, CS: HarnessState, CC: Context, I> SubAgent<S, 
             answering,
         } = stub;
         let inner: &HarnessInner<CS, CC> = &self.child.inner;
-        let initial = (self.map_in)(&call.state, call.input).map_err(|r| Self::cannot(call, r))?;
+        let initial =
+            crate::panics::caught("its map_in", || (self.map_in)(&call.state, call.input))
+                .and_then(|initial| initial)
+                .map_err(|r| Self::cannot(call, r))?;
         let fresh =
             |initial: CS, mut journals: Journals, answering: Option<crate::step::Interrupt>| {
                 let mut root = Task::root(

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use harness::observe::Observer;
 use harness::{
     Context, Cx, Harness, HarnessState, InterruptId, RetryPolicy, RunError, RunEvent, RunInfo,
-    Signal, StepError, StepInfo, StepResult, create_agent, create_agent_with,
+    Signal, StepError, StepInfo, StepResult, SubAgent, create_agent, create_agent_with,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -773,5 +773,178 @@ async fn a_panicking_step_fails_as_an_error_would_and_is_retried() {
         let out = agent.run(Counter::default()).await.unwrap();
         assert_eq!(out.state.count, 1, "{how:?}");
         assert_eq!(calls.load(Ordering::SeqCst), 2, "{how:?}");
+    }
+}
+
+/// A reducer that panics on 13.
+fn thirteen_panics(into: &mut u32, value: u32) {
+    assert!(value != 13, "thirteen");
+    *into += value;
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
+struct Fragile {
+    #[field(reduce = thirteen_panics)]
+    total: u32,
+    #[field(reduce = append)]
+    items: Vec<u32>,
+}
+
+#[tokio::test]
+async fn a_panic_in_a_route_reducer_fan_out_or_sub_agent_mapping_is_the_steps_error() {
+    let child = Harness::<Counter>::builder()
+        .step("bump")
+        .run(bump)
+        .end()
+        .start("bump")
+        .build()
+        .unwrap();
+    let ok = |_: Arc<Fragile>| async { Ok(FragileUpdate::new().total(1)) };
+    let cases: Vec<(&str, &str, Harness<Fragile>)> = vec![
+        (
+            "route",
+            "a",
+            Harness::<Fragile>::builder()
+                .step("a")
+                .run(ok)
+                .route(|_: &Fragile| -> &'static str { panic!("route boom") })
+                .on("x")
+                .end()
+                .start("a")
+                .build()
+                .unwrap(),
+        ),
+        (
+            "reducer",
+            "a",
+            Harness::<Fragile>::builder()
+                .step("a")
+                .run(async |_: Arc<Fragile>| Ok(FragileUpdate::new().total(13)))
+                .end()
+                .start("a")
+                .build()
+                .unwrap(),
+        ),
+        (
+            "fan-out's items",
+            "split",
+            Harness::<Fragile>::builder()
+                .step("split")
+                .run(ok)
+                .fan_out("each", |_: &Fragile| -> Vec<u32> { panic!("items boom") })
+                .join("done")
+                .step("each")
+                .run_each(async |i: u32, _: Arc<Fragile>, _: Cx<()>| {
+                    Ok(FragileUpdate::new().items(vec![i]))
+                })
+                .writes(["items"])
+                .next("done")
+                .step("done")
+                .run(ok)
+                .end()
+                .start("split")
+                .build()
+                .unwrap(),
+        ),
+        (
+            "collect_errors",
+            "each",
+            Harness::<Fragile>::builder()
+                .step("split")
+                .run(ok)
+                .fan_out("each", |_: &Fragile| vec![1_u32, 2])
+                .collect_errors(|_| -> FragileUpdate { panic!("collect boom") })
+                .join("done")
+                .step("each")
+                .run_each(async |i: u32, _: Arc<Fragile>, _: Cx<()>| {
+                    if i == 2 {
+                        return Err(StepError::msg("two"));
+                    }
+                    Ok(FragileUpdate::new().items(vec![i]))
+                })
+                .writes(["items"])
+                .next("done")
+                .step("done")
+                .run(ok)
+                .end()
+                .start("split")
+                .build()
+                .unwrap(),
+        ),
+        (
+            "reducer",
+            "each",
+            // In the branch that sets 13, as it merges its own update.
+            Harness::<Fragile>::builder()
+                .step("split")
+                .run(ok)
+                .fan_out("each", |_: &Fragile| vec![1_u32, 13])
+                .join("done")
+                .step("each")
+                .run_each(async |i: u32, _: Arc<Fragile>, _: Cx<()>| {
+                    Ok(FragileUpdate::new().total(i))
+                })
+                .writes(["total"])
+                .next("done")
+                .step("done")
+                .run(ok)
+                .end()
+                .start("split")
+                .build()
+                .unwrap(),
+        ),
+        (
+            "map_in",
+            "sub",
+            Harness::<Fragile>::builder()
+                .step("sub")
+                .sub_agent(SubAgent::new(
+                    &child,
+                    |_: &Fragile| -> Counter { panic!("map_in boom") },
+                    |_: &Fragile, _| FragileUpdate::new(),
+                ))
+                .end()
+                .start("sub")
+                .build()
+                .unwrap(),
+        ),
+        (
+            "map_out",
+            "sub",
+            Harness::<Fragile>::builder()
+                .step("sub")
+                .sub_agent(SubAgent::new(
+                    &child,
+                    |_: &Fragile| Counter {
+                        count: 0,
+                        seen: Vec::new(),
+                        until: 1,
+                    },
+                    |_: &Fragile, _| -> FragileUpdate { panic!("map_out boom") },
+                ))
+                .end()
+                .start("sub")
+                .build()
+                .unwrap(),
+        ),
+    ];
+    for (what, step, harness) in cases {
+        // On a task of its own, as a server runs it: the panic must not
+        // end the task.
+        let run = create_agent("fragile", &harness).run(Fragile {
+            total: 0,
+            items: Vec::new(),
+        });
+        let out = tokio::spawn(run).await;
+        let err = match out {
+            Ok(Err(err)) => err,
+            Ok(Ok(o)) => panic!("{what}: the run ended {:?}", o.signal),
+            Err(join) => panic!("{what}: the panic ended the run's task: {join}"),
+        };
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("`{step}`")) && shown.contains(&format!("its {what} panicked")),
+            "{what}: {shown}"
+        );
     }
 }
