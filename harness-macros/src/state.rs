@@ -1,12 +1,37 @@
 //! `#[derive(HarnessState)]`.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Group, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Expr, Fields, Ident, Path, Type};
 
 /// The reducers that need no path: `#[field(reduce = append)]`.
 const BUILT_IN: [&str; 6] = ["replace", "append", "extend", "add", "max", "min"];
+
+/// Field names whose setter would clash with a method the generated update
+/// type already has: its own (no trait named), or a trait's, which the setter
+/// would hide. An inherent method wins over a trait's, so a field `clone`
+/// would make `update.clone()` the setter, and a field `default` would break
+/// `Update::default()`. The trait methods are those of the traits the update
+/// type derives, and of `ToOwned` and `Into`, which code calls by name.
+const RESERVED: [(&str, &str); 15] = [
+    ("new", ""),
+    ("is_empty", ""),
+    ("default", "`Default::default`"),
+    ("clone", "`Clone::clone`"),
+    ("clone_from", "`Clone::clone_from`"),
+    ("to_owned", "`ToOwned::to_owned`"),
+    ("clone_into", "`ToOwned::clone_into`"),
+    ("into", "`Into::into`"),
+    ("fmt", "`Debug::fmt`"),
+    ("serialize", "`Serialize::serialize`"),
+    ("deserialize", "`Deserialize::deserialize`"),
+    ("json_schema", "`JsonSchema::json_schema`"),
+    ("schema_name", "`JsonSchema::schema_name`"),
+    ("schema_id", "`JsonSchema::schema_id`"),
+    ("inline_schema", "`JsonSchema::inline_schema`"),
+];
 
 /// How one field merges an update into the state.
 enum Reducer {
@@ -24,6 +49,38 @@ struct StateField {
     default: Option<Expr>,
     reducer: Reducer,
     docs: Vec<syn::Attribute>,
+    /// The field's names in JSON, from its `#[serde(..)]` (`rename`,
+    /// `alias`), given to the update's field too.
+    serde_names: Vec<TokenStream>,
+}
+
+/// The `#[serde(..)]` options among `attrs` that name things in JSON
+/// (`keys`: `rename`, `alias`, `rename_all`), as written, so that the update
+/// type reads and writes the names the state does; the other options (a
+/// `with` module for the field's type, not for its `Option`) are left to
+/// the state.
+fn serde_names(attrs: &[syn::Attribute], keys: &[&str]) -> syn::Result<Vec<TokenStream>> {
+    let mut names = Vec::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        attr.parse_nested_meta(|meta| {
+            let path = meta.path.clone();
+            let copied = keys.iter().any(|k| path.is_ident(k));
+            let rest: TokenStream = if meta.input.peek(syn::Token![=]) {
+                let value: Expr = meta.value()?.parse()?;
+                quote!(= #value)
+            } else if meta.input.peek(syn::token::Paren) {
+                let group: Group = meta.input.parse()?;
+                quote!(#group)
+            } else {
+                TokenStream::new()
+            };
+            if copied {
+                names.push(quote!(#path #rest));
+            }
+            Ok(())
+        })?;
+    }
+    Ok(names)
 }
 
 pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
@@ -70,7 +127,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
 
     let mut parsed = Vec::new();
     for field in fields {
-        match parse_field(field) {
+        match parse_field(field, &input.ident) {
             Ok(f) => parsed.push(f),
             Err(e) => push(e),
         }
@@ -79,6 +136,8 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         return Err(e);
     }
 
+    // The state's JSON names (`rename_all`), the update's too.
+    let container_names = serde_names(&input.attrs, &["rename_all"])?;
     let name = &input.ident;
     let vis = &input.vis;
     let krate = quote!(::harness);
@@ -87,18 +146,23 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         let ident = &f.ident;
         let ty = &f.ty;
         let docs = &f.docs;
-        let fallback = format!("A new value for `{ident}`, merged by its reducer.");
+        let fallback = format!(
+            "A new value for `{}`, merged by its reducer.",
+            ident.unraw()
+        );
         let docs = if docs.is_empty() {
             quote!(#[doc = #fallback])
         } else {
             quote!(#(#docs)*)
         };
+        let names = &f.serde_names;
         quote! {
             #docs
             #[serde(
                 default,
                 skip_serializing_if = "::core::option::Option::is_none",
                 deserialize_with = "::harness::__private::present"
+                #(, #names)*
             )]
             pub #ident: ::core::option::Option<#ty>,
         }
@@ -107,8 +171,10 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     let setters = parsed.iter().map(|f| {
         let ident = &f.ident;
         let ty = &f.ty;
-        let doc =
-            format!("Sets `{ident}` in this update; the field's reducer merges it into the state.");
+        let doc = format!(
+            "Sets `{}` in this update; the field's reducer merges it into the state.",
+            ident.unraw()
+        );
         if is_string(ty) {
             quote! {
                 #[doc = #doc]
@@ -136,7 +202,35 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         match &f.default {
             Some(expr) => quote_spanned!(expr.span()=> #ident: #expr,),
             None => {
-                quote_spanned!(ty.span()=> #ident: <#ty as ::core::default::Default>::default(),)
+                // Through a trait of its own, so that a type without a
+                // `Default` is an error that says what to write.
+                let message = format!(
+                    "the state field `{}` has no default: `{{Self}}` does not implement `Default`",
+                    ident.unraw()
+                );
+                let note = format!(
+                    "give the field a default with `#[field(default = EXPR)]` on `{}`, \
+                     or implement `Default` for `{{Self}}`",
+                    ident.unraw()
+                );
+                quote_spanned! {ty.span()=>
+                    #ident: {
+                        #[diagnostic::on_unimplemented(
+                            message = #message,
+                            label = "no `Default`, and no `#[field(default = ..)]`",
+                            note = #note
+                        )]
+                        trait FieldDefault {
+                            fn field_default() -> Self;
+                        }
+                        impl<T: ::core::default::Default> FieldDefault for T {
+                            fn field_default() -> Self {
+                                <T as ::core::default::Default>::default()
+                            }
+                        }
+                        <#ty as FieldDefault>::field_default()
+                    },
+                }
             }
         }
     });
@@ -155,10 +249,16 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
                     _ => quote_spanned!(r.span()=> <#ty as #krate::state::reduce::Comparable>::keep_min(&mut self.#ident, value);),
                 }
             }
-            Reducer::Custom(path) => quote_spanned! {path.span()=>
-                let reduce: fn(&mut #ty, #ty) = #path;
-                reduce(&mut self.#ident, value);
-            },
+            Reducer::Custom(path) => {
+                let hints = built_in_hints(path);
+                quote_spanned! {path.span()=>
+                    let reduce: fn(&mut #ty, #ty) = {
+                        #hints
+                        #path
+                    };
+                    reduce(&mut self.#ident, value);
+                }
+            }
         };
         quote! {
             if let ::core::option::Option::Some(value) = update.#ident {
@@ -168,7 +268,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     });
 
     let infos = parsed.iter().map(|f| {
-        let name = f.ident.to_string();
+        let name = f.ident.unraw().to_string();
         let kind = match &f.reducer {
             Reducer::Replace => quote!(Replace),
             Reducer::BuiltIn(r) => match r.to_string().as_str() {
@@ -185,7 +285,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
 
     let writes = parsed.iter().map(|f| {
         let ident = &f.ident;
-        let name = ident.to_string();
+        let name = ident.unraw().to_string();
         quote! {
             if update.#ident.is_some() {
                 written.push(#name);
@@ -214,7 +314,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             #krate::__private::serde::Deserialize,
             #krate::__private::schemars::JsonSchema,
         )]
-        #[serde(crate = "::harness::__private::serde", deny_unknown_fields)]
+        #[serde(crate = "::harness::__private::serde", deny_unknown_fields #(, #container_names)*)]
         #[schemars(crate = "::harness::__private::schemars")]
         #vis struct #update_ident {
             #(#update_fields)*
@@ -280,33 +380,49 @@ fn update_name(input: &DeriveInput) -> syn::Result<Option<Ident>> {
     Ok(name)
 }
 
-fn parse_field(field: &syn::Field) -> syn::Result<StateField> {
+fn parse_field(field: &syn::Field, state: &Ident) -> syn::Result<StateField> {
     let ident = field
         .ident
         .clone()
         .ok_or_else(|| syn::Error::new(field.span(), "expected a named field"))?;
-    if ident == "new" || ident == "is_empty" {
+    let name = ident.unraw().to_string();
+    if let Some((_, owner)) = RESERVED.iter().find(|(reserved, _)| *reserved == name) {
+        let why = if owner.is_empty() {
+            format!(
+                "the generated update type has its own method `{name}` beside each field's setter"
+            )
+        } else {
+            format!("its setter would hide the generated update type's {owner}")
+        };
         return Err(syn::Error::new(
             ident.span(),
-            format!(
-                "a state field cannot be named `{ident}`: the generated update type has a \
-                 method of that name (`new`, `is_empty`) beside each field's setter; rename the field"
-            ),
+            format!("a state field cannot be named `{name}`: {why}; rename the field"),
         ));
     }
     let mut default = None;
-    let mut reducer = Reducer::Replace;
+    let mut reducer = None;
     for attr in &field.attrs {
         if !attr.path().is_ident("field") {
             continue;
         }
         attr.parse_nested_meta(|meta| {
+            let twice = |option: &str| {
+                meta.error(format!(
+                    "`{option}` given twice for field `{name}`; give it once"
+                ))
+            };
             if meta.path.is_ident("default") {
+                if default.is_some() {
+                    return Err(twice("default"));
+                }
                 default = Some(meta.value()?.parse::<Expr>()?);
                 Ok(())
             } else if meta.path.is_ident("reduce") {
+                if reducer.is_some() {
+                    return Err(twice("reduce"));
+                }
                 let path: Path = meta.value()?.parse()?;
-                reducer = parse_reducer(path)?;
+                reducer = Some(parse_reducer(path));
                 Ok(())
             } else {
                 Err(meta
@@ -322,40 +438,70 @@ fn parse_field(field: &syn::Field) -> syn::Result<StateField> {
         .collect();
     Ok(StateField {
         ident,
-        ty: field.ty.clone(),
+        ty: replace_self(&field.ty, state)?,
         default,
-        reducer,
+        reducer: reducer.unwrap_or(Reducer::Replace),
         docs,
+        serde_names: serde_names(&field.attrs, &["rename", "alias"])?,
     })
 }
 
-fn parse_reducer(path: Path) -> syn::Result<Reducer> {
+/// `ty` with each `Self` in it replaced by the state's own name: the field's
+/// type is copied into the update type, where `Self` would be the update.
+fn replace_self(ty: &Type, state: &Ident) -> syn::Result<Type> {
+    fn replace(tokens: TokenStream, state: &Ident) -> TokenStream {
+        tokens
+            .into_iter()
+            .map(|token| match token {
+                TokenTree::Ident(ident) if ident == "Self" => {
+                    let mut name = state.clone();
+                    name.set_span(ident.span());
+                    TokenTree::Ident(name)
+                }
+                TokenTree::Group(group) => {
+                    let mut new = Group::new(group.delimiter(), replace(group.stream(), state));
+                    new.set_span(group.span());
+                    TokenTree::Group(new)
+                }
+                other => other,
+            })
+            .collect()
+    }
+    syn::parse2(replace(quote!(#ty), state))
+}
+
+/// A single name that is a built-in is that reducer; anything else is a path
+/// to the user's function. A proc macro cannot see which functions are in
+/// scope, so a typo of a built-in (`apend`) is left to the compiler's
+/// "cannot find value", which the expansion steers towards the built-in.
+fn parse_reducer(path: Path) -> Reducer {
+    match path.get_ident() {
+        Some(ident) if ident == "replace" => Reducer::Replace,
+        Some(ident) if BUILT_IN.iter().any(|b| ident == b) => Reducer::BuiltIn(ident.clone()),
+        _ => Reducer::Custom(path),
+    }
+}
+
+/// For a custom reducer that is one name within two edits of a built-in
+/// (`apend`): stand-ins named after the built-ins, in scope only where the
+/// reducer's path is resolved, so that if the name does not resolve the
+/// compiler's "cannot find value `apend`" suggests the built-in (`append`).
+/// A name that resolves (a user's `avg`) is unaffected.
+fn built_in_hints(path: &Path) -> TokenStream {
     let Some(ident) = path.get_ident() else {
-        return Ok(Reducer::Custom(path));
+        return TokenStream::new();
     };
-    let name = ident.to_string();
-    if name == "replace" {
-        return Ok(Reducer::Replace);
+    let name = ident.to_string().to_lowercase();
+    if !BUILT_IN.iter().any(|b| edit_distance(&name, b) <= 2) {
+        return TokenStream::new();
     }
-    if BUILT_IN.contains(&name.as_str()) {
-        return Ok(Reducer::BuiltIn(ident.clone()));
+    let stand_ins = BUILT_IN.iter().map(|b| Ident::new(b, ident.span()));
+    quote! {
+        #(
+            #[allow(dead_code)]
+            fn #stand_ins() {}
+        )*
     }
-    // A bare name close to a built-in is almost certainly a typo, and the
-    // compiler's "cannot find function" would not say which reducers exist.
-    if let Some(near) = BUILT_IN
-        .iter()
-        .find(|b| edit_distance(&name.to_lowercase(), b) <= 2)
-    {
-        return Err(syn::Error::new(
-            ident.span(),
-            format!(
-                "unknown reducer `{name}`; did you mean `{near}`? \
-                 The built-in reducers are {}; a custom reducer is a path to a `fn(&mut T, T)`",
-                BUILT_IN.join(", ")
-            ),
-        ));
-    }
-    Ok(Reducer::Custom(path))
 }
 
 fn is_string(ty: &Type) -> bool {

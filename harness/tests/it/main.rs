@@ -3,6 +3,7 @@
 mod answers;
 mod calls;
 mod deadline;
+mod derive_fields;
 mod derive_ui;
 mod dispatch;
 mod effects;
