@@ -273,6 +273,11 @@ impl fmt::Display for Violation {
                 "step `{step}` declares {what} more than once: a step has one, and the later \
                  declaration would replace the earlier one"
             ),
+            // A setting that quotes a name itself (`limit of the fork at
+            // `plan``) is not quoted again.
+            Violation::InvalidSetting { setting, reason } if setting.contains('`') => {
+                write!(f, "the setting {setting} is invalid: {reason}")
+            }
             Violation::InvalidSetting { setting, reason } => {
                 write!(f, "the setting `{setting}` is invalid: {reason}")
             }

@@ -341,7 +341,7 @@ fn max_branches_of_zero_or_on_a_fork_of_named_steps_is_refused_when_built() {
     assert!(
         rendered
             .iter()
-            .any(|r| r.contains("max_branches of the fork at `plan`")),
+            .any(|r| r.contains("the setting max_branches of the fork at `plan` is invalid")),
         "{rendered:#?}"
     );
     assert!(
