@@ -25,9 +25,9 @@ const ORDER: &[&str] = &[
 const LEAVES: &[&str] = &[
     "clock",
     "type_name",
+    "secrets",
     "panics",
     "durable",
-    "secrets",
     "llm",
     "memory",
 ];
