@@ -20,19 +20,25 @@ struct Answer {
     text: String,
 }
 
-/// A local server answering `POST /v1/chat/completions` as OpenAI does.
-fn openai() -> Server {
-    let reply = serde_json::json!({
+/// OpenAI's answer "Bonjour.", as JSON text.
+fn bonjour() -> String {
+    serde_json::json!({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
         "model": "gpt-test",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Bonjour."},
                      "logprobs": null, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
-    });
+    })
+    .to_string()
+}
+
+/// A local server answering `POST /v1/chat/completions` as OpenAI does.
+fn openai() -> Server {
+    let reply = bonjour();
     Server::start(Router::new().route(
         "/v1/chat/completions",
         post(move || {
-            let body = reply.to_string();
+            let body = reply.clone();
             async move { ([(header::CONTENT_TYPE, "application/json")], body) }
         }),
     ))
@@ -128,14 +134,7 @@ fn each_retried_attempt_is_an_event_with_its_own_number() {
     use std::sync::atomic::{AtomicU32, Ordering};
     let _serial = crate::serial();
     let calls = Arc::new(AtomicU32::new(0));
-    let reply = serde_json::json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Bonjour."},
-                     "logprobs": null, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
-    })
-    .to_string();
+    let reply = bonjour();
     let counted = Arc::clone(&calls);
     let server = Server::start(Router::new().route(
         "/v1/chat/completions",
