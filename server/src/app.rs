@@ -309,9 +309,16 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let Some(query) = parts.uri.query() else {
-            return Ok(QueryPairs::default());
-        };
+        match parts.uri.query() {
+            None => Ok(QueryPairs::default()),
+            Some(query) => QueryPairs::parse(query),
+        }
+    }
+}
+
+impl QueryPairs {
+    /// The pairs of a query string (without its `?`).
+    pub(crate) fn parse(query: &str) -> Result<Self, ApiError> {
         let mut pairs = Vec::new();
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -322,9 +329,7 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
         }
         Ok(QueryPairs(pairs))
     }
-}
 
-impl QueryPairs {
     /// Every non-empty value of `key`.
     pub(crate) fn all(&self, key: &str) -> Vec<&str> {
         self.0

@@ -54,6 +54,10 @@ pub(crate) struct CronRecord {
     /// The IANA time zone the schedule reads in; UTC when `None`.
     #[serde(default)]
     timezone: Option<String>,
+    /// The other fields of each tick's run body (`config`, `stream_mode`,
+    /// `durability`, ...), as given and checked when the cron was made.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    run: Map<String, Value>,
 }
 
 /// The IANA time zone `name` (`timezone`), or a 422 naming the field.
@@ -77,13 +81,16 @@ fn read_zone(name: &str) -> Result<jiff::tz::TimeZone, ApiError> {
 
 impl CronRecord {
     fn to_json(&self) -> Value {
+        // The body of each tick's run, as LangGraph shows it.
+        let mut payload = self.run.clone();
+        payload.insert("input".into(), self.input.clone().unwrap_or(Value::Null));
         json!({
             "cron_id": self.cron_id,
             "assistant_id": self.assistant_id,
             "thread_id": self.thread_id,
             "schedule": self.schedule,
             "timezone": self.timezone.as_deref().unwrap_or("UTC"),
-            "payload": {"input": self.input},
+            "payload": payload,
             "metadata": self.metadata,
             "enabled": self.enabled,
             "end_time": self.end_time.map(iso),
@@ -140,10 +147,96 @@ pub(crate) struct CreateCron {
     end_time: Option<String>,
     timezone: Option<String>,
     on_run_completed: Option<String>,
-    webhook: Option<String>,
-    interrupt_before: Option<Value>,
-    interrupt_after: Option<Value>,
-    multitask_strategy: Option<String>,
+    /// Every other field: the body of each tick's run, read and checked as
+    /// `runs.create` reads and checks a run's (what it refuses, a cron
+    /// refuses; what it honours, each tick's run is given).
+    #[serde(flatten)]
+    run: Map<String, Value>,
+}
+
+/// Whether a value asks for nothing: absent, null, false, or empty.
+fn given(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null | Value::Bool(false)) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// The run fields a cron refuses besides those a run refuses: what only a
+/// client that follows its run could use, and what the cron sets itself.
+fn refuse_for_crons(run: &Map<String, Value>) -> Result<(), ApiError> {
+    for field in ["interrupt_before", "interrupt_after"] {
+        if run.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::unprocessable(
+                field,
+                format!(
+                    "`{field}` is not supported for crons: a breakpoint pauses a run for a \
+                     client that follows it, and a cron's runs have none; give it to a run"
+                ),
+            ));
+        }
+    }
+    if run.get("webhook").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::unprocessable(
+            "webhook",
+            "a cron's runs do not call webhooks on this server yet",
+        ));
+    }
+    match run.get("multitask_strategy") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s == "enqueue" => {}
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "multitask_strategy",
+                "a cron's runs are queued behind the thread's runs (`enqueue`)",
+            ));
+        }
+    }
+    let set_by_the_cron = [
+        (
+            "thread_id",
+            "a cron's thread is the one of its path (`/threads/{thread_id}/runs/crons`); \
+             `/runs/crons` runs each tick on a new thread",
+        ),
+        (
+            "on_completion",
+            "a cron says what becomes of each tick's thread with `on_run_completed`",
+        ),
+    ];
+    for (field, why) in set_by_the_cron {
+        if given(run.get(field)) {
+            return Err(ApiError::unprocessable(
+                field,
+                format!("`{field}` is not a cron field: {why}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The body of a tick's run: the cron's run fields, its agent and input,
+/// the cron named in the run's metadata, queued behind the thread's runs.
+fn run_body(
+    run: &Map<String, Value>,
+    assistant_id: &str,
+    input: Option<&Value>,
+    cron_id: Option<&str>,
+    on_completion: Option<&str>,
+) -> Value {
+    let mut body = run.clone();
+    body.insert("assistant_id".into(), json!(assistant_id));
+    body.insert("input".into(), input.cloned().unwrap_or(Value::Null));
+    if let Some(id) = cron_id {
+        body.insert("metadata".into(), json!({ "cron_id": id }));
+    }
+    body.insert("multitask_strategy".into(), json!("enqueue"));
+    if let Some(c) = on_completion {
+        body.insert("on_completion".into(), json!(c));
+    }
+    Value::Object(body)
 }
 
 /// An RFC 3339 time with its offset (`...Z`, `...+00:00`, `...+02:00`) as
@@ -171,34 +264,7 @@ async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Resul
             Some(zone.iana_name().unwrap_or(name).to_string())
         }
     };
-    for (field, v) in [
-        ("interrupt_before", &body.interrupt_before),
-        ("interrupt_after", &body.interrupt_after),
-    ] {
-        if v.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::unprocessable(
-                field,
-                format!(
-                    "`{field}` is not supported for crons: a breakpoint pauses a run for a \
-                     client that follows it, and a cron's runs have none; give it to a run"
-                ),
-            ));
-        }
-    }
-    if body.webhook.is_some() {
-        return Err(ApiError::unprocessable(
-            "webhook",
-            "a cron's runs do not call webhooks on this server yet",
-        ));
-    }
-    if let Some(s) = body.multitask_strategy.as_deref()
-        && s != "enqueue"
-    {
-        return Err(ApiError::unprocessable(
-            "multitask_strategy",
-            "a cron's runs are queued behind the thread's runs (`enqueue`)",
-        ));
-    }
+    refuse_for_crons(&body.run)?;
     let on_run_completed = body.on_run_completed.unwrap_or_else(|| "delete".into());
     if !matches!(on_run_completed.as_str(), "delete" | "keep") {
         return Err(ApiError::bad(
@@ -206,11 +272,21 @@ async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Resul
             format!("`{on_run_completed}` is neither `delete` nor `keep`"),
         ));
     }
-    if let Some(input) = &body.input
-        && !input.is_null()
-    {
-        app.agent(&body.assistant_id)?.check_input(input, "input")?;
+    // The run each tick makes, checked as `runs.create` checks it (its
+    // fields named as in the cron's body): a field a run refuses is
+    // refused here, never dropped.
+    let mut tick = run_body(
+        &body.run,
+        &body.assistant_id,
+        body.input.as_ref(),
+        None,
+        thread.is_none().then_some(on_run_completed.as_str()),
+    );
+    if let Some(m) = &body.metadata {
+        tick["metadata"] = Value::Object(m.clone());
     }
+    let tick = crate::app::parse(tick.to_string().as_bytes())?;
+    crate::runs::check_body(app, tick, thread.is_none())?;
     if let Some(t) = &thread
         && crate::threads::find(app, t).await?.is_none()
     {
@@ -237,6 +313,7 @@ async fn create(app: &Shared, thread: Option<String>, body: CreateCron) -> Resul
         updated_at: now,
         deleted: false,
         timezone,
+        run: body.run,
     };
     cron.next_run = cron.next_after(now);
     save(app, &cron).await?;
@@ -342,15 +419,15 @@ async fn claim(app: &Shared, id: &str, now: u64) -> Result<Option<CronRecord>, A
 
 /// Starts the run of a tick.
 async fn fire(app: &Shared, cron: &CronRecord) -> Result<(), ApiError> {
-    let mut body = json!({
-        "assistant_id": cron.assistant_id,
-        "input": cron.input,
-        "metadata": {"cron_id": cron.cron_id},
-        "multitask_strategy": "enqueue",
-    });
-    if cron.thread_id.is_none() {
-        body["on_completion"] = json!(cron.on_run_completed);
-    }
+    let body = run_body(
+        &cron.run,
+        &cron.assistant_id,
+        cron.input.as_ref(),
+        Some(&cron.cron_id),
+        cron.thread_id
+            .is_none()
+            .then_some(cron.on_run_completed.as_str()),
+    );
     let body = crate::app::parse(body.to_string().as_bytes())?;
     crate::runs::start_for_cron(app, cron.thread_id.clone(), body).await
 }

@@ -77,11 +77,13 @@ pub enum ApiError {
         limit: std::time::Duration,
     },
     /// As many streams as the server allows
-    /// ([`max_streams`](crate::Server::max_streams)) are open; the run was
-    /// not started.
+    /// ([`max_streams`](crate::Server::max_streams)) are open; the stream
+    /// was not opened, and a run it would have started (`runs/stream`) was
+    /// not started (a run joined goes on).
     #[error(
         "this server already has its limit of {limit} open streams (Server::max_streams); \
-         the run was not started: close a stream, or try again later"
+         this stream was not opened (a run it would start was not started; a run it would \
+         join goes on): close a stream, or try again later"
     )]
     TooManyStreams {
         /// The limit.

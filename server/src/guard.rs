@@ -14,7 +14,9 @@ use std::sync::Arc;
 pub enum Scope {
     /// Read assistants, threads, state, history and runs, and stream them.
     Read,
-    /// Also create threads, start, cancel and resume runs, update state,
+    /// Also create threads, start, cancel and resume runs (joining a run's
+    /// stream with `cancel_on_disconnect=true` cancels it when the client
+    /// hangs up: that needs this scope too), update state,
     /// create crons, put and delete memory items (`/store/items`: a running
     /// client writes and removes them), send the streaming protocol's
     /// commands (to `/threads/{id}/commands` or over the thread's
@@ -33,8 +35,10 @@ impl Scope {
         }
     }
 
-    /// The scope a request needs.
-    fn needed(method: &Method, path: &str) -> Scope {
+    /// The scope a request needs; `query` is its query string, if any (a
+    /// run's stream joined with `cancel_on_disconnect=true` cancels the run
+    /// when the client hangs up: that needs scope `run`).
+    fn needed(method: &Method, path: &str, query: Option<&str>) -> Scope {
         // `/threads/{id}/stream`: the streaming protocol's events (a read)
         // over `POST`; over `GET`, its WebSocket, which also takes commands
         // that start runs.
@@ -50,7 +54,11 @@ impl Scope {
             };
         }
         if *method == Method::GET || *method == Method::HEAD {
-            return Scope::Read;
+            return if cancels_on_disconnect(path, query) {
+                Scope::Run
+            } else {
+                Scope::Read
+            };
         }
         if *method == Method::DELETE {
             // Memory items are written and removed by running clients.
@@ -76,6 +84,23 @@ impl Scope {
             );
         if reads { Scope::Read } else { Scope::Run }
     }
+}
+
+/// Whether a `GET` of `path` joins a run's stream (`join_stream`:
+/// `/threads/{id}/runs/{run}/stream`, or `/runs/{run}/stream`) asking to
+/// cancel the run when the client hangs up: `cancel_on_disconnect` read as
+/// the handler reads it (its last non-empty value, percent-decoded, `true`,
+/// `True` or `1`). A query that does not read is refused by the handler.
+fn cancels_on_disconnect(path: &str, query: Option<&str>) -> bool {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let joins = matches!(
+        parts.as_slice(),
+        ["threads", _, "runs", _, "stream"] | ["runs", _, "stream"]
+    );
+    joins
+        && query
+            .and_then(|q| crate::app::QueryPairs::parse(q).ok())
+            .is_some_and(|q| q.flag("cancel_on_disconnect", false).unwrap_or(false))
 }
 
 /// An API key and its scope. Its text never appears in a log, an error or
@@ -278,7 +303,7 @@ pub(crate) async fn check(
             let headers = response.headers_mut();
             headers.insert(
                 header::ACCESS_CONTROL_ALLOW_METHODS,
-                HeaderValue::from_static("GET, POST, PATCH, DELETE, OPTIONS"),
+                HeaderValue::from_static("GET, POST, PUT, PATCH, DELETE, OPTIONS"),
             );
             headers.insert(
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
@@ -291,70 +316,90 @@ pub(crate) async fn check(
             return response;
         }
     }
-    let open = request.uri().path() == "/ok"
-        || ((request.method() == Method::GET || request.method() == Method::HEAD)
-            && guard.studio_file(request.uri().path()));
-    if !guard.keys.is_empty() && !open {
-        let from_studio = if in_studio {
-            studio_key(&request)
-        } else {
-            None
-        };
-        let Some(given) = given_key(request.headers())
-            .map(str::to_owned)
-            .or(from_studio)
-        else {
-            return refuse(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                if in_studio {
-                    "this server needs an API key: open the studio at its URL with \
-                     `?token=<key>`, or give the key in the `x-studio-token` or `x-api-key` \
-                     header"
-                        .into()
-                } else {
-                    "this server needs an API key: give it in the `x-api-key` header or as \
-                     `Authorization: Bearer <key>`"
-                        .into()
-                },
-            );
-        };
-        // Every key is compared, whichever matches.
-        let scope = guard
-            .keys
-            .iter()
-            .filter(|k| same(k.secret.as_bytes(), given.as_bytes()))
-            .map(|k| k.scope)
-            .fold(None, |best: Option<Scope>, s| {
-                Some(best.map_or(s, |b| b.max(s)))
-            });
-        let Some(scope) = scope else {
-            return refuse(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "the API key given is not one of this server's".into(),
-            );
-        };
-        let needed = Scope::needed(request.method(), request.uri().path());
-        if scope < needed {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!(
-                    "this key has scope `{}`; {} {} needs scope `{}`",
-                    scope.name(),
-                    request.method(),
-                    request.uri().path(),
-                    needed.name()
-                ),
-            );
-        }
-    }
-    let mut response = next.run(request).await;
+    // A refusal of the key or its scope carries the CORS headers too, so
+    // that a page of an allowed origin reads the JSON error (not a network
+    // error).
+    let mut response = match guard.refusal(&request) {
+        None => next.run(request).await,
+        Some(refused) => refused,
+    };
     if let Some(origin) = &origin {
         Guard::cors_headers(origin, &mut response);
     }
     response
+}
+
+impl Guard {
+    /// Checks the request's API key and its scope (when the server has
+    /// keys): the refusal if they do not do, a 401 or a 403.
+    fn refusal(&self, request: &Request) -> Option<Response> {
+        let in_studio = self.in_studio(request.uri().path());
+        let open = request.uri().path() == "/ok"
+            || ((request.method() == Method::GET || request.method() == Method::HEAD)
+                && self.studio_file(request.uri().path()));
+        if !self.keys.is_empty() && !open {
+            let from_studio = if in_studio { studio_key(request) } else { None };
+            let Some(given) = given_key(request.headers())
+                .map(str::to_owned)
+                .or(from_studio)
+            else {
+                return Some(refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    if in_studio {
+                        "this server needs an API key: open the studio at its URL with \
+                         `?token=<key>`, or give the key in the `x-studio-token` or \
+                         `x-api-key` header"
+                            .into()
+                    } else {
+                        "this server needs an API key: give it in the `x-api-key` header or \
+                         as `Authorization: Bearer <key>`"
+                            .into()
+                    },
+                ));
+            };
+            // Every key is compared, whichever matches.
+            let scope = self
+                .keys
+                .iter()
+                .filter(|k| same(k.secret.as_bytes(), given.as_bytes()))
+                .map(|k| k.scope)
+                .fold(None, |best: Option<Scope>, s| {
+                    Some(best.map_or(s, |b| b.max(s)))
+                });
+            let Some(scope) = scope else {
+                return Some(refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "the API key given is not one of this server's".into(),
+                ));
+            };
+            let needed = Scope::needed(
+                request.method(),
+                request.uri().path(),
+                request.uri().query(),
+            );
+            if scope < needed {
+                return Some(refuse(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!(
+                        "this key has scope `{}`; {} {}{} needs scope `{}`",
+                        scope.name(),
+                        request.method(),
+                        request.uri().path(),
+                        if cancels_on_disconnect(request.uri().path(), request.uri().query()) {
+                            " with `cancel_on_disconnect=true` (which cancels the run)"
+                        } else {
+                            ""
+                        },
+                        needed.name()
+                    ),
+                ));
+            }
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -364,75 +409,142 @@ mod tests {
 
     #[test]
     fn each_request_needs_the_least_scope_that_does_it() {
-        assert_eq!(Scope::needed(&Method::GET, "/threads/t/state"), Scope::Read);
-        assert_eq!(Scope::needed(&Method::POST, "/threads/search"), Scope::Read);
         assert_eq!(
-            Scope::needed(&Method::POST, "/threads/t/history"),
+            Scope::needed(&Method::GET, "/threads/t/state", None),
             Scope::Read
         );
         assert_eq!(
-            Scope::needed(&Method::POST, "/threads/t/runs/stream"),
+            Scope::needed(&Method::POST, "/threads/search", None),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/history", None),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/runs/stream", None),
             Scope::Run
         );
-        assert_eq!(Scope::needed(&Method::POST, "/threads/t/state"), Scope::Run);
-        assert_eq!(Scope::needed(&Method::DELETE, "/threads/t"), Scope::Admin);
-        assert_eq!(Scope::needed(&Method::PUT, "/store/items"), Scope::Run);
-        assert_eq!(Scope::needed(&Method::DELETE, "/store/items"), Scope::Run);
         assert_eq!(
-            Scope::needed(&Method::POST, "/store/items/search"),
+            Scope::needed(&Method::POST, "/threads/t/state", None),
+            Scope::Run
+        );
+        assert_eq!(
+            Scope::needed(&Method::DELETE, "/threads/t", None),
+            Scope::Admin
+        );
+        assert_eq!(
+            Scope::needed(&Method::PUT, "/store/items", None),
+            Scope::Run
+        );
+        assert_eq!(
+            Scope::needed(&Method::DELETE, "/store/items", None),
+            Scope::Run
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/store/items/search", None),
             Scope::Read
         );
         assert_eq!(
-            Scope::needed(&Method::POST, "/store/namespaces"),
+            Scope::needed(&Method::POST, "/store/namespaces", None),
             Scope::Read
         );
         // The Agent Protocol's own paths.
-        assert_eq!(Scope::needed(&Method::POST, "/agents/search"), Scope::Read);
-        assert_eq!(Scope::needed(&Method::POST, "/runs/search"), Scope::Read);
         assert_eq!(
-            Scope::needed(&Method::GET, "/threads/t/history"),
+            Scope::needed(&Method::POST, "/agents/search", None),
             Scope::Read
         );
         assert_eq!(
-            Scope::needed(&Method::POST, "/threads/t/stream"),
+            Scope::needed(&Method::POST, "/runs/search", None),
             Scope::Read
         );
-        assert_eq!(Scope::needed(&Method::GET, "/threads/t/stream"), Scope::Run);
+        assert_eq!(
+            Scope::needed(&Method::GET, "/threads/t/history", None),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/stream", None),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::GET, "/threads/t/stream", None),
+            Scope::Run
+        );
         // A thread whose id reads like a search or a read path is changed
         // with the run scope, whatever its id.
         for id in ["history", "count", "search", "checkpoint", "namespaces"] {
             assert_eq!(
-                Scope::needed(&Method::PATCH, &format!("/threads/{id}")),
+                Scope::needed(&Method::PATCH, &format!("/threads/{id}"), None),
                 Scope::Run,
                 "{id}"
             );
             assert_eq!(
-                Scope::needed(&Method::POST, &format!("/threads/{id}/state")),
+                Scope::needed(&Method::POST, &format!("/threads/{id}/state"), None),
                 Scope::Run,
                 "{id}"
             );
         }
         assert_eq!(
-            Scope::needed(&Method::PATCH, "/threads/t/state/checkpoint"),
+            Scope::needed(&Method::PATCH, "/threads/t/state/checkpoint", None),
             Scope::Run
         );
-        assert_eq!(Scope::needed(&Method::PUT, "/threads/search"), Scope::Run);
         assert_eq!(
-            Scope::needed(&Method::POST, "/runs/crons/search"),
-            Scope::Read
-        );
-        assert_eq!(Scope::needed(&Method::POST, "/runs/crons"), Scope::Run);
-        assert_eq!(
-            Scope::needed(&Method::GET, "/threads/t/runs/r/stream"),
-            Scope::Read
-        );
-        assert_eq!(
-            Scope::needed(&Method::POST, "/threads/t/commands"),
+            Scope::needed(&Method::PUT, "/threads/search", None),
             Scope::Run
         );
-        assert_eq!(Scope::needed(&Method::PATCH, "/threads/t"), Scope::Run);
-        assert_eq!(Scope::needed(&Method::POST, "/runs/r/cancel"), Scope::Run);
-        assert_eq!(Scope::needed(&Method::DELETE, "/runs/r"), Scope::Admin);
+        assert_eq!(
+            Scope::needed(&Method::POST, "/runs/crons/search", None),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/runs/crons", None),
+            Scope::Run
+        );
+        assert_eq!(
+            Scope::needed(&Method::GET, "/threads/t/runs/r/stream", None),
+            Scope::Read
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/threads/t/commands", None),
+            Scope::Run
+        );
+        assert_eq!(
+            Scope::needed(&Method::PATCH, "/threads/t", None),
+            Scope::Run
+        );
+        assert_eq!(
+            Scope::needed(&Method::POST, "/runs/r/cancel", None),
+            Scope::Run
+        );
+        assert_eq!(
+            Scope::needed(&Method::DELETE, "/runs/r", None),
+            Scope::Admin
+        );
+        // Joining a run's stream reads it, unless the join cancels the run
+        // when the client hangs up.
+        for path in ["/threads/t/runs/r/stream", "/runs/r/stream"] {
+            for (query, scope) in [
+                (None, Scope::Read),
+                (Some("cancel_on_disconnect=false"), Scope::Read),
+                (Some("cancel_on_disconnect=true"), Scope::Run),
+                (Some("cancel_on_disconnect=1"), Scope::Run),
+                (
+                    Some("stream_mode=values&cancel_on_disconnect=True"),
+                    Scope::Run,
+                ),
+                (Some("cancel_on_disconnect=%74rue"), Scope::Run),
+                (
+                    Some("cancel_on_disconnect=true&cancel_on_disconnect="),
+                    Scope::Run,
+                ),
+            ] {
+                assert_eq!(
+                    Scope::needed(&Method::GET, path, query),
+                    scope,
+                    "{path}?{query:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -68,6 +68,10 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// (see [`Server::request_timeout`]).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a client may take to send a request's head by default (see
+/// [`Server::header_read_timeout`]).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How many streams may be open at once by default (see
 /// [`Server::max_streams`]).
 pub const DEFAULT_MAX_STREAMS: usize = 4096;
@@ -106,6 +110,7 @@ pub struct Server {
     memory: Option<harness::memory::Memory>,
     webhooks: Option<Webhooks>,
     request_timeout: Duration,
+    header_read_timeout: Duration,
     max_streams: usize,
     max_waiting_runs: usize,
     replicas: Option<Replicas>,
@@ -126,6 +131,7 @@ impl fmt::Debug for Server {
             .field("keys", &self.guard.keys.len())
             .field("origins", &self.guard.origins)
             .field("request_timeout", &self.request_timeout)
+            .field("header_read_timeout", &self.header_read_timeout)
             .field("max_streams", &self.max_streams)
             .field("max_waiting_runs", &self.max_waiting_runs)
             .finish_non_exhaustive()
@@ -151,6 +157,7 @@ impl Server {
             memory: None,
             webhooks: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_streams: DEFAULT_MAX_STREAMS,
             max_waiting_runs: DEFAULT_MAX_WAITING_RUNS,
             replicas: None,
@@ -282,6 +289,22 @@ impl Server {
     #[must_use]
     pub fn request_timeout(mut self, limit: Duration) -> Self {
         self.request_timeout = limit;
+        self
+    }
+
+    /// How long a client of [`Bound::serve`] may take to send a request's
+    /// head, its request line and headers (default
+    /// [`DEFAULT_HEADER_READ_TIMEOUT`], 30 s), timed from when the server
+    /// starts reading it: a connection that sends part of a head, or
+    /// nothing, is closed then, so that slow or idle clients do not hold
+    /// the server's connections. A connection kept alive between requests
+    /// is closed when the next request's head does not come in time. The
+    /// body and the response are not timed by it (see
+    /// [`request_timeout`](Self::request_timeout)). Not applied to a
+    /// [`router`](Self::router) served by the application.
+    #[must_use]
+    pub fn header_read_timeout(mut self, limit: Duration) -> Self {
+        self.header_read_timeout = limit;
         self
     }
 
@@ -454,6 +477,7 @@ impl Server {
             return Err(ServeError::RemoteWithoutKeys(addr));
         }
         let grace = self.grace;
+        let header_read_timeout = self.header_read_timeout;
         let (router, app) = self.build(loopback.then(guard::loopback_hosts))?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -466,6 +490,7 @@ impl Server {
             router,
             app,
             grace,
+            header_read_timeout,
             addr: local,
         })
     }
@@ -485,6 +510,7 @@ pub struct Bound {
     router: Router,
     app: Shared,
     grace: Duration,
+    header_read_timeout: Duration,
     addr: SocketAddr,
 }
 
@@ -516,7 +542,6 @@ impl Bound {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let addr = self.addr;
         let app = self.app;
         let grace = self.grace;
         let stop = async move {
@@ -561,11 +586,73 @@ impl Bound {
             }
             app.stopping.send_replace(true);
         };
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(stop)
-            .await
-            .map_err(|source| ServeError::Io { addr, source })
+        serve_connections(self.listener, self.router, self.header_read_timeout, stop).await;
+        Ok(())
     }
+}
+
+/// Serves the connections `listener` accepts with `router` over HTTP/1.1
+/// (with upgrades: the WebSocket of a thread's stream), each request's head
+/// read within `header_read_timeout`, until `stop` completes; then accepts
+/// no more, asks each connection to close once its response in flight is
+/// sent, and waits for them all (as `axum::serve`'s graceful shutdown,
+/// which sets no header read timeout).
+async fn serve_connections(
+    mut listener: tokio::net::TcpListener,
+    router: Router,
+    header_read_timeout: Duration,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
+    use futures::FutureExt;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    // Dropped when `stop` completes: the connections are told by its
+    // sender's `closed()`.
+    let (signal_tx, signal_rx) = tokio::sync::watch::channel(());
+    tokio::spawn(async move {
+        stop.await;
+        drop(signal_rx);
+    });
+    // Each connection holds a receiver until it ends.
+    let (close_tx, close_rx) = tokio::sync::watch::channel(());
+    loop {
+        // Accept errors (out of file descriptors, ...) are waited out by
+        // axum's listener.
+        let (io, _) = tokio::select! {
+            accepted = axum::serve::Listener::accept(&mut listener) => accepted,
+            () = signal_tx.closed() => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(
+            router.clone().into_service::<hyper::body::Incoming>(),
+        );
+        let signal_tx = signal_tx.clone();
+        let close_rx = close_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout);
+            let conn = builder
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades();
+            let mut conn = std::pin::pin!(conn);
+            let mut stopping = std::pin::pin!(signal_tx.closed().fuse());
+            loop {
+                tokio::select! {
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::trace!(error = %e, "a connection ended with an error");
+                        }
+                        break;
+                    }
+                    () = &mut stopping => conn.as_mut().graceful_shutdown(),
+                }
+            }
+            drop(close_rx);
+        });
+    }
+    drop(close_rx);
+    drop(listener);
+    close_tx.closed().await;
 }
 
 async fn info() -> axum::Json<serde_json::Value> {

@@ -334,6 +334,17 @@ impl RunCreate {
         self.agent_id.is_some() || self.thread_id.is_some() || self.messages.is_some()
     }
 
+    /// Whether the run is cancelled when the client that streams it or
+    /// waits for it hangs up first (`on_disconnect`): by default, as the
+    /// Agent Protocol says (`cancel`) for a body in its shape, as LangGraph
+    /// does (`continue`) for the others.
+    fn cancels_on_disconnect(&self) -> bool {
+        match self.on_disconnect.as_deref() {
+            Some(mode) => mode == "cancel",
+            None => self.is_agent_protocol(),
+        }
+    }
+
     /// Settles the agent (`assistant_id`, else `agent_id`, else the only
     /// agent served) and moves `messages` into the input.
     fn resolve(&mut self, app: &Shared) -> Result<(), ApiError> {
@@ -516,6 +527,12 @@ impl Plan {
             pause,
         })
     }
+}
+
+/// Checks a run's body as `runs.create` does, starting nothing (a cron's,
+/// for the runs of its ticks).
+pub(crate) fn check_body(app: &Shared, body: RunCreate, stateless: bool) -> Result<(), ApiError> {
+    Plan::check(app, body, stateless).map(|_| ())
 }
 
 /// The answer to give the pending interrupt `pending`: `resume` itself, or
@@ -1034,6 +1051,83 @@ fn after_settled(
     }
 }
 
+/// What becomes of the run a client's request starts if the request's
+/// future is dropped (its client hung up) before [`HangUp::disarm`]: with
+/// `cancel` (`on_disconnect: cancel`), the run is cancelled, at once if it
+/// has started, else as soon as it has.
+pub(crate) struct HangUp {
+    cancel: bool,
+    state: Arc<std::sync::Mutex<HangUpState>>,
+}
+
+#[derive(Default)]
+struct HangUpState {
+    /// The run, once started.
+    run: Option<Arc<RunRecord>>,
+    /// The request was dropped.
+    gone: bool,
+    disarmed: bool,
+}
+
+fn lock(state: &std::sync::Mutex<HangUpState>) -> std::sync::MutexGuard<'_, HangUpState> {
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl HangUp {
+    /// The request goes on: the run is not cancelled by the guard's drop.
+    pub(crate) fn disarm(self) {
+        lock(&self.state).disarmed = true;
+    }
+}
+
+impl Drop for HangUp {
+    fn drop(&mut self) {
+        let mut state = lock(&self.state);
+        if state.disarmed || !self.cancel {
+            return;
+        }
+        state.gone = true;
+        if let Some(run) = state.run.take() {
+            run.cancel();
+        }
+    }
+}
+
+/// [`start`] for a client's request, in a task of its own: a client that
+/// hangs up while its run is being started (which drops the request's
+/// future) leaves no run half-started, and with `cancel` the run is
+/// cancelled once started; the guard returned cancels it if the request
+/// is dropped later, until disarmed.
+async fn start_for_client(
+    app: &Shared,
+    thread: Option<String>,
+    body: RunCreate,
+    cancel: bool,
+) -> Result<(Arc<RunRecord>, HangUp), ApiError> {
+    let hang_up = HangUp {
+        cancel,
+        state: Arc::default(),
+    };
+    let state = Arc::clone(&hang_up.state);
+    let app = Arc::clone(app);
+    let started = tokio::spawn(async move {
+        let run = start(&app, thread, body).await?;
+        let mut state = lock(&state);
+        if state.gone {
+            run.cancel();
+        } else {
+            state.run = Some(Arc::clone(&run));
+        }
+        Ok::<_, ApiError>(run)
+    });
+    let run = started
+        .await
+        .map_err(|e| ApiError::Internal(format!("the run's start failed: {e}")))??;
+    Ok((run, hang_up))
+}
+
 /// Starts the run of a cron's tick (on a new thread when `thread` is
 /// `None`).
 pub(crate) async fn start_for_cron(
@@ -1298,15 +1392,13 @@ async fn stream_run(
         "stream_mode",
     )?;
     let subgraphs = body.stream_subgraphs.unwrap_or(false);
-    // The Agent Protocol's default is `cancel`; LangGraph's `continue`.
-    let cancel = match body.on_disconnect.as_deref() {
-        Some(mode) => mode == "cancel",
-        None => body.is_agent_protocol(),
-    };
+    let cancel = body.cancels_on_disconnect();
     let resumable = body.stream_resumable.unwrap_or(false);
     // Before the run starts: a stream refused starts nothing.
     let slot = app.streams.open()?;
-    let run = start(&app, thread, body).await?;
+    let (run, hang_up) = start_for_client(&app, thread, body, cancel).await?;
+    // From here on the stream cancels the run if its client goes away.
+    hang_up.disarm();
     let loc = location(&run);
     let mut response = stream::response(
         run,
@@ -1344,7 +1436,8 @@ async fn create_run(
     body: RunCreate,
 ) -> Result<Response, ApiError> {
     let shaped = body.is_agent_protocol();
-    let run = start(&app, thread, body).await?;
+    let (run, hang_up) = start_for_client(&app, thread, body, false).await?;
+    hang_up.disarm();
     let json = if shaped {
         crate::protocol::run_json(&run)
     } else {
@@ -1374,8 +1467,14 @@ async fn wait_run(
     body: RunCreate,
 ) -> Result<Response, ApiError> {
     let shaped = body.is_agent_protocol();
-    let run = start(&app, thread, body).await?;
-    let result = replica::settled(&app, &run).await?;
+    let cancel = body.cancels_on_disconnect();
+    // A client that hangs up before the run settles drops this future:
+    // with `on_disconnect: cancel`, the run is cancelled then, as a
+    // stream's is.
+    let (run, hang_up) = start_for_client(&app, thread, body, cancel).await?;
+    let result = replica::settled(&app, &run).await;
+    hang_up.disarm();
+    let result = result?;
     // An answer the interrupted step cannot read is the client's mistake:
     // the run failed, the interrupt still waits.
     if let Some((kind, message)) = &result.error
@@ -1576,24 +1675,30 @@ pub(crate) async fn cancel(
 
 /// `DELETE /threads/{thread_id}`: with replicas, the thread's runs under
 /// way on other replicas are cancelled through the store first (those of
-/// this replica are cancelled by the thread's deletion itself).
+/// this replica are cancelled by the thread's deletion itself), and every
+/// run of the thread is taken out of its index, so that a thread created
+/// again under the id has none of them.
 pub(crate) async fn delete_thread(
     State(app): State<Shared>,
     Path(thread): Path<String>,
 ) -> Result<Response, ApiError> {
     if app.replica.is_some() && threads::find(&app, &thread).await?.is_some() {
-        for id in replica::list(&app, &thread).await? {
-            let under_way = replica::run_json(&app, Some(&thread), &id)
+        let ids = replica::list(&app, &thread).await?;
+        for id in &ids {
+            let under_way = replica::run_json(&app, Some(&thread), id)
                 .await?
                 .and_then(|r| r["status"].as_str().and_then(RunStatus::parse))
                 .is_some_and(|s| !s.is_done());
             if under_way
-                && let Some(run) = find_any(&app, Some(&thread), &id).await?
+                && let Some(run) = find_any(&app, Some(&thread), id).await?
                 && run.is_mirror()
             {
                 run.cancel();
             }
         }
+        let response = threads::delete(State(Arc::clone(&app)), Path(thread.clone())).await?;
+        replica::unlist(&app, &thread, &ids).await?;
+        return Ok(response);
     }
     threads::delete(State(app), Path(thread)).await
 }

@@ -40,7 +40,20 @@ fn from_memory(e: MemoryError) -> ApiError {
     ApiError::unprocessable(field, e.to_string())
 }
 
+/// A namespace (or a prefix of one) from its labels; `field` names it in
+/// errors. A label holding a `.` is refused, as both LangGraph SDKs refuse
+/// it: `GET /store/items?namespace=a.b` splits at dots, so such an item
+/// could never be read back.
 fn namespace(labels: Vec<String>, field: &str, prefix: bool) -> Result<Namespace, ApiError> {
+    if let Some(label) = labels.iter().find(|l| l.contains('.')) {
+        return Err(ApiError::unprocessable(
+            field,
+            format!(
+                "the namespace label `{label}` holds a `.`, which separates the labels of a \
+                 namespace in `GET /store/items?namespace=a.b`: give labels without dots"
+            ),
+        ));
+    }
     let made = if prefix {
         Namespace::prefix(labels)
     } else {
@@ -100,7 +113,10 @@ pub(crate) async fn put(
         if !(minutes.is_finite() && minutes > 0.0 && minutes < 1e9) {
             return Err(ApiError::bad(
                 "ttl",
-                format!("a time to live is a positive number of minutes, not {minutes}"),
+                format!(
+                    "a time to live is a positive number of minutes below 1e9 (about 1900 \
+                     years), not {minutes}"
+                ),
             ));
         }
         options = options.ttl(Duration::from_secs_f64(minutes * 60.0));

@@ -160,20 +160,40 @@ pub(crate) async fn save(app: &Shared, record: &ThreadRecord) -> Result<(), ApiE
     Ok(())
 }
 
-/// A new thread `id` (a random one when `None`).
+/// A new thread `id` (a random one when `None`). Its session is named by
+/// its id, unless the id was a thread's before (deleted: the store keeps
+/// the deleted thread's checkpoints) or names a session already: then a
+/// fresh session of its own (a random id, marked as the thread's like a
+/// fork), so that the new thread starts empty, none of the old thread's
+/// state, history or runs showing.
 pub(crate) async fn create_record(
     app: &Shared,
     id: Option<String>,
     metadata: Map<String, Value>,
 ) -> Result<ThreadRecord, ApiError> {
     let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let used = load_value(&*app.store, OWNER, &record_key(&id))
+        .await?
+        .is_some()
+        || app
+            .store
+            .load(&SessionId::from(id.clone()))
+            .await?
+            .is_some();
+    let session = if used {
+        let fresh = SessionId::from(uuid::Uuid::new_v4().to_string());
+        mark_fork(app, &id, &fresh).await?;
+        fresh.to_string()
+    } else {
+        id.clone()
+    };
     let now = now_millis();
     let record = ThreadRecord {
-        thread_id: id.clone(),
+        thread_id: id,
         created_at: now,
         updated_at: now,
         metadata,
-        session: id,
+        session,
         parents: Vec::new(),
         abandoned: Vec::new(),
         deleted: false,
@@ -331,8 +351,12 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let mut record = get_record(&app, &id).await?;
-    let unsettled = app.runs().unsettled(&id);
-    for run in unsettled {
+    // As LangGraph deletes a thread's runs with it: those under way are
+    // cancelled (at their next step boundary, on the thread's old session)
+    // and every run of the thread is forgotten, so that a thread created
+    // again under the id lists none and is not busy with them.
+    let runs = app.runs().by_thread.remove(&id).unwrap_or_default();
+    for run in runs {
         run.cancel();
     }
     record.deleted = true;

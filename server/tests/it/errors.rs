@@ -929,3 +929,259 @@ async fn runs_waiting_to_start_are_bounded_and_a_cancelled_one_settles_at_once()
         .await;
     assert!(status.is_success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_created_again_under_a_deleted_id_starts_empty() {
+    let api = Api::new();
+    // A thread that ran, deleted, then created again under its id.
+    let (status, thread) = api.post("/threads", r#"{"thread_id": "t"}"#).await;
+    assert_eq!(status, StatusCode::OK, "{thread}");
+    let (status, out) = api
+        .post(
+            "/threads/t/runs/wait",
+            r#"{"assistant_id": "ticks", "input": {"limit": 2}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["ticks"], 2, "{out}");
+    let (status, _) = api.call(Method::DELETE, "/threads/t", Body::empty()).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = api.get("/threads/t").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, thread) = api.post("/threads", r#"{"thread_id": "t"}"#).await;
+    assert_eq!(status, StatusCode::OK, "{thread}");
+    assert_eq!(thread["values"], json!({}), "{thread}");
+    assert_eq!(thread["status"], "idle", "{thread}");
+    let (status, state) = api.get("/threads/t/state").await;
+    assert_eq!(status, StatusCode::OK, "{state}");
+    assert_eq!(state["values"], json!({}), "{state}");
+    let (status, history) = api.post("/threads/t/history", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    assert_eq!(history, json!([]), "{history}");
+    let (status, runs) = api.get("/threads/t/runs").await;
+    assert_eq!(status, StatusCode::OK, "{runs}");
+    assert_eq!(runs, json!([]), "{runs}");
+    // Its first run starts from nothing.
+    let (status, out) = api
+        .post(
+            "/threads/t/runs/wait",
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["ticks"], 1, "{out}");
+
+    // A busy thread: its run is cancelled with it, and the thread created
+    // again is neither busy nor lists it.
+    let (status, run) = api
+        .post(
+            "/threads/b/runs",
+            r#"{"assistant_id": "ticks", "input": {"limit": 100000}, "if_not_exists": "create"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    let (_, thread) = api.get("/threads/b").await;
+    assert_eq!(thread["status"], "busy", "{thread}");
+    let (status, _) = api.call(Method::DELETE, "/threads/b", Body::empty()).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, thread) = api.post("/threads", r#"{"thread_id": "b"}"#).await;
+    assert_eq!(status, StatusCode::OK, "{thread}");
+    assert_eq!(thread["status"], "idle", "{thread}");
+    assert_eq!(thread["values"], json!({}), "{thread}");
+    let (status, runs) = api.get("/threads/b/runs").await;
+    assert_eq!(status, StatusCode::OK, "{runs}");
+    assert_eq!(runs, json!([]), "{runs}");
+    let (status, _) = api.get(&format!("/threads/b/runs/{run_id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A run on it is not queued behind the old one, and starts from nothing.
+    let (status, out) = api
+        .post(
+            "/threads/b/runs/wait",
+            r#"{"assistant_id": "ticks", "input": {"limit": 1}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["ticks"], 1, "{out}");
+    let (status, history) = api.post("/threads/b/history", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    assert!(
+        history.as_array().unwrap().len() <= 3,
+        "only the new run's checkpoints: {history}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crons_refuse_what_a_run_refuses_and_keep_what_it_honours() {
+    let api = Api::new();
+    let t = api.thread().await;
+    let for_thread = format!("/threads/{t}/runs/crons");
+    let cron = |extra: Value| {
+        let mut body = json!({"assistant_id": "ticks", "schedule": "0 * * * *",
+                              "input": {"limit": 0}});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body.to_string()
+    };
+    for path in [for_thread.as_str(), "/runs/crons"] {
+        for (extra, status, field) in [
+            (json!({"context": {"user": "u1"}}), 422, "context"),
+            (
+                json!({"config": {"recursion_limit": 5}}),
+                422,
+                "config.recursion_limit",
+            ),
+            (
+                json!({"config": {"configurable": {"a": 1}}}),
+                422,
+                "config.configurable",
+            ),
+            (json!({"durability": "exit"}), 422, "durability"),
+            (json!({"durability": "later"}), 422, "durability"),
+            (json!({"stream_mode": "everything"}), 422, "stream_mode"),
+            (json!({"stream_subgraphs": "yes"}), 422, "stream_subgraphs"),
+            (json!({"feedback_keys": ["k"]}), 422, "feedback_keys"),
+            (json!({"no_such_option": 1}), 422, "no_such_option"),
+            (json!({"input": {"limit": "many"}}), 422, "input.limit"),
+            (json!({"thread_id": "elsewhere"}), 422, "thread_id"),
+            (json!({"on_completion": "keep"}), 422, "on_completion"),
+            (
+                json!({"multitask_strategy": "reject"}),
+                422,
+                "multitask_strategy",
+            ),
+            (json!({"interrupt_before": "*"}), 422, "interrupt_before"),
+        ] {
+            let (got, err) = api.post(path, &cron(extra.clone())).await;
+            assert_eq!(got.as_u16(), status, "{path} {extra}: {err}");
+            assert_eq!(err["field"], field, "{path} {extra}: {err}");
+        }
+    }
+    let (status, none) = api.post("/runs/crons/search", "{}").await;
+    assert_eq!((status, none), (StatusCode::OK, json!([])));
+    // What a run honours is kept, and given to each tick's run; what asks
+    // for nothing passes.
+    let kept = json!({"schedule": "* * * * * *", "durability": "sync",
+                      "stream_mode": ["updates"], "checkpoint_during": true,
+                      "config": {}, "context": {}, "stream_resumable": false,
+                      "feedback_keys": null});
+    let (status, made) = api.post(&for_thread, &cron(kept)).await;
+    assert_eq!(status, StatusCode::OK, "{made}");
+    assert_eq!(made["payload"]["stream_mode"], json!(["updates"]), "{made}");
+    assert_eq!(made["payload"]["durability"], "sync", "{made}");
+    assert_eq!(made["payload"]["input"], json!({"limit": 0}), "{made}");
+    // Its first tick's run, settled, streams in the cron's modes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let run = loop {
+        let (_, runs) = api.get(&format!("/threads/{t}/runs")).await;
+        if let Some(run) = runs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["status"] == "success")
+        {
+            break run["run_id"].as_str().unwrap().to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no tick ran: {runs}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let (status, _) = api
+        .call(
+            Method::DELETE,
+            &format!("/runs/crons/{}", made["cron_id"].as_str().unwrap()),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let response = api
+        .router
+        .clone()
+        .oneshot(
+            Request::get(format!("/threads/{t}/runs/{run}/stream"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert!(events.contains(&"updates"), "{text}");
+    assert!(!events.contains(&"values"), "{text}");
+}
+
+#[tokio::test]
+async fn namespace_labels_with_a_dot_are_refused_on_every_store_path() {
+    let api = Api::new();
+    let put = r#"{"namespace": ["users", "a.b"], "key": "k", "value": {"text": "hi"}}"#;
+    expect(
+        api.call(Method::PUT, "/store/items", put.to_string()).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("namespace"),
+        "`a.b`",
+    );
+    expect(
+        api.call(
+            Method::DELETE,
+            "/store/items",
+            r#"{"namespace": ["users", "a.b"], "key": "k"}"#.to_string(),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("namespace"),
+        "`a.b`",
+    );
+    expect(
+        api.get("/store/items?namespace=users&namespace=a.b&key=k")
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("namespace"),
+        "`a.b`",
+    );
+    expect(
+        api.post(
+            "/store/items/search",
+            r#"{"namespace_prefix": ["users", "a.b"]}"#,
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("namespace_prefix"),
+        "`a.b`",
+    );
+    for field in ["prefix", "suffix"] {
+        expect(
+            api.post(
+                "/store/namespaces",
+                &json!({ field: ["users", "a.b"] }).to_string(),
+            )
+            .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(field),
+            "`a.b`",
+        );
+    }
+    // Nothing was stored; labels without dots go in and come back, the
+    // dotted form of the query splitting them.
+    let (status, found) = api.post("/store/items/search", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    assert_eq!(found["items"], json!([]), "{found}");
+    let put = r#"{"namespace": ["users", "a"], "key": "k", "value": {"text": "hi"}}"#;
+    let (status, _) = api.call(Method::PUT, "/store/items", put.to_string()).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, item) = api.get("/store/items?namespace=users.a&key=k").await;
+    assert_eq!(status, StatusCode::OK, "{item}");
+    assert_eq!(item["namespace"], json!(["users", "a"]), "{item}");
+    // A time to live past the limit says what the limit is.
+    let put = r#"{"namespace": ["users"], "key": "k", "value": {}, "ttl": 1e10}"#;
+    let (status, err) = api.call(Method::PUT, "/store/items", put.to_string()).await;
+    assert!(status.is_client_error(), "{err}");
+    assert_eq!(err["field"], "ttl", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("below 1e9"),
+        "{err}"
+    );
+}

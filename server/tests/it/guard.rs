@@ -316,3 +316,192 @@ async fn two_servers_on_one_store_fire_each_cron_tick_once() {
     assert!(threads >= 2, "{threads} ticks");
     assert!(threads <= elapsed, "{threads} ticks in {elapsed} s");
 }
+
+/// The status, headers and body of `request` on `router`, the body read
+/// whole.
+async fn answer(
+    router: &axum::Router,
+    request: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let response = call(router, request).await;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_key_cannot_join_a_stream_that_cancels_the_run_on_disconnect() {
+    const READ: &str = "key-read-0123456789";
+    const RUN: &str = "key-run-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path())
+        .api_key(READ, harness_server::Scope::Read)
+        .api_key(RUN, harness_server::Scope::Run)
+        .router()
+        .unwrap();
+    let post = |path: &str, body: &str| {
+        Request::post(path)
+            .header("x-api-key", RUN)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let (status, _, body) = answer(&router, post("/threads", r#"{"thread_id": "t"}"#)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = answer(
+        &router,
+        post(
+            "/threads/t/runs",
+            r#"{"assistant_id": "ticks", "input": {"limit": 100000}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let run: Value = serde_json::from_str(&body).unwrap();
+    let run = run["run_id"].as_str().unwrap().to_string();
+    let join = |path: &str, key: &str| {
+        Request::get(path)
+            .header("x-api-key", key)
+            .body(Body::empty())
+            .unwrap()
+    };
+    for path in [
+        format!("/threads/t/runs/{run}/stream"),
+        format!("/runs/{run}/stream"),
+    ] {
+        for query in [
+            "cancel_on_disconnect=true",
+            "cancel_on_disconnect=1",
+            "stream_mode=values&cancel_on_disconnect=%74rue",
+        ] {
+            // Refused before the stream opens: the hang-up cancels nothing.
+            let (status, _, body) = answer(&router, join(&format!("{path}?{query}"), READ)).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{path}?{query}: {body}");
+            let err: Value = serde_json::from_str(&body).unwrap();
+            let message = err["message"].as_str().unwrap();
+            assert!(
+                message.contains("scope `run`") && message.contains("cancel_on_disconnect"),
+                "{message}"
+            );
+        }
+        // A read key joins without cancelling; the stream, let go of at
+        // once, leaves the run going.
+        for query in ["", "?cancel_on_disconnect=false"] {
+            let response = call(&router, join(&format!("{path}{query}"), READ)).await;
+            assert_eq!(response.status(), StatusCode::OK, "{path}{query}");
+            drop(response);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, _, body) = answer(&router, join(&format!("/threads/t/runs/{run}"), READ)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let got: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["status"], "running", "{got}");
+    // A run key may ask for the cancel: letting go of its stream cancels
+    // the run.
+    let path = format!("/runs/{run}/stream?cancel_on_disconnect=true");
+    let response = call(&router, join(&path, RUN)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    drop(response);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, _, body) = answer(&router, join(&format!("/threads/t/runs/{run}"), READ)).await;
+        let got: Value = serde_json::from_str(&body).unwrap();
+        if got["status"] != "running" && got["status"] != "pending" {
+            assert_eq!(got["status"], "interrupted", "{got}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not cancelled: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_listed_page_may_put_memory_items_and_reads_its_refusals() {
+    const ORIGIN: &str = "https://app.example";
+    let dir = tempfile::tempdir().unwrap();
+    let router = crate::server(dir.path())
+        .cors_origin(ORIGIN)
+        .api_key("key-read-0123456789", harness_server::Scope::Read)
+        .api_key("key-run-0123456789", harness_server::Scope::Run)
+        .router()
+        .unwrap();
+    // The preflight of a `PUT /store/items` allows it.
+    let (status, headers, _) = answer(
+        &router,
+        Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/store/items")
+            .header(header::ORIGIN, ORIGIN)
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "PUT")
+            .header(
+                header::ACCESS_CONTROL_REQUEST_HEADERS,
+                "content-type, x-api-key",
+            )
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let methods = headers[header::ACCESS_CONTROL_ALLOW_METHODS]
+        .to_str()
+        .unwrap();
+    assert!(methods.split(", ").any(|m| m == "PUT"), "{methods}");
+    let put = |key: Option<&str>| {
+        let mut request = Request::put("/store/items")
+            .header(header::ORIGIN, ORIGIN)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        request
+            .body(Body::from(
+                r#"{"namespace": ["users", "u1"], "key": "k", "value": {"text": "hi"}}"#,
+            ))
+            .unwrap()
+    };
+    // No key, a wrong one, too small a scope: the page reads the refusal.
+    for (key, refused, kind) in [
+        (None, StatusCode::UNAUTHORIZED, "unauthorized"),
+        (Some("nope"), StatusCode::UNAUTHORIZED, "unauthorized"),
+        (
+            Some("key-read-0123456789"),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+    ] {
+        let (status, headers, body) = answer(&router, put(key)).await;
+        assert_eq!(status, refused, "{key:?}: {body}");
+        assert_eq!(
+            headers
+                .get(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+                .map(|v| v.to_str().unwrap()),
+            Some(ORIGIN),
+            "{key:?}"
+        );
+        let err: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(err["error"], kind, "{body}");
+    }
+    let (status, headers, body) = answer(&router, put(Some("key-run-0123456789"))).await;
+    assert!(status.is_success(), "{status}: {body}");
+    assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_ORIGIN], ORIGIN);
+    // A page of another origin still gets no CORS headers.
+    let (status, headers, _) = answer(
+        &router,
+        Request::put("/store/items")
+            .header(header::ORIGIN, "https://evil.example")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(!headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN));
+}

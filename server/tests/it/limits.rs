@@ -1,5 +1,7 @@
-//! How long a request may take (`Server::request_timeout`) and how many
-//! streams may be open at once (`Server::max_streams`).
+//! How long a request may take (`Server::request_timeout`), how long its
+//! head may take to come (`Server::header_read_timeout`), what a client
+//! hanging up on a wait does, and how many streams may be open at once
+//! (`Server::max_streams`).
 
 use async_trait::async_trait;
 use axum::Router;
@@ -243,6 +245,15 @@ async fn streams_over_the_cap_are_refused_with_a_429_before_their_run_starts() {
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{path}");
         let error = error_of(refused).await;
         assert_eq!(error["error"], "too_many_streams", "{error}");
+        // A join's run is under way: the message does not say it was not
+        // started.
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("this stream was not opened"),
+            "{error}"
+        );
         assert!(
             error["message"]
                 .as_str()
@@ -388,4 +399,170 @@ fn the_defaults_are_documented_values() {
         debug.contains("request_timeout: 30s") && debug.contains("max_streams: 4096"),
         "{debug}"
     );
+}
+
+/// Sends `body` to `path` over a connection of its own and hangs up once
+/// `started` says the run is under way.
+async fn hang_up_on(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: Value,
+    started: impl AsyncFn() -> bool,
+) {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !started().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}: the run did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stream);
+}
+
+/// The statuses of the runs `/runs/search` lists.
+async fn statuses(addr: std::net::SocketAddr) -> Vec<String> {
+    let (status, body) = crate::http(addr, "POST", "/runs/search", &[], "{}").await;
+    assert_eq!(status, 200, "{body}");
+    let runs: Value = serde_json::from_str(&body).unwrap();
+    runs.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_whose_client_hangs_up_cancels_its_run_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let bound = crate::server(dir.path())
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = bound.addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let long = json!({"limit": 100_000});
+    // `on_disconnect: cancel` on a thread; the Agent Protocol's shape,
+    // whose default is `cancel`; a stateless run with `cancel`. Each run
+    // is cancelled (`interrupted`) once its client hangs up.
+    for (path, body) in [
+        (
+            "/threads/w1/runs/wait",
+            json!({"assistant_id": "ticks", "input": long, "on_disconnect": "cancel",
+                   "if_not_exists": "create"}),
+        ),
+        (
+            "/runs/wait",
+            json!({"agent_id": "ticks", "thread_id": "w2", "input": long}),
+        ),
+        (
+            "/runs/wait",
+            json!({"assistant_id": "ticks", "input": long, "on_disconnect": "cancel"}),
+        ),
+    ] {
+        if body["thread_id"] == "w2" {
+            let (status, out) =
+                crate::http(addr, "POST", "/threads", &[], r#"{"thread_id": "w2"}"#).await;
+            assert_eq!(status, 200, "{out}");
+        }
+        hang_up_on(addr, path, body.clone(), async || {
+            statuses(addr).await.iter().any(|s| s == "pending")
+        })
+        .await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = statuses(addr).await;
+            if !now.iter().any(|s| s == "pending") {
+                assert!(now.iter().all(|s| s == "interrupted"), "{body}: {now:?}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{body}: the run goes on after its client hung up: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // LangGraph's default, `continue`: the run goes on to its end.
+    hang_up_on(
+        addr,
+        "/threads/w3/runs/wait",
+        json!({"assistant_id": "ticks", "input": {"limit": 10}, "if_not_exists": "create"}),
+        async || statuses(addr).await.iter().any(|s| s == "pending"),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while statuses(addr).await.iter().any(|s| s == "pending") {
+        assert!(std::time::Instant::now() < deadline, "the run did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, out) = crate::http(addr, "GET", "/threads/w3/state", &[], "").await;
+    assert_eq!(status, 200, "{out}");
+    let state: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(state["values"]["ticks"], 10, "{state}");
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_slow_to_send_its_request_head_is_hung_up_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Duration::from_millis(500);
+    let bound = crate::server(dir.path())
+        .header_read_timeout(limit)
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = bound.addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    // Part of a request line; part of the headers; nothing at all.
+    for sent in [
+        "GET /threads/sea",
+        "GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+        "",
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(sent.as_bytes()).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut rest))
+            .await
+            .unwrap_or_else(|_| panic!("{sent:?}: the connection is still open after 20 s"));
+        // Closed (a reset counts too), and not before the limit.
+        let _ = read;
+        assert!(
+            started.elapsed() >= limit - Duration::from_millis(50),
+            "{sent:?}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&rest).contains("200 OK"),
+            "{sent:?}: {}",
+            String::from_utf8_lossy(&rest)
+        );
+    }
+    // A whole request is answered, on a connection kept alive too.
+    let (status, body) = crate::http(addr, "GET", "/ok", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("the server did not stop")
+        .unwrap()
+        .unwrap();
 }
