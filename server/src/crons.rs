@@ -349,6 +349,21 @@ pub(crate) async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// Deletes the crons of thread `thread`, as LangGraph does with the thread:
+/// none fires on a thread created again under its id.
+pub(crate) async fn delete_for_thread(app: &Shared, thread: &str) -> Result<(), ApiError> {
+    for mut cron in all(app).await? {
+        if cron.deleted || cron.thread_id.as_deref() != Some(thread) {
+            continue;
+        }
+        cron.deleted = true;
+        cron.enabled = false;
+        cron.updated_at = now_millis();
+        save(app, &cron).await?;
+    }
+    Ok(())
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct SearchCrons {
     assistant_id: Option<String>,

@@ -362,6 +362,8 @@ pub(crate) async fn delete(
     record.deleted = true;
     record.updated_at = now_millis();
     save(&app, &record).await?;
+    // Its crons go with it.
+    crate::crons::delete_for_thread(&app, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

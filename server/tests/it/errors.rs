@@ -971,6 +971,26 @@ async fn a_thread_created_again_under_a_deleted_id_starts_empty() {
     assert_eq!(status, StatusCode::OK, "{out}");
     assert_eq!(out["ticks"], 1, "{out}");
 
+    // Its crons are deleted with it: none is listed, none fires on the
+    // thread created again.
+    let (status, cron) = api
+        .post(
+            "/threads/t/runs/crons",
+            r#"{"assistant_id": "ticks", "schedule": "* * * * *", "input": {"limit": 1}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cron}");
+    let (status, _) = api.call(Method::DELETE, "/threads/t", Body::empty()).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, crons) = api
+        .post("/runs/crons/search", r#"{"thread_id": "t"}"#)
+        .await;
+    assert_eq!((status, crons), (StatusCode::OK, json!([])));
+    let (status, thread) = api.post("/threads", r#"{"thread_id": "t"}"#).await;
+    assert_eq!(status, StatusCode::OK, "{thread}");
+    let (status, crons) = api.post("/runs/crons/search", "{}").await;
+    assert_eq!((status, crons), (StatusCode::OK, json!([])));
+
     // A busy thread: its run is cancelled with it, and the thread created
     // again is neither busy nor lists it.
     let (status, run) = api
