@@ -83,13 +83,24 @@ impl Remember {
     }
 }
 
-/// A key made from the content: its first words, then a short hash.
+/// The longest word of the content a made-up key keeps, in characters:
+/// four of them and the hash stay far below the store's key limit, however
+/// long the content's words (a token, a URL).
+const KEY_WORD_CHARS: usize = 24;
+
+/// A key made from the content: its first words (each cut to
+/// [`KEY_WORD_CHARS`]), then a short hash of all of it.
 fn made_up_key(content: &str) -> String {
     let words: Vec<String> = content
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .take(4)
-        .map(str::to_lowercase)
+        .map(|w| {
+            w.chars()
+                .take(KEY_WORD_CHARS)
+                .collect::<String>()
+                .to_lowercase()
+        })
         .collect();
     let hash = content.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -137,7 +148,10 @@ pub struct RecallArgs {
 }
 
 /// The `recall` tool: the memories closest in meaning to a query when the
-/// memory has an index, else those sharing the most words with it.
+/// memory has an index, else those whose content (and kind) shares the most
+/// words with it. Only the memories of its namespace itself, those
+/// `remember` makes and `forget` deletes: not those of the namespaces below
+/// it (an application's own data there).
 #[derive(Clone, Debug)]
 pub struct Recall {
     memory: Memory,
@@ -148,6 +162,43 @@ impl Recall {
     /// Recalls from `namespace` of `memory`.
     pub fn new(memory: Memory, namespace: Namespace) -> Self {
         Self { memory, namespace }
+    }
+
+    /// The first `limit` hits of `search` in the namespace itself (a
+    /// search reaches the namespaces below its prefix too), read a page at
+    /// a time, at most [`SCAN_LIMIT`] hits in all.
+    async fn own_hits(&self, search: &Search, limit: usize) -> Result<Vec<Hit>, MemoryError> {
+        let page = (limit * 4).clamp(20, SCAN_LIMIT);
+        let mut found = Vec::new();
+        let mut offset = 0;
+        while offset < SCAN_LIMIT {
+            let hits = self
+                .memory
+                .search(&search.clone().limit(page).offset(offset))
+                .await?;
+            let read = hits.len();
+            found.extend(
+                hits.into_iter()
+                    .filter(|hit| hit.item.namespace == self.namespace),
+            );
+            if found.len() >= limit || read < page {
+                break;
+            }
+            offset += page;
+        }
+        found.truncate(limit);
+        Ok(found)
+    }
+}
+
+/// The words a memory is matched on without an index: its content and its
+/// kind (not the JSON's keys: a query "content" matches no memory for that).
+fn matched_text(value: &serde_json::Value) -> String {
+    let field = |name: &str| value.get(name).and_then(|v| v.as_str()).unwrap_or_default();
+    match value.get("content") {
+        Some(_) => format!("{} {}", field("content"), field("kind")),
+        // A memory the application put in another shape: all of it.
+        None => value.to_string(),
     }
 }
 
@@ -212,13 +263,12 @@ impl Tool for Recall {
     }
     async fn call(&self, args: RecallArgs) -> Result<String, MemoryError> {
         let limit = args.limit.unwrap_or(5).clamp(1, MAX_RECALL);
-        let mut search = Search::under(self.namespace.clone()).limit(limit);
+        let mut search = Search::under(self.namespace.clone());
         if let Some(kind) = &args.kind {
             search = search.filter(Filter::eq("kind", kind.as_str()));
         }
         match self
-            .memory
-            .search(&search.clone().text(args.query.clone()))
+            .own_hits(&search.clone().text(args.query.clone()), limit)
             .await
         {
             Ok(hits) => return Ok(render(&hits)),
@@ -227,11 +277,11 @@ impl Tool for Recall {
             Err(e) => return Err(e),
         }
         let (wanted, cut) = query_words(&args.query);
-        let all = self.memory.search(&search.limit(SCAN_LIMIT)).await?;
+        let all = self.own_hits(&search, SCAN_LIMIT).await?;
         let mut scored: Vec<(usize, Hit)> = all
             .into_iter()
             .filter_map(|hit| {
-                let shared = shared_words(&wanted, &hit.item.value.to_string());
+                let shared = shared_words(&wanted, &matched_text(&hit.item.value));
                 (shared > 0).then_some((shared, hit))
             })
             .collect();

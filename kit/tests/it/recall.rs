@@ -203,3 +203,118 @@ impl RepeatWords for String {
         vec![self.as_str(); n].join(" ")
     }
 }
+
+/// The application's own data below the tools' namespace, closer to the
+/// query than anything the model remembered.
+async fn with_private_data_below(memory: &Memory) {
+    let private = Namespace::new(["users", "u-17", "private"]).unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..30 {
+        memory
+            .put(
+                &private,
+                &format!("bank{i}"),
+                json!({"content": "bank password is hunter2", "kind": "secret"}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[tokio::test]
+async fn recall_reads_only_its_own_namespace_not_those_below_it() {
+    use harness::llm::ToolSet;
+    use harness::memory::{HashedWords, IndexConfig};
+    let indexed = Memory::in_memory()
+        .with_index(IndexConfig::new(Arc::new(HashedWords::new(64)), 64).fields(["content"]));
+    for memory in [Memory::in_memory(), indexed] {
+        with_private_data_below(&memory).await;
+        let tools: ToolSet = memory_tools(memory.clone(), user());
+        tools
+            .dispatch(&ToolCall::new(
+                "r",
+                "remember",
+                json!({"key": "bank", "content": "banks Ana with Nordea; the password manager is in use"}),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        for args in [
+            json!({"query": "bank password"}),
+            json!({"query": "bank password", "limit": 20}),
+            json!({"query": "password", "kind": "secret"}),
+        ] {
+            let found = tools
+                .dispatch(&ToolCall::new("q", "recall", args.clone()))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .content;
+            assert!(!found.contains("hunter2"), "{args}: {found}");
+            if args.get("kind").is_none() {
+                assert!(found.starts_with("- bank: banks Ana"), "{args}: {found}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn without_an_index_recall_matches_content_not_the_keys_of_its_json() {
+    use harness::llm::ToolSet;
+    let memory = Memory::in_memory();
+    let tools: ToolSet = memory_tools(memory.clone(), user());
+    tools
+        .dispatch(&ToolCall::new(
+            "r",
+            "remember",
+            json!({"key": "tea", "content": "green tea", "kind": "preference"}),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (query, matches) in [("content", false), ("kind", false), ("preference", true)] {
+        let found = tools
+            .dispatch(&ToolCall::new("q", "recall", json!({"query": query})))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .content;
+        assert_eq!(found.starts_with("- tea"), matches, "{query}: {found}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_made_up_from_content_with_long_words_fits_the_store() {
+    use harness::llm::ToolSet;
+    let memory = Memory::in_memory();
+    let tools: ToolSet = memory_tools(memory.clone(), user());
+    for content in [
+        format!("the token is {}", "A".repeat(1100)),
+        "x".repeat(600_000),
+        format!(
+            "{} {} {} {}",
+            "é".repeat(900),
+            "b".repeat(900),
+            "ü".repeat(900),
+            "d".repeat(900)
+        ),
+    ] {
+        let saved = tools
+            .dispatch(&ToolCall::new(
+                "r",
+                "remember",
+                json!({ "content": content }),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!saved.is_error, "{}", saved.content);
+        let key = saved
+            .content
+            .strip_prefix("remembered as ")
+            .unwrap_or_else(|| panic!("{}", saved.content));
+        assert!(key.len() < 200, "{key}");
+        let item = memory
+            .get(&user(), key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            item.map(|i| i.value["content"].clone()),
+            Some(json!(content))
+        );
+    }
+}
