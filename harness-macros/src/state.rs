@@ -49,38 +49,6 @@ struct StateField {
     default: Option<Expr>,
     reducer: Reducer,
     docs: Vec<syn::Attribute>,
-    /// The field's names in JSON, from its `#[serde(..)]` (`rename`,
-    /// `alias`), given to the update's field too.
-    serde_names: Vec<TokenStream>,
-}
-
-/// The `#[serde(..)]` options among `attrs` that name things in JSON
-/// (`keys`: `rename`, `alias`, `rename_all`), as written, so that the update
-/// type reads and writes the names the state does; the other options (a
-/// `with` module for the field's type, not for its `Option`) are left to
-/// the state.
-fn serde_names(attrs: &[syn::Attribute], keys: &[&str]) -> syn::Result<Vec<TokenStream>> {
-    let mut names = Vec::new();
-    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
-        attr.parse_nested_meta(|meta| {
-            let path = meta.path.clone();
-            let copied = keys.iter().any(|k| path.is_ident(k));
-            let rest: TokenStream = if meta.input.peek(syn::Token![=]) {
-                let value: Expr = meta.value()?.parse()?;
-                quote!(= #value)
-            } else if meta.input.peek(syn::token::Paren) {
-                let group: Group = meta.input.parse()?;
-                quote!(#group)
-            } else {
-                TokenStream::new()
-            };
-            if copied {
-                names.push(quote!(#path #rest));
-            }
-            Ok(())
-        })?;
-    }
-    Ok(names)
 }
 
 pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
@@ -136,8 +104,6 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         return Err(e);
     }
 
-    // The state's JSON names (`rename_all`), the update's too.
-    let container_names = serde_names(&input.attrs, &["rename_all"])?;
     let name = &input.ident;
     let vis = &input.vis;
     let krate = quote!(::harness);
@@ -155,14 +121,12 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         } else {
             quote!(#(#docs)*)
         };
-        let names = &f.serde_names;
         quote! {
             #docs
             #[serde(
                 default,
                 skip_serializing_if = "::core::option::Option::is_none",
                 deserialize_with = "::harness::__private::present"
-                #(, #names)*
             )]
             pub #ident: ::core::option::Option<#ty>,
         }
@@ -314,7 +278,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             #krate::__private::serde::Deserialize,
             #krate::__private::schemars::JsonSchema,
         )]
-        #[serde(crate = "::harness::__private::serde", deny_unknown_fields #(, #container_names)*)]
+        #[serde(crate = "::harness::__private::serde", deny_unknown_fields)]
         #[schemars(crate = "::harness::__private::schemars")]
         #vis struct #update_ident {
             #(#update_fields)*
@@ -442,7 +406,6 @@ fn parse_field(field: &syn::Field, state: &Ident) -> syn::Result<StateField> {
         default,
         reducer: reducer.unwrap_or(Reducer::Replace),
         docs,
-        serde_names: serde_names(&field.attrs, &["rename", "alias"])?,
     })
 }
 

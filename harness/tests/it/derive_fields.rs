@@ -1,7 +1,6 @@
 //! `#[derive(HarnessState)]` on fields that are unusual but valid: a type
 //! naming `Self`, custom reducers whose names are close to a built-in's, and
-//! raw identifiers; and the JSON names serde gives the state, the update
-//! takes too.
+//! raw identifiers.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -189,42 +188,4 @@ async fn a_step_declares_it_writes_a_raw_field_by_its_name() {
         raw_loop(&["r#type", "loop"]).is_err(),
         "`r#type` is not a field's name"
     );
-}
-
-/// A state whose JSON names are not its Rust names: the update reads and
-/// writes the same names, so that an update made of the state's JSON (a
-/// server's "update state", a stored update) is understood.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema, HarnessState)]
-#[serde(rename_all = "camelCase")]
-struct Renamed {
-    #[serde(rename = "kind")]
-    k: String,
-    #[field(reduce = append)]
-    long_name: Vec<u32>,
-    #[serde(alias = "older")]
-    newer: u32,
-}
-
-#[test]
-fn an_update_uses_the_json_names_of_the_state() {
-    let update = RenamedUpdate::new().k("a").long_name(vec![1]).newer(2);
-    let json = serde_json::to_value(&update).unwrap();
-    assert_eq!(
-        json,
-        serde_json::json!({"kind": "a", "longName": [1], "newer": 2})
-    );
-    // The state's own JSON keys read as an update; an alias too.
-    let state_json = serde_json::to_value(Renamed::default()).unwrap();
-    assert!(state_json.get("kind").is_some() && state_json.get("longName").is_some());
-    let read: RenamedUpdate =
-        serde_json::from_value(serde_json::json!({"kind": "b", "longName": [3], "older": 4}))
-            .unwrap();
-    let mut state = Renamed::default();
-    state.apply(read);
-    assert_eq!(
-        (state.k.as_str(), state.long_name.as_slice(), state.newer),
-        ("b", &[3][..], 4)
-    );
-    // The Rust names are not JSON names of the update.
-    assert!(serde_json::from_value::<RenamedUpdate>(serde_json::json!({"k": "c"})).is_err());
 }
