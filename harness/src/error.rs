@@ -422,14 +422,14 @@ pub enum RunError {
     },
     /// The update a fork's [`collect_errors`](crate::ForkBuilder::collect_errors)
     /// made of a failed branch sets a field that keeps one value (`replace`)
-    /// which the failed step does not declare with
+    /// which no step of the branch declares with
     /// [`writes`](crate::StepBuilder::writes): the update stands in the
-    /// step's place, so the loop's check of parallel branches (which judged
-    /// the step's declaration) would not hold.
+    /// branch's place, so the loop's check of parallel branches (which
+    /// judged the steps' declarations) would not hold.
     #[error(
         "the update collect_errors made of branch `{branch}`'s failure at step `{step}` sets the \
-         field `{field}`, which the step does not declare in .writes([..]); it stands in the \
-         step's place, and the loop's check of parallel branches relies on what steps declare"
+         field `{field}`, which no step of the branch declares in .writes([..]); it stands in the \
+         branch's place, and the loop's check of parallel branches relies on what steps declare"
     )]
     UndeclaredCollectedWrite {
         /// The branch that failed (`search`, `summarize#2`).

@@ -651,12 +651,12 @@ impl<S: HarnessState, C: Context> ForkBuilder<S, C> {
     /// ([`BranchFailure::deadline`]); the store's and the lease's errors
     /// are the run's, never collected.
     ///
-    /// The update stands in the failed step's place: when that step
-    /// declares what it writes ([`writes`](StepBuilder::writes)), a field
-    /// whose reducer keeps one value (`replace`) may be set only if the
-    /// step declares it (the build's check of parallel writes judged what
-    /// steps declare: two failed branches would otherwise each set it, one
-    /// value lost), else the run fails with
+    /// The update stands in the branch's place: when its steps declare
+    /// what they write ([`writes`](StepBuilder::writes)), a field whose
+    /// reducer keeps one value (`replace`) may be set only if a step of the
+    /// branch declares it (the build's check of parallel writes judged what
+    /// the branch's steps declare: two failed branches would otherwise each
+    /// set it, one value lost), else the run fails with
     /// [`RunError::UndeclaredCollectedWrite`](crate::RunError::UndeclaredCollectedWrite).
     /// A field that merges (`append`, `add`, …) may be set freely: collect
     /// failures into one.

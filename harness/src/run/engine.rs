@@ -478,6 +478,48 @@ pub(crate) fn start<S: HarnessState, C: Context>(
     .boxed()
 }
 
+/// The fields the branch starting at step `start` may write before the
+/// fork's `join`, as the build's check of parallel writes judged them: what
+/// its steps declare (a step without a body writes nothing; a nested fork's
+/// branches and join count), `None` when a step of it may write any field.
+fn branch_writes<S: HarnessState, C: Context>(
+    harness: &HarnessInner<S, C>,
+    start: usize,
+    join: usize,
+) -> Option<std::collections::BTreeSet<&str>> {
+    let mut fields = std::collections::BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![start];
+    while let Some(at) = todo.pop() {
+        if at == join || !seen.insert(at) {
+            continue;
+        }
+        let step = &harness.steps[at];
+        if step.run.is_some() || step.sub.is_some() {
+            fields.extend(step.writes.as_ref()?.iter().map(String::as_str));
+        }
+        let targets: Vec<&Target> = match &step.exits {
+            Exits::Next(target) => vec![target],
+            Exits::On(on) => on.iter().map(|(_, target)| target).collect(),
+        };
+        for target in targets {
+            match target {
+                Target::Step(next) => todo.push(*next),
+                Target::End => {}
+                Target::Fork(n) => {
+                    let nested = &harness.forks[*n];
+                    match &nested.branches {
+                        Branches::Static(starts) => todo.extend(starts),
+                        Branches::Each { step, .. } => todo.push(*step),
+                    }
+                    todo.push(nested.join);
+                }
+            }
+        }
+    }
+    Some(fields)
+}
+
 /// Whether field `name` of `S` merges concurrent writes (its reducer is not
 /// `replace`); false when the state does not describe its reducers.
 fn merges<S: HarnessState>(name: &str) -> bool {
@@ -1483,15 +1525,19 @@ async fn run_region<S: HarnessState, C: Context>(
                 return Err(error);
             }
         };
-        // It stands in the failed step's place: a field that keeps one
-        // value it may set only when the step declares it (the build's check
-        // of parallel writes judged what steps declare); one that merges,
-        // freely.
+        // It stands in the branch's place: a field that keeps one value it
+        // may set only when a step of the branch declares it (the build's
+        // check of parallel writes judged what the branch's steps declare);
+        // one that merges, freely.
         let failed_step = &harness.steps[b.at];
-        if let Some(writes) = &failed_step.writes
+        let start = match &fork.branches {
+            Branches::Static(starts) => starts[i],
+            Branches::Each { step, .. } => *step,
+        };
+        if let Some(writes) = branch_writes(harness, start, fork.join)
             && let Some(field) = S::written(&update)
                 .into_iter()
-                .find(|f| !writes.iter().any(|w| w == f) && !merges::<S>(f))
+                .find(|f| !writes.contains(*f) && !merges::<S>(f))
         {
             let error = RunError::UndeclaredCollectedWrite {
                 branch: b.path.to_string(),

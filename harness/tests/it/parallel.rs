@@ -484,6 +484,57 @@ async fn a_collected_failure_sets_a_field_that_keeps_one_value_only_if_its_step_
 }
 
 #[tokio::test]
+async fn a_collected_failure_may_set_what_an_earlier_step_of_its_branch_declares() {
+    // Branch `a`: `a1` declares `summary`, then `a2` (which declares
+    // `total`) fails; branch `b` writes `log` only. `summary` is the
+    // branch's own: its failure may set it. A field no step of the branch
+    // declares (`items`) is still refused.
+    let fork = |collected: fn(&BranchFailure) -> WorkUpdate| {
+        Harness::<Work>::builder()
+            .step("plan")
+            .run(async |_: Arc<Work>| Ok(note("plan")))
+            .fork(["a1", "b"])
+            .collect_errors(move |f: BranchFailure| collected(&f))
+            .join("join")
+            .step("a1")
+            .run(async |_: Arc<Work>| Ok(WorkUpdate::new().summary("a1")))
+            .writes(["summary"])
+            .next("a2")
+            .step("a2")
+            .run(async |_: Arc<Work>| -> StepResult<WorkUpdate> { Err(StepError::msg("no")) })
+            .writes(["total"])
+            .next("join")
+            .step("b")
+            .run(async |_: Arc<Work>| Ok(note("b")))
+            .writes(["log"])
+            .next("join")
+            .step("join")
+            .run(async |_: Arc<Work>| Ok(note("join")))
+            .end()
+            .start("plan")
+            .build()
+            .unwrap()
+    };
+    let out = create_agent(
+        "a",
+        &fork(|f| WorkUpdate::new().summary(format!("{} failed", f.step))),
+    )
+    .run(Work::default())
+    .await
+    .unwrap();
+    assert_eq!(out.state.summary, "a2 failed");
+    let err = create_agent("a", &fork(|_| WorkUpdate::new().items(vec![1])))
+        .run(Work::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RunError::UndeclaredCollectedWrite { branch, step, field }
+            if branch == "a1" && step == "a2" && field == "items"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn a_fork_that_collects_errors_merges_the_failure_as_a_value() {
     let agent = create_agent("collect", &failing(true, Arc::default()));
     let out = agent.run(Work::default()).await.unwrap();
