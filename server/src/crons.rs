@@ -154,7 +154,8 @@ pub(crate) struct CreateCron {
     run: Map<String, Value>,
 }
 
-/// Whether a value asks for nothing: absent, null, false, or empty.
+/// Whether a value asks for something: present, and not null, false or
+/// empty.
 fn given(v: Option<&Value>) -> bool {
     match v {
         None | Some(Value::Null | Value::Bool(false)) => false,
@@ -207,7 +208,12 @@ fn refuse_for_crons(run: &Map<String, Value>) -> Result<(), ApiError> {
         ),
     ];
     for (field, why) in set_by_the_cron {
-        if given(run.get(field)) {
+        // Any `thread_id` at all (an empty one would make each tick fail).
+        let asked = match field {
+            "thread_id" => run.get(field).is_some_and(|v| !v.is_null()),
+            _ => given(run.get(field)),
+        };
+        if asked {
             return Err(ApiError::unprocessable(
                 field,
                 format!("`{field}` is not a cron field: {why}"),

@@ -72,6 +72,10 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`Server::header_read_timeout`]).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The longest [`Server::header_read_timeout`] kept (a year): a longer one,
+/// `Duration::MAX` included, is this.
+pub const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(365 * 86_400);
+
 /// How many streams may be open at once by default (see
 /// [`Server::max_streams`]).
 pub const DEFAULT_MAX_STREAMS: usize = 4096;
@@ -301,10 +305,13 @@ impl Server {
     /// is closed when the next request's head does not come in time. The
     /// body and the response are not timed by it (see
     /// [`request_timeout`](Self::request_timeout)). Not applied to a
-    /// [`router`](Self::router) served by the application.
+    /// [`router`](Self::router) served by the application. Kept between a
+    /// millisecond and [`MAX_HEADER_READ_TIMEOUT`] (a year: "no limit").
     #[must_use]
     pub fn header_read_timeout(mut self, limit: Duration) -> Self {
-        self.header_read_timeout = limit;
+        // Kept between a millisecond and a year: zero would close every
+        // connection, and `Duration::MAX` ("no limit") overflows the timer.
+        self.header_read_timeout = limit.clamp(Duration::from_millis(1), MAX_HEADER_READ_TIMEOUT);
         self
     }
 

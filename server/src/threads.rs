@@ -359,11 +359,12 @@ pub(crate) async fn delete(
     for run in runs {
         run.cancel();
     }
+    // Its crons go with it, first: a store failing meanwhile leaves the
+    // thread there, and the client's retry deletes what is left.
+    crate::crons::delete_for_thread(&app, &id).await?;
     record.deleted = true;
     record.updated_at = now_millis();
     save(&app, &record).await?;
-    // Its crons go with it.
-    crate::crons::delete_for_thread(&app, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

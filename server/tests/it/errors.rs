@@ -1065,6 +1065,7 @@ async fn crons_refuse_what_a_run_refuses_and_keep_what_it_honours() {
             (json!({"no_such_option": 1}), 422, "no_such_option"),
             (json!({"input": {"limit": "many"}}), 422, "input.limit"),
             (json!({"thread_id": "elsewhere"}), 422, "thread_id"),
+            (json!({"thread_id": ""}), 422, "thread_id"),
             (json!({"on_completion": "keep"}), 422, "on_completion"),
             (
                 json!({"multitask_strategy": "reject"}),

@@ -556,7 +556,7 @@ async fn a_client_slow_to_send_its_request_head_is_hung_up_on() {
             String::from_utf8_lossy(&rest)
         );
     }
-    // A whole request is answered, on a connection kept alive too.
+    // A whole request is answered.
     let (status, body) = crate::http(addr, "GET", "/ok", &[], "").await;
     assert_eq!(status, 200, "{body}");
     let _ = stop.send(());
@@ -565,4 +565,31 @@ async fn a_client_slow_to_send_its_request_head_is_hung_up_on() {
         .expect("the server did not stop")
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_header_read_timeout_of_no_limit_or_zero_still_serves() {
+    // `Duration::MAX` ("no limit") overflowed the timer of each connection,
+    // which then answered nothing; zero would close them all.
+    for limit in [Duration::MAX, Duration::ZERO] {
+        let dir = tempfile::tempdir().unwrap();
+        let bound = crate::server(dir.path())
+            .header_read_timeout(limit)
+            .bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = bound.addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(bound.serve(async move {
+            let _ = stopped.await;
+        }));
+        let (status, body) = crate::http(addr, "GET", "/ok", &[], "").await;
+        assert_eq!(status, 200, "{limit:?}: {body}");
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), serving)
+            .await
+            .expect("the server did not stop")
+            .unwrap()
+            .unwrap();
+    }
 }
