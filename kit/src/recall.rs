@@ -166,21 +166,23 @@ impl Recall {
 
     /// The first `limit` hits of `search` in the namespace itself (a
     /// search reaches the namespaces below its prefix too), read a page at
-    /// a time, at most [`SCAN_LIMIT`] hits in all.
+    /// a time, at most [`SCAN_LIMIT`] hits in all. A key is kept once:
+    /// pages of a search by meaning are separate searches, which an index
+    /// may rank a little differently.
     async fn own_hits(&self, search: &Search, limit: usize) -> Result<Vec<Hit>, MemoryError> {
-        let page = (limit * 4).clamp(20, SCAN_LIMIT);
-        let mut found = Vec::new();
+        let mut found: Vec<Hit> = Vec::new();
+        let mut keys = HashSet::new();
         let mut offset = 0;
         while offset < SCAN_LIMIT {
+            let page = (limit * 4).clamp(20, SCAN_LIMIT - offset);
             let hits = self
                 .memory
                 .search(&search.clone().limit(page).offset(offset))
                 .await?;
             let read = hits.len();
-            found.extend(
-                hits.into_iter()
-                    .filter(|hit| hit.item.namespace == self.namespace),
-            );
+            found.extend(hits.into_iter().filter(|hit| {
+                hit.item.namespace == self.namespace && keys.insert(hit.item.key.clone())
+            }));
             if found.len() >= limit || read < page {
                 break;
             }
