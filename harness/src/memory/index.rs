@@ -508,21 +508,42 @@ impl Graph {
         out
     }
 
-    /// Up to `m` of `candidates` (best first, scored against the node they
-    /// are for) that are each closer to that node than to any chosen
-    /// before: links in several directions rather than a clump.
-    fn select(codes: &Codes, candidates: &[Near], m: usize) -> Vec<u32> {
-        let mut chosen: Vec<u32> = Vec::with_capacity(m);
+    /// Up to `m` of `candidates` (best first, scored against `base`, the
+    /// node they are for): first those that are each closer to that node
+    /// than to any chosen before, links in several directions rather than
+    /// a clump; then, while slots are left, the best of the rest (the
+    /// HNSW paper's "keepPrunedConnections"). A chosen copy of the node
+    /// (the same code, as when a text is stored under many keys) hides
+    /// nothing but other copies: every other candidate is exactly as close
+    /// to it as to the node, and would be dropped on that tie, cutting a
+    /// cluster of copies off from the rest of the graph.
+    fn select(codes: &Codes, base: Code<'_>, candidates: &[Near], m: usize) -> Vec<u32> {
+        let copy = |node: u32| {
+            let code = codes.code(node);
+            code.scale.to_bits() == base.scale.to_bits() && code.ints == base.ints
+        };
+        // Each chosen node, and whether it is a copy of `base`.
+        let mut chosen: Vec<(u32, bool)> = Vec::with_capacity(m);
+        let mut pruned: Vec<u32> = Vec::new();
         for c in candidates {
             if chosen.len() >= m {
                 break;
             }
             let v = codes.code(c.node);
-            if chosen.iter().all(|&s| codes.score(v, s) < c.score) {
-                chosen.push(c.node);
+            let c_copy = copy(c.node);
+            let apart = chosen
+                .iter()
+                .all(|&(s, s_copy)| (s_copy && !c_copy) || codes.score(v, s) < c.score);
+            if apart {
+                chosen.push((c.node, c_copy));
+            } else {
+                pruned.push(c.node);
             }
         }
-        chosen
+        let mut links: Vec<u32> = chosen.into_iter().map(|(n, _)| n).collect();
+        let room = m.saturating_sub(links.len());
+        links.extend(pruned.into_iter().take(room));
+        links
     }
 
     /// Links in `node`, the next node (its vector already in `vectors`).
@@ -559,7 +580,7 @@ impl Graph {
                     &all,
                     visited,
                 );
-                let chosen = Self::select(codes, &found, self.params.m);
+                let chosen = Self::select(codes, query, &found, self.params.m);
                 self.set_links(node, l, &chosen);
                 let max = self.max_links(l);
                 for &other in &chosen {
@@ -577,7 +598,7 @@ impl Graph {
                             })
                             .collect();
                         scored.sort_by(|a, b| b.cmp(a));
-                        links = Self::select(codes, &scored, max);
+                        links = Self::select(codes, base, &scored, max);
                     }
                     self.set_links(other, l, &links);
                 }

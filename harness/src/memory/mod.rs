@@ -144,6 +144,62 @@ use std::time::Duration;
 /// again from the backend at once.
 const REREAD_AT_ONCE: usize = 16;
 
+/// How many locks [`WriteOrder`] spreads keys over.
+const WRITE_STRIPES: usize = 64;
+
+/// Keeps the index in the order the backend applied the writes made
+/// through one [`Memory`] and its clones: a write holds the locks of its
+/// keys' stripes from its backend write until the index has it, so two
+/// writes of one key reach the index in the order they reached the
+/// backend, while writes of keys on other stripes go on at once.
+struct WriteOrder {
+    stripes: Box<[tokio::sync::Mutex<()>]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl WriteOrder {
+    fn new() -> Self {
+        Self {
+            stripes: (0..WRITE_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    /// The stripe of `namespace`/`key`.
+    fn stripe(&self, namespace: &Namespace, key: &str) -> usize {
+        use std::hash::BuildHasher;
+        let hash = self.hasher.hash_one((namespace.labels(), key));
+        // The remainder is below the stripe count, a usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let stripe = (hash % self.stripes.len() as u64) as usize;
+        stripe
+    }
+
+    /// Holds the stripes of the keys `writes` touch, taken in ascending
+    /// order (so that writes of several keys never wait on each other in
+    /// a circle).
+    async fn lock(&self, writes: &[Write]) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = writes
+            .iter()
+            .map(|w| match w {
+                Write::Put(record) => self.stripe(&record.item.namespace, &record.item.key),
+                Write::Delete { namespace, key } | Write::Touch { namespace, key, .. } => {
+                    self.stripe(namespace, key)
+                }
+            })
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            guards.push(self.stripes[stripe].lock().await);
+        }
+        guards
+    }
+}
+
 /// How items are embedded for search by meaning.
 #[derive(Clone)]
 pub struct IndexConfig {
@@ -299,6 +355,7 @@ pub struct Memory {
     backend: Arc<dyn MemoryBackend>,
     clock: Arc<dyn Clock>,
     semantic: Option<Arc<Semantic>>,
+    order: Arc<WriteOrder>,
 }
 
 impl fmt::Debug for Memory {
@@ -388,6 +445,7 @@ impl Memory {
             backend,
             clock: Arc::new(SystemClock),
             semantic: None,
+            order: Arc::new(WriteOrder::new()),
         }
     }
 
@@ -714,6 +772,8 @@ impl Memory {
                 _ => {}
             }
         }
+        // The index takes these writes in the order the backend does.
+        let _order = self.order.lock(&writes).await;
         let created = self.backend.apply(writes.clone(), now).await?;
         // A put keeps the created time of the item it replaced.
         let mut created = created.into_iter();
@@ -749,6 +809,7 @@ impl Memory {
             })
             .collect();
         if !writes.is_empty() {
+            let _order = self.order.lock(&writes).await;
             self.backend.apply(writes.clone(), now).await?;
             self.index_writes(&writes).await;
         }

@@ -780,3 +780,143 @@ async fn a_search_by_text_that_reads_its_hits_again_drops_those_deleted_elsewher
     reader.reload_index().await.unwrap();
     assert_eq!(reader.search(&query).await.unwrap().len(), 2);
 }
+
+/// The in-memory backend, but each write pauses a pseudo-random while
+/// after it is applied (a store's round trip), so that concurrent writers
+/// can overtake one another between the backend and the index.
+#[derive(Debug)]
+struct Jittery {
+    inner: harness::memory::InMemory,
+    turn: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait]
+impl harness::memory::MemoryBackend for Jittery {
+    async fn apply(
+        &self,
+        writes: Vec<harness::memory::Write>,
+        now: u64,
+    ) -> Result<Vec<u64>, MemoryError> {
+        let created = self.inner.apply(writes, now).await?;
+        let turn = self
+            .turn
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            >> 58;
+        if turn.is_multiple_of(2) {
+            tokio::time::sleep(Duration::from_micros(turn * 50)).await;
+        } else {
+            for _ in 0..turn {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(created)
+    }
+
+    async fn get(
+        &self,
+        namespace: &Namespace,
+        key: &str,
+        now: u64,
+    ) -> Result<Option<harness::memory::Record>, MemoryError> {
+        self.inner.get(namespace, key, now).await
+    }
+
+    async fn search(
+        &self,
+        prefix: &Namespace,
+        filters: &[Filter],
+        offset: usize,
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<harness::memory::Record>, MemoryError> {
+        self.inner.search(prefix, filters, offset, limit, now).await
+    }
+
+    async fn namespaces(&self, now: u64) -> Result<Vec<Namespace>, MemoryError> {
+        self.inner.namespaces(now).await
+    }
+}
+
+/// What a search by `text` under `namespace` finds at `key`: its value
+/// and score.
+async fn found_at(
+    memory: &Memory,
+    namespace: &Namespace,
+    key: &str,
+    text: &str,
+) -> Option<(Value, f32)> {
+    let hits = memory
+        .search(&Search::under(namespace.clone()).text(text).limit(1_000))
+        .await
+        .unwrap();
+    hits.into_iter()
+        .find(|h| h.item.key == key)
+        .map(|h| (h.item.value, h.score.unwrap()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writes_of_one_key_leave_the_index_as_the_backend() {
+    let backend = Jittery {
+        inner: harness::memory::InMemory::new(),
+        turn: std::sync::atomic::AtomicU64::new(1),
+    };
+    let memory = Memory::new(backend)
+        .with_index(IndexConfig::new(Arc::new(HashedWords::new(64)), 64).fields(["text"]));
+    let space = ns(&["race"]);
+    memory
+        .put(&space, "seed", json!({"text": "seed"}))
+        .await
+        .unwrap();
+    // Load the index, so that the writes below update it.
+    memory
+        .search(&Search::under(space.clone()).text("seed"))
+        .await
+        .unwrap();
+    let (mut stale_deletes, mut stale_puts) = (0, 0);
+    for round in 0..150 {
+        // A put and a delete race.
+        let key = format!("d{round}");
+        let text = format!("secret number {round}");
+        let put = {
+            let (m, space, key, text) = (memory.clone(), space.clone(), key.clone(), text.clone());
+            tokio::spawn(async move { m.put(&space, &key, json!({"text": text})).await })
+        };
+        let delete = {
+            let (m, space, key) = (memory.clone(), space.clone(), key.clone());
+            tokio::spawn(async move { m.delete(&space, &key).await })
+        };
+        put.await.unwrap().unwrap();
+        delete.await.unwrap().unwrap();
+        let stored = memory.get(&space, &key).await.unwrap().map(|i| i.value);
+        let found = found_at(&memory, &space, &key, &text).await.map(|(v, _)| v);
+        if stored != found {
+            stale_deletes += 1;
+        }
+
+        // Puts race.
+        let key = format!("p{round}");
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let (m, space, key) = (memory.clone(), space.clone(), key.clone());
+            let text = format!("word{round} other{i}");
+            tasks.push(tokio::spawn(async move {
+                m.put(&space, &key, json!({"text": text})).await
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let stored = memory.get(&space, &key).await.unwrap().unwrap().value;
+        let text = stored["text"].as_str().unwrap().to_owned();
+        match found_at(&memory, &space, &key, &text).await {
+            Some((value, score)) if value == stored && score > 0.99 => {}
+            _ => stale_puts += 1,
+        }
+    }
+    assert_eq!(
+        (stale_deletes, stale_puts),
+        (0, 0),
+        "rounds where search disagreed with get: (put/delete, put/put)"
+    );
+}

@@ -797,3 +797,32 @@ async fn memory_answers_exactly_until_its_graph_is_built() {
     let stats = memory.index_stats().await.unwrap();
     assert!(stats.routes.graph >= 1, "{stats:?}");
 }
+
+/// Recall@10 through the graph when the same vectors are stored under
+/// many keys (a text kept once per user): a copy ties with every other
+/// copy, and must not starve its node of links to the rest of the graph.
+/// Recall is judged by score (any of several copies will do).
+#[test]
+fn copies_of_one_vector_under_many_keys_keep_the_graph_recall() {
+    let distinct = uniform(300, 24, 35);
+    let vectors: Vec<Vec<f32>> = (0..3_000).map(|i| distinct[i % 300].clone()).collect();
+    let index = approximate(&vectors, HnswParams::default());
+    let queries = uniform(100, 24, 36);
+    let (mut found, mut wanted, mut through) = (0, 0, 0);
+    for q in &queries {
+        let (got, route) = index.nearest_routed(q, &everything(), 0);
+        through += usize::from(route == Route::Graph);
+        let truth = index.nearest_exact(q, &everything(), 0);
+        let kth = truth.last().unwrap().1;
+        wanted += truth.len();
+        found += got
+            .iter()
+            .filter(|(_, score)| *score >= kth - 1e-4)
+            .count()
+            .min(truth.len());
+    }
+    let r = found as f64 / wanted as f64;
+    println!("recall@10 (by score) over 3 000 copies of 300 vectors: {r:.4}");
+    assert_eq!(through, queries.len(), "every search walks the graph");
+    assert!(r >= 0.95, "recall@10 {r}");
+}
