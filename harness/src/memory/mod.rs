@@ -702,7 +702,8 @@ impl Memory {
                             namespace: namespace.to_string(),
                             key: key.clone(),
                             why: format!(
-                                "a TTL of {:?} is under the 1 ms expiry is kept in",
+                                "its TTL of {:?} is under 1 ms, the least an expiry \
+                                 is kept to (it would expire as it is written)",
                                 options.ttl.unwrap_or_default()
                             ),
                         });
@@ -731,7 +732,10 @@ impl Memory {
         let wanted: Vec<String> = texts.iter().flatten().cloned().collect();
         let mut vectors = match &self.semantic {
             Some(semantic) if !wanted.is_empty() => {
-                let what = format!("{} items", wanted.len());
+                let what = match wanted.len() {
+                    1 => "1 item; nothing was written".to_owned(),
+                    n => format!("{n} items; nothing was written"),
+                };
                 self.embed(semantic, wanted, &what).await?.into_iter()
             }
             _ => Vec::new().into_iter(),

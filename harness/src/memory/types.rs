@@ -69,9 +69,10 @@ pub enum MemoryError {
     },
     /// The embedder failed, timed out or answered wrongly; nothing of the
     /// request was written.
-    #[error("the embedder failed for {what}: {why}; nothing was written")]
+    #[error("the embedder failed for {what}: {why}")]
     Embedding {
-        /// What was being embedded ("3 items of a put", "the query").
+        /// What was being embedded and what became of the request ("3
+        /// items; nothing was written", "the query").
         what: String,
         /// Why.
         why: String,

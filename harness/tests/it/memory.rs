@@ -514,11 +514,25 @@ async fn an_embedder_that_fails_times_out_or_answers_wrongly_writes_nothing() {
             "{name}: {err}"
         );
         assert!(
-            err.to_string().contains("nothing was written"),
+            err.to_string().contains("2 items; nothing was written"),
             "{name}: {err}"
         );
         assert_eq!(memory.get(&n, "a").await.unwrap(), None, "{name}");
         assert_eq!(memory.get(&n, "b").await.unwrap(), None, "{name}");
+        // A search writes nothing, and does not say it did not.
+        let err = memory
+            .search(&Search::under(n.clone()).text("one"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, MemoryError::Embedding { .. }),
+            "{name}: {err}"
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.contains("for the query") && !shown.contains("written"),
+            "{name}: {shown}"
+        );
     }
 }
 
