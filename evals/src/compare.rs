@@ -107,7 +107,9 @@ pub enum Shortfall {
 
 impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown = |s: &str| crate::redact::shown(s).into_owned();
+        // Redacted, and its control characters escaped (these lines go to
+        // a terminal).
+        let shown = |s: &str| crate::report::printable(&crate::redact::shown(s)).into_owned();
         match self {
             Shortfall::MissingCase { case } => write!(
                 f,

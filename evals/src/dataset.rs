@@ -422,10 +422,15 @@ impl<I: DeserializeOwned, E: DeserializeOwned> Dataset<I, E> {
     /// case concerned starts (its `- ` item).
     pub fn from_yaml(text: &str, origin: &str) -> Result<Self, DatasetError> {
         let text = without_bom(text);
-        // The parser's message quotes the text it could not read.
+        // The parser's message quotes the value it could not read (whole,
+        // so redacted whole); its snippet of the text is left out: it is
+        // cropped at a width, which can cut a secret so that redaction no
+        // longer finds it.
         let dataset: Self = serde_saphyr::from_str(text).map_err(|e| DatasetError::Yaml {
             origin: redact::owned(origin),
-            message: redact::owned(e.to_string()),
+            message: redact::owned(e.render_with_options(serde_saphyr::render_options! {
+                snippets: serde_saphyr::SnippetMode::Off,
+            })),
         })?;
         if dataset.check(origin).is_err() {
             // Read again for the cases' lines, only when they are needed.

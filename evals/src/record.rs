@@ -271,6 +271,8 @@ pub(crate) struct CaseModel {
     provider: String,
     model: String,
     journal: Journal,
+    /// How many exchanges a replay's recording holds (0 when live).
+    recorded: usize,
 }
 
 impl std::fmt::Debug for Source {
@@ -289,6 +291,7 @@ impl CaseModel {
             model: model.model_name().to_owned(),
             source: Source::Live(model),
             journal,
+            recorded: 0,
         }
     }
 
@@ -299,12 +302,23 @@ impl CaseModel {
         journal: Journal,
     ) -> Self {
         let mut recording = Recording::new(provider, model);
+        let recorded = exchanges.len();
         recording.exchanges = exchanges;
         Self {
             provider: provider.to_owned(),
             model: model.to_owned(),
             source: Source::Replay(Replay::new(recording)),
             journal,
+            recorded,
+        }
+    }
+
+    /// For a replay: how many recorded exchanges have not been replayed,
+    /// and how many the recording holds; `None` for a live model.
+    pub(crate) fn unreplayed(&self) -> Option<(usize, usize)> {
+        match &self.source {
+            Source::Live(_) => None,
+            Source::Replay(replay) => Some((replay.remaining(), self.recorded)),
         }
     }
 

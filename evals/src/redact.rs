@@ -353,7 +353,7 @@ fn record(record: &mut CaseRecord) {
     }
     texts(sessions.iter_mut().chain(withheld.iter_mut()));
     let verdict = match serde_json::to_value(&*record) {
-        Ok(json) if !holds_secret(&json) => return,
+        Ok(json) if !holds_secret(&json) && !streams_hold_secret(record) => return,
         Ok(_) => WITHHELD_SECRET,
         Err(_) => WITHHELD_UNSERIALIZABLE,
     };
@@ -391,6 +391,9 @@ fn exchange(exchange: &mut Exchange) {
     match outcome {
         Outcome::Response(r) => response(r),
         Outcome::Stream { events, error } => {
+            // A secret split across deltas is in no one delta: the text of
+            // each run of deltas is redacted as a whole first.
+            stream_texts(events);
             events.iter_mut().for_each(stream_event);
             if let Some(error) = error {
                 model_error(error);
@@ -524,6 +527,137 @@ fn stream_event(event: &mut StreamEvent) {
         // does not know is left to the check after the walk.
         _ => {}
     }
+}
+
+/// Which text a stream event adds to, for the deltas: the answer's text,
+/// the reasoning's text, or a tool call's arguments (by its index).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Text,
+    Reasoning,
+    Arguments(usize),
+}
+
+/// The run `event` adds a delta to, and a handle on that delta.
+fn delta(event: &mut StreamEvent) -> Option<(Run, &mut String)> {
+    match event {
+        StreamEvent::TextDelta { text } => Some((Run::Text, text)),
+        StreamEvent::ReasoningDelta { text } => Some((Run::Reasoning, text)),
+        StreamEvent::ToolCallDelta { index, arguments } => {
+            Some((Run::Arguments(*index), arguments))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `event` ends the run of text or reasoning deltas before it (a
+/// tool call or a reasoning part between two texts makes two parts; usage
+/// and the like do not). A tool call's arguments run from its start to its
+/// end, whatever comes between.
+fn ends_run(event: &StreamEvent, run: Run) -> bool {
+    match (event, run) {
+        (StreamEvent::Usage(_), _) => false,
+        (StreamEvent::ToolCallEnd { index, .. }, Run::Arguments(i)) => *index == i,
+        (_, Run::Arguments(_)) => false,
+        (event, run) => !matches!(
+            (event, run),
+            (StreamEvent::TextDelta { .. }, Run::Text)
+                | (StreamEvent::ReasoningDelta { .. }, Run::Reasoning)
+        ),
+    }
+}
+
+/// The runs of deltas of `events` that make one text each: their events'
+/// positions, in order.
+fn delta_runs(events: &mut [StreamEvent]) -> Vec<Vec<usize>> {
+    let mut runs: Vec<(Run, Vec<usize>, bool)> = Vec::new();
+    for (i, event) in events.iter_mut().enumerate() {
+        for (run, _, open) in runs.iter_mut().filter(|(_, _, open)| *open) {
+            if ends_run(event, *run) {
+                *open = false;
+            }
+        }
+        if let Some((run, _)) = delta(event) {
+            match runs.iter_mut().find(|(r, _, open)| *open && *r == run) {
+                Some((_, positions, _)) => positions.push(i),
+                None => runs.push((run, vec![i], true)),
+            }
+        }
+    }
+    runs.into_iter()
+        .map(|(_, positions, _)| positions)
+        .collect()
+}
+
+/// The texts the deltas of `events` make when joined, run by run (see
+/// [`delta_runs`]): what a reader of the stream sees, where a secret split
+/// across deltas is whole again.
+pub(crate) fn stream_texts_joined(events: &[StreamEvent]) -> Vec<String> {
+    let mut events = events.to_vec();
+    delta_runs(&mut events)
+        .into_iter()
+        .map(|positions| {
+            positions
+                .into_iter()
+                .filter_map(|i| delta(&mut events[i]).map(|(_, t)| t.clone()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Redacts the text of every run of deltas of `events` as a whole, and
+/// splits the redacted text over the run's events again: the deltas a run
+/// begins and ends with that redaction left as they were are kept, and the
+/// rest of the redacted text goes to the first delta that changed (the
+/// deltas after it up to the kept ones become empty). The deltas still
+/// join into the run's (redacted) text, so a replay answers the same.
+fn stream_texts(events: &mut [StreamEvent]) {
+    for positions in delta_runs(events) {
+        let pieces: Vec<String> = positions
+            .iter()
+            .filter_map(|&i| delta(&mut events[i]).map(|(_, t)| t.clone()))
+            .collect();
+        let joined: String = pieces.concat();
+        let redacted = match shown(&joined) {
+            Cow::Borrowed(_) => continue,
+            Cow::Owned(redacted) => redacted,
+        };
+        let mut rest = redacted.as_str();
+        let mut first = 0;
+        while first + 1 < pieces.len() && rest.starts_with(pieces[first].as_str()) {
+            rest = &rest[pieces[first].len()..];
+            first += 1;
+        }
+        let mut last = pieces.len();
+        while last > first + 1 && rest.ends_with(pieces[last - 1].as_str()) {
+            rest = &rest[..rest.len() - pieces[last - 1].len()];
+            last -= 1;
+        }
+        for (n, &i) in positions.iter().enumerate().take(last).skip(first) {
+            if let Some((_, t)) = delta(&mut events[i]) {
+                *t = if n == first {
+                    rest.to_owned()
+                } else {
+                    String::new()
+                };
+            }
+        }
+    }
+}
+
+/// Whether a stream of `record`'s exchanges holds a secret across its
+/// deltas (which the check of each string alone does not see).
+fn streams_hold_secret(record: &CaseRecord) -> bool {
+    record
+        .exchanges
+        .iter()
+        .chain(&record.judge_exchanges)
+        .any(|exchange| match &exchange.outcome {
+            Outcome::Stream { events, .. } => stream_texts_joined(events)
+                .iter()
+                .any(|t| secrets::contains_secret(t)),
+            _ => false,
+        })
 }
 
 fn model_error(error: &mut ModelError) {

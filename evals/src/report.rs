@@ -621,6 +621,24 @@ pub(crate) fn short(value: f64) -> String {
     }
 }
 
+/// `text` with its control characters escaped as Rust writes them in a
+/// string (`\n`, `\u{1b}`): a name read from a report must not move the
+/// cursor, clear the screen or break a table's line on a terminal.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A plain text table with aligned columns, every cell redacted (a report
 /// read from a file may hold what a run today would have redacted).
 pub(crate) fn render(
@@ -632,10 +650,10 @@ pub(crate) fn render(
     let shown = |cells: &[String]| -> Vec<String> {
         cells
             .iter()
-            .map(|c| redact::shown(c).into_owned())
+            .map(|c| printable(&redact::shown(c)).into_owned())
             .collect()
     };
-    let title = redact::shown(title);
+    let title = printable(&redact::shown(title)).into_owned();
     let header = shown(header);
     let rows: Vec<Vec<String>> = rows.iter().map(|r| shown(r)).collect();
     let footer = footer.map(|f| shown(f));

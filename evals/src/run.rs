@@ -702,6 +702,15 @@ impl Experiment {
                 None => running.await,
             };
             let latency = clock.elapsed();
+            // A replay the run did not use up: the run made fewer model
+            // calls than the recording holds, which is a change too.
+            let result = match (result, cx.model.unreplayed()) {
+                (Ok(_), Some((left, recorded))) if left > 0 => Err(Failed::Unreplayed {
+                    replayed: recorded - left,
+                    recorded,
+                }),
+                (result, _) => result,
+            };
             let exchanges = journal.take();
             let model_name = cx.model.model_name().to_owned();
             let mut metrics = measure(&exchanges, &model_name, &self.prices);
@@ -779,6 +788,12 @@ impl Experiment {
                     "the task ran past the timeout of {limit:?}"
                 )));
             }
+            Err(Failed::Unreplayed { replayed, recorded }) => {
+                report.failure = Some(CaseFailure::Diverged(format!(
+                    "the run made fewer model calls than the recording: {replayed} of the \
+                     {recorded} recorded exchanges were replayed"
+                )));
+            }
             Err(Failed::Panic(message)) => {
                 report.failure = Some(CaseFailure::Error(format!("the task panicked: {message}")));
             }
@@ -813,6 +828,12 @@ enum Failed {
     Timeout(Duration),
     /// The task panicked; the panic's message.
     Panic(String),
+    /// The task finished in a replay without using every recorded
+    /// exchange: how many it replayed, of how many.
+    Unreplayed {
+        replayed: usize,
+        recorded: usize,
+    },
 }
 
 /// The message of a panic: its payload when that is a string (what

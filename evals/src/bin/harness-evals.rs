@@ -33,8 +33,18 @@
 //! `regressed` is whether it exits 1; `shortfalls` are the reasons as
 //! `harness_evals::Shortfall`s (tagged by `kind`), `reasons` the same as
 //! the sentences printed on stderr.
+//!
+//! A reader that goes away early (`harness-evals compare a b | head -1`)
+//! is no error: what is left of the output is dropped quietly and the
+//! command exits as it would have (0, or 1 for a regressed comparison, so
+//! that the verdict is not lost to the pipe). Any other failure to write to
+//! stdout (a full disk) ends it with a message on stderr and status 2. A
+//! failure to write to stderr is ignored: there is nowhere left to say it.
 
-use std::process::ExitCode;
+use std::fmt;
+use std::io::{self, Write};
+use std::process::{self, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use harness_evals::{Comparison, Report, side_by_side};
 
@@ -43,12 +53,38 @@ const USAGE: &str = "usage:
   harness-evals compare BASELINE.json CANDIDATE.json [--threshold X] [--json]
   harness-evals side-by-side REPORT.json REPORT.json...";
 
+/// Whether stdout's reader has gone (a closed pipe): nothing more is
+/// written to it.
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Writes to stdout; see the module's docs for a failure.
+fn stdout(text: fmt::Arguments<'_>) {
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut out = io::stdout().lock();
+    if let Err(e) = out.write_fmt(text).and_then(|()| out.flush()) {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            STDOUT_GONE.store(true, Ordering::Relaxed);
+            return;
+        }
+        stderr(format_args!("harness-evals: cannot write to stdout: {e}\n"));
+        process::exit(2);
+    }
+}
+
+/// Writes to stderr; a failure is ignored.
+fn stderr(text: fmt::Arguments<'_>) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_fmt(text).and_then(|()| err.flush());
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args) {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("harness-evals: {message}");
+            stderr(format_args!("harness-evals: {message}\n"));
             ExitCode::from(2)
         }
     }
@@ -67,7 +103,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             let [path] = rest else {
                 return Err(USAGE.to_owned());
             };
-            print!("{}", load(path)?.table());
+            stdout(format_args!("{}", load(path)?.table()));
             Ok(ExitCode::SUCCESS)
         }
         "compare" => {
@@ -124,19 +160,21 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                         shortfalls.iter().map(|s| s.to_string()).collect(),
                     );
                 }
-                println!(
-                    "{}",
+                stdout(format_args!(
+                    "{}\n",
                     serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
-                );
+                ));
             } else {
-                print!("{}", comparison.table());
+                stdout(format_args!("{}", comparison.table()));
             }
             if shortfalls.is_empty() {
                 Ok(ExitCode::SUCCESS)
             } else {
-                eprintln!("harness-evals: the candidate regressed (threshold {threshold}):");
+                stderr(format_args!(
+                    "harness-evals: the candidate regressed (threshold {threshold}):\n"
+                ));
                 for shortfall in &shortfalls {
-                    eprintln!("  - {shortfall}");
+                    stderr(format_args!("  - {shortfall}\n"));
                 }
                 Ok(ExitCode::from(1))
             }
@@ -149,11 +187,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 .iter()
                 .map(|p| load(p))
                 .collect::<Result<Vec<_>, _>>()?;
-            print!("{}", side_by_side(&reports));
+            stdout(format_args!("{}", side_by_side(&reports)));
             Ok(ExitCode::SUCCESS)
         }
         "-h" | "--help" | "help" => {
-            println!("{USAGE}");
+            stdout(format_args!("{USAGE}\n"));
             Ok(ExitCode::SUCCESS)
         }
         other => Err(format!("unknown command {other:?}\n{USAGE}")),

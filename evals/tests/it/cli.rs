@@ -289,3 +289,99 @@ fn compare_json_gives_the_verdict_of_the_exit_status() {
         "case `case-1` dropped from 1 to 0 on evaluator `score`"
     );
 }
+
+/// Runs the command with stdout or stderr piped to a reader that reads one
+/// line and goes away; its exit status and the other stream's text.
+fn evals_read_one_line(args: &[&str], dir: &std::path::Path, of_stderr: bool) -> (i32, String) {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness-evals"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (closed, mut other): (Box<dyn Read + Send>, Box<dyn Read + Send>) = if of_stderr {
+        (
+            Box::new(child.stderr.take().unwrap()),
+            Box::new(child.stdout.take().unwrap()),
+        )
+    } else {
+        (
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        )
+    };
+    let draining = std::thread::spawn(move || {
+        let mut text = String::new();
+        other.read_to_string(&mut text).unwrap();
+        text
+    });
+    let mut closed = BufReader::new(closed);
+    let mut line = String::new();
+    closed.read_line(&mut line).unwrap();
+    assert!(!line.is_empty(), "a first line");
+    drop(closed);
+    let status = child.wait().unwrap();
+    (status.code().unwrap_or(-1), draining.join().unwrap())
+}
+
+#[test]
+fn a_reader_that_goes_away_early_is_no_panic_and_keeps_the_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    // Far more than a pipe's buffer, so that the command is still writing
+    // when the reader goes.
+    report("base", &[1.0; 3000])
+        .save(dir.path().join("base.json"))
+        .unwrap();
+    report("cand", &[0.0; 3000])
+        .save(dir.path().join("cand.json"))
+        .unwrap();
+    for (args, code) in [
+        (&["show", "base.json"][..], 0),
+        (&["side-by-side", "base.json", "cand.json"][..], 0),
+        (&["compare", "base.json", "base.json"][..], 0),
+        (&["compare", "base.json", "cand.json"][..], 1),
+        (&["compare", "base.json", "cand.json", "--json"][..], 1),
+    ] {
+        let (status, stderr) = evals_read_one_line(args, dir.path(), false);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(status, code, "{args:?}: {stderr}");
+    }
+    // The reasons of a regression on stderr, its reader gone.
+    let (status, stdout) =
+        evals_read_one_line(&["compare", "base.json", "cand.json"], dir.path(), true);
+    assert_eq!(status, 1, "{}", &stdout[..stdout.len().min(200)]);
+}
+
+#[test]
+fn control_characters_in_a_case_name_are_escaped_in_tables_and_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "ctrl\u{1b}[2J\u{1b}[31mRED\nnext line\u{7}";
+    let mut base = report("base", &[1.0, 1.0]);
+    base.cases[0].name = name.to_owned();
+    base.save(dir.path().join("base.json")).unwrap();
+    let mut cand = report("cand", &[0.0, 1.0]);
+    cand.cases[0].name = name.to_owned();
+    cand.save(dir.path().join("cand.json")).unwrap();
+    let escaped = r"ctrl\u{1b}[2J\u{1b}[31mRED\nnext line\u{7}";
+    for (args, code) in [
+        (&["show", "base.json"][..], 0),
+        (&["compare", "base.json", "cand.json"][..], 1),
+        (&["side-by-side", "base.json", "cand.json"][..], 0),
+    ] {
+        let (status, out, err) = evals(args, dir.path());
+        assert_eq!(status, code, "{args:?}: {out}{err}");
+        for text in [&out, &err] {
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{7}'),
+                "{args:?}: {text:?}"
+            );
+            assert!(!text.contains("RED\nnext"), "{args:?}: {text:?}");
+        }
+        assert!(out.contains(escaped), "{args:?}: {out}");
+    }
+    let (_, _, err) = evals(&["compare", "base.json", "cand.json"], dir.path());
+    assert!(err.contains(escaped), "{err}");
+}

@@ -983,3 +983,60 @@ fn saving_a_report_leaves_the_users_files_alone() {
         .collect();
     assert_eq!(names, ["blocked.json"]);
 }
+
+#[tokio::test]
+async fn a_replay_whose_run_makes_fewer_model_calls_than_recorded_diverges() {
+    // A task making as many calls as the case's input says.
+    let task = task_fn(|calls: u64, cx: CaseCx| async move {
+        let mut said = Vec::new();
+        for i in 0..calls {
+            let request = ModelRequest::builder().user(format!("call {i}")).build();
+            said.push(cx.model().complete(&request).await?.text());
+        }
+        Ok::<_, TaskError>(said.join(" "))
+    });
+    let model =
+        Arc::new(ScriptedModel::new((0..3).map(|i| {
+            Expect::any().reply(ModelResponse::from_text(format!("r{i}")))
+        })));
+    let recorded = Experiment::new("recorded")
+        .model(model)
+        .progress(Progress::Off)
+        .run(
+            &Dataset::<u64, String>::new("d", [Case::new("three", 3)]),
+            &task,
+            &Evaluators::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded.cases[0].record.exchanges.len(), 3);
+    // The same case, asking for all three: replayed whole.
+    let same = Experiment::new("same")
+        .progress(Progress::Off)
+        .replay(
+            &Dataset::<u64, String>::new("d", [Case::new("three", 3)]),
+            &recorded,
+            &task,
+            &Evaluators::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(same.cases[0].failure, None, "{:?}", same.cases[0]);
+    // Two calls of the three recorded: a change, not a pass.
+    let fewer = Experiment::new("fewer")
+        .progress(Progress::Off)
+        .replay(
+            &Dataset::<u64, String>::new("d", [Case::new("three", 2)]),
+            &recorded,
+            &task,
+            &Evaluators::new(),
+        )
+        .await
+        .unwrap();
+    match &fewer.cases[0].failure {
+        Some(CaseFailure::Diverged(message)) => {
+            assert!(message.contains("2 of the 3"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -880,3 +880,101 @@ fn a_secret_in_a_files_path_is_in_no_error_about_it() {
         assert_hidden(secret, text, what);
     }
 }
+
+#[tokio::test]
+async fn a_secret_split_across_streamed_deltas_is_in_no_saved_report_and_replays() {
+    use futures::StreamExt;
+    use harness::llm::{StopReason, StreamEvent, Usage, collect_stream};
+    let key = "sk-split-stream-4c8e1a7f3b9d2605";
+    register(&[key]);
+    let (a, b) = key.split_at(key.len() / 2);
+    let (x, rest) = key.split_at(7);
+    let (y, z) = rest.split_at(11);
+    let two = vec![
+        StreamEvent::text(format!("the key is {a}")),
+        StreamEvent::text(format!("{b}.")),
+        StreamEvent::finish(StopReason::EndTurn),
+    ];
+    let three = vec![
+        StreamEvent::text("first "),
+        StreamEvent::text(format!("then {x}")),
+        StreamEvent::Usage(Usage::default()),
+        StreamEvent::text(y),
+        StreamEvent::text(format!("{z} and after")),
+        StreamEvent::text(" the end"),
+        StreamEvent::finish(StopReason::EndTurn),
+    ];
+    for (events, halves, said) in [
+        (two, vec![a, b], "the key is [redacted]."),
+        (
+            three,
+            vec![x, y, z],
+            "first then [redacted] and after the end",
+        ),
+    ] {
+        let model = Arc::new(ScriptedModel::new([Expect::any().stream(events)]));
+        let task = task_fn(|q: String, cx: CaseCx| async move {
+            let request = ModelRequest::builder().user(q).build();
+            let stream = cx.model().stream(&request).await?;
+            let response = collect_stream(stream.map(|e| e)).await?;
+            Ok::<_, TaskError>(response.text())
+        });
+        let dataset = Dataset::<String, String>::new("d", [Case::new("stream", "q".to_owned())]);
+        let report = Experiment::new("split")
+            .model(model)
+            .progress(Progress::Off)
+            .run(&dataset, &task, &Evaluators::new())
+            .await
+            .unwrap();
+        let mut shown = vec![key];
+        shown.extend(halves.iter().copied().filter(|h| h.len() >= 8));
+        let saved = assert_made_hidden(&shown, &report);
+        for half in &halves {
+            assert!(!saved.contains(half), "{half:?} in\n{saved}");
+        }
+        let record = saved_record(&saved, 0);
+        assert_eq!(record["withheld"], Value::Null, "{saved}");
+        assert_eq!(report.cases[0].output, Some(json!(said)), "{saved}");
+        // The recorded deltas join into the redacted text: the report
+        // replays, and answers the same.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        report.save(&path).unwrap();
+        let loaded = Report::load(&path).unwrap();
+        let replayed = Experiment::new("again")
+            .progress(Progress::Off)
+            .replay(&dataset, &loaded, &task, &Evaluators::new())
+            .await
+            .unwrap();
+        assert_eq!(replayed.cases[0].failure, None, "{:?}", replayed.cases[0]);
+        assert_eq!(replayed.cases[0].output, Some(json!(said)));
+    }
+}
+
+#[test]
+fn a_yaml_error_shows_no_run_of_a_key_cropped_by_the_parsers_snippet() {
+    let key = "sk-yaml-crop-SECRET8e4b2d61";
+    register(&[key]);
+    // A key at several offsets in a long value of the wrong type: the
+    // parser's snippet crops the line at a width, wherever the key is.
+    for pad in [0, 20, 38, 41, 42, 45, 50, 55, 60, 80] {
+        let text = format!(
+            "name: d\ncases:\n  - name: a\n    input: \"{}{key}{}\"\n",
+            "A".repeat(pad),
+            "B".repeat(50)
+        );
+        let message = match Dataset::<u32, String>::from_yaml(&text, "crop.yaml") {
+            Ok(d) => panic!("read {d:?}"),
+            Err(e) => format!("{e} {e:?}"),
+        };
+        for start in 0..=key.len() - 8 {
+            let run = &key[start..start + 8];
+            assert!(
+                !message.contains(run),
+                "pad {pad}: {run:?} of the key in {message}"
+            );
+        }
+        // Still says where.
+        assert!(message.contains('4'), "the line: {message}");
+    }
+}
