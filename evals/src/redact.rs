@@ -550,20 +550,19 @@ fn delta(event: &mut StreamEvent) -> Option<(Run, &mut String)> {
     }
 }
 
-/// Whether `event` ends the run of text or reasoning deltas before it (a
-/// tool call or a reasoning part between two texts makes two parts; usage
-/// and the like do not). A tool call's arguments run from its start to its
-/// end, whatever comes between.
-fn ends_run(event: &StreamEvent, run: Run) -> bool {
+/// Whether `event` ends `run`, as the stream's reader
+/// ([`StreamCollector`](harness::llm::StreamCollector)) parts it: a text
+/// goes on until a tool call starts, a reasoning part ends, or a call that
+/// was not started ends (`open_calls`: those started and not ended); a
+/// reasoning text until its part ends; a tool call's arguments until its
+/// own end, whatever comes between.
+fn ends_run(event: &StreamEvent, run: Run, open_calls: &HashSet<usize>) -> bool {
     match (event, run) {
-        (StreamEvent::Usage(_), _) => false,
+        (StreamEvent::ToolCallStart { .. } | StreamEvent::ReasoningEnd { .. }, Run::Text) => true,
+        (StreamEvent::ToolCallEnd { index, .. }, Run::Text) => !open_calls.contains(index),
+        (StreamEvent::ReasoningEnd { .. }, Run::Reasoning) => true,
         (StreamEvent::ToolCallEnd { index, .. }, Run::Arguments(i)) => *index == i,
-        (_, Run::Arguments(_)) => false,
-        (event, run) => !matches!(
-            (event, run),
-            (StreamEvent::TextDelta { .. }, Run::Text)
-                | (StreamEvent::ReasoningDelta { .. }, Run::Reasoning)
-        ),
+        _ => false,
     }
 }
 
@@ -571,11 +570,21 @@ fn ends_run(event: &StreamEvent, run: Run) -> bool {
 /// positions, in order.
 fn delta_runs(events: &mut [StreamEvent]) -> Vec<Vec<usize>> {
     let mut runs: Vec<(Run, Vec<usize>, bool)> = Vec::new();
+    let mut open_calls = HashSet::new();
     for (i, event) in events.iter_mut().enumerate() {
         for (run, _, open) in runs.iter_mut().filter(|(_, _, open)| *open) {
-            if ends_run(event, *run) {
+            if ends_run(event, *run, &open_calls) {
                 *open = false;
             }
+        }
+        match event {
+            StreamEvent::ToolCallStart { index, .. } => {
+                open_calls.insert(*index);
+            }
+            StreamEvent::ToolCallEnd { index, .. } => {
+                open_calls.remove(index);
+            }
+            _ => {}
         }
         if let Some((run, _)) = delta(event) {
             match runs.iter_mut().find(|(r, _, open)| *open && *r == run) {

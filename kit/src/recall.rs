@@ -174,7 +174,9 @@ impl Recall {
         let mut keys = HashSet::new();
         let mut offset = 0;
         while offset < SCAN_LIMIT {
-            let page = (limit * 4).clamp(20, SCAN_LIMIT - offset);
+            // At least 20, and no further than SCAN_LIMIT (which the last
+            // page may leave fewer than 20 of).
+            let page = (limit * 4).max(20).min(SCAN_LIMIT - offset);
             let hits = self
                 .memory
                 .search(&search.clone().limit(page).offset(offset))

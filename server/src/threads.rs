@@ -351,6 +351,10 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let mut record = get_record(&app, &id).await?;
+    // Its crons go with it, first: none starts a run on it while it is
+    // deleted, and a store failing meanwhile leaves the thread there for
+    // the client's retry to delete what is left.
+    crate::crons::delete_for_thread(&app, &id).await?;
     // As LangGraph deletes a thread's runs with it: those under way are
     // cancelled (at their next step boundary, on the thread's old session)
     // and every run of the thread is forgotten, so that a thread created
@@ -359,9 +363,6 @@ pub(crate) async fn delete(
     for run in runs {
         run.cancel();
     }
-    // Its crons go with it, first: a store failing meanwhile leaves the
-    // thread there, and the client's retry deletes what is left.
-    crate::crons::delete_for_thread(&app, &id).await?;
     record.deleted = true;
     record.updated_at = now_millis();
     save(&app, &record).await?;

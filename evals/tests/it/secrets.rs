@@ -904,8 +904,29 @@ async fn a_secret_split_across_streamed_deltas_is_in_no_saved_report_and_replays
         StreamEvent::text(" the end"),
         StreamEvent::finish(StopReason::EndTurn),
     ];
+    // A tool call under way between the two pieces: the reader's text goes
+    // on across its deltas (as `StreamCollector` joins it).
+    let around_a_call = vec![
+        StreamEvent::ToolCallStart {
+            index: 0,
+            id: "c1".into(),
+            name: "look".into(),
+        },
+        StreamEvent::text(format!("the key is {a}")),
+        StreamEvent::ToolCallDelta {
+            index: 0,
+            arguments: "{}".into(),
+        },
+        StreamEvent::text(format!("{b}.")),
+        StreamEvent::ToolCallEnd {
+            index: 0,
+            call: harness::llm::ToolCall::new("c1", "look", json!({})),
+        },
+        StreamEvent::finish(StopReason::EndTurn),
+    ];
     for (events, halves, said) in [
         (two, vec![a, b], "the key is [redacted]."),
+        (around_a_call, vec![a, b], "the key is [redacted]."),
         (
             three,
             vec![x, y, z],

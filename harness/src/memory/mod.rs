@@ -944,13 +944,18 @@ impl Memory {
     }
 
     /// Rebuilds the index from the backend: picks up what other processes
-    /// wrote since it was built.
+    /// wrote since it was built. Searches by text and writes through this
+    /// `Memory` wait while the backend is read.
     pub async fn reload_index(&self) -> Result<(), MemoryError> {
         let Some(semantic) = &self.semantic else {
             return Ok(());
         };
-        let index = self.build_index(semantic).await?;
-        *semantic.index.write().await = Some(index);
+        // The index held while the backend is read: a write of this
+        // process meanwhile (which reaches the index after the backend)
+        // waits for the new index, rather than going to the old one and
+        // being lost with it (a deleted item found again).
+        let mut slot = semantic.index.write().await;
+        *slot = Some(self.build_index(semantic).await?);
         Ok(())
     }
 

@@ -1530,11 +1530,17 @@ async fn run_region<S: HarnessState, C: Context>(
         // check of parallel writes judged what the branch's steps declare);
         // one that merges, freely.
         let failed_step = &harness.steps[b.at];
+        // A static branch by its name (the last part of its path), not its
+        // position: a region rebuilt from a session of an older loop may
+        // list other branches; one the loop no longer has is not judged.
         let start = match &fork.branches {
-            Branches::Static(starts) => starts[i],
-            Branches::Each { step, .. } => *step,
+            Branches::Static(starts) => starts
+                .iter()
+                .copied()
+                .find(|&s| b.path.as_str().rsplit('/').next() == Some(&*harness.steps[s].name)),
+            Branches::Each { step, .. } => Some(*step),
         };
-        if let Some(writes) = branch_writes(harness, start, fork.join)
+        if let Some(writes) = start.and_then(|start| branch_writes(harness, start, fork.join))
             && let Some(field) = S::written(&update)
                 .into_iter()
                 .find(|f| !writes.contains(*f) && !merges::<S>(f))

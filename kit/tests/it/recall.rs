@@ -318,3 +318,38 @@ async fn a_key_made_up_from_content_with_long_words_fits_the_store() {
         );
     }
 }
+
+#[tokio::test]
+async fn recall_reads_to_its_scan_limit_whatever_the_page_size() {
+    // Thousands of the application's items below the namespace, closer to
+    // the query than the model's own: `recall` pages through to its scan
+    // limit, whose last page is shorter than the others (a limit of 6
+    // pages by 24, which 2 000 is no multiple of).
+    use harness::llm::ToolSet;
+    use harness::memory::{HashedWords, IndexConfig, Op, PutOptions};
+    let memory = Memory::in_memory()
+        .with_index(IndexConfig::new(Arc::new(HashedWords::new(64)), 64).fields(["content"]));
+    let docs = Namespace::new(["users", "u-17", "docs"]).unwrap_or_else(|e| panic!("{e}"));
+    let ops = (0..2_100)
+        .map(|i| Op::Put {
+            namespace: docs.clone(),
+            key: format!("d{i}"),
+            value: json!({"content": format!("the quarterly report number {i}")}),
+            options: PutOptions::default(),
+        })
+        .collect();
+    memory.batch(ops).await.unwrap_or_else(|e| panic!("{e}"));
+    let tools: ToolSet = memory_tools(memory.clone(), user());
+    for limit in [1, 6, 7, 8, 16, 20] {
+        let found = tools
+            .dispatch(&ToolCall::new(
+                "q",
+                "recall",
+                json!({"query": "quarterly report", "limit": limit}),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{limit}: {e}"))
+            .content;
+        assert_eq!(found, "nothing remembered matches", "{limit}");
+    }
+}
