@@ -363,9 +363,19 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     sums.iter().sum::<i32>() + tail
 }
 
+/// No node: the end of a chain of copies.
+const NO_NODE: u32 = u32::MAX;
+
 /// The HNSW graph over an index's nodes (which it shares the vectors of).
 /// Deleted nodes stay in it as stepping stones until the index is
 /// compacted.
+///
+/// A node whose code is the same as a linked node's (one text stored under
+/// many keys: a fact copied per user) is not linked itself: it joins that
+/// node's group of copies, and a walk reaching the group's node finds all
+/// of them. Linked, copies tie with each other and with every candidate,
+/// crowd each other's links and the walk's candidates, and cut clusters
+/// off: over 12 000 items of 400 distinct texts, recall@10 was 0.61.
 #[derive(Debug)]
 struct Graph {
     params: HnswParams,
@@ -376,6 +386,11 @@ struct Graph {
     entry: Option<u32>,
     top: usize,
     rng: u64,
+    /// The next copy in a linked node's group ([`NO_NODE`]: none): a chain
+    /// from the linked node through its copies.
+    next_copy: Vec<u32>,
+    /// The linked node of each distinct code, by the code's hash.
+    linked: HashMap<u64, u32>,
 }
 
 impl Graph {
@@ -393,7 +408,21 @@ impl Graph {
             entry: None,
             top: 0,
             rng: params.seed,
+            next_copy: Vec::new(),
+            linked: HashMap::new(),
         }
+    }
+
+    /// `node`'s copies (not `node` itself): empty unless it is linked and
+    /// has some.
+    fn copies(&self, node: u32) -> impl Iterator<Item = u32> + '_ {
+        let next = |n: u32| Some(self.next_copy[n as usize]).filter(|&c| c != NO_NODE);
+        std::iter::successors(next(node), move |&n| next(n))
+    }
+
+    /// Whether `admit` accepts `node` or one of its copies.
+    fn admits_group(&self, node: u32, admit: &dyn Fn(u32) -> bool) -> bool {
+        admit(node) || self.copies(node).any(admit)
     }
 
     /// How many nodes it links (the first ones of the index).
@@ -443,9 +472,9 @@ impl Graph {
         ((-uniform.ln() * scale) as usize).min(16)
     }
 
-    /// The `ef` nodes closest to `query` on `layer` that `admit` accepts,
-    /// reached from `entries`, best first. Nodes `admit` refuses are walked
-    /// through but not returned.
+    /// The `ef` linked nodes closest to `query` on `layer` of which `admit`
+    /// accepts the node or a copy, reached from `entries`, best first.
+    /// Nodes `admit` refuses are walked through but not returned.
     #[allow(clippy::too_many_arguments)]
     fn search_layer(
         &self,
@@ -463,7 +492,7 @@ impl Graph {
         for e in entries {
             if visited.insert(e.node) {
                 candidates.push(*e);
-                if admit(e.node) {
+                if self.admits_group(e.node, admit) {
                     results.push(Scored {
                         score: e.score,
                         slot: e.node as usize,
@@ -485,7 +514,7 @@ impl Graph {
                 let score = codes.score(query, next);
                 if results.len() < ef || results.peek().is_some_and(|w| score > w.score) {
                     candidates.push(Near { score, node: next });
-                    if admit(next) {
+                    if self.admits_group(next, admit) {
                         results.push(Scored {
                             score,
                             slot: next as usize,
@@ -546,19 +575,43 @@ impl Graph {
         links
     }
 
-    /// Links in `node`, the next node (its vector already in `vectors`).
+    /// Links in `node`, the next node (its vector already in `vectors`),
+    /// or adds it to the group of a linked node of the same code.
     fn insert(&mut self, node: u32, codes: &Codes) {
         debug_assert_eq!(node as usize, self.upper.len());
-        let layer = self.random_layer();
         self.bottom
             .resize(self.bottom.len() + 2 * self.params.m + 1, 0);
+        self.next_copy.push(NO_NODE);
+        let query = codes.code(node);
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            query.ints.hash(&mut h);
+            query.scale.to_bits().hash(&mut h);
+            h.finish()
+        };
+        match self.linked.get(&hash) {
+            Some(&first) => {
+                let code = codes.code(first);
+                if code.scale.to_bits() == query.scale.to_bits() && code.ints == query.ints {
+                    self.upper.push(Vec::new());
+                    self.next_copy[node as usize] = self.next_copy[first as usize];
+                    self.next_copy[first as usize] = node;
+                    return;
+                }
+                // Another code of the same hash: linked as any other.
+            }
+            None => {
+                self.linked.insert(hash, node);
+            }
+        }
+        let layer = self.random_layer();
         self.upper.push(vec![Vec::new(); layer]);
         let Some(entry) = self.entry else {
             self.entry = Some(node);
             self.top = layer;
             return;
         };
-        let query = codes.code(node);
         let all = |_: u32| true;
         VISITED.with_borrow_mut(|visited| {
             let mut entries = vec![Near {
@@ -613,8 +666,9 @@ impl Graph {
         }
     }
 
-    /// The `ef` admitted nodes closest to `query`, best first by their
-    /// codes' scores.
+    /// The admitted nodes of the `ef` linked nodes closest to `query` whose
+    /// groups hold an admitted node (each with its copies: at least `ef`
+    /// nodes when there are as many), best first by their codes' scores.
     fn search(
         &self,
         codes: &Codes,
@@ -636,7 +690,16 @@ impl Graph {
                 entries.truncate(0);
                 entries.extend(found.first().copied());
             }
-            self.search_layer(codes, query, &entries, ef, 0, admit, visited)
+            let found = self.search_layer(codes, query, &entries, ef, 0, admit, visited);
+            let mut out = Vec::with_capacity(found.len());
+            for near in found {
+                for node in std::iter::once(near.node).chain(self.copies(near.node)) {
+                    if admit(node) {
+                        out.push(Near { node, ..near });
+                    }
+                }
+            }
+            out
         })
     }
 }
