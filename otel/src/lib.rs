@@ -96,7 +96,11 @@
 //! unless `capture_content` is set, and its exporter drops such events
 //! regardless when capture is off. If another layer of yours logs TRACE
 //! for every target, it receives the contents too: filter
-//! `harness::gen_ai::content` out of it.
+//! `harness::gen_ai::content` out of it. The same holds for the events of
+//! the libraries that quote what they carry ([`CONTENT_CARRYING_TARGETS`]:
+//! the MCP SDK logs a server's notifications whole), and a tool's failure,
+//! which the model is told, is a DEBUG event naming the tool and the kind
+//! of failure, never its text.
 //!
 //! Whatever the setting, attributes whose names look like credentials
 //! (`authorization`, `api_key`, `cookie`, `password`, `secret`,
@@ -158,6 +162,14 @@ use tracing_subscriber::registry::LookupSpan;
 /// The `tracing` target under which the core emits message contents (at
 /// TRACE level), for subscribers that opted in; see the crate docs.
 pub const CONTENT_TARGET: &str = "harness::gen_ai::content";
+
+/// Targets of libraries harness runs on whose events quote what they
+/// carry, at every level: exported only with
+/// [`capture_content`](OtelConfig::capture_content). `rmcp`, the MCP SDK
+/// under `harness-mcp`, logs each notification a server sends (`info`)
+/// and each message it did not expect (`warn`) whole; `harness-mcp`
+/// reports its own failures without the payloads.
+pub const CONTENT_CARRYING_TARGETS: &[&str] = &["rmcp"];
 
 /// Keeps the export pipeline alive; dropping it flushes the spans not yet
 /// sent and stops the pipeline. Keep it for as long as the program runs
@@ -368,7 +380,7 @@ where
         .with_version(env!("CARGO_PKG_VERSION"))
         .build();
     let tracer = provider.tracer_with_scope(scope);
-    let filter = Targets::new()
+    let mut filter = Targets::new()
         .with_default(LevelFilter::from_level(level))
         .with_target(
             CONTENT_TARGET,
@@ -378,6 +390,16 @@ where
                 LevelFilter::OFF
             },
         );
+    for target in CONTENT_CARRYING_TARGETS {
+        filter = filter.with_target(
+            *target,
+            if capture {
+                LevelFilter::from_level(level)
+            } else {
+                LevelFilter::OFF
+            },
+        );
+    }
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_filter(filter);

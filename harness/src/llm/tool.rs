@@ -289,7 +289,15 @@ impl ToolSet {
         match self.dispatch(call).await {
             Ok(result) => result,
             Err(error) => {
-                tracing::debug!(tool = %call.name, %error, "tool call failed");
+                // The error's text is what the model is told, a tool's
+                // output: content, which traces carry only when asked to
+                // (`harness-otel`'s `capture_content`). Its kind is not.
+                let reason = match &error {
+                    ToolError::UnknownTool { .. } => "unknown_tool",
+                    ToolError::InvalidArguments { .. } => "invalid_arguments",
+                    ToolError::Failed { .. } => "failed",
+                };
+                tracing::debug!(tool = %call.name, reason, "tool call failed");
                 ToolResult::failure(call, error.to_string())
             }
         }

@@ -891,3 +891,93 @@ fn a_retried_steps_failed_attempts_are_debug_events_on_its_span() {
         }
     }
 }
+
+/// A tool that fails quoting what it read.
+struct Records;
+
+#[async_trait::async_trait]
+impl Tool for Records {
+    type Args = AddArgs;
+    type Output = i64;
+    type Error = String;
+    fn name(&self) -> &str {
+        "records"
+    }
+    fn description(&self) -> &str {
+        "reads a record"
+    }
+    async fn call(&self, _args: AddArgs) -> Result<i64, String> {
+        Err("PATIENT-RECORD Jane Roe, diagnosis X".into())
+    }
+}
+
+/// With contents off, neither a failed tool's text (its output, which the
+/// model is told), nor an invalid argument the model wrote, nor what the
+/// MCP SDK logs of a server's messages reaches the collector, even at
+/// DEBUG; with contents on, they do. (A tool's name, even one the model
+/// made up, is no content: it names the `execute_tool` span.)
+#[test]
+fn a_failed_tools_text_and_the_mcp_sdks_payloads_are_content() {
+    let markers = ["PATIENT-RECORD", "ARG-MARKER", "SDK-MARKER"];
+    for capture in [false, true] {
+        let collector = Collector::start();
+        traced(
+            OtelConfig::new(&collector.endpoint)
+                .level(tracing::Level::DEBUG)
+                .capture_content(capture),
+            || async {
+                let agent = Harness::<Task>::builder()
+                    .step("act")
+                    .run(|cx: Cx<()>| async move {
+                        let tools = ToolSet::new().with(Records);
+                        let calls = [
+                            ToolCall::new("c1", "records", serde_json::json!({"a": 1, "b": 2})),
+                            ToolCall::new("c2", "records", serde_json::json!({"a": "ARG-MARKER"})),
+                            ToolCall::new("c3", "no_such_tool", serde_json::json!({})),
+                        ];
+                        let mut log = Vec::new();
+                        for call in &calls {
+                            log.push(cx.call_tool(&tools, call).await.content);
+                        }
+                        tracing::info!(
+                            target: "rmcp::service",
+                            notification = "SDK-MARKER from the server",
+                            "received notification"
+                        );
+                        tracing::warn!(target: "rmcp::service::client", "unexpected SDK-MARKER");
+                        Ok(TaskUpdate::new().log(log))
+                    })
+                    .end()
+                    .start("act")
+                    .build()
+                    .unwrap();
+                let done = create_agent("records", &agent)
+                    .run(Task::default())
+                    .await
+                    .unwrap();
+                // The model is told each failure whole, whatever traces do.
+                let told = done.state.log.join("\n");
+                for marker in &markers[..2] {
+                    assert!(told.contains(marker), "{told}");
+                }
+            },
+        );
+        let spans = spans_of(&collector);
+        let exported = format!("{spans:?}");
+        for marker in markers {
+            assert_eq!(
+                exported.contains(marker),
+                capture,
+                "capture {capture}: {marker} exported"
+            );
+        }
+        // The failures are still seen, by kind.
+        let failed: Vec<String> = spans
+            .iter()
+            .flat_map(|s| &s.events)
+            .filter(|e| e.name == "tool call failed")
+            .filter_map(|e| text(&e.attributes, "reason"))
+            .collect();
+        assert_eq!(failed, ["failed", "invalid_arguments", "unknown_tool"]);
+    }
+}
