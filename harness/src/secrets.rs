@@ -56,6 +56,12 @@
 //! - Traces: `harness-otel` redacts every string attribute, event attribute,
 //!   span name and status message before export, and exports a number
 //!   attribute whose digits hold a secret as its redacted text.
+//! - Panics: a step's panic is its error, redacted; and once a secret is
+//!   registered, the process's panic hook is wrapped so that a panic
+//!   message holding one is printed redacted (Rust prints a panic's message
+//!   to standard error before anything catches it). Other panics go to the
+//!   hook that was there (yours, if you set one before); a hook set after
+//!   the first secret replaces the wrapper.
 //!
 //! # Cost
 //!
@@ -380,7 +386,74 @@ pub fn register(value: &str) -> bool {
     if registered {
         ACTIVE.store(true, Ordering::Release);
     }
+    drop(set);
+    if registered {
+        redact_panics();
+    }
     registered
+}
+
+/// The panic hook is wrapped once, when the first secret is registered.
+static PANIC_HOOK: Once = Once::new();
+
+/// Wraps the process's panic hook so that a panic whose message holds a
+/// secret is reported with it redacted.
+///
+/// The loop catches a step's panic and redacts its message, but Rust's
+/// panic hook has printed it to standard error by then (`thread '…'
+/// panicked at …: boom with sk-…`), whatever catches it. The wrapper
+/// leaves every other panic to the hook it found (the default one, or the
+/// application's own, set before the first secret): only a message that
+/// holds a secret is printed by it instead, as the default hook prints
+/// one, redacted (and with a backtrace when `RUST_BACKTRACE` asks for
+/// one). A hook the application sets later replaces the wrapper.
+fn redact_panics() {
+    // `set_hook` may not be called while this thread panics.
+    if std::thread::panicking() {
+        return;
+    }
+    PANIC_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let Some(message) = info.payload_as_str() else {
+                return previous(info);
+            };
+            // Not `read`: a panic while this thread registers a secret
+            // holds the lock for writing.
+            let redacted = match GLOBAL.try_read() {
+                Ok(set) => match set.redact(message) {
+                    Cow::Borrowed(_) => None,
+                    Cow::Owned(redacted) => Some(redacted),
+                },
+                Err(_) => Some("[a message withheld: the secrets were being updated]".into()),
+            };
+            let Some(redacted) = redacted else {
+                return previous(info);
+            };
+            let thread = std::thread::current();
+            let name = thread.name().unwrap_or("<unnamed>");
+            let at = info
+                .location()
+                .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))
+                .unwrap_or_default();
+            let backtrace = std::backtrace::Backtrace::capture();
+            let trace = match backtrace.status() {
+                std::backtrace::BacktraceStatus::Captured => {
+                    format!("stack backtrace:\n{backtrace}")
+                }
+                _ => {
+                    "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace"
+                        .into()
+                }
+            };
+            // One write, as the default hook makes, so that threads
+            // panicking at once do not interleave.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("\nthread '{name}' panicked{at}:\n{redacted}\n{trace}\n").as_bytes(),
+            );
+        }));
+    });
 }
 
 /// Registers the value of every environment variable whose name

@@ -899,3 +899,72 @@ async fn a_fan_outs_inputs_are_kept_redacted() {
     assert!(!written.contains(SECRET), "{written}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Set in the panicking child only.
+const PANIC_CHILD: &str = "HARNESS_IT_PANIC_CHILD";
+const PANIC_SECRET: &str = "sk-panicking-3e8d1c0b9a7f";
+
+/// Rust prints a panic's message to standard error before anything catches
+/// it: once a secret is registered, a message holding one is printed
+/// redacted; other panics are printed as they were.
+#[test]
+fn a_panic_message_holding_a_secret_is_printed_redacted() {
+    for backtrace in ["0", "1"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "secrets::panicking_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(PANIC_CHILD, "1")
+            .env("RUST_BACKTRACE", backtrace)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child failed:\n{stdout}\n{stderr}"
+        );
+        assert!(!stderr.contains(PANIC_SECRET), "{stderr}");
+        assert!(!stdout.contains(PANIC_SECRET), "{stdout}");
+        for said in [
+            "boom with [redacted] in the middle",
+            "the key [redacted] again",
+            "a panic without secrets",
+            "before any secret",
+        ] {
+            assert!(stderr.contains(said), "{said}: {stderr}");
+        }
+        assert!(
+            stderr.contains("panicked at harness/tests/it/secrets.rs:"),
+            "{stderr}"
+        );
+        assert_eq!(
+            stderr.contains("stack backtrace:"),
+            backtrace == "1",
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "run in a process of its own by `a_panic_message_holding_a_secret_is_printed_redacted`"]
+fn panicking_child() {
+    assert_eq!(
+        std::env::var(PANIC_CHILD).as_deref(),
+        Ok("1"),
+        "run by its parent"
+    );
+    let caught = |f: fn()| assert!(std::panic::catch_unwind(f).is_err());
+    caught(|| panic!("before any secret"));
+    assert!(secrets::register(PANIC_SECRET));
+    caught(|| panic!("boom with {PANIC_SECRET} in the middle"));
+    // On another thread, and with a formatted payload.
+    std::thread::spawn(move || caught(|| panic!("the key {} again", PANIC_SECRET)))
+        .join()
+        .unwrap();
+    caught(|| panic!("a panic without secrets"));
+}
