@@ -172,6 +172,10 @@ pub(crate) enum ApiError {
     BadUpdate(String),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A write's body over the studio's limit (the body's `kind` is
+    /// `too_large`, `limit` the limit in bytes).
+    #[error("the body is larger than the {limit} bytes a write takes")]
+    TooLarge { limit: usize },
     /// A query parameter the call does not take, or cannot read; the
     /// body's `kind` is `parameter` and its `parameter` names it.
     #[error("parameter `{parameter}` is {value:?}: {why}")]
@@ -260,6 +264,7 @@ impl ApiError {
             | ApiError::Decisions { .. }
             | ApiError::BadUpdate(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadRequest(_) | ApiError::BadParameter { .. } => StatusCode::BAD_REQUEST,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Session(SessionError::NoSession(_) | SessionError::NoCheckpoint { .. }) => {
                 StatusCode::NOT_FOUND
             }
@@ -297,6 +302,10 @@ impl IntoResponse for ApiError {
             body["field"] = serde_json::json!("answer");
             body["interrupt"] = serde_json::json!(redact::text(interrupt));
             body["reason"] = serde_json::json!(redact::text(reason));
+        }
+        if let ApiError::TooLarge { limit } = &self {
+            body["kind"] = serde_json::json!("too_large");
+            body["limit"] = serde_json::json!(limit);
         }
         if let ApiError::ForkIndex { .. } = &self {
             body["field"] = serde_json::json!("index");

@@ -9,6 +9,7 @@ use crate::redact;
 use crate::source::{Resumed, Source};
 use crate::trim;
 use crate::view::{self, Listed, PHASES, Summary, Unreadable};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, header};
@@ -152,6 +153,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/api/evals/{index}", get(evals::report))
         .fallback(no_route)
         .layer(axum::middleware::from_fn(wrong_method))
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(redact::responses))
         .layer(axum::middleware::map_response(no_referrer))
         .with_state(Arc::new(app))
@@ -677,8 +679,24 @@ async fn state(
 }
 
 /// A JSON body, refused with a typed error that says what is wrong.
-fn body<T: serde::de::DeserializeOwned>(raw: &[u8], what: &str) -> Result<T, ApiError> {
-    serde_json::from_slice(raw).map_err(|e| ApiError::BadRequest(format!("{what}: {e}")))
+/// The largest body a write takes (an answer, a fork's update): 2 MiB.
+const BODY_LIMIT: usize = 2 << 20;
+
+/// A write's body read as `T`: a body over [`BODY_LIMIT`] or cut off is
+/// refused as JSON like every other error (axum's own refusal is plain
+/// text).
+fn body<T: serde::de::DeserializeOwned>(
+    raw: Result<axum::body::Bytes, BytesRejection>,
+    what: &str,
+) -> Result<T, ApiError> {
+    let raw = raw.map_err(|rejection| {
+        if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge { limit: BODY_LIMIT }
+        } else {
+            ApiError::BadRequest(format!("{what}: the body could not be read: {rejection}"))
+        }
+    })?;
+    serde_json::from_slice(&raw).map_err(|e| ApiError::BadRequest(format!("{what}: {e}")))
 }
 
 #[derive(Debug, Deserialize)]
@@ -693,12 +711,12 @@ async fn answer(
     _: Authorized,
     _: SameOriginJson,
     PathParam(id): PathParam,
-    raw: axum::body::Bytes,
+    raw: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     if app.source.agent_id().is_none() {
         return Err(ApiError::ReadOnly);
     }
-    let request: AnswerBody = body(&raw, "an answer is {\"interrupt\": ID, \"answer\": JSON}")?;
+    let request: AnswerBody = body(raw, "an answer is {\"interrupt\": ID, \"answer\": JSON}")?;
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
     check_agent(&app, &head)?;
@@ -807,12 +825,12 @@ async fn fork(
     _: Authorized,
     _: SameOriginJson,
     PathParam(id): PathParam,
-    raw: axum::body::Bytes,
+    raw: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     if app.source.agent_id().is_none() {
         return Err(ApiError::ReadOnly);
     }
-    let request: ForkBody = body(&raw, "a fork is {\"index\": STEPS, \"update\": JSON}")?;
+    let request: ForkBody = body(raw, "a fork is {\"index\": STEPS, \"update\": JSON}")?;
     let id = SessionId::from(id);
     let head = view::head(app.source.store(), &id).await?;
     check_agent(&app, &head)?;

@@ -137,3 +137,39 @@ async fn a_mounted_studio_refuses_writes_that_are_not_json_or_name_another_origi
     writes_are_json_from_the_studios_own_origin(&w, addr, "/studio", None).await;
     stop.send_replace(true);
 }
+
+/// A write's body over the limit (2 MiB) is refused as JSON naming the
+/// limit, as every other error is (axum's own refusal is plain text); one
+/// at the limit is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_over_the_body_limit_is_refused_as_json() {
+    let w = World::new("writes-large").await;
+    let s = w.studio().await;
+    let limit = 2 << 20;
+    for (path, at_limit_status) in [
+        (format!("/api/sessions/{}/answer", w.waiting), 400),
+        (format!("/api/sessions/{}/fork", w.done), 400),
+    ] {
+        for size in [limit + 1, limit + 4096, 3 * limit] {
+            // A JSON string of `size` bytes in all.
+            let body = format!("\"{}\"", "x".repeat(size - 2));
+            let r = crate::support::post(&s, &path, &body).await;
+            assert_eq!(r.status, 413, "{path} {size}: {}", r.body);
+            let json: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(json["kind"], "too_large", "{}", r.body);
+            assert_eq!(json["limit"], limit, "{}", r.body);
+            assert!(r.error().contains("2097152 bytes"), "{}", r.body);
+        }
+        // At the limit: read, and refused for what it says (a string is
+        // no answer and no fork).
+        let body = format!("\"{}\"", "x".repeat(limit - 2));
+        let r = crate::support::post(&s, &path, &body).await;
+        assert_eq!(
+            r.status,
+            at_limit_status,
+            "{path}: {}",
+            &r.body[..200.min(r.body.len())]
+        );
+    }
+    s.shutdown().await.unwrap();
+}
