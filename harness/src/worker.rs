@@ -22,7 +22,7 @@
 
 use crate::agent::Agent;
 use crate::error::RunError;
-use crate::ids::SessionId;
+use crate::ids::{RunId, SessionId};
 use crate::session::SessionError;
 use crate::signal::Signal;
 use crate::slots::{Context, NoSlots};
@@ -63,13 +63,22 @@ pub struct WorkerReport {
 }
 
 /// A session the worker failed to take: how often, and when to try again.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Backoff {
     failures: u32,
     until: Instant,
     /// The first failure of those in a row.
     since: Instant,
+    /// The session's run and steps at the last failure, when its head
+    /// read: a failure after another worker moved it on (another run, more
+    /// steps) starts a new row.
+    mark: Option<(RunId, u64)>,
 }
+
+/// A backoff entry whose wait ended this long ago is dropped: its session
+/// has not been offered since (another worker ran it, or it ended), and a
+/// failure after so long starts a new row.
+const FORGET_BACKOFF_AFTER: Duration = Duration::from_secs(3600);
 
 /// Takes runnable sessions of one agent from its store and runs them, one at
 /// a time. Start several (in one process or many) for a pool.
@@ -231,23 +240,47 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
     /// error if it cannot list runnable sessions. A session that cannot be
     /// taken is not an error of this call: see the [type docs](Self).
     pub async fn run_once(&self, report: &mut WorkerReport) -> Result<usize, SessionError> {
+        self.run_found(report, || false)
+            .await
+            .map(|(taken, _)| taken)
+    }
+
+    /// [`run_once`](Self::run_once), asking `stop` before each session it
+    /// takes; how many it took, and whether `stop` said to stop (then it
+    /// is not asked again).
+    async fn run_found(
+        &self,
+        report: &mut WorkerReport,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<(usize, bool), SessionError> {
         let store = self.agent.store_handle().ok_or(SessionError::NoStore)?;
         let now = Instant::now();
-        let waiting: HashSet<SessionId> = self
-            .backoffs()
-            .iter()
-            .filter(|(_, b)| b.until > now)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let waiting: HashSet<SessionId> = {
+            let mut backoffs = self.backoffs();
+            backoffs.retain(|_, b| now.saturating_duration_since(b.until) < FORGET_BACKOFF_AFTER);
+            backoffs
+                .iter()
+                .filter(|(_, b)| b.until > now)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
         // Ask for enough that sessions in backoff cannot hide the others.
         let ask = self.batch.saturating_add(waiting.len());
         let found = store.runnable(self.agent.id(), store.now(), ask).await?;
         let mut taken = 0;
         for session in found.into_iter().filter(|s| !waiting.contains(s)) {
+            // A session claimed but not taken is offered again when its
+            // claim runs out.
+            if stop() {
+                return Ok((taken, true));
+            }
             let run = match self.agent.with((self.slots)()).take_running(&session).await {
                 Ok(run) => run,
-                // Another worker was faster, or the session moved on.
+                // Another worker was faster, or the session moved on: it
+                // can be taken, and a failure of this worker's before
+                // does not count towards a quarantine.
                 Err(SessionError::InFlight(_) | SessionError::NothingToRecover { .. }) => {
+                    self.backoffs().remove(&session);
                     report.lost_races += 1;
                     continue;
                 }
@@ -277,7 +310,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                 }
             }
         }
-        Ok(taken)
+        Ok((taken, false))
     }
 
     /// A failure to take `session` (a store error, or it cannot be loaded):
@@ -290,14 +323,33 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         report: &mut WorkerReport,
     ) {
         report.retries += 1;
+        // Where the session is, if its head reads (a load error may be the
+        // head's own).
+        let mark = match self.agent.store_handle() {
+            Some(store) => match store.load(session).await {
+                Ok(Some(head)) => Some((head.run_id, head.steps)),
+                _ => None,
+            },
+            None => None,
+        };
         let (failures, since) = {
             let mut backoffs = self.backoffs();
             let now = Instant::now();
-            let entry = backoffs.entry(session.clone()).or_insert(Backoff {
+            let fresh = Backoff {
                 failures: 0,
                 until: now,
                 since: now,
-            });
+                mark: mark.clone(),
+            };
+            let entry = backoffs
+                .entry(session.clone())
+                .or_insert_with(|| fresh.clone());
+            if entry.mark.is_some() && mark.is_some() && entry.mark != mark {
+                // Another worker moved it on since: a new row.
+                *entry = fresh;
+            } else if mark.is_some() {
+                entry.mark = mark;
+            }
             entry.failures = entry.failures.saturating_add(1);
             entry.until = self.backoff_until(entry.failures);
             (entry.failures, entry.since)
@@ -331,6 +383,7 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
                     failures: 0,
                     until: now,
                     since: now,
+                    mark: None,
                 });
                 entry.failures = entry.failures.saturating_add(1);
                 entry.until = self.backoff_until(entry.failures);
@@ -339,7 +392,9 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
     }
 
     /// Runs sessions until `shutdown` completes, then finishes the run in
-    /// progress and returns what it did. A store that fails to list
+    /// progress and returns what it did (it takes no other session, even of
+    /// a [`batch`](Self::batch) it asked for: those are offered again when
+    /// the store's claim on them runs out). A store that fails to list
     /// runnable sessions is asked again after a backoff (see
     /// [`max_backoff`](Self::max_backoff)); it does not end the loop.
     ///
@@ -359,13 +414,18 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
             if futures::FutureExt::now_or_never(&mut shutdown).is_some() {
                 return Ok(report);
             }
-            let taken = self.run_once(&mut report).await;
+            let taken = self
+                .run_found(&mut report, || {
+                    futures::FutureExt::now_or_never(&mut shutdown).is_some()
+                })
+                .await;
             let pause = match taken {
-                Ok(0) => {
+                Ok((_, true)) => return Ok(report),
+                Ok((0, false)) => {
                     errors = 0;
                     self.poll
                 }
-                Ok(_) => {
+                Ok((_, false)) => {
                     errors = 0;
                     continue;
                 }

@@ -891,3 +891,117 @@ async fn a_short_store_outage_quarantines_nothing() {
         );
     }
 }
+
+/// Failures of one worker to take a session are "in a row" only while
+/// nobody moves it on: after another worker ran it (more steps, another
+/// run), a new failure starts a new row, so blips hours apart never add up
+/// to a quarantine; and a row that does go on still quarantines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_before_another_worker_ran_the_session_do_not_count_towards_a_quarantine() {
+    let faulty = Faulty::new(Arc::new(SledStore::temporary().unwrap()));
+    let agent = notes(faulty.clone());
+    let tuned = || {
+        Worker::new(agent.clone())
+            .poll_interval(Duration::from_millis(5))
+            .max_backoff(Duration::from_millis(10))
+            .max_attempts(3)
+            .quarantine_after(Duration::from_millis(200))
+    };
+    let (a, b) = (tuned(), tuned());
+    let session = agent.submit(Note { lines: vec![] }).await.unwrap();
+    let blip = |on: bool| {
+        let mut unreachable = faulty.unreachable.lock().unwrap();
+        if on {
+            unreachable.insert(session.clone());
+        } else {
+            unreachable.remove(&session);
+        }
+    };
+    let mut ra = WorkerReport::default();
+    // Each round: A fails to take it twice (under max_attempts), then B
+    // runs it; later a new input comes and A fails once more.
+    for round in 0..3 {
+        blip(true);
+        for _ in 0..2 {
+            a.run_once(&mut ra).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        blip(false);
+        let mut rb = WorkerReport::default();
+        let started = Instant::now();
+        while rb.completed == 0 {
+            let head = agent.session(&session).await.unwrap();
+            assert!(
+                !matches!(head.phase, SessionPhase::Failed { .. }),
+                "round {round}: quarantined after fewer than 3 failures in a row: {:?} {ra:?}",
+                head.phase
+            );
+            assert!(started.elapsed() < Duration::from_secs(30), "{rb:?}");
+            b.run_once(&mut rb).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        agent
+            .submit_input(
+                &session,
+                NoteUpdate::new().lines(vec![format!("round {round}")]),
+                harness::session::Busy::Reject,
+            )
+            .await
+            .unwrap();
+    }
+    blip(true);
+    a.run_once(&mut ra).await.unwrap();
+    let head = agent.session(&session).await.unwrap();
+    assert!(
+        matches!(head.phase, SessionPhase::Running),
+        "one failure after another worker's run quarantines nothing: {:?} {ra:?}",
+        head.phase
+    );
+    assert_eq!(ra.quarantined, 0, "{ra:?}");
+    // A row nobody breaks: quarantined once it is long enough.
+    let started = Instant::now();
+    while ra.quarantined == 0 {
+        assert!(started.elapsed() < Duration::from_secs(30), "{ra:?}");
+        a.run_once(&mut ra).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    let head = agent.session(&session).await.unwrap();
+    assert!(
+        matches!(&head.phase, SessionPhase::Failed { error } if error.contains("in a row")),
+        "{:?}",
+        head.phase
+    );
+}
+
+/// Shutdown stops a worker between the sessions of a batch: it finishes
+/// the run in progress and takes no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_takes_no_other_session_of_a_batch() {
+    let store: Arc<dyn SessionStore> = Arc::new(SledStore::temporary().unwrap());
+    let effects = Arc::new(Effects::default());
+    let agent = slow_agent(
+        store,
+        effects.clone(),
+        Duration::from_millis(300),
+        Duration::from_secs(30),
+    );
+    for _ in 0..5 {
+        agent.submit(Slow { steps: 0 }).await.unwrap();
+    }
+    let started = {
+        let effects = effects.clone();
+        async move {
+            while effects.started.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    let report = Worker::new(agent.clone())
+        .poll_interval(Duration::from_millis(5))
+        .batch(5)
+        .run_until(started)
+        .await
+        .unwrap();
+    assert_eq!((report.runs, report.completed), (1, 1), "{report:?}");
+    assert_eq!(effects.finished.load(Ordering::SeqCst), 1);
+}
