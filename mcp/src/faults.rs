@@ -10,15 +10,20 @@
 //! what the server sent, and only what waits for it:
 //! - an answer over the limit to a request the transport can tell (a stdio
 //!   line whose `id` was read as it was skipped; anything on an HTTP POST's
-//!   own answer) is replaced by a [stand-in](Faults::stand_in): an error
+//!   own answer), or a stdio line that is JSON, and an answer by its `id`,
+//!   but not a JSON-RPC message the SDK reads (no `jsonrpc: "2.0"`, an
+//!   `error` without a number `code`, both a `result` and an `error`), is
+//!   replaced by a [stand-in](Faults::stand_in): an error
 //!   answer to that request, which the SDK hands to the call waiting for
 //!   it, if one still does (a call that gave up is not waiting: the SDK
 //!   drops it), and which the call knows for the client's own
 //!   ([`Faults::stood_in`]);
 //! - a notification or a request of the server's over the limit is no
 //!   call's answer, and only logged ([`Faults::drop_notice`]);
-//! - any other message dropped is reported here
-//!   ([`Faults::drop_message`]), and every call waiting fails for it.
+//! - any other message dropped that may be an answer is reported here
+//!   ([`Faults::drop_message`]), and every call waiting fails for it: a
+//!   stdio line that starts as JSON but is not, or whose request cannot be
+//!   told (an answer in a batch, an error without an `id`).
 //!
 //! Likewise the SDK says only "connection closed" when a stdio server's
 //! process exits; the stdio transport reports how it ended.
@@ -34,6 +39,21 @@ use tokio::sync::watch;
 /// The key, in the `data` of a [stand-in](Faults::stand_in) error answer,
 /// of the client's mark.
 const STAND_IN_MARK: &str = "harnessMcpDroppedAnswer";
+
+/// The most bytes of what a [stand-in](Faults::stand_in) says was dropped;
+/// the rest is cut.
+const STAND_IN_WHAT_BYTES: usize = 1024;
+
+/// The longest a [stand-in](Faults::stand_in) line can be, in bytes: its
+/// frame, the mark, an id of at most
+/// [`ID_BYTES`](crate::sniff::ID_BYTES) as the server wrote it (as JSON it
+/// is no longer), and what it says, each byte of which JSON may write as
+/// six. The SDK's own limit on a stdio line is at least this, so that a
+/// stand-in always reaches it, whatever
+/// [`McpOptions::max_message_bytes`](crate::McpOptions::max_message_bytes)
+/// is.
+pub(crate) const STAND_IN_MAX_BYTES: usize =
+    256 + STAND_IN_MARK.len() + 32 + crate::sniff::ID_BYTES + 6 * (STAND_IN_WHAT_BYTES + 3);
 
 /// What the server sent that the client could not read.
 #[derive(Debug)]
@@ -80,11 +100,18 @@ impl Faults {
     }
 
     /// The error answer to request `id` that takes the place of its
-    /// answer, dropped for `what` (e.g. from [`too_large`]); logged. The
-    /// call waiting for the answer, if one still does, fails with it
-    /// ([`stood_in`](Self::stood_in)); a call that gave up is not waiting
-    /// any more, and the SDK drops it.
+    /// answer, dropped for `what` (e.g. from [`too_large`]; cut to
+    /// [`STAND_IN_WHAT_BYTES`]); logged. The call waiting for the answer,
+    /// if one still does, fails with it ([`stood_in`](Self::stood_in)); a
+    /// call that gave up is not waiting any more, and the SDK drops it.
     pub(crate) fn stand_in_message(&self, id: RequestId, what: &str) -> ServerJsonRpcMessage {
+        let what = match what
+            .char_indices()
+            .find(|(at, c)| at + c.len_utf8() > STAND_IN_WHAT_BYTES)
+        {
+            Some((cut, _)) => format!("{}…", &what[..cut]),
+            None => what.to_owned(),
+        };
         tracing::warn!(
             problem = %what,
             request = %id,
@@ -92,16 +119,12 @@ impl Faults {
         );
         let mut data = serde_json::Map::new();
         data.insert(STAND_IN_MARK.to_owned(), Value::String(self.mark.clone()));
-        let error = ErrorData::new(
-            ErrorCode::INTERNAL_ERROR,
-            what.to_owned(),
-            Some(Value::Object(data)),
-        );
+        let error = ErrorData::new(ErrorCode::INTERNAL_ERROR, what, Some(Value::Object(data)));
         ServerJsonRpcMessage::error(error, Some(id))
     }
 
     /// [`stand_in_message`](Self::stand_in_message) as a line of JSON,
-    /// without its newline.
+    /// without its newline: at most [`STAND_IN_MAX_BYTES`].
     pub(crate) fn stand_in(&self, id: RequestId, what: &str) -> Vec<u8> {
         // A message of the SDK's own types always serializes.
         serde_json::to_vec(&self.stand_in_message(id, what)).unwrap_or_default()
@@ -209,4 +232,28 @@ pub(crate) fn dropped_since(receiver: &mut watch::Receiver<(u64, String)>) -> Op
         .has_changed()
         .unwrap_or(false)
         .then(|| receiver.borrow_and_update().1.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stand_in_is_never_longer_than_its_bound() {
+        let faults = Faults::new();
+        // The longest id the sniffer keeps, of characters JSON escapes, and
+        // a long text of them.
+        let id = RequestId::String("\u{1}".repeat(crate::sniff::ID_BYTES / 6).into());
+        let what = "\u{2}\"\\".repeat(10_000);
+        let line = faults.stand_in(id.clone(), &what);
+        assert!(line.len() <= STAND_IN_MAX_BYTES, "{}", line.len());
+        // What it says is cut, and still the client's own.
+        let Ok(ServerJsonRpcMessage::Error(error)) = serde_json::from_slice(&line) else {
+            panic!("{}", String::from_utf8_lossy(&line));
+        };
+        assert_eq!(error.id, Some(id));
+        let said = faults.stood_in(&error.error).unwrap();
+        assert!(said.len() <= STAND_IN_WHAT_BYTES + 3 && said.ends_with('…'));
+        assert!(what.starts_with(said.trim_end_matches('…')));
+    }
 }

@@ -18,8 +18,13 @@
 //! of a tool's answer ([`McpOptions::max_output_bytes`]), its tool list
 //! ([`McpOptions::max_tools`], [`MAX_LIST_PAGES`],
 //! [`McpOptions::max_list_bytes`]) and every wait on it are bounded, and
-//! each limit reached is an error that names it. Tool names the model APIs
-//! refuse are not offered ([`McpClient::refused_tools`]), and
+//! each limit reached is an error that names it; what it says in an error
+//! is cut like a tool's answer. An answer the client cannot read (too
+//! large, not JSON, JSON but not a JSON-RPC message, a result of the wrong
+//! shape) fails the call waiting for it at once
+//! ([`McpError::BadMessage`]), rather than at its timeout. Tools the model
+//! APIs would refuse (a name they do not take, an input schema that is not
+//! an object's) are not offered ([`McpClient::refused_tools`]), and
 //! [`McpClient::add_to`] never silently replaces a tool already in a set.
 //! (The set [`McpClient::tool_set`] returns, and [`ToolSet::register`] with
 //! the tools of [`McpClient::tools`], do: `register` replaces a tool of the
@@ -52,6 +57,19 @@
 //! trusted as much as the host. A server that fails to start for want of a
 //! variable usually says which on its stderr, which it shares with the
 //! host.
+//!
+//! # A stdio server's processes
+//!
+//! On Unix a stdio server runs in a process group of its own. When the
+//! connection ends (the client is dropped or [closed](McpClient::close),
+//! or the server closes its output), the server gets a moment (3 s) to exit
+//! by itself, its input closed; then the group is killed (`SIGKILL`): the
+//! server, if it is still there, and whatever it started and left running
+//! (a browser, a language server), unless that left the group (`setsid`).
+//! Being in a group of its own, the server does not get the terminal's
+//! signals (Ctrl-C) with the host: a host that exits without dropping the
+//! client leaves it to see its input close. Elsewhere than on Unix only
+//! the server's own process is stopped.
 //!
 //! ```no_run
 //! use harness::llm::{ToolCall, ToolSet};
@@ -204,9 +222,19 @@ pub struct McpOptions {
     ///
     /// The calls that do not fail go on, each within its own
     /// [`call_timeout`](Self::call_timeout).
+    ///
+    /// Any limit works, however small, 0 included: a message of the
+    /// server's over it fails as above, at once (the error answer the
+    /// client puts in the place of an answer is its own, and not held to
+    /// the limit). A limit smaller than the server's answer to the
+    /// handshake (some 150 bytes or more) fails the connection
+    /// ([`McpError::Connect`]), saying so.
     pub max_message_bytes: usize,
     /// The most text a tool call returns, in bytes (default 1 MiB): the
-    /// rest of a longer answer is cut, and the text says so.
+    /// rest of a longer answer is cut, and the text says so. The message
+    /// of a server's error ([`McpError::Refused`]; one answering the
+    /// handshake or a listing, in [`McpError::Connect`] and
+    /// [`McpError::List`]) is cut likewise.
     pub max_output_bytes: usize,
     /// The most tools a server may list (default 1024); more is
     /// [`McpError::ListTooLarge`].
@@ -393,7 +421,8 @@ pub enum McpError {
         message: String,
     },
     /// The server refused the call with a JSON-RPC error (unknown tool,
-    /// invalid arguments, an internal error).
+    /// invalid arguments, an internal error). Its message is redacted, then
+    /// cut at [`McpOptions::max_output_bytes`] as a tool's answer is.
     #[error("MCP server `{server}` refused the call to `{tool}`: {message} (error {code})")]
     Refused {
         /// The server's name.
@@ -402,7 +431,8 @@ pub enum McpError {
         tool: String,
         /// The JSON-RPC error code.
         code: i32,
-        /// The server's message.
+        /// The server's message (`[cut: the message has … bytes]` at its end
+        /// when cut).
         message: String,
     },
     /// The connection failed during the call, or is closed: the server
@@ -443,14 +473,18 @@ pub enum McpError {
     },
     /// While a call waited, the server sent what the client cannot read
     /// (a message over [`McpOptions::max_message_bytes`], over stdio or
-    /// HTTP; a stdio line that starts as JSON but is not), or only text
-    /// that is not JSON-RPC until the call's time ran out (stdio). What it
-    /// sent was dropped; the connection stays open. A message over the
-    /// limit that the client can tell is another request's answer (or a
-    /// notification) fails no other call, and one whose call gave up fails
-    /// none (see [`McpOptions::max_message_bytes`]); otherwise the client
-    /// cannot tell whose answer a dropped message was, and every call
-    /// waiting at the time fails so.
+    /// HTTP; a stdio line that starts as JSON but is not, or is JSON but
+    /// not a JSON-RPC message: no `"jsonrpc": "2.0"`, an `error` without a
+    /// number `code`, both a `result` and an `error`, a batch, an error
+    /// without an `id`), or only text that is not JSON-RPC until the
+    /// call's time ran out (stdio); or it answered the call with what is
+    /// not a tool's result (`"result": 5`, a `content` that is not a list
+    /// of content blocks MCP has). What it sent was dropped; the connection
+    /// stays open. A message the client can tell is another request's
+    /// answer (or a notification) fails no other call, and one whose call
+    /// gave up fails none (see [`McpOptions::max_message_bytes`]);
+    /// otherwise the client cannot tell whose answer a dropped message
+    /// was, and every call waiting at the time fails so.
     #[error("MCP server `{server}` sent {problem} while `{tool}` waited for its answer")]
     BadMessage {
         /// The server's name.
@@ -590,6 +624,29 @@ fn name_problem(name: &str) -> Option<String> {
     }
 }
 
+/// Why a tool whose input schema is `schema` cannot be offered to a model,
+/// if it cannot: the model APIs take only an object's schema for a tool's
+/// arguments (OpenAI's and Anthropic's refuse the whole request otherwise),
+/// and MCP's arguments are an object. A schema without a `type` is given
+/// `"type": "object"` ([`spec`]) before it is looked at.
+fn schema_problem(schema: &Value) -> Option<String> {
+    let problem = if let Some(kind) = schema.get("type").filter(|kind| *kind != "object") {
+        format!("its `type` is {kind}, not \"object\"")
+    } else if schema.get("properties").is_some_and(|p| !p.is_object()) {
+        "its `properties` is not an object".to_owned()
+    } else if schema.get("required").is_some_and(|r| {
+        !r.as_array()
+            .is_some_and(|names| names.iter().all(Value::is_string))
+    }) {
+        "its `required` is not a list of names".to_owned()
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the input schema is not an object's, which the model APIs require: {problem}"
+    ))
+}
+
 /// `name` as shown in a [`RefusedTool`]: quoted, at most 100 characters.
 fn shown_name(name: &str) -> String {
     match name.char_indices().nth(100) {
@@ -708,7 +765,13 @@ impl Shared {
                         Some(problem) => self.list_error(format!(
                             "the server sent {problem} while listing its tools"
                         )),
-                        None => self.list_error(service_error_text(&e)),
+                        None => self.list_error(match e {
+                            ServiceError::UnexpectedResponse => {
+                                "the server answered `tools/list` with what is not a list of tools"
+                                    .into()
+                            }
+                            e => service_error_text(&e, self.limits.max_output_bytes),
+                        }),
                     })?;
             for tool in page.tools {
                 let mut size = Counter(0);
@@ -781,18 +844,20 @@ impl Shared {
     }
 }
 
-/// A tool as the model sees it: its name, description and input schema.
+/// A tool as the model sees it: its name, description and input schema
+/// (with `"type": "object"` if it has no `type`: a tool's arguments are an
+/// object, and OpenAI's API takes no schema without a type).
 fn spec(tool: rmcp::model::Tool) -> ToolSpec {
     let description = tool
         .description
         .map(|d| d.into_owned())
         .or(tool.title)
         .unwrap_or_default();
-    ToolSpec::new(
-        tool.name.into_owned(),
-        description,
-        Value::Object((*tool.input_schema).clone()),
-    )
+    let mut schema = (*tool.input_schema).clone();
+    schema
+        .entry("type")
+        .or_insert_with(|| Value::from("object"));
+    ToolSpec::new(tool.name.into_owned(), description, Value::Object(schema))
 }
 
 /// Answers the server's notifications: a changed tool list is listed again.
@@ -811,7 +876,8 @@ impl ClientHandler for Handler {
 /// A connection to one MCP server; see the [crate docs](crate).
 ///
 /// Dropping the client (and every [`McpTool`] it handed out) closes the
-/// connection; a server it started is stopped.
+/// connection; a server it started is stopped, with what it started (see
+/// [the crate docs](crate#a-stdio-servers-processes)).
 pub struct McpClient {
     shared: Arc<Shared>,
     service: Arc<RunningService<RoleClient, Handler>>,
@@ -872,7 +938,10 @@ impl McpClient {
     /// The process does not inherit the host's environment: it gets
     /// [`PASS_ENV`], the variables named with [`McpOptions::pass_env`] and
     /// those set on `command`; see the
-    /// [crate docs](crate#a-stdio-servers-environment).
+    /// [crate docs](crate#a-stdio-servers-environment). On Unix it runs in
+    /// a process group of its own (whatever `command` says), killed when
+    /// the connection ends; see
+    /// [the crate docs](crate#a-stdio-servers-processes).
     pub async fn stdio(
         name: impl Into<String>,
         command: tokio::process::Command,
@@ -902,11 +971,14 @@ impl McpClient {
         };
         confined.map_err(spawn_error)?;
         // The process is killed when the task reading its output ends (the
-        // connection closes, or the runtime shuts down) and drops it.
+        // connection closes, or the runtime shuts down) and drops it; with
+        // what it started, in its own process group (see the crate docs).
         command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
         let mut child = command.spawn().map_err(|e| spawn_error(e.to_string()))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(spawn_error(
@@ -916,9 +988,12 @@ impl McpClient {
         let faults = Arc::new(Faults::new());
         let limit = options.max_message_bytes;
         let reader = stdio::start(child, stdout, Arc::clone(&faults), limit);
-        // Every line that reaches the SDK is within the limit already.
+        // Every line that reaches the SDK is within the limit already, or
+        // is the client's own stand-in for one that was not, which may be
+        // longer than a small limit.
+        let sdk_limit = limit.max(faults::STAND_IN_MAX_BYTES).saturating_add(1);
         let transport = AsyncRwTransport::<RoleClient, _, _>::new(reader, stdin)
-            .with_max_line_length(limit.saturating_add(1));
+            .with_max_line_length(sdk_limit);
         Self::connect(name, transport, options, faults, http::UrlMask::default()).await
     }
 
@@ -1053,7 +1128,7 @@ impl McpClient {
                         Some(ending) => format!(
                             "{ending} before it answered the `initialize` request (what it wrote to stderr may say why)"
                         ),
-                        None => initialize_error_text(&error),
+                        None => initialize_error_text(&error, options.max_output_bytes),
                     }));
                 }
                 Err(_) => {
@@ -1089,7 +1164,8 @@ impl McpClient {
         self
     }
 
-    /// Closes the connection (a server this client started is stopped).
+    /// Closes the connection (a server this client started is stopped, with
+    /// what it started: see [the crate docs](crate#a-stdio-servers-processes)).
     /// Calls made afterwards, through tools handed out before too, fail
     /// with [`McpError::Disconnected`].
     pub fn close(&self) {
@@ -1135,10 +1211,12 @@ impl McpClient {
         for mut spec in self.shared.tools() {
             let remote = spec.name.clone();
             let name = format!("{}{remote}", self.prefix);
-            let problem = name_problem(&name).or_else(|| {
-                (!seen.insert(name.clone()))
-                    .then(|| "the server lists two tools of this name".to_owned())
-            });
+            let problem = name_problem(&name)
+                .or_else(|| {
+                    (!seen.insert(name.clone()))
+                        .then(|| "the server lists two tools of this name".to_owned())
+                })
+                .or_else(|| schema_problem(&spec.parameters));
             if let Some(reason) = problem {
                 refused.push(RefusedTool {
                     name: shown_name(&name),
@@ -1160,8 +1238,12 @@ impl McpClient {
 
     /// The server's tools as last listed, each calling the server. A tool
     /// whose name the model APIs would refuse (see [`MAX_TOOL_NAME_CHARS`]),
-    /// or that the server lists twice, is left out: see
-    /// [`refused_tools`](Self::refused_tools).
+    /// or that the server lists twice, is left out, as is one whose input
+    /// schema is not an object's (its `type` is not `"object"`, or its
+    /// `properties` is not an object, or its `required` not a list of
+    /// names), which the model APIs refuse for a tool's parameters: see
+    /// [`refused_tools`](Self::refused_tools). A schema without a `type`
+    /// is offered with `"type": "object"`, which MCP's arguments are.
     pub fn tools(&self) -> Vec<McpTool> {
         self.sorted().0
     }
@@ -1420,13 +1502,39 @@ async fn call_error(
     tool: &str,
     error: ServiceError,
 ) -> McpError {
+    let max = shared.limits.max_output_bytes;
+    let bad_message = |problem: String| McpError::BadMessage {
+        server: shared.name.clone(),
+        tool: tool.to_owned(),
+        problem,
+    };
     let message = match error {
         ServiceError::McpError(data) => {
             return McpError::Refused {
                 server: shared.name.clone(),
                 tool: tool.to_owned(),
                 code: data.code.0,
-                message: data.message.into_owned(),
+                message: server_text(&data.message, max),
+            };
+        }
+        // The answer came, and the connection is fine: its result is not
+        // one the SDK reads as a tool's (or is one the client does not
+        // take: a task, a request for input).
+        ServiceError::UnexpectedResponse => {
+            return bad_message(
+                "an answer that is not a tool's result (MCP's `CallToolResult`: a `content` list of text, image, audio, resource or resource-link blocks, `structuredContent` or `isError`)".into(),
+            );
+        }
+        ServiceError::InputRequiredRoundsExceeded { max_rounds } => {
+            return bad_message(format!(
+                "{max_rounds} answers that asked for input and no result"
+            ));
+        }
+        ServiceError::Timeout { timeout } => {
+            return McpError::Timeout {
+                server: shared.name.clone(),
+                tool: tool.to_owned(),
+                after: timeout,
             };
         }
         _ if service.is_closed() => "the client closed the connection (McpClient::close)".into(),
@@ -1436,10 +1544,13 @@ async fn call_error(
             }
             match shared.faults.ending(EXIT_WAIT).await {
                 Some(ending) => ending,
-                None => format!("{}; the server may have exited", service_error_text(&error)),
+                None => format!(
+                    "{}; the server may have exited",
+                    service_error_text(&error, max)
+                ),
             }
         }
-        other => service_error_text(&other),
+        other => service_error_text(&other, max),
     };
     McpError::Disconnected {
         server: shared.name.clone(),
@@ -1476,17 +1587,29 @@ fn transport_error_text(error: &rmcp::transport::DynamicTransportError) -> Strin
     }
 }
 
-/// What a request's failure says, without the SDK's type names.
-fn service_error_text(error: &ServiceError) -> String {
+/// What a request's failure says, without the SDK's type names; what the
+/// server said in it cut at `max` bytes ([`server_text`]).
+fn service_error_text(error: &ServiceError, max: usize) -> String {
     match error {
+        ServiceError::McpError(data) => format!(
+            "the server answered with an error: {} (error {})",
+            server_text(&data.message, max),
+            data.code.0
+        ),
+        ServiceError::UnexpectedResponse => {
+            "the server's answer is not of the kind asked for".into()
+        }
+        // Bounded by the SDK, and not cut: the URL in it is hidden whole
+        // only (Shared::finish).
         ServiceError::TransportSend(error) => transport_error_text(error),
         ServiceError::TransportClosed => "the connection is closed".into(),
-        other => error_chain(other),
+        other => server_text(&error_chain(other), max),
     }
 }
 
-/// What a failed handshake says, without the SDK's type names.
-fn initialize_error_text(error: &ClientInitializeError) -> String {
+/// What a failed handshake says, without the SDK's type names; what the
+/// server said in it cut at `max` bytes ([`server_text`]).
+fn initialize_error_text(error: &ClientInitializeError, max: usize) -> String {
     match error {
         ClientInitializeError::TransportError { error, context } => {
             format!("{} (when trying to {context})", transport_error_text(error))
@@ -1496,7 +1619,12 @@ fn initialize_error_text(error: &ClientInitializeError) -> String {
                 "the server closed the connection before the handshake was done (waiting for the {context})"
             )
         }
-        other => error_chain(other),
+        ClientInitializeError::JsonRpcError(data) => format!(
+            "the server answered the `initialize` request with an error: {} (error {})",
+            server_text(&data.message, max),
+            data.code.0
+        ),
+        other => server_text(&error_chain(other), max),
     }
 }
 
@@ -1504,6 +1632,31 @@ fn initialize_error_text(error: &ClientInitializeError) -> String {
 /// kept until it is redacted: a secret that straddles the cut is found
 /// whole if shorter than this.
 const REDACTION_MARGIN: usize = 64 << 10;
+
+/// `text`, the first bytes (at most `max` + [`REDACTION_MARGIN`]) of
+/// what the server sent, `total` bytes in all, redacted, then cut to `max`
+/// bytes (in this order, so that a secret at the cut is still found
+/// whole), ending with `[cut: {what} has {total} bytes]` when cut.
+fn redacted_and_cut(mut text: String, total: usize, max: usize, what: &str) -> String {
+    harness::secrets::redact_string(&mut text);
+    if text.len() > max || total > max.saturating_add(REDACTION_MARGIN) {
+        text = cut_at(&text, max).to_owned();
+        text.push_str(&format!("\n[cut: {what} has {total} bytes]"));
+    }
+    text
+}
+
+/// A text the server sent (an error's message) as the client shows it:
+/// redacted, then cut to `max` bytes, as [`content_text`] does.
+fn server_text(text: &str, max: usize) -> String {
+    let keep = max.saturating_add(REDACTION_MARGIN);
+    redacted_and_cut(
+        cut_at(text, keep).to_owned(),
+        text.len(),
+        max,
+        "the message",
+    )
+}
 
 /// The result's content as text: text blocks joined by newlines, other
 /// blocks as their JSON; the structured content if there is nothing else.
@@ -1534,12 +1687,7 @@ fn content_text(result: &CallToolResult, max: usize) -> String {
     {
         push(&structured.to_string(), &mut text);
     }
-    harness::secrets::redact_string(&mut text);
-    if text.len() > max || total > keep {
-        text = cut_at(&text, max).to_owned();
-        text.push_str(&format!("\n[cut: the answer has {total} bytes]"));
-    }
-    text
+    redacted_and_cut(text, total, max, "the answer")
 }
 
 /// The longest start of `text` of at most `max` bytes that ends on a

@@ -21,7 +21,7 @@ const KEY_BYTES: usize = 6;
 
 /// The longest `id` value kept, in bytes: a longer one is no id of this
 /// client's (its ids are numbers).
-const ID_BYTES: usize = 256;
+pub(crate) const ID_BYTES: usize = 256;
 
 /// What a message is, as far as whose answer it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,18 +1,29 @@
 //! The stdio transport: the server's process, and what it writes read line
 //! by line with a size limit before the SDK sees it.
 //!
-//! The SDK drops a line that is too long or is not JSON with only a log
-//! line, and the call waiting for that answer then waits its whole timeout
-//! and reports that the server "did not answer". Here every line is read
-//! first (never more than [`McpOptions::max_message_bytes`] of it held). A
-//! line too long is read through a [`Sniffer`] as it is skipped: if it is
-//! an answer whose `id` was found, the SDK is given a
+//! The SDK drops a line that is too long, is not JSON, or is JSON but not a
+//! JSON-RPC message it reads (no `"jsonrpc": "2.0"`, an error whose `code`
+//! is not a number, both a `result` and an `error`, a batch), with only a
+//! log line, and the call waiting for that answer then waits its whole
+//! timeout and reports that the server "did not answer". Here every line
+//! is read first (never more than [`McpOptions::max_message_bytes`] of it
+//! held), and only the messages the SDK reads are passed on. A line too
+//! long, or JSON that is not such a message, is read through a [`Sniffer`]:
+//! if it is an answer whose `id` was found, the SDK is given a
 //! [stand-in](Faults::stand_in) error answer to that request in its place
 //! (the call waiting for it, if any still does, fails saying what the
 //! server sent; no other call does); if it is a notification or a request
-//! of the server's, it is only logged. Any other line that cannot be a
-//! message is reported to the calls that wait ([`Faults`]), which then
-//! fail saying what the server sent.
+//! of the server's, it is only logged (one within the limit is passed on,
+//! for the SDK to answer or ignore as it does). Any other line that may
+//! have been an answer (a line that starts as JSON but is not; an answer in
+//! a batch, or without an `id`) is reported to the calls that wait
+//! ([`Faults`]), which then fail saying what the server sent. Text that
+//! cannot be an answer (a banner, a log line, JSON or not) is noted as
+//! noise: a call that times out says it came.
+//!
+//! The server runs in a process group of its own (on Unix), which is
+//! killed when the connection ends: what the server started and left
+//! running ends with it ([`Group`]).
 //!
 //! [`McpOptions::max_message_bytes`]: crate::McpOptions::max_message_bytes
 
@@ -20,6 +31,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerResult};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, DuplexStream, ReadBuf};
 use tokio::process::{Child, ChildStdout};
 use tokio::sync::oneshot;
@@ -70,7 +83,8 @@ impl AsyncRead for Reader {
 
 /// Starts reading `stdout` of `child` in a task; the reader the SDK reads
 /// the messages from. The task owns the child (spawned with
-/// `kill_on_drop`), and ends, killing it, when the reader is dropped or the
+/// `kill_on_drop`, in a process group of its own on Unix), and ends,
+/// killing it and its [group](Group), when the reader is dropped or the
 /// server closes its output.
 pub(crate) fn start(
     child: Child,
@@ -148,10 +162,120 @@ async fn next_line(
     }
 }
 
-/// Whether `line` is JSON, read through without keeping any of it; the
-/// SDK decides what message it is.
-fn is_json(line: &[u8]) -> bool {
-    serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok()
+/// What a whole line within the limit is, as [`check`] finds it.
+#[derive(Debug, PartialEq)]
+enum Checked {
+    /// A message the SDK reads (or, a notification or a request of the
+    /// server's, decides about): passed on.
+    Message,
+    /// The answer to request `id`, which the SDK would drop: a
+    /// [stand-in](Faults::stand_in) takes its place.
+    Answer(RequestId, String),
+    /// What may have been an answer, whose request cannot be told.
+    Dropped(String),
+    /// Text that is no message and no answer (a banner, a log line).
+    Noise,
+}
+
+/// What `text` (a line, trimmed, not empty) is: a message the SDK reads;
+/// or, if not, what the server sent, in words, and whose answer it was, as
+/// far as a [`Sniffer`] tells.
+fn check(text: &[u8]) -> Checked {
+    let what = |problem: &str| {
+        format!(
+            "an answer that is not a valid MCP message ({problem}: {})",
+            quote(text)
+        )
+    };
+    match serde_json::from_slice::<ServerJsonRpcMessage>(text) {
+        // The SDK drops an error without an id (the answer to a request
+        // the server could not read): it may be the answer a call waits
+        // for.
+        Ok(ServerJsonRpcMessage::Error(error)) if error.id.is_none() => {
+            return Checked::Dropped(format!("an error without an `id` ({})", quote(text)));
+        }
+        // An MCP result is an object; the SDK reads `[]` as an empty one
+        // (and so as a tool's result without content), and a number or a
+        // string as a custom one.
+        Ok(ServerJsonRpcMessage::Response(response))
+            if matches!(
+                response.result,
+                ServerResult::EmptyResult(_) | ServerResult::CustomResult(_)
+            ) && serde_json::from_slice::<Value>(text)
+                .is_ok_and(|value| value.get("result").is_some_and(|r| !r.is_object())) =>
+        {
+            return Checked::Answer(response.id, what("its `result` is not an object"));
+        }
+        Ok(_) => return Checked::Message,
+        Err(_) => {}
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(text) else {
+        return if text.starts_with(b"{") {
+            Checked::Dropped(format!("a message that is not JSON ({})", quote(text)))
+        } else {
+            Checked::Noise
+        };
+    };
+    let mut sniffer = Sniffer::default();
+    sniffer.feed(text);
+    match sniffer.finish() {
+        Owner::Answer(id) => Checked::Answer(id, what(json_rpc_problem(&value))),
+        Owner::NoAnswer => Checked::Message,
+        Owner::Unknown if may_answer(&value) => Checked::Dropped(what(json_rpc_problem(&value))),
+        Owner::Unknown => Checked::Noise,
+    }
+}
+
+/// Whether `value` is, or holds (a batch), an object with a `result` or an
+/// `error`: an answer, for all the client can tell.
+fn may_answer(value: &Value) -> bool {
+    let answer = |value: &Value| {
+        value
+            .as_object()
+            .is_some_and(|o| o.contains_key("result") || o.contains_key("error"))
+    };
+    match value {
+        Value::Array(items) => items.iter().any(answer),
+        other => answer(other),
+    }
+}
+
+/// Why `value`, JSON the SDK does not read as a message, is not one, in
+/// words.
+fn json_rpc_problem(value: &Value) -> &'static str {
+    let Some(object) = value.as_object() else {
+        return if value.is_array() {
+            "a batch of messages, which MCP does not have"
+        } else {
+            "not a JSON object"
+        };
+    };
+    let error = object.get("error");
+    let error_ok = error.is_none_or(|error| {
+        error
+            .get("code")
+            .is_some_and(|code| code.as_i64().is_some_and(|c| i32::try_from(c).is_ok()))
+            && error.get("message").is_some_and(Value::is_string)
+    });
+    match object.get("jsonrpc") {
+        None => "it has no `jsonrpc`",
+        Some(version) if version != "2.0" => "its `jsonrpc` is not \"2.0\"",
+        Some(_) if object.contains_key("result") && error.is_some() => {
+            "it has both a `result` and an `error`"
+        }
+        Some(_) if !error_ok => {
+            "its `error` is not an object with a whole-number `code` and a `message`"
+        }
+        Some(_) => "it is not of the shape of a JSON-RPC message",
+    }
+}
+
+/// The [stand-in](Faults::stand_in) for the answer to request `id`, dropped
+/// for `what`, as a line.
+fn stand_in(faults: &Faults, id: RequestId, what: &str) -> Vec<u8> {
+    let mut line = faults.stand_in(id, what);
+    line.push(b'\n');
+    line
 }
 
 /// Passes the server's messages on to the SDK, one line each; reports the
@@ -164,6 +288,9 @@ async fn pump(
     faults: Arc<Faults>,
     limit: usize,
 ) {
+    // Dropped before `child` if this task is: killed while the server has
+    // not been waited for.
+    let mut group = Group::of(&child);
     let mut reader = BufReader::with_capacity(64 << 10, stdout);
     let mut line = Vec::new();
     // Whether the server ended the connection, rather than the client.
@@ -179,26 +306,36 @@ async fn pump(
                 if text.is_empty() {
                     continue;
                 }
-                if is_json(text) {
-                    let sent = tokio::select! {
-                        _ = &mut closed => break,
-                        sent = out.write_all(&line) => sent,
-                    };
-                    if sent.is_err() {
-                        break;
+                let stand_in_line;
+                let passed: &[u8] = match check(text) {
+                    Checked::Message => &line,
+                    // In its place, an error answer, as for one too long.
+                    Checked::Answer(id, what) => {
+                        stand_in_line = stand_in(&faults, id, &what);
+                        &stand_in_line
                     }
-                } else if text.starts_with(b"{") {
-                    faults.drop_message(format!("a message that is not JSON ({})", quote(text)));
-                } else {
-                    faults.note_noise(quote(text));
+                    Checked::Dropped(what) => {
+                        faults.drop_message(what);
+                        continue;
+                    }
+                    Checked::Noise => {
+                        faults.note_noise(quote(text));
+                        continue;
+                    }
+                };
+                let sent = tokio::select! {
+                    _ = &mut closed => break,
+                    sent = out.write_all(passed) => sent,
+                };
+                if sent.is_err() {
+                    break;
                 }
             }
             Ok(Line::TooLong(Owner::Answer(id))) => {
                 // In its place, an error answer: the call waiting for it
                 // fails, saying why; if none waits any more (it gave up),
                 // the SDK drops it.
-                let mut stand_in = faults.stand_in(id, &faults::too_large(limit));
-                stand_in.push(b'\n');
+                let stand_in = stand_in(&faults, id, &faults::too_large(limit));
                 let sent = tokio::select! {
                     _ = &mut closed => break,
                     sent = out.write_all(&stand_in) => sent,
@@ -234,5 +371,151 @@ async fn pump(
             Err(_) => Ending::Killed,
         });
     }
+    // What the server started and left running ends with it; so does the
+    // server, if it is still there (killed before it is waited for).
+    group.kill_now();
     drop(child);
+}
+
+/// The process group of a server's process, which was started in a group
+/// of its own (`process_group(0)`, Unix): the server and what it started,
+/// unless they left the group (`setsid`). Killed (`SIGKILL`) once, when the
+/// connection has ended and the server had its moment to exit ([`pump`]),
+/// or when dropped (the task reading the server's output was dropped, as
+/// when the runtime shuts down). Elsewhere than on Unix, nothing: only the
+/// server's own process is killed.
+///
+/// The group's id is the server's pid, which is never the host's own
+/// group's: a pid is not given to a new process while a group of that id
+/// exists, and the host's exists while the host runs (and the host's own
+/// pid is never signalled). Nor, while the server has not been waited
+/// for, any other group's. Once it has, its pid stays unused while a
+/// process of its group is left, which is when there is something to
+/// kill; with none left, the `kill` finds nothing (unless, in the moment
+/// between, the system gave out every other pid and then this one to a
+/// process that leads a group of its own).
+#[derive(Debug)]
+struct Group(Option<u32>);
+
+impl Group {
+    /// The group `child` leads; started in a group of its own, and not
+    /// waited for yet.
+    fn of(child: &Child) -> Self {
+        Self(
+            child
+                .id()
+                .filter(|&pid| pid > 1 && pid != std::process::id()),
+        )
+    }
+
+    /// Kills the group now, if not done yet.
+    fn kill_now(&mut self) {
+        let Some(pid) = self.0.take() else {
+            return;
+        };
+        #[cfg(unix)]
+        {
+            let group = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw);
+            if let Some(group) = group {
+                let killed =
+                    rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+                tracing::debug!(?killed, "killed an MCP server's process group");
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = pid;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(id: i64) -> Checked {
+        Checked::Answer(RequestId::Number(id), String::new())
+    }
+
+    /// [`check`], without what it says.
+    fn checked(line: &str) -> Checked {
+        match check(line.as_bytes()) {
+            Checked::Answer(id, _) => Checked::Answer(id, String::new()),
+            Checked::Dropped(_) => Checked::Dropped(String::new()),
+            other => other,
+        }
+    }
+
+    #[test]
+    fn messages_the_sdk_reads_are_passed_on() {
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+            r#"{"jsonrpc":"2.0","id":"s1","method":"ping"}"#,
+            // The SDK's to ignore or to answer.
+            r#"{"jsonrpc":"2.0","method":"notifications/bogus","params":{"a":1}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":"bad"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":7}"#,
+        ] {
+            assert_eq!(checked(line), Checked::Message, "{line}");
+        }
+    }
+
+    #[test]
+    fn answers_the_sdk_would_drop_are_stood_in_for() {
+        for line in [
+            r#"{"id":4,"result":{}}"#,
+            r#"{"jsonrpc":"1.0","id":4,"result":{}}"#,
+            r#"{"jsonrpc":2,"id":4,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":"bad","message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":1.5,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":1}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":"boom"}"#,
+            r#"{"jsonrpc":"2.0","id":4,"result":{},"error":{"code":1,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"result":5}"#,
+            r#"{"jsonrpc":"2.0","id":4,"result":[]}"#,
+            r#"{"jsonrpc":"2.0","id":4,"result":null}"#,
+        ] {
+            assert_eq!(checked(line), answer(4), "{line}");
+        }
+        let Checked::Answer(_, what) = check(br#"{"jsonrpc":"1.0","id":4,"result":{}}"#) else {
+            unreachable!()
+        };
+        assert_eq!(
+            what,
+            r#"an answer that is not a valid MCP message (its `jsonrpc` is not "2.0": "{\"jsonrpc\":\"1.0\",\"id\":4,\"result\":{}}")"#
+        );
+    }
+
+    #[test]
+    fn what_may_be_anyone_s_answer_is_dropped_and_the_rest_is_noise() {
+        for line in [
+            r#"[{"jsonrpc":"2.0","id":4,"result":{}}]"#,
+            r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"x","result":{}}"#,
+            r#"{"jsonrpc":"2.0","result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"result":{"#,
+        ] {
+            assert_eq!(checked(line), Checked::Dropped(String::new()), "{line}");
+        }
+        for line in [
+            r#"{"level":"info","msg":"server starting"}"#,
+            "42",
+            r#"["a","b"]"#,
+            r#""a string""#,
+            "Server ready",
+            "[not json",
+        ] {
+            assert_eq!(checked(line), Checked::Noise, "{line}");
+        }
+    }
 }

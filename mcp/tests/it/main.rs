@@ -10,6 +10,8 @@ mod hostile;
 mod hostile_http;
 mod http;
 mod late_answers;
+mod malformed;
+mod process_group;
 mod stdio;
 mod url_secrets;
 
