@@ -12,7 +12,9 @@
 //!   must be a JSON object: any other JSON (an array, which serde would
 //!   read as the update's fields in order; a string, a number, a boolean,
 //!   `null`) is refused with a terminal error, 400, as
-//!   [`AgentClient::run`] refuses it before sending, and nothing runs.
+//!   [`AgentClient::run`] refuses it before sending, and nothing runs. An
+//!   object whose field does not read as the update's is refused so too
+//!   (400), naming the field by its path (`kb`, `parts[1]`).
 //! - `resume` (`{"interrupt": id, "answer": …}`, a JSON object too: any
 //!   other JSON is refused, 400) answers the interrupt the session waits
 //!   on ([`Agent::resume`]).
@@ -92,10 +94,31 @@
 //! is refused (the reply says why) and the session still waits.
 //!
 //! **Stop** is Restate's cancellation of the invocation
-//! ([`Admin::cancel`](crate::Admin::cancel)): the step learns of it at its
-//! next effect (when the effect's entry is made or acknowledged, so an
-//! effect run ahead has run; see above), the run ends there, failed with a
-//! message saying it was cancelled, and the session is saved.
+//! ([`Admin::cancel`](crate::Admin::cancel)). A cancellation reaches a run
+//! at its next journaled operation, not before: a step that waits, or
+//! makes no effect (a model's turn through `cx.complete`), runs on
+//! meanwhile.
+//! - At an effect (when its entry is made or acknowledged, so an effect
+//!   run ahead has run; see above), the step gets the cancellation's
+//!   failure: the run ends there, failed with a message saying it was
+//!   cancelled, and the session is saved.
+//! - Past the run's last effect, at the save of its session, where that
+//!   save is journaled (a fork, a fan-out, a sub-agent, a run that made no
+//!   effect or failed; see [`replayable`]): the run has ended, and ends
+//!   failed all the same, with a message saying it was cancelled after its
+//!   steps had ended and how it had ended (completed, paused for an answer,
+//!   which it then no longer waits for, or failed); its session is saved
+//!   with what it did (its input, the steps it completed) and that
+//!   failure, which its caller gets. A `resume` whose answer was refused
+//!   ([`Reply::Rejected`]) ran nothing, and stays as it is.
+//! - Never, for a cancellation that arrives after the run's last journaled
+//!   operation: a run of one task at a time that made an effect saves its
+//!   session as plain state, with no journaled operation after its last
+//!   effect, and so does a run whose save was journaled before the
+//!   cancellation came. The run ends as it would have, and its session is
+//!   saved so: the cancellation changes nothing.
+//!
+//! The session is saved in every case.
 //!
 //! **A run after a cancelled or failed one** starts, as every `run` does,
 //! from the start step, with the state the session saved (the updates of
@@ -133,7 +156,13 @@
 //! **Divergence**: a replay that asks for an effect other than the one the
 //! journal holds at that point is refused by Restate (a journal mismatch,
 //! retried by its policy); [`Admin::invocation`](crate::Admin::invocation)
-//! shows it, naming both effects ([`Invocation::divergence`](crate::Invocation::divergence)).
+//! shows it ([`Invocation::divergence`](crate::Invocation::divergence)):
+//! Restate's message names both effects when the journal holds an effect
+//! there, only the two calls' types when it holds another kind of call (a
+//! replay that asks for fewer effects, and saves where the journal holds
+//! one); the journal's call and the replay's are then named apart
+//! ([`Invocation::journaled_call`](crate::Invocation::journaled_call),
+//! [`Invocation::failed_call`](crate::Invocation::failed_call)).
 //! Its session waits behind it until it is killed
 //! ([`Admin::kill`](crate::Admin::kill)). The killed run is not saved: the
 //! session keeps what it held before the run (a session the run created
@@ -277,18 +306,57 @@ pub struct Answer {
     pub answer: Value,
 }
 
+/// The default bound on the bytes of one effect's entry in Restate's
+/// journal ([`Durable::max_effect_bytes`]): 31 MiB, a margin under the
+/// 32 MiB a message between the Restate server and a service may take by
+/// default (the server's `worker.invoker.message-size-limit`), for the
+/// rest of the message.
+pub const MAX_EFFECT_BYTES: usize = 31 << 20;
+
 /// The store and effect journal of agents served on Restate; see the
 /// [module docs](self).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Durable {
     store: RestateSessions,
     effects: RestateEffects,
+    max_effect_bytes: usize,
+}
+
+impl Default for Durable {
+    fn default() -> Self {
+        Self {
+            store: RestateSessions::default(),
+            effects: RestateEffects::default(),
+            max_effect_bytes: MAX_EFFECT_BYTES,
+        }
+    }
 }
 
 impl Durable {
     /// A store and a journal with nothing in them.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The most bytes one effect's entry in Restate's journal may take
+    /// (as JSON: the effect's outcome, its value or its failure's message,
+    /// and a few bytes more; for a round of a fork's effects, which share
+    /// one entry, their outcomes together), [`MAX_EFFECT_BYTES`] unless
+    /// set. Restate refuses a message larger than its limit and retries
+    /// it without end, the effect running again each time while the
+    /// session's later calls wait; so an outcome that would make a larger
+    /// entry is not journaled: the entry holds a failure instead, saying
+    /// which effect returned how many bytes, and the step that asked for
+    /// it fails (once: its effect has run, and a later run runs it again).
+    /// In a round, the largest outcomes are replaced until the entry fits.
+    ///
+    /// Set it under the Restate server's message size limit when that is
+    /// lowered, or raise both together; the objects this `Durable` makes
+    /// ([`object`](Self::object)) take the bound it has then.
+    #[must_use]
+    pub fn max_effect_bytes(mut self, bytes: usize) -> Self {
+        self.max_effect_bytes = bytes;
+        self
     }
 
     /// The session store to build the agent's harness with
@@ -321,6 +389,7 @@ impl Durable {
             (true, true) => {
                 return Ok(AgentObject {
                     driver: Arc::new(agent),
+                    max_effect_bytes: self.max_effect_bytes,
                 });
             }
             (false, true) => "`.store(durable.store())`",
@@ -366,6 +435,8 @@ struct Attempt {
     /// entry is made ([`Go::Ahead`]). Cleared for good when the invocation
     /// is cancelled.
     ahead: AtomicBool,
+    /// [`Durable::max_effect_bytes`]: the most one effect's entry takes.
+    max_effect_bytes: usize,
 }
 
 impl Attempt {
@@ -661,12 +732,23 @@ where
     ) -> BoxFuture<'static, Result<Reply, Refused>> {
         let agent = self.clone();
         Box::pin(async move {
-            let update: S::Update = serde_json::from_value(input).map_err(|e| Refused {
-                code: 400,
-                message: format!(
-                    "the input is not an update of `{}`: {e}",
-                    harness::short_type_name::<S>()
-                ),
+            // The path of the field that does not read, nested ones too
+            // (`parts[1]`).
+            let update: S::Update = serde_path_to_error::deserialize(input).map_err(|e| {
+                let path = e.path().to_string();
+                let at = if path == "." {
+                    String::new()
+                } else {
+                    format!("field `{path}`: ")
+                };
+                Refused {
+                    code: 400,
+                    message: format!(
+                        "the input is not an update of `{}`: {at}{}",
+                        harness::short_type_name::<S>(),
+                        e.into_inner()
+                    ),
+                }
             })?;
             let run = agent
                 .continue_session(&session, update)
@@ -821,7 +903,7 @@ enum Op {
 /// The journaled end of a handler: what changed in the session, and the
 /// reply. Only the run's own checkpoints are journaled and written, not the
 /// session's whole log.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct Saved {
     /// The session's new head, if it has one.
     head: Option<StoredRun>,
@@ -967,6 +1049,8 @@ async fn load(ctx: &ObjectContext<'_>, store: &MemoryStore) -> Result<Loaded, Ha
 /// The virtual object serving one agent; made by [`Durable::object`].
 pub struct AgentObject {
     driver: Arc<dyn Driver>,
+    /// [`Durable::max_effect_bytes`].
+    max_effect_bytes: usize,
 }
 
 impl fmt::Debug for AgentObject {
@@ -1020,6 +1104,7 @@ impl AgentObject {
             clock: std::sync::Mutex::new(Clock::default()),
             run_id,
             ahead: AtomicBool::new(false),
+            max_effect_bytes: self.max_effect_bytes,
         });
         let driver = Arc::clone(&self.driver);
         let id = session.clone();
@@ -1088,11 +1173,7 @@ impl AgentObject {
         // a replay answers from the journal.
         let fixed = replayable::canonical(&mut saved, &attempt.clock(), &loaded.before);
         if !fixed {
-            let Json(journaled) = ctx
-                .run(|| async move { Ok(Json(saved)) })
-                .name("save session")
-                .await?;
-            saved = journaled;
+            saved = journal_save(ctx, saved).await?;
         }
         // Values kept by reference: each new one kept once (journaled in an
         // entry of its own when the save is); one no kept checkpoint holds
@@ -1115,13 +1196,7 @@ impl AgentObject {
                 // The journal fixes the save, and so the values it holds.
                 value.map_err(|e| terminal(500, e))?
             } else {
-                let Json(value) = ctx
-                    .run(
-                        || async move { value.map(Json).map_err(|e| TerminalError::new(e).into()) },
-                    )
-                    .name(format!("save value {}", &hash[..12]))
-                    .await?;
-                value
+                journal_value(ctx, hash, &value).await?
             };
             ctx.set(&value_key(hash), Json(value));
         }
@@ -1160,6 +1235,97 @@ impl AgentObject {
         }
         Ok(Json(saved.reply))
     }
+}
+
+/// How many cancellations a save journals again before it gives up (the
+/// SDK reports a cancellation once: a second means a second cancel).
+const SAVE_TRIES: usize = 8;
+
+/// Journals `saved` in an entry of its own (`save session`) and gives it
+/// as journaled (a replay's is the attempt's it replays).
+///
+/// A cancellation of the invocation reaches the run at its next journaled
+/// operation: a run that made none after it (its step waited, or made no
+/// effect) learns of it here, once (Restate's 409). The run has ended, and
+/// its save is not dropped: it is marked cancelled ([`cancelled_at_save`])
+/// and journaled again, so that the session holds the run and its caller
+/// gets the failure.
+async fn journal_save(ctx: &ObjectContext<'_>, mut saved: Saved) -> Result<Saved, HandlerError> {
+    let mut cancels = 0;
+    loop {
+        let save = &saved;
+        match ctx
+            .run(|| async move { Ok(Json(save.clone())) })
+            .name("save session")
+            .await
+        {
+            Ok(Json(journaled)) => return Ok(journaled),
+            Err(e) if e.code() == 409 && cancels < SAVE_TRIES => {
+                cancels += 1;
+                cancelled_at_save(&mut saved);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Journals the value `hash` kept by reference (`save value {hash}`) and
+/// gives it as journaled. A cancellation that reaches the run here, once
+/// its save is journaled, comes too late to change how it ended: the
+/// value is journaled again, as the save holds it.
+async fn journal_value(
+    ctx: &ObjectContext<'_>,
+    hash: &str,
+    value: &Result<Value, String>,
+) -> Result<Value, HandlerError> {
+    let mut cancels = 0;
+    loop {
+        match ctx
+            .run(|| async move {
+                value
+                    .clone()
+                    .map(Json)
+                    .map_err(|e| TerminalError::new(e).into())
+            })
+            .name(format!("save value {}", &hash[..12.min(hash.len())]))
+            .await
+        {
+            Ok(Json(value)) => return Ok(value),
+            Err(e) if e.code() == 409 && cancels < SAVE_TRIES => cancels += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What the failure of a run whose cancellation reached it only at its
+/// save starts with.
+const CANCELLED_AT_SAVE: &str = "the run was stopped: its Restate invocation was cancelled, which \
+     reached the run only when its session was saved, after its steps had ended";
+
+/// `saved` as the save of a cancelled run: its session failed with a
+/// message saying it was cancelled and how the run had ended (its
+/// checkpoints, the steps it completed, are kept), and the reply that
+/// failure. A run already stopped by the cancellation (seen at an effect)
+/// stays as it is, and so does a `resume` whose answer was rejected
+/// (nothing ran, and the session still waits).
+fn cancelled_at_save(saved: &mut Saved) {
+    let had = match &saved.reply {
+        Reply::Failed { error } if error.contains(STOPPED) => return,
+        Reply::Rejected { .. } => return,
+        Reply::Completed { signal, .. } => format!("completed with `{signal}`"),
+        Reply::Interrupted { interrupt, .. } => format!(
+            "paused to wait for an answer to interrupt {}, which it no longer waits for",
+            interrupt.id
+        ),
+        Reply::Failed { error } => format!("failed: {error}"),
+    };
+    let error = format!("{CANCELLED_AT_SAVE} (it had {had})");
+    if let Some(head) = saved.head.as_mut() {
+        head.phase = SessionPhase::Failed {
+            error: error.clone(),
+        };
+    }
+    saved.reply = Reply::Failed { error };
 }
 
 /// What the run of `attempt` changed in `session`: the head, the
@@ -1229,6 +1395,7 @@ async fn effect(
     let journaled_names = names.clone();
     // The run's first entry carries its seed (see `replayable`).
     let seeded = attempt.clock().unseeded();
+    let max = attempt.max_effect_bytes;
     let ahead = match gos.first() {
         Some(Go::Ahead { started, .. }) => Some(*started),
         _ => None,
@@ -1241,6 +1408,7 @@ async fn effect(
             outcomes,
             (started, harness::session::now_millis()),
             seeded,
+            max,
         );
         let ran = AtomicBool::new(false);
         let journaled = ctx
@@ -1274,6 +1442,7 @@ async fn effect(
                 outcomes,
                 (start, harness::session::now_millis()),
                 seeded,
+                max,
             )))
         })
         .name(name)
@@ -1382,7 +1551,16 @@ fn round_outcomes(asked: &[String], value: Value) -> Result<Vec<Result<Outcome, 
 /// (ms since the epoch). One effect is journaled as its outcome (as it
 /// always was), stamped with when it ran (and the run's first with a seed;
 /// see `replayable`); a round as its effects, each named with its outcome.
-fn entry_of(names: Vec<String>, outcomes: Vec<Outcome>, at: (u64, u64), seeded: bool) -> Value {
+/// An entry that would take more than `max` bytes has its largest
+/// outcomes replaced with a failure saying so ([`bounded`]).
+fn entry_of(
+    names: Vec<String>,
+    mut outcomes: Vec<Outcome>,
+    at: (u64, u64),
+    seeded: bool,
+    max: usize,
+) -> Value {
+    bounded(&names, &mut outcomes, max);
     if let [_] = outcomes.as_slice() {
         outcomes.into_iter().next().map_or(Value::Null, |outcome| {
             let stamped = Stamped {
@@ -1400,6 +1578,79 @@ fn entry_of(names: Vec<String>, outcomes: Vec<Outcome>, at: (u64, u64), seeded: 
             .collect();
         serde_json::to_value(round).unwrap_or(Value::Null)
     }
+}
+
+/// What an entry holds beside its outcomes, at most: the JSON around them,
+/// a single effect's stamp and seed, a round's names (counted apart).
+const ENTRY_AROUND: usize = 256;
+
+/// Replaces the largest of `outcomes` (of the effects `names`, one entry)
+/// with a failure saying how large it was, until the entry takes at most
+/// `max` bytes as JSON: Restate refuses a message over its limit, and
+/// retries it without end, the effect running again on each attempt. The
+/// step then fails on that effect, once.
+fn bounded(names: &[String], outcomes: &mut [Outcome], max: usize) {
+    let sizes: Vec<usize> = outcomes.iter().map(json_len).collect();
+    let around = ENTRY_AROUND + names.iter().map(|n| n.len() + 32).sum::<usize>();
+    let mut total = around + sizes.iter().sum::<usize>();
+    if total <= max {
+        return;
+    }
+    let mut largest: Vec<usize> = (0..outcomes.len()).collect();
+    largest.sort_by_key(|i| std::cmp::Reverse(sizes[*i]));
+    for i in largest {
+        if total <= max {
+            break;
+        }
+        let name = names.get(i).map_or("", String::as_str);
+        let what = match &outcomes[i] {
+            Ok(_) => "returned",
+            Err(_) => "failed with a message of",
+        };
+        let round = match outcomes.len() {
+            1 => String::new(),
+            n => format!(
+                " (with the outcomes of the other effects of its round of {n}, which share \
+                 its entry)"
+            ),
+        };
+        let failure = format!(
+            "effect {name} {what} {} bytes as JSON{round}, more than the {max} bytes an \
+             effect's entry in Restate's journal may take (Durable::max_effect_bytes; a \
+             Restate message takes at most 32 MiB unless the server is set otherwise): its \
+             outcome was not journaled, and a later run runs the effect again",
+            sizes[i]
+        );
+        total = total - sizes[i] + failure.len() + 16;
+        tracing::warn!(
+            effect = %name,
+            bytes = sizes[i],
+            max,
+            "harness-restate: an effect's outcome is too large to journal"
+        );
+        outcomes[i] = Err(failure);
+    }
+}
+
+/// Counts the bytes written to it.
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The bytes of `value` as JSON, counted without writing them anywhere.
+fn json_len<T: Serialize>(value: &T) -> usize {
+    let mut counted = Counted(0);
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.0
 }
 
 /// Lets a step run one effect (inside `ctx.run`'s closure, or already
@@ -1480,20 +1731,107 @@ impl AgentObject {
 
     /// The shared `session` handler: the session's head and log, if it
     /// exists. It does not wait for a running handler.
+    ///
+    /// Its keys are read one by one (the head, the checkpoint keys, the
+    /// values they hold by reference) while a run of the session may be
+    /// saving it, key by key: a read is kept only when its log agrees with
+    /// its head (it holds every checkpoint from the head's latest snapshot
+    /// to its last, and every value they name; later checkpoints, of a save
+    /// under way, are left out), and is made again otherwise, at most
+    /// [`SESSION_READS`] times (over a second or so), then answered with a
+    /// terminal error: 503 when the session kept changing, 500 when its
+    /// head did not change and its state still does not read whole.
     pub async fn handle_session(
         &self,
         ctx: SharedObjectContext<'_>,
     ) -> Result<Json<Option<Snapshot>>, HandlerError> {
-        let Some(head) = get_state!(ctx, HEAD, StoredRun) else {
-            return Ok(Json(None));
-        };
-        let kept = read_chunks!(ctx, 0)
-            .into_iter()
-            .flat_map(|(_, cps)| cps)
-            .collect();
-        let log = restore_all!(ctx, kept);
-        Ok(Json(Some(Snapshot { head, log })))
+        let mut first: Option<u64> = None;
+        let mut changed = false;
+        let mut why = String::new();
+        for read in 0..SESSION_READS {
+            if read > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(10 << read.min(5))).await;
+            }
+            let Some(head) = get_state!(ctx, HEAD, StoredRun) else {
+                return Ok(Json(None));
+            };
+            changed |= first.is_some_and(|v| v != head.version);
+            first.get_or_insert(head.version);
+            // A save under way may have written its checkpoints and not
+            // yet its head: those past the head's are not the head's.
+            let kept: Vec<Kept> = read_chunks!(ctx, 0)
+                .into_iter()
+                .flat_map(|(_, cps)| cps)
+                .filter(|k| k.cp.seq <= head.last_seq)
+                .collect();
+            let mut values = HashMap::new();
+            for hash in hashes(&kept) {
+                if let Some(value) = get_state!(ctx, &value_key(&hash), Value) {
+                    values.insert(hash, value);
+                }
+            }
+            match agreeing(&head, kept, &values) {
+                Ok(log) => return Ok(Json(Some(Snapshot { head, log }))),
+                Err(torn) => why = torn,
+            }
+        }
+        Err(if changed {
+            terminal(
+                503,
+                format!(
+                    "session {} changed while it was read, {SESSION_READS} times in a row (the \
+                     last read: {why}): read it again",
+                    ctx.key()
+                ),
+            )
+        } else {
+            terminal(
+                500,
+                format!(
+                    "session {} does not read whole: {why} (read {SESSION_READS} times, its \
+                     head unchanged)",
+                    ctx.key()
+                ),
+            )
+        })
     }
+}
+
+/// How many times the shared `session` handler reads a session whose
+/// head and log disagree (a save under way) before it gives up.
+pub const SESSION_READS: u32 = 8;
+
+/// The log of `head`, from the checkpoints read (`kept`, in order, none
+/// past the head's last) and the values they hold by reference; or why it
+/// is not the head's: a checkpoint from the head's latest snapshot on is
+/// missing (a later save removed it, or has not written it), or a value a
+/// checkpoint names is gone.
+fn agreeing(
+    head: &StoredRun,
+    kept: Vec<Kept>,
+    values: &HashMap<String, Value>,
+) -> Result<Vec<Checkpoint>, String> {
+    let from_snapshot = kept
+        .iter()
+        .map(|k| k.cp.seq)
+        .filter(|seq| *seq >= head.snapshot_seq);
+    if !from_snapshot.eq(head.snapshot_seq..=head.last_seq) {
+        return Err(format!(
+            "its log does not hold every checkpoint from {} to {} of its head (version {})",
+            head.snapshot_seq, head.last_seq, head.version
+        ));
+    }
+    kept.into_iter()
+        .map(|k| {
+            let seq = k.cp.seq;
+            restore(k, values).map_err(|hash| {
+                format!(
+                    "the value `{}` checkpoint {seq} holds by reference is missing",
+                    value_key(&hash)
+                )
+            })
+        })
+        .collect()
 }
 
 #[allow(missing_docs, unreachable_pub)] // the SDK's macro generates items without docs
@@ -1809,7 +2147,13 @@ impl AgentClient {
     /// [`outcome`](Self::outcome). A repeated submit with the same
     /// `idempotency_key` is the same run. `input` is read as
     /// [`run`](Self::run) reads it (`{}` or `null`: no change; what is not
-    /// an object is refused before anything is sent).
+    /// an object is refused before anything is sent). An
+    /// `idempotency_key` that cannot go in a header (empty, longer than
+    /// [`MAX_IDEMPOTENCY_KEY_BYTES`](crate::MAX_IDEMPOTENCY_KEY_BYTES),
+    /// not all visible ASCII) is a
+    /// [`RestateError::Input`](crate::RestateError::Input) naming it, and
+    /// nothing is sent; so for [`submit_resume`](Self::submit_resume) and
+    /// [`submit_stop`](Self::submit_stop).
     pub async fn submit(
         &self,
         session: &SessionId,
@@ -1938,6 +2282,15 @@ impl AgentClient {
     }
 
     /// The session's head and checkpoint log, or `None` if it has none.
+    ///
+    /// Read while a run saves the session, it is one state of it all the
+    /// same: its log holds every checkpoint from its head's latest snapshot
+    /// to its last, and none past it (the handler reads the session again
+    /// when a save under way left its head and its log disagreeing; see
+    /// [`AgentObject::handle_session`]). A session that kept changing while
+    /// it was read, [`SESSION_READS`] times in a row, is a
+    /// [`RestateError::Status`](crate::RestateError::Status) 503: read it
+    /// again.
     pub async fn session(
         &self,
         session: &SessionId,

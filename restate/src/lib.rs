@@ -65,7 +65,8 @@ pub mod agent;
 pub mod sessions;
 #[cfg(feature = "service")]
 pub use agent::{
-    AgentClient, AgentObject, Answer, Durable, NotDurable, Reply, RestateEffects, RestateSessions,
+    AgentClient, AgentObject, Answer, Durable, MAX_EFFECT_BYTES, NotDurable, Reply, RestateEffects,
+    RestateSessions,
 };
 pub use sessions::{
     BY_REFERENCE_BYTES, HEAD_KEPT_FOR, HEADS_PER_QUERY, OBJECT, RestateSessionReader, Snapshot,
@@ -229,6 +230,41 @@ fn shown_url(url: &str) -> String {
 /// ASCII characters was found to work, one of 16 000 not: the bound keeps
 /// well under that, however the id's bytes are encoded on the way.
 pub const MAX_SESSION_ID_BYTES: usize = 4096;
+
+/// The most bytes an idempotency key may take ([`Ingress::send`] and the
+/// agent client's `submit` calls): 1 KiB. A key goes in a header, as
+/// visible ASCII characters (`!` to `~`, no space), at least one.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 1024;
+
+/// Why `key` cannot be an idempotency key, if it cannot: empty, longer
+/// than [`MAX_IDEMPOTENCY_KEY_BYTES`], or holding a character that is not
+/// visible ASCII (a line break fails in the HTTP client, an `é` is sent
+/// and refused by the server with a message that does not name the key,
+/// a space at either end would be trimmed away).
+fn bad_idempotency_key(key: &str) -> Option<String> {
+    let why = if key.is_empty() {
+        "it is empty".to_owned()
+    } else if key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+        format!(
+            "it is {} bytes, more than the {MAX_IDEMPOTENCY_KEY_BYTES} a key may take",
+            key.len()
+        )
+    } else {
+        let c = key.chars().find(|c| !c.is_ascii_graphic())?;
+        format!("it holds {c:?}")
+    };
+    let start: String = key.chars().take(64).collect();
+    let shown = if start.len() < key.len() {
+        format!("{start:?}… ({} bytes in all)", key.len())
+    } else {
+        format!("{key:?}")
+    };
+    Some(format!(
+        "the idempotency key {shown} cannot be sent: {why}; a key goes in a header, as 1 to \
+         {MAX_IDEMPOTENCY_KEY_BYTES} visible ASCII characters ('!' to '~', no space): nothing \
+         was sent"
+    ))
+}
 
 /// How many bytes `text` takes as one path segment ([`path_segment`]).
 #[cfg_attr(not(feature = "service"), allow(dead_code))]
@@ -920,13 +956,16 @@ impl Admin {
     /// Where the invocation `id` is, or `None` if the server does not know
     /// it (or no longer keeps it). An `id` that is not an invocation id
     /// (`inv_1…`, 38 characters) is a [`RestateError::Input`], and nothing
-    /// is sent.
+    /// is sent. When its last attempt diverged from its journal
+    /// ([`Invocation::divergence`]), the journal is read too, for the call
+    /// it holds where the replay diverged ([`Invocation::journaled_call`]).
     pub async fn invocation(&self, id: &str) -> Result<Option<Invocation>, RestateError> {
         let id = invocation_id(id, &self.server.base)?;
         let rows = match self
             .query(&format!(
-                "SELECT id, status, retry_count, last_failure, last_failure_error_code \
-                 FROM sys_invocation WHERE id = '{id}'"
+                "SELECT id, status, retry_count, last_failure, last_failure_error_code, \
+                 last_failure_related_command_index, last_failure_related_command_name, \
+                 last_failure_related_command_type FROM sys_invocation WHERE id = '{id}'"
             ))
             .await
         {
@@ -937,17 +976,57 @@ impl Admin {
             }
             rows => rows?,
         };
-        Ok(rows.into_iter().next().map(|row| Invocation {
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        // A call is shown by its name, or by its type when it has none.
+        let call = |name: &Value, ty: &Value| {
+            name.as_str()
+                .filter(|n| !n.is_empty())
+                .or_else(|| ty.as_str().filter(|t| !t.is_empty()))
+                .map(str::to_owned)
+        };
+        let mut invocation = Invocation {
             id: id.to_owned(),
             status: row["status"].as_str().unwrap_or_default().to_owned(),
             retry_count: row["retry_count"].as_u64().unwrap_or(0),
             last_failure: row["last_failure"].as_str().map(str::to_owned),
             last_failure_code: row["last_failure_error_code"].as_str().map(str::to_owned),
-        }))
+            failed_call: call(
+                &row["last_failure_related_command_name"],
+                &row["last_failure_related_command_type"],
+            ),
+            journaled_call: None,
+        };
+        if let (Some(_), Some(index)) = (
+            invocation.divergence(),
+            row["last_failure_related_command_index"].as_u64(),
+        ) {
+            // The journal's commands in order (its notifications left
+            // out): the index Restate gives counts commands only.
+            let journaled = self
+                .query(&format!(
+                    "SELECT name, entry_type FROM sys_journal WHERE id = '{id}' \
+                     AND entry_type LIKE 'Command:%' ORDER BY index LIMIT 1 OFFSET {index}"
+                ))
+                .await?;
+            invocation.journaled_call = journaled.first().and_then(|r| {
+                let ty = r["entry_type"]
+                    .as_str()
+                    .map(|t| Value::from(t.trim_start_matches("Command:").trim()));
+                call(&r["name"], &ty.unwrap_or(Value::Null))
+            });
+        }
+        Ok(Some(invocation))
     }
 
     /// Cancels the invocation `id`: its handler sees a terminal error at
-    /// its next journaled operation (a harness run: at its next effect).
+    /// its next journaled operation. A harness run sees it at its next
+    /// effect, or, past its last effect, at the save of its session when
+    /// that save is journaled: either way the run ends failed, saying it
+    /// was cancelled, and its session is saved; a cancellation that comes
+    /// after a run's last journaled operation leaves it as it ends (see the
+    /// [`agent`] module's docs, **Stop**).
     /// An `id` that is not an invocation id is a [`RestateError::Input`];
     /// one the server does not know, its 404 ([`RestateError::Status`]).
     pub async fn cancel(&self, id: &str) -> Result<(), RestateError> {
@@ -1044,17 +1123,56 @@ pub struct Invocation {
     pub last_failure: Option<String>,
     /// The error code of that failure (Restate's own, e.g. `RT0016`).
     pub last_failure_code: Option<String>,
+    /// The call that failure came at, as the failed attempt made it: its
+    /// name (an effect's, `{step}#{visit}.{attempt}:{key}`; a round's;
+    /// `save session`), or its type when it has none (`SetState`), as
+    /// Restate reports it.
+    pub failed_call: Option<String>,
+    /// For a [divergence](Self::divergence): the call the journal holds
+    /// where the replay diverged, by its name or, when it has none, its
+    /// type (read from the journal by [`Admin::invocation`]).
+    pub journaled_call: Option<String>,
 }
 
+/// Restate's code for a journal mismatch (the SDK's `570`): a replay that
+/// did not make the calls its journal holds.
+pub const JOURNAL_MISMATCH: &str = "RT0016";
+
 impl Invocation {
-    /// The divergence its last attempt failed with: a replay that asked for
-    /// other effects than the journal holds, in Restate's words (which name
-    /// the effect recorded and the one asked for, each as
-    /// `{step}#{visit}.{attempt}:{key}`).
+    /// The divergence its last attempt failed with, in Restate's words: a
+    /// replay that made other calls than the journal holds (Restate's
+    /// journal mismatch: the code [`JOURNAL_MISMATCH`], `RT0016`; with no
+    /// code, a message starting `[570 `). Any other failure is none,
+    /// whatever its text holds (a byte count with `570` in it, a step's
+    /// `schema mismatch`).
+    ///
+    /// What it names depends on where the replay left the journal:
+    /// - an effect where the journal holds another (its key, or its
+    ///   step, changed; a save journaled in an entry of its own, `save
+    ///   session`, counts as one): both, as
+    ///   `{step}#{visit}.{attempt}:{key}` (`name: work#2.1:effect-0 !=
+    ///   work#2.1:v2-effect-0`);
+    /// - a round of a fork's effects with another effect anywhere in it:
+    ///   both rounds' names, `round of N: first … last #digest`, which
+    ///   differ by their digests (the effect that differs is not named);
+    /// - a call of another kind than the journal holds: a replay that asks
+    ///   for fewer effects than the journal holds and goes on to save as
+    ///   plain state where it holds an effect, or one that asks for an
+    ///   effect where it holds such a save: the two calls' types only
+    ///   (`'run' (index '3')` against `'set state'`). The journal's call is
+    ///   then named by [`journaled_call`](Self::journaled_call) (the effect
+    ///   `work#0.1:effect-1` the shorter replay no longer asks for), the
+    ///   replay's by [`failed_call`](Self::failed_call) (an effect's name,
+    ///   or the save's type).
     pub fn divergence(&self) -> Option<&str> {
-        self.last_failure
-            .as_deref()
-            .filter(|f| f.contains("570") || f.to_ascii_lowercase().contains("mismatch"))
+        let failure = self.last_failure.as_deref()?;
+        let mismatch = match self.last_failure_code.as_deref() {
+            Some(code) => code == JOURNAL_MISMATCH,
+            None => failure
+                .strip_prefix("[570")
+                .is_some_and(|rest| rest.starts_with([' ', ']'])),
+        };
+        mismatch.then_some(failure)
     }
 }
 
@@ -1167,6 +1285,10 @@ impl Ingress {
     /// `idempotency_key`, if given, makes a repeated send the same
     /// invocation. `input` is sent as [`call`](Self::call) sends it
     /// (`null`: no input at all).
+    ///
+    /// An `idempotency_key` that is empty, longer than
+    /// [`MAX_IDEMPOTENCY_KEY_BYTES`] or not all visible ASCII (`!` to `~`)
+    /// is a [`RestateError::Input`] naming it, and nothing is sent.
     pub async fn send(
         &self,
         service: &str,
@@ -1176,6 +1298,9 @@ impl Ingress {
         idempotency_key: Option<&str>,
     ) -> Result<String, RestateError> {
         let url = format!("{}/send", self.handler_url(service, key, handler)?);
+        if let Some(message) = idempotency_key.and_then(bad_idempotency_key) {
+            return Err(RestateError::Input { url, message });
+        }
         let mut request = with_input(self.server.auth(self.http.post(&url)), input);
         if let Some(idem) = idempotency_key {
             request = request.header("idempotency-key", idem);

@@ -886,6 +886,18 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
             && divergence.contains(&format!("work#{visit}:v2-effect-0")),
         "{divergence}"
     );
+    // And each side on its own: the journal's call, the replay's.
+    let info = admin.invocation(&invocation).await.unwrap().unwrap();
+    assert_eq!(
+        info.journaled_call,
+        Some(format!("work#{visit}:effect-0")),
+        "{info:?}"
+    );
+    assert_eq!(
+        info.failed_call,
+        Some(format!("work#{visit}:v2-effect-0")),
+        "{info:?}"
+    );
     let ran = lines(&file);
     assert_eq!(ran.len(), 4, "the diverging replay ran no effect: {ran:?}");
     admin.kill(&invocation).await.unwrap();
@@ -923,6 +935,54 @@ async fn a_replay_that_asks_for_other_effects_is_a_divergence_naming_both() {
             "{bad}"
         );
     }
+}
+
+/// A replay that asks for fewer effects than its journal holds (it goes on
+/// to save where the journal holds an effect) is a divergence too: Restate
+/// names the two calls' types only, and `Admin::invocation` reads the
+/// journal for the call it holds there (see `Invocation::divergence`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_asks_for_fewer_effects_is_a_divergence_naming_the_calls_types() {
+    let _serial = SHARED_SERVER.lock().await;
+    let rig = Rig::shared();
+    // Three effects, hanging after the second: two journaled.
+    let hanging = rig.hanging(1, &[]);
+    rig.register().await;
+    let (session, file) = rig.session("fewer");
+    let invocation = rig.agent.submit(&session, &json!({}), None).await.unwrap();
+    rig.hung().await;
+    drop(hanging);
+    // Back with code that makes one effect.
+    let _fewer = rig.service(&[("PROBE_EFFECTS", "1".into())]);
+    let admin = &rig.admin;
+    let began = std::time::Instant::now();
+    let info = loop {
+        let info = admin.invocation(&invocation).await.unwrap().unwrap();
+        if info.divergence().is_some() {
+            break info;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "no divergence reported: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let divergence = info.divergence().unwrap();
+    assert_eq!(info.last_failure_code.as_deref(), Some("RT0016"));
+    assert!(
+        divergence.contains("'run'") && divergence.contains("'set state'"),
+        "{divergence}"
+    );
+    // The journal's call, by its name (the effect the replay no longer
+    // asks for); the replay's, by its type.
+    assert_eq!(
+        info.journaled_call.as_deref(),
+        Some("work#0.1:effect-1"),
+        "{info:?}"
+    );
+    assert_eq!(info.failed_call.as_deref(), Some("SetState"), "{info:?}");
+    assert_eq!(lines(&file).len(), 2, "the diverging replay ran no effect");
+    admin.kill(&invocation).await.unwrap();
 }
 
 /// A replay that asks for another effect in the middle of a round (the

@@ -10,9 +10,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod agents;
+mod bounds;
 mod calls;
+mod cancels;
+mod divergence;
 mod listing;
 mod named;
+mod reads;
 
 use harness_restate::{Admin, Ingress, RestateError};
 use serde_json::json;
