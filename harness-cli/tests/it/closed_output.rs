@@ -1,6 +1,8 @@
 //! The reader goes away: `harness … | head -1` closes the pipe while
-//! `harness` still writes. Every command ends quietly (status 0, no panic);
-//! with stderr closed, errors still give their status, not a panic.
+//! `harness` still writes. Every command ends quietly (no panic) with the
+//! status it would have had (0, or 1 when something failed after the
+//! reader went); with stderr closed, errors still give their status, not a
+//! panic.
 
 use crate::support::workdir;
 use harness::SessionId;
@@ -87,5 +89,46 @@ fn errors_keep_their_status_when_stderr_is_closed() {
             .status()
             .unwrap();
         assert_eq!(status.code(), Some(code), "harness {args:?}");
+    }
+}
+
+/// A failure after the reader went still gives its status: a cell that
+/// raises after 200 printed ones, a store whose sessions list but one
+/// does not read.
+#[test]
+fn a_failure_after_the_reader_went_keeps_its_status() {
+    let dir = workdir("closed-output-failing");
+    let script = dir.join("failing.py");
+    let mut cells: String = (0..200)
+        .map(|i| format!("# %%\nx{i} = {i}\nprint('cell', x{i})\n"))
+        .collect();
+    cells.push_str("# %%\nraise ValueError('the last cell fails')\n");
+    std::fs::write(&script, cells).unwrap();
+    let store = dir.join("store");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let files = harness_stores::FileStore::open(&store).unwrap();
+        for i in 0..50 {
+            let id = SessionId::from(format!("s{i}"));
+            save_value(&files, "notes", &id, serde_json::json!({"i": i}))
+                .await
+                .unwrap();
+        }
+    });
+    // One session's head no longer reads.
+    std::fs::write(store.join("s-s49").join("head.json"), "{ not json").unwrap();
+    let (script, store) = (script.to_str().unwrap(), store.to_str().unwrap());
+    for args in [
+        vec!["run", script],
+        vec!["run", "--fresh", script],
+        vec!["sessions", "--store", store, "list"],
+    ] {
+        let output = with_stdout_closed(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "harness {args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(1), "harness {args:?}: {stderr}");
     }
 }
