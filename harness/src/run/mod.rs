@@ -51,15 +51,26 @@ enum RunPhase<S: HarnessState> {
     Done,
 }
 
-/// A name given to [`Run::pause_before`] or [`Run::pause_after`] that is
-/// not a step of the loop.
+/// Names given to [`Run::pause_before`] or [`Run::pause_after`] that are
+/// not steps of the loop.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{step}` is not a step of this loop (its steps: {})", steps.join(", "))]
+#[error("{} of this loop (its steps: {})", unknown_names(unknown), steps.join(", "))]
 pub struct UnknownStep {
-    /// The name given.
-    pub step: String,
+    /// The names given that are not steps, in the order given, each once.
+    pub unknown: Vec<String>,
     /// The loop's steps.
     pub steps: Vec<String>,
+}
+
+/// "`a` is not a step", "`a` and `b` are not steps", "`a`, `b` and `c` are
+/// not steps".
+fn unknown_names(unknown: &[String]) -> String {
+    let quoted: Vec<String> = unknown.iter().map(|n| format!("`{n}`")).collect();
+    match quoted.as_slice() {
+        [] => "no name is not a step".to_owned(),
+        [one] => format!("{one} is not a step"),
+        [rest @ .., last] => format!("{} and {last} are not steps", rest.join(", ")),
+    }
 }
 
 /// A run of an agent. Await it for its [`Outcome`].
@@ -156,8 +167,8 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     ///
     /// # Errors
     ///
-    /// [`UnknownStep`] naming a name that is not a step of the loop (the
-    /// run is dropped with the error).
+    /// [`UnknownStep`] naming every name that is not a step of the loop
+    /// (the run is dropped with the error).
     pub fn pause_before<I, N>(self, steps: I) -> Result<Self, UnknownStep>
     where
         I: IntoIterator<Item = N>,
@@ -175,7 +186,7 @@ impl<S: HarnessState, C: Context> Run<S, C> {
     ///
     /// # Errors
     ///
-    /// [`UnknownStep`] naming a name that is not a step of the loop.
+    /// [`UnknownStep`] naming every name that is not a step of the loop.
     pub fn pause_after<I, N>(self, steps: I) -> Result<Self, UnknownStep>
     where
         I: IntoIterator<Item = N>,
@@ -190,22 +201,25 @@ impl<S: HarnessState, C: Context> Run<S, C> {
         N: AsRef<str>,
     {
         let mut found = Vec::new();
+        let mut unknown: Vec<String> = Vec::new();
         for name in steps {
             let name = name.as_ref();
             match self.harness.steps.iter().position(|s| &*s.name == name) {
                 Some(i) => found.push(i),
-                None => {
-                    return Err(UnknownStep {
-                        step: name.to_string(),
-                        steps: self
-                            .harness
-                            .steps
-                            .iter()
-                            .map(|s| s.name.to_string())
-                            .collect(),
-                    });
-                }
+                None if unknown.iter().any(|u| u == name) => {}
+                None => unknown.push(name.to_owned()),
             }
+        }
+        if !unknown.is_empty() {
+            return Err(UnknownStep {
+                unknown,
+                steps: self
+                    .harness
+                    .steps
+                    .iter()
+                    .map(|s| s.name.to_string())
+                    .collect(),
+            });
         }
         {
             let mut points = self

@@ -685,11 +685,32 @@ async fn a_run_pauses_before_and_after_the_steps_it_is_given_and_goes_on_when_re
             .pause_before([name])
             .err()
             .unwrap();
-        assert_eq!(err.step, name);
+        assert_eq!(err.unknown, [name]);
         assert_eq!(err.steps, ["bump", "check"]);
         assert!(err.to_string().contains("bump, check"), "{err}");
+        assert!(err.to_string().contains("is not a step"), "{err}");
     }
-    assert!(agent.run(Counter::default()).pause_after(["nope"]).is_err());
+    // Every unknown name, each once, in the order given.
+    for (names, unknown, said) in [
+        (
+            vec!["nope", "bump", "Check"],
+            vec!["nope", "Check"],
+            "`nope` and `Check` are not steps",
+        ),
+        (
+            vec!["a", "b", "a", "check", "c"],
+            vec!["a", "b", "c"],
+            "`a`, `b` and `c` are not steps",
+        ),
+    ] {
+        let err = agent
+            .run(Counter::default())
+            .pause_after(&names)
+            .err()
+            .unwrap();
+        assert_eq!(err.unknown, unknown);
+        assert!(err.to_string().starts_with(said), "{err}");
+    }
 }
 
 /// How a step panics: before its future exists (in the closure itself),
