@@ -488,9 +488,11 @@ impl<I: Sync, E: Serialize + Sync, O: Serialize + Sync> Evaluator<I, E, O> for F
 /// - A number too large for an `f64` (`1e999`) is not read.
 ///
 /// Two integers (digits with no fraction nor exponent, in the text, or
-/// JSON integers) are compared exactly, however large:
-/// `9007199254740993` is 1 away from `9007199254740992`, which an `f64`
-/// holds as the same number. Any other pair is compared as `f64`s.
+/// JSON integers) are compared exactly, up to 39 digits (what an `i128`
+/// holds, ±1.7×10³⁸; every JSON integer fits): `9007199254740993` is 1
+/// away from `9007199254740992`, which an `f64` holds as the same number.
+/// Any other pair, and an integer written with more digits, is compared as
+/// `f64`s.
 #[derive(Debug, Clone)]
 pub struct NumericTolerance {
     name: String,
