@@ -1835,10 +1835,7 @@ fn guarded<T>(step: &str, what: &str, f: impl FnOnce() -> T) -> Result<T, RunErr
 /// The error of a step that panicked, with the panic's message when it
 /// has one (redacted, as a step's error is).
 fn panicked(panic: &(dyn std::any::Any + Send)) -> StepError {
-    StepError::msg(match crate::panics::panic_message(panic) {
-        Some(message) => format!("the step panicked: {}", crate::secrets::redact(message)),
-        None => "the step panicked".to_owned(),
-    })
+    StepError::msg(crate::panics::said("the step", panic))
 }
 
 /// Runs a step's `run`, with its timeout and retry policy.
