@@ -38,6 +38,35 @@ fn slow_memory(pause: Duration) -> Memory {
     Memory::in_memory().with_index(IndexConfig::new(Arc::new(slow), 64).fields(["text"]))
 }
 
+/// `server` served on a loopback port until [`Serving::stop`].
+struct Serving {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), harness_server::ServeError>>,
+}
+
+impl Serving {
+    async fn start(server: Server) -> Self {
+        let bound = server.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = bound.addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(bound.serve(async move {
+            let _ = stopped.await;
+        }));
+        Self { addr, stop, task }
+    }
+
+    /// Stops it, and waits (at most 20 s) until it has.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("the server did not stop")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 fn request(method: Method, path: &str, body: Value) -> Request<Body> {
     Request::builder()
         .method(method)
@@ -444,15 +473,8 @@ async fn statuses(addr: std::net::SocketAddr) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_whose_client_hangs_up_cancels_its_run_when_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let bound = crate::server(dir.path())
-        .bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let addr = bound.addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
+    let serving = Serving::start(crate::server(dir.path())).await;
+    let addr = serving.addr;
     let long = json!({"limit": 100_000});
     // `on_disconnect: cancel` on a thread; the Agent Protocol's shape,
     // whose default is `cancel`; a stateless run with `cancel`. Each run
@@ -512,8 +534,7 @@ async fn a_wait_whose_client_hangs_up_cancels_its_run_when_asked() {
     assert_eq!(status, 200, "{out}");
     let state: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(state["values"]["ticks"], 10, "{state}");
-    let _ = stop.send(());
-    serving.await.unwrap().unwrap();
+    serving.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,16 +542,8 @@ async fn a_client_slow_to_send_its_request_head_is_hung_up_on() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
     let limit = Duration::from_millis(500);
-    let bound = crate::server(dir.path())
-        .header_read_timeout(limit)
-        .bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let addr = bound.addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
+    let serving = Serving::start(crate::server(dir.path()).header_read_timeout(limit)).await;
+    let addr = serving.addr;
     // Part of a request line; part of the headers; nothing at all.
     for sent in [
         "GET /threads/sea",
@@ -559,12 +572,7 @@ async fn a_client_slow_to_send_its_request_head_is_hung_up_on() {
     // A whole request is answered.
     let (status, body) = crate::http(addr, "GET", "/ok", &[], "").await;
     assert_eq!(status, 200, "{body}");
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(20), serving)
-        .await
-        .expect("the server did not stop")
-        .unwrap()
-        .unwrap();
+    serving.stop().await;
 }
 
 #[tokio::test]
@@ -573,23 +581,9 @@ async fn a_header_read_timeout_of_no_limit_or_zero_still_serves() {
     // which then answered nothing; zero would close them all.
     for limit in [Duration::MAX, Duration::ZERO] {
         let dir = tempfile::tempdir().unwrap();
-        let bound = crate::server(dir.path())
-            .header_read_timeout(limit)
-            .bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let addr = bound.addr();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(bound.serve(async move {
-            let _ = stopped.await;
-        }));
-        let (status, body) = crate::http(addr, "GET", "/ok", &[], "").await;
+        let serving = Serving::start(crate::server(dir.path()).header_read_timeout(limit)).await;
+        let (status, body) = crate::http(serving.addr, "GET", "/ok", &[], "").await;
         assert_eq!(status, 200, "{limit:?}: {body}");
-        let _ = stop.send(());
-        tokio::time::timeout(Duration::from_secs(20), serving)
-            .await
-            .expect("the server did not stop")
-            .unwrap()
-            .unwrap();
+        serving.stop().await;
     }
 }
