@@ -171,15 +171,21 @@ pub(crate) async fn create_record(
     id: Option<String>,
     metadata: Map<String, Value>,
 ) -> Result<ThreadRecord, ApiError> {
-    let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let used = load_value(&*app.store, OWNER, &record_key(&id))
-        .await?
-        .is_some()
-        || app
-            .store
-            .load(&SessionId::from(id.clone()))
+    // A fresh uuid names no thread nor session yet: only an id the client
+    // chose may have been used (a thread deleted and made again).
+    let (id, chosen) = match id {
+        Some(id) => (id, true),
+        None => (uuid::Uuid::new_v4().to_string(), false),
+    };
+    let used = chosen
+        && (load_value(&*app.store, OWNER, &record_key(&id))
             .await?
-            .is_some();
+            .is_some()
+            || app
+                .store
+                .load(&SessionId::from(id.clone()))
+                .await?
+                .is_some());
     let session = if used {
         let fresh = SessionId::from(uuid::Uuid::new_v4().to_string());
         mark_fork(app, &id, &fresh).await?;
