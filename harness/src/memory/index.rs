@@ -387,8 +387,12 @@ struct Graph {
     top: usize,
     rng: u64,
     /// The next copy in a linked node's group ([`NO_NODE`]: none): a chain
-    /// from the linked node through its copies.
+    /// from the linked node through its copies, in the order they came
+    /// (their slots' order, which ties are broken by).
     next_copy: Vec<u32>,
+    /// The last copy of each linked node's group (the node itself when it
+    /// has none), where the next one is chained; unused for copies.
+    last_copy: Vec<u32>,
     /// The linked node of each distinct code, by the code's hash.
     linked: HashMap<u64, u32>,
 }
@@ -409,6 +413,7 @@ impl Graph {
             top: 0,
             rng: params.seed,
             next_copy: Vec::new(),
+            last_copy: Vec::new(),
             linked: HashMap::new(),
         }
     }
@@ -420,7 +425,11 @@ impl Graph {
         std::iter::successors(next(node), move |&n| next(n))
     }
 
-    /// Whether `admit` accepts `node` or one of its copies.
+    /// Whether `admit` accepts `node` or one of its copies. (A walk that
+    /// meets a large group refused by its filter reads the whole chain;
+    /// but a filter refusing all but a few of the copies of one text, one
+    /// user's of a fact stored per user, admits less than
+    /// [`HnswParams::exact_below`] of the items, and is answered exactly.)
     fn admits_group(&self, node: u32, admit: &dyn Fn(u32) -> bool) -> bool {
         admit(node) || self.copies(node).any(admit)
     }
@@ -582,6 +591,7 @@ impl Graph {
         self.bottom
             .resize(self.bottom.len() + 2 * self.params.m + 1, 0);
         self.next_copy.push(NO_NODE);
+        self.last_copy.push(node);
         let query = codes.code(node);
         let hash = {
             use std::hash::{Hash, Hasher};
@@ -595,8 +605,9 @@ impl Graph {
                 let code = codes.code(first);
                 if code.scale.to_bits() == query.scale.to_bits() && code.ints == query.ints {
                     self.upper.push(Vec::new());
-                    self.next_copy[node as usize] = self.next_copy[first as usize];
-                    self.next_copy[first as usize] = node;
+                    let last = self.last_copy[first as usize];
+                    self.next_copy[last as usize] = node;
+                    self.last_copy[first as usize] = node;
                     return;
                 }
                 // Another code of the same hash: linked as any other.
@@ -667,8 +678,11 @@ impl Graph {
     }
 
     /// The admitted nodes of the `ef` linked nodes closest to `query` whose
-    /// groups hold an admitted node (each with its copies: at least `ef`
-    /// nodes when there are as many), best first by their codes' scores.
+    /// groups hold an admitted node (with up to `ef` of each group, in
+    /// their slots' order: at least `ef` nodes when there are as many),
+    /// best first by their codes' scores. Not more of a group: its copies
+    /// score the same, and `ef` is at least the page asked for; a search
+    /// costs no more for a text stored 100 000 times.
     fn search(
         &self,
         codes: &Codes,
@@ -693,11 +707,13 @@ impl Graph {
             let found = self.search_layer(codes, query, &entries, ef, 0, admit, visited);
             let mut out = Vec::with_capacity(found.len());
             for near in found {
-                for node in std::iter::once(near.node).chain(self.copies(near.node)) {
-                    if admit(node) {
-                        out.push(Near { node, ..near });
-                    }
-                }
+                let group = std::iter::once(near.node).chain(self.copies(near.node));
+                out.extend(
+                    group
+                        .filter(|&node| admit(node))
+                        .take(ef)
+                        .map(|node| Near { node, ..near }),
+                );
             }
             out
         })
