@@ -372,23 +372,34 @@ fn global() -> RwLockReadGuard<'static, SecretSet> {
 /// once).
 fn active() -> Option<RwLockReadGuard<'static, SecretSet>> {
     ENVIRONMENT.call_once(|| {
-        register_environment();
+        environment();
     });
-    ACTIVE.load(Ordering::Acquire).then(global)
+    if !ACTIVE.load(Ordering::Acquire) {
+        return None;
+    }
+    // Not inside `call_once`: a panic hook of the application's that
+    // redacts would wait on the `Once` while this waited on the hook.
+    redact_panics();
+    Some(global())
 }
 
 /// Adds `value` to the process's secrets (see [`SecretSet::register`]):
 /// from now on every redaction replaces it. False, and nothing added, for a
 /// value under [`MIN_SECRET_LEN`] bytes.
 pub fn register(value: &str) -> bool {
+    let registered = add(value);
+    if registered {
+        redact_panics();
+    }
+    registered
+}
+
+/// [`register`] without wrapping the panic hook.
+fn add(value: &str) -> bool {
     let mut set = GLOBAL.write().unwrap_or_else(PoisonError::into_inner);
     let registered = set.register(value);
     if registered {
         ACTIVE.store(true, Ordering::Release);
-    }
-    drop(set);
-    if registered {
-        redact_panics();
     }
     registered
 }
@@ -406,7 +417,15 @@ static PANIC_HOOK: Once = Once::new();
 /// application's own, set before the first secret): only a message that
 /// holds a secret is printed by it instead, as the default hook prints
 /// one, redacted (and with a backtrace when `RUST_BACKTRACE` asks for
-/// one). A hook the application sets later replaces the wrapper.
+/// one); the hook it found is not called for that panic, as it would
+/// print or report the secret. A hook the application sets later
+/// replaces the wrapper.
+///
+/// Installed by [`register`] and [`register_environment`] once they have
+/// let go of the set, and by the first redaction after the environment
+/// was read, never inside that read (a hook of the application's that
+/// redacts, running on a panicking thread meanwhile, would wait for the
+/// read while the read waited for the hook).
 fn redact_panics() {
     // `set_hook` may not be called while this thread panics.
     if std::thread::panicking() {
@@ -420,12 +439,17 @@ fn redact_panics() {
             };
             // Not `read`: a panic while this thread registers a secret
             // holds the lock for writing.
-            let redacted = match GLOBAL.try_read() {
-                Ok(set) => match set.redact(message) {
+            let set = match GLOBAL.try_read() {
+                Ok(set) => Some(set),
+                Err(std::sync::TryLockError::Poisoned(set)) => Some(set.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            let redacted = match set {
+                Some(set) => match set.redact(message) {
                     Cow::Borrowed(_) => None,
                     Cow::Owned(redacted) => Some(redacted),
                 },
-                Err(_) => Some("[a message withheld: the secrets were being updated]".into()),
+                None => Some("[a message withheld: the secrets were being updated]".into()),
             };
             let Some(redacted) = redacted else {
                 return previous(info);
@@ -461,10 +485,19 @@ fn redact_panics() {
 /// were registered. Done once by itself at the first redaction; call it
 /// again after setting such a variable.
 pub fn register_environment() -> usize {
+    let registered = environment();
+    if registered > 0 {
+        redact_panics();
+    }
+    registered
+}
+
+/// [`register_environment`] without wrapping the panic hook.
+fn environment() -> usize {
     std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
         .filter(|(name, value)| is_secret_name(name) && !value.trim_start().starts_with('/'))
-        .filter(|(_, value)| register(value))
+        .filter(|(_, value)| add(value))
         .count()
 }
 
