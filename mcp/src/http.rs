@@ -21,6 +21,19 @@
 //! is reported likewise (nothing else waits then, and the SDK needs a
 //! session from its answer).
 //!
+//! Likewise what the SDK cannot read as a message, or would misread: a
+//! JSON body that is not JSON, or not a JSON-RPC message (the SDK fails the
+//! connection's send for it, as if the server were gone), an error without
+//! an `id` (which it drops), a `result` that is not an object (which it
+//! reads as an empty result), and an SSE event's data of any of these
+//! (which it skips; the call then waits its whole timeout, or, if the
+//! stream ends, the SDK closes the client). On a POST's own answer, that
+//! is the POST's request's answer, and a stand-in error answer to it takes
+//! its place ([`check`], [`check_parsed`]); on a GET stream, one whose
+//! request cannot be told is reported to [`Faults`], as over stdio. A
+//! `"result": []` in a JSON body is the one case not caught: the SDK reads
+//! the body itself, and `[]` then as `{}` (an empty result).
+//!
 //! [`McpOptions::max_message_bytes`]: crate::McpOptions::max_message_bytes
 
 use std::collections::HashMap;
@@ -28,16 +41,21 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestId};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, RequestId, ServerJsonRpcMessage, ServerResult,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
+use serde_json::Value;
 
 use crate::McpOptions;
 use crate::faults::{self, Faults};
+use crate::sniff::{Owner, Sniffer};
+use crate::stdio::{json_rpc_problem, may_answer, quote};
 
 /// How many more bytes than a message an SSE event may take: the SDK
 /// counts the event as sent, with the `data: ` before each of its lines and
@@ -354,11 +372,154 @@ fn is_event_too_large(error: &SseError) -> bool {
     matches!(error, SseError::Body(error) if error.to_string().contains("SSE event exceeded the maximum size"))
 }
 
+/// What a message from the server is, as [`check`] finds it.
+#[derive(Debug, PartialEq)]
+enum Checked {
+    /// A message the SDK reads (or, a notification or a request of the
+    /// server's, decides about): passed on.
+    Message,
+    /// The answer to request `id`, which the SDK would drop or misread: a
+    /// [stand-in](Faults::stand_in) takes its place.
+    Answer(RequestId, String),
+    /// What may have been an answer, whose request cannot be told.
+    Dropped(String),
+    /// A notification or a request of the server's the SDK cannot read:
+    /// no call's answer.
+    Notice(String),
+    /// Text that is no message and no answer.
+    Noise,
+}
+
+/// What a message the SDK reads is, when it is one it would misread: an
+/// error without an `id`, which the SDK drops (on a POST's answer, the
+/// answer to that POST's request, `answers`), or a result that is not an
+/// object (`raw`, the result as sent, when known; a custom result's own).
+fn check_parsed(
+    message: &ServerJsonRpcMessage,
+    raw_result: Option<&Value>,
+    answers: Option<&RequestId>,
+    quoted: impl Fn() -> String,
+) -> Checked {
+    match message {
+        ServerJsonRpcMessage::Error(error) if error.id.is_none() => {
+            let what = format!("an error without an `id` ({})", quoted());
+            match answers {
+                Some(id) => Checked::Answer(id.clone(), what),
+                None => Checked::Dropped(what),
+            }
+        }
+        // An MCP result is an object; the SDK reads `[]` as an empty one
+        // (and so as a tool's result without content), and a number or a
+        // string as a custom one.
+        ServerJsonRpcMessage::Response(response) => {
+            let result = match (&response.result, raw_result) {
+                (ServerResult::EmptyResult(_) | ServerResult::CustomResult(_), Some(raw)) => raw,
+                (ServerResult::CustomResult(custom), None) => &custom.0,
+                _ => return Checked::Message,
+            };
+            if result.is_object() {
+                Checked::Message
+            } else {
+                Checked::Answer(
+                    response.id.clone(),
+                    format!(
+                        "an answer that is not a valid MCP message (its `result` is not an object: {})",
+                        quoted()
+                    ),
+                )
+            }
+        }
+        _ => Checked::Message,
+    }
+}
+
+/// What `text` (an SSE event's data, trimmed, not empty) is: a message
+/// the SDK reads; or, if not, what the server sent, in words, and whose
+/// answer it was. On a POST's own stream (`answers`, its request), an
+/// answer, or what is no message at all, is that request's.
+fn check(text: &[u8], answers: Option<&RequestId>) -> Checked {
+    let what = |problem: &str| {
+        format!(
+            "an answer that is not a valid MCP message ({problem}: {})",
+            quote(text)
+        )
+    };
+    let value = serde_json::from_slice::<Value>(text);
+    if let Ok(message) = serde_json::from_slice::<ServerJsonRpcMessage>(text) {
+        let raw_result = value.as_ref().ok().and_then(|v| v.get("result"));
+        return check_parsed(&message, raw_result, answers, || quote(text));
+    }
+    let Ok(value) = value else {
+        let what = format!("a message that is not JSON ({})", quote(text));
+        return match answers {
+            Some(id) => Checked::Answer(id.clone(), what),
+            None if text.starts_with(b"{") => Checked::Dropped(what),
+            None => Checked::Noise,
+        };
+    };
+    let mut sniffer = Sniffer::default();
+    sniffer.feed(text);
+    match (sniffer.finish(), answers) {
+        (Owner::NoAnswer, _) => Checked::Notice(what(json_rpc_problem(&value))),
+        (_, Some(id)) => Checked::Answer(id.clone(), what(json_rpc_problem(&value))),
+        (Owner::Answer(id), None) => Checked::Answer(id, what(json_rpc_problem(&value))),
+        (Owner::Unknown, None) if may_answer(&value) => {
+            Checked::Dropped(what(json_rpc_problem(&value)))
+        }
+        (Owner::Unknown, None) => Checked::Noise,
+    }
+}
+
+/// What the SDK's error for a JSON body it could not read as a message
+/// (`could not parse JSON response as ServerJsonRpcMessage: <serde's
+/// error>: <the body's first bytes>`) says the server sent, in words.
+fn unreadable_body(error: &str) -> Option<String> {
+    let rest = error.strip_prefix("could not parse JSON response as ServerJsonRpcMessage: ")?;
+    let splits = || {
+        rest.match_indices(": ")
+            .map(|(at, _)| (&rest[..at], &rest[at + 2..]))
+    };
+    // JSON that is not a message: the first split after which the rest is
+    // JSON (serde's error may quote the body, or a part of it).
+    if let Some((_, body, value)) = splits().find_map(|(reason, body)| {
+        serde_json::from_str::<Value>(body)
+            .ok()
+            .map(|value| (reason, body, value))
+    }) {
+        return Some(format!(
+            "an answer that is not a valid MCP message ({}: {})",
+            json_rpc_problem(&value),
+            quote(body.as_bytes())
+        ));
+    }
+    // Not JSON: serde's error ends with `at line L column C`.
+    let (reason, body) = splits()
+        .find(|(reason, _)| {
+            reason
+                .rsplit_once(" column ")
+                .is_some_and(|(_, c)| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .unwrap_or((rest, ""));
+    Some(if body == "<empty>" {
+        "an empty answer where a JSON-RPC message was due".to_owned()
+    } else {
+        format!(
+            "a message that is not JSON ({}: {reason})",
+            quote(body.as_bytes())
+        )
+    })
+}
+
 impl Client {
-    /// `stream`, with the event that ends it for its size dealt with: if
-    /// the stream is the answer to request `answers`, the event becomes a
-    /// [stand-in](Faults::stand_in) error answer to it, and the stream
-    /// ends; otherwise it is reported to [`Faults`].
+    /// `stream`, with what the SDK cannot read dealt with. The event that
+    /// ends it for its size: if the stream is the answer to request
+    /// `answers`, it becomes a [stand-in](Faults::stand_in) error answer to
+    /// it, and the stream ends; otherwise it is reported to [`Faults`]. An
+    /// event whose data is not a message the SDK reads (which the SDK
+    /// would skip): if it is an answer (on a POST's stream, or anything but
+    /// a notification or a request of the server's), a stand-in error
+    /// answer takes its place; otherwise it is reported to [`Faults`]
+    /// ([`check`]), and skipped.
     fn watched(&self, stream: BoxedSseResponse, answers: Option<RequestId>) -> BoxedSseResponse {
         let faults = Arc::clone(&self.faults);
         let limit = self.limit;
@@ -385,12 +546,51 @@ impl Client {
                             }
                         }
                     }
+                    Ok(event) => Ok(checked_event(&faults, event, answers.as_ref())),
                     other => other,
                 };
                 futures::future::ready(Some(event))
             })
             .boxed()
     }
+}
+
+/// `event`, if the SDK reads it as it is (an event of another type than a
+/// message's, one without data, one whose data is a message the SDK
+/// reads); else with its data replaced by a [stand-in](Faults::stand_in)
+/// answer, or taken out (reported to `faults`), as [`check`] finds it.
+fn checked_event(faults: &Faults, mut event: SseEvent, answers: Option<&RequestId>) -> SseEvent {
+    // Only these events carry messages for the SDK; it skips an event
+    // without data, or whose data is empty (a priming event).
+    if !matches!(event.event.as_deref(), None | Some("") | Some("message")) {
+        return event;
+    }
+    let Some(data) = &event.data else {
+        return event;
+    };
+    let text = data.as_bytes().trim_ascii();
+    if text.is_empty() {
+        return event;
+    }
+    event.data = match check(text, answers) {
+        Checked::Message => return event,
+        Checked::Answer(id, what) => {
+            Some(String::from_utf8_lossy(&faults.stand_in(id, &what)).into_owned())
+        }
+        Checked::Dropped(what) => {
+            faults.drop_message(what);
+            None
+        }
+        Checked::Notice(what) => {
+            faults.drop_notice(&what);
+            None
+        }
+        Checked::Noise => {
+            faults.note_noise(quote(text));
+            None
+        }
+    };
+    event
 }
 
 /// The request `message` is, if it is one whose answer over the limit is
@@ -491,6 +691,31 @@ impl StreamableHttpClient for Client {
             Ok(StreamableHttpPostResponse::Sse(stream, session)) => Ok(
                 StreamableHttpPostResponse::Sse(self.watched(stream, answers), session),
             ),
+            // A JSON body the SDK reads, but would drop or misread.
+            Ok(StreamableHttpPostResponse::Json(message, session)) => {
+                let checked = check_parsed(&message, None, answers.as_ref(), || {
+                    quote(&serde_json::to_vec(&message).unwrap_or_default())
+                });
+                match checked {
+                    Checked::Answer(id, what) => Ok(StreamableHttpPostResponse::Json(
+                        self.faults.stand_in_message(id, &what),
+                        session,
+                    )),
+                    _ => Ok(StreamableHttpPostResponse::Json(message, session)),
+                }
+            }
+            // A JSON body that is not a message the SDK reads: the SDK
+            // fails the connection's send, and so the call, as if the
+            // server were gone; it is this request's answer.
+            Err(StreamableHttpError::UnexpectedServerResponse(error)) => {
+                match (answers, unreadable_body(&error)) {
+                    (Some(id), Some(what)) => Ok(StreamableHttpPostResponse::Json(
+                        self.faults.stand_in_message(id, &what),
+                        None,
+                    )),
+                    _ => Err(StreamableHttpError::UnexpectedServerResponse(error)),
+                }
+            }
             other => other,
         }
     }
@@ -614,6 +839,85 @@ mod tests {
                     found.values
                 );
             }
+        }
+    }
+
+    #[test]
+    fn unreadable_json_bodies_are_said_as_sent() {
+        let said = |error: &str| unreadable_body(error).unwrap();
+        let prefix = "could not parse JSON response as ServerJsonRpcMessage: ";
+        assert_eq!(
+            said(&format!(
+                r#"{prefix}unrecognized JSON-RPC message: {{"id":2,"result":{{}}}}: {{"id":2,"result":{{}}}}"#
+            )),
+            r#"an answer that is not a valid MCP message (it has no `jsonrpc`: "{\"id\":2,\"result\":{}}")"#
+        );
+        assert_eq!(
+            said(&format!(
+                "{prefix}expected value at line 1 column 1: <html>a: b</html>"
+            )),
+            r#"a message that is not JSON ("<html>a: b</html>": expected value at line 1 column 1)"#
+        );
+        assert_eq!(
+            said(&format!(
+                "{prefix}EOF while parsing a value at line 1 column 0: <empty>"
+            )),
+            "an empty answer where a JSON-RPC message was due"
+        );
+        assert_eq!(unreadable_body("HTTP 500: oops"), None);
+    }
+
+    #[test]
+    fn sse_data_is_checked_as_the_answer_of_its_stream() {
+        let request = RequestId::Number(7);
+        let kind = |text: &str, answers: Option<&RequestId>| match check(text.as_bytes(), answers) {
+            Checked::Answer(id, _) => format!("answer {id}"),
+            Checked::Dropped(_) => "dropped".into(),
+            Checked::Notice(_) => "notice".into(),
+            Checked::Message => "message".into(),
+            Checked::Noise => "noise".into(),
+        };
+        for (text, on_post, on_get) in [
+            (
+                r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
+                "message",
+                "message",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"notifications/x"}"#,
+                "message",
+                "message",
+            ),
+            (
+                r#"{"jsonrpc":"1.0","id":4,"result":{}}"#,
+                "answer 7",
+                "answer 4",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"result":[]}"#,
+                "answer 4",
+                "answer 4",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","error":{"code":1,"message":"x"}}"#,
+                "answer 7",
+                "dropped",
+            ),
+            (
+                r#"{"jsonrpc":"1.0","method":"notifications/x"}"#,
+                "notice",
+                "notice",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"result":{"#,
+                "answer 7",
+                "dropped",
+            ),
+            ("plain text", "answer 7", "noise"),
+            (r#"{"level":"info"}"#, "answer 7", "noise"),
+        ] {
+            assert_eq!(kind(text, Some(&request)), on_post, "{text}");
+            assert_eq!(kind(text, None), on_get, "{text}");
         }
     }
 

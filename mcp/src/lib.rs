@@ -473,10 +473,11 @@ pub enum McpError {
     },
     /// While a call waited, the server sent what the client cannot read
     /// (a message over [`McpOptions::max_message_bytes`], over stdio or
-    /// HTTP; a stdio line that starts as JSON but is not, or is JSON but
-    /// not a JSON-RPC message: no `"jsonrpc": "2.0"`, an `error` without a
-    /// number `code`, both a `result` and an `error`, a batch, an error
-    /// without an `id`), or only text that is not JSON-RPC until the
+    /// HTTP; a stdio line, an HTTP body or an SSE event that starts as JSON
+    /// but is not, or is JSON but not a JSON-RPC message: no `"jsonrpc":
+    /// "2.0"`, an `error` without a number `code`, both a `result` and an
+    /// `error`, a batch, an error without an `id`), or only text that is
+    /// not JSON-RPC until the
     /// call's time ran out (stdio); or it answered the call with what is
     /// not a tool's result (`"result": 5`, a `content` that is not a list
     /// of content blocks MCP has). What it sent was dropped; the connection

@@ -228,7 +228,7 @@ fn check(text: &[u8]) -> Checked {
 
 /// Whether `value` is, or holds (a batch), an object with a `result` or an
 /// `error`: an answer, for all the client can tell.
-fn may_answer(value: &Value) -> bool {
+pub(crate) fn may_answer(value: &Value) -> bool {
     let answer = |value: &Value| {
         value
             .as_object()
@@ -242,7 +242,7 @@ fn may_answer(value: &Value) -> bool {
 
 /// Why `value`, JSON the SDK does not read as a message, is not one, in
 /// words.
-fn json_rpc_problem(value: &Value) -> &'static str {
+pub(crate) fn json_rpc_problem(value: &Value) -> &'static str {
     let Some(object) = value.as_object() else {
         return if value.is_array() {
             "a batch of messages, which MCP does not have"

@@ -13,6 +13,7 @@ mod late_answers;
 mod malformed;
 mod process_group;
 mod stdio;
+mod unreadable_http;
 mod url_secrets;
 
 /// A safety net for waits that should end at once; no test relies on it.
