@@ -363,18 +363,59 @@ async fn pump(
     // by now or soon, gets a moment to exit by itself (as the SDK's own
     // transport gives it), then is killed as the child is dropped.
     drop(out);
-    let exited = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+    let exited = exited_within(&mut child, EXIT_GRACE).await;
+    // What the server started and left running ends with it; so does the
+    // server, if it is still there: killed before the server is waited for
+    // (reaped), while its pid, the group's id, is still its own.
+    group.kill_now();
+    let status = if exited {
+        Some(child.wait().await)
+    } else {
+        let _ = child.start_kill();
+        None
+    };
     if server_ended {
-        faults.end(match exited {
-            Ok(Ok(status)) => Ending::Exited(status.to_string()),
-            Ok(Err(error)) => Ending::Exited(format!("its status could not be read: {error}")),
-            Err(_) => Ending::Killed,
+        faults.end(match status {
+            Some(Ok(status)) => Ending::Exited(status.to_string()),
+            Some(Err(error)) => Ending::Exited(format!("its status could not be read: {error}")),
+            None => Ending::Killed,
         });
     }
-    // What the server started and left running ends with it; so does the
-    // server, if it is still there (killed before it is waited for).
-    group.kill_now();
     drop(child);
+}
+
+/// Whether `child` exits within `grace`; on Linux, without reaping it (its
+/// pid stays its own until it is waited for).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+async fn exited_within(child: &mut Child, grace: std::time::Duration) -> bool {
+    use rustix::process::{Pid, WaitId, WaitIdOptions, waitid};
+    let Some(pid) = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .and_then(Pid::from_raw)
+    else {
+        // Already waited for.
+        return true;
+    };
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        match waitid(WaitId::Pid(pid), options) {
+            Ok(None) => {}
+            // Exited; or it cannot be asked about, as when it is no child.
+            Ok(Some(_)) | Err(_) => return true,
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether `child` exits within `grace` (waited for).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+async fn exited_within(child: &mut Child, grace: std::time::Duration) -> bool {
+    tokio::time::timeout(grace, child.wait()).await.is_ok()
 }
 
 /// The process group of a server's process, which was started in a group
@@ -389,11 +430,10 @@ async fn pump(
 /// group's: a pid is not given to a new process while a group of that id
 /// exists, and the host's exists while the host runs (and the host's own
 /// pid is never signalled). Nor, while the server has not been waited
-/// for, any other group's. Once it has, its pid stays unused while a
-/// process of its group is left, which is when there is something to
-/// kill; with none left, the `kill` finds nothing (unless, in the moment
-/// between, the system gave out every other pid and then this one to a
-/// process that leads a group of its own).
+/// for, any other group's: on Linux the group is killed before the
+/// server is reaped. (Elsewhere on Unix, a server that exited by itself is
+/// reaped first; its pid then stays unused while a process of its group
+/// is left, which is when there is something to kill.)
 #[derive(Debug)]
 struct Group(Option<u32>);
 
