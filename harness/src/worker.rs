@@ -75,10 +75,11 @@ struct Backoff {
     mark: Option<(RunId, u64)>,
 }
 
-/// A backoff entry whose wait ended this long ago is dropped: its session
-/// has not been offered since (another worker ran it, or it ended), and a
-/// failure after so long starts a new row.
-const FORGET_BACKOFF_AFTER: Duration = Duration::from_secs(3600);
+/// A backoff entry whose wait ended this long ago (or twice
+/// [`Worker::quarantine_after`], if longer) is dropped: its session has
+/// not been offered since (another worker ran it, or it ended; or a long
+/// queue kept it back), and a failure after so long starts a new row.
+const FORGET_BACKOFF_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// Takes runnable sessions of one agent from its store and runs them, one at
 /// a time. Start several (in one process or many) for a pool.
@@ -257,7 +258,8 @@ impl<S: HarnessState, C: Context> Worker<S, C> {
         let now = Instant::now();
         let waiting: HashSet<SessionId> = {
             let mut backoffs = self.backoffs();
-            backoffs.retain(|_, b| now.saturating_duration_since(b.until) < FORGET_BACKOFF_AFTER);
+            let forget = FORGET_BACKOFF_AFTER.max(self.quarantine_after.saturating_mul(2));
+            backoffs.retain(|_, b| now.saturating_duration_since(b.until) < forget);
             backoffs
                 .iter()
                 .filter(|(_, b)| b.until > now)

@@ -1003,13 +1003,15 @@ impl Admin {
             row["last_failure_related_command_index"].as_u64(),
         ) {
             // The journal's commands in order (its notifications left
-            // out): the index Restate gives counts commands only.
+            // out): the index Restate gives counts commands only. Told
+            // when it reads; the invocation is told either way.
             let journaled = self
                 .query(&format!(
                     "SELECT name, entry_type FROM sys_journal WHERE id = '{id}' \
                      AND entry_type LIKE 'Command:%' ORDER BY index LIMIT 1 OFFSET {index}"
                 ))
-                .await?;
+                .await
+                .unwrap_or_default();
             invocation.journaled_call = journaled.first().and_then(|r| {
                 let ty = r["entry_type"]
                     .as_str()
