@@ -514,15 +514,34 @@ impl Inner {
 
     /// Every session directory under the root, with its id, in the order
     /// the file system lists them: anything not named by `encode` is not a
-    /// session of this store.
+    /// session of this store, nor is anything so named that is no
+    /// directory (a stray file `s-backup`, a symlink to a file or to
+    /// nothing), skipped with a warning and left as it is: one such entry
+    /// must not fail the listing of every session.
     fn session_dirs(&self) -> Result<Vec<(String, PathBuf)>, StoreError> {
         let fail = |e: io::Error| io_error(None, "list the store directory", &self.root, &e);
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.root).map_err(fail)? {
             let entry = entry.map_err(fail)?;
-            if let Some(id) = entry.file_name().to_str().and_then(decode) {
-                out.push((id, entry.path()));
+            let Some(id) = entry.file_name().to_str().and_then(decode) else {
+                continue;
+            };
+            let path = entry.path();
+            // A symlink counts as what it points to.
+            let is_dir = match entry.file_type() {
+                Ok(kind) if kind.is_symlink() => fs::metadata(&path).is_ok_and(|m| m.is_dir()),
+                Ok(kind) => kind.is_dir(),
+                Err(_) => fs::metadata(&path).is_ok_and(|m| m.is_dir()),
+            };
+            if !is_dir {
+                tracing::warn!(
+                    path = %path.display(),
+                    "file store: skipping an entry named like a session's directory that is no \
+                     directory (not a session of this store; left as it is)"
+                );
+                continue;
             }
+            out.push((id, path));
         }
         Ok(out)
     }
@@ -555,7 +574,15 @@ fn has_head(dir: &Path) -> Result<bool, StoreError> {
     let head = dir.join(HEAD_FILE);
     match fs::symlink_metadata(&head) {
         Ok(_) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        // `dir` is gone, or replaced by a file since it was listed.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(io_error(None, "read", &head, &e)),
     }
 }

@@ -126,18 +126,26 @@ impl SledMemory {
                 ))
             })?;
         let mut config = sled::Config::new().path(path);
+        // Before the log is read: another process writing it meanwhile
+        // would show as damage.
+        if crate::sled_store::held_elsewhere(path) {
+            return Err(MemoryError::backend(crate::sled_store::in_use(
+                "sled memory",
+                path,
+            )));
+        }
         // An existing database opens with the segment size it was made
         // with (sled refuses any other): a session store's is 128 KiB, a
         // new memory's sled's own 512 KiB.
         match crate::sled_store::stored_segment_size(path) {
             Ok(Some(size)) => {
-                let damage = crate::sled_store::damage(path, size)
+                let damage = crate::sled_store::damage(path, size, true)
                     .map_err(|e| MemoryError::backend(format!("sled memory: {e}")))?;
-                if let Some((file, lost)) = damage {
+                if let Some(found) = damage {
                     return Err(MemoryError::Damaged {
-                        store: path.to_path_buf(),
-                        file,
-                        offset: Some(lost.offset),
+                        store: found.store,
+                        file: found.file,
+                        offset: found.offset,
                         what: format!(
                             "{}. The memory was not opened and nothing was changed: opening it \
                              would lose the records after the damage. Keep a copy of the \
@@ -145,7 +153,7 @@ impl SledMemory {
                              what precedes the damage and lose what follows it, open a copy \
                              with sled (`sled::Config::new().path(…).open()`, sled's own \
                              recovery) and use `SledMemory::in_db`",
-                            lost.what,
+                            found.what,
                             dir = path.display()
                         ),
                     });
@@ -160,9 +168,13 @@ impl SledMemory {
                 )));
             }
         }
-        let db = config
-            .open()
-            .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
+        let db = config.open().map_err(|e| {
+            if crate::sled_store::lock_refused(&e) {
+                MemoryError::backend(crate::sled_store::in_use("sled memory", path))
+            } else {
+                sled_error(&format!("open {}", path.display()), &e)
+            }
+        })?;
         // Before anything of harness's is written: its tree, the files'
         // permissions.
         let found = crate::sled_store::foreign_contents(&db)

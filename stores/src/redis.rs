@@ -754,6 +754,12 @@ fn redis_error(what: impl Display, e: &redis::RedisError) -> StoreError {
     StoreError::backend(format!("redis store: cannot {what}: {e}"))
 }
 
+/// Whether Redis refused a command for a key that holds another type
+/// than the command reads (`WRONGTYPE`, also from inside a script).
+fn wrong_type(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -980,6 +986,52 @@ impl RedisStore {
             .collect())
     }
 
+    /// The load error of `session` for a `WRONGTYPE` refusal `e` of a
+    /// command on `keys` (each with the type the store writes there): one
+    /// damaged session, not a failure of the backend, so that a listing or
+    /// a walk reading every session goes on past it. Names the first key
+    /// that holds another type (asked of Redis), or all of them when none
+    /// does any more.
+    async fn wrong_type_error(
+        &self,
+        session: &SessionId,
+        record: &str,
+        keys: &[(&str, &str)],
+        e: &redis::RedisError,
+    ) -> StoreError {
+        for (key, kind) in keys {
+            let found: Result<String, _> = redis::cmd("TYPE")
+                .arg(*key)
+                .query_async(&mut self.con())
+                .await;
+            if let Ok(found) = found
+                && found != "none"
+                && found != *kind
+            {
+                return load_error(
+                    session,
+                    record,
+                    format!(
+                        "the key {key} holds a {found}, not a {kind} as the store writes it \
+                         (left as it is)"
+                    ),
+                );
+            }
+        }
+        let named: Vec<String> = keys
+            .iter()
+            .map(|(key, kind)| format!("{key} (a {kind})"))
+            .collect();
+        load_error(
+            session,
+            record,
+            format!(
+                "a key of it holds another type than the store writes ({}): {e}",
+                named.join(", ")
+            ),
+        )
+    }
+
     /// The key of `session`'s head.
     fn head_key(&self, session: &SessionId) -> String {
         format!("{}:{{{session}}}:head", self.prefix)
@@ -1159,11 +1211,25 @@ impl RedisStore {
 #[async_trait]
 impl SessionStore for RedisStore {
     async fn load(&self, session: &SessionId) -> Result<Option<StoredRun>, StoreError> {
-        let bytes: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(self.head_key(session))
+        let key = self.head_key(session);
+        let bytes: Option<Vec<u8>> = match redis::cmd("GET")
+            .arg(&key)
             .query_async(&mut self.con())
             .await
-            .map_err(|e| redis_error(format_args!("read the head of session {session}"), &e))?;
+        {
+            Ok(bytes) => bytes,
+            Err(e) if wrong_type(&e) => {
+                return Err(self
+                    .wrong_type_error(session, "head", &[(&key, "string")], &e)
+                    .await);
+            }
+            Err(e) => {
+                return Err(redis_error(
+                    format_args!("read the head of session {session}"),
+                    &e,
+                ));
+            }
+        };
         bytes.map(|b| head_from_slice(session, &b)).transpose()
     }
 
@@ -1183,16 +1249,24 @@ impl SessionStore for RedisStore {
         from_seq: u64,
     ) -> Result<Vec<Checkpoint>, StoreError> {
         let what = format!("read the log of session {session}");
-        let reply: Vec<Vec<u8>> = self
+        let (cp_key, seqs_key) = (self.checkpoints_key(session), self.seqs_key(session));
+        let reply: Vec<Vec<u8>> = match self
             .scripts
             .checkpoints
-            .key(self.checkpoints_key(session))
-            .key(self.seqs_key(session))
+            .key(&cp_key)
+            .key(&seqs_key)
             .arg(Self::checkpoint_field(from_seq))
             .arg(HMGET_CHUNK)
             .invoke_async(&mut self.con())
             .await
-            .map_err(|e| redis_error(&what, &e))?;
+        {
+            Ok(reply) => reply,
+            Err(e) if wrong_type(&e) => {
+                let keys = [(cp_key.as_str(), "hash"), (seqs_key.as_str(), "zset")];
+                return Err(self.wrong_type_error(session, "log", &keys, &e).await);
+            }
+            Err(e) => return Err(redis_error(&what, &e)),
+        };
         if !reply.len().is_multiple_of(2) {
             return Err(bad_reply(&what, reply.len()));
         }

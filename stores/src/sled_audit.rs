@@ -20,9 +20,16 @@
 //! stopped (the stable log sequence number of the snapshot recovery
 //! wrote): any whole message there that passes sled's checksum and belongs
 //! to the segment it is in was written after the point recovery stopped
-//! at, and would be lost. A message cut short by the end of the file is
-//! reported too (a truncated file, or a write a crash tore). Segment
-//! headers that fail their checksum are reported as damage.
+//! at, and would be lost, unless a crash left it unacknowledged (a batch
+//! not all written, or padding: see [`audit`]). A message cut short by the
+//! end of the file is reported too (a truncated file, or a write a crash
+//! tore). Segment headers that fail their checksum are reported as damage.
+//!
+//! Before an open ([`audit_before_open`]), the same walk notes which
+//! records keep their value in a blob file, and [`audit_blobs`] checks the
+//! blobs sled's recovery would read or that hold a present value: sled
+//! stops its recovery at a blob that fails its checksum, and skips a
+//! record whose blob is missing, without an error either way.
 //!
 //! The layout read here is sled 0.34's (`pagecache/logger.rs`,
 //! `serialization.rs`): a segment starts with a 20-byte header (a CRC32
@@ -33,7 +40,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The length of a segment header.
 const SEG_HEADER_LEN: usize = 20;
@@ -52,11 +59,30 @@ pub(crate) struct Lost {
     /// header, nothing whole after it): what a crash leaves, which sled's
     /// recovery drops as it should.
     pub(crate) torn_end: bool,
+    /// Whole records after the point sled's recovery stops at that no
+    /// commit was acknowledged for, as a crash leaves them (see [`audit`]):
+    /// recovery drops them as it should, and nothing acknowledged is lost.
+    pub(crate) unacknowledged: bool,
 }
 
 /// Reads the log `file` (sled's `db`, as it was before recovery) in
 /// segments of `segment_size`, given the LSN recovery reached: the first
 /// place where records the log holds would be lost, if any.
+///
+/// Whole records after the point recovery stopped at are lost records,
+/// unless a crash left them unacknowledged, which recovery drops as it
+/// should ([`Lost::unacknowledged`], reported only when nothing else is),
+/// by the rules [`audit_before_open`] reads a log with:
+/// - recovery stopped at the manifest of a batch (a transaction) whose
+///   records were not all written: the log holds no whole record at the
+///   batch's last LSN, and what stands where the walk of that segment
+///   stops is bytes never written (zeros, or the segment's earlier use),
+///   not a record of the segment. No commit of the batch, nor any after it,
+///   was acknowledged;
+/// - or the records after that point are no data: the padding that closes
+///   a segment, a canceled reservation, a batch's manifest (recovery stops
+///   before the padding of the last segment it finds when the next segment
+///   was never written).
 pub(crate) fn audit(
     file: &mut File,
     path: &Path,
@@ -65,20 +91,157 @@ pub(crate) fn audit(
 ) -> std::io::Result<Option<Lost>> {
     let mut buf = vec![0u8; segment_size];
     let mut base: u64 = 0;
+    let mut walks: Vec<Walk> = Vec::new();
+    // The batch whose manifest stands where recovery stopped: its last LSN.
+    let mut manifest = None;
     loop {
         let got = read_full(file, &mut buf)?;
         if got == 0 {
-            return Ok(None);
+            break;
         }
         let segment = &buf[..got];
-        if let Some(lost) = audit_segment(segment, base, segment_size, stable_lsn, path) {
-            return Ok(Some(lost));
+        match scan_segment(segment, base, segment_size, path, None) {
+            Scan::Zero => {}
+            Scan::Found(lost) | Scan::Skipped { lost, .. } => return Ok(Some(lost)),
+            Scan::Walked { lsn, at } => {
+                let number = lsn / segment_size as u64;
+                if let Some(offset) = stable_lsn
+                    .checked_sub(lsn)
+                    .and_then(|o| usize::try_from(o).ok())
+                    .filter(|o| *o < segment.len())
+                {
+                    manifest =
+                        manifest.or(batch_manifest_at(segment, offset, number, segment_size));
+                }
+                walks.push(Walk {
+                    lsn,
+                    base,
+                    at,
+                    own_record_at_end: own_record_at(segment, at, number),
+                    data_after_stable: data_from(
+                        segment,
+                        at,
+                        number,
+                        segment_size,
+                        lsn,
+                        stable_lsn,
+                    ),
+                });
+            }
         }
         if got < segment_size {
-            return Ok(None);
+            break;
         }
         base += segment_size as u64;
     }
+    // A batch not all written: no whole record at its last LSN, and bytes
+    // never written where the walk of its segment stops.
+    let torn_batch = manifest.is_some_and(|last: u64| {
+        match walks
+            .iter()
+            .find(|w| (w.lsn..w.lsn.saturating_add(segment_size as u64)).contains(&last))
+        {
+            None => true,
+            Some(w) => last >= w.lsn.saturating_add(w.at as u64) && !w.own_record_at_end,
+        }
+    });
+    let mut unacknowledged = None;
+    for w in walks {
+        // Whole messages beyond where recovery stopped (in an earlier
+        // segment) would be lost too.
+        let end = w.lsn.saturating_add(w.at as u64);
+        if w.at <= SEG_HEADER_LEN || end <= stable_lsn {
+            continue;
+        }
+        let from = usize::try_from(stable_lsn.saturating_sub(w.lsn))
+            .unwrap_or(usize::MAX)
+            .max(SEG_HEADER_LEN);
+        let bytes = w.at - from;
+        if torn_batch || !w.data_after_stable {
+            unacknowledged = unacknowledged.or(Some(Lost {
+                offset: w.base + from as u64,
+                what: format!(
+                    "the log ends with {} a crash left (from log sequence number {stable_lsn}), \
+                     which sled's recovery drops: no commit was acknowledged for them, and the \
+                     next open of the store drops them from the log",
+                    if torn_batch {
+                        "the records of a batch (a transaction) not all written"
+                    } else {
+                        "padding and markers, no data,"
+                    }
+                ),
+                torn_end: false,
+                unacknowledged: true,
+            }));
+            continue;
+        }
+        return Ok(Some(Lost {
+            offset: w.base + from as u64,
+            what: format!(
+                "sled's recovery stops before this part of the log (at log sequence number \
+                 {stable_lsn}, earlier in the log) and would drop its {bytes} bytes of records"
+            ),
+            torn_end: false,
+            unacknowledged: false,
+        }));
+    }
+    Ok(unacknowledged)
+}
+
+/// A segment [`audit`] walked.
+struct Walk {
+    /// Its LSN.
+    lsn: u64,
+    /// Where it is in the file.
+    base: u64,
+    /// Where its whole records end.
+    at: usize,
+    /// Whether a record of the segment (whole or not) starts at `at`.
+    own_record_at_end: bool,
+    /// Whether a record of data (not padding, a canceled reservation or a
+    /// batch's manifest) among its whole ones starts at or after the
+    /// stable LSN.
+    data_after_stable: bool,
+}
+
+/// Whether one of the whole records of segment `number` (at LSN `lsn`)
+/// before `end` that start at or after `stable_lsn` holds data: a page's
+/// change (kinds 4 to 11), not the padding that closes a segment (2), a
+/// canceled reservation (1) or a batch's manifest (3).
+fn data_from(
+    segment: &[u8],
+    end: usize,
+    number: u64,
+    segment_size: usize,
+    lsn: u64,
+    stable_lsn: u64,
+) -> bool {
+    let mut at = SEG_HEADER_LEN;
+    while at < end {
+        let Message::Whole(len) = message_at(segment, at, number, segment_size) else {
+            return true;
+        };
+        if lsn.saturating_add(at as u64) >= stable_lsn && segment[at + 4] > 3 {
+            return true;
+        }
+        at += len;
+    }
+    false
+}
+
+/// The last LSN of the batch whose manifest (a whole record of kind 3, its
+/// body that LSN as 8 little-endian bytes) starts at `at`, if one does.
+fn batch_manifest_at(segment: &[u8], at: usize, number: u64, segment_size: usize) -> Option<u64> {
+    if !matches!(
+        message_at(segment, at, number, segment_size),
+        Message::Whole(_)
+    ) || segment[at + 4] != 3
+    {
+        return None;
+    }
+    let record = parse_record(&segment[at..])?;
+    let body: [u8; 8] = record.body.try_into().ok()?;
+    u64::try_from(i64::from_le_bytes(body)).ok()
 }
 
 /// Reads the log `file` (sled's `db`) before sled opens it, as
@@ -97,10 +260,13 @@ pub(crate) fn audit(
 /// written out of order) is not a record of the segment, and is not
 /// reported. A bit flipped in the segment number of the damaged record is
 /// not told from that.
+///
+/// The whole records it reads are noted in `pages`, for [`audit_blobs`].
 pub(crate) fn audit_before_open(
     file: &mut File,
     path: &Path,
     segment_size: usize,
+    pages: &mut Pages,
 ) -> std::io::Result<Option<Lost>> {
     let mut buf = vec![0u8; segment_size];
     let mut base: u64 = 0;
@@ -116,7 +282,7 @@ pub(crate) fn audit_before_open(
             break;
         }
         let segment = &buf[..got];
-        match scan_segment(segment, base, segment_size, path) {
+        match scan_segment(segment, base, segment_size, path, Some(&mut *pages)) {
             Scan::Zero => {}
             Scan::Found(lost) if lost.torn_end => torn = Some(lost),
             Scan::Found(lost) => return Ok(Some(lost)),
@@ -158,6 +324,7 @@ pub(crate) fn audit_before_open(
                      sled's recovery would drop or skip them"
                 ),
                 torn_end: false,
+                unacknowledged: false,
             }));
         }
     }
@@ -179,39 +346,15 @@ enum Scan {
     Skipped { lost: Lost, lsn: u64, at: usize },
 }
 
-fn audit_segment(
+/// Reads one segment (at `base` in the file). The whole records its walk
+/// meets are noted in `pages`, when given.
+fn scan_segment(
     segment: &[u8],
     base: u64,
     segment_size: usize,
-    stable_lsn: u64,
     path: &Path,
-) -> Option<Lost> {
-    let (lsn, at) = match scan_segment(segment, base, segment_size, path) {
-        Scan::Zero => return None,
-        Scan::Found(lost) | Scan::Skipped { lost, .. } => return Some(lost),
-        Scan::Walked { lsn, at } => (lsn, at),
-    };
-    // Whole messages beyond where recovery stopped (in an earlier segment)
-    // would be lost too.
-    let end = lsn.saturating_add(at as u64);
-    if at > SEG_HEADER_LEN && end > stable_lsn {
-        let from = usize::try_from(stable_lsn.saturating_sub(lsn))
-            .unwrap_or(usize::MAX)
-            .max(SEG_HEADER_LEN);
-        return Some(Lost {
-            offset: base + from as u64,
-            what: format!(
-                "sled's recovery stops before this part of the log (at log sequence number \
-                 {stable_lsn}, earlier in the log) and would drop its {} bytes of records",
-                at - from
-            ),
-            torn_end: false,
-        });
-    }
-    None
-}
-
-fn scan_segment(segment: &[u8], base: u64, segment_size: usize, path: &Path) -> Scan {
+    mut pages: Option<&mut Pages>,
+) -> Scan {
     if segment.iter().all(|&b| b == 0) {
         return Scan::Zero;
     }
@@ -224,6 +367,7 @@ fn scan_segment(segment: &[u8], base: u64, segment_size: usize, path: &Path) -> 
                 path.display()
             ),
             torn_end: true,
+            unacknowledged: false,
         })
     };
     if segment.len() < SEG_HEADER_LEN {
@@ -235,6 +379,7 @@ fn scan_segment(segment: &[u8], base: u64, segment_size: usize, path: &Path) -> 
                 path.display()
             ),
             torn_end: true,
+            unacknowledged: false,
         });
     }
     let header_ok = segment[0..4]
@@ -249,6 +394,7 @@ fn scan_segment(segment: &[u8], base: u64, segment_size: usize, path: &Path) -> 
             offset: base,
             what: "a segment header of sled's log fails its checksum".into(),
             torn_end: false,
+            unacknowledged: false,
         });
     };
     let number = lsn / segment_size as u64;
@@ -257,7 +403,14 @@ fn scan_segment(segment: &[u8], base: u64, segment_size: usize, path: &Path) -> 
     let mut at = SEG_HEADER_LEN;
     loop {
         match message_at(segment, at, number, segment_size) {
-            Message::Whole(len) => at += len,
+            Message::Whole(len) => {
+                if let (Some(pages), Some(record)) =
+                    (pages.as_deref_mut(), parse_record(&segment[at..]))
+                {
+                    pages.note(&record, lsn + at as u64, base + at as u64);
+                }
+                at += len;
+            }
             Message::CutShort => return cut_short(base + at as u64),
             Message::None => break,
         }
@@ -278,6 +431,7 @@ fn scan_segment(segment: &[u8], base: u64, segment_size: usize, path: &Path) -> 
                         base + later as u64
                     ),
                     torn_end: false,
+                    unacknowledged: false,
                 },
                 lsn,
                 at,
@@ -362,6 +516,311 @@ fn message_at(segment: &[u8], at: usize, number: u64, segment_size: usize) -> Me
     } else {
         Message::None
     }
+}
+
+/// A record's header and body, as the walk of a segment found it whole.
+struct Record<'a> {
+    kind: u8,
+    page: u64,
+    body: &'a [u8],
+}
+
+/// The record starting at `bytes[0]` (its checksum not checked: the caller
+/// found it whole).
+fn parse_record(bytes: &[u8]) -> Option<Record<'_>> {
+    let kind = *bytes.get(4)?;
+    let mut rest = bytes.get(5..)?;
+    let len = usize::try_from(varint(&mut rest)?).ok()?;
+    varint(&mut rest)?;
+    let page = varint(&mut rest)?;
+    Some(Record {
+        kind,
+        page,
+        body: rest.get(..len)?,
+    })
+}
+
+/// sled's record kinds that keep their value in a blob file of their own
+/// (`BlobMeta`, `BlobNode`, `BlobLink`), their body the blob's number.
+const BLOB_KINDS: [u8; 3] = [7, 9, 11];
+/// sled's record kinds that replace a page (`Counter`, `InlineMeta`,
+/// `BlobMeta`, `InlineNode`, `BlobNode`), after `Free` (4), which frees it.
+const REPLACE_KINDS: std::ops::RangeInclusive<u8> = 5..=9;
+/// sled's record kinds that add a change to a page (`InlineLink`,
+/// `BlobLink`).
+const LINK_KINDS: [u8; 2] = [10, 11];
+
+/// What the walk of a log found of sled's pages (see [`audit_blobs`]): the
+/// newest record that replaced or freed each page, and every record that
+/// keeps its value in a blob.
+#[derive(Default)]
+pub(crate) struct Pages {
+    /// Per page: the LSN of the newest record that replaced or freed it,
+    /// and whether it freed it.
+    resets: std::collections::HashMap<u64, (u64, bool)>,
+    /// The records that keep their value in a blob.
+    blobs: Vec<BlobRef>,
+}
+
+/// A record that keeps its value in a blob file.
+#[derive(Clone, Copy)]
+struct BlobRef {
+    /// The record's LSN.
+    lsn: u64,
+    /// Where the record is in the log file.
+    offset: u64,
+    page: u64,
+    kind: u8,
+    /// The blob's number (its file's name in `blobs`).
+    blob: i64,
+}
+
+impl Pages {
+    fn note(&mut self, record: &Record<'_>, lsn: u64, offset: u64) {
+        if record.kind == 4 || REPLACE_KINDS.contains(&record.kind) {
+            let newest = self.resets.entry(record.page).or_insert((lsn, false));
+            if lsn >= newest.0 {
+                *newest = (lsn, record.kind == 4);
+            }
+        }
+        if BLOB_KINDS.contains(&record.kind)
+            && let Ok(body) = <[u8; 8]>::try_from(record.body)
+        {
+            self.blobs.push(BlobRef {
+                lsn,
+                offset,
+                page: record.page,
+                kind: record.kind,
+                blob: i64::from_le_bytes(body),
+            });
+        }
+    }
+}
+
+/// What [`audit_blobs`] found wrong with a blob.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BadBlob {
+    /// The blob file.
+    pub(crate) file: PathBuf,
+    /// What is wrong with it, and what it costs.
+    pub(crate) what: String,
+}
+
+/// Checks the blob files the log of the database in `dir` points to, as
+/// sled 0.34 writes and reads them (`pagecache/blob_io.rs`): a value too
+/// large for a record of the log (over a quarter of a segment) is kept in
+/// `blobs/N`, N the LSN of the record that wrote it, as a CRC32
+/// (little-endian) of the rest, a kind byte, then the value; the record
+/// holds N.
+///
+/// sled's recovery reads the blob of every such record from the segment of
+/// its snapshot's stable LSN on: a blob that fails its checksum stops
+/// recovery there, which then drops every record after it and deletes the
+/// blobs written after it, without an error; a missing one skips its
+/// record. Both are refused here (the first found, in the log's order):
+/// - a blob that a record recovery reads points to, present and failing
+///   its checksum (or too short to hold one);
+/// - a blob that holds a page's present value, missing or failing its
+///   checksum: pointed to by the newest record that replaced the page, or
+///   a change added to the page after it (whichever `snap.*` file sled
+///   reads, the pages it holds, then the log after it). A blob of an
+///   older value of a page is deleted by sled once a newer one is
+///   written, and is not looked for.
+///
+/// `pages` is what [`audit_before_open`] noted of the log `db`.
+pub(crate) fn audit_blobs(
+    dir: &Path,
+    db: &Path,
+    segment_size: usize,
+    pages: &Pages,
+) -> std::io::Result<Option<BadBlob>> {
+    let snapshot = read_snapshot(dir);
+    let stable = snapshot.as_ref().map_or(0, |s| s.stable);
+    let segment = segment_size as u64;
+    let first_read = stable / segment * segment;
+    // The newest record that replaced or freed a page, if recovery applies
+    // it (from the snapshot's stable LSN on).
+    let reset = |page: u64| pages.resets.get(&page).filter(|(lsn, _)| *lsn >= stable);
+    // (LSN of the record, its offset, the blob, whether it holds a present
+    // value): those to check, in the log's order.
+    let mut checks: Vec<(u64, u64, i64, bool)> = Vec::new();
+    for b in &pages.blobs {
+        let present = b.lsn >= stable
+            && match reset(b.page) {
+                Some(&(lsn, freed)) => {
+                    (b.lsn == lsn && !LINK_KINDS.contains(&b.kind))
+                        || (b.lsn > lsn && !freed && LINK_KINDS.contains(&b.kind))
+                }
+                None => {
+                    LINK_KINDS.contains(&b.kind)
+                        && snapshot
+                            .as_ref()
+                            .is_some_and(|s| s.present.contains_key(&b.page))
+                }
+            };
+        if present || b.lsn >= first_read {
+            checks.push((b.lsn, b.offset, b.blob, present));
+        }
+    }
+    if let Some(snapshot) = &snapshot {
+        for (page, blobs) in &snapshot.present {
+            if reset(*page).is_none() {
+                for &(lsn, offset, blob) in blobs {
+                    checks.push((lsn, offset, blob, true));
+                }
+            }
+        }
+    }
+    checks.sort_unstable_by_key(|&(lsn, _, blob, _)| (lsn, blob));
+    let mut seen = std::collections::HashSet::new();
+    for (lsn, offset, blob, present) in checks {
+        if !seen.insert((blob, present)) {
+            continue;
+        }
+        let file = dir.join("blobs").join(blob.to_string());
+        let (wrong, cost) = match blob_checksum(&file) {
+            Ok(None) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !present => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
+                "is missing".to_owned(),
+                "it holds a value the store holds now: sled's recovery would skip the record and \
+                 open the store without that value",
+            ),
+            Err(e) => return Err(e),
+            Ok(Some(why)) if lsn >= first_read => (
+                why,
+                "sled's recovery reads it, and would stop at that record, drop every record \
+                 written after it and delete their blobs",
+            ),
+            Ok(Some(why)) => (
+                why,
+                "it holds a value the store holds now, which could not be read",
+            ),
+        };
+        return Ok(Some(BadBlob {
+            file: file.clone(),
+            what: format!(
+                "sled's blob file {}, which the record at offset {offset} of {} points to, \
+                 {wrong}: {cost}",
+                file.display(),
+                db.display()
+            ),
+        }));
+    }
+    Ok(None)
+}
+
+/// Why the blob file at `path` fails sled's check (`Ok(None)`: it passes):
+/// its first 4 bytes are the CRC32 (little-endian) of the rest.
+fn blob_checksum(path: &Path) -> std::io::Result<Option<String>> {
+    let mut file = File::open(path)?;
+    let mut stored = [0u8; 4];
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut hasher = crc32fast::Hasher::new();
+    let mut len: u64 = 0;
+    loop {
+        let got = read_full(&mut file, &mut buf)?;
+        let mut chunk = &buf[..got];
+        while len < 4 && !chunk.is_empty() {
+            stored[len as usize] = chunk[0];
+            chunk = &chunk[1..];
+            len += 1;
+        }
+        len += chunk.len() as u64;
+        hasher.update(chunk);
+        if got < buf.len() {
+            break;
+        }
+    }
+    if len < 5 {
+        return Ok(Some(format!(
+            "is {len} bytes long, too short for a blob (a checksum and a kind byte before the \
+             value)"
+        )));
+    }
+    Ok((hasher.finalize() != u32::from_le_bytes(stored))
+        .then(|| format!("fails its checksum ({len} bytes long)")))
+}
+
+/// What [`audit_blobs`] needs of the snapshot sled's recovery starts from.
+struct Snapshot {
+    /// Its stable LSN: recovery applies the log's records from there on.
+    stable: u64,
+    /// The blobs of the pages it holds present: per page, (the LSN of the
+    /// record, its offset in the log, the blob).
+    present: std::collections::HashMap<u64, Vec<(u64, u64, i64)>>,
+}
+
+/// The snapshot sled's recovery reads (`pagecache/snapshot.rs`): of the
+/// files `snap.*` in `dir` (but `*.in___motion`), the last by name, its
+/// bytes followed by their length (8 bytes) and their CRC32 (4 bytes,
+/// little-endian). `None` when there is none, or it cannot be read (sled's
+/// open then fails by itself).
+fn read_snapshot(dir: &Path) -> Option<Snapshot> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("snap.") && !name.ends_with(".in___motion"))
+        .collect();
+    names.sort();
+    let bytes = std::fs::read(dir.join(names.pop()?)).ok()?;
+    let body = bytes.get(..bytes.len().checked_sub(12)?)?;
+    let stored = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().ok()?);
+    if crc32(&[body]) != stored {
+        return None;
+    }
+    parse_snapshot(body)
+}
+
+/// A snapshot's bytes (`serialization.rs`): its stable LSN (an `i64`, 8
+/// bytes, plus one, 0 for none), its active segment (a varint plus one),
+/// then each page: 0, an LSN and a pointer (freed); or 1 plus its number of
+/// changes, then as many (LSN, pointer, size). A pointer is 0 and an
+/// offset (a varint), or 1, an offset and a blob's number (8 bytes).
+fn parse_snapshot(mut buf: &[u8]) -> Option<Snapshot> {
+    fn take8(buf: &mut &[u8]) -> Option<i64> {
+        let bytes: [u8; 8] = buf.get(..8)?.try_into().ok()?;
+        *buf = &buf[8..];
+        Some(i64::from_le_bytes(bytes))
+    }
+    fn pointer(buf: &mut &[u8]) -> Option<(u64, Option<i64>)> {
+        let (&tag, rest) = buf.split_first()?;
+        *buf = rest;
+        let offset = varint(buf)?;
+        match tag {
+            0 => Some((offset, None)),
+            1 => Some((offset, Some(take8(buf)?))),
+            _ => None,
+        }
+    }
+    let stable = match take8(&mut buf)? {
+        0 => 0,
+        shifted if shifted > 0 => u64::try_from(shifted - 1).ok()?,
+        _ => return None,
+    };
+    varint(&mut buf)?;
+    let mut present = std::collections::HashMap::new();
+    let mut page: u64 = 0;
+    while let Some((&tag, rest)) = buf.split_first() {
+        buf = rest;
+        if tag == 0 {
+            take8(&mut buf)?;
+            pointer(&mut buf)?;
+        } else {
+            let mut blobs = Vec::new();
+            for _ in 0..tag {
+                let lsn = u64::try_from(take8(&mut buf)?).ok()?;
+                let (offset, blob) = pointer(&mut buf)?;
+                varint(&mut buf)?;
+                if let Some(blob) = blob {
+                    blobs.push((lsn, offset, blob));
+                }
+            }
+            present.insert(page, blobs);
+        }
+        page += 1;
+    }
+    Some(Snapshot { stable, present })
 }
 
 /// sled's variable-length integer (`serialization.rs`).
@@ -551,11 +1010,15 @@ mod tests {
             // Under 241: one byte as a varint.
             let number = case % 200;
             let segment = any_segment(&mut rng, segment_size, number);
-            let _ = scan_segment(&segment, 0, segment_size, path);
-            let _ = audit_segment(&segment, 0, segment_size, rng.next(), path);
+            let mut pages = Pages::default();
+            let _ = scan_segment(&segment, 0, segment_size, path, Some(&mut pages));
+            let stable = rng.next();
             for at in 0..segment.len() {
                 let _ = message_at(&segment, at, number, segment_size);
                 let _ = own_record_at(&segment, at, number);
+                let _ = batch_manifest_at(&segment, at, number, segment_size);
+                let _ = parse_record(&segment[at..]);
+                let _ = data_from(&segment, at, number, segment_size, 0, stable);
             }
         }
         let dir = tempfile::tempdir().unwrap();
@@ -575,7 +1038,14 @@ mod tests {
                 segment_size,
                 rng.next(),
             );
-            let _ = audit_before_open(&mut File::open(&file).unwrap(), &file, segment_size);
+            let mut pages = Pages::default();
+            let _ = audit_before_open(
+                &mut File::open(&file).unwrap(),
+                &file,
+                segment_size,
+                &mut pages,
+            );
+            let _ = audit_blobs(dir.path(), &file, segment_size, &pages);
         }
     }
 
@@ -601,6 +1071,78 @@ mod tests {
                     "length {len:?} at {at}"
                 );
             }
+        }
+    }
+
+    /// A snapshot as sled 0.34 serializes one (`serialization.rs`): the
+    /// pages it holds present, with the blobs they point to, and its stable
+    /// LSN; any bytes at all are an answer, never a panic.
+    #[test]
+    fn snapshots_read_as_sled_writes_them() {
+        let mut bytes = Vec::new();
+        // Stable LSN 70,000 (plus one), active segment 3 (plus one).
+        bytes.extend_from_slice(&70_001i64.to_le_bytes());
+        bytes.push(4);
+        // Page 0: present, a base inline (LSN 20, offset 20, size 30).
+        bytes.push(1);
+        bytes.extend_from_slice(&20i64.to_le_bytes());
+        bytes.extend_from_slice(&[0, 20, 30]);
+        // Page 1: freed (LSN 40, inline at 40).
+        bytes.push(0);
+        bytes.extend_from_slice(&40i64.to_le_bytes());
+        bytes.extend_from_slice(&[0, 40]);
+        // Page 2: present, a base in blob 5000 (offset 2288 as a varint of
+        // 3 bytes) and a change in blob 6000 (offset 300).
+        bytes.push(2);
+        bytes.extend_from_slice(&5000i64.to_le_bytes());
+        bytes.extend_from_slice(&[1, 249, 0, 0]);
+        bytes.extend_from_slice(&5000i64.to_le_bytes());
+        bytes.push(9);
+        bytes.extend_from_slice(&6000i64.to_le_bytes());
+        bytes.extend_from_slice(&[1, 241, 60]);
+        bytes.extend_from_slice(&6000i64.to_le_bytes());
+        bytes.push(9);
+        let snapshot = parse_snapshot(&bytes).unwrap();
+        assert_eq!(snapshot.stable, 70_000);
+        assert_eq!(snapshot.present.len(), 2);
+        assert_eq!(snapshot.present[&0], vec![]);
+        assert_eq!(
+            snapshot.present[&2],
+            vec![(5000, 2288, 5000), (6000, 300, 6000)]
+        );
+        for cut in 0..bytes.len() {
+            let _ = parse_snapshot(&bytes[..cut]);
+        }
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for _ in 0..2_000 {
+            let noise: Vec<u8> = (0..rng.below(200)).map(|_| rng.next() as u8).collect();
+            let _ = parse_snapshot(&noise);
+        }
+    }
+
+    /// A blob passes sled's check when its first 4 bytes are the CRC32 of
+    /// the rest (a kind byte, then the value); any change to it, or a
+    /// length under 5 bytes, fails it.
+    #[test]
+    fn blobs_are_checked_as_sled_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1234");
+        let mut blob = vec![0u8; 4];
+        blob.push(9);
+        blob.extend((0..100_000u32).map(|i| (i * 7) as u8));
+        let crc = crc32(&[&blob[4..]]);
+        blob[..4].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &blob).unwrap();
+        assert_eq!(blob_checksum(&path).unwrap(), None);
+        for at in [0, 3, 4, 5, 65_535, 65_536, blob.len() - 1] {
+            let mut bad = blob.clone();
+            bad[at] ^= 0x10;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(blob_checksum(&path).unwrap().is_some(), "{at}");
+        }
+        for len in [0, 3, 4, blob.len() - 1] {
+            std::fs::write(&path, &blob[..len]).unwrap();
+            assert!(blob_checksum(&path).unwrap().is_some(), "{len}");
         }
     }
 }

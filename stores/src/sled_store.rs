@@ -266,6 +266,33 @@ impl std::fmt::Debug for SledStore {
     }
 }
 
+/// Whether another open of the database at `path` holds the lock sled
+/// takes on its `db` file (another process, or another handle of this
+/// one), which makes sled's open fail ("could not acquire lock on …: Os {
+/// code: 11, kind: WouldBlock, … }"). Tried without waiting, and released
+/// at once.
+pub(crate) fn held_elsewhere(path: &Path) -> bool {
+    std::fs::File::open(path.join("db"))
+        .is_ok_and(|db| matches!(db.try_lock(), Err(std::fs::TryLockError::WouldBlock)))
+}
+
+/// Whether sled refused to open a database because another open holds its
+/// lock (sled gives the failure as text only).
+pub(crate) fn lock_refused(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
+/// The refusal of a database another process has open, for `kind` (`sled
+/// store`, `sled memory`).
+pub(crate) fn in_use(kind: &str, path: &Path) -> String {
+    format!(
+        "{kind}: {} is open in another process (or by a handle of this one not yet closed: \
+         the lock sled takes on its `db` file is held); one process at a time can open a sled \
+         database: stop the other one, or work in it",
+        path.display()
+    )
+}
+
 fn sled_error(what: &str, e: &sled::Error) -> StoreError {
     StoreError::backend(format!("sled store: cannot {what}: {e}"))
 }
@@ -290,6 +317,20 @@ impl SledStore {
     /// (measured in a debug build, `writer_open_audit_cost`: 25 ms to open
     /// a store of 1,000 sessions, 2.2 MB, against 16 ms without it; 103 ms
     /// against 63 ms for 5,000 sessions, 10 MB).
+    ///
+    /// The blob files the log points to are checked too (sled keeps a
+    /// value over a quarter of a segment, 32 KiB, in a file of its own in
+    /// `blobs`, a CRC32 before it): a blob that fails its checksum, or is
+    /// cut short, makes sled's recovery stop at its record, drop every
+    /// record written after it and delete their blobs; a missing one makes
+    /// it skip the record. A blob of a value the store holds that is
+    /// damaged or missing, or a damaged one that recovery reads, is refused
+    /// as [`StoreError::Damaged`] naming the blob file, and nothing is
+    /// changed. This reads every such blob once (the store's large values).
+    ///
+    /// A database another process has open (sled locks its `db` file) is
+    /// refused, before anything is read, as a [`StoreError::Backend`]
+    /// saying it is open in another process and naming the path.
     ///
     /// A directory that is no sled database and not empty (a `LogStore`'s,
     /// a `FileStore`'s, a project's: no `conf` or `db`, and an entry that is
@@ -344,12 +385,23 @@ impl SledStore {
                 });
             }
         };
+        // Before the log is read: another process writing it meanwhile
+        // would show as damage.
+        if held_elsewhere(path) {
+            return Err(StoreError::backend(in_use("sled store", path)));
+        }
         audit_log(path, segment_size)?;
         let db = sled::Config::new()
             .path(path)
             .segment_size(segment_size)
             .open()
-            .map_err(|e| sled_error(&format!("open {}", path.display()), &e))?;
+            .map_err(|e| {
+                if lock_refused(&e) {
+                    StoreError::backend(in_use("sled store", path))
+                } else {
+                    sled_error(&format!("open {}", path.display()), &e)
+                }
+            })?;
         // Before anything of harness's is written: its trees, the files'
         // permissions.
         let found = foreign_contents(&db)
@@ -398,7 +450,19 @@ impl SledStore {
     ///   it is in) means that sled would have dropped it; a record cut
     ///   short by the end of the file (a truncated file, or a write torn by
     ///   a crash) is reported too;
-    /// - a segment header that fails its checksum.
+    /// - a segment header that fails its checksum;
+    /// - whatever [`SledStore::open`] refuses: a log damaged in its middle,
+    ///   a blob file that fails sled's checksum or is missing (named as the
+    ///   damaged file).
+    ///
+    /// What a crash of the writer leaves at the end of the log is not
+    /// damage, as [`SledStore::open`] opens it: records no commit was
+    /// acknowledged for (a batch, a transaction, whose records were not
+    /// all written, followed by bytes never written), or padding with no
+    /// data, which sled's recovery drops. The store is read as recovery
+    /// leaves it, with a warning (`tracing`) saying so. A log cut short
+    /// inside a record is still reported: a crash that tore a write is not
+    /// told from a truncated file.
     ///
     /// Comparing the copy's files before and after the open cannot do
     /// this: a clean open rewrites bytes as well (sled zeroes the segments
@@ -494,6 +558,13 @@ impl SledStore {
             }
             Err(why) => return Err(damaged(&conf_path, None, why)),
         };
+        // What the application's open refuses (a log damaged in its
+        // middle, a blob that fails its checksum or is missing), read in
+        // the original before sled's recovery cuts the copy there (and
+        // deletes the copy's later blobs).
+        if let Some(found) = damage(path, segment_size, false)? {
+            return Err(ReadOnlyError::Damaged(found));
+        }
         let config = sled::Config::new()
             .path(&copy)
             .segment_size(segment_size)
@@ -528,8 +599,15 @@ impl SledStore {
             .map_err(|e| read_only::io_error("read", &db_path, &e))?;
         let lost = crate::sled_audit::audit(&mut db_file, &db_path, segment_size, stable)
             .map_err(|e| read_only::io_error("read", &db_path, &e))?;
-        if let Some(lost) = lost {
-            return Err(damaged(&db_path, Some(lost.offset), lost.what));
+        match lost {
+            Some(lost) if lost.unacknowledged => tracing::warn!(
+                log = %db_path.display(),
+                offset = lost.offset,
+                "sled database: {}; the store is read as sled's recovery leaves it",
+                lost.what
+            ),
+            Some(lost) => return Err(damaged(&db_path, Some(lost.offset), lost.what)),
+            None => {}
         }
         drop(db_file);
         // Before `with_db` opens harness's trees in the copy.
@@ -1016,12 +1094,12 @@ impl Encoded {
 /// the damage and zero it on disk. A log whose end only is cut short (a
 /// crash) opens: recovery drops that end, as it should.
 pub(crate) fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreError> {
-    match damage(path, segment_size)? {
+    match damage(path, segment_size, true)? {
         None => Ok(()),
-        Some((file, lost)) => Err(StoreError::Damaged {
-            store: path.to_path_buf(),
-            file,
-            offset: Some(lost.offset),
+        Some(found) => Err(StoreError::Damaged {
+            store: found.store,
+            file: found.file,
+            offset: found.offset,
             what: format!(
                 "{}. The store was not opened and nothing was changed: opening it would lose \
                  the records after the damage. Keep a copy of the directory first (e.g. `cp -a \
@@ -1029,41 +1107,62 @@ pub(crate) fn audit_log(path: &Path, segment_size: usize) -> Result<(), StoreErr
                  damage without changing a byte. To go on with what precedes the damage and \
                  lose what follows it, open a copy with `SledStore::with_config` (sled's own \
                  recovery)",
-                lost.what,
+                found.what,
                 dir = path.display()
             ),
         }),
     }
 }
 
-/// The damage in the log of the database at `path` that sled's recovery
-/// would cut (the log file and where), if any; a log whose end only is cut
-/// short is no damage (logged as a warning).
+/// The damage in the database at `path` that sled's recovery would cut or
+/// skip, if any: in its log (the log file and where), or a blob file the
+/// log points to that fails sled's checksum or is missing (see
+/// [`crate::sled_audit::audit_blobs`]). A log whose end only is cut short
+/// is no damage (logged as a warning if `warn_torn_end`: what the
+/// application's open does).
 pub(crate) fn damage(
     path: &Path,
     segment_size: usize,
-) -> Result<Option<(std::path::PathBuf, crate::sled_audit::Lost)>, StoreError> {
+    warn_torn_end: bool,
+) -> Result<Option<Damage>, StoreError> {
     let db_path = path.join("db");
     let mut file = match std::fs::File::open(&db_path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(read_only::io_error("open", &db_path, &e)),
     };
-    let lost = crate::sled_audit::audit_before_open(&mut file, &db_path, segment_size)
+    let mut pages = crate::sled_audit::Pages::default();
+    let lost = crate::sled_audit::audit_before_open(&mut file, &db_path, segment_size, &mut pages)
         .map_err(|e| read_only::io_error("read", &db_path, &e))?;
     match lost {
-        Some(lost) if lost.torn_end => {
+        // The reader reports it by itself (`audit`).
+        Some(lost) if lost.torn_end && warn_torn_end => {
             tracing::warn!(
                 log = %db_path.display(),
                 offset = lost.offset,
                 "sled database: {}; sled's recovery drops that end (a commit a crash cut short)",
                 lost.what
             );
-            Ok(None)
         }
-        Some(lost) => Ok(Some((db_path, lost))),
-        None => Ok(None),
+        Some(lost) if !lost.torn_end => {
+            return Ok(Some(Damage {
+                store: path.to_path_buf(),
+                file: db_path,
+                offset: Some(lost.offset),
+                what: lost.what,
+            }));
+        }
+        Some(_) | None => {}
     }
+    let blobs = path.join("blobs");
+    let bad = crate::sled_audit::audit_blobs(path, &db_path, segment_size, &pages)
+        .map_err(|e| read_only::io_error("read the blobs in", &blobs, &e))?;
+    Ok(bad.map(|bad| Damage {
+        store: path.to_path_buf(),
+        file: bad.file,
+        offset: None,
+        what: bad.what,
+    }))
 }
 
 /// The segment size an existing database at `path` was created with, from

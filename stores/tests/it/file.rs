@@ -440,6 +440,87 @@ async fn file_store_lists_only_its_sessions() {
     assert_eq!(store.checkpoints(&id("half"), 0).await.unwrap(), c.append);
 }
 
+/// An entry named like a session directory that is no directory (a stray
+/// file `s-backup`, an empty one, a symlink to a file, a dangling symlink)
+/// is not a session: listing, a page and finding work skip it and go on
+/// with every session, and it is left as it is. Before, one such file
+/// failed all three for the whole store ("cannot read …/s-backup/head.json:
+/// Not a directory").
+#[tokio::test]
+async fn file_store_skips_an_entry_named_like_a_session_that_is_no_directory() {
+    type Stray = Box<dyn Fn(&Path)>;
+    let mut strays: Vec<(&str, Stray)> = vec![
+        (
+            "s-backup",
+            Box::new(|p| std::fs::write(p, b"a backup of something").unwrap()),
+        ),
+        ("s-empty", Box::new(|p| std::fs::write(p, b"").unwrap())),
+        // The name of id `x.y` (escaped), a file holding JSON.
+        (
+            "s-x%2Ey",
+            Box::new(|p| std::fs::write(p, b"{\"not\": \"a head\"}").unwrap()),
+        ),
+    ];
+    #[cfg(unix)]
+    {
+        strays.push((
+            "s-link",
+            Box::new(|p| {
+                let target = p.with_file_name("target.txt");
+                std::fs::write(&target, b"x").unwrap();
+                std::os::unix::fs::symlink(target, p).unwrap();
+            }),
+        ));
+        strays.push((
+            "s-dangling",
+            Box::new(|p| std::os::unix::fs::symlink(p.with_file_name("gone"), p).unwrap()),
+        ));
+    }
+    let mut failures = Vec::new();
+    for (name, make) in &strays {
+        let base = tempfile::tempdir().unwrap();
+        let store = FileStore::open(base.path()).unwrap();
+        create_sample(&store, "a", 1).await;
+        create_sample(&store, "z", 0).await;
+        let stray = base.path().join(name);
+        make(&stray);
+        let before = std::fs::symlink_metadata(&stray).unwrap();
+        let before_bytes = std::fs::read(&stray).ok();
+        if let Err(failed) = lists_past_it(&store).await {
+            failures.push(format!("{name}: {failed}"));
+        }
+        // Left as it is.
+        let after = std::fs::symlink_metadata(&stray).unwrap();
+        assert_eq!(after.file_type(), before.file_type(), "{name}");
+        assert_eq!(std::fs::read(&stray).ok(), before_bytes, "{name}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Whether `store` (holding `a` and `z`) lists both, gives both in a page,
+/// finds both to run, and a read-only store of its root lists both; what
+/// went otherwise.
+async fn lists_past_it(store: &FileStore) -> Result<(), String> {
+    let both = vec![id("a"), id("z")];
+    let check = |what: &str, found: Result<Vec<SessionId>, StoreError>| match found {
+        Ok(mut found) => {
+            found.sort();
+            if found == both {
+                Ok(())
+            } else {
+                Err(format!("{what} gave {found:?}"))
+            }
+        }
+        Err(e) => Err(format!("{what}: {e}")),
+    };
+    check("sessions", store.sessions().await)?;
+    check("a page", store.sessions_page("", None, 10).await)?;
+    let now = harness::session::now_millis();
+    check("runnable", store.runnable("conformance", now, 10).await)?;
+    let reader = FileStore::open_read_only(store.root()).map_err(|e| e.to_string())?;
+    check("a read-only store", reader.sessions().await)
+}
+
 /// The feed of created sessions, as [`FileStore`] documents it.
 fn feed_path(root: &Path) -> PathBuf {
     root.join("created.feed")

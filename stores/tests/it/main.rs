@@ -37,6 +37,10 @@ mod saved_value;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod servers;
 #[cfg(feature = "sled")]
+mod sled_blobs;
+#[cfg(feature = "sled")]
+mod sled_crash;
+#[cfg(feature = "sled")]
 mod sled_damage;
 #[cfg(feature = "sled")]
 mod sled_foreign;

@@ -215,3 +215,98 @@ async fn sled_sessions_skip_a_heads_key_that_is_not_utf8() {
         );
     }
 }
+
+/// Set in the child that holds a database open for
+/// [`a_database_open_in_another_process_is_refused_naming_it`]: the path,
+/// and `store` or `memory`.
+const HOLDER: &str = "HARNESS_IT_SLED_HOLDER";
+
+/// The child of [`a_database_open_in_another_process_is_refused_naming_it`]:
+/// opens the database its parent names, says so, and holds it until its
+/// standard input closes.
+#[test]
+#[ignore = "run in a process of its own by `a_database_open_in_another_process_is_refused_naming_it`"]
+fn sled_holder_child() {
+    let Ok(held) = std::env::var(HOLDER) else {
+        return;
+    };
+    let (kind, path) = held.split_once(':').unwrap();
+    // Retried while the parent's sled threads still hold the lock of the
+    // handle it dropped (see `reopen`).
+    let store = (kind == "store").then(|| crate::reopen(|| SledStore::open(path)));
+    let memory =
+        (kind == "memory").then(|| crate::reopen(|| harness_stores::SledMemory::open(path)));
+    // On the line libtest begins with the test's name.
+    println!("sled-holder: holding {path}");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
+    drop((store, memory));
+}
+
+/// A sled database another process has open (through the store, or the
+/// long-term memory) is refused by the application's open
+/// ([`SledStore::open`], `SledMemory::open`) saying so and naming the
+/// path, never with sled's Debug dump ("IO error: could not acquire lock
+/// on \"…/db\": Os { code: 11, kind: WouldBlock, … }"); once that process
+/// is gone, it opens.
+#[tokio::test]
+async fn a_database_open_in_another_process_is_refused_naming_it() {
+    let base = tempfile::tempdir().unwrap();
+    for holder in ["store", "memory"] {
+        let path = base.path().join(holder);
+        if holder == "store" {
+            let store = SledStore::open(&path).unwrap();
+            create_sample(&store, "s", 1).await;
+            store.flush().await.unwrap();
+            drop(store);
+            crate::reopen(|| SledStore::open(&path));
+        }
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sled_store::sled_holder_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HOLDER, format!("{holder}:{}", path.display()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("sled-holder: holding") {
+            line.clear();
+            let read = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            assert!(
+                read > 0,
+                "the child ended before holding {}",
+                path.display()
+            );
+        }
+        let named = path.display().to_string();
+        let check = |who: &str, shown: String| {
+            assert!(
+                shown.contains(&format!("{named} is open in another process")),
+                "{holder} held, {who}: {shown}"
+            );
+            for debug in ["Os {", "WouldBlock", "code: 11", "could not acquire"] {
+                assert!(!shown.contains(debug), "{holder} held, {who}: {shown}");
+            }
+        };
+        for _ in 0..2 {
+            match SledStore::open(&path) {
+                Err(e @ StoreError::Backend { .. }) => check("the store", e.to_string()),
+                other => panic!("{holder} held: expected a refusal, got {other:?}"),
+            }
+            match harness_stores::SledMemory::open(&path) {
+                Err(e) => check("the memory", e.to_string()),
+                Ok(_) => panic!("{holder} held: the memory opened"),
+            }
+        }
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success());
+        crate::reopen(|| SledStore::open(&path));
+    }
+}

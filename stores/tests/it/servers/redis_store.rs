@@ -700,6 +700,112 @@ async fn redis_runnable_and_sessions_skip_ids_that_are_not_utf8() {
     rd.cleanup().await;
 }
 
+/// A key of one session holding another type than the store writes (its
+/// head a list, a set, a hash or a sorted set; its checkpoint hash or its
+/// index of seqs a string or a list) is a load error of that session, naming
+/// the key and what it holds, as a head of garbage is: the other sessions
+/// are listed and read, and finding work goes on. Before, a wrong-typed
+/// head was a backend error ("WRONGTYPE …"), and a listing that reads
+/// every head (`harness sessions list`) showed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_a_key_of_another_type_is_a_load_error_of_its_session_only() {
+    let Some(rd) = Rd::new() else { return };
+    let cases: [(&str, &str, &str, &str); 8] = [
+        ("head", "list", "RPUSH", "x"),
+        ("head", "set", "SADD", "x"),
+        ("head", "hash", "HSET", "x y"),
+        ("head", "zset", "ZADD", "1 x"),
+        ("cp", "string", "SET", "x"),
+        ("cp", "list", "RPUSH", "x"),
+        ("seqs", "string", "SET", "x"),
+        ("seqs", "hash", "HSET", "x y"),
+    ];
+    let mut failures = Vec::new();
+    for (name, kind, cmd, args) in cases {
+        let case = format!("{name} made a {kind}");
+        let store = rd.store("wrongtype").await;
+        for s in ["a", "b", "c"] {
+            crate::create_sample(&store, s, 2).await;
+        }
+        let key = session_key(&store, &id("b"), name);
+        let mut con = store.connection();
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let mut write = redis::cmd(cmd);
+        write.arg(&key);
+        for arg in args.split(' ') {
+            write.arg(arg);
+        }
+        let _: () = write.query_async(&mut con).await.unwrap();
+        if let Err(failed) = one_session_unreadable(&store, name, kind, &key).await {
+            failures.push(format!("{case}: {failed}"));
+        }
+        // Left as it is.
+        let found: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(found, kind, "{case}");
+    }
+    rd.cleanup().await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Whether `store` (sessions `a`, `b`, `c`; `b`'s key `key`, its `name`,
+/// made a `kind`) lists the three, reads `a` and `c`, reports `b`'s record
+/// as a load error naming the key and its type, and finds `a` and `c` to
+/// run; what went otherwise.
+async fn one_session_unreadable(
+    store: &RedisStore,
+    name: &str,
+    kind: &str,
+    key: &str,
+) -> Result<(), String> {
+    let listed = store.sessions().await.map_err(|e| e.to_string())?;
+    if listed != vec![id("a"), id("b"), id("c")] {
+        return Err(format!("listed {listed:?}"));
+    }
+    for s in ["a", "c"] {
+        let head = store.load(&id(s)).await.map_err(|e| format!("{s}: {e}"))?;
+        assert!(head.is_some(), "{s}");
+        let log = store.checkpoints(&id(s), 0).await;
+        let log = log.map_err(|e| format!("{s}: {e}"))?;
+        assert_eq!(log.len(), 3, "{s}");
+    }
+    let damaged = if name == "head" {
+        store.load(&id("b")).await.map(|_| ())
+    } else {
+        let head = store.load(&id("b")).await.map_err(|e| format!("b: {e}"))?;
+        assert!(head.is_some(), "b");
+        store.checkpoints(&id("b"), 0).await.map(|_| ())
+    };
+    match damaged {
+        Err(StoreError::Load(e)) => {
+            let record = if name == "head" { "head" } else { "log" };
+            if e.session != id("b")
+                || e.record != record
+                || !e.reason.contains(key)
+                || !e.reason.contains(&format!("a {kind}"))
+            {
+                return Err(format!("the load error: {e}"));
+            }
+        }
+        other => return Err(format!("expected a load error, got {other:?}")),
+    }
+    let found = store.runnable("conformance", now_millis(), 10).await;
+    let found = found.map_err(|e| format!("runnable: {e}"))?;
+    for s in ["a", "c"] {
+        if !found.contains(&id(s)) {
+            return Err(format!("runnable gave {found:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// The ids of `P:ids`, the sorted index pages are read from.
 async fn indexed_ids(store: &RedisStore) -> Vec<String> {
     zset(store, &format!("{}:ids", store.prefix()))
