@@ -22,6 +22,33 @@ fn with_stdout_closed(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `n` cells, each binding a name and printing a line.
+fn printing_cells(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("# %%\nx{i} = {i}\nprint('cell', x{i})\n"))
+        .collect()
+}
+
+/// A file store in `dir/store` holding `n` sessions `s0`, `s1`, … of
+/// saved values.
+fn store_of_notes(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
+    let store = dir.join("store");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let files = harness_stores::FileStore::open(&store).unwrap();
+        for i in 0..n {
+            let id = SessionId::from(format!("s{i}"));
+            save_value(&files, "notes", &id, serde_json::json!({"i": i}))
+                .await
+                .unwrap_or_else(|e| panic!("cannot save {id} in {}: {e}", store.display()));
+        }
+    });
+    store
+}
+
 fn assert_quiet(args: &[&str], output: &Output) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -35,24 +62,8 @@ fn assert_quiet(args: &[&str], output: &Output) {
 fn every_command_ends_quietly_when_its_reader_has_gone() {
     let dir = workdir("closed-output");
     let script = dir.join("cells.py");
-    let cells: String = (0..200)
-        .map(|i| format!("# %%\nx{i} = {i}\nprint('cell', x{i})\n"))
-        .collect();
-    std::fs::write(&script, cells).unwrap();
-    let store = dir.join("store");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let files = harness_stores::FileStore::open(&store).unwrap();
-        for i in 0..50 {
-            let id = SessionId::from(format!("s{i}"));
-            save_value(&files, "notes", &id, serde_json::json!({"i": i}))
-                .await
-                .unwrap_or_else(|e| panic!("cannot save {id} in {}: {e}", store.display()));
-        }
-    });
+    std::fs::write(&script, printing_cells(200)).unwrap();
+    let store = store_of_notes(&dir, 50);
     let (script, store) = (script.to_str().unwrap(), store.to_str().unwrap());
     for args in [
         vec!["analyze", script],
@@ -99,25 +110,10 @@ fn errors_keep_their_status_when_stderr_is_closed() {
 fn a_failure_after_the_reader_went_keeps_its_status() {
     let dir = workdir("closed-output-failing");
     let script = dir.join("failing.py");
-    let mut cells: String = (0..200)
-        .map(|i| format!("# %%\nx{i} = {i}\nprint('cell', x{i})\n"))
-        .collect();
+    let mut cells = printing_cells(200);
     cells.push_str("# %%\nraise ValueError('the last cell fails')\n");
     std::fs::write(&script, cells).unwrap();
-    let store = dir.join("store");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let files = harness_stores::FileStore::open(&store).unwrap();
-        for i in 0..50 {
-            let id = SessionId::from(format!("s{i}"));
-            save_value(&files, "notes", &id, serde_json::json!({"i": i}))
-                .await
-                .unwrap();
-        }
-    });
+    let store = store_of_notes(&dir, 50);
     // One session's head no longer reads.
     std::fs::write(store.join("s-s49").join("head.json"), "{ not json").unwrap();
     let (script, store) = (script.to_str().unwrap(), store.to_str().unwrap());
